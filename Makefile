@@ -1,0 +1,30 @@
+# Two entry points on a fresh clone: `make plan` and `make test`.
+# Both create .venv when it is missing. Override TORCH_SPEC (and TORCH_INDEX_URL)
+# to install a CUDA build, e.g.
+#   make plan TORCH_SPEC=torch TORCH_INDEX_URL=https://download.pytorch.org/whl/cu124
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX_URL ?=
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: plan test env clean
+
+env: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)" $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
+	$(PY) -m pip install --quiet -e ".[test]"
+	@touch $(STAMP)
+
+plan: $(STAMP)
+	$(VENV)/bin/hardware-selector models
+	$(VENV)/bin/hardware-selector detect
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""The Typer command-line interface; each file registers one group of commands."""

@@ -1,0 +1,53 @@
+"""Builds the Typer app and turns user errors into one line and exit code 2.
+
+Heavy libraries (torch, transformers, deepspeed) are imported inside the
+commands that need them, never at module level, so `--help` and planning a
+catalog model stay fast.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+
+from planner.errors import UserInputError
+
+from . import hardware, models
+
+app = typer.Typer(
+    name="hardware-selector",
+    help="Plan distributed training: strategy, memory fit and speed.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+models.register(app)
+hardware.register(app)
+
+
+def fail(message: str) -> "typer.Exit":
+    """Print a one-line error to stderr; the caller raises the returned Exit."""
+    print(f"error: {message}", file=sys.stderr)
+    return typer.Exit(code=2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point: run the app and map errors to exit codes."""
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="hardware-selector", standalone_mode=False)
+    except UserInputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except click.exceptions.UsageError as error:
+        hint = f"; run '{error.ctx.command_path} --help'" if error.ctx else ""
+        print(f"error: {error.format_message()}{hint}", file=sys.stderr)
+        return 2
+    except click.exceptions.Abort:
+        print("aborted", file=sys.stderr)
+        return 130
+    except click.exceptions.Exit as exit_:
+        return exit_.exit_code
+    return result if isinstance(result, int) else 0

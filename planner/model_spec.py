@@ -1,0 +1,117 @@
+"""The typed description of a model that every estimate starts from.
+
+A ModelSpec carries two kinds of facts: the architecture (dimensions the
+memory and FLOP formulas need) and the parameter counts. Counts say where they
+came from, because a count built from the real transformers class on the meta
+device is exact while one from a formula is an approximation.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class ModelFamily(str, Enum):
+    DECODER_ONLY = "decoder-only"
+    ENCODER_ONLY = "encoder-only"
+    ENCODER_DECODER = "encoder-decoder"
+
+
+class MlpKind(str, Enum):
+    # Two matrices (up, down) with a pointwise activation: GPT-2, OPT, BERT, T5 v1.0.
+    STANDARD = "standard"
+    # Three matrices (gate, up, down): SwiGLU (Llama) or GeGLU (Gemma, T5 v1.1).
+    GATED = "gated"
+
+
+ParamCountSource = Literal["meta-device", "formula"]
+
+
+class ParamCounts(BaseModel):
+    """Parameter counts of a model, tied weights counted once."""
+
+    model_config = ConfigDict(frozen=True)
+
+    total: int = Field(ge=0)
+    trainable: int = Field(ge=0)
+    # Parameters one token passes through; equals total for dense models.
+    active_per_token: int = Field(ge=0)
+    # Input embedding (and a separate output head, when untied) plus learned positions.
+    embedding: int = Field(ge=0)
+    # Largest number of parameters owned directly by one module: what ZeRO-3 must
+    # gather at once, as DeepSpeed's estimators define it.
+    largest_layer: int = Field(ge=0)
+    source: ParamCountSource
+    # "transformers 5.23.0" for meta-device counts, the formula's name otherwise.
+    source_detail: str = ""
+
+
+class ModelSpec(BaseModel):
+    """Architecture and size of one model, independent of how it is trained."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    hf_id: str | None = None
+    aliases: list[str] = Field(default_factory=list)
+    family: ModelFamily
+    model_type: str  # the HF config's model_type, e.g. "llama"
+    transformers_class: str  # e.g. "LlamaForCausalLM"
+
+    hidden_size: int = Field(gt=0)
+    # All transformer blocks; for encoder-decoder models the sum of both stacks.
+    num_layers: int = Field(gt=0)
+    num_encoder_layers: int = Field(default=0, ge=0)
+    num_decoder_layers: int = Field(default=0, ge=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    ffn_size: int = Field(gt=0)
+    mlp_kind: MlpKind
+    activation: str = "gelu"
+    vocab_size: int = Field(gt=0)
+    max_position_embeddings: int = Field(gt=0)
+    tied_embeddings: bool
+
+    # Details that change parameter and activation counts between architectures.
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    position_embedding: Literal["learned", "rotary", "alibi", "relative"] = "learned"
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    # GPT-J/NeoX/Falcon compute attention and MLP from the same input in parallel.
+    parallel_attention_mlp: bool = False
+
+    # Mixture of experts; num_experts == 0 means a dense model.
+    num_experts: int = Field(default=0, ge=0)
+    experts_per_token: int = Field(default=0, ge=0)
+    expert_ffn_size: int = Field(default=0, ge=0)
+
+    params: ParamCounts
+    # Where the spec came from: "catalog", a config path, "dimensions" or "parameter count".
+    origin: str = "catalog"
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> "ModelSpec":
+        if self.num_heads % self.num_kv_heads != 0:
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
+        if self.family is ModelFamily.ENCODER_DECODER:
+            if self.num_encoder_layers + self.num_decoder_layers != self.num_layers:
+                raise ValueError("num_layers must equal num_encoder_layers + num_decoder_layers")
+        if self.num_experts:
+            if not 0 < self.experts_per_token <= self.num_experts:
+                raise ValueError("experts_per_token must be between 1 and num_experts")
+        return self
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def kv_size(self) -> int:
+        """Width of the key (or value) projection: kv_heads x head_dim."""
+        return self.num_kv_heads * self.head_dim
