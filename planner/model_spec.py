@@ -83,6 +83,9 @@ class ModelSpec(BaseModel):
     mlp_bias: bool = False
     # GPT-J/NeoX/Falcon compute attention and MLP from the same input in parallel.
     parallel_attention_mlp: bool = False
+    # Dropout probabilities during training: each > 0 keeps a 1-byte mask per element.
+    hidden_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    attention_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
 
     # Mixture of experts; num_experts == 0 means a dense model.
     num_experts: int = Field(default=0, ge=0)

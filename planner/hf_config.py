@@ -1,0 +1,465 @@
+"""Read a Hugging Face config.json into a ModelSpec, without torch or transformers.
+
+Every supported model_type names its dimensions differently (n_embd, hidden_size,
+d_model...) and has its own defaults for fields a config may leave out (Llama
+unties its embeddings by default, GPT-2 and Gemma tie them). The readers below
+mirror the transformers config classes and modules closely enough that the
+formula counts they lead to equal the meta-device counts for the catalog.
+
+A config that cannot describe a model -- a missing dimension, a string where a
+number belongs, heads that do not divide the hidden size -- raises
+ConfigFieldError naming the field; an unknown model_type raises UserInputError
+listing the supported ones.
+
+    spec_from_hf_config(config, name=...)  -> ModelSpec (formula counts unless params= is given)
+    parse_hf_config(config)                -> ParsedConfig: dims, layout details, transformers class
+    SUPPORTED_MODEL_TYPES
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from .errors import ConfigFieldError, UserInputError
+from .model_spec import MlpKind, ModelFamily, ModelSpec, ParamCounts
+from .param_formula import ArchitectureDims, LayoutDetails, formula_param_counts
+
+_MISSING = object()
+
+
+class ParsedConfig(BaseModel):
+    """What a config.json says, before any parameter counting."""
+
+    model_config = ConfigDict(frozen=True)
+
+    dims: ArchitectureDims
+    layout: LayoutDetails
+    transformers_class: str
+    hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
+
+
+class _Fields:
+    """Typed reads of config fields; every failure names the field it is about."""
+
+    def __init__(self, config: dict, source: str):
+        self.config = config
+        self.source = source
+
+    def error(self, field: str, problem: str) -> ConfigFieldError:
+        return ConfigFieldError(self.source, field, problem)
+
+    def _lookup(self, names: Sequence[str]) -> tuple[str, Any]:
+        # The first of the accepted spellings that is present and not null.
+        for name in names:
+            if self.config.get(name) is not None:
+                return name, self.config[name]
+        return names[0], _MISSING
+
+    def int(self, *names: str, default: Any = _MISSING, minimum: int = 1) -> int:
+        name, value = self._lookup(names)
+        if value is _MISSING:
+            if default is _MISSING:
+                also = f" (also accepted: {', '.join(names[1:])})" if len(names) > 1 else ""
+                raise self.error(names[0], f"is missing{also}")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(name, f"must be an integer, got {value!r}")
+        if value < minimum:
+            raise self.error(name, f"must be {'positive' if minimum == 1 else f'at least {minimum}'}, got {value}")
+        return value
+
+    def bool(self, name: str, default: bool) -> bool:
+        value = self.config.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.error(name, f"must be true or false, got {value!r}")
+        return value
+
+    def str(self, *names: str, default: str) -> str:
+        name, value = self._lookup(names)
+        if value is _MISSING:
+            return default
+        if not isinstance(value, str):
+            raise self.error(name, f"must be a string, got {value!r}")
+        return value
+
+    def probability(self, *names: str, default: float = 0.0) -> float:
+        name, value = self._lookup(names)
+        if value is _MISSING:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise self.error(name, f"must be a probability in [0, 1), got {value!r}")
+        return float(value)
+
+    def int_list(self, name: str) -> list[int]:
+        value = self.config.get(name) or []
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise self.error(name, f"must be a list of layer indices, got {value!r}")
+        return value
+
+    def head_dim(self, hidden: int, heads: int, heads_field: str) -> int:
+        """hidden // heads, or an error on the heads field when it does not divide."""
+        if hidden % heads:
+            raise self.error(heads_field, f"({heads}) does not divide the hidden size ({hidden})")
+        return hidden // heads
+
+    def kv_heads(self, heads: int, default: int | None, *names: str) -> int:
+        kv = self.int(*names, default=heads if default is None else default)
+        if heads % kv:
+            raise self.error(names[0], f"({kv}) must divide the number of attention heads ({heads})")
+        return kv
+
+
+def _present(f: _Fields, *names: str) -> str:
+    """The spelling of a field this config uses, for error messages."""
+    return next((name for name in names if name in f.config), names[0])
+
+
+def _basic_dims(
+    f: _Fields,
+    hidden: tuple[str, ...] = ("hidden_size",),
+    layers: tuple[str, ...] = ("num_hidden_layers",),
+    heads: tuple[str, ...] = ("num_attention_heads",),
+) -> dict[str, int]:
+    """hidden_size, num_layers, num_heads, head_dim and vocab_size, under the spellings given."""
+    hidden_size, num_heads = f.int(*hidden), f.int(*heads)
+    return dict(
+        hidden_size=hidden_size,
+        num_layers=f.int(*layers),
+        num_heads=num_heads,
+        head_dim=f.head_dim(hidden_size, num_heads, _present(f, *heads)),
+        vocab_size=f.int("vocab_size"),
+    )
+
+
+# --- GPT-2 lineage: LayerNorm with biases, learned or rotary positions ---------------------------
+
+_GPT2_NAMES = dict(hidden=("n_embd", "hidden_size"), layers=("n_layer", "num_hidden_layers"),
+                   heads=("n_head", "num_attention_heads"))
+
+
+def _read_gpt2_style(f: _Fields, model_type: str) -> ParsedConfig:
+    """GPT-2 and GPT-J share field names; GPT-J adds rotary positions and parallel attention/MLP."""
+    dims = _basic_dims(f, **_GPT2_NAMES)
+    gptj = model_type == "gptj"
+    return ParsedConfig(
+        dims=ArchitectureDims(
+            model_type=model_type, **dims, ffn_size=f.int("n_inner", default=4 * dims["hidden_size"]),
+            activation=f.str("activation_function", default="gelu_new"),
+            max_position_embeddings=f.int("n_positions", "max_position_embeddings", default=2048 if gptj else 1024),
+            tied_embeddings=f.bool("tie_word_embeddings", not gptj),
+            position_embedding="rotary" if gptj else "learned",
+            attention_bias=not gptj, mlp_bias=True, parallel_attention_mlp=gptj,
+        ),
+        # GPT-J: one shared norm feeds attention and MLP, and its untied lm_head has a bias.
+        layout=LayoutDetails(norms_per_layer=1, lm_head_bias=True) if gptj else LayoutDetails(fused_qkv=True),
+        transformers_class="GPTJForCausalLM" if gptj else "GPT2LMHeadModel",
+        hidden_dropout=f.probability("resid_pdrop", default=0.0 if gptj else 0.1),
+        attention_dropout=f.probability("attn_pdrop", default=0.0 if gptj else 0.1),
+    )
+
+
+def _read_opt(f: _Fields) -> ParsedConfig:
+    dims = _basic_dims(f)
+    bias = f.bool("enable_bias", True)
+    projection = f.int("word_embed_proj_dim", default=dims["hidden_size"])
+    # Post-norm OPT (350m) has no final layer norm.
+    final_norm = f.bool("do_layer_norm_before", True) and not f.bool("_remove_final_layer_norm", False)
+    return ParsedConfig(
+        dims=ArchitectureDims(
+            model_type="opt", **dims, ffn_size=f.int("ffn_dim"),
+            activation=f.str("activation_function", default="relu"),
+            max_position_embeddings=f.int("max_position_embeddings", default=2048),
+            tied_embeddings=f.bool("tie_word_embeddings", True), attention_bias=bias, mlp_bias=bias,
+        ),
+        layout=LayoutDetails(
+            position_offset=2,
+            embedding_projection_dim=0 if projection == dims["hidden_size"] else projection,
+            final_norms=1 if final_norm else 0,
+        ),
+        transformers_class="OPTForCausalLM",
+        hidden_dropout=f.probability("dropout", default=0.1),
+        attention_dropout=f.probability("attention_dropout"),
+    )
+
+
+def _read_bloom(f: _Fields) -> ParsedConfig:
+    dims = _basic_dims(f, hidden=("hidden_size", "n_embed"), layers=("n_layer", "num_hidden_layers"),
+                       heads=("n_head", "num_attention_heads"))
+    return ParsedConfig(
+        dims=ArchitectureDims(
+            model_type="bloom", **dims, ffn_size=4 * dims["hidden_size"], activation="bloom_gelu",
+            # ALiBi has no position table; seq_length is the training context.
+            max_position_embeddings=f.int("seq_length", default=2048),
+            tied_embeddings=f.bool("tie_word_embeddings", True), position_embedding="alibi",
+            attention_bias=True, mlp_bias=True,
+        ),
+        layout=LayoutDetails(fused_qkv=True, embedding_norm=True),
+        transformers_class="BloomForCausalLM",
+        hidden_dropout=f.probability("hidden_dropout"),
+        attention_dropout=f.probability("attention_dropout"),
+    )
+
+
+def _read_falcon(f: _Fields) -> ParsedConfig:
+    dims = _basic_dims(f, hidden=("hidden_size", "n_embed"))
+    heads = dims["num_heads"]
+    new_architecture = f.bool("new_decoder_architecture", False)
+    multi_query, parallel = f.bool("multi_query", True), f.bool("parallel_attn", True)
+    # Falcon-40B/180B (the "new decoder architecture") group kv heads; 7B shares one (multi-query).
+    if new_architecture:
+        kv_heads = f.kv_heads(heads, None, "num_kv_heads")
+    else:
+        kv_heads = 1 if multi_query else heads
+    norms_in_parallel = f.int("num_ln_in_parallel_attn", default=2 if new_architecture else 1)
+    bias = f.bool("bias", False)
+    return ParsedConfig(
+        dims=ArchitectureDims(
+            model_type="falcon", **dims, num_kv_heads=kv_heads,
+            ffn_size=f.int("ffn_hidden_size", default=4 * dims["hidden_size"]),
+            activation=f.str("activation", default="gelu"),
+            max_position_embeddings=f.int("max_position_embeddings", default=2048),
+            tied_embeddings=f.bool("tie_word_embeddings", True),
+            position_embedding="alibi" if f.bool("alibi", False) else "rotary",
+            attention_bias=bias, mlp_bias=bias, parallel_attention_mlp=parallel,
+        ),
+        layout=LayoutDetails(fused_qkv=True, norms_per_layer=2 if not parallel or norms_in_parallel == 2 else 1),
+        transformers_class="FalconForCausalLM",
+        hidden_dropout=f.probability("hidden_dropout"),
+        attention_dropout=f.probability("attention_dropout"),
+    )
+
+
+def _read_gpt_neox(f: _Fields) -> ParsedConfig:
+    return ParsedConfig(
+        dims=ArchitectureDims(
+            model_type="gpt_neox", **_basic_dims(f), ffn_size=f.int("intermediate_size"),
+            activation=f.str("hidden_act", default="gelu"),
+            max_position_embeddings=f.int("max_position_embeddings", default=2048),
+            tied_embeddings=f.bool("tie_word_embeddings", False), position_embedding="rotary",
+            attention_bias=f.bool("attention_bias", True), mlp_bias=True,
+            parallel_attention_mlp=f.bool("use_parallel_residual", True),
+        ),
+        layout=LayoutDetails(fused_qkv=True),
+        transformers_class="GPTNeoXForCausalLM",
+        hidden_dropout=f.probability("hidden_dropout", "hidden_dropout_prob"),
+        attention_dropout=f.probability("attention_dropout", "attention_probs_dropout_prob"),
+    )
+
+
+# --- Llama-style decoders: RMSNorm, rotary, gated MLP, grouped kv heads --------------------------
+
+
+@dataclass(frozen=True)
+class _LlamaStyle:
+    """How one model_type departs from Llama, as its transformers config class and modules do."""
+
+    transformers_class: str
+    default_kv_heads: int | None  # None: one kv head per attention head
+    default_head_dim: int | None  # None: hidden_size // num_attention_heads
+    default_positions: int
+    tied_by_default: bool
+    # "attention_bias": read it, all four projections; "qkv_bias": read it, q/k/v only;
+    # "qkv": q/k/v always biased (Qwen2); "none": the module has no biases.
+    bias: str = "attention_bias"
+    norms_per_layer: int = 2
+    qk_norm: bool = False
+
+
+_LLAMA_STYLE: dict[str, _LlamaStyle] = {
+    "llama": _LlamaStyle("LlamaForCausalLM", None, None, 2048, False),
+    "mistral": _LlamaStyle("MistralForCausalLM", 8, None, 131072, False, bias="none"),
+    "mixtral": _LlamaStyle("MixtralForCausalLM", 8, None, 131072, False, bias="none"),
+    "qwen2": _LlamaStyle("Qwen2ForCausalLM", 32, None, 32768, False, bias="qkv"),
+    "qwen2_moe": _LlamaStyle("Qwen2MoeForCausalLM", 16, None, 32768, False, bias="qkv_bias"),
+    "qwen3": _LlamaStyle("Qwen3ForCausalLM", 32, 128, 32768, False, qk_norm=True),
+    "gemma": _LlamaStyle("GemmaForCausalLM", 16, 256, 8192, True),
+    "gemma2": _LlamaStyle("Gemma2ForCausalLM", 4, 256, 8192, True, norms_per_layer=4),
+    "gemma3_text": _LlamaStyle("Gemma3ForCausalLM", 4, 256, 131072, True, norms_per_layer=4, qk_norm=True),
+    "phi3": _LlamaStyle("Phi3ForCausalLM", None, None, 4096, False, bias="none"),
+}
+
+
+def _read_moe(f: _Fields, model_type: str, layers: int, ffn: int) -> tuple[dict, dict]:
+    """ArchitectureDims and LayoutDetails fields of the MoE models (empty for dense ones)."""
+    if model_type == "mixtral":
+        dims = dict(num_experts=f.int("num_local_experts", "num_experts", default=8),
+                    experts_per_token=f.int("num_experts_per_tok", default=2), expert_ffn_size=ffn)
+        layout: dict = {}
+    elif model_type == "qwen2_moe":
+        step, dense_only = f.int("decoder_sparse_step", default=1), set(f.int_list("mlp_only_layers"))
+        sparse_layers = [i for i in range(layers) if i not in dense_only and (i + 1) % step == 0]
+        dims = dict(num_experts=f.int("num_experts", default=60),
+                    experts_per_token=f.int("num_experts_per_tok", default=4),
+                    expert_ffn_size=f.int("moe_intermediate_size", default=1408))
+        layout = dict(shared_expert_ffn_size=f.int("shared_expert_intermediate_size", default=5632, minimum=0),
+                      dense_layers=layers - len(sparse_layers))
+    else:
+        return {}, {}
+    if dims["experts_per_token"] > dims["num_experts"]:
+        raise f.error("num_experts_per_tok",
+                      f"({dims['experts_per_token']}) exceeds the number of experts ({dims['num_experts']})")
+    return dims, layout
+
+
+def _read_llama_style(f: _Fields, model_type: str) -> ParsedConfig:
+    style = _LLAMA_STYLE[model_type]
+    hidden, heads, layers = f.int("hidden_size"), f.int("num_attention_heads"), f.int("num_hidden_layers")
+    kv_heads = f.kv_heads(heads, style.default_kv_heads, "num_key_value_heads")
+    if f.config.get("head_dim") is not None or style.default_head_dim:
+        head_dim = f.int("head_dim", default=style.default_head_dim)  # may differ from hidden // heads (Gemma)
+    else:
+        head_dim = f.head_dim(hidden, heads, "num_attention_heads")
+    qkv_bias = {
+        "attention_bias": lambda: f.bool("attention_bias", False),
+        "qkv_bias": lambda: f.bool("qkv_bias", True),
+        "qkv": lambda: True,
+        "none": lambda: False,
+    }[style.bias]()
+    ffn = f.int("intermediate_size")
+    moe_dims, moe_layout = _read_moe(f, model_type, layers, ffn)
+    gemma = model_type.startswith("gemma")
+    return ParsedConfig(
+        dims=ArchitectureDims(
+            model_type=model_type, hidden_size=hidden, num_layers=layers, num_heads=heads,
+            num_kv_heads=kv_heads, head_dim=head_dim, ffn_size=ffn, mlp_kind=MlpKind.GATED,
+            activation=f.str("hidden_activation", "hidden_act", default="gelu_pytorch_tanh" if gemma else "silu"),
+            vocab_size=f.int("vocab_size"),
+            max_position_embeddings=f.int("max_position_embeddings", default=style.default_positions),
+            tied_embeddings=f.bool("tie_word_embeddings", style.tied_by_default),
+            norm="rmsnorm", position_embedding="rotary", attention_bias=qkv_bias,
+            mlp_bias=model_type == "llama" and f.bool("mlp_bias", False), **moe_dims,
+        ),
+        layout=LayoutDetails(
+            norms_per_layer=style.norms_per_layer, qk_norm=style.qk_norm,
+            attention_output_bias=qkv_bias and style.bias == "attention_bias",
+            fused_qkv=model_type == "phi3", fused_gate_up=model_type == "phi3", **moe_layout,
+        ),
+        transformers_class=style.transformers_class,
+        hidden_dropout=f.probability("resid_pdrop") if model_type == "phi3" else 0.0,
+        attention_dropout=f.probability("attention_dropout"),
+    )
+
+
+# --- encoders and encoder-decoders -------------------------------------------------------------
+
+
+def _read_bert_style(f: _Fields, model_type: str) -> ParsedConfig:
+    return ParsedConfig(
+        dims=ArchitectureDims(
+            family=ModelFamily.ENCODER_ONLY, model_type=model_type, **_basic_dims(f),
+            ffn_size=f.int("intermediate_size"), activation=f.str("hidden_act", default="gelu"),
+            max_position_embeddings=f.int("max_position_embeddings", default=512),
+            tied_embeddings=True,  # the base model has no output head to tie or untie
+            attention_bias=True, mlp_bias=True,
+        ),
+        layout=LayoutDetails(
+            token_type_vocab_size=f.int("type_vocab_size", default=2, minimum=0),
+            embedding_norm=True, final_norms=0, pooler=True,
+        ),
+        transformers_class="BertModel" if model_type == "bert" else "RobertaModel",
+        hidden_dropout=f.probability("hidden_dropout_prob", default=0.1),
+        attention_dropout=f.probability("attention_probs_dropout_prob", default=0.1),
+    )
+
+
+def _read_t5(f: _Fields) -> ParsedConfig:
+    feed_forward = f.str("feed_forward_proj", default="relu")
+    parts = feed_forward.split("-")
+    if len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated"):
+        raise f.error("feed_forward_proj", f"must be 'ACT' or 'gated-ACT' such as 'relu' or 'gated-gelu', "
+                                           f"got {feed_forward!r}")
+    encoder_layers = f.int("num_layers", "num_hidden_layers")
+    decoder_layers = f.int("num_decoder_layers", default=encoder_layers)
+    dropout = f.probability("dropout_rate", default=0.1)
+    return ParsedConfig(
+        dims=ArchitectureDims(
+            family=ModelFamily.ENCODER_DECODER, model_type="t5", hidden_size=f.int("d_model", "hidden_size"),
+            num_layers=encoder_layers + decoder_layers, num_encoder_layers=encoder_layers,
+            num_decoder_layers=decoder_layers, num_heads=f.int("num_heads", "num_attention_heads"),
+            # Attention width is heads x d_kv, which need not equal d_model (t5-3b, t5-11b).
+            head_dim=f.int("d_kv", default=64), ffn_size=f.int("d_ff"),
+            mlp_kind=MlpKind.GATED if len(parts) == 2 else MlpKind.STANDARD,
+            # transformers runs T5 v1.1's 'gated-gelu' with the tanh-approximated gelu_new.
+            activation="gelu_new" if feed_forward == "gated-gelu" else parts[-1],
+            vocab_size=f.int("vocab_size"),
+            # Relative positions have no table; n_positions is the length it was trained for.
+            max_position_embeddings=f.int("n_positions", default=512),
+            # T5 v1.1 and T0 keep a separate lm_head (tie_word_embeddings: false).
+            tied_embeddings=f.bool("tie_word_embeddings", True), norm="rmsnorm", position_embedding="relative",
+        ),
+        layout=LayoutDetails(final_norms=2, relative_attention_buckets=f.int("relative_attention_num_buckets",
+                                                                              default=32)),
+        transformers_class="T5ForConditionalGeneration",
+        hidden_dropout=dropout,
+        attention_dropout=dropout,
+    )
+
+
+_READERS: dict[str, Callable[[_Fields], ParsedConfig]] = {
+    "gpt2": lambda f: _read_gpt2_style(f, "gpt2"),
+    "gptj": lambda f: _read_gpt2_style(f, "gptj"),
+    "opt": _read_opt,
+    "bloom": _read_bloom,
+    "falcon": _read_falcon,
+    "gpt_neox": _read_gpt_neox,
+    "bert": lambda f: _read_bert_style(f, "bert"),
+    "roberta": lambda f: _read_bert_style(f, "roberta"),
+    "t5": _read_t5,
+    **{model_type: (lambda f, t=model_type: _read_llama_style(f, t)) for model_type in _LLAMA_STYLE},
+}
+
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_READERS))
+
+
+def parse_hf_config(config: dict, *, source: str = "config.json") -> ParsedConfig:
+    """Architecture, layout details and transformers class a config.json describes."""
+    if not isinstance(config, dict):
+        raise UserInputError(f"{source}: expected a JSON object of config fields, got {type(config).__name__}")
+    model_type = config.get("model_type")
+    if model_type is None:
+        raise ConfigFieldError(source, "model_type", f"is missing (supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+    reader = _READERS.get(model_type) if isinstance(model_type, str) else None
+    if reader is None:
+        raise UserInputError(
+            f"{source}: model_type {model_type!r} is not supported; supported types: "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)} (or describe the model with --params or the dimension flags)"
+        )
+    return reader(_Fields(config, source))
+
+
+def spec_from_hf_config(
+    config: dict,
+    *,
+    name: str,
+    hf_id: str | None = None,
+    aliases: Sequence[str] = (),
+    origin: str = "catalog",
+    params: ParamCounts | None = None,
+    source: str = "config.json",
+) -> ModelSpec:
+    """The ModelSpec a config.json describes.
+
+    params: exact counts (the catalog passes meta-device counts); without them
+    the counts come from param_formula, labelled source="formula".
+    """
+    parsed = parse_hf_config(config, source=source)
+    if params is None:
+        params = formula_param_counts(parsed.dims, parsed.layout)
+    return ModelSpec(
+        name=name,
+        hf_id=hf_id,
+        aliases=list(aliases),
+        transformers_class=parsed.transformers_class,
+        params=params,
+        origin=origin,
+        hidden_dropout=parsed.hidden_dropout,
+        attention_dropout=parsed.attention_dropout,
+        **parsed.dims.model_dump(),
+    )

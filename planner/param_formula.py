@@ -1,0 +1,338 @@
+"""Parameter counts from architecture dimensions alone, exact for the layouts we know.
+
+The planner needs counts for models it cannot (or does not want to) build on
+the meta device: explicit dimensions typed on the command line, configs whose
+transformers class is missing, and the per-block sizes the memory estimator
+works with. The formula mirrors the transformers implementations module by
+module, so for every catalog model it gives the same numbers as the meta-device
+count (tests/test_catalog_counts.py holds it to that).
+
+Two inputs:
+
+- the architecture, an ArchitectureDims (or a ModelSpec, which carries the same
+  fields) -- the dimensions every planner formula uses;
+- a LayoutDetails: small per-architecture facts that move the count but are not
+  worth a ModelSpec field (OPT's two spare position rows, BERT's token-type
+  table and pooler, T5's relative-attention tables, Falcon's norm count...).
+  hf_config.py reads them from the config; default_layout() derives them from
+  the model_type when only a spec is at hand.
+
+    formula_param_counts(ArchitectureDims(hidden_size=4096, num_layers=32, num_heads=32,
+                                          ffn_size=11008, vocab_size=32000,
+                                          mlp_kind="gated", norm="rmsnorm", tied_embeddings=False,
+                                          position_embedding="rotary"))
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .model_spec import MlpKind, ModelFamily, ParamCounts
+
+
+class ArchitectureDims(BaseModel):
+    """The architecture fields of a ModelSpec, before any parameter count exists.
+
+    Field names and meanings are ModelSpec's, so ModelSpec(**dims.model_dump(), ...)
+    builds the spec. num_kv_heads defaults to num_heads and head_dim to
+    hidden_size // num_heads.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    family: ModelFamily = ModelFamily.DECODER_ONLY
+    model_type: str = "custom"
+    hidden_size: int = Field(gt=0)
+    num_layers: int = Field(gt=0)
+    num_encoder_layers: int = Field(default=0, ge=0)
+    num_decoder_layers: int = Field(default=0, ge=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(default=0, ge=0)  # 0: same as num_heads
+    head_dim: int = Field(default=0, ge=0)  # 0: hidden_size // num_heads
+    ffn_size: int = Field(gt=0)
+    mlp_kind: MlpKind = MlpKind.STANDARD
+    activation: str = "gelu"
+    vocab_size: int = Field(gt=0)
+    max_position_embeddings: int = Field(default=2048, gt=0)
+    tied_embeddings: bool = True
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    position_embedding: Literal["learned", "rotary", "alibi", "relative"] = "learned"
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    parallel_attention_mlp: bool = False
+    num_experts: int = Field(default=0, ge=0)
+    experts_per_token: int = Field(default=0, ge=0)
+    expert_ffn_size: int = Field(default=0, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_derived(cls, values: dict) -> dict:
+        if not isinstance(values, dict):
+            return values
+        values = dict(values)
+        heads = values.get("num_heads")
+        if not values.get("num_kv_heads"):
+            values["num_kv_heads"] = heads
+        if not values.get("head_dim") and isinstance(heads, int) and heads > 0:
+            hidden = values.get("hidden_size")
+            if isinstance(hidden, int) and hidden % heads:
+                raise ValueError(f"hidden_size ({hidden}) is not a multiple of num_heads ({heads}); give head_dim")
+            values["head_dim"] = hidden // heads if isinstance(hidden, int) else None
+        return values
+
+
+class Architecture(Protocol):
+    """What the formula reads: satisfied by both ArchitectureDims and ModelSpec."""
+
+    family: ModelFamily
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    num_encoder_layers: int
+    num_decoder_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    ffn_size: int
+    mlp_kind: MlpKind
+    vocab_size: int
+    max_position_embeddings: int
+    tied_embeddings: bool
+    norm: str
+    position_embedding: str
+    attention_bias: bool
+    mlp_bias: bool
+    parallel_attention_mlp: bool
+    num_experts: int
+    experts_per_token: int
+    expert_ffn_size: int
+
+
+class LayoutDetails(BaseModel):
+    """Per-architecture facts that change the count but not the planner's formulas."""
+
+    model_config = ConfigDict(frozen=True)
+
+    # Hidden-sized norms in each block (T5 decoder blocks add one for cross-attention).
+    norms_per_layer: int = Field(default=2, ge=0)
+    # Per-head RMSNorm on queries and keys (Qwen3, Gemma 3).
+    qk_norm: bool = False
+    # Bias on the attention output projection; None follows attention_bias (Qwen2 biases q/k/v only).
+    attention_output_bias: bool | None = None
+    # Modules stored as one Linear; this changes only largest_layer.
+    fused_qkv: bool = False
+    fused_gate_up: bool = False
+    # OPT's learned position table has 2 rows more than max_position_embeddings.
+    position_offset: int = Field(default=0, ge=0)
+    # BERT's segment embeddings (RoBERTa keeps a table of one).
+    token_type_vocab_size: int = Field(default=0, ge=0)
+    # A norm right after the embeddings (BLOOM, BERT).
+    embedding_norm: bool = False
+    # Token embeddings narrower than hidden_size, with project_in/project_out Linears (OPT-350m).
+    embedding_projection_dim: int = Field(default=0, ge=0)
+    # Final norms: one per stack; BERT has none, OPT-350m (post-norm) none, T5 two.
+    final_norms: int = Field(default=1, ge=0)
+    # BERT/RoBERTa base models end in a dense+tanh pooler.
+    pooler: bool = False
+    # T5: one (buckets x heads) table in the first block of each stack.
+    relative_attention_buckets: int = Field(default=0, ge=0)
+    # GPT-J's lm_head has a bias.
+    lm_head_bias: bool = False
+    # Qwen2-MoE: an always-on shared expert (gated MLP) plus a 1-output sigmoid gate.
+    shared_expert_ffn_size: int = Field(default=0, ge=0)
+    # Blocks of an MoE model using the dense MLP (width ffn_size), e.g. Qwen2-MoE mlp_only_layers.
+    dense_layers: int = Field(default=0, ge=0)
+
+
+def default_layout(arch: Architecture) -> LayoutDetails:
+    """Layout details implied by the model_type, for when no config is at hand.
+
+    Exact for the catalog models; for a config, hf_config.py reads the few
+    details that vary within a model_type (OPT-350m's projection, Falcon's norm
+    count, BERT's type_vocab_size, Qwen2-MoE's shared expert size).
+    """
+    model_type = arch.model_type
+    if model_type == "gpt2":
+        return LayoutDetails(fused_qkv=True)
+    if model_type == "opt":
+        return LayoutDetails(position_offset=2)
+    if model_type in ("qwen2", "qwen2_moe"):
+        shared = arch.ffn_size if model_type == "qwen2_moe" else 0
+        return LayoutDetails(attention_output_bias=False, shared_expert_ffn_size=shared)
+    if model_type == "qwen3":
+        return LayoutDetails(qk_norm=True)
+    if model_type == "gemma2":
+        return LayoutDetails(norms_per_layer=4)
+    if model_type == "gemma3_text":
+        return LayoutDetails(norms_per_layer=4, qk_norm=True)
+    if model_type == "phi3":
+        return LayoutDetails(fused_qkv=True, fused_gate_up=True)
+    if model_type == "falcon":
+        # New-architecture Falcon (40B, 180B: grouped kv heads) has separate attention and MLP norms.
+        grouped = 1 < arch.num_kv_heads < arch.num_heads
+        one_norm = arch.parallel_attention_mlp and not grouped
+        return LayoutDetails(fused_qkv=True, norms_per_layer=1 if one_norm else 2)
+    if model_type == "bloom":
+        return LayoutDetails(fused_qkv=True, embedding_norm=True)
+    if model_type == "gpt_neox":
+        return LayoutDetails(fused_qkv=True)
+    if model_type == "gptj":
+        return LayoutDetails(norms_per_layer=1, lm_head_bias=True)
+    if model_type in ("bert", "roberta"):
+        return LayoutDetails(
+            token_type_vocab_size=2 if model_type == "bert" else 1,
+            embedding_norm=True,
+            final_norms=0,
+            pooler=True,
+        )
+    if model_type == "t5":
+        return LayoutDetails(final_norms=2, relative_attention_buckets=32)
+    return LayoutDetails()
+
+
+def _norm_params(arch: Architecture) -> int:
+    # LayerNorm has a weight and a bias; RMSNorm only a weight.
+    return arch.hidden_size * (2 if arch.norm == "layernorm" else 1)
+
+
+def _attention_params(arch: Architecture, layout: LayoutDetails) -> int:
+    hidden, head_dim = arch.hidden_size, arch.head_dim
+    q_width, kv_width = arch.num_heads * head_dim, arch.num_kv_heads * head_dim
+    output_bias = arch.attention_bias if layout.attention_output_bias is None else layout.attention_output_bias
+    params = hidden * (q_width + 2 * kv_width) + q_width * hidden
+    if arch.attention_bias:
+        params += q_width + 2 * kv_width
+    if output_bias:
+        params += hidden
+    if layout.qk_norm:
+        params += 2 * head_dim
+    return params
+
+
+def _mlp_params(arch: Architecture, ffn_size: int, *, bias: bool | None = None) -> int:
+    hidden = arch.hidden_size
+    with_bias = arch.mlp_bias if bias is None else bias
+    if arch.mlp_kind is MlpKind.GATED:
+        return 3 * hidden * ffn_size + ((2 * ffn_size + hidden) if with_bias else 0)
+    return 2 * hidden * ffn_size + ((ffn_size + hidden) if with_bias else 0)
+
+
+def _expert_params(arch: Architecture) -> int:
+    # transformers stores experts as bias-free fused tensors.
+    return _mlp_params(arch, arch.expert_ffn_size or arch.ffn_size, bias=False)
+
+
+def _moe_mlp_params(arch: Architecture, layout: LayoutDetails) -> int:
+    router = arch.num_experts * arch.hidden_size
+    shared = 0
+    if layout.shared_expert_ffn_size:
+        shared = _mlp_params(arch, layout.shared_expert_ffn_size, bias=False) + arch.hidden_size
+    return router + arch.num_experts * _expert_params(arch) + shared
+
+
+def _block_params(arch: Architecture, layout: LayoutDetails, *, cross_attention: bool = False, moe: bool) -> int:
+    attention = _attention_params(arch, layout) * (2 if cross_attention else 1)
+    mlp = _moe_mlp_params(arch, layout) if moe else _mlp_params(arch, arch.ffn_size)
+    norms = layout.norms_per_layer + (1 if cross_attention else 0)
+    return attention + mlp + norms * _norm_params(arch)
+
+
+def params_per_layer(spec: Architecture, layout: LayoutDetails | None = None) -> int:
+    """Parameters of one transformer block, all experts included for MoE.
+
+    For encoder-decoder models this is the (larger) decoder block; T5's
+    relative-attention table, held by the first block only, is left out.
+    """
+    layout = layout or default_layout(spec)
+    cross = spec.family is ModelFamily.ENCODER_DECODER
+    return _block_params(spec, layout, cross_attention=cross, moe=spec.num_experts > 0)
+
+
+def _embedding_params(arch: Architecture, layout: LayoutDetails) -> int:
+    """Lookup tables plus an untied output head, as ParamCounts.embedding defines it."""
+    token_width = layout.embedding_projection_dim or arch.hidden_size
+    params = arch.vocab_size * token_width
+    if arch.position_embedding == "learned":
+        params += (arch.max_position_embeddings + layout.position_offset) * arch.hidden_size
+    params += layout.token_type_vocab_size * arch.hidden_size
+    if not arch.tied_embeddings:
+        params += arch.vocab_size * token_width + (arch.vocab_size if layout.lm_head_bias else 0)
+    return params
+
+
+def _blocks_params(arch: Architecture, layout: LayoutDetails) -> int:
+    if arch.family is ModelFamily.ENCODER_DECODER:
+        encoder = arch.num_encoder_layers * _block_params(arch, layout, moe=False)
+        decoder = arch.num_decoder_layers * _block_params(arch, layout, cross_attention=True, moe=False)
+        return encoder + decoder + 2 * layout.relative_attention_buckets * arch.num_heads
+    if arch.num_experts:
+        dense = min(layout.dense_layers, arch.num_layers)
+        return dense * _block_params(arch, layout, moe=False) + (arch.num_layers - dense) * _block_params(
+            arch, layout, moe=True
+        )
+    return arch.num_layers * _block_params(arch, layout, moe=False)
+
+
+def _other_params(arch: Architecture, layout: LayoutDetails) -> int:
+    """Everything outside blocks and lookup tables: final/embedding norms, projections, pooler."""
+    params = (layout.final_norms + (1 if layout.embedding_norm else 0)) * _norm_params(arch)
+    if layout.embedding_projection_dim:
+        params += 2 * arch.hidden_size * layout.embedding_projection_dim  # project_in + project_out, no bias
+    if layout.pooler:
+        params += arch.hidden_size * arch.hidden_size + arch.hidden_size
+    return params
+
+
+def _largest_module(arch: Architecture, layout: LayoutDetails) -> int:
+    """Most parameters held directly by one module: what ZeRO-3 gathers at once."""
+    hidden, head_dim = arch.hidden_size, arch.head_dim
+    q_width, kv_width = arch.num_heads * head_dim, arch.num_kv_heads * head_dim
+    bias = arch.attention_bias
+    token_width = layout.embedding_projection_dim or hidden
+    candidates = [arch.vocab_size * token_width]
+    if not arch.tied_embeddings:
+        candidates.append(arch.vocab_size * token_width + (arch.vocab_size if layout.lm_head_bias else 0))
+    if arch.position_embedding == "learned":
+        candidates.append((arch.max_position_embeddings + layout.position_offset) * hidden)
+    if layout.fused_qkv:
+        candidates.append(hidden * (q_width + 2 * kv_width) + ((q_width + 2 * kv_width) if bias else 0))
+    else:
+        candidates.append(hidden * q_width + (q_width if bias else 0))
+    output_bias = bias if layout.attention_output_bias is None else layout.attention_output_bias
+    candidates.append(q_width * hidden + (hidden if output_bias else 0))
+    ffn = arch.ffn_size
+    if layout.fused_gate_up:
+        candidates.append(2 * hidden * ffn)
+    else:
+        candidates.append(hidden * ffn + (ffn if arch.mlp_bias else 0))
+    if arch.num_experts:
+        candidates.append(arch.num_experts * _expert_params(arch))  # one fused experts module
+    if layout.pooler:
+        candidates.append(hidden * hidden + hidden)
+    return max(candidates)
+
+
+def formula_param_counts(arch: Architecture, layout: LayoutDetails | None = None) -> ParamCounts:
+    """Total, active, embedding and largest-module counts computed from dimensions.
+
+    arch is an ArchitectureDims or a ModelSpec; layout defaults to what the
+    model_type implies (see default_layout).
+    """
+    layout = layout or default_layout(arch)
+    embedding = _embedding_params(arch, layout)
+    total = embedding + _blocks_params(arch, layout) + _other_params(arch, layout)
+    active = total
+    if arch.num_experts and arch.experts_per_token:
+        moe_layers = arch.num_layers - min(layout.dense_layers, arch.num_layers)
+        active -= moe_layers * (arch.num_experts - arch.experts_per_token) * _expert_params(arch)
+    return ParamCounts(
+        total=total,
+        trainable=total,
+        active_per_token=active,
+        embedding=embedding,
+        largest_layer=_largest_module(arch, layout),
+        source="formula",
+        source_detail=f"param_formula ({arch.model_type} layout)",
+    )
