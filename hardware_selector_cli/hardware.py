@@ -1,9 +1,163 @@
-"""`gpus` and `detect`: the GPU catalog and what this machine has."""
+"""`gpus` and `detect`: the GPU catalog and what this machine has.
+
+Neither command imports torch: the catalog is JSON and detection goes through
+NVML (pynvml), so both stay fast and work on a CPU-only box.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+
 import typer
+
+from planner.detect import DetectionReport, detect_hardware
+from planner.errors import UserInputError
+from planner.gpu_catalog import GpuSpec, Interconnect, load_gpu_catalog
+from planner.units import format_bytes
+
+CPU_ONLY_HINT = (
+    "Plan for a target GPU with --gpu, e.g. `hardware-selector plan --model llama-3-8b --gpu H100-80GB`; "
+    "list them with `hardware-selector gpus`."
+)
+
+
+PIPED_WIDTH = 160
+
+
+def _tflops(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _console():
+    from rich.console import Console
+
+    # Piped or captured output gets a wide page instead of rich's 80-column default,
+    # so tables stay readable in files and logs; a terminal keeps its own width.
+    return Console() if sys.stdout.isatty() else Console(width=PIPED_WIDTH)
+
+
+def _short_link(link: Interconnect) -> str:
+    short = {"nvlink": link.generation, "pcie": link.generation.replace(" x16", ""),
+             "infinity-fabric": "Infinity Fabric", "host-memory": "host memory"}[link.kind]
+    return short + (" (pairs)" if link.reach == "pair" else "")
+
+
+def _print_catalog(specs: list[GpuSpec]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"GPU catalog ({len(specs)} entries; dense TFLOPs, '-' = unsupported)")
+    for column in ("name", "GiB", "HBM GB/s", "bf16", "fp16", "fp8", "fp32", "link", "GB/s/dir", "$/h", "confidence"):
+        left = column in ("name", "link", "confidence")
+        table.add_column(column, justify="left" if left else "right", no_wrap=column != "confidence")
+    for spec in specs:
+        tflops = spec.dense_tflops
+        table.add_row(
+            escape(spec.name + (" (placeholder)" if spec.placeholder else "")),
+            f"{spec.memory_gib:g}",
+            f"{spec.memory_bandwidth_GBps:g}",
+            _tflops(tflops.bf16),
+            _tflops(tflops.fp16),
+            _tflops(tflops.fp8),
+            _tflops(tflops.fp32),
+            escape(_short_link(spec.interconnect)),
+            f"{spec.interconnect.bandwidth_GBps_per_direction:g}",
+            f"{spec.price_usd_per_hour:.2f}",
+            escape(spec.confidence),
+        )
+    console = _console()
+    console.print(table)
+    console.print(
+        "Prices are assumptions (on-demand, per GPU-hour): override them. "
+        "Per-entry sources: `hardware-selector gpus --json`.",
+        soft_wrap=True, markup=False, highlight=False,
+    )
+
+
+def _pcie(generation: int | None, width: int | None) -> str:
+    return f"Gen{generation if generation is not None else '?'} x{width if width is not None else '?'}"
+
+
+def _print_detection(report: DetectionReport) -> None:
+    from rich.table import Table
+
+    console = _console()
+
+    def line(text: str) -> None:
+        console.print(text, soft_wrap=True, markup=False, highlight=False)
+
+    if report.cpu_only:
+        reason = report.nvml_error or "NVML found no devices"
+        line(f"No NVIDIA GPU detected (NVML: {reason}). {CPU_ONLY_HINT}")
+    else:
+        line(f"NVIDIA driver {report.driver_version or '?'}, CUDA {report.cuda_driver_version or '?'}")
+        table = Table(title=f"{len(report.gpus)} GPU(s)")
+        for column in ("#", "name", "memory", "CC", "PCIe now/max", "NVLinks", "catalog"):
+            table.add_column(column)
+        for gpu in report.gpus:
+            pcie = gpu.pcie
+            table.add_row(
+                str(gpu.index),
+                gpu.name,
+                format_bytes(gpu.memory_total_bytes),
+                gpu.compute_capability or "?",
+                f"{_pcie(pcie.current_generation, pcie.current_width)} / {_pcie(pcie.max_generation, pcie.max_width)}",
+                str(gpu.active_nvlinks),
+                gpu.catalog_name or "not in catalog",
+            )
+        console.print(table)
+        line(f"Topology: {report.nvlink.summary}")
+        if report.nvlink.pairs and not report.nvlink.all_to_all:
+            line("  " + ", ".join(f"{p.gpu_a}-{p.gpu_b}:{p.links}" for p in report.nvlink.pairs))
+        for note in report.nvlink.notes:
+            line(f"  note: {note}")
+
+    host = report.host
+    ram = f"{format_bytes(host.ram_total_bytes)} total, {format_bytes(host.ram_available_bytes)} available" if host.ram_total_bytes else "unknown"
+    line(f"Host {host.hostname}: RAM {ram}; {host.cpu_logical_cores} logical / {host.cpu_physical_cores} physical cores")
+    launch = report.launch
+    if launch.launcher == "none":
+        line("Launcher: none (no SLURM or torchrun variables set): one node")
+    else:
+        facts = {k: v for k, v in launch.model_dump(exclude={"launcher", "variables", "warnings"}).items() if v is not None}
+        line(f"Launcher: {launch.launcher}; " + ", ".join(f"{k}={v}" for k, v in facts.items()))
+    for warning in launch.warnings:
+        line(f"  warning: {warning}")
+
+    if not report.cpu_only:
+        try:
+            cluster = report.to_cluster_spec()
+        except UserInputError as error:
+            line(f"Planning target: cannot build one from this machine ({error})")
+        else:
+            assert cluster is not None
+            line(
+                f"Planning target: {cluster.num_nodes} node(s) x {cluster.gpus_per_node} {cluster.gpu.name}, "
+                f"intra-node {cluster.intra_node_bandwidth_GBps:g} GB/s/dir, "
+                f"inter-node {cluster.inter_node_bandwidth_GBps:g} GB/s/dir per GPU ({cluster.inter_node_preset})"
+            )
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("gpus")
+    def gpus_command(
+        as_json: bool = typer.Option(False, "--json", help="Print the full catalog entries as JSON."),
+    ) -> None:
+        """List the GPU catalog: memory, bandwidth, dense TFLOPs, links, assumed price and sources."""
+        specs = load_gpu_catalog()
+        if as_json:
+            print(json.dumps([spec.model_dump(mode="json") for spec in specs], indent=2))
+        else:
+            _print_catalog(specs)
+
+    @app.command("detect")
+    def detect_command(
+        as_json: bool = typer.Option(False, "--json", help="Print the detection report as JSON."),
+    ) -> None:
+        """Show this machine's GPUs (via NVML), their links, host RAM and the launcher's multi-node context."""
+        report = detect_hardware()
+        if as_json:
+            print(report.model_dump_json(indent=2))
+        else:
+            _print_detection(report)

@@ -1,0 +1,254 @@
+"""The cluster a plan targets: which GPU, how many per node, how many nodes, and the links between them.
+
+Bandwidth convention, everywhere in ClusterSpec: GB/s (10**9 bytes/s) per GPU,
+per direction. That is what one rank can push while it also receives the same
+amount, so a ring all-reduce over n ranks takes about 2 (n-1)/n * bytes / bandwidth.
+NVIDIA quotes NVLink bidirectionally (A100: "600 GB/s" = 300 per direction);
+networks are quoted in Gb/s (bits) per direction, so a 400 Gb/s NDR port is 50 GB/s.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import UserInputError
+from .gpu_catalog import GpuSpec, pcie_bandwidth_GBps_per_direction, resolve_gpu
+
+GIB = 2**30
+
+
+class InterNodePreset(BaseModel):
+    """A common network between nodes, in the unit vendors quote: Gb/s per direction."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    gbps: float = Field(ge=0)
+    # "gpu": every GPU has its own NIC of this speed (DGX rail-optimised fabrics);
+    # "node": the node's NICs add up to this, shared by all its GPUs.
+    per: Literal["gpu", "node"]
+    latency_us: float = Field(ge=0)
+    description: str
+
+    def GBps_per_gpu(self, gpus_per_node: int) -> float:
+        per_gpu_gbps = self.gbps if self.per == "gpu" else self.gbps / gpus_per_node
+        return per_gpu_gbps / 8  # bits -> bytes
+
+
+# Latencies are assumptions (order of magnitude of NCCL's per-hop base latency),
+# to be replaced by measured values once benchmarks exist.
+INTER_NODE_PRESETS: dict[str, InterNodePreset] = {
+    preset.name: preset
+    for preset in (
+        InterNodePreset(name="none", gbps=0, per="node", latency_us=0, description="single node, no network"),
+        InterNodePreset(
+            name="ib-ndr", gbps=400, per="gpu", latency_us=6,
+            description="InfiniBand NDR, one 400 Gb/s ConnectX-7 per GPU (DGX H100)",
+        ),
+        InterNodePreset(
+            name="ib-hdr", gbps=200, per="gpu", latency_us=6,
+            description="InfiniBand HDR, one 200 Gb/s HCA per GPU (DGX A100)",
+        ),
+        InterNodePreset(
+            name="roce-1600g", gbps=1600, per="node", latency_us=8,
+            description="RoCE, 1600 Gb/s per node = 200 Gb/s per GPU with 8 GPUs (MosaicML's A100 cluster)",
+        ),
+        InterNodePreset(
+            name="roce-3200g", gbps=3200, per="node", latency_us=8,
+            description="RoCE, 3200 Gb/s per node = 400 Gb/s per GPU with 8 GPUs",
+        ),
+        InterNodePreset(
+            name="efa", gbps=400, per="node", latency_us=15,
+            description="AWS EFA on p4d (4 x 100 Gb/s per node)",
+        ),
+        InterNodePreset(
+            name="efa-p5", gbps=3200, per="node", latency_us=15,
+            description="AWS EFA v2 on p5 (3200 Gb/s per node)",
+        ),
+        InterNodePreset(
+            name="ethernet-100g", gbps=100, per="node", latency_us=30,
+            description="one 100 GbE port per node, TCP sockets",
+        ),
+        InterNodePreset(
+            name="ethernet-25g", gbps=25, per="node", latency_us=50,
+            description="one 25 GbE port per node, TCP sockets",
+        ),
+    )
+}
+
+# Per-hop latency inside a node, µs; assumptions of the same kind as above.
+INTRA_NODE_LATENCY_US: dict[str, float] = {
+    "nvlink": 3.0,
+    "infinity-fabric": 3.0,
+    "pcie": 5.0,
+    "host-memory": 10.0,  # gloo over shared memory / loopback
+}
+
+# Host RAM per GPU when the user gives none: DGX A100 ships 1 TiB for 8 SXM GPUs
+# (recalled); PCIe servers and workstations usually carry less.
+DEFAULT_HOST_RAM_PER_GPU_BYTES: dict[str, int] = {
+    "SXM": 128 * GIB,
+    "OAM": 128 * GIB,
+    "PCIe": 64 * GIB,
+}
+CONSUMER_HOST_RAM_PER_GPU_BYTES = 32 * GIB
+
+
+class ClusterSpec(BaseModel):
+    """Nodes of identical GPUs. Bandwidths: GB/s per GPU per direction (see module docstring)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    gpu: GpuSpec
+    gpus_per_node: int = Field(ge=1)
+    num_nodes: int = Field(ge=1)
+    inter_node_preset: str
+    intra_node_bandwidth_GBps: float = Field(gt=0)
+    inter_node_bandwidth_GBps: float = Field(ge=0)
+    intra_node_latency_us: float = Field(ge=0)
+    inter_node_latency_us: float = Field(ge=0)
+    cpu_ram_per_node_bytes: int = Field(gt=0)
+    nvme_per_node_bytes: Optional[int] = Field(default=None, ge=0)
+    # Where each default came from, for the plan's "assumptions" section.
+    assumptions: list[str] = Field(default_factory=list)
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus_per_node * self.num_nodes
+
+    @property
+    def is_multi_node(self) -> bool:
+        return self.num_nodes > 1
+
+    @property
+    def total_gpu_memory_bytes(self) -> int:
+        return self.gpu.memory_bytes * self.world_size
+
+    @property
+    def cpu_ram_per_gpu_bytes(self) -> int:
+        return self.cpu_ram_per_node_bytes // self.gpus_per_node
+
+    @property
+    def price_usd_per_hour(self) -> float:
+        """Whole cluster, from the GPU's (possibly overridden) price per GPU-hour."""
+        return self.gpu.price_usd_per_hour * self.world_size
+
+
+def inter_node_preset(name: str) -> InterNodePreset:
+    preset = INTER_NODE_PRESETS.get(name.lower().strip())
+    if preset is None:
+        known = ", ".join(INTER_NODE_PRESETS)
+        raise UserInputError(f"unknown interconnect '{name}'; use one of {known}")
+    return preset
+
+
+def default_intra_node_bandwidth(gpu: GpuSpec, gpus_per_node: int) -> tuple[float, str]:
+    """Per-direction GB/s between GPUs of one node, and why."""
+    link = gpu.interconnect
+    if link.reach == "pair" and gpus_per_node > 2:
+        # A bridge joins two cards; a collective over more GPUs is held back by PCIe.
+        pcie = pcie_bandwidth_GBps_per_direction(gpu.pcie_generation or 3)
+        return pcie, f"{link.generation} joins pairs only; {gpus_per_node} GPUs/node talk over PCIe Gen{gpu.pcie_generation} ({pcie:g} GB/s/dir)"
+    return link.bandwidth_GBps_per_direction, f"intra-node: {link.describe()} (catalog)"
+
+
+def default_cpu_ram_per_node(gpu: GpuSpec, gpus_per_node: int) -> int:
+    if gpu.kind == "cpu":
+        return gpu.memory_bytes  # the pseudo-device's memory is the host's RAM
+    if gpu.segment in ("consumer", "workstation"):
+        return CONSUMER_HOST_RAM_PER_GPU_BYTES * gpus_per_node
+    return DEFAULT_HOST_RAM_PER_GPU_BYTES[gpu.form_factor] * gpus_per_node
+
+
+def make_cluster(
+    gpu: str | GpuSpec,
+    gpus_per_node: int = 8,
+    nodes: int = 1,
+    interconnect: str | None = None,
+    intra_bw: float | None = None,
+    inter_bw: float | None = None,
+    cpu_ram_gb: float | None = None,
+    nvme_gb: float | None = None,
+    price_per_hour: float | None = None,
+) -> ClusterSpec:
+    """Build a ClusterSpec from user choices, filling the rest from the catalog and presets.
+
+    intra_bw / inter_bw: GB/s per GPU per direction. cpu_ram_gb / nvme_gb: GiB
+    (2**30 bytes) per node, like every memory size in this project.
+    price_per_hour: USD per GPU-hour, replacing the catalog's assumption.
+    """
+    spec = gpu if isinstance(gpu, GpuSpec) else resolve_gpu(gpu)
+    if gpus_per_node < 1:
+        raise UserInputError(f"gpus per node must be at least 1, got {gpus_per_node}")
+    if nodes < 1:
+        raise UserInputError(f"number of nodes must be at least 1, got {nodes}")
+    assumptions: list[str] = []
+    if price_per_hour is not None:
+        spec = spec.with_price(price_per_hour)
+    else:
+        assumptions.append(f"price: ${spec.price_usd_per_hour:.2f}/GPU-hour, a catalog assumption; override it")
+    if spec.placeholder:
+        assumptions.append(f"{spec.name}: placeholder figures, calibrate before trusting them")
+
+    preset = _choose_preset(spec, nodes, interconnect, assumptions)
+
+    if intra_bw is not None:
+        if intra_bw <= 0:
+            raise UserInputError(f"intra-node bandwidth must be > 0 GB/s, got {intra_bw}")
+        intra_GBps = float(intra_bw)
+        assumptions.append(f"intra-node: {intra_GBps:g} GB/s/dir (user)")
+    else:
+        intra_GBps, why = default_intra_node_bandwidth(spec, gpus_per_node)
+        assumptions.append(why)
+
+    if inter_bw is not None:
+        if inter_bw <= 0:
+            raise UserInputError(f"inter-node bandwidth must be > 0 GB/s, got {inter_bw}")
+        inter_GBps = float(inter_bw)
+        assumptions.append(f"inter-node: {inter_GBps:g} GB/s/dir per GPU (user)")
+    else:
+        inter_GBps = preset.GBps_per_gpu(gpus_per_node)
+
+    if cpu_ram_gb is not None:
+        if cpu_ram_gb <= 0:
+            raise UserInputError(f"CPU RAM per node must be > 0 GiB, got {cpu_ram_gb}")
+        cpu_ram = int(cpu_ram_gb * GIB)
+    else:
+        cpu_ram = default_cpu_ram_per_node(spec, gpus_per_node)
+        assumptions.append(f"host RAM: {cpu_ram / GIB:g} GiB per node (default for {spec.form_factor} nodes)")
+
+    nvme: int | None = None
+    if nvme_gb is not None:
+        if nvme_gb < 0:
+            raise UserInputError(f"NVMe per node must be >= 0 GiB, got {nvme_gb}")
+        nvme = int(nvme_gb * GIB)
+
+    return ClusterSpec(
+        gpu=spec,
+        gpus_per_node=gpus_per_node,
+        num_nodes=nodes,
+        inter_node_preset=preset.name,
+        intra_node_bandwidth_GBps=intra_GBps,
+        inter_node_bandwidth_GBps=inter_GBps,
+        intra_node_latency_us=INTRA_NODE_LATENCY_US[spec.interconnect.kind],
+        inter_node_latency_us=preset.latency_us,
+        cpu_ram_per_node_bytes=cpu_ram,
+        nvme_per_node_bytes=nvme,
+        assumptions=assumptions,
+    )
+
+
+def _choose_preset(spec: GpuSpec, nodes: int, interconnect: str | None, assumptions: list[str]) -> InterNodePreset:
+    if interconnect is not None:
+        preset = inter_node_preset(interconnect)
+        if nodes > 1 and preset.name == "none":
+            raise UserInputError(f"{nodes} nodes need a network; pick an interconnect other than 'none'")
+        assumptions.append(f"inter-node: {preset.description} (user)")
+        return preset
+    if nodes == 1:
+        return INTER_NODE_PRESETS["none"]
+    preset = INTER_NODE_PRESETS[spec.typical_inter_node]
+    assumptions.append(f"inter-node: {preset.description} (typical for {spec.name}; set --interconnect)")
+    return preset

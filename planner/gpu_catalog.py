@@ -1,0 +1,230 @@
+"""The GPU catalog: what each accelerator offers, and looking one up by name.
+
+The data is `planner/catalog/gpus.json`; every figure in it either matches a
+row of the shared published reference (named by `reference_gpu`) or is listed
+in that entry's `recalled_fields`. Reading it needs neither torch nor NVML.
+
+Conventions (also written into the JSON):
+- memory_bytes: nominal capacity in GiB, so an "80GB" GPU holds 80 * 2**30 bytes.
+- bandwidths: GB/s = 10**9 bytes/s. Links store both per direction and
+  bidirectional (NVIDIA's way of quoting NVLink: 600 GB/s = 300 each way).
+- dense_tflops: dense peak, no sparsity; None where the GPU lacks the dtype.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .errors import UserInputError
+
+GPU_CATALOG_FILE = Path(__file__).parent / "catalog" / "gpus.json"
+
+Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
+DTYPES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
+
+# PCIe x16 bandwidth per direction, GB/s. Gen3-5 as the reference quotes them
+# (Gen3 "~16 GB/s per direction", Gen4 "64 GB/s bidir", Gen5 "128 GB/s bidir");
+# the others follow the spec's doubling per generation.
+PCIE_X16_GBPS_PER_DIRECTION: dict[int, float] = {1: 4.0, 2: 8.0, 3: 16.0, 4: 32.0, 5: 64.0, 6: 128.0}
+
+# Driver-reported names carry vendor words ("NVIDIA GeForce RTX 4090",
+# "Tesla T4", "AMD Instinct MI300X") that users usually leave out.
+_VENDOR_PREFIXES = ("nvidia", "tesla", "geforce", "amd", "instinct")
+
+
+class Interconnect(BaseModel):
+    """The fastest link a GPU has to its neighbours in the same node."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["nvlink", "pcie", "infinity-fabric", "host-memory"]
+    generation: str  # "NVLink 3", "PCIe Gen4 x16", ...
+    links: Optional[int] = Field(default=None, ge=1)
+    # "node": every GPU of the node is reachable at this rate (NVSwitch, PCIe, IF mesh);
+    # "pair": a bridge joins two cards only, the rest of the node goes over PCIe.
+    reach: Literal["node", "pair"]
+    bandwidth_GBps_per_direction: float = Field(gt=0)
+    bandwidth_GBps_bidirectional: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _bidirectional_is_twice_per_direction(self) -> "Interconnect":
+        if abs(self.bandwidth_GBps_bidirectional - 2 * self.bandwidth_GBps_per_direction) > 1e-6:
+            raise ValueError("bandwidth_GBps_bidirectional must be 2 x bandwidth_GBps_per_direction")
+        return self
+
+    def describe(self) -> str:
+        """'NVLink 3, 300 GB/s/dir' style summary for tables."""
+        pair = " (pairs)" if self.reach == "pair" else ""
+        return f"{self.generation}{pair}, {self.bandwidth_GBps_per_direction:g} GB/s/dir"
+
+
+class DenseTflops(BaseModel):
+    """Dense peak TFLOP/s per dtype; None where the hardware has no support."""
+
+    model_config = ConfigDict(frozen=True)
+
+    fp32: Optional[float] = Field(default=None, gt=0)
+    tf32: Optional[float] = Field(default=None, gt=0)
+    fp16: Optional[float] = Field(default=None, gt=0)
+    bf16: Optional[float] = Field(default=None, gt=0)
+    fp8: Optional[float] = Field(default=None, gt=0)
+
+
+class GpuSpec(BaseModel):
+    """One accelerator model (or the `cpu` pseudo-device), as the planner sees it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    kind: Literal["gpu", "cpu"]
+    vendor: Literal["nvidia", "amd", "generic"]
+    architecture: str
+    compute_capability: Optional[str] = None  # CUDA compute capability; None for AMD and cpu
+    form_factor: Literal["SXM", "PCIe", "OAM", "host"]
+    segment: Literal["datacenter", "workstation", "consumer", "cpu"]
+    memory_bytes: int = Field(gt=0)
+    memory_type: str
+    memory_bandwidth_GBps: float = Field(gt=0)
+    dense_tflops: DenseTflops
+    interconnect: Interconnect
+    pcie_generation: Optional[int] = None
+    tdp_watts: Optional[int] = None
+    price_usd_per_hour: float = Field(ge=0)
+    price_source: str
+    # Inter-node preset (see planner.cluster) that clusters of this GPU usually have.
+    typical_inter_node: str
+    aliases: list[str] = Field(default_factory=list)
+    # Names the driver reports: NVML's nvmlDeviceGetName for NVIDIA, rocm-smi for AMD.
+    driver_names: list[str] = Field(default_factory=list)
+    # Row label in published_reference.yaml gpu_specs.gpus, None if the GPU is not there.
+    reference_gpu: Optional[str] = None
+    source: str
+    confidence: str
+    # Figures not taken from the reference row ("dense_tflops.fp16", "tdp_watts", ...).
+    recalled_fields: list[str] = Field(default_factory=list)
+    # True for nominal values that must be calibrated before being trusted (the cpu entry).
+    placeholder: bool = False
+    notes: str = ""
+
+    def supports(self, dtype: str) -> bool:
+        return getattr(self.dense_tflops, _check_dtype(dtype)) is not None
+
+    def peak_tflops(self, dtype: str) -> float:
+        """Dense peak TFLOP/s for fp32, tf32, fp16, bf16 or fp8."""
+        dtype = _check_dtype(dtype)
+        value = getattr(self.dense_tflops, dtype)
+        if value is None:
+            raise UserInputError(f"{self.name} has no {dtype} support; use {self._fallback_precision(dtype)}")
+        return value
+
+    def _fallback_precision(self, missing: str) -> str:
+        # tf32 is just a faster way to do fp32 math, so its fallback is fp32 itself.
+        if missing == "tf32":
+            return "fp32"
+        for dtype, precision in (("bf16", "bf16-mixed"), ("fp16", "fp16-mixed")):
+            if dtype != missing and getattr(self.dense_tflops, dtype) is not None:
+                return precision
+        return "fp32"
+
+    def with_price(self, usd_per_hour: float) -> "GpuSpec":
+        """A copy with the user's price per GPU-hour instead of the catalog assumption."""
+        if usd_per_hour < 0:
+            raise UserInputError(f"price per GPU-hour must be >= 0, got {usd_per_hour}")
+        return self.model_copy(update={"price_usd_per_hour": float(usd_per_hour), "price_source": "user override"})
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / 2**30
+
+
+def _check_dtype(dtype: str) -> str:
+    key = dtype.lower().strip()
+    if key not in DTYPES:
+        raise UserInputError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPES)}")
+    return key
+
+
+def normalize_gpu_name(name: str) -> str:
+    """Matching key: case-insensitive, no '-', '_' or spaces, no vendor words, '80GB' == '80G'.
+
+    'NVIDIA A100-SXM4-80GB', 'a100 sxm4 80g' and 'A100_SXM4_80GB' share one key.
+    """
+    key = "".join(ch for ch in name.lower().strip() if ch not in "-_ ")
+    stripped = True
+    while stripped:
+        stripped = False
+        for prefix in _VENDOR_PREFIXES:
+            if key.startswith(prefix) and len(key) > len(prefix):
+                key = key[len(prefix):]
+                stripped = True
+    return re.sub(r"(\d)gb", r"\1g", key)
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> tuple[GpuSpec, ...]:
+    with GPU_CATALOG_FILE.open(encoding="utf-8") as handle:
+        document = json.load(handle)
+    return tuple(GpuSpec.model_validate(entry) for entry in document["gpus"])
+
+
+def load_gpu_catalog() -> list[GpuSpec]:
+    """All catalog entries, the `cpu` pseudo-device last."""
+    return list(_catalog())
+
+
+@lru_cache(maxsize=1)
+def _index() -> dict[str, GpuSpec]:
+    index: dict[str, GpuSpec] = {}
+    for spec in _catalog():
+        for name in (spec.name, *spec.aliases, *spec.driver_names):
+            key = normalize_gpu_name(name)
+            other = index.get(key)
+            if other is not None and other.name != spec.name:
+                raise RuntimeError(f"GPU catalog names collide: '{name}' names both {other.name} and {spec.name}")
+            index[key] = spec
+    return index
+
+
+def find_gpu(name: str) -> GpuSpec | None:
+    """The entry with this canonical name, alias or driver-reported name, or None."""
+    return _index().get(normalize_gpu_name(name))
+
+
+def suggest_gpus(name: str, limit: int = 4) -> list[str]:
+    """Canonical names closest to a mistyped one: names it is a prefix of ('a100'), then difflib's."""
+    key = normalize_gpu_name(name)
+    index = _index()
+    same_prefix = sorted(k for k in index if key and k.startswith(key))
+    close = difflib.get_close_matches(key, index.keys(), n=limit * 4, cutoff=0.6)
+    suggestions: list[str] = []
+    for match in [*same_prefix, *close]:
+        canonical = index[match].name
+        if canonical not in suggestions:
+            suggestions.append(canonical)
+    return suggestions[:limit]
+
+
+def resolve_gpu(name: str) -> GpuSpec:
+    """The catalog entry for a user- or driver-given name; UserInputError with suggestions if unknown."""
+    spec = find_gpu(name)
+    if spec is not None:
+        return spec
+    suggestions = suggest_gpus(name)
+    if suggestions:
+        quoted = ", ".join(f"'{s}'" for s in suggestions)
+        raise UserInputError(f"unknown GPU '{name}'; did you mean {quoted}?")
+    raise UserInputError(f"unknown GPU '{name}'; list the known ones with `hardware-selector gpus`")
+
+
+def pcie_bandwidth_GBps_per_direction(generation: int, width: int = 16) -> float:
+    """Link bandwidth per direction, GB/s, for a PCIe generation and lane count."""
+    if generation not in PCIE_X16_GBPS_PER_DIRECTION:
+        raise UserInputError(f"unknown PCIe generation {generation}; use 1-6")
+    return PCIE_X16_GBPS_PER_DIRECTION[generation] * width / 16

@@ -1,0 +1,1 @@
+"""Test doubles for hardware the test machine does not have."""

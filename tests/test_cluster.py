@@ -1,0 +1,157 @@
+"""ClusterSpec: defaults from the catalog and presets, user overrides, and clear errors."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from planner.cluster import INTER_NODE_PRESETS, ClusterSpec, inter_node_preset, make_cluster
+from planner.errors import UserInputError
+from planner.gpu_catalog import load_gpu_catalog, resolve_gpu
+
+GIB = 2**30
+
+
+def test_single_a100_node_defaults():
+    cluster = make_cluster("A100-80GB")
+    assert cluster.gpus_per_node == 8 and cluster.num_nodes == 1 and cluster.world_size == 8
+    assert not cluster.is_multi_node
+    assert cluster.inter_node_preset == "none" and cluster.inter_node_bandwidth_GBps == 0
+    assert cluster.intra_node_bandwidth_GBps == 300  # NVLink 3: 600 GB/s bidirectional
+    assert cluster.intra_node_latency_us == 3.0
+    assert cluster.cpu_ram_per_node_bytes == 1024 * GIB  # 1 TiB for an 8-GPU SXM node
+    assert cluster.cpu_ram_per_gpu_bytes == 128 * GIB
+    assert cluster.nvme_per_node_bytes is None
+    assert cluster.total_gpu_memory_bytes == 8 * 80 * GIB
+    assert cluster.price_usd_per_hour == pytest.approx(8 * cluster.gpu.price_usd_per_hour)
+    assert any("price" in note for note in cluster.assumptions)
+
+
+def test_multi_node_uses_the_gpus_typical_network():
+    a100 = make_cluster("A100-80GB", nodes=4)
+    assert a100.inter_node_preset == "ib-hdr"
+    assert a100.inter_node_bandwidth_GBps == 25  # 200 Gb/s per GPU
+    assert a100.inter_node_latency_us == INTER_NODE_PRESETS["ib-hdr"].latency_us
+    assert a100.world_size == 32
+    h100 = make_cluster("H100-80GB", nodes=2)
+    assert h100.inter_node_preset == "ib-ndr" and h100.inter_node_bandwidth_GBps == 50  # 400 Gb/s
+    assert h100.intra_node_bandwidth_GBps == 450  # NVLink 4: 900 GB/s bidirectional
+
+
+@pytest.mark.parametrize(
+    "preset, gpus_per_node, GBps_per_gpu",
+    [
+        ("ib-ndr", 8, 50.0),
+        ("ib-hdr", 8, 25.0),
+        ("ib-hdr", 4, 25.0),  # one HCA per GPU, however many GPUs
+        ("roce-1600g", 8, 25.0),  # MosaicML: 1600 Gb/s per node of 8 = 200 Gb/s per GPU
+        ("roce-1600g", 4, 50.0),
+        ("roce-3200g", 8, 50.0),
+        ("efa", 8, 6.25),  # p4d: 400 Gb/s per node
+        ("efa-p5", 8, 50.0),
+        ("ethernet-100g", 8, 1.5625),
+        ("ethernet-25g", 1, 3.125),
+    ],
+)
+def test_presets_convert_gigabits_to_gigabytes_per_gpu(preset, gpus_per_node, GBps_per_gpu):
+    cluster = make_cluster("A100-80GB", gpus_per_node=gpus_per_node, nodes=2, interconnect=preset)
+    assert cluster.inter_node_preset == preset
+    assert cluster.inter_node_bandwidth_GBps == pytest.approx(GBps_per_gpu)
+
+
+def test_network_latency_grows_from_infiniband_to_ethernet():
+    latency = {name: preset.latency_us for name, preset in INTER_NODE_PRESETS.items()}
+    assert latency["ib-ndr"] <= latency["roce-1600g"] < latency["efa"] < latency["ethernet-100g"] <= latency["ethernet-25g"]
+
+
+def test_every_catalog_entry_names_a_known_preset():
+    for spec in load_gpu_catalog():
+        assert spec.typical_inter_node in INTER_NODE_PRESETS, spec.name
+        assert spec.typical_inter_node != "none", spec.name
+
+
+def test_preset_names_are_case_insensitive():
+    assert inter_node_preset("IB-NDR").name == "ib-ndr"
+
+
+def test_user_overrides_win():
+    cluster = make_cluster(
+        "H100-80GB", gpus_per_node=4, nodes=2, interconnect="roce-3200g", intra_bw=200, inter_bw=12.5,
+        cpu_ram_gb=512, nvme_gb=3500, price_per_hour=2.5,
+    )
+    assert cluster.gpus_per_node == 4 and cluster.num_nodes == 2
+    assert cluster.intra_node_bandwidth_GBps == 200
+    assert cluster.inter_node_bandwidth_GBps == 12.5
+    assert cluster.inter_node_preset == "roce-3200g"
+    assert cluster.cpu_ram_per_node_bytes == 512 * GIB
+    assert cluster.nvme_per_node_bytes == 3500 * GIB
+    assert cluster.gpu.price_usd_per_hour == 2.5
+    assert cluster.price_usd_per_hour == pytest.approx(8 * 2.5)
+    assert not any("catalog assumption" in note for note in cluster.assumptions)
+
+
+def test_interconnect_on_a_single_node_is_kept_for_information():
+    cluster = make_cluster("A100-80GB", interconnect="ib-hdr")
+    assert cluster.inter_node_preset == "ib-hdr" and cluster.num_nodes == 1
+
+
+def test_a_gpu_spec_can_be_passed_directly():
+    spec = resolve_gpu("L40S").with_price(1.0)
+    cluster = make_cluster(spec, gpus_per_node=4)
+    assert cluster.gpu is spec or cluster.gpu == spec
+    assert cluster.intra_node_bandwidth_GBps == 32  # PCIe Gen4 x16
+
+
+def test_bridged_pairs_fall_back_to_pcie_beyond_two_gpus():
+    assert make_cluster("H100-NVL", gpus_per_node=2).intra_node_bandwidth_GBps == 300
+    eight = make_cluster("H100-NVL", gpus_per_node=8)
+    assert eight.intra_node_bandwidth_GBps == 64  # PCIe Gen5 x16
+    assert any("pairs only" in note for note in eight.assumptions)
+
+
+def test_host_ram_defaults_scale_with_the_kind_of_node():
+    assert make_cluster("RTX-4090", gpus_per_node=2).cpu_ram_per_node_bytes == 64 * GIB
+    assert make_cluster("L4", gpus_per_node=1).cpu_ram_per_node_bytes == 64 * GIB
+    assert make_cluster("MI300X").cpu_ram_per_node_bytes == 1024 * GIB
+
+
+def test_cpu_pseudo_device():
+    cluster = make_cluster("cpu", gpus_per_node=2)
+    assert cluster.gpu.kind == "cpu"
+    assert cluster.cpu_ram_per_node_bytes == cluster.gpu.memory_bytes
+    assert cluster.intra_node_latency_us == 10.0
+    assert any("placeholder" in note for note in cluster.assumptions)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"gpus_per_node": 0}, "gpus per node must be at least 1, got 0"),
+        ({"nodes": 0}, "number of nodes must be at least 1, got 0"),
+        ({"nodes": 2, "interconnect": "none"}, "2 nodes need a network"),
+        ({"interconnect": "myrinet"}, "unknown interconnect 'myrinet'; use one of none, ib-ndr"),
+        ({"intra_bw": 0}, "intra-node bandwidth must be > 0"),
+        ({"nodes": 2, "inter_bw": -5}, "inter-node bandwidth must be > 0"),
+        ({"cpu_ram_gb": 0}, "CPU RAM per node must be > 0"),
+        ({"nvme_gb": -1}, "NVMe per node must be >= 0"),
+        ({"price_per_hour": -1}, "price per GPU-hour must be >= 0"),
+    ],
+)
+def test_bad_input_is_a_one_line_user_error(kwargs, message):
+    with pytest.raises(UserInputError) as error:
+        make_cluster("A100-80GB", **kwargs)
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_unknown_gpu_is_a_user_error():
+    with pytest.raises(UserInputError, match="unknown GPU 'B300'"):
+        make_cluster("B300")
+
+
+def test_the_model_itself_rejects_impossible_values():
+    good = make_cluster("A100-80GB")
+    with pytest.raises(ValidationError):
+        ClusterSpec.model_validate({**good.model_dump(), "gpus_per_node": 0})
+    with pytest.raises(ValidationError):
+        ClusterSpec.model_validate({**good.model_dump(), "intra_node_bandwidth_GBps": 0})

@@ -1,0 +1,251 @@
+"""The GPU catalog: figures match the published reference, names resolve, unsupported dtypes fail clearly."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from pydantic import ValidationError
+
+from planner.errors import UserInputError
+from planner.gpu_catalog import (
+    PCIE_X16_GBPS_PER_DIRECTION,
+    Interconnect,
+    find_gpu,
+    load_gpu_catalog,
+    normalize_gpu_name,
+    pcie_bandwidth_GBps_per_direction,
+    resolve_gpu,
+)
+from tests.reference_data import published_reference
+
+GIB = 2**30
+CATALOG = load_gpu_catalog()
+REFERENCED = [spec for spec in CATALOG if spec.reference_gpu]
+
+# Catalog dtype -> the yaml keys that hold the same figure, in the reference's naming.
+TFLOPS_KEYS = {
+    "fp32": ("fp32_tflops", "fp32_vector_tflops"),
+    "tf32": ("tf32_tflops",),
+    "fp16": ("fp16_tensor_tflops", "fp16_tensor_fp32acc_tflops", "fp16_matrix_tflops"),
+    "bf16": ("bf16_tensor_tflops", "bf16_matrix_tflops"),
+    "fp8": ("fp8_tflops",),
+}
+
+
+def reference_row(label: str) -> dict:
+    rows = {row["gpu"]: row for row in published_reference()["gpu_specs"]["gpus"]}
+    assert label in rows, f"reference_gpu '{label}' is not a row of gpu_specs.gpus"
+    return rows[label]
+
+
+def catalog_figures(spec) -> dict[str, tuple[float | None, tuple[str, ...]]]:
+    """Field path -> (catalog value, yaml keys holding the same figure)."""
+    figures = {
+        "memory_bytes": (spec.memory_bytes / GIB, ("mem_gb",)),
+        "memory_bandwidth_GBps": (spec.memory_bandwidth_GBps, ("mem_bw_GBps",)),
+        "tdp_watts": (spec.tdp_watts, ("tdp_w",)),
+    }
+    for dtype, keys in TFLOPS_KEYS.items():
+        figures[f"dense_tflops.{dtype}"] = (getattr(spec.dense_tflops, dtype), keys)
+    return figures
+
+
+def test_catalog_has_at_least_20_gpus_and_one_cpu_placeholder():
+    gpus = [spec for spec in CATALOG if spec.kind == "gpu"]
+    assert len(gpus) >= 20
+    (cpu,) = [spec for spec in CATALOG if spec.kind == "cpu"]
+    assert cpu.name == "cpu" and cpu.placeholder and cpu.confidence == "placeholder"
+    assert cpu.dense_tflops.bf16 is None and cpu.dense_tflops.fp32 is not None
+
+
+@pytest.mark.parametrize("spec", REFERENCED, ids=lambda spec: spec.name)
+def test_figures_equal_the_reference_or_are_marked_recalled(spec):
+    row = reference_row(spec.reference_gpu)
+    for field, (ours, keys) in catalog_figures(spec).items():
+        present = [key for key in keys if key in row]
+        published = row[present[0]] if present else None
+        recalled = field in spec.recalled_fields
+        if isinstance(published, (int, float)):
+            assert ours == pytest.approx(published), f"{spec.name} {field}: {ours} != reference {published}"
+            assert not recalled, f"{spec.name} {field} is in the reference, so it is not recalled"
+        elif isinstance(published, str) and " or " in published:  # "16 or 32"
+            assert ours in [float(option) for option in published.split(" or ")], f"{spec.name} {field}"
+        elif present and published is None:
+            assert ours is None, f"{spec.name} {field}: reference says unsupported, catalog has {ours}"
+        elif ours is not None:
+            # Not in the row, or only as prose ("~835 (recalled)"): must be declared.
+            assert recalled, f"{spec.name} {field}={ours} is not in the reference row; list it in recalled_fields"
+
+
+@pytest.mark.parametrize("spec", REFERENCED, ids=lambda spec: spec.name)
+def test_interconnect_matches_the_reference(spec):
+    row = reference_row(spec.reference_gpu)
+    link = spec.interconnect
+    text = row.get("interconnect", "")
+    if link.kind == "nvlink" and link.reach == "node":
+        generations = {g["gen"]: g for g in published_reference()["gpu_specs"]["nvlink_generations"]}
+        generation = generations[link.generation]
+        assert link.bandwidth_GBps_bidirectional == generation["total_GBps"]
+        assert link.bandwidth_GBps_per_direction == generation["per_dir_GBps"]
+        assert link.links == generation["links"]
+    elif link.kind == "pcie":
+        assert link.bandwidth_GBps_per_direction == PCIE_X16_GBPS_PER_DIRECTION[spec.pcie_generation]
+        stated = re.search(r"PCIe Gen(\d)", text)
+        if stated:
+            assert int(stated.group(1)) == spec.pcie_generation
+    else:  # bridges and Infinity Fabric: the row quotes one total figure
+        stated = re.search(r"(\d+(?:\.\d+)?)\s*GB/s", text)
+        assert stated, f"{spec.name}: no bandwidth in reference text {text!r}"
+        assert link.bandwidth_GBps_bidirectional == float(stated.group(1))
+
+
+def test_pcie_table_matches_the_reference_texts():
+    texts = [row.get("interconnect", "") for row in published_reference()["gpu_specs"]["gpus"]]
+    checked = set()
+    for text in texts:
+        for generation, bidirectional in re.findall(r"Gen(\d) x16 \((\d+) GB/s bidir\)", text):
+            assert PCIE_X16_GBPS_PER_DIRECTION[int(generation)] * 2 == float(bidirectional)
+            checked.add(int(generation))
+        for generation, per_direction in re.findall(r"Gen(\d) x16 \(~?(\d+) GB/s per direction\)", text):
+            assert PCIE_X16_GBPS_PER_DIRECTION[int(generation)] == float(per_direction)
+            checked.add(int(generation))
+    assert checked == {3, 4, 5}
+    assert pcie_bandwidth_GBps_per_direction(4, width=8) == 16
+
+
+def test_entries_outside_the_reference_are_marked_recalled():
+    for spec in CATALOG:
+        if spec.reference_gpu is None:
+            assert spec.confidence in ("recalled", "placeholder"), spec.name
+            assert "memory_bandwidth_GBps" in spec.recalled_fields, spec.name
+
+
+def test_every_entry_cites_a_source_and_an_assumed_price():
+    for spec in CATALOG:
+        assert spec.source and spec.confidence, spec.name
+        assert spec.price_source, spec.name
+        assert spec.price_usd_per_hour >= 0
+
+
+def test_memory_is_nominal_gib():
+    assert resolve_gpu("A100-80GB").memory_bytes == 80 * GIB
+    assert resolve_gpu("A100-40GB").memory_bytes == 40 * GIB
+    assert resolve_gpu("H100-NVL").memory_bytes == 94 * GIB
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("A100-80GB", "A100-80GB"),
+        ("a100_80gb", "A100-80GB"),
+        ("A100 80G", "A100-80GB"),
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+        ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+        ("NVIDIA A100 80GB PCIe", "A100-PCIe-80GB"),
+        ("NVIDIA A100-PCIE-40GB", "A100-PCIe-40GB"),
+        ("NVIDIA H100 80GB HBM3", "H100-80GB"),
+        ("h100-sxm", "H100-80GB"),
+        ("NVIDIA H100 PCIe", "H100-PCIe"),
+        ("NVIDIA H100 NVL", "H100-NVL"),
+        ("NVIDIA H200", "H200"),
+        ("Tesla V100-SXM2-32GB", "V100-32GB"),
+        ("Tesla V100-SXM2-16GB", "V100-16GB"),
+        ("Tesla V100-PCIE-32GB", "V100-PCIe-32GB"),
+        ("Tesla V100S-PCIE-32GB", "V100S"),
+        ("Tesla T4", "T4"),
+        ("t4", "T4"),
+        ("NVIDIA GeForce RTX 4090", "RTX-4090"),
+        ("rtx4090", "RTX-4090"),
+        ("NVIDIA GeForce RTX 3090", "RTX-3090"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA A10G", "A10G"),
+        ("NVIDIA A10", "A10"),
+        ("NVIDIA RTX A6000", "A6000"),
+        ("AMD Instinct MI300X", "MI300X"),
+        ("AMD Instinct MI250X", "MI250X"),
+        ("cpu", "cpu"),
+    ],
+)
+def test_resolve_accepts_canonical_alias_and_nvml_names(name, expected):
+    assert resolve_gpu(name).name == expected
+
+
+def test_every_listed_name_resolves_to_its_own_entry():
+    for spec in CATALOG:
+        for name in (spec.name, *spec.aliases, *spec.driver_names):
+            assert find_gpu(name) is spec, name
+
+
+def test_normalization_ignores_case_separators_vendor_words_and_the_b_of_gb():
+    assert normalize_gpu_name("NVIDIA A100-SXM4-80GB") == normalize_gpu_name("a100 sxm4_80g")
+    assert normalize_gpu_name("A10") != normalize_gpu_name("A100")
+
+
+def test_unknown_gpu_suggests_close_names():
+    with pytest.raises(UserInputError) as error:
+        resolve_gpu("a100-90gb")
+    message = str(error.value)
+    assert message.startswith("unknown GPU 'a100-90gb'; did you mean 'A100-80GB', 'A100-40GB'")
+    assert "\n" not in message
+
+
+def test_ambiguous_short_name_lists_the_variants():
+    with pytest.raises(UserInputError, match=r"unknown GPU 'h100'; did you mean 'H100-80GB', 'H100-NVL', 'H100-PCIe'"):
+        resolve_gpu("h100")
+
+
+def test_name_far_from_everything_points_to_the_gpus_command():
+    with pytest.raises(UserInputError, match="hardware-selector gpus"):
+        resolve_gpu("zzzz-9000")
+
+
+def test_peak_tflops_returns_the_dense_figure():
+    h100 = resolve_gpu("H100-80GB")
+    assert h100.peak_tflops("bf16") == 989
+    assert h100.peak_tflops("fp8") == 1979
+    assert h100.peak_tflops("FP32") == 67
+
+
+def test_bf16_on_v100_is_a_user_error_with_the_alternative():
+    with pytest.raises(UserInputError) as error:
+        resolve_gpu("V100-32GB").peak_tflops("bf16")
+    assert str(error.value) == "V100-32GB has no bf16 support; use fp16-mixed"
+
+
+@pytest.mark.parametrize(
+    "gpu, dtype, message",
+    [
+        ("T4", "bf16", "T4 has no bf16 support; use fp16-mixed"),
+        ("T4", "tf32", "T4 has no tf32 support; use fp32"),
+        ("A100-80GB", "fp8", "A100-80GB has no fp8 support; use bf16-mixed"),
+        ("cpu", "bf16", "cpu has no bf16 support; use fp32"),
+    ],
+)
+def test_unsupported_dtypes(gpu, dtype, message):
+    spec = resolve_gpu(gpu)
+    assert not spec.supports(dtype)
+    with pytest.raises(UserInputError) as error:
+        spec.peak_tflops(dtype)
+    assert str(error.value) == message
+
+
+def test_unknown_dtype():
+    with pytest.raises(UserInputError, match="unknown dtype 'int4'"):
+        resolve_gpu("A100-80GB").peak_tflops("int4")
+
+
+def test_with_price_overrides_without_touching_the_catalog():
+    original = resolve_gpu("H100-80GB")
+    cheaper = original.with_price(2.25)
+    assert cheaper.price_usd_per_hour == 2.25 and cheaper.price_source == "user override"
+    assert resolve_gpu("H100-80GB").price_usd_per_hour == original.price_usd_per_hour != 2.25
+    with pytest.raises(UserInputError):
+        original.with_price(-1)
+
+
+def test_interconnect_rejects_inconsistent_bandwidths():
+    with pytest.raises(ValidationError):
+        Interconnect(kind="nvlink", generation="NVLink 3", reach="node",
+                     bandwidth_GBps_per_direction=300, bandwidth_GBps_bidirectional=300)
