@@ -11,10 +11,11 @@ import sys
 
 import click
 import typer
+from pydantic import ValidationError
 
 from planner.errors import UserInputError
 
-from . import hardware, models
+from . import estimate, hardware, models
 
 app = typer.Typer(
     name="hardware-selector",
@@ -25,12 +26,17 @@ app = typer.Typer(
 )
 models.register(app)
 hardware.register(app)
+estimate.register(app)
 
 
-def fail(message: str) -> "typer.Exit":
-    """Print a one-line error to stderr; the caller raises the returned Exit."""
-    print(f"error: {message}", file=sys.stderr)
-    return typer.Exit(code=2)
+def validation_message(error: ValidationError) -> str:
+    """One line from pydantic's report: our own UserInputError text when a validator raised one."""
+    first = error.errors()[0]
+    cause = first.get("ctx", {}).get("error")
+    if isinstance(cause, UserInputError):
+        return str(cause)
+    location = ".".join(str(part) for part in first.get("loc", ()))
+    return f"{location}: {first['msg']}" if location else first["msg"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         result = command.main(args=argv, prog_name="hardware-selector", standalone_mode=False)
     except UserInputError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    except ValidationError as error:
+        print(f"error: {validation_message(error)}", file=sys.stderr)
         return 2
     except click.exceptions.UsageError as error:
         hint = f"; run '{error.ctx.command_path} --help'" if error.ctx else ""

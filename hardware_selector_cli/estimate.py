@@ -1,0 +1,92 @@
+"""`estimate`: per-GPU memory of one training configuration, and whether it fits."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from planner.training_config import TrainingConfig
+from planner.units import format_bytes
+
+from .model_options import ModelOptions, model_options
+from .models import model_summary
+from .option_groups import option_group
+from .training_options import ClusterOptions, cluster_options, training_options
+
+LABELS = {
+    "parameters": "parameters",
+    "gradients": "gradients",
+    "optimizer_states": "optimizer states",
+    "activations": "activations",
+    "temporaries": "temporaries (logits, loss)",
+    "buffers": "buffers (comm, gathered)",
+    "overhead": "overhead (context, fragmentation)",
+}
+
+
+def memory_bar(used: int, capacity: int, width: int = 40) -> str:
+    filled = min(width, round(width * used / capacity)) if capacity else width
+    colour = "green" if used <= capacity else "red"
+    return f"[{colour}]{'█' * filled}[/]{'░' * (width - filled)} {used / capacity:.0%} of {format_bytes(capacity)}"
+
+
+def print_memory_table(result, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    memory = result.memory
+    per_gpu = memory.per_gpu_bytes
+    table = Table(title=title)
+    table.add_column("per GPU")
+    table.add_column("memory", justify="right")
+    table.add_column("share", justify="right")
+    table.add_column("source")
+    for key, label in LABELS.items():
+        share = per_gpu[key] / per_gpu["total"] if per_gpu["total"] else 0
+        table.add_row(label, format_bytes(per_gpu[key]), f"{share:.0%}", memory.sources[key])
+    table.add_row("[bold]total[/]", f"[bold]{format_bytes(per_gpu['total'])}[/]", "", f"peak at {memory.peak_phase}")
+    console = Console()
+    console.print(table)
+    console.print(memory_bar(per_gpu["total"], memory.gpu_capacity_bytes))
+    margin = memory.usable_bytes - per_gpu["total"]
+    verdict = "[green]fits[/]" if memory.fits else "[red]does not fit[/]"
+    console.print(f"{verdict}: {format_bytes(abs(margin))} {'under' if margin >= 0 else 'over'} the usable GPU memory")
+    if memory.cpu_per_node_bytes:
+        capacity = memory.cpu_capacity_per_node_bytes
+        suffix = f" of {format_bytes(capacity)}" if capacity else ""
+        console.print(f"CPU memory per node (offload): {format_bytes(memory.cpu_per_node_bytes)}{suffix}")
+    if memory.nvme_per_node_bytes:
+        console.print(f"NVMe per node (ZeRO-Infinity): {format_bytes(memory.nvme_per_node_bytes)}")
+    for note in memory.notes:
+        console.print(f"  - {note}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("estimate")
+    @option_group("model", model_options)
+    @option_group("cluster", cluster_options)
+    @option_group("config", training_options)
+    def estimate_command(
+        model: ModelOptions,
+        cluster: ClusterOptions,
+        config: TrainingConfig,
+        headroom: float = typer.Option(0.0, "--headroom", help="Share of GPU memory to keep free, e.g. 0.1."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Estimate per-GPU memory (and speed) of one training configuration."""
+        from planner.evaluate import evaluate
+
+        spec = model.resolve()
+        target = cluster.resolve()
+        result = evaluate(spec, config, target, headroom_fraction=headroom)
+        if as_json:
+            document = {
+                "model": model_summary(spec),
+                "cluster": result.cluster_summary,
+                "config": config.model_dump(mode="json"),
+                "memory": result.memory.model_dump(mode="json"),
+            }
+            print(json.dumps(document, indent=2))
+        else:
+            print_memory_table(result, f"{spec.name} on {target.world_size} x {target.gpu.name}, {config.strategy.value}")

@@ -1,0 +1,83 @@
+"""The model-selection options shared by `estimate` and `plan` (see option_groups.py).
+
+A model is named (catalog name, HF id, alias, config path, cached HF model),
+or given by a bare parameter count, or by its dimensions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import typer
+
+from planner.errors import UserInputError
+from planner.model_spec import ModelSpec
+
+MODEL_HELP = "Catalog name, HF id or alias, a config.json path, or a model in the local HF cache."
+
+
+@dataclass
+class ModelOptions:
+    model: Optional[str]
+    params: Optional[float]
+    hidden: Optional[int]
+    layers: Optional[int]
+    heads: Optional[int]
+    ffn: Optional[int]
+    vocab: Optional[int]
+    kv_heads: Optional[int]
+    experts: int
+    top_k: Optional[int]
+    mlp: str
+
+    def resolve(self) -> ModelSpec:
+        dimension_flags = {
+            "--hidden": self.hidden,
+            "--layers": self.layers,
+            "--heads": self.heads,
+            "--ffn": self.ffn,
+            "--vocab": self.vocab,
+        }
+        given = [flag for flag, value in dimension_flags.items() if value is not None]
+        chosen = sum(bool(x) for x in (self.model, self.params is not None, given))
+        if chosen == 0:
+            raise UserInputError("name a model with --model, or give --params, or the dimension flags (--hidden --layers ...)")
+        if chosen > 1:
+            raise UserInputError("give only one of --model, --params, or the dimension flags")
+        from planner.model_resolve import resolve_model, spec_from_dimensions, spec_from_param_count
+
+        if self.model:
+            return resolve_model(self.model)
+        if self.params is not None:
+            return spec_from_param_count(self.params)
+        missing = [flag for flag, value in dimension_flags.items() if value is None]
+        if missing:
+            raise UserInputError(f"dimension flags need {' '.join(missing)} as well")
+        return spec_from_dimensions(
+            hidden=self.hidden,
+            layers=self.layers,
+            heads=self.heads,
+            ffn=self.ffn,
+            vocab=self.vocab,
+            kv_heads=self.kv_heads,
+            experts=self.experts,
+            top_k=self.top_k,
+            mlp=self.mlp,
+        )
+
+
+def model_options(
+    model: Optional[str] = typer.Option(None, "--model", "-m", help=MODEL_HELP),
+    params: Optional[float] = typer.Option(None, "--params", help="A GPT-shaped model of this many parameters, e.g. 7.5e9."),
+    hidden: Optional[int] = typer.Option(None, "--hidden", help="Hidden size (dimension flags)."),
+    layers: Optional[int] = typer.Option(None, "--layers", help="Transformer blocks."),
+    heads: Optional[int] = typer.Option(None, "--heads", help="Attention heads."),
+    ffn: Optional[int] = typer.Option(None, "--ffn", help="FFN (intermediate) size; per expert for MoE."),
+    vocab: Optional[int] = typer.Option(None, "--vocab", help="Vocabulary size."),
+    kv_heads: Optional[int] = typer.Option(None, "--kv-heads", help="Key/value heads (GQA/MQA); default = --heads."),
+    experts: int = typer.Option(0, "--experts", help="MoE experts per layer (0 = dense)."),
+    top_k: Optional[int] = typer.Option(None, "--top-k", help="Experts per token (MoE)."),
+    mlp: str = typer.Option("gated", "--mlp", help="gated (SwiGLU, 3 matrices) or standard (GELU, 2 matrices)."),
+) -> ModelOptions:
+    return ModelOptions(model, params, hidden, layers, heads, ffn, vocab, kv_heads, experts, top_k, mlp)

@@ -1,0 +1,43 @@
+"""Share a group of Typer options between commands without repeating them.
+
+`@option_group("model", model_options)` adds model_options' parameters to the
+decorated command's signature (Typer reads signatures), and at call time
+builds model_options(...) from them and passes it as the `model` argument.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from typing import Any, Callable
+
+
+def option_group(name: str, factory: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    group_params = list(inspect.signature(factory).parameters.values())
+    group_names = [param.name for param in group_params]
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        command_sig = inspect.signature(command)
+        own = [param for param in command_sig.parameters.values() if param.name != name]
+        clashes = set(group_names) & {param.name for param in own}
+        if clashes:
+            raise TypeError(f"option group '{name}' clashes with {sorted(clashes)}")
+
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> Any:
+            group_kwargs = {key: kwargs.pop(key) for key in group_names}
+            kwargs[name] = factory(**group_kwargs)
+            return command(**kwargs)
+
+        # Typer reads annotations through get_type_hints: give it both sets, evaluated.
+        # The group's own name may also be one of the factory's options (`model`), so
+        # drop it from the command's hints before merging, not after.
+        command_hints = {key: value for key, value in typing.get_type_hints(command).items() if key != name}
+        hints = {**command_hints, **typing.get_type_hints(factory)}
+        resolved = [param.replace(annotation=hints.get(param.name, param.annotation)) for param in own + group_params]
+        wrapper.__signature__ = command_sig.replace(parameters=resolved)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {key: value for key, value in hints.items() if key != "return"}
+        return wrapper
+
+    return decorate

@@ -1,0 +1,132 @@
+"""Options describing the cluster and the training configuration (see option_groups.py)."""
+
+from dataclasses import dataclass
+from typing import Optional
+
+import typer
+
+from planner.errors import UserInputError
+from planner.training_config import (
+    ActivationCheckpointing,
+    AttentionKernel,
+    FsdpSharding,
+    Offload,
+    OptimizerKind,
+    PipelineSchedule,
+    Precision,
+    Strategy,
+    TrainingConfig,
+)
+
+# What --strategy accepts, and the (strategy, ZeRO stage) each means.
+STRATEGY_CHOICES = {
+    "ddp": (Strategy.DDP, 0),
+    "fsdp": (Strategy.FSDP, 0),
+    "zero0": (Strategy.DEEPSPEED, 0),
+    "zero1": (Strategy.DEEPSPEED, 1),
+    "zero2": (Strategy.DEEPSPEED, 2),
+    "zero3": (Strategy.DEEPSPEED, 3),
+    "engine": (Strategy.ENGINE, None),
+}
+
+
+def _choice(value: str, enum_type, flag: str):
+    try:
+        return enum_type(value.lower())
+    except ValueError:
+        allowed = "|".join(member.value for member in enum_type)
+        raise UserInputError(f"{flag} must be one of {allowed}, not '{value}'") from None
+
+
+def strategy_from_name(name: str) -> tuple[Strategy, Optional[int]]:
+    try:
+        return STRATEGY_CHOICES[name.lower()]
+    except KeyError:
+        raise UserInputError(f"--strategy must be one of {'|'.join(STRATEGY_CHOICES)}, not '{name}'") from None
+
+
+@dataclass
+class ClusterOptions:
+    gpu: Optional[str]
+    gpus_per_node: int
+    nodes: int
+    interconnect: Optional[str]
+    cpu_ram_gb: Optional[float]
+    price_per_hour: Optional[float]
+
+    def resolve(self):
+        from planner.cluster import make_cluster
+
+        if not self.gpu:
+            raise UserInputError("name the target GPU with --gpu (e.g. --gpu A100-80GB); 'hardware-selector gpus' lists them")
+        return make_cluster(
+            self.gpu,
+            gpus_per_node=self.gpus_per_node,
+            nodes=self.nodes,
+            interconnect=self.interconnect,
+            cpu_ram_gb=self.cpu_ram_gb,
+            price_per_hour=self.price_per_hour,
+        )
+
+
+def cluster_options(
+    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="Target GPU, e.g. A100-80GB, H100-80GB (see 'gpus')."),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs in each node."),
+    nodes: int = typer.Option(1, "--nodes", help="Number of nodes."),
+    interconnect: Optional[str] = typer.Option(None, "--interconnect", help="Inter-node network preset, e.g. ib-ndr, roce-1600g."),
+    cpu_ram_gb: Optional[float] = typer.Option(None, "--cpu-ram-gb", help="CPU RAM per node (for offload)."),
+    price_per_hour: Optional[float] = typer.Option(None, "--price", help="USD per GPU-hour, overriding the catalog."),
+) -> ClusterOptions:
+    return ClusterOptions(gpu, gpus_per_node, nodes, interconnect, cpu_ram_gb, price_per_hour)
+
+
+def training_options(
+    strategy: str = typer.Option("ddp", "--strategy", help="ddp|fsdp|zero0|zero1|zero2|zero3|engine"),
+    zero_stage: int = typer.Option(1, "--zero-stage", help="ZeRO stage on the data-parallel group, for --strategy engine."),
+    fsdp_sharding: str = typer.Option("full", "--fsdp-sharding", help="full|grad-op|hybrid|none"),
+    offload_optimizer: str = typer.Option("none", "--offload-optimizer", help="none|cpu|nvme"),
+    offload_params: str = typer.Option("none", "--offload-params", help="none|cpu|nvme"),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (engine)."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree (engine)."),
+    sp: bool = typer.Option(False, "--sp", help="Sequence parallelism inside the TP group."),
+    pp_schedule: str = typer.Option("1f1b", "--pp-schedule", help="gpipe|1f1b|interleaved-1f1b"),
+    virtual_stages: int = typer.Option(1, "--virtual-stages", help="Model chunks per pipeline rank (interleaved)."),
+    ep: int = typer.Option(1, "--ep", help="Expert-parallel degree (MoE)."),
+    micro_batch: int = typer.Option(1, "--micro-batch", help="Sequences per GPU per micro-step."),
+    seq_len: int = typer.Option(2048, "--seq-len", help="Tokens per sequence."),
+    grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches per optimizer step."),
+    precision: str = typer.Option("bf16-mixed", "--precision", help="fp32|fp16-mixed|bf16-mixed|bf16"),
+    optimizer: str = typer.Option("adamw", "--optimizer", help="adamw|adamw-8bit|adafactor|sgd|lion"),
+    ac: str = typer.Option("none", "--ac", help="Activation checkpointing: none|selective|full"),
+    attention: str = typer.Option("sdpa", "--attention", help="sdpa (flash/memory-efficient) or eager"),
+    lora_rank: int = typer.Option(0, "--lora-rank", help="Train LoRA adapters of this rank (0 = full fine-tuning)."),
+    qlora: bool = typer.Option(False, "--qlora", help="LoRA on a 4-bit NF4 base."),
+) -> TrainingConfig:
+    chosen, stage = strategy_from_name(strategy)
+    for flag, value in (("--tp", tp), ("--pp", pp), ("--ep", ep), ("--micro-batch", micro_batch), ("--seq-len", seq_len), ("--grad-accum", grad_accum)):
+        if value < 1:
+            raise UserInputError(f"{flag} must be at least 1, not {value}")
+    if not 0 <= zero_stage <= 3:
+        raise UserInputError(f"--zero-stage must be 0-3, not {zero_stage}")
+    return TrainingConfig(
+        strategy=chosen,
+        zero_stage=zero_stage if stage is None else stage,
+        fsdp_sharding=_choice(fsdp_sharding, FsdpSharding, "--fsdp-sharding"),
+        offload_optimizer=_choice(offload_optimizer, Offload, "--offload-optimizer"),
+        offload_params=_choice(offload_params, Offload, "--offload-params"),
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        sequence_parallel=sp,
+        pipeline_schedule=_choice(pp_schedule, PipelineSchedule, "--pp-schedule"),
+        virtual_stages=virtual_stages,
+        expert_parallel=ep,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        grad_accum=grad_accum,
+        precision=_choice(precision, Precision, "--precision"),
+        optimizer=_choice(optimizer, OptimizerKind, "--optimizer"),
+        activation_checkpointing=_choice(ac, ActivationCheckpointing, "--ac"),
+        attention=_choice(attention, AttentionKernel, "--attention"),
+        lora_rank=lora_rank,
+        qlora=qlora,
+    )

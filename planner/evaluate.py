@@ -1,0 +1,57 @@
+"""Evaluate one training configuration of one model on one cluster.
+
+This is the unit of work of `estimate` and of the strategy search: every
+candidate plan is an Evaluation.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from .cluster import ClusterSpec
+from .memory.estimate import MemoryEstimate, OverheadSettings, estimate_memory
+from .model_spec import ModelSpec
+from .training_config import TrainingConfig
+
+
+class Evaluation(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    config: TrainingConfig
+    memory: MemoryEstimate
+    cluster_summary: dict
+
+
+def cluster_summary(cluster: ClusterSpec) -> dict:
+    return {
+        "gpu": cluster.gpu.name,
+        "gpus_per_node": cluster.gpus_per_node,
+        "nodes": cluster.num_nodes,
+        "world_size": cluster.world_size,
+        "gpu_memory_bytes": cluster.gpu.memory_bytes,
+        "intra_node_bandwidth_GBps": cluster.intra_node_bandwidth_GBps,
+        "inter_node_bandwidth_GBps": cluster.inter_node_bandwidth_GBps,
+        "inter_node_preset": cluster.inter_node_preset,
+        "cpu_ram_per_node_bytes": cluster.cpu_ram_per_node_bytes,
+    }
+
+
+def evaluate(
+    spec: ModelSpec,
+    config: TrainingConfig,
+    cluster: ClusterSpec,
+    *,
+    headroom_fraction: float = 0.0,
+    overhead: OverheadSettings = OverheadSettings(),
+) -> Evaluation:
+    memory = estimate_memory(
+        spec,
+        config,
+        world_size=cluster.world_size,
+        gpus_per_node=cluster.gpus_per_node,
+        gpu_capacity_bytes=cluster.gpu.memory_bytes,
+        cpu_capacity_per_node_bytes=cluster.cpu_ram_per_node_bytes,
+        headroom_fraction=headroom_fraction,
+        overhead=overhead,
+    )
+    return Evaluation(config=config, memory=memory, cluster_summary=cluster_summary(cluster))

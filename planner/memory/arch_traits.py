@@ -1,0 +1,54 @@
+"""What a transformers implementation keeps for backward that dimensions alone do not say.
+
+The Korthikanti et al. formula counts a GPT block of 2020. Real HF blocks
+differ: fused or separate q/k/v projections (each separate projection under
+autocast saves its own 16-bit copy of the input), RMSNorm that upcasts its
+input to fp32, gated MLPs, Python-level GELU that saves several tensors, and
+models whose attention cannot use a fused kernel at all. These traits were
+read off the transformers source and checked against op-level traces
+(docs/accuracy.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model_spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class ArchTraits:
+    qkv_projections: int  # separate input projections feeding attention (1 when fused)
+    mlp_input_projections: int  # gate+up separate = 2, fused or standard MLP = 1
+    norms_per_block: int
+    rmsnorm_upcasts: bool  # HF RMSNorm computes in fp32 and keeps the fp32 input
+    fused_attention: bool  # can use SDPA's flash/memory-efficient kernel
+    activation_saved_tensors: int  # tensors of FFN width the activation keeps
+
+
+# Tensors of FFN width an activation function keeps for backward (input or output).
+# NewGELU ("gelu_new") is written in Python: x, tanh(...), 0.5*x and 1+tanh(...).
+_ACTIVATION_SAVED = {"gelu_new": 4, "gelu_fast": 4, "quick_gelu": 2}
+
+_FUSED_QKV = {"gpt2", "bloom", "falcon", "gpt_neox", "phi3", "gptj"}
+_FUSED_GATE_UP = {"phi3"}
+_NO_FUSED_ATTENTION = {"gemma2"}  # logit soft-capping needs the eager path
+
+
+def arch_traits(spec: ModelSpec) -> ArchTraits:
+    model_type = spec.model_type
+    gated = spec.mlp_kind.value == "gated"
+    if model_type == "gemma2":
+        norms = 4  # pre- and post-norms around attention and MLP
+    elif spec.parallel_attention_mlp and model_type == "falcon":
+        norms = 1  # attention and MLP read one shared norm
+    else:
+        norms = 2
+    return ArchTraits(
+        qkv_projections=1 if model_type in _FUSED_QKV else 3,
+        mlp_input_projections=2 if gated and model_type not in _FUSED_GATE_UP else 1,
+        norms_per_block=norms,
+        rmsnorm_upcasts=spec.norm == "rmsnorm",
+        fused_attention=model_type not in _NO_FUSED_ATTENTION,
+        activation_saved_tensors=_ACTIVATION_SAVED.get(spec.activation, 1),
+    )

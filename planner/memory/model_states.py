@@ -1,0 +1,165 @@
+"""Parameters, gradients and optimizer states per rank, as each framework lays them out.
+
+Two layouts of mixed precision exist in practice, and they differ by 2-4
+bytes per parameter:
+
+- PyTorch-native (DDP with autocast, FSDP with a MixedPrecisionPolicy): the
+  stored parameters are fp32 and are the optimizer's master weights; gradients
+  are fp32 (FSDP reduces in fp32). 16-bit copies of the weights exist only
+  while a unit computes (counted as buffers).
+- DeepSpeed ZeRO and our engine: 16-bit parameters and gradients, plus fp32
+  master weights, fp32 gradient partitions and optimizer states in the
+  optimizer's shards (DeepSpeed's own estimators: "2 = params_16bit, 18 =
+  2_grads_16bit + 4_grads_32bit + 4_params_32bit + 8_optimizer_states_32bit").
+
+Sharding follows the strategy: DDP and FSDP NO_SHARD replicate everything;
+FSDP FULL_SHARD and SHARD_GRAD_OP shard all three over the data-parallel group,
+HYBRID_SHARD over the ranks of one node; ZeRO stage 1 shards the optimizer
+states (with master and fp32 gradients), stage 2 also the 16-bit gradients,
+stage 3 also the 16-bit parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..training_config import FsdpSharding, Offload, OptimizerKind, Precision, Strategy, TrainingConfig
+from .rank_params import QLORA_BYTES_PER_PARAM, RankParams
+
+# bitsandbytes 8-bit Adam: two uint8 states plus one fp32 absmax per 2048-value block.
+ADAMW_8BIT_BYTES = 2 + 2 * 4 / 2048
+
+
+@dataclass
+class ShardDegrees:
+    """Over how many ranks each kind of state is split (1 = replicated)."""
+
+    parameters: int
+    gradients: int
+    optimizer: int
+
+
+@dataclass
+class ModelStates:
+    """Bytes on one GPU, and what that rank keeps in CPU memory or on NVMe."""
+
+    parameters: float
+    gradients: float
+    optimizer_states: float
+    cpu: float = 0.0
+    nvme: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def uses_native_mixed_precision(config: TrainingConfig) -> bool:
+    """True where the stored fp32 parameters double as the master weights."""
+    return config.strategy in (Strategy.DDP, Strategy.FSDP)
+
+
+def shard_degrees(config: TrainingConfig, dp: int, gpus_per_node: int) -> ShardDegrees:
+    if config.strategy is Strategy.DDP:
+        return ShardDegrees(1, 1, 1)
+    if config.strategy is Strategy.FSDP:
+        degree = {
+            FsdpSharding.FULL: dp,
+            FsdpSharding.GRAD_OP: dp,
+            FsdpSharding.HYBRID: min(dp, gpus_per_node),
+            FsdpSharding.NONE: 1,
+        }[config.fsdp_sharding]
+        return ShardDegrees(degree, degree, degree)
+    stage = config.zero_stage
+    return ShardDegrees(
+        parameters=dp if stage >= 3 else 1,
+        gradients=dp if stage >= 2 else 1,
+        optimizer=dp if stage >= 1 else 1,
+    )
+
+
+def optimizer_state_bytes_per_param(optimizer: OptimizerKind, state_width: int, fan_in_out_ratio: float) -> float:
+    """Bytes of optimizer state per trainable parameter (master weights excluded).
+
+    fan_in_out_ratio approximates Adafactor's factored second moment, which
+    keeps one row and one column vector per matrix: (r + c) / (r * c) per value.
+    """
+    if optimizer is OptimizerKind.ADAMW:
+        return 2 * state_width  # exp_avg and exp_avg_sq
+    if optimizer is OptimizerKind.ADAMW_8BIT:
+        return ADAMW_8BIT_BYTES
+    if optimizer is OptimizerKind.ADAFACTOR:
+        return state_width * fan_in_out_ratio  # no momentum (beta1=None, the default)
+    return state_width  # SGD momentum buffer, or Lion's single momentum
+
+
+def model_state_bytes(
+    params: RankParams, config: TrainingConfig, dp: int, gpus_per_node: int, hidden_size: int
+) -> ModelStates:
+    precision = config.precision
+    native = uses_native_mixed_precision(config)
+    shards = shard_degrees(config, dp, gpus_per_node)
+    lora = config.lora_rank > 0
+
+    # Width of the stored weights, the gradients, and the optimizer's states.
+    if precision is Precision.FP32:
+        weight_width, grad_width, master_width, state_width = 4, 4, 0, 4
+    elif precision is Precision.BF16:
+        weight_width, grad_width, master_width, state_width = 2, 2, 0, 2
+    elif native:
+        weight_width, grad_width, master_width, state_width = 4, 4, 0, 4
+    else:
+        weight_width, grad_width, master_width, state_width = 2, 2, 4, 4
+    # DeepSpeed and our engine also keep an fp32 copy of the gradient partition.
+    fp32_grad_width = 4 if master_width else 0
+
+    trainable = params.trainable
+    if lora:
+        # The frozen base is stored at the compute width (4-bit under QLoRA), the
+        # adapters like any trainable weights. Nothing frozen has gradients.
+        base_width = 4 if precision is Precision.FP32 else 2
+        frozen_bytes = (params.total - params.quantized) * base_width + params.quantized * QLORA_BYTES_PER_PARAM
+        weights = frozen_bytes / shards.parameters + trainable * weight_width / shards.parameters
+    else:
+        weights = trainable * weight_width / shards.parameters
+
+    grads16 = trainable * grad_width / shards.gradients
+    # Adafactor factors matrices of about hidden x hidden: (2h) / h^2 values per parameter.
+    states_per_param = optimizer_state_bytes_per_param(config.optimizer, state_width, 2 / hidden_size)
+    optimizer = trainable * (master_width + states_per_param) / shards.optimizer
+    fp32_grads = trainable * fp32_grad_width / shards.optimizer
+
+    states = ModelStates(parameters=weights, gradients=grads16 + fp32_grads, optimizer_states=optimizer)
+    _apply_offload(states, config, grads16, fp32_grads)
+    return states
+
+
+def _apply_offload(states: ModelStates, config: TrainingConfig, grads16: float, fp32_grads: float) -> None:
+    """Move what each framework offloads from the GPU figures to CPU or NVMe."""
+    if config.strategy is Strategy.FSDP:
+        if Offload.CPU in (config.offload_optimizer, config.offload_params):
+            # FSDP's CPU offload keeps sharded parameters and gradients on the CPU
+            # and steps the optimizer there; the GPU holds gathered units only.
+            states.cpu += states.parameters + states.gradients + states.optimizer_states
+            states.parameters = states.gradients = states.optimizer_states = 0.0
+            states.notes.append("FSDP CPU offload: sharded parameters, gradients and optimizer on CPU")
+        return
+    if config.offload_optimizer is not Offload.NONE:
+        moved = states.optimizer_states + fp32_grads
+        if config.zero_stage >= 2:
+            # Stage 2/3 offload reduces 16-bit gradients straight into pinned CPU memory.
+            moved += grads16
+            states.gradients = 0.0
+        else:
+            states.gradients -= fp32_grads
+        states.optimizer_states = 0.0
+        target = "nvme" if config.offload_optimizer is Offload.NVME else "cpu"
+        if target == "nvme":
+            states.nvme += moved
+        else:
+            states.cpu += moved
+        states.notes.append(f"optimizer offload to {target}: master weights, states and fp32 gradients")
+    if config.offload_params is not Offload.NONE:
+        if config.offload_params is Offload.NVME:
+            states.nvme += states.parameters
+        else:
+            states.cpu += states.parameters
+        states.parameters = 0.0
+        states.notes.append(f"parameter offload to {config.offload_params.value}")

@@ -1,0 +1,100 @@
+"""How many parameters the most loaded rank holds, before data-parallel sharding.
+
+Tensor parallelism splits each block's matrices and the vocabulary; pipeline
+parallelism gives each stage layers/pp blocks, the first stage the embedding
+and the last the output head (a second copy when tied and pp > 1); expert
+parallelism splits the experts. LoRA freezes the base and trains r*(in+out)
+per adapted matrix (every linear layer in the blocks, the QLoRA paper's
+choice).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model_spec import MlpKind, ModelFamily, ModelSpec
+from ..training_config import TrainingConfig
+
+# NF4 stores 4 bits per weight plus double-quantised block constants:
+# 0.127 bits per parameter (QLoRA paper, Sec. 3), i.e. 4.127 bits in all.
+QLORA_BYTES_PER_PARAM = 4.127 / 8
+
+
+@dataclass(frozen=True)
+class LinearShape:
+    fan_in: int
+    fan_out: int
+    count: int = 1  # how many such matrices per block (experts, gate+up)
+
+    @property
+    def params(self) -> int:
+        return self.fan_in * self.fan_out * self.count
+
+
+def block_linear_shapes(spec: ModelSpec, cross_attention: bool = False) -> list[LinearShape]:
+    """The weight matrices of one transformer block."""
+    h, q_width, kv_width = spec.hidden_size, spec.num_heads * spec.head_dim, spec.kv_size
+    attention = [LinearShape(h, q_width), LinearShape(h, kv_width, 2), LinearShape(q_width, h)]
+    if cross_attention:
+        attention += [LinearShape(h, q_width), LinearShape(h, kv_width, 2), LinearShape(q_width, h)]
+    experts = max(spec.num_experts, 1)
+    ffn = spec.expert_ffn_size if spec.is_moe and spec.expert_ffn_size else spec.ffn_size
+    up_matrices = 2 if spec.mlp_kind is MlpKind.GATED else 1
+    mlp = [LinearShape(h, ffn, up_matrices * experts), LinearShape(ffn, h, experts)]
+    return attention + mlp
+
+
+@dataclass(frozen=True)
+class RankParams:
+    """Parameters on the most loaded rank (first pipeline stage, one TP shard)."""
+
+    total: int  # everything this rank stores
+    trainable: int  # what gets gradients and optimizer states
+    quantized: int  # frozen weights stored in 4 bits (QLoRA), part of total
+    block: int  # one transformer block on this rank (all experts it holds)
+    blocks_on_rank: int
+    embedding: int  # embedding (and head) parameters on this rank
+    # Largest module owning parameters directly (ZeRO-3 gathers module by module).
+    largest_module: int
+
+
+def _average_block_params(spec: ModelSpec) -> float:
+    # Blocks hold everything but the embeddings (and the small final norms);
+    # dividing keeps counts exact on average without re-deriving each layer.
+    return (spec.params.total - spec.params.embedding) / spec.num_layers
+
+
+def rank_params(spec: ModelSpec, config: TrainingConfig) -> RankParams:
+    tp, pp, ep = config.tensor_parallel, config.pipeline_parallel, config.expert_parallel
+    block_full = _average_block_params(spec)
+    if spec.is_moe and ep > 1:
+        expert_params = sum(s.params for s in block_linear_shapes(spec)[-2:])
+        block_full -= expert_params * (1 - 1 / ep)
+    block = int(block_full / tp)
+    blocks_on_rank = spec.num_layers // pp
+    embedding = spec.params.embedding
+    if pp > 1:
+        # The first stage holds the input embedding and the last the head (a
+        # copy when tied), so no single stage holds more than one of them.
+        embedding = spec.vocab_size * spec.hidden_size
+    embedding_on_rank = int(embedding / tp)
+    total = block * blocks_on_rank + embedding_on_rank
+
+    largest_module = max(spec.params.largest_layer // tp, 1)
+    trainable, quantized = total, 0
+    if config.lora_rank:
+        is_enc_dec = spec.family is ModelFamily.ENCODER_DECODER
+        decoder_shapes = block_linear_shapes(spec, cross_attention=is_enc_dec)
+        per_block = sum(config.lora_rank * (s.fan_in + s.fan_out) * s.count for s in decoder_shapes)
+        trainable = int(per_block * blocks_on_rank / tp)
+        if config.qlora:
+            quantized = int(sum(s.params for s in decoder_shapes) * blocks_on_rank / tp)
+    return RankParams(
+        total=total,
+        trainable=trainable,
+        quantized=quantized,
+        block=block,
+        blocks_on_rank=blocks_on_rank,
+        embedding=embedding_on_rank,
+        largest_module=largest_module,
+    )

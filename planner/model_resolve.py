@@ -1,0 +1,244 @@
+"""Turn what the user typed into a ModelSpec.
+
+In order: a path to a config.json or a model directory; a catalog name, HF id
+or alias; a model in the local Hugging Face cache (read offline, never
+downloaded); otherwise an error naming the closest catalog models. Explicit
+dimensions and a bare parameter count have their own entry points.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .errors import UserInputError
+from .hf_config import spec_from_hf_config
+from .model_catalog import find_model, suggest_models
+from .model_spec import ModelSpec
+
+
+def resolve_model(name: str, *, exact_counts: bool = True) -> ModelSpec:
+    """The spec for a catalog name, HF id, alias, config path or cached HF model.
+
+    exact_counts builds a config that is not in the catalog on the meta device
+    (importing torch and transformers) to count its parameters exactly;
+    without it, or when transformers cannot build it, the formula counts stand.
+    """
+    if not name or not name.strip():
+        raise UserInputError("no model given; name a catalog model (see 'hardware-selector models') or a config.json path")
+    path = Path(name).expanduser()
+    if path.exists():
+        return spec_from_config_path(path, exact_counts=exact_counts)
+    spec = find_model(name)
+    if spec is not None:
+        return spec
+    cached_config = find_in_hf_cache(name)
+    if cached_config is not None:
+        return spec_from_config_path(cached_config, exact_counts=exact_counts, display_name=name)
+    suggestions = suggest_models(name)
+    hint = f"did you mean {', '.join(repr(s) for s in suggestions)}?" if suggestions else "see 'hardware-selector models'"
+    raise UserInputError(
+        f"unknown model '{name}'; {hint} (or pass a config.json path, or --params / the dimension flags)"
+    )
+
+
+def spec_from_config_path(path: Path, *, exact_counts: bool = True, display_name: str | None = None) -> ModelSpec:
+    """Read a local config.json (or a directory holding one) into a ModelSpec."""
+    config_path = path / "config.json" if path.is_dir() else path
+    if not config_path.is_file():
+        raise UserInputError(f"{path}: no config.json there; point at a model directory or its config.json")
+    config = read_config_json(config_path)
+    name = display_name or (path.name if path.is_dir() else config_path.parent.name) or config_path.stem
+    spec = spec_from_hf_config(config, name=name, origin=str(config_path), source=str(config_path))
+    if exact_counts:
+        spec = _with_meta_device_counts(spec, config)
+    return spec
+
+
+def read_config_json(config_path: Path) -> dict:
+    try:
+        text = config_path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise UserInputError(f"{config_path}: cannot read it ({error.strerror})") from None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UserInputError(
+            f"{config_path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})"
+        ) from None
+    if not isinstance(config, dict):
+        raise UserInputError(f"{config_path}: expected a JSON object of config fields, got {type(config).__name__}")
+    return config
+
+
+def _with_meta_device_counts(spec: ModelSpec, config: dict) -> ModelSpec:
+    """Replace formula counts with exact ones when transformers can build the model."""
+    try:
+        from .param_count import count_params_on_meta
+
+        counts = count_params_on_meta(config)
+    except ImportError:
+        return spec  # transformers is not installed: the formula counts stand, and say so
+    except (ValueError, KeyError, TypeError, AttributeError):
+        # A config transformers rejects that our parser accepted; formula counts are still honest.
+        return spec
+    return spec.model_copy(update={"params": counts})
+
+
+def hf_cache_roots() -> list[Path]:
+    """Where huggingface_hub keeps downloaded repos, following its env variables."""
+    roots: list[Path] = []
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(variable):
+            roots.append(Path(os.environ[variable]).expanduser())
+    if os.environ.get("HF_HOME"):
+        roots.append(Path(os.environ["HF_HOME"]).expanduser() / "hub")
+    cache_home = Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser()
+    roots.append(cache_home / "huggingface" / "hub")
+    return [root for root in dict.fromkeys(roots) if root.is_dir()]
+
+
+def find_in_hf_cache(name: str) -> Path | None:
+    """config.json of a model already in the local HF cache, looked up offline.
+
+    Accepts 'org/name' or a bare 'name' (matched case-insensitively); prefers
+    the snapshot that refs/main points at, else the newest one.
+    """
+    wanted = name.strip().replace("/", "--").lower()
+    for root in hf_cache_roots():
+        for repo_dir in sorted(root.glob("models--*")):
+            repo = repo_dir.name[len("models--"):].lower()
+            if repo != wanted and repo.split("--", 1)[-1] != wanted:
+                continue
+            config = _snapshot_config(repo_dir)
+            if config is not None:
+                return config
+    return None
+
+
+def _snapshot_config(repo_dir: Path) -> Path | None:
+    main_ref = repo_dir / "refs" / "main"
+    if main_ref.is_file():
+        candidate = repo_dir / "snapshots" / main_ref.read_text().strip() / "config.json"
+        if candidate.is_file():
+            return candidate
+    snapshots = sorted(
+        (path for path in (repo_dir / "snapshots").glob("*/config.json")),
+        key=lambda path: path.stat().st_mtime,
+        reverse=True,
+    )
+    return snapshots[0] if snapshots else None
+
+
+def spec_from_dimensions(
+    *,
+    hidden: int,
+    layers: int,
+    heads: int,
+    ffn: int,
+    vocab: int,
+    kv_heads: int | None = None,
+    experts: int = 0,
+    top_k: int | None = None,
+    mlp: str = "gated",
+    max_positions: int = 8192,
+) -> ModelSpec:
+    """A decoder of these dimensions: Llama-shaped (or Mixtral-shaped with experts)
+    for a gated MLP, GPT-2-shaped for a standard one. Counts come from the formula."""
+    for flag, value in (("--hidden", hidden), ("--layers", layers), ("--heads", heads), ("--ffn", ffn), ("--vocab", vocab)):
+        if value is None or value < 1:
+            raise UserInputError(f"{flag} must be a positive whole number")
+    if hidden % heads:
+        raise UserInputError(f"--heads {heads} does not divide --hidden {hidden}")
+    kv_heads = kv_heads or heads
+    if heads % kv_heads:
+        raise UserInputError(f"--kv-heads {kv_heads} must divide --heads {heads}")
+    if experts and not top_k:
+        raise UserInputError("--experts needs --top-k (experts each token is routed to)")
+    if top_k and not experts:
+        raise UserInputError("--top-k needs --experts")
+    name = f"custom-h{hidden}-l{layers}" + (f"-e{experts}x{top_k}" if experts else "")
+    if mlp == "gated":
+        config: dict = {
+            "model_type": "mixtral" if experts else "llama",
+            "hidden_size": hidden,
+            "num_hidden_layers": layers,
+            "num_attention_heads": heads,
+            "num_key_value_heads": kv_heads,
+            "intermediate_size": ffn,
+            "vocab_size": vocab,
+            "max_position_embeddings": max_positions,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+        }
+        if experts:
+            config.update(num_local_experts=experts, num_experts_per_tok=top_k)
+    elif mlp == "standard":
+        if experts or kv_heads != heads:
+            raise UserInputError("--experts and --kv-heads describe gated (Llama/Mixtral-shaped) models; add --mlp gated")
+        config = {
+            "model_type": "gpt2",
+            "n_embd": hidden,
+            "n_layer": layers,
+            "n_head": heads,
+            "n_inner": ffn,
+            "vocab_size": vocab,
+            "n_positions": max_positions,
+            "activation_function": "gelu_new",
+        }
+    else:
+        raise UserInputError(f"--mlp must be 'gated' or 'standard', not '{mlp}'")
+    return spec_from_hf_config(config, name=name, origin="dimensions", source="dimension flags")
+
+
+# (parameters, layers, hidden, heads) of the GPT-3 family (Brown et al. 2020, Table 2.1):
+# the shapes a bare parameter count is mapped onto.
+GPT3_SHAPES = (
+    (125e6, 12, 768, 12),
+    (350e6, 24, 1024, 16),
+    (760e6, 24, 1536, 16),
+    (1.3e9, 24, 2048, 16),
+    (2.7e9, 32, 2560, 32),
+    (6.7e9, 32, 4096, 32),
+    (13e9, 40, 5120, 40),
+    (175e9, 96, 12288, 96),
+)
+
+
+def spec_from_param_count(params: float) -> ModelSpec:
+    """A GPT-shaped decoder whose parameter count is exactly `params`.
+
+    Layers and hidden size follow the GPT-3 family's aspect ratio (the nearest
+    published shape below, scaled in width), so activation estimates stay
+    plausible; the count itself is what the user asked for, not the formula's.
+    """
+    if not params or params < 1e6:
+        raise UserInputError("--params must be at least 1e6 (e.g. --params 7.5e9)")
+    if params > 1e13:
+        raise UserInputError("--params above 1e13 is beyond any trainable model; check the exponent")
+    count = int(round(params))
+    base = max((shape for shape in GPT3_SHAPES if shape[0] <= count), default=GPT3_SHAPES[0])
+    _, layers, hidden, heads = base
+    head_dim = hidden // heads
+    # Widen (or narrow) the nearest shape so that 12 * layers * hidden^2 ~ params.
+    hidden = max(head_dim, int(round((count / (12 * layers)) ** 0.5 / head_dim)) * head_dim)
+    spec = spec_from_dimensions(
+        hidden=hidden,
+        layers=layers,
+        heads=hidden // head_dim,
+        ffn=4 * hidden,
+        vocab=50257,
+        mlp="standard",
+        max_positions=8192,
+    )
+    counts = spec.params.model_copy(
+        update={
+            "total": count,
+            "trainable": count,
+            "active_per_token": count,
+            "source": "formula",
+            "source_detail": f"requested --params {params:g}; GPT-3-shaped {layers} layers x {hidden} hidden",
+        }
+    )
+    return spec.model_copy(update={"params": counts, "name": f"gpt-{count / 1e9:g}b", "origin": "parameter count"})

@@ -1,0 +1,177 @@
+"""How a model is trained: strategy, parallel layout, batch, precision, optimizer.
+
+A TrainingConfig is what the memory and throughput estimators take, what the
+strategy search enumerates, and (inside a plan) what the backends run. It is
+checked against the model and the cluster by `check_against`, which raises a
+one-line UserInputError for combinations that cannot work.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .errors import UserInputError
+from .model_spec import ModelSpec
+
+
+class Strategy(str, Enum):
+    DDP = "ddp"
+    FSDP = "fsdp"
+    DEEPSPEED = "deepspeed"  # DeepSpeed ZeRO, stage in zero_stage
+    ENGINE = "engine"  # our engine: TP x PP x DP with a ZeRO stage on DP
+
+
+class FsdpSharding(str, Enum):
+    FULL = "full"  # FULL_SHARD: params, grads and optimizer states sharded
+    GRAD_OP = "grad-op"  # SHARD_GRAD_OP: params stay gathered from forward to backward
+    HYBRID = "hybrid"  # HYBRID_SHARD: full shard inside a node, replicate across nodes
+    NONE = "none"  # NO_SHARD: DDP semantics
+
+
+class Offload(str, Enum):
+    NONE = "none"
+    CPU = "cpu"
+    NVME = "nvme"
+
+
+class Precision(str, Enum):
+    FP32 = "fp32"
+    FP16_MIXED = "fp16-mixed"
+    BF16_MIXED = "bf16-mixed"
+    BF16 = "bf16"  # pure bf16: weights, grads and optimizer states all in bf16
+
+    @property
+    def is_mixed(self) -> bool:
+        return self in (Precision.FP16_MIXED, Precision.BF16_MIXED)
+
+    @property
+    def compute_dtype(self) -> str:
+        return {"fp32": "fp32", "fp16-mixed": "fp16", "bf16-mixed": "bf16", "bf16": "bf16"}[self.value]
+
+
+class OptimizerKind(str, Enum):
+    ADAMW = "adamw"
+    ADAMW_8BIT = "adamw-8bit"
+    ADAFACTOR = "adafactor"
+    SGD = "sgd"  # with momentum
+    LION = "lion"
+
+
+class ActivationCheckpointing(str, Enum):
+    NONE = "none"
+    SELECTIVE = "selective"  # recompute attention's core (Korthikanti et al.)
+    FULL = "full"  # keep only each block's input, recompute the block
+
+
+class AttentionKernel(str, Enum):
+    SDPA = "sdpa"  # flash / memory-efficient: no s x s tensor is kept
+    EAGER = "eager"  # materialises the s x s attention probabilities
+
+
+class PipelineSchedule(str, Enum):
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved-1f1b"
+
+
+class TrainingConfig(BaseModel):
+    """One way to train a model; every field has the default most users want."""
+
+    model_config = ConfigDict(frozen=True)
+
+    strategy: Strategy = Strategy.DDP
+    zero_stage: int = Field(default=0, ge=0, le=3)
+    fsdp_sharding: FsdpSharding = FsdpSharding.FULL
+    offload_optimizer: Offload = Offload.NONE
+    offload_params: Offload = Offload.NONE
+
+    tensor_parallel: int = Field(default=1, ge=1)
+    pipeline_parallel: int = Field(default=1, ge=1)
+    sequence_parallel: bool = False
+    pipeline_schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
+    virtual_stages: int = Field(default=1, ge=1)  # model chunks per rank (interleaved)
+    expert_parallel: int = Field(default=1, ge=1)
+
+    micro_batch: int = Field(default=1, ge=1)
+    seq_len: int = Field(default=2048, ge=1)
+    grad_accum: int = Field(default=1, ge=1)
+
+    precision: Precision = Precision.BF16_MIXED
+    optimizer: OptimizerKind = OptimizerKind.ADAMW
+    activation_checkpointing: ActivationCheckpointing = ActivationCheckpointing.NONE
+    attention: AttentionKernel = AttentionKernel.SDPA
+
+    lora_rank: int = Field(default=0, ge=0)  # 0 = full fine-tuning
+    qlora: bool = False  # LoRA on a 4-bit (NF4) frozen base
+
+    @model_validator(mode="after")
+    def _check_fields(self) -> "TrainingConfig":
+        if self.strategy is Strategy.DEEPSPEED and self.zero_stage == 0 and self.offload_optimizer is not Offload.NONE:
+            raise UserInputError("optimizer offload needs ZeRO stage 1 or higher; use --strategy zero1, zero2 or zero3")
+        if self.offload_params is not Offload.NONE:
+            sharded_params = (self.strategy is Strategy.DEEPSPEED and self.zero_stage == 3) or (
+                self.strategy is Strategy.FSDP and self.fsdp_sharding is not FsdpSharding.NONE
+            )
+            if not sharded_params:
+                raise UserInputError("parameter offload needs ZeRO-3 or FSDP; use --strategy zero3 or fsdp")
+        if self.strategy is Strategy.FSDP and Offload.NVME in (self.offload_optimizer, self.offload_params):
+            raise UserInputError("FSDP offloads to CPU only; NVMe offload needs --strategy zero3 (ZeRO-Infinity)")
+        if self.strategy is not Strategy.ENGINE and (self.tensor_parallel > 1 or self.pipeline_parallel > 1):
+            raise UserInputError("tensor and pipeline parallelism run on our engine; add --strategy engine")
+        if self.sequence_parallel and self.tensor_parallel == 1:
+            raise UserInputError("sequence parallelism splits along the tensor-parallel group; it needs --tp 2 or more")
+        if self.qlora and self.lora_rank == 0:
+            raise UserInputError("--qlora trains LoRA adapters; give their rank with --lora-rank")
+        if self.qlora and self.strategy is Strategy.DEEPSPEED and self.zero_stage == 3:
+            raise UserInputError(
+                "QLoRA with ZeRO-3 is not supported (the 4-bit base cannot be partitioned); use --strategy fsdp or zero2"
+            )
+        if self.virtual_stages > 1 and self.pipeline_schedule is not PipelineSchedule.INTERLEAVED:
+            raise UserInputError("virtual pipeline stages need the interleaved-1f1b schedule")
+        return self
+
+    @property
+    def model_parallel_size(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel
+
+    def data_parallel_size(self, world_size: int) -> int:
+        return world_size // self.model_parallel_size
+
+    def check_against(self, model: ModelSpec, world_size: int, gpus_per_node: int) -> None:
+        """Raise UserInputError when this layout cannot run this model on this cluster."""
+        tp, pp = self.tensor_parallel, self.pipeline_parallel
+        if world_size % (tp * pp):
+            raise UserInputError(f"--tp {tp} x --pp {pp} = {tp * pp} does not divide the {world_size} GPUs")
+        if model.num_heads % tp:
+            raise UserInputError(
+                f"--tp {tp} does not divide {model.name}'s {model.num_heads} attention heads; "
+                f"use a divisor of {model.num_heads}"
+            )
+        if tp > 1 and model.num_kv_heads % tp and tp % model.num_kv_heads:
+            raise UserInputError(
+                f"--tp {tp} cannot split {model.name}'s {model.num_kv_heads} key/value heads evenly"
+            )
+        if tp > gpus_per_node:
+            raise UserInputError(f"--tp {tp} spans nodes; keep tensor parallelism inside a node ({gpus_per_node} GPUs)")
+        stage_layers = model.num_decoder_layers or model.num_layers
+        if pp > 1 and model.num_layers % pp:
+            raise UserInputError(
+                f"--pp {pp} does not divide {model.name}'s {model.num_layers} layers; use a divisor of {model.num_layers}"
+            )
+        if pp * self.virtual_stages > stage_layers and pp > 1:
+            raise UserInputError(f"{pp * self.virtual_stages} pipeline chunks exceed {model.name}'s {stage_layers} layers")
+        if self.expert_parallel > 1:
+            if not model.is_moe:
+                raise UserInputError(f"--ep {self.expert_parallel}: {model.name} has no experts")
+            if model.num_experts % self.expert_parallel:
+                raise UserInputError(
+                    f"--ep {self.expert_parallel} does not divide {model.name}'s {model.num_experts} experts"
+                )
+            if self.data_parallel_size(world_size) % self.expert_parallel:
+                raise UserInputError("--ep must divide the data-parallel size")
+        if self.seq_len > model.max_position_embeddings and model.position_embedding == "learned":
+            raise UserInputError(
+                f"--seq-len {self.seq_len} exceeds {model.name}'s {model.max_position_embeddings} learned positions"
+            )
