@@ -1,0 +1,54 @@
+"""The typed result of the throughput estimator (the contract other parts read).
+
+Every figure carries where it came from in `sources`: "formula: ...",
+"calibration: ..." or "measured: benchmark record <id> (<date>)".
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class StepTimeBreakdown(BaseModel):
+    """Seconds per optimizer step, by what the time is spent on.
+
+    `exposed_*` is the part not hidden behind compute; the step time is
+    compute + exposed communication + bubble + offload.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    compute_s: float = Field(ge=0)
+    recompute_s: float = Field(default=0.0, ge=0)
+    data_parallel_comm_s: float = Field(default=0.0, ge=0)  # total, before overlap
+    tensor_parallel_comm_s: float = Field(default=0.0, ge=0)
+    pipeline_p2p_s: float = Field(default=0.0, ge=0)
+    exposed_comm_s: float = Field(default=0.0, ge=0)
+    pipeline_bubble_s: float = Field(default=0.0, ge=0)
+    offload_s: float = Field(default=0.0, ge=0)
+    optimizer_step_s: float = Field(default=0.0, ge=0)
+
+
+class ThroughputEstimate(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    step_time_s: float = Field(gt=0)
+    tokens_per_s: float = Field(gt=0)
+    samples_per_s: float = Field(gt=0)
+    tflops_per_gpu: float = Field(ge=0)  # model FLOPs (no recompute) per GPU per second / 1e12
+    mfu: float = Field(ge=0)
+    hfu: float = Field(ge=0)
+    global_batch: int = Field(ge=1)  # sequences per optimizer step
+    breakdown: StepTimeBreakdown
+    price_usd_per_gpu_hour: float = Field(ge=0)
+    sources: dict[str, str] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+
+    def time_to_train_s(self, tokens: float) -> float:
+        return tokens / self.tokens_per_s
+
+    def gpu_hours(self, tokens: float, world_size: int) -> float:
+        return self.time_to_train_s(tokens) * world_size / 3600.0
+
+    def cost_usd(self, tokens: float, world_size: int) -> float:
+        return self.gpu_hours(tokens, world_size) * self.price_usd_per_gpu_hour
