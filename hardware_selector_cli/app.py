@@ -39,6 +39,29 @@ def validation_message(error: ValidationError) -> str:
     return f"{location}: {first['msg']}" if location else first["msg"]
 
 
+def _click_exception_modules() -> list:
+    """Typer >= 0.20 vendors its own click (typer._click); older ones use click itself."""
+    modules = [click.exceptions]
+    try:
+        from typer._click import exceptions as vendored_click
+    except ImportError:
+        return modules
+    return modules + [vendored_click]
+
+
+_CLICK_MODULES = _click_exception_modules()
+
+
+def _classes(name: str) -> tuple[type, ...]:
+    return tuple(getattr(module, name) for module in _CLICK_MODULES if hasattr(module, name))
+
+
+USAGE_ERRORS = _classes("UsageError")
+OTHER_CLICK_ERRORS = _classes("ClickException")
+ABORTS = _classes("Abort") + (typer.Abort,)
+EXITS = _classes("Exit") + (typer.Exit,)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app and map errors to exit codes."""
     command = typer.main.get_command(app)
@@ -50,13 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     except ValidationError as error:
         print(f"error: {validation_message(error)}", file=sys.stderr)
         return 2
-    except click.exceptions.UsageError as error:
+    except USAGE_ERRORS as error:
         hint = f"; run '{error.ctx.command_path} --help'" if error.ctx else ""
         print(f"error: {error.format_message()}{hint}", file=sys.stderr)
         return 2
-    except click.exceptions.Abort:
+    except OTHER_CLICK_ERRORS as error:
+        print(f"error: {error.format_message()}", file=sys.stderr)
+        return 2
+    except ABORTS:
         print("aborted", file=sys.stderr)
         return 130
-    except click.exceptions.Exit as exit_:
+    except EXITS as exit_:
         return exit_.exit_code
     return result if isinstance(result, int) else 0
