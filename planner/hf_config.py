@@ -20,16 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from .config_fields import ConfigFields, basic_dims, present_spelling
 from .errors import ConfigFieldError, UserInputError
 from .model_spec import MlpKind, ModelFamily, ModelSpec, ParamCounts
 from .param_formula import ArchitectureDims, LayoutDetails, formula_param_counts
-
-_MISSING = object()
-
 
 class ParsedConfig(BaseModel):
     """What a config.json says, before any parameter counting."""
@@ -43,110 +40,15 @@ class ParsedConfig(BaseModel):
     attention_dropout: float = 0.0
 
 
-class _Fields:
-    """Typed reads of config fields; every failure names the field it is about."""
-
-    def __init__(self, config: dict, source: str):
-        self.config = config
-        self.source = source
-
-    def error(self, field: str, problem: str) -> ConfigFieldError:
-        return ConfigFieldError(self.source, field, problem)
-
-    def _lookup(self, names: Sequence[str]) -> tuple[str, Any]:
-        # The first of the accepted spellings that is present and not null.
-        for name in names:
-            if self.config.get(name) is not None:
-                return name, self.config[name]
-        return names[0], _MISSING
-
-    def int(self, *names: str, default: Any = _MISSING, minimum: int = 1) -> int:
-        name, value = self._lookup(names)
-        if value is _MISSING:
-            if default is _MISSING:
-                also = f" (also accepted: {', '.join(names[1:])})" if len(names) > 1 else ""
-                raise self.error(names[0], f"is missing{also}")
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(name, f"must be an integer, got {value!r}")
-        if value < minimum:
-            raise self.error(name, f"must be {'positive' if minimum == 1 else f'at least {minimum}'}, got {value}")
-        return value
-
-    def bool(self, name: str, default: bool) -> bool:
-        value = self.config.get(name)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self.error(name, f"must be true or false, got {value!r}")
-        return value
-
-    def str(self, *names: str, default: str) -> str:
-        name, value = self._lookup(names)
-        if value is _MISSING:
-            return default
-        if not isinstance(value, str):
-            raise self.error(name, f"must be a string, got {value!r}")
-        return value
-
-    def probability(self, *names: str, default: float = 0.0) -> float:
-        name, value = self._lookup(names)
-        if value is _MISSING:
-            return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            raise self.error(name, f"must be a probability in [0, 1), got {value!r}")
-        return float(value)
-
-    def int_list(self, name: str) -> list[int]:
-        value = self.config.get(name) or []
-        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise self.error(name, f"must be a list of layer indices, got {value!r}")
-        return value
-
-    def head_dim(self, hidden: int, heads: int, heads_field: str) -> int:
-        """hidden // heads, or an error on the heads field when it does not divide."""
-        if hidden % heads:
-            raise self.error(heads_field, f"({heads}) does not divide the hidden size ({hidden})")
-        return hidden // heads
-
-    def kv_heads(self, heads: int, default: int | None, *names: str) -> int:
-        kv = self.int(*names, default=heads if default is None else default)
-        if heads % kv:
-            raise self.error(names[0], f"({kv}) must divide the number of attention heads ({heads})")
-        return kv
-
-
-def _present(f: _Fields, *names: str) -> str:
-    """The spelling of a field this config uses, for error messages."""
-    return next((name for name in names if name in f.config), names[0])
-
-
-def _basic_dims(
-    f: _Fields,
-    hidden: tuple[str, ...] = ("hidden_size",),
-    layers: tuple[str, ...] = ("num_hidden_layers",),
-    heads: tuple[str, ...] = ("num_attention_heads",),
-) -> dict[str, int]:
-    """hidden_size, num_layers, num_heads, head_dim and vocab_size, under the spellings given."""
-    hidden_size, num_heads = f.int(*hidden), f.int(*heads)
-    return dict(
-        hidden_size=hidden_size,
-        num_layers=f.int(*layers),
-        num_heads=num_heads,
-        head_dim=f.head_dim(hidden_size, num_heads, _present(f, *heads)),
-        vocab_size=f.int("vocab_size"),
-    )
-
-
 # --- GPT-2 lineage: LayerNorm with biases, learned or rotary positions ---------------------------
 
 _GPT2_NAMES = dict(hidden=("n_embd", "hidden_size"), layers=("n_layer", "num_hidden_layers"),
                    heads=("n_head", "num_attention_heads"))
 
 
-def _read_gpt2_style(f: _Fields, model_type: str) -> ParsedConfig:
+def _read_gpt2_style(f: ConfigFields, model_type: str) -> ParsedConfig:
     """GPT-2 and GPT-J share field names; GPT-J adds rotary positions and parallel attention/MLP."""
-    dims = _basic_dims(f, **_GPT2_NAMES)
+    dims = basic_dims(f, **_GPT2_NAMES)
     gptj = model_type == "gptj"
     return ParsedConfig(
         dims=ArchitectureDims(
@@ -165,8 +67,8 @@ def _read_gpt2_style(f: _Fields, model_type: str) -> ParsedConfig:
     )
 
 
-def _read_opt(f: _Fields) -> ParsedConfig:
-    dims = _basic_dims(f)
+def _read_opt(f: ConfigFields) -> ParsedConfig:
+    dims = basic_dims(f)
     bias = f.bool("enable_bias", True)
     projection = f.int("word_embed_proj_dim", default=dims["hidden_size"])
     # Post-norm OPT (350m) has no final layer norm.
@@ -189,8 +91,8 @@ def _read_opt(f: _Fields) -> ParsedConfig:
     )
 
 
-def _read_bloom(f: _Fields) -> ParsedConfig:
-    dims = _basic_dims(f, hidden=("hidden_size", "n_embed"), layers=("n_layer", "num_hidden_layers"),
+def _read_bloom(f: ConfigFields) -> ParsedConfig:
+    dims = basic_dims(f, hidden=("hidden_size", "n_embed"), layers=("n_layer", "num_hidden_layers"),
                        heads=("n_head", "num_attention_heads"))
     return ParsedConfig(
         dims=ArchitectureDims(
@@ -207,8 +109,8 @@ def _read_bloom(f: _Fields) -> ParsedConfig:
     )
 
 
-def _read_falcon(f: _Fields) -> ParsedConfig:
-    dims = _basic_dims(f, hidden=("hidden_size", "n_embed"))
+def _read_falcon(f: ConfigFields) -> ParsedConfig:
+    dims = basic_dims(f, hidden=("hidden_size", "n_embed"))
     heads = dims["num_heads"]
     new_architecture = f.bool("new_decoder_architecture", False)
     multi_query, parallel = f.bool("multi_query", True), f.bool("parallel_attn", True)
@@ -236,10 +138,10 @@ def _read_falcon(f: _Fields) -> ParsedConfig:
     )
 
 
-def _read_gpt_neox(f: _Fields) -> ParsedConfig:
+def _read_gpt_neox(f: ConfigFields) -> ParsedConfig:
     return ParsedConfig(
         dims=ArchitectureDims(
-            model_type="gpt_neox", **_basic_dims(f), ffn_size=f.int("intermediate_size"),
+            model_type="gpt_neox", **basic_dims(f), ffn_size=f.int("intermediate_size"),
             activation=f.str("hidden_act", default="gelu"),
             max_position_embeddings=f.int("max_position_embeddings", default=2048),
             tied_embeddings=f.bool("tie_word_embeddings", False), position_embedding="rotary",
@@ -286,7 +188,7 @@ _LLAMA_STYLE: dict[str, _LlamaStyle] = {
 }
 
 
-def _read_moe(f: _Fields, model_type: str, layers: int, ffn: int) -> tuple[dict, dict]:
+def _read_moe(f: ConfigFields, model_type: str, layers: int, ffn: int) -> tuple[dict, dict]:
     """ArchitectureDims and LayoutDetails fields of the MoE models (empty for dense ones)."""
     if model_type == "mixtral":
         dims = dict(num_experts=f.int("num_local_experts", "num_experts", default=8),
@@ -308,7 +210,7 @@ def _read_moe(f: _Fields, model_type: str, layers: int, ffn: int) -> tuple[dict,
     return dims, layout
 
 
-def _read_llama_style(f: _Fields, model_type: str) -> ParsedConfig:
+def _read_llama_style(f: ConfigFields, model_type: str) -> ParsedConfig:
     style = _LLAMA_STYLE[model_type]
     hidden, heads, layers = f.int("hidden_size"), f.int("num_attention_heads"), f.int("num_hidden_layers")
     kv_heads = f.kv_heads(heads, style.default_kv_heads, "num_key_value_heads")
@@ -350,10 +252,10 @@ def _read_llama_style(f: _Fields, model_type: str) -> ParsedConfig:
 # --- encoders and encoder-decoders -------------------------------------------------------------
 
 
-def _read_bert_style(f: _Fields, model_type: str) -> ParsedConfig:
+def _read_bert_style(f: ConfigFields, model_type: str) -> ParsedConfig:
     return ParsedConfig(
         dims=ArchitectureDims(
-            family=ModelFamily.ENCODER_ONLY, model_type=model_type, **_basic_dims(f),
+            family=ModelFamily.ENCODER_ONLY, model_type=model_type, **basic_dims(f),
             ffn_size=f.int("intermediate_size"), activation=f.str("hidden_act", default="gelu"),
             max_position_embeddings=f.int("max_position_embeddings", default=512),
             tied_embeddings=True,  # the base model has no output head to tie or untie
@@ -369,7 +271,7 @@ def _read_bert_style(f: _Fields, model_type: str) -> ParsedConfig:
     )
 
 
-def _read_t5(f: _Fields) -> ParsedConfig:
+def _read_t5(f: ConfigFields) -> ParsedConfig:
     feed_forward = f.str("feed_forward_proj", default="relu")
     parts = feed_forward.split("-")
     if len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated"):
@@ -402,7 +304,7 @@ def _read_t5(f: _Fields) -> ParsedConfig:
     )
 
 
-_READERS: dict[str, Callable[[_Fields], ParsedConfig]] = {
+_READERS: dict[str, Callable[[ConfigFields], ParsedConfig]] = {
     "gpt2": lambda f: _read_gpt2_style(f, "gpt2"),
     "gptj": lambda f: _read_gpt2_style(f, "gptj"),
     "opt": _read_opt,
@@ -431,7 +333,7 @@ def parse_hf_config(config: dict, *, source: str = "config.json") -> ParsedConfi
             f"{source}: model_type {model_type!r} is not supported; supported types: "
             f"{', '.join(SUPPORTED_MODEL_TYPES)} (or describe the model with --params or the dimension flags)"
         )
-    return reader(_Fields(config, source))
+    return reader(ConfigFields(config, source))
 
 
 def spec_from_hf_config(
