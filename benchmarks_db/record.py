@@ -1,0 +1,122 @@
+"""One benchmark run as stored in the `runs` table: what ran, where, and how fast.
+
+A RunRecord is the unit of every write (one transaction each), of import and
+export, and what the calibration reads (as planner.calibration.MeasuredRun).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from planner.calibration import MeasuredRun
+from planner.model_spec import ModelSpec
+from planner.training_config import TrainingConfig
+
+
+class RunStatus(str, Enum):
+    OK = "ok"
+    OOM = "oom"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+def utc_now() -> datetime:
+    """Naive UTC: DuckDB's TIMESTAMP has no zone, and every stored time is UTC."""
+    return datetime.now(timezone.utc).replace(tzinfo=None, microsecond=0)
+
+
+def spec_hash(spec: ModelSpec) -> str:
+    """Stable 16-hex digest of a model's architecture and counts (not of its name)."""
+    fields = spec.model_dump(mode="json", exclude={"name", "hf_id", "aliases", "origin"})
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+    return digest[:16]
+
+
+class RunRecord(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(default_factory=new_run_id, min_length=1)
+    created_at: datetime = Field(default_factory=utc_now)
+    host: str
+    # hardware
+    gpu_name: str
+    gpu_count: int = Field(ge=1)  # world size
+    nodes: int = Field(default=1, ge=1)
+    interconnect: str = "none"
+    driver: Optional[str] = None
+    # software
+    torch_version: Optional[str] = None
+    deepspeed_version: Optional[str] = None
+    transformers_version: Optional[str] = None
+    hardware_selector_version: Optional[str] = None
+    # model and config
+    model_name: str
+    model_spec_hash: str
+    tiny: bool = False  # the catalog architecture at tiny sizes (backends.model_factory.tiny_config)
+    strategy: str
+    config_json: str  # TrainingConfig.model_dump_json()
+    micro_batch: int = Field(ge=1)
+    grad_accum: int = Field(ge=1)
+    global_batch: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+    precision: str
+    # measured
+    step_time_median_s: Optional[float] = Field(default=None, gt=0)
+    step_time_spread_s: Optional[float] = Field(default=None, ge=0)  # interquartile range
+    steps_measured: Optional[int] = Field(default=None, ge=0)
+    tokens_per_s: Optional[float] = Field(default=None, gt=0)
+    tflops_per_gpu: Optional[float] = Field(default=None, ge=0)
+    mfu: Optional[float] = Field(default=None, ge=0)
+    peak_memory_per_rank_bytes: Optional[list[int]] = None
+    # the planner's prediction for the same config, at the time of the run
+    predicted_step_time_s: Optional[float] = Field(default=None, gt=0)
+    predicted_tokens_per_s: Optional[float] = Field(default=None, gt=0)
+    predicted_peak_memory_bytes: Optional[int] = Field(default=None, ge=0)
+    prediction_json: Optional[str] = None
+    status: RunStatus
+    error: Optional[str] = None
+    # added by migration 2
+    matrix_key: Optional[str] = None  # the benchmark-matrix entry this run measured (resume)
+    runner: Optional[str] = None  # which program measured it
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "RunRecord":
+        if self.status is RunStatus.OK and self.step_time_median_s is None:
+            raise ValueError("a run with status 'ok' needs step_time_median_s")
+        if self.status is not RunStatus.OK and not self.error:
+            raise ValueError(f"a run with status '{self.status.value}' needs its error text")
+        TrainingConfig.model_validate_json(self.config_json)
+        return self
+
+    @property
+    def config(self) -> TrainingConfig:
+        return TrainingConfig.model_validate_json(self.config_json)
+
+    def measured_run(self) -> MeasuredRun:
+        """The plain data the planner's calibration reads."""
+        return MeasuredRun(
+            id=self.id,
+            measured_at=self.created_at,
+            gpu_name=self.gpu_name,
+            world_size=self.gpu_count,
+            nodes=self.nodes,
+            model_name=self.model_name,
+            model_spec_hash=self.model_spec_hash,
+            config=self.config,
+            ok=self.status is RunStatus.OK,
+            step_time_s=self.step_time_median_s,
+            tokens_per_s=self.tokens_per_s,
+            predicted_step_time_s=self.predicted_step_time_s,
+            peak_memory_bytes=max(self.peak_memory_per_rank_bytes) if self.peak_memory_per_rank_bytes else None,
+        )

@@ -1,0 +1,216 @@
+"""The DuckDB store of benchmark runs: safe writes, simple queries.
+
+DuckDB lets one process write a file at a time, so every access holds an
+advisory lock on `<db>.lock` (exclusive to write, shared to read) and keeps
+the database open only for that access. A second writer waits for the lock
+(with backoff, up to `lock_timeout_s`); each run is inserted in its own
+transaction, so a process killed mid-write leaves no partial row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from planner.errors import UserInputError
+
+from .paths import resolve_db_path
+from .record import RunRecord, RunStatus
+from .schema import SCHEMA_VERSION, applied_version, migrate
+
+COLUMNS: tuple[str, ...] = tuple(RunRecord.model_fields)
+_INSERT = f"INSERT INTO runs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
+
+
+def record_values(record: RunRecord) -> list[Any]:
+    data = record.model_dump()
+    data["status"] = record.status.value
+    return [data[column] for column in COLUMNS]
+
+
+def record_from_row(row: tuple) -> RunRecord:
+    return RunRecord.model_validate(dict(zip(COLUMNS, row)))
+
+
+class BenchmarkStore:
+    def __init__(self, path: str | Path | None = None, *, lock_timeout_s: float = 120.0):
+        self.path = resolve_db_path(path)
+        self.lock_timeout_s = lock_timeout_s
+
+    # -- locking and connections -------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self, exclusive: bool) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        with open(lock_path, "a+") as handle:
+            mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+            deadline = time.monotonic() + self.lock_timeout_s
+            delay = 0.01
+            while True:
+                try:
+                    fcntl.flock(handle.fileno(), mode | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise UserInputError(
+                            f"{self.path} is busy (another benchmark holds it for over {self.lock_timeout_s:g} s); "
+                            "retry when it finishes"
+                        ) from None
+                    time.sleep(delay * (1 + random.random()))
+                    delay = min(delay * 2, 0.5)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def _connect(self, read_only: bool) -> Any:
+        import duckdb
+
+        # Our lock serialises our own processes; a foreign one (the duckdb CLI) may
+        # still hold the file, so retry DuckDB's own lock error for a while too.
+        deadline = time.monotonic() + self.lock_timeout_s
+        delay = 0.05
+        while True:
+            try:
+                return duckdb.connect(str(self.path), read_only=read_only)
+            except duckdb.IOException as error:
+                if "lock" not in str(error).lower() or time.monotonic() > deadline:
+                    raise UserInputError(f"cannot open {self.path}: {str(error).splitlines()[0]}") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Any]:
+        with self._locked(exclusive=True):
+            connection = self._connect(read_only=False)
+            try:
+                migrate(connection)
+                yield connection
+            finally:
+                connection.close()
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Any | None]:
+        """A read-only connection, or None when there is no database yet."""
+        if not self.path.exists():
+            yield None
+            return
+        if self._version() < SCHEMA_VERSION:
+            with self.writing():  # an older file: upgrade it in place first
+                pass
+        with self._locked(exclusive=False):
+            connection = self._connect(read_only=True)
+            try:
+                yield connection
+            finally:
+                connection.close()
+
+    def _version(self) -> int:
+        with self._locked(exclusive=False):
+            connection = self._connect(read_only=True)
+            try:
+                version = applied_version(connection)
+            finally:
+                connection.close()
+        if version > SCHEMA_VERSION:
+            raise UserInputError(
+                f"{self.path} has schema version {version}, newer than this hardware-selector's "
+                f"({SCHEMA_VERSION}); upgrade hardware-selector"
+            )
+        return version
+
+    # -- writes -------------------------------------------------------------------
+
+    def add(self, record: RunRecord) -> None:
+        """Insert one run in its own transaction."""
+        self.add_many([record])
+
+    def add_many(self, records: list[RunRecord]) -> None:
+        """Insert runs in ONE transaction: all of them or none."""
+        if not records:
+            return
+        with self.writing() as connection:
+            connection.execute("BEGIN TRANSACTION")
+            try:
+                connection.executemany(_INSERT, [record_values(record) for record in records])
+                connection.execute("COMMIT")
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+
+    # -- reads --------------------------------------------------------------------
+
+    def runs(
+        self,
+        *,
+        gpu: str | None = None,
+        model: str | None = None,
+        strategy: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        """Runs matching every filter given, newest first."""
+        clauses, values = [], []
+        for column, value in (("gpu_name", gpu), ("model_name", model), ("strategy", strategy), ("status", status)):
+            if value is not None:
+                clauses.append(f"lower({column}) = lower(?)")
+                values.append(value)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        tail = f"LIMIT {int(limit)}" if limit else ""
+        with self.reading() as connection:
+            if connection is None:
+                return []
+            rows = connection.execute(
+                f"SELECT {', '.join(COLUMNS)} FROM runs {where} ORDER BY created_at DESC, id {tail}", values
+            ).fetchall()
+        return [record_from_row(row) for row in rows]
+
+    def get(self, id_prefix: str) -> RunRecord:
+        """The run whose id starts with this prefix; a UserInputError if none or several do."""
+        if not id_prefix:
+            raise UserInputError("give a run id (or its first characters); list them with `hardware-selector db list`")
+        with self.reading() as connection:
+            rows = [] if connection is None else connection.execute(
+                f"SELECT {', '.join(COLUMNS)} FROM runs WHERE id LIKE ? || '%' LIMIT 2", [id_prefix]
+            ).fetchall()
+        if not rows:
+            raise UserInputError(f"no run with id '{id_prefix}' in {self.path}; see `hardware-selector db list`")
+        if len(rows) > 1:
+            raise UserInputError(f"run id '{id_prefix}' is ambiguous; give more characters")
+        return record_from_row(rows[0])
+
+    def existing_ids(self, ids: list[str]) -> set[str]:
+        with self.reading() as connection:
+            if connection is None or not ids:
+                return set()
+            rows = connection.execute("SELECT id FROM runs WHERE list_contains(?, id)", [ids]).fetchall()
+        return {row[0] for row in rows}
+
+    def done_matrix_keys(self, *, retry_failed: bool = False) -> set[str]:
+        """Matrix entries already recorded (only the successful ones when retrying failures)."""
+        wanted = [RunStatus.OK.value] if retry_failed else [status.value for status in RunStatus]
+        with self.reading() as connection:
+            if connection is None:
+                return set()
+            rows = connection.execute(
+                "SELECT DISTINCT matrix_key FROM runs WHERE matrix_key IS NOT NULL AND list_contains(?, status)",
+                [wanted],
+            ).fetchall()
+        return {row[0] for row in rows}
+
+    def count(self) -> int:
+        with self.reading() as connection:
+            return 0 if connection is None else connection.execute("SELECT count(*) FROM runs").fetchone()[0]
+
+
+def config_summary(record: RunRecord) -> str:
+    config = json.loads(record.config_json)
+    checkpointing = config.get("activation_checkpointing", "none")
+    return f"{record.strategy} mb={record.micro_batch} ga={record.grad_accum} ac={checkpointing}"
+

@@ -1,0 +1,135 @@
+"""Share runs between teams: export to and import from Parquet or CSV.
+
+Import policy: a file missing a required column is rejected as a whole (with
+the columns it lacks); otherwise each row is validated on its own, bad rows
+are reported by row number and reason, and the good ones are imported in one
+transaction. Runs whose id is already in the database are skipped, so
+importing the same file twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from planner.errors import UserInputError
+
+from .record import RunRecord
+from .store import COLUMNS, BenchmarkStore
+
+FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
+REQUIRED_COLUMNS = tuple(
+    name for name, field in RunRecord.model_fields.items() if field.is_required() and name != "status"
+) + ("status",)
+
+
+class ImportReport(BaseModel):
+    path: str
+    rows: int
+    imported: int
+    duplicates: int
+    bad_rows: list[str]  # "row 7: step_time_median_s: ..." lines
+    ignored_columns: list[str]
+
+
+def file_format(path: Path) -> str:
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise UserInputError(f"{path}: unknown file type '{path.suffix}'; use .parquet or .csv")
+    return fmt
+
+
+def export_runs(store: BenchmarkStore, path: str | Path) -> int:
+    """Write every run to a Parquet or CSV file (atomically); returns how many."""
+    target = Path(path)
+    fmt = file_format(target)
+    # CSV has no list type: the per-rank peaks travel as a JSON array.
+    columns = [
+        f"to_json({column}) AS {column}" if fmt == "csv" and column == "peak_memory_per_rank_bytes" else column
+        for column in COLUMNS
+    ]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
+    os.close(handle)
+    try:
+        with store.reading() as connection:
+            if connection is None:
+                raise UserInputError(f"no benchmark database at {store.path}; run run-training-benchmark --run first")
+            count = connection.execute("SELECT count(*) FROM runs").fetchone()[0]
+            options = "FORMAT parquet" if fmt == "parquet" else "FORMAT csv, HEADER true"
+            query = f"SELECT {', '.join(columns)} FROM runs ORDER BY created_at, id"
+            connection.execute(f"COPY ({query}) TO '{_sql_path(temp_name)}' ({options})")
+        os.replace(temp_name, target)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+    return count
+
+
+def _sql_path(path: str | Path) -> str:
+    return str(path).replace("'", "''")
+
+
+def _read_rows(path: Path) -> tuple[list[str], list[tuple]]:
+    import duckdb
+
+    reader = "read_parquet(?)" if file_format(path) == "parquet" else "read_csv(?, header = true, all_varchar = true)"
+    connection = duckdb.connect()
+    try:
+        relation = connection.execute(f"SELECT * FROM {reader}", [str(path)])
+        names = [column[0] for column in relation.description]
+        return names, relation.fetchall()
+    except duckdb.Error as error:
+        raise UserInputError(f"{path}: not a readable {file_format(path)} file ({str(error).splitlines()[0]})") from None
+    finally:
+        connection.close()
+
+
+def _row_record(values: dict) -> RunRecord:
+    peaks = values.get("peak_memory_per_rank_bytes")
+    if isinstance(peaks, str):
+        values["peak_memory_per_rank_bytes"] = json.loads(peaks) if peaks.strip() else None
+    return RunRecord.model_validate(values)
+
+
+def import_runs(store: BenchmarkStore, path: str | Path) -> ImportReport:
+    source = Path(path)
+    if not source.is_file():
+        raise UserInputError(f"{source}: no such file")
+    names, rows = _read_rows(source)
+    missing = [column for column in REQUIRED_COLUMNS if column not in names]
+    if missing:
+        raise UserInputError(f"{source}: rejected, it lacks the column(s) {', '.join(missing)}; "
+                             "export files with `hardware-selector db export`")
+    known = [name for name in names if name in COLUMNS]
+    records: list[RunRecord] = []
+    bad: list[str] = []
+    for number, row in enumerate(rows, start=1):
+        values = {name: value for name, value in zip(names, row) if name in COLUMNS and value is not None}
+        try:
+            records.append(_row_record(values))
+        except (ValidationError, ValueError) as error:
+            bad.append(f"row {number}: {_first_problem(error)}")
+    seen = store.existing_ids([record.id for record in records])
+    fresh, ids = [], set()
+    for record in records:
+        if record.id not in seen and record.id not in ids:
+            fresh.append(record)
+            ids.add(record.id)
+    store.add_many(fresh)
+    return ImportReport(
+        path=str(source), rows=len(rows), imported=len(fresh), duplicates=len(records) - len(fresh),
+        bad_rows=bad, ignored_columns=[name for name in names if name not in known],
+    )
+
+
+def _first_problem(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        return f"{where}: {first['msg']}" if where else first["msg"]
+    return str(error).splitlines()[0]

@@ -1,0 +1,207 @@
+"""Calibrate the analytical throughput model with measured benchmark runs.
+
+Two uses of the records of the current hardware:
+- a config that was measured gets the measured step time instead of the
+  prediction, marked "measured: benchmark record <id> (<date>)";
+- every other config gets a per-(GPU, strategy) correction fitted from the
+  records: step_time = overhead_s + scale * predicted_step_time. The fixed
+  overhead is what a FLOP/byte model cannot see (Python, kernel launches,
+  collective latency per step); the scale absorbs achieved-vs-peak efficiency.
+
+The records arrive as plain pydantic data (MeasuredRun); reading them from the
+DuckDB store is benchmarks_db's job, so the planner never imports duckdb.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Callable, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .gpu_catalog import normalize_gpu_name
+from .throughput.result import ThroughputEstimate
+from .training_config import Strategy, TrainingConfig
+
+# An affine fit needs more points than parameters to mean anything.
+MIN_RECORDS_FOR_AFFINE = 3
+
+
+class MeasuredRun(BaseModel):
+    """One benchmark record, as the calibration needs it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    measured_at: datetime
+    gpu_name: str
+    world_size: int = Field(ge=1)
+    nodes: int = Field(default=1, ge=1)
+    model_name: str
+    model_spec_hash: str
+    config: TrainingConfig
+    ok: bool
+    step_time_s: Optional[float] = Field(default=None, gt=0)
+    tokens_per_s: Optional[float] = Field(default=None, gt=0)
+    predicted_step_time_s: Optional[float] = Field(default=None, gt=0)
+    peak_memory_bytes: Optional[int] = None
+
+    @property
+    def family(self) -> str:
+        return strategy_family(self.config)
+
+    @property
+    def label(self) -> str:
+        return f"record {self.id[:8]} ({self.measured_at:%Y-%m-%d})"
+
+
+def strategy_family(config: TrainingConfig) -> str:
+    """The group a correction is fitted for: strategies differ in what they communicate and when."""
+    if config.strategy is Strategy.FSDP:
+        return f"fsdp-{config.fsdp_sharding.value}"
+    if config.strategy is Strategy.DEEPSPEED:
+        return f"zero{config.zero_stage}"
+    if config.strategy is Strategy.ENGINE:
+        return f"engine-tp{config.tensor_parallel}-pp{config.pipeline_parallel}"
+    return config.strategy.value
+
+
+class Correction(BaseModel):
+    """step_time = overhead_s + scale * predicted, for one GPU and strategy family."""
+
+    model_config = ConfigDict(frozen=True)
+
+    gpu: str
+    family: str
+    form: Literal["affine", "ratio"]
+    scale: float = Field(gt=0)
+    overhead_s: float = Field(ge=0)
+    records: int = Field(ge=1)
+
+    def apply(self, predicted_step_time_s: float) -> float:
+        return self.overhead_s + self.scale * predicted_step_time_s
+
+    def describe(self) -> str:
+        if self.form == "ratio":
+            return f"{self.family} on {self.gpu}: x{self.scale:.3g} ({self.records} records)"
+        return f"{self.family} on {self.gpu}: {self.overhead_s * 1e3:.3g} ms + x{self.scale:.3g} ({self.records} records)"
+
+
+def fit_correction(gpu: str, family: str, runs: list[MeasuredRun]) -> Correction:
+    """Least squares on relative error, so fast and slow configs weigh alike."""
+    pairs = [(run.predicted_step_time_s, run.step_time_s) for run in runs]
+    distinct = len({round(p, 12) for p, _ in pairs})
+    if len(pairs) >= MIN_RECORDS_FOR_AFFINE and distinct >= 2:
+        # Minimise sum((a + b p_i) / m_i - 1)^2: linear in (a, b) with rows (1/m_i, p_i/m_i).
+        s11 = sum(1 / m**2 for p, m in pairs)
+        s12 = sum(p / m**2 for p, m in pairs)
+        s22 = sum(p**2 / m**2 for p, m in pairs)
+        t1 = sum(1 / m for p, m in pairs)
+        t2 = sum(p / m for p, m in pairs)
+        det = s11 * s22 - s12**2
+        if det > 0:
+            overhead = (t1 * s22 - t2 * s12) / det
+            scale = (s11 * t2 - s12 * t1) / det
+            if overhead >= 0 and scale > 0:
+                return Correction(gpu=gpu, family=family, form="affine", scale=scale, overhead_s=overhead,
+                                  records=len(pairs))
+    # Too few points, or an affine fit that makes no physical sense: one geometric-mean ratio.
+    ratio = math.exp(sum(math.log(m / p) for p, m in pairs) / len(pairs))
+    return Correction(gpu=gpu, family=family, form="ratio", scale=ratio, overhead_s=0.0, records=len(pairs))
+
+
+def rescaled(estimate: ThroughputEstimate, step_time_s: float, source: str, note: str) -> ThroughputEstimate:
+    """The estimate with a new step time; rates follow it, the breakdown keeps its proportions."""
+    factor = estimate.step_time_s / step_time_s
+    breakdown = estimate.breakdown.model_copy(
+        update={name: value / factor for name, value in estimate.breakdown.model_dump().items()}
+    )
+    sources = dict(estimate.sources)
+    for key in ("step_time_s", "tokens_per_s", "samples_per_s", "tflops_per_gpu", "mfu"):
+        sources[key] = source
+    return estimate.model_copy(
+        update={
+            "step_time_s": step_time_s,
+            "tokens_per_s": estimate.tokens_per_s * factor,
+            "samples_per_s": estimate.samples_per_s * factor,
+            "tflops_per_gpu": estimate.tflops_per_gpu * factor,
+            "mfu": estimate.mfu * factor,
+            "hfu": estimate.hfu * factor,
+            "breakdown": breakdown,
+            "sources": sources,
+            "notes": [*estimate.notes, note],
+        }
+    )
+
+
+class Calibration(BaseModel):
+    """Corrections and measured runs for whatever hardware the records describe."""
+
+    model_config = ConfigDict(frozen=True)
+
+    corrections: list[Correction] = Field(default_factory=list)
+    measured: list[MeasuredRun] = Field(default_factory=list)  # successful runs, newest first
+    records_read: int = 0
+
+    @classmethod
+    def fit(cls, runs: list[MeasuredRun]) -> "Calibration":
+        ok = sorted((run for run in runs if run.ok and run.step_time_s), key=lambda r: r.measured_at, reverse=True)
+        groups: dict[tuple[str, str], list[MeasuredRun]] = {}
+        for run in ok:
+            if run.predicted_step_time_s:
+                groups.setdefault((normalize_gpu_name(run.gpu_name), run.family), []).append(run)
+        corrections = [fit_correction(group[0].gpu_name, family, group) for (_, family), group in sorted(groups.items())]
+        return cls(corrections=corrections, measured=ok, records_read=len(runs))
+
+    def for_gpu(self, gpu_name: str) -> "Calibration":
+        key = normalize_gpu_name(gpu_name)
+        return Calibration(
+            corrections=[c for c in self.corrections if normalize_gpu_name(c.gpu) == key],
+            measured=[run for run in self.measured if normalize_gpu_name(run.gpu_name) == key],
+            records_read=self.records_read,
+        )
+
+    def correction(self, gpu_name: str, config: TrainingConfig) -> Correction | None:
+        key, family = normalize_gpu_name(gpu_name), strategy_family(config)
+        return next((c for c in self.corrections if normalize_gpu_name(c.gpu) == key and c.family == family), None)
+
+    def measured_run(self, gpu_name: str, world_size: int, nodes: int, spec_hash: str,
+                     config: TrainingConfig) -> MeasuredRun | None:
+        key = normalize_gpu_name(gpu_name)
+        for run in self.measured:  # newest first
+            if (normalize_gpu_name(run.gpu_name) == key and run.world_size == world_size and run.nodes == nodes
+                    and run.model_spec_hash == spec_hash and run.config == config):
+                return run
+        return None
+
+    def corrected(self, estimate: ThroughputEstimate, gpu_name: str, config: TrainingConfig) -> ThroughputEstimate:
+        """The estimate shifted by its (GPU, strategy) correction; unchanged without one."""
+        correction = self.correction(gpu_name, config)
+        if correction is None:
+            return estimate
+        source = f"calibration: {correction.describe()}"
+        return rescaled(estimate, correction.apply(estimate.step_time_s), source, source)
+
+    def adjuster(self, gpu_name: str, world_size: int, nodes: int, spec_hash: str, *,
+                 use_measured: bool = True) -> Callable[[TrainingConfig, ThroughputEstimate], ThroughputEstimate]:
+        """The search's `throughput_adjust` hook for one model on one cluster."""
+
+        def adjust(config: TrainingConfig, estimate: ThroughputEstimate) -> ThroughputEstimate:
+            run = self.measured_run(gpu_name, world_size, nodes, spec_hash, config) if use_measured else None
+            if run is not None:
+                source = f"measured: benchmark {run.label}"
+                return rescaled(estimate, run.step_time_s, source, f"step time measured ({run.label})")
+            return self.corrected(estimate, gpu_name, config)
+
+        return adjust
+
+    def summary(self, gpu_name: str) -> str:
+        """One line for `plan`: whether and how it was calibrated, on how many records."""
+        mine = self.for_gpu(gpu_name)
+        if not mine.measured:
+            return f"not calibrated: no benchmark records for {gpu_name} ({self.records_read} records read)"
+        fitted = sum(c.records for c in mine.corrections)
+        families = ", ".join(c.describe() for c in mine.corrections) or "none (records lack predictions)"
+        return (f"calibrated on {len(mine.measured)} measured runs for {gpu_name} "
+                f"({fitted} used in corrections: {families}); measured configs use their measured step time")
