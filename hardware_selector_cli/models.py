@@ -42,26 +42,34 @@ def model_summary(spec: ModelSpec) -> dict:
 
 
 def _print_table(specs: list[ModelSpec]) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"Model catalog ({len(specs)} models; counts from the meta-device build)")
-    for column in ("name", "HF id", "family", "params", "active", "layers", "hidden", "heads (kv)", "FFN", "vocab"):
-        table.add_column(column, justify="right" if column not in ("name", "HF id", "family") else "left")
+    console = Console()
+    # The HF id is the widest column; on a narrow terminal (or a pipe) it is the one to drop
+    # so that the numbers stay readable. `--json` always has it.
+    wide = console.width >= 130
+    table = Table(
+        title=f"Model catalog ({len(specs)} models; counts from the meta-device build)",
+        box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+    )
+    columns = ["name", "HF id", "family"] if wide else ["name"]
+    for column in (*columns, "params", "active", "layers", "hidden", "heads(kv)", "FFN", "vocab"):
+        table.add_column(column, justify="left" if column in ("name", "HF id", "family") else "right", no_wrap=True)
     for spec in specs:
         table.add_row(
             spec.name,
-            spec.hf_id or "",
-            spec.family.value,
+            *([spec.hf_id or "", spec.family.value] if wide else []),
             format_count(spec.params.total),
             format_count(spec.params.active_per_token) if spec.is_moe else "",
             str(spec.num_layers),
             str(spec.hidden_size),
-            f"{spec.num_heads} ({spec.num_kv_heads})",
-            str(spec.expert_ffn_size or spec.ffn_size) + (f" x{spec.num_experts}" if spec.is_moe else ""),
+            f"{spec.num_heads}({spec.num_kv_heads})",
+            str(spec.expert_ffn_size or spec.ffn_size) + (f"x{spec.num_experts}" if spec.is_moe else ""),
             str(spec.vocab_size),
         )
-    Console().print(table)
+    console.print(table)
 
 
 def register(app: typer.Typer) -> None:
