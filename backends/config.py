@@ -1,0 +1,197 @@
+"""engine.json: a DeepSpeed-style config plus one `hardware_selector` block of our own.
+
+The same file drives DeepSpeed or our engine, so every DeepSpeed key we accept
+means what it means in DeepSpeed. Every block forbids unknown keys: a typo or a
+DeepSpeed feature we do not implement is a one-line error, never silence.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from planner.errors import UserInputError
+
+ENGINE_SCHEMA_VERSION = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OptimizerParams(_Strict):
+    lr: float = Field(default=1e-3, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(default=1e-8, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    adam_w_mode: bool = True  # DeepSpeed's "Adam" is AdamW unless this is false
+    torch_adam: bool = True  # accepted for DeepSpeed compatibility: we always use torch's Adam
+    momentum: float = Field(default=0.0, ge=0)  # SGD
+    nesterov: bool = False  # SGD
+    dampening: float = 0.0  # SGD
+
+
+class OptimizerBlock(_Strict):
+    type: Literal["AdamW", "Adam", "SGD"] = "AdamW"
+    params: OptimizerParams = OptimizerParams()
+
+
+class SchedulerParams(_Strict):
+    warmup_min_lr: float = 0.0
+    warmup_max_lr: Optional[float] = None  # None: the optimizer's lr, as in DeepSpeed
+    warmup_num_steps: int = Field(default=1000, gt=0)
+    warmup_type: Literal["log", "linear"] = "log"
+    total_num_steps: Optional[int] = Field(default=None, gt=0)
+    warmup_min_ratio: float = 0.0
+    cos_min_ratio: float = 0.0001
+    last_batch_iteration: int = -1
+
+
+class SchedulerBlock(_Strict):
+    type: Literal["WarmupLR", "WarmupDecayLR", "WarmupCosineLR"]
+    params: SchedulerParams = SchedulerParams()
+
+    @model_validator(mode="after")
+    def _needs_total(self) -> "SchedulerBlock":
+        if self.type != "WarmupLR" and self.params.total_num_steps is None:
+            raise ValueError(f"scheduler {self.type} needs params.total_num_steps")
+        return self
+
+
+class OffloadOptimizer(_Strict):
+    device: Literal["none", "cpu"] = "none"
+    pin_memory: bool = False
+
+
+class ZeroBlock(_Strict):
+    stage: int = Field(default=0, ge=0, le=3)
+    offload_optimizer: OffloadOptimizer = OffloadOptimizer()
+    overlap_comm: bool = True
+    reduce_bucket_size: int = Field(default=int(5e8), gt=0)  # elements, as in DeepSpeed
+    allgather_bucket_size: int = Field(default=int(5e8), gt=0)
+    stage3_prefetch_bucket_size: int = Field(default=int(5e7), ge=0)
+    contiguous_gradients: bool = True  # always true for us; accepted for compatibility
+    reduce_scatter: bool = True  # always true for us; accepted for compatibility
+
+
+class Fp16Block(_Strict):
+    enabled: bool = False
+    loss_scale: float = Field(default=0.0, ge=0)  # 0 = dynamic
+    initial_scale_power: int = Field(default=16, ge=0)
+    loss_scale_window: int = Field(default=1000, gt=0)
+    hysteresis: int = Field(default=2, ge=1)
+    consecutive_hysteresis: bool = False
+    min_loss_scale: float = Field(default=1.0, gt=0)
+
+
+class Bf16Block(_Strict):
+    enabled: bool = False
+
+
+class ModelBlock(_Strict):
+    name: str
+    hf_config: dict[str, Any]
+
+
+class LayoutBlock(_Strict):
+    data_parallel: int = Field(default=1, ge=1)
+    tensor_parallel: int = Field(default=1, ge=1)
+    pipeline_parallel: int = Field(default=1, ge=1)
+    sequence_parallel: bool = False
+    pipeline_schedule: Literal["gpipe", "1f1b", "interleaved-1f1b"] = "1f1b"
+    virtual_stages: int = Field(default=1, ge=1)
+    stage_split: Optional[list[int]] = None
+
+    @property
+    def world_size(self) -> int:
+        return self.data_parallel * self.tensor_parallel * self.pipeline_parallel
+
+
+class CheckpointBlock(_Strict):
+    """Our optional additions: where and how often the engine checkpoints."""
+
+    keep_last: int = Field(default=2, ge=1)
+    async_save: bool = False
+
+
+class HardwareSelectorBlock(_Strict):
+    schema_version: Literal[1] = ENGINE_SCHEMA_VERSION
+    model: Optional[ModelBlock] = None
+    seq_len: int = Field(default=128, ge=1)
+    device: Literal["cpu", "cuda"] = "cpu"
+    dist_backend: Literal["gloo", "nccl"] = "gloo"
+    activation_checkpointing: Literal["none", "selective", "full"] = "none"
+    layout: LayoutBlock = LayoutBlock()
+    checkpoint: CheckpointBlock = CheckpointBlock()
+
+
+class EngineConfig(_Strict):
+    train_batch_size: Optional[int] = Field(default=None, ge=1)
+    train_micro_batch_size_per_gpu: Optional[int] = Field(default=None, ge=1)
+    gradient_accumulation_steps: Optional[int] = Field(default=None, ge=1)
+    optimizer: OptimizerBlock = OptimizerBlock()
+    scheduler: Optional[SchedulerBlock] = None
+    zero_optimization: ZeroBlock = ZeroBlock()
+    fp16: Fp16Block = Fp16Block()
+    bf16: Bf16Block = Bf16Block()
+    gradient_clipping: float = Field(default=0.0, ge=0)
+    steps_per_print: int = Field(default=10, ge=1)
+    hardware_selector: HardwareSelectorBlock = HardwareSelectorBlock()
+
+    @model_validator(mode="after")
+    def _one_precision(self) -> "EngineConfig":
+        if self.fp16.enabled and self.bf16.enabled:
+            raise ValueError("fp16 and bf16 are both enabled; enable at most one")
+        return self
+
+    def batch_sizes(self, data_parallel: int) -> tuple[int, int, int]:
+        """(train_batch_size, micro_batch, grad_accum) filled in the way DeepSpeed does."""
+        train, micro, accum = self.train_batch_size, self.train_micro_batch_size_per_gpu, self.gradient_accumulation_steps
+        if micro is None and accum is None:
+            micro, accum = (train // data_parallel if train else 1), 1
+        elif micro is None:
+            micro = (train // (accum * data_parallel)) if train else 1
+        elif accum is None:
+            accum = (train // (micro * data_parallel)) if train else 1
+        if micro < 1 or accum < 1 or (train is not None and train != micro * accum * data_parallel):
+            raise UserInputError(
+                f"train_batch_size {train} != micro batch {micro} x accumulation {accum} x data parallel "
+                f"{data_parallel}; fix one of the three batch keys"
+            )
+        return micro * accum * data_parallel, micro, accum
+
+    @property
+    def compute_dtype_name(self) -> str:
+        return "fp16" if self.fp16.enabled else "bf16" if self.bf16.enabled else "fp32"
+
+
+def _describe(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "<top level>"
+    if first["type"] == "extra_forbidden":
+        return f"unknown or unsupported key '{where}'; see docs/engine.md for the keys the engine accepts"
+    return f"'{where}': {first['msg']}"
+
+
+def load_engine_config(source: Union[str, Path, dict, EngineConfig]) -> EngineConfig:
+    """An EngineConfig from a path to engine.json, a dict, or an EngineConfig."""
+    if isinstance(source, EngineConfig):
+        return source
+    origin = "engine config"
+    if isinstance(source, (str, Path)):
+        origin = str(source)
+        try:
+            source = json.loads(Path(source).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserInputError(f"{origin} does not exist; pass the engine.json of a run folder") from None
+        except json.JSONDecodeError as error:
+            raise UserInputError(f"{origin} is not valid JSON ({error.msg} at line {error.lineno})") from None
+    if not isinstance(source, dict):
+        raise UserInputError(f"{origin} must be a JSON object")
+    try:
+        return EngineConfig.model_validate(source)
+    except ValidationError as error:
+        raise UserInputError(f"{origin}: {_describe(error)}") from None

@@ -1,0 +1,208 @@
+"""The engine: DeepSpeed-shaped forward / backward / step / train_batch over our ZeRO.
+
+engine(batch) runs forward (batch: input ids, or a dict of model inputs with
+labels), engine.backward(loss) scales the loss by the fp16 loss scale and
+1/grad_accum and runs backward, engine.step() applies the optimizer at
+gradient-accumulation boundaries only. Micro-steps between boundaries
+communicate nothing: gradients accumulate locally.
+With tensor or pipeline parallelism the model is a backends.parallelize
+ParallelModel, ZeRO runs on its data-parallel group, and train_batch hands the
+micro-batches to it (its pipeline schedule does forward and backward).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+from .config import EngineConfig
+from .mixed_precision import LossScaler, compute_dtype
+from .monitor import StepMonitor
+from .schedulers import WarmupSchedule
+from .zero import zero_optimizer_class
+from .zero.comm import DataParallelComm
+
+
+class Engine:
+    def __init__(self, model: Any, config: EngineConfig, *, dp_group: Optional[Any] = None,
+                 parallel_model: Optional[Any] = None, metrics_path: Optional[str] = None):
+        self.config = config
+        self.module = model
+        self.parallel_model = parallel_model
+        self.comm = DataParallelComm(dp_group)
+        self.dtype = compute_dtype(config)
+        self.scaler = LossScaler(config)
+        self.train_batch_size, self.micro_batch, self.grad_accum = config.batch_sizes(self.comm.world)
+        stage = config.zero_optimization.stage
+        self.optimizer = zero_optimizer_class(stage)(model, config, self.comm, self.dtype, self.scaler)
+        self.lr_scheduler = WarmupSchedule(self.optimizer.optimizer, config.scheduler) if config.scheduler else None
+        self.device = self.optimizer.device
+        self.micro_steps = 0
+        self.global_steps = 0
+        self.global_samples = 0  # samples consumed by all data-parallel ranks: the data position
+        self.monitor = StepMonitor(self._global_rank(), metrics_path, self.device.type)
+        self._tokens = 0
+        self._losses: list[float] = []
+
+    @staticmethod
+    def _global_rank() -> int:
+        import torch.distributed as dist
+
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+    @property
+    def pipelined(self) -> bool:
+        return self.parallel_model is not None and self.parallel_model.dims.pp > 1
+
+    @property
+    def loss_scale(self) -> float:
+        return self.scaler.scale
+
+    def is_gradient_accumulation_boundary(self) -> bool:
+        return (self.micro_steps + 1) % self.grad_accum == 0
+
+    # --- one micro-step ---------------------------------------------------------------------
+    def _inputs(self, batch: Any) -> tuple[Any, Any]:
+        if isinstance(batch, dict):
+            ids = batch["input_ids"]
+            labels = batch.get("labels", ids)
+        elif isinstance(batch, (tuple, list)):
+            ids, labels = batch
+        else:
+            ids = labels = batch
+        return ids.to(self.device), labels.to(self.device)
+
+    def forward(self, batch: Any) -> Any:
+        if self.pipelined:
+            raise RuntimeError("with pipeline parallelism call engine.train_batch(...); forward is per stage")
+        with self.monitor.phase("forward"):
+            self.optimizer.begin_forward()
+            ids, labels = self._inputs(batch)
+            self._tokens += ids.numel()
+            if self.parallel_model is not None:
+                return self.parallel_model(ids, labels)
+            output = self.module(input_ids=ids, labels=labels)
+            return output.loss if getattr(output, "loss", None) is not None else output
+
+    __call__ = forward
+
+    def backward(self, loss: Any) -> Any:
+        boundary = self.is_gradient_accumulation_boundary()
+        comm_before = self.optimizer.comm_seconds
+        began = time.perf_counter()
+        self.optimizer.begin_backward(boundary)
+        (loss * (self.scaler.scale / self.grad_accum)).backward()
+        self.optimizer.end_backward(boundary)
+        comm = self.optimizer.comm_seconds - comm_before
+        self.monitor.add("comm", comm)
+        self.monitor.add("backward", time.perf_counter() - began - comm)
+        self._losses.append(float(loss.detach()))
+        return loss
+
+    def step(self) -> None:
+        """The optimizer step, at accumulation boundaries only (elsewhere it just counts the micro-step)."""
+        boundary = self.is_gradient_accumulation_boundary()
+        self.micro_steps += 1
+        self.global_samples += self.micro_batch * self.comm.world
+        if not boundary:
+            return
+        comm_before = self.optimizer.comm_seconds
+        began = time.perf_counter()
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.step()  # DeepSpeed steps it on skipped steps too
+        self.global_steps += 1
+        comm = self.optimizer.comm_seconds - comm_before
+        self.monitor.add("comm", comm)
+        self.monitor.add("optimizer", time.perf_counter() - began - comm)
+        self._end_step()
+
+    def _end_step(self) -> None:
+        import torch
+
+        local = torch.tensor([sum(self._losses) / max(1, len(self._losses))], dtype=torch.float64)
+        self.optimizer._wait([self.comm.all_reduce(local)])
+        self.last_loss = float(local.item()) / self.comm.world
+        self.monitor.end_step(
+            self.global_steps, loss=self.last_loss, tokens=self._tokens * self.comm.world,
+            tracked_bytes=self.optimizer.tracked_bytes(), lr=self.optimizer.param_groups[0]["lr"],
+            loss_scale=self.scaler.scale, grad_norm=self.optimizer.last_grad_norm,
+            skipped_steps=self.optimizer.skipped_steps,
+        )
+        self._losses.clear()
+        self._tokens = 0
+
+    # --- a whole step -----------------------------------------------------------------------
+    def _micro_batches(self, data: Any) -> list[Any]:
+        if hasattr(data, "__next__"):
+            return [next(data) for _ in range(self.grad_accum)]
+        if isinstance(data, (list, tuple)) and len(data) == self.grad_accum and not hasattr(data[0], "dim"):
+            return list(data)
+        if isinstance(data, dict):
+            chunks = {key: value.chunk(self.grad_accum) for key, value in data.items()}
+            return [{key: parts[index] for key, parts in chunks.items()} for index in range(self.grad_accum)]
+        return list(data.chunk(self.grad_accum))
+
+    def train_batch(self, data: Any) -> float:
+        """All grad_accum micro-batches and the step; returns the loss averaged over them and the ranks.
+
+        data: an iterator of micro-batches, a list of grad_accum micro-batches, or one batch whose
+        first dimension is micro_batch x grad_accum.
+        """
+        micro_batches = self._micro_batches(data)
+        if self.pipelined:
+            return self._train_pipelined(micro_batches)
+        for micro in micro_batches:
+            self.backward(self.forward(micro))
+            self.step()
+        return self.last_loss
+
+    def _train_pipelined(self, micro_batches: list[Any]) -> float:
+        pairs = [self._inputs(micro) for micro in micro_batches]
+        self._tokens += sum(ids.numel() for ids, _ in pairs)
+        began = time.perf_counter()
+        self.optimizer.begin_backward(False)  # the schedule interleaves micro-batches: reduce after all of them
+        loss = self.parallel_model.train_batch(pairs, loss_multiplier=self.scaler.scale)
+        self.optimizer.end_backward(True)
+        self.monitor.add("backward", time.perf_counter() - began)
+        self._losses.append(float(loss))
+        self.micro_steps += self.grad_accum - 1
+        self.step()
+        return self.last_loss
+
+    # --- checkpoints ------------------------------------------------------------------------
+    def save_checkpoint(self, save_dir: str, tag: Optional[str] = None, client_state: Optional[dict] = None) -> str:
+        from .checkpoint.save import save_checkpoint
+
+        return save_checkpoint(self, save_dir, tag=tag, client_state=client_state or {})
+
+    def load_checkpoint(self, load_dir: str, tag: Optional[str] = None) -> tuple[Optional[str], dict]:
+        from .checkpoint.load import load_checkpoint
+
+        return load_checkpoint(self, load_dir, tag=tag)
+
+    def export_consolidated(self, path: str) -> Optional[str]:
+        """Rank 0 writes the full fp32 weights as an HF-named safetensors file."""
+        from .checkpoint.export import export_safetensors
+
+        return export_safetensors(self, path)
+
+    def state_for_resume(self) -> dict[str, Any]:
+        return {
+            "global_steps": self.global_steps, "micro_steps": self.micro_steps, "global_samples": self.global_samples,
+            "skipped_steps": self.optimizer.skipped_steps, "loss_scaler": self.scaler.state_dict(),
+            "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
+            "world_size": self.comm.world, "zero_stage": self.optimizer.stage,
+        }
+
+    def restore_for_resume(self, state: dict[str, Any]) -> None:
+        self.global_steps = int(state["global_steps"])
+        self.micro_steps = int(state["micro_steps"])
+        self.global_samples = int(state["global_samples"])
+        self.optimizer.skipped_steps = int(state["skipped_steps"])
+        self.scaler.load_state_dict(state["loss_scaler"])
+        if self.lr_scheduler is not None and state.get("lr_scheduler"):
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+
+

@@ -1,0 +1,64 @@
+"""Per-step metrics: forward / backward / communication / optimizer time, tokens/s, memory, JSONL.
+
+Memory is CUDA's max-allocated on GPUs; on the CPU it is the bytes of the
+tensors the engine holds (parameters, shards, gradients, optimizer states)
+plus the process's peak RSS, which includes activations and the allocator.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+class StepMonitor:
+    PHASES = ("forward", "backward", "comm", "optimizer")
+
+    def __init__(self, rank: int = 0, jsonl_path: Optional[str | Path] = None, device_type: str = "cpu"):
+        self.rank = rank
+        self.device_type = device_type
+        self.jsonl_path = Path(jsonl_path) if jsonl_path and rank == 0 else None
+        self.seconds = {phase: 0.0 for phase in self.PHASES}
+        self.step_started = time.perf_counter()
+        self.history: list[dict[str, Any]] = []
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - began
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] += seconds
+
+    def end_step(self, step: int, *, loss: float, tokens: int, tracked_bytes: int, **extra: Any) -> dict[str, Any]:
+        now = time.perf_counter()
+        wall = now - self.step_started
+        record: dict[str, Any] = {
+            "step": step, "loss": loss, "step_time_s": wall,
+            **{f"{phase}_s": seconds for phase, seconds in self.seconds.items()},
+            "tokens": tokens, "tokens_per_s": tokens / wall if wall > 0 else 0.0,
+            "tracked_bytes": tracked_bytes, "peak_rss_bytes": peak_rss_bytes(), **extra,
+        }
+        if self.device_type == "cuda":
+            import torch
+
+            record["cuda_max_allocated_bytes"] = torch.cuda.max_memory_allocated()
+        self.history.append(record)
+        if self.jsonl_path is not None:
+            self.jsonl_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.jsonl_path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+        self.seconds = {phase: 0.0 for phase in self.PHASES}
+        self.step_started = now
+        return record

@@ -1,0 +1,22 @@
+"""The torch optimizer an engine.json `optimizer` block names (DeepSpeed's meaning of each type)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import OptimizerBlock
+
+
+def build_torch_optimizer(params: Any, block: OptimizerBlock) -> Any:
+    import torch
+
+    options = block.params
+    if block.type == "SGD":
+        return torch.optim.SGD(
+            params, lr=options.lr, momentum=options.momentum, dampening=options.dampening,
+            weight_decay=options.weight_decay, nesterov=options.nesterov,
+        )
+    # DeepSpeed's "Adam" decouples weight decay (AdamW) unless adam_w_mode is false.
+    decoupled = block.type == "AdamW" or options.adam_w_mode
+    kind = torch.optim.AdamW if decoupled else torch.optim.Adam
+    return kind(params, lr=options.lr, betas=options.betas, eps=options.eps, weight_decay=options.weight_decay)

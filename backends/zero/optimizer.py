@@ -1,0 +1,217 @@
+"""The part of ZeRO every stage shares: flat fp32 master shard, reduced-gradient shard, the step.
+
+Each rank keeps one contiguous fp32 tensor holding its slice of every unit
+(the master weights) and one of the same shape for the reduced gradients; the
+torch optimizer sees that single tensor, so its states are flat shards too.
+A stage decides when gradients are reduced and how parameters are published
+back to the model after the step (see stage1.py, stage2.py, stage3.py).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..config import EngineConfig
+from ..mixed_precision import LossScaler
+from ..optimizers import build_torch_optimizer
+from .comm import DataParallelComm
+from .flat_unit import FlatUnit
+
+
+class ZeroOptimizer:
+    stage = 0
+
+    def __init__(self, model: Any, config: EngineConfig, comm: DataParallelComm, dtype: Any, scaler: LossScaler):
+        import torch
+
+        self.model, self.config, self.comm, self.dtype, self.scaler = model, config, comm, dtype, scaler
+        self.device = next(model.parameters()).device
+        offload = config.zero_optimization.offload_optimizer.device == "cpu"
+        self.master_device = torch.device("cpu") if offload else self.device
+        self.units = [
+            FlatUnit(index, [name for name, _ in group], [param for _, param in group], comm.world, comm.rank,
+                     partitioned=self.stage > 0)
+            for index, group in enumerate(self.parameter_groups(model))
+        ]
+        self.owner = {id(param): unit for unit in self.units for param in unit.params}
+        total = sum(unit.shard for unit in self.units)
+        master = torch.zeros(total, dtype=torch.float32, device=self.master_device)
+        initial = []
+        position = 0
+        for unit in self.units:
+            unit.shard_start = position
+            unit.master = master[position:position + unit.shard]
+            full = unit.flatten([param.detach() for param in unit.params], torch.float32)
+            start, end = unit.owned_range
+            unit.master.copy_(full[start:end])
+            initial.append(full)
+            position += unit.shard
+        self.master = torch.nn.Parameter(master)
+        self.master.grad = torch.zeros_like(master)
+        for unit in self.units:
+            unit.grad = self.master.grad[unit.shard_start:unit.shard_start + unit.shard]
+        model.to(dtype)  # buffers and any frozen parameters; trainable ones are re-pointed below
+        for unit, full in zip(self.units, initial):
+            self.place_parameters(unit, full.to(device=self.device, dtype=dtype))
+        self.optimizer = build_torch_optimizer([self.master], config.optimizer)
+        self.pending: list[tuple[FlatUnit, Any, Any]] = []
+        self.boundary = True
+        self.last_grad_norm = 0.0
+        self.skipped_steps = 0
+        self.comm_seconds = 0.0
+
+    # --- what a stage specialises -------------------------------------------------------------
+    def parameter_groups(self, model: Any) -> list[list[tuple[str, Any]]]:
+        raise NotImplementedError
+
+    def place_parameters(self, unit: FlatUnit, full: Any) -> None:
+        unit.attach(full)
+
+    def begin_forward(self) -> None:
+        pass
+
+    def begin_backward(self, boundary: bool) -> None:
+        self.boundary = boundary
+
+    def end_backward(self, boundary: bool) -> None:
+        if boundary:
+            for unit in self.units:
+                if not unit.launched:
+                    self.launch_reduce(unit)
+            self.finish_reduces()
+
+    def publish_parameters(self) -> None:
+        """After the step: every rank's model parameters take the new master values."""
+        handles = []
+        for unit in self.units:
+            start, end = unit.owned_range
+            unit.full[start:end].copy_(unit.master)
+            if unit.partitioned:
+                handles.append(self.comm.all_gather(unit.full, unit.full[start:end].clone()))
+        self._wait(handles)
+
+    # --- gradient reduction ---------------------------------------------------------------
+    @property
+    def param_groups(self) -> list[dict]:
+        return self.optimizer.param_groups
+
+    def launch_reduce(self, unit: FlatUnit) -> None:
+        """Start summing this unit's gradients over ranks; the local full gradients are dropped."""
+        import time
+
+        began = time.perf_counter()
+        grad_dtype = unit.params[0].grad.dtype if unit.params[0].grad is not None else self.dtype
+        flat = unit.flatten([param.grad for param in unit.params], grad_dtype)
+        for param in unit.params:
+            param.grad = None
+        if unit.partitioned:
+            out = flat.new_empty(unit.shard)
+            handle = self.comm.reduce_scatter(out, flat)
+        else:
+            out, handle = flat, self.comm.all_reduce(flat)
+        self.pending.append((unit, handle, out))
+        unit.launched = True
+        self.comm_seconds += time.perf_counter() - began
+
+    def finish_reduces(self) -> None:
+        import time
+
+        began = time.perf_counter()
+        for unit, handle, out in self.pending:
+            handle.wait()
+            unit.grad.copy_(out)
+        self.pending.clear()
+        for unit in self.units:
+            unit.launched = False
+            unit.ready = 0
+        self.comm_seconds += time.perf_counter() - began
+
+    def _wait(self, handles: list[Any]) -> None:
+        import time
+
+        began = time.perf_counter()
+        for handle in handles:
+            handle.wait()
+        self.comm_seconds += time.perf_counter() - began
+
+    # --- the step -------------------------------------------------------------------------
+    def _global_sum(self, value: Any, op: str = "sum") -> float:
+        self._wait([self.comm.all_reduce(value, op)])
+        return float(value.item())
+
+    def step(self) -> bool:
+        """Average, unscale, clip and apply the reduced gradients; False when fp16 overflow skipped it."""
+        import torch
+
+        grads = self.master.grad
+        if self.scaler.checks_overflow:
+            bad = torch.tensor([0.0 if bool(torch.isfinite(grads).all()) else 1.0], device=self.master_device)
+            if self._global_sum(bad, "max") > 0:
+                grads.zero_()
+                self.scaler.update(True)
+                self.skipped_steps += 1
+                return False
+        grads.div_(self.comm.world * self.scaler.scale)
+        square = torch.linalg.vector_norm(grads).pow(2).reshape(1)
+        # ZeRO-0 ranks all hold every reduced gradient; sharded stages each hold a slice.
+        norm = math.sqrt(self._global_sum(square) if self.stage > 0 else float(square))
+        self.last_grad_norm = norm
+        max_norm = self.config.gradient_clipping
+        if max_norm > 0:
+            coefficient = max_norm / (norm + 1e-6)
+            if coefficient < 1.0:
+                grads.mul_(coefficient)
+        self.optimizer.step()
+        grads.zero_()
+        self.scaler.update(False)
+        self.publish_parameters()
+        return True
+
+    def zero_grad(self) -> None:
+        for unit in self.units:
+            for param in unit.params:
+                param.grad = None
+
+    # --- checkpoint state -----------------------------------------------------------------
+    def flat_states(self) -> dict[str, Any]:
+        """Name -> flat per-rank tensor shaped like the master (master weights and optimizer states)."""
+        states = {"master": self.master.data}
+        for key, value in self.optimizer.state.get(self.master, {}).items():
+            if hasattr(value, "shape") and tuple(value.shape) == tuple(self.master.shape):
+                states[key] = value
+        return states
+
+    def scalar_states(self) -> dict[str, Any]:
+        return {
+            key: value for key, value in self.optimizer.state.get(self.master, {}).items()
+            if not (hasattr(value, "shape") and tuple(value.shape) == tuple(self.master.shape))
+        }
+
+    def ensure_optimizer_state(self) -> None:
+        """Create the optimizer's states (a zero-gradient step with lr 0 would change them, so build directly)."""
+        import torch
+
+        if self.optimizer.state.get(self.master):
+            return
+        kind = type(self.optimizer).__name__
+        state: dict[str, Any] = {}
+        if kind in ("Adam", "AdamW"):
+            state = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(self.master.data),
+                     "exp_avg_sq": torch.zeros_like(self.master.data)}
+        elif self.optimizer.param_groups[0].get("momentum", 0):
+            state = {"momentum_buffer": torch.zeros_like(self.master.data)}
+        self.optimizer.state[self.master] = state
+
+    def tracked_bytes(self) -> int:
+        """Bytes of the tensors the engine holds: gathered parameters, shards, gradients, optimizer states."""
+        total = self.master.numel() * 4 * 2  # master + reduced-gradient shard
+        for value in self.optimizer.state.get(self.master, {}).values():
+            total += value.numel() * value.element_size() if hasattr(value, "numel") else 0
+        for unit in self.units:
+            if unit.full is not None:
+                total += unit.full.untyped_storage().nbytes()
+            if unit.local is not None:
+                total += unit.local.numel() * unit.local.element_size()
+            total += sum(p.grad.numel() * p.grad.element_size() for p in unit.params if p.grad is not None)
+        return total

@@ -1,0 +1,152 @@
+"""ZeRO-3: parameters sharded too; each block's are gathered just before use and freed after.
+
+Units are the transformer blocks plus one root unit (embeddings, final norm,
+tied head), which stays gathered from the start of forward to the end of
+backward. For a block: a forward pre-hook gathers it (or waits on the
+prefetch started by the previous block) and prefetches the next; a forward
+hook frees it and puts a hook on its output, so that backward gathers it again
+(prefetching the block before it) just before its gradients are computed.
+When the last of a block's gradients lands, its reduce-scatter starts (at a
+boundary) and its gathered parameters are freed.
+
+The parameters keep being views of one flat buffer whose storage is resized to
+zero when freed, so tensors autograd saved during forward (views of the
+weights) see the re-gathered values in backward.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .flat_unit import FlatUnit, group_by_block
+from .optimizer import ZeroOptimizer
+
+
+def _inside_backward() -> bool:
+    import torch
+
+    return torch._C._current_graph_task_id() != -1
+
+
+class ZeroStage3(ZeroOptimizer):
+    stage = 3
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self.modules: list[Optional[Any]] = []
+        super().__init__(*args, **kwargs)
+        self.gathering: dict[int, Any] = {}
+        self.blocks = [unit for unit, module in zip(self.units, self.modules) if module is not None]
+        self.root = [unit for unit, module in zip(self.units, self.modules) if module is None]
+        for position, unit in enumerate(self.blocks):
+            module = self.modules[unit.index]
+            module.register_forward_pre_hook(self._pre_forward_hook(position), with_kwargs=True)
+            module.register_forward_hook(self._post_forward_hook(position), with_kwargs=True)
+        for unit in self.units:
+            for param in unit.params:
+                param.register_post_accumulate_grad_hook(self._gradient_arrived)
+
+    def parameter_groups(self, model: Any) -> list:
+        pairs = group_by_block(model)
+        self.modules = [module for module, _ in pairs]
+        return [group for _, group in pairs]
+
+    def place_parameters(self, unit: FlatUnit, full: Any) -> None:
+        start, end = unit.owned_range
+        unit.local = full[start:end].clone()
+        unit.attach(full)
+        unit.free_full()
+
+    # --- gather / free --------------------------------------------------------------------
+    def _start_gather(self, unit: FlatUnit) -> None:
+        if unit.index in self.gathering or unit.is_materialized():
+            return
+        unit.allocate_full()
+        self.gathering[unit.index] = self.comm.all_gather(unit.full, unit.local)
+
+    def _ensure_gathered(self, unit: FlatUnit) -> None:
+        self._start_gather(unit)
+        handle = self.gathering.pop(unit.index, None)
+        if handle is not None:
+            self._wait([handle])
+
+    def _free(self, unit: FlatUnit) -> None:
+        handle = self.gathering.pop(unit.index, None)
+        if handle is not None:
+            handle.wait()
+        if unit.is_materialized():
+            unit.free_full()
+
+    def _prefetch(self, position: int) -> None:
+        if 0 <= position < len(self.blocks) and self.config.zero_optimization.stage3_prefetch_bucket_size > 0:
+            self._start_gather(self.blocks[position])
+
+    # --- hooks ------------------------------------------------------------------------------
+    def _pre_forward_hook(self, position: int) -> Any:
+        def hook(module: Any, args: Any, kwargs: Any) -> None:
+            self._ensure_gathered(self.blocks[position])
+            if not _inside_backward():
+                self._prefetch(position + 1)
+
+        return hook
+
+    def _post_forward_hook(self, position: int) -> Any:
+        def hook(module: Any, args: Any, kwargs: Any, output: Any) -> None:
+            if _inside_backward():  # activation-checkpoint recomputation: backward still needs them
+                return
+            import torch
+
+            if torch.is_grad_enabled():
+                outputs = output if isinstance(output, (tuple, list)) else (output,)
+                for tensor in outputs:
+                    if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+                        tensor.register_hook(self._pre_backward_hook(position))
+            self._free(self.blocks[position])
+
+        return hook
+
+    def _pre_backward_hook(self, position: int) -> Any:
+        def hook(grad: Any) -> Any:
+            self._ensure_gathered(self.blocks[position])
+            self._prefetch(position - 1)
+            return grad
+
+        return hook
+
+    def _gradient_arrived(self, param: Any) -> None:
+        unit = self.owner[id(param)]
+        unit.ready += 1
+        if unit.ready < len(unit.params):
+            return
+        if self.boundary and not unit.launched:
+            self.launch_reduce(unit)
+        if self.modules[unit.index] is not None:
+            self._free(unit)
+
+    # --- engine entry points ------------------------------------------------------------------
+    def begin_forward(self) -> None:
+        for unit in self.root:
+            self._ensure_gathered(unit)
+
+    def begin_backward(self, boundary: bool) -> None:
+        super().begin_backward(boundary)
+        for unit in self.units:
+            unit.ready = 0
+
+    def end_backward(self, boundary: bool) -> None:
+        super().end_backward(boundary)
+        for unit in self.units:
+            self._free(unit)
+
+    def publish_parameters(self) -> None:
+        for unit in self.units:
+            self._free(unit)
+            unit.local.copy_(unit.master)
+
+    def gathered_parameters(self) -> None:
+        """Gather every unit (for export or evaluation); call release_parameters() after."""
+        for unit in self.units:
+            self._ensure_gathered(unit)
+
+    def release_parameters(self) -> None:
+        for unit in self.units:
+            self._free(unit)
