@@ -5,16 +5,17 @@ Large Transformer Models", Table 2 and Eq. 5-6, from a 2020 GPT block to the
 real HF blocks: GQA, gated MLPs, RMSNorm's fp32 upcast, fused or separate
 projections, MoE routing, and the two ways of running mixed precision
 (autocast over fp32 weights, or weights cast to 16 bits). Every tensor is
-counted in the width it is stored in.
+counted in the width it is stored in, per token (bytes x b*s).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..model_spec import ModelFamily, ModelSpec
 from ..training_config import ActivationCheckpointing, AttentionKernel, PipelineSchedule, Precision, TrainingConfig
 from .arch_traits import ArchTraits, arch_traits
+from .runtime import Runtime
 
 KORTHIKANTI = "Korthikanti et al. 2022, Table 2, generalised to the HF block"
 
@@ -25,50 +26,59 @@ class Widths:
 
     compute: int  # matmul inputs and outputs
     residual: int  # the residual stream between blocks
-    autocast: bool  # each projection saves its own 16-bit cast of its input
+    autocast: bool  # fp32 weights under torch.autocast: each projection saves its own 16-bit input
+    softmax_fp32: bool  # autocast runs softmax in fp32 (CUDA)
+    dropout_mask: int  # bytes per element a dropout keeps besides its output
+    experts: int  # width of the expert matmuls' outputs (MoE)
 
 
-def activation_widths(config: TrainingConfig, native_mixed: bool) -> Widths:
+def activation_widths(config: TrainingConfig, native_mixed: bool, runtime: Runtime = Runtime.CUDA) -> Widths:
     if config.precision is Precision.FP32:
-        return Widths(4, 4, False)
+        return Widths(4, 4, False, False, runtime.dropout_mask_bytes(4), 4)
     if config.precision.is_mixed and native_mixed and config.strategy.value == "ddp":
         # DDP trains fp32 weights under torch.autocast: the residual stream stays fp32.
-        return Widths(2, 4, True)
-    return Widths(2, 2, False)
+        experts = 2 if runtime.autocast_covers_experts else 4
+        return Widths(2, 4, True, runtime.autocast_softmax_fp32, runtime.dropout_mask_bytes(2), experts)
+    return Widths(2, 2, False, False, runtime.dropout_mask_bytes(2), 2)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ActivationEstimate:
     activations: float  # saved for backward on the most loaded rank, all micro-batches in flight
-    temporaries: float  # logits and loss over the vocabulary, and one block recomputed under checkpointing
+    loss_backward: float  # fp32 log-softmax output, its gradient and its input's gradient
+    loss_forward: float  # 16-bit logits, their fp32 copy and the log-softmax output
+    recompute: float  # one block rebuilt under full checkpointing, during backward
     per_layer: float  # one block, one micro-batch, as stored
     micro_batches_in_flight: float
-    notes: list[str] = field(default_factory=list)
 
 
-def _norm_bytes(traits: ArchTraits, widths: Widths, consumers: int, tokens_h: float) -> float:
-    """One norm: its saved input, its normalised output, and what its consumers keep."""
+def _norm_bytes(traits: ArchTraits, widths: Widths, consumers: int) -> int:
+    """Bytes per hidden element one norm keeps: its input, its output, what consumers cast."""
+    w = widths.compute
+    if traits.rmsnorm_upcasts:
+        if widths.autocast:
+            return 8 + 2 * consumers  # fp32 input and normalised value; a 16-bit cast per consumer
+        return 12 if w == 4 else 4 + 2 * w  # fp32 upcast input, normalised value, weighted output
     if widths.autocast:
-        # Norms run in fp32 under autocast; each consuming projection saves a 16-bit copy.
-        kept = 4 + (4 if traits.rmsnorm_upcasts else 0) + 2 * consumers
-    elif traits.rmsnorm_upcasts:
-        # fp32 upcast of the input, the 16-bit normalised value, and the weighted output.
-        kept = 4 + widths.compute + widths.compute
-    else:
-        kept = widths.residual + widths.compute  # LayerNorm keeps its input; projections its output
-    return kept * tokens_h
+        return 4 + 2 * consumers  # layer_norm runs in fp32 under autocast; a 16-bit cast per consumer
+    return widths.residual + w
+
+
+def _score_bytes(traits: ArchTraits, widths: Widths, dropout: bool) -> int:
+    """Bytes per element of the s x s attention probabilities an unfused kernel keeps."""
+    w = widths.compute
+    # Under autocast the scores are fp32 once a float (fp32) causal mask is added.
+    promoted = widths.autocast and (widths.softmax_fp32 or traits.causal_float_mask)
+    softmax = 4 if w == 4 or traits.softmax_fp32 or promoted else w
+    if dropout:
+        return softmax + widths.dropout_mask + w  # softmax output, dropout mask, dropout output
+    return softmax + (w if softmax != w else 0)  # softmax output and its 16-bit cast
 
 
 def block_bytes(
-    spec: ModelSpec,
-    config: TrainingConfig,
-    widths: Widths,
-    *,
-    seq_len: int,
-    kv_seq_len: int | None = None,
-    cross_attention: bool = False,
-) -> tuple[float, float]:
-    """(bytes kept, bytes on the s x s attention path) for one block and one micro-batch.
+    spec: ModelSpec, config: TrainingConfig, widths: Widths, *, kv_seq_len: int, cross_attention: bool = False
+) -> float:
+    """Bytes one block keeps per token of one micro-batch, on one tensor-parallel rank.
 
     Tensors of hidden width are split by tensor parallelism only under sequence
     parallelism; tensors of head or FFN width always are.
@@ -76,52 +86,43 @@ def block_bytes(
     traits = arch_traits(spec)
     tp = config.tensor_parallel
     hidden_split = tp if config.sequence_parallel else 1
-    b, s = config.micro_batch, seq_len
-    kv_s = kv_seq_len or s
-    tokens = b * s
     w = widths.compute
+    h = spec.hidden_size
     q_width = spec.num_heads * spec.head_dim
     kv_width = spec.kv_size
     ffn = spec.expert_ffn_size if spec.is_moe and spec.expert_ffn_size else spec.ffn_size
 
-    hidden_part = 0.0
-    attention_consumers = traits.qkv_projections
-    mlp_consumers = traits.mlp_input_projections
-    for index in range(traits.norms_per_block):
-        consumers = attention_consumers if index == 0 else mlp_consumers if index == 1 else 0
-        hidden_part += _norm_bytes(traits, widths, consumers, tokens * spec.hidden_size)
-    if spec.hidden_dropout > 0:
-        hidden_part += 2 * tokens * spec.hidden_size  # one bool mask after attention, one after the MLP
+    consumers = (traits.qkv_projections, traits.mlp_input_projections) + (0,) * max(traits.norms_per_block - 2, 0)
+    hidden = sum(_norm_bytes(traits, widths, c) for c in consumers[: traits.norms_per_block]) * h
+    hidden += traits.hidden_dropouts_per_block * widths.dropout_mask * h
 
     fused = config.attention is AttentionKernel.SDPA and traits.fused_attention
     selective = config.activation_checkpointing is ActivationCheckpointing.SELECTIVE
-    attention_blocks = 2 if cross_attention else 1
-    split_part = 0.0
-    score_part = 0.0
-    for _ in range(attention_blocks):
-        split_part += tokens * (q_width + 2 * kv_width) * w  # q, k, v as the kernel keeps them
-        split_part += tokens * q_width * w  # output projection's input
-        if fused:
-            if not selective:
-                split_part += tokens * q_width * w + b * spec.num_heads * s * 4  # kernel output, logsumexp
-        elif not selective:
-            # Softmax in fp32, its 16-bit cast for the value matmul, and dropout's mask and output.
-            per_score = 4 + (w if w != 4 else 0) + ((1 + w) if spec.attention_dropout > 0 else 0)
-            score_part += b * spec.num_heads * s * kv_s * per_score
-            split_part += tokens * q_width * w  # the matmul's output before the transpose copy
+    # q, k and v (k and v repeated to all query heads: repeat_kv), the output projection's input.
+    attention = 4 * q_width * w
+    if fused:
+        if not selective:
+            attention += q_width * w + spec.num_heads * 4  # kernel output and logsumexp
+    elif not selective:
+        dropout = spec.attention_dropout > 0
+        attention += spec.num_heads * kv_seq_len * _score_bytes(traits, widths, dropout)
+    if cross_attention:
+        hidden += (_norm_bytes(traits, widths, 1) + (widths.dropout_mask if spec.hidden_dropout > 0 else 0)) * h
+        cross = attention
+        if widths.autocast:
+            cross += 2 * 2 * h  # k and v projections each cast the (fp32) encoder output
+        attention += cross
 
-    act_tensors = traits.activation_saved_tensors
-    if spec.mlp_kind.value == "gated":
-        mlp_tensors = 3 + act_tensors  # gate output(s) kept by the activation, up output, product
-    else:
-        mlp_tensors = 1 + act_tensors  # the activation's saved tensors, and the down projection's input
-    mlp = tokens * ffn * w * mlp_tensors
+    mlp_tensors = (3 if spec.mlp_kind.value == "gated" else 1) + traits.activation_saved_tensors
+    mlp_width = widths.experts if spec.is_moe else w
+    mlp = ffn * mlp_width * mlp_tensors
+    if traits.mlp_dropout:
+        mlp += ffn * (widths.dropout_mask + w)  # mask and output of the dropout before the down projection
     if spec.is_moe:
         k = spec.experts_per_token
         # Each token's hidden state is gathered for, and weighted after, each of its k experts.
-        mlp = k * mlp + 2 * k * tokens * spec.hidden_size * w + tokens * spec.num_experts * 4
-    split_part += mlp
-    return hidden_part / hidden_split + (split_part + score_part) / tp, score_part / tp
+        mlp = k * mlp + 2 * k * h * w + spec.num_experts * 4
+    return hidden / hidden_split + (attention + mlp) / tp
 
 
 def _in_flight(config: TrainingConfig) -> float:
@@ -137,52 +138,52 @@ def _in_flight(config: TrainingConfig) -> float:
     return in_flight
 
 
-def loss_temporaries(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> float:
-    """Logits and the cross-entropy over the vocabulary at the start of backward.
-
-    HF upcasts logits to fp32 for the loss: the 16-bit logits, log-softmax's fp32
-    output, and backward's fp32 gradient in and out are alive together.
-    """
-    tokens = config.micro_batch * config.seq_len
-    logits_width = widths.compute
-    per_value = logits_width + 4 + 4 + 4
-    return tokens * spec.vocab_size * per_value / config.tensor_parallel
+def _head_bytes(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> float:
+    """Per token: the final norm (or BERT's MLM transform) feeding the output head."""
+    traits = arch_traits(spec)
+    h = spec.hidden_size
+    if spec.family is ModelFamily.ENCODER_ONLY:
+        # dense -> GELU -> LayerNorm -> decoder: dense output, GELU output, LN output.
+        return 3 * h * widths.compute + (2 * h if widths.autocast else 0)
+    return _norm_bytes(traits, widths, 1) * h / (config.tensor_parallel if config.sequence_parallel else 1)
 
 
 def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> ActivationEstimate:
-    notes = [KORTHIKANTI]
-    s = config.seq_len
-    pp = config.pipeline_parallel
-    if spec.family is ModelFamily.ENCODER_DECODER:
-        enc_block, _ = block_bytes(spec, config, widths, seq_len=s)
-        dec_block, _ = block_bytes(spec, config, widths, seq_len=s, cross_attention=True)
-        layer_bytes = (enc_block * spec.num_encoder_layers + dec_block * spec.num_decoder_layers) / spec.num_layers
-    else:
-        layer_bytes, _ = block_bytes(spec, config, widths, seq_len=s)
+    s, b, tp, pp = config.seq_len, config.micro_batch, config.tensor_parallel, config.pipeline_parallel
+    tokens = b * s
+    h = spec.hidden_size
+    full_ac = config.activation_checkpointing is ActivationCheckpointing.FULL
+    block_input = widths.residual * h / (tp if config.sequence_parallel else 1)
 
-    layers_on_rank = spec.num_layers // pp
-    tokens_h = config.micro_batch * s * spec.hidden_size
-    block_input = tokens_h * widths.residual / (config.tensor_parallel if config.sequence_parallel else 1)
-    recompute = 0.0
-    if config.activation_checkpointing is ActivationCheckpointing.FULL:
-        kept_per_layer = block_input  # the checkpoint keeps each block's input only
-        recompute = layer_bytes  # backward rebuilds one block's activations at a time
-        notes.append("full checkpointing: block inputs kept, one block recomputed at a time")
+    if spec.family is ModelFamily.ENCODER_DECODER:
+        enc = block_bytes(spec, config, widths, kv_seq_len=s)
+        dec = block_bytes(spec, config, widths, kv_seq_len=s, cross_attention=True)
+        stacks = [(enc, spec.num_encoder_layers), (dec, spec.num_decoder_layers)]
+        layer_bytes = (enc * spec.num_encoder_layers + dec * spec.num_decoder_layers) / spec.num_layers
+        largest_block = max(enc, dec)
     else:
-        kept_per_layer = layer_bytes
-    embedding_output = tokens_h * widths.compute  # also the first norm's input under most layouts
-    in_flight = _in_flight(config)
-    activations = (kept_per_layer * layers_on_rank + embedding_output) * in_flight
-    temporaries = recompute
+        layer_bytes = largest_block = block_bytes(spec, config, widths, kv_seq_len=s)
+        stacks = [(layer_bytes, spec.num_layers)]
+
+    layers_share = 1 / pp  # the first stage holds layers/pp of every stack
+    kept = sum((block_input if full_ac else per_layer) * count for per_layer, count in stacks) * layers_share
+    embedding_dropout = widths.dropout_mask * h if spec.hidden_dropout > 0 else 0
+    heads = len(stacks)  # encoder and decoder each end in a final norm
     if pp == 1:
-        # Pipelines put the loss on the last stage, not on the first (most loaded) one.
-        temporaries += loss_temporaries(spec, config, widths)
-    if not (config.attention is AttentionKernel.SDPA and arch_traits(spec).fused_attention):
-        notes.append("attention keeps the s x s probabilities (no fused kernel)")
+        kept += _head_bytes(spec, config, widths) * heads
+    kept += embedding_dropout * heads
+    in_flight = _in_flight(config)
+
+    logits = tokens * spec.vocab_size / tp
+    if pp > 1:
+        logits = 0.0  # pipelines put the loss on the last stage, not on the first (most loaded) one
+    loss_forward = (4 + widths.compute + (4 if widths.compute != 4 else 0)) * logits
+    recompute = largest_block * tokens if full_ac else 0.0
     return ActivationEstimate(
-        activations=activations,
-        temporaries=temporaries,
-        per_layer=layer_bytes,
+        activations=kept * tokens * in_flight,
+        loss_backward=12 * logits,
+        loss_forward=loss_forward,
+        recompute=recompute,
+        per_layer=layer_bytes * tokens,
         micro_batches_in_flight=in_flight,
-        notes=notes,
     )

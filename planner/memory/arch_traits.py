@@ -3,17 +3,18 @@
 The Korthikanti et al. formula counts a GPT block of 2020. Real HF blocks
 differ: fused or separate q/k/v projections (each separate projection under
 autocast saves its own 16-bit copy of the input), RMSNorm that upcasts its
-input to fp32, gated MLPs, Python-level GELU that saves several tensors, and
-models whose attention cannot use a fused kernel at all. These traits were
-read off the transformers source and checked against op-level traces
-(docs/accuracy.md).
+input to fp32, gated MLPs, Python-level GELU that saves several tensors,
+dropout inside the MLP (T5), and models whose attention cannot use a fused
+kernel at all. These traits were read off the transformers source and checked
+against op-level traces (benchmarks/compare_memory.py, docs/accuracy.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model_spec import ModelSpec
+from ..model_spec import ModelFamily, ModelSpec
+from .spec_cache import per_spec
 
 
 @dataclass(frozen=True)
@@ -23,22 +24,30 @@ class ArchTraits:
     norms_per_block: int
     rmsnorm_upcasts: bool  # HF RMSNorm computes in fp32 and keeps the fp32 input
     fused_attention: bool  # can use SDPA's flash/memory-efficient kernel
-    activation_saved_tensors: int  # tensors of FFN width the activation keeps
+    activation_saved_tensors: int  # tensors of FFN width the activation keeps besides the down projection's input
+    softmax_fp32: bool  # eager attention computes softmax in fp32 whatever the input (Llama family)
+    mlp_dropout: bool  # dropout between the MLP's activation and its down projection (T5)
+    hidden_dropouts_per_block: int  # residual dropouts per block when hidden dropout > 0
+    causal_float_mask: bool  # eager attention adds a float causal mask, promoting scores to its dtype
 
 
-# Tensors of FFN width an activation function keeps for backward (input or output).
-# NewGELU ("gelu_new") is written in Python: x, tanh(...), 0.5*x and 1+tanh(...).
-_ACTIVATION_SAVED = {"gelu_new": 4, "gelu_fast": 4, "quick_gelu": 2}
+# Tensors of FFN width an activation function keeps besides its output:
+# relu's output is the tensor the down projection saves anyway; exact GELU keeps
+# its input; NewGELU ("gelu_new") is Python: x, tanh(...), 0.5*x and 1+tanh(...).
+_ACTIVATION_SAVED = {"gelu_new": 4, "gelu_fast": 4, "quick_gelu": 2, "relu": 0}
 
 _FUSED_QKV = {"gpt2", "bloom", "falcon", "gpt_neox", "phi3", "gptj"}
 _FUSED_GATE_UP = {"phi3"}
 _NO_FUSED_ATTENTION = {"gemma2"}  # logit soft-capping needs the eager path
+# Eager attention of these families computes softmax in fp32 (dtype=torch.float32 or .float()).
+_SOFTMAX_FP32 = {"opt", "t5", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3"}
 
 
+@per_spec
 def arch_traits(spec: ModelSpec) -> ArchTraits:
     model_type = spec.model_type
     gated = spec.mlp_kind.value == "gated"
-    if model_type == "gemma2":
+    if model_type in ("gemma2", "gemma3_text"):
         norms = 4  # pre- and post-norms around attention and MLP
     elif spec.parallel_attention_mlp and model_type == "falcon":
         norms = 1  # attention and MLP read one shared norm
@@ -51,4 +60,8 @@ def arch_traits(spec: ModelSpec) -> ArchTraits:
         rmsnorm_upcasts=spec.norm == "rmsnorm",
         fused_attention=model_type not in _NO_FUSED_ATTENTION,
         activation_saved_tensors=_ACTIVATION_SAVED.get(spec.activation, 1),
+        softmax_fp32=model_type in _SOFTMAX_FP32,
+        mlp_dropout=model_type == "t5" and spec.hidden_dropout > 0,
+        hidden_dropouts_per_block=2 if spec.hidden_dropout > 0 else 0,
+        causal_float_mask=spec.family is ModelFamily.DECODER_ONLY,
     )

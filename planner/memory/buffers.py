@@ -1,17 +1,21 @@
-"""Communication buffers and transiently gathered parameters, per framework.
+"""Communication buffers and transiently gathered or cast parameters, per framework.
 
 Bucket sizes are the ones our emitted configs use (deepspeed_bucket_sizes),
 so the estimate describes the run the plan writes, not DeepSpeed's defaults
 (5e8 elements per bucket, which alone would cost 1-2 GB per GPU).
+
+Three moments matter: the end of forward, the start of backward (the usual
+peak: every activation and the loss gradients alive) and the optimizer step.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..model_spec import ModelSpec
-from ..training_config import FsdpSharding, Offload, Precision, Strategy, TrainingConfig
-from .rank_params import RankParams
+from ..training_config import ActivationCheckpointing, FsdpSharding, Precision, Strategy, TrainingConfig
+from .rank_params import RankParams, linear_params
+from .runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -34,25 +38,32 @@ def deepspeed_bucket_sizes(spec: ModelSpec) -> DeepSpeedBuckets:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Buffers:
-    during_backward: float  # alive while activations are
-    during_step: float  # alive at the optimizer step
-    notes: list[str] = field(default_factory=list)
+    during_forward: float  # at the end of forward (autocast's weight-cast cache still alive)
+    during_backward: float  # at the start of backward, beside every saved activation
+    during_step: float  # at the optimizer step
+    note: str = ""
 
 
 def _low_width(config: TrainingConfig) -> int:
     return 4 if config.precision is Precision.FP32 else 2
 
 
-def estimate_buffers(spec: ModelSpec, config: TrainingConfig, params: RankParams, dp: int) -> Buffers:
-    w = _low_width(config)
+def estimate_buffers(
+    spec: ModelSpec, config: TrainingConfig, params: RankParams, dp: int, runtime: Runtime = Runtime.CUDA
+) -> Buffers:
     if config.strategy is Strategy.DDP:
-        return _ddp_buffers(config, params, dp)
+        return _ddp_buffers(spec, config, params, dp, runtime)
     if config.strategy is Strategy.FSDP:
-        return _fsdp_buffers(config, params, dp, w)
+        return _fsdp_buffers(config, params, dp)
+    return _zero_buffers(spec, config, params, dp)
+
+
+def _zero_buffers(spec: ModelSpec, config: TrainingConfig, params: RankParams, dp: int) -> Buffers:
+    w = _low_width(config)
     buckets = deepspeed_bucket_sizes(spec)
-    notes = []
+    note = ""
     # Reduce bucket, double-buffered when communication overlaps backward.
     reduce = 2 * buckets.reduce_bucket_size * w if dp > 1 and config.zero_stage >= 1 else 0.0
     gather = buckets.allgather_bucket_size * w if dp > 1 and config.zero_stage in (1, 2) else 0.0
@@ -63,46 +74,48 @@ def estimate_buffers(spec: ModelSpec, config: TrainingConfig, params: RankParams
         # per parameter of the largest layer for the same reason).
         gathered = (params.largest_module + buckets.stage3_prefetch_bucket_size) * w
         during_backward += gathered + params.largest_module * w
-        notes.append("ZeRO-3: largest module gathered plus the prefetch bucket")
-    if config.offload_optimizer is not Offload.NONE:
-        notes.append("optimizer offload: gradients leave the GPU bucket by bucket")
+        note = "ZeRO-3: largest module gathered plus the prefetch bucket"
     if config.pipeline_parallel > 1:
         # Send and receive buffers of one micro-batch's boundary activations.
         during_backward += 2 * config.micro_batch * config.seq_len * spec.hidden_size * w
-    return Buffers(during_backward=during_backward, during_step=gather, notes=notes)
+    return Buffers(during_forward=during_backward, during_backward=during_backward, during_step=gather, note=note)
 
 
-def _ddp_buffers(config: TrainingConfig, params: RankParams, dp: int) -> Buffers:
-    notes = []
+def _ddp_buffers(spec: ModelSpec, config: TrainingConfig, params: RankParams, dp: int, runtime: Runtime) -> Buffers:
     grad_width = 2 if config.precision is Precision.BF16 else 4
     # DDP's reducer copies every gradient into its buckets unless
     # gradient_as_bucket_view=True; PyTorch's default is False.
     bucket_copy = params.trainable * grad_width if dp > 1 else 0.0
-    if bucket_copy:
-        notes.append("DDP gradient buckets: a copy of all gradients (gradient_as_bucket_view=False)")
-    autocast_copies = 0.0
-    if config.precision.is_mixed:
-        # autocast caches a 16-bit copy of every weight for the whole forward and
-        # backward (the linears save it); 2 bytes per parameter.
-        autocast_copies = params.total * 2
-        notes.append("autocast keeps a 16-bit copy of every weight through backward")
-    return Buffers(during_backward=bucket_copy + autocast_copies, during_step=bucket_copy, notes=notes)
+    notes = ["DDP gradient buckets: a copy of all gradients (gradient_as_bucket_view=False)"] if bucket_copy else []
+    forward = backward = 0.0
+    if config.precision.is_mixed and not config.lora_rank:
+        # autocast caches a 16-bit copy of every weight a matmul reads until forward
+        # ends; autograd keeps them for backward unless checkpointing recomputes them.
+        include_experts = runtime.autocast_covers_experts
+        block_linears, head = linear_params(spec, config, params, include_experts=include_experts)
+        forward = 2 * (block_linears + head)
+        checkpointed = config.activation_checkpointing is ActivationCheckpointing.FULL
+        backward = 2 * head if checkpointed else forward
+        notes.append("autocast: a 16-bit copy of every weight a matmul reads")
+    return Buffers(
+        during_forward=forward,
+        during_backward=backward + bucket_copy,
+        during_step=bucket_copy,
+        note="; ".join(notes),
+    )
 
 
-def _fsdp_buffers(config: TrainingConfig, params: RankParams, dp: int, w: int) -> Buffers:
-    notes = []
+def _fsdp_buffers(config: TrainingConfig, params: RankParams, dp: int) -> Buffers:
     if config.fsdp_sharding is FsdpSharding.NONE or dp == 1:
-        return Buffers(0.0, 0.0, ["FSDP without sharding: nothing to gather"])
-    param_width = w if config.precision is not Precision.FP32 else 4
-    reduce_width = 4 if config.precision is not Precision.BF16 else 2  # reduce_dtype fp32
-    unit = params.block
-    # The root unit (embeddings and head) is not resharded after forward.
+        return Buffers(0.0, 0.0, 0.0, "FSDP without sharding: nothing to gather")
+    # MixedPrecisionPolicy(param_dtype=16-bit) all-gathers 16-bit parameters.
+    param_width = _low_width(config)
+    # The root unit (embeddings, head) stays gathered from forward into backward.
     root = params.embedding * param_width
     if config.fsdp_sharding is FsdpSharding.GRAD_OP:
         gathered = params.total * param_width  # kept gathered from forward to backward
-        notes.append("SHARD_GRAD_OP keeps all 16-bit parameters gathered through backward")
+        note = "SHARD_GRAD_OP keeps all 16-bit parameters gathered through backward"
     else:
-        gathered = 2 * unit * param_width + root  # current and prefetched unit, and the root
-        notes.append("FSDP: current and prefetched unit gathered, root unit kept")
-    unsharded_grad = unit * reduce_width  # one unit's full gradient before reduce-scatter
-    return Buffers(during_backward=gathered + unsharded_grad, during_step=0.0, notes=notes)
+        gathered = params.block * param_width + root  # the last unit, gathered again for backward
+        note = "FSDP: the root unit and one transformer block gathered"
+    return Buffers(during_forward=gathered, during_backward=gathered, during_step=0.0, note=note)

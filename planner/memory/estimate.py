@@ -1,29 +1,27 @@
 """Peak memory of one training step on the most loaded GPU, with a source per number.
 
-The step has two peaks, and the estimate is the larger:
-- the start of backward: weights, optimizer states, gradients accumulated so
-  far, every saved activation, the loss temporaries and the gathered buffers;
-- the end of backward and the optimizer step: weights, all gradients and the
-  optimizer states, once activations are freed.
-Runtime overhead (CUDA context, allocator fragmentation) is stated apart: op
-traces cannot see it, and users override it for their stack.
+phases.py finds the step's peak (forward end, backward start, recompute,
+backward end or optimizer step). Runtime overhead (CUDA context, allocator
+fragmentation) is stated apart: op traces cannot see it, and users override
+it for their stack (--overhead-gb).
+
+Two entry points: `estimate_memory` returns the typed MemoryEstimate that
+plans and the CLI carry; `estimate_memory_bytes` returns plain integers for
+the strategy search's inner loop (no pydantic validation).
 """
 
 from __future__ import annotations
-
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..model_spec import ModelSpec
 from ..training_config import TrainingConfig
-from .activations import activation_widths, estimate_activations
-from .buffers import estimate_buffers
-from .model_states import model_state_bytes, uses_native_mixed_precision
-from .rank_params import rank_params
+from .model_states import uses_native_mixed_precision
+from .phases import TENSOR_CATEGORIES, step_peak
+from .runtime import Runtime
 
 GIB = 2**30
-CATEGORIES = ("parameters", "gradients", "optimizer_states", "activations", "temporaries", "buffers", "overhead")
+CATEGORIES = (*TENSOR_CATEGORIES, "overhead")
 
 
 class OverheadSettings(BaseModel):
@@ -37,6 +35,14 @@ class OverheadSettings(BaseModel):
     # Caching-allocator fragmentation reserve, as a share of tensor memory.
     fragmentation_fraction: float = Field(default=0.05, ge=0.0, le=1.0)
 
+    @classmethod
+    def fixed(cls, gib: float) -> "OverheadSettings":
+        """A flat overhead of `gib` GiB, no fragmentation share (--overhead-gb)."""
+        return cls(cuda_context_bytes=int(gib * GIB), fragmentation_fraction=0.0)
+
+
+DEFAULT_OVERHEAD = OverheadSettings()
+
 
 class MemoryEstimate(BaseModel):
     """Bytes on one GPU at the step's peak, broken down by what holds them."""
@@ -45,13 +51,16 @@ class MemoryEstimate(BaseModel):
 
     per_gpu_bytes: dict[str, int]  # CATEGORIES and "total"
     sources: dict[str, str]  # category -> where its figure comes from
-    peak_phase: Literal["backward-start", "optimizer-step"]
+    peak_phase: str  # one of phases.PHASES
     gpu_capacity_bytes: int
     headroom_fraction: float
     fits: bool
+    # Usable GPU memory less the total: negative when it does not fit.
+    margin_bytes: int = 0
     cpu_per_node_bytes: int
     cpu_capacity_per_node_bytes: int | None
     nvme_per_node_bytes: int
+    runtime: str = Runtime.CUDA.value
     notes: list[str]
 
     @property
@@ -63,6 +72,33 @@ class MemoryEstimate(BaseModel):
         return int(self.gpu_capacity_bytes * (1 - self.headroom_fraction))
 
 
+def _with_overhead(per_gpu: dict[str, float], overhead: OverheadSettings, runtime: Runtime) -> dict[str, int]:
+    result = {name: int(value) for name, value in per_gpu.items()}
+    tensors = sum(per_gpu.values())
+    result["overhead"] = (
+        int(overhead.cuda_context_bytes + overhead.fragmentation_fraction * tensors) if runtime.has_runtime_overhead else 0
+    )
+    result["total"] = sum(result[name] for name in CATEGORIES)
+    return result
+
+
+def estimate_memory_bytes(
+    spec: ModelSpec,
+    config: TrainingConfig,
+    *,
+    world_size: int,
+    gpus_per_node: int,
+    overhead: OverheadSettings = DEFAULT_OVERHEAD,
+    runtime: Runtime = Runtime.CUDA,
+) -> dict[str, int]:
+    """Per-GPU bytes by category plus "total", "cpu_per_node" and "nvme_per_node": the fast path."""
+    peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime)
+    result = _with_overhead(peak.per_gpu, overhead, runtime)
+    result["cpu_per_node"] = int(peak.cpu_per_rank * gpus_per_node)
+    result["nvme_per_node"] = int(peak.nvme_per_rank * gpus_per_node)
+    return result
+
+
 def estimate_memory(
     spec: ModelSpec,
     config: TrainingConfig,
@@ -72,72 +108,51 @@ def estimate_memory(
     gpu_capacity_bytes: int,
     cpu_capacity_per_node_bytes: int | None = None,
     headroom_fraction: float = 0.0,
-    overhead: OverheadSettings = OverheadSettings(),
+    overhead: OverheadSettings = DEFAULT_OVERHEAD,
+    runtime: Runtime = Runtime.CUDA,
 ) -> MemoryEstimate:
-    config.check_against(spec, world_size, gpus_per_node)
-    dp = config.data_parallel_size(world_size)
-    params = rank_params(spec, config)
-    states = model_state_bytes(params, config, dp, gpus_per_node, spec.hidden_size)
-    widths = activation_widths(config, uses_native_mixed_precision(config))
-    acts = estimate_activations(spec, config, widths)
-    buffers = estimate_buffers(spec, config, params, dp)
+    """Per-GPU memory of one training configuration, and whether it fits.
 
-    accumulated_grads = states.gradients if config.grad_accum > 1 else 0.0
-    backward_start = {
-        "parameters": states.parameters,
-        "gradients": accumulated_grads,
-        "optimizer_states": states.optimizer_states,
-        "activations": acts.activations,
-        "temporaries": acts.temporaries,
-        "buffers": buffers.during_backward,
-    }
-    optimizer_step = {
-        "parameters": states.parameters,
-        "gradients": states.gradients,
-        "optimizer_states": states.optimizer_states,
-        "activations": 0.0,
-        "temporaries": 0.0,
-        "buffers": buffers.during_step,
-    }
-    phase: Literal["backward-start", "optimizer-step"]
-    if sum(backward_start.values()) >= sum(optimizer_step.values()):
-        phase, peak = "backward-start", backward_start
-    else:
-        phase, peak = "optimizer-step", optimizer_step
-
-    tensors = sum(peak.values())
-    per_gpu = {name: int(value) for name, value in peak.items()}
-    per_gpu["overhead"] = int(overhead.cuda_context_bytes + overhead.fragmentation_fraction * tensors)
-    per_gpu["total"] = sum(per_gpu[name] for name in CATEGORIES)
-
-    cpu_per_node = int(states.cpu * gpus_per_node)
-    usable = gpu_capacity_bytes * (1 - headroom_fraction)
+    runtime=Runtime.CPU_TRACE describes the step as the CPU trace harness runs
+    it (benchmarks/memory_trace.py), for validation; see runtime.py.
+    """
+    peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime)
+    per_gpu = _with_overhead(peak.per_gpu, overhead, runtime)
+    cpu_per_node = int(peak.cpu_per_rank * gpus_per_node)
+    usable = int(gpu_capacity_bytes * (1 - headroom_fraction))
     fits = per_gpu["total"] <= usable
     if cpu_capacity_per_node_bytes is not None and cpu_per_node > cpu_capacity_per_node_bytes:
         fits = False
     return MemoryEstimate(
         per_gpu_bytes=per_gpu,
-        sources=_sources(config),
-        peak_phase=phase,
+        sources=_sources(config, peak.phase, runtime),
+        peak_phase=peak.phase,
         gpu_capacity_bytes=gpu_capacity_bytes,
         headroom_fraction=headroom_fraction,
         fits=fits,
+        margin_bytes=usable - per_gpu["total"],
         cpu_per_node_bytes=cpu_per_node,
         cpu_capacity_per_node_bytes=cpu_capacity_per_node_bytes,
-        nvme_per_node_bytes=int(states.nvme * gpus_per_node),
-        notes=[*states.notes, *acts.notes, *buffers.notes],
+        nvme_per_node_bytes=int(peak.nvme_per_rank * gpus_per_node),
+        runtime=runtime.value,
+        notes=peak.notes,
     )
 
 
-def _sources(config: TrainingConfig) -> dict[str, str]:
+def _sources(config: TrainingConfig, phase: str, runtime: Runtime) -> dict[str, str]:
     framework = "PyTorch-native layout" if uses_native_mixed_precision(config) else "DeepSpeed-style layout"
+    overhead = (
+        "assumption: CUDA context + allocator fragmentation reserve (override with --overhead-gb)"
+        if runtime.has_runtime_overhead
+        else "none: the CPU trace has no CUDA context or allocator"
+    )
     return {
         "parameters": f"formula: ZeRO paper Sec. 3/5 bytes per parameter, {framework}",
         "gradients": f"formula: ZeRO paper Sec. 5, {framework}",
         "optimizer_states": f"formula: {config.optimizer.value} state bytes per parameter, sharded per strategy",
-        "activations": "formula: Korthikanti et al. 2022 Table 2, generalised to the HF block (docs/accuracy.md)",
-        "temporaries": "formula: fp32 logits and cross-entropy over the vocabulary at backward start",
-        "buffers": "formula: buckets and gathered units as our emitted configs size them",
-        "overhead": "assumption: CUDA context + allocator fragmentation reserve (override with --overhead-gb)",
-        "total": "sum of the above at the step's peak phase",
+        "activations": "formula: Korthikanti et al. 2022 Table 2 generalised to the HF block, checked by traces (docs/accuracy.md)",
+        "temporaries": "formula: fp32 log-softmax over the vocabulary and its gradients; recomputed block",
+        "buffers": "formula: buckets, gathered units and autocast weight copies as our emitted configs run",
+        "overhead": overhead,
+        "total": f"sum of the above at the step's peak ({phase})",
     }

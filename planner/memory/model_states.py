@@ -28,6 +28,9 @@ from .rank_params import QLORA_BYTES_PER_PARAM, RankParams
 
 # bitsandbytes 8-bit Adam: two uint8 states plus one fp32 absmax per 2048-value block.
 ADAMW_8BIT_BYTES = 2 + 2 * 4 / 2048
+# DeepSpeed ZeRO-3 steps the optimizer one sub-group at a time and makes the
+# fp32 gradients of that sub-group only ("sub_group_size", default 1e9 elements).
+ZERO3_SUB_GROUP_ELEMENTS = 1_000_000_000
 
 
 @dataclass
@@ -44,8 +47,10 @@ class ModelStates:
     """Bytes on one GPU, and what that rank keeps in CPU memory or on NVMe."""
 
     parameters: float
-    gradients: float
+    gradients: float  # everything alive at the optimizer step (16-bit, plus fp32 where kept)
     optimizer_states: float
+    backward_gradients: float = 0.0  # made by backward (16-bit; DeepSpeed's fp32 copy comes at the step)
+    step_temporary: float = 0.0  # foreach AdamW's whole-group temporary during the step
     cpu: float = 0.0
     nvme: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -124,11 +129,31 @@ def model_state_bytes(
     # Adafactor factors matrices of about hidden x hidden: (2h) / h^2 values per parameter.
     states_per_param = optimizer_state_bytes_per_param(config.optimizer, state_width, 2 / hidden_size)
     optimizer = trainable * (master_width + states_per_param) / shards.optimizer
-    fp32_grads = trainable * fp32_grad_width / shards.optimizer
+    fp32_partition = trainable / shards.optimizer
+    if config.strategy is Strategy.DEEPSPEED and config.zero_stage == 3:
+        fp32_partition = min(fp32_partition, ZERO3_SUB_GROUP_ELEMENTS)
+    fp32_grads = fp32_partition * fp32_grad_width
 
-    states = ModelStates(parameters=weights, gradients=grads16 + fp32_grads, optimizer_states=optimizer)
+    states = ModelStates(
+        parameters=weights,
+        gradients=grads16 + fp32_grads,
+        optimizer_states=optimizer,
+        backward_gradients=grads16,
+        step_temporary=_foreach_temporary(config, trainable / shards.optimizer, state_width),
+    )
     _apply_offload(states, config, grads16, fp32_grads)
     return states
+
+
+def _foreach_temporary(config: TrainingConfig, trainable_shard: float, state_width: int) -> float:
+    """torch.optim.AdamW (foreach, the CUDA default) takes the square root of every
+    exp_avg_sq at once: one more state-sized tensor during the step. DeepSpeed's
+    fused Adam works in place; SGD, Lion and 8-bit Adam update in place."""
+    if config.optimizer is not OptimizerKind.ADAMW or config.strategy is Strategy.DEEPSPEED:
+        return 0.0
+    if config.offload_optimizer is not Offload.NONE or config.offload_params is not Offload.NONE:
+        return 0.0  # the step runs on the CPU
+    return trainable_shard * state_width
 
 
 def _apply_offload(states: ModelStates, config: TrainingConfig, grads16: float, fp32_grads: float) -> None:
@@ -137,8 +162,9 @@ def _apply_offload(states: ModelStates, config: TrainingConfig, grads16: float, 
         if Offload.CPU in (config.offload_optimizer, config.offload_params):
             # FSDP's CPU offload keeps sharded parameters and gradients on the CPU
             # and steps the optimizer there; the GPU holds gathered units only.
-            states.cpu += states.parameters + states.gradients + states.optimizer_states
+            states.cpu += states.parameters + states.gradients + states.optimizer_states + states.step_temporary
             states.parameters = states.gradients = states.optimizer_states = 0.0
+            states.backward_gradients = states.step_temporary = 0.0
             states.notes.append("FSDP CPU offload: sharded parameters, gradients and optimizer on CPU")
         return
     if config.offload_optimizer is not Offload.NONE:
@@ -146,7 +172,7 @@ def _apply_offload(states: ModelStates, config: TrainingConfig, grads16: float, 
         if config.zero_stage >= 2:
             # Stage 2/3 offload reduces 16-bit gradients straight into pinned CPU memory.
             moved += grads16
-            states.gradients = 0.0
+            states.gradients = states.backward_gradients = 0.0
         else:
             states.gradients -= fp32_grads
         states.optimizer_states = 0.0

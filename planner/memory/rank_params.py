@@ -98,3 +98,24 @@ def rank_params(spec: ModelSpec, config: TrainingConfig) -> RankParams:
         embedding=embedding_on_rank,
         largest_module=largest_module,
     )
+
+
+def linear_params(spec: ModelSpec, config: TrainingConfig, params: RankParams, *, include_experts: bool) -> tuple[int, int]:
+    """(weights of the blocks' linear layers, weights of the output head) on this rank:
+    what autocast casts to 16 bits. Embedding lookups and norms are not cast."""
+    tp, pp = config.tensor_parallel, config.pipeline_parallel
+    is_enc_dec = spec.family is ModelFamily.ENCODER_DECODER
+    shapes = block_linear_shapes(spec)
+    if spec.is_moe and not include_experts:
+        shapes = shapes[:-2]
+    per_block = sum(s.params for s in shapes)
+    if is_enc_dec:
+        cross = sum(s.params for s in block_linear_shapes(spec, cross_attention=True)[3:6])
+        blocks = per_block * spec.num_layers + cross * spec.num_decoder_layers
+        block_linears = int(blocks / pp / tp)
+    else:
+        block_linears = int(per_block * params.blocks_on_rank / tp)
+    head = spec.vocab_size * spec.hidden_size // tp if pp == 1 else 0
+    if spec.family is ModelFamily.ENCODER_ONLY:
+        head += spec.hidden_size * spec.hidden_size  # the MLM head's transform
+    return block_linears, head
