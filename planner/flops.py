@@ -1,0 +1,138 @@
+"""Training FLOPs of one sequence: model FLOPs (what MFU counts) and hardware FLOPs (HFU).
+
+Conventions follow the published formulas (reference yaml):
+- Megatron-LM / Korthikanti Eq. 7: model FLOPs per iteration
+  72·B·L·s·h² (1 + s/(6h) + v/(12hL)) = 6·N_matmul·s + 12·L·s²·h per sequence,
+  where N_matmul are the weights one token multiplies by (blocks plus the LM head;
+  lookup tables do no arithmetic).
+- The attention core is counted over the full s x s square (PaLM, Megatron, and
+  llm-foundry's MFU all do), even for causal models; the time model, not this
+  count, knows that flash attention skips the masked half.
+- Full activation checkpointing repeats each block's forward but not the LM head
+  (Megatron Eq. 3: 96·B·s·l·h² (1 + s/(6h) + V/(16lh)), i.e. 4 passes over the
+  blocks, 3 over the head).
+- Selective checkpointing repeats the attention core's forward, 4·s²·h_q per
+  layer. Korthikanti Eq. 8 prints s/(3h) (three times that); we count the one
+  forward the mechanism performs, which lies between Eq. 7 and Eq. 8.
+- LoRA: the frozen weights need no weight-gradient matmul, so they cost 4·N·s
+  (forward + input gradient); the adapters cost the usual 6·N_lora·s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .memory.arch_traits import arch_traits
+from .model_spec import ModelFamily, ModelSpec
+from .training_config import ActivationCheckpointing, TrainingConfig
+
+# Adapters sit on every linear of a block (q, k, v, o and the MLP's), PEFT's
+# "all-linear" target, the common choice for LoRA fine-tuning.
+LORA_TARGET = "every linear layer of each block"
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Per-spec quantities the FLOP and time models reuse; built once per spec."""
+
+    hidden: int
+    query_width: int  # heads x head_dim
+    head_dim: int
+    kv_width: int
+    ffn: int  # dense FFN width, or one expert's
+    vocab: int
+    layers: int
+    encoder_layers: int
+    decoder_layers: int
+    has_lm_head: bool
+    causal: bool
+    experts: int
+    experts_per_token: int
+    gated_mlp: bool
+    norms_per_block: int
+    head_params: int  # LM head matmul weights (0 without a head)
+    block_matmul_params_per_token: float  # weights one token multiplies by inside the blocks
+    block_linear_shapes: tuple[tuple[int, int], ...]  # (in, out) of one average block's linears
+    total_params: int
+    trainable_params: int
+
+
+def model_shape(spec: ModelSpec) -> ModelShape:
+    has_head = spec.family is not ModelFamily.ENCODER_ONLY or "Masked" in spec.transformers_class
+    head_params = spec.vocab_size * spec.hidden_size if has_head else 0
+    block_params = max(spec.params.active_per_token - spec.params.embedding, 0)
+    ffn = spec.expert_ffn_size if spec.is_moe and spec.expert_ffn_size else spec.ffn_size
+    return ModelShape(
+        hidden=spec.hidden_size,
+        query_width=spec.num_heads * spec.head_dim,
+        head_dim=spec.head_dim,
+        kv_width=spec.kv_size,
+        ffn=ffn,
+        vocab=spec.vocab_size,
+        layers=spec.num_layers,
+        encoder_layers=spec.num_encoder_layers,
+        decoder_layers=spec.num_decoder_layers,
+        has_lm_head=has_head,
+        causal=spec.family is ModelFamily.DECODER_ONLY,
+        experts=spec.num_experts,
+        experts_per_token=spec.experts_per_token,
+        gated_mlp=spec.mlp_kind.value == "gated",
+        norms_per_block=arch_traits(spec).norms_per_block,
+        head_params=head_params,
+        block_matmul_params_per_token=float(block_params),
+        block_linear_shapes=_block_linear_shapes(spec, ffn),
+        total_params=spec.params.total,
+        trainable_params=spec.params.trainable,
+    )
+
+
+def _block_linear_shapes(spec: ModelSpec, ffn: int) -> tuple[tuple[int, int], ...]:
+    h, hq, kv = spec.hidden_size, spec.num_heads * spec.head_dim, spec.kv_size
+    attention = ((h, hq + 2 * kv), (hq, h))
+    mlp_in = 2 * ffn if spec.mlp_kind.value == "gated" else ffn
+    mlp = ((h, mlp_in), (ffn, h))
+    return attention + mlp
+
+
+def attention_square_layers(shape: ModelShape) -> float:
+    """Number of s x s attention products per sequence (cross-attention counts as one)."""
+    if shape.encoder_layers and shape.decoder_layers:
+        return shape.encoder_layers + 2 * shape.decoder_layers  # decoder: self + cross
+    return shape.layers
+
+
+def lora_params_per_token(shape: ModelShape, rank: int) -> float:
+    """Adapter weights one token multiplies by: rank x (in + out) per adapted linear."""
+    per_block = sum(rank * (fan_in + fan_out) for fan_in, fan_out in shape.block_linear_shapes)
+    return per_block * shape.layers
+
+
+@dataclass(frozen=True)
+class SequenceFlops:
+    """FLOPs for one sequence through forward and backward."""
+
+    model: float  # what MFU counts
+    recompute: float  # extra forward work under activation checkpointing (HFU adds it)
+    attention_forward: float  # the s x s products' forward share of `model`
+
+    @property
+    def hardware(self) -> float:
+        return self.model + self.recompute
+
+
+def sequence_flops(shape: ModelShape, config: TrainingConfig) -> SequenceFlops:
+    s = config.seq_len
+    block = shape.block_matmul_params_per_token
+    attention_forward = 4.0 * s * s * shape.query_width * attention_square_layers(shape)
+    if config.lora_rank:
+        linear = 4.0 * (block + shape.head_params) * s + 6.0 * lora_params_per_token(shape, config.lora_rank) * s
+    else:
+        linear = 6.0 * (block + shape.head_params) * s
+    model = linear + 3.0 * attention_forward
+    if config.activation_checkpointing is ActivationCheckpointing.FULL:
+        recompute = 2.0 * block * s + attention_forward
+    elif config.activation_checkpointing is ActivationCheckpointing.SELECTIVE:
+        recompute = attention_forward
+    else:
+        recompute = 0.0
+    return SequenceFlops(model=model, recompute=recompute, attention_forward=attention_forward)

@@ -1,0 +1,168 @@
+"""Communication per optimizer step, and how much of it the step actually waits for.
+
+Data-parallel traffic follows each implementation:
+- DDP (and FSDP NO_SHARD, ZeRO-0): one gradient all-reduce per optimizer step
+  (no_sync during accumulation), in buckets overlapped with the last backward;
+  the last bucket is exposed.
+- ZeRO-1: gradients reduce-scattered once per step during the last backward;
+  updated parameters all-gathered after the optimizer step (exposed).
+- ZeRO-2: gradients reduce-scattered after every micro-batch's backward
+  (partitioned gradients cannot accumulate unreduced); parameters all-gathered
+  after the step. FSDP SHARD_GRAD_OP gathers parameters once per micro-batch.
+- ZeRO-3 / FSDP FULL_SHARD: every micro-batch all-gathers each block's
+  parameters in forward and again in backward and reduce-scatters its
+  gradients (1.5x DDP's volume), prefetched one block ahead; the first block's
+  gather is exposed. HYBRID_SHARD does this inside a node and all-reduces the
+  gradient shards across nodes.
+Overlapped traffic costs max(0, comm - compute) plus an interference share of
+the hidden part. Tensor-, expert- and pipeline-parallel traffic is on the
+critical path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..flops import ModelShape
+from ..training_config import ActivationCheckpointing, FsdpSharding, Offload, Precision, Strategy, TrainingConfig
+from .collectives import Links, all_gather_s, all_reduce_s, all_to_all_s, point_to_point_s, process_group, reduce_scatter_s
+from .compute import StageCompute
+from .constants import ThroughputConstants
+
+OPTIMIZER_STATE_BYTES = {"adamw": 12.0, "adamw-8bit": 6.0, "adafactor": 4.0, "sgd": 8.0, "lion": 8.0}
+OPTIMIZER_STEP_BYTES = {"adamw": 28.0, "adamw-8bit": 16.0, "adafactor": 16.0, "sgd": 20.0, "lion": 20.0}
+
+
+@dataclass(slots=True)
+class StepComm:
+    data_parallel_s: float  # total DP traffic per step, before overlap
+    exposed_s: float  # what the step waits for: exposed DP + TP + EP + PP traffic
+    tensor_parallel_s: float
+    pipeline_p2p_s: float
+    expert_parallel_s: float
+    offload_s: float
+    optimizer_step_s: float
+
+
+def _hidden(comm: float, window: float, k: ThroughputConstants) -> float:
+    """Exposed time of `comm` seconds of traffic overlapped with `window` seconds of compute."""
+    return max(0.0, comm - window) + k.overlap_interference * min(comm, window)
+
+
+def _zero_stage(config: TrainingConfig) -> int:
+    """The ZeRO-equivalent sharding of the data-parallel wrapper."""
+    if config.strategy is Strategy.DDP:
+        return 0
+    if config.strategy is Strategy.FSDP:
+        return {FsdpSharding.NONE: 0, FsdpSharding.GRAD_OP: 2, FsdpSharding.FULL: 3, FsdpSharding.HYBRID: 3}[config.fsdp_sharding]
+    return config.zero_stage
+
+
+def step_communication(
+    shape: ModelShape,
+    config: TrainingConfig,
+    stage: StageCompute,
+    links: Links,
+    *,
+    world_size: int,
+    pcie_Bps: float,
+    memory_Bps: float,
+    k: ThroughputConstants,
+) -> StepComm:
+    tp, pp = config.tensor_parallel, config.pipeline_parallel
+    dp = max(world_size // (tp * pp), 1)
+    gpn = links.gpus_per_node
+    accum = config.grad_accum
+    element = 4 if config.precision is Precision.FP32 else 2
+    grad_bytes = 4 if config.precision is Precision.FP32 or config.strategy is Strategy.DDP else 2
+    params = shape.total_params / (tp * pp)
+    trainable = shape.trainable_params / (tp * pp)
+    stage_zero = _zero_stage(config)
+
+    dp_group = process_group(dp, tp, gpn)
+    hybrid = config.strategy is Strategy.FSDP and config.fsdp_sharding is FsdpSharding.HYBRID
+    shard_group = process_group(min(dp, max(gpn // tp, 1)), tp, gpn) if hybrid else dp_group
+    replica_group = process_group(dp // shard_group.size, tp * shard_group.size, gpn) if hybrid else process_group(1, 1, gpn)
+    shards = shard_group.size
+
+    fwd, bwd = stage.forward_s, stage.backward_s + stage.recompute_s
+    dp_total = exposed = 0.0
+    if stage_zero == 0:
+        all_reduce = all_reduce_s(links, dp_group, trainable * grad_bytes)
+        last_bucket = all_reduce_s(links, dp_group, min(k.ddp_bucket_bytes, trainable * grad_bytes))
+        dp_total = all_reduce
+        exposed = last_bucket + _hidden(all_reduce - last_bucket, bwd, k)
+    elif stage_zero in (1, 2):
+        reduce = reduce_scatter_s(links, dp_group, trainable * grad_bytes)
+        gather_params = all_gather_s(links, dp_group, params * element)
+        if stage_zero == 1:
+            dp_total = reduce + gather_params
+            exposed = _hidden(reduce, bwd, k) + gather_params
+        elif config.strategy is Strategy.FSDP:  # SHARD_GRAD_OP: gather once per micro-batch, kept to backward
+            dp_total = accum * (reduce + gather_params)
+            first_block = gather_params / max(stage.blocks, 1)
+            exposed = accum * (first_block + _hidden(gather_params, fwd, k) + _hidden(reduce, bwd, k))
+        else:
+            dp_total = accum * reduce + gather_params
+            exposed = accum * _hidden(reduce, bwd, k) + gather_params
+    else:
+        gather = all_gather_s(links, shard_group, params * element)
+        reduce = reduce_scatter_s(links, shard_group, trainable * grad_bytes)
+        cross = all_reduce_s(links, replica_group, trainable * grad_bytes / shards)
+        gathers_in_backward = 1
+        first_block = gather / max(stage.blocks, 1)
+        dp_total = accum * (2 * gather + reduce + cross)
+        exposed = accum * (
+            first_block + _hidden(gather, fwd, k) + _hidden(gathers_in_backward * gather + reduce + cross, bwd, k)
+        )
+
+    # Offload traffic over PCIe and the CPU optimizer.
+    offload = 0.0
+    param_shard = params / shards if stage_zero == 3 else params
+    grad_shard = trainable / shards if stage_zero >= 1 else trainable
+    if config.offload_params is not Offload.NONE:
+        fetch = 2 * param_shard * element / pcie_Bps
+        if config.offload_params is Offload.NVME:
+            fetch += 2 * param_shard * element * gpn / (k.nvme_GBps_per_node * 1e9)
+        offload += accum * _hidden(fetch, fwd + bwd, k)
+    if config.offload_optimizer is not Offload.NONE:
+        grads_down = grad_shard * grad_bytes / pcie_Bps
+        params_up = grad_shard * element / pcie_Bps
+        rate = k.cpu_adam_params_per_s_torch if config.strategy is Strategy.FSDP else k.cpu_adam_params_per_s_deepspeed
+        cpu_step = grad_shard * gpn / rate
+        if config.offload_optimizer is Offload.NVME:
+            cpu_step += 2 * grad_shard * OPTIMIZER_STATE_BYTES[config.optimizer.value] * gpn / (k.nvme_GBps_per_node * 1e9)
+        offload += _hidden(grads_down, bwd, k) + cpu_step + params_up
+        optimizer_step = 0.0
+    else:
+        optimizer_step = grad_shard * OPTIMIZER_STEP_BYTES[config.optimizer.value] / memory_Bps
+
+    # Tensor parallelism: two all-reduces (or all-gather + reduce-scatter under
+    # sequence parallelism, the same volume) per block in forward, two in
+    # backward, two more when full checkpointing repeats the forward.
+    rows = config.micro_batch * config.seq_len
+    activation_bytes = rows * shape.hidden * element
+    tp_per_block = 4 + (2 if config.activation_checkpointing is ActivationCheckpointing.FULL else 0)
+    tp_comm = accum * stage.blocks * tp_per_block * all_reduce_s(links, process_group(tp, 1, gpn), activation_bytes)
+
+    ep_comm = 0.0
+    if shape.experts and config.expert_parallel > 1:
+        routed = activation_bytes * shape.experts_per_token / tp
+        ep_group = process_group(config.expert_parallel, tp, gpn)
+        ep_comm = accum * stage.blocks * tp_per_block * all_to_all_s(links, ep_group, routed)
+
+    p2p = 0.0
+    if pp > 1:
+        # Megatron's scatter-gather: each TP rank sends 1/tp of the boundary tensor.
+        message = activation_bytes / tp
+        p2p = accum * 2 * config.virtual_stages * point_to_point_s(links, message, world_size > gpn)
+
+    return StepComm(
+        data_parallel_s=dp_total,
+        exposed_s=exposed + tp_comm + ep_comm + p2p,
+        tensor_parallel_s=tp_comm,
+        pipeline_p2p_s=p2p,
+        expert_parallel_s=ep_comm,
+        offload_s=offload,
+        optimizer_step_s=optimizer_step,
+    )

@@ -1,0 +1,126 @@
+"""GPU time of one micro-batch on the busiest pipeline stage: forward, backward, recompute.
+
+Each block is costed from its shapes (kernels.py): the projections and MLP as
+matmuls sharded by tensor parallelism, the attention core (flash kernels skip
+the causal half; the eager path materialises s x s scores), and the
+element-wise work. The matmul time is rescaled so its FLOPs equal the
+parameter-based count (flops.py), which carries biases, cross-attention and
+shared experts that the generic shapes leave out. The last stage also runs the
+LM head and the loss over the vocabulary (fp32 logits).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..flops import ModelShape, attention_square_layers
+from ..training_config import ActivationCheckpointing, AttentionKernel, TrainingConfig
+from .constants import ThroughputConstants
+from .kernels import Device, elementwise_seconds, flash_attention_seconds, matmul_seconds
+
+NF4_DEQUANT_BYTES_PER_WEIGHT = 2.5  # read 4-bit weight (+ scales), write the bf16 copy
+
+
+@dataclass(slots=True)
+class StageCompute:
+    forward_s: float
+    backward_s: float
+    recompute_s: float
+    blocks: int  # blocks on this stage
+
+    @property
+    def total_s(self) -> float:
+        return self.forward_s + self.backward_s + self.recompute_s
+
+
+def _block_matmuls_forward_s(shape: ModelShape, config: TrainingConfig, device: Device, k: ThroughputConstants, rows: float) -> float:
+    tp = config.tensor_parallel
+    (qkv_in, qkv_out), (o_in, o_out), (up_in, up_out), (down_in, down_out) = shape.block_linear_shapes
+    seconds = matmul_seconds(device, rows, qkv_in, qkv_out / tp, k) + matmul_seconds(device, rows, o_in / tp, o_out, k)
+    flops = 2.0 * rows * (qkv_in * qkv_out + o_in * o_out) / tp
+    if shape.experts:
+        ep = config.expert_parallel
+        local_experts = max(shape.experts // ep, 1)
+        expert_rows = rows * shape.experts_per_token * ep / shape.experts
+        mlp = matmul_seconds(device, expert_rows, up_in, up_out / tp, k) + matmul_seconds(device, expert_rows, down_in / tp, down_out, k)
+        seconds += local_experts * mlp
+        flops += 2.0 * rows * shape.experts_per_token * (up_in * up_out + down_in * down_out) / tp
+    else:
+        seconds += matmul_seconds(device, rows, up_in, up_out / tp, k) + matmul_seconds(device, rows, down_in / tp, down_out, k)
+        flops += 2.0 * rows * (up_in * up_out + down_in * down_out) / tp
+    counted = 2.0 * rows * shape.block_matmul_params_per_token / shape.layers / tp
+    return seconds * counted / flops if flops > 0 else seconds
+
+
+def _attention_forward_s(shape: ModelShape, config: TrainingConfig, device: Device, k: ThroughputConstants, fused: bool) -> float:
+    b, s, tp = config.micro_batch, config.seq_len, config.tensor_parallel
+    squares = attention_square_layers(shape) / shape.layers  # >1 for decoders with cross-attention
+    full_flops = 4.0 * b * s * s * shape.query_width / tp * squares
+    if fused and config.attention is AttentionKernel.SDPA:
+        causal_share = 0.5 if shape.causal else 1.0  # flash skips fully masked tiles
+        return flash_attention_seconds(device, full_flops * causal_share, k)
+    heads = b * shape.query_width / shape.head_dim / tp * squares
+    products = 2.0 * heads * matmul_seconds(device, s, shape.head_dim, s, k)
+    scores = heads * s * s * 2.0  # scores and probabilities written, both s x s
+    return products + elementwise_seconds(device, scores, k)
+
+
+def _block_elements(shape: ModelShape, config: TrainingConfig, rows: float) -> float:
+    """Values one block writes outside the matmuls: norms, residuals, rotary, activations."""
+    tp = config.tensor_parallel
+    hidden_split = tp if config.sequence_parallel else 1
+    hidden_part = (shape.norms_per_block + 2) * shape.hidden / hidden_split
+    attention_part = (2 * shape.query_width + 2 * shape.kv_width) / tp
+    mlp_width = (3 if shape.gated_mlp else 2) * shape.ffn * max(shape.experts_per_token, 1)
+    return rows * (hidden_part + attention_part + mlp_width / tp)
+
+
+def stage_compute(
+    shape: ModelShape, config: TrainingConfig, device: Device, k: ThroughputConstants, *, fused_attention: bool
+) -> StageCompute:
+    rows = float(config.micro_batch * config.seq_len)
+    tp, pp = config.tensor_parallel, config.pipeline_parallel
+    blocks = math.ceil(shape.layers / pp)
+
+    matmul_fwd = _block_matmuls_forward_s(shape, config, device, k, rows)
+    attention_fwd = _attention_forward_s(shape, config, device, k, fused_attention)
+    elementwise_fwd = elementwise_seconds(device, _block_elements(shape, config, rows), k)
+
+    if config.lora_rank:
+        adapters = sum(
+            matmul_seconds(device, rows, fan_in, config.lora_rank, k) + matmul_seconds(device, rows, config.lora_rank, fan_out, k)
+            for fan_in, fan_out in shape.block_linear_shapes
+        )
+        matmul_bwd = matmul_fwd + 2.0 * adapters  # frozen weights: input gradient only
+        matmul_fwd += adapters
+    else:
+        matmul_bwd = 2.0 * matmul_fwd
+    if config.qlora:
+        dequant = NF4_DEQUANT_BYTES_PER_WEIGHT * shape.block_matmul_params_per_token / shape.layers / tp / device.memory_Bps
+        matmul_fwd += dequant
+        matmul_bwd += dequant
+    backward_ratio = k.attention_backward_ratio if fused_attention and config.attention is AttentionKernel.SDPA else 2.0
+
+    launches_fwd = k.kernels_per_block_forward * k.kernel_launch_s
+    block_fwd = max(matmul_fwd + attention_fwd + elementwise_fwd, launches_fwd)
+    block_bwd = max(matmul_bwd + backward_ratio * attention_fwd + 2.0 * elementwise_fwd, 2.0 * launches_fwd)
+    if config.activation_checkpointing is ActivationCheckpointing.FULL:
+        block_recompute = block_fwd
+    elif config.activation_checkpointing is ActivationCheckpointing.SELECTIVE:
+        block_recompute = attention_fwd
+    else:
+        block_recompute = 0.0
+
+    head_fwd = head_bwd = 0.0
+    if shape.has_lm_head:
+        head_mm = matmul_seconds(device, rows, shape.hidden, shape.vocab / tp, k)
+        loss = elementwise_seconds(device, rows * shape.vocab / tp, k, element_bytes=4)  # fp32 logits
+        head_fwd = head_mm + loss
+        head_bwd = (1.0 if config.lora_rank else 2.0) * head_mm + loss
+    return StageCompute(
+        forward_s=blocks * block_fwd + head_fwd,
+        backward_s=blocks * block_bwd + head_bwd,
+        recompute_s=blocks * block_recompute,
+        blocks=blocks,
+    )

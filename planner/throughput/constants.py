@@ -1,0 +1,90 @@
+"""The throughput model's constants: a few fitted, the rest stated assumptions.
+
+FITTED values come from benchmarks/calibrate_throughput.py, which fits them on
+`calibration_llm_foundry_a100_40gb` of the shared reference (78 measured MPT
+runs, A100-40GB, FSDP, 8-128 GPUs) by minimising the median absolute relative
+error of tokens/s. Re-run it after changing the model and paste its output here.
+ASSUMED values are order-of-magnitude figures from public descriptions of the
+hardware and libraries, named where they are used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CALIBRATION_SOURCE = "calibration: fitted on llm-foundry A100-40GB runs (benchmarks/calibrate_throughput.py)"
+
+
+@dataclass(frozen=True)
+class ThroughputConstants:
+    # FITTED. Fraction of the dense peak a large, compute-bound matmul reaches.
+    matmul_peak_fraction: float = 0.852
+    # FITTED. Weight of a matmul's memory traffic (inputs, weights, output) against
+    # its arithmetic: time = (flops/peak + k * bytes/bandwidth) / peak_fraction.
+    # k < 1 because tiles are reused from cache; this is what makes a thin matmul
+    # (small micro-batch x sequence, small hidden or TP shard) slow.
+    matmul_traffic_weight: float = 0.658
+    # FITTED. HBM passes of the element-wise work (norms, activations, residual
+    # adds, rotary, loss over the vocabulary) per element the block writes.
+    elementwise_passes: float = 3.55
+    # FITTED. Fraction of peak the fused (flash) attention kernel reaches on the
+    # s x s products it actually computes.
+    attention_peak_fraction: float = 0.333
+    # FITTED. Share of a collective's duration that still costs compute time when
+    # it is overlapped (NCCL kernels occupy SMs and HBM bandwidth).
+    overlap_interference: float = 0.50
+
+    # ASSUMED. Fraction of link bandwidth NCCL ring collectives reach (bus bandwidth).
+    link_efficiency: float = 0.8
+    # ASSUMED. Host-side cost of one eager PyTorch op (dispatch, autograd, launch); kernels
+    # shorter than this leave the GPU idle.
+    kernel_launch_s: float = 8e-6
+    # ASSUMED. Kernels per block: forward ~20 (norms, projections, rotary, views,
+    # attention, activation, residual adds), backward about twice that.
+    kernels_per_block_forward: int = 20
+    # ASSUMED. Flash attention's backward does 2.5x its forward's matmul work
+    # (it recomputes the s x s scores: 5 matmuls against the forward's 2).
+    attention_backward_ratio: float = 2.5
+    # ASSUMED. Parameters per second a node's CPUs update with Adam: DeepSpeed's
+    # vectorised CPUAdam on a dual-socket server; torch's AdamW (FSDP offload) is 5x slower
+    # ("DeepSpeedCPUAdam is 5X-7X faster than the standard PyTorch implementation", ZeRO-Offload tutorial).
+    cpu_adam_params_per_s_deepspeed: float = 1.0e9
+    cpu_adam_params_per_s_torch: float = 0.2e9
+    # ASSUMED. NVMe read/write bandwidth per node (a few PCIe Gen4 drives), GB/s.
+    nvme_GBps_per_node: float = 6.0
+    # ASSUMED. HBM bytes the GPU optimizer step moves per trainable parameter
+    # (AdamW, fp32 master: read p, g, m, v and write p, m, v, and the 16-bit copy).
+    optimizer_bytes_per_param: float = 28.0
+    # ASSUMED. DDP's gradient bucket (torch default 25 MiB); the last one is not overlapped.
+    ddp_bucket_bytes: float = 25 * 2**20
+
+
+CONSTANTS = ThroughputConstants()
+
+
+# ASSUMED, not calibrated (the reference holds measured runs on A100 only): the
+# share of the Ampere-calibrated efficiency each GPU generation's libraries reach,
+# as (matmul, attention), recalled from public kernel benchmarks. cuBLAS reaches
+# roughly 75% of an H100's dense peak against roughly 85-90% on an A100 (power-
+# limited clocks), and FlashAttention-2, which PyTorch's SDPA runs on Hopper,
+# reaches roughly 35-40% of H100 peak against roughly 65-70% on A100. ROCm's
+# GEMMs and attention reach a smaller share of MI250X/MI300X peak. Volta and
+# Turing have no FlashAttention-2; SDPA falls back to the memory-efficient kernel.
+ARCHITECTURE_EFFICIENCY: dict[str, tuple[float, float]] = {
+    "Ampere": (1.0, 1.0),
+    "Hopper": (0.85, 0.55),
+    "Blackwell": (0.85, 0.55),
+    "Ada Lovelace": (1.0, 1.0),
+    "Volta": (0.95, 0.6),
+    "Turing": (0.95, 0.6),
+    "CDNA2": (0.75, 0.5),
+    "CDNA3": (0.75, 0.5),
+}
+
+
+def architecture_efficiency(architecture: str) -> tuple[float, float]:
+    """(matmul, attention) factor for a GpuSpec.architecture such as 'CDNA3 (gfx942)'."""
+    for name, factors in ARCHITECTURE_EFFICIENCY.items():
+        if architecture.startswith(name):
+            return factors
+    return 1.0, 1.0
