@@ -1,0 +1,209 @@
+"""Contract item 8: turn an HF causal LM into this rank's tensor/pipeline-parallel part.
+
+`parallelize(model, dims, activation_checkpointing=..., sequence_parallel=...)`
+applies, in order: pipeline stage pruning (this rank keeps only its stage's
+layers, and the embedding / head if first / last), tensor parallelism, then
+activation checkpointing. The engine then wraps the returned ParallelModel's
+parameters with ZeRO on `groups.dp_group`. The parameters stay plain tensors
+(each rank's local shard), so any data-parallel wrapper composes with them.
+
+With pp == 1, `ParallelModel(input_ids, labels)` returns the loss; with any
+pp, `train_batch(micro_batches)` runs forward and backward over all the
+micro-batches (through the pipeline schedule when pp > 1) and returns the
+mean loss on every rank.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from backends.decoder_anatomy import (
+    architecture_of, decoder_layers, embed, final_norm, get_path, layer_arguments, require_sdpa, run_layer, set_path,
+)
+from backends.parallel_dims import ParallelDims, ParallelGroups
+from backends.pipeline_parallel.split import stage_layer_ranges
+from backends.tensor_parallel.apply import apply_tensor_parallel, shard_specs
+from backends.tensor_parallel.collectives import scatter_sequence
+from backends.tensor_parallel.cross_entropy import vocab_parallel_causal_lm_loss
+
+CHECKPOINT_MODES = ("none", "selective", "full")
+
+
+class ParallelModel(nn.Module):
+    def __init__(self, model: nn.Module, groups: ParallelGroups, *, layer_range: tuple[int, int],
+                 sequence_parallel: bool, activation_checkpointing: str, tied_embedding_grad_group: Any = None):
+        super().__init__()
+        self.module = model
+        self.groups = groups
+        self.layer_range = layer_range
+        self.sequence_parallel = sequence_parallel
+        self.activation_checkpointing = activation_checkpointing
+        self.is_first_stage = groups.pp_rank == 0
+        self.is_last_stage = groups.pp_rank == groups.dims.pp - 1
+        self.tied_embedding_grad_group = tied_embedding_grad_group
+        self.shard_specs = shard_specs(model)  # name -> (dim, sections), for resharding checkpoints
+        # The head's rows are this rank's slice of the vocabulary (all of it when tp == 1).
+        self.vocab_start = model.lm_head.weight.shape[0] * groups.tp_rank if self.is_last_stage else 0
+        self.pipeline_runner = None  # set by parallelize when pp > 1
+
+    @property
+    def dims(self) -> ParallelDims:
+        return self.groups.dims
+
+    def _layer(self, index: int, hidden: torch.Tensor, arguments: dict[str, Any]) -> torch.Tensor:
+        layer = decoder_layers(self.module)[index]
+        if self.activation_checkpointing == "full" and self.training:
+            return checkpoint(run_layer, layer, hidden, arguments, use_reentrant=False)
+        return run_layer(layer, hidden, arguments)
+
+    def stage_forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Input ids (first stage) or hidden states -> hidden states, or vocab-sharded logits on the last stage."""
+        tp_group = self.groups.tp_group
+        if self.is_first_stage:
+            hidden = embed(self.module, inputs)
+            seq_len = hidden.shape[1]
+            if self.sequence_parallel:
+                hidden = scatter_sequence(hidden, tp_group)
+        else:
+            hidden = inputs
+            seq_len = hidden.shape[1] * (self.dims.tp if self.sequence_parallel else 1)
+        arguments = layer_arguments(self.module, hidden, seq_len)
+        for index in range(*self.layer_range):
+            hidden = self._layer(index, hidden, arguments)
+        if not self.is_last_stage:
+            return hidden
+        norm = final_norm(self.module)
+        if norm is not None:
+            hidden = norm(hidden)  # under SP its forward hook all-gathers the sequence
+        return self.module.lm_head(hidden)
+
+    def loss(self, local_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return vocab_parallel_causal_lm_loss(local_logits, labels, self.vocab_start, self.groups.tp_group)
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        if self.dims.pp > 1:
+            raise RuntimeError("with pipeline parallelism, call train_batch(micro_batches) instead of forward")
+        return self.loss(self.stage_forward(input_ids), input_ids if labels is None else labels)
+
+    def train_batch(self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *,
+                    loss_multiplier: float = 1.0) -> torch.Tensor:
+        """Forward + backward over the micro-batches; gradients are the mean over them (times loss_multiplier,
+        e.g. an fp16 loss scale). Returns the mean (unscaled) loss, the same on every rank."""
+        if self.dims.pp > 1:
+            loss = self.pipeline_runner.train_batch(micro_batches, loss_multiplier=loss_multiplier)
+        else:
+            total = torch.zeros(())
+            for input_ids, labels in micro_batches:
+                loss = self(input_ids, labels)
+                (loss * (loss_multiplier / len(micro_batches))).backward()
+                total += loss.detach()
+            loss = total / len(micro_batches)
+        self.finish_gradients()
+        return loss
+
+    def finish_gradients(self) -> None:
+        """Sum the gradients of an embedding tied to the head across the first and last pipeline stages."""
+        group = self.tied_embedding_grad_group
+        if group is None or not (self.is_first_stage or self.is_last_stage):
+            return
+        weight = self.tied_weight()
+        if weight.grad is None:
+            weight.grad = torch.zeros_like(weight)
+        dist.all_reduce(weight.grad, group=group)
+
+    def tied_weight(self) -> nn.Parameter:
+        if self.is_first_stage:
+            arch = architecture_of(self.module)
+            return get_path(self.module, f"{arch.backbone}.{arch.token_embedding}").weight
+        return self.module.lm_head.weight
+
+
+def _checkpoint_attention(model: nn.Module) -> None:
+    """Selective recomputation: keep the MLP activations, recompute attention in the backward."""
+    arch = architecture_of(model)
+    for layer in decoder_layers(model):
+        if isinstance(layer, nn.Identity):
+            continue
+        attention = get_path(layer, arch.attention)
+        original = attention.forward
+
+        def recomputed(*args, _original=original, **kwargs):
+            if not torch.is_grad_enabled():
+                return _original(*args, **kwargs)
+            return checkpoint(_original, *args, use_reentrant=False, **kwargs)
+
+        attention.forward = functools.wraps(original)(recomputed)
+
+
+def _prune_to_stage(model: nn.Module, first: bool, last: bool, layer_range: tuple[int, int]) -> None:
+    """Drop the modules other stages own; kept layers keep their global index (and state-dict names)."""
+    arch = architecture_of(model)
+    layers = decoder_layers(model)
+    for index in range(len(layers)):
+        if not layer_range[0] <= index < layer_range[1]:
+            layers[index] = nn.Identity()
+    backbone = get_path(model, arch.backbone)
+    if not first:
+        for name in (arch.token_embedding, *[m for m in arch.extra_modules if m != "rotary_emb"]):
+            set_path(backbone, name, None)
+    if not last:
+        set_path(backbone, arch.final_norm, None)
+        model.lm_head = None
+    elif not first and model.lm_head.weight is not None:
+        # A tied head keeps its own copy of the embedding; finish_gradients keeps the two in step.
+        model.lm_head.weight = nn.Parameter(model.lm_head.weight.detach().clone())
+
+
+def _tied(model: nn.Module) -> bool:
+    arch = architecture_of(model)
+    head = model.get_output_embeddings()
+    return head is not None and get_path(model, f"{arch.backbone}.{arch.token_embedding}").weight is head.weight
+
+
+def _tied_embedding_groups(groups: ParallelGroups) -> Any:
+    """One group per (dp, tp) coordinate holding the first and last stage; every rank creates all of them."""
+    dims, mine = groups.dims, None
+    for dp in range(dims.dp):
+        for tp in range(dims.tp):
+            ranks = sorted({groups.global_rank_of(pp=0, dp=dp, tp=tp), groups.global_rank_of(pp=dims.pp - 1, dp=dp, tp=tp)})
+            group = dist.new_group(ranks)
+            if dp == groups.dp_rank and tp == groups.tp_rank:
+                mine = group
+    return mine
+
+
+def parallelize(model: nn.Module, dims: ParallelDims | ParallelGroups, *, activation_checkpointing: str = "none",
+                sequence_parallel: bool = False, stage_split: Sequence[int] | None = None,
+                pipeline_schedule: str = "1f1b", device_type: str = "cpu") -> ParallelModel:
+    """This rank's part of `model` under the layout; see the module docstring for the order of steps."""
+    if activation_checkpointing not in CHECKPOINT_MODES:
+        raise ValueError(f"activation_checkpointing must be one of {CHECKPOINT_MODES}")
+    groups = dims if isinstance(dims, ParallelGroups) else dims.build(device_type)
+    architecture_of(model)
+    require_sdpa(model)
+    if sequence_parallel and groups.dims.tp == 1:
+        sequence_parallel = False  # nothing to split along
+    ranges = stage_layer_ranges(len(decoder_layers(model)), groups.dims.pp, stage_split)
+    layer_range = ranges[groups.pp_rank]
+    tied = _tied(model)
+    tied_group = _tied_embedding_groups(groups) if tied and groups.dims.pp > 1 else None
+    if groups.dims.pp > 1:
+        _prune_to_stage(model, groups.pp_rank == 0, groups.pp_rank == groups.dims.pp - 1, layer_range)
+    if groups.dims.tp > 1:
+        apply_tensor_parallel(model, groups.tp_group, sequence_parallel=sequence_parallel)
+    if activation_checkpointing == "selective":
+        _checkpoint_attention(model)
+    parallel = ParallelModel(model, groups, layer_range=layer_range, sequence_parallel=sequence_parallel,
+                             activation_checkpointing=activation_checkpointing, tied_embedding_grad_group=tied_group)
+    if groups.dims.pp > 1:
+        from backends.pipeline_parallel.runner import PipelineRunner
+
+        parallel.pipeline_runner = PipelineRunner(parallel, schedule=pipeline_schedule)
+    return parallel
+

@@ -1,0 +1,52 @@
+"""Cross-entropy over vocab-sharded logits, so the full [tokens, vocab] logits never exist on one rank.
+
+Each rank holds logits for its slice of the vocabulary; three all-reduces
+over the TP group (max, sum of exp, target logit) give the exact loss, and
+the gradient softmax - onehot is formed from local pieces only.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+IGNORE_INDEX = -100
+
+
+class _VocabParallelCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, targets, vocab_start, group):
+        logits = logits.float()
+        local_max = logits.max(dim=-1).values
+        dist.all_reduce(local_max, op=dist.ReduceOp.MAX, group=group)
+        shifted = logits - local_max.unsqueeze(-1)
+        vocab_local = logits.shape[-1]
+        outside = (targets < vocab_start) | (targets >= vocab_start + vocab_local)
+        local_targets = (targets - vocab_start).masked_fill(outside, 0)
+        target_logit = shifted.gather(-1, local_targets.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
+        dist.all_reduce(target_logit, group=group)
+        exp = shifted.exp()
+        sum_exp = exp.sum(dim=-1)
+        dist.all_reduce(sum_exp, group=group)
+        loss = sum_exp.log() - target_logit
+        softmax = exp / sum_exp.unsqueeze(-1)
+        ctx.save_for_backward(softmax, local_targets, outside)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        softmax, local_targets, outside = ctx.saved_tensors
+        grad = softmax.clone()
+        onehot = torch.zeros_like(grad).scatter_(-1, local_targets.unsqueeze(-1), 1.0)
+        grad -= onehot * (~outside).unsqueeze(-1).to(grad.dtype)
+        return grad * grad_loss.unsqueeze(-1), None, None, None
+
+
+def vocab_parallel_causal_lm_loss(local_logits: torch.Tensor, labels: torch.Tensor, vocab_start: int, group) -> torch.Tensor:
+    """Mean next-token loss like HF's ForCausalLMLoss: position t predicts labels[t+1], -100 ignored."""
+    logits = local_logits[:, :-1, :].reshape(-1, local_logits.shape[-1])
+    targets = labels[:, 1:].reshape(-1)
+    valid = targets != IGNORE_INDEX
+    per_token = _VocabParallelCrossEntropy.apply(logits, targets.masked_fill(~valid, 0), vocab_start, group)
+    per_token = per_token * valid.to(per_token.dtype)
+    return per_token.sum() / valid.sum().clamp(min=1)

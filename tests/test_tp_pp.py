@@ -1,0 +1,63 @@
+"""Tensor and pipeline parallelism against a single-process reference (fp32, gloo, 2 ranks).
+
+One torchrun job (tests/parallel_checks.py) trains tiny GPT-2, Llama (GQA:
+4 heads, 2 KV heads) and OPT models for 3 SGD steps under each layout and
+compares losses and every parameter shard with the unsharded model trained
+on the same batches in the same process.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from backends.parallel_dims import ParallelDims
+from backends.pipeline_parallel.split import stage_layer_ranges
+from backends.tensor_parallel.layers import shard_tensor, unshard_tensor
+from planner.errors import UserInputError
+from tests.parallel_checks import assert_matches_reference, run_checks
+
+TWO_RANK_CHECKS = [
+    "tp_gpt2", "tp_llama", "tp_opt", "tp_sp_gpt2", "tp_sp_llama", "tp_sp_opt",
+    "pp_gpt2_gpipe", "pp_gpt2_1f1b", "pp_llama_gpipe", "pp_llama_1f1b", "pp_opt_1f1b",
+    "tp_sp_llama_full_checkpointing", "tp_gpt2_selective_checkpointing",
+]
+
+
+@pytest.fixture(scope="module")
+def two_rank_results(tmp_path_factory):
+    return run_checks(TWO_RANK_CHECKS, 2, tmp_path_factory.mktemp("tp_pp"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("check", TWO_RANK_CHECKS)
+def test_layout_matches_single_process_reference(two_rank_results, check):
+    assert_matches_reference(two_rank_results[check])
+
+
+def test_fused_qkv_shard_roundtrip():
+    full = torch.arange(4 * 12.0).reshape(4, 12)  # GPT-2 c_attn: [in, q|k|v]
+    parts = [shard_tensor(full, 1, rank, 2, sections=3) for rank in range(2)]
+    assert parts[0][:, :2].tolist() == full[:, 0:2].tolist()  # rank 0 gets the first q half ...
+    assert parts[0][:, 2:4].tolist() == full[:, 4:6].tolist()  # ... then the first k half
+    assert torch.equal(unshard_tensor(parts, 1, sections=3), full)
+
+
+def test_stage_split_balances_embedding_and_head_cost():
+    assert stage_layer_ranges(8, 2) == [(0, 4), (4, 8)]
+    # A head costing two layers pushes two layers to the first stage.
+    assert stage_layer_ranges(8, 2, last_extra=2.0) == [(0, 5), (5, 8)]
+    assert stage_layer_ranges(6, 3, [1, 2, 3]) == [(0, 1), (1, 3), (3, 6)]
+    with pytest.raises(UserInputError, match="summing to 6"):
+        stage_layer_ranges(6, 2, [1, 2])
+
+
+def test_parallel_dims_checks_world_and_node():
+    ParallelDims(dp=2, tp=2, pp=1).check(4, gpus_per_node=8)
+    with pytest.raises(UserInputError, match="launch 8 ranks"):
+        ParallelDims(dp=2, tp=2, pp=2).check(4)
+    with pytest.raises(UserInputError, match="inside a node"):
+        ParallelDims(dp=1, tp=3).check(3, gpus_per_node=4)
+    with pytest.raises(UserInputError):
+        ParallelDims(dp=0)
+    assert ParallelDims.from_layout({"data_parallel": 2, "tensor_parallel": 2, "pipeline_parallel": 1}).world_size == 4
