@@ -55,6 +55,7 @@ class ModelShape:
     block_linear_shapes: tuple[tuple[int, int], ...]  # (in, out) of one average block's linears
     total_params: int
     trainable_params: int
+    expert_params: int  # all experts of all blocks; expert parallelism splits these
 
 
 def model_shape(spec: ModelSpec) -> ModelShape:
@@ -83,6 +84,7 @@ def model_shape(spec: ModelSpec) -> ModelShape:
         block_linear_shapes=_block_linear_shapes(spec, ffn),
         total_params=spec.params.total,
         trainable_params=spec.params.trainable,
+        expert_params=spec.num_layers * spec.num_experts * spec.hidden_size * ffn * (3 if spec.mlp_kind.value == "gated" else 2),
     )
 
 

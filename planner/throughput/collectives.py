@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..cluster import ClusterSpec
 
@@ -42,13 +43,14 @@ def cluster_links(cluster: ClusterSpec, efficiency: float) -> Links:
     )
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Group:
     size: int
     local: int  # members per node
     nodes: int
 
 
+@lru_cache(maxsize=4096)
 def process_group(size: int, stride: int, gpus_per_node: int) -> Group:
     if size <= 1:
         return Group(1, 1, 1)

@@ -74,9 +74,14 @@ def step_communication(
     gpn = links.gpus_per_node
     accum = config.grad_accum
     element = 4 if config.precision is Precision.FP32 else 2
-    grad_bytes = 4 if config.precision is Precision.FP32 or config.strategy is Strategy.DDP else 2
-    params = shape.total_params / (tp * pp)
-    trainable = shape.trainable_params / (tp * pp)
+    # DDP trains fp32 weights under autocast, so its gradients are fp32 unless the run is pure bf16.
+    ddp_fp32_grads = config.strategy is Strategy.DDP and config.precision is not Precision.BF16
+    grad_bytes = 4 if config.precision is Precision.FP32 or ddp_fp32_grads else 2
+    # QLoRA's frozen base travels as 4-bit NF4 (0.5 byte) plus its scales.
+    param_bytes = 0.5625 if config.qlora else element
+    experts_elsewhere = shape.expert_params * (1 - 1 / config.expert_parallel)
+    params = (shape.total_params - experts_elsewhere) / (tp * pp)
+    trainable = (shape.trainable_params - (0 if config.lora_rank else experts_elsewhere)) / (tp * pp)
     stage_zero = _zero_stage(config)
 
     dp_group = process_group(dp, tp, gpn)
@@ -94,36 +99,33 @@ def step_communication(
         exposed = last_bucket + _hidden(all_reduce - last_bucket, bwd, k)
     elif stage_zero in (1, 2):
         reduce = reduce_scatter_s(links, dp_group, trainable * grad_bytes)
-        gather_params = all_gather_s(links, dp_group, params * element)
-        if stage_zero == 1:
-            dp_total = reduce + gather_params
-            exposed = _hidden(reduce, bwd, k) + gather_params
-        elif config.strategy is Strategy.FSDP:  # SHARD_GRAD_OP: gather once per micro-batch, kept to backward
-            dp_total = accum * (reduce + gather_params)
-            first_block = gather_params / max(stage.blocks, 1)
-            exposed = accum * (first_block + _hidden(gather_params, fwd, k) + _hidden(reduce, bwd, k))
+        if config.strategy is Strategy.FSDP:  # SHARD_GRAD_OP: gather once per micro-batch, kept to backward
+            gather = all_gather_s(links, dp_group, params * param_bytes)
+            dp_total = accum * (reduce + gather)
+            first_block = gather / max(stage.blocks, 1)
+            exposed = accum * (first_block + _hidden(gather, fwd, k) + _hidden(reduce, bwd, k))
         else:
-            dp_total = accum * reduce + gather_params
-            exposed = accum * _hidden(reduce, bwd, k) + gather_params
+            # Only the optimizer's (trainable) partitions change and are gathered back.
+            updated = all_gather_s(links, dp_group, trainable * element)
+            reduces = 1 if stage_zero == 1 else accum
+            dp_total = reduces * reduce + updated
+            exposed = reduces * _hidden(reduce, bwd, k) + updated
     else:
-        gather = all_gather_s(links, shard_group, params * element)
+        gather = all_gather_s(links, shard_group, params * param_bytes)
         reduce = reduce_scatter_s(links, shard_group, trainable * grad_bytes)
         cross = all_reduce_s(links, replica_group, trainable * grad_bytes / shards)
-        gathers_in_backward = 1
         first_block = gather / max(stage.blocks, 1)
         dp_total = accum * (2 * gather + reduce + cross)
-        exposed = accum * (
-            first_block + _hidden(gather, fwd, k) + _hidden(gathers_in_backward * gather + reduce + cross, bwd, k)
-        )
+        exposed = accum * (first_block + _hidden(gather, fwd, k) + _hidden(gather + reduce + cross, bwd, k))
 
     # Offload traffic over PCIe and the CPU optimizer.
     offload = 0.0
     param_shard = params / shards if stage_zero == 3 else params
     grad_shard = trainable / shards if stage_zero >= 1 else trainable
     if config.offload_params is not Offload.NONE:
-        fetch = 2 * param_shard * element / pcie_Bps
+        fetch = 2 * param_shard * param_bytes / pcie_Bps
         if config.offload_params is Offload.NVME:
-            fetch += 2 * param_shard * element * gpn / (k.nvme_GBps_per_node * 1e9)
+            fetch += 2 * param_shard * param_bytes * gpn / (k.nvme_GBps_per_node * 1e9)
         offload += accum * _hidden(fetch, fwd + bwd, k)
     if config.offload_optimizer is not Offload.NONE:
         grads_down = grad_shard * grad_bytes / pcie_Bps

@@ -28,6 +28,7 @@ class StageCompute:
     backward_s: float
     recompute_s: float
     blocks: int  # blocks on this stage
+    launch_bound: bool  # the host cannot launch kernels as fast as the GPU finishes them
 
     @property
     def total_s(self) -> float:
@@ -103,7 +104,8 @@ def stage_compute(
     backward_ratio = k.attention_backward_ratio if fused_attention and config.attention is AttentionKernel.SDPA else 2.0
 
     launches_fwd = k.kernels_per_block_forward * k.kernel_launch_s
-    block_fwd = max(matmul_fwd + attention_fwd + elementwise_fwd, launches_fwd)
+    gpu_fwd = matmul_fwd + attention_fwd + elementwise_fwd
+    block_fwd = max(gpu_fwd, launches_fwd)
     block_bwd = max(matmul_bwd + backward_ratio * attention_fwd + 2.0 * elementwise_fwd, 2.0 * launches_fwd)
     if config.activation_checkpointing is ActivationCheckpointing.FULL:
         block_recompute = block_fwd
@@ -123,4 +125,5 @@ def stage_compute(
         backward_s=blocks * block_bwd + head_bwd,
         recompute_s=blocks * block_recompute,
         blocks=blocks,
+        launch_bound=gpu_fwd < launches_fwd,
     )

@@ -12,32 +12,65 @@ spec and cluster: the search calls this thousands of times.
 from __future__ import annotations
 
 from ..cluster import ClusterSpec
-from ..flops import ModelShape, model_shape, sequence_flops
+from ..flops import ModelShape, SequenceFlops, model_shape, sequence_flops
 from ..gpu_catalog import pcie_bandwidth_GBps_per_direction
 from ..memory.arch_traits import arch_traits
 from ..model_spec import ModelSpec
 from ..training_config import TrainingConfig
 from .collectives import Links, cluster_links
 from .communication import step_communication
-from .compute import stage_compute
+from .compute import StageCompute, stage_compute
 from .constants import CALIBRATION_SOURCE, CONSTANTS, ThroughputConstants, architecture_efficiency
 from .kernels import Device
 from .result import StepTimeBreakdown, ThroughputEstimate
 
+_COMPUTE = (
+    f"formula: shape-aware matmul roofline + fused attention + element-wise passes; {CALIBRATION_SOURCE}; "
+    "non-Ampere GPUs scaled by assumed library-efficiency factors (planner/throughput/constants.py)"
+)
+_COMM = (
+    "formula: α–β ring/tree collectives on the links each group crosses, overlapped as each implementation does; "
+    "link efficiency and latencies assumed (planner/throughput/constants.py, planner/cluster.py)"
+)
+_STEP = "formula: micro-batches x (forward + backward + recompute) + exposed communication + bubble + offload + optimizer step"
+_MODEL_FLOPS = "6·N_matmul·s + 12·L·s²·h_q FLOPs per sequence (Korthikanti Eq. 7, planner/flops.py)"
 SOURCES = {
-    "model_flops": "formula: 6·N_matmul·s + 12·L·s²·h_q per sequence (Megatron/Korthikanti Eq. 7; planner/flops.py)",
-    "hardware_flops": "formula: model FLOPs + one forward of each checkpointed block (Megatron Eq. 3)",
-    "compute_s": f"formula: shape-aware matmul roofline + attention + element-wise passes; {CALIBRATION_SOURCE}; "
-    "other GPU generations scaled by assumed library-efficiency factors (planner/throughput/constants.py)",
-    "exposed_comm_s": "formula: α–β ring/tree collectives on the links each group crosses, overlap per implementation; "
-    "link efficiency and latencies assumed (planner/throughput/constants.py, planner/cluster.py)",
+    "step_time_s": f"{_STEP}; compute {CALIBRATION_SOURCE}",
+    "tokens_per_s": "formula: global batch x sequence length / step time",
+    "samples_per_s": "formula: global batch / step time",
+    "tflops_per_gpu": f"formula: {_MODEL_FLOPS} x sequences per second per GPU",
+    "mfu": f"formula: {_MODEL_FLOPS} / step time / dense peak of the compute dtype (GPU catalog)",
+    "hfu": "formula: model FLOPs + one forward of each checkpointed block (Megatron Eq. 3) / step time / dense peak",
+    "compute_s": _COMPUTE,
+    "recompute_s": _COMPUTE,
+    "exposed_comm_s": _COMM,
+    "data_parallel_comm_s": _COMM,
+    "tensor_parallel_comm_s": _COMM,
+    "pipeline_p2p_s": _COMM,
     "pipeline_bubble_s": "formula: (p-1)/(m·v) of the pipelined compute (Narayanan et al. 2021)",
-    "offload_s": "formula: PCIe transfer + CPU Adam at an assumed rate (planner/throughput/constants.py)",
-    "price_usd_per_gpu_hour": "catalog price or user override (planner/catalog/gpus.json)",
+    "offload_s": "formula: PCIe transfers + CPU Adam at an assumed rate (planner/throughput/constants.py)",
+    "optimizer_step_s": "formula: HBM bytes per parameter of the optimizer update / memory bandwidth (assumed bytes)",
+    "price_usd_per_gpu_hour": "GPU catalog price, or the user's override (make_cluster(price_per_hour=...))",
 }
+
+
+def bottleneck_notes(step: float, exposed_comm: float, bubble: float, offload: float, launch_bound: bool) -> list[str]:
+    """One line for each overhead that takes a large share of the step, for the plan's reasons."""
+    notes = []
+    if exposed_comm > 0.25 * step:
+        notes.append(f"communication-bound: {exposed_comm / step:.0%} of the step waits on collectives")
+    if offload > 0.25 * step:
+        notes.append(f"offload-bound: {offload / step:.0%} of the step in PCIe transfers and the CPU optimizer")
+    if bubble > 0.15 * step:
+        notes.append(f"pipeline bubble: {bubble / step:.0%} of the step; more micro-batches or interleaving shrink it")
+    if launch_bound:
+        notes.append("kernel-launch bound: the micro-batch is too small to keep this GPU busy")
+    return notes
+
 
 _shapes: dict[int, tuple[ModelSpec, ModelShape, bool]] = {}
 _hardware: dict[tuple, tuple[ClusterSpec, Device, Links, float]] = {}
+_stages: dict[tuple, tuple[StageCompute, SequenceFlops]] = {}
 
 
 def _shape_of(spec: ModelSpec) -> tuple[ModelShape, bool]:
@@ -46,31 +79,55 @@ def _shape_of(spec: ModelSpec) -> tuple[ModelShape, bool]:
         cached = (spec, model_shape(spec), arch_traits(spec).fused_attention)
         if len(_shapes) > 256:
             _shapes.clear()
+            _stages.clear()  # its keys hold ids of the shapes just dropped
         _shapes[id(spec)] = cached
     return cached[1], cached[2]
 
 
-def _hardware_of(cluster: ClusterSpec, config: TrainingConfig, k: ThroughputConstants) -> tuple[Device, Links, float]:
-    """(device for the compute dtype, links, PCIe bytes/s) of a cluster, cached by identity."""
-    key = (id(cluster), config.precision, id(k))
+def _build_hardware(cluster: ClusterSpec, config: TrainingConfig, k: ThroughputConstants) -> tuple[Device, Links, float]:
+    gpu = cluster.gpu
+    peak = gpu.peak_tflops(config.precision.compute_dtype) * 1e12
+    matmul_factor, attention_factor = architecture_efficiency(gpu.architecture)
+    device = Device(
+        peak_flops=peak,
+        matmul_flops=peak * matmul_factor,
+        attention_flops=peak * attention_factor,
+        memory_Bps=gpu.memory_bandwidth_GBps * 1e9,
+        element_bytes=4 if config.precision.value == "fp32" else 2,
+    )
+    pcie_Bps = pcie_bandwidth_GBps_per_direction(gpu.pcie_generation or 3) * 1e9 * k.link_efficiency
+    return device, cluster_links(cluster, k.link_efficiency), pcie_Bps
+
+
+def _hardware_of(cluster: ClusterSpec, config: TrainingConfig) -> tuple[Device, Links, float]:
+    """(device for the compute dtype, links, PCIe bytes/s) with the committed constants, cached by identity."""
+    key = (id(cluster), config.precision)
     cached = _hardware.get(key)
     if cached is None or cached[0] is not cluster:
-        gpu = cluster.gpu
-        peak = gpu.peak_tflops(config.precision.compute_dtype) * 1e12
-        matmul_factor, attention_factor = architecture_efficiency(gpu.architecture)
-        device = Device(
-            peak_flops=peak,
-            matmul_flops=peak * matmul_factor,
-            attention_flops=peak * attention_factor,
-            memory_Bps=gpu.memory_bandwidth_GBps * 1e9,
-            element_bytes=4 if config.precision.value == "fp32" else 2,
-        )
-        pcie_Bps = pcie_bandwidth_GBps_per_direction(gpu.pcie_generation or 3) * 1e9 * k.link_efficiency
-        cached = (cluster, device, cluster_links(cluster, k.link_efficiency), pcie_Bps)
         if len(_hardware) > 256:
             _hardware.clear()
-        _hardware[key] = cached
+            _stages.clear()  # its keys hold ids of the devices just dropped
+        cached = _hardware[key] = (cluster, *_build_hardware(cluster, config, CONSTANTS))
     return cached[1], cached[2], cached[3]
+
+
+def _stage_of(
+    shape: ModelShape, config: TrainingConfig, device: Device, fused_attention: bool
+) -> tuple[StageCompute, SequenceFlops]:
+    """Strategy, sharding, offload and accumulation do not change a micro-batch's
+    kernels, and the search varies exactly those: reuse the stage's compute."""
+    key = (
+        id(shape), id(device), config.micro_batch, config.seq_len, config.tensor_parallel,
+        config.pipeline_parallel, config.expert_parallel, config.sequence_parallel,
+        config.activation_checkpointing, config.attention, config.lora_rank, config.qlora,
+    )
+    cached = _stages.get(key)
+    if cached is None:
+        if len(_stages) > 4096:
+            _stages.clear()
+        stage = stage_compute(shape, config, device, CONSTANTS, fused_attention=fused_attention)
+        cached = _stages[key] = (stage, sequence_flops(shape, config))
+    return cached
 
 
 def _construct(model: type, values: dict):
@@ -89,10 +146,15 @@ def estimate_throughput(
 ) -> ThroughputEstimate:
     k = constants
     shape, fused_attention = _shape_of(spec)
-    device, links, pcie_Bps = _hardware_of(cluster, config, k)
+    if k is CONSTANTS:
+        device, links, pcie_Bps = _hardware_of(cluster, config)
+        stage, flops = _stage_of(shape, config, device, fused_attention)
+    else:  # calibration: other constants, nothing cached
+        device, links, pcie_Bps = _build_hardware(cluster, config, k)
+        stage = stage_compute(shape, config, device, k, fused_attention=fused_attention)
+        flops = sequence_flops(shape, config)
     peak = device.peak_flops
     world = cluster.gpus_per_node * cluster.num_nodes
-    stage = stage_compute(shape, config, device, k, fused_attention=fused_attention)
     comm = step_communication(
         shape, config, stage, links,
         world_size=world, pcie_Bps=pcie_Bps, memory_Bps=device.memory_Bps, k=k,
@@ -107,7 +169,6 @@ def estimate_throughput(
 
     dp = max(world // config.model_parallel_size, 1)
     global_batch = config.micro_batch * accum * dp
-    flops = sequence_flops(shape, config)
     per_gpu_model = flops.model * global_batch / world / step
     per_gpu_hardware = flops.hardware * global_batch / world / step
     breakdown = _construct(StepTimeBreakdown, dict(
@@ -132,5 +193,5 @@ def estimate_throughput(
         breakdown=breakdown,
         price_usd_per_gpu_hour=cluster.gpu.price_usd_per_hour,
         sources=dict(SOURCES),
-        notes=[],
+        notes=bottleneck_notes(step, comm.exposed_s, bubble, comm.offload_s, stage.launch_bound),
     ))
