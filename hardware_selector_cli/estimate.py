@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Optional
 
 import typer
 
+from planner.errors import UserInputError
 from planner.training_config import TrainingConfig
 from planner.units import format_bytes
 
@@ -72,14 +74,23 @@ def register(app: typer.Typer) -> None:
         cluster: ClusterOptions,
         config: TrainingConfig,
         headroom: float = typer.Option(0.0, "--headroom", help="Share of GPU memory to keep free, e.g. 0.1."),
+        overhead_gb: Optional[float] = typer.Option(
+            None, "--overhead-gb", help="Runtime overhead per GPU in GiB (CUDA context + fragmentation); default 0.75 + 5%."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
         """Estimate per-GPU memory (and speed) of one training configuration."""
         from planner.evaluate import evaluate
+        from planner.memory.estimate import OverheadSettings
 
+        if not 0.0 <= headroom < 1.0:
+            raise UserInputError(f"--headroom is a share of GPU memory between 0 and 1, not {headroom}")
+        if overhead_gb is not None and overhead_gb < 0:
+            raise UserInputError(f"--overhead-gb must be 0 or more, not {overhead_gb}")
+        overhead = OverheadSettings() if overhead_gb is None else OverheadSettings.fixed(overhead_gb)
         spec = model.resolve()
         target = cluster.resolve()
-        result = evaluate(spec, config, target, headroom_fraction=headroom)
+        result = evaluate(spec, config, target, headroom_fraction=headroom, overhead=overhead)
         if as_json:
             document = {
                 "model": model_summary(spec),

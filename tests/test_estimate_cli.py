@@ -1,0 +1,182 @@
+"""`hardware-selector estimate`: every strategy and option of issue 3, in JSON and as a table,
+checked against the model-state formulas (ZeRO paper Sec. 5 bytes per parameter) and the
+orderings the mechanisms imply; bad combinations give one line and exit code 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hardware_selector_cli.app import main
+from planner.model_resolve import resolve_model
+
+GIB = 2**30
+BASE = ["estimate", "--model", "llama-2-7b", "--gpu", "A100-80GB", "--gpus-per-node", "8", "--seq-len", "2048"]
+REQUIRED = ("parameters", "gradients", "optimizer_states", "activations", "buffers", "overhead", "total")
+
+
+def run_json(capsys, *extra: str, base: list[str] = BASE) -> dict:
+    code = main([*base, *extra, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return json.loads(captured.out)
+
+
+def check_invariants(document: dict) -> dict[str, int]:
+    memory = document["memory"]
+    per_gpu = memory["per_gpu_bytes"]
+    assert set(REQUIRED) <= set(per_gpu)
+    assert all(value >= 0 for value in per_gpu.values())
+    assert per_gpu["total"] == sum(value for key, value in per_gpu.items() if key != "total")
+    usable = int(memory["gpu_capacity_bytes"] * (1 - memory["headroom_fraction"]))
+    assert memory["fits"] == (per_gpu["total"] <= usable and (
+        memory["cpu_capacity_per_node_bytes"] is None or memory["cpu_per_node_bytes"] <= memory["cpu_capacity_per_node_bytes"]
+    ))
+    assert memory["margin_bytes"] == usable - per_gpu["total"]
+    assert document["model"]["name"] and document["model"]["params"] > 0
+    assert memory["sources"]["total"].startswith("sum")
+    return per_gpu
+
+
+PSI = resolve_model("llama-2-7b").params.total
+N = 8
+
+# (extra flags, {category: expected bytes per GPU}) from the layouts in planner/memory/model_states.py:
+# PyTorch-native mixed precision keeps fp32 weights (4) and AdamW states (8); DeepSpeed keeps 16-bit
+# weights (2) and master + states (12) in the optimizer's shards. At an optimizer-step peak,
+# torch's foreach AdamW adds one fp32 state-sized temporary (4 bytes per parameter shard);
+# DeepSpeed's fused Adam does not.
+MODEL_STATE_CASES = {
+    "ddp": (["--strategy", "ddp"], {"parameters": 4 * PSI, "optimizer_states": 8 * PSI}),
+    "fsdp-full": (["--strategy", "fsdp"], {"parameters": 4 * PSI / N, "optimizer_states": 8 * PSI / N}),
+    "fsdp-grad-op": (["--strategy", "fsdp", "--fsdp-sharding", "grad-op"], {"parameters": 4 * PSI / N}),
+    "fsdp-none": (["--strategy", "fsdp", "--fsdp-sharding", "none"], {"parameters": 4 * PSI, "optimizer_states": 8 * PSI}),
+    "fsdp-offload": (["--strategy", "fsdp", "--offload-params", "cpu"], {"parameters": 0, "optimizer_states": 0}),
+    "zero0": (["--strategy", "zero0"], {"parameters": 2 * PSI, "optimizer_states": 12 * PSI}),
+    "zero1": (["--strategy", "zero1"], {"parameters": 2 * PSI, "optimizer_states": 12 * PSI / N}),
+    "zero2": (["--strategy", "zero2"], {"parameters": 2 * PSI, "optimizer_states": 12 * PSI / N}),
+    "zero3": (["--strategy", "zero3"], {"parameters": 2 * PSI / N, "optimizer_states": 12 * PSI / N}),
+    "zero2-offload-cpu": (["--strategy", "zero2", "--offload-optimizer", "cpu"], {"parameters": 2 * PSI, "optimizer_states": 0}),
+    "zero3-offload-nvme": (
+        ["--strategy", "zero3", "--offload-optimizer", "nvme", "--offload-params", "nvme"],
+        {"parameters": 0, "optimizer_states": 0},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MODEL_STATE_CASES))
+def test_model_states_follow_the_layout_formulas(capsys, case):
+    flags, expected = MODEL_STATE_CASES[case]
+    document = run_json(capsys, *flags, "--ac", "full")
+    per_gpu = check_invariants(document)
+    native = flags[1] in ("ddp", "fsdp") and expected.get("optimizer_states")
+    if native and document["memory"]["peak_phase"] == "optimizer-step":
+        expected = {**expected, "optimizer_states": expected["optimizer_states"] * 12 / 8}
+    for category, value in expected.items():
+        assert per_gpu[category] == pytest.approx(value, rel=0.01, abs=1), category
+
+
+def test_offload_reports_cpu_and_nvme_per_node(capsys):
+    cpu = run_json(capsys, "--strategy", "zero3", "--offload-optimizer", "cpu", "--offload-params", "cpu")["memory"]
+    # Per node: every rank's shard of 16-bit weights and gradients, fp32 master, states and gradients.
+    assert cpu["cpu_per_node_bytes"] == pytest.approx((2 + 2 + 4 + 12) * PSI, rel=0.01)
+    nvme = run_json(capsys, "--strategy", "zero3", "--offload-optimizer", "nvme", "--offload-params", "nvme")["memory"]
+    assert nvme["nvme_per_node_bytes"] == pytest.approx((2 + 2 + 4 + 12) * PSI, rel=0.01)
+    fsdp = run_json(capsys, "--strategy", "fsdp", "--offload-params", "cpu")["memory"]
+    assert fsdp["cpu_per_node_bytes"] == pytest.approx((4 + 4 + 8) * PSI, rel=0.01)
+
+
+def test_hybrid_shard_shards_within_a_node_only(capsys):
+    two_nodes = ["--strategy", "fsdp", "--fsdp-sharding", "hybrid", "--nodes", "2"]
+    per_gpu = check_invariants(run_json(capsys, *two_nodes))
+    assert per_gpu["parameters"] == pytest.approx(4 * PSI / N, rel=0.01)
+
+
+def test_engine_layouts(capsys):
+    tp_pp = check_invariants(run_json(capsys, "--strategy", "engine", "--tp", "2", "--pp", "2", "--grad-accum", "8"))
+    with_sp = check_invariants(run_json(capsys, "--strategy", "engine", "--tp", "2", "--pp", "2", "--grad-accum", "8", "--sp"))
+    interleaved = check_invariants(run_json(
+        capsys, "--strategy", "engine", "--tp", "2", "--pp", "2", "--grad-accum", "8",
+        "--pp-schedule", "interleaved-1f1b", "--virtual-stages", "2",
+    ))
+    gpipe = check_invariants(run_json(capsys, "--strategy", "engine", "--tp", "2", "--pp", "2", "--grad-accum", "8", "--pp-schedule", "gpipe"))
+    # Korthikanti: SP splits the hidden-width activations; interleaving adds (p-1)/(p*v) of the
+    # first stage's activations; GPipe keeps all 8 micro-batches in flight instead of p = 2.
+    assert with_sp["activations"] < tp_pp["activations"]
+    assert interleaved["activations"] == pytest.approx(tp_pp["activations"] * (1 + 1 / 4), rel=1e-6)
+    assert gpipe["activations"] == pytest.approx(tp_pp["activations"] * 4, rel=1e-6)
+    # TP x PP = 4 splits the ZeRO-1 engine's 16-bit weights four ways (embedding aside).
+    assert tp_pp["parameters"] < 2 * PSI / 4 * 1.1
+
+
+def test_checkpointing_precision_optimizer_and_attention_orderings(capsys):
+    def total(*flags: str, key: str = "total") -> int:
+        return check_invariants(run_json(capsys, "--strategy", "fsdp", *flags))[key]
+
+    assert total("--ac", "full", key="activations") < total("--ac", "selective", key="activations") < total(key="activations")
+    assert total("--attention", "eager", key="activations") > total(key="activations")
+    assert total("--precision", "fp32", key="activations") > total(key="activations")
+    assert total("--precision", "bf16", key="parameters") == pytest.approx(total(key="parameters") / 2, rel=0.01)
+    assert total("--precision", "fp16-mixed") == total()
+    # Peak at backward start (activations dominate): the optimizer's persistent states only.
+    adamw = total(key="optimizer_states")
+    assert total("--optimizer", "sgd", key="optimizer_states") == pytest.approx(adamw / 2, rel=0.01)
+    assert total("--optimizer", "lion", key="optimizer_states") == pytest.approx(adamw / 2, rel=0.01)
+    assert total("--optimizer", "adamw-8bit", key="optimizer_states") < adamw / 3
+    assert total("--optimizer", "adafactor", key="optimizer_states") < adamw / 100
+
+
+def test_lora_and_qlora_freeze_the_base(capsys):
+    full = check_invariants(run_json(capsys, "--strategy", "ddp", "--ac", "full"))
+    lora = check_invariants(run_json(capsys, "--strategy", "ddp", "--ac", "full", "--lora-rank", "16"))
+    qlora = check_invariants(run_json(capsys, "--strategy", "ddp", "--ac", "full", "--lora-rank", "16", "--qlora"))
+    assert lora["optimizer_states"] < full["optimizer_states"] / 50
+    assert qlora["parameters"] < lora["parameters"] / 3  # 4.127-bit blocks instead of 16-bit weights
+
+
+@pytest.mark.parametrize(
+    "model, extra",
+    [
+        ("llama-3-8b", []),  # GQA
+        ("mixtral-8x7b", ["--strategy", "zero3", "--ep", "2"]),  # MoE, expert parallel
+        ("t5-base", ["--attention", "eager"]),  # encoder-decoder
+        ("bert-base-uncased", ["--seq-len", "512"]),  # encoder-only
+        ("gpt2", ["--seq-len", "1024"]),
+    ],
+)
+def test_architectures(capsys, model, extra):
+    base = ["estimate", "--model", model, "--gpu", "H100-80GB", "--gpus-per-node", "8"]
+    per_gpu = check_invariants(run_json(capsys, "--strategy", "fsdp", *extra, base=base))
+    assert per_gpu["activations"] > 0
+
+
+def test_table_output_says_fit_and_margin(capsys):
+    assert main([*BASE, "--strategy", "zero3", "--overhead-gb", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "fits" in out and "under the usable GPU memory" in out and "2.00 GiB" in out
+    assert main([*BASE, "--strategy", "ddp"]) == 0
+    assert "over the usable GPU memory" in capsys.readouterr().out
+
+
+def test_overhead_override(capsys):
+    per_gpu = check_invariants(run_json(capsys, "--strategy", "zero3", "--overhead-gb", "1.5"))
+    assert per_gpu["overhead"] == int(1.5 * GIB)
+
+
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        (["--strategy", "engine", "--tp", "3", "--gpus-per-node", "6"], "32 attention heads"),
+        (["--strategy", "engine", "--pp", "5", "--gpus-per-node", "5"], "32 layers"),
+        (["--strategy", "zero3", "--lora-rank", "8", "--qlora"], "QLoRA with ZeRO-3"),
+        (["--gpu", "no-such-gpu"], "no-such-gpu"),
+        (["--model", "no-such-model"], "unknown model"),
+        (["--overhead-gb", "-1"], "--overhead-gb"),
+    ],
+)
+def test_bad_combinations_one_line_exit_2(capsys, flags, fragment):
+    assert main([*BASE, *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error:")
+    assert fragment in err
