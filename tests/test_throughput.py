@@ -8,6 +8,7 @@ import pytest
 from benchmarks.calibrate_throughput import calibration_cases, relative_errors
 from planner.cluster import make_cluster
 from planner.model_resolve import resolve_model
+from planner.throughput.collectives import Links, all_gather_s, all_reduce_s, process_group
 from planner.throughput.constants import CONSTANTS
 from planner.throughput.estimate import estimate_throughput
 from planner.throughput.result import StepTimeBreakdown, ThroughputEstimate
@@ -119,7 +120,40 @@ def test_outputs_are_consistent_and_round_trip(llama7b):
         assert 0 < e.mfu <= e.hfu < 1 and all(math.isfinite(v) for v in (e.step_time_s, e.tokens_per_s))
         assert e.price_usd_per_gpu_hour == 2.0
         tokens = 1e9
-        assert e.cost_usd(tokens, 16) == pytest.approx(tokens / e.tokens_per_s / 3600 * 16 * 2.0)
+        assert e.cost_usd(tokens) == pytest.approx(tokens / e.tokens_per_s / 3600 * 16 * 2.0)
+        assert e.gpu_hours(tokens) == e.gpu_hours(tokens, 16) == pytest.approx(e.time_to_train_s(tokens) * 16 / 3600)
         # Every figure says where it came from.
         figures = {name for name, field in ThroughputEstimate.model_fields.items() if field.annotation is float}
         assert set(e.sources) >= figures | set(StepTimeBreakdown.model_fields)
+
+
+def test_collectives_reach_nccl_bus_bandwidth_on_one_node():
+    """nccl-tests PERFORMANCE.md: busbw = S/t x 2(n-1)/n for all-reduce, x (n-1)/n for all-gather."""
+    links = Links(intra_Bps=240e9, inter_Bps=10e9, intra_latency_s=0.0, inter_latency_s=0.0, gpus_per_node=8)
+    group = process_group(8, 1, 8)
+    size = 1e9
+    assert size / all_reduce_s(links, group, size) * 2 * 7 / 8 == pytest.approx(240e9)
+    assert size / all_gather_s(links, group, size) * 7 / 8 == pytest.approx(240e9)
+    # Across 4 nodes each byte enters a node once, through the group's 8 NICs there.
+    across = process_group(32, 1, 8)
+    assert all_gather_s(links, across, size) == pytest.approx(size * 3 / 4 / (8 * 10e9))
+    # A group one rank per node (stride 8) has a single NIC per node for itself.
+    assert all_gather_s(links, process_group(4, 8, 8), size) == pytest.approx(size * 3 / 4 / 10e9)
+
+
+def test_hybrid_sharding_beats_full_sharding_across_a_slow_network(llama7b):
+    cluster = make_cluster("A100-80GB", 8, 4, interconnect="ethernet-25g")
+    full = estimate_throughput(llama7b, TrainingConfig(strategy="fsdp", micro_batch=2, seq_len=2048), cluster)
+    hybrid = estimate_throughput(llama7b, TrainingConfig(strategy="fsdp", fsdp_sharding="hybrid", micro_batch=2, seq_len=2048), cluster)
+    assert hybrid.step_time_s < full.step_time_s
+    assert hybrid.breakdown.data_parallel_comm_s < full.breakdown.data_parallel_comm_s
+
+
+def test_zero1_reduces_once_per_step_zero2_once_per_micro_batch(llama7b):
+    cluster = make_cluster("A100-80GB", 8, 2, interconnect="ethernet-100g")
+    def dp_comm(stage, accum):
+        config = TrainingConfig(strategy="deepspeed", zero_stage=stage, micro_batch=1, grad_accum=accum, seq_len=2048)
+        return estimate_throughput(llama7b, config, cluster).breakdown.data_parallel_comm_s
+    assert dp_comm(1, 8) == pytest.approx(dp_comm(1, 1))
+    assert dp_comm(2, 8) > 4 * dp_comm(2, 1)  # 8 reduce-scatters + 1 gather against 1 + 1
+    assert dp_comm(2, 8) > dp_comm(1, 8)

@@ -194,4 +194,5 @@ def estimate_throughput(
         price_usd_per_gpu_hour=cluster.gpu.price_usd_per_hour,
         sources=dict(SOURCES),
         notes=bottleneck_notes(step, comm.exposed_s, bubble, comm.offload_s, stage.launch_bound),
+        world_size=world,
     ))

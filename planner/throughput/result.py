@@ -43,12 +43,20 @@ class ThroughputEstimate(BaseModel):
     price_usd_per_gpu_hour: float = Field(ge=0)
     sources: dict[str, str] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
+    # GPUs the estimate is for; lets the helpers below run without being told.
+    world_size: int | None = Field(default=None, ge=1)
 
     def time_to_train_s(self, tokens: float) -> float:
         return tokens / self.tokens_per_s
 
-    def gpu_hours(self, tokens: float, world_size: int) -> float:
-        return self.time_to_train_s(tokens) * world_size / 3600.0
+    def gpu_hours(self, tokens: float, world_size: int | None = None) -> float:
+        return self.time_to_train_s(tokens) * self._world(world_size) / 3600.0
 
-    def cost_usd(self, tokens: float, world_size: int) -> float:
+    def cost_usd(self, tokens: float, world_size: int | None = None) -> float:
         return self.gpu_hours(tokens, world_size) * self.price_usd_per_gpu_hour
+
+    def _world(self, world_size: int | None) -> int:
+        world = world_size if world_size is not None else self.world_size
+        if world is None:
+            raise ValueError("this estimate does not record its GPU count; pass world_size")
+        return world
