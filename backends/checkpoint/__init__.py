@@ -1,0 +1,1 @@
+"""Sharded checkpoints: torch.distributed.checkpoint shards, atomic commit, keep-last-N, resume, export."""
