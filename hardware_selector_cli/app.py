@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from planner.errors import UserInputError
 
-from . import estimate, hardware, models
+from . import estimate, hardware, models, plan
 
 app = typer.Typer(
     name="hardware-selector",
@@ -27,6 +27,7 @@ app = typer.Typer(
 models.register(app)
 hardware.register(app)
 estimate.register(app)
+plan.register(app)
 
 
 def validation_message(error: ValidationError) -> str:

@@ -97,7 +97,10 @@ def register(app: typer.Typer) -> None:
                 "cluster": result.cluster_summary,
                 "config": config.model_dump(mode="json"),
                 "memory": result.memory.model_dump(mode="json"),
+                "throughput": result.throughput.model_dump(mode="json") if result.throughput else None,
             }
+            if result.throughput_error:
+                document["throughput_error"] = result.throughput_error
             print(json.dumps(document, indent=2))
         else:
             print_memory_table(result, f"{spec.name} on {target.world_size} x {target.gpu.name}, {config.strategy.value}")

@@ -6,11 +6,16 @@ candidate plan is an Evaluation.
 
 from __future__ import annotations
 
+from typing import Optional
+
 from pydantic import BaseModel, ConfigDict
 
 from .cluster import ClusterSpec
+from .errors import UserInputError
 from .memory.estimate import MemoryEstimate, OverheadSettings, estimate_memory
 from .model_spec import ModelSpec
+from .throughput.estimate import estimate_throughput
+from .throughput.result import ThroughputEstimate
 from .training_config import TrainingConfig
 
 
@@ -20,6 +25,9 @@ class Evaluation(BaseModel):
     config: TrainingConfig
     memory: MemoryEstimate
     cluster_summary: dict
+    throughput: Optional[ThroughputEstimate] = None
+    # Why there is no throughput figure (e.g. the GPU lacks the precision's dtype).
+    throughput_error: Optional[str] = None
 
 
 def cluster_summary(cluster: ClusterSpec) -> dict:
@@ -36,15 +44,16 @@ def cluster_summary(cluster: ClusterSpec) -> dict:
     }
 
 
-def evaluate(
+def memory_on(
     spec: ModelSpec,
     config: TrainingConfig,
     cluster: ClusterSpec,
     *,
     headroom_fraction: float = 0.0,
     overhead: OverheadSettings = OverheadSettings(),
-) -> Evaluation:
-    memory = estimate_memory(
+) -> MemoryEstimate:
+    """Per-GPU memory of this config on this cluster, with the cluster's GPU and CPU capacities."""
+    return estimate_memory(
         spec,
         config,
         world_size=cluster.world_size,
@@ -54,4 +63,27 @@ def evaluate(
         headroom_fraction=headroom_fraction,
         overhead=overhead,
     )
-    return Evaluation(config=config, memory=memory, cluster_summary=cluster_summary(cluster))
+
+
+def evaluate(
+    spec: ModelSpec,
+    config: TrainingConfig,
+    cluster: ClusterSpec,
+    *,
+    headroom_fraction: float = 0.0,
+    overhead: OverheadSettings = OverheadSettings(),
+) -> Evaluation:
+    memory = memory_on(spec, config, cluster, headroom_fraction=headroom_fraction, overhead=overhead)
+    throughput, error = None, None
+    try:
+        throughput = estimate_throughput(spec, config, cluster)
+    except UserInputError as problem:
+        # Memory is still meaningful when the speed cannot be estimated.
+        error = str(problem)
+    return Evaluation(
+        config=config,
+        memory=memory,
+        cluster_summary=cluster_summary(cluster),
+        throughput=throughput,
+        throughput_error=error,
+    )

@@ -1,0 +1,173 @@
+"""`plan`: search every strategy for a model on a cluster and show the best that fit.
+
+The search (planner/search) is pure Python; nothing on this path imports
+torch, transformers or deepspeed, so planning a catalog model is instant.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from planner.errors import UserInputError
+from planner.training_config import ActivationCheckpointing, OptimizerKind, Precision
+from planner.units import format_bytes
+
+from .model_options import ModelOptions, model_options
+from .option_groups import option_group
+from .training_options import ClusterOptions, _choice, cluster_options
+
+ALL_STRATEGIES = "ddp,fsdp,deepspeed,engine"
+
+
+def _listed(value: str, enum_type, flag: str) -> tuple:
+    items = [part.strip() for part in value.split(",") if part.strip()]
+    return tuple(dict.fromkeys(_choice(item, enum_type, flag) for item in items))
+
+
+def plan_document(result) -> dict:
+    """The --json shape: best, candidates and rejected, each plan with its strategy family."""
+    from planner.search.layouts import family_label
+
+    def dump(plan):
+        return {"strategy": family_label(plan.config), **plan.model_dump(mode="json")}
+
+    return {
+        "best": dump(result.best) if result.best else None,
+        "candidates": [dump(plan) for plan in result.candidates],
+        "rejected": result.rejected,
+        "suggestions": result.suggestions,
+        "objective": result.objective.value,
+        "train_tokens": result.train_tokens,
+        "stats": result.stats.model_dump(mode="json"),
+    }
+
+
+def _bar(used: int, capacity: int, width: int = 5) -> str:
+    filled = min(width, round(width * used / capacity)) if capacity else width
+    return f"{'█' * filled}{'░' * (width - filled)} {used / 2**30:.1f}G"
+
+
+def print_plans(result, title: str, explain: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from planner.search.layouts import family_label
+
+    console = Console()
+    if result.best is None:
+        console.print(f"[red]nothing fits[/] {title}")
+        for line in result.suggestions:
+            console.print(f"  - {line}", markup=False, highlight=False)
+    else:
+        table = Table(title=title)
+        for column in ("#", "strategy", "dp×tp×pp", "micro×acc", "AC"):
+            table.add_column(column)
+        for column in ("GPU memory", "tokens/s", "MFU", "cost"):
+            table.add_column(column, justify="right")
+        tokens = result.train_tokens
+        for index, plan in enumerate(result.candidates, 1):
+            layout, config, speed = plan.layout, plan.config, plan.throughput
+            table.add_row(
+                str(index),
+                family_label(config),
+                f"{layout.data_parallel}×{layout.tensor_parallel}×{layout.pipeline_parallel}",
+                f"{config.micro_batch}×{config.grad_accum}",
+                config.activation_checkpointing.value,
+                _bar(plan.memory.total, plan.memory.gpu_capacity_bytes),
+                f"{speed.tokens_per_s:,.0f}" if speed else "-",
+                f"{speed.mfu:.0%}" if speed else "-",
+                f"${speed.cost_usd(tokens, plan.cluster.world_size):,.0f}" if speed else "-",
+            )
+        console.print(table)
+        console.print(f"cost: to train {tokens:.3g} tokens at ${result.best.cluster.gpu.price_usd_per_hour:.2f}/GPU-hour [{result.best.cluster.gpu.price_source}] (--price, --tokens)", markup=False, highlight=False)
+        shown = result.candidates if explain else result.candidates[:1]
+        for index, plan in enumerate(shown, 1):
+            console.print(f"[bold]#{index} {family_label(plan.config)}[/] because:")
+            for reason in plan.reasons:
+                console.print(f"  - {reason}", markup=False, highlight=False)
+            if explain:
+                for category, source in plan.memory.sources.items():
+                    console.print(f"    {category}: {format_bytes(plan.memory.per_gpu_bytes[category])} [{source}]", markup=False, highlight=False)
+    if result.rejected:
+        console.print("[bold]other strategies:[/]")
+        for family, fate in result.rejected.items():
+            console.print(f"  - {family}: {fate}", markup=False, highlight=False)
+    stats = result.stats
+    console.print(
+        f"searched {stats.considered:,} candidates ({stats.memory_evaluations:,} memory and "
+        f"{stats.throughput_evaluations:,} throughput estimates, {stats.pruned:,} decided by monotonicity) "
+        f"in {stats.elapsed_s * 1000:.0f} ms",
+        style="dim",
+    )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plan")
+    @option_group("model", model_options)
+    @option_group("cluster", cluster_options)
+    def plan_command(
+        model: ModelOptions,
+        cluster: ClusterOptions,
+        global_batch: Optional[int] = typer.Option(None, "--global-batch", help="Sequences per optimizer step (micro × accum × dp)."),
+        micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Sequences per GPU per micro-step (default: searched)."),
+        seq_len: int = typer.Option(2048, "--seq-len", help="Tokens per sequence."),
+        precision: Optional[str] = typer.Option(None, "--precision", help="fp32|fp16-mixed|bf16-mixed|bf16 (default: best the GPU has)."),
+        optimizer: str = typer.Option("adamw", "--optimizer", help="adamw|adamw-8bit|adafactor|sgd|lion"),
+        ac: str = typer.Option("none,selective,full", "--ac", help="Activation checkpointing modes to consider."),
+        strategies: str = typer.Option(ALL_STRATEGIES, "--strategies", help="Strategy kinds to consider: ddp,fsdp,deepspeed,engine."),
+        no_offload: bool = typer.Option(False, "--no-offload", help="Leave out CPU/NVMe offload."),
+        lora_rank: int = typer.Option(0, "--lora-rank", help="Train LoRA adapters of this rank (0 = full fine-tuning)."),
+        qlora: bool = typer.Option(False, "--qlora", help="LoRA on a 4-bit NF4 base."),
+        objective: str = typer.Option("throughput", "--objective", help="throughput|cost|time-to-train"),
+        top: int = typer.Option(5, "--top", help="How many plans to show (best of each strategy family)."),
+        headroom: float = typer.Option(0.1, "--headroom", help="Share of GPU memory kept free."),
+        tokens: Optional[float] = typer.Option(None, "--tokens", help="Training tokens for cost and time (default: 20 per parameter)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        explain: bool = typer.Option(False, "--explain", help="Reasons and memory sources for every plan shown."),
+        emit: Optional[Path] = typer.Option(None, "--emit", help="Write the best plan's run folder here."),
+        force: bool = typer.Option(False, "--force", help="With --emit: overwrite an existing folder."),
+    ) -> None:
+        """Find the fastest (or cheapest) way to train a model on a cluster, and explain it."""
+        from planner.search import Objective, PlanRequest, StrategyKind, require_best, search_plans
+
+        if not 0 <= headroom < 1:
+            raise UserInputError(f"--headroom must be in [0, 1), not {headroom}")
+        for flag, value in (("--top", top), ("--seq-len", seq_len), ("--global-batch", global_batch), ("--micro-batch", micro_batch)):
+            if value is not None and value < 1:
+                raise UserInputError(f"{flag} must be at least 1, not {value}")
+        request = PlanRequest(
+            seq_len=seq_len,
+            global_batch=global_batch,
+            micro_batch=micro_batch,
+            precision=_choice(precision, Precision, "--precision") if precision else None,
+            optimizer=_choice(optimizer, OptimizerKind, "--optimizer"),
+            activation_checkpointing=_listed(ac, ActivationCheckpointing, "--ac"),
+            strategies=_listed(strategies, StrategyKind, "--strategies"),
+            allow_offload=not no_offload,
+            lora_rank=lora_rank,
+            qlora=qlora,
+            objective=_choice(objective, Objective, "--objective"),
+            top_k=top,
+            headroom_fraction=headroom,
+            train_tokens=tokens,
+        )
+        spec = model.resolve()
+        target = cluster.resolve()
+        result = search_plans(spec, target, request)
+        if emit is not None:
+            from planner.emit import emit_run_folder
+
+            best = require_best(result, f"{spec.name} on {target.world_size} x {target.gpu.name}")
+            written = emit_run_folder(best, emit, force=force)
+        if as_json:
+            print(json.dumps(plan_document(result), indent=2))
+        else:
+            print_plans(result, f"{spec.name} on {target.world_size} x {target.gpu.name}, seq {seq_len}", explain)
+        if emit is not None:
+            import sys
+
+            print(f"wrote {len(written)} files to {emit}", file=sys.stderr if as_json else sys.stdout)

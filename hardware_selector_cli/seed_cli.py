@@ -1,0 +1,102 @@
+"""The command line of the tool this project replaces, kept working:
+
+    python hardware_selector.py --model-family text_generation --model-name llama-7b \
+        --batch-size 16 --mode training --distributed --gpu-count 8 --max-memory-gb 24
+
+It prints the recommended training setup (or JSON with --json). The Typer
+subcommands (`plan`, `estimate`, ...) are the full interface; this one answers
+through the same search (planner/selector.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from planner.errors import UserInputError
+
+SEED_FLAGS = ("--model-family", "--model-name", "--mode", "--gpu-count", "--max-memory-gb", "--batch-size")
+
+
+def is_seed_invocation(argv: Sequence[str]) -> bool:
+    """True when the arguments are the legacy flags rather than a subcommand."""
+    return bool(argv) and any(arg.split("=", 1)[0] in SEED_FLAGS for arg in argv) and not argv[0][:1].isalpha()
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse prints usage and exits; we print one line
+        raise UserInputError(f"{message}; run 'python hardware_selector.py --model-family F --model-name M --help'")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(prog="hardware_selector.py", description="Recommend a distributed training setup.")
+    parser.add_argument("--model-family", required=True, help="text_generation, text_classification, seq2seq, ...")
+    parser.add_argument("--model-name", required=True, help="Catalog name, HF id or legacy name (llama-7b).")
+    parser.add_argument("--batch-size", type=int, default=8, help="Global batch: sequences per optimizer step.")
+    parser.add_argument("--mode", default="training", help="training (the only mode planned).")
+    parser.add_argument("--distributed", action="store_true", help="Use --gpu-count GPUs (else one).")
+    parser.add_argument("--gpu-count", type=int, default=1)
+    parser.add_argument("--max-memory-gb", type=float, default=None, help="Plan for a GPU of this memory (GiB).")
+    parser.add_argument("--gpu", default=None, help="Target GPU (default: chosen from --max-memory-gb).")
+    parser.add_argument("--seq-len", type=int, default=2048)
+    parser.add_argument("--json", action="store_true", help="Print the recommendation as JSON.")
+    return parser
+
+
+def _print_recommendation(result: dict) -> None:
+    if not result["fits"]:
+        print(f"No training setup fits {result['gpu_count']} x {result['gpu']}.")
+        for line in result["suggestions"]:
+            print(f"  - {line}")
+        return
+    memory = result["estimated_memory"]
+    print(f"Recommended: {result['strategy_family']} ({result['distributed_strategy']}) on {result['gpu_count']} x {result['gpu']}")
+    print(
+        f"  per-GPU batch {result['per_gpu_batch_size']}, gradient accumulation {result['gradient_accumulation_steps']}, "
+        f"global batch {result['global_batch_size']}, mixed precision {result['mixed_precision']}, "
+        f"gradient checkpointing {'on' if result['gradient_checkpointing'] else 'off'}"
+    )
+    print(
+        f"  memory per GPU: {memory['per_gpu_gb']:.1f} GiB (parameters {memory['parameters_gb']:.1f}, gradients "
+        f"{memory['gradients_gb']:.1f}, optimizer {memory['optimizer_gb']:.1f}, activations {memory['activations_gb']:.1f})"
+    )
+    for key in ("deepspeed_config", "fsdp_config", "engine_config"):
+        if key in result:
+            print(f"  {key}: {json.dumps(result[key])}")
+    for reason in result["reasons"]:
+        print(f"  - {reason}")
+
+
+def seed_main(argv: Sequence[str]) -> int:
+    from planner.selector import get_distributed_training_config
+
+    args = _parser().parse_args(list(argv))
+    if args.mode.strip().lower() != "training":
+        raise UserInputError(f"--mode {args.mode} is not planned here; this tool plans training (--mode training)")
+    result = get_distributed_training_config(
+        args.model_family,
+        args.model_name,
+        gpu_count=args.gpu_count if args.distributed else 1,
+        batch_size=args.batch_size,
+        max_memory_gb=args.max_memory_gb,
+        gpu=args.gpu,
+        seq_len=args.seq_len,
+    )
+    if args.json:
+        printable = {key: value for key, value in result.items() if key != "plan"}
+        printable["plan"] = result["plan"].model_dump(mode="json") if result["plan"] is not None else None
+        print(json.dumps(printable, indent=2))
+    else:
+        _print_recommendation(result)
+    return 0 if result["fits"] else 1
+
+
+def run(argv: Sequence[str]) -> int:
+    """seed_main with the CLI's error convention: one line on stderr, exit code 2."""
+    try:
+        return seed_main(argv)
+    except UserInputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2

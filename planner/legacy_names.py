@@ -1,0 +1,51 @@
+"""Names the tool this project replaces accepted, mapped to catalog models and model families.
+
+LLaMA-1 7B/13B share their architecture (dimensions, vocabulary) with Llama-2
+7B/13B; only the context length differs (2048 vs 4096), which the planner's
+--seq-len sets anyway, so the Llama-2 configs stand in for them.
+"""
+
+from __future__ import annotations
+
+from .errors import UserInputError
+from .model_spec import ModelFamily
+
+LEGACY_MODEL_NAMES = {
+    "llama-7b": "llama-2-7b",
+    "llama-13b": "llama-2-13b",
+    "llama7b": "llama-2-7b",
+    "llama13b": "llama-2-13b",
+    "gpt-j": "gpt-j-6b",
+    "gptj": "gpt-j-6b",
+    "gpt-neox": "gpt-neox-20b",
+    "mistral": "mistral-7b",
+    "mixtral": "mixtral-8x7b",
+}
+
+# The seed tool's --model-family values and the architecture family each implies.
+LEGACY_MODEL_FAMILIES: dict[str, tuple[ModelFamily, ...]] = {
+    "text_generation": (ModelFamily.DECODER_ONLY, ModelFamily.ENCODER_DECODER),
+    "causal_lm": (ModelFamily.DECODER_ONLY,),
+    "text_classification": (ModelFamily.ENCODER_ONLY, ModelFamily.DECODER_ONLY),
+    "token_classification": (ModelFamily.ENCODER_ONLY,),
+    "question_answering": (ModelFamily.ENCODER_ONLY, ModelFamily.ENCODER_DECODER),
+    "fill_mask": (ModelFamily.ENCODER_ONLY,),
+    "seq2seq": (ModelFamily.ENCODER_DECODER,),
+    "translation": (ModelFamily.ENCODER_DECODER,),
+    "summarization": (ModelFamily.ENCODER_DECODER, ModelFamily.DECODER_ONLY),
+}
+
+
+def catalog_name(name: str) -> str:
+    """The catalog name for a legacy model name; other names pass through unchanged."""
+    return LEGACY_MODEL_NAMES.get(name.strip().lower(), name)
+
+
+def check_model_family(model_family: str) -> tuple[ModelFamily, ...]:
+    key = model_family.strip().lower().replace("-", "_")
+    families = LEGACY_MODEL_FAMILIES.get(key)
+    if families is None:
+        raise UserInputError(
+            f"unknown model family '{model_family}'; use one of {', '.join(LEGACY_MODEL_FAMILIES)}"
+        )
+    return families

@@ -1,0 +1,54 @@
+"""The global batch, and the micro-batch x gradient-accumulation pairs that make it up.
+
+Every layout is compared at the same global batch (tokens per step), so that
+no plan looks faster only because it accumulates more micro-batches per
+data-parallel exchange. micro x accum x dp must equal it; each micro-batch that
+divides global/dp gives exactly one pair.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .layouts import divisors
+from .request import PlanRequest
+
+# Default step size when the user gives neither a global nor a micro-batch:
+# about 2**20 tokens, inside the 0.5M-4M-token batches GPT-3 (Brown et al. 2020,
+# Table 2.1) and Llama 2 (4M) trained with.
+DEFAULT_TOKENS_PER_STEP = 2**20
+# Micro-batches a pipeline stage needs in flight: 4 per stage keeps the 1F1B
+# bubble (p-1)/m under 20% (Narayanan et al. 2021).
+MICRO_BATCHES_PER_STAGE = 4
+
+
+def resolve_global_batch(request: PlanRequest, world_size: int) -> tuple[int, str | None]:
+    """(global batch, how it was chosen when the user did not give it)."""
+    if request.global_batch is not None:
+        return request.global_batch, None
+    if request.micro_batch is not None:
+        batch = request.micro_batch * world_size
+        return batch, f"global batch {batch} = micro-batch {request.micro_batch} x {world_size} GPUs (no --global-batch given)"
+    sequences = math.ceil(DEFAULT_TOKENS_PER_STEP / request.seq_len / world_size) * world_size
+    return sequences, (
+        f"global batch {sequences} sequences = about {sequences * request.seq_len / 1e6:.1f}M tokens per step "
+        f"(default ~1M, GPT-3/Llama range; set --global-batch)"
+    )
+
+
+def batch_options(request: PlanRequest, global_batch: int, dp: int) -> list[tuple[int, int]]:
+    """(micro_batch, grad_accum) pairs, ascending in micro-batch; empty if none is possible."""
+    if global_batch % dp:
+        return []
+    per_replica = global_batch // dp
+    if request.micro_batch is not None:
+        micros = [request.micro_batch] if per_replica % request.micro_batch == 0 else []
+    else:
+        micros = [m for m in divisors(per_replica) if m <= request.max_micro_batch]
+    return [(m, per_replica // m) for m in micros]
+
+
+def infeasible_batch_reason(request: PlanRequest, global_batch: int, dp: int) -> str:
+    if global_batch % dp:
+        return f"global batch {global_batch} is not a multiple of its data-parallel size {dp}"
+    return f"micro-batch {request.micro_batch} does not divide the {global_batch // dp} sequences per data-parallel replica"

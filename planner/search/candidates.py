@@ -1,0 +1,255 @@
+"""Evaluate every candidate of every layout: memory first, throughput for what fits.
+
+Two exact prunings keep the estimator calls far below the candidate count:
+- per-GPU memory never falls as the micro-batch grows while gradient
+  accumulation stays above 1 (activations grow with it, nothing shrinks), so
+  once a micro-batch does not fit, the larger ones with accumulation do not
+  either; the accumulation-free one is still evaluated, since it drops the
+  accumulated-gradient buffer;
+- activation checkpointing only adds recomputation, so a candidate that fits
+  without it (or with less of it) dominates the same candidate with more.
+Among the fitting micro-batches of one layout, throughput is estimated from
+the largest down until it stops improving (see _scan_micro_batches).
+tests/test_search_pruning.py checks all three against an exhaustive evaluation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ..cluster import ClusterSpec
+from ..memory.estimate import estimate_memory_bytes
+from ..model_spec import ModelSpec
+from ..throughput.estimate import estimate_throughput
+from ..throughput.result import ThroughputEstimate
+from ..training_config import ActivationCheckpointing, Precision, TrainingConfig
+from .batching import batch_options, infeasible_batch_reason
+from .layouts import Layout, enumerate_layouts
+from .request import Objective, PlanRequest
+
+ThroughputAdjust = Callable[[TrainingConfig, ThroughputEstimate], ThroughputEstimate]
+
+AC_ORDER = (ActivationCheckpointing.NONE, ActivationCheckpointing.SELECTIVE, ActivationCheckpointing.FULL)
+
+
+@dataclass
+class Scored:
+    """One fitting candidate with its estimates."""
+
+    layout: Layout
+    config: TrainingConfig
+    cluster: ClusterSpec
+    throughput: ThroughputEstimate
+    score: float  # higher is better under the request's objective
+
+
+@dataclass
+class FamilyRecord:
+    """What happened to one strategy family across all its candidates."""
+
+    family: str
+    fitting: list[Scored] = field(default_factory=list)
+    # The least memory any non-fitting candidate needed, and that candidate.
+    smallest_miss: Optional[tuple[int, TrainingConfig, ClusterSpec]] = None
+    infeasible: Optional[str] = None  # why no candidate could even be built
+
+
+@dataclass
+class Counters:
+    considered: int = 0
+    memory_evaluations: int = 0
+    throughput_evaluations: int = 0
+    pruned: int = 0
+    fitting: int = 0
+    throughput_skipped: int = 0
+
+
+def precisions_for(cluster: ClusterSpec, request: PlanRequest) -> list[Precision]:
+    """The user's precision, or the best mixed precision the GPU has.
+
+    bf16-mixed and fp16-mixed cost the same memory and time; bf16 needs no loss
+    scaling, so it is preferred where the hardware supports it.
+    """
+    if request.precision is not None:
+        return [request.precision]
+    gpu = cluster.gpu
+    if gpu.supports("bf16"):
+        return [Precision.BF16_MIXED]
+    if gpu.supports("fp16"):
+        return [Precision.FP16_MIXED]
+    return [Precision.FP32]
+
+
+def cluster_variants(cluster: ClusterSpec, objective: Objective) -> list[ClusterSpec]:
+    """The whole cluster; for cost and time-to-train also fewer whole nodes (or GPUs of one node).
+
+    Poor scaling can make a smaller slice cheaper, or even faster when
+    communication dominates; throughput always uses every GPU.
+    """
+    variants = [cluster]
+    if objective is Objective.THROUGHPUT:
+        return variants
+    if cluster.num_nodes > 1:
+        nodes = 1
+        while nodes < cluster.num_nodes:
+            variants.append(cluster.model_copy(update={"num_nodes": nodes}))
+            nodes *= 2
+    else:
+        gpus = 1
+        while gpus < cluster.gpus_per_node:
+            variants.append(cluster.model_copy(update={"gpus_per_node": gpus}))
+            gpus *= 2
+    return variants
+
+
+def objective_score(throughput: ThroughputEstimate, world_size: int, objective: Objective) -> float:
+    if objective is Objective.COST:
+        price = throughput.price_usd_per_gpu_hour * world_size
+        return throughput.tokens_per_s / price if price > 0 else throughput.tokens_per_s / world_size
+    return throughput.tokens_per_s
+
+
+class CandidateEvaluator:
+    """Runs the candidates of a request whose global batch is set (see batching.resolve_global_batch)."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        request: PlanRequest,
+        throughput_adjust: Optional[ThroughputAdjust] = None,
+    ) -> None:
+        self.spec = spec
+        self.request = request
+        self.adjust = throughput_adjust
+        self.families: dict[str, FamilyRecord] = {}
+        self.counters = Counters()
+
+    def _memory(self, config: TrainingConfig, cluster: ClusterSpec) -> tuple[int, bool]:
+        """(per-GPU total bytes, fits) by the memory estimator's raw fast path; same rule as MemoryEstimate.fits."""
+        self.counters.memory_evaluations += 1
+        raw = estimate_memory_bytes(
+            self.spec, config, world_size=cluster.world_size, gpus_per_node=cluster.gpus_per_node
+        )
+        usable = int(cluster.gpu.memory_bytes * (1 - self.request.headroom_fraction))
+        fits = raw["total"] <= usable and raw["cpu_per_node"] <= cluster.cpu_ram_per_node_bytes
+        return raw["total"], fits
+
+    def _throughput(self, config: TrainingConfig, cluster: ClusterSpec) -> ThroughputEstimate:
+        self.counters.throughput_evaluations += 1
+        estimate = estimate_throughput(self.spec, config, cluster)
+        return self.adjust(config, estimate) if self.adjust is not None else estimate
+
+    def _family(self, name: str) -> FamilyRecord:
+        record = self.families.get(name)
+        if record is None:
+            record = self.families[name] = FamilyRecord(name)
+        return record
+
+    def _base_fields(self, layout: Layout, precision: Precision, ac: ActivationCheckpointing) -> dict:
+        request = self.request
+        return {
+            **layout.fields,
+            "seq_len": request.seq_len,
+            "precision": precision,
+            "optimizer": request.optimizer,
+            "attention": request.attention,
+            "activation_checkpointing": ac,
+            "lora_rank": request.lora_rank,
+            "qlora": request.qlora,
+        }
+
+    def run(self, cluster: ClusterSpec) -> list[Scored]:
+        scored: list[Scored] = []
+        request = self.request
+        allowed_ac = [ac for ac in AC_ORDER if ac in request.activation_checkpointing]
+        for layout in enumerate_layouts(self.spec, cluster, request):
+            record = self._family(layout.family)
+            dp = cluster.world_size // (layout.tensor_parallel * layout.pipeline_parallel)
+            batches = batch_options(request, request.global_batch, dp)
+            if not batches:
+                if not record.fitting and record.smallest_miss is None:
+                    record.infeasible = infeasible_batch_reason(request, request.global_batch, dp)
+                continue
+            record.infeasible = None
+            for precision in precisions_for(cluster, request):
+                fitting_micros: set[int] = set()  # micro-batches that fit with less recomputation
+                for ac in allowed_ac:
+                    scored += self._scan_micro_batches(layout, record, cluster, batches, precision, ac, fitting_micros)
+        return scored
+
+    def _scan_micro_batches(
+        self,
+        layout: Layout,
+        record: FamilyRecord,
+        cluster: ClusterSpec,
+        batches: list[tuple[int, int]],
+        precision: Precision,
+        ac: ActivationCheckpointing,
+        fitting_micros: set[int],
+    ) -> list[Scored]:
+        """Fitting candidates of one layout, precision and AC mode; fitting_micros gains theirs.
+
+        Memory grows with the micro-batch while accumulation stays above 1, so the
+        fitting ones form a prefix, found by bisection; the accumulation-free
+        candidate (last, when a global batch is given) is evaluated on its own.
+        """
+        counters = self.counters
+        base = self._base_fields(layout, precision, ac)
+        counters.considered += len(batches)
+        open_batches = [pair for pair in batches if pair[0] not in fitting_micros]  # others: dominated
+        accumulation_free = []
+        if open_batches and open_batches[-1][1] == 1:
+            accumulation_free = [open_batches.pop()]
+        configs: dict[int, TrainingConfig] = {}
+
+        def config_at(pair: tuple[int, int]) -> TrainingConfig:
+            config = configs.get(pair[0])
+            if config is None:
+                config = configs[pair[0]] = TrainingConfig(**base, micro_batch=pair[0], grad_accum=pair[1])
+            return config
+
+        def fits(pair: tuple[int, int]) -> bool:
+            config = config_at(pair)
+            total, ok = self._memory(config, cluster)
+            if not ok and (record.smallest_miss is None or total < record.smallest_miss[0]):
+                record.smallest_miss = (total, config, cluster)
+            return ok
+
+        evaluations_before = counters.memory_evaluations
+        # Check both ends first: often all or none of them fit, which settles it in one or two calls.
+        low, high = 0, len(open_batches)  # open_batches[:low] fit, open_batches[high:] do not
+        if open_batches and not fits(open_batches[0]):
+            high = 0
+        elif open_batches:
+            low = 1
+            if fits(open_batches[-1]):
+                low = high
+            else:
+                high -= 1
+        while low < high:
+            middle = (low + high) // 2
+            if fits(open_batches[middle]):
+                low = middle + 1
+            else:
+                high = middle
+        fitting = open_batches[:low] + [pair for pair in accumulation_free if fits(pair)]
+        counters.pruned += len(batches) - (counters.memory_evaluations - evaluations_before)
+
+        counters.fitting += len(fitting)
+        fitting_micros.update(pair[0] for pair in fitting)
+        # Throughput rises with the micro-batch at a fixed global batch (fuller matmuls,
+        # fewer per-micro-batch gathers) until a pipeline's bubble grows: walk down from
+        # the largest fitting micro-batch and stop at the first one slower than the last.
+        scored: list[Scored] = []
+        for pair in reversed(fitting):
+            config = config_at(pair)
+            throughput = self._throughput(config, cluster)
+            score = objective_score(throughput, cluster.world_size, self.request.objective)
+            item = Scored(layout, config, cluster, throughput, score)
+            record.fitting.append(item)
+            scored.append(item)
+            if len(scored) > 1 and score < scored[-2].score:
+                break
+        counters.throughput_skipped += len(fitting) - len(scored)
+        return scored

@@ -1,0 +1,175 @@
+"""Plain-sentence explanations: why each plan, and each strategy family's fate.
+
+Every number carries its source in brackets: the memory estimator's formula,
+the throughput estimator's (or a calibration's), or the catalog.
+"""
+
+from __future__ import annotations
+
+from ..cluster import ClusterSpec
+from ..evaluate import memory_on
+from ..memory.estimate import MemoryEstimate
+from ..model_spec import ModelSpec
+from ..throughput.result import ThroughputEstimate
+from ..training_config import ActivationCheckpointing, TrainingConfig
+from ..units import GIB
+from .candidates import FamilyRecord, Scored
+from .request import Objective, PlanRequest
+
+# Plans within this share of the best score count as equal: the estimators'
+# errors are larger (docs/accuracy.md), so the simpler layout is preferred.
+TIE_TOLERANCE = 0.02
+
+MEMORY_SOURCE = "memory: formula, ZeRO paper + Korthikanti et al. (per-category sources in the plan)"
+
+# Breakdown fields, and how a user would name them as the reason a plan is slower.
+SLOWDOWN_CAUSES = {
+    "compute_s": "less efficient matmuls (smaller micro-batch or TP shard)",
+    "recompute_s": "recomputation under activation checkpointing",
+    "exposed_comm_s": "communication not hidden behind compute",
+    "pipeline_bubble_s": "pipeline bubble",
+    "offload_s": "PCIe-bound offload traffic",
+    "optimizer_step_s": "CPU/optimizer step",
+}
+
+
+def gib(value: float) -> str:
+    return f"{value / GIB:.1f} GiB"
+
+
+def throughput_source(throughput: ThroughputEstimate) -> str:
+    source = throughput.sources.get("step_time_s") or next(iter(throughput.sources.values()), "formula")
+    return f"throughput: {source}"
+
+
+def describe_config(config: TrainingConfig) -> str:
+    ac = "" if config.activation_checkpointing is ActivationCheckpointing.NONE else f", {config.activation_checkpointing.value} AC"
+    return f"micro-batch {config.micro_batch}{ac}"
+
+
+def objective_figure(item: Scored, request: PlanRequest, tokens: float) -> str:
+    throughput = item.throughput
+    world = item.cluster.world_size
+    if request.objective is Objective.COST:
+        cost = throughput.cost_usd(tokens, world)
+        return (
+            f"${cost:,.0f} to train {tokens:.3g} tokens at ${throughput.price_usd_per_gpu_hour:.2f}/GPU-hour "
+            f"[price: {item.cluster.gpu.price_source}]"
+        )
+    if request.objective is Objective.TIME_TO_TRAIN:
+        days = throughput.time_to_train_s(tokens) / 86400
+        return f"{days:,.2f} days to train {tokens:.3g} tokens on {world} GPUs"
+    return f"{throughput.tokens_per_s:,.0f} tokens/s"
+
+
+def plan_reasons(
+    item: Scored,
+    memory: MemoryEstimate,
+    request: PlanRequest,
+    *,
+    rank: int,
+    fitting: int,
+    tokens: float,
+    fastest: Scored,
+) -> list[str]:
+    config, cluster, throughput = item.config, item.cluster, item.throughput
+    dp = config.data_parallel_size(cluster.world_size)
+    reasons = [
+        f"{item.layout.family} on {cluster.world_size} x {cluster.gpu.name}: {gib(memory.total)} per GPU of "
+        f"{gib(memory.usable_bytes)} usable ({gib(cluster.gpu.memory_bytes)} less {request.headroom_fraction:.0%} headroom) "
+        f"[{MEMORY_SOURCE}]",
+        f"{throughput.tokens_per_s:,.0f} tokens/s, {throughput.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU "
+        f"{throughput.mfu:.0%}, step {throughput.step_time_s:.3g} s [{throughput_source(throughput)}]",
+        f"micro-batch {config.micro_batch} x grad-accum {config.grad_accum} x data-parallel {dp} = "
+        f"{config.micro_batch * config.grad_accum * dp} sequences of {config.seq_len} tokens per step",
+    ]
+    if config.tensor_parallel > 1 or config.pipeline_parallel > 1:
+        parts = []
+        if config.tensor_parallel > 1:
+            sp = " + sequence parallel" if config.sequence_parallel else ""
+            parts.append(f"tensor parallel {config.tensor_parallel}{sp} inside a node")
+        if config.pipeline_parallel > 1:
+            chunks = f", {config.virtual_stages} chunks per rank" if config.virtual_stages > 1 else ""
+            parts.append(f"{config.pipeline_parallel} pipeline stages ({config.pipeline_schedule.value}{chunks})")
+        parts.append(f"ZeRO-{config.zero_stage} over data-parallel {dp}" if dp > 1 else "no data parallelism")
+        reasons.append(", ".join(parts))
+    if config.activation_checkpointing is not ActivationCheckpointing.NONE:
+        reasons.append(
+            f"{config.activation_checkpointing.value} activation checkpointing: without it this micro-batch "
+            f"does not fit, or no faster candidate does"
+        )
+    ordinal = f"{rank}{'th' if 10 <= rank % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(rank % 10, 'th')}"
+    reasons.append(
+        f"ranked {ordinal} of {fitting} fitting candidates by {request.objective.value}: "
+        f"{objective_figure(item, request, tokens)}"
+    )
+    if fastest is not item:
+        gap = 1 - item.score / fastest.score
+        reasons.append(
+            f"within {gap:.1%} of the best score ({fastest.layout.family}, {describe_config(fastest.config)}), "
+            f"inside the estimate's error, and simpler: preferred"
+        )
+    return reasons
+
+
+def _slowdown_cause(slow: ThroughputEstimate, fast: ThroughputEstimate) -> str:
+    """The breakdown component that grew most, per token, from the fast plan to the slow one."""
+    slow_tokens = slow.tokens_per_s * slow.step_time_s
+    fast_tokens = fast.tokens_per_s * fast.step_time_s
+    deltas = {
+        name: getattr(slow.breakdown, name) / slow_tokens - getattr(fast.breakdown, name) / fast_tokens
+        for name in SLOWDOWN_CAUSES
+    }
+    name = max(deltas, key=deltas.get)
+    return SLOWDOWN_CAUSES[name] if deltas[name] > 0 else "a less efficient layout"
+
+
+def _miss_line(spec: ModelSpec, record: FamilyRecord, request: PlanRequest) -> str:
+    total, config, cluster = record.smallest_miss
+    memory = memory_on(spec, config, cluster, headroom_fraction=request.headroom_fraction)
+    at = f"{describe_config(config)} on {cluster.world_size} GPUs"
+    if memory.total <= memory.usable_bytes and memory.cpu_capacity_per_node_bytes is not None:
+        return (
+            f"needs {gib(memory.cpu_per_node_bytes)} CPU RAM per node for offload > {gib(memory.cpu_capacity_per_node_bytes)} "
+            f"({at}) [{MEMORY_SOURCE}]"
+        )
+    return (
+        f"{gib(memory.total)} per GPU > {gib(memory.usable_bytes)} usable, even at {at} [{MEMORY_SOURCE}]"
+    )
+
+
+def family_fates(
+    spec: ModelSpec,
+    request: PlanRequest,
+    records: dict[str, FamilyRecord],
+    best: Scored | None,
+    family_best: dict[str, Scored],
+    not_applicable: dict[str, str],
+) -> dict[str, str]:
+    fates: dict[str, str] = {}
+    for name, record in records.items():
+        if best is not None and name == best.layout.family:
+            continue
+        if name in family_best:
+            item = family_best[name]
+            if item.score >= best.score * (1 - TIE_TOLERANCE):
+                fates[name] = (
+                    f"fits, and is within {TIE_TOLERANCE:.0%} of {best.layout.family} (inside the estimate's error); "
+                    f"{best.layout.family} is simpler"
+                )
+                continue
+            ratio = best.score / item.score
+            word = "costlier" if request.objective is Objective.COST else "slower"
+            by = f"{(ratio - 1) * 100:.1f}%" if ratio < 1.1 else f"{ratio:.1f}x"
+            cause = _slowdown_cause(item.throughput, best.throughput)
+            memory = memory_on(spec, item.config, item.cluster, headroom_fraction=request.headroom_fraction)
+            fates[name] = (
+                f"fits ({gib(memory.total)} per GPU), but {by} {word} than {best.layout.family} "
+                f"({cause}) [{throughput_source(item.throughput)}]"
+            )
+        elif record.smallest_miss is not None:
+            fates[name] = _miss_line(spec, record, request)
+        elif record.infeasible:
+            fates[name] = record.infeasible
+    fates.update(not_applicable)
+    return fates

@@ -1,0 +1,180 @@
+"""The ways to lay a model out on a cluster: strategy, sharding, offload, TP x PP x DP.
+
+A Layout fixes everything of a TrainingConfig except the batch, precision and
+activation checkpointing, which the search crosses with it. Every layout
+produced here already satisfies TrainingConfig's constraints for this model
+and cluster (TP inside a node and dividing the heads, PP dividing the layers),
+so the search can build configs without re-checking them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..cluster import ClusterSpec
+from ..model_spec import ModelFamily, ModelSpec
+from ..training_config import FsdpSharding, Offload, PipelineSchedule, Strategy, TrainingConfig
+from .request import PlanRequest, StrategyKind
+
+# Model types our engine has tensor-parallel plans for (backends/tensor_parallel,
+# docs/parallelism.md); other models train with DDP, FSDP or DeepSpeed.
+ENGINE_MODEL_TYPES = frozenset({"gpt2", "llama", "mistral", "qwen2", "opt"})
+# Interleaved 1F1B with this many model chunks per pipeline rank (Narayanan et al. 2021 use 2-4).
+INTERLEAVED_CHUNKS = 2
+
+FSDP_LABELS = {
+    FsdpSharding.FULL: "full-shard",
+    FsdpSharding.GRAD_OP: "grad-op",
+    FsdpSharding.HYBRID: "hybrid",
+    FsdpSharding.NONE: "no-shard",
+}
+
+
+def family_label(config: TrainingConfig) -> str:
+    """The strategy family of a config, as `rejected` and the plan table name it."""
+    if config.strategy is Strategy.DDP:
+        return "DDP"
+    if config.strategy is Strategy.FSDP:
+        offload = Offload.CPU in (config.offload_params, config.offload_optimizer)
+        return f"FSDP {FSDP_LABELS[config.fsdp_sharding]}{' + CPU offload' if offload else ''}"
+    if config.strategy is Strategy.DEEPSPEED:
+        if Offload.NVME in (config.offload_params, config.offload_optimizer):
+            return "ZeRO-Infinity (NVMe offload)"
+        if config.offload_params is not Offload.NONE:
+            return f"ZeRO-{config.zero_stage} + param offload"
+        if config.offload_optimizer is not Offload.NONE:
+            return f"ZeRO-{config.zero_stage} + offload"
+        return f"ZeRO-{config.zero_stage}"
+    tp, pp = config.tensor_parallel, config.pipeline_parallel
+    return "engine TP" if pp == 1 else "engine PP" if tp == 1 else "engine TP×PP"
+
+
+@dataclass(frozen=True)
+class Layout:
+    family: str  # the strategy family the `rejected` report speaks of
+    # Simpler layouts win ties: fewer moving parts, fewer ways to fail.
+    complexity: int
+    fields: dict = field(hash=False, compare=False)  # TrainingConfig fields this layout fixes
+
+    @property
+    def tensor_parallel(self) -> int:
+        return self.fields.get("tensor_parallel", 1)
+
+    @property
+    def pipeline_parallel(self) -> int:
+        return self.fields.get("pipeline_parallel", 1)
+
+
+def _layout(complexity: int, fields: dict) -> Layout:
+    return Layout(family_label(TrainingConfig(**fields)), complexity, fields)
+
+
+def divisors(n: int) -> list[int]:
+    """Ascending divisors of n, in O(sqrt n)."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
+def _fsdp_layouts(cluster: ClusterSpec, allow_offload: bool) -> list[Layout]:
+    layouts = []
+    for sharding in FsdpSharding:
+        if sharding is FsdpSharding.HYBRID and not cluster.is_multi_node:
+            continue  # inside one node hybrid sharding is full sharding
+        base = {"strategy": Strategy.FSDP, "fsdp_sharding": sharding}
+        complexity = 1 if sharding is FsdpSharding.NONE else 2
+        layouts.append(_layout(complexity, base))
+        if allow_offload and sharding in (FsdpSharding.FULL, FsdpSharding.HYBRID):
+            offload = {**base, "offload_params": Offload.CPU, "offload_optimizer": Offload.CPU}
+            layouts.append(_layout(complexity + 3, offload))
+    return layouts
+
+
+def _deepspeed_layouts(cluster: ClusterSpec, allow_offload: bool) -> list[Layout]:
+    layouts = []
+    for stage in (1, 2, 3):
+        base = {"strategy": Strategy.DEEPSPEED, "zero_stage": stage}
+        layouts.append(_layout(stage, base))
+        if not allow_offload:
+            continue
+        if stage >= 2:  # ZeRO-Offload (Ren et al. 2021) is built on stage 2
+            layouts.append(_layout(stage + 3, {**base, "offload_optimizer": Offload.CPU}))
+        if stage == 3:
+            both = {**base, "offload_optimizer": Offload.CPU, "offload_params": Offload.CPU}
+            layouts.append(_layout(7, both))
+            if cluster.nvme_per_node_bytes:
+                nvme = {**base, "offload_optimizer": Offload.NVME, "offload_params": Offload.NVME}
+                layouts.append(_layout(8, nvme))
+    return layouts
+
+
+def engine_applicability(spec: ModelSpec) -> str | None:
+    """Why our engine cannot train this model, or None when it can."""
+    if spec.family is not ModelFamily.DECODER_ONLY:
+        return f"tensor/pipeline parallelism covers decoder-only models; {spec.name} is {spec.family.value}"
+    if spec.is_moe:
+        return f"{spec.name} is a mixture of experts; the engine has no expert parallelism yet"
+    if spec.model_type not in ENGINE_MODEL_TYPES:
+        return f"no tensor-parallel plan for model type '{spec.model_type}' yet"
+    return None
+
+
+def tensor_parallel_degrees(spec: ModelSpec, cluster: ClusterSpec) -> list[int]:
+    """TP inside a node, dividing the heads, with KV heads split or replicated evenly."""
+    degrees = []
+    for tp in divisors(cluster.gpus_per_node):
+        if cluster.world_size % tp or spec.num_heads % tp:
+            continue
+        if tp > 1 and spec.num_kv_heads % tp and tp % spec.num_kv_heads:
+            continue
+        degrees.append(tp)
+    return degrees
+
+
+def _engine_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[Layout]:
+    world = cluster.world_size
+    layouts = []
+    for tp in tensor_parallel_degrees(spec, cluster):
+        for pp in divisors(spec.num_layers):
+            if world % (tp * pp) or (tp == 1 and pp == 1):
+                continue
+            dp = world // (tp * pp)
+            # ZeRO-1 shards the optimizer for the price of DDP's traffic (reduce-scatter +
+            # all-gather = all-reduce), so it dominates stage 0; ZeRO-2/3 re-gather per
+            # micro-batch, which a pipeline runs many of, so PP keeps stage 1.
+            stages = ([1] if pp > 1 else [1, 2, 3]) if dp > 1 else [0]
+            schedules = [(PipelineSchedule.ONE_F_ONE_B, 1)]
+            if pp > 1 and (spec.num_layers // pp) % INTERLEAVED_CHUNKS == 0:
+                schedules.append((PipelineSchedule.INTERLEAVED, INTERLEAVED_CHUNKS))
+            for stage in stages:
+                for schedule, chunks in schedules:
+                    fields = {
+                        "strategy": Strategy.ENGINE,
+                        "zero_stage": stage,
+                        "tensor_parallel": tp,
+                        "pipeline_parallel": pp,
+                        # Sequence parallelism moves the same bytes as TP's all-reduces
+                        # and divides the activations by tp (Korthikanti et al. 2022): always on.
+                        "sequence_parallel": tp > 1,
+                        "pipeline_schedule": schedule,
+                        "virtual_stages": chunks,
+                    }
+                    complexity = 4 + (pp > 1) + (tp > 1 and pp > 1) + stage // 2
+                    layouts.append(_layout(complexity, fields))
+    return layouts
+
+
+def enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest) -> list[Layout]:
+    wanted = set(request.strategies)
+    layouts: list[Layout] = []
+    if StrategyKind.DDP in wanted:
+        layouts.append(_layout(0, {"strategy": Strategy.DDP}))
+    if StrategyKind.FSDP in wanted:
+        layouts += _fsdp_layouts(cluster, request.allow_offload)
+    if StrategyKind.DEEPSPEED in wanted:
+        layouts += _deepspeed_layouts(cluster, request.allow_offload)
+    if StrategyKind.ENGINE in wanted and engine_applicability(spec) is None and not request.lora_rank:
+        layouts += _engine_layouts(spec, cluster)
+    if request.qlora:
+        # The 4-bit base cannot be partitioned by ZeRO-3.
+        layouts = [l for l in layouts if not (l.fields.get("strategy") is Strategy.DEEPSPEED and l.fields.get("zero_stage") == 3)]
+    return layouts

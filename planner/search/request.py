@@ -1,0 +1,76 @@
+"""What the user asks the strategy search for: the batch, the objective, the limits.
+
+The model and the cluster are passed beside it; everything here is about the
+training target and how candidates are judged.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..errors import UserInputError
+from ..training_config import ActivationCheckpointing, AttentionKernel, OptimizerKind, Precision
+
+# Chinchilla (Hoffmann et al. 2022): about 20 training tokens per parameter.
+CHINCHILLA_TOKENS_PER_PARAM = 20
+
+
+class Objective(str, Enum):
+    # Most tokens per second using every GPU of the cluster.
+    THROUGHPUT = "throughput"
+    # Fewest dollars to train the token budget; may leave nodes idle if scaling is poor.
+    COST = "cost"
+    # Shortest wall time to train the token budget; may leave nodes idle if communication dominates.
+    TIME_TO_TRAIN = "time-to-train"
+
+
+class StrategyKind(str, Enum):
+    DDP = "ddp"
+    FSDP = "fsdp"
+    DEEPSPEED = "deepspeed"
+    ENGINE = "engine"
+
+
+class PlanRequest(BaseModel):
+    """The training target. Unset fields are chosen by the search."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seq_len: int = Field(default=2048, ge=1)
+    # Sequences per optimizer step; when set, micro x accum x dp must equal it.
+    global_batch: Optional[int] = Field(default=None, ge=1)
+    # Sequences per GPU per micro-step; when unset the search picks it.
+    micro_batch: Optional[int] = Field(default=None, ge=1)
+    max_micro_batch: int = Field(default=64, ge=1)
+    # None: bf16-mixed where the GPU has bf16, else fp16-mixed, else fp32.
+    precision: Optional[Precision] = None
+    optimizer: OptimizerKind = OptimizerKind.ADAMW
+    attention: AttentionKernel = AttentionKernel.SDPA
+    activation_checkpointing: tuple[ActivationCheckpointing, ...] = tuple(ActivationCheckpointing)
+    strategies: tuple[StrategyKind, ...] = tuple(StrategyKind)
+    allow_offload: bool = True
+    lora_rank: int = Field(default=0, ge=0)
+    qlora: bool = False
+    objective: Objective = Objective.THROUGHPUT
+    top_k: int = Field(default=5, ge=1)
+    headroom_fraction: float = Field(default=0.1, ge=0.0, lt=1.0)
+    # Token budget for time-to-train and cost; None = 20 tokens per parameter (Chinchilla).
+    train_tokens: Optional[float] = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "PlanRequest":
+        if self.micro_batch is not None and self.global_batch is not None and self.global_batch % self.micro_batch:
+            raise UserInputError(
+                f"--global-batch {self.global_batch} is not a multiple of --micro-batch {self.micro_batch}"
+            )
+        if not self.strategies:
+            raise UserInputError("no strategy left to search; allow at least one of ddp, fsdp, deepspeed, engine")
+        if not self.activation_checkpointing:
+            raise UserInputError("allow at least one activation checkpointing mode: none, selective or full")
+        return self
+
+    def tokens_to_train(self, total_params: int) -> float:
+        return self.train_tokens if self.train_tokens is not None else CHINCHILLA_TOKENS_PER_PARAM * total_params

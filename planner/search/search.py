@@ -1,0 +1,142 @@
+"""search_plans: every way to train this model on this cluster, filtered to what fits, ranked (contract item 4)."""
+
+from __future__ import annotations
+
+import bisect
+import time
+from typing import Optional
+
+from ..cluster import ClusterSpec
+from ..errors import UserInputError
+from ..evaluate import memory_on
+from ..memory.estimate import MemoryEstimate
+from ..model_spec import ModelSpec
+from ..plan import Plan
+from ..training_config import TrainingConfig
+from .batching import resolve_global_batch
+from .candidates import CandidateEvaluator, Scored, ThroughputAdjust, cluster_variants
+from .explain import TIE_TOLERANCE, family_fates, plan_reasons
+from .layouts import engine_applicability
+from .request import PlanRequest, StrategyKind
+from .result import SearchResult, SearchStats
+from .suggest import suggestions
+
+
+
+def _check_request(spec: ModelSpec, request: PlanRequest) -> None:
+    """Errors that no layout can avoid, raised once and plainly."""
+    probe = TrainingConfig(seq_len=request.seq_len, lora_rank=request.lora_rank, qlora=request.qlora)
+    probe.check_against(spec, 1, 1)
+
+
+def _pick(items: list[Scored]) -> tuple[Scored, Scored]:
+    """(chosen, fastest): the simplest candidate within TIE_TOLERANCE of the best score."""
+    fastest = max(items, key=lambda item: item.score)
+    close = [item for item in items if item.score >= fastest.score * (1 - TIE_TOLERANCE)]
+    chosen = min(close, key=lambda item: (item.layout.complexity, -item.score))
+    return chosen, fastest
+
+
+def _to_plan(item: Scored, spec: ModelSpec, memory: MemoryEstimate, reasons: list[str], calibration: Optional[str]) -> Plan:
+    return Plan(
+        model=spec,
+        cluster=item.cluster,
+        config=item.config,
+        layout=Plan.layout_for(item.config, item.cluster.world_size),
+        memory=memory,
+        throughput=item.throughput,
+        reasons=reasons,
+        calibration=calibration,
+    )
+
+
+def search_plans(
+    spec: ModelSpec,
+    cluster: ClusterSpec,
+    request: PlanRequest = PlanRequest(),
+    throughput_adjust: Optional[ThroughputAdjust] = None,
+    *,
+    calibration: Optional[str] = None,
+) -> SearchResult:
+    """Enumerate, filter to fits, rank by the request's objective, explain.
+
+    throughput_adjust lets measured records replace or correct the estimate of
+    each candidate before ranking; `calibration` says how, for the plans.
+    """
+    started = time.perf_counter()
+    _check_request(spec, request)
+    global_batch, batch_note = resolve_global_batch(request, cluster.world_size)
+    request = request.model_copy(update={"global_batch": global_batch})
+    evaluator = CandidateEvaluator(spec, request, throughput_adjust)
+    scored: list[Scored] = []
+    for variant in cluster_variants(cluster, request.objective):
+        scored += evaluator.run(variant)
+
+    not_applicable = {}
+    if StrategyKind.ENGINE in request.strategies:
+        why = engine_applicability(spec)
+        if why is None and request.lora_rank:
+            why = "LoRA runs on DDP, FSDP or DeepSpeed"
+        if why is not None:
+            not_applicable["engine (TP/PP)"] = why
+
+    tokens = request.tokens_to_train(spec.params.total)
+    family_best: dict[str, Scored] = {}
+    for name, record in evaluator.families.items():
+        if record.fitting:
+            family_best[name] = _pick(record.fitting)[0]
+
+    best_item: Scored | None = None
+    plans: list[Plan] = []
+    suggestion_lines: list[str] = []
+    if scored:
+        best_item, fastest = _pick(scored)
+        # The chosen family's entry is the chosen plan itself.
+        family_best[best_item.layout.family] = best_item
+        ranked = sorted(family_best.values(), key=lambda item: (item is not best_item, -item.score))
+        scores = sorted((item.score for item in scored), reverse=True)
+        for item in ranked[: request.top_k]:
+            memory = memory_on(spec, item.config, item.cluster, headroom_fraction=request.headroom_fraction)
+            reasons = plan_reasons(
+                item,
+                memory,
+                request,
+                rank=1 + bisect.bisect_left([-score for score in scores], -item.score),
+                fitting=evaluator.counters.fitting,
+                tokens=tokens,
+                fastest=fastest if item is best_item else _pick(evaluator.families[item.layout.family].fitting)[1],
+            )
+            if batch_note:
+                reasons.append(batch_note)
+            plans.append(_to_plan(item, spec, memory, reasons, calibration))
+    else:
+        suggestion_lines = suggestions(spec, cluster, request)
+
+    rejected = family_fates(spec, request, evaluator.families, best_item, family_best, not_applicable)
+    counters = evaluator.counters
+    stats = SearchStats(
+        considered=counters.considered,
+        memory_evaluations=counters.memory_evaluations,
+        throughput_evaluations=counters.throughput_evaluations,
+        pruned=counters.pruned,
+        fitting=counters.fitting,
+        throughput_skipped=counters.throughput_skipped,
+        elapsed_s=time.perf_counter() - started,
+    )
+    return SearchResult(
+        best=plans[0] if plans else None,
+        candidates=plans,
+        rejected=rejected,
+        suggestions=suggestion_lines,
+        objective=request.objective,
+        train_tokens=tokens,
+        stats=stats,
+    )
+
+
+def require_best(result: SearchResult, what: str) -> Plan:
+    """The best plan, or a one-line UserInputError saying what would fit."""
+    if result.best is None:
+        hint = result.suggestions[0] if result.suggestions else "try more or larger GPUs"
+        raise UserInputError(f"no plan fits {what}; {hint}")
+    return result.best

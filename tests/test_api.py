@@ -1,0 +1,97 @@
+"""The Python API of the replaced tool: get_distributed_training_config and select_hardware_for_task."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hardware_selector import HardwareSelector, get_distributed_training_config
+from planner.errors import UserInputError
+from planner.plan import Plan
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+GIB = 2**30
+
+
+def test_distributed_training_config_has_the_documented_keys_and_the_typed_plan():
+    config = get_distributed_training_config("text_generation", "llama-7b", gpu_count=8, batch_size=16, max_memory_gb=24)
+    assert config["fits"] is True
+    assert config["distributed_strategy"] in ("DDP", "FSDP", "DeepSpeed", "engine")
+    assert config["gpu_count"] == 8 and config["global_batch_size"] == 16
+    plan = config["plan"]
+    assert isinstance(plan, Plan)
+    dp = plan.layout.data_parallel
+    assert config["per_gpu_batch_size"] * config["gradient_accumulation_steps"] * dp == 16
+    assert config["mixed_precision"] in ("bf16", "fp16", "no")
+    assert isinstance(config["gradient_checkpointing"], bool)
+    memory = config["estimated_memory"]
+    for key in ("parameters_gb", "gradients_gb", "optimizer_gb", "activations_gb", "per_gpu_gb"):
+        assert memory[key] >= 0
+    assert memory["per_gpu_gb"] == pytest.approx(plan.memory.total / GIB, abs=1e-3)
+    # max_memory_gb=24 means a 24 GiB GPU: the plan fits in it.
+    assert plan.cluster.gpu.memory_bytes == 24 * GIB and memory["per_gpu_gb"] <= 24
+    strategy_block = {"DeepSpeed": "deepspeed_config", "FSDP": "fsdp_config", "engine": "engine_config"}
+    if config["distributed_strategy"] in strategy_block:
+        assert strategy_block[config["distributed_strategy"]] in config
+
+
+def test_strategy_blocks_follow_the_chosen_strategy():
+    selector = HardwareSelector()
+    zero = selector.get_distributed_training_config("text_generation", "gpt2-xl", 8, 8, gpu="V100-32GB", seq_len=1024)
+    assert zero["distributed_strategy"] != "DDP"  # DDP does not fit (DeepSpeed ZeRO tutorial)
+    if zero["distributed_strategy"] == "DeepSpeed":
+        assert set(zero["deepspeed_config"]) == {"zero_stage", "offload_optimizer", "offload_param"}
+    if zero["distributed_strategy"] == "FSDP":
+        assert set(zero["fsdp_config"]) >= {"sharding_strategy", "cpu_offload", "activation_checkpointing"}
+    small = selector.get_distributed_training_config("text_generation", "opt-125m", 4, 32, gpu="A100-40GB")
+    assert small["distributed_strategy"] == "DDP" and "deepspeed_config" not in small
+
+
+def test_max_memory_gb_caps_a_named_gpu():
+    config = get_distributed_training_config("text_generation", "opt-1.3b", 2, 8, max_memory_gb=20, gpu="A100-80GB")
+    assert config["plan"].cluster.gpu.memory_bytes == 20 * GIB
+    assert config["estimated_memory"]["per_gpu_gb"] <= 20
+
+
+def test_nothing_fits_returns_suggestions_instead_of_a_plan():
+    config = get_distributed_training_config("text_generation", "llama-2-70b", 1, 8, gpu="T4")
+    assert config["fits"] is False and config["plan"] is None and config["suggestions"]
+
+
+def test_select_hardware_compares_gpus_and_ranks_by_cost():
+    result = HardwareSelector().select_hardware_for_task(
+        "text_generation", "opt-1.3b", task_type="training", batch_size=32, distributed=True, gpu_count=4,
+        include_detected=False, candidates=["A100-80GB", "H100-80GB", "L4", "T4"],
+    )
+    assert result["gpu_count"] == 4
+    primary = result["primary_recommendation"]
+    assert primary["fits"] and result["distributed_strategy"] == primary["distributed_strategy"]
+    options = [primary, *result["fallback_options"]]
+    costs = [option["usd_per_million_tokens"] for option in options]
+    assert costs == sorted(costs)
+    assert set(result["estimates"]) == {"A100-80GB", "H100-80GB", "L4", "T4"}
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda s: s.get_distributed_training_config("text_generation", "no-such-model", 8, 16), "unknown model"),
+        (lambda s: s.get_distributed_training_config("images", "gpt2", 8, 16), "unknown model family"),
+        (lambda s: s.get_distributed_training_config("text_generation", "gpt2", 12, 16), "whole number of nodes"),
+        (lambda s: s.get_distributed_training_config("text_classification", "t5-small", 1, 8), "not a 'text_classification'"),
+        (lambda s: s.select_hardware_for_task("text_generation", "gpt2", task_type="inference"), "plans training"),
+    ],
+)
+def test_bad_api_input_raises_one_line_user_errors(call, message):
+    with pytest.raises(UserInputError) as error:
+        call(HardwareSelector())
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_importing_the_api_imports_no_heavy_library():
+    probe = "import sys, hardware_selector; print(sorted(m for m in ('torch','transformers','deepspeed') if m in sys.modules))"
+    completed = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert completed.stdout.strip() == "[]", completed.stderr

@@ -1,0 +1,106 @@
+"""`hardware-selector plan` (and the throughput block of `estimate --json`): shape, errors, lazy imports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hardware_selector_cli.app import main
+from planner.training_config import TrainingConfig
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+HEAVY_MODULES = ("torch", "transformers", "deepspeed", "accelerate")
+PLAN_ARGS = ["plan", "--model", "llama-2-7b", "--gpu", "H100-80GB", "--gpus-per-node", "8", "--nodes", "4",
+             "--global-batch", "1024", "--seq-len", "4096"]
+
+
+def _json(capsys, argv: list[str]) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_plan_json_has_best_candidates_and_rejected_with_full_plans(capsys):
+    document = _json(capsys, [*PLAN_ARGS, "--json", "--top", "3"])
+    assert {"best", "candidates", "rejected"} <= document.keys()
+    assert document["best"] == document["candidates"][0]
+    assert 1 <= len(document["candidates"]) <= 3
+    for plan in document["candidates"]:
+        assert plan["strategy"] and plan["reasons"]
+        config = TrainingConfig.model_validate(plan["config"])  # the full config round-trips
+        dp = plan["layout"]["data_parallel"]
+        assert config.micro_batch * config.grad_accum * dp == 1024
+        assert plan["memory"]["fits"] and plan["memory"]["per_gpu_bytes"]["total"] > 0
+        for key in ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "hfu"):
+            assert plan["throughput"][key] > 0
+    strategies = {plan["strategy"] for plan in document["candidates"]}
+    assert len(strategies) == len(document["candidates"])  # one plan per strategy family
+    assert document["best"]["strategy"] not in document["rejected"]  # every other family has its fate
+    assert all(isinstance(line, str) and "\n" not in line for line in document["rejected"].values())
+
+
+def test_plan_table_shows_the_best_plan_and_its_reasons(capsys):
+    assert main([*PLAN_ARGS, "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "tokens/s" in out and "MFU" in out and "because:" in out and "other strategies:" in out
+
+
+def test_plan_objective_cost_may_use_fewer_gpus_and_reports_cost(capsys):
+    document = _json(capsys, [*PLAN_ARGS, "--json", "--objective", "cost"])
+    assert document["objective"] == "cost"
+    best = document["best"]
+    assert best["cluster"]["num_nodes"] <= 4
+    assert any("to train" in reason and "$" in reason for reason in best["reasons"])
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--gpu", "Z900"], "unknown GPU"),
+        (["--objective", "fastest"], "--objective must be one of"),
+        (["--micro-batch", "3"], "is not a multiple of --micro-batch"),
+        (["--strategies", "ddp,megatron"], "--strategies must be one of"),
+        (["--headroom", "1.5"], "--headroom"),
+    ],
+)
+def test_bad_plan_input_is_one_line_and_exit_2(capsys, extra, message):
+    assert main([*PLAN_ARGS, *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and message in err and "\n" not in err
+
+
+def test_bad_seq_len_for_learned_positions_is_one_line(capsys):
+    assert main(["plan", "--model", "gpt2", "--gpu", "A100-40GB", "--seq-len", "4096"]) == 2
+    assert "learned positions" in capsys.readouterr().err
+
+
+def test_estimate_json_gains_throughput(capsys):
+    document = _json(capsys, ["estimate", "--model", "llama-2-7b", "--gpu", "A100-80GB", "--strategy", "zero3", "--json"])
+    throughput = document["throughput"]
+    for key in ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "hfu"):
+        assert throughput[key] > 0
+    assert 0 < throughput["mfu"] <= throughput["hfu"] < 1
+
+
+PROBE = """
+import sys
+from hardware_selector import main
+code = main({argv!r})
+heavy = sorted(name for name in {heavy!r} if name in sys.modules)
+print("HEAVY=" + ",".join(heavy), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_planning_a_catalog_model_imports_no_heavy_library():
+    argv = [*PLAN_ARGS, "--json"]
+    completed = subprocess.run(
+        [sys.executable, "-c", PROBE.format(argv=argv, heavy=HEAVY_MODULES)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stderr.strip().splitlines()[-1] == "HEAVY=", completed.stderr
+    assert json.loads(completed.stdout)["best"] is not None

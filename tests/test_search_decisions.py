@@ -1,0 +1,84 @@
+"""The strategy search against decisions the published record supports, and its explanations."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from planner.cluster import make_cluster
+from planner.model_resolve import resolve_model
+from planner.search import PlanRequest, search_plans
+from planner.search.layouts import family_label
+from planner.training_config import Offload, Strategy
+
+
+@lru_cache(maxsize=None)
+def _search(model: str, gpu: str, gpus_per_node: int, nodes: int = 1, cpu_ram_gb: float | None = None, **request):
+    cluster = make_cluster(gpu, gpus_per_node=gpus_per_node, nodes=nodes, cpu_ram_gb=cpu_ram_gb)
+    return search_plans(resolve_model(model), cluster, PlanRequest(**request))
+
+
+def test_gpt2_1_5b_on_8_v100_32gb_ddp_does_not_fit_and_zero1_does():
+    # DeepSpeed ZeRO tutorial: the 1.5B GPT-2 runs out of memory under plain data
+    # parallelism on 32 GB V100s at micro-batch 1; ZeRO stage 1 fits it.
+    result = _search("gpt2-xl", "V100-32GB", 8, micro_batch=1, seq_len=1024)
+    assert "per GPU >" in result.rejected["DDP"]
+    zero1 = [plan for plan in result.candidates if family_label(plan.config) == "ZeRO-1"]
+    assert (zero1 and zero1[0].memory.fits) or result.rejected["ZeRO-1"].startswith("fits")
+    assert result.best is not None and result.best.config.strategy is not Strategy.DDP
+
+
+def test_13b_on_one_v100_32gb_fits_only_with_optimizer_offload():
+    # ZeRO-Offload (Ren et al. 2021): a 13B model trains on a single 32 GB V100
+    # (DGX-2 host, 1.5 TB of CPU memory) only with the optimizer offloaded to the CPU.
+    result = _search("opt-13b", "V100-32GB", 1, cpu_ram_gb=1500, micro_batch=1, seq_len=1024)
+    best = result.best
+    assert best is not None and best.config.offload_optimizer is Offload.CPU
+    for family, fate in result.rejected.items():
+        if "offload" not in family:
+            assert "per GPU >" in fate, (family, fate)
+    assert all("offload" in family_label(plan.config) for plan in result.candidates)
+
+
+def test_125m_model_on_4_gpus_chooses_ddp():
+    result = _search("opt-125m", "A100-40GB", 4, seq_len=2048)
+    assert result.best is not None and result.best.config.strategy is Strategy.DDP
+
+
+def test_global_batch_is_micro_times_accum_times_dp_for_every_plan():
+    result = _search("llama-2-7b", "H100-80GB", 8, nodes=4, global_batch=1024, seq_len=4096)
+    assert result.candidates
+    for plan in result.candidates:
+        assert plan.global_batch == 1024
+        assert plan.throughput.global_batch == 1024
+        assert plan.memory.fits and plan.memory.total <= plan.memory.usable_bytes
+        assert plan.layout.world_size == 32
+
+
+def test_every_reason_and_fate_is_one_line_and_numbers_name_a_source():
+    result = _search("llama-2-7b", "H100-80GB", 8, nodes=4, global_batch=1024, seq_len=4096)
+    for plan in result.candidates:
+        assert plan.reasons and all("\n" not in reason for reason in plan.reasons)
+        assert "[memory: formula" in plan.reasons[0]
+        assert "[throughput: " in plan.reasons[1]
+    for family, fate in result.rejected.items():
+        assert "\n" not in fate and fate, family
+        assert "[memory: " in fate or "[throughput: " in fate or "within" in fate, fate
+
+
+def test_nothing_fits_says_how_many_gpus_and_which_gpu_would():
+    result = _search("llama-2-70b", "A10", 1, seq_len=2048)  # 70B on one 24 GiB card
+    assert result.best is None and not result.candidates
+    assert any("is the fewest that fits" in line for line in result.suggestions), result.suggestions
+    assert all("\n" not in line for line in result.suggestions)
+
+
+def test_nothing_fits_names_a_catalog_gpu_that_fits_at_this_count():
+    result = _search("llama-2-70b", "T4", 8, seq_len=2048)  # 8 x 16 GiB, 512 GiB host RAM
+    assert result.best is None
+    named = [line for line in result.suggestions if "these catalog GPUs fit" in line]
+    assert named and "A100-80GB" in named[0], result.suggestions
+
+
+def test_global_batch_that_no_layout_divides_is_explained():
+    result = _search("opt-125m", "A100-40GB", 4, global_batch=6, seq_len=512)
+    assert "not a multiple of its data-parallel size 4" in result.rejected["DDP"]

@@ -1,0 +1,46 @@
+"""The replaced tool's command line still works through hardware_selector.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SEED = ["--model-family", "text_generation", "--model-name", "llama-7b", "--batch-size", "16", "--mode", "training",
+        "--distributed", "--gpu-count", "8", "--max-memory-gb", "24"]
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "hardware_selector.py", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_documented_seed_invocation_prints_the_recommendation():
+    completed = _run(SEED)
+    assert completed.returncode == 0, completed.stderr
+    out = completed.stdout
+    assert out.startswith("Recommended: ") and "on 8 x " in out
+    assert "per-GPU batch" in out and "global batch 16" in out and "memory per GPU" in out
+
+
+def test_seed_json_matches_the_api_and_subcommands_still_work():
+    from hardware_selector import main
+
+    completed = _run([*SEED, "--json"])
+    assert completed.returncode == 0, completed.stderr
+    document = json.loads(completed.stdout)
+    assert document["global_batch_size"] == 16 and document["plan"]["cluster"]["gpu"]["memory_bytes"] == 24 * 2**30
+    assert main(["models", "--search", "llama"]) == 0
+
+
+def test_bad_seed_input_is_one_line_and_exit_2():
+    for args, message in (
+        ([*SEED[:2], "--model-name", "llama-7b", "--gpu-count", "x"], "invalid int value"),
+        (["--model-family", "text_generation"], "required"),
+        ([*SEED[:4], "--mode", "inference"], "plans training"),
+    ):
+        completed = _run(args)
+        assert completed.returncode == 2, (args, completed.stdout)
+        err = completed.stderr.strip()
+        assert err.startswith("error:") and message in err and "\n" not in err, err
