@@ -22,7 +22,9 @@ import torch.distributed as dist
 from backends.model_factory import build_causal_lm, catalog_config, tiny_config
 from backends.parallel_dims import ParallelDims
 from backends.parallelize import parallelize
+from backends.parallel_checkpoint import load_consolidated, save_consolidated
 from backends.tensor_parallel.layers import shard_tensor
+from planner.errors import UserInputError
 
 STEPS, SEQ_LEN, LR = 3, 16, 0.1
 MODELS = {"gpt2": "gpt2", "llama": "llama-3-8b", "opt": "opt-125m"}
@@ -32,9 +34,9 @@ def tiny(model_key: str):
     return build_causal_lm(tiny_config(catalog_config(MODELS[model_key])), seed=0, dtype=torch.float32)
 
 
-def batches(global_batch: int, vocab: int) -> list[torch.Tensor]:
+def batches(global_batch: int, vocab: int, steps: int = STEPS) -> list[torch.Tensor]:
     generator = torch.Generator().manual_seed(1234)
-    return [torch.randint(0, vocab, (global_batch, SEQ_LEN), generator=generator) for _ in range(STEPS)]
+    return [torch.randint(0, vocab, (global_batch, SEQ_LEN), generator=generator) for _ in range(steps)]
 
 
 def reference_run(model_key: str, data: list[torch.Tensor]) -> tuple[list[float], dict[str, torch.Tensor]]:
@@ -77,16 +79,20 @@ def average_dp_gradients(parallel) -> None:
 
 
 def layout_run(model_key: str, dims: ParallelDims, *, micro_batches: int = 1, sequence_parallel: bool = False,
-               schedule: str = "1f1b", global_batch: int = 4, checkpointing: str = "none",
+               schedule: str = "1f1b", global_batch: int = 4, checkpointing: str = "none", steps: int = STEPS,
+               first_step: int = 0, load_from: str | None = None, save_to: str | None = None,
                sync: Callable | None = None) -> dict[str, float]:
-    data = batches(global_batch, tiny_config(catalog_config(MODELS[model_key]))["vocab_size"])
+    """Train steps [first_step, steps) under the layout (after loading `load_from`) against the reference."""
+    data = batches(global_batch, tiny_config(catalog_config(MODELS[model_key]))["vocab_size"], steps)
     ref_losses, reference = reference_run(model_key, data)
     parallel = parallelize(tiny(model_key), dims, activation_checkpointing=checkpointing,
                            sequence_parallel=sequence_parallel, pipeline_schedule=schedule)
+    if load_from:
+        load_consolidated(parallel, load_from)
     parallel.train()
     optimizer = torch.optim.SGD(parallel.parameters(), lr=LR)
     losses = []
-    for ids in data:
+    for ids in data[first_step:]:
         optimizer.zero_grad()
         local = dp_slice(ids, parallel)
         loss = parallel.train_batch([(chunk, chunk) for chunk in local.chunk(micro_batches)])
@@ -94,6 +100,64 @@ def layout_run(model_key: str, dims: ParallelDims, *, micro_batches: int = 1, se
         optimizer.step()
         dist.all_reduce(loss, group=parallel.groups.dp_group)
         losses.append(loss.item() / dims.dp)
+    if save_to:
+        save_consolidated(parallel, save_to)
+    return {
+        "loss_diff": max(abs(a - b) for a, b in zip(losses, ref_losses[first_step:])),
+        "param_diff": param_difference(parallel, reference),
+        "losses": losses,
+        "reference_losses": ref_losses,
+    }
+
+
+def reshard_run(directory: str) -> dict:
+    """Train 3 steps under tp2 (tied GPT-2), save consolidated, continue 2 steps under pp2 from the file."""
+    path = os.path.join(directory, "tp2.safetensors")
+    layout_run("gpt2", ParallelDims(dp=1, tp=2), steps=STEPS, save_to=path)
+    result = layout_run("gpt2", ParallelDims(dp=1, pp=2), micro_batches=2, steps=STEPS + 2, first_step=STEPS,
+                        load_from=path)
+    try:
+        wrong = parallelize(tiny("llama"), ParallelDims(dp=1, pp=2))
+        load_consolidated(wrong, path)
+        result["wrong_model_error"] = None
+    except UserInputError as error:
+        result["wrong_model_error"] = str(error)
+    return result
+
+
+def compression_run(mode: str, steps: int = 6) -> dict:
+    """dp2 with gradients averaged through the compressed all-reduce, against fp32 single-process training."""
+    from backends.compression import GradientReducer
+
+    reducer: GradientReducer | None = None
+
+    def sync(parallel):
+        nonlocal reducer
+        reducer = reducer or GradientReducer(parallel.groups.dp_group, mode)
+        reducer.reduce(list(parallel.parameters()))
+
+    return layout_run("llama", ParallelDims(dp=2), global_batch=4, steps=steps, sync=sync)
+
+
+def engine_run(model_key: str, dims: ParallelDims, *, zero_stage: int, micro_batches: int, global_batch: int,
+               sequence_parallel: bool = False, schedule: str = "1f1b") -> dict:
+    """The same comparison through backends.initialize: our ZeRO on the dp group of the layout."""
+    import backends
+
+    data = batches(global_batch, tiny_config(catalog_config(MODELS[model_key]))["vocab_size"])
+    ref_losses, reference = reference_run(model_key, data)
+    config = {
+        "train_micro_batch_size_per_gpu": global_batch // dims.dp // micro_batches,
+        "gradient_accumulation_steps": micro_batches,
+        "optimizer": {"type": "SGD", "params": {"lr": LR}},
+        "zero_optimization": {"stage": zero_stage, "reduce_bucket_size": 5000},
+        "hardware_selector": {"layout": {
+            "data_parallel": dims.dp, "tensor_parallel": dims.tp, "pipeline_parallel": dims.pp,
+            "sequence_parallel": sequence_parallel, "pipeline_schedule": schedule}},
+    }
+    engine, *_ = backends.initialize(model=tiny(model_key), config=config)
+    parallel = engine.parallel_model
+    losses = [float(engine.train_batch(dp_slice(ids, parallel))) for ids in data]
     return {
         "loss_diff": max(abs(a - b) for a, b in zip(losses, ref_losses)),
         "param_diff": param_difference(parallel, reference),
@@ -114,18 +178,24 @@ def two_rank_checks() -> dict[str, Callable[[], dict]]:
         "llama", ParallelDims(dp=1, tp=2), sequence_parallel=True, checkpointing="full")
     checks["tp_gpt2_selective_checkpointing"] = lambda: layout_run(
         "gpt2", ParallelDims(dp=1, tp=2), checkpointing="selective")
+    checks["reshard_tp2_to_pp2"] = lambda: reshard_run(os.path.dirname(os.path.abspath(OUT_PATH[0])))
+    for mode in ("bf16", "int8"):
+        checks[f"compression_{mode}"] = lambda mode=mode: compression_run(mode)
+    checks["compression_none"] = lambda: compression_run("none")
     return checks
 
 
 def four_rank_checks() -> dict[str, Callable[[], dict]]:
     return {
-        "dp2_tp2_llama": lambda: layout_run("llama", ParallelDims(dp=2, tp=2), micro_batches=2, global_batch=8,
-                                            sequence_parallel=True),
-        "dp2_pp2_gpt2": lambda: layout_run("gpt2", ParallelDims(dp=2, pp=2), micro_batches=4, global_batch=8),
+        "engine_zero1_dp2_tp2_llama": lambda: engine_run("llama", ParallelDims(dp=2, tp=2), zero_stage=1,
+                                                         micro_batches=2, global_batch=8, sequence_parallel=True),
+        "engine_zero1_dp2_pp2_gpt2": lambda: engine_run("gpt2", ParallelDims(dp=2, pp=2), zero_stage=1,
+                                                        micro_batches=4, global_batch=8),
     }
 
 
 CHECK_SETS = {2: two_rank_checks, 4: four_rank_checks}
+OUT_PATH: list[str] = []  # the --out file; checks that write files use its folder
 
 
 def run_checks(names: list[str], nproc: int, directory) -> dict[str, dict]:
@@ -151,6 +221,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("checks", nargs="*")
     args = parser.parse_args()
+    OUT_PATH.append(args.out)
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     available = {**two_rank_checks(), **four_rank_checks()}

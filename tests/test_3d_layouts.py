@@ -1,4 +1,6 @@
-"""4 ranks: dp2 x tp2 (with sequence parallelism) and dp2 x pp2 against the single-process reference."""
+"""4 ranks through backends.initialize with our ZeRO-1 on the dp group: dp2 x tp2 (with sequence
+parallelism, Llama GQA) and dp2 x pp2 (1F1B, GPT-2 with its tied embedding split across the first and last
+stage), each against the single-process reference (SGD, fp32, 3 steps, loss and parameters within 1e-5)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import pytest
 
 from tests.parallel_checks import assert_matches_reference, run_checks
 
-FOUR_RANK_CHECKS = ["dp2_tp2_llama", "dp2_pp2_gpt2"]
+FOUR_RANK_CHECKS = ["engine_zero1_dp2_tp2_llama", "engine_zero1_dp2_pp2_gpt2"]
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from tests.parallel_checks import assert_matches_reference, run_checks
 TWO_RANK_CHECKS = [
     "tp_gpt2", "tp_llama", "tp_opt", "tp_sp_gpt2", "tp_sp_llama", "tp_sp_opt",
     "pp_gpt2_gpipe", "pp_gpt2_1f1b", "pp_llama_gpipe", "pp_llama_1f1b", "pp_opt_1f1b",
-    "tp_sp_llama_full_checkpointing", "tp_gpt2_selective_checkpointing",
+    "tp_sp_llama_full_checkpointing", "tp_gpt2_selective_checkpointing", "reshard_tp2_to_pp2",
 ]
 
 
@@ -33,6 +33,12 @@ def two_rank_results(tmp_path_factory):
 @pytest.mark.parametrize("check", TWO_RANK_CHECKS)
 def test_layout_matches_single_process_reference(two_rank_results, check):
     assert_matches_reference(two_rank_results[check])
+
+
+def test_weights_saved_under_tp2_continue_under_pp2(two_rank_results):
+    result = two_rank_results["reshard_tp2_to_pp2"]
+    assert len(result["losses"]) == 2  # steps 4 and 5, run under pp2 from the tp2 file
+    assert result["wrong_model_error"] == "the checkpoint has no tensor 'model.embed_tokens.weight'; it was saved from another model"
 
 
 def test_fused_qkv_shard_roundtrip():
