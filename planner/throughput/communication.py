@@ -7,8 +7,10 @@ Data-parallel traffic follows each implementation:
 - ZeRO-1: gradients reduce-scattered once per step during the last backward;
   updated parameters all-gathered after the optimizer step (exposed).
 - ZeRO-2: gradients reduce-scattered after every micro-batch's backward
-  (partitioned gradients cannot accumulate unreduced); parameters all-gathered
-  after the step. FSDP SHARD_GRAD_OP gathers parameters once per micro-batch.
+  ("each rank retains only the accumulated gradients of its partition", so
+  reduction cannot wait for the accumulation boundary: DeepSpeed issue #2252);
+  parameters all-gathered after the step. FSDP SHARD_GRAD_OP gathers
+  parameters once per micro-batch.
 - ZeRO-3 / FSDP FULL_SHARD: every micro-batch all-gathers each block's
   parameters in forward and again in backward and reduce-scatters its
   gradients (1.5x DDP's volume), prefetched one block ahead; the first block's
