@@ -170,8 +170,11 @@ def _apply_offload(states: ModelStates, config: TrainingConfig, grads16: float, 
     if config.offload_optimizer is not Offload.NONE:
         moved = states.optimizer_states + fp32_grads
         if config.zero_stage >= 2:
-            # Stage 2/3 offload reduces 16-bit gradients straight into pinned CPU memory.
-            moved += grads16
+            # Stage 2 offload copies each reduced gradient straight into the fp32
+            # partition on the CPU; stage 3 also keeps its 16-bit gradient partition
+            # there (grad_partitions_flat_buffer, pinned when the optimizer is offloaded).
+            if config.zero_stage == 3:
+                moved += grads16
             states.gradients = states.backward_gradients = 0.0
         else:
             states.gradients -= fp32_grads
