@@ -1,0 +1,69 @@
+"""The search's shortcuts lose nothing: compared with evaluating every candidate.
+
+The reference evaluates each (layout, precision, AC, micro-batch) with the full
+memory estimator and the throughput estimator, no pruning. The search must
+find the same fitting candidates (less those dominated by one with less
+recomputation) and the same best score, overall and per strategy family.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.cluster import make_cluster
+from planner.evaluate import memory_on
+from planner.model_resolve import resolve_model
+from planner.search.batching import batch_options, resolve_global_batch
+from planner.search.candidates import AC_ORDER, CandidateEvaluator, objective_score, precisions_for
+from planner.search.layouts import enumerate_layouts
+from planner.search.request import PlanRequest
+from planner.throughput.estimate import estimate_throughput
+from planner.training_config import TrainingConfig
+
+CASES = [
+    ("llama-2-7b", "A100-40GB", 8, 2, dict(global_batch=256, seq_len=4096)),
+    ("gpt2-xl", "V100-32GB", 8, 1, dict(micro_batch=1, seq_len=1024)),
+    ("opt-13b", "A100-80GB", 4, 1, dict(seq_len=2048)),
+]
+
+
+def _exhaustive(spec, cluster, request):
+    fitting, best_by_family = 0, {}
+    for layout in enumerate_layouts(spec, cluster, request):
+        dp = cluster.world_size // (layout.tensor_parallel * layout.pipeline_parallel)
+        for precision in precisions_for(cluster, request):
+            fits_with_less_ac: set[int] = set()
+            for ac in AC_ORDER:
+                fits_here = set()
+                for micro, accum in batch_options(request, request.global_batch, dp):
+                    config = TrainingConfig(**layout.fields, seq_len=request.seq_len, precision=precision,
+                                            activation_checkpointing=ac, micro_batch=micro, grad_accum=accum)
+                    if not memory_on(spec, config, cluster, headroom_fraction=request.headroom_fraction).fits:
+                        continue
+                    fits_here.add(micro)
+                    if micro in fits_with_less_ac:
+                        continue  # dominated: same candidate with less recomputation fits
+                    fitting += 1
+                    score = objective_score(estimate_throughput(spec, config, cluster), cluster.world_size, request.objective)
+                    best_by_family[layout.family] = max(best_by_family.get(layout.family, 0.0), score)
+                fits_with_less_ac |= fits_here
+    return fitting, best_by_family
+
+
+@pytest.mark.parametrize("model, gpu, per_node, nodes, request_fields", CASES)
+def test_pruned_search_matches_exhaustive_evaluation(model, gpu, per_node, nodes, request_fields):
+    spec = resolve_model(model)
+    cluster = make_cluster(gpu, gpus_per_node=per_node, nodes=nodes)
+    request = PlanRequest(**request_fields)
+    request = request.model_copy(update={"global_batch": resolve_global_batch(request, cluster.world_size)[0]})
+
+    evaluator = CandidateEvaluator(spec, request)
+    evaluator.run(cluster)
+    fitting, best_by_family = _exhaustive(spec, cluster, request)
+
+    assert evaluator.counters.fitting == fitting
+    assert evaluator.counters.memory_evaluations < evaluator.counters.considered  # the pruning did prune
+    searched = {name: max(item.score for item in record.fitting) for name, record in evaluator.families.items() if record.fitting}
+    assert searched.keys() == best_by_family.keys()
+    for family, score in best_by_family.items():
+        assert searched[family] == pytest.approx(score, rel=1e-9), family
