@@ -129,14 +129,18 @@ def step_communication(
         if config.offload_params is Offload.NVME:
             fetch += 2 * param_shard * param_bytes * gpn / (k.nvme_GBps_per_node * 1e9)
         offload += accum * _hidden(fetch, fwd + bwd, k)
-    if config.offload_optimizer is not Offload.NONE:
+    # FSDP's CPUOffload moves parameters and gradients together, so its optimizer steps on the CPU too.
+    fsdp_cpu_step = config.strategy is Strategy.FSDP and config.offload_params is not Offload.NONE
+    if config.offload_optimizer is not Offload.NONE or fsdp_cpu_step:
+        # Partitioned gradients (ZeRO-2/3) leave the GPU after every backward, the others once per step.
+        downloads = accum if stage_zero >= 2 else 1
         grads_down = grad_shard * grad_bytes / pcie_Bps
         params_up = grad_shard * element / pcie_Bps
         rate = k.cpu_adam_params_per_s_torch if config.strategy is Strategy.FSDP else k.cpu_adam_params_per_s_deepspeed
         cpu_step = grad_shard * gpn / rate
         if config.offload_optimizer is Offload.NVME:
             cpu_step += 2 * grad_shard * OPTIMIZER_STATE_BYTES[config.optimizer.value] * gpn / (k.nvme_GBps_per_node * 1e9)
-        offload += _hidden(grads_down, bwd, k) + cpu_step + params_up
+        offload += downloads * _hidden(grads_down, bwd, k) + cpu_step + params_up
         optimizer_step = 0.0
     else:
         optimizer_step = grad_shard * OPTIMIZER_STEP_BYTES[config.optimizer.value] / memory_Bps
