@@ -4,6 +4,8 @@ import math
 import statistics
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from benchmarks.calibrate_throughput import calibration_cases, relative_errors
 from planner.cluster import make_cluster
@@ -157,3 +159,33 @@ def test_zero1_reduces_once_per_step_zero2_once_per_micro_batch(llama7b):
     assert dp_comm(1, 8) == pytest.approx(dp_comm(1, 1))
     assert dp_comm(2, 8) > 4 * dp_comm(2, 1)  # 8 reduce-scatters + 1 gather against 1 + 1
     assert dp_comm(2, 8) > dp_comm(1, 8)
+
+
+STRATEGY_CHOICES = [
+    dict(strategy="ddp"), dict(strategy="fsdp"), dict(strategy="fsdp", fsdp_sharding="hybrid"),
+    dict(strategy="fsdp", fsdp_sharding="grad-op"), dict(strategy="deepspeed", zero_stage=1),
+    dict(strategy="deepspeed", zero_stage=2, offload_optimizer="cpu"), dict(strategy="deepspeed", zero_stage=3),
+    dict(strategy="engine", tensor_parallel=4, zero_stage=1, sequence_parallel=True),
+    dict(strategy="engine", tensor_parallel=2, pipeline_parallel=4, zero_stage=0),
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    strategy=st.sampled_from(STRATEGY_CHOICES),
+    micro_batch=st.sampled_from([1, 2, 8]),
+    accum=st.sampled_from([1, 4, 16]),
+    seq=st.sampled_from([512, 4096]),
+    nodes=st.sampled_from([1, 2, 8]),
+    slow=st.floats(1.0, 50.0),
+    speedup=st.floats(1.0, 8.0),
+)
+def test_more_bandwidth_never_slows_any_plan(llama7b, strategy, micro_batch, accum, seq, nodes, slow, speedup):
+    config = TrainingConfig(micro_batch=micro_batch, grad_accum=accum, seq_len=seq, **strategy)
+    def step(intra, inter):
+        cluster = make_cluster("A100-80GB", 8, nodes, interconnect="ib-hdr" if nodes > 1 else None, intra_bw=intra,
+                               inter_bw=inter if nodes > 1 else None)
+        return estimate_throughput(llama7b, config, cluster).step_time_s
+    base = step(10 * slow, slow)
+    assert step(10 * slow * speedup, slow) <= base * (1 + 1e-12)
+    assert step(10 * slow, slow * speedup) <= base * (1 + 1e-12)
