@@ -4,6 +4,7 @@
     .venv/bin/python -m benchmarks.calibrate_throughput --fit      # fit, then the table with the fitted ones
     .venv/bin/python -m benchmarks.calibrate_throughput --markdown # the table for docs/accuracy.md
     .venv/bin/python -m benchmarks.calibrate_throughput --cross-validate  # held-out error by size, scale, length
+    .venv/bin/python -m benchmarks.calibrate_throughput --held-out  # H100-80GB and A100-80GB runs, never fitted
 
 Data: `calibration_llm_foundry_a100_40gb` of the shared reference: MPT models
 (GPT-shaped, GELU MLP, tied embeddings, learned positions, vocabulary 50368)
@@ -18,6 +19,7 @@ import argparse
 import dataclasses
 import statistics
 import sys
+from pathlib import Path
 
 from planner.cluster import make_cluster
 from planner.hf_config import spec_from_hf_config
@@ -47,21 +49,50 @@ def mpt_spec(size: str, seq_len: int) -> ModelSpec:
 
 def calibration_cases() -> list[tuple[dict, ModelSpec, TrainingConfig, object]]:
     rows = published_reference()["calibration_llm_foundry_a100_40gb"]["rows"]
-    cases = []
-    for row in rows:
-        spec = mpt_spec(row["model"], row["seq_len"])
-        config = TrainingConfig(
-            strategy="fsdp",
-            fsdp_sharding="full" if row["sharding"] == "FULL_SHARD" else "grad-op",
-            micro_batch=row["micro_bs"],
-            grad_accum=row["grad_accum"],
-            seq_len=row["seq_len"],
-            precision="bf16-mixed",
-            activation_checkpointing="full" if row["act_ckpt"] else "none",
-        )
-        cluster = make_cluster("A100-40GB", gpus_per_node=8, nodes=max(row["n_gpus"] // 8, 1),
-                               interconnect="roce-1600g" if row["n_gpus"] > 8 else None)
-        cases.append((row, spec, config, cluster))
+    return [_case(row, "A100-40GB", "roce-1600g") for row in rows]
+
+
+HELD_OUT_FILE = Path(__file__).parent / "data" / "llm_foundry_heldout.md"
+# Catalog GPU and inter-node network of each held-out table (H100 clusters: 8 x 400 Gb/s NDR per node).
+HELD_OUT_HARDWARE = {"h100_80gb": ("H100-80GB", "ib-ndr"), "a100_80gb": ("A100-80GB", "roce-1600g")}
+
+
+def held_out_rows() -> list[dict]:
+    """The verbatim llm-foundry table rows in benchmarks/data/llm_foundry_heldout.md, as calibration-style dicts."""
+    rows = []
+    for line in HELD_OUT_FILE.read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 20 or not cells[1].isdigit():
+            continue
+        rows.append({
+            "model": cells[0], "seq_len": int(cells[1]), "n_gpus": int(cells[2]), "gpu": cells[3],
+            "mfu_pct": float(cells[4]), "micro_bs": int(cells[7]), "grad_accum": int(cells[8]),
+            "tokens_per_s": float(cells[11]), "sharding": cells[16], "act_ckpt": cells[17] == "True",
+        })
+    return rows
+
+
+def _case(row: dict, gpu: str, network: str):
+    spec = mpt_spec(row["model"], row["seq_len"])
+    config = TrainingConfig(
+        strategy="fsdp",
+        fsdp_sharding="full" if row["sharding"] == "FULL_SHARD" else "grad-op",
+        micro_batch=row["micro_bs"],
+        grad_accum=row["grad_accum"],
+        seq_len=row["seq_len"],
+        precision="bf16-mixed",
+        activation_checkpointing="full" if row["act_ckpt"] else "none",
+    )
+    nodes = max(row["n_gpus"] // 8, 1)
+    cluster = make_cluster(gpu, gpus_per_node=8, nodes=nodes, interconnect=network if nodes > 1 else None)
+    return row, spec, config, cluster
+
+
+def held_out_cases() -> dict[str, list]:
+    cases: dict[str, list] = {}
+    for row in held_out_rows():
+        gpu, network = HELD_OUT_HARDWARE[row["gpu"]]
+        cases.setdefault(gpu, []).append(_case(row, gpu, network))
     return cases
 
 
@@ -160,10 +191,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit", action="store_true", help="fit the constants first and print them")
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
     parser.add_argument("--cross-validate", action="store_true", help="fit on part of the rows, report the rest")
+    parser.add_argument("--held-out", action="store_true", help="the H100-80GB and A100-80GB tables, never fitted")
     args = parser.parse_args(argv)
     cases = calibration_cases()
     if args.cross_validate:
         cross_validate(cases)
+        return 0
+    if args.held_out:
+        for gpu, gpu_cases in held_out_cases().items():
+            print(f"## {gpu} (held out: never fitted)")
+            print_table(gpu_cases, CONSTANTS, args.markdown)
+            print()
         return 0
     constants = CONSTANTS
     if args.fit:
