@@ -11,11 +11,14 @@ counted in the width it is stored in, per token (bytes x b*s).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import NamedTuple
 
 from ..model_spec import ModelFamily, ModelSpec
 from ..training_config import ActivationCheckpointing, AttentionKernel, PipelineSchedule, Precision, TrainingConfig
 from .arch_traits import ArchTraits, arch_traits
 from .runtime import Runtime
+from .spec_cache import per_spec_and_key
 
 KORTHIKANTI = "Korthikanti et al. 2022, Table 2, generalised to the HF block"
 
@@ -33,16 +36,21 @@ class Widths:
 
 
 def activation_widths(config: TrainingConfig, native_mixed: bool, runtime: Runtime = Runtime.CUDA) -> Widths:
-    if config.precision is Precision.FP32:
+    return _widths(config.precision, native_mixed and config.strategy.value == "ddp", runtime)
+
+
+@lru_cache(maxsize=None)
+def _widths(precision: Precision, autocast_ddp: bool, runtime: Runtime) -> Widths:
+    if precision is Precision.FP32:
         return Widths(4, 4, False, False, runtime.dropout_mask_bytes(4), 4)
-    if config.precision.is_mixed and native_mixed and config.strategy.value == "ddp":
+    if precision.is_mixed and autocast_ddp:
         # DDP trains fp32 weights under torch.autocast: the residual stream stays fp32.
         experts = 2 if runtime.autocast_covers_experts else 4
         return Widths(2, 4, True, runtime.autocast_softmax_fp32, runtime.dropout_mask_bytes(2), experts)
     return Widths(2, 2, False, False, runtime.dropout_mask_bytes(2), 2)
 
 
-@dataclass(frozen=True)
+@dataclass
 class ActivationEstimate:
     activations: float  # saved for backward on the most loaded rank, all micro-batches in flight
     loss_backward: float  # fp32 log-softmax output, its gradient and its input's gradient
@@ -75,8 +83,26 @@ def _score_bytes(traits: ArchTraits, widths: Widths, dropout: bool) -> int:
     return softmax + (w if softmax != w else 0)  # softmax output and its 16-bit cast
 
 
+class Layout(NamedTuple):
+    """The parts of a TrainingConfig that activations per token depend on (hashable, cheap)."""
+
+    tensor_parallel: int
+    sequence_parallel: bool
+    pipeline_parallel: int
+    attention: AttentionKernel
+    checkpointing: ActivationCheckpointing
+    seq_len: int
+
+    @classmethod
+    def of(cls, config: TrainingConfig) -> "Layout":
+        return cls(
+            config.tensor_parallel, config.sequence_parallel, config.pipeline_parallel,
+            config.attention, config.activation_checkpointing, config.seq_len,
+        )
+
+
 def block_bytes(
-    spec: ModelSpec, config: TrainingConfig, widths: Widths, *, kv_seq_len: int, cross_attention: bool = False
+    spec: ModelSpec, layout: Layout, widths: Widths, *, kv_seq_len: int, cross_attention: bool = False
 ) -> float:
     """Bytes one block keeps per token of one micro-batch, on one tensor-parallel rank.
 
@@ -84,8 +110,8 @@ def block_bytes(
     parallelism; tensors of head or FFN width always are.
     """
     traits = arch_traits(spec)
-    tp = config.tensor_parallel
-    hidden_split = tp if config.sequence_parallel else 1
+    tp = layout.tensor_parallel
+    hidden_split = tp if layout.sequence_parallel else 1
     w = widths.compute
     h = spec.hidden_size
     q_width = spec.num_heads * spec.head_dim
@@ -96,8 +122,8 @@ def block_bytes(
     hidden = sum(_norm_bytes(traits, widths, c) for c in consumers[: traits.norms_per_block]) * h
     hidden += traits.hidden_dropouts_per_block * widths.dropout_mask * h
 
-    fused = config.attention is AttentionKernel.SDPA and traits.fused_attention
-    selective = config.activation_checkpointing is ActivationCheckpointing.SELECTIVE
+    fused = layout.attention is AttentionKernel.SDPA and traits.fused_attention
+    selective = layout.checkpointing is ActivationCheckpointing.SELECTIVE
     # q, k and v (k and v repeated to all query heads: repeat_kv), the output projection's input.
     attention = 4 * q_width * w
     if fused:
@@ -138,52 +164,58 @@ def _in_flight(config: TrainingConfig) -> float:
     return in_flight
 
 
-def _head_bytes(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> float:
+def _head_bytes(spec: ModelSpec, layout: Layout, widths: Widths) -> float:
     """Per token: the final norm (or BERT's MLM transform) feeding the output head."""
     traits = arch_traits(spec)
     h = spec.hidden_size
     if spec.family is ModelFamily.ENCODER_ONLY:
         # dense -> GELU -> LayerNorm -> decoder: dense output, GELU output, LN output.
         return 3 * h * widths.compute + (2 * h if widths.autocast else 0)
-    return _norm_bytes(traits, widths, 1) * h / (config.tensor_parallel if config.sequence_parallel else 1)
+    return _norm_bytes(traits, widths, 1) * h / (layout.tensor_parallel if layout.sequence_parallel else 1)
 
 
-def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> ActivationEstimate:
-    s, b, tp, pp = config.seq_len, config.micro_batch, config.tensor_parallel, config.pipeline_parallel
-    tokens = b * s
+@per_spec_and_key
+def _per_token(spec: ModelSpec, layout: Layout, widths: Widths) -> tuple[float, float, float]:
+    """(bytes kept on the first stage, largest block, average block) per token of one micro-batch."""
+    s, tp, pp = layout.seq_len, layout.tensor_parallel, layout.pipeline_parallel
     h = spec.hidden_size
-    full_ac = config.activation_checkpointing is ActivationCheckpointing.FULL
-    block_input = widths.residual * h / (tp if config.sequence_parallel else 1)
-
     if spec.family is ModelFamily.ENCODER_DECODER:
-        enc = block_bytes(spec, config, widths, kv_seq_len=s)
-        dec = block_bytes(spec, config, widths, kv_seq_len=s, cross_attention=True)
+        enc = block_bytes(spec, layout, widths, kv_seq_len=s)
+        dec = block_bytes(spec, layout, widths, kv_seq_len=s, cross_attention=True)
         stacks = [(enc, spec.num_encoder_layers), (dec, spec.num_decoder_layers)]
         layer_bytes = (enc * spec.num_encoder_layers + dec * spec.num_decoder_layers) / spec.num_layers
         largest_block = max(enc, dec)
     else:
-        layer_bytes = largest_block = block_bytes(spec, config, widths, kv_seq_len=s)
+        layer_bytes = largest_block = block_bytes(spec, layout, widths, kv_seq_len=s)
         stacks = [(layer_bytes, spec.num_layers)]
 
+    full_ac = layout.checkpointing is ActivationCheckpointing.FULL
+    block_input = widths.residual * h / (tp if layout.sequence_parallel else 1)
     layers_share = 1 / pp  # the first stage holds layers/pp of every stack
     kept = sum((block_input if full_ac else per_layer) * count for per_layer, count in stacks) * layers_share
-    embedding_dropout = widths.dropout_mask * h if spec.hidden_dropout > 0 else 0
     heads = len(stacks)  # encoder and decoder each end in a final norm
     if pp == 1:
-        kept += _head_bytes(spec, config, widths) * heads
-    kept += embedding_dropout * heads
-    in_flight = _in_flight(config)
+        kept += _head_bytes(spec, layout, widths) * heads
+    if spec.hidden_dropout > 0:
+        kept += widths.dropout_mask * h * heads  # dropout after the embeddings
+    return kept, largest_block, layer_bytes
 
-    logits = tokens * spec.vocab_size / tp
-    if pp > 1:
+
+def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> ActivationEstimate:
+    layout = Layout.of(config)
+    kept, largest_block, layer_bytes = _per_token(spec, layout, widths)
+    tokens = config.micro_batch * config.seq_len
+    in_flight = _in_flight(config)
+    logits = tokens * spec.vocab_size / config.tensor_parallel
+    if config.pipeline_parallel > 1:
         logits = 0.0  # pipelines put the loss on the last stage, not on the first (most loaded) one
     loss_forward = (4 + widths.compute + (4 if widths.compute != 4 else 0)) * logits
-    recompute = largest_block * tokens if full_ac else 0.0
+    full_ac = config.activation_checkpointing is ActivationCheckpointing.FULL
     return ActivationEstimate(
         activations=kept * tokens * in_flight,
         loss_backward=12 * logits,
         loss_forward=loss_forward,
-        recompute=recompute,
+        recompute=largest_block * tokens if full_ac else 0.0,
         per_layer=layer_bytes * tokens,
         micro_batches_in_flight=in_flight,
     )

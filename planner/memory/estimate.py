@@ -74,11 +74,10 @@ class MemoryEstimate(BaseModel):
 
 def _with_overhead(per_gpu: dict[str, float], overhead: OverheadSettings, runtime: Runtime) -> dict[str, int]:
     result = {name: int(value) for name, value in per_gpu.items()}
-    tensors = sum(per_gpu.values())
-    result["overhead"] = (
-        int(overhead.cuda_context_bytes + overhead.fragmentation_fraction * tensors) if runtime.has_runtime_overhead else 0
-    )
-    result["total"] = sum(result[name] for name in CATEGORIES)
+    tensors = sum(result.values())
+    extra = int(overhead.cuda_context_bytes + overhead.fragmentation_fraction * tensors) if runtime is Runtime.CUDA else 0
+    result["overhead"] = extra
+    result["total"] = tensors + extra
     return result
 
 

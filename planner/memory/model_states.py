@@ -58,7 +58,7 @@ class ModelStates:
 
 def uses_native_mixed_precision(config: TrainingConfig) -> bool:
     """True where the stored fp32 parameters double as the master weights."""
-    return config.strategy in (Strategy.DDP, Strategy.FSDP)
+    return config.strategy is Strategy.DDP or config.strategy is Strategy.FSDP
 
 
 def shard_degrees(config: TrainingConfig, dp: int, gpus_per_node: int) -> ShardDegrees:

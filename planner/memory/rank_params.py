@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ..model_spec import MlpKind, ModelFamily, ModelSpec
 from ..training_config import TrainingConfig
+from .spec_cache import per_spec_and_key
 
 # NF4 stores 4 bits per weight plus double-quantised block constants:
 # 0.127 bits per parameter (QLoRA paper, Sec. 3), i.e. 4.127 bits in all.
@@ -65,7 +66,13 @@ def _average_block_params(spec: ModelSpec) -> float:
 
 
 def rank_params(spec: ModelSpec, config: TrainingConfig) -> RankParams:
-    tp, pp, ep = config.tensor_parallel, config.pipeline_parallel, config.expert_parallel
+    return _rank_params(
+        spec, config.tensor_parallel, config.pipeline_parallel, config.expert_parallel, config.lora_rank, config.qlora
+    )
+
+
+@per_spec_and_key
+def _rank_params(spec: ModelSpec, tp: int, pp: int, ep: int, lora_rank: int, qlora: bool) -> RankParams:
     block_full = _average_block_params(spec)
     if spec.is_moe and ep > 1:
         expert_params = sum(s.params for s in block_linear_shapes(spec)[-2:])
@@ -82,12 +89,12 @@ def rank_params(spec: ModelSpec, config: TrainingConfig) -> RankParams:
 
     largest_module = max(spec.params.largest_layer // tp, 1)
     trainable, quantized = total, 0
-    if config.lora_rank:
+    if lora_rank:
         is_enc_dec = spec.family is ModelFamily.ENCODER_DECODER
         decoder_shapes = block_linear_shapes(spec, cross_attention=is_enc_dec)
-        per_block = sum(config.lora_rank * (s.fan_in + s.fan_out) * s.count for s in decoder_shapes)
+        per_block = sum(lora_rank * (s.fan_in + s.fan_out) * s.count for s in decoder_shapes)
         trainable = int(per_block * blocks_on_rank / tp)
-        if config.qlora:
+        if qlora:
             quantized = int(sum(s.params for s in decoder_shapes) * blocks_on_rank / tp)
     return RankParams(
         total=total,

@@ -33,3 +33,23 @@ def per_spec(function: Callable[[ModelSpec], T]) -> Callable[[ModelSpec], T]:
 
     cached.cache_clear = entries.clear  # type: ignore[attr-defined]
     return cached
+
+
+def per_spec_and_key(function: Callable[..., T]) -> Callable[..., T]:
+    """Like per_spec, for functions of a spec and further hashable arguments."""
+    entries: dict[tuple, tuple[ModelSpec, T]] = {}
+
+    @functools.wraps(function)
+    def cached(spec: ModelSpec, *key) -> T:
+        full_key = (id(spec), *key)
+        entry = entries.get(full_key)
+        if entry is not None and entry[0] is spec:
+            return entry[1]
+        if len(entries) >= MAX_SPECS * 64:
+            entries.clear()
+        value = function(spec, *key)
+        entries[full_key] = (spec, value)
+        return value
+
+    cached.cache_clear = entries.clear  # type: ignore[attr-defined]
+    return cached
