@@ -51,6 +51,11 @@ def _bar(used: int, capacity: int, width: int = 5) -> str:
     return f"{'█' * filled}{'░' * (width - filled)} {used / 2**30:.1f}G"
 
 
+def _without_source(line: str) -> str:
+    """The line without its trailing "[source]"; the sources are printed once below (all with --explain)."""
+    return line[: line.rfind(" [")] if line.endswith("]") and " [" in line else line
+
+
 def print_plans(result, title: str, explain: bool) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -88,14 +93,18 @@ def print_plans(result, title: str, explain: bool) -> None:
         for index, plan in enumerate(shown, 1):
             console.print(f"[bold]#{index} {family_label(plan.config)}[/] because:")
             for reason in plan.reasons:
-                console.print(f"  - {reason}", markup=False, highlight=False)
+                console.print(f"  - {reason if explain else _without_source(reason)}", markup=False, highlight=False)
             if explain:
                 for category, source in plan.memory.sources.items():
                     console.print(f"    {category}: {format_bytes(plan.memory.per_gpu_bytes[category])} [{source}]", markup=False, highlight=False)
     if result.rejected:
         console.print("[bold]other strategies:[/]")
         for family, fate in result.rejected.items():
-            console.print(f"  - {family}: {fate}", markup=False, highlight=False)
+            console.print(f"  - {family}: {fate if explain else _without_source(fate)}", markup=False, highlight=False)
+    if result.best is not None and not explain:
+        sources = [reason[reason.rfind(" [") + 2 : -1] for reason in result.best.reasons[:2] if reason.endswith("]")]
+        for source in sources:
+            console.print(f"source of {source}", markup=False, highlight=False, style="dim")
     stats = result.stats
     console.print(
         f"searched {stats.considered:,} candidates ({stats.memory_evaluations:,} memory and "
@@ -159,7 +168,10 @@ def register(app: typer.Typer) -> None:
         target = cluster.resolve()
         result = search_plans(spec, target, request)
         if emit is not None:
-            from planner.emit import emit_run_folder
+            try:
+                from planner.emit import emit_run_folder
+            except ImportError:
+                raise UserInputError("--emit needs the run-folder emitters (planner/emit), missing from this install") from None
 
             best = require_best(result, f"{spec.name} on {target.world_size} x {target.gpu.name}")
             written = emit_run_folder(best, emit, force=force)

@@ -174,9 +174,41 @@ class CandidateEvaluator:
             record.infeasible = None
             for precision in precisions_for(cluster, request):
                 fitting_micros: set[int] = set()  # micro-batches that fit with less recomputation
-                for ac in allowed_ac:
+                for index, ac in enumerate(allowed_ac):
+                    remaining = allowed_ac[index:]
+                    # Nothing fit with less recomputation: if the lightest candidates do not fit
+                    # either, skip the levels in between (memory never grows with more AC).
+                    if index and not fitting_micros and len(remaining) > 1:
+                        if not self._lightest_fits(layout, record, cluster, batches, precision, remaining):
+                            break
                     scored += self._scan_micro_batches(layout, record, cluster, batches, precision, ac, fitting_micros)
         return scored
+
+    def _lightest_fits(
+        self,
+        layout: Layout,
+        record: FamilyRecord,
+        cluster: ClusterSpec,
+        batches: list[tuple[int, int]],
+        precision: Precision,
+        remaining_ac: list[ActivationCheckpointing],
+    ) -> bool:
+        """False when even the lightest candidates (most recomputation, smallest micro-batch, and the
+        accumulation-free one) do not fit: then no candidate at the remaining AC levels does."""
+        base = self._base_fields(layout, precision, remaining_ac[-1])
+        evaluations_before = self.counters.memory_evaluations
+        lightest = [batches[0]] + ([batches[-1]] if len(batches) > 1 and batches[-1][1] == 1 else [])
+        for micro, accum in lightest:
+            config = TrainingConfig(**base, micro_batch=micro, grad_accum=accum)
+            total, fits = self._memory(config, cluster)
+            if fits:
+                return True
+            if record.smallest_miss is None or total < record.smallest_miss[0]:
+                record.smallest_miss = (total, config, cluster)
+        candidates = len(batches) * len(remaining_ac)
+        self.counters.considered += candidates
+        self.counters.pruned += candidates - (self.counters.memory_evaluations - evaluations_before)
+        return False
 
     def _scan_micro_batches(
         self,
@@ -195,7 +227,8 @@ class CandidateEvaluator:
         candidate (last, when a global batch is given) is evaluated on its own.
         """
         counters = self.counters
-        base = self._base_fields(layout, precision, ac)
+        # Validated once; micro-batch and accumulation (positive, generated here) are copied in.
+        base = TrainingConfig(**self._base_fields(layout, precision, ac))
         counters.considered += len(batches)
         open_batches = [pair for pair in batches if pair[0] not in fitting_micros]  # others: dominated
         accumulation_free = []
@@ -206,7 +239,7 @@ class CandidateEvaluator:
         def config_at(pair: tuple[int, int]) -> TrainingConfig:
             config = configs.get(pair[0])
             if config is None:
-                config = configs[pair[0]] = TrainingConfig(**base, micro_batch=pair[0], grad_accum=pair[1])
+                config = configs[pair[0]] = base.model_copy(update={"micro_batch": pair[0], "grad_accum": pair[1]})
             return config
 
         def fits(pair: tuple[int, int]) -> bool:

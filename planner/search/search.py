@@ -16,7 +16,7 @@ from ..training_config import TrainingConfig
 from .batching import resolve_global_batch
 from .candidates import CandidateEvaluator, Scored, ThroughputAdjust, cluster_variants
 from .explain import TIE_TOLERANCE, family_fates, plan_reasons
-from .layouts import engine_applicability
+from .layouts import engine_applicability, tensor_parallel_degrees
 from .request import PlanRequest, StrategyKind
 from .result import SearchResult, SearchStats
 from .suggest import suggestions
@@ -79,6 +79,11 @@ def search_plans(
             why = "LoRA runs on DDP, FSDP or DeepSpeed"
         if why is not None:
             not_applicable["engine (TP/PP)"] = why
+        elif cluster.gpus_per_node > 1 and tensor_parallel_degrees(spec, cluster) == [1]:
+            not_applicable["engine TP"] = (
+                f"no tensor-parallel degree up to {cluster.gpus_per_node} (one node) splits {spec.name}'s "
+                f"{spec.num_heads} heads and {spec.num_kv_heads} key/value heads evenly"
+            )
 
     tokens = request.tokens_to_train(spec.params.total)
     family_best: dict[str, Scored] = {}
