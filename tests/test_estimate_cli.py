@@ -102,10 +102,14 @@ def test_engine_layouts(capsys):
     ))
     gpipe = check_invariants(run_json(capsys, "--strategy", "engine", "--tp", "2", "--pp", "2", "--grad-accum", "8", "--pp-schedule", "gpipe"))
     # Korthikanti: SP splits the hidden-width activations; interleaving adds (p-1)/(p*v) of the
-    # first stage's activations; GPipe keeps all 8 micro-batches in flight instead of p = 2.
+    # first stage's activations; GPipe keeps all 8 micro-batches in flight instead of p = 2, and
+    # then the last stage (the same blocks, plus the head's input and 8 log-softmax outputs) is
+    # the most loaded: 4x the 1F1B first stage plus the head's share.
     assert with_sp["activations"] < tp_pp["activations"]
     assert interleaved["activations"] == pytest.approx(tp_pp["activations"] * (1 + 1 / 4), rel=1e-6)
-    assert gpipe["activations"] == pytest.approx(tp_pp["activations"] * 4, rel=1e-6)
+    assert tp_pp["temporaries"] == 0  # 1F1B: the first stage holds no loss
+    assert gpipe["temporaries"] > 0
+    assert 4 * tp_pp["activations"] < gpipe["activations"] < 4.2 * tp_pp["activations"]
     # TP x PP = 4 splits the ZeRO-1 engine's 16-bit weights four ways (embedding aside).
     assert tp_pp["parameters"] < 2 * PSI / 4 * 1.1
 

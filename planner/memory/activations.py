@@ -58,6 +58,7 @@ class ActivationEstimate:
     recompute: float  # one block rebuilt under full checkpointing, during backward
     per_layer: float  # one block, one micro-batch, as stored
     micro_batches_in_flight: float
+    last_pipeline_stage: bool = False  # the pipeline's last stage (head and loss) is the most loaded
 
 
 def _norm_bytes(traits: ArchTraits, widths: Widths, consumers: int) -> int:
@@ -175,8 +176,9 @@ def _head_bytes(spec: ModelSpec, layout: Layout, widths: Widths) -> float:
 
 
 @per_spec_and_key
-def _per_token(spec: ModelSpec, layout: Layout, widths: Widths) -> tuple[float, float, float]:
-    """(bytes kept on the first stage, largest block, average block) per token of one micro-batch."""
+def _per_token(spec: ModelSpec, layout: Layout, widths: Widths) -> tuple[float, float, float, float]:
+    """Per token of one micro-batch: (bytes the blocks of one stage keep, bytes the output
+    head's input keeps, largest block, average block)."""
     s, tp, pp = layout.seq_len, layout.tensor_parallel, layout.pipeline_parallel
     h = spec.hidden_size
     if spec.family is ModelFamily.ENCODER_DECODER:
@@ -194,28 +196,38 @@ def _per_token(spec: ModelSpec, layout: Layout, widths: Widths) -> tuple[float, 
     layers_share = 1 / pp  # the first stage holds layers/pp of every stack
     kept = sum((block_input if full_ac else per_layer) * count for per_layer, count in stacks) * layers_share
     heads = len(stacks)  # encoder and decoder each end in a final norm
-    if pp == 1:
-        kept += _head_bytes(spec, layout, widths) * heads
     if spec.hidden_dropout > 0:
         kept += widths.dropout_mask * h * heads  # dropout after the embeddings
-    return kept, largest_block, layer_bytes
+    return kept, _head_bytes(spec, layout, widths) * heads, largest_block, layer_bytes
 
 
 def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> ActivationEstimate:
     layout = Layout.of(config)
-    kept, largest_block, layer_bytes = _per_token(spec, layout, widths)
+    kept, head, largest_block, layer_bytes = _per_token(spec, layout, widths)
     tokens = config.micro_batch * config.seq_len
     in_flight = _in_flight(config)
     logits = tokens * spec.vocab_size / config.tensor_parallel
+    activations = (kept + head) * tokens
+    last_stage = False
     if config.pipeline_parallel > 1:
-        logits = 0.0  # pipelines put the loss on the last stage, not on the first (most loaded) one
+        # The first stage holds the most micro-batches in flight; the last one holds the
+        # output head's input and the loss. The larger of the two at backward start.
+        first = kept * tokens * in_flight
+        last_in_flight = config.grad_accum if config.pipeline_schedule is PipelineSchedule.GPIPE else 1
+        # GPipe keeps every micro-batch's fp32 log-softmax output until its backward.
+        last = activations * last_in_flight + 4 * logits * (last_in_flight - 1)
+        last_stage = last + 12 * logits > first
+        activations = last if last_stage else first
+        if not last_stage:
+            logits = 0.0
     loss_forward = (4 + widths.compute + (4 if widths.compute != 4 else 0)) * logits
     full_ac = config.activation_checkpointing is ActivationCheckpointing.FULL
     return ActivationEstimate(
-        activations=kept * tokens * in_flight,
+        activations=activations,
         loss_backward=12 * logits,
         loss_forward=loss_forward,
         recompute=largest_block * tokens if full_ac else 0.0,
         per_layer=layer_bytes * tokens,
         micro_batches_in_flight=in_flight,
+        last_pipeline_stage=last_stage,
     )

@@ -88,7 +88,9 @@ def _memoised_peak(spec: ModelSpec, key: tuple) -> StepPeak:
     by_phase = {phase: fixed + sum(parts) for phase, parts in moments.items()}
     best_phase = max(by_phase, key=by_phase.__getitem__)
     grads, activations, temporaries, buffer, step_temp = moments[best_phase]
-    notes = [*states.notes, buffers.note] if buffers.note else states.notes
+    notes = [*states.notes, *([buffers.note] if buffers.note else [])]
+    if acts.last_pipeline_stage:
+        notes.append("pipeline: the last stage (output head and loss) is the most loaded")
     return StepPeak(
         per_gpu={
             "parameters": states.parameters,
