@@ -137,8 +137,13 @@ class Engine:
     def _micro_batches(self, data: Any) -> list[Any]:
         if hasattr(data, "__next__"):
             return [next(data) for _ in range(self.grad_accum)]
-        if isinstance(data, (list, tuple)) and len(data) == self.grad_accum and not hasattr(data[0], "dim"):
-            return list(data)
+        if isinstance(data, list):
+            if len(data) != self.grad_accum:
+                raise ValueError(f"train_batch got {len(data)} micro-batches; gradient_accumulation_steps is {self.grad_accum}")
+            return data
+        if isinstance(data, tuple):
+            ids, labels = data
+            return list(zip(ids.chunk(self.grad_accum), labels.chunk(self.grad_accum)))
         if isinstance(data, dict):
             chunks = {key: value.chunk(self.grad_accum) for key, value in data.items()}
             return [{key: parts[index] for key, parts in chunks.items()} for index in range(self.grad_accum)]
@@ -147,8 +152,8 @@ class Engine:
     def train_batch(self, data: Any) -> float:
         """All grad_accum micro-batches and the step; returns the loss averaged over them and the ranks.
 
-        data: an iterator of micro-batches, a list of grad_accum micro-batches, or one batch whose
-        first dimension is micro_batch x grad_accum.
+        data: an iterator of micro-batches, a list of grad_accum micro-batches, or one batch (ids,
+        an (ids, labels) tuple or a dict) whose first dimension is micro_batch x grad_accum.
         """
         micro_batches = self._micro_batches(data)
         if self.pipelined:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from planner.errors import UserInputError
 
-from . import estimate, hardware, models, plan
+from . import estimate, hardware, models, plan, train
 
 app = typer.Typer(
     name="hardware-selector",
@@ -28,6 +28,7 @@ models.register(app)
 hardware.register(app)
 estimate.register(app)
 plan.register(app)
+train.register(app)
 
 
 def validation_message(error: ValidationError) -> str:
