@@ -197,7 +197,8 @@ def _per_token(spec: ModelSpec, layout: Layout, widths: Widths) -> tuple[float, 
     kept = sum((block_input if full_ac else per_layer) * count for per_layer, count in stacks) * layers_share
     heads = len(stacks)  # encoder and decoder each end in a final norm
     if spec.hidden_dropout > 0:
-        kept += widths.dropout_mask * h * heads  # dropout after the embeddings
+        # Dropout after the embeddings (split by sequence parallelism like the blocks' input).
+        kept += widths.dropout_mask * h * heads / (tp if layout.sequence_parallel else 1)
     return kept, _head_bytes(spec, layout, widths) * heads, largest_block, layer_bytes
 
 
