@@ -19,11 +19,19 @@ from hardware_selector_cli.app import app  # noqa: F401  (re-exported)
 from hardware_selector_cli.app import main as _subcommand_main
 from hardware_selector_cli.seed_cli import is_seed_invocation
 from hardware_selector_cli.seed_cli import run as _seed_main
-from planner.selector import (  # noqa: F401  (the Python API)
-    HardwareSelector,
-    get_distributed_training_config,
-    select_hardware_for_task,
-)
+from planner.emit.training_args import training_arguments  # noqa: F401  (plan -> transformers.TrainingArguments)
+
+# The Python API, imported on first use so that `--help` and other commands do not pay for it.
+_API = ("HardwareSelector", "get_distributed_training_config", "select_hardware_for_task")
+__all__ = ["app", "main", *_API]
+
+
+def __getattr__(name: str):
+    if name in _API:
+        from planner import selector
+
+        return getattr(selector, name)
+    raise AttributeError(f"module 'hardware_selector' has no attribute '{name}'")
 
 
 def main(argv: list[str] | None = None) -> int:

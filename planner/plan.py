@@ -58,3 +58,9 @@ class Plan(BaseModel):
             tensor_parallel=config.tensor_parallel,
             pipeline_parallel=config.pipeline_parallel,
         )
+
+    def emit(self, directory, *, force: bool = False, nproc_override: int | None = None):
+        """Write this plan's run folder (see planner/emit); returns the written paths."""
+        from .emit import emit_run_folder  # lazy: planning never needs the emitters
+
+        return emit_run_folder(self, directory, force=force, nproc_override=nproc_override)

@@ -181,6 +181,12 @@ class HardwareSelector:
         self.seq_len = seq_len
         self.headroom_fraction = headroom_fraction
 
+    def training_arguments(self, plan: Plan, output_dir: str, **overrides: Any) -> Any:
+        """A transformers.TrainingArguments that runs `plan` (planner/emit/training_args.py)."""
+        from .emit.training_args import training_arguments
+
+        return training_arguments(plan, output_dir, **overrides)
+
     def _search(self, model_family: str, model_name: str, cluster: ClusterSpec, batch_size: Optional[int], **request: Any) -> SearchResult:
         families = check_model_family(model_family)
         spec = resolve_model(catalog_name(model_name))

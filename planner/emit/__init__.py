@@ -1,0 +1,84 @@
+"""Write a plan out as a self-contained run folder (contract: emit_run_folder).
+
+    emit_run_folder(plan, "runs/llama", force=False, nproc_override=None) -> [written paths]
+
+Which files a folder holds depends on the strategy (docs/emitted-files.md):
+plan.json, launch.sh, slurm.sbatch and README.md always; ds_config.json
+(+ the Trainer flavour, hostfile) for DeepSpeed; accelerate_config.yaml and
+training_args.json for everything the HF stack runs; engine.json for our
+engine. Every file is written atomically; an existing folder is refused
+unless force=True.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import UserInputError
+from ..plan import Plan
+from .accelerate_yaml import accelerate_yaml
+from .atomic import write_atomic
+from .deepspeed_json import deepspeed_config
+from .engine_json import engine_config
+from .launch_scripts import hostfile, launch_sh
+from .plan_json import plan_json
+from .run_readme import run_readme
+from .slurm import slurm_sbatch
+from .target import RunTarget, run_target
+from .training_args import training_args_json_document
+
+# Every name an emission may write: with force=True, the ones this plan does not need are removed.
+ARTIFACTS = (
+    "plan.json",
+    "ds_config.json",
+    "ds_config_trainer.json",
+    "accelerate_config.yaml",
+    "training_args.json",
+    "engine.json",
+    "launch.sh",
+    "hostfile",
+    "slurm.sbatch",
+    "README.md",
+)
+EXECUTABLES = {"launch.sh", "slurm.sbatch"}
+
+
+def _json(document: dict | None) -> str | None:
+    return None if document is None else json.dumps(document, indent=2) + "\n"
+
+
+def render_run_folder(plan: Plan, run_dir: Path, target: RunTarget) -> dict[str, str]:
+    """File name -> content, without touching the disk."""
+    deepspeed = plan.config.strategy.value == "deepspeed"
+    contents: dict[str, str | None] = {
+        "plan.json": plan_json(plan, target),
+        "ds_config.json": _json(deepspeed_config(plan, target)) if deepspeed else None,
+        "ds_config_trainer.json": _json(deepspeed_config(plan, target, trainer_flavour=True)) if deepspeed else None,
+        "accelerate_config.yaml": accelerate_yaml(plan, target),
+        "training_args.json": _json(training_args_json_document(plan, target)),
+        "engine.json": _json(engine_config(plan, target)),
+        "launch.sh": launch_sh(plan, target),
+        "hostfile": hostfile(target),
+        "slurm.sbatch": slurm_sbatch(plan, target, run_dir),
+    }
+    files = {name: text for name, text in contents.items() if text is not None}
+    files["README.md"] = run_readme(plan, target, [*files, "README.md"])
+    return files
+
+
+def emit_run_folder(
+    plan: Plan, directory: str | Path, *, force: bool = False, nproc_override: int | None = None
+) -> list[Path]:
+    """Write the run folder for `plan` into `directory`; returns the written paths."""
+    run_dir = Path(directory).expanduser().resolve()
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserInputError(f"{run_dir} is a file; give a directory to emit the run folder into")
+    if run_dir.exists() and any(run_dir.iterdir()) and not force:
+        raise UserInputError(f"{run_dir} already exists; pass --force to overwrite it, or choose a new directory")
+    target = run_target(plan, nproc_override)
+    files = render_run_folder(plan, run_dir, target)
+    written = [write_atomic(run_dir / name, text, executable=name in EXECUTABLES) for name, text in files.items()]
+    for stale in set(ARTIFACTS) - set(files):
+        (run_dir / stale).unlink(missing_ok=True)  # left by an earlier emission of another strategy
+    return written

@@ -1,0 +1,96 @@
+"""The Hugging Face config a run folder builds its model from, and the model's block class.
+
+The emitted files must be runnable without the hub, so the run folder carries
+the model's config.json dict: the catalog's stored copy, the user's config
+file, or (for models described by dimensions) a config synthesised from the
+spec. The decoder-block class name drives FSDP's auto-wrap policy; it comes
+from a table checked against transformers' `_no_split_modules` in the tests,
+so emitting needs neither torch nor transformers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..model_catalog import CATALOG_DIR, find_model
+from ..model_spec import ModelSpec
+
+# model_type -> the transformer block class (transformers' _no_split_modules, minus embeddings).
+DECODER_LAYER_CLASS: dict[str, str] = {
+    "bert": "BertLayer",
+    "bloom": "BloomBlock",
+    "falcon": "FalconDecoderLayer",
+    "gemma": "GemmaDecoderLayer",
+    "gemma2": "Gemma2DecoderLayer",
+    "gemma3_text": "Gemma3DecoderLayer",
+    "gpt2": "GPT2Block",
+    "gpt_neox": "GPTNeoXLayer",
+    "gptj": "GPTJBlock",
+    "llama": "LlamaDecoderLayer",
+    "mistral": "MistralDecoderLayer",
+    "mixtral": "MixtralDecoderLayer",
+    "opt": "OPTDecoderLayer",
+    "phi3": "Phi3DecoderLayer",
+    "qwen2": "Qwen2DecoderLayer",
+    "qwen2_moe": "Qwen2MoeDecoderLayer",
+    "qwen3": "Qwen3DecoderLayer",
+    "roberta": "RobertaLayer",
+    "t5": "T5Block",
+}
+
+
+def decoder_layer_class(spec: ModelSpec) -> str:
+    known = DECODER_LAYER_CLASS.get(spec.model_type)
+    if known is not None:
+        return known
+    # A model_type outside the table: ask transformers (imports it; rare).
+    import transformers
+
+    model_class = getattr(transformers, spec.transformers_class, None)
+    blocks = [name for name in getattr(model_class, "_no_split_modules", None) or [] if "Embedding" not in name]
+    if not blocks:
+        raise ValueError(f"no transformer block class known for model_type '{spec.model_type}'")
+    return blocks[0]
+
+
+def hf_config_for(spec: ModelSpec) -> dict[str, Any]:
+    """The config.json dict that rebuilds this model with transformers."""
+    origin = Path(spec.origin) if spec.origin not in ("catalog", "dimensions", "parameter count") else None
+    if origin is not None and origin.is_file():
+        return json.loads(origin.read_text(encoding="utf-8"))
+    catalog_entry = find_model(spec.name)
+    if catalog_entry is not None and catalog_entry.name == spec.name:
+        stored = json.loads((CATALOG_DIR / "models" / f"{spec.name}.json").read_text(encoding="utf-8"))
+        return stored["config"]
+    return _synthesised_config(spec)
+
+
+def _synthesised_config(spec: ModelSpec) -> dict[str, Any]:
+    if spec.model_type == "gpt2":
+        return {
+            "model_type": "gpt2",
+            "n_embd": spec.hidden_size,
+            "n_layer": spec.num_layers,
+            "n_head": spec.num_heads,
+            "n_inner": spec.ffn_size,
+            "vocab_size": spec.vocab_size,
+            "n_positions": spec.max_position_embeddings,
+            "activation_function": "gelu_new",
+        }
+    config: dict[str, Any] = {
+        "model_type": "mixtral" if spec.is_moe else "llama",
+        "hidden_size": spec.hidden_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_heads,
+        "num_key_value_heads": spec.num_kv_heads,
+        "intermediate_size": spec.expert_ffn_size or spec.ffn_size,
+        "vocab_size": spec.vocab_size,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "hidden_act": "silu",
+        "tie_word_embeddings": spec.tied_embeddings,
+    }
+    if spec.is_moe:
+        config.update(num_local_experts=spec.num_experts, num_experts_per_tok=spec.experts_per_token)
+    return config

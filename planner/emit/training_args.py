@@ -1,0 +1,124 @@
+"""training_args.json and `training_arguments(plan, output_dir, **overrides)` for the HF Trainer.
+
+The JSON holds TrainingArguments' keyword arguments, with `deepspeed` naming
+ds_config_trainer.json (the "auto" flavour, filled by the Trainer from these
+same arguments). `training_arguments` builds the real
+transformers.TrainingArguments (importing transformers only then).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..plan import Plan
+from ..training_config import ActivationCheckpointing, FsdpSharding, Offload, OptimizerKind, Strategy
+from .deepspeed_json import deepspeed_config
+from .target import (
+    ADAM_BETAS,
+    ADAM_EPS,
+    GRADIENT_CLIPPING,
+    WARMUP_STEPS,
+    WEIGHT_DECAY,
+    RunTarget,
+    run_target,
+)
+
+DS_TRAINER_CONFIG_FILE = "ds_config_trainer.json"
+
+_TRAINER_OPTIMIZER = {
+    OptimizerKind.ADAMW: "adamw_torch",
+    OptimizerKind.ADAMW_8BIT: "adamw_bnb_8bit",
+    OptimizerKind.ADAFACTOR: "adafactor",
+    OptimizerKind.SGD: "sgd",
+    OptimizerKind.LION: "lion_32bit",
+}
+
+
+def training_args_kwargs(plan: Plan, target: RunTarget, output_dir: str, *, deepspeed: Any) -> dict[str, Any] | None:
+    """TrainingArguments keywords; `deepspeed` is the file name (JSON) or the config dict (Python)."""
+    config = plan.config
+    if config.strategy is Strategy.ENGINE:
+        return None  # tensor/pipeline parallel plans run on our engine, not the Trainer
+    uses_fsdp = config.strategy is Strategy.FSDP
+    recompute = config.activation_checkpointing is not ActivationCheckpointing.NONE
+    kwargs: dict[str, Any] = {
+        "output_dir": output_dir,
+        "per_device_train_batch_size": target.micro_batch,
+        "gradient_accumulation_steps": target.grad_accum,
+        "learning_rate": target.learning_rate,
+        "weight_decay": WEIGHT_DECAY,
+        "adam_beta1": ADAM_BETAS[0],
+        "adam_beta2": ADAM_BETAS[1],
+        "adam_epsilon": ADAM_EPS,
+        "max_grad_norm": GRADIENT_CLIPPING,
+        "warmup_steps": WARMUP_STEPS,
+        "lr_scheduler_type": "constant_with_warmup",
+        "optim": _TRAINER_OPTIMIZER[config.optimizer],
+        "bf16": target.mixed_precision == "bf16",
+        "fp16": target.mixed_precision == "fp16",
+        # FSDP recomputes through its own wrapper (fsdp_config); the Trainer refuses both at once.
+        checkpointing_argument(): recompute and not uses_fsdp,
+        "use_cpu": target.device == "cpu" and config.strategy is Strategy.DDP,
+        "logging_steps": 10,
+        "save_strategy": "no",
+        "report_to": "none",
+        "dataloader_num_workers": 0,
+        "seed": 0,
+    }
+    if uses_fsdp:
+        kwargs["fsdp"] = True
+        kwargs["fsdp_config"] = trainer_fsdp_config(plan, target)
+    if config.strategy is Strategy.DEEPSPEED:
+        kwargs["deepspeed"] = deepspeed
+    return kwargs
+
+
+def checkpointing_argument() -> str:
+    """transformers 5 renamed gradient_checkpointing to activation_checkpointing (the old name warns)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        major = int(version("transformers").split(".")[0])
+    except (PackageNotFoundError, ValueError):
+        major = 5
+    return "activation_checkpointing" if major >= 5 else "gradient_checkpointing"
+
+
+def trainer_fsdp_config(plan: Plan, target: RunTarget) -> dict[str, Any]:
+    config = plan.config
+    sharding = config.fsdp_sharding
+    block: dict[str, Any] = {
+        "transformer_layer_cls_to_wrap": [target.decoder_layer_class],
+        "cpu_offload": Offload.CPU in (config.offload_params, config.offload_optimizer),
+        "activation_checkpointing": config.activation_checkpointing is not ActivationCheckpointing.NONE,
+        "state_dict_type": "SHARDED_STATE_DICT",
+        "cpu_ram_efficient_loading": False,
+    }
+    if sharding in (FsdpSharding.FULL, FsdpSharding.GRAD_OP):
+        block.update(version=2, reshard_after_forward=sharding is FsdpSharding.FULL)
+    else:
+        block.update(version=1, reshard_after_forward={FsdpSharding.HYBRID: "hybrid_shard"}.get(sharding, "no_shard"))
+    return block
+
+
+def training_args_json_document(plan: Plan, target: RunTarget) -> dict[str, Any] | None:
+    return training_args_kwargs(plan, target, "output", deepspeed=DS_TRAINER_CONFIG_FILE)
+
+
+def training_arguments(plan: Plan, output_dir: str | Path, *, nproc_override: int | None = None, **overrides: Any):
+    """A transformers.TrainingArguments that trains `plan`; keyword overrides win over the plan's values."""
+    from transformers import TrainingArguments
+
+    from ..errors import UserInputError
+
+    target = run_target(plan, nproc_override)
+    trainer_deepspeed = deepspeed_config(plan, target, trainer_flavour=True)
+    kwargs = training_args_kwargs(plan, target, str(output_dir), deepspeed=trainer_deepspeed)
+    if kwargs is None:
+        raise UserInputError(
+            "tensor/pipeline-parallel plans run on our engine, not the HF Trainer; "
+            "use `hardware-selector train DIR` or `python -m backends.run --plan DIR`"
+        )
+    kwargs.update(overrides)
+    return TrainingArguments(**kwargs)

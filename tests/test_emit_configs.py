@@ -1,0 +1,174 @@
+"""The emitted configs are accepted by their real clients: DeepSpeed's config classes, accelerate's
+config loader, transformers' TrainingArguments, and our engine's EngineConfig."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+
+from planner.emit import emit_run_folder, render_run_folder
+from planner.emit.deepspeed_json import deepspeed_config
+from planner.emit.target import run_target
+from planner.errors import UserInputError
+from planner.memory.buffers import deepspeed_bucket_sizes
+
+from emit_plans import make_plan
+
+DEEPSPEED_PLANS = [
+    dict(strategy="deepspeed", zero_stage=0),
+    dict(strategy="deepspeed", zero_stage=1),
+    dict(strategy="deepspeed", zero_stage=2, offload_optimizer="cpu", activation_checkpointing="full"),
+    dict(strategy="deepspeed", zero_stage=3, offload_optimizer="cpu", offload_params="cpu"),
+    dict(strategy="deepspeed", zero_stage=3, offload_optimizer="nvme", offload_params="nvme"),
+]
+
+
+def _parsed_by_deepspeed(config: dict, data_parallel: int, monkeypatch):
+    """DeepSpeed's own DeepSpeedConfig, told the data-parallel size the plan runs with."""
+    import deepspeed.runtime.config as ds_config_module
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    fake_dist = types.SimpleNamespace(get_rank=lambda *a: 0, get_world_size=lambda *a: data_parallel)
+    monkeypatch.setattr(ds_config_module, "dist", fake_dist)
+    return DeepSpeedConfig(json.loads(json.dumps(config)))
+
+
+@pytest.mark.parametrize("gpu", ["cpu", "a100-80gb"])
+@pytest.mark.parametrize("fields", DEEPSPEED_PLANS, ids=lambda f: f"zero{f['zero_stage']}-{f.get('offload_params', 'none')}")
+def test_deepspeed_parses_both_flavours(gpu, fields, monkeypatch):
+    precision = {"precision": "fp16-mixed"} if gpu != "cpu" and fields["zero_stage"] == 1 else {}
+    plan = make_plan("llama-2-7b" if gpu != "cpu" else "gpt2", gpu=gpu, gpus_per_node=4, nodes=2,
+                     micro_batch=2, grad_accum=3, **fields, **precision)
+    target = run_target(plan)
+    dp = target.data_parallel
+    plain = deepspeed_config(plan, target)
+    parsed = _parsed_by_deepspeed(plain, dp, monkeypatch)
+    assert parsed.train_batch_size == 2 * 3 * dp == plan.global_batch
+    assert parsed.zero_optimization_stage == fields["zero_stage"]
+    assert parsed.gradient_clipping == 1.0
+    buckets = deepspeed_bucket_sizes(plan.model)
+    if fields["zero_stage"] >= 1:
+        assert parsed.zero_config.reduce_bucket_size == buckets.reduce_bucket_size
+        assert parsed.zero_config.overlap_comm is True
+    if fields["zero_stage"] == 3:
+        assert parsed.zero_config.prefetch_bucket_size == buckets.stage3_prefetch_bucket_size
+    assert parsed.bfloat16_config.enabled == (plan.config.precision.value == "bf16-mixed")
+    assert parsed.float16_config.enabled == (plan.config.precision.value == "fp16-mixed")
+    if parsed.float16_config.enabled:
+        assert parsed.float16_config.loss_scale == 0  # dynamic
+    offload = fields.get("offload_optimizer", "none")
+    if offload != "none":
+        device = parsed.zero_config.offload_optimizer.device
+        assert getattr(device, "value", device) == offload
+
+    # The Trainer flavour, after the Trainer fills its "auto" values, says the same.
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
+
+    kwargs = json.loads(render_run_folder(plan, plan_dir := __import__("pathlib").Path("/nonexistent"), target)["training_args.json"])
+    del plan_dir
+    args = types.SimpleNamespace(
+        **kwargs, world_size=dp, fp16_full_eval=False, bf16_full_eval=False, save_on_each_node=False,
+        get_warmup_steps=lambda steps: kwargs["warmup_steps"],
+    )
+    model = types.SimpleNamespace(config=types.SimpleNamespace(hidden_size=plan.model.hidden_size))
+    trainer_config = HfTrainerDeepSpeedConfig(deepspeed_config(plan, target, trainer_flavour=True))
+    try:
+        trainer_config.trainer_config_process(args)
+        trainer_config.trainer_config_finalize(args, model, num_training_steps=1000)
+        filled = trainer_config.config
+    finally:
+        unset_hf_deepspeed_config()
+    assert "auto" not in json.dumps(filled)
+    parsed_trainer = _parsed_by_deepspeed(filled, dp, monkeypatch)
+    assert parsed_trainer.train_batch_size == parsed.train_batch_size
+    assert parsed_trainer.gradient_accumulation_steps == parsed.gradient_accumulation_steps
+    assert filled["zero_optimization"] == plain["zero_optimization"]
+    assert filled["bf16"] == plain["bf16"] and filled["fp16"]["enabled"] == plain["fp16"]["enabled"]
+    assert filled.get("optimizer") == plain.get("optimizer")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [dict(strategy="fsdp"), dict(strategy="fsdp", fsdp_sharding="hybrid", offload_params="cpu"),
+     dict(strategy="deepspeed", zero_stage=2), dict(strategy="ddp")],
+    ids=["fsdp", "fsdp-hybrid-offload", "deepspeed", "ddp"],
+)
+def test_accelerate_loads_the_yaml(fields, tmp_path):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    plan = make_plan("llama-2-7b", gpu="a100-80gb", gpus_per_node=8, nodes=2, precision="bf16-mixed", **fields)
+    emit_run_folder(plan, tmp_path / "run")
+    loaded = load_config_from_file(str(tmp_path / "run" / "accelerate_config.yaml"))
+    assert loaded.num_processes == 16 and loaded.num_machines == 2
+    expected_type = {"fsdp": "FSDP", "deepspeed": "DEEPSPEED", "ddp": "MULTI_GPU"}[fields["strategy"]]
+    assert getattr(loaded.distributed_type, "value", loaded.distributed_type) == expected_type
+    if fields["strategy"] == "fsdp":
+        assert str(loaded.mixed_precision) in ("bf16", "PrecisionType.BF16")
+        assert loaded.fsdp_config["fsdp_transformer_layer_cls_to_wrap"] == "LlamaDecoderLayer"
+        assert loaded.fsdp_config["fsdp_offload_params"] == ("offload_params" in fields)
+        if fields.get("fsdp_sharding") == "hybrid":
+            assert loaded.fsdp_config["fsdp_sharding_strategy"] == "HYBRID_SHARD"
+        else:
+            assert loaded.fsdp_config["fsdp_version"] == 2
+    if fields["strategy"] == "deepspeed":
+        assert loaded.deepspeed_config["deepspeed_config_file"] == "ds_config.json"
+
+
+def test_training_arguments_builds_in_process():
+    """The DDP flavour builds without a process group; the FSDP and DeepSpeed ones are built by
+    the Trainer runs in test_emit_runs.py (they need torch.distributed)."""
+    from hardware_selector import HardwareSelector, training_arguments
+
+    plan = make_plan(strategy="ddp", activation_checkpointing="full", micro_batch=3, grad_accum=4)
+    args = training_arguments(plan, "/tmp/unused-output", logging_steps=7)
+    assert args.per_device_train_batch_size == 3 and args.gradient_accumulation_steps == 4
+    assert args.activation_checkpointing is True and args.logging_steps == 7
+    assert not args.bf16 and not args.fp16 and args.use_cpu
+    same = HardwareSelector().training_arguments(plan, "/tmp/unused-output", logging_steps=7)
+    assert same.to_dict() == args.to_dict()
+
+
+def test_decoder_layer_table_matches_transformers():
+    import transformers
+
+    from planner.emit.hf_model import DECODER_LAYER_CLASS
+    from planner.model_catalog import load_catalog
+
+    checked = set()
+    for spec in load_catalog():
+        if spec.model_type in checked:
+            continue
+        checked.add(spec.model_type)
+        no_split = getattr(transformers, spec.transformers_class)._no_split_modules
+        assert DECODER_LAYER_CLASS[spec.model_type] in no_split, spec.model_type
+    assert checked == set(DECODER_LAYER_CLASS)
+
+
+@pytest.mark.parametrize("tp,pp,zero", [(2, 1, 1), (1, 2, 0), (2, 2, 1)])
+def test_engine_json_is_accepted_by_the_engine(tp, pp, zero, tmp_path):
+    from backends.config import load_engine_config
+
+    plan = make_plan("llama-2-7b", gpu="a100-80gb", gpus_per_node=8, nodes=1, strategy="engine",
+                     tensor_parallel=tp, pipeline_parallel=pp, zero_stage=zero, precision="bf16-mixed",
+                     activation_checkpointing="selective", sequence_parallel=tp > 1)
+    emit_run_folder(plan, tmp_path / "run")
+    config = load_engine_config(tmp_path / "run" / "engine.json")
+    block = config.hardware_selector
+    assert (block.layout.data_parallel, block.layout.tensor_parallel, block.layout.pipeline_parallel) == (8 // (tp * pp), tp, pp)
+    assert config.train_batch_size == plan.global_batch
+    assert block.device == "cuda" and block.dist_backend == "nccl"
+    assert block.model.hf_config["model_type"] == "llama"
+
+
+def test_existing_folder_refused_unless_forced(tmp_path):
+    run = tmp_path / "run"
+    emit_run_folder(make_plan(strategy="deepspeed", zero_stage=2), run)
+    with pytest.raises(UserInputError) as refused:
+        emit_run_folder(make_plan(strategy="ddp"), run)
+    assert "--force" in str(refused.value) and "\n" not in str(refused.value)
+    written = emit_run_folder(make_plan(strategy="ddp"), run, force=True)
+    names = sorted(path.name for path in run.iterdir())
+    assert names == sorted(path.name for path in written)  # ds_config.json of the old plan is gone, no temp files
+    assert "ds_config.json" not in names and json.loads((run / "plan.json").read_text())["config"]["strategy"] == "ddp"
