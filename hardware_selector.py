@@ -19,11 +19,10 @@ from hardware_selector_cli.app import app  # noqa: F401  (re-exported)
 from hardware_selector_cli.app import main as _subcommand_main
 from hardware_selector_cli.seed_cli import is_seed_invocation
 from hardware_selector_cli.seed_cli import run as _seed_main
-from planner.emit.training_args import training_arguments  # noqa: F401  (plan -> transformers.TrainingArguments)
 
 # The Python API, imported on first use so that `--help` and other commands do not pay for it.
 _API = ("HardwareSelector", "get_distributed_training_config", "select_hardware_for_task")
-__all__ = ["app", "main", *_API]
+__all__ = ["app", "main", "training_arguments", *_API]
 
 
 def __getattr__(name: str):
@@ -32,6 +31,13 @@ def __getattr__(name: str):
 
         return getattr(selector, name)
     raise AttributeError(f"module 'hardware_selector' has no attribute '{name}'")
+
+
+def training_arguments(plan, output_dir, **overrides):
+    """A transformers.TrainingArguments that runs `plan` (planner/emit/training_args.py)."""
+    from planner.emit.training_args import training_arguments as build
+
+    return build(plan, output_dir, **overrides)
 
 
 def main(argv: list[str] | None = None) -> int:
