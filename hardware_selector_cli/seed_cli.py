@@ -95,8 +95,15 @@ def seed_main(argv: Sequence[str]) -> int:
 
 def run(argv: Sequence[str]) -> int:
     """seed_main with the CLI's error convention: one line on stderr, exit code 2."""
+    from pydantic import ValidationError
+
     try:
         return seed_main(argv)
     except UserInputError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    except ValidationError as error:
+        from .app import validation_message
+
+        print(f"error: {validation_message(error)}", file=sys.stderr)
         return 2

@@ -194,6 +194,8 @@ class HardwareSelector:
             raise UserInputError(
                 f"{spec.name} is {spec.family.value}, not a '{model_family}' model; check --model-family"
             )
+        if batch_size is not None and batch_size < 1:
+            raise UserInputError(f"batch_size (the global batch) must be at least 1, not {batch_size}")
         request.setdefault("seq_len", self.seq_len)
         request.setdefault("headroom_fraction", self.headroom_fraction)
         return search_plans(spec, cluster, PlanRequest(global_batch=batch_size, **request))

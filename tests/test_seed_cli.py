@@ -24,23 +24,24 @@ def test_documented_seed_invocation_prints_the_recommendation():
     assert "per-GPU batch" in out and "global batch 16" in out and "memory per GPU" in out
 
 
-def test_seed_json_matches_the_api_and_subcommands_still_work():
+def test_seed_json_matches_the_api_and_subcommands_still_work(capsys):
     from hardware_selector import main
 
-    completed = _run([*SEED, "--json"])
-    assert completed.returncode == 0, completed.stderr
-    document = json.loads(completed.stdout)
+    assert main([*SEED, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
     assert document["global_batch_size"] == 16 and document["plan"]["cluster"]["gpu"]["memory_bytes"] == 24 * 2**30
     assert main(["models", "--search", "llama"]) == 0
 
 
-def test_bad_seed_input_is_one_line_and_exit_2():
+def test_bad_seed_input_is_one_line_and_exit_2(capsys):
+    from hardware_selector import main
+
     for args, message in (
         ([*SEED[:2], "--model-name", "llama-7b", "--gpu-count", "x"], "invalid int value"),
         (["--model-family", "text_generation"], "required"),
         ([*SEED[:4], "--mode", "inference"], "plans training"),
+        ([*SEED[:2], "--model-name", "llama-7b", "--batch-size", "0"], "batch_size (the global batch) must be at least 1"),
     ):
-        completed = _run(args)
-        assert completed.returncode == 2, (args, completed.stdout)
-        err = completed.stderr.strip()
+        assert main(args) == 2, args
+        err = capsys.readouterr().err.strip()
         assert err.startswith("error:") and message in err and "\n" not in err, err
