@@ -104,3 +104,16 @@ def test_planning_a_catalog_model_imports_no_heavy_library():
     assert completed.returncode == 0, completed.stderr
     assert completed.stderr.strip().splitlines()[-1] == "HEAVY=", completed.stderr
     assert json.loads(completed.stdout)["best"] is not None
+
+
+def test_plan_emit_writes_the_best_plans_run_folder_and_refuses_to_overwrite(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    argv = ["plan", "--model", "gpt2", "--gpu", "A100-40GB", "--gpus-per-node", "2", "--seq-len", "512",
+            "--global-batch", "8", "--json", "--emit", str(run_dir)]
+    assert main(argv) == 0
+    best = json.loads(capsys.readouterr().out)["best"]
+    written = json.loads((run_dir / "plan.json").read_text())
+    assert written["config"] == best["config"] and (run_dir / "launch.sh").exists()
+    assert main(argv) == 2  # the folder exists now
+    assert "--force" in capsys.readouterr().err
+    assert main([*argv, "--force"]) == 0
