@@ -1,5 +1,7 @@
 """Our ZeRO-0/1/2/3 against a single-process reference (tiny GPT-2, fp32, gloo, 2 ranks, 5 steps).
 
+Activation checkpointing (full on ZeRO-3, selective on ZeRO-2) must leave the numbers unchanged too.
+
 One torchrun job (tests/engine_jobs/zero_equivalence.py) runs every stage with and
 without gradient accumulation and clipping, bf16, and an fp16 injected overflow,
 and writes what it saw; each test below asserts one property of that record.
@@ -25,13 +27,18 @@ def record(tmp_path_factory):
 
 def test_every_stage_matches_single_process_reference(record):
     runs = record["runs"]
-    assert {(r["stage"], r["accum"], r["clip"]) for r in runs} == {
-        (stage, accum, clip) for stage in (0, 1, 2, 3) for accum in (1, 2) for clip in (0.0, 0.5)
-    }
+    assert {(r["stage"], r["accum"], r["clip"], r["recompute"]) for r in runs} == {
+        (stage, accum, clip, "none") for stage in (0, 1, 2, 3) for accum in (1, 2) for clip in (0.0, 0.5)
+    } | {(3, 2, 0.5, "full"), (2, 2, 0.5, "selective")}
     for run in runs:
-        where = f"stage {run['stage']} accum {run['accum']} clip {run['clip']}"
+        where = f"stage {run['stage']} accum {run['accum']} clip {run['clip']} recompute {run['recompute']}"
         assert run["loss_diff"] < TOLERANCE, where
         assert run["param_diff"] < TOLERANCE, where
+
+
+def test_activation_checkpointing_really_recomputes(record):
+    for run in record["runs"]:
+        assert run["projection_runs_per_micro_step"] == (1 if run["recompute"] == "none" else 2), run["recompute"]
 
 
 def test_clipping_runs_were_really_clipped(record):

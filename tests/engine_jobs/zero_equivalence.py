@@ -42,10 +42,13 @@ class CountingComm:
         return getattr(self.inner, name)
 
 
-def run_engine(cfg, stage, accum, clip, batches, rank, world):
+def run_engine(cfg, stage, accum, clip, batches, rank, world, recompute="none"):
     model = build_causal_lm(cfg, seed=0)
-    engine, _, _, _ = backends.initialize(
-        model=model, config=engine_config(stage, micro=MICRO, accum=accum, clip=clip, lr=LR, weight_decay=WD))
+    projection_calls = []  # an attention projection runs twice per micro-step when it is recomputed
+    model.transformer.h[0].attn.c_attn.register_forward_hook(lambda *_: projection_calls.append(1))
+    engine, _, _, _ = backends.initialize(model=model, config=engine_config(
+        stage, micro=MICRO, accum=accum, clip=clip, lr=LR, weight_decay=WD,
+        hardware_selector={"activation_checkpointing": recompute}))
     counter = CountingComm(engine.optimizer.comm)
     engine.optimizer.comm = counter
     losses, non_boundary_calls = [], 0
@@ -59,7 +62,9 @@ def run_engine(cfg, stage, accum, clip, batches, rank, world):
                 non_boundary_calls += counter.calls - before
             engine.step()
         losses.append(engine.last_loss)
-    return losses, full_parameters(engine), non_boundary_calls, counter.in_backward, len(engine.optimizer.units)
+    runs_per_micro_step = len(projection_calls) / (len(batches) * accum)
+    return (losses, full_parameters(engine), non_boundary_calls, counter.in_backward, len(engine.optimizer.units),
+            runs_per_micro_step)
 
 
 def max_diff(a, b):
@@ -76,10 +81,15 @@ def main(out_path: str) -> None:
         batches = global_batches(STEPS, MICRO * accum * world)
         for clip in (0.0, 0.5):
             ref_losses, ref_params, ref_norms = reference_run(cfg, batches, lr=LR, weight_decay=WD, clip=clip)
-            for stage in (0, 1, 2, 3):
-                losses, params, quiet, overlapped, units = run_engine(cfg, stage, accum, clip, batches, rank, world)
+            runs = [(stage, "none") for stage in (0, 1, 2, 3)]
+            if accum == 2 and clip:
+                runs += [(3, "full"), (2, "selective")]  # recomputation must not change the numbers
+            for stage, recompute in runs:
+                losses, params, quiet, overlapped, units, projection_runs = run_engine(
+                    cfg, stage, accum, clip, batches, rank, world, recompute)
                 results.append({
-                    "stage": stage, "accum": accum, "clip": clip, "units": units,
+                    "stage": stage, "accum": accum, "clip": clip, "units": units, "recompute": recompute,
+                    "projection_runs_per_micro_step": projection_runs,
                     "loss_diff": max(abs(a - b) for a, b in zip(losses, ref_losses)),
                     "param_diff": max_diff(params, ref_params),
                     "clipped_steps": sum(norm > clip for norm in ref_norms) if clip else 0,
