@@ -82,3 +82,17 @@ def test_nothing_fits_names_a_catalog_gpu_that_fits_at_this_count():
 def test_global_batch_that_no_layout_divides_is_explained():
     result = _search("opt-125m", "A100-40GB", 4, global_batch=6, seq_len=512)
     assert "not a multiple of its data-parallel size 4" in result.rejected["DDP"]
+
+
+def test_throughput_adjust_hook_reranks_and_the_plan_says_it_was_calibrated():
+    # What the benchmark DB does with measured records: correct each candidate's estimate.
+    def halve_ddp(config, estimate):
+        if config.strategy is not Strategy.DDP:
+            return estimate
+        return estimate.model_copy(update={"tokens_per_s": estimate.tokens_per_s / 2, "step_time_s": estimate.step_time_s * 2})
+
+    cluster = make_cluster("A100-40GB", gpus_per_node=4)
+    result = search_plans(resolve_model("opt-125m"), cluster, PlanRequest(seq_len=2048), halve_ddp, calibration="test: DDP halved")
+    assert result.best is not None and result.best.config.strategy is not Strategy.DDP
+    assert result.best.calibration == "test: DDP halved"
+    assert "slower" in result.rejected["DDP"]
