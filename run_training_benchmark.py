@@ -1,17 +1,199 @@
-"""run-training-benchmark: generate, run and record benchmark matrices.
+"""run-training-benchmark: generate a benchmark matrix, run it, record it.
 
-The benchmark runner arrives with the benchmarks_db issue; until then this
-entry point says so instead of pretending to work.
+    python run_training_benchmark.py --list-models
+    python run_training_benchmark.py --model bert-base-uncased --distributed --max-gpus 4 --output bert_benchmark.json
+    python run_training_benchmark.py --model t5-small --hardware cuda rocm --distributed --max-gpus 8
+    python run_training_benchmark.py --model gpt2 --tiny --hardware cpu --distributed --max-gpus 2 --run
+
+Generation is planning only (no torch): strategies x GPU counts x micro-batches
+x activation checkpointing, pruned by the planner's memory estimate, each
+config with its predicted memory and throughput, as JSON. `--run` measures the
+matrix on this machine and records every result in the benchmark database
+(see `hardware-selector db`), resuming where an interrupted run stopped.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent
+if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(REPO_ROOT))
+
+from planner.errors import UserInputError  # noqa: E402
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit 2, like the rest of the CLI
+        print(f"error: {message}; run '{self.prog} --help'", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from benchmarks_db.matrix import STRATEGY_FIELDS
+    from benchmarks_db.targets import HARDWARE_KINDS
+
+    parser = _Parser(prog="run-training-benchmark", description=__doc__.split("\n\n")[0],
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--list-models", action="store_true", help="list the catalog models and exit")
+    parser.add_argument("--model", help="catalog model name, HF id or alias")
+    parser.add_argument("--hardware", nargs="+", choices=HARDWARE_KINDS, metavar="KIND",
+                        help=f"hardware kinds to target: {', '.join(HARDWARE_KINDS)} (default: the GPUs here; without any, cuda's default GPU, or the CPU with --run)")
+    parser.add_argument("--gpu", help="target this catalog GPU (one --hardware only)")
+    parser.add_argument("--distributed", action="store_true", help="GPU counts 1, 2, 4, ... up to --max-gpus")
+    parser.add_argument("--max-gpus", type=int, default=None, help="largest GPU count (default 8; 2 on cpu)")
+    parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node for counts above it (default 8)")
+    parser.add_argument("--strategies", nargs="+", default=list(STRATEGY_FIELDS), metavar="NAME",
+                        help=f"from {', '.join(STRATEGY_FIELDS)} (default: all)")
+    parser.add_argument("--micro-batches", nargs="+", type=int, default=[1, 2, 4, 8], metavar="N")
+    parser.add_argument("--checkpointing", nargs="+", default=["none", "full"], choices=["none", "selective", "full"])
+    parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default 512, 128 with --tiny)")
+    parser.add_argument("--precision", default=None, help="fp32, bf16-mixed, fp16-mixed (default bf16-mixed; fp32 on cpu)")
+    parser.add_argument("--tiny", action="store_true", help="the model's architecture at tiny sizes (CPU runs, tests)")
+    parser.add_argument("--output", type=Path, help="write the matrix JSON here (atomically) instead of stdout")
+    parser.add_argument("--run", action="store_true", help="measure the matrix here and record it in the database")
+    parser.add_argument("--steps", type=int, default=8, help="measured steps per config (default 8)")
+    parser.add_argument("--warmup", type=int, default=2, help="unmeasured steps first (default 2)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per config before it is killed")
+    parser.add_argument("--shared-launch", action="store_true",
+                        help="one torchrun job per GPU count instead of per config (faster start, less isolation)")
+    parser.add_argument("--retry-failed", action="store_true", help="re-run configs recorded as oom/error/timeout")
+    parser.add_argument("--db", type=Path, help="benchmark database (default: $HARDWARE_SELECTOR_DB or the cache dir)")
+    return parser
+
+
+def list_models() -> None:
+    from planner.model_catalog import load_catalog
+    from planner.units import format_count
+
+    for spec in sorted(load_catalog(), key=lambda s: s.params.total):
+        print(f"{spec.name:<22} {format_count(spec.params.total):>8}  {spec.family.value:<16} {spec.hf_id or ''}")
+
+
+def model_spec(name: str, tiny: bool):
+    from planner.model_resolve import resolve_model
+
+    spec = resolve_model(name)
+    if not tiny:
+        return spec
+    from backends.model_factory import catalog_config, tiny_config
+    from planner.hf_config import spec_from_hf_config
+
+    return spec_from_hf_config(tiny_config(catalog_config(spec.name)), name=spec.name, origin="tiny")
+
+
+def default_hardware(run: bool) -> list[str]:
+    """A GPU kind: the one here, else cuda's default GPU for planning; a run without GPUs measures the CPU."""
+    from planner.detect import detect_hardware
+
+    report = detect_hardware()
+    if report.cpu_only:
+        return ["cpu"] if run else ["cuda"]
+    from planner.gpu_catalog import find_gpu
+
+    vendors = {spec.vendor for spec in (find_gpu(gpu.catalog_name or gpu.name) for gpu in report.gpus) if spec}
+    return ["rocm"] if vendors == {"amd"} else ["cuda"]
+
+
+def generate(args, spec) -> list:
+    from benchmarks_db.matrix import generate_matrix, gpu_counts_up_to
+    from benchmarks_db.targets import choose_target
+
+    hardware = args.hardware or default_hardware(args.run)
+    if args.gpu and len(hardware) > 1:
+        raise UserInputError("--gpu names one GPU; give a single --hardware with it")
+    matrices = []
+    for kind in hardware:
+        target = choose_target(kind, args.gpu)
+        if args.run and not target.local:
+            raise UserInputError(f"--run measures this machine, which has no {target.gpu} ({kind}); use --hardware "
+                                 "cpu here, or run on the target machine")
+        max_gpus = args.max_gpus or (2 if kind == "cpu" else 8)
+        counts = gpu_counts_up_to(max_gpus) if args.distributed else [1]
+        precision = args.precision or ("fp32" if kind == "cpu" else "bf16-mixed")
+        seq_len = args.seq_len or min(128 if args.tiny else 512, spec.max_position_embeddings)
+        per_node = max_gpus if kind == "cpu" else args.gpus_per_node
+        matrix = generate_matrix(
+            spec, hardware=kind, gpu=target.gpu, gpu_note=target.note, gpu_counts=counts, gpus_per_node=per_node,
+            strategies=args.strategies, micro_batches=args.micro_batches, checkpointing=args.checkpointing,
+            seq_len=seq_len, precision=precision, tiny=args.tiny,
+        )
+        matrices.append((target, matrix))
+    return matrices
+
+
+def run(args, target, matrix) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from benchmarks_db.environment import current_environment
+    from benchmarks_db.runner import run_matrix
+    from benchmarks_db.store import BenchmarkStore
+
+    store = BenchmarkStore(args.db)
+    console = Console(stderr=True)
+    done = store.done_matrix_keys(retry_failed=args.retry_failed)
+    todo = [entry for entry in matrix.entries if entry.key not in done]
+    console.print(f"{len(matrix.entries)} configs, {len(matrix.entries) - len(todo)} already in {store.path}")
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn())
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("benchmarking", total=len(todo))
+
+        def advance(entry, status) -> None:
+            progress.update(task, advance=1, description=f"{entry.label}: {status.value}")
+
+        summary = run_matrix(matrix, store, current_environment(target.driver), steps=args.steps, warmup=args.warmup,
+                             timeout_s=args.timeout, shared_launch=args.shared_launch,
+                             retry_failed=args.retry_failed, on_progress=advance)
+    for line in summary.skipped_unsupported:
+        console.print(f"skipped {line}")
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(summary.recorded.items())) or "nothing new"
+    console.print(f"recorded {counts} in {store.path} ({summary.skipped_done} already done)")
+    return 0
+
+
+def describe(console, target, matrix) -> None:
+    console.print(f"[bold]{matrix.model}[/] on {target.hardware}: {matrix.gpu_note}")
+    console.print(f"  {len(matrix.entries)} configs fit, {len(matrix.pruned)} pruned "
+                  f"(seq_len {matrix.seq_len}, {matrix.precision}{', tiny' if matrix.tiny else ''})")
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("error: run-training-benchmark is not implemented yet (see the benchmarks_db issue)", file=sys.stderr)
-    return 2
+    args = build_parser().parse_args(argv)
+    try:
+        if args.list_models:
+            list_models()
+            return 0
+        if not args.model:
+            raise UserInputError("--model is required (see --list-models)")
+        from rich.console import Console
+
+        from benchmarks_db.paths import write_json_atomic
+
+        spec = model_spec(args.model, args.tiny)
+        matrices = generate(args, spec)
+        console = Console(stderr=True)
+        for target, matrix in matrices:
+            describe(console, target, matrix)
+        document = {"tool": "run-training-benchmark",
+                    "matrices": [matrix.model_dump(mode="json") for _, matrix in matrices]}
+        if args.output:
+            write_json_atomic(args.output, document)
+            console.print(f"wrote {args.output}")
+        elif not args.run:
+            print(json.dumps(document, indent=2))
+        if args.run:
+            if len(matrices) != 1:
+                raise UserInputError("--run measures one hardware kind at a time; give a single --hardware")
+            return run(args, *matrices[0])
+        return 0
+    except UserInputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

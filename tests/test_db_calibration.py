@@ -1,0 +1,80 @@
+"""planner.calibration: fitting corrections, measured replacement, and the plan's summary line."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from planner.calibration import Calibration, MeasuredRun, fit_correction, rescaled
+from planner.throughput.result import StepTimeBreakdown, ThroughputEstimate
+from planner.training_config import TrainingConfig
+
+
+def estimate(step_time_s: float, global_batch: int = 4, seq_len: int = 128) -> ThroughputEstimate:
+    tokens = global_batch * seq_len
+    return ThroughputEstimate(
+        step_time_s=step_time_s, tokens_per_s=tokens / step_time_s, samples_per_s=global_batch / step_time_s,
+        tflops_per_gpu=1.0, mfu=0.5, hfu=0.5, global_batch=global_batch,
+        breakdown=StepTimeBreakdown(compute_s=step_time_s * 0.75, exposed_comm_s=step_time_s * 0.25),
+        price_usd_per_gpu_hour=0.0, sources={"step_time_s": "formula: test"},
+    )
+
+
+def run(config: TrainingConfig, predicted: float, measured: float, *, day: int = 1, gpu: str = "cpu",
+        ok: bool = True, run_id: str | None = None) -> MeasuredRun:
+    return MeasuredRun(
+        id=run_id or f"{config.strategy.value}{config.micro_batch}{day}{gpu}", measured_at=datetime(2026, 11, day),
+        gpu_name=gpu, world_size=2, model_name="gpt2", model_spec_hash="abc", config=config, ok=ok,
+        step_time_s=measured if ok else None, predicted_step_time_s=predicted,
+    )
+
+
+DDP = [TrainingConfig(strategy="ddp", micro_batch=mb, seq_len=128, precision="fp32") for mb in (1, 2, 4, 8)]
+FSDP = [TrainingConfig(strategy="fsdp", micro_batch=mb, seq_len=128, precision="fp32") for mb in (1, 2, 4)]
+
+
+def test_affine_fit_recovers_overhead_and_scale_exactly():
+    runs = [run(c, predicted=p, measured=0.02 + 3.0 * p) for c, p in zip(DDP, (0.001, 0.002, 0.004, 0.008))]
+    correction = fit_correction("cpu", "ddp", runs)
+    assert correction.form == "affine" and correction.records == 4
+    assert correction.overhead_s == pytest.approx(0.02) and correction.scale == pytest.approx(3.0)
+
+
+def test_two_records_or_a_negative_overhead_fall_back_to_a_ratio():
+    two = [run(c, predicted=p, measured=5 * p) for c, p in zip(FSDP, (0.01, 0.04))]
+    assert fit_correction("cpu", "fsdp-full", two).form == "ratio"
+    assert fit_correction("cpu", "fsdp-full", two).scale == pytest.approx(5.0)
+    # measured grows faster than predicted: the affine fit would need a negative overhead
+    bent = [run(c, predicted=p, measured=m) for c, p, m in zip(FSDP, (1.0, 2.0, 3.0), (1.0, 3.0, 5.0))]
+    correction = fit_correction("cpu", "fsdp-full", bent)
+    assert correction.form == "ratio" and correction.scale == pytest.approx((1 * 1.5 * 5 / 3) ** (1 / 3))
+
+
+def test_calibration_groups_by_gpu_and_strategy_and_skips_failed_runs():
+    runs = [run(c, predicted=p, measured=0.02 + 3.0 * p) for c, p in zip(DDP, (0.001, 0.002, 0.004, 0.008))]
+    runs += [run(c, predicted=0.01, measured=0.09) for c in FSDP[:1]]
+    runs += [run(FSDP[1], predicted=0.01, measured=1.0, ok=False), run(DDP[0], 0.001, 0.5, gpu="A100-80GB")]
+    calibration = Calibration.fit(runs)
+    assert {(c.gpu, c.family, c.records) for c in calibration.corrections} == {
+        ("cpu", "ddp", 4), ("cpu", "fsdp-full", 1), ("A100-80GB", "ddp", 1)}
+    corrected = calibration.corrected(estimate(0.005), "CPU", DDP[0].model_copy(update={"micro_batch": 16}))
+    assert corrected.step_time_s == pytest.approx(0.035)
+    assert corrected.tokens_per_s == pytest.approx(512 / 0.035)
+    assert corrected.breakdown.compute_s + corrected.breakdown.exposed_comm_s == pytest.approx(0.035)
+    assert corrected.sources["step_time_s"].startswith("calibration: ddp on cpu: 20 ms + x3 (4 records)")
+    assert calibration.summary("cpu").startswith("calibrated on 5 measured runs for cpu (5 used in corrections")
+    assert calibration.summary("H100-80GB").startswith("not calibrated: no benchmark records for H100-80GB")
+
+
+def test_a_measured_config_gets_its_newest_measured_step_time():
+    old = run(DDP[1], predicted=0.002, measured=0.5, day=1, run_id="old0000000")
+    new = run(DDP[1], predicted=0.002, measured=0.4, day=9, run_id="new1234567")
+    calibration = Calibration.fit([old, new])
+    adjust = calibration.adjuster("cpu", world_size=2, nodes=1, spec_hash="abc")
+    measured = adjust(DDP[1], estimate(0.002))
+    assert measured.step_time_s == 0.4
+    assert measured.sources["step_time_s"] == "measured: benchmark record new12345 (2026-11-09)"
+    other_model = calibration.adjuster("cpu", world_size=2, nodes=1, spec_hash="other")(DDP[1], estimate(0.002))
+    assert other_model.sources["step_time_s"].startswith("calibration:")  # corrected, not replaced
+    assert rescaled(estimate(0.1), 0.2, "x", "y").mfu == pytest.approx(0.25)

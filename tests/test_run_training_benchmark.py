@@ -1,0 +1,158 @@
+"""run-training-benchmark: the documented invocations, bad input, and --run's recording and resuming."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import run_training_benchmark
+from benchmarks_db.environment import current_environment
+from benchmarks_db.matrix import generate_matrix
+from benchmarks_db.measure import MeasureResult
+from benchmarks_db.runner import LaunchOutcome, run_matrix, torchrun_launch
+from benchmarks_db.store import BenchmarkStore
+from planner.model_catalog import find_model
+
+
+def test_list_models(capsys):
+    assert run_training_benchmark.main(["--list-models"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert {"bert-base-uncased", "t5-small", "gpt2", "llama-2-70b"} <= set(names)
+
+
+def test_bert_matrix_is_written_atomically_with_predictions(tmp_path, capsys):
+    out = tmp_path / "bert_benchmark.json"
+    argv = ["--model", "bert-base-uncased", "--distributed", "--max-gpus", "4", "--output", str(out)]
+    assert run_training_benchmark.main(argv) == 0
+    (matrix,) = json.loads(out.read_text())["matrices"]
+    assert matrix["gpu"] == "A100-80GB" and "no cuda GPU here" in matrix["gpu_note"]
+    assert "no cuda GPU here: targeting A100-80GB" in " ".join(capsys.readouterr().err.split())
+    assert {entry["world_size"] for entry in matrix["entries"]} == {1, 2, 4}
+    strategies = {entry["strategy"] for entry in matrix["entries"]}
+    assert strategies == {"ddp", "fsdp-full", "fsdp-grad-op", "zero1", "zero2", "zero3"}
+    for entry in matrix["entries"]:
+        assert entry["predicted"]["step_time_s"] > 0 and entry["predicted_memory_bytes"] < 80 * 2**30
+    # 1 GPU: only DDP, with a reason for every sharded strategy left out
+    assert all(entry["strategy"] == "ddp" for entry in matrix["entries"] if entry["world_size"] == 1)
+    assert sum("sharding needs 2 or more GPUs" in p["reason"] for p in matrix["pruned"]) == 5 * 4 * 2
+    assert not list(tmp_path.glob(".bert_benchmark.json.*"))  # no temp file left behind
+
+
+def test_t5_matrix_for_cuda_and_rocm_goes_to_stdout(capsys):
+    argv = ["--model", "t5-small", "--hardware", "cuda", "rocm", "--distributed", "--max-gpus", "8"]
+    assert run_training_benchmark.main(argv) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [m["gpu"] for m in document["matrices"]] == ["A100-80GB", "MI300X"]
+    assert {e["world_size"] for e in document["matrices"][1]["entries"]} == {1, 2, 4, 8}
+
+
+def test_memory_pruning_follows_the_planner():
+    """Llama-2-70B cannot train on one or two 80 GiB GPUs with any strategy; ZeRO-3 on 8 can (ZeRO paper's 16 bytes/param
+    = 1.1 TB over 8 GPUs is 140 GB each: too much; with 8 GPUs only... so the planner must prune it too)."""
+    spec = find_model("llama-2-70b")
+    matrix = generate_matrix(
+        spec, hardware="cuda", gpu="A100-80GB", gpu_note="test", gpu_counts=[1, 2, 64], gpus_per_node=8,
+        strategies=["ddp", "zero3"], micro_batches=[1], checkpointing=["full"], seq_len=1024, precision="bf16-mixed",
+    )
+    kept = {(e.strategy, e.world_size) for e in matrix.entries}
+    assert kept == {("zero3", 64)}  # 16 bytes/param x 69e9 / 64 = 17 GB per GPU fits; nothing smaller does
+    assert any("GiB per GPU" in p.reason and "x2" in p.label for p in matrix.pruned)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "no-such-model"], "unknown model 'no-such-model'"),
+        (["--model", "gpt2", "--hardware", "tpu"], "argument --hardware: invalid choice"),
+        (["--model", "gpt2", "--strategies", "magic"], "unknown strategy 'magic'"),
+        (["--model", "gpt2", "--hardware", "cuda", "--run"], "--run measures this machine, which has no A100-80GB (cuda)"),
+        ([], "--model is required"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
+    try:
+        code = run_training_benchmark.main(argv)
+    except SystemExit as exit_:  # argparse's own errors
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def _tiny_matrix(micro_batches):
+    spec = run_training_benchmark.model_spec("gpt2", tiny=True)
+    return generate_matrix(
+        spec, hardware="cpu", gpu="cpu", gpu_note="test", gpu_counts=[2], gpus_per_node=2, strategies=["ddp"],
+        micro_batches=micro_batches, checkpointing=["none"], seq_len=32, precision="fp32", tiny=True,
+    )
+
+
+def test_failures_are_recorded_and_an_interrupted_matrix_resumes(tmp_path):
+    matrix = _tiny_matrix([1, 2, 4])
+    ok_key, oom_key, slow_key = (entry.key for entry in matrix.entries)
+    calls: list[list[str]] = []
+
+    def fake_launch(jobs, nproc, timeout_s):
+        calls.append([job.key for job in jobs])
+        key = jobs[0].key
+        if key == ok_key:
+            result = MeasureResult(key=key, world_size=nproc, step_times_s=[0.2, 0.1, 0.3],
+                                   peak_memory_per_rank_bytes=[10, 20])
+            return LaunchOutcome(returncode=0, results={key: result})
+        if key == oom_key:
+            return LaunchOutcome(returncode=1, stderr_tail="Traceback...\ntorch.OutOfMemoryError: CUDA out of memory.")
+        return LaunchOutcome(returncode=None)  # killed at the timeout
+
+    store = BenchmarkStore(tmp_path / "db.duckdb")
+    summary = run_matrix(matrix, store, current_environment(), launcher=fake_launch, timeout_s=5)
+    assert summary.recorded == {"ok": 1, "oom": 1, "timeout": 1}
+    by_key = {record.matrix_key: record for record in store.runs()}
+    ok = by_key[ok_key]
+    assert ok.step_time_median_s == 0.2 and ok.step_time_spread_s == pytest.approx(0.2)  # quartiles of 3 points
+    assert ok.tokens_per_s == pytest.approx(2 * 32 / 0.2) and ok.peak_memory_per_rank_bytes == [10, 20]
+    assert ok.predicted_step_time_s == matrix.entries[0].predicted.step_time_s
+    assert "CUDA out of memory" in by_key[oom_key].error and "5 s timeout" in by_key[slow_key].error
+
+    calls.clear()
+    again = run_matrix(matrix, store, current_environment(), launcher=fake_launch)
+    assert calls == [] and again.skipped_done == 3
+    retried = run_matrix(matrix, store, current_environment(), launcher=fake_launch, retry_failed=True)
+    assert calls == [[oom_key], [slow_key]] and retried.skipped_done == 1
+
+
+def test_a_job_past_its_timeout_is_killed(tmp_path):
+    matrix = _tiny_matrix([1])
+    from benchmarks_db.measure import MeasureJob
+
+    job = MeasureJob(key="slow", model="gpt2", tiny=True, config=matrix.entries[0].config, steps=100000)
+    before = _measuring_processes()
+    outcome = torchrun_launch([job], nproc=1, timeout_s=3)
+    assert outcome.returncode is None and outcome.results == {}
+    assert _measuring_processes() <= before  # the rank (in a session of its own) died with torchrun
+
+
+def _measuring_processes() -> set[int]:
+    import psutil
+
+    found = set()
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        if "benchmarks_db.measure" in " ".join(process.info["cmdline"] or []):
+            found.add(process.info["pid"])
+    return found
+
+
+def test_run_measures_on_cpu_records_and_skips_on_rerun(tmp_path, capsys):
+    db = tmp_path / "bench.duckdb"
+    argv = ["--model", "gpt2", "--tiny", "--hardware", "cpu", "--distributed", "--max-gpus", "2", "--strategies",
+            "fsdp", "--micro-batches", "2", "--checkpointing", "full", "--seq-len", "64", "--steps", "3",
+            "--warmup", "1", "--run", "--db", str(db)]
+    assert run_training_benchmark.main(argv) == 0, capsys.readouterr().err
+    assert "recorded 1 ok" in capsys.readouterr().err
+    (record,) = BenchmarkStore(db).runs()
+    assert (record.strategy, record.gpu_name, record.gpu_count, record.status.value) == ("fsdp-full", "cpu", 2, "ok")
+    assert record.config.activation_checkpointing.value == "full" and record.steps_measured == 3
+    assert record.tokens_per_s == pytest.approx(2 * 2 * 64 / record.step_time_median_s)
+    assert len(record.peak_memory_per_rank_bytes) == 2 and min(record.peak_memory_per_rank_bytes) > 50 * 2**20
+    assert record.torch_version and record.host and record.runner == "benchmarks_db.measure"
+    assert run_training_benchmark.main(argv) == 0
+    assert "1 configs, 1 already in" in capsys.readouterr().err and BenchmarkStore(db).count() == 1
