@@ -117,6 +117,40 @@ class ParallelModel(nn.Module):
             weight.grad = torch.zeros_like(weight)
         dist.all_reduce(weight.grad, group=group)
 
+    def grad_norm_weights(self) -> dict[str, float]:
+        """Name (as in self.named_parameters()) -> weight of its squared gradient in the global norm.
+
+        Summing weight x |grad|^2 over this rank's parameters and then over the tp and pp groups
+        (model_parallel_sum) counts every model parameter exactly once: TP-replicated parameters
+        (norms, row biases, position embeddings) are held by every TP rank, so each copy counts 1/tp;
+        the last stage's copy of a tied embedding counts 0. ZeRO adds its own sum over dp.
+        """
+        tied_copy = self.tied_embedding_grad_group is not None and self.is_last_stage and not self.is_first_stage
+        weights = {}
+        for name, _ in self.named_parameters():
+            inner = name.removeprefix("module.")
+            if tied_copy and inner == "lm_head.weight":
+                weights[name] = 0.0
+            else:
+                weights[name] = 1.0 if inner in self.shard_specs else 1.0 / self.dims.tp
+        return weights
+
+    def model_parallel_sum(self, value: torch.Tensor, op: Any = None) -> torch.Tensor:
+        """All-reduce `value` in place over the tp and pp groups (sum, or e.g. MAX for overflow flags)."""
+        for size, group in ((self.dims.tp, self.groups.tp_group), (self.dims.pp, self.groups.pp_group)):
+            if size > 1:
+                dist.all_reduce(value, op=op or dist.ReduceOp.SUM, group=group)
+        return value
+
+    def global_grad_norm(self) -> float:
+        """L2 norm of the whole model's gradient, when .grad holds full (dp-averaged) gradients."""
+        weights = self.grad_norm_weights()
+        square = torch.zeros((), dtype=torch.float64)
+        for name, param in self.named_parameters():
+            if param.grad is not None and weights[name]:
+                square += weights[name] * param.grad.detach().double().pow(2).sum()
+        return float(self.model_parallel_sum(square).sqrt())
+
     def tied_weight(self) -> nn.Parameter:
         if self.is_first_stage:
             arch = architecture_of(self.module)

@@ -27,6 +27,7 @@ from backends.tensor_parallel.layers import shard_tensor
 from planner.errors import UserInputError
 
 STEPS, SEQ_LEN, LR = 3, 16, 0.1
+REFERENCE_GRAD_NORMS: list[float] = []  # of the latest reference_run, per step
 MODELS = {"gpt2": "gpt2", "llama": "llama-3-8b", "opt": "opt-125m"}
 
 
@@ -43,13 +44,15 @@ def reference_run(model_key: str, data: list[torch.Tensor]) -> tuple[list[float]
     model = tiny(model_key)
     model.config._attn_implementation = "sdpa"
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    losses = []
+    losses, norms = [], []
     for ids in data:
         optimizer.zero_grad()
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
+        norms.append(float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])))
         optimizer.step()
         losses.append(loss.item())
+    REFERENCE_GRAD_NORMS[:] = norms
     return losses, {name: tensor.detach() for name, tensor in model.state_dict().items()}
 
 
@@ -91,12 +94,13 @@ def layout_run(model_key: str, dims: ParallelDims, *, micro_batches: int = 1, se
         load_consolidated(parallel, load_from)
     parallel.train()
     optimizer = torch.optim.SGD(parallel.parameters(), lr=LR)
-    losses = []
+    losses, norms = [], []
     for ids in data[first_step:]:
         optimizer.zero_grad()
         local = dp_slice(ids, parallel)
         loss = parallel.train_batch([(chunk, chunk) for chunk in local.chunk(micro_batches)])
         (sync or average_dp_gradients)(parallel)
+        norms.append(parallel.global_grad_norm())
         optimizer.step()
         dist.all_reduce(loss, group=parallel.groups.dp_group)
         losses.append(loss.item() / dims.dp)
@@ -105,6 +109,7 @@ def layout_run(model_key: str, dims: ParallelDims, *, micro_batches: int = 1, se
     return {
         "loss_diff": max(abs(a - b) for a, b in zip(losses, ref_losses[first_step:])),
         "param_diff": param_difference(parallel, reference),
+        "grad_norm_diff": max(abs(a - b) for a, b in zip(norms, REFERENCE_GRAD_NORMS[first_step:])),
         "losses": losses,
         "reference_losses": ref_losses,
     }
@@ -212,6 +217,8 @@ def run_checks(names: list[str], nproc: int, directory) -> dict[str, dict]:
 def assert_matches_reference(result: dict, tolerance: float = 1e-5) -> None:
     assert result["loss_diff"] < tolerance, result
     assert result["param_diff"] < tolerance, result
+    # The global gradient norm (for clipping) counts replicated and tied parameters once.
+    assert result.get("grad_norm_diff", 0.0) < tolerance, result
     # The run really trained: the reference loss moved between steps.
     assert max(result["reference_losses"]) - min(result["reference_losses"]) > 1e-3, result
 
@@ -229,7 +236,9 @@ def main() -> None:
     results = {}
     for name in names:
         outcome = available[name]()
-        for key in ("loss_diff", "param_diff"):
+        for key in ("loss_diff", "param_diff", "grad_norm_diff"):
+            if key not in outcome:
+                continue
             value = torch.tensor(outcome[key], dtype=torch.float64)
             dist.all_reduce(value, op=dist.ReduceOp.MAX)
             outcome[key] = value.item()
