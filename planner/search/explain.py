@@ -100,14 +100,18 @@ def plan_reasons(
         )
     ordinal = f"{rank}{'th' if 10 <= rank % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(rank % 10, 'th')}"
     reasons.append(
-        f"ranked {ordinal} of {fitting} fitting candidates by {request.objective.value}: "
+        f"ranked {ordinal} of {fitting} fitting candidates estimated, by {request.objective.value}: "
         f"{objective_figure(item, request, tokens)}"
     )
     if fastest is not item:
         gap = 1 - item.score / fastest.score
+        if fastest.cluster.world_size < cluster.world_size:
+            why = f"and on {cluster.world_size} GPUs instead of {fastest.cluster.world_size} it finishes sooner"
+        else:
+            why = "and simpler"
         reasons.append(
-            f"within {gap:.1%} of the best score ({fastest.layout.family}, {describe_config(fastest.config)}), "
-            f"inside the estimate's error, and simpler: preferred"
+            f"within {gap:.1%} of the best score ({fastest.layout.family}, {describe_config(fastest.config)} "
+            f"on {fastest.cluster.world_size} GPUs), inside the estimate's error, {why}: preferred"
         )
     return reasons
 
@@ -153,9 +157,15 @@ def family_fates(
         if name in family_best:
             item = family_best[name]
             if item.score >= best.score * (1 - TIE_TOLERANCE):
+                if best.cluster.world_size > item.cluster.world_size:
+                    why = f"it uses {best.cluster.world_size} GPUs, not {item.cluster.world_size}, so it finishes sooner"
+                elif best.layout.complexity < item.layout.complexity:
+                    why = "it is simpler"
+                else:
+                    why = "it scores higher"
                 fates[name] = (
                     f"fits, and is within {TIE_TOLERANCE:.0%} of {best.layout.family} (inside the estimate's error); "
-                    f"{best.layout.family} is simpler"
+                    f"{best.layout.family} is preferred: {why}"
                 )
                 continue
             ratio = best.score / item.score

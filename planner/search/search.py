@@ -30,10 +30,11 @@ def _check_request(spec: ModelSpec, request: PlanRequest) -> None:
 
 
 def _pick(items: list[Scored]) -> tuple[Scored, Scored]:
-    """(chosen, fastest): the simplest candidate within TIE_TOLERANCE of the best score."""
+    """(chosen, best-scoring): among candidates within TIE_TOLERANCE of the best score, the one
+    on the most GPUs (same cost, sooner done), then the simplest."""
     fastest = max(items, key=lambda item: item.score)
     close = [item for item in items if item.score >= fastest.score * (1 - TIE_TOLERANCE)]
-    chosen = min(close, key=lambda item: (item.layout.complexity, -item.score))
+    chosen = min(close, key=lambda item: (-item.cluster.world_size, item.layout.complexity, -item.score))
     return chosen, fastest
 
 
@@ -107,10 +108,17 @@ def search_plans(
                 memory,
                 request,
                 rank=1 + bisect.bisect_left([-score for score in scores], -item.score),
-                fitting=evaluator.counters.fitting,
+                fitting=len(scored),
                 tokens=tokens,
                 fastest=fastest if item is best_item else _pick(evaluator.families[item.layout.family].fitting)[1],
             )
+            if item.cluster.world_size < cluster.world_size:
+                whole = max((other for other in scored if other.cluster is cluster), key=lambda other: other.score, default=None)
+                gain = f"; the best plan on all {cluster.world_size} scores {whole.score / item.score:.2f}x of this" if whole else ""
+                reasons.append(
+                    f"uses {item.cluster.world_size} of the {cluster.world_size} GPUs: better {request.objective.value} "
+                    f"than spreading over all of them{gain}"
+                )
             if batch_note:
                 reasons.append(batch_note)
             plans.append(_to_plan(item, spec, memory, reasons, calibration))
