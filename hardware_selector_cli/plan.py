@@ -56,6 +56,14 @@ def _without_source(line: str) -> str:
     return line[: line.rfind(" [")] if line.endswith("]") and " [" in line else line
 
 
+def _time_or_cost(speed, tokens: float, world_size: int, by_time: bool) -> str:
+    if speed is None:
+        return "-"
+    if by_time:
+        return f"{speed.time_to_train_s(tokens) / 86400:,.1f}"
+    return f"${speed.cost_usd(tokens, world_size):,.0f}"
+
+
 def print_plans(result, title: str, explain: bool) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -71,7 +79,8 @@ def print_plans(result, title: str, explain: bool) -> None:
         table = Table(title=title)
         for column in ("#", "strategy", "dp×tp×pp", "micro×acc", "AC"):
             table.add_column(column)
-        for column in ("GPU memory", "tokens/s", "MFU", "cost"):
+        by_time = result.objective.value == "time-to-train"
+        for column in ("GPU memory", "tokens/s", "MFU", "days" if by_time else "cost"):
             table.add_column(column, justify="right")
         tokens = result.train_tokens
         for index, plan in enumerate(result.candidates, 1):
@@ -85,10 +94,13 @@ def print_plans(result, title: str, explain: bool) -> None:
                 _bar(plan.memory.total, plan.memory.gpu_capacity_bytes),
                 f"{speed.tokens_per_s:,.0f}" if speed else "-",
                 f"{speed.mfu:.0%}" if speed else "-",
-                f"${speed.cost_usd(tokens, plan.cluster.world_size):,.0f}" if speed else "-",
+                _time_or_cost(speed, tokens, plan.cluster.world_size, by_time),
             )
         console.print(table)
-        console.print(f"cost: to train {tokens:.3g} tokens at ${result.best.cluster.gpu.price_usd_per_hour:.2f}/GPU-hour [{result.best.cluster.gpu.price_source}] (--price, --tokens)", markup=False, highlight=False)
+        if by_time:
+            console.print(f"days: wall time to train {tokens:.3g} tokens (--tokens)", markup=False, highlight=False)
+        else:
+            console.print(f"cost: to train {tokens:.3g} tokens at ${result.best.cluster.gpu.price_usd_per_hour:.2f}/GPU-hour [{result.best.cluster.gpu.price_source}] (--price, --tokens)", markup=False, highlight=False)
         shown = result.candidates if explain else result.candidates[:1]
         for index, plan in enumerate(shown, 1):
             console.print(f"[bold]#{index} {family_label(plan.config)}[/] because:")
