@@ -116,6 +116,8 @@ def plan_summary(plan: Plan) -> dict[str, Any]:
             "overhead_gb": gb("overhead"),
             "per_gpu_gb": gb("total"),
             "cpu_per_node_gb": round(plan.memory.cpu_per_node_bytes / GIB, 3),
+            # The breakdown is at the step's peak; activations are 0 when it is the optimizer step.
+            "peak_phase": plan.memory.peak_phase,
             "sources": dict(plan.memory.sources),
         },
         "reasons": list(plan.reasons),
