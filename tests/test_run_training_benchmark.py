@@ -144,13 +144,13 @@ def _measuring_processes() -> set[int]:
 def test_run_measures_on_cpu_records_and_skips_on_rerun(tmp_path, capsys):
     db = tmp_path / "bench.duckdb"
     argv = ["--model", "gpt2", "--tiny", "--hardware", "cpu", "--distributed", "--max-gpus", "2", "--strategies",
-            "fsdp", "--micro-batches", "2", "--checkpointing", "full", "--seq-len", "64", "--steps", "3",
+            "fsdp", "--micro-batches", "2", "--checkpointing", "full", "--seq-len", "64", "--steps", "2",
             "--warmup", "1", "--run", "--db", str(db)]
     assert run_training_benchmark.main(argv) == 0, capsys.readouterr().err
     assert "recorded 1 ok" in capsys.readouterr().err
     (record,) = BenchmarkStore(db).runs()
     assert (record.strategy, record.gpu_name, record.gpu_count, record.status.value) == ("fsdp-full", "cpu", 2, "ok")
-    assert record.config.activation_checkpointing.value == "full" and record.steps_measured == 3
+    assert record.config.activation_checkpointing.value == "full" and record.steps_measured == 2
     assert record.tokens_per_s == pytest.approx(2 * 2 * 64 / record.step_time_median_s)
     assert len(record.peak_memory_per_rank_bytes) == 2 and min(record.peak_memory_per_rank_bytes) > 50 * 2**20
     assert record.torch_version and record.host and record.runner == "benchmarks_db.measure"
