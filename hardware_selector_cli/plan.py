@@ -126,6 +126,18 @@ def print_plans(result, title: str, explain: bool) -> None:
     )
 
 
+def _target_cluster(cluster: ClusterOptions):
+    """The named cluster, or without --gpu the GPUs of this machine (NVML), if any."""
+    if cluster.gpu:
+        return cluster.resolve()
+    from planner.detect import detect_hardware
+
+    detected = detect_hardware().to_cluster_spec(interconnect=cluster.interconnect, price_per_hour=cluster.price_per_hour)
+    if detected is None:
+        raise UserInputError("no GPU detected here; name the target GPU with --gpu (e.g. --gpu H100-80GB)")
+    return detected
+
+
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     @option_group("model", model_options)
@@ -177,7 +189,7 @@ def register(app: typer.Typer) -> None:
             train_tokens=tokens,
         )
         spec = model.resolve()
-        target = cluster.resolve()
+        target = _target_cluster(cluster)
         result = search_plans(spec, target, request)
         if emit is not None:
             try:

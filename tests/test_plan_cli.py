@@ -117,3 +117,22 @@ def test_plan_emit_writes_the_best_plans_run_folder_and_refuses_to_overwrite(tmp
     assert main(argv) == 2  # the folder exists now
     assert "--force" in capsys.readouterr().err
     assert main([*argv, "--force"]) == 0
+
+
+def test_plan_without_gpu_plans_for_the_detected_machine(monkeypatch, capsys):
+    from planner.detect import SLURM_VARIABLES, TORCHRUN_VARIABLES
+    from tests.fakes.fake_pynvml import dgx_a100, install
+
+    for name in (*SLURM_VARIABLES, *TORCHRUN_VARIABLES):  # one node, whatever launched the tests
+        monkeypatch.delenv(name, raising=False)
+    install(monkeypatch, dgx_a100())
+    document = _json(capsys, ["plan", "--model", "llama-2-7b", "--seq-len", "2048", "--json", "--top", "1"])
+    cluster = document["best"]["cluster"]
+    assert cluster["gpu"]["name"] == "A100-80GB" and cluster["gpus_per_node"] == 8
+    assert cluster["assumptions"][0].startswith("detected 8 x")
+
+
+def test_plan_without_gpu_on_a_cpu_only_machine_is_a_one_line_error(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` fails: no GPUs visible
+    assert main(["plan", "--model", "gpt2"]) == 2
+    assert "no GPU detected here; name the target GPU with --gpu" in capsys.readouterr().err
