@@ -96,3 +96,12 @@ def test_throughput_adjust_hook_reranks_and_the_plan_says_it_was_calibrated():
     assert result.best is not None and result.best.config.strategy is not Strategy.DDP
     assert result.best.calibration == "test: DDP halved"
     assert "slower" in result.rejected["DDP"]
+
+
+def test_qlora_fits_a_65b_class_model_on_one_48gb_gpu_and_16bit_lora_does_not():
+    # QLoRA (Dettmers et al. 2023): a 65B model fine-tunes on a single 48 GB GPU with
+    # a 4-bit NF4 base; a 16-bit base alone (2 bytes per weight) is about three times that.
+    qlora = _search("llama-2-70b", "A6000", 1, qlora=True, lora_rank=16, micro_batch=1, seq_len=512)
+    assert qlora.best is not None and qlora.best.config.qlora
+    lora16 = _search("llama-2-70b", "A6000", 1, lora_rank=16, micro_batch=1, seq_len=512, allow_offload=False)
+    assert lora16.best is None
