@@ -163,6 +163,8 @@ def register(app: typer.Typer) -> None:
         explain: bool = typer.Option(False, "--explain", help="Reasons and memory sources for every plan shown."),
         emit: Optional[Path] = typer.Option(None, "--emit", help="Write the best plan's run folder here."),
         force: bool = typer.Option(False, "--force", help="With --emit: overwrite an existing folder."),
+        db: Optional[Path] = typer.Option(None, "--db", help="Benchmark database to calibrate with (default: $HARDWARE_SELECTOR_DB or the cache dir)."),
+        no_calibration: bool = typer.Option(False, "--no-calibration", help="Ignore benchmark records: analytical estimates only."),
     ) -> None:
         """Find the fastest (or cheapest) way to train a model on a cluster, and explain it."""
         from planner.search import Objective, PlanRequest, StrategyKind, require_best, search_plans
@@ -190,7 +192,13 @@ def register(app: typer.Typer) -> None:
         )
         spec = model.resolve()
         target = _target_cluster(cluster)
-        result = search_plans(spec, target, request)
+        if no_calibration:
+            adjust, calibration = None, "not calibrated (--no-calibration)"
+        else:
+            from benchmarks_db.calibrate import plan_calibration
+
+            adjust, calibration = plan_calibration(spec, target, db)
+        result = search_plans(spec, target, request, adjust, calibration=calibration)
         if emit is not None:
             try:
                 from planner.emit import emit_run_folder
@@ -203,6 +211,7 @@ def register(app: typer.Typer) -> None:
             print(json.dumps(plan_document(result), indent=2))
         else:
             print_plans(result, f"{spec.name} on {target.world_size} x {target.gpu.name}, seq {seq_len}", explain)
+            print(f"throughput {calibration}")
         if emit is not None:
             import sys
 

@@ -1,0 +1,81 @@
+"""`hardware-selector db ...` and the calibration line of `plan`."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks_db.record import spec_hash
+from benchmarks_db.store import BenchmarkStore
+from hardware_selector_cli.app import main
+from planner.model_resolve import resolve_model
+from tests.db_samples import sample_record
+
+PLAN = ["plan", "--model", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "128", "--strategies", "ddp",
+        "--precision", "fp32"]
+
+
+def _filled(tmp_path) -> BenchmarkStore:
+    store = BenchmarkStore(tmp_path / "runs.duckdb")
+    # step = 10 ms + 4 x predicted, exactly
+    store.add_many([sample_record(micro_batch=mb, predicted_step_time_s=0.001 * mb, step_time_median_s=0.01 + 0.004 * mb,
+                                  tokens_per_s=2 * mb * 128 / (0.01 + 0.004 * mb)) for mb in (1, 2, 4)])
+    store.add(sample_record(status="oom", step_time_median_s=None, error="out of memory", strategy="fsdp-full"))
+    return store
+
+
+def test_list_show_export_import_and_calibration(tmp_path, capsys):
+    store = _filled(tmp_path)
+    db = ["--db", str(store.path)]
+    assert main(["db", "list", *db, "--status", "ok"]) == 0
+    out = capsys.readouterr().out
+    assert "3 runs in" in out and out.count("2×cpu") == 3
+    first = store.runs()[0]
+    assert main(["db", "show", first.id[:8], *db]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["id"] == first.id and shown["config"]["micro_batch"] == first.micro_batch
+
+    assert main(["db", "calibration", *db, "--plot", str(tmp_path / "cal.html")]) == 0
+    out = capsys.readouterr().out
+    assert "correction ddp on cpu: 10 ms + x4 (3 records)" in out
+    assert "mean |error|" in out and "0% after calibration" in out
+    page = (tmp_path / "cal.html").read_text()
+    assert page.count("<circle") == 6 and "ddp x2" in page  # predicted and calibrated per record
+
+    exported = tmp_path / "share.parquet"
+    assert main(["db", "export", str(exported), *db]) == 0
+    other = ["--db", str(tmp_path / "other.duckdb")]
+    assert main(["db", "import", str(exported), *other]) == 0
+    assert "imported 4 of 4 rows" in capsys.readouterr().out
+
+
+def test_db_errors_are_one_line(tmp_path, capsys):
+    db = ["--db", str(tmp_path / "empty.duckdb")]
+    assert main(["db", "show", "abc", *db]) == 2
+    assert main(["db", "import", str(tmp_path / "missing.csv"), *db]) == 2
+    assert main(["db", "calibration", *db, "--plot", str(tmp_path / "x.svg")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and "no run with id 'abc'" in err[0] and "no such file" in err[1] and ".png or .html" in err[2]
+
+
+def test_plan_says_how_it_was_calibrated_and_uses_a_measured_record(tmp_path, capsys):
+    store = _filled(tmp_path)
+    assert main([*PLAN, "--db", str(tmp_path / "absent.duckdb")]) == 0
+    assert "throughput not calibrated: no benchmark database" in capsys.readouterr().out
+
+    assert main([*PLAN, "--db", str(store.path), "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["best"]
+    assert best["calibration"].startswith("calibrated on 3 measured runs for cpu")
+    assert best["throughput"]["sources"]["step_time_s"].startswith("calibration: ddp on cpu: 10 ms + x4")
+
+    # Measure the best config itself: the plan now quotes the record.
+    config = json.dumps(best["config"])
+    measured = sample_record(model_name="gpt2", model_spec_hash=spec_hash(resolve_model("gpt2")), tiny=False,
+                             config_json=config, micro_batch=best["config"]["micro_batch"], seq_len=128,
+                             step_time_median_s=best["throughput"]["step_time_s"] / 2, predicted_step_time_s=None)
+    store.add(measured)
+    assert main([*PLAN, "--db", str(store.path), "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["best"]
+    assert best["throughput"]["sources"]["step_time_s"] == (
+        f"measured: benchmark record {measured.id[:8]} ({measured.created_at:%Y-%m-%d})")
+    assert main([*PLAN, "--db", str(store.path), "--no-calibration"]) == 0
+    assert "throughput not calibrated (--no-calibration)" in capsys.readouterr().out
