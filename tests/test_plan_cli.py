@@ -44,8 +44,13 @@ def test_plan_json_has_best_candidates_and_rejected_with_full_plans(capsys):
 
 def test_plan_table_shows_the_best_plan_and_its_reasons(capsys):
     assert main([*PLAN_ARGS, "--top", "2"]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps lines at the terminal width
     assert "tokens/s" in out and "MFU" in out and "because:" in out and "other strategies:" in out
+    assert "source of memory: formula" in out and "source of throughput:" in out
+    assert main([*PLAN_ARGS, "--top", "2", "--explain"]) == 0
+    explained = " ".join(capsys.readouterr().out.split())
+    assert explained.count("because:") == 2 and "[memory: formula" in explained
+    assert "optimizer_states:" in explained  # each plan's memory categories with their sources
 
 
 def test_plan_objective_cost_may_use_fewer_gpus_and_reports_cost(capsys):
