@@ -78,7 +78,7 @@ def plan_reasons(
         f"{item.layout.family} on {cluster.world_size} x {cluster.gpu.name}: {gib(memory.total)} per GPU of "
         f"{gib(memory.usable_bytes)} usable ({gib(cluster.gpu.memory_bytes)} less {request.headroom_fraction:.0%} headroom) "
         f"[{MEMORY_SOURCE}]",
-        f"{throughput.tokens_per_s:,.0f} tokens/s, {throughput.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU "
+        f"{throughput.tokens_per_s:,.0f} tokens/s, {throughput.tflops_per_gpu:.3g} TFLOP/s per GPU, MFU "
         f"{throughput.mfu:.0%}, step {throughput.step_time_s:.3g} s [{throughput_source(throughput)}]",
         f"micro-batch {config.micro_batch} x grad-accum {config.grad_accum} x data-parallel {dp} = "
         f"{config.micro_batch * config.grad_accum * dp} sequences of {config.seq_len} tokens per step",
