@@ -19,9 +19,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test]"
 	@touch $(STAMP)
 
+# The main job: a real plan for a real catalog model on a cluster you may not have yet.
+PLAN_ARGS ?= --model llama-3-8b --gpu H100-80GB --gpus-per-node 8 --nodes 2 --global-batch 512 --seq-len 4096
+
 plan: $(STAMP)
-	$(VENV)/bin/hardware-selector models
-	$(VENV)/bin/hardware-selector detect
+	$(VENV)/bin/hardware-selector plan $(PLAN_ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
