@@ -99,11 +99,8 @@ def run(argv: Sequence[str]) -> int:
 
     try:
         return seed_main(argv)
-    except UserInputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except ValidationError as error:
+    except (UserInputError, ValidationError) as error:
         from .app import validation_message
 
-        print(f"error: {validation_message(error)}", file=sys.stderr)
+        print(f"error: {validation_message(error) if isinstance(error, ValidationError) else error}", file=sys.stderr)
         return 2

@@ -56,6 +56,17 @@ class FamilyRecord:
 
 
 @dataclass
+class Group:
+    """One layout at one precision on one cluster: the candidates that differ in AC and micro-batch."""
+
+    layout: Layout
+    record: FamilyRecord
+    cluster: ClusterSpec
+    batches: list[tuple[int, int]]  # (micro-batch, accumulation), ascending
+    precision: Precision
+
+
+@dataclass
 class Counters:
     considered: int = 0
     memory_evaluations: int = 0
@@ -173,28 +184,21 @@ class CandidateEvaluator:
                 continue
             record.infeasible = None
             for precision in precisions_for(cluster, request):
+                group = Group(layout, record, cluster, batches, precision)
                 fitting_micros: set[int] = set()  # micro-batches that fit with less recomputation
                 for index, ac in enumerate(allowed_ac):
                     remaining = allowed_ac[index:]
                     # Nothing fit with less recomputation: if the lightest candidates do not fit
                     # either, skip the levels in between (memory never grows with more AC).
-                    if index and not fitting_micros and len(remaining) > 1:
-                        if not self._lightest_fits(layout, record, cluster, batches, precision, remaining):
-                            break
-                    scored += self._scan_micro_batches(layout, record, cluster, batches, precision, ac, fitting_micros)
+                    if index and not fitting_micros and len(remaining) > 1 and not self._lightest_fits(group, remaining):
+                        break
+                    scored += self._scan_micro_batches(group, ac, fitting_micros)
         return scored
 
-    def _lightest_fits(
-        self,
-        layout: Layout,
-        record: FamilyRecord,
-        cluster: ClusterSpec,
-        batches: list[tuple[int, int]],
-        precision: Precision,
-        remaining_ac: list[ActivationCheckpointing],
-    ) -> bool:
+    def _lightest_fits(self, group: Group, remaining_ac: list[ActivationCheckpointing]) -> bool:
         """False when even the lightest candidates (most recomputation, smallest micro-batch, and the
         accumulation-free one) do not fit: then no candidate at the remaining AC levels does."""
+        layout, record, cluster, batches, precision = group.layout, group.record, group.cluster, group.batches, group.precision
         base = self._base_fields(layout, precision, remaining_ac[-1])
         evaluations_before = self.counters.memory_evaluations
         lightest = [batches[0]] + ([batches[-1]] if len(batches) > 1 and batches[-1][1] == 1 else [])
@@ -210,16 +214,7 @@ class CandidateEvaluator:
         self.counters.pruned += candidates - (self.counters.memory_evaluations - evaluations_before)
         return False
 
-    def _scan_micro_batches(
-        self,
-        layout: Layout,
-        record: FamilyRecord,
-        cluster: ClusterSpec,
-        batches: list[tuple[int, int]],
-        precision: Precision,
-        ac: ActivationCheckpointing,
-        fitting_micros: set[int],
-    ) -> list[Scored]:
+    def _scan_micro_batches(self, group: Group, ac: ActivationCheckpointing, fitting_micros: set[int]) -> list[Scored]:
         """Fitting candidates of one layout, precision and AC mode; fitting_micros gains theirs.
 
         Memory grows with the micro-batch while accumulation stays above 1, so the
@@ -227,6 +222,7 @@ class CandidateEvaluator:
         candidate (last, when a global batch is given) is evaluated on its own.
         """
         counters = self.counters
+        layout, record, cluster, batches, precision = group.layout, group.record, group.cluster, group.batches, group.precision
         # Validated once; micro-batch and accumulation (positive, generated here) are copied in.
         base = TrainingConfig(**self._base_fields(layout, precision, ac))
         counters.considered += len(batches)
