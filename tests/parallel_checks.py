@@ -28,7 +28,7 @@ from planner.errors import UserInputError
 
 STEPS, SEQ_LEN, LR = 3, 16, 0.1
 REFERENCE_GRAD_NORMS: list[float] = []  # of the latest reference_run, per step
-MODELS = {"gpt2": "gpt2", "llama": "llama-3-8b", "opt": "opt-125m"}
+MODELS = {"gpt2": "gpt2", "llama": "llama-3-8b", "opt": "opt-125m", "qwen2": "qwen2.5-0.5b", "mistral": "mistral-7b"}
 
 
 def tiny(model_key: str):
@@ -163,9 +163,15 @@ def engine_run(model_key: str, dims: ParallelDims, *, zero_stage: int, micro_bat
     engine, *_ = backends.initialize(model=tiny(model_key), config=config)
     parallel = engine.parallel_model
     losses = [float(engine.train_batch(dp_slice(ids, parallel))) for ids in data]
+    gather = getattr(engine.optimizer, "gathered_parameters", None)  # ZeRO-3 frees parameters between uses
+    if gather:
+        gather()
+    param_diff = param_difference(parallel, reference)
+    if gather:
+        engine.optimizer.release_parameters()
     return {
         "loss_diff": max(abs(a - b) for a, b in zip(losses, ref_losses)),
-        "param_diff": param_difference(parallel, reference),
+        "param_diff": param_diff,
         "losses": losses,
         "reference_losses": ref_losses,
     }
@@ -179,6 +185,8 @@ def two_rank_checks() -> dict[str, Callable[[], dict]]:
         for schedule in ("gpipe", "1f1b"):
             checks[f"pp_{key}_{schedule}"] = lambda key=key, schedule=schedule: layout_run(
                 key, ParallelDims(dp=1, pp=2), micro_batches=4, global_batch=8, schedule=schedule)
+    for key in ("qwen2", "mistral"):  # q/k/v biases (Qwen2); Mistral's own classes
+        checks[f"tp_sp_{key}"] = lambda key=key: layout_run(key, ParallelDims(dp=1, tp=2), sequence_parallel=True)
     checks["tp_sp_llama_full_checkpointing"] = lambda: layout_run(
         "llama", ParallelDims(dp=1, tp=2), sequence_parallel=True, checkpointing="full")
     checks["tp_gpt2_selective_checkpointing"] = lambda: layout_run(
@@ -196,6 +204,10 @@ def four_rank_checks() -> dict[str, Callable[[], dict]]:
                                                          micro_batches=2, global_batch=8, sequence_parallel=True),
         "engine_zero1_dp2_pp2_gpt2": lambda: engine_run("gpt2", ParallelDims(dp=2, pp=2), zero_stage=1,
                                                         micro_batches=4, global_batch=8),
+        "engine_zero2_dp2_pp2_gpt2": lambda: engine_run("gpt2", ParallelDims(dp=2, pp=2), zero_stage=2,
+                                                        micro_batches=4, global_batch=8),
+        "engine_zero3_dp2_tp2_llama": lambda: engine_run("llama", ParallelDims(dp=2, tp=2), zero_stage=3,
+                                                         micro_batches=2, global_batch=8),
     }
 
 
