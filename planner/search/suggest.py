@@ -18,6 +18,7 @@ from .layouts import enumerate_layouts
 from .request import PlanRequest
 
 MAX_GPUS = 1024
+DEFAULT_NODE_GPUS = 8
 
 
 def smallest_footprint_fits(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest) -> bool:
@@ -42,15 +43,25 @@ def smallest_footprint_fits(spec: ModelSpec, cluster: ClusterSpec, request: Plan
 
 
 def _sizes(cluster: ClusterSpec) -> list[ClusterSpec]:
-    """Powers of two inside one node, then whole nodes, up to MAX_GPUS."""
+    """Powers of two inside one node, then whole nodes, up to MAX_GPUS.
+
+    A single-GPU request grows into nodes of DEFAULT_NODE_GPUS, as servers come.
+    """
+    per_node = cluster.gpus_per_node if cluster.gpus_per_node > 1 else DEFAULT_NODE_GPUS
+    ram_per_gpu = cluster.cpu_ram_per_node_bytes / cluster.gpus_per_node  # host RAM comes with the GPUs
+
+    def sized(gpus_per_node: int, nodes: int) -> ClusterSpec:
+        update = {"gpus_per_node": gpus_per_node, "num_nodes": nodes, "cpu_ram_per_node_bytes": int(ram_per_gpu * gpus_per_node)}
+        return cluster.model_copy(update=update)
+
     sizes = []
     gpus = 1
-    while gpus < cluster.gpus_per_node:
-        sizes.append(cluster.model_copy(update={"gpus_per_node": gpus, "num_nodes": 1}))
+    while gpus < per_node:
+        sizes.append(sized(gpus, 1))
         gpus *= 2
     nodes = 1
-    while nodes * cluster.gpus_per_node <= MAX_GPUS:
-        sizes.append(cluster.model_copy(update={"num_nodes": nodes}))
+    while nodes * per_node <= MAX_GPUS:
+        sizes.append(sized(per_node, nodes))
         nodes *= 2
     return sizes
 
