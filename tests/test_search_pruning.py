@@ -9,6 +9,8 @@ recomputation) and the same best score, overall and per strategy family.
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from planner.cluster import make_cluster
 from planner.evaluate import memory_on
@@ -52,6 +54,24 @@ def _exhaustive(spec, cluster, request):
 
 @pytest.mark.parametrize("model, gpu, per_node, nodes, request_fields", CASES)
 def test_pruned_search_matches_exhaustive_evaluation(model, gpu, per_node, nodes, request_fields):
+    counters = _compare(model, gpu, per_node, nodes, request_fields)
+    assert counters.memory_evaluations < counters.considered  # the pruning did prune
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    model=st.sampled_from(["opt-1.3b", "llama-2-13b", "mistral-7b", "mixtral-8x7b", "t5-3b", "gpt2-large"]),
+    gpu=st.sampled_from(["V100-16GB", "A10", "A100-40GB", "H100-80GB"]),
+    per_node=st.sampled_from([2, 4, 8]),
+    nodes=st.sampled_from([1, 2]),
+    global_batch=st.sampled_from([16, 48, 128]),
+    seq_len=st.sampled_from([512, 1024]),
+)
+def test_pruned_search_matches_exhaustive_evaluation_on_generated_requests(model, gpu, per_node, nodes, global_batch, seq_len):
+    _compare(model, gpu, per_node, nodes, dict(global_batch=global_batch, seq_len=seq_len))
+
+
+def _compare(model, gpu, per_node, nodes, request_fields):
     spec = resolve_model(model)
     cluster = make_cluster(gpu, gpus_per_node=per_node, nodes=nodes)
     request = PlanRequest(**request_fields)
@@ -62,8 +82,9 @@ def test_pruned_search_matches_exhaustive_evaluation(model, gpu, per_node, nodes
     fitting, best_by_family = _exhaustive(spec, cluster, request)
 
     assert evaluator.counters.fitting == fitting
-    assert evaluator.counters.memory_evaluations < evaluator.counters.considered  # the pruning did prune
+    assert evaluator.counters.memory_evaluations <= evaluator.counters.considered
     searched = {name: max(item.score for item in record.fitting) for name, record in evaluator.families.items() if record.fitting}
     assert searched.keys() == best_by_family.keys()
     for family, score in best_by_family.items():
         assert searched[family] == pytest.approx(score, rel=1e-9), family
+    return evaluator.counters
