@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -24,6 +25,8 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO_ROOT))
 
 from planner.errors import UserInputError  # noqa: E402
+
+TINY_SEQ_LEN = 32  # what `backends.run --tiny` trains (backends/run.py)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"from {', '.join(STRATEGY_FIELDS)} (default: all)")
     parser.add_argument("--micro-batches", nargs="+", type=int, default=[1, 2, 4, 8], metavar="N")
     parser.add_argument("--checkpointing", nargs="+", default=["none", "full"], choices=["none", "selective", "full"])
-    parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default 512, 128 with --tiny)")
+    parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default 512, 32 with --tiny)")
     parser.add_argument("--precision", default=None, help="fp32, bf16-mixed, fp16-mixed (default bf16-mixed; fp32 on cpu)")
     parser.add_argument("--tiny", action="store_true", help="the model's architecture at tiny sizes (CPU runs, tests)")
     parser.add_argument("--output", type=Path, help="write the matrix JSON here (atomically) instead of stdout")
@@ -60,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per config before it is killed")
     parser.add_argument("--shared-launch", action="store_true",
                         help="one torchrun job per GPU count instead of per config (faster start, less isolation)")
+    parser.add_argument("--runner", choices=["auto", "backends", "minimal"], default="auto",
+                        help="backends: python -m backends.run with the strategy's adapter (every strategy); minimal: "
+                             "the built-in DDP/FSDP loop (needed by --shared-launch); auto: backends when installed")
     parser.add_argument("--retry-failed", action="store_true", help="re-run configs recorded as oom/error/timeout")
     parser.add_argument("--db", type=Path, help="benchmark database (default: $HARDWARE_SELECTOR_DB or the cache dir)")
     return parser
@@ -69,8 +75,12 @@ def list_models() -> None:
     from planner.model_catalog import load_catalog
     from planner.units import format_count
 
-    for spec in sorted(load_catalog(), key=lambda s: s.params.total):
-        print(f"{spec.name:<22} {format_count(spec.params.total):>8}  {spec.family.value:<16} {spec.hf_id or ''}")
+    lines = [f"{spec.name:<22} {format_count(spec.params.total):>8}  {spec.family.value:<16} {spec.hf_id or ''}"
+             for spec in sorted(load_catalog(), key=lambda s: s.params.total)]
+    try:
+        print("\n".join(lines))
+    except BrokenPipeError:  # `| head`
+        sys.stdout = open(os.devnull, "w")
 
 
 def model_spec(name: str, tiny: bool):
@@ -114,7 +124,10 @@ def generate(args, spec) -> list:
         max_gpus = args.max_gpus or (2 if kind == "cpu" else 8)
         counts = gpu_counts_up_to(max_gpus) if args.distributed else [1]
         precision = args.precision or ("fp32" if kind == "cpu" else "bf16-mixed")
-        seq_len = args.seq_len or min(128 if args.tiny else 512, spec.max_position_embeddings)
+        seq_len = args.seq_len or min(TINY_SEQ_LEN if args.tiny else 512, spec.max_position_embeddings)
+        if args.run and args.tiny and seq_len > TINY_SEQ_LEN and args.runner != "minimal" and not args.shared_launch:
+            raise UserInputError(f"backends.run --tiny trains {TINY_SEQ_LEN}-token sequences; use --seq-len "
+                                 f"{TINY_SEQ_LEN} or less, or --runner minimal")
         per_node = max_gpus if kind == "cpu" else args.gpus_per_node
         matrix = generate_matrix(
             spec, hardware=kind, gpu=target.gpu, gpu_note=target.note, gpu_counts=counts, gpus_per_node=per_node,
@@ -148,11 +161,12 @@ def run(args, target, matrix) -> int:
 
         summary = run_matrix(matrix, store, current_environment(target.driver), steps=args.steps, warmup=args.warmup,
                              timeout_s=args.timeout, shared_launch=args.shared_launch,
-                             retry_failed=args.retry_failed, on_progress=advance)
+                             retry_failed=args.retry_failed, runner=args.runner, on_progress=advance)
     for line in summary.skipped_unsupported:
         console.print(f"skipped {line}")
     counts = ", ".join(f"{n} {status}" for status, n in sorted(summary.recorded.items())) or "nothing new"
-    console.print(f"recorded {counts} in {store.path} ({summary.skipped_done} already done)")
+    console.print(f"recorded {counts} in {store.path} ({summary.skipped_done} already done; measured by "
+                  f"{summary.runner})")
     return 0
 
 

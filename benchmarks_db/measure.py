@@ -32,6 +32,7 @@ class MeasureJob(BaseModel):
     key: str
     model: str  # catalog name
     tiny: bool
+    gpu: str = "cpu"  # catalog GPU the config was planned for
     config: TrainingConfig
     steps: int = Field(default=8, ge=1)
     warmup: int = Field(default=2, ge=0)

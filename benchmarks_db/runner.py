@@ -10,37 +10,28 @@ interrupted matrix resumes where it stopped.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Literal
 
 from pydantic import BaseModel, Field
 
+from . import backends_launch
 from .environment import RunEnvironment
 from .matrix import BenchmarkMatrix, MatrixEntry
 from .measure import MeasureJob, MeasureResult, unsupported_reason
+from .processes import LaunchOutcome, run_torchrun_command
 from .record import RunRecord, RunStatus
 from .store import BenchmarkStore
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RUNNER_NAME = "benchmarks_db.measure"
+MINIMAL_RUNNER = "benchmarks_db.measure"
+RunnerChoice = Literal["auto", "backends", "minimal"]
 OOM_MARKERS = ("out of memory", "outofmemoryerror", "cannot allocate memory")
 
 
-class LaunchOutcome(BaseModel):
-    """What one torchrun job left behind."""
-
-    returncode: Optional[int]  # None: killed at the timeout
-    stderr_tail: str = ""
-    results: dict[str, MeasureResult] = Field(default_factory=dict)
-
-
 class RunSummary(BaseModel):
+    runner: str = MINIMAL_RUNNER
     recorded: dict[str, int] = Field(default_factory=dict)  # status -> count
     skipped_done: int = 0
     skipped_unsupported: list[str] = Field(default_factory=list)
@@ -50,56 +41,19 @@ class RunSummary(BaseModel):
 Launcher = Callable[[list[MeasureJob], int, float], LaunchOutcome]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def torchrun_launch(jobs: list[MeasureJob], nproc: int, timeout_s: float) -> LaunchOutcome:
-    """One torchrun job measuring `jobs` on `nproc` local ranks."""
+def minimal_launch(jobs: list[MeasureJob], nproc: int, timeout_s: float) -> LaunchOutcome:
+    """One torchrun job measuring `jobs` with the minimal loop on `nproc` local ranks."""
     with tempfile.TemporaryDirectory(prefix="hs-bench-") as scratch:
         jobs_file = Path(scratch) / "jobs.json"
         jobs_file.write_text(json.dumps({"jobs": [job.model_dump(mode="json") for job in jobs]}))
         results_dir = Path(scratch) / "results"
         results_dir.mkdir()
-        env = dict(os.environ)
-        # One thread per rank unless told otherwise: the `cpu` pseudo-GPU is one core, and
-        # more threads than cores thrash (badly, on a shared machine).
-        env.setdefault("OMP_NUM_THREADS", "1")
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
-        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-                   f"--master-port={_free_port()}", "-m", RUNNER_NAME, str(jobs_file), str(results_dir)]
-        process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            _, stderr = process.communicate(timeout=timeout_s)
-            returncode: Optional[int] = process.returncode
-        except subprocess.TimeoutExpired:
-            kill_tree(process.pid)
-            _, stderr = process.communicate()
-            returncode = None
+        returncode, stderr = run_torchrun_command(["-m", MINIMAL_RUNNER, str(jobs_file), str(results_dir)], nproc,
+                                                  timeout_s)
         results = {
             path.stem: MeasureResult.model_validate_json(path.read_text()) for path in results_dir.glob("*.json")
         }
     return LaunchOutcome(returncode=returncode, stderr_tail=stderr[-4000:], results=results)
-
-
-def kill_tree(pid: int) -> None:
-    """Kill torchrun and its ranks: the ranks run in sessions of their own, so a process-group kill misses them."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        processes = [*root.children(recursive=True), root]
-    except psutil.NoSuchProcess:
-        return
-    for process in processes:
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(processes, timeout=10)
 
 
 def classify_failure(outcome: LaunchOutcome, timeout_s: float) -> tuple[RunStatus, str]:
@@ -116,7 +70,7 @@ def classify_failure(outcome: LaunchOutcome, timeout_s: float) -> tuple[RunStatu
 
 
 def build_record(entry: MatrixEntry, matrix: BenchmarkMatrix, environment: RunEnvironment, status: RunStatus,
-                 result: MeasureResult | None, error: str | None) -> RunRecord:
+                 result: MeasureResult | None, error: str | None, runner: str = MINIMAL_RUNNER) -> RunRecord:
     config = entry.config
     global_batch = config.micro_batch * config.grad_accum * config.data_parallel_size(entry.world_size)
     measured: dict = {}
@@ -150,8 +104,19 @@ def build_record(entry: MatrixEntry, matrix: BenchmarkMatrix, environment: RunEn
         predicted_tokens_per_s=predicted.tokens_per_s if predicted else None,
         predicted_peak_memory_bytes=entry.predicted_memory_bytes,
         prediction_json=predicted.model_dump_json() if predicted else None,
-        status=status, error=error, matrix_key=entry.key, runner=RUNNER_NAME, **measured,
+        status=status, error=error, matrix_key=entry.key, runner=runner, **measured,
     )
+
+
+def choose_runner(runner: RunnerChoice, shared_launch: bool) -> tuple[str, Launcher]:
+    """backends.run (every strategy, one config per job) when present, else the minimal DDP/FSDP loop."""
+    if runner == "backends" or (runner == "auto" and not shared_launch and backends_launch.available()):
+        if shared_launch:
+            from planner.errors import UserInputError
+
+            raise UserInputError("--shared-launch needs the minimal runner (backends.run runs one plan per job)")
+        return backends_launch.RUNNER_NAME, backends_launch.backends_run_launch
+    return MINIMAL_RUNNER, minimal_launch
 
 
 def run_matrix(
@@ -164,23 +129,25 @@ def run_matrix(
     timeout_s: float = 600.0,
     shared_launch: bool = False,
     retry_failed: bool = False,
-    launcher: Launcher = torchrun_launch,
+    runner: RunnerChoice = "auto",
+    launcher: Launcher | None = None,
     on_progress: Callable[[MatrixEntry, RunStatus], None] | None = None,
 ) -> RunSummary:
-    summary = RunSummary()
+    runner_name, chosen = choose_runner(runner, shared_launch)
+    launcher = launcher or chosen
+    summary = RunSummary(runner=runner_name)
     done = store.done_matrix_keys(retry_failed=retry_failed)
     pending: list[MatrixEntry] = []
     for entry in matrix.entries:
-        reason = unsupported_reason(entry.config)
+        reason = unsupported_reason(entry.config) if runner_name == MINIMAL_RUNNER else None
         if entry.key in done:
             summary.skipped_done += 1
         elif reason:
             summary.skipped_unsupported.append(f"{entry.label}: {reason}")
         else:
             pending.append(entry)
-    groups = _launch_groups(pending, shared_launch)
-    for group in groups:
-        jobs = [MeasureJob(key=e.key, model=matrix.model, tiny=matrix.tiny, config=e.config, steps=steps,
+    for group in _launch_groups(pending, shared_launch):
+        jobs = [MeasureJob(key=e.key, model=matrix.model, tiny=matrix.tiny, gpu=e.gpu, config=e.config, steps=steps,
                            warmup=warmup) for e in group]
         outcome = launcher(jobs, group[0].world_size, timeout_s * len(group))
         for entry in group:
@@ -191,7 +158,7 @@ def run_matrix(
                 status, error = RunStatus.ERROR, result.error
             else:
                 status, error = classify_failure(outcome, timeout_s * len(group))
-            record = build_record(entry, matrix, environment, status, result, error)
+            record = build_record(entry, matrix, environment, status, result, error, runner_name)
             store.add(record)  # as each result arrives: an interrupted matrix keeps what it measured
             summary.recorded[status.value] = summary.recorded.get(status.value, 0) + 1
             summary.record_ids.append(record.id)

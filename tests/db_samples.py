@@ -7,7 +7,7 @@ from planner.training_config import TrainingConfig
 
 
 def sample_record(**overrides) -> RunRecord:
-    config = TrainingConfig(micro_batch=2, seq_len=128, precision="fp32")
+    config = TrainingConfig(micro_batch=overrides.get("micro_batch", 2), seq_len=128, precision="fp32")
     fields = dict(
         id=new_run_id(), host="test-host", gpu_name="cpu", gpu_count=2, model_name="gpt2", model_spec_hash="0123abcd",
         tiny=True, strategy="ddp", config_json=config.model_dump_json(), micro_batch=2, grad_accum=1, global_batch=4,

@@ -10,7 +10,8 @@ import run_training_benchmark
 from benchmarks_db.environment import current_environment
 from benchmarks_db.matrix import generate_matrix
 from benchmarks_db.measure import MeasureResult
-from benchmarks_db.runner import LaunchOutcome, run_matrix, torchrun_launch
+from benchmarks_db.processes import LaunchOutcome
+from benchmarks_db.runner import minimal_launch, run_matrix
 from benchmarks_db.store import BenchmarkStore
 from planner.model_catalog import find_model
 
@@ -126,7 +127,7 @@ def test_a_job_past_its_timeout_is_killed(tmp_path):
 
     job = MeasureJob(key="slow", model="gpt2", tiny=True, config=matrix.entries[0].config, steps=100000)
     before = _measuring_processes()
-    outcome = torchrun_launch([job], nproc=1, timeout_s=3)
+    outcome = minimal_launch([job], nproc=1, timeout_s=3)
     assert outcome.returncode is None and outcome.results == {}
     assert _measuring_processes() <= before  # the rank (in a session of its own) died with torchrun
 
@@ -141,18 +142,18 @@ def _measuring_processes() -> set[int]:
     return found
 
 
-def test_run_measures_on_cpu_records_and_skips_on_rerun(tmp_path, capsys):
+def test_run_measures_through_backends_run_records_and_skips_on_rerun(tmp_path, capsys):
     db = tmp_path / "bench.duckdb"
     argv = ["--model", "gpt2", "--tiny", "--hardware", "cpu", "--distributed", "--max-gpus", "2", "--strategies",
-            "fsdp", "--micro-batches", "2", "--checkpointing", "full", "--seq-len", "64", "--steps", "2",
-            "--warmup", "1", "--run", "--db", str(db)]
+            "fsdp", "--micro-batches", "2", "--checkpointing", "full", "--steps", "2", "--warmup", "1", "--run",
+            "--db", str(db)]
     assert run_training_benchmark.main(argv) == 0, capsys.readouterr().err
     assert "recorded 1 ok" in capsys.readouterr().err
     (record,) = BenchmarkStore(db).runs()
     assert (record.strategy, record.gpu_name, record.gpu_count, record.status.value) == ("fsdp-full", "cpu", 2, "ok")
     assert record.config.activation_checkpointing.value == "full" and record.steps_measured == 2
-    assert record.tokens_per_s == pytest.approx(2 * 2 * 64 / record.step_time_median_s)
-    assert len(record.peak_memory_per_rank_bytes) == 2 and min(record.peak_memory_per_rank_bytes) > 50 * 2**20
-    assert record.torch_version and record.host and record.runner == "benchmarks_db.measure"
+    assert record.seq_len == 32 and record.tokens_per_s == pytest.approx(2 * 2 * 32 / record.step_time_median_s)
+    assert min(record.peak_memory_per_rank_bytes) > 50 * 2**20  # rank 0's RSS: torch alone is more
+    assert record.torch_version and record.host and record.runner == "backends.run"
     assert run_training_benchmark.main(argv) == 0
     assert "1 configs, 1 already in" in capsys.readouterr().err and BenchmarkStore(db).count() == 1
