@@ -94,9 +94,11 @@ def plan_reasons(
         parts.append(f"ZeRO-{config.zero_stage} over data-parallel {dp}" if dp > 1 else "no data parallelism")
         reasons.append(", ".join(parts))
     if config.activation_checkpointing is not ActivationCheckpointing.NONE:
+        # The search keeps a checkpointed candidate only where less recomputation does not fit.
+        lighter = "selective or no" if config.activation_checkpointing is ActivationCheckpointing.FULL else "no"
         reasons.append(
-            f"{config.activation_checkpointing.value} activation checkpointing: without it this micro-batch "
-            f"does not fit, or no faster candidate does"
+            f"{config.activation_checkpointing.value} activation checkpointing: micro-batch {config.micro_batch} "
+            f"does not fit with {lighter} checkpointing, and no candidate of this family with less recomputation scores higher"
         )
     ordinal = f"{rank}{'th' if 10 <= rank % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(rank % 10, 'th')}"
     reasons.append(
