@@ -56,9 +56,13 @@ Other fixed choices, all chosen to mirror a typical CUDA training step:
 * Loss: causal-LM loss with labels = input_ids for decoders, MLM-style loss with
   labels = input_ids for BERT-like encoders, seq2seq loss for T5 (decoder length = seq_len).
 * ``activation_checkpointing="full"``: HF `gradient_checkpointing_enable` with
-  `use_reentrant=False` (every `GradientCheckpointingLayer` is recomputed). There is no
-  "selective" mode: HF has no selective checkpointing of its own, and torch's op-level
-  SAC policies have no agreed meaning to match an estimator against.
+  `use_reentrant=False` (every `GradientCheckpointingLayer` is recomputed).
+  ``"selective"``: Korthikanti et al.'s selective recomputation, i.e. the attention core
+  (q·kᵀ, softmax, dropout, ·v; for SDPA the kernel) recomputed in backward. HF has no
+  such mode, so the trace wraps the attention function the model calls (the "sdpa" entry
+  of transformers' AttentionInterface, or the modeling module's `eager_attention_forward`)
+  in a non-reentrant `torch.utils.checkpoint`: only its inputs q, k, v (before repeat_kv)
+  and the mask are kept. Not available for T5 (its attention is inline).
 
 Attention: ``attention="sdpa"`` stands for the fused flash / memory-efficient kernel on
 CUDA. On CPU, SDPA dispatches to `aten._scaled_dot_product_flash_attention_for_cpu`
@@ -80,6 +84,7 @@ LayerNorm models (GPT-2, OPT, BERT) are somewhat lower here than on CUDA.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -133,7 +138,7 @@ class TraceConfig(BaseModel):
     micro_batch: int = Field(ge=1)
     seq_len: int = Field(ge=1)
     precision: Precision = "bf16-mixed"
-    activation_checkpointing: Literal["none", "full"] = "none"
+    activation_checkpointing: Literal["none", "selective", "full"] = "none"
     optimizer: Literal["adamw", "sgd", "adafactor"] = "adamw"
     attention: Literal["sdpa", "eager"] = "sdpa"
     world_size: int = Field(default=1, ge=1)
@@ -335,6 +340,37 @@ def _ensure_fake_process_group(world_size: int):
     return init_device_mesh("cpu", (world_size,))
 
 
+def _checkpointed(attention_function):
+    """The attention function, recomputed in backward (keeps only its tensor inputs)."""
+    import torch.utils.checkpoint
+
+    def selective(module, query, key, value, attention_mask, **kwargs):
+        def core(q, k, v, mask):
+            return attention_function(module, q, k, v, mask, **kwargs)
+
+        # No RNG state to restore under FakeTensorMode; memory is the same either way.
+        return torch.utils.checkpoint.checkpoint(
+            core, query, key, value, attention_mask, use_reentrant=False, preserve_rng_state=False
+        )
+
+    return selective
+
+
+def _selective_checkpointing(stack, model) -> None:
+    """Patch the attention functions `model` calls with checkpointed ones, for the step."""
+    import sys
+
+    from transformers.modeling_utils import AttentionInterface
+
+    modeling = sys.modules[type(model).__module__]
+    eager = getattr(modeling, "eager_attention_forward", None)
+    if eager is None:
+        raise ValueError(f"{type(model).__name__}: no eager_attention_forward to checkpoint (selective)")
+    stack.enter_context(mock.patch.object(modeling, "eager_attention_forward", _checkpointed(eager)))
+    sdpa = AttentionInterface._global_mapping["sdpa"]
+    stack.enter_context(mock.patch.dict(AttentionInterface._global_mapping, {"sdpa": _checkpointed(sdpa)}))
+
+
 def _traced_step(trace: TraceConfig, config, mesh, low, autocast):
     """Build the model under FakeTensorMode and run the tracked step; see run_trace."""
     import torch
@@ -343,7 +379,9 @@ def _traced_step(trace: TraceConfig, config, mesh, low, autocast):
     from torch.distributed._tools.mem_tracker import MemTracker
     from transformers.integrations import moe
 
-    with FakeTensorMode(), mock.patch.object(moe, "_can_use_grouped_mm", lambda *args: False):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(FakeTensorMode())
+        stack.enter_context(mock.patch.object(moe, "_can_use_grouped_mm", lambda *args: False))
         # Pure bf16 is built in bf16 (as from_pretrained(dtype=bf16) would): `model.to()`
         # cannot swap tied fake parameters ("Cannot swap ... weakref").
         dtype = torch.bfloat16 if trace.precision == "bf16" else torch.float32
@@ -354,6 +392,8 @@ def _traced_step(trace: TraceConfig, config, mesh, low, autocast):
         model.train()
         if trace.activation_checkpointing == "full":
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        elif trace.activation_checkpointing == "selective":
+            _selective_checkpointing(stack, model)
         param_count = sum(p.numel() for p in model.parameters())
         if mesh is not None:
             _fsdp_wrap(model, mesh, trace.precision)

@@ -6,7 +6,7 @@ values are the HF defaults of each family unless written here; memory_trace.py z
 the attention dropout for ``attention="sdpa"``.
 
 The grid spans micro-batch 1–8, sequence 128–4096, fp32 / bf16-mixed / fp16-mixed /
-bf16, activation checkpointing none/full, AdamW / SGD / Adafactor, SDPA / eager, and
+bf16, activation checkpointing none/selective/full, AdamW / SGD / Adafactor, SDPA / eager, and
 world size 1 and FSDP2 2, 4, 8, 64. ``fast=True`` marks tiny configs for a quick check.
 """
 
@@ -74,6 +74,7 @@ CONFIGS: list[TraceConfig] = [
     _c("tiny-gpt2-fp32-adamw", TINY_GPT2, 2, 128, "fp32", fast=True),
     _c("tiny-llama-gqa-bf16mixed", TINY_LLAMA_GQA, 2, 256, fast=True),
     _c("tiny-llama-gqa-fsdp4-bf16mixed", TINY_LLAMA_GQA, 2, 256, world_size=4, fast=True),
+    _c("tiny-llama-gqa-bf16mixed-selective", TINY_LLAMA_GQA, 2, 256, activation_checkpointing="selective", fast=True),
     _c("tiny-bert-fp32-eager", TINY_BERT, 4, 128, "fp32", attention="eager", fast=True),
     _c("tiny-mixtral-bf16", TINY_MIXTRAL, 2, 128, "bf16", fast=True),
     _c("tiny-t5-fp32-eager-sgd", TINY_T5, 2, 128, "fp32", attention="eager", optimizer="sgd", fast=True),
@@ -85,18 +86,25 @@ CONFIGS: list[TraceConfig] = [
     _c("gpt2-b8-s512-bf16mixed-ac", GPT2_124M, 8, 512, activation_checkpointing="full"),
     _c("gpt2-b2-s1024-bf16-sgd", GPT2_124M, 2, 1024, "bf16", optimizer="sgd"),
     _c("gpt2-fsdp64-b2-s1024-bf16mixed", GPT2_124M, 2, 1024, world_size=64),
+    _c("gpt2-b4-s1024-bf16mixed-eager-selective", GPT2_124M, 4, 1024, attention="eager",
+       activation_checkpointing="selective"),
     # OPT
     _c("opt125m-b8-s512-bf16mixed", OPT_125M, 8, 512),
     _c("opt125m-b4-s2048-fp32-eager", OPT_125M, 4, 2048, "fp32", attention="eager"),
     _c("opt350m-b4-s1024-bf16mixed", OPT_350M, 4, 1024),
     _c("opt350m-b4-s1024-bf16mixed-ac", OPT_350M, 4, 1024, activation_checkpointing="full"),
     _c("opt350m-fsdp8-b4-s2048-bf16mixed", OPT_350M, 4, 2048, world_size=8),
+    _c("opt350m-fsdp8-b4-s2048-bf16mixed-eager-selective", OPT_350M, 4, 2048, world_size=8, attention="eager",
+       activation_checkpointing="selective"),
     # Llama-3-style GQA (Llama-3.2-1B shapes)
     _c("llama3-1b-b1-s2048-bf16mixed", LLAMA3_1B, 1, 2048),
     _c("llama3-1b-b1-s2048-bf16mixed-eager", LLAMA3_1B, 1, 2048, attention="eager"),
     _c("llama3-1b-b2-s4096-bf16mixed-ac", LLAMA3_1B, 2, 4096, activation_checkpointing="full"),
     _c("llama3-1b-b4-s1024-bf16-adamw", LLAMA3_1B, 4, 1024, "bf16"),
     _c("llama3-1b-b1-s1024-fp32-sgd", LLAMA3_1B, 1, 1024, "fp32", optimizer="sgd"),
+    _c("llama3-1b-b2-s2048-bf16mixed-selective", LLAMA3_1B, 2, 2048, activation_checkpointing="selective"),
+    _c("llama3-1b-b1-s4096-bf16-eager-selective", LLAMA3_1B, 1, 4096, "bf16", attention="eager",
+       activation_checkpointing="selective"),
     _c("llama3-1b-fsdp2-b2-s2048-bf16mixed", LLAMA3_1B, 2, 2048, world_size=2),
     _c("llama3-1b-fsdp8-b2-s4096-bf16mixed-ac", LLAMA3_1B, 2, 4096, world_size=8,
        activation_checkpointing="full"),
@@ -113,10 +121,13 @@ CONFIGS: list[TraceConfig] = [
     _c("mixtral-small-b4-s1024-bf16mixed", MIXTRAL_SMALL, 4, 1024),
     _c("mixtral-small-b4-s1024-fp32-eager", MIXTRAL_SMALL, 4, 1024, "fp32", attention="eager"),
     _c("mixtral-small-fsdp2-b4-s2048-bf16mixed", MIXTRAL_SMALL, 4, 2048, world_size=2),
+    _c("mixtral-small-b4-s2048-bf16-selective", MIXTRAL_SMALL, 4, 2048, "bf16", activation_checkpointing="selective"),
     # BERT-base (MLM loss)
     _c("bert-base-b8-s512-fp32", BERT_BASE, 8, 512, "fp32"),
     _c("bert-base-b8-s512-bf16mixed-eager", BERT_BASE, 8, 512, attention="eager"),
     _c("bert-base-fsdp4-b4-s128-fp32", BERT_BASE, 4, 128, "fp32", world_size=4),
+    _c("bert-base-b8-s512-fp32-eager-selective", BERT_BASE, 8, 512, "fp32", attention="eager",
+       activation_checkpointing="selective"),
     # T5 (seq2seq loss, decoder length = seq_len)
     _c("t5-small-b8-s512-bf16mixed-eager", T5_SMALL, 8, 512, attention="eager"),
     _c("t5-base-b4-s512-fp32-eager-adafactor", T5_BASE, 4, 512, "fp32", attention="eager", optimizer="adafactor"),

@@ -125,8 +125,15 @@ def block_bytes(
 
     fused = layout.attention is AttentionKernel.SDPA and traits.fused_attention
     selective = layout.checkpointing is ActivationCheckpointing.SELECTIVE
-    # q, k and v (k and v repeated to all query heads: repeat_kv), the output projection's input.
-    attention = 4 * q_width * w
+
+    if selective:
+        # The recomputed core keeps only its inputs: q, and k and v before repeat_kv. Under
+        # autocast, rotary embeddings (fp32 cos/sin) promote q and k to fp32.
+        rotary_width = 4 if widths.autocast and spec.position_embedding == "rotary" else w
+        attention = (q_width + kv_width) * rotary_width + (q_width + kv_width) * w
+    else:
+        # q, k and v (k and v repeated to all query heads: repeat_kv), the output projection's input.
+        attention = 4 * q_width * w
     if fused:
         if not selective:
             attention += q_width * w + spec.num_heads * 4  # kernel output and logsumexp
@@ -148,7 +155,7 @@ def block_bytes(
     if spec.is_moe:
         k = spec.experts_per_token
         # Each token's hidden state is gathered for, and weighted after, each of its k experts.
-        mlp = k * mlp + 2 * k * h * w + spec.num_experts * 4
+        mlp = k * mlp + k * h * (w + widths.experts) + spec.num_experts * 4
     return hidden / hidden_split + (attention + mlp) / tp
 
 
