@@ -36,12 +36,14 @@ CHECKPOINT_MODES = ("none", "selective", "full")
 
 
 class ParallelModel(nn.Module):
-    def __init__(self, model: nn.Module, groups: ParallelGroups, *, layer_range: tuple[int, int],
+    def __init__(self, model: nn.Module, groups: ParallelGroups, *, chunk_ranges: list[tuple[int, int]],
                  sequence_parallel: bool, activation_checkpointing: str, tied_embedding_grad_group: Any = None):
         super().__init__()
         self.module = model
         self.groups = groups
-        self.layer_range = layer_range
+        # Layers of each model chunk this rank runs: one chunk, or `virtual_stages` for interleaved 1F1B,
+        # chunk c being pipeline stage c * pp + pp_rank.
+        self.chunk_ranges = chunk_ranges
         self.sequence_parallel = sequence_parallel
         self.activation_checkpointing = activation_checkpointing
         self.is_first_stage = groups.pp_rank == 0
@@ -62,10 +64,12 @@ class ParallelModel(nn.Module):
             return checkpoint(run_layer, layer, hidden, arguments, use_reentrant=False)
         return run_layer(layer, hidden, arguments)
 
-    def stage_forward(self, inputs: torch.Tensor) -> torch.Tensor:
+    def stage_forward(self, inputs: torch.Tensor, chunk: int = 0) -> torch.Tensor:
         """Input ids (first stage) or hidden states -> hidden states, or vocab-sharded logits on the last stage."""
         tp_group = self.groups.tp_group
-        if self.is_first_stage:
+        first = self.is_first_stage and chunk == 0
+        last = self.is_last_stage and chunk == len(self.chunk_ranges) - 1
+        if first:
             hidden = embed(self.module, inputs)
             seq_len = hidden.shape[1]
             if self.sequence_parallel:
@@ -74,9 +78,9 @@ class ParallelModel(nn.Module):
             hidden = inputs
             seq_len = hidden.shape[1] * (self.dims.tp if self.sequence_parallel else 1)
         arguments = layer_arguments(self.module, hidden, seq_len)
-        for index in range(*self.layer_range):
+        for index in range(*self.chunk_ranges[chunk]):
             hidden = self._layer(index, hidden, arguments)
-        if not self.is_last_stage:
+        if not last:
             return hidden
         norm = final_norm(self.module)
         if norm is not None:
@@ -175,12 +179,12 @@ def _checkpoint_attention(model: nn.Module) -> None:
         attention.forward = functools.wraps(original)(recomputed)
 
 
-def _prune_to_stage(model: nn.Module, first: bool, last: bool, layer_range: tuple[int, int]) -> None:
+def _prune_to_stage(model: nn.Module, first: bool, last: bool, chunk_ranges: list[tuple[int, int]]) -> None:
     """Drop the modules other stages own; kept layers keep their global index (and state-dict names)."""
     arch = architecture_of(model)
     layers = decoder_layers(model)
     for index in range(len(layers)):
-        if not layer_range[0] <= index < layer_range[1]:
+        if not any(start <= index < end for start, end in chunk_ranges):
             layers[index] = nn.Identity()
     backbone = get_path(model, arch.backbone)
     if not first:
@@ -214,7 +218,8 @@ def _tied_embedding_groups(groups: ParallelGroups) -> Any:
 
 def parallelize(model: nn.Module, dims: ParallelDims | ParallelGroups, *, activation_checkpointing: str = "none",
                 sequence_parallel: bool = False, stage_split: Sequence[int] | None = None,
-                pipeline_schedule: str = "1f1b", device_type: str = "cpu") -> ParallelModel:
+                pipeline_schedule: str = "1f1b", virtual_stages: int | None = None,
+                device_type: str = "cpu") -> ParallelModel:
     """This rank's part of `model` under the layout; see the module docstring for the order of steps."""
     if activation_checkpointing not in CHECKPOINT_MODES:
         raise ValueError(f"activation_checkpointing must be one of {CHECKPOINT_MODES}")
@@ -223,17 +228,21 @@ def parallelize(model: nn.Module, dims: ParallelDims | ParallelGroups, *, activa
     require_sdpa(model)
     if sequence_parallel and groups.dims.tp == 1:
         sequence_parallel = False  # nothing to split along
-    ranges = stage_layer_ranges(len(decoder_layers(model)), groups.dims.pp, stage_split)
-    layer_range = ranges[groups.pp_rank]
+    pp = groups.dims.pp
+    if virtual_stages is None:  # the planner's interleaved plans use 2 chunks per rank
+        virtual_stages = 2 if pipeline_schedule == "interleaved-1f1b" and pp > 1 else 1
+    ranges = stage_layer_ranges(len(decoder_layers(model)), pp * virtual_stages,
+                                _per_virtual_stage(stage_split, pp, virtual_stages))
+    chunk_ranges = [ranges[chunk * pp + groups.pp_rank] for chunk in range(virtual_stages)]
     tied = _tied(model)
     tied_group = _tied_embedding_groups(groups) if tied and groups.dims.pp > 1 else None
     if groups.dims.pp > 1:
-        _prune_to_stage(model, groups.pp_rank == 0, groups.pp_rank == groups.dims.pp - 1, layer_range)
+        _prune_to_stage(model, groups.pp_rank == 0, groups.pp_rank == groups.dims.pp - 1, chunk_ranges)
     if groups.dims.tp > 1:
         apply_tensor_parallel(model, groups.tp_group, sequence_parallel=sequence_parallel)
     if activation_checkpointing == "selective":
         _checkpoint_attention(model)
-    parallel = ParallelModel(model, groups, layer_range=layer_range, sequence_parallel=sequence_parallel,
+    parallel = ParallelModel(model, groups, chunk_ranges=chunk_ranges, sequence_parallel=sequence_parallel,
                              activation_checkpointing=activation_checkpointing, tied_embedding_grad_group=tied_group)
     if groups.dims.pp > 1:
         from backends.pipeline_parallel.runner import PipelineRunner
@@ -241,3 +250,16 @@ def parallelize(model: nn.Module, dims: ParallelDims | ParallelGroups, *, activa
         parallel.pipeline_runner = PipelineRunner(parallel, schedule=pipeline_schedule)
     return parallel
 
+
+
+def _per_virtual_stage(stage_split: Sequence[int] | None, pp: int, virtual_stages: int) -> list[int] | None:
+    """A plan's stage_split lists layers per pipeline rank; with virtual stages each rank's share is cut
+    into `virtual_stages` near-equal chunks (a list already per virtual stage is used as it is)."""
+    if stage_split is None or virtual_stages == 1 or len(stage_split) == pp * virtual_stages:
+        return None if stage_split is None else list(stage_split)
+    if len(stage_split) != pp:
+        return list(stage_split)  # stage_layer_ranges explains what is wrong
+    per_rank = [[count // virtual_stages + (1 if c < count % virtual_stages else 0) for c in range(virtual_stages)]
+                for count in stage_split]
+    # Chunk c of rank r is stage c * pp + r.
+    return [per_rank[rank][chunk] for chunk in range(virtual_stages) for rank in range(pp)]

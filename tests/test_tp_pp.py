@@ -19,7 +19,7 @@ from tests.parallel_checks import assert_matches_reference, run_checks
 
 TWO_RANK_CHECKS = [
     "tp_gpt2", "tp_llama", "tp_opt", "tp_sp_gpt2", "tp_sp_llama", "tp_sp_opt", "tp_sp_qwen2", "tp_sp_mistral",
-    "pp_gpt2_gpipe", "pp_gpt2_1f1b", "pp_llama_gpipe", "pp_llama_1f1b", "pp_opt_1f1b",
+    "pp_gpt2_gpipe", "pp_gpt2_1f1b", "pp_llama_gpipe", "pp_llama_1f1b", "pp_opt_1f1b", "pp_llama_interleaved",
     "tp_sp_llama_full_checkpointing", "tp_gpt2_selective_checkpointing", "reshard_tp2_to_pp2",
 ]
 
@@ -56,6 +56,15 @@ def test_stage_split_balances_embedding_and_head_cost():
     assert stage_layer_ranges(6, 3, [1, 2, 3]) == [(0, 1), (1, 3), (3, 6)]
     with pytest.raises(UserInputError, match="summing to 6"):
         stage_layer_ranges(6, 2, [1, 2])
+
+
+def test_plan_stage_split_per_rank_becomes_interleaved_chunks():
+    from backends.parallelize import _per_virtual_stage
+
+    # Rank 0 runs 5 layers, rank 1 runs 3; with 2 chunks each, stage c * pp + r is chunk c of rank r.
+    assert _per_virtual_stage([5, 3], 2, 2) == [3, 2, 2, 1]
+    assert _per_virtual_stage([1, 1, 1, 1], 2, 2) == [1, 1, 1, 1]
+    assert _per_virtual_stage(None, 2, 2) is None
 
 
 def test_parallel_dims_checks_world_and_node():

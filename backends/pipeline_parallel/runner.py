@@ -1,4 +1,4 @@
-"""Drive one pipeline stage through a GPipe or 1F1B schedule (torch.distributed.pipelining).
+"""Drive this rank's pipeline stage(s) through GPipe, 1F1B or interleaved 1F1B (torch.distributed.pipelining).
 
 Stages are built by hand (backends/parallelize.py prunes the HF model to its
 layers), so no tracing is involved and each stage may itself be
@@ -21,16 +21,17 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-SCHEDULES = ("gpipe", "1f1b")
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 
 
 class _Stage(nn.Module):
-    def __init__(self, parallel_model: nn.Module):
+    def __init__(self, parallel_model: nn.Module, chunk: int):
         super().__init__()
         self.parallel_model = parallel_model
+        self.chunk = chunk
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        return self.parallel_model.stage_forward(inputs)
+        return self.parallel_model.stage_forward(inputs, self.chunk)
 
 
 class PipelineRunner:
@@ -45,15 +46,17 @@ class PipelineRunner:
         self._schedules: dict[tuple, object] = {}
         self._loss_scale = 1.0
 
-    def _example_tensors(self, micro_batch: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _example_tensors(self, micro_batch: int, seq_len: int, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
         model = self.parallel_model
         config = model.module.config
         dtype = next(model.parameters()).dtype
         shard_len = seq_len // model.dims.tp if model.sequence_parallel else seq_len
         # requires_grad marks activations that carry gradients back to the previous stage.
         hidden = torch.zeros(micro_batch, shard_len, config.hidden_size, dtype=dtype, requires_grad=True)
-        inputs = torch.zeros(micro_batch, seq_len, dtype=torch.long) if model.is_first_stage else hidden
-        if model.is_last_stage:
+        first = model.is_first_stage and chunk == 0
+        last = model.is_last_stage and chunk == len(model.chunk_ranges) - 1
+        inputs = torch.zeros(micro_batch, seq_len, dtype=torch.long) if first else hidden
+        if last:
             vocab_shard = model.module.lm_head.weight.shape[0]
             outputs = torch.zeros(micro_batch, seq_len, vocab_shard, dtype=dtype, requires_grad=True)
         else:
@@ -63,14 +66,24 @@ class PipelineRunner:
     def _schedule(self, n_micro: int, micro_batch: int, seq_len: int):
         key = (n_micro, micro_batch, seq_len)
         if key not in self._schedules:
-            from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+            from torch.distributed.pipelining import (
+                PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
+            )
 
             model = self.parallel_model
-            inputs, outputs = self._example_tensors(micro_batch, seq_len)
-            stage = PipelineStage(_Stage(model), model.groups.pp_rank, model.dims.pp, torch.device("cpu"),
-                                  input_args=(inputs,), output_args=(outputs,), group=model.groups.pp_group)
-            schedule_class = ScheduleGPipe if self.schedule_name == "gpipe" else Schedule1F1B
-            self._schedules[key] = schedule_class(stage, n_microbatches=n_micro, loss_fn=self._loss, scale_grads=False)
+            pp, chunks = model.dims.pp, len(model.chunk_ranges)
+            stages = []
+            for chunk in range(chunks):
+                inputs, outputs = self._example_tensors(micro_batch, seq_len, chunk)
+                stages.append(PipelineStage(_Stage(model, chunk), chunk * pp + model.groups.pp_rank, pp * chunks,
+                                            torch.device("cpu"), input_args=(inputs,), output_args=(outputs,),
+                                            group=model.groups.pp_group))
+            if self.schedule_name == "interleaved-1f1b":
+                schedule = ScheduleInterleaved1F1B(stages, n_microbatches=n_micro, loss_fn=self._loss, scale_grads=False)
+            else:
+                schedule_class = ScheduleGPipe if self.schedule_name == "gpipe" else Schedule1F1B
+                schedule = schedule_class(stages[0], n_microbatches=n_micro, loss_fn=self._loss, scale_grads=False)
+            self._schedules[key] = schedule
         return self._schedules[key]
 
     def _loss(self, local_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
