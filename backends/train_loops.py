@@ -132,9 +132,11 @@ def run_accelerate(run: TrainRun) -> None:
     deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false") == "true"
     if run.target.device == "cpu":
         configure_cpu_accelerate_state("deepspeed" if deepspeed else run.target.strategy.value)
+    # Built before the Accelerator: under a ZeRO-3 plugin transformers would build it inside
+    # deepspeed.zero.Init, whose random init differs from every other backend's.
+    model = run.build_model()
     # With DeepSpeed the accumulation comes from ds_config.json.
     accelerator = Accelerator() if deepspeed else Accelerator(gradient_accumulation_steps=run.target.grad_accum)
-    model = run.build_model()
     if run.wants_recompute() and accelerator.distributed_type is not DistributedType.FSDP:
         model.gradient_checkpointing_enable()  # FSDP recomputes through fsdp_activation_checkpointing
     ds_config = accelerator.state.deepspeed_plugin.deepspeed_config if deepspeed else {}

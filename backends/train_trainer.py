@@ -28,13 +28,13 @@ def run_trainer(run: TrainRun) -> None:
     import torch.distributed as dist
     from transformers import Trainer
 
+    model = run.build_model()  # before the arguments: a ZeRO-3 config would route it through zero.Init
     overrides: dict[str, Any] = {"max_steps": run.steps, "logging_steps": 1, "disable_tqdm": True}
     strategy = run.target.strategy.value
     if run.target.device == "cpu" and strategy in ("fsdp", "deepspeed"):
         configure_cpu_accelerate_state(strategy)
         overrides["accelerator_config"] = {"use_configured_state": True}
     args = training_arguments(run.plan, run.output_dir, nproc_override=run.target.nproc_per_node, **overrides)
-    model = run.build_model()
     trainer = Trainer(model=model, args=args, train_dataset=_CausalLmSamples(run.dataset()))
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
