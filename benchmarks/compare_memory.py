@@ -168,12 +168,40 @@ def update_docs(path: Path, table: str) -> None:
     os.replace(tmp, path)
 
 
+def llm_foundry_fit_check() -> str:
+    """How many of llm-foundry's measured runs (they ran, so they fit) our estimate calls over.
+
+    Not a pass/fail check: llm-foundry's MPT stack uses a fused in-place cross-entropy and
+    no dropout, while the estimate describes HF transformers' loss (fp32 log-softmax,
+    12 bytes per logit at backward start), so it is conservative there.
+    """
+    from benchmarks.calibrate_throughput import calibration_cases, held_out_cases
+    from planner.memory.estimate import estimate_memory
+
+    cases = calibration_cases() + [case for group in held_out_cases().values() for case in group]
+    ratios = []
+    for _, spec, config, cluster in cases:
+        memory = estimate_memory(
+            spec, config, world_size=cluster.world_size, gpus_per_node=cluster.gpus_per_node,
+            gpu_capacity_bytes=cluster.gpu.memory_bytes,
+        )
+        ratios.append(memory.total / memory.gpu_capacity_bytes)
+    over = [ratio for ratio in ratios if ratio > 1]
+    return (
+        f"llm-foundry measured runs (MPT, FSDP, A100/H100): {len(over)} of {len(ratios)} estimated over the GPU "
+        f"(worst {max(ratios):.2f}x its memory); {sum(r <= 1 for r in ratios)} estimated to fit."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument("--update-docs", type=Path, metavar="FILE", help="rewrite the generated table in FILE")
+    parser.add_argument("--llm-foundry", action="store_true", help="also check llm-foundry's measured runs fit")
     args = parser.parse_args(argv)
+    if args.llm_foundry:
+        print(llm_foundry_fit_check())
 
     rows = [compare(result) for result in load_results(args.results)]
     table = markdown_table(rows)
