@@ -1,0 +1,106 @@
+"""Property: over many plans, every emitted file states the same batch sizes, precision and world size."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from planner.emit import render_run_folder
+from planner.emit.target import run_target
+from planner.errors import UserInputError
+
+from emit_plans import make_plan
+
+PRECISION_FLAGS = {"fp32": (False, False), "fp16-mixed": (True, False), "bf16-mixed": (False, True), "bf16": (False, True)}
+
+
+@st.composite
+def plans(draw):
+    gpu = draw(st.sampled_from(["cpu", "a100-80gb", "h100-80gb"]))
+    gpus_per_node = draw(st.sampled_from([1, 2, 4, 8]))
+    nodes = draw(st.integers(1, 3))
+    strategy = draw(st.sampled_from(["ddp", "fsdp", "deepspeed", "engine"]))
+    fields = {
+        "strategy": strategy,
+        "micro_batch": draw(st.integers(1, 8)),
+        "grad_accum": draw(st.integers(1, 8)),
+        "precision": draw(st.sampled_from(["fp32", "bf16-mixed"] if gpu == "cpu" else list(PRECISION_FLAGS))),
+        "activation_checkpointing": draw(st.sampled_from(["none", "selective", "full"])),
+    }
+    if strategy == "fsdp":
+        fields["fsdp_sharding"] = draw(st.sampled_from(["full", "grad-op", "hybrid", "none"]))
+    if strategy in ("deepspeed", "engine"):
+        fields["zero_stage"] = draw(st.integers(0, 3 if strategy == "deepspeed" else 1))
+    if strategy == "engine":
+        fields["tensor_parallel"] = draw(st.sampled_from([t for t in (1, 2, 4) if t <= gpus_per_node]))
+        fields["pipeline_parallel"] = draw(st.sampled_from([1, 2, 4]))
+    nproc = draw(st.sampled_from([None, None, 1, 2, 4]))
+    try:
+        plan = make_plan(draw(st.sampled_from(["gpt2", "llama-2-7b"])), gpu=gpu, gpus_per_node=gpus_per_node,
+                         nodes=nodes, **fields)
+        target = run_target(plan, nproc)
+    except (UserInputError, ValidationError):
+        assume(False)
+    return plan, target
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(plans())
+def test_emitted_files_agree(plan_and_target):
+    plan, target = plan_and_target
+    files = render_run_folder(plan, Path("/runs/x"), target)
+    world = target.nproc_per_node * plan.cluster.num_nodes
+    dp = world // (plan.config.tensor_parallel * plan.config.pipeline_parallel)
+    micro, accum = plan.config.micro_batch, plan.config.grad_accum
+    fp16, bf16 = PRECISION_FLAGS[plan.config.precision.value]
+    mixed = "fp16" if fp16 else "bf16" if bf16 else "no"
+    strategy = plan.config.strategy.value
+
+    run = json.loads(files["plan.json"])["run"]
+    assert (run["micro_batch"], run["grad_accum"], run["data_parallel"]) == (micro, accum, dp)
+    assert run["nproc_per_node"] * run["num_nodes"] == world and run["precision"] == plan.config.precision.value
+
+    if strategy == "deepspeed":
+        ds = json.loads(files["ds_config.json"])
+        assert (ds["train_batch_size"], ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (
+            micro * accum * dp, micro, accum)
+        assert (ds["fp16"]["enabled"], ds["bf16"]["enabled"]) == (fp16, bf16)
+        assert ds["zero_optimization"]["stage"] == plan.config.zero_stage
+        trainer = json.loads(files["ds_config_trainer.json"])
+        assert trainer["train_batch_size"] == "auto" and trainer["zero_optimization"]["stage"] == plan.config.zero_stage
+        hosts = [line for line in files["hostfile"].splitlines() if not line.startswith("#")]
+        assert hosts == [f"node-{i + 1} slots={target.nproc_per_node}" for i in range(plan.cluster.num_nodes)]
+    else:
+        assert "ds_config.json" not in files and "hostfile" not in files
+
+    if strategy == "engine":
+        engine = json.loads(files["engine.json"])
+        layout = engine["hardware_selector"]["layout"]
+        assert layout["data_parallel"] * layout["tensor_parallel"] * layout["pipeline_parallel"] == world
+        assert (engine["train_batch_size"], engine["train_micro_batch_size_per_gpu"], engine["gradient_accumulation_steps"]) == (
+            micro * accum * dp, micro, accum)
+        assert (engine["fp16"]["enabled"], engine["bf16"]["enabled"]) == (fp16, bf16)
+        assert "accelerate_config.yaml" not in files and "training_args.json" not in files
+    else:
+        accelerate = yaml.safe_load(files["accelerate_config.yaml"])
+        assert (accelerate["num_processes"], accelerate["num_machines"]) == (world, plan.cluster.num_nodes)
+        if strategy != "deepspeed":  # DeepSpeed's precision lives in ds_config.json
+            assert accelerate["mixed_precision"] == mixed
+        args = json.loads(files["training_args.json"])
+        assert (args["per_device_train_batch_size"], args["gradient_accumulation_steps"]) == (micro, accum)
+        assert (args["fp16"], args["bf16"]) == (fp16, bf16)
+
+    launch = files["launch.sh"]
+    assert f"NPROC_PER_NODE={target.nproc_per_node}\n" in launch
+    assert f"NNODES=${{NNODES:-{plan.cluster.num_nodes}}}\n" in launch
+    slurm = files["slurm.sbatch"]
+    assert f"#SBATCH --nodes={plan.cluster.num_nodes}\n" in slurm
+    assert f"export NPROC_PER_NODE={target.nproc_per_node}\n" in slurm
+    assert ("--gpus-per-node" in slurm) == (plan.cluster.gpu.kind != "cpu")
+    assert re.search(rf"= {micro * accum * dp} sequences of", files["README.md"])
