@@ -65,3 +65,6 @@ def run_torchrun_command(target: list[str], nproc: int, timeout_s: float) -> tup
         kill_tree(process.pid)
         _, stderr = process.communicate()
         return None, stderr
+    except BaseException:  # Ctrl-C: the job is in its own session and would not see the signal
+        kill_tree(process.pid)
+        raise

@@ -67,6 +67,10 @@ def strategy_family(config: TrainingConfig) -> str:
     return config.strategy.value
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 class Correction(BaseModel):
     """step_time = overhead_s + scale * predicted, for one GPU and strategy family."""
 
@@ -84,8 +88,9 @@ class Correction(BaseModel):
 
     def describe(self) -> str:
         if self.form == "ratio":
-            return f"{self.family} on {self.gpu}: x{self.scale:.3g} ({self.records} records)"
-        return f"{self.family} on {self.gpu}: {self.overhead_s * 1e3:.3g} ms + x{self.scale:.3g} ({self.records} records)"
+            return f"{self.family} on {self.gpu}: x{self.scale:.3g} ({_count(self.records, 'record')})"
+        return (f"{self.family} on {self.gpu}: {self.overhead_s * 1e3:.3g} ms + x{self.scale:.3g} "
+                f"({_count(self.records, 'record')})")
 
 
 def fit_correction(gpu: str, family: str, runs: list[MeasuredRun]) -> Correction:
@@ -200,8 +205,8 @@ class Calibration(BaseModel):
         """One line for `plan`: whether and how it was calibrated, on how many records."""
         mine = self.for_gpu(gpu_name)
         if not mine.measured:
-            return f"not calibrated: no benchmark records for {gpu_name} ({self.records_read} records read)"
+            return f"not calibrated: no benchmark records for {gpu_name} ({_count(self.records_read, 'record')} read)"
         fitted = sum(c.records for c in mine.corrections)
         families = ", ".join(c.describe() for c in mine.corrections) or "none (records lack predictions)"
-        return (f"calibrated on {len(mine.measured)} measured runs for {gpu_name} "
+        return (f"calibrated on {_count(len(mine.measured), 'measured run')} for {gpu_name} "
                 f"({fitted} used in corrections: {families}); measured configs use their measured step time")
