@@ -52,8 +52,12 @@ def print_memory_table(result, title: str) -> None:
     console.print(table)
     console.print(memory_bar(per_gpu["total"], memory.gpu_capacity_bytes))
     margin = memory.usable_bytes - per_gpu["total"]
-    verdict = "[green]fits[/]" if memory.fits else "[red]does not fit[/]"
+    verdict = "[green]fits[/]" if margin >= 0 else "[red]does not fit[/]"
     console.print(f"{verdict}: {format_bytes(abs(margin))} {'under' if margin >= 0 else 'over'} the usable GPU memory")
+    cpu_capacity = memory.cpu_capacity_per_node_bytes
+    if cpu_capacity is not None and memory.cpu_per_node_bytes > cpu_capacity:
+        over = memory.cpu_per_node_bytes - cpu_capacity
+        console.print(f"[red]does not fit[/]: offload needs {format_bytes(over)} more CPU memory per node than it has")
     if memory.cpu_per_node_bytes:
         capacity = memory.cpu_capacity_per_node_bytes
         suffix = f" of {format_bytes(capacity)}" if capacity else ""

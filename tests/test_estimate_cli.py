@@ -163,6 +163,14 @@ def test_table_output_says_fit_and_margin(capsys):
     assert "over the usable GPU memory" in capsys.readouterr().out
 
 
+def test_offload_that_overflows_cpu_ram_does_not_fit(capsys):
+    flags = ["--strategy", "zero3", "--offload-optimizer", "cpu", "--offload-params", "cpu", "--cpu-ram-gb", "100"]
+    memory = run_json(capsys, *flags)["memory"]
+    assert memory["margin_bytes"] > 0 and not memory["fits"]  # the GPU side fits, the node's RAM does not
+    assert main([*BASE, *flags]) == 0
+    assert "more CPU memory per node" in capsys.readouterr().out
+
+
 def test_overhead_override(capsys):
     per_gpu = check_invariants(run_json(capsys, "--strategy", "zero3", "--overhead-gb", "1.5"))
     assert per_gpu["overhead"] == int(1.5 * GIB)
