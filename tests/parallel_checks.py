@@ -206,6 +206,9 @@ def four_rank_checks() -> dict[str, Callable[[], dict]]:
                                                          micro_batches=2, global_batch=8, sequence_parallel=True),
         "engine_zero1_dp2_pp2_gpt2": lambda: engine_run("gpt2", ParallelDims(dp=2, pp=2), zero_stage=1,
                                                         micro_batches=4, global_batch=8),
+        "tp2_pp2_sp_gpt2_interleaved": lambda: layout_run(
+            "gpt2", ParallelDims(dp=1, tp=2, pp=2), micro_batches=4, global_batch=8, sequence_parallel=True,
+            schedule="interleaved-1f1b", checkpointing="full"),
         "engine_zero2_dp2_pp2_gpt2": lambda: engine_run("gpt2", ParallelDims(dp=2, pp=2), zero_stage=2,
                                                         micro_batches=4, global_batch=8),
         "engine_zero3_dp2_tp2_llama": lambda: engine_run("llama", ParallelDims(dp=2, tp=2), zero_stage=3,
