@@ -93,6 +93,9 @@ from unittest import mock
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .selective_checkpoint import checkpoint_attention
+from .trace_recorder import recording_tracker
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CATALOG_MODELS_DIR = REPO_ROOT / "planner" / "catalog" / "models"
 
@@ -102,13 +105,6 @@ Phase = Literal["setup", "forward", "backward", "optimizer"]
 # Config keys that hold the attention-probability dropout, per model family.
 _ATTENTION_DROPOUT_KEYS = ("attn_pdrop", "attention_probs_dropout_prob", "attention_dropout")
 _HIDDEN_DROPOUT_KEYS = ("resid_pdrop", "hidden_dropout_prob", "dropout", "dropout_rate")
-# Fused SDPA kernels: none of them stores the s x s attention matrix.
-_FUSED_SDPA_OPS = (
-    "_scaled_dot_product_flash_attention_for_cpu",
-    "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention",
-)
 # FSDPMemTracker category -> MemTracker category, so both world sizes compare.
 _FSDP_TO_COMMON = {
     "Sharded Param": "Parameter",
@@ -247,68 +243,6 @@ def _warm_optimizer(model, optimizer) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
-def _recording_tracker(base):
-    """A subclass of MemTracker/FSDPMemTracker that records, after every op, each
-    category's maximum, the peak snapshot with its phase, and which attention kernels
-    ran. It keeps no per-module snapshots (display_modulewise_snapshots shows nothing)."""
-
-    class Recording(base):
-        def _setup_recording(self, fold: dict[str, str] | None) -> None:
-            self.phase: str = "setup"
-            self.fold = fold
-            self.peak_total = -1
-            self.peak_snapshot: dict[str, int] = {}
-            self.peak_phase = "setup"
-            self.max_native: dict[str, int] = {}
-            self.max_common: dict[str, int] = {}
-            self.peak_by_phase: dict[str, int] = {}
-            self.fused_sdpa_calls = 0
-            self.attention_softmax_calls = 0
-
-        def _current(self) -> dict[str, int]:
-            # Sum over devices (only "cpu" is expected); keys become plain strings.
-            totals: dict[str, int] = {}
-            for dev_snap in self._curr_mem_snap.values():
-                for key, value in dev_snap.items():
-                    name = getattr(key, "value", key)
-                    totals[name] = totals.get(name, 0) + value
-            return totals
-
-        def _update_peak_stats(self, peak_state) -> None:
-            # Replaces the base method, which after every op also walks every module's
-            # stats to keep per-module peaks: two thirds of a 7B trace's time, and we
-            # report step-level numbers only. The tracker's global peak is kept as before.
-            for dev, dev_snap in self._curr_mem_snap.items():
-                if self._peak_mem.get(dev, 0) < dev_snap["Total"]:
-                    self._peak_mem[dev] = dev_snap["Total"]
-                    self._peak_mem_snap[dev] = dict(dev_snap)
-            now = self._current()
-            total = now.get("Total", 0)
-            common: dict[str, int] = {}
-            for name, value in now.items():
-                if name != "Total":
-                    self.max_native[name] = max(self.max_native.get(name, 0), value)
-                    key = self.fold.get(name, name) if self.fold else name
-                    common[key] = common.get(key, 0) + value
-            for name, value in common.items():
-                self.max_common[name] = max(self.max_common.get(name, 0), value)
-            self.peak_by_phase[self.phase] = max(self.peak_by_phase.get(self.phase, 0), total)
-            if total > self.peak_total:
-                self.peak_total, self.peak_snapshot, self.peak_phase = total, now, self.phase
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            res = super().__torch_dispatch__(func, types, args, kwargs)
-            if res is not NotImplemented:
-                name = func.overloadpacket.__name__
-                if name in _FUSED_SDPA_OPS:
-                    self.fused_sdpa_calls += 1
-                elif name in ("_softmax", "_safe_softmax") and getattr(res, "dim", lambda: 0)() >= 4:
-                    self.attention_softmax_calls += 1
-            return res
-
-    return Recording
-
-
 def _fsdp_wrap(model, mesh, precision: str) -> None:
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -340,37 +274,6 @@ def _ensure_fake_process_group(world_size: int):
     return init_device_mesh("cpu", (world_size,))
 
 
-def _checkpointed(attention_function):
-    """The attention function, recomputed in backward (keeps only its tensor inputs)."""
-    import torch.utils.checkpoint
-
-    def selective(module, query, key, value, attention_mask, **kwargs):
-        def core(q, k, v, mask):
-            return attention_function(module, q, k, v, mask, **kwargs)
-
-        # No RNG state to restore under FakeTensorMode; memory is the same either way.
-        return torch.utils.checkpoint.checkpoint(
-            core, query, key, value, attention_mask, use_reentrant=False, preserve_rng_state=False
-        )
-
-    return selective
-
-
-def _selective_checkpointing(stack, model) -> None:
-    """Patch the attention functions `model` calls with checkpointed ones, for the step."""
-    import sys
-
-    from transformers.modeling_utils import AttentionInterface
-
-    modeling = sys.modules[type(model).__module__]
-    eager = getattr(modeling, "eager_attention_forward", None)
-    if eager is None:
-        raise ValueError(f"{type(model).__name__}: no eager_attention_forward to checkpoint (selective)")
-    stack.enter_context(mock.patch.object(modeling, "eager_attention_forward", _checkpointed(eager)))
-    sdpa = AttentionInterface._global_mapping["sdpa"]
-    stack.enter_context(mock.patch.dict(AttentionInterface._global_mapping, {"sdpa": _checkpointed(sdpa)}))
-
-
 def _traced_step(trace: TraceConfig, config, mesh, low, autocast):
     """Build the model under FakeTensorMode and run the tracked step; see run_trace."""
     import torch
@@ -393,7 +296,7 @@ def _traced_step(trace: TraceConfig, config, mesh, low, autocast):
         if trace.activation_checkpointing == "full":
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         elif trace.activation_checkpointing == "selective":
-            _selective_checkpointing(stack, model)
+            checkpoint_attention(stack, model)
         param_count = sum(p.numel() for p in model.parameters())
         if mesh is not None:
             _fsdp_wrap(model, mesh, trace.precision)
@@ -403,11 +306,11 @@ def _traced_step(trace: TraceConfig, config, mesh, low, autocast):
         input_ids = torch.randint(0, config.vocab_size, (trace.micro_batch, trace.seq_len))
         batch = {"input_ids": input_ids, "labels": input_ids}
         if mesh is None:
-            tracker = _recording_tracker(MemTracker)()
+            tracker = recording_tracker(MemTracker)()
             tracker._setup_recording(fold=None)
             tracker.track_external(model, optimizer, input_ids)
         else:
-            tracker = _recording_tracker(FSDPMemTracker)(model, optimizer)
+            tracker = recording_tracker(FSDPMemTracker)(model, optimizer)
             tracker._setup_recording(fold=_FSDP_TO_COMMON)
             tracker.track_inputs((input_ids,))
 
