@@ -17,6 +17,7 @@ _FILE_PURPOSES = {
     "launch.sh": "the launch command, one node or several",
     "hostfile": "DeepSpeed launcher hostfile template (multi-node)",
     "slurm.sbatch": "SLURM batch script: srun + torchrun rendezvous on the first node",
+    "README.md": "this file",
 }
 
 
