@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from benchmarks_db.matrix import STRATEGY_FIELDS
+    from benchmarks_db.matrix import DEFAULT_STRATEGIES, STRATEGY_FIELDS
     from benchmarks_db.targets import HARDWARE_KINDS
 
     parser = _Parser(prog="run-training-benchmark", description=__doc__.split("\n\n")[0],
@@ -49,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--distributed", action="store_true", help="GPU counts 1, 2, 4, ... up to --max-gpus")
     parser.add_argument("--max-gpus", type=int, default=None, help="largest GPU count (default 8; 2 on cpu)")
     parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node for counts above it (default 8)")
-    parser.add_argument("--strategies", nargs="+", default=list(STRATEGY_FIELDS), metavar="NAME",
-                        help=f"from {', '.join(STRATEGY_FIELDS)} (default: all)")
+    parser.add_argument("--strategies", nargs="+", default=DEFAULT_STRATEGIES, metavar="NAME",
+                        help=f"from {', '.join(STRATEGY_FIELDS)} (default: {' '.join(DEFAULT_STRATEGIES)})")
     parser.add_argument("--micro-batches", nargs="+", type=int, default=[1, 2, 4, 8], metavar="N")
     parser.add_argument("--checkpointing", nargs="+", default=["none", "full"], choices=["none", "selective", "full"])
     parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default 512, 32 with --tiny)")

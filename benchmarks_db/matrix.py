@@ -35,8 +35,13 @@ STRATEGY_FIELDS: dict[str, dict] = {
     "zero1": {"strategy": "deepspeed", "zero_stage": 1},
     "zero2": {"strategy": "deepspeed", "zero_stage": 2},
     "zero3": {"strategy": "deepspeed", "zero_stage": 3},
+    # our engine: tensor or pipeline parallel over 2 GPUs (ZeRO-1 on what is left for data parallelism)
+    "engine-tp2": {"strategy": "engine", "tensor_parallel": 2, "zero_stage": 1},
+    # a pipeline needs at least as many micro-batches per step as stages; 2 per stage keeps the bubble at 1/4
+    "engine-pp2": {"strategy": "engine", "pipeline_parallel": 2, "zero_stage": 1, "grad_accum": 4},
 }
-SHARDED = {"fsdp", "fsdp-grad-op", "zero1", "zero2", "zero3"}
+DEFAULT_STRATEGIES = ["ddp", "fsdp", "fsdp-grad-op", "zero1", "zero2", "zero3"]
+SHARDED = {"fsdp", "fsdp-grad-op", "zero1", "zero2", "zero3"}  # engine layouts are checked by the planner
 
 # What a hardware kind means when no GPU of it is present to ask.
 DEFAULT_GPU = {"cuda": "A100-80GB", "rocm": "MI300X", "cpu": "cpu"}

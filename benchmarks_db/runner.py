@@ -10,6 +10,7 @@ interrupted matrix resumes where it stopped.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import tempfile
 from pathlib import Path
@@ -27,6 +28,7 @@ from .store import BenchmarkStore
 
 MINIMAL_RUNNER = "benchmarks_db.measure"
 RunnerChoice = Literal["auto", "backends", "minimal"]
+EXCEPTION_LINE = re.compile(r"^(\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(Error|Exception)): ")
 OOM_MARKERS = ("out of memory", "outofmemoryerror", "cannot allocate memory")
 
 
@@ -60,8 +62,11 @@ def classify_failure(outcome: LaunchOutcome, timeout_s: float) -> tuple[RunStatu
     if outcome.returncode is None:
         return RunStatus.TIMEOUT, f"killed after the {timeout_s:g} s timeout"
     text = outcome.stderr_tail.lower()
-    lines = [line for line in outcome.stderr_tail.splitlines() if line.strip()]
-    detail = next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else "")
+    lines = [line.strip() for line in outcome.stderr_tail.splitlines() if line.strip()]
+    # The rank's exception ("ValueError: ..."), not torchrun's summary that follows it.
+    raised = [line for line in lines if EXCEPTION_LINE.search(line)]
+    detail = raised[-1] if raised else next((line for line in reversed(lines) if "error" in line.lower()),
+                                            lines[-1] if lines else "")
     if any(marker in text for marker in OOM_MARKERS):
         return RunStatus.OOM, detail.strip() or "out of memory"
     if "signal 9" in text or "sigkill" in text or outcome.returncode in (-9, 137):

@@ -61,6 +61,18 @@ def test_memory_pruning_follows_the_planner():
     assert any("GiB per GPU" in p.reason and "x2" in p.label for p in matrix.pruned)
 
 
+def test_engine_layouts_are_checked_by_the_planner():
+    matrix = generate_matrix(
+        find_model("gpt2"), hardware="cpu", gpu="cpu", gpu_note="test", gpu_counts=[1, 2, 4], gpus_per_node=4,
+        strategies=["engine-tp2", "engine-pp2"], micro_batches=[1], checkpointing=["none"], seq_len=128,
+        precision="fp32",
+    )
+    assert {(e.strategy, e.world_size) for e in matrix.entries} == {
+        (family, world) for family in ("engine-tp2-pp1", "engine-tp1-pp2") for world in (2, 4)}
+    assert {p.reason for p in matrix.pruned} == {"--tp 2 x --pp 1 = 2 does not divide the 1 GPUs",
+                                                 "--tp 1 x --pp 2 = 2 does not divide the 1 GPUs"}
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -157,3 +169,16 @@ def test_run_measures_through_backends_run_records_and_skips_on_rerun(tmp_path, 
     assert record.torch_version and record.host and record.runner == "backends.run"
     assert run_training_benchmark.main(argv) == 0
     assert "1 configs, 1 already in" in capsys.readouterr().err and BenchmarkStore(db).count() == 1
+
+
+def test_a_crash_is_recorded_with_the_ranks_exception_not_torchruns_summary():
+    from benchmarks_db.runner import classify_failure
+
+    stderr = ("Traceback (most recent call last):\n  File \"run.py\", line 1\n"
+              "[rank0]: ValueError: pipeline needs 2 stages\n"
+              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+              "traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n")
+    status, error = classify_failure(LaunchOutcome(returncode=1, stderr_tail=stderr), 5)
+    assert (status.value, error) == ("error", "exit code 1: [rank0]: ValueError: pipeline needs 2 stages")
+    status, error = classify_failure(LaunchOutcome(returncode=1, stderr_tail="Signal 9 (SIGKILL) received by PID 7"), 5)
+    assert status.value == "oom" and "OOM killer" in error
