@@ -19,6 +19,9 @@ from .request import PlanRequest, StrategyKind
 # Model types our engine has tensor-parallel plans for (backends/tensor_parallel,
 # docs/parallelism.md); other models train with DDP, FSDP or DeepSpeed.
 ENGINE_MODEL_TYPES = frozenset({"gpt2", "llama", "mistral", "qwen2", "opt"})
+# Catalog models of those types whose layout the engine's TP plans do not cover
+# (backends/decoder_anatomy.py); ModelSpec does not carry the config flag that says so.
+ENGINE_EXCLUDED_MODELS = {"opt-350m": "OPT with post-layer-norm and a projected embedding"}
 # Interleaved 1F1B with this many model chunks per pipeline rank (Narayanan et al. 2021 use 2-4).
 INTERLEAVED_CHUNKS = 2
 
@@ -115,6 +118,8 @@ def engine_applicability(spec: ModelSpec) -> str | None:
         return f"{spec.name} is a mixture of experts; the engine has no expert parallelism yet"
     if spec.model_type not in ENGINE_MODEL_TYPES:
         return f"no tensor-parallel plan for model type '{spec.model_type}' yet"
+    if spec.name in ENGINE_EXCLUDED_MODELS:
+        return f"{spec.name} is {ENGINE_EXCLUDED_MODELS[spec.name]}, which the engine's TP plans do not cover"
     return None
 
 
