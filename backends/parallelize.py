@@ -102,7 +102,7 @@ class ParallelModel(nn.Module):
         if self.dims.pp > 1:
             loss = self.pipeline_runner.train_batch(micro_batches, loss_multiplier=loss_multiplier)
         else:
-            total = torch.zeros(())
+            total = torch.zeros((), device=next(self.parameters()).device)
             for input_ids, labels in micro_batches:
                 loss = self(input_ids, labels)
                 (loss * (loss_multiplier / len(micro_batches))).backward()
@@ -149,7 +149,7 @@ class ParallelModel(nn.Module):
     def global_grad_norm(self) -> float:
         """L2 norm of the whole model's gradient, when .grad holds full (dp-averaged) gradients."""
         weights = self.grad_norm_weights()
-        square = torch.zeros((), dtype=torch.float64)
+        square = torch.zeros((), dtype=torch.float64, device=next(self.parameters()).device)
         for name, param in self.named_parameters():
             if param.grad is not None and weights[name]:
                 square += weights[name] * param.grad.detach().double().pow(2).sum()
@@ -231,8 +231,11 @@ def parallelize(model: nn.Module, dims: ParallelDims | ParallelGroups, *, activa
     pp = groups.dims.pp
     if virtual_stages is None:  # the planner's interleaved plans use 2 chunks per rank
         virtual_stages = 2 if pipeline_schedule == "interleaved-1f1b" and pp > 1 else 1
+    # Without a plan's split: equal layers, and when they do not divide evenly the extra layers go to
+    # middle stages, which hold neither the embedding nor the head (the planner's memory model gives
+    # the first stage floor(layers / pp) blocks).
     ranges = stage_layer_ranges(len(decoder_layers(model)), pp * virtual_stages,
-                                _per_virtual_stage(stage_split, pp, virtual_stages))
+                                _per_virtual_stage(stage_split, pp, virtual_stages), first_extra=0.5, last_extra=0.5)
     chunk_ranges = [ranges[chunk * pp + groups.pp_rank] for chunk in range(virtual_stages)]
     tied = _tied(model)
     tied_group = _tied_embedding_groups(groups) if tied and groups.dims.pp > 1 else None
@@ -244,6 +247,11 @@ def parallelize(model: nn.Module, dims: ParallelDims | ParallelGroups, *, activa
         _checkpoint_attention(model)
     parallel = ParallelModel(model, groups, chunk_ranges=chunk_ranges, sequence_parallel=sequence_parallel,
                              activation_checkpointing=activation_checkpointing, tied_embedding_grad_group=tied_group)
+    if device_type == "cuda":
+        # Shard on the host, then move only this rank's part: the full model may not fit one GPU.
+        import os
+
+        parallel.to(torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))))
     if groups.dims.pp > 1:
         from backends.pipeline_parallel.runner import PipelineRunner
 

@@ -54,6 +54,8 @@ def test_stage_split_balances_embedding_and_head_cost():
     # A head costing two layers pushes two layers to the first stage.
     assert stage_layer_ranges(8, 2, last_extra=2.0) == [(0, 5), (5, 8)]
     assert stage_layer_ranges(6, 3, [1, 2, 3]) == [(0, 1), (1, 3), (3, 6)]
+    # Uneven counts go to the middle stages when the ends carry embedding / head work.
+    assert stage_layer_ranges(30, 4, first_extra=0.5, last_extra=0.5) == [(0, 7), (7, 15), (15, 23), (23, 30)]
     with pytest.raises(UserInputError, match="summing to 6"):
         stage_layer_ranges(6, 2, [1, 2])
 

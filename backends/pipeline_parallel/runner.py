@@ -49,16 +49,16 @@ class PipelineRunner:
     def _example_tensors(self, micro_batch: int, seq_len: int, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
         model = self.parallel_model
         config = model.module.config
-        dtype = next(model.parameters()).dtype
+        dtype, device = next(model.parameters()).dtype, next(model.parameters()).device
         shard_len = seq_len // model.dims.tp if model.sequence_parallel else seq_len
         # requires_grad marks activations that carry gradients back to the previous stage.
-        hidden = torch.zeros(micro_batch, shard_len, config.hidden_size, dtype=dtype, requires_grad=True)
+        hidden = torch.zeros(micro_batch, shard_len, config.hidden_size, dtype=dtype, device=device, requires_grad=True)
         first = model.is_first_stage and chunk == 0
         last = model.is_last_stage and chunk == len(model.chunk_ranges) - 1
-        inputs = torch.zeros(micro_batch, seq_len, dtype=torch.long) if first else hidden
+        inputs = torch.zeros(micro_batch, seq_len, dtype=torch.long, device=device) if first else hidden
         if last:
             vocab_shard = model.module.lm_head.weight.shape[0]
-            outputs = torch.zeros(micro_batch, seq_len, vocab_shard, dtype=dtype, requires_grad=True)
+            outputs = torch.zeros(micro_batch, seq_len, vocab_shard, dtype=dtype, device=device, requires_grad=True)
         else:
             outputs = hidden
         return inputs, outputs
@@ -76,7 +76,7 @@ class PipelineRunner:
             for chunk in range(chunks):
                 inputs, outputs = self._example_tensors(micro_batch, seq_len, chunk)
                 stages.append(PipelineStage(_Stage(model, chunk), chunk * pp + model.groups.pp_rank, pp * chunks,
-                                            torch.device("cpu"), input_args=(inputs,), output_args=(outputs,),
+                                            inputs.device, input_args=(inputs,), output_args=(outputs,),
                                             group=model.groups.pp_group))
             if self.schedule_name == "interleaved-1f1b":
                 schedule = ScheduleInterleaved1F1B(stages, n_microbatches=n_micro, loss_fn=self._loss, scale_grads=False)
@@ -94,8 +94,9 @@ class PipelineRunner:
         """Forward and backward of all micro-batches; the mean loss, broadcast from the last stage."""
         model = self.parallel_model
         n_micro = len(micro_batches)
-        input_ids = torch.cat([ids for ids, _ in micro_batches])
-        labels = torch.cat([target for _, target in micro_batches])
+        device = next(model.parameters()).device
+        input_ids = torch.cat([ids for ids, _ in micro_batches]).to(device)
+        labels = torch.cat([target for _, target in micro_batches]).to(device)
         micro_batch, seq_len = micro_batches[0][0].shape
         schedule = self._schedule(n_micro, micro_batch, seq_len)
         self._loss_scale = loss_multiplier / n_micro
@@ -106,7 +107,7 @@ class PipelineRunner:
             schedule.step(target=labels, losses=losses)
         else:
             schedule.step()
-        loss = torch.zeros(())
+        loss = torch.zeros((), device=device)
         if model.is_last_stage:
             loss = torch.stack([item.detach().float() for item in losses]).sum() / loss_multiplier
         dist.broadcast(loss, src=model.groups.pp_peer(model.dims.pp - 1), group=model.groups.pp_group)
