@@ -40,7 +40,7 @@ def batches(global_batch: int, vocab: int, steps: int = STEPS) -> list[torch.Ten
     return [torch.randint(0, vocab, (global_batch, SEQ_LEN), generator=generator) for _ in range(steps)]
 
 
-def reference_run(model_key: str, data: list[torch.Tensor]) -> tuple[list[float], dict[str, torch.Tensor]]:
+def reference_run(model_key: str, data: list[torch.Tensor], clip: float = 0.0) -> tuple[list[float], dict[str, torch.Tensor]]:
     model = tiny(model_key)
     model.config._attn_implementation = "sdpa"
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
@@ -50,6 +50,8 @@ def reference_run(model_key: str, data: list[torch.Tensor]) -> tuple[list[float]
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         norms.append(float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])))
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
         losses.append(loss.item())
     REFERENCE_GRAD_NORMS[:] = norms
@@ -145,13 +147,14 @@ def compression_run(mode: str, steps: int = 6) -> dict:
 
 
 def engine_run(model_key: str, dims: ParallelDims, *, zero_stage: int, micro_batches: int, global_batch: int,
-               sequence_parallel: bool = False, schedule: str = "1f1b") -> dict:
+               sequence_parallel: bool = False, schedule: str = "1f1b", clip: float = 0.0) -> dict:
     """The same comparison through backends.initialize: our ZeRO on the dp group of the layout."""
     import backends
 
     data = batches(global_batch, tiny_config(catalog_config(MODELS[model_key]))["vocab_size"])
-    ref_losses, reference = reference_run(model_key, data)
+    ref_losses, reference = reference_run(model_key, data, clip)
     config = {
+        "gradient_clipping": clip,
         "train_micro_batch_size_per_gpu": global_batch // dims.dp // micro_batches,
         "gradient_accumulation_steps": micro_batches,
         "optimizer": {"type": "SGD", "params": {"lr": LR}},
@@ -185,6 +188,9 @@ def two_rank_checks() -> dict[str, Callable[[], dict]]:
         for schedule in ("gpipe", "1f1b"):
             checks[f"pp_{key}_{schedule}"] = lambda key=key, schedule=schedule: layout_run(
                 key, ParallelDims(dp=1, pp=2), micro_batches=4, global_batch=8, schedule=schedule)
+    # Gradient clipping needs the norm over tp and pp too (ParallelModel.grad_norm_weights); not yet in ZeRO.
+    checks["engine_clip_tp2_llama"] = lambda: engine_run("llama", ParallelDims(dp=1, tp=2), zero_stage=1,
+                                                         micro_batches=1, global_batch=4, clip=0.05)
     checks["pp_llama_interleaved"] = lambda: layout_run(
         "llama", ParallelDims(dp=1, pp=2), micro_batches=4, global_batch=8, schedule="interleaved-1f1b")
     for key in ("qwen2", "mistral"):  # q/k/v biases (Qwen2); Mistral's own classes
