@@ -161,7 +161,8 @@ def run(args, target, matrix) -> int:
 
         summary = run_matrix(matrix, store, current_environment(target.driver), steps=args.steps, warmup=args.warmup,
                              timeout_s=args.timeout, shared_launch=args.shared_launch,
-                             retry_failed=args.retry_failed, runner=args.runner, on_progress=advance)
+                             retry_failed=args.retry_failed, runner=args.runner, on_progress=advance,
+                             on_start=lambda count: progress.update(task, total=count))
     for line in summary.skipped_unsupported:
         console.print(f"skipped {line}")
     counts = ", ".join(f"{n} {status}" for status, n in sorted(summary.recorded.items())) or "nothing new"

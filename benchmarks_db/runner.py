@@ -137,7 +137,9 @@ def run_matrix(
     runner: RunnerChoice = "auto",
     launcher: Launcher | None = None,
     on_progress: Callable[[MatrixEntry, RunStatus], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> RunSummary:
+    """Measure the matrix entries not yet recorded; on_start gets how many will run."""
     runner_name, chosen = choose_runner(runner, shared_launch)
     launcher = launcher or chosen
     summary = RunSummary(runner=runner_name)
@@ -151,6 +153,8 @@ def run_matrix(
             summary.skipped_unsupported.append(f"{entry.label}: {reason}")
         else:
             pending.append(entry)
+    if on_start:
+        on_start(len(pending))
     for group in _launch_groups(pending, shared_launch):
         jobs = [MeasureJob(key=e.key, model=matrix.model, tiny=matrix.tiny, gpu=e.gpu, config=e.config, steps=steps,
                            warmup=warmup) for e in group]
