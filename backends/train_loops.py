@@ -163,6 +163,7 @@ def run_accelerate(run: TrainRun) -> None:
     report(
         run, "accelerate", rank, world_size=world, wrapper=type(model).__name__,
         distributed_type=accelerator.distributed_type.value, first_loss=first, losses=losses,
+        **({"zero_stage": model.zero_optimization_stage()} if deepspeed else {}),
     )
     accelerator.end_training()
     if dist.is_initialized():

@@ -1,7 +1,8 @@
 """Every launch form of an emitted run folder completes a run (CPU, gloo, 2 processes, tiny GPT-2, 3 steps).
 
 The reference is a single-process run of the same model on the same samples:
-DDP, DeepSpeed ZeRO-1/2/3 and accelerate (FSDP2, DeepSpeed) must reproduce
+DDP, DeepSpeed ZeRO-1 (torchrun), ZeRO-2 (DeepSpeed launcher), ZeRO-3 (accelerate
+launch, which starts torchrun's agent) and accelerate FSDP2 must reproduce
 its per-micro-step losses, since all of them compute the same averaged
 gradient and the same AdamW update. The HF Trainer shuffles its data, so its
 two runs (DeepSpeed, FSDP) are compared with each other.
@@ -101,9 +102,10 @@ def test_ddp_torchrun_and_multi_node_loopback(tmp_path, reference_losses):
 
 
 def test_deepspeed_zero_stages(tmp_path, reference_losses):
+    """ZeRO-1 under torchrun, ZeRO-2 under the DeepSpeed launcher; ZeRO-3 runs under accelerate below."""
     extensions = tmp_path / "torch_extensions"
     env = {"TORCH_EXTENSIONS_DIR": str(extensions)}
-    for stage, launcher in ((1, "torchrun"), (2, "deepspeed"), (3, "torchrun")):
+    for stage, launcher in ((1, "torchrun"), (2, "deepspeed")):
         run_dir = tmp_path / f"zero{stage}"
         emit_run_folder(make_plan(strategy="deepspeed", zero_stage=stage), run_dir)
         result = _launch(run_dir, env={**env, "LAUNCHER": launcher})
@@ -121,8 +123,9 @@ def test_accelerate_launch_fsdp_and_deepspeed(tmp_path, reference_losses):
 
     zero3 = tmp_path / "zero3"
     emit_run_folder(make_plan(strategy="deepspeed", zero_stage=3), zero3)
-    result = _launch(zero3, env={"LAUNCHER": "accelerate"})
+    result = _launch(zero3, env={"LAUNCHER": "accelerate", "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")})
     assert (result["mode"], result["distributed_type"], result["wrapper"]) == ("accelerate", "DEEPSPEED", "DeepSpeedEngine")
+    assert result["zero_stage"] == 3 and not (tmp_path / "ext").exists()
     _assert_matches(result, reference_losses)
 
 
