@@ -64,13 +64,15 @@ class ActivationEstimate:
 def _norm_bytes(traits: ArchTraits, widths: Widths, consumers: int) -> int:
     """Bytes per hidden element one norm keeps: its input, its output, what consumers cast."""
     w = widths.compute
+    output = w if consumers else 0  # a post-norm's output only feeds the residual add
     if traits.rmsnorm_upcasts:
         if widths.autocast:
             return 8 + 2 * consumers  # fp32 input and normalised value; a 16-bit cast per consumer
-        return 12 if w == 4 else 4 + 2 * w  # fp32 upcast input, normalised value, weighted output
+        normalised = 4 if traits.norm_fp32_weighting else w
+        return 4 + normalised + output  # fp32 upcast input, normalised value, weighted output
     if widths.autocast:
         return 4 + 2 * consumers  # layer_norm runs in fp32 under autocast; a 16-bit cast per consumer
-    return widths.residual + w
+    return widths.residual + output
 
 
 def _score_bytes(traits: ArchTraits, widths: Widths, dropout: bool) -> int:
@@ -134,6 +136,10 @@ def block_bytes(
     else:
         # q, k and v (k and v repeated to all query heads: repeat_kv), the output projection's input.
         attention = 4 * q_width * w
+    if traits.qkv_slices_pinned:
+        attention += (q_width + kv_width) * w
+    if traits.qk_norm:
+        attention += (q_width + kv_width) * (4 + w)  # fp32 upcast input and normalised value
     if fused:
         if not selective:
             attention += q_width * w + spec.num_heads * 4  # kernel output and logsumexp

@@ -29,6 +29,9 @@ class ArchTraits:
     mlp_dropout: bool  # dropout between the MLP's activation and its down projection (T5)
     hidden_dropouts_per_block: int  # residual dropouts per block when hidden dropout > 0
     causal_float_mask: bool  # eager attention adds a float causal mask, promoting scores to its dtype
+    qkv_slices_pinned: bool  # v is a slice of a fused qkv output that outlives the rotary q and k
+    qk_norm: bool  # RMSNorm on q and k before the rotary embedding
+    norm_fp32_weighting: bool  # Gemma's RMSNorm multiplies by (1 + weight) in fp32 before casting back
 
 
 # Tensors of FFN width an activation function keeps besides its output:
@@ -36,11 +39,21 @@ class ArchTraits:
 # its input; NewGELU ("gelu_new") is Python: x, tanh(...), 0.5*x and 1+tanh(...).
 _ACTIVATION_SAVED = {"gelu_new": 4, "gelu_fast": 4, "quick_gelu": 2, "relu": 0}
 
-_FUSED_QKV = {"gpt2", "bloom", "falcon", "gpt_neox", "phi3", "gptj"}
+_FUSED_QKV = {"gpt2", "bloom", "falcon", "gpt_neox", "phi3"}
 _FUSED_GATE_UP = {"phi3"}
-_NO_FUSED_ATTENTION = {"gemma2"}  # logit soft-capping needs the eager path
-# Eager attention of these families computes softmax in fp32 (dtype=torch.float32 or .float()).
-_SOFTMAX_FP32 = {"opt", "t5", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3"}
+# Gemma-2 (logit soft-capping), BLOOM (ALiBi) and GPT-J have no SDPA path in
+# transformers: they always run eager attention. Falcon hands SDPA a one-head
+# key/value (multi-query) and an always-materialised mask, which the fused kernels
+# do not take, so it runs SDPA's math path.
+_NO_FUSED_ATTENTION = {"gemma2", "bloom", "gptj", "falcon"}
+# Rotary models whose q, k, v are slices of one fused projection: after the rotary
+# embedding makes new q and k, the v slice still pins the whole projection output.
+_FUSED_QKV_ROTARY = {"falcon", "gpt_neox", "phi3"}
+# Per-head RMSNorm on q and k (QK-norm).
+_QK_NORM = {"qwen3", "qwen3_moe", "gemma3_text", "olmo2"}
+# Eager attention of these families computes softmax in fp32 (dtype=torch.float32 or .float());
+# Falcon's math-path SDPA upcasts 16-bit inputs on the CPU.
+_SOFTMAX_FP32 = {"opt", "t5", "falcon", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3"}
 
 
 @per_spec
@@ -64,4 +77,7 @@ def arch_traits(spec: ModelSpec) -> ArchTraits:
         mlp_dropout=model_type == "t5" and spec.hidden_dropout > 0,
         hidden_dropouts_per_block=2 if spec.hidden_dropout > 0 else 0,
         causal_float_mask=spec.family is ModelFamily.DECODER_ONLY,
+        qkv_slices_pinned=model_type in _FUSED_QKV_ROTARY and spec.position_embedding == "rotary",
+        qk_norm=model_type in _QK_NORM,
+        norm_fp32_weighting=model_type.startswith("gemma"),
     )
