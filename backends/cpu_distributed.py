@@ -9,7 +9,8 @@ Two gaps, found running the emitted configs on this project's CPU CI:
   `use_cpu` it silently falls back to plain multi-CPU. Pre-configuring the
   process state with gloo (and, for FSDP, marking it as a multi-device run)
   lets accelerate, and the HF Trainer through `use_configured_state`, apply
-  the real FSDP2 / DeepSpeed wrappers on CPU tensors.
+  the real FSDP2 / DeepSpeed wrappers on CPU tensors. DDP plans get
+  accelerate's own MULTI_CPU state (its launcher would want mpirun for it).
 """
 
 from __future__ import annotations
@@ -25,10 +26,13 @@ def skip_deepspeed_shm_build() -> None:
 
 
 def configure_cpu_accelerate_state(strategy: str) -> None:
-    """Initialise accelerate's process state on gloo so that `strategy` ("fsdp" or "deepspeed") is honoured."""
+    """Initialise accelerate's process state on gloo so that `strategy` (ddp, fsdp or deepspeed) is honoured."""
     from accelerate import PartialState
     from accelerate.utils import DistributedType
 
+    if strategy == "ddp":
+        PartialState(cpu=True)  # MULTI_CPU on gloo: accelerate wraps the model in DDP
+        return
     if strategy == "deepspeed":
         skip_deepspeed_shm_build()
         os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"

@@ -43,12 +43,14 @@ def accelerate_config(plan: Plan, target: RunTarget) -> dict[str, Any] | None:
         "same_network": True,
         "main_training_function": "main",
         "downcast_bf16": "no",
-        # use_cpu would make accelerate ignore FSDP and DeepSpeed; the CPU is
-        # chosen by having no CUDA device (and DS_ACCELERATOR=cpu, set by launch.sh).
-        "use_cpu": target.device == "cpu" and strategy is Strategy.DDP,
+        # Not use_cpu, even on CPU plans: with it accelerate ignores FSDP and DeepSpeed
+        # and launches MULTI_CPU runs through mpirun only. The script selects the CPU
+        # (backends/cpu_distributed.py); DS_ACCELERATOR=cpu is set by launch.sh.
+        "use_cpu": False,
     }
     if strategy is Strategy.DDP:
-        config["distributed_type"] = "MULTI_CPU" if target.device == "cpu" else "MULTI_GPU"
+        # MULTI_GPU makes `accelerate launch` start torchrun, on CPU plans too.
+        config["distributed_type"] = "MULTI_GPU"
         config["mixed_precision"] = target.mixed_precision
     elif strategy is Strategy.FSDP:
         config["distributed_type"] = "FSDP"
