@@ -65,6 +65,9 @@ def test_emitted_files_agree(plan_and_target):
     run = json.loads(files["plan.json"])["run"]
     assert (run["micro_batch"], run["grad_accum"], run["data_parallel"]) == (micro, accum, dp)
     assert run["nproc_per_node"] * run["num_nodes"] == world and run["precision"] == plan.config.precision.value
+    on_cpu = plan.cluster.gpu.kind == "cpu"
+    assert (run["device"], run["dist_backend"]) == (("cpu", "gloo") if on_cpu else ("cuda", "nccl"))
+    assert ("DS_ACCELERATOR" in files["launch.sh"]) == on_cpu
 
     if strategy == "deepspeed":
         ds = json.loads(files["ds_config.json"])

@@ -137,7 +137,8 @@ def test_plan_json_round_trips(tmp_path):
     from planner.emit.plan_json import read_plan_file
 
     plan = make_plan(strategy="fsdp")
-    emit_run_folder(plan, tmp_path / "run")
+    written = plan.emit(tmp_path / "run")  # Plan.emit is emit_run_folder
+    assert {path.name for path in written} == {path.name for path in (tmp_path / "run").iterdir()}
     text = (tmp_path / "run" / "plan.json").read_text()
     again, target = read_plan_file(text)
     assert again == plan and target == run_target(plan)
