@@ -8,9 +8,10 @@ import types
 
 import pytest
 
-from planner.emit import emit_run_folder, render_run_folder
+from planner.emit import emit_run_folder
 from planner.emit.deepspeed_json import deepspeed_config
 from planner.emit.target import run_target
+from planner.emit.training_args import training_args_json_document
 from planner.errors import UserInputError
 from planner.memory.buffers import deepspeed_bucket_sizes
 
@@ -66,8 +67,7 @@ def test_deepspeed_parses_both_flavours(gpu, fields, monkeypatch):
     # The Trainer flavour, after the Trainer fills its "auto" values, says the same.
     from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
 
-    kwargs = json.loads(render_run_folder(plan, plan_dir := __import__("pathlib").Path("/nonexistent"), target)["training_args.json"])
-    del plan_dir
+    kwargs = training_args_json_document(plan, target)
     args = types.SimpleNamespace(
         **kwargs, world_size=dp, fp16_full_eval=False, bf16_full_eval=False, save_on_each_node=False,
         get_warmup_steps=lambda steps: kwargs["warmup_steps"],
