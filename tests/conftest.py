@@ -1,0 +1,24 @@
+"""Suite-wide isolation: no test reads or writes the user's real caches.
+
+`plan` calibrates from the benchmark DB in ~/.cache when it exists, and model
+resolution looks in the local HF cache; a developer's own records or cached
+models must not change what the tests see.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def isolated_user_caches(tmp_path_factory):
+    cache_home = tmp_path_factory.mktemp("xdg-cache")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XDG_CACHE_HOME", str(cache_home))
+    patch.setenv("HARDWARE_SELECTOR_DB", str(cache_home / "hardware-selector" / "benchmarks.duckdb"))
+    patch.setenv("HF_HUB_CACHE", str(cache_home / "huggingface" / "hub"))
+    patch.setenv("HF_HUB_OFFLINE", "1")
+    patch.delenv("HF_HOME", raising=False)
+    patch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    yield
+    patch.undo()
