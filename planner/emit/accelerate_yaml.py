@@ -61,7 +61,9 @@ def accelerate_config(plan: Plan, target: RunTarget) -> dict[str, Any] | None:
         config["deepspeed_config"] = {
             "deepspeed_config_file": DS_CONFIG_FILE,
             "deepspeed_multinode_launcher": "standard",
-            "zero3_init_flag": False,
+            # Lets a user's from_pretrained build ZeRO-3 models partitioned (our example
+            # script builds its model before the Accelerator, so it is unaffected).
+            "zero3_init_flag": plan.config.zero_stage == 3 and target.device == "cuda",
         }
     return config
 
