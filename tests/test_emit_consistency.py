@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from backends.config import load_engine_config
 from planner.emit import render_run_folder
 from planner.emit.target import run_target
 from planner.errors import UserInputError
@@ -84,6 +85,7 @@ def test_emitted_files_agree(plan_and_target):
 
     if strategy == "engine":
         engine = json.loads(files["engine.json"])
+        load_engine_config(engine)  # the engine accepts every emitted engine.json (unknown keys are errors)
         layout = engine["hardware_selector"]["layout"]
         assert layout["data_parallel"] * layout["tensor_parallel"] * layout["pipeline_parallel"] == world
         assert (engine["train_batch_size"], engine["train_micro_batch_size_per_gpu"], engine["gradient_accumulation_steps"]) == (
