@@ -37,6 +37,7 @@ from backends.data import SyntheticTokens, micro_batches  # noqa: E402
 from backends.model_factory import build_causal_lm, tiny_config  # noqa: E402
 from planner.emit.plan_json import read_plan_file  # noqa: E402
 from planner.emit.target import RunTarget  # noqa: E402
+from planner.errors import UserInputError  # noqa: E402
 from planner.plan import Plan  # noqa: E402
 
 MODES = ("auto", "ddp", "deepspeed", "accelerate", "trainer")
@@ -106,7 +107,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def load_run(args: argparse.Namespace) -> TrainRun:
     plan_file = args.plan / "plan.json"
     if not plan_file.is_file():
-        raise SystemExit(f"error: {plan_file} not found; emit a run folder with `hardware-selector plan ... --emit DIR`")
+        raise UserInputError(f"{plan_file} not found; emit a run folder with `hardware-selector plan ... --emit DIR`")
     plan, target = read_plan_file(plan_file.read_text(encoding="utf-8"))
     hf_config = tiny_config(target.hf_config) if args.tiny else dict(target.hf_config)
     seq_len = args.seq_len or (min(target.seq_len, TINY_SEQ_LEN) if args.tiny else target.seq_len)
@@ -152,7 +153,16 @@ def resolve_mode(run: TrainRun, mode: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    run = load_run(args)
+    try:
+        if "WORLD_SIZE" not in os.environ:
+            raise UserInputError(
+                f"start this script through a launcher: bash {args.plan / 'launch.sh'} "
+                f"(or torchrun --nproc-per-node N {Path(__file__).name} --plan {args.plan})"
+            )
+        run = load_run(args)
+    except UserInputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     mode = resolve_mode(run, args.mode)
     if mode == "engine":
         from backends import run as engine_run

@@ -145,3 +145,17 @@ def test_plan_json_round_trips(tmp_path):
     document = json.loads(text)
     assert document["schema_version"] == 1 and document["plan_file_schema_version"] == 1
     assert document["estimate_sources"]["memory"]["activations"].startswith("formula:")
+
+
+def test_train_script_refuses_bad_input(tmp_path):
+    """One line, exit code 2: no launcher, or no run folder."""
+    import sys
+
+    script = str(example_script_path())
+    env = {key: value for key, value in os.environ.items() if key != "WORLD_SIZE"}
+    for extra_env, plan_dir, expected in (({}, tmp_path, "through a launcher"),
+                                          ({"WORLD_SIZE": "1"}, tmp_path / "missing", "plan.json not found")):
+        completed = subprocess.run([sys.executable, script, "--plan", str(plan_dir)], env={**env, **extra_env},
+                                   capture_output=True, text=True, timeout=120)
+        assert completed.returncode == 2 and expected in completed.stderr
+        assert len(completed.stderr.strip().splitlines()) == 1
