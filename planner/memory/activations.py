@@ -81,9 +81,10 @@ def _score_bytes(traits: ArchTraits, widths: Widths, dropout: bool) -> int:
     # Under autocast the scores are fp32 once a float (fp32) causal mask is added.
     promoted = widths.autocast and (widths.softmax_fp32 or traits.causal_float_mask)
     softmax = 4 if w == 4 or traits.softmax_fp32 or promoted else w
+    capped = w if traits.score_softcapping else 0  # tanh's output, kept for its backward
     if dropout:
-        return softmax + widths.dropout_mask + w  # softmax output, dropout mask, dropout output
-    return softmax + (w if softmax != w else 0)  # softmax output and its 16-bit cast
+        return capped + softmax + widths.dropout_mask + w  # softmax output, dropout mask, dropout output
+    return capped + softmax + (w if softmax != w else 0)  # softmax output and its 16-bit cast
 
 
 class Layout(NamedTuple):
@@ -162,6 +163,8 @@ def block_bytes(
         k = spec.experts_per_token
         # Each token's hidden state is gathered for, and weighted after, each of its k experts.
         mlp = k * mlp + k * h * (w + widths.experts) + spec.num_experts * 4
+        if traits.shared_expert:
+            mlp += spec.ffn_size * w * (3 + traits.activation_saved_tensors) + 4  # and its sigmoid gate
     return hidden / hidden_split + (attention + mlp) / tp
 
 

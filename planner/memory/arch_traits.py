@@ -32,6 +32,8 @@ class ArchTraits:
     qkv_slices_pinned: bool  # v is a slice of a fused qkv output that outlives the rotary q and k
     qk_norm: bool  # RMSNorm on q and k before the rotary embedding
     norm_fp32_weighting: bool  # Gemma's RMSNorm multiplies by (1 + weight) in fp32 before casting back
+    score_softcapping: bool  # tanh soft-capping of the scores keeps one more s x s tensor (Gemma-2)
+    shared_expert: bool  # an always-on gated MLP of ffn_size beside the routed experts (Qwen2-MoE)
 
 
 # Tensors of FFN width an activation function keeps besides its output:
@@ -52,8 +54,9 @@ _FUSED_QKV_ROTARY = {"falcon", "gpt_neox", "phi3"}
 # Per-head RMSNorm on q and k (QK-norm).
 _QK_NORM = {"qwen3", "qwen3_moe", "gemma3_text", "olmo2"}
 # Eager attention of these families computes softmax in fp32 (dtype=torch.float32 or .float());
-# Falcon's math-path SDPA upcasts 16-bit inputs on the CPU.
-_SOFTMAX_FP32 = {"opt", "t5", "falcon", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3"}
+# Falcon's math-path SDPA upcasts 16-bit inputs on the CPU; BLOOM (attention_softmax_in_fp32)
+# and GPT-J (q and k cast to fp32) compute their scores in fp32.
+_SOFTMAX_FP32 = {"opt", "t5", "falcon", "bloom", "gptj", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3"}
 
 
 @per_spec
@@ -80,4 +83,6 @@ def arch_traits(spec: ModelSpec) -> ArchTraits:
         qkv_slices_pinned=model_type in _FUSED_QKV_ROTARY and spec.position_embedding == "rotary",
         qk_norm=model_type in _QK_NORM,
         norm_fp32_weighting=model_type.startswith("gemma"),
+        score_softcapping=model_type == "gemma2",
+        shared_expert=model_type == "qwen2_moe",
     )

@@ -1,0 +1,32 @@
+"""What one transformer block keeps, per HF family, against op-level traces.
+
+Reference: benchmarks/results/memory_per_layer.json, recorded by
+benchmarks/memory_per_layer.py (3-layer minus 2-layer traces of tiny models, under
+FakeTensorMode + MemTracker). Cheap: compares the recording, traces nothing.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.memory_per_layer import CATALOG, entries, estimated_per_layer, load, model_config
+from planner.hf_config import spec_from_hf_config
+
+RECORDED = load()
+TOLERANCE = 0.10
+
+
+@pytest.mark.parametrize("entry", RECORDED, ids=[entry["label"] for entry in RECORDED])
+def test_block_bytes_within_ten_percent_of_trace(entry):
+    ours = estimated_per_layer(entry["label"])
+    error = ours / entry["per_layer_bytes"] - 1
+    assert abs(error) <= TOLERANCE, f"{entry['label']}: {ours:.0f} vs traced {entry['per_layer_bytes']} ({error:+.1%})"
+
+
+def test_every_catalog_architecture_is_traced():
+    catalog_types = {json.loads(path.read_text(encoding="utf-8"))["config"]["model_type"] for path in CATALOG.glob("*.json")}
+    families = {entries()[entry["label"]][0] for entry in RECORDED}
+    traced_types = {spec_from_hf_config(model_config(family, 2), name=family).model_type for family in families}
+    assert catalog_types <= traced_types, sorted(catalog_types - traced_types)
