@@ -129,6 +129,15 @@ def test_accelerate_launch_fsdp_and_deepspeed(tmp_path, reference_losses):
     _assert_matches(result, reference_losses)
 
 
+def test_accelerate_launch_ddp_plan(tmp_path, reference_losses):
+    """DDP plans' YAML too: accelerate starts torchrun and wraps the model in DDP (MULTI_CPU on gloo here)."""
+    ddp = tmp_path / "ddp"
+    emit_run_folder(make_plan(strategy="ddp"), ddp)
+    result = _launch(ddp, env={"LAUNCHER": "accelerate"})
+    assert (result["mode"], result["wrapper"]) == ("accelerate", "DistributedDataParallel")
+    _assert_matches(result, reference_losses)
+
+
 def test_hf_trainer_with_deepspeed_and_fsdp_plans(tmp_path):
     results = {}
     for name, fields in (("deepspeed", {"strategy": "deepspeed", "zero_stage": 2}), ("fsdp", {"strategy": "fsdp"})):
