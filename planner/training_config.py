@@ -160,6 +160,15 @@ class TrainingConfig(BaseModel):
             raise UserInputError(
                 f"--pp {pp} does not divide {model.name}'s {model.num_layers} layers; use a divisor of {model.num_layers}"
             )
+        if pp > 1 and self.grad_accum < pp:
+            # Every pipeline schedule (GPipe, 1F1B, interleaved) needs a micro-batch per stage in flight.
+            raise UserInputError(
+                f"--pp {pp} needs at least {pp} micro-batches per step; raise --grad-accum to {pp} or more"
+            )
+        if pp > 1 and self.pipeline_schedule is PipelineSchedule.INTERLEAVED and self.grad_accum % pp:
+            raise UserInputError(
+                f"interleaved 1F1B runs micro-batches in rounds of {pp}; make --grad-accum a multiple of {pp}"
+            )
         if pp * self.virtual_stages > stage_layers and pp > 1:
             raise UserInputError(f"{pp * self.virtual_stages} pipeline chunks exceed {model.name}'s {stage_layers} layers")
         if self.expert_parallel > 1:

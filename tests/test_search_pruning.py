@@ -37,7 +37,9 @@ def _exhaustive(spec, cluster, request):
             fits_with_less_ac: set[int] = set()
             for ac in AC_ORDER:
                 fits_here = set()
-                for micro, accum in batch_options(request, request.global_batch, dp):
+                for micro, accum in batch_options(
+                    request, request.global_batch, dp, layout.pipeline_parallel, layout.micro_batch_rounds
+                ):
                     config = TrainingConfig(**layout.fields, seq_len=request.seq_len, precision=precision,
                                             activation_checkpointing=ac, micro_batch=micro, grad_accum=accum)
                     if not memory_on(spec, config, cluster, headroom_fraction=request.headroom_fraction).fits:

@@ -36,8 +36,14 @@ def resolve_global_batch(request: PlanRequest, world_size: int) -> tuple[int, st
     )
 
 
-def batch_options(request: PlanRequest, global_batch: int, dp: int) -> list[tuple[int, int]]:
-    """(micro_batch, grad_accum) pairs, ascending in micro-batch; empty if none is possible."""
+def batch_options(
+    request: PlanRequest, global_batch: int, dp: int, pipeline_stages: int = 1, accumulation_multiple: int = 1
+) -> list[tuple[int, int]]:
+    """(micro_batch, grad_accum) pairs, ascending in micro-batch; empty if none is possible.
+
+    A pipeline needs at least one micro-batch per stage (TrainingConfig checks
+    the same), so with pp > 1 the accumulation count is at least pp.
+    """
     if global_batch % dp:
         return []
     per_replica = global_batch // dp
@@ -45,10 +51,19 @@ def batch_options(request: PlanRequest, global_batch: int, dp: int) -> list[tupl
         micros = [request.micro_batch] if per_replica % request.micro_batch == 0 else []
     else:
         micros = [m for m in divisors(per_replica) if m <= request.max_micro_batch]
-    return [(m, per_replica // m) for m in micros]
+    return [
+        (m, per_replica // m)
+        for m in micros
+        if per_replica // m >= pipeline_stages and (per_replica // m) % accumulation_multiple == 0
+    ]
 
 
-def infeasible_batch_reason(request: PlanRequest, global_batch: int, dp: int) -> str:
+def infeasible_batch_reason(request: PlanRequest, global_batch: int, dp: int, pipeline_stages: int = 1) -> str:
     if global_batch % dp:
         return f"global batch {global_batch} is not a multiple of its data-parallel size {dp}"
+    if pipeline_stages > 1 and global_batch // dp < pipeline_stages * (request.micro_batch or 1):
+        return (
+            f"{pipeline_stages} pipeline stages need {pipeline_stages} micro-batches per step, but each "
+            f"data-parallel replica gets {global_batch // dp} sequences"
+        )
     return f"micro-batch {request.micro_batch} does not divide the {global_batch // dp} sequences per data-parallel replica"

@@ -177,10 +177,12 @@ class CandidateEvaluator:
         for layout in enumerate_layouts(self.spec, cluster, request):
             record = self._family(layout.family)
             dp = cluster.world_size // (layout.tensor_parallel * layout.pipeline_parallel)
-            batches = batch_options(request, request.global_batch, dp)
+            batches = batch_options(
+                request, request.global_batch, dp, layout.pipeline_parallel, layout.micro_batch_rounds
+            )
             if not batches:
                 if not record.fitting and record.smallest_miss is None:
-                    record.infeasible = infeasible_batch_reason(request, request.global_batch, dp)
+                    record.infeasible = infeasible_batch_reason(request, request.global_batch, dp, layout.pipeline_parallel)
                 continue
             record.infeasible = None
             for precision in precisions_for(cluster, request):

@@ -67,6 +67,12 @@ class Layout:
     def pipeline_parallel(self) -> int:
         return self.fields.get("pipeline_parallel", 1)
 
+    @property
+    def micro_batch_rounds(self) -> int:
+        """Accumulation steps must be a multiple of this (interleaved 1F1B runs rounds of pp)."""
+        interleaved = self.fields.get("pipeline_schedule") is PipelineSchedule.INTERLEAVED
+        return self.pipeline_parallel if interleaved else 1
+
 
 def _layout(complexity: int, fields: dict) -> Layout:
     return Layout(family_label(TrainingConfig(**fields)), complexity, fields)
