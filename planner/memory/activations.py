@@ -219,7 +219,10 @@ def _per_token(spec: ModelSpec, layout: Layout, widths: Widths) -> tuple[float, 
 
 
 def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> ActivationEstimate:
-    layout = Layout.of(config)
+    layout = Layout(
+        config.tensor_parallel, config.sequence_parallel, config.pipeline_parallel,
+        config.attention, config.activation_checkpointing, config.seq_len,
+    )
     kept, head, largest_block, layer_bytes = _per_token(spec, layout, widths)
     tokens = config.micro_batch * config.seq_len
     in_flight = _in_flight(config)

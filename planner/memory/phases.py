@@ -22,9 +22,9 @@ from typing import Callable, TypeVar
 
 from ..model_spec import ModelSpec
 from ..training_config import Precision, Strategy, TrainingConfig
-from .activations import activation_widths, estimate_activations
-from .buffers import estimate_buffers
-from .model_states import model_state_bytes, uses_native_mixed_precision
+from .activations import Widths, activation_widths, estimate_activations
+from .buffers import Buffers, estimate_buffers
+from .model_states import ModelStates, model_state_bytes, uses_native_mixed_precision
 from .rank_params import rank_params
 from .runtime import Runtime
 from .spec_cache import per_spec_and_key
@@ -52,45 +52,77 @@ def step_peak(
     return _memoised_peak(spec, key)
 
 
+@dataclass(frozen=True)
+class _BatchIndependent:
+    """What the step's peak needs that the batch does not change (cached)."""
+
+    states: ModelStates
+    buffers: Buffers
+    widths: Widths
+    head_grad: float  # a tied embedding's gradient held during backward
+    notes: list[str]
+
+
+def _batch_independent(spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime):
+    # The key covers every field model_state_bytes, estimate_buffers and the widths read;
+    # buffers read the batch only under pipelining (send/receive buffers).
+    batch = (config.micro_batch, config.seq_len) if config.pipeline_parallel > 1 else ()
+    key = (
+        config.strategy, config.zero_stage, config.fsdp_sharding, config.offload_optimizer, config.offload_params,
+        config.precision, config.optimizer, config.lora_rank, config.qlora, config.tensor_parallel,
+        config.pipeline_parallel, config.expert_parallel, config.activation_checkpointing, dp, gpus_per_node,
+        runtime, *batch,
+    )
+    return _cached(spec, key, lambda: _build_batch_independent(spec, config, dp, gpus_per_node, runtime))
+
+
+def _build_batch_independent(
+    spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime
+) -> _BatchIndependent:
+    params = rank_params(spec, config)
+    states = model_state_bytes(params, config, dp, gpus_per_node, spec.hidden_size)
+    buffers = estimate_buffers(spec, config, params, dp, runtime)
+    widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
+    notes = [*states.notes, *([buffers.note] if buffers.note else [])]
+    return _BatchIndependent(states, buffers, widths, _tied_head_gradient(spec, config), notes)
+
+
 @per_spec_and_key
 def _memoised_peak(spec: ModelSpec, key: tuple) -> StepPeak:
     config, world_size, gpus_per_node, runtime = key
     config.check_against(spec, world_size, gpus_per_node)
-    dp = config.data_parallel_size(world_size)
-    params = rank_params(spec, config)
-    # Model states and buffers do not depend on the batch (buffers only under pipelining):
-    # the search varies the batch most, so both are cached on the fields they read.
-    states_key = (
-        config.strategy, config.zero_stage, config.fsdp_sharding, config.offload_optimizer, config.offload_params,
-        config.precision, config.optimizer, config.lora_rank, config.qlora, config.tensor_parallel,
-        config.pipeline_parallel, config.expert_parallel, dp, gpus_per_node,
-    )
-    states = _cached(spec, ("states", *states_key), lambda: model_state_bytes(params, config, dp, gpus_per_node, spec.hidden_size))
-    batch = (config.micro_batch, config.seq_len) if config.pipeline_parallel > 1 else ()
-    buffers_key = ("buffers", *states_key, config.activation_checkpointing, runtime, *batch)
-    buffers = _cached(spec, buffers_key, lambda: estimate_buffers(spec, config, params, dp, runtime))
-    widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
-    acts = estimate_activations(spec, config, widths)
+    fixed_parts = _batch_independent(spec, config, config.data_parallel_size(world_size), gpus_per_node, runtime)
+    states, buffers, head_grad = fixed_parts.states, fixed_parts.buffers, fixed_parts.head_grad
+    acts = estimate_activations(spec, config, fixed_parts.widths)
 
     fixed = states.parameters + states.optimizer_states
     accumulated = states.backward_gradients if config.grad_accum > 1 else 0.0
-    head_grad = _tied_head_gradient(spec, config)
     recompute = acts.recompute + head_grad if acts.recompute else 0.0
-    # (gradients, activations, temporaries, buffers, step temporary) at each moment;
-    # backward-start first, so that it wins ties.
-    moments = {
-        "backward-start": (accumulated, acts.activations, acts.loss_backward, buffers.during_backward, 0.0),
-        "forward-end": (accumulated, acts.activations, acts.loss_forward, buffers.during_forward, 0.0),
-        "backward-recompute": (accumulated, acts.activations, recompute, buffers.during_backward, 0.0),
-        "backward-end": (states.backward_gradients, 0.0, 2 * head_grad, buffers.during_step, 0.0),
-        "optimizer-step": (states.gradients, 0.0, 0.0, buffers.during_step, states.step_temporary),
+    held = fixed + accumulated + acts.activations
+    # Totals at each moment; backward-start first, so that it wins ties.
+    by_phase = {
+        "backward-start": held + acts.loss_backward + buffers.during_backward,
+        "forward-end": held + acts.loss_forward + buffers.during_forward,
+        "backward-recompute": held + recompute + buffers.during_backward,
+        "backward-end": fixed + states.backward_gradients + 2 * head_grad + buffers.during_step,
+        "optimizer-step": fixed + states.gradients + buffers.during_step + states.step_temporary,
     }
-    by_phase = {phase: fixed + sum(parts) for phase, parts in moments.items()}
     best_phase = max(by_phase, key=by_phase.__getitem__)
-    grads, activations, temporaries, buffer, step_temp = moments[best_phase]
-    notes = [*states.notes, *([buffers.note] if buffers.note else [])]
+    # (gradients, activations, temporaries, buffers, step temporary) at the peak.
+    if best_phase == "optimizer-step":
+        parts = (states.gradients, 0.0, 0.0, buffers.during_step, states.step_temporary)
+    elif best_phase == "backward-end":
+        parts = (states.backward_gradients, 0.0, 2 * head_grad, buffers.during_step, 0.0)
+    elif best_phase == "forward-end":
+        parts = (accumulated, acts.activations, acts.loss_forward, buffers.during_forward, 0.0)
+    elif best_phase == "backward-recompute":
+        parts = (accumulated, acts.activations, recompute, buffers.during_backward, 0.0)
+    else:
+        parts = (accumulated, acts.activations, acts.loss_backward, buffers.during_backward, 0.0)
+    grads, activations, temporaries, buffer, step_temp = parts
+    notes = fixed_parts.notes
     if acts.last_pipeline_stage:
-        notes.append("pipeline: the last stage (output head and loss) is the most loaded")
+        notes = [*notes, "pipeline: the last stage (output head and loss) is the most loaded"]
     return StepPeak(
         per_gpu={
             "parameters": states.parameters,
