@@ -83,7 +83,10 @@ INTRA_NODE_LATENCY_US: dict[str, float] = {
     "nvlink": 3.0,
     "infinity-fabric": 3.0,
     "pcie": 5.0,
-    "host-memory": 10.0,  # gloo over shared memory / loopback
+    # gloo over loopback TCP: a 2-rank all-reduce of a small tensor took 361 us on the
+    # build machine (benchmarks/results/cpu_profile.json); a ring all-reduce is 2(n-1)
+    # latency steps, so one step is ~180 us.
+    "host-memory": 180.0,
 }
 
 # Host RAM per GPU when the user gives none: DGX A100 ships 1 TiB for 8 SXM GPUs

@@ -119,7 +119,13 @@ def test_cpu_pseudo_device():
     cluster = make_cluster("cpu", gpus_per_node=2)
     assert cluster.gpu.kind == "cpu"
     assert cluster.cpu_ram_per_node_bytes == cluster.gpu.memory_bytes
-    assert cluster.intra_node_latency_us == 10.0
+    # One ring step of the measured 2-rank gloo all-reduce (2(n-1) = 2 steps).
+    import json
+    from pathlib import Path
+
+    profile = json.loads((Path(__file__).resolve().parent.parent / "benchmarks/results/cpu_profile.json").read_text())
+    measured = profile["gloo_2_ranks"]["allreduce_latency_us"]
+    assert cluster.intra_node_latency_us == pytest.approx(measured / 2, rel=0.05)
     assert any("placeholder" in note for note in cluster.assumptions)
 
 
