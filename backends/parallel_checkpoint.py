@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from backends.decoder_anatomy import architecture_of
-from backends.tensor_parallel.layers import shard_tensor, unshard_tensor
+from backends.tensor_parallel.layers import pad_rows, padded_vocab, shard_tensor, unshard_tensor
 from planner.errors import UserInputError
 
 MODULE_PREFIX = "module."
@@ -54,6 +54,8 @@ def gather_full_state_dict(parallel_model, tensors: dict[str, torch.Tensor] | No
             parts = [torch.empty_like(value) for _ in range(groups.dims.tp)]
             dist.all_gather(parts, value, group=groups.tp_group)
             value = unshard_tensor(parts, spec[0], spec[1])
+        if name in parallel_model.padded_rows:
+            value = value[:parallel_model.padded_rows[name]]  # drop the vocabulary padding
         stage[name] = value.clone()
     if groups.dims.pp == 1:
         full = stage
@@ -78,13 +80,23 @@ def load_full_state_dict(parallel_model, full: dict[str, torch.Tensor]) -> None:
                 source = full.get(tied[0] if name == tied[1] else tied[1])
             if source is None:
                 raise UserInputError(f"the checkpoint has no tensor '{name}'; it was saved from another model")
-            spec = parallel_model.shard_specs.get(name)
-            value = shard_tensor(source, spec[0], groups.tp_rank, groups.dims.tp, spec[1]) if spec else source
+            value = local_slice(parallel_model, name, source)
             if value.shape != param.shape:
                 raise UserInputError(
                     f"checkpoint tensor '{name}' has shape {tuple(source.shape)}, which does not fit this model "
                     f"(local shard {tuple(param.shape)} under tp={groups.dims.tp}); it was saved from another model")
             param.copy_(value.to(param.dtype))
+
+
+def local_slice(parallel_model, name: str, full: torch.Tensor) -> torch.Tensor:
+    """This rank's part of the full (unpadded, HF-shaped) tensor `name` under its layout."""
+    spec = parallel_model.shard_specs.get(name)
+    if spec is None:
+        return full
+    groups = parallel_model.groups
+    if name in parallel_model.padded_rows:
+        full = pad_rows(full, padded_vocab(full.shape[0], groups.dims.tp))
+    return shard_tensor(full, spec[0], groups.tp_rank, groups.dims.tp, spec[1])
 
 
 def layout_record(parallel_model) -> dict[str, Any]:

@@ -50,6 +50,9 @@ class ParallelModel(nn.Module):
         self.is_last_stage = groups.pp_rank == groups.dims.pp - 1
         self.tied_embedding_grad_group = tied_embedding_grad_group
         self.shard_specs = shard_specs(model)  # name -> (dim, sections), for resharding checkpoints
+        # name -> unpadded rows, for vocabulary tensors padded to a multiple of tp
+        self.padded_rows = {name: model.config.vocab_size for name in self.shard_specs
+                            if name.endswith(".weight") and _is_vocab_tensor(model, name)}
         # The head's rows are this rank's slice of the vocabulary (all of it when tp == 1).
         self.vocab_start = model.lm_head.weight.shape[0] * groups.tp_rank if self.is_last_stage else 0
         self.pipeline_runner = None  # set by parallelize when pp > 1
@@ -88,7 +91,8 @@ class ParallelModel(nn.Module):
         return self.module.lm_head(hidden)
 
     def loss(self, local_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return vocab_parallel_causal_lm_loss(local_logits, labels, self.vocab_start, self.groups.tp_group)
+        return vocab_parallel_causal_lm_loss(local_logits, labels, self.vocab_start, self.groups.tp_group,
+                                             self.module.config.vocab_size)
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         if self.dims.pp > 1:
@@ -160,6 +164,11 @@ class ParallelModel(nn.Module):
             arch = architecture_of(self.module)
             return get_path(self.module, f"{arch.backbone}.{arch.token_embedding}").weight
         return self.module.lm_head.weight
+
+
+def _is_vocab_tensor(model: nn.Module, name: str) -> bool:
+    arch = architecture_of(model)
+    return name in (f"{arch.backbone}.{arch.token_embedding}.weight", "lm_head.weight")
 
 
 def _checkpoint_attention(model: nn.Module) -> None:

@@ -22,8 +22,7 @@ import torch.distributed as dist
 from backends.model_factory import build_causal_lm, catalog_config, tiny_config
 from backends.parallel_dims import ParallelDims
 from backends.parallelize import parallelize
-from backends.parallel_checkpoint import load_consolidated, save_consolidated
-from backends.tensor_parallel.layers import shard_tensor
+from backends.parallel_checkpoint import load_consolidated, local_slice, save_consolidated
 from planner.errors import UserInputError
 
 STEPS, SEQ_LEN, LR = 3, 16, 0.1
@@ -31,8 +30,14 @@ REFERENCE_GRAD_NORMS: list[float] = []  # of the latest reference_run, per step
 MODELS = {"gpt2": "gpt2", "llama": "llama-3-8b", "opt": "opt-125m", "qwen2": "qwen2.5-0.5b", "mistral": "mistral-7b"}
 
 
+def tiny_model_config(model_key: str) -> dict:
+    if model_key == "gpt2_odd_vocab":  # GPT-2's real vocabulary (50257) is odd: tp pads it
+        return tiny_config(catalog_config("gpt2"), vocab_size=509)
+    return tiny_config(catalog_config(MODELS[model_key]))
+
+
 def tiny(model_key: str):
-    return build_causal_lm(tiny_config(catalog_config(MODELS[model_key])), seed=0, dtype=torch.float32)
+    return build_causal_lm(tiny_model_config(model_key), seed=0, dtype=torch.float32)
 
 
 def batches(global_batch: int, vocab: int, steps: int = STEPS) -> list[torch.Tensor]:
@@ -59,11 +64,7 @@ def reference_run(model_key: str, data: list[torch.Tensor], clip: float = 0.0) -
 
 
 def local_reference(parallel, reference: dict[str, torch.Tensor], name: str) -> torch.Tensor:
-    full = reference[name]
-    dim, sections = parallel.shard_specs.get(name, (None, 1))
-    if dim is None:
-        return full
-    return shard_tensor(full, dim, parallel.groups.tp_rank, parallel.dims.tp, sections)
+    return local_slice(parallel, name, reference[name])
 
 
 def param_difference(parallel, reference: dict[str, torch.Tensor]) -> float:
@@ -88,7 +89,7 @@ def layout_run(model_key: str, dims: ParallelDims, *, micro_batches: int = 1, se
                first_step: int = 0, load_from: str | None = None, save_to: str | None = None,
                sync: Callable | None = None) -> dict[str, float]:
     """Train steps [first_step, steps) under the layout (after loading `load_from`) against the reference."""
-    data = batches(global_batch, tiny_config(catalog_config(MODELS[model_key]))["vocab_size"], steps)
+    data = batches(global_batch, tiny_model_config(model_key)["vocab_size"], steps)
     ref_losses, reference = reference_run(model_key, data)
     parallel = parallelize(tiny(model_key), dims, activation_checkpointing=checkpointing,
                            sequence_parallel=sequence_parallel, pipeline_schedule=schedule)
@@ -151,7 +152,7 @@ def engine_run(model_key: str, dims: ParallelDims, *, zero_stage: int, micro_bat
     """The same comparison through backends.initialize: our ZeRO on the dp group of the layout."""
     import backends
 
-    data = batches(global_batch, tiny_config(catalog_config(MODELS[model_key]))["vocab_size"])
+    data = batches(global_batch, tiny_model_config(model_key)["vocab_size"])
     ref_losses, reference = reference_run(model_key, data, clip)
     config = {
         "gradient_clipping": clip,
@@ -184,7 +185,7 @@ def engine_resume_run(model_key: str, dims: ParallelDims, directory: str, **layo
     """Engine checkpoint in a tp/pp layout: save after step 2, resume in a new engine, step 3 must repeat."""
     import backends
 
-    data = batches(4, tiny_config(catalog_config(MODELS[model_key]))["vocab_size"])
+    data = batches(4, tiny_model_config(model_key)["vocab_size"])
     config = {
         "train_micro_batch_size_per_gpu": 4 // dims.dp // 2, "gradient_accumulation_steps": 2,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1},
@@ -219,6 +220,8 @@ def two_rank_checks() -> dict[str, Callable[[], dict]]:
                                ("pp2", ParallelDims(dp=1, pp=2), {"pipeline_schedule": "1f1b"})):
         checks[f"engine_resume_{name}"] = lambda name=name, dims=dims, layout=layout: engine_resume_run(
             "gpt2", dims, os.path.join(os.path.dirname(os.path.abspath(OUT_PATH[0])), f"ckpt_{name}"), **layout)
+    checks["tp_sp_gpt2_odd_vocab"] = lambda: layout_run("gpt2_odd_vocab", ParallelDims(dp=1, tp=2),
+                                                        sequence_parallel=True)
     checks["pp_llama_interleaved"] = lambda: layout_run(
         "llama", ParallelDims(dp=1, pp=2), micro_batches=4, global_batch=8, schedule="interleaved-1f1b")
     for key in ("qwen2", "mistral"):  # q/k/v biases (Qwen2); Mistral's own classes

@@ -17,7 +17,7 @@ from torch import nn
 from backends.decoder_anatomy import architecture_of, decoder_layers, final_norm, get_path, set_path
 
 from .collectives import gather_sequence
-from .layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding
+from .layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, padded_vocab
 
 
 def _split_heads(attention: nn.Module, attributes: tuple[str, ...], size: int, what: str) -> None:
@@ -30,10 +30,10 @@ def _split_heads(attention: nn.Module, attributes: tuple[str, ...], size: int, w
 
 
 def check_divisible(config, size: int) -> None:
-    """Heads, KV heads and vocabulary must split evenly; say which does not."""
+    """Heads and KV heads must split evenly; say which does not (the vocabulary is padded instead)."""
     heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", None)
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    for label, value in (("attention heads", heads), ("key/value heads", kv_heads), ("vocabulary", config.vocab_size)):
+    for label, value in (("attention heads", heads), ("key/value heads", kv_heads)):
         if value and value % size:
             from planner.errors import UserInputError
 
@@ -83,7 +83,8 @@ def apply_tensor_parallel(model: nn.Module, group, *, sequence_parallel: bool = 
         token_embedding = VocabParallelEmbedding(token_embedding, group)
         set_path(backbone, arch.token_embedding, token_embedding)
     if head is not None:
-        model.lm_head = ColumnParallelLinear(head, group, sequence_parallel=sequence_parallel)
+        model.lm_head = ColumnParallelLinear(head, group, sequence_parallel=sequence_parallel,
+                                             pad_outputs_to=padded_vocab(model.config.vocab_size, size))
         if tied:
             model.lm_head.weight = token_embedding.weight
     norm = final_norm(model)

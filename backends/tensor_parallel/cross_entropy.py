@@ -15,8 +15,11 @@ IGNORE_INDEX = -100
 
 class _VocabParallelCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, targets, vocab_start, group):
+    def forward(ctx, logits, targets, vocab_start, vocab_size, group):
         logits = logits.float()
+        if vocab_start + logits.shape[-1] > vocab_size:  # padding rows of a vocabulary tp does not divide
+            logits = logits.clone()
+            logits[..., vocab_size - vocab_start:] = float("-inf")
         local_max = logits.max(dim=-1).values
         dist.all_reduce(local_max, op=dist.ReduceOp.MAX, group=group)
         shifted = logits - local_max.unsqueeze(-1)
@@ -39,14 +42,17 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         grad = softmax.clone()
         onehot = torch.zeros_like(grad).scatter_(-1, local_targets.unsqueeze(-1), 1.0)
         grad -= onehot * (~outside).unsqueeze(-1).to(grad.dtype)
-        return grad * grad_loss.unsqueeze(-1), None, None, None
+        return grad * grad_loss.unsqueeze(-1), None, None, None, None
 
 
-def vocab_parallel_causal_lm_loss(local_logits: torch.Tensor, labels: torch.Tensor, vocab_start: int, group) -> torch.Tensor:
-    """Mean next-token loss like HF's ForCausalLMLoss: position t predicts labels[t+1], -100 ignored."""
+def vocab_parallel_causal_lm_loss(local_logits: torch.Tensor, labels: torch.Tensor, vocab_start: int, group,
+                                  vocab_size: int | None = None) -> torch.Tensor:
+    """Mean next-token loss like HF's ForCausalLMLoss: position t predicts labels[t+1], -100 ignored.
+    Columns at or beyond `vocab_size` (padding) take no part."""
     logits = local_logits[:, :-1, :].reshape(-1, local_logits.shape[-1])
     targets = labels[:, 1:].reshape(-1)
     valid = targets != IGNORE_INDEX
-    per_token = _VocabParallelCrossEntropy.apply(logits, targets.masked_fill(~valid, 0), vocab_start, group)
+    vocab_size = vocab_size or vocab_start + local_logits.shape[-1]
+    per_token = _VocabParallelCrossEntropy.apply(logits, targets.masked_fill(~valid, 0), vocab_start, vocab_size, group)
     per_token = per_token * valid.to(per_token.dtype)
     return per_token.sum() / valid.sum().clamp(min=1)

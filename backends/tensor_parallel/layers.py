@@ -26,6 +26,17 @@ def shard_tensor(full: torch.Tensor, dim: int, rank: int, size: int, sections: i
     return torch.cat([block.chunk(size, dim=dim)[rank] for block in blocks], dim=dim).clone()
 
 
+def pad_rows(full: torch.Tensor, rows: int) -> torch.Tensor:
+    """`full` with zero rows appended up to `rows` (a vocabulary padded to a multiple of tp)."""
+    if full.shape[0] >= rows:
+        return full
+    return torch.cat([full, full.new_zeros((rows - full.shape[0], *full.shape[1:]))])
+
+
+def padded_vocab(vocab: int, size: int) -> int:
+    return -(-vocab // size) * size
+
+
 def unshard_tensor(parts: list[torch.Tensor], dim: int, sections: int = 1) -> torch.Tensor:
     """Inverse of shard_tensor over all ranks' parts (in rank order)."""
     per_rank = [part.chunk(sections, dim=dim) for part in parts]
@@ -33,7 +44,8 @@ def unshard_tensor(parts: list[torch.Tensor], dim: int, sections: int = 1) -> to
 
 
 class _ParallelLinear(nn.Module):
-    def __init__(self, source: nn.Module, group, *, sections: int, sequence_parallel: bool, column: bool):
+    def __init__(self, source: nn.Module, group, *, sections: int, sequence_parallel: bool, column: bool,
+                 pad_outputs_to: int = 0):
         super().__init__()
         self.group = group
         self.sequence_parallel = sequence_parallel
@@ -42,8 +54,13 @@ class _ParallelLinear(nn.Module):
         out_dim = 1 if self.transposed else 0
         weight_dim = out_dim if column else 1 - out_dim
         self.shard_spec = {"weight": (weight_dim, sections)}
-        self.weight = nn.Parameter(shard_tensor(source.weight.detach(), weight_dim, rank, size, sections))
+        weight = source.weight.detach()
         bias = getattr(source, "bias", None)
+        if pad_outputs_to:  # a vocabulary that tp does not divide: zero rows, masked out of the loss
+            weight = pad_rows(weight.transpose(0, 1) if self.transposed else weight, pad_outputs_to)
+            weight = weight.transpose(0, 1) if self.transposed else weight
+            bias = None if bias is None else nn.Parameter(pad_rows(bias.detach(), pad_outputs_to))
+        self.weight = nn.Parameter(shard_tensor(weight, weight_dim, rank, size, sections))
         if bias is None:
             self.bias = None
         elif column:
@@ -64,8 +81,10 @@ class _ParallelLinear(nn.Module):
 class ColumnParallelLinear(_ParallelLinear):
     """Output features split across TP ranks; the input is the full activation."""
 
-    def __init__(self, source: nn.Module, group, *, sections: int = 1, sequence_parallel: bool = False):
-        super().__init__(source, group, sections=sections, sequence_parallel=sequence_parallel, column=True)
+    def __init__(self, source: nn.Module, group, *, sections: int = 1, sequence_parallel: bool = False,
+                 pad_outputs_to: int = 0):
+        super().__init__(source, group, sections=sections, sequence_parallel=sequence_parallel, column=True,
+                         pad_outputs_to=pad_outputs_to)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Under sequence parallelism the input was all-gathered by the norm before
@@ -91,19 +110,20 @@ class RowParallelLinear(_ParallelLinear):
 
 
 class VocabParallelEmbedding(nn.Module):
-    """Rows of the vocabulary split across TP ranks; each rank looks up its own ids, then sum."""
+    """Rows of the vocabulary split across TP ranks; each rank looks up its own ids, then sum.
+
+    A vocabulary that tp does not divide (GPT-2's 50257) is padded with zero rows to the next multiple,
+    as Megatron does; no id maps there and the loss masks those logits."""
 
     def __init__(self, source: nn.Embedding, group):
         super().__init__()
         self.group = group
         rank, size = dist.get_rank(group), dist.get_world_size(group)
-        vocab = source.weight.shape[0]
-        if vocab % size:
-            raise ValueError(f"vocabulary {vocab} is not divisible by tensor parallelism {size}")
+        vocab = padded_vocab(source.weight.shape[0], size)
         self.vocab_start = rank * (vocab // size)
         self.vocab_end = self.vocab_start + vocab // size
         self.shard_spec = {"weight": (0, 1)}
-        self.weight = nn.Parameter(shard_tensor(source.weight.detach(), 0, rank, size))
+        self.weight = nn.Parameter(shard_tensor(pad_rows(source.weight.detach(), vocab), 0, rank, size))
         padding = source.padding_idx
         self.padding_idx = padding - self.vocab_start if padding is not None and self.vocab_start <= padding < self.vocab_end else None
 
