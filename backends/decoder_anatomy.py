@@ -34,6 +34,7 @@ class Architecture:
     attention: str
     head_count_attributes: tuple[str, ...] = ("num_heads", "num_key_value_heads", "num_attention_heads")
     width_attributes: tuple[str, ...] = ()  # attention attributes holding the local projection width
+    kv_projections: tuple[str, ...] = ()  # replicated, not split, when tp exceeds the key/value heads
     extra_modules: tuple[str, ...] = field(default_factory=tuple)  # other backbone modules (positions, rotary)
 
 
@@ -47,6 +48,7 @@ _LLAMA_LIKE = Architecture(
             ("mlp.gate_proj", 1), ("mlp.up_proj", 1)),
     row=("self_attn.o_proj", "mlp.down_proj"),
     attention="self_attn",
+    kv_projections=("self_attn.k_proj", "self_attn.v_proj"),
     extra_modules=("rotary_emb",),
 )
 

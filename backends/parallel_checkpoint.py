@@ -53,7 +53,8 @@ def gather_full_state_dict(parallel_model, tensors: dict[str, torch.Tensor] | No
         if spec is not None and groups.dims.tp > 1:
             parts = [torch.empty_like(value) for _ in range(groups.dims.tp)]
             dist.all_gather(parts, value, group=groups.tp_group)
-            value = unshard_tensor(parts, spec[0], spec[1])
+            replicas = parallel_model.tp_replicas.get(name, 1)
+            value = unshard_tensor(parts[::replicas], spec[0], spec[1])
         if name in parallel_model.padded_rows:
             value = value[:parallel_model.padded_rows[name]]  # drop the vocabulary padding
         stage[name] = value.clone()
@@ -96,7 +97,8 @@ def local_slice(parallel_model, name: str, full: torch.Tensor) -> torch.Tensor:
     groups = parallel_model.groups
     if name in parallel_model.padded_rows:
         full = pad_rows(full, padded_vocab(full.shape[0], groups.dims.tp))
-    return shard_tensor(full, spec[0], groups.tp_rank, groups.dims.tp, spec[1])
+    replicas = parallel_model.tp_replicas.get(name, 1)
+    return shard_tensor(full, spec[0], groups.tp_rank // replicas, groups.dims.tp // replicas, spec[1])
 
 
 def layout_record(parallel_model) -> dict[str, Any]:

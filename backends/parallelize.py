@@ -51,6 +51,10 @@ class ParallelModel(nn.Module):
         self.tied_embedding_grad_group = tied_embedding_grad_group
         self.shard_specs = shard_specs(model)  # name -> (dim, sections), for resharding checkpoints
         # name -> unpadded rows, for vocabulary tensors padded to a multiple of tp
+        # name -> how many TP ranks hold the same slice (key/value heads fewer than tp)
+        self.tp_replicas = {f"{module_name}.{param_name}": module.replicas
+                            for module_name, module in model.named_modules() if getattr(module, "replicas", 1) > 1
+                            for param_name, _ in module.named_parameters(recurse=False)}
         self.padded_rows = {name: model.config.vocab_size for name in self.shard_specs
                             if name.endswith(".weight") and _is_vocab_tensor(model, name)}
         # The head's rows are this rank's slice of the vocabulary (all of it when tp == 1).
@@ -140,7 +144,7 @@ class ParallelModel(nn.Module):
             if tied_copy and inner == "lm_head.weight":
                 weights[name] = 0.0
             else:
-                weights[name] = 1.0 if inner in self.shard_specs else 1.0 / self.dims.tp
+                weights[name] = 1.0 / self.tp_replicas.get(inner, 1) if inner in self.shard_specs else 1.0 / self.dims.tp
         return weights
 
     def model_parallel_sum(self, value: torch.Tensor, op: Any = None) -> torch.Tensor:
@@ -251,7 +255,8 @@ def parallelize(model: nn.Module, dims: ParallelDims | ParallelGroups, *, activa
     if groups.dims.pp > 1:
         _prune_to_stage(model, groups.pp_rank == 0, groups.pp_rank == groups.dims.pp - 1, chunk_ranges)
     if groups.dims.tp > 1:
-        apply_tensor_parallel(model, groups.tp_group, sequence_parallel=sequence_parallel)
+        apply_tensor_parallel(model, groups.tp_group, sequence_parallel=sequence_parallel,
+                              tp_groups_ranks=groups.mesh.mesh.reshape(-1, groups.dims.tp).tolist())
     if activation_checkpointing == "selective":
         _checkpoint_attention(model)
     parallel = ParallelModel(model, groups, chunk_ranges=chunk_ranges, sequence_parallel=sequence_parallel,

@@ -33,6 +33,8 @@ MODELS = {"gpt2": "gpt2", "llama": "llama-3-8b", "opt": "opt-125m", "qwen2": "qw
 def tiny_model_config(model_key: str) -> dict:
     if model_key == "gpt2_odd_vocab":  # GPT-2's real vocabulary (50257) is odd: tp pads it
         return tiny_config(catalog_config("gpt2"), vocab_size=509)
+    if model_key == "llama_one_kv_head":  # fewer key/value heads than tp: each rank holds a replica
+        return {**tiny_config(catalog_config("llama-3-8b")), "num_key_value_heads": 1}
     return tiny_config(catalog_config(MODELS[model_key]))
 
 
@@ -222,6 +224,8 @@ def two_rank_checks() -> dict[str, Callable[[], dict]]:
             "gpt2", dims, os.path.join(os.path.dirname(os.path.abspath(OUT_PATH[0])), f"ckpt_{name}"), **layout)
     checks["tp_sp_gpt2_odd_vocab"] = lambda: layout_run("gpt2_odd_vocab", ParallelDims(dp=1, tp=2),
                                                         sequence_parallel=True)
+    checks["tp_sp_llama_one_kv_head"] = lambda: layout_run("llama_one_kv_head", ParallelDims(dp=1, tp=2),
+                                                           sequence_parallel=True)
     checks["pp_llama_interleaved"] = lambda: layout_run(
         "llama", ParallelDims(dp=1, pp=2), micro_batches=4, global_batch=8, schedule="interleaved-1f1b")
     for key in ("qwen2", "mistral"):  # q/k/v biases (Qwen2); Mistral's own classes
@@ -243,6 +247,8 @@ def four_rank_checks() -> dict[str, Callable[[], dict]]:
                                                          micro_batches=2, global_batch=8, sequence_parallel=True),
         "engine_zero1_dp2_pp2_gpt2": lambda: engine_run("gpt2", ParallelDims(dp=2, pp=2), zero_stage=1,
                                                         micro_batches=4, global_batch=8),
+        "dp2_tp2_llama_one_kv_head": lambda: layout_run("llama_one_kv_head", ParallelDims(dp=2, tp=2),
+                                                        global_batch=8, micro_batches=2),
         "tp2_pp2_sp_gpt2_interleaved": lambda: layout_run(
             "gpt2", ParallelDims(dp=1, tp=2, pp=2), micro_batches=4, global_batch=8, sequence_parallel=True,
             schedule="interleaved-1f1b", checkpointing="full"),

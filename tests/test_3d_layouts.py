@@ -1,7 +1,8 @@
 """4 ranks through backends.initialize with our ZeRO-1 on the dp group: dp2 x tp2 (with sequence
 parallelism, Llama GQA) and dp2 x pp2 (1F1B, GPT-2 with its tied embedding split across the first and last
 stage); then ZeRO-2 under dp2 x pp2 and ZeRO-3 under dp2 x tp2; and tp2 x pp2 with sequence parallelism,
-interleaved 1F1B and full activation checkpointing (no ZeRO: dp is 1). Each against the single-process
+interleaved 1F1B and full activation checkpointing (no ZeRO: dp is 1); dp2 x tp2 of a Llama with one
+key/value head, replicated on both TP ranks of each of the two TP groups. Each against the single-process
 reference (SGD, fp32, 3 steps, loss and parameters within 1e-5)."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from tests.parallel_checks import assert_matches_reference, run_checks
 
 FOUR_RANK_CHECKS = [
     "engine_zero1_dp2_tp2_llama", "engine_zero1_dp2_pp2_gpt2", "engine_zero2_dp2_pp2_gpt2", "engine_zero3_dp2_tp2_llama",
-    "tp2_pp2_sp_gpt2_interleaved",
+    "tp2_pp2_sp_gpt2_interleaved", "dp2_tp2_llama_one_kv_head",
 ]
 
 

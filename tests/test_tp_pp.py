@@ -18,7 +18,7 @@ from planner.errors import UserInputError
 from tests.parallel_checks import assert_matches_reference, run_checks
 
 TWO_RANK_CHECKS = [
-    "tp_gpt2", "tp_llama", "tp_opt", "tp_sp_gpt2", "tp_sp_llama", "tp_sp_opt", "tp_sp_qwen2", "tp_sp_mistral", "tp_sp_gpt2_odd_vocab",
+    "tp_gpt2", "tp_llama", "tp_opt", "tp_sp_gpt2", "tp_sp_llama", "tp_sp_opt", "tp_sp_qwen2", "tp_sp_mistral", "tp_sp_gpt2_odd_vocab", "tp_sp_llama_one_kv_head",
     "pp_gpt2_gpipe", "pp_gpt2_1f1b", "pp_llama_gpipe", "pp_llama_1f1b", "pp_opt_1f1b", "pp_llama_interleaved",
     "tp_sp_llama_full_checkpointing", "tp_gpt2_selective_checkpointing", "reshard_tp2_to_pp2", "engine_resume_tp2",
 ]

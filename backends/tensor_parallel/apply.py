@@ -29,15 +29,35 @@ def _split_heads(attention: nn.Module, attributes: tuple[str, ...], size: int, w
             setattr(attention, name, value // size)
 
 
-def check_divisible(config, size: int) -> None:
-    """Heads and KV heads must split evenly; say which does not (the vocabulary is padded instead)."""
+def head_counts(config) -> tuple[int, int]:
     heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", None)
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    for label, value in (("attention heads", heads), ("key/value heads", kv_heads)):
-        if value and value % size:
-            from planner.errors import UserInputError
+    return heads, getattr(config, "num_key_value_heads", None) or heads
 
-            raise UserInputError(f"tensor parallelism {size} does not divide the model's {value} {label}; choose a tp that does")
+
+def check_divisible(config, size: int) -> None:
+    """Heads must split evenly and KV heads split or replicate evenly; say which does not
+    (the vocabulary is padded instead)."""
+    from planner.errors import UserInputError
+
+    heads, kv_heads = head_counts(config)
+    if heads % size:
+        raise UserInputError(f"tensor parallelism {size} does not divide the model's {heads} attention heads; "
+                             "choose a tp that does")
+    if kv_heads % size and size % kv_heads:
+        raise UserInputError(f"tensor parallelism {size} can neither split nor replicate the model's {kv_heads} "
+                             "key/value heads evenly; choose a tp that divides or is a multiple of them")
+
+
+def _kv_replica_group(tp_groups_ranks: list[list[int]], replicas: int):
+    """The group of TP ranks holding the same key/value head; every rank creates every such group."""
+    mine = None
+    for ranks in tp_groups_ranks:
+        for start in range(0, len(ranks), replicas):
+            members = ranks[start:start + replicas]
+            created = dist.new_group(members)
+            if dist.get_rank() in members:
+                mine = created
+    return mine
 
 
 def _gather_norm_output(module: nn.Module, inputs, output):
@@ -53,11 +73,21 @@ def _all_reduce_grad(group):
     return hook
 
 
-def apply_tensor_parallel(model: nn.Module, group, *, sequence_parallel: bool = False) -> list[nn.Parameter]:
-    """Shard `model` over `group`; returns the replicated parameters whose gradients are summed over TP under SP."""
+def apply_tensor_parallel(model: nn.Module, group, *, sequence_parallel: bool = False,
+                          tp_groups_ranks: list[list[int]] | None = None) -> list[nn.Parameter]:
+    """Shard `model` over `group`; returns the replicated parameters whose gradients are summed over TP under SP.
+
+    tp_groups_ranks: the global ranks of every TP group of the job (needed only when the key/value heads
+    are fewer than tp and must be replicated: the replica groups are created collectively)."""
     arch = architecture_of(model)
     size = dist.get_world_size(group)
     check_divisible(model.config, size)
+    heads, kv_heads = head_counts(model.config)
+    kv_replicas = size // kv_heads if kv_heads < size else 1
+    replica_group = None
+    if kv_replicas > 1 and arch.kv_projections:
+        replica_group = _kv_replica_group(tp_groups_ranks or [list(range(dist.get_world_size()))], kv_replicas)
+    kv_shard = (dist.get_rank(group) // kv_replicas, kv_heads) if replica_group is not None else None
     backbone = get_path(model, arch.backbone)
     token_embedding = getattr(backbone, arch.token_embedding, None)  # None on later pipeline stages
     head = model.get_output_embeddings()  # None before the last pipeline stage
@@ -68,15 +98,26 @@ def apply_tensor_parallel(model: nn.Module, group, *, sequence_parallel: bool = 
         if isinstance(layer, nn.Identity):
             continue  # another pipeline stage's layer
         for path, sections in arch.column:
-            set_path(layer, path, ColumnParallelLinear(get_path(layer, path), group, sections=sections,
-                                                       sequence_parallel=sequence_parallel))
+            shard = kv_shard if path in arch.kv_projections else None
+            column = ColumnParallelLinear(get_path(layer, path), group, sections=sections,
+                                          sequence_parallel=sequence_parallel, shard=shard)
+            set_path(layer, path, column)
+            if shard is not None:  # each replica saw only its own query heads: sum over the replicas
+                for param in column.parameters():
+                    param.register_hook(_all_reduce_grad(replica_group))
         for path in arch.row:
             row = RowParallelLinear(get_path(layer, path), group, sequence_parallel=sequence_parallel)
             set_path(layer, path, row)
             if row.bias is not None:
                 partial_grads.append(row.bias)
         attention = get_path(layer, arch.attention)
-        _split_heads(attention, arch.head_count_attributes, size, "heads")
+        counts = arch.head_count_attributes
+        if replica_group is not None:  # one key/value head per rank, shared by all its query heads
+            counts = tuple(name for name in counts if name != "num_key_value_heads")
+            if hasattr(attention, "num_key_value_heads"):
+                attention.num_key_value_heads = 1
+            attention.num_key_value_groups = heads // size
+        _split_heads(attention, counts, size, "heads")
         _split_heads(attention, arch.width_attributes, size, "projection width")
         norms.extend(get_path(layer, name) for name in arch.layer_norms)
     if token_embedding is not None:

@@ -45,12 +45,16 @@ def unshard_tensor(parts: list[torch.Tensor], dim: int, sections: int = 1) -> to
 
 class _ParallelLinear(nn.Module):
     def __init__(self, source: nn.Module, group, *, sections: int, sequence_parallel: bool, column: bool,
-                 pad_outputs_to: int = 0):
+                 pad_outputs_to: int = 0, shard: tuple[int, int] | None = None):
         super().__init__()
         self.group = group
         self.sequence_parallel = sequence_parallel
         self.transposed = not isinstance(source, nn.Linear)  # HF Conv1D: weight is [in, out]
         rank, size = dist.get_rank(group), dist.get_world_size(group)
+        # shard=(index, count) with count < size: `size // count` ranks hold the same part (replicated
+        # key/value heads when tp exceeds them).
+        self.replicas = size // shard[1] if shard else 1
+        rank, size = shard if shard else (rank, size)
         out_dim = 1 if self.transposed else 0
         weight_dim = out_dim if column else 1 - out_dim
         self.shard_spec = {"weight": (weight_dim, sections)}
@@ -82,9 +86,9 @@ class ColumnParallelLinear(_ParallelLinear):
     """Output features split across TP ranks; the input is the full activation."""
 
     def __init__(self, source: nn.Module, group, *, sections: int = 1, sequence_parallel: bool = False,
-                 pad_outputs_to: int = 0):
+                 pad_outputs_to: int = 0, shard: tuple[int, int] | None = None):
         super().__init__(source, group, sections=sections, sequence_parallel=sequence_parallel, column=True,
-                         pad_outputs_to=pad_outputs_to)
+                         pad_outputs_to=pad_outputs_to, shard=shard)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Under sequence parallelism the input was all-gathered by the norm before
