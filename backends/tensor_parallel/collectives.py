@@ -39,7 +39,10 @@ def _all_gather(tensor: torch.Tensor, group) -> torch.Tensor:
 def _sequence_chunks(tensor: torch.Tensor, size: int) -> list[torch.Tensor]:
     dim = _split_dim(tensor)
     if tensor.shape[dim] % size:
-        raise ValueError(f"sequence length {tensor.shape[dim]} is not divisible by tensor parallelism {size}")
+        from planner.errors import UserInputError
+
+        raise UserInputError(f"sequence length {tensor.shape[dim]} is not divisible by tensor parallelism {size}; "
+                             "use a seq_len that is a multiple of tp, or turn sequence parallelism off")
     return [chunk.contiguous() for chunk in tensor.chunk(size, dim=dim)]
 
 
