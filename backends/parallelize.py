@@ -24,10 +24,11 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from backends.decoder_anatomy import (
-    architecture_of, decoder_layers, embed, final_norm, get_path, layer_arguments, require_sdpa, run_layer, set_path,
+    architecture_of, decoder_layers, embed, final_norm, get_path, layer_arguments, require_sdpa, run_layer,
 )
 from backends.parallel_dims import ParallelDims, ParallelGroups
 from backends.pipeline_parallel.split import stage_layer_ranges
+from backends.pipeline_parallel.stages import is_tied, per_virtual_stage, prune_to_stage, tied_embedding_groups
 from backends.tensor_parallel.apply import apply_tensor_parallel, shard_specs
 from backends.tensor_parallel.collectives import scatter_sequence
 from backends.tensor_parallel.cross_entropy import vocab_parallel_causal_lm_loss
@@ -192,43 +193,6 @@ def _checkpoint_attention(model: nn.Module) -> None:
         attention.forward = functools.wraps(original)(recomputed)
 
 
-def _prune_to_stage(model: nn.Module, first: bool, last: bool, chunk_ranges: list[tuple[int, int]]) -> None:
-    """Drop the modules other stages own; kept layers keep their global index (and state-dict names)."""
-    arch = architecture_of(model)
-    layers = decoder_layers(model)
-    for index in range(len(layers)):
-        if not any(start <= index < end for start, end in chunk_ranges):
-            layers[index] = nn.Identity()
-    backbone = get_path(model, arch.backbone)
-    if not first:
-        for name in (arch.token_embedding, *[m for m in arch.extra_modules if m != "rotary_emb"]):
-            set_path(backbone, name, None)
-    if not last:
-        set_path(backbone, arch.final_norm, None)
-        model.lm_head = None
-    elif not first and model.lm_head.weight is not None:
-        # A tied head keeps its own copy of the embedding; finish_gradients keeps the two in step.
-        model.lm_head.weight = nn.Parameter(model.lm_head.weight.detach().clone())
-
-
-def _tied(model: nn.Module) -> bool:
-    arch = architecture_of(model)
-    head = model.get_output_embeddings()
-    return head is not None and get_path(model, f"{arch.backbone}.{arch.token_embedding}").weight is head.weight
-
-
-def _tied_embedding_groups(groups: ParallelGroups) -> Any:
-    """One group per (dp, tp) coordinate holding the first and last stage; every rank creates all of them."""
-    dims, mine = groups.dims, None
-    for dp in range(dims.dp):
-        for tp in range(dims.tp):
-            ranks = sorted({groups.global_rank_of(pp=0, dp=dp, tp=tp), groups.global_rank_of(pp=dims.pp - 1, dp=dp, tp=tp)})
-            group = dist.new_group(ranks)
-            if dp == groups.dp_rank and tp == groups.tp_rank:
-                mine = group
-    return mine
-
-
 def parallelize(model: nn.Module, dims: ParallelDims | ParallelGroups, *, activation_checkpointing: str = "none",
                 sequence_parallel: bool = False, stage_split: Sequence[int] | None = None,
                 pipeline_schedule: str = "1f1b", virtual_stages: int | None = None,
@@ -248,12 +212,12 @@ def parallelize(model: nn.Module, dims: ParallelDims | ParallelGroups, *, activa
     # middle stages, which hold neither the embedding nor the head (the planner's memory model gives
     # the first stage floor(layers / pp) blocks).
     ranges = stage_layer_ranges(len(decoder_layers(model)), pp * virtual_stages,
-                                _per_virtual_stage(stage_split, pp, virtual_stages), first_extra=0.5, last_extra=0.5)
+                                per_virtual_stage(stage_split, pp, virtual_stages), first_extra=0.5, last_extra=0.5)
     chunk_ranges = [ranges[chunk * pp + groups.pp_rank] for chunk in range(virtual_stages)]
-    tied = _tied(model)
-    tied_group = _tied_embedding_groups(groups) if tied and groups.dims.pp > 1 else None
+    tied = is_tied(model)
+    tied_group = tied_embedding_groups(groups) if tied and groups.dims.pp > 1 else None
     if groups.dims.pp > 1:
-        _prune_to_stage(model, groups.pp_rank == 0, groups.pp_rank == groups.dims.pp - 1, chunk_ranges)
+        prune_to_stage(model, groups.pp_rank == 0, groups.pp_rank == groups.dims.pp - 1, chunk_ranges)
     if groups.dims.tp > 1:
         apply_tensor_parallel(model, groups.tp_group, sequence_parallel=sequence_parallel,
                               tp_groups_ranks=groups.mesh.mesh.reshape(-1, groups.dims.tp).tolist())
@@ -271,17 +235,3 @@ def parallelize(model: nn.Module, dims: ParallelDims | ParallelGroups, *, activa
 
         parallel.pipeline_runner = PipelineRunner(parallel, schedule=pipeline_schedule)
     return parallel
-
-
-
-def _per_virtual_stage(stage_split: Sequence[int] | None, pp: int, virtual_stages: int) -> list[int] | None:
-    """A plan's stage_split lists layers per pipeline rank; with virtual stages each rank's share is cut
-    into `virtual_stages` near-equal chunks (a list already per virtual stage is used as it is)."""
-    if stage_split is None or virtual_stages == 1 or len(stage_split) == pp * virtual_stages:
-        return None if stage_split is None else list(stage_split)
-    if len(stage_split) != pp:
-        return list(stage_split)  # stage_layer_ranges explains what is wrong
-    per_rank = [[count // virtual_stages + (1 if c < count % virtual_stages else 0) for c in range(virtual_stages)]
-                for count in stage_split]
-    # Chunk c of rank r is stage c * pp + r.
-    return [per_rank[rank][chunk] for chunk in range(virtual_stages) for rank in range(pp)]

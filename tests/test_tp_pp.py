@@ -61,12 +61,12 @@ def test_stage_split_balances_embedding_and_head_cost():
 
 
 def test_plan_stage_split_per_rank_becomes_interleaved_chunks():
-    from backends.parallelize import _per_virtual_stage
+    from backends.pipeline_parallel.stages import per_virtual_stage
 
     # Rank 0 runs 5 layers, rank 1 runs 3; with 2 chunks each, stage c * pp + r is chunk c of rank r.
-    assert _per_virtual_stage([5, 3], 2, 2) == [3, 2, 2, 1]
-    assert _per_virtual_stage([1, 1, 1, 1], 2, 2) == [1, 1, 1, 1]
-    assert _per_virtual_stage(None, 2, 2) is None
+    assert per_virtual_stage([5, 3], 2, 2) == [3, 2, 2, 1]
+    assert per_virtual_stage([1, 1, 1, 1], 2, 2) == [1, 1, 1, 1]
+    assert per_virtual_stage(None, 2, 2) is None
 
 
 def test_parallel_dims_checks_world_and_node():
