@@ -56,6 +56,8 @@ class ModelShape:
     total_params: int
     trainable_params: int
     expert_params: int  # all experts of all blocks; expert parallelism splits these
+    rmsnorm: bool = False  # RMSNorm, which transformers runs as a chain of eager ops
+    rotary: bool = False  # rotary position embedding on q and k
 
 
 def model_shape(spec: ModelSpec) -> ModelShape:
@@ -85,6 +87,8 @@ def model_shape(spec: ModelSpec) -> ModelShape:
         total_params=spec.params.total,
         trainable_params=spec.params.trainable,
         expert_params=spec.num_layers * spec.num_experts * spec.hidden_size * ffn * (3 if spec.mlp_kind.value == "gated" else 2),
+        rmsnorm=spec.norm == "rmsnorm",
+        rotary=spec.position_embedding == "rotary",
     )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ..flops import ModelShape, attention_square_layers
 from ..training_config import ActivationCheckpointing, AttentionKernel, TrainingConfig
 from .constants import ThroughputConstants
+from .kernel_stack import KernelStack, unfused_bytes_per_row
 from .kernels import Device, elementwise_seconds, flash_attention_seconds, matmul_seconds
 
 NF4_DEQUANT_BYTES_PER_WEIGHT = 2.5  # read 4-bit weight (+ scales), write the bf16 copy
@@ -78,7 +79,13 @@ def _block_elements(shape: ModelShape, config: TrainingConfig, rows: float) -> f
 
 
 def stage_compute(
-    shape: ModelShape, config: TrainingConfig, device: Device, k: ThroughputConstants, *, fused_attention: bool
+    shape: ModelShape,
+    config: TrainingConfig,
+    device: Device,
+    k: ThroughputConstants,
+    *,
+    fused_attention: bool,
+    stack: KernelStack = KernelStack.FUSED,
 ) -> StageCompute:
     rows = float(config.micro_batch * config.seq_len)
     tp, pp = config.tensor_parallel, config.pipeline_parallel
@@ -87,6 +94,7 @@ def stage_compute(
     matmul_fwd = _block_matmuls_forward_s(shape, config, device, k, rows)
     attention_fwd = _attention_forward_s(shape, config, device, k, fused_attention)
     elementwise_fwd = elementwise_seconds(device, _block_elements(shape, config, rows), k)
+    elementwise_fwd += rows * unfused_bytes_per_row(shape, config, stack) / device.memory_Bps
 
     if config.lora_rank:
         adapters = sum(

@@ -21,12 +21,14 @@ from .collectives import Links, cluster_links
 from .communication import step_communication
 from .compute import StageCompute, stage_compute
 from .constants import CALIBRATION_SOURCE, CONSTANTS, ThroughputConstants, architecture_efficiency
+from .kernel_stack import STACK_SOURCE, KernelStack, default_stack
 from .kernels import Device
 from .result import StepTimeBreakdown, ThroughputEstimate
 
 _COMPUTE = (
     f"formula: shape-aware matmul roofline + fused attention + element-wise passes; {CALIBRATION_SOURCE}; "
-    "non-Ampere GPUs scaled by assumed library-efficiency factors (planner/throughput/constants.py)"
+    "non-Ampere GPUs scaled by assumed library-efficiency factors (planner/throughput/constants.py); "
+    f"{STACK_SOURCE}"
 )
 _COMM = (
     "formula: α–β ring/tree collectives on the links each group crosses, overlapped as each implementation does; "
@@ -112,20 +114,20 @@ def _hardware_of(cluster: ClusterSpec, config: TrainingConfig) -> tuple[Device, 
 
 
 def _stage_of(
-    shape: ModelShape, config: TrainingConfig, device: Device, fused_attention: bool
+    shape: ModelShape, config: TrainingConfig, device: Device, fused_attention: bool, stack: KernelStack
 ) -> tuple[StageCompute, SequenceFlops]:
     """Strategy, sharding, offload and accumulation do not change a micro-batch's
     kernels, and the search varies exactly those: reuse the stage's compute."""
     key = (
         id(shape), id(device), config.micro_batch, config.seq_len, config.tensor_parallel,
         config.pipeline_parallel, config.expert_parallel, config.sequence_parallel,
-        config.activation_checkpointing, config.attention, config.lora_rank, config.qlora,
+        config.activation_checkpointing, config.attention, config.lora_rank, config.qlora, stack,
     )
     cached = _stages.get(key)
     if cached is None:
         if len(_stages) > 4096:
             _stages.clear()
-        stage = stage_compute(shape, config, device, CONSTANTS, fused_attention=fused_attention)
+        stage = stage_compute(shape, config, device, CONSTANTS, fused_attention=fused_attention, stack=stack)
         cached = _stages[key] = (stage, sequence_flops(shape, config))
     return cached
 
@@ -142,16 +144,25 @@ def _construct(model: type, values: dict):
 
 
 def estimate_throughput(
-    spec: ModelSpec, config: TrainingConfig, cluster: ClusterSpec, *, constants: ThroughputConstants = CONSTANTS
+    spec: ModelSpec,
+    config: TrainingConfig,
+    cluster: ClusterSpec,
+    *,
+    constants: ThroughputConstants = CONSTANTS,
+    kernels: KernelStack | None = None,
 ) -> ThroughputEstimate:
+    """`kernels`: the stack that runs the element-wise work; by default the one the
+    config's strategy trains with (kernel_stack.default_stack). Published runs
+    on Megatron-style or llm-foundry stacks pass KernelStack.FUSED."""
     k = constants
+    stack = default_stack(config) if kernels is None else kernels
     shape, fused_attention = _shape_of(spec)
     if k is CONSTANTS:
         device, links, pcie_Bps = _hardware_of(cluster, config)
-        stage, flops = _stage_of(shape, config, device, fused_attention)
+        stage, flops = _stage_of(shape, config, device, fused_attention, stack)
     else:  # calibration: other constants, nothing cached
         device, links, pcie_Bps = _build_hardware(cluster, config, k)
-        stage = stage_compute(shape, config, device, k, fused_attention=fused_attention)
+        stage = stage_compute(shape, config, device, k, fused_attention=fused_attention, stack=stack)
         flops = sequence_flops(shape, config)
     peak = device.peak_flops
     world = cluster.gpus_per_node * cluster.num_nodes

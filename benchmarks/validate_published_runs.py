@@ -1,0 +1,156 @@
+"""Predicted vs published throughput of large-scale training runs the model was never fitted on.
+
+    .venv/bin/python -m benchmarks.validate_published_runs              # table + error summary
+    .venv/bin/python -m benchmarks.validate_published_runs --markdown   # the table for docs/accuracy.md
+
+Rows come from benchmarks/data/published_runs.yaml (Megatron-LM, MT-NLG, BLOOM,
+GPT-NeoX, Megatron 2019 on V100s, and informational OPT/Llama rows), each with
+its citation and confidence. Every run is planned as our engine would run it
+(strategy engine: TP x PP x DP with the published ZeRO stage), on the catalog
+GPU and the published network, with the fused kernel stack those codebases
+use (planner/throughput/kernel_stack.py). A paper that counts the recomputed forward
+(Megatron's Eq. 3) is compared against our hardware FLOPs, otherwise against
+model FLOPs; MFU is then predicted TFLOP/s over the dense peak either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from planner.cluster import make_cluster
+from planner.model_resolve import spec_from_dimensions
+from planner.throughput.estimate import estimate_throughput
+from planner.throughput.kernel_stack import KernelStack
+from planner.training_config import PipelineSchedule, Strategy, TrainingConfig
+
+DATA_FILE = Path(__file__).parent / "data" / "published_runs.yaml"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    row: dict
+    predicted_tflops: float  # in the paper's FLOP convention
+    published_tflops: float
+    peak_tflops: float
+    bottlenecks: list[str]
+
+    @property
+    def error(self) -> float:
+        """Signed relative error of the prediction."""
+        return self.predicted_tflops / self.published_tflops - 1.0
+
+
+def published_rows() -> list[dict]:
+    return yaml.safe_load(DATA_FILE.read_text())["runs"]
+
+
+def plan_inputs(row: dict):
+    """(ModelSpec, TrainingConfig, ClusterSpec) for a published run."""
+    spec = spec_from_dimensions(
+        hidden=row["hidden"], layers=row["layers"], heads=row["heads"], kv_heads=row.get("kv_heads"),
+        ffn=row.get("ffn", 4 * row["hidden"]), vocab=row["vocab"], mlp=row.get("mlp", "standard"),
+        max_positions=row["seq_len"],
+    )
+    tp, pp, gpus = row["tp"], row["pp"], row["gpus"]
+    dp = gpus // (tp * pp)
+    micro_batch = row["micro_batch"]
+    accum = row["global_batch"] // (dp * micro_batch)
+    if dp * tp * pp != gpus or accum * dp * micro_batch != row["global_batch"]:
+        raise ValueError(f"{row['id']}: tp x pp x dp or the batch split does not add up")
+    config = TrainingConfig(
+        strategy=Strategy.ENGINE, zero_stage=row["zero_stage"], tensor_parallel=tp, pipeline_parallel=pp,
+        sequence_parallel=row.get("sequence_parallel", False), pipeline_schedule=PipelineSchedule.ONE_F_ONE_B,
+        micro_batch=micro_batch, grad_accum=accum, seq_len=row["seq_len"], precision=row["precision"],
+        activation_checkpointing=row["activation_checkpointing"], attention=row["attention"],
+    )
+    gpus_per_node = row["gpus_per_node"]
+    nodes = max(gpus // gpus_per_node, 1)
+    if "inter_node_GBps_per_gpu" in row:
+        cluster = make_cluster(row["gpu"], gpus_per_node, nodes, interconnect="ib-hdr" if nodes > 1 else None,
+                               inter_bw=row["inter_node_GBps_per_gpu"] if nodes > 1 else None)
+    else:
+        cluster = make_cluster(row["gpu"], gpus_per_node, nodes, interconnect=row.get("interconnect") if nodes > 1 else None)
+    return spec, config, cluster
+
+
+def compare(row: dict) -> Comparison:
+    spec, config, cluster = plan_inputs(row)
+    # Megatron-LM, Megatron-DeepSpeed and Meta's stack fuse their norms and rotary.
+    estimate = estimate_throughput(spec, config, cluster, kernels=KernelStack.FUSED)
+    peak = estimate.tflops_per_gpu / estimate.mfu
+    published = row["published"]
+    if "tokens_per_s_per_gpu" in published:
+        per_token_tflops = estimate.tflops_per_gpu / (estimate.tokens_per_s / estimate.world_size)
+        return Comparison(row, estimate.tflops_per_gpu, published["tokens_per_s_per_gpu"] * per_token_tflops, peak, estimate.notes)
+    predicted = estimate.hfu * peak if published["flop_convention"] == "hardware" else estimate.tflops_per_gpu
+    return Comparison(row, predicted, published["tflops_per_gpu"], peak, estimate.notes)
+
+
+def comparisons() -> list[Comparison]:
+    return [compare(row) for row in published_rows()]
+
+
+def summary(results: list[Comparison]) -> dict[str, float]:
+    counted = [abs(c.error) for c in results if c.row["statistics"]]
+    signed = [c.error for c in results if c.row["statistics"]]
+    return {
+        "rows": len(counted),
+        "median_abs_error": statistics.median(counted),
+        "max_abs_error": max(counted),
+        "median_signed_error": statistics.median(signed),
+    }
+
+
+def _layout(row: dict) -> str:
+    return f"t{row['tp']} p{row['pp']} d{row['gpus'] // (row['tp'] * row['pp'])}"
+
+
+def render(results: list[Comparison], markdown: bool) -> str:
+    header = ["run", "GPU", "GPUs", "layout", "mb x accum", "published TFLOP/s", "predicted", "error", "published % peak", "in stats"]
+    lines = []
+    if markdown:
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    else:
+        lines.append(" ".join(f"{h:>18}" if i else f"{h:<30}" for i, h in enumerate(header)))
+    for c in results:
+        r = c.row
+        dp = r["gpus"] // (r["tp"] * r["pp"])
+        cells = [
+            r["id"], r["gpu"], str(r["gpus"]), _layout(r), f"{r['micro_batch']} x {r['global_batch'] // (dp * r['micro_batch'])}",
+            f"{c.published_tflops:.0f}", f"{c.predicted_tflops:.0f}", f"{c.error:+.1%}",
+            f"{c.published_tflops / c.peak_tflops:.0%}", "yes" if r["statistics"] else "no (info)",
+        ]
+        if markdown:
+            lines.append("| " + " | ".join(cells) + " |")
+        else:
+            lines.append(" ".join(f"{x:>18}" if i else f"{x:<30}" for i, x in enumerate(cells)))
+    s = summary(results)
+    lines.append("")
+    lines.append(
+        f"{s['rows']} rows in the statistics: median |error| {s['median_abs_error']:.1%}, "
+        f"max |error| {s['max_abs_error']:.1%}, median signed error {s['median_signed_error']:+.1%}"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--markdown", action="store_true", help="print the table for docs/accuracy.md")
+    parser.add_argument("--verbose", action="store_true", help="also print each run's bottleneck notes")
+    args = parser.parse_args(argv)
+    results = comparisons()
+    print(render(results, args.markdown))
+    if args.verbose:
+        for c in results:
+            print(c.row["id"], "; ".join(c.bottlenecks) or "-")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Which kernels run a block's element-wise work: a fused stack or transformers' eager modules.
+
+The constants are fitted on llm-foundry's MPT (one kernel per LayerNorm, no
+rotary), and the published Megatron-LM runs use fused LayerNorm, bias-GeLU and
+rotary kernels: both are the FUSED stack. Every strategy this project runs
+(DDP, FSDP, DeepSpeed and our engine) trains transformers' modules in eager
+mode, the HF_EAGER stack, where two pieces of a Llama-style block are chains of
+small kernels instead of one:
+
+- RMSNorm (LlamaRMSNorm and its copies): cast to fp32, square, mean, rsqrt,
+  multiply, cast back, multiply by the weight.
+- Rotary embedding (apply_rotary_pos_emb): q·cos, rotate_half (negate a half,
+  concatenate), ·sin, add; for q and for k.
+
+LayerNorm, GELU and SiLU are single torch kernels in both stacks, so GPT-2- or
+MPT-shaped models cost the same under either. The extra HBM traffic is
+counted from those op chains (bytes read + written per element of the
+normalised or rotated tensor, 16-bit activations), above the 4 bytes (one read,
+one write) a fused kernel moves; backward repeats it twice, like the rest of
+the element-wise work (compute.py). ASSUMED: counted from the modules' code
+(transformers 4.4x-5.x), not measured.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from ..flops import ModelShape
+from ..training_config import TrainingConfig
+
+
+class KernelStack(str, Enum):
+    FUSED = "fused"  # llm-foundry MPT, Megatron-LM, Megatron-DeepSpeed: one kernel per norm and rotary
+    HF_EAGER = "hf-eager"  # transformers modules run eagerly: what our backends train
+
+
+# Bytes per element beyond a fused kernel's 4 (see the module docstring):
+# RMSNorm: to(fp32) 2+4, pow 4+4, mean 4, x*rsqrt 4+4, to(bf16) 4+2, *weight 2+2 = 36, minus 4.
+RMSNORM_EXTRA_BYTES = 32.0
+# Rotary, per element of q and k: x*cos 2+2, neg(half) 1+1, cat 2+2, *sin 2+2, add 4+2 = 20, minus 4.
+ROTARY_EXTRA_BYTES = 16.0
+
+STACK_SOURCE = (
+    "assumed: our strategies run transformers modules eagerly (unfused RMSNorm and rotary, "
+    "planner/throughput/kernel_stack.py); the constants were fitted on a fused stack"
+)
+
+
+def default_stack(config: TrainingConfig) -> KernelStack:
+    """Per-strategy assumption: DDP, FSDP, DeepSpeed and the engine all train transformers' modules."""
+    del config  # every strategy this project emits runs the same modules
+    return KernelStack.HF_EAGER
+
+
+def unfused_bytes_per_row(shape: ModelShape, config: TrainingConfig, stack: KernelStack) -> float:
+    """Extra HBM bytes one block's forward moves per token under `stack`."""
+    if stack is KernelStack.FUSED:
+        return 0.0
+    tp = config.tensor_parallel
+    hidden_split = tp if config.sequence_parallel else 1
+    extra = shape.norms_per_block * shape.hidden / hidden_split * RMSNORM_EXTRA_BYTES if shape.rmsnorm else 0.0
+    if shape.rotary:
+        extra += (shape.query_width + shape.kv_width) / tp * ROTARY_EXTRA_BYTES
+    return extra

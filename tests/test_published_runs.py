@@ -1,0 +1,76 @@
+"""Throughput model against published large-scale runs it was never fitted on
+(benchmarks/data/published_runs.yaml: Megatron-LM 2021 Table 1, MT-NLG, BLOOM,
+GPT-NeoX-20B, Megatron-LM 2019 on V100s), and the kernel-stack assumption."""
+
+import statistics
+
+import pytest
+
+from benchmarks.validate_published_runs import comparisons, published_rows, summary
+from planner.cluster import make_cluster
+from planner.model_resolve import resolve_model
+from planner.throughput.estimate import estimate_throughput
+from planner.throughput.kernel_stack import KernelStack
+from planner.training_config import TrainingConfig
+
+# Bounds chosen after the model was last changed, for every counted row alike
+# (docs/accuracy.md, "Held-out: published large-scale runs"). The worst rows are
+# MT-NLG's, which its own codebase's sibling (Megatron-LM 2021, same model and
+# GPUs) beats by 30%: a software difference the model does not represent.
+MEDIAN_BOUND = 0.12
+MAX_BOUND = 0.45
+
+
+@pytest.fixture(scope="module")
+def results():
+    return comparisons()
+
+
+def test_every_row_cites_its_source_and_confidence():
+    for row in published_rows():
+        assert row["source"] and row["confidence"] and "assumed" in row, row["id"]
+        assert isinstance(row["statistics"], bool)
+
+
+def test_median_error_of_tflops_per_gpu_on_published_runs(results):
+    s = summary(results)
+    assert s["rows"] >= 15
+    assert s["median_abs_error"] < MEDIAN_BOUND
+
+
+def test_no_published_run_is_off_by_more_than_the_stated_bound(results):
+    worst = max((c for c in results if c.row["statistics"]), key=lambda c: abs(c.error))
+    assert abs(worst.error) < MAX_BOUND, worst.row["id"]
+
+
+def test_megatron_weak_scaling_rows_stay_within_fifteen_percent(results):
+    """Megatron-LM's own Table 1 (1.7B on 32 GPUs to 1T on 3072, t x p x d as published)."""
+    errors = [abs(c.error) for c in results if c.row["id"].startswith("megatron-2021")]
+    assert len(errors) == 10
+    assert max(errors) < 0.15
+    assert statistics.median(errors) < 0.10
+
+
+def test_hf_module_stack_predicts_below_llm_foundrys_fused_measurement():
+    """llm-foundry measured 64.2% MFU for its fused 7b on 8 x A100-80GB at seq 2048
+    (benchmarks/data/llm_foundry_heldout.md); transformers' Llama runs unfused RMSNorm
+    and rotary, so a plan for it must not promise more, while the fused stack on the
+    same plan predicts more than the HF stack (the rest of the model is unchanged)."""
+    llama = resolve_model("llama-2-7b")
+    cluster = make_cluster("A100-80GB", 8, 1)
+    config = TrainingConfig(strategy="deepspeed", zero_stage=1, micro_batch=2, grad_accum=32, seq_len=2048)
+    hf = estimate_throughput(llama, config, cluster)
+    fused = estimate_throughput(llama, config, cluster, kernels=KernelStack.FUSED)
+    assert hf.mfu < 0.6423
+    assert hf.mfu < fused.mfu
+    assert "transformers modules" in hf.sources["compute_s"]
+
+
+def test_layernorm_models_cost_the_same_under_both_stacks_so_the_fit_stands():
+    """The constants were fitted on MPT (LayerNorm, learned positions) runs."""
+    from benchmarks.calibrate_throughput import calibration_cases
+
+    _, spec, config, cluster = calibration_cases()[0]
+    hf = estimate_throughput(spec, config, cluster, kernels=KernelStack.HF_EAGER)
+    fused = estimate_throughput(spec, config, cluster, kernels=KernelStack.FUSED)
+    assert hf.step_time_s == fused.step_time_s
