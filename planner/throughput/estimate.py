@@ -21,14 +21,13 @@ from .collectives import Links, cluster_links
 from .communication import step_communication
 from .compute import StageCompute, stage_compute
 from .constants import CALIBRATION_SOURCE, CONSTANTS, ThroughputConstants, architecture_efficiency
-from .kernel_stack import STACK_SOURCE, KernelStack, default_stack
+from .kernel_stack import STACK_SOURCES, KernelStack, default_stack
 from .kernels import Device
 from .result import StepTimeBreakdown, ThroughputEstimate
 
 _COMPUTE = (
     f"formula: shape-aware matmul roofline + fused attention + element-wise passes; {CALIBRATION_SOURCE}; "
-    "non-Ampere GPUs scaled by assumed library-efficiency factors (planner/throughput/constants.py); "
-    f"{STACK_SOURCE}"
+    "non-Ampere GPUs scaled by assumed library-efficiency factors (planner/throughput/constants.py)"
 )
 _COMM = (
     "formula: α–β ring/tree collectives on the links each group crosses, overlapped as each implementation does; "
@@ -53,6 +52,11 @@ SOURCES = {
     "offload_s": "formula: PCIe transfers + CPU Adam at an assumed rate (planner/throughput/constants.py)",
     "optimizer_step_s": "formula: HBM bytes per parameter of the optimizer update / memory bandwidth (assumed bytes)",
     "price_usd_per_gpu_hour": "GPU catalog price, or the user's override (make_cluster(price_per_hour=...))",
+}
+# The compute figures also name the kernel stack they assume.
+_SOURCES_BY_STACK = {
+    stack: {**SOURCES, "compute_s": f"{_COMPUTE}; {why}", "recompute_s": f"{_COMPUTE}; {why}"}
+    for stack, why in STACK_SOURCES.items()
 }
 
 
@@ -203,7 +207,7 @@ def estimate_throughput(
         global_batch=global_batch,
         breakdown=breakdown,
         price_usd_per_gpu_hour=cluster.gpu.price_usd_per_hour,
-        sources=dict(SOURCES),
+        sources=dict(_SOURCES_BY_STACK[stack]),
         notes=bottleneck_notes(step, comm.exposed_s, bubble, comm.offload_s, stage.launch_bound),
         world_size=world,
     ))

@@ -18,7 +18,8 @@ counted from those op chains (bytes read + written per element of the
 normalised or rotated tensor, 16-bit activations), above the 4 bytes (one read,
 one write) a fused kernel moves; backward repeats it twice, like the rest of
 the element-wise work (compute.py). ASSUMED: counted from the modules' code
-(transformers 4.4x-5.x), not measured.
+(transformers 5.x models/llama/modeling_llama.py: LlamaRMSNorm.forward,
+rotate_half, apply_rotary_pos_emb), not measured.
 """
 
 from __future__ import annotations
@@ -40,10 +41,13 @@ RMSNORM_EXTRA_BYTES = 32.0
 # Rotary, per element of q and k: x*cos 2+2, neg(half) 1+1, cat 2+2, *sin 2+2, add 4+2 = 20, minus 4.
 ROTARY_EXTRA_BYTES = 16.0
 
-STACK_SOURCE = (
-    "assumed: our strategies run transformers modules eagerly (unfused RMSNorm and rotary, "
-    "planner/throughput/kernel_stack.py); the constants were fitted on a fused stack"
-)
+STACK_SOURCES = {
+    KernelStack.HF_EAGER: (
+        "assumed: our strategies run transformers modules eagerly (unfused RMSNorm and rotary traffic added, "
+        "planner/throughput/kernel_stack.py); the constants were fitted on a fused stack"
+    ),
+    KernelStack.FUSED: "fused kernel stack (llm-foundry / Megatron-style), as the constants were fitted",
+}
 
 
 def default_stack(config: TrainingConfig) -> KernelStack:
