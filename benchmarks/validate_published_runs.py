@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.validate_published_runs              # table + error summary
     .venv/bin/python -m benchmarks.validate_published_runs --markdown   # the table for docs/accuracy.md
 
-Rows come from benchmarks/data/published_runs.yaml (Megatron-LM, MT-NLG, BLOOM,
+Rows come from benchmarks/data/published_runs.yaml (Megatron-LM 2021 and 2022, MT-NLG, BLOOM,
 GPT-NeoX, Megatron 2019 on V100s, and informational OPT/Llama rows), each with
 its citation and confidence. Every run is planned as our engine would run it
 (strategy engine: TP x PP x DP with the published ZeRO stage), on the catalog
@@ -88,6 +88,8 @@ def compare(row: dict) -> Comparison:
     if "tokens_per_s_per_gpu" in published:
         per_token_tflops = estimate.tflops_per_gpu / (estimate.tokens_per_s / estimate.world_size)
         return Comparison(row, estimate.tflops_per_gpu, published["tokens_per_s_per_gpu"] * per_token_tflops, peak, estimate.notes)
+    if "mfu" in published:
+        return Comparison(row, estimate.tflops_per_gpu, published["mfu"] * peak, peak, estimate.notes)
     predicted = estimate.hfu * peak if published["flop_convention"] == "hardware" else estimate.tflops_per_gpu
     return Comparison(row, predicted, published["tflops_per_gpu"], peak, estimate.notes)
 
