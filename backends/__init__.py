@@ -11,11 +11,11 @@ from typing import Any, Optional
 
 
 def _init_distributed(backend: str) -> None:
-    import torch.distributed as dist
+    from .distributed_init import init_distributed
 
-    if dist.is_initialized() or int(os.environ.get("WORLD_SIZE", "1")) == 1 and "MASTER_ADDR" not in os.environ:
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1 and "MASTER_ADDR" not in os.environ:
         return
-    dist.init_process_group(backend)
+    init_distributed(backend)
 
 
 def initialize(model: Any = None, config: Any = None, *, model_parameters: Any = None, optimizer: Any = None,

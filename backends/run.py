@@ -104,8 +104,10 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     plan, target = read_run(run_dir)
     strategy = args.strategy or plan.config.strategy.value
     config = engine_config_for(run_dir, plan, target, tiny=args.tiny)
-    if "WORLD_SIZE" in os.environ and not dist.is_initialized():
-        dist.init_process_group(config.hardware_selector.dist_backend)
+    if "WORLD_SIZE" in os.environ:
+        from backends.distributed_init import init_distributed
+
+        init_distributed(config.hardware_selector.dist_backend)
     rank = dist.get_rank() if dist.is_initialized() else 0
     hf_config = tiny_config(target.hf_config) if args.tiny else target.hf_config
     model = build_causal_lm(hf_config, seed=0)

@@ -18,8 +18,7 @@ from tests.distributed import run_torchrun
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("resume")
-    # Spare restarts: on a loaded machine a restarted gloo rendezvous occasionally fails to connect once.
-    run_torchrun(["tests/engine_jobs/resume.py", str(out)], nproc=2, timeout=300, torchrun_args=["--max-restarts=3"])
+    run_torchrun(["tests/engine_jobs/resume.py", str(out)], nproc=2, timeout=300, torchrun_args=["--max-restarts=2"])
     return out
 
 
@@ -31,7 +30,8 @@ def test_killed_and_restarted_run_follows_the_uninterrupted_losses(run_dir):
         by_step[record["step"]] = record  # a later attempt's record of a step wins
     records = [by_step[step] for step in sorted(by_step)]
     assert [r["step"] for r in records] == list(range(6))
-    assert all(r["attempt"] == 0 for r in records[:4]) and all(r["attempt"] >= 1 for r in records[4:])
+    # One restart suffices: backends.distributed_init keeps restarted ranks off the old attempt's addresses.
+    assert all(r["attempt"] == 0 for r in records[:4]) and all(r["attempt"] == 1 for r in records[4:])
     assert records[-1]["resumed_from"].endswith("global_step4")
     assert [r["loss"] for r in records] == pytest.approx(reference, abs=1e-6)
 
@@ -45,10 +45,10 @@ def test_keeps_the_last_two_and_points_latest_at_the_newest(run_dir):
 def _world_one_engine():
     import backends
     from backends.model_factory import build_causal_lm
-    from tests.engine_jobs import resume
+    from tests.engine_jobs.common import engine_config, tiny_gpt2
 
-    model = build_causal_lm(resume.tiny_gpt2(), seed=0)
-    config = resume.engine_config(3, micro=2, accum=2, clip=1.0, lr=1e-3, weight_decay=0.01, fp16={"enabled": True})
+    model = build_causal_lm(tiny_gpt2(), seed=0)
+    config = engine_config(3, micro=2, accum=2, clip=1.0, lr=1e-3, weight_decay=0.01, fp16={"enabled": True})
     engine, _, _, _ = backends.initialize(model=model, config=config)
     return engine
 

@@ -30,6 +30,7 @@ class FlatUnit:
     local: Any = None  # this rank's compute-dtype slice (ZeRO-3 keeps only this)
     master: Any = None  # view into the optimizer's flat fp32 master
     grad: Any = None  # view into the flat fp32 reduced-gradient shard
+    grad_full: Any = None  # stages 0-2: the bucket's full local gradients, which .grad views
     ready: int = 0  # parameters whose gradient arrived in the current backward
     launched: bool = False
 
@@ -59,10 +60,14 @@ class FlatUnit:
         """The padded flat concatenation of one tensor per parameter (None -> zeros)."""
         import torch
 
-        flat = torch.zeros(self.padded, dtype=dtype, device=self.params[0].device)
+        flat = torch.empty(self.padded, dtype=dtype, device=self.params[0].device)
+        flat[self.numel:].zero_()
         for tensor, offset, param in zip(tensors, self.offsets, self.params):
-            if tensor is not None:
-                flat[offset:offset + param.numel()].copy_(tensor.reshape(-1))
+            piece = flat[offset:offset + param.numel()]
+            if tensor is None:
+                piece.zero_()
+            else:
+                piece.copy_(tensor.reshape(-1))
         return flat
 
     def attach(self, full: Any) -> None:

@@ -19,6 +19,17 @@ from .comm import DataParallelComm
 from .flat_unit import FlatUnit
 
 
+def _cast_everything_else(model: Any, dtype: Any) -> None:
+    """Floating buffers and frozen parameters to the compute dtype; trainable ones are re-pointed by the stage."""
+    for module in model.modules():
+        for name, buffer in module._buffers.items():
+            if buffer is not None and buffer.is_floating_point():
+                module._buffers[name] = buffer.to(dtype)
+        for param in module._parameters.values():
+            if param is not None and not param.requires_grad and param.is_floating_point():
+                param.data = param.data.to(dtype)
+
+
 class ZeroOptimizer:
     stage = 0
 
@@ -36,26 +47,22 @@ class ZeroOptimizer:
         ]
         self.owner = {id(param): unit for unit in self.units for param in unit.params}
         total = sum(unit.shard for unit in self.units)
-        master = torch.zeros(total, dtype=torch.float32, device=self.master_device)
-        initial = []
+        self.master = torch.nn.Parameter(torch.zeros(total, dtype=torch.float32, device=self.master_device))
+        self.master.grad = torch.zeros_like(self.master)
+        _cast_everything_else(model, dtype)
         position = 0
-        for unit in self.units:
+        for unit in self.units:  # one unit at a time, so initialisation holds one extra flat copy at most
             unit.shard_start = position
-            unit.master = master[position:position + unit.shard]
+            unit.master = self.master.data[position:position + unit.shard]
+            unit.grad = self.master.grad[position:position + unit.shard]
             full = unit.flatten([param.detach() for param in unit.params], torch.float32)
             start, end = unit.owned_range
             unit.master.copy_(full[start:end])
-            initial.append(full)
-            position += unit.shard
-        self.master = torch.nn.Parameter(master)
-        self.master.grad = torch.zeros_like(master)
-        for unit in self.units:
-            unit.grad = self.master.grad[unit.shard_start:unit.shard_start + unit.shard]
-        model.to(dtype)  # buffers and any frozen parameters; trainable ones are re-pointed below
-        for unit, full in zip(self.units, initial):
             self.place_parameters(unit, full.to(device=self.device, dtype=dtype))
+            del full
+            position += unit.shard
         self.optimizer = build_torch_optimizer([self.master], config.optimizer)
-        self.pending: list[tuple[FlatUnit, Any, Any]] = []
+        self.pending: list[tuple[FlatUnit, Any, Any, Any]] = []
         self.boundary = True
         self.last_grad_norm = 0.0
         self.skipped_steps = 0
@@ -96,21 +103,30 @@ class ZeroOptimizer:
     def param_groups(self) -> list[dict]:
         return self.optimizer.param_groups
 
-    def launch_reduce(self, unit: FlatUnit) -> None:
-        """Start summing this unit's gradients over ranks; the local full gradients are dropped."""
-        import time
-
-        began = time.perf_counter()
-        grad_dtype = unit.params[0].grad.dtype if unit.params[0].grad is not None else self.dtype
+    def gradient_flat(self, unit: FlatUnit) -> Any:
+        """The unit's gradients as one padded flat tensor; by default a copy, and the originals are dropped."""
+        grad_dtype = next((param.grad.dtype for param in unit.params if param.grad is not None), self.dtype)
         flat = unit.flatten([param.grad for param in unit.params], grad_dtype)
         for param in unit.params:
             param.grad = None
-        if unit.partitioned:
-            out = flat.new_empty(unit.shard)
-            handle = self.comm.reduce_scatter(out, flat)
-        else:
+        return flat
+
+    def release_gradient_flat(self, unit: FlatUnit, flat: Any) -> None:
+        """Called once the unit's reduction finished (the default copy just goes away)."""
+
+    def launch_reduce(self, unit: FlatUnit) -> None:
+        """Start summing this unit's gradients over ranks into its fp32 shard (async)."""
+        import time
+
+        began = time.perf_counter()
+        flat = self.gradient_flat(unit)
+        if not unit.partitioned:
             out, handle = flat, self.comm.all_reduce(flat)
-        self.pending.append((unit, handle, out))
+        else:
+            direct = flat.dtype == unit.grad.dtype and flat.device == unit.grad.device
+            out = unit.grad if direct else flat.new_empty(unit.shard)
+            handle = self.comm.reduce_scatter(out, flat)
+        self.pending.append((unit, handle, out, flat))
         unit.launched = True
         self.comm_seconds += time.perf_counter() - began
 
@@ -118,9 +134,11 @@ class ZeroOptimizer:
         import time
 
         began = time.perf_counter()
-        for unit, handle, out in self.pending:
+        for unit, handle, out, flat in self.pending:
             handle.wait()
-            unit.grad.copy_(out)
+            if out is not unit.grad:
+                unit.grad.copy_(out)
+            self.release_gradient_flat(unit, flat)
         self.pending.clear()
         for unit in self.units:
             unit.launched = False

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 import backends
+from backends.distributed_init import init_distributed
 from backends.data import SyntheticTokens, micro_batches
 from backends.model_factory import build_causal_lm
 from tests.engine_jobs.common import SEQ, VOCAB, engine_config, tiny_gpt2
@@ -51,7 +52,7 @@ def train(engine, rank, world, *, start_step, on_step, kill=False):
 
 def main(out_dir: str) -> None:
     out = Path(out_dir)
-    dist.init_process_group("gloo")
+    init_distributed("gloo")  # per-attempt store prefix: a restarted rank must not read stale addresses
     rank, world = dist.get_rank(), dist.get_world_size()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if attempt == 0:
