@@ -82,7 +82,11 @@ def plan_inputs(row: dict):
 def compare(row: dict) -> Comparison:
     spec, config, cluster = plan_inputs(row)
     # Megatron-LM, Megatron-DeepSpeed and Meta's stack fuse their norms and rotary.
-    estimate = estimate_throughput(spec, config, cluster, kernels=KernelStack.FUSED)
+    # Only Megatron-LM itself splits stage-boundary transfers (scatter-gather, Narayanan et al. section 4.1);
+    # DeepSpeed's pipeline engine (Megatron-DeepSpeed) sends the whole tensor from every TP rank.
+    estimate = estimate_throughput(
+        spec, config, cluster, kernels=KernelStack.FUSED, p2p_scatter_gather=row["implementation"] == "megatron",
+    )
     peak = estimate.tflops_per_gpu / estimate.mfu
     published = row["published"]
     if "tokens_per_s_per_gpu" in published:

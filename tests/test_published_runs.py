@@ -15,10 +15,10 @@ from planner.training_config import TrainingConfig
 
 # Bounds chosen after the model was last changed, for every counted row alike
 # (docs/accuracy.md, "Held-out: published large-scale runs"). The worst rows are
-# MT-NLG's, which its own codebase's sibling (Megatron-LM 2021, same model and
-# GPUs) beats by 30%: a software difference the model does not represent.
+# MT-NLG's, which Megatron-LM 2021 (same model and GPUs) beats by 30%: a
+# software difference the model does not represent.
 MEDIAN_BOUND = 0.10
-MAX_BOUND = 0.45
+MAX_BOUND = 0.40
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +81,17 @@ def test_megatron_2022_sequence_parallel_selective_rows_stay_within_ten_percent(
     errors = [abs(c.error) for c in results if c.row["id"].startswith("megatron-2022")]
     assert len(errors) == 4
     assert max(errors) < 0.10
+
+
+def test_scatter_gather_divides_inter_node_pipeline_transfers_by_tp():
+    """Narayanan et al. 4.1: splitting the boundary tensor over the TP ranks cuts each
+    rank's inter-node p2p bytes by t; without it (torch pipelining) every rank sends it all."""
+    spec = resolve_model("llama-2-7b")
+    cluster = make_cluster("A100-80GB", 8, 2, interconnect="ib-hdr")
+    config = TrainingConfig(strategy="engine", tensor_parallel=8, pipeline_parallel=2, micro_batch=1, grad_accum=8, seq_len=2048)
+    whole = estimate_throughput(spec, config, cluster).breakdown.pipeline_p2p_s
+    split = estimate_throughput(spec, config, cluster, p2p_scatter_gather=True).breakdown.pipeline_p2p_s
+    latency = 2 * 8 * cluster.inter_node_latency_us * 1e-6  # 2 transfers per micro-batch, 8 micro-batches
+    assert (whole - latency) == pytest.approx(8 * (split - latency), rel=1e-9)
+    sequence_parallel = config.model_copy(update={"sequence_parallel": True})
+    assert estimate_throughput(spec, sequence_parallel, cluster).breakdown.pipeline_p2p_s == pytest.approx(split, rel=1e-9)

@@ -70,7 +70,12 @@ def step_communication(
     pcie_Bps: float,
     memory_Bps: float,
     k: ThroughputConstants,
+    p2p_scatter_gather: bool = False,
 ) -> StepComm:
+    """`p2p_scatter_gather`: Megatron-LM splits each stage-boundary tensor over the
+    TP ranks' links and re-gathers it over NVLink; torch.distributed.pipelining
+    (our engine) and DeepSpeed's pipeline engine send the whole tensor from every
+    TP rank, which sequence parallelism has already split by tp."""
     tp, pp = config.tensor_parallel, config.pipeline_parallel
     dp = max(world_size // (tp * pp), 1)
     gpn = links.gpus_per_node
@@ -161,8 +166,8 @@ def step_communication(
 
     p2p = 0.0
     if pp > 1:
-        # Megatron's scatter-gather: each TP rank sends 1/tp of the boundary tensor.
-        message = activation_bytes / tp
+        split = tp if (p2p_scatter_gather or config.sequence_parallel) else 1
+        message = activation_bytes / split
         p2p = accum * 2 * config.virtual_stages * point_to_point_s(links, message, world_size > gpn)
 
     return StepComm(

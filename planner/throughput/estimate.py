@@ -154,10 +154,13 @@ def estimate_throughput(
     *,
     constants: ThroughputConstants = CONSTANTS,
     kernels: KernelStack | None = None,
+    p2p_scatter_gather: bool = False,
 ) -> ThroughputEstimate:
     """`kernels`: the stack that runs the element-wise work; by default the one the
     config's strategy trains with (kernel_stack.default_stack). Published runs
-    on Megatron-style or llm-foundry stacks pass KernelStack.FUSED."""
+    on Megatron-style or llm-foundry stacks pass KernelStack.FUSED.
+    `p2p_scatter_gather`: Megatron-LM's split stage-boundary transfers; our engine
+    (torch.distributed.pipelining) does not split them (communication.py)."""
     k = constants
     stack = default_stack(config) if kernels is None else kernels
     shape, fused_attention = _shape_of(spec)
@@ -173,6 +176,7 @@ def estimate_throughput(
     comm = step_communication(
         shape, config, stage, links,
         world_size=world, pcie_Bps=pcie_Bps, memory_Bps=device.memory_Bps, k=k,
+        p2p_scatter_gather=p2p_scatter_gather,
     )
 
     accum = config.grad_accum
