@@ -6,9 +6,12 @@
 Rows come from benchmarks/data/published_runs.yaml (Megatron-LM 2021 and 2022, MT-NLG, BLOOM,
 GPT-NeoX, Megatron 2019 on V100s, and informational OPT/Llama rows), each with
 its citation and confidence. Every run is planned as our engine would run it
-(strategy engine: TP x PP x DP with the published ZeRO stage), on the catalog
-GPU and the published network, with the fused kernel stack those codebases
-use (planner/throughput/kernel_stack.py). A paper that counts the recomputed forward
+(strategy engine: TP x PP x DP with the published ZeRO stage; DeepSpeed ZeRO-3
+rows as strategy deepspeed), on the catalog
+GPU and the published network, with the row's implementation preset
+(planner/throughput/implementation.py: fused kernels for all of them,
+Megatron-LM's scatter-gather pipeline transfers, DeepSpeed ZeRO-3's 2021
+gathers). A paper that counts the recomputed forward
 (Megatron's Eq. 3) is compared against our hardware FLOPs, otherwise against
 model FLOPs; MFU is then predicted TFLOP/s over the dense peak either way.
 """
@@ -26,7 +29,7 @@ import yaml
 from planner.cluster import make_cluster
 from planner.model_resolve import spec_from_dimensions
 from planner.throughput.estimate import estimate_throughput
-from planner.throughput.kernel_stack import KernelStack
+from planner.throughput.implementation import IMPLEMENTATIONS
 from planner.training_config import PipelineSchedule, Strategy, TrainingConfig
 
 DATA_FILE = Path(__file__).parent / "data" / "published_runs.yaml"
@@ -64,7 +67,7 @@ def plan_inputs(row: dict):
     if dp * tp * pp != gpus or accum * dp * micro_batch != row["global_batch"]:
         raise ValueError(f"{row['id']}: tp x pp x dp or the batch split does not add up")
     config = TrainingConfig(
-        strategy=Strategy.ENGINE, zero_stage=row["zero_stage"], tensor_parallel=tp, pipeline_parallel=pp,
+        strategy=Strategy(row.get("strategy", "engine")), zero_stage=row["zero_stage"], tensor_parallel=tp, pipeline_parallel=pp,
         sequence_parallel=row.get("sequence_parallel", False), pipeline_schedule=PipelineSchedule.ONE_F_ONE_B,
         micro_batch=micro_batch, grad_accum=accum, seq_len=row["seq_len"], precision=row["precision"],
         activation_checkpointing=row["activation_checkpointing"], attention=row["attention"],
@@ -82,11 +85,7 @@ def plan_inputs(row: dict):
 def compare(row: dict) -> Comparison:
     spec, config, cluster = plan_inputs(row)
     # Megatron-LM, Megatron-DeepSpeed and Meta's stack fuse their norms and rotary.
-    # Only Megatron-LM itself splits stage-boundary transfers (scatter-gather, Narayanan et al. section 4.1);
-    # DeepSpeed's pipeline engine (Megatron-DeepSpeed) sends the whole tensor from every TP rank.
-    estimate = estimate_throughput(
-        spec, config, cluster, kernels=KernelStack.FUSED, p2p_scatter_gather=row["implementation"] == "megatron",
-    )
+    estimate = estimate_throughput(spec, config, cluster, implementation=IMPLEMENTATIONS[row["implementation"]])
     peak = estimate.tflops_per_gpu / estimate.mfu
     published = row["published"]
     if "tokens_per_s_per_gpu" in published:

@@ -10,7 +10,7 @@ from benchmarks.validate_published_runs import comparisons, published_rows, summ
 from planner.cluster import make_cluster
 from planner.model_resolve import resolve_model
 from planner.throughput.estimate import estimate_throughput
-from planner.throughput.kernel_stack import KernelStack
+from planner.throughput.implementation import LLM_FOUNDRY, MEGATRON_LM, OUR_STRATEGIES
 from planner.training_config import TrainingConfig
 
 # Bounds chosen after the model was last changed, for every counted row alike
@@ -45,7 +45,7 @@ def test_no_published_run_is_off_by_more_than_the_stated_bound(results):
 
 def test_megatron_weak_scaling_rows_stay_within_fifteen_percent(results):
     """Megatron-LM's own Table 1 (1.7B on 32 GPUs to 1T on 3072, t x p x d as published)."""
-    errors = [abs(c.error) for c in results if c.row["id"].startswith("megatron-2021")]
+    errors = [abs(c.error) for c in results if c.row["id"].startswith("megatron-2021") and "table2" not in c.row["id"]]
     assert len(errors) == 10
     assert max(errors) < 0.15
     assert statistics.median(errors) < 0.10
@@ -60,7 +60,7 @@ def test_hf_module_stack_predicts_below_llm_foundrys_fused_measurement():
     cluster = make_cluster("A100-80GB", 8, 1)
     config = TrainingConfig(strategy="deepspeed", zero_stage=1, micro_batch=2, grad_accum=32, seq_len=2048)
     hf = estimate_throughput(llama, config, cluster)
-    fused = estimate_throughput(llama, config, cluster, kernels=KernelStack.FUSED)
+    fused = estimate_throughput(llama, config, cluster, implementation=LLM_FOUNDRY)
     assert hf.mfu < 0.6423
     assert hf.mfu < fused.mfu
     assert "transformers modules" in hf.sources["compute_s"]
@@ -71,8 +71,8 @@ def test_layernorm_models_cost_the_same_under_both_stacks_so_the_fit_stands():
     from benchmarks.calibrate_throughput import calibration_cases
 
     _, spec, config, cluster = calibration_cases()[0]
-    hf = estimate_throughput(spec, config, cluster, kernels=KernelStack.HF_EAGER)
-    fused = estimate_throughput(spec, config, cluster, kernels=KernelStack.FUSED)
+    hf = estimate_throughput(spec, config, cluster, implementation=OUR_STRATEGIES)
+    fused = estimate_throughput(spec, config, cluster, implementation=LLM_FOUNDRY)
     assert hf.step_time_s == fused.step_time_s
 
 
@@ -90,8 +90,17 @@ def test_scatter_gather_divides_inter_node_pipeline_transfers_by_tp():
     cluster = make_cluster("A100-80GB", 8, 2, interconnect="ib-hdr")
     config = TrainingConfig(strategy="engine", tensor_parallel=8, pipeline_parallel=2, micro_batch=1, grad_accum=8, seq_len=2048)
     whole = estimate_throughput(spec, config, cluster).breakdown.pipeline_p2p_s
-    split = estimate_throughput(spec, config, cluster, p2p_scatter_gather=True).breakdown.pipeline_p2p_s
+    split = estimate_throughput(spec, config, cluster, implementation=MEGATRON_LM).breakdown.pipeline_p2p_s
     latency = 2 * 8 * cluster.inter_node_latency_us * 1e-6  # 2 transfers per micro-batch, 8 micro-batches
     assert (whole - latency) == pytest.approx(8 * (split - latency), rel=1e-9)
     sequence_parallel = config.model_copy(update={"sequence_parallel": True})
     assert estimate_throughput(spec, sequence_parallel, cluster).breakdown.pipeline_p2p_s == pytest.approx(split, rel=1e-9)
+
+
+def test_zero3_against_3d_parallelism_at_a_fixed_batch(results):
+    """Narayanan et al. Table 2: DeepSpeed ZeRO-3 falls from 144 to 44 TFLOP/s per GPU as
+    175B goes from 384 to 1536 GPUs at batch 1536, while PTD-P holds 153-141. Both
+    trends within 15% per row, with the 2021 ZeRO-3 preset (implementation.py)."""
+    table2 = [c for c in results if "table2" in c.row["id"]]
+    assert len(table2) == 12
+    assert max(abs(c.error) for c in table2) < 0.15

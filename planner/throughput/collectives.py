@@ -58,12 +58,14 @@ def process_group(size: int, stride: int, gpus_per_node: int) -> Group:
     return Group(size, local, math.ceil(size / local))
 
 
-def _ring_bandwidth_s(links: Links, group: Group, gathered_bytes: float) -> float:
+def _ring_bandwidth_s(links: Links, group: Group, gathered_bytes: float, per_gpu_nic: bool = False) -> float:
     n = group.size
     intra = gathered_bytes * (n - 1) / n / links.intra_Bps if group.local > 1 else 0.0
     inter = 0.0
     if group.nodes > 1:
-        inter = gathered_bytes * (group.nodes - 1) / group.nodes / (group.local * links.inter_Bps)
+        # per_gpu_nic: every GPU pulls the off-node share through its own NIC (implementation.py).
+        nics = 1 if per_gpu_nic else group.local
+        inter = gathered_bytes * (group.nodes - 1) / group.nodes / (nics * links.inter_Bps)
     return max(intra, inter)
 
 
@@ -73,11 +75,11 @@ def _ring_latency_s(links: Links, group: Group) -> float:
     return (group.size - 1) * links.intra_latency_s
 
 
-def all_gather_s(links: Links, group: Group, gathered_bytes: float) -> float:
+def all_gather_s(links: Links, group: Group, gathered_bytes: float, per_gpu_nic: bool = False) -> float:
     """Also the cost of a reduce-scatter of a buffer of that size."""
     if group.size <= 1 or gathered_bytes <= 0:
         return 0.0
-    return _ring_bandwidth_s(links, group, gathered_bytes) + _ring_latency_s(links, group)
+    return _ring_bandwidth_s(links, group, gathered_bytes, per_gpu_nic) + _ring_latency_s(links, group)
 
 
 reduce_scatter_s = all_gather_s

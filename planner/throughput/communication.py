@@ -30,6 +30,7 @@ from ..training_config import ActivationCheckpointing, FsdpSharding, Offload, Pr
 from .collectives import Links, all_gather_s, all_reduce_s, all_to_all_s, point_to_point_s, process_group, reduce_scatter_s
 from .compute import StageCompute
 from .constants import ThroughputConstants
+from .implementation import OUR_STRATEGIES, Implementation
 
 OPTIMIZER_STATE_BYTES = {"adamw": 12.0, "adamw-8bit": 6.0, "adafactor": 4.0, "sgd": 8.0, "lion": 8.0}
 OPTIMIZER_STEP_BYTES = {"adamw": 28.0, "adamw-8bit": 16.0, "adafactor": 16.0, "sgd": 20.0, "lion": 20.0}
@@ -70,12 +71,11 @@ def step_communication(
     pcie_Bps: float,
     memory_Bps: float,
     k: ThroughputConstants,
-    p2p_scatter_gather: bool = False,
+    implementation: Implementation = OUR_STRATEGIES,
 ) -> StepComm:
-    """`p2p_scatter_gather`: Megatron-LM splits each stage-boundary tensor over the
-    TP ranks' links and re-gathers it over NVLink; torch.distributed.pipelining
-    (our engine) and DeepSpeed's pipeline engine send the whole tensor from every
-    TP rank, which sequence parallelism has already split by tp."""
+    """`implementation` says whether stage-boundary tensors are split over the TP
+    ranks (Megatron-LM's scatter-gather; otherwise only sequence parallelism
+    splits them) and whether sharded gathers reach the node's combined NICs."""
     tp, pp = config.tensor_parallel, config.pipeline_parallel
     dp = max(world_size // (tp * pp), 1)
     gpn = links.gpus_per_node
@@ -118,8 +118,9 @@ def step_communication(
             dp_total = reduces * reduce + updated
             exposed = reduces * _hidden(reduce, bwd, k) + updated
     else:
-        gather = all_gather_s(links, shard_group, params * param_bytes)
-        reduce = reduce_scatter_s(links, shard_group, trainable * grad_bytes)
+        per_gpu_nic = implementation.sharded_gather_per_gpu_nic
+        gather = all_gather_s(links, shard_group, params * param_bytes, per_gpu_nic)
+        reduce = reduce_scatter_s(links, shard_group, trainable * grad_bytes, per_gpu_nic)
         cross = all_reduce_s(links, replica_group, trainable * grad_bytes / shards)
         first_block = gather / max(stage.blocks, 1)
         dp_total = accum * (2 * gather + reduce + cross)
@@ -166,7 +167,7 @@ def step_communication(
 
     p2p = 0.0
     if pp > 1:
-        split = tp if (p2p_scatter_gather or config.sequence_parallel) else 1
+        split = tp if (implementation.p2p_scatter_gather or config.sequence_parallel) else 1
         message = activation_bytes / split
         p2p = accum * 2 * config.virtual_stages * point_to_point_s(links, message, world_size > gpn)
 

@@ -21,7 +21,8 @@ from .collectives import Links, cluster_links
 from .communication import step_communication
 from .compute import StageCompute, stage_compute
 from .constants import CALIBRATION_SOURCE, CONSTANTS, ThroughputConstants, architecture_efficiency
-from .kernel_stack import STACK_SOURCES, KernelStack, default_stack
+from .implementation import OUR_STRATEGIES, Implementation
+from .kernel_stack import STACK_SOURCES, KernelStack
 from .kernels import Device
 from .result import StepTimeBreakdown, ThroughputEstimate
 
@@ -153,16 +154,13 @@ def estimate_throughput(
     cluster: ClusterSpec,
     *,
     constants: ThroughputConstants = CONSTANTS,
-    kernels: KernelStack | None = None,
-    p2p_scatter_gather: bool = False,
+    implementation: Implementation = OUR_STRATEGIES,
 ) -> ThroughputEstimate:
-    """`kernels`: the stack that runs the element-wise work; by default the one the
-    config's strategy trains with (kernel_stack.default_stack). Published runs
-    on Megatron-style or llm-foundry stacks pass KernelStack.FUSED.
-    `p2p_scatter_gather`: Megatron-LM's split stage-boundary transfers; our engine
-    (torch.distributed.pipelining) does not split them (communication.py)."""
+    """`implementation`: the codebase whose behaviour to assume (implementation.py);
+    by default what this project's strategies run. Published runs of other
+    codebases (Megatron-LM, llm-foundry, ...) pass their preset."""
     k = constants
-    stack = default_stack(config) if kernels is None else kernels
+    stack = implementation.kernels
     shape, fused_attention = _shape_of(spec)
     if k is CONSTANTS:
         device, links, pcie_Bps = _hardware_of(cluster, config)
@@ -176,7 +174,7 @@ def estimate_throughput(
     comm = step_communication(
         shape, config, stage, links,
         world_size=world, pcie_Bps=pcie_Bps, memory_Bps=device.memory_Bps, k=k,
-        p2p_scatter_gather=p2p_scatter_gather,
+        implementation=implementation,
     )
 
     accum = config.grad_accum

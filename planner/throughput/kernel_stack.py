@@ -50,12 +50,6 @@ STACK_SOURCES = {
 }
 
 
-def default_stack(config: TrainingConfig) -> KernelStack:
-    """Per-strategy assumption: DDP, FSDP, DeepSpeed and the engine all train transformers' modules."""
-    del config  # every strategy this project emits runs the same modules
-    return KernelStack.HF_EAGER
-
-
 def unfused_bytes_per_row(shape: ModelShape, config: TrainingConfig, stack: KernelStack) -> float:
     """Extra HBM bytes one block's forward moves per token under `stack`."""
     if stack is KernelStack.FUSED:
