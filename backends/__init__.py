@@ -41,7 +41,6 @@ def initialize(model: Any = None, config: Any = None, *, model_parameters: Any =
         import torch
 
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        model = model.cuda()
     layout = block.layout
     parallel_model, dp_group = None, None
     if layout.tensor_parallel > 1 or layout.pipeline_parallel > 1:
@@ -58,13 +57,16 @@ def initialize(model: Any = None, config: Any = None, *, model_parameters: Any =
         parallel_model = parallelize(
             model, dims, activation_checkpointing=block.activation_checkpointing,
             sequence_parallel=layout.sequence_parallel, stage_split=layout.stage_split,
-            pipeline_schedule=layout.pipeline_schedule, device_type=block.device,
+            pipeline_schedule=layout.pipeline_schedule, virtual_stages=layout.virtual_stages,
+            device_type=block.device,  # parallelize shards on the host, then moves only this rank's part
         )
         dp_group = parallel_model.groups.dp_group
         model = parallel_model
     else:
         from .activation_checkpointing import apply_activation_checkpointing
 
+        if block.device == "cuda":
+            model = model.cuda()
         apply_activation_checkpointing(model, block.activation_checkpointing)
     engine = Engine(model, settings, dp_group=dp_group, parallel_model=parallel_model, metrics_path=metrics_path)
     return engine, engine.optimizer, None, engine.lr_scheduler

@@ -102,8 +102,14 @@ class LayoutBlock(_Strict):
     pipeline_parallel: int = Field(default=1, ge=1)
     sequence_parallel: bool = False
     pipeline_schedule: Literal["gpipe", "1f1b", "interleaved-1f1b"] = "1f1b"
-    virtual_stages: int = Field(default=1, ge=1)
+    virtual_stages: Optional[int] = Field(default=None, ge=1)  # model chunks per rank; None: 2 when interleaved
     stage_split: Optional[list[int]] = None
+
+    @model_validator(mode="after")
+    def _chunks_need_interleaving(self) -> "LayoutBlock":
+        if (self.virtual_stages or 1) > 1 and self.pipeline_schedule != "interleaved-1f1b":
+            raise ValueError(f"virtual_stages {self.virtual_stages} needs pipeline_schedule 'interleaved-1f1b'")
+        return self
 
     @property
     def world_size(self) -> int:
@@ -124,6 +130,8 @@ class HardwareSelectorBlock(_Strict):
     device: Literal["cpu", "cuda"] = "cpu"
     dist_backend: Literal["gloo", "nccl"] = "gloo"
     activation_checkpointing: Literal["none", "selective", "full"] = "none"
+    # How data-parallel gradients travel (backends/compression.py); the fp32 master is unaffected.
+    compression: Literal["none", "bf16", "fp16", "int8"] = "none"
     layout: LayoutBlock = LayoutBlock()
     checkpoint: CheckpointBlock = CheckpointBlock()
 

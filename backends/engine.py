@@ -34,7 +34,8 @@ class Engine:
         self.scaler = LossScaler(config)
         self.train_batch_size, self.micro_batch, self.grad_accum = config.batch_sizes(self.comm.world)
         stage = config.zero_optimization.stage
-        self.optimizer = zero_optimizer_class(stage)(model, config, self.comm, self.dtype, self.scaler)
+        self.optimizer = zero_optimizer_class(stage)(model, config, self.comm, self.dtype, self.scaler,
+                                                      model_parallel=parallel_model)
         self.lr_scheduler = WarmupSchedule(self.optimizer.optimizer, config.scheduler) if config.scheduler else None
         self.device = self.optimizer.device
         self.micro_steps = 0

@@ -77,7 +77,13 @@ def param_difference(parallel, reference: dict[str, torch.Tensor]) -> float:
 
 
 def dp_slice(ids: torch.Tensor, parallel) -> torch.Tensor:
+    if parallel is None:  # data parallel only: every rank is a dp rank
+        return ids.chunk(dist.get_world_size())[dist.get_rank()]
     return ids.chunk(parallel.dims.dp)[parallel.groups.dp_rank]
+
+
+def unsharded_param_difference(model, reference: dict[str, torch.Tensor]) -> float:
+    return max((param.detach() - reference[name]).abs().max().item() for name, param in model.named_parameters())
 
 
 def average_dp_gradients(parallel) -> None:
@@ -136,51 +142,79 @@ def reshard_run(directory: str) -> dict:
 
 
 def compression_run(mode: str, steps: int = 6) -> dict:
-    """dp2 with gradients averaged through the compressed all-reduce, against fp32 single-process training."""
-    from backends.compression import GradientReducer
-
-    reducer: GradientReducer | None = None
-
-    def sync(parallel):
-        nonlocal reducer
-        reducer = reducer or GradientReducer(parallel.groups.dp_group, mode)
-        reducer.reduce(list(parallel.parameters()))
-
-    return layout_run("llama", ParallelDims(dp=2), global_batch=4, steps=steps, sync=sync)
+    """dp2 through backends.initialize with engine.json's compression key (ZeRO-2, reduce-scatter in
+    backward), against fp32 single-process training."""
+    return engine_run("llama", ParallelDims(dp=2), zero_stage=2, micro_batches=1, global_batch=4, steps=steps,
+                      compression=mode)
 
 
 def engine_run(model_key: str, dims: ParallelDims, *, zero_stage: int, micro_batches: int, global_batch: int,
-               sequence_parallel: bool = False, schedule: str = "1f1b", clip: float = 0.0) -> dict:
+               sequence_parallel: bool = False, schedule: str = "1f1b", virtual_stages: int | None = None,
+               clip: float = 0.0, compression: str = "none", steps: int = STEPS) -> dict:
     """The same comparison through backends.initialize: our ZeRO on the dp group of the layout."""
     import backends
 
-    data = batches(global_batch, tiny_model_config(model_key)["vocab_size"])
+    data = batches(global_batch, tiny_model_config(model_key)["vocab_size"], steps)
     ref_losses, reference = reference_run(model_key, data, clip)
+    ref_norms = list(REFERENCE_GRAD_NORMS)
     config = {
         "gradient_clipping": clip,
         "train_micro_batch_size_per_gpu": global_batch // dims.dp // micro_batches,
         "gradient_accumulation_steps": micro_batches,
         "optimizer": {"type": "SGD", "params": {"lr": LR}},
         "zero_optimization": {"stage": zero_stage, "reduce_bucket_size": 5000},
-        "hardware_selector": {"layout": {
+        "hardware_selector": {"compression": compression, "layout": {
             "data_parallel": dims.dp, "tensor_parallel": dims.tp, "pipeline_parallel": dims.pp,
-            "sequence_parallel": sequence_parallel, "pipeline_schedule": schedule}},
+            "sequence_parallel": sequence_parallel, "pipeline_schedule": schedule, "virtual_stages": virtual_stages}},
     }
     engine, *_ = backends.initialize(model=tiny(model_key), config=config)
     parallel = engine.parallel_model
-    losses = [float(engine.train_batch(dp_slice(ids, parallel))) for ids in data]
+    if virtual_stages:
+        assert len(parallel.chunk_ranges) == virtual_stages, parallel.chunk_ranges
+    losses, norms = [], []  # the engine's global gradient norm (before clipping) of each step
+    for ids in data:
+        losses.append(float(engine.train_batch(dp_slice(ids, parallel))))
+        norms.append(engine.optimizer.last_grad_norm)
     gather = getattr(engine.optimizer, "gathered_parameters", None)  # ZeRO-3 frees parameters between uses
     if gather:
         gather()
-    param_diff = param_difference(parallel, reference)
+    param_diff = param_difference(parallel, reference) if parallel else unsharded_param_difference(engine.module,
+                                                                                                   reference)
     if gather:
         engine.optimizer.release_parameters()
     return {
         "loss_diff": max(abs(a - b) for a, b in zip(losses, ref_losses)),
         "param_diff": param_diff,
+        "grad_norm_rel_diff": max(abs(a - b) / b for a, b in zip(norms, ref_norms)),
         "losses": losses,
         "reference_losses": ref_losses,
+        "reference_grad_norms": ref_norms,
     }
+
+
+def engine_fp16_overflow_run() -> dict:
+    """fp16 under tp2: only tp rank 1 gets an inf gradient, on step 2 of 3; every rank must skip that step."""
+    import backends
+
+    config = {
+        "train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "SGD", "params": {"lr": LR}},
+        "zero_optimization": {"stage": 1}, "fp16": {"enabled": True, "initial_scale_power": 8, "hysteresis": 1},
+        "hardware_selector": {"layout": {"data_parallel": 1, "tensor_parallel": 2}},
+    }
+    engine, *_ = backends.initialize(model=tiny("llama"), config=config)
+    skipped, scales = [], []
+    for step, ids in enumerate(batches(4, tiny_model_config("llama")["vocab_size"])):
+        engine.backward(engine(ids))
+        if step == 1 and engine.parallel_model.groups.tp_rank == 1:
+            engine.optimizer.master.grad[0] = float("inf")
+        before = engine.optimizer.skipped_steps
+        engine.step()
+        skipped.append(float(engine.optimizer.skipped_steps - before))
+        scales.append(engine.loss_scale)
+    lowest, highest = torch.tensor(skipped), torch.tensor(skipped)
+    dist.all_reduce(lowest, op=dist.ReduceOp.MIN)
+    dist.all_reduce(highest, op=dist.ReduceOp.MAX)
+    return {"skipped_lowest": lowest.tolist(), "skipped_highest": highest.tolist(), "scales": scales}
 
 
 def engine_resume_run(model_key: str, dims: ParallelDims, directory: str, **layout: object) -> dict:
@@ -213,9 +247,14 @@ def two_rank_checks() -> dict[str, Callable[[], dict]]:
         for schedule in ("gpipe", "1f1b"):
             checks[f"pp_{key}_{schedule}"] = lambda key=key, schedule=schedule: layout_run(
                 key, ParallelDims(dp=1, pp=2), micro_batches=4, global_batch=8, schedule=schedule)
-    # Gradient clipping needs the norm over tp and pp too (ParallelModel.grad_norm_weights); not yet in ZeRO.
+    # Clipping by the global norm: TP-replicated parameters and the tied embedding of two stages count once
+    # (and ZeRO-0 under interleaved pp2 with the plan's virtual_stages).
     checks["engine_clip_tp2_llama"] = lambda: engine_run("llama", ParallelDims(dp=1, tp=2), zero_stage=1,
                                                          micro_batches=1, global_batch=4, clip=0.05)
+    checks["engine_clip_pp2_gpt2_interleaved"] = lambda: engine_run(
+        "gpt2", ParallelDims(dp=1, pp=2), zero_stage=0, micro_batches=4, global_batch=8, clip=0.05,
+        schedule="interleaved-1f1b", virtual_stages=2)
+    checks["engine_fp16_overflow_tp2_llama"] = engine_fp16_overflow_run
     # engine_resume_pp2 fails until the engine's checkpoint records the ZeRO units of every pipeline stage
     # (engine_state.json holds rank 0's, which stage 1 does not match).
     for name, dims, layout in (("tp2", ParallelDims(dp=1, tp=2), {"sequence_parallel": True}),
@@ -279,6 +318,7 @@ def assert_matches_reference(result: dict, tolerance: float = 1e-5) -> None:
     assert result["param_diff"] < tolerance, result
     # The global gradient norm (for clipping) counts replicated and tied parameters once.
     assert result.get("grad_norm_diff", 0.0) < tolerance, result
+    assert result.get("grad_norm_rel_diff", 0.0) < tolerance, result  # the engine's, used for clipping
     # The run really trained: the reference loss moved between steps.
     assert max(result["reference_losses"]) - min(result["reference_losses"]) > 1e-3, result
 

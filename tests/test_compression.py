@@ -1,5 +1,8 @@
 """Compressed data-parallel gradients: dp2 training of tiny Llama for 6 SGD steps against fp32 single-process.
 
+The runs go through backends.initialize with engine.json's
+`hardware_selector.compression` key, so the compression is the one the
+engine's ZeRO-2 reduce-scatters (overlapped with backward) really apply.
 Stated tolerances (docs/parallelism.md): bf16 communication keeps every step's
 loss within 1e-4 of the reference, int8 with error feedback within 5e-4. The
 uncompressed path must match to 1e-5, and the compressed ones must differ from

@@ -21,12 +21,13 @@ TWO_RANK_CHECKS = [
     "tp_gpt2", "tp_llama", "tp_opt", "tp_sp_gpt2", "tp_sp_llama", "tp_sp_opt", "tp_sp_qwen2", "tp_sp_mistral", "tp_sp_gpt2_odd_vocab", "tp_sp_llama_one_kv_head",
     "pp_gpt2_gpipe", "pp_gpt2_1f1b", "pp_llama_gpipe", "pp_llama_1f1b", "pp_opt_1f1b", "pp_llama_interleaved",
     "tp_sp_llama_full_checkpointing", "tp_gpt2_selective_checkpointing", "reshard_tp2_to_pp2", "engine_resume_tp2",
+    "engine_clip_tp2_llama", "engine_clip_pp2_gpt2_interleaved",
 ]
 
 
 @pytest.fixture(scope="module")
 def two_rank_results(tmp_path_factory):
-    return run_checks(TWO_RANK_CHECKS, 2, tmp_path_factory.mktemp("tp_pp"))
+    return run_checks(TWO_RANK_CHECKS + ["engine_fp16_overflow_tp2_llama"], 2, tmp_path_factory.mktemp("tp_pp"))
 
 
 @pytest.mark.slow
@@ -39,6 +40,19 @@ def test_weights_saved_under_tp2_continue_under_pp2(two_rank_results):
     result = two_rank_results["reshard_tp2_to_pp2"]
     assert len(result["losses"]) == 2  # steps 4 and 5, run under pp2 from the tp2 file
     assert result["wrong_model_error"] == "the checkpoint has no tensor 'model.embed_tokens.weight'; it was saved from another model"
+
+
+@pytest.mark.parametrize("check", ["engine_clip_tp2_llama", "engine_clip_pp2_gpt2_interleaved"])
+def test_engine_clipping_was_active_and_used_the_whole_models_norm(two_rank_results, check):
+    result = two_rank_results[check]  # matching the reference (above) needs the same clip factor on every rank
+    assert min(result["reference_grad_norms"]) > 0.05 * 10, result  # clip 0.05: every step scaled by < 0.1
+    assert result["grad_norm_rel_diff"] < 1e-5, result
+
+
+def test_fp16_overflow_on_one_tp_rank_skips_the_step_on_every_rank(two_rank_results):
+    result = two_rank_results["engine_fp16_overflow_tp2_llama"]
+    assert result["skipped_lowest"] == result["skipped_highest"] == [0.0, 1.0, 0.0], result
+    assert result["scales"] == [256.0, 128.0, 128.0]  # hysteresis 1: the skipped step halves the scale
 
 
 def test_fused_qkv_shard_roundtrip():

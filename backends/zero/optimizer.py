@@ -9,14 +9,15 @@ back to the model after the step (see stage1.py, stage2.py, stage3.py).
 
 from __future__ import annotations
 
-import math
-from typing import Any
+from typing import Any, Optional
 
+from ..compression import BucketCodec
 from ..config import EngineConfig
 from ..mixed_precision import LossScaler
 from ..optimizers import build_torch_optimizer
 from .comm import DataParallelComm
 from .flat_unit import FlatUnit
+from .grad_norm import GlobalGradientNorm
 
 
 def _cast_everything_else(model: Any, dtype: Any) -> None:
@@ -33,7 +34,9 @@ def _cast_everything_else(model: Any, dtype: Any) -> None:
 class ZeroOptimizer:
     stage = 0
 
-    def __init__(self, model: Any, config: EngineConfig, comm: DataParallelComm, dtype: Any, scaler: LossScaler):
+    def __init__(self, model: Any, config: EngineConfig, comm: DataParallelComm, dtype: Any, scaler: LossScaler,
+                 *, model_parallel: Optional[Any] = None):
+        """model_parallel: the backends.parallelize ParallelModel when tp or pp > 1 (for the global norm)."""
         import torch
 
         self.model, self.config, self.comm, self.dtype, self.scaler = model, config, comm, dtype, scaler
@@ -62,6 +65,9 @@ class ZeroOptimizer:
             del full
             position += unit.shard
         self.optimizer = build_torch_optimizer([self.master], config.optimizer)
+        self.codec = BucketCodec(config.hardware_selector.compression, comm.world, self._global_max)
+        self.global_norm = GlobalGradientNorm(self.units, self.master.grad, sharded=self.stage > 0,
+                                              dp_reduce=self._global_reduce, model_parallel=model_parallel)
         self.pending: list[tuple[FlatUnit, Any, Any, Any]] = []
         self.boundary = True
         self.last_grad_norm = 0.0
@@ -120,12 +126,13 @@ class ZeroOptimizer:
 
         began = time.perf_counter()
         flat = self.gradient_flat(unit)
+        wire = self.codec.encode(unit.index, flat)
         if not unit.partitioned:
-            out, handle = flat, self.comm.all_reduce(flat)
+            out, handle = wire, self.comm.all_reduce(wire)
         else:
-            direct = flat.dtype == unit.grad.dtype and flat.device == unit.grad.device
-            out = unit.grad if direct else flat.new_empty(unit.shard)
-            handle = self.comm.reduce_scatter(out, flat)
+            direct = wire.dtype == unit.grad.dtype and wire.device == unit.grad.device
+            out = unit.grad if direct else wire.new_empty(unit.shard)
+            handle = self.comm.reduce_scatter(out, wire)
         self.pending.append((unit, handle, out, flat))
         unit.launched = True
         self.comm_seconds += time.perf_counter() - began
@@ -137,7 +144,7 @@ class ZeroOptimizer:
         for unit, handle, out, flat in self.pending:
             handle.wait()
             if out is not unit.grad:
-                unit.grad.copy_(out)
+                unit.grad.copy_(self.codec.decode(unit.index, out))
             self.release_gradient_flat(unit, flat)
         self.pending.clear()
         for unit in self.units:
@@ -154,26 +161,22 @@ class ZeroOptimizer:
         self.comm_seconds += time.perf_counter() - began
 
     # --- the step -------------------------------------------------------------------------
-    def _global_sum(self, value: Any, op: str = "sum") -> float:
+    def _global_reduce(self, value: Any, op: str = "sum") -> None:
         self._wait([self.comm.all_reduce(value, op)])
-        return float(value.item())
+
+    def _global_max(self, value: Any) -> None:
+        self._global_reduce(value, "max")
 
     def step(self) -> bool:
         """Average, unscale, clip and apply the reduced gradients; False when fp16 overflow skipped it."""
-        import torch
-
         grads = self.master.grad
-        if self.scaler.checks_overflow:
-            bad = torch.tensor([0.0 if bool(torch.isfinite(grads).all()) else 1.0], device=self.master_device)
-            if self._global_sum(bad, "max") > 0:
-                grads.zero_()
-                self.scaler.update(True)
-                self.skipped_steps += 1
-                return False
+        if self.scaler.checks_overflow and self.global_norm.any_overflow(self.device):
+            grads.zero_()
+            self.scaler.update(True)
+            self.skipped_steps += 1
+            return False
         grads.div_(self.comm.world * self.scaler.scale)
-        square = torch.linalg.vector_norm(grads).pow(2).reshape(1)
-        # ZeRO-0 ranks all hold every reduced gradient; sharded stages each hold a slice.
-        norm = math.sqrt(self._global_sum(square) if self.stage > 0 else float(square))
+        norm = self.global_norm.norm(self.device)
         self.last_grad_norm = norm
         max_norm = self.config.gradient_clipping
         if max_norm > 0:

@@ -1,0 +1,68 @@
+"""backends.initialize on a GPU layout, with the cuda calls and the engine replaced by recorders.
+
+The reference is the order the brief requires: with tp or pp > 1 the model is
+sharded on the host and parallelize moves only this rank's part (the whole
+model may not fit one GPU), so initialize itself must never move it; without
+tp/pp initialize moves the model. The plan's virtual_stages reach parallelize.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import backends
+from backends.config import load_engine_config
+from planner.errors import UserInputError
+
+
+class _RecordingEngine:
+    def __init__(self, model, settings, **kwargs):
+        self.module, self.optimizer, self.lr_scheduler = model, None, None
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    events: list[tuple] = []
+    monkeypatch.setattr(backends, "_init_distributed", lambda backend: None)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: events.append(("set_device", index)))
+    monkeypatch.setattr(torch.nn.Module, "cuda", lambda module, *args, **kwargs: events.append(("model.cuda",)) or module)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda *args, **kwargs: 4)
+    monkeypatch.setattr("backends.engine.Engine", _RecordingEngine)
+
+    def parallelize(model, dims, **kwargs):
+        events.append(("parallelize", dims, kwargs))
+        return type("Parallel", (), {"groups": type("Groups", (), {"dp_group": None})()})()
+
+    monkeypatch.setattr("backends.parallelize.parallelize", parallelize)
+    return events
+
+
+def _config(**layout):
+    return {"hardware_selector": {"device": "cuda", "dist_backend": "nccl", "layout": layout}}
+
+
+def test_pipeline_layout_is_sharded_on_the_host_and_gets_the_plans_virtual_stages(recorded):
+    backends.initialize(model=torch.nn.Linear(2, 2), config=_config(
+        data_parallel=1, tensor_parallel=2, pipeline_parallel=2, pipeline_schedule="interleaved-1f1b",
+        virtual_stages=3))
+    assert ("model.cuda",) not in recorded
+    (_, dims, kwargs), = [event for event in recorded if event[0] == "parallelize"]
+    assert (dims.dp, dims.tp, dims.pp) == (1, 2, 2)
+    assert kwargs["virtual_stages"] == 3 and kwargs["device_type"] == "cuda"
+
+
+def test_without_tp_or_pp_initialize_moves_the_model_itself(recorded):
+    backends.initialize(model=torch.nn.Linear(2, 2), config=_config(data_parallel=4))
+    assert recorded == [("set_device", 0), ("model.cuda",)]
+
+
+def test_virtual_stages_need_the_interleaved_schedule():
+    with pytest.raises(UserInputError, match="virtual_stages 2 needs pipeline_schedule 'interleaved-1f1b'"):
+        load_engine_config({"hardware_selector": {"layout": {"pipeline_parallel": 2, "virtual_stages": 2}}})
+
+
+def test_compression_is_an_engine_json_key():
+    assert load_engine_config({"hardware_selector": {"compression": "int8"}}).hardware_selector.compression == "int8"
+    with pytest.raises(UserInputError, match="compression"):
+        load_engine_config({"hardware_selector": {"compression": "1bit"}})
