@@ -5,7 +5,9 @@ on the wire shrink. engine.json's `hardware_selector.compression` picks the
 mode for the engine's ZeRO reductions (backends/zero/optimizer.py encodes
 each bucket before its reduce-scatter / all-reduce and decodes the result):
 
-- "none": the gradients as they are (the reference);
+- "none": the gradients as they are, in the compute dtype (the reference);
+- "fp32": upcast first (DeepSpeed's communication_data_type fp32 under
+  fp16/bf16 training; nothing to do in an fp32 run);
 - "bf16" / "fp16": cast, sum, cast back (2x less traffic). Each rank's
   values are divided by the group size before the sum so fp16 cannot
   overflow, and multiplied back after;
@@ -28,7 +30,7 @@ from typing import Any, Callable, Iterable
 import torch
 import torch.distributed as dist
 
-MODES = ("none", "bf16", "fp16", "int8")
+MODES = ("none", "fp32", "bf16", "fp16", "int8")
 _WIRE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -60,6 +62,8 @@ class BucketCodec:
         """What this rank contributes to the sum (`flat` itself when nothing is compressed)."""
         if not self.active:
             return flat
+        if self.mode == "fp32":
+            return flat.float()
         if self.mode != "int8":
             return (flat.float() / self.world).to(_WIRE_DTYPES[self.mode])
         corrected = flat.float()
@@ -74,8 +78,8 @@ class BucketCodec:
         return quantized.to(torch.int32)
 
     def decode(self, key: Any, summed: torch.Tensor) -> torch.Tensor:
-        """The fp32 sum over ranks from the summed wire tensor (any slice of it)."""
-        if not self.active:
+        """The sum over ranks, for the fp32 gradient shard, from the summed wire tensor (or any slice of it)."""
+        if not self.active or self.mode == "fp32":
             return summed
         if self.mode != "int8":
             return summed.float() * self.world

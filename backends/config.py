@@ -131,7 +131,7 @@ class HardwareSelectorBlock(_Strict):
     dist_backend: Literal["gloo", "nccl"] = "gloo"
     activation_checkpointing: Literal["none", "selective", "full"] = "none"
     # How data-parallel gradients travel (backends/compression.py); the fp32 master is unaffected.
-    compression: Literal["none", "bf16", "fp16", "int8"] = "none"
+    compression: Literal["none", "fp32", "bf16", "fp16", "int8"] = "none"
     layout: LayoutBlock = LayoutBlock()
     checkpoint: CheckpointBlock = CheckpointBlock()
 
@@ -146,6 +146,8 @@ class EngineConfig(_Strict):
     fp16: Fp16Block = Fp16Block()
     bf16: Bf16Block = Bf16Block()
     gradient_clipping: float = Field(default=0.0, ge=0)
+    # DeepSpeed's: the dtype of data-parallel gradient averaging (default: the compute dtype)
+    communication_data_type: Optional[Literal["fp32", "fp16", "bf16"]] = None
     steps_per_print: int = Field(default=10, ge=1)
     hardware_selector: HardwareSelectorBlock = HardwareSelectorBlock()
 
@@ -153,7 +155,18 @@ class EngineConfig(_Strict):
     def _one_precision(self) -> "EngineConfig":
         if self.fp16.enabled and self.bf16.enabled:
             raise ValueError("fp16 and bf16 are both enabled; enable at most one")
+        ours = self.hardware_selector.compression
+        if self.communication_data_type and ours != "none" and ours != self.communication_data_type:
+            raise ValueError(f"communication_data_type '{self.communication_data_type}' and hardware_selector."
+                             f"compression '{ours}' disagree; set one of them")
         return self
+
+    @property
+    def gradient_compression(self) -> str:
+        """The backends/compression.py mode of the engine's data-parallel gradient reductions."""
+        if self.hardware_selector.compression != "none":
+            return self.hardware_selector.compression
+        return self.communication_data_type or "none"
 
     def batch_sizes(self, data_parallel: int) -> tuple[int, int, int]:
         """(train_batch_size, micro_batch, grad_accum) filled in the way DeepSpeed does."""

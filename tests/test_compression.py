@@ -40,5 +40,43 @@ def test_compressed_gradients_keep_the_loss_within_tolerance(results, mode):
 def test_unknown_mode_is_a_user_error():
     from backends.compression import GradientReducer
 
-    with pytest.raises(UserInputError, match="use one of none, bf16, fp16, int8"):
+    with pytest.raises(UserInputError, match="use one of none, fp32, bf16, fp16, int8"):
         GradientReducer(None, "1bit")
+
+
+def _two_rank_sum(mode: str, gradients: list) -> tuple:
+    """What the codec's encode -> SUM -> decode gives for two ranks' buckets (the collectives done by hand)."""
+    from backends.compression import BucketCodec
+
+    group_scale = max(g.abs().max() for g in gradients) / 127.0  # what the MAX all-reduce would return
+    codecs = [BucketCodec(mode, 2, lambda scale: scale.copy_(group_scale.reshape(1))) for _ in gradients]
+    wires = [codec.encode("bucket", g) for codec, g in zip(codecs, gradients)]
+    return codecs[0].decode("bucket", wires[0] + wires[1]), codecs, wires
+
+
+def test_codec_sums_match_the_fp32_sum_within_the_wire_precision():
+    import torch
+
+    gradients = [torch.randn(1000, generator=torch.Generator().manual_seed(seed)) for seed in (1, 2)]
+    exact = gradients[0] + gradients[1]
+    magnitude = gradients[0].abs() + gradients[1].abs()
+    for mode, unit_roundoff in (("none", 0.0), ("fp32", 0.0), ("bf16", 2 ** -8), ("fp16", 2 ** -11)):
+        summed, _, _ = _two_rank_sum(mode, gradients)
+        assert summed.dtype == torch.float32
+        # each halved value rounded once, then their sum once more
+        assert ((summed - exact).abs() <= 2 * unit_roundoff * magnitude + 1e-7).all(), mode
+    half = [g.to(torch.bfloat16) for g in gradients]  # DeepSpeed's communication_data_type fp32 in bf16 training
+    summed, _, wires = _two_rank_sum("fp32", half)
+    assert wires[0].dtype == torch.float32 and torch.equal(summed, half[0].float() + half[1].float())
+
+
+def test_int8_error_feedback_keeps_exactly_what_rounding_dropped():
+    import torch
+
+    gradients = [torch.randn(1000, generator=torch.Generator().manual_seed(seed)) for seed in (3, 4)]
+    summed, codecs, wires = _two_rank_sum("int8", gradients)
+    scale = codecs[0].scales["bucket"]
+    assert wires[0].dtype == torch.int32 and wires[0].abs().max() <= 127
+    for codec, wire, gradient in zip(codecs, wires, gradients):
+        assert torch.allclose(wire.float() * scale + codec.residuals["bucket"], gradient, atol=1e-6)
+    assert (summed - (gradients[0] + gradients[1])).abs().max() <= scale  # two roundings of at most scale / 2

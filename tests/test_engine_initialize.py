@@ -62,7 +62,12 @@ def test_virtual_stages_need_the_interleaved_schedule():
         load_engine_config({"hardware_selector": {"layout": {"pipeline_parallel": 2, "virtual_stages": 2}}})
 
 
-def test_compression_is_an_engine_json_key():
-    assert load_engine_config({"hardware_selector": {"compression": "int8"}}).hardware_selector.compression == "int8"
+def test_compression_comes_from_our_key_or_deepspeeds_communication_data_type():
+    assert load_engine_config({"hardware_selector": {"compression": "int8"}}).gradient_compression == "int8"
+    assert load_engine_config({"communication_data_type": "bf16"}).gradient_compression == "bf16"
+    assert load_engine_config({}).gradient_compression == "none"
     with pytest.raises(UserInputError, match="compression"):
         load_engine_config({"hardware_selector": {"compression": "1bit"}})
+    with pytest.raises(UserInputError, match="communication_data_type 'fp16' and hardware_selector.compression 'int8' "
+                                             "disagree; set one of them"):
+        load_engine_config({"communication_data_type": "fp16", "hardware_selector": {"compression": "int8"}})

@@ -65,7 +65,7 @@ class ZeroOptimizer:
             del full
             position += unit.shard
         self.optimizer = build_torch_optimizer([self.master], config.optimizer)
-        self.codec = BucketCodec(config.hardware_selector.compression, comm.world, self._global_max)
+        self.codec = BucketCodec(config.gradient_compression, comm.world, self._global_max)
         self.global_norm = GlobalGradientNorm(self.units, self.master.grad, sharded=self.stage > 0,
                                               dp_reduce=self._global_reduce, model_parallel=model_parallel)
         self.pending: list[tuple[FlatUnit, Any, Any, Any]] = []
