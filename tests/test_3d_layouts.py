@@ -3,7 +3,8 @@ parallelism, Llama GQA) and dp2 x pp2 (1F1B, GPT-2 with its tied embedding split
 stage); then ZeRO-2 under dp2 x pp2 and ZeRO-3 under dp2 x tp2; and tp2 x pp2 with sequence parallelism,
 interleaved 1F1B and full activation checkpointing (no ZeRO: dp is 1); dp2 x tp2 of a Llama with one
 key/value head, replicated on both TP ranks of each of the two TP groups. Each against the single-process
-reference (SGD, fp32, 3 steps, loss and parameters within 1e-5)."""
+reference (SGD, fp32, 3 steps, loss and parameters within 1e-5; the engine runs' global gradient norm, summed
+over dp, tp and pp with replicated and tied parameters counted once, within 1e-5 relative)."""
 
 from __future__ import annotations
 
