@@ -1,6 +1,9 @@
-"""What DeepSpeed and accelerate need to run a plan on CPU processes (gloo), and nothing on GPUs.
+"""What it takes to run a plan on CPU processes (gloo): GPU plans under --tiny, DeepSpeed and accelerate.
 
-Two gaps, found running the emitted configs on this project's CPU CI:
+A plan emitted for CUDA GPUs runs with --tiny on a machine without them as
+CPU processes over gloo (runs_on_cpu_instead); without --tiny it is refused.
+DeepSpeed and accelerate have two gaps, found running the emitted configs on
+this project's CPU CI:
 - DeepSpeed's communication layer compiles a C++ shared-memory op
   (deepspeed_shm_comm) when it starts on the CPU accelerator: minutes of JIT
   build per fresh machine. gloo does the same collectives, so the build is
@@ -15,8 +18,38 @@ Two gaps, found running the emitted configs on this project's CPU CI:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
+import sys
+
+from planner.errors import UserInputError
+
+NEEDS_GPUS = ("this plan runs on CUDA GPUs (device cuda, nccl) and this machine has none; "
+              "pass --tiny for a CPU smoke run of the same layout, or run it on the planned GPUs")
+CPU_FALLBACK_NOTE = "note: no CUDA GPU here; running this GPU plan's --tiny smoke run on CPU with gloo"
+
+
+def runs_on_cpu_instead(device: str, *, tiny: bool) -> bool:
+    """True when a plan for `device` must run on CPU processes with gloo here: a cuda plan, no CUDA, and --tiny
+    (the laptop smoke test before the cluster; rank 0 says so on stderr). Without --tiny that is a user error."""
+    if device != "cuda":
+        return False
+    import torch
+
+    if torch.cuda.is_available():
+        return False
+    if not tiny:
+        raise UserInputError(NEEDS_GPUS)
+    _announce_cpu_fallback()
+    return True
+
+
+@functools.cache
+def _announce_cpu_fallback() -> None:
+    """Once per process (backends/train.py hands engine plans on to backends.run, which asks again), rank 0 only."""
+    if os.environ.get("RANK", "0") == "0":
+        print(CPU_FALLBACK_NOTE, file=sys.stderr)
 
 
 def skip_deepspeed_shm_build() -> None:

@@ -107,23 +107,30 @@ def layout_record(parallel_model) -> dict[str, Any]:
             "sequence_parallel": parallel_model.sequence_parallel}
 
 
-def save_consolidated(parallel_model, path: str | Path, tensors: dict[str, torch.Tensor] | None = None) -> Path:
-    """Every rank takes part; global rank 0 writes `path` (safetensors) atomically."""
+def write_safetensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> Path:
+    """Write atomically: a crash leaves a hidden temporary file, never a truncated `path`."""
     from safetensors.torch import save_file
 
-    full = gather_full_state_dict(parallel_model, tensors)
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    save_file({name: value.contiguous() for name, value in tensors.items()}, str(temporary), metadata=metadata)
+    os.replace(temporary, path)
+    return path
+
+
+def save_consolidated(parallel_model, path: str | Path, tensors: dict[str, torch.Tensor] | None = None) -> Path:
+    """Every rank takes part; global rank 0 writes `path` (safetensors) atomically.
+
+    `tensors` (default: the parameters) may be e.g. the engine's fp32 master weights by parameter name."""
+    full = gather_full_state_dict(parallel_model, tensors)
     if dist.get_rank() == 0:
-        path.parent.mkdir(parents=True, exist_ok=True)
         tied = _tied_names(parallel_model.module)
         if tied:
-            full.pop(tied[1], None)  # safetensors refuses shared storage; the loader restores the alias
-        temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        metadata = {"format": "pt", "layout": json.dumps(layout_record(parallel_model))}
-        save_file({name: value.contiguous() for name, value in full.items()}, str(temporary), metadata=metadata)
-        os.replace(temporary, path)
+            full.pop(tied[1], None)  # written once, as HF's save_pretrained does; loaders restore the alias
+        write_safetensors(path, full, {"format": "pt", "layout": json.dumps(layout_record(parallel_model))})
     dist.barrier()
-    return path
+    return Path(path)
 
 
 def load_consolidated(parallel_model, path: str | Path) -> dict[str, Any]:

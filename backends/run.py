@@ -7,7 +7,10 @@ strategy names: engine (ours), ddp, fsdp (FSDP2) or deepspeed (with
 RUN_DIR/ds_config.json). Metrics go to RUN_DIR/metrics.jsonl, one line per
 step. Engine runs checkpoint to RUN_DIR/checkpoints every --save-every steps
 and resume from there automatically, so `torchrun --max-restarts` recovers a
-crashed rank. Rank 0 ends with one line `RUN_RESULT {json}`.
+crashed rank. A plan for CUDA GPUs runs with --tiny on a machine without them
+as CPU processes over gloo (the laptop smoke test before the cluster), and
+without --tiny stops with a one-line error. Rank 0 ends with one line
+`RUN_RESULT {json}`.
 """
 
 from __future__ import annotations
@@ -64,6 +67,17 @@ def engine_config_for(run_dir: Path, plan: Any, target: Any, *, tiny: bool) -> A
                                       "hardware_selector": block.model_copy(update={"seq_len": seq_len})})
 
 
+def fit_to_this_machine(config: Any, *, tiny: bool) -> Any:
+    """A cuda/nccl plan on a machine without CUDA: with --tiny, the same run on CPU processes with gloo."""
+    from backends.cpu_distributed import runs_on_cpu_instead
+
+    block = config.hardware_selector
+    if not runs_on_cpu_instead(block.device, tiny=tiny):
+        return config
+    return config.model_copy(update={"hardware_selector": block.model_copy(update={"device": "cpu",
+                                                                                   "dist_backend": "gloo"})})
+
+
 def build_trainer(strategy: str, model: Any, config: Any, run_dir: Path, metrics: str) -> Any:
     if strategy == "engine":
         import backends
@@ -103,7 +117,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     run_dir = Path(args.plan)
     plan, target = read_run(run_dir)
     strategy = args.strategy or plan.config.strategy.value
-    config = engine_config_for(run_dir, plan, target, tiny=args.tiny)
+    config = fit_to_this_machine(engine_config_for(run_dir, plan, target, tiny=args.tiny), tiny=args.tiny)
     if "WORLD_SIZE" in os.environ:
         from backends.distributed_init import init_distributed
 

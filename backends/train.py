@@ -33,6 +33,7 @@ if __package__ in (None, ""):
     sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _HERE]
     sys.path.insert(0, str(_HERE.parent))
 
+from backends.cpu_distributed import runs_on_cpu_instead  # noqa: E402
 from backends.data import SyntheticTokens, micro_batches  # noqa: E402
 from backends.model_factory import build_causal_lm, tiny_config  # noqa: E402
 from planner.emit.plan_json import read_plan_file  # noqa: E402
@@ -109,6 +110,8 @@ def load_run(args: argparse.Namespace) -> TrainRun:
     if not plan_file.is_file():
         raise UserInputError(f"{plan_file} not found; emit a run folder with `hardware-selector plan ... --emit DIR`")
     plan, target = read_plan_file(plan_file.read_text(encoding="utf-8"))
+    if runs_on_cpu_instead(target.device, tiny=args.tiny):
+        target = target.model_copy(update={"device": "cpu", "dist_backend": "gloo"})
     hf_config = tiny_config(target.hf_config) if args.tiny else dict(target.hf_config)
     seq_len = args.seq_len or (min(target.seq_len, TINY_SEQ_LEN) if args.tiny else target.seq_len)
     return TrainRun(

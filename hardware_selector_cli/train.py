@@ -28,6 +28,25 @@ def _planned_nproc(run_dir: Path) -> int:
         raise UserInputError(f"{plan_file} is not a plan.json written by `hardware-selector plan --emit`") from None
 
 
+def _planned_device(run_dir: Path) -> str:
+    """engine.json's device when the folder has one (backends.run uses it), else the plan's."""
+    engine_file = run_dir / "engine.json"
+    try:
+        if engine_file.is_file():
+            return json.loads(engine_file.read_text(encoding="utf-8"))["hardware_selector"]["device"]
+        return json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))["run"]["device"]
+    except (ValueError, KeyError, TypeError):
+        return "cpu"  # backends.run reports a malformed folder with the exact reason
+
+
+def _check_gpus(run_dir: Path, tiny: bool) -> None:
+    if tiny or _planned_device(run_dir) != "cuda":
+        return  # with --tiny, backends.run falls back to CPU processes and says so
+    from backends.cpu_distributed import runs_on_cpu_instead  # imports torch: only here, other commands stay fast
+
+    runs_on_cpu_instead("cuda", tiny=False)  # raises the one-line error on a machine without CUDA
+
+
 def torchrun_command(run_dir: Path, *, nproc: int, steps: int, tiny: bool, max_restarts: int, save_every: int,
                      strategy: Optional[str]) -> list[str]:
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
@@ -66,6 +85,7 @@ def register(app: typer.Typer) -> None:
         if dry_run:
             print(shlex.join(command))
             return
+        _check_gpus(run_dir, tiny)
         completed = subprocess.run(command, cwd=Path(__file__).resolve().parent.parent)
         if completed.returncode:
             raise typer.Exit(completed.returncode)

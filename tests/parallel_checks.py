@@ -150,8 +150,10 @@ def compression_run(mode: str, steps: int = 6) -> dict:
 
 def engine_run(model_key: str, dims: ParallelDims, *, zero_stage: int, micro_batches: int, global_batch: int,
                sequence_parallel: bool = False, schedule: str = "1f1b", virtual_stages: int | None = None,
-               clip: float = 0.0, compression: str = "none", steps: int = STEPS) -> dict:
-    """The same comparison through backends.initialize: our ZeRO on the dp group of the layout."""
+               clip: float = 0.0, compression: str = "none", steps: int = STEPS,
+               export_dir: str | None = None) -> dict:
+    """The same comparison through backends.initialize: our ZeRO on the dp group of the layout (and, with
+    export_dir, engine.export_consolidated compared with the reference weights after loading it into HF)."""
     import backends
 
     data = batches(global_batch, tiny_model_config(model_key)["vocab_size"], steps)
@@ -182,7 +184,7 @@ def engine_run(model_key: str, dims: ParallelDims, *, zero_stage: int, micro_bat
                                                                                                    reference)
     if gather:
         engine.optimizer.release_parameters()
-    return {
+    result = {
         "loss_diff": max(abs(a - b) for a, b in zip(losses, ref_losses)),
         "param_diff": param_diff,
         "grad_norm_rel_diff": max(abs(a - b) / b for a, b in zip(norms, ref_norms)),
@@ -190,6 +192,51 @@ def engine_run(model_key: str, dims: ParallelDims, *, zero_stage: int, micro_bat
         "reference_losses": ref_losses,
         "reference_grad_norms": ref_norms,
     }
+    if export_dir:
+        result.update(exported_vs_reference(engine, export_dir, reference))
+    return result
+
+
+def exported_vs_reference(engine, directory: str, reference: dict[str, torch.Tensor]) -> dict:
+    """Export, load the file with HF's from_pretrained, and compare every tensor with the reference's."""
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    if dist.get_rank() == 0:
+        engine.parallel_model.module.config.save_pretrained(directory)
+    engine.export_consolidated(os.path.join(directory, "model.safetensors"))
+    with safe_open(os.path.join(directory, "model.safetensors"), framework="pt") as handle:
+        keys = sorted(handle.keys())
+    loaded = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).state_dict()
+    return {"export_diff": max((loaded[name] - tensor).abs().max().item() for name, tensor in reference.items()),
+            "exported_keys": keys, "reference_keys": sorted(reference)}
+
+
+def resume_config(dims: ParallelDims, *, fp16: bool = False, **layout: object) -> dict:
+    return {
+        "train_micro_batch_size_per_gpu": 4 // dims.dp // 2, "gradient_accumulation_steps": 2,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1},
+        "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 5e-4, "warmup_max_lr": 1e-3,
+                                                     "warmup_num_steps": 4}},
+        # The scale doubles after every clean step, so a scaler that is not restored shows.
+        "fp16": {"enabled": fp16, "initial_scale_power": 4, "loss_scale_window": 1},
+        "hardware_selector": {"layout": {"data_parallel": dims.dp, "tensor_parallel": dims.tp,
+                                         "pipeline_parallel": dims.pp, **layout}},
+    }
+
+
+def engine_layout_change_run(directory: str) -> dict:
+    """An engine checkpoint saved under tp2 and loaded under pp2: the one-line error every rank raises."""
+    import backends
+
+    saved, *_ = backends.initialize(model=tiny("gpt2"), config=resume_config(ParallelDims(dp=1, tp=2)))
+    saved.save_checkpoint(directory)
+    loading, *_ = backends.initialize(model=tiny("gpt2"), config=resume_config(ParallelDims(dp=1, pp=2)))
+    try:
+        loading.load_checkpoint(directory)
+    except UserInputError as error:
+        return {"error": str(error)}
+    return {"error": None}
 
 
 def engine_fp16_overflow_run() -> dict:
@@ -217,17 +264,14 @@ def engine_fp16_overflow_run() -> dict:
     return {"skipped_lowest": lowest.tolist(), "skipped_highest": highest.tolist(), "scales": scales}
 
 
-def engine_resume_run(model_key: str, dims: ParallelDims, directory: str, **layout: object) -> dict:
-    """Engine checkpoint in a tp/pp layout: save after step 2, resume in a new engine, step 3 must repeat."""
+def engine_resume_run(model_key: str, dims: ParallelDims, directory: str, *, fp16: bool = False,
+                      **layout: object) -> dict:
+    """Engine checkpoint in a tp/pp layout: save after step 2, resume in a new engine; step 3's loss, the weights
+    after it (so optimizer, LR schedule and loss scale too) and the loss scale must equal the uninterrupted run's."""
     import backends
 
     data = batches(4, tiny_model_config(model_key)["vocab_size"])
-    config = {
-        "train_micro_batch_size_per_gpu": 4 // dims.dp // 2, "gradient_accumulation_steps": 2,
-        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1},
-        "hardware_selector": {"layout": {"data_parallel": dims.dp, "tensor_parallel": dims.tp,
-                                         "pipeline_parallel": dims.pp, **layout}},
-    }
+    config = resume_config(dims, fp16=fp16, **layout)
     first, *_ = backends.initialize(model=tiny(model_key), config=config)
     losses = [float(first.train_batch(dp_slice(ids, first.parallel_model))) for ids in data[:2]]
     first.save_checkpoint(directory)
@@ -235,7 +279,12 @@ def engine_resume_run(model_key: str, dims: ParallelDims, directory: str, **layo
     second, *_ = backends.initialize(model=tiny(model_key), config=config)
     second.load_checkpoint(directory)
     resumed = float(second.train_batch(dp_slice(data[2], second.parallel_model)))
-    return {"loss_diff": abs(resumed - losses[2]), "param_diff": 0.0, "losses": losses, "resumed": resumed,
+    after = dict(second.module.named_parameters())
+    param_diff = max((param.detach().float() - after[name].detach().float()).abs().max().item()
+                     for name, param in first.module.named_parameters())
+    return {"loss_diff": abs(resumed - losses[2]), "param_diff": param_diff, "losses": losses, "resumed": resumed,
+            "scale_diff": abs(first.loss_scale - second.loss_scale), "loss_scale": second.loss_scale,
+            "lr_diff": abs(first.optimizer.param_groups[0]["lr"] - second.optimizer.param_groups[0]["lr"]),
             "reference_losses": losses}
 
 
@@ -255,12 +304,20 @@ def two_rank_checks() -> dict[str, Callable[[], dict]]:
         "gpt2", ParallelDims(dp=1, pp=2), zero_stage=0, micro_batches=4, global_batch=8, clip=0.05,
         schedule="interleaved-1f1b", virtual_stages=2)
     checks["engine_fp16_overflow_tp2_llama"] = engine_fp16_overflow_run
-    # engine_resume_pp2 fails until the engine's checkpoint records the ZeRO units of every pipeline stage
-    # (engine_state.json holds rank 0's, which stage 1 does not match).
+    # Resume in the same layout; engine_state.json keeps each stage's ZeRO units, loss scaler and scheduler.
     for name, dims, layout in (("tp2", ParallelDims(dp=1, tp=2), {"sequence_parallel": True}),
-                               ("pp2", ParallelDims(dp=1, pp=2), {"pipeline_schedule": "1f1b"})):
+                               ("pp2", ParallelDims(dp=1, pp=2), {"pipeline_schedule": "1f1b", "fp16": True})):
         checks[f"engine_resume_{name}"] = lambda name=name, dims=dims, layout=layout: engine_resume_run(
             "gpt2", dims, os.path.join(os.path.dirname(os.path.abspath(OUT_PATH[0])), f"ckpt_{name}"), **layout)
+    # The exported file equals the reference weights: tied GPT-2 across two stages, Llama (GQA) under tp.
+    checks["engine_export_pp2_gpt2"] = lambda: engine_run(
+        "gpt2", ParallelDims(dp=1, pp=2), zero_stage=1, micro_batches=2, global_batch=4,
+        export_dir=os.path.join(os.path.dirname(os.path.abspath(OUT_PATH[0])), "export_pp2"))
+    checks["engine_export_tp2_llama"] = lambda: engine_run(
+        "llama", ParallelDims(dp=1, tp=2), zero_stage=2, micro_batches=2, global_batch=4, sequence_parallel=True,
+        export_dir=os.path.join(os.path.dirname(os.path.abspath(OUT_PATH[0])), "export_tp2"))
+    checks["engine_layout_change_error"] = lambda: engine_layout_change_run(
+        os.path.join(os.path.dirname(os.path.abspath(OUT_PATH[0])), "ckpt_layout_change"))
     checks["tp_sp_gpt2_odd_vocab"] = lambda: layout_run("gpt2_odd_vocab", ParallelDims(dp=1, tp=2),
                                                         sequence_parallel=True)
     checks["tp_sp_llama_one_kv_head"] = lambda: layout_run("llama_one_kv_head", ParallelDims(dp=1, tp=2),
@@ -336,9 +393,7 @@ def main() -> None:
     results = {}
     for name in names:
         outcome = available[name]()
-        for key in ("loss_diff", "param_diff", "grad_norm_diff"):
-            if key not in outcome:
-                continue
+        for key in sorted(key for key in outcome if key.endswith("_diff")):
             value = torch.tensor(outcome[key], dtype=torch.float64)
             dist.all_reduce(value, op=dist.ReduceOp.MAX)
             outcome[key] = value.item()

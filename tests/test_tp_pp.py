@@ -22,12 +22,15 @@ TWO_RANK_CHECKS = [
     "pp_gpt2_gpipe", "pp_gpt2_1f1b", "pp_llama_gpipe", "pp_llama_1f1b", "pp_opt_1f1b", "pp_llama_interleaved",
     "tp_sp_llama_full_checkpointing", "tp_gpt2_selective_checkpointing", "reshard_tp2_to_pp2", "engine_resume_tp2",
     "engine_clip_tp2_llama", "engine_clip_pp2_gpt2_interleaved",
+    "engine_resume_pp2", "engine_export_pp2_gpt2", "engine_export_tp2_llama",
 ]
+OTHER_TWO_RANK_CHECKS = ["engine_layout_change_error"]  # not trained against the reference
 
 
 @pytest.fixture(scope="module")
 def two_rank_results(tmp_path_factory):
-    return run_checks(TWO_RANK_CHECKS + ["engine_fp16_overflow_tp2_llama"], 2, tmp_path_factory.mktemp("tp_pp"))
+    names = TWO_RANK_CHECKS + ["engine_fp16_overflow_tp2_llama"] + OTHER_TWO_RANK_CHECKS
+    return run_checks(names, 2, tmp_path_factory.mktemp("tp_pp"))
 
 
 @pytest.mark.slow
@@ -40,6 +43,28 @@ def test_weights_saved_under_tp2_continue_under_pp2(two_rank_results):
     result = two_rank_results["reshard_tp2_to_pp2"]
     assert len(result["losses"]) == 2  # steps 4 and 5, run under pp2 from the tp2 file
     assert result["wrong_model_error"] == "the checkpoint has no tensor 'model.embed_tokens.weight'; it was saved from another model"
+
+
+def test_engine_resume_under_pp_restores_each_stage_loss_scale_and_schedule(two_rank_results):
+    result = two_rank_results["engine_resume_pp2"]  # fp16, WarmupLR, AdamW, resumed after step 2 of 3
+    assert result["scale_diff"] == 0.0 and result["lr_diff"] == 0.0, result
+    assert result["loss_scale"] == 2.0 ** 4 * 4  # doubled after steps 2 and 3: restored, not started over
+
+
+def test_engine_checkpoint_under_another_tp_pp_layout_is_a_one_line_error(two_rank_results):
+    error = two_rank_results["engine_layout_change_error"]["error"]
+    assert error.endswith("ckpt_layout_change/global_step0 was saved under tp 2 x pp 1 and this run is tp 1 x pp 2; "
+                          "ZeRO optimizer state does not move between tp/pp layouts: resume with the saved tp and pp "
+                          "(any data-parallel size), or carry the weights over with engine.export_consolidated and "
+                          "parallel_checkpoint.load_consolidated"), error
+
+
+@pytest.mark.parametrize("check", ["engine_export_pp2_gpt2", "engine_export_tp2_llama"])
+def test_engine_export_under_tp_pp_loads_into_hf_as_the_reference_weights(two_rank_results, check):
+    result = two_rank_results[check]
+    assert result["export_diff"] < 1e-5, result
+    tied = {"lm_head.weight"} if check.endswith("gpt2") else set()  # a tied head is written once, as HF does
+    assert result["exported_keys"] == sorted(set(result["reference_keys"]) - tied)
 
 
 @pytest.mark.parametrize("check", ["engine_clip_tp2_llama", "engine_clip_pp2_gpt2_interleaved"])

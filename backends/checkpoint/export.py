@@ -1,18 +1,21 @@
-"""Export the engine's fp32 master weights as one consolidated, HF-named safetensors file (rank 0 writes)."""
+"""Export the engine's fp32 master weights as one consolidated, HF-named safetensors file (rank 0 writes).
+
+Under tensor/pipeline parallelism each rank's masters are its stage's
+shards; backends.parallel_checkpoint gathers them into full HF tensors. A
+tied embedding is written once (HF's save_pretrained drops the head's alias,
+and from_pretrained ties it back).
+"""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Optional
 
 
-def consolidated_state_dict(engine: Any) -> dict[str, Any]:
-    """Parameter name -> full fp32 tensor, on every rank (gathers each unit's master shards)."""
+def master_weights(engine: Any) -> dict[str, Any]:
+    """Parameter name (as the engine's module names it) -> this rank's fp32 master, gathered over dp."""
     import torch
 
-    if engine.parallel_model is not None:
-        raise NotImplementedError("consolidated export of tensor/pipeline-parallel runs is not supported yet")
     state = {}
     for unit in engine.optimizer.units:
         full = torch.empty(unit.padded, dtype=torch.float32, device=unit.master.device)
@@ -25,15 +28,23 @@ def consolidated_state_dict(engine: Any) -> dict[str, Any]:
     return state
 
 
-def export_safetensors(engine: Any, path: str | Path) -> Optional[str]:
-    from safetensors.torch import save_file
+def consolidated_state_dict(engine: Any) -> dict[str, Any]:
+    """HF name -> full fp32 tensor, on every rank (under tp/pp a tied head is listed under both names)."""
+    masters = master_weights(engine)
+    if engine.parallel_model is None:
+        return masters
+    from backends.parallel_checkpoint import gather_full_state_dict
 
-    state = consolidated_state_dict(engine)
-    if engine.monitor.rank != 0:
-        return None
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    save_file({name: tensor.contiguous() for name, tensor in state.items()}, str(temporary), metadata={"format": "pt"})
-    os.replace(temporary, path)
-    return str(path)
+    return gather_full_state_dict(engine.parallel_model, masters)
+
+
+def export_safetensors(engine: Any, path: str | Path) -> Optional[str]:
+    from backends.parallel_checkpoint import save_consolidated, write_safetensors
+
+    if engine.parallel_model is not None:
+        save_consolidated(engine.parallel_model, path, master_weights(engine))
+    else:
+        state = consolidated_state_dict(engine)
+        if engine.monitor.rank == 0:
+            write_safetensors(path, state, {"format": "pt"})
+    return str(path) if engine.monitor.rank == 0 else None

@@ -1,4 +1,10 @@
-"""engine.save_checkpoint: every rank writes its shards, rank 0 seals the folder (see layout.py)."""
+"""engine.save_checkpoint: every rank writes its shards, rank 0 seals the folder (see layout.py).
+
+engine_state.json holds what every rank shares (steps, data position) once,
+the tp/pp layout, and, per model-parallel rank (keyed like the shards,
+"pp<i>.tp<j>."), the state that differs between pipeline stages or tensor
+ranks: the ZeRO unit layout, the loss scaler and the LR scheduler.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .layout import commit
-from .shards import key_prefix, save_rng, sharded_views, unit_layout
+from .shards import key_prefix, layout_of, save_rng, sharded_views, unit_layout
+
+PER_RANK_KEYS = ("loss_scaler", "lr_scheduler", "skipped_steps")
 
 
 def _rank_and_barrier() -> tuple[int, Any]:
@@ -17,6 +25,24 @@ def _rank_and_barrier() -> tuple[int, Any]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.barrier
     return 0, lambda: None
+
+
+def model_rank_state(engine: Any) -> dict[str, Any]:
+    """What this rank must get back on resume beyond its shards: it may differ between stages."""
+    shared = engine.state_for_resume()
+    return {"units": unit_layout(engine), **{key: shared[key] for key in PER_RANK_KEYS}}
+
+
+def gather_model_rank_states(engine: Any) -> dict[str, dict[str, Any]]:
+    """key_prefix -> model_rank_state, from every rank (data-parallel peers hold the same and collapse)."""
+    import torch.distributed as dist
+
+    mine = (key_prefix(engine), model_rank_state(engine))
+    if not _distributed():
+        return dict([mine])
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    return dict(everyone)
 
 
 def save_checkpoint(engine: Any, save_dir: str | Path, *, tag: Optional[str] = None,
@@ -34,9 +60,11 @@ def save_checkpoint(engine: Any, save_dir: str | Path, *, tag: Optional[str] = N
     barrier()
     dcp.save(sharded_views(engine), checkpoint_id=str(partial / "shards"), no_dist=not _distributed())
     save_rng(partial / "rng" / f"rank{rank}.pt")
+    model_ranks = gather_model_rank_states(engine)
     if rank == 0:
-        state = {**engine.state_for_resume(), "tag": tag, "units": unit_layout(engine),
-                 "key_prefix_example": key_prefix(engine), "client_state": client_state or {}}
+        shared = {key: value for key, value in engine.state_for_resume().items() if key not in PER_RANK_KEYS}
+        state = {**shared, "tag": tag, "layout": layout_of(engine), "model_ranks": model_ranks,
+                 "client_state": client_state or {}}
         (partial / "engine_state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
     barrier()
     if rank == 0:

@@ -29,6 +29,17 @@ def key_prefix(engine: Any) -> str:
     return "" if model is None else f"pp{model.groups.pp_rank}.tp{model.groups.tp_rank}."
 
 
+def layout_of(engine: Any) -> dict[str, Any]:
+    """The parallel layout a checkpoint was saved under (recorded in engine_state.json)."""
+    model = engine.parallel_model
+    if model is None:
+        return {"data_parallel": engine.comm.world, "tensor_parallel": 1, "pipeline_parallel": 1,
+                "sequence_parallel": False}
+    from backends.parallel_checkpoint import layout_record
+
+    return layout_record(model)
+
+
 def unit_layout(engine: Any) -> list[dict[str, Any]]:
     return [{"names": unit.names, "numel": unit.numel} for unit in engine.optimizer.units]
 
