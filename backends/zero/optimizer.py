@@ -3,6 +3,10 @@
 Each rank keeps one contiguous fp32 tensor holding its slice of every unit
 (the master weights) and one of the same shape for the reduced gradients; the
 torch optimizer sees that single tensor, so its states are flat shards too.
+The reduced-gradient shard holds memory only from the boundary's reduction
+to the end of the step: released between steps, it is not resident during
+forward and backward, where the peak of ZeRO-1/2 lies (activations beside
+the full gradient buckets).
 A stage decides when gradients are reduced and how parameters are published
 back to the model after the step (see stage1.py, stage2.py, stage3.py).
 """
@@ -51,7 +55,7 @@ class ZeroOptimizer:
         self.owner = {id(param): unit for unit in self.units for param in unit.params}
         total = sum(unit.shard for unit in self.units)
         self.master = torch.nn.Parameter(torch.zeros(total, dtype=torch.float32, device=self.master_device))
-        self.master.grad = torch.zeros_like(self.master)
+        self.master.grad = torch.empty_like(self.master)  # views are taken below, then its memory is released
         _cast_everything_else(model, dtype)
         position = 0
         for unit in self.units:  # one unit at a time, so initialisation holds one extra flat copy at most
@@ -68,6 +72,7 @@ class ZeroOptimizer:
         self.codec = BucketCodec(config.gradient_compression, comm.world, self._global_max)
         self.global_norm = GlobalGradientNorm(self.units, self.master.grad, sharded=self.stage > 0,
                                               dp_reduce=self._global_reduce, model_parallel=model_parallel)
+        self._release_gradient_shard()  # re-allocated (zeroed) when the first reduction needs it
         self.pending: list[tuple[FlatUnit, Any, Any, Any]] = []
         self.boundary = True
         self.last_grad_norm = 0.0
@@ -100,8 +105,8 @@ class ZeroOptimizer:
         for unit in self.units:
             start, end = unit.owned_range
             unit.full[start:end].copy_(unit.master)
-            if unit.partitioned:
-                handles.append(self.comm.all_gather(unit.full, unit.full[start:end].clone()))
+            if unit.partitioned:  # in place: no copy of the shard, and on gloo no full-size temporary
+                handles.append(self.comm.all_gather_in_place(unit.full))
         self._wait(handles)
 
     # --- gradient reduction ---------------------------------------------------------------
@@ -120,11 +125,27 @@ class ZeroOptimizer:
     def release_gradient_flat(self, unit: FlatUnit, flat: Any) -> None:
         """Called once the unit's reduction finished (the default copy just goes away)."""
 
+    def _gradient_shard(self) -> Any:
+        """The flat fp32 reduced-gradient shard, re-allocated and zeroed if the last step released it.
+
+        Its storage is resized in place, so the views into it (unit.grad, the norm's segments) stay valid.
+        """
+        grads = self.master.grad
+        storage = grads.untyped_storage()
+        if storage.nbytes() < grads.numel() * grads.element_size():
+            storage.resize_(grads.numel() * grads.element_size())
+            grads.zero_()
+        return grads
+
+    def _release_gradient_shard(self) -> None:
+        self.master.grad.untyped_storage().resize_(0)
+
     def launch_reduce(self, unit: FlatUnit) -> None:
         """Start summing this unit's gradients over ranks into its fp32 shard (async)."""
         import time
 
         began = time.perf_counter()
+        self._gradient_shard()
         flat = self.gradient_flat(unit)
         wire = self.codec.encode(unit.index, flat)
         if not unit.partitioned:
@@ -169,9 +190,9 @@ class ZeroOptimizer:
 
     def step(self) -> bool:
         """Average, unscale, clip and apply the reduced gradients; False when fp16 overflow skipped it."""
-        grads = self.master.grad
+        grads = self._gradient_shard()
         if self.scaler.checks_overflow and self.global_norm.any_overflow(self.device):
-            grads.zero_()
+            self._release_gradient_shard()
             self.scaler.update(True)
             self.skipped_steps += 1
             return False
@@ -184,7 +205,7 @@ class ZeroOptimizer:
             if coefficient < 1.0:
                 grads.mul_(coefficient)
         self.optimizer.step()
-        grads.zero_()
+        self._release_gradient_shard()
         self.scaler.update(False)
         self.publish_parameters()
         return True
@@ -226,7 +247,7 @@ class ZeroOptimizer:
 
     def tracked_bytes(self) -> int:
         """Bytes of the tensors the engine holds: gathered parameters, shards, gradients, optimizer states."""
-        total = self.master.numel() * 4 * 2  # master + reduced-gradient shard
+        total = self.master.numel() * 4 + self.master.grad.untyped_storage().nbytes()  # master + gradient shard
         for value in self.optimizer.state.get(self.master, {}).values():
             total += value.numel() * value.element_size() if hasattr(value, "numel") else 0
         for unit in self.units:

@@ -6,8 +6,11 @@ backward, so the micro-steps in between communicate nothing.
 
 Contiguous gradients: before backward each parameter's .grad is made a view
 of its bucket's flat buffer, and autograd accumulates into it in place, so
-the reduction reads the bucket without a copy. Stage 1 zeroes the buffer
-after the reduction; stage 2 releases its memory until the next backward.
+the reduction reads the bucket without a copy. Stage 0 zeroes the buffer
+after the reduction; stages 1 and 2 release its memory until the next
+backward (re-zeroed then), so the optimizer step, whose temporaries are the
+size of the shard, does not run beside a full copy of the gradients (on
+GPT-2-small in fp32, keeping them put 474 MiB more under ZeRO-1's step).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from .optimizer import ZeroOptimizer
 
 class ZeroStage0(ZeroOptimizer):
     stage = 0
-    keeps_gradient_buffers = True  # stage 2 frees them between steps
+    keeps_gradient_buffers = True  # stages 1 and 2 free them between steps
 
     def parameter_groups(self, model: Any) -> list:
         return group_parameters(model, self.config.zero_optimization.reduce_bucket_size)
@@ -66,3 +69,4 @@ class ZeroStage0(ZeroOptimizer):
 
 class ZeroStage1(ZeroStage0):
     stage = 1
+    keeps_gradient_buffers = False

@@ -16,7 +16,6 @@ from .stage1 import ZeroStage1
 
 class ZeroStage2(ZeroStage1):
     stage = 2
-    keeps_gradient_buffers = False
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
