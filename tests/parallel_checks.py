@@ -339,6 +339,10 @@ def two_rank_checks() -> dict[str, Callable[[], dict]]:
 
 def four_rank_checks() -> dict[str, Callable[[], dict]]:
     return {
+        # ZeRO-1 shards (DTensors on each stage's dp group) and every stage's state, resumed in the same layout.
+        "engine_resume_dp2_pp2": lambda: engine_resume_run(
+            "gpt2", ParallelDims(dp=2, pp=2), os.path.join(os.path.dirname(os.path.abspath(OUT_PATH[0])),
+                                                            "ckpt_dp2_pp2"), fp16=True),
         "engine_zero1_dp2_tp2_llama": lambda: engine_run("llama", ParallelDims(dp=2, tp=2), zero_stage=1,
                                                          micro_batches=2, global_batch=8, sequence_parallel=True),
         "engine_zero1_dp2_pp2_gpt2": lambda: engine_run("gpt2", ParallelDims(dp=2, pp=2), zero_stage=1,
