@@ -18,12 +18,14 @@ import typer
 from planner.errors import UserInputError
 
 
-def _planned_nproc(run_dir: Path) -> int:
+def _planned_processes(run_dir: Path) -> tuple[int, int]:
+    """(processes per node, tp x pp: what one model replica spans) from plan.json's run block."""
     plan_file = run_dir / "plan.json"
     if not plan_file.is_file():
         raise UserInputError(f"{run_dir} has no plan.json; emit one with `hardware-selector plan ... --emit {run_dir}`")
     try:
-        return int(json.loads(plan_file.read_text(encoding="utf-8"))["run"]["nproc_per_node"])
+        run = json.loads(plan_file.read_text(encoding="utf-8"))["run"]
+        return int(run["nproc_per_node"]), int(run["tensor_parallel"]) * int(run["pipeline_parallel"])
     except (ValueError, KeyError, TypeError):
         raise UserInputError(f"{plan_file} is not a plan.json written by `hardware-selector plan --emit`") from None
 
@@ -79,7 +81,10 @@ def register(app: typer.Typer) -> None:
             raise UserInputError(f"{run_dir} is not a directory; pass the folder `hardware-selector plan --emit` wrote")
         if strategy not in (None, "engine", "ddp", "fsdp", "deepspeed"):
             raise UserInputError(f"--strategy {strategy!r} is not one of engine, ddp, fsdp, deepspeed")
-        planned = _planned_nproc(run_dir)
+        planned, model_parallel = _planned_processes(run_dir)
+        if nproc and nproc % model_parallel:
+            raise UserInputError(f"--nproc {nproc} cannot hold this plan's tensor x pipeline parallel layout of "
+                                 f"{model_parallel} ranks; pass a multiple of {model_parallel}")
         command = torchrun_command(run_dir.resolve(), nproc=nproc or planned, steps=steps, tiny=tiny,
                                    max_restarts=max_restarts, save_every=save_every, strategy=strategy)
         if dry_run:

@@ -95,3 +95,10 @@ def test_gpu_ddp_and_fsdp_plans_get_cpu_and_gloo_under_tiny(tmp_path):
         assert planned.hardware_selector.device == "cuda"
         block = fit_to_this_machine(planned, tiny=True).hardware_selector  # what every adapter reads
         assert (block.device, block.dist_backend) == ("cpu", "gloo"), strategy
+
+
+def test_a_process_count_that_cannot_hold_the_layout_is_a_one_line_error(gpu_tp2_folder):
+    completed = _cli("train", gpu_tp2_folder, "--tiny", "--nproc", "3")
+    assert completed.returncode == 2
+    assert completed.stderr.strip().splitlines() == [
+        "error: --nproc 3 cannot hold this plan's tensor x pipeline parallel layout of 2 ranks; pass a multiple of 2"]
