@@ -29,7 +29,7 @@ from planner.errors import UserInputError
 MODULE_PREFIX = "module."
 
 
-def _tied_names(model) -> tuple[str, str] | None:
+def tied_parameter_names(model) -> tuple[str, str] | None:
     if not getattr(model.config, "tie_word_embeddings", False):
         return None
     arch = architecture_of(model)
@@ -64,7 +64,7 @@ def gather_full_state_dict(parallel_model, tensors: dict[str, torch.Tensor] | No
         stages: list[Any] = [None] * groups.dims.pp
         dist.all_gather_object(stages, stage, group=groups.pp_group)
         full = {name: value for part in stages for name, value in part.items()}
-    tied = _tied_names(parallel_model.module)
+    tied = tied_parameter_names(parallel_model.module)
     if tied and tied[0] in full:
         full[tied[1]] = full[tied[0]]
     return full
@@ -73,7 +73,7 @@ def gather_full_state_dict(parallel_model, tensors: dict[str, torch.Tensor] | No
 def load_full_state_dict(parallel_model, full: dict[str, torch.Tensor]) -> None:
     """Copy this rank's slice of every full tensor into its parameters; a missing or misshapen tensor is an error."""
     groups = parallel_model.groups
-    tied = _tied_names(parallel_model.module)
+    tied = tied_parameter_names(parallel_model.module)
     with torch.no_grad():
         for name, param in parallel_model.module.named_parameters():
             source = full.get(name)
@@ -125,7 +125,7 @@ def save_consolidated(parallel_model, path: str | Path, tensors: dict[str, torch
     `tensors` (default: the parameters) may be e.g. the engine's fp32 master weights by parameter name."""
     full = gather_full_state_dict(parallel_model, tensors)
     if dist.get_rank() == 0:
-        tied = _tied_names(parallel_model.module)
+        tied = tied_parameter_names(parallel_model.module)
         if tied:
             full.pop(tied[1], None)  # written once, as HF's save_pretrained does; loaders restore the alias
         write_safetensors(path, full, {"format": "pt", "layout": json.dumps(layout_record(parallel_model))})

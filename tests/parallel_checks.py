@@ -225,18 +225,25 @@ def resume_config(dims: ParallelDims, *, fp16: bool = False, **layout: object) -
     }
 
 
-def engine_layout_change_run(directory: str) -> dict:
-    """An engine checkpoint saved under tp2 and loaded under pp2: the one-line error every rank raises."""
+def engine_reshard_run(model_key: str, saved: ParallelDims, resumed: ParallelDims, directory: str,
+                       **layout: object) -> dict:
+    """An engine checkpoint saved after step 2 under one tp/pp layout resumes under another: step 3's loss and the
+    full weights after it must equal the uninterrupted run's (AdamW states, WarmupLR, tied and padded tensors)."""
     import backends
+    from backends.checkpoint.export import consolidated_state_dict
 
-    saved, *_ = backends.initialize(model=tiny("gpt2"), config=resume_config(ParallelDims(dp=1, tp=2)))
-    saved.save_checkpoint(directory)
-    loading, *_ = backends.initialize(model=tiny("gpt2"), config=resume_config(ParallelDims(dp=1, pp=2)))
-    try:
-        loading.load_checkpoint(directory)
-    except UserInputError as error:
-        return {"error": str(error)}
-    return {"error": None}
+    data = batches(4, tiny_model_config(model_key)["vocab_size"])
+    first, *_ = backends.initialize(model=tiny(model_key), config=resume_config(saved))
+    losses = [float(first.train_batch(dp_slice(ids, first.parallel_model))) for ids in data[:2]]
+    first.save_checkpoint(directory)
+    losses.append(float(first.train_batch(dp_slice(data[2], first.parallel_model))))
+    second, *_ = backends.initialize(model=tiny(model_key), config=resume_config(resumed, **layout))
+    second.load_checkpoint(directory)
+    loss = float(second.train_batch(dp_slice(data[2], second.parallel_model)))
+    uninterrupted, continued = consolidated_state_dict(first), consolidated_state_dict(second)
+    return {"loss_diff": abs(loss - losses[2]), "losses": losses, "resumed": loss, "reference_losses": losses,
+            "param_diff": max((uninterrupted[name] - continued[name]).abs().max().item() for name in uninterrupted),
+            "lr_diff": abs(first.optimizer.param_groups[0]["lr"] - second.optimizer.param_groups[0]["lr"])}
 
 
 def engine_fp16_overflow_run() -> dict:
@@ -316,8 +323,13 @@ def two_rank_checks() -> dict[str, Callable[[], dict]]:
     checks["engine_export_tp2_llama"] = lambda: engine_run(
         "llama", ParallelDims(dp=1, tp=2), zero_stage=2, micro_batches=2, global_batch=4, sequence_parallel=True,
         export_dir=os.path.join(os.path.dirname(os.path.abspath(OUT_PATH[0])), "export_tp2"))
-    checks["engine_layout_change_error"] = lambda: engine_layout_change_run(
-        os.path.join(os.path.dirname(os.path.abspath(OUT_PATH[0])), "ckpt_layout_change"))
+    # Resume under another layout: tp2 -> pp2 with a padded, tied vocabulary; pp2 -> tp2 + SP with replicated KV heads.
+    checks["engine_reshard_tp2_to_pp2_gpt2_odd_vocab"] = lambda: engine_reshard_run(
+        "gpt2_odd_vocab", ParallelDims(dp=1, tp=2), ParallelDims(dp=1, pp=2),
+        os.path.join(os.path.dirname(os.path.abspath(OUT_PATH[0])), "ckpt_reshard_tp2"))
+    checks["engine_reshard_pp2_to_tp2_llama_one_kv_head"] = lambda: engine_reshard_run(
+        "llama_one_kv_head", ParallelDims(dp=1, pp=2), ParallelDims(dp=1, tp=2),
+        os.path.join(os.path.dirname(os.path.abspath(OUT_PATH[0])), "ckpt_reshard_pp2"), sequence_parallel=True)
     checks["tp_sp_gpt2_odd_vocab"] = lambda: layout_run("gpt2_odd_vocab", ParallelDims(dp=1, tp=2),
                                                         sequence_parallel=True)
     checks["tp_sp_llama_one_kv_head"] = lambda: layout_run("llama_one_kv_head", ParallelDims(dp=1, tp=2),

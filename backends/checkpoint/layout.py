@@ -2,8 +2,8 @@
 
     SAVE_DIR/latest                 tag of the newest complete checkpoint (written atomically)
     SAVE_DIR/<tag>/shards/...       torch.distributed.checkpoint files (master weights, optimizer states)
-    SAVE_DIR/<tag>/engine_state.json steps, data position, tp/pp layout; per tp/pp rank: ZeRO units,
-                                     scheduler, loss scaler
+    SAVE_DIR/<tag>/engine_state.json steps, data position, tp/pp layout, tp split of tensors; per tp/pp
+                                     rank: ZeRO units, scheduler, loss scaler
     SAVE_DIR/<tag>/rng/rank<r>.pt   each rank's RNG states
     SAVE_DIR/<tag>/MANIFEST.json    size and sha256 of every file above: written last
 

@@ -1,10 +1,9 @@
-"""engine.load_checkpoint: newest intact checkpoint (or the tag asked for), resharded to this data-parallel size.
+"""engine.load_checkpoint: newest intact checkpoint (or the tag asked for), in this run's layout.
 
-The tensor/pipeline layout must be the one the checkpoint was saved under
-(ZeRO's flat buffers follow each stage's parameters); otherwise every rank
-raises the same one-line error naming both layouts and the consolidated
-export as the way across.
-
+A checkpoint saved under the same tp/pp layout and ZeRO units loads straight
+into each rank's shards, at any data-parallel size (DCP reshards dp). Under
+another tp/pp layout, ZeRO stage or bucket size every rank rebuilds its
+shards from the units that hold its parameters (reshard.py).
 Without a tag, a checkpoint that fails its manifest check is skipped with a
 warning and the previous one is used; with an explicit tag it is an error.
 """
@@ -18,6 +17,7 @@ from typing import Any, Optional
 from planner.errors import UserInputError
 
 from .layout import LATEST, committed_tags, read_json, verify
+from .reshard import load_resharded, resume_state_for
 from .shards import copy_back, key_prefix, layout_of, load_rng, sharded_views, unit_layout
 
 
@@ -55,38 +55,26 @@ def _agree(choice: Optional[Path]) -> Optional[Path]:
     return Path(box[0]) if box[0] else None
 
 
-def _mismatch(engine: Any, state: dict, choice: Path) -> Optional[str]:
-    """Why this rank cannot take its part of the checkpoint, or None."""
+def _same_shards(engine: Any, state: dict) -> bool:
+    """This rank's shards are saved as it holds them: same tp/pp layout and ZeRO units (any dp size)."""
     saved, current = state["layout"], layout_of(engine)
-    shape = ("tensor_parallel", "pipeline_parallel")
-    if any(saved[key] != current[key] for key in shape):
-        return (f"{choice} was saved under tp {saved['tensor_parallel']} x pp {saved['pipeline_parallel']} and this "
-                f"run is tp {current['tensor_parallel']} x pp {current['pipeline_parallel']}; ZeRO optimizer state "
-                "does not move between tp/pp layouts: resume with the saved tp and pp (any data-parallel size), or "
-                "carry the weights over with engine.export_consolidated and parallel_checkpoint.load_consolidated")
     own = state["model_ranks"].get(key_prefix(engine))
-    if own is None or own["units"] != unit_layout(engine):
-        return (f"{choice} was saved with ZeRO stage {state['zero_stage']} and another bucket layout; load it with the "
-                "same zero_optimization stage and reduce_bucket_size (any world size), or use the consolidated export")
-    return None
+    return (all(saved[key] == current[key] for key in ("tensor_parallel", "pipeline_parallel"))
+            and own is not None and own["units"] == unit_layout(engine))
 
 
-def _own_state(engine: Any, state: dict, choice: Path) -> dict:
-    """This rank's entry of state["model_ranks"]; every rank raises the same error if any rank cannot load."""
+def _everyone_same_shards(engine: Any, state: dict, choice: Path) -> bool:
+    """True when every rank can load its shards directly; False: all ranks reshard (DCP loads collectively)."""
+    import torch
     import torch.distributed as dist
 
     if "model_ranks" not in state:
         raise UserInputError(f"{choice} was written by an older version without per-stage state; "
                              "start without resuming, or load its weights from a consolidated export")
-    reasons = [_mismatch(engine, state, choice)]
+    same = torch.tensor([1 if _same_shards(engine, state) else 0], device=engine.device)
     if dist.is_available() and dist.is_initialized():
-        everyone: list[Optional[str]] = [None] * dist.get_world_size()
-        dist.all_gather_object(everyone, reasons[0])
-        reasons = everyone
-    reason = next((r for r in reasons if r), None)
-    if reason:
-        raise UserInputError(reason)
-    return state["model_ranks"][key_prefix(engine)]
+        dist.all_reduce(same, op=dist.ReduceOp.MIN)
+    return bool(same.item())
 
 
 def load_checkpoint(engine: Any, load_dir: str | Path, *, tag: Optional[str] = None) -> tuple[Optional[str], dict]:
@@ -112,13 +100,15 @@ def load_checkpoint(engine: Any, load_dir: str | Path, *, tag: Optional[str] = N
     if choice is None:
         return None, {}
     state = read_json(choice / "engine_state.json")
-    own = _own_state(engine, state, choice)
-    targets = sharded_views(engine)
-    loaded = dict(targets)
-    dcp.load(loaded, checkpoint_id=str(choice / "shards"), no_dist=not distributed)
-    copy_back(loaded, targets)
+    if _everyone_same_shards(engine, state, choice):
+        targets = sharded_views(engine)
+        loaded = dict(targets)
+        dcp.load(loaded, checkpoint_id=str(choice / "shards"), no_dist=not distributed)
+        copy_back(loaded, targets)
+    else:
+        load_resharded(engine, state, choice)
     engine.optimizer.publish_parameters()
-    engine.restore_for_resume({**state, **own})
+    engine.restore_for_resume({**state, **resume_state_for(engine, state)})
     rng_file = choice / "rng" / f"rank{rank}.pt"
     load_rng(rng_file if rng_file.is_file() else choice / "rng" / "rank0.pt")
     return str(choice), state.get("client_state", {})

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .layout import commit
+from .reshard import tensor_split_record
 from .shards import key_prefix, layout_of, save_rng, sharded_views, unit_layout
 
 PER_RANK_KEYS = ("loss_scaler", "lr_scheduler", "skipped_steps")
@@ -63,7 +64,8 @@ def save_checkpoint(engine: Any, save_dir: str | Path, *, tag: Optional[str] = N
     model_ranks = gather_model_rank_states(engine)
     if rank == 0:
         shared = {key: value for key, value in engine.state_for_resume().items() if key not in PER_RANK_KEYS}
-        state = {**shared, "tag": tag, "layout": layout_of(engine), "model_ranks": model_ranks,
+        state = {**shared, "tag": tag, "layout": layout_of(engine), "tensor_split": tensor_split_record(engine),
+                 "model_ranks": model_ranks,
                  "client_state": client_state or {}}
         (partial / "engine_state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
     barrier()

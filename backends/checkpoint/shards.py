@@ -41,7 +41,8 @@ def layout_of(engine: Any) -> dict[str, Any]:
 
 
 def unit_layout(engine: Any) -> list[dict[str, Any]]:
-    return [{"names": unit.names, "numel": unit.numel} for unit in engine.optimizer.units]
+    return [{"names": unit.names, "numel": unit.numel, "shapes": [list(param.shape) for param in unit.params]}
+            for unit in engine.optimizer.units]
 
 
 def sharded_views(engine: Any) -> dict[str, Any]:

@@ -1,0 +1,130 @@
+"""Resume an engine checkpoint under another tensor/pipeline layout (or another ZeRO stage or bucket size).
+
+The shards of a tp/pp run are flat ZeRO units, one set per (pp, tp) rank,
+each laid out after that rank's parameters. engine_state.json records every
+rank's units (names, shapes) and how its tensors split over tp (shard specs,
+key/value replicas, vocabulary padding), so any layout can rebuild them:
+each rank reads the units that hold its parameters (DCP reads any data-
+parallel sharding), cuts them into the old local tensors, joins the tp
+pieces into full HF tensors, and takes its own slice under the new layout,
+for the master weights and every optimizer state alike.
+Each rank reads the full units of the parameters it holds: a one-off cost at
+resume, paid in host memory of about three copies of its stage's fp32 weights.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from .shards import key_prefix
+
+MODULE_PREFIX = "module."
+RANK_KEY = re.compile(r"pp(\d+)\.tp(\d+)\.$")
+
+
+def tensor_split_record(engine: Any) -> dict[str, Any]:
+    """How this run's tensors split over tp (saved once; the same on every rank)."""
+    model = engine.parallel_model
+    if model is None:
+        return {"shard_specs": {}, "tp_replicas": {}, "padded_rows": {}}
+    return {"shard_specs": {name: list(spec) for name, spec in model.shard_specs.items()},
+            "tp_replicas": dict(model.tp_replicas), "padded_rows": dict(model.padded_rows)}
+
+
+def _rank_of(prefix: str) -> tuple[int, int]:
+    match = RANK_KEY.match(prefix)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+def _inner(name: str) -> str:
+    return name.removeprefix(MODULE_PREFIX)
+
+
+def _aliases(engine: Any) -> dict[str, str]:
+    """A tied head and embedding stand for each other (one stage or layout may hold only one of them)."""
+    from backends.parallel_checkpoint import tied_parameter_names
+
+    tied = tied_parameter_names(engine.parallel_model.module if engine.parallel_model else engine.module)
+    return {tied[0]: tied[1], tied[1]: tied[0]} if tied else {}
+
+
+def _read_old_pieces(engine: Any, state: dict, shards: Path, wanted: set[str]) -> tuple[dict, dict]:
+    """(state name -> parameter -> {(pp, tp): old local tensor}, old optimizer scalars) for the wanted names."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    flat_names = list(engine.optimizer.flat_states())
+    requests: dict[str, Any] = {}
+    layouts = []
+    for prefix, entry in state["model_ranks"].items():
+        for index, unit in enumerate(entry["units"]):
+            if wanted & {_inner(name) for name in unit["names"]}:
+                layouts.append((prefix, index, unit))
+                for flat in flat_names:
+                    requests[f"{prefix}unit{index}.{flat}"] = torch.empty(unit["numel"], dtype=torch.float32)
+    first = next(iter(state["model_ranks"]))
+    scalars = {name: torch.empty_like(value) for name, value in engine.optimizer.scalar_states().items()}
+    requests.update({f"{first}optimizer.{name}": value for name, value in scalars.items()})
+    dcp.load(requests, checkpoint_id=str(shards), no_dist=not (dist.is_available() and dist.is_initialized()))
+    pieces: dict[str, dict[str, dict]] = {flat: {} for flat in flat_names}
+    for prefix, index, unit in layouts:
+        for flat in flat_names:
+            values, offset = requests[f"{prefix}unit{index}.{flat}"], 0
+            for name, shape in zip(unit["names"], unit["shapes"]):
+                size = int(torch.Size(shape).numel())
+                pieces[flat].setdefault(_inner(name), {})[_rank_of(prefix)] = values[offset:offset + size].view(shape)
+                offset += size
+    return pieces, {name: requests[f"{first}optimizer.{name}"] for name in scalars}
+
+
+def _full_tensor(name: str, parts: dict[tuple[int, int], Any], split: dict, old_tp: int) -> Any:
+    """The unsharded HF tensor from the old (pp, tp) pieces of one parameter."""
+    from backends.tensor_parallel.layers import unshard_tensor
+
+    stage = min(pp for pp, _ in parts)  # a tied head's copy on the last stage equals the embedding
+    ordered = [parts[(stage, tp)] for tp in range(old_tp) if (stage, tp) in parts]
+    spec = split["shard_specs"].get(name)
+    if spec is None or old_tp == 1:
+        full = ordered[0]  # replicated over tp (norms, biases of row-parallel layers) or never split
+    else:
+        full = unshard_tensor(ordered[::split["tp_replicas"].get(name, 1)], spec[0], spec[1])
+    rows = split["padded_rows"].get(name)
+    return full[:rows] if rows else full
+
+
+def load_resharded(engine: Any, state: dict, choice: Path) -> None:
+    """Fill this rank's master weights and optimizer states from a checkpoint of any layout."""
+    from backends.parallel_checkpoint import local_slice
+
+    optimizer = engine.optimizer
+    optimizer.ensure_optimizer_state()
+    aliases = _aliases(engine)
+    mine = {_inner(name) for unit in optimizer.units for name in unit.names}
+    pieces, scalars = _read_old_pieces(engine, state, choice / "shards", mine | {aliases[n] for n in mine if n in aliases})
+    old_tp = int(state["layout"]["tensor_parallel"])
+    for flat_name, target in optimizer.flat_states().items():
+        by_name = pieces[flat_name]
+        for unit in optimizer.units:
+            values = []
+            for name in map(_inner, unit.names):
+                source = name if name in by_name else aliases.get(name)
+                if source not in by_name:
+                    from planner.errors import UserInputError
+
+                    raise UserInputError(f"{choice} has no tensor '{name}'; it was saved from another model")
+                full = _full_tensor(source, by_name[source], state["tensor_split"], old_tp)
+                values.append(local_slice(engine.parallel_model, name, full) if engine.parallel_model else full)
+            start, _ = unit.owned_range
+            flat = unit.flatten(values, target.dtype)
+            target[unit.shard_start:unit.shard_start + unit.owned_real].copy_(flat[start:start + unit.owned_real])
+    for name, value in optimizer.scalar_states().items():
+        value.copy_(scalars[name])
+
+
+def resume_state_for(engine: Any, state: dict) -> dict:
+    """This rank's scaler and scheduler: its own entry, or (new stage or tp rank) the first rank's."""
+    ranks = state["model_ranks"]
+    return ranks.get(key_prefix(engine)) or ranks[next(iter(ranks))]
