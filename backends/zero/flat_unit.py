@@ -31,6 +31,7 @@ class FlatUnit:
     master: Any = None  # view into the optimizer's flat fp32 master
     grad: Any = None  # view into the flat fp32 reduced-gradient shard
     grad_full: Any = None  # stages 0-2: the bucket's full local gradients, which .grad views
+    grad_held: list = field(default_factory=list)  # stages 0-2: per parameter, grad_full holds its gradient
     ready: int = 0  # parameters whose gradient arrived in the current backward
     launched: bool = False
 

@@ -1,9 +1,9 @@
 """ZeRO-2: stage 1 plus gradient sharding, with the reduce-scatter overlapped with backward.
 
-At a boundary micro-step a post-accumulate hook counts each bucket's
-gradients; when the last one lands, the bucket is flattened, its full
-gradients are dropped and its reduce-scatter starts asynchronously while
-backward carries on with earlier layers. end_backward waits on the handles.
+At a boundary micro-step the post-accumulate hook (stage 1's, which moves each
+gradient into its bucket) also counts each bucket's gradients; when the last
+one lands, its reduce-scatter starts asynchronously while backward carries on
+with earlier layers. end_backward waits on the handles.
 Non-boundary micro-steps only accumulate locally.
 """
 
@@ -20,11 +20,9 @@ class ZeroStage2(ZeroStage1):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.overlap = self.config.zero_optimization.overlap_comm
-        for unit in self.units:
-            for param in unit.params:
-                param.register_post_accumulate_grad_hook(self._gradient_arrived)
 
     def _gradient_arrived(self, param: Any) -> None:
+        super()._gradient_arrived(param)  # into the bucket first
         if not (self.boundary and self.overlap):
             return
         unit = self.owner[id(param)]
