@@ -7,7 +7,10 @@ backends.engine). It reports the median step time after warm-up and the
 peak resident memory of the busiest rank, and the ratios ours / DeepSpeed per
 stage (goal: <= 1.0 for both).
 
-    python -m benchmarks.engine_vs_peers [--json] [--steps 4] [--seq 128] [--micro 2]
+    python -m benchmarks.engine_vs_peers [--json] [--steps 4] [--seq 128] [--micro 2] [--only ours:1,deepspeed:1]
+
+--only reruns some (engine, stage) pairs; ratios are printed for the stages
+that have both ours and DeepSpeed among them.
 """
 
 from __future__ import annotations
@@ -103,21 +106,37 @@ def ratios(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return table
 
 
+def selected_runs(only: str | None) -> list[tuple[str, int]]:
+    """RUNS, or the ENGINE:STAGE pairs of `only` (comma-separated), in RUNS order."""
+    if not only:
+        return RUNS
+    wanted = set()
+    for item in only.split(","):
+        engine_name, _, stage = item.strip().partition(":")
+        if not stage.isdigit() or (engine_name, int(stage)) not in RUNS:
+            choices = ", ".join(f"{name}:{number}" for name, number in RUNS)
+            raise SystemExit(f"--only: {item.strip()!r} is not one of {choices}")
+        wanted.add((engine_name, int(stage)))
+    return [run for run in RUNS if run in wanted]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--micro", type=int, default=2)
     parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--only", metavar="ENGINE:STAGE,...", help="run only these pairs, e.g. ours:1,deepspeed:1")
     parser.add_argument("--worker", nargs=2, metavar=("ENGINE", "STAGE"), help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         worker(args.worker[0], int(args.worker[1]), args.steps, args.micro, args.seq, args.out)
         return 0
+    runs = selected_runs(args.only)
     with tempfile.TemporaryDirectory() as scratch:
         results = []
-        for engine_name, stage in RUNS:
+        for engine_name, stage in runs:
             results.append(launch(engine_name, stage, args, Path(scratch)))
             if not args.json:
                 r = results[-1]
