@@ -112,3 +112,24 @@ def test_checkpoint_resumes_under_another_zero_stage_and_bucket_size(tmp_path):
     uninterrupted, resumed = consolidated_state_dict(first), consolidated_state_dict(second)
     assert uninterrupted.keys() == resumed.keys()
     assert max((uninterrupted[name] - resumed[name]).abs().max().item() for name in uninterrupted) < 1e-6
+
+
+def test_checkpoint_of_another_model_is_a_one_line_error(tmp_path):
+    import backends
+    from backends.model_factory import build_causal_lm, catalog_config, tiny_config
+    from planner.errors import UserInputError
+    from tests.engine_jobs.common import engine_config, tiny_gpt2
+
+    def engine(hf_config):
+        config = engine_config(1, micro=2, accum=1, clip=1.0, lr=1e-3, weight_decay=0.01)
+        return backends.initialize(model=build_causal_lm(hf_config, seed=0), config=config)[0]
+
+    engine(tiny_gpt2()).save_checkpoint(tmp_path)
+    ckpt = tmp_path / "global_step0"
+    with pytest.raises(UserInputError) as llama:
+        engine(tiny_config(catalog_config("llama-3-8b"))).load_checkpoint(tmp_path)
+    assert str(llama.value) == f"{ckpt} has no tensor 'model.embed_tokens.weight'; it was saved from another model"
+    with pytest.raises(UserInputError) as other_vocab:
+        engine({**tiny_gpt2(), "vocab_size": 509}).load_checkpoint(tmp_path)
+    assert str(other_vocab.value) == (f"{ckpt} holds 'transformer.wte.weight' with shape (512, 64), which does not "
+                                      "fit this model ((509, 64) here); it was saved from another model")

@@ -18,6 +18,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from planner.errors import UserInputError
+
 from .shards import key_prefix
 
 MODULE_PREFIX = "module."
@@ -95,31 +97,55 @@ def _full_tensor(name: str, parts: dict[tuple[int, int], Any], split: dict, old_
     return full[:rows] if rows else full
 
 
-def load_resharded(engine: Any, state: dict, choice: Path) -> None:
-    """Fill this rank's master weights and optimizer states from a checkpoint of any layout."""
+def _fill(engine: Any, pieces: dict, aliases: dict[str, str], state: dict, choice: Path) -> None:
+    """Write every flat state of this rank from the old pieces (no collectives: a rank may stop half-way)."""
     from backends.parallel_checkpoint import local_slice
+
+    old_tp = int(state["layout"]["tensor_parallel"])
+    for flat_name, target in engine.optimizer.flat_states().items():
+        by_name = pieces[flat_name]
+        for unit in engine.optimizer.units:
+            values = []
+            for name, param in zip(map(_inner, unit.names), unit.params):
+                source = name if name in by_name else aliases.get(name)
+                if source not in by_name:
+                    raise UserInputError(f"{choice} has no tensor '{name}'; it was saved from another model")
+                full = _full_tensor(source, by_name[source], state["tensor_split"], old_tp)
+                try:
+                    value = local_slice(engine.parallel_model, name, full) if engine.parallel_model else full
+                except ValueError:  # the full tensor does not split into this layout's shards
+                    value = full
+                if value.shape != param.shape:
+                    raise UserInputError(f"{choice} holds '{name}' with shape {tuple(full.shape)}, which does not fit "
+                                         f"this model ({tuple(param.shape)} here); it was saved from another model")
+                values.append(value)
+            start, _ = unit.owned_range
+            flat = unit.flatten(values, target.dtype)
+            target[unit.shard_start:unit.shard_start + unit.owned_real].copy_(flat[start:start + unit.owned_real])
+
+
+def load_resharded(engine: Any, state: dict, choice: Path) -> None:
+    """Fill this rank's master weights and optimizer states from a checkpoint of any layout; a checkpoint of another
+    model is the same one-line error on every rank."""
+    import torch.distributed as dist
 
     optimizer = engine.optimizer
     optimizer.ensure_optimizer_state()
     aliases = _aliases(engine)
     mine = {_inner(name) for unit in optimizer.units for name in unit.names}
     pieces, scalars = _read_old_pieces(engine, state, choice / "shards", mine | {aliases[n] for n in mine if n in aliases})
-    old_tp = int(state["layout"]["tensor_parallel"])
-    for flat_name, target in optimizer.flat_states().items():
-        by_name = pieces[flat_name]
-        for unit in optimizer.units:
-            values = []
-            for name in map(_inner, unit.names):
-                source = name if name in by_name else aliases.get(name)
-                if source not in by_name:
-                    from planner.errors import UserInputError
-
-                    raise UserInputError(f"{choice} has no tensor '{name}'; it was saved from another model")
-                full = _full_tensor(source, by_name[source], state["tensor_split"], old_tp)
-                values.append(local_slice(engine.parallel_model, name, full) if engine.parallel_model else full)
-            start, _ = unit.owned_range
-            flat = unit.flatten(values, target.dtype)
-            target[unit.shard_start:unit.shard_start + unit.owned_real].copy_(flat[start:start + unit.owned_real])
+    errors: list[Any] = [None]
+    try:
+        _fill(engine, pieces, aliases, state, choice)
+    except UserInputError as error:
+        errors = [str(error)]
+    if dist.is_available() and dist.is_initialized():
+        everyone: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, errors[0])
+        errors = everyone
+    first_error = next((error for error in errors if error), None)
+    if first_error:
+        raise UserInputError(first_error)
     for name, value in optimizer.scalar_states().items():
         value.copy_(scalars[name])
 
