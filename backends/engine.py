@@ -44,6 +44,7 @@ class Engine:
         self.monitor = StepMonitor(self._global_rank(), metrics_path, self.device.type)
         self._tokens = 0
         self._losses: list[float] = []
+        self._checkpointer: Optional[Any] = None  # checkpoint.async_save: the save in flight
 
     @staticmethod
     def _global_rank() -> int:
@@ -179,19 +180,40 @@ class Engine:
 
     # --- checkpoints ------------------------------------------------------------------------
     def save_checkpoint(self, save_dir: str, tag: Optional[str] = None, client_state: Optional[dict] = None) -> str:
+        """Collective. With checkpoint.async_save it returns once the state is copied (sealed at the next wait)."""
         from .checkpoint.save import save_checkpoint
 
+        if self.config.hardware_selector.checkpoint.async_save:
+            return self._async_checkpointer().save(self, save_dir, tag=tag, client_state=client_state or {})
+        self.wait_for_checkpoint()
         return save_checkpoint(self, save_dir, tag=tag, client_state=client_state or {})
+
+    def _async_checkpointer(self) -> Any:
+        if self._checkpointer is None:
+            from .checkpoint.async_save import AsyncCheckpointer
+
+            self._checkpointer = AsyncCheckpointer()
+        return self._checkpointer
+
+    def wait_for_checkpoint(self) -> Optional[str]:
+        """Collective: seal the async save in flight (its folder), None if none; raises if its write failed."""
+        return self._checkpointer.wait() if self._checkpointer is not None else None
+
+    def close(self) -> None:
+        """Before the process group ends: finish the async save in flight (collective)."""
+        self.wait_for_checkpoint()
 
     def load_checkpoint(self, load_dir: str, tag: Optional[str] = None) -> tuple[Optional[str], dict]:
         from .checkpoint.load import load_checkpoint
 
+        self.wait_for_checkpoint()
         return load_checkpoint(self, load_dir, tag=tag)
 
     def export_consolidated(self, path: str) -> Optional[str]:
         """Rank 0 writes the full fp32 weights as an HF-named safetensors file."""
         from .checkpoint.export import export_safetensors
 
+        self.wait_for_checkpoint()
         return export_safetensors(self, path)
 
     def state_for_resume(self) -> dict[str, Any]:

@@ -145,6 +145,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             progress.update(task, completed=trainer.global_steps, status=f"loss {loss:.4f}")
             if strategy == "engine" and args.save_every and trainer.global_steps % args.save_every == 0:
                 trainer.save_checkpoint(checkpoints)
+    if strategy == "engine":
+        trainer.close()  # with checkpoint.async_save in engine.json, seals the save still in flight
     history = trainer.monitor.history
     return {"strategy": strategy, "steps": trainer.global_steps, "losses": losses, "resumed_from": resumed,
             "world_size": dist.get_world_size() if dist.is_initialized() else 1, "metrics": metrics,

@@ -2,6 +2,7 @@
 
 The torchrun job (tests/engine_jobs/resume.py) kills rank 1 in the middle of
 step 4; torchrun restarts both ranks, which resume from the step-4 checkpoint.
+Its uninterrupted reference run saves asynchronously after steps 2 and 4.
 """
 
 from __future__ import annotations
@@ -34,6 +35,18 @@ def test_killed_and_restarted_run_follows_the_uninterrupted_losses(run_dir):
     assert all(r["attempt"] == 0 for r in records[:4]) and all(r["attempt"] == 1 for r in records[4:])
     assert records[-1]["resumed_from"].endswith("global_step4")
     assert [r["loss"] for r in records] == pytest.approx(reference, abs=1e-6)
+
+
+def test_async_save_holds_the_state_at_the_save_and_resumes_on_the_uninterrupted_losses(run_dir):
+    reference = json.loads((run_dir / "uninterrupted.json").read_text())
+    record = json.loads((run_dir / "async_resume.json").read_text())
+    # save_checkpoint returned before sealing; the next save sealed the previous one, close() the last.
+    assert record["folders_after_save"] == [[".partial-global_step2"], [".partial-global_step4", "global_step2"]]
+    assert record["folders_after_close"] == ["global_step2", "global_step4", "latest"]
+    assert record["resumed_from"].endswith("global_step2")
+    assert record["resumed_losses"] == pytest.approx(reference[2:], abs=1e-6)
+    # The masters written are those of step 2, although training changed them while the write was in flight.
+    assert record["saved_vs_step2"] == 0.0 and record["saved_vs_final"] > 1e-4
 
 
 def test_keeps_the_last_two_and_points_latest_at_the_newest(run_dir):
@@ -133,3 +146,36 @@ def test_checkpoint_of_another_model_is_a_one_line_error(tmp_path):
         engine({**tiny_gpt2(), "vocab_size": 509}).load_checkpoint(tmp_path)
     assert str(other_vocab.value) == (f"{ckpt} holds 'transformer.wte.weight' with shape (512, 64), which does not "
                                       "fit this model ((509, 64) here); it was saved from another model")
+
+
+def test_failed_async_write_leaves_no_sealed_checkpoint_and_raises_at_the_next_wait(tmp_path, monkeypatch):
+    import backends
+    from backends.checkpoint.async_save import AsyncSaveError
+    from backends.model_factory import build_causal_lm
+    from tests.engine_jobs.common import engine_config, global_batches, tiny_gpt2
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    config = engine_config(1, micro=2, accum=1, clip=1.0, lr=1e-3, weight_decay=0.01,
+                           hardware_selector={"checkpoint": {"async_save": True}})
+    engine = backends.initialize(model=build_causal_lm(tiny_gpt2(), seed=0), config=config)[0]
+    data = global_batches(3, 2)
+    engine.train_batch(data[0])
+    engine.save_checkpoint(tmp_path)
+    assert engine.wait_for_checkpoint() == str(tmp_path / "global_step1")
+
+    def disk_full(self, plan, planner):
+        raise OSError("No space left on device (injected)")
+
+    monkeypatch.setattr(FileSystemWriter, "write_data", disk_full)
+    engine.train_batch(data[1])
+    engine.save_checkpoint(tmp_path)  # returns: the failure happens in the background
+    engine.train_batch(data[2])
+    with pytest.raises(AsyncSaveError, match=r"global_step2 .* rank 0: .*No space left on device \(injected\)"):
+        engine.wait_for_checkpoint()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step1", "latest"]
+    assert (tmp_path / "latest").read_text() == "global_step1"
+    assert engine.wait_for_checkpoint() is None  # reported once; nothing left in flight
+    monkeypatch.undo()
+    engine.save_checkpoint(tmp_path)
+    engine.close()
+    assert (tmp_path / "latest").read_text() == "global_step3"

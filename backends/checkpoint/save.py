@@ -46,11 +46,8 @@ def gather_model_rank_states(engine: Any) -> dict[str, dict[str, Any]]:
     return dict(everyone)
 
 
-def save_checkpoint(engine: Any, save_dir: str | Path, *, tag: Optional[str] = None,
-                    client_state: Optional[dict] = None) -> str:
-    import torch.distributed.checkpoint as dcp
-
-    save_dir = Path(save_dir)
+def begin_folder(engine: Any, save_dir: Path, tag: Optional[str]) -> tuple[str, Path]:
+    """The tag and an empty .partial folder for it, made by rank 0 before any rank writes."""
     tag = tag or f"global_step{engine.global_steps}"
     rank, barrier = _rank_and_barrier()
     partial = save_dir / f".partial-{tag}"
@@ -59,7 +56,12 @@ def save_checkpoint(engine: Any, save_dir: str | Path, *, tag: Optional[str] = N
             shutil.rmtree(partial)
         partial.mkdir(parents=True)
     barrier()
-    dcp.save(sharded_views(engine), checkpoint_id=str(partial / "shards"), no_dist=not _distributed())
+    return tag, partial
+
+
+def write_resume_state(engine: Any, partial: Path, tag: str, client_state: Optional[dict]) -> None:
+    """Every rank's RNG file and rank 0's engine_state.json: the state as it is now (collective)."""
+    rank, _ = _rank_and_barrier()
     save_rng(partial / "rng" / f"rank{rank}.pt")
     model_ranks = gather_model_rank_states(engine)
     if rank == 0:
@@ -68,11 +70,27 @@ def save_checkpoint(engine: Any, save_dir: str | Path, *, tag: Optional[str] = N
                  "model_ranks": model_ranks,
                  "client_state": client_state or {}}
         (partial / "engine_state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
+
+
+def seal(save_dir: Path, partial: Path, tag: str, keep_last: int) -> str:
+    """Once every rank's files are written: rank 0 commits (manifest, rename, latest, pruning)."""
+    rank, barrier = _rank_and_barrier()
     barrier()
     if rank == 0:
-        commit(save_dir, partial, tag, engine.config.hardware_selector.checkpoint.keep_last)
+        commit(save_dir, partial, tag, keep_last)
     barrier()
     return str(save_dir / tag)
+
+
+def save_checkpoint(engine: Any, save_dir: str | Path, *, tag: Optional[str] = None,
+                    client_state: Optional[dict] = None) -> str:
+    import torch.distributed.checkpoint as dcp
+
+    save_dir = Path(save_dir)
+    tag, partial = begin_folder(engine, save_dir, tag)
+    dcp.save(sharded_views(engine), checkpoint_id=str(partial / "shards"), no_dist=not _distributed())
+    write_resume_state(engine, partial, tag, client_state)
+    return seal(save_dir, partial, tag, engine.config.hardware_selector.checkpoint.keep_last)
 
 
 def _distributed() -> bool:
