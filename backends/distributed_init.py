@@ -27,3 +27,34 @@ def init_distributed(backend: str, timeout_minutes: float = 10) -> None:
         backend, store=dist.PrefixStore(f"attempt{attempt}", store), rank=int(os.environ["RANK"]),
         world_size=int(os.environ["WORLD_SIZE"]), timeout=timedelta(minutes=timeout_minutes),
     )
+
+
+def shutdown_distributed() -> None:
+    """Barrier, then destroy every process group.
+
+    The barrier keeps a fast rank from tearing down its gloo pairs while a
+    slower one is still finishing the last collective.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def exit_worker(code: int) -> None:
+    """End a torchrun worker without interpreter finalization, once its work is written.
+
+    Gloo's C++ threads can still hold work objects when Python tears itself
+    down; destroying them then aborts the process ("terminate called without
+    an active exception", SIGABRT) after a run that succeeded, and torchrun
+    reports the job as failed. Every file we write is closed by now, so skip
+    the finalization.
+    """
+    import sys
+
+    shutdown_distributed()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

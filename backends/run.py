@@ -168,4 +168,6 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from backends.distributed_init import exit_worker
+
+    exit_worker(main())

@@ -190,4 +190,6 @@ def _runner(mode: str) -> Callable[[TrainRun], None]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from backends.distributed_init import exit_worker
+
+    exit_worker(main())

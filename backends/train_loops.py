@@ -15,6 +15,7 @@ from typing import Any
 from planner.emit.target import ADAM_BETAS, ADAM_EPS, GRADIENT_CLIPPING, WEIGHT_DECAY
 
 from .cpu_distributed import configure_cpu_accelerate_state, skip_deepspeed_shm_build
+from .distributed_init import shutdown_distributed
 from .train import TrainRun, report
 
 _AUTOCAST_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
@@ -87,7 +88,7 @@ def run_ddp(run: TrainRun) -> None:
             optimizer.zero_grad(set_to_none=True)
     first = _mean_over_ranks(losses[0], device)
     report(run, "ddp", rank, world_size=world, wrapper=type(ddp).__name__, first_loss=first, losses=losses)
-    dist.destroy_process_group()
+    shutdown_distributed()
 
 
 def run_deepspeed(run: TrainRun) -> None:
@@ -121,11 +122,10 @@ def run_deepspeed(run: TrainRun) -> None:
         zero_stage=engine.zero_optimization_stage(), optimizer=type(engine.optimizer).__name__,
         optimizer_steps=engine.global_steps, first_loss=first, losses=losses,
     )
-    dist.destroy_process_group()
+    shutdown_distributed()
 
 
 def run_accelerate(run: TrainRun) -> None:
-    import torch.distributed as dist
     from accelerate import Accelerator
     from accelerate.utils import DistributedType, DummyOptim, DummyScheduler
 
@@ -166,5 +166,4 @@ def run_accelerate(run: TrainRun) -> None:
         **({"zero_stage": model.zero_optimization_stage()} if deepspeed else {}),
     )
     accelerator.end_training()
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    shutdown_distributed()

@@ -7,6 +7,7 @@ from typing import Any
 from planner.emit.training_args import training_arguments
 
 from .cpu_distributed import configure_cpu_accelerate_state
+from .distributed_init import shutdown_distributed
 from .train import TrainRun, report
 
 
@@ -25,7 +26,6 @@ class _CausalLmSamples:
 
 
 def run_trainer(run: TrainRun) -> None:
-    import torch.distributed as dist
     from transformers import Trainer
 
     model = run.build_model()  # before the arguments: a ZeRO-3 config would route it through zero.Init
@@ -44,5 +44,4 @@ def run_trainer(run: TrainRun) -> None:
         distributed_type=trainer.accelerator.distributed_type.value,
         optimizer_steps=trainer.state.global_step, losses=losses,
     )
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    shutdown_distributed()
