@@ -143,4 +143,6 @@ def _format(row: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from backends.distributed_init import exit_worker
+
+    exit_worker(main())

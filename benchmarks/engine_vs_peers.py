@@ -155,4 +155,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from backends.distributed_init import exit_worker
+
+    exit_worker(main())

@@ -424,4 +424,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from backends.distributed_init import exit_worker
+
     main()
+    exit_worker(0)

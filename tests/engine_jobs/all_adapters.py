@@ -24,4 +24,7 @@ def main(out_path: str, run_dirs: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    from backends.distributed_init import exit_worker
+
     main(sys.argv[1], sys.argv[2:])
+    exit_worker(0)

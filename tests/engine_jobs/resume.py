@@ -118,4 +118,7 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
+    from backends.distributed_init import exit_worker
+
     main(sys.argv[1])
+    exit_worker(0)

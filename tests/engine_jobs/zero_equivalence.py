@@ -134,4 +134,7 @@ def fp16_overflow(cfg, rank, world):
 
 
 if __name__ == "__main__":
+    from backends.distributed_init import exit_worker
+
     main(sys.argv[1])
+    exit_worker(0)
