@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from hardware_selector_cli.app import main
-from planner.detect import SLURM_VARIABLES, TORCHRUN_VARIABLES, detect_hardware, read_launch_context
+from planner.detect import detect_hardware
+from planner.launch_context import SLURM_VARIABLES, TORCHRUN_VARIABLES, read_launch_context
 from planner.errors import UserInputError
 from planner.gpu_catalog import resolve_gpu
 from tests.fakes import fake_pynvml
