@@ -11,38 +11,39 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from planner.errors import UserInputError
 
 
-def _planned_processes(run_dir: Path) -> tuple[int, int]:
-    """(processes per node, tp x pp: what one model replica spans) from plan.json's run block."""
+def _planned_target(run_dir: Path) -> Any:
+    """plan.json's run block (a RunTarget: processes, layout, device)."""
+    from planner.emit.plan_json import read_plan_file
+
     plan_file = run_dir / "plan.json"
     if not plan_file.is_file():
         raise UserInputError(f"{run_dir} has no plan.json; emit one with `hardware-selector plan ... --emit {run_dir}`")
     try:
-        run = json.loads(plan_file.read_text(encoding="utf-8"))["run"]
-        return int(run["nproc_per_node"]), int(run["tensor_parallel"]) * int(run["pipeline_parallel"])
+        return read_plan_file(plan_file.read_text(encoding="utf-8"))[1]
     except (ValueError, KeyError, TypeError):
         raise UserInputError(f"{plan_file} is not a plan.json written by `hardware-selector plan --emit`") from None
 
 
-def _planned_device(run_dir: Path) -> str:
+def _planned_device(run_dir: Path, target: Any) -> str:
     """engine.json's device when the folder has one (backends.run uses it), else the plan's."""
     engine_file = run_dir / "engine.json"
     try:
         if engine_file.is_file():
-            return json.loads(engine_file.read_text(encoding="utf-8"))["hardware_selector"]["device"]
-        return json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))["run"]["device"]
+            return str(json.loads(engine_file.read_text(encoding="utf-8"))["hardware_selector"]["device"])
     except (ValueError, KeyError, TypeError):
-        return "cpu"  # backends.run reports a malformed folder with the exact reason
+        pass  # backends.run reports a malformed engine.json with the exact reason
+    return target.device
 
 
-def _check_gpus(run_dir: Path, tiny: bool) -> None:
-    if tiny or _planned_device(run_dir) != "cuda":
+def _check_gpus(device: str, tiny: bool) -> None:
+    if tiny or device != "cuda":
         return  # with --tiny, backends.run falls back to CPU processes and says so
     from backends.cpu_distributed import runs_on_cpu_instead  # imports torch: only here, other commands stay fast
 
@@ -81,16 +82,17 @@ def register(app: typer.Typer) -> None:
             raise UserInputError(f"{run_dir} is not a directory; pass the folder `hardware-selector plan --emit` wrote")
         if strategy not in (None, "engine", "ddp", "fsdp", "deepspeed"):
             raise UserInputError(f"--strategy {strategy!r} is not one of engine, ddp, fsdp, deepspeed")
-        planned, model_parallel = _planned_processes(run_dir)
+        target = _planned_target(run_dir)
+        model_parallel = target.tensor_parallel * target.pipeline_parallel
         if nproc and nproc % model_parallel:
             raise UserInputError(f"--nproc {nproc} cannot hold this plan's tensor x pipeline parallel layout of "
                                  f"{model_parallel} ranks; pass a multiple of {model_parallel}")
-        command = torchrun_command(run_dir.resolve(), nproc=nproc or planned, steps=steps, tiny=tiny,
+        command = torchrun_command(run_dir.resolve(), nproc=nproc or target.nproc_per_node, steps=steps, tiny=tiny,
                                    max_restarts=max_restarts, save_every=save_every, strategy=strategy)
         if dry_run:
             print(shlex.join(command))
             return
-        _check_gpus(run_dir, tiny)
+        _check_gpus(_planned_device(run_dir, target), tiny)
         completed = subprocess.run(command, cwd=Path(__file__).resolve().parent.parent)
         if completed.returncode:
             raise typer.Exit(completed.returncode)
