@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from .ranks import distributed, everyones, rank
 from .save import begin_folder, seal, write_resume_state
 from .shards import sharded_views
 
@@ -45,22 +46,6 @@ class PendingSave:
     partial: Path
     tag: str
     keep_last: int
-
-
-def _distributed() -> bool:
-    import torch.distributed as dist
-
-    return dist.is_available() and dist.is_initialized()
-
-
-def _everyones(value: Any) -> list[Any]:
-    import torch.distributed as dist
-
-    if not _distributed():
-        return [value]
-    everyone: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, value)
-    return everyone
 
 
 def _outcome(write: Future) -> Optional[BaseException]:
@@ -120,7 +105,7 @@ class AsyncCheckpointer:
         _LIVE.add(self)
 
     def _writer_group(self) -> Any:
-        if not _distributed():
+        if not distributed():
             return None
         if self._group is None:
             import torch.distributed as dist
@@ -137,7 +122,7 @@ class AsyncCheckpointer:
         tag, partial = begin_folder(engine, save_dir, tag)
         write = dcp.async_save(sharded_views(engine), checkpoint_id=str(partial / "shards"),
                                process_group=self._writer_group(), async_stager=_snapshot_stager(),
-                               no_dist=not _distributed())
+                               no_dist=not distributed())
         write_resume_state(engine, partial, tag, client_state)
         self._pending = PendingSave(write, save_dir, partial, tag, engine.config.hardware_selector.checkpoint.keep_last)
         return str(save_dir / tag)
@@ -148,21 +133,21 @@ class AsyncCheckpointer:
         if pending is None:
             return None
         local = _outcome(pending.write)
-        failures = [(rank, message) for rank, message in enumerate(_everyones(_describe(local) if local else None))
+        failures = [(index, message) for index, message in enumerate(everyones(_describe(local) if local else None))
                     if message is not None]
         if not failures:
             return seal(pending.save_dir, pending.partial, pending.tag, pending.keep_last)
-        if _rank() == 0:
+        if rank() == 0:
             shutil.rmtree(pending.partial, ignore_errors=True)
-        rank, message = failures[0]
-        raise AsyncSaveError(f"checkpoint {pending.tag} was not saved: the background write failed on rank {rank}: "
-                             f"{message}; {pending.save_dir} still holds the checkpoints saved before it") from local
+        failed_rank, message = failures[0]
+        raise AsyncSaveError(f"checkpoint {pending.tag} was not saved: the background write failed on rank "
+                             f"{failed_rank}: {message}; {pending.save_dir} still holds the checkpoints saved before it") from local
 
     def wait_at_exit(self) -> None:
         """At interpreter exit: one process can still seal; ranks cannot agree any more, so theirs stays partial."""
         if self._pending is None:
             return
-        if not _distributed():
+        if not distributed():
             self.wait()
             return
         pending, self._pending = self._pending, None
@@ -170,12 +155,6 @@ class AsyncCheckpointer:
         warnings.warn(f"async checkpoint {pending.tag} was still in flight at exit and is left unsealed in "
                       f"{pending.partial}; call engine.close() (every rank) before the process group ends",
                       stacklevel=1)
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if _distributed() else 0
 
 
 _LIVE: "weakref.WeakSet[AsyncCheckpointer]" = weakref.WeakSet()

@@ -17,6 +17,7 @@ from typing import Any, Optional
 from planner.errors import UserInputError
 
 from .layout import LATEST, committed_tags, read_json, verify
+from .ranks import distributed, rank
 from .reshard import load_resharded, resume_state_for
 from .shards import copy_back, key_prefix, layout_of, load_rng, sharded_views, unit_layout
 
@@ -44,15 +45,15 @@ def _choose(load_dir: Path, tag: Optional[str]) -> Optional[Path]:
     return None
 
 
-def _agree(choice: Optional[Path]) -> Optional[Path]:
-    """Rank 0's choice for everybody (the ranks must load the same tag)."""
+def _from_rank0(error: Optional[str], choice: Optional[Path]) -> tuple[Optional[str], Optional[Path]]:
+    """Rank 0's error or choice for everybody (the ranks must load the same tag, or all fail)."""
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()):
-        return choice
-    box = [str(choice) if choice else None]
+    if not distributed():
+        return error, choice
+    box = [error, str(choice) if choice else None]
     dist.broadcast_object_list(box, src=0)
-    return Path(box[0]) if box[0] else None
+    return box[0], Path(box[1]) if box[1] else None
 
 
 def _same_shards(engine: Any, state: dict) -> bool:
@@ -72,43 +73,36 @@ def _everyone_same_shards(engine: Any, state: dict, choice: Path) -> bool:
         raise UserInputError(f"{choice} was written by an older version without per-stage state; "
                              "start without resuming, or load its weights from a consolidated export")
     same = torch.tensor([1 if _same_shards(engine, state) else 0], device=engine.device)
-    if dist.is_available() and dist.is_initialized():
+    if distributed():
         dist.all_reduce(same, op=dist.ReduceOp.MIN)
     return bool(same.item())
 
 
 def load_checkpoint(engine: Any, load_dir: str | Path, *, tag: Optional[str] = None) -> tuple[Optional[str], dict]:
-    import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    distributed = dist.is_available() and dist.is_initialized()
-    rank = dist.get_rank() if distributed else 0
     error: Optional[str] = None
     choice = None
-    if rank == 0:
+    if rank() == 0:
         try:
             choice = _choose(Path(load_dir), tag)
         except UserInputError as failure:
             error = str(failure)
-    if distributed:
-        box = [error]
-        dist.broadcast_object_list(box, src=0)
-        error = box[0]
+    error, choice = _from_rank0(error, choice)
     if error:
         raise UserInputError(error)
-    choice = _agree(choice)
     if choice is None:
         return None, {}
     state = read_json(choice / "engine_state.json")
     if _everyone_same_shards(engine, state, choice):
         targets = sharded_views(engine)
         loaded = dict(targets)
-        dcp.load(loaded, checkpoint_id=str(choice / "shards"), no_dist=not distributed)
+        dcp.load(loaded, checkpoint_id=str(choice / "shards"), no_dist=not distributed())
         copy_back(loaded, targets)
     else:
         load_resharded(engine, state, choice)
     engine.optimizer.publish_parameters()
     engine.restore_for_resume({**state, **resume_state_for(engine, state)})
-    rng_file = choice / "rng" / f"rank{rank}.pt"
+    rng_file = choice / "rng" / f"rank{rank()}.pt"
     load_rng(rng_file if rng_file.is_file() else choice / "rng" / "rank0.pt")
     return str(choice), state.get("client_state", {})

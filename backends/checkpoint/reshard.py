@@ -20,6 +20,7 @@ from typing import Any
 
 from planner.errors import UserInputError
 
+from .ranks import distributed, everyones
 from .shards import key_prefix
 
 MODULE_PREFIX = "module."
@@ -55,7 +56,6 @@ def _aliases(engine: Any) -> dict[str, str]:
 def _read_old_pieces(engine: Any, state: dict, shards: Path, wanted: set[str]) -> tuple[dict, dict]:
     """(state name -> parameter -> {(pp, tp): old local tensor}, old optimizer scalars) for the wanted names."""
     import torch
-    import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
     flat_names = list(engine.optimizer.flat_states())
@@ -70,7 +70,7 @@ def _read_old_pieces(engine: Any, state: dict, shards: Path, wanted: set[str]) -
     first = next(iter(state["model_ranks"]))
     scalars = {name: torch.empty_like(value) for name, value in engine.optimizer.scalar_states().items()}
     requests.update({f"{first}optimizer.{name}": value for name, value in scalars.items()})
-    dcp.load(requests, checkpoint_id=str(shards), no_dist=not (dist.is_available() and dist.is_initialized()))
+    dcp.load(requests, checkpoint_id=str(shards), no_dist=not distributed())
     pieces: dict[str, dict[str, dict]] = {flat: {} for flat in flat_names}
     for prefix, index, unit in layouts:
         for flat in flat_names:
@@ -127,7 +127,6 @@ def _fill(engine: Any, pieces: dict, aliases: dict[str, str], state: dict, choic
 def load_resharded(engine: Any, state: dict, choice: Path) -> None:
     """Fill this rank's master weights and optimizer states from a checkpoint of any layout; a checkpoint of another
     model is the same one-line error on every rank."""
-    import torch.distributed as dist
 
     optimizer = engine.optimizer
     optimizer.ensure_optimizer_state()
@@ -139,10 +138,7 @@ def load_resharded(engine: Any, state: dict, choice: Path) -> None:
         _fill(engine, pieces, aliases, state, choice)
     except UserInputError as error:
         errors = [str(error)]
-    if dist.is_available() and dist.is_initialized():
-        everyone: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(everyone, errors[0])
-        errors = everyone
+    errors = everyones(errors[0])
     first_error = next((error for error in errors if error), None)
     if first_error:
         raise UserInputError(first_error)

@@ -14,18 +14,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .layout import commit
+from .ranks import barrier, distributed, everyones, rank
 from .reshard import tensor_split_record
 from .shards import key_prefix, layout_of, save_rng, sharded_views, unit_layout
 
 PER_RANK_KEYS = ("loss_scaler", "lr_scheduler", "skipped_steps")
-
-
-def _rank_and_barrier() -> tuple[int, Any]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.barrier
-    return 0, lambda: None
 
 
 def model_rank_state(engine: Any) -> dict[str, Any]:
@@ -36,22 +29,14 @@ def model_rank_state(engine: Any) -> dict[str, Any]:
 
 def gather_model_rank_states(engine: Any) -> dict[str, dict[str, Any]]:
     """key_prefix -> model_rank_state, from every rank (data-parallel peers hold the same and collapse)."""
-    import torch.distributed as dist
-
-    mine = (key_prefix(engine), model_rank_state(engine))
-    if not _distributed():
-        return dict([mine])
-    everyone: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, mine)
-    return dict(everyone)
+    return dict(everyones((key_prefix(engine), model_rank_state(engine))))
 
 
 def begin_folder(engine: Any, save_dir: Path, tag: Optional[str]) -> tuple[str, Path]:
     """The tag and an empty .partial folder for it, made by rank 0 before any rank writes."""
     tag = tag or f"global_step{engine.global_steps}"
-    rank, barrier = _rank_and_barrier()
     partial = save_dir / f".partial-{tag}"
-    if rank == 0:
+    if rank() == 0:
         if partial.exists():
             shutil.rmtree(partial)
         partial.mkdir(parents=True)
@@ -61,10 +46,9 @@ def begin_folder(engine: Any, save_dir: Path, tag: Optional[str]) -> tuple[str, 
 
 def write_resume_state(engine: Any, partial: Path, tag: str, client_state: Optional[dict]) -> None:
     """Every rank's RNG file and rank 0's engine_state.json: the state as it is now (collective)."""
-    rank, _ = _rank_and_barrier()
-    save_rng(partial / "rng" / f"rank{rank}.pt")
+    save_rng(partial / "rng" / f"rank{rank()}.pt")
     model_ranks = gather_model_rank_states(engine)
-    if rank == 0:
+    if rank() == 0:
         shared = {key: value for key, value in engine.state_for_resume().items() if key not in PER_RANK_KEYS}
         state = {**shared, "tag": tag, "layout": layout_of(engine), "tensor_split": tensor_split_record(engine),
                  "model_ranks": model_ranks,
@@ -74,9 +58,8 @@ def write_resume_state(engine: Any, partial: Path, tag: str, client_state: Optio
 
 def seal(save_dir: Path, partial: Path, tag: str, keep_last: int) -> str:
     """Once every rank's files are written: rank 0 commits (manifest, rename, latest, pruning)."""
-    rank, barrier = _rank_and_barrier()
     barrier()
-    if rank == 0:
+    if rank() == 0:
         commit(save_dir, partial, tag, keep_last)
     barrier()
     return str(save_dir / tag)
@@ -88,12 +71,6 @@ def save_checkpoint(engine: Any, save_dir: str | Path, *, tag: Optional[str] = N
 
     save_dir = Path(save_dir)
     tag, partial = begin_folder(engine, save_dir, tag)
-    dcp.save(sharded_views(engine), checkpoint_id=str(partial / "shards"), no_dist=not _distributed())
+    dcp.save(sharded_views(engine), checkpoint_id=str(partial / "shards"), no_dist=not distributed())
     write_resume_state(engine, partial, tag, client_state)
     return seal(save_dir, partial, tag, engine.config.hardware_selector.checkpoint.keep_last)
-
-
-def _distributed() -> bool:
-    import torch.distributed as dist
-
-    return dist.is_available() and dist.is_initialized()

@@ -1,0 +1,35 @@
+"""The few collectives the checkpoint code needs, with a world-of-one path (no process group)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def distributed() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if distributed() else 0
+
+
+def barrier() -> None:
+    import torch.distributed as dist
+
+    if distributed():
+        dist.barrier()
+
+
+def everyones(value: Any) -> list[Any]:
+    """Every rank's `value` (picklable), in rank order."""
+    import torch.distributed as dist
+
+    if not distributed():
+        return [value]
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
