@@ -61,11 +61,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=8, help="measured steps per config (default 8)")
     parser.add_argument("--warmup", type=int, default=2, help="unmeasured steps first (default 2)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per config before it is killed")
-    parser.add_argument("--shared-launch", action="store_true",
-                        help="one torchrun job per GPU count instead of per config (faster start, less isolation)")
-    parser.add_argument("--runner", choices=["auto", "backends", "minimal"], default="auto",
-                        help="backends: python -m backends.run with the strategy's adapter (every strategy); minimal: "
-                             "the built-in DDP/FSDP loop (needed by --shared-launch); auto: backends when installed")
     parser.add_argument("--retry-failed", action="store_true", help="re-run configs recorded as oom/error/timeout")
     parser.add_argument("--db", type=Path, help="benchmark database (default: $HARDWARE_SELECTOR_DB or the cache dir)")
     return parser
@@ -125,9 +120,9 @@ def generate(args, spec) -> list:
         counts = gpu_counts_up_to(max_gpus) if args.distributed else [1]
         precision = args.precision or ("fp32" if kind == "cpu" else "bf16-mixed")
         seq_len = args.seq_len or min(TINY_SEQ_LEN if args.tiny else 512, spec.max_position_embeddings)
-        if args.run and args.tiny and seq_len > TINY_SEQ_LEN and args.runner != "minimal" and not args.shared_launch:
-            raise UserInputError(f"backends.run --tiny trains {TINY_SEQ_LEN}-token sequences; use --seq-len "
-                                 f"{TINY_SEQ_LEN} or less, or --runner minimal")
+        if args.run and args.tiny and seq_len > TINY_SEQ_LEN:
+            raise UserInputError(f"the runner's --tiny trains {TINY_SEQ_LEN}-token sequences; use --seq-len "
+                                 f"{TINY_SEQ_LEN} or less")
         per_node = max_gpus if kind == "cpu" else args.gpus_per_node
         matrix = generate_matrix(
             spec, hardware=kind, gpu=target.gpu, gpu_note=target.note, gpu_counts=counts, gpus_per_node=per_node,
@@ -160,11 +155,8 @@ def run(args, target, matrix) -> int:
             progress.update(task, advance=1, description=f"{entry.label}: {status.value}")
 
         summary = run_matrix(matrix, store, current_environment(target.driver), steps=args.steps, warmup=args.warmup,
-                             timeout_s=args.timeout, shared_launch=args.shared_launch,
-                             retry_failed=args.retry_failed, runner=args.runner, on_progress=advance,
+                             timeout_s=args.timeout, retry_failed=args.retry_failed, on_progress=advance,
                              on_start=lambda count: progress.update(task, total=count))
-    for line in summary.skipped_unsupported:
-        console.print(f"skipped {line}")
     counts = ", ".join(f"{n} {status}" for status, n in sorted(summary.recorded.items())) or "nothing new"
     console.print(f"recorded {counts} in {store.path} ({summary.skipped_done} already done; measured by "
                   f"{summary.runner})")

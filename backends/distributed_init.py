@@ -54,7 +54,9 @@ def exit_worker(code: int) -> None:
     """
     import sys
 
-    shutdown_distributed()
+    if code == 0:
+        shutdown_distributed()  # a failed rank skips the barrier: its peers may be stuck elsewhere, and the
+        # launcher ends them once this process exits
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

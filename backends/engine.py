@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
-from .config import EngineConfig
+from planner.contract.engine_config import EngineConfig
 from .mixed_precision import LossScaler, compute_dtype
 from .monitor import StepMonitor
 from .schedulers import WarmupSchedule
@@ -25,7 +25,8 @@ from .zero.comm import DataParallelComm
 
 class Engine:
     def __init__(self, model: Any, config: EngineConfig, *, dp_group: Optional[Any] = None,
-                 parallel_model: Optional[Any] = None, metrics_path: Optional[str] = None):
+                 parallel_model: Optional[Any] = None, metrics_path: Optional[str] = None,
+                 weights: Optional[Any] = None, device: Optional[Any] = None):
         self.config = config
         self.module = model
         self.parallel_model = parallel_model
@@ -35,7 +36,7 @@ class Engine:
         self.train_batch_size, self.micro_batch, self.grad_accum = config.batch_sizes(self.comm.world)
         stage = config.zero_optimization.stage
         self.optimizer = zero_optimizer_class(stage)(model, config, self.comm, self.dtype, self.scaler,
-                                                      model_parallel=parallel_model)
+                                                      model_parallel=parallel_model, device=device, weights=weights)
         self.lr_scheduler = WarmupSchedule(self.optimizer.optimizer, config.scheduler) if config.scheduler else None
         self.device = self.optimizer.device
         self.micro_steps = 0
@@ -45,6 +46,10 @@ class Engine:
         self._tokens = 0
         self._losses: list[float] = []
         self._checkpointer: Optional[Any] = None  # checkpoint.async_save: the save in flight
+        # guard(loss, grad_norm) -> apply the step? Set by the runner's anomaly rules; checked before any update.
+        self.step_guard: Optional[Any] = None
+        self.last_step_applied = True
+        self.last_loss = float("nan")
 
     @staticmethod
     def _global_rank() -> int:
@@ -110,7 +115,10 @@ class Engine:
             return
         comm_before = self.optimizer.comm_seconds
         began = time.perf_counter()
-        self.optimizer.step()
+        self.last_loss = self._mean_loss()
+        guard = self.step_guard
+        self.last_step_applied = self.optimizer.step(
+            guard=None if guard is None else (lambda norm: guard(self.last_loss, norm)))
         self.optimizer.zero_grad()
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()  # DeepSpeed steps it on skipped steps too
@@ -120,12 +128,15 @@ class Engine:
         self.monitor.add("optimizer", time.perf_counter() - began - comm)
         self._end_step()
 
-    def _end_step(self) -> None:
+    def _mean_loss(self) -> float:
+        """This step's loss: the mean over its micro-batches and the data-parallel ranks (collective)."""
         import torch
 
         local = torch.tensor([sum(self._losses) / max(1, len(self._losses))], dtype=torch.float64)
         self.optimizer._wait([self.comm.all_reduce(local)])
-        self.last_loss = float(local.item()) / self.comm.world
+        return float(local.item()) / self.comm.world
+
+    def _end_step(self) -> None:
         self.monitor.end_step(
             self.global_steps, loss=self.last_loss, tokens=self._tokens * self.comm.world,
             tracked_bytes=self.optimizer.tracked_bytes(), lr=self.optimizer.param_groups[0]["lr"],
@@ -134,6 +145,29 @@ class Engine:
         )
         self._losses.clear()
         self._tokens = 0
+
+    def eval_loss(self, batch: Any) -> float:
+        """The mean token loss of one batch (ids, an (ids, labels) pair or a dict), without gradients.
+
+        Collective under ZeRO-3, tp and pp: every rank of the layout calls it with its batch."""
+        import torch
+
+        ids, labels = self._inputs(batch)
+        was_training = self.module.training
+        self.module.eval()
+        try:
+            with torch.no_grad():
+                if self.parallel_model is not None:
+                    return float(self.parallel_model.eval_loss(ids, labels))
+                self.optimizer.begin_forward()
+                output = self.module(input_ids=ids, labels=labels)
+                loss = output.loss if getattr(output, "loss", None) is not None else output
+                return float(loss)
+        finally:
+            self.module.train(was_training)
+            release = getattr(self.optimizer, "release_parameters", None)
+            if release is not None:
+                release()  # ZeRO-3: free what evaluation gathered
 
     # --- a whole step -----------------------------------------------------------------------
     def _micro_batches(self, data: Any) -> list[Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import EngineConfig
+from planner.contract.engine_config import EngineConfig
 
 
 def compute_dtype(config: EngineConfig) -> Any:

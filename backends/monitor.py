@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import resource
 import time
+from collections import deque
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -17,6 +18,9 @@ from typing import Any, Iterator, Optional
 
 def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+HISTORY = 10_000
 
 
 class StepMonitor:
@@ -28,7 +32,7 @@ class StepMonitor:
         self.jsonl_path = Path(jsonl_path) if jsonl_path and rank == 0 else None
         self.seconds = {phase: 0.0 for phase in self.PHASES}
         self.step_started = time.perf_counter()
-        self.history: list[dict[str, Any]] = []
+        self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY)  # the latest steps, not the whole run
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import OptimizerBlock
+from planner.contract.engine_config import OptimizerBlock
 
 
 def build_torch_optimizer(params: Any, block: OptimizerBlock) -> Any:

@@ -102,9 +102,8 @@ def local_slice(parallel_model, name: str, full: torch.Tensor) -> torch.Tensor:
 
 
 def layout_record(parallel_model) -> dict[str, Any]:
-    dims = parallel_model.dims
-    return {"data_parallel": dims.dp, "tensor_parallel": dims.tp, "pipeline_parallel": dims.pp,
-            "sequence_parallel": parallel_model.sequence_parallel}
+    """The ParallelDims the tensors were saved under (its JSON form), and whether the sequence was split."""
+    return {"dims": parallel_model.dims.model_dump(mode="json"), "sequence_parallel": parallel_model.sequence_parallel}
 
 
 def write_safetensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> Path:

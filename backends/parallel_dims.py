@@ -1,8 +1,10 @@
-"""The dp x tp x pp layout of one run, and the named device mesh it builds.
+"""The device mesh of one run's layout, built from the planner's one layout value, ParallelDims.
 
-The layout is a value passed around (no module-level process-group
-singletons), so two layouts can coexist in one process, for instance a
-sharded model next to its single-process reference in a test.
+ParallelDims (planner/contract/layout.py) is pure, validated data; this file
+turns it into torch process groups. The layout is a value passed around (no
+module-level process-group singletons), so two layouts can coexist in one
+process, for instance a sharded model next to its single-process reference
+in a test.
 
 Rank order is ("pp", "dp", "tp") with tp innermost: the ranks of one
 tensor-parallel group are consecutive, hence on one node, because TP
@@ -14,58 +16,41 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner.contract.layout import ParallelDims
 from planner.errors import UserInputError
 
 MESH_DIM_NAMES = ("pp", "dp", "tp")
 
+__all__ = ["MESH_DIM_NAMES", "ParallelDims", "ParallelGroups", "build_groups", "check_fits"]
 
-@dataclass(frozen=True)
-class ParallelDims:
-    dp: int
-    tp: int = 1
-    pp: int = 1
 
-    def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise UserInputError(f"layout {name}={value!r} must be a whole number >= 1")
-
-    @property
-    def world_size(self) -> int:
-        return self.dp * self.tp * self.pp
-
-    @classmethod
-    def from_layout(cls, layout: dict[str, Any]) -> "ParallelDims":
-        """From engine.json's `hardware_selector.layout` block (or a ParallelLayout dump)."""
-        return cls(
-            dp=int(layout.get("data_parallel", 1)),
-            tp=int(layout.get("tensor_parallel", 1)),
-            pp=int(layout.get("pipeline_parallel", 1)),
+def check_fits(dims: ParallelDims, world_size: int, gpus_per_node: int | None = None) -> None:
+    """The layout must use exactly the job's ranks, and keep tensor parallelism inside a node."""
+    if dims.cp > 1 or dims.ep > 1:
+        raise UserInputError(f"layout {dims.describe()}: context and expert parallelism do not run on this engine yet; "
+                             "use cp 1 and ep 1")
+    if dims.world_size != world_size:
+        raise UserInputError(
+            f"layout dp{dims.dp} x tp{dims.tp} x pp{dims.pp} = {dims.world_size} ranks but the job has "
+            f"{world_size}; launch {dims.world_size} ranks or change the layout"
+        )
+    if gpus_per_node and dims.tp > 1 and gpus_per_node % dims.tp != 0:
+        raise UserInputError(
+            f"tensor parallelism {dims.tp} does not fit inside a node of {gpus_per_node} devices; "
+            f"use a tp that divides {gpus_per_node}"
         )
 
-    def check(self, world_size: int, gpus_per_node: int | None = None) -> None:
-        if self.world_size != world_size:
-            raise UserInputError(
-                f"layout dp{self.dp} x tp{self.tp} x pp{self.pp} = {self.world_size} ranks but the job has "
-                f"{world_size}; launch {self.world_size} ranks or change the layout"
-            )
-        if gpus_per_node and self.tp > 1 and gpus_per_node % self.tp != 0:
-            raise UserInputError(
-                f"tensor parallelism {self.tp} does not fit inside a node of {gpus_per_node} devices; "
-                f"use a tp that divides {gpus_per_node}"
-            )
 
-    def build(self, device_type: str = "cpu", gpus_per_node: int | None = None) -> "ParallelGroups":
-        """Create the named DeviceMesh over the running job (torch.distributed must be initialised)."""
-        import torch.distributed as dist
-        from torch.distributed.device_mesh import init_device_mesh
+def build_groups(dims: ParallelDims, device_type: str = "cpu", gpus_per_node: int | None = None) -> "ParallelGroups":
+    """Create the named DeviceMesh over the running job (torch.distributed must be initialised)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
 
-        if not dist.is_initialized():
-            raise RuntimeError("ParallelDims.build needs torch.distributed initialised (run under torchrun)")
-        self.check(dist.get_world_size(), gpus_per_node)
-        mesh = init_device_mesh(device_type, (self.pp, self.dp, self.tp), mesh_dim_names=MESH_DIM_NAMES)
-        return ParallelGroups(dims=self, mesh=mesh)
+    if not dist.is_initialized():
+        raise RuntimeError("build_groups needs torch.distributed initialised (run under torchrun)")
+    check_fits(dims, dist.get_world_size(), gpus_per_node)
+    mesh = init_device_mesh(device_type, (dims.pp, dims.dp, dims.tp), mesh_dim_names=MESH_DIM_NAMES)
+    return ParallelGroups(dims=dims, mesh=mesh)
 
 
 @dataclass

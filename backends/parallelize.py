@@ -1,4 +1,4 @@
-"""Contract item 8: turn an HF causal LM into this rank's tensor/pipeline-parallel part.
+"""Turn an HF causal LM into this rank's tensor/pipeline-parallel part (docs/parallelism.md).
 
 `parallelize(model, dims, activation_checkpointing=..., sequence_parallel=...)`
 applies, in order: pipeline stage pruning (this rank keeps only its stage's
@@ -26,7 +26,7 @@ from torch.utils.checkpoint import checkpoint
 from backends.decoder_anatomy import (
     architecture_of, decoder_layers, embed, final_norm, get_path, layer_arguments, require_sdpa, run_layer,
 )
-from backends.parallel_dims import ParallelDims, ParallelGroups
+from backends.parallel_dims import ParallelDims, ParallelGroups, build_groups
 from backends.pipeline_parallel.split import stage_layer_ranges
 from backends.pipeline_parallel.stages import is_tied, per_virtual_stage, prune_to_stage, tied_embedding_groups
 from backends.tensor_parallel.apply import apply_tensor_parallel, shard_specs
@@ -103,6 +103,15 @@ class ParallelModel(nn.Module):
         if self.dims.pp > 1:
             raise RuntimeError("with pipeline parallelism, call train_batch(micro_batches) instead of forward")
         return self.loss(self.stage_forward(input_ids), input_ids if labels is None else labels)
+
+    def eval_loss(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The mean token loss of one batch, without gradients, the same on every rank."""
+        if self.dims.pp > 1:
+            from backends.pipeline_parallel.evaluate import pipeline_eval_loss
+
+            return pipeline_eval_loss(self, input_ids, labels)
+        with torch.no_grad():
+            return self(input_ids, labels).detach().float()
 
     def train_batch(self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *,
                     loss_multiplier: float = 1.0) -> torch.Tensor:
@@ -200,7 +209,7 @@ def parallelize(model: nn.Module, dims: ParallelDims | ParallelGroups, *, activa
     """This rank's part of `model` under the layout; see the module docstring for the order of steps."""
     if activation_checkpointing not in CHECKPOINT_MODES:
         raise ValueError(f"activation_checkpointing must be one of {CHECKPOINT_MODES}")
-    groups = dims if isinstance(dims, ParallelGroups) else dims.build(device_type)
+    groups = dims if isinstance(dims, ParallelGroups) else build_groups(dims, device_type)
     architecture_of(model)
     require_sdpa(model)
     if sequence_parallel and groups.dims.tp == 1:
@@ -225,8 +234,9 @@ def parallelize(model: nn.Module, dims: ParallelDims | ParallelGroups, *, activa
         _checkpoint_attention(model)
     parallel = ParallelModel(model, groups, chunk_ranges=chunk_ranges, sequence_parallel=sequence_parallel,
                              activation_checkpointing=activation_checkpointing, tied_embedding_grad_group=tied_group)
-    if device_type == "cuda":
+    if device_type == "cuda" and not any(param.is_meta for param in parallel.parameters()):
         # Shard on the host, then move only this rank's part: the full model may not fit one GPU.
+        # (A model built on the meta device is materialised on the GPU by its loader instead.)
         import os
 
         parallel.to(torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))))

@@ -1,8 +1,12 @@
 """DeepSpeed's learning-rate schedules (WarmupLR, WarmupDecayLR, WarmupCosineLR), same formulas.
 
-They set each param group's lr absolutely, start at iteration -1 -> 0 like
-DeepSpeed (the first step uses the warmup's starting lr), and step once per
-optimizer step, overflow-skipped steps included, as DeepSpeed's engine does.
+`lr_at(block, base_lr, iteration)` is the schedule as a pure function; the
+runner calls it for step k (k = 1, 2, ...) of every adapter, so all of them
+apply the same rate. WarmupSchedule is the stateful form our engine uses when
+driven directly through backends.initialize: it sets each param group's lr
+absolutely, starts at iteration -1 like DeepSpeed (the first step uses the
+warmup's starting lr) and steps once per optimizer step, overflow-skipped
+steps included, as DeepSpeed's engine does.
 """
 
 from __future__ import annotations
@@ -10,55 +14,52 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .config import SchedulerBlock
+from planner.contract.engine_config import SchedulerBlock
+
+
+def lr_at(block: SchedulerBlock, base_lr: float, iteration: int) -> float:
+    params = block.params
+    warmup = max(2, params.warmup_num_steps)
+
+    def warmup_fraction() -> float:
+        if params.warmup_type == "log":
+            return math.log(iteration + 1) / math.log(warmup)
+        return iteration / warmup
+
+    if block.type == "WarmupCosineLR":
+        if iteration < 0:
+            return 0.0
+        if iteration < warmup:
+            ratio = params.warmup_min_ratio + warmup_fraction() * (1.0 - params.warmup_min_ratio)
+        else:
+            total = params.total_num_steps or 0
+            progress = min(1.0, (iteration - warmup + 1) / max(1, total - warmup))
+            ratio = max(0.0, params.cos_min_ratio + (1.0 - params.cos_min_ratio) * (1 + math.cos(math.pi * progress)) / 2)
+        return base_lr * ratio
+    top = params.warmup_max_lr if params.warmup_max_lr is not None else base_lr
+    if iteration < 0:
+        return params.warmup_min_lr
+    if iteration < warmup:
+        gamma = warmup_fraction()
+    elif block.type == "WarmupDecayLR":
+        total = params.total_num_steps or 0
+        gamma = max(0.0, (total - iteration) / max(1.0, total - warmup))
+    else:
+        gamma = 1.0
+    return params.warmup_min_lr + (top - params.warmup_min_lr) * gamma
 
 
 class WarmupSchedule:
     def __init__(self, optimizer: Any, block: SchedulerBlock):
         self.optimizer = optimizer
-        self.kind = block.type
-        params = block.params
+        self.block = block
         self.base_lrs = [group["lr"] for group in optimizer.param_groups]
-        self.min_lr = params.warmup_min_lr
-        self.max_lrs = [params.warmup_max_lr if params.warmup_max_lr is not None else lr for lr in self.base_lrs]
-        self.warmup_steps = max(2, params.warmup_num_steps)
-        self.warmup_type = params.warmup_type
-        self.total_steps = params.total_num_steps or 0
-        self.warmup_min_ratio = params.warmup_min_ratio
-        self.cos_min_ratio = params.cos_min_ratio
-        self.last_batch_iteration = params.last_batch_iteration
+        self.last_batch_iteration = block.params.last_batch_iteration
         self._apply()
 
-    def _warmup_fraction(self) -> float:
-        it = self.last_batch_iteration
-        if self.warmup_type == "log":
-            return math.log(it + 1) / math.log(self.warmup_steps)
-        return it / self.warmup_steps
-
-    def _lrs(self) -> list[float]:
-        it = self.last_batch_iteration
-        if self.kind == "WarmupCosineLR":
-            if it < 0:
-                return [0.0 for _ in self.base_lrs]
-            if it < self.warmup_steps:
-                ratio = self.warmup_min_ratio + self._warmup_fraction() * (1.0 - self.warmup_min_ratio)
-            else:
-                progress = min(1.0, (it - self.warmup_steps + 1) / max(1, self.total_steps - self.warmup_steps))
-                ratio = max(0.0, self.cos_min_ratio + (1.0 - self.cos_min_ratio) * (1 + math.cos(math.pi * progress)) / 2)
-            return [lr * ratio for lr in self.base_lrs]
-        if it < 0:
-            return [self.min_lr for _ in self.max_lrs]
-        if it < self.warmup_steps:
-            gamma = self._warmup_fraction()
-        elif self.kind == "WarmupDecayLR":
-            gamma = max(0.0, (self.total_steps - it) / max(1.0, self.total_steps - self.warmup_steps))
-        else:
-            gamma = 1.0
-        return [self.min_lr + (top - self.min_lr) * gamma for top in self.max_lrs]
-
     def _apply(self) -> None:
-        for group, lr in zip(self.optimizer.param_groups, self._lrs()):
-            group["lr"] = lr
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+            group["lr"] = lr_at(self.block, base, self.last_batch_iteration)
 
     def step(self) -> None:
         self.last_batch_iteration += 1

@@ -43,7 +43,7 @@ def worker(engine_name: str, stage: int, steps: int, micro: int, seq: int, out: 
     import torch
     import torch.distributed as dist
 
-    from backends.config import load_engine_config
+    from planner.contract.engine_config import load_engine_config
     from backends.model_factory import build_causal_lm, catalog_config
     from backends.monitor import peak_rss_bytes
 

@@ -1,8 +1,10 @@
-"""Measure one matrix config with the project's own runner: `python -m backends.run --plan DIR`.
+"""Measure one matrix config with the project's one runner: `python -m backends.run --plan DIR`.
 
 The config becomes a Plan, the emitters write its run folder, torchrun runs
-it with the adapter the strategy names (ddp, fsdp, deepspeed, engine), and
-the per-step metrics it writes (metrics.jsonl, rank 0) become the result.
+it with the adapter the strategy names (ddp, fsdp, deepspeed, engine) on
+synthetic tokens, and the per-step metrics it writes (metrics.jsonl, rank 0)
+plus its summary (every rank's peak memory) become the result. Nothing here
+trains or imports the engine: the runner is a separate process.
 With --tiny, backends.run trains at most TINY_SEQ_LEN tokens per sequence, so
 tiny matrices meant for this runner use that sequence length.
 """
@@ -57,19 +59,25 @@ def backends_run_launch(jobs: list[MeasureJob], nproc: int, timeout_s: float) ->
                 key=job.key, world_size=nproc, error=f"cannot emit its run folder: {error}")})
         metrics = run_dir / "metrics.jsonl"
         command = ["-m", "backends.run", "--plan", str(run_dir), "--steps", str(job.warmup + job.steps),
-                   "--metrics", str(metrics), *(["--tiny"] if job.tiny else [])]
+                   "--save-every", "0", "--metrics", str(metrics), *(["--tiny"] if job.tiny else [])]
         returncode, stderr = run_torchrun_command(command, nproc, timeout_s)
-        steps = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+        steps = [row for row in _rows(metrics) if row.get("kind") == "train"]
+        summary = _rows(run_dir / "run_summary.json", whole=True)
     results = {}
-    if returncode == 0 and len(steps) > job.warmup:
+    if returncode == 0 and len(steps) > job.warmup and summary:
         measured = steps[job.warmup:]
-        peak = max(step.get("cuda_max_allocated_bytes", step["peak_rss_bytes"]) for step in measured)
         results[job.key] = MeasureResult(
-            key=job.key, world_size=nproc, step_times_s=[step["step_time_s"] for step in measured],
-            peak_memory_per_rank_bytes=[int(peak)],
-            memory_kind="rank 0: " + ("cuda max allocated" if "cuda_max_allocated_bytes" in measured[0]
-                                      else "host RSS high-water mark"),
+            key=job.key, world_size=nproc, step_times_s=[step["step_s"] for step in measured],
+            peak_memory_per_rank_bytes=[int(peak) for peak in summary[0]["peak_memory_per_rank_bytes"]],
+            memory_kind=summary[0]["memory_kind"],
         )
     elif returncode == 0:
         print(f"backends.run wrote {len(steps)} steps for {job.key}", file=sys.stderr)
     return LaunchOutcome(returncode=returncode, stderr_tail=stderr[-4000:], results=results)
+
+
+def _rows(path: Path, *, whole: bool = False) -> list[dict]:
+    if not path.is_file():
+        return []
+    text = path.read_text(encoding="utf-8")
+    return [json.loads(text)] if whole else [json.loads(line) for line in text.splitlines() if line.strip()]

@@ -1,61 +1,39 @@
 """Run a benchmark matrix on this machine and record every result as it finishes.
 
-Each config runs in its own torchrun job (or, with shared_launch, all configs
-of one GPU count share a job: faster start-up, less isolation) under a
-timeout. An OOM, crash or timeout is recorded as that config's result and the
-matrix goes on. Configs already in the database are skipped, so an
-interrupted matrix resumes where it stopped.
+Each config runs in its own torchrun job of the one runner (backends.run,
+through backends_launch.py) under a timeout. An OOM, crash or timeout is
+recorded as that config's result and the matrix goes on. Configs already in
+the database are skipped, so an interrupted matrix resumes where it stopped.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
-import tempfile
-from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable
 
 from pydantic import BaseModel, Field
 
 from . import backends_launch
 from .environment import RunEnvironment
 from .matrix import BenchmarkMatrix, MatrixEntry
-from .measure import MeasureJob, MeasureResult, unsupported_reason
-from .processes import LaunchOutcome, run_torchrun_command
+from .measure import MeasureJob, MeasureResult
+from .processes import LaunchOutcome
 from .record import RunRecord, RunStatus
 from .store import BenchmarkStore
 
-MINIMAL_RUNNER = "benchmarks_db.measure"
-RunnerChoice = Literal["auto", "backends", "minimal"]
 EXCEPTION_LINE = re.compile(r"^(\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(Error|Exception)): ")
 OOM_MARKERS = ("out of memory", "outofmemoryerror", "cannot allocate memory")
 
 
 class RunSummary(BaseModel):
-    runner: str = MINIMAL_RUNNER
+    runner: str = backends_launch.RUNNER_NAME
     recorded: dict[str, int] = Field(default_factory=dict)  # status -> count
     skipped_done: int = 0
-    skipped_unsupported: list[str] = Field(default_factory=list)
     record_ids: list[str] = Field(default_factory=list)
 
 
 Launcher = Callable[[list[MeasureJob], int, float], LaunchOutcome]
-
-
-def minimal_launch(jobs: list[MeasureJob], nproc: int, timeout_s: float) -> LaunchOutcome:
-    """One torchrun job measuring `jobs` with the minimal loop on `nproc` local ranks."""
-    with tempfile.TemporaryDirectory(prefix="hs-bench-") as scratch:
-        jobs_file = Path(scratch) / "jobs.json"
-        jobs_file.write_text(json.dumps({"jobs": [job.model_dump(mode="json") for job in jobs]}))
-        results_dir = Path(scratch) / "results"
-        results_dir.mkdir()
-        returncode, stderr = run_torchrun_command(["-m", MINIMAL_RUNNER, str(jobs_file), str(results_dir)], nproc,
-                                                  timeout_s)
-        results = {
-            path.stem: MeasureResult.model_validate_json(path.read_text()) for path in results_dir.glob("*.json")
-        }
-    return LaunchOutcome(returncode=returncode, stderr_tail=stderr[-4000:], results=results)
 
 
 def classify_failure(outcome: LaunchOutcome, timeout_s: float) -> tuple[RunStatus, str]:
@@ -75,7 +53,7 @@ def classify_failure(outcome: LaunchOutcome, timeout_s: float) -> tuple[RunStatu
 
 
 def build_record(entry: MatrixEntry, matrix: BenchmarkMatrix, environment: RunEnvironment, status: RunStatus,
-                 result: MeasureResult | None, error: str | None, runner: str = MINIMAL_RUNNER) -> RunRecord:
+                 result: MeasureResult | None, error: str | None, runner: str = backends_launch.RUNNER_NAME) -> RunRecord:
     config = entry.config
     global_batch = config.micro_batch * config.grad_accum * config.data_parallel_size(entry.world_size)
     measured: dict = {}
@@ -113,17 +91,6 @@ def build_record(entry: MatrixEntry, matrix: BenchmarkMatrix, environment: RunEn
     )
 
 
-def choose_runner(runner: RunnerChoice, shared_launch: bool) -> tuple[str, Launcher]:
-    """backends.run (every strategy, one config per job) when present, else the minimal DDP/FSDP loop."""
-    if runner == "backends" or (runner == "auto" and not shared_launch and backends_launch.available()):
-        if shared_launch:
-            from planner.errors import UserInputError
-
-            raise UserInputError("--shared-launch needs the minimal runner (backends.run runs one plan per job)")
-        return backends_launch.RUNNER_NAME, backends_launch.backends_run_launch
-    return MINIMAL_RUNNER, minimal_launch
-
-
 def run_matrix(
     matrix: BenchmarkMatrix,
     store: BenchmarkStore,
@@ -132,54 +99,39 @@ def run_matrix(
     steps: int = 8,
     warmup: int = 2,
     timeout_s: float = 600.0,
-    shared_launch: bool = False,
     retry_failed: bool = False,
-    runner: RunnerChoice = "auto",
     launcher: Launcher | None = None,
     on_progress: Callable[[MatrixEntry, RunStatus], None] | None = None,
     on_start: Callable[[int], None] | None = None,
 ) -> RunSummary:
     """Measure the matrix entries not yet recorded; on_start gets how many will run."""
-    runner_name, chosen = choose_runner(runner, shared_launch)
-    launcher = launcher or chosen
+    runner_name = backends_launch.RUNNER_NAME
+    launcher = launcher or backends_launch.backends_run_launch
     summary = RunSummary(runner=runner_name)
     done = store.done_matrix_keys(retry_failed=retry_failed)
     pending: list[MatrixEntry] = []
     for entry in matrix.entries:
-        reason = unsupported_reason(entry.config) if runner_name == MINIMAL_RUNNER else None
         if entry.key in done:
             summary.skipped_done += 1
-        elif reason:
-            summary.skipped_unsupported.append(f"{entry.label}: {reason}")
         else:
             pending.append(entry)
     if on_start:
         on_start(len(pending))
-    for group in _launch_groups(pending, shared_launch):
-        jobs = [MeasureJob(key=e.key, model=matrix.model, tiny=matrix.tiny, gpu=e.gpu, config=e.config, steps=steps,
-                           warmup=warmup) for e in group]
-        outcome = launcher(jobs, group[0].world_size, timeout_s * len(group))
-        for entry in group:
-            result = outcome.results.get(entry.key)
-            if result is not None and result.error is None:
-                status, error = RunStatus.OK, None
-            elif result is not None:
-                status, error = RunStatus.ERROR, result.error
-            else:
-                status, error = classify_failure(outcome, timeout_s * len(group))
-            record = build_record(entry, matrix, environment, status, result, error, runner_name)
-            store.add(record)  # as each result arrives: an interrupted matrix keeps what it measured
-            summary.recorded[status.value] = summary.recorded.get(status.value, 0) + 1
-            summary.record_ids.append(record.id)
-            if on_progress:
-                on_progress(entry, status)
+    for entry in pending:
+        job = MeasureJob(key=entry.key, model=matrix.model, tiny=matrix.tiny, gpu=entry.gpu, config=entry.config,
+                         steps=steps, warmup=warmup)
+        outcome = launcher([job], entry.world_size, timeout_s)
+        result = outcome.results.get(entry.key)
+        if result is not None and result.error is None:
+            status, error = RunStatus.OK, None
+        elif result is not None:
+            status, error = RunStatus.ERROR, result.error
+        else:
+            status, error = classify_failure(outcome, timeout_s)
+        record = build_record(entry, matrix, environment, status, result, error, runner_name)
+        store.add(record)  # as each result arrives: an interrupted matrix keeps what it measured
+        summary.recorded[status.value] = summary.recorded.get(status.value, 0) + 1
+        summary.record_ids.append(record.id)
+        if on_progress:
+            on_progress(entry, status)
     return summary
-
-
-def _launch_groups(entries: list[MatrixEntry], shared: bool) -> list[list[MatrixEntry]]:
-    if not shared:
-        return [[entry] for entry in entries]
-    by_world: dict[int, list[MatrixEntry]] = {}
-    for entry in entries:
-        by_world.setdefault(entry.world_size, []).append(entry)
-    return list(by_world.values())

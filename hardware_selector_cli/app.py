@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from planner.errors import UserInputError
 
-from . import db, estimate, hardware, models, plan, train
+from . import db, estimate, hardware, models, plan, train, watch
 
 app = typer.Typer(
     name="hardware-selector",
@@ -29,6 +29,7 @@ hardware.register(app)
 estimate.register(app)
 plan.register(app)
 train.register(app)
+watch.register(app)
 db.register(app)
 
 

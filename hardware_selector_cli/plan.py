@@ -18,6 +18,7 @@ from planner.units import format_bytes
 
 from .model_options import ModelOptions, model_options
 from .option_groups import option_group
+from .run_options import RunOptionValues, run_option_values
 from .training_options import ClusterOptions, _choice, cluster_options
 
 ALL_STRATEGIES = "ddp,fsdp,deepspeed,engine"
@@ -88,7 +89,7 @@ def print_plans(result, title: str, explain: bool) -> None:
             table.add_row(
                 str(index),
                 family_label(config),
-                f"{layout.data_parallel}×{layout.tensor_parallel}×{layout.pipeline_parallel}",
+                f"{layout.dp}×{layout.tp}×{layout.pp}",
                 f"{config.micro_batch}×{config.grad_accum}",
                 config.activation_checkpointing.value,
                 _bar(plan.memory.total, plan.memory.gpu_capacity_bytes),
@@ -142,9 +143,11 @@ def register(app: typer.Typer) -> None:
     @app.command("plan")
     @option_group("model", model_options)
     @option_group("cluster", cluster_options)
+    @option_group("run", run_option_values)
     def plan_command(
         model: ModelOptions,
         cluster: ClusterOptions,
+        run: RunOptionValues,
         global_batch: Optional[int] = typer.Option(None, "--global-batch", help="Sequences per optimizer step (micro × accum × dp)."),
         micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Sequences per GPU per micro-step (default: searched)."),
         seq_len: int = typer.Option(2048, "--seq-len", help="Tokens per sequence."),
@@ -162,13 +165,17 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         explain: bool = typer.Option(False, "--explain", help="Reasons and memory sources for every plan shown."),
         emit: Optional[Path] = typer.Option(None, "--emit", help="Write the best plan's run folder here."),
-        force: bool = typer.Option(False, "--force", help="With --emit: overwrite an existing folder."),
+        force: bool = typer.Option(False, "--force", help="With --emit: overwrite an existing folder (a trained run's "
+                                   "state is moved to previous/<time>/, never deleted or resumed)."),
         db: Optional[Path] = typer.Option(None, "--db", help="Benchmark database to calibrate with (default: $HARDWARE_SELECTOR_DB or the cache dir)."),
         no_calibration: bool = typer.Option(False, "--no-calibration", help="Ignore benchmark records: analytical estimates only."),
     ) -> None:
         """Find the fastest (or cheapest) way to train a model on a cluster, and explain it."""
         from planner.search import Objective, PlanRequest, StrategyKind, require_best, search_plans
 
+        if emit is None and run.given():
+            raise UserInputError(f"{', '.join(run.given())} describe the run of an emitted folder; add --emit DIR")
+        run_options = run.to_run_options() if emit is not None else None
         if not 0 <= headroom < 1:
             raise UserInputError(f"--headroom must be in [0, 1), not {headroom}")
         for flag, value in (("--top", top), ("--seq-len", seq_len), ("--global-batch", global_batch), ("--micro-batch", micro_batch)):
@@ -205,8 +212,12 @@ def register(app: typer.Typer) -> None:
             except ImportError:
                 raise UserInputError("--emit needs the run-folder emitters (planner/emit), missing from this install") from None
 
+            from planner.contract.previous_run import previous_run_state
+
             best = require_best(result, f"{spec.name} on {target.world_size} x {target.gpu.name}")
-            written = emit_run_folder(best, emit, force=force)
+            folder = emit.expanduser().resolve()
+            previous = previous_run_state(folder) if force and folder.is_dir() else []
+            written = emit_run_folder(best, emit, force=force, options=run_options)
         if as_json:
             print(json.dumps(plan_document(result), indent=2))
         else:
@@ -215,4 +226,8 @@ def register(app: typer.Typer) -> None:
         if emit is not None:
             import sys
 
-            print(f"wrote {len(written)} files to {emit}", file=sys.stderr if as_json else sys.stdout)
+            stream = sys.stderr if as_json else sys.stdout
+            if previous:
+                kept = sorted((folder / "previous").iterdir())[-1]
+                print(f"moved the previous run's {', '.join(previous)} to {kept} (kept, not resumed)", file=stream)
+            print(f"wrote {len(written)} files to {emit}", file=stream)

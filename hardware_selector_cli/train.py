@@ -1,98 +1,82 @@
-"""`train RUN_DIR`: run an emitted plan under torchrun with the engine its strategy names (backends.run).
+"""`train RUN_DIR [runner options]`: check a run folder, then run it under torchrun with the one runner.
 
-Nothing heavy is imported here: the command checks the folder, builds the
-torchrun command line and hands over; the training processes import torch.
+Every option after the folder that is not the command's own (--nproc,
+--max-restarts, --dry-run) goes to `python -m backends.run` unchanged
+(--data, --steps, --lr, --tiny, ...; see docs/running.md). The options and
+the folder are checked here first, with the runner's own parser and
+reader, so a bad input is one line and exit 2 before any process starts;
+a failure inside the ranks ends in the rank's one line, with torchrun's
+report kept in RUN_DIR/logs/ (launcher_output.py). Nothing heavy is
+imported: the training processes import torch.
 """
 
 from __future__ import annotations
 
-import json
 import shlex
-import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
 from planner.errors import UserInputError
 
 
-def _planned_target(run_dir: Path) -> Any:
-    """plan.json's run block (a RunTarget: processes, layout, device)."""
-    from planner.emit.plan_json import read_plan_file
+def checked_runner_args(run_dir: Path, forwarded: list[str]) -> tuple:
+    """The runner's parsed options for this folder, and the RunSpec they give (one-line errors)."""
+    from backends.runner.folder import load_run_folder
+    from backends.runner.options import override_values, parse_args
+    from planner.contract.run_overrides import overrides_from
 
-    plan_file = run_dir / "plan.json"
-    if not plan_file.is_file():
-        raise UserInputError(f"{run_dir} has no plan.json; emit one with `hardware-selector plan ... --emit {run_dir}`")
     try:
-        return read_plan_file(plan_file.read_text(encoding="utf-8"))[1]
-    except (ValueError, KeyError, TypeError):
-        raise UserInputError(f"{plan_file} is not a plan.json written by `hardware-selector plan --emit`") from None
+        args = parse_args(["--plan", str(run_dir), *forwarded])
+    except SystemExit as exit_:  # argparse already printed its one-line usage error
+        raise typer.Exit(2 if exit_.code else 0) from None
+    spec = load_run_folder(run_dir, overrides_from(override_values(args)), args.strategy)
+    return args, spec
 
 
-def _planned_device(run_dir: Path, target: Any) -> str:
-    """engine.json's device when the folder has one (backends.run uses it), else the plan's."""
-    engine_file = run_dir / "engine.json"
-    try:
-        if engine_file.is_file():
-            return str(json.loads(engine_file.read_text(encoding="utf-8"))["hardware_selector"]["device"])
-    except (ValueError, KeyError, TypeError):
-        pass  # backends.run reports a malformed engine.json with the exact reason
-    return target.device
-
-
-def _check_gpus(device: str, tiny: bool) -> None:
-    if tiny or device != "cuda":
-        return  # with --tiny, backends.run falls back to CPU processes and says so
-    from backends.cpu_distributed import runs_on_cpu_instead  # imports torch: only here, other commands stay fast
-
-    runs_on_cpu_instead("cuda", tiny=False)  # raises the one-line error on a machine without CUDA
-
-
-def torchrun_command(run_dir: Path, *, nproc: int, steps: int, tiny: bool, max_restarts: int, save_every: int,
-                     strategy: Optional[str]) -> list[str]:
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-               f"--max-restarts={max_restarts}", "--standalone", "-m", "backends.run", "--plan", str(run_dir),
-               "--steps", str(steps)]
-    if tiny:
-        command.append("--tiny")
-    if save_every:
-        command += ["--save-every", str(save_every)]
-    if strategy:
-        command += ["--strategy", strategy]
-    return command
+def torchrun_command(run_dir: Path, *, nproc: int, max_restarts: int, forwarded: list[str]) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+            f"--max-restarts={max_restarts}", "--standalone", "-m", "backends.run", "--plan", str(run_dir), *forwarded]
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("train")
+    @app.command("train", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
     def train_command(
+        context: typer.Context,
         run_dir: Path = typer.Argument(..., help="Run folder written by `hardware-selector plan --emit DIR`."),
         nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="Processes on this node (default: the plan's)."),
-        steps: int = typer.Option(10, "--steps", min=1, help="Train until this many optimizer steps."),
-        tiny: bool = typer.Option(False, "--tiny", help="Shrink the model (same architecture) for a smoke run."),
         max_restarts: int = typer.Option(0, "--max-restarts", min=0,
-                                         help="Restart crashed ranks this often (engine runs resume from checkpoints)."),
-        save_every: int = typer.Option(0, "--save-every", min=0, help="Engine: checkpoint every N steps."),
-        strategy: Optional[str] = typer.Option(None, "--strategy", help="Override: engine, ddp, fsdp or deepspeed."),
+                                         help="Restart crashed ranks this often (the run resumes from its checkpoints)."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the torchrun command instead of running it."),
     ) -> None:
-        """Train a planned run folder on this machine (torchrun + backends.run)."""
-        if not run_dir.is_dir():
-            raise UserInputError(f"{run_dir} is not a directory; pass the folder `hardware-selector plan --emit` wrote")
-        if strategy not in (None, "engine", "ddp", "fsdp", "deepspeed"):
-            raise UserInputError(f"--strategy {strategy!r} is not one of engine, ddp, fsdp, deepspeed")
-        target = _planned_target(run_dir)
-        model_parallel = target.tensor_parallel * target.pipeline_parallel
-        if nproc and nproc % model_parallel:
-            raise UserInputError(f"--nproc {nproc} cannot hold this plan's tensor x pipeline parallel layout of "
-                                 f"{model_parallel} ranks; pass a multiple of {model_parallel}")
-        command = torchrun_command(run_dir.resolve(), nproc=nproc or target.nproc_per_node, steps=steps, tiny=tiny,
-                                   max_restarts=max_restarts, save_every=save_every, strategy=strategy)
+        """Train a run folder on this machine: torchrun + the runner (python -m backends.run).
+
+        Runner options (--data, --steps, --lr, --tiny, --strategy, --record, ...) are passed on."""
+        forwarded = list(context.args)
+        args, spec = checked_runner_args(run_dir, forwarded)
+        run = spec.run
+        count = nproc or run.nproc_per_node
+        if count % run.layout.model_parallel:
+            raise UserInputError(f"--nproc {count} cannot hold this plan's tensor x pipeline parallel layout of "
+                                 f"{run.layout.model_parallel} ranks; pass a multiple of {run.layout.model_parallel}")
+        command = torchrun_command(run_dir.resolve(), nproc=count, max_restarts=max_restarts, forwarded=forwarded)
         if dry_run:
             print(shlex.join(command))
             return
-        _check_gpus(_planned_device(run_dir, target), tiny)
-        completed = subprocess.run(command, cwd=Path(__file__).resolve().parent.parent)
-        if completed.returncode:
-            raise typer.Exit(completed.returncode)
+        if run.device == "cuda" and not args.tiny:
+            from backends.cpu_distributed import runs_on_cpu_instead  # imports torch: only here
+
+            runs_on_cpu_instead("cuda", tiny=False)  # the one-line error on a machine without CUDA
+        from backends.runner.preflight import preflight
+
+        preflight(run, tiny=args.tiny)  # data, tokenizer, weights: seconds here instead of after every rank starts
+        from .launcher_output import failure_line, log_path, rank_exit_code, run_logged
+
+        log = log_path(spec.run_dir)
+        code, explained = run_logged(command, cwd=Path(__file__).resolve().parent.parent, log=log)
+        if code and not explained:
+            print(failure_line(code, log), file=sys.stderr)
+        if code:
+            raise typer.Exit(rank_exit_code(code, log))

@@ -148,9 +148,9 @@ def plan_summary(plan: Plan) -> dict[str, Any]:
         }
     elif config.strategy is Strategy.ENGINE:
         summary["engine_config"] = {
-            "data_parallel": layout.data_parallel,
-            "tensor_parallel": layout.tensor_parallel,
-            "pipeline_parallel": layout.pipeline_parallel,
+            "data_parallel": layout.dp,
+            "tensor_parallel": layout.tp,
+            "pipeline_parallel": layout.pp,
             "sequence_parallel": config.sequence_parallel,
             "pipeline_schedule": config.pipeline_schedule.value,
             "virtual_stages": config.virtual_stages,

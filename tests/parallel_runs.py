@@ -160,9 +160,8 @@ def engine_run(model_key: str, dims: ParallelDims, *, zero_stage: int, micro_bat
         "gradient_accumulation_steps": micro_batches,
         "optimizer": {"type": "SGD", "params": {"lr": LR}},
         "zero_optimization": {"stage": zero_stage, "reduce_bucket_size": 5000},
-        "hardware_selector": {"compression": compression, "layout": {
-            "data_parallel": dims.dp, "tensor_parallel": dims.tp, "pipeline_parallel": dims.pp,
-            "sequence_parallel": sequence_parallel, "pipeline_schedule": schedule, "virtual_stages": virtual_stages}},
+        "hardware_selector": {"compression": compression, **layout_block(
+            dims, sequence_parallel=sequence_parallel, pipeline_schedule=schedule, virtual_stages=virtual_stages)},
     }
     engine, *_ = backends.initialize(model=tiny(model_key), config=config)
     parallel = engine.parallel_model
@@ -207,6 +206,14 @@ def exported_vs_reference(engine, directory: str, reference: dict[str, torch.Ten
             "exported_keys": keys, "reference_keys": sorted(reference)}
 
 
+def layout_block(dims: ParallelDims, *, sequence_parallel: bool = False, pipeline_schedule: str = "1f1b",
+                 virtual_stages: int | None = None) -> dict:
+    """engine.json's hardware_selector layout keys: the ParallelDims, the schedule and sequence parallelism."""
+    chunks = virtual_stages or (2 if pipeline_schedule == "interleaved-1f1b" and dims.pp > 1 else 1)
+    return {"layout": dims.model_copy(update={"virtual_stages": chunks}).model_dump(mode="json"),
+            "sequence_parallel": sequence_parallel, "pipeline_schedule": pipeline_schedule}
+
+
 def resume_config(dims: ParallelDims, *, fp16: bool = False, **layout: object) -> dict:
     return {
         "train_micro_batch_size_per_gpu": 4 // dims.dp // 2, "gradient_accumulation_steps": 2,
@@ -215,8 +222,7 @@ def resume_config(dims: ParallelDims, *, fp16: bool = False, **layout: object) -
                                                      "warmup_num_steps": 4}},
         # The scale doubles after every clean step, so a scaler that is not restored shows.
         "fp16": {"enabled": fp16, "initial_scale_power": 4, "loss_scale_window": 1},
-        "hardware_selector": {"layout": {"data_parallel": dims.dp, "tensor_parallel": dims.tp,
-                                         "pipeline_parallel": dims.pp, **layout}},
+        "hardware_selector": layout_block(dims, **layout),  # type: ignore[arg-type]
     }
 
 
@@ -248,7 +254,7 @@ def engine_fp16_overflow_run() -> dict:
     config = {
         "train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "SGD", "params": {"lr": LR}},
         "zero_optimization": {"stage": 1}, "fp16": {"enabled": True, "initial_scale_power": 8, "hysteresis": 1},
-        "hardware_selector": {"layout": {"data_parallel": 1, "tensor_parallel": 2}},
+        "hardware_selector": {"layout": {"dp": 1, "tp": 2}},
     }
     engine, *_ = backends.initialize(model=tiny("llama"), config=config)
     skipped, scales = [], []

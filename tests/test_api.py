@@ -23,7 +23,7 @@ def test_distributed_training_config_has_the_documented_keys_and_the_typed_plan(
     assert config["gpu_count"] == 8 and config["global_batch_size"] == 16
     plan = config["plan"]
     assert isinstance(plan, Plan)
-    dp = plan.layout.data_parallel
+    dp = plan.layout.dp
     assert config["per_gpu_batch_size"] * config["gradient_accumulation_steps"] * dp == 16
     assert config["mixed_precision"] in ("bf16", "fp16", "no")
     assert isinstance(config["gradient_checkpointing"], bool)

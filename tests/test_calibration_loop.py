@@ -55,11 +55,11 @@ def test_calibrated_planner_ranks_configs_like_the_measurements(tmp_path):
     matrix = generate_matrix(
         spec, hardware="cpu", gpu="cpu", gpu_note="this machine", gpu_counts=[2], gpus_per_node=2,
         strategies=["ddp", "fsdp", "fsdp-grad-op"], micro_batches=[1, 2, 4], checkpointing=["none"],
-        seq_len=128, precision="fp32", tiny=True,
+        seq_len=32, precision="fp32", tiny=True,
     )
     assert len(matrix.entries) == 9
     store = BenchmarkStore(tmp_path / "loop.duckdb")
-    summary = run_matrix(matrix, store, current_environment(), steps=4, warmup=1, timeout_s=120, shared_launch=True)
+    summary = run_matrix(matrix, store, current_environment(), steps=4, warmup=1, timeout_s=120)
     assert summary.recorded == {"ok": 9}, store.runs()[0].error
 
     records = {record.matrix_key: record for record in store.runs()}

@@ -10,7 +10,7 @@ import pytest
 
 from planner.emit import emit_run_folder
 from planner.emit.deepspeed_json import deepspeed_config
-from planner.emit.target import run_target
+from planner.emit.target import run_config as run_target
 from planner.emit.training_args import training_args_json_document
 from planner.errors import UserInputError
 from planner.memory.buffers import deepspeed_bucket_sizes
@@ -148,7 +148,7 @@ def test_decoder_layer_table_matches_transformers():
 
 @pytest.mark.parametrize("tp,pp,zero", [(2, 1, 1), (1, 2, 0), (2, 2, 1)])
 def test_engine_json_is_accepted_by_the_engine(tp, pp, zero, tmp_path):
-    from backends.config import load_engine_config
+    from planner.contract.engine_config import load_engine_config
 
     plan = make_plan("llama-2-7b", gpu="a100-80gb", gpus_per_node=8, nodes=1, strategy="engine",
                      tensor_parallel=tp, pipeline_parallel=pp, zero_stage=zero, precision="bf16-mixed",
@@ -156,7 +156,7 @@ def test_engine_json_is_accepted_by_the_engine(tp, pp, zero, tmp_path):
     emit_run_folder(plan, tmp_path / "run")
     config = load_engine_config(tmp_path / "run" / "engine.json")
     block = config.hardware_selector
-    assert (block.layout.data_parallel, block.layout.tensor_parallel, block.layout.pipeline_parallel) == (8 // (tp * pp), tp, pp)
+    assert (block.layout.dp, block.layout.tp, block.layout.pp) == (8 // (tp * pp), tp, pp)
     assert config.train_batch_size == plan.global_batch
     assert block.device == "cuda" and block.dist_backend == "nccl"
     assert block.model.hf_config["model_type"] == "llama"

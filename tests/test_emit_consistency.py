@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from backends.config import load_engine_config
+from planner.contract.engine_config import load_engine_config
+from planner.contract.layout import ParallelDims
 from planner.emit import render_run_folder
-from planner.emit.target import run_target
+from planner.emit.target import run_config as run_target
 from planner.errors import UserInputError
 
 from emit_plans import make_plan
@@ -64,7 +65,7 @@ def test_emitted_files_agree(plan_and_target):
     strategy = plan.config.strategy.value
 
     run = json.loads(files["plan.json"])["run"]
-    assert (run["micro_batch"], run["grad_accum"], run["data_parallel"]) == (micro, accum, dp)
+    assert (run["micro_batch"], run["grad_accum"], run["layout"]["dp"]) == (micro, accum, dp)
     assert run["nproc_per_node"] * run["num_nodes"] == world and run["precision"] == plan.config.precision.value
     on_cpu = plan.cluster.gpu.kind == "cpu"
     assert (run["device"], run["dist_backend"]) == (("cpu", "gloo") if on_cpu else ("cuda", "nccl"))
@@ -87,11 +88,13 @@ def test_emitted_files_agree(plan_and_target):
         engine = json.loads(files["engine.json"])
         load_engine_config(engine)  # the engine accepts every emitted engine.json (unknown keys are errors)
         layout = engine["hardware_selector"]["layout"]
-        assert layout["data_parallel"] * layout["tensor_parallel"] * layout["pipeline_parallel"] == world
+        # the one ParallelDims value, stored in both files
+        assert ParallelDims.model_validate(layout) == ParallelDims.model_validate(run["layout"])
+        assert layout["dp"] * layout["tp"] * layout["pp"] == world
         assert (engine["train_batch_size"], engine["train_micro_batch_size_per_gpu"], engine["gradient_accumulation_steps"]) == (
             micro * accum * dp, micro, accum)
         assert (engine["fp16"]["enabled"], engine["bf16"]["enabled"]) == (fp16, bf16)
-        assert "accelerate_config.yaml" not in files and "training_args.json" not in files
+        assert "training_args.json" not in files
     else:
         accelerate = yaml.safe_load(files["accelerate_config.yaml"])
         assert (accelerate["num_processes"], accelerate["num_machines"]) == (world, plan.cluster.num_nodes)

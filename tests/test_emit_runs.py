@@ -1,11 +1,12 @@
-"""Every launch form of an emitted run folder completes a run (CPU, gloo, 2 processes, tiny GPT-2, 3 steps).
+"""Every launch form of an emitted run folder runs the one runner and trains the same run (CPU, gloo, 2 processes).
 
-The reference is a single-process run of the same model on the same samples:
-DDP, DeepSpeed ZeRO-1 (torchrun), ZeRO-2 (DeepSpeed launcher), ZeRO-3 (accelerate
-launch, which starts torchrun's agent) and accelerate FSDP2 must reproduce
-its per-micro-step losses, since all of them compute the same averaged
-gradient and the same AdamW update. The HF Trainer shuffles its data, so its
-two runs (DeepSpeed, FSDP) are compared with each other.
+launch.sh under torchrun (one node, and two "nodes" on the loopback), the
+DeepSpeed launcher and `accelerate launch` all start `python -m backends.run`;
+each must reproduce the single-process HF reference of the same checkpoint,
+data and steps (tests/runner_reference.py). The HF Trainer door (--trainer)
+runs the folder's own training_args.json on the same blocks; its two runs
+(DeepSpeed ZeRO-2, FSDP) follow the same data and update rule, so they agree
+with each other.
 """
 
 from __future__ import annotations
@@ -17,139 +18,104 @@ from pathlib import Path
 
 import pytest
 
-from planner.emit import emit_run_folder
-
-from distributed import cpu_env, free_port
-from emit_plans import make_plan
+from planner.contract.run_config import DataConfig, Hyperparameters
+from planner.emit import RunOptions, emit_run_folder
+from tests.distributed import cpu_env, free_port
+from tests.emit_plans import make_plan
+from tests.local_model import make_local_gpt2
+from tests.runner_reference import hf_reference_losses
 
 STEPS = 3
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module")
+def user(tmp_path_factory):
+    root = tmp_path_factory.mktemp("launch")
+    model_dir, corpus = make_local_gpt2(root / "user")
+    options = RunOptions(data=DataConfig(train=[str(corpus)]),
+                         optim=Hyperparameters(max_steps=STEPS, learning_rate=1e-3, warmup_steps=1))
+    return root, model_dir, options
+
+
+def _emit(user, name: str, **fields) -> Path:
+    root, model_dir, options = user
+    run_dir = root / name
+    emit_run_folder(make_plan(str(model_dir), seq_len=64, micro_batch=2, grad_accum=2, **fields), run_dir,
+                    options=options)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def reference(user):
+    return hf_reference_losses(_emit(user, "reference", strategy="ddp"), STEPS)
+
+
 def _launch(run_dir: Path, *args: str, env: dict[str, str] | None = None) -> dict:
-    """bash launch.sh --tiny --steps 3 ...; returns rank 0's TRAIN_RESULT."""
-    completed = subprocess.run(
-        ["bash", str(run_dir / "launch.sh"), "--tiny", "--steps", str(STEPS), *args],
-        env=cpu_env({"MASTER_PORT": str(free_port()), **(env or {})}), capture_output=True, text=True, timeout=400,
-    )
+    """bash launch.sh ...; returns rank 0's RUN_RESULT."""
+    completed = subprocess.run(["bash", str(run_dir / "launch.sh"), *args],
+                               env=cpu_env({"MASTER_PORT": str(free_port()), **(env or {})}), capture_output=True,
+                               text=True, timeout=400)
     return _result(completed)
 
 
 def _result(completed: subprocess.CompletedProcess) -> dict:
-    lines = [line for line in completed.stdout.splitlines() if line.startswith("TRAIN_RESULT ")]
+    lines = [line for line in completed.stdout.splitlines() if line.startswith("RUN_RESULT ")]
     if completed.returncode != 0 or len(lines) != 1:
-        raise AssertionError(f"exit {completed.returncode}\n--- stdout\n{completed.stdout[-4000:]}\n--- stderr\n{completed.stderr[-6000:]}")
-    return json.loads(lines[0].removeprefix("TRAIN_RESULT "))
+        raise AssertionError(f"exit {completed.returncode}\n--- stdout\n{completed.stdout[-4000:]}\n--- stderr\n"
+                             f"{completed.stderr[-6000:]}")
+    return json.loads(lines[0].removeprefix("RUN_RESULT "))
 
 
-@pytest.fixture(scope="module")
-def reference_losses() -> list[float]:
-    """Rank 0's losses of a 2-rank data-parallel run, computed in one process."""
-    import torch
-
-    from backends.data import SyntheticTokens, micro_batches
-    from backends.model_factory import build_causal_lm, catalog_config, tiny_config
-    from planner.emit.target import ADAM_BETAS, ADAM_EPS, GRADIENT_CLIPPING, LEARNING_RATE, WEIGHT_DECAY
-
-    world, micro, accum, seq = 2, 1, 2, 32
-    config = tiny_config(catalog_config("gpt2"))
-    model = build_causal_lm(config, seed=0)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, betas=ADAM_BETAS, eps=ADAM_EPS,
-                                  weight_decay=WEIGHT_DECAY)
-    tokens = SyntheticTokens(STEPS * accum * micro * world, seq, config["vocab_size"], seed=0)
-    streams = [micro_batches(tokens, micro_batch=micro, rank=r, world=world, seed=0, shuffle=False) for r in range(world)]
-    losses = []
-    for _ in range(STEPS):
-        for _ in range(accum):
-            for rank, stream in enumerate(streams):
-                batch = next(stream)
-                loss = model(input_ids=batch, labels=batch).loss
-                (loss / (accum * world)).backward()
-                if rank == 0:
-                    losses.append(loss.item())
-        torch.nn.utils.clip_grad_norm_(model.parameters(), GRADIENT_CLIPPING)
-        optimizer.step()
-        optimizer.zero_grad()
-    return losses
+def _losses(run_dir: Path) -> list[float]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [row["loss"] for row in rows if row["kind"] == "train"]
 
 
-def _assert_matches(result: dict, reference: list[float]) -> None:
-    assert result["steps"] == STEPS and result["world_size"] == 2 and result["global_batch"] == 4
-    assert result["losses"] == pytest.approx(reference, abs=2e-4)
-
-
-def test_ddp_torchrun_and_multi_node_loopback(tmp_path, reference_losses):
-    single = tmp_path / "ddp"
-    emit_run_folder(make_plan(strategy="ddp"), single)
+def test_torchrun_one_node_and_two_nodes_on_the_loopback(user, reference):
+    single = _emit(user, "ddp", strategy="ddp")
     result = _launch(single)
-    assert result["mode"] == "ddp" and result["wrapper"] == "DistributedDataParallel"
-    _assert_matches(result, reference_losses)
+    assert (result["strategy"], result["world_size"], result["global_batch"]) == ("ddp", 2, 8)
+    assert _losses(single) == pytest.approx(reference, rel=1e-4)
 
-    # Two "nodes" of one process each, started with the emitted multi-node command.
-    nodes = tmp_path / "two nodes"
-    emit_run_folder(make_plan(strategy="ddp", gpus_per_node=1, nodes=2), nodes)
+    nodes = _emit(user, "two nodes", strategy="ddp", gpus_per_node=1, nodes=2)
     port = str(free_port())
-    command = ["bash", str(nodes / "launch.sh"), "--tiny", "--steps", str(STEPS)]
-    procs = [
-        subprocess.Popen(command, env=cpu_env({"NODE_RANK": str(rank), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for rank in (0, 1)
-    ]
+    command = ["bash", str(nodes / "launch.sh")]
+    procs = [subprocess.Popen(command, env=cpu_env({"NODE_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
+                                                    "MASTER_PORT": port}),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
     outputs = [proc.communicate(timeout=400) for proc in procs]
-    completed = [subprocess.CompletedProcess(command, proc.returncode, out, err) for proc, (out, err) in zip(procs, outputs)]
+    completed = [subprocess.CompletedProcess(command, proc.returncode, out, err)
+                 for proc, (out, err) in zip(procs, outputs)]
     assert completed[1].returncode == 0, completed[1].stderr[-4000:]
-    _assert_matches(_result(completed[0]), reference_losses)
+    assert _result(completed[0])["world_size"] == 2
+    assert _losses(nodes) == pytest.approx(reference, rel=1e-4)
 
 
-def test_deepspeed_zero_stages(tmp_path, reference_losses):
-    """ZeRO-1 under torchrun, ZeRO-2 under the DeepSpeed launcher; ZeRO-3 runs under accelerate below."""
+def test_deepspeed_launcher_and_accelerate_launch_start_the_runner(user, reference, tmp_path):
     extensions = tmp_path / "torch_extensions"
-    env = {"TORCH_EXTENSIONS_DIR": str(extensions)}
-    for stage, launcher in ((1, "torchrun"), (2, "deepspeed")):
-        run_dir = tmp_path / f"zero{stage}"
-        emit_run_folder(make_plan(strategy="deepspeed", zero_stage=stage), run_dir)
-        result = _launch(run_dir, env={**env, "LAUNCHER": launcher})
-        assert (result["mode"], result["zero_stage"], result["optimizer_steps"]) == ("deepspeed", stage, STEPS)
-        _assert_matches(result, reference_losses)
+    zero2 = _emit(user, "zero2", strategy="deepspeed", zero_stage=2)
+    result = _launch(zero2, env={"TORCH_EXTENSIONS_DIR": str(extensions)})  # the plan's launcher: deepspeed
+    assert result["strategy"] == "deepspeed" and _losses(zero2) == pytest.approx(reference, rel=1e-4)
     assert not extensions.exists() or not any(extensions.iterdir())  # nothing was compiled
 
-
-def test_accelerate_launch_fsdp_and_deepspeed(tmp_path, reference_losses):
-    fsdp = tmp_path / "fsdp"
-    emit_run_folder(make_plan(strategy="fsdp"), fsdp)
-    result = _launch(fsdp)  # the plan's launcher: accelerate launch --config_file
-    assert (result["mode"], result["distributed_type"], result["wrapper"]) == ("accelerate", "FSDP", "FSDPGPT2LMHeadModel")
-    _assert_matches(result, reference_losses)
-
-    zero3 = tmp_path / "zero3"
-    emit_run_folder(make_plan(strategy="deepspeed", zero_stage=3), zero3)
-    result = _launch(zero3, env={"LAUNCHER": "accelerate", "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")})
-    assert (result["mode"], result["distributed_type"], result["wrapper"]) == ("accelerate", "DEEPSPEED", "DeepSpeedEngine")
-    assert result["zero_stage"] == 3 and not (tmp_path / "ext").exists()
-    _assert_matches(result, reference_losses)
+    fsdp = _emit(user, "fsdp", strategy="fsdp")
+    result = _launch(fsdp, env={"LAUNCHER": "accelerate"})
+    assert result["strategy"] == "fsdp" and _losses(fsdp) == pytest.approx(reference, rel=1e-4)
 
 
-def test_accelerate_launch_ddp_plan(tmp_path, reference_losses):
-    """DDP plans' YAML too: accelerate starts torchrun and wraps the model in DDP (MULTI_CPU on gloo here)."""
-    ddp = tmp_path / "ddp"
-    emit_run_folder(make_plan(strategy="ddp"), ddp)
-    result = _launch(ddp, env={"LAUNCHER": "accelerate"})
-    assert (result["mode"], result["wrapper"]) == ("accelerate", "DistributedDataParallel")
-    _assert_matches(result, reference_losses)
-
-
-def test_hf_trainer_with_deepspeed_and_fsdp_plans(tmp_path):
+def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans(user):
     results = {}
-    for name, fields in (("deepspeed", {"strategy": "deepspeed", "zero_stage": 2}), ("fsdp", {"strategy": "fsdp"})):
-        run_dir = tmp_path / name
-        emit_run_folder(make_plan(**fields), run_dir)
-        results[name] = _launch(run_dir, "--mode", "trainer", env={"LAUNCHER": "torchrun"})
-        assert results[name]["optimizer_steps"] == STEPS and results[name]["world_size"] == 2
-    assert results["deepspeed"]["distributed_type"] == "DEEPSPEED" and results["deepspeed"]["wrapper"] == "DeepSpeedEngine"
-    assert results["fsdp"]["distributed_type"] == "FSDP" and results["fsdp"]["wrapper"] == "FSDPGPT2LMHeadModel"
+    for name, fields in (("trainer-deepspeed", {"strategy": "deepspeed", "zero_stage": 2}),
+                         ("trainer-fsdp", {"strategy": "fsdp"})):
+        run_dir = _emit(user, name, **fields)
+        results[name] = _launch(run_dir, "--trainer", env={"LAUNCHER": "torchrun"})
+        assert results[name]["steps"] == STEPS and results[name]["world_size"] == 2
+        assert (run_dir / "final" / "model.safetensors").is_file() and (run_dir / "final" / "tokenizer.json").is_file()
+    assert results["trainer-deepspeed"]["distributed_type"] == "DEEPSPEED"
+    assert results["trainer-fsdp"]["distributed_type"] == "FSDP"
     # Same seed, same sampler, same update: the two backends log the same losses.
-    assert results["deepspeed"]["losses"] == pytest.approx(results["fsdp"]["losses"], abs=2e-4)
-    assert len(results["fsdp"]["losses"]) == STEPS
+    assert results["trainer-deepspeed"]["losses"] == pytest.approx(results["trainer-fsdp"]["losses"], rel=1e-4)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from planner.emit import emit_run_folder
-from planner.emit.launch_scripts import example_script_path
 from planner.emit.slurm import slurm_sbatch
-from planner.emit.target import run_target
+from planner.emit.target import run_config as run_target
 
 from emit_plans import make_plan
 
@@ -50,19 +49,21 @@ def _run_launch(run_dir: Path, fake: Path, record: Path, **env: str) -> list[str
 
 
 def test_launch_commands_are_exact_and_quoted(tmp_path, recorder):
+    """Every launcher starts the one runner module (the DeepSpeed launcher with its --module flag)."""
     record = tmp_path / "argv"
-    script = str(example_script_path())
     ds_dir = tmp_path / HOSTILE_NAME
     emit_run_folder(make_plan(strategy="deepspeed", zero_stage=2), ds_dir)
     run = str(ds_dir.resolve())
-    tail = [script, "--plan", run, "--tiny", "--steps", "3"]
+    arguments = ["--plan", run, "--tiny", "--steps", "3"]
+    tail = ["-m", "backends.run", *arguments]
     assert subprocess.run(["bash", "-n", str(ds_dir / "launch.sh")]).returncode == 0
 
     assert _run_launch(ds_dir, recorder, record) == [
-        "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_port", "29500", *tail]
+        "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_port", "29500", "--module", "backends.run",
+        *arguments]
     assert _run_launch(ds_dir, recorder, record, NNODES="3", MASTER_ADDR="10.1.2.3") == [
         "-m", "deepspeed.launcher.runner", "--hostfile", f"{run}/hostfile", "--num_nodes", "3", "--num_gpus", "2",
-        "--master_addr", "10.1.2.3", "--master_port", "29500", *tail]
+        "--master_addr", "10.1.2.3", "--master_port", "29500", "--module", "backends.run", *arguments]
     assert _run_launch(ds_dir, recorder, record, LAUNCHER="torchrun") == [
         "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", *tail]
     assert _run_launch(ds_dir, recorder, record, LAUNCHER="torchrun", NNODES="2", NODE_RANK="1",
@@ -99,6 +100,7 @@ FAKE_SLURM = {
 
 @pytest.mark.parametrize("strategy", ["deepspeed", "fsdp"])
 def test_slurm_sbatch_rendezvous(strategy, tmp_path, recorder):
+    """One task per node, torchrun's c10d rendezvous on the first node, the runner for every strategy."""
     plan = make_plan(strategy=strategy, nodes=2, **({"zero_stage": 3} if strategy == "deepspeed" else {}))
     run_dir = tmp_path / HOSTILE_NAME
     emit_run_folder(plan, run_dir)
@@ -121,41 +123,53 @@ def test_slurm_sbatch_rendezvous(strategy, tmp_path, recorder):
     env = {**os.environ, "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}", "RECORD_FILE": str(record),
            "SLURM_JOB_NODELIST": "node-[a-b]", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_ID": "4242"}
     subprocess.run(["bash", str(runnable)], check=True, env=env, timeout=60)
-    run, script = str(run_dir.resolve()), str(example_script_path())
-    if strategy == "fsdp":
-        expected = ["-m", "accelerate.commands.launch", "--config_file", f"{run}/accelerate_config.yaml",
-                    "--num_processes", "4", "--num_machines", "2", "--machine_rank", "0",
-                    "--main_process_ip", "10.9.8.7", "--main_process_port", "29500", script, "--plan", run]
-    else:
-        expected = ["-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2", "--rdzv-id=4242",
-                    "--rdzv-backend=c10d", "--rdzv-endpoint=10.9.8.7:29500", script, "--plan", run]
+    run = str(run_dir.resolve())
+    expected = ["-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2", "--rdzv-id=4242",
+                "--rdzv-backend=c10d", "--rdzv-endpoint=10.9.8.7:29500", "-m", "backends.run", "--plan", run]
     assert _recorded(record) == expected
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
 
 
 def test_plan_json_round_trips(tmp_path):
-    from planner.emit.plan_json import read_plan_file
+    from planner.contract.plan_file import read_plan_file
+    from planner.contract.schema import SCHEMA_VERSION
 
     plan = make_plan(strategy="fsdp")
     written = plan.emit(tmp_path / "run")  # Plan.emit is emit_run_folder
     assert {path.name for path in written} == {path.name for path in (tmp_path / "run").iterdir()}
-    text = (tmp_path / "run" / "plan.json").read_text()
-    again, target = read_plan_file(text)
+    again, target = read_plan_file(tmp_path / "run")
     assert again == plan and target == run_target(plan)
-    document = json.loads(text)
-    assert document["schema_version"] == 1 and document["plan_file_schema_version"] == 1
+    document = json.loads((tmp_path / "run" / "plan.json").read_text())
+    assert document["schema_version"] == SCHEMA_VERSION and document["run"]["schema_version"] == SCHEMA_VERSION
+    assert document["run"]["layout"] == plan.layout.model_dump(mode="json")  # the one ParallelDims value
     assert document["estimate_sources"]["memory"]["activations"].startswith("formula:")
 
 
-def test_train_script_refuses_bad_input(tmp_path):
-    """One line, exit code 2: no launcher, or no run folder."""
+@pytest.mark.parametrize("edit, expected", [
+    (lambda d: d.update(schema_version=1), "written by an older hardware-selector"),
+    (lambda d: d["run"].update(schema_version=99), "newer than this hardware-selector"),
+    (lambda d: d.pop("run"), "is not a plan.json written by"),
+    (lambda d: d["run"].update(micro_batch=0), "'micro_batch'"),
+])
+def test_a_plan_json_that_cannot_be_read_is_one_line(tmp_path, edit, expected):
+    from planner.contract.plan_file import read_plan_file
+    from planner.errors import UserInputError
+
+    make_plan(strategy="ddp").emit(tmp_path)
+    document = json.loads((tmp_path / "plan.json").read_text())
+    edit(document)
+    (tmp_path / "plan.json").write_text(json.dumps(document))
+    with pytest.raises(UserInputError, match=expected) as caught:
+        read_plan_file(tmp_path)
+    assert "\n" not in str(caught.value)
+
+
+def test_runner_refuses_bad_input_in_one_line(tmp_path):
+    """One line on stderr, exit code 2: no run folder, or no plan.json in it."""
     import sys
 
-    script = str(example_script_path())
-    env = {key: value for key, value in os.environ.items() if key != "WORLD_SIZE"}
-    for extra_env, plan_dir, expected in (({}, tmp_path, "through a launcher"),
-                                          ({"WORLD_SIZE": "1"}, tmp_path / "missing", "plan.json not found")):
-        completed = subprocess.run([sys.executable, script, "--plan", str(plan_dir)], env={**env, **extra_env},
-                                   capture_output=True, text=True, timeout=120)
-        assert completed.returncode == 2 and expected in completed.stderr
+    for plan_dir, expected in ((tmp_path / "missing", "is not a directory"), (tmp_path, "has no plan.json")):
+        completed = subprocess.run([sys.executable, "-m", "backends.run", "--plan", str(plan_dir)],
+                                   capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent.parent)
+        assert completed.returncode == 2 and expected in completed.stderr, completed.stderr
         assert len(completed.stderr.strip().splitlines()) == 1

@@ -1,4 +1,4 @@
-"""engine.json parsing (contract item 6), the loss scaler against DeepSpeed's, DeepSpeed's LR schedules."""
+"""engine.json parsing (planner/contract/engine_config.py), the loss scaler against DeepSpeed's, DeepSpeed's LR schedules."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from backends.config import EngineConfig, load_engine_config
+from planner.contract.engine_config import EngineConfig, load_engine_config
 from backends.mixed_precision import LossScaler
 from planner.errors import UserInputError
 
@@ -20,11 +20,10 @@ CONTRACT_EXAMPLE = {
     "fp16": {"enabled": False, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
              "hysteresis": 2, "min_loss_scale": 1},
     "bf16": {"enabled": True}, "gradient_clipping": 1.0, "steps_per_print": 10,
-    "hardware_selector": {"schema_version": 1, "model": {"name": "gpt2", "hf_config": {"model_type": "gpt2"}},
+    "hardware_selector": {"schema_version": 2, "model": {"name": "gpt2", "hf_config": {"model_type": "gpt2"}},
                           "seq_len": 1024, "device": "cpu", "dist_backend": "gloo", "activation_checkpointing": "full",
-                          "layout": {"data_parallel": 2, "tensor_parallel": 1, "pipeline_parallel": 1,
-                                     "sequence_parallel": False, "pipeline_schedule": "1f1b", "virtual_stages": 1,
-                                     "stage_split": None}},
+                          "layout": {"dp": 2, "tp": 1, "pp": 1, "virtual_stages": 1, "stage_layers": None},
+                          "sequence_parallel": False, "pipeline_schedule": "1f1b"},
 }
 
 
@@ -50,7 +49,8 @@ def test_the_same_file_is_a_valid_deepspeed_config(monkeypatch):
 @pytest.mark.parametrize("bad, fragment", [
     ({"zero_optimization": {"stage": 2, "stage3_max_live_parameters": 1}}, "zero_optimization.stage3_max_live_parameters"),
     ({"optimizer": {"type": "Lamb"}}, "optimizer.type"),
-    ({"hardware_selector": {"layout": {"data_parallel": 2, "experts": 2}}}, "hardware_selector.layout.experts"),
+    ({"hardware_selector": {"layout": {"dp": 2, "experts": 2}}}, "hardware_selector.layout.experts"),
+    ({"hardware_selector": {"schema_version": 1}}, "re-emit the run folder"),
     ({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, "at most one"),
     ({"scheduler": {"type": "WarmupDecayLR", "params": {}}}, "total_num_steps"),
     ({"amp": {"enabled": True}}, "'amp'"),
@@ -105,7 +105,7 @@ def test_lr_schedules_match_deepspeed():
     import torch
     from deepspeed.runtime import lr_schedules
 
-    from backends.config import SchedulerBlock
+    from planner.contract.engine_config import SchedulerBlock
     from backends.schedulers import WarmupSchedule
 
     cases = [

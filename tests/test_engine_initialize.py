@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import backends
-from backends.config import load_engine_config
+from planner.contract.engine_config import load_engine_config
 from planner.errors import UserInputError
 
 
@@ -38,14 +38,14 @@ def recorded(monkeypatch):
     return events
 
 
-def _config(**layout):
-    return {"hardware_selector": {"device": "cuda", "dist_backend": "nccl", "layout": layout}}
+def _config(pipeline_schedule="1f1b", **layout):
+    return {"hardware_selector": {"device": "cuda", "dist_backend": "nccl", "layout": layout,
+                                  "pipeline_schedule": pipeline_schedule}}
 
 
 def test_pipeline_layout_is_sharded_on_the_host_and_gets_the_plans_virtual_stages(recorded):
     backends.initialize(model=torch.nn.Linear(2, 2), config=_config(
-        data_parallel=1, tensor_parallel=2, pipeline_parallel=2, pipeline_schedule="interleaved-1f1b",
-        virtual_stages=3))
+        dp=1, tp=2, pp=2, pipeline_schedule="interleaved-1f1b", virtual_stages=3))
     assert ("model.cuda",) not in recorded
     (_, dims, kwargs), = [event for event in recorded if event[0] == "parallelize"]
     assert (dims.dp, dims.tp, dims.pp) == (1, 2, 2)
@@ -53,13 +53,13 @@ def test_pipeline_layout_is_sharded_on_the_host_and_gets_the_plans_virtual_stage
 
 
 def test_without_tp_or_pp_initialize_moves_the_model_itself(recorded):
-    backends.initialize(model=torch.nn.Linear(2, 2), config=_config(data_parallel=4))
+    backends.initialize(model=torch.nn.Linear(2, 2), config=_config(dp=4))
     assert recorded == [("set_device", 0), ("model.cuda",)]
 
 
 def test_virtual_stages_need_the_interleaved_schedule():
     with pytest.raises(UserInputError, match="virtual_stages 2 needs pipeline_schedule 'interleaved-1f1b'"):
-        load_engine_config({"hardware_selector": {"layout": {"pipeline_parallel": 2, "virtual_stages": 2}}})
+        load_engine_config({"hardware_selector": {"layout": {"pp": 2, "virtual_stages": 2}}})
 
 
 def test_compression_comes_from_our_key_or_deepspeeds_communication_data_type():

@@ -31,7 +31,7 @@ def test_plan_json_has_best_candidates_and_rejected_with_full_plans(capsys):
     for plan in document["candidates"]:
         assert plan["strategy"] and plan["reasons"]
         config = TrainingConfig.model_validate(plan["config"])  # the full config round-trips
-        dp = plan["layout"]["data_parallel"]
+        dp = plan["layout"]["dp"]
         assert config.micro_batch * config.grad_accum * dp == 1024
         assert plan["memory"]["fits"] and plan["memory"]["per_gpu_bytes"]["total"] > 0
         for key in ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "hfu"):

@@ -11,7 +11,8 @@ from benchmarks_db.environment import current_environment
 from benchmarks_db.matrix import generate_matrix
 from benchmarks_db.measure import MeasureResult
 from benchmarks_db.processes import LaunchOutcome
-from benchmarks_db.runner import minimal_launch, run_matrix
+from benchmarks_db.backends_launch import backends_run_launch
+from benchmarks_db.runner import run_matrix
 from benchmarks_db.store import BenchmarkStore
 from planner.model_catalog import find_model
 
@@ -139,7 +140,7 @@ def test_a_job_past_its_timeout_is_killed(tmp_path):
 
     job = MeasureJob(key="slow", model="gpt2", tiny=True, config=matrix.entries[0].config, steps=100000)
     before = _measuring_processes()
-    outcome = minimal_launch([job], nproc=1, timeout_s=3)
+    outcome = backends_run_launch([job], nproc=1, timeout_s=8)
     assert outcome.returncode is None and outcome.results == {}
     assert _measuring_processes() <= before  # the rank (in a session of its own) died with torchrun
 
@@ -149,7 +150,7 @@ def _measuring_processes() -> set[int]:
 
     found = set()
     for process in psutil.process_iter(["pid", "cmdline"]):
-        if "benchmarks_db.measure" in " ".join(process.info["cmdline"] or []):
+        if "backends.run" in " ".join(process.info["cmdline"] or []):
             found.add(process.info["pid"])
     return found
 

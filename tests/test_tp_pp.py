@@ -107,11 +107,18 @@ def test_plan_stage_split_per_rank_becomes_interleaved_chunks():
 
 
 def test_parallel_dims_checks_world_and_node():
-    ParallelDims(dp=2, tp=2, pp=1).check(4, gpus_per_node=8)
+    from pydantic import ValidationError
+
+    from backends.parallel_dims import check_fits
+
+    check_fits(ParallelDims(dp=2, tp=2, pp=1), 4, gpus_per_node=8)
     with pytest.raises(UserInputError, match="launch 8 ranks"):
-        ParallelDims(dp=2, tp=2, pp=2).check(4)
+        check_fits(ParallelDims(dp=2, tp=2, pp=2), 4)
     with pytest.raises(UserInputError, match="inside a node"):
-        ParallelDims(dp=1, tp=3).check(3, gpus_per_node=4)
-    with pytest.raises(UserInputError):
+        check_fits(ParallelDims(dp=1, tp=3), 3, gpus_per_node=4)
+    with pytest.raises(ValidationError):
         ParallelDims(dp=0)
-    assert ParallelDims.from_layout({"data_parallel": 2, "tensor_parallel": 2, "pipeline_parallel": 1}).world_size == 4
+    with pytest.raises(ValidationError, match="ep 2 must divide dp 3"):
+        ParallelDims(dp=3, ep=2)
+    assert ParallelDims.model_validate({"dp": 2, "tp": 2, "pp": 1}).world_size == 4
+    assert ParallelDims(dp=2, tp=2).with_world_size(8) == ParallelDims(dp=4, tp=2)

@@ -27,7 +27,7 @@ def _choose(load_dir: Path, tag: Optional[str]) -> Optional[Path]:
         reason = verify(load_dir / tag)
         if reason:
             raise UserInputError(f"checkpoint {load_dir / tag} is incomplete or corrupted: {reason}; "
-                                 "load another tag or start without --resume")
+                                 "load another tag, or start afresh with --no-resume")
         return load_dir / tag
     candidates = committed_tags(load_dir)[::-1]
     latest = (load_dir / LATEST).read_text(encoding="utf-8").strip() if (load_dir / LATEST).is_file() else None
@@ -60,7 +60,7 @@ def _same_shards(engine: Any, state: dict) -> bool:
     """This rank's shards are saved as it holds them: same tp/pp layout and ZeRO units (any dp size)."""
     saved, current = state["layout"], layout_of(engine)
     own = state["model_ranks"].get(key_prefix(engine))
-    return (all(saved[key] == current[key] for key in ("tensor_parallel", "pipeline_parallel"))
+    return (all(saved["dims"][key] == current["dims"][key] for key in ("tp", "pp"))
             and own is not None and own["units"] == unit_layout(engine))
 
 
@@ -79,8 +79,6 @@ def _everyone_same_shards(engine: Any, state: dict, choice: Path) -> bool:
 
 
 def load_checkpoint(engine: Any, load_dir: str | Path, *, tag: Optional[str] = None) -> tuple[Optional[str], dict]:
-    import torch.distributed.checkpoint as dcp
-
     error: Optional[str] = None
     choice = None
     if rank() == 0:
@@ -93,7 +91,17 @@ def load_checkpoint(engine: Any, load_dir: str | Path, *, tag: Optional[str] = N
         raise UserInputError(error)
     if choice is None:
         return None, {}
+    return str(choice), read_engine_state(engine, choice)
+
+
+def read_engine_state(engine: Any, choice: Path) -> dict:
+    """Collective: load the engine's shards, RNG and state from checkpoint folder `choice`; its client_state."""
+    import torch.distributed.checkpoint as dcp
+
     state = read_json(choice / "engine_state.json")
+    if "dims" not in state.get("layout", {}):
+        raise UserInputError(f"{choice} was saved by an older version (its layout has no ParallelDims); "
+                             "start afresh with --no-resume, or load its weights from a consolidated export")
     if _everyone_same_shards(engine, state, choice):
         targets = sharded_views(engine)
         loaded = dict(targets)
@@ -105,4 +113,4 @@ def load_checkpoint(engine: Any, load_dir: str | Path, *, tag: Optional[str] = N
     engine.restore_for_resume({**state, **resume_state_for(engine, state)})
     rng_file = choice / "rng" / f"rank{rank()}.pt"
     load_rng(rng_file if rng_file.is_file() else choice / "rng" / "rank0.pt")
-    return str(choice), state.get("client_state", {})
+    return state.get("client_state", {})

@@ -101,7 +101,7 @@ def _fill(engine: Any, pieces: dict, aliases: dict[str, str], state: dict, choic
     """Write every flat state of this rank from the old pieces (no collectives: a rank may stop half-way)."""
     from backends.parallel_checkpoint import local_slice
 
-    old_tp = int(state["layout"]["tensor_parallel"])
+    old_tp = int(state["layout"]["dims"]["tp"])
     for flat_name, target in engine.optimizer.flat_states().items():
         by_name = pieces[flat_name]
         for unit in engine.optimizer.units:

@@ -65,12 +65,17 @@ def seal(save_dir: Path, partial: Path, tag: str, keep_last: int) -> str:
     return str(save_dir / tag)
 
 
-def save_checkpoint(engine: Any, save_dir: str | Path, *, tag: Optional[str] = None,
-                    client_state: Optional[dict] = None) -> str:
+def write_engine_state(engine: Any, folder: Path, tag: str = "", client_state: Optional[dict] = None) -> None:
+    """Collective: every rank's shards, RNG and the engine state into `folder` (a .partial folder being sealed)."""
     import torch.distributed.checkpoint as dcp
 
+    dcp.save(sharded_views(engine), checkpoint_id=str(folder / "shards"), no_dist=not distributed())
+    write_resume_state(engine, folder, tag or folder.name, client_state)
+
+
+def save_checkpoint(engine: Any, save_dir: str | Path, *, tag: Optional[str] = None,
+                    client_state: Optional[dict] = None) -> str:
     save_dir = Path(save_dir)
     tag, partial = begin_folder(engine, save_dir, tag)
-    dcp.save(sharded_views(engine), checkpoint_id=str(partial / "shards"), no_dist=not distributed())
-    write_resume_state(engine, partial, tag, client_state)
+    write_engine_state(engine, partial, tag, client_state)
     return seal(save_dir, partial, tag, engine.config.hardware_selector.checkpoint.keep_last)

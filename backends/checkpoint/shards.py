@@ -33,8 +33,9 @@ def layout_of(engine: Any) -> dict[str, Any]:
     """The parallel layout a checkpoint was saved under (recorded in engine_state.json)."""
     model = engine.parallel_model
     if model is None:
-        return {"data_parallel": engine.comm.world, "tensor_parallel": 1, "pipeline_parallel": 1,
-                "sequence_parallel": False}
+        from planner.contract.layout import ParallelDims
+
+        return {"dims": ParallelDims(dp=engine.comm.world).model_dump(mode="json"), "sequence_parallel": False}
     from backends.parallel_checkpoint import layout_record
 
     return layout_record(model)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..compression import BucketCodec
-from ..config import EngineConfig
+from planner.contract.engine_config import EngineConfig
 from ..mixed_precision import LossScaler
 from ..optimizers import build_torch_optimizer
 from .comm import DataParallelComm
@@ -35,16 +35,43 @@ def _cast_everything_else(model: Any, dtype: Any) -> None:
                 param.data = param.data.to(dtype)
 
 
+def _replace_meta_parameters(model: Any, device: Any, dtype: Any) -> None:
+    """Swap meta parameters for real ones of the same shape holding no memory yet (tied ones stay tied);
+    move the buffers, which a meta-built model keeps real, to the device."""
+    import torch
+
+    replaced: dict[int, Any] = {}
+    for module in model.modules():
+        for key, param in module._parameters.items():
+            if param is None or not param.is_meta:
+                continue
+            if id(param) not in replaced:
+                empty = torch.empty(param.shape, dtype=dtype, device=device)
+                empty.untyped_storage().resize_(0)
+                replaced[id(param)] = torch.nn.Parameter(empty, requires_grad=param.requires_grad)
+            module._parameters[key] = replaced[id(param)]
+        for key, buffer in module._buffers.items():
+            if buffer is not None:
+                module._buffers[key] = buffer.to(device)
+
+
 class ZeroOptimizer:
     stage = 0
 
     def __init__(self, model: Any, config: EngineConfig, comm: DataParallelComm, dtype: Any, scaler: LossScaler,
-                 *, model_parallel: Optional[Any] = None):
-        """model_parallel: the backends.parallelize ParallelModel when tp or pp > 1 (for the global norm)."""
+                 *, model_parallel: Optional[Any] = None, device: Optional[Any] = None, weights: Optional[Any] = None):
+        """model_parallel: the backends.parallelize ParallelModel when tp or pp > 1 (for the global norm).
+        weights: a WeightSource when the model is on the meta device (ZeRO-3 only): each rank then reads its
+        own partition of every unit from the checkpoint and nothing else."""
         import torch
 
         self.model, self.config, self.comm, self.dtype, self.scaler = model, config, comm, dtype, scaler
-        self.device = next(model.parameters()).device
+        self.weights = weights
+        if weights is not None:
+            if self.stage != 3:
+                raise ValueError("meta-device models are filled partition by partition under ZeRO-3 only")
+            _replace_meta_parameters(model, device, dtype)
+        self.device = device if device is not None else next(model.parameters()).device
         offload = config.zero_optimization.offload_optimizer.device == "cpu"
         self.master_device = torch.device("cpu") if offload else self.device
         self.units = [
@@ -62,7 +89,7 @@ class ZeroOptimizer:
             unit.shard_start = position
             unit.master = self.master.data[position:position + unit.shard]
             unit.grad = self.master.grad[position:position + unit.shard]
-            full = unit.flatten([param.detach() for param in unit.params], torch.float32)
+            full = self._initial_full(unit)
             start, end = unit.owned_range
             unit.master.copy_(full[start:end])
             self.place_parameters(unit, full.to(device=self.device, dtype=dtype))
@@ -78,6 +105,22 @@ class ZeroOptimizer:
         self.last_grad_norm = 0.0
         self.skipped_steps = 0
         self.comm_seconds = 0.0
+
+    def _initial_full(self, unit: FlatUnit) -> Any:
+        """The unit's fp32 values: its parameters, or (meta model) this rank's partition read from the checkpoint
+        with zeros elsewhere, which ZeRO-3 drops right away (it keeps only the partition)."""
+        import torch
+
+        if self.weights is None:
+            return unit.flatten([param.detach() for param in unit.params], torch.float32)
+        full = torch.zeros(unit.padded, dtype=torch.float32, device=self.device)
+        start, end = unit.owned_range
+        for name, param, offset in zip(unit.names, unit.params, unit.offsets):
+            self.weights.check_shape(name, tuple(param.shape))
+            low, high = max(start, offset), min(end, offset + param.numel())
+            if low < high:
+                full[low:high] = self.weights.read_flat(name, low - offset, high - offset).to(full.device, torch.float32)
+        return full
 
     # --- what a stage specialises -------------------------------------------------------------
     def parameter_groups(self, model: Any) -> list[list[tuple[str, Any]]]:
@@ -188,17 +231,24 @@ class ZeroOptimizer:
     def _global_max(self, value: Any) -> None:
         self._global_reduce(value, "max")
 
-    def step(self) -> bool:
-        """Average, unscale, clip and apply the reduced gradients; False when fp16 overflow skipped it."""
+    def step(self, guard: Optional[Any] = None) -> bool:
+        """Average, unscale, clip and apply the reduced gradients; False when fp16 overflow skipped it,
+        or when guard(grad_norm) (the runner's anomaly check, before any update) returned False."""
         grads = self._gradient_shard()
         if self.scaler.checks_overflow and self.global_norm.any_overflow(self.device):
             self._release_gradient_shard()
             self.scaler.update(True)
             self.skipped_steps += 1
+            self.last_grad_norm = float("inf")
             return False
         grads.div_(self.comm.world * self.scaler.scale)
         norm = self.global_norm.norm(self.device)
         self.last_grad_norm = norm
+        if guard is not None and not guard(norm):
+            self._release_gradient_shard()
+            self.scaler.update(False)
+            self.skipped_steps += 1
+            return False
         max_norm = self.config.gradient_clipping
         if max_norm > 0:
             coefficient = max_norm / (norm + 1e-6)

@@ -1,13 +1,15 @@
-"""Write a plan out as a self-contained run folder (contract: emit_run_folder).
+"""Write a plan out as a self-contained run folder.
 
-    emit_run_folder(plan, "runs/llama", force=False, nproc_override=None) -> [written paths]
+    emit_run_folder(plan, "runs/llama", force=False, nproc_override=None, options=RunOptions(...)) -> [paths]
 
 Which files a folder holds depends on the strategy (docs/emitted-files.md):
-plan.json, launch.sh, slurm.sbatch and README.md always; ds_config.json
-(+ the Trainer flavour, hostfile) for DeepSpeed; accelerate_config.yaml and
-training_args.json for everything the HF stack runs; engine.json for our
-engine. Every file is written atomically; an existing folder is refused
-unless force=True.
+plan.json (the plan and its RunConfig), accelerate_config.yaml, launch.sh,
+slurm.sbatch and README.md always; ds_config.json (+ the Trainer flavour,
+hostfile) for DeepSpeed; training_args.json for what the HF Trainer runs;
+engine.json for our engine. Every file is written atomically; an existing
+folder is refused unless force=True, and then the state of a run trained
+there (checkpoints, metrics, exports) is moved aside to previous/<time>/,
+never deleted and never resumed under the new plan.
 """
 
 from __future__ import annotations
@@ -20,13 +22,17 @@ from ..plan import Plan
 from .accelerate_yaml import accelerate_yaml
 from .atomic import write_atomic
 from .deepspeed_json import deepspeed_config
-from .engine_json import engine_config
+from ..contract.run_config import RunConfig
+from .engine_json import engine_json
 from .launch_scripts import hostfile, launch_sh
 from .plan_json import plan_json
+from ..contract.previous_run import archive_previous_run
 from .run_readme import run_readme
 from .slurm import slurm_sbatch
-from .target import RunTarget, run_target
+from .target import RunOptions, run_config
 from .training_args import training_args_json_document
+
+__all__ = ["RunOptions", "emit_run_folder", "render_run_folder", "run_config"]
 
 # Every name an emission may write: with force=True, the ones this plan does not need are removed.
 ARTIFACTS = (
@@ -48,7 +54,7 @@ def _json(document: dict | None) -> str | None:
     return None if document is None else json.dumps(document, indent=2) + "\n"
 
 
-def render_run_folder(plan: Plan, run_dir: Path, target: RunTarget) -> dict[str, str]:
+def render_run_folder(plan: Plan, run_dir: Path, target: RunConfig) -> dict[str, str]:
     """File name -> content, without touching the disk."""
     deepspeed = plan.config.strategy.value == "deepspeed"
     contents: dict[str, str | None] = {
@@ -57,9 +63,9 @@ def render_run_folder(plan: Plan, run_dir: Path, target: RunTarget) -> dict[str,
         "ds_config_trainer.json": _json(deepspeed_config(plan, target, trainer_flavour=True)) if deepspeed else None,
         "accelerate_config.yaml": accelerate_yaml(plan, target),
         "training_args.json": _json(training_args_json_document(plan, target)),
-        "engine.json": _json(engine_config(plan, target)),
+        "engine.json": engine_json(plan, target),
         "launch.sh": launch_sh(plan, target),
-        "hostfile": hostfile(target),
+        "hostfile": hostfile(plan, target),
         "slurm.sbatch": slurm_sbatch(plan, target, run_dir),
     }
     files = {name: text for name, text in contents.items() if text is not None}
@@ -68,7 +74,8 @@ def render_run_folder(plan: Plan, run_dir: Path, target: RunTarget) -> dict[str,
 
 
 def emit_run_folder(
-    plan: Plan, directory: str | Path, *, force: bool = False, nproc_override: int | None = None
+    plan: Plan, directory: str | Path, *, force: bool = False, nproc_override: int | None = None,
+    options: RunOptions | None = None,
 ) -> list[Path]:
     """Write the run folder for `plan` into `directory`; returns the written paths."""
     run_dir = Path(directory).expanduser().resolve()
@@ -76,8 +83,9 @@ def emit_run_folder(
         raise UserInputError(f"{run_dir} is a file; give a directory to emit the run folder into")
     if run_dir.exists() and any(run_dir.iterdir()) and not force:
         raise UserInputError(f"{run_dir} already exists; pass --force to overwrite it, or choose a new directory")
-    target = run_target(plan, nproc_override)
+    target = run_config(plan, nproc_override, options)
     files = render_run_folder(plan, run_dir, target)
+    archive_previous_run(run_dir)
     written = [write_atomic(run_dir / name, text, executable=name in EXECUTABLES) for name, text in files.items()]
     for stale in set(ARTIFACTS) - set(files):
         (run_dir / stale).unlink(missing_ok=True)  # left by an earlier emission of another strategy

@@ -13,7 +13,8 @@ from typing import Any
 
 from ..plan import Plan
 from ..training_config import ActivationCheckpointing, FsdpSharding, Offload, Strategy
-from .target import DEFAULT_MASTER_PORT, RunTarget
+from ..contract.run_config import RunConfig
+from .target import DEFAULT_MASTER_PORT
 
 DS_CONFIG_FILE = "ds_config.json"
 MAIN_PROCESS_IP_PLACEHOLDER = "127.0.0.1"  # multi-node: the first node's address (launch.sh passes MASTER_ADDR)
@@ -26,11 +27,10 @@ _FSDP1_SHARDING = {
 }
 
 
-def accelerate_config(plan: Plan, target: RunTarget) -> dict[str, Any] | None:
-    """The YAML document as a dict, or None for plans accelerate cannot run (our engine)."""
+def accelerate_config(plan: Plan, target: RunConfig) -> dict[str, Any] | None:
+    """The YAML document as a dict. Our engine's plans get a plain multi-process config: accelerate
+    only launches the runner for them."""
     strategy = plan.config.strategy
-    if strategy is Strategy.ENGINE:
-        return None
     config: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         "debug": False,
@@ -48,7 +48,7 @@ def accelerate_config(plan: Plan, target: RunTarget) -> dict[str, Any] | None:
         # (backends/cpu_distributed.py); DS_ACCELERATOR=cpu is set by launch.sh.
         "use_cpu": False,
     }
-    if strategy is Strategy.DDP:
+    if strategy in (Strategy.DDP, Strategy.ENGINE):
         # MULTI_GPU makes `accelerate launch` start torchrun, on CPU plans too.
         config["distributed_type"] = "MULTI_GPU"
         config["mixed_precision"] = target.mixed_precision
@@ -68,13 +68,13 @@ def accelerate_config(plan: Plan, target: RunTarget) -> dict[str, Any] | None:
     return config
 
 
-def fsdp_config(plan: Plan, target: RunTarget) -> dict[str, Any]:
+def fsdp_config(plan: Plan, target: RunConfig) -> dict[str, Any]:
     config = plan.config
     sharding = config.fsdp_sharding
     offload = Offload.CPU in (config.offload_params, config.offload_optimizer)
     block: dict[str, Any] = {
         "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-        "fsdp_transformer_layer_cls_to_wrap": target.decoder_layer_class,
+        "fsdp_transformer_layer_cls_to_wrap": target.model.block_class,
         "fsdp_offload_params": offload,
         "fsdp_state_dict_type": "SHARDED_STATE_DICT",
         "fsdp_activation_checkpointing": config.activation_checkpointing is not ActivationCheckpointing.NONE,
@@ -93,7 +93,7 @@ def fsdp_config(plan: Plan, target: RunTarget) -> dict[str, Any]:
     return block
 
 
-def accelerate_yaml(plan: Plan, target: RunTarget) -> str | None:
+def accelerate_yaml(plan: Plan, target: RunConfig) -> str | None:
     document = accelerate_config(plan, target)
     if document is None:
         return None

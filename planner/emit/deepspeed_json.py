@@ -10,23 +10,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..contract.hyperparameters import optimizer_block as run_optimizer_block
+from ..contract.hyperparameters import precision_blocks
+from ..contract.hyperparameters import scheduler_block as run_scheduler_block
+from ..contract.run_config import RunConfig
 from ..memory.buffers import deepspeed_bucket_sizes
 from ..plan import Plan
-from ..training_config import ActivationCheckpointing, Offload, OptimizerKind, Precision
-from .target import ADAM_BETAS, ADAM_EPS, GRADIENT_CLIPPING, WARMUP_STEPS, WEIGHT_DECAY, RunTarget
+from ..training_config import ActivationCheckpointing, Offload, Precision
 
 AUTO = "auto"
 NVME_PATH_PLACEHOLDER = "/local_nvme"  # edit: a fast local NVMe mount on every node
 
 
-def deepspeed_config(plan: Plan, target: RunTarget, *, trainer_flavour: bool = False) -> dict[str, Any]:
-    """The plain config (every value fixed), or with trainer_flavour the Trainer's "auto" form."""
+def deepspeed_config(plan: Plan, target: RunConfig, *, trainer_flavour: bool = False) -> dict[str, Any]:
+    """The plain config (every value fixed), or with trainer_flavour the Trainer's "auto" form.
+
+    The scheduler block is written when the run's length is known (--steps); a run sized in epochs
+    gets its schedule from the runner once the data are tokenized."""
     auto = trainer_flavour
     config: dict[str, Any] = {
         "train_batch_size": AUTO if auto else target.global_batch,
         "train_micro_batch_size_per_gpu": AUTO if auto else target.micro_batch,
         "gradient_accumulation_steps": AUTO if auto else target.grad_accum,
-        "gradient_clipping": AUTO if auto else GRADIENT_CLIPPING,
+        "gradient_clipping": AUTO if auto else target.optim.gradient_clipping,
         "steps_per_print": 10,
         "wall_clock_breakdown": False,
         "zero_optimization": zero_optimization(plan, target, auto=auto),
@@ -37,14 +43,17 @@ def deepspeed_config(plan: Plan, target: RunTarget, *, trainer_flavour: bool = F
         config["zero_force_ds_cpu_optimizer"] = False
     else:
         config["optimizer"] = optimizer_block(plan, target, auto=auto)
-        config["scheduler"] = scheduler_block(target, auto=auto)
+    # The Trainer flavour has no scheduler: the Trainer builds the run's (lr_scheduler_type in training_args.json).
+    scheduler = None if auto else scheduler_block(target)
+    if scheduler is not None:
+        config["scheduler"] = scheduler
     checkpointing = activation_checkpointing_block(plan)
     if checkpointing:
         config["activation_checkpointing"] = checkpointing
     return config
 
 
-def zero_optimization(plan: Plan, target: RunTarget, *, auto: bool = False) -> dict[str, Any]:
+def zero_optimization(plan: Plan, target: RunConfig, *, auto: bool = False) -> dict[str, Any]:
     config = plan.config
     buckets = deepspeed_bucket_sizes(plan.model)
     stage = config.zero_stage
@@ -83,51 +92,16 @@ def _offload(where: Offload) -> dict[str, Any]:
     return {"device": "cpu", "pin_memory": True}
 
 
-def precision_blocks(precision: Precision, *, auto: bool = False) -> dict[str, Any]:
-    fp16 = precision is Precision.FP16_MIXED
-    bf16 = precision in (Precision.BF16_MIXED, Precision.BF16)
-    return {
-        "fp16": {
-            "enabled": AUTO if auto else fp16,
-            # loss_scale 0 = dynamic: start at 2**16, halve on overflow, grow after a clean window.
-            "loss_scale": 0,
-            "initial_scale_power": 16,
-            "loss_scale_window": 1000,
-            "hysteresis": 2,
-            "min_loss_scale": 1,
-        },
-        "bf16": {"enabled": AUTO if auto else bf16},
-    }
+def optimizer_block(plan: Plan, target: RunConfig, *, auto: bool = False) -> dict[str, Any]:
+    block = run_optimizer_block(target.optim, plan.config.optimizer).model_dump(mode="json")
+    wanted = ("lr", "momentum", "weight_decay") if block["type"] == "SGD" else ("lr", "betas", "eps", "weight_decay")
+    block["params"] = {key: AUTO if auto else block["params"][key] for key in wanted}
+    return block
 
 
-def optimizer_type(kind: OptimizerKind) -> str:
-    """DeepSpeed/engine optimizer name; AdamW stands in for those neither supports."""
-    return "SGD" if kind is OptimizerKind.SGD else "AdamW"
-
-
-def optimizer_block(plan: Plan, target: RunTarget, *, auto: bool = False) -> dict[str, Any]:
-    kind = optimizer_type(plan.config.optimizer)
-    if kind == "SGD":
-        params: dict[str, Any] = {"lr": AUTO if auto else target.learning_rate, "momentum": 0.9}
-    else:
-        params = {
-            "lr": AUTO if auto else target.learning_rate,
-            "betas": AUTO if auto else list(ADAM_BETAS),
-            "eps": AUTO if auto else ADAM_EPS,
-            "weight_decay": AUTO if auto else WEIGHT_DECAY,
-        }
-    return {"type": kind, "params": params}
-
-
-def scheduler_block(target: RunTarget, *, auto: bool = False) -> dict[str, Any]:
-    return {
-        "type": "WarmupLR",
-        "params": {
-            "warmup_min_lr": AUTO if auto else 0.0,
-            "warmup_max_lr": AUTO if auto else target.learning_rate,
-            "warmup_num_steps": AUTO if auto else WARMUP_STEPS,
-        },
-    }
+def scheduler_block(target: RunConfig) -> dict[str, Any] | None:
+    block = run_scheduler_block(target.optim, None)
+    return None if block is None else block.model_dump(mode="json", exclude_unset=True)
 
 
 def activation_checkpointing_block(plan: Plan) -> dict[str, Any] | None:
@@ -135,7 +109,7 @@ def activation_checkpointing_block(plan: Plan) -> dict[str, Any] | None:
     if plan.config.activation_checkpointing is ActivationCheckpointing.NONE:
         return None
     return {
-        "partition_activations": plan.config.tensor_parallel > 1,
+        "partition_activations": False,
         "cpu_checkpointing": False,
         "contiguous_memory_optimization": False,
         "number_checkpoints": None,

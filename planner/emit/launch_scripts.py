@@ -1,38 +1,26 @@
 """launch.sh (single- and multi-node, for torchrun, accelerate or the DeepSpeed launcher) and the DeepSpeed hostfile.
 
-Every value that comes from outside the script (paths, the Python
-interpreter, the run id) is passed through shlex.quote, and every variable is
-expanded inside double quotes, so a path with spaces, quotes or `$` is taken
-literally. The script finds its own folder at run time, so the folder can be
-moved or copied to another machine.
+Every launcher starts the one runner, `python -m backends.run --plan RUN_DIR`
+(docs/running.md), whatever the strategy; TRAIN_SCRIPT swaps in the user's
+own script. Every value that comes from outside the script (paths, the
+Python interpreter, the run id) is passed through shlex.quote, and every
+variable is expanded inside double quotes, so a path with spaces, quotes or
+`$` is taken literally. The script finds its own folder at run time, so the
+folder can be moved or copied to another machine.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import shlex
 import sys
-from pathlib import Path
 
+from ..contract.run_config import RunConfig
 from ..plan import Plan
-from .target import DEFAULT_MASTER_PORT, RunTarget
+from .target import DEFAULT_MASTER_PORT
 
 HOSTFILE = "hostfile"
 ACCELERATE_CONFIG_FILE = "accelerate_config.yaml"
-
-
-def default_train_command(target: RunTarget) -> list[str]:
-    """What the launchers start by default: our engine, or the example script backends/train.py."""
-    if target.train_mode == "engine":
-        return ["-m", "backends.run"]
-    return [str(example_script_path())]
-
-
-def example_script_path() -> Path:
-    spec = importlib.util.find_spec("backends")  # locates the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the backends package is not installed beside the planner")
-    return Path(next(iter(spec.submodule_search_locations))) / "train.py"
+RUNNER_MODULE = "backends.run"
 
 
 def run_id(plan: Plan) -> str:
@@ -41,17 +29,13 @@ def run_id(plan: Plan) -> str:
     return "".join(ch if ch.isalnum() or ch == "-" else "-" for ch in raw)
 
 
-def _bash_array(words: list[str]) -> str:
-    return "( " + " ".join(shlex.quote(word) for word in words) + " )"
-
-
-def launch_sh(plan: Plan, target: RunTarget, *, python: str | None = None) -> str:
+def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None) -> str:
     q = shlex.quote
     header = [
         "#!/usr/bin/env bash",
         f"# Launch {plan.model.name} ({plan.config.strategy.value}) as planned by hardware-selector; edit freely.",
         "#",
-        "# One node:       bash launch.sh [more arguments for the training script]",
+        "# One node:       bash launch.sh [runner options: --steps N, --data PATH, ...; see python -m backends.run -h]",
         "# Several nodes:  on every node, NODE_RANK=0 on the first one:",
         "#   NNODES=2 NODE_RANK=0 MASTER_ADDR=<first node's address> bash launch.sh",
         "# Your own script: TRAIN_SCRIPT=/path/to/train.py bash launch.sh  (it receives --plan RUN_DIR).",
@@ -61,7 +45,6 @@ def launch_sh(plan: Plan, target: RunTarget, *, python: str | None = None) -> st
         "",
         'RUN_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"',
         f"DEFAULT_PYTHON={q(python or sys.executable)}",
-        f"DEFAULT_TRAIN={_bash_array(default_train_command(target))}",
         "PYTHON=${PYTHON:-$DEFAULT_PYTHON}",
         f"LAUNCHER=${{LAUNCHER:-{target.launcher}}}",
         f"NPROC_PER_NODE={target.nproc_per_node}",
@@ -69,7 +52,12 @@ def launch_sh(plan: Plan, target: RunTarget, *, python: str | None = None) -> st
         "NODE_RANK=${NODE_RANK:-0}",
         "MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}",
         f"MASTER_PORT=${{MASTER_PORT:-{DEFAULT_MASTER_PORT}}}",
-        'if [[ -n "${TRAIN_SCRIPT:-}" ]]; then TRAIN=( "$TRAIN_SCRIPT" ); else TRAIN=( "${DEFAULT_TRAIN[@]}" ); fi',
+        "# What each launcher starts: the runner module, or your script.",
+        'if [[ -n "${TRAIN_SCRIPT:-}" ]]; then',
+        '  TRAIN=( "$TRAIN_SCRIPT" ); DS_TRAIN=( "$TRAIN_SCRIPT" )',
+        "else",
+        f"  TRAIN=( -m {RUNNER_MODULE} ); DS_TRAIN=( --module {RUNNER_MODULE} )",
+        "fi",
         'ARGS=( --plan "$RUN_DIR" "$@" )',
     ]
     if target.device == "cpu":
@@ -91,34 +79,26 @@ def launch_sh(plan: Plan, target: RunTarget, *, python: str | None = None) -> st
         f'    --rdzv-id={q(run_id(plan))} --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" \\',
         '    "${TRAIN[@]}" "${ARGS[@]}"',
         "  ;;",
-    ]
-    if target.train_mode != "engine":
-        body += [
-            "accelerate)",
-            "  # = accelerate launch --config_file accelerate_config.yaml ...",
-            '  exec "$PYTHON" -m accelerate.commands.launch --config_file "$RUN_DIR/accelerate_config.yaml" \\',
-            '    --num_processes "$((NPROC_PER_NODE * NNODES))" --num_machines "$NNODES" \\',
-            '    --machine_rank "$NODE_RANK" --main_process_ip "$MASTER_ADDR" --main_process_port "$MASTER_PORT" \\',
-            '    "${TRAIN[@]}" "${ARGS[@]}"',
-            "  ;;",
-        ]
-    if target.train_mode == "deepspeed":
-        body += [
-            "deepspeed)",
-            "  # = deepspeed [--hostfile hostfile] ...; with several nodes run it on the first node only:",
-            "  # it starts the other nodes over ssh (list them in ./hostfile).",
-            '  if [[ "$NNODES" == 1 ]]; then',
-            '    exec "$PYTHON" -m deepspeed.launcher.runner --num_gpus "$NPROC_PER_NODE" \\',
-            '      --master_port "$MASTER_PORT" "${TRAIN[@]}" "${ARGS[@]}"',
-            "  fi",
-            '  exec "$PYTHON" -m deepspeed.launcher.runner --hostfile "$RUN_DIR/hostfile" \\',
-            '    --num_nodes "$NNODES" --num_gpus "$NPROC_PER_NODE" \\',
-            '    --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "${TRAIN[@]}" "${ARGS[@]}"',
-            "  ;;",
-        ]
-    body += [
+        "accelerate)",
+        "  # = accelerate launch --config_file accelerate_config.yaml ...; the runner sets up the strategy itself.",
+        '  exec "$PYTHON" -m accelerate.commands.launch --config_file "$RUN_DIR/accelerate_config.yaml" \\',
+        '    --num_processes "$((NPROC_PER_NODE * NNODES))" --num_machines "$NNODES" \\',
+        '    --machine_rank "$NODE_RANK" --main_process_ip "$MASTER_ADDR" --main_process_port "$MASTER_PORT" \\',
+        '    "${TRAIN[@]}" "${ARGS[@]}"',
+        "  ;;",
+        "deepspeed)",
+        "  # = deepspeed [--hostfile hostfile] ...; with several nodes run it on the first node only:",
+        "  # it starts the other nodes over ssh (list them in ./hostfile).",
+        '  if [[ "$NNODES" == 1 ]]; then',
+        '    exec "$PYTHON" -m deepspeed.launcher.runner --num_gpus "$NPROC_PER_NODE" \\',
+        '      --master_port "$MASTER_PORT" "${DS_TRAIN[@]}" "${ARGS[@]}"',
+        "  fi",
+        '  exec "$PYTHON" -m deepspeed.launcher.runner --hostfile "$RUN_DIR/hostfile" \\',
+        '    --num_nodes "$NNODES" --num_gpus "$NPROC_PER_NODE" \\',
+        '    --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "${DS_TRAIN[@]}" "${ARGS[@]}"',
+        "  ;;",
         "*)",
-        '  echo "launch.sh: unknown LAUNCHER \'$LAUNCHER\' for this plan" >&2',
+        '  echo "launch.sh: unknown LAUNCHER \'$LAUNCHER\'; use torchrun, accelerate or deepspeed" >&2',
         "  exit 2",
         "  ;;",
         "esac",
@@ -126,9 +106,9 @@ def launch_sh(plan: Plan, target: RunTarget, *, python: str | None = None) -> st
     return "\n".join(header + body) + "\n"
 
 
-def hostfile(target: RunTarget) -> str | None:
+def hostfile(plan: Plan, target: RunConfig) -> str | None:
     """The DeepSpeed hostfile template: one line per node, `slots` = processes on it."""
-    if target.train_mode != "deepspeed":
+    if target.launcher != "deepspeed":
         return None
     lines = [
         "# DeepSpeed hostfile: replace the names with your nodes' hostnames (reachable by ssh).",

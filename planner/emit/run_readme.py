@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ..contract.run_config import RunConfig
 from ..plan import Plan
-from .target import RunTarget
 
 GIB = 2**30
 
@@ -13,7 +13,7 @@ _FILE_PURPOSES = {
     "ds_config_trainer.json": "the same for the HF Trainer, with \"auto\" where the Trainer fills the value",
     "accelerate_config.yaml": "for `accelerate launch --config_file`",
     "training_args.json": "keyword arguments of transformers.TrainingArguments",
-    "engine.json": "the config our engine (python -m backends.run) takes",
+    "engine.json": "the config our engine takes (backends.initialize, or the runner for engine plans)",
     "launch.sh": "the launch command, one node or several",
     "hostfile": "DeepSpeed launcher hostfile template (multi-node)",
     "slurm.sbatch": "SLURM batch script: srun + torchrun rendezvous on the first node",
@@ -21,14 +21,14 @@ _FILE_PURPOSES = {
 }
 
 
-def run_readme(plan: Plan, target: RunTarget, files: list[str]) -> str:
+def run_readme(plan: Plan, target: RunConfig, files: list[str]) -> str:
     config, memory = plan.config, plan.memory
     lines = [
         f"# Run folder: {plan.model.name} with {_strategy_name(plan)}",
         "",
         f"Written by hardware-selector. {target.num_nodes} node(s) x {target.nproc_per_node} "
         f"{'CPU process' if target.device == 'cpu' else plan.cluster.gpu.name}(es) = {target.world_size}; "
-        f"layout dp {target.data_parallel} x tp {target.tensor_parallel} x pp {target.pipeline_parallel}.",
+        f"layout {target.layout.describe()}.",
     ]
     if target.nproc_overridden:
         lines.append(
@@ -40,7 +40,7 @@ def run_readme(plan: Plan, target: RunTarget, files: list[str]) -> str:
     lines += [
         "",
         f"- batch: micro-batch {target.micro_batch} x gradient accumulation {target.grad_accum} x "
-        f"data-parallel {target.data_parallel} = {target.global_batch} sequences of {target.seq_len} tokens per step",
+        f"data-parallel {target.layout.dp} = {target.global_batch} sequences of {target.seq_len} tokens per step",
         f"- precision {config.precision.value}, optimizer {config.optimizer.value}, "
         f"activation checkpointing {config.activation_checkpointing.value}",
         "",
@@ -66,17 +66,20 @@ def run_readme(plan: Plan, target: RunTarget, files: list[str]) -> str:
         lines.append("| throughput | not estimated | - |")
     if plan.calibration:
         lines.append(f"\nCalibration: {plan.calibration}")
+    lines += ["", "## What it trains", ""] + _training_lines(target)
     lines += ["", "## How to run", "", "```bash", "bash launch.sh                 # this node"]
     if target.num_nodes > 1:
         lines.append("NNODES=%d NODE_RANK=<i> MASTER_ADDR=<first node> bash launch.sh   # on every node" % target.num_nodes)
     lines += [
         "bash launch.sh --tiny --steps 3   # smoke test: a shrunken model, three steps",
         "sbatch slurm.sbatch            # on a SLURM cluster",
+        "hardware-selector watch .      # follow metrics.jsonl: loss, eval loss, tokens/s, ETA",
         "TRAIN_SCRIPT=my_train.py bash launch.sh   # your own script (it gets --plan <this folder>)",
         "```",
         "",
-        f"The default script is `{'python -m backends.run' if target.train_mode == 'engine' else 'backends/train.py'}` "
-        f"({target.launcher}); it trains a randomly initialised model on synthetic tokens.",
+        f"Every launcher ({target.launcher} by default) starts the runner, `python -m backends.run --plan <this folder>` "
+        "(docs/running.md). It writes `metrics.jsonl`, `checkpoints/` and, at the end, `final/`: an HF folder "
+        "that `AutoModelForCausalLM.from_pretrained` loads.",
         "",
         "## Files",
         "",
@@ -94,3 +97,22 @@ def _strategy_name(plan: Plan) -> str:
     if config.strategy.value == "engine":
         return f"our engine (tp {config.tensor_parallel}, pp {config.pipeline_parallel}, ZeRO-{config.zero_stage})"
     return "DDP"
+
+
+def _training_lines(run: RunConfig) -> list[str]:
+    model, data, optim = run.model, run.data, run.optim
+    weights = f"from the weights in `{model.path}`" if model.init == "pretrained" else "from random initialisation"
+    lines = [f"- model: {model.name}, {weights}"]
+    if data.synthetic:
+        lines.append("- data: synthetic tokens (no --data given): a smoke test, not a training run")
+    else:
+        tokenizer = model.tokenizer_dir or "(none: pass --tokenizer)"
+        lines.append(f"- data: {', '.join(data.train)}; tokenizer `{tokenizer}`; packed into {run.seq_len}-token blocks")
+        held_out = ", ".join(data.eval) if data.eval else f"{data.eval_fraction:.1%} of the blocks (at most {data.eval_max_blocks})"
+        lines.append(f"- evaluation: {held_out}, every {data.eval_every or 'end of the'} step(s)".replace(
+            "every end of the step(s)", "at the end"))
+    length = f"{optim.max_steps} steps" if optim.max_steps else f"{optim.epochs:g} epoch(s) of the data"
+    warmup = optim.warmup_steps if optim.warmup_steps is not None else "5% of the run (at most 100)"
+    lines.append(f"- length: {length}; lr {optim.learning_rate:g}, warmup {warmup} steps, "
+                 f"{optim.schedule} schedule, clipping {optim.gradient_clipping:g}")
+    return lines

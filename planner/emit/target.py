@@ -1,122 +1,148 @@
-"""Where and how a plan runs: devices, processes, launcher and batch, as every emitted file states them.
+"""The run a folder describes, computed once per emission: `run_config(plan, options)` -> RunConfig.
 
-A RunTarget is computed once per emission and every artifact reads its
-numbers from it, so batch sizes, precision and world size cannot disagree
-between files. It is stored in plan.json under "run" for the training script.
+Every artifact reads its numbers from the RunConfig (planner/contract/run_config.py),
+so batch sizes, precision, world size and hyperparameters cannot disagree
+between files. It is stored in plan.json under "run" for the runner.
+RunOptions carries what the user adds to a plan for a real run: data,
+weights, tokenizer, hyperparameters, checkpoint and anomaly policies.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from pathlib import Path
+from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ..contract.layout import ParallelDims
+from ..contract.run_config import (
+    AnomalyPolicy,
+    CheckpointPolicy,
+    DataConfig,
+    Hyperparameters,
+    Init,
+    Launcher,
+    ModelSource,
+    Predicted,
+    RunConfig,
+    Task,
+)
+from ..contract.run_overrides import has_tokenizer, has_weights, resolve_data_paths, tokenizer_folder
+from ..contract.schema import describe_validation_error
 from ..errors import UserInputError
 from ..plan import Plan
-from ..training_config import Precision, Strategy
+from ..training_config import Strategy
 from .hf_model import DECODER_LAYER_CLASS, decoder_layer_class, hf_config_for
 
-RUN_SCHEMA_VERSION = 1
-
-# Hyperparameters the emitted configs start from (GPT-3 / Llama recipes); users edit them.
-LEARNING_RATE = 3e-4
-ADAM_BETAS = (0.9, 0.95)
-ADAM_EPS = 1e-8
-WEIGHT_DECAY = 0.1
-WARMUP_STEPS = 100
-GRADIENT_CLIPPING = 1.0
 DEFAULT_MASTER_PORT = 29500
 
-Launcher = Literal["torchrun", "accelerate", "deepspeed"]
-TrainMode = Literal["ddp", "deepspeed", "accelerate", "engine"]
-
-_LAUNCH_BY_STRATEGY: dict[Strategy, tuple[Launcher, TrainMode]] = {
-    Strategy.DDP: ("torchrun", "ddp"),
-    Strategy.FSDP: ("accelerate", "accelerate"),
-    Strategy.DEEPSPEED: ("deepspeed", "deepspeed"),
-    Strategy.ENGINE: ("torchrun", "engine"),
+_LAUNCHER: dict[Strategy, Launcher] = {
+    Strategy.DDP: "torchrun",
+    Strategy.FSDP: "torchrun",
+    Strategy.DEEPSPEED: "deepspeed",
+    Strategy.ENGINE: "torchrun",
 }
 
-
-class RunTarget(BaseModel):
-    """The concrete run a folder describes (the "run" block of plan.json)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    schema_version: int = RUN_SCHEMA_VERSION
-    strategy: Strategy
-    device: Literal["cpu", "cuda"]
-    dist_backend: Literal["gloo", "nccl"]
-    nproc_per_node: int = Field(ge=1)
-    num_nodes: int = Field(ge=1)
-    nproc_overridden: bool = False
-    data_parallel: int = Field(ge=1)
-    tensor_parallel: int = Field(ge=1)
-    pipeline_parallel: int = Field(ge=1)
-    micro_batch: int = Field(ge=1)
-    grad_accum: int = Field(ge=1)
-    seq_len: int = Field(ge=1)
-    precision: Precision
-    launcher: Launcher
-    train_mode: TrainMode
-    model_name: str
-    hf_config: dict[str, Any]
-    decoder_layer_class: Optional[str] = None
-    learning_rate: float = LEARNING_RATE
-
-    @property
-    def world_size(self) -> int:
-        return self.nproc_per_node * self.num_nodes
-
-    @property
-    def global_batch(self) -> int:
-        """Sequences per optimizer step: DeepSpeed's train_batch_size."""
-        return self.micro_batch * self.grad_accum * self.data_parallel
-
-    @property
-    def mixed_precision(self) -> Literal["no", "fp16", "bf16"]:
-        """accelerate's and the Trainer's name for the precision."""
-        return {"fp32": "no", "fp16": "fp16", "bf16": "bf16"}[self.precision.compute_dtype]  # type: ignore[return-value]
+_TASK_BY_MODEL_TYPE: dict[str, Task] = {"bert": "masked-lm", "roberta": "masked-lm", "t5": "seq2seq-lm"}
 
 
-def run_target(plan: Plan, nproc_override: int | None = None) -> RunTarget:
+class RunOptions(BaseModel):
+    """What `plan --emit` (or `train`) adds to a plan for a real run; None keeps the default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    data: DataConfig = DataConfig()
+    optim: Hyperparameters = Hyperparameters()
+    anomaly: AnomalyPolicy = AnomalyPolicy()
+    checkpoint: CheckpointPolicy = CheckpointPolicy()
+    init: Optional[Init] = None  # None: pretrained when the model folder holds weights
+    tokenizer: Optional[str] = None  # None: the model folder's tokenizer, if it has one
+
+
+def model_folder(plan: Plan) -> Optional[Path]:
+    """The local HF folder the plan's model was read from (None for catalog models and dimensions)."""
+    origin = plan.model.origin
+    if origin in ("catalog", "dimensions", "parameter count"):
+        return None
+    path = Path(origin)
+    folder = path if path.is_dir() else path.parent
+    return folder.resolve() if folder.is_dir() else None
+
+
+def model_source(plan: Plan, options: RunOptions) -> ModelSource:
+    folder = model_folder(plan)
+    init = options.init or ("pretrained" if has_weights(folder) else "random")
+    if init == "pretrained" and not has_weights(folder):
+        where = f"{folder} holds no model.safetensors" if folder else f"{plan.model.name} is not a local model folder"
+        raise UserInputError(f"--init pretrained: {where}; pass --model DIR with an HF checkpoint, or --init random")
+    tokenizer = tokenizer_folder(options.tokenizer) if options.tokenizer else None
+    if options.data.train and tokenizer is None and not has_tokenizer(folder):
+        where = f"{folder} holds no tokenizer" if folder else f"{plan.model.name} is not a local model folder"
+        raise UserInputError(f"--data needs the model's tokenizer and {where}; pass --tokenizer DIR (a folder written "
+                             "by tokenizer.save_pretrained)")
+    block = decoder_layer_class(plan.model) if plan.config.strategy is Strategy.FSDP \
+        else DECODER_LAYER_CLASS.get(plan.model.model_type)
+    return ModelSource(
+        name=plan.model.name,
+        hf_config=hf_config_for(plan.model),
+        path=str(folder) if folder is not None else None,
+        init=init,
+        tokenizer=tokenizer,
+        task=_TASK_BY_MODEL_TYPE.get(plan.model.model_type, "causal-lm"),
+        block_class=block,
+    )
+
+
+def predicted(plan: Plan) -> Predicted:
+    speed, memory = plan.throughput, plan.memory
+    fields: dict = {"peak_memory_bytes": memory.total, "memory_source": memory.peak_phase}
+    if speed is not None and speed.mfu > 0:
+        world = speed.world_size or plan.cluster.world_size
+        step_flops = speed.tflops_per_gpu * 1e12 * speed.step_time_s * world
+        fields.update(
+            step_time_s=speed.step_time_s,
+            tokens_per_s=speed.tokens_per_s,
+            model_flops_per_token=step_flops / (speed.global_batch * plan.config.seq_len) if step_flops else None,
+            peak_flops_per_device=speed.tflops_per_gpu * 1e12 / speed.mfu,
+            throughput_source=speed.sources.get("step_time", "throughput model"),
+        )
+    return Predicted(**fields)
+
+
+def run_config(plan: Plan, nproc_override: int | None = None, options: RunOptions | None = None) -> RunConfig:
+    options = options or RunOptions()
     config, cluster = plan.config, plan.cluster
     nproc = cluster.gpus_per_node if nproc_override is None else nproc_override
     if nproc < 1:
         raise UserInputError(f"--nproc must be at least 1, got {nproc}")
-    world = nproc * cluster.num_nodes
-    model_parallel = config.tensor_parallel * config.pipeline_parallel
-    if world % model_parallel:
-        raise UserInputError(
-            f"{world} processes cannot hold tp {config.tensor_parallel} x pp {config.pipeline_parallel}; "
-            f"use a process count that is a multiple of {model_parallel}"
-        )
+    try:
+        layout = plan.layout.with_world_size(nproc * cluster.num_nodes)
+    except ValueError as error:
+        raise UserInputError(f"{error} (--nproc)") from None
+    data = options.data.model_copy(update={
+        "train": resolve_data_paths(options.data.train, "--data"),
+        "eval": resolve_data_paths(options.data.eval, "--eval-data"),
+    })
     on_cpu = cluster.gpu.kind == "cpu"
-    launcher, mode = _LAUNCH_BY_STRATEGY[config.strategy]
-    # Only FSDP needs the block class; the others record it when the table knows it.
-    block = (
-        decoder_layer_class(plan.model)
-        if config.strategy is Strategy.FSDP
-        else DECODER_LAYER_CLASS.get(plan.model.model_type)
-    )
-    return RunTarget(
-        strategy=config.strategy,
-        device="cpu" if on_cpu else "cuda",
-        dist_backend="gloo" if on_cpu else "nccl",
-        nproc_per_node=nproc,
-        num_nodes=cluster.num_nodes,
-        nproc_overridden=nproc_override is not None and nproc_override != cluster.gpus_per_node,
-        data_parallel=world // model_parallel,
-        tensor_parallel=config.tensor_parallel,
-        pipeline_parallel=config.pipeline_parallel,
-        micro_batch=config.micro_batch,
-        grad_accum=config.grad_accum,
-        seq_len=config.seq_len,
-        precision=config.precision,
-        launcher=launcher,
-        train_mode=mode,
-        model_name=plan.model.name,
-        hf_config=hf_config_for(plan.model),
-        decoder_layer_class=block,
-    )
-
+    try:
+        return RunConfig(
+            device="cpu" if on_cpu else "cuda",
+            dist_backend="gloo" if on_cpu else "nccl",
+            nproc_per_node=nproc,
+            num_nodes=cluster.num_nodes,
+            nproc_overridden=nproc_override is not None and nproc_override != cluster.gpus_per_node,
+            layout=layout,
+            micro_batch=config.micro_batch,
+            grad_accum=config.grad_accum,
+            seq_len=config.seq_len,
+            precision=config.precision,
+            launcher=_LAUNCHER[config.strategy],
+            model=model_source(plan, options),
+            data=data,
+            optim=options.optim,
+            anomaly=options.anomaly,
+            checkpoint=options.checkpoint,
+            predicted=predicted(plan),
+        )
+    except ValidationError as error:
+        raise UserInputError(f"run config: {describe_validation_error(error, 'docs/running.md')}") from None

@@ -11,18 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..contract.run_config import RunConfig
 from ..plan import Plan
 from ..training_config import ActivationCheckpointing, FsdpSharding, Offload, OptimizerKind, Strategy
 from .deepspeed_json import deepspeed_config
-from .target import (
-    ADAM_BETAS,
-    ADAM_EPS,
-    GRADIENT_CLIPPING,
-    WARMUP_STEPS,
-    WEIGHT_DECAY,
-    RunTarget,
-    run_target,
-)
+from .target import run_config
 
 DS_TRAINER_CONFIG_FILE = "ds_config_trainer.json"
 
@@ -35,25 +28,31 @@ _TRAINER_OPTIMIZER = {
 }
 
 
-def training_args_kwargs(plan: Plan, target: RunTarget, output_dir: str, *, deepspeed: Any) -> dict[str, Any] | None:
+_TRAINER_SCHEDULE = {"cosine": "cosine_with_min_lr", "linear": "linear", "constant": "constant_with_warmup"}
+
+
+def training_args_kwargs(plan: Plan, target: RunConfig, output_dir: str, *, deepspeed: Any) -> dict[str, Any] | None:
     """TrainingArguments keywords; `deepspeed` is the file name (JSON) or the config dict (Python)."""
     config = plan.config
     if config.strategy is Strategy.ENGINE:
         return None  # tensor/pipeline parallel plans run on our engine, not the Trainer
     uses_fsdp = config.strategy is Strategy.FSDP
+    optim = target.optim
     recompute = config.activation_checkpointing is not ActivationCheckpointing.NONE
     kwargs: dict[str, Any] = {
         "output_dir": output_dir,
         "per_device_train_batch_size": target.micro_batch,
         "gradient_accumulation_steps": target.grad_accum,
-        "learning_rate": target.learning_rate,
-        "weight_decay": WEIGHT_DECAY,
-        "adam_beta1": ADAM_BETAS[0],
-        "adam_beta2": ADAM_BETAS[1],
-        "adam_epsilon": ADAM_EPS,
-        "max_grad_norm": GRADIENT_CLIPPING,
-        "warmup_steps": WARMUP_STEPS,
-        "lr_scheduler_type": "constant_with_warmup",
+        "learning_rate": optim.learning_rate,
+        "weight_decay": optim.weight_decay,
+        "adam_beta1": optim.betas[0],
+        "adam_beta2": optim.betas[1],
+        "adam_epsilon": optim.eps,
+        "max_grad_norm": optim.gradient_clipping,
+        "warmup_steps": optim.warmup_steps if optim.warmup_steps is not None else 0.05,
+        "lr_scheduler_type": _TRAINER_SCHEDULE[optim.schedule],
+        **({"lr_scheduler_kwargs": {"min_lr_rate": optim.min_lr_ratio}} if optim.schedule == "cosine" else {}),
+        **({"max_steps": optim.max_steps} if optim.max_steps else {"num_train_epochs": optim.epochs}),
         "optim": _TRAINER_OPTIMIZER[config.optimizer],
         "bf16": target.mixed_precision == "bf16",
         "fp16": target.mixed_precision == "fp16",
@@ -64,7 +63,7 @@ def training_args_kwargs(plan: Plan, target: RunTarget, output_dir: str, *, deep
         "save_strategy": "no",
         "report_to": "none",
         "dataloader_num_workers": 0,
-        "seed": 0,
+        "seed": optim.seed,
     }
     if uses_fsdp:
         kwargs["fsdp"] = True
@@ -85,11 +84,11 @@ def checkpointing_argument() -> str:
     return "activation_checkpointing" if major >= 5 else "gradient_checkpointing"
 
 
-def trainer_fsdp_config(plan: Plan, target: RunTarget) -> dict[str, Any]:
+def trainer_fsdp_config(plan: Plan, target: RunConfig) -> dict[str, Any]:
     config = plan.config
     sharding = config.fsdp_sharding
     block: dict[str, Any] = {
-        "transformer_layer_cls_to_wrap": [target.decoder_layer_class],
+        "transformer_layer_cls_to_wrap": [target.model.block_class],
         "cpu_offload": Offload.CPU in (config.offload_params, config.offload_optimizer),
         "activation_checkpointing": config.activation_checkpointing is not ActivationCheckpointing.NONE,
         "state_dict_type": "SHARDED_STATE_DICT",
@@ -102,17 +101,19 @@ def trainer_fsdp_config(plan: Plan, target: RunTarget) -> dict[str, Any]:
     return block
 
 
-def training_args_json_document(plan: Plan, target: RunTarget) -> dict[str, Any] | None:
+def training_args_json_document(plan: Plan, target: RunConfig) -> dict[str, Any] | None:
     return training_args_kwargs(plan, target, "output", deepspeed=DS_TRAINER_CONFIG_FILE)
 
 
-def training_arguments(plan: Plan, output_dir: str | Path, *, nproc_override: int | None = None, **overrides: Any):
-    """A transformers.TrainingArguments that trains `plan`; keyword overrides win over the plan's values."""
+def training_arguments(plan: Plan, output_dir: str | Path, *, nproc_override: int | None = None,
+                       run: RunConfig | None = None, **overrides: Any):
+    """A transformers.TrainingArguments that trains `plan` (as `run`, default: the plan's own run);
+    keyword overrides win over the plan's values."""
     from transformers import TrainingArguments
 
     from ..errors import UserInputError
 
-    target = run_target(plan, nproc_override)
+    target = run or run_config(plan, nproc_override)
     trainer_deepspeed = deepspeed_config(plan, target, trainer_flavour=True)
     kwargs = training_args_kwargs(plan, target, str(output_dir), deepspeed=trainer_deepspeed)
     if kwargs is None:

@@ -3,19 +3,23 @@
 The same file drives DeepSpeed or our engine, so every DeepSpeed key we accept
 means what it means in DeepSpeed. Every block forbids unknown keys: a typo or a
 DeepSpeed feature we do not implement is a one-line error, never silence.
+
+It is part of the planner's typed contract (docs/architecture.md): the
+emitter builds an EngineConfig and writes it out, and the engine reads the
+same model back, so the two sides cannot drift. The layout is the one
+ParallelDims value.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from planner.errors import UserInputError
-
-ENGINE_SCHEMA_VERSION = 1
+from ..errors import UserInputError
+from .layout import ParallelDims
+from .schema import SCHEMA_VERSION, describe_validation_error, read_json_file
 
 
 class _Strict(BaseModel):
@@ -96,26 +100,6 @@ class ModelBlock(_Strict):
     hf_config: dict[str, Any]
 
 
-class LayoutBlock(_Strict):
-    data_parallel: int = Field(default=1, ge=1)
-    tensor_parallel: int = Field(default=1, ge=1)
-    pipeline_parallel: int = Field(default=1, ge=1)
-    sequence_parallel: bool = False
-    pipeline_schedule: Literal["gpipe", "1f1b", "interleaved-1f1b"] = "1f1b"
-    virtual_stages: Optional[int] = Field(default=None, ge=1)  # model chunks per rank; None: 2 when interleaved
-    stage_split: Optional[list[int]] = None
-
-    @model_validator(mode="after")
-    def _chunks_need_interleaving(self) -> "LayoutBlock":
-        if (self.virtual_stages or 1) > 1 and self.pipeline_schedule != "interleaved-1f1b":
-            raise ValueError(f"virtual_stages {self.virtual_stages} needs pipeline_schedule 'interleaved-1f1b'")
-        return self
-
-    @property
-    def world_size(self) -> int:
-        return self.data_parallel * self.tensor_parallel * self.pipeline_parallel
-
-
 class CheckpointBlock(_Strict):
     """Our optional additions: where and how often the engine checkpoints."""
 
@@ -123,8 +107,11 @@ class CheckpointBlock(_Strict):
     async_save: bool = False
 
 
+PipelineScheduleName = Literal["gpipe", "1f1b", "interleaved-1f1b"]
+
+
 class HardwareSelectorBlock(_Strict):
-    schema_version: Literal[1] = ENGINE_SCHEMA_VERSION
+    schema_version: int = SCHEMA_VERSION
     model: Optional[ModelBlock] = None
     seq_len: int = Field(default=128, ge=1)
     device: Literal["cpu", "cuda"] = "cpu"
@@ -132,8 +119,24 @@ class HardwareSelectorBlock(_Strict):
     activation_checkpointing: Literal["none", "selective", "full"] = "none"
     # How data-parallel gradients travel (backends/compression.py); the fp32 master is unaffected.
     compression: Literal["none", "fp32", "bf16", "fp16", "int8"] = "none"
-    layout: LayoutBlock = LayoutBlock()
+    layout: ParallelDims = ParallelDims()
+    sequence_parallel: bool = False
+    pipeline_schedule: PipelineScheduleName = "1f1b"
     checkpoint: CheckpointBlock = CheckpointBlock()
+
+    @model_validator(mode="after")
+    def _schedule_fits_layout(self) -> "HardwareSelectorBlock":
+        if self.schema_version != SCHEMA_VERSION:
+            raise ValueError(f"schema_version {self.schema_version} is not this version's {SCHEMA_VERSION}; "
+                             "re-emit the run folder with `hardware-selector plan ... --emit DIR --force`")
+        interleaved = self.pipeline_schedule == "interleaved-1f1b"
+        if self.layout.virtual_stages > 1 and not interleaved:
+            raise ValueError(f"virtual_stages {self.layout.virtual_stages} needs pipeline_schedule 'interleaved-1f1b'")
+        if interleaved and self.layout.pp > 1 and self.layout.virtual_stages < 2:
+            raise ValueError("pipeline_schedule 'interleaved-1f1b' needs layout.virtual_stages of 2 or more")
+        if self.sequence_parallel and self.layout.tp == 1:
+            raise ValueError("sequence_parallel splits along tensor parallelism; it needs layout.tp of 2 or more")
+        return self
 
 
 class EngineConfig(_Strict):
@@ -189,14 +192,6 @@ class EngineConfig(_Strict):
         return "fp16" if self.fp16.enabled else "bf16" if self.bf16.enabled else "fp32"
 
 
-def _describe(error: ValidationError) -> str:
-    first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "<top level>"
-    if first["type"] == "extra_forbidden":
-        return f"unknown or unsupported key '{where}'; see docs/engine.md for the keys the engine accepts"
-    return f"'{where}': {first['msg']}"
-
-
 def load_engine_config(source: Union[str, Path, dict, EngineConfig]) -> EngineConfig:
     """An EngineConfig from a path to engine.json, a dict, or an EngineConfig."""
     if isinstance(source, EngineConfig):
@@ -204,15 +199,10 @@ def load_engine_config(source: Union[str, Path, dict, EngineConfig]) -> EngineCo
     origin = "engine config"
     if isinstance(source, (str, Path)):
         origin = str(source)
-        try:
-            source = json.loads(Path(source).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UserInputError(f"{origin} does not exist; pass the engine.json of a run folder") from None
-        except json.JSONDecodeError as error:
-            raise UserInputError(f"{origin} is not valid JSON ({error.msg} at line {error.lineno})") from None
+        source = read_json_file(Path(source), "pass the engine.json of a run folder")
     if not isinstance(source, dict):
         raise UserInputError(f"{origin} must be a JSON object")
     try:
         return EngineConfig.model_validate(source)
     except ValidationError as error:
-        raise UserInputError(f"{origin}: {_describe(error)}") from None
+        raise UserInputError(f"{origin}: {describe_validation_error(error, 'docs/engine.md')}") from None

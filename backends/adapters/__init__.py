@@ -1,0 +1,33 @@
+"""The ways the runner trains a plan: our engine, torch DDP, FSDP2 and DeepSpeed, behind one surface (base.py).
+
+The HF Trainer is the fifth door (trainer.py): it runs its own loop, so it is
+driven by the runner's callbacks rather than by this surface.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Adapter, AdapterSetup, StepOutcome
+
+__all__ = ["Adapter", "AdapterSetup", "StepOutcome", "build_adapter"]
+
+
+def build_adapter(strategy: str, setup: AdapterSetup) -> Any:
+    if strategy == "engine":
+        from .engine_adapter import EngineAdapter
+
+        return EngineAdapter(setup)
+    if strategy == "ddp":
+        from .ddp import DdpAdapter
+
+        return DdpAdapter(setup)
+    if strategy == "fsdp":
+        from .fsdp import FsdpAdapter
+
+        return FsdpAdapter(setup)
+    if strategy == "deepspeed":
+        from .deepspeed_adapter import DeepSpeedAdapter
+
+        return DeepSpeedAdapter(setup)
+    raise ValueError(f"no adapter for strategy {strategy!r}")

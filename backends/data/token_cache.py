@@ -1,0 +1,130 @@
+"""Tokenize a corpus once into a flat token file beside the run, keyed by the hash of what it came from.
+
+    RUN_DIR/data/tokens-<key>.bin    the documents' tokens, end to end, an EOS after each document
+    RUN_DIR/data/tokens-<key>.json   dtype, token and document counts, sources, tokenizer: written last
+
+The key hashes the bytes of every source file and of the tokenizer's files
+plus the reading options, so an edited corpus or another tokenizer never
+reuses a stale file, and an unchanged one is never tokenized twice.
+
+One process per node tokenizes (local rank 0); the node's other ranks wait
+for the .json (or an .error file carrying the one-line reason) and then map
+the file read-only. The tokens are appended a batch of documents at a time,
+so memory stays flat whatever the corpus size. Written to a temporary name
+and renamed: a crash never leaves a half file under the final name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from planner.errors import UserInputError
+
+from .documents import Source, iter_documents
+
+FORMAT_VERSION = 1
+WAIT_REPORT_S = 60.0
+
+
+def content_key(sources: list[Source], tokenizer_files: list[Path], options: dict[str, Any]) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(json.dumps({"format": FORMAT_VERSION, **options}, sort_keys=True).encode())
+    for label, files in (("source", [f for s in sources for f in s.files()]), ("tokenizer", tokenizer_files)):
+        for path in files:
+            digest.update(f"{label}:{path.name}:{path.stat().st_size}".encode())
+            with open(path, "rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(chunk)
+    return digest.hexdigest()
+
+
+def token_dtype(vocab_size: int) -> str:
+    return "uint16" if vocab_size <= 1 << 16 else "uint32"
+
+
+def write_token_file(bin_path: Path, sources: list[Source], tokenizer: Any, *, text_field: str, text_unit: str,
+                     eos_id: int, add_special_tokens: bool, dtype: str) -> dict[str, Any]:
+    """Tokenize every document into bin_path (atomically); returns the metadata."""
+    import numpy as np
+
+    temporary = bin_path.with_name(f".{bin_path.name}.{os.getpid()}.tmp")
+    tokens = documents = 0
+    try:
+        with open(temporary, "wb") as out:
+            for texts in iter_documents(sources, text_field=text_field, text_unit=text_unit):
+                if not texts:
+                    continue
+                encoded = tokenizer(texts, add_special_tokens=add_special_tokens, return_attention_mask=False,
+                                    return_token_type_ids=False)["input_ids"]
+                joined: list[int] = []
+                for ids in encoded:
+                    joined.extend(ids)
+                    joined.append(eos_id)
+                flat = np.asarray(joined, dtype=np.int64)
+                if flat.size and int(flat.max()) >= np.iinfo(dtype).max:
+                    raise UserInputError(f"token id {int(flat.max())} does not fit {dtype}")
+                out.write(flat.astype(dtype).tobytes())
+                tokens += int(flat.size)
+                documents += len(texts)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, bin_path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return {"format": FORMAT_VERSION, "dtype": dtype, "tokens": tokens, "documents": documents,
+            "eos_id": eos_id, "sources": [str(s.path) for s in sources]}
+
+
+def prepare_token_file(cache_dir: Path, key: str, build: Callable[[Path], dict[str, Any]], *, builder: bool,
+                       label: str) -> tuple[Path, dict[str, Any]]:
+    """The (bin path, metadata) for `key`: built here when `builder`, else waited for (the builder's error too)."""
+    bin_path = cache_dir / f"tokens-{key}.bin"
+    meta_path = cache_dir / f"tokens-{key}.json"
+    error_path = cache_dir / f"tokens-{key}.error"
+    if builder:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        error_path.unlink(missing_ok=True)
+        if not (meta_path.is_file() and bin_path.is_file()):
+            try:
+                meta = build(bin_path)
+            except UserInputError as failure:
+                _write_atomic(error_path, str(failure))
+                raise
+            _write_atomic(meta_path, json.dumps(meta, indent=1))
+    else:
+        _wait_for(meta_path, error_path, label, since=time.time() - 1.0)
+    return bin_path, json.loads(meta_path.read_text(encoding="utf-8"))
+
+
+def _wait_for(meta_path: Path, error_path: Path, label: str, *, since: float) -> None:
+    """Until the builder's .json appears, or its .error (one written by this run, not a stale one)."""
+    began = reported = time.monotonic()
+    while not meta_path.is_file():
+        if error_path.is_file() and error_path.stat().st_mtime >= since:
+            raise UserInputError(error_path.read_text(encoding="utf-8").strip())
+        time.sleep(0.2)
+        if time.monotonic() - reported > WAIT_REPORT_S:
+            reported = time.monotonic()
+            print(f"waiting for this node's first rank to tokenize {label} ({time.monotonic() - began:.0f} s)",
+                  flush=True)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def open_tokens(bin_path: Path, meta: dict[str, Any]) -> Any:
+    """The token file as a read-only numpy memmap (pages come from disk on demand)."""
+    import numpy as np
+
+    if meta["tokens"] == 0:
+        return np.zeros(0, dtype=meta["dtype"])
+    return np.memmap(bin_path, dtype=meta["dtype"], mode="r", shape=(meta["tokens"],))

@@ -1,0 +1,94 @@
+"""The runner's checkpoints: every adapter's state in one sealed folder per step, and resuming from the newest.
+
+    RUN_DIR/checkpoints/global_step<N>/    the adapter's state (engine shards, DCP, or DeepSpeed's files)
+                                           rng/rank<r>.pt, runner_state.json, MANIFEST.json (written last)
+    RUN_DIR/checkpoints/latest             the newest sealed tag
+
+The layout, sealing and newest-intact fallback are the engine's own
+(backends/checkpoint/layout.py), so a crash mid-save never leaves a folder
+that looks complete, and a damaged one is skipped for the one before it.
+runner_state.json holds where the data stream stands, the anomaly averages
+and what the checkpoint was saved under (model, strategy, batch), so a resume
+continues the same run or refuses in one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Optional
+
+from planner.errors import UserInputError
+
+from backends.checkpoint.layout import commit, read_json
+from backends.checkpoint.load import _choose, _from_rank0
+from backends.checkpoint.ranks import barrier, rank
+from backends.checkpoint.shards import load_rng, save_rng
+
+RUNNER_STATE = "runner_state.json"
+
+
+def model_fingerprint(hf_config: dict) -> str:
+    """A short hash of the model's config: the same architecture and shapes give the same value."""
+    return hashlib.sha256(json.dumps(hf_config, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class RunCheckpoints:
+    def __init__(self, folder: Path, keep_last: int):
+        self.folder = folder
+        self.keep_last = keep_last
+
+    def save(self, adapter: Any, step: int, state: dict[str, Any]) -> Path:
+        """Collective: write and seal checkpoint `global_step<step>`; returns its folder."""
+        tag = f"global_step{step}"
+        partial = self.folder / f".partial-{tag}"
+        if rank() == 0:
+            if partial.exists():
+                shutil.rmtree(partial)
+            partial.mkdir(parents=True)
+        barrier()
+        adapter.save(partial)
+        save_rng(partial / "rng" / f"rank{rank()}.pt")
+        if rank() == 0:
+            (partial / RUNNER_STATE).write_text(json.dumps({**state, "tag": tag}, indent=1), encoding="utf-8")
+        barrier()
+        if rank() == 0:
+            commit(self.folder, partial, tag, self.keep_last)
+        barrier()
+        return self.folder / tag
+
+    def newest(self) -> Optional[Path]:
+        """Collective: the newest intact checkpoint (rank 0 decides for everybody), or None."""
+        error: Optional[str] = None
+        choice: Optional[Path] = None
+        if rank() == 0:
+            try:
+                choice = _choose(self.folder, None)
+            except UserInputError as failure:
+                error = str(failure)
+        error, choice = _from_rank0(error, choice)
+        if error:
+            raise UserInputError(error)
+        return choice
+
+    def load(self, adapter: Any, folder: Path) -> dict[str, Any]:
+        """Collective: the adapter's state from `folder`, this rank's RNG; returns the runner state."""
+        state = read_json(folder / RUNNER_STATE)
+        adapter.load(folder)
+        rng_file = folder / "rng" / f"rank{rank()}.pt"
+        if rng_file.is_file():
+            load_rng(rng_file)
+        return state
+
+
+def check_resumable(state: dict[str, Any], *, folder: Path, model_name: str, fingerprint: str, strategy: str) -> None:
+    """A checkpoint of another model or strategy is refused in one line (never resumed silently)."""
+    saved = state.get("saved_under", {})
+    if saved.get("model_fingerprint") != fingerprint:
+        raise UserInputError(f"{folder} holds a checkpoint of {saved.get('model', 'another model')}, not of this plan's "
+                             f"{model_name}; start afresh with --no-resume (the checkpoint is kept)")
+    if saved.get("strategy") != strategy:
+        raise UserInputError(f"{folder} was saved by strategy {saved.get('strategy')}, and this run uses {strategy}; "
+                             f"resume with --strategy {saved.get('strategy')}, or start afresh with --no-resume")

@@ -1,0 +1,84 @@
+"""metrics.jsonl (rank 0): one row per step and per evaluation, plus TensorBoard events when installed.
+
+Train rows: step, loss, lr, grad_norm, tokens_per_s, mfu (GPUs only), peak
+memory, and the seconds spent in data, forward/backward and the optimizer.
+Eval rows: step, eval_loss, perplexity. Every row carries "kind" and the wall
+time. On resume the rows past the checkpoint's step are dropped first, so the
+file holds each step once and its curve continues where the checkpoint left
+it. `hardware-selector watch DIR` reads this file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+
+class MetricsLog:
+    def __init__(self, path: Path, *, enabled: bool, tensorboard_dir: Optional[Path] = None):
+        self.path = path
+        self.enabled = enabled
+        self.writer: Any = None
+        if enabled and tensorboard_dir is not None:
+            self.writer = _tensorboard_writer(tensorboard_dir)
+
+    def truncate_after(self, step: int) -> None:
+        """Keep the rows of steps up to `step` (the checkpoint resumed from), atomically."""
+        if not self.enabled or not self.path.is_file():
+            return
+        kept = []
+        with open(self.path, encoding="utf-8") as handle:
+            for line in handle:
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a kill
+                if int(row.get("step", 0)) <= step:
+                    kept.append(json.dumps(row))
+        temporary = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
+        temporary.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        os.replace(temporary, self.path)
+
+    def write(self, kind: str, row: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        record = {"kind": kind, **row, "time": time.time()}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        if self.writer is not None:
+            step = int(row["step"])
+            for key, value in row.items():
+                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.writer.add_scalar(f"{kind}/{key}", value, step)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _tensorboard_writer(folder: Path) -> Any:
+    """A SummaryWriter when the tensorboard extra is installed, else None (metrics.jsonl has everything)."""
+    try:
+        import tensorboard  # noqa: F401  (torch's writer needs it)
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(log_dir=str(folder))
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Every complete row of a metrics.jsonl (a line cut short by a kill is skipped)."""
+    rows = []
+    if not path.is_file():
+        return rows
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                continue
+    return rows

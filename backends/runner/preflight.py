@@ -1,0 +1,53 @@
+"""Check a run's data, tokenizer and weights in the launching process, before any rank starts.
+
+`hardware-selector train` calls this after reading the folder: a missing or
+empty corpus, a missing text field, a tokenizer that does not fit the model
+and weights that do not fit config.json are each one line and exit code 2
+within seconds, instead of after torchrun has started every rank. It reads
+only what it must: the first document of each source (all of them only
+when they are empty), the tokenizer's files and the safetensors headers.
+The ranks check the same again, for runs started by launch.sh or sbatch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.contract.run_config import RunConfig
+from planner.errors import UserInputError
+
+
+def check_data(run: RunConfig, vocab_size: int) -> None:
+    from backends.data.documents import iter_documents, resolve_sources
+    from backends.data.prepare import load_tokenizer
+
+    if run.data.synthetic:
+        return
+    load_tokenizer(run.model.tokenizer_dir, model_name=run.model.name, vocab_size=vocab_size)
+    for patterns, flag in ((run.data.train, "--data"), (run.data.eval, "--eval-data")):
+        if not patterns:
+            continue
+        sources = resolve_sources(patterns, flag)
+        if not any(texts for texts in iter_documents(sources, text_field=run.data.text_field,
+                                                     text_unit=run.data.text_unit)):
+            raise UserInputError(f"{', '.join(patterns)} holds no text (every document is empty); check the files "
+                                 "and --text-field")
+
+
+def check_weights(run: RunConfig, model: Any) -> None:
+    from .weights import source_for
+
+    source = source_for(model, run.model.path)
+    for name, param in model.named_parameters():
+        source.check_shape(name, tuple(param.shape))
+
+
+def preflight(run: RunConfig, *, tiny: bool) -> None:
+    """Raise the first problem as a UserInputError (imports transformers; call it where a run is about to start)."""
+    from .model_init import build_model
+
+    keep_vocab = not run.data.synthetic
+    model = build_model(run.model, tiny=tiny, empty=True, keep_vocab=keep_vocab)
+    check_data(run, int(model.config.vocab_size))
+    if run.model.init == "pretrained" and not tiny:
+        check_weights(run, model)

@@ -1,0 +1,147 @@
+"""The end of a run: measured step time, throughput and memory beside the plan's predictions.
+
+"measured 1.93 s/step vs predicted 1.80 s (+7%)". The median step excludes
+the first step (start-up, allocator warm-up) when there are others. Memory
+is CUDA's peak allocation on GPUs and the peak resident set on CPU
+processes (which also counts Python and the libraries, so it is not
+compared with a GPU estimate). Rank 0 writes run_summary.json and, with
+--record, stores the pair in the benchmark database, which calibrates later
+plans (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+from typing import Any, Callable, Optional
+
+
+class StepTimes:
+    def __init__(self) -> None:
+        self.values: list[float] = []
+
+    def add(self, seconds: float) -> None:
+        self.values.append(seconds)
+
+    def steady(self) -> list[float]:
+        return self.values[1:] if len(self.values) > 1 else list(self.values)
+
+    def median(self) -> Optional[float]:
+        steady = self.steady()
+        return statistics.median(steady) if steady else None
+
+    def spread(self) -> float:
+        steady = self.steady()
+        if len(steady) < 2:
+            return 0.0
+        quartiles = statistics.quantiles(steady, n=4)
+        return quartiles[2] - quartiles[0]
+
+
+def peak_memory_bytes(device: Any) -> int:
+    if device.type == "cuda":
+        import torch
+
+        return int(torch.cuda.max_memory_allocated(device))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def _everyones_peak(adapter: Any) -> list[int]:
+    import torch.distributed as dist
+
+    peak = peak_memory_bytes(adapter.device)
+    if not adapter.distributed:
+        return [peak]
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, peak)
+    return [int(value) for value in gathered]
+
+
+def comparison(label: str, measured: float, predicted: Optional[float], unit: str, fmt: str) -> str:
+    text = f"{label}: measured {format(measured, fmt)} {unit}"
+    if predicted:
+        text += f" vs predicted {format(predicted, fmt)} {unit} ({(measured / predicted - 1) * 100:+.0f}%)"
+    return text
+
+
+def finish_summary(*, spec: Any, run: Any, args: Any, adapter: Any, times: StepTimes, steps: int,
+                   eval_rows: list[dict], resumed_from: Optional[str], wall_s: float, stopped: Optional[str],
+                   guard: Any, say: Optional[Callable[[str], None]]) -> dict[str, Any]:
+    """Collective (memory peaks); rank 0 prints and writes the summary. Returns it on every rank."""
+    peaks = _everyones_peak(adapter)
+    median = times.median()
+    tokens_per_step = run.global_batch * run.seq_len
+    comparable = not args.tiny and run.device == "cuda"
+    predicted = run.predicted
+    summary: dict[str, Any] = {
+        "strategy": spec.strategy.value, "model": run.model.name, "steps": steps, "world_size": run.world_size,
+        "layout": run.layout.model_dump(mode="json"), "global_batch": run.global_batch, "seq_len": run.seq_len,
+        "median_step_time_s": median, "step_time_spread_s": times.spread(),
+        "tokens_per_s": tokens_per_step / median if median else None, "peak_memory_per_rank_bytes": peaks,
+        "memory_kind": "cuda max allocated" if run.device == "cuda" else "host peak RSS",
+        "predicted_step_time_s": predicted.step_time_s, "predicted_peak_memory_bytes": predicted.peak_memory_bytes,
+        "comparable_to_prediction": comparable, "eval": eval_rows[-1] if eval_rows else None,
+        "resumed_from": resumed_from, "wall_s": wall_s, "stopped": stopped, "anomalies": dict(guard.counts),
+        "tiny": bool(args.tiny), "metrics": str(args.metrics or spec.run_dir / "metrics.jsonl"),
+    }
+    if adapter.rank != 0:
+        return summary
+    lines = []
+    if median:
+        lines.append(comparison("step time", median, predicted.step_time_s if comparable else None, "s/step", ".3g"))
+    gib = max(peaks) / 2**30
+    if comparable:
+        lines.append(comparison("peak memory", gib, (predicted.peak_memory_bytes or 0) / 2**30 or None, "GiB", ".2f"))
+    else:
+        why = "--tiny run" if args.tiny else "CPU processes"
+        lines.append(f"peak memory: {gib:.2f} GiB ({summary['memory_kind']}; {why}, so not compared with the "
+                     "plan's GPU estimate)")
+    if eval_rows:
+        last = eval_rows[-1]
+        lines.append(f"eval loss {last['eval_loss']:.4f}, perplexity {last['perplexity']:.2f} at step {last['step']}")
+    if say is not None:
+        for line in lines:
+            say(line)
+    summary["lines"] = lines
+    if args.record and median:
+        summary["record_id"] = record(spec, run, summary, db=args.db)
+        if say is not None:
+            say(f"recorded run {summary['record_id'][:12]} in the benchmark database")
+    path = spec.run_dir / "run_summary.json"
+    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    temporary.write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    os.replace(temporary, path)
+    return summary
+
+
+def record(spec: Any, run: Any, summary: dict[str, Any], db: Any = None) -> str:
+    """Store the measured run beside its prediction (benchmarks_db); returns the record id."""
+    from benchmarks_db.environment import current_environment
+    from benchmarks_db.record import RunRecord, RunStatus, spec_hash
+    from benchmarks_db.store import BenchmarkStore
+
+    plan = spec.plan
+    config = plan.config.model_copy(update={"grad_accum": run.grad_accum, "seq_len": run.seq_len})
+    median = summary["median_step_time_s"]
+    measured: dict[str, Any] = {}
+    speed = plan.throughput
+    if speed is not None and summary["comparable_to_prediction"]:
+        measured["tflops_per_gpu"] = speed.tflops_per_gpu * speed.step_time_s / median
+        measured["mfu"] = speed.mfu * speed.step_time_s / median
+    entry = RunRecord(
+        **current_environment().model_dump(), gpu_name=plan.cluster.gpu.name if run.device == "cuda" else "cpu",
+        gpu_count=run.world_size, nodes=run.num_nodes, interconnect="host-memory" if run.device == "cpu" else "local",
+        model_name=plan.model.name, model_spec_hash=spec_hash(plan.model), tiny=summary["tiny"],
+        strategy=spec.strategy.value, config_json=config.model_dump_json(), micro_batch=run.micro_batch,
+        grad_accum=run.grad_accum, global_batch=run.global_batch, seq_len=run.seq_len,
+        precision=config.precision.value, step_time_median_s=median, step_time_spread_s=summary["step_time_spread_s"],
+        steps_measured=max(0, summary["steps"] - 1), tokens_per_s=summary["tokens_per_s"],
+        peak_memory_per_rank_bytes=summary["peak_memory_per_rank_bytes"],
+        predicted_step_time_s=run.predicted.step_time_s if summary["comparable_to_prediction"] else None,
+        predicted_peak_memory_bytes=run.predicted.peak_memory_bytes,
+        status=RunStatus.OK, runner="backends.run", **measured,
+    )
+    BenchmarkStore(db).add(entry)  # None: $HARDWARE_SELECTOR_DB or the cache folder
+    return entry.id

@@ -1,0 +1,83 @@
+"""Run torchrun for `train`, keep its report in the run folder's log, and end a failure in one line.
+
+The runner's ranks already say what went wrong in one line (backends/run.py);
+what a failed job adds on top is torchrun's own report: a Python traceback
+of the launcher and a table of failed ranks. That report (and everything
+the job writes to stderr) goes to RUN_DIR/logs/train-<time>.log; on the
+screen the run's output appears as it comes, up to the first line of the
+launcher's report. When no rank explained the failure (a rank killed by a
+signal, say), one line says how it ended and where the log is.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+# The first line of torchrun's failure report: its glog-style error line, or its own traceback.
+LAUNCHER_REPORT = re.compile(r"^([EW]\d{4} \d\d:\d\d:\d\d|Traceback \(most recent call last\):|\[rank\d+\]: )")
+RANK_VERDICT = re.compile(r"^(error|stopped): ")
+SIGNALS = {9: "SIGKILL (the kernel's out-of-memory killer, most likely)", 15: "SIGTERM", 6: "SIGABRT", 11: "SIGSEGV"}
+
+
+def log_path(run_dir: Path) -> Path:
+    folder = run_dir / "logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"train-{time.strftime('%Y%m%dT%H%M%S')}.log"
+
+
+def run_logged(command: list[str], *, cwd: Path, log: Path) -> tuple[int, bool]:
+    """(exit code, whether a rank printed its own one-line verdict)."""
+    explained = False
+    with open(log, "w", encoding="utf-8") as record:
+        record.write("$ " + " ".join(command) + "\n")
+        # torchrun sets OMP_NUM_THREADS=1 when it is unset, with a banner saying so; set the same value quietly.
+        environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        process = subprocess.Popen(command, cwd=cwd, stderr=subprocess.PIPE, text=True, bufsize=1, env=environment)
+        assert process.stderr is not None
+
+        def copy() -> None:
+            nonlocal explained
+            echoing = True
+            for line in process.stderr:  # type: ignore[union-attr]
+                record.write(line)
+                record.flush()
+                if RANK_VERDICT.match(line):
+                    explained = True
+                    print(line, end="", file=sys.stderr, flush=True)
+                    continue
+                if LAUNCHER_REPORT.match(line):
+                    echoing = False  # the launcher's report: the log keeps it
+                if echoing:
+                    print(line, end="", file=sys.stderr, flush=True)
+
+        reader = threading.Thread(target=copy, daemon=True)
+        reader.start()
+        try:
+            code = process.wait()
+        except KeyboardInterrupt:
+            process.terminate()
+            code = process.wait()
+        reader.join(timeout=10)
+    return code, explained
+
+
+def rank_exit_code(code: int, log: Path) -> int:
+    """The failing rank's own exit code (2: bad input, 3: stopped by a rule) rather than torchrun's 1."""
+    found = re.search(r"exitcode\s*:\s*(-?\d+)", log.read_text(encoding="utf-8", errors="replace"))
+    return int(found.group(1)) if found and int(found.group(1)) > 0 else code
+
+
+def failure_line(code: int, log: Path) -> str:
+    """One line for a job that failed without a rank saying why."""
+    text = log.read_text(encoding="utf-8", errors="replace")
+    signal = re.search(r"Signal (\d+) \(", text) or re.search(r"exitcode\s*:\s*-(\d+)", text)
+    if signal:
+        number = int(signal.group(1))
+        return f"error: a rank was killed by {SIGNALS.get(number, f'signal {number}')}; the launcher's report is in {log}"
+    return f"error: the run failed (exit code {code}); the launcher's report and the ranks' output are in {log}"

@@ -1,0 +1,117 @@
+"""`watch RUN_DIR [--follow] [--json]`: how a run is going, from its metrics.jsonl and run_status.json.
+
+Works on a run started anywhere (launch.sh, sbatch, `train`), from any shell
+that sees the folder: step and ETA, the loss now and averaged, the latest
+evaluation, throughput, memory, warnings, and the measured-vs-predicted
+summary once it has finished. --follow refreshes until the run ends.
+Reads files only: no torch, instant.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from planner.errors import UserInputError
+
+REFRESH_S = 2.0
+AVERAGE_OVER = 20
+
+
+def snapshot(run_dir: Path) -> dict[str, Any]:
+    """Everything `watch` shows, as one JSON-able dict."""
+    from backends.runner.metrics import read_metrics
+    from backends.runner.status import read_status
+
+    status = read_status(run_dir)
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    train = [row for row in rows if row.get("kind") == "train"]
+    evals = [row for row in rows if row.get("kind") == "eval"]
+    latest = train[-1] if train else {}
+    recent = train[-AVERAGE_OVER:]
+    total = status.get("total_steps")
+    step = latest.get("step", status.get("step", 0))
+    seconds = [row["step_s"] for row in recent if "step_s" in row]
+    eta = (total - step) * sum(seconds) / len(seconds) if seconds and total and status.get("state") == "running" else None
+    summary_file = run_dir / "run_summary.json"
+    summary = json.loads(summary_file.read_text()) if summary_file.is_file() and status.get("state") != "running" else {}
+    return {
+        "state": status.get("state", "not started" if not train else "unknown"),
+        "step": step, "total_steps": total, "eta_s": eta,
+        "loss": latest.get("loss"), "loss_average": sum(r["loss"] for r in recent) / len(recent) if recent else None,
+        "lr": latest.get("lr"), "grad_norm": latest.get("grad_norm"), "tokens_per_s": latest.get("tokens_per_s"),
+        "mfu": latest.get("mfu"), "peak_memory_bytes": latest.get("peak_memory_bytes"),
+        "eval": evals[-1] if evals else None,
+        "anomalies": [row for row in train if "anomaly" in row][-5:],
+        "message": status.get("message", ""), "summary": summary.get("lines", []),
+        "strategy": status.get("strategy"), "model": status.get("model"),
+    }
+
+
+def render(view: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    from backends.runner.progress import format_duration
+
+    title = f"{view['model'] or 'run'} ({view['strategy'] or '?'}): {view['state']}"
+    table = Table(title=title, show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    total = view["total_steps"]
+    progress = f"{view['step']}/{total}" if total else str(view["step"])
+    if view["eta_s"] is not None:
+        progress += f", ETA {format_duration(view['eta_s'])}"
+    table.add_row("step", progress)
+    if view["loss"] is not None:
+        table.add_row("loss", f"{view['loss']:.4f} (last {AVERAGE_OVER} steps: {view['loss_average']:.4f})")
+    if view["eval"]:
+        table.add_row("eval", f"loss {view['eval']['eval_loss']:.4f}, perplexity {view['eval']['perplexity']:.2f} "
+                              f"at step {view['eval']['step']}")
+    if view["tokens_per_s"]:
+        speed = f"{view['tokens_per_s']:,.0f} tokens/s"
+        table.add_row("speed", speed + (f", MFU {view['mfu']:.1%}" if view.get("mfu") else ""))
+    if view["lr"] is not None:
+        table.add_row("lr / grad norm", f"{view['lr']:.3g} / {view['grad_norm']:.3g}" if view["grad_norm"] is not None
+                      else f"{view['lr']:.3g}")
+    if view["peak_memory_bytes"]:
+        table.add_row("peak memory", f"{view['peak_memory_bytes'] / 2**30:.2f} GiB")
+    for row in view["anomalies"]:
+        table.add_row("anomaly", f"step {row['step']}: {row['anomaly']['reason']} ({row['anomaly']['action']})")
+    if view["message"]:
+        table.add_row("message", view["message"])
+    for line in view["summary"]:
+        table.add_row("summary", line)
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("watch")
+    def watch_command(
+        run_dir: Path = typer.Argument(..., help="A run folder (written by `plan --emit`, trained by the runner)."),
+        follow: bool = typer.Option(False, "--follow", "-f", help="Refresh until the run ends."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Show how a run is going: step, ETA, loss, evaluation, speed, memory, warnings."""
+        from rich.console import Console
+        from rich.live import Live
+
+        if not run_dir.is_dir() or not (run_dir / "plan.json").is_file():
+            raise UserInputError(f"{run_dir} is not a run folder (no plan.json); pass the folder `plan --emit` wrote")
+        if as_json:
+            print(json.dumps(snapshot(run_dir), indent=2))
+            return
+        console = Console()
+        if not follow:
+            console.print(render(snapshot(run_dir)))
+            return
+        with Live(render(snapshot(run_dir)), console=console, refresh_per_second=1) as live:
+            while True:
+                view = snapshot(run_dir)
+                live.update(render(view))
+                if view["state"] in ("finished", "stopped", "failed"):
+                    break
+                time.sleep(REFRESH_S)

@@ -1,0 +1,58 @@
+"""The EngineConfig of a run: the settings every adapter shares, computed from the plan and its RunConfig.
+
+engine.json is this config for engine plans. The runner builds it for every
+strategy: DDP and FSDP take the optimizer, clipping, precision and batch
+keys from it, and a run whose strategy is overridden (`--strategy engine` on
+a DDP folder) gets the engine settings the emitter would have written.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..memory.buffers import deepspeed_bucket_sizes
+from ..plan import Plan
+from ..training_config import Offload, Strategy
+from .engine_config import CheckpointBlock, EngineConfig, HardwareSelectorBlock, ModelBlock, OffloadOptimizer, ZeroBlock
+from .hyperparameters import optimizer_block, precision_blocks, scheduler_block
+from .run_config import RunConfig
+
+
+def engine_config_for_run(plan: Plan, run: RunConfig, total_steps: Optional[int] = None) -> EngineConfig:
+    """The engine config of this run (scheduler only once its length is known)."""
+    config = plan.config
+    buckets = deepspeed_bucket_sizes(plan.model)
+    offload = "cpu" if config.offload_optimizer is not Offload.NONE else "none"
+    precision = precision_blocks(config.precision)
+    return EngineConfig(
+        train_batch_size=run.global_batch,
+        train_micro_batch_size_per_gpu=run.micro_batch,
+        gradient_accumulation_steps=run.grad_accum,
+        optimizer=optimizer_block(run.optim, config.optimizer),
+        scheduler=scheduler_block(run.optim, total_steps),
+        zero_optimization=ZeroBlock(
+            stage=config.zero_stage if config.strategy in (Strategy.ENGINE, Strategy.DEEPSPEED) else 0,
+            offload_optimizer=OffloadOptimizer(device=offload),
+            overlap_comm=config.zero_stage >= 1,
+            reduce_bucket_size=buckets.reduce_bucket_size,
+            allgather_bucket_size=buckets.allgather_bucket_size,
+            stage3_prefetch_bucket_size=buckets.stage3_prefetch_bucket_size,
+        ),
+        fp16=precision["fp16"],
+        bf16=precision["bf16"],
+        gradient_clipping=run.optim.gradient_clipping,
+        steps_per_print=10,
+        hardware_selector=HardwareSelectorBlock(
+            model=ModelBlock(name=run.model.name, hf_config=run.model.hf_config),
+            seq_len=run.seq_len,
+            device=run.device,
+            dist_backend=run.dist_backend,
+            activation_checkpointing=config.activation_checkpointing.value,
+            layout=run.layout,
+            sequence_parallel=config.sequence_parallel,
+            pipeline_schedule=config.pipeline_schedule.value,
+            checkpoint=CheckpointBlock(keep_last=run.checkpoint.keep_last),
+        ),
+    )
+
+

@@ -1,0 +1,64 @@
+"""The run's hyperparameters as DeepSpeed-style optimizer and scheduler blocks, computed in one place.
+
+ds_config.json, engine.json and the runner all take their blocks from here,
+so DeepSpeed, our engine, DDP and FSDP apply the same update with the same
+learning rate at every step (backends/schedulers.py implements DeepSpeed's
+formulas for the adapters that are not DeepSpeed). The schedule's length
+depends on the data when the run is sized in epochs, so the scheduler block
+exists only once the total number of steps is known.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..training_config import OptimizerKind, Precision
+from .engine_config import OptimizerBlock, OptimizerParams, SchedulerBlock, SchedulerParams
+from .run_config import Hyperparameters
+
+SGD_MOMENTUM = 0.9
+
+
+def optimizer_block(optim: Hyperparameters, kind: OptimizerKind) -> OptimizerBlock:
+    """AdamW, or SGD with momentum for SGD plans (the others fall back to AdamW, as DeepSpeed's configs do)."""
+    if kind is OptimizerKind.SGD:
+        return OptimizerBlock(type="SGD", params=OptimizerParams(lr=optim.learning_rate, momentum=SGD_MOMENTUM,
+                                                                 weight_decay=optim.weight_decay))
+    return OptimizerBlock(type="AdamW", params=OptimizerParams(lr=optim.learning_rate, betas=optim.betas,
+                                                               eps=optim.eps, weight_decay=optim.weight_decay))
+
+
+def scheduler_block(optim: Hyperparameters, total_steps: Optional[int]) -> Optional[SchedulerBlock]:
+    """Linear warmup, then cosine or linear decay to min_lr_ratio x lr (or constant); None if the length is unknown."""
+    total = total_steps or optim.max_steps
+    warmup = optim.warmup_for(total)
+    if optim.schedule == "constant":
+        return SchedulerBlock(type="WarmupLR", params=SchedulerParams(
+            warmup_min_lr=0.0, warmup_max_lr=optim.learning_rate, warmup_num_steps=warmup, warmup_type="linear"))
+    if total is None:
+        return None
+    if optim.schedule == "cosine":
+        return SchedulerBlock(type="WarmupCosineLR", params=SchedulerParams(
+            warmup_num_steps=warmup, warmup_type="linear", total_num_steps=total, warmup_min_ratio=0.0,
+            cos_min_ratio=optim.min_lr_ratio))
+    return SchedulerBlock(type="WarmupDecayLR", params=SchedulerParams(
+        warmup_min_lr=optim.learning_rate * optim.min_lr_ratio, warmup_max_lr=optim.learning_rate,
+        warmup_num_steps=warmup, warmup_type="linear", total_num_steps=total))
+
+
+def precision_blocks(precision: Precision, *, auto: bool = False) -> dict[str, Any]:
+    """DeepSpeed's fp16 and bf16 blocks; auto: the HF Trainer's flavour, which fills `enabled` itself."""
+    fp16 = precision is Precision.FP16_MIXED
+    bf16 = precision in (Precision.BF16_MIXED, Precision.BF16)
+    return {
+        "fp16": {
+            "enabled": "auto" if auto else fp16,
+            # loss_scale 0 = dynamic: start at 2**16, halve on overflow, grow after a clean window.
+            "loss_scale": 0,
+            "initial_scale_power": 16,
+            "loss_scale_window": 1000,
+            "hysteresis": 2,
+            "min_loss_scale": 1,
+        },
+        "bf16": {"enabled": "auto" if auto else bf16},
+    }

@@ -1,0 +1,75 @@
+"""ParallelDims: how one run splits over its ranks (dp x tp x pp x cp, experts over ep).
+
+This is the one layout value of the project (docs/architecture.md): the plan,
+plan.json's run block, engine.json and engine checkpoints all store a
+ParallelDims, and `backends/parallel_dims.py` only builds the device mesh
+from it. It is pure data (no torch), frozen and validated on construction,
+so a layout that cannot exist is a one-line error where it is written, not a
+hang where it is run.
+
+- dp: data-parallel replicas (ZeRO and FSDP shard over them);
+- tp: tensor-parallel ranks (inside a node);
+- pp: pipeline stages, each holding `virtual_stages` model chunks;
+- cp: context-parallel ranks splitting the sequence;
+- ep: expert-parallel ranks; experts split over a sub-group of dp, so ep divides dp;
+- stage_layers: decoder layers per pipeline chunk (pp x virtual_stages entries), or None
+  for the balanced split.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MAX_RANKS = 1 << 20  # about a million ranks: beyond any cluster, and it keeps arithmetic instant
+
+
+class ParallelDims(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dp: int = Field(default=1, ge=1, le=MAX_RANKS)
+    tp: int = Field(default=1, ge=1, le=MAX_RANKS)
+    pp: int = Field(default=1, ge=1, le=MAX_RANKS)
+    cp: int = Field(default=1, ge=1, le=MAX_RANKS)
+    ep: int = Field(default=1, ge=1, le=MAX_RANKS)
+    virtual_stages: int = Field(default=1, ge=1, le=1024)
+    stage_layers: Optional[tuple[int, ...]] = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ParallelDims":
+        if self.world_size > MAX_RANKS:
+            raise ValueError(f"dp x tp x pp x cp = {self.world_size} ranks is more than the {MAX_RANKS} supported")
+        if self.dp % self.ep:
+            raise ValueError(f"ep {self.ep} must divide dp {self.dp}: experts split over data-parallel ranks")
+        if self.virtual_stages > 1 and self.pp == 1:
+            raise ValueError("virtual_stages > 1 needs pipeline parallelism (pp > 1)")
+        if self.stage_layers is not None:
+            chunks = self.pp * self.virtual_stages
+            if len(self.stage_layers) != chunks:
+                raise ValueError(f"stage_layers lists {len(self.stage_layers)} stages; pp x virtual_stages is {chunks}")
+            if any(count < 1 for count in self.stage_layers):
+                raise ValueError("every pipeline stage needs at least one layer in stage_layers")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def model_parallel(self) -> int:
+        """Ranks that hold different parts of one model replica."""
+        return self.tp * self.pp * self.cp
+
+    def with_world_size(self, world_size: int) -> "ParallelDims":
+        """The same model-parallel split on another number of ranks (dp absorbs the difference)."""
+        if world_size < 1 or world_size % self.model_parallel:
+            raise ValueError(f"{world_size} ranks cannot hold tp {self.tp} x pp {self.pp} x cp {self.cp}; "
+                             f"use a multiple of {self.model_parallel}")
+        dp = world_size // self.model_parallel
+        return self.model_copy(update={"dp": dp, "ep": self.ep if dp % self.ep == 0 else 1})
+
+    def describe(self) -> str:
+        parts = [f"dp {self.dp}", f"tp {self.tp}", f"pp {self.pp}"]
+        parts += [f"{name} {value}" for name, value in (("cp", self.cp), ("ep", self.ep)) if value > 1]
+        return " x ".join(parts)

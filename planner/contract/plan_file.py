@@ -1,0 +1,40 @@
+"""Read a run folder's plan.json: the Plan and its RunConfig, every way it can be wrong as one line.
+
+planner/emit/plan_json.py writes the file; the runner, `hardware-selector
+train` and the benchmark harness read it only through here. An older or
+newer schema, a file that is not a plan, or a value out of range is a
+UserInputError that says how to re-emit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ..errors import UserInputError
+from ..plan import Plan
+from .run_config import RunConfig
+from .schema import check_schema_version, describe_validation_error, read_json_file
+
+EMIT_HINT = "emit a run folder with `hardware-selector plan ... --emit DIR`"
+
+
+def read_plan_file(path: str | Path) -> tuple[Plan, RunConfig]:
+    """The Plan and RunConfig of a plan.json (or of the run folder holding one)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "plan.json"
+    if not path.exists():
+        raise UserInputError(f"{path.parent} has no plan.json; {EMIT_HINT}")
+    document = read_json_file(path, EMIT_HINT)
+    if not isinstance(document, dict) or "run" not in document or "model" not in document:
+        raise UserInputError(f"{path} is not a plan.json written by `hardware-selector plan --emit`; {EMIT_HINT}")
+    check_schema_version(document.get("schema_version"), str(path))
+    run = document["run"]
+    check_schema_version(run.get("schema_version") if isinstance(run, dict) else None, f"{path} (run block)")
+    try:
+        return Plan.model_validate(document), RunConfig.model_validate(run)
+    except ValidationError as error:
+        raise UserInputError(f"{path}: {describe_validation_error(error, 'docs/running.md')}; "
+                             "fix the value or re-emit the folder") from None

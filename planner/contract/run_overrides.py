@@ -1,0 +1,124 @@
+"""Change a RunConfig for one run: the flags of `train` and of the runner (data, weights, length, lr, ...).
+
+`plan --emit` bakes these choices into plan.json; `hardware-selector train
+DIR --data other.txt --steps 100` changes them for one run without
+re-emitting. Every override is validated the way the emitter validates it
+(paths that exist, numbers in range), so both doors give the same one-line
+errors.
+"""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..errors import UserInputError
+from .run_config import Init, RunConfig, TextUnit
+from .schema import describe_validation_error
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+
+
+class RunOverrides(BaseModel):
+    """None leaves the run's own value."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    data: Optional[list[str]] = None
+    eval_data: Optional[list[str]] = None
+    text_field: Optional[str] = None
+    text_unit: Optional[TextUnit] = None
+    eval_fraction: Optional[float] = None
+    eval_every: Optional[int] = None
+    tokenizer: Optional[str] = None
+    init: Optional[Init] = None
+    steps: Optional[int] = None
+    epochs: Optional[float] = None
+    learning_rate: Optional[float] = None
+    warmup_steps: Optional[int] = None
+    seed: Optional[int] = None
+    save_every: Optional[int] = None
+    export_every: Optional[int] = None
+    resume: Optional[bool] = None
+
+
+def has_weights(folder: Optional[Path]) -> bool:
+    return folder is not None and any((folder / name).is_file() for name in WEIGHT_FILES)
+
+
+def has_tokenizer(folder: Optional[Path]) -> bool:
+    return folder is not None and any((folder / name).is_file() for name in TOKENIZER_FILES)
+
+
+def resolve_data_paths(patterns: list[str], flag: str) -> list[str]:
+    """Each pattern as an absolute path or glob; one that matches nothing is a one-line error."""
+    resolved = []
+    for pattern in patterns:
+        full = str(Path(pattern).expanduser().absolute())
+        if not glob.glob(full, recursive=True):
+            raise UserInputError(f"{flag} {pattern}: no such file or folder; give a .txt, .jsonl or .parquet file, "
+                                 "a glob of them, or a folder written by datasets' save_to_disk")
+        resolved.append(full)
+    return resolved
+
+
+def tokenizer_folder(path: str) -> str:
+    folder = Path(path).expanduser().resolve()
+    if not has_tokenizer(folder):
+        raise UserInputError(f"--tokenizer {path}: no tokenizer files there (tokenizer.json or tokenizer_config.json); "
+                             "point at a folder written by tokenizer.save_pretrained")
+    return str(folder)
+
+
+def apply_overrides(run: RunConfig, overrides: RunOverrides) -> RunConfig:
+    document = run.model_dump(mode="json")
+    data, optim, checkpoint, model = document["data"], document["optim"], document["checkpoint"], document["model"]
+    if overrides.data is not None:
+        data["train"] = resolve_data_paths(overrides.data, "--data")
+    if overrides.eval_data is not None:
+        data["eval"] = resolve_data_paths(overrides.eval_data, "--eval-data")
+    for key, value in (("text_field", overrides.text_field), ("text_unit", overrides.text_unit),
+                       ("eval_fraction", overrides.eval_fraction), ("eval_every", overrides.eval_every)):
+        if value is not None:
+            data[key] = value
+    if overrides.seed is not None:
+        data["seed"] = optim["seed"] = overrides.seed
+    if overrides.tokenizer is not None:
+        model["tokenizer"] = tokenizer_folder(overrides.tokenizer)
+    if overrides.init is not None:
+        if overrides.init == "pretrained" and not has_weights(Path(model["path"]) if model["path"] else None):
+            raise UserInputError(f"--init pretrained: {model['name']} has no local weights (model.safetensors); "
+                                 "emit the plan with --model DIR of an HF checkpoint, or use --init random")
+        model["init"] = overrides.init
+    if overrides.steps is not None:
+        optim["max_steps"] = overrides.steps
+    if overrides.epochs is not None:
+        optim["epochs"], optim["max_steps"] = overrides.epochs, None
+    for key, value in (("learning_rate", overrides.learning_rate), ("warmup_steps", overrides.warmup_steps)):
+        if value is not None:
+            optim[key] = value
+    for key, value in (("every", overrides.save_every), ("export_every", overrides.export_every),
+                       ("resume", overrides.resume)):
+        if value is not None:
+            checkpoint[key] = value
+    tokenizer = model["tokenizer"] or model["path"]
+    if data["train"] and not has_tokenizer(Path(tokenizer) if tokenizer else None):
+        where = f"{tokenizer} holds no tokenizer" if tokenizer else f"{model['name']} has no local model folder"
+        raise UserInputError(f"--data needs the model's tokenizer and {where}; pass --tokenizer DIR (a folder written "
+                             "by tokenizer.save_pretrained)")
+    try:
+        return RunConfig.model_validate(document)
+    except ValidationError as error:
+        raise UserInputError(f"run option {describe_validation_error(error, 'docs/running.md')}") from None
+
+
+def overrides_from(values: dict[str, Any]) -> RunOverrides:
+    """RunOverrides from parsed flags (None and absent alike mean: keep)."""
+    try:
+        return RunOverrides(**{key: value for key, value in values.items() if value is not None})
+    except ValidationError as error:
+        raise UserInputError(f"option {describe_validation_error(error, 'docs/running.md')}") from None

@@ -1,0 +1,126 @@
+"""A user's data, tokenizer or checkpoint that cannot work ends in one line and exit code 2, through `train`.
+
+`train` checks the folder, the data, the tokenizer and the weights before
+torchrun starts (backends/runner/preflight.py); the ranks check them again
+for runs started by launch.sh, and when a rank is the one to fail under
+`train`, the screen shows its one line while torchrun's own report stays in
+RUN_DIR/logs/.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.distributed import REPO_ROOT, cpu_env
+from tests.local_model import make_local_gpt2, train_tokenizer, write_corpus
+
+pytestmark = pytest.mark.slow
+
+
+def cli(*args):
+    """The CLI in this process (its imports are paid once for the module); torchrun still runs the ranks apart."""
+    import contextlib
+    import io
+
+    import hardware_selector
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = hardware_selector.main([str(arg) for arg in args])
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def one_line_error(completed, fragment):
+    lines = completed.stderr.strip().splitlines()
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], lines
+
+
+@pytest.fixture(scope="module")
+def user(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad")
+    model_dir, corpus = make_local_gpt2(root / "user")
+    return root, model_dir, corpus
+
+
+def emit(root, model_dir, name, *extra):
+    completed = cli("plan", "-m", model_dir, "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64",
+                    "--global-batch", "8", "--strategies", "ddp", "--emit", root / name, *extra)
+    return completed
+
+
+@pytest.fixture(scope="module")
+def run_dir(user):
+    root, model_dir, corpus = user
+    assert emit(root, model_dir, "run", "--data", corpus).returncode == 0
+    return root / "run"
+
+
+def test_a_missing_data_file(user, run_dir):
+    one_line_error(cli("train", run_dir, "--data", run_dir / "nowhere.txt"), "nowhere.txt: no such file or folder")
+    root, model_dir, _ = user
+    one_line_error(emit(root, model_dir, "other", "--data", root / "nowhere.txt"), "no such file or folder")
+
+
+def test_an_empty_corpus(run_dir, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n   \n")
+    one_line_error(cli("train", run_dir, "--data", empty, "--steps", "1"), "holds no text")
+    # The ranks say the same when they meet it themselves (the runner started without `train`).
+    runner = subprocess.run([sys.executable, "-m", "backends.run", "--plan", str(run_dir), "--data", str(empty)],
+                            cwd=REPO_ROOT, env=cpu_env(), capture_output=True, text=True, timeout=300)
+    one_line_error(runner, "holds no text")
+
+
+def test_a_rank_that_fails_under_train_shows_its_line_and_torchruns_report_is_logged(run_dir, tmp_path):
+    """Too little text for one block is found only by tokenizing it, inside the ranks."""
+    short = tmp_path / "short.txt"
+    short.write_text("a few words only")
+    one_line_error(cli("train", run_dir, "--data", short, "--steps", "1"), "fewer than one block of 64")
+    (log,) = sorted((run_dir / "logs").glob("train-*.log"))[-1:]
+    assert "ChildFailedError" in log.read_text()  # torchrun's report: kept, off the screen
+
+
+def test_a_jsonl_file_without_the_text_field(run_dir, tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"body": f"document {n}", "id": n}) + "\n" for n in range(50)))
+    one_line_error(cli("train", run_dir, "--data", rows, "--steps", "1"), "no 'text' field (it has 'body', 'id')")
+
+
+def test_a_tokenizer_bigger_than_the_models_vocabulary(user, run_dir, tmp_path):
+    corpus = write_corpus(tmp_path / "other.txt", 500, seed=3)
+    train_tokenizer(corpus, tmp_path / "tokenizer")  # then grow it past the model's 320 ids
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tokenizer")
+    tokenizer.add_tokens([f"<extra{n}>" for n in range(100)])
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    one_line_error(cli("train", run_dir, "--tokenizer", tmp_path / "tokenizer", "--steps", "1"),
+                   "tokens but my-gpt2's vocabulary holds 320")
+
+
+def test_weights_that_do_not_match_config_json(user):
+    root, model_dir, corpus = user
+    wrong = root / "wrong-shapes"
+    shutil.copytree(model_dir, wrong)
+    config = json.loads((wrong / "config.json").read_text())
+    config["n_embd"] = 128  # the safetensors hold 64-wide tensors
+    (wrong / "config.json").write_text(json.dumps(config))
+    assert emit(root, wrong, "wrong", "--data", corpus).returncode == 0
+    one_line_error(cli("train", root / "wrong", "--steps", "1"), "the weights do not match config.json")
+
+
+def test_data_for_a_model_without_a_tokenizer(user):
+    root, model_dir, corpus = user
+    bare = root / "no-tokenizer"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(model_dir / name, bare / name)
+    one_line_error(emit(root, bare, "bare", "--data", corpus), "--data needs the model's tokenizer")
+    assert emit(root, bare, "bare-run").returncode == 0  # without data: synthetic tokens, fine
+    one_line_error(cli("train", root / "bare-run", "--data", corpus), "--data needs the model's tokenizer")
