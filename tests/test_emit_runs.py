@@ -22,7 +22,7 @@ from planner.contract.run_config import DataConfig, Hyperparameters
 from planner.emit import RunOptions, emit_run_folder
 from tests.distributed import cpu_env, free_port
 from tests.emit_plans import make_plan
-from tests.local_model import make_local_gpt2
+from scripts.demo_checkpoint import make_local_gpt2
 from tests.runner_reference import hf_reference_losses
 
 STEPS = 3

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from tests.distributed import REPO_ROOT, cpu_env
-from tests.local_model import make_local_gpt2, train_tokenizer, write_corpus
+from scripts.demo_checkpoint import make_local_gpt2, train_tokenizer, write_corpus
 
 pytestmark = pytest.mark.slow
 

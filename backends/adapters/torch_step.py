@@ -114,14 +114,20 @@ class TorchAdapter(Adapter):
     def save(self, folder: Path) -> None:
         import torch.distributed.checkpoint as dcp
 
-        dcp.save(self.state_dicts(), checkpoint_id=str(folder / STATE_FOLDER), no_dist=not self.distributed)
+        from backends.checkpoint.ranks import dcp_quietly
+
+        with dcp_quietly():
+            dcp.save(self.state_dicts(), checkpoint_id=str(folder / STATE_FOLDER), no_dist=not self.distributed)
 
     def load(self, folder: Path) -> None:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
+        from backends.checkpoint.ranks import dcp_quietly
+
         state = self.state_dicts()
-        dcp.load(state, checkpoint_id=str(folder / STATE_FOLDER), no_dist=not self.distributed)
+        with dcp_quietly():
+            dcp.load(state, checkpoint_id=str(folder / STATE_FOLDER), no_dist=not self.distributed)
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"])
         if self.scaler is not None and "scaler" in state:

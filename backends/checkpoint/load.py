@@ -17,7 +17,7 @@ from typing import Any, Optional
 from planner.errors import UserInputError
 
 from .layout import LATEST, committed_tags, read_json, verify
-from .ranks import distributed, rank
+from .ranks import dcp_quietly, distributed, rank
 from .reshard import load_resharded, resume_state_for
 from .shards import copy_back, key_prefix, layout_of, load_rng, sharded_views, unit_layout
 
@@ -105,7 +105,8 @@ def read_engine_state(engine: Any, choice: Path) -> dict:
     if _everyone_same_shards(engine, state, choice):
         targets = sharded_views(engine)
         loaded = dict(targets)
-        dcp.load(loaded, checkpoint_id=str(choice / "shards"), no_dist=not distributed())
+        with dcp_quietly():
+            dcp.load(loaded, checkpoint_id=str(choice / "shards"), no_dist=not distributed())
         copy_back(loaded, targets)
     else:
         load_resharded(engine, state, choice)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import warnings
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 
 def distributed() -> bool:
@@ -33,3 +35,12 @@ def everyones(value: Any) -> list[Any]:
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, value)
     return gathered
+
+
+
+@contextmanager
+def dcp_quietly() -> Iterator[None]:
+    """torch.distributed.checkpoint without its warning that it runs in one process (it is meant to, then)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield

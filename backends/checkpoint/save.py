@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .layout import commit
-from .ranks import barrier, distributed, everyones, rank
+from .ranks import barrier, dcp_quietly, distributed, everyones, rank
 from .reshard import tensor_split_record
 from .shards import key_prefix, layout_of, save_rng, sharded_views, unit_layout
 
@@ -69,7 +69,8 @@ def write_engine_state(engine: Any, folder: Path, tag: str = "", client_state: O
     """Collective: every rank's shards, RNG and the engine state into `folder` (a .partial folder being sealed)."""
     import torch.distributed.checkpoint as dcp
 
-    dcp.save(sharded_views(engine), checkpoint_id=str(folder / "shards"), no_dist=not distributed())
+    with dcp_quietly():
+        dcp.save(sharded_views(engine), checkpoint_id=str(folder / "shards"), no_dist=not distributed())
     write_resume_state(engine, folder, tag or folder.name, client_state)
 
 

@@ -111,9 +111,15 @@ def _batches(source: Source, *, text_field: str, text_unit: str) -> Iterator[lis
             yield [text for text in pending if text.strip()]
     except UserInputError:
         raise
+    except (MemoryError, OSError) as error:
+        if isinstance(error, MemoryError) or error.errno == 12:
+            raise MemoryError(f"out of memory while reading {source.path}") from error
+        raise UserInputError(f"{source.path}: cannot be read ({error.strerror or error})") from None
     except UnicodeDecodeError:
         raise UserInputError(f"{source.path}: not UTF-8 text; convert it to UTF-8") from None
     except Exception as error:  # a malformed file surfaces as one of many pyarrow/json errors
+        if "malloc" in str(error) or "memory" in str(error).lower():
+            raise MemoryError(f"out of memory while reading {source.path}: {_first_line(error)}") from error
         if "JSON" in type(error).__name__ or "Arrow" in type(error).__name__ or isinstance(error, ValueError):
             raise UserInputError(f"{source.path}: cannot be read as {source.kind} ({_first_line(error)})") from None
         raise

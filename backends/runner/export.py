@@ -7,7 +7,7 @@
 gathers the full weights onto rank 0 (from its ZeRO shards, FSDP shards or
 tensor/pipeline slices); rank 0 writes a new folder beside the old one and
 swaps it in, so a reader sees the previous export or the new one, never half
-of it. A head tied to the embedding is written once, as save_pretrained does.
+of it. Tied tensors (a head tied to the embedding) are written once, as save_pretrained does.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ def export_hf_folder(adapter: Any, config: Any, folder: Path, *, tied: dict[str,
     written = None
     if rank() == 0:
         assert state is not None
-        for head, embedding in tied.items():
-            if head in state and embedding in state:
-                del state[head]
+        for target, source in tied.items():  # written once, as save_pretrained does; loaders tie them again
+            if target in state and source in state and _same(state[target], state[source]):
+                del state[target]
         partial = folder.with_name(f".{folder.name}.partial")
         if partial.exists():
             shutil.rmtree(partial)
@@ -48,6 +48,12 @@ def export_hf_folder(adapter: Any, config: Any, folder: Path, *, tied: dict[str,
         written = folder
     barrier()
     return written
+
+
+def _same(a: Any, b: Any) -> bool:
+    import torch
+
+    return a.data_ptr() == b.data_ptr() or (a.shape == b.shape and torch.equal(a, b))
 
 
 def write_weights(folder: Path, state: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from planner.contract.run_config import ModelSource
 
+LOSS_TYPES = {"causal-lm": "ForCausalLM", "masked-lm": "ForMaskedLM"}
 DROPOUT_KEYS = ("attn_pdrop", "embd_pdrop", "resid_pdrop", "attention_dropout", "hidden_dropout", "dropout",
                 "activation_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob", "dropout_rate",
                 "summary_first_dropout")
@@ -67,6 +68,10 @@ def build_model(model: ModelSource, *, tiny: bool = False, dropout: Optional[flo
         built = factory.from_config(config, trust_remote_code=False)
     if getattr(config, "tie_word_embeddings", False):
         built.tie_weights()
+    # transformers 5 names the loss after the class (GPT2LMHeadModel matches no pattern) and warns on every
+    # run; the task says which loss it is.
+    if getattr(built, "loss_type", "") is None and model.task in LOSS_TYPES:
+        built.loss_type = LOSS_TYPES[model.task]
     return built
 
 

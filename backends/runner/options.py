@@ -14,7 +14,8 @@ from typing import Optional
 
 STRATEGIES = ("engine", "ddp", "fsdp", "deepspeed")
 OVERRIDE_KEYS = ("data", "eval_data", "text_field", "text_unit", "eval_fraction", "eval_every", "tokenizer", "init",
-                 "steps", "epochs", "learning_rate", "warmup_steps", "seed", "save_every", "export_every")
+                 "steps", "epochs", "learning_rate", "warmup_steps", "seed", "save_every", "export_every",
+                 "on_non_finite", "on_loss_spike", "on_grad_spike")
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -37,6 +38,12 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="seed of the data order and the initialisation")
     parser.add_argument("--save-every", type=int, help="checkpoint every N steps (0: only when stopping early)")
     parser.add_argument("--export-every", type=int, help="also write final/ at every N-th step")
+    parser.add_argument("--on-non-finite", choices=("warn", "skip-step", "stop"),
+                        help="a NaN/Inf loss or gradient norm (default: stop, after checkpointing)")
+    parser.add_argument("--on-loss-spike", metavar="ACTION[:FACTOR]",
+                        help="a loss above FACTOR x its moving average: warn|skip-step|stop (default warn:3)")
+    parser.add_argument("--on-grad-spike", metavar="ACTION[:FACTOR]",
+                        help="a gradient norm above FACTOR x its moving average (default warn:10)")
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:

@@ -48,6 +48,10 @@ def preflight(run: RunConfig, *, tiny: bool) -> None:
 
     keep_vocab = not run.data.synthetic
     model = build_model(run.model, tiny=tiny, empty=True, keep_vocab=keep_vocab)
+    if run.layout.tp > 1 or run.layout.pp > 1:
+        from backends.decoder_anatomy import architecture_of
+
+        architecture_of(model)  # tensor and pipeline parallelism know only some decoder families
     check_data(run, int(model.config.vocab_size))
     if run.model.init == "pretrained" and not tiny:
         check_weights(run, model)

@@ -111,7 +111,11 @@ class WeightSource:
 
 
 def tied_names(model: Any) -> dict[str, str]:
-    """{head parameter name: embedding parameter name} when the model ties them."""
+    """{tied parameter: the one it shares}, from transformers' own table (a head tied to the embedding, BERT's
+    decoder bias, T5's per-stack embeddings). A checkpoint written by save_pretrained holds only the sources."""
+    table = getattr(model, "_tied_weights_keys", None)
+    if isinstance(table, dict):
+        return {str(target): str(source) for target, source in table.items()}
     if not getattr(model.config, "tie_word_embeddings", False):
         return {}
     head, embedding = model.get_output_embeddings(), model.get_input_embeddings()

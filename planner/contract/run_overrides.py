@@ -16,7 +16,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import UserInputError
-from .run_config import Init, RunConfig, TextUnit
+from .run_config import AnomalyAction, Init, RunConfig, TextUnit
 from .schema import describe_validation_error
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
@@ -44,6 +44,9 @@ class RunOverrides(BaseModel):
     save_every: Optional[int] = None
     export_every: Optional[int] = None
     resume: Optional[bool] = None
+    on_non_finite: Optional[AnomalyAction] = None
+    on_loss_spike: Optional[str] = None  # ACTION or ACTION:FACTOR
+    on_grad_spike: Optional[str] = None
 
 
 def has_weights(folder: Optional[Path]) -> bool:
@@ -105,6 +108,13 @@ def apply_overrides(run: RunConfig, overrides: RunOverrides) -> RunConfig:
                        ("resume", overrides.resume)):
         if value is not None:
             checkpoint[key] = value
+    anomaly = document["anomaly"]
+    if overrides.on_non_finite is not None:
+        anomaly["non_finite"] = overrides.on_non_finite
+    for key, value, flag in (("loss_spike", overrides.on_loss_spike, "--on-loss-spike"),
+                             ("grad_norm_spike", overrides.on_grad_spike, "--on-grad-spike")):
+        if value is not None:
+            anomaly[key].update(spike_rule(value, flag))
     tokenizer = model["tokenizer"] or model["path"]
     if data["train"] and not has_tokenizer(Path(tokenizer) if tokenizer else None):
         where = f"{tokenizer} holds no tokenizer" if tokenizer else f"{model['name']} has no local model folder"
@@ -114,6 +124,20 @@ def apply_overrides(run: RunConfig, overrides: RunOverrides) -> RunConfig:
         return RunConfig.model_validate(document)
     except ValidationError as error:
         raise UserInputError(f"run option {describe_validation_error(error, 'docs/running.md')}") from None
+
+
+def spike_rule(text: str, flag: str) -> dict[str, Any]:
+    """"warn", "skip-step:3" or "stop:10" -> the SpikeRule fields it sets."""
+    action, _, factor = text.partition(":")
+    if action not in ("warn", "skip-step", "stop"):
+        raise UserInputError(f"{flag} {text!r}: the action must be warn, skip-step or stop (optionally :FACTOR)")
+    if not factor:
+        return {"action": action}
+    try:
+        value = float(factor)
+    except ValueError:
+        raise UserInputError(f"{flag} {text!r}: the factor after ':' must be a number above 1") from None
+    return {"action": action, "factor": value}
 
 
 def overrides_from(values: dict[str, Any]) -> RunOverrides:

@@ -1,9 +1,12 @@
-"""A user's own checkpoint and data, built locally: a small GPT-2-architecture model saved with its own tokenizer.
+"""A checkpoint and a corpus to try the runner with, built here: a small GPT-2-architecture model and its tokenizer.
 
-The tokenizer is trained with `tokenizers` on a corpus this module writes
+    python scripts/demo_checkpoint.py DIR     # DIR/my-gpt2 (config, safetensors, tokenizer) and DIR/corpus.txt
+
+The tokenizer is trained with `tokenizers` on the corpus this script writes
 (no hub access); the model is saved with save_pretrained (safetensors), so
-the folder is exactly what a user fine-tunes. Dropout is 0 so that runs on
-different strategies can be compared step by step.
+the folder is exactly what a user fine-tunes: the README's quick start runs
+on it, and the tests use the same builders (also for BERT and T5 siblings).
+Dropout is 0 so that runs on different strategies compare step by step.
 """
 
 from __future__ import annotations
@@ -62,3 +65,42 @@ def make_local_gpt2(root: Path, *, layers: int = 4, hidden: int = 64, heads: int
                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=eos, eos_token_id=eos)
     GPT2LMHeadModel(config).save_pretrained(str(model_dir))
     return model_dir, corpus
+
+
+def make_local_encoder(root: Path, kind: str) -> Path:
+    """A small BERT (masked LM) or T5 (encoder-decoder) checkpoint beside the GPT-2 one, sharing its tokenizer."""
+    import shutil
+
+    import torch
+    from transformers import BertConfig, BertForMaskedLM, T5Config, T5ForConditionalGeneration
+
+    tokenizer_dir = root / "my-gpt2"
+    folder = root / f"my-{kind}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tokenizer_dir / name, folder / name)
+    torch.manual_seed(0)
+    if kind == "bert":
+        config = BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=128, max_position_embeddings=256, hidden_dropout_prob=0.0,
+                            attention_probs_dropout_prob=0.0, pad_token_id=0)
+        BertForMaskedLM(config).save_pretrained(str(folder))
+    else:
+        config = T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
+                          dropout_rate=0.0, pad_token_id=0, eos_token_id=0, decoder_start_token_id=0)
+        T5ForConditionalGeneration(config).save_pretrained(str(folder))
+    return folder
+
+
+def main() -> None:
+    import sys
+
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
+        print("usage: python scripts/demo_checkpoint.py DIR", file=sys.stderr)
+        raise SystemExit(2)
+    model_dir, corpus = make_local_gpt2(Path(sys.argv[1]))
+    print(f"wrote {model_dir} (a 4-layer GPT-2 with its tokenizer) and {corpus}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""A corpus three times larger than the memory a run may use is tokenized and trained on.
+
+One process runs the runner to warm up, then caps its own data segment
+(RLIMIT_DATA: heap and anonymous memory) at what it holds plus a budget, and
+runs again on a corpus of three budgets (tests/engine_jobs/ram_limited_run.py).
+Reading goes a chunk at a time, tokens go straight to the token file, and the
+blocks come from a memory map, so the run fits; a pipeline that held the text
+or the tokens in memory would die with MemoryError.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from planner.contract.run_config import DataConfig
+from planner.emit import RunOptions, emit_run_folder
+from tests.distributed import REPO_ROOT, cpu_env
+from tests.emit_plans import make_plan
+from scripts.demo_checkpoint import make_local_gpt2, write_corpus
+
+BUDGET_MB = 16
+pytestmark = pytest.mark.slow
+
+
+def test_a_corpus_three_times_the_memory_cap_tokenizes_and_trains(tmp_path):
+    model_dir, corpus = make_local_gpt2(tmp_path / "user")
+    big = write_corpus(tmp_path / "big.txt", 390_000, seed=5)
+    assert big.stat().st_size >= 3 * BUDGET_MB * 2**20
+    spare = write_corpus(tmp_path / "spare.txt", 300, seed=9)
+    for name, text in (("warm", corpus), ("big", big)):
+        plan = make_plan(str(model_dir), gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4, grad_accum=1)
+        emit_run_folder(plan, tmp_path / name, options=RunOptions(data=DataConfig(train=[str(text)], eval_fraction=0)))
+    completed = subprocess.run(
+        [sys.executable, "tests/engine_jobs/ram_limited_run.py", str(tmp_path / "warm"), str(tmp_path / "big"),
+         str(spare), str(BUDGET_MB)], cwd=REPO_ROOT, env=cpu_env(), capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    line = next(line for line in completed.stdout.splitlines() if line.startswith("RAM_LIMITED "))
+    result = json.loads(line.removeprefix("RAM_LIMITED "))
+    assert result["steps"] == 2 and result["after"] <= result["cap"]
+    meta = json.loads(next((tmp_path / "big" / "data").glob("tokens-*.json")).read_text())
+    assert meta["tokens"] * 2 > BUDGET_MB * 2**20  # the token file alone is larger than the budget

@@ -1,0 +1,96 @@
+"""What a user watches during and after a run: metrics.jsonl rows, progress, TensorBoard, the summary, --record.
+
+One single-process run of a local checkpoint on its own text provides the
+files; the progress display is checked on a terminal (a rich bar with ETA)
+and on a pipe (plain lines).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from backends.runner.progress import Progress
+from planner.contract.run_config import DataConfig
+from planner.emit import RunOptions, emit_run_folder
+from tests.distributed import REPO_ROOT, cpu_env
+from tests.emit_plans import make_plan
+from scripts.demo_checkpoint import make_local_gpt2
+
+TRAIN_KEYS = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "peak_memory_bytes", "data_s", "forward_backward_s",
+              "optimizer_s", "step_s"}
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_a_bar_with_eta_on_a_terminal_and_plain_lines_on_a_pipe():
+    pipe = io.StringIO()
+    plain = Progress(enabled=True, total=20, start=0, every=10, stream=pipe)
+    for step in range(1, 21):
+        plain.update(step, f"loss {1 / step:.3f}")
+    plain.close()
+    lines = pipe.getvalue().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["step 10/20", "step 20/20"] and "ETA" in lines[0]
+
+    terminal = Terminal()
+    bar = Progress(enabled=True, total=5, start=0, stream=terminal)
+    assert bar.bar is not None  # rich's live bar, not lines
+    bar.close()
+    assert Progress(enabled=False, total=5, start=0, stream=Terminal()).bar is None  # other ranks show nothing
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("watch")
+    model_dir, corpus = make_local_gpt2(root / "user")
+    plan = make_plan(str(model_dir), gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4, grad_accum=1)
+    emit_run_folder(plan, root / "run", options=RunOptions(data=DataConfig(train=[str(corpus)], eval_every=3)))
+    completed = subprocess.run([sys.executable, "-m", "backends.run", "--plan", str(root / "run"), "--steps", "6",
+                                "--record", "--db", str(root / "bench.duckdb")], cwd=REPO_ROOT, env=cpu_env(),
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return root, completed
+
+
+def test_every_step_writes_a_full_row_and_every_evaluation_its_own(finished_run):
+    root, _ = finished_run
+    rows = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()]
+    train = [row for row in rows if row["kind"] == "train"]
+    assert [row["step"] for row in train] == [1, 2, 3, 4, 5, 6]
+    assert all(TRAIN_KEYS <= row.keys() for row in train)
+    assert all("mfu" not in row for row in train)  # CPU processes: no GPU peak to compare with
+    assert all(row["tokens_per_s"] > 0 and row["peak_memory_bytes"] > 0 for row in train)
+    evals = [row for row in rows if row["kind"] == "eval"]
+    assert [row["step"] for row in evals] == [3, 6]
+    assert all(row["perplexity"] == pytest.approx(2.718281828 ** row["eval_loss"]) for row in evals)
+
+
+def test_tensorboard_events_are_written(finished_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    root, _ = finished_run
+    events = EventAccumulator(str(root / "run" / "tensorboard"))
+    events.Reload()
+    assert [event.step for event in events.Scalars("train/loss")] == [1, 2, 3, 4, 5, 6]
+    assert [event.step for event in events.Scalars("eval/eval_loss")] == [3, 6]
+
+
+def test_the_summary_sets_measured_beside_predicted_and_record_stores_it(finished_run):
+    from benchmarks_db.store import BenchmarkStore
+
+    root, completed = finished_run
+    summary = json.loads((root / "run" / "run_summary.json").read_text())
+    assert summary["median_step_time_s"] > 0 and summary["steps"] == 6
+    assert any(line.startswith("step time: measured") for line in summary["lines"])
+    assert "recorded run" in completed.stdout
+    (record,) = BenchmarkStore(root / "bench.duckdb").runs()
+    assert record.id == summary["record_id"] and record.runner == "backends.run"
+    assert record.step_time_median_s == pytest.approx(summary["median_step_time_s"])
+    assert record.global_batch == 4 and record.seq_len == 64 and record.steps_measured == 5
