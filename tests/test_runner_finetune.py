@@ -87,29 +87,47 @@ def test_the_readme_quick_start_runs_as_printed(tmp_path):
     assert (view["state"], view["step"], view["total_steps"]) == ("finished", 40, 40)
 
 
-def test_a_run_killed_mid_epoch_resumes_on_the_uninterrupted_curve(user):
+@pytest.fixture(scope="module")
+def uninterrupted(user):
     whole = emit(user, "uninterrupted")
     assert cli("train", whole, "--steps", "8", "--save-every", "0").returncode == 0
-    reference = [row["loss"] for row in rows(whole, "train")]
+    return [row["loss"] for row in rows(whole, "train")]
 
-    killed = emit(user, "killed")
-    command = [sys.executable, "hardware_selector.py", "train", str(killed), "--steps", "8", "--save-every", "2"]
+
+def kill_after_checkpoint(user, name: str, step: int):
+    """Start `train --steps 8 --save-every 2` and SIGKILL the launcher (and, through it, every rank) once
+    checkpoint `step` is sealed."""
+    folder = emit(user, name)
+    command = [sys.executable, "hardware_selector.py", "train", str(folder), "--steps", "8", "--save-every", "2"]
     process = subprocess.Popen(command, cwd=REPO_ROOT, env=cpu_env(), stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300
-    while time.time() < deadline and not (killed / "checkpoints" / "global_step4").is_dir():
+    while time.time() < deadline and not (folder / "checkpoints" / f"global_step{step}").is_dir():
         time.sleep(0.2)
-    os.killpg(process.pid, signal.SIGKILL)  # the launcher and, through it, every rank
+    os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    assert (killed / "checkpoints" / "global_step4").is_dir()
-    _no_rank_survives(killed)
+    assert (folder / "checkpoints" / f"global_step{step}").is_dir()
+    return folder
 
+
+def test_a_run_killed_mid_epoch_resumes_on_the_uninterrupted_curve(user, uninterrupted):
+    killed = kill_after_checkpoint(user, "killed", 4)
+    _no_rank_survives(killed)
     completed = cli("train", killed, "--steps", "8", "--save-every", "2")
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "resuming from" in completed.stdout
     steps = [row["step"] for row in rows(killed, "train")]
     assert steps == list(range(1, 9))  # each step once, the killed run's extra rows dropped
-    assert [row["loss"] for row in rows(killed, "train")] == pytest.approx(reference, rel=1e-6)
+    assert [row["loss"] for row in rows(killed, "train")] == pytest.approx(uninterrupted, rel=1e-6)
+
+
+def test_a_checkpoint_resumes_on_another_number_of_processes_with_the_same_global_batch(user, uninterrupted):
+    """Saved by 2 ranks (2 x micro-batch 4), continued by 1 (accumulation 2): the same samples each step."""
+    killed = kill_after_checkpoint(user, "fewer processes", 2)
+    completed = cli("train", killed, "--steps", "8", "--save-every", "2", "--nproc", "1")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "instead of the plan's 2: the global batch stays 8 with gradient accumulation 2" in completed.stdout
+    assert [row["loss"] for row in rows(killed, "train")] == pytest.approx(uninterrupted, rel=1e-5)
 
 
 def _no_rank_survives(run_dir) -> None:
@@ -118,3 +136,4 @@ def _no_rank_survives(run_dir) -> None:
     time.sleep(1.0)
     survivors = [p for p in psutil.process_iter(["cmdline"]) if str(run_dir) in " ".join(p.info["cmdline"] or [])]
     assert survivors == []
+

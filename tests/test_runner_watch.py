@@ -53,7 +53,8 @@ def finished_run(tmp_path_factory):
     plan = make_plan(str(model_dir), gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4, grad_accum=1)
     emit_run_folder(plan, root / "run", options=RunOptions(data=DataConfig(train=[str(corpus)], eval_every=3)))
     completed = subprocess.run([sys.executable, "-m", "backends.run", "--plan", str(root / "run"), "--steps", "6",
-                                "--record", "--db", str(root / "bench.duckdb")], cwd=REPO_ROOT, env=cpu_env(),
+                                "--export-every", "4", "--record", "--db", str(root / "bench.duckdb")],
+                               cwd=REPO_ROOT, env=cpu_env(),
                                capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
     return root, completed
@@ -94,3 +95,11 @@ def test_the_summary_sets_measured_beside_predicted_and_record_stores_it(finishe
     assert record.id == summary["record_id"] and record.runner == "backends.run"
     assert record.step_time_median_s == pytest.approx(summary["median_step_time_s"])
     assert record.global_batch == 4 and record.seq_len == 64 and record.steps_measured == 5
+
+
+def test_final_is_written_at_every_export_step_and_at_the_end(finished_run):
+    root, completed = finished_run
+    final = root / "run" / "final"
+    assert "HF folder, step 4)" in completed.stdout and "HF folder, step 6)" in completed.stdout
+    assert json.loads((final / "hardware_selector_export.json").read_text())["step"] == 6
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {path.name for path in final.iterdir()}

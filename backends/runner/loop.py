@@ -175,6 +175,7 @@ def train(args: Any) -> dict[str, Any]:
         export_hf_folder(adapter, config, run_dir / "final", tied=tied, tokenizer_dir=data.tokenizer_dir,
                          facts={"step": at, "strategy": spec.strategy.value, "model": run.model.name,
                                 "eval": last_eval})
+        progress.say(f"wrote {run_dir / 'final'} (HF folder, step {at})")
 
     began = time.perf_counter()
     stopped = None

@@ -51,6 +51,28 @@ def slice_index(parallel_model: Any, name: str, full_shape: tuple[int, ...]) -> 
     return pieces
 
 
+def read_local_slice(parallel_model: Any, source: Any, name: str) -> Any:
+    """This rank's part of checkpoint tensor `name`: its sections' rows or columns, padding rows zero-filled."""
+    import torch
+
+    full_shape = source.shape(name)
+    dim = parallel_model.shard_specs[name][0]
+    parts = []
+    for selector in slice_index(parallel_model, name, full_shape):
+        wanted = selector[dim]
+        stop = min(wanted.stop, full_shape[dim])
+        real = list(selector)
+        real[dim] = slice(min(wanted.start, stop), stop)
+        piece = source.read(name, tuple(real))
+        missing = (wanted.stop - wanted.start) - piece.shape[dim]
+        if missing > 0:  # vocabulary padding: zero rows no token id maps to
+            pad_shape = list(piece.shape)
+            pad_shape[dim] = missing
+            piece = torch.cat([piece, piece.new_zeros(pad_shape)], dim=dim)
+        parts.append(piece)
+    return torch.cat(parts, dim=dim)
+
+
 def load_parallel_slices(parallel_model: Any, source: Any, device: Any) -> None:
     import torch
 
@@ -66,22 +88,6 @@ def load_parallel_slices(parallel_model: Any, source: Any, device: Any) -> None:
     materialize(module, device)
     with torch.no_grad():
         for name, param in module.named_parameters():
-            if name not in parallel_model.shard_specs:
-                param.copy_(source.read(name).to(device=param.device, dtype=param.dtype))
-                continue
-            full_shape = source.shape(name)
-            dim = parallel_model.shard_specs[name][0]
-            parts = []
-            for selector in slice_index(parallel_model, name, full_shape):
-                wanted = selector[dim]
-                stop = min(wanted.stop, full_shape[dim])
-                real = list(selector)
-                real[dim] = slice(min(wanted.start, stop), stop)
-                piece = source.read(name, tuple(real))
-                missing = (wanted.stop - wanted.start) - piece.shape[dim]
-                if missing > 0:  # vocabulary padding: zero rows no token id maps to
-                    pad_shape = list(piece.shape)
-                    pad_shape[dim] = missing
-                    piece = torch.cat([piece, piece.new_zeros(pad_shape)], dim=dim)
-                parts.append(piece)
-            param.copy_(torch.cat(parts, dim=dim).to(device=param.device, dtype=param.dtype))
+            value = read_local_slice(parallel_model, source, name) if name in parallel_model.shard_specs \
+                else source.read(name)
+            param.copy_(value.to(device=param.device, dtype=param.dtype))

@@ -1,0 +1,128 @@
+"""The runner's data: every accepted format reads the same documents, the token cache is keyed by content,
+blocks are the packed documents, and the order resumes exactly however the global batch is split.
+
+References: the documents as written by the test, tokenized one by one with the same tokenizer (EOS after
+each); the stream's order for one split of the global batch against another.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from backends.data import Blocks, micro_batches, prepare_data
+from backends.data.documents import iter_documents, resolve_sources
+from planner.contract.run_config import DataConfig
+from planner.errors import UserInputError
+from scripts.demo_checkpoint import train_tokenizer, write_corpus
+
+DOCUMENTS = [f"document number {n} says " + " ".join(["tokens"] * (n % 7 + 1)) for n in range(60)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tok")
+    train_tokenizer(write_corpus(root / "corpus.txt", 400), root / "tokenizer")
+    return root / "tokenizer"
+
+
+def documents_of(patterns, **options):
+    return [text for batch in iter_documents(resolve_sources(patterns), text_field=options.get("text_field", "text"),
+                                             text_unit=options.get("text_unit", "paragraph")) for text in batch]
+
+
+def test_every_format_reads_the_same_documents(tmp_path):
+    import datasets
+
+    (tmp_path / "docs.txt").write_text("\n\n".join(DOCUMENTS))
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"body": text, "n": 1}) + "\n" for text in DOCUMENTS))
+    table = datasets.Dataset.from_dict({"text": DOCUMENTS})
+    table.to_parquet(str(tmp_path / "docs.parquet"))
+    table.save_to_disk(str(tmp_path / "saved"))
+    datasets.DatasetDict({"train": table}).save_to_disk(str(tmp_path / "saved_dict"))
+    assert documents_of([str(tmp_path / "docs.txt")]) == DOCUMENTS
+    assert documents_of([str(tmp_path / "docs.jsonl")], text_field="body") == DOCUMENTS
+    assert documents_of([str(tmp_path / "docs.parquet")]) == DOCUMENTS
+    assert documents_of([str(tmp_path / "saved")]) == DOCUMENTS
+    assert documents_of([str(tmp_path / "saved_dict")]) == DOCUMENTS
+    # A glob, in sorted order; a .txt file read a line or a whole file at a time.
+    (tmp_path / "parts").mkdir()
+    for index in range(3):
+        (tmp_path / "parts" / f"part{index}.txt").write_text("\n\n".join(DOCUMENTS[index * 20:(index + 1) * 20]))
+    assert documents_of([str(tmp_path / "parts" / "*.txt")]) == DOCUMENTS
+    assert documents_of([str(tmp_path / "parts" / "part0.txt")], text_unit="document") == \
+        ["\n\n".join(DOCUMENTS[:20])]
+    assert documents_of([str(tmp_path / "docs.txt")], text_unit="line") == DOCUMENTS
+
+
+@pytest.mark.parametrize("content, fragment", [
+    ({"name.csv": "a,b"}, "unknown file type '.csv'"),
+    ({"rows.jsonl": json.dumps({"text": 3}) + "\n"}, "holds int, not text"),
+    ({"rows.jsonl": "{not json\n"}, "cannot be read as json"),
+])
+def test_a_file_that_cannot_be_read_is_one_line(tmp_path, content, fragment):
+    for name, text in content.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(UserInputError, match=fragment.replace("(", r"\(")) as caught:
+        documents_of([str(tmp_path / name) for name in content])
+    assert "\n" not in str(caught.value)
+
+
+def test_blocks_are_the_documents_packed_with_eos_and_the_cache_follows_the_content(tmp_path, tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    corpus = tmp_path / "docs.txt"
+    corpus.write_text("\n\n".join(DOCUMENTS))
+    config = DataConfig(train=[str(corpus)], eval_fraction=0.0)
+
+    def prepare():
+        return prepare_data(config, run_dir=tmp_path / "run", tokenizer_dir=str(tokenizer_dir), model_name="m",
+                            seq_len=16, vocab_size=320, global_batch=2, local_rank=0, seed=0)
+
+    data = prepare()
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    expected = [token for text in DOCUMENTS for token in (*tokenizer(text)["input_ids"], tokenizer.eos_token_id)]
+    packed = [int(token) for index in range(len(data.train)) for token in data.train[index]]
+    assert packed == expected[:len(packed)] and len(expected) - len(packed) < 16  # only the ragged tail dropped
+    cached = sorted((tmp_path / "run" / "data").glob("tokens-*.bin"))
+    assert len(cached) == 1
+    prepare()  # unchanged content: the same file, not tokenized again
+    assert sorted((tmp_path / "run" / "data").glob("tokens-*.bin")) == cached
+    assert cached[0].stat().st_mtime_ns == sorted((tmp_path / "run" / "data").glob("tokens-*.bin"))[0].stat().st_mtime_ns
+    corpus.write_text("\n\n".join(reversed(DOCUMENTS)))  # same size, other content: a new key
+    prepare()
+    assert len(list((tmp_path / "run" / "data").glob("tokens-*.bin"))) == 2
+
+
+def test_the_held_out_split_is_seeded_and_disjoint_from_training(tmp_path, tokenizer_dir):
+    corpus = write_corpus(tmp_path / "corpus.txt", 800)
+    config = DataConfig(train=[str(corpus)], eval_fraction=0.05, eval_max_blocks=7)
+    data = prepare_data(config, run_dir=tmp_path / "run", tokenizer_dir=str(tokenizer_dir), model_name="m",
+                        seq_len=32, vocab_size=320, global_batch=2, local_rank=0, seed=0)
+    train = {data.train.block_number(i) for i in range(len(data.train))}
+    held = {data.eval.block_number(i) for i in range(len(data.eval))}
+    assert len(held) == 7 and not train & held and len(train | held) == data.train.total
+
+
+def test_a_step_consumes_the_same_samples_however_the_global_batch_is_split():
+    import torch
+
+    tokens = torch.arange(64 * 4).numpy()
+    blocks = Blocks(tokens, 4)  # 64 blocks; block i starts with 4 * i
+    global_batch = 8
+
+    def steps(micro, world, start=0, count=5):
+        streams = [micro_batches(blocks, micro_batch=micro, rank=r, world=world, start_sample=start, seed=3,
+                                 global_batch=global_batch) for r in range(world)]
+        accumulation = global_batch // (micro * world)
+        result = []
+        for _ in range(count):
+            taken = [next(stream) for _ in range(accumulation) for stream in streams]
+            result.append(sorted(int(batch[row, 0]) // 4 for batch in taken for row in range(batch.shape[0])))
+        return result
+
+    reference = steps(micro=2, world=2)  # 2 ranks x 2 micro-batches of 2
+    assert steps(micro=1, world=1) == reference and steps(micro=8, world=1) == reference
+    assert steps(micro=2, world=4, start=3 * global_batch, count=2) == reference[3:]  # resumed at step 3, 4 ranks
+    assert len(set(block for step in steps(micro=2, world=2, count=8) for block in step)) == 64  # one epoch: all

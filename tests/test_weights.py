@@ -1,0 +1,80 @@
+"""Reading a rank's part of a checkpoint: the same numbers as slicing the whole tensor, without reading the whole.
+
+References: torch's own slicing of the full tensor (flat ranges), and the engine's
+tensor_parallel.layers.shard_tensor / pad_rows (TP slices with fused sections, replicated KV heads and a
+padded vocabulary), for every rank of the layout. Reads are counted: a rank's slice reads its rows only.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from backends.runner.sliced_load import read_local_slice
+from backends.runner.weights import WeightSource
+from backends.tensor_parallel.layers import pad_rows, padded_vocab, shard_tensor
+from planner.errors import UserInputError
+
+TENSORS = {
+    "embed.weight": torch.randn(101, 8),  # a vocabulary tp does not divide
+    "attn.c_attn.weight": torch.randn(8, 24),  # GPT-2 Conv1D: [in, 3 x out], q|k|v sections along dim 1
+    "attn.k_proj.weight": torch.randn(4, 8),  # 2 key/value heads of 2 under tp 4: replicated in pairs
+    "norm.bias": torch.randn(8),
+}
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ckpt")
+    save_file({name: tensor.contiguous() for name, tensor in TENSORS.items()}, str(folder / "model.safetensors"))
+    return WeightSource(folder)
+
+
+def model_part(tp: int, rank: int) -> SimpleNamespace:
+    return SimpleNamespace(
+        shard_specs={"embed.weight": (0, 1), "attn.c_attn.weight": (1, 3), "attn.k_proj.weight": (0, 1)},
+        tp_replicas={"attn.k_proj.weight": 2}, padded_rows={"embed.weight": 101},
+        groups=SimpleNamespace(dims=SimpleNamespace(tp=tp), tp_rank=rank))
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_tp_slices_equal_the_engines_own_sharding(source, tp):
+    for rank in range(tp):
+        part = model_part(tp, rank)
+        for name, (dim, sections) in part.shard_specs.items():
+            full = TENSORS[name]
+            replicas = part.tp_replicas.get(name, 1)
+            expected = shard_tensor(pad_rows(full, padded_vocab(101, tp)) if name in part.padded_rows else full,
+                                    dim, rank // replicas, tp // replicas, sections)
+            assert torch.equal(read_local_slice(part, source, name), expected), (name, tp, rank)
+
+
+def test_flat_ranges_read_only_the_rows_that_hold_them(source, monkeypatch):
+    full = TENSORS["attn.c_attn.weight"].reshape(-1)  # 192 elements, rows of 24
+    for start, end in ((0, 5), (20, 50), (100, 192), (48, 72)):
+        assert torch.equal(source.read_flat("attn.c_attn.weight", start, end), full[start:end])
+    rows_read = []
+    original = source.read
+    monkeypatch.setattr(source, "read", lambda name, index=None: rows_read.append(index) or original(name, index))
+    source.read_flat("attn.c_attn.weight", 20, 50)
+    assert rows_read == [(slice(0, 3),)]  # rows 0-2 cover elements 20-49, not all 8 rows
+
+
+def test_names_prefixes_tied_heads_and_mismatches(tmp_path):
+    save_file({"wte.weight": torch.ones(4, 2), "h.0.bias": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
+    source = WeightSource(tmp_path, base_prefix="transformer", tied={"lm_head.weight": "transformer.wte.weight"})
+    assert source.key_for("transformer.wte.weight") == "wte.weight"  # a base-model checkpoint in an LM head model
+    assert source.key_for("lm_head.weight") == "wte.weight"  # the tied head is read from the embedding
+    with pytest.raises(UserInputError, match="has shape \\[4, 2\\] but the config gives \\[4, 3\\]"):
+        source.check_shape("transformer.wte.weight", (4, 3))
+    with pytest.raises(UserInputError, match="no tensor 'transformer.h.1.bias'"):
+        source.key_for("transformer.h.1.bias")
+
+
+def test_a_folder_without_safetensors_is_refused_without_unpickling(tmp_path):
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not opened")
+    with pytest.raises(UserInputError, match="pickle, not loaded for safety"):
+        WeightSource(tmp_path)
