@@ -126,3 +126,13 @@ def test_a_step_consumes_the_same_samples_however_the_global_batch_is_split():
     assert steps(micro=1, world=1) == reference and steps(micro=8, world=1) == reference
     assert steps(micro=2, world=4, start=3 * global_batch, count=2) == reference[3:]  # resumed at step 3, 4 ranks
     assert len(set(block for step in steps(micro=2, world=2, count=8) for block in step)) == 64  # one epoch: all
+
+
+def test_a_separate_evaluation_set_is_tokenized_on_its_own(tmp_path, tokenizer_dir):
+    train = write_corpus(tmp_path / "train.txt", 300, seed=1)
+    held = write_corpus(tmp_path / "held.txt", 60, seed=2)
+    data = prepare_data(DataConfig(train=[str(train)], eval=[str(held)]), run_dir=tmp_path / "run",
+                        tokenizer_dir=str(tokenizer_dir), model_name="m", seq_len=32, vocab_size=320, global_batch=2,
+                        local_rank=0, seed=0)
+    assert data.train.indices is None  # nothing held out of the training text
+    assert len(list((tmp_path / "run" / "data").glob("tokens-*.bin"))) == 2 and 0 < len(data.eval) < len(data.train)

@@ -78,3 +78,33 @@ def test_a_folder_without_safetensors_is_refused_without_unpickling(tmp_path):
     (tmp_path / "pytorch_model.bin").write_bytes(b"not opened")
     with pytest.raises(UserInputError, match="pickle, not loaded for safety"):
         WeightSource(tmp_path)
+
+
+def test_a_sharded_checkpoint_reads_like_a_single_file(tmp_path):
+    """save_pretrained's own sharding (an index and several files) against the single-file save of the same model."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=2))
+    model.save_pretrained(tmp_path / "single")
+    model.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    assert len(list((tmp_path / "sharded").glob("model-*.safetensors"))) > 2
+    single, sharded = WeightSource(tmp_path / "single"), WeightSource(tmp_path / "sharded")
+    for name, param in model.named_parameters():
+        assert torch.equal(sharded.read(name), single.read(name)) and torch.equal(sharded.read(name), param)
+
+
+def test_an_export_above_the_shard_size_is_sharded_with_hfs_index(tmp_path, monkeypatch):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from backends.runner import export
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=2))
+    monkeypatch.setattr(export, "SHARD_BYTES", 20_000)
+    state = {name: tensor for name, tensor in model.state_dict().items() if name != "lm_head.weight"}
+    model.config.save_pretrained(tmp_path)
+    export.write_weights(tmp_path, state)
+    assert (tmp_path / "model.safetensors.index.json").is_file() and not (tmp_path / "model.safetensors").exists()
+    loaded = GPT2LMHeadModel.from_pretrained(tmp_path)
+    assert all(torch.equal(loaded.state_dict()[name], tensor) for name, tensor in model.state_dict().items())
