@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def list_models() -> None:
-    from planner.model_catalog import load_catalog
+    from planner.models.catalog import load_catalog
     from planner.units import format_count
 
     lines = [f"{spec.name:<22} {format_count(spec.params.total):>8}  {spec.family.value:<16} {spec.hf_id or ''}"
@@ -79,25 +79,25 @@ def list_models() -> None:
 
 
 def model_spec(name: str, tiny: bool):
-    from planner.model_resolve import resolve_model
+    from planner.models.resolve import resolve_model
 
     spec = resolve_model(name)
     if not tiny:
         return spec
     from backends.model_factory import catalog_config, tiny_config
-    from planner.hf_config import spec_from_hf_config
+    from planner.models.hf_config import spec_from_hf_config
 
     return spec_from_hf_config(tiny_config(catalog_config(spec.name)), name=spec.name, origin="tiny")
 
 
 def default_hardware(run: bool) -> list[str]:
     """A GPU kind: the one here, else cuda's default GPU for planning; a run without GPUs measures the CPU."""
-    from planner.detect import detect_hardware
+    from planner.hardware.detect import detect_hardware
 
     report = detect_hardware()
     if report.cpu_only:
         return ["cpu"] if run else ["cuda"]
-    from planner.gpu_catalog import find_gpu
+    from planner.hardware.gpus import find_gpu
 
     vendors = {spec.vendor for spec in (find_gpu(gpu.catalog_name or gpu.name) for gpu in report.gpus) if spec}
     return ["rocm"] if vendors == {"amd"} else ["cuda"]

@@ -1,85 +1,30 @@
-"""Where the parts of an HF decoder-only model live, per model_type.
+"""Where the parts of an HF decoder-only model live, per model_type, and how to call them.
 
 Tensor and pipeline parallelism both need to run an unmodified HF model
 piece by piece: embeddings, then some decoder layers, then the final norm
-and the LM head. This file names those pieces and says how to call a layer
-(what position information and mask it needs), so that the rest of the
-parallel code stays architecture-neutral. Attention runs through SDPA with no
+and the LM head. The pieces are named by the model-family registry
+(planner/models/families.py, ParallelPlan); this file finds them in a model
+and says how to call a layer (what position information and mask it needs),
+so that the rest of the parallel code stays architecture-neutral. Attention runs through SDPA with no
 mask tensor, which is causal; padding masks are not supported here (training
 batches are packed).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
 from planner.errors import UserInputError
+from planner.models.families import FAMILIES, ParallelPlan
 
 
-@dataclass(frozen=True)
-class Architecture:
-    """Module paths of one model family; paths inside a layer are relative to the layer."""
-
-    backbone: str  # attribute path from the CausalLM to the module holding the layers
-    token_embedding: str  # relative to the backbone
-    layers: str
-    final_norm: str
-    layer_norms: tuple[str, ...]  # norms that feed a column-parallel projection
-    column: tuple[tuple[str, int], ...]  # (path, fused sections)
-    row: tuple[str, ...]
-    attention: str
-    head_count_attributes: tuple[str, ...] = ("num_heads", "num_key_value_heads", "num_attention_heads")
-    width_attributes: tuple[str, ...] = ()  # attention attributes holding the local projection width
-    kv_projections: tuple[str, ...] = ()  # replicated, not split, when tp exceeds the key/value heads
-    extra_modules: tuple[str, ...] = field(default_factory=tuple)  # other backbone modules (positions, rotary)
-
-
-_LLAMA_LIKE = Architecture(
-    backbone="model",
-    token_embedding="embed_tokens",
-    layers="layers",
-    final_norm="norm",
-    layer_norms=("input_layernorm", "post_attention_layernorm"),
-    column=(("self_attn.q_proj", 1), ("self_attn.k_proj", 1), ("self_attn.v_proj", 1),
-            ("mlp.gate_proj", 1), ("mlp.up_proj", 1)),
-    row=("self_attn.o_proj", "mlp.down_proj"),
-    attention="self_attn",
-    kv_projections=("self_attn.k_proj", "self_attn.v_proj"),
-    extra_modules=("rotary_emb",),
-)
-
-ARCHITECTURES: dict[str, Architecture] = {
-    "gpt2": Architecture(
-        backbone="transformer",
-        token_embedding="wte",
-        layers="h",
-        final_norm="ln_f",
-        layer_norms=("ln_1", "ln_2"),
-        column=(("attn.c_attn", 3), ("mlp.c_fc", 1)),
-        row=("attn.c_proj", "mlp.c_proj"),
-        attention="attn",
-        width_attributes=("split_size", "embed_dim"),
-        extra_modules=("wpe", "drop"),
-    ),
-    "llama": _LLAMA_LIKE,
-    "mistral": _LLAMA_LIKE,
-    "qwen2": _LLAMA_LIKE,
-    "opt": Architecture(
-        backbone="model.decoder",
-        token_embedding="embed_tokens",
-        layers="layers",
-        final_norm="final_layer_norm",
-        layer_norms=("self_attn_layer_norm", "final_layer_norm"),
-        column=(("self_attn.q_proj", 1), ("self_attn.k_proj", 1), ("self_attn.v_proj", 1), ("fc1", 1)),
-        row=("self_attn.out_proj", "fc2"),
-        attention="self_attn",
-        width_attributes=("embed_dim",),
-        extra_modules=("embed_positions",),
-    ),
+# The tp/pp plan of each family (module paths, column and row projections, split points) is registry data.
+Architecture = ParallelPlan
+ARCHITECTURES: dict[str, ParallelPlan] = {
+    model_type: entry.parallel_plan for model_type, entry in FAMILIES.items() if entry.parallel_plan is not None
 }
 
 

@@ -9,14 +9,21 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-# Field names differ per model_type; each entry maps our role to the config key.
-_SIZE_KEYS = {
+GENERIC_SIZE_KEYS = {  # for a model_type the registry does not know
     "hidden": ("hidden_size", "n_embd", "d_model"),
     "layers": ("num_hidden_layers", "n_layer", "num_layers"),
     "heads": ("num_attention_heads", "n_head", "num_heads"),
     "ffn": ("intermediate_size", "ffn_dim", "n_inner", "d_ff"),
     "positions": ("max_position_embeddings", "n_positions"),
 }
+
+
+def size_keys(model_type: str) -> dict[str, tuple[str, ...]]:
+    """The config keys a family names its sizes with (planner/models/families.py)."""
+    from planner.models.families import family_of
+
+    entry = family_of(model_type)
+    return dict(entry.size_keys) if entry is not None else GENERIC_SIZE_KEYS
 
 TINY_SIZES = {"hidden": 64, "layers": 4, "heads": 4, "ffn": 128, "positions": 256, "vocab_size": 512}
 
@@ -25,8 +32,9 @@ def tiny_config(config: dict[str, Any], **sizes: int) -> dict[str, Any]:
     """A copy of an HF config dict with small dimensions, same architecture."""
     wanted = {**TINY_SIZES, **sizes}
     tiny = copy.deepcopy(config)
-    original_heads = next((tiny[key] for key in _SIZE_KEYS["heads"] if key in tiny), None)
-    for role, keys in _SIZE_KEYS.items():
+    keys_of = size_keys(str(tiny.get("model_type")))
+    original_heads = next((tiny[key] for key in keys_of.get("heads", ()) if key in tiny), None)
+    for role, keys in keys_of.items():
         for key in keys:
             if key in tiny and tiny[key] is not None:
                 tiny[key] = wanted[role]
@@ -38,12 +46,6 @@ def tiny_config(config: dict[str, Any], **sizes: int) -> dict[str, Any]:
         tiny["num_key_value_heads"] = max(min(2, original_kv), wanted["heads"] // ratio)
     if "head_dim" in tiny:
         tiny["head_dim"] = wanted["hidden"] // wanted["heads"]
-    if "num_decoder_layers" in tiny:
-        tiny["num_decoder_layers"] = wanted["layers"]
-    if tiny.get("model_type") == "gpt2":
-        tiny["n_ctx"] = wanted["positions"]
-    if tiny.get("model_type") == "opt":
-        tiny["word_embed_proj_dim"] = wanted["hidden"]
     tiny.pop("rope_scaling", None)
     for key in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"):
         if isinstance(tiny.get(key), int) and tiny[key] >= wanted["vocab_size"]:
@@ -57,7 +59,7 @@ def catalog_config(model_name: str) -> dict[str, Any]:
     """The stored HF config.json dict of a catalog model (name, alias or HF id)."""
     import json
 
-    from planner.model_catalog import CATALOG_DIR, find_model
+    from planner.models.catalog import CATALOG_DIR, find_model
     from planner.errors import UserInputError
 
     spec = find_model(model_name)

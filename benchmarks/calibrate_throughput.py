@@ -21,9 +21,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from planner.cluster import make_cluster
-from planner.hf_config import spec_from_hf_config
-from planner.model_spec import ModelSpec
+from planner.hardware.cluster import make_cluster
+from planner.models.hf_config import spec_from_hf_config
+from planner.models.spec import ModelSpec
 from planner.throughput.constants import CONSTANTS, ThroughputConstants
 from planner.throughput.estimate import estimate_throughput
 from planner.training_config import TrainingConfig

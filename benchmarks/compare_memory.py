@@ -26,10 +26,10 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: make `planner` and `bench
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.memory_trace import resolve_model_config  # noqa: E402
-from planner.hf_config import spec_from_hf_config  # noqa: E402
+from planner.models.hf_config import spec_from_hf_config  # noqa: E402
 from planner.memory.estimate import estimate_memory_bytes  # noqa: E402
 from planner.memory.runtime import Runtime  # noqa: E402
-from planner.model_spec import ModelSpec  # noqa: E402
+from planner.models.spec import ModelSpec  # noqa: E402
 from planner.training_config import FsdpSharding, Strategy, TrainingConfig  # noqa: E402
 
 DEFAULT_RESULTS = REPO_ROOT / "benchmarks" / "results" / "memory_traces.json"

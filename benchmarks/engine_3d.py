@@ -81,7 +81,7 @@ def worker(dp: int, tp: int, pp: int, steps: int, out: str) -> None:
 
 def predicted_rank_params(tp: int, pp: int) -> int:
     """The planner's parameters on the most loaded rank for this layout."""
-    from planner.hf_config import spec_from_hf_config
+    from planner.models.hf_config import spec_from_hf_config
     from planner.memory.rank_params import rank_params
     from planner.training_config import Strategy, TrainingConfig
 

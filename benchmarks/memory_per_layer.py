@@ -27,7 +27,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from planner.hf_config import spec_from_hf_config  # noqa: E402
+from planner.models.hf_config import spec_from_hf_config  # noqa: E402
 from planner.memory.activations import activation_widths, estimate_activations  # noqa: E402
 from planner.memory.buffers import estimate_buffers  # noqa: E402
 from planner.memory.rank_params import rank_params  # noqa: E402

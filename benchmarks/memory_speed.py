@@ -22,7 +22,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from planner.memory import activations, phases, rank_params  # noqa: E402
 from planner.memory.estimate import estimate_memory, estimate_memory_bytes  # noqa: E402
-from planner.model_resolve import resolve_model  # noqa: E402
+from planner.models.resolve import resolve_model  # noqa: E402
 from planner.training_config import TrainingConfig  # noqa: E402
 
 LAYOUTS = [

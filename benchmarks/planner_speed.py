@@ -29,8 +29,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from planner.cluster import make_cluster  # noqa: E402
-from planner.model_resolve import resolve_model  # noqa: E402
+from planner.hardware.cluster import make_cluster  # noqa: E402
+from planner.models.resolve import resolve_model  # noqa: E402
 from planner.search import Objective, PlanRequest, search_plans  # noqa: E402
 
 # (model, GPU, GPUs per node, nodes, global batch, seq len, objective)

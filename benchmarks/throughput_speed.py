@@ -14,8 +14,8 @@ from __future__ import annotations
 import itertools
 import time
 
-from planner.cluster import make_cluster
-from planner.model_resolve import resolve_model
+from planner.hardware.cluster import make_cluster
+from planner.models.resolve import resolve_model
 from planner.throughput.estimate import estimate_throughput
 from planner.training_config import TrainingConfig
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import yaml
 
-from planner.cluster import make_cluster
-from planner.model_resolve import spec_from_dimensions
+from planner.hardware.cluster import make_cluster
+from planner.models.resolve import spec_from_dimensions
 from planner.throughput.estimate import estimate_throughput
 from planner.throughput.implementation import IMPLEMENTATIONS
 from planner.training_config import PipelineSchedule, Strategy, TrainingConfig

@@ -31,9 +31,9 @@ def available() -> bool:
 
 
 def _plan_for(job: MeasureJob, nproc: int):
-    from planner.cluster import make_cluster
+    from planner.hardware.cluster import make_cluster
     from planner.memory.estimate import estimate_memory
-    from planner.model_resolve import resolve_model
+    from planner.models.resolve import resolve_model
     from planner.plan import Plan
 
     spec = resolve_model(job.model)  # the full catalog model: backends.run shrinks it itself with --tiny

@@ -8,8 +8,8 @@ from typing import Callable, Optional
 from pydantic import BaseModel
 
 from planner.calibration import Calibration
-from planner.cluster import ClusterSpec
-from planner.model_spec import ModelSpec
+from planner.hardware.cluster import ClusterSpec
+from planner.models.spec import ModelSpec
 
 from .paths import resolve_db_path
 from .record import RunRecord, spec_hash

@@ -16,10 +16,10 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.calibration import strategy_family
-from planner.cluster import ClusterSpec, make_cluster
+from planner.hardware.cluster import ClusterSpec, make_cluster
 from planner.errors import UserInputError
 from planner.memory.estimate import estimate_memory
-from planner.model_spec import ModelSpec
+from planner.models.spec import ModelSpec
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import ActivationCheckpointing, Precision, TrainingConfig
 

@@ -16,7 +16,7 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.calibration import MeasuredRun
-from planner.model_spec import ModelSpec
+from planner.models.spec import ModelSpec
 from planner.training_config import TrainingConfig
 
 

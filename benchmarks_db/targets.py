@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from planner.errors import UserInputError
-from planner.gpu_catalog import resolve_gpu
+from planner.hardware.gpus import resolve_gpu
 
 from .matrix import DEFAULT_GPU
 
@@ -30,7 +30,7 @@ def _local_gpus(hardware: str) -> tuple[list[str], str | None]:
     """Catalog names of this machine's GPUs of a kind, and the driver version."""
     if hardware == "cpu":
         return [], None
-    from planner.detect import detect_hardware
+    from planner.hardware.detect import detect_hardware
 
     report = detect_hardware()
     vendor = "nvidia" if hardware == "cuda" else "amd"

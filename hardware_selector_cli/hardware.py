@@ -11,9 +11,9 @@ import sys
 
 import typer
 
-from planner.detect import DetectionReport, detect_hardware
+from planner.hardware.detect import DetectionReport, detect_hardware
 from planner.errors import UserInputError
-from planner.gpu_catalog import GpuSpec, Interconnect, load_gpu_catalog
+from planner.hardware.gpus import GpuSpec, Interconnect, load_gpu_catalog
 from planner.units import format_bytes
 
 CPU_ONLY_HINT = (

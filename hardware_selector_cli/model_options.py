@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from planner.errors import UserInputError
-from planner.model_spec import ModelSpec
+from planner.models.spec import ModelSpec
 
 MODEL_HELP = "Catalog name, HF id or alias, a config.json path, or a model in the local HF cache."
 
@@ -45,7 +45,7 @@ class ModelOptions:
             raise UserInputError("name a model with --model, or give --params, or the dimension flags (--hidden --layers ...)")
         if chosen > 1:
             raise UserInputError("give only one of --model, --params, or the dimension flags")
-        from planner.model_resolve import resolve_model, spec_from_dimensions, spec_from_param_count
+        from planner.models.resolve import resolve_model, spec_from_dimensions, spec_from_param_count
 
         if self.model:
             return resolve_model(self.model)

@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from planner.model_catalog import search_models
-from planner.model_spec import ModelSpec
+from planner.models.catalog import search_models
+from planner.models.spec import ModelSpec
 from planner.units import format_count
 
 

@@ -131,7 +131,7 @@ def _target_cluster(cluster: ClusterOptions):
     """The named cluster, or without --gpu the GPUs of this machine (NVML), if any."""
     if cluster.gpu:
         return cluster.resolve()
-    from planner.detect import detect_hardware
+    from planner.hardware.detect import detect_hardware
 
     detected = detect_hardware().to_cluster_spec(interconnect=cluster.interconnect, price_per_hour=cluster.price_per_hour)
     if detected is None:

@@ -55,7 +55,7 @@ class ClusterOptions:
     price_per_hour: Optional[float]
 
     def resolve(self):
-        from planner.cluster import make_cluster
+        from planner.hardware.cluster import make_cluster
 
         if not self.gpu:
             raise UserInputError("name the target GPU with --gpu (e.g. --gpu A100-80GB); 'hardware-selector gpus' lists them")

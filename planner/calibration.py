@@ -20,9 +20,9 @@ from typing import Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .gpu_catalog import normalize_gpu_name
-from .throughput.result import ThroughputEstimate
-from .training_config import Strategy, TrainingConfig
+from planner.hardware.gpus import normalize_gpu_name
+from planner.throughput.result import ThroughputEstimate
+from planner.training_config import Strategy, TrainingConfig
 
 # An affine fit needs more points than parameters to mean anything.
 MIN_RECORDS_FOR_AFFINE = 3

@@ -10,13 +10,13 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict
 
-from .cluster import ClusterSpec
-from .errors import UserInputError
-from .memory.estimate import MemoryEstimate, OverheadSettings, estimate_memory
-from .model_spec import ModelSpec
-from .throughput.estimate import estimate_throughput
-from .throughput.result import ThroughputEstimate
-from .training_config import TrainingConfig
+from planner.hardware.cluster import ClusterSpec
+from planner.errors import UserInputError
+from planner.memory.estimate import MemoryEstimate, OverheadSettings, estimate_memory
+from planner.models.spec import ModelSpec
+from planner.throughput.estimate import estimate_throughput
+from planner.throughput.result import ThroughputEstimate
+from planner.training_config import TrainingConfig
 
 
 class Evaluation(BaseModel):

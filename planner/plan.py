@@ -11,13 +11,13 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .cluster import ClusterSpec
-from .contract.layout import ParallelDims
-from .contract.schema import SCHEMA_VERSION
-from .memory.estimate import MemoryEstimate
-from .model_spec import ModelSpec
-from .throughput.result import ThroughputEstimate
-from .training_config import TrainingConfig
+from planner.hardware.cluster import ClusterSpec
+from planner.contract.layout import ParallelDims
+from planner.contract.schema import SCHEMA_VERSION
+from planner.memory.estimate import MemoryEstimate
+from planner.models.spec import ModelSpec
+from planner.throughput.result import ThroughputEstimate
+from planner.training_config import TrainingConfig
 
 
 
@@ -51,6 +51,6 @@ class Plan(BaseModel):
 
     def emit(self, directory, *, force: bool = False, nproc_override: int | None = None, options=None):
         """Write this plan's run folder (see planner/emit); options: a planner.emit.RunOptions."""
-        from .emit import emit_run_folder  # lazy: planning never needs the emitters
+        from planner.emit import emit_run_folder  # lazy: planning never needs the emitters
 
         return emit_run_folder(self, directory, force=force, nproc_override=nproc_override, options=options)

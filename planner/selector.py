@@ -18,15 +18,15 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .cluster import GIB, ClusterSpec, make_cluster
-from .errors import UserInputError
-from .gpu_catalog import GpuSpec, load_gpu_catalog, resolve_gpu
-from .legacy_names import catalog_name, check_model_family
-from .model_resolve import resolve_model
-from .plan import Plan
-from .search import Objective, PlanRequest, SearchResult, search_plans
-from .search.layouts import FSDP_LABELS, family_label
-from .training_config import ActivationCheckpointing, FsdpSharding, Offload, Precision, Strategy
+from planner.hardware.cluster import GIB, ClusterSpec, make_cluster
+from planner.errors import UserInputError
+from planner.hardware.gpus import GpuSpec, load_gpu_catalog, resolve_gpu
+from planner.models.legacy_names import catalog_name, check_model_family
+from planner.models.resolve import resolve_model
+from planner.plan import Plan
+from planner.search import Objective, PlanRequest, SearchResult, search_plans
+from planner.search.layouts import FSDP_LABELS, family_label
+from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, Precision, Strategy
 
 DEFAULT_GPU = "A100-80GB"
 DEFAULT_GPUS_PER_NODE = 8
@@ -185,7 +185,7 @@ class HardwareSelector:
 
     def training_arguments(self, plan: Plan, output_dir: str, **overrides: Any) -> Any:
         """A transformers.TrainingArguments that runs `plan` (planner/emit/training_args.py)."""
-        from .emit.training_args import training_arguments
+        from planner.emit.training_args import training_arguments
 
         return training_arguments(plan, output_dir, **overrides)
 
@@ -294,7 +294,7 @@ class HardwareSelector:
 
 
 def _detected_gpu_names() -> list[str]:
-    from .detect import detect_hardware
+    from planner.hardware.detect import detect_hardware
 
     report = detect_hardware()
     return sorted({gpu.catalog_name for gpu in report.gpus if gpu.catalog_name})

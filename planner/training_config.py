@@ -12,8 +12,8 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .errors import UserInputError
-from .model_spec import ModelSpec
+from planner.errors import UserInputError
+from planner.models.spec import ModelSpec
 
 
 class Strategy(str, Enum):

@@ -3,7 +3,7 @@
 Each models/<name>.json holds a catalog entry: its name, HF id, aliases and the
 model's config.json as published on the Hub. For every entry this builds the
 transformers model on the meta device (no memory, no download) for exact
-counts, reads the architecture with planner.hf_config, and writes all specs,
+counts, reads the architecture with planner.models.hf_config, and writes all specs,
 sorted by name, to catalog.json -- atomically, so a reader never sees half a file.
 
     python scripts/build_catalog.py            # rebuild everything (about a minute)
@@ -25,9 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run from a checkout without installing
 
-from planner.hf_config import spec_from_hf_config  # noqa: E402
-from planner.model_catalog import CATALOG_DIR, CATALOG_FILE, normalize_name  # noqa: E402
-from planner.model_spec import ModelSpec  # noqa: E402
+from planner.models.hf_config import spec_from_hf_config  # noqa: E402
+from planner.models.catalog import CATALOG_DIR, CATALOG_FILE, normalize_name  # noqa: E402
+from planner.models.spec import ModelSpec  # noqa: E402
 
 MODELS_DIR = CATALOG_DIR / "models"
 SCHEMA_VERSION = 1
@@ -70,7 +70,7 @@ def check_names_unique(entries: list[CatalogEntry]) -> None:
 
 
 def build_spec(entry: CatalogEntry) -> ModelSpec:
-    from planner.param_count import count_params_on_meta
+    from planner.models.param_count import count_params_on_meta
 
     counts = count_params_on_meta(entry.config)
     return spec_from_hf_config(

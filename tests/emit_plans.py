@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from planner.cluster import make_cluster
+from planner.hardware.cluster import make_cluster
 from planner.memory.estimate import estimate_memory
-from planner.model_resolve import resolve_model
+from planner.models.resolve import resolve_model
 from planner.plan import Plan
 from planner.training_config import TrainingConfig
 

@@ -19,7 +19,7 @@ from benchmarks_db.matrix import generate_matrix
 from benchmarks_db.runner import run_matrix
 from benchmarks_db.store import BenchmarkStore
 from planner.calibration import Calibration
-from planner.gpu_catalog import resolve_gpu
+from planner.hardware.gpus import resolve_gpu
 from run_training_benchmark import model_spec
 
 PROFILE = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "cpu_profile.json"

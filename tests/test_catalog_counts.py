@@ -3,7 +3,7 @@
 (a) a sample of models rebuilt on the meta device gives the stored counts;
 (b) totals agree with the figures the model authors published;
 (c) the dimension-only formula agrees with the meta-device count for every model;
-(d) the stored specs are what planner.hf_config reads from the stored configs.
+(d) the stored specs are what planner.models.hf_config reads from the stored configs.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from planner.hf_config import parse_hf_config, spec_from_hf_config
-from planner.model_catalog import CATALOG_DIR, CATALOG_FILE, normalize_name
-from planner.model_spec import ModelSpec
-from planner.param_formula import formula_param_counts, params_per_layer
+from planner.models.hf_config import parse_hf_config, spec_from_hf_config
+from planner.models.catalog import CATALOG_DIR, CATALOG_FILE, normalize_name
+from planner.models.spec import ModelSpec
+from planner.models.param_formula import formula_param_counts, params_per_layer
 
 MODELS_DIR = CATALOG_DIR / "models"
 COUNT_FIELDS = ("total", "trainable", "active_per_token", "embedding", "largest_layer")
@@ -90,7 +90,7 @@ META_SAMPLE = {
 @pytest.fixture(scope="module")
 def meta_models():
     pytest.importorskip("transformers")
-    from planner.param_count import build_meta_model, count_params_on_meta
+    from planner.models.param_count import build_meta_model, count_params_on_meta
 
     return {name: (build_meta_model(entries()[name]["config"]), count_params_on_meta(entries()[name]["config"]))
             for name in META_SAMPLE}
@@ -261,8 +261,8 @@ def test_catalog_and_config_parsing_need_neither_torch_nor_transformers():
     import sys
 
     code = (
-        "import sys; from planner.model_catalog import load_catalog; load_catalog(); "
-        "import planner.hf_config, planner.param_formula, planner.param_count; "
+        "import sys; from planner.models.catalog import load_catalog; load_catalog(); "
+        "import planner.models.hf_config, planner.models.param_formula, planner.models.param_count; "
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'heavy import'"
     )
     root = Path(__file__).resolve().parent.parent

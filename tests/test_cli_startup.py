@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hardware_selector_cli.app import main
-from planner.model_catalog import load_catalog
+from planner.models.catalog import load_catalog
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HEAVY_MODULES = ("torch", "transformers", "deepspeed", "accelerate")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from planner.cluster import INTER_NODE_PRESETS, ClusterSpec, inter_node_preset, make_cluster
+from planner.hardware.cluster import INTER_NODE_PRESETS, ClusterSpec, inter_node_preset, make_cluster
 from planner.errors import UserInputError
-from planner.gpu_catalog import load_gpu_catalog, resolve_gpu
+from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
 
 GIB = 2**30
 

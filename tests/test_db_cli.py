@@ -7,7 +7,7 @@ import json
 from benchmarks_db.record import spec_hash
 from benchmarks_db.store import BenchmarkStore
 from hardware_selector_cli.app import main
-from planner.model_resolve import resolve_model
+from planner.models.resolve import resolve_model
 from tests.db_samples import sample_record
 
 PLAN = ["plan", "--model", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "128", "--strategies", "ddp",

@@ -25,7 +25,7 @@ import pytest
 from planner.memory.buffers import deepspeed_bucket_sizes
 from planner.memory.model_states import ZERO3_SUB_GROUP_ELEMENTS, model_state_bytes
 from planner.memory.rank_params import rank_params
-from planner.model_resolve import resolve_model
+from planner.models.resolve import resolve_model
 from planner.training_config import Offload, Precision, Strategy, TrainingConfig
 from tests.reference_data import published_reference
 

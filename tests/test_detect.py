@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from hardware_selector_cli.app import main
-from planner.detect import detect_hardware
-from planner.launch_context import SLURM_VARIABLES, TORCHRUN_VARIABLES, read_launch_context
+from planner.hardware.detect import detect_hardware
+from planner.hardware.launch_context import SLURM_VARIABLES, TORCHRUN_VARIABLES, read_launch_context
 from planner.errors import UserInputError
-from planner.gpu_catalog import resolve_gpu
+from planner.hardware.gpus import resolve_gpu
 from tests.fakes import fake_pynvml
 from tests.fakes.fake_pynvml import (
     NVML_ERROR_DRIVER_NOT_LOADED,

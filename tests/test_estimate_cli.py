@@ -9,7 +9,7 @@ import json
 import pytest
 
 from hardware_selector_cli.app import main
-from planner.model_resolve import resolve_model
+from planner.models.resolve import resolve_model
 
 GIB = 2**30
 BASE = ["estimate", "--model", "llama-2-7b", "--gpu", "A100-80GB", "--gpus-per-node", "8", "--seq-len", "2048"]

@@ -3,8 +3,8 @@
 import pytest
 
 from benchmarks.calibrate_throughput import MPT_SHAPES, mpt_spec
-from planner.flops import model_shape, sequence_flops
-from planner.model_resolve import resolve_model, spec_from_dimensions
+from planner.models.flops import model_shape, sequence_flops
+from planner.models.resolve import resolve_model, spec_from_dimensions
 from planner.training_config import TrainingConfig
 from tests.reference_data import published_reference
 

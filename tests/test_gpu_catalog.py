@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from planner.errors import UserInputError
-from planner.gpu_catalog import (
+from planner.hardware.gpus import (
     PCIE_X16_GBPS_PER_DIRECTION,
     Interconnect,
     find_gpu,

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from planner.errors import ConfigFieldError, UserInputError
-from planner.hf_config import SUPPORTED_MODEL_TYPES, parse_hf_config, spec_from_hf_config
-from planner.model_catalog import CATALOG_DIR
-from planner.model_spec import MlpKind, ModelFamily
-from planner.param_formula import ArchitectureDims, LayoutDetails, formula_param_counts, params_per_layer
+from planner.models.hf_config import SUPPORTED_MODEL_TYPES, parse_hf_config, spec_from_hf_config
+from planner.models.catalog import CATALOG_DIR
+from planner.models.spec import MlpKind, ModelFamily
+from planner.models.param_formula import ArchitectureDims, LayoutDetails, formula_param_counts, params_per_layer
 
 
 def catalog_config(name: str) -> dict:
@@ -281,7 +281,7 @@ def test_formula_from_explicit_llama_dimensions():
 
 
 def test_architecture_dims_fields_are_model_spec_fields():
-    from planner.model_spec import ModelSpec
+    from planner.models.spec import ModelSpec
 
     assert set(ArchitectureDims.model_fields) <= set(ModelSpec.model_fields)
 

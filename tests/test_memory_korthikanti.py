@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.hf_config import spec_from_hf_config
+from planner.models.hf_config import spec_from_hf_config
 from planner.memory.activations import Layout, activation_widths, block_bytes, estimate_activations
 from planner.training_config import ActivationCheckpointing, AttentionKernel, PipelineSchedule, TrainingConfig
 from tests.reference_data import published_reference

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from benchmarks.memory_per_layer import CATALOG, entries, estimated_per_layer, load, model_config
-from planner.hf_config import spec_from_hf_config
+from planner.models.hf_config import spec_from_hf_config
 
 RECORDED = load()
 TOLERANCE = 0.10

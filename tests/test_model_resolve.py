@@ -14,8 +14,8 @@ import pytest
 
 from hardware_selector_cli.app import main
 from planner.errors import UserInputError
-from planner.model_catalog import CATALOG_DIR, find_model
-from planner.model_resolve import (
+from planner.models.catalog import CATALOG_DIR, find_model
+from planner.models.resolve import (
     find_in_hf_cache,
     resolve_model,
     spec_from_dimensions,
@@ -190,7 +190,7 @@ def test_cli_refuses_two_ways_of_naming_a_model(capsys):
 
 
 def test_every_catalog_entry_has_its_stored_config():
-    from planner.model_catalog import load_catalog
+    from planner.models.catalog import load_catalog
 
     stored = {path.stem for path in (CATALOG_DIR / "models").glob("*.json")}
     assert {spec.name for spec in load_catalog()} == stored

@@ -125,7 +125,7 @@ def test_plan_emit_writes_the_best_plans_run_folder_and_refuses_to_overwrite(tmp
 
 
 def test_plan_without_gpu_plans_for_the_detected_machine(monkeypatch, capsys):
-    from planner.launch_context import SLURM_VARIABLES, TORCHRUN_VARIABLES
+    from planner.hardware.launch_context import SLURM_VARIABLES, TORCHRUN_VARIABLES
     from tests.fakes.fake_pynvml import dgx_a100, install
 
     for name in (*SLURM_VARIABLES, *TORCHRUN_VARIABLES):  # one node, whatever launched the tests

@@ -7,8 +7,8 @@ import statistics
 import pytest
 
 from benchmarks.validate_published_runs import comparisons, published_rows, summary
-from planner.cluster import make_cluster
-from planner.model_resolve import resolve_model
+from planner.hardware.cluster import make_cluster
+from planner.models.resolve import resolve_model
 from planner.throughput.estimate import estimate_throughput
 from planner.throughput.implementation import LLM_FOUNDRY, MEGATRON_LM, OUR_STRATEGIES
 from planner.training_config import TrainingConfig

@@ -14,7 +14,7 @@ from benchmarks_db.processes import LaunchOutcome
 from benchmarks_db.backends_launch import backends_run_launch
 from benchmarks_db.runner import run_matrix
 from benchmarks_db.store import BenchmarkStore
-from planner.model_catalog import find_model
+from planner.models.catalog import find_model
 
 
 def test_list_models(capsys):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from planner.cluster import make_cluster
-from planner.model_resolve import resolve_model
+from planner.hardware.cluster import make_cluster
+from planner.models.resolve import resolve_model
 from planner.search import PlanRequest, search_plans
 from planner.search.layouts import family_label
 from planner.training_config import Offload, Strategy

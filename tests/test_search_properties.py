@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.cluster import make_cluster
+from planner.hardware.cluster import make_cluster
 from planner.evaluate import memory_on
-from planner.model_resolve import resolve_model
+from planner.models.resolve import resolve_model
 from planner.search import PlanRequest, search_plans
 from planner.search.layouts import enumerate_layouts
 from planner.throughput.estimate import estimate_throughput

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.cluster import make_cluster
+from planner.hardware.cluster import make_cluster
 from planner.evaluate import memory_on
-from planner.model_resolve import resolve_model
+from planner.models.resolve import resolve_model
 from planner.search.batching import batch_options, resolve_global_batch
 from planner.search.candidates import AC_ORDER, CandidateEvaluator, objective_score, precisions_for
 from planner.search.layouts import enumerate_layouts

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from planner.cluster import make_cluster
-from planner.model_catalog import load_catalog
+from planner.hardware.cluster import make_cluster
+from planner.models.catalog import load_catalog
 from planner.search import PlanRequest, search_plans
 
 SIZES = ((1, 1), (8, 1), (8, 8), (8, 128))  # (GPUs per node, nodes): 1, 8, 64, 1024 GPUs

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.calibrate_throughput import calibration_cases, relative_errors
-from planner.cluster import make_cluster
-from planner.model_resolve import resolve_model
+from planner.hardware.cluster import make_cluster
+from planner.models.resolve import resolve_model
 from planner.throughput.collectives import Links, all_gather_s, all_reduce_s, process_group
 from planner.throughput.constants import CONSTANTS
 from planner.throughput.estimate import estimate_throughput

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from planner.errors import UserInputError
-from planner.model_catalog import find_model
+from planner.models.catalog import find_model
 from planner.training_config import TrainingConfig
 
 LLAMA = find_model("llama-2-7b")  # 32 layers, 32 heads

@@ -4,9 +4,9 @@ Pure pydantic, no torch: `backends/` reads a run folder only through these
 models, and the emitters write the folder only from them.
 """
 
-from .engine_config import EngineConfig, load_engine_config
-from .layout import ParallelDims
-from .run_config import RunConfig
-from .schema import SCHEMA_VERSION
+from planner.contract.engine_config import EngineConfig, load_engine_config
+from planner.contract.layout import ParallelDims
+from planner.contract.run_config import RunConfig
+from planner.contract.schema import SCHEMA_VERSION
 
 __all__ = ["EngineConfig", "ParallelDims", "RunConfig", "SCHEMA_VERSION", "load_engine_config"]

@@ -17,9 +17,9 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..errors import UserInputError
-from .layout import ParallelDims
-from .schema import SCHEMA_VERSION, describe_validation_error, read_json_file
+from planner.errors import UserInputError
+from planner.contract.layout import ParallelDims
+from planner.contract.schema import SCHEMA_VERSION, describe_validation_error, read_json_file
 
 
 class _Strict(BaseModel):

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..memory.buffers import deepspeed_bucket_sizes
-from ..plan import Plan
-from ..training_config import Offload, Strategy
-from .engine_config import CheckpointBlock, EngineConfig, HardwareSelectorBlock, ModelBlock, OffloadOptimizer, ZeroBlock
-from .hyperparameters import optimizer_block, precision_blocks, scheduler_block
-from .run_config import RunConfig
+from planner.memory.buffers import deepspeed_bucket_sizes
+from planner.plan import Plan
+from planner.training_config import Offload, Strategy
+from planner.contract.engine_config import CheckpointBlock, EngineConfig, HardwareSelectorBlock, ModelBlock, OffloadOptimizer, ZeroBlock
+from planner.contract.hyperparameters import optimizer_block, precision_blocks, scheduler_block
+from planner.contract.run_config import RunConfig
 
 
 def engine_config_for_run(plan: Plan, run: RunConfig, total_steps: Optional[int] = None) -> EngineConfig:

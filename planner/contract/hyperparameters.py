@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..training_config import OptimizerKind, Precision
-from .engine_config import OptimizerBlock, OptimizerParams, SchedulerBlock, SchedulerParams
-from .run_config import Hyperparameters
+from planner.training_config import OptimizerKind, Precision
+from planner.contract.engine_config import OptimizerBlock, OptimizerParams, SchedulerBlock, SchedulerParams
+from planner.contract.run_config import Hyperparameters
 
 SGD_MOMENTUM = 0.9
 

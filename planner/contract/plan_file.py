@@ -12,10 +12,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..errors import UserInputError
-from ..plan import Plan
-from .run_config import RunConfig
-from .schema import check_schema_version, describe_validation_error, read_json_file
+from planner.errors import UserInputError
+from planner.plan import Plan
+from planner.contract.run_config import RunConfig
+from planner.contract.schema import check_schema_version, describe_validation_error, read_json_file
 
 EMIT_HINT = "emit a run folder with `hardware-selector plan ... --emit DIR`"
 

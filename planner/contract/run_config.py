@@ -23,9 +23,9 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..training_config import Precision
-from .layout import ParallelDims
-from .schema import SCHEMA_VERSION
+from planner.training_config import Precision
+from planner.contract.layout import ParallelDims
+from planner.contract.schema import SCHEMA_VERSION
 
 Launcher = Literal["torchrun", "accelerate", "deepspeed"]
 Init = Literal["pretrained", "random"]

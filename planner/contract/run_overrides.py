@@ -15,9 +15,9 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..errors import UserInputError
-from .run_config import AnomalyAction, Init, RunConfig, TextUnit
-from .schema import describe_validation_error
+from planner.errors import UserInputError
+from planner.contract.run_config import AnomalyAction, Init, RunConfig, TextUnit
+from planner.contract.schema import describe_validation_error
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")

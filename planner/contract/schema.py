@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import UserInputError
+from planner.errors import UserInputError
 
 # 1: plan.json's run block held tp/pp as loose fields and engine.json a layout block of its own.
 # 2: one ParallelDims everywhere, the run block is the typed RunConfig (model source, data, hyperparameters).

@@ -17,20 +17,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import UserInputError
-from ..plan import Plan
-from .accelerate_yaml import accelerate_yaml
-from .atomic import write_atomic
-from .deepspeed_json import deepspeed_config
-from ..contract.run_config import RunConfig
-from .engine_json import engine_json
-from .launch_scripts import hostfile, launch_sh
-from .plan_json import plan_json
-from ..contract.previous_run import archive_previous_run
-from .run_readme import run_readme
-from .slurm import slurm_sbatch
-from .target import RunOptions, run_config
-from .training_args import training_args_json_document
+from planner.errors import UserInputError
+from planner.plan import Plan
+from planner.emit.accelerate_yaml import accelerate_yaml
+from planner.emit.atomic import write_atomic
+from planner.emit.deepspeed_json import deepspeed_config
+from planner.contract.run_config import RunConfig
+from planner.emit.engine_json import engine_json
+from planner.emit.launch_scripts import hostfile, launch_sh
+from planner.emit.plan_json import plan_json
+from planner.contract.previous_run import archive_previous_run
+from planner.emit.run_readme import run_readme
+from planner.emit.slurm import slurm_sbatch
+from planner.emit.target import RunOptions, run_config
+from planner.emit.training_args import training_args_json_document
 
 __all__ = ["RunOptions", "emit_run_folder", "render_run_folder", "run_config"]
 

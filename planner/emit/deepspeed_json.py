@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..contract.hyperparameters import optimizer_block as run_optimizer_block
-from ..contract.hyperparameters import precision_blocks
-from ..contract.hyperparameters import scheduler_block as run_scheduler_block
-from ..contract.run_config import RunConfig
-from ..memory.buffers import deepspeed_bucket_sizes
-from ..plan import Plan
-from ..training_config import ActivationCheckpointing, Offload, Precision
+from planner.contract.hyperparameters import optimizer_block as run_optimizer_block
+from planner.contract.hyperparameters import precision_blocks
+from planner.contract.hyperparameters import scheduler_block as run_scheduler_block
+from planner.contract.run_config import RunConfig
+from planner.memory.buffers import deepspeed_bucket_sizes
+from planner.plan import Plan
+from planner.training_config import ActivationCheckpointing, Offload, Precision
 
 AUTO = "auto"
 NVME_PATH_PLACEHOLDER = "/local_nvme"  # edit: a fast local NVMe mount on every node

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..contract.engine_config import EngineConfig
-from ..contract.engine_for_run import engine_config_for_run
-from ..contract.run_config import RunConfig
-from ..plan import Plan
-from ..training_config import Strategy
+from planner.contract.engine_config import EngineConfig
+from planner.contract.engine_for_run import engine_config_for_run
+from planner.contract.run_config import RunConfig
+from planner.plan import Plan
+from planner.training_config import Strategy
 
 
 def engine_config(plan: Plan, run: RunConfig) -> Optional[EngineConfig]:

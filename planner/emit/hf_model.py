@@ -4,8 +4,9 @@ The emitted files must be runnable without the hub, so the run folder carries
 the model's config.json dict: the catalog's stored copy, the user's config
 file, or (for models described by dimensions) a config synthesised from the
 spec. The decoder-block class name drives FSDP's auto-wrap policy; it comes
-from a table checked against transformers' `_no_split_modules` in the tests,
-so emitting needs neither torch nor transformers.
+from the model-family registry (planner/models/families.py), checked against
+transformers' `_no_split_modules` in the tests, so emitting needs neither
+torch nor transformers.
 """
 
 from __future__ import annotations
@@ -14,31 +15,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..model_catalog import CATALOG_DIR, find_model
-from ..model_spec import ModelSpec
+from planner.models.catalog import CATALOG_DIR, find_model
+from planner.models.families import FAMILIES
+from planner.models.spec import ModelSpec
 
-# model_type -> the transformer block class (transformers' _no_split_modules, minus embeddings).
-DECODER_LAYER_CLASS: dict[str, str] = {
-    "bert": "BertLayer",
-    "bloom": "BloomBlock",
-    "falcon": "FalconDecoderLayer",
-    "gemma": "GemmaDecoderLayer",
-    "gemma2": "Gemma2DecoderLayer",
-    "gemma3_text": "Gemma3DecoderLayer",
-    "gpt2": "GPT2Block",
-    "gpt_neox": "GPTNeoXLayer",
-    "gptj": "GPTJBlock",
-    "llama": "LlamaDecoderLayer",
-    "mistral": "MistralDecoderLayer",
-    "mixtral": "MixtralDecoderLayer",
-    "opt": "OPTDecoderLayer",
-    "phi3": "Phi3DecoderLayer",
-    "qwen2": "Qwen2DecoderLayer",
-    "qwen2_moe": "Qwen2MoeDecoderLayer",
-    "qwen3": "Qwen3DecoderLayer",
-    "roberta": "RobertaLayer",
-    "t5": "T5Block",
-}
+# model_type -> the transformer block class, from the registry (transformers' _no_split_modules, minus embeddings).
+DECODER_LAYER_CLASS: dict[str, str] = {model_type: entry.block_class for model_type, entry in FAMILIES.items()}
 
 
 def decoder_layer_class(spec: ModelSpec) -> str:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ..contract.run_config import RunConfig
-from ..plan import Plan
-from .target import DEFAULT_MASTER_PORT
+from planner.contract.run_config import RunConfig
+from planner.plan import Plan
+from planner.emit.target import DEFAULT_MASTER_PORT
 
 HOSTFILE = "hostfile"
 ACCELERATE_CONFIG_FILE = "accelerate_config.yaml"

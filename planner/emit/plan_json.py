@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..contract.run_config import RunConfig
-from ..plan import Plan
+from planner.contract.run_config import RunConfig
+from planner.plan import Plan
 
 
 def plan_document(plan: Plan, run: RunConfig) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..contract.run_config import RunConfig
-from ..plan import Plan
+from planner.contract.run_config import RunConfig
+from planner.plan import Plan
 
 GIB = 2**30
 

@@ -12,10 +12,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..contract.run_config import RunConfig
-from ..plan import Plan
-from .launch_scripts import RUNNER_MODULE, run_id
-from .target import DEFAULT_MASTER_PORT
+from planner.contract.run_config import RunConfig
+from planner.plan import Plan
+from planner.emit.launch_scripts import RUNNER_MODULE, run_id
+from planner.emit.target import DEFAULT_MASTER_PORT
 
 
 def slurm_sbatch(plan: Plan, target: RunConfig, run_dir: Path, *, python: str | None = None) -> str:

@@ -14,8 +14,8 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..contract.layout import ParallelDims
-from ..contract.run_config import (
+from planner.contract.layout import ParallelDims
+from planner.contract.run_config import (
     AnomalyPolicy,
     CheckpointPolicy,
     DataConfig,
@@ -27,12 +27,12 @@ from ..contract.run_config import (
     RunConfig,
     Task,
 )
-from ..contract.run_overrides import has_tokenizer, has_weights, resolve_data_paths, tokenizer_folder
-from ..contract.schema import describe_validation_error
-from ..errors import UserInputError
-from ..plan import Plan
-from ..training_config import Strategy
-from .hf_model import DECODER_LAYER_CLASS, decoder_layer_class, hf_config_for
+from planner.contract.run_overrides import has_tokenizer, has_weights, resolve_data_paths, tokenizer_folder
+from planner.contract.schema import describe_validation_error
+from planner.errors import UserInputError
+from planner.plan import Plan
+from planner.training_config import Strategy
+from planner.emit.hf_model import DECODER_LAYER_CLASS, decoder_layer_class, hf_config_for
 
 DEFAULT_MASTER_PORT = 29500
 

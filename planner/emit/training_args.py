@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..contract.run_config import RunConfig
-from ..plan import Plan
-from ..training_config import ActivationCheckpointing, FsdpSharding, Offload, OptimizerKind, Strategy
-from .deepspeed_json import deepspeed_config
-from .target import run_config
+from planner.contract.run_config import RunConfig
+from planner.plan import Plan
+from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, OptimizerKind, Strategy
+from planner.emit.deepspeed_json import deepspeed_config
+from planner.emit.target import run_config
 
 DS_TRAINER_CONFIG_FILE = "ds_config_trainer.json"
 
@@ -111,7 +111,7 @@ def training_arguments(plan: Plan, output_dir: str | Path, *, nproc_override: in
     keyword overrides win over the plan's values."""
     from transformers import TrainingArguments
 
-    from ..errors import UserInputError
+    from planner.errors import UserInputError
 
     target = run or run_config(plan, nproc_override)
     trainer_deepspeed = deepspeed_config(plan, target, trainer_flavour=True)

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-from ..model_spec import ModelFamily, ModelSpec
-from ..training_config import ActivationCheckpointing, AttentionKernel, PipelineSchedule, Precision, TrainingConfig
-from .arch_traits import ArchTraits, arch_traits
-from .runtime import Runtime
-from .spec_cache import per_spec_and_key
+from planner.models.spec import ModelFamily, ModelSpec
+from planner.training_config import ActivationCheckpointing, AttentionKernel, PipelineSchedule, Precision, TrainingConfig
+from planner.memory.arch_traits import ArchTraits, arch_traits
+from planner.memory.runtime import Runtime
+from planner.memory.spec_cache import per_spec_and_key
 
 KORTHIKANTI = "Korthikanti et al. 2022, Table 2, generalised to the HF block"
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model_spec import ModelFamily, ModelSpec
-from .spec_cache import per_spec
+from planner.models.families import Traits, family_of
+from planner.models.spec import ModelFamily, ModelSpec
+from planner.memory.spec_cache import per_spec
 
 
 @dataclass(frozen=True)
@@ -41,48 +42,32 @@ class ArchTraits:
 # its input; NewGELU ("gelu_new") is Python: x, tanh(...), 0.5*x and 1+tanh(...).
 _ACTIVATION_SAVED = {"gelu_new": 4, "gelu_fast": 4, "quick_gelu": 2, "relu": 0}
 
-_FUSED_QKV = {"gpt2", "bloom", "falcon", "gpt_neox", "phi3"}
-_FUSED_GATE_UP = {"phi3"}
-# Gemma-2 (logit soft-capping), BLOOM (ALiBi) and GPT-J have no SDPA path in
-# transformers: they always run eager attention. Falcon hands SDPA a one-head
-# key/value (multi-query) and an always-materialised mask, which the fused kernels
-# do not take, so it runs SDPA's math path.
-_NO_FUSED_ATTENTION = {"gemma2", "bloom", "gptj", "falcon"}
-# Rotary models whose q, k, v are slices of one fused projection: after the rotary
-# embedding makes new q and k, the v slice still pins the whole projection output.
-_FUSED_QKV_ROTARY = {"falcon", "gpt_neox", "phi3"}
-# Per-head RMSNorm on q and k (QK-norm).
-_QK_NORM = {"qwen3", "qwen3_moe", "gemma3_text", "olmo2"}
-# Eager attention of these families computes softmax in fp32 (dtype=torch.float32 or .float());
-# Falcon's math-path SDPA upcasts 16-bit inputs on the CPU; BLOOM (attention_softmax_in_fp32)
-# and GPT-J (q and k cast to fp32) compute their scores in fp32.
-_SOFTMAX_FP32 = {"opt", "t5", "falcon", "bloom", "gptj", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3"}
-
-
 @per_spec
 def arch_traits(spec: ModelSpec) -> ArchTraits:
-    model_type = spec.model_type
+    """The family's traits (planner/models/families.py) applied to this config's choices."""
+    entry = family_of(spec.model_type)
+    traits = entry.traits if entry is not None else Traits()
     gated = spec.mlp_kind.value == "gated"
-    if model_type in ("gemma2", "gemma3_text"):
+    if traits.four_norms:
         norms = 4  # pre- and post-norms around attention and MLP
-    elif spec.parallel_attention_mlp and model_type == "falcon":
+    elif spec.parallel_attention_mlp and spec.model_type == "falcon":
         norms = 1  # attention and MLP read one shared norm
     else:
         norms = 2
     return ArchTraits(
-        qkv_projections=1 if model_type in _FUSED_QKV else 3,
-        mlp_input_projections=2 if gated and model_type not in _FUSED_GATE_UP else 1,
+        qkv_projections=1 if traits.fused_qkv else 3,
+        mlp_input_projections=2 if gated and not traits.fused_gate_up else 1,
         norms_per_block=norms,
         rmsnorm_upcasts=spec.norm == "rmsnorm",
-        fused_attention=model_type not in _NO_FUSED_ATTENTION,
+        fused_attention=traits.fused_attention_kernel,
         activation_saved_tensors=_ACTIVATION_SAVED.get(spec.activation, 1),
-        softmax_fp32=model_type in _SOFTMAX_FP32,
-        mlp_dropout=model_type == "t5" and spec.hidden_dropout > 0,
+        softmax_fp32=traits.softmax_fp32,
+        mlp_dropout=traits.mlp_dropout and spec.hidden_dropout > 0,
         hidden_dropouts_per_block=2 if spec.hidden_dropout > 0 else 0,
         causal_float_mask=spec.family is ModelFamily.DECODER_ONLY,
-        qkv_slices_pinned=model_type in _FUSED_QKV_ROTARY and spec.position_embedding == "rotary",
-        qk_norm=model_type in _QK_NORM,
-        norm_fp32_weighting=model_type.startswith("gemma"),
-        score_softcapping=model_type == "gemma2",
-        shared_expert=model_type == "qwen2_moe",
+        qkv_slices_pinned=traits.fused_qkv_rotary and spec.position_embedding == "rotary",
+        qk_norm=traits.qk_norm,
+        norm_fp32_weighting=traits.norm_fp32_weighting,
+        score_softcapping=traits.score_softcapping,
+        shared_expert=traits.shared_expert,
     )

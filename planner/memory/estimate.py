@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..model_spec import ModelSpec
-from ..training_config import TrainingConfig
-from .model_states import uses_native_mixed_precision
-from .phases import TENSOR_CATEGORIES, step_peak
-from .runtime import Runtime
+from planner.models.spec import ModelSpec
+from planner.training_config import TrainingConfig
+from planner.memory.model_states import uses_native_mixed_precision
+from planner.memory.phases import TENSOR_CATEGORIES, step_peak
+from planner.memory.runtime import Runtime
 
 GIB = 2**30
 CATEGORIES = (*TENSOR_CATEGORIES, "overhead")

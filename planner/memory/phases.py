@@ -20,14 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-from ..model_spec import ModelSpec
-from ..training_config import Precision, Strategy, TrainingConfig
-from .activations import Widths, activation_widths, estimate_activations
-from .buffers import Buffers, estimate_buffers
-from .model_states import ModelStates, model_state_bytes, uses_native_mixed_precision
-from .rank_params import rank_params
-from .runtime import Runtime
-from .spec_cache import per_spec_and_key
+from planner.models.spec import ModelSpec
+from planner.training_config import Precision, Strategy, TrainingConfig
+from planner.memory.activations import Widths, activation_widths, estimate_activations
+from planner.memory.buffers import Buffers, estimate_buffers
+from planner.memory.model_states import ModelStates, model_state_bytes, uses_native_mixed_precision
+from planner.memory.rank_params import rank_params
+from planner.memory.runtime import Runtime
+from planner.memory.spec_cache import per_spec_and_key
 
 T = TypeVar("T")
 TENSOR_CATEGORIES = ("parameters", "gradients", "optimizer_states", "activations", "temporaries", "buffers")

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model_spec import MlpKind, ModelFamily, ModelSpec
-from ..training_config import TrainingConfig
-from .spec_cache import per_spec_and_key
+from planner.models.spec import MlpKind, ModelFamily, ModelSpec
+from planner.training_config import TrainingConfig
+from planner.memory.spec_cache import per_spec_and_key
 
 # NF4 stores 4 bits per weight plus double-quantised block constants:
 # 0.127 bits per parameter (QLoRA paper, Sec. 3), i.e. 4.127 bits in all.

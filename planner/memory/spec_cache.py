@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Callable, TypeVar
 
-from ..model_spec import ModelSpec
+from planner.models.spec import ModelSpec
 
 T = TypeVar("T")
 MAX_SPECS = 256

@@ -9,8 +9,8 @@
 - search.py: search_plans, the entry point (contract item 4).
 """
 
-from .request import Objective, PlanRequest, StrategyKind
-from .result import SearchResult, SearchStats
-from .search import require_best, search_plans
+from planner.search.request import Objective, PlanRequest, StrategyKind
+from planner.search.result import SearchResult, SearchStats
+from planner.search.search import require_best, search_plans
 
 __all__ = ["Objective", "PlanRequest", "SearchResult", "SearchStats", "StrategyKind", "require_best", "search_plans"]

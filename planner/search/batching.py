@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from .layouts import divisors
-from .request import PlanRequest
+from planner.search.layouts import divisors
+from planner.search.request import PlanRequest
 
 # Default step size when the user gives neither a global nor a micro-batch:
 # about 2**20 tokens, inside the 0.5M-4M-token batches GPT-3 (Brown et al. 2020,

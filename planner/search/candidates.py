@@ -18,15 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..cluster import ClusterSpec
-from ..memory.estimate import estimate_memory_bytes
-from ..model_spec import ModelSpec
-from ..throughput.estimate import estimate_throughput
-from ..throughput.result import ThroughputEstimate
-from ..training_config import ActivationCheckpointing, Precision, TrainingConfig
-from .batching import batch_options, infeasible_batch_reason
-from .layouts import Layout, enumerate_layouts
-from .request import Objective, PlanRequest
+from planner.hardware.cluster import ClusterSpec
+from planner.memory.estimate import estimate_memory_bytes
+from planner.models.spec import ModelSpec
+from planner.throughput.estimate import estimate_throughput
+from planner.throughput.result import ThroughputEstimate
+from planner.training_config import ActivationCheckpointing, Precision, TrainingConfig
+from planner.search.batching import batch_options, infeasible_batch_reason
+from planner.search.layouts import Layout, enumerate_layouts
+from planner.search.request import Objective, PlanRequest
 
 ThroughputAdjust = Callable[[TrainingConfig, ThroughputEstimate], ThroughputEstimate]
 

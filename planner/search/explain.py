@@ -6,15 +6,15 @@ the throughput estimator's (or a calibration's), or the catalog.
 
 from __future__ import annotations
 
-from ..cluster import ClusterSpec
-from ..evaluate import memory_on
-from ..memory.estimate import MemoryEstimate
-from ..model_spec import ModelSpec
-from ..throughput.result import ThroughputEstimate
-from ..training_config import ActivationCheckpointing, TrainingConfig
-from ..units import GIB
-from .candidates import FamilyRecord, Scored
-from .request import Objective, PlanRequest
+from planner.hardware.cluster import ClusterSpec
+from planner.evaluate import memory_on
+from planner.memory.estimate import MemoryEstimate
+from planner.models.spec import ModelSpec
+from planner.throughput.result import ThroughputEstimate
+from planner.training_config import ActivationCheckpointing, TrainingConfig
+from planner.units import GIB
+from planner.search.candidates import FamilyRecord, Scored
+from planner.search.request import Objective, PlanRequest
 
 # Plans within this share of the best score count as equal: the estimators'
 # errors are larger (docs/accuracy.md), so the simpler layout is preferred.

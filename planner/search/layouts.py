@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..cluster import ClusterSpec
-from ..model_spec import ModelFamily, ModelSpec
-from ..training_config import FsdpSharding, Offload, PipelineSchedule, Strategy, TrainingConfig
-from .request import PlanRequest, StrategyKind
+from planner.hardware.cluster import ClusterSpec
+from planner.models.families import parallel_model_types
+from planner.models.spec import ModelFamily, ModelSpec
+from planner.training_config import FsdpSharding, Offload, PipelineSchedule, Strategy, TrainingConfig
+from planner.search.request import PlanRequest, StrategyKind
 
 # Model types our engine has tensor-parallel plans for (backends/tensor_parallel,
 # docs/parallelism.md); other models train with DDP, FSDP or DeepSpeed.
-ENGINE_MODEL_TYPES = frozenset({"gpt2", "llama", "mistral", "qwen2", "opt"})
+ENGINE_MODEL_TYPES = parallel_model_types()  # the registry's families with a tp/pp plan
 # Catalog models of those types whose layout the engine's TP plans do not cover
 # (backends/decoder_anatomy.py); ModelSpec does not carry the config flag that says so.
 ENGINE_EXCLUDED_MODELS = {"opt-350m": "OPT with post-layer-norm and a projected embedding"}

@@ -11,8 +11,8 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..errors import UserInputError
-from ..training_config import ActivationCheckpointing, AttentionKernel, OptimizerKind, Precision
+from planner.errors import UserInputError
+from planner.training_config import ActivationCheckpointing, AttentionKernel, OptimizerKind, Precision
 
 # Chinchilla (Hoffmann et al. 2022): about 20 training tokens per parameter.
 CHINCHILLA_TOKENS_PER_PARAM = 20

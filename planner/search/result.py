@@ -6,8 +6,8 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..plan import Plan
-from .request import Objective
+from planner.plan import Plan
+from planner.search.request import Objective
 
 
 class SearchStats(BaseModel):

@@ -6,20 +6,20 @@ import bisect
 import time
 from typing import Optional
 
-from ..cluster import ClusterSpec
-from ..errors import UserInputError
-from ..evaluate import memory_on
-from ..memory.estimate import MemoryEstimate
-from ..model_spec import ModelSpec
-from ..plan import Plan
-from ..training_config import TrainingConfig
-from .batching import resolve_global_batch
-from .candidates import CandidateEvaluator, Scored, ThroughputAdjust, cluster_variants
-from .explain import TIE_TOLERANCE, family_fates, plan_reasons
-from .layouts import engine_applicability, tensor_parallel_degrees
-from .request import PlanRequest, StrategyKind
-from .result import SearchResult, SearchStats
-from .suggest import suggestions
+from planner.hardware.cluster import ClusterSpec
+from planner.errors import UserInputError
+from planner.evaluate import memory_on
+from planner.memory.estimate import MemoryEstimate
+from planner.models.spec import ModelSpec
+from planner.plan import Plan
+from planner.training_config import TrainingConfig
+from planner.search.batching import resolve_global_batch
+from planner.search.candidates import CandidateEvaluator, Scored, ThroughputAdjust, cluster_variants
+from planner.search.explain import TIE_TOLERANCE, family_fates, plan_reasons
+from planner.search.layouts import engine_applicability, tensor_parallel_degrees
+from planner.search.request import PlanRequest, StrategyKind
+from planner.search.result import SearchResult, SearchStats
+from planner.search.suggest import suggestions
 
 
 

@@ -7,15 +7,15 @@ a "fits" here means some plan exists; the global batch may need adjusting.
 
 from __future__ import annotations
 
-from ..cluster import ClusterSpec, make_cluster
-from ..gpu_catalog import load_gpu_catalog
-from ..evaluate import memory_on
-from ..model_spec import ModelSpec
-from ..training_config import ActivationCheckpointing, TrainingConfig
-from .batching import MICRO_BATCHES_PER_STAGE
-from .candidates import precisions_for
-from .layouts import enumerate_layouts
-from .request import PlanRequest
+from planner.hardware.cluster import ClusterSpec, make_cluster
+from planner.hardware.gpus import load_gpu_catalog
+from planner.evaluate import memory_on
+from planner.models.spec import ModelSpec
+from planner.training_config import ActivationCheckpointing, TrainingConfig
+from planner.search.batching import MICRO_BATCHES_PER_STAGE
+from planner.search.candidates import precisions_for
+from planner.search.layouts import enumerate_layouts
+from planner.search.request import PlanRequest
 
 MAX_GPUS = 1024
 DEFAULT_NODE_GPUS = 8

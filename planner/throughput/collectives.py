@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..cluster import ClusterSpec
+from planner.hardware.cluster import ClusterSpec
 
 
 @dataclass(frozen=True)

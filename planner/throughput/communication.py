@@ -25,12 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..flops import ModelShape
-from ..training_config import ActivationCheckpointing, FsdpSharding, Offload, Precision, Strategy, TrainingConfig
-from .collectives import Links, all_gather_s, all_reduce_s, all_to_all_s, point_to_point_s, process_group, reduce_scatter_s
-from .compute import StageCompute
-from .constants import ThroughputConstants
-from .implementation import OUR_STRATEGIES, Implementation
+from planner.models.flops import ModelShape
+from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, Precision, Strategy, TrainingConfig
+from planner.throughput.collectives import Links, all_gather_s, all_reduce_s, all_to_all_s, point_to_point_s, process_group, reduce_scatter_s
+from planner.throughput.compute import StageCompute
+from planner.throughput.constants import ThroughputConstants
+from planner.throughput.implementation import OUR_STRATEGIES, Implementation
 
 OPTIMIZER_STATE_BYTES = {"adamw": 12.0, "adamw-8bit": 6.0, "adafactor": 4.0, "sgd": 8.0, "lion": 8.0}
 OPTIMIZER_STEP_BYTES = {"adamw": 28.0, "adamw-8bit": 16.0, "adafactor": 16.0, "sgd": 20.0, "lion": 20.0}

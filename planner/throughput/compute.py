@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..flops import ModelShape, attention_square_layers
-from ..training_config import ActivationCheckpointing, AttentionKernel, TrainingConfig
-from .constants import ThroughputConstants
-from .kernel_stack import KernelStack, unfused_bytes_per_row
-from .kernels import Device, elementwise_seconds, flash_attention_seconds, matmul_seconds
+from planner.models.flops import ModelShape, attention_square_layers
+from planner.training_config import ActivationCheckpointing, AttentionKernel, TrainingConfig
+from planner.throughput.constants import ThroughputConstants
+from planner.throughput.kernel_stack import KernelStack, unfused_bytes_per_row
+from planner.throughput.kernels import Device, elementwise_seconds, flash_attention_seconds, matmul_seconds
 
 NF4_DEQUANT_BYTES_PER_WEIGHT = 2.5  # read 4-bit weight (+ scales), write the bf16 copy
 

@@ -11,20 +11,20 @@ spec and cluster: the search calls this thousands of times.
 
 from __future__ import annotations
 
-from ..cluster import ClusterSpec
-from ..flops import ModelShape, SequenceFlops, model_shape, sequence_flops
-from ..gpu_catalog import pcie_bandwidth_GBps_per_direction
-from ..memory.arch_traits import arch_traits
-from ..model_spec import ModelSpec
-from ..training_config import TrainingConfig
-from .collectives import Links, cluster_links
-from .communication import step_communication
-from .compute import StageCompute, stage_compute
-from .constants import CALIBRATION_SOURCE, CONSTANTS, ThroughputConstants, architecture_efficiency
-from .implementation import OUR_STRATEGIES, Implementation
-from .kernel_stack import STACK_SOURCES, KernelStack
-from .kernels import Device
-from .result import StepTimeBreakdown, ThroughputEstimate
+from planner.hardware.cluster import ClusterSpec
+from planner.models.flops import ModelShape, SequenceFlops, model_shape, sequence_flops
+from planner.hardware.gpus import pcie_bandwidth_GBps_per_direction
+from planner.memory.arch_traits import arch_traits
+from planner.models.spec import ModelSpec
+from planner.training_config import TrainingConfig
+from planner.throughput.collectives import Links, cluster_links
+from planner.throughput.communication import step_communication
+from planner.throughput.compute import StageCompute, stage_compute
+from planner.throughput.constants import CALIBRATION_SOURCE, CONSTANTS, ThroughputConstants, architecture_efficiency
+from planner.throughput.implementation import OUR_STRATEGIES, Implementation
+from planner.throughput.kernel_stack import STACK_SOURCES, KernelStack
+from planner.throughput.kernels import Device
+from planner.throughput.result import StepTimeBreakdown, ThroughputEstimate
 
 _COMPUTE = (
     f"formula: shape-aware matmul roofline + fused attention + element-wise passes; {CALIBRATION_SOURCE}; "
@@ -32,10 +32,10 @@ _COMPUTE = (
 )
 _COMM = (
     "formula: α–β ring/tree collectives on the links each group crosses, overlapped as each implementation does; "
-    "link efficiency and latencies assumed (planner/throughput/constants.py, planner/cluster.py)"
+    "link efficiency and latencies assumed (planner/throughput/constants.py, planner/hardware/cluster.py)"
 )
 _STEP = "formula: micro-batches x (forward + backward + recompute) + exposed communication + bubble + offload + optimizer step"
-_MODEL_FLOPS = "6·N_matmul·s + 12·L·s²·h_q FLOPs per sequence (Korthikanti Eq. 7, planner/flops.py)"
+_MODEL_FLOPS = "6·N_matmul·s + 12·L·s²·h_q FLOPs per sequence (Korthikanti Eq. 7, planner/models/flops.py)"
 SOURCES = {
     "step_time_s": f"{_STEP}; compute {CALIBRATION_SOURCE}",
     "tokens_per_s": "formula: global batch x sequence length / step time",

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .kernel_stack import KernelStack
+from planner.throughput.kernel_stack import KernelStack
 
 
 @dataclass(frozen=True)

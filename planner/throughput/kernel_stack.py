@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from enum import Enum
 
-from ..flops import ModelShape
-from ..training_config import TrainingConfig
+from planner.models.flops import ModelShape
+from planner.training_config import TrainingConfig
 
 
 class KernelStack(str, Enum):

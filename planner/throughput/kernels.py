@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .constants import ThroughputConstants
+from planner.throughput.constants import ThroughputConstants
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """A stand-in for the `pynvml` module (from nvidia-ml-py), describing machines this CI box does not have.
 
-Only what planner/detect.py calls is implemented, under pynvml's real names,
+Only what planner/hardware/detect.py calls is implemented, under pynvml's real names,
 constants and exception classes, with NVML's behaviour where it matters:
 - NVLink queries on a GPU without NVLink raise NVMLError_NotSupported;
 - a link number past the GPU's last link raises NVMLError_InvalidArgument;

@@ -21,10 +21,10 @@ from typing import Literal, Mapping, Optional
 
 from pydantic import BaseModel, Field, computed_field
 
-from .cluster import GIB, ClusterSpec, make_cluster
-from .errors import UserInputError
-from .gpu_catalog import PCIE_X16_GBPS_PER_DIRECTION, find_gpu, pcie_bandwidth_GBps_per_direction, suggest_gpus
-from .launch_context import LaunchContext, read_launch_context
+from planner.hardware.cluster import GIB, ClusterSpec, make_cluster
+from planner.errors import UserInputError
+from planner.hardware.gpus import PCIE_X16_GBPS_PER_DIRECTION, find_gpu, pcie_bandwidth_GBps_per_direction, suggest_gpus
+from planner.hardware.launch_context import LaunchContext, read_launch_context
 
 NVIDIA_PCI_VENDOR_ID = 0x10DE
 # NVML's nvmlNvLinkDeviceType values (pynvml NVML_NVLINK_DEVICE_TYPE_*).

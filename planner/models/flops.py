@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .memory.arch_traits import arch_traits
-from .model_spec import ModelFamily, ModelSpec
-from .training_config import ActivationCheckpointing, TrainingConfig
+from planner.memory.arch_traits import arch_traits
+from planner.models.spec import ModelFamily, ModelSpec
+from planner.training_config import ActivationCheckpointing, TrainingConfig
 
 # Adapters sit on every linear of a block (q, k, v, o and the MLP's), PEFT's
 # "all-linear" target, the common choice for LoRA fine-tuning.

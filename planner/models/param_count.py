@@ -22,7 +22,7 @@ import io
 import warnings
 from typing import Any
 
-from .model_spec import ParamCounts
+from planner.models.spec import ParamCounts
 
 # model_types whose checkpoints are encoders without a generic LM head.
 _ENCODER_MODEL_TYPES = frozenset({"bert", "roberta"})

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
-from .config_fields import ConfigFields, basic_dims, present_spelling
-from .errors import ConfigFieldError, UserInputError
-from .model_spec import MlpKind, ModelFamily, ModelSpec, ParamCounts
-from .param_formula import ArchitectureDims, LayoutDetails, formula_param_counts
+from planner.models.families import FAMILIES
+from planner.models.config_fields import ConfigFields, basic_dims, present_spelling
+from planner.errors import ConfigFieldError, UserInputError
+from planner.models.spec import MlpKind, ModelFamily, ModelSpec, ParamCounts
+from planner.models.param_formula import ArchitectureDims, LayoutDetails, formula_param_counts
 
 class ParsedConfig(BaseModel):
     """What a config.json says, before any parameter counting."""
@@ -158,36 +159,6 @@ def _read_gpt_neox(f: ConfigFields) -> ParsedConfig:
 # --- Llama-style decoders: RMSNorm, rotary, gated MLP, grouped kv heads --------------------------
 
 
-@dataclass(frozen=True)
-class _LlamaStyle:
-    """How one model_type departs from Llama, as its transformers config class and modules do."""
-
-    transformers_class: str
-    default_kv_heads: int | None  # None: one kv head per attention head
-    default_head_dim: int | None  # None: hidden_size // num_attention_heads
-    default_positions: int
-    tied_by_default: bool
-    # "attention_bias": read it, all four projections; "qkv_bias": read it, q/k/v only;
-    # "qkv": q/k/v always biased (Qwen2); "none": the module has no biases.
-    bias: str = "attention_bias"
-    norms_per_layer: int = 2
-    qk_norm: bool = False
-
-
-_LLAMA_STYLE: dict[str, _LlamaStyle] = {
-    "llama": _LlamaStyle("LlamaForCausalLM", None, None, 2048, False),
-    "mistral": _LlamaStyle("MistralForCausalLM", 8, None, 131072, False, bias="none"),
-    "mixtral": _LlamaStyle("MixtralForCausalLM", 8, None, 131072, False, bias="none"),
-    "qwen2": _LlamaStyle("Qwen2ForCausalLM", 32, None, 32768, False, bias="qkv"),
-    "qwen2_moe": _LlamaStyle("Qwen2MoeForCausalLM", 16, None, 32768, False, bias="qkv_bias"),
-    "qwen3": _LlamaStyle("Qwen3ForCausalLM", 32, 128, 32768, False, qk_norm=True),
-    "gemma": _LlamaStyle("GemmaForCausalLM", 16, 256, 8192, True),
-    "gemma2": _LlamaStyle("Gemma2ForCausalLM", 4, 256, 8192, True, norms_per_layer=4),
-    "gemma3_text": _LlamaStyle("Gemma3ForCausalLM", 4, 256, 131072, True, norms_per_layer=4, qk_norm=True),
-    "phi3": _LlamaStyle("Phi3ForCausalLM", None, None, 4096, False, bias="none"),
-}
-
-
 def _read_moe(f: ConfigFields, model_type: str, layers: int, ffn: int) -> tuple[dict, dict]:
     """ArchitectureDims and LayoutDetails fields of the MoE models (empty for dense ones)."""
     if model_type == "mixtral":
@@ -211,7 +182,9 @@ def _read_moe(f: ConfigFields, model_type: str, layers: int, ffn: int) -> tuple[
 
 
 def _read_llama_style(f: ConfigFields, model_type: str) -> ParsedConfig:
-    style = _LLAMA_STYLE[model_type]
+    entry = FAMILIES[model_type]
+    style = entry.llama_style
+    assert style is not None, model_type
     hidden, heads, layers = f.int("hidden_size"), f.int("num_attention_heads"), f.int("num_hidden_layers")
     kv_heads = f.kv_heads(heads, style.default_kv_heads, "num_key_value_heads")
     if f.config.get("head_dim") is not None or style.default_head_dim:
@@ -239,7 +212,7 @@ def _read_llama_style(f: ConfigFields, model_type: str) -> ParsedConfig:
             mlp_bias=model_type == "llama" and f.bool("mlp_bias", False), **moe_dims,
         ),
         layout=LayoutDetails(
-            norms_per_layer=style.norms_per_layer, qk_norm=style.qk_norm,
+            norms_per_layer=style.norms_per_layer, qk_norm=entry.traits.qk_norm,
             attention_output_bias=qkv_bias and style.bias == "attention_bias",
             fused_qkv=model_type == "phi3", fused_gate_up=model_type == "phi3", **moe_layout,
         ),
@@ -304,17 +277,20 @@ def _read_t5(f: ConfigFields) -> ParsedConfig:
     )
 
 
+# One reader per config layout; the registry (planner/models/families.py) says which family uses which.
+_READER_FUNCTIONS: dict[str, Callable[[ConfigFields, str], ParsedConfig]] = {
+    "gpt2": _read_gpt2_style,
+    "opt": lambda f, model_type: _read_opt(f),
+    "bloom": lambda f, model_type: _read_bloom(f),
+    "falcon": lambda f, model_type: _read_falcon(f),
+    "gpt_neox": lambda f, model_type: _read_gpt_neox(f),
+    "llama": _read_llama_style,
+    "bert": _read_bert_style,
+    "t5": lambda f, model_type: _read_t5(f),
+}
 _READERS: dict[str, Callable[[ConfigFields], ParsedConfig]] = {
-    "gpt2": lambda f: _read_gpt2_style(f, "gpt2"),
-    "gptj": lambda f: _read_gpt2_style(f, "gptj"),
-    "opt": _read_opt,
-    "bloom": _read_bloom,
-    "falcon": _read_falcon,
-    "gpt_neox": _read_gpt_neox,
-    "bert": lambda f: _read_bert_style(f, "bert"),
-    "roberta": lambda f: _read_bert_style(f, "roberta"),
-    "t5": _read_t5,
-    **{model_type: (lambda f, t=model_type: _read_llama_style(f, t)) for model_type in _LLAMA_STYLE},
+    model_type: (lambda f, t=model_type, read=_READER_FUNCTIONS[entry.reader]: read(f, t))
+    for model_type, entry in FAMILIES.items()
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_READERS))

@@ -13,9 +13,9 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from .model_spec import ModelSpec
+from planner.models.spec import ModelSpec
 
-CATALOG_DIR = Path(__file__).parent / "catalog"
+CATALOG_DIR = Path(__file__).resolve().parent.parent / "catalog"  # planner/catalog: the data beside the code
 CATALOG_FILE = CATALOG_DIR / "catalog.json"
 
 

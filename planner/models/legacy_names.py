@@ -7,8 +7,8 @@ LLaMA-1 7B/13B share their architecture (dimensions, vocabulary) with Llama-2
 
 from __future__ import annotations
 
-from .errors import UserInputError
-from .model_spec import ModelFamily
+from planner.errors import UserInputError
+from planner.models.spec import ModelFamily
 
 LEGACY_MODEL_NAMES = {
     "llama-7b": "llama-2-7b",

@@ -12,10 +12,10 @@ import json
 import os
 from pathlib import Path
 
-from .errors import UserInputError
-from .hf_config import spec_from_hf_config
-from .model_catalog import find_model, suggest_models
-from .model_spec import ModelSpec
+from planner.errors import UserInputError
+from planner.models.hf_config import spec_from_hf_config
+from planner.models.catalog import find_model, suggest_models
+from planner.models.spec import ModelSpec
 
 
 def resolve_model(name: str, *, exact_counts: bool = True) -> ModelSpec:
@@ -75,7 +75,7 @@ def read_config_json(config_path: Path) -> dict:
 def _with_meta_device_counts(spec: ModelSpec, config: dict) -> ModelSpec:
     """Replace formula counts with exact ones when transformers can build the model."""
     try:
-        from .param_count import count_params_on_meta
+        from planner.models.param_count import count_params_on_meta
 
         counts = count_params_on_meta(config)
     except ImportError:

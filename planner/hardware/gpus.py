@@ -22,9 +22,9 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .errors import UserInputError
+from planner.errors import UserInputError
 
-GPU_CATALOG_FILE = Path(__file__).parent / "catalog" / "gpus.json"
+GPU_CATALOG_FILE = Path(__file__).resolve().parent.parent / "catalog" / "gpus.json"
 
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 DTYPES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
@@ -98,7 +98,7 @@ class GpuSpec(BaseModel):
     tdp_watts: Optional[int] = None
     price_usd_per_hour: float = Field(ge=0)
     price_source: str
-    # Inter-node preset (see planner.cluster) that clusters of this GPU usually have.
+    # Inter-node preset (see planner.hardware.cluster) that clusters of this GPU usually have.
     typical_inter_node: str
     aliases: list[str] = Field(default_factory=list)
     # Names the driver reports: NVML's nvmlDeviceGetName for NVIDIA, rocm-smi for AMD.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import ConfigFieldError
+from planner.errors import ConfigFieldError
 
 _MISSING = object()
 

@@ -13,8 +13,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import UserInputError
-from .gpu_catalog import GpuSpec, pcie_bandwidth_GBps_per_direction, resolve_gpu
+from planner.errors import UserInputError
+from planner.hardware.gpus import GpuSpec, pcie_bandwidth_GBps_per_direction, resolve_gpu
 
 GIB = 2**30
 

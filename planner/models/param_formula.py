@@ -29,7 +29,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .model_spec import MlpKind, ModelFamily, ParamCounts
+from planner.models.spec import MlpKind, ModelFamily, ParamCounts
 
 
 class ArchitectureDims(BaseModel):

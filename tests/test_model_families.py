@@ -1,0 +1,63 @@
+"""The model-family registry (planner/models/families.py) is complete for the catalog and true to transformers.
+
+References: transformers' own classes (their _no_split_modules, their module trees) and the catalog's
+stored config.json files. Every part that needs per-family knowledge reads the registry, so these checks
+guard the config reader, the memory traits, FSDP wrapping, the search and the engine's tp/pp at once.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.models.catalog import CATALOG_DIR, load_catalog
+from planner.models.families import FAMILIES, parallel_model_types
+from planner.models.hf_config import SUPPORTED_MODEL_TYPES
+from planner.search.layouts import ENGINE_MODEL_TYPES
+
+CATALOG_TYPES = sorted({spec.model_type for spec in load_catalog()})
+
+
+def catalog_config(model_type: str) -> dict:
+    import json
+
+    spec = next(spec for spec in load_catalog() if spec.model_type == model_type)
+    return json.loads((CATALOG_DIR / "models" / f"{spec.name}.json").read_text())["config"]
+
+
+def test_every_catalog_model_type_has_an_entry_and_every_entry_a_reader():
+    assert set(CATALOG_TYPES) <= set(FAMILIES)
+    assert set(SUPPORTED_MODEL_TYPES) == set(FAMILIES)  # the config reader reads what the registry lists
+    assert ENGINE_MODEL_TYPES == parallel_model_types() == {"gpt2", "llama", "mistral", "qwen2", "opt"}
+
+
+@pytest.mark.parametrize("model_type", CATALOG_TYPES)
+def test_the_entry_is_complete_and_true_to_transformers(model_type):
+    import transformers
+
+    entry = FAMILIES[model_type]
+    spec = next(spec for spec in load_catalog() if spec.model_type == model_type)
+    assert entry.family == spec.family
+    assert entry.block_class in getattr(transformers, spec.transformers_class)._no_split_modules
+    config = catalog_config(model_type)
+    for role in ("hidden", "layers", "heads"):  # a smoke test can shrink every family's core sizes
+        assert any(key in config for key in entry.size_keys[role]), (model_type, role)
+    if entry.reader == "llama":
+        assert entry.llama_style is not None and entry.llama_style.transformers_class == spec.transformers_class
+
+
+@pytest.mark.parametrize("model_type", sorted(parallel_model_types()))
+def test_parallel_plans_name_real_modules(model_type):
+    """Every path of the tp/pp plan exists in a (tiny) model of the family, built by transformers itself."""
+    from backends.decoder_anatomy import get_path
+    from backends.model_factory import build_causal_lm, tiny_config
+
+    plan = FAMILIES[model_type].parallel_plan
+    model = build_causal_lm(tiny_config(catalog_config(model_type)))
+    backbone = get_path(model, plan.backbone)
+    layers = get_path(backbone, plan.layers)
+    for path in (plan.token_embedding, plan.final_norm):
+        assert get_path(backbone, path) is not None, path
+    layer = layers[0]
+    assert type(layer).__name__ == FAMILIES[model_type].block_class
+    for path in (*plan.layer_norms, *(path for path, _ in plan.column), *plan.row, plan.attention):
+        assert get_path(layer, path) is not None, path
