@@ -39,22 +39,37 @@ def build_parser() -> argparse.ArgumentParser:
     from benchmarks_db.matrix import DEFAULT_STRATEGIES, STRATEGY_FIELDS
     from benchmarks_db.targets import HARDWARE_KINDS
 
-    parser = _Parser(prog="run-training-benchmark", description=__doc__.split("\n\n")[0],
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(
+        prog="run-training-benchmark",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--list-models", action="store_true", help="list the catalog models and exit")
     parser.add_argument("--model", help="catalog model name, HF id or alias")
-    parser.add_argument("--hardware", nargs="+", choices=HARDWARE_KINDS, metavar="KIND",
-                        help=f"hardware kinds to target: {', '.join(HARDWARE_KINDS)} (default: the GPUs here; without any, cuda's default GPU, or the CPU with --run)")
+    parser.add_argument(
+        "--hardware",
+        nargs="+",
+        choices=HARDWARE_KINDS,
+        metavar="KIND",
+        help=f"hardware kinds to target: {', '.join(HARDWARE_KINDS)} (default: the GPUs here; without any, cuda's default GPU, or the CPU with --run)",
+    )
     parser.add_argument("--gpu", help="target this catalog GPU (one --hardware only)")
     parser.add_argument("--distributed", action="store_true", help="GPU counts 1, 2, 4, ... up to --max-gpus")
     parser.add_argument("--max-gpus", type=int, default=None, help="largest GPU count (default 8; 2 on cpu)")
     parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node for counts above it (default 8)")
-    parser.add_argument("--strategies", nargs="+", default=DEFAULT_STRATEGIES, metavar="NAME",
-                        help=f"from {', '.join(STRATEGY_FIELDS)} (default: {' '.join(DEFAULT_STRATEGIES)})")
+    parser.add_argument(
+        "--strategies",
+        nargs="+",
+        default=DEFAULT_STRATEGIES,
+        metavar="NAME",
+        help=f"from {', '.join(STRATEGY_FIELDS)} (default: {' '.join(DEFAULT_STRATEGIES)})",
+    )
     parser.add_argument("--micro-batches", nargs="+", type=int, default=[1, 2, 4, 8], metavar="N")
     parser.add_argument("--checkpointing", nargs="+", default=["none", "full"], choices=["none", "selective", "full"])
     parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default 512, 32 with --tiny)")
-    parser.add_argument("--precision", default=None, help="fp32, bf16-mixed, fp16-mixed (default bf16-mixed; fp32 on cpu)")
+    parser.add_argument(
+        "--precision", default=None, help="fp32, bf16-mixed, fp16-mixed (default bf16-mixed; fp32 on cpu)"
+    )
     parser.add_argument("--tiny", action="store_true", help="the model's architecture at tiny sizes (CPU runs, tests)")
     parser.add_argument("--output", type=Path, help="write the matrix JSON here (atomically) instead of stdout")
     parser.add_argument("--run", action="store_true", help="measure the matrix here and record it in the database")
@@ -70,12 +85,14 @@ def list_models() -> None:
     from planner.models.catalog import load_catalog
     from planner.units import format_count
 
-    lines = [f"{spec.name:<22} {format_count(spec.params.total):>8}  {spec.family.value:<16} {spec.hf_id or ''}"
-             for spec in sorted(load_catalog(), key=lambda s: s.params.total)]
+    lines = [
+        f"{spec.name:<22} {format_count(spec.params.total):>8}  {spec.family.value:<16} {spec.hf_id or ''}"
+        for spec in sorted(load_catalog(), key=lambda s: s.params.total)
+    ]
     try:
         print("\n".join(lines))
     except BrokenPipeError:  # `| head`
-        sys.stdout = open(os.devnull, "w")
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (replaces stdout for the rest of the process)
 
 
 def model_spec(name: str, tiny: bool):
@@ -114,20 +131,32 @@ def generate(args, spec) -> list:
     for kind in hardware:
         target = choose_target(kind, args.gpu)
         if args.run and not target.local:
-            raise UserInputError(f"--run measures this machine, which has no {target.gpu} ({kind}); use --hardware "
-                                 "cpu here, or run on the target machine")
+            raise UserInputError(
+                f"--run measures this machine, which has no {target.gpu} ({kind}); use --hardware "
+                "cpu here, or run on the target machine"
+            )
         max_gpus = args.max_gpus or (2 if kind == "cpu" else 8)
         counts = gpu_counts_up_to(max_gpus) if args.distributed else [1]
         precision = args.precision or ("fp32" if kind == "cpu" else "bf16-mixed")
         seq_len = args.seq_len or min(TINY_SEQ_LEN if args.tiny else 512, spec.max_position_embeddings)
         if args.run and args.tiny and seq_len > TINY_SEQ_LEN:
-            raise UserInputError(f"the runner's --tiny trains {TINY_SEQ_LEN}-token sequences; use --seq-len "
-                                 f"{TINY_SEQ_LEN} or less")
+            raise UserInputError(
+                f"the runner's --tiny trains {TINY_SEQ_LEN}-token sequences; use --seq-len {TINY_SEQ_LEN} or less"
+            )
         per_node = max_gpus if kind == "cpu" else args.gpus_per_node
         matrix = generate_matrix(
-            spec, hardware=kind, gpu=target.gpu, gpu_note=target.note, gpu_counts=counts, gpus_per_node=per_node,
-            strategies=args.strategies, micro_batches=args.micro_batches, checkpointing=args.checkpointing,
-            seq_len=seq_len, precision=precision, tiny=args.tiny,
+            spec,
+            hardware=kind,
+            gpu=target.gpu,
+            gpu_note=target.note,
+            gpu_counts=counts,
+            gpus_per_node=per_node,
+            strategies=args.strategies,
+            micro_batches=args.micro_batches,
+            checkpointing=args.checkpointing,
+            seq_len=seq_len,
+            precision=precision,
+            tiny=args.tiny,
         )
         matrices.append((target, matrix))
     return matrices
@@ -135,7 +164,14 @@ def generate(args, spec) -> list:
 
 def run(args, target, matrix) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from benchmarks_db.environment import current_environment
     from benchmarks_db.runner import run_matrix
@@ -146,27 +182,44 @@ def run(args, target, matrix) -> int:
     done = store.done_matrix_keys(retry_failed=args.retry_failed)
     todo = [entry for entry in matrix.entries if entry.key not in done]
     console.print(f"{len(matrix.entries)} configs, {len(matrix.entries) - len(todo)} already in {store.path}")
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("ETA"), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("benchmarking", total=len(todo))
 
         def advance(entry, status) -> None:
             progress.update(task, advance=1, description=f"{entry.label}: {status.value}")
 
-        summary = run_matrix(matrix, store, current_environment(target.driver), steps=args.steps, warmup=args.warmup,
-                             timeout_s=args.timeout, retry_failed=args.retry_failed, on_progress=advance,
-                             on_start=lambda count: progress.update(task, total=count))
+        summary = run_matrix(
+            matrix,
+            store,
+            current_environment(target.driver),
+            steps=args.steps,
+            warmup=args.warmup,
+            timeout_s=args.timeout,
+            retry_failed=args.retry_failed,
+            on_progress=advance,
+            on_start=lambda count: progress.update(task, total=count),
+        )
     counts = ", ".join(f"{n} {status}" for status, n in sorted(summary.recorded.items())) or "nothing new"
-    console.print(f"recorded {counts} in {store.path} ({summary.skipped_done} already done; measured by "
-                  f"{summary.runner})")
+    console.print(
+        f"recorded {counts} in {store.path} ({summary.skipped_done} already done; measured by {summary.runner})"
+    )
     return 0
 
 
 def describe(console, target, matrix) -> None:
     console.print(f"[bold]{matrix.model}[/] on {target.hardware}: {matrix.gpu_note}")
-    console.print(f"  {len(matrix.entries)} configs fit, {len(matrix.pruned)} pruned "
-                  f"(seq_len {matrix.seq_len}, {matrix.precision}{', tiny' if matrix.tiny else ''})")
+    console.print(
+        f"  {len(matrix.entries)} configs fit, {len(matrix.pruned)} pruned "
+        f"(seq_len {matrix.seq_len}, {matrix.precision}{', tiny' if matrix.tiny else ''})"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,8 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         console = Console(stderr=True)
         for target, matrix in matrices:
             describe(console, target, matrix)
-        document = {"tool": "run-training-benchmark",
-                    "matrices": [matrix.model_dump(mode="json") for _, matrix in matrices]}
+        document = {
+            "tool": "run-training-benchmark",
+            "matrices": [matrix.model_dump(mode="json") for _, matrix in matrices],
+        }
         if args.output:
             write_json_atomic(args.output, document)
             console.print(f"wrote {args.output}")

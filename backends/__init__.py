@@ -9,7 +9,7 @@ is the runner that trains a run folder with this engine or a peer
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any
 
 
 def _init_distributed(backend: str) -> None:
@@ -20,9 +20,16 @@ def _init_distributed(backend: str) -> None:
     init_distributed(backend)
 
 
-def initialize(model: Any = None, config: Any = None, *, model_parameters: Any = None, optimizer: Any = None,
-               lr_scheduler: Any = None, metrics_path: Optional[str] = None,
-               weights: Any = None) -> tuple[Any, Any, None, Any]:
+def initialize(
+    model: Any = None,
+    config: Any = None,
+    *,
+    model_parameters: Any = None,
+    optimizer: Any = None,
+    lr_scheduler: Any = None,
+    metrics_path: str | None = None,
+    weights: Any = None,
+) -> tuple[Any, Any, None, Any]:
     """(engine, optimizer, None, lr_scheduler) for `model`; config is an engine.json path, a dict or an EngineConfig.
 
     The optimizer and scheduler come from the config's blocks (as in DeepSpeed's
@@ -60,15 +67,21 @@ def initialize(model: Any = None, config: Any = None, *, model_parameters: Any =
         from .parallelize import parallelize
 
         if settings.zero_optimization.stage == 3 and layout.pp > 1:
-            raise UserInputError("ZeRO-3 does not compose with pipeline parallelism here; use zero stage 1 or 2 with --pp")
+            raise UserInputError(
+                "ZeRO-3 does not compose with pipeline parallelism here; use zero stage 1 or 2 with --pp"
+            )
         try:
             dims = layout.with_world_size(dist.get_world_size())
         except ValueError as error:
             raise UserInputError(str(error)) from None
         parallel_model = parallelize(
-            model, dims, activation_checkpointing=block.activation_checkpointing,
-            sequence_parallel=block.sequence_parallel, stage_split=layout.stage_layers,
-            pipeline_schedule=block.pipeline_schedule, virtual_stages=layout.virtual_stages,
+            model,
+            dims,
+            activation_checkpointing=block.activation_checkpointing,
+            sequence_parallel=block.sequence_parallel,
+            stage_split=layout.stage_layers,
+            pipeline_schedule=block.pipeline_schedule,
+            virtual_stages=layout.virtual_stages,
             device_type=block.device,  # parallelize shards on the host, then moves only this rank's part
         )
         if weights is not None:
@@ -89,6 +102,13 @@ def initialize(model: Any = None, config: Any = None, *, model_parameters: Any =
         elif block.device == "cuda" and not is_meta(model):
             model = model.cuda()
         apply_activation_checkpointing(model, block.activation_checkpointing)
-    engine = Engine(model, settings, dp_group=dp_group, parallel_model=parallel_model, metrics_path=metrics_path,
-                    weights=weights, device=device)
+    engine = Engine(
+        model,
+        settings,
+        dp_group=dp_group,
+        parallel_model=parallel_model,
+        metrics_path=metrics_path,
+        weights=weights,
+        device=device,
+    )
     return engine, engine.optimizer, None, engine.lr_scheduler

@@ -25,7 +25,8 @@ more than a codec.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -114,7 +115,7 @@ class GradientReducer:
         offset = 0
         for p in params:
             count = p.numel()
-            p.grad.copy_(averaged[offset:offset + count].view_as(p.grad))
+            p.grad.copy_(averaged[offset : offset + count].view_as(p.grad))
             offset += count
 
 

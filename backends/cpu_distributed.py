@@ -25,8 +25,10 @@ import sys
 
 from planner.errors import UserInputError
 
-NEEDS_GPUS = ("this plan runs on CUDA GPUs (device cuda, nccl) and this machine has none; "
-              "pass --tiny for a CPU smoke run of the same layout, or run it on the planned GPUs")
+NEEDS_GPUS = (
+    "this plan runs on CUDA GPUs (device cuda, nccl) and this machine has none; "
+    "pass --tiny for a CPU smoke run of the same layout, or run it on the planned GPUs"
+)
 CPU_FALLBACK_NOTE = "note: no CUDA GPU here; running this GPU plan's --tiny smoke run on CPU with gloo"
 
 

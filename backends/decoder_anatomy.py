@@ -20,7 +20,6 @@ from torch import nn
 from planner.errors import UserInputError
 from planner.models.families import FAMILIES, ParallelPlan
 
-
 # The tp/pp plan of each family (module paths, column and row projections, split points) is registry data.
 Architecture = ParallelPlan
 ARCHITECTURES: dict[str, ParallelPlan] = {
@@ -37,7 +36,9 @@ def architecture_of(model: nn.Module) -> Architecture:
             f"supported: {', '.join(sorted(ARCHITECTURES))}; use --tp 1 --pp 1 (ZeRO/FSDP) for this model"
         )
     if model_type == "opt" and (not config.do_layer_norm_before or config.word_embed_proj_dim != config.hidden_size):
-        raise UserInputError("OPT variants with post-layer-norm or a projected embedding (opt-350m) are not supported by TP/PP")
+        raise UserInputError(
+            "OPT variants with post-layer-norm or a projected embedding (opt-350m) are not supported by TP/PP"
+        )
     return ARCHITECTURES[model_type]
 
 
@@ -94,4 +95,3 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
 def final_norm(model: nn.Module) -> nn.Module | None:
     arch = architecture_of(model)
     return getattr(get_path(model, arch.backbone), arch.final_norm, None)
-

@@ -21,11 +21,18 @@ def init_distributed(backend: str, timeout_minutes: float = 10) -> None:
     if attempt is None or "MASTER_ADDR" not in os.environ:
         dist.init_process_group(backend, timeout=timedelta(minutes=timeout_minutes))
         return
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                          timeout=timedelta(minutes=timeout_minutes))
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        is_master=False,
+        timeout=timedelta(minutes=timeout_minutes),
+    )
     dist.init_process_group(
-        backend, store=dist.PrefixStore(f"attempt{attempt}", store), rank=int(os.environ["RANK"]),
-        world_size=int(os.environ["WORLD_SIZE"]), timeout=timedelta(minutes=timeout_minutes),
+        backend,
+        store=dist.PrefixStore(f"attempt{attempt}", store),
+        rank=int(os.environ["RANK"]),
+        world_size=int(os.environ["WORLD_SIZE"]),
+        timeout=timedelta(minutes=timeout_minutes),
     )
 
 

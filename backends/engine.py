@@ -13,9 +13,10 @@ micro-batches to it (its pipeline schedule does forward and backward).
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any
 
 from planner.contract.engine_config import EngineConfig
+
 from .mixed_precision import LossScaler, compute_dtype
 from .monitor import StepMonitor
 from .schedulers import WarmupSchedule
@@ -24,9 +25,17 @@ from .zero.comm import DataParallelComm
 
 
 class Engine:
-    def __init__(self, model: Any, config: EngineConfig, *, dp_group: Optional[Any] = None,
-                 parallel_model: Optional[Any] = None, metrics_path: Optional[str] = None,
-                 weights: Optional[Any] = None, device: Optional[Any] = None):
+    def __init__(
+        self,
+        model: Any,
+        config: EngineConfig,
+        *,
+        dp_group: Any | None = None,
+        parallel_model: Any | None = None,
+        metrics_path: str | None = None,
+        weights: Any | None = None,
+        device: Any | None = None,
+    ):
         self.config = config
         self.module = model
         self.parallel_model = parallel_model
@@ -35,8 +44,16 @@ class Engine:
         self.scaler = LossScaler(config)
         self.train_batch_size, self.micro_batch, self.grad_accum = config.batch_sizes(self.comm.world)
         stage = config.zero_optimization.stage
-        self.optimizer = zero_optimizer_class(stage)(model, config, self.comm, self.dtype, self.scaler,
-                                                      model_parallel=parallel_model, device=device, weights=weights)
+        self.optimizer = zero_optimizer_class(stage)(
+            model,
+            config,
+            self.comm,
+            self.dtype,
+            self.scaler,
+            model_parallel=parallel_model,
+            device=device,
+            weights=weights,
+        )
         self.lr_scheduler = WarmupSchedule(self.optimizer.optimizer, config.scheduler) if config.scheduler else None
         self.device = self.optimizer.device
         self.micro_steps = 0
@@ -45,9 +62,9 @@ class Engine:
         self.monitor = StepMonitor(self._global_rank(), metrics_path, self.device.type)
         self._tokens = 0
         self._losses: list[float] = []
-        self._checkpointer: Optional[Any] = None  # checkpoint.async_save: the save in flight
+        self._checkpointer: Any | None = None  # checkpoint.async_save: the save in flight
         # guard(loss, grad_norm) -> apply the step? Set by the runner's anomaly rules; checked before any update.
-        self.step_guard: Optional[Any] = None
+        self.step_guard: Any | None = None
         self.last_step_applied = True
         self.last_loss = float("nan")
 
@@ -118,7 +135,8 @@ class Engine:
         self.last_loss = self._mean_loss()
         guard = self.step_guard
         self.last_step_applied = self.optimizer.step(
-            guard=None if guard is None else (lambda norm: guard(self.last_loss, norm)))
+            guard=None if guard is None else (lambda norm: guard(self.last_loss, norm))
+        )
         self.optimizer.zero_grad()
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()  # DeepSpeed steps it on skipped steps too
@@ -138,9 +156,13 @@ class Engine:
 
     def _end_step(self) -> None:
         self.monitor.end_step(
-            self.global_steps, loss=self.last_loss, tokens=self._tokens * self.comm.world,
-            tracked_bytes=self.optimizer.tracked_bytes(), lr=self.optimizer.param_groups[0]["lr"],
-            loss_scale=self.scaler.scale, grad_norm=self.optimizer.last_grad_norm,
+            self.global_steps,
+            loss=self.last_loss,
+            tokens=self._tokens * self.comm.world,
+            tracked_bytes=self.optimizer.tracked_bytes(),
+            lr=self.optimizer.param_groups[0]["lr"],
+            loss_scale=self.scaler.scale,
+            grad_norm=self.optimizer.last_grad_norm,
             skipped_steps=self.optimizer.skipped_steps,
         )
         self._losses.clear()
@@ -175,7 +197,9 @@ class Engine:
             return [next(data) for _ in range(self.grad_accum)]
         if isinstance(data, list):
             if len(data) != self.grad_accum:
-                raise ValueError(f"train_batch got {len(data)} micro-batches; gradient_accumulation_steps is {self.grad_accum}")
+                raise ValueError(
+                    f"train_batch got {len(data)} micro-batches; gradient_accumulation_steps is {self.grad_accum}"
+                )
             return data
         if isinstance(data, tuple):
             ids, labels = data
@@ -213,7 +237,7 @@ class Engine:
         return self.last_loss
 
     # --- checkpoints ------------------------------------------------------------------------
-    def save_checkpoint(self, save_dir: str, tag: Optional[str] = None, client_state: Optional[dict] = None) -> str:
+    def save_checkpoint(self, save_dir: str, tag: str | None = None, client_state: dict | None = None) -> str:
         """Collective. With checkpoint.async_save it returns once the state is copied (sealed at the next wait)."""
         from .checkpoint.save import save_checkpoint
 
@@ -229,7 +253,7 @@ class Engine:
             self._checkpointer = AsyncCheckpointer()
         return self._checkpointer
 
-    def wait_for_checkpoint(self) -> Optional[str]:
+    def wait_for_checkpoint(self) -> str | None:
         """Collective: seal the async save in flight (its folder), None if none; raises if its write failed."""
         return self._checkpointer.wait() if self._checkpointer is not None else None
 
@@ -237,13 +261,13 @@ class Engine:
         """Before the process group ends: finish the async save in flight (collective)."""
         self.wait_for_checkpoint()
 
-    def load_checkpoint(self, load_dir: str, tag: Optional[str] = None) -> tuple[Optional[str], dict]:
+    def load_checkpoint(self, load_dir: str, tag: str | None = None) -> tuple[str | None, dict]:
         from .checkpoint.load import load_checkpoint
 
         self.wait_for_checkpoint()
         return load_checkpoint(self, load_dir, tag=tag)
 
-    def export_consolidated(self, path: str) -> Optional[str]:
+    def export_consolidated(self, path: str) -> str | None:
         """Rank 0 writes the full fp32 weights as an HF-named safetensors file."""
         from .checkpoint.export import export_safetensors
 
@@ -252,10 +276,14 @@ class Engine:
 
     def state_for_resume(self) -> dict[str, Any]:
         return {
-            "global_steps": self.global_steps, "micro_steps": self.micro_steps, "global_samples": self.global_samples,
-            "skipped_steps": self.optimizer.skipped_steps, "loss_scaler": self.scaler.state_dict(),
+            "global_steps": self.global_steps,
+            "micro_steps": self.micro_steps,
+            "global_samples": self.global_samples,
+            "skipped_steps": self.optimizer.skipped_steps,
+            "loss_scaler": self.scaler.state_dict(),
             "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
-            "world_size": self.comm.world, "zero_stage": self.optimizer.stage,
+            "world_size": self.comm.world,
+            "zero_stage": self.optimizer.stage,
         }
 
     def restore_for_resume(self, state: dict[str, Any]) -> None:
@@ -266,5 +294,3 @@ class Engine:
         self.scaler.load_state_dict(state["loss_scaler"])
         if self.lr_scheduler is not None and state.get("lr_scheduler"):
             self.lr_scheduler.load_state_dict(state["lr_scheduler"])
-
-

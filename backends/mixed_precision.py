@@ -27,7 +27,7 @@ class LossScaler:
         fp16 = config.fp16
         self.enabled = fp16.enabled
         self.dynamic = fp16.enabled and fp16.loss_scale == 0
-        self.scale = (2.0 ** fp16.initial_scale_power if self.dynamic else fp16.loss_scale) if fp16.enabled else 1.0
+        self.scale = (2.0**fp16.initial_scale_power if self.dynamic else fp16.loss_scale) if fp16.enabled else 1.0
         self.window = fp16.loss_scale_window
         self.min_scale = fp16.min_loss_scale
         self.hysteresis = fp16.hysteresis

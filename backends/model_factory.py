@@ -25,6 +25,7 @@ def size_keys(model_type: str) -> dict[str, tuple[str, ...]]:
     entry = family_of(model_type)
     return dict(entry.size_keys) if entry is not None else GENERIC_SIZE_KEYS
 
+
 TINY_SIZES = {"hidden": 64, "layers": 4, "heads": 4, "ffn": 128, "positions": 256, "vocab_size": 512}
 
 
@@ -59,8 +60,8 @@ def catalog_config(model_name: str) -> dict[str, Any]:
     """The stored HF config.json dict of a catalog model (name, alias or HF id)."""
     import json
 
-    from planner.models.catalog import CATALOG_DIR, find_model
     from planner.errors import UserInputError
+    from planner.models.catalog import CATALOG_DIR, find_model
 
     spec = find_model(model_name)
     if spec is None:
@@ -80,8 +81,17 @@ def build_causal_lm(config: dict[str, Any], *, seed: int = 0, dtype: Any = None,
 
     fields = dict(config)
     model_type = fields.pop("model_type")
-    for key in ("attn_pdrop", "embd_pdrop", "resid_pdrop", "attention_dropout", "hidden_dropout", "dropout",
-                "activation_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob"):
+    for key in (
+        "attn_pdrop",
+        "embd_pdrop",
+        "resid_pdrop",
+        "attention_dropout",
+        "hidden_dropout",
+        "dropout",
+        "activation_dropout",
+        "hidden_dropout_prob",
+        "attention_probs_dropout_prob",
+    ):
         if key in fields:
             fields[key] = dropout
     hf_config = AutoConfig.for_model(model_type, **fields)

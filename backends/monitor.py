@@ -11,9 +11,10 @@ import json
 import resource
 import time
 from collections import deque
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 
 def peak_rss_bytes() -> int:
@@ -26,7 +27,7 @@ HISTORY = 10_000
 class StepMonitor:
     PHASES = ("forward", "backward", "comm", "optimizer")
 
-    def __init__(self, rank: int = 0, jsonl_path: Optional[str | Path] = None, device_type: str = "cpu"):
+    def __init__(self, rank: int = 0, jsonl_path: str | Path | None = None, device_type: str = "cpu"):
         self.rank = rank
         self.device_type = device_type
         self.jsonl_path = Path(jsonl_path) if jsonl_path and rank == 0 else None
@@ -49,10 +50,15 @@ class StepMonitor:
         now = time.perf_counter()
         wall = now - self.step_started
         record: dict[str, Any] = {
-            "step": step, "loss": loss, "step_time_s": wall,
+            "step": step,
+            "loss": loss,
+            "step_time_s": wall,
             **{f"{phase}_s": seconds for phase, seconds in self.seconds.items()},
-            "tokens": tokens, "tokens_per_s": tokens / wall if wall > 0 else 0.0,
-            "tracked_bytes": tracked_bytes, "peak_rss_bytes": peak_rss_bytes(), **extra,
+            "tokens": tokens,
+            "tokens_per_s": tokens / wall if wall > 0 else 0.0,
+            "tracked_bytes": tracked_bytes,
+            "peak_rss_bytes": peak_rss_bytes(),
+            **extra,
         }
         if self.device_type == "cuda":
             import torch

@@ -13,8 +13,12 @@ def build_torch_optimizer(params: Any, block: OptimizerBlock) -> Any:
     options = block.params
     if block.type == "SGD":
         return torch.optim.SGD(
-            params, lr=options.lr, momentum=options.momentum, dampening=options.dampening,
-            weight_decay=options.weight_decay, nesterov=options.nesterov,
+            params,
+            lr=options.lr,
+            momentum=options.momentum,
+            dampening=options.dampening,
+            weight_decay=options.weight_decay,
+            nesterov=options.nesterov,
         )
     # DeepSpeed's "Adam" decouples weight decay (AdamW) unless adam_w_mode is false.
     decoupled = block.type == "AdamW" or options.adam_w_mode

@@ -44,8 +44,10 @@ def gather_full_state_dict(parallel_model, tensors: dict[str, torch.Tensor] | No
     """HF name -> full fp32 tensor, on every rank. `tensors` (default: the parameters) may carry a "module." prefix,
     e.g. the engine's fp32 master weights by parameter name."""
     groups = parallel_model.groups
-    local = {name.removeprefix(MODULE_PREFIX): value for name, value in
-             (tensors if tensors is not None else local_parameters(parallel_model)).items()}
+    local = {
+        name.removeprefix(MODULE_PREFIX): value
+        for name, value in (tensors if tensors is not None else local_parameters(parallel_model)).items()
+    }
     stage: dict[str, torch.Tensor] = {}
     for name in sorted(local):
         value = local[name].float().contiguous()
@@ -56,7 +58,7 @@ def gather_full_state_dict(parallel_model, tensors: dict[str, torch.Tensor] | No
             replicas = parallel_model.tp_replicas.get(name, 1)
             value = unshard_tensor(parts[::replicas], spec[0], spec[1])
         if name in parallel_model.padded_rows:
-            value = value[:parallel_model.padded_rows[name]]  # drop the vocabulary padding
+            value = value[: parallel_model.padded_rows[name]]  # drop the vocabulary padding
         stage[name] = value.clone()
     if groups.dims.pp == 1:
         full = stage
@@ -85,7 +87,8 @@ def load_full_state_dict(parallel_model, full: dict[str, torch.Tensor]) -> None:
             if value.shape != param.shape:
                 raise UserInputError(
                     f"checkpoint tensor '{name}' has shape {tuple(source.shape)}, which does not fit this model "
-                    f"(local shard {tuple(param.shape)} under tp={groups.dims.tp}); it was saved from another model")
+                    f"(local shard {tuple(param.shape)} under tp={groups.dims.tp}); it was saved from another model"
+                )
             param.copy_(value.to(param.dtype))
 
 

@@ -27,8 +27,9 @@ __all__ = ["MESH_DIM_NAMES", "ParallelDims", "ParallelGroups", "build_groups", "
 def check_fits(dims: ParallelDims, world_size: int, gpus_per_node: int | None = None) -> None:
     """The layout must use exactly the job's ranks, and keep tensor parallelism inside a node."""
     if dims.cp > 1 or dims.ep > 1:
-        raise UserInputError(f"layout {dims.describe()}: context and expert parallelism do not run on this engine yet; "
-                             "use cp 1 and ep 1")
+        raise UserInputError(
+            f"layout {dims.describe()}: context and expert parallelism do not run on this engine yet; use cp 1 and ep 1"
+        )
     if dims.world_size != world_size:
         raise UserInputError(
             f"layout dp{dims.dp} x tp{dims.tp} x pp{dims.pp} = {dims.world_size} ranks but the job has "
@@ -41,7 +42,7 @@ def check_fits(dims: ParallelDims, world_size: int, gpus_per_node: int | None = 
         )
 
 
-def build_groups(dims: ParallelDims, device_type: str = "cpu", gpus_per_node: int | None = None) -> "ParallelGroups":
+def build_groups(dims: ParallelDims, device_type: str = "cpu", gpus_per_node: int | None = None) -> ParallelGroups:
     """Create the named DeviceMesh over the running job (torch.distributed must be initialised)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh

@@ -16,7 +16,8 @@ mean loss on every rank.
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -24,7 +25,14 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from backends.decoder_anatomy import (
-    architecture_of, decoder_layers, embed, final_norm, get_path, layer_arguments, require_sdpa, run_layer,
+    architecture_of,
+    decoder_layers,
+    embed,
+    final_norm,
+    get_path,
+    layer_arguments,
+    require_sdpa,
+    run_layer,
 )
 from backends.parallel_dims import ParallelDims, ParallelGroups, build_groups
 from backends.pipeline_parallel.split import stage_layer_ranges
@@ -37,8 +45,16 @@ CHECKPOINT_MODES = ("none", "selective", "full")
 
 
 class ParallelModel(nn.Module):
-    def __init__(self, model: nn.Module, groups: ParallelGroups, *, chunk_ranges: list[tuple[int, int]],
-                 sequence_parallel: bool, activation_checkpointing: str, tied_embedding_grad_group: Any = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        groups: ParallelGroups,
+        *,
+        chunk_ranges: list[tuple[int, int]],
+        sequence_parallel: bool,
+        activation_checkpointing: str,
+        tied_embedding_grad_group: Any = None,
+    ):
         super().__init__()
         self.module = model
         self.groups = groups
@@ -53,11 +69,17 @@ class ParallelModel(nn.Module):
         self.shard_specs = shard_specs(model)  # name -> (dim, sections), for resharding checkpoints
         # name -> unpadded rows, for vocabulary tensors padded to a multiple of tp
         # name -> how many TP ranks hold the same slice (key/value heads fewer than tp)
-        self.tp_replicas = {f"{module_name}.{param_name}": module.replicas
-                            for module_name, module in model.named_modules() if getattr(module, "replicas", 1) > 1
-                            for param_name, _ in module.named_parameters(recurse=False)}
-        self.padded_rows = {name: model.config.vocab_size for name in self.shard_specs
-                            if name.endswith(".weight") and _is_vocab_tensor(model, name)}
+        self.tp_replicas = {
+            f"{module_name}.{param_name}": module.replicas
+            for module_name, module in model.named_modules()
+            if getattr(module, "replicas", 1) > 1
+            for param_name, _ in module.named_parameters(recurse=False)
+        }
+        self.padded_rows = {
+            name: model.config.vocab_size
+            for name in self.shard_specs
+            if name.endswith(".weight") and _is_vocab_tensor(model, name)
+        }
         # The head's rows are this rank's slice of the vocabulary (all of it when tp == 1).
         self.vocab_start = model.lm_head.weight.shape[0] * groups.tp_rank if self.is_last_stage else 0
         self.pipeline_runner = None  # set by parallelize when pp > 1
@@ -96,8 +118,9 @@ class ParallelModel(nn.Module):
         return self.module.lm_head(hidden)
 
     def loss(self, local_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return vocab_parallel_causal_lm_loss(local_logits, labels, self.vocab_start, self.groups.tp_group,
-                                             self.module.config.vocab_size)
+        return vocab_parallel_causal_lm_loss(
+            local_logits, labels, self.vocab_start, self.groups.tp_group, self.module.config.vocab_size
+        )
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         if self.dims.pp > 1:
@@ -113,8 +136,9 @@ class ParallelModel(nn.Module):
         with torch.no_grad():
             return self(input_ids, labels).detach().float()
 
-    def train_batch(self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *,
-                    loss_multiplier: float = 1.0) -> torch.Tensor:
+    def train_batch(
+        self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *, loss_multiplier: float = 1.0
+    ) -> torch.Tensor:
         """Forward + backward over the micro-batches; gradients are the mean over them (times loss_multiplier,
         e.g. an fp16 loss scale). Returns the mean (unscaled) loss, the same on every rank."""
         if self.dims.pp > 1:
@@ -154,7 +178,9 @@ class ParallelModel(nn.Module):
             if tied_copy and inner == "lm_head.weight":
                 weights[name] = 0.0
             else:
-                weights[name] = 1.0 / self.tp_replicas.get(inner, 1) if inner in self.shard_specs else 1.0 / self.dims.tp
+                weights[name] = (
+                    1.0 / self.tp_replicas.get(inner, 1) if inner in self.shard_specs else 1.0 / self.dims.tp
+                )
         return weights
 
     def model_parallel_sum(self, value: torch.Tensor, op: Any = None) -> torch.Tensor:
@@ -202,10 +228,17 @@ def _checkpoint_attention(model: nn.Module) -> None:
         attention.forward = functools.wraps(original)(recomputed)
 
 
-def parallelize(model: nn.Module, dims: ParallelDims | ParallelGroups, *, activation_checkpointing: str = "none",
-                sequence_parallel: bool = False, stage_split: Sequence[int] | None = None,
-                pipeline_schedule: str = "1f1b", virtual_stages: int | None = None,
-                device_type: str = "cpu") -> ParallelModel:
+def parallelize(
+    model: nn.Module,
+    dims: ParallelDims | ParallelGroups,
+    *,
+    activation_checkpointing: str = "none",
+    sequence_parallel: bool = False,
+    stage_split: Sequence[int] | None = None,
+    pipeline_schedule: str = "1f1b",
+    virtual_stages: int | None = None,
+    device_type: str = "cpu",
+) -> ParallelModel:
     """This rank's part of `model` under the layout; see the module docstring for the order of steps."""
     if activation_checkpointing not in CHECKPOINT_MODES:
         raise ValueError(f"activation_checkpointing must be one of {CHECKPOINT_MODES}")
@@ -220,20 +253,35 @@ def parallelize(model: nn.Module, dims: ParallelDims | ParallelGroups, *, activa
     # Without a plan's split: equal layers, and when they do not divide evenly the extra layers go to
     # middle stages, which hold neither the embedding nor the head (the planner's memory model gives
     # the first stage floor(layers / pp) blocks).
-    ranges = stage_layer_ranges(len(decoder_layers(model)), pp * virtual_stages,
-                                per_virtual_stage(stage_split, pp, virtual_stages), first_extra=0.5, last_extra=0.5)
+    ranges = stage_layer_ranges(
+        len(decoder_layers(model)),
+        pp * virtual_stages,
+        per_virtual_stage(stage_split, pp, virtual_stages),
+        first_extra=0.5,
+        last_extra=0.5,
+    )
     chunk_ranges = [ranges[chunk * pp + groups.pp_rank] for chunk in range(virtual_stages)]
     tied = is_tied(model)
     tied_group = tied_embedding_groups(groups) if tied and groups.dims.pp > 1 else None
     if groups.dims.pp > 1:
         prune_to_stage(model, groups.pp_rank == 0, groups.pp_rank == groups.dims.pp - 1, chunk_ranges)
     if groups.dims.tp > 1:
-        apply_tensor_parallel(model, groups.tp_group, sequence_parallel=sequence_parallel,
-                              tp_groups_ranks=groups.mesh.mesh.reshape(-1, groups.dims.tp).tolist())
+        apply_tensor_parallel(
+            model,
+            groups.tp_group,
+            sequence_parallel=sequence_parallel,
+            tp_groups_ranks=groups.mesh.mesh.reshape(-1, groups.dims.tp).tolist(),
+        )
     if activation_checkpointing == "selective":
         _checkpoint_attention(model)
-    parallel = ParallelModel(model, groups, chunk_ranges=chunk_ranges, sequence_parallel=sequence_parallel,
-                             activation_checkpointing=activation_checkpointing, tied_embedding_grad_group=tied_group)
+    parallel = ParallelModel(
+        model,
+        groups,
+        chunk_ranges=chunk_ranges,
+        sequence_parallel=sequence_parallel,
+        activation_checkpointing=activation_checkpointing,
+        tied_embedding_grad_group=tied_group,
+    )
     if device_type == "cuda" and not any(param.is_meta for param in parallel.parameters()):
         # Shard on the host, then move only this rank's part: the full model may not fit one GPU.
         # (A model built on the meta device is materialised on the GPU by its loader instead.)

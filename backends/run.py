@@ -18,19 +18,17 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Optional
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_STOPPED = 3
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    from planner.errors import UserInputError
-
+def main(argv: list[str] | None = None) -> int:
     from backends.runner.failures import describe_failure, die_with_the_launcher
     from backends.runner.loop import RunStopped, train
     from backends.runner.options import parse_args
+    from planner.errors import UserInputError
 
     args = parse_args(argv)
     die_with_the_launcher()

@@ -34,7 +34,9 @@ def lr_at(block: SchedulerBlock, base_lr: float, iteration: int) -> float:
         else:
             total = params.total_num_steps or 0
             progress = min(1.0, (iteration - warmup + 1) / max(1, total - warmup))
-            ratio = max(0.0, params.cos_min_ratio + (1.0 - params.cos_min_ratio) * (1 + math.cos(math.pi * progress)) / 2)
+            ratio = max(
+                0.0, params.cos_min_ratio + (1.0 - params.cos_min_ratio) * (1 + math.cos(math.pi * progress)) / 2
+            )
         return base_lr * ratio
     top = params.warmup_max_lr if params.warmup_max_lr is not None else base_lr
     if iteration < 0:

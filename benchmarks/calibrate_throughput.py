@@ -31,18 +31,38 @@ from tests.reference_data import published_reference
 
 # (d_model, n_layers, n_heads) of llm-foundry's MPT benchmark configs (scripts/train/yamls/pretrain/mpt-*.yaml).
 MPT_SHAPES = {
-    "125m": (768, 12, 12), "350m": (1024, 24, 16), "760m": (1536, 24, 12), "1b": (2048, 24, 16),
-    "3b": (2560, 32, 20), "7b": (4096, 32, 32), "13b": (5120, 40, 40), "30b": (7168, 48, 56), "70b": (8192, 80, 64),
+    "125m": (768, 12, 12),
+    "350m": (1024, 24, 16),
+    "760m": (1536, 24, 12),
+    "1b": (2048, 24, 16),
+    "3b": (2560, 32, 20),
+    "7b": (4096, 32, 32),
+    "13b": (5120, 40, 40),
+    "30b": (7168, 48, 56),
+    "70b": (8192, 80, 64),
 }
 MPT_VOCAB = 50368
-FITTED = ("matmul_peak_fraction", "matmul_traffic_weight", "elementwise_passes", "attention_peak_fraction", "overlap_interference")
+FITTED = (
+    "matmul_peak_fraction",
+    "matmul_traffic_weight",
+    "elementwise_passes",
+    "attention_peak_fraction",
+    "overlap_interference",
+)
 
 
 def mpt_spec(size: str, seq_len: int) -> ModelSpec:
     d_model, layers, heads = MPT_SHAPES[size]
     config = {
-        "model_type": "gpt2", "n_embd": d_model, "n_layer": layers, "n_head": heads, "n_inner": 4 * d_model,
-        "vocab_size": MPT_VOCAB, "n_positions": seq_len, "activation_function": "gelu", "tie_word_embeddings": True,
+        "model_type": "gpt2",
+        "n_embd": d_model,
+        "n_layer": layers,
+        "n_head": heads,
+        "n_inner": 4 * d_model,
+        "vocab_size": MPT_VOCAB,
+        "n_positions": seq_len,
+        "activation_function": "gelu",
+        "tie_word_embeddings": True,
     }
     return spec_from_hf_config(config, name=f"mpt-{size}", origin="dimensions", source="llm-foundry MPT config")
 
@@ -64,11 +84,20 @@ def held_out_rows() -> list[dict]:
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if len(cells) != 20 or not cells[1].isdigit():
             continue
-        rows.append({
-            "model": cells[0], "seq_len": int(cells[1]), "n_gpus": int(cells[2]), "gpu": cells[3],
-            "mfu_pct": float(cells[4]), "micro_bs": int(cells[7]), "grad_accum": int(cells[8]),
-            "tokens_per_s": float(cells[11]), "sharding": cells[16], "act_ckpt": cells[17] == "True",
-        })
+        rows.append(
+            {
+                "model": cells[0],
+                "seq_len": int(cells[1]),
+                "n_gpus": int(cells[2]),
+                "gpu": cells[3],
+                "mfu_pct": float(cells[4]),
+                "micro_bs": int(cells[7]),
+                "grad_accum": int(cells[8]),
+                "tokens_per_s": float(cells[11]),
+                "sharding": cells[16],
+                "act_ckpt": cells[17] == "True",
+            }
+        )
     return rows
 
 
@@ -167,8 +196,10 @@ def cross_validate(cases) -> None:
         fit_cases = [case for case in cases if in_fit(case[0])]
         held_out = [case for case in cases if not in_fit(case[0])]
         errors = relative_errors(held_out, fit(fit_cases))
-        print(f"{label}: {len(held_out)} held-out rows, median |error| {100 * median_abs(errors):.2f}%, "
-              f"mean {100 * statistics.fmean(abs(e) for e in errors):.2f}%")
+        print(
+            f"{label}: {len(held_out)} held-out rows, median |error| {100 * median_abs(errors):.2f}%, "
+            f"mean {100 * statistics.fmean(abs(e) for e in errors):.2f}%"
+        )
 
 
 def print_table(cases, constants: ThroughputConstants, markdown: bool) -> None:
@@ -178,12 +209,23 @@ def print_table(cases, constants: ThroughputConstants, markdown: bool) -> None:
         print("|---|---|---|---|---|---|---|---|---|")
     for (row, *_), error in zip(cases, errors):
         predicted_mfu = row["mfu_pct"] * (1 + error)
-        cells = (row["model"], row["seq_len"], row["n_gpus"], row["micro_bs"], row["grad_accum"],
-                 "yes" if row["act_ckpt"] else "no", f"{row['mfu_pct']:.2f}", f"{predicted_mfu:.2f}", f"{100 * error:+.1f}%")
+        cells = (
+            row["model"],
+            row["seq_len"],
+            row["n_gpus"],
+            row["micro_bs"],
+            row["grad_accum"],
+            "yes" if row["act_ckpt"] else "no",
+            f"{row['mfu_pct']:.2f}",
+            f"{predicted_mfu:.2f}",
+            f"{100 * error:+.1f}%",
+        )
         print("| " + " | ".join(map(str, cells)) + " |" if markdown else "  ".join(f"{c:>7}" for c in cells))
-    print(f"\nrows: {len(errors)}  median |error|: {100 * median_abs(errors):.2f}%  "
-          f"mean |error|: {100 * statistics.fmean(abs(e) for e in errors):.2f}%  "
-          f"max |error|: {100 * max(abs(e) for e in errors):.2f}%")
+    print(
+        f"\nrows: {len(errors)}  median |error|: {100 * median_abs(errors):.2f}%  "
+        f"mean |error|: {100 * statistics.fmean(abs(e) for e in errors):.2f}%  "
+        f"max |error|: {100 * max(abs(e) for e in errors):.2f}%"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,9 +26,9 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: make `planner` and `bench
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.memory_trace import resolve_model_config  # noqa: E402
-from planner.models.hf_config import spec_from_hf_config  # noqa: E402
 from planner.memory.estimate import estimate_memory_bytes  # noqa: E402
 from planner.memory.runtime import Runtime  # noqa: E402
+from planner.models.hf_config import spec_from_hf_config  # noqa: E402
 from planner.models.spec import ModelSpec  # noqa: E402
 from planner.training_config import FsdpSharding, Strategy, TrainingConfig  # noqa: E402
 
@@ -182,7 +182,10 @@ def llm_foundry_fit_check() -> str:
     ratios = []
     for _, spec, config, cluster in cases:
         memory = estimate_memory(
-            spec, config, world_size=cluster.world_size, gpus_per_node=cluster.gpus_per_node,
+            spec,
+            config,
+            world_size=cluster.world_size,
+            gpus_per_node=cluster.gpus_per_node,
             gpu_capacity_bytes=cluster.gpu.memory_bytes,
         )
         ratios.append(memory.total / memory.gpu_capacity_bytes)

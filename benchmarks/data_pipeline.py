@@ -34,8 +34,12 @@ def build_tokenizer(corpus: Path, folder: Path, vocab: int) -> None:
     tokenizer = Tokenizer(models.BPE(unk_token=None))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.train([str(corpus)], trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"],
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer.train(
+        [str(corpus)],
+        trainers.BpeTrainer(
+            vocab_size=vocab, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>").save_pretrained(str(folder))
 
 
@@ -55,13 +59,26 @@ def measure_tokenizing(corpus: Path, tokenizer_dir: Path, work: Path) -> dict:
     from planner.contract.run_config import DataConfig
 
     began = time.perf_counter()
-    data = prepare_data(DataConfig(train=[str(corpus)], eval_fraction=0.0), run_dir=work, model_name="bench",
-                        tokenizer_dir=str(tokenizer_dir), seq_len=512, vocab_size=50257, global_batch=8,
-                        local_rank=0, seed=0)
+    data = prepare_data(
+        DataConfig(train=[str(corpus)], eval_fraction=0.0),
+        run_dir=work,
+        model_name="bench",
+        tokenizer_dir=str(tokenizer_dir),
+        seq_len=512,
+        vocab_size=50257,
+        global_batch=8,
+        local_rank=0,
+        seed=0,
+    )
     seconds = time.perf_counter() - began
     tokens = data.train_tokens
-    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds, "blocks": len(data.train),
-            "data": data}
+    return {
+        "tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds,
+        "blocks": len(data.train),
+        "data": data,
+    }
 
 
 def measure_feeding(data, steps: int = 200) -> dict:
@@ -94,8 +111,12 @@ def measure_training(steps: int = 4, seq_len: int = 512) -> dict:
         optimizer.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - began)
     median = statistics.median(times[1:])
-    return {"params": sum(p.numel() for p in model.parameters()), "seq_len": seq_len, "median_step_s": median,
-            "tokens_per_s": seq_len / median}
+    return {
+        "params": sum(p.numel() for p in model.parameters()),
+        "seq_len": seq_len,
+        "median_step_s": median,
+        "tokens_per_s": seq_len / median,
+    }
 
 
 def main() -> None:
@@ -111,16 +132,22 @@ def main() -> None:
         feeding = measure_feeding(tokenizing.pop("data"))
     training = measure_training()
     result = {
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "threads": 1,
-        "corpus_mb": args.corpus_mb, "tokenizing": tokenizing, "feeding": feeding, "training_gpt2_124m": training,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "threads": 1,
+        "corpus_mb": args.corpus_mb,
+        "tokenizing": tokenizing,
+        "feeding": feeding,
+        "training_gpt2_124m": training,
         "tokenizing_over_training": tokenizing["tokens_per_s"] / training["tokens_per_s"],
         "feeding_over_training": feeding["tokens_per_s"] / training["tokens_per_s"],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(json.dumps({key: value for key, value in result.items() if key.endswith("training")}, indent=1))
-    print(f"tokenizing {tokenizing['tokens_per_s']:,.0f} tokens/s, feeding {feeding['tokens_per_s']:,.0f} tokens/s, "
-          f"training GPT-2 124M {training['tokens_per_s']:,.0f} tokens/s")
+    print(
+        f"tokenizing {tokenizing['tokens_per_s']:,.0f} tokens/s, feeding {feeding['tokens_per_s']:,.0f} tokens/s, "
+        f"training GPT-2 124M {training['tokens_per_s']:,.0f} tokens/s"
+    )
 
 
 if __name__ == "__main__":

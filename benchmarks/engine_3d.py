@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -81,13 +80,18 @@ def worker(dp: int, tp: int, pp: int, steps: int, out: str) -> None:
 
 def predicted_rank_params(tp: int, pp: int) -> int:
     """The planner's parameters on the most loaded rank for this layout."""
-    from planner.models.hf_config import spec_from_hf_config
     from planner.memory.rank_params import rank_params
+    from planner.models.hf_config import spec_from_hf_config
     from planner.training_config import Strategy, TrainingConfig
 
     spec = spec_from_hf_config(model_config(), name="gpt2-bench", origin="benchmark")
-    config = TrainingConfig(strategy=Strategy.ENGINE, tensor_parallel=tp, pipeline_parallel=pp,
-                            micro_batch=MICRO_BATCH, grad_accum=MICRO_BATCHES, seq_len=SEQ_LEN)
+    config = TrainingConfig(
+        strategy=Strategy.ENGINE,
+        layout={"tp": tp, "pp": pp},
+        micro_batch=MICRO_BATCH,
+        grad_accum=MICRO_BATCHES,
+        seq_len=SEQ_LEN,
+    )
     return rank_params(spec, config).total
 
 
@@ -95,15 +99,20 @@ def run_layout(dp: int, tp: int, pp: int, steps: int, directory: Path) -> dict[s
     from tests.distributed import run_torchrun
 
     out = directory / f"dp{dp}_tp{tp}_pp{pp}.json"
-    run_torchrun(["-m", "benchmarks.engine_3d", "--worker", f"{dp},{tp},{pp}", "--steps", str(steps),
-                  "--out", str(out)], nproc=dp * tp * pp, timeout=900)
+    run_torchrun(
+        ["-m", "benchmarks.engine_3d", "--worker", f"{dp},{tp},{pp}", "--steps", str(steps), "--out", str(out)],
+        nproc=dp * tp * pp,
+        timeout=900,
+    )
     records = json.loads(out.read_text())
     measured = max(record["params"] for record in records)
     predicted = predicted_rank_params(tp, pp)
     return {
-        "layout": f"dp{dp} tp{tp} pp{pp}", "ranks": dp * tp * pp,
+        "layout": f"dp{dp} tp{tp} pp{pp}",
+        "ranks": dp * tp * pp,
         "step_s": max(record["step_s"] for record in records),
-        "max_rank_params": measured, "predicted_rank_params": predicted,
+        "max_rank_params": measured,
+        "predicted_rank_params": predicted,
         "measured_over_predicted": round(measured / predicted, 4),
         "peak_rss_mib": [round(record["peak_rss_mib"]) for record in records],
         "tokens_per_s": round(dp * MICRO_BATCH * MICRO_BATCHES * SEQ_LEN / max(record["step_s"] for record in records)),
@@ -131,15 +140,24 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.json:
                     print(_format(rows[-1]), flush=True)
     if args.json:
-        print(json.dumps({"model": {**SIZES, "seq_len": SEQ_LEN, "micro_batch": MICRO_BATCH,
-                                    "micro_batches": MICRO_BATCHES}, "results": rows}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "model": {**SIZES, "seq_len": SEQ_LEN, "micro_batch": MICRO_BATCH, "micro_batches": MICRO_BATCHES},
+                    "results": rows,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 
 def _format(row: dict[str, Any]) -> str:
-    return (f"{row['layout']:<15} step {row['step_s']:.3f} s  {row['tokens_per_s']:>6} tok/s  "
-            f"params/rank {row['max_rank_params']:>9,} (planner {row['predicted_rank_params']:>9,}, "
-            f"x{row['measured_over_predicted']})  peak RSS MiB {row['peak_rss_mib']}")
+    return (
+        f"{row['layout']:<15} step {row['step_s']:.3f} s  {row['tokens_per_s']:>6} tok/s  "
+        f"params/rank {row['max_rank_params']:>9,} (planner {row['predicted_rank_params']:>9,}, "
+        f"x{row['measured_over_predicted']})  peak RSS MiB {row['peak_rss_mib']}"
+    )
 
 
 if __name__ == "__main__":

@@ -32,9 +32,11 @@ WARMUP_STEPS = 1
 
 def engine_settings(stage: int, micro: int, seq: int) -> dict[str, Any]:
     return {
-        "train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": 1,
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": 1,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}},
-        "zero_optimization": {"stage": stage}, "gradient_clipping": 1.0,
+        "zero_optimization": {"stage": stage},
+        "gradient_clipping": 1.0,
         "hardware_selector": {"seq_len": seq},
     }
 
@@ -43,9 +45,9 @@ def worker(engine_name: str, stage: int, steps: int, micro: int, seq: int, out: 
     import torch
     import torch.distributed as dist
 
-    from planner.contract.engine_config import load_engine_config
     from backends.model_factory import build_causal_lm, catalog_config
     from backends.monitor import peak_rss_bytes
+    from planner.contract.engine_config import load_engine_config
 
     dist.init_process_group("gloo")
     config = load_engine_config(engine_settings(stage, micro, seq))
@@ -75,21 +77,48 @@ def worker(engine_name: str, stage: int, steps: int, micro: int, seq: int, out: 
     peak = torch.tensor([peak_rss_bytes()], dtype=torch.float64)
     dist.all_reduce(peak, op=dist.ReduceOp.MAX)
     if dist.get_rank() == 0:
-        Path(out).write_text(json.dumps({
-            "engine": engine_name, "stage": stage, "step_time_s": statistics.median(times[WARMUP_STEPS:]),
-            "peak_rss_bytes": int(peak.item()), "steps": steps, "micro_batch": micro, "seq_len": seq,
-        }))
+        Path(out).write_text(
+            json.dumps(
+                {
+                    "engine": engine_name,
+                    "stage": stage,
+                    "step_time_s": statistics.median(times[WARMUP_STEPS:]),
+                    "peak_rss_bytes": int(peak.item()),
+                    "steps": steps,
+                    "micro_batch": micro,
+                    "seq_len": seq,
+                }
+            )
+        )
     dist.destroy_process_group()
 
 
 def launch(engine_name: str, stage: int, args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     out = scratch / f"{engine_name}_{stage}.json"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-               "-m", "benchmarks.engine_vs_peers", "--worker", engine_name, str(stage), "--steps", str(args.steps),
-               "--micro", str(args.micro), "--seq", str(args.seq), "--out", str(out)]
-    completed = subprocess.run(command, env=env, capture_output=True, text=True,
-                               cwd=Path(__file__).resolve().parent.parent)
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "-m",
+        "benchmarks.engine_vs_peers",
+        "--worker",
+        engine_name,
+        str(stage),
+        "--steps",
+        str(args.steps),
+        "--micro",
+        str(args.micro),
+        "--seq",
+        str(args.seq),
+        "--out",
+        str(out),
+    ]
+    completed = subprocess.run(
+        command, env=env, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent
+    )
     if completed.returncode:
         raise RuntimeError(f"{engine_name} stage {stage} failed:\n{completed.stderr[-4000:]}")
     return json.loads(out.read_text())
@@ -101,8 +130,10 @@ def ratios(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     for stage in (1, 2, 3):
         ours, theirs = by.get(("ours", stage)), by.get(("deepspeed", stage))
         if ours and theirs:
-            table[f"zero{stage}"] = {"step_time": ours["step_time_s"] / theirs["step_time_s"],
-                                     "peak_rss": ours["peak_rss_bytes"] / theirs["peak_rss_bytes"]}
+            table[f"zero{stage}"] = {
+                "step_time": ours["step_time_s"] / theirs["step_time_s"],
+                "peak_rss": ours["peak_rss_bytes"] / theirs["peak_rss_bytes"],
+            }
     return table
 
 
@@ -140,12 +171,24 @@ def main(argv: list[str] | None = None) -> int:
             results.append(launch(engine_name, stage, args, Path(scratch)))
             if not args.json:
                 r = results[-1]
-                print(f"{engine_name:9} zero{stage}  step {r['step_time_s']:.3f} s  peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB",
-                      flush=True)
-    document = {"results": results, "ratios": {k: v["step_time"] for k, v in ratios(results).items()},
-                "memory_ratios": {k: v["peak_rss"] for k, v in ratios(results).items()},
-                "setup": {"model": "gpt2 (124M)", "ranks": 2, "backend": "gloo", "precision": "fp32",
-                          "micro_batch": args.micro, "seq_len": args.seq, "steps": args.steps}}
+                print(
+                    f"{engine_name:9} zero{stage}  step {r['step_time_s']:.3f} s  peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB",
+                    flush=True,
+                )
+    document = {
+        "results": results,
+        "ratios": {k: v["step_time"] for k, v in ratios(results).items()},
+        "memory_ratios": {k: v["peak_rss"] for k, v in ratios(results).items()},
+        "setup": {
+            "model": "gpt2 (124M)",
+            "ranks": 2,
+            "backend": "gloo",
+            "precision": "fp32",
+            "micro_batch": args.micro,
+            "seq_len": args.seq,
+            "steps": args.steps,
+        },
+    }
     if args.json:
         print(json.dumps(document, indent=2))
     else:

@@ -82,9 +82,13 @@ def _gloo_worker(rank: int, world: int, port: int, megabytes: int, queue) -> Non
     if rank == 0:
         seconds = min(bandwidth)
         bus_bytes = 2 * (world - 1) / world * big.numel() * 4  # ring all-reduce bytes each rank sends
-        queue.put({"allreduce_bus_bandwidth_GBps": bus_bytes / seconds / 1e9,
-                   "allreduce_latency_us": statistics.median(latency) * 1e6,
-                   "allreduce_megabytes": megabytes})
+        queue.put(
+            {
+                "allreduce_bus_bandwidth_GBps": bus_bytes / seconds / 1e9,
+                "allreduce_latency_us": statistics.median(latency) * 1e6,
+                "allreduce_megabytes": megabytes,
+            }
+        )
     dist.destroy_process_group()
 
 
@@ -96,8 +100,9 @@ def gloo_allreduce(world: int = 2, megabytes: int = 64) -> dict:
     context = mp.get_context("spawn")
     queue = context.SimpleQueue()
     port = free_port()
-    processes = [context.Process(target=_gloo_worker, args=(rank, world, port, megabytes, queue))
-                 for rank in range(world)]
+    processes = [
+        context.Process(target=_gloo_worker, args=(rank, world, port, megabytes, queue)) for rank in range(world)
+    ]
     for process in processes:
         process.start()
     for process in processes:
@@ -114,9 +119,14 @@ def machine() -> dict:
             model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), model)
     except OSError:
         pass
-    return {"hostname": socket.gethostname(), "cpu_model": model, "logical_cores": os.cpu_count(),
-            "ram_total_bytes": psutil.virtual_memory().total, "platform": platform.platform(),
-            "load_average_1min": os.getloadavg()[0]}
+    return {
+        "hostname": socket.gethostname(),
+        "cpu_model": model,
+        "logical_cores": os.cpu_count(),
+        "ram_total_bytes": psutil.virtual_memory().total,
+        "platform": platform.platform(),
+        "load_average_1min": os.getloadavg()[0],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

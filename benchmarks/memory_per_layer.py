@@ -27,11 +27,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from planner.models.hf_config import spec_from_hf_config  # noqa: E402
 from planner.memory.activations import activation_widths, estimate_activations  # noqa: E402
 from planner.memory.buffers import estimate_buffers  # noqa: E402
 from planner.memory.rank_params import rank_params  # noqa: E402
 from planner.memory.runtime import Runtime  # noqa: E402
+from planner.models.hf_config import spec_from_hf_config  # noqa: E402
 from planner.training_config import TrainingConfig  # noqa: E402
 
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "memory_per_layer.json"
@@ -41,63 +41,199 @@ PRECISIONS = ("fp32", "bf16-mixed", "bf16")
 
 # Families built from their published HF configs with tiny dimensions.
 INLINE = {
-    "gpt2": lambda n: {"model_type": "gpt2", "n_layer": n, "n_embd": H, "n_head": HEADS, "vocab_size": VOCAB,
-                       "n_positions": 1024},
-    "opt": lambda n: {"model_type": "opt", "hidden_size": H, "ffn_dim": FFN, "num_hidden_layers": n,
-                      "num_attention_heads": HEADS, "vocab_size": VOCAB, "max_position_embeddings": 1024,
-                      "word_embed_proj_dim": H, "do_layer_norm_before": True, "dropout": 0.1,
-                      "attention_dropout": 0.0, "activation_function": "relu"},
-    "llama": lambda n: {"model_type": "llama", "hidden_size": H, "intermediate_size": FFN, "num_hidden_layers": n,
-                        "num_attention_heads": HEADS, "num_key_value_heads": 2, "vocab_size": VOCAB,
-                        "max_position_embeddings": 1024},
-    "mixtral": lambda n: {"model_type": "mixtral", "hidden_size": H, "intermediate_size": FFN // 2,
-                          "num_hidden_layers": n, "num_attention_heads": HEADS, "num_key_value_heads": 2,
-                          "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": VOCAB},
-    "bert": lambda n: {"model_type": "bert", "hidden_size": H, "num_hidden_layers": n, "num_attention_heads": HEADS,
-                       "intermediate_size": FFN, "vocab_size": VOCAB},
-    "t5": lambda n: {"model_type": "t5", "d_model": H, "d_kv": H // HEADS, "d_ff": FFN, "num_layers": n,
-                     "num_heads": HEADS, "vocab_size": VOCAB},
+    "gpt2": lambda n: {
+        "model_type": "gpt2",
+        "n_layer": n,
+        "n_embd": H,
+        "n_head": HEADS,
+        "vocab_size": VOCAB,
+        "n_positions": 1024,
+    },
+    "opt": lambda n: {
+        "model_type": "opt",
+        "hidden_size": H,
+        "ffn_dim": FFN,
+        "num_hidden_layers": n,
+        "num_attention_heads": HEADS,
+        "vocab_size": VOCAB,
+        "max_position_embeddings": 1024,
+        "word_embed_proj_dim": H,
+        "do_layer_norm_before": True,
+        "dropout": 0.1,
+        "attention_dropout": 0.0,
+        "activation_function": "relu",
+    },
+    "llama": lambda n: {
+        "model_type": "llama",
+        "hidden_size": H,
+        "intermediate_size": FFN,
+        "num_hidden_layers": n,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": 2,
+        "vocab_size": VOCAB,
+        "max_position_embeddings": 1024,
+    },
+    "mixtral": lambda n: {
+        "model_type": "mixtral",
+        "hidden_size": H,
+        "intermediate_size": FFN // 2,
+        "num_hidden_layers": n,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": 2,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "vocab_size": VOCAB,
+    },
+    "bert": lambda n: {
+        "model_type": "bert",
+        "hidden_size": H,
+        "num_hidden_layers": n,
+        "num_attention_heads": HEADS,
+        "intermediate_size": FFN,
+        "vocab_size": VOCAB,
+    },
+    "t5": lambda n: {
+        "model_type": "t5",
+        "d_model": H,
+        "d_kv": H // HEADS,
+        "d_ff": FFN,
+        "num_layers": n,
+        "num_heads": HEADS,
+        "vocab_size": VOCAB,
+    },
 }
 # Catalog families: the catalog config with these dimensions overridden (and its layer key).
 TOKENS = {"bos_token_id": 1, "eos_token_id": 2}
 CATALOG_OVERRIDES: dict[str, tuple[str, dict[str, Any]]] = {
-    "phi-3-mini": ("num_hidden_layers", dict(hidden_size=H, intermediate_size=FFN, num_attention_heads=HEADS,
-                                             num_key_value_heads=HEADS, vocab_size=VOCAB, pad_token_id=0, **TOKENS)),
-    "gemma-2-2b": ("num_hidden_layers", dict(hidden_size=H, intermediate_size=FFN, num_attention_heads=HEADS,
-                                             num_key_value_heads=2, head_dim=64, query_pre_attn_scalar=64,
-                                             vocab_size=VOCAB)),
-    "gemma-3-1b": ("num_hidden_layers", dict(hidden_size=H, intermediate_size=FFN, num_attention_heads=HEADS,
-                                             num_key_value_heads=1, head_dim=64, query_pre_attn_scalar=64,
-                                             vocab_size=VOCAB)),
+    "phi-3-mini": (
+        "num_hidden_layers",
+        dict(
+            hidden_size=H,
+            intermediate_size=FFN,
+            num_attention_heads=HEADS,
+            num_key_value_heads=HEADS,
+            vocab_size=VOCAB,
+            pad_token_id=0,
+            **TOKENS,
+        ),
+    ),
+    "gemma-2-2b": (
+        "num_hidden_layers",
+        dict(
+            hidden_size=H,
+            intermediate_size=FFN,
+            num_attention_heads=HEADS,
+            num_key_value_heads=2,
+            head_dim=64,
+            query_pre_attn_scalar=64,
+            vocab_size=VOCAB,
+        ),
+    ),
+    "gemma-3-1b": (
+        "num_hidden_layers",
+        dict(
+            hidden_size=H,
+            intermediate_size=FFN,
+            num_attention_heads=HEADS,
+            num_key_value_heads=1,
+            head_dim=64,
+            query_pre_attn_scalar=64,
+            vocab_size=VOCAB,
+        ),
+    ),
     "falcon-7b": ("num_hidden_layers", dict(hidden_size=H, num_attention_heads=HEADS, vocab_size=VOCAB, **TOKENS)),
-    "pythia-160m": ("num_hidden_layers", dict(hidden_size=H, intermediate_size=FFN, num_attention_heads=HEADS,
-                                              vocab_size=VOCAB)),
+    "pythia-160m": (
+        "num_hidden_layers",
+        dict(hidden_size=H, intermediate_size=FFN, num_attention_heads=HEADS, vocab_size=VOCAB),
+    ),
     "bloom-560m": ("n_layer", dict(n_embed=H, num_attention_heads=HEADS, vocab_size=VOCAB)),
-    "qwen2.5-0.5b": ("num_hidden_layers", dict(hidden_size=H, intermediate_size=FFN, num_attention_heads=HEADS,
-                                               num_key_value_heads=2, vocab_size=VOCAB, **TOKENS)),
-    "qwen3-8b": ("num_hidden_layers", dict(hidden_size=H, intermediate_size=FFN, num_attention_heads=HEADS,
-                                           num_key_value_heads=2, head_dim=64, vocab_size=VOCAB, **TOKENS)),
+    "qwen2.5-0.5b": (
+        "num_hidden_layers",
+        dict(
+            hidden_size=H,
+            intermediate_size=FFN,
+            num_attention_heads=HEADS,
+            num_key_value_heads=2,
+            vocab_size=VOCAB,
+            **TOKENS,
+        ),
+    ),
+    "qwen3-8b": (
+        "num_hidden_layers",
+        dict(
+            hidden_size=H,
+            intermediate_size=FFN,
+            num_attention_heads=HEADS,
+            num_key_value_heads=2,
+            head_dim=64,
+            vocab_size=VOCAB,
+            **TOKENS,
+        ),
+    ),
     "gpt-j-6b": ("n_layer", dict(n_embd=H, n_head=HEADS, rotary_dim=16, vocab_size=VOCAB, **TOKENS)),
-    "mistral-7b": ("num_hidden_layers", dict(hidden_size=H, intermediate_size=FFN, num_attention_heads=HEADS,
-                                             num_key_value_heads=2, vocab_size=VOCAB, **TOKENS)),
-    "gemma-7b": ("num_hidden_layers", dict(hidden_size=H, intermediate_size=FFN, num_attention_heads=HEADS,
-                                           num_key_value_heads=HEADS, head_dim=64, vocab_size=VOCAB, **TOKENS)),
-    "roberta-base": ("num_hidden_layers", dict(hidden_size=H, intermediate_size=FFN, num_attention_heads=HEADS,
-                                               vocab_size=VOCAB)),
-    "qwen1.5-moe-a2.7b": ("num_hidden_layers", dict(hidden_size=H, intermediate_size=FFN, moe_intermediate_size=128,
-                                                    shared_expert_intermediate_size=FFN, num_experts=4,
-                                                    num_experts_per_tok=2, num_attention_heads=HEADS,
-                                                    num_key_value_heads=HEADS, vocab_size=VOCAB, **TOKENS)),
+    "mistral-7b": (
+        "num_hidden_layers",
+        dict(
+            hidden_size=H,
+            intermediate_size=FFN,
+            num_attention_heads=HEADS,
+            num_key_value_heads=2,
+            vocab_size=VOCAB,
+            **TOKENS,
+        ),
+    ),
+    "gemma-7b": (
+        "num_hidden_layers",
+        dict(
+            hidden_size=H,
+            intermediate_size=FFN,
+            num_attention_heads=HEADS,
+            num_key_value_heads=HEADS,
+            head_dim=64,
+            vocab_size=VOCAB,
+            **TOKENS,
+        ),
+    ),
+    "roberta-base": (
+        "num_hidden_layers",
+        dict(hidden_size=H, intermediate_size=FFN, num_attention_heads=HEADS, vocab_size=VOCAB),
+    ),
+    "qwen1.5-moe-a2.7b": (
+        "num_hidden_layers",
+        dict(
+            hidden_size=H,
+            intermediate_size=FFN,
+            moe_intermediate_size=128,
+            shared_expert_intermediate_size=FFN,
+            num_experts=4,
+            num_experts_per_tok=2,
+            num_attention_heads=HEADS,
+            num_key_value_heads=HEADS,
+            vocab_size=VOCAB,
+            **TOKENS,
+        ),
+    ),
 }
-_DROPPED_KEYS = ("quantization_config", "torch_dtype", "dtype", "_name_or_path", "transformers_version",
-                 "rope_scaling", "layer_types", "sliding_window", "use_sliding_window")
+_DROPPED_KEYS = (
+    "quantization_config",
+    "torch_dtype",
+    "dtype",
+    "_name_or_path",
+    "transformers_version",
+    "rope_scaling",
+    "layer_types",
+    "sliding_window",
+    "use_sliding_window",
+)
 # (family, attentions, checkpointing modes); T5's attention is inline (no selective), and
 # BLOOM, GPT-J and Gemma-2 have no SDPA path in transformers.
 FAMILIES = [
     *[(name, ("sdpa", "eager"), ("none", "selective")) for name in ("gpt2", "opt", "llama", "mixtral", "bert")],
     ("t5", ("eager",), ("none",)),
-    *[(name, ("sdpa",), ("none",)) for name in ("phi-3-mini", "gemma-3-1b", "falcon-7b", "pythia-160m",
-                                                 "qwen2.5-0.5b", "qwen3-8b")],
+    *[
+        (name, ("sdpa",), ("none",))
+        for name in ("phi-3-mini", "gemma-3-1b", "falcon-7b", "pythia-160m", "qwen2.5-0.5b", "qwen3-8b")
+    ],
     *[(name, ("eager",), ("none",)) for name in ("gemma-2-2b", "bloom-560m", "gpt-j-6b")],
     *[(name, ("sdpa",), ("none",)) for name in ("mistral-7b", "gemma-7b", "roberta-base", "qwen1.5-moe-a2.7b")],
 ]
@@ -126,20 +262,35 @@ def trace_per_layer(label: str) -> dict[str, Any]:
 
     family, precision, attention, mode = entries()[label]
     traced = [
-        run_trace(TraceConfig(label=label, model=model_config(family, layers), micro_batch=BATCH, seq_len=SEQ,
-                              precision=precision, attention=attention, activation_checkpointing=mode))
+        run_trace(
+            TraceConfig(
+                label=label,
+                model=model_config(family, layers),
+                micro_batch=BATCH,
+                seq_len=SEQ,
+                precision=precision,
+                attention=attention,
+                activation_checkpointing=mode,
+            )
+        )
         for layers in (2, 3)
     ]
     per_layer = traced[1].normalized_at_peak["Activation"] - traced[0].normalized_at_peak["Activation"]
-    return {"label": label, "per_layer_bytes": per_layer, "kernel": traced[0].attention_kernel,
-            "peak_phase": traced[0].peak_phase, "torch_version": traced[0].torch_version,
-            "transformers_version": traced[0].transformers_version}
+    return {
+        "label": label,
+        "per_layer_bytes": per_layer,
+        "kernel": traced[0].attention_kernel,
+        "peak_phase": traced[0].peak_phase,
+        "torch_version": traced[0].torch_version,
+        "transformers_version": traced[0].transformers_version,
+    }
 
 
 def estimated_per_layer(label: str) -> float:
     family, precision, attention, mode = entries()[label]
-    config = TrainingConfig(precision=precision, attention=attention, activation_checkpointing=mode,
-                            micro_batch=BATCH, seq_len=SEQ)
+    config = TrainingConfig(
+        precision=precision, attention=attention, activation_checkpointing=mode, micro_batch=BATCH, seq_len=SEQ
+    )
 
     def kept(layers: int) -> float:
         """Activations and autocast's weight copies at backward start, on one rank (DDP)."""

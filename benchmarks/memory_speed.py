@@ -33,8 +33,8 @@ LAYOUTS = [
     {"strategy": "deepspeed", "zero_stage": 2},
     {"strategy": "deepspeed", "zero_stage": 3},
     {"strategy": "deepspeed", "zero_stage": 3, "offload_optimizer": "cpu"},
-    {"strategy": "engine", "zero_stage": 1, "tensor_parallel": 2, "pipeline_parallel": 2, "grad_accum": 8},
-    {"strategy": "engine", "zero_stage": 1, "tensor_parallel": 4, "sequence_parallel": True},
+    {"strategy": "engine", "zero_stage": 1, "layout": {"tp": 2, "pp": 2}, "grad_accum": 8},
+    {"strategy": "engine", "zero_stage": 1, "layout": {"tp": 4}, "sequence_parallel": True},
 ]
 
 
@@ -49,10 +49,16 @@ def distinct_configs(count: int) -> list[TrainingConfig]:
     )
     configs = []
     for layout, micro_batch, seq_len, ac, precision, optimizer in grid:
-        configs.append(TrainingConfig(
-            **layout, micro_batch=micro_batch, seq_len=seq_len, activation_checkpointing=ac, precision=precision,
-            optimizer=optimizer,
-        ))
+        configs.append(
+            TrainingConfig(
+                **layout,
+                micro_batch=micro_batch,
+                seq_len=seq_len,
+                activation_checkpointing=ac,
+                precision=precision,
+                optimizer=optimizer,
+            )
+        )
         if len(configs) == count:
             break
     return configs
@@ -70,7 +76,9 @@ def timed(label: str, calls: int, run) -> float:
     started, started_cpu = time.perf_counter(), time.process_time()
     run()
     elapsed, cpu = time.perf_counter() - started, time.process_time() - started_cpu
-    print(f"{label:34s} {calls} calls: {cpu * 1e3:7.1f} ms CPU ({cpu / calls * 1e6:5.1f} us/call), {elapsed * 1e3:7.1f} ms wall")
+    print(
+        f"{label:34s} {calls} calls: {cpu * 1e3:7.1f} ms CPU ({cpu / calls * 1e6:5.1f} us/call), {elapsed * 1e3:7.1f} ms wall"
+    )
     return cpu
 
 

@@ -42,8 +42,21 @@ SCENARIOS = [
     ("llama-3.1-405b", "H100-80GB", 8, 128, 2048, 8192, "throughput"),
     ("gpt2-xl", "V100-32GB", 8, 1, None, 1024, "throughput"),
 ]
-CLI_ARGS = ["plan", "--model", "llama-2-7b", "--gpu", "H100-80GB", "--gpus-per-node", "8", "--nodes", "4",
-            "--global-batch", "1024", "--seq-len", "4096"]
+CLI_ARGS = [
+    "plan",
+    "--model",
+    "llama-2-7b",
+    "--gpu",
+    "H100-80GB",
+    "--gpus-per-node",
+    "8",
+    "--nodes",
+    "4",
+    "--global-batch",
+    "1024",
+    "--seq-len",
+    "4096",
+]
 CLI_PROBE = """
 import sys, time
 started = time.perf_counter()
@@ -88,7 +101,10 @@ def time_cli(repeats: int) -> dict:
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         completed = subprocess.run(
             [sys.executable, "-c", CLI_PROBE.format(argv=[*CLI_ARGS, "--json"])],
-            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         walls.append(time.perf_counter() - started)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -97,8 +113,13 @@ def time_cli(repeats: int) -> dict:
         if report["code"] != 0:
             raise SystemExit(f"plan failed: {completed.stderr}")
         heavy.update(report["heavy"])
-    return {"command": "hardware-selector " + " ".join(CLI_ARGS), "best_s": min(walls),
-            "median_s": statistics.median(walls), "cpu_s": min(cpus), "heavy_imports": sorted(heavy)}
+    return {
+        "command": "hardware-selector " + " ".join(CLI_ARGS),
+        "best_s": min(walls),
+        "median_s": statistics.median(walls),
+        "cpu_s": min(cpus),
+        "heavy_imports": sorted(heavy),
+    }
 
 
 def markdown(searches: list[dict], cli: dict) -> str:

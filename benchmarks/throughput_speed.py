@@ -20,11 +20,15 @@ from planner.throughput.estimate import estimate_throughput
 from planner.training_config import TrainingConfig
 
 STRATEGIES = (
-    dict(strategy="ddp"), dict(strategy="fsdp"), dict(strategy="fsdp", fsdp_sharding="hybrid"),
-    dict(strategy="deepspeed", zero_stage=1), dict(strategy="deepspeed", zero_stage=2),
-    dict(strategy="deepspeed", zero_stage=3), dict(strategy="deepspeed", zero_stage=3, offload_optimizer="cpu"),
-    dict(strategy="engine", tensor_parallel=2, zero_stage=1),
-    dict(strategy="engine", tensor_parallel=4, pipeline_parallel=2, zero_stage=1),
+    dict(strategy="ddp"),
+    dict(strategy="fsdp"),
+    dict(strategy="fsdp", fsdp_sharding="hybrid"),
+    dict(strategy="deepspeed", zero_stage=1),
+    dict(strategy="deepspeed", zero_stage=2),
+    dict(strategy="deepspeed", zero_stage=3),
+    dict(strategy="deepspeed", zero_stage=3, offload_optimizer="cpu"),
+    dict(strategy="engine", layout={"tp": 2}, zero_stage=1),
+    dict(strategy="engine", layout={"tp": 4, "pp": 2}, zero_stage=1),
 )
 
 

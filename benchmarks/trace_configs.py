@@ -17,49 +17,154 @@ from typing import Any
 from .memory_trace import TraceConfig
 
 # --- tiny models for the fast subset ---------------------------------------------
-TINY_GPT2: dict[str, Any] = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4,
-                             "vocab_size": 1000, "n_positions": 512}
-TINY_LLAMA_GQA: dict[str, Any] = {"model_type": "llama", "hidden_size": 128, "intermediate_size": 344,
-                                  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                                  "vocab_size": 1000, "max_position_embeddings": 1024}
-TINY_BERT: dict[str, Any] = {"model_type": "bert", "hidden_size": 128, "num_hidden_layers": 2,
-                             "num_attention_heads": 4, "intermediate_size": 512, "vocab_size": 1000}
-TINY_MIXTRAL: dict[str, Any] = {"model_type": "mixtral", "hidden_size": 128, "intermediate_size": 256,
-                                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                                "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": 1000}
-TINY_T5: dict[str, Any] = {"model_type": "t5", "d_model": 128, "d_kv": 32, "d_ff": 512, "num_layers": 2,
-                           "num_heads": 4, "vocab_size": 1000}
+TINY_GPT2: dict[str, Any] = {
+    "model_type": "gpt2",
+    "n_layer": 2,
+    "n_embd": 128,
+    "n_head": 4,
+    "vocab_size": 1000,
+    "n_positions": 512,
+}
+TINY_LLAMA_GQA: dict[str, Any] = {
+    "model_type": "llama",
+    "hidden_size": 128,
+    "intermediate_size": 344,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+    "max_position_embeddings": 1024,
+}
+TINY_BERT: dict[str, Any] = {
+    "model_type": "bert",
+    "hidden_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 512,
+    "vocab_size": 1000,
+}
+TINY_MIXTRAL: dict[str, Any] = {
+    "model_type": "mixtral",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "vocab_size": 1000,
+}
+TINY_T5: dict[str, Any] = {
+    "model_type": "t5",
+    "d_model": 128,
+    "d_kv": 32,
+    "d_ff": 512,
+    "num_layers": 2,
+    "num_heads": 4,
+    "vocab_size": 1000,
+}
 
 # --- real shapes --------------------------------------------------------------------
-GPT2_124M: dict[str, Any] = {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12,
-                             "vocab_size": 50257, "n_positions": 1024}
-OPT_125M: dict[str, Any] = {"model_type": "opt", "hidden_size": 768, "ffn_dim": 3072, "num_hidden_layers": 12,
-                            "num_attention_heads": 12, "vocab_size": 50272, "max_position_embeddings": 2048,
-                            "word_embed_proj_dim": 768, "do_layer_norm_before": True, "dropout": 0.1,
-                            "attention_dropout": 0.0, "activation_function": "relu"}
-OPT_350M: dict[str, Any] = {"model_type": "opt", "hidden_size": 1024, "ffn_dim": 4096, "num_hidden_layers": 24,
-                            "num_attention_heads": 16, "vocab_size": 50272, "max_position_embeddings": 2048,
-                            "word_embed_proj_dim": 512, "do_layer_norm_before": False, "dropout": 0.1,
-                            "attention_dropout": 0.0, "activation_function": "relu"}
+GPT2_124M: dict[str, Any] = {
+    "model_type": "gpt2",
+    "n_layer": 12,
+    "n_embd": 768,
+    "n_head": 12,
+    "vocab_size": 50257,
+    "n_positions": 1024,
+}
+OPT_125M: dict[str, Any] = {
+    "model_type": "opt",
+    "hidden_size": 768,
+    "ffn_dim": 3072,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "vocab_size": 50272,
+    "max_position_embeddings": 2048,
+    "word_embed_proj_dim": 768,
+    "do_layer_norm_before": True,
+    "dropout": 0.1,
+    "attention_dropout": 0.0,
+    "activation_function": "relu",
+}
+OPT_350M: dict[str, Any] = {
+    "model_type": "opt",
+    "hidden_size": 1024,
+    "ffn_dim": 4096,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 16,
+    "vocab_size": 50272,
+    "max_position_embeddings": 2048,
+    "word_embed_proj_dim": 512,
+    "do_layer_norm_before": False,
+    "dropout": 0.1,
+    "attention_dropout": 0.0,
+    "activation_function": "relu",
+}
 # Llama-3.2-1B: Llama-3 architecture (GQA 32/8 heads, 128k vocab, tied embeddings) at 1.2B.
-LLAMA3_1B: dict[str, Any] = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192,
-                             "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
-                             "vocab_size": 128256, "max_position_embeddings": 8192, "rope_theta": 500000.0,
-                             "tie_word_embeddings": True, "head_dim": 64}
-LLAMA2_7B: dict[str, Any] = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
-                             "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
-                             "vocab_size": 32000, "max_position_embeddings": 4096, "tie_word_embeddings": False}
-MIXTRAL_SMALL: dict[str, Any] = {"model_type": "mixtral", "hidden_size": 512, "intermediate_size": 1792,
-                                 "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
-                                 "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000,
-                                 "max_position_embeddings": 4096}
-BERT_BASE: dict[str, Any] = {"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12,
-                             "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 30522,
-                             "max_position_embeddings": 512}
-T5_SMALL: dict[str, Any] = {"model_type": "t5", "d_model": 512, "d_kv": 64, "d_ff": 2048, "num_layers": 6,
-                            "num_heads": 8, "vocab_size": 32128}
-T5_BASE: dict[str, Any] = {"model_type": "t5", "d_model": 768, "d_kv": 64, "d_ff": 3072, "num_layers": 12,
-                           "num_heads": 12, "vocab_size": 32128}
+LLAMA3_1B: dict[str, Any] = {
+    "model_type": "llama",
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 8192,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": True,
+    "head_dim": 64,
+}
+LLAMA2_7B: dict[str, Any] = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": False,
+}
+MIXTRAL_SMALL: dict[str, Any] = {
+    "model_type": "mixtral",
+    "hidden_size": 512,
+    "intermediate_size": 1792,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+}
+BERT_BASE: dict[str, Any] = {
+    "model_type": "bert",
+    "hidden_size": 768,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "intermediate_size": 3072,
+    "vocab_size": 30522,
+    "max_position_embeddings": 512,
+}
+T5_SMALL: dict[str, Any] = {
+    "model_type": "t5",
+    "d_model": 512,
+    "d_kv": 64,
+    "d_ff": 2048,
+    "num_layers": 6,
+    "num_heads": 8,
+    "vocab_size": 32128,
+}
+T5_BASE: dict[str, Any] = {
+    "model_type": "t5",
+    "d_model": 768,
+    "d_kv": 64,
+    "d_ff": 3072,
+    "num_layers": 12,
+    "num_heads": 12,
+    "vocab_size": 32128,
+}
 
 
 def _c(label: str, model: dict[str, Any], b: int, s: int, precision: str = "bf16-mixed", **kw: Any) -> TraceConfig:
@@ -86,16 +191,29 @@ CONFIGS: list[TraceConfig] = [
     _c("gpt2-b8-s512-bf16mixed-ac", GPT2_124M, 8, 512, activation_checkpointing="full"),
     _c("gpt2-b2-s1024-bf16-sgd", GPT2_124M, 2, 1024, "bf16", optimizer="sgd"),
     _c("gpt2-fsdp64-b2-s1024-bf16mixed", GPT2_124M, 2, 1024, world_size=64),
-    _c("gpt2-b4-s1024-bf16mixed-eager-selective", GPT2_124M, 4, 1024, attention="eager",
-       activation_checkpointing="selective"),
+    _c(
+        "gpt2-b4-s1024-bf16mixed-eager-selective",
+        GPT2_124M,
+        4,
+        1024,
+        attention="eager",
+        activation_checkpointing="selective",
+    ),
     # OPT
     _c("opt125m-b8-s512-bf16mixed", OPT_125M, 8, 512),
     _c("opt125m-b4-s2048-fp32-eager", OPT_125M, 4, 2048, "fp32", attention="eager"),
     _c("opt350m-b4-s1024-bf16mixed", OPT_350M, 4, 1024),
     _c("opt350m-b4-s1024-bf16mixed-ac", OPT_350M, 4, 1024, activation_checkpointing="full"),
     _c("opt350m-fsdp8-b4-s2048-bf16mixed", OPT_350M, 4, 2048, world_size=8),
-    _c("opt350m-fsdp8-b4-s2048-bf16mixed-eager-selective", OPT_350M, 4, 2048, world_size=8, attention="eager",
-       activation_checkpointing="selective"),
+    _c(
+        "opt350m-fsdp8-b4-s2048-bf16mixed-eager-selective",
+        OPT_350M,
+        4,
+        2048,
+        world_size=8,
+        attention="eager",
+        activation_checkpointing="selective",
+    ),
     # Llama-3-style GQA (Llama-3.2-1B shapes)
     _c("llama3-1b-b1-s2048-bf16mixed", LLAMA3_1B, 1, 2048),
     _c("llama3-1b-b1-s2048-bf16mixed-eager", LLAMA3_1B, 1, 2048, attention="eager"),
@@ -103,20 +221,35 @@ CONFIGS: list[TraceConfig] = [
     _c("llama3-1b-b4-s1024-bf16-adamw", LLAMA3_1B, 4, 1024, "bf16"),
     _c("llama3-1b-b1-s1024-fp32-sgd", LLAMA3_1B, 1, 1024, "fp32", optimizer="sgd"),
     _c("llama3-1b-b2-s2048-bf16mixed-selective", LLAMA3_1B, 2, 2048, activation_checkpointing="selective"),
-    _c("llama3-1b-b1-s4096-bf16-eager-selective", LLAMA3_1B, 1, 4096, "bf16", attention="eager",
-       activation_checkpointing="selective"),
+    _c(
+        "llama3-1b-b1-s4096-bf16-eager-selective",
+        LLAMA3_1B,
+        1,
+        4096,
+        "bf16",
+        attention="eager",
+        activation_checkpointing="selective",
+    ),
     _c("llama3-1b-fsdp2-b2-s2048-bf16mixed", LLAMA3_1B, 2, 2048, world_size=2),
-    _c("llama3-1b-fsdp8-b2-s4096-bf16mixed-ac", LLAMA3_1B, 2, 4096, world_size=8,
-       activation_checkpointing="full"),
+    _c("llama3-1b-fsdp8-b2-s4096-bf16mixed-ac", LLAMA3_1B, 2, 4096, world_size=8, activation_checkpointing="full"),
     # Llama-2-7B (real size)
-    _c("llama2-7b-b1-s1024-bf16mixed", LLAMA2_7B, 1, 1024,
-       notes="AMP on one rank: peak is the foreach AdamW step (params+grads+2 states+1 temp, all fp32)"),
-    _c("llama2-7b-b1-s2048-bf16-ac-sgd", LLAMA2_7B, 1, 2048, "bf16", activation_checkpointing="full",
-       optimizer="sgd"),
-    _c("llama2-7b-fsdp8-b1-s4096-bf16mixed-ac", LLAMA2_7B, 1, 4096, world_size=8,
-       activation_checkpointing="full"),
-    _c("llama2-7b-fsdp64-b2-s4096-bf16mixed", LLAMA2_7B, 2, 4096, world_size=64,
-       notes="no activation checkpointing: activations dominate once states are sharded 64 ways"),
+    _c(
+        "llama2-7b-b1-s1024-bf16mixed",
+        LLAMA2_7B,
+        1,
+        1024,
+        notes="AMP on one rank: peak is the foreach AdamW step (params+grads+2 states+1 temp, all fp32)",
+    ),
+    _c("llama2-7b-b1-s2048-bf16-ac-sgd", LLAMA2_7B, 1, 2048, "bf16", activation_checkpointing="full", optimizer="sgd"),
+    _c("llama2-7b-fsdp8-b1-s4096-bf16mixed-ac", LLAMA2_7B, 1, 4096, world_size=8, activation_checkpointing="full"),
+    _c(
+        "llama2-7b-fsdp64-b2-s4096-bf16mixed",
+        LLAMA2_7B,
+        2,
+        4096,
+        world_size=64,
+        notes="no activation checkpointing: activations dominate once states are sharded 64 ways",
+    ),
     # Mixtral-style MoE, small dims
     _c("mixtral-small-b4-s1024-bf16mixed", MIXTRAL_SMALL, 4, 1024),
     _c("mixtral-small-b4-s1024-fp32-eager", MIXTRAL_SMALL, 4, 1024, "fp32", attention="eager"),
@@ -126,8 +259,15 @@ CONFIGS: list[TraceConfig] = [
     _c("bert-base-b8-s512-fp32", BERT_BASE, 8, 512, "fp32"),
     _c("bert-base-b8-s512-bf16mixed-eager", BERT_BASE, 8, 512, attention="eager"),
     _c("bert-base-fsdp4-b4-s128-fp32", BERT_BASE, 4, 128, "fp32", world_size=4),
-    _c("bert-base-b8-s512-fp32-eager-selective", BERT_BASE, 8, 512, "fp32", attention="eager",
-       activation_checkpointing="selective"),
+    _c(
+        "bert-base-b8-s512-fp32-eager-selective",
+        BERT_BASE,
+        8,
+        512,
+        "fp32",
+        attention="eager",
+        activation_checkpointing="selective",
+    ),
     # T5 (seq2seq loss, decoder length = seq_len)
     _c("t5-small-b8-s512-bf16mixed-eager", T5_SMALL, 8, 512, attention="eager"),
     _c("t5-base-b4-s512-fp32-eager-adafactor", T5_BASE, 4, 512, "fp32", attention="eager", optimizer="adafactor"),

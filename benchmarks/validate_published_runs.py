@@ -56,8 +56,13 @@ def published_rows() -> list[dict]:
 def plan_inputs(row: dict):
     """(ModelSpec, TrainingConfig, ClusterSpec) for a published run."""
     spec = spec_from_dimensions(
-        hidden=row["hidden"], layers=row["layers"], heads=row["heads"], kv_heads=row.get("kv_heads"),
-        ffn=row.get("ffn", 4 * row["hidden"]), vocab=row["vocab"], mlp=row.get("mlp", "standard"),
+        hidden=row["hidden"],
+        layers=row["layers"],
+        heads=row["heads"],
+        kv_heads=row.get("kv_heads"),
+        ffn=row.get("ffn", 4 * row["hidden"]),
+        vocab=row["vocab"],
+        mlp=row.get("mlp", "standard"),
         max_positions=row["seq_len"],
     )
     tp, pp, gpus = row["tp"], row["pp"], row["gpus"]
@@ -67,18 +72,32 @@ def plan_inputs(row: dict):
     if dp * tp * pp != gpus or accum * dp * micro_batch != row["global_batch"]:
         raise ValueError(f"{row['id']}: tp x pp x dp or the batch split does not add up")
     config = TrainingConfig(
-        strategy=Strategy(row.get("strategy", "engine")), zero_stage=row["zero_stage"], tensor_parallel=tp, pipeline_parallel=pp,
-        sequence_parallel=row.get("sequence_parallel", False), pipeline_schedule=PipelineSchedule.ONE_F_ONE_B,
-        micro_batch=micro_batch, grad_accum=accum, seq_len=row["seq_len"], precision=row["precision"],
-        activation_checkpointing=row["activation_checkpointing"], attention=row["attention"],
+        strategy=Strategy(row.get("strategy", "engine")),
+        zero_stage=row["zero_stage"],
+        layout={"tp": tp, "pp": pp},
+        sequence_parallel=row.get("sequence_parallel", False),
+        pipeline_schedule=PipelineSchedule.ONE_F_ONE_B,
+        micro_batch=micro_batch,
+        grad_accum=accum,
+        seq_len=row["seq_len"],
+        precision=row["precision"],
+        activation_checkpointing=row["activation_checkpointing"],
+        attention=row["attention"],
     )
     gpus_per_node = row["gpus_per_node"]
     nodes = max(gpus // gpus_per_node, 1)
     if "inter_node_GBps_per_gpu" in row:
-        cluster = make_cluster(row["gpu"], gpus_per_node, nodes, interconnect="ib-hdr" if nodes > 1 else None,
-                               inter_bw=row["inter_node_GBps_per_gpu"] if nodes > 1 else None)
+        cluster = make_cluster(
+            row["gpu"],
+            gpus_per_node,
+            nodes,
+            interconnect="ib-hdr" if nodes > 1 else None,
+            inter_bw=row["inter_node_GBps_per_gpu"] if nodes > 1 else None,
+        )
     else:
-        cluster = make_cluster(row["gpu"], gpus_per_node, nodes, interconnect=row.get("interconnect") if nodes > 1 else None)
+        cluster = make_cluster(
+            row["gpu"], gpus_per_node, nodes, interconnect=row.get("interconnect") if nodes > 1 else None
+        )
     return spec, config, cluster
 
 
@@ -90,7 +109,9 @@ def compare(row: dict) -> Comparison:
     published = row["published"]
     if "tokens_per_s_per_gpu" in published:
         per_token_tflops = estimate.tflops_per_gpu / (estimate.tokens_per_s / estimate.world_size)
-        return Comparison(row, estimate.tflops_per_gpu, published["tokens_per_s_per_gpu"] * per_token_tflops, peak, estimate.notes)
+        return Comparison(
+            row, estimate.tflops_per_gpu, published["tokens_per_s_per_gpu"] * per_token_tflops, peak, estimate.notes
+        )
     if "mfu" in published:
         return Comparison(row, estimate.tflops_per_gpu, published["mfu"] * peak, peak, estimate.notes)
     predicted = estimate.hfu * peak if published["flop_convention"] == "hardware" else estimate.tflops_per_gpu
@@ -117,7 +138,18 @@ def _layout(row: dict) -> str:
 
 
 def render(results: list[Comparison], markdown: bool) -> str:
-    header = ["run", "GPU", "GPUs", "layout", "mb x accum", "published TFLOP/s", "predicted", "error", "published % peak", "in stats"]
+    header = [
+        "run",
+        "GPU",
+        "GPUs",
+        "layout",
+        "mb x accum",
+        "published TFLOP/s",
+        "predicted",
+        "error",
+        "published % peak",
+        "in stats",
+    ]
     lines = []
     if markdown:
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -127,9 +159,16 @@ def render(results: list[Comparison], markdown: bool) -> str:
         r = c.row
         dp = r["gpus"] // (r["tp"] * r["pp"])
         cells = [
-            r["id"], r["gpu"], str(r["gpus"]), _layout(r), f"{r['micro_batch']} x {r['global_batch'] // (dp * r['micro_batch'])}",
-            f"{c.published_tflops:.0f}", f"{c.predicted_tflops:.0f}", f"{c.error:+.1%}",
-            f"{c.published_tflops / c.peak_tflops:.0%}", "yes" if r["statistics"] else "no (info)",
+            r["id"],
+            r["gpu"],
+            str(r["gpus"]),
+            _layout(r),
+            f"{r['micro_batch']} x {r['global_batch'] // (dp * r['micro_batch'])}",
+            f"{c.published_tflops:.0f}",
+            f"{c.predicted_tflops:.0f}",
+            f"{c.error:+.1%}",
+            f"{c.published_tflops / c.peak_tflops:.0%}",
+            "yes" if r["statistics"] else "no (info)",
         ]
         if markdown:
             lines.append("| " + " | ".join(cells) + " |")

@@ -38,11 +38,15 @@ def _plan_for(job: MeasureJob, nproc: int):
 
     spec = resolve_model(job.model)  # the full catalog model: backends.run shrinks it itself with --tiny
     cluster = make_cluster(job.gpu, gpus_per_node=nproc)
-    memory = estimate_memory(spec, job.config, world_size=nproc, gpus_per_node=nproc,
-                             gpu_capacity_bytes=cluster.gpu.memory_bytes,
-                             cpu_capacity_per_node_bytes=cluster.cpu_ram_per_node_bytes)
-    return Plan(model=spec, cluster=cluster, config=job.config, layout=Plan.layout_for(job.config, nproc),
-                memory=memory)
+    memory = estimate_memory(
+        spec,
+        job.config,
+        world_size=nproc,
+        gpus_per_node=nproc,
+        gpu_capacity_bytes=cluster.gpu.memory_bytes,
+        cpu_capacity_per_node_bytes=cluster.cpu_ram_per_node_bytes,
+    )
+    return Plan(model=spec, cluster=cluster, config=job.config, memory=memory)
 
 
 def backends_run_launch(jobs: list[MeasureJob], nproc: int, timeout_s: float) -> LaunchOutcome:
@@ -55,19 +59,36 @@ def backends_run_launch(jobs: list[MeasureJob], nproc: int, timeout_s: float) ->
         try:
             emit_run_folder(_plan_for(job, nproc), run_dir)
         except UserInputError as error:
-            return LaunchOutcome(returncode=2, results={job.key: MeasureResult(
-                key=job.key, world_size=nproc, error=f"cannot emit its run folder: {error}")})
+            return LaunchOutcome(
+                returncode=2,
+                results={
+                    job.key: MeasureResult(key=job.key, world_size=nproc, error=f"cannot emit its run folder: {error}")
+                },
+            )
         metrics = run_dir / "metrics.jsonl"
-        command = ["-m", "backends.run", "--plan", str(run_dir), "--steps", str(job.warmup + job.steps),
-                   "--save-every", "0", "--metrics", str(metrics), *(["--tiny"] if job.tiny else [])]
+        command = [
+            "-m",
+            "backends.run",
+            "--plan",
+            str(run_dir),
+            "--steps",
+            str(job.warmup + job.steps),
+            "--save-every",
+            "0",
+            "--metrics",
+            str(metrics),
+            *(["--tiny"] if job.tiny else []),
+        ]
         returncode, stderr = run_torchrun_command(command, nproc, timeout_s)
         steps = [row for row in _rows(metrics) if row.get("kind") == "train"]
         summary = _rows(run_dir / "run_summary.json", whole=True)
     results = {}
     if returncode == 0 and len(steps) > job.warmup and summary:
-        measured = steps[job.warmup:]
+        measured = steps[job.warmup :]
         results[job.key] = MeasureResult(
-            key=job.key, world_size=nproc, step_times_s=[step["step_s"] for step in measured],
+            key=job.key,
+            world_size=nproc,
+            step_times_s=[step["step_s"] for step in measured],
             peak_memory_per_rank_bytes=[int(peak) for peak in summary[0]["peak_memory_per_rank_bytes"]],
             memory_kind=summary[0]["memory_kind"],
         )

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 from pydantic import BaseModel
 
+from benchmarks_db.record import RunStatus
 from planner.calibration import Calibration
 from planner.hardware.cluster import ClusterSpec
 from planner.models.spec import ModelSpec
@@ -23,8 +24,9 @@ def load_calibration(db: str | Path | None = None, gpu: str | None = None) -> Ca
     return Calibration.fit(runs)
 
 
-def plan_calibration(spec: ModelSpec, cluster: ClusterSpec, db: str | Path | None = None
-                     ) -> tuple[Optional[Callable], str]:
+def plan_calibration(
+    spec: ModelSpec, cluster: ClusterSpec, db: str | Path | None = None
+) -> tuple[Callable | None, str]:
     """The search's throughput_adjust hook for this model and cluster, and the line `plan` prints about it."""
     path = resolve_db_path(db)
     if not path.exists():
@@ -61,10 +63,16 @@ def record_errors(records: list[RunRecord], calibration: Calibration) -> list[Re
     """
     errors = []
     for record in records:
-        if record.status.value != "ok" or not record.predicted_step_time_s:
+        if record.status is not RunStatus.OK or not record.predicted_step_time_s:
             continue
         correction = calibration.correction(record.gpu_name, record.config)
         calibrated = correction.apply(record.predicted_step_time_s) if correction else record.predicted_step_time_s
-        errors.append(RecordError(record=record, predicted_s=record.predicted_step_time_s, calibrated_s=calibrated,
-                                  measured_s=record.step_time_median_s))
+        errors.append(
+            RecordError(
+                record=record,
+                predicted_s=record.predicted_step_time_s,
+                calibrated_s=calibrated,
+                measured_s=record.step_time_median_s,
+            )
+        )
     return errors

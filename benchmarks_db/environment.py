@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import socket
 from importlib import metadata
-from typing import Optional
 
 from pydantic import BaseModel
 
 
 class RunEnvironment(BaseModel):
     host: str
-    driver: Optional[str] = None
-    torch_version: Optional[str] = None
-    deepspeed_version: Optional[str] = None
-    transformers_version: Optional[str] = None
-    hardware_selector_version: Optional[str] = None
+    driver: str | None = None
+    torch_version: str | None = None
+    deepspeed_version: str | None = None
+    transformers_version: str | None = None
+    hardware_selector_version: str | None = None
 
 
 def _version(package: str) -> str | None:

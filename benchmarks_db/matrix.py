@@ -11,13 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime, timezone
-from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.calibration import strategy_family
-from planner.hardware.cluster import ClusterSpec, make_cluster
 from planner.errors import UserInputError
+from planner.hardware.cluster import ClusterSpec, make_cluster
 from planner.memory.estimate import estimate_memory
 from planner.models.spec import ModelSpec
 from planner.throughput.result import ThroughputEstimate
@@ -36,9 +35,9 @@ STRATEGY_FIELDS: dict[str, dict] = {
     "zero2": {"strategy": "deepspeed", "zero_stage": 2},
     "zero3": {"strategy": "deepspeed", "zero_stage": 3},
     # our engine: tensor or pipeline parallel over 2 GPUs (ZeRO-1 on what is left for data parallelism)
-    "engine-tp2": {"strategy": "engine", "tensor_parallel": 2, "zero_stage": 1},
+    "engine-tp2": {"strategy": "engine", "layout": {"tp": 2}, "zero_stage": 1},
     # a pipeline needs at least as many micro-batches per step as stages; 2 per stage keeps the bubble at 1/4
-    "engine-pp2": {"strategy": "engine", "pipeline_parallel": 2, "zero_stage": 1, "grad_accum": 4},
+    "engine-pp2": {"strategy": "engine", "layout": {"pp": 2}, "zero_stage": 1, "grad_accum": 4},
 }
 DEFAULT_STRATEGIES = ["ddp", "fsdp", "fsdp-grad-op", "zero1", "zero2", "zero3"]
 SHARDED = {"fsdp", "fsdp-grad-op", "zero1", "zero2", "zero3"}  # engine layouts are checked by the planner
@@ -59,8 +58,8 @@ class MatrixEntry(BaseModel):
     strategy: str
     config: TrainingConfig
     predicted_memory_bytes: int
-    predicted: Optional[ThroughputEstimate] = None
-    prediction_note: Optional[str] = None
+    predicted: ThroughputEstimate | None = None
+    prediction_note: str | None = None
 
 
 class PrunedEntry(BaseModel):
@@ -97,8 +96,14 @@ def gpu_counts_up_to(max_gpus: int) -> list[int]:
 
 
 def matrix_key(spec_digest: str, tiny: bool, gpu: str, world_size: int, nodes: int, config: TrainingConfig) -> str:
-    identity = {"spec": spec_digest, "tiny": tiny, "gpu": gpu, "world": world_size, "nodes": nodes,
-                "config": config.model_dump(mode="json")}
+    identity = {
+        "spec": spec_digest,
+        "tiny": tiny,
+        "gpu": gpu,
+        "world": world_size,
+        "nodes": nodes,
+        "config": config.model_dump(mode="json"),
+    }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -135,8 +140,15 @@ def generate_matrix(
         raise UserInputError(f"unknown strategy '{unknown[0]}'; use some of {', '.join(STRATEGY_FIELDS)}")
     digest = spec_hash(spec)
     matrix = BenchmarkMatrix(
-        generated_at=datetime.now(timezone.utc).replace(microsecond=0), model=spec.name, model_spec_hash=digest,
-        tiny=tiny, hardware=hardware, gpu=gpu, gpu_note=gpu_note, seq_len=seq_len, precision=precision,
+        generated_at=datetime.now(timezone.utc).replace(microsecond=0),
+        model=spec.name,
+        model_spec_hash=digest,
+        tiny=tiny,
+        hardware=hardware,
+        gpu=gpu,
+        gpu_note=gpu_note,
+        seq_len=seq_len,
+        precision=precision,
     )
     for world in gpu_counts:
         per_node = min(world, gpus_per_node)
@@ -151,8 +163,9 @@ def generate_matrix(
                     if world == 1 and name in SHARDED:
                         matrix.pruned.append(PrunedEntry(label=label, reason="sharding needs 2 or more GPUs"))
                         continue
-                    entry, reason = _entry(spec, digest, tiny, cluster, name, label, micro_batch, checkpoint,
-                                           seq_len, precision, headroom)
+                    entry, reason = _entry(
+                        spec, digest, tiny, cluster, name, label, micro_batch, checkpoint, seq_len, precision, headroom
+                    )
                     if entry is None:
                         matrix.pruned.append(PrunedEntry(label=label, reason=reason))
                     else:
@@ -160,16 +173,24 @@ def generate_matrix(
     return matrix
 
 
-def _entry(spec, digest, tiny, cluster: ClusterSpec, name, label, micro_batch, checkpoint, seq_len, precision,
-           headroom) -> tuple[MatrixEntry | None, str]:
+def _entry(
+    spec, digest, tiny, cluster: ClusterSpec, name, label, micro_batch, checkpoint, seq_len, precision, headroom
+) -> tuple[MatrixEntry | None, str]:
     try:
         config = TrainingConfig(
-            **STRATEGY_FIELDS[name], micro_batch=micro_batch, seq_len=seq_len, precision=Precision(precision),
+            **STRATEGY_FIELDS[name],
+            micro_batch=micro_batch,
+            seq_len=seq_len,
+            precision=Precision(precision),
             activation_checkpointing=ActivationCheckpointing(checkpoint),
         )
         memory = estimate_memory(
-            spec, config, world_size=cluster.world_size, gpus_per_node=cluster.gpus_per_node,
-            gpu_capacity_bytes=cluster.gpu.memory_bytes, cpu_capacity_per_node_bytes=cluster.cpu_ram_per_node_bytes,
+            spec,
+            config,
+            world_size=cluster.world_size,
+            gpus_per_node=cluster.gpus_per_node,
+            gpu_capacity_bytes=cluster.gpu.memory_bytes,
+            cpu_capacity_per_node_bytes=cluster.cpu_ram_per_node_bytes,
             headroom_fraction=headroom,
         )
     except UserInputError as error:
@@ -180,7 +201,14 @@ def _entry(spec, digest, tiny, cluster: ClusterSpec, name, label, micro_batch, c
     predicted, note = predict_throughput(spec, config, cluster)
     return MatrixEntry(
         key=matrix_key(digest, tiny, cluster.gpu.name, cluster.world_size, cluster.num_nodes, config),
-        label=label, gpu=cluster.gpu.name, world_size=cluster.world_size, gpus_per_node=cluster.gpus_per_node,
-        nodes=cluster.num_nodes, strategy=strategy_family(config), config=config,
-        predicted_memory_bytes=memory.total, predicted=predicted, prediction_note=note,
+        label=label,
+        gpu=cluster.gpu.name,
+        world_size=cluster.world_size,
+        gpus_per_node=cluster.gpus_per_node,
+        nodes=cluster.num_nodes,
+        strategy=strategy_family(config),
+        config=config,
+        predicted_memory_bytes=memory.total,
+        predicted=predicted,
+        prediction_note=note,
     ), ""

@@ -7,8 +7,6 @@ typed job and result that cross that process boundary.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from pydantic import BaseModel, Field
 
 from planner.training_config import TrainingConfig
@@ -31,4 +29,4 @@ class MeasureResult(BaseModel):
     step_times_s: list[float] = Field(default_factory=list)
     peak_memory_per_rank_bytes: list[int] = Field(default_factory=list)
     memory_kind: str = ""  # "cuda max allocated" or "host peak RSS"
-    error: Optional[str] = None
+    error: str | None = None

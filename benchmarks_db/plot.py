@@ -36,7 +36,9 @@ def check_plot_target(path: str | Path) -> None:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            raise UserInputError("--plot FILE.png needs matplotlib (pip install matplotlib); or use FILE.html") from None
+            raise UserInputError(
+                "--plot FILE.png needs matplotlib (pip install matplotlib); or use FILE.html"
+            ) from None
 
 
 def write_plot(errors: list[RecordError], path: str | Path) -> Path:
@@ -64,17 +66,23 @@ def _scatter(errors: list[RecordError]) -> str:
     values = [v for e in errors for v in (e.predicted_s, e.calibrated_s, e.measured_s)]
     low, high = min(values) / 1.5, max(values) * 1.5
     x, y = _scale(low, high, WIDTH, False), _scale(low, high, HEIGHT, True)
-    parts = [f'<svg width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">',
-             f'<line x1="{x(low)}" y1="{y(low)}" x2="{x(high)}" y2="{y(high)}" stroke="#999" stroke-dasharray="4"/>',
-             f'<text x="{WIDTH / 2}" y="{HEIGHT - 10}" text-anchor="middle">measured step time (s, log)</text>',
-             f'<text x="14" y="{HEIGHT / 2}" transform="rotate(-90 14 {HEIGHT / 2})" text-anchor="middle">'
-             'predicted (grey) / calibrated (blue)</text>']
+    parts = [
+        f'<svg width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">',
+        f'<line x1="{x(low)}" y1="{y(low)}" x2="{x(high)}" y2="{y(high)}" stroke="#999" stroke-dasharray="4"/>',
+        f'<text x="{WIDTH / 2}" y="{HEIGHT - 10}" text-anchor="middle">measured step time (s, log)</text>',
+        f'<text x="14" y="{HEIGHT / 2}" transform="rotate(-90 14 {HEIGHT / 2})" text-anchor="middle">'
+        "predicted (grey) / calibrated (blue)</text>",
+    ]
     for e in errors:
         label = html.escape(f"{e.record.id[:8]} {e.record.strategy} mb={e.record.micro_batch}")
-        parts.append(f'<circle cx="{x(e.measured_s):.1f}" cy="{y(e.predicted_s):.1f}" r="4" fill="#bbb">'
-                     f'<title>{label}: predicted {e.predicted_s:.4g} s</title></circle>')
-        parts.append(f'<circle cx="{x(e.measured_s):.1f}" cy="{y(e.calibrated_s):.1f}" r="4" fill="{COLOURS[0]}">'
-                     f'<title>{label}: calibrated {e.calibrated_s:.4g} s, measured {e.measured_s:.4g} s</title></circle>')
+        parts.append(
+            f'<circle cx="{x(e.measured_s):.1f}" cy="{y(e.predicted_s):.1f}" r="4" fill="#bbb">'
+            f"<title>{label}: predicted {e.predicted_s:.4g} s</title></circle>"
+        )
+        parts.append(
+            f'<circle cx="{x(e.measured_s):.1f}" cy="{y(e.calibrated_s):.1f}" r="4" fill="{COLOURS[0]}">'
+            f"<title>{label}: calibrated {e.calibrated_s:.4g} s, measured {e.measured_s:.4g} s</title></circle>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -83,23 +91,31 @@ def _bars(errors: list[RecordError]) -> str:
     best = best_throughput_by_strategy(errors)
     top = max(best.values()) or 1.0
     bar = (HEIGHT - 2 * MARGIN) / max(1, len(best))
-    parts = [f'<svg width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">',
-             f'<text x="{WIDTH / 2}" y="{HEIGHT - 10}" text-anchor="middle">best measured tokens/s</text>']
+    parts = [
+        f'<svg width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">',
+        f'<text x="{WIDTH / 2}" y="{HEIGHT - 10}" text-anchor="middle">best measured tokens/s</text>',
+    ]
     for index, (name, value) in enumerate(best.items()):
         top_y = MARGIN + index * bar
         length = (WIDTH - 2 * MARGIN - 90) * value / top
-        parts.append(f'<rect x="{MARGIN + 90}" y="{top_y:.1f}" width="{length:.1f}" height="{bar * 0.7:.1f}" '
-                     f'fill="{COLOURS[index % len(COLOURS)]}"/>')
-        parts.append(f'<text x="{MARGIN + 85}" y="{top_y + bar * 0.5:.1f}" text-anchor="end">{html.escape(name)}</text>')
+        parts.append(
+            f'<rect x="{MARGIN + 90}" y="{top_y:.1f}" width="{length:.1f}" height="{bar * 0.7:.1f}" '
+            f'fill="{COLOURS[index % len(COLOURS)]}"/>'
+        )
+        parts.append(
+            f'<text x="{MARGIN + 85}" y="{top_y + bar * 0.5:.1f}" text-anchor="end">{html.escape(name)}</text>'
+        )
         parts.append(f'<text x="{MARGIN + 95 + length:.1f}" y="{top_y + bar * 0.5:.1f}">{value:,.0f}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
 
 def _html(errors: list[RecordError]) -> str:
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>hardware-selector calibration</title></head>"
-            f"<body><h2>Predicted vs measured ({len(errors)} records)</h2>{_scatter(errors)}"
-            f"<h2>Throughput by strategy</h2>{_bars(errors)}</body></html>\n")
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>hardware-selector calibration</title></head>"
+        f"<body><h2>Predicted vs measured ({len(errors)} records)</h2>{_scatter(errors)}"
+        f"<h2>Throughput by strategy</h2>{_bars(errors)}</body></html>\n"
+    )
 
 
 def _png(errors: list[RecordError], target: Path) -> Path:

@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
 
 from pydantic import BaseModel, Field
 
@@ -19,7 +18,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 class LaunchOutcome(BaseModel):
     """What one torchrun job left behind."""
 
-    returncode: Optional[int]  # None: killed at the timeout
+    returncode: int | None  # None: killed at the timeout
     stderr_tail: str = ""
     results: dict[str, MeasureResult] = Field(default_factory=dict)
 
@@ -47,17 +46,30 @@ def kill_tree(pid: int) -> None:
     psutil.wait_procs(processes, timeout=10)
 
 
-def run_torchrun_command(target: list[str], nproc: int, timeout_s: float) -> tuple[Optional[int], str]:
+def run_torchrun_command(target: list[str], nproc: int, timeout_s: float) -> tuple[int | None, str]:
     """torchrun --nproc-per-node NPROC TARGET...; (exit code or None at the timeout, stderr)."""
     env = dict(os.environ)
     # One thread per rank unless told otherwise: the `cpu` pseudo-GPU is one core, and
     # more threads than cores thrash (badly, on a shared machine).
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-               f"--master-port={free_port()}", *target]
-    process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        f"--master-port={free_port()}",
+        *target,
+    ]
+    process = subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         _, stderr = process.communicate(timeout=timeout_s)
         return process.returncode, stderr

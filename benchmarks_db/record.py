@@ -11,7 +11,6 @@ import json
 import uuid
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -54,12 +53,12 @@ class RunRecord(BaseModel):
     gpu_count: int = Field(ge=1)  # world size
     nodes: int = Field(default=1, ge=1)
     interconnect: str = "none"
-    driver: Optional[str] = None
+    driver: str | None = None
     # software
-    torch_version: Optional[str] = None
-    deepspeed_version: Optional[str] = None
-    transformers_version: Optional[str] = None
-    hardware_selector_version: Optional[str] = None
+    torch_version: str | None = None
+    deepspeed_version: str | None = None
+    transformers_version: str | None = None
+    hardware_selector_version: str | None = None
     # model and config
     model_name: str
     model_spec_hash: str
@@ -72,26 +71,26 @@ class RunRecord(BaseModel):
     seq_len: int = Field(ge=1)
     precision: str
     # measured
-    step_time_median_s: Optional[float] = Field(default=None, gt=0)
-    step_time_spread_s: Optional[float] = Field(default=None, ge=0)  # interquartile range
-    steps_measured: Optional[int] = Field(default=None, ge=0)
-    tokens_per_s: Optional[float] = Field(default=None, gt=0)
-    tflops_per_gpu: Optional[float] = Field(default=None, ge=0)
-    mfu: Optional[float] = Field(default=None, ge=0)
-    peak_memory_per_rank_bytes: Optional[list[int]] = None
+    step_time_median_s: float | None = Field(default=None, gt=0)
+    step_time_spread_s: float | None = Field(default=None, ge=0)  # interquartile range
+    steps_measured: int | None = Field(default=None, ge=0)
+    tokens_per_s: float | None = Field(default=None, gt=0)
+    tflops_per_gpu: float | None = Field(default=None, ge=0)
+    mfu: float | None = Field(default=None, ge=0)
+    peak_memory_per_rank_bytes: list[int] | None = None
     # the planner's prediction for the same config, at the time of the run
-    predicted_step_time_s: Optional[float] = Field(default=None, gt=0)
-    predicted_tokens_per_s: Optional[float] = Field(default=None, gt=0)
-    predicted_peak_memory_bytes: Optional[int] = Field(default=None, ge=0)
-    prediction_json: Optional[str] = None
+    predicted_step_time_s: float | None = Field(default=None, gt=0)
+    predicted_tokens_per_s: float | None = Field(default=None, gt=0)
+    predicted_peak_memory_bytes: int | None = Field(default=None, ge=0)
+    prediction_json: str | None = None
     status: RunStatus
-    error: Optional[str] = None
+    error: str | None = None
     # added by migration 2
-    matrix_key: Optional[str] = None  # the benchmark-matrix entry this run measured (resume)
-    runner: Optional[str] = None  # which program measured it
+    matrix_key: str | None = None  # the benchmark-matrix entry this run measured (resume)
+    runner: str | None = None  # which program measured it
 
     @model_validator(mode="after")
-    def _consistent(self) -> "RunRecord":
+    def _consistent(self) -> RunRecord:
         if self.status is RunStatus.OK and self.step_time_median_s is None:
             raise ValueError("a run with status 'ok' needs step_time_median_s")
         if self.status is not RunStatus.OK and not self.error:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from typing import Callable
+from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
@@ -43,8 +43,11 @@ def classify_failure(outcome: LaunchOutcome, timeout_s: float) -> tuple[RunStatu
     lines = [line.strip() for line in outcome.stderr_tail.splitlines() if line.strip()]
     # The rank's exception ("ValueError: ..."), not torchrun's summary that follows it.
     raised = [line for line in lines if EXCEPTION_LINE.search(line)]
-    detail = raised[-1] if raised else next((line for line in reversed(lines) if "error" in line.lower()),
-                                            lines[-1] if lines else "")
+    detail = (
+        raised[-1]
+        if raised
+        else next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else "")
+    )
     if any(marker in text for marker in OOM_MARKERS):
         return RunStatus.OOM, detail.strip() or "out of memory"
     if "signal 9" in text or "sigkill" in text or outcome.returncode in (-9, 137):
@@ -52,8 +55,15 @@ def classify_failure(outcome: LaunchOutcome, timeout_s: float) -> tuple[RunStatu
     return RunStatus.ERROR, f"exit code {outcome.returncode}: {detail.strip()}"[:2000]
 
 
-def build_record(entry: MatrixEntry, matrix: BenchmarkMatrix, environment: RunEnvironment, status: RunStatus,
-                 result: MeasureResult | None, error: str | None, runner: str = backends_launch.RUNNER_NAME) -> RunRecord:
+def build_record(
+    entry: MatrixEntry,
+    matrix: BenchmarkMatrix,
+    environment: RunEnvironment,
+    status: RunStatus,
+    result: MeasureResult | None,
+    error: str | None,
+    runner: str = backends_launch.RUNNER_NAME,
+) -> RunRecord:
     config = entry.config
     global_batch = config.micro_batch * config.grad_accum * config.data_parallel_size(entry.world_size)
     measured: dict = {}
@@ -77,17 +87,29 @@ def build_record(entry: MatrixEntry, matrix: BenchmarkMatrix, environment: RunEn
     predicted = entry.predicted
     return RunRecord(
         **environment.model_dump(),
-        gpu_name=entry.gpu, gpu_count=entry.world_size, nodes=entry.nodes,
+        gpu_name=entry.gpu,
+        gpu_count=entry.world_size,
+        nodes=entry.nodes,
         interconnect="host-memory" if entry.gpu == "cpu" else "local",
-        model_name=matrix.model, model_spec_hash=matrix.model_spec_hash, tiny=matrix.tiny,
-        strategy=entry.strategy, config_json=config.model_dump_json(), micro_batch=config.micro_batch,
-        grad_accum=config.grad_accum, global_batch=global_batch, seq_len=config.seq_len,
+        model_name=matrix.model,
+        model_spec_hash=matrix.model_spec_hash,
+        tiny=matrix.tiny,
+        strategy=entry.strategy,
+        config_json=config.model_dump_json(),
+        micro_batch=config.micro_batch,
+        grad_accum=config.grad_accum,
+        global_batch=global_batch,
+        seq_len=config.seq_len,
         precision=config.precision.value,
         predicted_step_time_s=predicted.step_time_s if predicted else None,
         predicted_tokens_per_s=predicted.tokens_per_s if predicted else None,
         predicted_peak_memory_bytes=entry.predicted_memory_bytes,
         prediction_json=predicted.model_dump_json() if predicted else None,
-        status=status, error=error, matrix_key=entry.key, runner=runner, **measured,
+        status=status,
+        error=error,
+        matrix_key=entry.key,
+        runner=runner,
+        **measured,
     )
 
 
@@ -118,8 +140,15 @@ def run_matrix(
     if on_start:
         on_start(len(pending))
     for entry in pending:
-        job = MeasureJob(key=entry.key, model=matrix.model, tiny=matrix.tiny, gpu=entry.gpu, config=entry.config,
-                         steps=steps, warmup=warmup)
+        job = MeasureJob(
+            key=entry.key,
+            model=matrix.model,
+            tiny=matrix.tiny,
+            gpu=entry.gpu,
+            config=entry.config,
+            steps=steps,
+            warmup=warmup,
+        )
         outcome = launcher([job], entry.world_size, timeout_s)
         result = outcome.results.get(entry.key)
         if result is not None and result.error is None:

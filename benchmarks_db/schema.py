@@ -92,8 +92,9 @@ def migrate(connection: Any, target: int = SCHEMA_VERSION) -> int:
             try:
                 for statement in statements:
                     connection.execute(statement)
-                connection.execute("INSERT INTO schema_migrations (version, description) VALUES (?, ?)",
-                                   [version, description])
+                connection.execute(
+                    "INSERT INTO schema_migrations (version, description) VALUES (?, ?)", [version, description]
+                )
                 connection.execute("COMMIT")
             except BaseException:
                 connection.execute("ROLLBACK")

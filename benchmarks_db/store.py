@@ -14,8 +14,9 @@ import fcntl
 import json
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from planner.errors import UserInputError
 
@@ -176,9 +177,13 @@ class BenchmarkStore:
         if not id_prefix:
             raise UserInputError("give a run id (or its first characters); list them with `hardware-selector db list`")
         with self.reading() as connection:
-            rows = [] if connection is None else connection.execute(
-                f"SELECT {', '.join(COLUMNS)} FROM runs WHERE id LIKE ? || '%' LIMIT 2", [id_prefix]
-            ).fetchall()
+            rows = (
+                []
+                if connection is None
+                else connection.execute(
+                    f"SELECT {', '.join(COLUMNS)} FROM runs WHERE id LIKE ? || '%' LIMIT 2", [id_prefix]
+                ).fetchall()
+            )
         if not rows:
             raise UserInputError(f"no run with id '{id_prefix}' in {self.path}; see `hardware-selector db list`")
         if len(rows) > 1:
@@ -213,4 +218,3 @@ def config_summary(record: RunRecord) -> str:
     config = json.loads(record.config_json)
     checkpointing = config.get("activation_checkpointing", "none")
     return f"{record.strategy} mb={record.micro_batch} ga={record.grad_accum} ac={checkpointing}"
-

@@ -34,7 +34,9 @@ def _local_gpus(hardware: str) -> tuple[list[str], str | None]:
 
     report = detect_hardware()
     vendor = "nvidia" if hardware == "cuda" else "amd"
-    names = [gpu.catalog_name for gpu in report.gpus if gpu.catalog_name and resolve_gpu(gpu.catalog_name).vendor == vendor]
+    names = [
+        gpu.catalog_name for gpu in report.gpus if gpu.catalog_name and resolve_gpu(gpu.catalog_name).vendor == vendor
+    ]
     return names, report.driver_version
 
 
@@ -42,19 +44,36 @@ def choose_target(hardware: str, gpu: str | None) -> HardwareTarget:
     if hardware not in HARDWARE_KINDS:
         raise UserInputError(f"unknown hardware '{hardware}'; use one or more of {', '.join(HARDWARE_KINDS)}")
     if hardware == "cpu":
-        return HardwareTarget(hardware="cpu", gpu="cpu", note="this machine's CPU cores, gloo between ranks",
-                              local=True, local_count=2)
+        return HardwareTarget(
+            hardware="cpu", gpu="cpu", note="this machine's CPU cores, gloo between ranks", local=True, local_count=2
+        )
     local, driver = _local_gpus(hardware)
     if gpu is not None:
         spec = resolve_gpu(gpu)
         here = local.count(spec.name)
-        where = f"{here} here" if here else f"none here: predictions only"
-        return HardwareTarget(hardware=hardware, gpu=spec.name, note=f"{spec.name} (--gpu; {where})", local=bool(here),
-                              local_count=here, driver=driver)
+        where = f"{here} here" if here else "none here: predictions only"
+        return HardwareTarget(
+            hardware=hardware,
+            gpu=spec.name,
+            note=f"{spec.name} (--gpu; {where})",
+            local=bool(here),
+            local_count=here,
+            driver=driver,
+        )
     if local:
-        return HardwareTarget(hardware=hardware, gpu=local[0], note=f"{len(local)} x {local[0]} detected here",
-                              local=True, local_count=len(local), driver=driver)
+        return HardwareTarget(
+            hardware=hardware,
+            gpu=local[0],
+            note=f"{len(local)} x {local[0]} detected here",
+            local=True,
+            local_count=len(local),
+            driver=driver,
+        )
     default = DEFAULT_GPU[hardware]
-    return HardwareTarget(hardware=hardware, gpu=default, local=False,
-                          note=f"no {hardware} GPU here: targeting {default}, the default for {hardware} "
-                               "(choose another with --gpu); predictions only")
+    return HardwareTarget(
+        hardware=hardware,
+        gpu=default,
+        local=False,
+        note=f"no {hardware} GPU here: targeting {default}, the default for {hardware} "
+        "(choose another with --gpu); predictions only",
+    )

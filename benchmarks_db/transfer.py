@@ -84,7 +84,9 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple]]:
         names = [column[0] for column in relation.description]
         return names, relation.fetchall()
     except duckdb.Error as error:
-        raise UserInputError(f"{path}: not a readable {file_format(path)} file ({str(error).splitlines()[0]})") from None
+        raise UserInputError(
+            f"{path}: not a readable {file_format(path)} file ({str(error).splitlines()[0]})"
+        ) from None
     finally:
         connection.close()
 
@@ -103,8 +105,10 @@ def import_runs(store: BenchmarkStore, path: str | Path) -> ImportReport:
     names, rows = _read_rows(source)
     missing = [column for column in REQUIRED_COLUMNS if column not in names]
     if missing:
-        raise UserInputError(f"{source}: rejected, it lacks the column(s) {', '.join(missing)}; "
-                             "export files with `hardware-selector db export`")
+        raise UserInputError(
+            f"{source}: rejected, it lacks the column(s) {', '.join(missing)}; "
+            "export files with `hardware-selector db export`"
+        )
     known = [name for name in names if name in COLUMNS]
     records: list[RunRecord] = []
     bad: list[str] = []
@@ -122,8 +126,12 @@ def import_runs(store: BenchmarkStore, path: str | Path) -> ImportReport:
             ids.add(record.id)
     store.add_many(fresh)
     return ImportReport(
-        path=str(source), rows=len(rows), imported=len(fresh), duplicates=len(records) - len(fresh),
-        bad_rows=bad, ignored_columns=[name for name in names if name not in known],
+        path=str(source),
+        rows=len(rows),
+        imported=len(fresh),
+        duplicates=len(records) - len(fresh),
+        bad_rows=bad,
+        ignored_columns=[name for name in names if name not in known],
     )
 
 

@@ -8,16 +8,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 db_app = typer.Typer(help="Benchmark records: list, show, share (export/import) and calibrate.", no_args_is_help=True)
 
-DB_OPTION = typer.Option(None, "--db", help="Database file (default: $HARDWARE_SELECTOR_DB or ~/.cache/hardware-selector/benchmarks.duckdb).")
+DB_OPTION = typer.Option(
+    None, "--db", help="Database file (default: $HARDWARE_SELECTOR_DB or ~/.cache/hardware-selector/benchmarks.duckdb)."
+)
 
 
-def _store(db: Optional[Path]):
+def _store(db: Path | None):
     from benchmarks_db.store import BenchmarkStore
 
     return BenchmarkStore(db)
@@ -31,21 +32,21 @@ def _console():
     return console if console.is_terminal else Console(width=200)
 
 
-def _seconds(value: Optional[float]) -> str:
+def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value * 1e3:,.1f} ms" if value < 1 else f"{value:,.2f} s"
 
 
-def _rate(value: Optional[float]) -> str:
+def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
 @db_app.command("list")
 def list_command(
-    db: Optional[Path] = DB_OPTION,
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="Only runs on this GPU."),
-    model: Optional[str] = typer.Option(None, "--model", help="Only runs of this model."),
-    strategy: Optional[str] = typer.Option(None, "--strategy", help="Only this strategy (ddp, fsdp-full, zero2, ...)."),
-    status: Optional[str] = typer.Option(None, "--status", help="ok, oom, error or timeout."),
+    db: Path | None = DB_OPTION,
+    gpu: str | None = typer.Option(None, "--gpu", help="Only runs on this GPU."),
+    model: str | None = typer.Option(None, "--model", help="Only runs of this model."),
+    strategy: str | None = typer.Option(None, "--strategy", help="Only this strategy (ddp, fsdp-full, zero2, ...)."),
+    status: str | None = typer.Option(None, "--status", help="ok, oom, error or timeout."),
     limit: int = typer.Option(50, "--limit", help="At most this many, newest first."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list."),
 ) -> None:
@@ -59,14 +60,21 @@ def list_command(
         print(json.dumps([run.model_dump(mode="json") for run in runs], indent=2))
         return
     table = Table(title=f"{len(runs)} runs in {store.path}", box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in ("id", "date", "model", "hardware", "strategy", "mb×acc", "status", "step", "tokens/s",
-                   "predicted"):
+    for column in ("id", "date", "model", "hardware", "strategy", "mb×acc", "status", "step", "tokens/s", "predicted"):
         table.add_column(column, justify="right" if column in ("step", "tokens/s", "predicted") else "left")
     for run in runs:
-        table.add_row(run.id[:8], f"{run.created_at:%m-%d %H:%M}", run.model_name + ("*" if run.tiny else ""),
-                      f"{run.gpu_count}×{run.gpu_name}", run.strategy, f"{run.micro_batch}×{run.grad_accum}",
-                      run.status.value, _seconds(run.step_time_median_s), _rate(run.tokens_per_s),
-                      _rate(run.predicted_tokens_per_s))
+        table.add_row(
+            run.id[:8],
+            f"{run.created_at:%m-%d %H:%M}",
+            run.model_name + ("*" if run.tiny else ""),
+            f"{run.gpu_count}×{run.gpu_name}",
+            run.strategy,
+            f"{run.micro_batch}×{run.grad_accum}",
+            run.status.value,
+            _seconds(run.step_time_median_s),
+            _rate(run.tokens_per_s),
+            _rate(run.predicted_tokens_per_s),
+        )
     console = _console()
     console.print(table)
     if any(run.tiny for run in runs):
@@ -74,8 +82,9 @@ def list_command(
 
 
 @db_app.command("show")
-def show_command(run_id: str = typer.Argument(..., help="Run id or its first characters."),
-                 db: Optional[Path] = DB_OPTION) -> None:
+def show_command(
+    run_id: str = typer.Argument(..., help="Run id or its first characters."), db: Path | None = DB_OPTION
+) -> None:
     """Print one run, every field, as JSON."""
     record = _store(db).get(run_id)
     document = record.model_dump(mode="json")
@@ -86,8 +95,9 @@ def show_command(run_id: str = typer.Argument(..., help="Run id or its first cha
 
 
 @db_app.command("export")
-def export_command(file: Path = typer.Argument(..., help="Target .parquet or .csv file."),
-                   db: Optional[Path] = DB_OPTION) -> None:
+def export_command(
+    file: Path = typer.Argument(..., help="Target .parquet or .csv file."), db: Path | None = DB_OPTION
+) -> None:
     """Write every run to a Parquet or CSV file to share."""
     from benchmarks_db.transfer import export_runs
 
@@ -96,15 +106,19 @@ def export_command(file: Path = typer.Argument(..., help="Target .parquet or .cs
 
 
 @db_app.command("import")
-def import_command(file: Path = typer.Argument(..., help="A .parquet or .csv file written by `db export`."),
-                   db: Optional[Path] = DB_OPTION) -> None:
+def import_command(
+    file: Path = typer.Argument(..., help="A .parquet or .csv file written by `db export`."),
+    db: Path | None = DB_OPTION,
+) -> None:
     """Add another team's runs; bad rows are reported and skipped, known ids are not imported twice."""
     from benchmarks_db.transfer import import_runs
 
     store = _store(db)
     report = import_runs(store, file)
-    print(f"imported {report.imported} of {report.rows} rows from {file} into {store.path} "
-          f"({report.duplicates} already there, {len(report.bad_rows)} bad)")
+    print(
+        f"imported {report.imported} of {report.rows} rows from {file} into {store.path} "
+        f"({report.duplicates} already there, {len(report.bad_rows)} bad)"
+    )
     for line in report.bad_rows:
         print(f"  skipped {line}", file=sys.stderr)
     if report.ignored_columns:
@@ -113,9 +127,11 @@ def import_command(file: Path = typer.Argument(..., help="A .parquet or .csv fil
 
 @db_app.command("calibration")
 def calibration_command(
-    db: Optional[Path] = DB_OPTION,
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="Only records of this GPU."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw predicted vs measured and throughput by strategy (.png or .html)."),
+    db: Path | None = DB_OPTION,
+    gpu: str | None = typer.Option(None, "--gpu", help="Only records of this GPU."),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="Also draw predicted vs measured and throughput by strategy (.png or .html)."
+    ),
 ) -> None:
     """Predicted vs measured step time per record, with the error before and after calibration."""
     from rich import box
@@ -133,15 +149,24 @@ def calibration_command(
     calibration = Calibration.fit([record.measured_run() for record in records])
     errors = record_errors(records, calibration)
     console = _console()
-    table = Table(title=f"{len(errors)} measured runs with predictions in {store.path}", box=box.SIMPLE_HEAD,
-                  pad_edge=False)
+    table = Table(
+        title=f"{len(errors)} measured runs with predictions in {store.path}", box=box.SIMPLE_HEAD, pad_edge=False
+    )
     for column in ("id", "hardware", "strategy", "mb×acc", "predicted", "calibrated", "measured", "before", "after"):
         table.add_column(column, justify="left" if column in ("id", "hardware", "strategy") else "right")
     for error in errors:
         run = error.record
-        table.add_row(run.id[:8], f"{run.gpu_count}×{run.gpu_name}", run.strategy, f"{run.micro_batch}×{run.grad_accum}",
-                      _seconds(error.predicted_s), _seconds(error.calibrated_s), _seconds(error.measured_s),
-                      f"{error.error_before:+.0%}", f"{error.error_after:+.0%}")
+        table.add_row(
+            run.id[:8],
+            f"{run.gpu_count}×{run.gpu_name}",
+            run.strategy,
+            f"{run.micro_batch}×{run.grad_accum}",
+            _seconds(error.predicted_s),
+            _seconds(error.calibrated_s),
+            _seconds(error.measured_s),
+            f"{error.error_before:+.0%}",
+            f"{error.error_after:+.0%}",
+        )
     console.print(table)
     if errors:
         before = sum(abs(e.error_before) for e in errors) / len(errors)

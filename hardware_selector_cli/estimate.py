@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 import typer
 
@@ -78,8 +77,10 @@ def register(app: typer.Typer) -> None:
         cluster: ClusterOptions,
         config: TrainingConfig,
         headroom: float = typer.Option(0.0, "--headroom", help="Share of GPU memory to keep free, e.g. 0.1."),
-        overhead_gb: Optional[float] = typer.Option(
-            None, "--overhead-gb", help="Runtime overhead per GPU in GiB (CUDA context + fragmentation); default 0.75 + 5%."
+        overhead_gb: float | None = typer.Option(
+            None,
+            "--overhead-gb",
+            help="Runtime overhead per GPU in GiB (CUDA context + fragmentation); default 0.75 + 5%.",
         ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
@@ -107,4 +108,6 @@ def register(app: typer.Typer) -> None:
                 document["throughput_error"] = result.throughput_error
             print(json.dumps(document, indent=2))
         else:
-            print_memory_table(result, f"{spec.name} on {target.world_size} x {target.gpu.name}, {config.strategy.value}")
+            print_memory_table(
+                result, f"{spec.name} on {target.world_size} x {target.gpu.name}, {config.strategy.value}"
+            )

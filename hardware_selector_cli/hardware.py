@@ -11,8 +11,8 @@ import sys
 
 import typer
 
-from planner.hardware.detect import DetectionReport, detect_hardware
 from planner.errors import UserInputError
+from planner.hardware.detect import DetectionReport, detect_hardware
 from planner.hardware.gpus import GpuSpec, Interconnect, load_gpu_catalog
 from planner.units import format_bytes
 
@@ -38,8 +38,12 @@ def _console():
 
 
 def _short_link(link: Interconnect) -> str:
-    short = {"nvlink": link.generation, "pcie": link.generation.replace(" x16", ""),
-             "infinity-fabric": "Infinity Fabric", "host-memory": "host memory"}[link.kind]
+    short = {
+        "nvlink": link.generation,
+        "pcie": link.generation.replace(" x16", ""),
+        "infinity-fabric": "Infinity Fabric",
+        "host-memory": "host memory",
+    }[link.kind]
     return short + (" (pairs)" if link.reach == "pair" else "")
 
 
@@ -71,7 +75,9 @@ def _print_catalog(specs: list[GpuSpec]) -> None:
     console.print(
         "Prices are assumptions (on-demand, per GPU-hour): override them. "
         "Per-entry sources: `hardware-selector gpus --json`.",
-        soft_wrap=True, markup=False, highlight=False,
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
     )
 
 
@@ -114,13 +120,21 @@ def _print_detection(report: DetectionReport) -> None:
             line(f"  note: {note}")
 
     host = report.host
-    ram = f"{format_bytes(host.ram_total_bytes)} total, {format_bytes(host.ram_available_bytes)} available" if host.ram_total_bytes else "unknown"
-    line(f"Host {host.hostname}: RAM {ram}; {host.cpu_logical_cores} logical / {host.cpu_physical_cores} physical cores")
+    ram = (
+        f"{format_bytes(host.ram_total_bytes)} total, {format_bytes(host.ram_available_bytes)} available"
+        if host.ram_total_bytes
+        else "unknown"
+    )
+    line(
+        f"Host {host.hostname}: RAM {ram}; {host.cpu_logical_cores} logical / {host.cpu_physical_cores} physical cores"
+    )
     launch = report.launch
     if launch.launcher == "none":
         line("Launcher: none (no SLURM or torchrun variables set): one node")
     else:
-        facts = {k: v for k, v in launch.model_dump(exclude={"launcher", "variables", "warnings"}).items() if v is not None}
+        facts = {
+            k: v for k, v in launch.model_dump(exclude={"launcher", "variables", "warnings"}).items() if v is not None
+        }
         line(f"Launcher: {launch.launcher}; " + ", ".join(f"{k}={v}" for k, v in facts.items()))
     for warning in launch.warnings:
         line(f"  warning: {warning}")

@@ -79,5 +79,7 @@ def failure_line(code: int, log: Path) -> str:
     signal = re.search(r"Signal (\d+) \(", text) or re.search(r"exitcode\s*:\s*-(\d+)", text)
     if signal:
         number = int(signal.group(1))
-        return f"error: a rank was killed by {SIGNALS.get(number, f'signal {number}')}; the launcher's report is in {log}"
+        return (
+            f"error: a rank was killed by {SIGNALS.get(number, f'signal {number}')}; the launcher's report is in {log}"
+        )
     return f"error: the run failed (exit code {code}); the launcher's report and the ranks' output are in {log}"

@@ -7,7 +7,6 @@ or given by a bare parameter count, or by its dimensions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import typer
 
@@ -19,16 +18,16 @@ MODEL_HELP = "Catalog name, HF id or alias, a config.json path, or a model in th
 
 @dataclass
 class ModelOptions:
-    model: Optional[str]
-    params: Optional[float]
-    hidden: Optional[int]
-    layers: Optional[int]
-    heads: Optional[int]
-    ffn: Optional[int]
-    vocab: Optional[int]
-    kv_heads: Optional[int]
+    model: str | None
+    params: float | None
+    hidden: int | None
+    layers: int | None
+    heads: int | None
+    ffn: int | None
+    vocab: int | None
+    kv_heads: int | None
     experts: int
-    top_k: Optional[int]
+    top_k: int | None
     mlp: str
 
     def resolve(self) -> ModelSpec:
@@ -42,7 +41,9 @@ class ModelOptions:
         given = [flag for flag, value in dimension_flags.items() if value is not None]
         chosen = sum(bool(x) for x in (self.model, self.params is not None, given))
         if chosen == 0:
-            raise UserInputError("name a model with --model, or give --params, or the dimension flags (--hidden --layers ...)")
+            raise UserInputError(
+                "name a model with --model, or give --params, or the dimension flags (--hidden --layers ...)"
+            )
         if chosen > 1:
             raise UserInputError("give only one of --model, --params, or the dimension flags")
         from planner.models.resolve import resolve_model, spec_from_dimensions, spec_from_param_count
@@ -68,16 +69,18 @@ class ModelOptions:
 
 
 def model_options(
-    model: Optional[str] = typer.Option(None, "--model", "-m", help=MODEL_HELP),
-    params: Optional[float] = typer.Option(None, "--params", help="A GPT-shaped model of this many parameters, e.g. 7.5e9."),
-    hidden: Optional[int] = typer.Option(None, "--hidden", help="Hidden size (dimension flags)."),
-    layers: Optional[int] = typer.Option(None, "--layers", help="Transformer blocks."),
-    heads: Optional[int] = typer.Option(None, "--heads", help="Attention heads."),
-    ffn: Optional[int] = typer.Option(None, "--ffn", help="FFN (intermediate) size; per expert for MoE."),
-    vocab: Optional[int] = typer.Option(None, "--vocab", help="Vocabulary size."),
-    kv_heads: Optional[int] = typer.Option(None, "--kv-heads", help="Key/value heads (GQA/MQA); default = --heads."),
+    model: str | None = typer.Option(None, "--model", "-m", help=MODEL_HELP),
+    params: float | None = typer.Option(
+        None, "--params", help="A GPT-shaped model of this many parameters, e.g. 7.5e9."
+    ),
+    hidden: int | None = typer.Option(None, "--hidden", help="Hidden size (dimension flags)."),
+    layers: int | None = typer.Option(None, "--layers", help="Transformer blocks."),
+    heads: int | None = typer.Option(None, "--heads", help="Attention heads."),
+    ffn: int | None = typer.Option(None, "--ffn", help="FFN (intermediate) size; per expert for MoE."),
+    vocab: int | None = typer.Option(None, "--vocab", help="Vocabulary size."),
+    kv_heads: int | None = typer.Option(None, "--kv-heads", help="Key/value heads (GQA/MQA); default = --heads."),
     experts: int = typer.Option(0, "--experts", help="MoE experts per layer (0 = dense)."),
-    top_k: Optional[int] = typer.Option(None, "--top-k", help="Experts per token (MoE)."),
+    top_k: int | None = typer.Option(None, "--top-k", help="Experts per token (MoE)."),
     mlp: str = typer.Option("gated", "--mlp", help="gated (SwiGLU, 3 matrices) or standard (GELU, 2 matrices)."),
 ) -> ModelOptions:
     return ModelOptions(model, params, hidden, layers, heads, ffn, vocab, kv_heads, experts, top_k, mlp)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 import typer
 
@@ -52,7 +51,9 @@ def _print_table(specs: list[ModelSpec]) -> None:
     wide = console.width >= 130
     table = Table(
         title=f"Model catalog ({len(specs)} models; counts from the meta-device build)",
-        box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
     )
     columns = ["name", "HF id", "family"] if wide else ["name"]
     for column in (*columns, "params", "active", "layers", "hidden", "heads(kv)", "FFN", "vocab"):
@@ -75,7 +76,9 @@ def _print_table(specs: list[ModelSpec]) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("models")
     def models_command(
-        search: Optional[str] = typer.Option(None, "--search", "-s", help="Keep models whose name, id or type contains TEXT."),
+        search: str | None = typer.Option(
+            None, "--search", "-s", help="Keep models whose name, id or type contains TEXT."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
     ) -> None:
         """List the built-in model catalog."""

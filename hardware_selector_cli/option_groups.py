@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def option_group(name: str, factory: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from planner.errors import UserInputError
+from planner.search.request import Objective
 from planner.training_config import ActivationCheckpointing, OptimizerKind, Precision
 from planner.units import format_bytes
 
@@ -33,8 +33,12 @@ def plan_document(result) -> dict:
     """The --json shape: best, candidates and rejected, each plan with its strategy family."""
     from planner.search.layouts import family_label
 
-    def dump(plan):
-        return {"strategy": family_label(plan.config), **plan.model_dump(mode="json")}
+    def dump(plan):  # with the layout placed on the cluster (dp filled), which plan.json derives
+        return {
+            "strategy": family_label(plan.config),
+            **plan.model_dump(mode="json"),
+            "layout": plan.layout.model_dump(mode="json"),
+        }
 
     return {
         "best": dump(result.best) if result.best else None,
@@ -80,7 +84,7 @@ def print_plans(result, title: str, explain: bool) -> None:
         table = Table(title=title)
         for column in ("#", "strategy", "dp×tp×pp", "micro×acc", "AC"):
             table.add_column(column)
-        by_time = result.objective.value == "time-to-train"
+        by_time = result.objective is Objective.TIME_TO_TRAIN
         for column in ("GPU memory", "tokens/s", "MFU", "days" if by_time else "cost"):
             table.add_column(column, justify="right")
         tokens = result.train_tokens
@@ -101,7 +105,11 @@ def print_plans(result, title: str, explain: bool) -> None:
         if by_time:
             console.print(f"days: wall time to train {tokens:.3g} tokens (--tokens)", markup=False, highlight=False)
         else:
-            console.print(f"cost: to train {tokens:.3g} tokens at ${result.best.cluster.gpu.price_usd_per_hour:.2f}/GPU-hour [{result.best.cluster.gpu.price_source}] (--price, --tokens)", markup=False, highlight=False)
+            console.print(
+                f"cost: to train {tokens:.3g} tokens at ${result.best.cluster.gpu.price_usd_per_hour:.2f}/GPU-hour [{result.best.cluster.gpu.price_source}] (--price, --tokens)",
+                markup=False,
+                highlight=False,
+            )
         shown = result.candidates if explain else result.candidates[:1]
         for index, plan in enumerate(shown, 1):
             console.print(f"[bold]#{index} {family_label(plan.config)}[/] because:")
@@ -109,7 +117,11 @@ def print_plans(result, title: str, explain: bool) -> None:
                 console.print(f"  - {reason if explain else _without_source(reason)}", markup=False, highlight=False)
             if explain:
                 for category, source in plan.memory.sources.items():
-                    console.print(f"    {category}: {format_bytes(plan.memory.per_gpu_bytes[category])} [{source}]", markup=False, highlight=False)
+                    console.print(
+                        f"    {category}: {format_bytes(plan.memory.per_gpu_bytes[category])} [{source}]",
+                        markup=False,
+                        highlight=False,
+                    )
     if result.rejected:
         console.print("[bold]other strategies:[/]")
         for family, fate in result.rejected.items():
@@ -133,7 +145,9 @@ def _target_cluster(cluster: ClusterOptions):
         return cluster.resolve()
     from planner.hardware.detect import detect_hardware
 
-    detected = detect_hardware().to_cluster_spec(interconnect=cluster.interconnect, price_per_hour=cluster.price_per_hour)
+    detected = detect_hardware().to_cluster_spec(
+        interconnect=cluster.interconnect, price_per_hour=cluster.price_per_hour
+    )
     if detected is None:
         raise UserInputError("no GPU detected here; name the target GPU with --gpu (e.g. --gpu H100-80GB)")
     return detected
@@ -148,27 +162,47 @@ def register(app: typer.Typer) -> None:
         model: ModelOptions,
         cluster: ClusterOptions,
         run: RunOptionValues,
-        global_batch: Optional[int] = typer.Option(None, "--global-batch", help="Sequences per optimizer step (micro × accum × dp)."),
-        micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Sequences per GPU per micro-step (default: searched)."),
+        global_batch: int | None = typer.Option(
+            None, "--global-batch", help="Sequences per optimizer step (micro × accum × dp)."
+        ),
+        micro_batch: int | None = typer.Option(
+            None, "--micro-batch", help="Sequences per GPU per micro-step (default: searched)."
+        ),
         seq_len: int = typer.Option(2048, "--seq-len", help="Tokens per sequence."),
-        precision: Optional[str] = typer.Option(None, "--precision", help="fp32|fp16-mixed|bf16-mixed|bf16 (default: best the GPU has)."),
+        precision: str | None = typer.Option(
+            None, "--precision", help="fp32|fp16-mixed|bf16-mixed|bf16 (default: best the GPU has)."
+        ),
         optimizer: str = typer.Option("adamw", "--optimizer", help="adamw|adamw-8bit|adafactor|sgd|lion"),
         ac: str = typer.Option("none,selective,full", "--ac", help="Activation checkpointing modes to consider."),
-        strategies: str = typer.Option(ALL_STRATEGIES, "--strategies", help="Strategy kinds to consider: ddp,fsdp,deepspeed,engine."),
+        strategies: str = typer.Option(
+            ALL_STRATEGIES, "--strategies", help="Strategy kinds to consider: ddp,fsdp,deepspeed,engine."
+        ),
         no_offload: bool = typer.Option(False, "--no-offload", help="Leave out CPU/NVMe offload."),
-        lora_rank: int = typer.Option(0, "--lora-rank", help="Train LoRA adapters of this rank (0 = full fine-tuning)."),
+        lora_rank: int = typer.Option(
+            0, "--lora-rank", help="Train LoRA adapters of this rank (0 = full fine-tuning)."
+        ),
         qlora: bool = typer.Option(False, "--qlora", help="LoRA on a 4-bit NF4 base."),
         objective: str = typer.Option("throughput", "--objective", help="throughput|cost|time-to-train"),
         top: int = typer.Option(5, "--top", help="How many plans to show (best of each strategy family)."),
         headroom: float = typer.Option(0.1, "--headroom", help="Share of GPU memory kept free."),
-        tokens: Optional[float] = typer.Option(None, "--tokens", help="Training tokens for cost and time (default: 20 per parameter)."),
+        tokens: float | None = typer.Option(
+            None, "--tokens", help="Training tokens for cost and time (default: 20 per parameter)."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         explain: bool = typer.Option(False, "--explain", help="Reasons and memory sources for every plan shown."),
-        emit: Optional[Path] = typer.Option(None, "--emit", help="Write the best plan's run folder here."),
-        force: bool = typer.Option(False, "--force", help="With --emit: overwrite an existing folder (a trained run's "
-                                   "state is moved to previous/<time>/, never deleted or resumed)."),
-        db: Optional[Path] = typer.Option(None, "--db", help="Benchmark database to calibrate with (default: $HARDWARE_SELECTOR_DB or the cache dir)."),
-        no_calibration: bool = typer.Option(False, "--no-calibration", help="Ignore benchmark records: analytical estimates only."),
+        emit: Path | None = typer.Option(None, "--emit", help="Write the best plan's run folder here."),
+        force: bool = typer.Option(
+            False,
+            "--force",
+            help="With --emit: overwrite an existing folder (a trained run's "
+            "state is moved to previous/<time>/, never deleted or resumed).",
+        ),
+        db: Path | None = typer.Option(
+            None, "--db", help="Benchmark database to calibrate with (default: $HARDWARE_SELECTOR_DB or the cache dir)."
+        ),
+        no_calibration: bool = typer.Option(
+            False, "--no-calibration", help="Ignore benchmark records: analytical estimates only."
+        ),
     ) -> None:
         """Find the fastest (or cheapest) way to train a model on a cluster, and explain it."""
         from planner.search import Objective, PlanRequest, StrategyKind, require_best, search_plans
@@ -178,7 +212,12 @@ def register(app: typer.Typer) -> None:
         run_options = run.to_run_options() if emit is not None else None
         if not 0 <= headroom < 1:
             raise UserInputError(f"--headroom must be in [0, 1), not {headroom}")
-        for flag, value in (("--top", top), ("--seq-len", seq_len), ("--global-batch", global_batch), ("--micro-batch", micro_batch)):
+        for flag, value in (
+            ("--top", top),
+            ("--seq-len", seq_len),
+            ("--global-batch", global_batch),
+            ("--micro-batch", micro_batch),
+        ):
             if value is not None and value < 1:
                 raise UserInputError(f"{flag} must be at least 1, not {value}")
         request = PlanRequest(
@@ -210,7 +249,9 @@ def register(app: typer.Typer) -> None:
             try:
                 from planner.emit import emit_run_folder
             except ImportError:
-                raise UserInputError("--emit needs the run-folder emitters (planner/emit), missing from this install") from None
+                raise UserInputError(
+                    "--emit needs the run-folder emitters (planner/emit), missing from this install"
+                ) from None
 
             from planner.contract.previous_run import previous_run_state
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from planner.errors import UserInputError
 
@@ -52,7 +52,9 @@ def _print_recommendation(result: dict) -> None:
             print(f"  - {line}")
         return
     memory = result["estimated_memory"]
-    print(f"Recommended: {result['strategy_family']} ({result['distributed_strategy']}) on {result['gpu_count']} x {result['gpu']}")
+    print(
+        f"Recommended: {result['strategy_family']} ({result['distributed_strategy']}) on {result['gpu_count']} x {result['gpu']}"
+    )
     print(
         f"  per-GPU batch {result['per_gpu_batch_size']}, gradient accumulation {result['gradient_accumulation_steps']}, "
         f"global batch {result['global_batch_size']}, mixed precision {result['mixed_precision']}, "

@@ -15,7 +15,6 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -37,8 +36,19 @@ def checked_runner_args(run_dir: Path, forwarded: list[str]) -> tuple:
 
 
 def torchrun_command(run_dir: Path, *, nproc: int, max_restarts: int, forwarded: list[str]) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-            f"--max-restarts={max_restarts}", "--standalone", "-m", "backends.run", "--plan", str(run_dir), *forwarded]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        f"--max-restarts={max_restarts}",
+        "--standalone",
+        "-m",
+        "backends.run",
+        "--plan",
+        str(run_dir),
+        *forwarded,
+    ]
 
 
 def register(app: typer.Typer) -> None:
@@ -46,9 +56,10 @@ def register(app: typer.Typer) -> None:
     def train_command(
         context: typer.Context,
         run_dir: Path = typer.Argument(..., help="Run folder written by `hardware-selector plan --emit DIR`."),
-        nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="Processes on this node (default: the plan's)."),
-        max_restarts: int = typer.Option(0, "--max-restarts", min=0,
-                                         help="Restart crashed ranks this often (the run resumes from its checkpoints)."),
+        nproc: int | None = typer.Option(None, "--nproc", min=1, help="Processes on this node (default: the plan's)."),
+        max_restarts: int = typer.Option(
+            0, "--max-restarts", min=0, help="Restart crashed ranks this often (the run resumes from its checkpoints)."
+        ),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the torchrun command instead of running it."),
     ) -> None:
         """Train a run folder on this machine: torchrun + the runner (python -m backends.run).
@@ -59,8 +70,10 @@ def register(app: typer.Typer) -> None:
         run = spec.run
         count = nproc or run.nproc_per_node
         if count % run.layout.model_parallel:
-            raise UserInputError(f"--nproc {count} cannot hold this plan's tensor x pipeline parallel layout of "
-                                 f"{run.layout.model_parallel} ranks; pass a multiple of {run.layout.model_parallel}")
+            raise UserInputError(
+                f"--nproc {count} cannot hold this plan's tensor x pipeline parallel layout of "
+                f"{run.layout.model_parallel} ranks; pass a multiple of {run.layout.model_parallel}"
+            )
         command = torchrun_command(run_dir.resolve(), nproc=count, max_restarts=max_restarts, forwarded=forwarded)
         if dry_run:
             print(shlex.join(command))

@@ -1,7 +1,6 @@
 """Options describing the cluster and the training configuration (see option_groups.py)."""
 
 from dataclasses import dataclass
-from typing import Optional
 
 import typer
 
@@ -38,7 +37,7 @@ def _choice(value: str, enum_type, flag: str):
         raise UserInputError(f"{flag} must be one of {allowed}, not '{value}'") from None
 
 
-def strategy_from_name(name: str) -> tuple[Strategy, Optional[int]]:
+def strategy_from_name(name: str) -> tuple[Strategy, int | None]:
     try:
         return STRATEGY_CHOICES[name.lower()]
     except KeyError:
@@ -47,18 +46,20 @@ def strategy_from_name(name: str) -> tuple[Strategy, Optional[int]]:
 
 @dataclass
 class ClusterOptions:
-    gpu: Optional[str]
+    gpu: str | None
     gpus_per_node: int
     nodes: int
-    interconnect: Optional[str]
-    cpu_ram_gb: Optional[float]
-    price_per_hour: Optional[float]
+    interconnect: str | None
+    cpu_ram_gb: float | None
+    price_per_hour: float | None
 
     def resolve(self):
         from planner.hardware.cluster import make_cluster
 
         if not self.gpu:
-            raise UserInputError("name the target GPU with --gpu (e.g. --gpu A100-80GB); 'hardware-selector gpus' lists them")
+            raise UserInputError(
+                "name the target GPU with --gpu (e.g. --gpu A100-80GB); 'hardware-selector gpus' lists them"
+            )
         return make_cluster(
             self.gpu,
             gpus_per_node=self.gpus_per_node,
@@ -70,19 +71,23 @@ class ClusterOptions:
 
 
 def cluster_options(
-    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help="Target GPU, e.g. A100-80GB, H100-80GB (see 'gpus')."),
+    gpu: str | None = typer.Option(None, "--gpu", "-g", help="Target GPU, e.g. A100-80GB, H100-80GB (see 'gpus')."),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs in each node."),
     nodes: int = typer.Option(1, "--nodes", help="Number of nodes."),
-    interconnect: Optional[str] = typer.Option(None, "--interconnect", help="Inter-node network preset, e.g. ib-ndr, roce-1600g."),
-    cpu_ram_gb: Optional[float] = typer.Option(None, "--cpu-ram-gb", help="CPU RAM per node (for offload)."),
-    price_per_hour: Optional[float] = typer.Option(None, "--price", help="USD per GPU-hour, overriding the catalog."),
+    interconnect: str | None = typer.Option(
+        None, "--interconnect", help="Inter-node network preset, e.g. ib-ndr, roce-1600g."
+    ),
+    cpu_ram_gb: float | None = typer.Option(None, "--cpu-ram-gb", help="CPU RAM per node (for offload)."),
+    price_per_hour: float | None = typer.Option(None, "--price", help="USD per GPU-hour, overriding the catalog."),
 ) -> ClusterOptions:
     return ClusterOptions(gpu, gpus_per_node, nodes, interconnect, cpu_ram_gb, price_per_hour)
 
 
 def training_options(
     strategy: str = typer.Option("ddp", "--strategy", help="ddp|fsdp|zero0|zero1|zero2|zero3|engine"),
-    zero_stage: int = typer.Option(1, "--zero-stage", help="ZeRO stage on the data-parallel group, for --strategy engine."),
+    zero_stage: int = typer.Option(
+        1, "--zero-stage", help="ZeRO stage on the data-parallel group, for --strategy engine."
+    ),
     fsdp_sharding: str = typer.Option("full", "--fsdp-sharding", help="full|grad-op|hybrid|none"),
     offload_optimizer: str = typer.Option("none", "--offload-optimizer", help="none|cpu|nvme"),
     offload_params: str = typer.Option("none", "--offload-params", help="none|cpu|nvme"),
@@ -103,23 +108,36 @@ def training_options(
     qlora: bool = typer.Option(False, "--qlora", help="LoRA on a 4-bit NF4 base."),
 ) -> TrainingConfig:
     chosen, stage = strategy_from_name(strategy)
-    for flag, value in (("--tp", tp), ("--pp", pp), ("--ep", ep), ("--micro-batch", micro_batch), ("--seq-len", seq_len), ("--grad-accum", grad_accum)):
+    for flag, value in (
+        ("--tp", tp),
+        ("--pp", pp),
+        ("--ep", ep),
+        ("--micro-batch", micro_batch),
+        ("--seq-len", seq_len),
+        ("--grad-accum", grad_accum),
+    ):
         if value < 1:
             raise UserInputError(f"{flag} must be at least 1, not {value}")
     if not 0 <= zero_stage <= 3:
         raise UserInputError(f"--zero-stage must be 0-3, not {zero_stage}")
+    from pydantic import ValidationError
+
+    from planner.contract.layout import ParallelDims
+    from planner.contract.schema import describe_validation_error
+
+    try:
+        layout = ParallelDims(tp=tp, pp=pp, virtual_stages=virtual_stages, ep=ep)
+    except ValidationError as error:
+        raise UserInputError(f"layout {describe_validation_error(error, 'docs/parallelism.md')}") from None
     return TrainingConfig(
         strategy=chosen,
         zero_stage=zero_stage if stage is None else stage,
         fsdp_sharding=_choice(fsdp_sharding, FsdpSharding, "--fsdp-sharding"),
         offload_optimizer=_choice(offload_optimizer, Offload, "--offload-optimizer"),
         offload_params=_choice(offload_params, Offload, "--offload-params"),
-        tensor_parallel=tp,
-        pipeline_parallel=pp,
+        layout=layout,
         sequence_parallel=sp,
         pipeline_schedule=_choice(pp_schedule, PipelineSchedule, "--pp-schedule"),
-        virtual_stages=virtual_stages,
-        expert_parallel=ep,
         micro_batch=micro_batch,
         seq_len=seq_len,
         grad_accum=grad_accum,

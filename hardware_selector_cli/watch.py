@@ -36,19 +36,31 @@ def snapshot(run_dir: Path) -> dict[str, Any]:
     total = status.get("total_steps")
     step = latest.get("step", status.get("step", 0))
     seconds = [row["step_s"] for row in recent if "step_s" in row]
-    eta = (total - step) * sum(seconds) / len(seconds) if seconds and total and status.get("state") == "running" else None
+    eta = (
+        (total - step) * sum(seconds) / len(seconds) if seconds and total and status.get("state") == "running" else None
+    )
     summary_file = run_dir / "run_summary.json"
-    summary = json.loads(summary_file.read_text()) if summary_file.is_file() and status.get("state") != "running" else {}
+    summary = (
+        json.loads(summary_file.read_text()) if summary_file.is_file() and status.get("state") != "running" else {}
+    )
     return {
         "state": status.get("state", "not started" if not train else "unknown"),
-        "step": step, "total_steps": total, "eta_s": eta,
-        "loss": latest.get("loss"), "loss_average": sum(r["loss"] for r in recent) / len(recent) if recent else None,
-        "lr": latest.get("lr"), "grad_norm": latest.get("grad_norm"), "tokens_per_s": latest.get("tokens_per_s"),
-        "mfu": latest.get("mfu"), "peak_memory_bytes": latest.get("peak_memory_bytes"),
+        "step": step,
+        "total_steps": total,
+        "eta_s": eta,
+        "loss": latest.get("loss"),
+        "loss_average": sum(r["loss"] for r in recent) / len(recent) if recent else None,
+        "lr": latest.get("lr"),
+        "grad_norm": latest.get("grad_norm"),
+        "tokens_per_s": latest.get("tokens_per_s"),
+        "mfu": latest.get("mfu"),
+        "peak_memory_bytes": latest.get("peak_memory_bytes"),
         "eval": evals[-1] if evals else None,
         "anomalies": [row for row in train if "anomaly" in row][-5:],
-        "message": status.get("message", ""), "summary": summary.get("lines", []),
-        "strategy": status.get("strategy"), "model": status.get("model"),
+        "message": status.get("message", ""),
+        "summary": summary.get("lines", []),
+        "strategy": status.get("strategy"),
+        "model": status.get("model"),
     }
 
 
@@ -69,14 +81,19 @@ def render(view: dict[str, Any]) -> Any:
     if view["loss"] is not None:
         table.add_row("loss", f"{view['loss']:.4f} (last {AVERAGE_OVER} steps: {view['loss_average']:.4f})")
     if view["eval"]:
-        table.add_row("eval", f"loss {view['eval']['eval_loss']:.4f}, perplexity {view['eval']['perplexity']:.2f} "
-                              f"at step {view['eval']['step']}")
+        table.add_row(
+            "eval",
+            f"loss {view['eval']['eval_loss']:.4f}, perplexity {view['eval']['perplexity']:.2f} "
+            f"at step {view['eval']['step']}",
+        )
     if view["tokens_per_s"]:
         speed = f"{view['tokens_per_s']:,.0f} tokens/s"
         table.add_row("speed", speed + (f", MFU {view['mfu']:.1%}" if view.get("mfu") else ""))
     if view["lr"] is not None:
-        table.add_row("lr / grad norm", f"{view['lr']:.3g} / {view['grad_norm']:.3g}" if view["grad_norm"] is not None
-                      else f"{view['lr']:.3g}")
+        table.add_row(
+            "lr / grad norm",
+            f"{view['lr']:.3g} / {view['grad_norm']:.3g}" if view["grad_norm"] is not None else f"{view['lr']:.3g}",
+        )
     if view["peak_memory_bytes"]:
         table.add_row("peak memory", f"{view['peak_memory_bytes'] / 2**30:.2f} GiB")
     for row in view["anomalies"]:

@@ -15,8 +15,9 @@ DuckDB store is benchmarks_db's job, so the planner never imports duckdb.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime
-from typing import Callable, Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,10 +43,10 @@ class MeasuredRun(BaseModel):
     model_spec_hash: str
     config: TrainingConfig
     ok: bool
-    step_time_s: Optional[float] = Field(default=None, gt=0)
-    tokens_per_s: Optional[float] = Field(default=None, gt=0)
-    predicted_step_time_s: Optional[float] = Field(default=None, gt=0)
-    peak_memory_bytes: Optional[int] = None
+    step_time_s: float | None = Field(default=None, gt=0)
+    tokens_per_s: float | None = Field(default=None, gt=0)
+    predicted_step_time_s: float | None = Field(default=None, gt=0)
+    peak_memory_bytes: int | None = None
 
     @property
     def family(self) -> str:
@@ -89,13 +90,17 @@ class Correction(BaseModel):
     def describe(self) -> str:
         if self.form == "ratio":
             return f"{self.family} on {self.gpu}: x{self.scale:.3g} ({_count(self.records, 'record')})"
-        return (f"{self.family} on {self.gpu}: {self.overhead_s * 1e3:.3g} ms + x{self.scale:.3g} "
-                f"({_count(self.records, 'record')})")
+        return (
+            f"{self.family} on {self.gpu}: {self.overhead_s * 1e3:.3g} ms + x{self.scale:.3g} "
+            f"({_count(self.records, 'record')})"
+        )
 
 
 def fit_correction(gpu: str, family: str, runs: list[MeasuredRun]) -> Correction:
     """Least squares on relative error, so fast and slow configs weigh alike."""
-    pairs = [(run.predicted_step_time_s, run.step_time_s) for run in runs]
+    pairs = [
+        (run.predicted_step_time_s, run.step_time_s) for run in runs if run.predicted_step_time_s and run.step_time_s
+    ]  # fit() passes only runs with both
     distinct = len({round(p, 12) for p, _ in pairs})
     if len(pairs) >= MIN_RECORDS_FOR_AFFINE and distinct >= 2:
         # Minimise sum((a + b p_i) / m_i - 1)^2: linear in (a, b) with rows (1/m_i, p_i/m_i).
@@ -109,8 +114,9 @@ def fit_correction(gpu: str, family: str, runs: list[MeasuredRun]) -> Correction
             overhead = (t1 * s22 - t2 * s12) / det
             scale = (s11 * t2 - s12 * t1) / det
             if overhead >= 0 and scale > 0:
-                return Correction(gpu=gpu, family=family, form="affine", scale=scale, overhead_s=overhead,
-                                  records=len(pairs))
+                return Correction(
+                    gpu=gpu, family=family, form="affine", scale=scale, overhead_s=overhead, records=len(pairs)
+                )
     # Too few points, or an affine fit that makes no physical sense: one geometric-mean ratio.
     ratio = math.exp(sum(math.log(m / p) for p, m in pairs) / len(pairs))
     return Correction(gpu=gpu, family=family, form="ratio", scale=ratio, overhead_s=0.0, records=len(pairs))
@@ -150,16 +156,18 @@ class Calibration(BaseModel):
     records_read: int = 0
 
     @classmethod
-    def fit(cls, runs: list[MeasuredRun]) -> "Calibration":
+    def fit(cls, runs: list[MeasuredRun]) -> Calibration:
         ok = sorted((run for run in runs if run.ok and run.step_time_s), key=lambda r: r.measured_at, reverse=True)
         groups: dict[tuple[str, str], list[MeasuredRun]] = {}
         for run in ok:
             if run.predicted_step_time_s:
                 groups.setdefault((normalize_gpu_name(run.gpu_name), run.family), []).append(run)
-        corrections = [fit_correction(group[0].gpu_name, family, group) for (_, family), group in sorted(groups.items())]
+        corrections = [
+            fit_correction(group[0].gpu_name, family, group) for (_, family), group in sorted(groups.items())
+        ]
         return cls(corrections=corrections, measured=ok, records_read=len(runs))
 
-    def for_gpu(self, gpu_name: str) -> "Calibration":
+    def for_gpu(self, gpu_name: str) -> Calibration:
         key = normalize_gpu_name(gpu_name)
         return Calibration(
             corrections=[c for c in self.corrections if normalize_gpu_name(c.gpu) == key],
@@ -171,12 +179,18 @@ class Calibration(BaseModel):
         key, family = normalize_gpu_name(gpu_name), strategy_family(config)
         return next((c for c in self.corrections if normalize_gpu_name(c.gpu) == key and c.family == family), None)
 
-    def measured_run(self, gpu_name: str, world_size: int, nodes: int, spec_hash: str,
-                     config: TrainingConfig) -> MeasuredRun | None:
+    def measured_run(
+        self, gpu_name: str, world_size: int, nodes: int, spec_hash: str, config: TrainingConfig
+    ) -> MeasuredRun | None:
         key = normalize_gpu_name(gpu_name)
         for run in self.measured:  # newest first
-            if (normalize_gpu_name(run.gpu_name) == key and run.world_size == world_size and run.nodes == nodes
-                    and run.model_spec_hash == spec_hash and run.config == config):
+            if (
+                normalize_gpu_name(run.gpu_name) == key
+                and run.world_size == world_size
+                and run.nodes == nodes
+                and run.model_spec_hash == spec_hash
+                and run.config == config
+            ):
                 return run
         return None
 
@@ -188,13 +202,14 @@ class Calibration(BaseModel):
         source = f"calibration: {correction.describe()}"
         return rescaled(estimate, correction.apply(estimate.step_time_s), source, source)
 
-    def adjuster(self, gpu_name: str, world_size: int, nodes: int, spec_hash: str, *,
-                 use_measured: bool = True) -> Callable[[TrainingConfig, ThroughputEstimate], ThroughputEstimate]:
+    def adjuster(
+        self, gpu_name: str, world_size: int, nodes: int, spec_hash: str, *, use_measured: bool = True
+    ) -> Callable[[TrainingConfig, ThroughputEstimate], ThroughputEstimate]:
         """The search's `throughput_adjust` hook for one model on one cluster."""
 
         def adjust(config: TrainingConfig, estimate: ThroughputEstimate) -> ThroughputEstimate:
             run = self.measured_run(gpu_name, world_size, nodes, spec_hash, config) if use_measured else None
-            if run is not None:
+            if run is not None and run.step_time_s:
                 source = f"measured: benchmark {run.label}"
                 return rescaled(estimate, run.step_time_s, source, f"step time measured ({run.label})")
             return self.corrected(estimate, gpu_name, config)
@@ -208,5 +223,7 @@ class Calibration(BaseModel):
             return f"not calibrated: no benchmark records for {gpu_name} ({_count(self.records_read, 'record')} read)"
         fitted = sum(c.records for c in mine.corrections)
         families = ", ".join(c.describe() for c in mine.corrections) or "none (records lack predictions)"
-        return (f"calibrated on {_count(len(mine.measured), 'measured run')} for {gpu_name} "
-                f"({fitted} used in corrections: {families}); measured configs use their measured step time")
+        return (
+            f"calibrated on {_count(len(mine.measured), 'measured run')} for {gpu_name} "
+            f"({fitted} used in corrections: {families}); measured configs use their measured step time"
+        )

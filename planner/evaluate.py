@@ -6,12 +6,10 @@ candidate plan is an Evaluation.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from pydantic import BaseModel, ConfigDict
 
-from planner.hardware.cluster import ClusterSpec
 from planner.errors import UserInputError
+from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import MemoryEstimate, OverheadSettings, estimate_memory
 from planner.models.spec import ModelSpec
 from planner.throughput.estimate import estimate_throughput
@@ -25,9 +23,9 @@ class Evaluation(BaseModel):
     config: TrainingConfig
     memory: MemoryEstimate
     cluster_summary: dict
-    throughput: Optional[ThroughputEstimate] = None
+    throughput: ThroughputEstimate | None = None
     # Why there is no throughput figure (e.g. the GPU lacks the precision's dtype).
-    throughput_error: Optional[str] = None
+    throughput_error: str | None = None
 
 
 def cluster_summary(cluster: ClusterSpec) -> dict:

@@ -7,18 +7,21 @@ benchmark DB stores it. It is pure data; nothing here imports torch.
 
 from __future__ import annotations
 
-from typing import Optional
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.hardware.cluster import ClusterSpec
 from planner.contract.layout import ParallelDims
 from planner.contract.schema import SCHEMA_VERSION
+from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import MemoryEstimate
 from planner.models.spec import ModelSpec
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import TrainingConfig
 
+if TYPE_CHECKING:
+    from planner.emit.target import RunOptions
 
 
 class Plan(BaseModel):
@@ -28,28 +31,28 @@ class Plan(BaseModel):
     model: ModelSpec
     cluster: ClusterSpec
     config: TrainingConfig
-    layout: ParallelDims
     memory: MemoryEstimate
-    throughput: Optional[ThroughputEstimate] = None
+    throughput: ThroughputEstimate | None = None
     reasons: list[str] = Field(default_factory=list)  # why this plan, in plain sentences
-    calibration: Optional[str] = None  # how throughput was calibrated, if at all
+    calibration: str | None = None  # how throughput was calibrated, if at all
+
+    @property
+    def layout(self) -> ParallelDims:
+        """The config's model-parallel split placed on the cluster: dp is what the split leaves."""
+        return self.config.layout.with_world_size(self.cluster.world_size)
 
     @property
     def global_batch(self) -> int:
-        return self.config.micro_batch * self.config.grad_accum * self.layout.dp
+        return self.config.micro_batch * self.config.grad_accum * self.layout.data_parallel
 
-    @classmethod
-    def layout_for(cls, config: TrainingConfig, world_size: int) -> ParallelDims:
-        pp = config.pipeline_parallel
-        return ParallelDims(
-            dp=config.data_parallel_size(world_size),
-            tp=config.tensor_parallel,
-            pp=pp,
-            ep=config.expert_parallel,
-            virtual_stages=config.virtual_stages if pp > 1 else 1,
-        )
-
-    def emit(self, directory, *, force: bool = False, nproc_override: int | None = None, options=None):
+    def emit(
+        self,
+        directory: str | Path,
+        *,
+        force: bool = False,
+        nproc_override: int | None = None,
+        options: RunOptions | None = None,
+    ) -> list[Path]:
         """Write this plan's run folder (see planner/emit); options: a planner.emit.RunOptions."""
         from planner.emit import emit_run_folder  # lazy: planning never needs the emitters
 

@@ -16,10 +16,10 @@ Conventions:
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
-from planner.hardware.cluster import GIB, ClusterSpec, make_cluster
 from planner.errors import UserInputError
+from planner.hardware.cluster import GIB, ClusterSpec, make_cluster
 from planner.hardware.gpus import GpuSpec, load_gpu_catalog, resolve_gpu
 from planner.models.legacy_names import catalog_name, check_model_family
 from planner.models.resolve import resolve_model
@@ -30,7 +30,12 @@ from planner.training_config import ActivationCheckpointing, FsdpSharding, Offlo
 
 DEFAULT_GPU = "A100-80GB"
 DEFAULT_GPUS_PER_NODE = 8
-STRATEGY_NAMES = {Strategy.DDP: "DDP", Strategy.FSDP: "FSDP", Strategy.DEEPSPEED: "DeepSpeed", Strategy.ENGINE: "engine"}
+STRATEGY_NAMES = {
+    Strategy.DDP: "DDP",
+    Strategy.FSDP: "FSDP",
+    Strategy.DEEPSPEED: "DeepSpeed",
+    Strategy.ENGINE: "engine",
+}
 TORCH_FSDP_SHARDING = {
     FsdpSharding.FULL: "FULL_SHARD",
     FsdpSharding.GRAD_OP: "SHARD_GRAD_OP",
@@ -53,7 +58,7 @@ def _capped(gpu: GpuSpec, memory_gib: float) -> GpuSpec:
     return gpu.model_copy(update={"memory_bytes": int(memory_gib * GIB), "notes": f"{gpu.notes} {note}".strip()})
 
 
-def gpu_with_memory(max_memory_gb: Optional[float], gpu: Optional[str] = None) -> GpuSpec:
+def gpu_with_memory(max_memory_gb: float | None, gpu: str | None = None) -> GpuSpec:
     """The GPU a request means (see the module docstring)."""
     if max_memory_gb is not None and max_memory_gb <= 0:
         raise UserInputError(f"max_memory_gb must be positive, not {max_memory_gb}")
@@ -73,7 +78,7 @@ def gpu_with_memory(max_memory_gb: Optional[float], gpu: Optional[str] = None) -
     return _capped(min(larger, key=lambda entry: (entry.memory_bytes, _best_value_key(entry))), max_memory_gb)
 
 
-def cluster_for(gpu: GpuSpec, gpu_count: int, gpus_per_node: Optional[int] = None) -> ClusterSpec:
+def cluster_for(gpu: GpuSpec, gpu_count: int, gpus_per_node: int | None = None) -> ClusterSpec:
     if gpu_count < 1:
         raise UserInputError(f"gpu_count must be at least 1, not {gpu_count}")
     per_node = gpus_per_node or min(gpu_count, DEFAULT_GPUS_PER_NODE)
@@ -173,7 +178,9 @@ def _no_fit_summary(result: SearchResult, cluster: ClusterSpec) -> dict[str, Any
 
 def _check_training(task_type: str) -> None:
     if task_type.strip().lower() != "training":
-        raise UserInputError(f"task type '{task_type}' is not planned here; this tool plans training (task_type='training')")
+        raise UserInputError(
+            f"task type '{task_type}' is not planned here; this tool plans training (task_type='training')"
+        )
 
 
 class HardwareSelector:
@@ -189,7 +196,9 @@ class HardwareSelector:
 
         return training_arguments(plan, output_dir, **overrides)
 
-    def _search(self, model_family: str, model_name: str, cluster: ClusterSpec, batch_size: Optional[int], **request: Any) -> SearchResult:
+    def _search(
+        self, model_family: str, model_name: str, cluster: ClusterSpec, batch_size: int | None, **request: Any
+    ) -> SearchResult:
         families = check_model_family(model_family)
         spec = resolve_model(catalog_name(model_name))
         if spec.family not in families:
@@ -207,14 +216,14 @@ class HardwareSelector:
         model_family: str,
         model_name: str,
         gpu_count: int,
-        batch_size: Optional[int] = None,
-        max_memory_gb: Optional[float] = None,
+        batch_size: int | None = None,
+        max_memory_gb: float | None = None,
         *,
-        gpu: Optional[str] = None,
-        gpus_per_node: Optional[int] = None,
-        seq_len: Optional[int] = None,
+        gpu: str | None = None,
+        gpus_per_node: int | None = None,
+        seq_len: int | None = None,
         objective: str = "throughput",
-        precision: Optional[str] = None,
+        precision: str | None = None,
     ) -> dict[str, Any]:
         """The best plan for this model on gpu_count GPUs, as the legacy dict plus the typed plan ("plan")."""
         cluster = cluster_for(gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node)
@@ -230,7 +239,10 @@ class HardwareSelector:
         if result.best is None:
             return _no_fit_summary(result, cluster)
         summary = plan_summary(result.best)
-        summary["alternatives"] = {family_label(plan.config): plan_summary(plan)["estimated_memory"]["per_gpu_gb"] for plan in result.candidates[1:]}
+        summary["alternatives"] = {
+            family_label(plan.config): plan_summary(plan)["estimated_memory"]["per_gpu_gb"]
+            for plan in result.candidates[1:]
+        }
         summary["rejected"] = dict(result.rejected)
         return summary
 
@@ -243,18 +255,22 @@ class HardwareSelector:
         distributed: bool = True,
         gpu_count: int = 4,
         *,
-        max_memory_gb: Optional[float] = None,
-        seq_len: Optional[int] = None,
+        max_memory_gb: float | None = None,
+        seq_len: int | None = None,
         rank_by: str = "cost",
         include_detected: bool = True,
-        candidates: Optional[list[str]] = None,
+        candidates: list[str] | None = None,
     ) -> dict[str, Any]:
         """Compare catalog GPUs (and this machine's) for the task; rank by cost per token or throughput."""
         _check_training(task_type)
         if rank_by not in ("cost", "throughput"):
             raise UserInputError(f"rank_by must be 'cost' or 'throughput', not '{rank_by}'")
         count = gpu_count if distributed else 1
-        gpus = [resolve_gpu(name) for name in candidates] if candidates else [g for g in load_gpu_catalog() if g.kind == "gpu"]
+        gpus = (
+            [resolve_gpu(name) for name in candidates]
+            if candidates
+            else [g for g in load_gpu_catalog() if g.kind == "gpu"]
+        )
         if max_memory_gb is not None:
             gpus = [g for g in gpus if g.memory_gib <= max_memory_gb * 1.05]
         detected = _detected_gpu_names() if include_detected else []
@@ -263,7 +279,9 @@ class HardwareSelector:
         ranked = []
         for entry in gpus:
             cluster = cluster_for(entry, count)
-            result = self._search(model_family, model_name, cluster, batch_size, seq_len=seq_len or self.seq_len, top_k=1)
+            result = self._search(
+                model_family, model_name, cluster, batch_size, seq_len=seq_len or self.seq_len, top_k=1
+            )
             if result.best is None:
                 estimates[entry.name] = _no_fit_summary(result, cluster)
                 continue
@@ -278,7 +296,9 @@ class HardwareSelector:
         if not ranked:
             raise UserInputError(f"no catalog GPU fits {model_name} at {count} GPUs; raise gpu_count")
         if rank_by == "cost":
-            ranked.sort(key=lambda s: s["usd_per_million_tokens"] if s["usd_per_million_tokens"] is not None else float("inf"))
+            ranked.sort(
+                key=lambda s: s["usd_per_million_tokens"] if s["usd_per_million_tokens"] is not None else float("inf")
+            )
         else:
             ranked.sort(key=lambda s: -s.get("estimated_throughput", {}).get("tokens_per_s", 0.0))
         primary = ranked[0]
@@ -301,9 +321,16 @@ def _detected_gpu_names() -> list[str]:
 
 
 def get_distributed_training_config(
-    model_family: str, model_name: str, gpu_count: int, batch_size: Optional[int] = None, max_memory_gb: Optional[float] = None, **options: Any
+    model_family: str,
+    model_name: str,
+    gpu_count: int,
+    batch_size: int | None = None,
+    max_memory_gb: float | None = None,
+    **options: Any,
 ) -> dict[str, Any]:
-    return HardwareSelector().get_distributed_training_config(model_family, model_name, gpu_count, batch_size, max_memory_gb, **options)
+    return HardwareSelector().get_distributed_training_config(
+        model_family, model_name, gpu_count, batch_size, max_memory_gb, **options
+    )
 
 
 def select_hardware_for_task(model_family: str, model_name: str, **options: Any) -> dict[str, Any]:

@@ -9,9 +9,11 @@ one-line UserInputError for combinations that cannot work.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from planner.contract.layout import ParallelDims
 from planner.errors import UserInputError
 from planner.models.spec import ModelSpec
 
@@ -76,6 +78,14 @@ class PipelineSchedule(str, Enum):
     INTERLEAVED = "interleaved-1f1b"
 
 
+LEGACY_LAYOUT_KEYS = {
+    "tensor_parallel": "tp",
+    "pipeline_parallel": "pp",
+    "virtual_stages": "virtual_stages",
+    "expert_parallel": "ep",
+}
+
+
 class TrainingConfig(BaseModel):
     """One way to train a model; every field has the default most users want."""
 
@@ -87,12 +97,10 @@ class TrainingConfig(BaseModel):
     offload_optimizer: Offload = Offload.NONE
     offload_params: Offload = Offload.NONE
 
-    tensor_parallel: int = Field(default=1, ge=1)
-    pipeline_parallel: int = Field(default=1, ge=1)
+    # The model-parallel split (tp, pp and its chunks, ep, cp); dp is left to the cluster (Plan.layout fills it).
+    layout: ParallelDims = ParallelDims()
     sequence_parallel: bool = False
     pipeline_schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
-    virtual_stages: int = Field(default=1, ge=1)  # model chunks per rank (interleaved)
-    expert_parallel: int = Field(default=1, ge=1)
 
     micro_batch: int = Field(default=1, ge=1)
     seq_len: int = Field(default=2048, ge=1)
@@ -106,8 +114,22 @@ class TrainingConfig(BaseModel):
     lora_rank: int = Field(default=0, ge=0)  # 0 = full fine-tuning
     qlora: bool = False  # LoRA on a 4-bit (NF4) frozen base
 
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_layout_keys(cls, data: Any) -> Any:
+        """Documents written before the layout was one value (benchmark records of schema 1) keep reading."""
+        if not isinstance(data, dict) or not any(key in data for key in LEGACY_LAYOUT_KEYS):
+            return data
+        data = dict(data)
+        layout = dict(data.pop("layout", {}) or {})
+        for old, new in LEGACY_LAYOUT_KEYS.items():
+            if old in data:
+                layout[new] = data.pop(old)
+        data["layout"] = layout
+        return data
+
     @model_validator(mode="after")
-    def _check_fields(self) -> "TrainingConfig":
+    def _check_fields(self) -> TrainingConfig:
         if self.strategy is Strategy.DEEPSPEED and self.zero_stage == 0 and self.offload_optimizer is not Offload.NONE:
             raise UserInputError("optimizer offload needs ZeRO stage 1 or higher; use --strategy zero1, zero2 or zero3")
         if self.offload_params is not Offload.NONE:
@@ -130,7 +152,26 @@ class TrainingConfig(BaseModel):
             )
         if self.virtual_stages > 1 and self.pipeline_schedule is not PipelineSchedule.INTERLEAVED:
             raise UserInputError("virtual pipeline stages need the interleaved-1f1b schedule")
+        if self.layout.dp is not None:
+            raise UserInputError("a training config states the model-parallel split only; dp comes from the cluster")
         return self
+
+    # The layout's degrees, by the names the estimators read them.
+    @property
+    def tensor_parallel(self) -> int:
+        return self.layout.tp
+
+    @property
+    def pipeline_parallel(self) -> int:
+        return self.layout.pp
+
+    @property
+    def virtual_stages(self) -> int:
+        return self.layout.virtual_stages
+
+    @property
+    def expert_parallel(self) -> int:
+        return self.layout.ep
 
     @property
     def model_parallel_size(self) -> int:
@@ -150,9 +191,7 @@ class TrainingConfig(BaseModel):
                 f"use a divisor of {model.num_heads}"
             )
         if tp > 1 and model.num_kv_heads % tp and tp % model.num_kv_heads:
-            raise UserInputError(
-                f"--tp {tp} cannot split {model.name}'s {model.num_kv_heads} key/value heads evenly"
-            )
+            raise UserInputError(f"--tp {tp} cannot split {model.name}'s {model.num_kv_heads} key/value heads evenly")
         if tp > gpus_per_node:
             raise UserInputError(f"--tp {tp} spans nodes; keep tensor parallelism inside a node ({gpus_per_node} GPUs)")
         stage_layers = model.num_decoder_layers or model.num_layers
@@ -170,7 +209,9 @@ class TrainingConfig(BaseModel):
                 f"interleaved 1F1B runs micro-batches in rounds of {pp}; make --grad-accum a multiple of {pp}"
             )
         if pp * self.virtual_stages > stage_layers and pp > 1:
-            raise UserInputError(f"{pp * self.virtual_stages} pipeline chunks exceed {model.name}'s {stage_layers} layers")
+            raise UserInputError(
+                f"{pp * self.virtual_stages} pipeline chunks exceed {model.name}'s {stage_layers} layers"
+            )
         if self.expert_parallel > 1:
             if not model.is_moe:
                 raise UserInputError(f"--ep {self.expert_parallel}: {model.name} has no experts")

@@ -25,8 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run from a checkout without installing
 
-from planner.models.hf_config import spec_from_hf_config  # noqa: E402
 from planner.models.catalog import CATALOG_DIR, CATALOG_FILE, normalize_name  # noqa: E402
+from planner.models.hf_config import spec_from_hf_config  # noqa: E402
 from planner.models.spec import ModelSpec  # noqa: E402
 
 MODELS_DIR = CATALOG_DIR / "models"

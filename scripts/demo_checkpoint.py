@@ -15,8 +15,10 @@ import json
 import random
 from pathlib import Path
 
-WORDS = ("the quick brown fox jumps over lazy dog model train data token gpu memory plan batch "
-         "shard pipeline tensor rank step loss learning rate warmup cosine node cluster").split()
+WORDS = (
+    "the quick brown fox jumps over lazy dog model train data token gpu memory plan batch "
+    "shard pipeline tensor rank step loss learning rate warmup cosine node cluster"
+).split()
 VOCAB = 320
 SPECIALS = ["<|endoftext|>", "<mask>"]
 
@@ -43,10 +45,15 @@ def train_tokenizer(corpus: Path, folder: Path) -> None:
     tokenizer = Tokenizer(models.BPE(unk_token=None))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.train([str(corpus)], trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIALS,
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
-                                   mask_token="<mask>")
+    tokenizer.train(
+        [str(corpus)],
+        trainers.BpeTrainer(
+            vocab_size=VOCAB, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, eos_token="<|endoftext|>", bos_token="<|endoftext|>", mask_token="<mask>"
+    )
     fast.save_pretrained(str(folder))
 
 
@@ -61,8 +68,18 @@ def make_local_gpt2(root: Path, *, layers: int = 4, hidden: int = 64, heads: int
     train_tokenizer(corpus, model_dir)
     eos = json.loads((model_dir / "tokenizer.json").read_text())["added_tokens"][0]["id"]
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=VOCAB, n_positions=256, n_embd=hidden, n_layer=layers, n_head=heads,
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=eos, eos_token_id=eos)
+    config = GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=256,
+        n_embd=hidden,
+        n_layer=layers,
+        n_head=heads,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=eos,
+        eos_token_id=eos,
+    )
     GPT2LMHeadModel(config).save_pretrained(str(model_dir))
     return model_dir, corpus
 
@@ -81,13 +98,31 @@ def make_local_encoder(root: Path, kind: str) -> Path:
         shutil.copy(tokenizer_dir / name, folder / name)
     torch.manual_seed(0)
     if kind == "bert":
-        config = BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                            intermediate_size=128, max_position_embeddings=256, hidden_dropout_prob=0.0,
-                            attention_probs_dropout_prob=0.0, pad_token_id=0)
+        config = BertConfig(
+            vocab_size=VOCAB,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=128,
+            max_position_embeddings=256,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            pad_token_id=0,
+        )
         BertForMaskedLM(config).save_pretrained(str(folder))
     else:
-        config = T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
-                          dropout_rate=0.0, pad_token_id=0, eos_token_id=0, decoder_start_token_id=0)
+        config = T5Config(
+            vocab_size=VOCAB,
+            d_model=64,
+            d_kv=16,
+            d_ff=128,
+            num_layers=2,
+            num_heads=4,
+            dropout_rate=0.0,
+            pad_token_id=0,
+            eos_token_id=0,
+            decoder_start_token_id=0,
+        )
         T5ForConditionalGeneration(config).save_pretrained(str(folder))
     return folder
 

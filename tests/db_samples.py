@@ -9,11 +9,28 @@ from planner.training_config import TrainingConfig
 def sample_record(**overrides) -> RunRecord:
     config = TrainingConfig(micro_batch=overrides.get("micro_batch", 2), seq_len=128, precision="fp32")
     fields = dict(
-        id=new_run_id(), host="test-host", gpu_name="cpu", gpu_count=2, model_name="gpt2", model_spec_hash="0123abcd",
-        tiny=True, strategy="ddp", config_json=config.model_dump_json(), micro_batch=2, grad_accum=1, global_batch=4,
-        seq_len=128, precision="fp32", step_time_median_s=0.05, step_time_spread_s=0.002, steps_measured=5,
-        tokens_per_s=10240.0, peak_memory_per_rank_bytes=[300_000_000, 310_000_000], predicted_step_time_s=0.01,
-        status="ok", runner="test",
+        id=new_run_id(),
+        host="test-host",
+        gpu_name="cpu",
+        gpu_count=2,
+        model_name="gpt2",
+        model_spec_hash="0123abcd",
+        tiny=True,
+        strategy="ddp",
+        config_json=config.model_dump_json(),
+        micro_batch=2,
+        grad_accum=1,
+        global_batch=4,
+        seq_len=128,
+        precision="fp32",
+        step_time_median_s=0.05,
+        step_time_spread_s=0.002,
+        steps_measured=5,
+        tokens_per_s=10240.0,
+        peak_memory_per_rank_bytes=[300_000_000, 310_000_000],
+        predicted_step_time_s=0.01,
+        status="ok",
+        runner="test",
     )
     fields.update(overrides)
     return RunRecord(**fields)

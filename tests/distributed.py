@@ -52,7 +52,9 @@ def run_torchrun(
     failing test shows the ranks' tracebacks.
     """
     command = [
-        sys.executable, "-m", "torch.distributed.run",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
         f"--nproc-per-node={nproc}",
         f"--master-port={free_port()}",
         *(torchrun_args or []),

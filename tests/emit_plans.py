@@ -9,9 +9,7 @@ from planner.plan import Plan
 from planner.training_config import TrainingConfig
 
 
-def make_plan(
-    model: str = "gpt2", gpu: str = "cpu", gpus_per_node: int = 2, nodes: int = 1, **config_fields
-) -> Plan:
+def make_plan(model: str = "gpt2", gpu: str = "cpu", gpus_per_node: int = 2, nodes: int = 1, **config_fields) -> Plan:
     """A Plan on `gpus_per_node` x `nodes` devices; CPU plans default to fp32 (no bf16 on the pseudo-device)."""
     cluster = make_cluster(gpu, gpus_per_node=gpus_per_node, nodes=nodes)
     fields = {"seq_len": 32, "micro_batch": 1, "grad_accum": 2}
@@ -31,7 +29,6 @@ def make_plan(
         model=spec,
         cluster=cluster,
         config=config,
-        layout=Plan.layout_for(config, cluster.world_size),
         memory=memory,
         reasons=[f"test plan: {config.strategy.value}"],
     )

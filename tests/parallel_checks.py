@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -46,46 +46,78 @@ def two_rank_checks() -> dict[str, Callable[[], dict]]:
         checks[f"tp_sp_{key}"] = lambda key=key: layout_run(key, ParallelDims(dp=1, tp=2), sequence_parallel=True)
         for schedule in ("gpipe", "1f1b"):
             checks[f"pp_{key}_{schedule}"] = lambda key=key, schedule=schedule: layout_run(
-                key, ParallelDims(dp=1, pp=2), micro_batches=4, global_batch=8, schedule=schedule)
+                key, ParallelDims(dp=1, pp=2), micro_batches=4, global_batch=8, schedule=schedule
+            )
     # Clipping by the global norm: TP-replicated parameters and the tied embedding of two stages count once
     # (and ZeRO-0 under interleaved pp2 with the plan's virtual_stages).
-    checks["engine_clip_tp2_llama"] = lambda: engine_run("llama", ParallelDims(dp=1, tp=2), zero_stage=1,
-                                                         micro_batches=1, global_batch=4, clip=0.05)
+    checks["engine_clip_tp2_llama"] = lambda: engine_run(
+        "llama", ParallelDims(dp=1, tp=2), zero_stage=1, micro_batches=1, global_batch=4, clip=0.05
+    )
     checks["engine_clip_pp2_gpt2_interleaved"] = lambda: engine_run(
-        "gpt2", ParallelDims(dp=1, pp=2), zero_stage=0, micro_batches=4, global_batch=8, clip=0.05,
-        schedule="interleaved-1f1b", virtual_stages=2)
+        "gpt2",
+        ParallelDims(dp=1, pp=2),
+        zero_stage=0,
+        micro_batches=4,
+        global_batch=8,
+        clip=0.05,
+        schedule="interleaved-1f1b",
+        virtual_stages=2,
+    )
     checks["engine_fp16_overflow_tp2_llama"] = engine_fp16_overflow_run
     # Resume in the same layout; engine_state.json keeps each stage's ZeRO units, loss scaler and scheduler.
-    for name, dims, layout in (("tp2", ParallelDims(dp=1, tp=2), {"sequence_parallel": True}),
-                               ("pp2", ParallelDims(dp=1, pp=2), {"pipeline_schedule": "1f1b", "fp16": True})):
+    for name, dims, layout in (
+        ("tp2", ParallelDims(dp=1, tp=2), {"sequence_parallel": True}),
+        ("pp2", ParallelDims(dp=1, pp=2), {"pipeline_schedule": "1f1b", "fp16": True}),
+    ):
         checks[f"engine_resume_{name}"] = lambda name=name, dims=dims, layout=layout: engine_resume_run(
-            "gpt2", dims, scratch(f"ckpt_{name}"), **layout)
+            "gpt2", dims, scratch(f"ckpt_{name}"), **layout
+        )
     # The exported file equals the reference weights: tied GPT-2 across two stages, Llama (GQA) under tp.
     checks["engine_export_pp2_gpt2"] = lambda: engine_run(
-        "gpt2", ParallelDims(dp=1, pp=2), zero_stage=1, micro_batches=2, global_batch=4,
-        export_dir=scratch("export_pp2"))
+        "gpt2",
+        ParallelDims(dp=1, pp=2),
+        zero_stage=1,
+        micro_batches=2,
+        global_batch=4,
+        export_dir=scratch("export_pp2"),
+    )
     checks["engine_export_tp2_llama"] = lambda: engine_run(
-        "llama", ParallelDims(dp=1, tp=2), zero_stage=2, micro_batches=2, global_batch=4, sequence_parallel=True,
-        export_dir=scratch("export_tp2"))
+        "llama",
+        ParallelDims(dp=1, tp=2),
+        zero_stage=2,
+        micro_batches=2,
+        global_batch=4,
+        sequence_parallel=True,
+        export_dir=scratch("export_tp2"),
+    )
     # Resume under another layout: tp2 -> pp2 with a padded, tied vocabulary; pp2 -> tp2 + SP with replicated KV heads.
     checks["engine_reshard_tp2_to_pp2_gpt2_odd_vocab"] = lambda: engine_reshard_run(
-        "gpt2_odd_vocab", ParallelDims(dp=1, tp=2), ParallelDims(dp=1, pp=2),
-        scratch("ckpt_reshard_tp2"))
+        "gpt2_odd_vocab", ParallelDims(dp=1, tp=2), ParallelDims(dp=1, pp=2), scratch("ckpt_reshard_tp2")
+    )
     checks["engine_reshard_pp2_to_tp2_llama_one_kv_head"] = lambda: engine_reshard_run(
-        "llama_one_kv_head", ParallelDims(dp=1, pp=2), ParallelDims(dp=1, tp=2),
-        scratch("ckpt_reshard_pp2"), sequence_parallel=True)
-    checks["tp_sp_gpt2_odd_vocab"] = lambda: layout_run("gpt2_odd_vocab", ParallelDims(dp=1, tp=2),
-                                                        sequence_parallel=True)
-    checks["tp_sp_llama_one_kv_head"] = lambda: layout_run("llama_one_kv_head", ParallelDims(dp=1, tp=2),
-                                                           sequence_parallel=True)
+        "llama_one_kv_head",
+        ParallelDims(dp=1, pp=2),
+        ParallelDims(dp=1, tp=2),
+        scratch("ckpt_reshard_pp2"),
+        sequence_parallel=True,
+    )
+    checks["tp_sp_gpt2_odd_vocab"] = lambda: layout_run(
+        "gpt2_odd_vocab", ParallelDims(dp=1, tp=2), sequence_parallel=True
+    )
+    checks["tp_sp_llama_one_kv_head"] = lambda: layout_run(
+        "llama_one_kv_head", ParallelDims(dp=1, tp=2), sequence_parallel=True
+    )
     checks["pp_llama_interleaved"] = lambda: layout_run(
-        "llama", ParallelDims(dp=1, pp=2), micro_batches=4, global_batch=8, schedule="interleaved-1f1b")
+        "llama", ParallelDims(dp=1, pp=2), micro_batches=4, global_batch=8, schedule="interleaved-1f1b"
+    )
     for key in ("qwen2", "mistral"):  # q/k/v biases (Qwen2); Mistral's own classes
         checks[f"tp_sp_{key}"] = lambda key=key: layout_run(key, ParallelDims(dp=1, tp=2), sequence_parallel=True)
     checks["tp_sp_llama_full_checkpointing"] = lambda: layout_run(
-        "llama", ParallelDims(dp=1, tp=2), sequence_parallel=True, checkpointing="full")
+        "llama", ParallelDims(dp=1, tp=2), sequence_parallel=True, checkpointing="full"
+    )
     checks["tp_gpt2_selective_checkpointing"] = lambda: layout_run(
-        "gpt2", ParallelDims(dp=1, tp=2), checkpointing="selective")
+        "gpt2", ParallelDims(dp=1, tp=2), checkpointing="selective"
+    )
     checks["reshard_tp2_to_pp2"] = lambda: reshard_run(scratch())
     for mode in ("bf16", "int8"):
         checks[f"compression_{mode}"] = lambda mode=mode: compression_run(mode)
@@ -97,20 +129,32 @@ def four_rank_checks() -> dict[str, Callable[[], dict]]:
     return {
         # ZeRO-1 shards (DTensors on each stage's dp group) and every stage's state, resumed in the same layout.
         "engine_resume_dp2_pp2": lambda: engine_resume_run(
-            "gpt2", ParallelDims(dp=2, pp=2), scratch("ckpt_dp2_pp2"), fp16=True),
-        "engine_zero1_dp2_tp2_llama": lambda: engine_run("llama", ParallelDims(dp=2, tp=2), zero_stage=1,
-                                                         micro_batches=2, global_batch=8, sequence_parallel=True),
-        "engine_zero1_dp2_pp2_gpt2": lambda: engine_run("gpt2", ParallelDims(dp=2, pp=2), zero_stage=1,
-                                                        micro_batches=4, global_batch=8),
-        "dp2_tp2_llama_one_kv_head": lambda: layout_run("llama_one_kv_head", ParallelDims(dp=2, tp=2),
-                                                        global_batch=8, micro_batches=2),
+            "gpt2", ParallelDims(dp=2, pp=2), scratch("ckpt_dp2_pp2"), fp16=True
+        ),
+        "engine_zero1_dp2_tp2_llama": lambda: engine_run(
+            "llama", ParallelDims(dp=2, tp=2), zero_stage=1, micro_batches=2, global_batch=8, sequence_parallel=True
+        ),
+        "engine_zero1_dp2_pp2_gpt2": lambda: engine_run(
+            "gpt2", ParallelDims(dp=2, pp=2), zero_stage=1, micro_batches=4, global_batch=8
+        ),
+        "dp2_tp2_llama_one_kv_head": lambda: layout_run(
+            "llama_one_kv_head", ParallelDims(dp=2, tp=2), global_batch=8, micro_batches=2
+        ),
         "tp2_pp2_sp_gpt2_interleaved": lambda: layout_run(
-            "gpt2", ParallelDims(dp=1, tp=2, pp=2), micro_batches=4, global_batch=8, sequence_parallel=True,
-            schedule="interleaved-1f1b", checkpointing="full"),
-        "engine_zero2_dp2_pp2_gpt2": lambda: engine_run("gpt2", ParallelDims(dp=2, pp=2), zero_stage=2,
-                                                        micro_batches=4, global_batch=8),
-        "engine_zero3_dp2_tp2_llama": lambda: engine_run("llama", ParallelDims(dp=2, tp=2), zero_stage=3,
-                                                         micro_batches=2, global_batch=8),
+            "gpt2",
+            ParallelDims(dp=1, tp=2, pp=2),
+            micro_batches=4,
+            global_batch=8,
+            sequence_parallel=True,
+            schedule="interleaved-1f1b",
+            checkpointing="full",
+        ),
+        "engine_zero2_dp2_pp2_gpt2": lambda: engine_run(
+            "gpt2", ParallelDims(dp=2, pp=2), zero_stage=2, micro_batches=4, global_batch=8
+        ),
+        "engine_zero3_dp2_tp2_llama": lambda: engine_run(
+            "llama", ParallelDims(dp=2, tp=2), zero_stage=3, micro_batches=2, global_batch=8
+        ),
     }
 
 

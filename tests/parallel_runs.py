@@ -9,15 +9,15 @@ names them, runs them in one torchrun job and reduces the differences over ranks
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 
 from backends.model_factory import build_causal_lm, catalog_config, tiny_config
+from backends.parallel_checkpoint import load_consolidated, local_slice, save_consolidated
 from backends.parallel_dims import ParallelDims
 from backends.parallelize import parallelize
-from backends.parallel_checkpoint import load_consolidated, local_slice, save_consolidated
 from planner.errors import UserInputError
 
 STEPS, SEQ_LEN, LR = 3, 16, 0.1
@@ -42,7 +42,9 @@ def batches(global_batch: int, vocab: int, steps: int = STEPS) -> list[torch.Ten
     return [torch.randint(0, vocab, (global_batch, SEQ_LEN), generator=generator) for _ in range(steps)]
 
 
-def reference_run(model_key: str, data: list[torch.Tensor], clip: float = 0.0) -> tuple[list[float], dict[str, torch.Tensor]]:
+def reference_run(
+    model_key: str, data: list[torch.Tensor], clip: float = 0.0
+) -> tuple[list[float], dict[str, torch.Tensor]]:
     model = tiny(model_key)
     model.config._attn_implementation = "sdpa"
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
@@ -87,15 +89,31 @@ def average_dp_gradients(parallel) -> None:
     reduce_gradients(list(parallel.parameters()), parallel.groups.dp_group, mode="none")
 
 
-def layout_run(model_key: str, dims: ParallelDims, *, micro_batches: int = 1, sequence_parallel: bool = False,
-               schedule: str = "1f1b", global_batch: int = 4, checkpointing: str = "none", steps: int = STEPS,
-               first_step: int = 0, load_from: str | None = None, save_to: str | None = None,
-               sync: Callable | None = None) -> dict[str, float]:
+def layout_run(
+    model_key: str,
+    dims: ParallelDims,
+    *,
+    micro_batches: int = 1,
+    sequence_parallel: bool = False,
+    schedule: str = "1f1b",
+    global_batch: int = 4,
+    checkpointing: str = "none",
+    steps: int = STEPS,
+    first_step: int = 0,
+    load_from: str | None = None,
+    save_to: str | None = None,
+    sync: Callable | None = None,
+) -> dict[str, float]:
     """Train steps [first_step, steps) under the layout (after loading `load_from`) against the reference."""
     data = batches(global_batch, tiny_model_config(model_key)["vocab_size"], steps)
     ref_losses, reference = reference_run(model_key, data)
-    parallel = parallelize(tiny(model_key), dims, activation_checkpointing=checkpointing,
-                           sequence_parallel=sequence_parallel, pipeline_schedule=schedule)
+    parallel = parallelize(
+        tiny(model_key),
+        dims,
+        activation_checkpointing=checkpointing,
+        sequence_parallel=sequence_parallel,
+        pipeline_schedule=schedule,
+    )
     if load_from:
         load_consolidated(parallel, load_from)
     parallel.train()
@@ -125,8 +143,9 @@ def reshard_run(directory: str) -> dict:
     """Train 3 steps under tp2 (tied GPT-2), save consolidated, continue 2 steps under pp2 from the file."""
     path = os.path.join(directory, "tp2.safetensors")
     layout_run("gpt2", ParallelDims(dp=1, tp=2), steps=STEPS, save_to=path)
-    result = layout_run("gpt2", ParallelDims(dp=1, pp=2), micro_batches=2, steps=STEPS + 2, first_step=STEPS,
-                        load_from=path)
+    result = layout_run(
+        "gpt2", ParallelDims(dp=1, pp=2), micro_batches=2, steps=STEPS + 2, first_step=STEPS, load_from=path
+    )
     try:
         wrong = parallelize(tiny("llama"), ParallelDims(dp=1, pp=2))
         load_consolidated(wrong, path)
@@ -139,14 +158,26 @@ def reshard_run(directory: str) -> dict:
 def compression_run(mode: str, steps: int = 6) -> dict:
     """dp2 through backends.initialize with engine.json's compression key (ZeRO-2, reduce-scatter in
     backward), against fp32 single-process training."""
-    return engine_run("llama", ParallelDims(dp=2), zero_stage=2, micro_batches=1, global_batch=4, steps=steps,
-                      compression=mode)
+    return engine_run(
+        "llama", ParallelDims(dp=2), zero_stage=2, micro_batches=1, global_batch=4, steps=steps, compression=mode
+    )
 
 
-def engine_run(model_key: str, dims: ParallelDims, *, zero_stage: int, micro_batches: int, global_batch: int,
-               sequence_parallel: bool = False, schedule: str = "1f1b", virtual_stages: int | None = None,
-               clip: float = 0.0, compression: str = "none", steps: int = STEPS,
-               export_dir: str | None = None) -> dict:
+def engine_run(
+    model_key: str,
+    dims: ParallelDims,
+    *,
+    zero_stage: int,
+    micro_batches: int,
+    global_batch: int,
+    sequence_parallel: bool = False,
+    schedule: str = "1f1b",
+    virtual_stages: int | None = None,
+    clip: float = 0.0,
+    compression: str = "none",
+    steps: int = STEPS,
+    export_dir: str | None = None,
+) -> dict:
     """The same comparison through backends.initialize: our ZeRO on the dp group of the layout (and, with
     export_dir, engine.export_consolidated compared with the reference weights after loading it into HF)."""
     import backends
@@ -160,8 +191,12 @@ def engine_run(model_key: str, dims: ParallelDims, *, zero_stage: int, micro_bat
         "gradient_accumulation_steps": micro_batches,
         "optimizer": {"type": "SGD", "params": {"lr": LR}},
         "zero_optimization": {"stage": zero_stage, "reduce_bucket_size": 5000},
-        "hardware_selector": {"compression": compression, **layout_block(
-            dims, sequence_parallel=sequence_parallel, pipeline_schedule=schedule, virtual_stages=virtual_stages)},
+        "hardware_selector": {
+            "compression": compression,
+            **layout_block(
+                dims, sequence_parallel=sequence_parallel, pipeline_schedule=schedule, virtual_stages=virtual_stages
+            ),
+        },
     }
     engine, *_ = backends.initialize(model=tiny(model_key), config=config)
     parallel = engine.parallel_model
@@ -174,8 +209,9 @@ def engine_run(model_key: str, dims: ParallelDims, *, zero_stage: int, micro_bat
     gather = getattr(engine.optimizer, "gathered_parameters", None)  # ZeRO-3 frees parameters between uses
     if gather:
         gather()
-    param_diff = param_difference(parallel, reference) if parallel else unsharded_param_difference(engine.module,
-                                                                                                   reference)
+    param_diff = (
+        param_difference(parallel, reference) if parallel else unsharded_param_difference(engine.module, reference)
+    )
     if gather:
         engine.optimizer.release_parameters()
     result = {
@@ -202,32 +238,48 @@ def exported_vs_reference(engine, directory: str, reference: dict[str, torch.Ten
     with safe_open(os.path.join(directory, "model.safetensors"), framework="pt") as handle:
         keys = sorted(handle.keys())
     loaded = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).state_dict()
-    return {"export_diff": max((loaded[name] - tensor).abs().max().item() for name, tensor in reference.items()),
-            "exported_keys": keys, "reference_keys": sorted(reference)}
+    return {
+        "export_diff": max((loaded[name] - tensor).abs().max().item() for name, tensor in reference.items()),
+        "exported_keys": keys,
+        "reference_keys": sorted(reference),
+    }
 
 
-def layout_block(dims: ParallelDims, *, sequence_parallel: bool = False, pipeline_schedule: str = "1f1b",
-                 virtual_stages: int | None = None) -> dict:
+def layout_block(
+    dims: ParallelDims,
+    *,
+    sequence_parallel: bool = False,
+    pipeline_schedule: str = "1f1b",
+    virtual_stages: int | None = None,
+) -> dict:
     """engine.json's hardware_selector layout keys: the ParallelDims, the schedule and sequence parallelism."""
     chunks = virtual_stages or (2 if pipeline_schedule == "interleaved-1f1b" and dims.pp > 1 else 1)
-    return {"layout": dims.model_copy(update={"virtual_stages": chunks}).model_dump(mode="json"),
-            "sequence_parallel": sequence_parallel, "pipeline_schedule": pipeline_schedule}
+    return {
+        "layout": dims.model_copy(update={"virtual_stages": chunks}).model_dump(mode="json"),
+        "sequence_parallel": sequence_parallel,
+        "pipeline_schedule": pipeline_schedule,
+    }
 
 
 def resume_config(dims: ParallelDims, *, fp16: bool = False, **layout: object) -> dict:
     return {
-        "train_micro_batch_size_per_gpu": 4 // dims.dp // 2, "gradient_accumulation_steps": 2,
-        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1},
-        "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 5e-4, "warmup_max_lr": 1e-3,
-                                                     "warmup_num_steps": 4}},
+        "train_micro_batch_size_per_gpu": 4 // dims.dp // 2,
+        "gradient_accumulation_steps": 2,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+        "zero_optimization": {"stage": 1},
+        "scheduler": {
+            "type": "WarmupLR",
+            "params": {"warmup_min_lr": 5e-4, "warmup_max_lr": 1e-3, "warmup_num_steps": 4},
+        },
         # The scale doubles after every clean step, so a scaler that is not restored shows.
         "fp16": {"enabled": fp16, "initial_scale_power": 4, "loss_scale_window": 1},
         "hardware_selector": layout_block(dims, **layout),  # type: ignore[arg-type]
     }
 
 
-def engine_reshard_run(model_key: str, saved: ParallelDims, resumed: ParallelDims, directory: str,
-                       **layout: object) -> dict:
+def engine_reshard_run(
+    model_key: str, saved: ParallelDims, resumed: ParallelDims, directory: str, **layout: object
+) -> dict:
     """An engine checkpoint saved after step 2 under one tp/pp layout resumes under another: step 3's loss and the
     full weights after it must equal the uninterrupted run's (AdamW states, WarmupLR, tied and padded tensors)."""
     import backends
@@ -242,9 +294,14 @@ def engine_reshard_run(model_key: str, saved: ParallelDims, resumed: ParallelDim
     second.load_checkpoint(directory)
     loss = float(second.train_batch(dp_slice(data[2], second.parallel_model)))
     uninterrupted, continued = consolidated_state_dict(first), consolidated_state_dict(second)
-    return {"loss_diff": abs(loss - losses[2]), "losses": losses, "resumed": loss, "reference_losses": losses,
-            "param_diff": max((uninterrupted[name] - continued[name]).abs().max().item() for name in uninterrupted),
-            "lr_diff": abs(first.optimizer.param_groups[0]["lr"] - second.optimizer.param_groups[0]["lr"])}
+    return {
+        "loss_diff": abs(loss - losses[2]),
+        "losses": losses,
+        "resumed": loss,
+        "reference_losses": losses,
+        "param_diff": max((uninterrupted[name] - continued[name]).abs().max().item() for name in uninterrupted),
+        "lr_diff": abs(first.optimizer.param_groups[0]["lr"] - second.optimizer.param_groups[0]["lr"]),
+    }
 
 
 def engine_fp16_overflow_run() -> dict:
@@ -252,8 +309,10 @@ def engine_fp16_overflow_run() -> dict:
     import backends
 
     config = {
-        "train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "SGD", "params": {"lr": LR}},
-        "zero_optimization": {"stage": 1}, "fp16": {"enabled": True, "initial_scale_power": 8, "hysteresis": 1},
+        "train_micro_batch_size_per_gpu": 4,
+        "optimizer": {"type": "SGD", "params": {"lr": LR}},
+        "zero_optimization": {"stage": 1},
+        "fp16": {"enabled": True, "initial_scale_power": 8, "hysteresis": 1},
         "hardware_selector": {"layout": {"dp": 1, "tp": 2}},
     }
     engine, *_ = backends.initialize(model=tiny("llama"), config=config)
@@ -272,8 +331,9 @@ def engine_fp16_overflow_run() -> dict:
     return {"skipped_lowest": lowest.tolist(), "skipped_highest": highest.tolist(), "scales": scales}
 
 
-def engine_resume_run(model_key: str, dims: ParallelDims, directory: str, *, fp16: bool = False,
-                      **layout: object) -> dict:
+def engine_resume_run(
+    model_key: str, dims: ParallelDims, directory: str, *, fp16: bool = False, **layout: object
+) -> dict:
     """Engine checkpoint in a tp/pp layout: save after step 2, resume in a new engine; step 3's loss, the weights
     after it (so optimizer, LR schedule and loss scale too) and the loss scale must equal the uninterrupted run's."""
     import backends
@@ -288,9 +348,17 @@ def engine_resume_run(model_key: str, dims: ParallelDims, directory: str, *, fp1
     second.load_checkpoint(directory)
     resumed = float(second.train_batch(dp_slice(data[2], second.parallel_model)))
     after = dict(second.module.named_parameters())
-    param_diff = max((param.detach().float() - after[name].detach().float()).abs().max().item()
-                     for name, param in first.module.named_parameters())
-    return {"loss_diff": abs(resumed - losses[2]), "param_diff": param_diff, "losses": losses, "resumed": resumed,
-            "scale_diff": abs(first.loss_scale - second.loss_scale), "loss_scale": second.loss_scale,
-            "lr_diff": abs(first.optimizer.param_groups[0]["lr"] - second.optimizer.param_groups[0]["lr"]),
-            "reference_losses": losses}
+    param_diff = max(
+        (param.detach().float() - after[name].detach().float()).abs().max().item()
+        for name, param in first.module.named_parameters()
+    )
+    return {
+        "loss_diff": abs(resumed - losses[2]),
+        "param_diff": param_diff,
+        "losses": losses,
+        "resumed": resumed,
+        "scale_diff": abs(first.loss_scale - second.loss_scale),
+        "loss_scale": second.loss_scale,
+        "lr_diff": abs(first.optimizer.param_groups[0]["lr"] - second.optimizer.param_groups[0]["lr"]),
+        "reference_losses": losses,
+    }

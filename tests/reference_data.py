@@ -27,7 +27,9 @@ def reference_path() -> Path | None:
 def published_reference() -> dict:
     path = reference_path()
     if path is None:
-        pytest.skip("published_reference.yaml is neither beside this checkout nor in tests/data", allow_module_level=True)
+        pytest.skip(
+            "published_reference.yaml is neither beside this checkout nor in tests/data", allow_module_level=True
+        )
     import yaml
 
     with path.open(encoding="utf-8") as handle:

@@ -22,9 +22,17 @@ def runner_data(run_dir: Path) -> tuple[Any, Any]:
 
     _, run = read_plan_file(run_dir)
     vocab = AutoConfig.from_pretrained(run.model.path).vocab_size
-    data = prepare_data(run.data, run_dir=run_dir, tokenizer_dir=run.model.tokenizer_dir, model_name=run.model.name,
-                        seq_len=run.seq_len, vocab_size=vocab, global_batch=run.global_batch, local_rank=0,
-                        seed=run.data.seed)
+    data = prepare_data(
+        run.data,
+        run_dir=run_dir,
+        tokenizer_dir=run.model.tokenizer_dir,
+        model_name=run.model.name,
+        seq_len=run.seq_len,
+        vocab_size=vocab,
+        global_batch=run.global_batch,
+        local_rank=0,
+        seed=run.data.seed,
+    )
     return run, data
 
 
@@ -39,8 +47,9 @@ def hf_reference_losses(run_dir: Path, steps: int) -> list[float]:
     run, data = runner_data(run_dir)
     model = AutoModelForCausalLM.from_pretrained(run.model.path, dtype=torch.float32)
     optim = run.optim
-    optimizer = torch.optim.AdamW(model.parameters(), lr=optim.learning_rate, betas=optim.betas, eps=optim.eps,
-                                  weight_decay=optim.weight_decay)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=optim.learning_rate, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay
+    )
     block = scheduler_block(optim, optim.max_steps or steps)
     order = epoch_order(len(data.train), 0, run.data.seed, shuffle=True)
     batch = run.global_batch
@@ -48,7 +57,7 @@ def hf_reference_losses(run_dir: Path, steps: int) -> list[float]:
     for step in range(steps):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(block, optim.learning_rate, step + 1)
-        ids = torch.stack([data.train[int(index)] for index in order[step * batch:(step + 1) * batch]])
+        ids = torch.stack([data.train[int(index)] for index in order[step * batch : (step + 1) * batch]])
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), optim.gradient_clipping)
@@ -66,6 +75,8 @@ def eval_loss_of(model_dir: Path, run_dir: Path) -> float:
     _, data = runner_data(run_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     with torch.no_grad():
-        losses = [model(input_ids=data.eval[i].unsqueeze(0), labels=data.eval[i].unsqueeze(0)).loss.item()
-                  for i in range(len(data.eval))]
+        losses = [
+            model(input_ids=data.eval[i].unsqueeze(0), labels=data.eval[i].unsqueeze(0)).loss.item()
+            for i in range(len(data.eval))
+        ]
     return sum(losses) / len(losses)

@@ -17,8 +17,10 @@ def test_parallelism_doc_example_runs(tmp_path):
     script = tmp_path / "tp2.py"
     script.write_text(code, encoding="utf-8")
     completed = run_torchrun([str(script)], nproc=2, timeout=240)
-    losses = {(int(rank), int(step)): float(loss)
-              for rank, step, loss in re.findall(r"rank (\d) step (\d) loss ([\d.]+)", completed.stdout)}
+    losses = {
+        (int(rank), int(step)): float(loss)
+        for rank, step, loss in re.findall(r"rank (\d) step (\d) loss ([\d.]+)", completed.stdout)
+    }
     assert sorted(losses) == [(rank, step) for rank in range(2) for step in range(3)]
     # Both TP ranks report the same loss, a freshly initialised model starts near ln(vocab), and it learns.
     assert all(losses[(0, step)] == losses[(1, step)] for step in range(3))

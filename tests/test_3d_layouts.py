@@ -13,8 +13,12 @@ import pytest
 from tests.parallel_checks import assert_matches_reference, run_checks
 
 FOUR_RANK_CHECKS = [
-    "engine_zero1_dp2_tp2_llama", "engine_zero1_dp2_pp2_gpt2", "engine_zero2_dp2_pp2_gpt2", "engine_zero3_dp2_tp2_llama",
-    "tp2_pp2_sp_gpt2_interleaved", "dp2_tp2_llama_one_kv_head",
+    "engine_zero1_dp2_tp2_llama",
+    "engine_zero1_dp2_pp2_gpt2",
+    "engine_zero2_dp2_pp2_gpt2",
+    "engine_zero3_dp2_tp2_llama",
+    "tp2_pp2_sp_gpt2_interleaved",
+    "dp2_tp2_llama_one_kv_head",
     "engine_resume_dp2_pp2",  # an engine checkpoint under dp2 x pp2 (fp16) resumes to the uninterrupted run
 ]
 

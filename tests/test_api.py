@@ -17,7 +17,9 @@ GIB = 2**30
 
 
 def test_distributed_training_config_has_the_documented_keys_and_the_typed_plan():
-    config = get_distributed_training_config("text_generation", "llama-7b", gpu_count=8, batch_size=16, max_memory_gb=24)
+    config = get_distributed_training_config(
+        "text_generation", "llama-7b", gpu_count=8, batch_size=16, max_memory_gb=24
+    )
     assert config["fits"] is True
     assert config["distributed_strategy"] in ("DDP", "FSDP", "DeepSpeed", "engine")
     assert config["gpu_count"] == 8 and config["global_batch_size"] == 16
@@ -63,8 +65,14 @@ def test_nothing_fits_returns_suggestions_instead_of_a_plan():
 
 def test_select_hardware_compares_gpus_and_ranks_by_cost():
     result = HardwareSelector().select_hardware_for_task(
-        "text_generation", "opt-1.3b", task_type="training", batch_size=32, distributed=True, gpu_count=4,
-        include_detected=False, candidates=["A100-80GB", "H100-80GB", "L4", "T4"],
+        "text_generation",
+        "opt-1.3b",
+        task_type="training",
+        batch_size=32,
+        distributed=True,
+        gpu_count=4,
+        include_detected=False,
+        candidates=["A100-80GB", "H100-80GB", "L4", "T4"],
     )
     assert result["gpu_count"] == 4
     primary = result["primary_recommendation"]
@@ -81,7 +89,10 @@ def test_select_hardware_compares_gpus_and_ranks_by_cost():
         (lambda s: s.get_distributed_training_config("text_generation", "no-such-model", 8, 16), "unknown model"),
         (lambda s: s.get_distributed_training_config("images", "gpt2", 8, 16), "unknown model family"),
         (lambda s: s.get_distributed_training_config("text_generation", "gpt2", 12, 16), "whole number of nodes"),
-        (lambda s: s.get_distributed_training_config("text_classification", "t5-small", 1, 8), "not a 'text_classification'"),
+        (
+            lambda s: s.get_distributed_training_config("text_classification", "t5-small", 1, 8),
+            "not a 'text_classification'",
+        ),
         (lambda s: s.select_hardware_for_task("text_generation", "gpt2", task_type="inference"), "plans training"),
     ],
 )

@@ -45,7 +45,8 @@ def test_cpu_entry_quotes_the_recorded_measurement():
     assert cpu.dense_tflops.fp32 == pytest.approx(profile["fp32_matmul_tflops"]["1_thread"], rel=1e-2)
     assert cpu.memory_bandwidth_GBps == pytest.approx(profile["copy_bandwidth_GBps"]["1_thread"], rel=1e-2)
     assert cpu.interconnect.bandwidth_GBps_per_direction == pytest.approx(
-        profile["gloo_2_ranks"]["allreduce_bus_bandwidth_GBps"], rel=1e-2)
+        profile["gloo_2_ranks"]["allreduce_bus_bandwidth_GBps"], rel=1e-2
+    )
     assert profile["measured_at"][:10] in cpu.source and "benchmarks/measure_cpu.py" in cpu.source
 
 
@@ -53,14 +54,23 @@ def test_cpu_entry_quotes_the_recorded_measurement():
 def test_calibrated_planner_ranks_configs_like_the_measurements(tmp_path):
     spec = model_spec("gpt2", tiny=True)
     matrix = generate_matrix(
-        spec, hardware="cpu", gpu="cpu", gpu_note="this machine", gpu_counts=[2], gpus_per_node=2,
-        strategies=["ddp", "fsdp", "fsdp-grad-op"], micro_batches=[1, 2, 4], checkpointing=["none"],
-        seq_len=32, precision="fp32", tiny=True,
+        spec,
+        hardware="cpu",
+        gpu="cpu",
+        gpu_note="this machine",
+        gpu_counts=[2],
+        gpus_per_node=2,
+        strategies=["ddp", "fsdp", "fsdp-grad-op"],
+        micro_batches=[1, 2, 4],
+        checkpointing=["none"],
+        seq_len=32,
+        precision="fp32",
+        tiny=True,
     )
     assert len(matrix.entries) == 9
     store = BenchmarkStore(tmp_path / "loop.duckdb")
     summary = run_matrix(matrix, store, current_environment(), steps=4, warmup=1, timeout_s=120)
-    assert summary.recorded == {"ok": 9}, store.runs()[0].error
+    assert summary.recorded == {"ok": 9}, [run.error for run in store.runs() if run.error]
 
     records = {record.matrix_key: record for record in store.runs()}
     calibration = Calibration.fit([record.measured_run() for record in records.values()])
@@ -76,7 +86,8 @@ def test_calibrated_planner_ranks_configs_like_the_measurements(tmp_path):
     runs = {key: record.measured_run() for key, record in records.items()}
     held_out = [
         Calibration.fit([run for key, run in runs.items() if key != entry.key])
-        .corrected(entry.predicted, "cpu", entry.config).tokens_per_s
+        .corrected(entry.predicted, "cpu", entry.config)
+        .tokens_per_s
         for entry in matrix.entries
     ]
     best_measured = max(measured)
@@ -84,10 +95,12 @@ def test_calibrated_planner_ranks_configs_like_the_measurements(tmp_path):
     before, after = spearman(raw, measured), spearman(calibrated, measured)
     error_before = sum(abs(p / m - 1) for p, m in zip(raw, measured)) / len(measured)
     error_after = sum(abs(p / m - 1) for p, m in zip(calibrated, measured)) / len(measured)
-    print(f"\nrank correlation (Spearman) with measured tokens/s: {before:.2f} before, {after:.2f} after calibration; "
-          f"mean |error| {error_before:.0%} -> {error_after:.0%}; top choice {matrix.entries[top_choice].label} at "
-          f"{measured[top_choice] / best_measured:.0%} of the measured best; leave-one-out correlation "
-          f"{spearman(held_out, measured):.2f}")
+    print(
+        f"\nrank correlation (Spearman) with measured tokens/s: {before:.2f} before, {after:.2f} after calibration; "
+        f"mean |error| {error_before:.0%} -> {error_after:.0%}; top choice {matrix.entries[top_choice].label} at "
+        f"{measured[top_choice] / best_measured:.0%} of the measured best; leave-one-out correlation "
+        f"{spearman(held_out, measured):.2f}"
+    )
     assert measured[top_choice] >= 0.9 * best_measured
     assert error_after < error_before
     assert after > 0.5
@@ -98,4 +111,6 @@ def test_calibrated_planner_ranks_configs_like_the_measurements(tmp_path):
     replaced = adjust(entry.config, entry.predicted)
     record = records[entry.key]
     assert replaced.step_time_s == record.step_time_median_s
-    assert replaced.sources["step_time_s"] == f"measured: benchmark record {record.id[:8]} ({record.created_at:%Y-%m-%d})"
+    assert (
+        replaced.sources["step_time_s"] == f"measured: benchmark record {record.id[:8]} ({record.created_at:%Y-%m-%d})"
+    )

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from planner.models.hf_config import parse_hf_config, spec_from_hf_config
 from planner.models.catalog import CATALOG_DIR, CATALOG_FILE, normalize_name
-from planner.models.spec import ModelSpec
+from planner.models.hf_config import parse_hf_config, spec_from_hf_config
 from planner.models.param_formula import formula_param_counts, params_per_layer
+from planner.models.spec import ModelSpec
 
 MODELS_DIR = CATALOG_DIR / "models"
 COUNT_FIELDS = ("total", "trainable", "active_per_token", "embedding", "largest_layer")
@@ -92,8 +92,10 @@ def meta_models():
     pytest.importorskip("transformers")
     from planner.models.param_count import build_meta_model, count_params_on_meta
 
-    return {name: (build_meta_model(entries()[name]["config"]), count_params_on_meta(entries()[name]["config"]))
-            for name in META_SAMPLE}
+    return {
+        name: (build_meta_model(entries()[name]["config"]), count_params_on_meta(entries()[name]["config"]))
+        for name in META_SAMPLE
+    }
 
 
 @pytest.mark.parametrize("name", sorted(META_SAMPLE))

@@ -29,11 +29,16 @@ sys.exit(code)
 """
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["models"], ["models", "--json"], ["gpus"], ["models", "--search", "llama"]])
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["models"], ["models", "--json"], ["gpus"], ["models", "--search", "llama"]]
+)
 def test_cheap_commands_do_not_import_heavy_libraries(argv):
     completed = subprocess.run(
         [sys.executable, "-c", PROBE.format(argv=argv, heavy=HEAVY_MODULES)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert completed.returncode == 0, completed.stderr
     assert "HEAVY=\n" in completed.stderr or completed.stderr.rstrip().endswith("HEAVY="), completed.stderr
@@ -43,8 +48,18 @@ def test_models_json_lists_the_catalog_with_the_documented_keys(capsys):
     assert main(["models", "--json"]) == 0
     models = json.loads(capsys.readouterr().out)
     assert isinstance(models, list) and len(models) >= 40
-    required = {"name", "aliases", "family", "params", "active_params", "hidden_size", "num_layers",
-                "num_heads", "num_kv_heads", "vocab_size"}
+    required = {
+        "name",
+        "aliases",
+        "family",
+        "params",
+        "active_params",
+        "hidden_size",
+        "num_layers",
+        "num_heads",
+        "num_kv_heads",
+        "vocab_size",
+    }
     for entry in models:
         assert required <= entry.keys(), entry["name"]
     by_name = {entry["name"]: entry for entry in models}
@@ -67,7 +82,10 @@ def test_models_search_filters(capsys):
 def test_script_runs_from_the_checkout():
     completed = subprocess.run(
         [sys.executable, "hardware_selector.py", "models", "--json"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert completed.returncode == 0, completed.stderr
     assert len(json.loads(completed.stdout)) >= 40

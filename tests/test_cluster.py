@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from planner.hardware.cluster import INTER_NODE_PRESETS, ClusterSpec, inter_node_preset, make_cluster
 from planner.errors import UserInputError
+from planner.hardware.cluster import INTER_NODE_PRESETS, ClusterSpec, inter_node_preset, make_cluster
 from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
 
 GIB = 2**30
@@ -61,7 +61,13 @@ def test_presets_convert_gigabits_to_gigabytes_per_gpu(preset, gpus_per_node, GB
 
 def test_network_latency_grows_from_infiniband_to_ethernet():
     latency = {name: preset.latency_us for name, preset in INTER_NODE_PRESETS.items()}
-    assert latency["ib-ndr"] <= latency["roce-1600g"] < latency["efa"] < latency["ethernet-100g"] <= latency["ethernet-25g"]
+    assert (
+        latency["ib-ndr"]
+        <= latency["roce-1600g"]
+        < latency["efa"]
+        < latency["ethernet-100g"]
+        <= latency["ethernet-25g"]
+    )
 
 
 def test_every_catalog_entry_names_a_known_preset():
@@ -76,8 +82,15 @@ def test_preset_names_are_case_insensitive():
 
 def test_user_overrides_win():
     cluster = make_cluster(
-        "H100-80GB", gpus_per_node=4, nodes=2, interconnect="roce-3200g", intra_bw=200, inter_bw=12.5,
-        cpu_ram_gb=512, nvme_gb=3500, price_per_hour=2.5,
+        "H100-80GB",
+        gpus_per_node=4,
+        nodes=2,
+        interconnect="roce-3200g",
+        intra_bw=200,
+        inter_bw=12.5,
+        cpu_ram_gb=512,
+        nvme_gb=3500,
+        price_per_hour=2.5,
     )
     assert cluster.gpus_per_node == 4 and cluster.num_nodes == 2
     assert cluster.intra_node_bandwidth_GBps == 200

@@ -60,7 +60,7 @@ def test_codec_sums_match_the_fp32_sum_within_the_wire_precision():
     gradients = [torch.randn(1000, generator=torch.Generator().manual_seed(seed)) for seed in (1, 2)]
     exact = gradients[0] + gradients[1]
     magnitude = gradients[0].abs() + gradients[1].abs()
-    for mode, unit_roundoff in (("none", 0.0), ("fp32", 0.0), ("bf16", 2 ** -8), ("fp16", 2 ** -11)):
+    for mode, unit_roundoff in (("none", 0.0), ("fp32", 0.0), ("bf16", 2**-8), ("fp16", 2**-11)):
         summed, _, _ = _two_rank_sum(mode, gradients)
         assert summed.dtype == torch.float32
         # each halved value rounded once, then their sum once more

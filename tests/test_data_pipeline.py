@@ -28,8 +28,15 @@ def tokenizer_dir(tmp_path_factory):
 
 
 def documents_of(patterns, **options):
-    return [text for batch in iter_documents(resolve_sources(patterns), text_field=options.get("text_field", "text"),
-                                             text_unit=options.get("text_unit", "paragraph")) for text in batch]
+    return [
+        text
+        for batch in iter_documents(
+            resolve_sources(patterns),
+            text_field=options.get("text_field", "text"),
+            text_unit=options.get("text_unit", "paragraph"),
+        )
+        for text in batch
+    ]
 
 
 def test_every_format_reads_the_same_documents(tmp_path):
@@ -49,18 +56,20 @@ def test_every_format_reads_the_same_documents(tmp_path):
     # A glob, in sorted order; a .txt file read a line or a whole file at a time.
     (tmp_path / "parts").mkdir()
     for index in range(3):
-        (tmp_path / "parts" / f"part{index}.txt").write_text("\n\n".join(DOCUMENTS[index * 20:(index + 1) * 20]))
+        (tmp_path / "parts" / f"part{index}.txt").write_text("\n\n".join(DOCUMENTS[index * 20 : (index + 1) * 20]))
     assert documents_of([str(tmp_path / "parts" / "*.txt")]) == DOCUMENTS
-    assert documents_of([str(tmp_path / "parts" / "part0.txt")], text_unit="document") == \
-        ["\n\n".join(DOCUMENTS[:20])]
+    assert documents_of([str(tmp_path / "parts" / "part0.txt")], text_unit="document") == ["\n\n".join(DOCUMENTS[:20])]
     assert documents_of([str(tmp_path / "docs.txt")], text_unit="line") == DOCUMENTS
 
 
-@pytest.mark.parametrize("content, fragment", [
-    ({"name.csv": "a,b"}, "unknown file type '.csv'"),
-    ({"rows.jsonl": json.dumps({"text": 3}) + "\n"}, "holds int, not text"),
-    ({"rows.jsonl": "{not json\n"}, "cannot be read as json"),
-])
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ({"name.csv": "a,b"}, "unknown file type '.csv'"),
+        ({"rows.jsonl": json.dumps({"text": 3}) + "\n"}, "holds int, not text"),
+        ({"rows.jsonl": "{not json\n"}, "cannot be read as json"),
+    ],
+)
 def test_a_file_that_cannot_be_read_is_one_line(tmp_path, content, fragment):
     for name, text in content.items():
         (tmp_path / name).write_text(text)
@@ -77,19 +86,30 @@ def test_blocks_are_the_documents_packed_with_eos_and_the_cache_follows_the_cont
     config = DataConfig(train=[str(corpus)], eval_fraction=0.0)
 
     def prepare():
-        return prepare_data(config, run_dir=tmp_path / "run", tokenizer_dir=str(tokenizer_dir), model_name="m",
-                            seq_len=16, vocab_size=320, global_batch=2, local_rank=0, seed=0)
+        return prepare_data(
+            config,
+            run_dir=tmp_path / "run",
+            tokenizer_dir=str(tokenizer_dir),
+            model_name="m",
+            seq_len=16,
+            vocab_size=320,
+            global_batch=2,
+            local_rank=0,
+            seed=0,
+        )
 
     data = prepare()
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     expected = [token for text in DOCUMENTS for token in (*tokenizer(text)["input_ids"], tokenizer.eos_token_id)]
     packed = [int(token) for index in range(len(data.train)) for token in data.train[index]]
-    assert packed == expected[:len(packed)] and len(expected) - len(packed) < 16  # only the ragged tail dropped
+    assert packed == expected[: len(packed)] and len(expected) - len(packed) < 16  # only the ragged tail dropped
     cached = sorted((tmp_path / "run" / "data").glob("tokens-*.bin"))
     assert len(cached) == 1
     prepare()  # unchanged content: the same file, not tokenized again
     assert sorted((tmp_path / "run" / "data").glob("tokens-*.bin")) == cached
-    assert cached[0].stat().st_mtime_ns == sorted((tmp_path / "run" / "data").glob("tokens-*.bin"))[0].stat().st_mtime_ns
+    assert (
+        cached[0].stat().st_mtime_ns == sorted((tmp_path / "run" / "data").glob("tokens-*.bin"))[0].stat().st_mtime_ns
+    )
     corpus.write_text("\n\n".join(reversed(DOCUMENTS)))  # same size, other content: a new key
     prepare()
     assert len(list((tmp_path / "run" / "data").glob("tokens-*.bin"))) == 2
@@ -98,8 +118,17 @@ def test_blocks_are_the_documents_packed_with_eos_and_the_cache_follows_the_cont
 def test_the_held_out_split_is_seeded_and_disjoint_from_training(tmp_path, tokenizer_dir):
     corpus = write_corpus(tmp_path / "corpus.txt", 800)
     config = DataConfig(train=[str(corpus)], eval_fraction=0.05, eval_max_blocks=7)
-    data = prepare_data(config, run_dir=tmp_path / "run", tokenizer_dir=str(tokenizer_dir), model_name="m",
-                        seq_len=32, vocab_size=320, global_batch=2, local_rank=0, seed=0)
+    data = prepare_data(
+        config,
+        run_dir=tmp_path / "run",
+        tokenizer_dir=str(tokenizer_dir),
+        model_name="m",
+        seq_len=32,
+        vocab_size=320,
+        global_batch=2,
+        local_rank=0,
+        seed=0,
+    )
     train = {data.train.block_number(i) for i in range(len(data.train))}
     held = {data.eval.block_number(i) for i in range(len(data.eval))}
     assert len(held) == 7 and not train & held and len(train | held) == data.train.total
@@ -113,8 +142,12 @@ def test_a_step_consumes_the_same_samples_however_the_global_batch_is_split():
     global_batch = 8
 
     def steps(micro, world, start=0, count=5):
-        streams = [micro_batches(blocks, micro_batch=micro, rank=r, world=world, start_sample=start, seed=3,
-                                 global_batch=global_batch) for r in range(world)]
+        streams = [
+            micro_batches(
+                blocks, micro_batch=micro, rank=r, world=world, start_sample=start, seed=3, global_batch=global_batch
+            )
+            for r in range(world)
+        ]
         accumulation = global_batch // (micro * world)
         result = []
         for _ in range(count):
@@ -131,8 +164,16 @@ def test_a_step_consumes_the_same_samples_however_the_global_batch_is_split():
 def test_a_separate_evaluation_set_is_tokenized_on_its_own(tmp_path, tokenizer_dir):
     train = write_corpus(tmp_path / "train.txt", 300, seed=1)
     held = write_corpus(tmp_path / "held.txt", 60, seed=2)
-    data = prepare_data(DataConfig(train=[str(train)], eval=[str(held)]), run_dir=tmp_path / "run",
-                        tokenizer_dir=str(tokenizer_dir), model_name="m", seq_len=32, vocab_size=320, global_batch=2,
-                        local_rank=0, seed=0)
+    data = prepare_data(
+        DataConfig(train=[str(train)], eval=[str(held)]),
+        run_dir=tmp_path / "run",
+        tokenizer_dir=str(tokenizer_dir),
+        model_name="m",
+        seq_len=32,
+        vocab_size=320,
+        global_batch=2,
+        local_rank=0,
+        seed=0,
+    )
     assert data.train.indices is None  # nothing held out of the training text
     assert len(list((tmp_path / "run" / "data").glob("tokens-*.bin"))) == 2 and 0 < len(data.eval) < len(data.train)

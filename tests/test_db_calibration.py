@@ -14,19 +14,40 @@ from planner.training_config import TrainingConfig
 def estimate(step_time_s: float, global_batch: int = 4, seq_len: int = 128) -> ThroughputEstimate:
     tokens = global_batch * seq_len
     return ThroughputEstimate(
-        step_time_s=step_time_s, tokens_per_s=tokens / step_time_s, samples_per_s=global_batch / step_time_s,
-        tflops_per_gpu=1.0, mfu=0.5, hfu=0.5, global_batch=global_batch,
+        step_time_s=step_time_s,
+        tokens_per_s=tokens / step_time_s,
+        samples_per_s=global_batch / step_time_s,
+        tflops_per_gpu=1.0,
+        mfu=0.5,
+        hfu=0.5,
+        global_batch=global_batch,
         breakdown=StepTimeBreakdown(compute_s=step_time_s * 0.75, exposed_comm_s=step_time_s * 0.25),
-        price_usd_per_gpu_hour=0.0, sources={"step_time_s": "formula: test"},
+        price_usd_per_gpu_hour=0.0,
+        sources={"step_time_s": "formula: test"},
     )
 
 
-def run(config: TrainingConfig, predicted: float, measured: float, *, day: int = 1, gpu: str = "cpu",
-        ok: bool = True, run_id: str | None = None) -> MeasuredRun:
+def run(
+    config: TrainingConfig,
+    predicted: float,
+    measured: float,
+    *,
+    day: int = 1,
+    gpu: str = "cpu",
+    ok: bool = True,
+    run_id: str | None = None,
+) -> MeasuredRun:
     return MeasuredRun(
-        id=run_id or f"{config.strategy.value}{config.micro_batch}{day}{gpu}", measured_at=datetime(2026, 11, day),
-        gpu_name=gpu, world_size=2, model_name="gpt2", model_spec_hash="abc", config=config, ok=ok,
-        step_time_s=measured if ok else None, predicted_step_time_s=predicted,
+        id=run_id or f"{config.strategy.value}{config.micro_batch}{day}{gpu}",
+        measured_at=datetime(2026, 11, day),
+        gpu_name=gpu,
+        world_size=2,
+        model_name="gpt2",
+        model_spec_hash="abc",
+        config=config,
+        ok=ok,
+        step_time_s=measured if ok else None,
+        predicted_step_time_s=predicted,
     )
 
 
@@ -57,7 +78,10 @@ def test_calibration_groups_by_gpu_and_strategy_and_skips_failed_runs():
     runs += [run(FSDP[1], predicted=0.01, measured=1.0, ok=False), run(DDP[0], 0.001, 0.5, gpu="A100-80GB")]
     calibration = Calibration.fit(runs)
     assert {(c.gpu, c.family, c.records) for c in calibration.corrections} == {
-        ("cpu", "ddp", 4), ("cpu", "fsdp-full", 1), ("A100-80GB", "ddp", 1)}
+        ("cpu", "ddp", 4),
+        ("cpu", "fsdp-full", 1),
+        ("A100-80GB", "ddp", 1),
+    }
     corrected = calibration.corrected(estimate(0.005), "CPU", DDP[0].model_copy(update={"micro_batch": 16}))
     assert corrected.step_time_s == pytest.approx(0.035)
     assert corrected.tokens_per_s == pytest.approx(512 / 0.035)

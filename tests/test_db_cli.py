@@ -10,15 +10,37 @@ from hardware_selector_cli.app import main
 from planner.models.resolve import resolve_model
 from tests.db_samples import sample_record
 
-PLAN = ["plan", "--model", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "128", "--strategies", "ddp",
-        "--precision", "fp32"]
+PLAN = [
+    "plan",
+    "--model",
+    "gpt2",
+    "--gpu",
+    "cpu",
+    "--gpus-per-node",
+    "2",
+    "--seq-len",
+    "128",
+    "--strategies",
+    "ddp",
+    "--precision",
+    "fp32",
+]
 
 
 def _filled(tmp_path) -> BenchmarkStore:
     store = BenchmarkStore(tmp_path / "runs.duckdb")
     # step = 10 ms + 4 x predicted, exactly
-    store.add_many([sample_record(micro_batch=mb, predicted_step_time_s=0.001 * mb, step_time_median_s=0.01 + 0.004 * mb,
-                                  tokens_per_s=2 * mb * 128 / (0.01 + 0.004 * mb)) for mb in (1, 2, 4)])
+    store.add_many(
+        [
+            sample_record(
+                micro_batch=mb,
+                predicted_step_time_s=0.001 * mb,
+                step_time_median_s=0.01 + 0.004 * mb,
+                tokens_per_s=2 * mb * 128 / (0.01 + 0.004 * mb),
+            )
+            for mb in (1, 2, 4)
+        ]
+    )
     store.add(sample_record(status="oom", step_time_median_s=None, error="out of memory", strategy="fsdp-full"))
     return store
 
@@ -69,13 +91,21 @@ def test_plan_says_how_it_was_calibrated_and_uses_a_measured_record(tmp_path, ca
 
     # Measure the best config itself: the plan now quotes the record.
     config = json.dumps(best["config"])
-    measured = sample_record(model_name="gpt2", model_spec_hash=spec_hash(resolve_model("gpt2")), tiny=False,
-                             config_json=config, micro_batch=best["config"]["micro_batch"], seq_len=128,
-                             step_time_median_s=best["throughput"]["step_time_s"] / 2, predicted_step_time_s=None)
+    measured = sample_record(
+        model_name="gpt2",
+        model_spec_hash=spec_hash(resolve_model("gpt2")),
+        tiny=False,
+        config_json=config,
+        micro_batch=best["config"]["micro_batch"],
+        seq_len=128,
+        step_time_median_s=best["throughput"]["step_time_s"] / 2,
+        predicted_step_time_s=None,
+    )
     store.add(measured)
     assert main([*PLAN, "--db", str(store.path), "--json"]) == 0
     best = json.loads(capsys.readouterr().out)["best"]
     assert best["throughput"]["sources"]["step_time_s"] == (
-        f"measured: benchmark record {measured.id[:8]} ({measured.created_at:%Y-%m-%d})")
+        f"measured: benchmark record {measured.id[:8]} ({measured.created_at:%Y-%m-%d})"
+    )
     assert main([*PLAN, "--db", str(store.path), "--no-calibration"]) == 0
     assert "throughput not calibrated (--no-calibration)" in capsys.readouterr().out

@@ -31,8 +31,9 @@ def test_round_trip_and_queries(tmp_path):
     store = BenchmarkStore(tmp_path / "runs.duckdb")
     assert store.runs() == [] and store.count() == 0 and not store.path.exists()  # reading creates nothing
     ok = sample_record()
-    oom = sample_record(strategy="fsdp-full", status="oom", step_time_median_s=None, error="CUDA out of memory",
-                        matrix_key="k-oom")
+    oom = sample_record(
+        strategy="fsdp-full", status="oom", step_time_median_s=None, error="CUDA out of memory", matrix_key="k-oom"
+    )
     store.add(ok)
     store.add(oom)
     assert store.count() == 2
@@ -81,8 +82,13 @@ for index in range(int(sys.argv[2])):
 def test_concurrent_writers_are_serialised(tmp_path):
     path = tmp_path / "shared.duckdb"
     writers = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(path), "15", f"writer{n}"], cwd=REPO_ROOT, env=cpu_env(),
-                         stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), "15", f"writer{n}"],
+            cwd=REPO_ROOT,
+            env=cpu_env(),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for n in range(2)
     ]
     for writer in writers:
@@ -109,8 +115,14 @@ def test_process_killed_mid_write_leaves_no_partial_row(tmp_path):
     path = tmp_path / "crash.duckdb"
     store = BenchmarkStore(path, lock_timeout_s=10)
     store.add(sample_record(host="before"))
-    completed = subprocess.run([sys.executable, "-c", textwrap.dedent(CRASHER), str(path)], cwd=REPO_ROOT,
-                               env=cpu_env(), capture_output=True, text=True, timeout=120)
+    completed = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(CRASHER), str(path)],
+        cwd=REPO_ROOT,
+        env=cpu_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert completed.returncode == -9, completed.stderr
     assert [r.host for r in store.runs()] == ["before"]  # and the lock died with the process
     store.add(sample_record(host="after"))

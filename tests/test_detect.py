@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from hardware_selector_cli.app import main
-from planner.hardware.detect import detect_hardware
-from planner.hardware.launch_context import SLURM_VARIABLES, TORCHRUN_VARIABLES, read_launch_context
 from planner.errors import UserInputError
+from planner.hardware.detect import detect_hardware
 from planner.hardware.gpus import resolve_gpu
+from planner.hardware.launch_context import SLURM_VARIABLES, TORCHRUN_VARIABLES, read_launch_context
 from tests.fakes import fake_pynvml
 from tests.fakes.fake_pynvml import (
     NVML_ERROR_DRIVER_NOT_LOADED,
@@ -133,7 +133,10 @@ def test_dgx1_v100_direct_mesh_is_connected_but_not_all_to_all(monkeypatch):
 
 @pytest.mark.parametrize(
     "code, reason",
-    [(NVML_ERROR_LIBRARY_NOT_FOUND, "NVML Shared Library Not Found"), (NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded")],
+    [
+        (NVML_ERROR_LIBRARY_NOT_FOUND, "NVML Shared Library Not Found"),
+        (NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded"),
+    ],
 )
 def test_nvml_init_failure_is_a_cpu_only_report(monkeypatch, code, reason):
     nvml = install(monkeypatch, nvml_init_error(code))
@@ -152,8 +155,15 @@ def test_missing_pynvml_module_is_a_cpu_only_report(monkeypatch):
 
 
 def test_gpu_missing_from_the_catalog_is_reported_and_needs_a_user_choice(monkeypatch):
-    mystery = FakeGpu(name="NVIDIA Mystery X1", memory_total=48 * GIB, compute_capability=(12, 0),
-                      pci=PciAddress(0, 0x3B), pcie_current=(5, 16), pcie_max=(5, 16), nvlinks=None)
+    mystery = FakeGpu(
+        name="NVIDIA Mystery X1",
+        memory_total=48 * GIB,
+        compute_capability=(12, 0),
+        pci=PciAddress(0, 0x3B),
+        pcie_current=(5, 16),
+        pcie_max=(5, 16),
+        nvlinks=None,
+    )
     install(monkeypatch, FakeMachine(gpus=[mystery]))
     report = detect_hardware({})
     assert report.gpus[0].catalog_name is None
@@ -165,10 +175,15 @@ def test_gpu_missing_from_the_catalog_is_reported_and_needs_a_user_choice(monkey
 
 
 def test_slurm_context():
-    context = read_launch_context({
-        "SLURM_JOB_NUM_NODES": "4", "SLURM_NODEID": "2", "SLURM_NTASKS": "32",
-        "SLURM_JOB_NODELIST": "gpu[001-004]", "SLURM_GPUS_ON_NODE": "8",
-    })
+    context = read_launch_context(
+        {
+            "SLURM_JOB_NUM_NODES": "4",
+            "SLURM_NODEID": "2",
+            "SLURM_NTASKS": "32",
+            "SLURM_JOB_NODELIST": "gpu[001-004]",
+            "SLURM_GPUS_ON_NODE": "8",
+        }
+    )
     assert context.launcher == "slurm"
     assert (context.num_nodes, context.node_rank, context.slurm_ntasks, context.slurm_gpus_on_node) == (4, 2, 32, 8)
     assert context.slurm_job_nodelist == "gpu[001-004]"
@@ -176,10 +191,17 @@ def test_slurm_context():
 
 
 def test_torchrun_context_derives_the_node_count():
-    context = read_launch_context({
-        "WORLD_SIZE": "16", "RANK": "9", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "8",
-        "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "GROUP_RANK": "1",
-    })
+    context = read_launch_context(
+        {
+            "WORLD_SIZE": "16",
+            "RANK": "9",
+            "LOCAL_RANK": "1",
+            "LOCAL_WORLD_SIZE": "8",
+            "MASTER_ADDR": "10.0.0.1",
+            "MASTER_PORT": "29500",
+            "GROUP_RANK": "1",
+        }
+    )
     assert context.launcher == "torchrun"
     assert (context.world_size, context.rank, context.local_rank, context.local_world_size) == (16, 9, 1, 8)
     assert context.num_nodes == 2 and context.node_rank == 1
@@ -231,8 +253,15 @@ def test_cli_detect_on_a_dgx_a100(monkeypatch, capsys):
 
 
 def test_cli_detect_with_an_unknown_gpu_still_exits_0(monkeypatch, capsys):
-    mystery = FakeGpu(name="NVIDIA Mystery X1", memory_total=48 * GIB, compute_capability=(12, 0),
-                      pci=PciAddress(0, 0x3B), pcie_current=(5, 16), pcie_max=(5, 16), nvlinks=None)
+    mystery = FakeGpu(
+        name="NVIDIA Mystery X1",
+        memory_total=48 * GIB,
+        compute_capability=(12, 0),
+        pci=PciAddress(0, 0x3B),
+        pcie_current=(5, 16),
+        pcie_max=(5, 16),
+        nvlinks=None,
+    )
     install(monkeypatch, FakeMachine(gpus=[mystery]))
     assert main(["detect"]) == 0
     assert "not in the GPU catalog" in capsys.readouterr().out
@@ -281,7 +310,8 @@ def test_real_cli_on_this_machine_exits_0_without_importing_torch():
 
 
 def test_hardware_selector_script_detect_exits_0():
-    result = subprocess.run([sys.executable, "hardware_selector.py", "detect"], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "hardware_selector.py", "detect"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert "Host " in result.stdout

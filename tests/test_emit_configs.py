@@ -7,6 +7,7 @@ import json
 import types
 
 import pytest
+from emit_plans import make_plan
 
 from planner.emit import emit_run_folder
 from planner.emit.deepspeed_json import deepspeed_config
@@ -14,8 +15,6 @@ from planner.emit.target import run_config as run_target
 from planner.emit.training_args import training_args_json_document
 from planner.errors import UserInputError
 from planner.memory.buffers import deepspeed_bucket_sizes
-
-from emit_plans import make_plan
 
 DEEPSPEED_PLANS = [
     dict(strategy="deepspeed", zero_stage=0),
@@ -37,11 +36,21 @@ def _parsed_by_deepspeed(config: dict, data_parallel: int, monkeypatch):
 
 
 @pytest.mark.parametrize("gpu", ["cpu", "a100-80gb"])
-@pytest.mark.parametrize("fields", DEEPSPEED_PLANS, ids=lambda f: f"zero{f['zero_stage']}-{f.get('offload_params', 'none')}")
+@pytest.mark.parametrize(
+    "fields", DEEPSPEED_PLANS, ids=lambda f: f"zero{f['zero_stage']}-{f.get('offload_params', 'none')}"
+)
 def test_deepspeed_parses_both_flavours(gpu, fields, monkeypatch):
     precision = {"precision": "fp16-mixed"} if gpu != "cpu" and fields["zero_stage"] == 1 else {}
-    plan = make_plan("llama-2-7b" if gpu != "cpu" else "gpt2", gpu=gpu, gpus_per_node=4, nodes=2,
-                     micro_batch=2, grad_accum=3, **fields, **precision)
+    plan = make_plan(
+        "llama-2-7b" if gpu != "cpu" else "gpt2",
+        gpu=gpu,
+        gpus_per_node=4,
+        nodes=2,
+        micro_batch=2,
+        grad_accum=3,
+        **fields,
+        **precision,
+    )
     target = run_target(plan)
     dp = target.data_parallel
     plain = deepspeed_config(plan, target)
@@ -69,7 +78,11 @@ def test_deepspeed_parses_both_flavours(gpu, fields, monkeypatch):
 
     kwargs = training_args_json_document(plan, target)
     args = types.SimpleNamespace(
-        **kwargs, world_size=dp, fp16_full_eval=False, bf16_full_eval=False, save_on_each_node=False,
+        **kwargs,
+        world_size=dp,
+        fp16_full_eval=False,
+        bf16_full_eval=False,
+        save_on_each_node=False,
         get_warmup_steps=lambda steps: kwargs["warmup_steps"],
     )
     model = types.SimpleNamespace(config=types.SimpleNamespace(hidden_size=plan.model.hidden_size))
@@ -91,8 +104,12 @@ def test_deepspeed_parses_both_flavours(gpu, fields, monkeypatch):
 
 @pytest.mark.parametrize(
     "fields",
-    [dict(strategy="fsdp"), dict(strategy="fsdp", fsdp_sharding="hybrid", offload_params="cpu"),
-     dict(strategy="deepspeed", zero_stage=2), dict(strategy="ddp")],
+    [
+        dict(strategy="fsdp"),
+        dict(strategy="fsdp", fsdp_sharding="hybrid", offload_params="cpu"),
+        dict(strategy="deepspeed", zero_stage=2),
+        dict(strategy="ddp"),
+    ],
     ids=["fsdp", "fsdp-hybrid-offload", "deepspeed", "ddp"],
 )
 def test_accelerate_loads_the_yaml(fields, tmp_path):
@@ -134,9 +151,19 @@ def test_training_arguments_builds_in_process():
 def test_engine_json_is_accepted_by_the_engine(tp, pp, zero, tmp_path):
     from planner.contract.engine_config import load_engine_config
 
-    plan = make_plan("llama-2-7b", gpu="a100-80gb", gpus_per_node=8, nodes=1, strategy="engine",
-                     tensor_parallel=tp, pipeline_parallel=pp, zero_stage=zero, precision="bf16-mixed",
-                     activation_checkpointing="selective", sequence_parallel=tp > 1)
+    plan = make_plan(
+        "llama-2-7b",
+        gpu="a100-80gb",
+        gpus_per_node=8,
+        nodes=1,
+        strategy="engine",
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        zero_stage=zero,
+        precision="bf16-mixed",
+        activation_checkpointing="selective",
+        sequence_parallel=tp > 1,
+    )
     emit_run_folder(plan, tmp_path / "run")
     config = load_engine_config(tmp_path / "run" / "engine.json")
     block = config.hardware_selector

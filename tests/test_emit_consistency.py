@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import yaml
+from emit_plans import make_plan
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -17,9 +18,12 @@ from planner.emit import render_run_folder
 from planner.emit.target import run_config as run_target
 from planner.errors import UserInputError
 
-from emit_plans import make_plan
-
-PRECISION_FLAGS = {"fp32": (False, False), "fp16-mixed": (True, False), "bf16-mixed": (False, True), "bf16": (False, True)}
+PRECISION_FLAGS = {
+    "fp32": (False, False),
+    "fp16-mixed": (True, False),
+    "bf16-mixed": (False, True),
+    "bf16": (False, True),
+}
 
 
 @st.composite
@@ -44,8 +48,9 @@ def plans(draw):
         fields["pipeline_parallel"] = draw(st.sampled_from([1, 2, 4]))
     nproc = draw(st.sampled_from([None, None, 1, 2, 4]))
     try:
-        plan = make_plan(draw(st.sampled_from(["gpt2", "llama-2-7b"])), gpu=gpu, gpus_per_node=gpus_per_node,
-                         nodes=nodes, **fields)
+        plan = make_plan(
+            draw(st.sampled_from(["gpt2", "llama-2-7b"])), gpu=gpu, gpus_per_node=gpus_per_node, nodes=nodes, **fields
+        )
         target = run_target(plan, nproc)
     except (UserInputError, ValidationError):
         assume(False)
@@ -64,8 +69,13 @@ def test_emitted_files_agree(plan_and_target):
     mixed = "fp16" if fp16 else "bf16" if bf16 else "no"
     strategy = plan.config.strategy.value
 
-    run = json.loads(files["plan.json"])["run"]
-    assert (run["micro_batch"], run["grad_accum"], run["layout"]["dp"]) == (micro, accum, dp)
+    document = json.loads(files["plan.json"])
+    run = document["run"]
+    # The layout is stored once: the config's split; the run block repeats it only for another process count.
+    assert ("layout" in run) == (target.layout != plan.layout)
+    assert document["config"]["layout"]["dp"] is None and "layout" not in {k for k in document if k != "config"}
+    layout = run.get("layout") or plan.layout.model_dump(mode="json")
+    assert (run["micro_batch"], run["grad_accum"], layout["dp"]) == (micro, accum, dp)
     assert run["nproc_per_node"] * run["num_nodes"] == world and run["precision"] == plan.config.precision.value
     on_cpu = plan.cluster.gpu.kind == "cpu"
     assert (run["device"], run["dist_backend"]) == (("cpu", "gloo") if on_cpu else ("cuda", "nccl"))
@@ -74,7 +84,10 @@ def test_emitted_files_agree(plan_and_target):
     if strategy == "deepspeed":
         ds = json.loads(files["ds_config.json"])
         assert (ds["train_batch_size"], ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (
-            micro * accum * dp, micro, accum)
+            micro * accum * dp,
+            micro,
+            accum,
+        )
         assert (ds["fp16"]["enabled"], ds["bf16"]["enabled"]) == (fp16, bf16)
         assert ds["zero_optimization"]["stage"] == plan.config.zero_stage
         trainer = json.loads(files["ds_config_trainer.json"])
@@ -88,11 +101,14 @@ def test_emitted_files_agree(plan_and_target):
         engine = json.loads(files["engine.json"])
         load_engine_config(engine)  # the engine accepts every emitted engine.json (unknown keys are errors)
         layout = engine["hardware_selector"]["layout"]
-        # the one ParallelDims value, stored in both files
-        assert ParallelDims.model_validate(layout) == ParallelDims.model_validate(run["layout"])
+        # the one ParallelDims value, as the run places it
+        assert ParallelDims.model_validate(layout) == target.layout
         assert layout["dp"] * layout["tp"] * layout["pp"] == world
-        assert (engine["train_batch_size"], engine["train_micro_batch_size_per_gpu"], engine["gradient_accumulation_steps"]) == (
-            micro * accum * dp, micro, accum)
+        assert (
+            engine["train_batch_size"],
+            engine["train_micro_batch_size_per_gpu"],
+            engine["gradient_accumulation_steps"],
+        ) == (micro * accum * dp, micro, accum)
         assert (engine["fp16"]["enabled"], engine["bf16"]["enabled"]) == (fp16, bf16)
         assert "training_args.json" not in files
     else:

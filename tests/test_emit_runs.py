@@ -20,9 +20,9 @@ import pytest
 
 from planner.contract.run_config import DataConfig, Hyperparameters
 from planner.emit import RunOptions, emit_run_folder
+from scripts.demo_checkpoint import make_local_gpt2
 from tests.distributed import cpu_env, free_port
 from tests.emit_plans import make_plan
-from scripts.demo_checkpoint import make_local_gpt2
 from tests.runner_reference import hf_reference_losses
 
 STEPS = 3
@@ -33,16 +33,18 @@ pytestmark = pytest.mark.slow
 def user(tmp_path_factory):
     root = tmp_path_factory.mktemp("launch")
     model_dir, corpus = make_local_gpt2(root / "user")
-    options = RunOptions(data=DataConfig(train=[str(corpus)]),
-                         optim=Hyperparameters(max_steps=STEPS, learning_rate=1e-3, warmup_steps=1))
+    options = RunOptions(
+        data=DataConfig(train=[str(corpus)]), optim=Hyperparameters(max_steps=STEPS, learning_rate=1e-3, warmup_steps=1)
+    )
     return root, model_dir, options
 
 
 def _emit(user, name: str, **fields) -> Path:
     root, model_dir, options = user
     run_dir = root / name
-    emit_run_folder(make_plan(str(model_dir), seq_len=64, micro_batch=2, grad_accum=2, **fields), run_dir,
-                    options=options)
+    emit_run_folder(
+        make_plan(str(model_dir), seq_len=64, micro_batch=2, grad_accum=2, **fields), run_dir, options=options
+    )
     return run_dir
 
 
@@ -53,17 +55,23 @@ def reference(user):
 
 def _launch(run_dir: Path, *args: str, env: dict[str, str] | None = None) -> dict:
     """bash launch.sh ...; returns rank 0's RUN_RESULT."""
-    completed = subprocess.run(["bash", str(run_dir / "launch.sh"), *args],
-                               env=cpu_env({"MASTER_PORT": str(free_port()), **(env or {})}), capture_output=True,
-                               text=True, timeout=400)
+    completed = subprocess.run(
+        ["bash", str(run_dir / "launch.sh"), *args],
+        env=cpu_env({"MASTER_PORT": str(free_port()), **(env or {})}),
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     return _result(completed)
 
 
 def _result(completed: subprocess.CompletedProcess) -> dict:
     lines = [line for line in completed.stdout.splitlines() if line.startswith("RUN_RESULT ")]
     if completed.returncode != 0 or len(lines) != 1:
-        raise AssertionError(f"exit {completed.returncode}\n--- stdout\n{completed.stdout[-4000:]}\n--- stderr\n"
-                             f"{completed.stderr[-6000:]}")
+        raise AssertionError(
+            f"exit {completed.returncode}\n--- stdout\n{completed.stdout[-4000:]}\n--- stderr\n"
+            f"{completed.stderr[-6000:]}"
+        )
     return json.loads(lines[0].removeprefix("RUN_RESULT "))
 
 
@@ -81,12 +89,20 @@ def test_torchrun_one_node_and_two_nodes_on_the_loopback(user, reference):
     nodes = _emit(user, "two nodes", strategy="ddp", gpus_per_node=1, nodes=2)
     port = str(free_port())
     command = ["bash", str(nodes / "launch.sh")]
-    procs = [subprocess.Popen(command, env=cpu_env({"NODE_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
-                                                    "MASTER_PORT": port}),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            command,
+            env=cpu_env({"NODE_RANK": str(rank), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
     outputs = [proc.communicate(timeout=400) for proc in procs]
-    completed = [subprocess.CompletedProcess(command, proc.returncode, out, err)
-                 for proc, (out, err) in zip(procs, outputs)]
+    completed = [
+        subprocess.CompletedProcess(command, proc.returncode, out, err) for proc, (out, err) in zip(procs, outputs)
+    ]
     assert completed[1].returncode == 0, completed[1].stderr[-4000:]
     assert _result(completed[0])["world_size"] == 2
     assert _losses(nodes) == pytest.approx(reference, rel=1e-4)
@@ -106,8 +122,10 @@ def test_deepspeed_launcher_and_accelerate_launch_start_the_runner(user, referen
 
 def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans(user):
     results = {}
-    for name, fields in (("trainer-deepspeed", {"strategy": "deepspeed", "zero_stage": 2}),
-                         ("trainer-fsdp", {"strategy": "fsdp"})):
+    for name, fields in (
+        ("trainer-deepspeed", {"strategy": "deepspeed", "zero_stage": 2}),
+        ("trainer-fsdp", {"strategy": "fsdp"}),
+    ):
         run_dir = _emit(user, name, **fields)
         results[name] = _launch(run_dir, "--trainer", env={"LAUNCHER": "torchrun"})
         assert results[name]["steps"] == STEPS and results[name]["world_size"] == 2

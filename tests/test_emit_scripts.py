@@ -13,12 +13,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from emit_plans import make_plan
 
 from planner.emit import emit_run_folder
 from planner.emit.slurm import slurm_sbatch
 from planner.emit.target import run_config as run_target
-
-from emit_plans import make_plan
 
 HOSTILE_NAME = "run dir $HOME `touch pwned`; echo 'it''s' \"q\" $(touch pwned2)"
 
@@ -43,8 +42,13 @@ def _recorded(record: Path) -> list[str]:
 
 def _run_launch(run_dir: Path, fake: Path, record: Path, **env: str) -> list[str]:
     environment = {**os.environ, "PYTHON": str(fake), "RECORD_FILE": str(record), **env}
-    subprocess.run(["bash", str(run_dir / "launch.sh"), "--tiny", "--steps", "3"], check=True, env=environment,
-                   cwd=run_dir.parent, timeout=60)
+    subprocess.run(
+        ["bash", str(run_dir / "launch.sh"), "--tiny", "--steps", "3"],
+        check=True,
+        env=environment,
+        cwd=run_dir.parent,
+        timeout=60,
+    )
     return _recorded(record)
 
 
@@ -59,24 +63,86 @@ def test_launch_commands_are_exact_and_quoted(tmp_path, recorder):
     assert subprocess.run(["bash", "-n", str(ds_dir / "launch.sh")]).returncode == 0
 
     assert _run_launch(ds_dir, recorder, record) == [
-        "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_port", "29500", "--module", "backends.run",
-        *arguments]
+        "-m",
+        "deepspeed.launcher.runner",
+        "--num_gpus",
+        "2",
+        "--master_port",
+        "29500",
+        "--module",
+        "backends.run",
+        *arguments,
+    ]
     assert _run_launch(ds_dir, recorder, record, NNODES="3", MASTER_ADDR="10.1.2.3") == [
-        "-m", "deepspeed.launcher.runner", "--hostfile", f"{run}/hostfile", "--num_nodes", "3", "--num_gpus", "2",
-        "--master_addr", "10.1.2.3", "--master_port", "29500", "--module", "backends.run", *arguments]
+        "-m",
+        "deepspeed.launcher.runner",
+        "--hostfile",
+        f"{run}/hostfile",
+        "--num_nodes",
+        "3",
+        "--num_gpus",
+        "2",
+        "--master_addr",
+        "10.1.2.3",
+        "--master_port",
+        "29500",
+        "--module",
+        "backends.run",
+        *arguments,
+    ]
     assert _run_launch(ds_dir, recorder, record, LAUNCHER="torchrun") == [
-        "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", *tail]
-    assert _run_launch(ds_dir, recorder, record, LAUNCHER="torchrun", NNODES="2", NODE_RANK="1",
-                       MASTER_ADDR="10.1.2.3", MASTER_PORT="2222") == [
-        "-m", "torch.distributed.run", "--nnodes=2", "--node-rank=1", "--nproc-per-node=2", "--rdzv-backend=static",
-        "--rdzv-id=hs-gpt2-deepspeed", "--rdzv-endpoint=10.1.2.3:2222", *tail]
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        *tail,
+    ]
+    assert _run_launch(
+        ds_dir,
+        recorder,
+        record,
+        LAUNCHER="torchrun",
+        NNODES="2",
+        NODE_RANK="1",
+        MASTER_ADDR="10.1.2.3",
+        MASTER_PORT="2222",
+    ) == [
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--node-rank=1",
+        "--nproc-per-node=2",
+        "--rdzv-backend=static",
+        "--rdzv-id=hs-gpt2-deepspeed",
+        "--rdzv-endpoint=10.1.2.3:2222",
+        *tail,
+    ]
     assert _run_launch(ds_dir, recorder, record, LAUNCHER="accelerate", NNODES="2", NODE_RANK="1") == [
-        "-m", "accelerate.commands.launch", "--config_file", f"{run}/accelerate_config.yaml", "--num_processes", "4",
-        "--num_machines", "2", "--machine_rank", "1", "--main_process_ip", "127.0.0.1", "--main_process_port",
-        "29500", *tail]
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        f"{run}/accelerate_config.yaml",
+        "--num_processes",
+        "4",
+        "--num_machines",
+        "2",
+        "--machine_rank",
+        "1",
+        "--main_process_ip",
+        "127.0.0.1",
+        "--main_process_port",
+        "29500",
+        *tail,
+    ]
     own = tmp_path / "my script's $dir" / "train me.py"
     assert _run_launch(ds_dir, recorder, record, LAUNCHER="torchrun", TRAIN_SCRIPT=str(own))[-6:] == [
-        str(own), "--plan", run, "--tiny", "--steps", "3"]
+        str(own),
+        "--plan",
+        run,
+        "--tiny",
+        "--steps",
+        "3",
+    ]
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
     assert (ds_dir / "hostfile").read_text().splitlines()[1:] == ["node-1 slots=2"]
 
@@ -85,16 +151,26 @@ def test_engine_plans_launch_our_engine(tmp_path, recorder):
     run_dir = tmp_path / "engine run"
     emit_run_folder(make_plan(strategy="engine", tensor_parallel=2), run_dir)
     argv = _run_launch(run_dir, recorder, tmp_path / "argv")
-    assert argv == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "backends.run",
-                    "--plan", str(run_dir.resolve()), "--tiny", "--steps", "3"]
+    assert argv == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "-m",
+        "backends.run",
+        "--plan",
+        str(run_dir.resolve()),
+        "--tiny",
+        "--steps",
+        "3",
+    ]
 
 
 FAKE_SLURM = {
     "scontrol": 'printf "node-a\\nnode-b\\n"\n',
     "hostname": 'echo "10.9.8.7 fe80::1"\n',
     # srun: drop srun's own options (and -w's value), run the command once, as task 0 of node 0.
-    "srun": 'while [[ "$1" == -* ]]; do if [[ "$1" == -w ]]; then shift; fi; shift; done\n'
-            'SLURM_NODEID=0 exec "$@"\n',
+    "srun": 'while [[ "$1" == -* ]]; do if [[ "$1" == -w ]]; then shift; fi; shift; done\nSLURM_NODEID=0 exec "$@"\n',
 }
 
 
@@ -120,12 +196,29 @@ def test_slurm_sbatch_rendezvous(strategy, tmp_path, recorder):
     runnable = tmp_path / "job.sbatch"
     runnable.write_text(slurm_sbatch(plan, run_target(plan), run_dir.resolve(), python=str(recorder)))
     record = tmp_path / "argv"
-    env = {**os.environ, "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}", "RECORD_FILE": str(record),
-           "SLURM_JOB_NODELIST": "node-[a-b]", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_ID": "4242"}
+    env = {
+        **os.environ,
+        "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
+        "RECORD_FILE": str(record),
+        "SLURM_JOB_NODELIST": "node-[a-b]",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_JOB_ID": "4242",
+    }
     subprocess.run(["bash", str(runnable)], check=True, env=env, timeout=60)
     run = str(run_dir.resolve())
-    expected = ["-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2", "--rdzv-id=4242",
-                "--rdzv-backend=c10d", "--rdzv-endpoint=10.9.8.7:29500", "-m", "backends.run", "--plan", run]
+    expected = [
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--nproc-per-node=2",
+        "--rdzv-id=4242",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=10.9.8.7:29500",
+        "-m",
+        "backends.run",
+        "--plan",
+        run,
+    ]
     assert _recorded(record) == expected
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
 
@@ -141,16 +234,21 @@ def test_plan_json_round_trips(tmp_path):
     assert again == plan and target == run_target(plan)
     document = json.loads((tmp_path / "run" / "plan.json").read_text())
     assert document["schema_version"] == SCHEMA_VERSION and document["run"]["schema_version"] == SCHEMA_VERSION
-    assert document["run"]["layout"] == plan.layout.model_dump(mode="json")  # the one ParallelDims value
+    # The one ParallelDims value, stored once: the config's split (dp left to the cluster), not repeated in "run".
+    assert document["config"]["layout"]["dp"] is None and "layout" not in document["run"]
+    assert target.layout == plan.layout and plan.layout.dp == 2
     assert document["estimate_sources"]["memory"]["activations"].startswith("formula:")
 
 
-@pytest.mark.parametrize("edit, expected", [
-    (lambda d: d.update(schema_version=1), "written by an older hardware-selector"),
-    (lambda d: d["run"].update(schema_version=99), "newer than this hardware-selector"),
-    (lambda d: d.pop("run"), "is not a plan.json written by"),
-    (lambda d: d["run"].update(micro_batch=0), "'micro_batch'"),
-])
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        (lambda d: d.update(schema_version=1), "written by an older hardware-selector"),
+        (lambda d: d["run"].update(schema_version=99), "newer than this hardware-selector"),
+        (lambda d: d.pop("run"), "is not a plan.json written by"),
+        (lambda d: d["run"].update(micro_batch=0), "'micro_batch'"),
+    ],
+)
 def test_a_plan_json_that_cannot_be_read_is_one_line(tmp_path, edit, expected):
     from planner.contract.plan_file import read_plan_file
     from planner.errors import UserInputError
@@ -169,7 +267,12 @@ def test_runner_refuses_bad_input_in_one_line(tmp_path):
     import sys
 
     for plan_dir, expected in ((tmp_path / "missing", "is not a directory"), (tmp_path, "has no plan.json")):
-        completed = subprocess.run([sys.executable, "-m", "backends.run", "--plan", str(plan_dir)],
-                                   capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent.parent)
+        completed = subprocess.run(
+            [sys.executable, "-m", "backends.run", "--plan", str(plan_dir)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=Path(__file__).parent.parent,
+        )
         assert completed.returncode == 2 and expected in completed.stderr, completed.stderr
         assert len(completed.stderr.strip().splitlines()) == 1

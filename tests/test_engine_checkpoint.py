@@ -144,19 +144,29 @@ def test_checkpoint_of_another_model_is_a_one_line_error(tmp_path):
     assert str(llama.value) == f"{ckpt} has no tensor 'model.embed_tokens.weight'; it was saved from another model"
     with pytest.raises(UserInputError) as other_vocab:
         engine({**tiny_gpt2(), "vocab_size": 509}).load_checkpoint(tmp_path)
-    assert str(other_vocab.value) == (f"{ckpt} holds 'transformer.wte.weight' with shape (512, 64), which does not "
-                                      "fit this model ((509, 64) here); it was saved from another model")
+    assert str(other_vocab.value) == (
+        f"{ckpt} holds 'transformer.wte.weight' with shape (512, 64), which does not "
+        "fit this model ((509, 64) here); it was saved from another model"
+    )
 
 
 def test_failed_async_write_leaves_no_sealed_checkpoint_and_raises_at_the_next_wait(tmp_path, monkeypatch):
+    from torch.distributed.checkpoint import FileSystemWriter
+
     import backends
     from backends.checkpoint.async_save import AsyncSaveError
     from backends.model_factory import build_causal_lm
     from tests.engine_jobs.common import engine_config, global_batches, tiny_gpt2
-    from torch.distributed.checkpoint import FileSystemWriter
 
-    config = engine_config(1, micro=2, accum=1, clip=1.0, lr=1e-3, weight_decay=0.01,
-                           hardware_selector={"checkpoint": {"async_save": True}})
+    config = engine_config(
+        1,
+        micro=2,
+        accum=1,
+        clip=1.0,
+        lr=1e-3,
+        weight_decay=0.01,
+        hardware_selector={"checkpoint": {"async_save": True}},
+    )
     engine = backends.initialize(model=build_causal_lm(tiny_gpt2(), seed=0), config=config)[0]
     data = global_batches(3, 2)
     engine.train_batch(data[0])

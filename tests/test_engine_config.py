@@ -6,24 +6,49 @@ import json
 
 import pytest
 
-from planner.contract.engine_config import EngineConfig, load_engine_config
 from backends.mixed_precision import LossScaler
+from planner.contract.engine_config import EngineConfig, load_engine_config
 from planner.errors import UserInputError
 
 CONTRACT_EXAMPLE = {
-    "train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+    "train_batch_size": 16,
+    "train_micro_batch_size_per_gpu": 2,
+    "gradient_accumulation_steps": 4,
     "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}},
-    "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 3e-4,
-                                                       "warmup_num_steps": 10, "total_num_steps": 100}},
-    "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "none"}, "overlap_comm": True,
-                          "reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8, "stage3_prefetch_bucket_size": 5e7},
-    "fp16": {"enabled": False, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
-             "hysteresis": 2, "min_loss_scale": 1},
-    "bf16": {"enabled": True}, "gradient_clipping": 1.0, "steps_per_print": 10,
-    "hardware_selector": {"schema_version": 2, "model": {"name": "gpt2", "hf_config": {"model_type": "gpt2"}},
-                          "seq_len": 1024, "device": "cpu", "dist_backend": "gloo", "activation_checkpointing": "full",
-                          "layout": {"dp": 2, "tp": 1, "pp": 1, "virtual_stages": 1, "stage_layers": None},
-                          "sequence_parallel": False, "pipeline_schedule": "1f1b"},
+    "scheduler": {
+        "type": "WarmupDecayLR",
+        "params": {"warmup_min_lr": 0, "warmup_max_lr": 3e-4, "warmup_num_steps": 10, "total_num_steps": 100},
+    },
+    "zero_optimization": {
+        "stage": 2,
+        "offload_optimizer": {"device": "none"},
+        "overlap_comm": True,
+        "reduce_bucket_size": 5e8,
+        "allgather_bucket_size": 5e8,
+        "stage3_prefetch_bucket_size": 5e7,
+    },
+    "fp16": {
+        "enabled": False,
+        "loss_scale": 0,
+        "initial_scale_power": 16,
+        "loss_scale_window": 1000,
+        "hysteresis": 2,
+        "min_loss_scale": 1,
+    },
+    "bf16": {"enabled": True},
+    "gradient_clipping": 1.0,
+    "steps_per_print": 10,
+    "hardware_selector": {
+        "schema_version": 2,
+        "model": {"name": "gpt2", "hf_config": {"model_type": "gpt2"}},
+        "seq_len": 1024,
+        "device": "cpu",
+        "dist_backend": "gloo",
+        "activation_checkpointing": "full",
+        "layout": {"dp": 2, "tp": 1, "pp": 1, "virtual_stages": 1, "stage_layers": None},
+        "sequence_parallel": False,
+        "pipeline_schedule": "1f1b",
+    },
 }
 
 
@@ -46,15 +71,21 @@ def test_the_same_file_is_a_valid_deepspeed_config(monkeypatch):
     assert (ds.train_batch_size, ds.gradient_accumulation_steps, ds.zero_optimization_stage) == (16, 4, 2)
 
 
-@pytest.mark.parametrize("bad, fragment", [
-    ({"zero_optimization": {"stage": 2, "stage3_max_live_parameters": 1}}, "zero_optimization.stage3_max_live_parameters"),
-    ({"optimizer": {"type": "Lamb"}}, "optimizer.type"),
-    ({"hardware_selector": {"layout": {"dp": 2, "experts": 2}}}, "hardware_selector.layout.experts"),
-    ({"hardware_selector": {"schema_version": 1}}, "re-emit the run folder"),
-    ({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, "at most one"),
-    ({"scheduler": {"type": "WarmupDecayLR", "params": {}}}, "total_num_steps"),
-    ({"amp": {"enabled": True}}, "'amp'"),
-])
+@pytest.mark.parametrize(
+    "bad, fragment",
+    [
+        (
+            {"zero_optimization": {"stage": 2, "stage3_max_live_parameters": 1}},
+            "zero_optimization.stage3_max_live_parameters",
+        ),
+        ({"optimizer": {"type": "Lamb"}}, "optimizer.type"),
+        ({"hardware_selector": {"layout": {"dp": 2, "experts": 2}}}, "hardware_selector.layout.experts"),
+        ({"hardware_selector": {"schema_version": 1}}, "re-emit the run folder"),
+        ({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, "at most one"),
+        ({"scheduler": {"type": "WarmupDecayLR", "params": {}}}, "total_num_steps"),
+        ({"amp": {"enabled": True}}, "'amp'"),
+    ],
+)
 def test_unknown_or_unsupported_keys_are_one_line_errors(bad, fragment):
     with pytest.raises(UserInputError) as caught:
         load_engine_config(bad)
@@ -63,7 +94,9 @@ def test_unknown_or_unsupported_keys_are_one_line_errors(bad, fragment):
 
 def test_inconsistent_batch_keys_are_rejected():
     with pytest.raises(UserInputError, match="train_batch_size"):
-        EngineConfig(train_batch_size=10, train_micro_batch_size_per_gpu=2, gradient_accumulation_steps=2).batch_sizes(2)
+        EngineConfig(train_batch_size=10, train_micro_batch_size_per_gpu=2, gradient_accumulation_steps=2).batch_sizes(
+            2
+        )
 
 
 def test_missing_file_is_a_user_error(tmp_path):
@@ -76,11 +109,26 @@ def test_loss_scale_sequence_matches_deepspeed(hysteresis, consecutive, monkeypa
     from deepspeed.runtime.fp16 import loss_scaler as ds_module
 
     monkeypatch.setattr(ds_module.dist, "get_rank", lambda: 0)  # DeepSpeed logs from rank 0 only
-    ours = LossScaler(EngineConfig(fp16={"enabled": True, "initial_scale_power": 10, "loss_scale_window": 3,
-                                         "hysteresis": hysteresis, "consecutive_hysteresis": consecutive,
-                                         "min_loss_scale": 4}))
-    theirs = ds_module.DynamicLossScaler(init_scale=2.0 ** 10, scale_window=3, min_scale=4, delayed_shift=hysteresis,
-                                         consecutive_hysteresis=consecutive, raise_error_at_min_scale=False)
+    ours = LossScaler(
+        EngineConfig(
+            fp16={
+                "enabled": True,
+                "initial_scale_power": 10,
+                "loss_scale_window": 3,
+                "hysteresis": hysteresis,
+                "consecutive_hysteresis": consecutive,
+                "min_loss_scale": 4,
+            }
+        )
+    )
+    theirs = ds_module.DynamicLossScaler(
+        init_scale=2.0**10,
+        scale_window=3,
+        min_scale=4,
+        delayed_shift=hysteresis,
+        consecutive_hysteresis=consecutive,
+        raise_error_at_min_scale=False,
+    )
     pattern = [False] * 7 + [True, False, True, True] + [False] * 5 + [True] * 12 + [False] * 8
     for overflow in pattern:
         try:
@@ -105,8 +153,8 @@ def test_lr_schedules_match_deepspeed():
     import torch
     from deepspeed.runtime import lr_schedules
 
-    from planner.contract.engine_config import SchedulerBlock
     from backends.schedulers import WarmupSchedule
+    from planner.contract.engine_config import SchedulerBlock
 
     cases = [
         ("WarmupLR", {"warmup_min_lr": 1e-5, "warmup_max_lr": 1e-3, "warmup_num_steps": 5, "warmup_type": "linear"}),

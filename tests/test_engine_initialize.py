@@ -1,6 +1,6 @@
 """backends.initialize on a GPU layout, with the cuda calls and the engine replaced by recorders.
 
-The reference is the order the brief requires: with tp or pp > 1 the model is
+The reference is the order docs/parallelism.md states: with tp or pp > 1 the model is
 sharded on the host and parallelize moves only this rank's part (the whole
 model may not fit one GPU), so initialize itself must never move it; without
 tp/pp initialize moves the model. The plan's virtual_stages reach parallelize.
@@ -26,7 +26,9 @@ def recorded(monkeypatch):
     events: list[tuple] = []
     monkeypatch.setattr(backends, "_init_distributed", lambda backend: None)
     monkeypatch.setattr(torch.cuda, "set_device", lambda index: events.append(("set_device", index)))
-    monkeypatch.setattr(torch.nn.Module, "cuda", lambda module, *args, **kwargs: events.append(("model.cuda",)) or module)
+    monkeypatch.setattr(
+        torch.nn.Module, "cuda", lambda module, *args, **kwargs: events.append(("model.cuda",)) or module
+    )
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda *args, **kwargs: 4)
     monkeypatch.setattr("backends.engine.Engine", _RecordingEngine)
 
@@ -39,15 +41,23 @@ def recorded(monkeypatch):
 
 
 def _config(pipeline_schedule="1f1b", **layout):
-    return {"hardware_selector": {"device": "cuda", "dist_backend": "nccl", "layout": layout,
-                                  "pipeline_schedule": pipeline_schedule}}
+    return {
+        "hardware_selector": {
+            "device": "cuda",
+            "dist_backend": "nccl",
+            "layout": layout,
+            "pipeline_schedule": pipeline_schedule,
+        }
+    }
 
 
 def test_pipeline_layout_is_sharded_on_the_host_and_gets_the_plans_virtual_stages(recorded):
-    backends.initialize(model=torch.nn.Linear(2, 2), config=_config(
-        dp=1, tp=2, pp=2, pipeline_schedule="interleaved-1f1b", virtual_stages=3))
+    backends.initialize(
+        model=torch.nn.Linear(2, 2),
+        config=_config(dp=1, tp=2, pp=2, pipeline_schedule="interleaved-1f1b", virtual_stages=3),
+    )
     assert ("model.cuda",) not in recorded
-    (_, dims, kwargs), = [event for event in recorded if event[0] == "parallelize"]
+    ((_, dims, kwargs),) = [event for event in recorded if event[0] == "parallelize"]
     assert (dims.dp, dims.tp, dims.pp) == (1, 2, 2)
     assert kwargs["virtual_stages"] == 3 and kwargs["device_type"] == "cuda"
 
@@ -68,6 +78,8 @@ def test_compression_comes_from_our_key_or_deepspeeds_communication_data_type():
     assert load_engine_config({}).gradient_compression == "none"
     with pytest.raises(UserInputError, match="compression"):
         load_engine_config({"hardware_selector": {"compression": "1bit"}})
-    with pytest.raises(UserInputError, match="communication_data_type 'fp16' and hardware_selector.compression 'int8' "
-                                             "disagree; set one of them"):
+    with pytest.raises(
+        UserInputError,
+        match="communication_data_type 'fp16' and hardware_selector.compression 'int8' disagree; set one of them",
+    ):
         load_engine_config({"communication_data_type": "fp16", "hardware_selector": {"compression": "int8"}})

@@ -30,9 +30,13 @@ def check_invariants(document: dict) -> dict[str, int]:
     assert all(value >= 0 for value in per_gpu.values())
     assert per_gpu["total"] == sum(value for key, value in per_gpu.items() if key != "total")
     usable = int(memory["gpu_capacity_bytes"] * (1 - memory["headroom_fraction"]))
-    assert memory["fits"] == (per_gpu["total"] <= usable and (
-        memory["cpu_capacity_per_node_bytes"] is None or memory["cpu_per_node_bytes"] <= memory["cpu_capacity_per_node_bytes"]
-    ))
+    assert memory["fits"] == (
+        per_gpu["total"] <= usable
+        and (
+            memory["cpu_capacity_per_node_bytes"] is None
+            or memory["cpu_per_node_bytes"] <= memory["cpu_capacity_per_node_bytes"]
+        )
+    )
     assert memory["margin_bytes"] == usable - per_gpu["total"]
     assert document["model"]["name"] and document["model"]["params"] > 0
     assert memory["sources"]["total"].startswith("sum")
@@ -51,13 +55,19 @@ MODEL_STATE_CASES = {
     "ddp": (["--strategy", "ddp"], {"parameters": 4 * PSI, "optimizer_states": 8 * PSI}),
     "fsdp-full": (["--strategy", "fsdp"], {"parameters": 4 * PSI / N, "optimizer_states": 8 * PSI / N}),
     "fsdp-grad-op": (["--strategy", "fsdp", "--fsdp-sharding", "grad-op"], {"parameters": 4 * PSI / N}),
-    "fsdp-none": (["--strategy", "fsdp", "--fsdp-sharding", "none"], {"parameters": 4 * PSI, "optimizer_states": 8 * PSI}),
+    "fsdp-none": (
+        ["--strategy", "fsdp", "--fsdp-sharding", "none"],
+        {"parameters": 4 * PSI, "optimizer_states": 8 * PSI},
+    ),
     "fsdp-offload": (["--strategy", "fsdp", "--offload-params", "cpu"], {"parameters": 0, "optimizer_states": 0}),
     "zero0": (["--strategy", "zero0"], {"parameters": 2 * PSI, "optimizer_states": 12 * PSI}),
     "zero1": (["--strategy", "zero1"], {"parameters": 2 * PSI, "optimizer_states": 12 * PSI / N}),
     "zero2": (["--strategy", "zero2"], {"parameters": 2 * PSI, "optimizer_states": 12 * PSI / N}),
     "zero3": (["--strategy", "zero3"], {"parameters": 2 * PSI / N, "optimizer_states": 12 * PSI / N}),
-    "zero2-offload-cpu": (["--strategy", "zero2", "--offload-optimizer", "cpu"], {"parameters": 2 * PSI, "optimizer_states": 0}),
+    "zero2-offload-cpu": (
+        ["--strategy", "zero2", "--offload-optimizer", "cpu"],
+        {"parameters": 2 * PSI, "optimizer_states": 0},
+    ),
     "zero3-offload-nvme": (
         ["--strategy", "zero3", "--offload-optimizer", "nvme", "--offload-params", "nvme"],
         {"parameters": 0, "optimizer_states": 0},
@@ -95,12 +105,31 @@ def test_hybrid_shard_shards_within_a_node_only(capsys):
 
 def test_engine_layouts(capsys):
     tp_pp = check_invariants(run_json(capsys, "--strategy", "engine", "--tp", "2", "--pp", "2", "--grad-accum", "8"))
-    with_sp = check_invariants(run_json(capsys, "--strategy", "engine", "--tp", "2", "--pp", "2", "--grad-accum", "8", "--sp"))
-    interleaved = check_invariants(run_json(
-        capsys, "--strategy", "engine", "--tp", "2", "--pp", "2", "--grad-accum", "8",
-        "--pp-schedule", "interleaved-1f1b", "--virtual-stages", "2",
-    ))
-    gpipe = check_invariants(run_json(capsys, "--strategy", "engine", "--tp", "2", "--pp", "2", "--grad-accum", "8", "--pp-schedule", "gpipe"))
+    with_sp = check_invariants(
+        run_json(capsys, "--strategy", "engine", "--tp", "2", "--pp", "2", "--grad-accum", "8", "--sp")
+    )
+    interleaved = check_invariants(
+        run_json(
+            capsys,
+            "--strategy",
+            "engine",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--grad-accum",
+            "8",
+            "--pp-schedule",
+            "interleaved-1f1b",
+            "--virtual-stages",
+            "2",
+        )
+    )
+    gpipe = check_invariants(
+        run_json(
+            capsys, "--strategy", "engine", "--tp", "2", "--pp", "2", "--grad-accum", "8", "--pp-schedule", "gpipe"
+        )
+    )
     # Korthikanti: SP splits the hidden-width activations; interleaving adds (p-1)/(p*v) of the
     # first stage's activations; GPipe keeps all 8 micro-batches in flight instead of p = 2, and
     # then the last stage (the same blocks, plus the head's input and 8 log-softmax outputs) is
@@ -118,7 +147,11 @@ def test_checkpointing_precision_optimizer_and_attention_orderings(capsys):
     def total(*flags: str, key: str = "total") -> int:
         return check_invariants(run_json(capsys, "--strategy", "fsdp", *flags))[key]
 
-    assert total("--ac", "full", key="activations") < total("--ac", "selective", key="activations") < total(key="activations")
+    assert (
+        total("--ac", "full", key="activations")
+        < total("--ac", "selective", key="activations")
+        < total(key="activations")
+    )
     assert total("--attention", "eager", key="activations") > total(key="activations")
     assert total("--precision", "fp32", key="activations") > total(key="activations")
     assert total("--precision", "bf16", key="parameters") == pytest.approx(total(key="parameters") / 2, rel=0.01)

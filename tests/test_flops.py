@@ -18,7 +18,10 @@ def gpt_shape():
 
 @pytest.mark.parametrize("seq", [512, 2048, 8192])
 def test_model_flops_match_korthikanti_eq7(gpt_shape, seq):
-    assert "72*B*L*s*h^2" in published_reference()["activation_memory_korthikanti_2022"]["flops_appendix_A"]["model_flops_per_iteration"]
+    assert (
+        "72*B*L*s*h^2"
+        in published_reference()["activation_memory_korthikanti_2022"]["flops_appendix_A"]["model_flops_per_iteration"]
+    )
     eq7 = 72 * L * seq * H**2 * (1 + seq / (6 * H) + V / (12 * H * L))
     ours = sequence_flops(gpt_shape, TrainingConfig(seq_len=seq)).model
     # Eq. 7 leaves out biases and norm weights (0.1% of a GPT's weights).

@@ -247,5 +247,10 @@ def test_with_price_overrides_without_touching_the_catalog():
 
 def test_interconnect_rejects_inconsistent_bandwidths():
     with pytest.raises(ValidationError):
-        Interconnect(kind="nvlink", generation="NVLink 3", reach="node",
-                     bandwidth_GBps_per_direction=300, bandwidth_GBps_bidirectional=300)
+        Interconnect(
+            kind="nvlink",
+            generation="NVLink 3",
+            reach="node",
+            bandwidth_GBps_per_direction=300,
+            bandwidth_GBps_bidirectional=300,
+        )

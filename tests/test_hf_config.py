@@ -7,10 +7,10 @@ import json
 import pytest
 
 from planner.errors import ConfigFieldError, UserInputError
-from planner.models.hf_config import SUPPORTED_MODEL_TYPES, parse_hf_config, spec_from_hf_config
 from planner.models.catalog import CATALOG_DIR
-from planner.models.spec import MlpKind, ModelFamily
+from planner.models.hf_config import SUPPORTED_MODEL_TYPES, parse_hf_config, spec_from_hf_config
 from planner.models.param_formula import ArchitectureDims, LayoutDetails, formula_param_counts, params_per_layer
+from planner.models.spec import MlpKind, ModelFamily
 
 
 def catalog_config(name: str) -> dict:
@@ -22,8 +22,13 @@ def spec(config: dict, **kwargs):
 
 
 LLAMA_7B = {
-    "model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-    "intermediate_size": 11008, "vocab_size": 32000, "max_position_embeddings": 4096,
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "intermediate_size": 11008,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
 }
 
 
@@ -72,8 +77,15 @@ def test_falcon_new_decoder_architecture_groups_kv_heads_with_two_norms():
 
 def test_falcon_without_multi_query_has_a_kv_head_per_head_and_alibi():
     config = {
-        "model_type": "falcon", "hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 32,
-        "vocab_size": 50304, "multi_query": False, "parallel_attn": False, "alibi": True, "bias": True,
+        "model_type": "falcon",
+        "hidden_size": 2048,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 32,
+        "vocab_size": 50304,
+        "multi_query": False,
+        "parallel_attn": False,
+        "alibi": True,
+        "bias": True,
     }
     parsed = parse_hf_config(config)
     assert parsed.dims.num_kv_heads == 32
@@ -120,12 +132,32 @@ def test_mixtral_experts():
         ({**LLAMA_7B, "model_type": "gemma", "head_dim": 128}, True),
         ({**LLAMA_7B, "model_type": "qwen2"}, False),
         ({**LLAMA_7B, "model_type": "qwen2", "tie_word_embeddings": True}, True),
-        ({"model_type": "gpt_neox", "hidden_size": 512, "num_hidden_layers": 6, "num_attention_heads": 8,
-          "intermediate_size": 2048, "vocab_size": 50304}, False),
-        ({"model_type": "opt", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
-          "ffn_dim": 3072, "vocab_size": 50272}, True),
-        ({"model_type": "t5", "d_model": 512, "num_layers": 6, "num_heads": 8, "d_ff": 2048, "vocab_size": 32128},
-         True),
+        (
+            {
+                "model_type": "gpt_neox",
+                "hidden_size": 512,
+                "num_hidden_layers": 6,
+                "num_attention_heads": 8,
+                "intermediate_size": 2048,
+                "vocab_size": 50304,
+            },
+            False,
+        ),
+        (
+            {
+                "model_type": "opt",
+                "hidden_size": 768,
+                "num_hidden_layers": 12,
+                "num_attention_heads": 12,
+                "ffn_dim": 3072,
+                "vocab_size": 50272,
+            },
+            True,
+        ),
+        (
+            {"model_type": "t5", "d_model": 512, "num_layers": 6, "num_heads": 8, "d_ff": 2048, "vocab_size": 32128},
+            True,
+        ),
     ],
 )
 def test_tie_word_embeddings_defaults(config, tied):
@@ -234,7 +266,9 @@ def test_moe_top_k_above_expert_count():
 
 
 def test_unknown_model_type_lists_supported_types():
-    with pytest.raises(UserInputError, match=r"model_type 'mamba' is not supported; supported types: .*llama") as caught:
+    with pytest.raises(
+        UserInputError, match=r"model_type 'mamba' is not supported; supported types: .*llama"
+    ) as caught:
         spec({**LLAMA_7B, "model_type": "mamba"})
     assert not isinstance(caught.value, ConfigFieldError)
 
@@ -251,8 +285,23 @@ def test_not_a_json_object():
 
 
 def test_required_model_types_are_supported():
-    required = {"gpt2", "opt", "llama", "mistral", "mixtral", "qwen2", "gemma", "gemma2", "phi3", "falcon",
-                "bloom", "gpt_neox", "bert", "roberta", "t5"}
+    required = {
+        "gpt2",
+        "opt",
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "gemma",
+        "gemma2",
+        "phi3",
+        "falcon",
+        "bloom",
+        "gpt_neox",
+        "bert",
+        "roberta",
+        "t5",
+    }
     assert required <= set(SUPPORTED_MODEL_TYPES)
 
 
@@ -271,8 +320,15 @@ def test_architecture_dims_reject_heads_not_dividing_hidden():
 
 def test_formula_from_explicit_llama_dimensions():
     dims = ArchitectureDims(
-        hidden_size=4096, num_layers=32, num_heads=32, ffn_size=11008, vocab_size=32000, mlp_kind="gated",
-        norm="rmsnorm", position_embedding="rotary", tied_embeddings=False,
+        hidden_size=4096,
+        num_layers=32,
+        num_heads=32,
+        ffn_size=11008,
+        vocab_size=32000,
+        mlp_kind="gated",
+        norm="rmsnorm",
+        position_embedding="rotary",
+        tied_embeddings=False,
     )
     counts = formula_param_counts(dims)
     assert counts.total == 6_738_415_616

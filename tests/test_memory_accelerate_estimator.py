@@ -45,7 +45,9 @@ def test_model_states_are_four_times_the_model_size(row):
     precision, width = PRECISION[row["dtype"]]
     model_bytes, _ = size_bytes(row["total_size"])
     psi = round(model_bytes / width)
-    params = RankParams(total=psi, trainable=psi, quantized=0, block=psi, blocks_on_rank=1, embedding=0, largest_module=psi)
+    params = RankParams(
+        total=psi, trainable=psi, quantized=0, block=psi, blocks_on_rank=1, embedding=0, largest_module=psi
+    )
     config = TrainingConfig(strategy=Strategy.DDP, precision=precision)
     states = model_state_bytes(params, config, dp=1, gpus_per_node=1, hidden_size=768)
     ours = states.parameters + states.gradients + states.optimizer_states

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from planner.models.hf_config import spec_from_hf_config
 from planner.memory.activations import Layout, activation_widths, block_bytes, estimate_activations
-from planner.training_config import ActivationCheckpointing, AttentionKernel, PipelineSchedule, TrainingConfig
+from planner.models.hf_config import spec_from_hf_config
+from planner.training_config import AttentionKernel, PipelineSchedule, TrainingConfig
 from tests.reference_data import published_reference
 
 H, A, S, B, L, T = 12288, 96, 2048, 1, 96, 8  # GPT-3 175B on a tensor-parallel group of 8
@@ -16,8 +16,16 @@ H, A, S, B, L, T = 12288, 96, 2048, 1, 96, 8  # GPT-3 175B on a tensor-parallel 
 
 def gpt_block_spec(layers: int = L):
     config = {
-        "model_type": "gpt2", "n_embd": H, "n_layer": layers, "n_head": A, "vocab_size": 51200,
-        "n_positions": S, "activation_function": "gelu", "resid_pdrop": 0.1, "attn_pdrop": 0.1, "embd_pdrop": 0.1,
+        "model_type": "gpt2",
+        "n_embd": H,
+        "n_layer": layers,
+        "n_head": A,
+        "vocab_size": 51200,
+        "n_positions": S,
+        "activation_function": "gelu",
+        "resid_pdrop": 0.1,
+        "attn_pdrop": 0.1,
+        "embd_pdrop": 0.1,
     }
     return spec_from_hf_config(config, name="gpt3-175b")
 
@@ -42,8 +50,15 @@ def config_for(tp: int, sp: bool, ac: str, **extra) -> TrainingConfig:
     # Pure 16-bit activations on our engine (no autocast), and the unfused (eager) attention
     # the paper's 5as/h term describes.
     return TrainingConfig(
-        strategy="engine", precision="bf16", attention=AttentionKernel.EAGER, tensor_parallel=tp,
-        sequence_parallel=sp, activation_checkpointing=ac, micro_batch=B, seq_len=S, **extra,
+        strategy="engine",
+        precision="bf16",
+        attention=AttentionKernel.EAGER,
+        tensor_parallel=tp,
+        sequence_parallel=sp,
+        activation_checkpointing=ac,
+        micro_batch=B,
+        seq_len=S,
+        **extra,
     )
 
 
@@ -70,8 +85,9 @@ def test_full_recomputation_keeps_2sbh_per_layer():
 def test_eq5_first_pipeline_stage_holds_p_microbatches(pp, virtual):
     reference = published_reference()["activation_memory_korthikanti_2022"]["pipeline_first_stage_total"]
     schedule = PipelineSchedule.INTERLEAVED if virtual > 1 else PipelineSchedule.ONE_F_ONE_B
-    config = config_for(T, True, "none", pipeline_parallel=pp, grad_accum=4 * pp, pipeline_schedule=schedule,
-                        virtual_stages=virtual)
+    config = config_for(
+        T, True, "none", pipeline_parallel=pp, grad_accum=4 * pp, pipeline_schedule=schedule, virtual_stages=virtual
+    )
     ours = estimate_activations(gpt_block_spec(), config, activation_widths(config, False))
     assert not ours.last_pipeline_stage
     total = formula(reference["tp_sp_1f1b"].split("Total =")[1].split("(Eq")[0], T)

@@ -26,7 +26,9 @@ def test_block_bytes_within_ten_percent_of_trace(entry):
 
 
 def test_every_catalog_architecture_is_traced():
-    catalog_types = {json.loads(path.read_text(encoding="utf-8"))["config"]["model_type"] for path in CATALOG.glob("*.json")}
+    catalog_types = {
+        json.loads(path.read_text(encoding="utf-8"))["config"]["model_type"] for path in CATALOG.glob("*.json")
+    }
     families = {entries()[entry["label"]][0] for entry in RECORDED}
     traced_types = {spec_from_hf_config(model_config(family, 2), name=family).model_type for family in families}
     assert catalog_types <= traced_types, sorted(catalog_types - traced_types)

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.compare_memory import TOLERANCE, compare, estimate_trace, load_results, trace_spec, trace_training_config
+from benchmarks.compare_memory import (
+    TOLERANCE,
+    compare,
+    estimate_trace,
+    load_results,
+    trace_spec,
+    trace_training_config,
+)
 from planner.hardware.gpus import load_gpu_catalog
 from planner.memory.estimate import DEFAULT_OVERHEAD, estimate_memory
 

@@ -118,7 +118,9 @@ def test_dimensions_with_experts_count_active_parameters_like_mixtral():
 
 def test_standard_mlp_dimensions_reproduce_gpt2():
     gpt2 = find_model("gpt2")
-    spec = spec_from_dimensions(hidden=768, layers=12, heads=12, ffn=3072, vocab=50257, mlp="standard", max_positions=1024)
+    spec = spec_from_dimensions(
+        hidden=768, layers=12, heads=12, ffn=3072, vocab=50257, mlp="standard", max_positions=1024
+    )
     assert spec.params.total == gpt2.params.total
 
 
@@ -157,7 +159,10 @@ def test_cli_unknown_model_is_one_line_and_exit_2(capsys):
 @pytest.mark.parametrize(
     "content, problem",
     [
-        ('{"model_type": "llama", "hidden_size": "big", "num_hidden_layers": 2}', "field 'hidden_size' must be an integer"),
+        (
+            '{"model_type": "llama", "hidden_size": "big", "num_hidden_layers": 2}',
+            "field 'hidden_size' must be an integer",
+        ),
         ('{"model_type": "llama",\n "hidden_size": 4096,,}', "not valid JSON (line 2"),
         ('{"hidden_size": 4096}', "field 'model_type' is missing"),
     ],
@@ -177,8 +182,24 @@ def test_cli_params_and_dimension_flags(capsys):
     document = json.loads(capsys.readouterr().out)
     assert document["model"]["params"] == 7_500_000_000
     code = main(
-        ["estimate", "--hidden", "4096", "--layers", "32", "--heads", "32", "--ffn", "11008", "--vocab", "32000",
-         "--gpu", "a100-80gb", "--seq-len", "1024", "--json"]
+        [
+            "estimate",
+            "--hidden",
+            "4096",
+            "--layers",
+            "32",
+            "--heads",
+            "32",
+            "--ffn",
+            "11008",
+            "--vocab",
+            "32000",
+            "--gpu",
+            "a100-80gb",
+            "--seq-len",
+            "1024",
+            "--json",
+        ]
     )
     assert code == 0
     assert json.loads(capsys.readouterr().out)["model"]["params"] == LLAMA2_7B_PARAMS

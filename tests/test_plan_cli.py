@@ -14,8 +14,21 @@ from planner.training_config import TrainingConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HEAVY_MODULES = ("torch", "transformers", "deepspeed", "accelerate")
-PLAN_ARGS = ["plan", "--model", "llama-2-7b", "--gpu", "H100-80GB", "--gpus-per-node", "8", "--nodes", "4",
-             "--global-batch", "1024", "--seq-len", "4096"]
+PLAN_ARGS = [
+    "plan",
+    "--model",
+    "llama-2-7b",
+    "--gpu",
+    "H100-80GB",
+    "--gpus-per-node",
+    "8",
+    "--nodes",
+    "4",
+    "--global-batch",
+    "1024",
+    "--seq-len",
+    "4096",
+]
 
 
 def _json(capsys, argv: list[str]) -> dict:
@@ -83,7 +96,9 @@ def test_bad_seq_len_for_learned_positions_is_one_line(capsys):
 
 
 def test_estimate_json_gains_throughput(capsys):
-    document = _json(capsys, ["estimate", "--model", "llama-2-7b", "--gpu", "A100-80GB", "--strategy", "zero3", "--json"])
+    document = _json(
+        capsys, ["estimate", "--model", "llama-2-7b", "--gpu", "A100-80GB", "--strategy", "zero3", "--json"]
+    )
     throughput = document["throughput"]
     for key in ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "hfu"):
         assert throughput[key] > 0
@@ -104,7 +119,10 @@ def test_planning_a_catalog_model_imports_no_heavy_library():
     argv = [*PLAN_ARGS, "--json"]
     completed = subprocess.run(
         [sys.executable, "-c", PROBE.format(argv=argv, heavy=HEAVY_MODULES)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert completed.returncode == 0, completed.stderr
     assert completed.stderr.strip().splitlines()[-1] == "HEAVY=", completed.stderr
@@ -113,8 +131,22 @@ def test_planning_a_catalog_model_imports_no_heavy_library():
 
 def test_plan_emit_writes_the_best_plans_run_folder_and_refuses_to_overwrite(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    argv = ["plan", "--model", "gpt2", "--gpu", "A100-40GB", "--gpus-per-node", "2", "--seq-len", "512",
-            "--global-batch", "8", "--json", "--emit", str(run_dir)]
+    argv = [
+        "plan",
+        "--model",
+        "gpt2",
+        "--gpu",
+        "A100-40GB",
+        "--gpus-per-node",
+        "2",
+        "--seq-len",
+        "512",
+        "--global-batch",
+        "8",
+        "--json",
+        "--emit",
+        str(run_dir),
+    ]
     assert main(argv) == 0
     best = json.loads(capsys.readouterr().out)["best"]
     written = json.loads((run_dir / "plan.json").read_text())

@@ -88,13 +88,17 @@ def test_scatter_gather_divides_inter_node_pipeline_transfers_by_tp():
     rank's inter-node p2p bytes by t; without it (torch pipelining) every rank sends it all."""
     spec = resolve_model("llama-2-7b")
     cluster = make_cluster("A100-80GB", 8, 2, interconnect="ib-hdr")
-    config = TrainingConfig(strategy="engine", tensor_parallel=8, pipeline_parallel=2, micro_batch=1, grad_accum=8, seq_len=2048)
+    config = TrainingConfig(
+        strategy="engine", tensor_parallel=8, pipeline_parallel=2, micro_batch=1, grad_accum=8, seq_len=2048
+    )
     whole = estimate_throughput(spec, config, cluster).breakdown.pipeline_p2p_s
     split = estimate_throughput(spec, config, cluster, implementation=MEGATRON_LM).breakdown.pipeline_p2p_s
     latency = 2 * 8 * cluster.inter_node_latency_us * 1e-6  # 2 transfers per micro-batch, 8 micro-batches
     assert (whole - latency) == pytest.approx(8 * (split - latency), rel=1e-9)
     sequence_parallel = config.model_copy(update={"sequence_parallel": True})
-    assert estimate_throughput(spec, sequence_parallel, cluster).breakdown.pipeline_p2p_s == pytest.approx(split, rel=1e-9)
+    assert estimate_throughput(spec, sequence_parallel, cluster).breakdown.pipeline_p2p_s == pytest.approx(
+        split, rel=1e-9
+    )
 
 
 def test_zero3_against_3d_parallelism_at_a_fixed_batch(results):

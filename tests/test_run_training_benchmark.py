@@ -7,11 +7,11 @@ import json
 import pytest
 
 import run_training_benchmark
+from benchmarks_db.backends_launch import backends_run_launch
 from benchmarks_db.environment import current_environment
 from benchmarks_db.matrix import generate_matrix
 from benchmarks_db.measure import MeasureResult
 from benchmarks_db.processes import LaunchOutcome
-from benchmarks_db.backends_launch import backends_run_launch
 from benchmarks_db.runner import run_matrix
 from benchmarks_db.store import BenchmarkStore
 from planner.models.catalog import find_model
@@ -54,8 +54,17 @@ def test_memory_pruning_follows_the_planner():
     = 1.1 TB over 8 GPUs is 140 GB each: too much; with 8 GPUs only... so the planner must prune it too)."""
     spec = find_model("llama-2-70b")
     matrix = generate_matrix(
-        spec, hardware="cuda", gpu="A100-80GB", gpu_note="test", gpu_counts=[1, 2, 64], gpus_per_node=8,
-        strategies=["ddp", "zero3"], micro_batches=[1], checkpointing=["full"], seq_len=1024, precision="bf16-mixed",
+        spec,
+        hardware="cuda",
+        gpu="A100-80GB",
+        gpu_note="test",
+        gpu_counts=[1, 2, 64],
+        gpus_per_node=8,
+        strategies=["ddp", "zero3"],
+        micro_batches=[1],
+        checkpointing=["full"],
+        seq_len=1024,
+        precision="bf16-mixed",
     )
     kept = {(e.strategy, e.world_size) for e in matrix.entries}
     assert kept == {("zero3", 64)}  # 16 bytes/param x 69e9 / 64 = 17 GB per GPU fits; nothing smaller does
@@ -64,14 +73,25 @@ def test_memory_pruning_follows_the_planner():
 
 def test_engine_layouts_are_checked_by_the_planner():
     matrix = generate_matrix(
-        find_model("gpt2"), hardware="cpu", gpu="cpu", gpu_note="test", gpu_counts=[1, 2, 4], gpus_per_node=4,
-        strategies=["engine-tp2", "engine-pp2"], micro_batches=[1], checkpointing=["none"], seq_len=128,
+        find_model("gpt2"),
+        hardware="cpu",
+        gpu="cpu",
+        gpu_note="test",
+        gpu_counts=[1, 2, 4],
+        gpus_per_node=4,
+        strategies=["engine-tp2", "engine-pp2"],
+        micro_batches=[1],
+        checkpointing=["none"],
+        seq_len=128,
         precision="fp32",
     )
     assert {(e.strategy, e.world_size) for e in matrix.entries} == {
-        (family, world) for family in ("engine-tp2-pp1", "engine-tp1-pp2") for world in (2, 4)}
-    assert {p.reason for p in matrix.pruned} == {"--tp 2 x --pp 1 = 2 does not divide the 1 GPUs",
-                                                 "--tp 1 x --pp 2 = 2 does not divide the 1 GPUs"}
+        (family, world) for family in ("engine-tp2-pp1", "engine-tp1-pp2") for world in (2, 4)
+    }
+    assert {p.reason for p in matrix.pruned} == {
+        "--tp 2 x --pp 1 = 2 does not divide the 1 GPUs",
+        "--tp 1 x --pp 2 = 2 does not divide the 1 GPUs",
+    }
 
 
 @pytest.mark.parametrize(
@@ -80,7 +100,10 @@ def test_engine_layouts_are_checked_by_the_planner():
         (["--model", "no-such-model"], "unknown model 'no-such-model'"),
         (["--model", "gpt2", "--hardware", "tpu"], "argument --hardware: invalid choice"),
         (["--model", "gpt2", "--strategies", "magic"], "unknown strategy 'magic'"),
-        (["--model", "gpt2", "--hardware", "cuda", "--run"], "--run measures this machine, which has no A100-80GB (cuda)"),
+        (
+            ["--model", "gpt2", "--hardware", "cuda", "--run"],
+            "--run measures this machine, which has no A100-80GB (cuda)",
+        ),
         ([], "--model is required"),
     ],
 )
@@ -96,8 +119,18 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
 def _tiny_matrix(micro_batches):
     spec = run_training_benchmark.model_spec("gpt2", tiny=True)
     return generate_matrix(
-        spec, hardware="cpu", gpu="cpu", gpu_note="test", gpu_counts=[2], gpus_per_node=2, strategies=["ddp"],
-        micro_batches=micro_batches, checkpointing=["none"], seq_len=32, precision="fp32", tiny=True,
+        spec,
+        hardware="cpu",
+        gpu="cpu",
+        gpu_note="test",
+        gpu_counts=[2],
+        gpus_per_node=2,
+        strategies=["ddp"],
+        micro_batches=micro_batches,
+        checkpointing=["none"],
+        seq_len=32,
+        precision="fp32",
+        tiny=True,
     )
 
 
@@ -110,8 +143,9 @@ def test_failures_are_recorded_and_an_interrupted_matrix_resumes(tmp_path):
         calls.append([job.key for job in jobs])
         key = jobs[0].key
         if key == ok_key:
-            result = MeasureResult(key=key, world_size=nproc, step_times_s=[0.2, 0.1, 0.3],
-                                   peak_memory_per_rank_bytes=[10, 20])
+            result = MeasureResult(
+                key=key, world_size=nproc, step_times_s=[0.2, 0.1, 0.3], peak_memory_per_rank_bytes=[10, 20]
+            )
             return LaunchOutcome(returncode=0, results={key: result})
         if key == oom_key:
             return LaunchOutcome(returncode=1, stderr_tail="Traceback...\ntorch.OutOfMemoryError: CUDA out of memory.")
@@ -157,9 +191,29 @@ def _measuring_processes() -> set[int]:
 
 def test_run_measures_through_backends_run_records_and_skips_on_rerun(tmp_path, capsys):
     db = tmp_path / "bench.duckdb"
-    argv = ["--model", "gpt2", "--tiny", "--hardware", "cpu", "--distributed", "--max-gpus", "2", "--strategies",
-            "fsdp", "--micro-batches", "2", "--checkpointing", "full", "--steps", "2", "--warmup", "1", "--run",
-            "--db", str(db)]
+    argv = [
+        "--model",
+        "gpt2",
+        "--tiny",
+        "--hardware",
+        "cpu",
+        "--distributed",
+        "--max-gpus",
+        "2",
+        "--strategies",
+        "fsdp",
+        "--micro-batches",
+        "2",
+        "--checkpointing",
+        "full",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--run",
+        "--db",
+        str(db),
+    ]
     assert run_training_benchmark.main(argv) == 0, capsys.readouterr().err
     assert "recorded 1 ok" in capsys.readouterr().err
     (record,) = BenchmarkStore(db).runs()
@@ -175,10 +229,12 @@ def test_run_measures_through_backends_run_records_and_skips_on_rerun(tmp_path, 
 def test_a_crash_is_recorded_with_the_ranks_exception_not_torchruns_summary():
     from benchmarks_db.runner import classify_failure
 
-    stderr = ("Traceback (most recent call last):\n  File \"run.py\", line 1\n"
-              "[rank0]: ValueError: pipeline needs 2 stages\n"
-              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
-              "traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n")
+    stderr = (
+        'Traceback (most recent call last):\n  File "run.py", line 1\n'
+        "[rank0]: ValueError: pipeline needs 2 stages\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+        "traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
+    )
     status, error = classify_failure(LaunchOutcome(returncode=1, stderr_tail=stderr), 5)
     assert (status.value, error) == ("error", "exit code 1: [rank0]: ValueError: pipeline needs 2 stages")
     status, error = classify_failure(LaunchOutcome(returncode=1, stderr_tail="Signal 9 (SIGKILL) received by PID 7"), 5)

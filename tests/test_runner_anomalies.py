@@ -20,9 +20,9 @@ import pytest
 from backends.runner.anomaly import AnomalyGuard, refuse_unsupported
 from planner.contract.run_config import AnomalyPolicy, DataConfig, SpikeRule
 from planner.emit import RunOptions, emit_run_folder
+from scripts.demo_checkpoint import make_local_gpt2
 from tests.distributed import REPO_ROOT, cpu_env
 from tests.emit_plans import make_plan
-from scripts.demo_checkpoint import make_local_gpt2
 
 
 class Outcome:
@@ -84,13 +84,20 @@ def folder(tmp_path_factory):
 
 
 def runner(run_dir, *args):
-    return subprocess.run([sys.executable, "-m", "backends.run", "--plan", str(run_dir), *args], cwd=REPO_ROOT,
-                          env=cpu_env(), capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "backends.run", "--plan", str(run_dir), *args],
+        cwd=REPO_ROOT,
+        env=cpu_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def train_rows(run_dir):
-    return [row for row in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
-            if row["kind"] == "train"]
+    return [
+        row for row in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if row["kind"] == "train"
+    ]
 
 
 @pytest.mark.slow

@@ -16,8 +16,8 @@ import sys
 
 import pytest
 
-from tests.distributed import REPO_ROOT, cpu_env
 from scripts.demo_checkpoint import make_local_gpt2, train_tokenizer, write_corpus
+from tests.distributed import REPO_ROOT, cpu_env
 
 pytestmark = pytest.mark.slow
 
@@ -49,8 +49,24 @@ def user(tmp_path_factory):
 
 
 def emit(root, model_dir, name, *extra):
-    completed = cli("plan", "-m", model_dir, "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64",
-                    "--global-batch", "8", "--strategies", "ddp", "--emit", root / name, *extra)
+    completed = cli(
+        "plan",
+        "-m",
+        model_dir,
+        "--gpu",
+        "cpu",
+        "--gpus-per-node",
+        "2",
+        "--seq-len",
+        "64",
+        "--global-batch",
+        "8",
+        "--strategies",
+        "ddp",
+        "--emit",
+        root / name,
+        *extra,
+    )
     return completed
 
 
@@ -72,8 +88,14 @@ def test_an_empty_corpus(run_dir, tmp_path):
     empty.write_text("\n\n   \n")
     one_line_error(cli("train", run_dir, "--data", empty, "--steps", "1"), "holds no text")
     # The ranks say the same when they meet it themselves (the runner started without `train`).
-    runner = subprocess.run([sys.executable, "-m", "backends.run", "--plan", str(run_dir), "--data", str(empty)],
-                            cwd=REPO_ROOT, env=cpu_env(), capture_output=True, text=True, timeout=300)
+    runner = subprocess.run(
+        [sys.executable, "-m", "backends.run", "--plan", str(run_dir), "--data", str(empty)],
+        cwd=REPO_ROOT,
+        env=cpu_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     one_line_error(runner, "holds no text")
 
 
@@ -100,8 +122,10 @@ def test_a_tokenizer_bigger_than_the_models_vocabulary(user, run_dir, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tokenizer")
     tokenizer.add_tokens([f"<extra{n}>" for n in range(100)])
     tokenizer.save_pretrained(tmp_path / "tokenizer")
-    one_line_error(cli("train", run_dir, "--tokenizer", tmp_path / "tokenizer", "--steps", "1"),
-                   "tokens but my-gpt2's vocabulary holds 320")
+    one_line_error(
+        cli("train", run_dir, "--tokenizer", tmp_path / "tokenizer", "--steps", "1"),
+        "tokens but my-gpt2's vocabulary holds 320",
+    )
 
 
 def test_weights_that_do_not_match_config_json(user):

@@ -17,9 +17,9 @@ import pytest
 
 from planner.contract.run_config import DataConfig, Hyperparameters
 from planner.emit import RunOptions, emit_run_folder
+from scripts.demo_checkpoint import make_local_gpt2
 from tests.distributed import run_torchrun
 from tests.emit_plans import make_plan
-from scripts.demo_checkpoint import make_local_gpt2
 from tests.runner_reference import hf_reference_losses
 
 STEPS = 3
@@ -44,8 +44,9 @@ STRATEGIES = {
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("equivalence")
     model_dir, corpus = make_local_gpt2(root / "user")
-    options = RunOptions(data=DataConfig(train=[str(corpus)]),
-                         optim=Hyperparameters(max_steps=STEPS, learning_rate=1e-3, warmup_steps=1))
+    options = RunOptions(
+        data=DataConfig(train=[str(corpus)]), optim=Hyperparameters(max_steps=STEPS, learning_rate=1e-3, warmup_steps=1)
+    )
     for name, fields in STRATEGIES.items():
         plan = make_plan(str(model_dir), seq_len=64, micro_batch=2, **{"grad_accum": 2, **fields})
         emit_run_folder(plan, root / name, options=options)
@@ -55,8 +56,11 @@ def folders(tmp_path_factory):
 @pytest.fixture(scope="module")
 def results(folders):
     out = folders / "results.json"
-    run_torchrun(["tests/engine_jobs/runner_folders.py", str(out), *(str(folders / name) for name in STRATEGIES)],
-                 nproc=2, timeout=900)
+    run_torchrun(
+        ["tests/engine_jobs/runner_folders.py", str(out), *(str(folders / name) for name in STRATEGIES)],
+        nproc=2,
+        timeout=900,
+    )
     return json.loads(out.read_text())
 
 

@@ -19,16 +19,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.distributed import REPO_ROOT, cpu_env
 from scripts.demo_checkpoint import make_local_gpt2
+from tests.distributed import REPO_ROOT, cpu_env
 from tests.runner_reference import eval_loss_of
 
 pytestmark = pytest.mark.slow
 
 
 def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "hardware_selector.py", *map(str, args)], cwd=REPO_ROOT, env=cpu_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "hardware_selector.py", *map(str, args)],
+        cwd=REPO_ROOT,
+        env=cpu_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def rows(run_dir, kind):
@@ -46,16 +52,34 @@ def user(tmp_path_factory):
 def emit(user, name, *extra):
     root, model_dir, corpus = user
     run_dir = root / name
-    completed = cli("plan", "-m", model_dir, "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64",
-                    "--global-batch", "8", "--strategies", "ddp", "--emit", run_dir, "--data", corpus, *extra)
+    completed = cli(
+        "plan",
+        "-m",
+        model_dir,
+        "--gpu",
+        "cpu",
+        "--gpus-per-node",
+        "2",
+        "--seq-len",
+        "64",
+        "--global-batch",
+        "8",
+        "--strategies",
+        "ddp",
+        "--emit",
+        run_dir,
+        "--data",
+        corpus,
+        *extra,
+    )
     assert completed.returncode == 0, completed.stderr
     return run_dir
 
 
 def readme_quick_start() -> str:
     text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("### Fine-tune your checkpoint on your text"):]
-    return section[section.index("```bash\n") + len("```bash\n"):section.index("```\n", section.index("```bash"))]
+    section = text[text.index("### Fine-tune your checkpoint on your text") :]
+    return section[section.index("```bash\n") + len("```bash\n") : section.index("```\n", section.index("```bash"))]
 
 
 def test_the_readme_quick_start_runs_as_printed(tmp_path):
@@ -63,8 +87,9 @@ def test_the_readme_quick_start_runs_as_printed(tmp_path):
     script = readme_quick_start().replace(". .venv/bin/activate && ", "").replace("scripts/", f"{REPO_ROOT}/scripts/")
     (tmp_path / "quick_start.sh").write_text("set -euo pipefail\n" + script)
     env = cpu_env({"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
-    completed = subprocess.run(["bash", str(tmp_path / "quick_start.sh")], cwd=tmp_path, env=env, capture_output=True,
-                               text=True, timeout=900)
+    completed = subprocess.run(
+        ["bash", str(tmp_path / "quick_start.sh")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
     run_dir = tmp_path / "runs" / "ft"
     evals = rows(run_dir, "eval")
@@ -82,8 +107,15 @@ def test_the_readme_quick_start_runs_as_printed(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(final)
     assert model.lm_head.weight is model.transformer.wte.weight  # tied, as the checkpoint was
     assert eval_loss_of(final, run_dir) == pytest.approx(evals[-1]["eval_loss"], rel=1e-5)
-    view = json.loads(subprocess.run([sys.executable, "hardware_selector.py", "watch", str(run_dir), "--json"],
-                                     cwd=REPO_ROOT, capture_output=True, text=True, timeout=120).stdout)
+    view = json.loads(
+        subprocess.run(
+            [sys.executable, "hardware_selector.py", "watch", str(run_dir), "--json"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+    )
     assert (view["state"], view["step"], view["total_steps"]) == ("finished", 40, 40)
 
 
@@ -99,8 +131,14 @@ def kill_after_checkpoint(user, name: str, step: int):
     checkpoint `step` is sealed."""
     folder = emit(user, name)
     command = [sys.executable, "hardware_selector.py", "train", str(folder), "--steps", "8", "--save-every", "2"]
-    process = subprocess.Popen(command, cwd=REPO_ROOT, env=cpu_env(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        env=cpu_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.time() + 300
     while time.time() < deadline and not (folder / "checkpoints" / f"global_step{step}").is_dir():
         time.sleep(0.2)
@@ -136,4 +174,3 @@ def _no_rank_survives(run_dir) -> None:
     time.sleep(1.0)
     survivors = [p for p in psutil.process_iter(["cmdline"]) if str(run_dir) in " ".join(p.info["cmdline"] or [])]
     assert survivors == []
-

@@ -18,9 +18,9 @@ import pytest
 
 from planner.contract.run_config import DataConfig
 from planner.emit import RunOptions, emit_run_folder
+from scripts.demo_checkpoint import make_local_gpt2, write_corpus
 from tests.distributed import REPO_ROOT, cpu_env
 from tests.emit_plans import make_plan
-from scripts.demo_checkpoint import make_local_gpt2, write_corpus
 
 BUDGET_MB = 16
 pytestmark = pytest.mark.slow
@@ -35,8 +35,20 @@ def test_a_corpus_three_times_the_memory_cap_tokenizes_and_trains(tmp_path):
         plan = make_plan(str(model_dir), gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4, grad_accum=1)
         emit_run_folder(plan, tmp_path / name, options=RunOptions(data=DataConfig(train=[str(text)], eval_fraction=0)))
     completed = subprocess.run(
-        [sys.executable, "tests/engine_jobs/ram_limited_run.py", str(tmp_path / "warm"), str(tmp_path / "big"),
-         str(spare), str(BUDGET_MB)], cwd=REPO_ROOT, env=cpu_env(), capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "tests/engine_jobs/ram_limited_run.py",
+            str(tmp_path / "warm"),
+            str(tmp_path / "big"),
+            str(spare),
+            str(BUDGET_MB),
+        ],
+        cwd=REPO_ROOT,
+        env=cpu_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
     line = next(line for line in completed.stdout.splitlines() if line.startswith("RAM_LIMITED "))
     result = json.loads(line.removeprefix("RAM_LIMITED "))

@@ -16,28 +16,34 @@ import pytest
 
 from planner.contract.run_config import DataConfig, Hyperparameters
 from planner.emit import RunOptions, emit_run_folder
+from scripts.demo_checkpoint import make_local_encoder, make_local_gpt2
 from tests.distributed import run_torchrun
 from tests.emit_plans import make_plan
-from scripts.demo_checkpoint import make_local_encoder, make_local_gpt2
 
 pytestmark = pytest.mark.slow
-STRATEGIES = {"ddp": {"strategy": "ddp"}, "fsdp": {"strategy": "fsdp"},
-              "deepspeed": {"strategy": "deepspeed", "zero_stage": 2}}
+STRATEGIES = {
+    "ddp": {"strategy": "ddp"},
+    "fsdp": {"strategy": "fsdp"},
+    "deepspeed": {"strategy": "deepspeed", "zero_stage": 2},
+}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("families")
     _, corpus = make_local_gpt2(root / "user")
-    options = RunOptions(data=DataConfig(train=[str(corpus)], eval_every=0),
-                         optim=Hyperparameters(max_steps=8, learning_rate=2e-3, warmup_steps=1))
+    options = RunOptions(
+        data=DataConfig(train=[str(corpus)], eval_every=0),
+        optim=Hyperparameters(max_steps=8, learning_rate=2e-3, warmup_steps=1),
+    )
     folders = []
     for family in ("bert", "t5"):
         model_dir = make_local_encoder(root / "user", family)
         for name, fields in STRATEGIES.items():
             folder = root / f"{family}-{name}"
-            emit_run_folder(make_plan(str(model_dir), seq_len=64, micro_batch=4, grad_accum=1, **fields), folder,
-                            options=options)
+            emit_run_folder(
+                make_plan(str(model_dir), seq_len=64, micro_batch=4, grad_accum=1, **fields), folder, options=options
+            )
             folders.append(folder)
     out = root / "results.json"
     run_torchrun(["tests/engine_jobs/runner_folders.py", str(out), *map(str, folders)], nproc=2, timeout=900)
@@ -69,8 +75,17 @@ def test_tensor_parallel_plans_for_them_are_one_line_naming_what_works(runs):
 
     root, _ = runs
     folder = root / "bert-tp"
-    emit_run_folder(make_plan(str(root / "user" / "my-bert"), seq_len=64, micro_batch=4, grad_accum=1,
-                              strategy="engine", tensor_parallel=2), folder)
+    emit_run_folder(
+        make_plan(
+            str(root / "user" / "my-bert"),
+            seq_len=64,
+            micro_batch=4,
+            grad_accum=1,
+            strategy="engine",
+            tensor_parallel=2,
+        ),
+        folder,
+    )
     _, run = read_plan_file(folder)
     with pytest.raises(UserInputError, match="no plan for model_type 'bert'.*ZeRO/FSDP") as caught:
         preflight(run, tiny=False)

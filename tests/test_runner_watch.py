@@ -17,12 +17,22 @@ import pytest
 from backends.runner.progress import Progress
 from planner.contract.run_config import DataConfig
 from planner.emit import RunOptions, emit_run_folder
+from scripts.demo_checkpoint import make_local_gpt2
 from tests.distributed import REPO_ROOT, cpu_env
 from tests.emit_plans import make_plan
-from scripts.demo_checkpoint import make_local_gpt2
 
-TRAIN_KEYS = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "peak_memory_bytes", "data_s", "forward_backward_s",
-              "optimizer_s", "step_s"}
+TRAIN_KEYS = {
+    "step",
+    "loss",
+    "lr",
+    "grad_norm",
+    "tokens_per_s",
+    "peak_memory_bytes",
+    "data_s",
+    "forward_backward_s",
+    "optimizer_s",
+    "step_s",
+}
 
 
 class Terminal(io.StringIO):
@@ -52,10 +62,27 @@ def finished_run(tmp_path_factory):
     model_dir, corpus = make_local_gpt2(root / "user")
     plan = make_plan(str(model_dir), gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4, grad_accum=1)
     emit_run_folder(plan, root / "run", options=RunOptions(data=DataConfig(train=[str(corpus)], eval_every=3)))
-    completed = subprocess.run([sys.executable, "-m", "backends.run", "--plan", str(root / "run"), "--steps", "6",
-                                "--export-every", "4", "--record", "--db", str(root / "bench.duckdb")],
-                               cwd=REPO_ROOT, env=cpu_env(),
-                               capture_output=True, text=True, timeout=300)
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backends.run",
+            "--plan",
+            str(root / "run"),
+            "--steps",
+            "6",
+            "--export-every",
+            "4",
+            "--record",
+            "--db",
+            str(root / "bench.duckdb"),
+        ],
+        cwd=REPO_ROOT,
+        env=cpu_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
     return root, completed
 

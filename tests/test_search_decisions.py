@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from planner.hardware.cluster import make_cluster
 from planner.models.resolve import resolve_model
@@ -11,7 +11,7 @@ from planner.search.layouts import family_label
 from planner.training_config import Offload, Strategy
 
 
-@lru_cache(maxsize=None)
+@cache
 def _search(model: str, gpu: str, gpus_per_node: int, nodes: int = 1, cpu_ram_gb: float | None = None, **request):
     cluster = make_cluster(gpu, gpus_per_node=gpus_per_node, nodes=nodes, cpu_ram_gb=cpu_ram_gb)
     return search_plans(resolve_model(model), cluster, PlanRequest(**request))
@@ -89,10 +89,14 @@ def test_throughput_adjust_hook_reranks_and_the_plan_says_it_was_calibrated():
     def halve_ddp(config, estimate):
         if config.strategy is not Strategy.DDP:
             return estimate
-        return estimate.model_copy(update={"tokens_per_s": estimate.tokens_per_s / 2, "step_time_s": estimate.step_time_s * 2})
+        return estimate.model_copy(
+            update={"tokens_per_s": estimate.tokens_per_s / 2, "step_time_s": estimate.step_time_s * 2}
+        )
 
     cluster = make_cluster("A100-40GB", gpus_per_node=4)
-    result = search_plans(resolve_model("opt-125m"), cluster, PlanRequest(seq_len=2048), halve_ddp, calibration="test: DDP halved")
+    result = search_plans(
+        resolve_model("opt-125m"), cluster, PlanRequest(seq_len=2048), halve_ddp, calibration="test: DDP halved"
+    )
     assert result.best is not None and result.best.config.strategy is not Strategy.DDP
     assert result.best.calibration == "test: DDP halved"
     assert "slower" in result.rejected["DDP"]

@@ -5,15 +5,24 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.hardware.cluster import make_cluster
 from planner.evaluate import memory_on
+from planner.hardware.cluster import make_cluster
 from planner.models.resolve import resolve_model
 from planner.search import PlanRequest, search_plans
 from planner.search.layouts import enumerate_layouts
 from planner.throughput.estimate import estimate_throughput
 from planner.training_config import ActivationCheckpointing, Precision, TrainingConfig
 
-MODELS = ["gpt2-xl", "opt-1.3b", "llama-2-7b", "mistral-7b", "qwen2.5-14b", "mixtral-8x7b", "t5-large", "bert-large-uncased"]
+MODELS = [
+    "gpt2-xl",
+    "opt-1.3b",
+    "llama-2-7b",
+    "mistral-7b",
+    "qwen2.5-14b",
+    "mixtral-8x7b",
+    "t5-large",
+    "bert-large-uncased",
+]
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -55,8 +64,14 @@ def test_activation_checkpointing_never_raises_memory(model, layout_index, ac, m
     layout = layouts[layout_index % len(layouts)]
     totals = []
     for mode in (ActivationCheckpointing.NONE, ActivationCheckpointing.SELECTIVE, ActivationCheckpointing.FULL):
-        config = TrainingConfig(**layout.fields, activation_checkpointing=mode, micro_batch=micro,
-                                grad_accum=accum * layout.pipeline_parallel, seq_len=512, precision=precision)
+        config = TrainingConfig(
+            **layout.fields,
+            activation_checkpointing=mode,
+            micro_batch=micro,
+            grad_accum=accum * layout.pipeline_parallel,
+            seq_len=512,
+            precision=precision,
+        )
         totals.append(memory_on(spec, config, cluster).total)
     assert totals[0] >= totals[1] >= totals[2]
 
@@ -77,8 +92,13 @@ def test_faster_interconnect_never_slows_a_configuration(model, layout_index, mi
     fast_cluster = make_cluster("A100-80GB", 8, nodes, interconnect=fast)
     layouts = enumerate_layouts(spec, slow_cluster, PlanRequest())
     layout = layouts[layout_index % len(layouts)]
-    config = TrainingConfig(**layout.fields, micro_batch=micro, grad_accum=accum * layout.pipeline_parallel, seq_len=512)
-    assert estimate_throughput(spec, config, fast_cluster).step_time_s <= estimate_throughput(spec, config, slow_cluster).step_time_s
+    config = TrainingConfig(
+        **layout.fields, micro_batch=micro, grad_accum=accum * layout.pipeline_parallel, seq_len=512
+    )
+    assert (
+        estimate_throughput(spec, config, fast_cluster).step_time_s
+        <= estimate_throughput(spec, config, slow_cluster).step_time_s
+    )
 
 
 def test_faster_interconnect_never_slows_the_chosen_plan():

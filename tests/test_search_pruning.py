@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.hardware.cluster import make_cluster
 from planner.evaluate import memory_on
+from planner.hardware.cluster import make_cluster
 from planner.models.resolve import resolve_model
 from planner.search.batching import batch_options, resolve_global_batch
 from planner.search.candidates import AC_ORDER, CandidateEvaluator, objective_score, precisions_for
@@ -40,15 +40,23 @@ def _exhaustive(spec, cluster, request):
                 for micro, accum in batch_options(
                     request, request.global_batch, dp, layout.pipeline_parallel, layout.micro_batch_rounds
                 ):
-                    config = TrainingConfig(**layout.fields, seq_len=request.seq_len, precision=precision,
-                                            activation_checkpointing=ac, micro_batch=micro, grad_accum=accum)
+                    config = TrainingConfig(
+                        **layout.fields,
+                        seq_len=request.seq_len,
+                        precision=precision,
+                        activation_checkpointing=ac,
+                        micro_batch=micro,
+                        grad_accum=accum,
+                    )
                     if not memory_on(spec, config, cluster, headroom_fraction=request.headroom_fraction).fits:
                         continue
                     fits_here.add(micro)
                     if micro in fits_with_less_ac:
                         continue  # dominated: same candidate with less recomputation fits
                     fitting += 1
-                    score = objective_score(estimate_throughput(spec, config, cluster), cluster.world_size, request.objective)
+                    score = objective_score(
+                        estimate_throughput(spec, config, cluster), cluster.world_size, request.objective
+                    )
                     best_by_family[layout.family] = max(best_by_family.get(layout.family, 0.0), score)
                 fits_with_less_ac |= fits_here
     return fitting, best_by_family
@@ -69,7 +77,9 @@ def test_pruned_search_matches_exhaustive_evaluation(model, gpu, per_node, nodes
     global_batch=st.sampled_from([16, 48, 128]),
     seq_len=st.sampled_from([512, 1024]),
 )
-def test_pruned_search_matches_exhaustive_evaluation_on_generated_requests(model, gpu, per_node, nodes, global_batch, seq_len):
+def test_pruned_search_matches_exhaustive_evaluation_on_generated_requests(
+    model, gpu, per_node, nodes, global_batch, seq_len
+):
     _compare(model, gpu, per_node, nodes, dict(global_batch=global_batch, seq_len=seq_len))
 
 
@@ -85,7 +95,11 @@ def _compare(model, gpu, per_node, nodes, request_fields):
 
     assert evaluator.counters.fitting == fitting
     assert evaluator.counters.memory_evaluations <= evaluator.counters.considered
-    searched = {name: max(item.score for item in record.fitting) for name, record in evaluator.families.items() if record.fitting}
+    searched = {
+        name: max(item.score for item in record.fitting)
+        for name, record in evaluator.families.items()
+        if record.fitting
+    }
     assert searched.keys() == best_by_family.keys()
     for family, score in best_by_family.items():
         assert searched[family] == pytest.approx(score, rel=1e-9), family

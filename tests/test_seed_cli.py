@@ -8,12 +8,27 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SEED = ["--model-family", "text_generation", "--model-name", "llama-7b", "--batch-size", "16", "--mode", "training",
-        "--distributed", "--gpu-count", "8", "--max-memory-gb", "24"]
+SEED = [
+    "--model-family",
+    "text_generation",
+    "--model-name",
+    "llama-7b",
+    "--batch-size",
+    "16",
+    "--mode",
+    "training",
+    "--distributed",
+    "--gpu-count",
+    "8",
+    "--max-memory-gb",
+    "24",
+]
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "hardware_selector.py", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "hardware_selector.py", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_documented_seed_invocation_prints_the_recommendation():
@@ -40,7 +55,10 @@ def test_bad_seed_input_is_one_line_and_exit_2(capsys):
         ([*SEED[:2], "--model-name", "llama-7b", "--gpu-count", "x"], "invalid int value"),
         (["--model-family", "text_generation"], "required"),
         ([*SEED[:4], "--mode", "inference"], "plans training"),
-        ([*SEED[:2], "--model-name", "llama-7b", "--batch-size", "0"], "batch_size (the global batch) must be at least 1"),
+        (
+            [*SEED[:2], "--model-name", "llama-7b", "--batch-size", "0"],
+            "batch_size (the global batch) must be at least 1",
+        ),
     ):
         assert main(args) == 2, args
         err = capsys.readouterr().err.strip()

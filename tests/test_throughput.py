@@ -36,8 +36,16 @@ CONFIGS = [
     TrainingConfig(strategy="fsdp", fsdp_sharding="hybrid", micro_batch=2, seq_len=2048),
     TrainingConfig(strategy="deepspeed", zero_stage=2, micro_batch=4, seq_len=2048, grad_accum=4),
     TrainingConfig(strategy="deepspeed", zero_stage=3, micro_batch=1, seq_len=2048),
-    TrainingConfig(strategy="engine", tensor_parallel=4, pipeline_parallel=2, micro_batch=1, grad_accum=8,
-                   seq_len=4096, sequence_parallel=True, zero_stage=1),
+    TrainingConfig(
+        strategy="engine",
+        tensor_parallel=4,
+        pipeline_parallel=2,
+        micro_batch=1,
+        grad_accum=8,
+        seq_len=4096,
+        sequence_parallel=True,
+        zero_stage=1,
+    ),
 ]
 
 
@@ -49,7 +57,9 @@ def test_faster_interconnect_is_never_slower(llama7b, config):
     ]
     assert times == sorted(times, reverse=True)
     assert times[0] > times[-1]  # the network matters at 32 GPUs
-    slow_nvlink = estimate_throughput(llama7b, config, make_cluster("A100-80GB", 8, 4, interconnect="ib-ndr", intra_bw=50))
+    slow_nvlink = estimate_throughput(
+        llama7b, config, make_cluster("A100-80GB", 8, 4, interconnect="ib-ndr", intra_bw=50)
+    )
     assert slow_nvlink.step_time_s >= times[-1]
 
 
@@ -70,8 +80,14 @@ def test_gradient_accumulation_amortises_ddp_communication(llama7b):
 @pytest.mark.parametrize("pp, micro_batches, virtual", [(4, 8, 1), (8, 16, 1), (4, 8, 2), (8, 32, 4)])
 def test_pipeline_bubble_follows_narayanan(llama7b, pp, micro_batches, virtual):
     schedule = "interleaved-1f1b" if virtual > 1 else "1f1b"
-    config = TrainingConfig(strategy="engine", pipeline_parallel=pp, grad_accum=micro_batches, seq_len=2048,
-                            pipeline_schedule=schedule, virtual_stages=virtual)
+    config = TrainingConfig(
+        strategy="engine",
+        pipeline_parallel=pp,
+        grad_accum=micro_batches,
+        seq_len=2048,
+        pipeline_schedule=schedule,
+        virtual_stages=virtual,
+    )
     b = estimate_throughput(llama7b, config, make_cluster("A100-80GB", 8, 1)).breakdown
     # (p-1)/m, and (1/v)(p-1)/m interleaved (megatron_2021_formulas.pipeline_bubble_fraction).
     assert b.pipeline_bubble_s / (b.compute_s + b.recompute_s) == pytest.approx((pp - 1) / (micro_batches * virtual))
@@ -84,7 +100,9 @@ def test_optimizer_offload_is_slower_when_pcie_bound(llama7b):
     offloaded = estimate_throughput(llama7b, base.model_copy(update={"offload_optimizer": "cpu"}), cluster)
     assert offloaded.step_time_s > on_gpu.step_time_s
     assert offloaded.breakdown.offload_s > 0 and offloaded.breakdown.optimizer_step_s == 0
-    both = TrainingConfig(strategy="deepspeed", zero_stage=3, micro_batch=2, seq_len=2048, offload_optimizer="cpu", offload_params="cpu")
+    both = TrainingConfig(
+        strategy="deepspeed", zero_stage=3, micro_batch=2, seq_len=2048, offload_optimizer="cpu", offload_params="cpu"
+    )
     everything_offloaded = estimate_throughput(llama7b, both, cluster)
     assert everything_offloaded.step_time_s > offloaded.step_time_s
     assert any(note.startswith("offload-bound") for note in everything_offloaded.notes)
@@ -92,11 +110,16 @@ def test_optimizer_offload_is_slower_when_pcie_bound(llama7b):
 
 def test_small_matmuls_run_at_lower_efficiency(llama7b):
     h100 = make_cluster("H100-80GB", 8, 1)
-    mfu = [estimate_throughput(llama7b, TrainingConfig(strategy="fsdp", micro_batch=mb, seq_len=512), h100).mfu for mb in (1, 4, 16)]
+    mfu = [
+        estimate_throughput(llama7b, TrainingConfig(strategy="fsdp", micro_batch=mb, seq_len=512), h100).mfu
+        for mb in (1, 4, 16)
+    ]
     assert mfu == sorted(mfu) and mfu[0] < 0.8 * mfu[-1]
     # A thinner tensor-parallel shard lowers the efficiency of the same work (TP traffic aside).
     shard = [
-        estimate_throughput(llama7b, TrainingConfig(strategy="engine", tensor_parallel=tp, micro_batch=1, seq_len=1024), h100)
+        estimate_throughput(
+            llama7b, TrainingConfig(strategy="engine", tensor_parallel=tp, micro_batch=1, seq_len=1024), h100
+        )
         for tp in (1, 8)
     ]
     per_gpu_compute = [e.breakdown.compute_s for e in shard]
@@ -106,7 +129,9 @@ def test_small_matmuls_run_at_lower_efficiency(llama7b):
 def test_checkpointing_raises_hfu_not_mfu(llama7b):
     cluster = make_cluster("A100-80GB", 8, 1)
     plain = estimate_throughput(llama7b, TrainingConfig(strategy="fsdp", micro_batch=2, seq_len=4096), cluster)
-    full = estimate_throughput(llama7b, TrainingConfig(strategy="fsdp", micro_batch=2, seq_len=4096, activation_checkpointing="full"), cluster)
+    full = estimate_throughput(
+        llama7b, TrainingConfig(strategy="fsdp", micro_batch=2, seq_len=4096, activation_checkpointing="full"), cluster
+    )
     assert plain.hfu == pytest.approx(plain.mfu)
     assert full.hfu > full.mfu and full.mfu < plain.mfu
     assert full.breakdown.recompute_s > 0
@@ -146,25 +171,33 @@ def test_collectives_reach_nccl_bus_bandwidth_on_one_node():
 def test_hybrid_sharding_beats_full_sharding_across_a_slow_network(llama7b):
     cluster = make_cluster("A100-80GB", 8, 4, interconnect="ethernet-25g")
     full = estimate_throughput(llama7b, TrainingConfig(strategy="fsdp", micro_batch=2, seq_len=2048), cluster)
-    hybrid = estimate_throughput(llama7b, TrainingConfig(strategy="fsdp", fsdp_sharding="hybrid", micro_batch=2, seq_len=2048), cluster)
+    hybrid = estimate_throughput(
+        llama7b, TrainingConfig(strategy="fsdp", fsdp_sharding="hybrid", micro_batch=2, seq_len=2048), cluster
+    )
     assert hybrid.step_time_s < full.step_time_s
     assert hybrid.breakdown.data_parallel_comm_s < full.breakdown.data_parallel_comm_s
 
 
 def test_zero1_reduces_once_per_step_zero2_once_per_micro_batch(llama7b):
     cluster = make_cluster("A100-80GB", 8, 2, interconnect="ethernet-100g")
+
     def dp_comm(stage, accum):
         config = TrainingConfig(strategy="deepspeed", zero_stage=stage, micro_batch=1, grad_accum=accum, seq_len=2048)
         return estimate_throughput(llama7b, config, cluster).breakdown.data_parallel_comm_s
+
     assert dp_comm(1, 8) == pytest.approx(dp_comm(1, 1))
     assert dp_comm(2, 8) > 4 * dp_comm(2, 1)  # 8 reduce-scatters + 1 gather against 1 + 1
     assert dp_comm(2, 8) > dp_comm(1, 8)
 
 
 STRATEGY_CHOICES = [
-    dict(strategy="ddp"), dict(strategy="fsdp"), dict(strategy="fsdp", fsdp_sharding="hybrid"),
-    dict(strategy="fsdp", fsdp_sharding="grad-op"), dict(strategy="deepspeed", zero_stage=1),
-    dict(strategy="deepspeed", zero_stage=2, offload_optimizer="cpu"), dict(strategy="deepspeed", zero_stage=3),
+    dict(strategy="ddp"),
+    dict(strategy="fsdp"),
+    dict(strategy="fsdp", fsdp_sharding="hybrid"),
+    dict(strategy="fsdp", fsdp_sharding="grad-op"),
+    dict(strategy="deepspeed", zero_stage=1),
+    dict(strategy="deepspeed", zero_stage=2, offload_optimizer="cpu"),
+    dict(strategy="deepspeed", zero_stage=3),
     dict(strategy="engine", tensor_parallel=4, zero_stage=1, sequence_parallel=True),
     dict(strategy="engine", tensor_parallel=2, pipeline_parallel=4, zero_stage=0),
 ]
@@ -182,10 +215,18 @@ STRATEGY_CHOICES = [
 )
 def test_more_bandwidth_never_slows_any_plan(llama7b, strategy, micro_batch, accum, seq, nodes, slow, speedup):
     config = TrainingConfig(micro_batch=micro_batch, grad_accum=accum, seq_len=seq, **strategy)
+
     def step(intra, inter):
-        cluster = make_cluster("A100-80GB", 8, nodes, interconnect="ib-hdr" if nodes > 1 else None, intra_bw=intra,
-                               inter_bw=inter if nodes > 1 else None)
+        cluster = make_cluster(
+            "A100-80GB",
+            8,
+            nodes,
+            interconnect="ib-hdr" if nodes > 1 else None,
+            intra_bw=intra,
+            inter_bw=inter if nodes > 1 else None,
+        )
         return estimate_throughput(llama7b, config, cluster).step_time_s
+
     base = step(10 * slow, slow)
     assert step(10 * slow * speedup, slow) <= base * (1 + 1e-12)
     assert step(10 * slow, slow * speedup) <= base * (1 + 1e-12)

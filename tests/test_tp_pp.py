@@ -18,12 +18,33 @@ from planner.errors import UserInputError
 from tests.parallel_checks import assert_matches_reference, run_checks
 
 TWO_RANK_CHECKS = [
-    "tp_gpt2", "tp_llama", "tp_opt", "tp_sp_gpt2", "tp_sp_llama", "tp_sp_opt", "tp_sp_qwen2", "tp_sp_mistral", "tp_sp_gpt2_odd_vocab", "tp_sp_llama_one_kv_head",
-    "pp_gpt2_gpipe", "pp_gpt2_1f1b", "pp_llama_gpipe", "pp_llama_1f1b", "pp_opt_1f1b", "pp_llama_interleaved",
-    "tp_sp_llama_full_checkpointing", "tp_gpt2_selective_checkpointing", "reshard_tp2_to_pp2", "engine_resume_tp2",
-    "engine_clip_tp2_llama", "engine_clip_pp2_gpt2_interleaved",
-    "engine_resume_pp2", "engine_export_pp2_gpt2", "engine_export_tp2_llama",
-    "engine_reshard_tp2_to_pp2_gpt2_odd_vocab", "engine_reshard_pp2_to_tp2_llama_one_kv_head",
+    "tp_gpt2",
+    "tp_llama",
+    "tp_opt",
+    "tp_sp_gpt2",
+    "tp_sp_llama",
+    "tp_sp_opt",
+    "tp_sp_qwen2",
+    "tp_sp_mistral",
+    "tp_sp_gpt2_odd_vocab",
+    "tp_sp_llama_one_kv_head",
+    "pp_gpt2_gpipe",
+    "pp_gpt2_1f1b",
+    "pp_llama_gpipe",
+    "pp_llama_1f1b",
+    "pp_opt_1f1b",
+    "pp_llama_interleaved",
+    "tp_sp_llama_full_checkpointing",
+    "tp_gpt2_selective_checkpointing",
+    "reshard_tp2_to_pp2",
+    "engine_resume_tp2",
+    "engine_clip_tp2_llama",
+    "engine_clip_pp2_gpt2_interleaved",
+    "engine_resume_pp2",
+    "engine_export_pp2_gpt2",
+    "engine_export_tp2_llama",
+    "engine_reshard_tp2_to_pp2_gpt2_odd_vocab",
+    "engine_reshard_pp2_to_tp2_llama_one_kv_head",
 ]
 
 
@@ -42,13 +63,16 @@ def test_layout_matches_single_process_reference(two_rank_results, check):
 def test_weights_saved_under_tp2_continue_under_pp2(two_rank_results):
     result = two_rank_results["reshard_tp2_to_pp2"]
     assert len(result["losses"]) == 2  # steps 4 and 5, run under pp2 from the tp2 file
-    assert result["wrong_model_error"] == "the checkpoint has no tensor 'model.embed_tokens.weight'; it was saved from another model"
+    assert (
+        result["wrong_model_error"]
+        == "the checkpoint has no tensor 'model.embed_tokens.weight'; it was saved from another model"
+    )
 
 
 def test_engine_resume_under_pp_restores_each_stage_loss_scale_and_schedule(two_rank_results):
     result = two_rank_results["engine_resume_pp2"]  # fp16, WarmupLR, AdamW, resumed after step 2 of 3
     assert result["scale_diff"] == 0.0 and result["lr_diff"] == 0.0, result
-    assert result["loss_scale"] == 2.0 ** 4 * 4  # doubled after steps 2 and 3: restored, not started over
+    assert result["loss_scale"] == 2.0**4 * 4  # doubled after steps 2 and 3: restored, not started over
 
 
 def test_engine_checkpoint_resumes_under_another_tp_pp_layout(two_rank_results):

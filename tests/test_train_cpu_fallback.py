@@ -29,15 +29,22 @@ def gpu_tp2_folder(tmp_path_factory):
     from planner.contract.run_config import Hyperparameters
     from planner.emit import RunOptions
 
-    plan = make_plan(gpu="H100-80GB", gpus_per_node=2, strategy="engine", zero_stage=1, tensor_parallel=2,
-                     precision="fp32")
+    plan = make_plan(
+        gpu="H100-80GB", gpus_per_node=2, strategy="engine", zero_stage=1, tensor_parallel=2, precision="fp32"
+    )
     emit_run_folder(plan, folder, options=RunOptions(optim=Hyperparameters(dropout=0.0)))  # comparable bit for bit
     return folder
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "hardware_selector.py", *map(str, args)], cwd=REPO_ROOT, env=cpu_env(),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "hardware_selector.py", *map(str, args)],
+        cwd=REPO_ROOT,
+        env=cpu_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _first_step_loss_on_one_process(folder) -> float:
@@ -80,7 +87,8 @@ def test_without_tiny_a_gpu_plan_is_a_one_line_error(gpu_tp2_folder):
     assert completed.returncode == 2
     assert completed.stderr.strip().splitlines() == [
         "error: this plan runs on CUDA GPUs (device cuda, nccl) and this machine has none; pass --tiny for a CPU "
-        "smoke run of the same layout, or run it on the planned GPUs"]
+        "smoke run of the same layout, or run it on the planned GPUs"
+    ]
 
 
 def test_gpu_ddp_and_fsdp_plans_get_cpu_and_gloo_under_tiny(tmp_path):
@@ -104,4 +112,5 @@ def test_a_process_count_that_cannot_hold_the_layout_is_a_one_line_error(gpu_tp2
     completed = _cli("train", gpu_tp2_folder, "--tiny", "--nproc", "3")
     assert completed.returncode == 2
     assert completed.stderr.strip().splitlines() == [
-        "error: --nproc 3 cannot hold this plan's tensor x pipeline parallel layout of 2 ranks; pass a multiple of 2"]
+        "error: --nproc 3 cannot hold this plan's tensor x pipeline parallel layout of 2 ranks; pass a multiple of 2"
+    ]

@@ -20,8 +20,11 @@ LLAMA = find_model("llama-2-7b")  # 32 layers, 32 heads
     "fields, world_size, problem",
     [
         (dict(pipeline_parallel=2, grad_accum=1), 8, "--pp 2 needs at least 2 micro-batches per step"),
-        (dict(pipeline_parallel=4, grad_accum=6, pipeline_schedule="interleaved-1f1b", virtual_stages=2), 8,
-         "make --grad-accum a multiple of 4"),
+        (
+            dict(pipeline_parallel=4, grad_accum=6, pipeline_schedule="interleaved-1f1b", virtual_stages=2),
+            8,
+            "make --grad-accum a multiple of 4",
+        ),
         (dict(tensor_parallel=3), 6, "--tp 3 does not divide llama-2-7b's 32 attention heads"),
         (dict(pipeline_parallel=5, grad_accum=5), 10, "--pp 5 does not divide llama-2-7b's 32 layers"),
     ],
@@ -33,4 +36,6 @@ def test_layouts_that_cannot_run_are_refused(fields, world_size, problem):
 
 
 def test_enough_micro_batches_pass():
-    TrainingConfig(strategy="engine", pipeline_parallel=2, grad_accum=2).check_against(LLAMA, world_size=8, gpus_per_node=8)
+    TrainingConfig(strategy="engine", pipeline_parallel=2, grad_accum=2).check_against(
+        LLAMA, world_size=8, gpus_per_node=8
+    )

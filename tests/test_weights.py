@@ -36,8 +36,10 @@ def source(tmp_path_factory):
 def model_part(tp: int, rank: int) -> SimpleNamespace:
     return SimpleNamespace(
         shard_specs={"embed.weight": (0, 1), "attn.c_attn.weight": (1, 3), "attn.k_proj.weight": (0, 1)},
-        tp_replicas={"attn.k_proj.weight": 2}, padded_rows={"embed.weight": 101},
-        groups=SimpleNamespace(dims=SimpleNamespace(tp=tp), tp_rank=rank))
+        tp_replicas={"attn.k_proj.weight": 2},
+        padded_rows={"embed.weight": 101},
+        groups=SimpleNamespace(dims=SimpleNamespace(tp=tp), tp_rank=rank),
+    )
 
 
 @pytest.mark.parametrize("tp", [2, 4])
@@ -47,8 +49,13 @@ def test_tp_slices_equal_the_engines_own_sharding(source, tp):
         for name, (dim, sections) in part.shard_specs.items():
             full = TENSORS[name]
             replicas = part.tp_replicas.get(name, 1)
-            expected = shard_tensor(pad_rows(full, padded_vocab(101, tp)) if name in part.padded_rows else full,
-                                    dim, rank // replicas, tp // replicas, sections)
+            expected = shard_tensor(
+                pad_rows(full, padded_vocab(101, tp)) if name in part.padded_rows else full,
+                dim,
+                rank // replicas,
+                tp // replicas,
+                sections,
+            )
             assert torch.equal(read_local_slice(part, source, name), expected), (name, tp, rank)
 
 

@@ -41,7 +41,9 @@ def test_deepspeed_layout_adds_only_the_fp32_gradient_partition(stage, dp):
     that DeepSpeed allocates and the paper's K=12 leaves out: a deliberate difference.
     ZeRO-3 makes that fp32 copy one optimizer sub-group (1e9 elements) at a time."""
     psi = 7_500_000_000
-    params = RankParams(total=psi, trainable=psi, quantized=0, block=psi // 32, blocks_on_rank=32, embedding=0, largest_module=1)
+    params = RankParams(
+        total=psi, trainable=psi, quantized=0, block=psi // 32, blocks_on_rank=32, embedding=0, largest_module=1
+    )
     config = TrainingConfig(strategy=Strategy.DEEPSPEED, zero_stage=stage, precision=Precision.FP16_MIXED)
     states = model_state_bytes(params, config, dp=dp, gpus_per_node=8, hidden_size=4096)
     ours = states.parameters + states.gradients + states.optimizer_states

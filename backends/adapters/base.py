@@ -18,22 +18,23 @@ exported the same way:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from planner.contract.engine_config import EngineConfig
 from planner.contract.run_config import RunConfig
 from planner.plan import Plan
 
 # guard(loss, grad_norm) -> True to apply the update; grad_norm is None when it is not known before the update.
-Guard = Callable[[float, Optional[float]], bool]
+Guard = Callable[[float, float | None], bool]
 
 
 @dataclass
 class StepOutcome:
     loss: float  # mean over the step's micro-batches and the data-parallel ranks
-    grad_norm: Optional[float]  # global L2 norm of the gradient before clipping (None: not reported)
+    grad_norm: float | None  # global L2 norm of the gradient before clipping (None: not reported)
     applied: bool  # False: skipped (fp16 overflow, or refused by the guard)
     compute_s: float  # forward and backward
     optimizer_s: float  # reduction tail, clipping and the update
@@ -49,10 +50,10 @@ class AdapterSetup:
     run: RunConfig
     engine_config: EngineConfig  # the shared settings: precision, ZeRO, clipping, optimizer; no scheduler
     make_model: Callable[..., Any]
-    weights_folder: Optional[str]  # a local HF checkpoint to start from (None: random initialisation)
+    weights_folder: str | None  # a local HF checkpoint to start from (None: random initialisation)
     device: Any
     run_dir: Path
-    ds_config: Optional[dict] = None
+    ds_config: dict | None = None
     extra: dict = field(default_factory=dict)
 
 
@@ -92,7 +93,7 @@ class Adapter:
     def load(self, folder: Path) -> None:
         raise NotImplementedError
 
-    def full_state_dict(self) -> Optional[dict[str, Any]]:
+    def full_state_dict(self) -> dict[str, Any] | None:
         raise NotImplementedError
 
     def held_bytes(self) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Any, Optional
+from typing import Any
 
 from .base import AdapterSetup
 from .torch_step import TorchAdapter
@@ -27,14 +27,17 @@ class DdpAdapter(TorchAdapter):
         apply_activation_checkpointing(module, setup.plan.config.activation_checkpointing.value)
         self.module = module
         cuda = self.device.type == "cuda"
-        self.model = DistributedDataParallel(module, device_ids=[self.device.index] if cuda else None) \
-            if self.distributed else module
+        self.model = (
+            DistributedDataParallel(module, device_ids=[self.device.index] if cuda else None)
+            if self.distributed
+            else module
+        )
         self.finish_setup()
 
     def sync_context(self, boundary: bool) -> Any:
         return nullcontext() if boundary or not self.distributed else self.model.no_sync()
 
-    def full_state_dict(self) -> Optional[dict[str, Any]]:
+    def full_state_dict(self) -> dict[str, Any] | None:
         if self.rank != 0:
             return None
         return {name: tensor.detach().cpu() for name, tensor in self.module.state_dict().items()}

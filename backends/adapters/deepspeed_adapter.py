@@ -20,7 +20,7 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from planner.contract.engine_config import EngineConfig
 from planner.errors import UserInputError
@@ -36,8 +36,11 @@ def deepspeed_keys(config: EngineConfig) -> dict[str, Any]:
     zero = document.get("zero_optimization", {})
     if config.zero_optimization.offload_optimizer.device == "none":
         zero.pop("offload_optimizer", None)
-    wanted = ("lr", "momentum", "dampening", "weight_decay", "nesterov") if config.optimizer.type == "SGD" \
+    wanted = (
+        ("lr", "momentum", "dampening", "weight_decay", "nesterov")
+        if config.optimizer.type == "SGD"
         else ("lr", "betas", "eps", "weight_decay")
+    )
     params = document["optimizer"]["params"]
     document["optimizer"]["params"] = {key: params[key] for key in wanted if key in params}
     return document
@@ -51,12 +54,15 @@ def check_agrees(document: dict[str, Any], config: EngineConfig, origin: str) ->
         for key, value in (block.get("params") or {}).items():
             expected = ours["optimizer"]["params"].get(key)
             if expected is not None and value != "auto" and _differs(value, expected):
-                raise UserInputError(f"{origin} sets optimizer {key} {value} but the run's is {expected}; "
-                                     "change both, or use `train --lr ...` which rewrites neither")
+                raise UserInputError(
+                    f"{origin} sets optimizer {key} {value} but the run's is {expected}; "
+                    "change both, or use `train --lr ...` which rewrites neither"
+                )
     clip = document.get("gradient_clipping")
     if clip not in (None, "auto") and _differs(clip, config.gradient_clipping):
-        raise UserInputError(f"{origin} sets gradient_clipping {clip} but the run's is {config.gradient_clipping}; "
-                             "make them agree")
+        raise UserInputError(
+            f"{origin} sets gradient_clipping {clip} but the run's is {config.gradient_clipping}; make them agree"
+        )
 
 
 def _differs(a: Any, b: Any) -> bool:
@@ -101,8 +107,11 @@ class DeepSpeedAdapter(Adapter):
             document["zero_force_ds_cpu_optimizer"] = False
             client_optimizer = build_torch_optimizer(module.parameters(), config.optimizer)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
-            model=module, optimizer=client_optimizer,
-            model_parameters=None if client_optimizer else module.parameters(), config=document)
+            model=module,
+            optimizer=client_optimizer,
+            model_parameters=None if client_optimizer else module.parameters(),
+            config=document,
+        )
         self.stage = stage
 
     def _build(self, setup: AdapterSetup, document: dict, stage: int) -> Any:
@@ -155,9 +164,14 @@ class DeepSpeedAdapter(Adapter):
             if index == len(micro_batches) - 1:
                 mean = self.mean_over_data_ranks(float(total) / len(micro_batches))
                 if not guard(mean, None):  # the loss rules, before DeepSpeed's update
-                    return StepOutcome(loss=mean, grad_norm=None, applied=False,
-                                       compute_s=self.synchronize() - began, optimizer_s=0.0,
-                                       norm_checked_before_update=False)
+                    return StepOutcome(
+                        loss=mean,
+                        grad_norm=None,
+                        applied=False,
+                        compute_s=self.synchronize() - began,
+                        optimizer_s=0.0,
+                        norm_checked_before_update=False,
+                    )
             self.engine.backward(loss)  # scales by 1/grad_accum itself
             if index < len(micro_batches) - 1:
                 self.engine.step()  # counts the micro-step; no update before the boundary
@@ -167,9 +181,15 @@ class DeepSpeedAdapter(Adapter):
         norm = float(norm) if norm is not None else None
         applied = bool(self.engine.was_step_applied())
         finished = self.synchronize()
-        return StepOutcome(loss=mean, grad_norm=norm, applied=applied, compute_s=computed - began,
-                           optimizer_s=finished - computed, overflow=not applied,
-                           norm_checked_before_update=False)
+        return StepOutcome(
+            loss=mean,
+            grad_norm=norm,
+            applied=applied,
+            compute_s=computed - began,
+            optimizer_s=finished - computed,
+            overflow=not applied,
+            norm_checked_before_update=False,
+        )
 
     def eval_loss(self, batch: dict) -> float:
         import torch
@@ -185,16 +205,18 @@ class DeepSpeedAdapter(Adapter):
         self.engine.save_checkpoint(str(folder), tag=STATE_TAG, save_latest=False)
 
     def load(self, folder: Path) -> None:
-        path, _ = self.engine.load_checkpoint(str(folder), tag=STATE_TAG, load_optimizer_states=True,
-                                              load_lr_scheduler_states=False)
+        path, _ = self.engine.load_checkpoint(
+            str(folder), tag=STATE_TAG, load_optimizer_states=True, load_lr_scheduler_states=False
+        )
         if path is None:
             raise UserInputError(f"{folder} holds no DeepSpeed state; it was saved by another strategy")
 
-    def full_state_dict(self) -> Optional[dict[str, Any]]:
+    def full_state_dict(self) -> dict[str, Any] | None:
         module = self.engine.module
         if self.stage < 3:
-            return {name: value.detach().cpu() for name, value in module.state_dict().items()} if self.rank == 0 \
-                else None
+            return (
+                {name: value.detach().cpu() for name, value in module.state_dict().items()} if self.rank == 0 else None
+            )
         import deepspeed
 
         state = {}

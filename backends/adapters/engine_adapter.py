@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from .base import Adapter, AdapterSetup, Guard, StepOutcome
 
@@ -43,9 +43,14 @@ class EngineAdapter(Adapter):
         phases = engine.monitor.history[-1]  # the engine's own timing of this step
         optimizer_s = phases.get("optimizer_s", 0.0) + phases.get("comm_s", 0.0)
         overflow = not engine.last_step_applied and engine.optimizer.last_grad_norm == float("inf")
-        return StepOutcome(loss=engine.last_loss, grad_norm=engine.optimizer.last_grad_norm,
-                           applied=engine.last_step_applied, compute_s=max(0.0, finished - began - optimizer_s),
-                           optimizer_s=optimizer_s, overflow=overflow)
+        return StepOutcome(
+            loss=engine.last_loss,
+            grad_norm=engine.optimizer.last_grad_norm,
+            applied=engine.last_step_applied,
+            compute_s=max(0.0, finished - began - optimizer_s),
+            optimizer_s=optimizer_s,
+            overflow=overflow,
+        )
 
     def eval_loss(self, batch: dict) -> float:
         return float(self.engine.eval_loss(batch))
@@ -60,7 +65,7 @@ class EngineAdapter(Adapter):
 
         read_engine_state(self.engine, folder)
 
-    def full_state_dict(self) -> Optional[dict[str, Any]]:
+    def full_state_dict(self) -> dict[str, Any] | None:
         from backends.checkpoint.export import consolidated_state_dict
 
         state = consolidated_state_dict(self.engine)

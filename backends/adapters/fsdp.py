@@ -9,7 +9,7 @@ device, shards it, and each rank reads only its rows of every tensor.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from planner.errors import UserInputError
 from planner.training_config import FsdpSharding, Offload
@@ -44,7 +44,9 @@ class FsdpAdapter(TorchAdapter):
         if config.fp16.enabled:
             raise UserInputError("the FSDP adapter runs fp32 or bf16; use --precision bf16-mixed with FSDP")
         if not self.distributed:
-            raise UserInputError("FSDP needs torch.distributed; start the runner under torchrun (hardware-selector train)")
+            raise UserInputError(
+                "FSDP needs torch.distributed; start the runner under torchrun (hardware-selector train)"
+            )
         plan_config = setup.plan.config
         pretrained = setup.weights_folder is not None
         module = setup.make_model(empty=pretrained)
@@ -52,10 +54,16 @@ class FsdpAdapter(TorchAdapter):
             module = module.to(self.device)
         apply_activation_checkpointing(module, plan_config.activation_checkpointing.value)
         mesh = fsdp_mesh(plan_config.fsdp_sharding, self.world, setup.run.nproc_per_node, self.device.type)
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
-            if config.bf16.enabled else MixedPrecisionPolicy()
-        options: dict[str, Any] = {"mesh": mesh, "mp_policy": policy,
-                                   "reshard_after_forward": plan_config.fsdp_sharding is not FsdpSharding.GRAD_OP}
+        policy = (
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if config.bf16.enabled
+            else MixedPrecisionPolicy()
+        )
+        options: dict[str, Any] = {
+            "mesh": mesh,
+            "mp_policy": policy,
+            "reshard_after_forward": plan_config.fsdp_sharding is not FsdpSharding.GRAD_OP,
+        }
         offload = Offload.CPU in (plan_config.offload_params, plan_config.offload_optimizer)
         if offload and self.device.type == "cuda":
             options["offload_policy"] = CPUOffloadPolicy()
@@ -93,7 +101,7 @@ class FsdpAdapter(TorchAdapter):
         self.model.set_requires_gradient_sync(boundary)  # no reduce-scatter between boundaries
         return nullcontext()
 
-    def full_state_dict(self) -> Optional[dict[str, Any]]:
+    def full_state_dict(self) -> dict[str, Any] | None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))

@@ -87,8 +87,14 @@ class TorchAdapter(Adapter):
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         finished = self.synchronize()
-        return StepOutcome(loss=mean, grad_norm=norm, applied=applied, compute_s=computed - began,
-                           optimizer_s=finished - computed, overflow=overflow)
+        return StepOutcome(
+            loss=mean,
+            grad_norm=norm,
+            applied=applied,
+            compute_s=computed - began,
+            optimizer_s=finished - computed,
+            overflow=overflow,
+        )
 
     def eval_loss(self, batch: dict) -> float:
         import torch
@@ -128,8 +134,7 @@ class TorchAdapter(Adapter):
         state = self.state_dicts()
         with dcp_quietly():
             dcp.load(state, checkpoint_id=str(folder / STATE_FOLDER), no_dist=not self.distributed)
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optimizer"])
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         if self.scaler is not None and "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
 

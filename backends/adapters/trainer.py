@@ -20,6 +20,7 @@ from typing import Any
 from planner.contract.hyperparameters import scheduler_block
 from planner.contract.run_overrides import overrides_from
 from planner.errors import UserInputError
+from planner.training_config import Strategy
 
 TRAINER_CHECKPOINTS = "checkpoints-trainer"
 
@@ -50,16 +51,27 @@ def _metrics_callback(metrics: Any, progress: Any, guard: Any, run: Any) -> Any:
             if "eval_loss" in logs:
                 import math
 
-                metrics.write("eval", {"step": state.global_step, "eval_loss": logs["eval_loss"],
-                                       "perplexity": math.exp(min(logs["eval_loss"], 700.0))})
+                metrics.write(
+                    "eval",
+                    {
+                        "step": state.global_step,
+                        "eval_loss": logs["eval_loss"],
+                        "perplexity": math.exp(min(logs["eval_loss"], 700.0)),
+                    },
+                )
                 return
             if "loss" not in logs:
                 return
             now = time.perf_counter()
             step_s, self.tick = now - self.tick, now
-            row = {"step": state.global_step, "loss": logs["loss"], "lr": logs.get("learning_rate"),
-                   "grad_norm": logs.get("grad_norm"), "step_s": step_s,
-                   "tokens_per_s": run.global_batch * run.seq_len / step_s if step_s > 0 else 0.0}
+            row = {
+                "step": state.global_step,
+                "loss": logs["loss"],
+                "lr": logs.get("learning_rate"),
+                "grad_norm": logs.get("grad_norm"),
+                "step_s": step_s,
+                "tokens_per_s": run.global_batch * run.seq_len / step_s if step_s > 0 else 0.0,
+            }
             verdict = guard.judge(float(logs["loss"]), logs.get("grad_norm"))
             if verdict.action != "ok":
                 row["anomaly"] = {"action": verdict.action, "reason": verdict.reason}
@@ -93,9 +105,11 @@ def train_with_trainer(args: Any) -> dict[str, Any]:
 
     spec = load_run_folder(args.plan, overrides_from(override_values(args)), args.strategy)
     kwargs_file = spec.run_dir / "training_args.json"
-    if not kwargs_file.is_file() or spec.strategy.value == "engine":
-        raise UserInputError("--trainer runs DDP, FSDP and DeepSpeed plans (their training_args.json); this plan runs "
-                             "on our engine: drop --trainer")
+    if not kwargs_file.is_file() or spec.strategy is Strategy.ENGINE:
+        raise UserInputError(
+            "--trainer runs DDP, FSDP and DeepSpeed plans (their training_args.json); this plan runs "
+            "on our engine: drop --trainer"
+        )
     rank, world, local_rank, local_world = process_counts()
     run = fit_device(spec.run, tiny=args.tiny)
     run, note = fit_to_world(run, world, tiny=args.tiny, local_world=local_world)
@@ -105,25 +119,48 @@ def train_with_trainer(args: Any) -> dict[str, Any]:
     if run.device == "cpu" and strategy in ("fsdp", "deepspeed"):
         configure_cpu_accelerate_state(strategy)
     keep_vocab = not run.data.synthetic
-    model = build_model(run.model, tiny=args.tiny, dropout=run.optim.dropout, seed=run.optim.seed,
-                        keep_vocab=keep_vocab, empty=run.model.init == "pretrained" and not args.tiny)
+    model = build_model(
+        run.model,
+        tiny=args.tiny,
+        dropout=run.optim.dropout,
+        seed=run.optim.seed,
+        keep_vocab=keep_vocab,
+        empty=run.model.init == "pretrained" and not args.tiny,
+    )
     if run.model.init == "pretrained" and not args.tiny:
         load_full(model, source_for(model, run.model.path), torch.device("cpu"))
-    data = prepare_data(run.data, run_dir=spec.run_dir, tokenizer_dir=run.model.tokenizer_dir,
-                        model_name=run.model.name, seq_len=run.seq_len, vocab_size=int(model.config.vocab_size),
-                        global_batch=run.global_batch, local_rank=local_rank, seed=run.data.seed)
+    data = prepare_data(
+        run.data,
+        run_dir=spec.run_dir,
+        tokenizer_dir=run.model.tokenizer_dir,
+        model_name=run.model.name,
+        seq_len=run.seq_len,
+        vocab_size=int(model.config.vocab_size),
+        global_batch=run.global_batch,
+        local_rank=local_rank,
+        seed=run.data.seed,
+    )
     steps = total_steps(run, len(data.train), run.data.synthetic)
     block = scheduler_block(run.optim, steps)
     kwargs = json.loads(kwargs_file.read_text(encoding="utf-8"))
     if kwargs.get("deepspeed"):
         kwargs["deepspeed"] = str(spec.run_dir / kwargs["deepspeed"])
     kwargs.update(
-        output_dir=str(spec.run_dir / TRAINER_CHECKPOINTS), max_steps=steps, logging_steps=1, disable_tqdm=True,
-        per_device_train_batch_size=run.micro_batch, gradient_accumulation_steps=run.grad_accum,
-        learning_rate=run.optim.learning_rate, warmup_steps=run.optim.warmup_for(steps), seed=run.optim.seed,
-        data_seed=run.data.seed, per_device_eval_batch_size=run.micro_batch,
-        save_strategy="steps" if run.checkpoint.every else "no", save_steps=run.checkpoint.every or 500,
-        save_total_limit=run.checkpoint.keep_last, eval_strategy="steps" if run.data.eval_every else "no",
+        output_dir=str(spec.run_dir / TRAINER_CHECKPOINTS),
+        max_steps=steps,
+        logging_steps=1,
+        disable_tqdm=True,
+        per_device_train_batch_size=run.micro_batch,
+        gradient_accumulation_steps=run.grad_accum,
+        learning_rate=run.optim.learning_rate,
+        warmup_steps=run.optim.warmup_for(steps),
+        seed=run.optim.seed,
+        data_seed=run.data.seed,
+        per_device_eval_batch_size=run.micro_batch,
+        save_strategy="steps" if run.checkpoint.every else "no",
+        save_steps=run.checkpoint.every or 500,
+        save_total_limit=run.checkpoint.keep_last,
+        eval_strategy="steps" if run.data.eval_every else "no",
         eval_steps=run.data.eval_every or None,
     )
     kwargs.pop("num_train_epochs", None)
@@ -131,15 +168,21 @@ def train_with_trainer(args: Any) -> dict[str, Any]:
         kwargs["accelerator_config"] = {"use_configured_state": True}
     if block is None:
         kwargs["lr_scheduler_type"] = "constant_with_warmup"
-    make_batch = batch_maker(run.model.task, vocab_size=int(model.config.vocab_size), tokenizer=None, seed=run.data.seed)
+    make_batch = batch_maker(
+        run.model.task, vocab_size=int(model.config.vocab_size), tokenizer=None, seed=run.data.seed
+    )
     metrics = MetricsLog(spec.run_dir / "metrics.jsonl", enabled=rank == 0)
     progress = Progress(enabled=rank == 0, total=steps, start=0)
     if note:
         progress.say(note)
     guard = AnomalyGuard(run.anomaly)
-    trainer = Trainer(model=model, args=TrainingArguments(**kwargs), train_dataset=_Blocks(data.train, make_batch),
-                      eval_dataset=_Blocks(data.eval, make_batch) if data.eval is not None else None,
-                      callbacks=[_metrics_callback(metrics, progress, guard, run)])
+    trainer = Trainer(
+        model=model,
+        args=TrainingArguments(**kwargs),
+        train_dataset=_Blocks(data.train, make_batch),
+        eval_dataset=_Blocks(data.eval, make_batch) if data.eval is not None else None,
+        callbacks=[_metrics_callback(metrics, progress, guard, run)],
+    )
     checkpoints = Path(kwargs["output_dir"])
     resume = run.checkpoint.resume and checkpoints.is_dir() and any(checkpoints.glob("checkpoint-*"))
     began = time.perf_counter()
@@ -148,8 +191,14 @@ def train_with_trainer(args: Any) -> dict[str, Any]:
     if evaluation:
         import math
 
-        metrics.write("eval", {"step": trainer.state.global_step, "eval_loss": evaluation["eval_loss"],
-                               "perplexity": math.exp(min(evaluation["eval_loss"], 700.0))})
+        metrics.write(
+            "eval",
+            {
+                "step": trainer.state.global_step,
+                "eval_loss": evaluation["eval_loss"],
+                "perplexity": math.exp(min(evaluation["eval_loss"], 700.0)),
+            },
+        )
     final = spec.run_dir / "final"
     if trainer.is_fsdp_enabled:  # checkpoints stay sharded; the exported model is whole
         trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
@@ -160,7 +209,14 @@ def train_with_trainer(args: Any) -> dict[str, Any]:
     progress.close()
     metrics.close()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-    return {"strategy": strategy, "adapter": "trainer", "steps": trainer.state.global_step, "losses": losses,
-            "world_size": world, "eval": evaluation or None, "wall_s": time.perf_counter() - began,
-            "distributed_type": trainer.accelerator.distributed_type.value,
-            "wrapper": type(trainer.model_wrapped).__name__}
+    return {
+        "strategy": strategy,
+        "adapter": "trainer",
+        "steps": trainer.state.global_step,
+        "losses": losses,
+        "world_size": world,
+        "eval": evaluation or None,
+        "wall_s": time.perf_counter() - began,
+        "distributed_type": trainer.accelerator.distributed_type.value,
+        "wrapper": type(trainer.model_wrapped).__name__,
+    }

@@ -28,7 +28,7 @@ import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from .ranks import distributed, everyones, rank
 from .save import begin_folder, seal, write_resume_state
@@ -48,7 +48,7 @@ class PendingSave:
     keep_last: int
 
 
-def _outcome(write: Future) -> Optional[BaseException]:
+def _outcome(write: Future) -> BaseException | None:
     from torch.distributed.checkpoint.api import CheckpointException
 
     try:
@@ -63,8 +63,7 @@ def _copy_to_host(value: Any) -> Any:
 
     if isinstance(value, DTensor):
         local = value.to_local().detach().to("cpu", copy=True)
-        return DTensor.from_local(local, value.device_mesh, value.placements, shape=value.shape,
-                                  stride=value.stride())
+        return DTensor.from_local(local, value.device_mesh, value.placements, shape=value.shape, stride=value.stride())
     return value.detach().to("cpu", copy=True)
 
 
@@ -92,7 +91,9 @@ def _describe(failure: BaseException) -> str:
     """One line: DCP wraps each rank's exception (with a traceback) in a CheckpointException; name the causes."""
     from torch.distributed.checkpoint.api import CheckpointException
 
-    causes = [cause for cause, _ in failure.failures.values()] if isinstance(failure, CheckpointException) else [failure]
+    causes = (
+        [cause for cause, _ in failure.failures.values()] if isinstance(failure, CheckpointException) else [failure]
+    )
     return "; ".join(f"{type(cause).__name__}: {cause}" for cause in causes)
 
 
@@ -101,7 +102,7 @@ class AsyncCheckpointer:
 
     def __init__(self) -> None:
         self._group: Any = None
-        self._pending: Optional[PendingSave] = None
+        self._pending: PendingSave | None = None
         _LIVE.add(self)
 
     def _writer_group(self) -> Any:
@@ -113,35 +114,45 @@ class AsyncCheckpointer:
             self._group = dist.new_group(backend="gloo")  # collective: every rank is in save() here
         return self._group
 
-    def save(self, engine: Any, save_dir: str | Path, *, tag: Optional[str] = None,
-             client_state: Optional[dict] = None) -> str:
+    def save(
+        self, engine: Any, save_dir: str | Path, *, tag: str | None = None, client_state: dict | None = None
+    ) -> str:
         import torch.distributed.checkpoint as dcp
 
         self.wait()
         save_dir = Path(save_dir)
         tag, partial = begin_folder(engine, save_dir, tag)
-        write = dcp.async_save(sharded_views(engine), checkpoint_id=str(partial / "shards"),
-                               process_group=self._writer_group(), async_stager=_snapshot_stager(),
-                               no_dist=not distributed())
+        write = dcp.async_save(
+            sharded_views(engine),
+            checkpoint_id=str(partial / "shards"),
+            process_group=self._writer_group(),
+            async_stager=_snapshot_stager(),
+            no_dist=not distributed(),
+        )
         write_resume_state(engine, partial, tag, client_state)
         self._pending = PendingSave(write, save_dir, partial, tag, engine.config.hardware_selector.checkpoint.keep_last)
         return str(save_dir / tag)
 
-    def wait(self) -> Optional[str]:
+    def wait(self) -> str | None:
         """Collective. Seals the save in flight and returns its folder; None when there was none."""
         pending, self._pending = self._pending, None
         if pending is None:
             return None
         local = _outcome(pending.write)
-        failures = [(index, message) for index, message in enumerate(everyones(_describe(local) if local else None))
-                    if message is not None]
+        failures = [
+            (index, message)
+            for index, message in enumerate(everyones(_describe(local) if local else None))
+            if message is not None
+        ]
         if not failures:
             return seal(pending.save_dir, pending.partial, pending.tag, pending.keep_last)
         if rank() == 0:
             shutil.rmtree(pending.partial, ignore_errors=True)
         failed_rank, message = failures[0]
-        raise AsyncSaveError(f"checkpoint {pending.tag} was not saved: the background write failed on rank "
-                             f"{failed_rank}: {message}; {pending.save_dir} still holds the checkpoints saved before it") from local
+        raise AsyncSaveError(
+            f"checkpoint {pending.tag} was not saved: the background write failed on rank "
+            f"{failed_rank}: {message}; {pending.save_dir} still holds the checkpoints saved before it"
+        ) from local
 
     def wait_at_exit(self) -> None:
         """At interpreter exit: one process can still seal; ranks cannot agree any more, so theirs stays partial."""
@@ -152,12 +163,14 @@ class AsyncCheckpointer:
             return
         pending, self._pending = self._pending, None
         _outcome(pending.write)  # let this rank's files finish; never sealed without the others' outcome
-        warnings.warn(f"async checkpoint {pending.tag} was still in flight at exit and is left unsealed in "
-                      f"{pending.partial}; call engine.close() (every rank) before the process group ends",
-                      stacklevel=1)
+        warnings.warn(
+            f"async checkpoint {pending.tag} was still in flight at exit and is left unsealed in "
+            f"{pending.partial}; call engine.close() (every rank) before the process group ends",
+            stacklevel=1,
+        )
 
 
-_LIVE: "weakref.WeakSet[AsyncCheckpointer]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[AsyncCheckpointer] = weakref.WeakSet()
 
 
 @atexit.register

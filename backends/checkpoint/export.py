@@ -9,7 +9,7 @@ and from_pretrained ties it back).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 
 def master_weights(engine: Any) -> dict[str, Any]:
@@ -24,7 +24,7 @@ def master_weights(engine: Any) -> dict[str, Any]:
         else:
             full.copy_(unit.master)
         for name, param, offset in zip(unit.names, unit.params, unit.offsets):
-            state[name] = full[offset:offset + param.numel()].view(param.shape).clone()
+            state[name] = full[offset : offset + param.numel()].view(param.shape).clone()
     return state
 
 
@@ -38,7 +38,7 @@ def consolidated_state_dict(engine: Any) -> dict[str, Any]:
     return gather_full_state_dict(engine.parallel_model, masters)
 
 
-def export_safetensors(engine: Any, path: str | Path) -> Optional[str]:
+def export_safetensors(engine: Any, path: str | Path) -> str | None:
     from backends.parallel_checkpoint import save_consolidated, write_safetensors
 
     if engine.parallel_model is not None:

@@ -21,7 +21,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 MANIFEST = "MANIFEST.json"
 LATEST = "latest"
@@ -48,7 +48,7 @@ def write_manifest(folder: Path) -> None:
     write_text_atomically(folder / MANIFEST, json.dumps({"files": entries}, indent=1))
 
 
-def verify(folder: Path) -> Optional[str]:
+def verify(folder: Path) -> str | None:
     """None when the checkpoint is complete and intact, else a short reason."""
     manifest = folder / MANIFEST
     if not manifest.is_file():

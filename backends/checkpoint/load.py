@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from planner.errors import UserInputError
 
@@ -22,12 +22,14 @@ from .reshard import load_resharded, resume_state_for
 from .shards import copy_back, key_prefix, layout_of, load_rng, sharded_views, unit_layout
 
 
-def _choose(load_dir: Path, tag: Optional[str]) -> Optional[Path]:
+def _choose(load_dir: Path, tag: str | None) -> Path | None:
     if tag is not None:
         reason = verify(load_dir / tag)
         if reason:
-            raise UserInputError(f"checkpoint {load_dir / tag} is incomplete or corrupted: {reason}; "
-                                 "load another tag, or start afresh with --no-resume")
+            raise UserInputError(
+                f"checkpoint {load_dir / tag} is incomplete or corrupted: {reason}; "
+                "load another tag, or start afresh with --no-resume"
+            )
         return load_dir / tag
     candidates = committed_tags(load_dir)[::-1]
     latest = (load_dir / LATEST).read_text(encoding="utf-8").strip() if (load_dir / LATEST).is_file() else None
@@ -38,14 +40,15 @@ def _choose(load_dir: Path, tag: Optional[str]) -> Optional[Path]:
         reason = verify(load_dir / candidate)
         if reason is None:
             return load_dir / candidate
-        warnings.warn(f"checkpoint {load_dir / candidate} is unusable ({reason}); trying the previous one",
-                      stacklevel=3)
+        warnings.warn(
+            f"checkpoint {load_dir / candidate} is unusable ({reason}); trying the previous one", stacklevel=3
+        )
     if candidates:
         raise UserInputError(f"no intact checkpoint in {load_dir}; every one failed its manifest check")
     return None
 
 
-def _from_rank0(error: Optional[str], choice: Optional[Path]) -> tuple[Optional[str], Optional[Path]]:
+def _from_rank0(error: str | None, choice: Path | None) -> tuple[str | None, Path | None]:
     """Rank 0's error or choice for everybody (the ranks must load the same tag, or all fail)."""
     import torch.distributed as dist
 
@@ -60,8 +63,11 @@ def _same_shards(engine: Any, state: dict) -> bool:
     """This rank's shards are saved as it holds them: same tp/pp layout and ZeRO units (any dp size)."""
     saved, current = state["layout"], layout_of(engine)
     own = state["model_ranks"].get(key_prefix(engine))
-    return (all(saved["dims"][key] == current["dims"][key] for key in ("tp", "pp"))
-            and own is not None and own["units"] == unit_layout(engine))
+    return (
+        all(saved["dims"][key] == current["dims"][key] for key in ("tp", "pp"))
+        and own is not None
+        and own["units"] == unit_layout(engine)
+    )
 
 
 def _everyone_same_shards(engine: Any, state: dict, choice: Path) -> bool:
@@ -70,16 +76,18 @@ def _everyone_same_shards(engine: Any, state: dict, choice: Path) -> bool:
     import torch.distributed as dist
 
     if "model_ranks" not in state:
-        raise UserInputError(f"{choice} was written by an older version without per-stage state; "
-                             "start without resuming, or load its weights from a consolidated export")
+        raise UserInputError(
+            f"{choice} was written by an older version without per-stage state; "
+            "start without resuming, or load its weights from a consolidated export"
+        )
     same = torch.tensor([1 if _same_shards(engine, state) else 0], device=engine.device)
     if distributed():
         dist.all_reduce(same, op=dist.ReduceOp.MIN)
     return bool(same.item())
 
 
-def load_checkpoint(engine: Any, load_dir: str | Path, *, tag: Optional[str] = None) -> tuple[Optional[str], dict]:
-    error: Optional[str] = None
+def load_checkpoint(engine: Any, load_dir: str | Path, *, tag: str | None = None) -> tuple[str | None, dict]:
+    error: str | None = None
     choice = None
     if rank() == 0:
         try:
@@ -100,8 +108,10 @@ def read_engine_state(engine: Any, choice: Path) -> dict:
 
     state = read_json(choice / "engine_state.json")
     if "dims" not in state.get("layout", {}):
-        raise UserInputError(f"{choice} was saved by an older version (its layout has no ParallelDims); "
-                             "start afresh with --no-resume, or load its weights from a consolidated export")
+        raise UserInputError(
+            f"{choice} was saved by an older version (its layout has no ParallelDims); "
+            "start afresh with --no-resume, or load its weights from a consolidated export"
+        )
     if _everyone_same_shards(engine, state, choice):
         targets = sharded_views(engine)
         loaded = dict(targets)

@@ -32,8 +32,11 @@ def tensor_split_record(engine: Any) -> dict[str, Any]:
     model = engine.parallel_model
     if model is None:
         return {"shard_specs": {}, "tp_replicas": {}, "padded_rows": {}}
-    return {"shard_specs": {name: list(spec) for name, spec in model.shard_specs.items()},
-            "tp_replicas": dict(model.tp_replicas), "padded_rows": dict(model.padded_rows)}
+    return {
+        "shard_specs": {name: list(spec) for name, spec in model.shard_specs.items()},
+        "tp_replicas": dict(model.tp_replicas),
+        "padded_rows": dict(model.padded_rows),
+    }
 
 
 def _rank_of(prefix: str) -> tuple[int, int]:
@@ -77,7 +80,7 @@ def _read_old_pieces(engine: Any, state: dict, shards: Path, wanted: set[str]) -
             values, offset = requests[f"{prefix}unit{index}.{flat}"], 0
             for name, shape in zip(unit["names"], unit["shapes"]):
                 size = int(torch.Size(shape).numel())
-                pieces[flat].setdefault(_inner(name), {})[_rank_of(prefix)] = values[offset:offset + size].view(shape)
+                pieces[flat].setdefault(_inner(name), {})[_rank_of(prefix)] = values[offset : offset + size].view(shape)
                 offset += size
     return pieces, {name: requests[f"{first}optimizer.{name}"] for name in scalars}
 
@@ -92,7 +95,7 @@ def _full_tensor(name: str, parts: dict[tuple[int, int], Any], split: dict, old_
     if spec is None or old_tp == 1:
         full = ordered[0]  # replicated over tp (norms, biases of row-parallel layers) or never split
     else:
-        full = unshard_tensor(ordered[::split["tp_replicas"].get(name, 1)], spec[0], spec[1])
+        full = unshard_tensor(ordered[:: split["tp_replicas"].get(name, 1)], spec[0], spec[1])
     rows = split["padded_rows"].get(name)
     return full[:rows] if rows else full
 
@@ -116,12 +119,14 @@ def _fill(engine: Any, pieces: dict, aliases: dict[str, str], state: dict, choic
                 except ValueError:  # the full tensor does not split into this layout's shards
                     value = full
                 if value.shape != param.shape:
-                    raise UserInputError(f"{choice} holds '{name}' with shape {tuple(full.shape)}, which does not fit "
-                                         f"this model ({tuple(param.shape)} here); it was saved from another model")
+                    raise UserInputError(
+                        f"{choice} holds '{name}' with shape {tuple(full.shape)}, which does not fit "
+                        f"this model ({tuple(param.shape)} here); it was saved from another model"
+                    )
                 values.append(value)
             start, _ = unit.owned_range
             flat = unit.flatten(values, target.dtype)
-            target[unit.shard_start:unit.shard_start + unit.owned_real].copy_(flat[start:start + unit.owned_real])
+            target[unit.shard_start : unit.shard_start + unit.owned_real].copy_(flat[start : start + unit.owned_real])
 
 
 def load_resharded(engine: Any, state: dict, choice: Path) -> None:
@@ -132,7 +137,9 @@ def load_resharded(engine: Any, state: dict, choice: Path) -> None:
     optimizer.ensure_optimizer_state()
     aliases = _aliases(engine)
     mine = {_inner(name) for unit in optimizer.units for name in unit.names}
-    pieces, scalars = _read_old_pieces(engine, state, choice / "shards", mine | {aliases[n] for n in mine if n in aliases})
+    pieces, scalars = _read_old_pieces(
+        engine, state, choice / "shards", mine | {aliases[n] for n in mine if n in aliases}
+    )
     errors: list[Any] = [None]
     try:
         _fill(engine, pieces, aliases, state, choice)

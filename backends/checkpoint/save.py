@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from .layout import commit
 from .ranks import barrier, dcp_quietly, distributed, everyones, rank
@@ -32,7 +32,7 @@ def gather_model_rank_states(engine: Any) -> dict[str, dict[str, Any]]:
     return dict(everyones((key_prefix(engine), model_rank_state(engine))))
 
 
-def begin_folder(engine: Any, save_dir: Path, tag: Optional[str]) -> tuple[str, Path]:
+def begin_folder(engine: Any, save_dir: Path, tag: str | None) -> tuple[str, Path]:
     """The tag and an empty .partial folder for it, made by rank 0 before any rank writes."""
     tag = tag or f"global_step{engine.global_steps}"
     partial = save_dir / f".partial-{tag}"
@@ -44,15 +44,20 @@ def begin_folder(engine: Any, save_dir: Path, tag: Optional[str]) -> tuple[str, 
     return tag, partial
 
 
-def write_resume_state(engine: Any, partial: Path, tag: str, client_state: Optional[dict]) -> None:
+def write_resume_state(engine: Any, partial: Path, tag: str, client_state: dict | None) -> None:
     """Every rank's RNG file and rank 0's engine_state.json: the state as it is now (collective)."""
     save_rng(partial / "rng" / f"rank{rank()}.pt")
     model_ranks = gather_model_rank_states(engine)
     if rank() == 0:
         shared = {key: value for key, value in engine.state_for_resume().items() if key not in PER_RANK_KEYS}
-        state = {**shared, "tag": tag, "layout": layout_of(engine), "tensor_split": tensor_split_record(engine),
-                 "model_ranks": model_ranks,
-                 "client_state": client_state or {}}
+        state = {
+            **shared,
+            "tag": tag,
+            "layout": layout_of(engine),
+            "tensor_split": tensor_split_record(engine),
+            "model_ranks": model_ranks,
+            "client_state": client_state or {},
+        }
         (partial / "engine_state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
 
 
@@ -65,7 +70,7 @@ def seal(save_dir: Path, partial: Path, tag: str, keep_last: int) -> str:
     return str(save_dir / tag)
 
 
-def write_engine_state(engine: Any, folder: Path, tag: str = "", client_state: Optional[dict] = None) -> None:
+def write_engine_state(engine: Any, folder: Path, tag: str = "", client_state: dict | None = None) -> None:
     """Collective: every rank's shards, RNG and the engine state into `folder` (a .partial folder being sealed)."""
     import torch.distributed.checkpoint as dcp
 
@@ -74,8 +79,9 @@ def write_engine_state(engine: Any, folder: Path, tag: str = "", client_state: O
     write_resume_state(engine, folder, tag or folder.name, client_state)
 
 
-def save_checkpoint(engine: Any, save_dir: str | Path, *, tag: Optional[str] = None,
-                    client_state: Optional[dict] = None) -> str:
+def save_checkpoint(
+    engine: Any, save_dir: str | Path, *, tag: str | None = None, client_state: dict | None = None
+) -> str:
     save_dir = Path(save_dir)
     tag, partial = begin_folder(engine, save_dir, tag)
     write_engine_state(engine, partial, tag, client_state)

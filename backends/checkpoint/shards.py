@@ -42,8 +42,10 @@ def layout_of(engine: Any) -> dict[str, Any]:
 
 
 def unit_layout(engine: Any) -> list[dict[str, Any]]:
-    return [{"names": unit.names, "numel": unit.numel, "shapes": [list(param.shape) for param in unit.params]}
-            for unit in engine.optimizer.units]
+    return [
+        {"names": unit.names, "numel": unit.numel, "shapes": [list(param.shape) for param in unit.params]}
+        for unit in engine.optimizer.units
+    ]
 
 
 def sharded_views(engine: Any) -> dict[str, Any]:
@@ -55,7 +57,7 @@ def sharded_views(engine: Any) -> dict[str, Any]:
     mesh, prefix, views = _mesh(engine), key_prefix(engine), {}
     for name, flat in optimizer.flat_states().items():
         for unit in optimizer.units:
-            local = flat[unit.shard_start:unit.shard_start + unit.owned_real]
+            local = flat[unit.shard_start : unit.shard_start + unit.owned_real]
             key = f"{prefix}unit{unit.index}.{name}"
             if mesh is None or not unit.partitioned:
                 views[key] = local

@@ -9,13 +9,13 @@ splits of one file share its memory map.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 
 class Blocks:
     """A map-style dataset of int64 token blocks, read from a (memory-mapped) token array."""
 
-    def __init__(self, tokens: Any, seq_len: int, indices: Optional[Any] = None):
+    def __init__(self, tokens: Any, seq_len: int, indices: Any | None = None):
         self.tokens = tokens
         self.seq_len = seq_len
         self.total = len(tokens) // seq_len
@@ -32,9 +32,9 @@ class Blocks:
         import torch
 
         start = self.block_number(index) * self.seq_len
-        return torch.from_numpy(np.asarray(self.tokens[start:start + self.seq_len], dtype=np.int64))
+        return torch.from_numpy(np.asarray(self.tokens[start : start + self.seq_len], dtype=np.int64))
 
-    def subset(self, indices: Any) -> "Blocks":
+    def subset(self, indices: Any) -> Blocks:
         return Blocks(self.tokens, self.seq_len, indices)
 
 
@@ -45,7 +45,7 @@ def eval_block_count(total: int, fraction: float, cap: int) -> int:
     return max(1, min(cap, round(total * fraction), total - 1))
 
 
-def split_blocks(blocks: Blocks, fraction: float, cap: int, seed: int) -> tuple[Blocks, Optional[Blocks]]:
+def split_blocks(blocks: Blocks, fraction: float, cap: int, seed: int) -> tuple[Blocks, Blocks | None]:
     """(train, held-out) blocks: a seeded random choice of blocks, the rest in file order."""
     import torch
 

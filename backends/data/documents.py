@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from planner.errors import UserInputError
 
@@ -52,8 +53,10 @@ def resolve_sources(patterns: list[str], flag: str = "--data") -> list[Source]:
     for pattern in patterns:
         matches = sorted(glob.glob(os.path.expanduser(pattern), recursive=True))
         if not matches:
-            raise UserInputError(f"{flag} {pattern}: no such file or folder; give a .txt, .jsonl or .parquet file, "
-                                 "a glob of them, or a folder written by datasets' save_to_disk")
+            raise UserInputError(
+                f"{flag} {pattern}: no such file or folder; give a .txt, .jsonl or .parquet file, "
+                "a glob of them, or a folder written by datasets' save_to_disk"
+            )
         for match in matches:
             sources += _sources_at(Path(match), flag)
     if not sources:
@@ -91,12 +94,15 @@ def _batches(source: Source, *, text_field: str, text_unit: str) -> Iterator[lis
     import datasets
 
     field = "text" if source.kind == "text" else text_field
-    options: dict[str, Any] = {"text": {"sample_by": text_unit, "chunksize": READ_CHUNK_BYTES},
-                               "json": {"chunksize": READ_CHUNK_BYTES},
-                               "parquet": {"batch_size": BATCH_ROWS}}[source.kind]
+    options: dict[str, Any] = {
+        "text": {"sample_by": text_unit, "chunksize": READ_CHUNK_BYTES},
+        "json": {"chunksize": READ_CHUNK_BYTES},
+        "parquet": {"batch_size": BATCH_ROWS},
+    }[source.kind]
     try:
-        stream = datasets.load_dataset(source.kind, data_files=[str(source.path)], split="train", streaming=True,
-                                       **options)
+        stream = datasets.load_dataset(
+            source.kind, data_files=[str(source.path)], split="train", streaming=True, **options
+        )
         pending: list[str] = []
         checked = False
         for row in stream:
@@ -131,23 +137,28 @@ def _load_saved(folder: Path) -> Any:
     loaded = datasets.load_from_disk(str(folder))
     if isinstance(loaded, datasets.DatasetDict):
         if "train" not in loaded:
-            raise UserInputError(f"{folder}: a DatasetDict without a 'train' split (it has {', '.join(loaded)}); "
-                                 "save the split you want with Dataset.save_to_disk")
+            raise UserInputError(
+                f"{folder}: a DatasetDict without a 'train' split (it has {', '.join(loaded)}); "
+                "save the split you want with Dataset.save_to_disk"
+            )
         loaded = loaded["train"]
     return loaded
 
 
 def _check_column(source: Source, columns: list[str], field: str) -> str:
     if field not in columns:
-        raise UserInputError(f"{source.path}: no '{field}' field (it has {', '.join(map(repr, columns)) or 'none'}); "
-                             "name the text field with --text-field")
+        raise UserInputError(
+            f"{source.path}: no '{field}' field (it has {', '.join(map(repr, columns)) or 'none'}); "
+            "name the text field with --text-field"
+        )
     return field
 
 
 def _text(source: Source, value: Any) -> str:
     if not isinstance(value, str):
-        raise UserInputError(f"{source.path}: the text field holds {type(value).__name__}, not text; "
-                             "name a text field with --text-field")
+        raise UserInputError(
+            f"{source.path}: the text field holds {type(value).__name__}, not text; name a text field with --text-field"
+        )
     return value
 
 

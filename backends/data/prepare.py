@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from planner.contract.run_config import DataConfig
 from planner.errors import UserInputError
@@ -22,28 +22,41 @@ from .documents import Source, resolve_sources
 from .synthetic import SyntheticTokens
 from .token_cache import content_key, open_tokens, prepare_token_file, token_dtype, write_token_file
 
-TOKENIZER_FILE_NAMES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                        "vocab.txt", "merges.txt", "tokenizer.model", "spiece.model", "added_tokens.json")
+TOKENIZER_FILE_NAMES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "added_tokens.json",
+)
 SYNTHETIC_SAMPLES = 1 << 16
 
 
 @dataclass
 class RunData:
     train: Any  # a map-style dataset of token blocks
-    eval: Optional[Any]
+    eval: Any | None
     train_tokens: int  # tokens in the training blocks (one epoch)
     description: str
-    tokenizer_dir: Optional[Path] = None
+    tokenizer_dir: Path | None = None
 
 
-def load_tokenizer(folder: Optional[str], *, model_name: str, vocab_size: int) -> Any:
+def load_tokenizer(folder: str | None, *, model_name: str, vocab_size: int) -> Any:
     """The model's tokenizer from a local folder, checked against the model's vocabulary."""
     if not folder:
-        raise UserInputError(f"{model_name} has no local tokenizer to read --data with; pass --tokenizer DIR "
-                             "(a folder written by tokenizer.save_pretrained)")
+        raise UserInputError(
+            f"{model_name} has no local tokenizer to read --data with; pass --tokenizer DIR "
+            "(a folder written by tokenizer.save_pretrained)"
+        )
     path = Path(folder)
     if not any((path / name).is_file() for name in TOKENIZER_FILE_NAMES):
-        raise UserInputError(f"{path} holds no tokenizer (tokenizer.json or tokenizer_config.json); pass --tokenizer DIR")
+        raise UserInputError(
+            f"{path} holds no tokenizer (tokenizer.json or tokenizer_config.json); pass --tokenizer DIR"
+        )
     from transformers import AutoTokenizer
 
     try:
@@ -51,11 +64,15 @@ def load_tokenizer(folder: Optional[str], *, model_name: str, vocab_size: int) -
     except (OSError, ValueError) as error:
         raise UserInputError(f"{path}: the tokenizer cannot be loaded ({str(error).splitlines()[0][:200]})") from None
     if len(tokenizer) > vocab_size:
-        raise UserInputError(f"the tokenizer in {path} has {len(tokenizer)} tokens but {model_name}'s vocabulary holds "
-                             f"{vocab_size}; use the model's own tokenizer (--tokenizer)")
+        raise UserInputError(
+            f"the tokenizer in {path} has {len(tokenizer)} tokens but {model_name}'s vocabulary holds "
+            f"{vocab_size}; use the model's own tokenizer (--tokenizer)"
+        )
     if tokenizer.eos_token_id is None:
-        raise UserInputError(f"the tokenizer in {path} has no EOS token to separate documents; "
-                             "set eos_token in its tokenizer_config.json")
+        raise UserInputError(
+            f"the tokenizer in {path} has no EOS token to separate documents; "
+            "set eos_token in its tokenizer_config.json"
+        )
     return tokenizer
 
 
@@ -63,35 +80,65 @@ def tokenizer_files(folder: Path) -> list[Path]:
     return [folder / name for name in TOKENIZER_FILE_NAMES if (folder / name).is_file()]
 
 
-def tokenized_blocks(sources: list[Source], data: DataConfig, tokenizer: Any, tokenizer_dir: Path, *,
-                     cache_dir: Path, seq_len: int, vocab_size: int, builder: bool, label: str) -> Blocks:
+def tokenized_blocks(
+    sources: list[Source],
+    data: DataConfig,
+    tokenizer: Any,
+    tokenizer_dir: Path,
+    *,
+    cache_dir: Path,
+    seq_len: int,
+    vocab_size: int,
+    builder: bool,
+    label: str,
+) -> Blocks:
     options = {"text_field": data.text_field, "text_unit": data.text_unit, "add_special_tokens": True}
     key = content_key(sources, tokenizer_files(tokenizer_dir), options)
     dtype = token_dtype(vocab_size)
 
     def build(bin_path: Path) -> dict[str, Any]:
-        return write_token_file(bin_path, sources, tokenizer, text_field=data.text_field, text_unit=data.text_unit,
-                                eos_id=tokenizer.eos_token_id, add_special_tokens=True, dtype=dtype)
+        return write_token_file(
+            bin_path,
+            sources,
+            tokenizer,
+            text_field=data.text_field,
+            text_unit=data.text_unit,
+            eos_id=tokenizer.eos_token_id,
+            add_special_tokens=True,
+            dtype=dtype,
+        )
 
     bin_path, meta = prepare_token_file(cache_dir, key, build, builder=builder, label=label)
     blocks = Blocks(open_tokens(bin_path, meta), seq_len)
     if meta["documents"] == 0:
         raise UserInputError(f"{label} holds no text (every document is empty); check the files and --text-field")
     if len(blocks) == 0:
-        raise UserInputError(f"{label} has {meta['tokens']} tokens, fewer than one block of {seq_len}; "
-                             "add data or lower --seq-len")
+        raise UserInputError(
+            f"{label} has {meta['tokens']} tokens, fewer than one block of {seq_len}; add data or lower --seq-len"
+        )
     return blocks
 
 
-def prepare_data(data: DataConfig, *, run_dir: Path, tokenizer_dir: Optional[str], model_name: str, seq_len: int,
-                 vocab_size: int, global_batch: int, local_rank: int, seed: int) -> RunData:
+def prepare_data(
+    data: DataConfig,
+    *,
+    run_dir: Path,
+    tokenizer_dir: str | None,
+    model_name: str,
+    seq_len: int,
+    vocab_size: int,
+    global_batch: int,
+    local_rank: int,
+    seed: int,
+) -> RunData:
     """The run's training and evaluation blocks (see the module docstring)."""
     if data.synthetic:
         if data.eval:
             raise UserInputError("--eval-data needs --data: synthetic tokens have nothing to evaluate against")
         train = SyntheticTokens(max(SYNTHETIC_SAMPLES, global_batch), seq_len, vocab_size, seed=seed)
-        return RunData(train=train, eval=None, train_tokens=len(train) * seq_len,
-                       description="synthetic tokens (no --data)")
+        return RunData(
+            train=train, eval=None, train_tokens=len(train) * seq_len, description="synthetic tokens (no --data)"
+        )
     sources = resolve_sources(data.train, "--data")
     eval_sources = resolve_sources(data.eval, "--eval-data") if data.eval else []
     tokenizer = load_tokenizer(tokenizer_dir, model_name=model_name, vocab_size=vocab_size)
@@ -101,13 +148,21 @@ def prepare_data(data: DataConfig, *, run_dir: Path, tokenizer_dir: Optional[str
     blocks = tokenized_blocks(sources, data, tokenizer, folder, label=", ".join(data.train), **common)
     if eval_sources:
         train = blocks
-        held_out: Optional[Blocks] = tokenized_blocks(eval_sources, data, tokenizer, folder,
-                                                      label=", ".join(data.eval), **common)
+        held_out: Blocks | None = tokenized_blocks(
+            eval_sources, data, tokenizer, folder, label=", ".join(data.eval), **common
+        )
     else:
         train, held_out = split_blocks(blocks, data.eval_fraction, data.eval_max_blocks, data.seed)
     if len(train) < global_batch:
-        raise UserInputError(f"the data give {len(train)} training blocks of {seq_len} tokens, fewer than one step's "
-                             f"global batch of {global_batch}; add data, or lower --seq-len or the batch")
+        raise UserInputError(
+            f"the data give {len(train)} training blocks of {seq_len} tokens, fewer than one step's "
+            f"global batch of {global_batch}; add data, or lower --seq-len or the batch"
+        )
     evaluation = f"{len(held_out)} evaluation blocks" if held_out is not None else "no evaluation split"
-    return RunData(train=train, eval=held_out, train_tokens=len(train) * seq_len, tokenizer_dir=folder,
-                   description=f"{len(train)} training blocks of {seq_len} tokens, {evaluation}")
+    return RunData(
+        train=train,
+        eval=held_out,
+        train_tokens=len(train) * seq_len,
+        tokenizer_dir=folder,
+        description=f"{len(train)} training blocks of {seq_len} tokens, {evaluation}",
+    )

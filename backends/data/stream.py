@@ -12,7 +12,8 @@ stopped, at any world size that keeps the global batch.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 
 def epoch_order(size: int, epoch: int, seed: int, shuffle: bool) -> Any:
@@ -24,8 +25,17 @@ def epoch_order(size: int, epoch: int, seed: int, shuffle: bool) -> Any:
     return torch.randperm(size, generator=torch.Generator().manual_seed(seed + epoch))
 
 
-def micro_batches(dataset: Any, *, micro_batch: int, rank: int, world: int, start_sample: int = 0,
-                  seed: int = 0, shuffle: bool = True, global_batch: int | None = None) -> Iterator[Any]:
+def micro_batches(
+    dataset: Any,
+    *,
+    micro_batch: int,
+    rank: int,
+    world: int,
+    start_sample: int = 0,
+    seed: int = 0,
+    shuffle: bool = True,
+    global_batch: int | None = None,
+) -> Iterator[Any]:
     """This rank's micro-batches (stacked tensors), from global position `start_sample` on, epoch after epoch.
 
     global_batch (a multiple of micro_batch x world): each epoch keeps a whole number of optimizer steps,
@@ -45,7 +55,7 @@ def micro_batches(dataset: Any, *, micro_batch: int, rank: int, world: int, star
         epoch, offset = divmod(position, usable)
         if epoch != order_epoch:
             order_epoch, order = epoch, epoch_order(size, epoch, seed, shuffle)
-        mine = order[offset + rank * micro_batch: offset + (rank + 1) * micro_batch].tolist()
+        mine = order[offset + rank * micro_batch : offset + (rank + 1) * micro_batch].tolist()
         yield torch.stack([dataset[index] for index in mine])
         position += per_step
 

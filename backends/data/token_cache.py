@@ -20,8 +20,9 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from planner.errors import UserInputError
 
@@ -47,8 +48,17 @@ def token_dtype(vocab_size: int) -> str:
     return "uint16" if vocab_size <= 1 << 16 else "uint32"
 
 
-def write_token_file(bin_path: Path, sources: list[Source], tokenizer: Any, *, text_field: str, text_unit: str,
-                     eos_id: int, add_special_tokens: bool, dtype: str) -> dict[str, Any]:
+def write_token_file(
+    bin_path: Path,
+    sources: list[Source],
+    tokenizer: Any,
+    *,
+    text_field: str,
+    text_unit: str,
+    eos_id: int,
+    add_special_tokens: bool,
+    dtype: str,
+) -> dict[str, Any]:
     """Tokenize every document into bin_path (atomically); returns the metadata."""
     import numpy as np
 
@@ -59,8 +69,12 @@ def write_token_file(bin_path: Path, sources: list[Source], tokenizer: Any, *, t
             for texts in iter_documents(sources, text_field=text_field, text_unit=text_unit):
                 if not texts:
                     continue
-                encoded = tokenizer(texts, add_special_tokens=add_special_tokens, return_attention_mask=False,
-                                    return_token_type_ids=False)["input_ids"]
+                encoded = tokenizer(
+                    texts,
+                    add_special_tokens=add_special_tokens,
+                    return_attention_mask=False,
+                    return_token_type_ids=False,
+                )["input_ids"]
                 joined: list[int] = []
                 for ids in encoded:
                     joined.extend(ids)
@@ -77,12 +91,19 @@ def write_token_file(bin_path: Path, sources: list[Source], tokenizer: Any, *, t
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    return {"format": FORMAT_VERSION, "dtype": dtype, "tokens": tokens, "documents": documents,
-            "eos_id": eos_id, "sources": [str(s.path) for s in sources]}
+    return {
+        "format": FORMAT_VERSION,
+        "dtype": dtype,
+        "tokens": tokens,
+        "documents": documents,
+        "eos_id": eos_id,
+        "sources": [str(s.path) for s in sources],
+    }
 
 
-def prepare_token_file(cache_dir: Path, key: str, build: Callable[[Path], dict[str, Any]], *, builder: bool,
-                       label: str) -> tuple[Path, dict[str, Any]]:
+def prepare_token_file(
+    cache_dir: Path, key: str, build: Callable[[Path], dict[str, Any]], *, builder: bool, label: str
+) -> tuple[Path, dict[str, Any]]:
     """The (bin path, metadata) for `key`: built here when `builder`, else waited for (the builder's error too)."""
     bin_path = cache_dir / f"tokens-{key}.bin"
     meta_path = cache_dir / f"tokens-{key}.json"
@@ -111,8 +132,9 @@ def _wait_for(meta_path: Path, error_path: Path, label: str, *, since: float) ->
         time.sleep(0.2)
         if time.monotonic() - reported > WAIT_REPORT_S:
             reported = time.monotonic()
-            print(f"waiting for this node's first rank to tokenize {label} ({time.monotonic() - began:.0f} s)",
-                  flush=True)
+            print(
+                f"waiting for this node's first rank to tokenize {label} ({time.monotonic() - began:.0f} s)", flush=True
+            )
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -15,7 +15,7 @@ ZeRO's gradient hooks valid; nothing rescales .grad afterwards.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -40,7 +40,9 @@ class PipelineRunner:
         if schedule not in SCHEDULES:
             from planner.errors import UserInputError
 
-            raise UserInputError(f"pipeline schedule '{schedule}' is not supported by the engine yet; use one of {SCHEDULES}")
+            raise UserInputError(
+                f"pipeline schedule '{schedule}' is not supported by the engine yet; use one of {SCHEDULES}"
+            )
         self.parallel_model = parallel_model
         self.schedule_name = schedule
         self._schedules: dict[tuple, object] = {}
@@ -67,7 +69,10 @@ class PipelineRunner:
         key = (n_micro, micro_batch, seq_len)
         if key not in self._schedules:
             from torch.distributed.pipelining import (
-                PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
+                PipelineStage,
+                Schedule1F1B,
+                ScheduleGPipe,
+                ScheduleInterleaved1F1B,
             )
 
             model = self.parallel_model
@@ -75,11 +80,21 @@ class PipelineRunner:
             stages = []
             for chunk in range(chunks):
                 inputs, outputs = self._example_tensors(micro_batch, seq_len, chunk)
-                stages.append(PipelineStage(_Stage(model, chunk), chunk * pp + model.groups.pp_rank, pp * chunks,
-                                            inputs.device, input_args=(inputs,), output_args=(outputs,),
-                                            group=model.groups.pp_group))
+                stages.append(
+                    PipelineStage(
+                        _Stage(model, chunk),
+                        chunk * pp + model.groups.pp_rank,
+                        pp * chunks,
+                        inputs.device,
+                        input_args=(inputs,),
+                        output_args=(outputs,),
+                        group=model.groups.pp_group,
+                    )
+                )
             if self.schedule_name == "interleaved-1f1b":
-                schedule = ScheduleInterleaved1F1B(stages, n_microbatches=n_micro, loss_fn=self._loss, scale_grads=False)
+                schedule = ScheduleInterleaved1F1B(
+                    stages, n_microbatches=n_micro, loss_fn=self._loss, scale_grads=False
+                )
             else:
                 schedule_class = ScheduleGPipe if self.schedule_name == "gpipe" else Schedule1F1B
                 schedule = schedule_class(stages[0], n_microbatches=n_micro, loss_fn=self._loss, scale_grads=False)
@@ -89,8 +104,9 @@ class PipelineRunner:
     def _loss(self, local_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return self.parallel_model.loss(local_logits, labels) * self._loss_scale
 
-    def train_batch(self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *,
-                    loss_multiplier: float = 1.0) -> torch.Tensor:
+    def train_batch(
+        self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *, loss_multiplier: float = 1.0
+    ) -> torch.Tensor:
         """Forward and backward of all micro-batches; the mean loss, broadcast from the last stage."""
         model = self.parallel_model
         n_micro = len(micro_batches)

@@ -8,21 +8,28 @@ get fewer layers when the vocabulary is large.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from planner.errors import UserInputError
 
 
-def stage_layer_ranges(n_layers: int, pp: int, stage_split: Sequence[int] | None = None, *,
-                       layer_costs: Sequence[float] | None = None, first_extra: float = 0.0,
-                       last_extra: float = 0.0) -> list[tuple[int, int]]:
+def stage_layer_ranges(
+    n_layers: int,
+    pp: int,
+    stage_split: Sequence[int] | None = None,
+    *,
+    layer_costs: Sequence[float] | None = None,
+    first_extra: float = 0.0,
+    last_extra: float = 0.0,
+) -> list[tuple[int, int]]:
     """[start, end) layer indices per stage; every stage gets at least one layer."""
     if pp < 1 or pp > n_layers:
         raise UserInputError(f"{pp} pipeline stages need at least {pp} layers; the model has {n_layers}")
     if stage_split is not None:
         if len(stage_split) != pp or sum(stage_split) != n_layers or min(stage_split) < 1:
             raise UserInputError(
-                f"stage_split {list(stage_split)} must list {pp} positive layer counts summing to {n_layers}")
+                f"stage_split {list(stage_split)} must list {pp} positive layer counts summing to {n_layers}"
+            )
         counts = list(stage_split)
     else:
         counts = balanced_split(list(layer_costs or [1.0] * n_layers), pp, first_extra, last_extra)

@@ -8,7 +8,8 @@ both ends; the first and last stage sum its gradient over a two-rank group.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch.distributed as dist
 from torch import nn
@@ -47,7 +48,9 @@ def tied_embedding_groups(groups: ParallelGroups) -> Any:
     dims, mine = groups.dims, None
     for dp in range(dims.dp):
         for tp in range(dims.tp):
-            ranks = sorted({groups.global_rank_of(pp=0, dp=dp, tp=tp), groups.global_rank_of(pp=dims.pp - 1, dp=dp, tp=tp)})
+            ranks = sorted(
+                {groups.global_rank_of(pp=0, dp=dp, tp=tp), groups.global_rank_of(pp=dims.pp - 1, dp=dp, tp=tp)}
+            )
             group = dist.new_group(ranks)
             if dp == groups.dp_rank and tp == groups.tp_rank:
                 mine = group
@@ -61,7 +64,9 @@ def per_virtual_stage(stage_split: Sequence[int] | None, pp: int, virtual_stages
         return None if stage_split is None else list(stage_split)
     if len(stage_split) != pp:
         return list(stage_split)  # stage_layer_ranges explains what is wrong
-    per_rank = [[count // virtual_stages + (1 if c < count % virtual_stages else 0) for c in range(virtual_stages)]
-                for count in stage_split]
+    per_rank = [
+        [count // virtual_stages + (1 if c < count % virtual_stages else 0) for c in range(virtual_stages)]
+        for count in stage_split
+    ]
     # Chunk c of rank r is stage c * pp + r.
     return [per_rank[rank][chunk] for chunk in range(virtual_stages) for rank in range(pp)]

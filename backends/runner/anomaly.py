@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from planner.contract.run_config import AnomalyPolicy, SpikeRule
 
@@ -62,12 +62,12 @@ class AnomalyGuard:
         self.counts: dict[str, int] = {}
 
     # --- the adapter's guard -------------------------------------------------------------------
-    def __call__(self, loss: float, grad_norm: Optional[float]) -> bool:
+    def __call__(self, loss: float, grad_norm: float | None) -> bool:
         """Before the update: True to apply it. Records the verdict for the runner."""
         self.pending = self.judge(loss, grad_norm)
         return self.pending.action not in ("skip-step", "stop")
 
-    def judge(self, loss: float, grad_norm: Optional[float], *, norm_only: bool = False) -> Verdict:
+    def judge(self, loss: float, grad_norm: float | None, *, norm_only: bool = False) -> Verdict:
         verdicts = []
         if not norm_only:
             if not math.isfinite(loss):
@@ -84,8 +84,11 @@ class AnomalyGuard:
     @staticmethod
     def _spike(what: str, value: float, history: MovingAverage, rule: SpikeRule) -> Verdict:
         if history.ready and value > rule.factor * history.mean:
-            return Verdict(rule.action, f"the {what} {value:.4g} is {value / history.mean:.1f}x its moving average "
-                                        f"{history.mean:.4g} over {rule.window} steps (limit {rule.factor:g}x)")
+            return Verdict(
+                rule.action,
+                f"the {what} {value:.4g} is {value / history.mean:.1f}x its moving average "
+                f"{history.mean:.4g} over {rule.window} steps (limit {rule.factor:g}x)",
+            )
         return Verdict("ok")
 
     # --- after the step --------------------------------------------------------------------------
@@ -109,8 +112,11 @@ class AnomalyGuard:
 
     # --- checkpoint state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"loss": list(self.loss_history.values), "grad_norm": list(self.norm_history.values),
-                "counts": dict(self.counts)}
+        return {
+            "loss": list(self.loss_history.values),
+            "grad_norm": list(self.norm_history.values),
+            "counts": dict(self.counts),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for value in state.get("loss", []):
@@ -120,12 +126,17 @@ class AnomalyGuard:
         self.counts = {key: int(value) for key, value in state.get("counts", {}).items()}
 
 
-def refuse_unsupported(policy: AnomalyPolicy, adapter_name: str, checks_norm_before_update: bool) -> Optional[str]:
+def refuse_unsupported(policy: AnomalyPolicy, adapter_name: str, checks_norm_before_update: bool) -> str | None:
     """Why this adapter cannot honour the policy (None when it can)."""
     if checks_norm_before_update:
         return None
-    if policy.grad_norm_spike.action == "skip-step" or policy.non_finite == "skip-step" \
-            or policy.loss_spike.action == "skip-step":
-        return (f"anomaly action skip-step is not available with {adapter_name}: it applies the update before "
-                "reporting the gradient norm; use warn or stop, or run the plan with --strategy engine")
+    if (
+        policy.grad_norm_spike.action == "skip-step"
+        or policy.non_finite == "skip-step"
+        or policy.loss_spike.action == "skip-step"
+    ):
+        return (
+            f"anomaly action skip-step is not available with {adapter_name}: it applies the update before "
+            "reporting the gradient norm; use warn or stop, or run the plan with --strategy engine"
+        )
     return None

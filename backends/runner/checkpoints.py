@@ -18,14 +18,13 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Optional
-
-from planner.errors import UserInputError
+from typing import Any
 
 from backends.checkpoint.layout import commit, read_json
 from backends.checkpoint.load import _choose, _from_rank0
 from backends.checkpoint.ranks import barrier, rank
 from backends.checkpoint.shards import load_rng, save_rng
+from planner.errors import UserInputError
 
 RUNNER_STATE = "runner_state.json"
 
@@ -59,10 +58,10 @@ class RunCheckpoints:
         barrier()
         return self.folder / tag
 
-    def newest(self) -> Optional[Path]:
+    def newest(self) -> Path | None:
         """Collective: the newest intact checkpoint (rank 0 decides for everybody), or None."""
-        error: Optional[str] = None
-        choice: Optional[Path] = None
+        error: str | None = None
+        choice: Path | None = None
         if rank() == 0:
             try:
                 choice = _choose(self.folder, None)
@@ -87,8 +86,12 @@ def check_resumable(state: dict[str, Any], *, folder: Path, model_name: str, fin
     """A checkpoint of another model or strategy is refused in one line (never resumed silently)."""
     saved = state.get("saved_under", {})
     if saved.get("model_fingerprint") != fingerprint:
-        raise UserInputError(f"{folder} holds a checkpoint of {saved.get('model', 'another model')}, not of this plan's "
-                             f"{model_name}; start afresh with --no-resume (the checkpoint is kept)")
+        raise UserInputError(
+            f"{folder} holds a checkpoint of {saved.get('model', 'another model')}, not of this plan's "
+            f"{model_name}; start afresh with --no-resume (the checkpoint is kept)"
+        )
     if saved.get("strategy") != strategy:
-        raise UserInputError(f"{folder} was saved by strategy {saved.get('strategy')}, and this run uses {strategy}; "
-                             f"resume with --strategy {saved.get('strategy')}, or start afresh with --no-resume")
+        raise UserInputError(
+            f"{folder} was saved by strategy {saved.get('strategy')}, and this run uses {strategy}; "
+            f"resume with --strategy {saved.get('strategy')}, or start afresh with --no-resume"
+        )

@@ -25,7 +25,7 @@ def evaluate(adapter: Any, blocks: Any, make_batch: Any) -> dict[str, float]:
     batches = -(-busiest // size)
     loss_sum, weight_sum = 0.0, 0.0
     for number in range(batches):
-        indices = mine[number * size:(number + 1) * size]
+        indices = mine[number * size : (number + 1) * size]
         weight = len(indices)
         if not indices:
             indices = [0]  # padding: keeps this rank in step with the others

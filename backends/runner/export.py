@@ -16,15 +16,16 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from backends.checkpoint.ranks import barrier, rank
 
 SHARD_BYTES = 5 * 2**30
 
 
-def export_hf_folder(adapter: Any, config: Any, folder: Path, *, tied: dict[str, str],
-                     tokenizer_dir: Optional[Path], facts: dict[str, Any]) -> Optional[Path]:
+def export_hf_folder(
+    adapter: Any, config: Any, folder: Path, *, tied: dict[str, str], tokenizer_dir: Path | None, facts: dict[str, Any]
+) -> Path | None:
     """Collective: every rank helps gather; rank 0 writes `folder`. Returns it on rank 0."""
     state = adapter.full_state_dict()
     written = None

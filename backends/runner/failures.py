@@ -33,8 +33,10 @@ def die_with_the_launcher() -> None:
 def _advice(failure: BaseException) -> str:
     text = str(failure).lower()
     if isinstance(failure, MemoryError) or "out of memory" in text or type(failure).__name__ == "OutOfMemoryError":
-        return ("out of memory: lower the micro-batch, turn on activation checkpointing, or plan a sharded strategy "
-                "(hardware-selector plan shows what fits)")
+        return (
+            "out of memory: lower the micro-batch, turn on activation checkpointing, or plan a sharded strategy "
+            "(hardware-selector plan shows what fits)"
+        )
     if isinstance(failure, OSError) and failure.errno == errno.ENOSPC:
         where = getattr(failure, "filename", None) or "the run folder"
         return f"no space left on the device while writing {where}; free space there (checkpoints and final/ need it)"

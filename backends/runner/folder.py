@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from planner.contract.engine_config import EngineConfig, load_engine_config
 from planner.contract.engine_for_run import engine_config_for_run
@@ -31,19 +30,21 @@ class RunSpec:
     plan: Plan
     run: RunConfig
     strategy: Strategy
-    engine_file: Optional[EngineConfig]  # engine.json, when the folder has one
-    ds_config: Optional[dict]  # ds_config.json, when the folder has one
+    engine_file: EngineConfig | None  # engine.json, when the folder has one
+    ds_config: dict | None  # ds_config.json, when the folder has one
 
 
-def load_run_folder(run_dir: Path, overrides: RunOverrides, strategy: Optional[str] = None) -> RunSpec:
+def load_run_folder(run_dir: Path, overrides: RunOverrides, strategy: str | None = None) -> RunSpec:
     if not run_dir.is_dir():
         raise UserInputError(f"{run_dir} is not a directory; pass the folder `hardware-selector plan --emit` wrote")
     plan, run = read_plan_file(run_dir)
     run = apply_overrides(run, overrides)
     chosen = Strategy(strategy) if strategy else plan.config.strategy
     if chosen is not Strategy.ENGINE and run.layout.model_parallel > 1:
-        raise UserInputError(f"this plan's layout {run.layout.describe()} splits the model over ranks, which only our "
-                             f"engine does; drop --strategy {chosen.value}, or re-emit a plan without tp/pp")
+        raise UserInputError(
+            f"this plan's layout {run.layout.describe()} splits the model over ranks, which only our "
+            f"engine does; drop --strategy {chosen.value}, or re-emit a plan without tp/pp"
+        )
     engine_file = load_engine_config(run_dir / "engine.json") if (run_dir / "engine.json").exists() else None
     ds_config = None
     if (run_dir / "ds_config.json").exists():
@@ -55,8 +56,14 @@ def load_run_folder(run_dir: Path, overrides: RunOverrides, strategy: Optional[s
         raise UserInputError(f"{checkpoints} is a file; the runner keeps its checkpoints in that folder: move the file")
     if not os.access(run_dir, os.W_OK):
         raise UserInputError(f"{run_dir} is not writable; the run writes metrics.jsonl, checkpoints/ and final/ there")
-    return RunSpec(run_dir=run_dir.resolve(), plan=plan, run=run, strategy=chosen, engine_file=engine_file,
-                   ds_config=ds_config if chosen is Strategy.DEEPSPEED else None)
+    return RunSpec(
+        run_dir=run_dir.resolve(),
+        plan=plan,
+        run=run,
+        strategy=chosen,
+        engine_file=engine_file,
+        ds_config=ds_config if chosen is Strategy.DEEPSPEED else None,
+    )
 
 
 def engine_settings(spec: RunSpec, run: RunConfig) -> EngineConfig:
@@ -64,24 +71,36 @@ def engine_settings(spec: RunSpec, run: RunConfig) -> EngineConfig:
 
     Engine plans take engine.json (a user's edits to ZeRO, buckets or compression act), with the run's
     batch keys; its optimizer and clipping must agree with the run's."""
-    derived = engine_config_for_run(spec.plan.model_copy(update={"config": spec.plan.config.model_copy(
-        update={"strategy": spec.strategy})}), run)
+    derived = engine_config_for_run(
+        spec.plan.model_copy(update={"config": spec.plan.config.model_copy(update={"strategy": spec.strategy})}), run
+    )
     base = spec.engine_file if spec.strategy is Strategy.ENGINE and spec.engine_file is not None else derived
     if base is not derived:
         _check_agrees(base, derived)
-    block = base.hardware_selector.model_copy(update={"layout": run.layout, "device": run.device,
-                                                       "dist_backend": run.dist_backend, "seq_len": run.seq_len})
-    return base.model_copy(update={
-        "train_batch_size": run.global_batch, "train_micro_batch_size_per_gpu": run.micro_batch,
-        "gradient_accumulation_steps": run.grad_accum, "scheduler": None, "hardware_selector": block})
+    block = base.hardware_selector.model_copy(
+        update={"layout": run.layout, "device": run.device, "dist_backend": run.dist_backend, "seq_len": run.seq_len}
+    )
+    return base.model_copy(
+        update={
+            "train_batch_size": run.global_batch,
+            "train_micro_batch_size_per_gpu": run.micro_batch,
+            "gradient_accumulation_steps": run.grad_accum,
+            "scheduler": None,
+            "hardware_selector": block,
+        }
+    )
 
 
 def _check_agrees(found: EngineConfig, expected: EngineConfig) -> None:
     ours, theirs = expected.optimizer, found.optimizer
     for key in ("lr", "betas", "eps", "weight_decay"):
         if getattr(ours.params, key) != getattr(theirs.params, key) or ours.type != theirs.type:
-            raise UserInputError(f"engine.json sets optimizer {key} {getattr(theirs.params, key)} but the run's is "
-                                 f"{getattr(ours.params, key)}; change both, or pass the value with `train --lr ...`")
+            raise UserInputError(
+                f"engine.json sets optimizer {key} {getattr(theirs.params, key)} but the run's is "
+                f"{getattr(ours.params, key)}; change both, or pass the value with `train --lr ...`"
+            )
     if found.gradient_clipping != expected.gradient_clipping:
-        raise UserInputError(f"engine.json sets gradient_clipping {found.gradient_clipping} but the run's is "
-                             f"{expected.gradient_clipping}; make them agree")
+        raise UserInputError(
+            f"engine.json sets gradient_clipping {found.gradient_clipping} but the run's is "
+            f"{expected.gradient_clipping}; make them agree"
+        )

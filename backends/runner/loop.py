@@ -85,18 +85,37 @@ def train(args: Any) -> dict[str, Any]:
     pretrained = run.model.init == "pretrained" and not args.tiny
     if run.model.init == "pretrained" and args.tiny:
         notes.append("note: --tiny trains the shrunken architecture from random weights, not the checkpoint")
-    data = prepare_data(run.data, run_dir=run_dir, tokenizer_dir=run.model.tokenizer_dir, model_name=run.model.name,
-                        seq_len=run.seq_len, vocab_size=vocab, global_batch=run.global_batch, local_rank=local_rank,
-                        seed=run.data.seed)
+    data = prepare_data(
+        run.data,
+        run_dir=run_dir,
+        tokenizer_dir=run.model.tokenizer_dir,
+        model_name=run.model.name,
+        seq_len=run.seq_len,
+        vocab_size=vocab,
+        global_batch=run.global_batch,
+        local_rank=local_rank,
+        seed=run.data.seed,
+    )
     steps = total_steps(run, len(data.train), run.data.synthetic)
     block = scheduler_block(run.optim, steps)
     settings = engine_settings(spec, run)
     setup = AdapterSetup(
-        plan=spec.plan, run=run, engine_config=settings,
-        make_model=partial(build_model, run.model, tiny=args.tiny, dropout=run.optim.dropout, seed=run.optim.seed,
-                           keep_vocab=keep_vocab),
-        weights_folder=run.model.path if pretrained else None, device=device, run_dir=run_dir,
-        ds_config=spec.ds_config)
+        plan=spec.plan,
+        run=run,
+        engine_config=settings,
+        make_model=partial(
+            build_model,
+            run.model,
+            tiny=args.tiny,
+            dropout=run.optim.dropout,
+            seed=run.optim.seed,
+            keep_vocab=keep_vocab,
+        ),
+        weights_folder=run.model.path if pretrained else None,
+        device=device,
+        run_dir=run_dir,
+        ds_config=spec.ds_config,
+    )
     torch.manual_seed(run.optim.seed)
     adapter = build_adapter(spec.strategy.value, setup)
     refusal = refuse_unsupported(run.anomaly, adapter.name, adapter.supports_skip_before_update)
@@ -111,8 +130,11 @@ def train(args: Any) -> dict[str, Any]:
         moved = archive_previous_run(run_dir)  # a fresh start never mixes with an earlier run's files
         if moved is not None:
             notes.append(f"starting afresh: the previous run's state is kept in {moved}")
-    metrics = MetricsLog(Path(args.metrics) if args.metrics else run_dir / "metrics.jsonl", enabled=rank == 0,
-                         tensorboard_dir=run_dir / "tensorboard")
+    metrics = MetricsLog(
+        Path(args.metrics) if args.metrics else run_dir / "metrics.jsonl",
+        enabled=rank == 0,
+        tensorboard_dir=run_dir / "tensorboard",
+    )
     fingerprint = model_fingerprint(run.model.hf_config) + ("-tiny" if args.tiny else "")
     step, samples, resumed_from = 0, 0, None
     if newest is not None:
@@ -120,41 +142,75 @@ def train(args: Any) -> dict[str, Any]:
 
         from .checkpoints import RUNNER_STATE
 
-        check_resumable(read_json(newest / RUNNER_STATE), folder=newest, model_name=run.model.name,
-                        fingerprint=fingerprint, strategy=spec.strategy.value)
+        check_resumable(
+            read_json(newest / RUNNER_STATE),
+            folder=newest,
+            model_name=run.model.name,
+            fingerprint=fingerprint,
+            strategy=spec.strategy.value,
+        )
         state = checkpoints.load(adapter, newest)
         step, samples = int(state["step"]), int(state["samples"])
         guard.load_state_dict(state.get("anomaly", {}))
         resumed_from = str(newest)
         metrics.truncate_after(step)
         saved = state["saved_under"]
-        notes.append(f"resuming from {newest} (step {step}; saved under {saved['strategy']}, global batch "
-                     f"{saved['global_batch']}, {saved['layout']})")
-    make_batch = batch_maker(run.model.task, vocab_size=vocab,
-                             tokenizer=None if data.tokenizer_dir is None else _tokenizer(data.tokenizer_dir),
-                             seed=run.data.seed)
-    stream = micro_batches(data.train, micro_batch=adapter.micro_batch, rank=adapter.data_rank,
-                           world=adapter.data_world, start_sample=samples, seed=run.data.seed,
-                           shuffle=not run.data.synthetic, global_batch=run.global_batch)
+        notes.append(
+            f"resuming from {newest} (step {step}; saved under {saved['strategy']}, global batch "
+            f"{saved['global_batch']}, {saved['layout']})"
+        )
+    make_batch = batch_maker(
+        run.model.task,
+        vocab_size=vocab,
+        tokenizer=None if data.tokenizer_dir is None else _tokenizer(data.tokenizer_dir),
+        seed=run.data.seed,
+    )
+    stream = micro_batches(
+        data.train,
+        micro_batch=adapter.micro_batch,
+        rank=adapter.data_rank,
+        world=adapter.data_world,
+        start_sample=samples,
+        seed=run.data.seed,
+        shuffle=not run.data.synthetic,
+        global_batch=run.global_batch,
+    )
     progress = Progress(enabled=progress_enabled, total=steps, start=step)
-    for note in [f"training {run.model.name} with {spec.strategy.value} on {world} process(es), layout "
-                 f"{run.layout.describe()}: {data.description}; {steps} steps of {run.global_batch} x {run.seq_len} "
-                 "tokens", *notes]:
+    for note in [
+        f"training {run.model.name} with {spec.strategy.value} on {world} process(es), layout "
+        f"{run.layout.describe()}: {data.description}; {steps} steps of {run.global_batch} x {run.seq_len} "
+        "tokens",
+        *notes,
+    ]:
         progress.say(note)
     times = StepTimes()
     eval_rows: list[dict] = []
-    status = RunStatus(run_dir, enabled=rank == 0, total_steps=steps, strategy=spec.strategy.value,
-                       model=run.model.name, world_size=world, global_batch=run.global_batch, seq_len=run.seq_len)
+    status = RunStatus(
+        run_dir,
+        enabled=rank == 0,
+        total_steps=steps,
+        strategy=spec.strategy.value,
+        model=run.model.name,
+        world_size=world,
+        global_batch=run.global_batch,
+        seq_len=run.seq_len,
+    )
     status.update(step=step)
     tied = tied_names(setup.make_model(empty=True)) if rank == 0 else {}
 
     def saved_under() -> dict[str, Any]:
-        return {"model": run.model.name, "model_fingerprint": fingerprint, "strategy": spec.strategy.value,
-                "global_batch": run.global_batch, "layout": run.layout.describe()}
+        return {
+            "model": run.model.name,
+            "model_fingerprint": fingerprint,
+            "strategy": spec.strategy.value,
+            "global_batch": run.global_batch,
+            "layout": run.layout.describe(),
+        }
 
     def save(at: int) -> Path:
-        folder = checkpoints.save(adapter, at, {"step": at, "samples": samples, "anomaly": guard.state_dict(),
-                                                "saved_under": saved_under()})
+        folder = checkpoints.save(
+            adapter, at, {"step": at, "samples": samples, "anomaly": guard.state_dict(), "saved_under": saved_under()}
+        )
         status.update(step=at, checkpoint=str(folder))
         return folder
 
@@ -172,9 +228,14 @@ def train(args: Any) -> dict[str, Any]:
         from .export import export_hf_folder
 
         last_eval = eval_rows[-1] if eval_rows and eval_rows[-1]["step"] == at else None
-        export_hf_folder(adapter, config, run_dir / "final", tied=tied, tokenizer_dir=data.tokenizer_dir,
-                         facts={"step": at, "strategy": spec.strategy.value, "model": run.model.name,
-                                "eval": last_eval})
+        export_hf_folder(
+            adapter,
+            config,
+            run_dir / "final",
+            tied=tied,
+            tokenizer_dir=data.tokenizer_dir,
+            facts={"step": at, "strategy": spec.strategy.value, "model": run.model.name, "eval": last_eval},
+        )
         progress.say(f"wrote {run_dir / 'final'} (HF folder, step {at})")
 
     began = time.perf_counter()
@@ -199,8 +260,10 @@ def train(args: Any) -> dict[str, Any]:
                 progress.say(f"warning: step {step}: {verdict.reason} ({verdict.action})")
             if verdict.action == "stop":
                 folder = save(step)
-                stopped = (f"training stopped at step {step}: {verdict.reason}; the state before that step's update "
-                           f"is in {folder} (resume skips past its data, or change the anomaly rules in plan.json)")
+                stopped = (
+                    f"training stopped at step {step}: {verdict.reason}; the state before that step's update "
+                    f"is in {folder} (resume skips past its data, or change the anomaly rules in plan.json)"
+                )
                 break
             if run.data.eval_every and step % run.data.eval_every == 0 and step < steps:
                 evaluate_now(step)
@@ -220,9 +283,20 @@ def train(args: Any) -> dict[str, Any]:
         progress.close()
         metrics.close()
     status.update(state="stopped" if stopped else "finished", step=step, message=stopped or "")
-    summary = finish_summary(spec=spec, run=run, args=args, adapter=adapter, times=times, steps=step,
-                             eval_rows=eval_rows, resumed_from=resumed_from, wall_s=time.perf_counter() - began,
-                             stopped=stopped, guard=guard, say=progress.say if rank == 0 else None)
+    summary = finish_summary(
+        spec=spec,
+        run=run,
+        args=args,
+        adapter=adapter,
+        times=times,
+        steps=step,
+        eval_rows=eval_rows,
+        resumed_from=resumed_from,
+        wall_s=time.perf_counter() - began,
+        stopped=stopped,
+        guard=guard,
+        say=progress.say if rank == 0 else None,
+    )
     adapter.close()
     if stopped is not None:
         raise RunStopped(stopped)
@@ -243,21 +317,30 @@ def _tokenizer(folder: Path) -> Any:
     return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
 
 
-def _train_row(step: int, outcome: Any, lr: float, data_s: float, step_s: float, run: Any, tiny: bool,
-               adapter: Any, verdict: Any) -> dict[str, Any]:
+def _train_row(
+    step: int, outcome: Any, lr: float, data_s: float, step_s: float, run: Any, tiny: bool, adapter: Any, verdict: Any
+) -> dict[str, Any]:
     from .summary import peak_memory_bytes
 
     tokens = run.global_batch * run.seq_len
     row: dict[str, Any] = {
-        "step": step, "loss": outcome.loss, "lr": lr, "grad_norm": outcome.grad_norm,
-        "tokens_per_s": tokens / step_s if step_s > 0 else 0.0, "step_s": step_s, "data_s": data_s,
-        "forward_backward_s": outcome.compute_s, "optimizer_s": outcome.optimizer_s,
-        "peak_memory_bytes": peak_memory_bytes(adapter.device), "applied": outcome.applied,
+        "step": step,
+        "loss": outcome.loss,
+        "lr": lr,
+        "grad_norm": outcome.grad_norm,
+        "tokens_per_s": tokens / step_s if step_s > 0 else 0.0,
+        "step_s": step_s,
+        "data_s": data_s,
+        "forward_backward_s": outcome.compute_s,
+        "optimizer_s": outcome.optimizer_s,
+        "peak_memory_bytes": peak_memory_bytes(adapter.device),
+        "applied": outcome.applied,
     }
     predicted = run.predicted
     if run.device == "cuda" and not tiny and predicted.model_flops_per_token and predicted.peak_flops_per_device:
-        row["mfu"] = row["tokens_per_s"] * predicted.model_flops_per_token / (run.world_size *
-                                                                               predicted.peak_flops_per_device)
+        row["mfu"] = (
+            row["tokens_per_s"] * predicted.model_flops_per_token / (run.world_size * predicted.peak_flops_per_device)
+        )
     if outcome.overflow:
         row["overflow"] = True
     if verdict.action != "ok":

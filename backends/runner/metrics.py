@@ -14,11 +14,11 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 
 class MetricsLog:
-    def __init__(self, path: Path, *, enabled: bool, tensorboard_dir: Optional[Path] = None):
+    def __init__(self, path: Path, *, enabled: bool, tensorboard_dir: Path | None = None):
         self.path = path
         self.enabled = enabled
         self.writer: Any = None

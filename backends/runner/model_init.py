@@ -12,18 +12,27 @@ engine's tp/pp. No code is ever fetched or run from the hub.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from planner.contract.run_config import ModelSource
 
 LOSS_TYPES = {"causal-lm": "ForCausalLM", "masked-lm": "ForMaskedLM"}
-DROPOUT_KEYS = ("attn_pdrop", "embd_pdrop", "resid_pdrop", "attention_dropout", "hidden_dropout", "dropout",
-                "activation_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob", "dropout_rate",
-                "summary_first_dropout")
+DROPOUT_KEYS = (
+    "attn_pdrop",
+    "embd_pdrop",
+    "resid_pdrop",
+    "attention_dropout",
+    "hidden_dropout",
+    "dropout",
+    "activation_dropout",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "dropout_rate",
+    "summary_first_dropout",
+)
 
 
-def hf_config(model: ModelSource, *, tiny: bool = False, dropout: Optional[float] = None,
-              keep_vocab: bool = False) -> Any:
+def hf_config(model: ModelSource, *, tiny: bool = False, dropout: float | None = None, keep_vocab: bool = False) -> Any:
     """The transformers config object (dropout overridden when asked, the tiny shape for smoke tests;
     keep_vocab: a tiny model that still reads the real tokenizer's ids)."""
     from transformers import AutoConfig
@@ -47,12 +56,22 @@ def hf_config(model: ModelSource, *, tiny: bool = False, dropout: Optional[float
 def model_class(task: str) -> Any:
     import transformers
 
-    return {"causal-lm": transformers.AutoModelForCausalLM, "masked-lm": transformers.AutoModelForMaskedLM,
-            "seq2seq-lm": transformers.AutoModelForSeq2SeqLM}[task]
+    return {
+        "causal-lm": transformers.AutoModelForCausalLM,
+        "masked-lm": transformers.AutoModelForMaskedLM,
+        "seq2seq-lm": transformers.AutoModelForSeq2SeqLM,
+    }[task]
 
 
-def build_model(model: ModelSource, *, tiny: bool = False, dropout: Optional[float] = None, seed: int = 0,
-                empty: bool = False, keep_vocab: bool = False) -> Any:
+def build_model(
+    model: ModelSource,
+    *,
+    tiny: bool = False,
+    dropout: float | None = None,
+    seed: int = 0,
+    empty: bool = False,
+    keep_vocab: bool = False,
+) -> Any:
     """The model; `empty`: parameters on the meta device (filled later from the checkpoint), buffers real."""
     import torch
 

@@ -28,10 +28,12 @@ def check_data(run: RunConfig, vocab_size: int) -> None:
         if not patterns:
             continue
         sources = resolve_sources(patterns, flag)
-        if not any(texts for texts in iter_documents(sources, text_field=run.data.text_field,
-                                                     text_unit=run.data.text_unit)):
-            raise UserInputError(f"{', '.join(patterns)} holds no text (every document is empty); check the files "
-                                 "and --text-field")
+        if not any(
+            texts for texts in iter_documents(sources, text_field=run.data.text_field, text_unit=run.data.text_unit)
+        ):
+            raise UserInputError(
+                f"{', '.join(patterns)} holds no text (every document is empty); check the files and --text-field"
+            )
 
 
 def check_weights(run: RunConfig, model: Any) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Optional
+from typing import Any
 
 
 def format_duration(seconds: float) -> str:
@@ -28,16 +28,22 @@ class Progress:
         self.bar: Any = None
         self.task: Any = None
         if enabled and self.stream.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, \
-                TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import Progress as RichProgress
 
-            self.bar = RichProgress(TextColumn("train"), BarColumn(), MofNCompleteColumn(),
-                                    TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TextColumn("ETA"),
-                                    TimeRemainingColumn())
+            self.bar = RichProgress(
+                TextColumn("train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[status]}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+            )
             self.task = self.bar.add_task("train", total=total, completed=start, status="")
             self.bar.start()
 
-    def eta(self, step: int) -> Optional[float]:
+    def eta(self, step: int) -> float | None:
         done = step - self.start
         if done <= 0:
             return None

@@ -83,11 +83,16 @@ def load_parallel_slices(parallel_model: Any, source: Any, device: Any) -> None:
         expected = _full_shape(parallel_model, name, local_shape, tp)
         found = source.shape(name)
         if tuple(found) != tuple(expected):
-            raise UserInputError(f"checkpoint tensor '{source.key_for(name)}' in {source.folder} has shape {list(found)} "
-                                 f"but the config gives {list(expected)}; the weights do not match config.json")
+            raise UserInputError(
+                f"checkpoint tensor '{source.key_for(name)}' in {source.folder} has shape {list(found)} "
+                f"but the config gives {list(expected)}; the weights do not match config.json"
+            )
     materialize(module, device)
     with torch.no_grad():
         for name, param in module.named_parameters():
-            value = read_local_slice(parallel_model, source, name) if name in parallel_model.shard_specs \
+            value = (
+                read_local_slice(parallel_model, source, name)
+                if name in parallel_model.shard_specs
                 else source.read(name)
+            )
             param.copy_(value.to(device=param.device, dtype=param.dtype))

@@ -15,7 +15,8 @@ import json
 import os
 import resource
 import statistics
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 
 class StepTimes:
@@ -28,7 +29,7 @@ class StepTimes:
     def steady(self) -> list[float]:
         return self.values[1:] if len(self.values) > 1 else list(self.values)
 
-    def median(self) -> Optional[float]:
+    def median(self) -> float | None:
         steady = self.steady()
         return statistics.median(steady) if steady else None
 
@@ -59,16 +60,28 @@ def _everyones_peak(adapter: Any) -> list[int]:
     return [int(value) for value in gathered]
 
 
-def comparison(label: str, measured: float, predicted: Optional[float], unit: str, fmt: str) -> str:
+def comparison(label: str, measured: float, predicted: float | None, unit: str, fmt: str) -> str:
     text = f"{label}: measured {format(measured, fmt)} {unit}"
     if predicted:
         text += f" vs predicted {format(predicted, fmt)} {unit} ({(measured / predicted - 1) * 100:+.0f}%)"
     return text
 
 
-def finish_summary(*, spec: Any, run: Any, args: Any, adapter: Any, times: StepTimes, steps: int,
-                   eval_rows: list[dict], resumed_from: Optional[str], wall_s: float, stopped: Optional[str],
-                   guard: Any, say: Optional[Callable[[str], None]]) -> dict[str, Any]:
+def finish_summary(
+    *,
+    spec: Any,
+    run: Any,
+    args: Any,
+    adapter: Any,
+    times: StepTimes,
+    steps: int,
+    eval_rows: list[dict],
+    resumed_from: str | None,
+    wall_s: float,
+    stopped: str | None,
+    guard: Any,
+    say: Callable[[str], None] | None,
+) -> dict[str, Any]:
     """Collective (memory peaks); rank 0 prints and writes the summary. Returns it on every rank."""
     peaks = _everyones_peak(adapter)
     median = times.median()
@@ -76,15 +89,28 @@ def finish_summary(*, spec: Any, run: Any, args: Any, adapter: Any, times: StepT
     comparable = not args.tiny and run.device == "cuda"
     predicted = run.predicted
     summary: dict[str, Any] = {
-        "strategy": spec.strategy.value, "model": run.model.name, "steps": steps, "world_size": run.world_size,
-        "layout": run.layout.model_dump(mode="json"), "global_batch": run.global_batch, "seq_len": run.seq_len,
-        "median_step_time_s": median, "step_time_spread_s": times.spread(),
-        "tokens_per_s": tokens_per_step / median if median else None, "peak_memory_per_rank_bytes": peaks,
+        "strategy": spec.strategy.value,
+        "model": run.model.name,
+        "steps": steps,
+        "world_size": run.world_size,
+        "layout": run.layout.model_dump(mode="json"),
+        "global_batch": run.global_batch,
+        "seq_len": run.seq_len,
+        "median_step_time_s": median,
+        "step_time_spread_s": times.spread(),
+        "tokens_per_s": tokens_per_step / median if median else None,
+        "peak_memory_per_rank_bytes": peaks,
         "memory_kind": "cuda max allocated" if run.device == "cuda" else "host peak RSS",
-        "predicted_step_time_s": predicted.step_time_s, "predicted_peak_memory_bytes": predicted.peak_memory_bytes,
-        "comparable_to_prediction": comparable, "eval": eval_rows[-1] if eval_rows else None,
-        "resumed_from": resumed_from, "wall_s": wall_s, "stopped": stopped, "anomalies": dict(guard.counts),
-        "tiny": bool(args.tiny), "metrics": str(args.metrics or spec.run_dir / "metrics.jsonl"),
+        "predicted_step_time_s": predicted.step_time_s,
+        "predicted_peak_memory_bytes": predicted.peak_memory_bytes,
+        "comparable_to_prediction": comparable,
+        "eval": eval_rows[-1] if eval_rows else None,
+        "resumed_from": resumed_from,
+        "wall_s": wall_s,
+        "stopped": stopped,
+        "anomalies": dict(guard.counts),
+        "tiny": bool(args.tiny),
+        "metrics": str(args.metrics or spec.run_dir / "metrics.jsonl"),
     }
     if adapter.rank != 0:
         return summary
@@ -96,8 +122,10 @@ def finish_summary(*, spec: Any, run: Any, args: Any, adapter: Any, times: StepT
         lines.append(comparison("peak memory", gib, (predicted.peak_memory_bytes or 0) / 2**30 or None, "GiB", ".2f"))
     else:
         why = "--tiny run" if args.tiny else "CPU processes"
-        lines.append(f"peak memory: {gib:.2f} GiB ({summary['memory_kind']}; {why}, so not compared with the "
-                     "plan's GPU estimate)")
+        lines.append(
+            f"peak memory: {gib:.2f} GiB ({summary['memory_kind']}; {why}, so not compared with the "
+            "plan's GPU estimate)"
+        )
     if eval_rows:
         last = eval_rows[-1]
         lines.append(f"eval loss {last['eval_loss']:.4f}, perplexity {last['perplexity']:.2f} at step {last['step']}")
@@ -131,17 +159,31 @@ def record(spec: Any, run: Any, summary: dict[str, Any], db: Any = None) -> str:
         measured["tflops_per_gpu"] = speed.tflops_per_gpu * speed.step_time_s / median
         measured["mfu"] = speed.mfu * speed.step_time_s / median
     entry = RunRecord(
-        **current_environment().model_dump(), gpu_name=plan.cluster.gpu.name if run.device == "cuda" else "cpu",
-        gpu_count=run.world_size, nodes=run.num_nodes, interconnect="host-memory" if run.device == "cpu" else "local",
-        model_name=plan.model.name, model_spec_hash=spec_hash(plan.model), tiny=summary["tiny"],
-        strategy=spec.strategy.value, config_json=config.model_dump_json(), micro_batch=run.micro_batch,
-        grad_accum=run.grad_accum, global_batch=run.global_batch, seq_len=run.seq_len,
-        precision=config.precision.value, step_time_median_s=median, step_time_spread_s=summary["step_time_spread_s"],
-        steps_measured=max(0, summary["steps"] - 1), tokens_per_s=summary["tokens_per_s"],
+        **current_environment().model_dump(),
+        gpu_name=plan.cluster.gpu.name if run.device == "cuda" else "cpu",
+        gpu_count=run.world_size,
+        nodes=run.num_nodes,
+        interconnect="host-memory" if run.device == "cpu" else "local",
+        model_name=plan.model.name,
+        model_spec_hash=spec_hash(plan.model),
+        tiny=summary["tiny"],
+        strategy=spec.strategy.value,
+        config_json=config.model_dump_json(),
+        micro_batch=run.micro_batch,
+        grad_accum=run.grad_accum,
+        global_batch=run.global_batch,
+        seq_len=run.seq_len,
+        precision=config.precision.value,
+        step_time_median_s=median,
+        step_time_spread_s=summary["step_time_spread_s"],
+        steps_measured=max(0, summary["steps"] - 1),
+        tokens_per_s=summary["tokens_per_s"],
         peak_memory_per_rank_bytes=summary["peak_memory_per_rank_bytes"],
         predicted_step_time_s=run.predicted.step_time_s if summary["comparable_to_prediction"] else None,
         predicted_peak_memory_bytes=run.predicted.peak_memory_bytes,
-        status=RunStatus.OK, runner="backends.run", **measured,
+        status=RunStatus.OK,
+        runner="backends.run",
+        **measured,
     )
     BenchmarkStore(db).add(entry)  # None: $HARDWARE_SELECTOR_DB or the cache folder
     return entry.id

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from planner.errors import UserInputError
 
@@ -23,7 +23,7 @@ IGNORE = -100
 class BatchMaker:
     task: str
     vocab_size: int
-    mask_token_id: Optional[int] = None
+    mask_token_id: int | None = None
     seed: int = 0
 
     def __call__(self, blocks: Any, salt: int = 0) -> dict[str, Any]:
@@ -54,6 +54,7 @@ def batch_maker(task: str, *, vocab_size: int, tokenizer: Any, seed: int) -> Bat
         # Synthetic tokens have no tokenizer: the last id stands in for the mask token.
         mask = getattr(tokenizer, "mask_token_id", None) if tokenizer is not None else vocab_size - 1
         if mask is None:
-            raise UserInputError("masked-LM training needs a tokenizer with a mask token; set mask_token in its "
-                                 "tokenizer_config.json")
+            raise UserInputError(
+                "masked-LM training needs a tokenizer with a mask token; set mask_token in its tokenizer_config.json"
+            )
     return BatchMaker(task=task, vocab_size=vocab_size, mask_token_id=mask, seed=seed)

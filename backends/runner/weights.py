@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from planner.errors import UserInputError
 
@@ -27,7 +27,7 @@ INDEX = "model.safetensors.index.json"
 
 
 class WeightSource:
-    def __init__(self, folder: str | Path, *, base_prefix: str = "", tied: Optional[dict[str, str]] = None):
+    def __init__(self, folder: str | Path, *, base_prefix: str = "", tied: dict[str, str] | None = None):
         self.folder = Path(folder)
         self.base_prefix = f"{base_prefix}." if base_prefix else ""
         self.tied = tied or {}  # parameter name -> the name it is tied to (head -> embedding)
@@ -50,12 +50,15 @@ class WeightSource:
 
             try:
                 with safe_open(str(single), framework="pt") as handle:
-                    return {key: single for key in handle.keys()}
+                    names = handle.keys()  # safe_open is not a dict: keys() is its API
+                return {key: single for key in names}
             except Exception as error:  # safetensors raises its own error type for a damaged header
                 raise UserInputError(f"{single} is not a readable safetensors file ({error})") from None
         if (self.folder / "pytorch_model.bin").is_file():
-            raise UserInputError(f"{self.folder} holds only pytorch_model.bin (pickle, not loaded for safety); convert "
-                                 "it once with `model.save_pretrained(DIR, safe_serialization=True)`")
+            raise UserInputError(
+                f"{self.folder} holds only pytorch_model.bin (pickle, not loaded for safety); convert "
+                "it once with `model.save_pretrained(DIR, safe_serialization=True)`"
+            )
         raise UserInputError(f"{self.folder} holds no model.safetensors; pass --init random to train from scratch")
 
     def _handle(self, path: Path) -> Any:
@@ -70,7 +73,7 @@ class WeightSource:
         """The checkpoint key holding parameter `name`."""
         candidates = [name]
         if self.base_prefix and name.startswith(self.base_prefix):
-            candidates.append(name[len(self.base_prefix):])
+            candidates.append(name[len(self.base_prefix) :])
         elif self.base_prefix:
             candidates.append(self.base_prefix + name)
         for candidate in candidates:
@@ -78,8 +81,10 @@ class WeightSource:
                 return candidate
         if name in self.tied:
             return self.key_for(self.tied[name])
-        raise UserInputError(f"the checkpoint in {self.folder} has no tensor '{name}'; it does not match its "
-                             "config.json (or was saved from another model)")
+        raise UserInputError(
+            f"the checkpoint in {self.folder} has no tensor '{name}'; it does not match its "
+            "config.json (or was saved from another model)"
+        )
 
     def shape(self, name: str) -> tuple[int, ...]:
         key = self.key_for(name)
@@ -88,10 +93,12 @@ class WeightSource:
     def check_shape(self, name: str, expected: tuple[int, ...]) -> None:
         found = self.shape(name)
         if found != tuple(expected):
-            raise UserInputError(f"checkpoint tensor '{self.key_for(name)}' in {self.folder} has shape {list(found)} "
-                                 f"but the config gives {list(expected)}; the weights do not match config.json")
+            raise UserInputError(
+                f"checkpoint tensor '{self.key_for(name)}' in {self.folder} has shape {list(found)} "
+                f"but the config gives {list(expected)}; the weights do not match config.json"
+            )
 
-    def read(self, name: str, index: Optional[tuple[slice, ...]] = None) -> Any:
+    def read(self, name: str, index: tuple[slice, ...] | None = None) -> Any:
         """The tensor (or the slice `index` of it) as stored."""
         key = self.key_for(name)
         piece = self._handle(self.files[key]).get_slice(key)
@@ -107,7 +114,7 @@ class WeightSource:
             row *= size
         first, last = start // row, -(-end // row)
         rows = self.read(name, (slice(first, last),)).reshape(-1)
-        return rows[start - first * row:end - first * row]
+        return rows[start - first * row : end - first * row]
 
 
 def tied_names(model: Any) -> dict[str, str]:

@@ -13,13 +13,12 @@ processes over gloo and is refused otherwise.
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 from planner.contract.run_config import RunConfig
 from planner.errors import UserInputError
 
 
-def fit_to_world(run: RunConfig, world: int, *, tiny: bool, local_world: Optional[int] = None) -> tuple[RunConfig, str]:
+def fit_to_world(run: RunConfig, world: int, *, tiny: bool, local_world: int | None = None) -> tuple[RunConfig, str]:
     """(the run as it executes on `world` processes, a note saying what changed or "")."""
     if world == run.world_size:
         return run, ""
@@ -31,19 +30,26 @@ def fit_to_world(run: RunConfig, world: int, *, tiny: bool, local_world: Optiona
     nodes = max(1, world // per_node)
     if tiny:
         grad_accum = run.grad_accum
-        note = (f"note: {world} processes instead of the plan's {run.world_size}; --tiny keeps each rank's batch "
-                f"({run.micro_batch} x {run.grad_accum}), so the global batch is {run.micro_batch * grad_accum * layout.dp}")
+        note = (
+            f"note: {world} processes instead of the plan's {run.world_size}; --tiny keeps each rank's batch "
+            f"({run.micro_batch} x {run.grad_accum}), so the global batch is {run.micro_batch * grad_accum * layout.dp}"
+        )
     else:
         per_micro_step = run.micro_batch * layout.dp
         if run.global_batch % per_micro_step:
-            raise UserInputError(f"the plan's global batch {run.global_batch} does not split over {layout.dp} "
-                                 f"data-parallel ranks of micro-batch {run.micro_batch}; start {run.world_size} "
-                                 "processes, or re-emit the plan for this machine")
+            raise UserInputError(
+                f"the plan's global batch {run.global_batch} does not split over {layout.dp} "
+                f"data-parallel ranks of micro-batch {run.micro_batch}; start {run.world_size} "
+                "processes, or re-emit the plan for this machine"
+            )
         grad_accum = run.global_batch // per_micro_step
-        note = (f"note: {world} processes instead of the plan's {run.world_size}: the global batch stays "
-                f"{run.global_batch} with gradient accumulation {grad_accum} (was {run.grad_accum})")
-    fitted = run.model_copy(update={"layout": layout, "grad_accum": grad_accum, "nproc_per_node": world // nodes,
-                                    "num_nodes": nodes})
+        note = (
+            f"note: {world} processes instead of the plan's {run.world_size}: the global batch stays "
+            f"{run.global_batch} with gradient accumulation {grad_accum} (was {run.grad_accum})"
+        )
+    fitted = run.model_copy(
+        update={"layout": layout, "grad_accum": grad_accum, "nproc_per_node": world // nodes, "num_nodes": nodes}
+    )
     return RunConfig.model_validate(fitted.model_dump()), note
 
 

@@ -5,6 +5,12 @@ from .cross_entropy import vocab_parallel_causal_lm_loss
 from .layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, shard_tensor, unshard_tensor
 
 __all__ = [
-    "apply_tensor_parallel", "shard_specs", "vocab_parallel_causal_lm_loss", "ColumnParallelLinear",
-    "RowParallelLinear", "VocabParallelEmbedding", "shard_tensor", "unshard_tensor",
+    "apply_tensor_parallel",
+    "shard_specs",
+    "vocab_parallel_causal_lm_loss",
+    "ColumnParallelLinear",
+    "RowParallelLinear",
+    "VocabParallelEmbedding",
+    "shard_tensor",
+    "unshard_tensor",
 ]

@@ -41,11 +41,14 @@ def check_divisible(config, size: int) -> None:
 
     heads, kv_heads = head_counts(config)
     if heads % size:
-        raise UserInputError(f"tensor parallelism {size} does not divide the model's {heads} attention heads; "
-                             "choose a tp that does")
+        raise UserInputError(
+            f"tensor parallelism {size} does not divide the model's {heads} attention heads; choose a tp that does"
+        )
     if kv_heads % size and size % kv_heads:
-        raise UserInputError(f"tensor parallelism {size} can neither split nor replicate the model's {kv_heads} "
-                             "key/value heads evenly; choose a tp that divides or is a multiple of them")
+        raise UserInputError(
+            f"tensor parallelism {size} can neither split nor replicate the model's {kv_heads} "
+            "key/value heads evenly; choose a tp that divides or is a multiple of them"
+        )
 
 
 def _kv_replica_group(tp_groups_ranks: list[list[int]], replicas: int):
@@ -53,7 +56,7 @@ def _kv_replica_group(tp_groups_ranks: list[list[int]], replicas: int):
     mine = None
     for ranks in tp_groups_ranks:
         for start in range(0, len(ranks), replicas):
-            members = ranks[start:start + replicas]
+            members = ranks[start : start + replicas]
             created = dist.new_group(members)
             if dist.get_rank() in members:
                 mine = created
@@ -73,8 +76,9 @@ def _all_reduce_grad(group):
     return hook
 
 
-def apply_tensor_parallel(model: nn.Module, group, *, sequence_parallel: bool = False,
-                          tp_groups_ranks: list[list[int]] | None = None) -> list[nn.Parameter]:
+def apply_tensor_parallel(
+    model: nn.Module, group, *, sequence_parallel: bool = False, tp_groups_ranks: list[list[int]] | None = None
+) -> list[nn.Parameter]:
     """Shard `model` over `group`; returns the replicated parameters whose gradients are summed over TP under SP.
 
     tp_groups_ranks: the global ranks of every TP group of the job (needed only when the key/value heads
@@ -99,8 +103,9 @@ def apply_tensor_parallel(model: nn.Module, group, *, sequence_parallel: bool = 
             continue  # another pipeline stage's layer
         for path, sections in arch.column:
             shard = kv_shard if path in arch.kv_projections else None
-            column = ColumnParallelLinear(get_path(layer, path), group, sections=sections,
-                                          sequence_parallel=sequence_parallel, shard=shard)
+            column = ColumnParallelLinear(
+                get_path(layer, path), group, sections=sections, sequence_parallel=sequence_parallel, shard=shard
+            )
             set_path(layer, path, column)
             if shard is not None:  # each replica saw only its own query heads: sum over the replicas
                 for param in column.parameters():
@@ -124,8 +129,9 @@ def apply_tensor_parallel(model: nn.Module, group, *, sequence_parallel: bool = 
         token_embedding = VocabParallelEmbedding(token_embedding, group)
         set_path(backbone, arch.token_embedding, token_embedding)
     if head is not None:
-        model.lm_head = ColumnParallelLinear(head, group, sequence_parallel=sequence_parallel,
-                                             pad_outputs_to=padded_vocab(model.config.vocab_size, size))
+        model.lm_head = ColumnParallelLinear(
+            head, group, sequence_parallel=sequence_parallel, pad_outputs_to=padded_vocab(model.config.vocab_size, size)
+        )
         if tied:
             model.lm_head.weight = token_embedding.weight
     norm = final_norm(model)

@@ -41,8 +41,10 @@ def _sequence_chunks(tensor: torch.Tensor, size: int) -> list[torch.Tensor]:
     if tensor.shape[dim] % size:
         from planner.errors import UserInputError
 
-        raise UserInputError(f"sequence length {tensor.shape[dim]} is not divisible by tensor parallelism {size}; "
-                             "use a seq_len that is a multiple of tp, or turn sequence parallelism off")
+        raise UserInputError(
+            f"sequence length {tensor.shape[dim]} is not divisible by tensor parallelism {size}; "
+            "use a seq_len that is a multiple of tp, or turn sequence parallelism off"
+        )
     return [chunk.contiguous() for chunk in tensor.chunk(size, dim=dim)]
 
 
@@ -71,7 +73,9 @@ def _collective(name: str, forward, backward):
     def backward_(ctx, grad):
         return backward(grad, ctx.group), None
 
-    function = type(name, (torch.autograd.Function,), {"forward": staticmethod(forward_), "backward": staticmethod(backward_)})
+    function = type(
+        name, (torch.autograd.Function,), {"forward": staticmethod(forward_), "backward": staticmethod(backward_)}
+    )
     return function.apply
 
 

@@ -19,7 +19,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         logits = logits.float()
         if vocab_start + logits.shape[-1] > vocab_size:  # padding rows of a vocabulary tp does not divide
             logits = logits.clone()
-            logits[..., vocab_size - vocab_start:] = float("-inf")
+            logits[..., vocab_size - vocab_start :] = float("-inf")
         local_max = logits.max(dim=-1).values
         dist.all_reduce(local_max, op=dist.ReduceOp.MAX, group=group)
         shifted = logits - local_max.unsqueeze(-1)
@@ -45,8 +45,9 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         return grad * grad_loss.unsqueeze(-1), None, None, None, None
 
 
-def vocab_parallel_causal_lm_loss(local_logits: torch.Tensor, labels: torch.Tensor, vocab_start: int, group,
-                                  vocab_size: int | None = None) -> torch.Tensor:
+def vocab_parallel_causal_lm_loss(
+    local_logits: torch.Tensor, labels: torch.Tensor, vocab_start: int, group, vocab_size: int | None = None
+) -> torch.Tensor:
     """Mean next-token loss like HF's ForCausalLMLoss: position t predicts labels[t+1], -100 ignored.
     Columns at or beyond `vocab_size` (padding) take no part."""
     logits = local_logits[:, :-1, :].reshape(-1, local_logits.shape[-1])

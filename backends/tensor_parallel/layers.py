@@ -44,8 +44,17 @@ def unshard_tensor(parts: list[torch.Tensor], dim: int, sections: int = 1) -> to
 
 
 class _ParallelLinear(nn.Module):
-    def __init__(self, source: nn.Module, group, *, sections: int, sequence_parallel: bool, column: bool,
-                 pad_outputs_to: int = 0, shard: tuple[int, int] | None = None):
+    def __init__(
+        self,
+        source: nn.Module,
+        group,
+        *,
+        sections: int,
+        sequence_parallel: bool,
+        column: bool,
+        pad_outputs_to: int = 0,
+        shard: tuple[int, int] | None = None,
+    ):
         super().__init__()
         self.group = group
         self.sequence_parallel = sequence_parallel
@@ -85,10 +94,25 @@ class _ParallelLinear(nn.Module):
 class ColumnParallelLinear(_ParallelLinear):
     """Output features split across TP ranks; the input is the full activation."""
 
-    def __init__(self, source: nn.Module, group, *, sections: int = 1, sequence_parallel: bool = False,
-                 pad_outputs_to: int = 0, shard: tuple[int, int] | None = None):
-        super().__init__(source, group, sections=sections, sequence_parallel=sequence_parallel, column=True,
-                         pad_outputs_to=pad_outputs_to, shard=shard)
+    def __init__(
+        self,
+        source: nn.Module,
+        group,
+        *,
+        sections: int = 1,
+        sequence_parallel: bool = False,
+        pad_outputs_to: int = 0,
+        shard: tuple[int, int] | None = None,
+    ):
+        super().__init__(
+            source,
+            group,
+            sections=sections,
+            sequence_parallel=sequence_parallel,
+            column=True,
+            pad_outputs_to=pad_outputs_to,
+            shard=shard,
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Under sequence parallelism the input was all-gathered by the norm before
@@ -129,7 +153,9 @@ class VocabParallelEmbedding(nn.Module):
         self.shard_spec = {"weight": (0, 1)}
         self.weight = nn.Parameter(shard_tensor(pad_rows(source.weight.detach(), vocab), 0, rank, size))
         padding = source.padding_idx
-        self.padding_idx = padding - self.vocab_start if padding is not None and self.vocab_start <= padding < self.vocab_end else None
+        self.padding_idx = (
+            padding - self.vocab_start if padding is not None and self.vocab_start <= padding < self.vocab_end else None
+        )
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         outside = (input_ids < self.vocab_start) | (input_ids >= self.vocab_end)

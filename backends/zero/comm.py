@@ -16,7 +16,7 @@ GATHER_PIECE_BYTES per rank at a time, straight into views of the buffer.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Optional
+from typing import Any
 
 GATHER_PIECE_BYTES = 16 * 2**20  # per rank and piece: the gloo gather's temporary is world x this
 
@@ -36,12 +36,12 @@ class _SliceAfter:
 
     def wait(self) -> bool:
         self.work.wait()
-        self.out.copy_(self.full[self.start:self.start + self.out.numel()])
+        self.out.copy_(self.full[self.start : self.start + self.out.numel()])
         return True
 
 
 class DataParallelComm:
-    def __init__(self, group: Optional[Any] = None):
+    def __init__(self, group: Any | None = None):
         import torch.distributed as dist
 
         self.dist = dist
@@ -90,7 +90,7 @@ class DataParallelComm:
         if self.world == 1:
             return _Done()
         shard = full.numel() // self.world
-        own = full[self.rank * shard:(self.rank + 1) * shard]
+        own = full[self.rank * shard : (self.rank + 1) * shard]
         if "nccl" in self.backend and not self._on_gloo(full):
             return self.dist.all_gather_into_tensor(full, own, group=self.group, async_op=True)
         if not self._on_gloo(full):  # a backend we have not checked for in-place safety: gather a copy
@@ -98,7 +98,7 @@ class DataParallelComm:
         piece = max(1, GATHER_PIECE_BYTES // full.element_size())
         for begin in range(0, shard, piece):  # blocking, one piece at a time: gloo allocates a temporary per piece
             end = min(begin + piece, shard)
-            outputs = [full[owner * shard + begin:owner * shard + end] for owner in range(self.world)]
+            outputs = [full[owner * shard + begin : owner * shard + end] for owner in range(self.world)]
             self.dist.all_gather(outputs, outputs[self.rank], group=self.group)
         return _Done()
 

@@ -62,9 +62,9 @@ class FlatUnit:
         import torch
 
         flat = torch.empty(self.padded, dtype=dtype, device=self.params[0].device)
-        flat[self.numel:].zero_()
+        flat[self.numel :].zero_()
         for tensor, offset, param in zip(tensors, self.offsets, self.params):
-            piece = flat[offset:offset + param.numel()]
+            piece = flat[offset : offset + param.numel()]
             if tensor is None:
                 piece.zero_()
             else:
@@ -75,7 +75,7 @@ class FlatUnit:
         """Make every parameter a view of `full` (which must hold the unit's padded values)."""
         self.full = full
         for param, offset in zip(self.params, self.offsets):
-            param.data = full[offset:offset + param.numel()].view(param.shape)
+            param.data = full[offset : offset + param.numel()].view(param.shape)
 
     def is_materialized(self) -> bool:
         return self.full.untyped_storage().nbytes() > 0

@@ -24,7 +24,8 @@ which clipping would pass on to every parameter.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from .flat_unit import FlatUnit
 
@@ -38,8 +39,8 @@ def squared_sum(flat: Any) -> Any:
     rows = flat.numel() // ROW
     total = torch.zeros((), dtype=torch.float64, device=flat.device)
     if rows:
-        total += torch.linalg.vector_norm(flat[:rows * ROW].view(rows, ROW), dim=1).double().pow(2).sum()
-    return total + torch.linalg.vector_norm(flat[rows * ROW:]).double().pow(2)
+        total += torch.linalg.vector_norm(flat[: rows * ROW].view(rows, ROW), dim=1).double().pow(2).sum()
+    return total + torch.linalg.vector_norm(flat[rows * ROW :]).double().pow(2)
 
 
 def weighted_segments(units: list[FlatUnit], flat: Any, weights: dict[str, float]) -> dict[float, list[Any]]:
@@ -66,8 +67,15 @@ def weighted_segments(units: list[FlatUnit], flat: Any, weights: dict[str, float
 class GlobalGradientNorm:
     """Squared-norm and overflow reductions for one ZeroOptimizer's flat gradient shard."""
 
-    def __init__(self, units: list[FlatUnit], grads: Any, *, sharded: bool, dp_reduce: Callable[[Any, str], None],
-                 model_parallel: Optional[Any] = None):
+    def __init__(
+        self,
+        units: list[FlatUnit],
+        grads: Any,
+        *,
+        sharded: bool,
+        dp_reduce: Callable[[Any, str], None],
+        model_parallel: Any | None = None,
+    ):
         self.grads = grads
         self.sharded = sharded
         self.dp_reduce = dp_reduce

@@ -13,10 +13,11 @@ back to the model after the step (see stage1.py, stage2.py, stage3.py).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
+
+from planner.contract.engine_config import EngineConfig
 
 from ..compression import BucketCodec
-from planner.contract.engine_config import EngineConfig
 from ..mixed_precision import LossScaler
 from ..optimizers import build_torch_optimizer
 from .comm import DataParallelComm
@@ -58,8 +59,18 @@ def _replace_meta_parameters(model: Any, device: Any, dtype: Any) -> None:
 class ZeroOptimizer:
     stage = 0
 
-    def __init__(self, model: Any, config: EngineConfig, comm: DataParallelComm, dtype: Any, scaler: LossScaler,
-                 *, model_parallel: Optional[Any] = None, device: Optional[Any] = None, weights: Optional[Any] = None):
+    def __init__(
+        self,
+        model: Any,
+        config: EngineConfig,
+        comm: DataParallelComm,
+        dtype: Any,
+        scaler: LossScaler,
+        *,
+        model_parallel: Any | None = None,
+        device: Any | None = None,
+        weights: Any | None = None,
+    ):
         """model_parallel: the backends.parallelize ParallelModel when tp or pp > 1 (for the global norm).
         weights: a WeightSource when the model is on the meta device (ZeRO-3 only): each rank then reads its
         own partition of every unit from the checkpoint and nothing else."""
@@ -75,8 +86,14 @@ class ZeroOptimizer:
         offload = config.zero_optimization.offload_optimizer.device == "cpu"
         self.master_device = torch.device("cpu") if offload else self.device
         self.units = [
-            FlatUnit(index, [name for name, _ in group], [param for _, param in group], comm.world, comm.rank,
-                     partitioned=self.stage > 0)
+            FlatUnit(
+                index,
+                [name for name, _ in group],
+                [param for _, param in group],
+                comm.world,
+                comm.rank,
+                partitioned=self.stage > 0,
+            )
             for index, group in enumerate(self.parameter_groups(model))
         ]
         self.owner = {id(param): unit for unit in self.units for param in unit.params}
@@ -87,8 +104,8 @@ class ZeroOptimizer:
         position = 0
         for unit in self.units:  # one unit at a time, so initialisation holds one extra flat copy at most
             unit.shard_start = position
-            unit.master = self.master.data[position:position + unit.shard]
-            unit.grad = self.master.grad[position:position + unit.shard]
+            unit.master = self.master.data[position : position + unit.shard]
+            unit.grad = self.master.grad[position : position + unit.shard]
             full = self._initial_full(unit)
             start, end = unit.owned_range
             unit.master.copy_(full[start:end])
@@ -97,8 +114,13 @@ class ZeroOptimizer:
             position += unit.shard
         self.optimizer = build_torch_optimizer([self.master], config.optimizer)
         self.codec = BucketCodec(config.gradient_compression, comm.world, self._global_max)
-        self.global_norm = GlobalGradientNorm(self.units, self.master.grad, sharded=self.stage > 0,
-                                              dp_reduce=self._global_reduce, model_parallel=model_parallel)
+        self.global_norm = GlobalGradientNorm(
+            self.units,
+            self.master.grad,
+            sharded=self.stage > 0,
+            dp_reduce=self._global_reduce,
+            model_parallel=model_parallel,
+        )
         self._release_gradient_shard()  # re-allocated (zeroed) when the first reduction needs it
         self.pending: list[tuple[FlatUnit, Any, Any, Any]] = []
         self.boundary = True
@@ -119,7 +141,9 @@ class ZeroOptimizer:
             self.weights.check_shape(name, tuple(param.shape))
             low, high = max(start, offset), min(end, offset + param.numel())
             if low < high:
-                full[low:high] = self.weights.read_flat(name, low - offset, high - offset).to(full.device, torch.float32)
+                full[low:high] = self.weights.read_flat(name, low - offset, high - offset).to(
+                    full.device, torch.float32
+                )
         return full
 
     # --- what a stage specialises -------------------------------------------------------------
@@ -231,7 +255,7 @@ class ZeroOptimizer:
     def _global_max(self, value: Any) -> None:
         self._global_reduce(value, "max")
 
-    def step(self, guard: Optional[Any] = None) -> bool:
+    def step(self, guard: Any | None = None) -> bool:
         """Average, unscale, clip and apply the reduced gradients; False when fp16 overflow skipped it,
         or when guard(grad_norm) (the runner's anomaly check, before any update) returned False."""
         grads = self._gradient_shard()
@@ -276,7 +300,8 @@ class ZeroOptimizer:
 
     def scalar_states(self) -> dict[str, Any]:
         return {
-            key: value for key, value in self.optimizer.state.get(self.master, {}).items()
+            key: value
+            for key, value in self.optimizer.state.get(self.master, {}).items()
             if not (hasattr(value, "shape") and tuple(value.shape) == tuple(self.master.shape))
         }
 
@@ -289,8 +314,11 @@ class ZeroOptimizer:
         kind = type(self.optimizer).__name__
         state: dict[str, Any] = {}
         if kind in ("Adam", "AdamW"):
-            state = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(self.master.data),
-                     "exp_avg_sq": torch.zeros_like(self.master.data)}
+            state = {
+                "step": torch.tensor(0.0),
+                "exp_avg": torch.zeros_like(self.master.data),
+                "exp_avg_sq": torch.zeros_like(self.master.data),
+            }
         elif self.optimizer.param_groups[0].get("momentum", 0):
             state = {"momentum_buffer": torch.zeros_like(self.master.data)}
         self.optimizer.state[self.master] = state

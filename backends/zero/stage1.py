@@ -50,14 +50,14 @@ class ZeroStage0(ZeroOptimizer):
             unit.grad_full.untyped_storage().resize_(unit.padded * unit.grad_full.element_size())
         else:
             return unit.grad_full
-        unit.grad_full[unit.numel:].zero_()
+        unit.grad_full[unit.numel :].zero_()
         unit.grad_held = [False] * len(unit.params)
         return unit.grad_full
 
     def _adopt_gradient(self, unit: FlatUnit, index: int) -> None:
         """Point the parameter's .grad at its view of the buffer, moving a gradient held elsewhere into it."""
         param, offset = unit.params[index], unit.offsets[index]
-        view = unit.grad_full[offset:offset + param.numel()].view(param.shape)
+        view = unit.grad_full[offset : offset + param.numel()].view(param.shape)
         if param.grad is not None and param.grad.data_ptr() != view.data_ptr():
             view.copy_(param.grad)  # its first gradient of the window, or someone replaced .grad
             unit.grad_held[index] = True
@@ -79,9 +79,9 @@ class ZeroStage0(ZeroOptimizer):
         for index, (param, offset) in enumerate(zip(unit.params, unit.offsets)):
             self._adopt_gradient(unit, index)
             if not unit.grad_held[index]:  # no gradient reached it this window
-                buffer[offset:offset + param.numel()].zero_()
+                buffer[offset : offset + param.numel()].zero_()
                 unit.grad_held[index] = True
-                param.grad = buffer[offset:offset + param.numel()].view(param.shape)
+                param.grad = buffer[offset : offset + param.numel()].view(param.shape)
         return buffer
 
     def release_gradient_flat(self, unit: FlatUnit, flat: Any) -> None:

@@ -16,7 +16,7 @@ weights) see the re-gathered values in backward.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from .flat_unit import FlatUnit, group_by_block
 from .optimizer import ZeroOptimizer
@@ -32,7 +32,7 @@ class ZeroStage3(ZeroOptimizer):
     stage = 3
 
     def __init__(self, *args: Any, **kwargs: Any):
-        self.modules: list[Optional[Any]] = []
+        self.modules: list[Any | None] = []
         super().__init__(*args, **kwargs)
         self.gathering: dict[int, Any] = {}
         self.blocks = [unit for unit, module in zip(self.units, self.modules) if module is not None]

@@ -13,13 +13,13 @@ ParallelDims value.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from planner.errors import UserInputError
 from planner.contract.layout import ParallelDims
 from planner.contract.schema import SCHEMA_VERSION, describe_validation_error, read_json_file
+from planner.errors import UserInputError
 
 
 class _Strict(BaseModel):
@@ -45,10 +45,10 @@ class OptimizerBlock(_Strict):
 
 class SchedulerParams(_Strict):
     warmup_min_lr: float = 0.0
-    warmup_max_lr: Optional[float] = None  # None: the optimizer's lr, as in DeepSpeed
+    warmup_max_lr: float | None = None  # None: the optimizer's lr, as in DeepSpeed
     warmup_num_steps: int = Field(default=1000, gt=0)
     warmup_type: Literal["log", "linear"] = "log"
-    total_num_steps: Optional[int] = Field(default=None, gt=0)
+    total_num_steps: int | None = Field(default=None, gt=0)
     warmup_min_ratio: float = 0.0
     cos_min_ratio: float = 0.0001
     last_batch_iteration: int = -1
@@ -59,7 +59,7 @@ class SchedulerBlock(_Strict):
     params: SchedulerParams = SchedulerParams()
 
     @model_validator(mode="after")
-    def _needs_total(self) -> "SchedulerBlock":
+    def _needs_total(self) -> SchedulerBlock:
         if self.type != "WarmupLR" and self.params.total_num_steps is None:
             raise ValueError(f"scheduler {self.type} needs params.total_num_steps")
         return self
@@ -112,7 +112,7 @@ PipelineScheduleName = Literal["gpipe", "1f1b", "interleaved-1f1b"]
 
 class HardwareSelectorBlock(_Strict):
     schema_version: int = SCHEMA_VERSION
-    model: Optional[ModelBlock] = None
+    model: ModelBlock | None = None
     seq_len: int = Field(default=128, ge=1)
     device: Literal["cpu", "cuda"] = "cpu"
     dist_backend: Literal["gloo", "nccl"] = "gloo"
@@ -125,10 +125,12 @@ class HardwareSelectorBlock(_Strict):
     checkpoint: CheckpointBlock = CheckpointBlock()
 
     @model_validator(mode="after")
-    def _schedule_fits_layout(self) -> "HardwareSelectorBlock":
+    def _schedule_fits_layout(self) -> HardwareSelectorBlock:
         if self.schema_version != SCHEMA_VERSION:
-            raise ValueError(f"schema_version {self.schema_version} is not this version's {SCHEMA_VERSION}; "
-                             "re-emit the run folder with `hardware-selector plan ... --emit DIR --force`")
+            raise ValueError(
+                f"schema_version {self.schema_version} is not this version's {SCHEMA_VERSION}; "
+                "re-emit the run folder with `hardware-selector plan ... --emit DIR --force`"
+            )
         interleaved = self.pipeline_schedule == "interleaved-1f1b"
         if self.layout.virtual_stages > 1 and not interleaved:
             raise ValueError(f"virtual_stages {self.layout.virtual_stages} needs pipeline_schedule 'interleaved-1f1b'")
@@ -140,28 +142,30 @@ class HardwareSelectorBlock(_Strict):
 
 
 class EngineConfig(_Strict):
-    train_batch_size: Optional[int] = Field(default=None, ge=1)
-    train_micro_batch_size_per_gpu: Optional[int] = Field(default=None, ge=1)
-    gradient_accumulation_steps: Optional[int] = Field(default=None, ge=1)
+    train_batch_size: int | None = Field(default=None, ge=1)
+    train_micro_batch_size_per_gpu: int | None = Field(default=None, ge=1)
+    gradient_accumulation_steps: int | None = Field(default=None, ge=1)
     optimizer: OptimizerBlock = OptimizerBlock()
-    scheduler: Optional[SchedulerBlock] = None
+    scheduler: SchedulerBlock | None = None
     zero_optimization: ZeroBlock = ZeroBlock()
     fp16: Fp16Block = Fp16Block()
     bf16: Bf16Block = Bf16Block()
     gradient_clipping: float = Field(default=0.0, ge=0)
     # DeepSpeed's: the dtype of data-parallel gradient averaging (default: the compute dtype)
-    communication_data_type: Optional[Literal["fp32", "fp16", "bf16"]] = None
+    communication_data_type: Literal["fp32", "fp16", "bf16"] | None = None
     steps_per_print: int = Field(default=10, ge=1)
     hardware_selector: HardwareSelectorBlock = HardwareSelectorBlock()
 
     @model_validator(mode="after")
-    def _one_precision(self) -> "EngineConfig":
+    def _one_precision(self) -> EngineConfig:
         if self.fp16.enabled and self.bf16.enabled:
             raise ValueError("fp16 and bf16 are both enabled; enable at most one")
         ours = self.hardware_selector.compression
         if self.communication_data_type and ours != "none" and ours != self.communication_data_type:
-            raise ValueError(f"communication_data_type '{self.communication_data_type}' and hardware_selector."
-                             f"compression '{ours}' disagree; set one of them")
+            raise ValueError(
+                f"communication_data_type '{self.communication_data_type}' and hardware_selector."
+                f"compression '{ours}' disagree; set one of them"
+            )
         return self
 
     @property
@@ -173,13 +177,19 @@ class EngineConfig(_Strict):
 
     def batch_sizes(self, data_parallel: int) -> tuple[int, int, int]:
         """(train_batch_size, micro_batch, grad_accum) filled in the way DeepSpeed does."""
-        train, micro, accum = self.train_batch_size, self.train_micro_batch_size_per_gpu, self.gradient_accumulation_steps
+        train, micro, accum = (
+            self.train_batch_size,
+            self.train_micro_batch_size_per_gpu,
+            self.gradient_accumulation_steps,
+        )
         if micro is None and accum is None:
             micro, accum = (train // data_parallel if train else 1), 1
         elif micro is None:
+            assert accum is not None
             micro = (train // (accum * data_parallel)) if train else 1
         elif accum is None:
             accum = (train // (micro * data_parallel)) if train else 1
+        assert micro is not None and accum is not None
         if micro < 1 or accum < 1 or (train is not None and train != micro * accum * data_parallel):
             raise UserInputError(
                 f"train_batch_size {train} != micro batch {micro} x accumulation {accum} x data parallel "
@@ -192,7 +202,7 @@ class EngineConfig(_Strict):
         return "fp16" if self.fp16.enabled else "bf16" if self.bf16.enabled else "fp32"
 
 
-def load_engine_config(source: Union[str, Path, dict, EngineConfig]) -> EngineConfig:
+def load_engine_config(source: str | Path | dict | EngineConfig) -> EngineConfig:
     """An EngineConfig from a path to engine.json, a dict, or an EngineConfig."""
     if isinstance(source, EngineConfig):
         return source

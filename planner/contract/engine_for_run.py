@@ -8,17 +8,22 @@ a DDP folder) gets the engine settings the emitter would have written.
 
 from __future__ import annotations
 
-from typing import Optional
-
+from planner.contract.engine_config import (
+    CheckpointBlock,
+    EngineConfig,
+    HardwareSelectorBlock,
+    ModelBlock,
+    OffloadOptimizer,
+    ZeroBlock,
+)
+from planner.contract.hyperparameters import optimizer_block, precision_blocks, scheduler_block
+from planner.contract.run_config import RunConfig
 from planner.memory.buffers import deepspeed_bucket_sizes
 from planner.plan import Plan
 from planner.training_config import Offload, Strategy
-from planner.contract.engine_config import CheckpointBlock, EngineConfig, HardwareSelectorBlock, ModelBlock, OffloadOptimizer, ZeroBlock
-from planner.contract.hyperparameters import optimizer_block, precision_blocks, scheduler_block
-from planner.contract.run_config import RunConfig
 
 
-def engine_config_for_run(plan: Plan, run: RunConfig, total_steps: Optional[int] = None) -> EngineConfig:
+def engine_config_for_run(plan: Plan, run: RunConfig, total_steps: int | None = None) -> EngineConfig:
     """The engine config of this run (scheduler only once its length is known)."""
     config = plan.config
     buckets = deepspeed_bucket_sizes(plan.model)
@@ -54,5 +59,3 @@ def engine_config_for_run(plan: Plan, run: RunConfig, total_steps: Optional[int]
             checkpoint=CheckpointBlock(keep_last=run.checkpoint.keep_last),
         ),
     )
-
-

@@ -10,11 +10,11 @@ exists only once the total number of steps is known.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
-from planner.training_config import OptimizerKind, Precision
 from planner.contract.engine_config import OptimizerBlock, OptimizerParams, SchedulerBlock, SchedulerParams
 from planner.contract.run_config import Hyperparameters
+from planner.training_config import OptimizerKind, Precision
 
 SGD_MOMENTUM = 0.9
 
@@ -22,28 +22,52 @@ SGD_MOMENTUM = 0.9
 def optimizer_block(optim: Hyperparameters, kind: OptimizerKind) -> OptimizerBlock:
     """AdamW, or SGD with momentum for SGD plans (the others fall back to AdamW, as DeepSpeed's configs do)."""
     if kind is OptimizerKind.SGD:
-        return OptimizerBlock(type="SGD", params=OptimizerParams(lr=optim.learning_rate, momentum=SGD_MOMENTUM,
-                                                                 weight_decay=optim.weight_decay))
-    return OptimizerBlock(type="AdamW", params=OptimizerParams(lr=optim.learning_rate, betas=optim.betas,
-                                                               eps=optim.eps, weight_decay=optim.weight_decay))
+        return OptimizerBlock(
+            type="SGD",
+            params=OptimizerParams(lr=optim.learning_rate, momentum=SGD_MOMENTUM, weight_decay=optim.weight_decay),
+        )
+    return OptimizerBlock(
+        type="AdamW",
+        params=OptimizerParams(
+            lr=optim.learning_rate, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay
+        ),
+    )
 
 
-def scheduler_block(optim: Hyperparameters, total_steps: Optional[int]) -> Optional[SchedulerBlock]:
+def scheduler_block(optim: Hyperparameters, total_steps: int | None) -> SchedulerBlock | None:
     """Linear warmup, then cosine or linear decay to min_lr_ratio x lr (or constant); None if the length is unknown."""
     total = total_steps or optim.max_steps
     warmup = optim.warmup_for(total)
     if optim.schedule == "constant":
-        return SchedulerBlock(type="WarmupLR", params=SchedulerParams(
-            warmup_min_lr=0.0, warmup_max_lr=optim.learning_rate, warmup_num_steps=warmup, warmup_type="linear"))
+        return SchedulerBlock(
+            type="WarmupLR",
+            params=SchedulerParams(
+                warmup_min_lr=0.0, warmup_max_lr=optim.learning_rate, warmup_num_steps=warmup, warmup_type="linear"
+            ),
+        )
     if total is None:
         return None
     if optim.schedule == "cosine":
-        return SchedulerBlock(type="WarmupCosineLR", params=SchedulerParams(
-            warmup_num_steps=warmup, warmup_type="linear", total_num_steps=total, warmup_min_ratio=0.0,
-            cos_min_ratio=optim.min_lr_ratio))
-    return SchedulerBlock(type="WarmupDecayLR", params=SchedulerParams(
-        warmup_min_lr=optim.learning_rate * optim.min_lr_ratio, warmup_max_lr=optim.learning_rate,
-        warmup_num_steps=warmup, warmup_type="linear", total_num_steps=total))
+        return SchedulerBlock(
+            type="WarmupCosineLR",
+            params=SchedulerParams(
+                warmup_num_steps=warmup,
+                warmup_type="linear",
+                total_num_steps=total,
+                warmup_min_ratio=0.0,
+                cos_min_ratio=optim.min_lr_ratio,
+            ),
+        )
+    return SchedulerBlock(
+        type="WarmupDecayLR",
+        params=SchedulerParams(
+            warmup_min_lr=optim.learning_rate * optim.min_lr_ratio,
+            warmup_max_lr=optim.learning_rate,
+            warmup_num_steps=warmup,
+            warmup_type="linear",
+            total_num_steps=total,
+        ),
+    )
 
 
 def precision_blocks(precision: Precision, *, auto: bool = False) -> dict[str, Any]:

@@ -7,7 +7,8 @@ from it. It is pure data (no torch), frozen and validated on construction,
 so a layout that cannot exist is a one-line error where it is written, not a
 hang where it is run.
 
-- dp: data-parallel replicas (ZeRO and FSDP shard over them);
+- dp: data-parallel replicas (ZeRO and FSDP shard over them); None in a training config, which states the
+  model-parallel split and leaves dp to the cluster: `with_world_size` fills it;
 - tp: tensor-parallel ranks (inside a node);
 - pp: pipeline stages, each holding `virtual_stages` model chunks;
 - cp: context-parallel ranks splitting the sequence;
@@ -18,8 +19,6 @@ hang where it is run.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MAX_RANKS = 1 << 20  # about a million ranks: beyond any cluster, and it keeps arithmetic instant
@@ -28,19 +27,22 @@ MAX_RANKS = 1 << 20  # about a million ranks: beyond any cluster, and it keeps a
 class ParallelDims(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    dp: int = Field(default=1, ge=1, le=MAX_RANKS)
+    dp: int | None = Field(default=None, ge=1, le=MAX_RANKS)  # None: every rank the model split leaves
     tp: int = Field(default=1, ge=1, le=MAX_RANKS)
     pp: int = Field(default=1, ge=1, le=MAX_RANKS)
     cp: int = Field(default=1, ge=1, le=MAX_RANKS)
     ep: int = Field(default=1, ge=1, le=MAX_RANKS)
     virtual_stages: int = Field(default=1, ge=1, le=1024)
-    stage_layers: Optional[tuple[int, ...]] = None
+    stage_layers: tuple[int, ...] | None = None
 
     @model_validator(mode="after")
-    def _consistent(self) -> "ParallelDims":
-        if self.world_size > MAX_RANKS:
-            raise ValueError(f"dp x tp x pp x cp = {self.world_size} ranks is more than the {MAX_RANKS} supported")
-        if self.dp % self.ep:
+    def _consistent(self) -> ParallelDims:
+        if self.model_parallel * (self.dp or 1) > MAX_RANKS:
+            raise ValueError(
+                f"dp x tp x pp x cp = {self.model_parallel * (self.dp or 1)} ranks is more than the "
+                f"{MAX_RANKS} supported"
+            )
+        if self.dp is not None and self.dp % self.ep:
             raise ValueError(f"ep {self.ep} must divide dp {self.dp}: experts split over data-parallel ranks")
         if self.virtual_stages > 1 and self.pp == 1:
             raise ValueError("virtual_stages > 1 needs pipeline parallelism (pp > 1)")
@@ -53,23 +55,42 @@ class ParallelDims(BaseModel):
         return self
 
     @property
+    def data_parallel(self) -> int:
+        """dp of a placed layout; a split whose dp the cluster has not filled yet raises."""
+        if self.dp is None:
+            raise ValueError("this layout leaves dp to the cluster; place it first with with_world_size(ranks)")
+        return self.dp
+
+    @property
     def world_size(self) -> int:
-        return self.dp * self.tp * self.pp * self.cp
+        return self.data_parallel * self.tp * self.pp * self.cp
+
+    @property
+    def resolved(self) -> bool:
+        return self.dp is not None
 
     @property
     def model_parallel(self) -> int:
         """Ranks that hold different parts of one model replica."""
         return self.tp * self.pp * self.cp
 
-    def with_world_size(self, world_size: int) -> "ParallelDims":
+    def with_world_size(self, world_size: int) -> ParallelDims:
         """The same model-parallel split on another number of ranks (dp absorbs the difference)."""
         if world_size < 1 or world_size % self.model_parallel:
-            raise ValueError(f"{world_size} ranks cannot hold tp {self.tp} x pp {self.pp} x cp {self.cp}; "
-                             f"use a multiple of {self.model_parallel}")
+            raise ValueError(
+                f"{world_size} ranks cannot hold tp {self.tp} x pp {self.pp} x cp {self.cp}; "
+                f"use a multiple of {self.model_parallel}"
+            )
         dp = world_size // self.model_parallel
-        return self.model_copy(update={"dp": dp, "ep": self.ep if dp % self.ep == 0 else 1})
+        if dp % self.ep:
+            raise ValueError(f"ep {self.ep} does not divide the {dp} data-parallel ranks left by {world_size} ranks")
+        return self.model_copy(update={"dp": dp})
+
+    def model_split(self) -> ParallelDims:
+        """The same split with dp left to the cluster (what a training config states)."""
+        return self.model_copy(update={"dp": None})
 
     def describe(self) -> str:
-        parts = [f"dp {self.dp}", f"tp {self.tp}", f"pp {self.pp}"]
+        parts = [f"dp {self.dp if self.dp is not None else 'the rest'}", f"tp {self.tp}", f"pp {self.pp}"]
         parts += [f"{name} {value}" for name, value in (("cp", self.cp), ("ep", self.ep)) if value > 1]
         return " x ".join(parts)

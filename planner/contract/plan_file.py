@@ -12,10 +12,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from planner.errors import UserInputError
-from planner.plan import Plan
 from planner.contract.run_config import RunConfig
 from planner.contract.schema import check_schema_version, describe_validation_error, read_json_file
+from planner.errors import UserInputError
+from planner.plan import Plan
 
 EMIT_HINT = "emit a run folder with `hardware-selector plan ... --emit DIR`"
 
@@ -34,7 +34,11 @@ def read_plan_file(path: str | Path) -> tuple[Plan, RunConfig]:
     run = document["run"]
     check_schema_version(run.get("schema_version") if isinstance(run, dict) else None, f"{path} (run block)")
     try:
-        return Plan.model_validate(document), RunConfig.model_validate(run)
+        plan = Plan.model_validate(document)
+        if "layout" not in run:  # the plan's own layout (plan_json stores it once)
+            run = {**run, "layout": plan.layout.model_dump(mode="json")}
+        return plan, RunConfig.model_validate(run)
     except ValidationError as error:
-        raise UserInputError(f"{path}: {describe_validation_error(error, 'docs/running.md')}; "
-                             "fix the value or re-emit the folder") from None
+        raise UserInputError(
+            f"{path}: {describe_validation_error(error, 'docs/running.md')}; fix the value or re-emit the folder"
+        ) from None

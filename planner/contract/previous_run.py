@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Optional
 
 RUN_STATE = ("checkpoints", "metrics.jsonl", "final", "tensorboard", "logs", "run_summary.json")
 PREVIOUS = "previous"
@@ -24,7 +23,7 @@ def previous_run_state(run_dir: Path) -> list[str]:
     return [name for name in RUN_STATE if (run_dir / name).exists()]
 
 
-def archive_previous_run(run_dir: Path) -> Optional[Path]:
+def archive_previous_run(run_dir: Path) -> Path | None:
     """Move the previous run's state to previous/<time>/; returns that folder, or None when there was none."""
     found = previous_run_state(run_dir)
     if not found:

@@ -19,13 +19,13 @@ What it holds, block by block:
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from planner.training_config import Precision
 from planner.contract.layout import ParallelDims
 from planner.contract.schema import SCHEMA_VERSION
+from planner.training_config import Precision
 
 Launcher = Literal["torchrun", "accelerate", "deepspeed"]
 Init = Literal["pretrained", "random"]
@@ -47,20 +47,20 @@ class ModelSource(_Block):
 
     name: str
     hf_config: dict[str, Any]
-    path: Optional[str] = None  # a local HF folder: config.json, safetensors, maybe a tokenizer
+    path: str | None = None  # a local HF folder: config.json, safetensors, maybe a tokenizer
     init: Init = "random"
-    tokenizer: Optional[str] = None  # a local tokenizer folder (default: `path`)
+    tokenizer: str | None = None  # a local tokenizer folder (default: `path`)
     task: Task = "causal-lm"
-    block_class: Optional[str] = None  # the repeated transformer block (FSDP wrapping)
+    block_class: str | None = None  # the repeated transformer block (FSDP wrapping)
 
     @model_validator(mode="after")
-    def _weights_need_a_folder(self) -> "ModelSource":
+    def _weights_need_a_folder(self) -> ModelSource:
         if self.init == "pretrained" and not self.path:
             raise ValueError(f"init 'pretrained' needs a local model folder; {self.name} has none (use init 'random')")
         return self
 
     @property
-    def tokenizer_dir(self) -> Optional[str]:
+    def tokenizer_dir(self) -> str | None:
         return self.tokenizer or self.path
 
 
@@ -92,16 +92,16 @@ class Hyperparameters(_Block):
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = Field(default=1e-8, gt=0, le=1)
     weight_decay: float = Field(default=0.1, ge=0, le=10)
-    warmup_steps: Optional[int] = Field(default=None, ge=0, le=MAX_STEPS)  # None: 5% of the run, at most 100
+    warmup_steps: int | None = Field(default=None, ge=0, le=MAX_STEPS)  # None: 5% of the run, at most 100
     schedule: Schedule = "cosine"  # after the linear warmup, down to min_lr_ratio x learning_rate
     min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
     gradient_clipping: float = Field(default=1.0, ge=0, le=1e6)  # 0: no clipping
-    max_steps: Optional[int] = Field(default=None, ge=1, le=MAX_STEPS)  # None: `epochs` over the data
+    max_steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)  # None: `epochs` over the data
     epochs: float = Field(default=1.0, gt=0, le=1e6)
-    dropout: Optional[float] = Field(default=None, ge=0, lt=1)  # None: as the model's config says
+    dropout: float | None = Field(default=None, ge=0, lt=1)  # None: as the model's config says
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
 
-    def warmup_for(self, total_steps: Optional[int]) -> int:
+    def warmup_for(self, total_steps: int | None) -> int:
         """Warmup steps: the given number, or 5% of the run (at most 100, at least 1)."""
         if self.warmup_steps is not None:
             return max(1, self.warmup_steps)
@@ -110,7 +110,7 @@ class Hyperparameters(_Block):
         return max(1, min(AUTO_WARMUP_CAP, -(-total_steps * 5 // 100)))
 
     @model_validator(mode="after")
-    def _betas_in_range(self) -> "Hyperparameters":
+    def _betas_in_range(self) -> Hyperparameters:
         if not all(0 <= beta < 1 for beta in self.betas):
             raise ValueError(f"betas {self.betas} must lie in [0, 1)")
         return self
@@ -140,11 +140,11 @@ class CheckpointPolicy(_Block):
 class Predicted(_Block):
     """The plan's numbers for this run, and what MFU needs (absent: no estimate, e.g. a CPU plan)."""
 
-    step_time_s: Optional[float] = Field(default=None, gt=0)
-    tokens_per_s: Optional[float] = Field(default=None, gt=0)
-    peak_memory_bytes: Optional[int] = Field(default=None, ge=0)
-    model_flops_per_token: Optional[float] = Field(default=None, gt=0)
-    peak_flops_per_device: Optional[float] = Field(default=None, gt=0)
+    step_time_s: float | None = Field(default=None, gt=0)
+    tokens_per_s: float | None = Field(default=None, gt=0)
+    peak_memory_bytes: int | None = Field(default=None, ge=0)
+    model_flops_per_token: float | None = Field(default=None, gt=0)
+    peak_flops_per_device: float | None = Field(default=None, gt=0)
     throughput_source: str = ""
     memory_source: str = ""
 
@@ -170,10 +170,12 @@ class RunConfig(_Block):
     predicted: Predicted = Predicted()
 
     @model_validator(mode="after")
-    def _layout_fills_the_processes(self) -> "RunConfig":
+    def _layout_fills_the_processes(self) -> RunConfig:
         if self.layout.world_size != self.world_size:
-            raise ValueError(f"layout {self.layout.describe()} has {self.layout.world_size} ranks but the run has "
-                             f"{self.nproc_per_node} x {self.num_nodes} processes")
+            raise ValueError(
+                f"layout {self.layout.describe()} has {self.layout.world_size} ranks but the run has "
+                f"{self.nproc_per_node} x {self.num_nodes} processes"
+            )
         return self
 
     @property
@@ -182,12 +184,12 @@ class RunConfig(_Block):
 
     @property
     def data_parallel(self) -> int:
-        return self.layout.dp
+        return self.layout.data_parallel
 
     @property
     def global_batch(self) -> int:
         """Sequences per optimizer step (DeepSpeed's train_batch_size)."""
-        return self.micro_batch * self.grad_accum * self.layout.dp
+        return self.micro_batch * self.grad_accum * self.layout.data_parallel
 
     @property
     def tokens_per_step(self) -> int:

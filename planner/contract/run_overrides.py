@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import glob
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from planner.errors import UserInputError
 from planner.contract.run_config import AnomalyAction, Init, RunConfig, TextUnit
 from planner.contract.schema import describe_validation_error
+from planner.errors import UserInputError
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
@@ -28,32 +28,32 @@ class RunOverrides(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    data: Optional[list[str]] = None
-    eval_data: Optional[list[str]] = None
-    text_field: Optional[str] = None
-    text_unit: Optional[TextUnit] = None
-    eval_fraction: Optional[float] = None
-    eval_every: Optional[int] = None
-    tokenizer: Optional[str] = None
-    init: Optional[Init] = None
-    steps: Optional[int] = None
-    epochs: Optional[float] = None
-    learning_rate: Optional[float] = None
-    warmup_steps: Optional[int] = None
-    seed: Optional[int] = None
-    save_every: Optional[int] = None
-    export_every: Optional[int] = None
-    resume: Optional[bool] = None
-    on_non_finite: Optional[AnomalyAction] = None
-    on_loss_spike: Optional[str] = None  # ACTION or ACTION:FACTOR
-    on_grad_spike: Optional[str] = None
+    data: list[str] | None = None
+    eval_data: list[str] | None = None
+    text_field: str | None = None
+    text_unit: TextUnit | None = None
+    eval_fraction: float | None = None
+    eval_every: int | None = None
+    tokenizer: str | None = None
+    init: Init | None = None
+    steps: int | None = None
+    epochs: float | None = None
+    learning_rate: float | None = None
+    warmup_steps: int | None = None
+    seed: int | None = None
+    save_every: int | None = None
+    export_every: int | None = None
+    resume: bool | None = None
+    on_non_finite: AnomalyAction | None = None
+    on_loss_spike: str | None = None  # ACTION or ACTION:FACTOR
+    on_grad_spike: str | None = None
 
 
-def has_weights(folder: Optional[Path]) -> bool:
+def has_weights(folder: Path | None) -> bool:
     return folder is not None and any((folder / name).is_file() for name in WEIGHT_FILES)
 
 
-def has_tokenizer(folder: Optional[Path]) -> bool:
+def has_tokenizer(folder: Path | None) -> bool:
     return folder is not None and any((folder / name).is_file() for name in TOKENIZER_FILES)
 
 
@@ -63,8 +63,10 @@ def resolve_data_paths(patterns: list[str], flag: str) -> list[str]:
     for pattern in patterns:
         full = str(Path(pattern).expanduser().absolute())
         if not glob.glob(full, recursive=True):
-            raise UserInputError(f"{flag} {pattern}: no such file or folder; give a .txt, .jsonl or .parquet file, "
-                                 "a glob of them, or a folder written by datasets' save_to_disk")
+            raise UserInputError(
+                f"{flag} {pattern}: no such file or folder; give a .txt, .jsonl or .parquet file, "
+                "a glob of them, or a folder written by datasets' save_to_disk"
+            )
         resolved.append(full)
     return resolved
 
@@ -72,8 +74,10 @@ def resolve_data_paths(patterns: list[str], flag: str) -> list[str]:
 def tokenizer_folder(path: str) -> str:
     folder = Path(path).expanduser().resolve()
     if not has_tokenizer(folder):
-        raise UserInputError(f"--tokenizer {path}: no tokenizer files there (tokenizer.json or tokenizer_config.json); "
-                             "point at a folder written by tokenizer.save_pretrained")
+        raise UserInputError(
+            f"--tokenizer {path}: no tokenizer files there (tokenizer.json or tokenizer_config.json); "
+            "point at a folder written by tokenizer.save_pretrained"
+        )
     return str(folder)
 
 
@@ -84,8 +88,12 @@ def apply_overrides(run: RunConfig, overrides: RunOverrides) -> RunConfig:
         data["train"] = resolve_data_paths(overrides.data, "--data")
     if overrides.eval_data is not None:
         data["eval"] = resolve_data_paths(overrides.eval_data, "--eval-data")
-    for key, value in (("text_field", overrides.text_field), ("text_unit", overrides.text_unit),
-                       ("eval_fraction", overrides.eval_fraction), ("eval_every", overrides.eval_every)):
+    for key, value in (
+        ("text_field", overrides.text_field),
+        ("text_unit", overrides.text_unit),
+        ("eval_fraction", overrides.eval_fraction),
+        ("eval_every", overrides.eval_every),
+    ):
         if value is not None:
             data[key] = value
     if overrides.seed is not None:
@@ -94,8 +102,10 @@ def apply_overrides(run: RunConfig, overrides: RunOverrides) -> RunConfig:
         model["tokenizer"] = tokenizer_folder(overrides.tokenizer)
     if overrides.init is not None:
         if overrides.init == "pretrained" and not has_weights(Path(model["path"]) if model["path"] else None):
-            raise UserInputError(f"--init pretrained: {model['name']} has no local weights (model.safetensors); "
-                                 "emit the plan with --model DIR of an HF checkpoint, or use --init random")
+            raise UserInputError(
+                f"--init pretrained: {model['name']} has no local weights (model.safetensors); "
+                "emit the plan with --model DIR of an HF checkpoint, or use --init random"
+            )
         model["init"] = overrides.init
     if overrides.steps is not None:
         optim["max_steps"] = overrides.steps
@@ -104,22 +114,29 @@ def apply_overrides(run: RunConfig, overrides: RunOverrides) -> RunConfig:
     for key, value in (("learning_rate", overrides.learning_rate), ("warmup_steps", overrides.warmup_steps)):
         if value is not None:
             optim[key] = value
-    for key, value in (("every", overrides.save_every), ("export_every", overrides.export_every),
-                       ("resume", overrides.resume)):
+    for key, value in (
+        ("every", overrides.save_every),
+        ("export_every", overrides.export_every),
+        ("resume", overrides.resume),
+    ):
         if value is not None:
             checkpoint[key] = value
     anomaly = document["anomaly"]
     if overrides.on_non_finite is not None:
         anomaly["non_finite"] = overrides.on_non_finite
-    for key, value, flag in (("loss_spike", overrides.on_loss_spike, "--on-loss-spike"),
-                             ("grad_norm_spike", overrides.on_grad_spike, "--on-grad-spike")):
+    for key, value, flag in (
+        ("loss_spike", overrides.on_loss_spike, "--on-loss-spike"),
+        ("grad_norm_spike", overrides.on_grad_spike, "--on-grad-spike"),
+    ):
         if value is not None:
             anomaly[key].update(spike_rule(value, flag))
     tokenizer = model["tokenizer"] or model["path"]
     if data["train"] and not has_tokenizer(Path(tokenizer) if tokenizer else None):
         where = f"{tokenizer} holds no tokenizer" if tokenizer else f"{model['name']} has no local model folder"
-        raise UserInputError(f"--data needs the model's tokenizer and {where}; pass --tokenizer DIR (a folder written "
-                             "by tokenizer.save_pretrained)")
+        raise UserInputError(
+            f"--data needs the model's tokenizer and {where}; pass --tokenizer DIR (a folder written "
+            "by tokenizer.save_pretrained)"
+        )
     try:
         return RunConfig.model_validate(document)
     except ValidationError as error:
@@ -127,7 +144,7 @@ def apply_overrides(run: RunConfig, overrides: RunOverrides) -> RunConfig:
 
 
 def spike_rule(text: str, flag: str) -> dict[str, Any]:
-    """"warn", "skip-step:3" or "stop:10" -> the SpikeRule fields it sets."""
+    """ "warn", "skip-step:3" or "stop:10" -> the SpikeRule fields it sets."""
     action, _, factor = text.partition(":")
     if action not in ("warn", "skip-step", "stop"):
         raise UserInputError(f"{flag} {text!r}: the action must be warn, skip-step or stop (optionally :FACTOR)")

@@ -55,7 +55,11 @@ def check_schema_version(found: Any, origin: str) -> None:
     if found == SCHEMA_VERSION:
         return
     if isinstance(found, int) and not isinstance(found, bool) and found > SCHEMA_VERSION:
-        raise UserInputError(f"{origin} has schema_version {found}, newer than this hardware-selector's "
-                             f"{SCHEMA_VERSION}; upgrade hardware-selector, or {REEMIT_HINT}")
-    raise UserInputError(f"{origin} has schema_version {found!r}, written by an older hardware-selector "
-                         f"(this one reads {SCHEMA_VERSION}); {REEMIT_HINT}")
+        raise UserInputError(
+            f"{origin} has schema_version {found}, newer than this hardware-selector's "
+            f"{SCHEMA_VERSION}; upgrade hardware-selector, or {REEMIT_HINT}"
+        )
+    raise UserInputError(
+        f"{origin} has schema_version {found!r}, written by an older hardware-selector "
+        f"(this one reads {SCHEMA_VERSION}); {REEMIT_HINT}"
+    )

@@ -17,20 +17,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from planner.errors import UserInputError
-from planner.plan import Plan
+from planner.contract.previous_run import archive_previous_run
+from planner.contract.run_config import RunConfig
 from planner.emit.accelerate_yaml import accelerate_yaml
 from planner.emit.atomic import write_atomic
 from planner.emit.deepspeed_json import deepspeed_config
-from planner.contract.run_config import RunConfig
 from planner.emit.engine_json import engine_json
 from planner.emit.launch_scripts import hostfile, launch_sh
 from planner.emit.plan_json import plan_json
-from planner.contract.previous_run import archive_previous_run
 from planner.emit.run_readme import run_readme
 from planner.emit.slurm import slurm_sbatch
 from planner.emit.target import RunOptions, run_config
 from planner.emit.training_args import training_args_json_document
+from planner.errors import UserInputError
+from planner.plan import Plan
+from planner.training_config import Strategy
 
 __all__ = ["RunOptions", "emit_run_folder", "render_run_folder", "run_config"]
 
@@ -56,7 +57,7 @@ def _json(document: dict | None) -> str | None:
 
 def render_run_folder(plan: Plan, run_dir: Path, target: RunConfig) -> dict[str, str]:
     """File name -> content, without touching the disk."""
-    deepspeed = plan.config.strategy.value == "deepspeed"
+    deepspeed = plan.config.strategy is Strategy.DEEPSPEED
     contents: dict[str, str | None] = {
         "plan.json": plan_json(plan, target),
         "ds_config.json": _json(deepspeed_config(plan, target)) if deepspeed else None,
@@ -74,7 +75,11 @@ def render_run_folder(plan: Plan, run_dir: Path, target: RunConfig) -> dict[str,
 
 
 def emit_run_folder(
-    plan: Plan, directory: str | Path, *, force: bool = False, nproc_override: int | None = None,
+    plan: Plan,
+    directory: str | Path,
+    *,
+    force: bool = False,
+    nproc_override: int | None = None,
     options: RunOptions | None = None,
 ) -> list[Path]:
     """Write the run folder for `plan` into `directory`; returns the written paths."""

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.plan import Plan
-from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, Strategy
 from planner.contract.run_config import RunConfig
 from planner.emit.target import DEFAULT_MASTER_PORT
+from planner.plan import Plan
+from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, Strategy
 
 DS_CONFIG_FILE = "ds_config.json"
 MAIN_PROCESS_IP_PLACEHOLDER = "127.0.0.1"  # multi-node: the first node's address (launch.sh passes MASTER_ADDR)

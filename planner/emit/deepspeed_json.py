@@ -16,7 +16,7 @@ from planner.contract.hyperparameters import scheduler_block as run_scheduler_bl
 from planner.contract.run_config import RunConfig
 from planner.memory.buffers import deepspeed_bucket_sizes
 from planner.plan import Plan
-from planner.training_config import ActivationCheckpointing, Offload, Precision
+from planner.training_config import ActivationCheckpointing, Offload
 
 AUTO = "auto"
 NVME_PATH_PLACEHOLDER = "/local_nvme"  # edit: a fast local NVMe mount on every node

@@ -8,8 +8,6 @@ needs: the model's HF config, the device and the ParallelDims layout
 
 from __future__ import annotations
 
-from typing import Optional
-
 from planner.contract.engine_config import EngineConfig
 from planner.contract.engine_for_run import engine_config_for_run
 from planner.contract.run_config import RunConfig
@@ -17,13 +15,13 @@ from planner.plan import Plan
 from planner.training_config import Strategy
 
 
-def engine_config(plan: Plan, run: RunConfig) -> Optional[EngineConfig]:
+def engine_config(plan: Plan, run: RunConfig) -> EngineConfig | None:
     """The engine config of this run, or None when the plan runs on another backend."""
     if plan.config.strategy is not Strategy.ENGINE:
         return None
     return engine_config_for_run(plan, run)
 
 
-def engine_json(plan: Plan, run: RunConfig) -> Optional[str]:
+def engine_json(plan: Plan, run: RunConfig) -> str | None:
     config = engine_config(plan, run)
     return None if config is None else config.model_dump_json(indent=2, exclude_none=True) + "\n"

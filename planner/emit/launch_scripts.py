@@ -15,8 +15,8 @@ import shlex
 import sys
 
 from planner.contract.run_config import RunConfig
-from planner.plan import Plan
 from planner.emit.target import DEFAULT_MASTER_PORT
+from planner.plan import Plan
 
 HOSTFILE = "hostfile"
 ACCELERATE_CONFIG_FILE = "accelerate_config.yaml"
@@ -98,7 +98,7 @@ def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None) -> st
         '    --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "${DS_TRAIN[@]}" "${ARGS[@]}"',
         "  ;;",
         "*)",
-        '  echo "launch.sh: unknown LAUNCHER \'$LAUNCHER\'; use torchrun, accelerate or deepspeed" >&2',
+        "  echo \"launch.sh: unknown LAUNCHER '$LAUNCHER'; use torchrun, accelerate or deepspeed\" >&2",
         "  exit 2",
         "  ;;",
         "esac",

@@ -3,13 +3,15 @@
 The top level is `Plan.model_dump()`, so `Plan.model_validate` reads the file
 back; "run" is the RunConfig every other file of the folder was written from,
 which the runner reads. Both carry the one SCHEMA_VERSION of the contract.
+The layout is stored once, as the config's ParallelDims split (dp is what the
+cluster leaves); the run block repeats it only when the run's process counts
+differ from the plan's.
 planner/contract/plan_file.py reads it back.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from planner.contract.run_config import RunConfig
@@ -19,6 +21,10 @@ from planner.plan import Plan
 def plan_document(plan: Plan, run: RunConfig) -> dict[str, Any]:
     document = plan.model_dump(mode="json")
     document["run"] = run.model_dump(mode="json")
+    if run.layout == plan.layout:
+        # Stored once: the config's split, placed on the plan's cluster. A run on other process counts
+        # (emitted with --nproc) keeps its own layout here.
+        del document["run"]["layout"]
     document["estimate_sources"] = {
         "memory": plan.memory.sources,
         "throughput": plan.throughput.sources if plan.throughput else {},

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from planner.contract.run_config import RunConfig
 from planner.plan import Plan
+from planner.training_config import Strategy
 
 GIB = 2**30
 
 _FILE_PURPOSES = {
     "plan.json": "the full plan: inputs, layout, estimates and their sources (schema-versioned)",
     "ds_config.json": "DeepSpeed config (every value fixed)",
-    "ds_config_trainer.json": "the same for the HF Trainer, with \"auto\" where the Trainer fills the value",
+    "ds_config_trainer.json": 'the same for the HF Trainer, with "auto" where the Trainer fills the value',
     "accelerate_config.yaml": "for `accelerate launch --config_file`",
     "training_args.json": "keyword arguments of transformers.TrainingArguments",
     "engine.json": "the config our engine takes (backends.initialize, or the runner for engine plans)",
@@ -69,7 +70,9 @@ def run_readme(plan: Plan, target: RunConfig, files: list[str]) -> str:
     lines += ["", "## What it trains", ""] + _training_lines(target)
     lines += ["", "## How to run", "", "```bash", "bash launch.sh                 # this node"]
     if target.num_nodes > 1:
-        lines.append("NNODES=%d NODE_RANK=<i> MASTER_ADDR=<first node> bash launch.sh   # on every node" % target.num_nodes)
+        lines.append(
+            f"NNODES={target.num_nodes} NODE_RANK=<i> MASTER_ADDR=<first node> bash launch.sh   # on every node"
+        )
     lines += [
         "bash launch.sh --tiny --steps 3   # smoke test: a shrunken model, three steps",
         "sbatch slurm.sbatch            # on a SLURM cluster",
@@ -90,11 +93,11 @@ def run_readme(plan: Plan, target: RunConfig, files: list[str]) -> str:
 
 def _strategy_name(plan: Plan) -> str:
     config = plan.config
-    if config.strategy.value == "deepspeed":
+    if config.strategy is Strategy.DEEPSPEED:
         return f"DeepSpeed ZeRO-{config.zero_stage}"
-    if config.strategy.value == "fsdp":
+    if config.strategy is Strategy.FSDP:
         return f"FSDP ({config.fsdp_sharding.value} sharding)"
-    if config.strategy.value == "engine":
+    if config.strategy is Strategy.ENGINE:
         return f"our engine (tp {config.tensor_parallel}, pp {config.pipeline_parallel}, ZeRO-{config.zero_stage})"
     return "DDP"
 
@@ -107,12 +110,23 @@ def _training_lines(run: RunConfig) -> list[str]:
         lines.append("- data: synthetic tokens (no --data given): a smoke test, not a training run")
     else:
         tokenizer = model.tokenizer_dir or "(none: pass --tokenizer)"
-        lines.append(f"- data: {', '.join(data.train)}; tokenizer `{tokenizer}`; packed into {run.seq_len}-token blocks")
-        held_out = ", ".join(data.eval) if data.eval else f"{data.eval_fraction:.1%} of the blocks (at most {data.eval_max_blocks})"
-        lines.append(f"- evaluation: {held_out}, every {data.eval_every or 'end of the'} step(s)".replace(
-            "every end of the step(s)", "at the end"))
+        lines.append(
+            f"- data: {', '.join(data.train)}; tokenizer `{tokenizer}`; packed into {run.seq_len}-token blocks"
+        )
+        held_out = (
+            ", ".join(data.eval)
+            if data.eval
+            else f"{data.eval_fraction:.1%} of the blocks (at most {data.eval_max_blocks})"
+        )
+        lines.append(
+            f"- evaluation: {held_out}, every {data.eval_every or 'end of the'} step(s)".replace(
+                "every end of the step(s)", "at the end"
+            )
+        )
     length = f"{optim.max_steps} steps" if optim.max_steps else f"{optim.epochs:g} epoch(s) of the data"
     warmup = optim.warmup_steps if optim.warmup_steps is not None else "5% of the run (at most 100)"
-    lines.append(f"- length: {length}; lr {optim.learning_rate:g}, warmup {warmup} steps, "
-                 f"{optim.schedule} schedule, clipping {optim.gradient_clipping:g}")
+    lines.append(
+        f"- length: {length}; lr {optim.learning_rate:g}, warmup {warmup} steps, "
+        f"{optim.schedule} schedule, clipping {optim.gradient_clipping:g}"
+    )
     return lines

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 from planner.contract.run_config import RunConfig
-from planner.plan import Plan
 from planner.emit.launch_scripts import RUNNER_MODULE, run_id
 from planner.emit.target import DEFAULT_MASTER_PORT
+from planner.plan import Plan
 
 
 def slurm_sbatch(plan: Plan, target: RunConfig, run_dir: Path, *, python: str | None = None) -> str:

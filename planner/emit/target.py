@@ -10,11 +10,9 @@ weights, tokenizer, hyperparameters, checkpoint and anomaly policies.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from planner.contract.layout import ParallelDims
 from planner.contract.run_config import (
     AnomalyPolicy,
     CheckpointPolicy,
@@ -29,10 +27,10 @@ from planner.contract.run_config import (
 )
 from planner.contract.run_overrides import has_tokenizer, has_weights, resolve_data_paths, tokenizer_folder
 from planner.contract.schema import describe_validation_error
+from planner.emit.hf_model import DECODER_LAYER_CLASS, decoder_layer_class, hf_config_for
 from planner.errors import UserInputError
 from planner.plan import Plan
 from planner.training_config import Strategy
-from planner.emit.hf_model import DECODER_LAYER_CLASS, decoder_layer_class, hf_config_for
 
 DEFAULT_MASTER_PORT = 29500
 
@@ -55,11 +53,11 @@ class RunOptions(BaseModel):
     optim: Hyperparameters = Hyperparameters()
     anomaly: AnomalyPolicy = AnomalyPolicy()
     checkpoint: CheckpointPolicy = CheckpointPolicy()
-    init: Optional[Init] = None  # None: pretrained when the model folder holds weights
-    tokenizer: Optional[str] = None  # None: the model folder's tokenizer, if it has one
+    init: Init | None = None  # None: pretrained when the model folder holds weights
+    tokenizer: str | None = None  # None: the model folder's tokenizer, if it has one
 
 
-def model_folder(plan: Plan) -> Optional[Path]:
+def model_folder(plan: Plan) -> Path | None:
     """The local HF folder the plan's model was read from (None for catalog models and dimensions)."""
     origin = plan.model.origin
     if origin in ("catalog", "dimensions", "parameter count"):
@@ -78,10 +76,15 @@ def model_source(plan: Plan, options: RunOptions) -> ModelSource:
     tokenizer = tokenizer_folder(options.tokenizer) if options.tokenizer else None
     if options.data.train and tokenizer is None and not has_tokenizer(folder):
         where = f"{folder} holds no tokenizer" if folder else f"{plan.model.name} is not a local model folder"
-        raise UserInputError(f"--data needs the model's tokenizer and {where}; pass --tokenizer DIR (a folder written "
-                             "by tokenizer.save_pretrained)")
-    block = decoder_layer_class(plan.model) if plan.config.strategy is Strategy.FSDP \
+        raise UserInputError(
+            f"--data needs the model's tokenizer and {where}; pass --tokenizer DIR (a folder written "
+            "by tokenizer.save_pretrained)"
+        )
+    block = (
+        decoder_layer_class(plan.model)
+        if plan.config.strategy is Strategy.FSDP
         else DECODER_LAYER_CLASS.get(plan.model.model_type)
+    )
     return ModelSource(
         name=plan.model.name,
         hf_config=hf_config_for(plan.model),
@@ -119,10 +122,12 @@ def run_config(plan: Plan, nproc_override: int | None = None, options: RunOption
         layout = plan.layout.with_world_size(nproc * cluster.num_nodes)
     except ValueError as error:
         raise UserInputError(f"{error} (--nproc)") from None
-    data = options.data.model_copy(update={
-        "train": resolve_data_paths(options.data.train, "--data"),
-        "eval": resolve_data_paths(options.data.eval, "--eval-data"),
-    })
+    data = options.data.model_copy(
+        update={
+            "train": resolve_data_paths(options.data.train, "--data"),
+            "eval": resolve_data_paths(options.data.eval, "--eval-data"),
+        }
+    )
     on_cpu = cluster.gpu.kind == "cpu"
     try:
         return RunConfig(

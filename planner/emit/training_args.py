@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from planner.contract.run_config import RunConfig
-from planner.plan import Plan
-from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, OptimizerKind, Strategy
 from planner.emit.deepspeed_json import deepspeed_config
 from planner.emit.target import run_config
+from planner.plan import Plan
+from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, OptimizerKind, Strategy
 
 DS_TRAINER_CONFIG_FILE = "ds_config_trainer.json"
 
@@ -105,8 +105,14 @@ def training_args_json_document(plan: Plan, target: RunConfig) -> dict[str, Any]
     return training_args_kwargs(plan, target, "output", deepspeed=DS_TRAINER_CONFIG_FILE)
 
 
-def training_arguments(plan: Plan, output_dir: str | Path, *, nproc_override: int | None = None,
-                       run: RunConfig | None = None, **overrides: Any):
+def training_arguments(
+    plan: Plan,
+    output_dir: str | Path,
+    *,
+    nproc_override: int | None = None,
+    run: RunConfig | None = None,
+    **overrides: Any,
+):
     """A transformers.TrainingArguments that trains `plan` (as `run`, default: the plan's own run);
     keyword overrides win over the plan's values."""
     from transformers import TrainingArguments

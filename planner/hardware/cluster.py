@@ -9,7 +9,7 @@ networks are quoted in Gb/s (bits) per direction, so a 400 Gb/s NDR port is 50 G
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,35 +44,59 @@ INTER_NODE_PRESETS: dict[str, InterNodePreset] = {
     for preset in (
         InterNodePreset(name="none", gbps=0, per="node", latency_us=0, description="single node, no network"),
         InterNodePreset(
-            name="ib-ndr", gbps=400, per="gpu", latency_us=6,
+            name="ib-ndr",
+            gbps=400,
+            per="gpu",
+            latency_us=6,
             description="InfiniBand NDR, one 400 Gb/s ConnectX-7 per GPU (DGX H100)",
         ),
         InterNodePreset(
-            name="ib-hdr", gbps=200, per="gpu", latency_us=6,
+            name="ib-hdr",
+            gbps=200,
+            per="gpu",
+            latency_us=6,
             description="InfiniBand HDR, one 200 Gb/s HCA per GPU (DGX A100)",
         ),
         InterNodePreset(
-            name="roce-1600g", gbps=1600, per="node", latency_us=8,
+            name="roce-1600g",
+            gbps=1600,
+            per="node",
+            latency_us=8,
             description="RoCE, 1600 Gb/s per node = 200 Gb/s per GPU with 8 GPUs (MosaicML's A100 cluster)",
         ),
         InterNodePreset(
-            name="roce-3200g", gbps=3200, per="node", latency_us=8,
+            name="roce-3200g",
+            gbps=3200,
+            per="node",
+            latency_us=8,
             description="RoCE, 3200 Gb/s per node = 400 Gb/s per GPU with 8 GPUs",
         ),
         InterNodePreset(
-            name="efa", gbps=400, per="node", latency_us=15,
+            name="efa",
+            gbps=400,
+            per="node",
+            latency_us=15,
             description="AWS EFA on p4d (4 x 100 Gb/s per node)",
         ),
         InterNodePreset(
-            name="efa-p5", gbps=3200, per="node", latency_us=15,
+            name="efa-p5",
+            gbps=3200,
+            per="node",
+            latency_us=15,
             description="AWS EFA v2 on p5 (3200 Gb/s per node)",
         ),
         InterNodePreset(
-            name="ethernet-100g", gbps=100, per="node", latency_us=30,
+            name="ethernet-100g",
+            gbps=100,
+            per="node",
+            latency_us=30,
             description="one 100 GbE port per node, TCP sockets",
         ),
         InterNodePreset(
-            name="ethernet-25g", gbps=25, per="node", latency_us=50,
+            name="ethernet-25g",
+            gbps=25,
+            per="node",
+            latency_us=50,
             description="one 25 GbE port per node, TCP sockets",
         ),
     )
@@ -113,7 +137,7 @@ class ClusterSpec(BaseModel):
     intra_node_latency_us: float = Field(ge=0)
     inter_node_latency_us: float = Field(ge=0)
     cpu_ram_per_node_bytes: int = Field(gt=0)
-    nvme_per_node_bytes: Optional[int] = Field(default=None, ge=0)
+    nvme_per_node_bytes: int | None = Field(default=None, ge=0)
     # Where each default came from, for the plan's "assumptions" section.
     assumptions: list[str] = Field(default_factory=list)
 
@@ -153,7 +177,10 @@ def default_intra_node_bandwidth(gpu: GpuSpec, gpus_per_node: int) -> tuple[floa
     if link.reach == "pair" and gpus_per_node > 2:
         # A bridge joins two cards; a collective over more GPUs is held back by PCIe.
         pcie = pcie_bandwidth_GBps_per_direction(gpu.pcie_generation or 3)
-        return pcie, f"{link.generation} joins pairs only; {gpus_per_node} GPUs/node talk over PCIe Gen{gpu.pcie_generation} ({pcie:g} GB/s/dir)"
+        return (
+            pcie,
+            f"{link.generation} joins pairs only; {gpus_per_node} GPUs/node talk over PCIe Gen{gpu.pcie_generation} ({pcie:g} GB/s/dir)",
+        )
     return link.bandwidth_GBps_per_direction, f"intra-node: {link.describe()} (catalog)"
 
 

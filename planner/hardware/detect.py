@@ -17,12 +17,13 @@ from __future__ import annotations
 import os
 import socket
 from collections import Counter
-from typing import Literal, Mapping, Optional
+from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import BaseModel, Field, computed_field
 
-from planner.hardware.cluster import GIB, ClusterSpec, make_cluster
 from planner.errors import UserInputError
+from planner.hardware.cluster import GIB, ClusterSpec, make_cluster
 from planner.hardware.gpus import PCIE_X16_GBPS_PER_DIRECTION, find_gpu, pcie_bandwidth_GBps_per_direction, suggest_gpus
 from planner.hardware.launch_context import LaunchContext, read_launch_context
 
@@ -32,24 +33,23 @@ _NVLINK_DEVICE_TYPE_GPU = 0x00
 _NVLINK_DEVICE_TYPE_SWITCH = 0x02
 
 
-
 class PcieLink(BaseModel):
     """Current and maximum PCIe link; GPUs drop to a lower generation when idle, so max is what counts."""
 
-    current_generation: Optional[int] = None
-    max_generation: Optional[int] = None
-    current_width: Optional[int] = None
-    max_width: Optional[int] = None
+    current_generation: int | None = None
+    max_generation: int | None = None
+    current_width: int | None = None
+    max_width: int | None = None
 
 
 class DetectedGpu(BaseModel):
     index: int
     name: str  # as NVML reports it, e.g. "NVIDIA A100-SXM4-80GB"
     memory_total_bytes: int
-    compute_capability: Optional[str] = None
+    compute_capability: str | None = None
     pci_bus_id: str
     pcie: PcieLink
-    catalog_name: Optional[str] = None  # None: not in planner/catalog/gpus.json
+    catalog_name: str | None = None  # None: not in planner/catalog/gpus.json
     active_nvlinks: int = 0
 
 
@@ -73,17 +73,17 @@ class NvLinkTopology(BaseModel):
 
 class HostInfo(BaseModel):
     hostname: str
-    ram_total_bytes: Optional[int] = None
-    ram_available_bytes: Optional[int] = None
-    cpu_logical_cores: Optional[int] = None
-    cpu_physical_cores: Optional[int] = None
+    ram_total_bytes: int | None = None
+    ram_available_bytes: int | None = None
+    cpu_logical_cores: int | None = None
+    cpu_physical_cores: int | None = None
 
 
 class DetectionReport(BaseModel):
     nvml_available: bool
-    nvml_error: Optional[str] = None
-    driver_version: Optional[str] = None
-    cuda_driver_version: Optional[str] = None  # highest CUDA version the driver supports, "12.4"
+    nvml_error: str | None = None
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None  # highest CUDA version the driver supports, "12.4"
     gpus: list[DetectedGpu] = Field(default_factory=list)
     nvlink: NvLinkTopology = Field(default_factory=NvLinkTopology)
     host: HostInfo
@@ -94,7 +94,9 @@ class DetectionReport(BaseModel):
     def cpu_only(self) -> bool:
         return not self.gpus
 
-    def to_cluster_spec(self, interconnect: str | None = None, price_per_hour: float | None = None) -> ClusterSpec | None:
+    def to_cluster_spec(
+        self, interconnect: str | None = None, price_per_hour: float | None = None
+    ) -> ClusterSpec | None:
         """The cluster this machine (and its launcher's node count) amounts to; None without GPUs.
 
         Raises UserInputError when the GPUs are mixed or not in the catalog, since
@@ -105,7 +107,9 @@ class DetectionReport(BaseModel):
         unknown = [gpu.name for gpu in self.gpus if gpu.catalog_name is None]
         if unknown:
             hint = ", ".join(f"'{name}'" for name in suggest_gpus(unknown[0])) or "see `hardware-selector gpus`"
-            raise UserInputError(f"detected GPU '{unknown[0]}' is not in the GPU catalog; name the closest with --gpu ({hint})")
+            raise UserInputError(
+                f"detected GPU '{unknown[0]}' is not in the GPU catalog; name the closest with --gpu ({hint})"
+            )
         names = sorted({gpu.catalog_name for gpu in self.gpus if gpu.catalog_name})
         if len(names) > 1:
             raise UserInputError(f"this node mixes GPU models ({', '.join(names)}); plan for one of them with --gpu")
@@ -133,15 +137,21 @@ class DetectionReport(BaseModel):
                 notes.append(f"{self.nvlink.summary}: rings use NVLink, all-to-all traffic is slower")
             return None
         if catalog_link_kind != "nvlink" and self.nvlink.pairs:
-            notes.append(f"{self.nvlink.summary} (a bridge?); bandwidth kept at the PCIe figure, pass intra_bw to change it")
-        generations = [gpu.pcie.max_generation for gpu in self.gpus]
-        widths = [gpu.pcie.max_width for gpu in self.gpus]
-        if None in generations or None in widths or min(generations) not in PCIE_X16_GBPS_PER_DIRECTION:  # type: ignore[type-var]
+            notes.append(
+                f"{self.nvlink.summary} (a bridge?); bandwidth kept at the PCIe figure, pass intra_bw to change it"
+            )
+        generations = [gpu.pcie.max_generation for gpu in self.gpus if gpu.pcie.max_generation is not None]
+        widths = [gpu.pcie.max_width for gpu in self.gpus if gpu.pcie.max_width is not None]
+        if (
+            len(generations) < len(self.gpus)
+            or len(widths) < len(self.gpus)
+            or min(generations) not in PCIE_X16_GBPS_PER_DIRECTION
+        ):
             return None  # unknown link: keep the catalog figure
-        bandwidth = pcie_bandwidth_GBps_per_direction(min(generations), min(widths))  # type: ignore[type-var]
+        bandwidth = pcie_bandwidth_GBps_per_direction(min(generations), min(widths))
         if catalog_link_kind == "nvlink":
             notes.append(f"NVLink does not join all GPUs ({self.nvlink.summary}); intra-node traffic assumed on PCIe")
-        notes.append(f"intra-node: PCIe Gen{min(generations)} x{min(widths)} detected ({bandwidth:g} GB/s/dir)")  # type: ignore[type-var]
+        notes.append(f"intra-node: PCIe Gen{min(generations)} x{min(widths)} detected ({bandwidth:g} GB/s/dir)")
         return bandwidth
 
 
@@ -281,8 +291,12 @@ def _topology(endpoints: list[list[Endpoint]]) -> NvLinkTopology:
     all_to_all = count >= 2 and len(pairs) == total_pairs
     notes = [f"{other} active link(s) end at a device that is neither a local GPU nor an NVSwitch"] if other else []
     return NvLinkTopology(
-        pairs=pairs, nvswitches=len(switches), all_to_all=all_to_all, connected=connected,
-        summary=_summary(pairs, all_to_all, total_pairs, [len(ends) for ends in endpoints]), notes=notes,
+        pairs=pairs,
+        nvswitches=len(switches),
+        all_to_all=all_to_all,
+        connected=connected,
+        summary=_summary(pairs, all_to_all, total_pairs, [len(ends) for ends in endpoints]),
+        notes=notes,
     )
 
 
@@ -305,7 +319,11 @@ def _summary(pairs: list[NvLinkPair], all_to_all: bool, total_pairs: int, links_
     if not pairs:
         return "no NVLink between GPUs"
     via = "via NVSwitch" if all(pair.via == "nvswitch" for pair in pairs) else "direct"
-    links = f"{min(links_per_gpu)}-{max(links_per_gpu)}" if min(links_per_gpu) != max(links_per_gpu) else str(links_per_gpu[0])
+    links = (
+        f"{min(links_per_gpu)}-{max(links_per_gpu)}"
+        if min(links_per_gpu) != max(links_per_gpu)
+        else str(links_per_gpu[0])
+    )
     if all_to_all:
         return f"NVLink all-to-all {via} ({links} links per GPU)"
     return f"NVLink joins {len(pairs)} of {total_pairs} GPU pairs ({via})"

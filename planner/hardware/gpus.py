@@ -18,7 +18,7 @@ import json
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -46,7 +46,7 @@ class Interconnect(BaseModel):
 
     kind: Literal["nvlink", "pcie", "infinity-fabric", "host-memory"]
     generation: str  # "NVLink 3", "PCIe Gen4 x16", ...
-    links: Optional[int] = Field(default=None, ge=1)
+    links: int | None = Field(default=None, ge=1)
     # "node": every GPU of the node is reachable at this rate (NVSwitch, PCIe, IF mesh);
     # "pair": a bridge joins two cards only, the rest of the node goes over PCIe.
     reach: Literal["node", "pair"]
@@ -54,7 +54,7 @@ class Interconnect(BaseModel):
     bandwidth_GBps_bidirectional: float = Field(gt=0)
 
     @model_validator(mode="after")
-    def _bidirectional_is_twice_per_direction(self) -> "Interconnect":
+    def _bidirectional_is_twice_per_direction(self) -> Interconnect:
         if abs(self.bandwidth_GBps_bidirectional - 2 * self.bandwidth_GBps_per_direction) > 1e-6:
             raise ValueError("bandwidth_GBps_bidirectional must be 2 x bandwidth_GBps_per_direction")
         return self
@@ -70,11 +70,11 @@ class DenseTflops(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    fp32: Optional[float] = Field(default=None, gt=0)
-    tf32: Optional[float] = Field(default=None, gt=0)
-    fp16: Optional[float] = Field(default=None, gt=0)
-    bf16: Optional[float] = Field(default=None, gt=0)
-    fp8: Optional[float] = Field(default=None, gt=0)
+    fp32: float | None = Field(default=None, gt=0)
+    tf32: float | None = Field(default=None, gt=0)
+    fp16: float | None = Field(default=None, gt=0)
+    bf16: float | None = Field(default=None, gt=0)
+    fp8: float | None = Field(default=None, gt=0)
 
 
 class GpuSpec(BaseModel):
@@ -86,7 +86,7 @@ class GpuSpec(BaseModel):
     kind: Literal["gpu", "cpu"]
     vendor: Literal["nvidia", "amd", "generic"]
     architecture: str
-    compute_capability: Optional[str] = None  # CUDA compute capability; None for AMD and cpu
+    compute_capability: str | None = None  # CUDA compute capability; None for AMD and cpu
     form_factor: Literal["SXM", "PCIe", "OAM", "host"]
     segment: Literal["datacenter", "workstation", "consumer", "cpu"]
     memory_bytes: int = Field(gt=0)
@@ -94,8 +94,8 @@ class GpuSpec(BaseModel):
     memory_bandwidth_GBps: float = Field(gt=0)
     dense_tflops: DenseTflops
     interconnect: Interconnect
-    pcie_generation: Optional[int] = None
-    tdp_watts: Optional[int] = None
+    pcie_generation: int | None = None
+    tdp_watts: int | None = None
     price_usd_per_hour: float = Field(ge=0)
     price_source: str
     # Inter-node preset (see planner.hardware.cluster) that clusters of this GPU usually have.
@@ -104,7 +104,7 @@ class GpuSpec(BaseModel):
     # Names the driver reports: NVML's nvmlDeviceGetName for NVIDIA, rocm-smi for AMD.
     driver_names: list[str] = Field(default_factory=list)
     # Row label in published_reference.yaml gpu_specs.gpus, None if the GPU is not there.
-    reference_gpu: Optional[str] = None
+    reference_gpu: str | None = None
     source: str
     confidence: str
     # Figures not taken from the reference row ("dense_tflops.fp16", "tdp_watts", ...).
@@ -133,7 +133,7 @@ class GpuSpec(BaseModel):
                 return precision
         return "fp32"
 
-    def with_price(self, usd_per_hour: float) -> "GpuSpec":
+    def with_price(self, usd_per_hour: float) -> GpuSpec:
         """A copy with the user's price per GPU-hour instead of the catalog assumption."""
         if usd_per_hour < 0:
             raise UserInputError(f"price per GPU-hour must be >= 0, got {usd_per_hour}")
@@ -162,7 +162,7 @@ def normalize_gpu_name(name: str) -> str:
         stripped = False
         for prefix in _VENDOR_PREFIXES:
             if key.startswith(prefix) and len(key) > len(prefix):
-                key = key[len(prefix):]
+                key = key[len(prefix) :]
                 stripped = True
     return re.sub(r"(\d)gb", r"\1g", key)
 

@@ -2,31 +2,46 @@
 
 from __future__ import annotations
 
-from typing import Literal, Mapping, Optional
+from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
-SLURM_VARIABLES = ("SLURM_JOB_NUM_NODES", "SLURM_NNODES", "SLURM_NODEID", "SLURM_NTASKS",
-                   "SLURM_JOB_NODELIST", "SLURM_GPUS_ON_NODE")
-TORCHRUN_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                      "GROUP_RANK", "NODE_RANK")
+SLURM_VARIABLES = (
+    "SLURM_JOB_NUM_NODES",
+    "SLURM_NNODES",
+    "SLURM_NODEID",
+    "SLURM_NTASKS",
+    "SLURM_JOB_NODELIST",
+    "SLURM_GPUS_ON_NODE",
+)
+TORCHRUN_VARIABLES = (
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "GROUP_RANK",
+    "NODE_RANK",
+)
 
 
 class LaunchContext(BaseModel):
     """Multi-node facts from SLURM and torchrun environment variables (None where unset)."""
 
     launcher: Literal["none", "slurm", "torchrun", "slurm+torchrun"] = "none"
-    num_nodes: Optional[int] = None
-    node_rank: Optional[int] = None
-    world_size: Optional[int] = None
-    rank: Optional[int] = None
-    local_rank: Optional[int] = None
-    local_world_size: Optional[int] = None
-    master_addr: Optional[str] = None
-    master_port: Optional[int] = None
-    slurm_ntasks: Optional[int] = None
-    slurm_job_nodelist: Optional[str] = None
-    slurm_gpus_on_node: Optional[int] = None
+    num_nodes: int | None = None
+    node_rank: int | None = None
+    world_size: int | None = None
+    rank: int | None = None
+    local_rank: int | None = None
+    local_world_size: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    slurm_ntasks: int | None = None
+    slurm_job_nodelist: str | None = None
+    slurm_gpus_on_node: int | None = None
     variables: dict[str, str] = Field(default_factory=dict)  # the raw values read
     warnings: list[str] = Field(default_factory=list)
 
@@ -36,7 +51,7 @@ def read_launch_context(environ: Mapping[str, str]) -> LaunchContext:
     variables = {name: environ[name] for name in (*SLURM_VARIABLES, *TORCHRUN_VARIABLES) if name in environ}
     warnings: list[str] = []
 
-    def integer(*names: str) -> Optional[int]:
+    def integer(*names: str) -> int | None:
         for name in names:
             if name in variables:
                 try:

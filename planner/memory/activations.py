@@ -11,14 +11,21 @@ counted in the width it is stored in, per token (bytes x b*s).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import NamedTuple
 
-from planner.models.spec import ModelFamily, ModelSpec
-from planner.training_config import ActivationCheckpointing, AttentionKernel, PipelineSchedule, Precision, TrainingConfig
 from planner.memory.arch_traits import ArchTraits, arch_traits
 from planner.memory.runtime import Runtime
 from planner.memory.spec_cache import per_spec_and_key
+from planner.models.spec import MlpKind, ModelFamily, ModelSpec
+from planner.training_config import (
+    ActivationCheckpointing,
+    AttentionKernel,
+    PipelineSchedule,
+    Precision,
+    Strategy,
+    TrainingConfig,
+)
 
 KORTHIKANTI = "Korthikanti et al. 2022, Table 2, generalised to the HF block"
 
@@ -36,10 +43,10 @@ class Widths:
 
 
 def activation_widths(config: TrainingConfig, native_mixed: bool, runtime: Runtime = Runtime.CUDA) -> Widths:
-    return _widths(config.precision, native_mixed and config.strategy.value == "ddp", runtime)
+    return _widths(config.precision, native_mixed and config.strategy is Strategy.DDP, runtime)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _widths(precision: Precision, autocast_ddp: bool, runtime: Runtime) -> Widths:
     if precision is Precision.FP32:
         return Widths(4, 4, False, False, runtime.dropout_mask_bytes(4), 4)
@@ -98,10 +105,14 @@ class Layout(NamedTuple):
     seq_len: int
 
     @classmethod
-    def of(cls, config: TrainingConfig) -> "Layout":
+    def of(cls, config: TrainingConfig) -> Layout:
         return cls(
-            config.tensor_parallel, config.sequence_parallel, config.pipeline_parallel,
-            config.attention, config.activation_checkpointing, config.seq_len,
+            config.tensor_parallel,
+            config.sequence_parallel,
+            config.pipeline_parallel,
+            config.attention,
+            config.activation_checkpointing,
+            config.seq_len,
         )
 
 
@@ -154,7 +165,7 @@ def block_bytes(
             cross += 2 * 2 * h  # k and v projections each cast the (fp32) encoder output
         attention += cross
 
-    mlp_tensors = (3 if spec.mlp_kind.value == "gated" else 1) + traits.activation_saved_tensors
+    mlp_tensors = (3 if spec.mlp_kind is MlpKind.GATED else 1) + traits.activation_saved_tensors
     mlp_width = widths.experts if spec.is_moe else w
     mlp = ffn * mlp_width * mlp_tensors
     if traits.mlp_dropout:
@@ -220,8 +231,12 @@ def _per_token(spec: ModelSpec, layout: Layout, widths: Widths) -> tuple[float, 
 
 def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> ActivationEstimate:
     layout = Layout(
-        config.tensor_parallel, config.sequence_parallel, config.pipeline_parallel,
-        config.attention, config.activation_checkpointing, config.seq_len,
+        config.tensor_parallel,
+        config.sequence_parallel,
+        config.pipeline_parallel,
+        config.attention,
+        config.activation_checkpointing,
+        config.seq_len,
     )
     kept, head, largest_block, layer_bytes = _per_token(spec, layout, widths)
     tokens = config.micro_batch * config.seq_len

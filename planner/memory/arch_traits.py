@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.models.families import Traits, family_of
-from planner.models.spec import ModelFamily, ModelSpec
 from planner.memory.spec_cache import per_spec
+from planner.models.families import Traits, family_of
+from planner.models.spec import MlpKind, ModelFamily, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -42,12 +42,13 @@ class ArchTraits:
 # its input; NewGELU ("gelu_new") is Python: x, tanh(...), 0.5*x and 1+tanh(...).
 _ACTIVATION_SAVED = {"gelu_new": 4, "gelu_fast": 4, "quick_gelu": 2, "relu": 0}
 
+
 @per_spec
 def arch_traits(spec: ModelSpec) -> ArchTraits:
     """The family's traits (planner/models/families.py) applied to this config's choices."""
     entry = family_of(spec.model_type)
     traits = entry.traits if entry is not None else Traits()
-    gated = spec.mlp_kind.value == "gated"
+    gated = spec.mlp_kind is MlpKind.GATED
     if traits.four_norms:
         norms = 4  # pre- and post-norms around attention and MLP
     elif spec.parallel_attention_mlp and spec.model_type == "falcon":

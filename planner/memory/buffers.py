@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.models.spec import ModelSpec
-from planner.training_config import ActivationCheckpointing, FsdpSharding, Precision, Strategy, TrainingConfig
 from planner.memory.rank_params import RankParams, linear_params
 from planner.memory.runtime import Runtime
+from planner.models.spec import ModelSpec
+from planner.training_config import ActivationCheckpointing, FsdpSharding, Precision, Strategy, TrainingConfig
 
 
 @dataclass(frozen=True)

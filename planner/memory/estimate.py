@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.models.spec import ModelSpec
-from planner.training_config import TrainingConfig
 from planner.memory.model_states import uses_native_mixed_precision
 from planner.memory.phases import TENSOR_CATEGORIES, step_peak
 from planner.memory.runtime import Runtime
+from planner.models.spec import ModelSpec
+from planner.training_config import TrainingConfig
 
 GIB = 2**30
 CATEGORIES = (*TENSOR_CATEGORIES, "overhead")
@@ -36,7 +36,7 @@ class OverheadSettings(BaseModel):
     fragmentation_fraction: float = Field(default=0.05, ge=0.0, le=1.0)
 
     @classmethod
-    def fixed(cls, gib: float) -> "OverheadSettings":
+    def fixed(cls, gib: float) -> OverheadSettings:
         """A flat overhead of `gib` GiB, no fragmentation share (--overhead-gb)."""
         return cls(cuda_context_bytes=int(gib * GIB), fragmentation_fraction=0.0)
 
@@ -75,7 +75,9 @@ class MemoryEstimate(BaseModel):
 def _with_overhead(per_gpu: dict[str, float], overhead: OverheadSettings, runtime: Runtime) -> dict[str, int]:
     result = {name: int(value) for name, value in per_gpu.items()}
     tensors = sum(result.values())
-    extra = int(overhead.cuda_context_bytes + overhead.fragmentation_fraction * tensors) if runtime is Runtime.CUDA else 0
+    extra = (
+        int(overhead.cuda_context_bytes + overhead.fragmentation_fraction * tensors) if runtime is Runtime.CUDA else 0
+    )
     result["overhead"] = extra
     result["total"] = tensors + extra
     return result

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from planner.training_config import FsdpSharding, Offload, OptimizerKind, Precision, Strategy, TrainingConfig
 from planner.memory.rank_params import QLORA_BYTES_PER_PARAM, RankParams
+from planner.training_config import FsdpSharding, Offload, OptimizerKind, Precision, Strategy, TrainingConfig
 
 # bitsandbytes 8-bit Adam: two uint8 states plus one fp32 absmax per 2048-value block.
 ADAMW_8BIT_BYTES = 2 + 2 * 4 / 2048

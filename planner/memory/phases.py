@@ -17,17 +17,18 @@ times; estimate.py wraps it in the typed MemoryEstimate with sources.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
-from planner.models.spec import ModelSpec
-from planner.training_config import Precision, Strategy, TrainingConfig
 from planner.memory.activations import Widths, activation_widths, estimate_activations
 from planner.memory.buffers import Buffers, estimate_buffers
 from planner.memory.model_states import ModelStates, model_state_bytes, uses_native_mixed_precision
 from planner.memory.rank_params import rank_params
 from planner.memory.runtime import Runtime
 from planner.memory.spec_cache import per_spec_and_key
+from planner.models.spec import ModelSpec
+from planner.training_config import Precision, Strategy, TrainingConfig
 
 T = TypeVar("T")
 TENSOR_CATEGORIES = ("parameters", "gradients", "optimizer_states", "activations", "temporaries", "buffers")
@@ -68,10 +69,23 @@ def _batch_independent(spec: ModelSpec, config: TrainingConfig, dp: int, gpus_pe
     # buffers read the batch only under pipelining (send/receive buffers).
     batch = (config.micro_batch, config.seq_len) if config.pipeline_parallel > 1 else ()
     key = (
-        config.strategy, config.zero_stage, config.fsdp_sharding, config.offload_optimizer, config.offload_params,
-        config.precision, config.optimizer, config.lora_rank, config.qlora, config.tensor_parallel,
-        config.pipeline_parallel, config.expert_parallel, config.activation_checkpointing, dp, gpus_per_node,
-        runtime, *batch,
+        config.strategy,
+        config.zero_stage,
+        config.fsdp_sharding,
+        config.offload_optimizer,
+        config.offload_params,
+        config.precision,
+        config.optimizer,
+        config.lora_rank,
+        config.qlora,
+        config.tensor_parallel,
+        config.pipeline_parallel,
+        config.expert_parallel,
+        config.activation_checkpointing,
+        dp,
+        gpus_per_node,
+        runtime,
+        *batch,
     )
     return _cached(spec, key, lambda: _build_batch_independent(spec, config, dp, gpus_per_node, runtime))
 
@@ -162,7 +176,5 @@ def _tied_head_gradient(spec: ModelSpec, config: TrainingConfig) -> float:
     backward until the embedding's backward adds the second contribution."""
     if not spec.tied_embeddings or config.pipeline_parallel > 1 or config.lora_rank:
         return 0.0
-    fp32_grads = config.precision is Precision.FP32 or (
-        config.precision.is_mixed and config.strategy is Strategy.DDP
-    )
+    fp32_grads = config.precision is Precision.FP32 or (config.precision.is_mixed and config.strategy is Strategy.DDP)
     return spec.vocab_size * spec.hidden_size / config.tensor_parallel * (4 if fp32_grads else 2)

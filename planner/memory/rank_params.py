@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.memory.spec_cache import per_spec_and_key
 from planner.models.spec import MlpKind, ModelFamily, ModelSpec
 from planner.training_config import TrainingConfig
-from planner.memory.spec_cache import per_spec_and_key
 
 # NF4 stores 4 bits per weight plus double-quantised block constants:
 # 0.127 bits per parameter (QLoRA paper, Sec. 3), i.e. 4.127 bits in all.
@@ -110,7 +110,9 @@ def _rank_params(spec: ModelSpec, tp: int, pp: int, ep: int, lora_rank: int, qlo
     )
 
 
-def linear_params(spec: ModelSpec, config: TrainingConfig, params: RankParams, *, include_experts: bool) -> tuple[int, int]:
+def linear_params(
+    spec: ModelSpec, config: TrainingConfig, params: RankParams, *, include_experts: bool
+) -> tuple[int, int]:
     """(weights of the blocks' linear layers, weights of the output head) on this rank:
     what autocast casts to 16 bits. Embedding lookups and norms are not cast."""
     tp, pp = config.tensor_parallel, config.pipeline_parallel

@@ -9,7 +9,8 @@ the entry keeps its id from being reused while the entry lives.
 from __future__ import annotations
 
 import functools
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from planner.models.spec import ModelSpec
 

@@ -8,6 +8,7 @@ fails, raises ConfigFieldError naming the field, so the user hears "field
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,7 +47,7 @@ class ConfigFields:
             raise self.error(name, f"must be {'positive' if minimum == 1 else f'at least {minimum}'}, got {value}")
         return value
 
-    def bool(self, name: str, default: bool) -> bool:
+    def bool(self, name: builtins.str, default: bool) -> bool:
         value = self.config.get(name)
         if value is None:
             return default
@@ -54,7 +55,7 @@ class ConfigFields:
             raise self.error(name, f"must be true or false, got {value!r}")
         return value
 
-    def str(self, *names: str, default: str) -> str:
+    def str(self, *names: builtins.str, default: builtins.str) -> builtins.str:
         name, value = self._lookup(names)
         if value is _MISSING:
             return default
@@ -62,7 +63,7 @@ class ConfigFields:
             raise self.error(name, f"must be a string, got {value!r}")
         return value
 
-    def probability(self, *names: str, default: float = 0.0) -> float:
+    def probability(self, *names: builtins.str, default: float = 0.0) -> float:
         name, value = self._lookup(names)
         if value is _MISSING:
             return default
@@ -70,19 +71,19 @@ class ConfigFields:
             raise self.error(name, f"must be a probability in [0, 1), got {value!r}")
         return float(value)
 
-    def int_list(self, name: str) -> list[int]:
+    def int_list(self, name: builtins.str) -> list[builtins.int]:
         value = self.config.get(name) or []
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             raise self.error(name, f"must be a list of layer indices, got {value!r}")
         return value
 
-    def head_dim(self, hidden: int, heads: int, heads_field: str) -> int:
+    def head_dim(self, hidden: builtins.int, heads: builtins.int, heads_field: builtins.str) -> builtins.int:
         """hidden // heads, or an error on the heads field when it does not divide."""
         if hidden % heads:
             raise self.error(heads_field, f"({heads}) does not divide the hidden size ({hidden})")
         return hidden // heads
 
-    def kv_heads(self, heads: int, default: int | None, *names: str) -> int:
+    def kv_heads(self, heads: builtins.int, default: builtins.int | None, *names: builtins.str) -> builtins.int:
         kv = self.int(*names, default=heads if default is None else default)
         if heads % kv:
             raise self.error(names[0], f"({kv}) must divide the number of attention heads ({heads})")

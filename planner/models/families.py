@@ -13,7 +13,7 @@ block classes and module paths exist in transformers' own classes.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -31,8 +31,8 @@ class LlamaStyle(_Data):
     """How a Llama-style model_type departs from Llama, as its transformers config class and modules do."""
 
     transformers_class: str
-    default_kv_heads: Optional[int]  # None: one kv head per attention head
-    default_head_dim: Optional[int]  # None: hidden_size // num_attention_heads
+    default_kv_heads: int | None  # None: one kv head per attention head
+    default_head_dim: int | None  # None: hidden_size // num_attention_heads
     default_positions: int
     tied_by_default: bool
     # "attention_bias": read it, all four projections; "qkv_bias": read it, q/k/v only;
@@ -81,11 +81,20 @@ class Traits(_Data):
 
 # Config keys a family names its sizes with (the first present one is used); model_factory shrinks them.
 SizeKeys = dict[str, tuple[str, ...]]
-_GPT2_KEYS: SizeKeys = {"hidden": ("n_embd",), "layers": ("n_layer",), "heads": ("n_head",), "ffn": ("n_inner",),
-                        "positions": ("n_positions", "n_ctx")}
-_LLAMA_KEYS: SizeKeys = {"hidden": ("hidden_size",), "layers": ("num_hidden_layers",),
-                         "heads": ("num_attention_heads",), "ffn": ("intermediate_size",),
-                         "positions": ("max_position_embeddings",)}
+_GPT2_KEYS: SizeKeys = {
+    "hidden": ("n_embd",),
+    "layers": ("n_layer",),
+    "heads": ("n_head",),
+    "ffn": ("n_inner",),
+    "positions": ("n_positions", "n_ctx"),
+}
+_LLAMA_KEYS: SizeKeys = {
+    "hidden": ("hidden_size",),
+    "layers": ("num_hidden_layers",),
+    "heads": ("num_attention_heads",),
+    "ffn": ("intermediate_size",),
+    "positions": ("max_position_embeddings",),
+}
 
 
 class FamilyEntry(_Data):
@@ -96,112 +105,317 @@ class FamilyEntry(_Data):
     block_class: str  # the repeated transformer block (transformers' _no_split_modules)
     size_keys: SizeKeys
     traits: Traits = Traits()
-    llama_style: Optional[LlamaStyle] = None
-    parallel_plan: Optional[ParallelPlan] = None  # None: our engine has no tp/pp plan for it
+    llama_style: LlamaStyle | None = None
+    parallel_plan: ParallelPlan | None = None  # None: our engine has no tp/pp plan for it
 
 
 def _llama_plan() -> ParallelPlan:
     return ParallelPlan(
-        backbone="model", token_embedding="embed_tokens", layers="layers", final_norm="norm",
+        backbone="model",
+        token_embedding="embed_tokens",
+        layers="layers",
+        final_norm="norm",
         layer_norms=("input_layernorm", "post_attention_layernorm"),
-        column=(("self_attn.q_proj", 1), ("self_attn.k_proj", 1), ("self_attn.v_proj", 1),
-                ("mlp.gate_proj", 1), ("mlp.up_proj", 1)),
-        row=("self_attn.o_proj", "mlp.down_proj"), attention="self_attn",
-        kv_projections=("self_attn.k_proj", "self_attn.v_proj"), extra_modules=("rotary_emb",))
+        column=(
+            ("self_attn.q_proj", 1),
+            ("self_attn.k_proj", 1),
+            ("self_attn.v_proj", 1),
+            ("mlp.gate_proj", 1),
+            ("mlp.up_proj", 1),
+        ),
+        row=("self_attn.o_proj", "mlp.down_proj"),
+        attention="self_attn",
+        kv_projections=("self_attn.k_proj", "self_attn.v_proj"),
+        extra_modules=("rotary_emb",),
+    )
 
 
-def _llama_like(model_type: str, block: str, style: LlamaStyle, traits: Traits = Traits(softmax_fp32=True),
-                plan: Optional[ParallelPlan] = None) -> FamilyEntry:
-    return FamilyEntry(model_type=model_type, family=ModelFamily.DECODER_ONLY, task="causal-lm", reader="llama",
-                       block_class=block, size_keys=_LLAMA_KEYS, traits=traits, llama_style=style,
-                       parallel_plan=plan)
+def _llama_like(
+    model_type: str,
+    block: str,
+    style: LlamaStyle,
+    traits: Traits = Traits(softmax_fp32=True),
+    plan: ParallelPlan | None = None,
+) -> FamilyEntry:
+    return FamilyEntry(
+        model_type=model_type,
+        family=ModelFamily.DECODER_ONLY,
+        task="causal-lm",
+        reader="llama",
+        block_class=block,
+        size_keys=_LLAMA_KEYS,
+        traits=traits,
+        llama_style=style,
+        parallel_plan=plan,
+    )
 
 
 _ENTRIES = (
     FamilyEntry(
-        model_type="gpt2", family=ModelFamily.DECODER_ONLY, task="causal-lm", reader="gpt2", block_class="GPT2Block",
-        size_keys=_GPT2_KEYS, traits=Traits(fused_qkv=True),
+        model_type="gpt2",
+        family=ModelFamily.DECODER_ONLY,
+        task="causal-lm",
+        reader="gpt2",
+        block_class="GPT2Block",
+        size_keys=_GPT2_KEYS,
+        traits=Traits(fused_qkv=True),
         parallel_plan=ParallelPlan(
-            backbone="transformer", token_embedding="wte", layers="h", final_norm="ln_f", layer_norms=("ln_1", "ln_2"),
-            column=(("attn.c_attn", 3), ("mlp.c_fc", 1)), row=("attn.c_proj", "mlp.c_proj"), attention="attn",
-            width_attributes=("split_size", "embed_dim"), extra_modules=("wpe", "drop"))),
-    FamilyEntry(model_type="gptj", family=ModelFamily.DECODER_ONLY, task="causal-lm", reader="gpt2",
-                block_class="GPTJBlock", size_keys={**_GPT2_KEYS, "positions": ("n_positions",)},
-                traits=Traits(fused_attention_kernel=False, softmax_fp32=True)),
+            backbone="transformer",
+            token_embedding="wte",
+            layers="h",
+            final_norm="ln_f",
+            layer_norms=("ln_1", "ln_2"),
+            column=(("attn.c_attn", 3), ("mlp.c_fc", 1)),
+            row=("attn.c_proj", "mlp.c_proj"),
+            attention="attn",
+            width_attributes=("split_size", "embed_dim"),
+            extra_modules=("wpe", "drop"),
+        ),
+    ),
     FamilyEntry(
-        model_type="opt", family=ModelFamily.DECODER_ONLY, task="causal-lm", reader="opt",
+        model_type="gptj",
+        family=ModelFamily.DECODER_ONLY,
+        task="causal-lm",
+        reader="gpt2",
+        block_class="GPTJBlock",
+        size_keys={**_GPT2_KEYS, "positions": ("n_positions",)},
+        traits=Traits(fused_attention_kernel=False, softmax_fp32=True),
+    ),
+    FamilyEntry(
+        model_type="opt",
+        family=ModelFamily.DECODER_ONLY,
+        task="causal-lm",
+        reader="opt",
         block_class="OPTDecoderLayer",
-        size_keys={"hidden": ("hidden_size", "word_embed_proj_dim"), "layers": ("num_hidden_layers",),
-                   "heads": ("num_attention_heads",), "ffn": ("ffn_dim",), "positions": ("max_position_embeddings",)},
+        size_keys={
+            "hidden": ("hidden_size", "word_embed_proj_dim"),
+            "layers": ("num_hidden_layers",),
+            "heads": ("num_attention_heads",),
+            "ffn": ("ffn_dim",),
+            "positions": ("max_position_embeddings",),
+        },
         traits=Traits(softmax_fp32=True),
         parallel_plan=ParallelPlan(
-            backbone="model.decoder", token_embedding="embed_tokens", layers="layers", final_norm="final_layer_norm",
+            backbone="model.decoder",
+            token_embedding="embed_tokens",
+            layers="layers",
+            final_norm="final_layer_norm",
             layer_norms=("self_attn_layer_norm", "final_layer_norm"),
             column=(("self_attn.q_proj", 1), ("self_attn.k_proj", 1), ("self_attn.v_proj", 1), ("fc1", 1)),
-            row=("self_attn.out_proj", "fc2"), attention="self_attn", width_attributes=("embed_dim",),
-            extra_modules=("embed_positions",))),
-    FamilyEntry(model_type="bloom", family=ModelFamily.DECODER_ONLY, task="causal-lm", reader="bloom",
-                block_class="BloomBlock",
-                size_keys={"hidden": ("hidden_size", "n_embed"), "layers": ("n_layer", "num_hidden_layers"),
-                           "heads": ("n_head", "num_attention_heads"), "ffn": (), "positions": ()},
-                traits=Traits(fused_qkv=True, fused_attention_kernel=False, softmax_fp32=True)),
-    FamilyEntry(model_type="falcon", family=ModelFamily.DECODER_ONLY, task="causal-lm", reader="falcon",
-                block_class="FalconDecoderLayer",
-                size_keys={"hidden": ("hidden_size",), "layers": ("num_hidden_layers", "n_layer"),
-                           "heads": ("num_attention_heads", "n_head"), "ffn": ("ffn_hidden_size",),
-                           "positions": ("max_position_embeddings",)},
-                traits=Traits(fused_qkv=True, fused_attention_kernel=False, fused_qkv_rotary=True, softmax_fp32=True)),
-    FamilyEntry(model_type="gpt_neox", family=ModelFamily.DECODER_ONLY, task="causal-lm", reader="gpt_neox",
-                block_class="GPTNeoXLayer", size_keys=_LLAMA_KEYS, traits=Traits(fused_qkv=True, fused_qkv_rotary=True)),
-    _llama_like("llama", "LlamaDecoderLayer", LlamaStyle(transformers_class="LlamaForCausalLM", default_kv_heads=None,
-                default_head_dim=None, default_positions=2048, tied_by_default=False), plan=_llama_plan()),
-    _llama_like("mistral", "MistralDecoderLayer", LlamaStyle(
-        transformers_class="MistralForCausalLM", default_kv_heads=8, default_head_dim=None, default_positions=131072,
-        tied_by_default=False, bias="none"), plan=_llama_plan()),
-    _llama_like("mixtral", "MixtralDecoderLayer", LlamaStyle(
-        transformers_class="MixtralForCausalLM", default_kv_heads=8, default_head_dim=None, default_positions=131072,
-        tied_by_default=False, bias="none")),
-    _llama_like("qwen2", "Qwen2DecoderLayer", LlamaStyle(
-        transformers_class="Qwen2ForCausalLM", default_kv_heads=32, default_head_dim=None, default_positions=32768,
-        tied_by_default=False, bias="qkv"), plan=_llama_plan()),
-    _llama_like("qwen2_moe", "Qwen2MoeDecoderLayer", LlamaStyle(
-        transformers_class="Qwen2MoeForCausalLM", default_kv_heads=16, default_head_dim=None,
-        default_positions=32768, tied_by_default=False, bias="qkv_bias"),
-        traits=Traits(softmax_fp32=True, shared_expert=True)),
-    _llama_like("qwen3", "Qwen3DecoderLayer", LlamaStyle(
-        transformers_class="Qwen3ForCausalLM", default_kv_heads=32, default_head_dim=128, default_positions=32768,
-        tied_by_default=False), traits=Traits(softmax_fp32=True, qk_norm=True)),
-    _llama_like("gemma", "GemmaDecoderLayer", LlamaStyle(
-        transformers_class="GemmaForCausalLM", default_kv_heads=16, default_head_dim=256, default_positions=8192,
-        tied_by_default=True), traits=Traits(softmax_fp32=True, norm_fp32_weighting=True)),
-    _llama_like("gemma2", "Gemma2DecoderLayer", LlamaStyle(
-        transformers_class="Gemma2ForCausalLM", default_kv_heads=4, default_head_dim=256, default_positions=8192,
-        tied_by_default=True, norms_per_layer=4),
-        traits=Traits(softmax_fp32=True, four_norms=True, norm_fp32_weighting=True, score_softcapping=True,
-                      fused_attention_kernel=False)),
-    _llama_like("gemma3_text", "Gemma3DecoderLayer", LlamaStyle(
-        transformers_class="Gemma3ForCausalLM", default_kv_heads=4, default_head_dim=256, default_positions=131072,
-        tied_by_default=True, norms_per_layer=4),
-        traits=Traits(softmax_fp32=True, four_norms=True, norm_fp32_weighting=True, qk_norm=True)),
-    _llama_like("phi3", "Phi3DecoderLayer", LlamaStyle(
-        transformers_class="Phi3ForCausalLM", default_kv_heads=None, default_head_dim=None, default_positions=4096,
-        tied_by_default=False, bias="none"),
-        traits=Traits(softmax_fp32=True, fused_qkv=True, fused_gate_up=True, fused_qkv_rotary=True)),
-    FamilyEntry(model_type="bert", family=ModelFamily.ENCODER_ONLY, task="masked-lm", reader="bert",
-                block_class="BertLayer", size_keys={**_LLAMA_KEYS}),
-    FamilyEntry(model_type="roberta", family=ModelFamily.ENCODER_ONLY, task="masked-lm", reader="bert",
-                block_class="RobertaLayer", size_keys={**_LLAMA_KEYS}),
-    FamilyEntry(model_type="t5", family=ModelFamily.ENCODER_DECODER, task="seq2seq-lm", reader="t5",
-                block_class="T5Block",
-                size_keys={"hidden": ("d_model",), "layers": ("num_layers", "num_decoder_layers"),
-                           "heads": ("num_heads",), "ffn": ("d_ff",), "positions": ()},
-                traits=Traits(softmax_fp32=True, mlp_dropout=True)),
+            row=("self_attn.out_proj", "fc2"),
+            attention="self_attn",
+            width_attributes=("embed_dim",),
+            extra_modules=("embed_positions",),
+        ),
+    ),
+    FamilyEntry(
+        model_type="bloom",
+        family=ModelFamily.DECODER_ONLY,
+        task="causal-lm",
+        reader="bloom",
+        block_class="BloomBlock",
+        size_keys={
+            "hidden": ("hidden_size", "n_embed"),
+            "layers": ("n_layer", "num_hidden_layers"),
+            "heads": ("n_head", "num_attention_heads"),
+            "ffn": (),
+            "positions": (),
+        },
+        traits=Traits(fused_qkv=True, fused_attention_kernel=False, softmax_fp32=True),
+    ),
+    FamilyEntry(
+        model_type="falcon",
+        family=ModelFamily.DECODER_ONLY,
+        task="causal-lm",
+        reader="falcon",
+        block_class="FalconDecoderLayer",
+        size_keys={
+            "hidden": ("hidden_size",),
+            "layers": ("num_hidden_layers", "n_layer"),
+            "heads": ("num_attention_heads", "n_head"),
+            "ffn": ("ffn_hidden_size",),
+            "positions": ("max_position_embeddings",),
+        },
+        traits=Traits(fused_qkv=True, fused_attention_kernel=False, fused_qkv_rotary=True, softmax_fp32=True),
+    ),
+    FamilyEntry(
+        model_type="gpt_neox",
+        family=ModelFamily.DECODER_ONLY,
+        task="causal-lm",
+        reader="gpt_neox",
+        block_class="GPTNeoXLayer",
+        size_keys=_LLAMA_KEYS,
+        traits=Traits(fused_qkv=True, fused_qkv_rotary=True),
+    ),
+    _llama_like(
+        "llama",
+        "LlamaDecoderLayer",
+        LlamaStyle(
+            transformers_class="LlamaForCausalLM",
+            default_kv_heads=None,
+            default_head_dim=None,
+            default_positions=2048,
+            tied_by_default=False,
+        ),
+        plan=_llama_plan(),
+    ),
+    _llama_like(
+        "mistral",
+        "MistralDecoderLayer",
+        LlamaStyle(
+            transformers_class="MistralForCausalLM",
+            default_kv_heads=8,
+            default_head_dim=None,
+            default_positions=131072,
+            tied_by_default=False,
+            bias="none",
+        ),
+        plan=_llama_plan(),
+    ),
+    _llama_like(
+        "mixtral",
+        "MixtralDecoderLayer",
+        LlamaStyle(
+            transformers_class="MixtralForCausalLM",
+            default_kv_heads=8,
+            default_head_dim=None,
+            default_positions=131072,
+            tied_by_default=False,
+            bias="none",
+        ),
+    ),
+    _llama_like(
+        "qwen2",
+        "Qwen2DecoderLayer",
+        LlamaStyle(
+            transformers_class="Qwen2ForCausalLM",
+            default_kv_heads=32,
+            default_head_dim=None,
+            default_positions=32768,
+            tied_by_default=False,
+            bias="qkv",
+        ),
+        plan=_llama_plan(),
+    ),
+    _llama_like(
+        "qwen2_moe",
+        "Qwen2MoeDecoderLayer",
+        LlamaStyle(
+            transformers_class="Qwen2MoeForCausalLM",
+            default_kv_heads=16,
+            default_head_dim=None,
+            default_positions=32768,
+            tied_by_default=False,
+            bias="qkv_bias",
+        ),
+        traits=Traits(softmax_fp32=True, shared_expert=True),
+    ),
+    _llama_like(
+        "qwen3",
+        "Qwen3DecoderLayer",
+        LlamaStyle(
+            transformers_class="Qwen3ForCausalLM",
+            default_kv_heads=32,
+            default_head_dim=128,
+            default_positions=32768,
+            tied_by_default=False,
+        ),
+        traits=Traits(softmax_fp32=True, qk_norm=True),
+    ),
+    _llama_like(
+        "gemma",
+        "GemmaDecoderLayer",
+        LlamaStyle(
+            transformers_class="GemmaForCausalLM",
+            default_kv_heads=16,
+            default_head_dim=256,
+            default_positions=8192,
+            tied_by_default=True,
+        ),
+        traits=Traits(softmax_fp32=True, norm_fp32_weighting=True),
+    ),
+    _llama_like(
+        "gemma2",
+        "Gemma2DecoderLayer",
+        LlamaStyle(
+            transformers_class="Gemma2ForCausalLM",
+            default_kv_heads=4,
+            default_head_dim=256,
+            default_positions=8192,
+            tied_by_default=True,
+            norms_per_layer=4,
+        ),
+        traits=Traits(
+            softmax_fp32=True,
+            four_norms=True,
+            norm_fp32_weighting=True,
+            score_softcapping=True,
+            fused_attention_kernel=False,
+        ),
+    ),
+    _llama_like(
+        "gemma3_text",
+        "Gemma3DecoderLayer",
+        LlamaStyle(
+            transformers_class="Gemma3ForCausalLM",
+            default_kv_heads=4,
+            default_head_dim=256,
+            default_positions=131072,
+            tied_by_default=True,
+            norms_per_layer=4,
+        ),
+        traits=Traits(softmax_fp32=True, four_norms=True, norm_fp32_weighting=True, qk_norm=True),
+    ),
+    _llama_like(
+        "phi3",
+        "Phi3DecoderLayer",
+        LlamaStyle(
+            transformers_class="Phi3ForCausalLM",
+            default_kv_heads=None,
+            default_head_dim=None,
+            default_positions=4096,
+            tied_by_default=False,
+            bias="none",
+        ),
+        traits=Traits(softmax_fp32=True, fused_qkv=True, fused_gate_up=True, fused_qkv_rotary=True),
+    ),
+    FamilyEntry(
+        model_type="bert",
+        family=ModelFamily.ENCODER_ONLY,
+        task="masked-lm",
+        reader="bert",
+        block_class="BertLayer",
+        size_keys={**_LLAMA_KEYS},
+    ),
+    FamilyEntry(
+        model_type="roberta",
+        family=ModelFamily.ENCODER_ONLY,
+        task="masked-lm",
+        reader="bert",
+        block_class="RobertaLayer",
+        size_keys={**_LLAMA_KEYS},
+    ),
+    FamilyEntry(
+        model_type="t5",
+        family=ModelFamily.ENCODER_DECODER,
+        task="seq2seq-lm",
+        reader="t5",
+        block_class="T5Block",
+        size_keys={
+            "hidden": ("d_model",),
+            "layers": ("num_layers", "num_decoder_layers"),
+            "heads": ("num_heads",),
+            "ffn": ("d_ff",),
+            "positions": (),
+        },
+        traits=Traits(softmax_fp32=True, mlp_dropout=True),
+    ),
 )
 
 FAMILIES: dict[str, FamilyEntry] = {entry.model_type: entry for entry in _ENTRIES}
 
 
-def family_of(model_type: str) -> Optional[FamilyEntry]:
+def family_of(model_type: str) -> FamilyEntry | None:
     return FAMILIES.get(model_type)
 
 

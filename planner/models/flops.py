@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.memory.arch_traits import arch_traits
-from planner.models.spec import ModelFamily, ModelSpec
+from planner.models.spec import MlpKind, ModelFamily, ModelSpec
 from planner.training_config import ActivationCheckpointing, TrainingConfig
 
 # Adapters sit on every linear of a block (q, k, v, o and the MLP's), PEFT's
@@ -79,14 +79,18 @@ def model_shape(spec: ModelSpec) -> ModelShape:
         causal=spec.family is ModelFamily.DECODER_ONLY,
         experts=spec.num_experts,
         experts_per_token=spec.experts_per_token,
-        gated_mlp=spec.mlp_kind.value == "gated",
+        gated_mlp=spec.mlp_kind is MlpKind.GATED,
         norms_per_block=arch_traits(spec).norms_per_block,
         head_params=head_params,
         block_matmul_params_per_token=float(block_params),
         block_linear_shapes=_block_linear_shapes(spec, ffn),
         total_params=spec.params.total,
         trainable_params=spec.params.trainable,
-        expert_params=spec.num_layers * spec.num_experts * spec.hidden_size * ffn * (3 if spec.mlp_kind.value == "gated" else 2),
+        expert_params=spec.num_layers
+        * spec.num_experts
+        * spec.hidden_size
+        * ffn
+        * (3 if spec.mlp_kind is MlpKind.GATED else 2),
         rmsnorm=spec.norm == "rmsnorm",
         rotary=spec.position_embedding == "rotary",
     )
@@ -95,7 +99,7 @@ def model_shape(spec: ModelSpec) -> ModelShape:
 def _block_linear_shapes(spec: ModelSpec, ffn: int) -> tuple[tuple[int, int], ...]:
     h, hq, kv = spec.hidden_size, spec.num_heads * spec.head_dim, spec.kv_size
     attention = ((h, hq + 2 * kv), (hq, h))
-    mlp_in = 2 * ffn if spec.mlp_kind.value == "gated" else ffn
+    mlp_in = 2 * ffn if spec.mlp_kind is MlpKind.GATED else ffn
     mlp = ((h, mlp_in), (ffn, h))
     return attention + mlp
 

@@ -19,15 +19,15 @@ listing the supported ones.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
-from planner.models.families import FAMILIES
-from planner.models.config_fields import ConfigFields, basic_dims, present_spelling
 from planner.errors import ConfigFieldError, UserInputError
-from planner.models.spec import MlpKind, ModelFamily, ModelSpec, ParamCounts
+from planner.models.config_fields import ConfigFields, basic_dims
+from planner.models.families import FAMILIES
 from planner.models.param_formula import ArchitectureDims, LayoutDetails, formula_param_counts
+from planner.models.spec import MlpKind, ModelFamily, ModelSpec, ParamCounts
+
 
 class ParsedConfig(BaseModel):
     """What a config.json says, before any parameter counting."""
@@ -43,8 +43,9 @@ class ParsedConfig(BaseModel):
 
 # --- GPT-2 lineage: LayerNorm with biases, learned or rotary positions ---------------------------
 
-_GPT2_NAMES = dict(hidden=("n_embd", "hidden_size"), layers=("n_layer", "num_hidden_layers"),
-                   heads=("n_head", "num_attention_heads"))
+_GPT2_NAMES = dict(
+    hidden=("n_embd", "hidden_size"), layers=("n_layer", "num_hidden_layers"), heads=("n_head", "num_attention_heads")
+)
 
 
 def _read_gpt2_style(f: ConfigFields, model_type: str) -> ParsedConfig:
@@ -53,12 +54,16 @@ def _read_gpt2_style(f: ConfigFields, model_type: str) -> ParsedConfig:
     gptj = model_type == "gptj"
     return ParsedConfig(
         dims=ArchitectureDims(
-            model_type=model_type, **dims, ffn_size=f.int("n_inner", default=4 * dims["hidden_size"]),
+            model_type=model_type,
+            **dims,
+            ffn_size=f.int("n_inner", default=4 * dims["hidden_size"]),
             activation=f.str("activation_function", default="gelu_new"),
             max_position_embeddings=f.int("n_positions", "max_position_embeddings", default=2048 if gptj else 1024),
             tied_embeddings=f.bool("tie_word_embeddings", not gptj),
             position_embedding="rotary" if gptj else "learned",
-            attention_bias=not gptj, mlp_bias=True, parallel_attention_mlp=gptj,
+            attention_bias=not gptj,
+            mlp_bias=True,
+            parallel_attention_mlp=gptj,
         ),
         # GPT-J: one shared norm feeds attention and MLP, and its untied lm_head has a bias.
         layout=LayoutDetails(norms_per_layer=1, lm_head_bias=True) if gptj else LayoutDetails(fused_qkv=True),
@@ -76,10 +81,14 @@ def _read_opt(f: ConfigFields) -> ParsedConfig:
     final_norm = f.bool("do_layer_norm_before", True) and not f.bool("_remove_final_layer_norm", False)
     return ParsedConfig(
         dims=ArchitectureDims(
-            model_type="opt", **dims, ffn_size=f.int("ffn_dim"),
+            model_type="opt",
+            **dims,
+            ffn_size=f.int("ffn_dim"),
             activation=f.str("activation_function", default="relu"),
             max_position_embeddings=f.int("max_position_embeddings", default=2048),
-            tied_embeddings=f.bool("tie_word_embeddings", True), attention_bias=bias, mlp_bias=bias,
+            tied_embeddings=f.bool("tie_word_embeddings", True),
+            attention_bias=bias,
+            mlp_bias=bias,
         ),
         layout=LayoutDetails(
             position_offset=2,
@@ -93,15 +102,24 @@ def _read_opt(f: ConfigFields) -> ParsedConfig:
 
 
 def _read_bloom(f: ConfigFields) -> ParsedConfig:
-    dims = basic_dims(f, hidden=("hidden_size", "n_embed"), layers=("n_layer", "num_hidden_layers"),
-                       heads=("n_head", "num_attention_heads"))
+    dims = basic_dims(
+        f,
+        hidden=("hidden_size", "n_embed"),
+        layers=("n_layer", "num_hidden_layers"),
+        heads=("n_head", "num_attention_heads"),
+    )
     return ParsedConfig(
         dims=ArchitectureDims(
-            model_type="bloom", **dims, ffn_size=4 * dims["hidden_size"], activation="bloom_gelu",
+            model_type="bloom",
+            **dims,
+            ffn_size=4 * dims["hidden_size"],
+            activation="bloom_gelu",
             # ALiBi has no position table; seq_length is the training context.
             max_position_embeddings=f.int("seq_length", default=2048),
-            tied_embeddings=f.bool("tie_word_embeddings", True), position_embedding="alibi",
-            attention_bias=True, mlp_bias=True,
+            tied_embeddings=f.bool("tie_word_embeddings", True),
+            position_embedding="alibi",
+            attention_bias=True,
+            mlp_bias=True,
         ),
         layout=LayoutDetails(fused_qkv=True, embedding_norm=True),
         transformers_class="BloomForCausalLM",
@@ -124,13 +142,17 @@ def _read_falcon(f: ConfigFields) -> ParsedConfig:
     bias = f.bool("bias", False)
     return ParsedConfig(
         dims=ArchitectureDims(
-            model_type="falcon", **dims, num_kv_heads=kv_heads,
+            model_type="falcon",
+            **dims,
+            num_kv_heads=kv_heads,
             ffn_size=f.int("ffn_hidden_size", default=4 * dims["hidden_size"]),
             activation=f.str("activation", default="gelu"),
             max_position_embeddings=f.int("max_position_embeddings", default=2048),
             tied_embeddings=f.bool("tie_word_embeddings", True),
             position_embedding="alibi" if f.bool("alibi", False) else "rotary",
-            attention_bias=bias, mlp_bias=bias, parallel_attention_mlp=parallel,
+            attention_bias=bias,
+            mlp_bias=bias,
+            parallel_attention_mlp=parallel,
         ),
         layout=LayoutDetails(fused_qkv=True, norms_per_layer=2 if not parallel or norms_in_parallel == 2 else 1),
         transformers_class="FalconForCausalLM",
@@ -142,11 +164,15 @@ def _read_falcon(f: ConfigFields) -> ParsedConfig:
 def _read_gpt_neox(f: ConfigFields) -> ParsedConfig:
     return ParsedConfig(
         dims=ArchitectureDims(
-            model_type="gpt_neox", **basic_dims(f), ffn_size=f.int("intermediate_size"),
+            model_type="gpt_neox",
+            **basic_dims(f),
+            ffn_size=f.int("intermediate_size"),
             activation=f.str("hidden_act", default="gelu"),
             max_position_embeddings=f.int("max_position_embeddings", default=2048),
-            tied_embeddings=f.bool("tie_word_embeddings", False), position_embedding="rotary",
-            attention_bias=f.bool("attention_bias", True), mlp_bias=True,
+            tied_embeddings=f.bool("tie_word_embeddings", False),
+            position_embedding="rotary",
+            attention_bias=f.bool("attention_bias", True),
+            mlp_bias=True,
             parallel_attention_mlp=f.bool("use_parallel_residual", True),
         ),
         layout=LayoutDetails(fused_qkv=True),
@@ -162,22 +188,31 @@ def _read_gpt_neox(f: ConfigFields) -> ParsedConfig:
 def _read_moe(f: ConfigFields, model_type: str, layers: int, ffn: int) -> tuple[dict, dict]:
     """ArchitectureDims and LayoutDetails fields of the MoE models (empty for dense ones)."""
     if model_type == "mixtral":
-        dims = dict(num_experts=f.int("num_local_experts", "num_experts", default=8),
-                    experts_per_token=f.int("num_experts_per_tok", default=2), expert_ffn_size=ffn)
+        dims = dict(
+            num_experts=f.int("num_local_experts", "num_experts", default=8),
+            experts_per_token=f.int("num_experts_per_tok", default=2),
+            expert_ffn_size=ffn,
+        )
         layout: dict = {}
     elif model_type == "qwen2_moe":
         step, dense_only = f.int("decoder_sparse_step", default=1), set(f.int_list("mlp_only_layers"))
         sparse_layers = [i for i in range(layers) if i not in dense_only and (i + 1) % step == 0]
-        dims = dict(num_experts=f.int("num_experts", default=60),
-                    experts_per_token=f.int("num_experts_per_tok", default=4),
-                    expert_ffn_size=f.int("moe_intermediate_size", default=1408))
-        layout = dict(shared_expert_ffn_size=f.int("shared_expert_intermediate_size", default=5632, minimum=0),
-                      dense_layers=layers - len(sparse_layers))
+        dims = dict(
+            num_experts=f.int("num_experts", default=60),
+            experts_per_token=f.int("num_experts_per_tok", default=4),
+            expert_ffn_size=f.int("moe_intermediate_size", default=1408),
+        )
+        layout = dict(
+            shared_expert_ffn_size=f.int("shared_expert_intermediate_size", default=5632, minimum=0),
+            dense_layers=layers - len(sparse_layers),
+        )
     else:
         return {}, {}
     if dims["experts_per_token"] > dims["num_experts"]:
-        raise f.error("num_experts_per_tok",
-                      f"({dims['experts_per_token']}) exceeds the number of experts ({dims['num_experts']})")
+        raise f.error(
+            "num_experts_per_tok",
+            f"({dims['experts_per_token']}) exceeds the number of experts ({dims['num_experts']})",
+        )
     return dims, layout
 
 
@@ -202,19 +237,31 @@ def _read_llama_style(f: ConfigFields, model_type: str) -> ParsedConfig:
     gemma = model_type.startswith("gemma")
     return ParsedConfig(
         dims=ArchitectureDims(
-            model_type=model_type, hidden_size=hidden, num_layers=layers, num_heads=heads,
-            num_kv_heads=kv_heads, head_dim=head_dim, ffn_size=ffn, mlp_kind=MlpKind.GATED,
+            model_type=model_type,
+            hidden_size=hidden,
+            num_layers=layers,
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            ffn_size=ffn,
+            mlp_kind=MlpKind.GATED,
             activation=f.str("hidden_activation", "hidden_act", default="gelu_pytorch_tanh" if gemma else "silu"),
             vocab_size=f.int("vocab_size"),
             max_position_embeddings=f.int("max_position_embeddings", default=style.default_positions),
             tied_embeddings=f.bool("tie_word_embeddings", style.tied_by_default),
-            norm="rmsnorm", position_embedding="rotary", attention_bias=qkv_bias,
-            mlp_bias=model_type == "llama" and f.bool("mlp_bias", False), **moe_dims,
+            norm="rmsnorm",
+            position_embedding="rotary",
+            attention_bias=qkv_bias,
+            mlp_bias=model_type == "llama" and f.bool("mlp_bias", False),
+            **moe_dims,
         ),
         layout=LayoutDetails(
-            norms_per_layer=style.norms_per_layer, qk_norm=entry.traits.qk_norm,
+            norms_per_layer=style.norms_per_layer,
+            qk_norm=entry.traits.qk_norm,
             attention_output_bias=qkv_bias and style.bias == "attention_bias",
-            fused_qkv=model_type == "phi3", fused_gate_up=model_type == "phi3", **moe_layout,
+            fused_qkv=model_type == "phi3",
+            fused_gate_up=model_type == "phi3",
+            **moe_layout,
         ),
         transformers_class=style.transformers_class,
         hidden_dropout=f.probability("resid_pdrop") if model_type == "phi3" else 0.0,
@@ -228,15 +275,21 @@ def _read_llama_style(f: ConfigFields, model_type: str) -> ParsedConfig:
 def _read_bert_style(f: ConfigFields, model_type: str) -> ParsedConfig:
     return ParsedConfig(
         dims=ArchitectureDims(
-            family=ModelFamily.ENCODER_ONLY, model_type=model_type, **basic_dims(f),
-            ffn_size=f.int("intermediate_size"), activation=f.str("hidden_act", default="gelu"),
+            family=ModelFamily.ENCODER_ONLY,
+            model_type=model_type,
+            **basic_dims(f),
+            ffn_size=f.int("intermediate_size"),
+            activation=f.str("hidden_act", default="gelu"),
             max_position_embeddings=f.int("max_position_embeddings", default=512),
             tied_embeddings=True,  # the base model has no output head to tie or untie
-            attention_bias=True, mlp_bias=True,
+            attention_bias=True,
+            mlp_bias=True,
         ),
         layout=LayoutDetails(
             token_type_vocab_size=f.int("type_vocab_size", default=2, minimum=0),
-            embedding_norm=True, final_norms=0, pooler=True,
+            embedding_norm=True,
+            final_norms=0,
+            pooler=True,
         ),
         transformers_class="BertModel" if model_type == "bert" else "RobertaModel",
         hidden_dropout=f.probability("hidden_dropout_prob", default=0.1),
@@ -248,18 +301,24 @@ def _read_t5(f: ConfigFields) -> ParsedConfig:
     feed_forward = f.str("feed_forward_proj", default="relu")
     parts = feed_forward.split("-")
     if len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated"):
-        raise f.error("feed_forward_proj", f"must be 'ACT' or 'gated-ACT' such as 'relu' or 'gated-gelu', "
-                                           f"got {feed_forward!r}")
+        raise f.error(
+            "feed_forward_proj", f"must be 'ACT' or 'gated-ACT' such as 'relu' or 'gated-gelu', got {feed_forward!r}"
+        )
     encoder_layers = f.int("num_layers", "num_hidden_layers")
     decoder_layers = f.int("num_decoder_layers", default=encoder_layers)
     dropout = f.probability("dropout_rate", default=0.1)
     return ParsedConfig(
         dims=ArchitectureDims(
-            family=ModelFamily.ENCODER_DECODER, model_type="t5", hidden_size=f.int("d_model", "hidden_size"),
-            num_layers=encoder_layers + decoder_layers, num_encoder_layers=encoder_layers,
-            num_decoder_layers=decoder_layers, num_heads=f.int("num_heads", "num_attention_heads"),
+            family=ModelFamily.ENCODER_DECODER,
+            model_type="t5",
+            hidden_size=f.int("d_model", "hidden_size"),
+            num_layers=encoder_layers + decoder_layers,
+            num_encoder_layers=encoder_layers,
+            num_decoder_layers=decoder_layers,
+            num_heads=f.int("num_heads", "num_attention_heads"),
             # Attention width is heads x d_kv, which need not equal d_model (t5-3b, t5-11b).
-            head_dim=f.int("d_kv", default=64), ffn_size=f.int("d_ff"),
+            head_dim=f.int("d_kv", default=64),
+            ffn_size=f.int("d_ff"),
             mlp_kind=MlpKind.GATED if len(parts) == 2 else MlpKind.STANDARD,
             # transformers runs T5 v1.1's 'gated-gelu' with the tanh-approximated gelu_new.
             activation="gelu_new" if feed_forward == "gated-gelu" else parts[-1],
@@ -267,10 +326,13 @@ def _read_t5(f: ConfigFields) -> ParsedConfig:
             # Relative positions have no table; n_positions is the length it was trained for.
             max_position_embeddings=f.int("n_positions", default=512),
             # T5 v1.1 and T0 keep a separate lm_head (tie_word_embeddings: false).
-            tied_embeddings=f.bool("tie_word_embeddings", True), norm="rmsnorm", position_embedding="relative",
+            tied_embeddings=f.bool("tie_word_embeddings", True),
+            norm="rmsnorm",
+            position_embedding="relative",
         ),
-        layout=LayoutDetails(final_norms=2, relative_attention_buckets=f.int("relative_attention_num_buckets",
-                                                                              default=32)),
+        layout=LayoutDetails(
+            final_norms=2, relative_attention_buckets=f.int("relative_attention_num_buckets", default=32)
+        ),
         transformers_class="T5ForConditionalGeneration",
         hidden_dropout=dropout,
         attention_dropout=dropout,
@@ -288,9 +350,15 @@ _READER_FUNCTIONS: dict[str, Callable[[ConfigFields, str], ParsedConfig]] = {
     "bert": _read_bert_style,
     "t5": lambda f, model_type: _read_t5(f),
 }
+
+
+def _reader_for(model_type: str) -> Callable[[ConfigFields], ParsedConfig]:
+    read = _READER_FUNCTIONS[FAMILIES[model_type].reader]
+    return lambda fields: read(fields, model_type)
+
+
 _READERS: dict[str, Callable[[ConfigFields], ParsedConfig]] = {
-    model_type: (lambda f, t=model_type, read=_READER_FUNCTIONS[entry.reader]: read(f, t))
-    for model_type, entry in FAMILIES.items()
+    model_type: _reader_for(model_type) for model_type in FAMILIES
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_READERS))

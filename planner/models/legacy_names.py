@@ -45,7 +45,5 @@ def check_model_family(model_family: str) -> tuple[ModelFamily, ...]:
     key = model_family.strip().lower().replace("-", "_")
     families = LEGACY_MODEL_FAMILIES.get(key)
     if families is None:
-        raise UserInputError(
-            f"unknown model family '{model_family}'; use one of {', '.join(LEGACY_MODEL_FAMILIES)}"
-        )
+        raise UserInputError(f"unknown model family '{model_family}'; use one of {', '.join(LEGACY_MODEL_FAMILIES)}")
     return families

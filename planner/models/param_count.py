@@ -54,6 +54,7 @@ def build_meta_model(config: dict) -> Any:
         raise ValueError("config has no model_type")
     with _quiet_transformers():
         hf_config = AutoConfig.for_model(model_type, **fields)
+        auto_class: Any
         if model_type in _ENCODER_MODEL_TYPES:
             auto_class = AutoModel
         elif getattr(hf_config, "is_encoder_decoder", False):

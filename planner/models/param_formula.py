@@ -25,11 +25,11 @@ Two inputs:
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from planner.models.spec import MlpKind, ModelFamily, ParamCounts
+from planner.models.spec import MlpKind, ModelFamily, ModelSpec, ParamCounts
 
 
 class ArchitectureDims(BaseModel):
@@ -83,31 +83,8 @@ class ArchitectureDims(BaseModel):
         return values
 
 
-class Architecture(Protocol):
-    """What the formula reads: satisfied by both ArchitectureDims and ModelSpec."""
-
-    family: ModelFamily
-    model_type: str
-    hidden_size: int
-    num_layers: int
-    num_encoder_layers: int
-    num_decoder_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    ffn_size: int
-    mlp_kind: MlpKind
-    vocab_size: int
-    max_position_embeddings: int
-    tied_embeddings: bool
-    norm: str
-    position_embedding: str
-    attention_bias: bool
-    mlp_bias: bool
-    parallel_attention_mlp: bool
-    num_experts: int
-    experts_per_token: int
-    expert_ffn_size: int
+# What the formula reads: an ArchitectureDims before counting, or a ModelSpec after (same field names).
+Architecture = ArchitectureDims | ModelSpec
 
 
 class LayoutDetails(BaseModel):

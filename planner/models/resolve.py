@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 
 from planner.errors import UserInputError
-from planner.models.hf_config import spec_from_hf_config
 from planner.models.catalog import find_model, suggest_models
+from planner.models.hf_config import spec_from_hf_config
 from planner.models.spec import ModelSpec
 
 
@@ -26,7 +26,9 @@ def resolve_model(name: str, *, exact_counts: bool = True) -> ModelSpec:
     without it, or when transformers cannot build it, the formula counts stand.
     """
     if not name or not name.strip():
-        raise UserInputError("no model given; name a catalog model (see 'hardware-selector models') or a config.json path")
+        raise UserInputError(
+            "no model given; name a catalog model (see 'hardware-selector models') or a config.json path"
+        )
     path = Path(name).expanduser()
     if path.exists():
         return spec_from_config_path(path, exact_counts=exact_counts)
@@ -37,7 +39,9 @@ def resolve_model(name: str, *, exact_counts: bool = True) -> ModelSpec:
     if cached_config is not None:
         return spec_from_config_path(cached_config, exact_counts=exact_counts, display_name=name)
     suggestions = suggest_models(name)
-    hint = f"did you mean {', '.join(repr(s) for s in suggestions)}?" if suggestions else "see 'hardware-selector models'"
+    hint = (
+        f"did you mean {', '.join(repr(s) for s in suggestions)}?" if suggestions else "see 'hardware-selector models'"
+    )
     raise UserInputError(
         f"unknown model '{name}'; {hint} (or pass a config.json path, or --params / the dimension flags)"
     )
@@ -108,7 +112,7 @@ def find_in_hf_cache(name: str) -> Path | None:
     wanted = name.strip().replace("/", "--").lower()
     for root in hf_cache_roots():
         for repo_dir in sorted(root.glob("models--*")):
-            repo = repo_dir.name[len("models--"):].lower()
+            repo = repo_dir.name[len("models--") :].lower()
             if repo != wanted and repo.split("--", 1)[-1] != wanted:
                 continue
             config = _snapshot_config(repo_dir)
@@ -146,7 +150,13 @@ def spec_from_dimensions(
 ) -> ModelSpec:
     """A decoder of these dimensions: Llama-shaped (or Mixtral-shaped with experts)
     for a gated MLP, GPT-2-shaped for a standard one. Counts come from the formula."""
-    for flag, value in (("--hidden", hidden), ("--layers", layers), ("--heads", heads), ("--ffn", ffn), ("--vocab", vocab)):
+    for flag, value in (
+        ("--hidden", hidden),
+        ("--layers", layers),
+        ("--heads", heads),
+        ("--ffn", ffn),
+        ("--vocab", vocab),
+    ):
         if value is None or value < 1:
             raise UserInputError(f"{flag} must be a positive whole number")
     if hidden % heads:
@@ -176,7 +186,9 @@ def spec_from_dimensions(
             config.update(num_local_experts=experts, num_experts_per_tok=top_k)
     elif mlp == "standard":
         if experts or kv_heads != heads:
-            raise UserInputError("--experts and --kv-heads describe gated (Llama/Mixtral-shaped) models; add --mlp gated")
+            raise UserInputError(
+                "--experts and --kv-heads describe gated (Llama/Mixtral-shaped) models; add --mlp gated"
+            )
         config = {
             "model_type": "gpt2",
             "n_embd": hidden,

@@ -97,17 +97,14 @@ class ModelSpec(BaseModel):
     origin: str = "catalog"
 
     @model_validator(mode="after")
-    def _check_consistency(self) -> "ModelSpec":
+    def _check_consistency(self) -> ModelSpec:
         if self.num_heads % self.num_kv_heads != 0:
-            raise ValueError(
-                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
-            )
-        if self.family is ModelFamily.ENCODER_DECODER:
-            if self.num_encoder_layers + self.num_decoder_layers != self.num_layers:
-                raise ValueError("num_layers must equal num_encoder_layers + num_decoder_layers")
-        if self.num_experts:
-            if not 0 < self.experts_per_token <= self.num_experts:
-                raise ValueError("experts_per_token must be between 1 and num_experts")
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+        encoder_decoder = self.family is ModelFamily.ENCODER_DECODER
+        if encoder_decoder and self.num_encoder_layers + self.num_decoder_layers != self.num_layers:
+            raise ValueError("num_layers must equal num_encoder_layers + num_decoder_layers")
+        if self.num_experts and not 0 < self.experts_per_token <= self.num_experts:
+            raise ValueError("experts_per_token must be between 1 and num_experts")
         return self
 
     @property

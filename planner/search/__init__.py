@@ -6,7 +6,7 @@
 - candidates.py: memory first, throughput for fits, with exact pruning.
 - explain.py: each plan's reasons and each family's fate, with sources.
 - suggest.py: what would fit when nothing does.
-- search.py: search_plans, the entry point (contract item 4).
+- search.py: search_plans, the entry point (docs/search.md).
 """
 
 from planner.search.request import Objective, PlanRequest, StrategyKind

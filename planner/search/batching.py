@@ -28,7 +28,10 @@ def resolve_global_batch(request: PlanRequest, world_size: int) -> tuple[int, st
         return request.global_batch, None
     if request.micro_batch is not None:
         batch = request.micro_batch * world_size
-        return batch, f"global batch {batch} = micro-batch {request.micro_batch} x {world_size} GPUs (no --global-batch given)"
+        return (
+            batch,
+            f"global batch {batch} = micro-batch {request.micro_batch} x {world_size} GPUs (no --global-batch given)",
+        )
     sequences = math.ceil(DEFAULT_TOKENS_PER_STEP / request.seq_len / world_size) * world_size
     return sequences, (
         f"global batch {sequences} sequences = about {sequences * request.seq_len / 1e6:.1f}M tokens per step "

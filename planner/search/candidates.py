@@ -15,18 +15,18 @@ tests/test_search_pruning.py checks all three against an exhaustive evaluation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import estimate_memory_bytes
 from planner.models.spec import ModelSpec
-from planner.throughput.estimate import estimate_throughput
-from planner.throughput.result import ThroughputEstimate
-from planner.training_config import ActivationCheckpointing, Precision, TrainingConfig
 from planner.search.batching import batch_options, infeasible_batch_reason
 from planner.search.layouts import Layout, enumerate_layouts
 from planner.search.request import Objective, PlanRequest
+from planner.throughput.estimate import estimate_throughput
+from planner.throughput.result import ThroughputEstimate
+from planner.training_config import ActivationCheckpointing, Precision, TrainingConfig
 
 ThroughputAdjust = Callable[[TrainingConfig, ThroughputEstimate], ThroughputEstimate]
 
@@ -51,8 +51,8 @@ class FamilyRecord:
     family: str
     fitting: list[Scored] = field(default_factory=list)
     # The least memory any non-fitting candidate needed, and that candidate.
-    smallest_miss: Optional[tuple[int, TrainingConfig, ClusterSpec]] = None
-    infeasible: Optional[str] = None  # why no candidate could even be built
+    smallest_miss: tuple[int, TrainingConfig, ClusterSpec] | None = None
+    infeasible: str | None = None  # why no candidate could even be built
 
 
 @dataclass
@@ -128,7 +128,7 @@ class CandidateEvaluator:
         self,
         spec: ModelSpec,
         request: PlanRequest,
-        throughput_adjust: Optional[ThroughputAdjust] = None,
+        throughput_adjust: ThroughputAdjust | None = None,
     ) -> None:
         self.spec = spec
         self.request = request
@@ -177,12 +177,15 @@ class CandidateEvaluator:
         for layout in enumerate_layouts(self.spec, cluster, request):
             record = self._family(layout.family)
             dp = cluster.world_size // (layout.tensor_parallel * layout.pipeline_parallel)
+            assert request.global_batch is not None  # search_plans resolves the batch before the candidates
             batches = batch_options(
                 request, request.global_batch, dp, layout.pipeline_parallel, layout.micro_batch_rounds
             )
             if not batches:
                 if not record.fitting and record.smallest_miss is None:
-                    record.infeasible = infeasible_batch_reason(request, request.global_batch, dp, layout.pipeline_parallel)
+                    record.infeasible = infeasible_batch_reason(
+                        request, request.global_batch, dp, layout.pipeline_parallel
+                    )
                 continue
             record.infeasible = None
             for precision in precisions_for(cluster, request):
@@ -192,7 +195,12 @@ class CandidateEvaluator:
                     remaining = allowed_ac[index:]
                     # Nothing fit with less recomputation: if the lightest candidates do not fit
                     # either, skip the levels in between (memory never grows with more AC).
-                    if index and not fitting_micros and len(remaining) > 1 and not self._lightest_fits(group, remaining):
+                    if (
+                        index
+                        and not fitting_micros
+                        and len(remaining) > 1
+                        and not self._lightest_fits(group, remaining)
+                    ):
                         break
                     scored += self._scan_micro_batches(group, ac, fitting_micros)
         return scored
@@ -200,7 +208,13 @@ class CandidateEvaluator:
     def _lightest_fits(self, group: Group, remaining_ac: list[ActivationCheckpointing]) -> bool:
         """False when even the lightest candidates (most recomputation, smallest micro-batch, and the
         accumulation-free one) do not fit: then no candidate at the remaining AC levels does."""
-        layout, record, cluster, batches, precision = group.layout, group.record, group.cluster, group.batches, group.precision
+        layout, record, cluster, batches, precision = (
+            group.layout,
+            group.record,
+            group.cluster,
+            group.batches,
+            group.precision,
+        )
         base = self._base_fields(layout, precision, remaining_ac[-1])
         evaluations_before = self.counters.memory_evaluations
         lightest = [batches[0]] + ([batches[-1]] if len(batches) > 1 and batches[-1][1] == 1 else [])
@@ -224,7 +238,13 @@ class CandidateEvaluator:
         candidate (last, when a global batch is given) is evaluated on its own.
         """
         counters = self.counters
-        layout, record, cluster, batches, precision = group.layout, group.record, group.cluster, group.batches, group.precision
+        layout, record, cluster, batches, precision = (
+            group.layout,
+            group.record,
+            group.cluster,
+            group.batches,
+            group.precision,
+        )
         # Validated once; micro-batch and accumulation (positive, generated here) are copied in.
         base = TrainingConfig(**self._base_fields(layout, precision, ac))
         counters.considered += len(batches)

@@ -6,15 +6,14 @@ the throughput estimator's (or a calibration's), or the catalog.
 
 from __future__ import annotations
 
-from planner.hardware.cluster import ClusterSpec
 from planner.evaluate import memory_on
 from planner.memory.estimate import MemoryEstimate
 from planner.models.spec import ModelSpec
+from planner.search.candidates import FamilyRecord, Scored
+from planner.search.request import Objective, PlanRequest
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import ActivationCheckpointing, TrainingConfig
 from planner.units import GIB
-from planner.search.candidates import FamilyRecord, Scored
-from planner.search.request import Objective, PlanRequest
 
 # Plans within this share of the best score count as equal: the estimators'
 # errors are larger (docs/accuracy.md), so the simpler layout is preferred.
@@ -43,7 +42,11 @@ def throughput_source(throughput: ThroughputEstimate) -> str:
 
 
 def describe_config(config: TrainingConfig) -> str:
-    ac = "" if config.activation_checkpointing is ActivationCheckpointing.NONE else f", {config.activation_checkpointing.value} AC"
+    ac = (
+        ""
+        if config.activation_checkpointing is ActivationCheckpointing.NONE
+        else f", {config.activation_checkpointing.value} AC"
+    )
     return f"micro-batch {config.micro_batch}{ac}"
 
 
@@ -126,11 +129,12 @@ def _slowdown_cause(slow: ThroughputEstimate, fast: ThroughputEstimate) -> str:
         name: getattr(slow.breakdown, name) / slow_tokens - getattr(fast.breakdown, name) / fast_tokens
         for name in SLOWDOWN_CAUSES
     }
-    name = max(deltas, key=deltas.get)
+    name = max(deltas, key=lambda cause: deltas[cause])
     return SLOWDOWN_CAUSES[name] if deltas[name] > 0 else "a less efficient layout"
 
 
 def _miss_line(spec: ModelSpec, record: FamilyRecord, request: PlanRequest) -> str:
+    assert record.smallest_miss is not None  # callers ask only for families that missed
     total, config, cluster = record.smallest_miss
     memory = memory_on(spec, config, cluster, headroom_fraction=request.headroom_fraction)
     at = f"{describe_config(config)} on {cluster.world_size} GPUs"
@@ -139,9 +143,7 @@ def _miss_line(spec: ModelSpec, record: FamilyRecord, request: PlanRequest) -> s
             f"needs {gib(memory.cpu_per_node_bytes)} CPU RAM per node for offload > {gib(memory.cpu_capacity_per_node_bytes)} "
             f"({at}) [{MEMORY_SOURCE}]"
         )
-    return (
-        f"{gib(memory.total)} per GPU > {gib(memory.usable_bytes)} usable, even at {at} [{MEMORY_SOURCE}]"
-    )
+    return f"{gib(memory.total)} per GPU > {gib(memory.usable_bytes)} usable, even at {at} [{MEMORY_SOURCE}]"
 
 
 def family_fates(
@@ -157,10 +159,13 @@ def family_fates(
         if best is not None and name == best.layout.family:
             continue
         if name in family_best:
+            assert best is not None  # a family had a fitting plan, so there is a best one
             item = family_best[name]
             if item.score >= best.score * (1 - TIE_TOLERANCE):
                 if best.cluster.world_size > item.cluster.world_size:
-                    why = f"it uses {best.cluster.world_size} GPUs, not {item.cluster.world_size}, so it finishes sooner"
+                    why = (
+                        f"it uses {best.cluster.world_size} GPUs, not {item.cluster.world_size}, so it finishes sooner"
+                    )
                 elif best.layout.complexity < item.layout.complexity:
                     why = "it is simpler"
                 else:

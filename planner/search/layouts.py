@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from planner.contract.layout import ParallelDims
 from planner.hardware.cluster import ClusterSpec
 from planner.models.families import parallel_model_types
 from planner.models.spec import ModelFamily, ModelSpec
-from planner.training_config import FsdpSharding, Offload, PipelineSchedule, Strategy, TrainingConfig
 from planner.search.request import PlanRequest, StrategyKind
+from planner.training_config import FsdpSharding, Offload, PipelineSchedule, Strategy, TrainingConfig
 
 # Model types our engine has tensor-parallel plans for (backends/tensor_parallel,
 # docs/parallelism.md); other models train with DDP, FSDP or DeepSpeed.
@@ -62,11 +63,11 @@ class Layout:
 
     @property
     def tensor_parallel(self) -> int:
-        return self.fields.get("tensor_parallel", 1)
+        return self.fields["layout"].tp if "layout" in self.fields else 1
 
     @property
     def pipeline_parallel(self) -> int:
-        return self.fields.get("pipeline_parallel", 1)
+        return self.fields["layout"].pp if "layout" in self.fields else 1
 
     @property
     def micro_batch_rounds(self) -> int:
@@ -162,13 +163,11 @@ def _engine_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[Layout]:
                     fields = {
                         "strategy": Strategy.ENGINE,
                         "zero_stage": stage,
-                        "tensor_parallel": tp,
-                        "pipeline_parallel": pp,
+                        "layout": ParallelDims(tp=tp, pp=pp, virtual_stages=chunks),
                         # Sequence parallelism moves the same bytes as TP's all-reduces
                         # and divides the activations by tp (Korthikanti et al. 2022): always on.
                         "sequence_parallel": tp > 1,
                         "pipeline_schedule": schedule,
-                        "virtual_stages": chunks,
                     }
                     complexity = 4 + (pp > 1) + (tp > 1 and pp > 1) + stage // 2
                     layouts.append(_layout(complexity, fields))
@@ -188,5 +187,9 @@ def enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanReques
         layouts += _engine_layouts(spec, cluster)
     if request.qlora:
         # The 4-bit base cannot be partitioned by ZeRO-3.
-        layouts = [l for l in layouts if not (l.fields.get("strategy") is Strategy.DEEPSPEED and l.fields.get("zero_stage") == 3)]
+        layouts = [
+            kept
+            for kept in layouts
+            if not (kept.fields.get("strategy") is Strategy.DEEPSPEED and kept.fields.get("zero_stage") == 3)
+        ]
     return layouts

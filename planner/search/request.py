@@ -7,7 +7,6 @@ training target and how candidates are judged.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -41,12 +40,12 @@ class PlanRequest(BaseModel):
 
     seq_len: int = Field(default=2048, ge=1)
     # Sequences per optimizer step; when set, micro x accum x dp must equal it.
-    global_batch: Optional[int] = Field(default=None, ge=1)
+    global_batch: int | None = Field(default=None, ge=1)
     # Sequences per GPU per micro-step; when unset the search picks it.
-    micro_batch: Optional[int] = Field(default=None, ge=1)
+    micro_batch: int | None = Field(default=None, ge=1)
     max_micro_batch: int = Field(default=64, ge=1)
     # None: bf16-mixed where the GPU has bf16, else fp16-mixed, else fp32.
-    precision: Optional[Precision] = None
+    precision: Precision | None = None
     optimizer: OptimizerKind = OptimizerKind.ADAMW
     attention: AttentionKernel = AttentionKernel.SDPA
     activation_checkpointing: tuple[ActivationCheckpointing, ...] = tuple(ActivationCheckpointing)
@@ -58,10 +57,10 @@ class PlanRequest(BaseModel):
     top_k: int = Field(default=5, ge=1)
     headroom_fraction: float = Field(default=0.1, ge=0.0, lt=1.0)
     # Token budget for time-to-train and cost; None = 20 tokens per parameter (Chinchilla).
-    train_tokens: Optional[float] = Field(default=None, gt=0)
+    train_tokens: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
-    def _check(self) -> "PlanRequest":
+    def _check(self) -> PlanRequest:
         if self.micro_batch is not None and self.global_batch is not None and self.global_batch % self.micro_batch:
             raise UserInputError(
                 f"--global-batch {self.global_batch} is not a multiple of --micro-batch {self.micro_batch}"

@@ -1,8 +1,6 @@
-"""What the strategy search returns (contract item 4)."""
+"""What the strategy search returns (docs/search.md)."""
 
 from __future__ import annotations
-
-from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,7 +28,7 @@ class SearchStats(BaseModel):
 class SearchResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    best: Optional[Plan]
+    best: Plan | None
     candidates: list[Plan] = Field(default_factory=list)  # best plan of each strategy family, ranked
     rejected: dict[str, str] = Field(default_factory=dict)  # strategy family -> its fate, one line
     suggestions: list[str] = Field(default_factory=list)  # what would make it fit, when nothing does

@@ -1,18 +1,16 @@
-"""search_plans: every way to train this model on this cluster, filtered to what fits, ranked (contract item 4)."""
+"""search_plans: every way to train this model on this cluster, filtered to what fits, ranked (docs/search.md)."""
 
 from __future__ import annotations
 
 import bisect
 import time
-from typing import Optional
 
-from planner.hardware.cluster import ClusterSpec
 from planner.errors import UserInputError
 from planner.evaluate import memory_on
+from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import MemoryEstimate
 from planner.models.spec import ModelSpec
 from planner.plan import Plan
-from planner.training_config import TrainingConfig
 from planner.search.batching import resolve_global_batch
 from planner.search.candidates import CandidateEvaluator, Scored, ThroughputAdjust, cluster_variants
 from planner.search.explain import TIE_TOLERANCE, family_fates, plan_reasons
@@ -20,7 +18,7 @@ from planner.search.layouts import engine_applicability, tensor_parallel_degrees
 from planner.search.request import PlanRequest, StrategyKind
 from planner.search.result import SearchResult, SearchStats
 from planner.search.suggest import suggestions
-
+from planner.training_config import TrainingConfig
 
 
 def _check_request(spec: ModelSpec, request: PlanRequest) -> None:
@@ -38,12 +36,13 @@ def _pick(items: list[Scored]) -> tuple[Scored, Scored]:
     return chosen, fastest
 
 
-def _to_plan(item: Scored, spec: ModelSpec, memory: MemoryEstimate, reasons: list[str], calibration: Optional[str]) -> Plan:
+def _to_plan(
+    item: Scored, spec: ModelSpec, memory: MemoryEstimate, reasons: list[str], calibration: str | None
+) -> Plan:
     return Plan(
         model=spec,
         cluster=item.cluster,
         config=item.config,
-        layout=Plan.layout_for(item.config, item.cluster.world_size),
         memory=memory,
         throughput=item.throughput,
         reasons=reasons,
@@ -55,9 +54,9 @@ def search_plans(
     spec: ModelSpec,
     cluster: ClusterSpec,
     request: PlanRequest = PlanRequest(),
-    throughput_adjust: Optional[ThroughputAdjust] = None,
+    throughput_adjust: ThroughputAdjust | None = None,
     *,
-    calibration: Optional[str] = None,
+    calibration: str | None = None,
 ) -> SearchResult:
     """Enumerate, filter to fits, rank by the request's objective, explain.
 
@@ -113,8 +112,14 @@ def search_plans(
                 fastest=fastest if item is best_item else _pick(evaluator.families[item.layout.family].fitting)[1],
             )
             if item.cluster.world_size < cluster.world_size:
-                whole = max((other for other in scored if other.cluster is cluster), key=lambda other: other.score, default=None)
-                gain = f"; the best plan on all {cluster.world_size} scores {whole.score / item.score:.2f}x of this" if whole else ""
+                whole = max(
+                    (other for other in scored if other.cluster is cluster), key=lambda other: other.score, default=None
+                )
+                gain = (
+                    f"; the best plan on all {cluster.world_size} scores {whole.score / item.score:.2f}x of this"
+                    if whole
+                    else ""
+                )
                 reasons.append(
                     f"uses {item.cluster.world_size} of the {cluster.world_size} GPUs: better {request.objective.value} "
                     f"than spreading over all of them{gain}"

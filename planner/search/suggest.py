@@ -7,15 +7,15 @@ a "fits" here means some plan exists; the global batch may need adjusting.
 
 from __future__ import annotations
 
+from planner.evaluate import memory_on
 from planner.hardware.cluster import ClusterSpec, make_cluster
 from planner.hardware.gpus import load_gpu_catalog
-from planner.evaluate import memory_on
 from planner.models.spec import ModelSpec
-from planner.training_config import ActivationCheckpointing, TrainingConfig
 from planner.search.batching import MICRO_BATCHES_PER_STAGE
 from planner.search.candidates import precisions_for
 from planner.search.layouts import enumerate_layouts
 from planner.search.request import PlanRequest
+from planner.training_config import ActivationCheckpointing, TrainingConfig
 
 MAX_GPUS = 1024
 DEFAULT_NODE_GPUS = 8
@@ -51,7 +51,11 @@ def _sizes(cluster: ClusterSpec) -> list[ClusterSpec]:
     ram_per_gpu = cluster.cpu_ram_per_node_bytes / cluster.gpus_per_node  # host RAM comes with the GPUs
 
     def sized(gpus_per_node: int, nodes: int) -> ClusterSpec:
-        update = {"gpus_per_node": gpus_per_node, "num_nodes": nodes, "cpu_ram_per_node_bytes": int(ram_per_gpu * gpus_per_node)}
+        update = {
+            "gpus_per_node": gpus_per_node,
+            "num_nodes": nodes,
+            "cpu_ram_per_node_bytes": int(ram_per_gpu * gpus_per_node),
+        }
         return cluster.model_copy(update=update)
 
     sizes = []
@@ -94,7 +98,11 @@ def suggestions(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest) -> 
     where = f"{cluster.world_size} x {cluster.gpu.name}"
     bigger = fewest_gpus(spec, cluster, request)
     if bigger is not None:
-        layout = f"{bigger.num_nodes} node(s) of {bigger.gpus_per_node}" if bigger.num_nodes > 1 else f"{bigger.gpus_per_node} on one node"
+        layout = (
+            f"{bigger.num_nodes} node(s) of {bigger.gpus_per_node}"
+            if bigger.num_nodes > 1
+            else f"{bigger.gpus_per_node} on one node"
+        )
         lines.append(
             f"{bigger.world_size} x {cluster.gpu.name} ({layout}) is the fewest that fits "
             f"(micro-batch 1, full activation checkpointing; memory: formula)"

@@ -26,11 +26,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.models.flops import ModelShape
-from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, Precision, Strategy, TrainingConfig
-from planner.throughput.collectives import Links, all_gather_s, all_reduce_s, all_to_all_s, point_to_point_s, process_group, reduce_scatter_s
+from planner.throughput.collectives import (
+    Links,
+    all_gather_s,
+    all_reduce_s,
+    all_to_all_s,
+    point_to_point_s,
+    process_group,
+    reduce_scatter_s,
+)
 from planner.throughput.compute import StageCompute
 from planner.throughput.constants import ThroughputConstants
 from planner.throughput.implementation import OUR_STRATEGIES, Implementation
+from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, Precision, Strategy, TrainingConfig
 
 OPTIMIZER_STATE_BYTES = {"adamw": 12.0, "adamw-8bit": 6.0, "adafactor": 4.0, "sgd": 8.0, "lion": 8.0}
 OPTIMIZER_STEP_BYTES = {"adamw": 28.0, "adamw-8bit": 16.0, "adafactor": 16.0, "sgd": 20.0, "lion": 20.0}
@@ -57,7 +65,9 @@ def _zero_stage(config: TrainingConfig) -> int:
     if config.strategy is Strategy.DDP:
         return 0
     if config.strategy is Strategy.FSDP:
-        return {FsdpSharding.NONE: 0, FsdpSharding.GRAD_OP: 2, FsdpSharding.FULL: 3, FsdpSharding.HYBRID: 3}[config.fsdp_sharding]
+        return {FsdpSharding.NONE: 0, FsdpSharding.GRAD_OP: 2, FsdpSharding.FULL: 3, FsdpSharding.HYBRID: 3}[
+            config.fsdp_sharding
+        ]
     return config.zero_stage
 
 
@@ -94,7 +104,9 @@ def step_communication(
     dp_group = process_group(dp, tp, gpn)
     hybrid = config.strategy is Strategy.FSDP and config.fsdp_sharding is FsdpSharding.HYBRID
     shard_group = process_group(min(dp, max(gpn // tp, 1)), tp, gpn) if hybrid else dp_group
-    replica_group = process_group(dp // shard_group.size, tp * shard_group.size, gpn) if hybrid else process_group(1, 1, gpn)
+    replica_group = (
+        process_group(dp // shard_group.size, tp * shard_group.size, gpn) if hybrid else process_group(1, 1, gpn)
+    )
     shards = shard_group.size
 
     fwd, bwd = stage.forward_s, stage.backward_s + stage.recompute_s
@@ -145,7 +157,9 @@ def step_communication(
         rate = k.cpu_adam_params_per_s_torch if config.strategy is Strategy.FSDP else k.cpu_adam_params_per_s_deepspeed
         cpu_step = grad_shard * gpn / rate
         if config.offload_optimizer is Offload.NVME:
-            cpu_step += 2 * grad_shard * OPTIMIZER_STATE_BYTES[config.optimizer.value] * gpn / (k.nvme_GBps_per_node * 1e9)
+            cpu_step += (
+                2 * grad_shard * OPTIMIZER_STATE_BYTES[config.optimizer.value] * gpn / (k.nvme_GBps_per_node * 1e9)
+            )
         offload += downloads * _hidden(grads_down, bwd, k) + cpu_step + params_up
         optimizer_step = 0.0
     else:

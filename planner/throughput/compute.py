@@ -15,10 +15,10 @@ import math
 from dataclasses import dataclass
 
 from planner.models.flops import ModelShape, attention_square_layers
-from planner.training_config import ActivationCheckpointing, AttentionKernel, TrainingConfig
 from planner.throughput.constants import ThroughputConstants
 from planner.throughput.kernel_stack import KernelStack, unfused_bytes_per_row
 from planner.throughput.kernels import Device, elementwise_seconds, flash_attention_seconds, matmul_seconds
+from planner.training_config import ActivationCheckpointing, AttentionKernel, TrainingConfig
 
 NF4_DEQUANT_BYTES_PER_WEIGHT = 2.5  # read 4-bit weight (+ scales), write the bf16 copy
 
@@ -36,7 +36,9 @@ class StageCompute:
         return self.forward_s + self.backward_s + self.recompute_s
 
 
-def _block_matmuls_forward_s(shape: ModelShape, config: TrainingConfig, device: Device, k: ThroughputConstants, rows: float) -> float:
+def _block_matmuls_forward_s(
+    shape: ModelShape, config: TrainingConfig, device: Device, k: ThroughputConstants, rows: float
+) -> float:
     tp = config.tensor_parallel
     (qkv_in, qkv_out), (o_in, o_out), (up_in, up_out), (down_in, down_out) = shape.block_linear_shapes
     seconds = matmul_seconds(device, rows, qkv_in, qkv_out / tp, k) + matmul_seconds(device, rows, o_in / tp, o_out, k)
@@ -45,17 +47,23 @@ def _block_matmuls_forward_s(shape: ModelShape, config: TrainingConfig, device: 
         ep = config.expert_parallel
         local_experts = max(shape.experts // ep, 1)
         expert_rows = rows * shape.experts_per_token * ep / shape.experts
-        mlp = matmul_seconds(device, expert_rows, up_in, up_out / tp, k) + matmul_seconds(device, expert_rows, down_in / tp, down_out, k)
+        mlp = matmul_seconds(device, expert_rows, up_in, up_out / tp, k) + matmul_seconds(
+            device, expert_rows, down_in / tp, down_out, k
+        )
         seconds += local_experts * mlp
         flops += 2.0 * rows * shape.experts_per_token * (up_in * up_out + down_in * down_out) / tp
     else:
-        seconds += matmul_seconds(device, rows, up_in, up_out / tp, k) + matmul_seconds(device, rows, down_in / tp, down_out, k)
+        seconds += matmul_seconds(device, rows, up_in, up_out / tp, k) + matmul_seconds(
+            device, rows, down_in / tp, down_out, k
+        )
         flops += 2.0 * rows * (up_in * up_out + down_in * down_out) / tp
     counted = 2.0 * rows * shape.block_matmul_params_per_token / shape.layers / tp
     return seconds * counted / flops if flops > 0 else seconds
 
 
-def _attention_forward_s(shape: ModelShape, config: TrainingConfig, device: Device, k: ThroughputConstants, fused: bool) -> float:
+def _attention_forward_s(
+    shape: ModelShape, config: TrainingConfig, device: Device, k: ThroughputConstants, fused: bool
+) -> float:
     b, s, tp = config.micro_batch, config.seq_len, config.tensor_parallel
     squares = attention_square_layers(shape) / shape.layers  # >1 for decoders with cross-attention
     full_flops = 4.0 * b * s * s * shape.query_width / tp * squares
@@ -98,7 +106,8 @@ def stage_compute(
 
     if config.lora_rank:
         adapters = sum(
-            matmul_seconds(device, rows, fan_in, config.lora_rank, k) + matmul_seconds(device, rows, config.lora_rank, fan_out, k)
+            matmul_seconds(device, rows, fan_in, config.lora_rank, k)
+            + matmul_seconds(device, rows, config.lora_rank, fan_out, k)
             for fan_in, fan_out in shape.block_linear_shapes
         )
         matmul_bwd = matmul_fwd + 2.0 * adapters  # frozen weights: input gradient only
@@ -106,7 +115,9 @@ def stage_compute(
     else:
         matmul_bwd = 2.0 * matmul_fwd
     if config.qlora:
-        dequant = NF4_DEQUANT_BYTES_PER_WEIGHT * shape.block_matmul_params_per_token / shape.layers / tp / device.memory_Bps
+        dequant = (
+            NF4_DEQUANT_BYTES_PER_WEIGHT * shape.block_matmul_params_per_token / shape.layers / tp / device.memory_Bps
+        )
         matmul_fwd += dequant
         matmul_bwd += dequant
     backward_ratio = k.attention_backward_ratio if fused_attention and config.attention is AttentionKernel.SDPA else 2.0

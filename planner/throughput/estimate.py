@@ -11,12 +11,13 @@ spec and cluster: the search calls this thousands of times.
 
 from __future__ import annotations
 
+from typing import Any
+
 from planner.hardware.cluster import ClusterSpec
-from planner.models.flops import ModelShape, SequenceFlops, model_shape, sequence_flops
 from planner.hardware.gpus import pcie_bandwidth_GBps_per_direction
 from planner.memory.arch_traits import arch_traits
+from planner.models.flops import ModelShape, SequenceFlops, model_shape, sequence_flops
 from planner.models.spec import ModelSpec
-from planner.training_config import TrainingConfig
 from planner.throughput.collectives import Links, cluster_links
 from planner.throughput.communication import step_communication
 from planner.throughput.compute import StageCompute, stage_compute
@@ -25,6 +26,7 @@ from planner.throughput.implementation import OUR_STRATEGIES, Implementation
 from planner.throughput.kernel_stack import STACK_SOURCES, KernelStack
 from planner.throughput.kernels import Device
 from planner.throughput.result import StepTimeBreakdown, ThroughputEstimate
+from planner.training_config import Precision, TrainingConfig
 
 _COMPUTE = (
     f"formula: shape-aware matmul roofline + fused attention + element-wise passes; {CALIBRATION_SOURCE}; "
@@ -91,7 +93,9 @@ def _shape_of(spec: ModelSpec) -> tuple[ModelShape, bool]:
     return cached[1], cached[2]
 
 
-def _build_hardware(cluster: ClusterSpec, config: TrainingConfig, k: ThroughputConstants) -> tuple[Device, Links, float]:
+def _build_hardware(
+    cluster: ClusterSpec, config: TrainingConfig, k: ThroughputConstants
+) -> tuple[Device, Links, float]:
     gpu = cluster.gpu
     peak = gpu.peak_tflops(config.precision.compute_dtype) * 1e12
     matmul_factor, attention_factor = architecture_efficiency(gpu.architecture)
@@ -100,7 +104,7 @@ def _build_hardware(cluster: ClusterSpec, config: TrainingConfig, k: ThroughputC
         matmul_flops=peak * matmul_factor,
         attention_flops=peak * attention_factor,
         memory_Bps=gpu.memory_bandwidth_GBps * 1e9,
-        element_bytes=4 if config.precision.value == "fp32" else 2,
+        element_bytes=4 if config.precision is Precision.FP32 else 2,
     )
     pcie_Bps = pcie_bandwidth_GBps_per_direction(gpu.pcie_generation or 3) * 1e9 * k.link_efficiency
     return device, cluster_links(cluster, k.link_efficiency), pcie_Bps
@@ -124,9 +128,19 @@ def _stage_of(
     """Strategy, sharding, offload and accumulation do not change a micro-batch's
     kernels, and the search varies exactly those: reuse the stage's compute."""
     key = (
-        id(shape), id(device), config.micro_batch, config.seq_len, config.tensor_parallel,
-        config.pipeline_parallel, config.expert_parallel, config.sequence_parallel,
-        config.activation_checkpointing, config.attention, config.lora_rank, config.qlora, stack,
+        id(shape),
+        id(device),
+        config.micro_batch,
+        config.seq_len,
+        config.tensor_parallel,
+        config.pipeline_parallel,
+        config.expert_parallel,
+        config.sequence_parallel,
+        config.activation_checkpointing,
+        config.attention,
+        config.lora_rank,
+        config.qlora,
+        stack,
     )
     cached = _stages.get(key)
     if cached is None:
@@ -140,7 +154,7 @@ def _stage_of(
 def _construct(model: type, values: dict):
     """A validated-by-construction pydantic instance without re-validation: the search
     builds thousands of these, and model_construct alone costs more than the model."""
-    instance = model.__new__(model)
+    instance: Any = object.__new__(model)
     object.__setattr__(instance, "__dict__", values)
     object.__setattr__(instance, "__pydantic_fields_set__", set(values))
     object.__setattr__(instance, "__pydantic_extra__", None)
@@ -172,8 +186,14 @@ def estimate_throughput(
     peak = device.peak_flops
     world = cluster.gpus_per_node * cluster.num_nodes
     comm = step_communication(
-        shape, config, stage, links,
-        world_size=world, pcie_Bps=pcie_Bps, memory_Bps=device.memory_Bps, k=k,
+        shape,
+        config,
+        stage,
+        links,
+        world_size=world,
+        pcie_Bps=pcie_Bps,
+        memory_Bps=device.memory_Bps,
+        k=k,
         implementation=implementation,
     )
 
@@ -188,28 +208,34 @@ def estimate_throughput(
     global_batch = config.micro_batch * accum * dp
     per_gpu_model = flops.model * global_batch / world / step
     per_gpu_hardware = flops.hardware * global_batch / world / step
-    breakdown = _construct(StepTimeBreakdown, dict(
-        compute_s=compute,
-        recompute_s=recompute,
-        data_parallel_comm_s=comm.data_parallel_s,
-        tensor_parallel_comm_s=comm.tensor_parallel_s + comm.expert_parallel_s,
-        pipeline_p2p_s=comm.pipeline_p2p_s,
-        exposed_comm_s=comm.exposed_s,
-        pipeline_bubble_s=bubble,
-        offload_s=comm.offload_s,
-        optimizer_step_s=comm.optimizer_step_s,
-    ))
-    return _construct(ThroughputEstimate, dict(
-        step_time_s=step,
-        tokens_per_s=global_batch * config.seq_len / step,
-        samples_per_s=global_batch / step,
-        tflops_per_gpu=per_gpu_model / 1e12,
-        mfu=per_gpu_model / peak,
-        hfu=per_gpu_hardware / peak,
-        global_batch=global_batch,
-        breakdown=breakdown,
-        price_usd_per_gpu_hour=cluster.gpu.price_usd_per_hour,
-        sources=dict(_SOURCES_BY_STACK[stack]),
-        notes=bottleneck_notes(step, comm.exposed_s, bubble, comm.offload_s, stage.launch_bound),
-        world_size=world,
-    ))
+    breakdown = _construct(
+        StepTimeBreakdown,
+        dict(
+            compute_s=compute,
+            recompute_s=recompute,
+            data_parallel_comm_s=comm.data_parallel_s,
+            tensor_parallel_comm_s=comm.tensor_parallel_s + comm.expert_parallel_s,
+            pipeline_p2p_s=comm.pipeline_p2p_s,
+            exposed_comm_s=comm.exposed_s,
+            pipeline_bubble_s=bubble,
+            offload_s=comm.offload_s,
+            optimizer_step_s=comm.optimizer_step_s,
+        ),
+    )
+    return _construct(
+        ThroughputEstimate,
+        dict(
+            step_time_s=step,
+            tokens_per_s=global_batch * config.seq_len / step,
+            samples_per_s=global_batch / step,
+            tflops_per_gpu=per_gpu_model / 1e12,
+            mfu=per_gpu_model / peak,
+            hfu=per_gpu_hardware / peak,
+            global_batch=global_batch,
+            breakdown=breakdown,
+            price_usd_per_gpu_hour=cluster.gpu.price_usd_per_hour,
+            sources=dict(_SOURCES_BY_STACK[stack]),
+            notes=bottleneck_notes(step, comm.exposed_s, bubble, comm.offload_s, stage.launch_bound),
+            world_size=world,
+        ),
+    )

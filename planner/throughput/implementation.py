@@ -40,7 +40,9 @@ OUR_STRATEGIES = Implementation("transformers modules (this project's backends)"
 LLM_FOUNDRY = Implementation("llm-foundry (MPT, torch FSDP)", KernelStack.FUSED, False, False)
 MEGATRON_LM = Implementation("Megatron-LM", KernelStack.FUSED, True, False)
 MEGATRON_DEEPSPEED = Implementation("Megatron-DeepSpeed (DeepSpeed pipeline engine)", KernelStack.FUSED, False, False)
-DEEPSPEED_ZERO3_2021 = Implementation("DeepSpeed ZeRO-3 as of 2021 (Megatron GPT model)", KernelStack.FUSED, False, True)
+DEEPSPEED_ZERO3_2021 = Implementation(
+    "DeepSpeed ZeRO-3 as of 2021 (Megatron GPT model)", KernelStack.FUSED, False, True
+)
 
 IMPLEMENTATIONS = {
     "ours": OUR_STRATEGIES,

@@ -30,7 +30,9 @@ def matmul_seconds(device: Device, rows: float, fan_in: float, fan_out: float, k
     """One (rows x fan_in) @ (fan_in x fan_out) matmul."""
     flops = 2.0 * rows * fan_in * fan_out
     traffic = device.element_bytes * (rows * fan_in + fan_in * fan_out + rows * fan_out)
-    return (flops / device.matmul_flops + k.matmul_traffic_weight * traffic / device.memory_Bps) / k.matmul_peak_fraction
+    return (
+        flops / device.matmul_flops + k.matmul_traffic_weight * traffic / device.memory_Bps
+    ) / k.matmul_peak_fraction
 
 
 def matmul_efficiency(device: Device, rows: float, fan_in: float, fan_out: float, k: ThroughputConstants) -> float:
@@ -38,7 +40,9 @@ def matmul_efficiency(device: Device, rows: float, fan_in: float, fan_out: float
     return 2.0 * rows * fan_in * fan_out / device.peak_flops / matmul_seconds(device, rows, fan_in, fan_out, k)
 
 
-def elementwise_seconds(device: Device, elements: float, k: ThroughputConstants, element_bytes: float | None = None) -> float:
+def elementwise_seconds(
+    device: Device, elements: float, k: ThroughputConstants, element_bytes: float | None = None
+) -> float:
     """Memory-bound work over `elements` values written by the forward pass."""
     width = device.element_bytes if element_bytes is None else element_bytes
     return k.elementwise_passes * elements * width / device.memory_Bps

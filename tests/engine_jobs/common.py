@@ -21,8 +21,9 @@ def global_batches(steps: int, rows: int, seed: int = 1234) -> list[torch.Tensor
     return [torch.randint(0, VOCAB, (rows, SEQ), generator=generator) for _ in range(steps)]
 
 
-def reference_run(config: dict[str, Any], batches: list[torch.Tensor], *, lr: float, weight_decay: float,
-                  clip: float) -> tuple[list[float], dict[str, torch.Tensor], list[float]]:
+def reference_run(
+    config: dict[str, Any], batches: list[torch.Tensor], *, lr: float, weight_decay: float, clip: float
+) -> tuple[list[float], dict[str, torch.Tensor], list[float]]:
     """Plain single-process training on each whole global batch: losses, final parameters, grad norms."""
     model = build_causal_lm(config, seed=0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -38,8 +39,17 @@ def reference_run(config: dict[str, Any], batches: list[torch.Tensor], *, lr: fl
     return losses, {name: param.detach().clone() for name, param in model.named_parameters()}, norms
 
 
-def engine_config(stage: int, *, micro: int, accum: int, clip: float, lr: float, weight_decay: float,
-                  bucket: int = 20000, **extra: Any) -> dict[str, Any]:
+def engine_config(
+    stage: int,
+    *,
+    micro: int,
+    accum: int,
+    clip: float,
+    lr: float,
+    weight_decay: float,
+    bucket: int = 20000,
+    **extra: Any,
+) -> dict[str, Any]:
     return {
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": accum,
@@ -52,7 +62,7 @@ def engine_config(stage: int, *, micro: int, accum: int, clip: float, lr: float,
 
 def rank_rows(batch: torch.Tensor, rank: int, world: int) -> torch.Tensor:
     rows = batch.shape[0] // world
-    return batch[rank * rows:(rank + 1) * rows]
+    return batch[rank * rows : (rank + 1) * rows]
 
 
 def full_parameters(engine: Any) -> dict[str, torch.Tensor]:

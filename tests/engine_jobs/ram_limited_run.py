@@ -29,26 +29,37 @@ def data_segment_bytes() -> int:
 
 
 def main(warm_dir: str, big_dir: str, spare_corpus: str, budget_mb: int) -> None:
+    import shutil
+
     from backends.data import prepare_data
     from backends.runner.loop import train
     from backends.runner.options import parse_args
     from planner.contract.plan_file import read_plan_file
     from planner.contract.run_config import DataConfig
 
-    import shutil
-
     shutil.rmtree(Path(warm_dir) / "data", ignore_errors=True)  # the warm-up must tokenize, not hit the cache
     train(parse_args(["--plan", warm_dir, "--steps", "2", "--save-every", "0"]))  # every lazy import and pool
     _, run = read_plan_file(Path(warm_dir))
-    prepare_data(DataConfig(train=[spare_corpus]), run_dir=Path(warm_dir), tokenizer_dir=run.model.tokenizer_dir,
-                 model_name=run.model.name, seq_len=run.seq_len, vocab_size=int(run.model.hf_config["vocab_size"]),
-                 global_batch=run.global_batch, local_rank=0, seed=0)
+    prepare_data(
+        DataConfig(train=[spare_corpus]),
+        run_dir=Path(warm_dir),
+        tokenizer_dir=run.model.tokenizer_dir,
+        model_name=run.model.name,
+        seq_len=run.seq_len,
+        vocab_size=int(run.model.hf_config["vocab_size"]),
+        global_batch=run.global_batch,
+        local_rank=0,
+        seed=0,
+    )
     baseline = data_segment_bytes()
     cap = baseline + budget_mb * 2**20
     resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
     summary = train(parse_args(["--plan", big_dir, "--steps", "2", "--save-every", "0"]))
-    print("RAM_LIMITED " + json.dumps({"baseline": baseline, "cap": cap, "after": data_segment_bytes(),
-                                       "steps": summary["steps"]}), flush=True)
+    print(
+        "RAM_LIMITED "
+        + json.dumps({"baseline": baseline, "cap": cap, "after": data_segment_bytes(), "steps": summary["steps"]}),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

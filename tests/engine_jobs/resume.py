@@ -22,9 +22,9 @@ import torch
 import torch.distributed as dist
 
 import backends
-from backends.distributed_init import init_distributed
-from backends.data import SyntheticTokens, micro_batches
 from backends.checkpoint.export import consolidated_state_dict
+from backends.data import SyntheticTokens, micro_batches
+from backends.distributed_init import init_distributed
 from backends.model_factory import build_causal_lm
 from tests.engine_jobs.common import SEQ, VOCAB, engine_config, tiny_gpt2
 
@@ -33,18 +33,30 @@ STEPS, MICRO, ACCUM, KILL_AT = 6, 2, 2, 4
 
 def fresh_engine(rank, *, async_save=False):
     model = build_causal_lm(tiny_gpt2(), seed=0, dropout=0.1)
-    config = engine_config(3, micro=MICRO, accum=ACCUM, clip=1.0, lr=1e-3, weight_decay=0.01,
-                           fp16={"enabled": True, "initial_scale_power": 12, "loss_scale_window": 3},
-                           scheduler={"type": "WarmupLR", "params": {"warmup_num_steps": 4, "warmup_max_lr": 1e-3}},
-                           hardware_selector={"checkpoint": {"keep_last": 2, "async_save": async_save}})
+    config = engine_config(
+        3,
+        micro=MICRO,
+        accum=ACCUM,
+        clip=1.0,
+        lr=1e-3,
+        weight_decay=0.01,
+        fp16={"enabled": True, "initial_scale_power": 12, "loss_scale_window": 3},
+        scheduler={"type": "WarmupLR", "params": {"warmup_num_steps": 4, "warmup_max_lr": 1e-3}},
+        hardware_selector={"checkpoint": {"keep_last": 2, "async_save": async_save}},
+    )
     engine, _, _, _ = backends.initialize(model=model, config=config)
     torch.manual_seed(100 + rank)
     return engine
 
 
 def train(engine, rank, world, *, start_step, on_step, kill=False):
-    stream = micro_batches(SyntheticTokens(40, SEQ, VOCAB, seed=3), micro_batch=MICRO, rank=rank, world=world,
-                           start_sample=engine.global_samples)
+    stream = micro_batches(
+        SyntheticTokens(40, SEQ, VOCAB, seed=3),
+        micro_batch=MICRO,
+        rank=rank,
+        world=world,
+        start_sample=engine.global_samples,
+    )
     for step in range(start_step, STEPS):
         for micro in range(ACCUM):
             loss = engine(next(stream))
@@ -79,16 +91,26 @@ def uninterrupted_with_async_saves(out, rank, world):
     resumed_from, _ = resumed_engine.load_checkpoint(ckpt, tag="global_step2")
     saved = consolidated_state_dict(resumed_engine)
     resumed = []
-    train(resumed_engine, rank, world, start_step=resumed_engine.global_steps,
-          on_step=lambda step, engine: resumed.append(engine.last_loss))
+    train(
+        resumed_engine,
+        rank,
+        world,
+        start_step=resumed_engine.global_steps,
+        on_step=lambda step, engine: resumed.append(engine.last_loss),
+    )
     if rank == 0:
-        (out / "async_resume.json").write_text(json.dumps({
-            "resumed_from": resumed_from, "resumed_losses": resumed,
-            "folders_after_save": [seen["partial_after_save2"], seen["partial_after_save4"]],
-            "folders_after_close": sorted(p.name for p in ckpt.iterdir()),
-            "saved_vs_step2": max_difference(saved, seen["masters_at_step2"]),
-            "saved_vs_final": max_difference(saved, final),
-        }))
+        (out / "async_resume.json").write_text(
+            json.dumps(
+                {
+                    "resumed_from": resumed_from,
+                    "resumed_losses": resumed,
+                    "folders_after_save": [seen["partial_after_save2"], seen["partial_after_save4"]],
+                    "folders_after_close": sorted(p.name for p in ckpt.iterdir()),
+                    "saved_vs_step2": max_difference(saved, seen["masters_at_step2"]),
+                    "saved_vs_final": max_difference(saved, final),
+                }
+            )
+        )
     return reference
 
 
@@ -107,8 +129,18 @@ def main(out_dir: str) -> None:
     def record(step, engine):
         if rank == 0:
             with open(out / "losses.jsonl", "a", encoding="utf-8") as handle:
-                handle.write(json.dumps({"attempt": attempt, "step": step, "loss": engine.last_loss,
-                                         "resumed_from": resumed_from, "scale": engine.loss_scale}) + "\n")
+                handle.write(
+                    json.dumps(
+                        {
+                            "attempt": attempt,
+                            "step": step,
+                            "loss": engine.last_loss,
+                            "resumed_from": resumed_from,
+                            "scale": engine.loss_scale,
+                        }
+                    )
+                    + "\n"
+                )
         if (step + 1) % 2 == 0:
             engine.save_checkpoint(out / "ckpt")
 

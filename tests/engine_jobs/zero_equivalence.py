@@ -14,10 +14,15 @@ import torch
 import torch.distributed as dist
 
 import backends
-from tests.engine_jobs.common import (
-    engine_config, full_parameters, global_batches, rank_rows, reference_run, tiny_gpt2,
-)
 from backends.model_factory import build_causal_lm
+from tests.engine_jobs.common import (
+    engine_config,
+    full_parameters,
+    global_batches,
+    rank_rows,
+    reference_run,
+    tiny_gpt2,
+)
 
 STEPS, MICRO, LR, WD = 5, 2, 1e-3, 0.01
 
@@ -36,6 +41,7 @@ class CountingComm:
             self.calls += 1
             self.in_backward += torch._C._current_graph_task_id() != -1
             return method(*args, **kwargs)
+
         return call
 
     def __getattr__(self, name):
@@ -46,9 +52,18 @@ def run_engine(cfg, stage, accum, clip, batches, rank, world, recompute="none"):
     model = build_causal_lm(cfg, seed=0)
     projection_calls = []  # an attention projection runs twice per micro-step when it is recomputed
     model.transformer.h[0].attn.c_attn.register_forward_hook(lambda *_: projection_calls.append(1))
-    engine, _, _, _ = backends.initialize(model=model, config=engine_config(
-        stage, micro=MICRO, accum=accum, clip=clip, lr=LR, weight_decay=WD,
-        hardware_selector={"activation_checkpointing": recompute}))
+    engine, _, _, _ = backends.initialize(
+        model=model,
+        config=engine_config(
+            stage,
+            micro=MICRO,
+            accum=accum,
+            clip=clip,
+            lr=LR,
+            weight_decay=WD,
+            hardware_selector={"activation_checkpointing": recompute},
+        ),
+    )
     counter = CountingComm(engine.optimizer.comm)
     engine.optimizer.comm = counter
     losses, non_boundary_calls = [], 0
@@ -63,8 +78,14 @@ def run_engine(cfg, stage, accum, clip, batches, rank, world, recompute="none"):
             engine.step()
         losses.append(engine.last_loss)
     runs_per_micro_step = len(projection_calls) / (len(batches) * accum)
-    return (losses, full_parameters(engine), non_boundary_calls, counter.in_backward, len(engine.optimizer.units),
-            runs_per_micro_step)
+    return (
+        losses,
+        full_parameters(engine),
+        non_boundary_calls,
+        counter.in_backward,
+        len(engine.optimizer.units),
+        runs_per_micro_step,
+    )
 
 
 def max_diff(a, b):
@@ -86,17 +107,31 @@ def main(out_path: str) -> None:
                 runs += [(3, "full"), (2, "selective")]  # recomputation must not change the numbers
             for stage, recompute in runs:
                 losses, params, quiet, overlapped, units, projection_runs = run_engine(
-                    cfg, stage, accum, clip, batches, rank, world, recompute)
-                results.append({
-                    "stage": stage, "accum": accum, "clip": clip, "units": units, "recompute": recompute,
-                    "projection_runs_per_micro_step": projection_runs,
-                    "loss_diff": max(abs(a - b) for a, b in zip(losses, ref_losses)),
-                    "param_diff": max_diff(params, ref_params),
-                    "clipped_steps": sum(norm > clip for norm in ref_norms) if clip else 0,
-                    "non_boundary_collectives": quiet, "collectives_in_backward": overlapped,
-                    "losses": losses, "reference_losses": ref_losses,
-                })
-    summary = {"world": world, "runs": results, "bf16": bf16_run(cfg, rank, world), "fp16": fp16_overflow(cfg, rank, world)}
+                    cfg, stage, accum, clip, batches, rank, world, recompute
+                )
+                results.append(
+                    {
+                        "stage": stage,
+                        "accum": accum,
+                        "clip": clip,
+                        "units": units,
+                        "recompute": recompute,
+                        "projection_runs_per_micro_step": projection_runs,
+                        "loss_diff": max(abs(a - b) for a, b in zip(losses, ref_losses)),
+                        "param_diff": max_diff(params, ref_params),
+                        "clipped_steps": sum(norm > clip for norm in ref_norms) if clip else 0,
+                        "non_boundary_collectives": quiet,
+                        "collectives_in_backward": overlapped,
+                        "losses": losses,
+                        "reference_losses": ref_losses,
+                    }
+                )
+    summary = {
+        "world": world,
+        "runs": results,
+        "bf16": bf16_run(cfg, rank, world),
+        "fp16": fp16_overflow(cfg, rank, world),
+    }
     if rank == 0:
         with open(out_path, "w", encoding="utf-8") as handle:
             json.dump(summary, handle)
@@ -106,20 +141,35 @@ def main(out_path: str) -> None:
 def bf16_run(cfg, rank, world):
     batches = global_batches(STEPS, MICRO * world)
     ref_losses, _, _ = reference_run(cfg, batches, lr=LR, weight_decay=WD, clip=0.0)
-    engine, _, _, _ = backends.initialize(model=build_causal_lm(cfg, seed=0), config=engine_config(
-        2, micro=MICRO, accum=1, clip=0.0, lr=LR, weight_decay=WD, bf16={"enabled": True}))
+    engine, _, _, _ = backends.initialize(
+        model=build_causal_lm(cfg, seed=0),
+        config=engine_config(2, micro=MICRO, accum=1, clip=0.0, lr=LR, weight_decay=WD, bf16={"enabled": True}),
+    )
     losses = [engine.train_batch(rank_rows(batch, rank, world)) for batch in batches]
     dtypes = sorted({str(param.dtype) for param in engine.module.parameters()})
-    return {"losses": losses, "reference_losses": ref_losses, "param_dtypes": dtypes,
-            "master_dtype": str(engine.optimizer.master.dtype)}
+    return {
+        "losses": losses,
+        "reference_losses": ref_losses,
+        "param_dtypes": dtypes,
+        "master_dtype": str(engine.optimizer.master.dtype),
+    }
 
 
 def fp16_overflow(cfg, rank, world):
     """Rank 1's loss becomes inf on step 2: every rank must skip that step and halve the scale."""
     batches = global_batches(4, MICRO * world)
-    engine, _, _, _ = backends.initialize(model=build_causal_lm(cfg, seed=0), config=engine_config(
-        1, micro=MICRO, accum=1, clip=0.0, lr=LR, weight_decay=WD,
-        fp16={"enabled": True, "initial_scale_power": 8, "hysteresis": 1, "loss_scale_window": 2}))
+    engine, _, _, _ = backends.initialize(
+        model=build_causal_lm(cfg, seed=0),
+        config=engine_config(
+            1,
+            micro=MICRO,
+            accum=1,
+            clip=0.0,
+            lr=LR,
+            weight_decay=WD,
+            fp16={"enabled": True, "initial_scale_power": 8, "hysteresis": 1, "loss_scale_window": 2},
+        ),
+    )
     scales, changed = [], []
     for step, batch in enumerate(batches):
         before = full_parameters(engine)

@@ -82,8 +82,15 @@ NVMLError_DriverNotLoaded = _error_class("NVMLError_DriverNotLoaded", NVML_ERROR
 NVMLError_LibraryNotFound = _error_class("NVMLError_LibraryNotFound", NVML_ERROR_LIBRARY_NOT_FOUND)
 NVMLError_FunctionNotFound = _error_class("NVMLError_FunctionNotFound", NVML_ERROR_FUNCTION_NOT_FOUND)
 NVMLError_Unknown = _error_class("NVMLError_Unknown", NVML_ERROR_UNKNOWN)
-ERROR_CLASSES = (NVMLError_Uninitialized, NVMLError_InvalidArgument, NVMLError_NotSupported, NVMLError_DriverNotLoaded,
-                 NVMLError_LibraryNotFound, NVMLError_FunctionNotFound, NVMLError_Unknown)
+ERROR_CLASSES = (
+    NVMLError_Uninitialized,
+    NVMLError_InvalidArgument,
+    NVMLError_NotSupported,
+    NVMLError_DriverNotLoaded,
+    NVMLError_LibraryNotFound,
+    NVMLError_FunctionNotFound,
+    NVMLError_Unknown,
+)
 
 MIB = 2**20
 PCI_DEVICE_ID_A100_SXM4_80GB = 0x20B210DE  # device id << 16 | NVIDIA vendor id 0x10DE
@@ -238,9 +245,15 @@ class FakeNvml:
         return self._link(handle, link).remote_type
 
 
-CONSTANT_NAMES = ("NVML_FEATURE_DISABLED", "NVML_FEATURE_ENABLED", "NVML_NVLINK_MAX_LINKS",
-                  "NVML_NVLINK_DEVICE_TYPE_GPU", "NVML_NVLINK_DEVICE_TYPE_IBMNPU", "NVML_NVLINK_DEVICE_TYPE_SWITCH",
-                  "NVML_NVLINK_DEVICE_TYPE_UNKNOWN")
+CONSTANT_NAMES = (
+    "NVML_FEATURE_DISABLED",
+    "NVML_FEATURE_ENABLED",
+    "NVML_NVLINK_MAX_LINKS",
+    "NVML_NVLINK_DEVICE_TYPE_GPU",
+    "NVML_NVLINK_DEVICE_TYPE_IBMNPU",
+    "NVML_NVLINK_DEVICE_TYPE_SWITCH",
+    "NVML_NVLINK_DEVICE_TYPE_UNKNOWN",
+)
 
 
 def build_module(machine: FakeMachine) -> types.ModuleType:
@@ -328,10 +341,17 @@ def dgx1_v100() -> FakeMachine:
             if index in (a, b):
                 peer = addresses[b if index == a else a]
                 links += [NvLink(peer, NVML_NVLINK_DEVICE_TYPE_GPU) for _ in range(count)]
-        gpus.append(FakeGpu(
-            name="Tesla V100-SXM2-32GB", memory_total=32510 * MIB, compute_capability=(7, 0), pci=address,
-            pcie_current=(3, 16), pcie_max=(3, 16), nvlinks=links,
-        ))
+        gpus.append(
+            FakeGpu(
+                name="Tesla V100-SXM2-32GB",
+                memory_total=32510 * MIB,
+                compute_capability=(7, 0),
+                pci=address,
+                pcie_current=(3, 16),
+                pcie_max=(3, 16),
+                nvlinks=links,
+            )
+        )
     return FakeMachine(gpus=gpus, driver_version="470.223.02", cuda_driver_version=11040)
 
 
