@@ -9,7 +9,7 @@ TORCH_INDEX_URL ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: plan test env clean
+.PHONY: plan test lint env clean
 
 env: $(STAMP)
 
@@ -25,7 +25,13 @@ PLAN_ARGS ?= --model llama-3-8b --gpu H100-80GB --gpus-per-node 8 --nodes 2 --gl
 plan: $(STAMP)
 	$(VENV)/bin/hardware-selector plan $(PLAN_ARGS)
 
-test: $(STAMP)
+# Guard rails first (seconds), then the suite. The rule sets are in pyproject.toml.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+test: lint
 	$(PY) -m pytest -q
 
 clean:

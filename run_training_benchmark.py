@@ -36,8 +36,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from benchmarks_db.matrix import DEFAULT_STRATEGIES, STRATEGY_FIELDS
-    from benchmarks_db.targets import HARDWARE_KINDS
+    from benchmarks.harness.matrix import DEFAULT_STRATEGIES, STRATEGY_FIELDS
+    from benchmarks.harness.targets import HARDWARE_KINDS
 
     parser = _Parser(
         prog="run-training-benchmark",
@@ -121,8 +121,8 @@ def default_hardware(run: bool) -> list[str]:
 
 
 def generate(args, spec) -> list:
-    from benchmarks_db.matrix import generate_matrix, gpu_counts_up_to
-    from benchmarks_db.targets import choose_target
+    from benchmarks.harness.matrix import generate_matrix, gpu_counts_up_to
+    from benchmarks.harness.targets import choose_target
 
     hardware = args.hardware or default_hardware(args.run)
     if args.gpu and len(hardware) > 1:
@@ -173,8 +173,8 @@ def run(args, target, matrix) -> int:
         TimeRemainingColumn,
     )
 
+    from benchmarks.harness.runner import run_matrix
     from benchmarks_db.environment import current_environment
-    from benchmarks_db.runner import run_matrix
     from benchmarks_db.store import BenchmarkStore
 
     store = BenchmarkStore(args.db)
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UserInputError("--model is required (see --list-models)")
         from rich.console import Console
 
-        from benchmarks_db.paths import write_json_atomic
+        from planner.files import write_json_atomic
 
         spec = model_spec(args.model, args.tiny)
         matrices = generate(args, spec)

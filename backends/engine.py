@@ -70,9 +70,9 @@ class Engine:
 
     @staticmethod
     def _global_rank() -> int:
-        import torch.distributed as dist
+        from backends.ranks import rank
 
-        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        return rank()
 
     @property
     def pipelined(self) -> bool:

@@ -15,7 +15,6 @@ carry the weights across.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import torch.distributed as dist
 from backends.decoder_anatomy import architecture_of
 from backends.tensor_parallel.layers import pad_rows, padded_vocab, shard_tensor, unshard_tensor
 from planner.errors import UserInputError
+from planner.files import atomic_path
 
 MODULE_PREFIX = "module."
 
@@ -114,10 +114,8 @@ def write_safetensors(path: str | Path, tensors: dict[str, torch.Tensor], metada
     from safetensors.torch import save_file
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    save_file({name: value.contiguous() for name, value in tensors.items()}, str(temporary), metadata=metadata)
-    os.replace(temporary, path)
+    with atomic_path(path) as temporary:
+        save_file({name: value.contiguous() for name, value in tensors.items()}, str(temporary), metadata=metadata)
     return path
 
 

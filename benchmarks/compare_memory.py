@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -26,6 +24,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: make `planner` and `bench
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.memory_trace import resolve_model_config  # noqa: E402
+from planner.files import write_text_atomic  # noqa: E402
 from planner.memory.estimate import estimate_memory_bytes  # noqa: E402
 from planner.memory.runtime import Runtime  # noqa: E402
 from planner.models.hf_config import spec_from_hf_config  # noqa: E402
@@ -161,11 +160,7 @@ def update_docs(path: Path, table: str) -> None:
     if start < 0 or end < start:
         raise SystemExit(f"{path}: no '{TABLE_START}' ... '{TABLE_END}' markers to replace")
     updated = text[: start + len(TABLE_START)] + "\n" + table + "\n" + text[end:]
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(updated)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    write_text_atomic(path, updated)
 
 
 def llm_foundry_fit_check() -> str:

@@ -23,24 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from planner.files import write_json_atomic
+from scripts.demo_checkpoint import train_tokenizer
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-def build_tokenizer(corpus: Path, folder: Path, vocab: int) -> None:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tokenizer = Tokenizer(models.BPE(unk_token=None))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.train(
-        [str(corpus)],
-        trainers.BpeTrainer(
-            vocab_size=vocab, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-        ),
-    )
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>").save_pretrained(str(folder))
 
 
 def write_corpus(path: Path, megabytes: float) -> None:
@@ -127,7 +114,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hs-data-bench-") as scratch:
         root = Path(scratch)
         write_corpus(root / "corpus.txt", args.corpus_mb)
-        build_tokenizer(root / "corpus.txt", root / "tokenizer", 8000)
+        train_tokenizer(root / "corpus.txt", root / "tokenizer", vocab=8000)
         tokenizing = measure_tokenizing(root / "corpus.txt", root / "tokenizer", root / "run")
         feeding = measure_feeding(tokenizing.pop("data"))
     training = measure_training()
@@ -142,7 +129,7 @@ def main() -> None:
         "feeding_over_training": feeding["tokens_per_s"] / training["tokens_per_s"],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    write_json_atomic(args.out, result, indent=1)
     print(json.dumps({key: value for key, value in result.items() if key.endswith("training")}, indent=1))
     print(
         f"tokenizing {tokenizing['tokens_per_s']:,.0f} tokens/s, feeding {feeding['tokens_per_s']:,.0f} tokens/s, "

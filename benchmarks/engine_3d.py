@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+from planner.files import write_json_atomic
 
 SIZES = {"hidden": 256, "layers": 8, "heads": 8, "ffn": 1024, "vocab_size": 8192, "positions": 256}
 SEQ_LEN, MICRO_BATCH, MICRO_BATCHES = 128, 2, 4
@@ -72,9 +73,7 @@ def worker(dp: int, tp: int, pp: int, steps: int, out: str) -> None:
     records: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(records, record)
     if dist.get_rank() == 0:
-        temporary = f"{out}.tmp"
-        Path(temporary).write_text(json.dumps(records), encoding="utf-8")
-        os.replace(temporary, out)
+        write_json_atomic(out, records)
     dist.destroy_process_group()
 
 

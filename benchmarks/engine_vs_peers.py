@@ -2,8 +2,9 @@
 
 Every run trains the same GPT-2-small-shaped model (the catalog's gpt2
 config, fp32, torch AdamW) on 2 CPU ranks (gloo) with the same batch, sequence
-length and number of steps, through the same loop (backends.adapter /
-backends.engine). It reports the median step time after warm-up and the
+length and number of steps, through the same loop: the one runner,
+`python -m backends.run`, launched by the benchmark harness
+(benchmarks/harness/launch.py) exactly as `run-training-benchmark --run` does. It reports the median step time after warm-up and the
 peak resident memory of the busiest rank, and the ratios ours / DeepSpeed per
 stage (goal: <= 1.0 for both).
 
@@ -17,111 +18,66 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 from typing import Any
+
+from benchmarks.harness.jobs import MeasureJob
+from benchmarks.harness.launch import backends_run_launch
+from planner.training_config import (
+    ActivationCheckpointing,
+    FsdpSharding,
+    Precision,
+    Strategy,
+    TrainingConfig,
+)
 
 RUNS = [("deepspeed", 1), ("deepspeed", 2), ("deepspeed", 3), ("fsdp2", 3), ("ours", 1), ("ours", 2), ("ours", 3)]
 WARMUP_STEPS = 1
+TIMEOUT_S = 3600
 
 
-def engine_settings(stage: int, micro: int, seq: int) -> dict[str, Any]:
-    return {
-        "train_micro_batch_size_per_gpu": micro,
-        "gradient_accumulation_steps": 1,
-        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}},
-        "zero_optimization": {"stage": stage},
-        "gradient_clipping": 1.0,
-        "hardware_selector": {"seq_len": seq},
-    }
-
-
-def worker(engine_name: str, stage: int, steps: int, micro: int, seq: int, out: str) -> None:
-    import torch
-    import torch.distributed as dist
-
-    from backends.model_factory import build_causal_lm, catalog_config
-    from backends.monitor import peak_rss_bytes
-    from planner.contract.engine_config import load_engine_config
-
-    dist.init_process_group("gloo")
-    config = load_engine_config(engine_settings(stage, micro, seq))
-    hf_config = catalog_config("gpt2")
-    model = build_causal_lm(hf_config, seed=0)
-    if engine_name == "ours":
-        import backends
-
-        trainer, _, _, _ = backends.initialize(model=model, config=config)
+def training_config(engine_name: str, stage: int, micro: int, seq: int) -> TrainingConfig:
+    """The one config each (engine, stage) pair trains: fp32, no activation checkpointing, 2 data-parallel ranks."""
+    if engine_name == "fsdp2":
+        fields: dict[str, Any] = {"strategy": Strategy.FSDP, "fsdp_sharding": FsdpSharding.FULL}
     elif engine_name == "deepspeed":
-        from backends.deepspeed import DeepSpeedAdapter
-
-        trainer = DeepSpeedAdapter(model, config)
+        fields = {"strategy": Strategy.DEEPSPEED, "zero_stage": stage}
     else:
-        from backends.fsdp import FsdpAdapter
-
-        trainer = FsdpAdapter(model, config)
-    generator = torch.Generator().manual_seed(dist.get_rank())
-    times = []
-    for _ in range(WARMUP_STEPS + steps):
-        batch = [torch.randint(0, hf_config["vocab_size"], (micro, seq), generator=generator)]
-        dist.barrier()
-        began = time.perf_counter()
-        trainer.train_batch(batch)
-        dist.barrier()
-        times.append(time.perf_counter() - began)
-    peak = torch.tensor([peak_rss_bytes()], dtype=torch.float64)
-    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
-    if dist.get_rank() == 0:
-        Path(out).write_text(
-            json.dumps(
-                {
-                    "engine": engine_name,
-                    "stage": stage,
-                    "step_time_s": statistics.median(times[WARMUP_STEPS:]),
-                    "peak_rss_bytes": int(peak.item()),
-                    "steps": steps,
-                    "micro_batch": micro,
-                    "seq_len": seq,
-                }
-            )
-        )
-    dist.destroy_process_group()
-
-
-def launch(engine_name: str, stage: int, args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
-    out = scratch / f"{engine_name}_{stage}.json"
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node=2",
-        "-m",
-        "benchmarks.engine_vs_peers",
-        "--worker",
-        engine_name,
-        str(stage),
-        "--steps",
-        str(args.steps),
-        "--micro",
-        str(args.micro),
-        "--seq",
-        str(args.seq),
-        "--out",
-        str(out),
-    ]
-    completed = subprocess.run(
-        command, env=env, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent
+        fields = {"strategy": Strategy.ENGINE, "zero_stage": stage}
+    return TrainingConfig(
+        **fields,
+        micro_batch=micro,
+        seq_len=seq,
+        precision=Precision.FP32,
+        activation_checkpointing=ActivationCheckpointing.NONE,
     )
-    if completed.returncode:
-        raise RuntimeError(f"{engine_name} stage {stage} failed:\n{completed.stderr[-4000:]}")
-    return json.loads(out.read_text())
+
+
+def launch(engine_name: str, stage: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One torchrun job of the one runner (`python -m backends.run`) on 2 gloo ranks, as the harness measures."""
+    job = MeasureJob(
+        key=f"{engine_name}-zero{stage}",
+        model="gpt2",
+        tiny=False,
+        gpu="cpu",
+        config=training_config(engine_name, stage, args.micro, args.seq),
+        steps=args.steps,
+        warmup=WARMUP_STEPS,
+    )
+    outcome = backends_run_launch([job], nproc=2, timeout_s=TIMEOUT_S)
+    result = outcome.results.get(job.key)
+    if result is None or result.error or not result.step_times_s:
+        detail = result.error if result is not None and result.error else outcome.stderr_tail
+        raise RuntimeError(f"{engine_name} stage {stage} failed (exit {outcome.returncode}):\n{detail}")
+    return {
+        "engine": engine_name,
+        "stage": stage,
+        "step_time_s": statistics.median(result.step_times_s),
+        "peak_rss_bytes": max(result.peak_memory_per_rank_bytes),
+        "steps": args.steps,
+        "micro_batch": args.micro,
+        "seq_len": args.seq,
+    }
 
 
 def ratios(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -158,23 +114,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro", type=int, default=2)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--only", metavar="ENGINE:STAGE,...", help="run only these pairs, e.g. ours:1,deepspeed:1")
-    parser.add_argument("--worker", nargs=2, metavar=("ENGINE", "STAGE"), help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.worker:
-        worker(args.worker[0], int(args.worker[1]), args.steps, args.micro, args.seq, args.out)
-        return 0
     runs = selected_runs(args.only)
-    with tempfile.TemporaryDirectory() as scratch:
-        results = []
-        for engine_name, stage in runs:
-            results.append(launch(engine_name, stage, args, Path(scratch)))
-            if not args.json:
-                r = results[-1]
-                print(
-                    f"{engine_name:9} zero{stage}  step {r['step_time_s']:.3f} s  peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB",
-                    flush=True,
-                )
+    results = []
+    for engine_name, stage in runs:
+        results.append(launch(engine_name, stage, args))
+        if not args.json:
+            r = results[-1]
+            print(
+                f"{engine_name:9} zero{stage}  step {r['step_time_s']:.3f} s  peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB",
+                flush=True,
+            )
     document = {
         "results": results,
         "ratios": {k: v["step_time"] for k, v in ratios(results).items()},

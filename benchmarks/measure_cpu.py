@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         "gloo_2_ranks": gloo_allreduce(),
         "method": "best of several timings; copy counts read + write bytes; all-reduce bus bytes 2(n-1)/n x size",
     }
-    from benchmarks_db.paths import write_json_atomic
+    from planner.files import write_json_atomic
 
     write_json_atomic(args.out, profile)
     print(f"wrote {args.out}")

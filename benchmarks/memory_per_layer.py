@@ -17,9 +17,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from planner.files import write_json_atomic  # noqa: E402
 from planner.memory.activations import activation_widths, estimate_activations  # noqa: E402
 from planner.memory.buffers import estimate_buffers  # noqa: E402
 from planner.memory.rank_params import rank_params  # noqa: E402
@@ -317,12 +316,7 @@ def load() -> list[dict]:
 
 def _write(results: list[dict]) -> None:
     document = {"description": __doc__.strip().splitlines()[0], "results": results}
-    fd, tmp = tempfile.mkstemp(dir=RESULTS.parent, prefix=RESULTS.name, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(document, handle, indent=1)
-        handle.write("\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, RESULTS)
+    write_json_atomic(RESULTS, document, indent=1)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: make `benchmarks` importa
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.trace_configs import by_label  # noqa: E402
+from planner.files import write_json_atomic  # noqa: E402
 
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "memory_traces.json"
 GIB = 2**30
@@ -83,16 +83,6 @@ def _print_row(cells: list[str]) -> None:
     print("  ".join(c.ljust(w) for c, w in zip(cells, widths)), flush=True)
 
 
-def _write_atomic(path: Path, document: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(document, handle, indent=1)
-        handle.write("\n")
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600; the result is an ordinary tree file
-    os.replace(tmp, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="+", metavar="LABEL", help="run only these labels")
@@ -148,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": [merged[label] for label in configs if label in merged],
         "failures": [{"label": label, "error": error} for label, error in failures.items()],
     }
-    _write_atomic(args.out, document)
+    write_json_atomic(args.out, document, indent=1)
     print(f"{len(results)} traced, {len(failures)} failed in {elapsed:.1f} s -> {args.out}")
     return 1 if failures else 0
 

@@ -1,7 +1,9 @@
-"""The benchmark database: measured training runs in DuckDB, and the tools that fill and share it.
+"""The benchmark database: measured training runs in DuckDB, and what is read back out of them.
 
-record.py (one run), schema.py (migrations), store.py (locked writes, queries),
-transfer.py (Parquet/CSV), matrix.py (what to measure), runner.py with
-backends_launch.py / measure.py (how), calibrate.py (records -> planner
-corrections), plot.py. See docs/benchmarks.md.
+record.py (one run), environment.py (the software and machine a record was
+measured on), schema.py (migrations), store.py (locked writes, queries),
+transfer.py (Parquet/CSV), calibrate.py (records -> planner corrections),
+plot.py. Storage never trains and imports neither `backends` nor torch: what
+fills it is the harness in benchmarks/harness/ and the runner's summary
+(docs/architecture.md, docs/benchmarks.md).
 """

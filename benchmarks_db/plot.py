@@ -11,9 +11,9 @@ import math
 from pathlib import Path
 
 from planner.errors import UserInputError
+from planner.files import write_text_atomic
 
 from .calibrate import RecordError
-from .paths import write_text_atomic
 
 WIDTH, HEIGHT, MARGIN = 460, 360, 50
 COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
@@ -37,7 +37,7 @@ def check_plot_target(path: str | Path) -> None:
             import matplotlib  # noqa: F401
         except ImportError:
             raise UserInputError(
-                "--plot FILE.png needs matplotlib (pip install matplotlib); or use FILE.html"
+                "--plot FILE.png needs matplotlib (pip install 'hardware-selector[plot]'); or use FILE.html"
             ) from None
 
 

@@ -10,13 +10,12 @@ importing the same file twice changes nothing.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
 from planner.errors import UserInputError
+from planner.files import atomic_path
 
 from .record import RunRecord
 from .store import COLUMNS, BenchmarkStore
@@ -52,21 +51,13 @@ def export_runs(store: BenchmarkStore, path: str | Path) -> int:
         f"to_json({column}) AS {column}" if fmt == "csv" and column == "peak_memory_per_rank_bytes" else column
         for column in COLUMNS
     ]
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
-    os.close(handle)
-    try:
-        with store.reading() as connection:
-            if connection is None:
-                raise UserInputError(f"no benchmark database at {store.path}; run run-training-benchmark --run first")
-            count = connection.execute("SELECT count(*) FROM runs").fetchone()[0]
-            options = "FORMAT parquet" if fmt == "parquet" else "FORMAT csv, HEADER true"
-            query = f"SELECT {', '.join(columns)} FROM runs ORDER BY created_at, id"
-            connection.execute(f"COPY ({query}) TO '{_sql_path(temp_name)}' ({options})")
-        os.replace(temp_name, target)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
+    with atomic_path(target) as temporary, store.reading() as connection:
+        if connection is None:
+            raise UserInputError(f"no benchmark database at {store.path}; run run-training-benchmark --run first")
+        count = connection.execute("SELECT count(*) FROM runs").fetchone()[0]
+        options = "FORMAT parquet" if fmt == "parquet" else "FORMAT csv, HEADER true"
+        query = f"SELECT {', '.join(columns)} FROM runs ORDER BY created_at, id"
+        connection.execute(f"COPY ({query}) TO '{_sql_path(temporary)}' ({options})")
     return count
 
 

@@ -29,7 +29,7 @@ def _listed(value: str, enum_type, flag: str) -> tuple:
     return tuple(dict.fromkeys(_choice(item, enum_type, flag) for item in items))
 
 
-def plan_document(result) -> dict:
+def search_document(result) -> dict:
     """The --json shape: best, candidates and rejected, each plan with its strategy family."""
     from planner.search.layouts import family_label
 
@@ -260,7 +260,7 @@ def register(app: typer.Typer) -> None:
             previous = previous_run_state(folder) if force and folder.is_dir() else []
             written = emit_run_folder(best, emit, force=force, options=run_options)
         if as_json:
-            print(json.dumps(plan_document(result), indent=2))
+            print(json.dumps(search_document(result), indent=2))
         else:
             print_plans(result, f"{spec.name} on {target.world_size} x {target.gpu.name}, seq {seq_len}", explain)
             print(f"throughput {calibration}")

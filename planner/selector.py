@@ -16,7 +16,7 @@ Conventions:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.errors import UserInputError
 from planner.hardware.cluster import GIB, ClusterSpec, make_cluster
@@ -27,6 +27,9 @@ from planner.plan import Plan
 from planner.search import Objective, PlanRequest, SearchResult, search_plans
 from planner.search.layouts import FSDP_LABELS, family_label
 from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, Precision, Strategy
+
+if TYPE_CHECKING:  # annotations only: the selector never imports transformers until asked for arguments
+    from transformers import TrainingArguments
 
 DEFAULT_GPU = "A100-80GB"
 DEFAULT_GPUS_PER_NODE = 8
@@ -190,7 +193,7 @@ class HardwareSelector:
         self.seq_len = seq_len
         self.headroom_fraction = headroom_fraction
 
-    def training_arguments(self, plan: Plan, output_dir: str, **overrides: Any) -> Any:
+    def training_arguments(self, plan: Plan, output_dir: str, **overrides: Any) -> TrainingArguments:
         """A transformers.TrainingArguments that runs `plan` (planner/emit/training_args.py)."""
         from planner.emit.training_args import training_arguments
 

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run from a checkout without installing
 
+from planner.files import write_text_atomic  # noqa: E402
 from planner.models.catalog import CATALOG_DIR, CATALOG_FILE, normalize_name  # noqa: E402
 from planner.models.hf_config import spec_from_hf_config  # noqa: E402
 from planner.models.spec import ModelSpec  # noqa: E402
@@ -95,23 +94,6 @@ def catalog_document(specs: list[ModelSpec]) -> dict:
     }
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write beside the target, flush to disk, then rename over it."""
-    # mkstemp creates the file private (0600); a catalog is read by everyone.
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fchmod(stream.fileno(), mode)
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if catalog.json differs from a fresh build")
@@ -138,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"{CATALOG_FILE} is up to date")
         return 0
-    write_atomically(CATALOG_FILE, text)
+    write_text_atomic(CATALOG_FILE, text)
     print(f"wrote {len(specs)} models to {CATALOG_FILE} in {time.perf_counter() - started:.0f}s")
     return 0
 

@@ -38,7 +38,8 @@ def write_corpus(path: Path, paragraphs: int, *, seed: int = 0, words: tuple[int
     return path
 
 
-def train_tokenizer(corpus: Path, folder: Path) -> None:
+def train_tokenizer(corpus: Path, folder: Path, *, vocab: int = VOCAB) -> None:
+    """A byte-level BPE tokenizer trained on `corpus` (no hub access), saved as an HF tokenizer folder."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -48,7 +49,7 @@ def train_tokenizer(corpus: Path, folder: Path) -> None:
     tokenizer.train(
         [str(corpus)],
         trainers.BpeTrainer(
-            vocab_size=VOCAB, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+            vocab_size=vocab, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
         ),
     )
     fast = PreTrainedTokenizerFast(

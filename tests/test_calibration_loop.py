@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.harness.matrix import generate_matrix
+from benchmarks.harness.runner import run_matrix
 from benchmarks_db.environment import current_environment
-from benchmarks_db.matrix import generate_matrix
-from benchmarks_db.runner import run_matrix
 from benchmarks_db.store import BenchmarkStore
 from planner.calibration import Calibration
 from planner.hardware.gpus import resolve_gpu

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.memory.activations import Layout, activation_widths, block_bytes, estimate_activations
+from planner.memory.activations import ActivationShape, activation_widths, block_bytes, estimate_activations
 from planner.models.hf_config import spec_from_hf_config
 from planner.training_config import AttentionKernel, PipelineSchedule, TrainingConfig
 from tests.reference_data import published_reference
@@ -68,7 +68,7 @@ def test_table2_per_layer(row):
     tp, sp, ac = ROWS[row]
     config = config_for(tp, sp, ac)
     spec = gpt_block_spec()
-    ours = block_bytes(spec, Layout.of(config), activation_widths(config, False), kv_seq_len=S) * S * B
+    ours = block_bytes(spec, ActivationShape.of(config), activation_widths(config, False), kv_seq_len=S) * S * B
     assert ours == pytest.approx(formula(table[row], T), rel=1e-9)
 
 

@@ -156,6 +156,32 @@ def test_plan_emit_writes_the_best_plans_run_folder_and_refuses_to_overwrite(tmp
     assert main([*argv, "--force"]) == 0
 
 
+@pytest.mark.parametrize("where", ["/proc/hardware-selector-run", "file/run"])
+def test_plan_emit_into_a_place_that_cannot_hold_a_folder_is_one_line(tmp_path, capsys, where):
+    (tmp_path / "file").write_text("not a folder")
+    target = where if where.startswith("/") else str(tmp_path / where)
+    argv = ["plan", "--model", "gpt2", "--gpu", "A100-40GB", "--gpus-per-node", "2", "--seq-len", "512"]
+    assert main([*argv, "--emit", target]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"error: cannot create the run folder {target}: ") and error.endswith("writable directory")
+    assert "\n" not in error and "Traceback" not in error
+
+
+def test_emitted_files_get_the_umask_mode_not_a_private_one(tmp_path, capsys):
+    from planner.files import file_mode
+
+    argv = ["plan", "--model", "gpt2", "--gpu", "A100-40GB", "--gpus-per-node", "2", "--seq-len", "512"]
+    assert main([*argv, "--emit", str(tmp_path / "run")]) == 0
+    modes = {path.name: path.stat().st_mode & 0o777 for path in (tmp_path / "run").iterdir()}
+    assert modes["plan.json"] == file_mode() == 0o666 & ~current_umask()
+    assert modes["launch.sh"] == file_mode(executable=True)
+
+
+def current_umask() -> int:
+    """The umask, read the way a shell's `umask` reports it (in a child, so this process's stays untouched)."""
+    return int(subprocess.check_output(["sh", "-c", "umask"], text=True).strip(), 8)
+
+
 def test_plan_without_gpu_plans_for_the_detected_machine(monkeypatch, capsys):
     from planner.hardware.launch_context import SLURM_VARIABLES, TORCHRUN_VARIABLES
     from tests.fakes.fake_pynvml import dgx_a100, install

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
 import run_training_benchmark
-from benchmarks_db.backends_launch import backends_run_launch
+from benchmarks.harness.jobs import MeasureResult
+from benchmarks.harness.launch import backends_run_launch
+from benchmarks.harness.matrix import generate_matrix
+from benchmarks.harness.processes import LaunchOutcome
+from benchmarks.harness.runner import run_matrix
 from benchmarks_db.environment import current_environment
-from benchmarks_db.matrix import generate_matrix
-from benchmarks_db.measure import MeasureResult
-from benchmarks_db.processes import LaunchOutcome
-from benchmarks_db.runner import run_matrix
 from benchmarks_db.store import BenchmarkStore
 from planner.models.catalog import find_model
 
@@ -39,6 +40,19 @@ def test_bert_matrix_is_written_atomically_with_predictions(tmp_path, capsys):
     assert all(entry["strategy"] == "ddp" for entry in matrix["entries"] if entry["world_size"] == 1)
     assert sum("sharding needs 2 or more GPUs" in p["reason"] for p in matrix["pruned"]) == 5 * 4 * 2
     assert not list(tmp_path.glob(".bert_benchmark.json.*"))  # no temp file left behind
+    umask = int(subprocess.check_output(["sh", "-c", "umask"], text=True).strip(), 8)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # an ordinary file (0644 under umask 022), not mkstemp's 0600
+
+
+def test_output_into_a_place_that_cannot_hold_it_is_one_line(tmp_path, capsys):
+    (tmp_path / "file").write_text("not a folder")
+    out = tmp_path / "file" / "matrix.json"
+    assert run_training_benchmark.main(["--model", "gpt2", "--output", str(out)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert (
+        error.startswith(f"error: cannot write {out}: {tmp_path / 'file'} is a file, not a folder")
+        and "Traceback" not in error
+    )
 
 
 def test_t5_matrix_for_cuda_and_rocm_goes_to_stdout(capsys):
@@ -170,7 +184,7 @@ def test_failures_are_recorded_and_an_interrupted_matrix_resumes(tmp_path):
 
 def test_a_job_past_its_timeout_is_killed(tmp_path):
     matrix = _tiny_matrix([1])
-    from benchmarks_db.measure import MeasureJob
+    from benchmarks.harness.jobs import MeasureJob
 
     job = MeasureJob(key="slow", model="gpt2", tiny=True, config=matrix.entries[0].config, steps=100000)
     before = _measuring_processes()
@@ -227,7 +241,7 @@ def test_run_measures_through_backends_run_records_and_skips_on_rerun(tmp_path, 
 
 
 def test_a_crash_is_recorded_with_the_ranks_exception_not_torchruns_summary():
-    from benchmarks_db.runner import classify_failure
+    from benchmarks.harness.runner import classify_failure
 
     stderr = (
         'Traceback (most recent call last):\n  File "run.py", line 1\n'

@@ -148,3 +148,23 @@ def test_data_for_a_model_without_a_tokenizer(user):
     one_line_error(emit(root, bare, "bare", "--data", corpus), "--data needs the model's tokenizer")
     assert emit(root, bare, "bare-run").returncode == 0  # without data: synthetic tokens, fine
     one_line_error(cli("train", root / "bare-run", "--data", corpus), "--data needs the model's tokenizer")
+
+
+def test_a_corrupted_checkpoint_names_the_flag_that_starts_afresh(user, tmp_path):
+    root, model_dir, corpus = user
+    assert emit(root, model_dir, "corrupt", "--data", corpus).returncode == 0
+    run = root / "corrupt"
+    assert cli("train", run, "--steps", "2", "--save-every", "1").returncode == 0
+    shards = [path for path in (run / "checkpoints").rglob("*") if path.is_file() and path.suffix in (".pt", ".distcp")]
+    assert shards, sorted((run / "checkpoints").rglob("*"))
+    for shard in shards:  # same size, other bytes: only the checksum can tell
+        data = bytearray(shard.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    refused = cli("train", run, "--steps", "3")
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr and "Warning" not in refused.stderr, lines
+    assert all("is unusable" in line and "trying the previous one" in line for line in lines[:-1]) and len(lines) == 3
+    assert lines[-1].startswith("error: no intact checkpoint in ") and "start afresh with --no-resume" in lines[-1]
+    fresh = cli("train", run, "--steps", "1", "--no-resume")  # the flag the message names exists and works
+    assert fresh.returncode == 0, fresh.stderr[-3000:]

@@ -6,14 +6,12 @@ driven by the runner's callbacks rather than by this surface.
 
 from __future__ import annotations
 
-from typing import Any
-
 from .base import Adapter, AdapterSetup, StepOutcome
 
 __all__ = ["Adapter", "AdapterSetup", "StepOutcome", "build_adapter"]
 
 
-def build_adapter(strategy: str, setup: AdapterSetup) -> Any:
+def build_adapter(strategy: str, setup: AdapterSetup) -> Adapter:
     if strategy == "engine":
         from .engine_adapter import EngineAdapter
 

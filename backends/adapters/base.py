@@ -21,11 +21,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.contract.engine_config import EngineConfig
 from planner.contract.run_config import RunConfig
 from planner.plan import Plan
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    import torch
 
 # guard(loss, grad_norm) -> True to apply the update; grad_norm is None when it is not known before the update.
 Guard = Callable[[float, float | None], bool]
@@ -51,7 +56,7 @@ class AdapterSetup:
     engine_config: EngineConfig  # the shared settings: precision, ZeRO, clipping, optimizer; no scheduler
     make_model: Callable[..., Any]
     weights_folder: str | None  # a local HF checkpoint to start from (None: random initialisation)
-    device: Any
+    device: torch.device
     run_dir: Path
     ds_config: dict | None = None
     extra: dict = field(default_factory=dict)
@@ -62,13 +67,13 @@ class Adapter:
     supports_skip_before_update = True
 
     def __init__(self, setup: AdapterSetup):
-        import torch.distributed as dist
+        from backends.ranks import distributed, rank, world_size
 
         self.setup = setup
         self.device = setup.device
-        self.distributed = dist.is_available() and dist.is_initialized()
-        self.rank = dist.get_rank() if self.distributed else 0
-        self.world = dist.get_world_size() if self.distributed else 1
+        self.distributed = distributed()
+        self.rank = rank()
+        self.world = world_size()
         # Data-parallel ranks: every rank for DDP, FSDP and DeepSpeed; our engine narrows it to its dp group.
         self.data_rank, self.data_world = self.rank, setup.run.layout.dp
         _, self.micro_batch, self.grad_accum = setup.engine_config.batch_sizes(self.data_world)
@@ -123,7 +128,7 @@ class Adapter:
         return time.perf_counter()
 
 
-def tensor_bytes(tensors: Any) -> int:
+def tensor_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
     total = 0
     for tensor in tensors:
         if tensor is None or not hasattr(tensor, "numel"):

@@ -120,7 +120,7 @@ class TorchAdapter(Adapter):
     def save(self, folder: Path) -> None:
         import torch.distributed.checkpoint as dcp
 
-        from backends.checkpoint.ranks import dcp_quietly
+        from backends.ranks import dcp_quietly
 
         with dcp_quietly():
             dcp.save(self.state_dicts(), checkpoint_id=str(folder / STATE_FOLDER), no_dist=not self.distributed)
@@ -129,7 +129,7 @@ class TorchAdapter(Adapter):
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
-        from backends.checkpoint.ranks import dcp_quietly
+        from backends.ranks import dcp_quietly
 
         state = self.state_dicts()
         with dcp_quietly():

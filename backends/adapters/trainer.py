@@ -15,12 +15,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.contract.hyperparameters import scheduler_block
 from planner.contract.run_overrides import overrides_from
 from planner.errors import UserInputError
 from planner.training_config import Strategy
+
+if TYPE_CHECKING:
+    import argparse
 
 TRAINER_CHECKPOINTS = "checkpoints-trainer"
 
@@ -85,7 +88,7 @@ def _metrics_callback(metrics: Any, progress: Any, guard: Any, run: Any) -> Any:
     return RunnerMetrics()
 
 
-def train_with_trainer(args: Any) -> dict[str, Any]:
+def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from transformers import Trainer, TrainingArguments
 

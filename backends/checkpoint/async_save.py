@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .ranks import distributed, everyones, rank
+from backends.ranks import distributed, everyones, rank
+
 from .save import begin_folder, seal, write_resume_state
 from .shards import sharded_views
 

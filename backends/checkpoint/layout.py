@@ -23,15 +23,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from planner.files import write_text_atomic
+
 MANIFEST = "MANIFEST.json"
 LATEST = "latest"
 STEP_TAG = re.compile(r"global_step(\d+)$")
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
 
 
 def _digest(path: Path) -> str:
@@ -45,7 +41,7 @@ def _digest(path: Path) -> str:
 def write_manifest(folder: Path) -> None:
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
     entries = {str(p.relative_to(folder)): {"bytes": p.stat().st_size, "sha256": _digest(p)} for p in files}
-    write_text_atomically(folder / MANIFEST, json.dumps({"files": entries}, indent=1))
+    write_text_atomic(folder / MANIFEST, json.dumps({"files": entries}, indent=1))
 
 
 def verify(folder: Path) -> str | None:
@@ -89,7 +85,7 @@ def commit(save_dir: Path, partial: Path, tag: str, keep_last: int) -> Path:
     if final.exists():
         shutil.rmtree(final)
     os.replace(partial, final)
-    write_text_atomically(save_dir / LATEST, tag)
+    write_text_atomic(save_dir / LATEST, tag)
     for old in committed_tags(save_dir)[:-keep_last]:
         if old != tag:
             shutil.rmtree(save_dir / old, ignore_errors=True)

@@ -10,19 +10,19 @@ warning and the previous one is used; with an explicit tag it is an error.
 
 from __future__ import annotations
 
-import warnings
+import sys
 from pathlib import Path
 from typing import Any
 
+from backends.ranks import dcp_quietly, distributed, rank
 from planner.errors import UserInputError
 
 from .layout import LATEST, committed_tags, read_json, verify
-from .ranks import dcp_quietly, distributed, rank
 from .reshard import load_resharded, resume_state_for
 from .shards import copy_back, key_prefix, layout_of, load_rng, sharded_views, unit_layout
 
 
-def _choose(load_dir: Path, tag: str | None) -> Path | None:
+def choose_checkpoint(load_dir: Path, tag: str | None) -> Path | None:
     if tag is not None:
         reason = verify(load_dir / tag)
         if reason:
@@ -40,15 +40,17 @@ def _choose(load_dir: Path, tag: str | None) -> Path | None:
         reason = verify(load_dir / candidate)
         if reason is None:
             return load_dir / candidate
-        warnings.warn(
-            f"checkpoint {load_dir / candidate} is unusable ({reason}); trying the previous one", stacklevel=3
-        )
+        # A line for the user, not a Python warning: the run goes on from an older checkpoint.
+        print(f"checkpoint {load_dir / candidate} is unusable ({reason}); trying the previous one", file=sys.stderr)
     if candidates:
-        raise UserInputError(f"no intact checkpoint in {load_dir}; every one failed its manifest check")
+        raise UserInputError(
+            f"no intact checkpoint in {load_dir}: every one failed its manifest check; "
+            "start afresh with --no-resume (the checkpoints are kept)"
+        )
     return None
 
 
-def _from_rank0(error: str | None, choice: Path | None) -> tuple[str | None, Path | None]:
+def rank0_choice(error: str | None, choice: Path | None) -> tuple[str | None, Path | None]:
     """Rank 0's error or choice for everybody (the ranks must load the same tag, or all fail)."""
     import torch.distributed as dist
 
@@ -91,10 +93,10 @@ def load_checkpoint(engine: Any, load_dir: str | Path, *, tag: str | None = None
     choice = None
     if rank() == 0:
         try:
-            choice = _choose(Path(load_dir), tag)
+            choice = choose_checkpoint(Path(load_dir), tag)
         except UserInputError as failure:
             error = str(failure)
-    error, choice = _from_rank0(error, choice)
+    error, choice = rank0_choice(error, choice)
     if error:
         raise UserInputError(error)
     if choice is None:

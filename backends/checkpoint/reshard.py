@@ -18,9 +18,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from backends.ranks import distributed, everyones
 from planner.errors import UserInputError
 
-from .ranks import distributed, everyones
 from .shards import key_prefix
 
 MODULE_PREFIX = "module."

@@ -13,8 +13,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from backends.ranks import barrier, dcp_quietly, distributed, everyones, rank
+
 from .layout import commit
-from .ranks import barrier, dcp_quietly, distributed, everyones, rank
 from .reshard import tensor_split_record
 from .shards import key_prefix, layout_of, save_rng, sharded_views, unit_layout
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from planner.errors import UserInputError
+from planner.files import atomic_path, write_text_atomic
 
 from .documents import Source, iter_documents
 
@@ -62,35 +62,27 @@ def write_token_file(
     """Tokenize every document into bin_path (atomically); returns the metadata."""
     import numpy as np
 
-    temporary = bin_path.with_name(f".{bin_path.name}.{os.getpid()}.tmp")
     tokens = documents = 0
-    try:
-        with open(temporary, "wb") as out:
-            for texts in iter_documents(sources, text_field=text_field, text_unit=text_unit):
-                if not texts:
-                    continue
-                encoded = tokenizer(
-                    texts,
-                    add_special_tokens=add_special_tokens,
-                    return_attention_mask=False,
-                    return_token_type_ids=False,
-                )["input_ids"]
-                joined: list[int] = []
-                for ids in encoded:
-                    joined.extend(ids)
-                    joined.append(eos_id)
-                flat = np.asarray(joined, dtype=np.int64)
-                if flat.size and int(flat.max()) >= np.iinfo(dtype).max:
-                    raise UserInputError(f"token id {int(flat.max())} does not fit {dtype}")
-                out.write(flat.astype(dtype).tobytes())
-                tokens += int(flat.size)
-                documents += len(texts)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, bin_path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    with atomic_path(bin_path) as temporary, open(temporary, "wb") as out:
+        for texts in iter_documents(sources, text_field=text_field, text_unit=text_unit):
+            if not texts:
+                continue
+            encoded = tokenizer(
+                texts,
+                add_special_tokens=add_special_tokens,
+                return_attention_mask=False,
+                return_token_type_ids=False,
+            )["input_ids"]
+            joined: list[int] = []
+            for ids in encoded:
+                joined.extend(ids)
+                joined.append(eos_id)
+            flat = np.asarray(joined, dtype=np.int64)
+            if flat.size and int(flat.max()) >= np.iinfo(dtype).max:
+                raise UserInputError(f"token id {int(flat.max())} does not fit {dtype}")
+            out.write(flat.astype(dtype).tobytes())
+            tokens += int(flat.size)
+            documents += len(texts)
     return {
         "format": FORMAT_VERSION,
         "dtype": dtype,
@@ -115,9 +107,9 @@ def prepare_token_file(
             try:
                 meta = build(bin_path)
             except UserInputError as failure:
-                _write_atomic(error_path, str(failure))
+                write_text_atomic(error_path, str(failure))
                 raise
-            _write_atomic(meta_path, json.dumps(meta, indent=1))
+            write_text_atomic(meta_path, json.dumps(meta, indent=1))
     else:
         _wait_for(meta_path, error_path, label, since=time.time() - 1.0)
     return bin_path, json.loads(meta_path.read_text(encoding="utf-8"))
@@ -135,12 +127,6 @@ def _wait_for(meta_path: Path, error_path: Path, label: str, *, since: float) ->
             print(
                 f"waiting for this node's first rank to tokenize {label} ({time.monotonic() - began:.0f} s)", flush=True
             )
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
 
 
 def open_tokens(bin_path: Path, meta: dict[str, Any]) -> Any:

@@ -20,9 +20,12 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.contract.run_config import AnomalyPolicy, SpikeRule
+
+if TYPE_CHECKING:
+    from backends.adapters.base import StepOutcome
 
 
 @dataclass
@@ -92,7 +95,7 @@ class AnomalyGuard:
         return Verdict("ok")
 
     # --- after the step --------------------------------------------------------------------------
-    def after_step(self, outcome: Any) -> Verdict:
+    def after_step(self, outcome: StepOutcome) -> Verdict:
         """The step's final verdict; learn from healthy values. Norm rules the adapter could not check
         before its update are judged here (their `skip-step` has been refused up front)."""
         verdict = self.pending

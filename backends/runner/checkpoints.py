@@ -18,13 +18,16 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backends.checkpoint.layout import commit, read_json
-from backends.checkpoint.load import _choose, _from_rank0
-from backends.checkpoint.ranks import barrier, rank
+from backends.checkpoint.load import choose_checkpoint, rank0_choice
 from backends.checkpoint.shards import load_rng, save_rng
+from backends.ranks import barrier, rank
 from planner.errors import UserInputError
+
+if TYPE_CHECKING:
+    from backends.adapters.base import Adapter
 
 RUNNER_STATE = "runner_state.json"
 
@@ -39,7 +42,7 @@ class RunCheckpoints:
         self.folder = folder
         self.keep_last = keep_last
 
-    def save(self, adapter: Any, step: int, state: dict[str, Any]) -> Path:
+    def save(self, adapter: Adapter, step: int, state: dict[str, Any]) -> Path:
         """Collective: write and seal checkpoint `global_step<step>`; returns its folder."""
         tag = f"global_step{step}"
         partial = self.folder / f".partial-{tag}"
@@ -64,15 +67,15 @@ class RunCheckpoints:
         choice: Path | None = None
         if rank() == 0:
             try:
-                choice = _choose(self.folder, None)
+                choice = choose_checkpoint(self.folder, None)
             except UserInputError as failure:
                 error = str(failure)
-        error, choice = _from_rank0(error, choice)
+        error, choice = rank0_choice(error, choice)
         if error:
             raise UserInputError(error)
         return choice
 
-    def load(self, adapter: Any, folder: Path) -> dict[str, Any]:
+    def load(self, adapter: Adapter, folder: Path) -> dict[str, Any]:
         """Collective: the adapter's state from `folder`, this rank's RNG; returns the runner state."""
         state = read_json(folder / RUNNER_STATE)
         adapter.load(folder)

@@ -11,10 +11,15 @@ result is the same whatever the world size.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from backends.adapters.base import Adapter
 
 
-def evaluate(adapter: Any, blocks: Any, make_batch: Any) -> dict[str, float]:
+def evaluate(adapter: Adapter, blocks: Sequence[Any], make_batch: Callable[[list[Any]], dict]) -> dict[str, float]:
     import torch
     import torch.distributed as dist
 

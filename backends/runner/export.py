@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from backends.checkpoint.ranks import barrier, rank
+from backends.ranks import barrier, rank
 
 SHARD_BYTES = 5 * 2**30
 

@@ -16,7 +16,7 @@ import math
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.contract.hyperparameters import scheduler_block
 from planner.contract.run_overrides import overrides_from
@@ -31,6 +31,13 @@ from .progress import Progress
 from .status import RunStatus
 from .summary import StepTimes, finish_summary
 from .world import fit_device, fit_to_world, process_counts
+
+if TYPE_CHECKING:
+    import argparse
+
+    from transformers import PreTrainedTokenizerBase
+
+    from planner.contract.run_config import RunConfig
 
 SYNTHETIC_DEFAULT_STEPS = 10
 TINY_SEQ_LEN = 32
@@ -48,7 +55,7 @@ def start_distributed(backend: str) -> None:
         init_distributed(backend)
 
 
-def total_steps(run: Any, train_blocks: int, synthetic: bool) -> int:
+def total_steps(run: RunConfig, train_blocks: int, synthetic: bool) -> int:
     if run.optim.max_steps:
         return run.optim.max_steps
     if synthetic:
@@ -56,7 +63,7 @@ def total_steps(run: Any, train_blocks: int, synthetic: bool) -> int:
     return max(1, math.ceil(run.optim.epochs * train_blocks / run.global_batch))
 
 
-def train(args: Any) -> dict[str, Any]:
+def train(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from backends.adapters import AdapterSetup, build_adapter
@@ -311,7 +318,7 @@ def _lr(block: Any, base: float, iteration: int) -> float:
     return lr_at(block, base, iteration)
 
 
-def _tokenizer(folder: Path) -> Any:
+def _tokenizer(folder: Path) -> PreTrainedTokenizerBase | None:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)

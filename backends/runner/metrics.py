@@ -11,10 +11,11 @@ it. `hardware-selector watch DIR` reads this file.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
+
+from planner.files import write_text_atomic
 
 
 class MetricsLog:
@@ -38,9 +39,7 @@ class MetricsLog:
                     continue  # a line cut short by a kill
                 if int(row.get("step", 0)) <= step:
                     kept.append(json.dumps(row))
-        temporary = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
-        temporary.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        os.replace(temporary, self.path)
+        write_text_atomic(self.path, "".join(line + "\n" for line in kept))
 
     def write(self, kind: str, row: dict[str, Any]) -> None:
         if not self.enabled:

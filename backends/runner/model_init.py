@@ -12,9 +12,16 @@ engine's tp/pp. No code is ever fetched or run from the hub.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.contract.run_config import ModelSource
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from transformers import PretrainedConfig, PreTrainedModel
+
+    from backends.runner.weights import WeightSource
 
 LOSS_TYPES = {"causal-lm": "ForCausalLM", "masked-lm": "ForMaskedLM"}
 DROPOUT_KEYS = (
@@ -32,7 +39,9 @@ DROPOUT_KEYS = (
 )
 
 
-def hf_config(model: ModelSource, *, tiny: bool = False, dropout: float | None = None, keep_vocab: bool = False) -> Any:
+def hf_config(
+    model: ModelSource, *, tiny: bool = False, dropout: float | None = None, keep_vocab: bool = False
+) -> PretrainedConfig:
     """The transformers config object (dropout overridden when asked, the tiny shape for smoke tests;
     keep_vocab: a tiny model that still reads the real tokenizer's ids)."""
     from transformers import AutoConfig
@@ -53,7 +62,7 @@ def hf_config(model: ModelSource, *, tiny: bool = False, dropout: float | None =
     return AutoConfig.for_model(model_type, **fields)
 
 
-def model_class(task: str) -> Any:
+def model_class(task: str) -> type[PreTrainedModel]:
     import transformers
 
     return {
@@ -94,11 +103,11 @@ def build_model(
     return built
 
 
-def is_meta(model: Any) -> bool:
+def is_meta(model: nn.Module) -> bool:
     return any(param.is_meta for param in model.parameters())
 
 
-def materialize(module: Any, device: Any) -> None:
+def materialize(module: nn.Module, device: torch.device) -> None:
     """Allocate `module`'s meta parameters on `device` (uninitialised), keeping the values of its buffers
     and the parameters it shares between modules (a head tied to the embedding stays one parameter)."""
     buffers = {name: buffer.detach().clone() for name, buffer in module.named_buffers() if not buffer.is_meta}
@@ -117,7 +126,7 @@ def materialize(module: Any, device: Any) -> None:
             buffer.copy_(buffers[name].to(buffer.device))
 
 
-def load_full(model: Any, source: Any, device: Any) -> Any:
+def load_full(model: nn.Module, source: WeightSource, device: torch.device) -> nn.Module:
     """Every parameter of `model` from the checkpoint (materialising a meta model first); returns the model."""
     import torch
 
@@ -132,7 +141,7 @@ def load_full(model: Any, source: Any, device: Any) -> Any:
     return model
 
 
-def fill_rows(local: Any, source: Any, name: str, first_row: int) -> None:
+def fill_rows(local: torch.Tensor, source: WeightSource, name: str, first_row: int) -> None:
     """Copy rows [first_row, first_row + local rows) of checkpoint tensor `name` into `local`."""
     import torch
 

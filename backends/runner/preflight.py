@@ -11,10 +11,13 @@ The ranks check the same again, for runs started by launch.sh or sbatch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from planner.contract.run_config import RunConfig
 from planner.errors import UserInputError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 def check_data(run: RunConfig, vocab_size: int) -> None:
@@ -36,7 +39,7 @@ def check_data(run: RunConfig, vocab_size: int) -> None:
             )
 
 
-def check_weights(run: RunConfig, model: Any) -> None:
+def check_weights(run: RunConfig, model: nn.Module) -> None:
     from .weights import source_for
 
     source = source_for(model, run.model.path)

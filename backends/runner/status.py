@@ -10,10 +10,11 @@ reader never sees half a file. metrics.jsonl carries the per-step detail.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
+
+from planner.files import write_json_atomic
 
 STATUS_FILE = "run_status.json"
 
@@ -28,9 +29,7 @@ class RunStatus:
         if not self.enabled:
             return
         self.document.update(changes, updated_at=time.time())
-        temporary = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
-        temporary.write_text(json.dumps(self.document, indent=1, default=str), encoding="utf-8")
-        os.replace(temporary, self.path)
+        write_json_atomic(self.path, self.document, indent=1)
 
 
 def read_status(run_dir: Path) -> dict[str, Any]:

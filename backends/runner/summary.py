@@ -11,12 +11,21 @@ plans (docs/benchmarks.md).
 
 from __future__ import annotations
 
-import json
-import os
 import resource
 import statistics
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from planner.files import write_json_atomic
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import torch
+
+    from backends.adapters.base import Adapter
+    from backends.runner.folder import RunSpec
+    from planner.contract.run_config import RunConfig
 
 
 class StepTimes:
@@ -41,7 +50,7 @@ class StepTimes:
         return quartiles[2] - quartiles[0]
 
 
-def peak_memory_bytes(device: Any) -> int:
+def peak_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         import torch
 
@@ -49,7 +58,7 @@ def peak_memory_bytes(device: Any) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
-def _everyones_peak(adapter: Any) -> list[int]:
+def _everyones_peak(adapter: Adapter) -> list[int]:
     import torch.distributed as dist
 
     peak = peak_memory_bytes(adapter.device)
@@ -138,13 +147,11 @@ def finish_summary(
         if say is not None:
             say(f"recorded run {summary['record_id'][:12]} in the benchmark database")
     path = spec.run_dir / "run_summary.json"
-    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    temporary.write_text(json.dumps(summary, indent=1), encoding="utf-8")
-    os.replace(temporary, path)
+    write_json_atomic(path, summary, indent=1)
     return summary
 
 
-def record(spec: Any, run: Any, summary: dict[str, Any], db: Any = None) -> str:
+def record(spec: RunSpec, run: RunConfig, summary: dict[str, Any], db: str | Path | None = None) -> str:
     """Store the measured run beside its prediction (benchmarks_db); returns the record id."""
     from benchmarks_db.environment import current_environment
     from benchmarks_db.record import RunRecord, RunStatus, spec_hash

@@ -18,9 +18,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.errors import UserInputError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -98,13 +102,13 @@ class WeightSource:
                 f"but the config gives {list(expected)}; the weights do not match config.json"
             )
 
-    def read(self, name: str, index: tuple[slice, ...] | None = None) -> Any:
+    def read(self, name: str, index: tuple[slice, ...] | None = None) -> torch.Tensor:
         """The tensor (or the slice `index` of it) as stored."""
         key = self.key_for(name)
         piece = self._handle(self.files[key]).get_slice(key)
         return piece[index] if index is not None else piece[:]
 
-    def read_flat(self, name: str, start: int, end: int) -> Any:
+    def read_flat(self, name: str, start: int, end: int) -> torch.Tensor:
         """Elements [start, end) of the flattened tensor, reading only the rows that hold them."""
         shape = self.shape(name)
         if not shape:
@@ -117,7 +121,7 @@ class WeightSource:
         return rows[start - first * row : end - first * row]
 
 
-def tied_names(model: Any) -> dict[str, str]:
+def tied_names(model: nn.Module) -> dict[str, str]:
     """{tied parameter: the one it shares}, from transformers' own table (a head tied to the embedding, BERT's
     decoder bias, T5's per-stack embeddings). A checkpoint written by save_pretrained holds only the sources."""
     table = getattr(model, "_tied_weights_keys", None)
@@ -135,5 +139,5 @@ def tied_names(model: Any) -> dict[str, str]:
     return {f"{head_name}.weight": f"{embedding_name}.weight"}
 
 
-def source_for(model: Any, folder: str | Path) -> WeightSource:
+def source_for(model: nn.Module, folder: str | Path) -> WeightSource:
     return WeightSource(folder, base_prefix=getattr(model, "base_model_prefix", ""), tied=tied_names(model))

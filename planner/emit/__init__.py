@@ -20,7 +20,6 @@ from pathlib import Path
 from planner.contract.previous_run import archive_previous_run
 from planner.contract.run_config import RunConfig
 from planner.emit.accelerate_yaml import accelerate_yaml
-from planner.emit.atomic import write_atomic
 from planner.emit.deepspeed_json import deepspeed_config
 from planner.emit.engine_json import engine_json
 from planner.emit.launch_scripts import hostfile, launch_sh
@@ -30,6 +29,7 @@ from planner.emit.slurm import slurm_sbatch
 from planner.emit.target import RunOptions, run_config
 from planner.emit.training_args import training_args_json_document
 from planner.errors import UserInputError
+from planner.files import write_text_atomic
 from planner.plan import Plan
 from planner.training_config import Strategy
 
@@ -89,9 +89,15 @@ def emit_run_folder(
     if run_dir.exists() and any(run_dir.iterdir()) and not force:
         raise UserInputError(f"{run_dir} already exists; pass --force to overwrite it, or choose a new directory")
     target = run_config(plan, nproc_override, options)
-    files = render_run_folder(plan, run_dir, target)
+    files = render_run_folder(plan, run_dir, target)  # everything is rendered before anything is written
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserInputError(
+            f"cannot create the run folder {run_dir}: {error.strerror or error}; give --emit a writable directory"
+        ) from None
     archive_previous_run(run_dir)
-    written = [write_atomic(run_dir / name, text, executable=name in EXECUTABLES) for name, text in files.items()]
+    written = [write_text_atomic(run_dir / name, text, executable=name in EXECUTABLES) for name, text in files.items()]
     for stale in set(ARTIFACTS) - set(files):
         (run_dir / stale).unlink(missing_ok=True)  # left by an earlier emission of another strategy
     return written

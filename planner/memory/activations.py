@@ -94,7 +94,7 @@ def _score_bytes(traits: ArchTraits, widths: Widths, dropout: bool) -> int:
     return capped + softmax + (w if softmax != w else 0)  # softmax output and its 16-bit cast
 
 
-class Layout(NamedTuple):
+class ActivationShape(NamedTuple):
     """The parts of a TrainingConfig that activations per token depend on (hashable, cheap)."""
 
     tensor_parallel: int
@@ -105,7 +105,7 @@ class Layout(NamedTuple):
     seq_len: int
 
     @classmethod
-    def of(cls, config: TrainingConfig) -> Layout:
+    def of(cls, config: TrainingConfig) -> ActivationShape:
         return cls(
             config.tensor_parallel,
             config.sequence_parallel,
@@ -117,7 +117,7 @@ class Layout(NamedTuple):
 
 
 def block_bytes(
-    spec: ModelSpec, layout: Layout, widths: Widths, *, kv_seq_len: int, cross_attention: bool = False
+    spec: ModelSpec, layout: ActivationShape, widths: Widths, *, kv_seq_len: int, cross_attention: bool = False
 ) -> float:
     """Bytes one block keeps per token of one micro-batch, on one tensor-parallel rank.
 
@@ -192,7 +192,7 @@ def _in_flight(config: TrainingConfig) -> float:
     return in_flight
 
 
-def _head_bytes(spec: ModelSpec, layout: Layout, widths: Widths) -> float:
+def _head_bytes(spec: ModelSpec, layout: ActivationShape, widths: Widths) -> float:
     """Per token: the final norm (or BERT's MLM transform) feeding the output head."""
     traits = arch_traits(spec)
     h = spec.hidden_size
@@ -203,7 +203,7 @@ def _head_bytes(spec: ModelSpec, layout: Layout, widths: Widths) -> float:
 
 
 @per_spec_and_key
-def _per_token(spec: ModelSpec, layout: Layout, widths: Widths) -> tuple[float, float, float, float]:
+def _per_token(spec: ModelSpec, layout: ActivationShape, widths: Widths) -> tuple[float, float, float, float]:
     """Per token of one micro-batch: (bytes the blocks of one stage keep, bytes the output
     head's input keeps, largest block, average block)."""
     s, tp, pp = layout.seq_len, layout.tensor_parallel, layout.pipeline_parallel
@@ -230,7 +230,7 @@ def _per_token(spec: ModelSpec, layout: Layout, widths: Widths) -> tuple[float, 
 
 
 def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> ActivationEstimate:
-    layout = Layout(
+    layout = ActivationShape(
         config.tensor_parallel,
         config.sequence_parallel,
         config.pipeline_parallel,

@@ -20,7 +20,11 @@ from __future__ import annotations
 import contextlib
 import io
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: reading the catalog never imports torch
+    from torch import nn
+    from transformers import PreTrainedModel
 
 from planner.models.spec import ParamCounts
 
@@ -43,7 +47,7 @@ def _quiet_transformers():
         transformers.logging.set_verbosity(previous)
 
 
-def build_meta_model(config: dict) -> Any:
+def build_meta_model(config: dict) -> PreTrainedModel:
     """The transformers model for a config.json dict, with all weights on the meta device."""
     import torch
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
@@ -69,7 +73,7 @@ def build_meta_model(config: dict) -> Any:
     return model
 
 
-def _untie_if_config_says_so(model: Any, config: dict) -> None:
+def _untie_if_config_says_so(model: PreTrainedModel, config: dict) -> None:
     """Give the LM head its own weight when the config says the checkpoint has one.
 
     transformers 5 ties T5's lm_head to the shared embedding whatever the config
@@ -86,12 +90,12 @@ def _untie_if_config_says_so(model: Any, config: dict) -> None:
     head.weight = torch.nn.Parameter(torch.empty_like(embedding.weight, device="meta"))
 
 
-def _unique_parameters(module: Any) -> dict[int, Any]:
+def _unique_parameters(module: nn.Module) -> dict[int, nn.Parameter]:
     # On meta there is no storage to compare, so identity is what tying shares.
     return {id(p): p for p in module.parameters()}
 
 
-def _embedding_parameter_ids(model: Any) -> set[int]:
+def _embedding_parameter_ids(model: PreTrainedModel) -> set[int]:
     """Lookup tables (tokens, positions, token types) plus a separate output head.
 
     T5's relative-attention bias tables are nn.Embedding too, but they belong to
@@ -109,7 +113,7 @@ def _embedding_parameter_ids(model: Any) -> set[int]:
     return ids
 
 
-def _inactive_expert_parameters(model: Any, experts_per_token: int) -> int:
+def _inactive_expert_parameters(model: PreTrainedModel, experts_per_token: int) -> int:
     """Parameters of the experts a token skips, summed over MoE layers.
 
     transformers 5 stores a layer's experts either fused, as 3-D parameters

@@ -22,7 +22,7 @@ from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import estimate_memory_bytes
 from planner.models.spec import ModelSpec
 from planner.search.batching import batch_options, infeasible_batch_reason
-from planner.search.layouts import Layout, enumerate_layouts
+from planner.search.layouts import StrategyLayout, enumerate_layouts
 from planner.search.request import Objective, PlanRequest
 from planner.throughput.estimate import estimate_throughput
 from planner.throughput.result import ThroughputEstimate
@@ -37,7 +37,7 @@ AC_ORDER = (ActivationCheckpointing.NONE, ActivationCheckpointing.SELECTIVE, Act
 class Scored:
     """One fitting candidate with its estimates."""
 
-    layout: Layout
+    layout: StrategyLayout
     config: TrainingConfig
     cluster: ClusterSpec
     throughput: ThroughputEstimate
@@ -59,7 +59,7 @@ class FamilyRecord:
 class Group:
     """One layout at one precision on one cluster: the candidates that differ in AC and micro-batch."""
 
-    layout: Layout
+    layout: StrategyLayout
     record: FamilyRecord
     cluster: ClusterSpec
     batches: list[tuple[int, int]]  # (micro-batch, accumulation), ascending
@@ -157,7 +157,7 @@ class CandidateEvaluator:
             record = self.families[name] = FamilyRecord(name)
         return record
 
-    def _base_fields(self, layout: Layout, precision: Precision, ac: ActivationCheckpointing) -> dict:
+    def _base_fields(self, layout: StrategyLayout, precision: Precision, ac: ActivationCheckpointing) -> dict:
         request = self.request
         return {
             **layout.fields,

@@ -1,6 +1,6 @@
 """The ways to lay a model out on a cluster: strategy, sharding, offload, TP x PP x DP.
 
-A Layout fixes everything of a TrainingConfig except the batch, precision and
+A StrategyLayout fixes everything of a TrainingConfig except the batch, precision and
 activation checkpointing, which the search crosses with it. Every layout
 produced here already satisfies TrainingConfig's constraints for this model
 and cluster (TP inside a node and dividing the heads, PP dividing the layers),
@@ -55,7 +55,7 @@ def family_label(config: TrainingConfig) -> str:
 
 
 @dataclass(frozen=True)
-class Layout:
+class StrategyLayout:
     family: str  # the strategy family the `rejected` report speaks of
     # Simpler layouts win ties: fewer moving parts, fewer ways to fail.
     complexity: int
@@ -76,8 +76,8 @@ class Layout:
         return self.pipeline_parallel if interleaved else 1
 
 
-def _layout(complexity: int, fields: dict) -> Layout:
-    return Layout(family_label(TrainingConfig(**fields)), complexity, fields)
+def _layout(complexity: int, fields: dict) -> StrategyLayout:
+    return StrategyLayout(family_label(TrainingConfig(**fields)), complexity, fields)
 
 
 def divisors(n: int) -> list[int]:
@@ -86,7 +86,7 @@ def divisors(n: int) -> list[int]:
     return small + [n // d for d in reversed(small) if d * d != n]
 
 
-def _fsdp_layouts(cluster: ClusterSpec, allow_offload: bool) -> list[Layout]:
+def _fsdp_layouts(cluster: ClusterSpec, allow_offload: bool) -> list[StrategyLayout]:
     layouts = []
     for sharding in FsdpSharding:
         if sharding is FsdpSharding.HYBRID and not cluster.is_multi_node:
@@ -100,7 +100,7 @@ def _fsdp_layouts(cluster: ClusterSpec, allow_offload: bool) -> list[Layout]:
     return layouts
 
 
-def _deepspeed_layouts(cluster: ClusterSpec, allow_offload: bool) -> list[Layout]:
+def _deepspeed_layouts(cluster: ClusterSpec, allow_offload: bool) -> list[StrategyLayout]:
     layouts = []
     for stage in (1, 2, 3):
         base = {"strategy": Strategy.DEEPSPEED, "zero_stage": stage}
@@ -143,7 +143,7 @@ def tensor_parallel_degrees(spec: ModelSpec, cluster: ClusterSpec) -> list[int]:
     return degrees
 
 
-def _engine_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[Layout]:
+def _engine_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[StrategyLayout]:
     world = cluster.world_size
     layouts = []
     for tp in tensor_parallel_degrees(spec, cluster):
@@ -174,9 +174,9 @@ def _engine_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[Layout]:
     return layouts
 
 
-def enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest) -> list[Layout]:
+def enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest) -> list[StrategyLayout]:
     wanted = set(request.strategies)
-    layouts: list[Layout] = []
+    layouts: list[StrategyLayout] = []
     if StrategyKind.DDP in wanted:
         layouts.append(_layout(0, {"strategy": Strategy.DDP}))
     if StrategyKind.FSDP in wanted:

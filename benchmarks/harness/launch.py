@@ -16,10 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.harness.jobs import MeasureJob, MeasureResult
+from benchmarks.harness.processes import LaunchOutcome, run_torchrun_command
 from planner.errors import UserInputError
-
-from .measure import MeasureJob, MeasureResult
-from .processes import LaunchOutcome, run_torchrun_command
 
 RUNNER_NAME = "backends.run"
 

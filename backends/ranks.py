@@ -1,4 +1,8 @@
-"""The few collectives the checkpoint code needs, with a world-of-one path (no process group)."""
+"""Rank helpers for all of backends/ (their one home): rank, world size, barrier, gather.
+
+Each has a world-of-one path, so code that also runs in a single process
+(no process group) calls them without checking first.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,12 @@ def rank() -> int:
     import torch.distributed as dist
 
     return dist.get_rank() if distributed() else 0
+
+
+def world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if distributed() else 1
 
 
 def barrier() -> None:

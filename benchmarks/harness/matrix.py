@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from benchmarks_db.record import spec_hash
 from planner.calibration import strategy_family
 from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec, make_cluster
@@ -21,8 +22,6 @@ from planner.memory.estimate import estimate_memory
 from planner.models.spec import ModelSpec
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import ActivationCheckpointing, Precision, TrainingConfig
-
-from .record import spec_hash
 
 MATRIX_SCHEMA_VERSION = 1
 

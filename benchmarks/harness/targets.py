@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from benchmarks.harness.matrix import DEFAULT_GPU
 from planner.errors import UserInputError
 from planner.hardware.gpus import resolve_gpu
-
-from .matrix import DEFAULT_GPU
 
 HARDWARE_KINDS = tuple(DEFAULT_GPU)
 

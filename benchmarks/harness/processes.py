@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from .measure import MeasureResult
+from benchmarks.harness.jobs import MeasureResult
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,7 +1,7 @@
 """What the benchmark harness asks of one measurement, and what comes back (no training happens here).
 
 Every measurement runs the project's one runner, `python -m backends.run`,
-in its own torchrun job (backends_launch.py); this module only holds the
+in its own torchrun job (launch.py); this module only holds the
 typed job and result that cross that process boundary.
 """
 

@@ -1,7 +1,7 @@
 """Run a benchmark matrix on this machine and record every result as it finishes.
 
 Each config runs in its own torchrun job of the one runner (backends.run,
-through backends_launch.py) under a timeout. An OOM, crash or timeout is
+through launch.py) under a timeout. An OOM, crash or timeout is
 recorded as that config's result and the matrix goes on. Configs already in
 the database are skipped, so an interrupted matrix resumes where it stopped.
 """
@@ -14,20 +14,20 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
-from . import backends_launch
-from .environment import RunEnvironment
-from .matrix import BenchmarkMatrix, MatrixEntry
-from .measure import MeasureJob, MeasureResult
-from .processes import LaunchOutcome
-from .record import RunRecord, RunStatus
-from .store import BenchmarkStore
+from benchmarks.harness import launch
+from benchmarks.harness.jobs import MeasureJob, MeasureResult
+from benchmarks.harness.matrix import BenchmarkMatrix, MatrixEntry
+from benchmarks.harness.processes import LaunchOutcome
+from benchmarks_db.environment import RunEnvironment
+from benchmarks_db.record import RunRecord, RunStatus
+from benchmarks_db.store import BenchmarkStore
 
 EXCEPTION_LINE = re.compile(r"^(\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(Error|Exception)): ")
 OOM_MARKERS = ("out of memory", "outofmemoryerror", "cannot allocate memory")
 
 
 class RunSummary(BaseModel):
-    runner: str = backends_launch.RUNNER_NAME
+    runner: str = launch.RUNNER_NAME
     recorded: dict[str, int] = Field(default_factory=dict)  # status -> count
     skipped_done: int = 0
     record_ids: list[str] = Field(default_factory=list)
@@ -62,7 +62,7 @@ def build_record(
     status: RunStatus,
     result: MeasureResult | None,
     error: str | None,
-    runner: str = backends_launch.RUNNER_NAME,
+    runner: str = launch.RUNNER_NAME,
 ) -> RunRecord:
     config = entry.config
     global_batch = config.micro_batch * config.grad_accum * config.data_parallel_size(entry.world_size)
@@ -127,8 +127,8 @@ def run_matrix(
     on_start: Callable[[int], None] | None = None,
 ) -> RunSummary:
     """Measure the matrix entries not yet recorded; on_start gets how many will run."""
-    runner_name = backends_launch.RUNNER_NAME
-    launcher = launcher or backends_launch.backends_run_launch
+    runner_name = launch.RUNNER_NAME
+    launcher = launcher or launch.backends_run_launch
     summary = RunSummary(runner=runner_name)
     done = store.done_matrix_keys(retry_failed=retry_failed)
     pending: list[MatrixEntry] = []
