@@ -89,3 +89,25 @@ def test_files_stay_short():
         if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     ]
     assert not long, "split these by concept:\n" + "\n".join(long)
+
+
+def test_no_module_of_ours_shadows_a_dependency():
+    """A file named like a library (backends/deepspeed.py once) hides it from every script run beside it."""
+    import importlib.metadata
+
+    from project_sources import DEVELOPER_ROOTS, PACKAGE_MODULES, PACKAGE_ROOTS
+
+    libraries = {
+        name
+        for name, distributions in importlib.metadata.packages_distributions().items()
+        if not name.startswith("_") and set(distributions) != {"hardware-selector"}  # ourselves, installed editable
+    }
+    assert {"torch", "deepspeed", "transformers", "accelerate", "datasets", "yaml"} <= libraries
+    ours = python_files(PACKAGE_ROOTS + PACKAGE_MODULES + DEVELOPER_ROOTS)
+    names = {path.stem: path for path in ours} | {
+        path.parent.name: path.parent for path in ours if path.name == "__init__.py"
+    }
+    shadows = sorted(
+        f"{path.relative_to(REPO)} shadows the library '{name}'" for name, path in names.items() if name in libraries
+    )
+    assert not shadows, "\n".join(shadows)

@@ -121,7 +121,7 @@ def test_params_per_layer_matches_a_real_block(name, meta_models):
     spec = stored_specs()[name]
     # From the spec alone (model-type defaults) and from the config's own layout.
     assert params_per_layer(spec) == real
-    assert params_per_layer(spec, parse_hf_config(entries()[name]["config"]).layout) == real
+    assert params_per_layer(spec, parse_hf_config(entries()[name]["config"]).details) == real
 
 
 def test_t5_v1_1_head_stays_untied_on_meta(meta_models):
@@ -241,7 +241,7 @@ def test_formula_from_spec_alone_equals_meta_device_total(name):
 
 @pytest.mark.parametrize("name", ALL_MODELS)
 def test_params_per_layer_from_spec_alone_equals_from_config(name):
-    layout = parse_hf_config(entries()[name]["config"]).layout
+    layout = parse_hf_config(entries()[name]["config"]).details
     assert params_per_layer(stored_specs()[name]) == params_per_layer(stored_specs()[name], layout)
 
 

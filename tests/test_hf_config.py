@@ -9,7 +9,7 @@ import pytest
 from planner.errors import ConfigFieldError, UserInputError
 from planner.models.catalog import CATALOG_DIR
 from planner.models.hf_config import SUPPORTED_MODEL_TYPES, parse_hf_config, spec_from_hf_config
-from planner.models.param_formula import ArchitectureDims, LayoutDetails, formula_param_counts, params_per_layer
+from planner.models.param_formula import ArchitectureDims, ParameterDetails, formula_param_counts, params_per_layer
 from planner.models.spec import MlpKind, ModelFamily
 
 
@@ -66,13 +66,13 @@ def test_falcon_7b_is_multi_query_with_one_shared_norm():
     parsed = parse_hf_config(catalog_config("falcon-7b"))
     assert parsed.dims.num_kv_heads == 1
     assert parsed.dims.parallel_attention_mlp
-    assert parsed.layout.norms_per_layer == 1
+    assert parsed.details.norms_per_layer == 1
 
 
 def test_falcon_new_decoder_architecture_groups_kv_heads_with_two_norms():
     parsed = parse_hf_config(catalog_config("falcon-40b"))
     assert (parsed.dims.num_heads, parsed.dims.num_kv_heads, parsed.dims.head_dim) == (128, 8, 64)
-    assert parsed.layout.norms_per_layer == 2
+    assert parsed.details.norms_per_layer == 2
 
 
 def test_falcon_without_multi_query_has_a_kv_head_per_head_and_alibi():
@@ -90,7 +90,7 @@ def test_falcon_without_multi_query_has_a_kv_head_per_head_and_alibi():
     parsed = parse_hf_config(config)
     assert parsed.dims.num_kv_heads == 32
     assert parsed.dims.position_embedding == "alibi"
-    assert parsed.layout.norms_per_layer == 2  # sequential attention then MLP, each with its norm
+    assert parsed.details.norms_per_layer == 2  # sequential attention then MLP, each with its norm
     assert parsed.dims.attention_bias and parsed.dims.mlp_bias
 
 
@@ -172,13 +172,13 @@ def test_t0_keeps_its_untied_head():
 
 
 def test_opt_350m_projection_and_post_norm():
-    layout = parse_hf_config(catalog_config("opt-350m")).layout
+    layout = parse_hf_config(catalog_config("opt-350m")).details
     assert (layout.embedding_projection_dim, layout.final_norms, layout.position_offset) == (512, 0, 2)
 
 
 def test_roberta_reads_its_single_token_type():
-    assert parse_hf_config(catalog_config("roberta-base")).layout.token_type_vocab_size == 1
-    assert parse_hf_config(catalog_config("bert-base-uncased")).layout.token_type_vocab_size == 2
+    assert parse_hf_config(catalog_config("roberta-base")).details.token_type_vocab_size == 1
+    assert parse_hf_config(catalog_config("bert-base-uncased")).details.token_type_vocab_size == 2
 
 
 def test_bloom_accepts_the_legacy_n_embed_spelling():
@@ -343,5 +343,5 @@ def test_architecture_dims_fields_are_model_spec_fields():
 
 
 def test_layout_defaults_are_a_plain_decoder():
-    layout = LayoutDetails()
+    layout = ParameterDetails()
     assert (layout.norms_per_layer, layout.final_norms, layout.position_offset) == (2, 1, 0)

@@ -12,7 +12,7 @@ ConfigFieldError naming the field; an unknown model_type raises UserInputError
 listing the supported ones.
 
     spec_from_hf_config(config, name=...)  -> ModelSpec (formula counts unless params= is given)
-    parse_hf_config(config)                -> ParsedConfig: dims, layout details, transformers class
+    parse_hf_config(config)                -> ParsedConfig: dims, parameter details, transformers class
     SUPPORTED_MODEL_TYPES
 """
 
@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from planner.errors import ConfigFieldError, UserInputError
 from planner.models.config_fields import ConfigFields, basic_dims
 from planner.models.families import FAMILIES
-from planner.models.param_formula import ArchitectureDims, LayoutDetails, formula_param_counts
+from planner.models.param_formula import ArchitectureDims, ParameterDetails, formula_param_counts
 from planner.models.spec import MlpKind, ModelFamily, ModelSpec, ParamCounts
 
 
@@ -35,7 +35,7 @@ class ParsedConfig(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     dims: ArchitectureDims
-    layout: LayoutDetails
+    details: ParameterDetails
     transformers_class: str
     hidden_dropout: float = 0.0
     attention_dropout: float = 0.0
@@ -66,7 +66,7 @@ def _read_gpt2_style(f: ConfigFields, model_type: str) -> ParsedConfig:
             parallel_attention_mlp=gptj,
         ),
         # GPT-J: one shared norm feeds attention and MLP, and its untied lm_head has a bias.
-        layout=LayoutDetails(norms_per_layer=1, lm_head_bias=True) if gptj else LayoutDetails(fused_qkv=True),
+        details=ParameterDetails(norms_per_layer=1, lm_head_bias=True) if gptj else ParameterDetails(fused_qkv=True),
         transformers_class="GPTJForCausalLM" if gptj else "GPT2LMHeadModel",
         hidden_dropout=f.probability("resid_pdrop", default=0.0 if gptj else 0.1),
         attention_dropout=f.probability("attn_pdrop", default=0.0 if gptj else 0.1),
@@ -90,7 +90,7 @@ def _read_opt(f: ConfigFields) -> ParsedConfig:
             attention_bias=bias,
             mlp_bias=bias,
         ),
-        layout=LayoutDetails(
+        details=ParameterDetails(
             position_offset=2,
             embedding_projection_dim=0 if projection == dims["hidden_size"] else projection,
             final_norms=1 if final_norm else 0,
@@ -121,7 +121,7 @@ def _read_bloom(f: ConfigFields) -> ParsedConfig:
             attention_bias=True,
             mlp_bias=True,
         ),
-        layout=LayoutDetails(fused_qkv=True, embedding_norm=True),
+        details=ParameterDetails(fused_qkv=True, embedding_norm=True),
         transformers_class="BloomForCausalLM",
         hidden_dropout=f.probability("hidden_dropout"),
         attention_dropout=f.probability("attention_dropout"),
@@ -154,7 +154,7 @@ def _read_falcon(f: ConfigFields) -> ParsedConfig:
             mlp_bias=bias,
             parallel_attention_mlp=parallel,
         ),
-        layout=LayoutDetails(fused_qkv=True, norms_per_layer=2 if not parallel or norms_in_parallel == 2 else 1),
+        details=ParameterDetails(fused_qkv=True, norms_per_layer=2 if not parallel or norms_in_parallel == 2 else 1),
         transformers_class="FalconForCausalLM",
         hidden_dropout=f.probability("hidden_dropout"),
         attention_dropout=f.probability("attention_dropout"),
@@ -175,7 +175,7 @@ def _read_gpt_neox(f: ConfigFields) -> ParsedConfig:
             mlp_bias=True,
             parallel_attention_mlp=f.bool("use_parallel_residual", True),
         ),
-        layout=LayoutDetails(fused_qkv=True),
+        details=ParameterDetails(fused_qkv=True),
         transformers_class="GPTNeoXForCausalLM",
         hidden_dropout=f.probability("hidden_dropout", "hidden_dropout_prob"),
         attention_dropout=f.probability("attention_dropout", "attention_probs_dropout_prob"),
@@ -186,14 +186,14 @@ def _read_gpt_neox(f: ConfigFields) -> ParsedConfig:
 
 
 def _read_moe(f: ConfigFields, model_type: str, layers: int, ffn: int) -> tuple[dict, dict]:
-    """ArchitectureDims and LayoutDetails fields of the MoE models (empty for dense ones)."""
+    """ArchitectureDims and ParameterDetails fields of the MoE models (empty for dense ones)."""
     if model_type == "mixtral":
         dims = dict(
             num_experts=f.int("num_local_experts", "num_experts", default=8),
             experts_per_token=f.int("num_experts_per_tok", default=2),
             expert_ffn_size=ffn,
         )
-        layout: dict = {}
+        details: dict = {}
     elif model_type == "qwen2_moe":
         step, dense_only = f.int("decoder_sparse_step", default=1), set(f.int_list("mlp_only_layers"))
         sparse_layers = [i for i in range(layers) if i not in dense_only and (i + 1) % step == 0]
@@ -202,7 +202,7 @@ def _read_moe(f: ConfigFields, model_type: str, layers: int, ffn: int) -> tuple[
             experts_per_token=f.int("num_experts_per_tok", default=4),
             expert_ffn_size=f.int("moe_intermediate_size", default=1408),
         )
-        layout = dict(
+        details = dict(
             shared_expert_ffn_size=f.int("shared_expert_intermediate_size", default=5632, minimum=0),
             dense_layers=layers - len(sparse_layers),
         )
@@ -213,7 +213,7 @@ def _read_moe(f: ConfigFields, model_type: str, layers: int, ffn: int) -> tuple[
             "num_experts_per_tok",
             f"({dims['experts_per_token']}) exceeds the number of experts ({dims['num_experts']})",
         )
-    return dims, layout
+    return dims, details
 
 
 def _read_llama_style(f: ConfigFields, model_type: str) -> ParsedConfig:
@@ -233,7 +233,7 @@ def _read_llama_style(f: ConfigFields, model_type: str) -> ParsedConfig:
         "none": lambda: False,
     }[style.bias]()
     ffn = f.int("intermediate_size")
-    moe_dims, moe_layout = _read_moe(f, model_type, layers, ffn)
+    moe_dims, moe_details = _read_moe(f, model_type, layers, ffn)
     gemma = model_type.startswith("gemma")
     return ParsedConfig(
         dims=ArchitectureDims(
@@ -255,13 +255,13 @@ def _read_llama_style(f: ConfigFields, model_type: str) -> ParsedConfig:
             mlp_bias=model_type == "llama" and f.bool("mlp_bias", False),
             **moe_dims,
         ),
-        layout=LayoutDetails(
+        details=ParameterDetails(
             norms_per_layer=style.norms_per_layer,
             qk_norm=entry.traits.qk_norm,
             attention_output_bias=qkv_bias and style.bias == "attention_bias",
             fused_qkv=model_type == "phi3",
             fused_gate_up=model_type == "phi3",
-            **moe_layout,
+            **moe_details,
         ),
         transformers_class=style.transformers_class,
         hidden_dropout=f.probability("resid_pdrop") if model_type == "phi3" else 0.0,
@@ -285,7 +285,7 @@ def _read_bert_style(f: ConfigFields, model_type: str) -> ParsedConfig:
             attention_bias=True,
             mlp_bias=True,
         ),
-        layout=LayoutDetails(
+        details=ParameterDetails(
             token_type_vocab_size=f.int("type_vocab_size", default=2, minimum=0),
             embedding_norm=True,
             final_norms=0,
@@ -330,7 +330,7 @@ def _read_t5(f: ConfigFields) -> ParsedConfig:
             norm="rmsnorm",
             position_embedding="relative",
         ),
-        layout=LayoutDetails(
+        details=ParameterDetails(
             final_norms=2, relative_attention_buckets=f.int("relative_attention_num_buckets", default=32)
         ),
         transformers_class="T5ForConditionalGeneration",
@@ -365,7 +365,7 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_READERS))
 
 
 def parse_hf_config(config: dict, *, source: str = "config.json") -> ParsedConfig:
-    """Architecture, layout details and transformers class a config.json describes."""
+    """Architecture, parameter details and transformers class a config.json describes."""
     if not isinstance(config, dict):
         raise UserInputError(f"{source}: expected a JSON object of config fields, got {type(config).__name__}")
     model_type = config.get("model_type")
@@ -397,7 +397,7 @@ def spec_from_hf_config(
     """
     parsed = parse_hf_config(config, source=source)
     if params is None:
-        params = formula_param_counts(parsed.dims, parsed.layout)
+        params = formula_param_counts(parsed.dims, parsed.details)
     return ModelSpec(
         name=name,
         hf_id=hf_id,

@@ -11,10 +11,10 @@ Two inputs:
 
 - the architecture, an ArchitectureDims (or a ModelSpec, which carries the same
   fields) -- the dimensions every planner formula uses;
-- a LayoutDetails: small per-architecture facts that move the count but are not
+- a ParameterDetails: small per-architecture facts that move the count but are not
   worth a ModelSpec field (OPT's two spare position rows, BERT's token-type
   table and pooler, T5's relative-attention tables, Falcon's norm count...).
-  hf_config.py reads them from the config; default_layout() derives them from
+  hf_config.py reads them from the config; default_details() derives them from
   the model_type when only a spec is at hand.
 
     formula_param_counts(ArchitectureDims(hidden_size=4096, num_layers=32, num_heads=32,
@@ -87,7 +87,7 @@ class ArchitectureDims(BaseModel):
 Architecture = ArchitectureDims | ModelSpec
 
 
-class LayoutDetails(BaseModel):
+class ParameterDetails(BaseModel):
     """Per-architecture facts that change the count but not the planner's formulas."""
 
     model_config = ConfigDict(frozen=True)
@@ -123,8 +123,8 @@ class LayoutDetails(BaseModel):
     dense_layers: int = Field(default=0, ge=0)
 
 
-def default_layout(arch: Architecture) -> LayoutDetails:
-    """Layout details implied by the model_type, for when no config is at hand.
+def default_details(arch: Architecture) -> ParameterDetails:
+    """Parameter details implied by the model_type, for when no config is at hand.
 
     Exact for the catalog models; for a config, hf_config.py reads the few
     details that vary within a model_type (OPT-350m's projection, Falcon's norm
@@ -132,41 +132,41 @@ def default_layout(arch: Architecture) -> LayoutDetails:
     """
     model_type = arch.model_type
     if model_type == "gpt2":
-        return LayoutDetails(fused_qkv=True)
+        return ParameterDetails(fused_qkv=True)
     if model_type == "opt":
-        return LayoutDetails(position_offset=2)
+        return ParameterDetails(position_offset=2)
     if model_type in ("qwen2", "qwen2_moe"):
         shared = arch.ffn_size if model_type == "qwen2_moe" else 0
-        return LayoutDetails(attention_output_bias=False, shared_expert_ffn_size=shared)
+        return ParameterDetails(attention_output_bias=False, shared_expert_ffn_size=shared)
     if model_type == "qwen3":
-        return LayoutDetails(qk_norm=True)
+        return ParameterDetails(qk_norm=True)
     if model_type == "gemma2":
-        return LayoutDetails(norms_per_layer=4)
+        return ParameterDetails(norms_per_layer=4)
     if model_type == "gemma3_text":
-        return LayoutDetails(norms_per_layer=4, qk_norm=True)
+        return ParameterDetails(norms_per_layer=4, qk_norm=True)
     if model_type == "phi3":
-        return LayoutDetails(fused_qkv=True, fused_gate_up=True)
+        return ParameterDetails(fused_qkv=True, fused_gate_up=True)
     if model_type == "falcon":
         # New-architecture Falcon (40B, 180B: grouped kv heads) has separate attention and MLP norms.
         grouped = 1 < arch.num_kv_heads < arch.num_heads
         one_norm = arch.parallel_attention_mlp and not grouped
-        return LayoutDetails(fused_qkv=True, norms_per_layer=1 if one_norm else 2)
+        return ParameterDetails(fused_qkv=True, norms_per_layer=1 if one_norm else 2)
     if model_type == "bloom":
-        return LayoutDetails(fused_qkv=True, embedding_norm=True)
+        return ParameterDetails(fused_qkv=True, embedding_norm=True)
     if model_type == "gpt_neox":
-        return LayoutDetails(fused_qkv=True)
+        return ParameterDetails(fused_qkv=True)
     if model_type == "gptj":
-        return LayoutDetails(norms_per_layer=1, lm_head_bias=True)
+        return ParameterDetails(norms_per_layer=1, lm_head_bias=True)
     if model_type in ("bert", "roberta"):
-        return LayoutDetails(
+        return ParameterDetails(
             token_type_vocab_size=2 if model_type == "bert" else 1,
             embedding_norm=True,
             final_norms=0,
             pooler=True,
         )
     if model_type == "t5":
-        return LayoutDetails(final_norms=2, relative_attention_buckets=32)
-    return LayoutDetails()
+        return ParameterDetails(final_norms=2, relative_attention_buckets=32)
+    return ParameterDetails()
 
 
 def _norm_params(arch: Architecture) -> int:
@@ -174,16 +174,16 @@ def _norm_params(arch: Architecture) -> int:
     return arch.hidden_size * (2 if arch.norm == "layernorm" else 1)
 
 
-def _attention_params(arch: Architecture, layout: LayoutDetails) -> int:
+def _attention_params(arch: Architecture, details: ParameterDetails) -> int:
     hidden, head_dim = arch.hidden_size, arch.head_dim
     q_width, kv_width = arch.num_heads * head_dim, arch.num_kv_heads * head_dim
-    output_bias = arch.attention_bias if layout.attention_output_bias is None else layout.attention_output_bias
+    output_bias = arch.attention_bias if details.attention_output_bias is None else details.attention_output_bias
     params = hidden * (q_width + 2 * kv_width) + q_width * hidden
     if arch.attention_bias:
         params += q_width + 2 * kv_width
     if output_bias:
         params += hidden
-    if layout.qk_norm:
+    if details.qk_norm:
         params += 2 * head_dim
     return params
 
@@ -201,115 +201,115 @@ def _expert_params(arch: Architecture) -> int:
     return _mlp_params(arch, arch.expert_ffn_size or arch.ffn_size, bias=False)
 
 
-def _moe_mlp_params(arch: Architecture, layout: LayoutDetails) -> int:
+def _moe_mlp_params(arch: Architecture, details: ParameterDetails) -> int:
     router = arch.num_experts * arch.hidden_size
     shared = 0
-    if layout.shared_expert_ffn_size:
-        shared = _mlp_params(arch, layout.shared_expert_ffn_size, bias=False) + arch.hidden_size
+    if details.shared_expert_ffn_size:
+        shared = _mlp_params(arch, details.shared_expert_ffn_size, bias=False) + arch.hidden_size
     return router + arch.num_experts * _expert_params(arch) + shared
 
 
-def _block_params(arch: Architecture, layout: LayoutDetails, *, cross_attention: bool = False, moe: bool) -> int:
-    attention = _attention_params(arch, layout) * (2 if cross_attention else 1)
-    mlp = _moe_mlp_params(arch, layout) if moe else _mlp_params(arch, arch.ffn_size)
-    norms = layout.norms_per_layer + (1 if cross_attention else 0)
+def _block_params(arch: Architecture, details: ParameterDetails, *, cross_attention: bool = False, moe: bool) -> int:
+    attention = _attention_params(arch, details) * (2 if cross_attention else 1)
+    mlp = _moe_mlp_params(arch, details) if moe else _mlp_params(arch, arch.ffn_size)
+    norms = details.norms_per_layer + (1 if cross_attention else 0)
     return attention + mlp + norms * _norm_params(arch)
 
 
-def params_per_layer(spec: Architecture, layout: LayoutDetails | None = None) -> int:
+def params_per_layer(spec: Architecture, details: ParameterDetails | None = None) -> int:
     """Parameters of one transformer block, all experts included for MoE.
 
     For encoder-decoder models this is the (larger) decoder block; T5's
     relative-attention table, held by the first block only, is left out.
     """
-    layout = layout or default_layout(spec)
+    details = details or default_details(spec)
     cross = spec.family is ModelFamily.ENCODER_DECODER
-    return _block_params(spec, layout, cross_attention=cross, moe=spec.num_experts > 0)
+    return _block_params(spec, details, cross_attention=cross, moe=spec.num_experts > 0)
 
 
-def _embedding_params(arch: Architecture, layout: LayoutDetails) -> int:
+def _embedding_params(arch: Architecture, details: ParameterDetails) -> int:
     """Lookup tables plus an untied output head, as ParamCounts.embedding defines it."""
-    token_width = layout.embedding_projection_dim or arch.hidden_size
+    token_width = details.embedding_projection_dim or arch.hidden_size
     params = arch.vocab_size * token_width
     if arch.position_embedding == "learned":
-        params += (arch.max_position_embeddings + layout.position_offset) * arch.hidden_size
-    params += layout.token_type_vocab_size * arch.hidden_size
+        params += (arch.max_position_embeddings + details.position_offset) * arch.hidden_size
+    params += details.token_type_vocab_size * arch.hidden_size
     if not arch.tied_embeddings:
-        params += arch.vocab_size * token_width + (arch.vocab_size if layout.lm_head_bias else 0)
+        params += arch.vocab_size * token_width + (arch.vocab_size if details.lm_head_bias else 0)
     return params
 
 
-def _blocks_params(arch: Architecture, layout: LayoutDetails) -> int:
+def _blocks_params(arch: Architecture, details: ParameterDetails) -> int:
     if arch.family is ModelFamily.ENCODER_DECODER:
-        encoder = arch.num_encoder_layers * _block_params(arch, layout, moe=False)
-        decoder = arch.num_decoder_layers * _block_params(arch, layout, cross_attention=True, moe=False)
-        return encoder + decoder + 2 * layout.relative_attention_buckets * arch.num_heads
+        encoder = arch.num_encoder_layers * _block_params(arch, details, moe=False)
+        decoder = arch.num_decoder_layers * _block_params(arch, details, cross_attention=True, moe=False)
+        return encoder + decoder + 2 * details.relative_attention_buckets * arch.num_heads
     if arch.num_experts:
-        dense = min(layout.dense_layers, arch.num_layers)
-        return dense * _block_params(arch, layout, moe=False) + (arch.num_layers - dense) * _block_params(
-            arch, layout, moe=True
+        dense = min(details.dense_layers, arch.num_layers)
+        return dense * _block_params(arch, details, moe=False) + (arch.num_layers - dense) * _block_params(
+            arch, details, moe=True
         )
-    return arch.num_layers * _block_params(arch, layout, moe=False)
+    return arch.num_layers * _block_params(arch, details, moe=False)
 
 
-def _other_params(arch: Architecture, layout: LayoutDetails) -> int:
+def _other_params(arch: Architecture, details: ParameterDetails) -> int:
     """Everything outside blocks and lookup tables: final/embedding norms, projections, pooler."""
-    params = (layout.final_norms + (1 if layout.embedding_norm else 0)) * _norm_params(arch)
-    if layout.embedding_projection_dim:
-        params += 2 * arch.hidden_size * layout.embedding_projection_dim  # project_in + project_out, no bias
-    if layout.pooler:
+    params = (details.final_norms + (1 if details.embedding_norm else 0)) * _norm_params(arch)
+    if details.embedding_projection_dim:
+        params += 2 * arch.hidden_size * details.embedding_projection_dim  # project_in + project_out, no bias
+    if details.pooler:
         params += arch.hidden_size * arch.hidden_size + arch.hidden_size
     return params
 
 
-def _largest_module(arch: Architecture, layout: LayoutDetails) -> int:
+def _largest_module(arch: Architecture, details: ParameterDetails) -> int:
     """Most parameters held directly by one module: what ZeRO-3 gathers at once."""
     hidden, head_dim = arch.hidden_size, arch.head_dim
     q_width, kv_width = arch.num_heads * head_dim, arch.num_kv_heads * head_dim
     bias = arch.attention_bias
-    token_width = layout.embedding_projection_dim or hidden
+    token_width = details.embedding_projection_dim or hidden
     candidates = [arch.vocab_size * token_width]
     if not arch.tied_embeddings:
-        candidates.append(arch.vocab_size * token_width + (arch.vocab_size if layout.lm_head_bias else 0))
+        candidates.append(arch.vocab_size * token_width + (arch.vocab_size if details.lm_head_bias else 0))
     if arch.position_embedding == "learned":
-        candidates.append((arch.max_position_embeddings + layout.position_offset) * hidden)
-    if layout.fused_qkv:
+        candidates.append((arch.max_position_embeddings + details.position_offset) * hidden)
+    if details.fused_qkv:
         candidates.append(hidden * (q_width + 2 * kv_width) + ((q_width + 2 * kv_width) if bias else 0))
     else:
         candidates.append(hidden * q_width + (q_width if bias else 0))
-    output_bias = bias if layout.attention_output_bias is None else layout.attention_output_bias
+    output_bias = bias if details.attention_output_bias is None else details.attention_output_bias
     candidates.append(q_width * hidden + (hidden if output_bias else 0))
     ffn = arch.ffn_size
-    if layout.fused_gate_up:
+    if details.fused_gate_up:
         candidates.append(2 * hidden * ffn)
     else:
         candidates.append(hidden * ffn + (ffn if arch.mlp_bias else 0))
     if arch.num_experts:
         candidates.append(arch.num_experts * _expert_params(arch))  # one fused experts module
-    if layout.pooler:
+    if details.pooler:
         candidates.append(hidden * hidden + hidden)
     return max(candidates)
 
 
-def formula_param_counts(arch: Architecture, layout: LayoutDetails | None = None) -> ParamCounts:
+def formula_param_counts(arch: Architecture, details: ParameterDetails | None = None) -> ParamCounts:
     """Total, active, embedding and largest-module counts computed from dimensions.
 
-    arch is an ArchitectureDims or a ModelSpec; layout defaults to what the
-    model_type implies (see default_layout).
+    arch is an ArchitectureDims or a ModelSpec; details defaults to what the
+    model_type implies (see default_details).
     """
-    layout = layout or default_layout(arch)
-    embedding = _embedding_params(arch, layout)
-    total = embedding + _blocks_params(arch, layout) + _other_params(arch, layout)
+    details = details or default_details(arch)
+    embedding = _embedding_params(arch, details)
+    total = embedding + _blocks_params(arch, details) + _other_params(arch, details)
     active = total
     if arch.num_experts and arch.experts_per_token:
-        moe_layers = arch.num_layers - min(layout.dense_layers, arch.num_layers)
+        moe_layers = arch.num_layers - min(details.dense_layers, arch.num_layers)
         active -= moe_layers * (arch.num_experts - arch.experts_per_token) * _expert_params(arch)
     return ParamCounts(
         total=total,
         trainable=total,
         active_per_token=active,
         embedding=embedding,
-        largest_layer=_largest_module(arch, layout),
+        largest_layer=_largest_module(arch, details),
         source="formula",
         source_detail=f"param_formula ({arch.model_type} layout)",
     )
