@@ -7,6 +7,7 @@ import json
 import typer
 
 from planner.errors import UserInputError
+from planner.models.spec import ModelSpec
 from planner.training_config import TrainingConfig
 from planner.units import format_bytes
 
@@ -67,12 +68,22 @@ def print_memory_table(result, title: str) -> None:
         console.print(f"  - {note}")
 
 
+def _fit_default_seq_len(ctx: typer.Context, config: TrainingConfig, spec: ModelSpec) -> TrainingConfig:
+    """--seq-len not given: the smaller of 2048 and the model's context, as `plan` defaults."""
+    from planner.selector.training import default_seq_len
+
+    if ctx.get_parameter_source("seq_len").name != "DEFAULT":
+        return config
+    return config.model_copy(update={"seq_len": default_seq_len(spec)})
+
+
 def register(app: typer.Typer) -> None:
     @app.command("estimate")
     @option_group("model", model_options)
     @option_group("cluster", cluster_options)
     @option_group("config", training_options)
     def estimate_command(
+        ctx: typer.Context,
         model: ModelOptions,
         cluster: ClusterOptions,
         config: TrainingConfig,
@@ -94,6 +105,7 @@ def register(app: typer.Typer) -> None:
             raise UserInputError(f"--overhead-gb must be 0 or more, not {overhead_gb}")
         overhead = OverheadSettings() if overhead_gb is None else OverheadSettings.fixed(overhead_gb)
         spec = model.resolve()
+        config = _fit_default_seq_len(ctx, config, spec)
         target = cluster.resolve()
         result = evaluate(spec, config, target, headroom_fraction=headroom, overhead=overhead)
         if as_json:

@@ -51,9 +51,23 @@ def search_document(result) -> dict:
     }
 
 
-def _bar(used: int, capacity: int, width: int = 5) -> str:
-    filled = min(width, round(width * used / capacity)) if capacity else width
-    return f"{'█' * filled}{'░' * (width - filled)} {used / 2**30:.1f}G"
+def _memory_cell(used: int, capacity: int) -> str:
+    return f"{used / 2**30:.1f}G {used / capacity:.0%}" if capacity else f"{used / 2**30:.1f}G"
+
+
+# Short names keep the table inside 80 columns; the legend under it spells them out.
+AC_SHORT = {
+    ActivationCheckpointing.NONE: "-",
+    ActivationCheckpointing.SELECTIVE: "sel",
+    ActivationCheckpointing.FULL: "full",
+}
+
+
+def _compact(value: float, prefix: str = "") -> str:
+    for limit, unit, suffix in ((1e9, 1e9, "G"), (1e6, 1e6, "M"), (1e4, 1e3, "k")):
+        if value >= limit:
+            return f"{prefix}{value / unit:.3g}{suffix}"
+    return f"{prefix}{value:,.0f}"
 
 
 def _without_source(line: str) -> str:
@@ -66,7 +80,7 @@ def _time_or_cost(speed, tokens: float, world_size: int, by_time: bool) -> str:
         return "-"
     if by_time:
         return f"{speed.time_to_train_s(tokens) / 86400:,.1f}"
-    return f"${speed.cost_usd(tokens, world_size):,.0f}"
+    return _compact(speed.cost_usd(tokens, world_size), "$")
 
 
 def print_plans(result, title: str, explain: bool) -> None:
@@ -81,12 +95,17 @@ def print_plans(result, title: str, explain: bool) -> None:
         for line in result.suggestions:
             console.print(f"  - {line}", markup=False, highlight=False)
     else:
-        table = Table(title=title)
-        for column in ("#", "strategy", "dp×tp×pp", "micro×acc", "AC"):
-            table.add_column(column)
+        from rich import box
+
+        # Fits 80 columns: no vertical rules, compact numbers, and only the strategy name may wrap.
+        table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0), collapse_padding=True)
+        table.add_column("#", no_wrap=True)
+        table.add_column("strategy", min_width=13)
+        for column in ("dp×tp×pp", "micro×acc", "AC"):
+            table.add_column(column, no_wrap=True)
         by_time = result.objective is Objective.TIME_TO_TRAIN
-        for column in ("GPU memory", "tokens/s", "MFU", "days" if by_time else "cost"):
-            table.add_column(column, justify="right")
+        for column in ("GPU mem", "tokens/s", "MFU", "days" if by_time else "cost"):
+            table.add_column(column, justify="right", no_wrap=True)
         tokens = result.train_tokens
         for index, plan in enumerate(result.candidates, 1):
             layout, config, speed = plan.layout, plan.config, plan.throughput
@@ -95,13 +114,18 @@ def print_plans(result, title: str, explain: bool) -> None:
                 family_label(config),
                 f"{layout.dp}×{layout.tp}×{layout.pp}",
                 f"{config.micro_batch}×{config.grad_accum}",
-                config.activation_checkpointing.value,
-                _bar(plan.memory.total, plan.memory.gpu_capacity_bytes),
-                f"{speed.tokens_per_s:,.0f}" if speed else "-",
+                AC_SHORT[config.activation_checkpointing],
+                _memory_cell(plan.memory.total, plan.memory.gpu_capacity_bytes),
+                _compact(speed.tokens_per_s) if speed else "-",
                 f"{speed.mfu:.0%}" if speed else "-",
                 _time_or_cost(speed, tokens, plan.cluster.world_size, by_time),
             )
         console.print(table)
+        console.print(
+            "AC: activation checkpointing (sel = selective); GPU mem: peak per GPU, share of the GPU",
+            markup=False,
+            highlight=False,
+        )
         if by_time:
             console.print(f"days: wall time to train {tokens:.3g} tokens (--tokens)", markup=False, highlight=False)
         else:
@@ -168,7 +192,9 @@ def register(app: typer.Typer) -> None:
         micro_batch: int | None = typer.Option(
             None, "--micro-batch", help="Sequences per GPU per micro-step (default: searched)."
         ),
-        seq_len: int = typer.Option(2048, "--seq-len", help="Tokens per sequence."),
+        seq_len: int | None = typer.Option(
+            None, "--seq-len", help="Tokens per sequence (default: the smaller of 2048 and the model's context)."
+        ),
         precision: str | None = typer.Option(
             None, "--precision", help="fp32|fp16-mixed|bf16-mixed|bf16 (default: best the GPU has)."
         ),
@@ -206,6 +232,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Find the fastest (or cheapest) way to train a model on a cluster, and explain it."""
         from planner.search import Objective, PlanRequest, StrategyKind, require_best, search_plans
+        from planner.selector.training import default_seq_len
 
         if emit is None and run.given():
             raise UserInputError(f"{', '.join(run.given())} describe the run of an emitted folder; add --emit DIR")
@@ -220,6 +247,8 @@ def register(app: typer.Typer) -> None:
         ):
             if value is not None and value < 1:
                 raise UserInputError(f"{flag} must be at least 1, not {value}")
+        spec = model.resolve()
+        seq_len = seq_len or default_seq_len(spec)
         request = PlanRequest(
             seq_len=seq_len,
             global_batch=global_batch,
@@ -236,7 +265,6 @@ def register(app: typer.Typer) -> None:
             headroom_fraction=headroom,
             train_tokens=tokens,
         )
-        spec = model.resolve()
         target = _target_cluster(cluster)
         if no_calibration:
             adjust, calibration = None, "not calibrated (--no-calibration)"
@@ -263,7 +291,9 @@ def register(app: typer.Typer) -> None:
             print(json.dumps(search_document(result), indent=2))
         else:
             print_plans(result, f"{spec.name} on {target.world_size} x {target.gpu.name}, seq {seq_len}", explain)
-            print(f"throughput {calibration}")
+            from rich.console import Console
+
+            Console().print(f"throughput {calibration}", markup=False, highlight=False, style="dim")
         if emit is not None:
             import sys
 

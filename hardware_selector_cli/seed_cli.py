@@ -5,7 +5,8 @@
 
 It prints the recommended training setup (or JSON with --json). The Typer
 subcommands (`plan`, `estimate`, ...) are the full interface; this one answers
-through the same search (planner/selector.py).
+through the same search (planner/selector/, docs/selector.md). --batch-size is
+the per-GPU batch, as it always was; the effective batch is batch x GPUs.
 """
 
 from __future__ import annotations
@@ -34,13 +35,17 @@ def _parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog="hardware_selector.py", description="Recommend a distributed training setup.")
     parser.add_argument("--model-family", required=True, help="text_generation, text_classification, seq2seq, ...")
     parser.add_argument("--model-name", required=True, help="Catalog name, HF id or legacy name (llama-7b).")
-    parser.add_argument("--batch-size", type=int, default=8, help="Global batch: sequences per optimizer step.")
+    parser.add_argument(
+        "--batch-size", type=int, default=8, help="Sequences per GPU; the effective batch is this x the GPU count."
+    )
     parser.add_argument("--mode", default="training", help="training (the only mode planned).")
     parser.add_argument("--distributed", action="store_true", help="Use --gpu-count GPUs (else one).")
     parser.add_argument("--gpu-count", type=int, default=1)
     parser.add_argument("--max-memory-gb", type=float, default=None, help="Plan for a GPU of this memory (GiB).")
     parser.add_argument("--gpu", default=None, help="Target GPU (default: chosen from --max-memory-gb).")
-    parser.add_argument("--seq-len", type=int, default=2048)
+    parser.add_argument(
+        "--seq-len", type=int, default=None, help="Tokens per sequence (default: the smaller of 2048 and the context)."
+    )
     parser.add_argument("--json", action="store_true", help="Print the recommendation as JSON.")
     return parser
 
@@ -52,21 +57,28 @@ def _print_recommendation(result: dict) -> None:
             print(f"  - {line}")
         return
     memory = result["estimated_memory"]
-    print(
-        f"Recommended: {result['strategy_family']} ({result['distributed_strategy']}) on {result['gpu_count']} x {result['gpu']}"
-    )
+    strategy = result["strategy_family"]
+    if strategy != result["distributed_strategy"]:
+        strategy += f" ({result['distributed_strategy']})"
+    print(f"Recommended: {strategy} on {result['gpu_count']} x {result['gpu']}")
     print(
         f"  per-GPU batch {result['per_gpu_batch_size']}, gradient accumulation {result['gradient_accumulation_steps']}, "
-        f"global batch {result['global_batch_size']}, mixed precision {result['mixed_precision']}, "
+        f"effective batch {result['effective_batch_size']} of {result['sequence_length']} tokens, "
+        f"mixed precision {result['mixed_precision_dtype'] or 'off'}, "
         f"gradient checkpointing {'on' if result['gradient_checkpointing'] else 'off'}"
     )
     print(
-        f"  memory per GPU: {memory['per_gpu_gb']:.1f} GiB (parameters {memory['parameters_gb']:.1f}, gradients "
-        f"{memory['gradients_gb']:.1f}, optimizer {memory['optimizer_gb']:.1f}, activations {memory['activations_gb']:.1f})"
+        f"  memory per GPU: {memory['per_gpu_gb']:.1f} GiB at its peak ({memory['peak_phase']}: parameters "
+        f"{memory['parameters_gb']:.1f}, gradients {memory['gradients_gb']:.1f}, optimizer {memory['optimizer_gb']:.1f}); "
+        f"activations {memory['activations_gb']:.1f} GiB at their own peak"
     )
+    for key in ("batch_note", "engine_reason"):
+        if key in result:
+            print(f"  note: {result[key]}")
     for key in ("deepspeed_config", "fsdp_config", "engine_config"):
         if key in result:
-            print(f"  {key}: {json.dumps(result[key])}")
+            block = {name: value for name, value in result[key].items() if name != "ds_config"}
+            print(f"  {key}: {json.dumps(block)}")
     for reason in result["reasons"]:
         print(f"  - {reason}")
 

@@ -98,7 +98,9 @@ def training_options(
     virtual_stages: int = typer.Option(1, "--virtual-stages", help="Model chunks per pipeline rank (interleaved)."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree (MoE)."),
     micro_batch: int = typer.Option(1, "--micro-batch", help="Sequences per GPU per micro-step."),
-    seq_len: int = typer.Option(2048, "--seq-len", help="Tokens per sequence."),
+    seq_len: int = typer.Option(
+        2048, "--seq-len", help="Tokens per sequence (default: the smaller of 2048 and the model's context)."
+    ),
     grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches per optimizer step."),
     precision: str = typer.Option("bf16-mixed", "--precision", help="fp32|fp16-mixed|bf16-mixed|bf16"),
     optimizer: str = typer.Option("adamw", "--optimizer", help="adamw|adamw-8bit|adafactor|sgd|lion"),

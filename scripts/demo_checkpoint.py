@@ -85,6 +85,35 @@ def make_local_gpt2(root: Path, *, layers: int = 4, hidden: int = 64, heads: int
     return model_dir, corpus
 
 
+def make_local_opt(root: Path, *, layers: int = 2, hidden: int = 64, heads: int = 4) -> tuple[Path, Path]:
+    """A small OPT (the selector examples' family) with its own tokenizer: (model folder, corpus file)."""
+    import torch
+    from transformers import OPTConfig, OPTForCausalLM
+
+    root.mkdir(parents=True, exist_ok=True)
+    corpus = write_corpus(root / "corpus.txt", 600)
+    model_dir = root / "my-opt"
+    train_tokenizer(corpus, model_dir)
+    eos = json.loads((model_dir / "tokenizer.json").read_text())["added_tokens"][0]["id"]
+    torch.manual_seed(0)
+    config = OPTConfig(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        ffn_dim=4 * hidden,
+        max_position_embeddings=128,
+        word_embed_proj_dim=hidden,
+        dropout=0.0,
+        attention_dropout=0.0,
+        bos_token_id=eos,
+        eos_token_id=eos,
+        pad_token_id=eos,
+    )
+    OPTForCausalLM(config).save_pretrained(str(model_dir))
+    return model_dir, corpus
+
+
 def make_local_encoder(root: Path, kind: str) -> Path:
     """A small BERT (masked LM) or T5 (encoder-decoder) checkpoint beside the GPT-2 one, sharing its tokenizer."""
     import shutil

@@ -95,6 +95,41 @@ def test_bad_seq_len_for_learned_positions_is_one_line(capsys):
     assert "learned positions" in capsys.readouterr().err
 
 
+def test_seq_len_defaults_to_the_models_context_when_shorter_than_2048(capsys):
+    document = _json(capsys, ["plan", "--model", "gpt2", "--gpu", "A100-40GB", "--gpus-per-node", "2", "--json"])
+    assert document["best"]["config"]["seq_len"] == 1024  # gpt2's 1024 learned positions, not 2048
+    document = _json(capsys, ["estimate", "--model", "gpt2", "--gpu", "A100-40GB", "--json"])
+    assert document["config"]["seq_len"] == 1024
+    document = _json(capsys, ["plan", "--model", "llama-2-7b", "--gpu", "A100-80GB", "--json", "--top", "1"])
+    assert document["best"]["config"]["seq_len"] == 2048  # a 4096 context: capped at 2048
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # Offload labels are the longest names the table shows.
+        ["--model", "llama-2-70b", "--gpu", "A100-80GB", "--nodes", "2", "--top", "8"],
+        ["--model", "llama-3-8b", "--gpu", "A100-80GB", "--gpus-per-node", "4", "--objective", "time-to-train"],
+        PLAN_ARGS[1:],
+    ],
+)
+def test_plan_table_fits_80_columns_without_cut_off_names(monkeypatch, capsys, argv):
+    from planner.search.layouts import family_label
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["plan", *argv, "--json"]) == 0
+    labels = [
+        family_label(TrainingConfig(**plan["config"])) for plan in json.loads(capsys.readouterr().out)["candidates"]
+    ]
+    assert main(["plan", *argv]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "…" not in out  # rich marks a cut-off cell with an ellipsis
+    flat = " ".join(out.split())
+    for label in labels:
+        assert label in flat, label  # wrapped onto two lines at most, never shortened
+
+
 def test_estimate_json_gains_throughput(capsys):
     document = _json(
         capsys, ["estimate", "--model", "llama-2-7b", "--gpu", "A100-80GB", "--strategy", "zero3", "--json"]

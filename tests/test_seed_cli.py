@@ -36,7 +36,10 @@ def test_documented_seed_invocation_prints_the_recommendation():
     assert completed.returncode == 0, completed.stderr
     out = completed.stdout
     assert out.startswith("Recommended: ") and "on 8 x " in out
-    assert "per-GPU batch" in out and "global batch 16" in out and "memory per GPU" in out
+    # --batch-size is per GPU: 16 x 8 GPUs. When 16 per GPU do not fit, accumulation keeps the effective batch.
+    assert "per-GPU batch" in out and "effective batch 128" in out and "memory per GPU" in out
+    if "per-GPU batch 16," not in out:
+        assert "note: 16 sequences per GPU do not fit" in out
 
 
 def test_seed_json_matches_the_api_and_subcommands_still_work(capsys):
@@ -44,7 +47,9 @@ def test_seed_json_matches_the_api_and_subcommands_still_work(capsys):
 
     assert main([*SEED, "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert document["global_batch_size"] == 16 and document["plan"]["cluster"]["gpu"]["memory_bytes"] == 24 * 2**30
+    assert (
+        document["effective_batch_size"] == 16 * 8 and document["plan"]["cluster"]["gpu"]["memory_bytes"] == 24 * 2**30
+    )
     assert main(["models", "--search", "llama"]) == 0
 
 
@@ -57,7 +62,7 @@ def test_bad_seed_input_is_one_line_and_exit_2(capsys):
         ([*SEED[:4], "--mode", "inference"], "plans training"),
         (
             [*SEED[:2], "--model-name", "llama-7b", "--batch-size", "0"],
-            "batch_size (the global batch) must be at least 1",
+            "batch_size (sequences per GPU) must be at least 1",
         ),
     ):
         assert main(args) == 2, args

@@ -62,6 +62,8 @@ class MemoryEstimate(BaseModel):
     nvme_per_node_bytes: int
     runtime: str = Runtime.CUDA.value
     notes: list[str]
+    # Activations kept for backward at their own peak (end of forward), wherever the total peaks.
+    activations_peak_bytes: int = 0
 
     @property
     def total(self) -> int:
@@ -137,6 +139,7 @@ def estimate_memory(
         nvme_per_node_bytes=int(peak.nvme_per_rank * gpus_per_node),
         runtime=runtime.value,
         notes=peak.notes,
+        activations_peak_bytes=int(peak.activations_peak),
     )
 
 

@@ -43,6 +43,9 @@ class StepPeak:
     cpu_per_rank: float
     nvme_per_rank: float
     notes: list[str]
+    # The activations kept for backward at their own peak (end of forward), even when the
+    # step peaks at a moment without them (the optimizer step of a sharded large model).
+    activations_peak: float = 0.0
 
 
 def step_peak(
@@ -148,6 +151,7 @@ def _memoised_peak(spec: ModelSpec, key: tuple) -> StepPeak:
         },
         phase=best_phase,
         by_phase=by_phase,
+        activations_peak=acts.activations,
         cpu_per_rank=states.cpu,
         nvme_per_rank=states.nvme,
         notes=notes,

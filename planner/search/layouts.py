@@ -54,6 +54,28 @@ def family_label(config: TrainingConfig) -> str:
     return "engine TP" if pp == 1 else "engine PP" if tp == 1 else "engine TP×PP"
 
 
+# Lower is simpler. Among plans whose scores are within the estimate's error of the best
+# (search/explain.py, TIE_TOLERANCE), the simplest wins, in this order (docs/search.md):
+# DDP; FSDP grad-op / ZeRO-1; ZeRO-2; FSDP full-shard / ZeRO-3; our engine (TP/PP); offload.
+# Within a pair, PyTorch-native FSDP comes first: one dependency fewer to install and debug.
+SIMPLICITY = {
+    "ddp": 0,
+    "fsdp-none": 1,  # NO_SHARD: DDP semantics through FSDP
+    "fsdp-grad-op": 2,
+    "zero1": 3,
+    "zero2": 4,
+    "fsdp-full": 5,
+    "fsdp-hybrid": 5,
+    "zero3": 6,
+    "engine": 10,  # + pipeline, + both, + ZeRO stage: 10-13
+    "fsdp-offload": 20,
+    "zero2-offload-optimizer": 21,
+    "zero3-offload-optimizer": 22,
+    "zero3-offload-all": 23,
+    "zero3-offload-nvme": 24,
+}
+
+
 @dataclass(frozen=True)
 class StrategyLayout:
     family: str  # the strategy family the `rejected` report speaks of
@@ -86,17 +108,18 @@ def divisors(n: int) -> list[int]:
     return small + [n // d for d in reversed(small) if d * d != n]
 
 
-def _fsdp_layouts(cluster: ClusterSpec, allow_offload: bool) -> list[StrategyLayout]:
+def _fsdp_layouts(cluster: ClusterSpec, allow_offload: bool, with_ddp: bool) -> list[StrategyLayout]:
     layouts = []
     for sharding in FsdpSharding:
         if sharding is FsdpSharding.HYBRID and not cluster.is_multi_node:
             continue  # inside one node hybrid sharding is full sharding
+        if sharding is FsdpSharding.NONE and with_ddp:
+            continue  # DDP through FSDP: DDP itself is searched, and is what anyone would run
         base = {"strategy": Strategy.FSDP, "fsdp_sharding": sharding}
-        complexity = 1 if sharding is FsdpSharding.NONE else 2
-        layouts.append(_layout(complexity, base))
+        layouts.append(_layout(SIMPLICITY[f"fsdp-{sharding.value}"], base))
         if allow_offload and sharding in (FsdpSharding.FULL, FsdpSharding.HYBRID):
             offload = {**base, "offload_params": Offload.CPU, "offload_optimizer": Offload.CPU}
-            layouts.append(_layout(complexity + 3, offload))
+            layouts.append(_layout(SIMPLICITY["fsdp-offload"], offload))
     return layouts
 
 
@@ -104,17 +127,19 @@ def _deepspeed_layouts(cluster: ClusterSpec, allow_offload: bool) -> list[Strate
     layouts = []
     for stage in (1, 2, 3):
         base = {"strategy": Strategy.DEEPSPEED, "zero_stage": stage}
-        layouts.append(_layout(stage, base))
+        layouts.append(_layout(SIMPLICITY[f"zero{stage}"], base))
         if not allow_offload:
             continue
         if stage >= 2:  # ZeRO-Offload (Ren et al. 2021) is built on stage 2
-            layouts.append(_layout(stage + 3, {**base, "offload_optimizer": Offload.CPU}))
+            layouts.append(
+                _layout(SIMPLICITY[f"zero{stage}-offload-optimizer"], {**base, "offload_optimizer": Offload.CPU})
+            )
         if stage == 3:
             both = {**base, "offload_optimizer": Offload.CPU, "offload_params": Offload.CPU}
-            layouts.append(_layout(7, both))
+            layouts.append(_layout(SIMPLICITY["zero3-offload-all"], both))
             if cluster.nvme_per_node_bytes:
                 nvme = {**base, "offload_optimizer": Offload.NVME, "offload_params": Offload.NVME}
-                layouts.append(_layout(8, nvme))
+                layouts.append(_layout(SIMPLICITY["zero3-offload-nvme"], nvme))
     return layouts
 
 
@@ -169,7 +194,7 @@ def _engine_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[StrategyLayou
                         "sequence_parallel": tp > 1,
                         "pipeline_schedule": schedule,
                     }
-                    complexity = 4 + (pp > 1) + (tp > 1 and pp > 1) + stage // 2
+                    complexity = SIMPLICITY["engine"] + (pp > 1) + (tp > 1 and pp > 1) + stage // 2
                     layouts.append(_layout(complexity, fields))
     return layouts
 
@@ -178,9 +203,9 @@ def enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanReques
     wanted = set(request.strategies)
     layouts: list[StrategyLayout] = []
     if StrategyKind.DDP in wanted:
-        layouts.append(_layout(0, {"strategy": Strategy.DDP}))
+        layouts.append(_layout(SIMPLICITY["ddp"], {"strategy": Strategy.DDP}))
     if StrategyKind.FSDP in wanted:
-        layouts += _fsdp_layouts(cluster, request.allow_offload)
+        layouts += _fsdp_layouts(cluster, request.allow_offload, with_ddp=StrategyKind.DDP in wanted)
     if StrategyKind.DEEPSPEED in wanted:
         layouts += _deepspeed_layouts(cluster, request.allow_offload)
     if StrategyKind.ENGINE in wanted and engine_applicability(spec) is None and not request.lora_rank:

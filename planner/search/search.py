@@ -57,11 +57,14 @@ def search_plans(
     throughput_adjust: ThroughputAdjust | None = None,
     *,
     calibration: str | None = None,
+    suggest: bool = True,
 ) -> SearchResult:
     """Enumerate, filter to fits, rank by the request's objective, explain.
 
     throughput_adjust lets measured records replace or correct the estimate of
     each candidate before ranking; `calibration` says how, for the plans.
+    When nothing fits, `suggest` searches other clusters for what would
+    (suggest.py); the searches it runs there do not suggest in turn.
     """
     started = time.perf_counter()
     _check_request(spec, request)
@@ -127,8 +130,13 @@ def search_plans(
             if batch_note:
                 reasons.append(batch_note)
             plans.append(_to_plan(item, spec, memory, reasons, calibration))
-    else:
-        suggestion_lines = suggestions(spec, cluster, request)
+    elif suggest:
+
+        def plan_fits(other: ClusterSpec) -> bool:
+            probe = request.model_copy(update={"top_k": 1})
+            return search_plans(spec, other, probe, throughput_adjust, suggest=False).best is not None
+
+        suggestion_lines = suggestions(spec, cluster, request, plan_fits)
 
     rejected = family_fates(spec, request, evaluator.families, best_item, family_best, not_applicable)
     counters = evaluator.counters

@@ -1,11 +1,17 @@
 """When nothing fits: the fewest GPUs of this type that would, and which catalog GPUs fit at this count.
 
-The check is memory only, at each layout's smallest footprint: micro-batch 1
-with full activation checkpointing (memory never grows as either shrinks), so
-a "fits" here means some plan exists; the global batch may need adjusting.
+Every cluster suggested is one the search itself finds a plan on, for the
+same request (batch, sequence length, strategies): `plan_fits` runs it. A
+memory check at each layout's smallest footprint (micro-batch 1, full
+activation checkpointing; memory never grows as either shrinks) only skips
+clusters that cannot fit before the search is asked, so a suggestion, planned
+as printed, fits (tests/test_search_suggestions.py checks that over random
+requests).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from planner.evaluate import memory_on
 from planner.hardware.cluster import ClusterSpec, make_cluster
@@ -46,39 +52,40 @@ def _sizes(cluster: ClusterSpec) -> list[ClusterSpec]:
     """Powers of two inside one node, then whole nodes, up to MAX_GPUS.
 
     A single-GPU request grows into nodes of DEFAULT_NODE_GPUS, as servers come.
+    Each size is built as `plan --gpus-per-node G --nodes N` builds it (catalog
+    defaults for the network and host RAM), so a suggestion planned as printed
+    is the cluster that was searched.
     """
     per_node = cluster.gpus_per_node if cluster.gpus_per_node > 1 else DEFAULT_NODE_GPUS
-    ram_per_gpu = cluster.cpu_ram_per_node_bytes / cluster.gpus_per_node  # host RAM comes with the GPUs
-
-    def sized(gpus_per_node: int, nodes: int) -> ClusterSpec:
-        update = {
-            "gpus_per_node": gpus_per_node,
-            "num_nodes": nodes,
-            "cpu_ram_per_node_bytes": int(ram_per_gpu * gpus_per_node),
-        }
-        return cluster.model_copy(update=update)
-
     sizes = []
     gpus = 1
     while gpus < per_node:
-        sizes.append(sized(gpus, 1))
+        sizes.append(make_cluster(cluster.gpu, gpus_per_node=gpus, nodes=1))
         gpus *= 2
     nodes = 1
     while nodes * per_node <= MAX_GPUS:
-        sizes.append(sized(per_node, nodes))
+        sizes.append(make_cluster(cluster.gpu, gpus_per_node=per_node, nodes=nodes))
         nodes *= 2
     return sizes
 
 
-def fewest_gpus(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest) -> ClusterSpec | None:
+# True when the search finds a plan for the request on this cluster.
+PlanFits = Callable[[ClusterSpec], bool]
+
+
+def fewest_gpus(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest, plan_fits: PlanFits) -> ClusterSpec | None:
     for candidate in _sizes(cluster):
-        if candidate.world_size > cluster.world_size and smallest_footprint_fits(spec, candidate, request):
+        if candidate.world_size <= cluster.world_size or not smallest_footprint_fits(spec, candidate, request):
+            continue
+        if plan_fits(candidate):
             return candidate
     return None
 
 
-def fitting_catalog_gpus(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest, limit: int = 4) -> list[str]:
-    """Catalog GPUs (datacenter first, least memory first) on which some plan fits at this GPU count."""
+def fitting_catalog_gpus(
+    spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest, plan_fits: PlanFits, limit: int = 4
+) -> list[str]:
+    """Catalog GPUs (datacenter first, least memory first) on which the search finds a plan at this GPU count."""
     names = []
     catalog = [gpu for gpu in load_gpu_catalog() if gpu.kind == "gpu" and gpu.name != cluster.gpu.name]
     catalog.sort(key=lambda gpu: (gpu.segment != "datacenter", gpu.memory_bytes, gpu.price_usd_per_hour))
@@ -86,32 +93,30 @@ def fitting_catalog_gpus(spec: ModelSpec, cluster: ClusterSpec, request: PlanReq
         if gpu.memory_bytes <= cluster.gpu.memory_bytes:
             continue
         candidate = make_cluster(gpu, gpus_per_node=cluster.gpus_per_node, nodes=cluster.num_nodes)
-        if smallest_footprint_fits(spec, candidate, request):
+        if smallest_footprint_fits(spec, candidate, request) and plan_fits(candidate):
             names.append(gpu.name)
             if len(names) == limit:
                 break
     return names
 
 
-def suggestions(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest) -> list[str]:
+def suggestions(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest, plan_fits: PlanFits) -> list[str]:
     lines = []
     where = f"{cluster.world_size} x {cluster.gpu.name}"
-    bigger = fewest_gpus(spec, cluster, request)
+    bigger = fewest_gpus(spec, cluster, request, plan_fits)
     if bigger is not None:
-        layout = (
-            f"{bigger.num_nodes} node(s) of {bigger.gpus_per_node}"
-            if bigger.num_nodes > 1
-            else f"{bigger.gpus_per_node} on one node"
-        )
         lines.append(
-            f"{bigger.world_size} x {cluster.gpu.name} ({layout}) is the fewest that fits "
-            f"(micro-batch 1, full activation checkpointing; memory: formula)"
+            f"{bigger.world_size} x {cluster.gpu.name} (--gpus-per-node {bigger.gpus_per_node} --nodes "
+            f"{bigger.num_nodes}) is the fewest that fits (the search finds a plan there; memory: formula)"
         )
     else:
         lines.append(f"no count of {cluster.gpu.name} up to {MAX_GPUS} fits this model at seq-len {request.seq_len}")
-    gpus = fitting_catalog_gpus(spec, cluster, request)
+    gpus = fitting_catalog_gpus(spec, cluster, request, plan_fits)
     if gpus:
-        lines.append(f"at {cluster.world_size} GPUs these catalog GPUs fit: {', '.join(gpus)}")
+        lines.append(
+            f"at {cluster.world_size} GPUs (--gpus-per-node {cluster.gpus_per_node} --nodes {cluster.num_nodes}) "
+            f"these catalog GPUs fit: {', '.join(gpus)}"
+        )
     if request.seq_len > 1024:
         lines.append(f"a shorter --seq-len than {request.seq_len} shrinks activations")
     if not request.lora_rank:

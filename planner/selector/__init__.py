@@ -1,0 +1,231 @@
+"""The Python API of the tool this project replaces, answered by the strategy search (docs/selector.md).
+
+    from hardware_selector import get_distributed_training_config
+    config = get_distributed_training_config("text_generation", "facebook/opt-1.3b", gpu_count=8, batch_size=4,
+                                             max_memory_gb=24)
+    config["distributed_strategy"], config["plan"]  # "DDP", the typed Plan
+
+Conventions:
+- batch_size is the per-GPU batch; the effective batch is batch_size x gpu_count
+  (training.py says what happens when it does not fit);
+- max_memory_gb means "a GPU of that memory" (gpu_choice.py);
+- the answer speaks the legacy vocabulary (legacy_dict.py); memory is in GiB.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from planner.errors import UserInputError
+from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
+from planner.models.legacy_names import catalog_name, check_model_family
+from planner.models.resolve import resolve_model
+from planner.models.spec import ModelSpec
+from planner.plan import Plan
+from planner.search import Objective
+from planner.search.layouts import family_label
+from planner.selector.gpu_choice import DEFAULT_GPU, cluster_for, gpu_with_memory
+from planner.selector.legacy_dict import STRATEGY_NAMES, TORCH_FSDP_SHARDING, no_fit_summary, plan_summary
+from planner.selector.training import default_seq_len, plan_training, strategy_kinds
+from planner.training_config import Precision
+
+if TYPE_CHECKING:  # annotations only: the selector never imports transformers until asked for arguments
+    from transformers import TrainingArguments
+
+__all__ = [
+    "DEFAULT_GPU",
+    "STRATEGY_NAMES",
+    "TORCH_FSDP_SHARDING",
+    "HardwareSelector",
+    "cluster_for",
+    "default_seq_len",
+    "get_distributed_training_config",
+    "gpu_with_memory",
+    "plan_summary",
+    "select_hardware_for_task",
+]
+
+
+def _check_training(task_type: str) -> None:
+    if task_type.strip().lower() != "training":
+        raise UserInputError(
+            f"task type '{task_type}' is not planned here; this tool plans training (task_type='training')"
+        )
+
+
+class HardwareSelector:
+    """Plans training for a model: which strategy, batch split, precision, and which GPU."""
+
+    def __init__(self, seq_len: int | None = None, headroom_fraction: float = 0.1) -> None:
+        self.seq_len = seq_len  # None: the smaller of 2048 and the model's context
+        self.headroom_fraction = headroom_fraction
+
+    def training_arguments(self, plan: Plan, output_dir: str, **overrides: Any) -> TrainingArguments:
+        """A transformers.TrainingArguments that runs `plan` (planner/emit/training_args.py)."""
+        from planner.emit.training_args import training_arguments
+
+        return training_arguments(plan, output_dir, **overrides)
+
+    def _model(self, model_family: str, model_name: str) -> ModelSpec:
+        families = check_model_family(model_family)
+        spec = resolve_model(catalog_name(model_name))
+        if spec.family not in families:
+            raise UserInputError(
+                f"{spec.name} is {spec.family.value}, not a '{model_family}' model; check --model-family"
+            )
+        return spec
+
+    def _seq_len(self, spec: ModelSpec, seq_len: int | None) -> int:
+        chosen = seq_len or self.seq_len or default_seq_len(spec)
+        if chosen > spec.max_position_embeddings and spec.position_embedding == "learned":
+            raise UserInputError(
+                f"seq_len {chosen} exceeds {spec.name}'s {spec.max_position_embeddings} learned positions; "
+                f"pass seq_len={spec.max_position_embeddings} or less"
+            )
+        return chosen
+
+    def get_distributed_training_config(
+        self,
+        model_family: str,
+        model_name: str,
+        gpu_count: int,
+        batch_size: int | None = None,
+        max_memory_gb: float | None = None,
+        *,
+        gpu: str | None = None,
+        gpus_per_node: int | None = None,
+        seq_len: int | None = None,
+        objective: str = "throughput",
+        precision: str | None = None,
+        allow_engine: bool = False,
+        strategies: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """The best plan for `batch_size` sequences per GPU on gpu_count GPUs: the legacy dict plus the Plan.
+
+        `strategies` (e.g. ["FSDP"]) limits the answer to the stacks you run.
+        """
+        spec = self._model(model_family, model_name)
+        cluster = cluster_for(gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node)
+        answer = plan_training(
+            spec,
+            cluster,
+            batch_size,
+            allow_engine=allow_engine,
+            strategies=strategy_kinds(strategies) if strategies is not None else None,
+            seq_len=self._seq_len(spec, seq_len),
+            headroom_fraction=self.headroom_fraction,
+            objective=Objective(objective),
+            precision=Precision(precision) if precision else None,
+        )
+        result = answer.result
+        if result.best is None:
+            return {**no_fit_summary(result, cluster), "requested_per_gpu_batch_size": batch_size}
+        summary = plan_summary(result.best)
+        summary["requested_per_gpu_batch_size"] = batch_size
+        summary.update(answer.notes)
+        summary["alternatives"] = {
+            family_label(plan.config): plan_summary(plan)["estimated_memory"]["per_gpu_gb"]
+            for plan in result.candidates[1:]
+        }
+        summary["rejected"] = dict(result.rejected)
+        return summary
+
+    def select_hardware_for_task(
+        self,
+        model_family: str,
+        model_name: str,
+        task_type: str = "training",
+        batch_size: int = 8,
+        distributed: bool = True,
+        gpu_count: int = 4,
+        *,
+        max_memory_gb: float | None = None,
+        seq_len: int | None = None,
+        rank_by: str = "cost",
+        include_detected: bool = True,
+        candidates: list[str] | None = None,
+        allow_engine: bool = False,
+    ) -> dict[str, Any]:
+        """Compare catalog GPUs (and this machine's) for the task; rank by cost per token or throughput."""
+        _check_training(task_type)
+        if rank_by not in ("cost", "throughput"):
+            raise UserInputError(f"rank_by must be 'cost' or 'throughput', not '{rank_by}'")
+        spec = self._model(model_family, model_name)
+        length = self._seq_len(spec, seq_len)
+        count = gpu_count if distributed else 1
+        gpus = (
+            [resolve_gpu(name) for name in candidates]
+            if candidates
+            else [g for g in load_gpu_catalog() if g.kind == "gpu"]
+        )
+        if max_memory_gb is not None:
+            gpus = [g for g in gpus if g.memory_gib <= max_memory_gb * 1.05]
+        detected = _detected_gpu_names() if include_detected else []
+        gpus += [resolve_gpu(name) for name in detected if all(g.name != name for g in gpus)]
+        estimates: dict[str, Any] = {}
+        ranked = []
+        for entry in gpus:
+            cluster = cluster_for(entry, count)
+            answer = plan_training(
+                spec,
+                cluster,
+                batch_size,
+                allow_engine=allow_engine,
+                seq_len=length,
+                headroom_fraction=self.headroom_fraction,
+                top_k=1,
+            )
+            best = answer.result.best
+            if best is None:
+                estimates[entry.name] = no_fit_summary(answer.result, cluster)
+                continue
+            summary = {**plan_summary(best), **answer.notes}
+            speed = best.throughput
+            summary["usd_per_million_tokens"] = (
+                entry.price_usd_per_hour * count / 3600 / speed.tokens_per_s * 1e6 if speed else None
+            )
+            summary["detected_on_this_machine"] = entry.name in detected
+            estimates[entry.name] = summary
+            ranked.append(summary)
+        if not ranked:
+            raise UserInputError(f"no catalog GPU fits {model_name} at {count} GPUs; raise gpu_count")
+        if rank_by == "cost":
+            ranked.sort(
+                key=lambda s: s["usd_per_million_tokens"] if s["usd_per_million_tokens"] is not None else float("inf")
+            )
+        else:
+            ranked.sort(key=lambda s: -s.get("estimated_throughput", {}).get("tokens_per_s", 0.0))
+        primary = ranked[0]
+        return {
+            "primary_recommendation": primary,
+            "distributed_strategy": primary["distributed_strategy"],
+            "gpu_count": count,
+            "fallback_options": ranked[1:4],
+            "estimates": estimates,
+            "ranked_by": "USD per million tokens (catalog prices)" if rank_by == "cost" else "tokens/s",
+            "detected_gpus": detected,
+        }
+
+
+def _detected_gpu_names() -> list[str]:
+    from planner.hardware.detect import detect_hardware
+
+    report = detect_hardware()
+    return sorted({gpu.catalog_name for gpu in report.gpus if gpu.catalog_name})
+
+
+def get_distributed_training_config(
+    model_family: str,
+    model_name: str,
+    gpu_count: int,
+    batch_size: int | None = None,
+    max_memory_gb: float | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    return HardwareSelector().get_distributed_training_config(
+        model_family, model_name, gpu_count, batch_size, max_memory_gb, **options
+    )
+
+
+def select_hardware_for_task(model_family: str, model_name: str, **options: Any) -> dict[str, Any]:
+    return HardwareSelector().select_hardware_for_task(model_family, model_name, **options)

@@ -1,0 +1,60 @@
+"""Which GPU a selector request means, and the cluster of `gpu_count` of them (docs/selector.md).
+
+`max_memory_gb` (GiB, the unit "24GB" cards are sized in) means "a GPU of that
+memory": with `gpu=` given, that GPU capped at this memory; otherwise the
+catalog GPU of that size with the most peak TFLOP/s per dollar (datacenter
+parts first); if the catalog has none of that size, the smallest larger one,
+capped. Without either, an A100-80GB.
+"""
+
+from __future__ import annotations
+
+from planner.errors import UserInputError
+from planner.hardware.cluster import GIB, ClusterSpec, make_cluster
+from planner.hardware.gpus import GpuSpec, load_gpu_catalog, resolve_gpu
+
+DEFAULT_GPU = "A100-80GB"
+DEFAULT_GPUS_PER_NODE = 8
+
+
+def _best_value_key(gpu: GpuSpec) -> tuple:
+    dtype = "bf16" if gpu.supports("bf16") else "fp16" if gpu.supports("fp16") else "fp32"
+    peak = gpu.peak_tflops(dtype) if gpu.supports(dtype) else 0.0
+    per_dollar = peak / gpu.price_usd_per_hour if gpu.price_usd_per_hour else peak
+    return (gpu.segment != "datacenter", -per_dollar)
+
+
+def _capped(gpu: GpuSpec, memory_gib: float) -> GpuSpec:
+    if gpu.memory_bytes <= memory_gib * GIB:
+        return gpu
+    note = f"memory capped at {memory_gib:g} GiB (max_memory_gb)"
+    return gpu.model_copy(update={"memory_bytes": int(memory_gib * GIB), "notes": f"{gpu.notes} {note}".strip()})
+
+
+def gpu_with_memory(max_memory_gb: float | None, gpu: str | None = None) -> GpuSpec:
+    """The GPU a request means (see the module docstring)."""
+    if max_memory_gb is not None and max_memory_gb <= 0:
+        raise UserInputError(f"max_memory_gb must be positive, not {max_memory_gb}")
+    if gpu is not None:
+        chosen = resolve_gpu(gpu)
+        return _capped(chosen, max_memory_gb) if max_memory_gb else chosen
+    if max_memory_gb is None:
+        return resolve_gpu(DEFAULT_GPU)
+    gpus = [entry for entry in load_gpu_catalog() if entry.kind == "gpu"]
+    same_size = [entry for entry in gpus if abs(entry.memory_gib - max_memory_gb) <= 0.05 * max_memory_gb]
+    if same_size:
+        return min(same_size, key=_best_value_key)
+    larger = [entry for entry in gpus if entry.memory_gib > max_memory_gb]
+    if not larger:
+        largest = max(gpus, key=lambda entry: entry.memory_bytes)
+        raise UserInputError(f"max_memory_gb {max_memory_gb:g} exceeds every catalog GPU (largest: {largest.name})")
+    return _capped(min(larger, key=lambda entry: (entry.memory_bytes, _best_value_key(entry))), max_memory_gb)
+
+
+def cluster_for(gpu: GpuSpec, gpu_count: int, gpus_per_node: int | None = None) -> ClusterSpec:
+    if gpu_count < 1:
+        raise UserInputError(f"gpu_count must be at least 1, not {gpu_count}")
+    per_node = gpus_per_node or min(gpu_count, DEFAULT_GPUS_PER_NODE)
+    if gpu_count % per_node:
+        raise UserInputError(f"gpu_count {gpu_count} is not a whole number of nodes of {per_node}; pass gpus_per_node")
+    return make_cluster(gpu, gpus_per_node=per_node, nodes=gpu_count // per_node)

@@ -1,0 +1,115 @@
+"""The selector's training request, answered by the strategy search (docs/selector.md).
+
+`batch_size` is the per-GPU batch the user asks for, so the effective batch
+is `batch_size x gpu_count`. The search first looks for plans that run
+exactly that (micro-batch = batch_size, no accumulation). When none fits, the
+micro-batch shrinks and gradient accumulation grows so that the effective
+batch stays the same, and the answer says so. DDP, FSDP and DeepSpeed are
+searched; our engine (TP/PP) only when the caller allows it, or when nothing
+else fits, and then the answer says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.errors import UserInputError
+from planner.hardware.cluster import ClusterSpec
+from planner.models.spec import ModelSpec
+from planner.search import PlanRequest, SearchResult, search_plans
+from planner.search.request import StrategyKind
+from planner.training_config import Strategy
+
+LEGACY_STRATEGIES = (StrategyKind.DDP, StrategyKind.FSDP, StrategyKind.DEEPSPEED)
+LEGACY_NAMES = {
+    StrategyKind.DDP: "DDP",
+    StrategyKind.FSDP: "FSDP",
+    StrategyKind.DEEPSPEED: "DeepSpeed",
+    StrategyKind.ENGINE: "engine",
+}
+DEFAULT_SEQ_LEN = 2048
+
+
+def default_seq_len(spec: ModelSpec) -> int:
+    """The smaller of 2048 and the model's context."""
+    return min(DEFAULT_SEQ_LEN, spec.max_position_embeddings)
+
+
+@dataclass
+class TrainingAnswer:
+    result: SearchResult  # the search that gave the answer (the last one tried when nothing fits)
+    effective_batch: int | None
+    notes: dict[str, str] = field(default_factory=dict)  # legacy keys: batch_note, engine_reason
+
+
+def _named(kinds: tuple[StrategyKind, ...]) -> str:
+    names = [LEGACY_NAMES[kind] for kind in kinds]
+    return (
+        "any"
+        if len(names) == len(StrategyKind)
+        else ", ".join(names[:-1]) + (" or " if len(names) > 1 else "") + names[-1]
+    )
+
+
+def strategy_kinds(names: list[str] | tuple[str, ...]) -> tuple[StrategyKind, ...]:
+    """ "DDP", "FSDP", "DeepSpeed", "engine" (any case) to the search's kinds; a wrong name is one line."""
+    by_name = {name.lower(): kind for kind, name in LEGACY_NAMES.items()}
+    kinds = []
+    for name in names:
+        if name.strip().lower() not in by_name:
+            raise UserInputError(f"strategies: '{name}' is not one of {', '.join(LEGACY_NAMES.values())}")
+        kinds.append(by_name[name.strip().lower()])
+    if not kinds:
+        raise UserInputError(f"strategies is empty; name one or more of {', '.join(LEGACY_NAMES.values())}")
+    return tuple(dict.fromkeys(kinds))
+
+
+def _search(spec: ModelSpec, cluster: ClusterSpec, strategies: tuple, **request: Any) -> SearchResult:
+    return search_plans(spec, cluster, PlanRequest(strategies=strategies, **request))
+
+
+def plan_training(
+    spec: ModelSpec,
+    cluster: ClusterSpec,
+    per_gpu_batch: int | None,
+    *,
+    allow_engine: bool = False,
+    strategies: tuple[StrategyKind, ...] | None = None,
+    **request: Any,
+) -> TrainingAnswer:
+    """The best plan for `per_gpu_batch` sequences per GPU on `cluster` (see the module docstring).
+
+    `strategies` restricts the search to the stacks the caller runs; then nothing else is tried.
+    """
+    if per_gpu_batch is not None and per_gpu_batch < 1:
+        raise UserInputError(f"batch_size (sequences per GPU) must be at least 1, not {per_gpu_batch}")
+    request.setdefault("seq_len", default_seq_len(spec))
+    effective = per_gpu_batch * cluster.world_size if per_gpu_batch else None
+    preferred = strategies or (tuple(StrategyKind) if allow_engine else LEGACY_STRATEGIES)
+    attempts: list[tuple[tuple, int | None]] = [(preferred, per_gpu_batch)] if per_gpu_batch else []
+    attempts.append((preferred, None))
+    if not allow_engine and strategies is None:
+        attempts.append((tuple(StrategyKind), None))  # the engine, when nothing else fits
+    result: SearchResult | None = None
+    for strategies, micro in attempts:
+        result = _search(spec, cluster, strategies, global_batch=effective, micro_batch=micro, **request)
+        if result.best is not None:
+            break
+    assert result is not None
+    answer = TrainingAnswer(result, effective)
+    best = result.best
+    if best is None:
+        return answer
+    if per_gpu_batch and best.config.micro_batch != per_gpu_batch:
+        answer.notes["batch_note"] = (
+            f"{per_gpu_batch} sequences per GPU do not fit in {cluster.gpu.memory_gib:g} GiB with any "
+            f"{_named(preferred)} plan; {best.config.micro_batch} per GPU x "
+            f"{best.config.grad_accum} accumulation steps keeps the effective batch of {effective}"
+        )
+    if best.config.strategy is Strategy.ENGINE and not allow_engine:
+        answer.notes["engine_reason"] = (
+            f"nothing on DDP, FSDP or DeepSpeed fits {spec.name} on {cluster.world_size} x {cluster.gpu.name}; "
+            "our engine's tensor/pipeline parallelism does (run it with `hardware-selector train`, docs/running.md)"
+        )
+    return answer

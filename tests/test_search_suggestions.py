@@ -1,0 +1,87 @@
+"""Every "what would fit" suggestion, planned as printed, fits (planner/search/suggest.py).
+
+The reference is the search itself: each cluster a no-fit answer names is
+rebuilt from the printed flags (`--gpu G --gpus-per-node N --nodes M`) and
+searched again with the same request; it must find a plan. Checked over
+random requests (hypothesis), which is how "at 8 GPUs these fit: L40", then
+"8 x L40 does not fit" was found.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+
+from planner.hardware.cluster import make_cluster
+from planner.models.resolve import resolve_model
+from planner.search import PlanRequest, StrategyKind, search_plans
+
+FEWEST = re.compile(r"^(\d+) x (\S+) \(--gpus-per-node (\d+) --nodes (\d+)\) is the fewest that fits")
+CATALOG = re.compile(r"^at (\d+) GPUs \(--gpus-per-node (\d+) --nodes (\d+)\) these catalog GPUs fit: (.+)$")
+
+MODELS = ["opt-6.7b", "llama-2-13b", "opt-30b", "llama-2-70b", "mixtral-8x7b", "gpt2-xl", "t5-3b"]
+SMALL_GPUS = ["T4", "L4", "A10", "V100-16GB", "V100-32GB", "A100-40GB", "RTX-4090"]
+STRATEGY_SETS = [
+    (StrategyKind.DDP, StrategyKind.FSDP, StrategyKind.DEEPSPEED, StrategyKind.ENGINE),
+    (StrategyKind.DDP, StrategyKind.FSDP, StrategyKind.DEEPSPEED),
+    (StrategyKind.DDP,),
+]
+
+
+def suggested_clusters(lines: list[str]) -> list[tuple[str, int, int]]:
+    """(gpu, gpus_per_node, nodes) for every cluster a suggestion names."""
+    named = []
+    for line in lines:
+        if match := FEWEST.match(line):
+            count, gpu, per_node, nodes = match.groups()
+            assert int(count) == int(per_node) * int(nodes), line
+            named.append((gpu, int(per_node), int(nodes)))
+        elif match := CATALOG.match(line):
+            _, per_node, nodes, gpus = match.groups()
+            named += [(gpu.strip(), int(per_node), int(nodes)) for gpu in gpus.split(",")]
+    return named
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(
+    model=st.sampled_from(MODELS),
+    gpu=st.sampled_from(SMALL_GPUS),
+    gpus_per_node=st.sampled_from([1, 2, 4, 8]),
+    nodes=st.sampled_from([1, 2]),
+    seq_len=st.sampled_from([512, 1024, 2048]),
+    strategies=st.sampled_from(STRATEGY_SETS),
+    offload=st.booleans(),
+    batch_per_gpu=st.sampled_from([None, 1, 4]),
+)
+def test_every_suggested_cluster_fits_when_planned_as_printed(
+    model, gpu, gpus_per_node, nodes, seq_len, strategies, offload, batch_per_gpu
+):
+    spec = resolve_model(model)
+    seq_len = min(seq_len, spec.max_position_embeddings)
+    cluster = make_cluster(gpu, gpus_per_node=gpus_per_node, nodes=nodes)
+    world = cluster.world_size
+    global_batch = batch_per_gpu * world if batch_per_gpu else None
+    request = PlanRequest(seq_len=seq_len, strategies=strategies, allow_offload=offload, global_batch=global_batch)
+    result = search_plans(spec, cluster, request)
+    assume(result.best is None)
+    named = suggested_clusters(result.suggestions)
+    event(f"{len(named)} clusters suggested")
+    for gpu_name, per_node, node_count in named:
+        other = make_cluster(gpu_name, gpus_per_node=per_node, nodes=node_count)
+        replanned = search_plans(spec, other, request.model_copy(update={"top_k": 1}), suggest=False)
+        assert replanned.best is not None, f"suggested {node_count} x {per_node} x {gpu_name} does not fit"
+
+
+def test_a_model_too_big_for_its_cluster_is_told_where_it_fits():
+    """The case the issue reported: a 70B model on 8 small GPUs gets clusters that really fit."""
+    spec = resolve_model("llama-2-70b")
+    request = PlanRequest(seq_len=2048)
+    result = search_plans(spec, make_cluster("L4", gpus_per_node=8), request)
+    assert result.best is None
+    named = suggested_clusters(result.suggestions)
+    assert named and named[0][0] == "L4" and named[0][1] * named[0][2] > 8  # more L4s first
+    assert any(name != "L4" for name, _, _ in named)  # then bigger GPUs at this count
+    for gpu_name, per_node, node_count in named:
+        assert search_plans(spec, make_cluster(gpu_name, per_node, node_count), request).best is not None
