@@ -21,7 +21,7 @@ from hardware_selector_cli.seed_cli import is_seed_invocation
 from hardware_selector_cli.seed_cli import run as _seed_main
 
 # The Python API, imported on first use so that `--help` and other commands do not pay for it.
-_API = ("HardwareSelector", "get_distributed_training_config", "select_hardware_for_task")
+_API = ("HardwareSelector", "get_distributed_training_config", "get_inference_config", "select_hardware_for_task")
 __all__ = ["app", "main", "training_arguments", *_API]
 
 

@@ -19,6 +19,7 @@ from planner.units import format_bytes
 from .model_options import ModelOptions, model_options
 from .option_groups import option_group
 from .run_options import RunOptionValues, run_option_values
+from .serving import ServingOptions, print_serving, serving_options, serving_request
 from .training_options import ClusterOptions, _choice, cluster_options
 
 ALL_STRATEGIES = "ddp,fsdp,deepspeed,engine"
@@ -182,10 +183,12 @@ def register(app: typer.Typer) -> None:
     @option_group("model", model_options)
     @option_group("cluster", cluster_options)
     @option_group("run", run_option_values)
+    @option_group("serving", serving_options)
     def plan_command(
         model: ModelOptions,
         cluster: ClusterOptions,
         run: RunOptionValues,
+        serving: ServingOptions,
         global_batch: int | None = typer.Option(
             None, "--global-batch", help="Sequences per optimizer step (micro × accum × dp)."
         ),
@@ -208,7 +211,9 @@ def register(app: typer.Typer) -> None:
             0, "--lora-rank", help="Train LoRA adapters of this rank (0 = full fine-tuning)."
         ),
         qlora: bool = typer.Option(False, "--qlora", help="LoRA on a 4-bit NF4 base."),
-        objective: str = typer.Option("throughput", "--objective", help="throughput|cost|time-to-train"),
+        objective: str = typer.Option(
+            "throughput", "--objective", help="throughput|cost|time-to-train (inference: throughput|latency)"
+        ),
         top: int = typer.Option(5, "--top", help="How many plans to show (best of each strategy family)."),
         headroom: float = typer.Option(0.1, "--headroom", help="Share of GPU memory kept free."),
         tokens: float | None = typer.Option(
@@ -231,6 +236,36 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Find the fastest (or cheapest) way to train a model on a cluster, and explain it."""
+        if serving.inference:
+            training_only = {
+                "--global-batch": global_batch is not None,
+                "--micro-batch": micro_batch is not None,
+                "--seq-len": seq_len is not None,
+                "--precision": precision is not None,
+                "--ac": ac != "none,selective,full",
+                "--strategies": strategies != ALL_STRATEGIES,
+                "--no-offload": no_offload,
+                "--lora-rank": bool(lora_rank),
+                "--qlora": qlora,
+                "--tokens": tokens is not None,
+                "--emit": emit is not None,
+            }
+            given = [flag for flag, set_ in training_only.items() if set_] + run.given()
+            if given:
+                raise UserInputError(f"{', '.join(given)} plan training, not serving; drop them or --mode inference")
+            if not 0 <= headroom < 1:
+                raise UserInputError(f"--headroom must be in [0, 1), not {headroom}")
+            from planner.inference import plan_serving
+
+            spec = model.resolve()
+            target = _target_cluster(cluster)
+            request = serving_request(serving, objective, top, headroom, spec)
+            title = (
+                f"serving {spec.name} on {target.world_size} x {target.gpu.name}: {request.batch} x "
+                f"{request.context}+{request.output} tokens, {request.weights.value} weights"
+            )
+            print_serving(plan_serving(spec, target, request), title, as_json, explain)
+            return
         from planner.search import Objective, PlanRequest, StrategyKind, require_best, search_plans
         from planner.selector.training import default_seq_len
 

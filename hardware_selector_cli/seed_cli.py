@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--batch-size", type=int, default=8, help="Sequences per GPU; the effective batch is this x the GPU count."
     )
-    parser.add_argument("--mode", default="training", help="training (the only mode planned).")
+    parser.add_argument("--mode", default="training", help="training or inference (--batch-size: concurrent requests).")
     parser.add_argument("--distributed", action="store_true", help="Use --gpu-count GPUs (else one).")
     parser.add_argument("--gpu-count", type=int, default=1)
     parser.add_argument("--max-memory-gb", type=float, default=None, help="Plan for a GPU of this memory (GiB).")
@@ -83,12 +83,55 @@ def _print_recommendation(result: dict) -> None:
         print(f"  - {reason}")
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from planner.selector import get_inference_config
+
+    result = get_inference_config(
+        args.model_family,
+        args.model_name,
+        gpu_count=args.gpu_count if args.distributed else 1,
+        batch_size=args.batch_size,
+        max_memory_gb=args.max_memory_gb,
+        gpu=args.gpu,
+        context=args.seq_len,
+    )
+    if args.json:
+        printable = {key: value for key, value in result.items() if key != "plan"}
+        printable["plan"] = result["plan"].model_dump(mode="json") if result["plan"] is not None else None
+        print(json.dumps(printable, indent=2))
+        return 0 if result["fits"] else 1
+    if not result["fits"]:
+        print(f"Nothing serves this on {result['gpu_count']} x {result['gpu']}.")
+        for line in result["suggestions"]:
+            print(f"  - {line}")
+        return 1
+    memory, latency = result["estimated_memory"], result["estimated_latency"]
+    print(
+        f"Recommended: {result['distributed_strategy']} (TP {result['tensor_parallel']}, PP "
+        f"{result['pipeline_parallel']}, {result['replicas']} replica(s)) on {result['gpu_count']} x {result['gpu']}"
+    )
+    print(
+        f"  memory per GPU: {memory['per_gpu_gb']:.1f} GiB (weights {memory['weights_gb']:.1f}, KV cache "
+        f"{memory['kv_cache_gb']:.1f}); holds {result['max_concurrent_requests']} concurrent requests"
+    )
+    print(
+        f"  time to first token {latency['ttft_ms']:,.0f} ms, between tokens {latency['itl_ms']:.1f} ms, "
+        f"{result['estimated_throughput']['tokens_per_s']:,.0f} tokens/s"
+    )
+    for reason in result["reasons"]:
+        print(f"  - {reason}")
+    return 0
+
+
 def seed_main(argv: Sequence[str]) -> int:
     from planner.selector import get_distributed_training_config
 
     args = _parser().parse_args(list(argv))
-    if args.mode.strip().lower() != "training":
-        raise UserInputError(f"--mode {args.mode} is not planned here; this tool plans training (--mode training)")
+    mode = args.mode.strip().lower()
+    if mode not in ("training", "inference"):
+        raise UserInputError(f"--mode must be training or inference, not '{args.mode}'")
+    if mode == "inference":
+        return _serve(args)
     result = get_distributed_training_config(
         args.model_family,
         args.model_name,

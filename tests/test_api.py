@@ -98,7 +98,7 @@ def test_select_hardware_compares_gpus_and_ranks_by_cost():
             lambda s: s.get_distributed_training_config("text_classification", "t5-small", 1, 8),
             "not a 'text_classification'",
         ),
-        (lambda s: s.select_hardware_for_task("text_generation", "gpt2", task_type="inference"), "plans training"),
+        (lambda s: s.select_hardware_for_task("text_generation", "gpt2", task_type="serving"), "task_type must be"),
     ],
 )
 def test_bad_api_input_raises_one_line_user_errors(call, message):

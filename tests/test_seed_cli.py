@@ -59,7 +59,7 @@ def test_bad_seed_input_is_one_line_and_exit_2(capsys):
     for args, message in (
         ([*SEED[:2], "--model-name", "llama-7b", "--gpu-count", "x"], "invalid int value"),
         (["--model-family", "text_generation"], "required"),
-        ([*SEED[:4], "--mode", "inference"], "plans training"),
+        ([*SEED[:4], "--mode", "serve"], "--mode must be training or inference"),
         (
             [*SEED[:2], "--model-name", "llama-7b", "--batch-size", "0"],
             "batch_size (sequences per GPU) must be at least 1",
@@ -68,3 +68,12 @@ def test_bad_seed_input_is_one_line_and_exit_2(capsys):
         assert main(args) == 2, args
         err = capsys.readouterr().err.strip()
         assert err.startswith("error:") and message in err and "\n" not in err, err
+
+
+def test_seed_inference_mode_prints_a_serving_layout(capsys):
+    from hardware_selector import main
+
+    argv = [*SEED[:4], "--mode", "inference", "--batch-size", "8", "--distributed", "--gpu-count", "8", "--gpu", "H100-80GB"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Recommended: ") and "time to first token" in out and "between tokens" in out

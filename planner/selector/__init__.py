@@ -26,6 +26,7 @@ from planner.search import Objective
 from planner.search.layouts import family_label
 from planner.selector.gpu_choice import DEFAULT_GPU, cluster_for, gpu_with_memory
 from planner.selector.legacy_dict import STRATEGY_NAMES, TORCH_FSDP_SHARDING, no_fit_summary, plan_summary
+from planner.selector.serving import inference_answer, serving_request
 from planner.selector.training import default_seq_len, plan_training, strategy_kinds
 from planner.training_config import Precision
 
@@ -40,17 +41,21 @@ __all__ = [
     "cluster_for",
     "default_seq_len",
     "get_distributed_training_config",
+    "get_inference_config",
     "gpu_with_memory",
     "plan_summary",
     "select_hardware_for_task",
 ]
 
 
-def _check_training(task_type: str) -> None:
-    if task_type.strip().lower() != "training":
-        raise UserInputError(
-            f"task type '{task_type}' is not planned here; this tool plans training (task_type='training')"
-        )
+TASK_TYPES = ("training", "inference")
+
+
+def _task(task_type: str) -> str:
+    task = task_type.strip().lower()
+    if task not in TASK_TYPES:
+        raise UserInputError(f"task_type must be 'training' or 'inference', not '{task_type}'")
+    return task
 
 
 class HardwareSelector:
@@ -130,6 +135,37 @@ class HardwareSelector:
         summary["rejected"] = dict(result.rejected)
         return summary
 
+    def get_inference_config(
+        self,
+        model_family: str,
+        model_name: str,
+        gpu_count: int = 1,
+        batch_size: int = 1,
+        max_memory_gb: float | None = None,
+        *,
+        gpu: str | None = None,
+        gpus_per_node: int | None = None,
+        context: int | None = None,
+        output_tokens: int | None = None,
+        weights: str = "bf16",
+        kv_cache: str = "bf16",
+        objective: str = "throughput",
+    ) -> dict[str, Any]:
+        """The best serving layout for `batch_size` concurrent requests on gpu_count GPUs (docs/inference.md)."""
+        spec = self._model(model_family, model_name)
+        cluster = cluster_for(gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node)
+        request = serving_request(
+            spec,
+            batch_size,
+            context,
+            output_tokens,
+            weights=weights,
+            kv_cache=kv_cache,
+            objective=objective,
+            headroom_fraction=self.headroom_fraction,
+        )
+        return inference_answer(spec, cluster, request)
+
     def select_hardware_for_task(
         self,
         model_family: str,
@@ -146,12 +182,15 @@ class HardwareSelector:
         candidates: list[str] | None = None,
         allow_engine: bool = False,
     ) -> dict[str, Any]:
-        """Compare catalog GPUs (and this machine's) for the task; rank by cost per token or throughput."""
-        _check_training(task_type)
+        """Compare catalog GPUs (and this machine's) for the task; rank by cost per token or throughput.
+
+        For task_type="inference", batch_size is the number of concurrent requests and seq_len the prompt length.
+        """
+        task = _task(task_type)
         if rank_by not in ("cost", "throughput"):
             raise UserInputError(f"rank_by must be 'cost' or 'throughput', not '{rank_by}'")
         spec = self._model(model_family, model_name)
-        length = self._seq_len(spec, seq_len)
+        length = self._seq_len(spec, seq_len) if task == "training" else seq_len
         count = gpu_count if distributed else 1
         gpus = (
             [resolve_gpu(name) for name in candidates]
@@ -166,6 +205,18 @@ class HardwareSelector:
         ranked = []
         for entry in gpus:
             cluster = cluster_for(entry, count)
+            if task == "inference":
+                request = serving_request(spec, batch_size, length, None, headroom_fraction=self.headroom_fraction)
+                try:
+                    summary = inference_answer(spec, cluster, request)
+                except UserInputError as error:  # e.g. no bf16 on this GPU: not a candidate
+                    estimates[entry.name] = {"fits": False, "gpu": entry.name, "why": str(error)}
+                    continue
+                summary["detected_on_this_machine"] = entry.name in detected
+                estimates[entry.name] = summary
+                if summary["fits"]:
+                    ranked.append(summary)
+                continue
             answer = plan_training(
                 spec,
                 cluster,
@@ -225,6 +276,10 @@ def get_distributed_training_config(
     return HardwareSelector().get_distributed_training_config(
         model_family, model_name, gpu_count, batch_size, max_memory_gb, **options
     )
+
+
+def get_inference_config(model_family: str, model_name: str, gpu_count: int = 1, **options: Any) -> dict[str, Any]:
+    return HardwareSelector().get_inference_config(model_family, model_name, gpu_count, **options)
 
 
 def select_hardware_for_task(model_family: str, model_name: str, **options: Any) -> dict[str, Any]:

@@ -1,0 +1,153 @@
+"""`plan --mode inference`: serving layouts, memory per GPU and a roofline speed (planner/inference).
+
+    hardware-selector plan --mode inference --model llama-2-70b --gpu H100-80GB --context 2048 --batch 32
+
+The serving options form one option group, so `plan` knows which were given:
+training flags in inference mode (and serving flags in training mode) are a
+one-line error rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import typer
+
+from planner.errors import UserInputError
+
+MODES = ("training", "inference")
+
+
+@dataclass(frozen=True)
+class ServingOptions:
+    mode: str
+    context: int | None
+    batch: int | None
+    output_tokens: int | None
+    weights: str | None
+    kv_cache: str | None
+
+    @property
+    def inference(self) -> bool:
+        return self.mode == "inference"
+
+    def given(self) -> list[str]:
+        flags = {
+            "--context": self.context,
+            "--batch": self.batch,
+            "--output-tokens": self.output_tokens,
+            "--weights": self.weights,
+            "--kv-cache": self.kv_cache,
+        }
+        return [flag for flag, value in flags.items() if value is not None]
+
+
+def serving_options(
+    mode: str = typer.Option("training", "--mode", help="training (default) or inference (serving)."),
+    context: int | None = typer.Option(None, "--context", help="Inference: prompt tokens per request (default 2048)."),
+    batch: int | None = typer.Option(None, "--batch", help="Inference: concurrent requests (default 1)."),
+    output_tokens: int | None = typer.Option(
+        None, "--output-tokens", help="Inference: generated tokens per request (default 256)."
+    ),
+    weights: str | None = typer.Option(None, "--weights", help="Inference: bf16|fp16|fp8|int8|int4 (default bf16)."),
+    kv_cache: str | None = typer.Option(None, "--kv-cache", help="Inference: KV cache dtype bf16|fp16|fp8."),
+) -> ServingOptions:
+    chosen = mode.strip().lower()
+    if chosen not in MODES:
+        raise UserInputError(f"--mode must be training or inference, not '{mode}'")
+    options = ServingOptions(chosen, context, batch, output_tokens, weights, kv_cache)
+    if not options.inference and options.given():
+        raise UserInputError(f"{', '.join(options.given())} plan serving; add --mode inference")
+    return options
+
+
+def serving_request(options: ServingOptions, objective: str, top: int, headroom: float, spec):
+    from planner.inference import InferenceRequest, KvFormat, ServingObjective, WeightFormat
+
+    from .training_options import _choice
+
+    for flag, value in (
+        ("--context", options.context),
+        ("--batch", options.batch),
+        ("--output-tokens", options.output_tokens),
+    ):
+        if value is not None and value < 1:
+            raise UserInputError(f"{flag} must be at least 1, not {value}")
+    context = options.context or min(2048, spec.max_position_embeddings // 2)
+    return InferenceRequest(
+        context=context,
+        batch=options.batch or 1,
+        output=options.output_tokens or min(256, max(spec.max_position_embeddings - context, 1)),
+        weights=_choice(options.weights or "bf16", WeightFormat, "--weights"),
+        kv_cache=_choice(options.kv_cache or "bf16", KvFormat, "--kv-cache"),
+        objective=_choice(objective, ServingObjective, "--objective (inference)"),
+        top_k=top,
+        headroom_fraction=headroom,
+    )
+
+
+def serving_document(result) -> dict:
+    return {
+        "mode": "inference",
+        "best": result.best.model_dump(mode="json") if result.best else None,
+        "candidates": [plan.model_dump(mode="json") for plan in result.candidates],
+        "rejected": result.rejected,
+        "suggestions": result.suggestions,
+    }
+
+
+def print_serving(result, title: str, as_json: bool, explain: bool) -> None:
+    if as_json:
+        print(json.dumps(serving_document(result), indent=2))
+        return
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if result.best is None:
+        console.print(f"[red]nothing fits[/] {title}")
+        for line in result.suggestions:
+            console.print(f"  - {line}", markup=False, highlight=False)
+        return
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0), collapse_padding=True)
+    for column in ("#", "layout"):
+        table.add_column(column, no_wrap=column == "#")
+    for column in ("GPU mem", "KV", "max batch", "TTFT", "ITL", "tokens/s"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for index, plan in enumerate(result.candidates, 1):
+        memory = plan.memory_bytes
+        table.add_row(
+            str(index),
+            plan.label,
+            f"{memory['total'] / 2**30:.1f}G {memory['total'] / plan.gpu_capacity_bytes:.0%}",
+            f"{memory['kv_cache'] / 2**30:.1f}G",
+            f"{plan.max_batch:,}",
+            f"{plan.ttft_s * 1e3:,.0f} ms",
+            f"{plan.itl_s * 1e3:,.1f} ms",
+            f"{plan.cluster_tokens_per_s:,.0f}",
+        )
+    console.print(table)
+    console.print(
+        "max batch: concurrent requests the memory holds; TTFT: time to first token; ITL: time between tokens; "
+        "tokens/s: generated, all replicas",
+        markup=False,
+        highlight=False,
+    )
+    shown = result.candidates if explain else result.candidates[:1]
+    for index, plan in enumerate(shown, 1):
+        console.print(f"[bold]#{index} {plan.label}[/] because:")
+        for reason in plan.reasons:
+            console.print(f"  - {reason}", markup=False, highlight=False)
+        if explain:
+            for category, source in plan.memory_sources.items():
+                console.print(
+                    f"    {category}: {plan.memory_bytes[category] / 2**30:.2f} GiB [{source}]",
+                    markup=False,
+                    highlight=False,
+                )
+    if result.rejected:
+        console.print("[bold]other layouts:[/]")
+        for label, fate in result.rejected.items():
+            console.print(f"  - {label}: {fate}", markup=False, highlight=False)

@@ -1,0 +1,129 @@
+"""Memory on one GPU of a serving replica: weights, KV cache, one prefill chunk's activations, runtime overhead.
+
+The formulas, with tp the tensor-parallel and pp the pipeline-parallel degree
+(docs/inference.md; tests/test_inference_memory.py checks the weights and the
+KV cache against the tensors of the real transformers model):
+- weights: the blocks' parameters at the format's bits per weight, split over
+  tp, a stage holding ceil(layers/pp) of the layers; the embedding and LM head
+  in 16 bits, split over tp (vocab-parallel). With pp > 1 the first stage holds
+  the input embedding and the last the head (both, when they are tied).
+- KV cache: 2 (K and V) x ceil(layers/pp) x ceil(kv_heads/tp) x head_dim x
+  bytes per token, each request's context + output rounded up to whole paged
+  blocks, x batch. When tp exceeds the KV heads, each GPU keeps a copy of one.
+- activations: nothing is kept for a backward pass, so the peak is one layer's
+  transient tensors while a prefill chunk of T = min(batch x context, chunk)
+  tokens passes: the residual stream in and out, plus the wider of the
+  attention's (fused q/k/v and its output) and the MLP's (up, gate and their
+  product) intermediates, plus fp32 logits for the one token per request that
+  is sampled.
+- overhead: CUDA context and a fragmentation share, as the training estimate
+  (planner/memory/estimate.py, OverheadSettings).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from planner.inference.request import InferenceRequest
+from planner.memory.estimate import DEFAULT_OVERHEAD, OverheadSettings
+from planner.models.spec import MlpKind, ModelSpec
+
+ACTIVATION_BYTES = 2  # activations stay in 16 bits, whatever the weight format
+LOGIT_BYTES = 4  # samplers take fp32 logits
+
+SOURCES = {
+    "weights": "formula: parameters (exact count) x bits per weight / tp, per pipeline stage",
+    "kv_cache": "formula: 2 x layers x kv_heads x head_dim x bytes x tokens, paged blocks",
+    "activations": "formula: one layer's transients for one prefill chunk + sampled logits",
+    "overhead": "assumption: CUDA context + fragmentation share (planner/memory/estimate.py)",
+}
+
+
+@dataclass(frozen=True)
+class ServingMemory:
+    weights: int
+    kv_cache: int
+    activations: int
+    overhead: int
+    capacity: int
+    usable: int
+    kv_bytes_per_request: int
+    max_batch: int  # requests of this length whose KV cache fits beside the rest
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.activations + self.overhead
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.usable and self.max_batch >= 1
+
+    def breakdown(self) -> dict[str, int]:
+        return {
+            "weights": self.weights,
+            "kv_cache": self.kv_cache,
+            "activations": self.activations,
+            "overhead": self.overhead,
+            "total": self.total,
+        }
+
+
+def weight_bytes(spec: ModelSpec, request: InferenceRequest, tp: int, pp: int) -> int:
+    embedding = spec.params.embedding
+    blocks = spec.params.total - embedding
+    stage_share = math.ceil(spec.num_layers / pp) / spec.num_layers
+    block_bytes = blocks * stage_share * request.weights.bits / 8 / tp
+    stage_embedding = embedding if pp == 1 or spec.tied_embeddings else embedding / 2
+    return int(block_bytes + stage_embedding * 2 / tp)
+
+
+def kv_bytes_per_token(spec: ModelSpec, request: InferenceRequest, tp: int, pp: int) -> int:
+    layers = math.ceil(spec.num_layers / pp)
+    kv_heads = math.ceil(spec.num_kv_heads / tp)
+    return 2 * layers * kv_heads * spec.head_dim * request.kv_cache.bytes
+
+
+def kv_bytes_per_request(spec: ModelSpec, request: InferenceRequest, tp: int, pp: int) -> int:
+    blocks = math.ceil(request.tokens_per_request / request.block_tokens)
+    return blocks * request.block_tokens * kv_bytes_per_token(spec, request, tp, pp)
+
+
+def activation_bytes(spec: ModelSpec, request: InferenceRequest, tp: int) -> int:
+    tokens = min(request.batch * request.context, request.prefill_chunk)
+    hidden, query = spec.hidden_size, spec.num_heads * spec.head_dim
+    attention = (2 * query + 2 * spec.kv_size) / tp  # fused q/k/v, then the attention output
+    ffn = spec.expert_ffn_size if spec.is_moe and spec.expert_ffn_size else spec.ffn_size
+    routed = spec.experts_per_token if spec.is_moe else 1
+    mlp = ffn * routed * (3 if spec.mlp_kind is MlpKind.GATED else 2) / tp
+    per_token = (2 * hidden + max(attention, mlp)) * ACTIVATION_BYTES
+    logits = request.batch * spec.vocab_size / tp * LOGIT_BYTES
+    return int(tokens * per_token + logits)
+
+
+def serving_memory(
+    spec: ModelSpec,
+    request: InferenceRequest,
+    capacity: int,
+    tp: int,
+    pp: int,
+    overhead: OverheadSettings = DEFAULT_OVERHEAD,
+) -> ServingMemory:
+    weights = weight_bytes(spec, request, tp, pp)
+    per_request = kv_bytes_per_request(spec, request, tp, pp)
+    activations = activation_bytes(spec, request, tp)
+    kv_cache = per_request * request.batch
+    tensors = weights + kv_cache + activations
+    overhead_bytes = int(overhead.cuda_context_bytes + overhead.fragmentation_fraction * tensors)
+    usable = int(capacity * (1 - request.headroom_fraction))
+    room = (usable - overhead.cuda_context_bytes) / (1 + overhead.fragmentation_fraction) - weights - activations
+    return ServingMemory(
+        weights=weights,
+        kv_cache=kv_cache,
+        activations=activations,
+        overhead=overhead_bytes,
+        capacity=capacity,
+        usable=usable,
+        kv_bytes_per_request=per_request,
+        max_batch=max(int(room // per_request), 0),
+    )

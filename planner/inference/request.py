@@ -1,0 +1,76 @@
+"""What a serving plan is asked for: the traffic (batch x context), the weight and KV formats.
+
+Bits per weight include what a quantized checkpoint stores beside the
+weights (docs/inference.md):
+- bf16 / fp16: 16;
+- fp8 (E4M3, per-tensor scale, as vLLM and TensorRT-LLM serve it): 8;
+- int8 (weight-only, one fp16 scale per output channel): 8 + a negligible share;
+- int4 (GPTQ / AWQ, group size 128: an fp16 scale and a 4-bit zero per group): 4 + 20/128.
+Embeddings and the LM head stay in 16 bits under every format, as those
+quantizers leave them.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class WeightFormat(str, Enum):
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+    INT8 = "int8"
+    INT4 = "int4"
+
+    @property
+    def bits(self) -> float:
+        return {"bf16": 16.0, "fp16": 16.0, "fp8": 8.0, "int8": 8.0, "int4": 4.0 + 20 / 128}[self.value]
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype the matmuls run in: fp8 checkpoints compute in fp8; weight-only int8/int4 dequantize to 16 bits."""
+        return "fp8" if self is WeightFormat.FP8 else "fp16" if self is WeightFormat.FP16 else "bf16"
+
+
+class KvFormat(str, Enum):
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+
+    @property
+    def bytes(self) -> int:
+        return 1 if self is KvFormat.FP8 else 2
+
+
+class ServingObjective(str, Enum):
+    THROUGHPUT = "throughput"  # most generated tokens/s over the whole cluster
+    LATENCY = "latency"  # the shortest time between tokens for one request
+
+
+# vLLM's default KV block (tokens per page).
+PAGED_BLOCK_TOKENS = 16
+# Tokens one prefill step processes at most (vLLM's chunked prefill budget, max_num_batched_tokens).
+PREFILL_CHUNK_TOKENS = 8192
+
+
+class InferenceRequest(BaseModel):
+    """Serve `batch` concurrent requests (over all replicas) of `context` prompt tokens, generating `output` each."""
+
+    model_config = ConfigDict(frozen=True)
+
+    context: int = Field(default=2048, ge=1)  # prompt tokens per request
+    output: int = Field(default=256, ge=1)  # generated tokens per request
+    batch: int = Field(default=1, ge=1)  # concurrent requests, spread over the replicas
+    weights: WeightFormat = WeightFormat.BF16
+    kv_cache: KvFormat = KvFormat.BF16
+    block_tokens: int = Field(default=PAGED_BLOCK_TOKENS, ge=1)
+    prefill_chunk: int = Field(default=PREFILL_CHUNK_TOKENS, ge=1)
+    objective: ServingObjective = ServingObjective.THROUGHPUT
+    headroom_fraction: float = Field(default=0.1, ge=0.0, lt=1.0)
+    top_k: int = Field(default=5, ge=1)
+
+    @property
+    def tokens_per_request(self) -> int:
+        return self.context + self.output

@@ -1,0 +1,258 @@
+"""The serving layouts of a model on a cluster, the best that fits, and why (docs/inference.md).
+
+A layout is tp x pp GPUs per replica and as many replicas as the cluster
+holds. Tensor parallelism stays inside a node and divides the attention heads
+(and the KV heads divide it, or it divides them), as vLLM and TensorRT-LLM
+require; pipeline stages take whole layers. Ranking:
+- throughput: generated tokens/s of the whole cluster (replicas x batch / ITL);
+- latency: the shortest time between tokens, then the shortest TTFT.
+Within 5% of the best (the roofline's error is larger), the replica on fewer
+GPUs wins, then tensor over pipeline parallelism.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.errors import UserInputError
+from planner.hardware.cluster import ClusterSpec, make_cluster
+from planner.hardware.gpus import load_gpu_catalog
+from planner.inference.memory import SOURCES, ServingMemory, serving_memory
+from planner.inference.request import InferenceRequest, KvFormat, ServingObjective, WeightFormat
+from planner.inference.speed import SOURCE as SPEED_SOURCE
+from planner.inference.speed import ServingSpeed, serving_speed
+from planner.models.spec import ModelFamily, ModelSpec
+from planner.search.layouts import divisors
+from planner.units import GIB
+
+TIE_TOLERANCE = 0.05
+
+
+class ServingPlan(BaseModel):
+    """One serving layout with its memory per GPU and its speed; every number says where it came from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    gpu: str
+    gpus_per_node: int
+    nodes: int
+    tensor_parallel: int
+    pipeline_parallel: int
+    replicas: int  # replicas serving the request's concurrent requests (at most one per request)
+    batch_per_replica: int
+    request: InferenceRequest
+    memory_bytes: dict[str, int]  # per GPU: weights, kv_cache, activations, overhead, total
+    memory_sources: dict[str, str]
+    gpu_capacity_bytes: int
+    usable_bytes: int
+    max_batch: int  # concurrent requests of this length the replicas' memory holds
+    ttft_s: float
+    itl_s: float
+    decode_tokens_per_s: float  # per replica
+    request_tokens_per_s: float  # per replica, prefill included
+    cluster_tokens_per_s: float  # decode tokens/s of all replicas: batch / ITL
+    bounds: dict[str, str]  # prefill / decode: "compute" or "memory"
+    speed_source: str
+    reasons: list[str] = Field(default_factory=list)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel
+
+    @property
+    def label(self) -> str:
+        parts = [f"TP{self.tensor_parallel}" if self.tensor_parallel > 1 else ""]
+        parts.append(f"PP{self.pipeline_parallel}" if self.pipeline_parallel > 1 else "")
+        layout = "×".join(part for part in parts if part) or "1 GPU"
+        return f"{layout} x {self.replicas} replica{'s' if self.replicas > 1 else ''}"
+
+
+class ServingResult(BaseModel):
+    best: ServingPlan | None
+    candidates: list[ServingPlan]
+    rejected: dict[str, str]  # layout label -> why it is not the answer
+    suggestions: list[str]
+
+
+def check_servable(spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequest) -> None:
+    if spec.family is not ModelFamily.DECODER_ONLY:
+        raise UserInputError(
+            f"{spec.name} is {spec.family.value}; inference planning covers decoder-only LLMs (text generation)"
+        )
+    if request.weights is WeightFormat.FP8 and not cluster.gpu.supports("fp8"):
+        raise UserInputError(f"{cluster.gpu.name} has no fp8 matmuls; use --weights int8 or int4 (weight-only)")
+    if request.kv_cache is KvFormat.FP8 and cluster.gpu.architecture in ("Volta", "Turing"):
+        raise UserInputError(f"{cluster.gpu.name} has no fp8 KV cache support; use --kv-cache fp16")
+    if request.tokens_per_request > spec.max_position_embeddings:
+        raise UserInputError(
+            f"context + output ({request.tokens_per_request} tokens) exceeds {spec.name}'s "
+            f"{spec.max_position_embeddings}-token context; shorten --context or --output-tokens"
+        )
+
+
+def sixteen_bit_for(cluster: ClusterSpec, request: InferenceRequest) -> InferenceRequest:
+    """bf16 on a GPU without it (V100, T4) serves in fp16, as vLLM casts it: same bytes, the GPU's own 16-bit type."""
+    if cluster.gpu.supports("bf16"):
+        return request
+    update: dict[str, WeightFormat | KvFormat] = {}
+    if request.weights is WeightFormat.BF16:
+        update["weights"] = WeightFormat.FP16
+    if request.kv_cache is KvFormat.BF16:
+        update["kv_cache"] = KvFormat.FP16
+    return request.model_copy(update=update)
+
+
+def serving_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[tuple[int, int]]:
+    """(tp, pp) pairs: tp inside a node dividing the heads, KV heads and tp dividing one another."""
+    layouts = []
+    for tp in divisors(cluster.gpus_per_node):
+        if spec.num_heads % tp or (spec.num_kv_heads % tp and tp % spec.num_kv_heads):
+            continue
+        for pp in divisors(cluster.world_size // tp):
+            if pp <= spec.num_layers:
+                layouts.append((tp, pp))
+    return layouts
+
+
+def _plan(
+    spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequest, tp: int, pp: int
+) -> tuple[ServingPlan, ServingMemory]:
+    """The request's concurrent requests spread over as many replicas as the cluster holds (and they fill)."""
+    replicas = min(cluster.world_size // (tp * pp), request.batch)
+    per_replica = request.model_copy(update={"batch": math.ceil(request.batch / replicas)})
+    memory = serving_memory(spec, per_replica, cluster.gpu.memory_bytes, tp, pp)
+    speed: ServingSpeed = serving_speed(spec, per_replica, cluster, tp, pp)
+    plan = ServingPlan(
+        model=spec.name,
+        gpu=cluster.gpu.name,
+        gpus_per_node=cluster.gpus_per_node,
+        nodes=cluster.num_nodes,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        replicas=replicas,
+        batch_per_replica=per_replica.batch,
+        request=request,
+        memory_bytes=memory.breakdown(),
+        memory_sources=dict(SOURCES),
+        gpu_capacity_bytes=memory.capacity,
+        usable_bytes=memory.usable,
+        max_batch=memory.max_batch * replicas,
+        ttft_s=speed.ttft_s,
+        itl_s=speed.itl_s,
+        decode_tokens_per_s=speed.decode_tokens_per_s,
+        request_tokens_per_s=speed.request_tokens_per_s,
+        cluster_tokens_per_s=request.batch / speed.itl_s,
+        bounds={"prefill": speed.prefill_bound, "decode": speed.decode_bound},
+        speed_source=SPEED_SOURCE,
+    )
+    return plan, memory
+
+
+def _score(plan: ServingPlan, objective: ServingObjective) -> float:
+    return plan.cluster_tokens_per_s if objective is ServingObjective.THROUGHPUT else 1.0 / plan.itl_s
+
+
+def _reasons(plan: ServingPlan, rank: int, fitting: int) -> list[str]:
+    memory = plan.memory_bytes
+    return [
+        f"{plan.label} on {plan.replicas * plan.gpus_per_replica} x {plan.gpu}: {memory['total'] / GIB:.1f} GiB per GPU "
+        f"of {plan.usable_bytes / GIB:.1f} GiB usable (weights {memory['weights'] / GIB:.1f}, KV cache "
+        f"{memory['kv_cache'] / GIB:.1f}, activations {memory['activations'] / GIB:.2f}) [memory: formula]",
+        f"TTFT {plan.ttft_s * 1e3:,.0f} ms ({plan.bounds['prefill']}-bound prefill of {plan.batch_per_replica} x "
+        f"{plan.request.context} tokens), ITL {plan.itl_s * 1e3:,.1f} ms ({plan.bounds['decode']}-bound decode), "
+        f"{plan.decode_tokens_per_s:,.0f} tokens/s per replica [{plan.speed_source}]",
+        f"{plan.batch_per_replica} requests per replica; the replicas' memory holds {plan.max_batch} concurrent "
+        f"requests of {plan.request.tokens_per_request} tokens",
+        f"ranked 1st of {fitting} fitting layouts" if rank == 0 else f"ranked {rank + 1} of {fitting}",
+    ]
+
+
+def plan_serving(spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequest) -> ServingResult:
+    """Every serving layout of `spec` on `cluster` for `request`: the best that fits, and why the others are not."""
+    check_servable(spec, cluster, request)
+    request = sixteen_bit_for(cluster, request)
+    fitting: list[ServingPlan] = []
+    rejected: dict[str, str] = {}
+    for tp, pp in serving_layouts(spec, cluster):
+        plan, memory = _plan(spec, cluster, request, tp, pp)
+        if memory.fits:
+            fitting.append(plan)
+        else:
+            rejected[plan.label] = (
+                f"{memory.total / GIB:.1f} GiB per GPU > {memory.usable / GIB:.1f} GiB usable "
+                f"(weights {memory.weights / GIB:.1f}, KV cache {memory.kv_cache / GIB:.1f}) [memory: formula]"
+            )
+    if not fitting:
+        return ServingResult(
+            best=None, candidates=[], rejected=rejected, suggestions=serving_suggestions(spec, cluster, request)
+        )
+    best_score = max(_score(plan, request.objective) for plan in fitting)
+    tied = [plan for plan in fitting if _score(plan, request.objective) >= best_score * (1 - TIE_TOLERANCE)]
+    chosen = min(
+        tied, key=lambda plan: (plan.gpus_per_replica, plan.pipeline_parallel, -_score(plan, request.objective))
+    )
+    ranked = [chosen] + sorted((p for p in fitting if p is not chosen), key=lambda p: -_score(p, request.objective))
+    for plan in ranked[1:]:
+        gap = 1 - _score(plan, request.objective) / _score(chosen, request.objective)
+        if plan in tied:
+            rejected[plan.label] = (
+                f"fits, within {TIE_TOLERANCE:.0%} of {chosen.label}, which uses fewer GPUs per replica"
+            )
+        else:
+            what = "tokens/s" if request.objective is ServingObjective.THROUGHPUT else "time between tokens"
+            rejected[plan.label] = f"fits, but {gap:.0%} worse {what} than {chosen.label}"
+    shown = [
+        plan.model_copy(update={"reasons": _reasons(plan, index, len(fitting))})
+        for index, plan in enumerate(ranked[: request.top_k])
+    ]
+    return ServingResult(best=shown[0], candidates=shown, rejected=rejected, suggestions=[])
+
+
+def _fits_anywhere(spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequest) -> bool:
+    return any(
+        serving_memory(spec, request, cluster.gpu.memory_bytes, tp, pp).fits
+        for tp, pp in serving_layouts(spec, cluster)
+    )
+
+
+def serving_suggestions(spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequest) -> list[str]:
+    """Each suggestion is checked: the same request fits when planned as printed."""
+    lines = []
+    smaller = [
+        weights
+        for weights in (WeightFormat.FP8, WeightFormat.INT8, WeightFormat.INT4)
+        if weights.bits < request.weights.bits and (weights is not WeightFormat.FP8 or cluster.gpu.supports("fp8"))
+    ]
+    fitting = [
+        weights for weights in smaller if _fits_anywhere(spec, cluster, request.model_copy(update={"weights": weights}))
+    ]
+    if fitting:
+        lines.append(f"--weights {fitting[0].value} fits on {cluster.world_size} x {cluster.gpu.name}")
+    fp8_cache = request.model_copy(update={"kv_cache": KvFormat.FP8})
+    fp8_allowed = request.kv_cache is not KvFormat.FP8 and cluster.gpu.architecture not in ("Volta", "Turing")
+    if fp8_allowed and _fits_anywhere(spec, cluster, fp8_cache):
+        lines.append(f"--kv-cache fp8 fits on {cluster.world_size} x {cluster.gpu.name}")
+    sizes = [(gpus, 1) for gpus in (2, 4, 8) if gpus > cluster.gpus_per_node] + [(8, nodes) for nodes in (2, 4, 8)]
+    for per_node, nodes in sizes:
+        if per_node * nodes <= cluster.world_size:
+            continue
+        bigger = make_cluster(cluster.gpu, gpus_per_node=per_node, nodes=nodes)
+        if _fits_anywhere(spec, bigger, request):
+            lines.append(f"{bigger.world_size} x {cluster.gpu.name} (--gpus-per-node {per_node} --nodes {nodes}) fits")
+            break
+    if request.batch > 1:
+        lines.append("a smaller --batch needs less KV cache")
+    for gpu in sorted(load_gpu_catalog(), key=lambda g: g.memory_bytes):
+        if gpu.kind == "gpu" and gpu.memory_bytes > cluster.gpu.memory_bytes:
+            other = make_cluster(gpu, gpus_per_node=cluster.gpus_per_node, nodes=cluster.num_nodes)
+            try:
+                check_servable(spec, other, request)
+            except UserInputError:
+                continue
+            if _fits_anywhere(spec, other, request):
+                lines.append(f"at {cluster.world_size} GPUs, {gpu.name} fits")
+                break
+    return lines or [f"nothing fits {spec.name} for this request up to 64 x {cluster.gpu.name}; shorten --context"]

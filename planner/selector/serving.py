@@ -1,0 +1,95 @@
+"""The selector's inference answers (task_type="inference", --mode inference): a serving plan as a dict.
+
+`batch_size` is the number of concurrent requests; `seq_len` the prompt
+length (default: the smaller of 2048 and half the model's context); the
+answer names the layout (`tensor_parallel`, `pipeline_parallel`, `replicas`),
+memory per GPU in GiB, TTFT and ITL in ms, and tokens/s (docs/selector.md,
+docs/inference.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.hardware.cluster import GIB, ClusterSpec
+from planner.inference import InferenceRequest, ServingPlan, ServingResult, plan_serving
+from planner.models.spec import ModelSpec
+
+
+def default_context(spec: ModelSpec) -> int:
+    return min(2048, spec.max_position_embeddings // 2)
+
+
+def serving_request(spec: ModelSpec, batch: int, context: int | None, output_tokens: int | None, **fields: Any):
+    chosen = context or default_context(spec)
+    output = output_tokens or min(256, max(spec.max_position_embeddings - chosen, 1))
+    return InferenceRequest(context=chosen, output=output, batch=batch, **fields)
+
+
+def layout_name(plan: ServingPlan) -> str:
+    tp, pp = plan.tensor_parallel, plan.pipeline_parallel
+    if tp > 1 and pp > 1:
+        return "tensor+pipeline parallel"
+    if tp > 1:
+        return "tensor parallel"
+    if pp > 1:
+        return "pipeline parallel"
+    return "replicas" if plan.replicas > 1 else "single GPU"
+
+
+def serving_summary(plan: ServingPlan, price_usd_per_hour: float) -> dict[str, Any]:
+    memory = plan.memory_bytes
+    gpus = plan.replicas * plan.gpus_per_replica
+    return {
+        "fits": True,
+        "task_type": "inference",
+        "distributed_strategy": layout_name(plan),
+        "gpu": plan.gpu,
+        "gpu_count": gpus,
+        "tensor_parallel": plan.tensor_parallel,
+        "pipeline_parallel": plan.pipeline_parallel,
+        "replicas": plan.replicas,
+        "batch_per_replica": plan.batch_per_replica,
+        "max_concurrent_requests": plan.max_batch,
+        "weights": plan.request.weights.value,
+        "kv_cache_dtype": plan.request.kv_cache.value,
+        "estimated_memory": {
+            "weights_gb": round(memory["weights"] / GIB, 3),
+            "kv_cache_gb": round(memory["kv_cache"] / GIB, 3),
+            "activations_gb": round(memory["activations"] / GIB, 3),
+            "overhead_gb": round(memory["overhead"] / GIB, 3),
+            "per_gpu_gb": round(memory["total"] / GIB, 3),
+            "sources": dict(plan.memory_sources),
+        },
+        "estimated_latency": {"ttft_ms": plan.ttft_s * 1e3, "itl_ms": plan.itl_s * 1e3, "source": plan.speed_source},
+        "estimated_throughput": {
+            "tokens_per_s": plan.cluster_tokens_per_s,
+            "tokens_per_s_per_replica": plan.decode_tokens_per_s,
+            "source": plan.speed_source,
+        },
+        "usd_per_million_tokens": price_usd_per_hour * gpus / 3600 / plan.cluster_tokens_per_s * 1e6,
+        "reasons": list(plan.reasons),
+        "plan": plan,
+    }
+
+
+def no_serving_fit(result: ServingResult, cluster: ClusterSpec) -> dict[str, Any]:
+    return {
+        "fits": False,
+        "task_type": "inference",
+        "distributed_strategy": None,
+        "gpu": cluster.gpu.name,
+        "gpu_count": cluster.world_size,
+        "rejected": dict(result.rejected),
+        "suggestions": list(result.suggestions),
+        "plan": None,
+    }
+
+
+def inference_answer(spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequest) -> dict[str, Any]:
+    result = plan_serving(spec, cluster, request)
+    if result.best is None:
+        return no_serving_fit(result, cluster)
+    summary = serving_summary(result.best, cluster.gpu.price_usd_per_hour)
+    summary["rejected"] = dict(result.rejected)
+    return summary

@@ -1,0 +1,172 @@
+"""Serving plans (planner/inference): the roofline's bounds, the layouts, the CLI and the selector.
+
+References: the decode floor "every step reads every weight once", weight
+bytes / HBM bandwidth (Pope et al. 2022, "Efficiently Scaling Transformer
+Inference", section 2), and the prefill floor 2 x parameters x tokens FLOPs
+at the GPU's dense peak (Kaplan et al. 2020); the planner's answers must lie
+above both and within the stated efficiencies of them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from hardware_selector_cli.app import main
+from planner.errors import UserInputError
+from planner.hardware.cluster import make_cluster
+from planner.inference import InferenceRequest, plan_serving, serving_speed
+from planner.inference.memory import weight_bytes
+from planner.inference.speed import HBM_EFFICIENCY, STEP_OVERHEAD_S
+from planner.models.resolve import resolve_model
+
+CATALOG_LLMS = ["llama-2-7b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "llama-2-70b", "mixtral-8x7b"]
+
+
+@pytest.mark.parametrize("name", CATALOG_LLMS)
+def test_catalog_llms_plan_end_to_end_from_the_cli(capsys, name):
+    argv = ["plan", "--mode", "inference", "--model", name, "--gpu", "H100-80GB", "--batch", "16", "--json"]
+    assert main(argv) == 0
+    document = json.loads(capsys.readouterr().out)
+    best = document["best"]
+    assert document["mode"] == "inference" and best is not None
+    assert best["memory_bytes"]["total"] <= best["usable_bytes"]
+    assert best["tensor_parallel"] * best["pipeline_parallel"] * best["replicas"] <= 8
+    assert best["ttft_s"] > 0 and best["itl_s"] > 0 and best["cluster_tokens_per_s"] > 0
+    assert set(best["memory_sources"]) == {"weights", "kv_cache", "activations", "overhead"}
+
+
+@pytest.mark.parametrize(
+    "name, gpu", [("llama-2-7b", "A100-80GB"), ("llama-3-8b", "H100-80GB"), ("mistral-7b", "L40S")]
+)
+def test_batch_one_decode_sits_just_above_the_weight_read_floor(name, gpu):
+    spec, cluster = resolve_model(name), make_cluster(gpu, gpus_per_node=1)
+    request = InferenceRequest(context=128, output=128, batch=1)
+    speed = serving_speed(spec, request, cluster, 1, 1)
+    floor = weight_bytes(spec, request, 1, 1) / (cluster.gpu.memory_bandwidth_GBps * 1e9)
+    assert floor < speed.itl_s <= floor / HBM_EFFICIENCY * 1.05 + STEP_OVERHEAD_S
+    assert speed.decode_bound == "memory"
+
+
+def test_long_prefill_is_compute_bound_above_the_flops_floor():
+    spec, cluster = resolve_model("llama-2-7b"), make_cluster("A100-80GB", gpus_per_node=1)
+    request = InferenceRequest(context=4000, output=16, batch=4)
+    speed = serving_speed(spec, request, cluster, 1, 1)
+    floor = 2 * spec.params.total * 4 * 4000 / (cluster.gpu.peak_tflops("bf16") * 1e12)
+    assert speed.prefill_bound == "compute" and floor < speed.ttft_s < 2.5 * floor
+
+
+def test_batching_raises_throughput_and_quantizing_shortens_decode():
+    spec, cluster = resolve_model("llama-3-8b"), make_cluster("A100-80GB", gpus_per_node=1)
+    speeds = [serving_speed(spec, InferenceRequest(batch=batch), cluster, 1, 1) for batch in (1, 4, 16, 64)]
+    assert all(a.decode_tokens_per_s < b.decode_tokens_per_s for a, b in zip(speeds, speeds[1:]))
+    assert all(a.itl_s <= b.itl_s for a, b in zip(speeds, speeds[1:]))
+    itl = {
+        fmt: serving_speed(spec, InferenceRequest(weights=fmt), cluster, 1, 1).itl_s for fmt in ("bf16", "int8", "int4")
+    }
+    assert itl["int4"] < itl["int8"] < itl["bf16"]
+
+
+def test_the_latency_objective_spreads_a_model_over_more_gpus_than_throughput():
+    spec, cluster = resolve_model("llama-3-8b"), make_cluster("H100-80GB", gpus_per_node=8)
+    by_throughput = plan_serving(spec, cluster, InferenceRequest(batch=64)).best
+    by_latency = plan_serving(spec, cluster, InferenceRequest(batch=64, objective="latency")).best
+    assert by_latency.tensor_parallel >= by_throughput.tensor_parallel
+    assert by_latency.itl_s <= by_throughput.itl_s
+
+
+def test_a_70b_model_needs_tensor_parallelism_and_says_why_one_gpu_is_rejected():
+    result = plan_serving(resolve_model("llama-2-70b"), make_cluster("H100-80GB"), InferenceRequest(batch=8))
+    assert result.best.tensor_parallel * result.best.pipeline_parallel >= 2
+    assert "GiB usable" in result.rejected["1 GPU x 8 replicas"]
+
+
+SUGGESTION_FORMS = [
+    (re.compile(r"^--weights (\w+) fits on"), lambda m, c: ({"weights": m.group(1)}, c)),
+    (re.compile(r"^--kv-cache fp8 fits on"), lambda m, c: ({"kv_cache": "fp8"}, c)),
+    (
+        re.compile(r"^\d+ x (\S+) \(--gpus-per-node (\d+) --nodes (\d+)\) fits"),
+        lambda m, c: ({}, make_cluster(m.group(1), int(m.group(2)), int(m.group(3)))),
+    ),
+    (
+        re.compile(r"^at \d+ GPUs, (\S+) fits"),
+        lambda m, c: ({}, make_cluster(m.group(1), c.gpus_per_node, c.num_nodes)),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "name, gpu, gpus, batch, context",
+    [
+        ("llama-2-70b", "A10", 4, 1, 2048),
+        ("llama-2-13b", "L4", 1, 16, 2048),
+        ("mixtral-8x7b", "A100-40GB", 2, 64, 4096),
+    ],
+)
+def test_every_serving_suggestion_fits_when_planned_as_printed(name, gpu, gpus, batch, context):
+    spec, cluster = resolve_model(name), make_cluster(gpu, gpus_per_node=gpus)
+    request = InferenceRequest(batch=batch, context=context)
+    result = plan_serving(spec, cluster, request)
+    assert result.best is None
+    checked = 0
+    for line in result.suggestions:
+        for pattern, build in SUGGESTION_FORMS:
+            if match := pattern.match(line):
+                update, target = build(match, cluster)
+                replanned = InferenceRequest.model_validate({**request.model_dump(), **update})
+                assert plan_serving(spec, target, replanned).best is not None, line
+                checked += 1
+    assert checked >= 2, result.suggestions
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "llama-2-7b", "--gpu", "A10", "--batch", "4"], "add --mode inference"),
+        (["--mode", "inference", "--model", "llama-2-7b", "--gpu", "A10", "--global-batch", "4"], "plan training"),
+        (["--mode", "inference", "--model", "t5-small", "--gpu", "A10"], "decoder-only"),
+        (["--mode", "inference", "--model", "llama-2-7b", "--gpu", "A100-80GB", "--weights", "fp8"], "no fp8"),
+        (["--mode", "inference", "--model", "llama-2-7b", "--gpu", "A10", "--context", "4096"], "4096-token context"),
+        (["--mode", "serve", "--model", "llama-2-7b", "--gpu", "A10"], "--mode must be"),
+        (["--mode", "inference", "--model", "llama-2-7b", "--gpu", "A10", "--weights", "int3"], "--weights must be"),
+    ],
+)
+def test_bad_serving_input_is_one_line(capsys, argv, message):
+    assert main(["plan", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and message in err and "\n" not in err, err
+
+
+def test_plan_inference_table_fits_80_columns(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["plan", "--mode", "inference", "--model", "llama-2-70b", "--gpu", "H100-80GB", "--batch", "32"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80 and "…" not in out
+    assert "TTFT" in out and "ITL" in out and "#1 TP" in out
+
+
+def test_the_selector_answers_inference_tasks():
+    from hardware_selector import get_inference_config, select_hardware_for_task
+
+    result = select_hardware_for_task(
+        "text_generation",
+        "llama-2-13b",
+        task_type="inference",
+        batch_size=8,
+        gpu_count=2,
+        include_detected=False,
+        candidates=["A100-80GB", "H100-80GB", "L4"],
+    )
+    primary = result["primary_recommendation"]
+    assert primary["task_type"] == "inference" and result["gpu_count"] == 2
+    costs = [option["usd_per_million_tokens"] for option in (primary, *result["fallback_options"])]
+    assert costs == sorted(costs)
+    config = get_inference_config(
+        "text_generation", "llama-3-8b", gpu_count=1, batch_size=16, max_memory_gb=24, weights="int4"
+    )
+    assert config["fits"] and config["estimated_memory"]["per_gpu_gb"] <= 24
+    assert config["estimated_latency"]["itl_ms"] > 0 and config["distributed_strategy"] == "single GPU"
+    with pytest.raises(UserInputError, match="task_type must be"):
+        select_hardware_for_task("text_generation", "gpt2", task_type="serving")
