@@ -201,9 +201,26 @@ def _build_hf_config(trace: TraceConfig):
     return config
 
 
-def _model_class(config):
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
+def is_embedding_model(config) -> bool:
+    """A bare encoder (architectures BertModel, RobertaModel, ...): trained for sentence embeddings."""
+    return any(name.endswith("Model") and "For" not in name for name in getattr(config, "architectures", None) or [])
 
+
+def embedding_loss(hidden_states):
+    """In-batch contrastive loss on mean-pooled embeddings (sentence-transformers' MultipleNegativesRankingLoss,
+    each sequence its own positive): pooled B x h and a B x B similarity, negligible beside the encoder."""
+    import torch
+
+    pooled = torch.nn.functional.normalize(hidden_states.mean(dim=1).float(), dim=-1)
+    scores = pooled @ pooled.T / 0.05
+    return torch.nn.functional.cross_entropy(scores, torch.arange(scores.shape[0]))
+
+
+def _model_class(config):
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
+
+    if is_embedding_model(config):
+        return AutoModel
     if getattr(config, "is_encoder_decoder", False):
         return AutoModelForSeq2SeqLM
     if config.model_type in ("bert", "roberta", "distilbert", "deberta", "deberta-v2", "electra"):
@@ -304,7 +321,8 @@ def _traced_step(trace: TraceConfig, config, mesh, low, autocast):
         _warm_optimizer(model, optimizer)
 
         input_ids = torch.randint(0, config.vocab_size, (trace.micro_batch, trace.seq_len))
-        batch = {"input_ids": input_ids, "labels": input_ids}
+        embedding = is_embedding_model(config)
+        batch = {"input_ids": input_ids} if embedding else {"input_ids": input_ids, "labels": input_ids}
         if mesh is None:
             tracker = recording_tracker(MemTracker)()
             tracker._setup_recording(fold=None)
@@ -317,7 +335,9 @@ def _traced_step(trace: TraceConfig, config, mesh, low, autocast):
         with tracker:
             tracker.phase = "forward"
             with torch.autocast("cpu", dtype=low, enabled=autocast):
-                loss = model(**batch).loss
+                outputs = model(**batch)
+                loss = embedding_loss(outputs.last_hidden_state) if embedding else outputs.loss
+                del outputs
             tracker.phase = "backward"
             loss.backward()
             tracker.phase = "optimizer"

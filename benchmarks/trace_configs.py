@@ -147,6 +147,18 @@ BERT_BASE: dict[str, Any] = {
     "vocab_size": 30522,
     "max_position_embeddings": 512,
 }
+# Sentence-embedding encoders: the bare BertModel (no MLM head), trained with an in-batch contrastive loss.
+MINILM_L6: dict[str, Any] = {
+    "model_type": "bert",
+    "architectures": ["BertModel"],
+    "hidden_size": 384,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 12,
+    "intermediate_size": 1536,
+    "vocab_size": 30522,
+    "max_position_embeddings": 512,
+}
+BGE_BASE: dict[str, Any] = {**BERT_BASE, "architectures": ["BertModel"]}
 T5_SMALL: dict[str, Any] = {
     "model_type": "t5",
     "d_model": 512,
@@ -255,6 +267,10 @@ CONFIGS: list[TraceConfig] = [
     _c("mixtral-small-b4-s1024-fp32-eager", MIXTRAL_SMALL, 4, 1024, "fp32", attention="eager"),
     _c("mixtral-small-fsdp2-b4-s2048-bf16mixed", MIXTRAL_SMALL, 4, 2048, world_size=2),
     _c("mixtral-small-b4-s2048-bf16-selective", MIXTRAL_SMALL, 4, 2048, "bf16", activation_checkpointing="selective"),
+    # Sentence-embedding encoders (text_embedding): no head, contrastive loss
+    _c("minilm-l6-embed-b64-s256-bf16mixed", MINILM_L6, 64, 256),
+    _c("bge-base-embed-b32-s512-bf16mixed", BGE_BASE, 32, 512),
+    _c("bge-base-embed-b32-s512-fp32-ac", BGE_BASE, 32, 512, "fp32", activation_checkpointing="full"),
     # BERT-base (MLM loss)
     _c("bert-base-b8-s512-fp32", BERT_BASE, 8, 512, "fp32"),
     _c("bert-base-b8-s512-bf16mixed-eager", BERT_BASE, 8, 512, attention="eager"),

@@ -73,7 +73,18 @@ def test_bad_seed_input_is_one_line_and_exit_2(capsys):
 def test_seed_inference_mode_prints_a_serving_layout(capsys):
     from hardware_selector import main
 
-    argv = [*SEED[:4], "--mode", "inference", "--batch-size", "8", "--distributed", "--gpu-count", "8", "--gpu", "H100-80GB"]
+    argv = [
+        *SEED[:4],
+        "--mode",
+        "inference",
+        "--batch-size",
+        "8",
+        "--distributed",
+        "--gpu-count",
+        "8",
+        "--gpu",
+        "H100-80GB",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert out.startswith("Recommended: ") and "time to first token" in out and "between tokens" in out

@@ -193,9 +193,11 @@ def _in_flight(config: TrainingConfig) -> float:
 
 
 def _head_bytes(spec: ModelSpec, layout: ActivationShape, widths: Widths) -> float:
-    """Per token: the final norm (or BERT's MLM transform) feeding the output head."""
+    """Per token: the final norm (or BERT's MLM transform) feeding the output head; nothing without a head."""
     traits = arch_traits(spec)
     h = spec.hidden_size
+    if not spec.output_head:
+        return 0.0  # a bare encoder's output is its last block's, already counted; pooling keeps nothing
     if spec.family is ModelFamily.ENCODER_ONLY:
         # dense -> GELU -> LayerNorm -> decoder: dense output, GELU output, LN output.
         return 3 * h * widths.compute + (2 * h if widths.autocast else 0)
@@ -241,7 +243,7 @@ def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths
     kept, head, largest_block, layer_bytes = _per_token(spec, layout, widths)
     tokens = config.micro_batch * config.seq_len
     in_flight = _in_flight(config)
-    logits = tokens * spec.vocab_size / config.tensor_parallel
+    logits = tokens * spec.vocab_size / config.tensor_parallel if spec.output_head else 0.0
     activations = (kept + head) * tokens
     last_stage = False
     if config.pipeline_parallel > 1:

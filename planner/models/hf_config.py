@@ -39,6 +39,7 @@ class ParsedConfig(BaseModel):
     transformers_class: str
     hidden_dropout: float = 0.0
     attention_dropout: float = 0.0
+    output_head: bool = True
 
 
 # --- GPT-2 lineage: LayerNorm with biases, learned or rotary positions ---------------------------
@@ -272,6 +273,13 @@ def _read_llama_style(f: ConfigFields, model_type: str) -> ParsedConfig:
 # --- encoders and encoder-decoders -------------------------------------------------------------
 
 
+def _bare_encoder(config: dict) -> bool:
+    """architectures names the base model (BertModel, RobertaModel): a sentence-embedding encoder with no head.
+    Without architectures, or with a task head (BertForMaskedLM, ...), the encoder trains with its MLM head."""
+    architectures = config.get("architectures") or []
+    return bool(architectures) and all(name.endswith("Model") and "For" not in name for name in architectures)
+
+
 def _read_bert_style(f: ConfigFields, model_type: str) -> ParsedConfig:
     return ParsedConfig(
         dims=ArchitectureDims(
@@ -292,6 +300,7 @@ def _read_bert_style(f: ConfigFields, model_type: str) -> ParsedConfig:
             pooler=True,
         ),
         transformers_class="BertModel" if model_type == "bert" else "RobertaModel",
+        output_head=not _bare_encoder(f.config),
         hidden_dropout=f.probability("hidden_dropout_prob", default=0.1),
         attention_dropout=f.probability("attention_probs_dropout_prob", default=0.1),
     )
@@ -407,5 +416,6 @@ def spec_from_hf_config(
         origin=origin,
         hidden_dropout=parsed.hidden_dropout,
         attention_dropout=parsed.attention_dropout,
+        output_head=parsed.output_head,
         **parsed.dims.model_dump(),
     )

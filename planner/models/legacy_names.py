@@ -30,6 +30,7 @@ LEGACY_MODEL_FAMILIES: dict[str, tuple[ModelFamily, ...]] = {
     "token_classification": (ModelFamily.ENCODER_ONLY,),
     "question_answering": (ModelFamily.ENCODER_ONLY, ModelFamily.ENCODER_DECODER),
     "fill_mask": (ModelFamily.ENCODER_ONLY,),
+    "text_embedding": (ModelFamily.ENCODER_ONLY,),  # BERT/RoBERTa-style sentence encoders
     "seq2seq": (ModelFamily.ENCODER_DECODER,),
     "translation": (ModelFamily.ENCODER_DECODER,),
     "summarization": (ModelFamily.ENCODER_DECODER, ModelFamily.DECODER_ONLY),

@@ -87,6 +87,10 @@ class ModelSpec(BaseModel):
     hidden_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     attention_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
 
+    # False for a bare encoder trained for sentence embeddings (architectures BertModel): no
+    # head over the vocabulary, so no logits and no loss over them (docs/models-and-hardware.md).
+    output_head: bool = True
+
     # Mixture of experts; num_experts == 0 means a dense model.
     num_experts: int = Field(default=0, ge=0)
     experts_per_token: int = Field(default=0, ge=0)
