@@ -36,6 +36,14 @@ from planner.training_config import TrainingConfig  # noqa: E402
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "memory_per_layer.json"
 CATALOG = REPO_ROOT / "planner" / "catalog" / "models"
 H, HEADS, FFN, VOCAB, BATCH, SEQ = 256, 4, 1024, 512, 2, 256
+VIT_TOKENS = (64 // 4) ** 2 + 1
+
+
+def seq_for(family: str) -> int:
+    """Tokens per sequence: SEQ for text, the patches and CLS token for ViT (fixed by its image)."""
+    return VIT_TOKENS if family == "vit" else SEQ
+
+
 PRECISIONS = ("fp32", "bf16-mixed", "bf16")
 
 # Families built from their published HF configs with tiny dimensions.
@@ -90,6 +98,17 @@ INLINE = {
         "num_attention_heads": HEADS,
         "intermediate_size": FFN,
         "vocab_size": VOCAB,
+    },
+    # 64-pixel images in 4-pixel patches: 256 patches and the CLS token (VIT_TOKENS).
+    "vit": lambda n: {
+        "model_type": "vit",
+        "hidden_size": H,
+        "num_hidden_layers": n,
+        "num_attention_heads": HEADS,
+        "intermediate_size": FFN,
+        "image_size": 64,
+        "patch_size": 4,
+        "num_labels": 10,
     },
     "t5": lambda n: {
         "model_type": "t5",
@@ -229,6 +248,7 @@ _DROPPED_KEYS = (
 FAMILIES = [
     *[(name, ("sdpa", "eager"), ("none", "selective")) for name in ("gpt2", "opt", "llama", "mixtral", "bert")],
     ("t5", ("eager",), ("none",)),
+    ("vit", ("sdpa", "eager"), ("none",)),
     *[
         (name, ("sdpa",), ("none",))
         for name in ("phi-3-mini", "gemma-3-1b", "falcon-7b", "pythia-160m", "qwen2.5-0.5b", "qwen3-8b")
@@ -266,7 +286,7 @@ def trace_per_layer(label: str) -> dict[str, Any]:
                 label=label,
                 model=model_config(family, layers),
                 micro_batch=BATCH,
-                seq_len=SEQ,
+                seq_len=seq_for(family),
                 precision=precision,
                 attention=attention,
                 activation_checkpointing=mode,
@@ -288,7 +308,11 @@ def trace_per_layer(label: str) -> dict[str, Any]:
 def estimated_per_layer(label: str) -> float:
     family, precision, attention, mode = entries()[label]
     config = TrainingConfig(
-        precision=precision, attention=attention, activation_checkpointing=mode, micro_batch=BATCH, seq_len=SEQ
+        precision=precision,
+        attention=attention,
+        activation_checkpointing=mode,
+        micro_batch=BATCH,
+        seq_len=seq_for(family),
     )
 
     def kept(layers: int) -> float:

@@ -217,8 +217,16 @@ def embedding_loss(hidden_states):
 
 
 def _model_class(config):
-    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
+    from transformers import (
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoModelForImageClassification,
+        AutoModelForMaskedLM,
+        AutoModelForSeq2SeqLM,
+    )
 
+    if config.model_type == "vit":
+        return AutoModelForImageClassification
     if is_embedding_model(config):
         return AutoModel
     if getattr(config, "is_encoder_decoder", False):
@@ -302,6 +310,10 @@ def _traced_step(trace: TraceConfig, config, mesh, low, autocast):
     with contextlib.ExitStack() as stack:
         stack.enter_context(FakeTensorMode())
         stack.enter_context(mock.patch.object(moe, "_can_use_grouped_mm", lambda *args: False))
+        if config.model_type == "vit":  # ViT's truncated-normal init reads values, which fake tensors have none of
+            from transformers.initialization import no_init_weights
+
+            stack.enter_context(no_init_weights())
         # Pure bf16 is built in bf16 (as from_pretrained(dtype=bf16) would): `model.to()`
         # cannot swap tied fake parameters ("Cannot swap ... weakref").
         dtype = torch.bfloat16 if trace.precision == "bf16" else torch.float32
@@ -320,9 +332,14 @@ def _traced_step(trace: TraceConfig, config, mesh, low, autocast):
         optimizer = _make_optimizer(trace.optimizer, model.parameters())
         _warm_optimizer(model, optimizer)
 
-        input_ids = torch.randint(0, config.vocab_size, (trace.micro_batch, trace.seq_len))
         embedding = is_embedding_model(config)
-        batch = {"input_ids": input_ids} if embedding else {"input_ids": input_ids, "labels": input_ids}
+        if config.model_type == "vit":  # images: the sequence is fixed by image and patch size (seq_len must match)
+            side = config.image_size
+            input_ids = torch.randn(trace.micro_batch, config.num_channels, side, side)
+            batch = {"pixel_values": input_ids, "labels": torch.randint(0, config.num_labels, (trace.micro_batch,))}
+        else:
+            input_ids = torch.randint(0, config.vocab_size, (trace.micro_batch, trace.seq_len))
+            batch = {"input_ids": input_ids} if embedding else {"input_ids": input_ids, "labels": input_ids}
         if mesh is None:
             tracker = recording_tracker(MemTracker)()
             tracker._setup_recording(fold=None)

@@ -159,6 +159,24 @@ MINILM_L6: dict[str, Any] = {
     "max_position_embeddings": 512,
 }
 BGE_BASE: dict[str, Any] = {**BERT_BASE, "architectures": ["BertModel"]}
+# Vision Transformer: 224 x 224 images in 16 x 16 patches, 196 patches + CLS = 197 tokens.
+VIT_BASE: dict[str, Any] = {
+    "model_type": "vit",
+    "hidden_size": 768,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "intermediate_size": 3072,
+    "image_size": 224,
+    "patch_size": 16,
+    "num_labels": 1000,
+}
+VIT_LARGE: dict[str, Any] = {
+    **VIT_BASE,
+    "hidden_size": 1024,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 16,
+    "intermediate_size": 4096,
+}
 T5_SMALL: dict[str, Any] = {
     "model_type": "t5",
     "d_model": 512,
@@ -271,6 +289,10 @@ CONFIGS: list[TraceConfig] = [
     _c("minilm-l6-embed-b64-s256-bf16mixed", MINILM_L6, 64, 256),
     _c("bge-base-embed-b32-s512-bf16mixed", BGE_BASE, 32, 512),
     _c("bge-base-embed-b32-s512-fp32-ac", BGE_BASE, 32, 512, "fp32", activation_checkpointing="full"),
+    # Vision Transformer (image classification), 197 tokens
+    _c("vit-base-b64-s197-bf16mixed", VIT_BASE, 64, 197),
+    _c("vit-base-b32-s197-fp32-eager", VIT_BASE, 32, 197, "fp32", attention="eager"),
+    _c("vit-large-b32-s197-bf16mixed-ac", VIT_LARGE, 32, 197, activation_checkpointing="full"),
     # BERT-base (MLM loss)
     _c("bert-base-b8-s512-fp32", BERT_BASE, 8, 512, "fp32"),
     _c("bert-base-b8-s512-bf16mixed-eager", BERT_BASE, 8, 512, attention="eager"),

@@ -19,8 +19,8 @@ from pydantic import BaseModel, ConfigDict
 
 from planner.models.spec import ModelFamily
 
-Reader = Literal["gpt2", "opt", "bloom", "falcon", "gpt_neox", "llama", "bert", "t5"]
-Task = Literal["causal-lm", "masked-lm", "seq2seq-lm"]
+Reader = Literal["gpt2", "opt", "bloom", "falcon", "gpt_neox", "llama", "bert", "t5", "vit"]
+Task = Literal["causal-lm", "masked-lm", "seq2seq-lm", "image-classification"]
 
 
 class _Data(BaseModel):
@@ -379,21 +379,25 @@ _ENTRIES = (
         ),
         traits=Traits(softmax_fp32=True, fused_qkv=True, fused_gate_up=True, fused_qkv_rotary=True),
     ),
-    FamilyEntry(
-        model_type="bert",
-        family=ModelFamily.ENCODER_ONLY,
-        task="masked-lm",
-        reader="bert",
-        block_class="BertLayer",
-        size_keys={**_LLAMA_KEYS},
+    *(
+        FamilyEntry(
+            model_type=name,
+            family=ModelFamily.ENCODER_ONLY,
+            task="masked-lm",
+            reader="bert",
+            block_class=block,
+            size_keys={**_LLAMA_KEYS},
+        )
+        for name, block in (("bert", "BertLayer"), ("roberta", "RobertaLayer"))
     ),
-    FamilyEntry(
-        model_type="roberta",
+    FamilyEntry(  # ViT: a pre-norm encoder over image patches + CLS; eager softmax in fp32 like Llama's
+        model_type="vit",
         family=ModelFamily.ENCODER_ONLY,
-        task="masked-lm",
-        reader="bert",
-        block_class="RobertaLayer",
-        size_keys={**_LLAMA_KEYS},
+        task="image-classification",
+        reader="vit",
+        block_class="ViTLayer",
+        size_keys={**_LLAMA_KEYS, "positions": ("image_size",)},
+        traits=Traits(softmax_fp32=True),
     ),
     FamilyEntry(
         model_type="t5",

@@ -20,27 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from pydantic import BaseModel, ConfigDict
-
 from planner.errors import ConfigFieldError, UserInputError
 from planner.models.config_fields import ConfigFields, basic_dims
+from planner.models.encoder_configs import read_bert_style, read_t5, read_vit
 from planner.models.families import FAMILIES
 from planner.models.param_formula import ArchitectureDims, ParameterDetails, formula_param_counts
-from planner.models.spec import MlpKind, ModelFamily, ModelSpec, ParamCounts
-
-
-class ParsedConfig(BaseModel):
-    """What a config.json says, before any parameter counting."""
-
-    model_config = ConfigDict(frozen=True)
-
-    dims: ArchitectureDims
-    details: ParameterDetails
-    transformers_class: str
-    hidden_dropout: float = 0.0
-    attention_dropout: float = 0.0
-    output_head: bool = True
-
+from planner.models.parsed_config import ParsedConfig
+from planner.models.spec import MlpKind, ModelSpec, ParamCounts
 
 # --- GPT-2 lineage: LayerNorm with biases, learned or rotary positions ---------------------------
 
@@ -273,82 +259,6 @@ def _read_llama_style(f: ConfigFields, model_type: str) -> ParsedConfig:
 # --- encoders and encoder-decoders -------------------------------------------------------------
 
 
-def _bare_encoder(config: dict) -> bool:
-    """architectures names the base model (BertModel, RobertaModel): a sentence-embedding encoder with no head.
-    Without architectures, or with a task head (BertForMaskedLM, ...), the encoder trains with its MLM head."""
-    architectures = config.get("architectures") or []
-    return bool(architectures) and all(name.endswith("Model") and "For" not in name for name in architectures)
-
-
-def _read_bert_style(f: ConfigFields, model_type: str) -> ParsedConfig:
-    return ParsedConfig(
-        dims=ArchitectureDims(
-            family=ModelFamily.ENCODER_ONLY,
-            model_type=model_type,
-            **basic_dims(f),
-            ffn_size=f.int("intermediate_size"),
-            activation=f.str("hidden_act", default="gelu"),
-            max_position_embeddings=f.int("max_position_embeddings", default=512),
-            tied_embeddings=True,  # the base model has no output head to tie or untie
-            attention_bias=True,
-            mlp_bias=True,
-        ),
-        details=ParameterDetails(
-            token_type_vocab_size=f.int("type_vocab_size", default=2, minimum=0),
-            embedding_norm=True,
-            final_norms=0,
-            pooler=True,
-        ),
-        transformers_class="BertModel" if model_type == "bert" else "RobertaModel",
-        output_head=not _bare_encoder(f.config),
-        hidden_dropout=f.probability("hidden_dropout_prob", default=0.1),
-        attention_dropout=f.probability("attention_probs_dropout_prob", default=0.1),
-    )
-
-
-def _read_t5(f: ConfigFields) -> ParsedConfig:
-    feed_forward = f.str("feed_forward_proj", default="relu")
-    parts = feed_forward.split("-")
-    if len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated"):
-        raise f.error(
-            "feed_forward_proj", f"must be 'ACT' or 'gated-ACT' such as 'relu' or 'gated-gelu', got {feed_forward!r}"
-        )
-    encoder_layers = f.int("num_layers", "num_hidden_layers")
-    decoder_layers = f.int("num_decoder_layers", default=encoder_layers)
-    dropout = f.probability("dropout_rate", default=0.1)
-    return ParsedConfig(
-        dims=ArchitectureDims(
-            family=ModelFamily.ENCODER_DECODER,
-            model_type="t5",
-            hidden_size=f.int("d_model", "hidden_size"),
-            num_layers=encoder_layers + decoder_layers,
-            num_encoder_layers=encoder_layers,
-            num_decoder_layers=decoder_layers,
-            num_heads=f.int("num_heads", "num_attention_heads"),
-            # Attention width is heads x d_kv, which need not equal d_model (t5-3b, t5-11b).
-            head_dim=f.int("d_kv", default=64),
-            ffn_size=f.int("d_ff"),
-            mlp_kind=MlpKind.GATED if len(parts) == 2 else MlpKind.STANDARD,
-            # transformers runs T5 v1.1's 'gated-gelu' with the tanh-approximated gelu_new.
-            activation="gelu_new" if feed_forward == "gated-gelu" else parts[-1],
-            vocab_size=f.int("vocab_size"),
-            # Relative positions have no table; n_positions is the length it was trained for.
-            max_position_embeddings=f.int("n_positions", default=512),
-            # T5 v1.1 and T0 keep a separate lm_head (tie_word_embeddings: false).
-            tied_embeddings=f.bool("tie_word_embeddings", True),
-            norm="rmsnorm",
-            position_embedding="relative",
-        ),
-        details=ParameterDetails(
-            final_norms=2, relative_attention_buckets=f.int("relative_attention_num_buckets", default=32)
-        ),
-        transformers_class="T5ForConditionalGeneration",
-        hidden_dropout=dropout,
-        attention_dropout=dropout,
-    )
-
-
-# One reader per config layout; the registry (planner/models/families.py) says which family uses which.
 _READER_FUNCTIONS: dict[str, Callable[[ConfigFields, str], ParsedConfig]] = {
     "gpt2": _read_gpt2_style,
     "opt": lambda f, model_type: _read_opt(f),
@@ -356,8 +266,9 @@ _READER_FUNCTIONS: dict[str, Callable[[ConfigFields, str], ParsedConfig]] = {
     "falcon": lambda f, model_type: _read_falcon(f),
     "gpt_neox": lambda f, model_type: _read_gpt_neox(f),
     "llama": _read_llama_style,
-    "bert": _read_bert_style,
-    "t5": lambda f, model_type: _read_t5(f),
+    "bert": read_bert_style,
+    "t5": lambda f, model_type: read_t5(f),
+    "vit": lambda f, model_type: read_vit(f),
 }
 
 

@@ -31,10 +31,16 @@ LEGACY_MODEL_FAMILIES: dict[str, tuple[ModelFamily, ...]] = {
     "question_answering": (ModelFamily.ENCODER_ONLY, ModelFamily.ENCODER_DECODER),
     "fill_mask": (ModelFamily.ENCODER_ONLY,),
     "text_embedding": (ModelFamily.ENCODER_ONLY,),  # BERT/RoBERTa-style sentence encoders
+    "vision": (ModelFamily.ENCODER_ONLY,),  # ViT: an encoder over image patches
+    "image_classification": (ModelFamily.ENCODER_ONLY,),
     "seq2seq": (ModelFamily.ENCODER_DECODER,),
     "translation": (ModelFamily.ENCODER_DECODER,),
     "summarization": (ModelFamily.ENCODER_DECODER, ModelFamily.DECODER_ONLY),
 }
+
+
+# Families whose models read images (ModelSpec.patch_values > 0); every other family reads text.
+VISION_FAMILIES = frozenset({"vision", "image_classification"})
 
 
 def catalog_name(name: str) -> str:
@@ -42,8 +48,12 @@ def catalog_name(name: str) -> str:
     return LEGACY_MODEL_NAMES.get(name.strip().lower(), name)
 
 
+def family_key(model_family: str) -> str:
+    return model_family.strip().lower().replace("-", "_")
+
+
 def check_model_family(model_family: str) -> tuple[ModelFamily, ...]:
-    key = model_family.strip().lower().replace("-", "_")
+    key = family_key(model_family)
     families = LEGACY_MODEL_FAMILIES.get(key)
     if families is None:
         raise UserInputError(f"unknown model family '{model_family}'; use one of {', '.join(LEGACY_MODEL_FAMILIES)}")

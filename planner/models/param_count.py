@@ -10,6 +10,8 @@ on a laptop. The model is the class people train from a config.json:
   every fine-tuning class; task heads depend on the task (a classification
   head adds hidden x labels, BertForMaskedLM swaps the pooler for an MLM
   transform and a vocab bias, +31k) and are left out.
+- vision (ViT): AutoModelForImageClassification, the encoder with its final
+  norm and the classifier over the config's labels (no pooler).
 
 torch and transformers are imported inside the functions so that reading the
 catalog never pays for them.
@@ -30,6 +32,7 @@ from planner.models.spec import ParamCounts
 
 # model_types whose checkpoints are encoders without a generic LM head.
 _ENCODER_MODEL_TYPES = frozenset({"bert", "roberta"})
+_VISION_MODEL_TYPES = frozenset({"vit"})
 
 
 @contextlib.contextmanager
@@ -50,7 +53,13 @@ def _quiet_transformers():
 def build_meta_model(config: dict) -> PreTrainedModel:
     """The transformers model for a config.json dict, with all weights on the meta device."""
     import torch
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoModelForImageClassification,
+        AutoModelForSeq2SeqLM,
+    )
 
     fields = dict(config)
     model_type = fields.pop("model_type", None)
@@ -61,6 +70,8 @@ def build_meta_model(config: dict) -> PreTrainedModel:
         auto_class: Any
         if model_type in _ENCODER_MODEL_TYPES:
             auto_class = AutoModel
+        elif model_type in _VISION_MODEL_TYPES:
+            auto_class = AutoModelForImageClassification
         elif getattr(hf_config, "is_encoder_decoder", False):
             auto_class = AutoModelForSeq2SeqLM
         else:
@@ -107,6 +118,8 @@ def _embedding_parameter_ids(model: PreTrainedModel) -> set[int]:
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Embedding) and "relative_attention_bias" not in name:
             ids.update(id(p) for p in module.parameters(recurse=False))
+        if type(module).__name__ == "ViTEmbeddings":  # patch projection, CLS token and position table
+            ids.update(id(p) for p in module.parameters())
     head = model.get_output_embeddings()
     if head is not None:
         ids.update(id(p) for p in head.parameters())

@@ -65,6 +65,8 @@ class ArchitectureDims(BaseModel):
     num_experts: int = Field(default=0, ge=0)
     experts_per_token: int = Field(default=0, ge=0)
     expert_ffn_size: int = Field(default=0, ge=0)
+    # Vision encoders: the pixel values one patch token is projected from (channels x patch^2); 0 for text.
+    patch_values: int = Field(default=0, ge=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -121,6 +123,10 @@ class ParameterDetails(BaseModel):
     shared_expert_ffn_size: int = Field(default=0, ge=0)
     # Blocks of an MoE model using the dense MLP (width ffn_size), e.g. Qwen2-MoE mlp_only_layers.
     dense_layers: int = Field(default=0, ge=0)
+    # Vision encoders (ViT): the patch projection (a conv of channels x patch^2 x hidden, with bias) and the
+    # CLS token replace the token table; the classifier (hidden x labels + labels) replaces the LM head.
+    patch_embedding_params: int = Field(default=0, ge=0)
+    classifier_params: int = Field(default=0, ge=0)
 
 
 def default_details(arch: Architecture) -> ParameterDetails:
@@ -166,6 +172,13 @@ def default_details(arch: Architecture) -> ParameterDetails:
         )
     if model_type == "t5":
         return ParameterDetails(final_norms=2, relative_attention_buckets=32)
+    if model_type == "vit":
+        hidden, labels = arch.hidden_size, arch.vocab_size
+        return ParameterDetails(
+            final_norms=1,
+            patch_embedding_params=arch.patch_values * hidden + 2 * hidden,  # conv weight and bias, CLS token
+            classifier_params=hidden * labels + labels,
+        )
     return ParameterDetails()
 
 
@@ -230,7 +243,7 @@ def params_per_layer(spec: Architecture, details: ParameterDetails | None = None
 def _embedding_params(arch: Architecture, details: ParameterDetails) -> int:
     """Lookup tables plus an untied output head, as ParamCounts.embedding defines it."""
     token_width = details.embedding_projection_dim or arch.hidden_size
-    params = arch.vocab_size * token_width
+    params = details.patch_embedding_params or arch.vocab_size * token_width
     if arch.position_embedding == "learned":
         params += (arch.max_position_embeddings + details.position_offset) * arch.hidden_size
     params += details.token_type_vocab_size * arch.hidden_size
@@ -259,7 +272,7 @@ def _other_params(arch: Architecture, details: ParameterDetails) -> int:
         params += 2 * arch.hidden_size * details.embedding_projection_dim  # project_in + project_out, no bias
     if details.pooler:
         params += arch.hidden_size * arch.hidden_size + arch.hidden_size
-    return params
+    return params + details.classifier_params
 
 
 def _largest_module(arch: Architecture, details: ParameterDetails) -> int:
@@ -268,7 +281,7 @@ def _largest_module(arch: Architecture, details: ParameterDetails) -> int:
     q_width, kv_width = arch.num_heads * head_dim, arch.num_kv_heads * head_dim
     bias = arch.attention_bias
     token_width = details.embedding_projection_dim or hidden
-    candidates = [arch.vocab_size * token_width]
+    candidates = [details.patch_embedding_params or arch.vocab_size * token_width, details.classifier_params]
     if not arch.tied_embeddings:
         candidates.append(arch.vocab_size * token_width + (arch.vocab_size if details.lm_head_bias else 0))
     if arch.position_embedding == "learned":

@@ -91,6 +91,10 @@ class ModelSpec(BaseModel):
     # head over the vocabulary, so no logits and no loss over them (docs/models-and-hardware.md).
     output_head: bool = True
 
+    # Vision encoders (ViT): pixel values per patch token (channels x patch^2); the sequence is the
+    # patches plus a CLS token (max_position_embeddings) and vocab_size the classifier's labels.
+    patch_values: int = Field(default=0, ge=0)
+
     # Mixture of experts; num_experts == 0 means a dense model.
     num_experts: int = Field(default=0, ge=0)
     experts_per_token: int = Field(default=0, ge=0)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.errors import UserInputError
 from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
-from planner.models.legacy_names import catalog_name, check_model_family
+from planner.models.legacy_names import VISION_FAMILIES, catalog_name, check_model_family, family_key
 from planner.models.resolve import resolve_model
 from planner.models.spec import ModelSpec
 from planner.plan import Plan
@@ -74,9 +74,11 @@ class HardwareSelector:
     def _model(self, model_family: str, model_name: str) -> ModelSpec:
         families = check_model_family(model_family)
         spec = resolve_model(catalog_name(model_name))
-        if spec.family not in families:
+        reads_images = family_key(model_family) in VISION_FAMILIES
+        if spec.family not in families or reads_images != bool(spec.patch_values):
             raise UserInputError(
-                f"{spec.name} is {spec.family.value}, not a '{model_family}' model; check --model-family"
+                f"{spec.name} is {'a vision ' if spec.patch_values else ''}{spec.family.value}, not a "
+                f"'{model_family}' model; check --model-family"
             )
         return spec
 

@@ -1,0 +1,20 @@
+"""What a config.json says about a model, before any parameter counting (planner/models/hf_config.py)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from planner.models.param_formula import ArchitectureDims, ParameterDetails
+
+
+class ParsedConfig(BaseModel):
+    """What a config.json says, before any parameter counting."""
+
+    model_config = ConfigDict(frozen=True)
+
+    dims: ArchitectureDims
+    details: ParameterDetails
+    transformers_class: str
+    hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
+    output_head: bool = True
