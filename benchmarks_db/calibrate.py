@@ -19,9 +19,14 @@ from .store import BenchmarkStore
 
 def load_calibration(db: str | Path | None = None, gpu: str | None = None) -> Calibration:
     """Corrections fitted on every successful record (of one GPU, if given); empty without a database."""
+    return _load(db, gpu)[0]
+
+
+def _load(db: str | Path | None, gpu: str | None) -> tuple[Calibration, int]:
+    """The calibration, and how many stored records were ignored as non-finite or out of range."""
     store = BenchmarkStore(db)
     runs = [record.measured_run() for record in store.runs(gpu=gpu)] if store.path.exists() else []
-    return Calibration.fit(runs)
+    return Calibration.fit(runs), store.skipped_rows
 
 
 def plan_calibration(
@@ -31,8 +36,10 @@ def plan_calibration(
     path = resolve_db_path(db)
     if not path.exists():
         return None, f"not calibrated: no benchmark database at {path} (fill one with run-training-benchmark --run)"
-    calibration = load_calibration(path, gpu=cluster.gpu.name)
+    calibration, ignored = _load(path, cluster.gpu.name)
     summary = calibration.summary(cluster.gpu.name)
+    if ignored:
+        summary += f"; {ignored} stored record(s) ignored (non-finite or out of range)"
     if not calibration.measured:
         return None, summary
     adjust = calibration.adjuster(cluster.gpu.name, cluster.world_size, cluster.num_nodes, spec_hash(spec))

@@ -42,14 +42,27 @@ class BenchmarkStore:
     def __init__(self, path: str | Path | None = None, *, lock_timeout_s: float = 120.0):
         self.path = resolve_db_path(path)
         self.lock_timeout_s = lock_timeout_s
+        self.skipped_rows = 0  # rows the last runs() left out because they fail validation (non-finite, absurd)
+        self._said_read_only = False
 
     # -- locking and connections -------------------------------------------------
 
     @contextlib.contextmanager
     def _locked(self, exclusive: bool) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         lock_path = self.path.with_name(self.path.name + ".lock")
-        with open(lock_path, "a+") as handle:
+        try:
+            if exclusive:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(lock_path, "a+")  # noqa: SIM115 (closed below, after the lock is released)
+        except OSError as error:
+            if exclusive:
+                raise UserInputError(
+                    f"cannot write {self.path}: {error.strerror or error} ({lock_path}); pass --db a writable path"
+                ) from None
+            self._say_read_only(lock_path, error)
+            yield  # a read-only share: read without our lock (DuckDB opens the file read-only)
+            return
+        with handle:
             mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
             deadline = time.monotonic() + self.lock_timeout_s
             delay = 0.01
@@ -70,6 +83,16 @@ class BenchmarkStore:
             finally:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
+    def _say_read_only(self, lock_path: Path, error: OSError) -> None:
+        if not self._said_read_only:
+            import sys
+
+            print(
+                f"note: {self.path} opened read-only (cannot create {lock_path.name}: {error.strerror or error})",
+                file=sys.stderr,
+            )
+            self._said_read_only = True
+
     def _connect(self, read_only: bool) -> Any:
         import duckdb
 
@@ -85,6 +108,10 @@ class BenchmarkStore:
                     raise UserInputError(f"cannot open {self.path}: {str(error).splitlines()[0]}") from None
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
+            except duckdb.Error as error:  # a CSV, a text file, anything that is not a DuckDB database
+                raise UserInputError(
+                    f"{self.path} is not a DuckDB database ({str(error).splitlines()[0]}); pass --db a .duckdb file"
+                ) from None
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[Any]:
@@ -170,7 +197,14 @@ class BenchmarkStore:
             rows = connection.execute(
                 f"SELECT {', '.join(COLUMNS)} FROM runs {where} ORDER BY created_at DESC, id {tail}", values
             ).fetchall()
-        return [record_from_row(row) for row in rows]
+        records = []
+        for row in rows:
+            try:
+                records.append(record_from_row(row))
+            except ValueError:  # a row an older version (or an edited file) stored out of range
+                continue
+        self.skipped_rows = len(rows) - len(records)
+        return records
 
     def get(self, id_prefix: str) -> RunRecord:
         """The run whose id starts with this prefix; a UserInputError if none or several do."""

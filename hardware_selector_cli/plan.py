@@ -274,14 +274,18 @@ def register(app: typer.Typer) -> None:
         run_options = run.to_run_options() if emit is not None else None
         if not 0 <= headroom < 1:
             raise UserInputError(f"--headroom must be in [0, 1), not {headroom}")
-        for flag, value in (
-            ("--top", top),
-            ("--seq-len", seq_len),
-            ("--global-batch", global_batch),
-            ("--micro-batch", micro_batch),
+        from planner.limits import MAX_BATCH, MAX_SEQ_LEN, MAX_TOKENS, check_count, check_number
+
+        for flag, value, high in (
+            ("--top", top, 1000),
+            ("--seq-len", seq_len, MAX_SEQ_LEN),
+            ("--global-batch", global_batch, MAX_BATCH),
+            ("--micro-batch", micro_batch, MAX_BATCH),
         ):
-            if value is not None and value < 1:
-                raise UserInputError(f"{flag} must be at least 1, not {value}")
+            if value is not None:
+                check_count(flag, value, high=high)
+        if tokens is not None:
+            check_number("--tokens", tokens, high=MAX_TOKENS, low=0.0, low_inclusive=False)
         spec = model.resolve()
         seq_len = seq_len or default_seq_len(spec)
         request = PlanRequest(

@@ -64,16 +64,17 @@ def serving_options(
 
 def serving_request(options: ServingOptions, objective: str, top: int, headroom: float, spec):
     from planner.inference import InferenceRequest, KvFormat, ServingObjective, WeightFormat
+    from planner.limits import MAX_BATCH, MAX_SEQ_LEN, check_count
 
     from .training_options import _choice
 
-    for flag, value in (
-        ("--context", options.context),
-        ("--batch", options.batch),
-        ("--output-tokens", options.output_tokens),
+    for flag, value, high in (
+        ("--context", options.context, MAX_SEQ_LEN),
+        ("--batch", options.batch, MAX_BATCH),
+        ("--output-tokens", options.output_tokens, MAX_SEQ_LEN),
     ):
-        if value is not None and value < 1:
-            raise UserInputError(f"{flag} must be at least 1, not {value}")
+        if value is not None:
+            check_count(flag, value, high=high)
     context = options.context or min(2048, spec.max_position_embeddings // 2)
     return InferenceRequest(
         context=context,

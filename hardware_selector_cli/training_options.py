@@ -5,6 +5,7 @@ from dataclasses import dataclass
 import typer
 
 from planner.errors import UserInputError
+from planner.limits import MAX_BATCH, MAX_SEQ_LEN, check_count
 from planner.training_config import (
     ActivationCheckpointing,
     AttentionKernel,
@@ -118,8 +119,7 @@ def training_options(
         ("--seq-len", seq_len),
         ("--grad-accum", grad_accum),
     ):
-        if value < 1:
-            raise UserInputError(f"{flag} must be at least 1, not {value}")
+        check_count(flag, value, high=MAX_SEQ_LEN if flag == "--seq-len" else MAX_BATCH)
     if not 0 <= zero_stage <= 3:
         raise UserInputError(f"--zero-stage must be 0-3, not {zero_stage}")
     from pydantic import ValidationError

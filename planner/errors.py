@@ -9,6 +9,10 @@ class UserInputError(ValueError):
     """Bad input: the message says what is wrong and what to do instead."""
 
 
+class UserInputTypeError(UserInputError, TypeError):
+    """Bad input of the wrong type (gpu_count="two", model_name=123): a ValueError and a TypeError both."""
+
+
 class ConfigFieldError(UserInputError):
     """A model config.json that is missing a field or holds a wrong value."""
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.contract.layout import ParallelDims
 from planner.errors import UserInputError
+from planner.limits import MAX_BATCH, MAX_SEQ_LEN
 from planner.models.spec import ModelSpec
 
 
@@ -102,9 +103,9 @@ class TrainingConfig(BaseModel):
     sequence_parallel: bool = False
     pipeline_schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
 
-    micro_batch: int = Field(default=1, ge=1)
-    seq_len: int = Field(default=2048, ge=1)
-    grad_accum: int = Field(default=1, ge=1)
+    micro_batch: int = Field(default=1, ge=1, le=MAX_BATCH)
+    seq_len: int = Field(default=2048, ge=1, le=MAX_SEQ_LEN)
+    grad_accum: int = Field(default=1, ge=1, le=MAX_BATCH)
 
     precision: Precision = Precision.BF16_MIXED
     optimizer: OptimizerKind = OptimizerKind.ADAMW

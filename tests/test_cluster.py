@@ -145,15 +145,15 @@ def test_cpu_pseudo_device():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"gpus_per_node": 0}, "gpus per node must be at least 1, got 0"),
-        ({"nodes": 0}, "number of nodes must be at least 1, got 0"),
+        ({"gpus_per_node": 0}, "gpus per node (--gpus-per-node) must be at least 1, not 0"),
+        ({"nodes": 0}, "number of nodes (--nodes) must be at least 1, not 0"),
         ({"nodes": 2, "interconnect": "none"}, "2 nodes need a network"),
         ({"interconnect": "myrinet"}, "unknown interconnect 'myrinet'; use one of none, ib-ndr"),
-        ({"intra_bw": 0}, "intra-node bandwidth must be > 0"),
-        ({"nodes": 2, "inter_bw": -5}, "inter-node bandwidth must be > 0"),
-        ({"cpu_ram_gb": 0}, "CPU RAM per node must be > 0"),
-        ({"nvme_gb": -1}, "NVMe per node must be >= 0"),
-        ({"price_per_hour": -1}, "price per GPU-hour must be >= 0"),
+        ({"intra_bw": 0}, "intra-node bandwidth (GB/s) must be more than 0"),
+        ({"nodes": 2, "inter_bw": -5}, "inter-node bandwidth (GB/s) must be more than 0"),
+        ({"cpu_ram_gb": 0}, "--cpu-ram-gb (CPU RAM per node) must be more than 0"),
+        ({"nvme_gb": -1}, "NVMe per node (GiB) must be at least 0"),
+        ({"price_per_hour": -1}, "--price (USD per GPU-hour) must be at least 0"),
     ],
 )
 def test_bad_input_is_a_one_line_user_error(kwargs, message):

@@ -130,7 +130,7 @@ def test_standard_mlp_dimensions_reproduce_gpt2():
         (dict(hidden=4096, layers=32, heads=30, ffn=11008, vocab=32000), "--heads 30 does not divide --hidden 4096"),
         (dict(hidden=4096, layers=32, heads=32, kv_heads=5, ffn=11008, vocab=32000), "--kv-heads 5 must divide"),
         (dict(hidden=4096, layers=32, heads=32, ffn=11008, vocab=32000, experts=8), "--experts needs --top-k"),
-        (dict(hidden=4096, layers=0, heads=32, ffn=11008, vocab=32000), "--layers must be a positive"),
+        (dict(hidden=4096, layers=0, heads=32, ffn=11008, vocab=32000), "--layers must be at least 1"),
     ],
 )
 def test_bad_dimensions_are_named(kwargs, problem):

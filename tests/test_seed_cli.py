@@ -62,7 +62,7 @@ def test_bad_seed_input_is_one_line_and_exit_2(capsys):
         ([*SEED[:4], "--mode", "serve"], "--mode must be training or inference"),
         (
             [*SEED[:2], "--model-name", "llama-7b", "--batch-size", "0"],
-            "batch_size (sequences per GPU) must be at least 1",
+            "batch_size must be at least 1",
         ),
     ):
         assert main(args) == 2, args

@@ -15,6 +15,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import UserInputError
 from planner.hardware.gpus import GpuSpec, pcie_bandwidth_GBps_per_direction, resolve_gpu
+from planner.limits import (
+    MAX_BANDWIDTH_GBPS,
+    MAX_GIB,
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    MAX_PRICE_PER_HOUR,
+    check_count,
+    check_name,
+    check_number,
+)
 
 GIB = 2**30
 
@@ -209,11 +219,22 @@ def make_cluster(
     (2**30 bytes) per node, like every memory size in this project.
     price_per_hour: USD per GPU-hour, replacing the catalog's assumption.
     """
-    spec = gpu if isinstance(gpu, GpuSpec) else resolve_gpu(gpu)
-    if gpus_per_node < 1:
-        raise UserInputError(f"gpus per node must be at least 1, got {gpus_per_node}")
-    if nodes < 1:
-        raise UserInputError(f"number of nodes must be at least 1, got {nodes}")
+    spec = gpu if isinstance(gpu, GpuSpec) else resolve_gpu(check_name("gpu", gpu))
+    gpus_per_node = check_count("gpus per node (--gpus-per-node)", gpus_per_node, high=MAX_GPUS_PER_NODE)
+    nodes = check_count("number of nodes (--nodes)", nodes, high=MAX_GPUS)
+    if gpus_per_node * nodes > MAX_GPUS:
+        raise UserInputError(
+            f"{gpus_per_node} x {nodes} GPUs is more than {MAX_GPUS:,}; check --nodes and --gpus-per-node"
+        )
+    for flag, value, high, zero_allowed in (
+        ("--price (USD per GPU-hour)", price_per_hour, MAX_PRICE_PER_HOUR, True),
+        ("--cpu-ram-gb (CPU RAM per node)", cpu_ram_gb, MAX_GIB, False),
+        ("NVMe per node (GiB)", nvme_gb, MAX_GIB, True),
+        ("intra-node bandwidth (GB/s)", intra_bw, MAX_BANDWIDTH_GBPS, False),
+        ("inter-node bandwidth (GB/s)", inter_bw, MAX_BANDWIDTH_GBPS, False),
+    ):
+        if value is not None:
+            check_number(flag, value, high=high, low_inclusive=zero_allowed)
     assumptions: list[str] = []
     if price_per_hour is not None:
         spec = spec.with_price(price_per_hour)

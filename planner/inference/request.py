@@ -16,6 +16,8 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner.limits import MAX_BATCH, MAX_SEQ_LEN
+
 
 class WeightFormat(str, Enum):
     BF16 = "bf16"
@@ -60,15 +62,15 @@ class InferenceRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    context: int = Field(default=2048, ge=1)  # prompt tokens per request
-    output: int = Field(default=256, ge=1)  # generated tokens per request
-    batch: int = Field(default=1, ge=1)  # concurrent requests, spread over the replicas
+    context: int = Field(default=2048, ge=1, le=MAX_SEQ_LEN)  # prompt tokens per request
+    output: int = Field(default=256, ge=1, le=MAX_SEQ_LEN)  # generated tokens per request
+    batch: int = Field(default=1, ge=1, le=MAX_BATCH)  # concurrent requests, spread over the replicas
     weights: WeightFormat = WeightFormat.BF16
     kv_cache: KvFormat = KvFormat.BF16
     block_tokens: int = Field(default=PAGED_BLOCK_TOKENS, ge=1)
     prefill_chunk: int = Field(default=PREFILL_CHUNK_TOKENS, ge=1)
     objective: ServingObjective = ServingObjective.THROUGHPUT
-    headroom_fraction: float = Field(default=0.1, ge=0.0, lt=1.0)
+    headroom_fraction: float = Field(default=0.1, ge=0.0, lt=1.0, allow_inf_nan=False)
     top_k: int = Field(default=5, ge=1)
 
     @property

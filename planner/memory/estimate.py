@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner.limits import MAX_GIB, check_number
 from planner.memory.model_states import uses_native_mixed_precision
 from planner.memory.phases import TENSOR_CATEGORIES, step_peak
 from planner.memory.runtime import Runtime
@@ -38,6 +39,7 @@ class OverheadSettings(BaseModel):
     @classmethod
     def fixed(cls, gib: float) -> OverheadSettings:
         """A flat overhead of `gib` GiB, no fragmentation share (--overhead-gb)."""
+        gib = check_number("--overhead-gb", gib, high=MAX_GIB)
         return cls(cuda_context_bytes=int(gib * GIB), fragmentation_fraction=0.0)
 
 

@@ -13,8 +13,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from planner.errors import ConfigFieldError
+from planner.limits import MAX_LAYERS, MAX_WIDTH
 
 _MISSING = object()
+
+
+# Fields that count blocks: a config with more than MAX_LAYERS is a typo (and would take minutes to build).
+LAYER_FIELDS = frozenset(
+    {"num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers", "num_encoder_layers", "encoder_layers"}
+)
 
 
 class ConfigFields:
@@ -45,6 +52,9 @@ class ConfigFields:
             raise self.error(name, f"must be an integer, got {value!r}")
         if value < minimum:
             raise self.error(name, f"must be {'positive' if minimum == 1 else f'at least {minimum}'}, got {value}")
+        maximum = MAX_LAYERS if name in LAYER_FIELDS else MAX_WIDTH
+        if value > maximum:
+            raise self.error(name, f"must be at most {maximum:,}, got {value:,}")
         return value
 
     def bool(self, name: builtins.str, default: bool) -> bool:

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from planner.errors import UserInputError
+from planner.limits import MAX_LAYERS, MAX_PARAMS, MAX_WIDTH, check_count, check_number
 from planner.models.catalog import find_model, suggest_models
 from planner.models.hf_config import spec_from_hf_config
 from planner.models.spec import ModelSpec
@@ -157,8 +158,9 @@ def spec_from_dimensions(
         ("--ffn", ffn),
         ("--vocab", vocab),
     ):
-        if value is None or value < 1:
+        if value is None:
             raise UserInputError(f"{flag} must be a positive whole number")
+        check_count(flag, value, high=MAX_LAYERS if flag == "--layers" else MAX_WIDTH)
     if hidden % heads:
         raise UserInputError(f"--heads {heads} does not divide --hidden {hidden}")
     kv_heads = kv_heads or heads
@@ -225,7 +227,8 @@ def spec_from_param_count(params: float) -> ModelSpec:
     published shape below, scaled in width), so activation estimates stay
     plausible; the count itself is what the user asked for, not the formula's.
     """
-    if not params or params < 1e6:
+    params = check_number("--params", params, high=MAX_PARAMS)
+    if params < 1e6:
         raise UserInputError("--params must be at least 1e6 (e.g. --params 7.5e9)")
     if params > 1e13:
         raise UserInputError("--params above 1e13 is beyond any trainable model; check the exponent")

@@ -11,6 +11,7 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.errors import UserInputError
+from planner.limits import MAX_BATCH, MAX_SEQ_LEN, MAX_TOKENS
 from planner.training_config import ActivationCheckpointing, AttentionKernel, OptimizerKind, Precision
 
 # Chinchilla (Hoffmann et al. 2022): about 20 training tokens per parameter.
@@ -38,11 +39,11 @@ class PlanRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    seq_len: int = Field(default=2048, ge=1)
+    seq_len: int = Field(default=2048, ge=1, le=MAX_SEQ_LEN)
     # Sequences per optimizer step; when set, micro x accum x dp must equal it.
-    global_batch: int | None = Field(default=None, ge=1)
+    global_batch: int | None = Field(default=None, ge=1, le=MAX_BATCH)
     # Sequences per GPU per micro-step; when unset the search picks it.
-    micro_batch: int | None = Field(default=None, ge=1)
+    micro_batch: int | None = Field(default=None, ge=1, le=MAX_BATCH)
     max_micro_batch: int = Field(default=64, ge=1)
     # None: bf16-mixed where the GPU has bf16, else fp16-mixed, else fp32.
     precision: Precision | None = None
@@ -55,9 +56,9 @@ class PlanRequest(BaseModel):
     qlora: bool = False
     objective: Objective = Objective.THROUGHPUT
     top_k: int = Field(default=5, ge=1)
-    headroom_fraction: float = Field(default=0.1, ge=0.0, lt=1.0)
+    headroom_fraction: float = Field(default=0.1, ge=0.0, lt=1.0, allow_inf_nan=False)
     # Token budget for time-to-train and cost; None = 20 tokens per parameter (Chinchilla).
-    train_tokens: float | None = Field(default=None, gt=0)
+    train_tokens: float | None = Field(default=None, gt=0, le=MAX_TOKENS, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _check(self) -> PlanRequest:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.errors import UserInputError
 from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
+from planner.limits import MAX_BATCH, MAX_GIB, MAX_GPUS, check_count, check_name, check_number
 from planner.models.legacy_names import VISION_FAMILIES, catalog_name, check_model_family, family_key
 from planner.models.resolve import resolve_model
 from planner.models.spec import ModelSpec
@@ -51,6 +52,15 @@ __all__ = [
 TASK_TYPES = ("training", "inference")
 
 
+def _check_request(gpu_count: object, batch_size: object, max_memory_gb: object) -> None:
+    """The numbers every selector call takes, checked by name before anything is planned."""
+    check_count("gpu_count", gpu_count, high=MAX_GPUS)
+    if batch_size is not None:
+        check_count("batch_size", batch_size, high=MAX_BATCH)
+    if max_memory_gb is not None:
+        check_number("max_memory_gb", max_memory_gb, high=MAX_GIB, low=0.0, low_inclusive=False)
+
+
 def _task(task_type: str) -> str:
     task = task_type.strip().lower()
     if task not in TASK_TYPES:
@@ -72,7 +82,8 @@ class HardwareSelector:
         return training_arguments(plan, output_dir, **overrides)
 
     def _model(self, model_family: str, model_name: str) -> ModelSpec:
-        families = check_model_family(model_family)
+        check_name("model_name", model_name)
+        families = check_model_family(check_name("model_family", model_family))
         spec = resolve_model(catalog_name(model_name))
         reads_images = family_key(model_family) in VISION_FAMILIES
         if spec.family not in families or reads_images != bool(spec.patch_values):
@@ -109,8 +120,11 @@ class HardwareSelector:
     ) -> dict[str, Any]:
         """The best plan for `batch_size` sequences per GPU on gpu_count GPUs: the legacy dict plus the Plan.
 
+        Arguments are checked first: a wrong type is a TypeError, a bad value a ValueError, each naming it.
+
         `strategies` (e.g. ["FSDP"]) limits the answer to the stacks you run.
         """
+        _check_request(gpu_count, batch_size, max_memory_gb)
         spec = self._model(model_family, model_name)
         cluster = cluster_for(gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node)
         answer = plan_training(
@@ -154,6 +168,7 @@ class HardwareSelector:
         objective: str = "throughput",
     ) -> dict[str, Any]:
         """The best serving layout for `batch_size` concurrent requests on gpu_count GPUs (docs/inference.md)."""
+        _check_request(gpu_count, batch_size, max_memory_gb)
         spec = self._model(model_family, model_name)
         cluster = cluster_for(gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node)
         request = serving_request(
@@ -188,7 +203,8 @@ class HardwareSelector:
 
         For task_type="inference", batch_size is the number of concurrent requests and seq_len the prompt length.
         """
-        task = _task(task_type)
+        task = _task(check_name("task_type", task_type))
+        _check_request(gpu_count, batch_size, max_memory_gb)
         if rank_by not in ("cost", "throughput"):
             raise UserInputError(f"rank_by must be 'cost' or 'throughput', not '{rank_by}'")
         spec = self._model(model_family, model_name)

@@ -1,0 +1,95 @@
+"""One bad row must not break planning for everyone sharing the benchmark database (docs/errors.md).
+
+References: the record's own bounds (benchmarks_db/record.py: finite, and
+below limits no real run reaches) and the planner's answer without the bad
+rows, which a poisoned database must reproduce.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from benchmarks_db.record import RunRecord
+from benchmarks_db.store import COLUMNS, BenchmarkStore, record_values
+from benchmarks_db.transfer import export_runs, import_runs
+from hardware_selector_cli.app import main
+from tests.db_samples import sample_record
+
+
+def _poison(store: BenchmarkStore, **fields) -> None:
+    """Store a row as an older version (or a hand edit) might have: past today's validation."""
+    values = dict(zip(COLUMNS, record_values(sample_record())))
+    values.update(fields)
+    with store.writing() as connection:
+        connection.execute(
+            f"INSERT INTO runs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})",
+            [values[column] for column in COLUMNS],
+        )
+
+
+@pytest.mark.parametrize(
+    "field, value", [("step_time_median_s", float("inf")), ("tokens_per_s", 1e308), ("mfu", float("nan"))]
+)
+def test_records_refuse_non_finite_and_absurd_measurements(field, value):
+    with pytest.raises(ValueError):
+        RunRecord(**{**sample_record().model_dump(), field: value})
+
+
+def test_a_poisoned_database_still_plans_and_says_what_it_ignored(tmp_path, capsys):
+    clean, poisoned = BenchmarkStore(tmp_path / "clean.duckdb"), BenchmarkStore(tmp_path / "poisoned.duckdb")
+    good = sample_record()
+    clean.add(good)
+    poisoned.add(good)
+    _poison(poisoned, step_time_median_s=float("inf"))
+    _poison(poisoned, step_time_median_s=1e308, predicted_step_time_s=1e-308)
+    assert [record.id for record in poisoned.runs()] == [good.id] and poisoned.skipped_rows == 2
+    argv = ["plan", "--model", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "128", "--json"]
+    assert main([*argv, "--db", str(clean.path)]) == 0
+    expected = json.loads(capsys.readouterr().out)["best"]
+    assert main([*argv, "--db", str(poisoned.path)]) == 0
+    best = json.loads(capsys.readouterr().out)["best"]
+    # The same plan, calibrated by the same good record, as without the bad rows.
+    assert best["config"] == expected["config"] and best["throughput"] == expected["throughput"]
+    assert main([*argv[:-1], "--db", str(poisoned.path)]) == 0
+    assert "2 stored record(s) ignored" in " ".join(capsys.readouterr().out.split())
+
+
+def test_import_counts_non_finite_rows_as_bad_and_keeps_the_rest(tmp_path):
+    source = BenchmarkStore(tmp_path / "source.duckdb")
+    source.add_many([sample_record(), sample_record()])
+    exported = tmp_path / "runs.csv"
+    export_runs(source, exported)
+    rows = list(csv.DictReader(exported.open()))
+    rows[1]["step_time_median_s"] = "inf"
+    with exported.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    target = BenchmarkStore(tmp_path / "target.duckdb")
+    report = import_runs(target, exported)
+    assert len(report.bad_rows) == 1 and "row" in report.bad_rows[0]
+    assert len(target.runs()) == 1 and target.skipped_rows == 0
+
+
+def test_a_database_that_cannot_be_locked_is_read_read_only(tmp_path, capsys):
+    store = BenchmarkStore(tmp_path / "shared.duckdb")
+    store.add(sample_record())
+    (tmp_path / "shared.duckdb.lock").unlink()
+    (tmp_path / "shared.duckdb.lock").mkdir()  # a lock file that cannot be created (as on a read-only share)
+    assert main(["db", "list", "--db", str(store.path)]) == 0
+    out, err = capsys.readouterr()
+    assert "opened read-only" in err and err.count("\n") == 1
+    with pytest.raises(ValueError, match="cannot write"):
+        store.add(sample_record())
+
+
+@pytest.mark.parametrize("content", ["a,b\n1,2\n", "not a database at all"])
+def test_a_db_path_that_is_not_duckdb_is_one_line(tmp_path, capsys, content):
+    path = tmp_path / "runs.csv"
+    path.write_text(content)
+    assert main(["db", "list", "--db", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is not a DuckDB database" in err and "\n" not in err

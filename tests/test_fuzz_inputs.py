@@ -1,0 +1,174 @@
+"""Bad numbers get one line, never a traceback, a hang or a nonsense plan (docs/errors.md).
+
+A bounded hypothesis campaign over the CLI's numeric options and the Python
+API's arguments (planner/limits.py is the one place the bounds live). For
+every generated input: exit 0 with a finite plan, or exit 2 with one
+`error:` line naming what is wrong; the Python API returns a dict or raises
+a ValueError / TypeError whose message names the argument. A guard (SIGALRM)
+fails any call that does not return: the hang the issue reported
+(`--global-batch 10**40`) must now be refused at once.
+`HYPOTHESIS_PROFILE=long` runs a longer campaign on demand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hardware_selector import get_distributed_training_config
+from hardware_selector_cli.app import main
+
+settings.register_profile(
+    "ci",
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+settings.register_profile(
+    "long",
+    max_examples=2000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+PROFILE = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+GUARD_S = 30  # far above any real call; only a hang reaches it
+
+NASTY = st.sampled_from(
+    ["nan", "inf", "-inf", "NaN", "0", "-1", "1e20", str(10**40), "1e-300", "2.5", "7", "64", "1000", "abc", ""]
+)
+PLAN_FLAGS = [
+    "--gpus-per-node",
+    "--nodes",
+    "--global-batch",
+    "--micro-batch",
+    "--seq-len",
+    "--price",
+    "--cpu-ram-gb",
+    "--headroom",
+    "--tokens",
+    "--top",
+]
+ESTIMATE_FLAGS = [
+    "--micro-batch",
+    "--seq-len",
+    "--grad-accum",
+    "--tp",
+    "--pp",
+    "--overhead-gb",
+    "--headroom",
+    "--nodes",
+]
+MODEL_FLAGS = ["--params", "--hidden", "--layers", "--heads", "--ffn", "--vocab"]
+
+
+@contextlib.contextmanager
+def guard(seconds: int = GUARD_S):
+    def hung(*_):
+        raise AssertionError(f"no answer within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _finite(document: object) -> bool:
+    if isinstance(document, float):
+        return math.isfinite(document)
+    if isinstance(document, dict):
+        return all(_finite(value) for value in document.values())
+    if isinstance(document, list):
+        return all(_finite(value) for value in document)
+    return True
+
+
+def _check(capsys, argv: list[str]) -> None:
+    with guard():
+        code = main(argv)
+    out, err = capsys.readouterr()
+    if code == 0:
+        assert _finite(json.loads(out)), argv  # a plan, and every number in it finite
+    else:
+        assert code == 2, (argv, code, err[-2000:])
+        assert err.startswith("error:") and err.strip().count("\n") == 0 and "Traceback" not in err, (argv, err)
+
+
+@PROFILE
+@given(pairs=st.lists(st.tuples(st.sampled_from(PLAN_FLAGS), NASTY), min_size=1, max_size=3))
+def test_plan_numeric_options_are_planned_or_refused_in_one_line(capsys, pairs):
+    argv = ["plan", "--model", "llama-2-7b", "--gpu", "A100-80GB", "--json"]
+    for flag, value in pairs:
+        argv += [flag, value]
+    _check(capsys, argv)
+
+
+@PROFILE
+@given(pairs=st.lists(st.tuples(st.sampled_from(ESTIMATE_FLAGS), NASTY), min_size=1, max_size=3))
+def test_estimate_numeric_options_are_estimated_or_refused_in_one_line(capsys, pairs):
+    argv = ["estimate", "--model", "llama-2-7b", "--gpu", "A100-80GB", "--json"]
+    for flag, value in pairs:
+        argv += [flag, value]
+    _check(capsys, argv)
+
+
+@PROFILE
+@given(flag=st.sampled_from(MODEL_FLAGS), value=NASTY)
+def test_model_dimensions_are_planned_or_refused_in_one_line(capsys, flag, value):
+    dims = {"--hidden": "1024", "--layers": "8", "--heads": "8", "--ffn": "4096", "--vocab": "32000"}
+    base = (
+        ["--params", value]
+        if flag == "--params"
+        else [part for key, val in {**dims, flag: value}.items() for part in (key, val)]
+    )
+    _check(capsys, ["plan", *base, "--gpu", "A100-80GB", "--json", "--top", "1"])
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--global-batch", str(10**40)], "--global-batch must be at most"),
+        (["--gpus-per-node", str(10**40)], "must be at most"),
+        (["--nodes", "100000000000"], "must be at most"),
+        (["--seq-len", str(10**20)], "--seq-len must be at most"),
+        (["--micro-batch", str(10**20)], "--micro-batch must be at most"),
+        (["--price", "nan"], "--price (USD per GPU-hour) must be a finite number"),
+        (["--cpu-ram-gb", "nan"], "--cpu-ram-gb (CPU RAM per node) must be a finite number"),
+        (["--tokens", "inf"], "--tokens must be a finite number"),
+    ],
+)
+def test_the_reported_hangs_and_nans_are_one_line(capsys, argv, message):
+    with guard():
+        assert main(["plan", "--model", "llama-2-7b", "--gpu", "A100-80GB", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err, err
+
+
+ARGUMENT_VALUES = st.sampled_from([None, "two", True, 10**40, -1, 0, 2.5, float("nan"), "lots", 123, 8])
+
+
+@PROFILE
+@given(
+    argument=st.sampled_from(["gpu_count", "batch_size", "max_memory_gb", "model_name", "model_family"]),
+    value=ARGUMENT_VALUES,
+)
+def test_the_python_api_returns_or_raises_a_value_or_type_error_naming_the_argument(argument, value):
+    call = {"model_family": "text_generation", "model_name": "facebook/opt-1.3b", "gpu_count": 8, "batch_size": 4}
+    call[argument] = value
+    with guard():
+        try:
+            result = get_distributed_training_config(**call)
+        except (ValueError, TypeError) as error:
+            message = str(error)
+            assert "\n" not in message and (argument in message or "model" in message), (argument, value, message)
+            return
+    assert isinstance(result, dict) and _finite({k: v for k, v in result.items() if k != "plan"})
