@@ -26,9 +26,9 @@ class ModelOptions:
     ffn: int | None
     vocab: int | None
     kv_heads: int | None
-    experts: int
+    experts: int | None
     top_k: int | None
-    mlp: str
+    mlp: str | None
 
     def resolve(self) -> ModelSpec:
         dimension_flags = {
@@ -48,6 +48,15 @@ class ModelOptions:
             raise UserInputError("give only one of --model, --params, or the dimension flags")
         from planner.models.resolve import resolve_model, spec_from_dimensions, spec_from_param_count
 
+        shape_flags = {"--kv-heads": self.kv_heads, "--experts": self.experts, "--top-k": self.top_k, "--mlp": self.mlp}
+        shaping = [flag for flag, value in shape_flags.items() if value is not None]
+        if shaping and not given:
+            # They shape a model built from dimensions; a named model or a parameter count has its own shape.
+            raise UserInputError(
+                f"{', '.join(shaping)} {'shapes' if len(shaping) == 1 else 'shape'} a model given by its "
+                f"dimensions (--hidden --layers ...); with "
+                f"{'--model' if self.model else '--params'} they would be ignored: drop them"
+            )
         if self.model:
             return resolve_model(self.model)
         if self.params is not None:
@@ -62,9 +71,9 @@ class ModelOptions:
             ffn=self.ffn,
             vocab=self.vocab,
             kv_heads=self.kv_heads,
-            experts=self.experts,
+            experts=self.experts or 0,
             top_k=self.top_k,
-            mlp=self.mlp,
+            mlp=self.mlp or "gated",
         )
 
 
@@ -79,8 +88,10 @@ def model_options(
     ffn: int | None = typer.Option(None, "--ffn", help="FFN (intermediate) size; per expert for MoE."),
     vocab: int | None = typer.Option(None, "--vocab", help="Vocabulary size."),
     kv_heads: int | None = typer.Option(None, "--kv-heads", help="Key/value heads (GQA/MQA); default = --heads."),
-    experts: int = typer.Option(0, "--experts", help="MoE experts per layer (0 = dense)."),
+    experts: int | None = typer.Option(None, "--experts", help="MoE experts per layer (default: dense)."),
     top_k: int | None = typer.Option(None, "--top-k", help="Experts per token (MoE)."),
-    mlp: str = typer.Option("gated", "--mlp", help="gated (SwiGLU, 3 matrices) or standard (GELU, 2 matrices)."),
+    mlp: str | None = typer.Option(
+        None, "--mlp", help="gated (SwiGLU, 3 matrices; default) or standard (GELU, 2 matrices)."
+    ),
 ) -> ModelOptions:
     return ModelOptions(model, params, hidden, layers, heads, ffn, vocab, kv_heads, experts, top_k, mlp)

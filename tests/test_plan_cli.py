@@ -82,6 +82,10 @@ def test_plan_objective_cost_may_use_fewer_gpus_and_reports_cost(capsys):
         (["--micro-batch", "3"], "is not a multiple of --micro-batch"),
         (["--strategies", "ddp,megatron"], "--strategies must be one of"),
         (["--headroom", "1.5"], "--headroom"),
+        # Shape flags with a named model used to be dropped without a word.
+        (["--kv-heads", "8"], "--kv-heads shapes a model given by its dimensions"),
+        (["--experts", "8", "--top-k", "2"], "--experts, --top-k shape a model"),
+        (["--mlp", "standard"], "with --model they would be ignored"),
     ],
 )
 def test_bad_plan_input_is_one_line_and_exit_2(capsys, extra, message):
