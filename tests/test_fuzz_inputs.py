@@ -172,3 +172,48 @@ def test_the_python_api_returns_or_raises_a_value_or_type_error_naming_the_argum
             assert "\n" not in message and (argument in message or "model" in message), (argument, value, message)
             return
     assert isinstance(result, dict) and _finite({k: v for k, v in result.items() if k != "plan"})
+
+
+CONFIG_VALUES = st.sampled_from([None, 0, -1, 1, 3, 7, 64, 4096, 10**8, 10**40, 2.5, float("nan"), "big", True, [], {}])
+CONFIG_FIELDS = [
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
+    "num_key_value_heads",
+    "max_position_embeddings",
+]
+LLAMA_SMALL = {
+    "model_type": "llama",
+    "hidden_size": 512,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+    "intermediate_size": 1376,
+    "vocab_size": 32000,
+    "max_position_embeddings": 2048,
+}
+
+
+@PROFILE
+@given(edits=st.dictionaries(st.sampled_from(CONFIG_FIELDS), CONFIG_VALUES, min_size=1, max_size=3))
+def test_config_json_contents_are_planned_or_refused_in_one_line(capsys, tmp_path_factory, edits):
+    """A config.json with any value in its size fields: a plan, or one line naming the field (never a
+    traceback, and never minutes building a model of 10**8 layers)."""
+    folder = tmp_path_factory.mktemp("config")
+    config = {**LLAMA_SMALL, **edits}
+    (folder / "config.json").write_text(json.dumps(config))
+    _check(capsys, ["plan", "--model", str(folder / "config.json"), "--gpu", "A100-80GB", "--json", "--top", "1"])
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [(b"\xff\xfe\x00 not utf-8", "not UTF-8"), (b"{not json", "not valid JSON"), (b"[1, 2]", "expected a JSON object")],
+)
+def test_unreadable_config_files_are_one_line_naming_the_file(capsys, tmp_path, content, message):
+    path = tmp_path / "config.json"
+    path.write_bytes(content)
+    assert main(["plan", "--model", str(path), "--gpu", "A100-80GB"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {path}") and message in err and "\n" not in err, err

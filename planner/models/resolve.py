@@ -66,6 +66,11 @@ def read_config_json(config_path: Path) -> dict:
         text = config_path.read_text(encoding="utf-8")
     except OSError as error:
         raise UserInputError(f"{config_path}: cannot read it ({error.strerror})") from None
+    except UnicodeDecodeError as error:
+        raise UserInputError(
+            f"{config_path}: not UTF-8 text (byte {error.object[error.start]:#04x} at position {error.start}); "
+            "a config.json is UTF-8 JSON"
+        ) from None
     try:
         config = json.loads(text)
     except json.JSONDecodeError as error:
@@ -88,6 +93,12 @@ def _with_meta_device_counts(spec: ModelSpec, config: dict) -> ModelSpec:
     except (ValueError, KeyError, TypeError, AttributeError):
         # A config transformers rejects that our parser accepted; formula counts are still honest.
         return spec
+    except Exception as error:
+        # transformers 5 validates configs through huggingface_hub's strict dataclasses, whose
+        # errors derive from Exception only (StrictDataclassError): the same case as above.
+        if type(error).__module__.startswith("huggingface_hub"):
+            return spec
+        raise
     return spec.model_copy(update={"params": counts})
 
 
