@@ -94,6 +94,7 @@ from unittest import mock
 from pydantic import BaseModel, ConfigDict, Field
 
 from .selective_checkpoint import checkpoint_attention
+from .trace_inputs import model_class, traced_batch
 from .trace_recorder import recording_tracker
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -201,41 +202,6 @@ def _build_hf_config(trace: TraceConfig):
     return config
 
 
-def is_embedding_model(config) -> bool:
-    """A bare encoder (architectures BertModel, RobertaModel, ...): trained for sentence embeddings."""
-    return any(name.endswith("Model") and "For" not in name for name in getattr(config, "architectures", None) or [])
-
-
-def embedding_loss(hidden_states):
-    """In-batch contrastive loss on mean-pooled embeddings (sentence-transformers' MultipleNegativesRankingLoss,
-    each sequence its own positive): pooled B x h and a B x B similarity, negligible beside the encoder."""
-    import torch
-
-    pooled = torch.nn.functional.normalize(hidden_states.mean(dim=1).float(), dim=-1)
-    scores = pooled @ pooled.T / 0.05
-    return torch.nn.functional.cross_entropy(scores, torch.arange(scores.shape[0]))
-
-
-def _model_class(config):
-    from transformers import (
-        AutoModel,
-        AutoModelForCausalLM,
-        AutoModelForImageClassification,
-        AutoModelForMaskedLM,
-        AutoModelForSeq2SeqLM,
-    )
-
-    if config.model_type == "vit":
-        return AutoModelForImageClassification
-    if is_embedding_model(config):
-        return AutoModel
-    if getattr(config, "is_encoder_decoder", False):
-        return AutoModelForSeq2SeqLM
-    if config.model_type in ("bert", "roberta", "distilbert", "deberta", "deberta-v2", "electra"):
-        return AutoModelForMaskedLM
-    return AutoModelForCausalLM
-
-
 def _zero_module_attention_dropout(model) -> None:
     # T5 has one dropout_rate for hidden and attention dropout; its attention modules
     # copy it into a float attribute `dropout` used only for the attention probabilities.
@@ -317,7 +283,7 @@ def _traced_step(trace: TraceConfig, config, mesh, low, autocast):
         # Pure bf16 is built in bf16 (as from_pretrained(dtype=bf16) would): `model.to()`
         # cannot swap tied fake parameters ("Cannot swap ... weakref").
         dtype = torch.bfloat16 if trace.precision == "bf16" else torch.float32
-        model = _model_class(config).from_config(config, attn_implementation=trace.attention, dtype=dtype)
+        model = model_class(config).from_config(config, attn_implementation=trace.attention, dtype=dtype)
         model.tie_weights()
         if trace.attention == "sdpa":
             _zero_module_attention_dropout(model)
@@ -332,14 +298,7 @@ def _traced_step(trace: TraceConfig, config, mesh, low, autocast):
         optimizer = _make_optimizer(trace.optimizer, model.parameters())
         _warm_optimizer(model, optimizer)
 
-        embedding = is_embedding_model(config)
-        if config.model_type == "vit":  # images: the sequence is fixed by image and patch size (seq_len must match)
-            side = config.image_size
-            input_ids = torch.randn(trace.micro_batch, config.num_channels, side, side)
-            batch = {"pixel_values": input_ids, "labels": torch.randint(0, config.num_labels, (trace.micro_batch,))}
-        else:
-            input_ids = torch.randint(0, config.vocab_size, (trace.micro_batch, trace.seq_len))
-            batch = {"input_ids": input_ids} if embedding else {"input_ids": input_ids, "labels": input_ids}
+        batch, input_ids, loss_of = traced_batch(config, trace.micro_batch, trace.seq_len)
         if mesh is None:
             tracker = recording_tracker(MemTracker)()
             tracker._setup_recording(fold=None)
@@ -352,9 +311,7 @@ def _traced_step(trace: TraceConfig, config, mesh, low, autocast):
         with tracker:
             tracker.phase = "forward"
             with torch.autocast("cpu", dtype=low, enabled=autocast):
-                outputs = model(**batch)
-                loss = embedding_loss(outputs.last_hidden_state) if embedding else outputs.loss
-                del outputs
+                loss = loss_of(model(**batch))
             tracker.phase = "backward"
             loss.backward()
             tracker.phase = "optimizer"

@@ -75,11 +75,11 @@ def serving_request(options: ServingOptions, objective: str, top: int, headroom:
     ):
         if value is not None:
             check_count(flag, value, high=high)
-    context = options.context or min(2048, spec.max_position_embeddings // 2)
-    return InferenceRequest(
-        context=context,
+    return InferenceRequest.for_model(
+        spec,
+        context=options.context,
         batch=options.batch or 1,
-        output=options.output_tokens or min(256, max(spec.max_position_embeddings - context, 1)),
+        output=options.output_tokens,
         weights=_choice(options.weights or "bf16", WeightFormat, "--weights"),
         kv_cache=_choice(options.kv_cache or "bf16", KvFormat, "--kv-cache"),
         objective=_choice(objective, ServingObjective, "--objective (inference)"),

@@ -13,8 +13,12 @@ quantizers leave them.
 from __future__ import annotations
 
 from enum import Enum
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from planner.models.spec import ModelSpec
 
 from planner.limits import MAX_BATCH, MAX_SEQ_LEN
 
@@ -76,3 +80,13 @@ class InferenceRequest(BaseModel):
     @property
     def tokens_per_request(self) -> int:
         return self.context + self.output
+
+    @classmethod
+    def for_model(
+        cls, spec: ModelSpec, *, batch: int = 1, context: int | None = None, output: int | None = None, **fields: Any
+    ) -> InferenceRequest:
+        """A request with the defaults the CLI and the selector share: a prompt of the smaller of 2048 and half
+        the model's context, and up to 256 generated tokens within what the context leaves."""
+        chosen = context or min(2048, spec.max_position_embeddings // 2)
+        generated = output or min(256, max(spec.max_position_embeddings - chosen, 1))
+        return cls(context=chosen, output=generated, batch=batch, **fields)

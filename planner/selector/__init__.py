@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.errors import UserInputError
 from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
+from planner.inference import InferenceRequest
 from planner.limits import MAX_BATCH, MAX_GIB, MAX_GPUS, check_count, check_name, check_number
 from planner.models.legacy_names import VISION_FAMILIES, catalog_name, check_model_family, family_key
 from planner.models.resolve import resolve_model
@@ -27,7 +28,7 @@ from planner.search import Objective
 from planner.search.layouts import family_label
 from planner.selector.gpu_choice import DEFAULT_GPU, cluster_for, gpu_with_memory
 from planner.selector.legacy_dict import STRATEGY_NAMES, TORCH_FSDP_SHARDING, no_fit_summary, plan_summary
-from planner.selector.serving import inference_answer, serving_request
+from planner.selector.serving import inference_answer
 from planner.selector.training import default_seq_len, plan_training, strategy_kinds
 from planner.training_config import Precision
 
@@ -171,11 +172,11 @@ class HardwareSelector:
         _check_request(gpu_count, batch_size, max_memory_gb)
         spec = self._model(model_family, model_name)
         cluster = cluster_for(gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node)
-        request = serving_request(
+        request = InferenceRequest.for_model(
             spec,
-            batch_size,
-            context,
-            output_tokens,
+            batch=batch_size,
+            context=context,
+            output=output_tokens,
             weights=weights,
             kv_cache=kv_cache,
             objective=objective,
@@ -224,7 +225,9 @@ class HardwareSelector:
         for entry in gpus:
             cluster = cluster_for(entry, count)
             if task == "inference":
-                request = serving_request(spec, batch_size, length, None, headroom_fraction=self.headroom_fraction)
+                request = InferenceRequest.for_model(
+                    spec, batch=batch_size, context=length, headroom_fraction=self.headroom_fraction
+                )
                 try:
                     summary = inference_answer(spec, cluster, request)
                 except UserInputError as error:  # e.g. no bf16 on this GPU: not a candidate

@@ -1,7 +1,7 @@
 """The selector's inference answers (task_type="inference", --mode inference): a serving plan as a dict.
 
 `batch_size` is the number of concurrent requests; `seq_len` the prompt
-length (default: the smaller of 2048 and half the model's context); the
+length (default: InferenceRequest.for_model's); the
 answer names the layout (`tensor_parallel`, `pipeline_parallel`, `replicas`),
 memory per GPU in GiB, TTFT and ITL in ms, and tokens/s (docs/selector.md,
 docs/inference.md).
@@ -14,16 +14,6 @@ from typing import Any
 from planner.hardware.cluster import GIB, ClusterSpec
 from planner.inference import InferenceRequest, ServingPlan, ServingResult, plan_serving
 from planner.models.spec import ModelSpec
-
-
-def default_context(spec: ModelSpec) -> int:
-    return min(2048, spec.max_position_embeddings // 2)
-
-
-def serving_request(spec: ModelSpec, batch: int, context: int | None, output_tokens: int | None, **fields: Any):
-    chosen = context or default_context(spec)
-    output = output_tokens or min(256, max(spec.max_position_embeddings - chosen, 1))
-    return InferenceRequest(context=chosen, output=output, batch=batch, **fields)
 
 
 def layout_name(plan: ServingPlan) -> str:
