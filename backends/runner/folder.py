@@ -1,10 +1,10 @@
-"""Read and check a run folder before anything trains: plan.json, engine.json, ds_config.json.
+"""Read and check a run folder before anything trains: plan.json, engine.json, ds_config.json, accelerate YAML.
 
 `load_run_folder` returns a RunSpec, or raises one UserInputError for the
-first problem: a missing or older plan.json, an engine.json or
-ds_config.json that is not valid, a checkpoints path that is a file. The
-same checks run in `hardware-selector train` before torchrun starts, and in
-every rank of the runner.
+first problem: a missing or older plan.json, an engine.json,
+ds_config.json or accelerate_config.yaml that is not valid, a checkpoints
+path that is a file. The same checks run in `hardware-selector train`
+before torchrun starts, and in every rank of the runner.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ def load_run_folder(run_dir: Path, overrides: RunOverrides, strategy: str | None
         ds_config = read_json_file(run_dir / "ds_config.json", "re-emit the run folder, or fix the file")
         if not isinstance(ds_config, dict):
             raise UserInputError(f"{run_dir / 'ds_config.json'} must hold a JSON object of DeepSpeed keys")
+    if (run_dir / "accelerate_config.yaml").exists():
+        _check_accelerate_yaml(run_dir / "accelerate_config.yaml")
     checkpoints = run_dir / "checkpoints"
     if checkpoints.exists() and not checkpoints.is_dir():
         raise UserInputError(f"{checkpoints} is a file; the runner keeps its checkpoints in that folder: move the file")
@@ -64,6 +66,32 @@ def load_run_folder(run_dir: Path, overrides: RunOverrides, strategy: str | None
         engine_file=engine_file,
         ds_config=ds_config if chosen is Strategy.DEEPSPEED else None,
     )
+
+
+ACCELERATE_KEYS = {"distributed_type": str, "num_processes": int, "num_machines": int}
+
+
+def _check_accelerate_yaml(path: Path) -> None:
+    """What launch.sh hands `accelerate launch --config_file`: readable YAML with the keys accelerate needs."""
+    import yaml  # PyYAML: a dependency of accelerate and transformers
+
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as failure:
+        where = getattr(failure, "problem_mark", None)
+        at = f" (line {where.line + 1})" if where is not None else ""
+        raise UserInputError(f"{path} is not readable YAML{at}; re-emit the run folder, or fix the file") from None
+    if not isinstance(document, dict):
+        raise UserInputError(f"{path} must hold a mapping of accelerate settings; re-emit the run folder")
+    for key, kind in ACCELERATE_KEYS.items():
+        value = document.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 1):
+            wanted = "a positive whole number" if kind is int else "a string"
+            raise UserInputError(f"{path}: {key} must be {wanted}, not {value!r}; re-emit the run folder")
+    deepspeed = document.get("deepspeed_config")
+    named = deepspeed.get("deepspeed_config_file") if isinstance(deepspeed, dict) else None
+    if isinstance(named, str) and not (path.parent / named).is_file():  # launch.sh starts accelerate in the run folder
+        raise UserInputError(f"{path} names deepspeed_config_file {named}, which is not in {path.parent}")
 
 
 def engine_settings(spec: RunSpec, run: RunConfig) -> EngineConfig:

@@ -2,10 +2,13 @@
 aside, never resume it under the new plan and never delete it.
 
 The state is what the runner writes into the folder: checkpoints/, metrics,
-exports, TensorBoard events, logs and the summary. The token cache (data/)
+exports, TensorBoard events and the summary. The token cache (data/)
 stays: it is keyed by the content of the data and tokenizer, so a new plan
 reuses it only when they are the same. The moved state goes to
-previous/<UTC time>/ inside the folder, and the emitter says where.
+previous/<UTC time>/ inside the folder, and the emitter says where. A
+checkpoints/ that is a mount point or a symlink to another volume stays
+where it is: what it holds moves into a previous-<time>/ folder inside it,
+linked from previous/<time>/checkpoints.
 """
 
 from __future__ import annotations
@@ -14,13 +17,27 @@ import os
 import time
 from pathlib import Path
 
-RUN_STATE = ("checkpoints", "metrics.jsonl", "final", "tensorboard", "logs", "run_summary.json")
+# logs/ is not run state: its files are named by launch time, and `train` writes the current launch's log
+# there before the runner decides whether it starts afresh (moving it would hide the running job's log).
+RUN_STATE = ("checkpoints", "metrics.jsonl", "final", "tensorboard", "run_summary.json")
 PREVIOUS = "previous"
 
 
 def previous_run_state(run_dir: Path) -> list[str]:
-    """Names of run state found in `run_dir` (empty for a fresh or never-trained folder)."""
-    return [name for name in RUN_STATE if (run_dir / name).exists()]
+    """Names of run state found in `run_dir` (empty for a fresh or never-trained folder; empty folders
+    do not count, so a checkpoints/ made ready for a mount is not a previous run)."""
+    return [name for name in RUN_STATE if _holds_something(run_dir / name)]
+
+
+def _holds_something(path: Path) -> bool:
+    if path.is_dir():
+        return any(path.iterdir())
+    return path.exists()
+
+
+def _stays_in_place(path: Path) -> bool:
+    """A mount point or a symlink to another disk (checkpoints on a scratch volume): move what it holds."""
+    return path.is_symlink() or os.path.ismount(path)
 
 
 def archive_previous_run(run_dir: Path) -> Path | None:
@@ -36,5 +53,14 @@ def archive_previous_run(run_dir: Path) -> Path | None:
         destination = run_dir / PREVIOUS / f"{stamp}-{suffix}"
     destination.mkdir(parents=True)
     for name in found:
-        os.replace(run_dir / name, destination / name)  # same file system: a rename, nothing is copied
+        source = run_dir / name
+        if _stays_in_place(source):  # its contents go to a folder on the same volume, then linked from here
+            aside = source / f"{PREVIOUS}-{destination.name}"
+            aside.mkdir()
+            for entry in list(source.iterdir()):
+                if entry != aside:
+                    os.replace(entry, aside / entry.name)
+            (destination / name).symlink_to(aside.resolve(), target_is_directory=True)
+        else:
+            os.replace(source, destination / name)  # same file system: a rename, nothing is copied
     return destination

@@ -1,0 +1,103 @@
+"""`train` refuses a damaged run folder in one line (exit 2) before torchrun starts.
+
+Each case damages one file of a folder the emitter wrote, the way a hand edit
+or a bad copy would, and expects the line to name the file and the problem
+(backends/runner/folder.py). The reference is the undamaged folder, which
+passes the same checks (`train --dry-run` prints the torchrun command).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from tests.emit_plans import make_plan
+
+
+def train_dry_run(run_dir) -> tuple[int, str, str]:
+    import hardware_selector
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = hardware_selector.main(["train", str(run_dir), "--dry-run"])
+    return code, out.getvalue(), err.getvalue()
+
+
+def edit_json(name, change):
+    def edit(run_dir):
+        document = json.loads((run_dir / name).read_text())
+        change(document)
+        (run_dir / name).write_text(json.dumps(document))
+
+    return edit
+
+
+def write(name, text):
+    return lambda run_dir: (run_dir / name).write_text(text)
+
+
+DAMAGE = {
+    "plan.json from a newer version": (
+        "ddp",
+        edit_json("plan.json", lambda d: d.update(schema_version=99)),
+        "newer than this hardware-selector",
+    ),
+    "plan.json not JSON": ("ddp", write("plan.json", "{ not json"), "plan.json"),
+    "accelerate YAML not YAML": ("ddp", write("accelerate_config.yaml", "a: [1, 2\nb: {"), "is not readable YAML"),
+    "accelerate YAML a list": ("ddp", write("accelerate_config.yaml", "- 1\n- 2\n"), "must hold a mapping"),
+    "accelerate YAML without processes": (
+        "ddp",
+        write("accelerate_config.yaml", "distributed_type: MULTI_GPU\nnum_machines: 1\nnum_processes: 0\n"),
+        "num_processes must be a positive whole number, not 0",
+    ),
+    "accelerate YAML naming a missing ds_config": (
+        "deepspeed",
+        lambda run_dir: (run_dir / "ds_config.json").unlink(),
+        "names deepspeed_config_file ds_config.json, which is not in",
+    ),
+    "ds_config.json a list": ("deepspeed", write("ds_config.json", "[1]"), "must hold a JSON object"),
+    "engine.json not JSON": ("engine", write("engine.json", "{"), "engine.json"),
+    "checkpoints is a file": ("ddp", write("checkpoints", "x"), "checkpoints is a file"),
+}
+
+
+@pytest.mark.parametrize("case", DAMAGE)
+def test_a_damaged_run_folder_is_one_line_before_anything_starts(case, tmp_path):
+    strategy, damage, expected = DAMAGE[case]
+    extra = {"zero_stage": 2} if strategy == "deepspeed" else {}
+    make_plan(strategy=strategy, **extra).emit(tmp_path / "run")
+    code, out, _ = train_dry_run(tmp_path / "run")
+    assert code == 0 and "torch.distributed.run" in out  # the reference: the undamaged folder passes
+    damage(tmp_path / "run")
+    code, out, err = train_dry_run(tmp_path / "run")
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, err
+    assert lines[0].startswith("error: ") and expected in lines[0], lines
+
+
+def test_a_previous_run_is_moved_aside_whole_and_a_checkpoint_volume_stays_mounted(tmp_path):
+    """The reference is the folder before: every file of the old run is found again under previous/."""
+    from planner.contract.previous_run import archive_previous_run
+
+    run_dir, scratch = tmp_path / "run", tmp_path / "scratch"
+    make_plan(strategy="ddp").emit(run_dir)
+    (run_dir / "checkpoints").mkdir()
+    assert archive_previous_run(run_dir) is None  # an empty checkpoints/ (ready for a mount) is no run
+
+    (run_dir / "checkpoints").rmdir()
+    (scratch / "global_step2").mkdir(parents=True)
+    (scratch / "global_step2" / "MANIFEST.json").write_text("{}")
+    (scratch / "latest").write_text("global_step2")
+    (run_dir / "checkpoints").symlink_to(scratch)  # checkpoints on another volume
+    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n')
+    moved = archive_previous_run(run_dir)
+    assert moved is not None and moved.parent == run_dir / "previous"
+    assert (moved / "metrics.jsonl").read_text() == '{"step": 1}\n' and not (run_dir / "metrics.jsonl").exists()
+    assert (run_dir / "checkpoints").is_symlink()  # the volume stays where the user put it ...
+    assert [p.name for p in scratch.iterdir()] == [f"previous-{moved.name}"]  # ... emptied of the old run,
+    assert (moved / "checkpoints" / "latest").read_text() == "global_step2"  # which previous/ still reaches
+    assert (moved / "checkpoints" / "global_step2" / "MANIFEST.json").is_file()
+    assert (run_dir / "plan.json").is_file()  # the plan itself is not run state
