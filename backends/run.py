@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -25,7 +26,7 @@ EXIT_STOPPED = 3
 
 
 def main(argv: list[str] | None = None) -> int:
-    from backends.runner.failures import describe_failure, die_with_the_launcher
+    from backends.runner.failures import describe_failure, die_with_the_launcher, lost_a_peer
     from backends.runner.loop import RunStopped, train
     from backends.runner.options import parse_args
     from planner.errors import UserInputError
@@ -45,8 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     except RunStopped as stopped:
         _say(f"stopped: {stopped}")
         return EXIT_STOPPED
-    except Exception as failure:  # a bug or the machine (memory, disk): one line, the traceback in the run's logs
-        print(describe_failure(failure, args.plan, _rank()), file=sys.stderr, flush=True)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as failure:  # a bug or the machine (memory, disk): one line, the traceback in the run's
+        # logs (BaseException: DCP's CheckpointException is one)
+        line = describe_failure(failure, args.plan, _rank())
+        if _rank() != 0 or lost_a_peer(failure):  # see _say; a lost peer is never the first cause
+            time.sleep(RANK_0_FIRST_S)
+        print(line, file=sys.stderr, flush=True)
         return EXIT_FAILED
     if _rank() == 0:
         print("RUN_RESULT " + json.dumps(result, default=str), flush=True)
@@ -59,10 +66,19 @@ def _rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
+RANK_0_FIRST_S = 2.0
+
+
 def _say(line: str) -> None:
-    """Rank 0 prints the one line (every rank hits the same error; one copy is enough)."""
-    if _rank() == 0:
-        print(line, file=sys.stderr, flush=True)
+    """Rank 0 prints the one line at once; the others wait, then print it only if they are still alive.
+
+    Every rank usually meets the same bad input (or the same full disk), and when one of them exits the
+    launcher ends the rest. A rank that exited first without a word would leave the screen with only
+    torchrun's "killed by SIGTERM", and every rank speaking would print the line N times; so the other
+    ranks give rank 0 time to say it, and still say it themselves when the error is theirs alone."""
+    if _rank() != 0:
+        time.sleep(RANK_0_FIRST_S)
+    print(line, file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

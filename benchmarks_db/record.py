@@ -45,6 +45,8 @@ def spec_hash(spec: ModelSpec) -> str:
 # Bounds far beyond any real run: a record outside them is a broken measurement (inf, 1e308), and
 # one such row must not break calibration for everyone sharing the database (docs/benchmarks.md).
 MAX_STEP_S = 1e6  # eleven days for one step
+MIN_STEP_S = 1e-6  # a microsecond: no training step is shorter, and a ratio to a denormal overflows
+MIN_TOKENS_PER_S = 1e-6
 MAX_TOKENS_PER_S = 1e12
 MAX_TFLOPS = 1e5
 MAX_BYTES = 1 << 60
@@ -79,16 +81,16 @@ class RunRecord(BaseModel):
     seq_len: int = Field(ge=1)
     precision: str
     # measured
-    step_time_median_s: float | None = Field(default=None, gt=0, le=MAX_STEP_S)
+    step_time_median_s: float | None = Field(default=None, ge=MIN_STEP_S, le=MAX_STEP_S)
     step_time_spread_s: float | None = Field(default=None, ge=0, le=MAX_STEP_S)  # interquartile range
     steps_measured: int | None = Field(default=None, ge=0)
-    tokens_per_s: float | None = Field(default=None, gt=0, le=MAX_TOKENS_PER_S)
+    tokens_per_s: float | None = Field(default=None, ge=MIN_TOKENS_PER_S, le=MAX_TOKENS_PER_S)
     tflops_per_gpu: float | None = Field(default=None, ge=0, le=MAX_TFLOPS)
     mfu: float | None = Field(default=None, ge=0, le=1.0)
     peak_memory_per_rank_bytes: list[int] | None = None
     # the planner's prediction for the same config, at the time of the run
-    predicted_step_time_s: float | None = Field(default=None, gt=0, le=MAX_STEP_S)
-    predicted_tokens_per_s: float | None = Field(default=None, gt=0, le=MAX_TOKENS_PER_S)
+    predicted_step_time_s: float | None = Field(default=None, ge=MIN_STEP_S, le=MAX_STEP_S)
+    predicted_tokens_per_s: float | None = Field(default=None, ge=MIN_TOKENS_PER_S, le=MAX_TOKENS_PER_S)
     predicted_peak_memory_bytes: int | None = Field(default=None, ge=0, le=MAX_BYTES)
     prediction_json: str | None = None
     status: RunStatus

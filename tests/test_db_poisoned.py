@@ -31,7 +31,13 @@ def _poison(store: BenchmarkStore, **fields) -> None:
 
 
 @pytest.mark.parametrize(
-    "field, value", [("step_time_median_s", float("inf")), ("tokens_per_s", 1e308), ("mfu", float("nan"))]
+    "field, value",
+    [
+        ("step_time_median_s", float("inf")),
+        ("tokens_per_s", 1e308),
+        ("mfu", float("nan")),
+        ("step_time_median_s", 1e-320),
+    ],
 )
 def test_records_refuse_non_finite_and_absurd_measurements(field, value):
     with pytest.raises(ValueError):

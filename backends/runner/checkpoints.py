@@ -20,11 +20,13 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from backends.checkpoint.layout import commit, read_json
+from backends.checkpoint.layout import commit, committed_tags, read_json
 from backends.checkpoint.load import choose_checkpoint, rank0_choice
 from backends.checkpoint.shards import load_rng, save_rng
 from backends.ranks import barrier, rank
 from planner.errors import UserInputError
+
+from .disk_space import CheckpointSpaceError, folder_bytes, out_of_space
 
 if TYPE_CHECKING:
     from backends.adapters.base import Adapter
@@ -43,8 +45,22 @@ class RunCheckpoints:
         self.keep_last = keep_last
 
     def save(self, adapter: Adapter, step: int, state: dict[str, Any]) -> Path:
-        """Collective: write and seal checkpoint `global_step<step>`; returns its folder."""
+        """Collective: write and seal checkpoint `global_step<step>`; returns its folder.
+
+        A disk that fills up mid-save ends in CheckpointSpaceError (which names the folder, the space the
+        save needs and the intact checkpoint the run can resume from); the half-written folder is removed."""
         tag = f"global_step{step}"
+        newest = committed_tags(self.folder)
+        try:
+            return self._save(adapter, tag, state)
+        except BaseException as failure:  # DCP's CheckpointException is a BaseException
+            needed = folder_bytes(self.folder / newest[-1]) if newest else None
+            if isinstance(failure, (KeyboardInterrupt, SystemExit)) or not out_of_space(failure, self.folder, needed):
+                raise
+            shutil.rmtree(self.folder / f".partial-{tag}", ignore_errors=True)  # give the space back
+            raise CheckpointSpaceError(self.folder, tag, needed, newest[-1] if newest else None) from failure
+
+    def _save(self, adapter: Adapter, tag: str, state: dict[str, Any]) -> Path:
         partial = self.folder / f".partial-{tag}"
         if rank() == 0:
             if partial.exists():
@@ -89,9 +105,11 @@ def check_resumable(state: dict[str, Any], *, folder: Path, model_name: str, fin
     """A checkpoint of another model or strategy is refused in one line (never resumed silently)."""
     saved = state.get("saved_under", {})
     if saved.get("model_fingerprint") != fingerprint:
+        other = saved.get("model", "another model")
+        what = f"another {other} (its config.json differs)" if other == model_name else other
         raise UserInputError(
-            f"{folder} holds a checkpoint of {saved.get('model', 'another model')}, not of this plan's "
-            f"{model_name}; start afresh with --no-resume (the checkpoint is kept)"
+            f"{folder} holds a checkpoint of {what}, not of this plan's {model_name}; "
+            f"start afresh with --no-resume (the checkpoint is kept)"
         )
     if saved.get("strategy") != strategy:
         raise UserInputError(

@@ -15,6 +15,8 @@ import time
 import traceback
 from pathlib import Path
 
+from .disk_space import CheckpointSpaceError
+
 
 def die_with_the_launcher() -> None:
     """Under a launcher, receive SIGKILL when the parent process dies (Linux; a no-op elsewhere)."""
@@ -30,6 +32,12 @@ def die_with_the_launcher() -> None:
         return
 
 
+def lost_a_peer(failure: BaseException) -> bool:
+    """A collective that failed because another rank died first (gloo and NCCL say so in these words)."""
+    text = str(failure).lower()
+    return "connection" in text and ("closed" in text or "reset" in text or "refused" in text)
+
+
 def _advice(failure: BaseException) -> str:
     text = str(failure).lower()
     if isinstance(failure, MemoryError) or "out of memory" in text or type(failure).__name__ == "OutOfMemoryError":
@@ -37,10 +45,12 @@ def _advice(failure: BaseException) -> str:
             "out of memory: lower the micro-batch, turn on activation checkpointing, or plan a sharded strategy "
             "(hardware-selector plan shows what fits)"
         )
+    if isinstance(failure, CheckpointSpaceError):
+        return str(failure)
     if isinstance(failure, OSError) and failure.errno == errno.ENOSPC:
         where = getattr(failure, "filename", None) or "the run folder"
         return f"no space left on the device while writing {where}; free space there (checkpoints and final/ need it)"
-    if "connection" in text and ("closed" in text or "reset" in text or "refused" in text):
+    if lost_a_peer(failure):
         return "lost contact with another rank (it probably failed first: see its line)"
     return f"{type(failure).__name__}: {str(failure).splitlines()[0][:300] if str(failure) else ''}"
 

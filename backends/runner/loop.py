@@ -12,6 +12,7 @@ measured step time and memory beside the plan's predictions.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from functools import partial
@@ -143,6 +144,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         tensorboard_dir=run_dir / "tensorboard",
     )
     fingerprint = model_fingerprint(run.model.hf_config) + ("-tiny" if args.tiny else "")
+    plan_digest = hashlib.sha256((run_dir / "plan.json").read_bytes()).hexdigest()[:16]
     step, samples, resumed_from = 0, 0, None
     if newest is not None:
         from backends.checkpoint.layout import read_json
@@ -162,9 +164,10 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         resumed_from = str(newest)
         metrics.truncate_after(step)
         saved = state["saved_under"]
+        which = "this plan.json" if saved.get("plan_digest") == plan_digest else "an earlier plan.json"
         notes.append(
-            f"resuming from {newest} (step {step}; saved under {saved['strategy']}, global batch "
-            f"{saved['global_batch']}, {saved['layout']})"
+            f"resuming from {newest} (step {step}; saved under {which}: {saved['model']}, {saved['strategy']}, "
+            f"global batch {saved['global_batch']}, {saved['layout']})"
         )
     make_batch = batch_maker(
         run.model.task,
@@ -209,6 +212,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         return {
             "model": run.model.name,
             "model_fingerprint": fingerprint,
+            "plan_digest": plan_digest,
             "strategy": spec.strategy.value,
             "global_batch": run.global_batch,
             "layout": run.layout.describe(),

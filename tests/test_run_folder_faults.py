@@ -1,0 +1,194 @@
+"""A run folder survives what happens to real runs: a re-emitted plan, a killed launcher, a full disk.
+
+- `plan --emit DIR --force` over a trained run moves its checkpoints and
+  metrics to DIR/previous/<time>/; the next `train` starts the new plan at
+  step 1 instead of resuming the old plan's checkpoint, and the old run is
+  kept whole. A fresh folder moves nothing.
+- A resume names the checkpoint and the plan it was saved under; a checkpoint
+  of another model (the same name, another config.json) is refused.
+- SIGKILL to the torchrun agent alone takes its ranks with it (they ask the
+  kernel for that: backends/runner/failures.py); without that they would
+  keep running as orphans.
+- A disk that fills up during a save ends in one line naming the folder and
+  the space needed, and the previous checkpoint stays intact: resumed, it
+  gives the same losses the failed run logged (backends/runner/disk_space.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from scripts.demo_checkpoint import make_local_gpt2
+from tests.distributed import REPO_ROOT, cpu_env
+
+pytestmark = pytest.mark.slow
+
+
+def cli(*args, timeout=600):
+    return subprocess.run(
+        [sys.executable, "hardware_selector.py", *map(str, args)],
+        cwd=REPO_ROOT,
+        env=cpu_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def ok(completed):
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed
+
+
+def steps(run_dir):
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return {row["step"]: row["loss"] for row in map(json.loads, lines) if row["kind"] == "train"}
+
+
+@pytest.fixture(scope="module")
+def user(tmp_path_factory):
+    root = tmp_path_factory.mktemp("faults")
+    model_dir, corpus = make_local_gpt2(root / "user")
+    return root, model_dir, corpus
+
+
+def emit(user, name, *extra, model_dir=None):
+    root, default_model, corpus = user
+    plan = ["plan", "-m", model_dir or default_model, "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64"]
+    ok(cli(*plan, "--global-batch", "8", "--strategies", "ddp", "--data", corpus, "--emit", root / name, *extra))
+    return root / name
+
+
+def test_a_re_emitted_plan_starts_afresh_and_keeps_the_trained_run(user):
+    run_dir = emit(user, "reemitted")
+    first = ok(cli("train", run_dir, "--steps", "2", "--save-every", "2"))
+    assert "starting afresh" not in first.stdout and not (run_dir / "previous").exists()  # nothing to move
+    old_losses = steps(run_dir)
+    assert sorted(old_losses) == [1, 2]
+
+    again = emit(user, "reemitted", "--global-batch", "16", "--force")
+    assert again == run_dir and not (run_dir / "checkpoints").exists()
+    (kept,) = (run_dir / "previous").iterdir()
+    assert (kept / "checkpoints" / "global_step2" / "MANIFEST.json").is_file()
+    assert steps(kept) == old_losses  # the old run's metrics, whole
+
+    second = ok(cli("train", run_dir, "--steps", "1", "--save-every", "1"))
+    assert "resuming" not in second.stdout and sorted(steps(run_dir)) == [1]
+    assert '"global_batch": 16' in second.stdout  # RUN_RESULT: the new plan ran
+
+    third = ok(cli("train", run_dir, "--steps", "2", "--save-every", "1"))
+    assert (
+        f"resuming from {run_dir.resolve() / 'checkpoints' / 'global_step1'} (step 1; saved under this plan.json: "
+        "my-gpt2, ddp, global batch 16" in third.stdout
+    ), third.stdout
+    assert sorted(steps(run_dir)) == [1, 2]
+
+
+def test_a_checkpoint_of_another_model_with_the_same_name_is_refused(user):
+    root, _, _ = user
+    trained = emit(user, "four-layers")
+    ok(cli("train", trained, "--steps", "1", "--save-every", "1"))
+    smaller, _ = make_local_gpt2(root / "other-user", layers=2)
+    other = emit(user, "two-layers", model_dir=smaller)
+    shutil.copytree(trained / "checkpoints", other / "checkpoints")
+    refused = cli("train", other, "--steps", "2")
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and len(lines) == 1, refused.stderr[-3000:]
+    assert "holds a checkpoint of another my-gpt2 (its config.json differs)" in lines[0]
+    assert "--no-resume" in lines[0]
+
+
+def _ranks_of(run_dir):
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        command = " ".join(process.info["cmdline"] or [])
+        if "backends.run" in command and str(run_dir) in command and "torch.distributed.run" not in command:
+            found.append(process)
+    return found
+
+
+def test_killing_the_torchrun_agent_alone_leaves_no_orphaned_ranks(user):
+    run_dir = emit(user, "orphans")
+    train = subprocess.Popen(
+        [sys.executable, "hardware_selector.py", "train", str(run_dir), "--steps", "100000", "--save-every", "0"],
+        cwd=REPO_ROOT,
+        env=cpu_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and not ((run_dir / "metrics.jsonl").is_file() and steps(run_dir)):
+            time.sleep(0.2)
+        ranks = _ranks_of(run_dir)
+        assert len(ranks) == 2, "the ranks should be training by now"
+        (agent,) = [
+            child
+            for child in psutil.Process(train.pid).children()
+            if "torch.distributed.run" in " ".join(child.cmdline())
+        ]
+        agent.send_signal(signal.SIGKILL)  # the agent only: its ranks get no signal from anybody else
+        gone, alive = psutil.wait_procs(ranks, timeout=30)
+        assert alive == [], f"orphaned ranks: {[p.pid for p in alive]}"
+        train.wait(timeout=60)
+        assert train.returncode != 0
+    finally:
+        os.killpg(train.pid, signal.SIGKILL) if train.poll() is None else None
+        for process in _ranks_of(run_dir):
+            process.kill()
+
+
+def _can_mount_a_small_disk(tmp_path) -> bool:
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    completed = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {probe}"], capture_output=True
+    )
+    return completed.returncode == 0
+
+
+def test_a_disk_that_fills_up_during_a_save_is_one_line_and_keeps_the_previous_checkpoint(user, tmp_path):
+    if shutil.which("unshare") is None or not _can_mount_a_small_disk(tmp_path):
+        pytest.skip("needs `unshare -rm` (user and mount namespaces) to mount a small tmpfs as the full disk")
+    run_dir = emit(user, "full-disk")
+    (run_dir / "checkpoints").mkdir()
+    # One checkpoint of this model is 3.3 MiB: the first save fits in 5 MiB, the second does not (the first
+    # is dropped only once the second is sealed). The tmpfs lives in the namespace, so copy what it holds out.
+    script = (
+        f"mount -t tmpfs -o size=5m tmpfs {run_dir}/checkpoints && "
+        f"{sys.executable} hardware_selector.py train {run_dir} --steps 4 --save-every 2; "
+        f"echo exit=$? >&2; cp -a {run_dir}/checkpoints {run_dir}/kept"
+    )
+    completed = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script], cwd=REPO_ROOT, env=cpu_env(), capture_output=True, text=True
+    )
+    *said, status = completed.stderr.strip().splitlines()
+    assert status == "exit=1", completed.stderr[-3000:]
+    errors = [line for line in said if line.startswith("error: ")]
+    assert len(errors) == 1 and len(said) == 1, completed.stderr[-3000:]  # one line on the screen, no traceback
+    assert "no space left on the device while saving checkpoint global_step4 in" in errors[0]
+    assert "the save needs about 3." in errors[0] and "global_step2 is intact and the run resumes from it" in errors[0]
+    kept = run_dir / "kept"
+    assert (kept / "latest").read_text() == "global_step2" and sorted(p.name for p in kept.iterdir()) == [
+        "global_step2",
+        "latest",
+    ]  # the half-written global_step4 was removed
+    failed_run = steps(run_dir)
+    assert sorted(failed_run) == [1, 2, 3, 4]
+
+    (run_dir / "checkpoints").rmdir()  # the empty mount point
+    kept.rename(run_dir / "checkpoints")
+    resumed = ok(cli("train", run_dir, "--steps", "4", "--save-every", "2"))
+    assert "resuming from" in resumed.stdout and "global_step2" in resumed.stdout
+    assert steps(run_dir) == pytest.approx(failed_run, rel=1e-6)
