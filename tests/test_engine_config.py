@@ -75,15 +75,16 @@ def test_the_same_file_is_a_valid_deepspeed_config(monkeypatch):
     "bad, fragment",
     [
         (
-            {"zero_optimization": {"stage": 2, "stage3_max_live_parameters": 1}},
-            "zero_optimization.stage3_max_live_parameters",
+            {"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}},
+            "zero_optimization.offload_param",
         ),
         ({"optimizer": {"type": "Lamb"}}, "optimizer.type"),
         ({"hardware_selector": {"layout": {"dp": 2, "experts": 2}}}, "hardware_selector.layout.experts"),
         ({"hardware_selector": {"schema_version": 1}}, "re-emit the run folder"),
         ({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, "at most one"),
         ({"scheduler": {"type": "WarmupDecayLR", "params": {}}}, "total_num_steps"),
-        ({"amp": {"enabled": True}}, "'amp'"),
+        ({"amp": {"enabled": True}}, "amp = {'enabled': True}"),
+        ({"zero_optimization": {"stage": 2, "stage3_max_live_paramters": 1}}, "stage3_max_live_paramters"),
     ],
 )
 def test_unknown_or_unsupported_keys_are_one_line_errors(bad, fragment):

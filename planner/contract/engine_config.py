@@ -1,8 +1,10 @@
 """engine.json: a DeepSpeed-style config plus one `hardware_selector` block of our own.
 
 The same file drives DeepSpeed or our engine, so every DeepSpeed key we accept
-means what it means in DeepSpeed. Every block forbids unknown keys: a typo or a
-DeepSpeed feature we do not implement is a one-line error, never silence.
+means what it means in DeepSpeed. DeepSpeed's implementation-detail keys are
+accepted and its features we lack are one line naming the nearest thing we
+have (planner/contract/deepspeed_keys.py); every block forbids unknown keys,
+so a typo is a one-line error, never silence.
 
 It is part of the planner's typed contract (docs/architecture.md): the
 emitter builds an EngineConfig and writes it out, and the engine reads the
@@ -17,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from planner.contract.deepspeed_keys import without_deepspeed_only_keys
 from planner.contract.layout import ParallelDims
 from planner.contract.schema import SCHEMA_VERSION, describe_validation_error, read_json_file
 from planner.errors import UserInputError
@@ -212,6 +215,7 @@ def load_engine_config(source: str | Path | dict | EngineConfig) -> EngineConfig
         source = read_json_file(Path(source), "pass the engine.json of a run folder")
     if not isinstance(source, dict):
         raise UserInputError(f"{origin} must be a JSON object")
+    source = without_deepspeed_only_keys(source, origin)  # a ds_config.json drives the engine unchanged
     try:
         return EngineConfig.model_validate(source)
     except ValidationError as error:
