@@ -1,4 +1,4 @@
-"""Our training engine, DeepSpeed-shaped: `engine, optimizer, _, scheduler = backends.initialize(model=..., config=...)`.
+"""Our training engine, DeepSpeed-shaped: `engine, optimizer, loader, scheduler = backends.initialize(...)`.
 
 Nothing heavy is imported until initialize() is called, so the planner and
 the CLI can import this package for free. `python -m backends.run --plan DIR`
@@ -21,19 +21,29 @@ def _init_distributed(backend: str) -> None:
 
 
 def initialize(
+    args: Any = None,
     model: Any = None,
-    config: Any = None,
-    *,
-    model_parameters: Any = None,
     optimizer: Any = None,
+    model_parameters: Any = None,
+    training_data: Any = None,
     lr_scheduler: Any = None,
+    distributed_port: Any = None,
+    mpu: Any = None,
+    dist_init_required: Any = None,
+    collate_fn: Any = None,
+    config: Any = None,
+    mesh_param: Any = None,
+    config_params: Any = None,
+    *,
     metrics_path: str | None = None,
     weights: Any = None,
-) -> tuple[Any, Any, None, Any]:
-    """(engine, optimizer, None, lr_scheduler) for `model`; config is an engine.json path, a dict or an EngineConfig.
+) -> tuple[Any, Any, Any, Any]:
+    """deepspeed.initialize's arguments and 4-tuple: (engine, optimizer, training dataloader, lr_scheduler).
 
-    The optimizer and scheduler come from the config's blocks (as in DeepSpeed's
-    config-driven path); passing torch objects instead is not supported.
+    config (or config_params, or args.deepspeed_config): an engine.json or ds_config.json path, a dict or
+    an EngineConfig. optimizer, lr_scheduler, model_parameters and training_data are read as
+    backends/initialize_args.py says; mpu and mesh_param are refused (the engine builds its process
+    groups from hardware_selector.layout).
     weights: a backends.runner.weights.WeightSource when `model` was built on the meta device; each rank
     then reads only the weights it holds (its stage and tensor slice, or its ZeRO-3 partition).
     """
@@ -41,13 +51,18 @@ def initialize(
     from planner.errors import UserInputError
 
     from .engine import Engine
+    from .initialize_args import check_model_parameters, data_loader, scheduler_from, with_optimizer_object
     from .runner.model_init import is_meta
 
     if model is None:
         raise UserInputError("backends.initialize needs model=...")
-    if optimizer is not None or lr_scheduler is not None:
-        raise UserInputError("give the optimizer and scheduler as blocks of the engine config, not as objects")
+    if mpu is not None or mesh_param is not None:
+        raise UserInputError("our engine builds its process groups from hardware_selector.layout; drop mpu/mesh_param")
+    if config is None:
+        config = config_params if config_params is not None else getattr(args, "deepspeed_config", None)
     settings = load_engine_config(config if config is not None else {})
+    settings = with_optimizer_object(settings, optimizer, model, "optimizer" in settings.model_fields_set)
+    check_model_parameters(model, model_parameters)
     block = settings.hardware_selector
     _init_distributed(block.dist_backend)
     import torch
@@ -111,4 +126,5 @@ def initialize(
         weights=weights,
         device=device,
     )
-    return engine, engine.optimizer, None, engine.lr_scheduler
+    scheduler = scheduler_from(lr_scheduler, engine)
+    return engine, engine.optimizer, data_loader(training_data, engine, collate_fn), scheduler

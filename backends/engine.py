@@ -1,8 +1,9 @@
 """The engine: DeepSpeed-shaped forward / backward / step / train_batch over our ZeRO.
 
-engine(batch) runs forward (batch: input ids, or a dict of model inputs with
-labels), engine.backward(loss) scales the loss by the fp16 loss scale and
-1/grad_accum and runs backward, engine.step() applies the optimizer at
+engine(batch) runs forward and returns the model's own output (batch: a tensor,
+a tuple, a list or a dict; backends/engine_inputs.py), engine.backward(loss)
+scales the loss (or the output's loss) by the fp16 loss scale and 1/grad_accum
+and runs backward, engine.step() applies the optimizer at
 gradient-accumulation boundaries only. Micro-steps between boundaries
 communicate nothing: gradients accumulate locally.
 With tensor or pipeline parallelism the model is a backends.parallelize
@@ -16,7 +17,9 @@ import time
 from typing import Any
 
 from planner.contract.engine_config import EngineConfig
+from planner.errors import UserInputError
 
+from .engine_inputs import count_tokens, loss_of, module_call, moved
 from .mixed_precision import LossScaler, compute_dtype
 from .monitor import StepMonitor
 from .schedulers import WarmupSchedule
@@ -96,21 +99,27 @@ class Engine:
             ids = labels = batch
         return ids.to(self.device), labels.to(self.device)
 
-    def forward(self, batch: Any) -> Any:
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The model's own output for this micro-batch (backends/engine_inputs.py says how it is called)."""
         if self.pipelined:
-            raise RuntimeError("with pipeline parallelism call engine.train_batch(...); forward is per stage")
+            raise UserInputError("with pipeline parallelism call engine.train_batch(...); forward is per stage")
         with self.monitor.phase("forward"):
             self.optimizer.begin_forward()
-            ids, labels = self._inputs(batch)
-            self._tokens += ids.numel()
             if self.parallel_model is not None:
+                ids, labels = self._inputs(args[0] if args else kwargs)
+                self._tokens += ids.numel()
                 return self.parallel_model(ids, labels)
-            output = self.module(input_ids=ids, labels=labels)
-            return output.loss if getattr(output, "loss", None) is not None else output
+            call_args, call_kwargs = module_call(self.module, args, kwargs)
+            call_args, call_kwargs = moved(call_args, self.device), moved(call_kwargs, self.device)
+            self._tokens += count_tokens(call_args, call_kwargs)
+            return self.module(*call_args, **call_kwargs)
 
     __call__ = forward
 
     def backward(self, loss: Any) -> Any:
+        """Backward of the loss (a scalar tensor, or the model's output holding it), scaled for fp16 and
+        accumulation."""
+        loss = loss_of(loss)
         boundary = self.is_gradient_accumulation_boundary()
         comm_before = self.optimizer.comm_seconds
         began = time.perf_counter()
@@ -174,17 +183,16 @@ class Engine:
         Collective under ZeRO-3, tp and pp: every rank of the layout calls it with its batch."""
         import torch
 
-        ids, labels = self._inputs(batch)
         was_training = self.module.training
         self.module.eval()
         try:
             with torch.no_grad():
                 if self.parallel_model is not None:
-                    return float(self.parallel_model.eval_loss(ids, labels))
+                    return float(self.parallel_model.eval_loss(*self._inputs(batch)))
                 self.optimizer.begin_forward()
-                output = self.module(input_ids=ids, labels=labels)
-                loss = output.loss if getattr(output, "loss", None) is not None else output
-                return float(loss)
+                call_args, call_kwargs = module_call(self.module, (batch,), {})
+                output = self.module(*moved(call_args, self.device), **moved(call_kwargs, self.device))
+                return float(loss_of(output))
         finally:
             self.module.train(was_training)
             release = getattr(self.optimizer, "release_parameters", None)
@@ -201,9 +209,8 @@ class Engine:
                     f"train_batch got {len(data)} micro-batches; gradient_accumulation_steps is {self.grad_accum}"
                 )
             return data
-        if isinstance(data, tuple):
-            ids, labels = data
-            return list(zip(ids.chunk(self.grad_accum), labels.chunk(self.grad_accum)))
+        if isinstance(data, tuple):  # (ids, labels) or (x, y, ...): each split along the batch
+            return list(zip(*(part.chunk(self.grad_accum) for part in data)))
         if isinstance(data, dict):
             chunks = {key: value.chunk(self.grad_accum) for key, value in data.items()}
             return [{key: parts[index] for key, parts in chunks.items()} for index in range(self.grad_accum)]

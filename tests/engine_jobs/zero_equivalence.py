@@ -173,7 +173,7 @@ def fp16_overflow(cfg, rank, world):
     scales, changed = [], []
     for step, batch in enumerate(batches):
         before = full_parameters(engine)
-        loss = engine(rank_rows(batch, rank, world))
+        loss = engine(rank_rows(batch, rank, world)).loss
         if step == 1 and rank == world - 1:
             loss = loss * float("inf")
         engine.backward(loss)

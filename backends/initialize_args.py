@@ -1,0 +1,102 @@
+"""deepspeed.initialize's arguments, read the way our config-driven engine needs them.
+
+DeepSpeed takes an optimizer and a scheduler either as config blocks or as
+objects; our engine builds its own optimizer over the ZeRO partitions, so an
+object is read back into the config's block:
+
+- `optimizer`: a torch AdamW, Adam or SGD (or a function of the parameters
+  that returns one) becomes the `optimizer` block with its hyperparameters.
+  Both an object and a config block is an error, as in DeepSpeed.
+- `lr_scheduler`: a function of the optimizer (DeepSpeed's callable form) is
+  called with the engine's optimizer; a scheduler object built on another
+  optimizer cannot drive ours and is one line saying to pass the function.
+- `model_parameters` must be the model's trainable parameters: the engine
+  trains what requires a gradient, and says so rather than train another set.
+- `training_data` gives the third element of the tuple: a DataLoader over
+  this rank's share (DistributedSampler over the data-parallel ranks, the
+  engine's micro-batch), as DeepSpeed's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.contract.engine_config import EngineConfig
+from planner.errors import UserInputError
+
+TORCH_OPTIMIZERS = {"AdamW": "AdamW", "Adam": "Adam", "SGD": "SGD"}
+
+
+def with_optimizer_object(settings: EngineConfig, optimizer: Any, model: Any, explicit_block: bool) -> EngineConfig:
+    """`settings` whose optimizer block is the one `optimizer` (a torch optimizer or a factory) describes."""
+    if optimizer is None:
+        return settings
+    if explicit_block:
+        raise UserInputError(
+            "an optimizer was given both as an object and in the config's optimizer block; keep one of them"
+        )
+    if callable(optimizer) and not hasattr(optimizer, "param_groups"):
+        optimizer = optimizer(list(model.parameters()))
+    kind = TORCH_OPTIMIZERS.get(type(optimizer).__name__)
+    if kind is None or not hasattr(optimizer, "param_groups"):
+        raise UserInputError(
+            f"optimizer {type(optimizer).__name__} is not one our engine runs under ZeRO; pass torch.optim.AdamW, "
+            f"Adam or SGD, or an optimizer block in the config"
+        )
+    groups = optimizer.param_groups
+    keys = ("lr", "betas", "eps", "weight_decay", "momentum", "nesterov", "dampening")
+    first = {key: groups[0][key] for key in keys if key in groups[0]}
+    if any({key: group[key] for key in first} != first for group in groups[1:]):
+        raise UserInputError(
+            "the optimizer's parameter groups have different hyperparameters; our engine runs one group: "
+            "give one setting (or use the config's optimizer block)"
+        )
+    params: dict[str, Any] = {key: float(value) for key, value in first.items() if key in ("lr", "eps", "weight_decay")}
+    if "betas" in first:
+        params["betas"] = tuple(float(beta) for beta in first["betas"])
+    if kind == "SGD":
+        params.update(momentum=float(first.get("momentum", 0.0)), nesterov=bool(first.get("nesterov", False)))
+        params["dampening"] = float(first.get("dampening", 0.0))
+    if kind == "Adam":
+        params["adam_w_mode"] = False  # torch's Adam adds weight decay to the gradient: DeepSpeed's Adam without AdamW
+    block = {"type": kind, "params": params}
+    return EngineConfig.model_validate({**settings.model_dump(), "optimizer": block})
+
+
+def check_model_parameters(model: Any, model_parameters: Any) -> None:
+    if model_parameters is None:
+        return
+    given = {id(param) for param in model_parameters}
+    trainable = {id(param) for param in model.parameters() if param.requires_grad}
+    if given != trainable:
+        raise UserInputError(
+            f"model_parameters holds {len(given)} tensors but the model has {len(trainable)} trainable ones; "
+            f"our engine trains the parameters that require a gradient: freeze the others with requires_grad=False"
+        )
+
+
+def scheduler_from(lr_scheduler: Any, engine: Any) -> Any:
+    """The engine's scheduler: the config's block, or DeepSpeed's callable form called with our optimizer."""
+    if lr_scheduler is None:
+        return engine.lr_scheduler
+    if engine.lr_scheduler is not None:
+        raise UserInputError("a scheduler was given both as lr_scheduler and in the config's scheduler block")
+    if hasattr(lr_scheduler, "step") and hasattr(lr_scheduler, "optimizer"):
+        raise UserInputError(
+            "lr_scheduler is bound to another optimizer; pass a function that builds it, "
+            "lr_scheduler=lambda optimizer: torch.optim.lr_scheduler.LambdaLR(optimizer, ...), or a scheduler block"
+        )
+    if not callable(lr_scheduler):
+        raise UserInputError("lr_scheduler must be a function of the optimizer that returns a torch scheduler")
+    engine.lr_scheduler = lr_scheduler(engine.optimizer.optimizer)  # the torch optimizer over the master weights
+    return engine.lr_scheduler
+
+
+def data_loader(training_data: Any, engine: Any, collate_fn: Any = None) -> Any:
+    """DeepSpeed's training_data: a loader of this data-parallel rank's micro-batches (None without data)."""
+    if training_data is None:
+        return None
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    sampler = DistributedSampler(training_data, num_replicas=engine.comm.world, rank=engine.comm.rank, shuffle=True)
+    return DataLoader(training_data, batch_size=engine.micro_batch, sampler=sampler, collate_fn=collate_fn)
