@@ -22,7 +22,7 @@ from .run_options import RunOptionValues, run_option_values
 from .serving import ServingOptions, print_serving, serving_options, serving_request
 from .training_options import ClusterOptions, _choice, cluster_options
 
-ALL_STRATEGIES = "ddp,fsdp,deepspeed,engine"
+ALL_STRATEGIES = "ddp,fsdp,deepspeed,engine"  # zero1, zero2, zero3: DeepSpeed at that stage only
 
 
 def _listed(value: str, enum_type, flag: str) -> tuple:
@@ -204,7 +204,9 @@ def register(app: typer.Typer) -> None:
         optimizer: str = typer.Option("adamw", "--optimizer", help="adamw|adamw-8bit|adafactor|sgd|lion"),
         ac: str = typer.Option("none,selective,full", "--ac", help="Activation checkpointing modes to consider."),
         strategies: str = typer.Option(
-            ALL_STRATEGIES, "--strategies", help="Strategy kinds to consider: ddp,fsdp,deepspeed,engine."
+            ALL_STRATEGIES,
+            "--strategies",
+            help="Strategy kinds to consider: ddp,fsdp,deepspeed,engine; zero1|zero2|zero3 for DeepSpeed at that stage.",
         ),
         no_offload: bool = typer.Option(False, "--no-offload", help="Leave out CPU/NVMe offload."),
         lora_rank: int = typer.Option(

@@ -238,3 +238,12 @@ def test_plan_without_gpu_on_a_cpu_only_machine_is_a_one_line_error(monkeypatch,
     monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` fails: no GPUs visible
     assert main(["plan", "--model", "gpt2"]) == 2
     assert "no GPU detected here; name the target GPU with --gpu" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_strategies_zero_n_plans_deepspeed_at_that_stage_only(capsys, stage):
+    """Pinning the stage leaves only DeepSpeed layouts at that stage among the candidates."""
+    document = _json(capsys, [*PLAN_ARGS, "--json", "--strategies", f"zero{stage}"])
+    best = document["best"]
+    assert best["config"]["strategy"] == "deepspeed" and best["config"]["zero_stage"] == stage
+    assert all(plan["config"]["zero_stage"] == stage for plan in document["candidates"])

@@ -15,7 +15,7 @@ from planner.contract.layout import ParallelDims
 from planner.hardware.cluster import ClusterSpec
 from planner.models.families import parallel_model_types
 from planner.models.spec import ModelFamily, ModelSpec
-from planner.search.request import PlanRequest, StrategyKind
+from planner.search.request import ZERO_STAGE_KINDS, PlanRequest, StrategyKind
 from planner.training_config import FsdpSharding, Offload, PipelineSchedule, Strategy, TrainingConfig
 
 # Model types our engine has tensor-parallel plans for (backends/tensor_parallel,
@@ -206,8 +206,13 @@ def enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanReques
         layouts.append(_layout(SIMPLICITY["ddp"], {"strategy": Strategy.DDP}))
     if StrategyKind.FSDP in wanted:
         layouts += _fsdp_layouts(cluster, request.allow_offload, with_ddp=StrategyKind.DDP in wanted)
-    if StrategyKind.DEEPSPEED in wanted:
-        layouts += _deepspeed_layouts(cluster, request.allow_offload)
+    stages = {stage for kind, stage in ZERO_STAGE_KINDS.items() if kind in wanted}
+    if StrategyKind.DEEPSPEED in wanted or stages:
+        layouts += [
+            layout
+            for layout in _deepspeed_layouts(cluster, request.allow_offload)
+            if StrategyKind.DEEPSPEED in wanted or layout.fields["zero_stage"] in stages
+        ]
     if StrategyKind.ENGINE in wanted and engine_applicability(spec) is None and not request.lora_rank:
         layouts += _engine_layouts(spec, cluster)
     if request.qlora:

@@ -32,6 +32,14 @@ class StrategyKind(str, Enum):
     FSDP = "fsdp"
     DEEPSPEED = "deepspeed"
     ENGINE = "engine"
+    # DeepSpeed at one ZeRO stage only (the run a team has standardised on, or a test of one stage).
+    ZERO1 = "zero1"
+    ZERO2 = "zero2"
+    ZERO3 = "zero3"
+
+
+STRATEGY_FAMILIES = (StrategyKind.DDP, StrategyKind.FSDP, StrategyKind.DEEPSPEED, StrategyKind.ENGINE)
+ZERO_STAGE_KINDS = {StrategyKind.ZERO1: 1, StrategyKind.ZERO2: 2, StrategyKind.ZERO3: 3}
 
 
 class PlanRequest(BaseModel):
@@ -50,7 +58,7 @@ class PlanRequest(BaseModel):
     optimizer: OptimizerKind = OptimizerKind.ADAMW
     attention: AttentionKernel = AttentionKernel.SDPA
     activation_checkpointing: tuple[ActivationCheckpointing, ...] = tuple(ActivationCheckpointing)
-    strategies: tuple[StrategyKind, ...] = tuple(StrategyKind)
+    strategies: tuple[StrategyKind, ...] = STRATEGY_FAMILIES
     allow_offload: bool = True
     lora_rank: int = Field(default=0, ge=0)
     qlora: bool = False

@@ -18,7 +18,7 @@ from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec
 from planner.models.spec import ModelSpec
 from planner.search import PlanRequest, SearchResult, search_plans
-from planner.search.request import StrategyKind
+from planner.search.request import STRATEGY_FAMILIES, StrategyKind
 from planner.training_config import Strategy
 
 LEGACY_STRATEGIES = (StrategyKind.DDP, StrategyKind.FSDP, StrategyKind.DEEPSPEED)
@@ -47,7 +47,7 @@ def _named(kinds: tuple[StrategyKind, ...]) -> str:
     names = [LEGACY_NAMES[kind] for kind in kinds]
     return (
         "any"
-        if len(names) == len(StrategyKind)
+        if len(names) == len(STRATEGY_FAMILIES)
         else ", ".join(names[:-1]) + (" or " if len(names) > 1 else "") + names[-1]
     )
 
@@ -86,11 +86,11 @@ def plan_training(
         raise UserInputError(f"batch_size (sequences per GPU) must be at least 1, not {per_gpu_batch}")
     request.setdefault("seq_len", default_seq_len(spec))
     effective = per_gpu_batch * cluster.world_size if per_gpu_batch else None
-    preferred = strategies or (tuple(StrategyKind) if allow_engine else LEGACY_STRATEGIES)
+    preferred = strategies or (STRATEGY_FAMILIES if allow_engine else LEGACY_STRATEGIES)
     attempts: list[tuple[tuple, int | None]] = [(preferred, per_gpu_batch)] if per_gpu_batch else []
     attempts.append((preferred, None))
     if not allow_engine and strategies is None:
-        attempts.append((tuple(StrategyKind), None))  # the engine, when nothing else fits
+        attempts.append((STRATEGY_FAMILIES, None))  # the engine, when nothing else fits
     result: SearchResult | None = None
     for strategies, micro in attempts:
         result = _search(spec, cluster, strategies, global_batch=effective, micro_batch=micro, **request)
