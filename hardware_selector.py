@@ -13,6 +13,8 @@ print its recommendation (hardware_selector_cli/seed_cli.py).
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import sys
 
 from hardware_selector_cli.app import app  # noqa: F401  (re-exported)
@@ -20,12 +22,38 @@ from hardware_selector_cli.app import main as _subcommand_main
 from hardware_selector_cli.seed_cli import is_seed_invocation
 from hardware_selector_cli.seed_cli import run as _seed_main
 
+# `hardware_selector.integrations` is backends/integrations (framework doors), under this name too.
+__path__: list[str] = []  # a package without files of its own: the finder below supplies its one subpackage
+
+
+class _IntegrationsAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports hardware_selector.integrations[.x] as the one module backends.integrations[.x] (no copy)."""
+
+    PREFIX = "hardware_selector.integrations"
+
+    def find_spec(self, name, path=None, target=None):
+        if name == self.PREFIX or name.startswith(self.PREFIX + "."):
+            return importlib.util.spec_from_loader(name, self)
+        return None
+
+    def create_module(self, spec):
+        return importlib.import_module("backends.integrations" + spec.name[len(self.PREFIX) :])
+
+    def exec_module(self, module):
+        return None  # already executed under its own name
+
+
+if not any(isinstance(finder, _IntegrationsAlias) for finder in sys.meta_path):
+    sys.meta_path.append(_IntegrationsAlias())
+
 # The Python API, imported on first use so that `--help` and other commands do not pay for it.
 _API = ("HardwareSelector", "get_distributed_training_config", "get_inference_config", "select_hardware_for_task")
 __all__ = ["app", "main", "training_arguments", *_API]
 
 
 def __getattr__(name: str):
+    if name == "integrations":
+        return importlib.import_module("hardware_selector.integrations")
     if name in _API:
         from planner import selector
 
@@ -34,10 +62,20 @@ def __getattr__(name: str):
 
 
 def training_arguments(plan, output_dir, **overrides):
-    """A transformers.TrainingArguments that runs `plan` (planner/emit/training_args.py)."""
+    """A transformers.TrainingArguments that runs `plan`: a Plan, a plan.json or a run folder
+    (planner/emit/training_args.py). A CPU plan's FSDP or DeepSpeed runs on CPU processes over gloo
+    (backends/cpu_distributed.py), as `hardware-selector train` runs it."""
+    from planner.contract.plan_file import plan_and_run
     from planner.emit.training_args import training_arguments as build
 
-    return build(plan, output_dir, **overrides)
+    plan, run = plan_and_run(plan)
+    strategy = plan.config.strategy.value
+    if run.device == "cpu" and strategy in ("fsdp", "deepspeed") and "accelerator_config" not in overrides:
+        from backends.cpu_distributed import configure_cpu_accelerate_state
+
+        configure_cpu_accelerate_state(strategy)
+        overrides["accelerator_config"] = {"use_configured_state": True}
+    return build(plan, output_dir, run=run, **overrides)
 
 
 def main(argv: list[str] | None = None) -> int:

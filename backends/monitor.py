@@ -25,7 +25,7 @@ HISTORY = 10_000
 
 
 class StepMonitor:
-    PHASES = ("forward", "backward", "comm", "optimizer")
+    PHASES = ("forward", "backward", "comm", "optimizer")  # always reported; any other name is a phase too
 
     def __init__(self, rank: int = 0, jsonl_path: str | Path | None = None, device_type: str = "cpu"):
         self.rank = rank
@@ -37,14 +37,17 @@ class StepMonitor:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
+        """Time a named phase of this step (open names: "data", "forward_pass", ...), reported as <name>_s."""
         began = time.perf_counter()
         try:
             yield
         finally:
-            self.seconds[name] += time.perf_counter() - began
+            self.add(name, time.perf_counter() - began)
 
     def add(self, name: str, seconds: float) -> None:
-        self.seconds[name] += seconds
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a phase is named by a non-empty string, not {name!r}")
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
     def end_step(self, step: int, *, loss: float, tokens: int, tracked_bytes: int, **extra: Any) -> dict[str, Any]:
         now = time.perf_counter()

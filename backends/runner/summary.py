@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     import torch
 
     from backends.adapters.base import Adapter
-    from backends.runner.folder import RunSpec
     from planner.contract.run_config import RunConfig
+    from planner.plan import Plan
 
 
 class StepTimes:
@@ -143,7 +143,7 @@ def finish_summary(
             say(line)
     summary["lines"] = lines
     if args.record and median:
-        summary["record_id"] = record(spec, run, summary, db=args.db)
+        summary["record_id"] = record(spec.plan, spec.strategy.value, run, summary, db=args.db)
         if say is not None:
             say(f"recorded run {summary['record_id'][:12]} in the benchmark database")
     path = spec.run_dir / "run_summary.json"
@@ -151,13 +151,19 @@ def finish_summary(
     return summary
 
 
-def record(spec: RunSpec, run: RunConfig, summary: dict[str, Any], db: str | Path | None = None) -> str:
+def record(
+    plan: Plan,
+    strategy: str,
+    run: RunConfig,
+    summary: dict[str, Any],
+    db: str | Path | None = None,
+    runner: str = "backends.run",
+) -> str:
     """Store the measured run beside its prediction (benchmarks_db); returns the record id."""
     from benchmarks_db.environment import current_environment
     from benchmarks_db.record import RunRecord, RunStatus, spec_hash
     from benchmarks_db.store import BenchmarkStore
 
-    plan = spec.plan
     config = plan.config.model_copy(update={"grad_accum": run.grad_accum, "seq_len": run.seq_len})
     median = summary["median_step_time_s"]
     measured: dict[str, Any] = {}
@@ -174,7 +180,7 @@ def record(spec: RunSpec, run: RunConfig, summary: dict[str, Any], db: str | Pat
         model_name=plan.model.name,
         model_spec_hash=spec_hash(plan.model),
         tiny=summary["tiny"],
-        strategy=spec.strategy.value,
+        strategy=strategy,
         config_json=config.model_dump_json(),
         micro_batch=run.micro_batch,
         grad_accum=run.grad_accum,
@@ -189,7 +195,7 @@ def record(spec: RunSpec, run: RunConfig, summary: dict[str, Any], db: str | Pat
         predicted_step_time_s=run.predicted.step_time_s if summary["comparable_to_prediction"] else None,
         predicted_peak_memory_bytes=run.predicted.peak_memory_bytes,
         status=RunStatus.OK,
-        runner="backends.run",
+        runner=runner,
         **measured,
     )
     BenchmarkStore(db).add(entry)  # None: $HARDWARE_SELECTOR_DB or the cache folder

@@ -42,3 +42,20 @@ def read_plan_file(path: str | Path) -> tuple[Plan, RunConfig]:
         raise UserInputError(
             f"{path}: {describe_validation_error(error, 'docs/running.md')}; fix the value or re-emit the folder"
         ) from None
+
+
+def plan_and_run(source: Plan | str | Path) -> tuple[Plan, RunConfig]:
+    """What every API that takes a plan accepts: a Plan, a plan.json, or the run folder holding one.
+
+    A folder's plan.json carries the run it was emitted with (data, weights, hyperparameters); a Plan
+    object gets the plan's own run."""
+    if isinstance(source, Plan):
+        from planner.emit.target import run_config  # the one place a Plan's RunConfig is computed
+
+        return source, run_config(source)
+    if isinstance(source, (str, Path)):
+        return read_plan_file(source)
+    raise UserInputError(
+        f"a plan is a Plan, a plan.json path or a run folder, not {type(source).__name__}; "
+        "get one from HardwareSelector / `hardware-selector plan --emit DIR`"
+    )

@@ -106,20 +106,25 @@ def training_args_json_document(plan: Plan, target: RunConfig) -> dict[str, Any]
 
 
 def training_arguments(
-    plan: Plan,
+    plan: Plan | str | Path,
     output_dir: str | Path,
     *,
     nproc_override: int | None = None,
     run: RunConfig | None = None,
     **overrides: Any,
 ):
-    """A transformers.TrainingArguments that trains `plan` (as `run`, default: the plan's own run);
-    keyword overrides win over the plan's values."""
+    """A transformers.TrainingArguments that trains `plan` (a Plan, a plan.json or a run folder) as `run`
+    (default: the folder's run, or the plan's own); keyword overrides win over the plan's values."""
     from transformers import TrainingArguments
 
+    from planner.contract.plan_file import plan_and_run
     from planner.errors import UserInputError
 
-    target = run or run_config(plan, nproc_override)
+    if isinstance(plan, Plan):
+        target = run or run_config(plan, nproc_override)
+    else:
+        plan, stored = plan_and_run(plan)
+        target = run or (stored if nproc_override is None else run_config(plan, nproc_override))
     trainer_deepspeed = deepspeed_config(plan, target, trainer_flavour=True)
     kwargs = training_args_kwargs(plan, target, str(output_dir), deepspeed=trainer_deepspeed)
     if kwargs is None:

@@ -1,0 +1,25 @@
+"""Doors from the frameworks users train with: `from hardware_selector.integrations import PlanCallback`.
+
+- PlanCallback: the HF Trainer checked against a plan, measured against it,
+  recorded (trainer_callback.py).
+
+Each is imported on first use, so importing this package costs nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_WHERE = {
+    "PlanCallback": "backends.integrations.trainer_callback",
+    "PlanMismatch": "backends.integrations.trainer_callback",
+}
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        import importlib
+
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'hardware_selector.integrations' has no attribute '{name}'")

@@ -1,0 +1,108 @@
+"""Does a framework's configuration run the plan? The differences, as short phrases for one line.
+
+The HF Trainer callback and the Lightning strategy both ask it before the
+first step; the plan's numbers come from its RunConfig (planner/contract),
+the framework's from its own objects, read here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from planner.contract.run_config import RunConfig
+from planner.plan import Plan
+from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, Strategy
+
+
+def batch_differences(run: RunConfig, *, micro: int, accum: int, world: int) -> list[str]:
+    """The global batch must be the plan's; the micro-batch (memory) too when the world is the plan's."""
+    found = []
+    if micro * accum * world != run.global_batch:
+        found.append(
+            f"global batch {micro} x {accum} x {world} ranks = {micro * accum * world} (plan {run.global_batch})"
+        )
+    if world == run.layout.data_parallel:
+        if micro != run.micro_batch:
+            found.append(f"micro-batch {micro} (plan {run.micro_batch})")
+        if accum != run.grad_accum:
+            found.append(f"gradient accumulation {accum} (plan {run.grad_accum})")
+    return found
+
+
+def precision_difference(run: RunConfig, found: str) -> list[str]:
+    """found: 'no', 'fp16' or 'bf16', as the Trainer and accelerate name it."""
+    return [] if found == run.mixed_precision else [f"mixed precision {found} (plan {run.mixed_precision})"]
+
+
+def trainer_differences(args: Any, plan: Plan, run: RunConfig) -> list[str]:
+    """What a transformers.TrainingArguments does differently from the plan."""
+    found = batch_differences(
+        run, micro=args.per_device_train_batch_size, accum=args.gradient_accumulation_steps, world=args.world_size
+    )
+    found += precision_difference(run, "bf16" if args.bf16 else "fp16" if args.fp16 else "no")
+    ds_config = _deepspeed_config(args)
+    strategy = Strategy.DEEPSPEED if ds_config is not None else Strategy.FSDP if args.fsdp else Strategy.DDP
+    wanted = plan.config.strategy
+    if strategy is not wanted:
+        return [*found, f"strategy {strategy.value} (plan {wanted.value})"]
+    recompute = bool(getattr(args, "activation_checkpointing", False) or getattr(args, "gradient_checkpointing", False))
+    if strategy is Strategy.DEEPSPEED and ds_config is not None:
+        zero = ds_config.get("zero_optimization", {})
+        if int(zero.get("stage", 0)) != plan.config.zero_stage:
+            found.append(f"ZeRO stage {zero.get('stage', 0)} (plan {plan.config.zero_stage})")
+        offloaded = zero.get("offload_optimizer", {}).get("device", "none") not in ("none", None)
+        if offloaded != (plan.config.offload_optimizer is not Offload.NONE):
+            found.append(
+                f"optimizer offload {'on' if offloaded else 'off'} (plan {plan.config.offload_optimizer.value})"
+            )
+    if strategy is Strategy.FSDP:
+        found += _fsdp_differences(args, plan)
+        recompute = recompute or bool((args.fsdp_config or {}).get("activation_checkpointing"))
+    planned = plan.config.activation_checkpointing is not ActivationCheckpointing.NONE
+    if recompute != planned:
+        found.append(
+            f"activation checkpointing {'on' if recompute else 'off'} (plan {plan.config.activation_checkpointing.value})"
+        )
+    return found
+
+
+def _deepspeed_config(args: Any) -> dict | None:
+    holder = getattr(args, "hf_deepspeed_config", None)
+    if holder is not None and isinstance(getattr(holder, "config", None), dict):
+        return holder.config
+    value = getattr(args, "deepspeed", None)
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, (str, Path)) and Path(value).is_file():
+        return json.loads(Path(value).read_text(encoding="utf-8"))
+    return None
+
+
+def _fsdp_differences(args: Any, plan: Plan) -> list[str]:
+    raw = args.fsdp  # transformers 5 keeps `fsdp=True` as given; older ones a list of FSDPOption
+    if isinstance(raw, str):
+        options = set(raw.split())
+    elif isinstance(raw, (list, tuple)):
+        options = {str(getattr(option, "value", option)) for option in raw}
+    else:
+        options = set()
+    config = args.fsdp_config or {}
+    reshard = config.get("reshard_after_forward")
+    if "shard_grad_op" in options or reshard is False:
+        sharding = FsdpSharding.GRAD_OP
+    elif "hybrid_shard" in options or reshard == "hybrid_shard":
+        sharding = FsdpSharding.HYBRID
+    elif "no_shard" in options or reshard == "no_shard":
+        sharding = FsdpSharding.NO_SHARD
+    else:
+        sharding = FsdpSharding.FULL
+    found = []
+    if sharding is not plan.config.fsdp_sharding:
+        found.append(f"FSDP sharding {sharding.value} (plan {plan.config.fsdp_sharding.value})")
+    offloaded = "offload" in options or bool(config.get("cpu_offload") or config.get("offload_params"))
+    planned = Offload.CPU in (plan.config.offload_params, plan.config.offload_optimizer)
+    if offloaded != planned:
+        found.append(f"FSDP CPU offload {'on' if offloaded else 'off'} (plan {'on' if planned else 'off'})")
+    return found

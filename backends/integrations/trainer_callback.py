@@ -1,0 +1,164 @@
+"""`PlanCallback(plan)`: the HF Trainer checked against a plan, measured against it, and recorded.
+
+    from hardware_selector import training_arguments
+    from hardware_selector.integrations import PlanCallback
+
+    args = training_arguments("runs/x", "out")          # or your own TrainingArguments
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[PlanCallback("runs/x", record=True)])
+
+1. At on_train_begin the Trainer's arguments are compared with the plan
+   (batch sizes, accumulation, precision, DeepSpeed ZeRO stage and offload,
+   FSDP sharding and offload, activation checkpointing:
+   backends/integrations/plan_check.py). Any difference is one line; with
+   strict=True (the default) it stops before the first step
+   (PlanMismatch, a ValueError), else it is a warning.
+2. Every logging step, the median optimizer-step time and the peak memory
+   since the last log go beside the plan's predictions, with where each
+   prediction came from, into the log history (keys `plan/...`) and one line
+   on the main process. On CPU processes the GPU prediction is not compared.
+3. With record=True the run is stored in the benchmark database at
+   on_train_end (benchmarks_db), where calibration learns from it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from backends.integrations.plan_check import trainer_differences
+from backends.monitor import peak_rss_bytes
+from planner.contract.plan_file import plan_and_run
+from planner.errors import UserInputError
+from planner.plan import Plan
+
+GIB = 2**30
+
+
+class PlanMismatch(UserInputError):
+    """The Trainer does not run the plan it was given (one line naming each difference)."""
+
+
+class PlanCallback(TrainerCallback):
+    def __init__(
+        self,
+        plan: Plan | str | Path,
+        *,
+        strict: bool = True,
+        record: bool = False,
+        db: str | Path | None = None,
+        say: Any = print,
+    ):
+        self.plan, self.run = plan_and_run(plan)
+        self.strict, self.record, self.db, self.say = strict, record, db, say
+        self.step_times: list[float] = []  # every optimizer step's wall time, the first (warm-up) excluded
+        self._since_log: list[float] = []
+        self._tick: float | None = None
+        self._on_gpu = False
+        self.record_id: str | None = None
+
+    # 1. the check
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        import torch
+
+        self._on_gpu = torch.cuda.is_available() and not getattr(args, "use_cpu", False)
+        differences = trainer_differences(args, self.plan, self.run)
+        if differences:
+            line = (
+                f"the Trainer does not run the plan for {self.plan.model.name}: {'; '.join(differences)}; "
+                "build the arguments with training_arguments(plan, ...) or plan again"
+            )
+            if self.strict:
+                raise PlanMismatch(line)
+            if state.is_world_process_zero:
+                self.say(f"warning: {line}")
+        self._tick = time.perf_counter()
+
+    # 2. measured vs predicted
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        now = time.perf_counter()
+        if self._tick is not None and state.global_step > 1:
+            self.step_times.append(now - self._tick)
+            self._since_log.append(now - self._tick)
+        self._tick = now
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        if not self._since_log or not state.is_world_process_zero or not state.log_history:
+            return
+        measured = statistics.median(self._since_log)
+        self._since_log = []
+        peak = self._peak_bytes()
+        predicted = self.run.predicted
+        entry = {
+            "plan/step_time_s": measured,
+            "plan/peak_memory_bytes": peak,
+            "plan/predicted_step_time_s": predicted.step_time_s,
+            "plan/predicted_peak_memory_bytes": predicted.peak_memory_bytes,
+        }
+        state.log_history[-1].update(entry)
+        self.say(self._line(state.global_step, measured, peak))
+
+    def _peak_bytes(self) -> int:
+        if self._on_gpu:
+            import torch
+
+            return int(torch.cuda.max_memory_allocated())
+        return peak_rss_bytes()
+
+    def _line(self, step: int, measured: float, peak: int) -> str:
+        predicted = self.run.predicted
+        if not self._on_gpu:
+            return (
+                f"step {step}: {measured:.3g} s/step, host peak RSS {peak / GIB:.2f} GiB "
+                "(CPU processes: the plan's GPU predictions are not compared)"
+            )
+        time_part = f"step {step}: {measured:.3g} s/step"
+        if predicted.step_time_s:
+            time_part += (
+                f" vs predicted {predicted.step_time_s:.3g} ({measured / predicted.step_time_s - 1:+.0%}; "
+                f"{predicted.throughput_source or 'formula'})"
+            )
+        memory_part = f"peak memory {peak / GIB:.2f} GiB"
+        if predicted.peak_memory_bytes:
+            memory_part += (
+                f" vs predicted {predicted.peak_memory_bytes / GIB:.2f} GiB ({predicted.memory_source or 'formula'})"
+            )
+        return f"{time_part}; {memory_part}"
+
+    # 3. the record
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not self.record or not self.step_times or not state.is_world_process_zero:
+            return
+        from backends.runner.summary import record
+        from backends.runner.world import fit_to_world
+
+        median = statistics.median(self.step_times)
+        run, _ = fit_to_world(self.run, args.world_size, tiny=False)  # the world the Trainer ran on
+        run = run.model_copy(
+            update={"micro_batch": args.per_device_train_batch_size, "grad_accum": args.gradient_accumulation_steps}
+        )
+        summary = {
+            "median_step_time_s": median,
+            "step_time_spread_s": _spread(self.step_times),
+            "steps": state.global_step,
+            "tokens_per_s": args.per_device_train_batch_size
+            * args.gradient_accumulation_steps
+            * args.world_size
+            * self.run.seq_len
+            / median,
+            "peak_memory_per_rank_bytes": [self._peak_bytes()],  # the main process's
+            "comparable_to_prediction": self._on_gpu,
+            "tiny": False,
+        }
+        self.record_id = record(self.plan, self.plan.config.strategy.value, run, summary, self.db, runner="hf-trainer")
+        self.say(f"recorded run {self.record_id[:12]} in the benchmark database")
+
+
+def _spread(values: list[float]) -> float:
+    if len(values) < 4:
+        return 0.0
+    quartiles = statistics.quantiles(values, n=4)
+    return quartiles[2] - quartiles[0]

@@ -1,0 +1,116 @@
+"""docs/integrations.md runs as written: the Trainer with PlanCallback on 2 CPU ranks, under DeepSpeed ZeRO-2
+and under FSDP, on a local checkpoint and a text file (the real-data path).
+
+References: the plan itself (the callback refuses a Trainer that does not
+run it: the strategy, ZeRO stage and batch it checks are the plan's), the
+benchmark database (the recorded run is read back with the plan's numbers),
+and the user's checkpoint (the saved model differs from it: it trained).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.distributed import REPO_ROOT, cpu_env, run_torchrun
+
+DOC = REPO_ROOT / "docs" / "integrations.md"
+SCRIPT = re.compile(r"```python\n# (\w+\.py)\n(.*?)```", re.DOTALL)
+
+
+def scripts() -> dict[str, str]:
+    return {name: f"# {name}\n{code}" for name, code in SCRIPT.findall(DOC.read_text(encoding="utf-8"))}
+
+
+def plan_cli(*args) -> str:
+    import hardware_selector
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert hardware_selector.main([str(arg) for arg in args]) == 0
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def user(tmp_path_factory):
+    from scripts.demo_checkpoint import make_local_gpt2
+
+    root = tmp_path_factory.mktemp("integrations")
+    model_dir, corpus = make_local_gpt2(root / "user")
+    return root, model_dir, corpus
+
+
+def emit(user, name: str, *strategy) -> Path:
+    root, model_dir, corpus = user
+    plan_cli("plan", "-m", model_dir, "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64",
+             "--global-batch", "8", "--data", corpus, "--emit", root / name, *strategy)  # fmt: skip
+    return root / name
+
+
+def test_the_page_has_the_trainer_script():
+    assert "train_with_plan_callback.py" in scripts()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, kind, strategy, zero", [("deepspeed-zero2", "zero2", "deepspeed", 2), ("fsdp", "fsdp", "fsdp", 0)]
+)
+def test_the_trainer_runs_the_plan_with_the_callback_on_two_ranks(user, tmp_path, name, kind, strategy, zero):
+    from benchmarks_db.store import BenchmarkStore
+
+    root, model_dir, corpus = user
+    run_dir = emit(user, name, "--strategies", kind)
+    from planner.contract.plan_file import read_plan_file
+
+    plan, _ = read_plan_file(run_dir)
+    assert plan.config.strategy.value == strategy and plan.config.zero_stage == zero
+    script = tmp_path / "train_with_plan_callback.py"
+    script.write_text(scripts()["train_with_plan_callback.py"], encoding="utf-8")
+    database = tmp_path / "runs.duckdb"
+    env = {"RUN": str(run_dir), "MODEL": str(model_dir), "DATA": str(corpus), "STEPS": "4",
+           "HARDWARE_SELECTOR_DB": str(database)}  # fmt: skip
+    completed = run_torchrun([str(script)], nproc=2, timeout=400, cwd=tmp_path, env=cpu_env(env))
+    lines = re.findall(
+        r"^step (\d+): [\d.e-]+ s/step, host peak RSS [\d.]+ GiB \(CPU processes", completed.stdout, re.M
+    )
+    assert [int(step) for step in lines] == [2, 3, 4], completed.stdout[-3000:]
+    (stored,) = BenchmarkStore(database).runs()
+    assert (stored.runner, stored.strategy, stored.global_batch, stored.gpu_count) == ("hf-trainer", strategy, 8, 2)
+    assert stored.step_time_median_s > 0 and f"recorded run {stored.id[:12]}" in completed.stdout
+
+    from transformers import AutoModelForCausalLM
+
+    trained = AutoModelForCausalLM.from_pretrained(run_dir / "trainer" / "final")
+    original = AutoModelForCausalLM.from_pretrained(model_dir)
+    assert any(not a.equal(b) for a, b in zip(trained.state_dict().values(), original.state_dict().values()))
+
+
+def test_a_trainer_that_does_not_run_the_plan_is_one_line_before_the_first_step(user, tmp_path):
+    from transformers import TrainerControl, TrainerState
+
+    from hardware_selector import training_arguments
+    from hardware_selector.integrations import PlanCallback, PlanMismatch
+
+    run_dir = emit(user, "ddp", "--strategies", "ddp")
+    state, control = TrainerState(), TrainerControl()
+    callback = PlanCallback(run_dir)
+    assert callback.run.global_batch == 8
+    # The plan's own arguments, on one process with its accumulation doubled: the same global batch, no word.
+    same = training_arguments(run_dir, tmp_path / "a", gradient_accumulation_steps=2 * callback.run.grad_accum)
+    callback.on_train_begin(same, state, control)
+    other = training_arguments(run_dir, tmp_path / "b", gradient_accumulation_steps=3, bf16=True, use_cpu=True)
+    with pytest.raises(PlanMismatch) as caught:
+        callback.on_train_begin(other, state, control)
+    message = str(caught.value)
+    assert "\n" not in message and isinstance(caught.value, ValueError)
+    assert (
+        f"global batch {callback.run.micro_batch} x 3 x 1 ranks" in message
+        and "mixed precision bf16 (plan no)" in message
+    )
+    said = []
+    PlanCallback(run_dir, strict=False, say=said.append).on_train_begin(other, state, control)
+    assert said == [f"warning: {message}"]
