@@ -85,6 +85,16 @@ class Engine:
     def loss_scale(self) -> float:
         return self.scaler.scale
 
+    # DeepSpeed's accessors, for scripts written against its engine.
+    def gradient_accumulation_steps(self) -> int:
+        return self.grad_accum
+
+    def train_micro_batch_size_per_gpu(self) -> int:
+        return self.micro_batch
+
+    def get_lr(self) -> list[float]:
+        return [group["lr"] for group in self.optimizer.param_groups]
+
     def is_gradient_accumulation_boundary(self) -> bool:
         return (self.micro_steps + 1) % self.grad_accum == 0
 

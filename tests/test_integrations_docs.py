@@ -114,3 +114,29 @@ def test_a_trainer_that_does_not_run_the_plan_is_one_line_before_the_first_step(
     said = []
     PlanCallback(run_dir, strict=False, say=said.append).on_train_begin(other, state, control)
     assert said == [f"warning: {message}"]
+
+
+@pytest.mark.slow
+def test_the_deepspeed_script_follows_deepspeeds_losses_on_our_engine(user, tmp_path):
+    """The same script, ds_config.json and data on DeepSpeed itself (the reference) and on our engine."""
+    root, model_dir, corpus = user
+    run_dir = emit(user, "deepspeed-script", "--strategies", "zero2")
+    script = tmp_path / "deepspeed_script.py"
+    script.write_text(scripts()["deepspeed_script.py"], encoding="utf-8")
+    launcher = tmp_path / "launch.py"  # CI time, not behaviour: no JIT build of DeepSpeed's CPU shm op
+    launcher.write_text(
+        "import runpy\nfrom backends.cpu_distributed import skip_deepspeed_shm_build\nskip_deepspeed_shm_build()\n"
+        f"runpy.run_path({str(script)!r}, run_name='__main__')\n",
+        encoding="utf-8",
+    )
+
+    def losses(engine: str) -> list[float]:
+        env = {"RUN": str(run_dir), "MODEL": str(model_dir), "DATA": str(corpus), "STEPS": "3", "ENGINE": engine}
+        out = run_torchrun([str(launcher)], nproc=2, timeout=400, cwd=tmp_path, env=cpu_env(env)).stdout
+        found = re.findall(r"^step (\d+) loss ([\d.]+)$", out, re.M)
+        assert [int(step) for step, _ in found] == [1, 2, 3], out[-3000:]
+        return [float(loss) for _, loss in found]
+
+    reference = losses("deepspeed")
+    assert reference[0] != reference[-1]  # it trained
+    assert losses("ours") == pytest.approx(reference, rel=1e-4)
