@@ -36,8 +36,11 @@ class _IntegrationsAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return importlib.util.spec_from_loader(name, self)
         return None
 
+    RENAMED = {".lightning": ".lightning_strategy"}  # our file must not shadow the `lightning` library
+
     def create_module(self, spec):
-        return importlib.import_module("backends.integrations" + spec.name[len(self.PREFIX) :])
+        rest = spec.name[len(self.PREFIX) :]
+        return importlib.import_module("backends.integrations" + self.RENAMED.get(rest, rest))
 
     def exec_module(self, module):
         return None  # already executed under its own name

@@ -2,6 +2,9 @@
 
 - PlanCallback: the HF Trainer checked against a plan, measured against it,
   recorded (trainer_callback.py).
+- PlanStrategy, EngineStrategy, plan_trainer_kwargs: PyTorch Lightning
+  (lightning_strategy.py, also importable as hardware_selector.integrations.lightning;
+  `pip install hardware-selector[lightning]`).
 
 Each is imported on first use, so importing this package costs nothing.
 """
@@ -13,6 +16,9 @@ from typing import Any
 _WHERE = {
     "PlanCallback": "backends.integrations.trainer_callback",
     "PlanMismatch": "backends.integrations.trainer_callback",
+    "PlanStrategy": "backends.integrations.lightning_strategy",
+    "EngineStrategy": "backends.integrations.lightning_strategy",
+    "plan_trainer_kwargs": "backends.integrations.lightning_strategy",
 }
 __all__ = list(_WHERE)
 

@@ -95,7 +95,7 @@ def _fsdp_differences(args: Any, plan: Plan) -> list[str]:
     elif "hybrid_shard" in options or reshard == "hybrid_shard":
         sharding = FsdpSharding.HYBRID
     elif "no_shard" in options or reshard == "no_shard":
-        sharding = FsdpSharding.NO_SHARD
+        sharding = FsdpSharding.NONE
     else:
         sharding = FsdpSharding.FULL
     found = []

@@ -181,6 +181,11 @@ class ZeroOptimizer:
     def param_groups(self) -> list[dict]:
         return self.optimizer.param_groups
 
+    @property
+    def state(self) -> Any:
+        """The torch optimizer's state over this rank's master partition (what frameworks walk to move it)."""
+        return self.optimizer.state
+
     def gradient_flat(self, unit: FlatUnit) -> Any:
         """The unit's gradients as one padded flat tensor; by default a copy, and the originals are dropped."""
         grad_dtype = next((param.grad.dtype for param in unit.params if param.grad is not None), self.dtype)
