@@ -22,6 +22,9 @@ from planner.errors import UserInputError
 from .engine_inputs import count_tokens, loss_of, module_call, moved
 from .mixed_precision import LossScaler, compute_dtype
 from .monitor import StepMonitor
+from .monitoring import Decision, TrainingMonitor
+from .profiling import StepTrace
+from .profiling import register as register_profiled
 from .schedulers import WarmupSchedule
 from .zero import zero_optimizer_class
 from .zero.comm import DataParallelComm
@@ -63,6 +66,13 @@ class Engine:
         self.global_steps = 0
         self.global_samples = 0  # samples consumed by all data-parallel ranks: the data position
         self.monitor = StepMonitor(self._global_rank(), metrics_path, self.device.type)
+        # Metrics, callbacks that decide on each update, per-phase memory (backends/monitoring.py).
+        self.training_monitor = TrainingMonitor(rank=self._global_rank(), device_type=self.device.type)
+        self.last_decision = Decision()
+        self.announce_decisions = True  # rank 0 logs warn/stop reasons (the runner reports its own)
+        profiling = config.hardware_selector.profiling
+        self._trace = StepTrace(profiling.step, profiling.output, self._global_rank()) if profiling else None
+        register_profiled(self.monitor)
         self._tokens = 0
         self._losses: list[float] = []
         self._checkpointer: Any | None = None  # checkpoint.async_save: the save in flight
@@ -113,7 +123,9 @@ class Engine:
         """The model's own output for this micro-batch (backends/engine_inputs.py says how it is called)."""
         if self.pipelined:
             raise UserInputError("with pipeline parallelism call engine.train_batch(...); forward is per stage")
-        with self.monitor.phase("forward"):
+        if self._trace is not None:
+            self._trace.maybe_start(self.global_steps + 1)
+        with self.monitor.phase("forward"), self.training_monitor.memory.phase("forward"):
             self.optimizer.begin_forward()
             if self.parallel_model is not None:
                 ids, labels = self._inputs(args[0] if args else kwargs)
@@ -133,9 +145,10 @@ class Engine:
         boundary = self.is_gradient_accumulation_boundary()
         comm_before = self.optimizer.comm_seconds
         began = time.perf_counter()
-        self.optimizer.begin_backward(boundary)
-        (loss * (self.scaler.scale / self.grad_accum)).backward()
-        self.optimizer.end_backward(boundary)
+        with self.training_monitor.memory.phase("backward"):
+            self.optimizer.begin_backward(boundary)
+            (loss * (self.scaler.scale / self.grad_accum)).backward()
+            self.optimizer.end_backward(boundary)
         comm = self.optimizer.comm_seconds - comm_before
         self.monitor.add("comm", comm)
         self.monitor.add("backward", time.perf_counter() - began - comm)
@@ -152,10 +165,11 @@ class Engine:
         comm_before = self.optimizer.comm_seconds
         began = time.perf_counter()
         self.last_loss = self._mean_loss()
-        guard = self.step_guard
-        self.last_step_applied = self.optimizer.step(
-            guard=None if guard is None else (lambda norm: guard(self.last_loss, norm))
-        )
+        self.last_decision = Decision()
+        checks = self.step_guard is not None or bool(self.training_monitor.callbacks)
+        with self.training_monitor.memory.phase("optimizer"):
+            self.last_step_applied = self.optimizer.step(guard=self._allows_update if checks else None)
+        self._announce(self.last_decision)
         self.optimizer.zero_grad()
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()  # DeepSpeed steps it on skipped steps too
@@ -164,6 +178,39 @@ class Engine:
         self.monitor.add("comm", comm)
         self.monitor.add("optimizer", time.perf_counter() - began - comm)
         self._end_step()
+
+    def _allows_update(self, grad_norm: Any) -> bool:
+        """Before the update: the monitor's callbacks (and the runner's guard) decide whether it is applied."""
+        metrics = {"loss": self.last_loss}
+        if grad_norm is not None:
+            metrics["grad_norm"] = float(grad_norm)
+        self.last_decision = self.training_monitor.decide(metrics, self.global_steps + 1)
+        allowed = self.last_decision.applies_update
+        if self.step_guard is not None:
+            allowed = self.step_guard(self.last_loss, grad_norm) and allowed
+        return allowed
+
+    @property
+    def should_stop(self) -> bool:
+        """A callback answered "stop" at the last step (the update was not applied): end the loop."""
+        return self.last_decision.action == "stop"
+
+    def _announce(self, decision: Decision) -> None:
+        if decision.action != "ok" and self.announce_decisions and self._global_rank() == 0:
+            import logging
+
+            verb = {"warn": "warning", "skip-step": "skipped the update", "stop": "stopping"}[decision.action]
+            logging.getLogger("hardware_selector.engine").warning(
+                "step %d: %s: %s", self.global_steps + 1, verb, "; ".join(decision.reasons)
+            )
+
+    def set_tensorboard_writer(self, writer: Any) -> None:
+        """Every step's metrics (loss, step time, tokens/s, lr, gradient norm, phases) to this SummaryWriter."""
+        self.training_monitor.set_tensorboard_writer(writer)
+
+    def memory_profile(self) -> dict[str, Any]:
+        """The peak memory of each phase so far ({"kind": ..., "peak_bytes": {"forward": ..., ...}})."""
+        return self.training_monitor.memory.report()
 
     def _mean_loss(self) -> float:
         """This step's loss: the mean over its micro-batches and the data-parallel ranks (collective)."""
@@ -174,7 +221,7 @@ class Engine:
         return float(local.item()) / self.comm.world
 
     def _end_step(self) -> None:
-        self.monitor.end_step(
+        record = self.monitor.end_step(
             self.global_steps,
             loss=self.last_loss,
             tokens=self._tokens * self.comm.world,
@@ -184,6 +231,16 @@ class Engine:
             grad_norm=self.optimizer.last_grad_norm,
             skipped_steps=self.optimizer.skipped_steps,
         )
+        for name, value in record.items():
+            if (
+                name not in ("step", "tokens", "skipped_steps")
+                and isinstance(value, (int, float))
+                and value is not None
+            ):
+                self.training_monitor.track_metric(name, value, self.global_steps)
+        if self._trace is not None:  # the trace covers the whole step: from the end of the one before
+            self._trace.maybe_stop(self.global_steps)
+            self._trace.maybe_start(self.global_steps + 1)
         self._losses.clear()
         self._tokens = 0
 

@@ -1,7 +1,8 @@
 """Adapter: our engine (backends.initialize): ZeRO 0-3 on the data-parallel group, TP and PP from the layout.
 
-The runner's guard becomes the engine's step guard, checked inside the
-optimizer step after the gradient norm is known and before the update. Data
+The runner's anomaly rules are a callback of the engine's TrainingMonitor
+(backends/monitoring.py), asked inside the optimizer step after the gradient
+norm is known and before the update. Data
 are split over the engine's data-parallel group only: tensor and pipeline
 peers see the same batches. Checkpoints are the engine's own sharded format
 (backends/checkpoint), which resumes under other layouts and ZeRO stages.
@@ -36,7 +37,8 @@ class EngineAdapter(Adapter):
 
     def train_step(self, micro_batches: list[dict], guard: Guard) -> StepOutcome:
         engine = self.engine
-        engine.step_guard = guard
+        engine.announce_decisions = False  # the runner reports the verdict itself, once
+        engine.training_monitor.add_callback("anomaly rules", _as_callback(guard))
         began = time.perf_counter()
         engine.train_batch(micro_batches)
         finished = self.synchronize()
@@ -76,3 +78,16 @@ class EngineAdapter(Adapter):
 
     def close(self) -> None:
         self.engine.close()
+
+
+def _as_callback(guard: Guard) -> Any:
+    """The runner's guard (loss, norm) -> apply? as a monitor callback answering its verdict and reason."""
+
+    def anomaly_rules(metrics: dict[str, float], step: int) -> tuple[str, str]:
+        applied = guard(metrics["loss"], metrics.get("grad_norm"))
+        pending = getattr(guard, "pending", None)  # the AnomalyGuard's verdict, with its reason
+        if pending is not None:
+            return pending.action, pending.reason
+        return ("ok", "") if applied else ("skip-step", "the guard refused the update")
+
+    return anomaly_rules

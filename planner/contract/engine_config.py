@@ -110,6 +110,13 @@ class CheckpointBlock(_Strict):
     async_save: bool = False
 
 
+class ProfilingBlock(_Strict):
+    """Ours: a torch profiler trace of optimizer step `step`, written to `output` (backends/profiling.py)."""
+
+    step: int = Field(default=3, ge=1)
+    output: str = "profiles"
+
+
 PipelineScheduleName = Literal["gpipe", "1f1b", "interleaved-1f1b"]
 
 
@@ -126,6 +133,7 @@ class HardwareSelectorBlock(_Strict):
     sequence_parallel: bool = False
     pipeline_schedule: PipelineScheduleName = "1f1b"
     checkpoint: CheckpointBlock = CheckpointBlock()
+    profiling: ProfilingBlock | None = None
 
     @model_validator(mode="after")
     def _schedule_fits_layout(self) -> HardwareSelectorBlock:

@@ -126,6 +126,8 @@ class FakeGpu:
     pcie_current: tuple[int, int]  # (generation, width)
     pcie_max: tuple[int, int]
     nvlinks: list[NvLink] | None  # None: the GPU has no NVLink at all
+    memory_used: int = 0  # what nvmlDeviceGetMemoryInfo reports in use
+    utilization: int = 0  # nvmlDeviceGetUtilizationRates().gpu, percent
 
 
 @dataclass
@@ -151,8 +153,15 @@ class _PciInfo:
 
 
 class _Memory:
-    def __init__(self, total: int):
-        self.total, self.free, self.used = total, total, 0
+    def __init__(self, total: int, used: int = 0):
+        self.total, self.free, self.used = total, total - used, used
+
+
+class _Utilization:
+    """Shaped like pynvml.c_nvmlUtilization_t."""
+
+    def __init__(self, gpu: int):
+        self.gpu, self.memory = gpu, 0
 
 
 class _Handle:
@@ -213,7 +222,11 @@ class FakeNvml:
         return self._gpu(handle).name
 
     def nvmlDeviceGetMemoryInfo(self, handle, version=None):
-        return _Memory(self._gpu(handle).memory_total)
+        gpu = self._gpu(handle)
+        return _Memory(gpu.memory_total, gpu.memory_used)
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return _Utilization(self._gpu(handle).utilization)
 
     def nvmlDeviceGetCudaComputeCapability(self, handle):
         return self._gpu(handle).compute_capability
