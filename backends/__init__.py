@@ -128,3 +128,20 @@ def initialize(
     )
     scheduler = scheduler_from(lr_scheduler, engine)
     return engine, engine.optimizer, data_loader(training_data, engine, collate_fn), scheduler
+
+
+# Building blocks for hand-written loops (docs/engine.md, "Building blocks"), imported on first use.
+_BLOCKS = {
+    "setup_distributed_training": "backends.setup_training",
+    "ParallelTrainer": "backends.setup_training",
+    "CheckpointManager": "backends.checkpoint.manager",
+    "TrainingMonitor": "backends.monitoring",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _BLOCKS:
+        import importlib
+
+        return getattr(importlib.import_module(_BLOCKS[name]), name)
+    raise AttributeError(f"module 'backends' has no attribute '{name}'")

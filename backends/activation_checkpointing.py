@@ -34,12 +34,28 @@ def _attention_of(block: Any) -> Any:
     raise ValueError(f"selective checkpointing found no attention module in {type(block).__name__}")
 
 
-def apply_activation_checkpointing(model: Any, mode: str) -> None:
+def apply_activation_checkpointing(model: Any, mode: str, blocks: list | None = None) -> list:
+    """Recompute each block (full) or its attention (selective) in backward; returns the blocks wrapped.
+
+    The blocks are the children of the model's largest ModuleList (a transformer's layers), or `blocks`.
+    A model without repeated blocks is an error, never a silent no-op."""
+    from planner.errors import UserInputError
+
     from .zero.flat_unit import repeated_blocks
 
     if mode not in MODES:
         raise ValueError(f"activation_checkpointing must be one of {MODES}")
     if mode == "none":
-        return
-    for block in repeated_blocks(model):
+        return []
+    found = list(blocks) if blocks is not None else repeated_blocks(model)
+    if not found:
+        raise UserInputError(
+            f"activation checkpointing found no repeated block in {type(model).__name__} (no ModuleList of layers); "
+            "pass blocks=[...] with the modules to recompute"
+        )
+    for block in found:
         _recompute_in_backward(block if mode == "full" else _attention_of(block))
+    return found
+
+
+apply = apply_activation_checkpointing  # activation_checkpointing.apply(model, "full") for any model

@@ -1,0 +1,156 @@
+"""Building blocks for hand-written loops: CheckpointManager, activation_checkpointing.apply,
+setup_distributed_training and ParallelTrainer (docs/engine.md, "Building blocks").
+
+References: an uninterrupted run (a resumed one must continue its losses
+exactly), the same model without recomputation (activation checkpointing
+changes no gradient), the plan's own numbers (the engine set up from a run
+folder runs its batch split and ZeRO stage) and a plain torch loop
+(ParallelTrainer's losses).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import backends
+from backends import activation_checkpointing
+from planner.errors import UserInputError
+from tests.emit_plans import make_plan
+
+
+class Layer(nn.Module):
+    calls = 0  # forward runs, recomputations included
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x):
+        Layer.calls += 1
+        return torch.tanh(self.linear(x))
+
+
+class Stack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = nn.ModuleList(Layer() for _ in range(3))
+
+    def forward(self, x, y):
+        for layer in self.layers:
+            x = layer(x)
+        return ((x.sum(-1) - y) ** 2).mean()
+
+
+def data(step):
+    generator = torch.Generator().manual_seed(step)
+    x = torch.randn(8, 4, generator=generator)
+    return x, x.sum(-1) * 0.5
+
+
+def train(model, optimizer, steps):
+    losses = []
+    for step in steps:
+        loss = model(*data(step))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(float(loss))
+    return losses
+
+
+@pytest.mark.parametrize("async_save", [False, True])
+def test_a_resumed_loop_continues_the_uninterrupted_losses(tmp_path, async_save):
+    model = Stack()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
+    uninterrupted = train(model, optimizer, range(6))
+
+    manager = backends.CheckpointManager(tmp_path / "ckpt", keep_last=2, async_save=async_save)
+    model = Stack()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
+    for step in range(4):
+        train(model, optimizer, [step])
+        manager.save(step + 1, model, optimizer, extra={"samples": 8 * (step + 1)})
+    manager.wait()
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["global_step3", "global_step4", "latest"]
+
+    fresh, fresh_optimizer = Stack(), None
+    fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=0.05)
+    step, extra = backends.CheckpointManager(tmp_path / "ckpt").load(fresh, fresh_optimizer)
+    assert (step, extra) == (4, {"samples": 32})
+    assert train(fresh, fresh_optimizer, range(4, 6)) == pytest.approx(uninterrupted[4:], rel=1e-6)
+
+
+def test_a_damaged_checkpoint_falls_back_to_the_one_before(tmp_path, capsys):
+    manager = backends.CheckpointManager(tmp_path, keep_last=3)
+    model = Stack()
+    manager.save(1, model)
+    expected = [p.detach().clone() for p in model.parameters()]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    newest = manager.save(2, model)
+    shard = next(newest.rglob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:-5])  # truncated
+    fresh = Stack()
+    with torch.no_grad():
+        for p in fresh.parameters():
+            p.zero_()
+    assert manager.load(fresh)[0] == 1
+    assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), expected))
+    assert "global_step2 is unusable" in capsys.readouterr().err
+    assert backends.CheckpointManager(tmp_path / "empty").load(fresh) == (0, {})
+
+
+def test_activation_checkpointing_recomputes_any_models_blocks_and_changes_no_gradient():
+    reference = Stack()
+    reference(*data(0)).backward()
+    model = Stack()
+    assert activation_checkpointing.apply(model, "full") == list(model.layers)
+    Layer.calls = 0
+    model(*data(0)).backward()
+    assert Layer.calls == 6  # each block ran again in backward
+    for a, b in zip(model.parameters(), reference.parameters()):
+        assert torch.allclose(a.grad, b.grad)
+    with pytest.raises(UserInputError, match="found no repeated block in Sequential"):
+        activation_checkpointing.apply(nn.Sequential(nn.Linear(2, 2)), "full")
+    explicit = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    assert activation_checkpointing.apply(explicit, "full", blocks=[explicit[0]]) == [explicit[0]]
+
+
+def test_setup_from_a_run_folder_runs_the_plans_split_and_stage(tmp_path):
+    from backends.setup_training import engine_config_of
+
+    make_plan(strategy="engine", zero_stage=2, gpus_per_node=1, micro_batch=2, grad_accum=2).emit(tmp_path / "z2")
+    make_plan(strategy="fsdp", gpus_per_node=1).emit(tmp_path / "fsdp")
+    assert engine_config_of(tmp_path / "fsdp").zero_optimization.stage == 3  # FSDP full shard is ZeRO-3's sharding
+    dataset = torch.utils.data.TensorDataset(*data(0))
+    engine, optimizer, loader, _ = backends.setup_distributed_training(Stack(), tmp_path / "z2", dataset=dataset)
+    assert engine.config.zero_optimization.stage == 2 and (engine.micro_batch, engine.grad_accum) == (2, 2)
+    assert loader.batch_size == 2
+    with pytest.raises(UserInputError, match="not int"):
+        backends.setup_distributed_training(Stack(), 3)
+
+
+def test_parallel_trainer_follows_a_torch_loop_and_stops_when_asked():
+    x, y = data(0)
+    dataset = torch.utils.data.TensorDataset(x, y)
+    config = {"train_micro_batch_size_per_gpu": 8, "optimizer": {"type": "AdamW", "params": {"lr": 0.05}}}
+    rows = backends.ParallelTrainer(config).train(Stack(), dataset, epochs=3)
+    model = Stack()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.0)  # the engine block's defaults
+    expected = []
+    for epoch in range(3):
+        order = torch.randperm(8, generator=torch.Generator().manual_seed(epoch))  # DistributedSampler's order
+        loss = model(x[order], y[order])
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        expected.append(float(loss))
+    assert [row["loss"] for row in rows] == pytest.approx(expected, rel=1e-6)
+    stopped = backends.ParallelTrainer(config).train(
+        Stack(), dataset, epochs=5, callbacks={"once": lambda m, s: "stop" if s == 2 else None}
+    )
+    assert len(stopped) == 2
