@@ -8,6 +8,7 @@ Prefixing every key with the restart count gives each attempt a clean slate.
 
 from __future__ import annotations
 
+import atexit
 import os
 from datetime import timedelta
 
@@ -17,6 +18,9 @@ def init_distributed(backend: str, timeout_minutes: float = 10) -> None:
 
     if dist.is_initialized():
         return
+    # A script that never destroys the group we made would leave gloo's threads to interpreter teardown,
+    # which can abort the process after a run that succeeded ("terminate called without an active exception").
+    atexit.register(_destroy_at_exit)
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
     if attempt is None or "MASTER_ADDR" not in os.environ:
         dist.init_process_group(backend, timeout=timedelta(minutes=timeout_minutes))
@@ -34,6 +38,13 @@ def init_distributed(backend: str, timeout_minutes: float = 10) -> None:
         world_size=int(os.environ["WORLD_SIZE"]),
         timeout=timedelta(minutes=timeout_minutes),
     )
+
+
+def _destroy_at_exit() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()  # local: no barrier, so a peer that died cannot hang the exit
 
 
 def shutdown_distributed() -> None:
