@@ -136,6 +136,7 @@ _BLOCKS = {
     "ParallelTrainer": "backends.setup_training",
     "CheckpointManager": "backends.checkpoint.manager",
     "TrainingMonitor": "backends.monitoring",
+    "ZeroOptimizer": "backends.zero.standalone",
 }
 
 

@@ -154,3 +154,48 @@ def test_parallel_trainer_follows_a_torch_loop_and_stops_when_asked():
         Stack(), dataset, epochs=5, callbacks={"once": lambda m, s: "stop" if s == 2 else None}
     )
     assert len(stopped) == 2
+
+
+@pytest.mark.slow
+def test_zero_optimizer_in_a_hand_written_loop_follows_a_torch_loop(tmp_path):
+    """Reference: one process stepping torch's optimizer on each whole global batch, clipped at 1.0."""
+    import json
+
+    from tests.distributed import run_torchrun
+    from tests.engine_inputs_models import Regressor, dataset
+
+    run_torchrun(["tests/engine_jobs/standalone_zero.py", str(tmp_path / "out.json")], nproc=2, timeout=300)
+    results = json.loads((tmp_path / "out.json").read_text())
+    hyper = {
+        "adamw": (torch.optim.AdamW, {"lr": 0.05, "weight_decay": 0.01}),
+        "sgd": (torch.optim.SGD, {"lr": 0.05, "momentum": 0.9}),
+    }
+    for name, (losses, weights) in results.items():
+        optimizer_cls, kwargs = hyper[name.split("-")[0]]
+        torch.manual_seed(0)
+        model = Regressor()
+        optimizer = optimizer_cls(model.parameters(), **kwargs)
+        x, y = dataset().tensors
+        expected = []
+        for step in range(4):
+            loss = model(x[step * 8 : (step + 1) * 8], y[step * 8 : (step + 1) * 8]).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad()
+            expected.append(float(loss))
+        assert losses == pytest.approx(expected, rel=1e-5), name
+        for got, want in zip(weights, model.parameters()):
+            assert got == pytest.approx(want.detach().flatten().tolist(), rel=1e-4, abs=1e-6), name
+
+
+def test_zero_optimizer_refuses_what_it_cannot_shard():
+    from backends.zero.standalone import ZeroOptimizer
+
+    class Lamb(torch.optim.Optimizer):
+        pass
+
+    with pytest.raises(UserInputError, match="element-wise"):
+        ZeroOptimizer(Lamb, Stack().parameters())
+    with pytest.raises(UserInputError, match="pass the model"):
+        ZeroOptimizer(torch.optim.AdamW, Stack().parameters(), stage=3)

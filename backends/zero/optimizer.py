@@ -112,7 +112,9 @@ class ZeroOptimizer:
             self.place_parameters(unit, full.to(device=self.device, dtype=dtype))
             del full
             position += unit.shard
-        self.optimizer = build_torch_optimizer([self.master], config.optimizer)
+        # The torch optimizer steps the flat master partition; a standalone ZeroOptimizer brings its own class.
+        factory = getattr(self, "optimizer_factory", None)
+        self.optimizer = factory([self.master]) if factory else build_torch_optimizer([self.master], config.optimizer)
         self.codec = BucketCodec(config.gradient_compression, comm.world, self._global_max)
         self.global_norm = GlobalGradientNorm(
             self.units,

@@ -1,0 +1,59 @@
+"""torchrun job: ZeroOptimizer (stage 1, 2 from parameters; 3 from the module) in a hand-written loop.
+
+Each rank trains its rows of the same global batches; rank 0 writes the
+losses (averaged over the ranks) and the final weights per case to argv[1].
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+
+from backends.zero.standalone import ZeroOptimizer
+from tests.engine_inputs_models import Regressor, dataset
+
+CASES = {"adamw-1": (torch.optim.AdamW, 1), "adamw-2": (torch.optim.AdamW, 2), "adamw-3": (torch.optim.AdamW, 3),
+         "sgd-2": (torch.optim.SGD, 2)}  # fmt: skip
+HYPER = {torch.optim.AdamW: {"lr": 0.05, "weight_decay": 0.01}, torch.optim.SGD: {"lr": 0.05, "momentum": 0.9}}
+
+
+def run(optimizer_cls, stage, rank, world):
+    torch.manual_seed(0)
+    model = Regressor()
+    zero = ZeroOptimizer(optimizer_cls, model if stage == 3 else model.parameters(), stage=stage, max_grad_norm=1.0,
+                         **HYPER[optimizer_cls])  # fmt: skip
+    x, y = dataset().tensors
+    losses = []
+    for step in range(4):
+        rows = slice(step * 8, (step + 1) * 8)
+        mine = torch.arange(rows.start, rows.stop)[rank::world]
+        first, second = mine.chunk(2)  # two accumulated micro-batches
+        total = 0.0
+        for part, last in ((first, False), (second, True)):
+            loss = model(x[part], y[part]).loss / 2
+            zero.backward(loss, accumulate=not last)
+            total += float(loss)
+        zero.step()
+        average = torch.tensor([total])
+        dist.all_reduce(average)
+        losses.append(float(average) / world)
+    zero.gathered_parameters()
+    return losses, [p.detach().flatten().tolist() for p in model.parameters()]
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    results = {name: run(cls, stage, rank, world) for name, (cls, stage) in CASES.items()}
+    if rank == 0:
+        with open(sys.argv[1], "w") as handle:
+            json.dump(results, handle)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
