@@ -199,3 +199,17 @@ def test_zero_optimizer_refuses_what_it_cannot_shard():
         ZeroOptimizer(Lamb, Stack().parameters())
     with pytest.raises(UserInputError, match="pass the model"):
         ZeroOptimizer(torch.optim.AdamW, Stack().parameters(), stage=3)
+
+
+@pytest.mark.slow
+def test_checkpoint_manager_keeps_fsdp_shards_on_their_ranks_and_resumes_exactly(tmp_path):
+    import json
+
+    from tests.distributed import run_torchrun
+
+    run_torchrun(["tests/engine_jobs/checkpoint_manager_fsdp.py", str(tmp_path / "ckpt"), str(tmp_path / "out.json")],
+                 nproc=2, timeout=300)  # fmt: skip
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["step"] == 2
+    assert result["resumed"] == pytest.approx(result["uninterrupted"], rel=1e-6)
+    assert result["files"] == ["global_step2/state/__0_0.distcp", "global_step2/state/__1_0.distcp"]  # one per rank
