@@ -77,6 +77,12 @@ def _fit_default_seq_len(ctx: typer.Context, config: TrainingConfig, spec: Model
     return config.model_copy(update={"seq_len": default_seq_len(spec)})
 
 
+IMPLEMENTATION_HELP = (
+    "Whose training code to predict the speed of: ours (what --emit writes: transformers modules), "
+    "megatron, megatron-deepspeed, llm-foundry, deepspeed (ZeRO-3 as published in 2021)."
+)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("estimate")
     @option_group("model", model_options)
@@ -94,6 +100,7 @@ def register(app: typer.Typer) -> None:
             help="Runtime overhead per GPU in GiB (CUDA context + fragmentation); default 0.75 + 5%.",
         ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        implementation: str = typer.Option("ours", "--implementation", help=IMPLEMENTATION_HELP),
     ) -> None:
         """Estimate per-GPU memory (and speed) of one training configuration."""
         from planner.evaluate import evaluate
@@ -107,7 +114,9 @@ def register(app: typer.Typer) -> None:
         spec = model.resolve()
         config = _fit_default_seq_len(ctx, config, spec)
         target = cluster.resolve()
-        result = evaluate(spec, config, target, headroom_fraction=headroom, overhead=overhead)
+        result = evaluate(
+            spec, config, target, headroom_fraction=headroom, overhead=overhead, implementation=implementation
+        )
         if as_json:
             document = {
                 "model": model_summary(spec),

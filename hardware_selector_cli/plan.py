@@ -16,6 +16,7 @@ from planner.search.request import Objective
 from planner.training_config import ActivationCheckpointing, OptimizerKind, Precision
 from planner.units import format_bytes
 
+from .estimate import IMPLEMENTATION_HELP
 from .model_options import ModelOptions, model_options
 from .option_groups import option_group
 from .run_options import RunOptionValues, run_option_values
@@ -209,6 +210,7 @@ def register(app: typer.Typer) -> None:
             help="Strategy kinds to consider: ddp,fsdp,deepspeed,engine; zero1|zero2|zero3 for DeepSpeed at that stage.",
         ),
         no_offload: bool = typer.Option(False, "--no-offload", help="Leave out CPU/NVMe offload."),
+        implementation: str = typer.Option("ours", "--implementation", help=IMPLEMENTATION_HELP),
         lora_rank: int = typer.Option(
             0, "--lora-rank", help="Train LoRA adapters of this rank (0 = full fine-tuning)."
         ),
@@ -288,6 +290,14 @@ def register(app: typer.Typer) -> None:
                 check_count(flag, value, high=high)
         if tokens is not None:
             check_number("--tokens", tokens, high=MAX_TOKENS, low=0.0, low_inclusive=False)
+        from planner.throughput.implementation import implementation_named
+
+        implementation_named(implementation)  # a wrong name: one line before any work
+        if emit is not None and implementation.strip().lower() != "ours":
+            raise UserInputError(
+                f"--implementation {implementation} predicts another codebase's speed, and --emit writes configs "
+                "for our stacks: drop one of them"
+            )
         spec = model.resolve()
         seq_len = seq_len or default_seq_len(spec)
         request = PlanRequest(
@@ -298,6 +308,7 @@ def register(app: typer.Typer) -> None:
             optimizer=_choice(optimizer, OptimizerKind, "--optimizer"),
             activation_checkpointing=_listed(ac, ActivationCheckpointing, "--ac"),
             strategies=_listed(strategies, StrategyKind, "--strategies"),
+            implementation=implementation.strip().lower(),
             allow_offload=not no_offload,
             lora_rank=lora_rank,
             qlora=qlora,

@@ -70,11 +70,15 @@ def evaluate(
     *,
     headroom_fraction: float = 0.0,
     overhead: OverheadSettings = OverheadSettings(),
+    implementation: str = "ours",
 ) -> Evaluation:
+    from planner.throughput.implementation import implementation_named
+
+    preset = implementation_named(implementation)  # a wrong name is one line before any work
     memory = memory_on(spec, config, cluster, headroom_fraction=headroom_fraction, overhead=overhead)
     throughput, error = None, None
     try:
-        throughput = estimate_throughput(spec, config, cluster)
+        throughput = estimate_throughput(spec, config, cluster, implementation=preset)
     except UserInputError as problem:
         # Memory is still meaningful when the speed cannot be estimated.
         error = str(problem)

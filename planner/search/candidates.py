@@ -25,6 +25,7 @@ from planner.search.batching import batch_options, infeasible_batch_reason
 from planner.search.layouts import StrategyLayout, enumerate_layouts
 from planner.search.request import Objective, PlanRequest
 from planner.throughput.estimate import estimate_throughput
+from planner.throughput.implementation import implementation_named
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import ActivationCheckpointing, Precision, TrainingConfig
 
@@ -148,7 +149,9 @@ class CandidateEvaluator:
 
     def _throughput(self, config: TrainingConfig, cluster: ClusterSpec) -> ThroughputEstimate:
         self.counters.throughput_evaluations += 1
-        estimate = estimate_throughput(self.spec, config, cluster)
+        estimate = estimate_throughput(
+            self.spec, config, cluster, implementation=implementation_named(self.request.implementation)
+        )
         return self.adjust(config, estimate) if self.adjust is not None else estimate
 
     def _family(self, name: str) -> FamilyRecord:

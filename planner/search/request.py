@@ -59,6 +59,9 @@ class PlanRequest(BaseModel):
     attention: AttentionKernel = AttentionKernel.SDPA
     activation_checkpointing: tuple[ActivationCheckpointing, ...] = tuple(ActivationCheckpointing)
     strategies: tuple[StrategyKind, ...] = STRATEGY_FAMILIES
+    # Whose training code the speed is predicted for (planner/throughput/implementation.py); "ours" is what
+    # --emit writes.
+    implementation: str = "ours"
     allow_offload: bool = True
     lora_rank: int = Field(default=0, ge=0)
     qlora: bool = False

@@ -234,7 +234,10 @@ def estimate_throughput(
             global_batch=global_batch,
             breakdown=breakdown,
             price_usd_per_gpu_hour=cluster.gpu.price_usd_per_hour,
-            sources=dict(_SOURCES_BY_STACK[stack]),
+            sources={
+                **_SOURCES_BY_STACK[stack],
+                "implementation": f"assumed: {implementation.name} (--implementation; planner/throughput/implementation.py)",
+            },
             notes=bottleneck_notes(step, comm.exposed_s, bubble, comm.offload_s, stage.launch_bound),
             world_size=world,
         ),

@@ -50,4 +50,15 @@ IMPLEMENTATIONS = {
     "megatron": MEGATRON_LM,
     "megatron-deepspeed": MEGATRON_DEEPSPEED,
     "deepspeed-zero3-2021": DEEPSPEED_ZERO3_2021,
+    "deepspeed": DEEPSPEED_ZERO3_2021,  # the published DeepSpeed runs we can check against are these
 }
+
+
+def implementation_named(name: str) -> Implementation:
+    """`--implementation NAME`'s preset; one line naming the choices otherwise."""
+    from planner.errors import UserInputError
+
+    preset = IMPLEMENTATIONS.get(str(name).strip().lower())
+    if preset is None:
+        raise UserInputError(f"--implementation must be one of {', '.join(IMPLEMENTATIONS)}, not {name!r}")
+    return preset
