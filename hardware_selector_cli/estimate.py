@@ -112,7 +112,7 @@ def register(app: typer.Typer) -> None:
             raise UserInputError(f"--overhead-gb must be 0 or more, not {overhead_gb}")
         overhead = OverheadSettings() if overhead_gb is None else OverheadSettings.fixed(overhead_gb)
         spec = model.resolve()
-        config = _fit_default_seq_len(ctx, config, spec)
+        config = _fit_default_seq_len(ctx, config, spec).with_stage_map(spec)  # uneven pp: the map it ran
         target = cluster.resolve()
         result = evaluate(
             spec, config, target, headroom_fraction=headroom, overhead=overhead, implementation=implementation

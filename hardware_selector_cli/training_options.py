@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import typer
 
 from planner.errors import UserInputError
-from planner.limits import MAX_BATCH, MAX_SEQ_LEN, check_count
+from planner.limits import MAX_BATCH, MAX_LAYERS, MAX_SEQ_LEN, check_count
 from planner.training_config import (
     ActivationCheckpointing,
     AttentionKernel,
@@ -98,6 +98,12 @@ def training_options(
     pp_schedule: str = typer.Option("1f1b", "--pp-schedule", help="gpipe|1f1b|interleaved-1f1b"),
     virtual_stages: int = typer.Option(1, "--virtual-stages", help="Model chunks per pipeline rank (interleaved)."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree (MoE)."),
+    pp_layers: str | None = typer.Option(
+        None,
+        "--pp-layers",
+        help="Layers per pipeline stage, e.g. 7,8,8,7 (default: even, or the end stages one lighter when --pp "
+        "does not divide the layers).",
+    ),
     micro_batch: int = typer.Option(1, "--micro-batch", help="Sequences per GPU per micro-step."),
     seq_len: int = typer.Option(
         2048, "--seq-len", help="Tokens per sequence (default: the smaller of 2048 and the model's context)."
@@ -127,8 +133,9 @@ def training_options(
     from planner.contract.layout import ParallelDims
     from planner.contract.schema import describe_validation_error
 
+    stage_layers = _stage_layers(pp_layers)
     try:
-        layout = ParallelDims(tp=tp, pp=pp, virtual_stages=virtual_stages, ep=ep)
+        layout = ParallelDims(tp=tp, pp=pp, virtual_stages=virtual_stages, ep=ep, stage_layers=stage_layers)
     except ValidationError as error:
         raise UserInputError(f"layout {describe_validation_error(error, 'docs/parallelism.md')}") from None
     return TrainingConfig(
@@ -150,3 +157,18 @@ def training_options(
         lora_rank=lora_rank,
         qlora=qlora,
     )
+
+
+def _stage_layers(text: str | None) -> tuple[int, ...] | None:
+    """--pp-layers 7,8,8,7: whole numbers of at least 1, one per pipeline chunk."""
+    if text is None:
+        return None
+    try:
+        counts = tuple(int(part) for part in text.replace(" ", "").split(","))
+    except ValueError:
+        raise UserInputError(
+            f"--pp-layers lists layers per stage as whole numbers, e.g. 7,8,8,7, not {text!r}"
+        ) from None
+    for count in counts:
+        check_count("--pp-layers", count, high=MAX_LAYERS)
+    return counts

@@ -75,6 +75,7 @@ def evaluate(
     from planner.throughput.implementation import implementation_named
 
     preset = implementation_named(implementation)  # a wrong name is one line before any work
+    config = config.with_stage_map(spec)  # pp that does not divide the layers: the default uneven map
     memory = memory_on(spec, config, cluster, headroom_fraction=headroom_fraction, overhead=overhead)
     throughput, error = None, None
     try:

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from planner.contract.layout import ParallelDims
+from planner.contract.layout import ParallelDims, default_stage_layers
 from planner.errors import UserInputError
 from planner.limits import MAX_BATCH, MAX_SEQ_LEN
 from planner.models.spec import ModelSpec
@@ -181,6 +181,24 @@ class TrainingConfig(BaseModel):
     def data_parallel_size(self, world_size: int) -> int:
         return world_size // self.model_parallel_size
 
+    def with_stage_map(self, model: ModelSpec) -> TrainingConfig:
+        """This config with its pipeline stage map written out when the chunks do not divide the layers
+        (the default map of planner/contract/layout.py; the engine then runs the same map)."""
+        chunks = self.pipeline_parallel * self.virtual_stages
+        if chunks == 1 or self.layout.stage_layers is not None or model.num_layers % chunks == 0:
+            return self
+        if chunks > model.num_layers:
+            return self  # check_against says why
+        layout = self.layout.model_copy(update={"stage_layers": default_stage_layers(model.num_layers, chunks)})
+        return self.model_copy(update={"layout": layout})
+
+    def stage_map(self, model: ModelSpec) -> tuple[int, ...]:
+        """Layers of each pipeline chunk (equal when the chunks divide the layers)."""
+        chunks = self.pipeline_parallel * self.virtual_stages
+        if self.layout.stage_layers is not None:
+            return self.layout.stage_layers
+        return default_stage_layers(model.num_layers, chunks) if chunks <= model.num_layers else (1,) * chunks
+
     def check_against(self, model: ModelSpec, world_size: int, gpus_per_node: int) -> None:
         """Raise UserInputError when this layout cannot run this model on this cluster."""
         tp, pp = self.tensor_parallel, self.pipeline_parallel
@@ -196,9 +214,11 @@ class TrainingConfig(BaseModel):
         if tp > gpus_per_node:
             raise UserInputError(f"--tp {tp} spans nodes; keep tensor parallelism inside a node ({gpus_per_node} GPUs)")
         stage_layers = model.num_decoder_layers or model.num_layers
-        if pp > 1 and model.num_layers % pp:
+        stage_map = self.layout.stage_layers
+        if pp > 1 and stage_map is not None and sum(stage_map) != model.num_layers:
             raise UserInputError(
-                f"--pp {pp} does not divide {model.name}'s {model.num_layers} layers; use a divisor of {model.num_layers}"
+                f"--pp-layers {','.join(map(str, stage_map))} sums to {sum(stage_map)}, but {model.name} has "
+                f"{model.num_layers} layers"
             )
         if pp > 1 and self.grad_accum < pp:
             # Every pipeline schedule (GPipe, 1F1B, interleaved) needs a micro-batch per stage in flight.

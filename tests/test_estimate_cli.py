@@ -213,7 +213,25 @@ def test_overhead_override(capsys):
     "flags, fragment",
     [
         (["--strategy", "engine", "--tp", "3", "--gpus-per-node", "6"], "32 attention heads"),
-        (["--strategy", "engine", "--pp", "5", "--gpus-per-node", "5"], "32 layers"),
+        (
+            [
+                "--strategy",
+                "engine",
+                "--pp",
+                "5",
+                "--gpus-per-node",
+                "5",
+                "--grad-accum",
+                "5",
+                "--pp-layers",
+                "6,6,6,6,6",
+            ],
+            "sums to 30, but llama-2-7b has 32 layers",
+        ),  # fmt: skip
+        (
+            ["--strategy", "engine", "--pp", "2", "--gpus-per-node", "2", "--grad-accum", "2", "--pp-layers", "16,x"],
+            "--pp-layers lists layers per stage as whole numbers",
+        ),  # fmt: skip
         (["--strategy", "zero3", "--lora-rank", "8", "--qlora"], "QLoRA with ZeRO-3"),
         (["--gpu", "no-such-gpu"], "no-such-gpu"),
         (["--model", "no-such-model"], "unknown model"),

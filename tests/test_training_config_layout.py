@@ -26,13 +26,24 @@ LLAMA = find_model("llama-2-7b")  # 32 layers, 32 heads
             "make --grad-accum a multiple of 4",
         ),
         (dict(tensor_parallel=3), 6, "--tp 3 does not divide llama-2-7b's 32 attention heads"),
-        (dict(pipeline_parallel=5, grad_accum=5), 10, "--pp 5 does not divide llama-2-7b's 32 layers"),
+        (
+            dict(layout={"pp": 5, "stage_layers": (6, 6, 6, 6, 6)}, grad_accum=5),
+            10,
+            "--pp-layers 6,6,6,6,6 sums to 30, but llama-2-7b has 32 layers",
+        ),
+        (dict(pipeline_parallel=40, grad_accum=40), 40, "40 pipeline chunks exceed llama-2-7b's 32 layers"),
     ],
 )
 def test_layouts_that_cannot_run_are_refused(fields, world_size, problem):
     config = TrainingConfig(strategy="engine", **fields)
     with pytest.raises(UserInputError, match=problem):
         config.check_against(LLAMA, world_size=world_size, gpus_per_node=8)
+
+
+def test_a_pp_that_does_not_divide_the_layers_runs_the_default_uneven_map():
+    config = TrainingConfig(strategy="engine", pipeline_parallel=5, grad_accum=5).with_stage_map(LLAMA)
+    config.check_against(LLAMA, world_size=10, gpus_per_node=8)
+    assert config.layout.stage_layers == (6, 6, 7, 7, 6)  # ceil(32/5) = 7, three off: both ends, then the second
 
 
 def test_enough_micro_batches_pass():

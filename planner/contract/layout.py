@@ -14,7 +14,8 @@ hang where it is run.
 - cp: context-parallel ranks splitting the sequence;
 - ep: expert-parallel ranks; experts split over a sub-group of dp, so ep divides dp;
 - stage_layers: decoder layers per pipeline chunk (pp x virtual_stages entries), or None
-  for the balanced split.
+  for the balanced split. When pp does not divide the layers, the planner writes
+  `default_stage_layers` here (the map its memory and speed were computed for).
 """
 
 from __future__ import annotations
@@ -94,3 +95,24 @@ class ParallelDims(BaseModel):
         parts = [f"dp {self.dp if self.dp is not None else 'the rest'}", f"tp {self.tp}", f"pp {self.pp}"]
         parts += [f"{name} {value}" for name, value in (("cp", self.cp), ("ep", self.ep)) if value > 1]
         return " x ".join(parts)
+
+
+def default_stage_layers(layers: int, chunks: int) -> tuple[int, ...]:
+    """Layers per pipeline chunk when `chunks` does not divide `layers`: every chunk gets ceil(layers/chunks)
+    and the surplus comes off the end chunks first, which also run the embedding and the output head (the
+    layout Llama 3 405B used for 126 layers over 16 stages: 7, 8 x 14, 7; BLOOM's 70 over 12: 5, 6 x 10, 5)."""
+    if chunks < 1 or layers < chunks:
+        raise ValueError(f"{chunks} pipeline chunks need at least {chunks} layers, not {layers}")
+    base = -(-layers // chunks)
+    counts = [base] * chunks
+    surplus = base * chunks - layers
+    left, right = 0, chunks - 1
+    while surplus:
+        for index in (left, right) if left != right else (left,):
+            if surplus and counts[index] > 1:
+                counts[index] -= 1
+                surplus -= 1
+        left, right = left + 1, right - 1
+        if left > right:
+            left, right = 0, chunks - 1
+    return tuple(counts)

@@ -69,25 +69,42 @@ def _average_block_params(spec: ModelSpec) -> float:
 
 
 def rank_params(spec: ModelSpec, config: TrainingConfig) -> RankParams:
+    stages = _stage_totals(config.stage_map(spec), config.virtual_stages) if config.pipeline_parallel > 1 else None
     return _rank_params(
-        spec, config.tensor_parallel, config.pipeline_parallel, config.expert_parallel, config.lora_rank, config.qlora
-    )
+        spec, config.tensor_parallel, config.pipeline_parallel, config.expert_parallel, config.lora_rank, config.qlora,
+        stages,
+    )  # fmt: skip
+
+
+def _stage_totals(chunk_layers: tuple[int, ...], virtual: int) -> tuple[int, ...]:
+    """Layers per pipeline rank: its virtual chunks are r, r + pp, r + 2 pp, ... of the chunk map."""
+    pp = len(chunk_layers) // virtual
+    return tuple(sum(chunk_layers[rank::pp]) for rank in range(pp))
 
 
 @per_spec_and_key
-def _rank_params(spec: ModelSpec, tp: int, pp: int, ep: int, lora_rank: int, qlora: bool) -> RankParams:
+def _rank_params(
+    spec: ModelSpec, tp: int, pp: int, ep: int, lora_rank: int, qlora: bool, stages: tuple[int, ...] | None = None
+) -> RankParams:
     block_full = _average_block_params(spec)
     if spec.is_moe and ep > 1:
         expert_params = sum(s.params for s in block_linear_shapes(spec)[-2:])
         block_full -= expert_params * (1 - 1 / ep)
     block = int(block_full / tp)
-    blocks_on_rank = spec.num_layers // pp
     embedding = spec.params.embedding
     if pp > 1:
         # The first stage holds the input embedding and the last the head (a
         # copy when tied), so no single stage holds more than one of them.
         embedding = spec.vocab_size * spec.hidden_size
     embedding_on_rank = int(embedding / tp)
+    if pp > 1 and stages is not None:
+        # The heaviest rank: its blocks, plus the embedding on the first and the head on the last.
+        loads = [count * block + (embedding_on_rank if rank in (0, pp - 1) else 0) for rank, count in enumerate(stages)]
+        heaviest = max(range(pp), key=lambda rank: loads[rank])
+        blocks_on_rank = stages[heaviest]
+        embedding_on_rank = embedding_on_rank if heaviest in (0, pp - 1) else 0
+    else:
+        blocks_on_rank = spec.num_layers // pp
     total = block * blocks_on_rank + embedding_on_rank
 
     largest_module = max(spec.params.largest_layer // tp, 1)

@@ -97,7 +97,11 @@ def stage_compute(
 ) -> StageCompute:
     rows = float(config.micro_batch * config.seq_len)
     tp, pp = config.tensor_parallel, config.pipeline_parallel
-    blocks = math.ceil(shape.layers / pp)
+    stage_map = config.layout.stage_layers
+    if stage_map:  # the slowest rank sets the pace: the one with the most layers (its chunks together)
+        blocks = max(sum(stage_map[rank::pp]) for rank in range(pp))
+    else:
+        blocks = math.ceil(shape.layers / pp)
 
     matmul_fwd = _block_matmuls_forward_s(shape, config, device, k, rows)
     attention_fwd = _attention_forward_s(shape, config, device, k, fused_attention)

@@ -134,6 +134,7 @@ def _stage_of(
         config.seq_len,
         config.tensor_parallel,
         config.pipeline_parallel,
+        config.layout.stage_layers,
         config.expert_parallel,
         config.sequence_parallel,
         config.activation_checkpointing,

@@ -1,0 +1,84 @@
+"""Uneven pipeline stages: --pp need not divide the layers (Llama 3 405B: 126 layers over pp 16).
+
+References: the published layouts (Llama 3 405B's 7, 8 x 14, 7 and BLOOM's
+5, 6 x 10, 5 come out of the default map), the real model's parameters per
+stage under the engine's own split (the estimator's heaviest rank within
+3%), and a single-process run (the engine trains a 2, 3, 3, 2 map over 4
+ranks to the same losses).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hardware_selector_cli.app import main
+from planner.contract.layout import default_stage_layers
+from tests.distributed import run_torchrun
+
+
+def test_the_default_map_is_the_published_one():
+    assert default_stage_layers(126, 16) == (7, *[8] * 14, 7)
+    assert default_stage_layers(70, 12) == (5, *[6] * 10, 5)
+    assert default_stage_layers(10, 4) == (2, 3, 3, 2) and default_stage_layers(32, 4) == (8, 8, 8, 8)
+
+
+def _estimate(capsys, *extra):
+    argv = ["estimate", "-m", "llama-3.1-405b", "--gpu", "H100-80GB", "--gpus-per-node", "8", "--nodes", "2048",
+            "--strategy", "engine", "--tp", "8", "--pp", "16", "--grad-accum", "16", "--seq-len", "8192",
+            "--ac", "full", "--json", *extra]  # fmt: skip
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if code == 0 else err)
+
+
+def test_llama_3_405b_plans_on_its_published_layout(capsys):
+    code, document = _estimate(capsys)
+    assert code == 0
+    assert document["config"]["layout"]["stage_layers"] == [7, *[8] * 14, 7]
+    assert document["throughput"]["mfu"] > 0
+    code, explicit = _estimate(capsys, "--pp-layers", ",".join(["6", *["8"] * 15]))  # 126 with a light first stage
+    assert code == 0 and explicit["config"]["layout"]["stage_layers"][0] == 6
+    assert explicit["memory"]["per_gpu_bytes"]["total"] != document["memory"]["per_gpu_bytes"]["total"]
+    code, error = _estimate(capsys, "--pp-layers", "8,8")
+    assert code == 2 and "stage_layers lists 2 stages; pp x virtual_stages is 16" in error
+    code, error = _estimate(capsys, "--pp-layers", ",".join(["8"] * 16))
+    assert code == 2 and "sums to 128, but llama-3.1-405b has 126 layers" in error and error.count("\n") == 1
+
+
+def test_the_heaviest_ranks_parameters_match_the_real_model_under_the_engines_split(tmp_path):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from backends.model_factory import catalog_config
+    from backends.pipeline_parallel.split import stage_layer_ranges
+    from planner.memory.rank_params import rank_params
+    from planner.models.resolve import resolve_model
+    from planner.training_config import TrainingConfig
+
+    hf = {**catalog_config("llama-3-8b"), "num_hidden_layers": 10}
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    spec = resolve_model(str(tmp_path / "config.json"))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**hf))
+    per_layer = [sum(p.numel() for p in layer.parameters()) for layer in model.model.layers]
+    embedding = model.model.embed_tokens.weight.numel()
+    head = model.lm_head.weight.numel() + model.model.norm.weight.numel()
+    stage_map = (1, 4, 4, 1)  # the heaviest rank is a middle one (4 blocks), not an end one (1 block + 128k vocab)
+    ranges = stage_layer_ranges(10, 4, stage_map)
+    real = [
+        sum(per_layer[a:b]) + (embedding if i == 0 else 0) + (head if i == 3 else 0) for i, (a, b) in enumerate(ranges)
+    ]
+    config = TrainingConfig(strategy="engine", layout={"pp": 4, "stage_layers": stage_map}, grad_accum=4, seq_len=128)
+    assert rank_params(spec, config).total == pytest.approx(max(real), rel=0.03)
+
+
+@pytest.mark.slow
+def test_the_engine_trains_an_uneven_map_to_the_single_process_losses(tmp_path):
+    out = tmp_path / "out.json"
+    run_torchrun(["tests/engine_jobs/uneven_pipeline.py", str(out)], nproc=4, timeout=400)
+    result = json.loads(Path(out).read_text())
+    assert result["losses"] == pytest.approx(result["expected"], rel=1e-5)
+    assert [ranges[0] for ranges in result["ranges"]] == [[0, 2], [2, 5], [5, 8], [8, 10]]
