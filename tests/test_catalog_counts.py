@@ -144,6 +144,10 @@ PUBLISHED_TOTALS = {
     "llama-3-70b": 70_553_706_496,
     "llama-3.1-8b": 8_030_261_248,
     "llama-3.1-405b": 405_853_388_800,
+    # Llama 3.2's model cards (1.23B, 3.21B), exactly: tied 128,256 x h embeddings; 16 / 28 blocks of
+    # q and o (h x h), k and v (h x 8 kv heads x head_dim), a 3 x h x 8192 SwiGLU and two norms; a final norm.
+    "llama-3.2-1b": 1_235_814_400,
+    "llama-3.2-3b": 3_212_749_824,
     "mistral-7b": 7_241_732_096,
     "mixtral-8x7b": 46_702_792_704,
     "qwen2.5-0.5b": 494_032_768,
