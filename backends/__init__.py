@@ -86,7 +86,14 @@ def initialize(
                 "ZeRO-3 does not compose with pipeline parallelism here; use zero stage 1 or 2 with --pp"
             )
         try:
-            dims = layout.with_world_size(dist.get_world_size())
+            world = dist.get_world_size()
+        except (ValueError, RuntimeError):  # no process group: a single process cannot split the model
+            raise UserInputError(
+                f"layout tp {layout.tp} x pp {layout.pp} splits the model over {layout.model_parallel} ranks; "
+                f"start the script under torchrun --nproc_per_node={layout.model_parallel} (or a multiple)"
+            ) from None
+        try:
+            dims = layout.with_world_size(world)
         except ValueError as error:
             raise UserInputError(str(error)) from None
         parallel_model = parallelize(

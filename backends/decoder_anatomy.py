@@ -28,7 +28,12 @@ ARCHITECTURES: dict[str, ParallelPlan] = {
 
 
 def architecture_of(model: nn.Module) -> Architecture:
-    config = model.config
+    config = getattr(model, "config", None)
+    if config is None:  # not a transformers model: nothing says where its blocks and heads are
+        raise UserInputError(
+            f"tensor/pipeline parallelism splits Hugging Face models of known families; {type(model).__name__} "
+            "is not one: use tp 1 and pp 1 (ZeRO 1-3 trains any module)"
+        )
     model_type = getattr(config, "model_type", None)
     if model_type not in ARCHITECTURES:
         raise UserInputError(

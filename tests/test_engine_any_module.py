@@ -134,3 +134,15 @@ def test_deepspeed_arguments_that_cannot_apply_are_one_line():
     bound = torch.optim.lr_scheduler.StepLR(torch.optim.SGD(model.parameters(), lr=0.1), 1)
     with pytest.raises(UserInputError, match="bound to another optimizer"):
         backends.initialize(model=model, lr_scheduler=bound)
+
+
+def test_tensor_or_pipeline_parallel_on_a_module_they_cannot_split_is_one_line_at_initialize():
+    from backends.decoder_anatomy import architecture_of
+
+    for layout in ({"tp": 2}, {"pp": 2}):  # one process: it says how to start the ranks
+        with pytest.raises(UserInputError) as caught:
+            backends.initialize(model=nn.Sequential(nn.Linear(2, 2)), config={"hardware_selector": {"layout": layout}})
+        assert "start the script under torchrun --nproc_per_node=2" in str(caught.value)
+    with pytest.raises(UserInputError) as caught:  # what parallelize asks first, inside initialize, on the ranks
+        architecture_of(nn.Sequential(nn.Linear(2, 2)))
+    assert "Sequential is not one: use tp 1 and pp 1" in str(caught.value) and "\n" not in str(caught.value)
