@@ -82,3 +82,25 @@ def test_the_engine_trains_an_uneven_map_to_the_single_process_losses(tmp_path):
     result = json.loads(Path(out).read_text())
     assert result["losses"] == pytest.approx(result["expected"], rel=1e-5)
     assert [ranges[0] for ranges in result["ranges"]] == [[0, 2], [2, 5], [5, 8], [8, 10]]
+
+
+def test_the_search_offers_uneven_pipelines_and_the_run_folder_carries_the_map(tmp_path):
+    from planner.hardware.cluster import make_cluster
+    from planner.models.resolve import resolve_model
+    from planner.search.layouts import enumerate_layouts
+    from planner.search.request import PlanRequest
+    from tests.emit_plans import make_plan
+
+    spec = resolve_model("llama-3.1-405b")
+    layouts = [
+        layout.fields["layout"]
+        for layout in enumerate_layouts(spec, make_cluster("H100-80GB", gpus_per_node=8, nodes=2048), PlanRequest())
+        if "layout" in layout.fields
+    ]
+    assert any(dims.tp == 8 and dims.pp == 16 and dims.stage_layers == (7, *[8] * 14, 7) for dims in layouts)
+
+    stage_map = default_stage_layers(12, 5)  # GPT-2's 12 layers over 5 stages
+    plan = make_plan(strategy="engine", gpus_per_node=5, grad_accum=5, layout={"pp": 5, "stage_layers": stage_map})
+    plan.emit(tmp_path / "run")
+    engine = json.loads((tmp_path / "run" / "engine.json").read_text())
+    assert tuple(engine["hardware_selector"]["layout"]["stage_layers"]) == stage_map == (2, 2, 3, 3, 2)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from planner.contract.layout import ParallelDims
+from planner.contract.layout import ParallelDims, default_stage_layers
 from planner.hardware.cluster import ClusterSpec
 from planner.models.families import parallel_model_types
 from planner.models.spec import ModelFamily, ModelSpec
@@ -172,23 +172,28 @@ def _engine_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[StrategyLayou
     world = cluster.world_size
     layouts = []
     for tp in tensor_parallel_degrees(spec, cluster):
-        for pp in divisors(spec.num_layers):
+        # Every pp the cluster can hold, dividing the layers or not (an uneven pp runs the default stage
+        # map of planner/contract/layout.py, as Llama 3 405B ran pp 16 over 126 layers).
+        degrees = sorted(set(divisors(spec.num_layers)) | {d for d in divisors(world // tp) if d <= spec.num_layers})
+        for pp in degrees:
             if world % (tp * pp) or (tp == 1 and pp == 1):
                 continue
             dp = world // (tp * pp)
+            uneven = spec.num_layers % pp != 0
             # ZeRO-1 shards the optimizer for the price of DDP's traffic (reduce-scatter +
             # all-gather = all-reduce), so it dominates stage 0; ZeRO-2/3 re-gather per
             # micro-batch, which a pipeline runs many of, so PP keeps stage 1.
             stages = ([1] if pp > 1 else [1, 2, 3]) if dp > 1 else [0]
             schedules = [(PipelineSchedule.ONE_F_ONE_B, 1)]
-            if pp > 1 and (spec.num_layers // pp) % INTERLEAVED_CHUNKS == 0:
+            if pp > 1 and not uneven and (spec.num_layers // pp) % INTERLEAVED_CHUNKS == 0:
                 schedules.append((PipelineSchedule.INTERLEAVED, INTERLEAVED_CHUNKS))
+            stage_map = default_stage_layers(spec.num_layers, pp) if uneven else None
             for stage in stages:
                 for schedule, chunks in schedules:
                     fields = {
                         "strategy": Strategy.ENGINE,
                         "zero_stage": stage,
-                        "layout": ParallelDims(tp=tp, pp=pp, virtual_stages=chunks),
+                        "layout": ParallelDims(tp=tp, pp=pp, virtual_stages=chunks, stage_layers=stage_map),
                         # Sequence parallelism moves the same bytes as TP's all-reduces
                         # and divides the activations by tp (Korthikanti et al. 2022): always on.
                         "sequence_parallel": tp > 1,
