@@ -293,7 +293,7 @@ class Engine:
         if self.pipelined:
             return self._train_pipelined(micro_batches)
         for micro in micro_batches:
-            self.backward(self.forward(micro))
+            self.backward(loss_of(self.forward(micro)))  # the loss alone: the output (logits) is freed now
             self.step()
         return self.last_loss
 
