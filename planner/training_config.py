@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from planner.contract.layout import ParallelDims, default_stage_layers
+from planner.contract.layout import ParallelDims, default_stage_layers, layers_per_rank
 from planner.errors import UserInputError
 from planner.limits import MAX_BATCH, MAX_SEQ_LEN
 from planner.models.spec import ModelSpec
@@ -198,6 +198,10 @@ class TrainingConfig(BaseModel):
         if self.layout.stage_layers is not None:
             return self.layout.stage_layers
         return default_stage_layers(model.num_layers, chunks) if chunks <= model.num_layers else (1,) * chunks
+
+    def rank_layers(self, model: ModelSpec) -> tuple[int, ...]:
+        """Layers on each pipeline rank (its chunks of the stage map together)."""
+        return layers_per_rank(self.stage_map(model), self.pipeline_parallel)
 
     def check_against(self, model: ModelSpec, world_size: int, gpus_per_node: int) -> None:
         """Raise UserInputError when this layout cannot run this model on this cluster."""

@@ -76,7 +76,7 @@ def test_a_resumed_loop_continues_the_uninterrupted_losses(tmp_path, async_save)
     manager.wait()
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["global_step3", "global_step4", "latest"]
 
-    fresh, fresh_optimizer = Stack(), None
+    fresh = Stack()
     fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=0.05)
     step, extra = backends.CheckpointManager(tmp_path / "ckpt").load(fresh, fresh_optimizer)
     assert (step, extra) == (4, {"samples": 32})

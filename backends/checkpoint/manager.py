@@ -21,9 +21,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from backends.ranks import barrier, dcp_quietly, distributed, rank
+from backends.ranks import dcp_quietly, distributed, rank
 
-from .layout import commit, read_json
+from .layout import read_json
+from .save import begin_partial, seal
 
 STATE_FOLDER = "state"
 EXTRA = "extra.json"
@@ -44,14 +45,9 @@ class CheckpointManager:
 
         self.wait()
         tag = f"global_step{int(step)}"
-        partial = self.directory / f".partial-{tag}"
+        partial = begin_partial(self.directory, tag)
         if rank() == 0:
-            import shutil
-
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.mkdir(parents=True)
             (partial / EXTRA).write_text(json.dumps({"step": int(step), **(extra or {})}), encoding="utf-8")
-        barrier()
         state = _state(model, optimizer)
         target = str(partial / STATE_FOLDER)
         with dcp_quietly():
@@ -74,10 +70,7 @@ class CheckpointManager:
         return self.directory / tag
 
     def _seal(self, partial: Path, tag: str) -> None:
-        barrier()
-        if rank() == 0:
-            commit(self.directory, partial, tag, self.keep_last)
-        barrier()
+        seal(self.directory, partial, tag, self.keep_last)
 
     def load(self, model: Any, optimizer: Any = None, tag: str | None = None) -> tuple[int, dict]:
         """Restore the newest intact checkpoint (or `tag`) into model and optimizer: (its step, its extra)."""

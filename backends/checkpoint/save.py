@@ -36,13 +36,19 @@ def gather_model_rank_states(engine: Any) -> dict[str, dict[str, Any]]:
 def begin_folder(engine: Any, save_dir: Path, tag: str | None) -> tuple[str, Path]:
     """The tag and an empty .partial folder for it, made by rank 0 before any rank writes."""
     tag = tag or f"global_step{engine.global_steps}"
+    return tag, begin_partial(save_dir, tag)
+
+
+def begin_partial(save_dir: Path, tag: str) -> Path:
+    """Collective: an empty `.partial-<tag>` folder, made by rank 0 before any rank writes (every checkpoint
+    writer of the project: the engine, the runner, CheckpointManager)."""
     partial = save_dir / f".partial-{tag}"
     if rank() == 0:
         if partial.exists():
             shutil.rmtree(partial)
         partial.mkdir(parents=True)
     barrier()
-    return tag, partial
+    return partial
 
 
 def write_resume_state(engine: Any, partial: Path, tag: str, client_state: dict | None) -> None:

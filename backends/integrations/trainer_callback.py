@@ -31,6 +31,7 @@ from transformers import TrainerCallback
 
 from backends.integrations.plan_check import trainer_differences
 from backends.monitor import peak_rss_bytes
+from backends.runner.summary import StepTimes
 from planner.contract.plan_file import plan_and_run
 from planner.errors import UserInputError
 from planner.plan import Plan
@@ -54,7 +55,7 @@ class PlanCallback(TrainerCallback):
     ):
         self.plan, self.run = plan_and_run(plan)
         self.strict, self.record, self.db, self.say = strict, record, db, say
-        self.step_times: list[float] = []  # every optimizer step's wall time, the first (warm-up) excluded
+        self.step_times = StepTimes()  # every optimizer step's wall time; the runner's: median past the first
         self._since_log: list[float] = []
         self._tick: float | None = None
         self._on_gpu = False
@@ -80,9 +81,10 @@ class PlanCallback(TrainerCallback):
     # 2. measured vs predicted
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         now = time.perf_counter()
-        if self._tick is not None and state.global_step > 1:
-            self.step_times.append(now - self._tick)
-            self._since_log.append(now - self._tick)
+        if self._tick is not None:
+            self.step_times.add(now - self._tick)
+            if state.global_step > 1:  # the first step warms up
+                self._since_log.append(now - self._tick)
         self._tick = now
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
@@ -130,19 +132,19 @@ class PlanCallback(TrainerCallback):
 
     # 3. the record
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if not self.record or not self.step_times or not state.is_world_process_zero:
+        median = self.step_times.median()
+        if not self.record or median is None or not state.is_world_process_zero:
             return
         from backends.runner.summary import record
         from backends.runner.world import fit_to_world
 
-        median = statistics.median(self.step_times)
         run, _ = fit_to_world(self.run, args.world_size, tiny=False)  # the world the Trainer ran on
         run = run.model_copy(
             update={"micro_batch": args.per_device_train_batch_size, "grad_accum": args.gradient_accumulation_steps}
         )
         summary = {
             "median_step_time_s": median,
-            "step_time_spread_s": _spread(self.step_times),
+            "step_time_spread_s": self.step_times.spread(),
             "steps": state.global_step,
             "tokens_per_s": args.per_device_train_batch_size
             * args.gradient_accumulation_steps
@@ -155,10 +157,3 @@ class PlanCallback(TrainerCallback):
         }
         self.record_id = record(self.plan, self.plan.config.strategy.value, run, summary, self.db, runner="hf-trainer")
         self.say(f"recorded run {self.record_id[:12]} in the benchmark database")
-
-
-def _spread(values: list[float]) -> float:
-    if len(values) < 4:
-        return 0.0
-    quartiles = statistics.quantiles(values, n=4)
-    return quartiles[2] - quartiles[0]

@@ -20,10 +20,11 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from backends.checkpoint.layout import commit, committed_tags, read_json
+from backends.checkpoint.layout import committed_tags, read_json
 from backends.checkpoint.load import choose_checkpoint, rank0_choice
+from backends.checkpoint.save import begin_partial, seal
 from backends.checkpoint.shards import load_rng, save_rng
-from backends.ranks import barrier, rank
+from backends.ranks import rank
 from planner.errors import UserInputError
 
 from .disk_space import CheckpointSpaceError, folder_bytes, out_of_space
@@ -61,20 +62,12 @@ class RunCheckpoints:
             raise CheckpointSpaceError(self.folder, tag, needed, newest[-1] if newest else None) from failure
 
     def _save(self, adapter: Adapter, tag: str, state: dict[str, Any]) -> Path:
-        partial = self.folder / f".partial-{tag}"
-        if rank() == 0:
-            if partial.exists():
-                shutil.rmtree(partial)
-            partial.mkdir(parents=True)
-        barrier()
+        partial = begin_partial(self.folder, tag)
         adapter.save(partial)
         save_rng(partial / "rng" / f"rank{rank()}.pt")
         if rank() == 0:
             (partial / RUNNER_STATE).write_text(json.dumps({**state, "tag": tag}, indent=1), encoding="utf-8")
-        barrier()
-        if rank() == 0:
-            commit(self.folder, partial, tag, self.keep_last)
-        barrier()
+        seal(self.folder, partial, tag, self.keep_last)
         return self.folder / tag
 
     def newest(self) -> Path | None:

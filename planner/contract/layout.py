@@ -116,3 +116,8 @@ def default_stage_layers(layers: int, chunks: int) -> tuple[int, ...]:
         if left > right:
             left, right = 0, chunks - 1
     return tuple(counts)
+
+
+def layers_per_rank(chunk_layers: tuple[int, ...], pp: int) -> tuple[int, ...]:
+    """Layers each pipeline rank holds: its virtual chunks are r, r + pp, r + 2 pp, ... of the chunk map."""
+    return tuple(sum(chunk_layers[rank::pp]) for rank in range(pp))

@@ -231,12 +231,6 @@ def _per_token(spec: ModelSpec, layout: ActivationShape, widths: Widths) -> tupl
     return kept, _head_bytes(spec, layout, widths) * heads, largest_block, layer_bytes
 
 
-def _rank_layers(config: TrainingConfig, spec: ModelSpec) -> list[int]:
-    """Layers on each pipeline rank (its virtual chunks together) under the config's stage map."""
-    chunks, pp = config.stage_map(spec), config.pipeline_parallel
-    return [sum(chunks[rank::pp]) for rank in range(pp)]
-
-
 def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> ActivationEstimate:
     layout = ActivationShape(
         config.tensor_parallel,
@@ -256,7 +250,7 @@ def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths
         # The first stage holds the most micro-batches in flight; the last one holds the
         # output head's input and the loss. The larger of the two at backward start.
         # `kept` is for layers/pp of each stack: scale it to the first and last ranks' share of the map.
-        ranks = _rank_layers(config, spec)
+        ranks = config.rank_layers(spec)
         even = spec.num_layers / config.pipeline_parallel
         first = kept * ranks[0] / even * tokens * in_flight
         last_in_flight = config.grad_accum if config.pipeline_schedule is PipelineSchedule.GPIPE else 1

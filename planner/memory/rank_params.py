@@ -69,17 +69,11 @@ def _average_block_params(spec: ModelSpec) -> float:
 
 
 def rank_params(spec: ModelSpec, config: TrainingConfig) -> RankParams:
-    stages = _stage_totals(config.stage_map(spec), config.virtual_stages) if config.pipeline_parallel > 1 else None
+    stages = config.rank_layers(spec) if config.pipeline_parallel > 1 else None
     return _rank_params(
         spec, config.tensor_parallel, config.pipeline_parallel, config.expert_parallel, config.lora_rank, config.qlora,
         stages,
     )  # fmt: skip
-
-
-def _stage_totals(chunk_layers: tuple[int, ...], virtual: int) -> tuple[int, ...]:
-    """Layers per pipeline rank: its virtual chunks are r, r + pp, r + 2 pp, ... of the chunk map."""
-    pp = len(chunk_layers) // virtual
-    return tuple(sum(chunk_layers[rank::pp]) for rank in range(pp))
 
 
 @per_spec_and_key

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from planner.contract.layout import layers_per_rank
 from planner.models.flops import ModelShape, attention_square_layers
 from planner.throughput.constants import ThroughputConstants
 from planner.throughput.kernel_stack import KernelStack, unfused_bytes_per_row
@@ -99,7 +100,7 @@ def stage_compute(
     tp, pp = config.tensor_parallel, config.pipeline_parallel
     stage_map = config.layout.stage_layers
     if stage_map:  # the slowest rank sets the pace: the one with the most layers (its chunks together)
-        blocks = max(sum(stage_map[rank::pp]) for rank in range(pp))
+        blocks = max(layers_per_rank(stage_map, pp))
     else:
         blocks = math.ceil(shape.layers / pp)
 

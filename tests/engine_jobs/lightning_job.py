@@ -73,8 +73,17 @@ def main() -> None:
 
         _, run = read_plan_file(folder)
         micro, accumulate = run.micro_batch, kwargs.pop("accumulate_grad_batches")
-        fit("reference-ddp", model_dir, DDPStrategy(process_group_backend="gloo"), micro, accumulate, results,
-            gradient_clip_val=kwargs["gradient_clip_val"]) if name == "plan-ddp" else None  # fmt: skip
+        if name == "plan-ddp":  # the reference: Lightning's own DDP on the same batches
+            reference = DDPStrategy(process_group_backend="gloo")
+            fit(
+                "reference-ddp",
+                model_dir,
+                reference,
+                micro,
+                accumulate,
+                results,
+                gradient_clip_val=kwargs["gradient_clip_val"],
+            )
         fit(name, model_dir, kwargs.pop("strategy"), micro, accumulate, results, **kwargs)
     for stage in (1, 2, 3):
         config = {"zero_optimization": {"stage": stage}, "train_micro_batch_size_per_gpu": micro,
