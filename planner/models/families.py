@@ -7,106 +7,26 @@ Every part that needs per-family knowledge reads it from here (docs/architecture
 - planner/search/layouts.py: whether our engine has a tensor/pipeline plan for it;
 - backends/decoder_anatomy.py: that plan itself (module paths, column and row projections, split points);
 - backends/model_factory.py: the config keys a smoke test shrinks.
+What an entry holds is defined in planner/models/family_entry.py.
 tests/test_model_families.py checks that every catalog model type has a complete entry and that the
 block classes and module paths exist in transformers' own classes.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict
-
+from planner.models.family_entry import (
+    GPT2_SIZE_KEYS,
+    LLAMA_SIZE_KEYS,
+    FamilyEntry,
+    LlamaStyle,
+    ParallelPlan,
+    SizeKeys,
+    Traits,
+)
 from planner.models.spec import ModelFamily
 
-Reader = Literal["gpt2", "opt", "bloom", "falcon", "gpt_neox", "llama", "bert", "t5", "vit"]
-Task = Literal["causal-lm", "masked-lm", "seq2seq-lm", "image-classification"]
-
-
-class _Data(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class LlamaStyle(_Data):
-    """How a Llama-style model_type departs from Llama, as its transformers config class and modules do."""
-
-    transformers_class: str
-    default_kv_heads: int | None  # None: one kv head per attention head
-    default_head_dim: int | None  # None: hidden_size // num_attention_heads
-    default_positions: int
-    tied_by_default: bool
-    # "attention_bias": read it, all four projections; "qkv_bias": read it, q/k/v only;
-    # "qkv": q/k/v always biased (Qwen2); "none": the module has no biases.
-    bias: Literal["attention_bias", "qkv_bias", "qkv", "none"] = "attention_bias"
-    norms_per_layer: int = 2
-
-
-class ParallelPlan(_Data):
-    """Where the parts of a decoder live inside the HF causal LM, for tensor and pipeline parallelism.
-
-    Paths inside a layer are relative to the layer. The pipeline splits the model at `layers`; tensor
-    parallelism splits `column` projections by output (into `sections` fused blocks each) and `row`
-    projections by input."""
-
-    backbone: str  # attribute path from the CausalLM to the module holding the layers
-    token_embedding: str  # relative to the backbone
-    layers: str
-    final_norm: str
-    layer_norms: tuple[str, ...]  # norms that feed a column-parallel projection
-    column: tuple[tuple[str, int], ...]  # (path, fused sections)
-    row: tuple[str, ...]
-    attention: str
-    head_count_attributes: tuple[str, ...] = ("num_heads", "num_key_value_heads", "num_attention_heads")
-    width_attributes: tuple[str, ...] = ()  # attention attributes holding the local projection width
-    kv_projections: tuple[str, ...] = ()  # replicated, not split, when tp exceeds the key/value heads
-    extra_modules: tuple[str, ...] = ()  # other backbone modules (positions, rotary)
-
-
-class Traits(_Data):
-    """What a block keeps for backward that its dimensions do not say (read off the transformers source and
-    checked against op-level traces, docs/accuracy.md)."""
-
-    fused_qkv: bool = False  # one projection makes q, k and v
-    fused_gate_up: bool = False  # one projection makes the gate and up inputs of the MLP
-    fused_attention_kernel: bool = True  # SDPA's flash / memory-efficient kernel applies
-    fused_qkv_rotary: bool = False  # v is a slice of the fused output that outlives the rotary q and k
-    qk_norm: bool = False  # RMSNorm on q and k before the rotary embedding
-    softmax_fp32: bool = False  # eager attention computes softmax in fp32 whatever the input
-    four_norms: bool = False  # pre- and post-norms around attention and MLP (Gemma-2/3)
-    norm_fp32_weighting: bool = False  # RMSNorm multiplies by (1 + weight) in fp32 (Gemma)
-    score_softcapping: bool = False  # tanh soft-capping keeps one more s x s tensor (Gemma-2)
-    shared_expert: bool = False  # an always-on gated MLP beside the routed experts (Qwen2-MoE)
-    mlp_dropout: bool = False  # dropout between the MLP's activation and its down projection (T5)
-
-
-# Config keys a family names its sizes with (the first present one is used); model_factory shrinks them.
-SizeKeys = dict[str, tuple[str, ...]]
-_GPT2_KEYS: SizeKeys = {
-    "hidden": ("n_embd",),
-    "layers": ("n_layer",),
-    "heads": ("n_head",),
-    "ffn": ("n_inner",),
-    "positions": ("n_positions", "n_ctx"),
-}
-_LLAMA_KEYS: SizeKeys = {
-    "hidden": ("hidden_size",),
-    "layers": ("num_hidden_layers",),
-    "heads": ("num_attention_heads",),
-    "ffn": ("intermediate_size",),
-    "positions": ("max_position_embeddings",),
-}
-
-
-class FamilyEntry(_Data):
-    model_type: str
-    family: ModelFamily
-    task: Task
-    reader: Reader
-    block_class: str  # the repeated transformer block (transformers' _no_split_modules)
-    size_keys: SizeKeys
-    traits: Traits = Traits()
-    llama_style: LlamaStyle | None = None
-    parallel_plan: ParallelPlan | None = None  # None: our engine has no tp/pp plan for it
+__all__ = ["FAMILIES", "FamilyEntry", "LlamaStyle", "ParallelPlan", "SizeKeys", "Traits", "family_of",
+           "parallel_model_types"]  # fmt: skip
 
 
 def _llama_plan() -> ParallelPlan:
@@ -143,7 +63,7 @@ def _llama_like(
         task="causal-lm",
         reader="llama",
         block_class=block,
-        size_keys=_LLAMA_KEYS,
+        size_keys=LLAMA_SIZE_KEYS,
         traits=traits,
         llama_style=style,
         parallel_plan=plan,
@@ -157,7 +77,7 @@ _ENTRIES = (
         task="causal-lm",
         reader="gpt2",
         block_class="GPT2Block",
-        size_keys=_GPT2_KEYS,
+        size_keys=GPT2_SIZE_KEYS,
         traits=Traits(fused_qkv=True),
         parallel_plan=ParallelPlan(
             backbone="transformer",
@@ -178,7 +98,7 @@ _ENTRIES = (
         task="causal-lm",
         reader="gpt2",
         block_class="GPTJBlock",
-        size_keys={**_GPT2_KEYS, "positions": ("n_positions",)},
+        size_keys={**GPT2_SIZE_KEYS, "positions": ("n_positions",)},
         traits=Traits(fused_attention_kernel=False, softmax_fp32=True),
     ),
     FamilyEntry(
@@ -244,7 +164,7 @@ _ENTRIES = (
         task="causal-lm",
         reader="gpt_neox",
         block_class="GPTNeoXLayer",
-        size_keys=_LLAMA_KEYS,
+        size_keys=LLAMA_SIZE_KEYS,
         traits=Traits(fused_qkv=True, fused_qkv_rotary=True),
     ),
     _llama_like(
@@ -386,7 +306,7 @@ _ENTRIES = (
             task="masked-lm",
             reader="bert",
             block_class=block,
-            size_keys={**_LLAMA_KEYS},
+            size_keys={**LLAMA_SIZE_KEYS},
         )
         for name, block in (("bert", "BertLayer"), ("roberta", "RobertaLayer"))
     ),
@@ -396,7 +316,7 @@ _ENTRIES = (
         task="image-classification",
         reader="vit",
         block_class="ViTLayer",
-        size_keys={**_LLAMA_KEYS, "positions": ("image_size",)},
+        size_keys={**LLAMA_SIZE_KEYS, "positions": ("image_size",)},
         traits=Traits(softmax_fp32=True),
     ),
     FamilyEntry(

@@ -1,0 +1,105 @@
+"""What one entry of the model-family registry says (planner/models/families.py holds the entries).
+
+Pure data, frozen: the config reader a family uses, its task, its transformer
+block class, the config keys naming its sizes, what its blocks keep for
+backward that the dimensions do not say (Traits), how a Llama-style family
+departs from Llama (LlamaStyle), and where our engine's tensor and pipeline
+parallelism find its parts (ParallelPlan).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from planner.models.spec import ModelFamily
+
+Reader = Literal["gpt2", "opt", "bloom", "falcon", "gpt_neox", "llama", "bert", "t5", "vit"]
+Task = Literal["causal-lm", "masked-lm", "seq2seq-lm", "image-classification"]
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LlamaStyle(_Data):
+    """How a Llama-style model_type departs from Llama, as its transformers config class and modules do."""
+
+    transformers_class: str
+    default_kv_heads: int | None  # None: one kv head per attention head
+    default_head_dim: int | None  # None: hidden_size // num_attention_heads
+    default_positions: int
+    tied_by_default: bool
+    # "attention_bias": read it, all four projections; "qkv_bias": read it, q/k/v only;
+    # "qkv": q/k/v always biased (Qwen2); "none": the module has no biases.
+    bias: Literal["attention_bias", "qkv_bias", "qkv", "none"] = "attention_bias"
+    norms_per_layer: int = 2
+
+
+class ParallelPlan(_Data):
+    """Where the parts of a decoder live inside the HF causal LM, for tensor and pipeline parallelism.
+
+    Paths inside a layer are relative to the layer. The pipeline splits the model at `layers`; tensor
+    parallelism splits `column` projections by output (into `sections` fused blocks each) and `row`
+    projections by input."""
+
+    backbone: str  # attribute path from the CausalLM to the module holding the layers
+    token_embedding: str  # relative to the backbone
+    layers: str
+    final_norm: str
+    layer_norms: tuple[str, ...]  # norms that feed a column-parallel projection
+    column: tuple[tuple[str, int], ...]  # (path, fused sections)
+    row: tuple[str, ...]
+    attention: str
+    head_count_attributes: tuple[str, ...] = ("num_heads", "num_key_value_heads", "num_attention_heads")
+    width_attributes: tuple[str, ...] = ()  # attention attributes holding the local projection width
+    kv_projections: tuple[str, ...] = ()  # replicated, not split, when tp exceeds the key/value heads
+    extra_modules: tuple[str, ...] = ()  # other backbone modules (positions, rotary)
+
+
+class Traits(_Data):
+    """What a block keeps for backward that its dimensions do not say (read off the transformers source and
+    checked against op-level traces, docs/accuracy.md)."""
+
+    fused_qkv: bool = False  # one projection makes q, k and v
+    fused_gate_up: bool = False  # one projection makes the gate and up inputs of the MLP
+    fused_attention_kernel: bool = True  # SDPA's flash / memory-efficient kernel applies
+    fused_qkv_rotary: bool = False  # v is a slice of the fused output that outlives the rotary q and k
+    qk_norm: bool = False  # RMSNorm on q and k before the rotary embedding
+    softmax_fp32: bool = False  # eager attention computes softmax in fp32 whatever the input
+    four_norms: bool = False  # pre- and post-norms around attention and MLP (Gemma-2/3)
+    norm_fp32_weighting: bool = False  # RMSNorm multiplies by (1 + weight) in fp32 (Gemma)
+    score_softcapping: bool = False  # tanh soft-capping keeps one more s x s tensor (Gemma-2)
+    shared_expert: bool = False  # an always-on gated MLP beside the routed experts (Qwen2-MoE)
+    mlp_dropout: bool = False  # dropout between the MLP's activation and its down projection (T5)
+
+
+# Config keys a family names its sizes with (the first present one is used); model_factory shrinks them.
+SizeKeys = dict[str, tuple[str, ...]]
+GPT2_SIZE_KEYS: SizeKeys = {
+    "hidden": ("n_embd",),
+    "layers": ("n_layer",),
+    "heads": ("n_head",),
+    "ffn": ("n_inner",),
+    "positions": ("n_positions", "n_ctx"),
+}
+LLAMA_SIZE_KEYS: SizeKeys = {
+    "hidden": ("hidden_size",),
+    "layers": ("num_hidden_layers",),
+    "heads": ("num_attention_heads",),
+    "ffn": ("intermediate_size",),
+    "positions": ("max_position_embeddings",),
+}
+
+
+class FamilyEntry(_Data):
+    model_type: str
+    family: ModelFamily
+    task: Task
+    reader: Reader
+    block_class: str  # the repeated transformer block (transformers' _no_split_modules)
+    size_keys: SizeKeys
+    traits: Traits = Traits()
+    llama_style: LlamaStyle | None = None
+    parallel_plan: ParallelPlan | None = None  # None: our engine has no tp/pp plan for it
