@@ -50,9 +50,10 @@ def main():
     if dist.get_rank() == 0:
         with open(sys.argv[1], "w") as handle:
             json.dump({"losses": losses, "expected": expected, "ranges": ranges}, handle)
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
+    from backends.distributed_init import exit_worker
+
     main()
+    exit_worker(0)  # gloo's threads can abort interpreter teardown after a run that succeeded
