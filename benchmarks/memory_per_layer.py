@@ -119,6 +119,20 @@ INLINE = {
         "num_heads": HEADS,
         "vocab_size": VOCAB,
     },
+    # A short audio window (128 positions from 256 mel frames) keeps the trace small; n layers in each stack.
+    "whisper": lambda n: {
+        "model_type": "whisper",
+        "d_model": H,
+        "encoder_layers": n,
+        "decoder_layers": n,
+        "encoder_attention_heads": HEADS,
+        "decoder_attention_heads": HEADS,
+        "encoder_ffn_dim": FFN,
+        "decoder_ffn_dim": FFN,
+        "max_source_positions": 128,
+        "vocab_size": VOCAB,
+        **{key: 1 for key in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")},
+    },
 }
 # Catalog families: the catalog config with these dimensions overridden (and its layer key).
 TOKENS = {"bos_token_id": 1, "eos_token_id": 2}
@@ -243,12 +257,14 @@ _DROPPED_KEYS = (
     "sliding_window",
     "use_sliding_window",
 )
-# (family, attentions, checkpointing modes); T5's attention is inline (no selective), and
+# (family, attentions, checkpointing modes); T5's attention is inline (no selective), a Whisper "layer" is one
+# encoder and one decoder block, and
 # BLOOM, GPT-J and Gemma-2 have no SDPA path in transformers.
 FAMILIES = [
     *[(name, ("sdpa", "eager"), ("none", "selective")) for name in ("gpt2", "opt", "llama", "mixtral", "bert")],
     ("t5", ("eager",), ("none",)),
     ("vit", ("sdpa", "eager"), ("none",)),
+    ("whisper", ("sdpa", "eager"), ("none",)),
     *[
         (name, ("sdpa",), ("none",))
         for name in ("phi-3-mini", "gemma-3-1b", "falcon-7b", "pythia-160m", "qwen2.5-0.5b", "qwen3-8b")

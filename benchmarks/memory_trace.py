@@ -202,6 +202,16 @@ def _build_hf_config(trace: TraceConfig):
     return config
 
 
+def _frozen_parameters_as_buffers(model) -> None:
+    """MemTracker hooks every parameter's gradient and cannot hook a frozen one (Whisper's sinusoid table):
+    hold such tensors as buffers, which take the same bytes and, like frozen parameters, get no gradient."""
+    for module in model.modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            if not param.requires_grad:
+                delattr(module, name)
+                module.register_buffer(name, param.detach())
+
+
 def _zero_module_attention_dropout(model) -> None:
     # T5 has one dropout_rate for hidden and attention dropout; its attention modules
     # copy it into a float attribute `dropout` used only for the attention probabilities.
@@ -295,10 +305,12 @@ def _traced_step(trace: TraceConfig, config, mesh, low, autocast):
         param_count = sum(p.numel() for p in model.parameters())
         if mesh is not None:
             _fsdp_wrap(model, mesh, trace.precision)
+        else:
+            _frozen_parameters_as_buffers(model)
         optimizer = _make_optimizer(trace.optimizer, model.parameters())
         _warm_optimizer(model, optimizer)
 
-        batch, input_ids, loss_of = traced_batch(config, trace.micro_batch, trace.seq_len)
+        batch, input_ids, loss_of = traced_batch(config, trace.micro_batch, trace.seq_len, dtype)
         if mesh is None:
             tracker = recording_tracker(MemTracker)()
             tracker._setup_recording(fold=None)

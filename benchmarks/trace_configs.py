@@ -195,6 +195,32 @@ T5_BASE: dict[str, Any] = {
     "num_heads": 12,
     "vocab_size": 32128,
 }
+# Whisper (speech-to-text): the encoder always reads 30 s of audio, 3000 mel frames convolved down to 1500
+# positions; seq_len is the decoder's text (448 at most).
+WHISPER_TINY: dict[str, Any] = {
+    "model_type": "whisper",
+    "d_model": 384,
+    "encoder_layers": 4,
+    "decoder_layers": 4,
+    "encoder_attention_heads": 6,
+    "decoder_attention_heads": 6,
+    "encoder_ffn_dim": 1536,
+    "decoder_ffn_dim": 1536,
+    "num_mel_bins": 80,
+    "vocab_size": 51865,
+}
+WHISPER_SMALL: dict[str, Any] = {
+    **WHISPER_TINY,
+    "d_model": 768,
+    "encoder_layers": 12,
+    "decoder_layers": 12,
+    "encoder_attention_heads": 12,
+    "decoder_attention_heads": 12,
+    "encoder_ffn_dim": 3072,
+    "decoder_ffn_dim": 3072,
+}
+# large-v3-turbo's shape at small width: a deep encoder and a 4-layer decoder.
+WHISPER_TURBO_SMALL: dict[str, Any] = {**WHISPER_SMALL, "decoder_layers": 4, "num_mel_bins": 128}
 
 
 def _c(label: str, model: dict[str, Any], b: int, s: int, precision: str = "bf16-mixed", **kw: Any) -> TraceConfig:
@@ -310,6 +336,14 @@ CONFIGS: list[TraceConfig] = [
     _c("t5-small-b8-s512-bf16mixed-eager", T5_SMALL, 8, 512, attention="eager"),
     _c("t5-base-b4-s512-fp32-eager-adafactor", T5_BASE, 4, 512, "fp32", attention="eager", optimizer="adafactor"),
     _c("t5-base-b4-s512-bf16mixed-eager-ac", T5_BASE, 4, 512, attention="eager", activation_checkpointing="full"),
+    # Whisper (transcription loss; encoder over 1500 audio positions, decoder over seq_len tokens)
+    _c("whisper-tiny-b8-s448-bf16mixed-eager", WHISPER_TINY, 8, 448, attention="eager"),
+    _c("whisper-tiny-b4-s128-fp32", WHISPER_TINY, 4, 128, "fp32"),
+    _c("whisper-small-b8-s448-bf16mixed", WHISPER_SMALL, 8, 448),
+    _c("whisper-small-b4-s448-fp32-eager", WHISPER_SMALL, 4, 448, "fp32", attention="eager"),
+    _c("whisper-small-b16-s448-bf16mixed-ac", WHISPER_SMALL, 16, 448, activation_checkpointing="full"),
+    _c("whisper-small-fsdp4-b8-s448-bf16mixed", WHISPER_SMALL, 8, 448, world_size=4),
+    _c("whisper-turbo-small-b8-s256-bf16mixed-eager", WHISPER_TURBO_SMALL, 8, 256, attention="eager"),
 ]
 
 

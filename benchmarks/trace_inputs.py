@@ -2,7 +2,8 @@
 
 Causal and masked LMs and T5 train on their own loss over the tokens; a bare
 encoder (sentence embeddings) on an in-batch contrastive loss; ViT on
-image classification, its sequence fixed by the image (benchmarks/memory_trace.py).
+image classification, its sequence fixed by the image; Whisper on transcription, its
+encoder over 30 s of mel frames and its decoder over seq_len tokens (benchmarks/memory_trace.py).
 """
 
 from __future__ import annotations
@@ -33,10 +34,13 @@ def model_class(config):
         AutoModelForImageClassification,
         AutoModelForMaskedLM,
         AutoModelForSeq2SeqLM,
+        AutoModelForSpeechSeq2Seq,
     )
 
     if config.model_type == "vit":
         return AutoModelForImageClassification
+    if config.model_type == "whisper":
+        return AutoModelForSpeechSeq2Seq
     if is_embedding_model(config):
         return AutoModel
     if getattr(config, "is_encoder_decoder", False):
@@ -46,8 +50,11 @@ def model_class(config):
     return AutoModelForCausalLM
 
 
-def traced_batch(config, micro_batch: int, seq_len: int) -> tuple[dict[str, Any], Any, Callable[[Any], Any]]:
-    """(the forward's keyword arguments, the input tensor MemTracker tracks, outputs -> loss)."""
+def traced_batch(
+    config, micro_batch: int, seq_len: int, dtype: Any = None
+) -> tuple[dict[str, Any], Any, Callable[[Any], Any]]:
+    """(the forward's keyword arguments, the input tensor MemTracker tracks, outputs -> loss). Audio frames
+    come in `dtype`, the weights' (a bf16 Whisper's convolution takes bf16 frames)."""
     import torch
 
     if config.model_type == "vit":  # images: seq_len must be the patches + CLS the image gives
@@ -55,6 +62,9 @@ def traced_batch(config, micro_batch: int, seq_len: int) -> tuple[dict[str, Any]
         labels = torch.randint(0, config.num_labels, (micro_batch,))
         return {"pixel_values": pixels, "labels": labels}, pixels, lambda outputs: outputs.loss
     input_ids = torch.randint(0, config.vocab_size, (micro_batch, seq_len))
+    if config.model_type == "whisper":  # 30 s of audio: 2 x max_source_positions mel frames; seq_len text tokens
+        features = torch.randn(micro_batch, config.num_mel_bins, 2 * config.max_source_positions, dtype=dtype)
+        return {"input_features": features, "labels": input_ids}, features, lambda outputs: outputs.loss
     if is_embedding_model(config):
         return {"input_ids": input_ids}, input_ids, lambda outputs: embedding_loss(outputs.last_hidden_state)
     return {"input_ids": input_ids, "labels": input_ids}, input_ids, lambda outputs: outputs.loss

@@ -83,10 +83,11 @@ def emit_run_folder(
     options: RunOptions | None = None,
 ) -> list[Path]:
     """Write the run folder for `plan` into `directory`; returns the written paths."""
-    if plan.model.patch_values:
+    if plan.model.modality != "text":
+        kind = {"image": ("a vision", "image"), "audio": ("an audio", "audio")}[plan.model.modality]
         raise UserInputError(
-            f"{plan.model.name} is a vision model: it is planned here, but run folders train text models "
-            "(docs/models-and-hardware.md); use the plan's strategy in your own image pipeline"
+            f"{plan.model.name} is {kind[0]} model: it is planned here, but run folders train text models "
+            f"(docs/models-and-hardware.md); use the plan's strategy in your own {kind[1]} pipeline"
         )
     run_dir = Path(directory).expanduser().resolve()
     if run_dir.exists() and not run_dir.is_dir():

@@ -88,7 +88,7 @@ def trainer_fsdp_config(plan: Plan, target: RunConfig) -> dict[str, Any]:
     config = plan.config
     sharding = config.fsdp_sharding
     block: dict[str, Any] = {
-        "transformer_layer_cls_to_wrap": [target.model.block_class],
+        "transformer_layer_cls_to_wrap": target.model.block_class.split(",") if target.model.block_class else [],
         "cpu_offload": Offload.CPU in (config.offload_params, config.offload_optimizer),
         "activation_checkpointing": config.activation_checkpointing is not ActivationCheckpointing.NONE,
         "state_dict_type": "SHARDED_STATE_DICT",

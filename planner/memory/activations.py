@@ -10,7 +10,7 @@ counted in the width it is stored in, per token (bytes x b*s).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import NamedTuple
 
@@ -116,30 +116,25 @@ class ActivationShape(NamedTuple):
         )
 
 
-def block_bytes(
-    spec: ModelSpec, layout: ActivationShape, widths: Widths, *, kv_seq_len: int, cross_attention: bool = False
+def _attention_bytes(
+    spec: ModelSpec,
+    layout: ActivationShape,
+    widths: Widths,
+    *,
+    kv_seq_len: int,
+    kv_per_token: float = 1.0,
+    causal: bool = False,
 ) -> float:
-    """Bytes one block keeps per token of one micro-batch, on one tensor-parallel rank.
-
-    Tensors of hidden width are split by tensor parallelism only under sequence
-    parallelism; tensors of head or FFN width always are.
-    """
+    """Bytes one attention keeps per query token. Keys and values come from kv_per_token positions per
+    query token: 1 for self-attention, the encoder's positions per decoder token for Whisper's cross-attention.
+    causal: a decoder's self-attention in an encoder-decoder, which adds a float causal mask too."""
     traits = arch_traits(spec)
-    tp = layout.tensor_parallel
-    hidden_split = tp if layout.sequence_parallel else 1
+    if causal:
+        traits = replace(traits, causal_float_mask=True)
     w = widths.compute
-    h = spec.hidden_size
-    q_width = spec.num_heads * spec.head_dim
-    kv_width = spec.kv_size
-    ffn = spec.expert_ffn_size if spec.is_moe and spec.expert_ffn_size else spec.ffn_size
-
-    consumers = (traits.qkv_projections, traits.mlp_input_projections) + (0,) * max(traits.norms_per_block - 2, 0)
-    hidden = sum(_norm_bytes(traits, widths, c) for c in consumers[: traits.norms_per_block]) * h
-    hidden += traits.hidden_dropouts_per_block * widths.dropout_mask * h
-
+    q_width, kv_width = spec.num_heads * spec.head_dim, spec.kv_size * kv_per_token
     fused = layout.attention is AttentionKernel.SDPA and traits.fused_attention
     selective = layout.checkpointing is ActivationCheckpointing.SELECTIVE
-
     if selective:
         # The recomputed core keeps only its inputs: q, and k and v before repeat_kv. Under
         # autocast, rotary embeddings (fp32 cos/sin) promote q and k to fp32.
@@ -147,7 +142,7 @@ def block_bytes(
         attention = (q_width + kv_width) * rotary_width + (q_width + kv_width) * w
     else:
         # q, k and v (k and v repeated to all query heads: repeat_kv), the output projection's input.
-        attention = 4 * q_width * w
+        attention = (2 * q_width + 2 * q_width * kv_per_token) * w
     if traits.qkv_slices_pinned:
         attention += (q_width + kv_width) * w
     if traits.qk_norm:
@@ -158,12 +153,44 @@ def block_bytes(
     elif not selective:
         dropout = spec.attention_dropout > 0
         attention += spec.num_heads * kv_seq_len * _score_bytes(traits, widths, dropout)
+    return attention
+
+
+def block_bytes(
+    spec: ModelSpec,
+    layout: ActivationShape,
+    widths: Widths,
+    *,
+    kv_seq_len: int,
+    cross_attention: bool = False,
+    encoder_per_token: float = 1.0,
+) -> float:
+    """Bytes one block keeps per token of one micro-batch, on one tensor-parallel rank.
+
+    Tensors of hidden width are split by tensor parallelism only under sequence
+    parallelism; tensors of head or FFN width always are. A decoder block's
+    cross-attention reads encoder_per_token encoder positions per token (1 for T5).
+    """
+    traits = arch_traits(spec)
+    tp = layout.tensor_parallel
+    hidden_split = tp if layout.sequence_parallel else 1
+    w = widths.compute
+    h = spec.hidden_size
+    ffn = spec.expert_ffn_size if spec.is_moe and spec.expert_ffn_size else spec.ffn_size
+
+    consumers = (traits.qkv_projections, traits.mlp_input_projections) + (0,) * max(traits.norms_per_block - 2, 0)
+    hidden = sum(_norm_bytes(traits, widths, c) for c in consumers[: traits.norms_per_block]) * h
+    hidden += traits.hidden_dropouts_per_block * widths.dropout_mask * h
+
+    attention = _attention_bytes(spec, layout, widths, kv_seq_len=kv_seq_len, causal=cross_attention)
     if cross_attention:
         hidden += (_norm_bytes(traits, widths, 1) + (widths.dropout_mask if spec.hidden_dropout > 0 else 0)) * h
-        cross = attention
+        encoder_len = spec.encoder_seq_len or kv_seq_len
+        attention += _attention_bytes(
+            spec, layout, widths, kv_seq_len=encoder_len, kv_per_token=encoder_per_token
+        )  # fmt: skip
         if widths.autocast:
-            cross += 2 * 2 * h  # k and v projections each cast the (fp32) encoder output
-        attention += cross
+            attention += 2 * 2 * h * encoder_per_token  # k and v projections each cast the (fp32) encoder output
 
     mlp_tensors = (3 if spec.mlp_kind is MlpKind.GATED else 1) + traits.activation_saved_tensors
     mlp_width = widths.experts if spec.is_moe else w
@@ -177,6 +204,15 @@ def block_bytes(
         if traits.shared_expert:
             mlp += spec.ffn_size * w * (3 + traits.activation_saved_tensors) + 4  # and its sigmoid gate
     return hidden / hidden_split + (attention + mlp) / tp
+
+
+def _audio_frontend_bytes(spec: ModelSpec, widths: Widths) -> float:
+    """Per encoder position: Whisper's two convolutions over 2 frames per position keep the first conv's
+    output and its GELU (both at 2 frames), the second conv's output (its GELU's input) and, under
+    autocast, the mel frames cast to 16 bits."""
+    frames = 2
+    kept = (2 * frames + 1) * spec.hidden_size * widths.compute
+    return kept + (frames * spec.mel_bins * 2 if widths.autocast else 0)
 
 
 def _in_flight(config: TrainingConfig) -> float:
@@ -207,28 +243,39 @@ def _head_bytes(spec: ModelSpec, layout: ActivationShape, widths: Widths) -> flo
 @per_spec_and_key
 def _per_token(spec: ModelSpec, layout: ActivationShape, widths: Widths) -> tuple[float, float, float, float]:
     """Per token of one micro-batch: (bytes the blocks of one stage keep, bytes the output
-    head's input keeps, largest block, average block)."""
+    head's input keeps, largest block, average block).
+
+    Whisper's encoder runs over its own encoder_seq_len positions whatever the text's length:
+    its stack counts encoder positions per decoder token (r) times its bytes per position."""
     s, tp, pp = layout.seq_len, layout.tensor_parallel, layout.pipeline_parallel
     h = spec.hidden_size
+    r = spec.encoder_seq_len / s if spec.encoder_seq_len else 1.0
     if spec.family is ModelFamily.ENCODER_DECODER:
-        enc = block_bytes(spec, layout, widths, kv_seq_len=s)
-        dec = block_bytes(spec, layout, widths, kv_seq_len=s, cross_attention=True)
+        enc = block_bytes(spec, layout, widths, kv_seq_len=spec.encoder_seq_len or s) * r
+        dec = block_bytes(spec, layout, widths, kv_seq_len=s, cross_attention=True, encoder_per_token=r)
         stacks = [(enc, spec.num_encoder_layers), (dec, spec.num_decoder_layers)]
         layer_bytes = (enc * spec.num_encoder_layers + dec * spec.num_decoder_layers) / spec.num_layers
         largest_block = max(enc, dec)
+        positions = [r, 1.0]  # per decoder token: the encoder's positions, the decoder's own
     else:
         layer_bytes = largest_block = block_bytes(spec, layout, widths, kv_seq_len=s)
         stacks = [(layer_bytes, spec.num_layers)]
+        positions = [1.0]
 
     full_ac = layout.checkpointing is ActivationCheckpointing.FULL
     block_input = widths.residual * h / (tp if layout.sequence_parallel else 1)
     layers_share = 1 / pp  # the first stage holds layers/pp of every stack
-    kept = sum((block_input if full_ac else per_layer) * count for per_layer, count in stacks) * layers_share
-    heads = len(stacks)  # encoder and decoder each end in a final norm
+    kept = sum(
+        (block_input * ratio if full_ac else per_layer) * count
+        for (per_layer, count), ratio in zip(stacks, positions, strict=True)
+    ) * layers_share  # fmt: skip
+    stack_positions = sum(positions)  # encoder and decoder each end in a final norm
     if spec.hidden_dropout > 0:
         # Dropout after the embeddings (split by sequence parallelism like the blocks' input).
-        kept += widths.dropout_mask * h * heads / (tp if layout.sequence_parallel else 1)
-    return kept, _head_bytes(spec, layout, widths) * heads, largest_block, layer_bytes
+        kept += widths.dropout_mask * h * stack_positions / (tp if layout.sequence_parallel else 1)
+    if spec.mel_bins:
+        kept += _audio_frontend_bytes(spec, widths) * r
+    return kept, _head_bytes(spec, layout, widths) * stack_positions, largest_block, layer_bytes
 
 
 def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> ActivationEstimate:
@@ -261,10 +308,15 @@ def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths
         if not last_stage:
             logits = 0.0
     loss_forward = (4 + widths.compute + (4 if widths.compute != 4 else 0)) * logits
+    loss_backward = 12 * logits
+    if widths.compute == 2 and not widths.autocast and arch_traits(spec).loss_in_logits_dtype:
+        # 16-bit weights without autocast and a loss that does not upcast: log-softmax in 16 bits, its
+        # output and its gradient at backward start (trace whisper-small-fsdp4-b8-s448-bf16mixed).
+        loss_forward, loss_backward = 2 * 2 * logits, 2 * 2 * logits
     full_ac = config.activation_checkpointing is ActivationCheckpointing.FULL
     return ActivationEstimate(
         activations=activations,
-        loss_backward=12 * logits,
+        loss_backward=loss_backward,
         loss_forward=loss_forward,
         recompute=largest_block * tokens if full_ac else 0.0,
         per_layer=layer_bytes * tokens,

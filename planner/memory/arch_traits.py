@@ -35,6 +35,7 @@ class ArchTraits:
     norm_fp32_weighting: bool  # Gemma's RMSNorm multiplies by (1 + weight) in fp32 before casting back
     score_softcapping: bool  # tanh soft-capping of the scores keeps one more s x s tensor (Gemma-2)
     shared_expert: bool  # an always-on gated MLP of ffn_size beside the routed experts (Qwen2-MoE)
+    loss_in_logits_dtype: bool  # cross-entropy in the logits' own dtype, no fp32 upcast (T5, Whisper)
 
 
 # Tensors of FFN width an activation function keeps besides its output:
@@ -71,4 +72,5 @@ def arch_traits(spec: ModelSpec) -> ArchTraits:
         norm_fp32_weighting=traits.norm_fp32_weighting,
         score_softcapping=traits.score_softcapping,
         shared_expert=traits.shared_expert,
+        loss_in_logits_dtype=traits.loss_in_logits_dtype,
     )

@@ -20,7 +20,15 @@ _MISSING = object()
 
 # Fields that count blocks: a config with more than MAX_LAYERS is a typo (and would take minutes to build).
 LAYER_FIELDS = frozenset(
-    {"num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers", "num_encoder_layers", "encoder_layers"}
+    {
+        "num_hidden_layers",
+        "n_layer",
+        "num_layers",
+        "num_decoder_layers",
+        "num_encoder_layers",
+        "encoder_layers",
+        "decoder_layers",
+    }
 )
 
 

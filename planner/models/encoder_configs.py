@@ -1,4 +1,4 @@
-"""Config readers for encoders: BERT/RoBERTa (with or without a head), ViT, and the T5 encoder-decoder.
+"""Config readers for encoders: BERT/RoBERTa (with or without a head), ViT, and the T5 and Whisper encoder-decoders.
 
 Each reads the fields its model_type uses, under the spellings transformers
 accepts, with its config class's defaults (planner/models/hf_config.py
@@ -8,7 +8,7 @@ dispatches to them through the model-family registry).
 from __future__ import annotations
 
 from planner.models.config_fields import ConfigFields, basic_dims
-from planner.models.param_formula import ArchitectureDims, ParameterDetails
+from planner.models.param_formula import ArchitectureDims, ParameterDetails, whisper_details
 from planner.models.parsed_config import ParsedConfig
 from planner.models.spec import MlpKind, ModelFamily
 
@@ -126,6 +126,50 @@ def read_t5(f: ConfigFields) -> ParsedConfig:
         transformers_class="T5ForConditionalGeneration",
         hidden_dropout=dropout,
         attention_dropout=dropout,
+    )
+
+
+def _same_in_both_stacks(f: ConfigFields, encoder_field: str, decoder_field: str, default: int) -> int:
+    """Whisper names the encoder's and the decoder's widths apart; every released checkpoint keeps them equal."""
+    encoder, decoder = f.int(encoder_field, default=default), f.int(decoder_field, default=default)
+    if encoder != decoder:
+        raise f.error(decoder_field, f"({decoder}) differs from {encoder_field} ({encoder}); the planner models "
+                      "one width for both stacks")  # fmt: skip
+    return encoder
+
+
+def read_whisper(f: ConfigFields) -> ParsedConfig:
+    """Whisper: an audio encoder over max_source_positions frames (after two convolutions halve 2x that many
+    mel frames) and a text decoder over max_target_positions tokens, cross-attending to every audio position."""
+    hidden = f.int("d_model")
+    heads = _same_in_both_stacks(f, "encoder_attention_heads", "decoder_attention_heads", 6)
+    encoder_layers, decoder_layers = f.int("encoder_layers", default=4), f.int("decoder_layers", default=4)
+    mel_bins = f.int("num_mel_bins", default=80)
+    dropout = f.probability("dropout")
+    return ParsedConfig(
+        dims=ArchitectureDims(
+            family=ModelFamily.ENCODER_DECODER,
+            model_type="whisper",
+            hidden_size=hidden,
+            num_layers=encoder_layers + decoder_layers,
+            num_encoder_layers=encoder_layers,
+            num_decoder_layers=decoder_layers,
+            num_heads=heads,
+            head_dim=f.head_dim(hidden, heads, "encoder_attention_heads"),
+            ffn_size=_same_in_both_stacks(f, "encoder_ffn_dim", "decoder_ffn_dim", 1536),
+            activation=f.str("activation_function", default="gelu"),
+            vocab_size=f.int("vocab_size", default=51865),
+            max_position_embeddings=f.int("max_target_positions", default=448),
+            tied_embeddings=f.bool("tie_word_embeddings", True),
+            attention_bias=True,  # q, v and out carry biases; k_proj has none (ParameterDetails.key_bias)
+            mlp_bias=True,
+            mel_bins=mel_bins,
+            encoder_seq_len=f.int("max_source_positions", default=1500),
+        ),
+        details=whisper_details(hidden, mel_bins),
+        transformers_class="WhisperForConditionalGeneration",
+        hidden_dropout=dropout,
+        attention_dropout=f.probability("attention_dropout"),
     )
 
 

@@ -332,7 +332,22 @@ _ENTRIES = (
             "ffn": ("d_ff",),
             "positions": (),
         },
-        traits=Traits(softmax_fp32=True, mlp_dropout=True),
+        traits=Traits(softmax_fp32=True, mlp_dropout=True, loss_in_logits_dtype=True),
+    ),
+    FamilyEntry(  # Whisper: eager softmax in the input dtype; dropout (default 0) after attention and MLP
+        model_type="whisper",
+        family=ModelFamily.ENCODER_DECODER,
+        task="speech-seq2seq",
+        reader="whisper",
+        block_class="WhisperEncoderLayer,WhisperDecoderLayer",
+        size_keys={
+            "hidden": ("d_model",),
+            "layers": ("encoder_layers", "decoder_layers"),
+            "heads": ("encoder_attention_heads", "decoder_attention_heads"),
+            "ffn": ("encoder_ffn_dim", "decoder_ffn_dim"),
+            "positions": ("max_target_positions",),
+        },
+        traits=Traits(loss_in_logits_dtype=True),
     ),
 )
 

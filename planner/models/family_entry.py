@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict
 
 from planner.models.spec import ModelFamily
 
-Reader = Literal["gpt2", "opt", "bloom", "falcon", "gpt_neox", "llama", "bert", "t5", "vit"]
-Task = Literal["causal-lm", "masked-lm", "seq2seq-lm", "image-classification"]
+Reader = Literal["gpt2", "opt", "bloom", "falcon", "gpt_neox", "llama", "bert", "t5", "vit", "whisper"]
+Task = Literal["causal-lm", "masked-lm", "seq2seq-lm", "image-classification", "speech-seq2seq"]
 
 
 class _Data(BaseModel):
@@ -73,6 +73,7 @@ class Traits(_Data):
     score_softcapping: bool = False  # tanh soft-capping keeps one more s x s tensor (Gemma-2)
     shared_expert: bool = False  # an always-on gated MLP beside the routed experts (Qwen2-MoE)
     mlp_dropout: bool = False  # dropout between the MLP's activation and its down projection (T5)
+    loss_in_logits_dtype: bool = False  # cross-entropy on the logits as they are, no fp32 upcast (T5, Whisper)
 
 
 # Config keys a family names its sizes with (the first present one is used); model_factory shrinks them.
@@ -98,7 +99,9 @@ class FamilyEntry(_Data):
     family: ModelFamily
     task: Task
     reader: Reader
-    block_class: str  # the repeated transformer block (transformers' _no_split_modules)
+    # The repeated transformer block(s), transformers' _no_split_modules; comma-separated when the encoder's
+    # and the decoder's differ (Whisper), as accelerate's fsdp_transformer_layer_cls_to_wrap takes them.
+    block_class: str
     size_keys: SizeKeys
     traits: Traits = Traits()
     llama_style: LlamaStyle | None = None

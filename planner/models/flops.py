@@ -16,6 +16,9 @@ Conventions follow the published formulas (reference yaml):
   forward the mechanism performs, which lies between Eq. 7 and Eq. 8.
 - LoRA: the frozen weights need no weight-gradient matmul, so they cost 4·N·s
   (forward + input gradient); the adapters cost the usual 6·N_lora·s.
+- Whisper: the encoder (its convolutions, its blocks, and the decoder's cross-attention
+  key/value projections) runs over its fixed E audio positions, the rest over the s text
+  tokens; the squares are E·E per encoder block, s·s and s·E per decoder block.
 """
 
 from __future__ import annotations
@@ -58,6 +61,10 @@ class ModelShape:
     expert_params: int  # all experts of all blocks; expert parallelism splits these
     rmsnorm: bool = False  # RMSNorm, which transformers runs as a chain of eager ops
     rotary: bool = False  # rotary position embedding on q and k
+    # Whisper: the encoder's fixed positions, and the matmul weights each of them multiplies by (encoder blocks,
+    # convolutions, the decoder's cross-attention k/v); block_matmul_params_per_token counts these once per token.
+    encoder_seq_len: int = 0
+    encoder_position_params: float = 0.0
 
 
 def model_shape(spec: ModelSpec) -> ModelShape:
@@ -93,7 +100,24 @@ def model_shape(spec: ModelSpec) -> ModelShape:
         * (3 if spec.mlp_kind is MlpKind.GATED else 2),
         rmsnorm=spec.norm == "rmsnorm",
         rotary=spec.position_embedding == "rotary",
+        encoder_seq_len=spec.encoder_seq_len,
+        encoder_position_params=_encoder_position_params(spec) if spec.encoder_seq_len else 0.0,
     )
+
+
+def _encoder_position_params(spec: ModelSpec) -> float:
+    h, hq = spec.hidden_size, spec.num_heads * spec.head_dim
+    encoder_block = 2 * h * hq + 2 * h * spec.kv_size + 2 * h * spec.ffn_size
+    convolutions = 2 * 3 * spec.mel_bins * h + 3 * h * h  # the first over two frames per position
+    return spec.num_encoder_layers * encoder_block + spec.num_decoder_layers * 2 * h * spec.kv_size + convolutions
+
+
+def block_params_per_token(shape: ModelShape, seq_len: int) -> float:
+    """Block weights one token multiplies by; for Whisper, with the encoder's work over its own positions
+    spread over the s text tokens."""
+    if not shape.encoder_seq_len:
+        return shape.block_matmul_params_per_token
+    return shape.block_matmul_params_per_token + (shape.encoder_seq_len / seq_len - 1) * shape.encoder_position_params
 
 
 def _block_linear_shapes(spec: ModelSpec, ffn: int) -> tuple[tuple[int, int], ...]:
@@ -104,8 +128,12 @@ def _block_linear_shapes(spec: ModelSpec, ffn: int) -> tuple[tuple[int, int], ..
     return attention + mlp
 
 
-def attention_square_layers(shape: ModelShape) -> float:
-    """Number of s x s attention products per sequence (cross-attention counts as one)."""
+def attention_square_layers(shape: ModelShape, seq_len: int | None = None) -> float:
+    """Number of s x s attention products per sequence (cross-attention counts as one; Whisper's
+    encoder squares and cross products in units of s x s)."""
+    if shape.encoder_seq_len and seq_len:
+        r = shape.encoder_seq_len / seq_len
+        return shape.encoder_layers * r * r + shape.decoder_layers * (1 + r)
     if shape.encoder_layers and shape.decoder_layers:
         return shape.encoder_layers + 2 * shape.decoder_layers  # decoder: self + cross
     return shape.layers
@@ -132,8 +160,8 @@ class SequenceFlops:
 
 def sequence_flops(shape: ModelShape, config: TrainingConfig) -> SequenceFlops:
     s = config.seq_len
-    block = shape.block_matmul_params_per_token
-    attention_forward = 4.0 * s * s * shape.query_width * attention_square_layers(shape)
+    block = block_params_per_token(shape, s)
+    attention_forward = 4.0 * s * s * shape.query_width * attention_square_layers(shape, s)
     if config.lora_rank:
         linear = 4.0 * (block + shape.head_params) * s + 6.0 * lora_params_per_token(shape, config.lora_rank) * s
     else:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 from planner.errors import ConfigFieldError, UserInputError
 from planner.models.config_fields import ConfigFields, basic_dims
-from planner.models.encoder_configs import read_bert_style, read_t5, read_vit
+from planner.models.encoder_configs import read_bert_style, read_t5, read_vit, read_whisper
 from planner.models.families import FAMILIES
 from planner.models.param_formula import ArchitectureDims, ParameterDetails, formula_param_counts
 from planner.models.parsed_config import ParsedConfig
@@ -269,6 +269,7 @@ _READER_FUNCTIONS: dict[str, Callable[[ConfigFields, str], ParsedConfig]] = {
     "bert": read_bert_style,
     "t5": lambda f, model_type: read_t5(f),
     "vit": lambda f, model_type: read_vit(f),
+    "whisper": lambda f, model_type: read_whisper(f),
 }
 
 

@@ -36,11 +36,24 @@ LEGACY_MODEL_FAMILIES: dict[str, tuple[ModelFamily, ...]] = {
     "seq2seq": (ModelFamily.ENCODER_DECODER,),
     "translation": (ModelFamily.ENCODER_DECODER,),
     "summarization": (ModelFamily.ENCODER_DECODER, ModelFamily.DECODER_ONLY),
+    "audio": (ModelFamily.ENCODER_DECODER,),  # Whisper: an audio encoder and a text decoder
+    "speech_recognition": (ModelFamily.ENCODER_DECODER,),
+    "automatic_speech_recognition": (ModelFamily.ENCODER_DECODER,),
 }
 
 
-# Families whose models read images (ModelSpec.patch_values > 0); every other family reads text.
-VISION_FAMILIES = frozenset({"vision", "image_classification"})
+# What each family's models read (ModelSpec.modality); families not listed read text.
+FAMILY_MODALITY = {
+    "vision": "image",
+    "image_classification": "image",
+    "audio": "audio",
+    "speech_recognition": "audio",
+    "automatic_speech_recognition": "audio",
+}
+
+
+def family_modality(model_family: str) -> str:
+    return FAMILY_MODALITY.get(family_key(model_family), "text")
 
 
 def catalog_name(name: str) -> str:

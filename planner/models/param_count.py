@@ -12,6 +12,8 @@ on a laptop. The model is the class people train from a config.json:
   transform and a vocab bias, +31k) and are left out.
 - vision (ViT): AutoModelForImageClassification, the encoder with its final
   norm and the classifier over the config's labels (no pooler).
+- speech (Whisper): AutoModelForSpeechSeq2Seq, the audio encoder (convolutions and a
+  frozen sinusoid table, counted in total but not trainable) and the text decoder.
 
 torch and transformers are imported inside the functions so that reading the
 catalog never pays for them.
@@ -33,6 +35,7 @@ from planner.models.spec import ParamCounts
 # model_types whose checkpoints are encoders without a generic LM head.
 _ENCODER_MODEL_TYPES = frozenset({"bert", "roberta"})
 _VISION_MODEL_TYPES = frozenset({"vit"})
+_SPEECH_MODEL_TYPES = frozenset({"whisper"})
 
 
 @contextlib.contextmanager
@@ -59,6 +62,7 @@ def build_meta_model(config: dict) -> PreTrainedModel:
         AutoModelForCausalLM,
         AutoModelForImageClassification,
         AutoModelForSeq2SeqLM,
+        AutoModelForSpeechSeq2Seq,
     )
 
     fields = dict(config)
@@ -72,6 +76,8 @@ def build_meta_model(config: dict) -> PreTrainedModel:
             auto_class = AutoModel
         elif model_type in _VISION_MODEL_TYPES:
             auto_class = AutoModelForImageClassification
+        elif model_type in _SPEECH_MODEL_TYPES:
+            auto_class = AutoModelForSpeechSeq2Seq
         elif getattr(hf_config, "is_encoder_decoder", False):
             auto_class = AutoModelForSeq2SeqLM
         else:

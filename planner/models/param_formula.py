@@ -67,6 +67,9 @@ class ArchitectureDims(BaseModel):
     expert_ffn_size: int = Field(default=0, ge=0)
     # Vision encoders: the pixel values one patch token is projected from (channels x patch^2); 0 for text.
     patch_values: int = Field(default=0, ge=0)
+    # Speech encoder-decoders (Whisper): mel bins per audio frame and the encoder's fixed positions.
+    mel_bins: int = Field(default=0, ge=0)
+    encoder_seq_len: int = Field(default=0, ge=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -127,6 +130,10 @@ class ParameterDetails(BaseModel):
     # CLS token replace the token table; the classifier (hidden x labels + labels) replaces the LM head.
     patch_embedding_params: int = Field(default=0, ge=0)
     classifier_params: int = Field(default=0, ge=0)
+    # Whisper: the key projections have no bias, and two convolutions (mel_bins -> hidden, hidden -> hidden,
+    # kernel 3, with biases) turn audio frames into encoder positions.
+    key_bias: bool = True
+    frontend_params: int = Field(default=0, ge=0)
 
 
 def default_details(arch: Architecture) -> ParameterDetails:
@@ -172,6 +179,8 @@ def default_details(arch: Architecture) -> ParameterDetails:
         )
     if model_type == "t5":
         return ParameterDetails(final_norms=2, relative_attention_buckets=32)
+    if model_type == "whisper":
+        return whisper_details(arch.hidden_size, arch.mel_bins)
     if model_type == "vit":
         hidden, labels = arch.hidden_size, arch.vocab_size
         return ParameterDetails(
@@ -180,6 +189,11 @@ def default_details(arch: Architecture) -> ParameterDetails:
             classifier_params=hidden * labels + labels,
         )
     return ParameterDetails()
+
+
+def whisper_details(hidden: int, mel_bins: int) -> ParameterDetails:
+    convolutions = 3 * mel_bins * hidden + hidden + 3 * hidden * hidden + hidden
+    return ParameterDetails(final_norms=2, key_bias=False, frontend_params=convolutions)
 
 
 def _norm_params(arch: Architecture) -> int:
@@ -193,7 +207,7 @@ def _attention_params(arch: Architecture, details: ParameterDetails) -> int:
     output_bias = arch.attention_bias if details.attention_output_bias is None else details.attention_output_bias
     params = hidden * (q_width + 2 * kv_width) + q_width * hidden
     if arch.attention_bias:
-        params += q_width + 2 * kv_width
+        params += q_width + (2 if details.key_bias else 1) * kv_width
     if output_bias:
         params += hidden
     if details.qk_norm:
@@ -247,6 +261,7 @@ def _embedding_params(arch: Architecture, details: ParameterDetails) -> int:
     if arch.position_embedding == "learned":
         params += (arch.max_position_embeddings + details.position_offset) * arch.hidden_size
     params += details.token_type_vocab_size * arch.hidden_size
+    params += arch.encoder_seq_len * arch.hidden_size  # Whisper's (frozen) sinusoid table over audio positions
     if not arch.tied_embeddings:
         params += arch.vocab_size * token_width + (arch.vocab_size if details.lm_head_bias else 0)
     return params
@@ -272,7 +287,7 @@ def _other_params(arch: Architecture, details: ParameterDetails) -> int:
         params += 2 * arch.hidden_size * details.embedding_projection_dim  # project_in + project_out, no bias
     if details.pooler:
         params += arch.hidden_size * arch.hidden_size + arch.hidden_size
-    return params + details.classifier_params
+    return params + details.classifier_params + details.frontend_params
 
 
 def _largest_module(arch: Architecture, details: ParameterDetails) -> int:
@@ -319,7 +334,7 @@ def formula_param_counts(arch: Architecture, details: ParameterDetails | None = 
         active -= moe_layers * (arch.num_experts - arch.experts_per_token) * _expert_params(arch)
     return ParamCounts(
         total=total,
-        trainable=total,
+        trainable=total - arch.encoder_seq_len * arch.hidden_size,  # Whisper's sinusoid table is frozen
         active_per_token=active,
         embedding=embedding,
         largest_layer=_largest_module(arch, details),

@@ -94,6 +94,11 @@ class ModelSpec(BaseModel):
     # Vision encoders (ViT): pixel values per patch token (channels x patch^2); the sequence is the
     # patches plus a CLS token (max_position_embeddings) and vocab_size the classifier's labels.
     patch_values: int = Field(default=0, ge=0)
+    # Speech encoder-decoders (Whisper): the encoder reads a fixed window of audio, not the text. Two
+    # convolutions turn 2 x encoder_seq_len frames of mel_bins values into encoder_seq_len positions,
+    # which every encoder block and every cross-attention sees; seq_len is the decoder's text.
+    mel_bins: int = Field(default=0, ge=0)
+    encoder_seq_len: int = Field(default=0, ge=0)
 
     # Mixture of experts; num_experts == 0 means a dense model.
     num_experts: int = Field(default=0, ge=0)
@@ -111,6 +116,8 @@ class ModelSpec(BaseModel):
         encoder_decoder = self.family is ModelFamily.ENCODER_DECODER
         if encoder_decoder and self.num_encoder_layers + self.num_decoder_layers != self.num_layers:
             raise ValueError("num_layers must equal num_encoder_layers + num_decoder_layers")
+        if bool(self.mel_bins) != bool(self.encoder_seq_len) or (self.mel_bins and not encoder_decoder):
+            raise ValueError("mel_bins and encoder_seq_len describe an audio encoder-decoder; give both or neither")
         if self.num_experts and not 0 < self.experts_per_token <= self.num_experts:
             raise ValueError("experts_per_token must be between 1 and num_experts")
         return self
@@ -118,6 +125,11 @@ class ModelSpec(BaseModel):
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def modality(self) -> Literal["text", "image", "audio"]:
+        """What the model reads: images (ViT patches), audio (Whisper's mel frames) or text."""
+        return "image" if self.patch_values else "audio" if self.mel_bins else "text"
 
     @property
     def kv_size(self) -> int:

@@ -20,7 +20,7 @@ from planner.errors import UserInputError
 from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
 from planner.inference import InferenceRequest
 from planner.limits import MAX_BATCH, MAX_GIB, MAX_GPUS, check_count, check_name, check_number
-from planner.models.legacy_names import VISION_FAMILIES, catalog_name, check_model_family, family_key
+from planner.models.legacy_names import catalog_name, check_model_family, family_modality
 from planner.models.resolve import resolve_model
 from planner.models.spec import ModelSpec
 from planner.plan import Plan
@@ -86,12 +86,10 @@ class HardwareSelector:
         check_name("model_name", model_name)
         families = check_model_family(check_name("model_family", model_family))
         spec = resolve_model(catalog_name(model_name))
-        reads_images = family_key(model_family) in VISION_FAMILIES
-        if spec.family not in families or reads_images != bool(spec.patch_values):
-            raise UserInputError(
-                f"{spec.name} is {'a vision ' if spec.patch_values else ''}{spec.family.value}, not a "
-                f"'{model_family}' model; check --model-family"
-            )
+        if spec.family not in families or family_modality(model_family) != spec.modality:
+            kind = {"image": "a vision ", "audio": "an audio "}.get(spec.modality, "")
+            raise UserInputError(f"{spec.name} is {kind}{spec.family.value}, not a '{model_family}' model; "
+                                 "check --model-family")  # fmt: skip
         return spec
 
     def _seq_len(self, spec: ModelSpec, seq_len: int | None) -> int:

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from planner.contract.layout import layers_per_rank
-from planner.models.flops import ModelShape, attention_square_layers
+from planner.models.flops import ModelShape, attention_square_layers, block_params_per_token
 from planner.throughput.constants import ThroughputConstants
 from planner.throughput.kernel_stack import KernelStack, unfused_bytes_per_row
 from planner.throughput.kernels import Device, elementwise_seconds, flash_attention_seconds, matmul_seconds
@@ -58,7 +58,7 @@ def _block_matmuls_forward_s(
             device, rows, down_in / tp, down_out, k
         )
         flops += 2.0 * rows * (up_in * up_out + down_in * down_out) / tp
-    counted = 2.0 * rows * shape.block_matmul_params_per_token / shape.layers / tp
+    counted = 2.0 * rows * block_params_per_token(shape, config.seq_len) / shape.layers / tp
     return seconds * counted / flops if flops > 0 else seconds
 
 
@@ -66,7 +66,7 @@ def _attention_forward_s(
     shape: ModelShape, config: TrainingConfig, device: Device, k: ThroughputConstants, fused: bool
 ) -> float:
     b, s, tp = config.micro_batch, config.seq_len, config.tensor_parallel
-    squares = attention_square_layers(shape) / shape.layers  # >1 for decoders with cross-attention
+    squares = attention_square_layers(shape, s) / shape.layers  # >1 for decoders with cross-attention
     full_flops = 4.0 * b * s * s * shape.query_width / tp * squares
     if fused and config.attention is AttentionKernel.SDPA:
         causal_share = 0.5 if shape.causal else 1.0  # flash skips fully masked tiles
