@@ -39,9 +39,13 @@ H, HEADS, FFN, VOCAB, BATCH, SEQ = 256, 4, 1024, 512, 2, 256
 VIT_TOKENS = (64 // 4) ** 2 + 1
 
 
+LLAVA_IMAGE_TOKENS = (64 // 4) ** 2
+
+
 def seq_for(family: str) -> int:
-    """Tokens per sequence: SEQ for text, the patches and CLS token for ViT (fixed by its image)."""
-    return VIT_TOKENS if family == "vit" else SEQ
+    """Tokens per sequence: SEQ for text, the patches and CLS token for ViT (fixed by its image), and for
+    LLaVA the image's tokens followed by 64 of text."""
+    return VIT_TOKENS if family == "vit" else LLAVA_IMAGE_TOKENS + 64 if family == "llava" else SEQ
 
 
 PRECISIONS = ("fp32", "bf16-mixed", "bf16")
@@ -132,6 +136,32 @@ INLINE = {
         "max_source_positions": 128,
         "vocab_size": VOCAB,
         **{key: 1 for key in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")},
+    },
+    # LLaVA: n CLIP layers in the tower (64-pixel images in 4-pixel patches) before a 2-layer Llama, so the
+    # difference is one tower block over its 257 positions.
+    "llava": lambda n: {
+        "model_type": "llava",
+        "image_token_index": VOCAB - 1,
+        "pad_token_id": VOCAB - 2,
+        "vision_feature_layer": -1,  # every tower block feeds the LLM, so each added one is trained
+        "vision_config": {
+            "model_type": "clip_vision_model",
+            "hidden_size": H,
+            "intermediate_size": FFN,
+            "num_hidden_layers": n,
+            "num_attention_heads": HEADS,
+            "image_size": 64,
+            "patch_size": 4,
+        },
+        "text_config": {
+            "model_type": "llama",
+            "hidden_size": H,
+            "intermediate_size": FFN,
+            "num_hidden_layers": 2,
+            "num_attention_heads": HEADS,
+            "vocab_size": VOCAB,
+            "max_position_embeddings": 1024,
+        },
     },
 }
 # Catalog families: the catalog config with these dimensions overridden (and its layer key).
@@ -265,6 +295,7 @@ FAMILIES = [
     ("t5", ("eager",), ("none",)),
     ("vit", ("sdpa", "eager"), ("none",)),
     ("whisper", ("sdpa", "eager"), ("none",)),
+    ("llava", ("sdpa", "eager"), ("none",)),
     *[
         (name, ("sdpa",), ("none",))
         for name in ("phi-3-mini", "gemma-3-1b", "falcon-7b", "pythia-160m", "qwen2.5-0.5b", "qwen3-8b")

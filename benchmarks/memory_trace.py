@@ -286,10 +286,14 @@ def _traced_step(trace: TraceConfig, config, mesh, low, autocast):
     with contextlib.ExitStack() as stack:
         stack.enter_context(FakeTensorMode())
         stack.enter_context(mock.patch.object(moe, "_can_use_grouped_mm", lambda *args: False))
-        if config.model_type == "vit":  # ViT's truncated-normal init reads values, which fake tensors have none of
+        if config.model_type in ("vit", "llava"):  # truncated-normal inits read values, which fake tensors lack
             from transformers.initialization import no_init_weights
 
             stack.enter_context(no_init_weights())
+        if config.model_type == "llava":  # counting image tokens reads values; the batch places them right
+            stack.enter_context(
+                mock.patch("transformers.models.llava.modeling_llava.torch_compilable_check", lambda *args: None)
+            )
         # Pure bf16 is built in bf16 (as from_pretrained(dtype=bf16) would): `model.to()`
         # cannot swap tied fake parameters ("Cannot swap ... weakref").
         dtype = torch.bfloat16 if trace.precision == "bf16" else torch.float32

@@ -2,7 +2,8 @@
 
 Causal and masked LMs and T5 train on their own loss over the tokens; a bare
 encoder (sentence embeddings) on an in-batch contrastive loss; ViT on
-image classification, its sequence fixed by the image; Whisper on transcription, its
+image classification, its sequence fixed by the image; LLaVA on one image and its caption
+per sequence (the image's tokens are part of seq_len); Whisper on transcription, its
 encoder over 30 s of mel frames and its decoder over seq_len tokens (benchmarks/memory_trace.py).
 """
 
@@ -32,6 +33,7 @@ def model_class(config):
         AutoModel,
         AutoModelForCausalLM,
         AutoModelForImageClassification,
+        AutoModelForImageTextToText,
         AutoModelForMaskedLM,
         AutoModelForSeq2SeqLM,
         AutoModelForSpeechSeq2Seq,
@@ -41,6 +43,8 @@ def model_class(config):
         return AutoModelForImageClassification
     if config.model_type == "whisper":
         return AutoModelForSpeechSeq2Seq
+    if config.model_type == "llava":
+        return AutoModelForImageTextToText
     if is_embedding_model(config):
         return AutoModel
     if getattr(config, "is_encoder_decoder", False):
@@ -61,6 +65,14 @@ def traced_batch(
         pixels = torch.randn(micro_batch, config.num_channels, config.image_size, config.image_size)
         labels = torch.randint(0, config.num_labels, (micro_batch,))
         return {"pixel_values": pixels, "labels": labels}, pixels, lambda outputs: outputs.loss
+    if config.model_type == "llava":  # one image per sequence: its tokens open the sequence, the text follows
+        vision = config.vision_config
+        pixels = torch.randn(micro_batch, vision.num_channels, vision.image_size, vision.image_size, dtype=dtype)
+        image_tokens = (vision.image_size // vision.patch_size) ** 2
+        input_ids = torch.randint(0, config.image_token_id, (micro_batch, seq_len))
+        input_ids[:, :image_tokens] = config.image_token_id
+        batch = {"pixel_values": pixels, "input_ids": input_ids, "labels": input_ids}
+        return batch, input_ids, lambda outputs: outputs.loss
     input_ids = torch.randint(0, config.vocab_size, (micro_batch, seq_len))
     if config.model_type == "whisper":  # 30 s of audio: 2 x max_source_positions mel frames; seq_len text tokens
         features = torch.randn(micro_batch, config.num_mel_bins, 2 * config.max_source_positions, dtype=dtype)

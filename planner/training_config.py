@@ -250,3 +250,8 @@ class TrainingConfig(BaseModel):
             raise UserInputError(
                 f"--seq-len {self.seq_len} exceeds {model.name}'s {model.max_position_embeddings} learned positions"
             )
+        if model.image_tokens and self.seq_len <= model.image_tokens:
+            raise UserInputError(
+                f"--seq-len {self.seq_len} leaves no text after {model.name}'s {model.image_tokens} image tokens; "
+                f"give more than {model.image_tokens}"
+            )

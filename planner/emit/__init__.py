@@ -84,7 +84,8 @@ def emit_run_folder(
 ) -> list[Path]:
     """Write the run folder for `plan` into `directory`; returns the written paths."""
     if plan.model.modality != "text":
-        kind = {"image": ("a vision", "image"), "audio": ("an audio", "audio")}[plan.model.modality]
+        kind = {"image": ("a vision", "image"), "audio": ("an audio", "audio"),
+                "image-text": ("a multimodal", "image-text")}[plan.model.modality]  # fmt: skip
         raise UserInputError(
             f"{plan.model.name} is {kind[0]} model: it is planned here, but run folders train text models "
             f"(docs/models-and-hardware.md); use the plan's strategy in your own {kind[1]} pipeline"

@@ -278,6 +278,16 @@ def _per_token(spec: ModelSpec, layout: ActivationShape, widths: Widths) -> tupl
     return kept, _head_bytes(spec, layout, widths) * stack_positions, largest_block, layer_bytes
 
 
+def vision_tower_bytes(spec: ModelSpec, tower: ModelSpec, layout: ActivationShape, widths: Widths) -> float:
+    """Per image (LLaVA): what the CLIP tower keeps over its patches and class token, and the projector over
+    the image's tokens: its input, its first linear's output and the GELU output the second linear saves."""
+    positions = tower.max_position_embeddings
+    tower_layout = layout._replace(tensor_parallel=1, sequence_parallel=False, pipeline_parallel=1, seq_len=positions)
+    kept, head, _, _ = _per_token(tower, tower_layout, widths)
+    projector = tower.hidden_size * widths.compute + 2 * spec.hidden_size * widths.compute
+    return (kept + head) * positions + projector * spec.image_tokens
+
+
 def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> ActivationEstimate:
     layout = ActivationShape(
         config.tensor_parallel,
@@ -307,6 +317,8 @@ def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths
         activations = last if last_stage else first
         if not last_stage:
             logits = 0.0
+    if spec.vision_tower is not None:
+        activations += vision_tower_bytes(spec, spec.vision_tower, layout, widths) * config.micro_batch
     loss_forward = (4 + widths.compute + (4 if widths.compute != 4 else 0)) * logits
     loss_backward = 12 * logits
     if widths.compute == 2 and not widths.autocast and arch_traits(spec).loss_in_logits_dtype:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.memory.spec_cache import per_spec
-from planner.models.families import Traits, family_of
+from planner.models.families import COMPONENT_TRAITS, Traits, family_of
 from planner.models.spec import MlpKind, ModelFamily, ModelSpec
 
 
@@ -48,7 +48,7 @@ _ACTIVATION_SAVED = {"gelu_new": 4, "gelu_fast": 4, "quick_gelu": 2, "relu": 0}
 def arch_traits(spec: ModelSpec) -> ArchTraits:
     """The family's traits (planner/models/families.py) applied to this config's choices."""
     entry = family_of(spec.model_type)
-    traits = entry.traits if entry is not None else Traits()
+    traits = entry.traits if entry is not None else COMPONENT_TRAITS.get(spec.model_type, Traits())
     gated = spec.mlp_kind is MlpKind.GATED
     if traits.four_norms:
         norms = 4  # pre- and post-norms around attention and MLP

@@ -139,6 +139,10 @@ def linear_params(
     else:
         block_linears = int(per_block * params.blocks_on_rank / tp)
     head = spec.vocab_size * spec.hidden_size // tp if pp == 1 else 0
+    tower = spec.vision_tower
+    if tower is not None:  # LLaVA: the tower's blocks and the projector run under autocast too
+        tower_blocks = sum(s.params for s in block_linear_shapes(tower)) * tower.num_layers
+        block_linears += tower_blocks + spec.projector_params
     if spec.family is ModelFamily.ENCODER_ONLY:
         head += spec.hidden_size * spec.hidden_size  # the MLM head's transform
     return block_linears, head

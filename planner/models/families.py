@@ -25,7 +25,7 @@ from planner.models.family_entry import (
 )
 from planner.models.spec import ModelFamily
 
-__all__ = ["FAMILIES", "FamilyEntry", "LlamaStyle", "ParallelPlan", "SizeKeys", "Traits", "family_of",
+__all__ = ["COMPONENT_TRAITS", "FAMILIES", "FamilyEntry", "LlamaStyle", "ParallelPlan", "SizeKeys", "Traits", "family_of",
            "parallel_model_types"]  # fmt: skip
 
 
@@ -349,9 +349,22 @@ _ENTRIES = (
         },
         traits=Traits(loss_in_logits_dtype=True),
     ),
+    FamilyEntry(  # LLaVA-1.5: a CLIP tower and a projector before a Llama-style LLM, whose traits it keeps
+        model_type="llava",
+        family=ModelFamily.DECODER_ONLY,
+        task="image-text-to-text",
+        reader="llava",
+        block_class="LlamaDecoderLayer,CLIPEncoderLayer",
+        size_keys={**LLAMA_SIZE_KEYS},  # inside text_config
+        traits=Traits(softmax_fp32=True),
+    ),
 )
 
 FAMILIES: dict[str, FamilyEntry] = {entry.model_type: entry for entry in _ENTRIES}
+
+# Model types that appear only inside a composite model, with what their blocks keep for backward:
+# LLaVA's CLIP tower runs eager softmax in fp32 (traced: benchmarks/memory_per_layer.py, llava rows).
+COMPONENT_TRAITS: dict[str, Traits] = {"clip_vision_model": Traits(softmax_fp32=True)}
 
 
 def family_of(model_type: str) -> FamilyEntry | None:

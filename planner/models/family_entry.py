@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict
 
 from planner.models.spec import ModelFamily
 
-Reader = Literal["gpt2", "opt", "bloom", "falcon", "gpt_neox", "llama", "bert", "t5", "vit", "whisper"]
-Task = Literal["causal-lm", "masked-lm", "seq2seq-lm", "image-classification", "speech-seq2seq"]
+Reader = Literal["gpt2", "opt", "bloom", "falcon", "gpt_neox", "llama", "bert", "t5", "vit", "whisper", "llava"]
+Task = Literal["causal-lm", "masked-lm", "seq2seq-lm", "image-classification", "speech-seq2seq", "image-text-to-text"]
 
 
 class _Data(BaseModel):

@@ -19,6 +19,9 @@ Conventions follow the published formulas (reference yaml):
 - Whisper: the encoder (its convolutions, its blocks, and the decoder's cross-attention
   key/value projections) runs over its fixed E audio positions, the rest over the s text
   tokens; the squares are E·E per encoder block, s·s and s·E per decoder block.
+- LLaVA: the vision tower runs over its P patches and class token (P·P squares per tower
+  block), the projector over the image's tokens, and the LLM over all s positions, the
+  image's included.
 """
 
 from __future__ import annotations
@@ -65,12 +68,25 @@ class ModelShape:
     # convolutions, the decoder's cross-attention k/v); block_matmul_params_per_token counts these once per token.
     encoder_seq_len: int = 0
     encoder_position_params: float = 0.0
+    # LLaVA: work per sequence that does not grow with it, its image's vision tower and projector
+    # (weight x position products, and sum over tower layers of positions^2 x query width).
+    fixed_matmul_work: float = 0.0
+    fixed_attention_work: float = 0.0
 
 
 def model_shape(spec: ModelSpec) -> ModelShape:
     has_head = spec.family is not ModelFamily.ENCODER_ONLY or "Masked" in spec.transformers_class
     head_params = spec.vocab_size * spec.hidden_size if has_head else 0
     block_params = max(spec.params.active_per_token - spec.params.embedding, 0)
+    fixed_matmul = fixed_attention = 0.0
+    tower = spec.vision_tower
+    if tower is not None:
+        positions = tower.max_position_embeddings
+        tower_blocks = tower.params.total - tower.params.embedding
+        block_params -= tower_blocks + spec.projector_params
+        patches = tower.patch_values * tower.hidden_size * (positions - 1)
+        fixed_matmul = tower_blocks * positions + patches + spec.projector_params * spec.image_tokens
+        fixed_attention = float(tower.num_layers * positions * positions * tower.num_heads * tower.head_dim)
     ffn = spec.expert_ffn_size if spec.is_moe and spec.expert_ffn_size else spec.ffn_size
     return ModelShape(
         hidden=spec.hidden_size,
@@ -102,6 +118,8 @@ def model_shape(spec: ModelSpec) -> ModelShape:
         rotary=spec.position_embedding == "rotary",
         encoder_seq_len=spec.encoder_seq_len,
         encoder_position_params=_encoder_position_params(spec) if spec.encoder_seq_len else 0.0,
+        fixed_matmul_work=fixed_matmul,
+        fixed_attention_work=fixed_attention,
     )
 
 
@@ -114,9 +132,10 @@ def _encoder_position_params(spec: ModelSpec) -> float:
 
 def block_params_per_token(shape: ModelShape, seq_len: int) -> float:
     """Block weights one token multiplies by; for Whisper, with the encoder's work over its own positions
-    spread over the s text tokens."""
+    spread over the s text tokens, and for LLaVA the image's tower and projector spread the same way."""
+    fixed = shape.fixed_matmul_work / seq_len
     if not shape.encoder_seq_len:
-        return shape.block_matmul_params_per_token
+        return shape.block_matmul_params_per_token + fixed
     return shape.block_matmul_params_per_token + (shape.encoder_seq_len / seq_len - 1) * shape.encoder_position_params
 
 
@@ -134,6 +153,8 @@ def attention_square_layers(shape: ModelShape, seq_len: int | None = None) -> fl
     if shape.encoder_seq_len and seq_len:
         r = shape.encoder_seq_len / seq_len
         return shape.encoder_layers * r * r + shape.decoder_layers * (1 + r)
+    if shape.fixed_attention_work and seq_len:
+        return shape.layers + shape.fixed_attention_work / (seq_len * seq_len * shape.query_width)
     if shape.encoder_layers and shape.decoder_layers:
         return shape.encoder_layers + 2 * shape.decoder_layers  # decoder: self + cross
     return shape.layers

@@ -24,7 +24,8 @@ from planner.errors import ConfigFieldError, UserInputError
 from planner.models.config_fields import ConfigFields, basic_dims
 from planner.models.encoder_configs import read_bert_style, read_t5, read_vit, read_whisper
 from planner.models.families import FAMILIES
-from planner.models.param_formula import ArchitectureDims, ParameterDetails, formula_param_counts
+from planner.models.multimodal_configs import read_llava
+from planner.models.param_formula import ArchitectureDims, ParameterDetails, formula_param_counts, with_vision_tower
 from planner.models.parsed_config import ParsedConfig
 from planner.models.spec import MlpKind, ModelSpec, ParamCounts
 
@@ -270,7 +271,13 @@ _READER_FUNCTIONS: dict[str, Callable[[ConfigFields, str], ParsedConfig]] = {
     "t5": lambda f, model_type: read_t5(f),
     "vit": lambda f, model_type: read_vit(f),
     "whisper": lambda f, model_type: read_whisper(f),
+    "llava": lambda f, model_type: read_llava(f, _read_text_model),
 }
+
+
+def _read_text_model(fields: ConfigFields, model_type: str) -> ParsedConfig:
+    """A multimodal model's LLM, read by its own family's reader."""
+    return _READER_FUNCTIONS[FAMILIES[model_type].reader](fields, model_type)
 
 
 def _reader_for(model_type: str) -> Callable[[ConfigFields], ParsedConfig]:
@@ -317,17 +324,38 @@ def spec_from_hf_config(
     the counts come from param_formula, labelled source="formula".
     """
     parsed = parse_hf_config(config, source=source)
+    tower = None
+    if parsed.vision_tower is not None:
+        tower = _spec_of(parsed.vision_tower, name=f"{name} vision tower", origin=origin, params=None)
     if params is None:
         params = formula_param_counts(parsed.dims, parsed.details)
+        if tower is not None:
+            params = with_vision_tower(params, tower.params, parsed.projector_params, parsed.dims.hidden_size)
+    return _spec_of(parsed, name=name, hf_id=hf_id, aliases=aliases, origin=origin, params=params, tower=tower)
+
+
+def _spec_of(
+    parsed: ParsedConfig,
+    *,
+    name: str,
+    origin: str,
+    params: ParamCounts | None,
+    hf_id: str | None = None,
+    aliases: Sequence[str] = (),
+    tower: ModelSpec | None = None,
+) -> ModelSpec:
     return ModelSpec(
         name=name,
         hf_id=hf_id,
         aliases=list(aliases),
         transformers_class=parsed.transformers_class,
-        params=params,
+        params=params or formula_param_counts(parsed.dims, parsed.details),
         origin=origin,
         hidden_dropout=parsed.hidden_dropout,
         attention_dropout=parsed.attention_dropout,
         output_head=parsed.output_head,
+        vision_tower=tower,
+        image_tokens=parsed.image_tokens,
+        projector_params=parsed.projector_params,
         **parsed.dims.model_dump(),
     )

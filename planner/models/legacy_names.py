@@ -39,6 +39,8 @@ LEGACY_MODEL_FAMILIES: dict[str, tuple[ModelFamily, ...]] = {
     "audio": (ModelFamily.ENCODER_DECODER,),  # Whisper: an audio encoder and a text decoder
     "speech_recognition": (ModelFamily.ENCODER_DECODER,),
     "automatic_speech_recognition": (ModelFamily.ENCODER_DECODER,),
+    "multimodal": (ModelFamily.DECODER_ONLY,),  # LLaVA-style: a vision tower before an LLM
+    "image_text_to_text": (ModelFamily.DECODER_ONLY,),
 }
 
 
@@ -49,6 +51,8 @@ FAMILY_MODALITY = {
     "audio": "audio",
     "speech_recognition": "audio",
     "automatic_speech_recognition": "audio",
+    "multimodal": "image-text",
+    "image_text_to_text": "image-text",
 }
 
 

@@ -14,6 +14,7 @@ on a laptop. The model is the class people train from a config.json:
   norm and the classifier over the config's labels (no pooler).
 - speech (Whisper): AutoModelForSpeechSeq2Seq, the audio encoder (convolutions and a
   frozen sinusoid table, counted in total but not trainable) and the text decoder.
+- LLaVA: AutoModelForImageTextToText, the CLIP vision tower, the projector and the LLM with its head.
 
 torch and transformers are imported inside the functions so that reading the
 catalog never pays for them.
@@ -61,6 +62,7 @@ def build_meta_model(config: dict) -> PreTrainedModel:
         AutoModel,
         AutoModelForCausalLM,
         AutoModelForImageClassification,
+        AutoModelForImageTextToText,
         AutoModelForSeq2SeqLM,
         AutoModelForSpeechSeq2Seq,
     )
@@ -76,6 +78,8 @@ def build_meta_model(config: dict) -> PreTrainedModel:
             auto_class = AutoModel
         elif model_type in _VISION_MODEL_TYPES:
             auto_class = AutoModelForImageClassification
+        elif model_type == "llava":
+            auto_class = AutoModelForImageTextToText
         elif model_type in _SPEECH_MODEL_TYPES:
             auto_class = AutoModelForSpeechSeq2Seq
         elif getattr(hf_config, "is_encoder_decoder", False):
@@ -124,7 +128,7 @@ def _embedding_parameter_ids(model: PreTrainedModel) -> set[int]:
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Embedding) and "relative_attention_bias" not in name:
             ids.update(id(p) for p in module.parameters(recurse=False))
-        if type(module).__name__ == "ViTEmbeddings":  # patch projection, CLS token and position table
+        if type(module).__name__ in ("ViTEmbeddings", "CLIPVisionEmbeddings"):  # patches, CLS and positions
             ids.update(id(p) for p in module.parameters())
     head = model.get_output_embeddings()
     if head is not None:

@@ -181,6 +181,12 @@ def default_details(arch: Architecture) -> ParameterDetails:
         return ParameterDetails(final_norms=2, relative_attention_buckets=32)
     if model_type == "whisper":
         return whisper_details(arch.hidden_size, arch.mel_bins)
+    if model_type == "clip_vision_model":  # LLaVA's tower: pre- and post-LayerNorm, a bias-free patch conv
+        return ParameterDetails(
+            final_norms=1,
+            embedding_norm=True,
+            patch_embedding_params=arch.patch_values * arch.hidden_size + arch.hidden_size,
+        )
     if model_type == "vit":
         hidden, labels = arch.hidden_size, arch.vocab_size
         return ParameterDetails(
@@ -332,7 +338,7 @@ def formula_param_counts(arch: Architecture, details: ParameterDetails | None = 
     if arch.num_experts and arch.experts_per_token:
         moe_layers = arch.num_layers - min(details.dense_layers, arch.num_layers)
         active -= moe_layers * (arch.num_experts - arch.experts_per_token) * _expert_params(arch)
-    return ParamCounts(
+    counts = ParamCounts(
         total=total,
         trainable=total - arch.encoder_seq_len * arch.hidden_size,  # Whisper's sinusoid table is frozen
         active_per_token=active,
@@ -340,4 +346,23 @@ def formula_param_counts(arch: Architecture, details: ParameterDetails | None = 
         largest_layer=_largest_module(arch, details),
         source="formula",
         source_detail=f"param_formula ({arch.model_type} layout)",
+    )
+    if isinstance(arch, ModelSpec) and arch.vision_tower is not None:  # LLaVA: its tower and projector count too
+        tower = formula_param_counts(arch.vision_tower)
+        counts = with_vision_tower(counts, tower, arch.projector_params, arch.hidden_size)
+    return counts
+
+
+def with_vision_tower(llm: ParamCounts, tower: ParamCounts, projector: int, hidden: int) -> ParamCounts:
+    """Counts of an LLM with a vision tower and a projector (LLaVA): every part trained, the tower's
+    patch projection and position table counted as embedding (as for ViT)."""
+    extra = tower.total + projector
+    return llm.model_copy(
+        update={
+            "total": llm.total + extra,
+            "trainable": llm.trainable + tower.trainable + projector,
+            "active_per_token": llm.active_per_token + extra,
+            "embedding": llm.embedding + tower.embedding,
+            "largest_layer": max(llm.largest_layer, tower.largest_layer, hidden * hidden + hidden),
+        }
     )

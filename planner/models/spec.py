@@ -100,6 +100,12 @@ class ModelSpec(BaseModel):
     mel_bins: int = Field(default=0, ge=0)
     encoder_seq_len: int = Field(default=0, ge=0)
 
+    # LLaVA-style models: the vision tower (a CLIP ViT spec), the LLM positions each image fills
+    # (part of seq_len), and the projector's parameters between the two.
+    vision_tower: ModelSpec | None = None
+    image_tokens: int = Field(default=0, ge=0)
+    projector_params: int = Field(default=0, ge=0)
+
     # Mixture of experts; num_experts == 0 means a dense model.
     num_experts: int = Field(default=0, ge=0)
     experts_per_token: int = Field(default=0, ge=0)
@@ -127,8 +133,11 @@ class ModelSpec(BaseModel):
         return self.num_experts > 0
 
     @property
-    def modality(self) -> Literal["text", "image", "audio"]:
-        """What the model reads: images (ViT patches), audio (Whisper's mel frames) or text."""
+    def modality(self) -> Literal["text", "image", "audio", "image-text"]:
+        """What the model reads: images (ViT patches), audio (Whisper's mel frames), images with text
+        (LLaVA) or text."""
+        if self.vision_tower is not None:
+            return "image-text"
         return "image" if self.patch_values else "audio" if self.mel_bins else "text"
 
     @property

@@ -87,7 +87,7 @@ class HardwareSelector:
         families = check_model_family(check_name("model_family", model_family))
         spec = resolve_model(catalog_name(model_name))
         if spec.family not in families or family_modality(model_family) != spec.modality:
-            kind = {"image": "a vision ", "audio": "an audio "}.get(spec.modality, "")
+            kind = {"image": "a vision ", "audio": "an audio ", "image-text": "a multimodal "}.get(spec.modality, "")
             raise UserInputError(f"{spec.name} is {kind}{spec.family.value}, not a '{model_family}' model; "
                                  "check --model-family")  # fmt: skip
         return spec

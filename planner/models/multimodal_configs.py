@@ -1,0 +1,103 @@
+"""Config readers for multimodal models: LLaVA-style (a CLIP vision tower, a projector and an LLM).
+
+A LLaVA config nests two configs: `vision_config` (a clip_vision_model) and
+`text_config` (any Llama-style LLM of the registry). The LLM is the model the
+planner's formulas describe; the tower rides along as `ModelSpec.vision_tower`,
+and each image fills `image_tokens` positions of the LLM's sequence
+(docs/models-and-hardware.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from planner.models.config_fields import ConfigFields
+from planner.models.param_formula import ArchitectureDims, ParameterDetails
+from planner.models.parsed_config import ParsedConfig
+from planner.models.spec import ModelFamily
+
+# transformers' LlamaConfig defaults: published LLaVA configs (llava-hf/llava-1.5-7b-hf) leave them out.
+LLAMA_TEXT_DEFAULTS = {
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "vocab_size": 32000,
+    "max_position_embeddings": 2048,
+}
+# transformers' CLIPVisionConfig defaults (ViT-B/32).
+CLIP_VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
+                        "num_attention_heads": 12, "image_size": 224, "patch_size": 32, "num_channels": 3}  # fmt: skip
+
+
+def read_clip_vision(f: ConfigFields) -> ParsedConfig:
+    """CLIP's vision transformer: patches (a bias-free conv) plus a class token, pre- and post-LayerNorm."""
+    config = {**CLIP_VISION_DEFAULTS, **{k: v for k, v in f.config.items() if v is not None}}
+    f = ConfigFields(config, f.source)
+    hidden, heads = f.int("hidden_size"), f.int("num_attention_heads")
+    image, patch, channels = f.int("image_size"), f.int("patch_size"), f.int("num_channels")
+    if image % patch:
+        raise f.error("patch_size", f"({patch}) does not divide image_size ({image})")
+    return ParsedConfig(
+        dims=ArchitectureDims(
+            family=ModelFamily.ENCODER_ONLY,
+            model_type="clip_vision_model",
+            hidden_size=hidden,
+            num_layers=f.int("num_hidden_layers"),
+            num_heads=heads,
+            head_dim=f.head_dim(hidden, heads, "num_attention_heads"),
+            ffn_size=f.int("intermediate_size"),
+            activation=f.str("hidden_act", default="quick_gelu"),
+            vocab_size=1,  # no token table: the patch projection stands in for it
+            max_position_embeddings=(image // patch) ** 2 + 1,
+            tied_embeddings=True,
+            attention_bias=True,
+            mlp_bias=True,
+            patch_values=channels * patch * patch,
+        ),
+        details=ParameterDetails(
+            final_norms=1,  # post_layernorm
+            embedding_norm=True,  # pre_layrnorm
+            patch_embedding_params=channels * patch * patch * hidden + hidden,  # conv (no bias) + class token
+        ),
+        transformers_class="CLIPVisionModel",
+        attention_dropout=f.probability("attention_dropout"),
+        output_head=False,
+    )
+
+
+def read_llava(f: ConfigFields, read_text: Callable[[ConfigFields, str], ParsedConfig]) -> ParsedConfig:
+    """LLaVA: the LLM (read by its own family's reader) with a CLIP tower and a two-layer GELU projector."""
+    text_config, vision_config = f.config.get("text_config") or {}, f.config.get("vision_config") or {}
+    if not isinstance(text_config, dict) or not isinstance(vision_config, dict):
+        raise f.error("text_config", "and vision_config must be JSON objects")
+    text_type = text_config.get("model_type", "llama")
+    if text_type != "llama" and text_type not in ("mistral", "qwen2"):
+        raise f.error("text_config.model_type", f"{text_type!r} is not supported; LLaVA plans cover llama, mistral "
+                      "and qwen2 language models")  # fmt: skip
+    if vision_config.get("model_type", "clip_vision_model") != "clip_vision_model":
+        raise f.error("vision_config.model_type", f"{vision_config['model_type']!r} is not supported; use a "
+                      "clip_vision_model tower")  # fmt: skip
+    defaults = LLAMA_TEXT_DEFAULTS if text_type == "llama" else {}
+    text = read_text(ConfigFields({**defaults, **text_config}, f"{f.source} text_config"), text_type)
+    tower = read_clip_vision(ConfigFields(vision_config, f"{f.source} vision_config"))
+    strategy = f.str("vision_feature_select_strategy", default="default")
+    if strategy not in ("default", "full"):
+        raise f.error("vision_feature_select_strategy", f"must be 'default' or 'full', got {strategy!r}")
+    patches = tower.dims.max_position_embeddings - 1
+    image_tokens = patches if strategy == "default" else patches + 1  # "default" drops the class token
+    text_hidden, tower_hidden = text.dims.hidden_size, tower.dims.hidden_size
+    bias = f.bool("multimodal_projector_bias", True)
+    projector = tower_hidden * text_hidden + text_hidden * text_hidden + (2 * text_hidden if bias else 0)
+    if image_tokens >= text.dims.max_position_embeddings:
+        raise f.error("vision_config", f"images of {image_tokens} tokens leave no room in the LLM's "
+                      f"{text.dims.max_position_embeddings} positions")  # fmt: skip
+    return text.model_copy(
+        update={
+            "dims": text.dims.model_copy(update={"model_type": "llava"}),
+            "transformers_class": "LlavaForConditionalGeneration",
+            "vision_tower": tower,
+            "image_tokens": image_tokens,
+            "projector_params": projector,
+        }
+    )
