@@ -250,6 +250,21 @@ LLAVA_SMALL: dict[str, Any] = {
         "max_position_embeddings": 4096,
     },
 }
+# CLIP ViT-B/16 and ViT-L/14 (image-caption pairs of 77 text tokens, contrastive loss).
+CLIP_B16: dict[str, Any] = {
+    "model_type": "clip",
+    "architectures": ["CLIPModel"],
+    "projection_dim": 512,
+    "text_config": {"hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 8},
+    "vision_config": {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
+                      "num_attention_heads": 12, "image_size": 224, "patch_size": 16},
+}  # fmt: skip
+CLIP_L14: dict[str, Any] = {
+    **CLIP_B16,
+    "projection_dim": 768,
+    "text_config": {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12},
+    "vision_config": {k: v for k, v in CLIP_L14_336.items() if k != "image_size"},
+}
 
 
 def _c(label: str, model: dict[str, Any], b: int, s: int, precision: str = "bf16-mixed", **kw: Any) -> TraceConfig:
@@ -380,6 +395,12 @@ CONFIGS: list[TraceConfig] = [
     _c("llava-small-b4-s1024-bf16mixed", LLAVA_SMALL, 4, 1024),
     _c("llava-small-b2-s1024-fp32-eager", LLAVA_SMALL, 2, 1024, "fp32", attention="eager"),
     _c("llava-small-b8-s2048-bf16mixed-ac", LLAVA_SMALL, 8, 2048, activation_checkpointing="full"),
+    # CLIP (contrastive image-text pairs; the text's 77 tokens, the image's patches and class token)
+    _c("clip-b16-b128-s77-bf16mixed", CLIP_B16, 128, 77),
+    _c("clip-b16-b64-s77-fp32-eager", CLIP_B16, 64, 77, "fp32", attention="eager"),
+    _c("clip-l14-b64-s77-bf16mixed-ac", CLIP_L14, 64, 77, activation_checkpointing="full"),
+    # Not under FSDP2: fully_shard refuses CLIP's scalar logit_scale parameter.
+    _c("clip-l14-b64-s77-bf16mixed", CLIP_L14, 64, 77),
 ]
 
 

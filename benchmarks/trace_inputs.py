@@ -3,7 +3,7 @@
 Causal and masked LMs and T5 train on their own loss over the tokens; a bare
 encoder (sentence embeddings) on an in-batch contrastive loss; ViT on
 image classification, its sequence fixed by the image; LLaVA on one image and its caption
-per sequence (the image's tokens are part of seq_len); Whisper on transcription, its
+per sequence (the image's tokens are part of seq_len); CLIP on image-caption pairs; Whisper on transcription, its
 encoder over 30 s of mel frames and its decoder over seq_len tokens (benchmarks/memory_trace.py).
 """
 
@@ -72,6 +72,12 @@ def traced_batch(
         input_ids = torch.randint(0, config.image_token_id, (micro_batch, seq_len))
         input_ids[:, :image_tokens] = config.image_token_id
         batch = {"pixel_values": pixels, "input_ids": input_ids, "labels": input_ids}
+        return batch, input_ids, lambda outputs: outputs.loss
+    if config.model_type == "clip":  # image-caption pairs, contrasted within the batch
+        vision, text = config.vision_config, config.text_config
+        pixels = torch.randn(micro_batch, vision.num_channels, vision.image_size, vision.image_size, dtype=dtype)
+        input_ids = torch.randint(0, text.vocab_size, (micro_batch, seq_len))
+        batch = {"pixel_values": pixels, "input_ids": input_ids, "return_loss": True}
         return batch, input_ids, lambda outputs: outputs.loss
     input_ids = torch.randint(0, config.vocab_size, (micro_batch, seq_len))
     if config.model_type == "whisper":  # 30 s of audio: 2 x max_source_positions mel frames; seq_len text tokens

@@ -1,10 +1,13 @@
-"""The multimodal family: LLaVA-style models (a CLIP vision tower, a projector, an LLM) planned end to end.
+"""The multimodal family planned end to end: LLaVA-style models (a CLIP vision tower, a projector, an LLM)
+and CLIP itself (text and vision towers trained on a contrastive loss).
 
 References:
-- parameter counts: transformers' LlavaForConditionalGeneration built on the meta device (the catalog's
-  source), which the formula must equal; LLaVA-1.5's published sizes are 7.06B and 13.35B;
+- parameter counts: transformers' LlavaForConditionalGeneration and CLIPModel built on the meta device (the
+  catalog's source), which the formula must equal; LLaVA-1.5's published sizes are 7.06B and 13.35B, CLIP's
+  (Radford et al. 2021 model cards) 151.3M (ViT-B/32), 149.6M (B/16) and 427.6M (L/14);
 - FLOPs: torch's FlopCounterMode over a real forward and backward (fake tensors);
-- memory: MemTracker traces of the real model (tests/test_memory_vs_trace.py rows llava-*, docs/accuracy.md).
+- memory: MemTracker traces of the real models (tests/test_memory_vs_trace.py rows llava-* and clip-*,
+  docs/accuracy.md).
 """
 
 from __future__ import annotations
@@ -123,3 +126,50 @@ def test_the_selector_plans_multimodal_and_keeps_modalities_apart():
     assert config["fits"] and config["sequence_length"] == 2048
     with pytest.raises(UserInputError, match="a multimodal decoder-only, not a 'text_generation' model"):
         get_distributed_training_config("text_generation", "llava-1.5-7b", gpu_count=8, batch_size=4)
+
+
+@pytest.mark.parametrize(
+    "name, millions",
+    [("clip-vit-base-patch32", 151.28), ("clip-vit-base-patch16", 149.62), ("clip-vit-large-patch14", 427.62)],
+)
+def test_clip_formula_equals_the_meta_device_count_and_the_published_size(name, millions):
+    spec = resolve_model(name)
+    assert spec.params.source == "meta-device" and spec.modality == "image-text" and spec.output_head is False
+    formula = spec_from_hf_config(_config(name), name=name).params
+    assert formula.total == spec.params.total and formula.embedding == spec.params.embedding
+    assert spec.params.total / 1e6 == pytest.approx(millions, abs=0.01)
+    assert spec.max_position_embeddings == 77 and spec.image_tokens == 0  # the image is not in the text
+
+
+@pytest.mark.slow
+def test_clip_flops_match_torchs_flop_counter_on_the_real_model():
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoConfig, AutoModel
+    from transformers.initialization import no_init_weights
+
+    fields = {key: value for key, value in _config("clip-vit-base-patch16").items() if key != "model_type"}
+    pairs = 2
+    with FakeTensorMode(), no_init_weights():
+        model = AutoModel.from_config(AutoConfig.for_model("clip", **fields), attn_implementation="eager")
+        pixels, input_ids = torch.randn(pairs, 3, 224, 224), torch.randint(0, 49408, (pairs, 77))
+        with FlopCounterMode(display=False) as counter:
+            model(pixel_values=pixels, input_ids=input_ids, return_loss=True).loss.backward()
+    per_pair = sequence_flops(model_shape(resolve_model("clip-vit-base-patch16")), TrainingConfig(seq_len=77)).model
+    # The vision tower (197 positions) does most of the work: without it the count would be a third.
+    assert per_pair * pairs == pytest.approx(counter.get_total_flops(), rel=0.01)
+
+
+def test_clip_plans_on_its_77_tokens_through_the_selector():
+    config = get_distributed_training_config("multimodal", "openai/clip-vit-large-patch14", gpu_count=8, batch_size=256)
+    assert config["fits"] and config["sequence_length"] == 77 and config["effective_batch_size"] == 2048
+    with pytest.raises(UserInputError, match="multimodal encoder-only, not a 'text_embedding' model"):
+        get_distributed_training_config("text_embedding", "clip-vit-base-patch32", gpu_count=1, batch_size=8)
+
+
+def test_serving_a_multimodal_model_is_refused_in_one_line(capsys):
+    """The serving roofline knows the LLM, not the tower: no silently partial answer."""
+    assert main(["plan", "--model", "llava-1.5-7b", "--gpu", "A100-80GB", "--mode", "inference"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "reads images as well as text" in err and "\n" not in err

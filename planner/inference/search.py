@@ -82,6 +82,11 @@ def check_servable(spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequ
         raise UserInputError(
             f"{spec.name} is {spec.family.value}; inference planning covers decoder-only LLMs (text generation)"
         )
+    if spec.modality != "text":
+        raise UserInputError(
+            f"{spec.name} reads images as well as text; inference planning covers text-only LLMs (its vision "
+            "tower is not in the serving estimate), so plan its training, or serve its LLM by name"
+        )
     if request.weights is WeightFormat.FP8 and not cluster.gpu.supports("fp8"):
         raise UserInputError(f"{cluster.gpu.name} has no fp8 matmuls; use --weights int8 or int4 (weight-only)")
     if request.kv_cache is KvFormat.FP8 and cluster.gpu.architecture in ("Volta", "Turing"):

@@ -143,6 +143,6 @@ def linear_params(
     if tower is not None:  # LLaVA: the tower's blocks and the projector run under autocast too
         tower_blocks = sum(s.params for s in block_linear_shapes(tower)) * tower.num_layers
         block_linears += tower_blocks + spec.projector_params
-    if spec.family is ModelFamily.ENCODER_ONLY:
+    if spec.family is ModelFamily.ENCODER_ONLY and spec.output_head:
         head += spec.hidden_size * spec.hidden_size  # the MLM head's transform
     return block_linears, head

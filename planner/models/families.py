@@ -358,6 +358,15 @@ _ENTRIES = (
         size_keys={**LLAMA_SIZE_KEYS},  # inside text_config
         traits=Traits(softmax_fp32=True),
     ),
+    FamilyEntry(  # CLIP: text and vision transformers of CLIPEncoderLayer blocks, eager softmax in fp32
+        model_type="clip",
+        family=ModelFamily.ENCODER_ONLY,
+        task="contrastive-image-text",
+        reader="clip",
+        block_class="CLIPEncoderLayer",
+        size_keys={**LLAMA_SIZE_KEYS},  # inside text_config
+        traits=Traits(softmax_fp32=True),
+    ),
 )
 
 FAMILIES: dict[str, FamilyEntry] = {entry.model_type: entry for entry in _ENTRIES}

@@ -24,7 +24,7 @@ from planner.errors import ConfigFieldError, UserInputError
 from planner.models.config_fields import ConfigFields, basic_dims
 from planner.models.encoder_configs import read_bert_style, read_t5, read_vit, read_whisper
 from planner.models.families import FAMILIES
-from planner.models.multimodal_configs import read_llava
+from planner.models.multimodal_configs import read_clip, read_llava
 from planner.models.param_formula import ArchitectureDims, ParameterDetails, formula_param_counts, with_vision_tower
 from planner.models.parsed_config import ParsedConfig
 from planner.models.spec import MlpKind, ModelSpec, ParamCounts
@@ -272,6 +272,7 @@ _READER_FUNCTIONS: dict[str, Callable[[ConfigFields, str], ParsedConfig]] = {
     "vit": lambda f, model_type: read_vit(f),
     "whisper": lambda f, model_type: read_whisper(f),
     "llava": lambda f, model_type: read_llava(f, _read_text_model),
+    "clip": lambda f, model_type: read_clip(f),
 }
 
 

@@ -39,7 +39,7 @@ LEGACY_MODEL_FAMILIES: dict[str, tuple[ModelFamily, ...]] = {
     "audio": (ModelFamily.ENCODER_DECODER,),  # Whisper: an audio encoder and a text decoder
     "speech_recognition": (ModelFamily.ENCODER_DECODER,),
     "automatic_speech_recognition": (ModelFamily.ENCODER_DECODER,),
-    "multimodal": (ModelFamily.DECODER_ONLY,),  # LLaVA-style: a vision tower before an LLM
+    "multimodal": (ModelFamily.DECODER_ONLY, ModelFamily.ENCODER_ONLY),  # LLaVA-style, and CLIP
     "image_text_to_text": (ModelFamily.DECODER_ONLY,),
 }
 

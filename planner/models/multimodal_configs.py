@@ -101,3 +101,47 @@ def read_llava(f: ConfigFields, read_text: Callable[[ConfigFields, str], ParsedC
             "projector_params": projector,
         }
     )
+
+
+# transformers' CLIPTextConfig defaults (the text tower of ViT-B/32).
+CLIP_TEXT_DEFAULTS = {"hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 12,
+                      "num_attention_heads": 8, "max_position_embeddings": 77, "vocab_size": 49408}  # fmt: skip
+
+
+def read_clip(f: ConfigFields) -> ParsedConfig:
+    """CLIP: a text transformer (causal mask, pooled at its end token) and a vision transformer (pooled at
+    its class token), each projected to projection_dim, trained together on an in-batch contrastive loss.
+    The text tower is what the formulas describe; the vision tower rides along as for LLaVA, with no
+    image tokens in the text's sequence."""
+    text_config, vision_config = f.config.get("text_config") or {}, f.config.get("vision_config") or {}
+    if not isinstance(text_config, dict) or not isinstance(vision_config, dict):
+        raise f.error("text_config", "and vision_config must be JSON objects")
+    text = ConfigFields({**CLIP_TEXT_DEFAULTS, **{k: v for k, v in text_config.items() if v is not None}},
+                        f"{f.source} text_config")  # fmt: skip
+    tower = read_clip_vision(ConfigFields(vision_config, f"{f.source} vision_config"))
+    hidden, heads = text.int("hidden_size"), text.int("num_attention_heads")
+    projection = f.int("projection_dim", default=512)
+    return ParsedConfig(
+        dims=ArchitectureDims(
+            family=ModelFamily.ENCODER_ONLY,
+            model_type="clip",
+            hidden_size=hidden,
+            num_layers=text.int("num_hidden_layers"),
+            num_heads=heads,
+            head_dim=text.head_dim(hidden, heads, "num_attention_heads"),
+            ffn_size=text.int("intermediate_size"),
+            activation=text.str("hidden_act", default="quick_gelu"),
+            vocab_size=text.int("vocab_size"),
+            max_position_embeddings=text.int("max_position_embeddings"),
+            tied_embeddings=True,  # no head over the vocabulary
+            attention_bias=True,
+            mlp_bias=True,
+        ),
+        details=ParameterDetails(final_norms=1),
+        transformers_class="CLIPModel",
+        attention_dropout=text.probability("attention_dropout"),
+        output_head=False,
+        vision_tower=tower,
+        # Both projections (no bias) and the learned temperature.
+        projector_params=(hidden + tower.dims.hidden_size) * projection + 1,
+    )

@@ -15,6 +15,7 @@ on a laptop. The model is the class people train from a config.json:
 - speech (Whisper): AutoModelForSpeechSeq2Seq, the audio encoder (convolutions and a
   frozen sinusoid table, counted in total but not trainable) and the text decoder.
 - LLaVA: AutoModelForImageTextToText, the CLIP vision tower, the projector and the LLM with its head.
+- CLIP: AutoModel (CLIPModel), both towers, both projections and the learned temperature.
 
 torch and transformers are imported inside the functions so that reading the
 catalog never pays for them.
@@ -34,7 +35,7 @@ if TYPE_CHECKING:  # annotations only: reading the catalog never imports torch
 from planner.models.spec import ParamCounts
 
 # model_types whose checkpoints are encoders without a generic LM head.
-_ENCODER_MODEL_TYPES = frozenset({"bert", "roberta"})
+_ENCODER_MODEL_TYPES = frozenset({"bert", "roberta", "clip"})
 _VISION_MODEL_TYPES = frozenset({"vit"})
 _SPEECH_MODEL_TYPES = frozenset({"whisper"})
 

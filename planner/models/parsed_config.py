@@ -19,7 +19,7 @@ class ParsedConfig(BaseModel):
     attention_dropout: float = 0.0
     output_head: bool = True
     # LLaVA-style models: the vision tower's own config, the LLM positions each image fills, and the
-    # projector between them (planner/models/multimodal_configs.py).
+    # projector between them; CLIP: the vision tower and both projections (planner/models/multimodal_configs.py).
     vision_tower: ParsedConfig | None = None
     image_tokens: int = 0
     projector_params: int = 0
