@@ -11,7 +11,8 @@ import json
 
 import pytest
 
-from benchmarks.memory_per_layer import CATALOG, entries, estimated_per_layer, load, model_config
+from benchmarks.memory_per_layer import entries, estimated_per_layer, load
+from benchmarks.per_layer_models import CATALOG, model_config
 from planner.models.hf_config import spec_from_hf_config
 
 RECORDED = load()
