@@ -75,8 +75,13 @@ def initialize(
     if is_meta(model) and weights is None:
         raise UserInputError("the model is on the meta device; pass weights=WeightSource(...) to fill it")
     layout = block.layout
-    parallel_model, dp_group = None, None
-    if layout.tp > 1 or layout.pp > 1:
+    parallel_model, dp_group, expert_parallel = None, None, None
+    if layout.ep > 1:
+        from .expert_parallel.start import start_expert_parallel
+
+        expert_parallel = start_expert_parallel(model, settings, weights, device)
+        weights, dp_group = None, expert_parallel.expert_dp_group
+    elif layout.tp > 1 or layout.pp > 1:
         import torch.distributed as dist
 
         from .parallelize import parallelize
@@ -132,6 +137,7 @@ def initialize(
         metrics_path=metrics_path,
         weights=weights,
         device=device,
+        expert_parallel=expert_parallel,
     )
     scheduler = scheduler_from(lr_scheduler, engine)
     return engine, engine.optimizer, data_loader(training_data, engine, collate_fn), scheduler

@@ -41,14 +41,21 @@ class Engine:
         metrics_path: str | None = None,
         weights: Any | None = None,
         device: Any | None = None,
+        expert_parallel: Any | None = None,
     ):
+        """expert_parallel: a backends.expert_parallel ExpertParallel; dp_group is then its expert-data-parallel
+        group, and the data-parallel world (batch sizes, samples, the mean loss) is that group times ep."""
         self.config = config
         self.module = model
         self.parallel_model = parallel_model
+        self.expert_parallel = expert_parallel
         self.comm = DataParallelComm(dp_group)
+        self.ep = expert_parallel.ep if expert_parallel is not None else 1
+        self.data_parallel_world = self.comm.world * self.ep
+        self.data_parallel_rank = self.comm.rank * self.ep + (expert_parallel.ep_rank if expert_parallel else 0)
         self.dtype = compute_dtype(config)
         self.scaler = LossScaler(config)
-        self.train_batch_size, self.micro_batch, self.grad_accum = config.batch_sizes(self.comm.world)
+        self.train_batch_size, self.micro_batch, self.grad_accum = config.batch_sizes(self.data_parallel_world)
         stage = config.zero_optimization.stage
         self.optimizer = zero_optimizer_class(stage)(
             model,
@@ -56,7 +63,7 @@ class Engine:
             self.comm,
             self.dtype,
             self.scaler,
-            model_parallel=parallel_model,
+            model_parallel=parallel_model if parallel_model is not None else expert_parallel,
             device=device,
             weights=weights,
         )
@@ -148,6 +155,8 @@ class Engine:
         with self.training_monitor.memory.phase("backward"):
             self.optimizer.begin_backward(boundary)
             (loss * (self.scaler.scale / self.grad_accum)).backward()
+            if boundary and self.expert_parallel is not None:
+                self.expert_parallel.reduce_gradients(self.module)
             self.optimizer.end_backward(boundary)
         comm = self.optimizer.comm_seconds - comm_before
         self.monitor.add("comm", comm)
@@ -159,7 +168,7 @@ class Engine:
         """The optimizer step, at accumulation boundaries only (elsewhere it just counts the micro-step)."""
         boundary = self.is_gradient_accumulation_boundary()
         self.micro_steps += 1
-        self.global_samples += self.micro_batch * self.comm.world
+        self.global_samples += self.micro_batch * self.data_parallel_world
         if not boundary:
             return
         comm_before = self.optimizer.comm_seconds
@@ -218,13 +227,15 @@ class Engine:
 
         local = torch.tensor([sum(self._losses) / max(1, len(self._losses))], dtype=torch.float64)
         self.optimizer._wait([self.comm.all_reduce(local)])
-        return float(local.item()) / self.comm.world
+        if self.expert_parallel is not None:
+            self.expert_parallel.model_parallel_sum(local, torch.distributed.ReduceOp.SUM)
+        return float(local.item()) / self.data_parallel_world
 
     def _end_step(self) -> None:
         record = self.monitor.end_step(
             self.global_steps,
             loss=self.last_loss,
-            tokens=self._tokens * self.comm.world,
+            tokens=self._tokens * self.data_parallel_world,
             tracked_bytes=self.optimizer.tracked_bytes(),
             lr=self.optimizer.param_groups[0]["lr"],
             loss_scale=self.scaler.scale,

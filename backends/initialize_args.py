@@ -98,5 +98,7 @@ def data_loader(training_data: Any, engine: Any, collate_fn: Any = None) -> Any:
         return None
     from torch.utils.data import DataLoader, DistributedSampler
 
-    sampler = DistributedSampler(training_data, num_replicas=engine.comm.world, rank=engine.comm.rank, shuffle=True)
+    sampler = DistributedSampler(
+        training_data, num_replicas=engine.data_parallel_world, rank=engine.data_parallel_rank, shuffle=True
+    )
     return DataLoader(training_data, batch_size=engine.micro_batch, sampler=sampler, collate_fn=collate_fn)

@@ -115,3 +115,32 @@ def test_an_export_above_the_shard_size_is_sharded_with_hfs_index(tmp_path, monk
     assert (tmp_path / "model.safetensors.index.json").is_file() and not (tmp_path / "model.safetensors").exists()
     loaded = GPT2LMHeadModel.from_pretrained(tmp_path)
     assert all(torch.equal(loaded.state_dict()[name], tensor) for name, tensor in model.state_dict().items())
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
+def test_moe_checkpoints_read_as_transformers_loads_them(tmp_path, family):
+    """Reference: transformers' own from_pretrained, which fuses the checkpoint's per-expert matrices."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from backends.runner.weights import source_for
+
+    sizes = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
+    extra = (
+        dict(intermediate_size=48, num_local_experts=4, num_experts_per_tok=2)
+        if family == "mixtral"
+        else dict(intermediate_size=64, moe_intermediate_size=24, shared_expert_intermediate_size=40, num_experts=4,
+                  num_experts_per_tok=2)
+    )  # fmt: skip
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(AutoConfig.for_model(family, **sizes, **extra)).save_pretrained(str(tmp_path))
+    loaded = AutoModelForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32)
+    source = source_for(loaded, tmp_path)
+    assert "model.layers.0.mlp.experts.gate_up_proj" not in source.files  # stored per expert
+    fused = 0
+    for name, param in loaded.named_parameters():
+        assert source.shape(name) == tuple(param.shape), name
+        assert torch.equal(source.read(name), param.detach()), name
+        fused += name.endswith(("gate_up_proj", "down_proj")) and param.dim() == 3
+    assert fused == 4  # two layers' experts, each stored per expert in the checkpoint
+    flat = loaded.model.layers[1].mlp.experts.gate_up_proj.detach().reshape(-1)
+    assert torch.equal(source.read_flat("model.layers.1.mlp.experts.gate_up_proj", 100, 5000), flat[100:5000])

@@ -29,7 +29,7 @@ class EngineAdapter(Adapter):
         module = setup.make_model(empty=pretrained)
         weights = source_for(module, setup.weights_folder) if pretrained else None
         self.engine, _, _, _ = backends.initialize(model=module, config=setup.engine_config, weights=weights)
-        self.data_rank, self.data_world = self.engine.comm.rank, self.engine.comm.world
+        self.data_rank, self.data_world = self.engine.data_parallel_rank, self.engine.data_parallel_world
         self.micro_batch, self.grad_accum = self.engine.micro_batch, self.engine.grad_accum
 
     def param_groups(self) -> list[dict]:

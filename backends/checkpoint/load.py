@@ -66,7 +66,7 @@ def _same_shards(engine: Any, state: dict) -> bool:
     saved, current = state["layout"], layout_of(engine)
     own = state["model_ranks"].get(key_prefix(engine))
     return (
-        all(saved["dims"][key] == current["dims"][key] for key in ("tp", "pp"))
+        all(saved["dims"].get(key, 1) == current["dims"][key] for key in ("tp", "pp", "ep"))
         and own is not None
         and own["units"] == unit_layout(engine)
     )
@@ -113,6 +113,12 @@ def read_engine_state(engine: Any, choice: Path) -> dict:
         raise UserInputError(
             f"{choice} was saved by an older version (its layout has no ParallelDims); "
             "start afresh with --no-resume, or load its weights from a consolidated export"
+        )
+    saved_ep, current_ep = state["layout"]["dims"].get("ep", 1), layout_of(engine)["dims"]["ep"]
+    if saved_ep != current_ep:
+        raise UserInputError(
+            f"{choice} was saved under expert parallelism ep {saved_ep} and this run has ep {current_ep}; resume "
+            f"under ep {saved_ep}, or start from the run's consolidated weights (final/)"
         )
     if _everyone_same_shards(engine, state, choice):
         targets = sharded_views(engine)

@@ -26,6 +26,8 @@ def _mesh(engine: Any) -> Any:
 def key_prefix(engine: Any) -> str:
     """Keys of different tensor/pipeline ranks must not collide: they hold different tensors."""
     model = engine.parallel_model
+    if getattr(engine, "expert_parallel", None) is not None:
+        return f"ep{engine.expert_parallel.ep_rank}."  # each ep rank holds other experts
     return "" if model is None else f"pp{model.groups.pp_rank}.tp{model.groups.tp_rank}."
 
 
@@ -35,7 +37,9 @@ def layout_of(engine: Any) -> dict[str, Any]:
     if model is None:
         from planner.contract.layout import ParallelDims
 
-        return {"dims": ParallelDims(dp=engine.comm.world).model_dump(mode="json"), "sequence_parallel": False}
+        ep = engine.ep if hasattr(engine, "ep") else 1
+        dims = ParallelDims(dp=engine.comm.world * ep, ep=ep)
+        return {"dims": dims.model_dump(mode="json"), "sequence_parallel": False}
     from backends.parallel_checkpoint import layout_record
 
     return layout_record(model)

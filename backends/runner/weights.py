@@ -10,7 +10,8 @@ refused, with the one-liner that converts it.
 Names: the model's parameter names are found in the checkpoint as they are,
 or without / with the base-model prefix (a `GPT2Model` checkpoint loaded into
 `GPT2LMHeadModel`); a head tied to the embedding may be absent and is read
-from the embedding. A missing tensor or a shape that differs from the
+from the embedding; an MoE layer's fused experts are assembled from the
+checkpoint's per-expert matrices (backends/runner/expert_checkpoints.py). A missing tensor or a shape that differs from the
 config's is a one-line UserInputError.
 """
 
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import UserInputError
+
+from .expert_checkpoints import fused_expert_keys, renamed_key
 
 if TYPE_CHECKING:
     import torch
@@ -83,6 +86,11 @@ class WeightSource:
         for candidate in candidates:
             if candidate in self.files:
                 return candidate
+            renamed = renamed_key(candidate, self.files)
+            if renamed is not None:
+                return renamed
+            if fused_expert_keys(candidate, self.files):
+                return candidate  # assembled from per-expert matrices (read, shape)
         if name in self.tied:
             return self.key_for(self.tied[name])
         raise UserInputError(
@@ -90,9 +98,16 @@ class WeightSource:
             "config.json (or was saved from another model)"
         )
 
+    def _stored_shape(self, key: str) -> tuple[int, ...]:
+        return tuple(self._handle(self.files[key]).get_slice(key).get_shape())
+
     def shape(self, name: str) -> tuple[int, ...]:
         key = self.key_for(name)
-        return tuple(self._handle(self.files[key]).get_slice(key).get_shape())
+        experts = fused_expert_keys(key, self.files) if key not in self.files else None
+        if experts:
+            first = [self._stored_shape(part) for part in experts[0]]
+            return (len(experts), sum(rows for rows, _ in first), first[0][1])
+        return self._stored_shape(key)
 
     def check_shape(self, name: str, expected: tuple[int, ...]) -> None:
         found = self.shape(name)
@@ -105,6 +120,12 @@ class WeightSource:
     def read(self, name: str, index: tuple[slice, ...] | None = None) -> torch.Tensor:
         """The tensor (or the slice `index` of it) as stored."""
         key = self.key_for(name)
+        experts = fused_expert_keys(key, self.files) if key not in self.files else None
+        if experts:  # one layer's experts: stacked, each its matrices' rows in order
+            import torch
+
+            whole = torch.stack([torch.cat([self.read(part) for part in parts]) for parts in experts])
+            return whole[index] if index is not None else whole
         piece = self._handle(self.files[key]).get_slice(key)
         return piece[index] if index is not None else piece[:]
 

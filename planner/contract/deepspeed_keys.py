@@ -116,7 +116,7 @@ RULES: dict[str, dict[str, Rule]] = {
         "disable_python_gc": accepted("a DeepSpeed host-overhead tweak"),
         "log_level": accepted("DeepSpeed's logger level"),
         "managed_gradient_accumulation": accepted("accumulation boundaries are the engine's (engine.step)"),
-        "use_data_before_expert_parallelism": accepted("no expert parallelism here: nothing to order"),
+        "use_data_before_expert_parallelism": accepted("tokens are exchanged as routed; nothing to order"),
         "seq_parallel_communication_data_type": accepted("sequence parallel reductions run in the compute dtype"),
         "vocabulary_size": accepted("the model's config gives the vocabulary"),
         "legacy_fusion": accepted("a DeepSpeed fused-optimizer switch"),
@@ -152,7 +152,7 @@ RULES: dict[str, dict[str, Rule]] = {
         "sparse_attention": refused("attention is the model's own (hardware_selector.attention in plans)"),
         "hybrid_engine": refused("no RLHF generation engine; plan serving with `plan --mode inference`"),
         "nebula": refused("checkpoints are written by the engine (async with checkpoint.async_save)"),
-        "expert_parallel": refused("no expert parallelism in our engine yet"),
+        "expert_parallel": refused("expert parallelism is hardware_selector.layout.ep (backends/expert_parallel)"),
         "tensor_parallel": refused(
             "tensor parallelism is hardware_selector.layout.tp",
             lambda v: isinstance(v, dict) and int(v.get("autotp_size", 0) or 0) > 1,

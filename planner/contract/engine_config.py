@@ -131,6 +131,9 @@ class HardwareSelectorBlock(_Strict):
     compression: Literal["none", "fp32", "bf16", "fp16", "int8"] = "none"
     layout: ParallelDims = ParallelDims()
     sequence_parallel: bool = False
+    # Expert parallelism: assignments one rank may send to each expert, as a multiple of an even share
+    # (backends/expert_parallel/dispatch.py); 0 drops no token.
+    expert_capacity_factor: float = Field(default=0.0, ge=0.0, le=64.0)
     pipeline_schedule: PipelineScheduleName = "1f1b"
     checkpoint: CheckpointBlock = CheckpointBlock()
     profiling: ProfilingBlock | None = None

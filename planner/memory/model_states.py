@@ -73,6 +73,8 @@ def shard_degrees(config: TrainingConfig, dp: int, gpus_per_node: int) -> ShardD
         }[config.fsdp_sharding]
         return ShardDegrees(degree, degree, degree)
     stage = config.zero_stage
+    if config.strategy is Strategy.ENGINE and config.expert_parallel > 1:
+        dp //= config.expert_parallel  # our ZeRO runs on the expert-data-parallel group (backends/expert_parallel)
     return ShardDegrees(
         parameters=dp if stage >= 3 else 1,
         gradients=dp if stage >= 2 else 1,

@@ -24,6 +24,9 @@ ENGINE_MODEL_TYPES = parallel_model_types()  # the registry's families with a tp
 # Catalog models of those types whose layout the engine's TP plans do not cover
 # (backends/decoder_anatomy.py); ModelSpec does not carry the config flag that says so.
 ENGINE_EXCLUDED_MODELS = {"opt-350m": "OPT with post-layer-norm and a projected embedding"}
+# MoE model types whose experts the engine splits over ep ranks (backends/expert_parallel: transformers'
+# fused experts modules); tests/test_expert_parallel_engine.py runs Mixtral.
+EXPERT_PARALLEL_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe"})
 # Interleaved 1F1B with this many model chunks per pipeline rank (Narayanan et al. 2021 use 2-4).
 INTERLEAVED_CHUNKS = 2
 
@@ -51,6 +54,8 @@ def family_label(config: TrainingConfig) -> str:
             return f"ZeRO-{config.zero_stage} + offload"
         return f"ZeRO-{config.zero_stage}"
     tp, pp = config.tensor_parallel, config.pipeline_parallel
+    if config.expert_parallel > 1:
+        return "engine EP"
     return "engine TP" if pp == 1 else "engine PP" if tp == 1 else "engine TP×PP"
 
 
@@ -148,7 +153,9 @@ def engine_applicability(spec: ModelSpec) -> str | None:
     if spec.family is not ModelFamily.DECODER_ONLY:
         return f"tensor/pipeline parallelism covers decoder-only models; {spec.name} is {spec.family.value}"
     if spec.is_moe:
-        return f"{spec.name} is a mixture of experts; the engine has no expert parallelism yet"
+        if spec.model_type in EXPERT_PARALLEL_MODEL_TYPES:
+            return None  # expert parallelism only (_expert_layouts)
+        return f"{spec.name} is a mixture of experts whose experts the engine cannot split yet"
     if spec.model_type not in ENGINE_MODEL_TYPES:
         return f"no tensor-parallel plan for model type '{spec.model_type}' yet"
     if spec.name in ENGINE_EXCLUDED_MODELS:
@@ -204,6 +211,20 @@ def _engine_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[StrategyLayou
     return layouts
 
 
+def _expert_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[StrategyLayout]:
+    """The engine's expert parallelism: ep dividing the experts and the ranks, with tp and pp 1 and ZeRO 0/1
+    on the ep ranks' expert-data-parallel group (backends/expert_parallel/apply.py)."""
+    world = cluster.world_size
+    layouts = []
+    for ep in divisors(spec.num_experts):
+        if ep == 1 or world % ep:
+            continue
+        for stage in [0, 1] if world // ep > 1 else [0]:
+            fields = {"strategy": Strategy.ENGINE, "zero_stage": stage, "layout": ParallelDims(ep=ep)}
+            layouts.append(_layout(SIMPLICITY["engine"] + stage // 2, fields))
+    return layouts
+
+
 def enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest) -> list[StrategyLayout]:
     wanted = set(request.strategies)
     layouts: list[StrategyLayout] = []
@@ -219,7 +240,7 @@ def enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanReques
             if StrategyKind.DEEPSPEED in wanted or layout.fields["zero_stage"] in stages
         ]
     if StrategyKind.ENGINE in wanted and engine_applicability(spec) is None and not request.lora_rank:
-        layouts += _engine_layouts(spec, cluster)
+        layouts += _expert_layouts(spec, cluster) if spec.is_moe else _engine_layouts(spec, cluster)
     if request.qlora:
         # The 4-bit base cannot be partitioned by ZeRO-3.
         layouts = [

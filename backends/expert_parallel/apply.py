@@ -1,0 +1,112 @@
+"""Expert parallelism on an HF MoE model: groups, the experts swap, and the gradient reductions.
+
+The ep ranks are carved out of data parallelism, as in DeepSpeed-MoE (planner/contract/layout.py: ep
+divides dp). With ep innermost, ranks k*ep ... k*ep+ep-1 form an ep group (they exchange tokens and
+each holds E/ep experts); ranks holding the same experts (one per ep group) form an expert-data-parallel
+group of dp/ep ranks. The engine's ZeRO runs on that group, where every rank holds the same parameters.
+Before its reduction, at each accumulation boundary (reduce_gradients):
+
+- a non-expert gradient (attention, router, norms, embeddings: the same weights on every ep rank, fed
+  different tokens) is averaged over the ep group, so ZeRO's average over the rest makes the mean over
+  all dp ranks;
+- an expert gradient already sums every ep rank's tokens (the token exchange's backward brought them
+  to the owner), so it is divided by ep for the same mean.
+
+The gradient norm counts each non-expert parameter once and every expert once: to the norm's reduction
+this object is a model-parallel dimension whose replicated parameters weigh 1/ep (as a tensor-parallel
+layout's replicated norms weigh 1/tp, backends/zero/grad_norm.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from .dispatch import ExpertParallelExperts
+
+
+def _is_experts_module(module: nn.Module) -> bool:
+    """transformers 5's fused experts (Mixtral, Qwen2-MoE): 3-D gate_up_proj and down_proj, num_experts."""
+    weights = [getattr(module, name, None) for name in ("gate_up_proj", "down_proj")]
+    return hasattr(module, "num_experts") and all(isinstance(w, nn.Parameter) and w.dim() == 3 for w in weights)
+
+
+@dataclass
+class ExpertParallel:
+    ep: int
+    ep_group: Any
+    expert_dp_group: Any
+    ep_rank: int
+    expert_names: set[str] = field(default_factory=set)
+    other_names: list[str] = field(default_factory=list)
+
+    # --- the norm's model-parallel interface (backends/zero/grad_norm.py) -------------------------
+    def grad_norm_weights(self) -> dict[str, float]:
+        return dict.fromkeys(self.other_names, 1.0 / self.ep)
+
+    def model_parallel_sum(self, value: Any, op: Any) -> None:
+        import torch.distributed as dist
+
+        dist.all_reduce(value, op=op, group=self.ep_group)
+
+    # --- the boundary reductions ------------------------------------------------------------------
+    def reduce_gradients(self, model: nn.Module) -> None:
+        import torch.distributed as dist
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        named = dict(model.named_parameters())
+        others = [named[name] for name in self.other_names]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in others]
+        if grads:
+            flat = _flatten_dense_tensors(grads)
+            dist.all_reduce(flat, group=self.ep_group)
+            flat /= self.ep
+            for param, grad, reduced in zip(others, grads, _unflatten_dense_tensors(flat, grads), strict=True):
+                if param.grad is None:
+                    param.grad = reduced.clone()
+                else:
+                    grad.copy_(reduced)
+        for name in self.expert_names:
+            grad = named[name].grad
+            if grad is not None:
+                grad.div_(self.ep)
+
+    def full_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A state dict of this rank's tensors with every expert's: each expert tensor gathered over the ep
+        group (collective) and concatenated in ep-rank order, which is expert order."""
+        import torch.distributed as dist
+
+        full = dict(state)
+        for name in sorted(self.expert_names):
+            local = state[name].contiguous()
+            parts = [torch.empty_like(local) for _ in range(self.ep)]
+            dist.all_gather(parts, local, group=self.ep_group)
+            full[name] = torch.cat(parts)
+        return full
+
+
+def apply_expert_parallel(
+    model: nn.Module, ep: int, capacity_factor: float = 0.0, device_type: str = "cpu"
+) -> ExpertParallel:
+    """Swap every fused experts module of `model` for this rank's ExpertParallelExperts (collective)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    world = dist.get_world_size()
+    if world % ep:
+        raise ValueError(f"ep {ep} does not divide the {world} ranks")
+    mesh = init_device_mesh(device_type, (world // ep, ep), mesh_dim_names=("edp", "ep"))
+    ep_group, expert_dp_group = mesh.get_group("ep"), mesh.get_group("edp")
+    swapped = [(name, module) for name, module in model.named_modules() if _is_experts_module(module)]
+    if not swapped:
+        raise ValueError(f"{type(model).__name__} has no fused experts module (gate_up_proj, down_proj) to split")
+    for name, module in swapped:
+        parent_name, _, attribute = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, attribute, ExpertParallelExperts(module, ep_group, capacity_factor))
+    expert_names = {f"{name}.{weight}" for name, _ in swapped for weight in ("gate_up_proj", "down_proj")}
+    others = [name for name, _ in model.named_parameters() if name not in expert_names]
+    return ExpertParallel(ep, ep_group, expert_dp_group, mesh.get_local_rank("ep"), expert_names, others)

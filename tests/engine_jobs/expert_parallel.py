@@ -1,0 +1,94 @@
+"""torchrun job: a tiny Mixtral trained by the engine with its experts split over layout.ep.
+
+argv: OUT EP. Runs ZeRO-0 and ZeRO-1 with no capacity limit, then once with a small capacity factor.
+Each rank writes OUT.<rank>.json: per run its losses and gradient norms, its parameters after the steps
+(its own experts under their global index), and the assignments it dropped at the first step.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch.distributed as dist
+
+import backends
+from planner.errors import UserInputError
+from tests.expert_parallel_model import CAPACITY_FACTOR, MICRO, STEPS, engine_config, global_batch, tiny_mixtral
+
+
+def run(stage: int, ep: int, capacity_factor: float) -> dict:
+    engine, _, _, _ = backends.initialize(model=tiny_mixtral(), config=engine_config(stage, ep, capacity_factor))
+    world, rank = engine.data_parallel_world, engine.data_parallel_rank
+    losses, norms, dropped = [], [], 0
+    experts = [(name, module) for name, module in engine.module.named_modules() if hasattr(module, "first")]
+    for step in range(STEPS):
+        ids = global_batch(step, world)[rank * MICRO : (rank + 1) * MICRO]
+        engine.backward(engine(input_ids=ids, labels=ids))
+        if step == 0:  # the first step's routing is the reference's: same weights, same tokens
+            dropped = sum(module.dropped for _, module in experts)
+        engine.step()
+        losses.append(engine.last_loss)
+        norms.append(engine.optimizer.last_grad_norm)
+    params: dict[str, list[float]] = {}
+    for name, module in experts:  # ExpertParallelExperts: name its rows by global expert index
+        for local in range(module.local):
+            for weight in ("gate_up_proj", "down_proj"):
+                params[f"{name}.{weight}.{module.first + local}"] = getattr(module, weight)[local].flatten().tolist()
+    for name, param in engine.module.named_parameters():
+        if "experts." not in name:
+            params[name] = param.detach().flatten().tolist()
+    return {"losses": losses, "norms": norms, "params": params, "dropped": dropped, "world": world}
+
+
+def _train(engine, steps: range) -> list[float]:
+    world, rank = engine.data_parallel_world, engine.data_parallel_rank
+    losses = []
+    for step in steps:
+        ids = global_batch(step, world)[rank * MICRO : (rank + 1) * MICRO]
+        engine.backward(engine(input_ids=ids, labels=ids))
+        engine.step()
+        losses.append(engine.last_loss)
+    return losses
+
+
+def resume_and_export(ep: int, out: str) -> dict:
+    """ZeRO-1 under ep: a checkpoint after step 2 resumes into a fresh engine, whose step 3 equals the
+    uninterrupted run's; the consolidated export holds every expert (written by rank 0 to OUT.safetensors)."""
+    config = engine_config(1, ep)
+    first, _, _, _ = backends.initialize(model=tiny_mixtral(), config=config)
+    _train(first, range(STEPS - 1))
+    first.save_checkpoint(f"{out}.checkpoints")
+    uninterrupted = _train(first, range(STEPS - 1, STEPS))
+    first.export_consolidated(f"{out}.safetensors")
+    resumed_engine, _, _, _ = backends.initialize(model=tiny_mixtral(), config=config)
+    resumed_engine.load_checkpoint(f"{out}.checkpoints")
+    resumed = _train(resumed_engine, range(STEPS - 1, STEPS))
+    same = all(
+        bool((a.detach() == b.detach()).all())
+        for a, b in zip(first.module.parameters(), resumed_engine.module.parameters(), strict=True)
+    )
+    plain, _, _, _ = backends.initialize(model=tiny_mixtral(), config=engine_config(1, 1))
+    try:
+        plain.load_checkpoint(f"{out}.checkpoints")
+        refusal = ""
+    except UserInputError as error:
+        refusal = str(error)
+    return {"uninterrupted": uninterrupted, "resumed": resumed, "same_parameters": same, "refusal": refusal}
+
+
+def main() -> None:
+    out, ep = sys.argv[1], int(sys.argv[2])
+    dist.init_process_group("gloo")
+    results = {f"zero{stage}": run(stage, ep, 0.0) for stage in (0, 1)}
+    results["capacity"] = run(0, ep, CAPACITY_FACTOR)
+    results["resume"] = resume_and_export(ep, out)
+    with open(f"{out}.{dist.get_rank()}.json", "w") as handle:
+        json.dump(results, handle)
+
+
+if __name__ == "__main__":
+    from backends.distributed_init import exit_worker
+
+    main()
+    exit_worker(0)  # gloo's threads can abort interpreter teardown after a run that succeeded

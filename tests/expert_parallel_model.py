@@ -1,0 +1,49 @@
+"""The tiny Mixtral, its batches and its optimizer, shared by tests/test_expert_parallel_engine.py (the
+single-process reference) and tests/engine_jobs/expert_parallel.py (the engine under ep)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+STEPS, MICRO, LR = 3, 2, 2e-3
+CAPACITY_FACTOR = 0.5  # at half an even share, some experts get more than their capacity
+SEQ, VOCAB = 16, 128
+
+
+def tiny_mixtral() -> Any:
+    import torch
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    torch.manual_seed(0)
+    config = MixtralConfig(
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        vocab_size=VOCAB,
+        max_position_embeddings=64,
+        output_router_logits=True,  # the router's load-balancing loss is part of the loss
+        router_aux_loss_coef=0.05,
+    )
+    return MixtralForCausalLM(config).float().train()
+
+
+def global_batch(step: int, world: int) -> Any:
+    """The step's token ids for all data-parallel ranks: rank r trains rows r*MICRO ... (r+1)*MICRO - 1."""
+    import torch
+
+    generator = torch.Generator().manual_seed(1000 + step)
+    return torch.randint(0, VOCAB, (MICRO * world, SEQ), generator=generator)
+
+
+def engine_config(stage: int, ep: int, capacity_factor: float = 0.0) -> dict[str, Any]:
+    return {
+        "train_micro_batch_size_per_gpu": MICRO,
+        "gradient_accumulation_steps": 1,
+        "optimizer": {"type": "AdamW", "params": {"lr": LR, "weight_decay": 0.0}},
+        "zero_optimization": {"stage": stage},
+        "hardware_selector": {"layout": {"ep": ep}, "expert_capacity_factor": capacity_factor},
+    }

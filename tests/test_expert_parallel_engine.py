@@ -1,0 +1,111 @@
+"""Expert parallelism in the engine: a tiny Mixtral trained with its experts split over ep ranks equals
+the single-process reference (docs/parallelism.md, "Expert parallelism").
+
+Reference: transformers' MixtralForCausalLM trained by torch's AdamW in one process on the same global
+batches (the loss, router load-balancing loss included, averaged over the data-parallel ranks' chunks).
+EP2 on 2 ranks and EP2 x dp2 on 4 ranks, under ZeRO-0 and ZeRO-1: losses, gradient norms and every
+parameter (each rank's own experts compared under their global index) agree to 1e-5. With a capacity
+factor, each rank drops exactly the assignments beyond capacity that the reference routing implies. A
+checkpoint under ep resumes bit-exactly, and the consolidated export (an HF-named safetensors file) holds
+every expert with the reference's values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.distributed import run_torchrun
+from tests.expert_parallel_model import (
+    CAPACITY_FACTOR,
+    LR,
+    MICRO,
+    STEPS,
+    engine_config,
+    global_batch,
+    tiny_mixtral,
+)
+
+
+def _reference(world: int) -> tuple[list[float], list[float], dict, list[int]]:
+    """Losses, gradient norms, final parameters, and per rank the first step's assignments over capacity."""
+    import torch
+
+    model = tiny_mixtral()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+    routes: list = []
+    hooks = [
+        layer.mlp.gate.register_forward_hook(lambda module, args, out: routes.append(out[2]))
+        for layer in model.model.layers
+    ]
+    losses, norms, over_capacity = [], [], []
+    for step in range(STEPS):
+        chunks = global_batch(step, world).split(MICRO)
+        loss = torch.zeros(())
+        for chunk in chunks:
+            routes.clear()
+            loss = loss + model(input_ids=chunk, labels=chunk).loss / world
+            if step == 0:
+                experts, k, tokens = model.config.num_local_experts, model.config.num_experts_per_tok, chunk.numel()
+                capacity = math.ceil(CAPACITY_FACTOR * tokens * k / experts)
+                counts = [torch.bincount(route.reshape(-1), minlength=experts) for route in routes]
+                over_capacity.append(sum(int((count - capacity).clamp(min=0).sum()) for count in counts))
+        loss.backward()
+        norms.append(float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))))
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(float(loss.detach()))
+    for hook in hooks:
+        hook.remove()
+    return losses, norms, {name: p.detach() for name, p in model.named_parameters()}, over_capacity
+
+
+def _reference_value(params: dict, name: str):
+    last = name.rsplit(".", 1)
+    if last[-1].isdigit():  # an expert's rows, under its global index
+        return params[last[0]][int(last[1])]
+    return params[name]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 4], ids=["ep2", "ep2xdp2"])
+def test_expert_parallel_training_equals_the_single_process_reference(tmp_path, world):
+    import torch
+
+    run_torchrun(["tests/engine_jobs/expert_parallel.py", str(tmp_path / "out"), "2"], nproc=world, timeout=300)
+    losses, norms, params, over_capacity = _reference(world)
+    for rank in range(world):
+        results = json.loads((tmp_path / f"out.{rank}.json").read_text())
+        for run in ("zero0", "zero1"):
+            result = results[run]
+            assert result["world"] == world and result["dropped"] == 0
+            assert result["losses"] == pytest.approx(losses, abs=1e-5)
+            assert result["norms"] == pytest.approx(norms, rel=1e-5)
+            for name, values in result["params"].items():
+                reference = _reference_value(params, name).flatten()
+                assert torch.allclose(torch.tensor(values), reference, atol=1e-5), (rank, run, name)
+            experts_held = {name.rsplit(".", 1)[1] for name in result["params"] if name[-1].isdigit()}
+            assert len(experts_held) == 2  # 4 experts over ep 2: this rank holds two of them
+        assert results["capacity"]["dropped"] == over_capacity[rank] > 0
+        resume = results["resume"]  # bit-exact: the same shards, RNG and step come back
+        assert resume["resumed"] == resume["uninterrupted"] and resume["same_parameters"]
+        assert "saved under expert parallelism ep 2 and this run has ep 1" in resume["refusal"]
+    from safetensors.torch import load_file
+
+    exported = load_file(str(tmp_path / "out.safetensors"))  # every expert, gathered from the ep ranks
+    assert set(exported) == set(params)
+    for name, reference in params.items():
+        assert torch.allclose(exported[name], reference, atol=1e-5), name
+
+
+def test_what_does_not_compose_is_refused_in_one_line():
+    import backends
+    from planner.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="zero stage 2 reduces gradients during backward") as error:
+        backends.initialize(model=tiny_mixtral(), config=engine_config(stage=2, ep=2))
+    assert "\n" not in str(error.value)
+    with pytest.raises(UserInputError, match="layout.ep 2 splits the experts over 2 ranks but the job has 1"):
+        backends.initialize(model=tiny_mixtral(), config=engine_config(stage=1, ep=2))
