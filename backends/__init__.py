@@ -75,8 +75,13 @@ def initialize(
     if is_meta(model) and weights is None:
         raise UserInputError("the model is on the meta device; pass weights=WeightSource(...) to fill it")
     layout = block.layout
-    parallel_model, dp_group, expert_parallel = None, None, None
-    if layout.ep > 1:
+    parallel_model, dp_group, expert_parallel, context_parallel = None, None, None, None
+    if layout.cp > 1:
+        from .context_parallel.start import start_context_parallel
+
+        context_parallel = start_context_parallel(model, settings, weights, device)
+        weights = None  # ZeRO runs on every rank: the cp ranks share the replica's parameters
+    elif layout.ep > 1:
         from .expert_parallel.start import start_expert_parallel
 
         expert_parallel = start_expert_parallel(model, settings, weights, device)
@@ -138,6 +143,7 @@ def initialize(
         weights=weights,
         device=device,
         expert_parallel=expert_parallel,
+        context_parallel=context_parallel,
     )
     scheduler = scheduler_from(lr_scheduler, engine)
     return engine, engine.optimizer, data_loader(training_data, engine, collate_fn), scheduler

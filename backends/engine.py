@@ -42,17 +42,24 @@ class Engine:
         weights: Any | None = None,
         device: Any | None = None,
         expert_parallel: Any | None = None,
+        context_parallel: Any | None = None,
     ):
         """expert_parallel: a backends.expert_parallel ExpertParallel; dp_group is then its expert-data-parallel
-        group, and the data-parallel world (batch sizes, samples, the mean loss) is that group times ep."""
+        group, and the data-parallel world (batch sizes, samples, the mean loss) is that group times ep.
+        context_parallel: a backends.context_parallel ContextParallel; dp_group then spans the cp ranks too
+        (they share each micro-batch), so the data-parallel world is that group over cp."""
         self.config = config
         self.module = model
         self.parallel_model = parallel_model
         self.expert_parallel = expert_parallel
+        self.context_parallel = context_parallel
         self.comm = DataParallelComm(dp_group)
         self.ep = expert_parallel.ep if expert_parallel is not None else 1
-        self.data_parallel_world = self.comm.world * self.ep
-        self.data_parallel_rank = self.comm.rank * self.ep + (expert_parallel.ep_rank if expert_parallel else 0)
+        self.cp = context_parallel.cp if context_parallel is not None else 1
+        self.data_parallel_world = self.comm.world * self.ep // self.cp
+        self.data_parallel_rank = self.comm.rank * self.ep // self.cp + (
+            expert_parallel.ep_rank if expert_parallel else 0
+        )
         self.dtype = compute_dtype(config)
         self.scaler = LossScaler(config)
         self.train_batch_size, self.micro_batch, self.grad_accum = config.batch_sizes(self.data_parallel_world)
@@ -134,9 +141,11 @@ class Engine:
             self._trace.maybe_start(self.global_steps + 1)
         with self.monitor.phase("forward"), self.training_monitor.memory.phase("forward"):
             self.optimizer.begin_forward()
-            if self.parallel_model is not None:
+            if self.parallel_model is not None or self.context_parallel is not None:
                 ids, labels = self._inputs(args[0] if args else kwargs)
-                self._tokens += ids.numel()
+                self._tokens += ids.numel()  # the replica's tokens (cp ranks share them)
+                if self.context_parallel is not None:  # this rank's chunks of every sequence
+                    return self.context_parallel.forward(self.module, ids, labels)
                 return self.parallel_model(ids, labels)
             call_args, call_kwargs = module_call(self.module, args, kwargs)
             call_args, call_kwargs = moved(call_args, self.device), moved(call_kwargs, self.device)
@@ -229,7 +238,8 @@ class Engine:
         self.optimizer._wait([self.comm.all_reduce(local)])
         if self.expert_parallel is not None:
             self.expert_parallel.model_parallel_sum(local, torch.distributed.ReduceOp.SUM)
-        return float(local.item()) / self.data_parallel_world
+        # Under cp each rank's loss is cp x its share of its replica's: the sum over all ranks is cp x the replicas'.
+        return float(local.item()) / (self.data_parallel_world * self.cp)
 
     def _end_step(self) -> None:
         record = self.monitor.end_step(
@@ -268,6 +278,8 @@ class Engine:
                 if self.parallel_model is not None:
                     return float(self.parallel_model.eval_loss(*self._inputs(batch)))
                 self.optimizer.begin_forward()
+                if self.context_parallel is not None:
+                    return self.context_parallel.eval_loss(self.module, *self._inputs(batch))
                 call_args, call_kwargs = module_call(self.module, (batch,), {})
                 output = self.module(*moved(call_args, self.device), **moved(call_kwargs, self.device))
                 return float(loss_of(output))

@@ -28,8 +28,8 @@ def check_fits(dims: ParallelDims, world_size: int, gpus_per_node: int | None = 
     """The layout must use exactly the job's ranks, and keep tensor parallelism inside a node."""
     if dims.cp > 1 or dims.ep > 1:
         raise UserInputError(
-            f"layout {dims.describe()}: context parallelism does not run on this engine yet, and expert parallelism "
-            "runs with tp 1 and pp 1 (backends/expert_parallel); use cp 1, and ep 1 with tp or pp"
+            f"layout {dims.describe()}: context and expert parallelism run with tp 1 and pp 1 here "
+            "(backends/context_parallel, backends/expert_parallel); use cp 1 and ep 1 with tp or pp"
         )
     if dims.world_size != world_size:
         raise UserInputError(

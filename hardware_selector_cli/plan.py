@@ -103,7 +103,9 @@ def print_plans(result, title: str, explain: bool) -> None:
         table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0), collapse_padding=True)
         table.add_column("#", no_wrap=True)
         table.add_column("strategy", min_width=13)
-        for column in ("dp×tp×pp", "micro×acc", "AC"):
+        # A fourth degree only when a candidate splits its sequences (cp) or its experts (ep).
+        extra = next((name for name in ("cp", "ep") if any(getattr(p.layout, name) > 1 for p in result.candidates)), "")
+        for column in (f"dp×tp×pp{'×' + extra if extra else ''}", "micro×acc", "AC"):
             table.add_column(column, no_wrap=True)
         by_time = result.objective is Objective.TIME_TO_TRAIN
         for column in ("GPU mem", "tokens/s", "MFU", "days" if by_time else "cost"):
@@ -114,7 +116,7 @@ def print_plans(result, title: str, explain: bool) -> None:
             table.add_row(
                 str(index),
                 family_label(config),
-                f"{layout.dp}×{layout.tp}×{layout.pp}",
+                f"{layout.dp}×{layout.tp}×{layout.pp}" + (f"×{getattr(layout, extra)}" if extra else ""),
                 f"{config.micro_batch}×{config.grad_accum}",
                 AC_SHORT[config.activation_checkpointing],
                 _memory_cell(plan.memory.total, plan.memory.gpu_capacity_bytes),

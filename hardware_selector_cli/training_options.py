@@ -98,6 +98,7 @@ def training_options(
     pp_schedule: str = typer.Option("1f1b", "--pp-schedule", help="gpipe|1f1b|interleaved-1f1b"),
     virtual_stages: int = typer.Option(1, "--virtual-stages", help="Model chunks per pipeline rank (interleaved)."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree (MoE)."),
+    cp: int = typer.Option(1, "--cp", help="Context-parallel degree (engine): each sequence split over cp ranks."),
     pp_layers: str | None = typer.Option(
         None,
         "--pp-layers",
@@ -121,6 +122,7 @@ def training_options(
         ("--tp", tp),
         ("--pp", pp),
         ("--ep", ep),
+        ("--cp", cp),
         ("--micro-batch", micro_batch),
         ("--seq-len", seq_len),
         ("--grad-accum", grad_accum),
@@ -135,7 +137,7 @@ def training_options(
 
     stage_layers = _stage_layers(pp_layers)
     try:
-        layout = ParallelDims(tp=tp, pp=pp, virtual_stages=virtual_stages, ep=ep, stage_layers=stage_layers)
+        layout = ParallelDims(tp=tp, pp=pp, cp=cp, virtual_stages=virtual_stages, ep=ep, stage_layers=stage_layers)
     except ValidationError as error:
         raise UserInputError(f"layout {describe_validation_error(error, 'docs/parallelism.md')}") from None
     return TrainingConfig(

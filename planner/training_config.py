@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from planner.contract.layout import ParallelDims, default_stage_layers, layers_per_rank
 from planner.errors import UserInputError
 from planner.limits import MAX_BATCH, MAX_SEQ_LEN
-from planner.models.spec import ModelSpec
+from planner.models.spec import ModelFamily, ModelSpec
 
 
 class Strategy(str, Enum):
@@ -175,8 +175,13 @@ class TrainingConfig(BaseModel):
         return self.layout.ep
 
     @property
+    def context_parallel(self) -> int:
+        return self.layout.cp
+
+    @property
     def model_parallel_size(self) -> int:
-        return self.tensor_parallel * self.pipeline_parallel
+        """Ranks that share one data-parallel replica: tp x pp x cp (cp ranks split its sequences)."""
+        return self.tensor_parallel * self.pipeline_parallel * self.context_parallel
 
     def data_parallel_size(self, world_size: int) -> int:
         return world_size // self.model_parallel_size
@@ -203,11 +208,27 @@ class TrainingConfig(BaseModel):
         """Layers on each pipeline rank (its chunks of the stage map together)."""
         return layers_per_rank(self.stage_map(model), self.pipeline_parallel)
 
+    def _check_context_parallel(self, model: ModelSpec) -> None:
+        cp = self.context_parallel
+        if self.strategy is not Strategy.ENGINE:
+            raise UserInputError(f"--cp {cp}: context parallelism is our engine's; add --strategy engine")
+        if model.family is not ModelFamily.DECODER_ONLY or model.modality != "text":
+            raise UserInputError(f"--cp {cp}: context parallelism splits a causal decoder's sequence; "
+                                 f"{model.name} is not a text decoder")  # fmt: skip
+        if self.seq_len % (2 * cp):
+            raise UserInputError(
+                f"--cp {cp} splits each sequence into {2 * cp} chunks (two per rank, balancing the causal mask); "
+                f"make --seq-len a multiple of {2 * cp}"
+            )
+
     def check_against(self, model: ModelSpec, world_size: int, gpus_per_node: int) -> None:
         """Raise UserInputError when this layout cannot run this model on this cluster."""
-        tp, pp = self.tensor_parallel, self.pipeline_parallel
-        if world_size % (tp * pp):
-            raise UserInputError(f"--tp {tp} x --pp {pp} = {tp * pp} does not divide the {world_size} GPUs")
+        tp, pp, cp = self.tensor_parallel, self.pipeline_parallel, self.context_parallel
+        if cp > 1:
+            self._check_context_parallel(model)
+        if world_size % (tp * pp * cp):
+            split = f"--tp {tp} x --pp {pp}" + (f" x --cp {cp}" if cp > 1 else "")
+            raise UserInputError(f"{split} = {tp * pp * cp} does not divide the {world_size} GPUs")
         if model.num_heads % tp:
             raise UserInputError(
                 f"--tp {tp} does not divide {model.name}'s {model.num_heads} attention heads; "

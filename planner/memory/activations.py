@@ -103,6 +103,8 @@ class ActivationShape(NamedTuple):
     attention: AttentionKernel
     checkpointing: ActivationCheckpointing
     seq_len: int
+    # Context parallelism: each rank holds seq_len / cp of every sequence and gathers all of its keys and values.
+    context_parallel: int = 1
 
     @classmethod
     def of(cls, config: TrainingConfig) -> ActivationShape:
@@ -113,6 +115,7 @@ class ActivationShape(NamedTuple):
             config.attention,
             config.activation_checkpointing,
             config.seq_len,
+            config.context_parallel,
         )
 
 
@@ -182,7 +185,10 @@ def block_bytes(
     hidden = sum(_norm_bytes(traits, widths, c) for c in consumers[: traits.norms_per_block]) * h
     hidden += traits.hidden_dropouts_per_block * widths.dropout_mask * h
 
-    attention = _attention_bytes(spec, layout, widths, kv_seq_len=kv_seq_len, causal=cross_attention)
+    # Under context parallelism the gathered keys and values of the whole sequence are kept: cp per local token.
+    attention = _attention_bytes(
+        spec, layout, widths, kv_seq_len=kv_seq_len, kv_per_token=layout.context_parallel, causal=cross_attention
+    )
     if cross_attention:
         hidden += (_norm_bytes(traits, widths, 1) + (widths.dropout_mask if spec.hidden_dropout > 0 else 0)) * h
         encoder_len = spec.encoder_seq_len or kv_seq_len
@@ -282,23 +288,18 @@ def vision_tower_bytes(spec: ModelSpec, tower: ModelSpec, layout: ActivationShap
     """Per image (LLaVA): what the CLIP tower keeps over its patches and class token, and the projector over
     the image's tokens: its input, its first linear's output and the GELU output the second linear saves."""
     positions = tower.max_position_embeddings
-    tower_layout = layout._replace(tensor_parallel=1, sequence_parallel=False, pipeline_parallel=1, seq_len=positions)
+    tower_layout = layout._replace(
+        tensor_parallel=1, sequence_parallel=False, pipeline_parallel=1, seq_len=positions, context_parallel=1
+    )
     kept, head, _, _ = _per_token(tower, tower_layout, widths)
     projector = tower.hidden_size * widths.compute + 2 * spec.hidden_size * widths.compute
     return (kept + head) * positions + projector * spec.image_tokens
 
 
 def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> ActivationEstimate:
-    layout = ActivationShape(
-        config.tensor_parallel,
-        config.sequence_parallel,
-        config.pipeline_parallel,
-        config.attention,
-        config.activation_checkpointing,
-        config.seq_len,
-    )
+    layout = ActivationShape.of(config)
     kept, head, largest_block, layer_bytes = _per_token(spec, layout, widths)
-    tokens = config.micro_batch * config.seq_len
+    tokens = config.micro_batch * config.seq_len // config.context_parallel  # this rank's share
     in_flight = _in_flight(config)
     logits = tokens * spec.vocab_size / config.tensor_parallel if spec.output_head else 0.0
     activations = (kept + head) * tokens

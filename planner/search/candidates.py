@@ -179,7 +179,7 @@ class CandidateEvaluator:
         allowed_ac = [ac for ac in AC_ORDER if ac in request.activation_checkpointing]
         for layout in enumerate_layouts(self.spec, cluster, request):
             record = self._family(layout.family)
-            dp = cluster.world_size // (layout.tensor_parallel * layout.pipeline_parallel)
+            dp = cluster.world_size // layout.model_parallel
             assert request.global_batch is not None  # search_plans resolves the batch before the candidates
             batches = batch_options(
                 request, request.global_batch, dp, layout.pipeline_parallel, layout.micro_batch_rounds

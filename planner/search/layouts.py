@@ -27,6 +27,8 @@ ENGINE_EXCLUDED_MODELS = {"opt-350m": "OPT with post-layer-norm and a projected 
 # MoE model types whose experts the engine splits over ep ranks (backends/expert_parallel: transformers'
 # fused experts modules); tests/test_expert_parallel_engine.py runs Mixtral.
 EXPERT_PARALLEL_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe"})
+# Context parallelism is offered from this sequence length, keeping at least CP_MIN_TOKENS per rank.
+CP_FROM_SEQ_LEN, CP_MIN_TOKENS = 16384, 4096
 # Interleaved 1F1B with this many model chunks per pipeline rank (Narayanan et al. 2021 use 2-4).
 INTERLEAVED_CHUNKS = 2
 
@@ -56,7 +58,8 @@ def family_label(config: TrainingConfig) -> str:
     tp, pp = config.tensor_parallel, config.pipeline_parallel
     if config.expert_parallel > 1:
         return "engine EP"
-    return "engine TP" if pp == 1 else "engine PP" if tp == 1 else "engine TP×PP"
+    parts = [name for name, degree in (("TP", tp), ("PP", pp), ("CP", config.context_parallel)) if degree > 1]
+    return "engine " + "×".join(parts)
 
 
 # Lower is simpler. Among plans whose scores are within the estimate's error of the best
@@ -95,6 +98,11 @@ class StrategyLayout:
     @property
     def pipeline_parallel(self) -> int:
         return self.fields["layout"].pp if "layout" in self.fields else 1
+
+    @property
+    def model_parallel(self) -> int:
+        """Ranks sharing one data-parallel replica (tp x pp x cp)."""
+        return self.fields["layout"].model_parallel if "layout" in self.fields else 1
 
     @property
     def micro_batch_rounds(self) -> int:
@@ -175,39 +183,55 @@ def tensor_parallel_degrees(spec: ModelSpec, cluster: ClusterSpec) -> list[int]:
     return degrees
 
 
-def _engine_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[StrategyLayout]:
+def context_parallel_degrees(seq_len: int, ranks: int) -> list[int]:
+    """cp for long sequences (from CP_FROM_SEQ_LEN): dividing the ranks left by tp x pp, each rank holding
+    at least CP_MIN_TOKENS of every sequence in two chunks (zig-zag: docs/parallelism.md)."""
+    if seq_len < CP_FROM_SEQ_LEN:
+        return [1]
+    return [cp for cp in divisors(ranks) if seq_len % (2 * cp) == 0 and seq_len // cp >= CP_MIN_TOKENS]
+
+
+def _engine_layouts(spec: ModelSpec, cluster: ClusterSpec, seq_len: int) -> list[StrategyLayout]:
     world = cluster.world_size
     layouts = []
     for tp in tensor_parallel_degrees(spec, cluster):
-        # Every pp the cluster can hold, dividing the layers or not (an uneven pp runs the default stage
-        # map of planner/contract/layout.py, as Llama 3 405B ran pp 16 over 126 layers).
-        degrees = sorted(set(divisors(spec.num_layers)) | {d for d in divisors(world // tp) if d <= spec.num_layers})
-        for pp in degrees:
-            if world % (tp * pp) or (tp == 1 and pp == 1):
-                continue
-            dp = world // (tp * pp)
-            uneven = spec.num_layers % pp != 0
-            # ZeRO-1 shards the optimizer for the price of DDP's traffic (reduce-scatter +
-            # all-gather = all-reduce), so it dominates stage 0; ZeRO-2/3 re-gather per
-            # micro-batch, which a pipeline runs many of, so PP keeps stage 1.
-            stages = ([1] if pp > 1 else [1, 2, 3]) if dp > 1 else [0]
-            schedules = [(PipelineSchedule.ONE_F_ONE_B, 1)]
-            if pp > 1 and not uneven and (spec.num_layers // pp) % INTERLEAVED_CHUNKS == 0:
-                schedules.append((PipelineSchedule.INTERLEAVED, INTERLEAVED_CHUNKS))
-            stage_map = default_stage_layers(spec.num_layers, pp) if uneven else None
-            for stage in stages:
-                for schedule, chunks in schedules:
-                    fields = {
-                        "strategy": Strategy.ENGINE,
-                        "zero_stage": stage,
-                        "layout": ParallelDims(tp=tp, pp=pp, virtual_stages=chunks, stage_layers=stage_map),
-                        # Sequence parallelism moves the same bytes as TP's all-reduces
-                        # and divides the activations by tp (Korthikanti et al. 2022): always on.
-                        "sequence_parallel": tp > 1,
-                        "pipeline_schedule": schedule,
-                    }
-                    complexity = SIMPLICITY["engine"] + (pp > 1) + (tp > 1 and pp > 1) + stage // 2
-                    layouts.append(_layout(complexity, fields))
+        for cp in context_parallel_degrees(seq_len, world // tp):
+            layouts += _engine_tp_pp_layouts(spec, cluster, tp, cp)
+    return layouts
+
+
+def _engine_tp_pp_layouts(spec: ModelSpec, cluster: ClusterSpec, tp: int, cp: int) -> list[StrategyLayout]:
+    world = cluster.world_size // cp  # the ranks one context-parallel slice of the job spans
+    layouts = []
+    # Every pp the cluster can hold, dividing the layers or not (an uneven pp runs the default stage
+    # map of planner/contract/layout.py, as Llama 3 405B ran pp 16 over 126 layers).
+    degrees = sorted(set(divisors(spec.num_layers)) | {d for d in divisors(world // tp) if d <= spec.num_layers})
+    for pp in degrees:
+        if world % (tp * pp) or (tp == 1 and pp == 1 and cp == 1):
+            continue
+        dp = world // (tp * pp)
+        uneven = spec.num_layers % pp != 0
+        # ZeRO-1 shards the optimizer for the price of DDP's traffic (reduce-scatter +
+        # all-gather = all-reduce), so it dominates stage 0; ZeRO-2/3 re-gather per
+        # micro-batch, which a pipeline runs many of, so PP keeps stage 1.
+        stages = ([1] if pp > 1 else [1, 2, 3]) if dp > 1 else [0]
+        schedules = [(PipelineSchedule.ONE_F_ONE_B, 1)]
+        if pp > 1 and not uneven and (spec.num_layers // pp) % INTERLEAVED_CHUNKS == 0:
+            schedules.append((PipelineSchedule.INTERLEAVED, INTERLEAVED_CHUNKS))
+        stage_map = default_stage_layers(spec.num_layers, pp) if uneven else None
+        for stage in stages:
+            for schedule, chunks in schedules:
+                fields = {
+                    "strategy": Strategy.ENGINE,
+                    "zero_stage": stage,
+                    "layout": ParallelDims(tp=tp, pp=pp, cp=cp, virtual_stages=chunks, stage_layers=stage_map),
+                    # Sequence parallelism moves the same bytes as TP's all-reduces
+                    # and divides the activations by tp (Korthikanti et al. 2022): always on.
+                    "sequence_parallel": tp > 1,
+                    "pipeline_schedule": schedule,
+                }
+                complexity = SIMPLICITY["engine"] + (pp > 1) + (tp > 1 and pp > 1) + (cp > 1) + stage // 2
+                layouts.append(_layout(complexity, fields))
     return layouts
 
 
@@ -240,7 +264,7 @@ def enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanReques
             if StrategyKind.DEEPSPEED in wanted or layout.fields["zero_stage"] in stages
         ]
     if StrategyKind.ENGINE in wanted and engine_applicability(spec) is None and not request.lora_rank:
-        layouts += _expert_layouts(spec, cluster) if spec.is_moe else _engine_layouts(spec, cluster)
+        layouts += _expert_layouts(spec, cluster) if spec.is_moe else _engine_layouts(spec, cluster, request.seq_len)
     if request.qlora:
         # The 4-bit base cannot be partitioned by ZeRO-3.
         layouts = [

@@ -51,6 +51,7 @@ class StepComm:
     tensor_parallel_s: float
     pipeline_p2p_s: float
     expert_parallel_s: float
+    context_parallel_s: float
     offload_s: float
     optimizer_step_s: float
 
@@ -87,7 +88,7 @@ def step_communication(
     ranks (Megatron-LM's scatter-gather; otherwise only sequence parallelism
     splits them) and whether sharded gathers reach the node's combined NICs."""
     tp, pp = config.tensor_parallel, config.pipeline_parallel
-    dp = max(world_size // (tp * pp), 1)
+    dp = max(world_size // config.model_parallel_size, 1)  # tp x pp x cp ranks share a replica
     gpn = links.gpus_per_node
     accum = config.grad_accum
     element = 4 if config.precision is Precision.FP32 else 2
@@ -101,7 +102,7 @@ def step_communication(
     trainable = (shape.trainable_params - (0 if config.lora_rank else experts_elsewhere)) / (tp * pp)
     stage_zero = _zero_stage(config)
 
-    dp_group = process_group(dp, tp, gpn)
+    dp_group = process_group(dp, tp * config.context_parallel, gpn)
     hybrid = config.strategy is Strategy.FSDP and config.fsdp_sharding is FsdpSharding.HYBRID
     shard_group = process_group(min(dp, max(gpn // tp, 1)), tp, gpn) if hybrid else dp_group
     replica_group = (
@@ -168,7 +169,7 @@ def step_communication(
     # Tensor parallelism: two all-reduces (or all-gather + reduce-scatter under
     # sequence parallelism, the same volume) per block in forward, two in
     # backward, two more when full checkpointing repeats the forward.
-    rows = config.micro_batch * config.seq_len
+    rows = config.micro_batch * config.seq_len / config.context_parallel  # this rank's share of the tokens
     activation_bytes = rows * shape.hidden * element
     tp_per_block = 4 + (2 if config.activation_checkpointing is ActivationCheckpointing.FULL else 0)
     tp_comm = accum * stage.blocks * tp_per_block * all_reduce_s(links, process_group(tp, 1, gpn), activation_bytes)
@@ -179,6 +180,16 @@ def step_communication(
         ep_group = process_group(config.expert_parallel, tp, gpn)
         ep_comm = accum * stage.blocks * tp_per_block * all_to_all_s(links, ep_group, routed)
 
+    # Context parallelism (as our engine runs it): each block all-gathers the sequence's keys and values over
+    # the cp ranks in forward (again when full checkpointing recomputes it) and reduce-scatters their
+    # gradients in backward, the same volume; not overlapped with the attention.
+    cp_comm = 0.0
+    if config.context_parallel > 1:
+        gathered = 2 * config.micro_batch * config.seq_len * shape.kv_width / tp * element
+        passes = 2 + (1 if config.activation_checkpointing is ActivationCheckpointing.FULL else 0)
+        cp_group = process_group(config.context_parallel, tp, gpn)
+        cp_comm = accum * stage.blocks * passes * all_gather_s(links, cp_group, gathered)
+
     p2p = 0.0
     if pp > 1:
         split = tp if (implementation.p2p_scatter_gather or config.sequence_parallel) else 1
@@ -187,10 +198,11 @@ def step_communication(
 
     return StepComm(
         data_parallel_s=dp_total,
-        exposed_s=exposed + tp_comm + ep_comm + p2p,
+        exposed_s=exposed + tp_comm + ep_comm + cp_comm + p2p,
         tensor_parallel_s=tp_comm,
         pipeline_p2p_s=p2p,
         expert_parallel_s=ep_comm,
+        context_parallel_s=cp_comm,
         offload_s=offload,
         optimizer_step_s=optimizer_step,
     )

@@ -66,14 +66,15 @@ def _attention_forward_s(
     shape: ModelShape, config: TrainingConfig, device: Device, k: ThroughputConstants, fused: bool
 ) -> float:
     b, s, tp = config.micro_batch, config.seq_len, config.tensor_parallel
+    queries = s / config.context_parallel  # context parallelism: this rank's queries against every key
     squares = attention_square_layers(shape, s) / shape.layers  # >1 for decoders with cross-attention
-    full_flops = 4.0 * b * s * s * shape.query_width / tp * squares
+    full_flops = 4.0 * b * queries * s * shape.query_width / tp * squares
     if fused and config.attention is AttentionKernel.SDPA:
         causal_share = 0.5 if shape.causal else 1.0  # flash skips fully masked tiles
         return flash_attention_seconds(device, full_flops * causal_share, k)
     heads = b * shape.query_width / shape.head_dim / tp * squares
-    products = 2.0 * heads * matmul_seconds(device, s, shape.head_dim, s, k)
-    scores = heads * s * s * 2.0  # scores and probabilities written, both s x s
+    products = 2.0 * heads * matmul_seconds(device, queries, shape.head_dim, s, k)
+    scores = heads * queries * s * 2.0  # scores and probabilities written, both queries x s
     return products + elementwise_seconds(device, scores, k)
 
 
@@ -96,7 +97,7 @@ def stage_compute(
     fused_attention: bool,
     stack: KernelStack = KernelStack.FUSED,
 ) -> StageCompute:
-    rows = float(config.micro_batch * config.seq_len)
+    rows = float(config.micro_batch * config.seq_len / config.context_parallel)
     tp, pp = config.tensor_parallel, config.pipeline_parallel
     stage_map = config.layout.stage_layers
     if stage_map:  # the slowest rank sets the pace: the one with the most layers (its chunks together)

@@ -215,7 +215,7 @@ def estimate_throughput(
             compute_s=compute,
             recompute_s=recompute,
             data_parallel_comm_s=comm.data_parallel_s,
-            tensor_parallel_comm_s=comm.tensor_parallel_s + comm.expert_parallel_s,
+            tensor_parallel_comm_s=comm.tensor_parallel_s + comm.expert_parallel_s + comm.context_parallel_s,
             pipeline_p2p_s=comm.pipeline_p2p_s,
             exposed_comm_s=comm.exposed_s,
             pipeline_bubble_s=bubble,

@@ -1,0 +1,75 @@
+"""Context parallelism in the engine: the groups, and the forward that splits each micro-batch.
+
+The cp ranks of one replica are consecutive (cp innermost, tp and pp 1). Every parameter is replicated
+over them, so the engine's ZeRO runs on all the ranks at once (any stage): each cp rank's loss is its
+tokens' summed loss over the micro-batch's token count, times cp, and ZeRO's mean over dp x cp ranks is
+then the mean over the dp replicas of their micro-batches' loss, the single-process gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from .attention import NAME, ContextParallelAttention, register
+from .sharding import chunk_indices, shifted_labels
+
+
+@dataclass
+class ContextParallel:
+    cp: int
+    cp_rank: int
+    attention: ContextParallelAttention
+
+    def forward(self, model: Any, input_ids: torch.Tensor, labels: torch.Tensor) -> Any:
+        """This rank's share of the loss (see the module docstring), as an output with .loss and .logits."""
+        seq_len = input_ids.shape[1]
+        if seq_len % (2 * self.cp):
+            from planner.errors import UserInputError
+
+            raise UserInputError(
+                f"layout.cp {self.cp} splits each sequence into {2 * self.cp} chunks; this batch's sequences have "
+                f"{seq_len} tokens, not a multiple of {2 * self.cp}"
+            )
+        local = chunk_indices(seq_len, self.cp, self.cp_rank).to(input_ids.device)
+        every = [chunk_indices(seq_len, self.cp, rank) for rank in range(self.cp)]
+        self.attention.query_positions = local
+        self.attention.key_positions = torch.cat(every).to(input_ids.device)
+        targets = shifted_labels(labels)
+        positions = local[None, :].expand(input_ids.shape[0], -1)
+        logits = model(input_ids=input_ids[:, local], position_ids=positions).logits
+        local_targets = targets[:, local]
+        summed = torch.nn.functional.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), local_targets.reshape(-1), ignore_index=-100, reduction="sum"
+        )
+        counted = max(int((targets != -100).sum()), 1)
+        return SimpleNamespace(loss=summed / counted * self.cp, logits=logits)
+
+    def eval_loss(self, model: Any, input_ids: torch.Tensor, labels: torch.Tensor) -> float:
+        """The micro-batch's mean token loss (collective over the cp group)."""
+        import torch.distributed as dist
+
+        share = self.forward(model, input_ids, labels).loss.detach().reshape(1) / self.cp
+        dist.all_reduce(share, group=self.attention.group)
+        return float(share.item())
+
+
+def apply_context_parallel(model: Any, cp: int, device_type: str = "cpu") -> ContextParallel:
+    """Point the model's attention at the cp implementation and build the cp groups (collective)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    world = dist.get_world_size()
+    if world % cp:
+        raise ValueError(f"cp {cp} does not divide the {world} ranks")
+    mesh = init_device_mesh(device_type, (world // cp, cp), mesh_dim_names=("dp", "cp"))
+    attention = ContextParallelAttention(mesh.get_group("cp"), cp)
+    register(attention)
+    model.config._attn_implementation = NAME
+    for module in model.modules():
+        if hasattr(module, "config") and module is not model:
+            module.config._attn_implementation = NAME
+    return ContextParallel(cp, mesh.get_local_rank("cp"), attention)
