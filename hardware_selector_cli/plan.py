@@ -217,6 +217,7 @@ def register(app: typer.Typer) -> None:
             0, "--lora-rank", help="Train LoRA adapters of this rank (0 = full fine-tuning)."
         ),
         qlora: bool = typer.Option(False, "--qlora", help="LoRA on a 4-bit NF4 base."),
+        fp8: bool = typer.Option(False, "--fp8", help="FP8 block matmuls (planned only; needs an FP8 GPU)."),
         objective: str = typer.Option(
             "throughput", "--objective", help="throughput|cost|time-to-train (inference: throughput|latency)"
         ),
@@ -253,6 +254,7 @@ def register(app: typer.Typer) -> None:
                 "--no-offload": no_offload,
                 "--lora-rank": bool(lora_rank),
                 "--qlora": qlora,
+                "--fp8": fp8,
                 "--tokens": tokens is not None,
                 "--emit": emit is not None,
             }
@@ -314,6 +316,7 @@ def register(app: typer.Typer) -> None:
             allow_offload=not no_offload,
             lora_rank=lora_rank,
             qlora=qlora,
+            fp8=fp8,
             objective=_choice(objective, Objective, "--objective"),
             top_k=top,
             headroom_fraction=headroom,

@@ -116,6 +116,7 @@ def training_options(
     attention: str = typer.Option("sdpa", "--attention", help="sdpa (flash/memory-efficient) or eager"),
     lora_rank: int = typer.Option(0, "--lora-rank", help="Train LoRA adapters of this rank (0 = full fine-tuning)."),
     qlora: bool = typer.Option(False, "--qlora", help="LoRA on a 4-bit NF4 base."),
+    fp8: bool = typer.Option(False, "--fp8", help="FP8 block matmuls (planned only; needs an FP8 GPU)."),
 ) -> TrainingConfig:
     chosen, stage = strategy_from_name(strategy)
     for flag, value in (
@@ -158,6 +159,7 @@ def training_options(
         attention=_choice(attention, AttentionKernel, "--attention"),
         lora_rank=lora_rank,
         qlora=qlora,
+        fp8=fp8,
     )
 
 

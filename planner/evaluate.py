@@ -28,6 +28,15 @@ class Evaluation(BaseModel):
     throughput_error: str | None = None
 
 
+def check_fp8_gpu(config: TrainingConfig, cluster: ClusterSpec) -> None:
+    """FP8 matmuls need a GPU that has them: one line, before any estimate."""
+    if config.fp8 and not cluster.gpu.dense_tflops.fp8:
+        raise UserInputError(
+            f"{cluster.gpu.name} has no FP8 matmuls (no fp8 peak in the GPU catalog); drop --fp8, or plan a GPU "
+            "that has them (H100, H200, B200, MI300X)"
+        )
+
+
 def cluster_summary(cluster: ClusterSpec) -> dict:
     return {
         "gpu": cluster.gpu.name,
@@ -75,6 +84,7 @@ def evaluate(
     from planner.throughput.implementation import implementation_named
 
     preset = implementation_named(implementation)  # a wrong name is one line before any work
+    check_fp8_gpu(config, cluster)
     config = config.with_stage_map(spec)  # pp that does not divide the layers: the default uneven map
     memory = memory_on(spec, config, cluster, headroom_fraction=headroom_fraction, overhead=overhead)
     throughput, error = None, None

@@ -114,6 +114,9 @@ class TrainingConfig(BaseModel):
 
     lora_rank: int = Field(default=0, ge=0)  # 0 = full fine-tuning
     qlora: bool = False  # LoRA on a 4-bit (NF4) frozen base
+    # FP8 matmuls in the blocks (Transformer Engine / torchao float8 style) inside bf16 mixed precision;
+    # planned only (docs/accuracy.md, "FP8"): the attention core, norms and the LM head stay in bf16.
+    fp8: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -145,6 +148,10 @@ class TrainingConfig(BaseModel):
             raise UserInputError("tensor and pipeline parallelism run on our engine; add --strategy engine")
         if self.sequence_parallel and self.tensor_parallel == 1:
             raise UserInputError("sequence parallelism splits along the tensor-parallel group; it needs --tp 2 or more")
+        if self.fp8 and self.precision not in (Precision.BF16_MIXED, Precision.BF16):
+            raise UserInputError("FP8 matmuls run inside bf16 mixed precision; use --precision bf16-mixed with --fp8")
+        if self.fp8 and (self.lora_rank or self.qlora):
+            raise UserInputError("--fp8 is planned for full training; LoRA's frozen base is not cast to FP8 here")
         if self.qlora and self.lora_rank == 0:
             raise UserInputError("--qlora trains LoRA adapters; give their rank with --lora-rank")
         if self.qlora and self.strategy is Strategy.DEEPSPEED and self.zero_stage == 3:

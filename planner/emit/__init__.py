@@ -90,6 +90,11 @@ def emit_run_folder(
             f"{plan.model.name} is {kind[0]} model: it is planned here, but run folders train text models "
             f"(docs/models-and-hardware.md); use the plan's strategy in your own {kind[1]} pipeline"
         )
+    if plan.config.fp8:
+        raise UserInputError(
+            "FP8 is planned, not emitted: run the plan's layout with Transformer Engine or torchao float8 in your "
+            "own training code, or plan without --fp8 to get a run folder"
+        )
     run_dir = Path(directory).expanduser().resolve()
     if run_dir.exists() and not run_dir.is_dir():
         raise UserInputError(f"{run_dir} is a file; give a directory to emit the run folder into")

@@ -105,6 +105,7 @@ class ActivationShape(NamedTuple):
     seq_len: int
     # Context parallelism: each rank holds seq_len / cp of every sequence and gathers all of its keys and values.
     context_parallel: int = 1
+    fp8: bool = False  # FP8 block matmuls: each keeps an FP8 copy of its input for backward
 
     @classmethod
     def of(cls, config: TrainingConfig) -> ActivationShape:
@@ -116,6 +117,7 @@ class ActivationShape(NamedTuple):
             config.activation_checkpointing,
             config.seq_len,
             config.context_parallel,
+            config.fp8,
         )
 
 
@@ -209,6 +211,15 @@ def block_bytes(
         mlp = k * mlp + k * h * (w + widths.experts) + spec.num_experts * 4
         if traits.shared_expert:
             mlp += spec.ffn_size * w * (3 + traits.activation_saved_tensors) + 4  # and its sigmoid gate
+    if layout.fp8 and w == 2:
+        # Transformer Engine keeps each block matmul's input for backward as an FP8 copy (1 byte) instead of a
+        # 16-bit one: the norms' outputs feeding attention and the MLP (one copy per projection under
+        # autocast), the attention output feeding o_proj and the MLP product feeding down_proj.
+        per_norm = (traits.qkv_projections + traits.mlp_input_projections) if widths.autocast else 2
+        routed = spec.experts_per_token if spec.is_moe else 1
+        hidden -= per_norm * h
+        mlp -= ffn * routed
+        attention -= spec.num_heads * spec.head_dim
     return hidden / hidden_split + (attention + mlp) / tp
 
 

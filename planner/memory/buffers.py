@@ -54,10 +54,26 @@ def estimate_buffers(
     spec: ModelSpec, config: TrainingConfig, params: RankParams, dp: int, runtime: Runtime = Runtime.CUDA
 ) -> Buffers:
     if config.strategy is Strategy.DDP:
-        return _ddp_buffers(spec, config, params, dp, runtime)
-    if config.strategy is Strategy.FSDP:
-        return _fsdp_buffers(config, params, dp)
-    return _zero_buffers(spec, config, params, dp)
+        buffers = _ddp_buffers(spec, config, params, dp, runtime)
+    elif config.strategy is Strategy.FSDP:
+        buffers = _fsdp_buffers(config, params, dp)
+    else:
+        buffers = _zero_buffers(spec, config, params, dp)
+    return _with_fp8_weights(spec, config, params, buffers) if config.fp8 else buffers
+
+
+def _with_fp8_weights(spec: ModelSpec, config: TrainingConfig, params: RankParams, buffers: Buffers) -> Buffers:
+    """FP8 training casts each block weight to FP8 once per step and keeps it, and its transpose (FP8 GEMMs
+    take both operands K-major on Hopper), from forward through backward: 2 bytes per block matmul weight."""
+    block_linears, _ = linear_params(spec, config, params, include_experts=True)
+    copies = 2.0 * block_linears
+    note = "; ".join(filter(None, [buffers.note, "FP8: each block weight and its transpose cast to 1 byte"]))
+    return Buffers(
+        during_forward=buffers.during_forward + copies,
+        during_backward=buffers.during_backward + copies,
+        during_step=buffers.during_step,
+        note=note,
+    )
 
 
 def _zero_buffers(spec: ModelSpec, config: TrainingConfig, params: RankParams, dp: int) -> Buffers:
@@ -77,7 +93,7 @@ def _zero_buffers(spec: ModelSpec, config: TrainingConfig, params: RankParams, d
         note = "ZeRO-3: largest module gathered plus the prefetch bucket"
     if config.pipeline_parallel > 1:
         # Send and receive buffers of one micro-batch's boundary activations.
-        during_backward += 2 * config.micro_batch * config.seq_len * spec.hidden_size * w
+        during_backward += 2 * config.micro_batch * config.seq_len // config.context_parallel * spec.hidden_size * w
     return Buffers(during_forward=during_backward, during_backward=during_backward, during_step=gather, note=note)
 
 

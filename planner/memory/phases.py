@@ -84,6 +84,8 @@ def _batch_independent(spec: ModelSpec, config: TrainingConfig, dp: int, gpus_pe
         config.tensor_parallel,
         config.pipeline_parallel,
         config.expert_parallel,
+        config.context_parallel,
+        config.fp8,
         config.activation_checkpointing,
         dp,
         gpus_per_node,

@@ -171,6 +171,7 @@ class CandidateEvaluator:
             "activation_checkpointing": ac,
             "lora_rank": request.lora_rank,
             "qlora": request.qlora,
+            "fp8": request.fp8,
         }
 
     def run(self, cluster: ClusterSpec) -> list[Scored]:

@@ -65,6 +65,7 @@ class PlanRequest(BaseModel):
     allow_offload: bool = True
     lora_rank: int = Field(default=0, ge=0)
     qlora: bool = False
+    fp8: bool = False  # FP8 block matmuls in every candidate (planned only; bf16-mixed, FP8 GPUs)
     objective: Objective = Objective.THROUGHPUT
     top_k: int = Field(default=5, ge=1)
     headroom_fraction: float = Field(default=0.1, ge=0.0, lt=1.0, allow_inf_nan=False)

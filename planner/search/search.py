@@ -23,7 +23,10 @@ from planner.training_config import TrainingConfig
 
 def _check_request(spec: ModelSpec, request: PlanRequest) -> None:
     """Errors that no layout can avoid, raised once and plainly."""
-    probe = TrainingConfig(seq_len=request.seq_len, lora_rank=request.lora_rank, qlora=request.qlora)
+    precision = {"precision": request.precision} if request.precision else {}
+    probe = TrainingConfig(
+        seq_len=request.seq_len, lora_rank=request.lora_rank, qlora=request.qlora, fp8=request.fp8, **precision
+    )
     probe.check_against(spec, 1, 1)
 
 
@@ -68,6 +71,10 @@ def search_plans(
     """
     started = time.perf_counter()
     _check_request(spec, request)
+    if request.fp8:
+        from planner.evaluate import check_fp8_gpu
+
+        check_fp8_gpu(TrainingConfig(fp8=True), cluster)
     global_batch, batch_note = resolve_global_batch(request, cluster.world_size)
     request = request.model_copy(update={"global_batch": global_batch})
     evaluator = CandidateEvaluator(spec, request, throughput_adjust)

@@ -12,7 +12,7 @@ LM head and the loss over the vocabulary (fp32 logits).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.contract.layout import layers_per_rank
 from planner.models.flops import ModelShape, attention_square_layers, block_params_per_token
@@ -42,6 +42,13 @@ def _block_matmuls_forward_s(
 ) -> float:
     tp = config.tensor_parallel
     (qkv_in, qkv_out), (o_in, o_out), (up_in, up_out), (down_in, down_out) = shape.block_linear_shapes
+    cast = 0.0
+    if config.fp8:
+        # FP8 GEMMs at the FP8 peak, reading 1-byte operands; each input is scaled (amax) and cast first:
+        # read 2 bytes and write 1 per element (docs/accuracy.md, "FP8").
+        inputs = rows * (qkv_in + o_in / tp + up_in + down_in / tp)
+        cast = 3.0 * inputs / device.memory_Bps
+        device = replace(device, matmul_flops=device.fp8_matmul_flops, element_bytes=1)
     seconds = matmul_seconds(device, rows, qkv_in, qkv_out / tp, k) + matmul_seconds(device, rows, o_in / tp, o_out, k)
     flops = 2.0 * rows * (qkv_in * qkv_out + o_in * o_out) / tp
     if shape.experts:
@@ -59,7 +66,7 @@ def _block_matmuls_forward_s(
         )
         flops += 2.0 * rows * (up_in * up_out + down_in * down_out) / tp
     counted = 2.0 * rows * block_params_per_token(shape, config.seq_len) / shape.layers / tp
-    return seconds * counted / flops if flops > 0 else seconds
+    return (seconds * counted / flops if flops > 0 else seconds) + cast
 
 
 def _attention_forward_s(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec
 from planner.hardware.gpus import pcie_bandwidth_GBps_per_direction
 from planner.memory.arch_traits import arch_traits
@@ -63,6 +64,17 @@ _SOURCES_BY_STACK = {
 }
 
 
+_FP8_NOTE = (
+    "assumed: FP8 block matmuls at the GPU's FP8 dense peak (GPU catalog) x the bf16 matmul efficiency, plus an "
+    "amax-and-cast pass over each input (docs/accuracy.md, FP8); attention core and LM head in bf16"
+)
+_FP8_SOURCES = {
+    "compute_s": f"{_COMPUTE}; {_FP8_NOTE}",
+    "fp8": _FP8_NOTE,
+    "mfu": f"{SOURCES['mfu']}: the bf16 peak, so FP8 speed shows as MFU bf16 alone could not reach",
+}
+
+
 def bottleneck_notes(step: float, exposed_comm: float, bubble: float, offload: float, launch_bound: bool) -> list[str]:
     """One line for each overhead that takes a large share of the step, for the plan's reasons."""
     notes = []
@@ -99,12 +111,14 @@ def _build_hardware(
     gpu = cluster.gpu
     peak = gpu.peak_tflops(config.precision.compute_dtype) * 1e12
     matmul_factor, attention_factor = architecture_efficiency(gpu.architecture)
+    fp8_peak = gpu.dense_tflops.fp8 or 0.0
     device = Device(
         peak_flops=peak,
         matmul_flops=peak * matmul_factor,
         attention_flops=peak * attention_factor,
         memory_Bps=gpu.memory_bandwidth_GBps * 1e9,
         element_bytes=4 if config.precision is Precision.FP32 else 2,
+        fp8_matmul_flops=fp8_peak * 1e12 * matmul_factor,
     )
     pcie_Bps = pcie_bandwidth_GBps_per_direction(gpu.pcie_generation or 3) * 1e9 * k.link_efficiency
     return device, cluster_links(cluster, k.link_efficiency), pcie_Bps
@@ -136,6 +150,8 @@ def _stage_of(
         config.pipeline_parallel,
         config.layout.stage_layers,
         config.expert_parallel,
+        config.context_parallel,
+        config.fp8,
         config.sequence_parallel,
         config.activation_checkpointing,
         config.attention,
@@ -176,6 +192,8 @@ def estimate_throughput(
     codebases (Megatron-LM, llm-foundry, ...) pass their preset."""
     k = constants
     stack = implementation.kernels
+    if config.fp8 and not cluster.gpu.dense_tflops.fp8:
+        raise UserInputError(f"{cluster.gpu.name} has no FP8 matmuls; drop --fp8")  # evaluate.py says it first
     shape, fused_attention = _shape_of(spec)
     if k is CONSTANTS:
         device, links, pcie_Bps = _hardware_of(cluster, config)
@@ -238,6 +256,7 @@ def estimate_throughput(
             sources={
                 **_SOURCES_BY_STACK[stack],
                 "implementation": f"assumed: {implementation.name} (--implementation; planner/throughput/implementation.py)",
+                **(_FP8_SOURCES if config.fp8 else {}),
             },
             notes=bottleneck_notes(step, comm.exposed_s, bubble, comm.offload_s, stage.launch_bound),
             world_size=world,

@@ -24,6 +24,7 @@ class Device:
     attention_flops: float  # peak x its attention-kernel factor
     memory_Bps: float  # HBM bytes/s
     element_bytes: int  # bytes per activation element
+    fp8_matmul_flops: float = 0.0  # FP8 dense peak x the matmul factor; 0 on GPUs without FP8 matmuls
 
 
 def matmul_seconds(device: Device, rows: float, fan_in: float, fan_out: float, k: ThroughputConstants) -> float:
