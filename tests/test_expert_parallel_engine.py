@@ -62,6 +62,18 @@ def _reference(world: int) -> tuple[list[float], list[float], dict, list[int]]:
     return losses, norms, {name: p.detach() for name, p in model.named_parameters()}, over_capacity
 
 
+def _planned_rank_params(ep: int) -> int:
+    """The memory estimator's parameters on one rank of this layout (planner/memory/rank_params.py)."""
+    from planner.contract.layout import ParallelDims
+    from planner.memory.rank_params import rank_params
+    from planner.models.hf_config import spec_from_hf_config
+    from planner.training_config import TrainingConfig
+
+    config = tiny_mixtral().config.to_dict()
+    spec = spec_from_hf_config({**config, "model_type": "mixtral"}, name="tiny-mixtral")
+    return rank_params(spec, TrainingConfig(strategy="engine", layout=ParallelDims(ep=ep))).total
+
+
 def _reference_value(params: dict, name: str):
     last = name.rsplit(".", 1)
     if last[-1].isdigit():  # an expert's rows, under its global index
@@ -76,11 +88,13 @@ def test_expert_parallel_training_equals_the_single_process_reference(tmp_path, 
 
     run_torchrun(["tests/engine_jobs/expert_parallel.py", str(tmp_path / "out"), "2"], nproc=world, timeout=300)
     losses, norms, params, over_capacity = _reference(world)
+    planned = _planned_rank_params(ep=2)
     for rank in range(world):
         results = json.loads((tmp_path / f"out.{rank}.json").read_text())
         for run in ("zero0", "zero1"):
             result = results[run]
             assert result["world"] == world and result["dropped"] == 0
+            assert result["held"] == pytest.approx(planned, rel=0.03)  # the planner's per-rank count
             assert result["losses"] == pytest.approx(losses, abs=1e-5)
             assert result["norms"] == pytest.approx(norms, rel=1e-5)
             for name, values in result["params"].items():

@@ -38,7 +38,8 @@ def run(stage: int, ep: int, capacity_factor: float) -> dict:
     for name, param in engine.module.named_parameters():
         if "experts." not in name:
             params[name] = param.detach().flatten().tolist()
-    return {"losses": losses, "norms": norms, "params": params, "dropped": dropped, "world": world}
+    held = sum(param.numel() for param in engine.module.parameters())  # this rank's: its experts, the rest whole
+    return {"losses": losses, "norms": norms, "params": params, "dropped": dropped, "world": world, "held": held}
 
 
 def _train(engine, steps: range) -> list[float]:
