@@ -167,6 +167,32 @@ INLINE = {
 # Catalog families: the catalog config with these dimensions overridden (and its layer key).
 TOKENS = {"bos_token_id": 1, "eos_token_id": 2}
 CATALOG_OVERRIDES: dict[str, tuple[str, dict[str, Any]]] = {
+    **{
+        name: (
+            "num_hidden_layers",
+            dict(
+                hidden_size=H,
+                intermediate_size=FFN,
+                num_attention_heads=HEADS,
+                num_key_value_heads=HEADS,
+                kv_lora_rank=64,
+                q_lora_rank=q_lora,
+                qk_nope_head_dim=32,
+                qk_rope_head_dim=16,
+                v_head_dim=32,
+                moe_intermediate_size=128,
+                n_routed_experts=8,
+                n_shared_experts=1,
+                num_experts_per_tok=2,
+                first_k_dense_replace=0,
+                n_group=1,
+                topk_group=1,
+                vocab_size=VOCAB,
+                **TOKENS,
+            ),
+        )
+        for name, q_lora in (("deepseek-v2-lite", None), ("deepseek-v3", 96))
+    },
     "phi-3-mini": (
         "num_hidden_layers",
         dict(
@@ -303,6 +329,7 @@ FAMILIES = [
     ],
     *[(name, ("eager",), ("none",)) for name in ("gemma-2-2b", "bloom-560m", "gpt-j-6b")],
     *[(name, ("sdpa",), ("none",)) for name in ("mistral-7b", "gemma-7b", "roberta-base", "qwen1.5-moe-a2.7b")],
+    *[(name, ("sdpa", "eager"), ("none",)) for name in ("deepseek-v2-lite", "deepseek-v3")],
 ]
 
 

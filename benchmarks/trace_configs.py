@@ -15,6 +15,17 @@ from __future__ import annotations
 from typing import Any
 
 from .memory_trace import TraceConfig
+from .trace_family_models import (  # noqa: F401 (re-exported for benchmarks and tests)
+    CLIP_B16,
+    CLIP_L14,
+    CLIP_L14_336,
+    DEEPSEEK_V2_SMALL,
+    DEEPSEEK_V3_SMALL,
+    LLAVA_SMALL,
+    WHISPER_SMALL,
+    WHISPER_TINY,
+    WHISPER_TURBO_SMALL,
+)
 
 # --- tiny models for the fast subset ---------------------------------------------
 TINY_GPT2: dict[str, Any] = {
@@ -195,76 +206,6 @@ T5_BASE: dict[str, Any] = {
     "num_heads": 12,
     "vocab_size": 32128,
 }
-# Whisper (speech-to-text): the encoder always reads 30 s of audio, 3000 mel frames convolved down to 1500
-# positions; seq_len is the decoder's text (448 at most).
-WHISPER_TINY: dict[str, Any] = {
-    "model_type": "whisper",
-    "d_model": 384,
-    "encoder_layers": 4,
-    "decoder_layers": 4,
-    "encoder_attention_heads": 6,
-    "decoder_attention_heads": 6,
-    "encoder_ffn_dim": 1536,
-    "decoder_ffn_dim": 1536,
-    "num_mel_bins": 80,
-    "vocab_size": 51865,
-}
-WHISPER_SMALL: dict[str, Any] = {
-    **WHISPER_TINY,
-    "d_model": 768,
-    "encoder_layers": 12,
-    "decoder_layers": 12,
-    "encoder_attention_heads": 12,
-    "decoder_attention_heads": 12,
-    "encoder_ffn_dim": 3072,
-    "decoder_ffn_dim": 3072,
-}
-# large-v3-turbo's shape at small width: a deep encoder and a 4-layer decoder.
-WHISPER_TURBO_SMALL: dict[str, Any] = {**WHISPER_SMALL, "decoder_layers": 4, "num_mel_bins": 128}
-# LLaVA-1.5's tower (CLIP ViT-L/14 at 336 pixels: 576 patches + CLS) before a small Llama; the first
-# 576 positions of each sequence are the image's.
-CLIP_L14_336: dict[str, Any] = {
-    "model_type": "clip_vision_model",
-    "hidden_size": 1024,
-    "intermediate_size": 4096,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 16,
-    "image_size": 336,
-    "patch_size": 14,
-    "projection_dim": 768,
-}
-LLAVA_SMALL: dict[str, Any] = {
-    "model_type": "llava",
-    "image_token_index": 32000,
-    "pad_token_id": 32001,
-    "vision_feature_layer": -2,
-    "vision_feature_select_strategy": "default",
-    "vision_config": CLIP_L14_336,
-    "text_config": {
-        "model_type": "llama",
-        "hidden_size": 2048,
-        "intermediate_size": 5632,
-        "num_hidden_layers": 8,
-        "num_attention_heads": 16,
-        "vocab_size": 32064,
-        "max_position_embeddings": 4096,
-    },
-}
-# CLIP ViT-B/16 and ViT-L/14 (image-caption pairs of 77 text tokens, contrastive loss).
-CLIP_B16: dict[str, Any] = {
-    "model_type": "clip",
-    "architectures": ["CLIPModel"],
-    "projection_dim": 512,
-    "text_config": {"hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 8},
-    "vision_config": {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
-                      "num_attention_heads": 12, "image_size": 224, "patch_size": 16},
-}  # fmt: skip
-CLIP_L14: dict[str, Any] = {
-    **CLIP_B16,
-    "projection_dim": 768,
-    "text_config": {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12},
-    "vision_config": {k: v for k, v in CLIP_L14_336.items() if k != "image_size"},
-}
 
 
 def _c(label: str, model: dict[str, Any], b: int, s: int, precision: str = "bf16-mixed", **kw: Any) -> TraceConfig:
@@ -395,6 +336,12 @@ CONFIGS: list[TraceConfig] = [
     _c("llava-small-b4-s1024-bf16mixed", LLAVA_SMALL, 4, 1024),
     _c("llava-small-b2-s1024-fp32-eager", LLAVA_SMALL, 2, 1024, "fp32", attention="eager"),
     _c("llava-small-b8-s2048-bf16mixed-ac", LLAVA_SMALL, 8, 2048, activation_checkpointing="full"),
+    # DeepSeek-style: latent attention and shared + routed experts
+    _c("deepseek-v2-small-b4-s2048-bf16mixed", DEEPSEEK_V2_SMALL, 4, 2048),
+    _c("deepseek-v2-small-b2-s2048-fp32-eager", DEEPSEEK_V2_SMALL, 2, 2048, "fp32", attention="eager"),
+    _c("deepseek-v3-small-b4-s2048-bf16mixed", DEEPSEEK_V3_SMALL, 4, 2048),
+    _c("deepseek-v3-small-b8-s2048-bf16mixed-ac", DEEPSEEK_V3_SMALL, 8, 2048, activation_checkpointing="full"),
+    _c("deepseek-v3-small-fsdp4-b4-s2048-bf16mixed", DEEPSEEK_V3_SMALL, 4, 2048, world_size=4),
     # CLIP (contrastive image-text pairs; the text's 77 tokens, the image's patches and class token)
     _c("clip-b16-b128-s77-bf16mixed", CLIP_B16, 128, 77),
     _c("clip-b16-b64-s77-fp32-eager", CLIP_B16, 64, 77, "fp32", attention="eager"),

@@ -80,6 +80,10 @@ def weight_bytes(spec: ModelSpec, request: InferenceRequest, tp: int, pp: int) -
 
 def kv_bytes_per_token(spec: ModelSpec, request: InferenceRequest, tp: int, pp: int) -> int:
     layers = math.ceil(spec.num_layers / pp)
+    if spec.is_mla:
+        # Latent attention caches the compressed latent and the shared rotary key, not per-head keys and
+        # values (vLLM's and SGLang's MLA caches); every tensor-parallel rank keeps the whole latent.
+        return layers * (spec.kv_lora_rank + spec.qk_rope_head_dim) * request.kv_cache.bytes
     kv_heads = math.ceil(spec.num_kv_heads / tp)
     return 2 * layers * kv_heads * spec.head_dim * request.kv_cache.bytes
 

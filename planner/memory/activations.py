@@ -145,6 +145,13 @@ def _attention_bytes(
         # autocast, rotary embeddings (fp32 cos/sin) promote q and k to fp32.
         rotary_width = 4 if widths.autocast and spec.position_embedding == "rotary" else w
         attention = (q_width + kv_width) * rotary_width + (q_width + kv_width) * w
+    elif spec.is_mla:
+        # Latent attention: q and k of head_dim, v and the output projection's input of v_head_dim, and the
+        # latents: kv_a's output and its RMSNorm (fp32 input, normalised value), q_a's too with a q bottleneck.
+        v_width = spec.num_heads * spec.v_head_dim
+        attention = (q_width + q_width * kv_per_token + v_width * kv_per_token + v_width) * w
+        attention += (spec.kv_lora_rank + spec.qk_rope_head_dim) * w + spec.kv_lora_rank * (4 + w)
+        attention += spec.q_lora_rank * w + spec.q_lora_rank * (4 + w)
     else:
         # q, k and v (k and v repeated to all query heads: repeat_kv), the output projection's input.
         attention = (2 * q_width + 2 * q_width * kv_per_token) * w
@@ -209,8 +216,11 @@ def block_bytes(
         k = spec.experts_per_token
         # Each token's hidden state is gathered for, and weighted after, each of its k experts.
         mlp = k * mlp + k * h * (w + widths.experts) + spec.num_experts * 4
-        if traits.shared_expert:
-            mlp += spec.ffn_size * w * (3 + traits.activation_saved_tensors) + 4  # and its sigmoid gate
+        if (
+            traits.shared_expert
+        ):  # an always-on gated MLP: DeepSeek's of shared_expert_ffn_size, Qwen2-MoE's of ffn_size
+            shared = spec.shared_expert_ffn_size or spec.ffn_size
+            mlp += shared * w * (3 + traits.activation_saved_tensors) + (0 if spec.shared_expert_ffn_size else 4)
     if layout.fp8 and w == 2:
         # Transformer Engine keeps each block matmul's input for backward as an FP8 copy (1 byte) instead of a
         # 16-bit one: the norms' outputs feeding attention and the MLP (one copy per projection under

@@ -358,6 +358,20 @@ _ENTRIES = (
         size_keys={**LLAMA_SIZE_KEYS},  # inside text_config
         traits=Traits(softmax_fp32=True),
     ),
+    *(
+        FamilyEntry(  # DeepSeek: latent attention, shared + routed experts; eager softmax in fp32 like Llama's
+            model_type=name,
+            family=ModelFamily.DECODER_ONLY,
+            task="causal-lm",
+            reader="deepseek",
+            block_class=block,
+            size_keys={**LLAMA_SIZE_KEYS},
+            # q/k heads (nope + rope) are wider than v heads: SDPA's flash kernel needs equal head dims, so the
+            # math path runs and keeps the scores (traced: benchmarks/trace_configs.py, deepseek-*).
+            traits=Traits(softmax_fp32=True, shared_expert=True, fused_attention_kernel=False),
+        )
+        for name, block in (("deepseek_v2", "DeepseekV2DecoderLayer"), ("deepseek_v3", "DeepseekV3DecoderLayer"))
+    ),
     FamilyEntry(  # CLIP: text and vision transformers of CLIPEncoderLayer blocks, eager softmax in fp32
         model_type="clip",
         family=ModelFamily.ENCODER_ONLY,

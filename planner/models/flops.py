@@ -72,6 +72,8 @@ class ModelShape:
     # (weight x position products, and sum over tower layers of positions^2 x query width).
     fixed_matmul_work: float = 0.0
     fixed_attention_work: float = 0.0
+    # Width of the values (heads x v_head_dim): narrower than the queries' under latent attention (DeepSeek).
+    value_width: int = 0
 
 
 def model_shape(spec: ModelSpec) -> ModelShape:
@@ -120,6 +122,7 @@ def model_shape(spec: ModelSpec) -> ModelShape:
         encoder_position_params=_encoder_position_params(spec) if spec.encoder_seq_len else 0.0,
         fixed_matmul_work=fixed_matmul,
         fixed_attention_work=fixed_attention,
+        value_width=spec.num_heads * spec.v_head_dim if spec.is_mla else spec.num_heads * spec.head_dim,
     )
 
 
@@ -182,7 +185,9 @@ class SequenceFlops:
 def sequence_flops(shape: ModelShape, config: TrainingConfig) -> SequenceFlops:
     s = config.seq_len
     block = block_params_per_token(shape, s)
-    attention_forward = 4.0 * s * s * shape.query_width * attention_square_layers(shape, s)
+    # QK^T over the query width and PV over the value width (equal except under latent attention).
+    widths = shape.query_width + (shape.value_width or shape.query_width)
+    attention_forward = 2.0 * s * s * widths * attention_square_layers(shape, s)
     if config.lora_rank:
         linear = 4.0 * (block + shape.head_params) * s + 6.0 * lora_params_per_token(shape, config.lora_rank) * s
     else:

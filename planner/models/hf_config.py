@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 
 from planner.errors import ConfigFieldError, UserInputError
 from planner.models.config_fields import ConfigFields, basic_dims
+from planner.models.deepseek_config import read_deepseek
 from planner.models.encoder_configs import read_bert_style, read_t5, read_vit, read_whisper
 from planner.models.families import FAMILIES
 from planner.models.multimodal_configs import read_clip, read_llava
@@ -273,6 +274,7 @@ _READER_FUNCTIONS: dict[str, Callable[[ConfigFields, str], ParsedConfig]] = {
     "whisper": lambda f, model_type: read_whisper(f),
     "llava": lambda f, model_type: read_llava(f, _read_text_model),
     "clip": lambda f, model_type: read_clip(f),
+    "deepseek": read_deepseek,
 }
 
 

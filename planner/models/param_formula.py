@@ -70,6 +70,13 @@ class ArchitectureDims(BaseModel):
     # Speech encoder-decoders (Whisper): mel bins per audio frame and the encoder's fixed positions.
     mel_bins: int = Field(default=0, ge=0)
     encoder_seq_len: int = Field(default=0, ge=0)
+    # DeepSeek: shared experts and leading dense blocks; multi-head latent attention (ModelSpec says more).
+    shared_expert_ffn_size: int = Field(default=0, ge=0)
+    dense_layers: int = Field(default=0, ge=0)
+    q_lora_rank: int = Field(default=0, ge=0)
+    kv_lora_rank: int = Field(default=0, ge=0)
+    qk_rope_head_dim: int = Field(default=0, ge=0)
+    v_head_dim: int = Field(default=0, ge=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -122,8 +129,9 @@ class ParameterDetails(BaseModel):
     relative_attention_buckets: int = Field(default=0, ge=0)
     # GPT-J's lm_head has a bias.
     lm_head_bias: bool = False
-    # Qwen2-MoE: an always-on shared expert (gated MLP) plus a 1-output sigmoid gate.
+    # Qwen2-MoE: an always-on shared expert (gated MLP) plus a 1-output sigmoid gate (DeepSeek's has no gate).
     shared_expert_ffn_size: int = Field(default=0, ge=0)
+    shared_expert_gate: bool = True
     # Blocks of an MoE model using the dense MLP (width ffn_size), e.g. Qwen2-MoE mlp_only_layers.
     dense_layers: int = Field(default=0, ge=0)
     # Vision encoders (ViT): the patch projection (a conv of channels x patch^2 x hidden, with bias) and the
@@ -153,6 +161,10 @@ def default_details(arch: Architecture) -> ParameterDetails:
         return ParameterDetails(attention_output_bias=False, shared_expert_ffn_size=shared)
     if model_type == "qwen3":
         return ParameterDetails(qk_norm=True)
+    if model_type in ("deepseek_v2", "deepseek_v3"):
+        return ParameterDetails(
+            shared_expert_ffn_size=arch.shared_expert_ffn_size, shared_expert_gate=False, dense_layers=arch.dense_layers
+        )
     if model_type == "gemma2":
         return ParameterDetails(norms_per_layer=4)
     if model_type == "gemma3_text":
@@ -207,7 +219,24 @@ def _norm_params(arch: Architecture) -> int:
     return arch.hidden_size * (2 if arch.norm == "layernorm" else 1)
 
 
+def _latent_attention_params(arch: Architecture) -> int:
+    """MLA (DeepSeek-V2/V3, no biases): q through a normed q_lora_rank bottleneck or one projection; a
+    kv_lora_rank latent (normed) plus a shared rotary key, expanded to every head's key and value."""
+    hidden, heads = arch.hidden_size, arch.num_heads
+    q_width = heads * arch.head_dim
+    if arch.q_lora_rank:
+        query = hidden * arch.q_lora_rank + arch.q_lora_rank + arch.q_lora_rank * q_width
+    else:
+        query = hidden * q_width
+    nope = arch.head_dim - arch.qk_rope_head_dim
+    latent = hidden * (arch.kv_lora_rank + arch.qk_rope_head_dim) + arch.kv_lora_rank
+    expand = arch.kv_lora_rank * heads * (nope + arch.v_head_dim)
+    return query + latent + expand + heads * arch.v_head_dim * hidden
+
+
 def _attention_params(arch: Architecture, details: ParameterDetails) -> int:
+    if arch.kv_lora_rank:
+        return _latent_attention_params(arch)
     hidden, head_dim = arch.hidden_size, arch.head_dim
     q_width, kv_width = arch.num_heads * head_dim, arch.num_kv_heads * head_dim
     output_bias = arch.attention_bias if details.attention_output_bias is None else details.attention_output_bias
@@ -238,7 +267,8 @@ def _moe_mlp_params(arch: Architecture, details: ParameterDetails) -> int:
     router = arch.num_experts * arch.hidden_size
     shared = 0
     if details.shared_expert_ffn_size:
-        shared = _mlp_params(arch, details.shared_expert_ffn_size, bias=False) + arch.hidden_size
+        gate = arch.hidden_size if details.shared_expert_gate else 0
+        shared = _mlp_params(arch, details.shared_expert_ffn_size, bias=False) + gate
     return router + arch.num_experts * _expert_params(arch) + shared
 
 

@@ -110,6 +110,18 @@ class ModelSpec(BaseModel):
     num_experts: int = Field(default=0, ge=0)
     experts_per_token: int = Field(default=0, ge=0)
     expert_ffn_size: int = Field(default=0, ge=0)
+    # DeepSeek: always-on shared experts (one gated MLP of this width; 0: none, or Qwen2-MoE's, of ffn_size),
+    # and the first blocks that keep a dense MLP of ffn_size.
+    shared_expert_ffn_size: int = Field(default=0, ge=0)
+    dense_layers: int = Field(default=0, ge=0)
+
+    # Multi-head latent attention (DeepSeek-V2/V3): queries through a q_lora_rank bottleneck (0: a plain
+    # projection), keys and values from one kv_lora_rank latent plus a shared rotary key of
+    # qk_rope_head_dim; head_dim is the query/key head (nope + rope), v_head_dim the value head.
+    q_lora_rank: int = Field(default=0, ge=0)
+    kv_lora_rank: int = Field(default=0, ge=0)
+    qk_rope_head_dim: int = Field(default=0, ge=0)
+    v_head_dim: int = Field(default=0, ge=0)
 
     params: ParamCounts
     # Where the spec came from: "catalog", a config path, "dimensions" or "parameter count".
@@ -139,6 +151,10 @@ class ModelSpec(BaseModel):
         if self.vision_tower is not None:
             return "image-text"
         return "image" if self.patch_values else "audio" if self.mel_bins else "text"
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
 
     @property
     def kv_size(self) -> int:

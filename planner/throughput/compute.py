@@ -75,7 +75,8 @@ def _attention_forward_s(
     b, s, tp = config.micro_batch, config.seq_len, config.tensor_parallel
     queries = s / config.context_parallel  # context parallelism: this rank's queries against every key
     squares = attention_square_layers(shape, s) / shape.layers  # >1 for decoders with cross-attention
-    full_flops = 4.0 * b * queries * s * shape.query_width / tp * squares
+    widths = shape.query_width + (shape.value_width or shape.query_width)  # QK^T and PV
+    full_flops = 2.0 * b * queries * s * widths / tp * squares
     if fused and config.attention is AttentionKernel.SDPA:
         causal_share = 0.5 if shape.causal else 1.0  # flash skips fully masked tiles
         return flash_attention_seconds(device, full_flops * causal_share, k)
