@@ -49,3 +49,36 @@ def test_deepseek_v3_plans_on_h800_scale(capsys):
     assert main(argv) == 0
     best = json.loads(capsys.readouterr().out)["best"]
     assert best["memory"]["fits"] and best["config"]["seq_len"] == 4096
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ["deepseek_v2", "deepseek_v3", "mixtral"])
+def test_moe_model_flops_match_torchs_flop_counter(model_type):
+    """transformers' eager experts (its grouped-mm path runs ops FlopCounterMode does not count): top-k experts,
+    shared experts, latent attention's projections and its QK (192-wide) and PV (128-wide) products."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from planner.models.flops import model_shape, sequence_flops
+    from planner.training_config import TrainingConfig
+
+    sizes = dict(hidden_size=256, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, vocab_size=2000)
+    if model_type == "mixtral":
+        extra = dict(intermediate_size=512, num_local_experts=8, num_experts_per_tok=2)
+    else:
+        extra = dict(
+            intermediate_size=512, moe_intermediate_size=128, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16,
+            v_head_dim=32, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1,
+            n_group=1, topk_group=1, q_lora_rank=96 if model_type == "deepseek_v3" else None,
+        )  # fmt: skip
+    config = {"model_type": model_type, **sizes, **extra}
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(
+        AutoConfig.for_model(model_type, **sizes, **extra), attn_implementation="eager", experts_implementation="eager"
+    )
+    ids = torch.randint(0, 2000, (1, 512))
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, labels=ids).loss.backward()
+    ours = sequence_flops(model_shape(spec_from_hf_config(config, name="small")), TrainingConfig(seq_len=512)).model
+    assert ours == pytest.approx(counter.get_total_flops(), rel=0.005)
