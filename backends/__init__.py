@@ -134,6 +134,12 @@ def initialize(
         elif block.device == "cuda" and not is_meta(model):
             model = model.cuda()
         apply_activation_checkpointing(model, block.activation_checkpointing)
+    if block.kernels != "eager":
+        if parallel_model is not None:
+            raise UserInputError(f"kernels {block.kernels!r} with tensor or pipeline parallelism is not run here yet")
+        from .kernels import apply_kernels
+
+        apply_kernels(model, block.kernels, device.type)
     engine = Engine(
         model,
         settings,

@@ -13,7 +13,7 @@ import typer
 
 from planner.errors import UserInputError
 from planner.search.request import Objective
-from planner.training_config import ActivationCheckpointing, OptimizerKind, Precision
+from planner.training_config import ActivationCheckpointing, KernelChoice, OptimizerKind, Precision
 from planner.units import format_bytes
 
 from .estimate import IMPLEMENTATION_HELP
@@ -218,6 +218,9 @@ def register(app: typer.Typer) -> None:
         ),
         qlora: bool = typer.Option(False, "--qlora", help="LoRA on a 4-bit NF4 base."),
         fp8: bool = typer.Option(False, "--fp8", help="FP8 block matmuls (planned only; needs an FP8 GPU)."),
+        kernels: str = typer.Option(
+            "eager", "--kernels", help="eager|compile|liger: the blocks' element-wise kernels."
+        ),
         objective: str = typer.Option(
             "throughput", "--objective", help="throughput|cost|time-to-train (inference: throughput|latency)"
         ),
@@ -255,6 +258,7 @@ def register(app: typer.Typer) -> None:
                 "--lora-rank": bool(lora_rank),
                 "--qlora": qlora,
                 "--fp8": fp8,
+                "--kernels": kernels != "eager",
                 "--tokens": tokens is not None,
                 "--emit": emit is not None,
             }
@@ -317,6 +321,7 @@ def register(app: typer.Typer) -> None:
             lora_rank=lora_rank,
             qlora=qlora,
             fp8=fp8,
+            kernels=_choice(kernels, KernelChoice, "--kernels"),
             objective=_choice(objective, Objective, "--objective"),
             top_k=top,
             headroom_fraction=headroom,

@@ -10,6 +10,7 @@ from planner.training_config import (
     ActivationCheckpointing,
     AttentionKernel,
     FsdpSharding,
+    KernelChoice,
     Offload,
     OptimizerKind,
     PipelineSchedule,
@@ -117,6 +118,7 @@ def training_options(
     lora_rank: int = typer.Option(0, "--lora-rank", help="Train LoRA adapters of this rank (0 = full fine-tuning)."),
     qlora: bool = typer.Option(False, "--qlora", help="LoRA on a 4-bit NF4 base."),
     fp8: bool = typer.Option(False, "--fp8", help="FP8 block matmuls (planned only; needs an FP8 GPU)."),
+    kernels: str = typer.Option("eager", "--kernels", help="eager|compile|liger: the blocks' element-wise kernels."),
 ) -> TrainingConfig:
     chosen, stage = strategy_from_name(strategy)
     for flag, value in (
@@ -160,6 +162,7 @@ def training_options(
         lora_rank=lora_rank,
         qlora=qlora,
         fp8=fp8,
+        kernels=_choice(kernels, KernelChoice, "--kernels"),
     )
 
 

@@ -39,6 +39,20 @@ class Offload(str, Enum):
     NVME = "nvme"
 
 
+class KernelChoice(str, Enum):
+    """Which kernels run the blocks' element-wise work (docs/search.md, "Kernels")."""
+
+    EAGER = "eager"  # transformers modules as they are: RMSNorm and rotary as chains of small kernels
+    COMPILE = "compile"  # torch.compile of each block: inductor fuses those chains
+    LIGER = "liger"  # Liger kernels: fused RMSNorm, rotary, SwiGLU and a chunked linear cross-entropy
+
+
+# Model types Liger Kernel patches (liger_kernel.transformers); others refuse --kernels liger in one line.
+LIGER_MODEL_TYPES = frozenset(
+    {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3"}
+)
+
+
 class Precision(str, Enum):
     FP32 = "fp32"
     FP16_MIXED = "fp16-mixed"
@@ -117,6 +131,7 @@ class TrainingConfig(BaseModel):
     # FP8 matmuls in the blocks (Transformer Engine / torchao float8 style) inside bf16 mixed precision;
     # planned only (docs/accuracy.md, "FP8"): the attention core, norms and the LM head stay in bf16.
     fp8: bool = False
+    kernels: KernelChoice = KernelChoice.EAGER
 
     @model_validator(mode="before")
     @classmethod
@@ -274,6 +289,11 @@ class TrainingConfig(BaseModel):
                 )
             if self.data_parallel_size(world_size) % self.expert_parallel:
                 raise UserInputError("--ep must divide the data-parallel size")
+        if self.kernels is KernelChoice.LIGER and model.model_type not in LIGER_MODEL_TYPES:
+            raise UserInputError(
+                f"--kernels liger: Liger Kernel has no patch for {model.name}'s model type '{model.model_type}'; "
+                "use --kernels compile"
+            )
         if self.seq_len > model.max_position_embeddings and model.position_embedding == "learned":
             raise UserInputError(
                 f"--seq-len {self.seq_len} exceeds {model.name}'s {model.max_position_embeddings} learned positions"

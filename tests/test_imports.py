@@ -34,7 +34,12 @@ ALL_FILES = python_files(PACKAGE_ROOTS + PACKAGE_MODULES + DEVELOPER_ROOTS)
 
 # Optional features of the package, by the module they import and the extra that installs it.
 # The code that needs one checks for it first and says which extra to install.
-OPTIONAL_IMPORTS = {"tensorboard": "tensorboard", "matplotlib": "plot", "lightning": "lightning"}
+OPTIONAL_IMPORTS = {
+    "tensorboard": "tensorboard",
+    "matplotlib": "plot",
+    "lightning": "lightning",
+    "liger_kernel": "liger",
+}
 
 
 @functools.cache

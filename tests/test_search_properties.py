@@ -56,8 +56,12 @@ def test_more_gpus_never_raise_zero3_model_states(model, nodes, factor, offload,
     micro=st.integers(1, 8),
     accum=st.integers(1, 8),
     precision=st.sampled_from([Precision.BF16_MIXED, Precision.FP32, Precision.BF16]),
+    attention=st.sampled_from(["sdpa", "eager"]),
 )
-def test_activation_checkpointing_never_raises_memory(model, layout_index, ac, micro, accum, precision):
+def test_activation_checkpointing_never_raises_memory(model, layout_index, ac, micro, accum, precision, attention):
+    """Full checkpointing never raises memory. Selective does not either where the attention keeps its scores
+    (eager); over a fused kernel it has no scores to drop, and under autocast the recomputed core keeps q and k
+    in fp32 (rotary's fp32 cos/sin, traced: llama3-1b-*-selective), which can outweigh what it frees."""
     spec = resolve_model(model)
     cluster = make_cluster("H100-80GB", 8, 2)
     layouts = enumerate_layouts(spec, cluster, PlanRequest())
@@ -71,9 +75,12 @@ def test_activation_checkpointing_never_raises_memory(model, layout_index, ac, m
             grad_accum=accum * layout.pipeline_parallel,
             seq_len=512,
             precision=precision,
+            attention=attention,
         )
         totals.append(memory_on(spec, config, cluster).total)
-    assert totals[0] >= totals[1] >= totals[2]
+    assert totals[0] >= totals[2] and totals[1] >= totals[2]
+    if attention == "eager":
+        assert totals[0] >= totals[1]
 
 
 @SETTINGS

@@ -16,6 +16,7 @@ class DdpAdapter(TorchAdapter):
         from torch.nn.parallel import DistributedDataParallel
 
         from backends.activation_checkpointing import apply_activation_checkpointing
+        from backends.kernels import apply_kernels
         from backends.runner.model_init import load_full
         from backends.runner.weights import source_for
 
@@ -25,6 +26,7 @@ class DdpAdapter(TorchAdapter):
             load_full(module, source_for(module, setup.weights_folder), self.device)
         module = module.to(self.device)
         apply_activation_checkpointing(module, setup.plan.config.activation_checkpointing.value)
+        apply_kernels(module, setup.plan.config.kernels.value, self.device.type)
         self.module = module
         cuda = self.device.type == "cuda"
         self.model = (

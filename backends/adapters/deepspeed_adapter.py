@@ -83,6 +83,7 @@ class DeepSpeedAdapter(Adapter):
 
         from backends.activation_checkpointing import apply_activation_checkpointing
         from backends.cpu_distributed import skip_deepspeed_shm_build
+        from backends.kernels import apply_kernels
         from backends.optimizers import build_torch_optimizer
 
         super().__init__(setup)
@@ -100,6 +101,7 @@ class DeepSpeedAdapter(Adapter):
         stage = int(document.get("zero_optimization", {}).get("stage", 0))
         module = self._build(setup, document, stage)
         apply_activation_checkpointing(module, setup.plan.config.activation_checkpointing.value)
+        apply_kernels(module, setup.plan.config.kernels.value, self.device.type)
         client_optimizer = None
         if self.device.type == "cpu" or "optimizer" not in document:
             # DeepSpeed's own optimizers are compiled C++/CUDA ops; on the CPU hand it torch's.

@@ -37,6 +37,7 @@ class FsdpAdapter(TorchAdapter):
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
         from backends.activation_checkpointing import apply_activation_checkpointing
+        from backends.kernels import apply_kernels
         from backends.zero.flat_unit import repeated_blocks
 
         super().__init__(setup)
@@ -53,6 +54,7 @@ class FsdpAdapter(TorchAdapter):
         if not pretrained:
             module = module.to(self.device)
         apply_activation_checkpointing(module, plan_config.activation_checkpointing.value)
+        apply_kernels(module, plan_config.kernels.value, self.device.type)  # after AC, before FSDP
         mesh = fsdp_mesh(plan_config.fsdp_sharding, self.world, setup.run.nproc_per_node, self.device.type)
         policy = (
             MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)

@@ -127,6 +127,9 @@ class HardwareSelectorBlock(_Strict):
     device: Literal["cpu", "cuda"] = "cpu"
     dist_backend: Literal["gloo", "nccl"] = "gloo"
     activation_checkpointing: Literal["none", "selective", "full"] = "none"
+    # The blocks' element-wise kernels: transformers' eager modules, torch.compile of each block, or Liger's
+    # (backends/kernels.py).
+    kernels: Literal["eager", "compile", "liger"] = "eager"
     # How data-parallel gradients travel (backends/compression.py); the fp32 master is unaffected.
     compression: Literal["none", "fp32", "bf16", "fp16", "int8"] = "none"
     layout: ParallelDims = ParallelDims()

@@ -53,6 +53,7 @@ def engine_config_for_run(plan: Plan, run: RunConfig, total_steps: int | None = 
             device=run.device,
             dist_backend=run.dist_backend,
             activation_checkpointing=config.activation_checkpointing.value,
+            kernels=config.kernels.value,
             layout=run.layout,
             sequence_parallel=config.sequence_parallel,
             pipeline_schedule=config.pipeline_schedule.value,

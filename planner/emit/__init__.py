@@ -31,7 +31,7 @@ from planner.emit.training_args import training_args_json_document
 from planner.errors import UserInputError
 from planner.files import write_text_atomic
 from planner.plan import Plan
-from planner.training_config import Strategy
+from planner.training_config import KernelChoice, Strategy
 
 __all__ = ["RunOptions", "emit_run_folder", "render_run_folder", "run_config"]
 
@@ -101,6 +101,8 @@ def emit_run_folder(
     if run_dir.exists() and any(run_dir.iterdir()) and not force:
         raise UserInputError(f"{run_dir} already exists; pass --force to overwrite it, or choose a new directory")
     target = run_config(plan, nproc_override, options)
+    if plan.config.kernels is KernelChoice.LIGER and target.device != "cuda":
+        raise UserInputError("--kernels liger: Liger's kernels are Triton GPU kernels; plan --kernels compile for CPU")
     files = render_run_folder(plan, run_dir, target)  # everything is rendered before anything is written
     try:
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,14 @@ from planner.contract.run_config import RunConfig
 from planner.emit.deepspeed_json import deepspeed_config
 from planner.emit.target import run_config
 from planner.plan import Plan
-from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, OptimizerKind, Strategy
+from planner.training_config import (
+    ActivationCheckpointing,
+    FsdpSharding,
+    KernelChoice,
+    Offload,
+    OptimizerKind,
+    Strategy,
+)
 
 DS_TRAINER_CONFIG_FILE = "ds_config_trainer.json"
 
@@ -64,6 +71,9 @@ def training_args_kwargs(plan: Plan, target: RunConfig, output_dir: str, *, deep
         "report_to": "none",
         "dataloader_num_workers": 0,
         "seed": optim.seed,
+        # The planned kernel stack (docs/search.md, "Kernels"): the Trainer compiles, or patches in Liger.
+        **({"torch_compile": True} if config.kernels is KernelChoice.COMPILE else {}),
+        **({"use_liger_kernel": True} if config.kernels is KernelChoice.LIGER else {}),
     }
     if uses_fsdp:
         kwargs["fsdp"] = True

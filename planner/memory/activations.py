@@ -21,6 +21,7 @@ from planner.models.spec import MlpKind, ModelFamily, ModelSpec
 from planner.training_config import (
     ActivationCheckpointing,
     AttentionKernel,
+    KernelChoice,
     PipelineSchedule,
     Precision,
     Strategy,
@@ -343,7 +344,14 @@ def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths
         activations += vision_tower_bytes(spec, spec.vision_tower, layout, widths) * config.micro_batch
     loss_forward = (4 + widths.compute + (4 if widths.compute != 4 else 0)) * logits
     loss_backward = 12 * logits
-    if widths.compute == 2 and not widths.autocast and arch_traits(spec).loss_in_logits_dtype:
+    if config.kernels is KernelChoice.LIGER and logits:
+        # Liger's fused linear cross-entropy never holds the whole logits: it runs the head and the loss over
+        # chunks of about hidden/vocab of the tokens (fp32 logits and their gradient, one chunk at a time) and
+        # keeps the hidden states' gradient (16 bits) from forward to backward.
+        chunk = 2 * 4 * (logits / spec.vocab_size) * spec.hidden_size
+        held = widths.compute * (logits / spec.vocab_size) * spec.hidden_size
+        loss_forward, loss_backward = chunk + held, held
+    elif widths.compute == 2 and not widths.autocast and arch_traits(spec).loss_in_logits_dtype:
         # 16-bit weights without autocast and a loss that does not upcast: log-softmax in 16 bits, its
         # output and its gradient at backward start (trace whisper-small-fsdp4-b8-s448-bf16mixed).
         loss_forward, loss_backward = 2 * 2 * logits, 2 * 2 * logits

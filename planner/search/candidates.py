@@ -172,6 +172,7 @@ class CandidateEvaluator:
             "lora_rank": request.lora_rank,
             "qlora": request.qlora,
             "fp8": request.fp8,
+            "kernels": request.kernels,
         }
 
     def run(self, cluster: ClusterSpec) -> list[Scored]:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.errors import UserInputError
 from planner.limits import MAX_BATCH, MAX_SEQ_LEN, MAX_TOKENS
-from planner.training_config import ActivationCheckpointing, AttentionKernel, OptimizerKind, Precision
+from planner.training_config import ActivationCheckpointing, AttentionKernel, KernelChoice, OptimizerKind, Precision
 
 # Chinchilla (Hoffmann et al. 2022): about 20 training tokens per parameter.
 CHINCHILLA_TOKENS_PER_PARAM = 20
@@ -66,6 +66,7 @@ class PlanRequest(BaseModel):
     lora_rank: int = Field(default=0, ge=0)
     qlora: bool = False
     fp8: bool = False  # FP8 block matmuls in every candidate (planned only; bf16-mixed, FP8 GPUs)
+    kernels: KernelChoice = KernelChoice.EAGER  # the blocks' element-wise kernels, for every candidate
     objective: Objective = Objective.THROUGHPUT
     top_k: int = Field(default=5, ge=1)
     headroom_fraction: float = Field(default=0.1, ge=0.0, lt=1.0, allow_inf_nan=False)

@@ -25,7 +25,12 @@ def _check_request(spec: ModelSpec, request: PlanRequest) -> None:
     """Errors that no layout can avoid, raised once and plainly."""
     precision = {"precision": request.precision} if request.precision else {}
     probe = TrainingConfig(
-        seq_len=request.seq_len, lora_rank=request.lora_rank, qlora=request.qlora, fp8=request.fp8, **precision
+        seq_len=request.seq_len,
+        lora_rank=request.lora_rank,
+        qlora=request.qlora,
+        fp8=request.fp8,
+        kernels=request.kernels,
+        **precision,
     )
     probe.check_against(spec, 1, 1)
 

@@ -27,7 +27,7 @@ from planner.throughput.implementation import OUR_STRATEGIES, Implementation
 from planner.throughput.kernel_stack import STACK_SOURCES, KernelStack
 from planner.throughput.kernels import Device
 from planner.throughput.result import StepTimeBreakdown, ThroughputEstimate
-from planner.training_config import Precision, TrainingConfig
+from planner.training_config import KernelChoice, Precision, TrainingConfig
 
 _COMPUTE = (
     f"formula: shape-aware matmul roofline + fused attention + element-wise passes; {CALIBRATION_SOURCE}; "
@@ -72,6 +72,14 @@ _FP8_SOURCES = {
     "compute_s": f"{_COMPUTE}; {_FP8_NOTE}",
     "fp8": _FP8_NOTE,
     "mfu": f"{SOURCES['mfu']}: the bf16 peak, so FP8 speed shows as MFU bf16 alone could not reach",
+}
+
+
+_KERNEL_NOTES = {
+    KernelChoice.COMPILE: "assumed: torch.compile of each block fuses RMSNorm's and rotary's element-wise chains "
+    "(the fused stack's traffic, planner/throughput/kernel_stack.py)",
+    KernelChoice.LIGER: "assumed: Liger's fused RMSNorm, rotary and SwiGLU kernels (the fused stack's traffic) and its "
+    "chunked linear cross-entropy (no full logits in memory)",
 }
 
 
@@ -192,6 +200,8 @@ def estimate_throughput(
     codebases (Megatron-LM, llm-foundry, ...) pass their preset."""
     k = constants
     stack = implementation.kernels
+    if config.kernels is not KernelChoice.EAGER:
+        stack = KernelStack.FUSED  # torch.compile and Liger fuse the norms' and rotary's chains
     if config.fp8 and not cluster.gpu.dense_tflops.fp8:
         raise UserInputError(f"{cluster.gpu.name} has no FP8 matmuls; drop --fp8")  # evaluate.py says it first
     shape, fused_attention = _shape_of(spec)
@@ -257,6 +267,7 @@ def estimate_throughput(
                 **_SOURCES_BY_STACK[stack],
                 "implementation": f"assumed: {implementation.name} (--implementation; planner/throughput/implementation.py)",
                 **(_FP8_SOURCES if config.fp8 else {}),
+                **({"kernels": _KERNEL_NOTES[config.kernels]} if config.kernels is not KernelChoice.EAGER else {}),
             },
             notes=bottleneck_notes(step, comm.exposed_s, bubble, comm.offload_s, stage.launch_bound),
             world_size=world,

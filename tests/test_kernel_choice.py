@@ -1,0 +1,100 @@
+"""The kernel stack as a plan dimension: eager transformers modules, torch.compile of each block, or Liger.
+
+References: the fused stack's element-wise traffic (planner/throughput/kernel_stack.py: what RMSNorm's and
+rotary's eager op chains move beyond one fused kernel), which compile and Liger remove and which models
+with LayerNorm and learned positions (GPT-2) never had; Liger's chunked linear cross-entropy (no whole
+logits in memory); and, on this CPU, the engine's compiled blocks against the same run in eager mode.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hardware_selector_cli.app import main
+
+
+def _estimate(capsys, model: str, kernels: str, seq_len: int = 4096) -> dict:
+    argv = ["estimate", "-m", model, "--gpu", "H100-80GB", "--gpus-per-node", "8", "--strategy", "fsdp",
+            "--seq-len", str(seq_len), "--micro-batch", "2", "--ac", "full", "--kernels", kernels, "--json"]  # fmt: skip
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_compile_removes_exactly_the_unfused_traffic(capsys):
+    from planner.hardware.cluster import make_cluster
+    from planner.models.resolve import resolve_model
+    from planner.throughput.estimate import estimate_throughput
+    from planner.throughput.implementation import implementation_named
+    from planner.training_config import TrainingConfig
+
+    eager, compiled = _estimate(capsys, "llama-3.1-8b", "eager"), _estimate(capsys, "llama-3.1-8b", "compile")
+    assert compiled["throughput"]["tokens_per_s"] > eager["throughput"]["tokens_per_s"]
+    assert "torch.compile" in compiled["throughput"]["sources"]["kernels"]
+    # The same step as a fused-stack implementation (llm-foundry's) predicts for these shapes.
+    config = TrainingConfig(strategy="fsdp", seq_len=4096, micro_batch=2, activation_checkpointing="full")
+    cluster = make_cluster("H100-80GB", gpus_per_node=8)
+    fused = estimate_throughput(resolve_model("llama-3.1-8b"), config, cluster,
+                                implementation=implementation_named("llm-foundry"))  # fmt: skip
+    assert compiled["throughput"]["breakdown"]["compute_s"] == pytest.approx(fused.breakdown.compute_s, rel=1e-9)
+    gpt_eager, gpt_compiled = _estimate(capsys, "gpt2-xl", "eager", 1024), _estimate(capsys, "gpt2-xl", "compile", 1024)
+    assert gpt_compiled["throughput"]["tokens_per_s"] == pytest.approx(gpt_eager["throughput"]["tokens_per_s"])
+
+
+def test_liger_holds_no_whole_logits(capsys):
+    eager, liger = _estimate(capsys, "llama-3.1-8b", "eager"), _estimate(capsys, "llama-3.1-8b", "liger")
+    assert liger["memory"]["per_gpu_bytes"]["total"] < eager["memory"]["per_gpu_bytes"]["total"]
+    logits = 2 * 4096 * 128256
+    saved = eager["memory"]["per_gpu_bytes"]["total"] - liger["memory"]["per_gpu_bytes"]["total"]
+    assert saved > 8 * logits  # the fp32 log-softmax and its gradients, 12 bytes per logit, mostly gone
+
+
+def test_the_emitted_configs_turn_the_choice_on(tmp_path):
+    from planner.emit import emit_run_folder
+    from tests.emit_plans import make_plan
+
+    emit_run_folder(make_plan("gpt2", strategy="engine", zero_stage=1, kernels="compile"), tmp_path / "run")
+    assert json.loads((tmp_path / "run" / "engine.json").read_text())["hardware_selector"]["kernels"] == "compile"
+    from planner.emit.target import run_config
+    from planner.emit.training_args import training_args_json_document
+
+    plan = make_plan("gpt2", strategy="ddp", kernels="compile")
+    document = training_args_json_document(plan, run_config(plan))
+    assert document is not None and document["torch_compile"] is True
+
+
+def test_liger_is_refused_where_it_cannot_run(capsys, tmp_path):
+    assert main(["estimate", "-m", "gpt2", "--gpu", "H100-80GB", "--kernels", "liger"]) == 2
+    assert "no patch for gpt2's model type 'gpt2'" in capsys.readouterr().err
+    from planner.emit import emit_run_folder
+    from planner.errors import UserInputError
+    from tests.emit_plans import make_plan
+
+    with pytest.raises(UserInputError, match="Triton GPU kernels"):
+        emit_run_folder(make_plan("llama-3.2-1b", kernels="liger"), tmp_path / "run")
+
+
+@pytest.mark.slow
+def test_the_engine_compiles_each_block_and_trains_as_eager():
+    """One process, a tiny GPT-2: two steps with every block compiled (inductor on the CPU) against eager."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    import backends
+
+    def run(kernels: str) -> list[float]:
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=32,
+                                           resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))  # fmt: skip
+        config = {"train_micro_batch_size_per_gpu": 2, "hardware_selector": {"kernels": kernels}}
+        engine, _, _, _ = backends.initialize(model=model, config=config)
+        ids = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
+        losses = []
+        for _ in range(2):
+            engine.backward(engine(input_ids=ids, labels=ids))
+            engine.step()
+            losses.append(engine.last_loss)
+        return losses
+
+    assert run("compile") == pytest.approx(run("eager"), abs=1e-5)
