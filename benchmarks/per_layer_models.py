@@ -167,6 +167,21 @@ INLINE = {
 # Catalog families: the catalog config with these dimensions overridden (and its layer key).
 TOKENS = {"bos_token_id": 1, "eos_token_id": 2}
 CATALOG_OVERRIDES: dict[str, tuple[str, dict[str, Any]]] = {
+    "qwen3-30b-a3b": (
+        "num_hidden_layers",
+        dict(
+            hidden_size=H,
+            intermediate_size=FFN,
+            moe_intermediate_size=128,
+            num_attention_heads=HEADS,
+            num_key_value_heads=2,
+            head_dim=64,
+            num_experts=8,
+            num_experts_per_tok=2,
+            vocab_size=VOCAB,
+            **TOKENS,
+        ),
+    ),
     **{
         name: (
             "num_hidden_layers",
@@ -330,6 +345,7 @@ FAMILIES = [
     *[(name, ("eager",), ("none",)) for name in ("gemma-2-2b", "bloom-560m", "gpt-j-6b")],
     *[(name, ("sdpa",), ("none",)) for name in ("mistral-7b", "gemma-7b", "roberta-base", "qwen1.5-moe-a2.7b")],
     *[(name, ("sdpa", "eager"), ("none",)) for name in ("deepseek-v2-lite", "deepseek-v3")],
+    ("qwen3-30b-a3b", ("sdpa",), ("none",)),
 ]
 
 

@@ -242,6 +242,18 @@ _ENTRIES = (
         ),
         traits=Traits(softmax_fp32=True, qk_norm=True),
     ),
+    _llama_like(  # Qwen3-MoE: Qwen3's attention (QK-norm) with fine-grained routed experts, no shared expert
+        "qwen3_moe",
+        "Qwen3MoeDecoderLayer",
+        LlamaStyle(
+            transformers_class="Qwen3MoeForCausalLM",
+            default_kv_heads=4,
+            default_head_dim=128,
+            default_positions=32768,
+            tied_by_default=False,
+        ),
+        traits=Traits(softmax_fp32=True, qk_norm=True),
+    ),
     _llama_like(
         "gemma",
         "GemmaDecoderLayer",

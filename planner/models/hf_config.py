@@ -183,18 +183,17 @@ def _read_moe(f: ConfigFields, model_type: str, layers: int, ffn: int) -> tuple[
             expert_ffn_size=ffn,
         )
         details: dict = {}
-    elif model_type == "qwen2_moe":
+    elif model_type in ("qwen2_moe", "qwen3_moe"):
+        qwen3 = model_type == "qwen3_moe"
         step, dense_only = f.int("decoder_sparse_step", default=1), set(f.int_list("mlp_only_layers"))
         sparse_layers = [i for i in range(layers) if i not in dense_only and (i + 1) % step == 0]
         dims = dict(
-            num_experts=f.int("num_experts", default=60),
-            experts_per_token=f.int("num_experts_per_tok", default=4),
-            expert_ffn_size=f.int("moe_intermediate_size", default=1408),
+            num_experts=f.int("num_experts", default=128 if qwen3 else 60),
+            experts_per_token=f.int("num_experts_per_tok", default=8 if qwen3 else 4),
+            expert_ffn_size=f.int("moe_intermediate_size", default=768 if qwen3 else 1408),
         )
-        details = dict(
-            shared_expert_ffn_size=f.int("shared_expert_intermediate_size", default=5632, minimum=0),
-            dense_layers=layers - len(sparse_layers),
-        )
+        shared = 0 if qwen3 else f.int("shared_expert_intermediate_size", default=5632, minimum=0)
+        details = dict(shared_expert_ffn_size=shared, dense_layers=layers - len(sparse_layers))
     else:
         return {}, {}
     if dims["experts_per_token"] > dims["num_experts"]:

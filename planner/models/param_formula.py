@@ -159,7 +159,7 @@ def default_details(arch: Architecture) -> ParameterDetails:
     if model_type in ("qwen2", "qwen2_moe"):
         shared = arch.ffn_size if model_type == "qwen2_moe" else 0
         return ParameterDetails(attention_output_bias=False, shared_expert_ffn_size=shared)
-    if model_type == "qwen3":
+    if model_type in ("qwen3", "qwen3_moe"):
         return ParameterDetails(qk_norm=True)
     if model_type in ("deepseek_v2", "deepseek_v3"):
         return ParameterDetails(
