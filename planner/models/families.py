@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from planner.models.family_entry import (
     GPT2_SIZE_KEYS,
+    LLAMA_PARALLEL_PLAN,
     LLAMA_SIZE_KEYS,
     FamilyEntry,
     LlamaStyle,
@@ -27,27 +28,6 @@ from planner.models.spec import ModelFamily
 
 __all__ = ["COMPONENT_TRAITS", "FAMILIES", "FamilyEntry", "LlamaStyle", "ParallelPlan", "SizeKeys", "Traits", "family_of",
            "parallel_model_types"]  # fmt: skip
-
-
-def _llama_plan() -> ParallelPlan:
-    return ParallelPlan(
-        backbone="model",
-        token_embedding="embed_tokens",
-        layers="layers",
-        final_norm="norm",
-        layer_norms=("input_layernorm", "post_attention_layernorm"),
-        column=(
-            ("self_attn.q_proj", 1),
-            ("self_attn.k_proj", 1),
-            ("self_attn.v_proj", 1),
-            ("mlp.gate_proj", 1),
-            ("mlp.up_proj", 1),
-        ),
-        row=("self_attn.o_proj", "mlp.down_proj"),
-        attention="self_attn",
-        kv_projections=("self_attn.k_proj", "self_attn.v_proj"),
-        extra_modules=("rotary_emb",),
-    )
 
 
 def _llama_like(
@@ -177,7 +157,7 @@ _ENTRIES = (
             default_positions=2048,
             tied_by_default=False,
         ),
-        plan=_llama_plan(),
+        plan=LLAMA_PARALLEL_PLAN,
     ),
     _llama_like(
         "mistral",
@@ -190,7 +170,7 @@ _ENTRIES = (
             tied_by_default=False,
             bias="none",
         ),
-        plan=_llama_plan(),
+        plan=LLAMA_PARALLEL_PLAN,
     ),
     _llama_like(
         "mixtral",
@@ -215,7 +195,7 @@ _ENTRIES = (
             tied_by_default=False,
             bias="qkv",
         ),
-        plan=_llama_plan(),
+        plan=LLAMA_PARALLEL_PLAN,
     ),
     _llama_like(
         "qwen2_moe",

@@ -61,6 +61,28 @@ class ParallelPlan(_Data):
     extra_modules: tuple[str, ...] = ()  # other backbone modules (positions, rotary)
 
 
+# Where a Llama-style causal LM keeps its parts (transformers' LlamaForCausalLM layout, shared by Mistral and
+# Qwen2): what the engine's tensor and pipeline parallelism split.
+LLAMA_PARALLEL_PLAN = ParallelPlan(
+    backbone="model",
+    token_embedding="embed_tokens",
+    layers="layers",
+    final_norm="norm",
+    layer_norms=("input_layernorm", "post_attention_layernorm"),
+    column=(
+        ("self_attn.q_proj", 1),
+        ("self_attn.k_proj", 1),
+        ("self_attn.v_proj", 1),
+        ("mlp.gate_proj", 1),
+        ("mlp.up_proj", 1),
+    ),
+    row=("self_attn.o_proj", "mlp.down_proj"),
+    attention="self_attn",
+    kv_projections=("self_attn.k_proj", "self_attn.v_proj"),
+    extra_modules=("rotary_emb",),
+)
+
+
 class Traits(_Data):
     """What a block keeps for backward that its dimensions do not say (read off the transformers source and
     checked against op-level traces, docs/accuracy.md)."""
