@@ -31,6 +31,33 @@ def tiny_mixtral() -> Any:
     return MixtralForCausalLM(config).float().train()
 
 
+def tiny_qwen2_moe() -> Any:
+    """Qwen2-MoE's layout: routed experts beside an always-on shared expert with its sigmoid gate."""
+    import torch
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2MoeConfig(
+        hidden_size=32,
+        intermediate_size=48,
+        moe_intermediate_size=24,
+        shared_expert_intermediate_size=40,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_experts=4,
+        num_experts_per_tok=2,
+        vocab_size=VOCAB,
+        max_position_embeddings=64,
+        output_router_logits=True,
+        router_aux_loss_coef=0.05,
+    )
+    return Qwen2MoeForCausalLM(config).float().train()
+
+
+MODELS = {"mixtral": tiny_mixtral, "qwen2_moe": tiny_qwen2_moe}
+
+
 def global_batch(step: int, world: int) -> Any:
     """The step's token ids for all data-parallel ranks: rank r trains rows r*MICRO ... (r+1)*MICRO - 1."""
     import torch

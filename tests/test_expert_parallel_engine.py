@@ -29,11 +29,11 @@ from tests.expert_parallel_model import (
 )
 
 
-def _reference(world: int) -> tuple[list[float], list[float], dict, list[int]]:
+def _reference(world: int, make=tiny_mixtral) -> tuple[list[float], list[float], dict, list[int]]:
     """Losses, gradient norms, final parameters, and per rank the first step's assignments over capacity."""
     import torch
 
-    model = tiny_mixtral()
+    model = make()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
     routes: list = []
     hooks = [
@@ -48,7 +48,8 @@ def _reference(world: int) -> tuple[list[float], list[float], dict, list[int]]:
             routes.clear()
             loss = loss + model(input_ids=chunk, labels=chunk).loss / world
             if step == 0:
-                experts, k, tokens = model.config.num_local_experts, model.config.num_experts_per_tok, chunk.numel()
+                experts = getattr(model.config, "num_local_experts", None) or model.config.num_experts
+                k, tokens = model.config.num_experts_per_tok, chunk.numel()
                 capacity = math.ceil(CAPACITY_FACTOR * tokens * k / experts)
                 counts = [torch.bincount(route.reshape(-1), minlength=experts) for route in routes]
                 over_capacity.append(sum(int((count - capacity).clamp(min=0).sum()) for count in counts))
@@ -123,3 +124,22 @@ def test_what_does_not_compose_is_refused_in_one_line():
     assert "\n" not in str(error.value)
     with pytest.raises(UserInputError, match="layout.ep 2 splits the experts over 2 ranks but the job has 1"):
         backends.initialize(model=tiny_mixtral(), config=engine_config(stage=1, ep=2))
+
+
+@pytest.mark.slow
+def test_qwen2_moe_with_its_shared_expert_equals_the_reference(tmp_path):
+    """Qwen2-MoE's routed experts split over ep 2 beside its replicated shared expert (ZeRO-1)."""
+    import torch
+
+    from tests.expert_parallel_model import tiny_qwen2_moe
+
+    run_torchrun(
+        ["tests/engine_jobs/expert_parallel.py", str(tmp_path / "out"), "2", "qwen2_moe"], nproc=2, timeout=300
+    )
+    losses, norms, params, _ = _reference(2, make=tiny_qwen2_moe)
+    for rank in range(2):
+        result = json.loads((tmp_path / f"out.{rank}.json").read_text())["zero1"]
+        assert result["losses"] == pytest.approx(losses, abs=1e-5)
+        assert result["norms"] == pytest.approx(norms, rel=1e-5)
+        for name, values in result["params"].items():
+            assert torch.allclose(torch.tensor(values), _reference_value(params, name).flatten(), atol=1e-5), name

@@ -1,6 +1,7 @@
 """torchrun job: a tiny Mixtral trained by the engine with its experts split over layout.ep.
 
-argv: OUT EP. Runs ZeRO-0 and ZeRO-1 with no capacity limit, then once with a small capacity factor.
+argv: OUT EP [FAMILY]. Runs ZeRO-0 and ZeRO-1 with no capacity limit, then once with a small capacity factor;
+with FAMILY (tests/expert_parallel_model.py MODELS), that family's model under ZeRO-1 only.
 Each rank writes OUT.<rank>.json: per run its losses and gradient norms, its parameters after the steps
 (its own experts under their global index), and the assignments it dropped at the first step.
 """
@@ -9,16 +10,17 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import torch.distributed as dist
 
 import backends
 from planner.errors import UserInputError
-from tests.expert_parallel_model import CAPACITY_FACTOR, MICRO, STEPS, engine_config, global_batch, tiny_mixtral
+from tests.expert_parallel_model import CAPACITY_FACTOR, MICRO, MODELS, STEPS, engine_config, global_batch, tiny_mixtral
 
 
-def run(stage: int, ep: int, capacity_factor: float) -> dict:
-    engine, _, _, _ = backends.initialize(model=tiny_mixtral(), config=engine_config(stage, ep, capacity_factor))
+def run(stage: int, ep: int, capacity_factor: float, make: Any = tiny_mixtral) -> dict:
+    engine, _, _, _ = backends.initialize(model=make(), config=engine_config(stage, ep, capacity_factor))
     world, rank = engine.data_parallel_world, engine.data_parallel_rank
     losses, norms, dropped = [], [], 0
     experts = [(name, module) for name, module in engine.module.named_modules() if hasattr(module, "first")]
@@ -81,6 +83,10 @@ def resume_and_export(ep: int, out: str) -> dict:
 def main() -> None:
     out, ep = sys.argv[1], int(sys.argv[2])
     dist.init_process_group("gloo")
+    if len(sys.argv) > 3:  # another family: the plain runs only (ZeRO-1)
+        with open(f"{out}.{dist.get_rank()}.json", "w") as handle:
+            json.dump({"zero1": run(1, ep, 0.0, MODELS[sys.argv[3]])}, handle)
+        return
     results = {f"zero{stage}": run(stage, ep, 0.0) for stage in (0, 1)}
     results["capacity"] = run(0, ep, CAPACITY_FACTOR)
     results["resume"] = resume_and_export(ep, out)
