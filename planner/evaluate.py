@@ -12,7 +12,7 @@ from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import MemoryEstimate, OverheadSettings, estimate_memory
 from planner.models.spec import ModelSpec
-from planner.throughput.estimate import estimate_throughput
+from planner.throughput.estimate import check_fp8_gpu, estimate_throughput
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import TrainingConfig
 
@@ -26,15 +26,6 @@ class Evaluation(BaseModel):
     throughput: ThroughputEstimate | None = None
     # Why there is no throughput figure (e.g. the GPU lacks the precision's dtype).
     throughput_error: str | None = None
-
-
-def check_fp8_gpu(config: TrainingConfig, cluster: ClusterSpec) -> None:
-    """FP8 matmuls need a GPU that has them: one line, before any estimate."""
-    if config.fp8 and not cluster.gpu.dense_tflops.fp8:
-        raise UserInputError(
-            f"{cluster.gpu.name} has no FP8 matmuls (no fp8 peak in the GPU catalog); drop --fp8, or plan a GPU "
-            "that has them (H100, H200, B200, MI300X)"
-        )
 
 
 def cluster_summary(cluster: ClusterSpec) -> dict:

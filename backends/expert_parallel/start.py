@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from backends.split_start import place_whole, require_ranks
 from planner.contract.engine_config import EngineConfig
 from planner.errors import UserInputError
 
@@ -12,8 +13,6 @@ from .apply import ExpertParallel, apply_expert_parallel
 
 def start_expert_parallel(model: Any, settings: EngineConfig, weights: Any, device: Any) -> ExpertParallel:
     """Fill the model if it is on the meta device, swap in this rank's experts, and return the groups."""
-    import torch.distributed as dist
-
     block, layout = settings.hardware_selector, settings.hardware_selector.layout
     if layout.tp > 1 or layout.pp > 1 or layout.cp > 1:
         raise UserInputError(
@@ -24,22 +23,12 @@ def start_expert_parallel(model: Any, settings: EngineConfig, weights: Any, devi
             f"zero stage {settings.zero_optimization.stage} reduces gradients during backward, before expert "
             "parallelism's reductions; use zero stage 0 or 1 with layout.ep"
         )
-    if not dist.is_initialized() or dist.get_world_size() % layout.ep:
-        world = dist.get_world_size() if dist.is_initialized() else 1
-        raise UserInputError(
-            f"layout.ep {layout.ep} splits the experts over {layout.ep} ranks but the job has {world}; "
-            f"start it under torchrun with a multiple of {layout.ep} ranks"
-        )
-    if weights is not None:
-        from backends.runner.model_init import load_full
-
-        load_full(model, weights, device)  # every rank reads the whole model, then keeps its experts
+    require_ranks("layout.ep", layout.ep, "the experts")
+    place_whole(model, weights, device)  # every rank holds the whole model, then keeps its experts
     try:
         expert_parallel = apply_expert_parallel(model, layout.ep, block.expert_capacity_factor, device.type)
     except ValueError as error:
         raise UserInputError(str(error)) from None
-    if device.type == "cuda":
-        model.cuda()
     from backends.activation_checkpointing import apply_activation_checkpointing
 
     apply_activation_checkpointing(model, block.activation_checkpointing)

@@ -217,11 +217,9 @@ def block_bytes(
         k = spec.experts_per_token
         # Each token's hidden state is gathered for, and weighted after, each of its k experts.
         mlp = k * mlp + k * h * (w + widths.experts) + spec.num_experts * 4
-        if (
-            traits.shared_expert
-        ):  # an always-on gated MLP: DeepSeek's of shared_expert_ffn_size, Qwen2-MoE's of ffn_size
+        if traits.shared_expert:  # an always-on gated MLP (older Qwen2-MoE specs: of ffn_size), maybe gated
             shared = spec.shared_expert_ffn_size or spec.ffn_size
-            mlp += shared * w * (3 + traits.activation_saved_tensors) + (0 if spec.shared_expert_ffn_size else 4)
+            mlp += shared * w * (3 + traits.activation_saved_tensors) + (4 if traits.shared_expert_gate else 0)
     if layout.fp8 and w == 2:
         # Transformer Engine keeps each block matmul's input for backward as an FP8 copy (1 byte) instead of a
         # 16-bit one: the norms' outputs feeding attention and the MLP (one copy per projection under

@@ -34,7 +34,8 @@ class ArchTraits:
     qk_norm: bool  # RMSNorm on q and k before the rotary embedding
     norm_fp32_weighting: bool  # Gemma's RMSNorm multiplies by (1 + weight) in fp32 before casting back
     score_softcapping: bool  # tanh soft-capping of the scores keeps one more s x s tensor (Gemma-2)
-    shared_expert: bool  # an always-on gated MLP of ffn_size beside the routed experts (Qwen2-MoE)
+    shared_expert: bool  # an always-on gated MLP beside the routed experts (Qwen2-MoE, DeepSeek)
+    shared_expert_gate: bool  # its output scaled by a sigmoid gate (Qwen2-MoE)
     loss_in_logits_dtype: bool  # cross-entropy in the logits' own dtype, no fp32 upcast (T5, Whisper)
 
 
@@ -72,5 +73,6 @@ def arch_traits(spec: ModelSpec) -> ArchTraits:
         norm_fp32_weighting=traits.norm_fp32_weighting,
         score_softcapping=traits.score_softcapping,
         shared_expert=traits.shared_expert,
+        shared_expert_gate=traits.shared_expert_gate,
         loss_in_logits_dtype=traits.loss_in_logits_dtype,
     )

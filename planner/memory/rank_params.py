@@ -42,9 +42,8 @@ def block_linear_shapes(spec: ModelSpec, cross_attention: bool = False) -> list[
     ffn = spec.expert_ffn_size if spec.is_moe and spec.expert_ffn_size else spec.ffn_size
     up_matrices = 2 if spec.mlp_kind is MlpKind.GATED else 1
     mlp = [LinearShape(h, ffn, up_matrices * experts), LinearShape(ffn, h, experts)]
-    if spec.model_type == "qwen2_moe" or spec.shared_expert_ffn_size:
-        # The always-on shared expert (a gated MLP of ffn_size; DeepSeek's of shared_expert_ffn_size).
-        shared = spec.shared_expert_ffn_size or spec.ffn_size
+    if spec.shared_expert_ffn_size:  # the always-on shared expert (Qwen2-MoE, DeepSeek): a gated MLP
+        shared = spec.shared_expert_ffn_size
         mlp = [LinearShape(h, shared, 2), LinearShape(shared, h)] + mlp
     return attention + mlp
 

@@ -208,7 +208,7 @@ _ENTRIES = (
             tied_by_default=False,
             bias="qkv_bias",
         ),
-        traits=Traits(softmax_fp32=True, shared_expert=True),
+        traits=Traits(softmax_fp32=True, shared_expert=True, shared_expert_gate=True),
     ),
     _llama_like(
         "qwen3",

@@ -96,7 +96,8 @@ class Traits(_Data):
     four_norms: bool = False  # pre- and post-norms around attention and MLP (Gemma-2/3)
     norm_fp32_weighting: bool = False  # RMSNorm multiplies by (1 + weight) in fp32 (Gemma)
     score_softcapping: bool = False  # tanh soft-capping keeps one more s x s tensor (Gemma-2)
-    shared_expert: bool = False  # an always-on gated MLP beside the routed experts (Qwen2-MoE)
+    shared_expert: bool = False  # an always-on gated MLP beside the routed experts (Qwen2-MoE, DeepSeek)
+    shared_expert_gate: bool = False  # ... scaled by a sigmoid gate of its own (Qwen2-MoE)
     mlp_dropout: bool = False  # dropout between the MLP's activation and its down projection (T5)
     loss_in_logits_dtype: bool = False  # cross-entropy on the logits as they are, no fp32 upcast (T5, Whisper)
 

@@ -64,14 +64,12 @@ class ModelShape:
     expert_params: int  # all experts of all blocks; expert parallelism splits these
     rmsnorm: bool = False  # RMSNorm, which transformers runs as a chain of eager ops
     rotary: bool = False  # rotary position embedding on q and k
-    # Whisper: the encoder's fixed positions, and the matmul weights each of them multiplies by (encoder blocks,
-    # convolutions, the decoder's cross-attention k/v); block_matmul_params_per_token counts these once per token.
-    encoder_seq_len: int = 0
-    encoder_position_params: float = 0.0
-    # LLaVA: work per sequence that does not grow with it, its image's vision tower and projector
-    # (weight x position products, and sum over tower layers of positions^2 x query width).
+    # Work per sequence that does not grow with its length (weight x position products, and the sum over
+    # layers of positions^2 x query width): Whisper's encoder over its fixed audio positions (with the
+    # decoder's cross-attention keys and values), LLaVA's vision tower and projector over the image.
     fixed_matmul_work: float = 0.0
     fixed_attention_work: float = 0.0
+    encoder_seq_len: int = 0  # Whisper: the positions every decoder block's cross-attention reads
     # Width of the values (heads x v_head_dim): narrower than the queries' under latent attention (DeepSeek).
     value_width: int = 0
 
@@ -79,8 +77,14 @@ class ModelShape:
 def model_shape(spec: ModelSpec) -> ModelShape:
     has_head = spec.family is not ModelFamily.ENCODER_ONLY or "Masked" in spec.transformers_class
     head_params = spec.vocab_size * spec.hidden_size if has_head else 0
-    block_params = max(spec.params.active_per_token - spec.params.embedding, 0)
+    block_params = float(max(spec.params.active_per_token - spec.params.embedding, 0))
     fixed_matmul = fixed_attention = 0.0
+    if spec.encoder_seq_len:
+        per_position = _encoder_position_params(spec)
+        block_params -= per_position
+        fixed_matmul = per_position * spec.encoder_seq_len
+        query_width = spec.num_heads * spec.head_dim
+        fixed_attention = float(spec.num_encoder_layers * spec.encoder_seq_len**2 * query_width)
     tower = spec.vision_tower
     if tower is not None:
         positions = tower.max_position_embeddings
@@ -119,7 +123,6 @@ def model_shape(spec: ModelSpec) -> ModelShape:
         rmsnorm=spec.norm == "rmsnorm",
         rotary=spec.position_embedding == "rotary",
         encoder_seq_len=spec.encoder_seq_len,
-        encoder_position_params=_encoder_position_params(spec) if spec.encoder_seq_len else 0.0,
         fixed_matmul_work=fixed_matmul,
         fixed_attention_work=fixed_attention,
         value_width=spec.num_heads * spec.v_head_dim if spec.is_mla else spec.num_heads * spec.head_dim,
@@ -134,12 +137,9 @@ def _encoder_position_params(spec: ModelSpec) -> float:
 
 
 def block_params_per_token(shape: ModelShape, seq_len: int) -> float:
-    """Block weights one token multiplies by; for Whisper, with the encoder's work over its own positions
-    spread over the s text tokens, and for LLaVA the image's tower and projector spread the same way."""
-    fixed = shape.fixed_matmul_work / seq_len
-    if not shape.encoder_seq_len:
-        return shape.block_matmul_params_per_token + fixed
-    return shape.block_matmul_params_per_token + (shape.encoder_seq_len / seq_len - 1) * shape.encoder_position_params
+    """Block weights one token multiplies by, the fixed work per sequence (Whisper's encoder, LLaVA's tower)
+    spread over its s tokens."""
+    return shape.block_matmul_params_per_token + shape.fixed_matmul_work / seq_len
 
 
 def _block_linear_shapes(spec: ModelSpec, ffn: int) -> tuple[tuple[int, int], ...]:
@@ -153,14 +153,15 @@ def _block_linear_shapes(spec: ModelSpec, ffn: int) -> tuple[tuple[int, int], ..
 def attention_square_layers(shape: ModelShape, seq_len: int | None = None) -> float:
     """Number of s x s attention products per sequence (cross-attention counts as one; Whisper's
     encoder squares and cross products in units of s x s)."""
-    if shape.encoder_seq_len and seq_len:
-        r = shape.encoder_seq_len / seq_len
-        return shape.encoder_layers * r * r + shape.decoder_layers * (1 + r)
+    if shape.encoder_seq_len and seq_len:  # Whisper: decoder self-attention, and cross-attention over E keys
+        squares = shape.decoder_layers * (1 + shape.encoder_seq_len / seq_len)
+    elif shape.encoder_layers and shape.decoder_layers:
+        squares = shape.encoder_layers + 2 * shape.decoder_layers  # decoder: self + cross
+    else:
+        squares = shape.layers
     if shape.fixed_attention_work and seq_len:
-        return shape.layers + shape.fixed_attention_work / (seq_len * seq_len * shape.query_width)
-    if shape.encoder_layers and shape.decoder_layers:
-        return shape.encoder_layers + 2 * shape.decoder_layers  # decoder: self + cross
-    return shape.layers
+        squares += shape.fixed_attention_work / (seq_len * seq_len * shape.query_width)
+    return squares
 
 
 def lora_params_per_token(shape: ModelShape, rank: int) -> float:

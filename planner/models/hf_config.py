@@ -193,6 +193,7 @@ def _read_moe(f: ConfigFields, model_type: str, layers: int, ffn: int) -> tuple[
             expert_ffn_size=f.int("moe_intermediate_size", default=768 if qwen3 else 1408),
         )
         shared = 0 if qwen3 else f.int("shared_expert_intermediate_size", default=5632, minimum=0)
+        dims["shared_expert_ffn_size"] = shared  # the spec says it too (memory, linear shapes)
         details = dict(shared_expert_ffn_size=shared, dense_layers=layers - len(sparse_layers))
     else:
         return {}, {}

@@ -157,7 +157,8 @@ def default_details(arch: Architecture) -> ParameterDetails:
     if model_type == "opt":
         return ParameterDetails(position_offset=2)
     if model_type in ("qwen2", "qwen2_moe"):
-        shared = arch.ffn_size if model_type == "qwen2_moe" else 0
+        # Qwen2-MoE's shared expert; specs written before the spec carried it had it at ffn_size.
+        shared = (arch.shared_expert_ffn_size or arch.ffn_size) if model_type == "qwen2_moe" else 0
         return ParameterDetails(attention_output_bias=False, shared_expert_ffn_size=shared)
     if model_type in ("qwen3", "qwen3_moe"):
         return ParameterDetails(qk_norm=True)

@@ -77,7 +77,7 @@ def search_plans(
     started = time.perf_counter()
     _check_request(spec, request)
     if request.fp8:
-        from planner.evaluate import check_fp8_gpu
+        from planner.throughput.estimate import check_fp8_gpu
 
         check_fp8_gpu(TrainingConfig(fp8=True), cluster)
     global_batch, batch_note = resolve_global_batch(request, cluster.world_size)

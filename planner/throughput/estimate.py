@@ -102,6 +102,15 @@ _hardware: dict[tuple, tuple[ClusterSpec, Device, Links, float]] = {}
 _stages: dict[tuple, tuple[StageCompute, SequenceFlops]] = {}
 
 
+def check_fp8_gpu(config: TrainingConfig, cluster: ClusterSpec) -> None:
+    """FP8 matmuls need a GPU that has them: one line, before any estimate."""
+    if config.fp8 and not cluster.gpu.dense_tflops.fp8:
+        raise UserInputError(
+            f"{cluster.gpu.name} has no FP8 matmuls (no fp8 peak in the GPU catalog); drop --fp8, or plan a GPU "
+            "that has them (H100, H200, B200, MI300X)"
+        )
+
+
 def _shape_of(spec: ModelSpec) -> tuple[ModelShape, bool]:
     cached = _shapes.get(id(spec))
     if cached is None or cached[0] is not spec:
@@ -202,8 +211,7 @@ def estimate_throughput(
     stack = implementation.kernels
     if config.kernels is not KernelChoice.EAGER:
         stack = KernelStack.FUSED  # torch.compile and Liger fuse the norms' and rotary's chains
-    if config.fp8 and not cluster.gpu.dense_tflops.fp8:
-        raise UserInputError(f"{cluster.gpu.name} has no FP8 matmuls; drop --fp8")  # evaluate.py says it first
+    check_fp8_gpu(config, cluster)
     shape, fused_attention = _shape_of(spec)
     if k is CONSTANTS:
         device, links, pcie_Bps = _hardware_of(cluster, config)
