@@ -197,7 +197,7 @@ def _build_hf_config(trace: TraceConfig):
     if config.is_encoder_decoder and getattr(config, "decoder_start_token_id", None) is None:
         # T5 shifts labels right with this id; HF's T5 checkpoints use the pad id 0.
         config.decoder_start_token_id = getattr(config, "pad_token_id", None) or 0
-    if getattr(config, "num_local_experts", None):
+    if getattr(config, "num_local_experts", None) and config.model_type != "llama4_text":  # Llama 4: own bmm loop
         config._experts_implementation = "grouped_mm"
     return config
 

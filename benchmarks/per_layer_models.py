@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from benchmarks.per_layer_moe_models import MOE_OVERRIDES
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CATALOG = REPO_ROOT / "planner" / "catalog" / "models"
 H, HEADS, FFN, VOCAB, BATCH, SEQ = 256, 4, 1024, 512, 2, 256
@@ -167,47 +169,6 @@ INLINE = {
 # Catalog families: the catalog config with these dimensions overridden (and its layer key).
 TOKENS = {"bos_token_id": 1, "eos_token_id": 2}
 CATALOG_OVERRIDES: dict[str, tuple[str, dict[str, Any]]] = {
-    "qwen3-30b-a3b": (
-        "num_hidden_layers",
-        dict(
-            hidden_size=H,
-            intermediate_size=FFN,
-            moe_intermediate_size=128,
-            num_attention_heads=HEADS,
-            num_key_value_heads=2,
-            head_dim=64,
-            num_experts=8,
-            num_experts_per_tok=2,
-            vocab_size=VOCAB,
-            **TOKENS,
-        ),
-    ),
-    **{
-        name: (
-            "num_hidden_layers",
-            dict(
-                hidden_size=H,
-                intermediate_size=FFN,
-                num_attention_heads=HEADS,
-                num_key_value_heads=HEADS,
-                kv_lora_rank=64,
-                q_lora_rank=q_lora,
-                qk_nope_head_dim=32,
-                qk_rope_head_dim=16,
-                v_head_dim=32,
-                moe_intermediate_size=128,
-                n_routed_experts=8,
-                n_shared_experts=1,
-                num_experts_per_tok=2,
-                first_k_dense_replace=0,
-                n_group=1,
-                topk_group=1,
-                vocab_size=VOCAB,
-                **TOKENS,
-            ),
-        )
-        for name, q_lora in (("deepseek-v2-lite", None), ("deepseek-v3", 96))
-    },
     "phi-3-mini": (
         "num_hidden_layers",
         dict(
@@ -301,21 +262,7 @@ CATALOG_OVERRIDES: dict[str, tuple[str, dict[str, Any]]] = {
         "num_hidden_layers",
         dict(hidden_size=H, intermediate_size=FFN, num_attention_heads=HEADS, vocab_size=VOCAB),
     ),
-    "qwen1.5-moe-a2.7b": (
-        "num_hidden_layers",
-        dict(
-            hidden_size=H,
-            intermediate_size=FFN,
-            moe_intermediate_size=128,
-            shared_expert_intermediate_size=FFN,
-            num_experts=4,
-            num_experts_per_tok=2,
-            num_attention_heads=HEADS,
-            num_key_value_heads=HEADS,
-            vocab_size=VOCAB,
-            **TOKENS,
-        ),
-    ),
+    **MOE_OVERRIDES,
 }
 _DROPPED_KEYS = (
     "quantization_config",
@@ -346,6 +293,8 @@ FAMILIES = [
     *[(name, ("sdpa",), ("none",)) for name in ("mistral-7b", "gemma-7b", "roberta-base", "qwen1.5-moe-a2.7b")],
     *[(name, ("sdpa", "eager"), ("none",)) for name in ("deepseek-v2-lite", "deepseek-v3")],
     ("qwen3-30b-a3b", ("sdpa",), ("none",)),
+    ("gpt-oss-20b", ("eager",), ("none",)),  # attention sinks: transformers has no SDPA path for gpt-oss
+    *[(name, ("sdpa",), ("none",)) for name in ("llama-4-scout", "llama-4-maverick")],
 ]
 
 

@@ -30,6 +30,7 @@ from planner.emit.target import RunOptions, run_config
 from planner.emit.training_args import training_args_json_document
 from planner.errors import UserInputError
 from planner.files import write_text_atomic
+from planner.models.families import family_of
 from planner.plan import Plan
 from planner.training_config import KernelChoice, Strategy
 
@@ -89,6 +90,12 @@ def emit_run_folder(
         raise UserInputError(
             f"{plan.model.name} is {kind[0]} model: it is planned here, but run folders train text models "
             f"(docs/models-and-hardware.md); use the plan's strategy in your own {kind[1]} pipeline"
+        )
+    entry = family_of(plan.model.model_type)
+    if entry is not None and entry.emit_refusal:
+        raise UserInputError(
+            f"{plan.model.name} is planned, not emitted: {entry.emit_refusal}; run the plan's layout with a routed "
+            "MoE implementation in your own training code"
         )
     if plan.config.fp8:
         raise UserInputError(

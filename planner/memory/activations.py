@@ -160,6 +160,8 @@ def _attention_bytes(
         attention += (q_width + kv_width) * w
     if traits.qk_norm:
         attention += (q_width + kv_width) * (4 + w)  # fp32 upcast input and normalised value
+    if spec.qk_l2_norm:
+        attention += (q_width + kv_width) * 4  # Llama 4: the fp32 input and scale, no weight to apply
     if fused:
         if not selective:
             attention += q_width * w + spec.num_heads * 4  # kernel output and logsumexp
@@ -210,7 +212,7 @@ def block_bytes(
 
     mlp_tensors = (3 if spec.mlp_kind is MlpKind.GATED else 1) + traits.activation_saved_tensors
     mlp_width = widths.experts if spec.is_moe else w
-    mlp = ffn * mlp_width * mlp_tensors
+    mlp: float = ffn * mlp_width * mlp_tensors
     if traits.mlp_dropout:
         mlp += ffn * (widths.dropout_mask + w)  # mask and output of the dropout before the down projection
     if spec.is_moe:
@@ -220,6 +222,9 @@ def block_bytes(
         if traits.shared_expert:  # an always-on gated MLP (older Qwen2-MoE specs: of ffn_size), maybe gated
             shared = spec.shared_expert_ffn_size or spec.ffn_size
             mlp += shared * w * (3 + traits.activation_saved_tensors) + (4 if traits.shared_expert_gate else 0)
+        if spec.dense_layers:  # blocks with a dense MLP of ffn_size instead: the average block over the model
+            dense = spec.ffn_size * w * mlp_tensors
+            mlp += (dense - mlp) * min(spec.dense_layers, spec.num_layers) / spec.num_layers
     if layout.fp8 and w == 2:
         # Transformer Engine keeps each block matmul's input for backward as an FP8 copy (1 byte) instead of a
         # 16-bit one: the norms' outputs feeding attention and the MLP (one copy per projection under

@@ -63,7 +63,7 @@ def arch_traits(spec: ModelSpec) -> ArchTraits:
         norms_per_block=norms,
         rmsnorm_upcasts=spec.norm == "rmsnorm",
         fused_attention=traits.fused_attention_kernel,
-        activation_saved_tensors=_ACTIVATION_SAVED.get(spec.activation, 1),
+        activation_saved_tensors=_ACTIVATION_SAVED.get(spec.activation, 1) + (3 if traits.clamped_swiglu else 0),
         softmax_fp32=traits.softmax_fp32,
         mlp_dropout=traits.mlp_dropout and spec.hidden_dropout > 0,
         hidden_dropouts_per_block=2 if spec.hidden_dropout > 0 else 0,

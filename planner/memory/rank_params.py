@@ -83,7 +83,8 @@ def _rank_params(
     block_full = _average_block_params(spec)
     if spec.is_moe and ep > 1:
         expert_params = sum(s.params for s in block_linear_shapes(spec)[-2:])
-        block_full -= expert_params * (1 - 1 / ep)
+        routed_share = 1 - min(spec.dense_layers, spec.num_layers) / spec.num_layers  # dense blocks hold none
+        block_full -= expert_params * routed_share * (1 - 1 / ep)
     block = int(block_full / tp)
     embedding = spec.params.embedding
     if pp > 1:

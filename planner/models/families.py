@@ -36,6 +36,7 @@ def _llama_like(
     style: LlamaStyle,
     traits: Traits = Traits(softmax_fp32=True),
     plan: ParallelPlan | None = None,
+    emit_refusal: str | None = None,
 ) -> FamilyEntry:
     return FamilyEntry(
         model_type=model_type,
@@ -47,6 +48,7 @@ def _llama_like(
         traits=traits,
         llama_style=style,
         parallel_plan=plan,
+        emit_refusal=emit_refusal,
     )
 
 
@@ -233,6 +235,34 @@ _ENTRIES = (
             tied_by_default=False,
         ),
         traits=Traits(softmax_fp32=True, qk_norm=True),
+    ),
+    _llama_like(  # gpt-oss: biased attention with a learned sink per head (eager: SDPA has no sinks, softmax in
+        # the input dtype), biased routed experts with a clamped SwiGLU, RMSNorm weighting in fp32
+        "gpt_oss",
+        "GptOssDecoderLayer",
+        LlamaStyle(
+            transformers_class="GptOssForCausalLM",
+            default_kv_heads=8,
+            default_head_dim=64,
+            default_positions=131072,
+            tied_by_default=False,
+        ),
+        traits=Traits(fused_attention_kernel=False, norm_fp32_weighting=True, clamped_swiglu=True),
+    ),
+    _llama_like(  # Llama 4's text model: routed experts (sigmoid top-1) beside an ungated shared expert, dense
+        # blocks interleaved (Maverick); q/k L2-normed without weights
+        "llama4_text",
+        "Llama4TextDecoderLayer",
+        LlamaStyle(
+            transformers_class="Llama4ForCausalLM",
+            default_kv_heads=8,
+            default_head_dim=128,
+            default_positions=131072,
+            tied_by_default=False,
+        ),
+        traits=Traits(softmax_fp32=True, shared_expert=True),
+        emit_refusal="transformers' Llama4TextMoe runs every expert on every token (the plan assumes routed experts, "
+        "as torchtitan and Megatron-LM run them)",
     ),
     _llama_like(
         "gemma",

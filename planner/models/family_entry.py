@@ -99,6 +99,9 @@ class Traits(_Data):
     shared_expert: bool = False  # an always-on gated MLP beside the routed experts (Qwen2-MoE, DeepSeek)
     shared_expert_gate: bool = False  # ... scaled by a sigmoid gate of its own (Qwen2-MoE)
     mlp_dropout: bool = False  # dropout between the MLP's activation and its down projection (T5)
+    # gpt-oss: both halves clamped, gate * sigmoid(alpha * gate), then (up + 1) * that: three FFN-wide tensors
+    # more than SiLU's gating keeps
+    clamped_swiglu: bool = False
     loss_in_logits_dtype: bool = False  # cross-entropy on the logits as they are, no fp32 upcast (T5, Whisper)
 
 
@@ -132,3 +135,5 @@ class FamilyEntry(_Data):
     traits: Traits = Traits()
     llama_style: LlamaStyle | None = None
     parallel_plan: ParallelPlan | None = None  # None: our engine has no tp/pp plan for it
+    # Why a run folder (transformers' own modules) would not run what the plan assumes; None: it would.
+    emit_refusal: str | None = None

@@ -25,8 +25,10 @@ from planner.models.config_fields import ConfigFields, basic_dims
 from planner.models.deepseek_config import read_deepseek
 from planner.models.encoder_configs import read_bert_style, read_t5, read_vit, read_whisper
 from planner.models.families import FAMILIES
+from planner.models.moe_config import read_moe
 from planner.models.multimodal_configs import read_clip, read_llava
-from planner.models.param_formula import ArchitectureDims, ParameterDetails, formula_param_counts, with_vision_tower
+from planner.models.param_details import ParameterDetails
+from planner.models.param_formula import ArchitectureDims, formula_param_counts, with_vision_tower
 from planner.models.parsed_config import ParsedConfig
 from planner.models.spec import MlpKind, ModelSpec, ParamCounts
 
@@ -174,37 +176,6 @@ def _read_gpt_neox(f: ConfigFields) -> ParsedConfig:
 # --- Llama-style decoders: RMSNorm, rotary, gated MLP, grouped kv heads --------------------------
 
 
-def _read_moe(f: ConfigFields, model_type: str, layers: int, ffn: int) -> tuple[dict, dict]:
-    """ArchitectureDims and ParameterDetails fields of the MoE models (empty for dense ones)."""
-    if model_type == "mixtral":
-        dims = dict(
-            num_experts=f.int("num_local_experts", "num_experts", default=8),
-            experts_per_token=f.int("num_experts_per_tok", default=2),
-            expert_ffn_size=ffn,
-        )
-        details: dict = {}
-    elif model_type in ("qwen2_moe", "qwen3_moe"):
-        qwen3 = model_type == "qwen3_moe"
-        step, dense_only = f.int("decoder_sparse_step", default=1), set(f.int_list("mlp_only_layers"))
-        sparse_layers = [i for i in range(layers) if i not in dense_only and (i + 1) % step == 0]
-        dims = dict(
-            num_experts=f.int("num_experts", default=128 if qwen3 else 60),
-            experts_per_token=f.int("num_experts_per_tok", default=8 if qwen3 else 4),
-            expert_ffn_size=f.int("moe_intermediate_size", default=768 if qwen3 else 1408),
-        )
-        shared = 0 if qwen3 else f.int("shared_expert_intermediate_size", default=5632, minimum=0)
-        dims["shared_expert_ffn_size"] = shared  # the spec says it too (memory, linear shapes)
-        details = dict(shared_expert_ffn_size=shared, dense_layers=layers - len(sparse_layers))
-    else:
-        return {}, {}
-    if dims["experts_per_token"] > dims["num_experts"]:
-        raise f.error(
-            "num_experts_per_tok",
-            f"({dims['experts_per_token']}) exceeds the number of experts ({dims['num_experts']})",
-        )
-    return dims, details
-
-
 def _read_llama_style(f: ConfigFields, model_type: str) -> ParsedConfig:
     entry = FAMILIES[model_type]
     style = entry.llama_style
@@ -221,8 +192,7 @@ def _read_llama_style(f: ConfigFields, model_type: str) -> ParsedConfig:
         "qkv": lambda: True,
         "none": lambda: False,
     }[style.bias]()
-    ffn = f.int("intermediate_size")
-    moe_dims, moe_details = _read_moe(f, model_type, layers, ffn)
+    moe_dims, moe_details, ffn = read_moe(f, model_type, layers)
     gemma = model_type.startswith("gemma")
     return ParsedConfig(
         dims=ArchitectureDims(
@@ -242,6 +212,7 @@ def _read_llama_style(f: ConfigFields, model_type: str) -> ParsedConfig:
             position_embedding="rotary",
             attention_bias=qkv_bias,
             mlp_bias=model_type == "llama" and f.bool("mlp_bias", False),
+            qk_l2_norm=model_type == "llama4_text" and f.bool("use_qk_norm", True),
             **moe_dims,
         ),
         details=ParameterDetails(

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from planner.models.config_fields import ConfigFields
-from planner.models.param_formula import ArchitectureDims, ParameterDetails
+from planner.models.param_details import ParameterDetails
+from planner.models.param_formula import ArchitectureDims
 from planner.models.parsed_config import ParsedConfig
 from planner.models.spec import ModelFamily
 

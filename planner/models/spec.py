@@ -110,10 +110,12 @@ class ModelSpec(BaseModel):
     num_experts: int = Field(default=0, ge=0)
     experts_per_token: int = Field(default=0, ge=0)
     expert_ffn_size: int = Field(default=0, ge=0)
-    # DeepSeek: always-on shared experts (one gated MLP of this width; 0: none, or Qwen2-MoE's, of ffn_size),
-    # and the first blocks that keep a dense MLP of ffn_size.
+    # DeepSeek / Llama 4: always-on shared experts (one gated MLP of this width; 0: none, or Qwen2-MoE's, of
+    # ffn_size), and the blocks that keep a dense MLP of ffn_size (DeepSeek's first ones, Maverick's every other).
     shared_expert_ffn_size: int = Field(default=0, ge=0)
     dense_layers: int = Field(default=0, ge=0)
+    # Llama 4: queries and keys L2-normalised in fp32, without weights, after the rotary embedding.
+    qk_l2_norm: bool = False
 
     # Multi-head latent attention (DeepSeek-V2/V3): queries through a q_lora_rank bottleneck (0: a plain
     # projection), keys and values from one kv_lora_rank latent plus a shared rotary key of
