@@ -6,7 +6,8 @@ batches (the loss, router load-balancing loss included, averaged over the data-p
 EP2 on 2 ranks and EP2 x dp2 on 4 ranks, under ZeRO-0 and ZeRO-1: losses, gradient norms and every
 parameter (each rank's own experts compared under their global index) agree to 1e-5. With a capacity
 factor, each rank drops exactly the assignments beyond capacity that the reference routing implies. A
-checkpoint under ep resumes bit-exactly, and the consolidated export (an HF-named safetensors file) holds
+checkpoint under ep resumes bit-exactly, resumes under another ep (ep 2 -> 1, 1 -> 2, and 2 -> 4 on 4 ranks) to
+the saving run's next step, and the consolidated export (an HF-named safetensors file) holds
 every expert with the reference's values.
 """
 
@@ -106,7 +107,10 @@ def test_expert_parallel_training_equals_the_single_process_reference(tmp_path, 
         assert results["capacity"]["dropped"] == over_capacity[rank] > 0
         resume = results["resume"]  # bit-exact: the same shards, RNG and step come back
         assert resume["resumed"] == resume["uninterrupted"] and resume["same_parameters"]
-        assert "saved under expert parallelism ep 2 and this run has ep 1" in resume["refusal"]
+        for move, resharded in results["reshard"].items():  # another ep: the same next step (1e-5, fp32)
+            assert resharded["resumed"] == pytest.approx(resharded["uninterrupted"], abs=1e-5), move
+            assert resharded["step"] == STEPS, move
+        assert set(results["reshard"]) == {"ep2->ep1", "ep1->ep2"} | ({"ep2->ep4"} if world == 4 else set())
     from safetensors.torch import load_file
 
     exported = load_file(str(tmp_path / "out.safetensors"))  # every expert, gathered from the ep ranks

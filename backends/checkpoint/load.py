@@ -115,10 +115,11 @@ def read_engine_state(engine: Any, choice: Path) -> dict:
             "start afresh with --no-resume, or load its weights from a consolidated export"
         )
     saved_ep, current_ep = state["layout"]["dims"].get("ep", 1), layout_of(engine)["dims"]["ep"]
-    if saved_ep != current_ep:
+    if saved_ep != current_ep and saved_ep > 1 and "expert_names" not in state.get("tensor_split", {}):
         raise UserInputError(
-            f"{choice} was saved under expert parallelism ep {saved_ep} and this run has ep {current_ep}; resume "
-            f"under ep {saved_ep}, or start from the run's consolidated weights (final/)"
+            f"{choice} was saved under expert parallelism ep {saved_ep} by a version that did not record its "
+            f"expert tensors, and this run has ep {current_ep}; resume under ep {saved_ep}, or start from the "
+            "run's consolidated weights (final/)"
         )
     if _everyone_same_shards(engine, state, choice):
         targets = sharded_views(engine)

@@ -1,13 +1,14 @@
-"""Resume an engine checkpoint under another tensor/pipeline layout (or another ZeRO stage or bucket size).
+"""Resume an engine checkpoint under another tensor/pipeline/expert layout (or another ZeRO stage or bucket size).
 
-The shards of a tp/pp run are flat ZeRO units, one set per (pp, tp) rank,
-each laid out after that rank's parameters. engine_state.json records every
-rank's units (names, shapes) and how its tensors split over tp (shard specs,
-key/value replicas, vocabulary padding), so any layout can rebuild them:
-each rank reads the units that hold its parameters (DCP reads any data-
-parallel sharding), cuts them into the old local tensors, joins the tp
-pieces into full HF tensors, and takes its own slice under the new layout,
-for the master weights and every optimizer state alike.
+The shards of a tp/pp run are flat ZeRO units, one set per (pp, tp) rank (per ep
+rank under expert parallelism), each laid out after that rank's parameters.
+engine_state.json records every rank's units (names, shapes), how its tensors
+split over tp (shard specs, key/value replicas, vocabulary padding) and which
+are expert tensors split over ep, so any layout can rebuild them: each rank
+reads the units that hold its parameters (DCP reads any data-parallel
+sharding), cuts them into the old local tensors, joins the tp pieces (or the ep
+ranks' experts, in expert order) into full HF tensors, and takes its own slice
+under the new layout, for the master weights and every optimizer state alike.
 Each rank reads the full units of the parameters it holds: a one-off cost at
 resume, paid in host memory of about three copies of its stage's fp32 weights.
 """
@@ -25,23 +26,30 @@ from .shards import key_prefix
 
 MODULE_PREFIX = "module."
 RANK_KEY = re.compile(r"pp(\d+)\.tp(\d+)\.$")
+EP_RANK_KEY = re.compile(r"ep(\d+)\.$")
 
 
 def tensor_split_record(engine: Any) -> dict[str, Any]:
-    """How this run's tensors split over tp (saved once; the same on every rank)."""
-    model = engine.parallel_model
+    """How this run's tensors split over tp and ep (saved once; the same on every rank)."""
+    model, expert_parallel = engine.parallel_model, getattr(engine, "expert_parallel", None)
+    experts = sorted(expert_parallel.expert_names) if expert_parallel is not None else []
     if model is None:
-        return {"shard_specs": {}, "tp_replicas": {}, "padded_rows": {}}
+        return {"shard_specs": {}, "tp_replicas": {}, "padded_rows": {}, "expert_names": experts}
     return {
         "shard_specs": {name: list(spec) for name, spec in model.shard_specs.items()},
         "tp_replicas": dict(model.tp_replicas),
         "padded_rows": dict(model.padded_rows),
+        "expert_names": experts,
     }
 
 
-def _rank_of(prefix: str) -> tuple[int, int]:
+def _rank_of(prefix: str) -> tuple[int, int, int]:
+    """(pp, tp, ep) rank of a key prefix."""
     match = RANK_KEY.match(prefix)
-    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+    if match:
+        return int(match.group(1)), int(match.group(2)), 0
+    match = EP_RANK_KEY.match(prefix)
+    return (0, 0, int(match.group(1))) if match else (0, 0, 0)
 
 
 def _inner(name: str) -> str:
@@ -85,12 +93,17 @@ def _read_old_pieces(engine: Any, state: dict, shards: Path, wanted: set[str]) -
     return pieces, {name: requests[f"{first}optimizer.{name}"] for name in scalars}
 
 
-def _full_tensor(name: str, parts: dict[tuple[int, int], Any], split: dict, old_tp: int) -> Any:
-    """The unsharded HF tensor from the old (pp, tp) pieces of one parameter."""
+def _full_tensor(name: str, parts: dict[tuple[int, int, int], Any], split: dict, old_tp: int) -> Any:
+    """The unsharded HF tensor from the old (pp, tp, ep) pieces of one parameter."""
+    import torch
+
     from backends.tensor_parallel.layers import unshard_tensor
 
-    stage = min(pp for pp, _ in parts)  # a tied head's copy on the last stage equals the embedding
-    ordered = [parts[(stage, tp)] for tp in range(old_tp) if (stage, tp) in parts]
+    if name in split.get("expert_names", ()):  # each ep rank held a run of experts: join them in expert order
+        return torch.cat([parts[key] for key in sorted(parts, key=lambda key: key[2])])
+    stage = min(pp for pp, _, _ in parts)  # a tied head's copy on the last stage equals the embedding
+    ep = min(ep for _, _, ep in parts)  # replicated over ep: any rank's copy
+    ordered = [parts[(stage, tp, ep)] for tp in range(old_tp) if (stage, tp, ep) in parts]
     spec = split["shard_specs"].get(name)
     if spec is None or old_tp == 1:
         full = ordered[0]  # replicated over tp (norms, biases of row-parallel layers) or never split
@@ -105,6 +118,7 @@ def _fill(engine: Any, pieces: dict, aliases: dict[str, str], state: dict, choic
     from backends.parallel_checkpoint import local_slice
 
     old_tp = int(state["layout"]["dims"]["tp"])
+    expert_parallel = getattr(engine, "expert_parallel", None)
     for flat_name, target in engine.optimizer.flat_states().items():
         by_name = pieces[flat_name]
         for unit in engine.optimizer.units:
@@ -118,6 +132,8 @@ def _fill(engine: Any, pieces: dict, aliases: dict[str, str], state: dict, choic
                     value = local_slice(engine.parallel_model, name, full) if engine.parallel_model else full
                 except ValueError:  # the full tensor does not split into this layout's shards
                     value = full
+                if expert_parallel is not None and name in expert_parallel.expert_names:
+                    value = value.chunk(expert_parallel.ep)[expert_parallel.ep_rank]  # this rank's experts
                 if value.shape != param.shape:
                     raise UserInputError(
                         f"{choice} holds '{name}' with shape {tuple(full.shape)}, which does not fit "
