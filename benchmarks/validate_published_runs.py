@@ -4,7 +4,7 @@
     .venv/bin/python -m benchmarks.validate_published_runs --markdown   # the table for docs/accuracy.md
 
 Rows come from benchmarks/data/published_runs.yaml (Megatron-LM 2021 and 2022, MT-NLG, BLOOM,
-GPT-NeoX, Megatron 2019 on V100s, and informational OPT/Llama rows), each with
+GPT-NeoX, Megatron 2019 on V100s, and informational OPT, Llama 1-3 and DeepSeek-V3 rows), each with
 its citation and confidence. Every run is planned as our engine would run it
 (strategy engine: TP x PP x DP with the published ZeRO stage; DeepSpeed ZeRO-3
 rows as strategy deepspeed), on the catalog
@@ -27,7 +27,8 @@ from pathlib import Path
 import yaml
 
 from planner.hardware.cluster import make_cluster
-from planner.models.resolve import spec_from_dimensions
+from planner.models.resolve import resolve_model, spec_from_dimensions
+from planner.models.spec import ModelSpec
 from planner.throughput.estimate import estimate_throughput
 from planner.throughput.implementation import IMPLEMENTATIONS
 from planner.training_config import PipelineSchedule, Strategy, TrainingConfig
@@ -53,9 +54,11 @@ def published_rows() -> list[dict]:
     return yaml.safe_load(DATA_FILE.read_text())["runs"]
 
 
-def plan_inputs(row: dict):
-    """(ModelSpec, TrainingConfig, ClusterSpec) for a published run."""
-    spec = spec_from_dimensions(
+def _model(row: dict) -> ModelSpec:
+    """A catalog model (rows of MoE or latent-attention models name one), or a decoder from the row's sizes."""
+    if "model" in row:
+        return resolve_model(row["model"])
+    return spec_from_dimensions(
         hidden=row["hidden"],
         layers=row["layers"],
         heads=row["heads"],
@@ -65,16 +68,27 @@ def plan_inputs(row: dict):
         mlp=row.get("mlp", "standard"),
         max_positions=row["seq_len"],
     )
-    tp, pp, gpus = row["tp"], row["pp"], row["gpus"]
-    dp = gpus // (tp * pp)
+
+
+def data_parallel(row: dict) -> int:
+    """Data-parallel replicas: what tp, pp and cp leave of the GPUs (ep is carved from them)."""
+    return row["gpus"] // (row["tp"] * row["pp"] * row.get("cp", 1))
+
+
+def plan_inputs(row: dict):
+    """(ModelSpec, TrainingConfig, ClusterSpec) for a published run."""
+    spec = _model(row)
+    tp, pp, cp, gpus = row["tp"], row["pp"], row.get("cp", 1), row["gpus"]
+    dp = data_parallel(row)
     micro_batch = row["micro_batch"]
     accum = row["global_batch"] // (dp * micro_batch)
-    if dp * tp * pp != gpus or accum * dp * micro_batch != row["global_batch"]:
-        raise ValueError(f"{row['id']}: tp x pp x dp or the batch split does not add up")
+    if dp * tp * pp * cp != gpus or accum * dp * micro_batch != row["global_batch"]:
+        raise ValueError(f"{row['id']}: tp x pp x cp x dp or the batch split does not add up")
     config = TrainingConfig(
         strategy=Strategy(row.get("strategy", "engine")),
         zero_stage=row["zero_stage"],
-        layout={"tp": tp, "pp": pp},
+        layout={"tp": tp, "pp": pp, "cp": cp, "ep": row.get("ep", 1)},
+        fp8=row.get("fp8", False),
         sequence_parallel=row.get("sequence_parallel", False),
         pipeline_schedule=PipelineSchedule.ONE_F_ONE_B,
         micro_batch=micro_batch,
@@ -134,7 +148,8 @@ def summary(results: list[Comparison]) -> dict[str, float]:
 
 
 def _layout(row: dict) -> str:
-    return f"t{row['tp']} p{row['pp']} d{row['gpus'] // (row['tp'] * row['pp'])}"
+    extra = "".join(f" {key[0]}{row[key]}" for key in ("cp", "ep") if row.get(key, 1) > 1)
+    return f"t{row['tp']} p{row['pp']}{extra} d{data_parallel(row)}"
 
 
 def render(results: list[Comparison], markdown: bool) -> str:
@@ -157,7 +172,7 @@ def render(results: list[Comparison], markdown: bool) -> str:
         lines.append(" ".join(f"{h:>18}" if i else f"{h:<30}" for i, h in enumerate(header)))
     for c in results:
         r = c.row
-        dp = r["gpus"] // (r["tp"] * r["pp"])
+        dp = data_parallel(r)
         cells = [
             r["id"],
             r["gpu"],

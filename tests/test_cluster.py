@@ -164,8 +164,8 @@ def test_bad_input_is_a_one_line_user_error(kwargs, message):
 
 
 def test_unknown_gpu_is_a_user_error():
-    with pytest.raises(UserInputError, match="unknown GPU 'B300'"):
-        make_cluster("B300")
+    with pytest.raises(UserInputError, match="unknown GPU 'B400'"):
+        make_cluster("B400")
 
 
 def test_the_model_itself_rejects_impossible_values():

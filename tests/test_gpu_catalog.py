@@ -254,3 +254,31 @@ def test_interconnect_rejects_inconsistent_bandwidths():
             bandwidth_GBps_per_direction=300,
             bandwidth_GBps_bidirectional=300,
         )
+
+
+NEW_GPUS = ("H800", "H20", "GB200", "B300", "MI325X", "MI355X")
+
+
+@pytest.mark.parametrize("name", NEW_GPUS)
+def test_2025_gpus_are_consistent_and_plan(name, capsys):
+    """Recalled from their datasheets (no reference row): each says so, FP8 is twice the dense BF16 rate as
+    on every Hopper/Blackwell/CDNA3-4 part, and a plan on them runs."""
+    import json
+
+    from hardware_selector import main
+
+    spec = resolve_gpu(name)
+    assert spec.confidence == "recalled" and spec.reference_gpu is None and spec.source.startswith("recalled")
+    assert "memory_bytes" in spec.recalled_fields and "dense_tflops.bf16" in spec.recalled_fields
+    assert spec.dense_tflops.fp8 == pytest.approx(2 * spec.dense_tflops.bf16, abs=1.0)  # datasheets round
+    assert spec.interconnect.bandwidth_GBps_bidirectional == 2 * spec.interconnect.bandwidth_GBps_per_direction
+    argv = ["plan", "--model", "llama-3.1-70b", "--gpu", name, "--gpus-per-node", "8", "--nodes", "2",
+            "--global-batch", "256", "--seq-len", "4096", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["best"]["throughput"]["tokens_per_s"] > 0
+
+
+def test_h800_is_an_h100_with_a_narrower_nvlink():
+    h800, h100 = resolve_gpu("H800"), resolve_gpu("H100-80GB")
+    assert h800.dense_tflops == h100.dense_tflops and h800.memory_bytes == h100.memory_bytes
+    assert h800.interconnect.bandwidth_GBps_per_direction < h100.interconnect.bandwidth_GBps_per_direction

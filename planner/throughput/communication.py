@@ -179,6 +179,8 @@ def step_communication(
         routed = activation_bytes * shape.experts_per_token / tp
         ep_group = process_group(config.expert_parallel, tp, gpn)
         ep_comm = accum * stage.blocks * tp_per_block * all_to_all_s(links, ep_group, routed)
+    # DualPipe runs one chunk's all-to-all while another computes: only the excess waits.
+    ep_exposed = max(0.0, ep_comm - accum * stage.total_s) if implementation.overlaps_expert_all_to_all else ep_comm
 
     # Context parallelism (as our engine runs it): each block all-gathers the sequence's keys and values over
     # the cp ranks in forward (again when full checkpointing recomputes it) and reduce-scatters their
@@ -198,7 +200,7 @@ def step_communication(
 
     return StepComm(
         data_parallel_s=dp_total,
-        exposed_s=exposed + tp_comm + ep_comm + cp_comm + p2p,
+        exposed_s=exposed + tp_comm + ep_exposed + cp_comm + p2p,
         tensor_parallel_s=tp_comm,
         pipeline_p2p_s=p2p,
         expert_parallel_s=ep_comm,

@@ -107,7 +107,7 @@ def check_fp8_gpu(config: TrainingConfig, cluster: ClusterSpec) -> None:
     if config.fp8 and not cluster.gpu.dense_tflops.fp8:
         raise UserInputError(
             f"{cluster.gpu.name} has no FP8 matmuls (no fp8 peak in the GPU catalog); drop --fp8, or plan a GPU "
-            "that has them (H100, H200, B200, MI300X)"
+            "that has them (H100, H200, B200, MI300X: the fp8 column of `hardware-selector gpus`)"
         )
 
 
@@ -175,6 +175,7 @@ def _stage_of(
         config.lora_rank,
         config.qlora,
         stack,
+        fused_attention,
     )
     cached = _stages.get(key)
     if cached is None:
@@ -213,6 +214,7 @@ def estimate_throughput(
         stack = KernelStack.FUSED  # torch.compile and Liger fuse the norms' and rotary's chains
     check_fp8_gpu(config, cluster)
     shape, fused_attention = _shape_of(spec)
+    fused_attention = fused_attention or not implementation.transformers_attention  # their own fused kernels
     if k is CONSTANTS:
         device, links, pcie_Bps = _hardware_of(cluster, config)
         stage, flops = _stage_of(shape, config, device, fused_attention, stack)
@@ -236,7 +238,9 @@ def estimate_throughput(
 
     accum = config.grad_accum
     pp, virtual = config.pipeline_parallel, config.virtual_stages
-    bubble = (pp - 1) / virtual * stage.total_s if pp > 1 else 0.0
+    # (p-1)/(m.v) of the pipelined compute; DualPipe feeds both ends: (p/2 - 1) stage-steps (implementation.py)
+    steps = max(pp / 2 - 1, 0.0) if implementation.bidirectional_pipeline else pp - 1
+    bubble = steps / virtual * stage.total_s if pp > 1 else 0.0
     compute = accum * (stage.forward_s + stage.backward_s)
     recompute = accum * stage.recompute_s
     step = compute + recompute + comm.exposed_s + bubble + comm.offload_s + comm.optimizer_step_s

@@ -16,6 +16,19 @@ documented assumption, never a factor fitted to single runs:
   The second is INFERRED from Narayanan et al. Table 2, where DeepSpeed ZeRO-3
   (2021) on 384-2240 A100s ran at the speed that per-GPU-NIC bound predicts
   (benchmarks/data/published_runs.yaml), not read from DeepSpeed's code.
+- transformers_attention: attention runs as transformers' module does, so a
+  family whose module cannot reach SDPA's fused kernel (DeepSeek's 192/128 head
+  widths, Gemma-2's soft-capping, BLOOM's ALiBi) keeps its scores; the other
+  codebases bring their own fused kernels, and the run's attention choice
+  alone decides.
+- DeepSeek-V3's DualPipe (DeepSeek-V3 Technical Report, section 3.2.1): each
+  micro-batch's expert all-to-all runs while another chunk computes, so only
+  what exceeds the stage's compute is exposed
+  (overlaps_expert_all_to_all); and micro-batches enter the pipeline from both
+  ends, which the report's Table 2 puts at (pp/2 - 1) stage-steps of bubble
+  against 1F1B's (pp - 1) (bidirectional_pipeline; its weight-gradient
+  refinement, -3W, is left out, so the bubble is an upper bound). DualPipe
+  keeps two copies of the parameters, which the memory estimate does not add.
 """
 
 from __future__ import annotations
@@ -31,17 +44,30 @@ class Implementation:
     kernels: KernelStack
     p2p_scatter_gather: bool
     sharded_gather_per_gpu_nic: bool
+    transformers_attention: bool = False
+    overlaps_expert_all_to_all: bool = False
+    bidirectional_pipeline: bool = False
 
 
 # What this project's strategies run (DDP, FSDP, DeepSpeed and the engine all train
 # transformers' modules; the engine pipelines with torch.distributed.pipelining).
 # Collectives are taken at NCCL's aggregated rate, as llm-foundry's FSDP measured.
-OUR_STRATEGIES = Implementation("transformers modules (this project's backends)", KernelStack.HF_EAGER, False, False)
+OUR_STRATEGIES = Implementation(
+    "transformers modules (this project's backends)", KernelStack.HF_EAGER, False, False, transformers_attention=True
+)
 LLM_FOUNDRY = Implementation("llm-foundry (MPT, torch FSDP)", KernelStack.FUSED, False, False)
 MEGATRON_LM = Implementation("Megatron-LM", KernelStack.FUSED, True, False)
 MEGATRON_DEEPSPEED = Implementation("Megatron-DeepSpeed (DeepSpeed pipeline engine)", KernelStack.FUSED, False, False)
 DEEPSPEED_ZERO3_2021 = Implementation(
     "DeepSpeed ZeRO-3 as of 2021 (Megatron GPT model)", KernelStack.FUSED, False, True
+)
+DEEPSEEK_DUALPIPE = Implementation(
+    "DeepSeek-V3's stack (DualPipe, overlapped expert all-to-all)",
+    KernelStack.FUSED,
+    False,
+    False,
+    overlaps_expert_all_to_all=True,
+    bidirectional_pipeline=True,
 )
 
 IMPLEMENTATIONS = {
@@ -51,6 +77,7 @@ IMPLEMENTATIONS = {
     "megatron-deepspeed": MEGATRON_DEEPSPEED,
     "deepspeed-zero3-2021": DEEPSPEED_ZERO3_2021,
     "deepspeed": DEEPSPEED_ZERO3_2021,  # the published DeepSpeed runs we can check against are these
+    "deepseek-dualpipe": DEEPSEEK_DUALPIPE,
 }
 
 
