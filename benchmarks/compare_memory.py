@@ -90,6 +90,7 @@ def trace_training_config(trace_config: dict) -> tuple[TrainingConfig, int]:
         optimizer=trace_config["optimizer"],
         activation_checkpointing=trace_config["activation_checkpointing"],
         attention=trace_config["attention"],
+        layout={"cp": trace_config.get("context_parallel", 1)},
     )
     return config, world_size
 

@@ -96,6 +96,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .selective_checkpoint import checkpoint_attention
 from .trace_inputs import model_class, traced_batch
 from .trace_recorder import recording_tracker
+from .trace_sharding import context_parallel_batch, fake_process_group, fsdp_wrap
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CATALOG_MODELS_DIR = REPO_ROOT / "planner" / "catalog" / "models"
@@ -139,6 +140,7 @@ class TraceConfig(BaseModel):
     optimizer: Literal["adamw", "sgd", "adafactor"] = "adamw"
     attention: Literal["sdpa", "eager"] = "sdpa"
     world_size: int = Field(default=1, ge=1)
+    context_parallel: int = Field(default=1, ge=1)  # cp ranks sharing each sequence (of world_size, FSDP over all)
     fast: bool = False  # part of the quick subset (run_memory_traces.py --fast)
     notes: str = ""
 
@@ -244,38 +246,7 @@ def _warm_optimizer(model, optimizer) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
-def _fsdp_wrap(model, mesh, precision: str) -> None:
-    import torch
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from transformers.modeling_layers import GradientCheckpointingLayer
-
-    mp_policy = MixedPrecisionPolicy()  # fp32 and pure bf16: all-gather in the param dtype
-    if precision in ("bf16-mixed", "fp16-mixed"):
-        low = torch.bfloat16 if precision == "bf16-mixed" else torch.float16
-        mp_policy = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32)
-    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
-    if not layers:
-        raise ValueError(f"{type(model).__name__}: no transformer layers to shard")
-    for layer in layers:
-        fully_shard(layer, mesh=mesh, mp_policy=mp_policy)
-    fully_shard(model, mesh=mesh, mp_policy=mp_policy)
-
-
-def _ensure_fake_process_group(world_size: int):
-    """Start (or reuse) the fake process group and return a 1-D CPU device mesh.
-    Both must be created outside FakeTensorMode."""
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    if dist.is_initialized() and dist.get_world_size() != world_size:
-        dist.destroy_process_group()
-    if not dist.is_initialized():
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
-    return init_device_mesh("cpu", (world_size,))
-
-
-def _traced_step(trace: TraceConfig, config, mesh, low, autocast):
+def _traced_step(trace: TraceConfig, config, mesh, low, autocast, cp_group=None):
     """Build the model under FakeTensorMode and run the tracked step; see run_trace."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -308,13 +279,16 @@ def _traced_step(trace: TraceConfig, config, mesh, low, autocast):
             checkpoint_attention(stack, model)
         param_count = sum(p.numel() for p in model.parameters())
         if mesh is not None:
-            _fsdp_wrap(model, mesh, trace.precision)
+            fsdp_wrap(model, mesh, trace.precision)
         else:
             _frozen_parameters_as_buffers(model)
         optimizer = _make_optimizer(trace.optimizer, model.parameters())
         _warm_optimizer(model, optimizer)
 
-        batch, input_ids, loss_of = traced_batch(config, trace.micro_batch, trace.seq_len, dtype)
+        if cp_group is not None:  # one rank's zig-zag share of each sequence, attending over the gathered K/V
+            batch, input_ids, loss_of = context_parallel_batch(model, config, trace, cp_group)
+        else:
+            batch, input_ids, loss_of = traced_batch(config, trace.micro_batch, trace.seq_len, dtype)
         if mesh is None:
             tracker = recording_tracker(MemTracker)()
             tracker._setup_recording(fold=None)
@@ -346,12 +320,14 @@ def run_trace(trace: TraceConfig) -> TraceResult:
 
     started = time.perf_counter()
     config = _build_hf_config(trace)
-    mesh = _ensure_fake_process_group(trace.world_size) if trace.world_size > 1 else None
+    mesh, cp_group = (
+        fake_process_group(trace.world_size, trace.context_parallel) if trace.world_size > 1 else (None, None)
+    )
     low = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(trace.precision)
     autocast = low is not None and trace.world_size == 1
 
     try:
-        model, tracker, param_count, at_end = _traced_step(trace, config, mesh, low, autocast)
+        model, tracker, param_count, at_end = _traced_step(trace, config, mesh, low, autocast, cp_group)
     finally:
         if mesh is not None:  # a later trace may need another world size
             import torch.distributed as dist

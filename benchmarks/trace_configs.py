@@ -126,6 +126,7 @@ LLAMA3_1B: dict[str, Any] = {
     "tie_word_embeddings": True,
     "head_dim": 64,
 }
+LLAMA3_1B_LONG: dict[str, Any] = {**LLAMA3_1B, "max_position_embeddings": 131072}
 LLAMA2_7B: dict[str, Any] = {
     "model_type": "llama",
     "hidden_size": 4096,
@@ -348,6 +349,19 @@ CONFIGS: list[TraceConfig] = [
     _c("clip-l14-b64-s77-bf16mixed-ac", CLIP_L14, 64, 77, activation_checkpointing="full"),
     # Not under FSDP2: fully_shard refuses CLIP's scalar logit_scale parameter.
     _c("clip-l14-b64-s77-bf16mixed", CLIP_L14, 64, 77),
+    # Context parallelism: FSDP2 over every rank, the engine's all-gather attention, rank 0's zig-zag share
+    # (benchmarks/trace_sharding.py)
+    _c("llama3-1b-cp2-b1-s16384-bf16mixed", LLAMA3_1B_LONG, 1, 16384, world_size=2, context_parallel=2),
+    _c("llama3-1b-cp4-b1-s32768-bf16mixed", LLAMA3_1B_LONG, 1, 32768, world_size=4, context_parallel=4),
+    _c(
+        "llama3-1b-cp2xdp2-b1-s16384-bf16mixed-ac",
+        LLAMA3_1B_LONG,
+        1,
+        16384,
+        world_size=4,
+        context_parallel=2,
+        activation_checkpointing="full",
+    ),  # fmt: skip
 ]
 
 

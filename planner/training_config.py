@@ -230,9 +230,9 @@ class TrainingConfig(BaseModel):
         """Layers on each pipeline rank (its chunks of the stage map together)."""
         return layers_per_rank(self.stage_map(model), self.pipeline_parallel)
 
-    def _check_context_parallel(self, model: ModelSpec) -> None:
+    def _check_context_parallel(self, model: ModelSpec, traced: bool) -> None:
         cp = self.context_parallel
-        if self.strategy is not Strategy.ENGINE:
+        if self.strategy is not Strategy.ENGINE and not traced:
             raise UserInputError(f"--cp {cp}: context parallelism is our engine's; add --strategy engine")
         if model.family is not ModelFamily.DECODER_ONLY or model.modality != "text":
             raise UserInputError(f"--cp {cp}: context parallelism splits a causal decoder's sequence; "
@@ -243,11 +243,12 @@ class TrainingConfig(BaseModel):
                 f"make --seq-len a multiple of {2 * cp}"
             )
 
-    def check_against(self, model: ModelSpec, world_size: int, gpus_per_node: int) -> None:
-        """Raise UserInputError when this layout cannot run this model on this cluster."""
+    def check_against(self, model: ModelSpec, world_size: int, gpus_per_node: int, *, traced: bool = False) -> None:
+        """Raise UserInputError when this layout cannot run this model on this cluster. traced: the estimate
+        describes a memory trace (benchmarks/trace_sharding.py records FSDP2 with the engine's cp attention)."""
         tp, pp, cp = self.tensor_parallel, self.pipeline_parallel, self.context_parallel
         if cp > 1:
-            self._check_context_parallel(model)
+            self._check_context_parallel(model, traced)
         if world_size % (tp * pp * cp):
             split = f"--tp {tp} x --pp {pp}" + (f" x --cp {cp}" if cp > 1 else "")
             raise UserInputError(f"{split} = {tp * pp * cp} does not divide the {world_size} GPUs")

@@ -97,24 +97,67 @@ def test_an_emitted_cp_run_folder_trains_like_the_reference(tmp_path):
 
 
 def test_a_cp_rank_keeps_a_shorter_sequence_plus_the_gathered_keys_and_values():
+    """Against a plain run of the rank's seq/cp tokens: each block keeps the whole sequence's keys and values at
+    their 8 kv heads (gathered; SDPA's enable_gqa does not repeat them) instead of this rank's repeated to the 32
+    query heads, and the step keeps one additive causal mask of (seq/cp) x seq (backends/context_parallel)."""
     spec = resolve_model("llama-3.1-8b")
     seq, cp, micro = 131072, 8, 1
     split = TrainingConfig(strategy="engine", layout=ParallelDims(cp=cp), seq_len=seq, micro_batch=micro)
     short = TrainingConfig(strategy="engine", seq_len=seq // cp, micro_batch=micro)
     widths = activation_widths(split, native_mixed=False)
-    gathered = spec.num_layers * micro * (seq // cp) * 2 * spec.num_heads * spec.head_dim * (cp - 1) * widths.compute
+    q_width, kv_width = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+    per_token = 2 * kv_width * cp - 2 * q_width
+    expected = spec.num_layers * micro * (seq // cp) * per_token * widths.compute + seq // cp * seq * widths.compute
     difference = (
         estimate_activations(spec, split, widths).activations - estimate_activations(spec, short, widths).activations
     )
-    assert difference == pytest.approx(gathered, rel=1e-9)
+    assert difference == pytest.approx(expected, rel=1e-9)
 
 
-def test_long_sequences_plan_with_context_parallelism(capsys):
-    argv = ["plan", "--model", "llama-3.1-8b", "--gpu", "H100-80GB", "--gpus-per-node", "8", "--nodes", "4",
-            "--global-batch", "64", "--seq-len", "131072", "--json"]  # fmt: skip
+def test_long_sequences_plan_with_context_parallelism_the_engine_runs(capsys, tmp_path):
+    """1M-token sequences of Llama-3.1-8B on 64 H100s fit only split over cp; the plan is one the engine runs
+    (cp with tp and pp 1, its ZeRO over the dp x cp ranks), and a layout it cannot run is not emitted."""
+    argv = ["plan", "--model", "llama-3.1-8b", "--gpu", "H100-80GB", "--gpus-per-node", "8", "--nodes", "8",
+            "--global-batch", "64", "--seq-len", "1048576", "--json"]  # fmt: skip
     assert main(argv) == 0
     best = json.loads(capsys.readouterr().out)["best"]
-    assert best["config"]["layout"]["cp"] > 1 and best["config"]["seq_len"] == 131072
+    layout = best["config"]["layout"]
+    assert layout["cp"] > 1 and (layout["tp"], layout["pp"]) == (1, 1) and best["config"]["seq_len"] == 1048576
+    from planner.emit import emit_run_folder
+    from tests.emit_plans import make_plan
+
+    plan = make_plan(
+        "llama-3.1-8b",
+        "H100-80GB",
+        8,
+        4,
+        seq_len=131072,
+        strategy="engine",
+        zero_stage=1,
+        layout=ParallelDims(tp=8, cp=4),
+    )
+    with pytest.raises(UserInputError, match="splits sequences over cp with tp, pp and ep 1") as error:
+        emit_run_folder(plan, tmp_path / "run")
+    assert "\n" not in str(error.value) and not (tmp_path / "run").exists()
+
+
+def test_the_engines_zero_shards_over_dp_times_cp():
+    """backends/context_parallel: every cp rank holds the model, so the engine's ZeRO runs over dp x cp ranks;
+    the estimate's optimizer states per rank shrink by cp as they would by dp."""
+    from planner.memory.model_states import model_state_bytes
+    from planner.memory.rank_params import rank_params
+
+    spec = resolve_model("llama-3.1-8b")
+    for stage in (1, 2, 3):
+        split, whole = (
+            TrainingConfig(strategy="engine", zero_stage=stage, seq_len=32768, layout=ParallelDims(cp=cp))
+            for cp in (8, 1)
+        )
+        ours = model_state_bytes(rank_params(spec, split), split, split.data_parallel_size(8), 8, spec.hidden_size)
+        as_dp = model_state_bytes(rank_params(spec, whole), whole, whole.data_parallel_size(8), 8, spec.hidden_size)
+        assert (ours.parameters, ours.gradients, ours.optimizer_states) == pytest.approx(
+            (as_dp.parameters, as_dp.gradients, as_dp.optimizer_states), rel=1e-9
+        )
 
 
 def test_what_does_not_compose_is_one_line():

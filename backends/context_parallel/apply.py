@@ -36,8 +36,7 @@ class ContextParallel:
             )
         local = chunk_indices(seq_len, self.cp, self.cp_rank).to(input_ids.device)
         every = [chunk_indices(seq_len, self.cp, rank) for rank in range(self.cp)]
-        self.attention.query_positions = local
-        self.attention.key_positions = torch.cat(every).to(input_ids.device)
+        self.attention.set_positions(local, torch.cat(every).to(input_ids.device))
         targets = shifted_labels(labels)
         positions = local[None, :].expand(input_ids.shape[0], -1)
         logits = model(input_ids=input_ids[:, local], position_ids=positions).logits

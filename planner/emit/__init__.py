@@ -97,6 +97,12 @@ def emit_run_folder(
             f"{plan.model.name} is planned, not emitted: {entry.emit_refusal}; run the plan's layout with a routed "
             "MoE implementation in your own training code"
         )
+    layout = plan.config.layout
+    if layout.cp > 1 and (layout.tp > 1 or layout.pp > 1 or layout.ep > 1):
+        raise UserInputError(
+            f"layout {layout.describe()}: our engine splits sequences over cp with tp, pp and ep 1; plan with "
+            "--tp 1 --pp 1, or run this layout with Megatron-LM or torchtitan"
+        )
     if plan.config.fp8:
         raise UserInputError(
             "FP8 is planned, not emitted: run the plan's layout with Transformer Engine or torchao float8 in your "

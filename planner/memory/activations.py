@@ -154,8 +154,10 @@ def _attention_bytes(
         attention += (spec.kv_lora_rank + spec.qk_rope_head_dim) * w + spec.kv_lora_rank * (4 + w)
         attention += spec.q_lora_rank * w + spec.q_lora_rank * (4 + w)
     else:
-        # q, k and v (k and v repeated to all query heads: repeat_kv), the output projection's input.
-        attention = (2 * q_width + 2 * q_width * kv_per_token) * w
+        # q, k and v (k and v repeated to all query heads: repeat_kv), the output projection's input. The
+        # engine's cp attention keeps the gathered k and v at their own heads (SDPA's enable_gqa, no repeat).
+        keys_values = 2 * (kv_width if layout.context_parallel > 1 else q_width * kv_per_token)
+        attention = (2 * q_width + keys_values) * w
     if traits.qkv_slices_pinned:
         attention += (q_width + kv_width) * w
     if traits.qk_norm:
@@ -345,6 +347,10 @@ def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths
             logits = 0.0
     if spec.vision_tower is not None:
         activations += vision_tower_bytes(spec, spec.vision_tower, layout, widths) * config.micro_batch
+    if config.context_parallel > 1:
+        # The engine's cp attention: one additive causal mask, this rank's tokens x the whole sequence in the
+        # compute dtype, shared by every layer and the micro-batch's sequences (backends/context_parallel).
+        activations += config.seq_len // config.context_parallel * config.seq_len * widths.compute
     loss_forward = (4 + widths.compute + (4 if widths.compute != 4 else 0)) * logits
     loss_backward = 12 * logits
     if config.kernels is KernelChoice.LIGER and logits:

@@ -62,6 +62,9 @@ def uses_native_mixed_precision(config: TrainingConfig) -> bool:
 
 
 def shard_degrees(config: TrainingConfig, dp: int, gpus_per_node: int) -> ShardDegrees:
+    # Every cp rank holds the whole model, so sharding runs over the dp x cp ranks (our engine's ZeRO,
+    # backends/context_parallel; FSDP2 over the dp x cp mesh as torchtitan and our traces shard it).
+    dp *= config.context_parallel
     if config.strategy is Strategy.DDP:
         return ShardDegrees(1, 1, 1)
     if config.strategy is Strategy.FSDP:

@@ -109,7 +109,7 @@ def _build_batch_independent(
 @per_spec_and_key
 def _memoised_peak(spec: ModelSpec, key: tuple) -> StepPeak:
     config, world_size, gpus_per_node, runtime = key
-    config.check_against(spec, world_size, gpus_per_node)
+    config.check_against(spec, world_size, gpus_per_node, traced=runtime is Runtime.CPU_TRACE)
     fixed_parts = _batch_independent(spec, config, config.data_parallel_size(world_size), gpus_per_node, runtime)
     states, buffers, head_grad = fixed_parts.states, fixed_parts.buffers, fixed_parts.head_grad
     acts = estimate_activations(spec, config, fixed_parts.widths)

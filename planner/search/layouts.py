@@ -195,7 +195,8 @@ def _engine_layouts(spec: ModelSpec, cluster: ClusterSpec, seq_len: int) -> list
     world = cluster.world_size
     layouts = []
     for tp in tensor_parallel_degrees(spec, cluster):
-        for cp in context_parallel_degrees(seq_len, world // tp):
+        # The engine splits sequences over cp with tp and pp 1 (backends/context_parallel/start.py).
+        for cp in context_parallel_degrees(seq_len, world) if tp == 1 else [1]:
             layouts += _engine_tp_pp_layouts(spec, cluster, tp, cp)
     return layouts
 
@@ -207,14 +208,15 @@ def _engine_tp_pp_layouts(spec: ModelSpec, cluster: ClusterSpec, tp: int, cp: in
     # map of planner/contract/layout.py, as Llama 3 405B ran pp 16 over 126 layers).
     degrees = sorted(set(divisors(spec.num_layers)) | {d for d in divisors(world // tp) if d <= spec.num_layers})
     for pp in degrees:
-        if world % (tp * pp) or (tp == 1 and pp == 1 and cp == 1):
+        if world % (tp * pp) or (tp == 1 and pp == 1 and cp == 1) or (cp > 1 and pp > 1):
             continue
         dp = world // (tp * pp)
+        zero_ranks = dp * cp  # under cp the engine's ZeRO runs over the dp x cp ranks (every one holds the model)
         uneven = spec.num_layers % pp != 0
         # ZeRO-1 shards the optimizer for the price of DDP's traffic (reduce-scatter +
         # all-gather = all-reduce), so it dominates stage 0; ZeRO-2/3 re-gather per
         # micro-batch, which a pipeline runs many of, so PP keeps stage 1.
-        stages = ([1] if pp > 1 else [1, 2, 3]) if dp > 1 else [0]
+        stages = ([1] if pp > 1 else [1, 2, 3]) if zero_ranks > 1 else [0]
         schedules = [(PipelineSchedule.ONE_F_ONE_B, 1)]
         if pp > 1 and not uneven and (spec.num_layers // pp) % INTERLEAVED_CHUNKS == 0:
             schedules.append((PipelineSchedule.INTERLEAVED, INTERLEAVED_CHUNKS))
