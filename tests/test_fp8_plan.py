@@ -41,12 +41,30 @@ def test_each_block_matmul_input_is_kept_in_one_byte():
 
 
 def test_the_weights_are_cast_once_per_step_with_their_transposes():
-    bf16, fp8 = _config(), _config(fp8=True)
+    """Where every rank holds the weights (ZeRO-1 here), each block weight is cast to FP8 with its transpose."""
+    bf16 = TrainingConfig(strategy="deepspeed", zero_stage=1, seq_len=8192, micro_batch=1, precision="bf16-mixed")
+    fp8 = bf16.model_copy(update={"fp8": True})
     on_h100 = dict(world_size=8, gpus_per_node=8, gpu_capacity_bytes=80 * 2**30)
     extra = estimate_memory(SPEC, fp8, **on_h100).per_gpu_bytes["buffers"]
     base = estimate_memory(SPEC, bf16, **on_h100).per_gpu_bytes["buffers"]
     block_linears, _ = linear_params(SPEC, fp8, rank_params(SPEC, fp8), include_experts=True)
     assert extra - base == pytest.approx(2 * block_linears, rel=1e-9)
+
+
+def test_sharded_fsdp_gathers_fp8_weights_instead_of_copying_them():
+    """torchao's float8 all-gather under FSDP2: a gathered unit holds FP8 weights and their transposes (the 2 bytes
+    per weight its bf16 gather held), with no FP8 copy of the whole model; and the all-gathers move 1 byte per
+    block weight, so the FSDP step's gather traffic shrinks towards half."""
+    from planner.throughput.estimate import estimate_throughput
+
+    bf16, fp8 = _config(), _config(fp8=True)
+    on_h100 = dict(world_size=16, gpus_per_node=8, gpu_capacity_bytes=80 * 2**30)
+    assert estimate_memory(SPEC, fp8, **on_h100).per_gpu_bytes["buffers"] == pytest.approx(
+        estimate_memory(SPEC, bf16, **on_h100).per_gpu_bytes["buffers"], rel=1e-9
+    )
+    cluster = make_cluster("H100-80GB", 8, 2)
+    gathers = [estimate_throughput(SPEC, c, cluster).breakdown.data_parallel_comm_s for c in (bf16, fp8)]
+    assert 0.55 * gathers[0] < gathers[1] < 0.9 * gathers[0]
 
 
 def test_block_matmuls_speed_up_by_at_most_the_peak_ratio():

@@ -59,12 +59,20 @@ def estimate_buffers(
         buffers = _fsdp_buffers(config, params, dp)
     else:
         buffers = _zero_buffers(spec, config, params, dp)
-    return _with_fp8_weights(spec, config, params, buffers) if config.fp8 else buffers
+    return _with_fp8_weights(spec, config, params, buffers, dp) if config.fp8 else buffers
 
 
-def _with_fp8_weights(spec: ModelSpec, config: TrainingConfig, params: RankParams, buffers: Buffers) -> Buffers:
+def _with_fp8_weights(
+    spec: ModelSpec, config: TrainingConfig, params: RankParams, buffers: Buffers, dp: int
+) -> Buffers:
     """FP8 training casts each block weight to FP8 once per step and keeps it, and its transpose (FP8 GEMMs
-    take both operands K-major on Hopper), from forward through backward: 2 bytes per block matmul weight."""
+    take both operands K-major on Hopper), from forward through backward: 2 bytes per block matmul weight.
+    Under sharded FSDP2 the FP8 weights are what is all-gathered (torchao's float8 all-gather): a gathered
+    unit holds each FP8 weight and its transpose, the 2 bytes per weight its 16-bit gather held, and nothing
+    of the other units outlives their use."""
+    if config.strategy is Strategy.FSDP and config.fsdp_sharding is not FsdpSharding.NONE and dp > 1:
+        note = "; ".join(filter(None, [buffers.note, "FP8: units all-gathered as FP8 weights and their transposes"]))
+        return Buffers(buffers.during_forward, buffers.during_backward, buffers.during_step, note)
     block_linears, _ = linear_params(spec, config, params, include_experts=True)
     copies = 2.0 * block_linears
     note = "; ".join(filter(None, [buffers.note, "FP8: each block weight and its transpose cast to 1 byte"]))

@@ -97,6 +97,10 @@ def step_communication(
     grad_bytes = 4 if config.precision is Precision.FP32 or ddp_fp32_grads else 2
     # QLoRA's frozen base travels as 4-bit NF4 (0.5 byte) plus its scales.
     param_bytes = 0.5625 if config.qlora else element
+    if config.fp8 and config.strategy is Strategy.FSDP:
+        # torchao's float8 all-gather: block weights travel as FP8 (1 byte); embedding and head stay 16-bit.
+        fp8_share = max(shape.total_params - 2 * shape.head_params, 0) / shape.total_params
+        param_bytes = element - (element - 1) * fp8_share
     experts_elsewhere = shape.expert_params * (1 - 1 / config.expert_parallel)
     params = (shape.total_params - experts_elsewhere) / (tp * pp)
     trainable = (shape.trainable_params - (0 if config.lora_rank else experts_elsewhere)) / (tp * pp)
