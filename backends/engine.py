@@ -74,6 +74,8 @@ class Engine:
             device=device,
             weights=weights,
         )
+        if expert_parallel is not None:
+            self.optimizer.before_reduce = expert_parallel.reduce_unit_gradient
         self.lr_scheduler = WarmupSchedule(self.optimizer.optimizer, config.scheduler) if config.scheduler else None
         self.device = self.optimizer.device
         self.micro_steps = 0
@@ -164,8 +166,6 @@ class Engine:
         with self.training_monitor.memory.phase("backward"):
             self.optimizer.begin_backward(boundary)
             (loss * (self.scaler.scale / self.grad_accum)).backward()
-            if boundary and self.expert_parallel is not None:
-                self.expert_parallel.reduce_gradients(self.module)
             self.optimizer.end_backward(boundary)
         comm = self.optimizer.comm_seconds - comm_before
         self.monitor.add("comm", comm)

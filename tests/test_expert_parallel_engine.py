@@ -3,7 +3,7 @@ the single-process reference (docs/parallelism.md, "Expert parallelism").
 
 Reference: transformers' MixtralForCausalLM trained by torch's AdamW in one process on the same global
 batches (the loss, router load-balancing loss included, averaged over the data-parallel ranks' chunks).
-EP2 on 2 ranks and EP2 x dp2 on 4 ranks, under ZeRO-0 and ZeRO-1: losses, gradient norms and every
+EP2 on 2 ranks and EP2 x dp2 on 4 ranks, under ZeRO-0 to ZeRO-3: losses, gradient norms and every
 parameter (each rank's own experts compared under their global index) agree to 1e-5. With a capacity
 factor, each rank drops exactly the assignments beyond capacity that the reference routing implies. A
 checkpoint under ep resumes bit-exactly, resumes under another ep (ep 2 -> 1, 1 -> 2, and 2 -> 4 on 4 ranks) to
@@ -93,10 +93,11 @@ def test_expert_parallel_training_equals_the_single_process_reference(tmp_path, 
     planned = _planned_rank_params(ep=2)
     for rank in range(world):
         results = json.loads((tmp_path / f"out.{rank}.json").read_text())
-        for run in ("zero0", "zero1"):
+        for run in ("zero0", "zero1", "zero2", "zero3"):
             result = results[run]
             assert result["world"] == world and result["dropped"] == 0
-            assert result["held"] == pytest.approx(planned, rel=0.03)  # the planner's per-rank count
+            if run != "zero3":  # ZeRO-3 holds its shards, not the whole parameters, between uses
+                assert result["held"] == pytest.approx(planned, rel=0.03)  # the planner's per-rank count
             assert result["losses"] == pytest.approx(losses, abs=1e-5)
             assert result["norms"] == pytest.approx(norms, rel=1e-5)
             for name, values in result["params"].items():
@@ -123,9 +124,6 @@ def test_what_does_not_compose_is_refused_in_one_line():
     import backends
     from planner.errors import UserInputError
 
-    with pytest.raises(UserInputError, match="zero stage 2 reduces gradients during backward") as error:
-        backends.initialize(model=tiny_mixtral(), config=engine_config(stage=2, ep=2))
-    assert "\n" not in str(error.value)
     with pytest.raises(UserInputError, match="layout.ep 2 splits the experts over 2 ranks but the job has 1"):
         backends.initialize(model=tiny_mixtral(), config=engine_config(stage=1, ep=2))
 

@@ -3,8 +3,9 @@
 The ep ranks are carved out of data parallelism, as in DeepSpeed-MoE (planner/contract/layout.py: ep
 divides dp). With ep innermost, ranks k*ep ... k*ep+ep-1 form an ep group (they exchange tokens and
 each holds E/ep experts); ranks holding the same experts (one per ep group) form an expert-data-parallel
-group of dp/ep ranks. The engine's ZeRO runs on that group, where every rank holds the same parameters.
-Before its reduction, at each accumulation boundary (reduce_gradients):
+group of dp/ep ranks. The engine's ZeRO (any stage) runs on that group, where every rank holds the same
+parameters. Before ZeRO reduces a unit's gradients at an accumulation boundary (reduce_unit_gradient: after
+backward under ZeRO-0/1, as each unit's gradients land during backward under ZeRO-2/3):
 
 - a non-expert gradient (attention, router, norms, embeddings: the same weights on every ep rank, fed
   different tokens) is averaged over the ep group, so ZeRO's average over the rest makes the mean over
@@ -53,26 +54,24 @@ class ExpertParallel:
         dist.all_reduce(value, op=op, group=self.ep_group)
 
     # --- the boundary reductions ------------------------------------------------------------------
-    def reduce_gradients(self, model: nn.Module) -> None:
+    def reduce_unit_gradient(self, unit: Any, flat: Any) -> None:
+        """On one ZeRO unit's flat local gradient, before ZeRO reduces it over the expert-data-parallel group
+        (collective over the ep group; every rank reaches its units in the same order)."""
         import torch.distributed as dist
-        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-        named = dict(model.named_parameters())
-        others = [named[name] for name in self.other_names]
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in others]
-        if grads:
-            flat = _flatten_dense_tensors(grads)
-            dist.all_reduce(flat, group=self.ep_group)
-            flat /= self.ep
-            for param, grad, reduced in zip(others, grads, _unflatten_dense_tensors(flat, grads), strict=True):
-                if param.grad is None:
-                    param.grad = reduced.clone()
-                else:
-                    grad.copy_(reduced)
-        for name in self.expert_names:
-            grad = named[name].grad
-            if grad is not None:
-                grad.div_(self.ep)
+        segments = [
+            (offset, param.numel(), name in self.expert_names)
+            for name, param, offset in zip(unit.names, unit.params, unit.offsets, strict=True)
+        ]
+        others = [flat[offset : offset + size] for offset, size, expert in segments if not expert]
+        if others:
+            joined = torch.cat(others)
+            dist.all_reduce(joined, group=self.ep_group)
+            position = 0
+            for part in others:
+                part.copy_(joined[position : position + part.numel()])
+                position += part.numel()
+        flat[: unit.numel].div_(self.ep)  # the replicated ones' mean over ep; each expert's sum over the ep tokens
 
     def full_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state dict of this rank's tensors with every expert's: each expert tensor gathered over the ep

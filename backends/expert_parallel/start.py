@@ -18,11 +18,6 @@ def start_expert_parallel(model: Any, settings: EngineConfig, weights: Any, devi
         raise UserInputError(
             f"layout {layout.describe()}: expert parallelism composes with data parallelism here; use tp, pp and cp 1"
         )
-    if settings.zero_optimization.stage > 1:
-        raise UserInputError(
-            f"zero stage {settings.zero_optimization.stage} reduces gradients during backward, before expert "
-            "parallelism's reductions; use zero stage 0 or 1 with layout.ep"
-        )
     require_ranks("layout.ep", layout.ep, "the experts")
     place_whole(model, weights, device)  # every rank holds the whole model, then keeps its experts
     try:

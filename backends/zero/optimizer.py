@@ -125,6 +125,9 @@ class ZeroOptimizer:
         )
         self._release_gradient_shard()  # re-allocated (zeroed) when the first reduction needs it
         self.pending: list[tuple[FlatUnit, Any, Any, Any]] = []
+        # (unit, its flat local gradient) -> None, run before the unit is reduced over the ZeRO group (expert
+        # parallelism's own reductions, backends/expert_parallel/apply.py); during backward under ZeRO-2/3.
+        self.before_reduce: Any | None = None
         self.boundary = True
         self.last_grad_norm = 0.0
         self.skipped_steps = 0
@@ -221,6 +224,8 @@ class ZeroOptimizer:
         began = time.perf_counter()
         self._gradient_shard()
         flat = self.gradient_flat(unit)
+        if self.before_reduce is not None:
+            self.before_reduce(unit, flat)
         wire = self.codec.encode(unit.index, flat)
         if not unit.partitioned:
             out, handle = wire, self.comm.all_reduce(wire)

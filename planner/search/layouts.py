@@ -238,14 +238,14 @@ def _engine_tp_pp_layouts(spec: ModelSpec, cluster: ClusterSpec, tp: int, cp: in
 
 
 def _expert_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[StrategyLayout]:
-    """The engine's expert parallelism: ep dividing the experts and the ranks, with tp and pp 1 and ZeRO 0/1
+    """The engine's expert parallelism: ep dividing the experts and the ranks, with tp and pp 1 and ZeRO 0-3
     on the ep ranks' expert-data-parallel group (backends/expert_parallel/apply.py)."""
     world = cluster.world_size
     layouts = []
     for ep in divisors(spec.num_experts):
         if ep == 1 or world % ep:
             continue
-        for stage in [0, 1] if world // ep > 1 else [0]:
+        for stage in [0, 1, 2, 3] if world // ep > 1 else [0]:
             fields = {"strategy": Strategy.ENGINE, "zero_stage": stage, "layout": ParallelDims(ep=ep)}
             layouts.append(_layout(SIMPLICITY["engine"] + stage // 2, fields))
     return layouts

@@ -1,6 +1,6 @@
 """torchrun job: a tiny Mixtral trained by the engine with its experts split over layout.ep.
 
-argv: OUT EP [FAMILY]. Runs ZeRO-0 and ZeRO-1 with no capacity limit, then once with a small capacity factor;
+argv: OUT EP [FAMILY]. Runs ZeRO-0 to ZeRO-3 with no capacity limit, then once with a small capacity factor;
 with FAMILY (tests/expert_parallel_model.py MODELS), that family's model under ZeRO-1 only.
 Each rank writes OUT.<rank>.json: per run its losses and gradient norms, its parameters after the steps
 (its own experts under their global index), and the assignments it dropped at the first step.
@@ -32,6 +32,8 @@ def run(stage: int, ep: int, capacity_factor: float, make: Any = tiny_mixtral) -
         losses.append(engine.last_loss)
         norms.append(engine.optimizer.last_grad_norm)
     params: dict[str, list[float]] = {}
+    if stage == 3:  # ZeRO-3 holds a shard between uses: gather the whole tensors to compare
+        engine.optimizer.gathered_parameters()
     for name, module in experts:  # ExpertParallelExperts: name its rows by global expert index
         for local in range(module.local):
             for weight in ("gate_up_proj", "down_proj"):
@@ -40,6 +42,8 @@ def run(stage: int, ep: int, capacity_factor: float, make: Any = tiny_mixtral) -
         if "experts." not in name:
             params[name] = param.detach().flatten().tolist()
     held = sum(param.numel() for param in engine.module.parameters())  # this rank's: its experts, the rest whole
+    if stage == 3:
+        engine.optimizer.release_parameters()
     return {"losses": losses, "norms": norms, "params": params, "dropped": dropped, "world": world, "held": held}
 
 
@@ -102,7 +106,7 @@ def main() -> None:
         with open(f"{out}.{dist.get_rank()}.json", "w") as handle:
             json.dump({"zero1": run(1, ep, 0.0, MODELS[sys.argv[3]])}, handle)
         return
-    results = {f"zero{stage}": run(stage, ep, 0.0) for stage in (0, 1)}
+    results = {f"zero{stage}": run(stage, ep, 0.0) for stage in (0, 1, 2, 3)}
     results["capacity"] = run(0, ep, CAPACITY_FACTOR)
     results["resume"] = resume_and_export(ep, out)
     results["reshard"] = reshard(ep, out)
