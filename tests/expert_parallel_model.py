@@ -55,7 +55,42 @@ def tiny_qwen2_moe() -> Any:
     return Qwen2MoeForCausalLM(config).float().train()
 
 
-MODELS = {"mixtral": tiny_mixtral, "qwen2_moe": tiny_qwen2_moe}
+def tiny_qwen3_moe() -> Any:
+    """Qwen3-MoE's layout: fine-grained routed experts, no shared expert, QK-norm attention."""
+    import torch
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen3MoeConfig(
+        hidden_size=32, intermediate_size=48, moe_intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, num_experts=4, num_experts_per_tok=2, vocab_size=VOCAB,
+        max_position_embeddings=64, output_router_logits=True, router_aux_loss_coef=0.05,
+    )  # fmt: skip
+    return Qwen3MoeForCausalLM(config).float().train()
+
+
+def tiny_deepseek_v3() -> Any:
+    """DeepSeek-V3's layout: a leading dense block, then routed experts (sigmoid scores with a bias, group-limited
+    top-k) beside a shared expert; latent attention."""
+    import torch
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    torch.manual_seed(0)
+    config = DeepseekV3Config(
+        hidden_size=32, intermediate_size=48, moe_intermediate_size=24, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
+        n_group=1, topk_group=1, kv_lora_rank=16, q_lora_rank=None, qk_nope_head_dim=8, qk_rope_head_dim=8,
+        v_head_dim=8, vocab_size=VOCAB, max_position_embeddings=64,
+    )  # fmt: skip
+    return DeepseekV3ForCausalLM(config).float().train()
+
+
+MODELS = {
+    "mixtral": tiny_mixtral,
+    "qwen2_moe": tiny_qwen2_moe,
+    "qwen3_moe": tiny_qwen3_moe,
+    "deepseek_v3": tiny_deepseek_v3,
+}
 
 
 def global_batch(step: int, world: int) -> Any:

@@ -30,17 +30,15 @@ from tests.expert_parallel_model import (
 )
 
 
-def _reference(world: int, make=tiny_mixtral) -> tuple[list[float], list[float], dict, list[int]]:
+def _reference(world: int, make=tiny_mixtral, count_routes: bool = True) -> tuple[list, list, dict, list[int]]:
     """Losses, gradient norms, final parameters, and per rank the first step's assignments over capacity."""
     import torch
 
     model = make()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
     routes: list = []
-    hooks = [
-        layer.mlp.gate.register_forward_hook(lambda module, args, out: routes.append(out[2]))
-        for layer in model.model.layers
-    ]
+    layers = model.model.layers if count_routes else []
+    hooks = [layer.mlp.gate.register_forward_hook(lambda module, args, out: routes.append(out[2])) for layer in layers]
     losses, norms, over_capacity = [], [], []
     for step in range(STEPS):
         chunks = global_batch(step, world).split(MICRO)
@@ -48,7 +46,7 @@ def _reference(world: int, make=tiny_mixtral) -> tuple[list[float], list[float],
         for chunk in chunks:
             routes.clear()
             loss = loss + model(input_ids=chunk, labels=chunk).loss / world
-            if step == 0:
+            if step == 0 and count_routes:
                 experts = getattr(model.config, "num_local_experts", None) or model.config.num_experts
                 k, tokens = model.config.num_experts_per_tok, chunk.numel()
                 capacity = math.ceil(CAPACITY_FACTOR * tokens * k / experts)
@@ -129,19 +127,35 @@ def test_what_does_not_compose_is_refused_in_one_line():
 
 
 @pytest.mark.slow
-def test_qwen2_moe_with_its_shared_expert_equals_the_reference(tmp_path):
-    """Qwen2-MoE's routed experts split over ep 2 beside its replicated shared expert (ZeRO-1)."""
+@pytest.mark.parametrize("family", ["qwen2_moe", "qwen3_moe", "deepseek_v3"])
+def test_other_moe_families_equal_the_reference(tmp_path, family):
+    """Qwen2-MoE's routed experts beside its gated shared expert, Qwen3-MoE's fine-grained ones, and DeepSeek-V3's
+    (a dense first block, sigmoid routing with a bias, a shared expert, latent attention): split over ep 2 under
+    ZeRO-1, each equals its single-process run."""
     import torch
 
-    from tests.expert_parallel_model import tiny_qwen2_moe
+    from tests.expert_parallel_model import MODELS
 
-    run_torchrun(
-        ["tests/engine_jobs/expert_parallel.py", str(tmp_path / "out"), "2", "qwen2_moe"], nproc=2, timeout=300
-    )
-    losses, norms, params, _ = _reference(2, make=tiny_qwen2_moe)
+    run_torchrun(["tests/engine_jobs/expert_parallel.py", str(tmp_path / "out"), "2", family], nproc=2, timeout=300)
+    losses, norms, params, _ = _reference(2, make=MODELS[family], count_routes=False)
     for rank in range(2):
         result = json.loads((tmp_path / f"out.{rank}.json").read_text())["zero1"]
         assert result["losses"] == pytest.approx(losses, abs=1e-5)
         assert result["norms"] == pytest.approx(norms, rel=1e-5)
         for name, values in result["params"].items():
             assert torch.allclose(torch.tensor(values), _reference_value(params, name).flatten(), atol=1e-5), name
+
+
+def test_only_the_expert_layout_the_dispatch_computes_is_split():
+    """gpt-oss (biased, clamped, interleaved gate/up) and Llama 4 ((E, H, 2F), every expert on every token) store
+    their experts otherwise than the dispatch's act(gate) * up over (E, 2F, H): they are not split."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from backends.expert_parallel.apply import _is_experts_module
+
+    sizes = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=8, vocab_size=64, num_local_experts=4)  # fmt: skip
+    for model_type, expected in (("mixtral", True), ("gpt_oss", False), ("llama4_text", False)):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **sizes))
+        found = [_is_experts_module(module) for name, module in model.named_modules() if name.endswith("experts")]
+        assert found == [expected], model_type

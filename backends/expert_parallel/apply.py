@@ -30,9 +30,14 @@ from .dispatch import ExpertParallelExperts
 
 
 def _is_experts_module(module: nn.Module) -> bool:
-    """transformers 5's fused experts (Mixtral, Qwen2-MoE): 3-D gate_up_proj and down_proj, num_experts."""
+    """transformers 5's fused experts in the layout dispatch.py computes (Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3):
+    num_experts, bias-free 3-D gate_up_proj (E, 2F, H) and down_proj (E, H, F). gpt-oss's (biased, clamped,
+    interleaved) and Llama 4's ((E, H, 2F), every expert on every token) are not that layout."""
     weights = [getattr(module, name, None) for name in ("gate_up_proj", "down_proj")]
-    return hasattr(module, "num_experts") and all(isinstance(w, nn.Parameter) and w.dim() == 3 for w in weights)
+    if not hasattr(module, "num_experts") or not all(isinstance(w, nn.Parameter) and w.dim() == 3 for w in weights):
+        return False
+    gate_up, down = weights
+    return gate_up.shape[1] == 2 * down.shape[2] and not hasattr(module, "gate_up_proj_bias")
 
 
 @dataclass
@@ -101,7 +106,10 @@ def apply_expert_parallel(
     ep_group, expert_dp_group = mesh.get_group("ep"), mesh.get_group("edp")
     swapped = [(name, module) for name, module in model.named_modules() if _is_experts_module(module)]
     if not swapped:
-        raise ValueError(f"{type(model).__name__} has no fused experts module (gate_up_proj, down_proj) to split")
+        raise ValueError(
+            f"{type(model).__name__} has no experts module the engine can split (bias-free fused gate_up_proj of "
+            "experts x 2 ffn x hidden, as Mixtral, Qwen-MoE and DeepSeek store them)"
+        )
     for name, module in swapped:
         parent_name, _, attribute = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model

@@ -25,8 +25,9 @@ ENGINE_MODEL_TYPES = parallel_model_types()  # the registry's families with a tp
 # (backends/decoder_anatomy.py); ModelSpec does not carry the config flag that says so.
 ENGINE_EXCLUDED_MODELS = {"opt-350m": "OPT with post-layer-norm and a projected embedding"}
 # MoE model types whose experts the engine splits over ep ranks (backends/expert_parallel: transformers'
-# fused experts modules); tests/test_expert_parallel_engine.py runs Mixtral.
-EXPERT_PARALLEL_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe"})
+# fused experts modules); tests/test_expert_parallel_engine.py runs Mixtral, Qwen2/3-MoE and DeepSeek-V3 (V2's
+# experts are the same module). gpt-oss and Llama 4 store theirs otherwise and are not offered.
+EXPERT_PARALLEL_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3"})
 # Context parallelism is offered from this sequence length, keeping at least CP_MIN_TOKENS per rank.
 CP_FROM_SEQ_LEN, CP_MIN_TOKENS = 16384, 4096
 # Interleaved 1F1B with this many model chunks per pipeline rank (Narayanan et al. 2021 use 2-4).
