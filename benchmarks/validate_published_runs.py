@@ -89,6 +89,7 @@ def plan_inputs(row: dict):
         zero_stage=row["zero_stage"],
         layout={"tp": tp, "pp": pp, "cp": cp, "ep": row.get("ep", 1)},
         fp8=row.get("fp8", False),
+        kernels=row.get("kernels", "eager"),
         sequence_parallel=row.get("sequence_parallel", False),
         pipeline_schedule=PipelineSchedule.ONE_F_ONE_B,
         micro_batch=micro_batch,

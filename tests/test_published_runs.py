@@ -139,3 +139,16 @@ def test_other_codebases_bring_their_own_fused_attention():
     ours = estimate_throughput(deepseek, config, cluster).breakdown.compute_s
     theirs = estimate_throughput(deepseek, config, cluster, implementation=MEGATRON_LM).breakdown.compute_s
     assert ours > 1.2 * theirs
+
+
+def test_torchtitan_preset_against_its_papers_table(results):
+    """TorchTitan's Table 1 (Llama 3.1 8B, FSDP2 on 8 H100s, recalled): eager, torch.compile and compile + Float8.
+    The preset's eager op chains, `--kernels compile`'s fused stack and `--fp8` keep the published order and
+    each row within 20%."""
+    rows = {c.row["id"]: c for c in results if c.row["implementation"] == "torchtitan"}
+    assert len(rows) == 3
+    assert all(abs(c.error) < 0.20 for c in rows.values())
+    eager, compiled, float8 = (
+        rows[f"torchtitan-llama3-8b-fsdp-{name}"] for name in ("eager", "compile", "compile-float8")
+    )
+    assert eager.predicted_tflops < compiled.predicted_tflops < float8.predicted_tflops

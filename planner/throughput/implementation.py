@@ -61,6 +61,10 @@ MEGATRON_DEEPSPEED = Implementation("Megatron-DeepSpeed (DeepSpeed pipeline engi
 DEEPSPEED_ZERO3_2021 = Implementation(
     "DeepSpeed ZeRO-3 as of 2021 (Megatron GPT model)", KernelStack.FUSED, False, True
 )
+# torchtitan (FSDP2, its own Llama): eager, its RMSNorm and rotary are chains of small kernels as in transformers;
+# `--kernels compile` (torchtitan's --compile) fuses them. Collectives as llm-foundry's FSDP measured.
+TORCHTITAN = Implementation("torchtitan (FSDP2, its own Llama; --kernels compile for torch.compile)",
+                            KernelStack.HF_EAGER, False, False)  # fmt: skip
 DEEPSEEK_DUALPIPE = Implementation(
     "DeepSeek-V3's stack (DualPipe, overlapped expert all-to-all)",
     KernelStack.FUSED,
@@ -78,6 +82,7 @@ IMPLEMENTATIONS = {
     "deepspeed-zero3-2021": DEEPSPEED_ZERO3_2021,
     "deepspeed": DEEPSPEED_ZERO3_2021,  # the published DeepSpeed runs we can check against are these
     "deepseek-dualpipe": DEEPSEEK_DUALPIPE,
+    "torchtitan": TORCHTITAN,
 }
 
 
