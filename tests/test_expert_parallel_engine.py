@@ -91,7 +91,7 @@ def test_expert_parallel_training_equals_the_single_process_reference(tmp_path, 
     planned = _planned_rank_params(ep=2)
     for rank in range(world):
         results = json.loads((tmp_path / f"out.{rank}.json").read_text())
-        for run in ("zero0", "zero1", "zero2", "zero3"):
+        for run in ("zero0", "zero1", "zero2", "zero3") if world == 4 else ("zero0", "zero1"):
             result = results[run]
             assert result["world"] == world and result["dropped"] == 0
             if run != "zero3":  # ZeRO-3 holds its shards, not the whole parameters, between uses
