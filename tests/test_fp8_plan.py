@@ -117,3 +117,18 @@ def test_lora_with_fp8_is_refused_in_one_line(capsys):
     assert capsys.readouterr().err.strip() == (
         "error: --fp8 is planned for full training; LoRA's frozen base is not cast to FP8 here"
     )
+
+
+def test_fp8_suggestions_name_only_gpus_with_fp8(capsys):
+    """Nothing fits on one L4: the suggested GPUs are ones that have FP8 matmuls (it used to stop with an FP8
+    error about the first catalog GPU without them)."""
+    from planner.hardware.gpus import resolve_gpu
+
+    argv = ["plan", "--model", "llama-3.1-8b", "--gpu", "L4", "--gpus-per-node", "1", "--global-batch", "8",
+            "--seq-len", "4096", "--fp8", "--json"]  # fmt: skip
+    main(argv)
+    captured = capsys.readouterr()
+    assert "no FP8 matmuls" not in captured.err
+    line = next(line for line in json.loads(captured.out)["suggestions"] if "these catalog GPUs fit" in line)
+    named = [name.strip() for name in line.split("fit:")[1].split(",")]
+    assert named and all(resolve_gpu(name).dense_tflops.fp8 for name in named)

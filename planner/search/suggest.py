@@ -90,8 +90,8 @@ def fitting_catalog_gpus(
     catalog = [gpu for gpu in load_gpu_catalog() if gpu.kind == "gpu" and gpu.name != cluster.gpu.name]
     catalog.sort(key=lambda gpu: (gpu.segment != "datacenter", gpu.memory_bytes, gpu.price_usd_per_hour))
     for gpu in catalog:
-        if gpu.memory_bytes <= cluster.gpu.memory_bytes:
-            continue
+        if gpu.memory_bytes <= cluster.gpu.memory_bytes or (request.fp8 and not gpu.dense_tflops.fp8):
+            continue  # smaller, or without the FP8 matmuls the request plans
         candidate = make_cluster(gpu, gpus_per_node=cluster.gpus_per_node, nodes=cluster.num_nodes)
         if smallest_footprint_fits(spec, candidate, request) and plan_fits(candidate):
             names.append(gpu.name)
