@@ -9,6 +9,7 @@ random requests (hypothesis), which is how "at 8 GPUs these fit: L40", then
 
 from __future__ import annotations
 
+import json
 import re
 
 from hypothesis import HealthCheck, assume, event, given, settings
@@ -85,3 +86,18 @@ def test_a_model_too_big_for_its_cluster_is_told_where_it_fits():
     assert any(name != "L4" for name, _, _ in named)  # then bigger GPUs at this count
     for gpu_name, per_node, node_count in named:
         assert search_plans(spec, make_cluster(gpu_name, per_node, node_count), request).best is not None
+
+
+def test_a_batch_that_divides_over_no_layout_is_named_and_no_false_count_is_claimed(capsys):
+    """DeepSeek-V3 on 2048 H800s at a global batch of 15360 (its report's): no layout divides the batch, which the
+    suggestions say instead of claiming that no count of H800 fits (1024 of them do, planned below)."""
+    from hardware_selector_cli.app import main
+
+    base = ["plan", "--model", "deepseek-v3", "--gpu", "H800", "--gpus-per-node", "8", "--seq-len", "4096",
+            "--global-batch", "15360", "--json"]  # fmt: skip
+    main([*base, "--nodes", "256"])
+    lines = json.loads(capsys.readouterr().out)["suggestions"]
+    assert any("--global-batch 15360 is not a multiple of the 2048 GPUs" in line for line in lines)
+    assert not any("no count of H800" in line for line in lines)
+    assert main([*base, "--nodes", "128"]) == 0
+    assert json.loads(capsys.readouterr().out)["best"] is not None

@@ -109,8 +109,17 @@ def suggestions(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest, pla
             f"{bigger.world_size} x {cluster.gpu.name} (--gpus-per-node {bigger.gpus_per_node} --nodes "
             f"{bigger.num_nodes}) is the fewest that fits (the search finds a plan there; memory: formula)"
         )
-    else:
-        lines.append(f"no count of {cluster.gpu.name} up to {MAX_GPUS} fits this model at seq-len {request.seq_len}")
+    elif cluster.world_size < MAX_GPUS:
+        lines.append(
+            f"no count of {cluster.gpu.name} from {cluster.world_size} up to {MAX_GPUS} fits this model at seq-len "
+            f"{request.seq_len}"
+        )
+    batch = request.global_batch
+    if batch and batch % cluster.world_size:
+        lines.append(
+            f"--global-batch {batch} is not a multiple of the {cluster.world_size} GPUs, which every purely "
+            f"data-parallel layout needs: try a multiple of {cluster.world_size}"
+        )
     gpus = fitting_catalog_gpus(spec, cluster, request, plan_fits)
     if gpus:
         lines.append(
