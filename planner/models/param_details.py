@@ -85,11 +85,7 @@ def default_details(arch: Architecture) -> ParameterDetails:
         return ParameterDetails(qk_norm=True)
     if model_type == "gpt_oss":
         return ParameterDetails(expert_bias=True, router_bias=True, attention_sinks=True)
-    if model_type == "llama4_text":  # an ungated shared expert; dense blocks (Maverick) interleaved with MoE ones
-        return ParameterDetails(
-            shared_expert_ffn_size=arch.shared_expert_ffn_size, shared_expert_gate=False, dense_layers=arch.dense_layers
-        )
-    if model_type in ("deepseek_v2", "deepseek_v3"):
+    if model_type in ("deepseek_v2", "deepseek_v3", "llama4_text"):  # an ungated shared expert, some dense blocks
         return ParameterDetails(
             shared_expert_ffn_size=arch.shared_expert_ffn_size, shared_expert_gate=False, dense_layers=arch.dense_layers
         )
