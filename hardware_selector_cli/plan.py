@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from planner.errors import UserInputError
+from planner.expert_routing import ExpertRouting
 from planner.search.request import Objective
 from planner.training_config import ActivationCheckpointing, KernelChoice, OptimizerKind, Precision
 from planner.units import format_bytes
@@ -21,7 +22,7 @@ from .model_options import ModelOptions, model_options
 from .option_groups import option_group
 from .run_options import RunOptionValues, run_option_values
 from .serving import ServingOptions, print_serving, serving_options, serving_request
-from .training_options import ClusterOptions, _choice, cluster_options
+from .training_options import ClusterOptions, _choice, cluster_options, routing_options
 
 ALL_STRATEGIES = "ddp,fsdp,deepspeed,engine"  # zero1, zero2, zero3: DeepSpeed at that stage only
 
@@ -187,11 +188,13 @@ def register(app: typer.Typer) -> None:
     @option_group("cluster", cluster_options)
     @option_group("run", run_option_values)
     @option_group("serving", serving_options)
+    @option_group("routing", routing_options)
     def plan_command(
         model: ModelOptions,
         cluster: ClusterOptions,
         run: RunOptionValues,
         serving: ServingOptions,
+        routing: ExpertRouting,
         global_batch: int | None = typer.Option(
             None, "--global-batch", help="Sequences per optimizer step (micro × accum × dp)."
         ),
@@ -259,6 +262,7 @@ def register(app: typer.Typer) -> None:
                 "--qlora": qlora,
                 "--fp8": fp8,
                 "--kernels": kernels != "eager",
+                "--expert-capacity/--expert-imbalance": not routing.is_default,
                 "--tokens": tokens is not None,
                 "--emit": emit is not None,
             }
@@ -322,6 +326,7 @@ def register(app: typer.Typer) -> None:
             qlora=qlora,
             fp8=fp8,
             kernels=_choice(kernels, KernelChoice, "--kernels"),
+            routing=routing,
             objective=_choice(objective, Objective, "--objective"),
             top_k=top,
             headroom_fraction=headroom,

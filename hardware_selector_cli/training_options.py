@@ -5,7 +5,8 @@ from dataclasses import dataclass
 import typer
 
 from planner.errors import UserInputError
-from planner.limits import MAX_BATCH, MAX_LAYERS, MAX_SEQ_LEN, check_count
+from planner.expert_routing import ExpertRouting
+from planner.limits import MAX_BATCH, MAX_LAYERS, MAX_SEQ_LEN, check_count, check_number
 from planner.training_config import (
     ActivationCheckpointing,
     AttentionKernel,
@@ -18,6 +19,16 @@ from planner.training_config import (
     Strategy,
     TrainingConfig,
 )
+
+EXPERT_CAPACITY_HELP = (
+    "MoE on our engine: assignments a rank may send each expert, as a multiple of an even share; "
+    "later ones are dropped (0 = drop none)."
+)
+EXPERT_IMBALANCE_HELP = (
+    "MoE: the busiest expert-parallel rank's routed tokens over the mean, from your router's statistics "
+    "(1 = an even router)."
+)
+
 
 # What --strategy accepts, and the (strategy, ZeRO stage) each means.
 STRATEGY_CHOICES = {
@@ -119,6 +130,8 @@ def training_options(
     qlora: bool = typer.Option(False, "--qlora", help="LoRA on a 4-bit NF4 base."),
     fp8: bool = typer.Option(False, "--fp8", help="FP8 block matmuls (planned only; needs an FP8 GPU)."),
     kernels: str = typer.Option("eager", "--kernels", help="eager|compile|liger: the blocks' element-wise kernels."),
+    expert_capacity: float = typer.Option(0.0, "--expert-capacity", help=EXPERT_CAPACITY_HELP),
+    expert_imbalance: float = typer.Option(1.0, "--expert-imbalance", help=EXPERT_IMBALANCE_HELP),
 ) -> TrainingConfig:
     chosen, stage = strategy_from_name(strategy)
     for flag, value in (
@@ -163,6 +176,18 @@ def training_options(
         qlora=qlora,
         fp8=fp8,
         kernels=_choice(kernels, KernelChoice, "--kernels"),
+        routing=routing_options(expert_capacity, expert_imbalance),
+    )
+
+
+def routing_options(
+    expert_capacity: float = typer.Option(0.0, "--expert-capacity", help=EXPERT_CAPACITY_HELP),
+    expert_imbalance: float = typer.Option(1.0, "--expert-imbalance", help=EXPERT_IMBALANCE_HELP),
+) -> ExpertRouting:
+    """The router's side of an MoE plan (planner/expert_routing.py)."""
+    return ExpertRouting(
+        capacity_factor=check_number("--expert-capacity", expert_capacity, high=64.0),
+        load_imbalance=check_number("--expert-imbalance", expert_imbalance, low=1.0, high=64.0),
     )
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.contract.layout import ParallelDims, default_stage_layers, layers_per_rank
 from planner.errors import UserInputError
+from planner.expert_routing import ExpertRouting
 from planner.limits import MAX_BATCH, MAX_SEQ_LEN
 from planner.models.spec import ModelFamily, ModelSpec
 
@@ -132,6 +133,8 @@ class TrainingConfig(BaseModel):
     # planned only (docs/accuracy.md, "FP8"): the attention core, norms and the LM head stay in bf16.
     fp8: bool = False
     kernels: KernelChoice = KernelChoice.EAGER
+    # MoE: the router's imbalance and the engine's capacity factor (planner/expert_routing.py).
+    routing: ExpertRouting = ExpertRouting()
 
     @model_validator(mode="before")
     @classmethod
@@ -161,6 +164,11 @@ class TrainingConfig(BaseModel):
             raise UserInputError("FSDP offloads to CPU only; NVMe offload needs --strategy zero3 (ZeRO-Infinity)")
         if self.strategy is not Strategy.ENGINE and (self.tensor_parallel > 1 or self.pipeline_parallel > 1):
             raise UserInputError("tensor and pipeline parallelism run on our engine; add --strategy engine")
+        if self.routing.capacity_factor and self.strategy is not Strategy.ENGINE:
+            raise UserInputError(
+                "--expert-capacity drops tokens in our engine's expert dispatch (transformers' MoE layers drop "
+                "none); add --strategy engine or leave it out"
+            )
         if self.sequence_parallel and self.tensor_parallel == 1:
             raise UserInputError("sequence parallelism splits along the tensor-parallel group; it needs --tp 2 or more")
         if self.fp8 and self.precision not in (Precision.BF16_MIXED, Precision.BF16):
@@ -280,6 +288,10 @@ class TrainingConfig(BaseModel):
         if pp * self.virtual_stages > stage_layers and pp > 1:
             raise UserInputError(
                 f"{pp * self.virtual_stages} pipeline chunks exceed {model.name}'s {stage_layers} layers"
+            )
+        if not model.is_moe and not self.routing.is_default:
+            raise UserInputError(
+                f"--expert-capacity and --expert-imbalance describe a router; {model.name} has no experts"
             )
         if self.expert_parallel > 1:
             if not model.is_moe:

@@ -56,6 +56,7 @@ def engine_config_for_run(plan: Plan, run: RunConfig, total_steps: int | None = 
             kernels=config.kernels.value,
             layout=run.layout,
             sequence_parallel=config.sequence_parallel,
+            expert_capacity_factor=config.routing.capacity_factor,
             pipeline_schedule=config.pipeline_schedule.value,
             checkpoint=CheckpointBlock(keep_last=run.checkpoint.keep_last),
         ),

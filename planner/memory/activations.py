@@ -107,6 +107,7 @@ class ActivationShape(NamedTuple):
     # Context parallelism: each rank holds seq_len / cp of every sequence and gathers all of its keys and values.
     context_parallel: int = 1
     fp8: bool = False  # FP8 block matmuls: each keeps an FP8 copy of its input for backward
+    routed_load: float = 1.0  # MoE: the busiest expert-parallel rank's routed assignments, in even shares
 
     @classmethod
     def of(cls, config: TrainingConfig) -> ActivationShape:
@@ -119,6 +120,7 @@ class ActivationShape(NamedTuple):
             config.seq_len,
             config.context_parallel,
             config.fp8,
+            config.routing.busiest_rank_load(config.expert_parallel),
         )
 
 
@@ -218,7 +220,7 @@ def block_bytes(
     if traits.mlp_dropout:
         mlp += ffn * (widths.dropout_mask + w)  # mask and output of the dropout before the down projection
     if spec.is_moe:
-        k = spec.experts_per_token
+        k = spec.experts_per_token * layout.routed_load  # an uneven router: the busiest rank's share
         # Each token's hidden state is gathered for, and weighted after, each of its k experts.
         mlp = k * mlp + k * h * (w + widths.experts) + spec.num_experts * 4
         if traits.shared_expert:  # an always-on gated MLP (older Qwen2-MoE specs: of ffn_size), maybe gated
@@ -232,7 +234,7 @@ def block_bytes(
         # 16-bit one: the norms' outputs feeding attention and the MLP (one copy per projection under
         # autocast), the attention output feeding o_proj and the MLP product feeding down_proj.
         per_norm = (traits.qkv_projections + traits.mlp_input_projections) if widths.autocast else 2
-        routed = spec.experts_per_token if spec.is_moe else 1
+        routed = spec.experts_per_token * layout.routed_load if spec.is_moe else 1
         hidden -= per_norm * h
         mlp -= ffn * routed
         attention -= spec.num_heads * spec.head_dim

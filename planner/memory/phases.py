@@ -142,6 +142,8 @@ def _memoised_peak(spec: ModelSpec, key: tuple) -> StepPeak:
     notes = fixed_parts.notes
     if acts.last_pipeline_stage:
         notes = [*notes, "pipeline: the last stage (output head and loss) is the most loaded"]
+    if spec.is_moe and (config.expert_parallel > 1 or not config.routing.is_default):
+        notes = [*notes, config.routing.note(config.expert_parallel)]
     return StepPeak(
         per_gpu={
             "parameters": states.parameters,

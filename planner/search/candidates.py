@@ -27,7 +27,7 @@ from planner.search.request import Objective, PlanRequest
 from planner.throughput.estimate import estimate_throughput
 from planner.throughput.implementation import implementation_named
 from planner.throughput.result import ThroughputEstimate
-from planner.training_config import ActivationCheckpointing, Precision, TrainingConfig
+from planner.training_config import ActivationCheckpointing, Precision, Strategy, TrainingConfig
 
 ThroughputAdjust = Callable[[TrainingConfig, ThroughputEstimate], ThroughputEstimate]
 
@@ -173,6 +173,7 @@ class CandidateEvaluator:
             "qlora": request.qlora,
             "fp8": request.fp8,
             "kernels": request.kernels,
+            "routing": request.routing_for(layout.fields.get("strategy", Strategy.DDP)),
         }
 
     def run(self, cluster: ClusterSpec) -> list[Scored]:

@@ -11,8 +11,16 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.errors import UserInputError
+from planner.expert_routing import ExpertRouting
 from planner.limits import MAX_BATCH, MAX_SEQ_LEN, MAX_TOKENS
-from planner.training_config import ActivationCheckpointing, AttentionKernel, KernelChoice, OptimizerKind, Precision
+from planner.training_config import (
+    ActivationCheckpointing,
+    AttentionKernel,
+    KernelChoice,
+    OptimizerKind,
+    Precision,
+    Strategy,
+)
 
 # Chinchilla (Hoffmann et al. 2022): about 20 training tokens per parameter.
 CHINCHILLA_TOKENS_PER_PARAM = 20
@@ -67,6 +75,7 @@ class PlanRequest(BaseModel):
     qlora: bool = False
     fp8: bool = False  # FP8 block matmuls in every candidate (planned only; bf16-mixed, FP8 GPUs)
     kernels: KernelChoice = KernelChoice.EAGER  # the blocks' element-wise kernels, for every candidate
+    routing: ExpertRouting = ExpertRouting()  # MoE router imbalance and the engine's capacity factor
     objective: Objective = Objective.THROUGHPUT
     top_k: int = Field(default=5, ge=1)
     headroom_fraction: float = Field(default=0.1, ge=0.0, lt=1.0, allow_inf_nan=False)
@@ -84,6 +93,12 @@ class PlanRequest(BaseModel):
         if not self.activation_checkpointing:
             raise UserInputError("allow at least one activation checkpointing mode: none, selective or full")
         return self
+
+    def routing_for(self, strategy: Strategy) -> ExpertRouting:
+        """The routing a candidate of this strategy runs: only our engine's dispatch has a capacity."""
+        if strategy is Strategy.ENGINE or not self.routing.capacity_factor:
+            return self.routing
+        return self.routing.model_copy(update={"capacity_factor": 0.0})
 
     def tokens_to_train(self, total_params: int) -> float:
         return self.train_tokens if self.train_tokens is not None else CHINCHILLA_TOKENS_PER_PARAM * total_params

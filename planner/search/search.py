@@ -18,7 +18,7 @@ from planner.search.layouts import engine_applicability, tensor_parallel_degrees
 from planner.search.request import PlanRequest, StrategyKind
 from planner.search.result import SearchResult, SearchStats
 from planner.search.suggest import suggestions
-from planner.training_config import TrainingConfig
+from planner.training_config import Strategy, TrainingConfig
 
 
 def _check_request(spec: ModelSpec, request: PlanRequest) -> None:
@@ -30,9 +30,12 @@ def _check_request(spec: ModelSpec, request: PlanRequest) -> None:
         qlora=request.qlora,
         fp8=request.fp8,
         kernels=request.kernels,
+        routing=request.routing_for(Strategy.DDP),  # the capacity is checked against the engine's candidates
         **precision,
     )
     probe.check_against(spec, 1, 1)
+    # A router's settings on a dense model: the same one line (model_copy skips the engine-only check).
+    probe.model_copy(update={"routing": request.routing}).check_against(spec, 1, 1)
 
 
 def _pick(items: list[Scored]) -> tuple[Scored, Scored]:

@@ -180,7 +180,9 @@ def step_communication(
 
     ep_comm = 0.0
     if shape.experts and config.expert_parallel > 1:
-        routed = activation_bytes * shape.experts_per_token / tp
+        # The busiest rank's share sets the exchange's length (planner/expert_routing.py).
+        load = config.routing.busiest_rank_load(config.expert_parallel)
+        routed = activation_bytes * shape.experts_per_token * load / tp
         ep_group = process_group(config.expert_parallel, tp, gpn)
         ep_comm = accum * stage.blocks * tp_per_block * all_to_all_s(links, ep_group, routed)
     # DualPipe runs one chunk's all-to-all while another computes: only the excess waits.

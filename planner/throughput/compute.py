@@ -58,7 +58,8 @@ def _block_matmuls_forward_s(
         mlp = matmul_seconds(device, expert_rows, up_in, up_out / tp, k) + matmul_seconds(
             device, expert_rows, down_in / tp, down_out, k
         )
-        seconds += local_experts * mlp
+        # Every rank waits for the busiest one's experts (planner/expert_routing.py); the FLOPs stay the model's.
+        seconds += local_experts * mlp * config.routing.busiest_rank_load(ep)
         flops += 2.0 * rows * shape.experts_per_token * (up_in * up_out + down_in * down_out) / tp
     else:
         seconds += matmul_seconds(device, rows, up_in, up_out / tp, k) + matmul_seconds(

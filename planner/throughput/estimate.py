@@ -167,6 +167,7 @@ def _stage_of(
         config.pipeline_parallel,
         config.layout.stage_layers,
         config.expert_parallel,
+        config.routing,
         config.context_parallel,
         config.fp8,
         config.sequence_parallel,
