@@ -22,3 +22,10 @@ def isolated_user_caches(tmp_path_factory):
     patch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
     yield
     patch.undo()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Slow (multi-rank) files first: with `make test`'s two workers, the long files start early and the
+    quick ones fill the gaps at the end instead of one worker finishing a long file alone."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: 0 if item.path in slow_files else 1)  # stable: each file's tests stay together

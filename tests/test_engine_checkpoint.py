@@ -22,6 +22,7 @@ def run_dir(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_killed_and_restarted_run_follows_the_uninterrupted_losses(run_dir):
     reference = json.loads((run_dir / "uninterrupted.json").read_text())
     by_step = {}
@@ -36,6 +37,7 @@ def test_killed_and_restarted_run_follows_the_uninterrupted_losses(run_dir):
     assert [r["loss"] for r in records] == pytest.approx(reference, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_async_save_holds_the_state_at_the_save_and_resumes_on_the_uninterrupted_losses(run_dir):
     reference = json.loads((run_dir / "uninterrupted.json").read_text())
     record = json.loads((run_dir / "async_resume.json").read_text())
@@ -48,6 +50,7 @@ def test_async_save_holds_the_state_at_the_save_and_resumes_on_the_uninterrupted
     assert record["saved_vs_step2"] == 0.0 and record["saved_vs_final"] > 1e-4
 
 
+@pytest.mark.slow
 def test_keeps_the_last_two_and_points_latest_at_the_newest(run_dir):
     ckpt = run_dir / "ckpt"
     assert sorted(p.name for p in ckpt.iterdir() if p.is_dir()) == ["global_step4", "global_step6"]
@@ -65,6 +68,7 @@ def _world_one_engine():
     return engine
 
 
+@pytest.mark.slow
 def test_checkpoint_saved_at_world_two_loads_at_world_one(run_dir):
     from safetensors.torch import load_file
 
@@ -81,6 +85,7 @@ def test_checkpoint_saved_at_world_two_loads_at_world_one(run_dir):
     assert engine.loss_scale == 8192.0  # the loss scaler came back too
 
 
+@pytest.mark.slow
 def test_truncated_checkpoint_is_detected_and_the_previous_one_used(run_dir, tmp_path, capsys):
     from planner.errors import UserInputError
 

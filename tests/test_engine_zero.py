@@ -25,6 +25,7 @@ def record(tmp_path_factory):
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_every_stage_matches_single_process_reference(record):
     runs = record["runs"]
     assert {(r["stage"], r["accum"], r["clip"], r["recompute"]) for r in runs} == {
@@ -36,20 +37,24 @@ def test_every_stage_matches_single_process_reference(record):
         assert run["param_diff"] < TOLERANCE, where
 
 
+@pytest.mark.slow
 def test_activation_checkpointing_really_recomputes(record):
     for run in record["runs"]:
         assert run["projection_runs_per_micro_step"] == (1 if run["recompute"] == "none" else 2), run["recompute"]
 
 
+@pytest.mark.slow
 def test_clipping_runs_were_really_clipped(record):
     # The reference's global norm exceeded the threshold on every step, so clipping changed the update.
     assert all(run["clipped_steps"] == 5 for run in record["runs"] if run["clip"])
 
 
+@pytest.mark.slow
 def test_no_gradient_communication_between_accumulation_boundaries(record):
     assert all(run["non_boundary_collectives"] == 0 for run in record["runs"])
 
 
+@pytest.mark.slow
 def test_stage2_and_3_reduce_during_backward_and_stage1_after(record):
     for run in record["runs"]:
         if run["stage"] >= 2:
@@ -59,12 +64,14 @@ def test_stage2_and_3_reduce_during_backward_and_stage1_after(record):
     assert any(run["units"] > 1 for run in record["runs"] if run["stage"] == 2)  # several buckets
 
 
+@pytest.mark.slow
 def test_bf16_keeps_fp32_master_and_tracks_reference(record):
     bf16 = record["bf16"]
     assert bf16["param_dtypes"] == ["torch.bfloat16"] and bf16["master_dtype"] == "torch.float32"
     assert max(abs(a - b) for a, b in zip(bf16["losses"], bf16["reference_losses"])) < 0.02
 
 
+@pytest.mark.slow
 def test_fp16_overflow_on_one_rank_skips_the_step_everywhere(record):
     fp16 = record["fp16"]
     assert fp16["params_changed"] == [True, False, True, True]

@@ -182,6 +182,7 @@ def test_failures_are_recorded_and_an_interrupted_matrix_resumes(tmp_path):
     assert calls == [[oom_key], [slow_key]] and retried.skipped_done == 1
 
 
+@pytest.mark.slow
 def test_a_job_past_its_timeout_is_killed(tmp_path):
     matrix = _tiny_matrix([1])
     from benchmarks.harness.jobs import MeasureJob
@@ -203,6 +204,7 @@ def _measuring_processes() -> set[int]:
     return found
 
 
+@pytest.mark.slow
 def test_run_measures_through_backends_run_records_and_skips_on_rerun(tmp_path, capsys):
     db = tmp_path / "bench.duckdb"
     argv = [

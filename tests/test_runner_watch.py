@@ -87,6 +87,7 @@ def finished_run(tmp_path_factory):
     return root, completed
 
 
+@pytest.mark.slow
 def test_every_step_writes_a_full_row_and_every_evaluation_its_own(finished_run):
     root, _ = finished_run
     rows = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -100,6 +101,7 @@ def test_every_step_writes_a_full_row_and_every_evaluation_its_own(finished_run)
     assert all(row["perplexity"] == pytest.approx(2.718281828 ** row["eval_loss"]) for row in evals)
 
 
+@pytest.mark.slow
 def test_tensorboard_events_are_written(finished_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -110,6 +112,7 @@ def test_tensorboard_events_are_written(finished_run):
     assert [event.step for event in events.Scalars("eval/eval_loss")] == [3, 6]
 
 
+@pytest.mark.slow
 def test_the_summary_sets_measured_beside_predicted_and_record_stores_it(finished_run):
     from benchmarks_db.store import BenchmarkStore
 
@@ -124,6 +127,7 @@ def test_the_summary_sets_measured_beside_predicted_and_record_stores_it(finishe
     assert record.global_batch == 4 and record.seq_len == 64 and record.steps_measured == 5
 
 
+@pytest.mark.slow
 def test_final_is_written_at_every_export_step_and_at_the_end(finished_run):
     root, completed = finished_run
     final = root / "run" / "final"

@@ -60,6 +60,7 @@ def test_layout_matches_single_process_reference(two_rank_results, check):
     assert_matches_reference(two_rank_results[check])
 
 
+@pytest.mark.slow
 def test_weights_saved_under_tp2_continue_under_pp2(two_rank_results):
     result = two_rank_results["reshard_tp2_to_pp2"]
     assert len(result["losses"]) == 2  # steps 4 and 5, run under pp2 from the tp2 file
@@ -69,18 +70,21 @@ def test_weights_saved_under_tp2_continue_under_pp2(two_rank_results):
     )
 
 
+@pytest.mark.slow
 def test_engine_resume_under_pp_restores_each_stage_loss_scale_and_schedule(two_rank_results):
     result = two_rank_results["engine_resume_pp2"]  # fp16, WarmupLR, AdamW, resumed after step 2 of 3
     assert result["scale_diff"] == 0.0 and result["lr_diff"] == 0.0, result
     assert result["loss_scale"] == 2.0**4 * 4  # doubled after steps 2 and 3: restored, not started over
 
 
+@pytest.mark.slow
 def test_engine_checkpoint_resumes_under_another_tp_pp_layout(two_rank_results):
     for check in ("engine_reshard_tp2_to_pp2_gpt2_odd_vocab", "engine_reshard_pp2_to_tp2_llama_one_kv_head"):
         result = two_rank_results[check]  # loss and full weights: assert_matches_reference
         assert result["lr_diff"] == 0.0 and len(result["losses"]) == 3, result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("check", ["engine_export_pp2_gpt2", "engine_export_tp2_llama"])
 def test_engine_export_under_tp_pp_loads_into_hf_as_the_reference_weights(two_rank_results, check):
     result = two_rank_results[check]
@@ -89,6 +93,7 @@ def test_engine_export_under_tp_pp_loads_into_hf_as_the_reference_weights(two_ra
     assert result["exported_keys"] == sorted(set(result["reference_keys"]) - tied)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("check", ["engine_clip_tp2_llama", "engine_clip_pp2_gpt2_interleaved"])
 def test_engine_clipping_was_active_and_used_the_whole_models_norm(two_rank_results, check):
     result = two_rank_results[check]  # matching the reference (above) needs the same clip factor on every rank
@@ -96,6 +101,7 @@ def test_engine_clipping_was_active_and_used_the_whole_models_norm(two_rank_resu
     assert result["grad_norm_rel_diff"] < 1e-5, result
 
 
+@pytest.mark.slow
 def test_fp16_overflow_on_one_tp_rank_skips_the_step_on_every_rank(two_rank_results):
     result = two_rank_results["engine_fp16_overflow_tp2_llama"]
     assert result["skipped_lowest"] == result["skipped_highest"] == [0.0, 1.0, 0.0], result

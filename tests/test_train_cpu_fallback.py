@@ -70,6 +70,7 @@ def test_the_emitted_plan_targets_gpus_with_tp2(gpu_tp2_folder):
     assert (block["device"], block["dist_backend"], block["layout"]["tp"]) == ("cuda", "nccl", 2)
 
 
+@pytest.mark.slow
 def test_tiny_runs_the_gpu_tp2_plan_on_cpu_with_gloo(gpu_tp2_folder):
     completed = _cli("train", gpu_tp2_folder, "--tiny", "--steps", "2", "--nproc", "2", "--save-every", "2")
     assert completed.returncode == 0, completed.stderr[-3000:]
