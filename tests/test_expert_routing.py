@@ -163,6 +163,16 @@ def test_the_estimate_states_the_routing_it_assumed(capsys):
     assert "1.25x an even share" in notes and "drops at least 11%" in notes
 
 
+def test_the_plan_says_what_it_assumed_of_the_router(capsys):
+    args = ["plan", "--model", "mixtral-8x7b", "--gpu", "H100-80GB", "--nodes", "4", "--global-batch", "512",
+            "--seq-len", "4096", "--strategies", "engine", "--expert-imbalance", "1.3", "--no-calibration", "--json"]  # fmt: skip
+    assert main(args) == 0
+    plans = json.loads(capsys.readouterr().out)["candidates"]
+    with_ep = [plan for plan in plans if plan["config"]["layout"]["ep"] > 1]
+    assert with_ep and all(plan["config"]["routing"]["load_imbalance"] == 1.3 for plan in plans)
+    assert all(any("1.30x an even share" in reason for reason in plan["reasons"]) for plan in with_ep)
+
+
 def test_the_emitted_engine_json_carries_the_capacity_the_plan_assumed(tmp_path):
     """The planned capacity is the one the engine drops tokens at (engine.json's expert_capacity_factor)."""
     from emit_plans import make_plan

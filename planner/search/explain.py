@@ -100,6 +100,8 @@ def plan_reasons(
             parts.append(f"{config.pipeline_parallel} pipeline stages ({config.pipeline_schedule.value}{chunks})")
         parts.append(f"ZeRO-{config.zero_stage} over data-parallel {dp}" if dp > 1 else "no data parallelism")
         reasons.append(", ".join(parts))
+    if config.expert_parallel > 1 or not config.routing.is_default:
+        reasons.append(config.routing.note(config.expert_parallel))  # what the plan assumed of the router
     if config.activation_checkpointing is not ActivationCheckpointing.NONE:
         # The search keeps a checkpointed candidate only where less recomputation does not fit.
         lighter = "selective or no" if config.activation_checkpointing is ActivationCheckpointing.FULL else "no"
