@@ -13,12 +13,12 @@ STAMP := $(VENV)/.installed
 
 env: $(STAMP)
 
-# --no-compile: Python compiles what is imported on first use instead of every file of every package
-# at install time (a minute less set-up on 2 cores).
+# pip compiles every package at install time: keep it, as environments with PYTHONDONTWRITEBYTECODE
+# (CI's) would otherwise compile torch anew in every process.
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --no-compile "$(TORCH_SPEC)" $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
-	$(PY) -m pip install --quiet --no-compile -e ".[test]"
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)" $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
+	$(PY) -m pip install --quiet -e ".[test]"
 	@touch $(STAMP)
 
 # The main job: a real plan for a real catalog model on a cluster you may not have yet.
@@ -34,10 +34,14 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 # The suite on TEST_WORKERS processes (pytest-xdist), a test file per worker at a time so that a file's
-# shared fixtures (trained run folders) are built once; TEST_WORKERS=0 runs it in this process.
+# shared fixtures (trained run folders) are built once, in the order tests/conftest.py gives (files with
+# slow tests first; xdist would otherwise sort files by test count); TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
+# Bytecode for our own packages first: under PYTHONDONTWRITEBYTECODE (CI sets it) each of the suite's
+# hundreds of processes would compile them again.
 test: lint
-	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+	$(PY) -m compileall -q -j 0 planner backends hardware_selector_cli benchmarks_db benchmarks scripts hardware_selector.py run_training_benchmark.py
+	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 clean:
 	rm -rf $(VENV)
