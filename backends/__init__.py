@@ -76,7 +76,7 @@ def initialize(
         raise UserInputError("the model is on the meta device; pass weights=WeightSource(...) to fill it")
     layout = block.layout
     parallel_model, dp_group, expert_parallel, context_parallel = None, None, None, None
-    if layout.cp > 1:
+    if layout.cp > 1 and layout.tp == 1 and layout.pp == 1:  # with tp, parallelize splits the sequences
         from .context_parallel.start import start_context_parallel
 
         context_parallel = start_context_parallel(model, settings, weights, device)
@@ -121,7 +121,8 @@ def initialize(
 
             load_parallel_slices(parallel_model, weights, device)
             weights = None  # every rank's part is filled; the engine starts from these values
-        dp_group = parallel_model.groups.dp_group
+        dp_group = parallel_model.groups.data_parallel_group  # dp x cp: the ranks holding the same parameters
+        context_parallel = parallel_model.context_parallel
         model = parallel_model
     else:
         from .activation_checkpointing import apply_activation_checkpointing

@@ -72,9 +72,13 @@ def embed(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
     return hidden
 
 
-def layer_arguments(model: nn.Module, hidden: torch.Tensor, seq_len: int) -> dict[str, Any]:
-    """Keyword arguments every decoder layer needs for a sequence of seq_len (hidden may be a sequence shard)."""
-    positions = torch.arange(seq_len, device=hidden.device).unsqueeze(0)
+def layer_arguments(
+    model: nn.Module, hidden: torch.Tensor, seq_len: int, positions: torch.Tensor | None = None
+) -> dict[str, Any]:
+    """Keyword arguments every decoder layer needs for a sequence of seq_len (hidden may be a sequence shard);
+    positions (1, seq_len): the tokens' true positions when they are not 0..seq_len-1 (context parallelism)."""
+    if positions is None:
+        positions = torch.arange(seq_len, device=hidden.device).unsqueeze(0)
     arguments: dict[str, Any] = {"attention_mask": None, "position_ids": positions}
     rotary = getattr(get_path(model, architecture_of(model).backbone), "rotary_emb", None)
     if rotary is not None:

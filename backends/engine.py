@@ -146,9 +146,9 @@ class Engine:
             if self.parallel_model is not None or self.context_parallel is not None:
                 ids, labels = self._inputs(args[0] if args else kwargs)
                 self._tokens += ids.numel()  # the replica's tokens (cp ranks share them)
-                if self.context_parallel is not None:  # this rank's chunks of every sequence
-                    return self.context_parallel.forward(self.module, ids, labels)
-                return self.parallel_model(ids, labels)
+                if self.parallel_model is not None:  # tp (and cp, which it then splits) or pp
+                    return self.parallel_model(ids, labels)
+                return self.context_parallel.forward(self.module, ids, labels)  # this rank's chunks
             call_args, call_kwargs = module_call(self.module, args, kwargs)
             call_args, call_kwargs = moved(call_args, self.device), moved(call_kwargs, self.device)
             self._tokens += count_tokens(call_args, call_kwargs)
@@ -275,9 +275,9 @@ class Engine:
         self.module.eval()
         try:
             with torch.no_grad():
+                self.optimizer.begin_forward()  # ZeRO-3 gathers what it released (tp too)
                 if self.parallel_model is not None:
                     return float(self.parallel_model.eval_loss(*self._inputs(batch)))
-                self.optimizer.begin_forward()
                 if self.context_parallel is not None:
                     return self.context_parallel.eval_loss(self.module, *self._inputs(batch))
                 call_args, call_kwargs = module_call(self.module, (batch,), {})

@@ -6,9 +6,12 @@ module-level process-group singletons), so two layouts can coexist in one
 process, for instance a sharded model next to its single-process reference
 in a test.
 
-Rank order is ("pp", "dp", "tp") with tp innermost: the ranks of one
+Rank order is ("pp", "dp", "cp", "tp") with tp innermost: the ranks of one
 tensor-parallel group are consecutive, hence on one node, because TP
-communicates every layer and must not cross the slower inter-node link.
+communicates every layer and must not cross the slower inter-node link; the
+context-parallel ranks of one replica (each a tp group) come next, as they
+exchange keys and values every layer. The cp ranks share their replica's
+parameters, so ZeRO runs over dp x cp (data_parallel_group).
 """
 
 from __future__ import annotations
@@ -19,21 +22,22 @@ from typing import Any
 from planner.contract.layout import ParallelDims
 from planner.errors import UserInputError
 
-MESH_DIM_NAMES = ("pp", "dp", "tp")
+MESH_DIM_NAMES = ("pp", "dp", "cp", "tp")
 
 __all__ = ["MESH_DIM_NAMES", "ParallelDims", "ParallelGroups", "build_groups", "check_fits"]
 
 
 def check_fits(dims: ParallelDims, world_size: int, gpus_per_node: int | None = None) -> None:
     """The layout must use exactly the job's ranks, and keep tensor parallelism inside a node."""
-    if dims.cp > 1 or dims.ep > 1:
+    if dims.ep > 1 or (dims.cp > 1 and dims.pp > 1):
         raise UserInputError(
-            f"layout {dims.describe()}: context and expert parallelism run with tp 1 and pp 1 here "
-            "(backends/context_parallel, backends/expert_parallel); use cp 1 and ep 1 with tp or pp"
+            f"layout {dims.describe()}: expert parallelism runs with tp 1 and pp 1, and context parallelism "
+            "with pp 1, here (backends/expert_parallel, backends/context_parallel); use ep 1, or cp 1 with pp"
         )
     if dims.world_size != world_size:
+        cp = f" x cp{dims.cp}" if dims.cp > 1 else ""
         raise UserInputError(
-            f"layout dp{dims.dp} x tp{dims.tp} x pp{dims.pp} = {dims.world_size} ranks but the job has "
+            f"layout dp{dims.dp} x tp{dims.tp} x pp{dims.pp}{cp} = {dims.world_size} ranks but the job has "
             f"{world_size}; launch {dims.world_size} ranks or change the layout"
         )
     if gpus_per_node and dims.tp > 1 and gpus_per_node % dims.tp != 0:
@@ -51,7 +55,9 @@ def build_groups(dims: ParallelDims, device_type: str = "cpu", gpus_per_node: in
     if not dist.is_initialized():
         raise RuntimeError("build_groups needs torch.distributed initialised (run under torchrun)")
     check_fits(dims, dist.get_world_size(), gpus_per_node)
-    mesh = init_device_mesh(device_type, (dims.pp, dims.dp, dims.tp), mesh_dim_names=MESH_DIM_NAMES)
+    mesh = init_device_mesh(device_type, (dims.pp, dims.dp, dims.cp, dims.tp), mesh_dim_names=MESH_DIM_NAMES)
+    if dims.cp > 1:
+        mesh["dp", "cp"]._flatten("dp_cp")  # ZeRO's group (collective: every rank builds it)
     return ParallelGroups(dims=dims, mesh=mesh)
 
 
@@ -65,12 +71,21 @@ class ParallelGroups:
 
     def group(self, name: str) -> Any:
         if name not in self._groups:
-            self._groups[name] = self.mesh.get_group(name)
+            self._groups[name] = self.mesh[name].get_group()  # also a flattened dimension (dp_cp)
         return self._groups[name]
 
     @property
     def dp_group(self) -> Any:
         return self.group("dp")
+
+    @property
+    def data_parallel_group(self) -> Any:
+        """The ranks holding the same parameters, over which ZeRO shards and averages: dp, times cp."""
+        return self.group("dp_cp") if self.dims.cp > 1 else self.dp_group
+
+    @property
+    def cp_group(self) -> Any:
+        return self.group("cp")
 
     @property
     def tp_group(self) -> Any:
@@ -88,6 +103,10 @@ class ParallelGroups:
         return self.local_rank("dp")
 
     @property
+    def cp_rank(self) -> int:
+        return self.local_rank("cp")
+
+    @property
     def tp_rank(self) -> int:
         return self.local_rank("tp")
 
@@ -95,10 +114,10 @@ class ParallelGroups:
     def pp_rank(self) -> int:
         return self.local_rank("pp")
 
-    def global_rank_of(self, *, pp: int, dp: int, tp: int) -> int:
-        """The global rank at mesh coordinates (pp, dp, tp)."""
-        return int(self.mesh.mesh[pp, dp, tp].item())
+    def global_rank_of(self, *, pp: int, dp: int, tp: int, cp: int = 0) -> int:
+        """The global rank at mesh coordinates (pp, dp, cp, tp)."""
+        return int(self.mesh.mesh[pp, dp, cp, tp].item())
 
     def pp_peer(self, pp_rank: int) -> int:
-        """Global rank of the pipeline stage `pp_rank` holding this rank's dp and tp coordinates."""
-        return self.global_rank_of(pp=pp_rank, dp=self.dp_rank, tp=self.tp_rank)
+        """Global rank of the pipeline stage `pp_rank` holding this rank's dp, cp and tp coordinates."""
+        return self.global_rank_of(pp=pp_rank, dp=self.dp_rank, tp=self.tp_rank, cp=self.cp_rank)

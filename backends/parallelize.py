@@ -39,7 +39,7 @@ from backends.pipeline_parallel.split import stage_layer_ranges
 from backends.pipeline_parallel.stages import is_tied, per_virtual_stage, prune_to_stage, tied_embedding_groups
 from backends.tensor_parallel.apply import apply_tensor_parallel, shard_specs
 from backends.tensor_parallel.collectives import scatter_sequence
-from backends.tensor_parallel.cross_entropy import vocab_parallel_causal_lm_loss
+from backends.tensor_parallel.cross_entropy import vocab_parallel_causal_lm_loss, vocab_parallel_loss_sum
 
 CHECKPOINT_MODES = ("none", "selective", "full")
 
@@ -54,9 +54,12 @@ class ParallelModel(nn.Module):
         sequence_parallel: bool,
         activation_checkpointing: str,
         tied_embedding_grad_group: Any = None,
+        context_parallel: Any = None,
     ):
         super().__init__()
         self.module = model
+        # A backends.context_parallel ContextParallel when layout.cp > 1: each micro-batch is split over the cp ranks.
+        self.context_parallel = context_parallel
         self.groups = groups
         # Layers of each model chunk this rank runs: one chunk, or `virtual_stages` for interleaved 1F1B,
         # chunk c being pipeline stage c * pp + pp_rank.
@@ -94,8 +97,11 @@ class ParallelModel(nn.Module):
             return checkpoint(run_layer, layer, hidden, arguments, use_reentrant=False)
         return run_layer(layer, hidden, arguments)
 
-    def stage_forward(self, inputs: torch.Tensor, chunk: int = 0) -> torch.Tensor:
-        """Input ids (first stage) or hidden states -> hidden states, or vocab-sharded logits on the last stage."""
+    def stage_forward(
+        self, inputs: torch.Tensor, chunk: int = 0, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Input ids (first stage) or hidden states -> hidden states, or vocab-sharded logits on the last stage.
+        positions: the tokens' true positions (context parallelism), else 0..seq_len-1."""
         tp_group = self.groups.tp_group
         first = self.is_first_stage and chunk == 0
         last = self.is_last_stage and chunk == len(self.chunk_ranges) - 1
@@ -107,7 +113,7 @@ class ParallelModel(nn.Module):
         else:
             hidden = inputs
             seq_len = hidden.shape[1] * (self.dims.tp if self.sequence_parallel else 1)
-        arguments = layer_arguments(self.module, hidden, seq_len)
+        arguments = layer_arguments(self.module, hidden, seq_len, positions)
         for index in range(*self.chunk_ranges[chunk]):
             hidden = self._layer(index, hidden, arguments)
         if not last:
@@ -125,7 +131,19 @@ class ParallelModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         if self.dims.pp > 1:
             raise RuntimeError("with pipeline parallelism, call train_batch(micro_batches) instead of forward")
-        return self.loss(self.stage_forward(input_ids), input_ids if labels is None else labels)
+        labels = input_ids if labels is None else labels
+        if self.context_parallel is not None:
+            return self._context_parallel_loss(input_ids, labels)
+        return self.loss(self.stage_forward(input_ids), labels)
+
+    def _context_parallel_loss(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """This rank's share: its chunks' summed token loss over the micro-batch's count, times cp
+        (backends/context_parallel/apply.py says why ZeRO's mean then gives the single-process gradient)."""
+        ids, positions, targets, counted = self.context_parallel.split(input_ids, labels)
+        logits = self.stage_forward(ids, positions=positions)
+        vocab = self.module.config.vocab_size
+        summed = vocab_parallel_loss_sum(logits, targets, self.vocab_start, self.groups.tp_group, vocab)
+        return summed / counted * self.context_parallel.cp
 
     def eval_loss(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The mean token loss of one batch, without gradients, the same on every rank."""
@@ -134,7 +152,10 @@ class ParallelModel(nn.Module):
 
             return pipeline_eval_loss(self, input_ids, labels)
         with torch.no_grad():
-            return self(input_ids, labels).detach().float()
+            loss = self(input_ids, labels).detach().float()
+            if self.context_parallel is not None:
+                return torch.tensor(self.context_parallel.mean_over_ranks(loss))
+            return loss
 
     def train_batch(
         self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *, loss_multiplier: float = 1.0
@@ -272,6 +293,11 @@ def parallelize(
             sequence_parallel=sequence_parallel,
             tp_groups_ranks=groups.mesh.mesh.reshape(-1, groups.dims.tp).tolist(),
         )
+    context_parallel = None
+    if groups.dims.cp > 1:
+        from backends.context_parallel.apply import context_parallel_on
+
+        context_parallel = context_parallel_on(model, groups.cp_group, groups.dims.cp, groups.cp_rank)
     if activation_checkpointing == "selective":
         _checkpoint_attention(model)
     parallel = ParallelModel(
@@ -281,6 +307,7 @@ def parallelize(
         sequence_parallel=sequence_parallel,
         activation_checkpointing=activation_checkpointing,
         tied_embedding_grad_group=tied_group,
+        context_parallel=context_parallel,
     )
     if device_type == "cuda" and not any(param.is_meta for param in parallel.parameters()):
         # Shard on the host, then move only this rank's part: the full model may not fit one GPU.

@@ -33,12 +33,13 @@ def global_batch(step: int, replicas: int) -> Any:
     return torch.randint(0, VOCAB, (MICRO * replicas, SEQ), generator=generator)
 
 
-def engine_config(stage: int, cp: int) -> dict[str, Any]:
+def engine_config(stage: int, cp: int, tp: int = 1) -> dict[str, Any]:
     return {
         "train_micro_batch_size_per_gpu": MICRO,
         "gradient_accumulation_steps": 1,
         "gradient_clipping": 0.5,  # every step clipped: the engine's norm must be the whole model's
         "optimizer": {"type": "AdamW", "params": {"lr": LR, "weight_decay": 0.0}},
         "zero_optimization": {"stage": stage},
-        "hardware_selector": {"layout": {"cp": cp}, "seq_len": SEQ},
+        # With tp, sequence parallelism on, as the planner's tp layouts run.
+        "hardware_selector": {"layout": {"cp": cp, "tp": tp}, "seq_len": SEQ, "sequence_parallel": tp > 1},
     }

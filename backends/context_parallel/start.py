@@ -14,10 +14,10 @@ from .apply import ContextParallel, apply_context_parallel
 def start_context_parallel(model: Any, settings: EngineConfig, weights: Any, device: Any) -> ContextParallel:
     """Fill the model if it is on the meta device, switch its attention to the cp one, return the groups."""
     block, layout = settings.hardware_selector, settings.hardware_selector.layout
-    if layout.tp > 1 or layout.pp > 1 or layout.ep > 1:
+    if layout.ep > 1:
         raise UserInputError(
-            f"layout {layout.describe()}: context parallelism composes with data parallelism and ZeRO here; "
-            "use tp, pp and ep 1"
+            f"layout {layout.describe()}: context parallelism composes with data and tensor parallelism and ZeRO "
+            "here; use ep 1"
         )
     if not hasattr(getattr(model, "config", None), "_attn_implementation") or not hasattr(model, "get_decoder"):
         raise UserInputError(

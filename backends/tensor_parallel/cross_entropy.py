@@ -45,15 +45,23 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         return grad * grad_loss.unsqueeze(-1), None, None, None, None
 
 
+def vocab_parallel_loss_sum(
+    local_logits: torch.Tensor, targets: torch.Tensor, vocab_start: int, group, vocab_size: int | None = None
+) -> torch.Tensor:
+    """Summed loss of logits[..., t, :] predicting targets[..., t] (-100 ignored), over vocab-sharded logits."""
+    logits = local_logits.reshape(-1, local_logits.shape[-1])
+    flat = targets.reshape(-1)
+    valid = flat != IGNORE_INDEX
+    vocab_size = vocab_size or vocab_start + local_logits.shape[-1]
+    per_token = _VocabParallelCrossEntropy.apply(logits, flat.masked_fill(~valid, 0), vocab_start, vocab_size, group)
+    return (per_token * valid.to(per_token.dtype)).sum()
+
+
 def vocab_parallel_causal_lm_loss(
     local_logits: torch.Tensor, labels: torch.Tensor, vocab_start: int, group, vocab_size: int | None = None
 ) -> torch.Tensor:
     """Mean next-token loss like HF's ForCausalLMLoss: position t predicts labels[t+1], -100 ignored.
     Columns at or beyond `vocab_size` (padding) take no part."""
-    logits = local_logits[:, :-1, :].reshape(-1, local_logits.shape[-1])
-    targets = labels[:, 1:].reshape(-1)
-    valid = targets != IGNORE_INDEX
-    vocab_size = vocab_size or vocab_start + local_logits.shape[-1]
-    per_token = _VocabParallelCrossEntropy.apply(logits, targets.masked_fill(~valid, 0), vocab_start, vocab_size, group)
-    per_token = per_token * valid.to(per_token.dtype)
-    return per_token.sum() / valid.sum().clamp(min=1)
+    targets = labels[:, 1:]
+    summed = vocab_parallel_loss_sum(local_logits[:, :-1, :], targets, vocab_start, group, vocab_size)
+    return summed / (targets != IGNORE_INDEX).sum().clamp(min=1)

@@ -98,10 +98,10 @@ def emit_run_folder(
             "MoE implementation in your own training code"
         )
     layout = plan.config.layout
-    if layout.cp > 1 and (layout.tp > 1 or layout.pp > 1 or layout.ep > 1):
+    if layout.cp > 1 and (layout.pp > 1 or layout.ep > 1):
         raise UserInputError(
-            f"layout {layout.describe()}: our engine splits sequences over cp with tp, pp and ep 1; plan with "
-            "--tp 1 --pp 1, or run this layout with Megatron-LM or torchtitan"
+            f"layout {layout.describe()}: our engine splits sequences over cp with pp and ep 1; plan with "
+            "--pp 1 --ep 1, or run this layout with Megatron-LM or torchtitan"
         )
     if plan.config.fp8:
         raise UserInputError(

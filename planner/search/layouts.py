@@ -196,8 +196,8 @@ def _engine_layouts(spec: ModelSpec, cluster: ClusterSpec, seq_len: int) -> list
     world = cluster.world_size
     layouts = []
     for tp in tensor_parallel_degrees(spec, cluster):
-        # The engine splits sequences over cp with tp and pp 1 (backends/context_parallel/start.py).
-        for cp in context_parallel_degrees(seq_len, world) if tp == 1 else [1]:
+        # The engine splits sequences over cp beside tp, with pp 1 (backends/parallelize.py).
+        for cp in context_parallel_degrees(seq_len, world // tp):
             layouts += _engine_tp_pp_layouts(spec, cluster, tp, cp)
     return layouts
 

@@ -1,7 +1,8 @@
 """torchrun job: a tiny Llama trained by the engine with each sequence split over layout.cp ranks.
 
-argv: OUT CP. Runs ZeRO-0 to ZeRO-3. Each rank writes OUT.<rank>.json: per stage its losses, gradient
-norms and final parameters, and the evaluation loss of the first batch after training.
+argv: OUT CP [TP]. Runs ZeRO-0 to ZeRO-3. Each rank writes OUT.<rank>.json: per stage its losses, gradient
+norms and final parameters (the whole model's, gathered over tp), and the evaluation loss of the first batch
+after training.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import sys
 import torch.distributed as dist
 
 import backends
+from backends.checkpoint.export import consolidated_state_dict
 from tests.context_parallel_model import MICRO, STEPS, engine_config, global_batch, tiny_llama
 
 
-def run(stage: int, cp: int) -> dict:
-    engine, _, _, _ = backends.initialize(model=tiny_llama(), config=engine_config(stage, cp))
+def run(stage: int, cp: int, tp: int) -> dict:
+    engine, _, _, _ = backends.initialize(model=tiny_llama(), config=engine_config(stage, cp, tp))
     replicas, replica = engine.data_parallel_world, engine.data_parallel_rank
     losses, norms = [], []
     for step in range(STEPS):
@@ -26,16 +28,15 @@ def run(stage: int, cp: int) -> dict:
         losses.append(engine.last_loss)
         norms.append(engine.optimizer.last_grad_norm)
     evaluation = engine.eval_loss({"input_ids": global_batch(0, 1)})
-    if stage == 3:
-        engine.optimizer.gathered_parameters()
-    params = {name: p.detach().flatten().tolist() for name, p in engine.module.named_parameters()}
+    params = {name: p.detach().flatten().tolist() for name, p in consolidated_state_dict(engine).items()}
     return {"losses": losses, "norms": norms, "params": params, "eval": evaluation, "replicas": replicas}
 
 
 def main() -> None:
     out, cp = sys.argv[1], int(sys.argv[2])
+    tp = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     dist.init_process_group("gloo")
-    results = {f"zero{stage}": run(stage, cp) for stage in (0, 1, 2, 3)}
+    results = {f"zero{stage}": run(stage, cp, tp) for stage in (0, 1, 2, 3)}
     with open(f"{out}.{dist.get_rank()}.json", "w") as handle:
         json.dump(results, handle)
 
