@@ -58,12 +58,14 @@ def set_path(root: nn.Module, path: str, value: Any) -> None:
     setattr(get_path(root, parent) if parent else root, name, value)
 
 
-def embed(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
-    """Token (and learned position) embeddings, as the HF backbone computes them."""
+def embed(model: nn.Module, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    """Token (and learned position) embeddings, as the HF backbone computes them; positions (1, n): the
+    tokens' true positions when they are not 0..n-1 (context parallelism)."""
     arch = architecture_of(model)
     backbone = get_path(model, arch.backbone)
     hidden = get_path(backbone, arch.token_embedding)(input_ids)
-    positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+    if positions is None:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
     model_type = model.config.model_type
     if model_type == "gpt2":
         hidden = backbone.drop(hidden + backbone.wpe(positions))

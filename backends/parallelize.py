@@ -106,7 +106,7 @@ class ParallelModel(nn.Module):
         first = self.is_first_stage and chunk == 0
         last = self.is_last_stage and chunk == len(self.chunk_ranges) - 1
         if first:
-            hidden = embed(self.module, inputs)
+            hidden = embed(self.module, inputs, positions)
             seq_len = hidden.shape[1]
             if self.sequence_parallel:
                 hidden = scatter_sequence(hidden, tp_group)

@@ -69,6 +69,9 @@ def test_context_parallel_training_equals_the_single_process_reference(tmp_path,
 
 @pytest.mark.slow
 def test_an_emitted_cp_run_folder_trains_like_the_reference(tmp_path):
+    """cp 2 beside tp 2 with sequence parallelism, as the search offers it for long sequences: the run folder's
+    launch script starts 4 ranks, each reading its tensor slices of the checkpoint, and trains the HF losses.
+    (The engine under cp alone is held to the single-process run above.)"""
     from planner.contract.run_config import DataConfig, Hyperparameters
     from planner.emit import RunOptions, emit_run_folder
     from scripts.demo_checkpoint import make_local_gpt2
@@ -80,8 +83,8 @@ def test_an_emitted_cp_run_folder_trains_like_the_reference(tmp_path):
         data=DataConfig(train=[str(corpus)]), optim=Hyperparameters(max_steps=3, learning_rate=1e-3, warmup_steps=1)
     )
     plan = make_plan(
-        str(model_dir), seq_len=64, micro_batch=2, grad_accum=2, strategy="engine", zero_stage=1,
-        layout=ParallelDims(cp=2),
+        str(model_dir), gpus_per_node=4, seq_len=64, micro_batch=2, grad_accum=2, strategy="engine", zero_stage=1,
+        layout=ParallelDims(cp=2, tp=2), sequence_parallel=True,
     )  # fmt: skip
     run_dir = tmp_path / "run"
     emit_run_folder(plan, run_dir, options=options)
@@ -94,8 +97,10 @@ def test_an_emitted_cp_run_folder_trains_like_the_reference(tmp_path):
     )
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-3000:]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    # rel 1e-4 as in tests/test_runner_equivalence.py: sequence parallelism sums in another order, and AdamW's
+    # first steps turn near-zero gradients' float-level differences into parameter moves of up to the lr.
     assert [row["loss"] for row in rows if row["kind"] == "train"] == pytest.approx(
-        hf_reference_losses(run_dir, 3), abs=1e-5
+        hf_reference_losses(run_dir, 3), rel=1e-4
     )
 
 
