@@ -34,7 +34,8 @@ def recorded(monkeypatch):
 
     def parallelize(model, dims, **kwargs):
         events.append(("parallelize", dims, kwargs))
-        return type("Parallel", (), {"groups": type("Groups", (), {"dp_group": None})()})()
+        groups = type("Groups", (), {"dp_group": None, "data_parallel_group": None})()
+        return type("Parallel", (), {"groups": groups, "context_parallel": None})()
 
     monkeypatch.setattr("backends.parallelize.parallelize", parallelize)
     return events
