@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -183,24 +184,31 @@ def test_failures_are_recorded_and_an_interrupted_matrix_resumes(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_job_past_its_timeout_is_killed(tmp_path):
+def test_a_job_past_its_timeout_is_killed(tmp_path, monkeypatch):
     matrix = _tiny_matrix([1])
     from benchmarks.harness.jobs import MeasureJob
 
+    # The ranks inherit this mark: another test's runs (make test runs two at once) are not this job's.
+    mark = f"timeout-test-{os.getpid()}"
+    monkeypatch.setenv("HARDWARE_SELECTOR_TEST_MARK", mark)
     job = MeasureJob(key="slow", model="gpt2", tiny=True, config=matrix.entries[0].config, steps=100000)
-    before = _measuring_processes()
     outcome = backends_run_launch([job], nproc=1, timeout_s=8)
     assert outcome.returncode is None and outcome.results == {}
-    assert _measuring_processes() <= before  # the rank (in a session of its own) died with torchrun
+    assert _measuring_processes(mark) == set()  # the rank (in a session of its own) died with torchrun
 
 
-def _measuring_processes() -> set[int]:
+def _measuring_processes(mark: str) -> set[int]:
     import psutil
 
     found = set()
     for process in psutil.process_iter(["pid", "cmdline"]):
-        if "backends.run" in " ".join(process.info["cmdline"] or []):
-            found.add(process.info["pid"])
+        if "backends.run" not in " ".join(process.info["cmdline"] or []):
+            continue
+        try:
+            if process.environ().get("HARDWARE_SELECTOR_TEST_MARK") == mark:
+                found.add(process.info["pid"])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
     return found
 
 
