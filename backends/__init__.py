@@ -81,7 +81,7 @@ def initialize(
 
         context_parallel = start_context_parallel(model, settings, weights, device)
         weights = None  # ZeRO runs on every rank: the cp ranks share the replica's parameters
-    elif layout.ep > 1:
+    elif layout.ep > 1 and layout.tp == 1 and layout.pp == 1:  # with tp, parallelize splits the experts
         from .expert_parallel.start import start_expert_parallel
 
         expert_parallel = start_expert_parallel(model, settings, weights, device)
@@ -115,6 +115,7 @@ def initialize(
             pipeline_schedule=block.pipeline_schedule,
             virtual_stages=layout.virtual_stages,
             device_type=block.device,  # parallelize shards on the host, then moves only this rank's part
+            expert_capacity_factor=block.expert_capacity_factor,
         )
         if weights is not None:
             from .runner.sliced_load import load_parallel_slices
@@ -122,7 +123,7 @@ def initialize(
             load_parallel_slices(parallel_model, weights, device)
             weights = None  # every rank's part is filled; the engine starts from these values
         dp_group = parallel_model.groups.data_parallel_group  # dp x cp: the ranks holding the same parameters
-        context_parallel = parallel_model.context_parallel
+        context_parallel, expert_parallel = parallel_model.context_parallel, parallel_model.expert_parallel
         model = parallel_model
     else:
         from .activation_checkpointing import apply_activation_checkpointing

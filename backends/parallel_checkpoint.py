@@ -60,7 +60,9 @@ def gather_full_state_dict(parallel_model, tensors: dict[str, torch.Tensor] | No
         if name in parallel_model.padded_rows:
             value = value[: parallel_model.padded_rows[name]]  # drop the vocabulary padding
         stage[name] = value.clone()
-    if groups.dims.pp == 1:
+    if parallel_model.expert_parallel is not None:  # (pp 1) every ep rank's experts, in expert order
+        full = parallel_model.expert_parallel.full_state(stage)
+    elif groups.dims.pp == 1:
         full = stage
     else:
         stages: list[Any] = [None] * groups.dims.pp
@@ -94,6 +96,9 @@ def load_full_state_dict(parallel_model, full: dict[str, torch.Tensor]) -> None:
 
 def local_slice(parallel_model, name: str, full: torch.Tensor) -> torch.Tensor:
     """This rank's part of the full (unpadded, HF-shaped) tensor `name` under its layout."""
+    expert_parallel = parallel_model.expert_parallel
+    if expert_parallel is not None and name in expert_parallel.expert_names:
+        full = full.chunk(expert_parallel.ep)[expert_parallel.ep_rank]  # this rank's experts
     spec = parallel_model.shard_specs.get(name)
     if spec is None:
         return full

@@ -12,6 +12,11 @@ communicates every layer and must not cross the slower inter-node link; the
 context-parallel ranks of one replica (each a tp group) come next, as they
 exchange keys and values every layer. The cp ranks share their replica's
 parameters, so ZeRO runs over dp x cp (data_parallel_group).
+
+Expert parallelism carves its ep ranks out of dp (planner/contract/layout.py):
+dp is (edp, ep) with ep innermost, the ep ranks at one tp coordinate exchange
+tokens, and ZeRO runs over edp, the ranks that hold the same experts
+(backends/expert_parallel/apply.py).
 """
 
 from __future__ import annotations
@@ -29,10 +34,10 @@ __all__ = ["MESH_DIM_NAMES", "ParallelDims", "ParallelGroups", "build_groups", "
 
 def check_fits(dims: ParallelDims, world_size: int, gpus_per_node: int | None = None) -> None:
     """The layout must use exactly the job's ranks, and keep tensor parallelism inside a node."""
-    if dims.ep > 1 or (dims.cp > 1 and dims.pp > 1):
+    if (dims.ep > 1 and (dims.pp > 1 or dims.cp > 1)) or (dims.cp > 1 and dims.pp > 1):
         raise UserInputError(
-            f"layout {dims.describe()}: expert parallelism runs with tp 1 and pp 1, and context parallelism "
-            "with pp 1, here (backends/expert_parallel, backends/context_parallel); use ep 1, or cp 1 with pp"
+            f"layout {dims.describe()}: expert parallelism runs with pp 1 and cp 1, and context parallelism "
+            "with pp 1, here (backends/expert_parallel, backends/context_parallel); use ep 1, or pp 1 and cp 1"
         )
     if dims.world_size != world_size:
         cp = f" x cp{dims.cp}" if dims.cp > 1 else ""
@@ -55,6 +60,11 @@ def build_groups(dims: ParallelDims, device_type: str = "cpu", gpus_per_node: in
     if not dist.is_initialized():
         raise RuntimeError("build_groups needs torch.distributed initialised (run under torchrun)")
     check_fits(dims, dist.get_world_size(), gpus_per_node)
+    if dims.ep > 1:  # dp = edp x ep, named as one dimension too (collective: every rank builds it)
+        shape = (dims.pp, dims.dp // dims.ep, dims.ep, dims.cp, dims.tp)
+        mesh = init_device_mesh(device_type, shape, mesh_dim_names=("pp", "edp", "ep", "cp", "tp"))
+        mesh["edp", "ep"]._flatten("dp")
+        return ParallelGroups(dims=dims, mesh=mesh)
     mesh = init_device_mesh(device_type, (dims.pp, dims.dp, dims.cp, dims.tp), mesh_dim_names=MESH_DIM_NAMES)
     if dims.cp > 1:
         mesh["dp", "cp"]._flatten("dp_cp")  # ZeRO's group (collective: every rank builds it)
@@ -80,7 +90,10 @@ class ParallelGroups:
 
     @property
     def data_parallel_group(self) -> Any:
-        """The ranks holding the same parameters, over which ZeRO shards and averages: dp, times cp."""
+        """The ranks holding the same parameters, over which ZeRO shards and averages: dp, times cp; under expert
+        parallelism the ranks holding the same experts (edp)."""
+        if self.dims.ep > 1:
+            return self.group("edp")
         return self.group("dp_cp") if self.dims.cp > 1 else self.dp_group
 
     @property
@@ -96,7 +109,7 @@ class ParallelGroups:
         return self.group("pp")
 
     def local_rank(self, name: str) -> int:
-        return self.mesh.get_local_rank(name)
+        return self.mesh[name].get_local_rank()  # also a flattened dimension (dp under ep)
 
     @property
     def dp_rank(self) -> int:
@@ -116,7 +129,8 @@ class ParallelGroups:
 
     def global_rank_of(self, *, pp: int, dp: int, tp: int, cp: int = 0) -> int:
         """The global rank at mesh coordinates (pp, dp, cp, tp)."""
-        return int(self.mesh.mesh[pp, dp, cp, tp].item())
+        dims = self.dims
+        return int(self.mesh.mesh.reshape(dims.pp, -1, dims.cp, dims.tp)[pp, dp, cp, tp].item())
 
     def pp_peer(self, pp_rank: int) -> int:
         """Global rank of the pipeline stage `pp_rank` holding this rank's dp, cp and tp coordinates."""

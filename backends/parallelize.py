@@ -86,6 +86,9 @@ class ParallelModel(nn.Module):
         # The head's rows are this rank's slice of the vocabulary (all of it when tp == 1).
         self.vocab_start = model.lm_head.weight.shape[0] * groups.tp_rank if self.is_last_stage else 0
         self.pipeline_runner = None  # set by parallelize when pp > 1
+        # Set by parallelize for a mixture of experts: its ExpertParallel (ep > 1) and its router's loss.
+        self.expert_parallel: Any = None
+        self.router_loss: Any = None
 
     @property
     def dims(self) -> ParallelDims:
@@ -134,7 +137,11 @@ class ParallelModel(nn.Module):
         labels = input_ids if labels is None else labels
         if self.context_parallel is not None:
             return self._context_parallel_loss(input_ids, labels)
-        return self.loss(self.stage_forward(input_ids), labels)
+        if self.router_loss is None:
+            return self.loss(self.stage_forward(input_ids), labels)
+        with self.router_loss.collecting():
+            logits = self.stage_forward(input_ids)
+        return self.loss(logits, labels) + self.router_loss.term()
 
     def _context_parallel_loss(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """This rank's share: its chunks' summed token loss over the micro-batch's count, times cp
@@ -190,8 +197,10 @@ class ParallelModel(nn.Module):
         Summing weight x |grad|^2 over this rank's parameters and then over the tp and pp groups
         (model_parallel_sum) counts every model parameter exactly once: TP-replicated parameters
         (norms, row biases, position embeddings) are held by every TP rank, so each copy counts 1/tp;
-        the last stage's copy of a tied embedding counts 0. ZeRO adds its own sum over dp.
+        the last stage's copy of a tied embedding counts 0. Under expert parallelism the ep ranks hold
+        the same non-expert parameters, each copy counting 1/ep too. ZeRO adds its own sum over dp.
         """
+        replicated_over_ep = set(self.expert_parallel.other_names) if self.expert_parallel is not None else set()
         tied_copy = self.tied_embedding_grad_group is not None and self.is_last_stage and not self.is_first_stage
         weights = {}
         for name, _ in self.named_parameters():
@@ -201,14 +210,14 @@ class ParallelModel(nn.Module):
             else:
                 weights[name] = (
                     1.0 / self.tp_replicas.get(inner, 1) if inner in self.shard_specs else 1.0 / self.dims.tp
-                )
+                ) / (self.dims.ep if inner in replicated_over_ep else 1)
         return weights
 
     def model_parallel_sum(self, value: torch.Tensor, op: Any = None) -> torch.Tensor:
-        """All-reduce `value` in place over the tp and pp groups (sum, or e.g. MAX for overflow flags)."""
-        for size, group in ((self.dims.tp, self.groups.tp_group), (self.dims.pp, self.groups.pp_group)):
+        """All-reduce `value` in place over the tp, pp and ep groups (sum, or e.g. MAX for overflow flags)."""
+        for size, name in ((self.dims.tp, "tp"), (self.dims.pp, "pp"), (self.dims.ep, "ep")):
             if size > 1:
-                dist.all_reduce(value, op=op or dist.ReduceOp.SUM, group=group)
+                dist.all_reduce(value, op=op or dist.ReduceOp.SUM, group=self.groups.group(name))
         return value
 
     def global_grad_norm(self) -> float:
@@ -249,6 +258,39 @@ def _checkpoint_attention(model: nn.Module) -> None:
         attention.forward = functools.wraps(original)(recomputed)
 
 
+def _split_experts(
+    model: nn.Module, groups: ParallelGroups, sequence_parallel: bool, capacity_factor: float
+) -> tuple[Any, Any]:
+    """An MoE model's experts over the ep group and their ffn over tp, its router whole (backends/expert_parallel):
+    (the ExpertParallel of ep > 1 or None, the router's load-balancing loss) or (None, None) for a dense model."""
+    path = architecture_of(model).moe_block
+    if not path:
+        return None, None
+    from backends.expert_parallel.apply import ExpertParallel, swap_experts
+    from backends.expert_parallel.tensor_parallel import RouterLoss, apply_moe_tensor_parallel
+    from planner.errors import UserInputError
+
+    dims = groups.dims
+    if dims.pp > 1 or dims.cp > 1:
+        raise UserInputError(
+            f"layout {dims.describe()}: a mixture of experts runs with pp 1 and cp 1 here (its router's "
+            "load-balancing loss spans the layers); use tp and ep"
+        )
+    ep_group = groups.group("ep") if dims.ep > 1 else None
+    tp_group = groups.tp_group if dims.tp > 1 else None
+    try:
+        expert_names, others = swap_experts(model, ep_group, capacity_factor, tp_group)
+    except ValueError as error:
+        raise UserInputError(str(error)) from None
+    if tp_group is not None:
+        apply_moe_tensor_parallel(model, path, tp_group, sequence_parallel=sequence_parallel)
+    expert_parallel = None
+    if ep_group is not None:
+        edp_group = groups.data_parallel_group
+        expert_parallel = ExpertParallel(dims.ep, ep_group, edp_group, groups.local_rank("ep"), expert_names, others)
+    return expert_parallel, RouterLoss(model, path, dims.tp)
+
+
 def parallelize(
     model: nn.Module,
     dims: ParallelDims | ParallelGroups,
@@ -259,6 +301,7 @@ def parallelize(
     pipeline_schedule: str = "1f1b",
     virtual_stages: int | None = None,
     device_type: str = "cpu",
+    expert_capacity_factor: float = 0.0,
 ) -> ParallelModel:
     """This rank's part of `model` under the layout; see the module docstring for the order of steps."""
     if activation_checkpointing not in CHECKPOINT_MODES:
@@ -293,6 +336,7 @@ def parallelize(
             sequence_parallel=sequence_parallel,
             tp_groups_ranks=groups.mesh.mesh.reshape(-1, groups.dims.tp).tolist(),
         )
+    expert_parallel, router_loss = _split_experts(model, groups, sequence_parallel, expert_capacity_factor)
     context_parallel = None
     if groups.dims.cp > 1:
         from backends.context_parallel.apply import context_parallel_on
@@ -309,6 +353,7 @@ def parallelize(
         tied_embedding_grad_group=tied_group,
         context_parallel=context_parallel,
     )
+    parallel.expert_parallel, parallel.router_loss = expert_parallel, router_loss
     if device_type == "cuda" and not any(param.is_meta for param in parallel.parameters()):
         # Shard on the host, then move only this rank's part: the full model may not fit one GPU.
         # (A model built on the meta device is materialised on the GPU by its loader instead.)

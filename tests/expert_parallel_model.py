@@ -3,6 +3,7 @@ single-process reference) and tests/engine_jobs/expert_parallel.py (the engine u
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 STEPS, MICRO, LR = 3, 2, 2e-3
@@ -109,3 +110,35 @@ def engine_config(stage: int, ep: int, capacity_factor: float = 0.0) -> dict[str
         "zero_optimization": {"stage": stage},
         "hardware_selector": {"layout": {"ep": ep}, "expert_capacity_factor": capacity_factor},
     }
+
+
+def reference_run(world: int, make=tiny_mixtral, count_routes: bool = True) -> tuple[list, list, dict, list[int]]:
+    """Losses, gradient norms, final parameters, and per rank the first step's assignments over capacity."""
+    import torch
+
+    model = make()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+    routes: list = []
+    layers = model.model.layers if count_routes else []
+    hooks = [layer.mlp.gate.register_forward_hook(lambda module, args, out: routes.append(out[2])) for layer in layers]
+    losses, norms, over_capacity = [], [], []
+    for step in range(STEPS):
+        chunks = global_batch(step, world).split(MICRO)
+        loss = torch.zeros(())
+        for chunk in chunks:
+            routes.clear()
+            loss = loss + model(input_ids=chunk, labels=chunk).loss / world
+            if step == 0 and count_routes:
+                experts = getattr(model.config, "num_local_experts", None) or model.config.num_experts
+                k, tokens = model.config.num_experts_per_tok, chunk.numel()
+                capacity = math.ceil(CAPACITY_FACTOR * tokens * k / experts)
+                counts = [torch.bincount(route.reshape(-1), minlength=experts) for route in routes]
+                over_capacity.append(sum(int((count - capacity).clamp(min=0).sum()) for count in counts))
+        loss.backward()
+        norms.append(float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))))
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(float(loss.detach()))
+    for hook in hooks:
+        hook.remove()
+    return losses, norms, {name: p.detach() for name, p in model.named_parameters()}, over_capacity

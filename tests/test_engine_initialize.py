@@ -35,7 +35,7 @@ def recorded(monkeypatch):
     def parallelize(model, dims, **kwargs):
         events.append(("parallelize", dims, kwargs))
         groups = type("Groups", (), {"dp_group": None, "data_parallel_group": None})()
-        return type("Parallel", (), {"groups": groups, "context_parallel": None})()
+        return type("Parallel", (), {"groups": groups, "context_parallel": None, "expert_parallel": None})()
 
     monkeypatch.setattr("backends.parallelize.parallelize", parallelize)
     return events

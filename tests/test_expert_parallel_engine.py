@@ -14,55 +14,14 @@ every expert with the reference's values.
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
 from tests.distributed import run_torchrun
-from tests.expert_parallel_model import (
-    CAPACITY_FACTOR,
-    LR,
-    MICRO,
-    STEPS,
-    engine_config,
-    global_batch,
-    tiny_mixtral,
-)
+from tests.expert_parallel_model import STEPS, engine_config, reference_run, tiny_mixtral
 
 
-def _reference(world: int, make=tiny_mixtral, count_routes: bool = True) -> tuple[list, list, dict, list[int]]:
-    """Losses, gradient norms, final parameters, and per rank the first step's assignments over capacity."""
-    import torch
-
-    model = make()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
-    routes: list = []
-    layers = model.model.layers if count_routes else []
-    hooks = [layer.mlp.gate.register_forward_hook(lambda module, args, out: routes.append(out[2])) for layer in layers]
-    losses, norms, over_capacity = [], [], []
-    for step in range(STEPS):
-        chunks = global_batch(step, world).split(MICRO)
-        loss = torch.zeros(())
-        for chunk in chunks:
-            routes.clear()
-            loss = loss + model(input_ids=chunk, labels=chunk).loss / world
-            if step == 0 and count_routes:
-                experts = getattr(model.config, "num_local_experts", None) or model.config.num_experts
-                k, tokens = model.config.num_experts_per_tok, chunk.numel()
-                capacity = math.ceil(CAPACITY_FACTOR * tokens * k / experts)
-                counts = [torch.bincount(route.reshape(-1), minlength=experts) for route in routes]
-                over_capacity.append(sum(int((count - capacity).clamp(min=0).sum()) for count in counts))
-        loss.backward()
-        norms.append(float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))))
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(float(loss.detach()))
-    for hook in hooks:
-        hook.remove()
-    return losses, norms, {name: p.detach() for name, p in model.named_parameters()}, over_capacity
-
-
-def _planned_rank_params(ep: int) -> int:
+def planned_rank_params(ep: int, tp: int = 1) -> int:
     """The memory estimator's parameters on one rank of this layout (planner/memory/rank_params.py)."""
     from planner.contract.layout import ParallelDims
     from planner.memory.rank_params import rank_params
@@ -71,7 +30,7 @@ def _planned_rank_params(ep: int) -> int:
 
     config = tiny_mixtral().config.to_dict()
     spec = spec_from_hf_config({**config, "model_type": "mixtral"}, name="tiny-mixtral")
-    return rank_params(spec, TrainingConfig(strategy="engine", layout=ParallelDims(ep=ep))).total
+    return rank_params(spec, TrainingConfig(strategy="engine", layout=ParallelDims(ep=ep, tp=tp))).total
 
 
 def _reference_value(params: dict, name: str):
@@ -87,8 +46,8 @@ def test_expert_parallel_training_equals_the_single_process_reference(tmp_path, 
     import torch
 
     run_torchrun(["tests/engine_jobs/expert_parallel.py", str(tmp_path / "out"), "2"], nproc=world, timeout=300)
-    losses, norms, params, over_capacity = _reference(world)
-    planned = _planned_rank_params(ep=2)
+    losses, norms, params, over_capacity = reference_run(world)
+    planned = planned_rank_params(ep=2)
     for rank in range(world):
         results = json.loads((tmp_path / f"out.{rank}.json").read_text())
         for run in ("zero0", "zero1", "zero2", "zero3") if world == 4 else ("zero0", "zero1"):
@@ -137,7 +96,7 @@ def test_other_moe_families_equal_the_reference(tmp_path, family):
     from tests.expert_parallel_model import MODELS
 
     run_torchrun(["tests/engine_jobs/expert_parallel.py", str(tmp_path / "out"), "2", family], nproc=2, timeout=300)
-    losses, norms, params, _ = _reference(2, make=MODELS[family], count_routes=False)
+    losses, norms, params, _ = reference_run(2, make=MODELS[family], count_routes=False)
     for rank in range(2):
         result = json.loads((tmp_path / f"out.{rank}.json").read_text())["zero1"]
         assert result["losses"] == pytest.approx(losses, abs=1e-5)

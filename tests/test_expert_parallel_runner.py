@@ -1,6 +1,7 @@
 """An emitted run folder of an MoE model trains under the engine's expert parallelism, end to end.
 
-A tiny Mixtral checkpoint with its own tokenizer is planned as "engine EP" on 2 CPU ranks (ep 2, ZeRO-1),
+A tiny Mixtral checkpoint with its own tokenizer is planned as "engine EP" on 2 CPU ranks (ep 2, ZeRO-1), and
+as ep 2 x tp 2 with sequence parallelism on 4 (each rank reading only its experts' ffn share of the checkpoint),
 emitted, and launched with its launch.sh: the losses equal the single-process HF reference of the same
 checkpoint, data, schedule and gradient clipping (tests/runner_reference.py), which needs the global
 gradient norm to count every expert once; final/ loads with from_pretrained and holds all the experts.
@@ -52,21 +53,23 @@ def _local_mixtral(root: Path) -> tuple[Path, Path]:
     return model_dir, corpus
 
 
-def test_an_ep_run_folder_trains_like_the_reference_and_exports_every_expert(tmp_path):
+@pytest.mark.parametrize("tp", [1, 2], ids=["ep2", "ep2xtp2"])
+def test_an_ep_run_folder_trains_like_the_reference_and_exports_every_expert(tmp_path, tp):
     import torch
     from transformers import AutoModelForCausalLM
 
     model_dir, corpus = _local_mixtral(tmp_path)
     plan = make_plan(
-        str(model_dir), seq_len=64, micro_batch=2, grad_accum=2, strategy="engine", zero_stage=1,
-        layout=ParallelDims(ep=2),
+        str(model_dir), gpus_per_node=2 * tp, seq_len=64, micro_batch=2, grad_accum=2, strategy="engine",
+        zero_stage=1, layout=ParallelDims(ep=2, tp=tp), sequence_parallel=tp > 1,
     )  # fmt: skip
     options = RunOptions(
         data=DataConfig(train=[str(corpus)]), optim=Hyperparameters(max_steps=STEPS, learning_rate=1e-3, warmup_steps=1)
     )
     run_dir = tmp_path / "run"
     emit_run_folder(plan, run_dir, options=options)
-    assert json.loads((run_dir / "engine.json").read_text())["hardware_selector"]["layout"]["ep"] == 2
+    layout = json.loads((run_dir / "engine.json").read_text())["hardware_selector"]["layout"]
+    assert (layout["ep"], layout["tp"]) == (2, tp)
     completed = subprocess.run(
         ["bash", str(run_dir / "launch.sh"), "--steps", str(STEPS), "--save-every", "1"],
         env=cpu_env({"MASTER_PORT": str(free_port())}),

@@ -27,7 +27,7 @@ def catalog_config(model_type: str) -> dict:
 def test_every_catalog_model_type_has_an_entry_and_every_entry_a_reader():
     assert set(CATALOG_TYPES) <= set(FAMILIES)
     assert set(SUPPORTED_MODEL_TYPES) == set(FAMILIES)  # the config reader reads what the registry lists
-    assert ENGINE_MODEL_TYPES == parallel_model_types() == {"gpt2", "llama", "mistral", "qwen2", "opt"}
+    assert ENGINE_MODEL_TYPES == parallel_model_types() == {"gpt2", "llama", "mistral", "mixtral", "qwen2", "opt"}
 
 
 @pytest.mark.parametrize("model_type", CATALOG_TYPES)
@@ -54,6 +54,8 @@ def test_the_entry_is_complete_and_true_to_transformers(model_type):
 @pytest.mark.parametrize("model_type", sorted(parallel_model_types()))
 def test_parallel_plans_name_real_modules(model_type):
     """Every path of the tp/pp plan exists in a (tiny) model of the family, built by transformers itself."""
+    import torch
+
     from backends.decoder_anatomy import get_path
     from backends.model_factory import build_causal_lm, tiny_config
 
@@ -67,3 +69,6 @@ def test_parallel_plans_name_real_modules(model_type):
     assert type(layer).__name__ == FAMILIES[model_type].block_class
     for path in (*plan.layer_norms, *(path for path, _ in plan.column), *plan.row, plan.attention):
         assert get_path(layer, path) is not None, path
+    if plan.moe_block:  # the router (kept whole) and the fused experts (split) the engine expects in it
+        block = get_path(layer, plan.moe_block)
+        assert isinstance(block.gate.weight, torch.nn.Parameter) and block.experts.gate_up_proj.dim() == 3

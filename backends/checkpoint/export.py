@@ -31,13 +31,13 @@ def master_weights(engine: Any) -> dict[str, Any]:
 def consolidated_state_dict(engine: Any) -> dict[str, Any]:
     """HF name -> full fp32 tensor, on every rank (under tp/pp a tied head is listed under both names)."""
     masters = master_weights(engine)
+    if engine.parallel_model is not None:  # (its experts gathered over ep too)
+        from backends.parallel_checkpoint import gather_full_state_dict
+
+        return gather_full_state_dict(engine.parallel_model, masters)
     if getattr(engine, "expert_parallel", None) is not None:
         return engine.expert_parallel.full_state(masters)  # every rank's experts
-    if engine.parallel_model is None:
-        return masters
-    from backends.parallel_checkpoint import gather_full_state_dict
-
-    return gather_full_state_dict(engine.parallel_model, masters)
+    return masters
 
 
 def export_safetensors(engine: Any, path: str | Path) -> str | None:

@@ -25,7 +25,7 @@ from planner.errors import UserInputError
 from .shards import key_prefix
 
 MODULE_PREFIX = "module."
-RANK_KEY = re.compile(r"pp(\d+)\.tp(\d+)\.$")
+RANK_KEY = re.compile(r"pp(\d+)\.tp(\d+)\.(?:ep(\d+)\.)?$")
 EP_RANK_KEY = re.compile(r"ep(\d+)\.$")
 
 
@@ -47,7 +47,7 @@ def _rank_of(prefix: str) -> tuple[int, int, int]:
     """(pp, tp, ep) rank of a key prefix."""
     match = RANK_KEY.match(prefix)
     if match:
-        return int(match.group(1)), int(match.group(2)), 0
+        return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
     match = EP_RANK_KEY.match(prefix)
     return (0, 0, int(match.group(1))) if match else (0, 0, 0)
 
@@ -97,12 +97,18 @@ def _full_tensor(name: str, parts: dict[tuple[int, int, int], Any], split: dict,
     """The unsharded HF tensor from the old (pp, tp, ep) pieces of one parameter."""
     import torch
 
+    if name in split.get("expert_names", ()):  # each ep rank held a run of experts: join them in expert order
+        ranks = sorted({ep for _, _, ep in parts})
+        runs = [{key: part for key, part in parts.items() if key[2] == ep} for ep in ranks]
+        return torch.cat([_joined_over_tp(name, run, split, old_tp, ep) for run, ep in zip(runs, ranks)])
+    return _joined_over_tp(name, parts, split, old_tp, min(ep for _, _, ep in parts))  # replicated over ep
+
+
+def _joined_over_tp(name: str, parts: dict[tuple[int, int, int], Any], split: dict, old_tp: int, ep: int) -> Any:
+    """One ep rank's tensor, its tp pieces joined."""
     from backends.tensor_parallel.layers import unshard_tensor
 
-    if name in split.get("expert_names", ()):  # each ep rank held a run of experts: join them in expert order
-        return torch.cat([parts[key] for key in sorted(parts, key=lambda key: key[2])])
     stage = min(pp for pp, _, _ in parts)  # a tied head's copy on the last stage equals the embedding
-    ep = min(ep for _, _, ep in parts)  # replicated over ep: any rank's copy
     ordered = [parts[(stage, tp, ep)] for tp in range(old_tp) if (stage, tp, ep) in parts]
     spec = split["shard_specs"].get(name)
     if spec is None or old_tp == 1:
@@ -128,11 +134,11 @@ def _fill(engine: Any, pieces: dict, aliases: dict[str, str], state: dict, choic
                 if source not in by_name:
                     raise UserInputError(f"{choice} has no tensor '{name}'; it was saved from another model")
                 full = _full_tensor(source, by_name[source], state["tensor_split"], old_tp)
-                try:
+                try:  # (a parallel model's slice takes its experts too)
                     value = local_slice(engine.parallel_model, name, full) if engine.parallel_model else full
                 except ValueError:  # the full tensor does not split into this layout's shards
                     value = full
-                if expert_parallel is not None and name in expert_parallel.expert_names:
+                if engine.parallel_model is None and expert_parallel and name in expert_parallel.expert_names:
                     value = value.chunk(expert_parallel.ep)[expert_parallel.ep_rank]  # this rank's experts
                 if value.shape != param.shape:
                     raise UserInputError(

@@ -25,10 +25,9 @@ def _mesh(engine: Any) -> Any:
 
 def key_prefix(engine: Any) -> str:
     """Keys of different tensor/pipeline ranks must not collide: they hold different tensors."""
-    model = engine.parallel_model
-    if getattr(engine, "expert_parallel", None) is not None:
-        return f"ep{engine.expert_parallel.ep_rank}."  # each ep rank holds other experts
-    return "" if model is None else f"pp{model.groups.pp_rank}.tp{model.groups.tp_rank}."
+    model, expert_parallel = engine.parallel_model, getattr(engine, "expert_parallel", None)
+    ep = f"ep{expert_parallel.ep_rank}." if expert_parallel is not None else ""  # each ep rank holds other experts
+    return ep if model is None else f"pp{model.groups.pp_rank}.tp{model.groups.tp_rank}.{ep}"
 
 
 def layout_of(engine: Any) -> dict[str, Any]:

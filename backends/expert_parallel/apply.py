@@ -65,7 +65,7 @@ class ExpertParallel:
         import torch.distributed as dist
 
         segments = [
-            (offset, param.numel(), name in self.expert_names)
+            (offset, param.numel(), name.removeprefix("module.") in self.expert_names)
             for name, param, offset in zip(unit.names, unit.params, unit.offsets, strict=True)
         ]
         others = [flat[offset : offset + size] for offset, size, expert in segments if not expert]
@@ -92,18 +92,11 @@ class ExpertParallel:
         return full
 
 
-def apply_expert_parallel(
-    model: nn.Module, ep: int, capacity_factor: float = 0.0, device_type: str = "cpu"
-) -> ExpertParallel:
-    """Swap every fused experts module of `model` for this rank's ExpertParallelExperts (collective)."""
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-
-    world = dist.get_world_size()
-    if world % ep:
-        raise ValueError(f"ep {ep} does not divide the {world} ranks")
-    mesh = init_device_mesh(device_type, (world // ep, ep), mesh_dim_names=("edp", "ep"))
-    ep_group, expert_dp_group = mesh.get_group("ep"), mesh.get_group("edp")
+def swap_experts(
+    model: nn.Module, ep_group: Any, capacity_factor: float = 0.0, tensor_group: Any = None
+) -> tuple[set[str], list[str]]:
+    """Swap every fused experts module of `model` for this rank's ExpertParallelExperts (collective); returns the
+    names of the expert parameters and of the others."""
     swapped = [(name, module) for name, module in model.named_modules() if _is_experts_module(module)]
     if not swapped:
         raise ValueError(
@@ -113,7 +106,22 @@ def apply_expert_parallel(
     for name, module in swapped:
         parent_name, _, attribute = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attribute, ExpertParallelExperts(module, ep_group, capacity_factor))
+        setattr(parent, attribute, ExpertParallelExperts(module, ep_group, capacity_factor, tensor_group))
     expert_names = {f"{name}.{weight}" for name, _ in swapped for weight in ("gate_up_proj", "down_proj")}
-    others = [name for name, _ in model.named_parameters() if name not in expert_names]
+    return expert_names, [name for name, _ in model.named_parameters() if name not in expert_names]
+
+
+def apply_expert_parallel(
+    model: nn.Module, ep: int, capacity_factor: float = 0.0, device_type: str = "cpu"
+) -> ExpertParallel:
+    """Expert parallelism on its own (tp and pp 1): the (expert-dp, ep) mesh over the job, then the swap."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    world = dist.get_world_size()
+    if world % ep:
+        raise ValueError(f"ep {ep} does not divide the {world} ranks")
+    mesh = init_device_mesh(device_type, (world // ep, ep), mesh_dim_names=("edp", "ep"))
+    ep_group, expert_dp_group = mesh.get_group("ep"), mesh.get_group("edp")
+    expert_names, others = swap_experts(model, ep_group, capacity_factor)
     return ExpertParallel(ep, ep_group, expert_dp_group, mesh.get_local_rank("ep"), expert_names, others)

@@ -19,6 +19,14 @@ on each call:
 Both exchanges are differentiable (torch's funcol all_to_all_single_autograd),
 so backward returns each token's gradient to its rank and leaves every expert's
 gradient, from all the ep ranks' tokens, on its owner.
+
+Under tensor parallelism (a tp group beside the ep group) each tp rank holds
+its share of the ffn of every expert it owns: gate_up_proj's gate and up rows
+and down_proj's columns split tp ways, as a column- then row-parallel MLP
+splits them (`shard_spec`, which checkpoints read). Every tp rank routes the
+same tokens and exchanges them with the ep ranks at its own tp coordinate, so
+its output is its partial sum of each expert's output; the MoE block around it
+sums those over tp (backends/expert_parallel/tensor_parallel.py).
 """
 
 from __future__ import annotations
@@ -38,20 +46,35 @@ def expert_capacity(tokens: int, top_k: int, experts: int, capacity_factor: floa
 
 
 class ExpertParallelExperts(nn.Module):
-    def __init__(self, experts: nn.Module, group: Any, capacity_factor: float = 0.0):
+    def __init__(self, experts: nn.Module, group: Any, capacity_factor: float = 0.0, tensor_group: Any = None):
         import torch.distributed as dist
 
+        from backends.tensor_parallel.layers import shard_tensor
+
         super().__init__()
-        self.group = group
-        self.ep = dist.get_world_size(group)
+        self.group = group  # None: no expert parallelism (ep 1), the experts split over tp only
+        self.ep = dist.get_world_size(group) if group is not None else 1
         self.num_experts = int(experts.num_experts)
         if self.num_experts % self.ep:
             raise ValueError(f"ep {self.ep} does not divide the {self.num_experts} experts")
         self.local = self.num_experts // self.ep
-        self.first = dist.get_rank(group) * self.local
+        self.first = dist.get_rank(group) * self.local if group is not None else 0
         own = slice(self.first, self.first + self.local)
-        self.gate_up_proj = nn.Parameter(experts.gate_up_proj.detach()[own].clone())
-        self.down_proj = nn.Parameter(experts.down_proj.detach()[own].clone())
+        tp = dist.get_world_size(tensor_group) if tensor_group is not None else 1
+        tp_rank = dist.get_rank(tensor_group) if tensor_group is not None else 0
+        # name -> (split dim, fused sections) under tp: gate | up rows, down's columns (the ffn width)
+        self.shard_spec = {"gate_up_proj": (1, 2), "down_proj": (2, 1)} if tp > 1 else {}
+        weights = {"gate_up_proj": experts.gate_up_proj.detach()[own], "down_proj": experts.down_proj.detach()[own]}
+        for name, full in weights.items():
+            if name in self.shard_spec:
+                dim, sections = self.shard_spec[name]
+                try:
+                    full = shard_tensor(full, dim, tp_rank, tp, sections)
+                except ValueError:
+                    raise ValueError(
+                        f"tensor parallelism {tp} does not divide the experts' ffn width {full.shape[dim] // sections}"
+                    ) from None
+            setattr(self, name, nn.Parameter(full.clone()))
         self.act_fn = experts.act_fn
         self.capacity_factor = capacity_factor
         self.dropped = 0  # assignments dropped by the capacity limit at the last call, on this rank
@@ -59,6 +82,8 @@ class ExpertParallelExperts(nn.Module):
     def _exchange(self, tensor: torch.Tensor, receive: list[int], send: list[int]) -> torch.Tensor:
         import torch.distributed._functional_collectives as funcol
 
+        if self.group is None:
+            return tensor
         out = funcol.all_to_all_single_autograd(tensor, receive, send, self.group)
         return funcol.wait_tensor(out)
 
@@ -78,12 +103,15 @@ class ExpertParallelExperts(nn.Module):
         token_of = order // top_k
         owner = expert_sorted // self.local
         send_counts = torch.bincount(owner, minlength=self.ep)
-        receive_counts = torch.empty_like(send_counts)
-        dist.all_to_all_single(receive_counts, send_counts, group=self.group)
+        receive_counts, local_expert = send_counts, expert_sorted - owner * self.local
+        if self.group is not None:
+            receive_counts = torch.empty_like(send_counts)
+            dist.all_to_all_single(receive_counts, send_counts, group=self.group)
         send, receive = send_counts.tolist(), receive_counts.tolist()
         received = self._exchange(hidden[token_of], receive, send)
-        local_expert = torch.empty(sum(receive), dtype=expert_sorted.dtype, device=hidden.device)
-        dist.all_to_all_single(local_expert, expert_sorted - owner * self.local, receive, send, group=self.group)
+        if self.group is not None:
+            local_expert = torch.empty(sum(receive), dtype=expert_sorted.dtype, device=hidden.device)
+            dist.all_to_all_single(local_expert, expert_sorted - owner * self.local, receive, send, group=self.group)
         outputs = torch.zeros_like(received)
         for expert in range(self.local):
             rows = (local_expert == expert).nonzero().squeeze(1)

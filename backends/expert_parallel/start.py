@@ -14,9 +14,9 @@ from .apply import ExpertParallel, apply_expert_parallel
 def start_expert_parallel(model: Any, settings: EngineConfig, weights: Any, device: Any) -> ExpertParallel:
     """Fill the model if it is on the meta device, swap in this rank's experts, and return the groups."""
     block, layout = settings.hardware_selector, settings.hardware_selector.layout
-    if layout.tp > 1 or layout.pp > 1 or layout.cp > 1:
+    if layout.cp > 1:  # (with tp, backends/parallelize.py splits the experts; it refuses pp and cp)
         raise UserInputError(
-            f"layout {layout.describe()}: expert parallelism composes with data parallelism here; use tp, pp and cp 1"
+            f"layout {layout.describe()}: expert parallelism composes with data and tensor parallelism here; use cp 1"
         )
     require_ranks("layout.ep", layout.ep, "the experts")
     place_whole(model, weights, device)  # every rank holds the whole model, then keeps its experts

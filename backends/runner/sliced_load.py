@@ -18,13 +18,22 @@ from planner.errors import UserInputError
 from .model_init import materialize
 
 
+def _experts_split(parallel_model: Any, name: str) -> tuple[int, int]:
+    """(ep, ep rank) for an expert tensor split over ep (its experts along dim 0), else (1, 0)."""
+    expert_parallel = parallel_model.expert_parallel
+    if expert_parallel is not None and name in expert_parallel.expert_names:
+        return expert_parallel.ep, expert_parallel.ep_rank
+    return 1, 0
+
+
 def _full_shape(parallel_model: Any, name: str, local_shape: tuple[int, ...], tp: int) -> tuple[int, ...]:
+    full = list(local_shape)
+    full[0] *= _experts_split(parallel_model, name)[0]
     spec = parallel_model.shard_specs.get(name)
     if spec is None:
-        return local_shape
+        return tuple(full)
     dim = spec[0]
     count = tp // parallel_model.tp_replicas.get(name, 1)
-    full = list(local_shape)
     full[dim] *= count
     if name in parallel_model.padded_rows:
         full[dim] = parallel_model.padded_rows[name]
@@ -42,10 +51,14 @@ def slice_index(parallel_model: Any, name: str, full_shape: tuple[int, ...]) -> 
         length = -(-length // groups.dims.tp) * groups.dims.tp  # padded to a multiple of tp
     section = length // sections
     part = section // count
+    ep, ep_rank = _experts_split(parallel_model, name)
+    experts = full_shape[0] // ep
     pieces = []
     for number in range(sections):
         start = number * section + index * part
         selector = [slice(None)] * len(full_shape)
+        if ep > 1:  # this rank's run of experts
+            selector[0] = slice(ep_rank * experts, (ep_rank + 1) * experts)
         selector[dim] = slice(start, start + part)
         pieces.append(tuple(selector))
     return pieces

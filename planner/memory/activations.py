@@ -108,6 +108,9 @@ class ActivationShape(NamedTuple):
     context_parallel: int = 1
     fp8: bool = False  # FP8 block matmuls: each keeps an FP8 copy of its input for backward
     routed_load: float = 1.0  # MoE: the busiest expert-parallel rank's routed assignments, in even shares
+    # MoE under tp in our engine: every tp rank routes all the tokens, so each holds every routed token's hidden
+    # state (gathered for its experts, weighted after them); only the experts' ffn-wide tensors split over tp.
+    routes_every_token_per_tp_rank: bool = False
 
     @classmethod
     def of(cls, config: TrainingConfig) -> ActivationShape:
@@ -121,6 +124,7 @@ class ActivationShape(NamedTuple):
             config.context_parallel,
             config.fp8,
             config.routing.busiest_rank_load(config.expert_parallel),
+            config.strategy is Strategy.ENGINE,
         )
 
 
@@ -215,6 +219,7 @@ def block_bytes(
             attention += 2 * 2 * h * encoder_per_token  # k and v projections each cast the (fp32) encoder output
 
     mlp_tensors = (3 if spec.mlp_kind is MlpKind.GATED else 1) + traits.activation_saved_tensors
+    whole_per_tp_rank = 0.0
     mlp_width = widths.experts if spec.is_moe else w
     mlp: float = ffn * mlp_width * mlp_tensors
     if traits.mlp_dropout:
@@ -222,13 +227,20 @@ def block_bytes(
     if spec.is_moe:
         k = spec.experts_per_token * layout.routed_load  # an uneven router: the busiest rank's share
         # Each token's hidden state is gathered for, and weighted after, each of its k experts.
-        mlp = k * mlp + k * h * (w + widths.experts) + spec.num_experts * 4
+        routed_hidden = k * h * (w + widths.experts)
+        if layout.routes_every_token_per_tp_rank:  # whole on every tp rank: not divided by tp below
+            whole_per_tp_rank, routed_hidden = routed_hidden, 0.0
+        mlp = k * mlp + routed_hidden + spec.num_experts * 4
         if traits.shared_expert:  # an always-on gated MLP (older Qwen2-MoE specs: of ffn_size), maybe gated
             shared = spec.shared_expert_ffn_size or spec.ffn_size
             mlp += shared * w * (3 + traits.activation_saved_tensors) + (4 if traits.shared_expert_gate else 0)
         if spec.dense_layers:  # blocks with a dense MLP of ffn_size instead: the average block over the model
-            dense = spec.ffn_size * w * mlp_tensors
-            mlp += (dense - mlp) * min(spec.dense_layers, spec.num_layers) / spec.num_layers
+            dense, dense_share = (
+                spec.ffn_size * w * mlp_tensors,
+                min(spec.dense_layers, spec.num_layers) / spec.num_layers,
+            )
+            mlp += (dense - mlp) * dense_share
+            whole_per_tp_rank *= 1 - dense_share
     if layout.fp8 and w == 2:
         # Transformer Engine keeps each block matmul's input for backward as an FP8 copy (1 byte) instead of a
         # 16-bit one: the norms' outputs feeding attention and the MLP (one copy per projection under
@@ -238,7 +250,7 @@ def block_bytes(
         hidden -= per_norm * h
         mlp -= ffn * routed
         attention -= spec.num_heads * spec.head_dim
-    return hidden / hidden_split + (attention + mlp) / tp
+    return hidden / hidden_split + (attention + mlp) / tp + whole_per_tp_rank
 
 
 def _audio_frontend_bytes(spec: ModelSpec, widths: Widths) -> float:

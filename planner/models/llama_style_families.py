@@ -17,6 +17,16 @@ from planner.models.family_entry import (
 )
 from planner.models.spec import ModelFamily
 
+# Mixtral: Llama's attention split over tp; its sparse MoE block (router + fused experts) is the engine's expert
+# parallelism, with each expert's ffn split over tp as well.
+MIXTRAL_PARALLEL_PLAN = LLAMA_PARALLEL_PLAN.model_copy(
+    update={
+        "column": (("self_attn.q_proj", 1), ("self_attn.k_proj", 1), ("self_attn.v_proj", 1)),
+        "row": ("self_attn.o_proj",),
+        "moe_block": "mlp",
+    }
+)
+
 
 def _llama_like(
     model_type: str,
@@ -77,6 +87,7 @@ LLAMA_STYLE_ENTRIES: tuple[FamilyEntry, ...] = (
             tied_by_default=False,
             bias="none",
         ),
+        plan=MIXTRAL_PARALLEL_PLAN,
     ),
     _llama_like(
         "qwen2",

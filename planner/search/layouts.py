@@ -239,16 +239,27 @@ def _engine_tp_pp_layouts(spec: ModelSpec, cluster: ClusterSpec, tp: int, cp: in
 
 
 def _expert_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[StrategyLayout]:
-    """The engine's expert parallelism: ep dividing the experts and the ranks, with tp and pp 1 and ZeRO 0-3
-    on the ep ranks' expert-data-parallel group (backends/expert_parallel/apply.py)."""
+    """The engine's expert parallelism: ep dividing the experts and the data-parallel ranks, ZeRO 0-3 on the ep
+    ranks' expert-data-parallel group (backends/expert_parallel/apply.py); beside tp (sequence parallelism on, each
+    expert's ffn split too) for a family with a tensor-parallel plan (Mixtral), pp and cp 1."""
     world = cluster.world_size
+    with_tp = spec.model_type in ENGINE_MODEL_TYPES
     layouts = []
-    for ep in divisors(spec.num_experts):
-        if ep == 1 or world % ep:
+    for tp in tensor_parallel_degrees(spec, cluster) if with_tp else [1]:
+        if (spec.expert_ffn_size or spec.ffn_size) % tp:
             continue
-        for stage in [0, 1, 2, 3] if world // ep > 1 else [0]:
-            fields = {"strategy": Strategy.ENGINE, "zero_stage": stage, "layout": ParallelDims(ep=ep)}
-            layouts.append(_layout(SIMPLICITY["engine"] + stage // 2, fields))
+        dp = world // tp
+        for ep in divisors(spec.num_experts):
+            if (ep == 1 and tp == 1) or dp % ep:
+                continue
+            for stage in [0, 1, 2, 3] if dp // ep > 1 else [0]:
+                fields = {
+                    "strategy": Strategy.ENGINE,
+                    "zero_stage": stage,
+                    "layout": ParallelDims(ep=ep, tp=tp),
+                    "sequence_parallel": tp > 1,
+                }
+                layouts.append(_layout(SIMPLICITY["engine"] + (tp > 1) + stage // 2, fields))
     return layouts
 
 

@@ -182,7 +182,8 @@ def step_communication(
     if shape.experts and config.expert_parallel > 1:
         # The busiest rank's share sets the exchange's length (planner/expert_routing.py).
         load = config.routing.busiest_rank_load(config.expert_parallel)
-        routed = activation_bytes * shape.experts_per_token * load / tp
+        routed = activation_bytes * shape.experts_per_token * load
+        routed /= tp if implementation.expert_tokens_split_over_tp else 1  # (planner/throughput/implementation.py)
         ep_group = process_group(config.expert_parallel, tp, gpn)
         ep_comm = accum * stage.blocks * tp_per_block * all_to_all_s(links, ep_group, routed)
     # DualPipe runs one chunk's all-to-all while another computes: only the excess waits.

@@ -29,6 +29,12 @@ documented assumption, never a factor fitted to single runs:
   against 1F1B's (pp - 1) (bidirectional_pipeline; its weight-gradient
   refinement, -3W, is left out, so the bubble is an upper bound). DualPipe
   keeps two copies of the parameters, which the memory estimate does not add.
+- expert_tokens_split_over_tp: under expert and tensor parallelism, whether each
+  tp rank sends only its share of the routed tokens to the other ep ranks
+  (Megatron-LM's expert tensor parallelism over sequence shards) or every tp
+  rank routes and exchanges all of them (this project's engine: the tp ranks of
+  a replica route the same tokens, each exchanging them with the ep ranks at its
+  own tp coordinate; backends/expert_parallel/dispatch.py).
 """
 
 from __future__ import annotations
@@ -47,13 +53,19 @@ class Implementation:
     transformers_attention: bool = False
     overlaps_expert_all_to_all: bool = False
     bidirectional_pipeline: bool = False
+    expert_tokens_split_over_tp: bool = True
 
 
 # What this project's strategies run (DDP, FSDP, DeepSpeed and the engine all train
 # transformers' modules; the engine pipelines with torch.distributed.pipelining).
 # Collectives are taken at NCCL's aggregated rate, as llm-foundry's FSDP measured.
 OUR_STRATEGIES = Implementation(
-    "transformers modules (this project's backends)", KernelStack.HF_EAGER, False, False, transformers_attention=True
+    "transformers modules (this project's backends)",
+    KernelStack.HF_EAGER,
+    False,
+    False,
+    transformers_attention=True,
+    expert_tokens_split_over_tp=False,
 )
 LLM_FOUNDRY = Implementation("llm-foundry (MPT, torch FSDP)", KernelStack.FUSED, False, False)
 MEGATRON_LM = Implementation("Megatron-LM", KernelStack.FUSED, True, False)

@@ -1,0 +1,97 @@
+"""An MoE block under tensor parallelism: what the engine adds around ExpertParallelExperts (docs/parallelism.md).
+
+Each tp rank holds a tp-th of the ffn of every expert it owns (dispatch.py) and the whole router, so the block is
+treated as a column- then row-parallel MLP is (Megatron's expert tensor parallelism):
+
+- its input is the full sequence on every tp rank: copied into the tp region (identity forward, the gradients
+  summed over tp in backward), or, under sequence parallelism, gathered by the norm before it
+  (backends/tensor_parallel/apply.py);
+- its output, each rank's partial sum of the experts' outputs weighted by the router, is summed over tp (all-reduce,
+  or reduce-scatter onto the sequence shards under SP);
+- each rank's router weights get the gradient through its partial output only: summed over tp in backward.
+
+The router's load-balancing loss (transformers' load_balancing_loss_func, added when the config sets
+output_router_logits, as the HF model adds it) comes from the same logits on every tp rank, so each rank
+back-propagates a tp-th of it and the router's summed gradient counts it once (RouterLoss.term).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from backends.decoder_anatomy import decoder_layers, get_path
+from backends.tensor_parallel.collectives import copy_to_tp, reduce_from_tp, reduce_scatter_sequence
+
+
+def _sum_over(group: Any):
+    def hook(grad: torch.Tensor) -> torch.Tensor:
+        import torch.distributed as dist
+
+        grad = grad.clone()
+        dist.all_reduce(grad, group=group)
+        return grad
+
+    return hook
+
+
+def moe_blocks(model: nn.Module, path: str) -> list[nn.Module]:
+    """This rank's MoE blocks (layers of other pipeline stages are nn.Identity)."""
+    return [get_path(layer, path) for layer in decoder_layers(model) if not isinstance(layer, nn.Identity)]
+
+
+def apply_moe_tensor_parallel(model: nn.Module, path: str, group: Any, *, sequence_parallel: bool) -> None:
+    """Wrap every MoE block at `path` (inside each layer) for tensor parallelism over `group`, in place."""
+    reduce = reduce_scatter_sequence if sequence_parallel else reduce_from_tp
+    for block in moe_blocks(model, path):
+        if not sequence_parallel:
+            block.register_forward_pre_hook(lambda module, args: (copy_to_tp(args[0], group), *args[1:]))
+        block.register_forward_hook(lambda module, args, output: reduce(output, group))
+        for name, param in block.named_parameters():
+            if not name.startswith("experts."):  # the router: whole on every rank, a partial gradient on each
+                param.register_hook(_sum_over(group))
+
+
+class RouterLoss:
+    """Collects the routers' logits during a forward and gives the load-balancing loss term to add to the loss."""
+
+    def __init__(self, model: nn.Module, path: str, tp: int):
+        config = model.config
+        self.enabled = bool(getattr(config, "output_router_logits", False))
+        self.coefficient = float(getattr(config, "router_aux_loss_coef", 0.0))
+        self.experts = int(getattr(config, "num_local_experts", None) or config.num_experts)
+        self.top_k = int(config.num_experts_per_tok)
+        self.tp = tp
+        # The family's own loss function, from the module that defines the HF model class.
+        self.function = getattr(sys.modules[type(model).__module__], "load_balancing_loss_func", None)
+        self.enabled = self.enabled and self.function is not None
+        self.logits: list[torch.Tensor] = []
+        self._collecting = False
+        for block in moe_blocks(model, path):
+            block.gate.register_forward_hook(self._record)
+
+    def _record(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self._collecting:  # not during a checkpointed layer's recomputation in backward
+            self.logits.append(output[0])
+
+    @contextlib.contextmanager
+    def collecting(self) -> Iterator[None]:
+        self.logits, self._collecting = [], self.enabled
+        try:
+            yield
+        finally:
+            self._collecting = False
+
+    def term(self) -> torch.Tensor | float:
+        """coef x the loss, whose gradient is a tp-th of it on each tp rank (the value is the whole)."""
+        if not self.logits:
+            return 0.0
+        whole = self.coefficient * self.function(tuple(self.logits), self.experts, self.top_k)
+        self.logits = []
+        share = whole / self.tp
+        return share + (whole - share).detach()

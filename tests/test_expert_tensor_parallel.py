@@ -1,0 +1,106 @@
+"""Expert parallelism composed with tensor parallelism in the engine (docs/parallelism.md, "Expert parallelism").
+
+Reference: transformers' MixtralForCausalLM trained by torch's AdamW in one process on the same two data-parallel
+ranks' batches (tests/expert_parallel_model.py reference_run: the loss with the router's load-balancing loss).
+On 4 ranks, ep 2 x tp 2 under ZeRO-0, 1, 2 (with sequence parallelism) and 3, and tp 2 alone (the experts'
+ffn split over tp only, with SP), each train the reference's losses (1e-5) and gradient norms (rel 1e-5), and
+their consolidated export (HF-named, every expert gathered over ep and tp) holds the reference's final weights
+(1e-5). Each rank holds the planner's per-rank parameter count (planner/memory/rank_params.py, within 3%). A
+checkpoint resumes across ep 2 x tp 2 and tp 2 to the saving run's next step.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.distributed import run_torchrun
+from tests.expert_parallel_model import reference_run
+from tests.test_expert_parallel_engine import planned_rank_params
+
+
+@pytest.mark.slow
+def test_experts_over_ep_and_tp_train_the_single_process_reference(tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    out = tmp_path / "out"
+    run_torchrun(["tests/engine_jobs/expert_tensor_parallel.py", str(out)], nproc=4, timeout=400)
+    losses, norms, params, _ = reference_run(2)
+    runs = ("ep2-tp2-zero0", "ep2-tp2-zero1", "ep2-tp2-zero3", "ep2-tp2-sp-zero2", "ep1-tp2-sp")
+    for rank in range(4):
+        results = json.loads((tmp_path / f"out.{rank}.json").read_text())
+        for run in runs:
+            result = results[run]
+            assert result["world"] == 2, run  # two data-parallel ranks: the ep pair, or the tp pairs' replicas
+            assert result["losses"] == pytest.approx(losses, abs=1e-5), (rank, run)
+            assert result["norms"] == pytest.approx(norms, rel=1e-5), (rank, run)
+            ep = 2 if run.startswith("ep2") else 1
+            assert result["held"] == pytest.approx(planned_rank_params(ep=ep, tp=2), rel=0.03), (rank, run)
+        for move, resumed in results["reshard"].items():
+            assert resumed["resumed"] == pytest.approx(resumed["uninterrupted"], abs=1e-5), move
+        assert set(results["reshard"]) == {"ep2-tp2->ep1-tp2", "ep1-tp2->ep2-tp2"}
+    for run in runs:
+        exported = load_file(str(tmp_path / f"out.{run}.safetensors"))
+        assert set(exported) == set(params), run
+        for name, reference in params.items():
+            assert torch.allclose(exported[name], reference, atol=1e-5), (run, name)
+
+
+def _engine_expert_layouts(model: str) -> set[tuple[int, int, bool]]:
+    from planner.hardware.cluster import make_cluster
+    from planner.models.resolve import resolve_model
+    from planner.search import PlanRequest
+    from planner.search.layouts import enumerate_layouts
+
+    layouts = enumerate_layouts(resolve_model(model), make_cluster("H100-80GB", 8, 2), PlanRequest())
+    return {
+        (layout.fields["layout"].ep, layout.fields["layout"].tp, layout.fields.get("sequence_parallel", False))
+        for layout in layouts
+        if layout.fields["strategy"].value == "engine"
+    }
+
+
+def test_the_search_offers_what_the_engine_runs():
+    """Mixtral (a tp plan in the family registry): ep beside tp, sequence parallelism on with tp, pp and cp 1; the
+    MoE families without one (Qwen3-MoE) get ep alone."""
+    mixtral = _engine_expert_layouts("mixtral-8x7b")
+    assert {(2, 2, True), (8, 2, True), (1, 8, True), (2, 1, False)} <= mixtral
+    assert all(sequence_parallel == (tp > 1) for _, tp, sequence_parallel in mixtral)
+    assert {tp for _, tp, _ in _engine_expert_layouts("qwen3-30b-a3b")} == {1}
+
+
+def test_the_engine_routes_every_token_on_each_tp_rank_in_the_estimates():
+    """Every tp rank of the engine routes and exchanges all the tokens (backends/expert_parallel/dispatch.py), where
+    Megatron-LM's sends a tp-th: the ep all-to-all takes longer than under the tp-split preset, and each block keeps
+    the routed hidden states whole on every tp rank, (tp - 1)/tp of k x hidden x (16-bit input + fp32 output) bytes
+    per token more than when they split over tp."""
+    import dataclasses
+
+    from planner.contract.layout import ParallelDims
+    from planner.hardware.cluster import make_cluster
+    from planner.memory.activations import ActivationShape, activation_widths, block_bytes
+    from planner.models.resolve import resolve_model
+    from planner.throughput.estimate import estimate_throughput
+    from planner.throughput.implementation import OUR_STRATEGIES
+    from planner.training_config import TrainingConfig
+
+    spec, cluster = resolve_model("mixtral-8x7b"), make_cluster("H100-80GB", 8, 2)
+    config = TrainingConfig(
+        strategy="engine", layout=ParallelDims(ep=2, tp=2), sequence_parallel=True, seq_len=4096, micro_batch=1
+    )
+    split = dataclasses.replace(OUR_STRATEGIES, expert_tokens_split_over_tp=True)
+    ours, megatron_like = (
+        estimate_throughput(spec, config, cluster, implementation=preset).breakdown.tensor_parallel_comm_s
+        for preset in (OUR_STRATEGIES, split)
+    )
+    assert ours > megatron_like
+    shape, widths = ActivationShape.of(config), activation_widths(config, native_mixed=False)
+    assert shape.routes_every_token_per_tp_rank
+    whole, shared = (
+        block_bytes(spec, shape._replace(routes_every_token_per_tp_rank=flag), widths, kv_seq_len=4096)
+        for flag in (True, False)
+    )
+    k, tp = spec.experts_per_token, 2
+    assert whole - shared == pytest.approx(k * spec.hidden_size * (widths.compute + widths.experts) * (1 - 1 / tp))
