@@ -1,7 +1,7 @@
 """torchrun job: a tiny Mixtral trained by the engine with its experts split over layout.ep.
 
-argv: OUT EP [FAMILY]. Runs ZeRO-0 to ZeRO-3 with no capacity limit, then once with a small capacity factor;
-with FAMILY (tests/expert_parallel_model.py MODELS), that family's model under ZeRO-1 only.
+argv: OUT EP [FAMILY ...]. Runs ZeRO-0 to ZeRO-3 with no capacity limit, then once with a small capacity factor;
+with FAMILYs (tests/expert_parallel_model.py MODELS), each family's model under ZeRO-1 only.
 Each rank writes OUT.<rank>.json: per run its losses and gradient norms, its parameters after the steps
 (its own experts under their global index), and the assignments it dropped at the first step.
 """
@@ -102,9 +102,9 @@ def reshard(ep: int, out: str) -> dict:
 def main() -> None:
     out, ep = sys.argv[1], int(sys.argv[2])
     dist.init_process_group("gloo")
-    if len(sys.argv) > 3:  # another family: the plain runs only (ZeRO-1)
+    if len(sys.argv) > 3:  # other families (one job, as each launch costs its ranks' start-up): ZeRO-1 runs only
         with open(f"{out}.{dist.get_rank()}.json", "w") as handle:
-            json.dump({"zero1": run(1, ep, 0.0, MODELS[sys.argv[3]])}, handle)
+            json.dump({family: run(1, ep, 0.0, MODELS[family]) for family in sys.argv[3:]}, handle)
         return
     # ZeRO shards over the expert-data-parallel group: stages 2 and 3 differ from 1 only where it has 2+ ranks.
     stages = (0, 1, 2, 3) if dist.get_world_size() > ep else (0, 1)
