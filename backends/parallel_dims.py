@@ -78,6 +78,7 @@ class ParallelGroups:
     dims: ParallelDims
     mesh: Any  # torch.distributed.device_mesh.DeviceMesh
     _groups: dict[str, Any] = field(default_factory=dict, repr=False)
+    _ranks: dict[str, int] = field(default_factory=dict, repr=False)
 
     def group(self, name: str) -> Any:
         if name not in self._groups:
@@ -109,7 +110,9 @@ class ParallelGroups:
         return self.group("pp")
 
     def local_rank(self, name: str) -> int:
-        return self.mesh[name].get_local_rank()  # also a flattened dimension (dp under ep)
+        if name not in self._ranks:
+            self._ranks[name] = self.mesh[name].get_local_rank()  # also a flattened dimension (dp under ep)
+        return self._ranks[name]
 
     @property
     def dp_rank(self) -> int:

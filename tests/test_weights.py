@@ -23,6 +23,7 @@ TENSORS = {
     "attn.c_attn.weight": torch.randn(8, 24),  # GPT-2 Conv1D: [in, 3 x out], q|k|v sections along dim 1
     "attn.k_proj.weight": torch.randn(4, 8),  # 2 key/value heads of 2 under tp 4: replicated in pairs
     "norm.bias": torch.randn(8),
+    "experts.gate_up_proj": torch.randn(4, 16, 8),  # 4 experts' gate | up rows (ffn 8): over ep 2, then tp
 }
 
 
@@ -33,21 +34,30 @@ def source(tmp_path_factory):
     return WeightSource(folder)
 
 
-def model_part(tp: int, rank: int) -> SimpleNamespace:
+def model_part(tp: int, rank: int, ep_rank: int = 0) -> SimpleNamespace:
     return SimpleNamespace(
-        shard_specs={"embed.weight": (0, 1), "attn.c_attn.weight": (1, 3), "attn.k_proj.weight": (0, 1)},
+        shard_specs={
+            "embed.weight": (0, 1),
+            "attn.c_attn.weight": (1, 3),
+            "attn.k_proj.weight": (0, 1),
+            "experts.gate_up_proj": (1, 2),
+        },
         tp_replicas={"attn.k_proj.weight": 2},
         padded_rows={"embed.weight": 101},
         groups=SimpleNamespace(dims=SimpleNamespace(tp=tp), tp_rank=rank),
+        expert_parallel=SimpleNamespace(ep=2, ep_rank=ep_rank, expert_names={"experts.gate_up_proj"}),
     )
 
 
 @pytest.mark.parametrize("tp", [2, 4])
 def test_tp_slices_equal_the_engines_own_sharding(source, tp):
-    for rank in range(tp):
-        part = model_part(tp, rank)
+    """Expert tensors: this ep rank's run of experts (the dispatch's own, dim 0 chunked over ep), then its tp slice."""
+    for rank, ep_rank in ((rank, ep_rank) for rank in range(tp) for ep_rank in range(2)):
+        part = model_part(tp, rank, ep_rank)
         for name, (dim, sections) in part.shard_specs.items():
             full = TENSORS[name]
+            if name in part.expert_parallel.expert_names:
+                full = full.chunk(2)[ep_rank]
             replicas = part.tp_replicas.get(name, 1)
             expected = shard_tensor(
                 pad_rows(full, padded_vocab(101, tp)) if name in part.padded_rows else full,
@@ -56,7 +66,7 @@ def test_tp_slices_equal_the_engines_own_sharding(source, tp):
                 tp // replicas,
                 sections,
             )
-            assert torch.equal(read_local_slice(part, source, name), expected), (name, tp, rank)
+            assert torch.equal(read_local_slice(part, source, name), expected), (name, tp, rank, ep_rank)
 
 
 def test_flat_ranges_read_only_the_rows_that_hold_them(source, monkeypatch):
