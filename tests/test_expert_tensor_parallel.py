@@ -104,3 +104,24 @@ def test_the_engine_routes_every_token_on_each_tp_rank_in_the_estimates():
     )
     k, tp = spec.experts_per_token, 2
     assert whole - shared == pytest.approx(k * spec.hidden_size * (widths.compute + widths.experts) * (1 - 1 / tp))
+
+
+def test_what_does_not_compose_is_one_line(tmp_path):
+    """ep with pp or cp is refused by the layout check before any group is built, and by --emit before any file is
+    written (a plan's layout may be edited by hand)."""
+    from backends.parallel_dims import check_fits
+    from planner.contract.layout import ParallelDims
+    from planner.errors import UserInputError
+
+    for dims in (ParallelDims(ep=2, pp=2, dp=2), ParallelDims(ep=2, cp=2, dp=2)):
+        with pytest.raises(UserInputError, match="expert parallelism runs with pp 1 and cp 1"):
+            check_fits(dims, dims.world_size)
+    check_fits(ParallelDims(ep=2, tp=2, dp=2), 4)  # what the engine runs
+
+    from planner.emit import emit_run_folder
+    from tests.emit_plans import make_plan
+
+    plan = make_plan("mixtral-8x7b", gpus_per_node=8, strategy="engine", zero_stage=1, layout=ParallelDims(ep=2, pp=2))
+    with pytest.raises(UserInputError, match="our engine splits experts over ep beside dp and tp, with pp 1"):
+        emit_run_folder(plan, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
