@@ -4,7 +4,8 @@ and context parallelism as our engine runs it (backends/context_parallel).
 A context-parallel trace shards the model with FSDP2 over every rank (the engine's ZeRO also runs over dp x cp)
 and swaps in the engine's attention: rank 0 keeps its zig-zag share of each sequence (chunks 0 and 2cp-1), at
 their true positions, and attends over the keys and values all-gathered from the cp group (on the fake process
-group the gather returns uninitialised tensors of the right size, which is all a memory trace needs).
+group the gather returns uninitialised tensors of the right size, which is all a memory trace needs). Each
+chunk's attention runs as CUDA runs it, flash attention keeping no mask (cuda_flash_chunk_attention).
 """
 
 from __future__ import annotations
@@ -50,22 +51,32 @@ def fsdp_wrap(model: Any, mesh: Any, precision: str) -> None:
     fully_shard(model, mesh=mesh, mp_policy=mp_policy)
 
 
+def cuda_flash_chunk_attention(query: Any, keys: Any, values: Any, **options: Any) -> Any:
+    """What a chunk's attention keeps on CUDA, traced on the CPU. CUDA's flash kernel takes the lower-right causal
+    alignment as a flag and keeps q, k, v, the output and a logsumexp; on the CPU, torch's lower-right bias builds
+    a boolean mask for each call, which the kernel would keep. The CPU flash kernel under the (top-left) causal flag
+    keeps exactly CUDA's tensors: the trace measures memory, so it stands in (other keys visible, same bytes)."""
+    import torch
+
+    return torch.nn.functional.scaled_dot_product_attention(query, keys, values, is_causal=True, **options)
+
+
 def context_parallel_batch(model: Any, config: Any, trace: Any, group: Any) -> tuple[dict, Any, Callable]:
     """Swap in the engine's context-parallel attention; (forward kwargs, the tracked input, outputs -> loss) for
     rank 0's share of micro_batch sequences of seq_len tokens. Call under FakeTensorMode."""
     import torch
 
     from backends.context_parallel.attention import NAME, ContextParallelAttention, register
-    from backends.context_parallel.sharding import chunk_indices, shifted_labels
+    from backends.context_parallel.sharding import shifted_labels
 
     cp = trace.context_parallel
     attention = ContextParallelAttention(group, cp)
+    attention.chunk_attention = cuda_flash_chunk_attention  # type: ignore[method-assign]
     register(attention)
     for module in model.modules():
         if getattr(module, "config", None) is not None:
             module.config._attn_implementation = NAME
-    local = chunk_indices(trace.seq_len, cp, 0)
-    attention.set_positions(local, torch.cat([chunk_indices(trace.seq_len, cp, rank) for rank in range(cp)]))
+    local = attention.set_split(trace.seq_len, 0)
     input_ids = torch.randint(0, config.vocab_size, (trace.micro_batch, trace.seq_len))
     targets = shifted_labels(input_ids)[:, local]
     ids = input_ids[:, local]

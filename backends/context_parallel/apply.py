@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .attention import NAME, ContextParallelAttention, register
-from .sharding import chunk_indices, shifted_labels
+from .sharding import shifted_labels
 
 
 @dataclass
@@ -36,9 +36,7 @@ class ContextParallel:
                 f"layout.cp {self.cp} splits each sequence into {2 * self.cp} chunks; this batch's sequences have "
                 f"{seq_len} tokens, not a multiple of {2 * self.cp}"
             )
-        local = chunk_indices(seq_len, self.cp, self.cp_rank).to(input_ids.device)
-        every = [chunk_indices(seq_len, self.cp, rank) for rank in range(self.cp)]
-        self.attention.set_positions(local, torch.cat(every).to(input_ids.device))
+        local = self.attention.set_split(seq_len, self.cp_rank, input_ids.device)
         targets = shifted_labels(labels)
         counted = torch.clamp((targets != -100).sum(), min=1)
         return input_ids[:, local], local[None, :], targets[:, local], counted

@@ -1,16 +1,17 @@
-"""Attention over a sequence split across cp ranks: gather every rank's keys and values, mask causally.
+"""Attention over a sequence split across cp ranks: gather every rank's keys and values, attend causally.
 
 Registered with transformers as the attention implementation "context_parallel" (and a mask function of
-the same name that builds nothing: the mask depends on which positions each rank holds, known here). Each
-rank computes its queries (its zig-zag chunks, at their true positions) against the keys and values of
-the whole sequence, all-gathered over the cp group with autograd (their gradients are reduce-scattered
-back in backward), under the causal mask of true positions. Grouped key/value heads are repeated after
-the gather, so the exchange moves kv_heads, not heads.
+the same name that builds nothing: what a query may see depends on which positions each rank holds, known
+here). Each rank computes its queries (its zig-zag chunks, at their true positions) against the keys and
+values of the whole sequence, all-gathered over the cp group with autograd (their gradients are
+reduce-scattered back in backward) and put in true order. Grouped key/value heads stay grouped (SDPA's
+enable_gqa), so the exchange moves kv_heads, not heads.
 
-The mask is additive, in the queries' dtype, built once per micro-batch and shared by every layer: a boolean
-mask would be converted (and kept for backward) anew by each layer's SDPA call on CUDA. It still holds this
-rank's tokens x the whole sequence (planner/memory/activations.py counts it); a ring-attention kernel that
-needs no mask is not written yet.
+No mask tensor: a chunk of L queries starting at true position p sees exactly the keys 0 .. p+L-1, the
+last L of them causally, which is SDPA over the keys cut at p+L under torch's lower-right causal bias
+(torch.nn.attention.bias.causal_lower_right). On CUDA that is flash attention, which takes the causal
+alignment as a flag and keeps no mask (what planner/memory/activations.py counts); on the CPU torch builds
+the chunk's boolean mask for each call (benchmarks/trace_sharding.py traces the CUDA behaviour).
 """
 
 from __future__ import annotations
@@ -19,30 +20,35 @@ from typing import Any
 
 import torch
 
+from .sharding import chunk_indices
+
 NAME = "context_parallel"
 
 
 class ContextParallelAttention:
-    """What the attention needs to know about the split: the group, and where each token sits."""
+    """What the attention needs to know about the split: the group, and where each rank's tokens sit."""
 
     def __init__(self, group: Any, cp: int):
         self.group, self.cp = group, cp
-        self.query_positions: torch.Tensor | None = None  # this rank's, set for each micro-batch
-        self.key_positions: torch.Tensor | None = None  # every rank's, in gather order
-        self._mask: torch.Tensor | None = None
+        self.chunks: list[tuple[int, int, int]] = []  # (first query, end, keys it sees) of each chunk of this rank
+        self._true_order: torch.Tensor | None = None  # gathered keys -> true order
 
-    def set_positions(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> None:
-        """This micro-batch's positions: this rank's queries, and every rank's keys in gather order."""
-        self.query_positions, self.key_positions, self._mask = query_positions, key_positions, None
+    def set_split(self, seq_len: int, rank: int, device: Any = None) -> torch.Tensor:
+        """This micro-batch's zig-zag split (sharding.py) for `rank`; returns the rank's positions. Arithmetic on
+        the split, no data-dependent step, so it also runs under FakeTensorMode (the memory traces)."""
+        every = [chunk_indices(seq_len, self.cp, other) for other in range(self.cp)]
+        self._true_order = torch.argsort(torch.cat(every)).to(device)
+        size = seq_len // (2 * self.cp)
+        self.chunks = [(0, size, (rank + 1) * size), (size, 2 * size, (2 * self.cp - rank) * size)]
+        return every[rank].to(device)
 
-    def _additive_mask(self, query: torch.Tensor) -> torch.Tensor:
-        """0 where a query may attend (a key at or before its true position), -inf elsewhere; one per micro-batch."""
-        assert self.query_positions is not None and self.key_positions is not None
-        if self._mask is None or self._mask.dtype != query.dtype or self._mask.device != query.device:
-            allowed = self.key_positions[None, :] <= self.query_positions[:, None]
-            blocked = torch.zeros(allowed.shape, dtype=query.dtype, device=query.device)
-            self._mask = blocked.masked_fill_(~allowed.to(query.device), float("-inf"))
-        return self._mask
+    @staticmethod
+    def chunk_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, **options: Any) -> torch.Tensor:
+        """One run of L consecutive queries against the keys up to its last position, the last L causally."""
+        from torch.nn.attention.bias import causal_lower_right
+
+        bias = causal_lower_right(query.shape[2], keys.shape[2])
+        return torch.nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=bias, **options)
 
     def __call__(
         self,
@@ -57,16 +63,22 @@ class ContextParallelAttention:
     ) -> tuple[torch.Tensor, None]:
         import torch.distributed._functional_collectives as funcol
 
+        assert self._true_order is not None, "set_split first"
+        order = self._true_order.to(key.device)
         keys = funcol.wait_tensor(funcol.all_gather_single_autograd(key.contiguous(), 2, self.group))
         values = funcol.wait_tensor(funcol.all_gather_single_autograd(value.contiguous(), 2, self.group))
-        output = torch.nn.functional.scaled_dot_product_attention(
-            query,
-            keys,
-            values,
-            attn_mask=self._additive_mask(query),  # causal, by true position
-            dropout_p=dropout if module.training else 0.0,
-            scale=scaling,
-            enable_gqa=query.shape[1] != keys.shape[1],
+        keys, values = keys.index_select(2, order), values.index_select(2, order)  # in true order
+        options = {
+            "dropout_p": dropout if module.training else 0.0,
+            "scale": scaling,
+            "enable_gqa": query.shape[1] != keys.shape[1],
+        }
+        output = torch.cat(
+            [
+                self.chunk_attention(query[:, :, start:end], keys[:, :, :seen], values[:, :, :seen], **options)
+                for start, end, seen in self.chunks
+            ],
+            dim=2,
         )
         return output.transpose(1, 2).contiguous(), None
 

@@ -361,10 +361,6 @@ def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths
             logits = 0.0
     if spec.vision_tower is not None:
         activations += vision_tower_bytes(spec, spec.vision_tower, layout, widths) * config.micro_batch
-    if config.context_parallel > 1:
-        # The engine's cp attention: one additive causal mask, this rank's tokens x the whole sequence in the
-        # compute dtype, shared by every layer and the micro-batch's sequences (backends/context_parallel).
-        activations += config.seq_len // config.context_parallel * config.seq_len * widths.compute
     loss_forward = (4 + widths.compute + (4 if widths.compute != 4 else 0)) * logits
     loss_backward = 12 * logits
     if config.kernels is KernelChoice.LIGER and logits:
