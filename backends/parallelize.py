@@ -2,8 +2,9 @@
 
 `parallelize(model, dims, activation_checkpointing=..., sequence_parallel=...)`
 applies, in order: pipeline stage pruning (this rank keeps only its stage's
-layers, and the embedding / head if first / last), tensor parallelism, then
-activation checkpointing. The engine then wraps the returned ParallelModel's
+layers, and the embedding / head if first / last), tensor parallelism, an MoE
+model's experts over ep (and their ffn over tp; backends/expert_parallel),
+context parallelism, then activation checkpointing. The engine then wraps the returned ParallelModel's
 parameters with ZeRO on `groups.dp_group`. The parameters stay plain tensors
 (each rank's local shard), so any data-parallel wrapper composes with them.
 
