@@ -107,14 +107,15 @@ def test_an_emitted_cp_run_folder_trains_like_the_reference(tmp_path):
 def test_a_cp_rank_keeps_a_shorter_sequence_plus_the_gathered_keys_and_values():
     """Against a plain run of the rank's seq/cp tokens: each block keeps the whole sequence's keys and values at
     their 8 kv heads (gathered; SDPA's enable_gqa does not repeat them) instead of this rank's repeated to the 32
-    query heads, and no mask: each chunk attends through the lower-right causal bias (backends/context_parallel)."""
+    query heads, no mask (each chunk attends through the lower-right causal bias), and the chunks' joined output
+    as a copy beside the kernels' own (backends/context_parallel)."""
     spec = resolve_model("llama-3.1-8b")
     seq, cp, micro = 131072, 8, 1
     split = TrainingConfig(strategy="engine", layout=ParallelDims(cp=cp), seq_len=seq, micro_batch=micro)
     short = TrainingConfig(strategy="engine", seq_len=seq // cp, micro_batch=micro)
     widths = activation_widths(split, native_mixed=False)
     q_width, kv_width = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
-    per_token = 2 * kv_width * cp - 2 * q_width
+    per_token = 2 * kv_width * cp - 2 * q_width + q_width
     expected = spec.num_layers * micro * (seq // cp) * per_token * widths.compute
     difference = (
         estimate_activations(spec, split, widths).activations - estimate_activations(spec, short, widths).activations

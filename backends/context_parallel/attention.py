@@ -73,14 +73,18 @@ class ContextParallelAttention:
             "scale": scaling,
             "enable_gqa": query.shape[1] != keys.shape[1],
         }
+        # (batch, tokens, heads, dim), as transformers' attention functions return: joined along the tokens, one
+        # copy beside the kernels' outputs (planner/memory/activations.py counts it)
         output = torch.cat(
             [
-                self.chunk_attention(query[:, :, start:end], keys[:, :, :seen], values[:, :, :seen], **options)
+                self.chunk_attention(
+                    query[:, :, start:end], keys[:, :, :seen], values[:, :, :seen], **options
+                ).transpose(1, 2)
                 for start, end, seen in self.chunks
             ],
-            dim=2,
+            dim=1,
         )
-        return output.transpose(1, 2).contiguous(), None
+        return output.contiguous(), None
 
 
 def register(attention: ContextParallelAttention) -> None:

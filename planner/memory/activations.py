@@ -170,6 +170,10 @@ def _attention_bytes(
         attention += (q_width + kv_width) * (4 + w)  # fp32 upcast input and normalised value
     if spec.qk_l2_norm:
         attention += (q_width + kv_width) * 4  # Llama 4: the fp32 input and scale, no weight to apply
+    if layout.context_parallel > 1 and not selective:
+        # The engine's cp attention runs a kernel per zig-zag chunk and concatenates their outputs: the output
+        # projection's input is a copy beside the kernels' outputs (traces llama3-1b-cp*).
+        attention += q_width * w
     if fused:
         if not selective:
             attention += q_width * w + spec.num_heads * 4  # kernel output and logsumexp
