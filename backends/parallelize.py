@@ -56,11 +56,16 @@ class ParallelModel(nn.Module):
         activation_checkpointing: str,
         tied_embedding_grad_group: Any = None,
         context_parallel: Any = None,
+        expert_parallel: Any = None,
+        router_loss: Any = None,
     ):
         super().__init__()
         self.module = model
         # A backends.context_parallel ContextParallel when layout.cp > 1: each micro-batch is split over the cp ranks.
         self.context_parallel = context_parallel
+        # A mixture of experts (backends/expert_parallel): its ExpertParallel when ep > 1, and its router's loss.
+        self.expert_parallel = expert_parallel
+        self.router_loss = router_loss
         self.groups = groups
         # Layers of each model chunk this rank runs: one chunk, or `virtual_stages` for interleaved 1F1B,
         # chunk c being pipeline stage c * pp + pp_rank.
@@ -87,9 +92,6 @@ class ParallelModel(nn.Module):
         # The head's rows are this rank's slice of the vocabulary (all of it when tp == 1).
         self.vocab_start = model.lm_head.weight.shape[0] * groups.tp_rank if self.is_last_stage else 0
         self.pipeline_runner = None  # set by parallelize when pp > 1
-        # Set by parallelize for a mixture of experts: its ExpertParallel (ep > 1) and its router's loss.
-        self.expert_parallel: Any = None
-        self.router_loss: Any = None
 
     @property
     def dims(self) -> ParallelDims:
@@ -353,8 +355,9 @@ def parallelize(
         activation_checkpointing=activation_checkpointing,
         tied_embedding_grad_group=tied_group,
         context_parallel=context_parallel,
+        expert_parallel=expert_parallel,
+        router_loss=router_loss,
     )
-    parallel.expert_parallel, parallel.router_loss = expert_parallel, router_loss
     if device_type == "cuda" and not any(param.is_meta for param in parallel.parameters()):
         # Shard on the host, then move only this rank's part: the full model may not fit one GPU.
         # (A model built on the meta device is materialised on the GPU by its loader instead.)
