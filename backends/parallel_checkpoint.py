@@ -96,9 +96,8 @@ def load_full_state_dict(parallel_model, full: dict[str, torch.Tensor]) -> None:
 
 def local_slice(parallel_model, name: str, full: torch.Tensor) -> torch.Tensor:
     """This rank's part of the full (unpadded, HF-shaped) tensor `name` under its layout."""
-    expert_parallel = parallel_model.expert_parallel
-    if expert_parallel is not None and name in expert_parallel.expert_names:
-        full = full.chunk(expert_parallel.ep)[expert_parallel.ep_rank]  # this rank's experts
+    if parallel_model.expert_parallel is not None:
+        full = parallel_model.expert_parallel.own_experts(name, full)
     spec = parallel_model.shard_specs.get(name)
     if spec is None:
         return full

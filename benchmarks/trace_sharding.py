@@ -70,8 +70,7 @@ def context_parallel_batch(model: Any, config: Any, trace: Any, group: Any) -> t
     from backends.context_parallel.sharding import shifted_labels
 
     cp = trace.context_parallel
-    attention = ContextParallelAttention(group, cp)
-    attention.chunk_attention = cuda_flash_chunk_attention  # type: ignore[method-assign]
+    attention = ContextParallelAttention(group, cp, chunk_kernel=cuda_flash_chunk_attention)
     register(attention)
     for module in model.modules():
         if getattr(module, "config", None) is not None:

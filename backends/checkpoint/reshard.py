@@ -138,8 +138,8 @@ def _fill(engine: Any, pieces: dict, aliases: dict[str, str], state: dict, choic
                     value = local_slice(engine.parallel_model, name, full) if engine.parallel_model else full
                 except ValueError:  # the full tensor does not split into this layout's shards
                     value = full
-                if engine.parallel_model is None and expert_parallel and name in expert_parallel.expert_names:
-                    value = value.chunk(expert_parallel.ep)[expert_parallel.ep_rank]  # this rank's experts
+                if engine.parallel_model is None and expert_parallel is not None:
+                    value = expert_parallel.own_experts(name, value)
                 if value.shape != param.shape:
                     raise UserInputError(
                         f"{choice} holds '{name}' with shape {tuple(full.shape)}, which does not fit "

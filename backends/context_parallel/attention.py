@@ -16,6 +16,7 @@ the chunk's boolean mask for each call (benchmarks/trace_sharding.py traces the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -25,11 +26,21 @@ from .sharding import chunk_indices
 NAME = "context_parallel"
 
 
+def lower_right_causal_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, **options: Any) -> Any:
+    """One run of L consecutive queries against the keys up to its last position, the last L causally."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    bias = causal_lower_right(query.shape[2], keys.shape[2])
+    return torch.nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=bias, **options)
+
+
 class ContextParallelAttention:
     """What the attention needs to know about the split: the group, and where each rank's tokens sit."""
 
-    def __init__(self, group: Any, cp: int):
+    def __init__(self, group: Any, cp: int, chunk_kernel: Callable[..., torch.Tensor] | None = None):
         self.group, self.cp = group, cp
+        # (query chunk, keys, values, **SDPA options) -> output; the memory traces pass CUDA's stand-in
+        self.chunk_kernel = chunk_kernel or lower_right_causal_attention
         self.chunks: list[tuple[int, int, int]] = []  # (first query, end, keys it sees) of each chunk of this rank
         self._true_order: torch.Tensor | None = None  # gathered keys -> true order
 
@@ -41,14 +52,6 @@ class ContextParallelAttention:
         size = seq_len // (2 * self.cp)
         self.chunks = [(0, size, (rank + 1) * size), (size, 2 * size, (2 * self.cp - rank) * size)]
         return every[rank].to(device)
-
-    @staticmethod
-    def chunk_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, **options: Any) -> torch.Tensor:
-        """One run of L consecutive queries against the keys up to its last position, the last L causally."""
-        from torch.nn.attention.bias import causal_lower_right
-
-        bias = causal_lower_right(query.shape[2], keys.shape[2])
-        return torch.nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=bias, **options)
 
     def __call__(
         self,
@@ -77,9 +80,9 @@ class ContextParallelAttention:
         # copy beside the kernels' outputs (planner/memory/activations.py counts it)
         output = torch.cat(
             [
-                self.chunk_attention(
-                    query[:, :, start:end], keys[:, :, :seen], values[:, :, :seen], **options
-                ).transpose(1, 2)
+                self.chunk_kernel(query[:, :, start:end], keys[:, :, :seen], values[:, :, :seen], **options).transpose(
+                    1, 2
+                )
                 for start, end, seen in self.chunks
             ],
             dim=1,

@@ -78,6 +78,10 @@ class ExpertParallel:
                 position += part.numel()
         flat[: unit.numel].div_(self.ep)  # the replicated ones' mean over ep; each expert's sum over the ep tokens
 
+    def own_experts(self, name: str, full: Any) -> Any:
+        """This rank's run of experts of the full (all experts) tensor `name`; any other tensor as it is."""
+        return full.chunk(self.ep)[self.ep_rank] if name in self.expert_names else full
+
     def full_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state dict of this rank's tensors with every expert's: each expert tensor gathered over the ep
         group (collective) and concatenated in ep-rank order, which is expert order."""

@@ -26,18 +26,8 @@ import torch
 from torch import nn
 
 from backends.decoder_anatomy import decoder_layers, get_path
+from backends.tensor_parallel.apply import all_reduce_grad
 from backends.tensor_parallel.collectives import copy_to_tp, reduce_from_tp, reduce_scatter_sequence
-
-
-def _sum_over(group: Any):
-    def hook(grad: torch.Tensor) -> torch.Tensor:
-        import torch.distributed as dist
-
-        grad = grad.clone()
-        dist.all_reduce(grad, group=group)
-        return grad
-
-    return hook
 
 
 def moe_blocks(model: nn.Module, path: str) -> list[nn.Module]:
@@ -54,7 +44,7 @@ def apply_moe_tensor_parallel(model: nn.Module, path: str, group: Any, *, sequen
         block.register_forward_hook(lambda module, args, output: reduce(output, group))
         for name, param in block.named_parameters():
             if not name.startswith("experts."):  # the router: whole on every rank, a partial gradient on each
-                param.register_hook(_sum_over(group))
+                param.register_hook(all_reduce_grad(group))
 
 
 class RouterLoss:
@@ -62,14 +52,13 @@ class RouterLoss:
 
     def __init__(self, model: nn.Module, path: str, tp: int):
         config = model.config
-        self.enabled = bool(getattr(config, "output_router_logits", False))
         self.coefficient = float(getattr(config, "router_aux_loss_coef", 0.0))
         self.experts = int(getattr(config, "num_local_experts", None) or config.num_experts)
         self.top_k = int(config.num_experts_per_tok)
         self.tp = tp
         # The family's own loss function, from the module that defines the HF model class.
         self.function = getattr(sys.modules[type(model).__module__], "load_balancing_loss_func", None)
-        self.enabled = self.enabled and self.function is not None
+        self.enabled = bool(getattr(config, "output_router_logits", False)) and self.function is not None
         self.logits: list[torch.Tensor] = []
         self._collecting = False
         for block in moe_blocks(model, path):

@@ -67,7 +67,9 @@ def _gather_norm_output(module: nn.Module, inputs, output):
     return gather_sequence(output, module._tp_group)
 
 
-def _all_reduce_grad(group):
+def all_reduce_grad(group):
+    """A gradient hook summing the gradient over `group` (a parameter each rank holds whole, fed partial inputs)."""
+
     def hook(grad):
         grad = grad.clone()
         dist.all_reduce(grad, group=group)
@@ -109,7 +111,7 @@ def apply_tensor_parallel(
             set_path(layer, path, column)
             if shard is not None:  # each replica saw only its own query heads: sum over the replicas
                 for param in column.parameters():
-                    param.register_hook(_all_reduce_grad(replica_group))
+                    param.register_hook(all_reduce_grad(replica_group))
         for path in arch.row:
             row = RowParallelLinear(get_path(layer, path), group, sequence_parallel=sequence_parallel)
             set_path(layer, path, row)
@@ -143,7 +145,7 @@ def apply_tensor_parallel(
             module.register_forward_hook(_gather_norm_output)
             partial_grads.extend(module.parameters())
         for param in partial_grads:
-            param.register_hook(_all_reduce_grad(group))
+            param.register_hook(all_reduce_grad(group))
     return partial_grads if sequence_parallel else []
 
 
