@@ -87,18 +87,25 @@ def plan_inputs(row: dict):
     config = TrainingConfig(
         strategy=Strategy(row.get("strategy", "engine")),
         zero_stage=row["zero_stage"],
-        layout={"tp": tp, "pp": pp, "cp": cp, "ep": row.get("ep", 1)},
+        layout={
+            "tp": tp,
+            "pp": pp,
+            "cp": cp,
+            "ep": row.get("ep", 1),
+            "virtual_stages": row.get("virtual_stages", 1),
+            "stage_layers": row.get("stage_layers"),
+        },
         fp8=row.get("fp8", False),
         kernels=row.get("kernels", "eager"),
         sequence_parallel=row.get("sequence_parallel", False),
-        pipeline_schedule=PipelineSchedule.ONE_F_ONE_B,
+        pipeline_schedule=PipelineSchedule(row.get("pipeline_schedule", "1f1b")),
         micro_batch=micro_batch,
         grad_accum=accum,
         seq_len=row["seq_len"],
         precision=row["precision"],
         activation_checkpointing=row["activation_checkpointing"],
         attention=row["attention"],
-    )
+    ).with_stage_map(spec)  # as the planner estimates it: pp that does not divide the layers gets the default map
     gpus_per_node = row["gpus_per_node"]
     nodes = max(gpus // gpus_per_node, 1)
     if "inter_node_GBps_per_gpu" in row:
@@ -150,7 +157,8 @@ def summary(results: list[Comparison]) -> dict[str, float]:
 
 def _layout(row: dict) -> str:
     extra = "".join(f" {key[0]}{row[key]}" for key in ("cp", "ep") if row.get(key, 1) > 1)
-    return f"t{row['tp']} p{row['pp']}{extra} d{data_parallel(row)}"
+    virtual = f" v{row['virtual_stages']}" if row.get("virtual_stages", 1) > 1 else ""
+    return f"t{row['tp']} p{row['pp']}{virtual}{extra} d{data_parallel(row)}"
 
 
 def render(results: list[Comparison], markdown: bool) -> str:

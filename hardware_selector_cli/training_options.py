@@ -1,5 +1,6 @@
 """Options describing the cluster and the training configuration (see option_groups.py)."""
 
+import re
 from dataclasses import dataclass
 
 import typer
@@ -114,8 +115,9 @@ def training_options(
     pp_layers: str | None = typer.Option(
         None,
         "--pp-layers",
-        help="Layers per pipeline stage, e.g. 7,8,8,7 (default: even, or the end stages one lighter when --pp "
-        "does not divide the layers).",
+        help="Layers per pipeline chunk, e.g. 7,8,8,7 or 7,8x14,7 (default: even, or the end stages one "
+        "lighter when --pp does not divide the layers); the first and last may be 0 (the embedding or the head "
+        "alone).",
     ),
     micro_batch: int = typer.Option(1, "--micro-batch", help="Sequences per GPU per micro-step."),
     seq_len: int = typer.Option(
@@ -192,15 +194,19 @@ def routing_options(
 
 
 def _stage_layers(text: str | None) -> tuple[int, ...] | None:
-    """--pp-layers 7,8,8,7: whole numbers of at least 1, one per pipeline chunk."""
+    """--pp-layers 7,8,8,7 or 7,8x14,7 (NxM: M chunks of N layers), one entry per pipeline chunk; the first
+    and last may be 0 (the embedding or the head alone: 0,1x126,0), which the layout checks."""
     if text is None:
         return None
-    try:
-        counts = tuple(int(part) for part in text.replace(" ", "").split(","))
-    except ValueError:
-        raise UserInputError(
-            f"--pp-layers lists layers per stage as whole numbers, e.g. 7,8,8,7, not {text!r}"
-        ) from None
-    for count in counts:
-        check_count("--pp-layers", count, high=MAX_LAYERS)
-    return counts
+    counts: list[int] = []
+    for part in text.replace(" ", "").lower().split(","):
+        match = re.fullmatch(r"([0-9]{1,9})(?:x([0-9]{1,9}))?", part)
+        if match is None:
+            raise UserInputError(
+                f"--pp-layers lists layers per pipeline chunk as whole numbers, e.g. 7,8,8,7 or 7,8x14,7, not {text!r}"
+            )
+        layers = check_count("--pp-layers", int(match[1]), high=MAX_LAYERS, low=0)
+        counts += [layers] * check_count("--pp-layers repeat", int(match[2] or 1), high=MAX_LAYERS)
+        if len(counts) > MAX_LAYERS:
+            raise UserInputError(f"--pp-layers lists more than {MAX_LAYERS:,} pipeline chunks")
+    return tuple(counts)

@@ -222,7 +222,7 @@ class TrainingConfig(BaseModel):
         chunks = self.pipeline_parallel * self.virtual_stages
         if chunks == 1 or self.layout.stage_layers is not None or model.num_layers % chunks == 0:
             return self
-        if chunks > model.num_layers:
+        if chunks > model.num_layers + 2:
             return self  # check_against says why
         layout = self.layout.model_copy(update={"stage_layers": default_stage_layers(model.num_layers, chunks)})
         return self.model_copy(update={"layout": layout})
@@ -232,7 +232,7 @@ class TrainingConfig(BaseModel):
         chunks = self.pipeline_parallel * self.virtual_stages
         if self.layout.stage_layers is not None:
             return self.layout.stage_layers
-        return default_stage_layers(model.num_layers, chunks) if chunks <= model.num_layers else (1,) * chunks
+        return default_stage_layers(model.num_layers, chunks) if chunks <= model.num_layers + 2 else (1,) * chunks
 
     def rank_layers(self, model: ModelSpec) -> tuple[int, ...]:
         """Layers on each pipeline rank (its chunks of the stage map together)."""
@@ -285,9 +285,11 @@ class TrainingConfig(BaseModel):
             raise UserInputError(
                 f"interleaved 1F1B runs micro-batches in rounds of {pp}; make --grad-accum a multiple of {pp}"
             )
-        if pp * self.virtual_stages > stage_layers and pp > 1:
+        if pp * self.virtual_stages > stage_layers + 2 and pp > 1 and stage_map is None:
+            # Two chunks more than layers leave the embedding and the head a chunk each (default_stage_layers).
             raise UserInputError(
-                f"{pp * self.virtual_stages} pipeline chunks exceed {model.name}'s {stage_layers} layers"
+                f"{pp * self.virtual_stages} pipeline chunks exceed {model.name}'s {stage_layers} layers "
+                "(plus one chunk each for the embedding and the head)"
             )
         if not model.is_moe and not self.routing.is_default:
             raise UserInputError(

@@ -230,7 +230,7 @@ def test_overhead_override(capsys):
         ),  # fmt: skip
         (
             ["--strategy", "engine", "--pp", "2", "--gpus-per-node", "2", "--grad-accum", "2", "--pp-layers", "16,x"],
-            "--pp-layers lists layers per stage as whole numbers",
+            "--pp-layers lists layers per pipeline chunk as whole numbers",
         ),  # fmt: skip
         (["--strategy", "zero3", "--lora-rank", "8", "--qlora"], "QLoRA with ZeRO-3"),
         (["--gpu", "no-such-gpu"], "no-such-gpu"),

@@ -152,3 +152,14 @@ def test_torchtitan_preset_against_its_papers_table(results):
         rows[f"torchtitan-llama3-8b-fsdp-{name}"] for name in ("eager", "compile", "compile-float8")
     )
     assert eager.predicted_tflops < compiled.predicted_tflops < float8.predicted_tflops
+
+
+def test_llama_3_405b_on_its_interleaved_one_layer_chunks_lands_within_fifteen_percent(results):
+    """Llama 3 405B's pipeline (Section 3.3.2, recalled): interleaved, one-layer chunks with the embedding and
+    the head in chunks of their own, 8 per rank over pp 16 (docs/accuracy.md). The 8k-token rows land within
+    the issue's 15% of the published MFU; under the 1F1B schedule the rows assumed before they were -24% and
+    -39%, so dropping the interleaving fails this test. The 128k-context row is reported, not bounded."""
+    by_id = {c.row["id"]: c for c in results}
+    for run in ("llama-3-405b-8k-gpus", "llama-3-405b-16k-gpus"):
+        assert by_id[run].row["virtual_stages"] == 8
+        assert abs(by_id[run].error) < 0.15, run

@@ -81,7 +81,10 @@ def test_the_engine_trains_an_uneven_map_to_the_single_process_losses(tmp_path):
     run_torchrun(["tests/engine_jobs/uneven_pipeline.py", str(out)], nproc=4, timeout=400)
     result = json.loads(Path(out).read_text())
     assert result["losses"] == pytest.approx(result["expected"], rel=1e-5)
-    assert [ranges[0] for ranges in result["ranges"]] == [[0, 2], [2, 5], [5, 8], [8, 10]]
+    assert [ranges[0] for ranges in result["losses_ranges"]] == [[0, 2], [2, 5], [5, 8], [8, 10]]
+    # Llama 3's layout in small: rank 0's first chunk is the embedding alone, rank 3's last the head alone.
+    assert result["interleaved"] == pytest.approx(result["expected"], rel=1e-5)
+    assert result["interleaved_ranges"] == [[[0, 0], [5, 6]], [[0, 2], [6, 8]], [[2, 4], [8, 10]], [[4, 5], [10, 10]]]
 
 
 def test_the_search_offers_uneven_pipelines_and_the_run_folder_carries_the_map(tmp_path):
@@ -104,3 +107,40 @@ def test_the_search_offers_uneven_pipelines_and_the_run_folder_carries_the_map(t
     plan.emit(tmp_path / "run")
     engine = json.loads((tmp_path / "run" / "engine.json").read_text())
     assert tuple(engine["hardware_selector"]["layout"]["stage_layers"]) == stage_map == (2, 2, 3, 3, 2)
+
+
+def test_the_embedding_and_the_head_may_take_a_chunk_of_their_own(capsys):
+    """Llama 3 405B's interleaved layout: 126 layers in 128 one-layer chunks over 16 ranks, the first chunk the
+    embedding alone and the last the head alone (0, 1 x 126, 0), from --virtual-stages 8 or --pp-layers."""
+    assert default_stage_layers(126, 128) == (0, *[1] * 126, 0)
+    assert default_stage_layers(126, 127) == (0, *[1] * 126)
+    interleaved = ["--pp-schedule", "interleaved-1f1b", "--virtual-stages", "8"]
+    code, document = _estimate(capsys, *interleaved)
+    assert code == 0 and document["config"]["layout"]["stage_layers"] == [0, *[1] * 126, 0]
+    code, explicit = _estimate(capsys, *interleaved, "--pp-layers", "0,1x126,0")
+    assert code == 0 and explicit["throughput"] == document["throughput"]
+    code, error = _estimate(capsys, *interleaved, "--pp-layers", "1,0,1x125,0")  # an empty chunk in the middle
+    assert code == 2 and "the first may hold the embedding alone" in error and error.count("\n") == 1
+
+
+def test_the_slowest_rank_paces_the_step_head_included():
+    """The step is paced by the rank whose blocks plus head take longest. Llama 3.1 405B's head (128k vocab)
+    costs less than a block, so under 7, 8 x 14, 7 a middle rank (8 blocks, no head) is the slowest, as under
+    8, 8 x 14, 6; a last rank of 8 blocks (6, 8 x 14, 8) adds the head, as the unmapped estimate does."""
+    from planner.hardware.cluster import make_cluster
+    from planner.models.resolve import resolve_model
+    from planner.throughput.estimate import estimate_throughput
+    from planner.training_config import TrainingConfig
+
+    spec, cluster = resolve_model("llama-3.1-405b"), make_cluster("H100-80GB", 8, 16)
+
+    def compute(stage_map):
+        layout = {"tp": 8, "pp": 16, "stage_layers": stage_map}
+        config = TrainingConfig(strategy="engine", layout=layout, grad_accum=16, seq_len=4096, micro_batch=1)
+        return estimate_throughput(spec, config, cluster).breakdown.compute_s
+
+    light_last, light_first = compute((7, *[8] * 14, 7)), compute((8, *[8] * 14, 6))
+    heavy_last = compute((6, *[8] * 14, 8))
+    assert light_last == pytest.approx(light_first, rel=1e-12)
+    assert heavy_last > light_last * 1.02  # the head is more than 2% of a rank's work
+    assert compute(None) == pytest.approx(heavy_last, rel=1e-12)

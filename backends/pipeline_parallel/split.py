@@ -3,7 +3,10 @@
 The plan may fix the split (engine.json `stage_split`, layers per stage);
 otherwise layers are balanced by cost, counting the embedding on the first
 stage and the LM head (plus loss) on the last as extra work, so those stages
-get fewer layers when the vocabulary is large.
+get fewer layers when the vocabulary is large. A plan's split may give the
+first stage 0 layers (it runs the embedding alone) and the last 0 layers (the
+final norm, head and loss alone), the slots Llama 3 405B gave them
+(planner/contract/layout.py).
 """
 
 from __future__ import annotations
@@ -22,15 +25,19 @@ def stage_layer_ranges(
     first_extra: float = 0.0,
     last_extra: float = 0.0,
 ) -> list[tuple[int, int]]:
-    """[start, end) layer indices per stage; every stage gets at least one layer."""
-    if pp < 1 or pp > n_layers:
-        raise UserInputError(f"{pp} pipeline stages need at least {pp} layers; the model has {n_layers}")
+    """[start, end) layer indices per stage; every stage gets at least one layer, except that a given
+    split may leave the first and the last stage without any (the embedding or the head alone)."""
     if stage_split is not None:
-        if len(stage_split) != pp or sum(stage_split) != n_layers or min(stage_split) < 1:
+        inner = stage_split[1:-1] if len(stage_split) > 1 else stage_split
+        valid = pp >= 1 and len(stage_split) == pp and sum(stage_split) == n_layers
+        if not (valid and min(stage_split) >= 0 and all(count >= 1 for count in inner)):
             raise UserInputError(
-                f"stage_split {list(stage_split)} must list {pp} positive layer counts summing to {n_layers}"
+                f"stage_split {list(stage_split)} must list {pp} layer counts summing to {n_layers}, each at "
+                "least 1 (the first and last may be 0: the embedding or the head alone)"
             )
         counts = list(stage_split)
+    elif pp < 1 or pp > n_layers:
+        raise UserInputError(f"{pp} pipeline stages need at least {pp} layers; the model has {n_layers}")
     else:
         counts = balanced_split(list(layer_costs or [1.0] * n_layers), pp, first_extra, last_extra)
     ranges, start = [], 0

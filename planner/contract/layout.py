@@ -16,6 +16,9 @@ hang where it is run.
 - stage_layers: decoder layers per pipeline chunk (pp x virtual_stages entries), or None
   for the balanced split. When pp does not divide the layers, the planner writes
   `default_stage_layers` here (the map its memory and speed were computed for).
+  The first and last chunks may hold 0 layers: the embedding alone and the head
+  (with the loss) alone, each taking a layer's slot, as Llama 3 405B split 126
+  layers into 128 one-layer chunks over 16 ranks (docs/parallelism.md).
 """
 
 from __future__ import annotations
@@ -51,8 +54,12 @@ class ParallelDims(BaseModel):
             chunks = self.pp * self.virtual_stages
             if len(self.stage_layers) != chunks:
                 raise ValueError(f"stage_layers lists {len(self.stage_layers)} stages; pp x virtual_stages is {chunks}")
-            if any(count < 1 for count in self.stage_layers):
-                raise ValueError("every pipeline stage needs at least one layer in stage_layers")
+            inner = self.stage_layers[1:-1] if chunks > 1 else self.stage_layers
+            if any(count < 1 for count in inner) or min(self.stage_layers) < 0:
+                raise ValueError(
+                    "every pipeline chunk needs at least one layer in stage_layers, except that the first may "
+                    "hold the embedding alone and the last the head alone (0 layers)"
+                )
         return self
 
     @property
@@ -100,16 +107,19 @@ class ParallelDims(BaseModel):
 def default_stage_layers(layers: int, chunks: int) -> tuple[int, ...]:
     """Layers per pipeline chunk when `chunks` does not divide `layers`: every chunk gets ceil(layers/chunks)
     and the surplus comes off the end chunks first, which also run the embedding and the output head (the
-    layout Llama 3 405B used for 126 layers over 16 stages: 7, 8 x 14, 7; BLOOM's 70 over 12: 5, 6 x 10, 5)."""
-    if chunks < 1 or layers < chunks:
-        raise ValueError(f"{chunks} pipeline chunks need at least {chunks} layers, not {layers}")
+    layout Llama 3 405B used for 126 layers over 16 stages: 7, 8 x 14, 7; BLOOM's 70 over 12: 5, 6 x 10, 5).
+    One or two chunks more than layers leave the end chunks empty, the embedding and the head each taking a
+    layer's slot (Llama 3 405B's interleaved schedule: 126 layers in 128 chunks, 0, 1 x 126, 0)."""
+    if chunks < 1 or layers + min(chunks - 1, 2) < chunks:
+        raise ValueError(f"{chunks} pipeline chunks need at least {max(chunks - 2, 1)} layers, not {layers}")
     base = -(-layers // chunks)
     counts = [base] * chunks
     surplus = base * chunks - layers
+    ends = (0, chunks - 1)
     left, right = 0, chunks - 1
     while surplus:
         for index in (left, right) if left != right else (left,):
-            if surplus and counts[index] > 1:
+            if surplus and counts[index] > (0 if index in ends else 1):
                 counts[index] -= 1
                 surplus -= 1
         left, right = left + 1, right - 1

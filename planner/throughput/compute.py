@@ -6,7 +6,10 @@ the causal half; the eager path materialises s x s scores), and the
 element-wise work. The matmul time is rescaled so its FLOPs equal the
 parameter-based count (flops.py), which carries biases, cross-attention and
 shared experts that the generic shapes leave out. The last stage also runs the
-LM head and the loss over the vocabulary (fp32 logits).
+LM head and the loss over the vocabulary (fp32 logits); under pipeline
+parallelism the step is paced by the slowest rank, its blocks plus the head on
+the last one, so a stage map that lightens the last rank (7, 8 x 14, 7, or an
+empty head-only chunk) moves the pace to a middle rank.
 """
 
 from __future__ import annotations
@@ -109,10 +112,8 @@ def stage_compute(
     rows = float(config.micro_batch * config.seq_len / config.context_parallel)
     tp, pp = config.tensor_parallel, config.pipeline_parallel
     stage_map = config.layout.stage_layers
-    if stage_map:  # the slowest rank sets the pace: the one with the most layers (its chunks together)
-        blocks = max(layers_per_rank(stage_map, pp))
-    else:
-        blocks = math.ceil(shape.layers / pp)
+    # Blocks on each pipeline rank (its chunks together); without a map every rank is costed as the fullest.
+    rank_blocks = layers_per_rank(stage_map, pp) if stage_map else (math.ceil(shape.layers / pp),) * pp
 
     matmul_fwd = _block_matmuls_forward_s(shape, config, device, k, rows)
     attention_fwd = _attention_forward_s(shape, config, device, k, fused_attention)
@@ -154,9 +155,14 @@ def stage_compute(
         loss = elementwise_seconds(device, rows * shape.vocab / tp, k, element_bytes=4)  # fp32 logits
         head_fwd = head_mm + loss
         head_bwd = (1.0 if config.lora_rank else 2.0) * head_mm + loss
+    # The slowest rank sets the pace: the last one runs the head beside its blocks (a map may give it fewer).
+    block_total, head_total = block_fwd + block_bwd + block_recompute, head_fwd + head_bwd
+    rank_seconds = [count * block_total for count in rank_blocks[:-1]] + [rank_blocks[-1] * block_total + head_total]
+    busiest = rank_seconds.index(max(rank_seconds))
+    blocks, head = rank_blocks[busiest], busiest == pp - 1
     return StageCompute(
-        forward_s=blocks * block_fwd + head_fwd,
-        backward_s=blocks * block_bwd + head_bwd,
+        forward_s=blocks * block_fwd + head_fwd * head,
+        backward_s=blocks * block_bwd + head_bwd * head,
         recompute_s=blocks * block_recompute,
         blocks=blocks,
         launch_bound=gpu_fwd < launches_fwd,

@@ -1,8 +1,10 @@
-"""torchrun job (4 ranks): a tiny Llama of 10 layers pipelined over 4 stages with the map 2, 3, 3, 2.
+"""torchrun job (4 ranks): a tiny Llama of 10 layers pipelined over 4 stages with the map 2, 3, 3, 2 (1F1B),
+then over 4 ranks x 2 interleaved chunks with the map 0, 2, 2, 1, 1, 2, 2, 0: the first chunk runs the
+embedding alone and the last the head alone, as Llama 3 405B gave them a layer's slot.
 
 The reference is the same model trained in one process (tests/parallel_runs.py's
-reference_run, built with the same seed on every rank). Rank 0 writes both loss
-lists and the layer ranges each stage ran to argv[1].
+reference_run, built with the same seed on every rank). Rank 0 writes the loss
+lists and the layer ranges each rank ran to argv[1].
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from backends.model_factory import build_causal_lm, catalog_config, tiny_config
 from tests.parallel_runs import LR, SEQ_LEN
 
 STAGE_MAP = [2, 3, 3, 2]
+INTERLEAVED_MAP = [0, 2, 2, 1, 1, 2, 2, 0]  # chunk c of rank r is stage c * 4 + r
 
 
 def model():
@@ -37,19 +40,25 @@ def main():
         optimizer.step()
         optimizer.zero_grad()
         expected.append(float(loss))
-    config = {
-        "train_micro_batch_size_per_gpu": 2,
-        "gradient_accumulation_steps": 4,
-        "optimizer": {"type": "SGD", "params": {"lr": LR}},
-        "hardware_selector": {"layout": {"dp": 1, "tp": 1, "pp": 4, "stage_layers": STAGE_MAP}},
-    }
-    engine, *_ = backends.initialize(model=model(), config=config)
-    losses = [float(engine.train_batch(ids)) for ids in data]
-    ranges = [None] * 4
-    dist.all_gather_object(ranges, engine.parallel_model.chunk_ranges)
+    results = {"expected": expected}
+    for name, layout, schedule in (
+        ("losses", {"dp": 1, "tp": 1, "pp": 4, "stage_layers": STAGE_MAP}, "1f1b"),
+        ("interleaved", {"pp": 4, "virtual_stages": 2, "stage_layers": INTERLEAVED_MAP}, "interleaved-1f1b"),
+    ):
+        config = {
+            "train_micro_batch_size_per_gpu": 2,
+            "gradient_accumulation_steps": 4,
+            "optimizer": {"type": "SGD", "params": {"lr": LR}},
+            "hardware_selector": {"layout": layout, "pipeline_schedule": schedule},
+        }
+        engine, *_ = backends.initialize(model=model(), config=config)
+        results[name] = [float(engine.train_batch(ids)) for ids in data]
+        ranges = [None] * 4
+        dist.all_gather_object(ranges, engine.parallel_model.chunk_ranges)
+        results[f"{name}_ranges"] = ranges
     if dist.get_rank() == 0:
         with open(sys.argv[1], "w") as handle:
-            json.dump({"losses": losses, "expected": expected, "ranges": ranges}, handle)
+            json.dump(results, handle)
 
 
 if __name__ == "__main__":
