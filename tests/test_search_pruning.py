@@ -26,6 +26,8 @@ CASES = [
     ("llama-2-7b", "A100-40GB", 8, 2, dict(global_batch=256, seq_len=4096)),
     ("gpt2-xl", "V100-32GB", 8, 1, dict(micro_batch=1, seq_len=1024)),
     ("opt-13b", "A100-80GB", 4, 1, dict(seq_len=2048)),
+    # Deep pipelines whose interleaved layouts leave one (micro-batch, accumulation) pair to try.
+    ("llama-3.1-405b", "H100-80GB", 8, 2048, dict(global_batch=2048, seq_len=8192)),
 ]
 
 
@@ -95,6 +97,7 @@ def _compare(model, gpu, per_node, nodes, request_fields):
 
     assert evaluator.counters.fitting == fitting
     assert evaluator.counters.memory_evaluations <= evaluator.counters.considered
+    assert evaluator.counters.pruned >= 0  # a layout with one candidate is evaluated once, not twice
     searched = {
         name: max(item.score for item in record.fitting)
         for name, record in evaluator.families.items()

@@ -101,6 +101,9 @@ def test_the_search_offers_uneven_pipelines_and_the_run_folder_carries_the_map(t
         if "layout" in layout.fields
     ]
     assert any(dims.tp == 8 and dims.pp == 16 and dims.stage_layers == (7, *[8] * 14, 7) for dims in layouts)
+    # and Llama 3's interleaved one-layer chunks with the embedding and the head in chunks of their own
+    llama_3 = [dims for dims in layouts if dims.tp == 8 and dims.pp == 16 and dims.virtual_stages == 8]
+    assert llama_3 and all(dims.stage_layers == (0, *[1] * 126, 0) for dims in llama_3)
 
     stage_map = default_stage_layers(12, 5)  # GPT-2's 12 layers over 5 stages
     plan = make_plan(strategy="engine", gpus_per_node=5, grad_accum=5, layout={"pp": 5, "stage_layers": stage_map})

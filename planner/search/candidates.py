@@ -136,15 +136,27 @@ class CandidateEvaluator:
         self.adjust = throughput_adjust
         self.families: dict[str, FamilyRecord] = {}
         self.counters = Counters()
+        # The lightest-candidate check and the scan at the most recomputation ask about the same configs.
+        self._memory_seen: dict[tuple, tuple[int, bool]] = {}
 
     def _memory(self, config: TrainingConfig, cluster: ClusterSpec) -> tuple[int, bool]:
         """(per-GPU total bytes, fits) by the memory estimator's raw fast path; same rule as MemoryEstimate.fits."""
+        key = (
+            config,
+            cluster.world_size,
+            cluster.gpus_per_node,
+            cluster.gpu.memory_bytes,
+            cluster.cpu_ram_per_node_bytes,
+        )
+        if key in self._memory_seen:
+            return self._memory_seen[key]
         self.counters.memory_evaluations += 1
         raw = estimate_memory_bytes(
             self.spec, config, world_size=cluster.world_size, gpus_per_node=cluster.gpus_per_node
         )
         usable = int(cluster.gpu.memory_bytes * (1 - self.request.headroom_fraction))
         fits = raw["total"] <= usable and raw["cpu_per_node"] <= cluster.cpu_ram_per_node_bytes
+        self._memory_seen[key] = raw["total"], fits
         return raw["total"], fits
 
     def _throughput(self, config: TrainingConfig, cluster: ClusterSpec) -> ThroughputEstimate:
@@ -280,7 +292,7 @@ class CandidateEvaluator:
             high = 0
         elif open_batches:
             low = 1
-            if fits(open_batches[-1]):
+            if len(open_batches) == 1 or fits(open_batches[-1]):  # (one candidate: its end is its start)
                 low = high
             else:
                 high -= 1

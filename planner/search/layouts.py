@@ -202,6 +202,25 @@ def _engine_layouts(spec: ModelSpec, cluster: ClusterSpec, seq_len: int) -> list
     return layouts
 
 
+def _pipeline_schedules(layers: int, pp: int) -> list[tuple[PipelineSchedule, int, tuple[int, ...] | None]]:
+    """(schedule, chunks per rank, stage map) the search tries at pp: 1F1B over the default map; interleaved
+    with 2 chunks per rank when they divide the layers (Narayanan et al. 2021); and interleaved one-layer
+    chunks, the embedding and the head each taking a chunk of their own when pp divides layers + 2 (Llama 3
+    405B: 126 + 2 over pp 16, 8 per rank; docs/parallelism.md), the smallest bubble at the most transfers."""
+    uneven = layers % pp != 0
+    schedules = [(PipelineSchedule.ONE_F_ONE_B, 1, default_stage_layers(layers, pp) if uneven else None)]
+    if pp == 1:
+        return schedules
+    if not uneven and (layers // pp) % INTERLEAVED_CHUNKS == 0:
+        schedules.append((PipelineSchedule.INTERLEAVED, INTERLEAVED_CHUNKS, None))
+    one_layer = (layers + 2) // pp if (layers + 2) % pp == 0 else (0 if uneven else layers // pp)
+    if one_layer > INTERLEAVED_CHUNKS:
+        chunks = one_layer * pp
+        stage_map = default_stage_layers(layers, chunks) if chunks != layers else None
+        schedules.append((PipelineSchedule.INTERLEAVED, one_layer, stage_map))
+    return schedules
+
+
 def _engine_tp_pp_layouts(spec: ModelSpec, cluster: ClusterSpec, tp: int, cp: int) -> list[StrategyLayout]:
     world = cluster.world_size // cp  # the ranks one context-parallel slice of the job spans
     layouts = []
@@ -213,17 +232,12 @@ def _engine_tp_pp_layouts(spec: ModelSpec, cluster: ClusterSpec, tp: int, cp: in
             continue
         dp = world // (tp * pp)
         zero_ranks = dp * cp  # under cp the engine's ZeRO runs over the dp x cp ranks (every one holds the model)
-        uneven = spec.num_layers % pp != 0
         # ZeRO-1 shards the optimizer for the price of DDP's traffic (reduce-scatter +
         # all-gather = all-reduce), so it dominates stage 0; ZeRO-2/3 re-gather per
         # micro-batch, which a pipeline runs many of, so PP keeps stage 1.
         stages = ([1] if pp > 1 else [1, 2, 3]) if zero_ranks > 1 else [0]
-        schedules = [(PipelineSchedule.ONE_F_ONE_B, 1)]
-        if pp > 1 and not uneven and (spec.num_layers // pp) % INTERLEAVED_CHUNKS == 0:
-            schedules.append((PipelineSchedule.INTERLEAVED, INTERLEAVED_CHUNKS))
-        stage_map = default_stage_layers(spec.num_layers, pp) if uneven else None
         for stage in stages:
-            for schedule, chunks in schedules:
+            for schedule, chunks, stage_map in _pipeline_schedules(spec.num_layers, pp):
                 fields = {
                     "strategy": Strategy.ENGINE,
                     "zero_stage": stage,
