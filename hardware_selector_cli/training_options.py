@@ -157,7 +157,7 @@ def training_options(
     try:
         layout = ParallelDims(tp=tp, pp=pp, cp=cp, virtual_stages=virtual_stages, ep=ep, stage_layers=stage_layers)
     except ValidationError as error:
-        raise UserInputError(f"layout {describe_validation_error(error, 'docs/parallelism.md')}") from None
+        raise UserInputError(f"layout: {describe_validation_error(error, 'docs/parallelism.md')}") from None
     return TrainingConfig(
         strategy=chosen,
         zero_stage=zero_stage if stage is None else stage,

@@ -182,7 +182,9 @@ class TrainingConfig(BaseModel):
                 "QLoRA with ZeRO-3 is not supported (the 4-bit base cannot be partitioned); use --strategy fsdp or zero2"
             )
         if self.virtual_stages > 1 and self.pipeline_schedule is not PipelineSchedule.INTERLEAVED:
-            raise UserInputError("virtual pipeline stages need the interleaved-1f1b schedule")
+            raise UserInputError(
+                "virtual pipeline stages need the interleaved-1f1b schedule; add --pp-schedule interleaved-1f1b"
+            )
         if self.layout.dp is not None:
             raise UserInputError("a training config states the model-parallel split only; dp comes from the cluster")
         return self

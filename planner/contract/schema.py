@@ -25,11 +25,11 @@ REEMIT_HINT = "re-emit the run folder with `hardware-selector plan ... --emit DI
 def describe_validation_error(error: ValidationError, reference: str) -> str:
     """The first problem of a pydantic error as 'where: what' (unknown keys point at the reference doc)."""
     first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "<top level>"
+    where = ".".join(str(part) for part in first["loc"])
     if first["type"] == "extra_forbidden":
         return f"unknown or unsupported key '{where}'; see {reference} for the keys it accepts"
     message = str(first["msg"]).removeprefix("Value error, ")
-    return f"'{where}': {message}"
+    return f"'{where}': {message}" if where else message  # a check across keys names no single one
 
 
 def read_json_file(path: Path, what: str) -> Any:
