@@ -5,7 +5,7 @@ the network; the same environment is built here from what is installed:
 the closure of pyproject's [project] dependencies over the installed
 distributions' own requirements (importlib.metadata), each linked into a
 fresh venv's site-packages, plus a .pth file that puts the checkout on the
-path (as an editable install does). Anything else installed here (pytest,
+path and the project's console scripts (as an editable install does). Anything else installed here (pytest,
 hypothesis, ruff, tensorboard, ...) is absent in it.
 """
 
@@ -73,4 +73,17 @@ def build(root: Path) -> Path:
             if (source_root / entry).exists() and not link.exists():
                 link.symlink_to(source_root / entry)
     (site_packages / "hardware_selector_checkout.pth").write_text(f"{REPO}\n")
+    _console_scripts(python)
     return python
+
+
+def _console_scripts(python: Path) -> None:
+    """pyproject's [project.scripts] as the venv's commands, as pip writes them (the README calls them)."""
+    import tomllib
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    for command, target in scripts.items():
+        module, function = target.split(":")
+        path = python.parent / command
+        path.write_text(f"#!{python}\nimport sys\nfrom {module} import {function}\nsys.exit({function}())\n")
+        path.chmod(0o755)

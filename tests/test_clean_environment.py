@@ -1,9 +1,9 @@
 """The package works in a venv holding only its declared dependencies (tests/clean_environment.py).
 
 Every module of what `pip install hardware-selector` ships is imported
-there, then the README's fine-tune path runs there end to end: the demo
-checkpoint, `plan --emit` with data, `train` (torchrun, one process, real
-tokens) and loading the result with transformers. A function-level import of
+there, then the README's fine-tune block runs there as printed: the demo
+checkpoint, `plan --emit` with data, `train` (torchrun, two processes, real
+tokens), `watch` and loading the result with transformers. A function-level import of
 an undeclared library (the way `click` and `pyyaml` once slipped through)
 fails here. The control proves the venv really lacks what was not declared.
 """
@@ -74,28 +74,49 @@ def test_every_module_imports_there(clean_python):
     assert len(modules) > 150
 
 
-def test_the_readme_fine_tune_runs_there(clean_python, tmp_path):
-    steps = [
-        ["scripts/demo_checkpoint.py", str(tmp_path / "demo")],
-        [
-            "-m", "hardware_selector", "plan", "--model", str(tmp_path / "demo" / "my-gpt2"), "--gpu", "cpu",
-            "--gpus-per-node", "1", "--seq-len", "64", "--global-batch", "4", "--strategies", "ddp",
-            "--emit", str(tmp_path / "run"), "--data", str(tmp_path / "demo" / "corpus.txt"), "--steps", "3",
-            "--eval-every", "3",
-        ],
-        ["-m", "hardware_selector", "train", str(tmp_path / "run")],
-        [
-            "-c",
-            "from transformers import AutoModelForCausalLM as M; import sys; "
-            "print(M.from_pretrained(sys.argv[1]).num_parameters())",
-            str(tmp_path / "run" / "final"),
-        ],
-    ]  # fmt: skip
+def test_the_readme_fine_tune_runs_there_as_printed(clean_python, tmp_path):
+    """The README's four commands, as printed, in a fresh folder with the clean venv first on PATH: the
+    evaluation loss falls below the checkpoint's own, final/ loads with `from_pretrained` (tied, with the
+    tokenizer) and its eval loss equals the last one the run recorded, and `watch` reports the run finished."""
     from project_sources import REPO
 
-    for args in steps:
-        result = _run(clean_python, *args, cwd=REPO)
-        assert result.returncode == 0, f"{args[:3]}: {result.stdout[-2000:]}\n{result.stderr[-3000:]}"
-    assert int(result.stdout.strip().splitlines()[-1]) > 0
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [row["step"] for row in rows if row["kind"] == "train"] == [1, 2, 3]
+    from tests.runner_reference import eval_loss_of
+
+    script = readme_quick_start().replace(". .venv/bin/activate && ", "").replace("scripts/", f"{REPO}/scripts/")
+    (tmp_path / "quick_start.sh").write_text("set -euo pipefail\n" + script)
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    env["PATH"] = f"{clean_python.parent}{os.pathsep}{env.get('PATH', '')}"
+    completed = subprocess.run(
+        ["bash", str(tmp_path / "quick_start.sh")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "ft"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = [row for row in rows if row["kind"] == "eval"]
+    assert [row["step"] for row in evals] == [20, 40]
+    assert [row["step"] for row in rows if row["kind"] == "train"] == list(range(1, 41))
+    before = eval_loss_of(tmp_path / "demo" / "my-gpt2", run_dir)  # the checkpoint as the user gave it
+    assert evals[-1]["eval_loss"] < evals[0]["eval_loss"] < before  # it learns the user's text
+    assert "finished" in completed.stdout and "eval" in completed.stdout  # what `watch` showed
+    assert completed.stdout.strip().splitlines()[-1].isdigit()  # from_pretrained loaded final/
+
+    # final/ is an HF folder: config, safetensors and the tokenizer; its eval loss is the last recorded one.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    final = run_dir / "final"
+    assert AutoTokenizer.from_pretrained(final).eos_token == "<|endoftext|>"
+    model = AutoModelForCausalLM.from_pretrained(final)
+    assert model.lm_head.weight is model.transformer.wte.weight  # tied, as the checkpoint was
+    assert eval_loss_of(final, run_dir) == pytest.approx(evals[-1]["eval_loss"], rel=1e-5)
+    view = _run(clean_python, "-m", "hardware_selector", "watch", str(run_dir), "--json", cwd=REPO)
+    state = json.loads(view.stdout)
+    assert (state["state"], state["step"], state["total_steps"]) == ("finished", 40, 40)
+
+
+def readme_quick_start() -> str:
+    from project_sources import REPO
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### Fine-tune your checkpoint on your text") :]
+    return section[section.index("```bash\n") + len("```bash\n") : section.index("```\n", section.index("```bash"))]
