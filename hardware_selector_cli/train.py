@@ -82,9 +82,10 @@ def register(app: typer.Typer) -> None:
             from backends.cpu_distributed import runs_on_cpu_instead  # imports torch: only here
 
             runs_on_cpu_instead("cuda", tiny=False)  # the one-line error on a machine without CUDA
-        from backends.runner.preflight import preflight
+        from backends.runner.preflight import check_resume, preflight
 
         preflight(run, tiny=args.tiny)  # data, tokenizer, weights: seconds here instead of after every rank starts
+        check_resume(spec.run_dir, run, tiny=args.tiny, strategy=spec.strategy.value)
         from .launcher_output import failure_line, log_path, rank_exit_code, run_logged
 
         log = log_path(spec.run_dir)

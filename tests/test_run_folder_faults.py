@@ -5,7 +5,8 @@
   step 1 instead of resuming the old plan's checkpoint, and the old run is
   kept whole. A fresh folder moves nothing.
 - A resume names the checkpoint and the plan it was saved under; a checkpoint
-  of another model (the same name, another config.json) is refused.
+  of another model (the same name, another config.json) or strategy is
+  refused in one line by the launching process, before torchrun starts.
 - SIGKILL to the torchrun agent alone takes its ranks with it (they ask the
   kernel for that: backends/runner/failures.py); without that they would
   keep running as orphans.
@@ -105,6 +106,12 @@ def test_a_checkpoint_of_another_model_with_the_same_name_is_refused(user):
     assert refused.returncode == 2 and len(lines) == 1, refused.stderr[-3000:]
     assert "holds a checkpoint of another my-gpt2 (its config.json differs)" in lines[0]
     assert "--no-resume" in lines[0]
+    assert not (other / "logs").exists()  # refused by the launching process: torchrun never started
+    # The same model under another strategy than the checkpoint's: one line naming both.
+    refused = cli("train", trained, "--steps", "2", "--strategy", "fsdp")
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and len(lines) == 1, refused.stderr[-3000:]
+    assert "was saved by strategy ddp, and this run uses fsdp; resume with --strategy ddp" in lines[0]
 
 
 def _ranks_of(run_dir):

@@ -1,9 +1,10 @@
 """Check a run's data, tokenizer and weights in the launching process, before any rank starts.
 
 `hardware-selector train` calls this after reading the folder: a missing or
-empty corpus, a missing text field, a tokenizer that does not fit the model
-and weights that do not fit config.json are each one line and exit code 2
-within seconds, instead of after torchrun has started every rank. It reads
+empty corpus, a missing text field, a tokenizer that does not fit the model,
+weights that do not fit config.json and a checkpoint to resume of another
+model or strategy are each one line and exit code 2 within seconds, instead
+of after torchrun has started every rank. It reads
 only what it must: the first document of each source (all of them only
 when they are empty), the tokenizer's files and the safetensors headers.
 The ranks check the same again, for runs started by launch.sh or sbatch.
@@ -11,6 +12,7 @@ The ranks check the same again, for runs started by launch.sh or sbatch.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from planner.contract.run_config import RunConfig
@@ -60,3 +62,24 @@ def preflight(run: RunConfig, *, tiny: bool) -> None:
     check_data(run, int(model.config.vocab_size))
     if run.model.init == "pretrained" and not tiny:
         check_weights(run, model)
+
+
+def check_resume(run_dir: Path, run: RunConfig, *, tiny: bool, strategy: str) -> None:
+    """The newest sealed checkpoint's runner state against this run (model and strategy), as the ranks check
+    it after choosing the checkpoint. Only the small JSON is read: the ranks verify the checksums."""
+    from backends.checkpoint.layout import LATEST, committed_tags, read_json
+
+    from .checkpoints import RUNNER_STATE, check_resumable, model_fingerprint
+
+    folder = run_dir / "checkpoints"
+    tags = committed_tags(folder) if run.checkpoint.resume else []
+    if not tags:
+        return
+    latest = (folder / LATEST).read_text(encoding="utf-8").strip() if (folder / LATEST).is_file() else ""
+    newest = folder / (latest if latest in tags else tags[-1])
+    try:
+        state = read_json(newest / RUNNER_STATE)
+    except (OSError, ValueError):
+        return  # a damaged checkpoint: the ranks fall back to an older one, or say why none is usable
+    fingerprint = model_fingerprint(run.model.hf_config) + ("-tiny" if tiny else "")
+    check_resumable(state, folder=newest, model_name=run.model.name, fingerprint=fingerprint, strategy=strategy)
