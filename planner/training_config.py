@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from planner.contract.layout import ParallelDims, default_stage_layers, layers_per_rank
+from planner.contract.layout import ParallelDims, default_stage_layers, describe_stage_layers, layers_per_rank
 from planner.errors import UserInputError
 from planner.expert_routing import ExpertRouting
 from planner.limits import MAX_BATCH, MAX_SEQ_LEN
@@ -275,7 +275,7 @@ class TrainingConfig(BaseModel):
         stage_map = self.layout.stage_layers
         if pp > 1 and stage_map is not None and sum(stage_map) != model.num_layers:
             raise UserInputError(
-                f"--pp-layers {','.join(map(str, stage_map))} sums to {sum(stage_map)}, but {model.name} has "
+                f"--pp-layers {describe_stage_layers(stage_map)} sums to {sum(stage_map)}, but {model.name} has "
                 f"{model.num_layers} layers"
             )
         if pp > 1 and self.grad_accum < pp:

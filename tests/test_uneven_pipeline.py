@@ -147,3 +147,12 @@ def test_the_slowest_rank_paces_the_step_head_included():
     assert light_last == pytest.approx(light_first, rel=1e-12)
     assert heavy_last > light_last * 1.02  # the head is more than 2% of a rank's work
     assert compute(None) == pytest.approx(heavy_last, rel=1e-12)
+
+
+def test_stage_maps_print_in_the_shorthand_pp_layers_reads():
+    from hardware_selector_cli.training_options import _stage_layers
+    from planner.contract.layout import describe_stage_layers
+
+    assert describe_stage_layers((0, *[1] * 126, 0)) == "0,1x126,0"
+    for stage_map in [(7, *[8] * 14, 7), (2, 3, 3, 2), (8,), (0, 1, 0), default_stage_layers(70, 12)]:
+        assert _stage_layers(describe_stage_layers(stage_map)) == stage_map

@@ -131,3 +131,14 @@ def default_stage_layers(layers: int, chunks: int) -> tuple[int, ...]:
 def layers_per_rank(chunk_layers: tuple[int, ...], pp: int) -> tuple[int, ...]:
     """Layers each pipeline rank holds: its virtual chunks are r, r + pp, r + 2 pp, ... of the chunk map."""
     return tuple(sum(chunk_layers[rank::pp]) for rank in range(pp))
+
+
+def describe_stage_layers(chunk_layers: tuple[int, ...]) -> str:
+    """A stage map in the shorthand `--pp-layers` reads, runs of equal counts as NxM: 0,1x126,0."""
+    runs: list[list[int]] = []
+    for count in chunk_layers:
+        if runs and runs[-1][0] == count:
+            runs[-1][1] += 1
+        else:
+            runs.append([count, 1])
+    return ",".join(f"{count}x{repeat}" if repeat > 1 else str(count) for count, repeat in runs)

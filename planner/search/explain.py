@@ -6,6 +6,7 @@ the throughput estimator's (or a calibration's), or the catalog.
 
 from __future__ import annotations
 
+from planner.contract.layout import describe_stage_layers
 from planner.evaluate import memory_on
 from planner.memory.estimate import MemoryEstimate
 from planner.models.spec import ModelSpec
@@ -97,6 +98,8 @@ def plan_reasons(
             parts.append(f"tensor parallel {config.tensor_parallel}{sp} inside a node")
         if config.pipeline_parallel > 1:
             chunks = f", {config.virtual_stages} chunks per rank" if config.virtual_stages > 1 else ""
+            stage_map = config.layout.stage_layers
+            chunks += f", layers per chunk {describe_stage_layers(stage_map)}" if stage_map else ""
             parts.append(f"{config.pipeline_parallel} pipeline stages ({config.pipeline_schedule.value}{chunks})")
         parts.append(f"ZeRO-{config.zero_stage} over data-parallel {dp}" if dp > 1 else "no data parallelism")
         reasons.append(", ".join(parts))
