@@ -29,7 +29,7 @@ LLAMA = find_model("llama-2-7b")  # 32 layers, 32 heads
         (
             dict(layout={"pp": 5, "stage_layers": (6, 6, 6, 6, 6)}, grad_accum=5),
             10,
-            "--pp-layers 6,6,6,6,6 sums to 30, but llama-2-7b has 32 layers",
+            "--pp-layers 6x5 sums to 30, but llama-2-7b has 32 layers",
         ),
         (dict(pipeline_parallel=40, grad_accum=40), 40, "40 pipeline chunks exceed llama-2-7b's 32 layers"),
     ],
