@@ -86,8 +86,9 @@ def _with_meta_device_counts(spec: ModelSpec, config: dict) -> ModelSpec:
     """Replace formula counts with exact ones when transformers can build the model."""
     try:
         from planner.models.param_count import count_params_on_meta
+        from planner.models.param_count_cache import cached_counts
 
-        counts = count_params_on_meta(config)
+        counts = cached_counts(config, count_params_on_meta)
     except ImportError:
         return spec  # transformers is not installed: the formula counts stand, and say so
     except (ValueError, KeyError, TypeError, AttributeError):
