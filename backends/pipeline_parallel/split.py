@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from planner.contract.layout import stage_map_runs
 from planner.errors import UserInputError
 
 
@@ -28,9 +29,7 @@ def stage_layer_ranges(
     """[start, end) layer indices per stage; every stage gets at least one layer, except that a given
     split may leave the first and the last stage without any (the embedding or the head alone)."""
     if stage_split is not None:
-        inner = stage_split[1:-1] if len(stage_split) > 1 else stage_split
-        valid = pp >= 1 and len(stage_split) == pp and sum(stage_split) == n_layers
-        if not (valid and min(stage_split) >= 0 and all(count >= 1 for count in inner)):
+        if not (len(stage_split) == pp and sum(stage_split) == n_layers and stage_map_runs(list(stage_split))):
             raise UserInputError(
                 f"stage_split {list(stage_split)} must list {pp} layer counts summing to {n_layers}, each at "
                 "least 1 (the first and last may be 0: the embedding or the head alone)"

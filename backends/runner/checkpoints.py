@@ -35,9 +35,11 @@ if TYPE_CHECKING:
 RUNNER_STATE = "runner_state.json"
 
 
-def model_fingerprint(hf_config: dict) -> str:
-    """A short hash of the model's config: the same architecture and shapes give the same value."""
-    return hashlib.sha256(json.dumps(hf_config, sort_keys=True).encode()).hexdigest()[:16]
+def model_fingerprint(hf_config: dict, *, tiny: bool = False) -> str:
+    """A short hash of the model's config: the same architecture and shapes give the same value (a --tiny run
+    trains a shrunken model, marked as such)."""
+    digest = hashlib.sha256(json.dumps(hf_config, sort_keys=True).encode()).hexdigest()[:16]
+    return digest + ("-tiny" if tiny else "")
 
 
 class RunCheckpoints:

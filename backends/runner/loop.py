@@ -143,7 +143,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         enabled=rank == 0,
         tensorboard_dir=run_dir / "tensorboard",
     )
-    fingerprint = model_fingerprint(run.model.hf_config) + ("-tiny" if args.tiny else "")
+    fingerprint = model_fingerprint(run.model.hf_config, tiny=args.tiny)
     plan_digest = hashlib.sha256((run_dir / "plan.json").read_bytes()).hexdigest()[:16]
     step, samples, resumed_from = 0, 0, None
     if newest is not None:

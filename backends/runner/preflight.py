@@ -81,5 +81,5 @@ def check_resume(run_dir: Path, run: RunConfig, *, tiny: bool, strategy: str) ->
         state = read_json(newest / RUNNER_STATE)
     except (OSError, ValueError):
         return  # a damaged checkpoint: the ranks fall back to an older one, or say why none is usable
-    fingerprint = model_fingerprint(run.model.hf_config) + ("-tiny" if tiny else "")
+    fingerprint = model_fingerprint(run.model.hf_config, tiny=tiny)
     check_resumable(state, folder=newest, model_name=run.model.name, fingerprint=fingerprint, strategy=strategy)

@@ -54,8 +54,7 @@ class ParallelDims(BaseModel):
             chunks = self.pp * self.virtual_stages
             if len(self.stage_layers) != chunks:
                 raise ValueError(f"stage_layers lists {len(self.stage_layers)} stages; pp x virtual_stages is {chunks}")
-            inner = self.stage_layers[1:-1] if chunks > 1 else self.stage_layers
-            if any(count < 1 for count in inner) or min(self.stage_layers) < 0:
+            if not stage_map_runs(self.stage_layers):
                 raise ValueError(
                     "every pipeline chunk needs at least one layer in stage_layers, except that the first may "
                     "hold the embedding alone and the last the head alone (0 layers)"
@@ -102,6 +101,13 @@ class ParallelDims(BaseModel):
         parts = [f"dp {self.dp if self.dp is not None else 'the rest'}", f"tp {self.tp}", f"pp {self.pp}"]
         parts += [f"{name} {value}" for name, value in (("cp", self.cp), ("ep", self.ep)) if value > 1]
         return " x ".join(parts)
+
+
+def stage_map_runs(chunk_layers: tuple[int, ...] | list[int]) -> bool:
+    """Whether a stage map can run: at least one layer per chunk, except that the first may hold the
+    embedding alone and the last the head alone (0 layers); the engine's split applies the same rule."""
+    inner = chunk_layers[1:-1] if len(chunk_layers) > 1 else chunk_layers
+    return bool(chunk_layers) and min(chunk_layers) >= 0 and all(count >= 1 for count in inner)
 
 
 def default_stage_layers(layers: int, chunks: int) -> tuple[int, ...]:
