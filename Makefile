@@ -37,13 +37,13 @@ lint: $(STAMP)
 # shared fixtures (trained run folders) are built once, in the order tests/conftest.py gives (files with
 # slow tests first; xdist would otherwise sort files by test count), one torch thread per worker (as each rank
 # of the multi-rank tests has: two workers of two threads each would contend for two cores);
-# TEST_WORKERS=0 runs it in this process.
+# TEST_WORKERS=0 runs it in this process. The 15 slowest tests are listed at the end: CI's budget is 20 minutes.
 TEST_WORKERS ?= 2
 # Bytecode for our own packages first: under PYTHONDONTWRITEBYTECODE (CI sets it) each of the suite's
 # hundreds of processes would compile them again.
 test: lint
 	$(PY) -m compileall -q -j 0 planner backends hardware_selector_cli benchmarks_db benchmarks scripts hardware_selector.py run_training_benchmark.py
-	$(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1) $(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+	$(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1) $(PY) -m pytest -q --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 clean:
 	rm -rf $(VENV)
