@@ -124,6 +124,8 @@ def test_the_embedding_and_the_head_may_take_a_chunk_of_their_own(capsys):
     assert code == 0 and explicit["throughput"] == document["throughput"]
     code, error = _estimate(capsys, *interleaved, "--pp-layers", "1,0,1x125,0")  # an empty chunk in the middle
     assert code == 2 and "the first may hold the embedding alone" in error and error.count("\n") == 1
+    code, error = _estimate(capsys, "--pp-layers", "0,1x126,0")  # the map without the interleaving it needs
+    assert code == 2 and "(for 8 chunks per rank: --virtual-stages 8 --pp-schedule interleaved-1f1b)" in error
 
 
 def test_the_slowest_rank_paces_the_step_head_included():

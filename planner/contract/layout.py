@@ -52,8 +52,16 @@ class ParallelDims(BaseModel):
             raise ValueError("virtual_stages > 1 needs pipeline parallelism (pp > 1)")
         if self.stage_layers is not None:
             chunks = self.pp * self.virtual_stages
-            if len(self.stage_layers) != chunks:
-                raise ValueError(f"stage_layers lists {len(self.stage_layers)} stages; pp x virtual_stages is {chunks}")
+            listed = len(self.stage_layers)
+            if listed != chunks:
+                interleaved = listed % self.pp == 0 and listed > self.pp
+                hint = (
+                    f" (for {listed // self.pp} chunks per rank: --virtual-stages {listed // self.pp} "
+                    "--pp-schedule interleaved-1f1b)"
+                    if interleaved
+                    else ""
+                )
+                raise ValueError(f"stage_layers lists {listed} stages; pp x virtual_stages is {chunks}{hint}")
             if not stage_map_runs(self.stage_layers):
                 raise ValueError(
                     "every pipeline chunk needs at least one layer in stage_layers, except that the first may "
