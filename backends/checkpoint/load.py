@@ -22,6 +22,16 @@ from .reshard import load_resharded, resume_state_for
 from .shards import copy_back, key_prefix, layout_of, load_rng, sharded_views, unit_layout
 
 
+def preferred_tags(load_dir: Path) -> list[str]:
+    """Sealed tags in the order a resume tries them: the one `latest` names, then the others newest first."""
+    candidates = committed_tags(load_dir)[::-1]
+    latest = (load_dir / LATEST).read_text(encoding="utf-8").strip() if (load_dir / LATEST).is_file() else None
+    if latest in candidates:
+        candidates.remove(latest)
+        candidates.insert(0, latest)
+    return candidates
+
+
 def choose_checkpoint(load_dir: Path, tag: str | None) -> Path | None:
     if tag is not None:
         reason = verify(load_dir / tag)
@@ -31,11 +41,7 @@ def choose_checkpoint(load_dir: Path, tag: str | None) -> Path | None:
                 "load another tag, or start afresh with --no-resume"
             )
         return load_dir / tag
-    candidates = committed_tags(load_dir)[::-1]
-    latest = (load_dir / LATEST).read_text(encoding="utf-8").strip() if (load_dir / LATEST).is_file() else None
-    if latest in candidates:
-        candidates.remove(latest)
-        candidates.insert(0, latest)
+    candidates = preferred_tags(load_dir)
     for candidate in candidates:
         reason = verify(load_dir / candidate)
         if reason is None:

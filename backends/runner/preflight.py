@@ -67,16 +67,16 @@ def preflight(run: RunConfig, *, tiny: bool) -> None:
 def check_resume(run_dir: Path, run: RunConfig, *, tiny: bool, strategy: str) -> None:
     """The newest sealed checkpoint's runner state against this run (model and strategy), as the ranks check
     it after choosing the checkpoint. Only the small JSON is read: the ranks verify the checksums."""
-    from backends.checkpoint.layout import LATEST, committed_tags, read_json
+    from backends.checkpoint.layout import read_json
+    from backends.checkpoint.load import preferred_tags
 
     from .checkpoints import RUNNER_STATE, check_resumable, model_fingerprint
 
     folder = run_dir / "checkpoints"
-    tags = committed_tags(folder) if run.checkpoint.resume else []
+    tags = preferred_tags(folder) if run.checkpoint.resume else []
     if not tags:
         return
-    latest = (folder / LATEST).read_text(encoding="utf-8").strip() if (folder / LATEST).is_file() else ""
-    newest = folder / (latest if latest in tags else tags[-1])
+    newest = folder / tags[0]
     try:
         state = read_json(newest / RUNNER_STATE)
     except (OSError, ValueError):

@@ -292,7 +292,7 @@ class CandidateEvaluator:
             high = 0
         elif open_batches:
             low = 1
-            if len(open_batches) == 1 or fits(open_batches[-1]):  # (one candidate: its end is its start)
+            if fits(open_batches[-1]):  # (one candidate: its end is its start, estimated once by _memory)
                 low = high
             else:
                 high -= 1
