@@ -60,9 +60,9 @@ def gather_full_state_dict(parallel_model, tensors: dict[str, torch.Tensor] | No
         if name in parallel_model.padded_rows:
             value = value[: parallel_model.padded_rows[name]]  # drop the vocabulary padding
         stage[name] = value.clone()
-    if parallel_model.expert_parallel is not None:  # (pp 1) every ep rank's experts, in expert order
-        full = parallel_model.expert_parallel.full_state(stage)
-    elif groups.dims.pp == 1:
+    if parallel_model.expert_parallel is not None:  # every ep rank's experts of this stage, in expert order
+        stage = parallel_model.expert_parallel.full_state(stage)
+    if groups.dims.pp == 1:
         full = stage
     else:
         stages: list[Any] = [None] * groups.dims.pp

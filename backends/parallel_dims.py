@@ -34,10 +34,10 @@ __all__ = ["MESH_DIM_NAMES", "ParallelDims", "ParallelGroups", "build_groups", "
 
 def check_fits(dims: ParallelDims, world_size: int, gpus_per_node: int | None = None) -> None:
     """The layout must use exactly the job's ranks, and keep tensor parallelism inside a node."""
-    if (dims.ep > 1 and (dims.pp > 1 or dims.cp > 1)) or (dims.cp > 1 and dims.pp > 1):
+    if dims.cp > 1 and (dims.pp > 1 or dims.ep > 1):
         raise UserInputError(
-            f"layout {dims.describe()}: expert parallelism runs with pp 1 and cp 1, and context parallelism "
-            "with pp 1, here (backends/expert_parallel, backends/context_parallel); use ep 1, or pp 1 and cp 1"
+            f"layout {dims.describe()}: context parallelism runs with pp 1 and ep 1 here "
+            "(backends/context_parallel); use cp 1, or pp 1 and ep 1"
         )
     if dims.world_size != world_size:
         cp = f" x cp{dims.cp}" if dims.cp > 1 else ""

@@ -16,6 +16,7 @@ mean loss on every rank.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -103,11 +104,22 @@ class ParallelModel(nn.Module):
             return checkpoint(run_layer, layer, hidden, arguments, use_reentrant=False)
         return run_layer(layer, hidden, arguments)
 
+    @property
+    def carries_router_sums(self) -> bool:
+        """Whether pipeline stages hand the routers' load-balancing sums on beside the hidden states."""
+        return self.dims.pp > 1 and self.router_loss is not None and self.router_loss.enabled
+
     def stage_forward(
-        self, inputs: torch.Tensor, chunk: int = 0, positions: torch.Tensor | None = None
-    ) -> torch.Tensor:
+        self,
+        inputs: torch.Tensor,
+        chunk: int = 0,
+        positions: torch.Tensor | None = None,
+        router_sums: torch.Tensor | None = None,
+    ) -> Any:
         """Input ids (first stage) or hidden states -> hidden states, or vocab-sharded logits on the last stage.
-        positions: the tokens' true positions (context parallelism), else 0..seq_len-1."""
+        positions: the tokens' true positions (context parallelism), else 0..seq_len-1. When the stages carry
+        the routers' sums (carries_router_sums), they come in beside the hidden states (none on the first
+        stage) and go out with this chunk's layers added: (output, sums)."""
         tp_group = self.groups.tp_group
         first = self.is_first_stage and chunk == 0
         last = self.is_last_stage and chunk == len(self.chunk_ranges) - 1
@@ -120,14 +132,18 @@ class ParallelModel(nn.Module):
             hidden = inputs
             seq_len = hidden.shape[1] * (self.dims.tp if self.sequence_parallel else 1)
         arguments = layer_arguments(self.module, hidden, seq_len, positions)
-        for index in range(*self.chunk_ranges[chunk]):
-            hidden = self._layer(index, hidden, arguments)
-        if not last:
+        with self.router_loss.collecting() if self.router_loss is not None else contextlib.nullcontext():
+            for index in range(*self.chunk_ranges[chunk]):
+                hidden = self._layer(index, hidden, arguments)
+        if last:
+            norm = final_norm(self.module)
+            if norm is not None:
+                hidden = norm(hidden)  # under SP its forward hook all-gathers the sequence
+            hidden = self.module.lm_head(hidden)
+        if not self.carries_router_sums:
             return hidden
-        norm = final_norm(self.module)
-        if norm is not None:
-            hidden = norm(hidden)  # under SP its forward hook all-gathers the sequence
-        return self.module.lm_head(hidden)
+        sums = self.router_loss.empty_sums(hidden.device) if router_sums is None else router_sums
+        return hidden, self.router_loss.add_layer_sums(sums)
 
     def loss(self, local_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return vocab_parallel_causal_lm_loss(
@@ -140,11 +156,11 @@ class ParallelModel(nn.Module):
         labels = input_ids if labels is None else labels
         if self.context_parallel is not None:
             return self._context_parallel_loss(input_ids, labels)
+        logits = self.stage_forward(input_ids)
         if self.router_loss is None:
-            return self.loss(self.stage_forward(input_ids), labels)
-        with self.router_loss.collecting():
-            logits = self.stage_forward(input_ids)
-        return self.loss(logits, labels) + self.router_loss.term()
+            return self.loss(logits, labels)
+        sums = self.router_loss.add_layer_sums(self.router_loss.empty_sums(logits.device))
+        return self.loss(logits, labels) + self.router_loss.term(sums)
 
     def _context_parallel_loss(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """This rank's share: its chunks' summed token loss over the micro-batch's count, times cp
@@ -270,15 +286,13 @@ def _split_experts(
     if not path:
         return None, None
     from backends.expert_parallel.apply import ExpertParallel, swap_experts
-    from backends.expert_parallel.tensor_parallel import RouterLoss, apply_moe_tensor_parallel
+    from backends.expert_parallel.router_loss import RouterLoss
+    from backends.expert_parallel.tensor_parallel import apply_moe_tensor_parallel
     from planner.errors import UserInputError
 
     dims = groups.dims
-    if dims.pp > 1 or dims.cp > 1:
-        raise UserInputError(
-            f"layout {dims.describe()}: a mixture of experts runs with pp 1 and cp 1 here (its router's "
-            "load-balancing loss spans the layers); use tp and ep"
-        )
+    if dims.cp > 1:
+        raise UserInputError(f"layout {dims.describe()}: a mixture of experts runs with cp 1 here; use tp, pp and ep")
     ep_group = groups.group("ep") if dims.ep > 1 else None
     tp_group = groups.tp_group if dims.tp > 1 else None
     try:

@@ -14,6 +14,7 @@ every expert with the reference's values.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -21,8 +22,9 @@ from tests.distributed import run_torchrun
 from tests.expert_parallel_model import STEPS, engine_config, reference_run, tiny_mixtral
 
 
-def planned_rank_params(ep: int, tp: int = 1) -> int:
-    """The memory estimator's parameters on one rank of this layout (planner/memory/rank_params.py)."""
+def planned_rank_params(ep: int, tp: int = 1, **layout: Any) -> int:
+    """The memory estimator's parameters on one rank of this layout, its heaviest rank under pp
+    (planner/memory/rank_params.py)."""
     from planner.contract.layout import ParallelDims
     from planner.memory.rank_params import rank_params
     from planner.models.hf_config import spec_from_hf_config
@@ -30,7 +32,10 @@ def planned_rank_params(ep: int, tp: int = 1) -> int:
 
     config = tiny_mixtral().config.to_dict()
     spec = spec_from_hf_config({**config, "model_type": "mixtral"}, name="tiny-mixtral")
-    return rank_params(spec, TrainingConfig(strategy="engine", layout=ParallelDims(ep=ep, tp=tp))).total
+    schedule = "interleaved-1f1b" if layout.get("virtual_stages", 1) > 1 else "1f1b"
+    dims = ParallelDims(ep=ep, tp=tp, **layout)
+    config = TrainingConfig(strategy="engine", layout=dims, grad_accum=2, pipeline_schedule=schedule)
+    return rank_params(spec, config).total
 
 
 def _reference_value(params: dict, name: str):

@@ -53,15 +53,15 @@ def _local_mixtral(root: Path) -> tuple[Path, Path]:
     return model_dir, corpus
 
 
-@pytest.mark.parametrize("tp", [1, 2], ids=["ep2", "ep2xtp2"])
-def test_an_ep_run_folder_trains_like_the_reference_and_exports_every_expert(tmp_path, tp):
+@pytest.mark.parametrize(("tp", "pp"), [(1, 1), (2, 1), (1, 2)], ids=["ep2", "ep2xtp2", "ep2xpp2"])
+def test_an_ep_run_folder_trains_like_the_reference_and_exports_every_expert(tmp_path, tp, pp):
     import torch
     from transformers import AutoModelForCausalLM
 
     model_dir, corpus = _local_mixtral(tmp_path)
     plan = make_plan(
-        str(model_dir), gpus_per_node=2 * tp, seq_len=64, micro_batch=2, grad_accum=2, strategy="engine",
-        zero_stage=1, layout=ParallelDims(ep=2, tp=tp), sequence_parallel=tp > 1,
+        str(model_dir), gpus_per_node=2 * tp * pp, seq_len=64, micro_batch=2, grad_accum=2, strategy="engine",
+        zero_stage=1, layout=ParallelDims(ep=2, tp=tp, pp=pp), sequence_parallel=tp > 1,
     )  # fmt: skip
     options = RunOptions(
         data=DataConfig(train=[str(corpus)]), optim=Hyperparameters(max_steps=STEPS, learning_rate=1e-3, warmup_steps=1)
@@ -69,7 +69,7 @@ def test_an_ep_run_folder_trains_like_the_reference_and_exports_every_expert(tmp
     run_dir = tmp_path / "run"
     emit_run_folder(plan, run_dir, options=options)
     layout = json.loads((run_dir / "engine.json").read_text())["hardware_selector"]["layout"]
-    assert (layout["ep"], layout["tp"]) == (2, tp)
+    assert (layout["ep"], layout["tp"], layout["pp"]) == (2, tp, pp)
     completed = subprocess.run(
         ["bash", str(run_dir / "launch.sh"), "--steps", str(STEPS), "--save-every", "1"],
         env=cpu_env({"MASTER_PORT": str(free_port())}),
@@ -81,5 +81,12 @@ def test_an_ep_run_folder_trains_like_the_reference_and_exports_every_expert(tmp
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     losses = [row["loss"] for row in rows if row["kind"] == "train"]
     assert losses == pytest.approx(hf_reference_losses(run_dir, STEPS), abs=1e-4)
+    from safetensors.torch import load_file
+
+    exported = {}
+    for path in (run_dir / "final").glob("*.safetensors"):
+        exported.update(load_file(str(path)))
+    expected = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).state_dict()
+    assert set(exported) == set(expected)  # every stage's layers, every rank's experts
     final = AutoModelForCausalLM.from_pretrained(str(run_dir / "final"), dtype=torch.float32)
-    assert final.model.layers[0].mlp.experts.gate_up_proj.shape[0] == 4  # both ranks' experts
+    assert all(layer.mlp.experts.gate_up_proj.shape[0] == 4 for layer in final.model.layers)

@@ -48,7 +48,8 @@ def test_experts_over_ep_and_tp_train_the_single_process_reference(tmp_path):
             assert torch.allclose(exported[name], reference, atol=1e-5), (run, name)
 
 
-def _engine_expert_layouts(model: str) -> set[tuple[int, int, bool]]:
+def _engine_expert_layouts(model: str) -> set[tuple[int, int, int, bool, int]]:
+    """(ep, tp, pp, sequence parallel, ZeRO stage) of the search's engine layouts on 2 nodes of 8 H100s."""
     from planner.hardware.cluster import make_cluster
     from planner.models.resolve import resolve_model
     from planner.search import PlanRequest
@@ -56,19 +57,27 @@ def _engine_expert_layouts(model: str) -> set[tuple[int, int, bool]]:
 
     layouts = enumerate_layouts(resolve_model(model), make_cluster("H100-80GB", 8, 2), PlanRequest())
     return {
-        (layout.fields["layout"].ep, layout.fields["layout"].tp, layout.fields.get("sequence_parallel", False))
+        (
+            layout.fields["layout"].ep,
+            layout.fields["layout"].tp,
+            layout.fields["layout"].pp,
+            layout.fields.get("sequence_parallel", False),
+            layout.fields["zero_stage"],
+        )
         for layout in layouts
         if layout.fields["strategy"].value == "engine"
     }
 
 
 def test_the_search_offers_what_the_engine_runs():
-    """Mixtral (a tp plan in the family registry): ep beside tp, sequence parallelism on with tp, pp and cp 1; the
-    MoE families without one (Qwen3-MoE) get ep alone."""
+    """Mixtral (a tp plan in the family registry): ep beside tp and pp, sequence parallelism on with tp, ZeRO-1
+    under pp, cp 1; the MoE families without one (Qwen3-MoE) get ep alone."""
     mixtral = _engine_expert_layouts("mixtral-8x7b")
-    assert {(2, 2, True), (8, 2, True), (1, 8, True), (2, 1, False)} <= mixtral
-    assert all(sequence_parallel == (tp > 1) for _, tp, sequence_parallel in mixtral)
-    assert {tp for _, tp, _ in _engine_expert_layouts("qwen3-30b-a3b")} == {1}
+    assert {(2, 2, 1, True, 1), (8, 2, 1, True, 0), (1, 8, 1, True, 1), (2, 1, 1, False, 3)} <= mixtral
+    assert {(8, 1, 2, False, 0), (2, 2, 2, True, 1), (1, 1, 4, False, 1)} <= mixtral  # (ZeRO-0: edp is 1)
+    assert all(sequence_parallel == (tp > 1) for _, tp, _, sequence_parallel, _ in mixtral)
+    assert {stage for _, _, pp, _, stage in mixtral if pp > 1} == {0, 1}
+    assert {(tp, pp) for _, tp, pp, _, _ in _engine_expert_layouts("qwen3-30b-a3b")} == {(1, 1)}
 
 
 def test_the_engine_routes_every_token_on_each_tp_rank_in_the_estimates():
@@ -107,21 +116,22 @@ def test_the_engine_routes_every_token_on_each_tp_rank_in_the_estimates():
 
 
 def test_what_does_not_compose_is_one_line(tmp_path):
-    """ep with pp or cp is refused by the layout check before any group is built, and by --emit before any file is
-    written (a plan's layout may be edited by hand)."""
+    """ep or pp with cp is refused by the layout check before any group is built, and by --emit before any file is
+    written (a plan's layout may be edited by hand); ep with pp and tp is what the engine runs."""
     from backends.parallel_dims import check_fits
     from planner.contract.layout import ParallelDims
     from planner.errors import UserInputError
 
-    for dims in (ParallelDims(ep=2, pp=2, dp=2), ParallelDims(ep=2, cp=2, dp=2)):
-        with pytest.raises(UserInputError, match="expert parallelism runs with pp 1 and cp 1"):
+    for dims in (ParallelDims(ep=2, cp=2, dp=2), ParallelDims(pp=2, cp=2, dp=1)):
+        with pytest.raises(UserInputError, match="context parallelism runs with pp 1 and ep 1"):
             check_fits(dims, dims.world_size)
     check_fits(ParallelDims(ep=2, tp=2, dp=2), 4)  # what the engine runs
+    check_fits(ParallelDims(ep=2, pp=2, tp=2, dp=2), 8)
 
     from planner.emit import emit_run_folder
     from tests.emit_plans import make_plan
 
-    plan = make_plan("mixtral-8x7b", gpus_per_node=8, strategy="engine", zero_stage=1, layout=ParallelDims(ep=2, pp=2))
-    with pytest.raises(UserInputError, match="our engine splits experts over ep beside dp and tp, with pp 1"):
+    plan = make_plan("mixtral-8x7b", gpus_per_node=8, strategy="engine", zero_stage=1, layout=ParallelDims(ep=2, cp=2))
+    with pytest.raises(UserInputError, match="our engine splits sequences over cp with pp and ep 1"):
         emit_run_folder(plan, tmp_path / "run")
     assert not (tmp_path / "run").exists()

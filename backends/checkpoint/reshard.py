@@ -30,7 +30,17 @@ EP_RANK_KEY = re.compile(r"ep(\d+)\.$")
 
 
 def tensor_split_record(engine: Any) -> dict[str, Any]:
-    """How this run's tensors split over tp and ep (saved once; the same on every rank)."""
+    """How this run's tensors split over tp and ep, from every rank (collective): a pipeline stage knows only
+    the tensors of its own layers, so the record is the union of the stages'."""
+    merged: dict[str, Any] = {"shard_specs": {}, "tp_replicas": {}, "padded_rows": {}, "expert_names": []}
+    for record in everyones(_own_split_record(engine)):
+        for key in ("shard_specs", "tp_replicas", "padded_rows"):
+            merged[key].update(record[key])
+        merged["expert_names"] = sorted({*merged["expert_names"], *record["expert_names"]})
+    return merged
+
+
+def _own_split_record(engine: Any) -> dict[str, Any]:
     model, expert_parallel = engine.parallel_model, getattr(engine, "expert_parallel", None)
     experts = sorted(expert_parallel.expert_names) if expert_parallel is not None else []
     if model is None:

@@ -55,13 +55,14 @@ def write_resume_state(engine: Any, partial: Path, tag: str, client_state: dict 
     """Every rank's RNG file and rank 0's engine_state.json: the state as it is now (collective)."""
     save_rng(partial / "rng" / f"rank{rank()}.pt")
     model_ranks = gather_model_rank_states(engine)
+    tensor_split = tensor_split_record(engine)
     if rank() == 0:
         shared = {key: value for key, value in engine.state_for_resume().items() if key not in PER_RANK_KEYS}
         state = {
             **shared,
             "tag": tag,
             "layout": layout_of(engine),
-            "tensor_split": tensor_split_record(engine),
+            "tensor_split": tensor_split,
             "model_ranks": model_ranks,
             "client_state": client_state or {},
         }

@@ -10,19 +10,14 @@ treated as a column- then row-parallel MLP is (Megatron's expert tensor parallel
   or reduce-scatter onto the sequence shards under SP);
 - each rank's router weights get the gradient through its partial output only: summed over tp in backward.
 
-The router's load-balancing loss (transformers' load_balancing_loss_func, added when the config sets
-output_router_logits, as the HF model adds it) comes from the same logits on every tp rank, so each rank
-back-propagates a tp-th of it and the router's summed gradient counts it once (RouterLoss.term).
+The router's load-balancing loss comes from the same logits on every tp rank, so each rank back-propagates a
+tp-th of it and the router's summed gradient counts it once (router_loss.py).
 """
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from collections.abc import Iterator
 from typing import Any
 
-import torch
 from torch import nn
 
 from backends.decoder_anatomy import decoder_layers, get_path
@@ -45,42 +40,3 @@ def apply_moe_tensor_parallel(model: nn.Module, path: str, group: Any, *, sequen
         for name, param in block.named_parameters():
             if not name.startswith("experts."):  # the router: whole on every rank, a partial gradient on each
                 param.register_hook(all_reduce_grad(group))
-
-
-class RouterLoss:
-    """Collects the routers' logits during a forward and gives the load-balancing loss term to add to the loss."""
-
-    def __init__(self, model: nn.Module, path: str, tp: int):
-        config = model.config
-        self.coefficient = float(getattr(config, "router_aux_loss_coef", 0.0))
-        self.experts = int(getattr(config, "num_local_experts", None) or config.num_experts)
-        self.top_k = int(config.num_experts_per_tok)
-        self.tp = tp
-        # The family's own loss function, from the module that defines the HF model class.
-        self.function = getattr(sys.modules[type(model).__module__], "load_balancing_loss_func", None)
-        self.enabled = bool(getattr(config, "output_router_logits", False)) and self.function is not None
-        self.logits: list[torch.Tensor] = []
-        self._collecting = False
-        for block in moe_blocks(model, path):
-            block.gate.register_forward_hook(self._record)
-
-    def _record(self, module: nn.Module, args: Any, output: Any) -> None:
-        if self._collecting:  # not during a checkpointed layer's recomputation in backward
-            self.logits.append(output[0])
-
-    @contextlib.contextmanager
-    def collecting(self) -> Iterator[None]:
-        self.logits, self._collecting = [], self.enabled
-        try:
-            yield
-        finally:
-            self._collecting = False
-
-    def term(self) -> torch.Tensor | float:
-        """coef x the loss, whose gradient is a tp-th of it on each tp rank (the value is the whole)."""
-        if not self.logits:
-            return 0.0
-        whole = self.coefficient * self.function(tuple(self.logits), self.experts, self.top_k)
-        self.logits = []
-        share = whole / self.tp
-        return share + (whole - share).detach()

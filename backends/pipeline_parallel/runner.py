@@ -16,6 +16,7 @@ ZeRO's gradient hooks valid; nothing rescales .grad afterwards.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -30,8 +31,8 @@ class _Stage(nn.Module):
         self.parallel_model = parallel_model
         self.chunk = chunk
 
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        return self.parallel_model.stage_forward(inputs, self.chunk)
+    def forward(self, inputs: torch.Tensor, router_sums: torch.Tensor | None = None) -> Any:
+        return self.parallel_model.stage_forward(inputs, self.chunk, router_sums=router_sums)
 
 
 class PipelineRunner:
@@ -48,7 +49,9 @@ class PipelineRunner:
         self._schedules: dict[tuple, object] = {}
         self._loss_scale = 1.0
 
-    def _example_tensors(self, micro_batch: int, seq_len: int, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _example_tensors(self, micro_batch: int, seq_len: int, chunk: int) -> tuple[tuple, tuple]:
+        """(inputs, outputs) of one chunk, with the routers' sums beside the hidden states of an MoE
+        (backends/expert_parallel/router_loss.py)."""
         model = self.parallel_model
         config = model.module.config
         dtype, device = next(model.parameters()).dtype, next(model.parameters()).device
@@ -63,7 +66,10 @@ class PipelineRunner:
             outputs = torch.zeros(micro_batch, seq_len, vocab_shard, dtype=dtype, device=device, requires_grad=True)
         else:
             outputs = hidden
-        return inputs, outputs
+        if not model.carries_router_sums:
+            return (inputs,), (outputs,)
+        sums = model.router_loss.empty_sums(device).requires_grad_()
+        return ((inputs,) if first else (inputs, sums)), (outputs, sums)
 
     def _schedule(self, n_micro: int, micro_batch: int, seq_len: int):
         key = (n_micro, micro_batch, seq_len)
@@ -85,9 +91,9 @@ class PipelineRunner:
                         _Stage(model, chunk),
                         chunk * pp + model.groups.pp_rank,
                         pp * chunks,
-                        inputs.device,
-                        input_args=(inputs,),
-                        output_args=(outputs,),
+                        inputs[0].device,
+                        input_args=inputs,
+                        output_args=outputs,
                         group=model.groups.pp_group,
                     )
                 )
@@ -101,8 +107,12 @@ class PipelineRunner:
             self._schedules[key] = schedule
         return self._schedules[key]
 
-    def _loss(self, local_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return self.parallel_model.loss(local_logits, labels) * self._loss_scale
+    def _loss(self, output: Any, labels: torch.Tensor) -> torch.Tensor:
+        model = self.parallel_model
+        if not model.carries_router_sums:
+            return model.loss(output, labels) * self._loss_scale
+        local_logits, router_sums = output
+        return (model.loss(local_logits, labels) + model.router_loss.term(router_sums)) * self._loss_scale
 
     def train_batch(
         self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *, loss_multiplier: float = 1.0

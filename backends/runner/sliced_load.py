@@ -2,7 +2,8 @@
 
 After `parallelize`, a rank holds the layers of its pipeline stage, each
 TP-sharded tensor as its part of `sections` equal blocks along one dim (3
-for GPT-2's fused q|k|v), and a vocabulary padded to a multiple of tp.
+for GPT-2's fused q|k|v), a vocabulary padded to a multiple of tp, and
+under expert parallelism its run of each layer's experts.
 This reads exactly those rows or columns from the safetensors files (the
 inverse of tensor_parallel.layers.shard_tensor), zero-filling the padding.
 The full shapes are checked against the checkpoint first, so a checkpoint of
@@ -103,9 +104,12 @@ def load_parallel_slices(parallel_model: Any, source: Any, device: Any) -> None:
     materialize(module, device)
     with torch.no_grad():
         for name, param in module.named_parameters():
-            value = (
-                read_local_slice(parallel_model, source, name)
-                if name in parallel_model.shard_specs
-                else source.read(name)
-            )
+            ep, ep_rank = _experts_split(parallel_model, name)
+            if name in parallel_model.shard_specs:
+                value = read_local_slice(parallel_model, source, name)  # (this rank's experts among them)
+            elif ep > 1:  # this rank's run of experts, whole (no tp)
+                experts = param.shape[0]
+                value = source.read(name, (slice(ep_rank * experts, (ep_rank + 1) * experts),))
+            else:
+                value = source.read(name)
             param.copy_(value.to(device=param.device, dtype=param.dtype))

@@ -103,11 +103,6 @@ def emit_run_folder(
             f"layout {layout.describe()}: our engine splits sequences over cp with pp and ep 1; plan with "
             "--pp 1 --ep 1, or run this layout with Megatron-LM or torchtitan"
         )
-    if layout.ep > 1 and layout.pp > 1:
-        raise UserInputError(
-            f"layout {layout.describe()}: our engine splits experts over ep beside dp and tp, with pp 1; plan with "
-            "--pp 1, or run this layout with Megatron-LM or DeepSpeed-MoE"
-        )
     if plan.config.fp8:
         raise UserInputError(
             "FP8 is planned, not emitted: run the plan's layout with Transformer Engine or torchao float8 in your "

@@ -221,14 +221,18 @@ def _pipeline_schedules(layers: int, pp: int) -> list[tuple[PipelineSchedule, in
     return schedules
 
 
+def pipeline_degrees(spec: ModelSpec, world: int, tp: int) -> list[int]:
+    """Every pp that `world` ranks hold beside tp, dividing the layers or not (an uneven pp runs the default
+    stage map of planner/contract/layout.py, as Llama 3 405B ran pp 16 over 126 layers)."""
+    degrees = set(divisors(spec.num_layers)) | {d for d in divisors(world // tp) if d <= spec.num_layers}
+    return [pp for pp in sorted(degrees) if world % (tp * pp) == 0]
+
+
 def _engine_tp_pp_layouts(spec: ModelSpec, cluster: ClusterSpec, tp: int, cp: int) -> list[StrategyLayout]:
     world = cluster.world_size // cp  # the ranks one context-parallel slice of the job spans
     layouts = []
-    # Every pp the cluster can hold, dividing the layers or not (an uneven pp runs the default stage
-    # map of planner/contract/layout.py, as Llama 3 405B ran pp 16 over 126 layers).
-    degrees = sorted(set(divisors(spec.num_layers)) | {d for d in divisors(world // tp) if d <= spec.num_layers})
-    for pp in degrees:
-        if world % (tp * pp) or (tp == 1 and pp == 1 and cp == 1) or (cp > 1 and pp > 1):
+    for pp in pipeline_degrees(spec, world, tp):
+        if (tp == 1 and pp == 1 and cp == 1) or (cp > 1 and pp > 1):
             continue
         dp = world // (tp * pp)
         zero_ranks = dp * cp  # under cp the engine's ZeRO runs over the dp x cp ranks (every one holds the model)
@@ -253,27 +257,34 @@ def _engine_tp_pp_layouts(spec: ModelSpec, cluster: ClusterSpec, tp: int, cp: in
 
 
 def _expert_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[StrategyLayout]:
-    """The engine's expert parallelism: ep dividing the experts and the data-parallel ranks, ZeRO 0-3 on the ep
-    ranks' expert-data-parallel group (backends/expert_parallel/apply.py); beside tp (sequence parallelism on, each
-    expert's ffn split too) for a family with a tensor-parallel plan (Mixtral), pp and cp 1."""
+    """The engine's expert parallelism: ep dividing the experts and the data-parallel ranks, ZeRO on the ep ranks'
+    expert-data-parallel group (backends/expert_parallel/apply.py); for a family with a tensor-parallel plan
+    (Mixtral) beside tp (sequence parallelism on, each expert's ffn split too) and pp (the stages hand the
+    routers' load-balancing sums on, backends/expert_parallel/router_loss.py), ZeRO-1 under pp as for a dense
+    model; cp 1."""
     world = cluster.world_size
     with_tp = spec.model_type in ENGINE_MODEL_TYPES
     layouts = []
     for tp in tensor_parallel_degrees(spec, cluster) if with_tp else [1]:
         if (spec.expert_ffn_size or spec.ffn_size) % tp:
             continue
-        dp = world // tp
-        for ep in divisors(spec.num_experts):
-            if (ep == 1 and tp == 1) or dp % ep:
-                continue
-            for stage in [0, 1, 2, 3] if dp // ep > 1 else [0]:
-                fields = {
-                    "strategy": Strategy.ENGINE,
-                    "zero_stage": stage,
-                    "layout": ParallelDims(ep=ep, tp=tp),
-                    "sequence_parallel": tp > 1,
-                }
-                layouts.append(_layout(SIMPLICITY["engine"] + (tp > 1) + stage // 2, fields))
+        for pp in pipeline_degrees(spec, world, tp) if with_tp else [1]:
+            dp = world // (tp * pp)
+            for ep in divisors(spec.num_experts):
+                if (ep == 1 and tp == 1 and pp == 1) or dp % ep:
+                    continue
+                stages = ([1] if pp > 1 else [0, 1, 2, 3]) if dp // ep > 1 else [0]
+                for stage in stages:
+                    for schedule, chunks, stage_map in _pipeline_schedules(spec.num_layers, pp):
+                        fields = {
+                            "strategy": Strategy.ENGINE,
+                            "zero_stage": stage,
+                            "layout": ParallelDims(ep=ep, tp=tp, pp=pp, virtual_stages=chunks, stage_layers=stage_map),
+                            "sequence_parallel": tp > 1,
+                            "pipeline_schedule": schedule,
+                        }
+                        complexity = SIMPLICITY["engine"] + (tp > 1) + (pp > 1) + (tp > 1 and pp > 1) + stage // 2
+                        layouts.append(_layout(complexity, fields))
     return layouts
 
 

@@ -1,0 +1,103 @@
+"""torchrun job (4 ranks): the tiny Mixtral pipelined, its experts over ep or its layers over tp.
+
+argv: OUT. Each run trains STEPS steps of micro-batch 1 x 2 micro-batches per data-parallel rank (rank r of dp
+trains rows 2r and 2r + 1 of tests/expert_parallel_model.py's global batch), then evaluates its rows:
+- ep2-pp2-full: ep 2 x pp 2 (1F1B) with full activation checkpointing (the routers' recomputation in backward
+  must not add to the load-balancing sums);
+- ep2-pp2-interleaved: ep 2 x pp 2 x 2 interleaved chunks over the map 0, 1, 1, 0 (the first chunk runs the
+  embedding alone and hands on empty router sums, the last the head alone);
+- tp2-pp2-sp: tp 2 x pp 2 with sequence parallelism (one data-parallel rank);
+and ep2-pp2-full's and tp2-pp2-sp's checkpoints after step 2 are resumed under ep 2 x tp 2 and tp 4 (RESHARD).
+Each rank writes OUT.<rank>.json: per run the losses, gradient norms, evaluation loss, parameters held, the
+data-parallel world and rank, and the resumed run's step 3 beside the saving run's.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import torch.distributed as dist
+
+import backends
+from tests.expert_parallel_model import LR, STEPS, global_batch, tiny_mixtral
+
+ACCUM = 2  # micro-batches of one row per data-parallel rank and step
+RUNS: dict[str, dict[str, Any]] = {
+    "ep2-pp2-full": {"layout": {"ep": 2, "pp": 2}, "activation_checkpointing": "full"},
+    "ep2-pp2-interleaved": {
+        "layout": {"ep": 2, "pp": 2, "virtual_stages": 2, "stage_layers": [0, 1, 1, 0]},
+        "pipeline_schedule": "interleaved-1f1b",
+    },
+    "tp2-pp2-sp": {"layout": {"tp": 2, "pp": 2}, "sequence_parallel": True},
+}
+
+
+def config(block: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": ACCUM,
+        "optimizer": {"type": "AdamW", "params": {"lr": LR, "weight_decay": 0.0}},
+        "zero_optimization": {"stage": 1},
+        "hardware_selector": block,
+    }
+
+
+def rows(engine: Any, step: int) -> Any:
+    world, rank = engine.data_parallel_world, engine.data_parallel_rank
+    return global_batch(step, world)[rank * ACCUM : (rank + 1) * ACCUM]
+
+
+def train(engine: Any, steps: range) -> tuple[list[float], list[float]]:
+    losses, norms = [], []
+    for step in steps:
+        losses.append(engine.train_batch(rows(engine, step)))
+        norms.append(engine.optimizer.last_grad_norm)
+    return losses, norms
+
+
+# A checkpoint after step 2 of a pipelined run, resumed under a layout without pp, must take the saving run's
+# step 3. (Each stage records only its own layers' tensors; the checkpoint holds every stage's record.)
+RESHARD = {
+    "ep2-pp2-full": ("ep2-pp2->ep2-tp2", {"layout": {"ep": 2, "tp": 2}, "sequence_parallel": True}),
+    "tp2-pp2-sp": ("tp2-pp2->tp4", {"layout": {"tp": 4}, "sequence_parallel": True}),
+}
+
+
+def run(name: str, out: str) -> dict[str, Any]:
+    engine, _, _, _ = backends.initialize(model=tiny_mixtral(), config=config(RUNS[name]))
+    losses, norms = train(engine, range(STEPS - 1))
+    if name in RESHARD:
+        engine.save_checkpoint(f"{out}.{name}")
+    last_loss, last_norm = train(engine, range(STEPS - 1, STEPS))
+    result = {
+        "losses": losses + last_loss,
+        "norms": norms + last_norm,
+        "eval": engine.eval_loss(rows(engine, STEPS)),
+        "held": sum(param.numel() for param in engine.module.parameters()),
+        "world": engine.data_parallel_world,
+        "dp_rank": engine.data_parallel_rank,
+    }
+    if name in RESHARD:
+        move, target = RESHARD[name]
+        resumed = backends.initialize(model=tiny_mixtral(), config=config(target))[0]
+        resumed.load_checkpoint(f"{out}.{name}")
+        next_loss, _ = train(resumed, range(STEPS - 1, STEPS))
+        result["reshard"] = {"move": move, "uninterrupted": last_loss[0], "resumed": next_loss[0]}
+    return result
+
+
+def main() -> None:
+    out = sys.argv[1]
+    dist.init_process_group("gloo")
+    results: dict[str, Any] = {name: run(name, out) for name in RUNS}
+    with open(f"{out}.{dist.get_rank()}.json", "w") as handle:
+        json.dump(results, handle)
+
+
+if __name__ == "__main__":
+    from backends.distributed_init import exit_worker
+
+    main()
+    exit_worker(0)  # gloo's threads can abort interpreter teardown after a run that succeeded
