@@ -110,7 +110,7 @@ def two_rank_checks() -> dict[str, Callable[[], dict]]:
     checks["pp_llama_interleaved"] = lambda: layout_run(
         "llama", ParallelDims(dp=1, pp=2), micro_batches=4, global_batch=8, schedule="interleaved-1f1b"
     )
-    for key in ("qwen2", "mistral"):  # q/k/v biases (Qwen2); Mistral's own classes
+    for key in ("qwen2", "mistral", "qwen3"):  # q/k/v biases (Qwen2); Mistral's own classes; QK-norm (Qwen3)
         checks[f"tp_sp_{key}"] = lambda key=key: layout_run(key, ParallelDims(dp=1, tp=2), sequence_parallel=True)
     checks["tp_sp_llama_full_checkpointing"] = lambda: layout_run(
         "llama", ParallelDims(dp=1, tp=2), sequence_parallel=True, checkpointing="full"

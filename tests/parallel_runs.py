@@ -22,7 +22,14 @@ from planner.errors import UserInputError
 
 STEPS, SEQ_LEN, LR = 3, 16, 0.1
 REFERENCE_GRAD_NORMS: list[float] = []  # of the latest reference_run, per step
-MODELS = {"gpt2": "gpt2", "llama": "llama-3-8b", "opt": "opt-125m", "qwen2": "qwen2.5-0.5b", "mistral": "mistral-7b"}
+MODELS = {
+    "gpt2": "gpt2",
+    "llama": "llama-3-8b",
+    "opt": "opt-125m",
+    "qwen2": "qwen2.5-0.5b",
+    "mistral": "mistral-7b",
+    "qwen3": "qwen3-8b",
+}
 
 
 def tiny_model_config(model_key: str) -> dict:

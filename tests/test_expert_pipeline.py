@@ -4,7 +4,8 @@ Reference: transformers' MixtralForCausalLM trained by torch's AdamW in one proc
 (the router's load-balancing loss is per micro-batch, so the reference batches as the engine does), the loss
 averaged over the data-parallel ranks' micro-batches. On 4 ranks (tests/engine_jobs/expert_pipeline.py):
 ep 2 x pp 2 under full checkpointing, ep 2 x pp 2 interleaved over the map 0, 1, 1, 0, and tp 2 x pp 2 with
-sequence parallelism each train the reference's losses (1e-5) and gradient norms (rel 1e-5), and evaluate each
+sequence parallelism, and the tiny Qwen3-MoE (QK-norm attention, the family's tp plan) under ep 2 x tp 2, each
+train the reference's losses (1e-5) and gradient norms (rel 1e-5), and evaluate each
 rank's rows to the reference's loss on them; the heaviest rank holds the planner's per-rank parameters (within
 3%); checkpoints of ep 2 x pp 2 and tp 2 x pp 2 resume under ep 2 x tp 2 and tp 4 to the saving run's next step
 (every stage's record of how its tensors split is saved). Made to fail: without
@@ -18,15 +19,15 @@ import json
 import pytest
 
 from tests.distributed import run_torchrun
-from tests.expert_parallel_model import LR, STEPS, global_batch, tiny_mixtral
+from tests.expert_parallel_model import LR, STEPS, global_batch, tiny_mixtral, tiny_qwen3_moe
 from tests.test_expert_parallel_engine import planned_rank_params
 
 
-def reference(world: int) -> tuple[list[float], list[float], list[float]]:
+def reference(world: int, make=tiny_mixtral) -> tuple[list[float], list[float], list[float]]:
     """Losses, gradient norms, and each data-parallel rank's evaluation loss after the steps."""
     import torch
 
-    model = tiny_mixtral()
+    model = make()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
     losses, norms = [], []
     for step in range(STEPS):
@@ -46,22 +47,24 @@ def reference(world: int) -> tuple[list[float], list[float], list[float]]:
 def test_pipelined_experts_train_the_single_process_reference(tmp_path):
     out = tmp_path / "out"
     run_torchrun(["tests/engine_jobs/expert_pipeline.py", str(out)], nproc=4, timeout=400)
-    expected = {2: reference(2), 1: reference(1)}
+    expected = {"mixtral": {2: reference(2), 1: reference(1)}, "qwen3_moe": {2: reference(2, tiny_qwen3_moe)}}
     layouts = {
         "ep2-pp2-full": {"ep": 2, "pp": 2},
         "ep2-pp2-interleaved": {"ep": 2, "pp": 2, "virtual_stages": 2, "stage_layers": [0, 1, 1, 0]},
         "tp2-pp2-sp": {"ep": 1, "tp": 2, "pp": 2},
+        "qwen3-moe-ep2-tp2-sp": {"ep": 2, "tp": 2},
     }
     results = [json.loads((tmp_path / f"out.{rank}.json").read_text()) for rank in range(4)]
     for run, layout in layouts.items():
-        world = results[0][run]["world"]
-        losses, norms, evals = expected[world]
+        model = "qwen3_moe" if run.startswith("qwen3") else "mixtral"
+        losses, norms, evals = expected[model][results[0][run]["world"]]
         for rank, result in enumerate(results):
             assert result[run]["losses"] == pytest.approx(losses, abs=1e-5), (rank, run)
             assert result[run]["norms"] == pytest.approx(norms, rel=1e-5), (rank, run)
             assert result[run]["eval"] == pytest.approx(evals[result[run]["dp_rank"]], abs=1e-5), (rank, run)
-        heaviest = max(result[run]["held"] for result in results)
-        assert heaviest == pytest.approx(planned_rank_params(**layout), rel=0.03), run
+        if model == "mixtral":
+            heaviest = max(result[run]["held"] for result in results)
+            assert heaviest == pytest.approx(planned_rank_params(**layout), rel=0.03), run
     moves = [result[run]["reshard"] for result in results for run in ("ep2-pp2-full", "tp2-pp2-sp")]
     assert {move["move"] for move in moves} == {"ep2-pp2->ep2-tp2", "tp2-pp2->tp4"}
     for move in moves:

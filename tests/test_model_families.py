@@ -27,7 +27,8 @@ def catalog_config(model_type: str) -> dict:
 def test_every_catalog_model_type_has_an_entry_and_every_entry_a_reader():
     assert set(CATALOG_TYPES) <= set(FAMILIES)
     assert set(SUPPORTED_MODEL_TYPES) == set(FAMILIES)  # the config reader reads what the registry lists
-    assert ENGINE_MODEL_TYPES == parallel_model_types() == {"gpt2", "llama", "mistral", "mixtral", "qwen2", "opt"}
+    assert ENGINE_MODEL_TYPES == parallel_model_types()
+    assert parallel_model_types() == {"gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "opt"}
 
 
 @pytest.mark.parametrize("model_type", CATALOG_TYPES)
@@ -67,7 +68,7 @@ def test_parallel_plans_name_real_modules(model_type):
         assert get_path(backbone, path) is not None, path
     layer = layers[0]
     assert type(layer).__name__ == FAMILIES[model_type].block_class
-    for path in (*plan.layer_norms, *(path for path, _ in plan.column), *plan.row, plan.attention):
+    for path in (*plan.layer_norms, *(path for path, _ in plan.column), *plan.row, plan.attention, *plan.head_norms):
         assert get_path(layer, path) is not None, path
     if plan.moe_block:  # the router (kept whole) and the fused experts (split) the engine expects in it
         block = get_path(layer, plan.moe_block)

@@ -26,6 +26,7 @@ TWO_RANK_CHECKS = [
     "tp_sp_opt",
     "tp_sp_qwen2",
     "tp_sp_mistral",
+    "tp_sp_qwen3",
     "tp_sp_gpt2_odd_vocab",
     "tp_sp_llama_one_kv_head",
     "pp_gpt2_gpipe",

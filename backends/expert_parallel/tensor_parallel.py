@@ -26,12 +26,22 @@ from backends.tensor_parallel.collectives import copy_to_tp, reduce_from_tp, red
 
 
 def moe_blocks(model: nn.Module, path: str) -> list[nn.Module]:
-    """This rank's MoE blocks (layers of other pipeline stages are nn.Identity)."""
-    return [get_path(layer, path) for layer in decoder_layers(model) if not isinstance(layer, nn.Identity)]
+    """This rank's MoE blocks (layers of other pipeline stages are nn.Identity; a family may keep dense MLPs in
+    some layers at the same path, Qwen3-MoE's mlp_only_layers)."""
+    layers = [layer for layer in decoder_layers(model) if not isinstance(layer, nn.Identity)]
+    return [get_path(layer, path) for layer in layers if hasattr(get_path(layer, path), "experts")]
 
 
 def apply_moe_tensor_parallel(model: nn.Module, path: str, group: Any, *, sequence_parallel: bool) -> None:
     """Wrap every MoE block at `path` (inside each layer) for tensor parallelism over `group`, in place."""
+    from planner.errors import UserInputError
+
+    layers = [layer for layer in decoder_layers(model) if not isinstance(layer, nn.Identity)]
+    if len(moe_blocks(model, path)) != len(layers):
+        raise UserInputError(
+            f"{type(model).__name__} has dense MLP layers beside its MoE layers (mlp_only_layers or "
+            "decoder_sparse_step), which the engine's tensor parallelism does not split; use tp 1 (ep and pp)"
+        )
     reduce = reduce_scatter_sequence if sequence_parallel else reduce_from_tp
     for block in moe_blocks(model, path):
         if not sequence_parallel:

@@ -126,6 +126,9 @@ def apply_tensor_parallel(
             attention.num_key_value_groups = heads // size
         _split_heads(attention, counts, size, "heads")
         _split_heads(attention, arch.width_attributes, size, "projection width")
+        for path in arch.head_norms:  # each rank normalises its own heads with the whole weight
+            for param in get_path(layer, path).parameters():
+                param.register_hook(all_reduce_grad(group))
         norms.extend(get_path(layer, name) for name in arch.layer_norms)
     if token_embedding is not None:
         token_embedding = VocabParallelEmbedding(token_embedding, group)

@@ -59,6 +59,9 @@ class ParallelPlan(_Data):
     width_attributes: tuple[str, ...] = ()  # attention attributes holding the local projection width
     kv_projections: tuple[str, ...] = ()  # replicated, not split, when tp exceeds the key/value heads
     extra_modules: tuple[str, ...] = ()  # other backbone modules (positions, rotary)
+    # Norms over each head's width inside the attention (Qwen3's QK-norm): whole on every rank, each rank's heads
+    # giving part of their gradient, which is summed over tp.
+    head_norms: tuple[str, ...] = ()
     # An MoE model's router + experts block inside a layer: its experts split over ep and their ffn over tp,
     # its router whole on every rank (backends/expert_parallel/tensor_parallel.py); "" for a dense MLP.
     moe_block: str = ""

@@ -27,6 +27,11 @@ MIXTRAL_PARALLEL_PLAN = LLAMA_PARALLEL_PLAN.model_copy(
     }
 )
 
+# Qwen3: Llama's split, with the QK-norm of each head whole on every rank (its gradient summed over tp).
+QWEN3_PARALLEL_PLAN = LLAMA_PARALLEL_PLAN.model_copy(update={"head_norms": ("self_attn.q_norm", "self_attn.k_norm")})
+# Qwen3-MoE: Qwen3's attention and Mixtral's MoE block (a router and fused experts, no shared expert).
+QWEN3_MOE_PARALLEL_PLAN = MIXTRAL_PARALLEL_PLAN.model_copy(update={"head_norms": QWEN3_PARALLEL_PLAN.head_norms})
+
 
 def _llama_like(
     model_type: str,
@@ -126,6 +131,7 @@ LLAMA_STYLE_ENTRIES: tuple[FamilyEntry, ...] = (
             tied_by_default=False,
         ),
         traits=Traits(softmax_fp32=True, qk_norm=True),
+        plan=QWEN3_PARALLEL_PLAN,
     ),
     _llama_like(  # Qwen3-MoE: Qwen3's attention (QK-norm) with fine-grained routed experts, no shared expert
         "qwen3_moe",
@@ -138,6 +144,7 @@ LLAMA_STYLE_ENTRIES: tuple[FamilyEntry, ...] = (
             tied_by_default=False,
         ),
         traits=Traits(softmax_fp32=True, qk_norm=True),
+        plan=QWEN3_MOE_PARALLEL_PLAN,
     ),
     _llama_like(  # gpt-oss: biased attention with a learned sink per head (eager: SDPA has no sinks, softmax in
         # the input dtype), biased routed experts with a clamped SwiGLU, RMSNorm weighting in fp32

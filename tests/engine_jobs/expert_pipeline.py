@@ -1,4 +1,4 @@
-"""torchrun job (4 ranks): the tiny Mixtral pipelined, its experts over ep or its layers over tp.
+"""torchrun job (4 ranks): the tiny Mixtral pipelined, its experts over ep or its layers over tp; Qwen3-MoE over tp.
 
 argv: OUT. Each run trains STEPS steps of micro-batch 1 x 2 micro-batches per data-parallel rank (rank r of dp
 trains rows 2r and 2r + 1 of tests/expert_parallel_model.py's global batch), then evaluates its rows:
@@ -7,6 +7,7 @@ trains rows 2r and 2r + 1 of tests/expert_parallel_model.py's global batch), the
 - ep2-pp2-interleaved: ep 2 x pp 2 x 2 interleaved chunks over the map 0, 1, 1, 0 (the first chunk runs the
   embedding alone and hands on empty router sums, the last the head alone);
 - tp2-pp2-sp: tp 2 x pp 2 with sequence parallelism (one data-parallel rank);
+- qwen3-moe-ep2-tp2-sp: the tiny Qwen3-MoE (QK-norm attention) under ep 2 x tp 2 with sequence parallelism;
 and ep2-pp2-full's and tp2-pp2-sp's checkpoints after step 2 are resumed under ep 2 x tp 2 and tp 4 (RESHARD).
 Each rank writes OUT.<rank>.json: per run the losses, gradient norms, evaluation loss, parameters held, the
 data-parallel world and rank, and the resumed run's step 3 beside the saving run's.
@@ -21,7 +22,7 @@ from typing import Any
 import torch.distributed as dist
 
 import backends
-from tests.expert_parallel_model import LR, STEPS, global_batch, tiny_mixtral
+from tests.expert_parallel_model import LR, STEPS, global_batch, tiny_mixtral, tiny_qwen3_moe
 
 ACCUM = 2  # micro-batches of one row per data-parallel rank and step
 RUNS: dict[str, dict[str, Any]] = {
@@ -31,7 +32,9 @@ RUNS: dict[str, dict[str, Any]] = {
         "pipeline_schedule": "interleaved-1f1b",
     },
     "tp2-pp2-sp": {"layout": {"tp": 2, "pp": 2}, "sequence_parallel": True},
+    "qwen3-moe-ep2-tp2-sp": {"layout": {"ep": 2, "tp": 2}, "sequence_parallel": True},
 }
+MODELS = {"qwen3-moe-ep2-tp2-sp": tiny_qwen3_moe}  # (the others: tiny_mixtral)
 
 
 def config(block: dict[str, Any]) -> dict[str, Any]:
@@ -66,7 +69,7 @@ RESHARD = {
 
 
 def run(name: str, out: str) -> dict[str, Any]:
-    engine, _, _, _ = backends.initialize(model=tiny_mixtral(), config=config(RUNS[name]))
+    engine, _, _, _ = backends.initialize(model=MODELS.get(name, tiny_mixtral)(), config=config(RUNS[name]))
     losses, norms = train(engine, range(STEPS - 1))
     if name in RESHARD:
         engine.save_checkpoint(f"{out}.{name}")
