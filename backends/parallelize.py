@@ -42,6 +42,7 @@ from backends.pipeline_parallel.stages import is_tied, per_virtual_stage, prune_
 from backends.tensor_parallel.apply import apply_tensor_parallel, shard_specs
 from backends.tensor_parallel.collectives import scatter_sequence
 from backends.tensor_parallel.cross_entropy import vocab_parallel_causal_lm_loss, vocab_parallel_loss_sum
+from planner.errors import UserInputError
 
 CHECKPOINT_MODES = ("none", "selective", "full")
 
@@ -288,7 +289,6 @@ def _split_experts(
     from backends.expert_parallel.apply import ExpertParallel, swap_experts
     from backends.expert_parallel.router_loss import RouterLoss
     from backends.expert_parallel.tensor_parallel import apply_moe_tensor_parallel
-    from planner.errors import UserInputError
 
     dims = groups.dims
     if dims.cp > 1:
@@ -296,7 +296,7 @@ def _split_experts(
     ep_group = groups.group("ep") if dims.ep > 1 else None
     tp_group = groups.tp_group if dims.tp > 1 else None
     try:
-        expert_names, others = swap_experts(model, ep_group, capacity_factor, tp_group)
+        expert_names, others = swap_experts(model, ep_group, capacity_factor, tp_group, stage=dims.pp > 1)
     except ValueError as error:
         raise UserInputError(str(error)) from None
     if tp_group is not None:
@@ -324,7 +324,11 @@ def parallelize(
     if activation_checkpointing not in CHECKPOINT_MODES:
         raise ValueError(f"activation_checkpointing must be one of {CHECKPOINT_MODES}")
     groups = dims if isinstance(dims, ParallelGroups) else build_groups(dims, device_type)
-    architecture_of(model)
+    if groups.dims.tp > 1 and not architecture_of(model).tensor_parallel:
+        raise UserInputError(
+            f"the engine pipelines {model.config.model_type} models but does not split them over tp; use tp 1 "
+            "(pp and ep)"
+        )
     require_sdpa(model)
     if sequence_parallel and groups.dims.tp == 1:
         sequence_parallel = False  # nothing to split along

@@ -71,14 +71,17 @@ def _engine_expert_layouts(model: str) -> set[tuple[int, int, int, bool, int]]:
 
 def test_the_search_offers_what_the_engine_runs():
     """Mixtral and Qwen3-MoE (a tp plan in the family registry): ep beside tp and pp, sequence parallelism on with
-    tp, ZeRO-1 under pp, cp 1; the MoE families without one (DeepSeek-V3) get ep alone."""
+    tp, ZeRO-1 under pp, cp 1; DeepSeek-V3 (a plan that pipelines, not split over tp) ep beside pp; the MoE
+    families without a plan (Qwen2-MoE) ep alone."""
     mixtral = _engine_expert_layouts("mixtral-8x7b")
     assert {(2, 2, 1, True, 1), (8, 2, 1, True, 0), (1, 8, 1, True, 1), (2, 1, 1, False, 3)} <= mixtral
     assert {(8, 1, 2, False, 0), (2, 2, 2, True, 1), (1, 1, 4, False, 1)} <= mixtral  # (ZeRO-0: edp is 1)
     assert all(sequence_parallel == (tp > 1) for _, tp, _, sequence_parallel, _ in mixtral)
     assert {stage for _, _, pp, _, stage in mixtral if pp > 1} == {0, 1}
     assert {(2, 2), (1, 4)} <= {(tp, pp) for _, tp, pp, _, _ in _engine_expert_layouts("qwen3-30b-a3b")}
-    assert {(tp, pp) for _, tp, pp, _, _ in _engine_expert_layouts("deepseek-v3")} == {(1, 1)}
+    assert {tp for _, tp, _, _, _ in _engine_expert_layouts("deepseek-v3")} == {1}
+    assert {(8, 2), (4, 4)} <= {(ep, pp) for ep, _, pp, _, _ in _engine_expert_layouts("deepseek-v3")}
+    assert {(tp, pp) for _, tp, pp, _, _ in _engine_expert_layouts("qwen1.5-moe-a2.7b")} == {(1, 1)}
 
 
 def test_the_engine_routes_every_token_on_each_tp_rank_in_the_estimates():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from planner.models.catalog import CATALOG_DIR, load_catalog
-from planner.models.families import FAMILIES, parallel_model_types
+from planner.models.families import FAMILIES, parallel_model_types, splits_over_tp
 from planner.models.hf_config import SUPPORTED_MODEL_TYPES
 from planner.search.layouts import ENGINE_MODEL_TYPES
 
@@ -28,7 +28,10 @@ def test_every_catalog_model_type_has_an_entry_and_every_entry_a_reader():
     assert set(CATALOG_TYPES) <= set(FAMILIES)
     assert set(SUPPORTED_MODEL_TYPES) == set(FAMILIES)  # the config reader reads what the registry lists
     assert ENGINE_MODEL_TYPES == parallel_model_types()
-    assert parallel_model_types() == {"gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "opt"}
+    assert parallel_model_types() == {
+        "gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "opt", "deepseek_v3"
+    }  # fmt: skip
+    assert {model_type for model_type in parallel_model_types() if not splits_over_tp(model_type)} == {"deepseek_v3"}
 
 
 @pytest.mark.parametrize("model_type", CATALOG_TYPES)
@@ -71,5 +74,6 @@ def test_parallel_plans_name_real_modules(model_type):
     for path in (*plan.layer_norms, *(path for path, _ in plan.column), *plan.row, plan.attention, *plan.head_norms):
         assert get_path(layer, path) is not None, path
     if plan.moe_block:  # the router (kept whole) and the fused experts (split) the engine expects in it
-        block = get_path(layer, plan.moe_block)
+        blocks = [get_path(layer, plan.moe_block) for layer in layers]
+        block = next(block for block in blocks if hasattr(block, "experts"))  # (DeepSeek: dense first blocks)
         assert isinstance(block.gate.weight, torch.nn.Parameter) and block.experts.gate_up_proj.dim() == 3

@@ -89,15 +89,20 @@ def test_a_model_too_big_for_its_cluster_is_told_where_it_fits():
 
 
 def test_a_batch_that_divides_over_no_layout_is_named_and_no_false_count_is_claimed(capsys):
-    """DeepSeek-V3 on 2048 H800s at a global batch of 15360 (its report's): no layout divides the batch, which the
-    suggestions say instead of claiming that no count of H800 fits (1024 of them do, planned below)."""
+    """DeepSeek-V3 on 2048 H800s at a global batch of 15360 (its report's) without our engine: no data-parallel
+    layout divides the batch, which the suggestions say instead of claiming that no count of H800 fits (1024 of
+    them do, planned below). With the engine, pipeline stages make the data-parallel size divide it, as the
+    report's own pp x ep layout did."""
     from hardware_selector_cli.app import main
 
     base = ["plan", "--model", "deepseek-v3", "--gpu", "H800", "--gpus-per-node", "8", "--seq-len", "4096",
             "--global-batch", "15360", "--json"]  # fmt: skip
-    main([*base, "--nodes", "256"])
+    main([*base, "--nodes", "256", "--strategies", "ddp,fsdp,deepspeed"])
     lines = json.loads(capsys.readouterr().out)["suggestions"]
     assert any("--global-batch 15360 is not a multiple of the 2048 GPUs" in line for line in lines)
     assert not any("no count of H800" in line for line in lines)
-    assert main([*base, "--nodes", "128"]) == 0
+    assert main([*base, "--nodes", "128", "--strategies", "ddp,fsdp,deepspeed"]) == 0
     assert json.loads(capsys.readouterr().out)["best"] is not None
+    assert main([*base, "--nodes", "256"]) == 0
+    layout = json.loads(capsys.readouterr().out)["best"]["config"]["layout"]
+    assert layout["pp"] > 1 and layout["ep"] > 1

@@ -97,12 +97,13 @@ class ExpertParallel:
 
 
 def swap_experts(
-    model: nn.Module, ep_group: Any, capacity_factor: float = 0.0, tensor_group: Any = None
+    model: nn.Module, ep_group: Any, capacity_factor: float = 0.0, tensor_group: Any = None, *, stage: bool = False
 ) -> tuple[set[str], list[str]]:
     """Swap every fused experts module of `model` for this rank's ExpertParallelExperts (collective); returns the
-    names of the expert parameters and of the others."""
+    names of the expert parameters and of the others. `stage`: the model is one pipeline stage of a family the
+    engine's plan covers, which may hold only dense layers (DeepSeek's first blocks)."""
     swapped = [(name, module) for name, module in model.named_modules() if _is_experts_module(module)]
-    if not swapped:
+    if not swapped and not stage:
         raise ValueError(
             f"{type(model).__name__} has no experts module the engine can split (bias-free fused gate_up_proj of "
             "experts x 2 ffn x hidden, as Mixtral, Qwen-MoE and DeepSeek store them)"

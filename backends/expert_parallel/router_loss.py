@@ -36,7 +36,8 @@ class RouterLoss:
     def __init__(self, model: nn.Module, path: str, tp: int):
         config = model.config
         self.coefficient = float(getattr(config, "router_aux_loss_coef", 0.0))
-        self.experts = int(getattr(config, "num_local_experts", None) or config.num_experts)
+        names = ("num_local_experts", "num_experts", "n_routed_experts")  # Mixtral, Qwen-MoE, DeepSeek
+        self.experts = int(next(getattr(config, name) for name in names if getattr(config, name, None)))
         self.top_k = int(config.num_experts_per_tok)
         self.tp = tp
         # The families whose HF model adds this loss define the function beside the model class.

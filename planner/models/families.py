@@ -28,8 +28,24 @@ from planner.models.llama_style_families import LLAMA_STYLE_ENTRIES
 from planner.models.spec import ModelFamily
 
 __all__ = ["COMPONENT_TRAITS", "FAMILIES", "FamilyEntry", "LlamaStyle", "ParallelPlan", "SizeKeys", "Traits", "family_of",
-           "parallel_model_types"]  # fmt: skip
+           "parallel_model_types", "splits_over_tp"]  # fmt: skip
 
+
+# DeepSeek-V3 in our engine: pipeline stages and expert parallelism (its MoE blocks are Mixtral's layout beside a
+# shared expert, kept whole; its leading dense blocks are plain MLPs); no tensor parallelism.
+DEEPSEEK_V3_PIPELINE_PLAN = ParallelPlan(
+    backbone="model",
+    token_embedding="embed_tokens",
+    layers="layers",
+    final_norm="norm",
+    layer_norms=(),
+    column=(),
+    row=(),
+    attention="self_attn",
+    extra_modules=("rotary_emb",),
+    moe_block="mlp",
+    tensor_parallel=False,
+)
 
 _ENTRIES = (
     FamilyEntry(
@@ -199,8 +215,12 @@ _ENTRIES = (
             # q/k heads (nope + rope) are wider than v heads: SDPA's flash kernel needs equal head dims, so the
             # math path runs and keeps the scores (traced: benchmarks/trace_configs.py, deepseek-*).
             traits=Traits(softmax_fp32=True, shared_expert=True, fused_attention_kernel=False),
+            parallel_plan=plan,
         )
-        for name, block in (("deepseek_v2", "DeepseekV2DecoderLayer"), ("deepseek_v3", "DeepseekV3DecoderLayer"))
+        for name, block, plan in (
+            ("deepseek_v2", "DeepseekV2DecoderLayer", None),
+            ("deepseek_v3", "DeepseekV3DecoderLayer", DEEPSEEK_V3_PIPELINE_PLAN),
+        )
     ),
     FamilyEntry(  # CLIP: text and vision transformers of CLIPEncoderLayer blocks, eager softmax in fp32
         model_type="clip",
@@ -225,5 +245,12 @@ def family_of(model_type: str) -> FamilyEntry | None:
 
 
 def parallel_model_types() -> frozenset[str]:
-    """The model types our engine's tensor and pipeline parallelism can split."""
+    """The model types our engine's pipeline parallelism can split (and its tensor parallelism, but for those
+    whose plan says tensor_parallel=False)."""
     return frozenset(entry.model_type for entry in _ENTRIES if entry.parallel_plan is not None)
+
+
+def splits_over_tp(model_type: str) -> bool:
+    """Whether our engine's tensor parallelism splits this model type."""
+    entry = FAMILIES.get(model_type)
+    return entry is not None and entry.parallel_plan is not None and entry.parallel_plan.tensor_parallel

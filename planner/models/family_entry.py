@@ -65,6 +65,9 @@ class ParallelPlan(_Data):
     # An MoE model's router + experts block inside a layer: its experts split over ep and their ffn over tp,
     # its router whole on every rank (backends/expert_parallel/tensor_parallel.py); "" for a dense MLP.
     moe_block: str = ""
+    # False: the plan places the parts for pipeline (and expert) parallelism only, and tp is refused
+    # (DeepSeek's latent attention, whose projections the column/row split does not describe).
+    tensor_parallel: bool = True
 
 
 # Where a Llama-style causal LM keeps its parts (transformers' LlamaForCausalLM layout, shared by Mistral and

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from planner.contract.layout import ParallelDims, default_stage_layers
 from planner.hardware.cluster import ClusterSpec
-from planner.models.families import parallel_model_types
+from planner.models.families import parallel_model_types, splits_over_tp
 from planner.models.spec import ModelFamily, ModelSpec
 from planner.search.request import ZERO_STAGE_KINDS, PlanRequest, StrategyKind
 from planner.training_config import FsdpSharding, Offload, PipelineSchedule, Strategy, TrainingConfig
@@ -173,7 +173,10 @@ def engine_applicability(spec: ModelSpec) -> str | None:
 
 
 def tensor_parallel_degrees(spec: ModelSpec, cluster: ClusterSpec) -> list[int]:
-    """TP inside a node, dividing the heads, with KV heads split or replicated evenly."""
+    """TP inside a node, dividing the heads, with KV heads split or replicated evenly; [1] for a family whose
+    plan the engine pipelines but does not split over tp (DeepSeek-V3)."""
+    if spec.model_type in ENGINE_MODEL_TYPES and not splits_over_tp(spec.model_type):
+        return [1]
     degrees = []
     for tp in divisors(cluster.gpus_per_node):
         if cluster.world_size % tp or spec.num_heads % tp:
@@ -258,17 +261,17 @@ def _engine_tp_pp_layouts(spec: ModelSpec, cluster: ClusterSpec, tp: int, cp: in
 
 def _expert_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[StrategyLayout]:
     """The engine's expert parallelism: ep dividing the experts and the data-parallel ranks, ZeRO on the ep ranks'
-    expert-data-parallel group (backends/expert_parallel/apply.py); for a family with a tensor-parallel plan
-    (Mixtral) beside tp (sequence parallelism on, each expert's ffn split too) and pp (the stages hand the
-    routers' load-balancing sums on, backends/expert_parallel/router_loss.py), ZeRO-1 under pp as for a dense
-    model; cp 1."""
+    expert-data-parallel group (backends/expert_parallel/apply.py); for a family with a parallel plan beside pp
+    (the stages hand the routers' load-balancing sums on, backends/expert_parallel/router_loss.py; ZeRO-1 under
+    pp as for a dense model) and, when it splits over tp (Mixtral, Qwen3-MoE), tp (sequence parallelism on,
+    each expert's ffn split too); cp 1."""
     world = cluster.world_size
-    with_tp = spec.model_type in ENGINE_MODEL_TYPES
+    with_plan = spec.model_type in ENGINE_MODEL_TYPES
     layouts = []
-    for tp in tensor_parallel_degrees(spec, cluster) if with_tp else [1]:
+    for tp in tensor_parallel_degrees(spec, cluster) if with_plan else [1]:
         if (spec.expert_ffn_size or spec.ffn_size) % tp:
             continue
-        for pp in pipeline_degrees(spec, world, tp) if with_tp else [1]:
+        for pp in pipeline_degrees(spec, world, tp) if with_plan else [1]:
             dp = world // (tp * pp)
             for ep in divisors(spec.num_experts):
                 if (ep == 1 and tp == 1 and pp == 1) or dp % ep:

@@ -9,12 +9,13 @@ from planner.errors import UserInputError
 from planner.evaluate import memory_on
 from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import MemoryEstimate
+from planner.models.families import splits_over_tp
 from planner.models.spec import ModelSpec
 from planner.plan import Plan
 from planner.search.batching import resolve_global_batch
 from planner.search.candidates import CandidateEvaluator, Scored, ThroughputAdjust, cluster_variants
 from planner.search.explain import TIE_TOLERANCE, family_fates, plan_reasons
-from planner.search.layouts import engine_applicability, tensor_parallel_degrees
+from planner.search.layouts import ENGINE_MODEL_TYPES, engine_applicability, tensor_parallel_degrees
 from planner.search.request import PlanRequest, StrategyKind
 from planner.search.result import SearchResult, SearchStats
 from planner.search.suggest import suggestions
@@ -97,6 +98,10 @@ def search_plans(
             why = "LoRA runs on DDP, FSDP or DeepSpeed"
         if why is not None:
             not_applicable["engine (TP/PP)"] = why
+        elif spec.model_type in ENGINE_MODEL_TYPES and not splits_over_tp(spec.model_type):
+            not_applicable["engine TP"] = (
+                f"the engine pipelines {spec.model_type} models but does not split them over tp"
+            )
         elif cluster.gpus_per_node > 1 and tensor_parallel_degrees(spec, cluster) == [1]:
             not_applicable["engine TP"] = (
                 f"no tensor-parallel degree up to {cluster.gpus_per_node} (one node) splits {spec.name}'s "

@@ -1,4 +1,5 @@
-"""torchrun job (4 ranks): the tiny Mixtral pipelined, its experts over ep or its layers over tp; Qwen3-MoE over tp.
+"""torchrun job (4 ranks): the tiny Mixtral pipelined, its experts over ep or its layers over tp; Qwen3-MoE over
+tp; DeepSeek-V3 pipelined.
 
 argv: OUT. Each run trains STEPS steps of micro-batch 1 x 2 micro-batches per data-parallel rank (rank r of dp
 trains rows 2r and 2r + 1 of tests/expert_parallel_model.py's global batch), then evaluates its rows:
@@ -8,9 +9,12 @@ trains rows 2r and 2r + 1 of tests/expert_parallel_model.py's global batch), the
   embedding alone and hands on empty router sums, the last the head alone);
 - tp2-pp2-sp: tp 2 x pp 2 with sequence parallelism (one data-parallel rank);
 - qwen3-moe-ep2-tp2-sp: the tiny Qwen3-MoE (QK-norm attention) under ep 2 x tp 2 with sequence parallelism;
+- deepseek-v3-ep2-pp2: the tiny DeepSeek-V3 (a dense first block, latent attention, no router loss) under
+  ep 2 x pp 2;
 and ep2-pp2-full's and tp2-pp2-sp's checkpoints after step 2 are resumed under ep 2 x tp 2 and tp 4 (RESHARD).
 Each rank writes OUT.<rank>.json: per run the losses, gradient norms, evaluation loss, parameters held, the
-data-parallel world and rank, and the resumed run's step 3 beside the saving run's.
+data-parallel world and rank, and the resumed run's step 3 beside the saving run's; and the error that refuses
+DeepSeek-V3 under tp.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from typing import Any
 import torch.distributed as dist
 
 import backends
-from tests.expert_parallel_model import LR, STEPS, global_batch, tiny_mixtral, tiny_qwen3_moe
+from planner.errors import UserInputError
+from tests.expert_parallel_model import LR, STEPS, global_batch, tiny_deepseek_v3, tiny_mixtral, tiny_qwen3_moe
 
 ACCUM = 2  # micro-batches of one row per data-parallel rank and step
 RUNS: dict[str, dict[str, Any]] = {
@@ -33,8 +38,9 @@ RUNS: dict[str, dict[str, Any]] = {
     },
     "tp2-pp2-sp": {"layout": {"tp": 2, "pp": 2}, "sequence_parallel": True},
     "qwen3-moe-ep2-tp2-sp": {"layout": {"ep": 2, "tp": 2}, "sequence_parallel": True},
+    "deepseek-v3-ep2-pp2": {"layout": {"ep": 2, "pp": 2}},
 }
-MODELS = {"qwen3-moe-ep2-tp2-sp": tiny_qwen3_moe}  # (the others: tiny_mixtral)
+MODELS = {"qwen3-moe-ep2-tp2-sp": tiny_qwen3_moe, "deepseek-v3-ep2-pp2": tiny_deepseek_v3}  # (others: tiny_mixtral)
 
 
 def config(block: dict[str, Any]) -> dict[str, Any]:
@@ -95,6 +101,10 @@ def main() -> None:
     out = sys.argv[1]
     dist.init_process_group("gloo")
     results: dict[str, Any] = {name: run(name, out) for name in RUNS}
+    try:  # DeepSeek's plan pipelines it but does not split it over tp: one line, on every rank
+        backends.initialize(model=tiny_deepseek_v3(), config=config({"layout": {"ep": 2, "tp": 2}}))
+    except UserInputError as error:
+        results["deepseek_tp_refused"] = str(error)
     with open(f"{out}.{dist.get_rank()}.json", "w") as handle:
         json.dump(results, handle)
 
