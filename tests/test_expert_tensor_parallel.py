@@ -121,7 +121,8 @@ def test_the_engine_routes_every_token_on_each_tp_rank_in_the_estimates():
 
 def test_what_does_not_compose_is_one_line(tmp_path):
     """ep or pp with cp is refused by the layout check before any group is built, and by --emit before any file is
-    written (a plan's layout may be edited by hand); ep with pp and tp is what the engine runs."""
+    written (a plan's layout may be edited by hand), as is tp on DeepSeek-V3; ep with pp and tp is what the engine
+    runs."""
     from backends.parallel_dims import check_fits
     from planner.contract.layout import ParallelDims
     from planner.errors import UserInputError
@@ -137,5 +138,8 @@ def test_what_does_not_compose_is_one_line(tmp_path):
 
     plan = make_plan("mixtral-8x7b", gpus_per_node=8, strategy="engine", zero_stage=1, layout=ParallelDims(ep=2, cp=2))
     with pytest.raises(UserInputError, match="our engine splits sequences over cp with pp and ep 1"):
+        emit_run_folder(plan, tmp_path / "run")
+    plan = make_plan("deepseek-v3", gpus_per_node=8, strategy="engine", zero_stage=1, layout=ParallelDims(ep=2, tp=2))
+    with pytest.raises(UserInputError, match="our engine does not split deepseek_v3 models over tp; plan with --tp 1"):
         emit_run_folder(plan, tmp_path / "run")
     assert not (tmp_path / "run").exists()

@@ -30,7 +30,7 @@ from planner.emit.target import RunOptions, run_config
 from planner.emit.training_args import training_args_json_document
 from planner.errors import UserInputError
 from planner.files import write_text_atomic
-from planner.models.families import family_of
+from planner.models.families import family_of, splits_over_tp
 from planner.plan import Plan
 from planner.training_config import KernelChoice, Strategy
 
@@ -102,6 +102,11 @@ def emit_run_folder(
         raise UserInputError(
             f"layout {layout.describe()}: our engine splits sequences over cp with pp and ep 1; plan with "
             "--pp 1 --ep 1, or run this layout with Megatron-LM or torchtitan"
+        )
+    if layout.tp > 1 and plan.config.strategy is Strategy.ENGINE and not splits_over_tp(plan.model.model_type):
+        raise UserInputError(
+            f"layout {layout.describe()}: our engine does not split {plan.model.model_type} models over tp; plan "
+            "with --tp 1, or run this layout with Megatron-LM"
         )
     if plan.config.fp8:
         raise UserInputError(
