@@ -19,6 +19,7 @@ model FLOPs; MFU is then predicted TFLOP/s over the dense peak either way.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from planner.hardware.cluster import make_cluster
 from planner.models.resolve import resolve_model, spec_from_dimensions
 from planner.models.spec import ModelSpec
 from planner.throughput.estimate import estimate_throughput
-from planner.throughput.implementation import IMPLEMENTATIONS
+from planner.throughput.implementation import IMPLEMENTATIONS, Implementation
 from planner.training_config import PipelineSchedule, Strategy, TrainingConfig
 
 DATA_FILE = Path(__file__).parent / "data" / "published_runs.yaml"
@@ -123,10 +124,19 @@ def plan_inputs(row: dict):
     return spec, config, cluster
 
 
+def implementation_of(row: dict) -> Implementation:
+    """The row's preset, with how its source says the stack exchanged context-parallel keys and values where
+    that departs from the preset (Meta's Llama 3 stack all-gathered them: `context_exchange: all-gather`)."""
+    preset = IMPLEMENTATIONS[row["implementation"]]
+    if "context_exchange" in row:
+        preset = dataclasses.replace(preset, overlaps_context_exchange=row["context_exchange"] == "ring")
+    return preset
+
+
 def compare(row: dict) -> Comparison:
     spec, config, cluster = plan_inputs(row)
     # Megatron-LM, Megatron-DeepSpeed and Meta's stack fuse their norms and rotary.
-    estimate = estimate_throughput(spec, config, cluster, implementation=IMPLEMENTATIONS[row["implementation"]])
+    estimate = estimate_throughput(spec, config, cluster, implementation=implementation_of(row))
     peak = estimate.tflops_per_gpu / estimate.mfu
     published = row["published"]
     if "tokens_per_s_per_gpu" in published:

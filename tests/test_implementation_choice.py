@@ -50,3 +50,32 @@ def test_plan_and_estimate_take_the_flag_and_refuse_what_cannot_apply(capsys, tm
     assert main(["plan", *base, "--implementation", "megatron", "--emit", str(tmp_path / "x")]) == 2
     assert "--emit writes configs for our stacks" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_a_ring_hides_the_context_exchange_under_the_attention_and_an_all_gather_does_not():
+    """Megatron-LM passes keys and values round the cp ranks under the attention of the chunk before; our engine
+    (and Meta's Llama 3 stack) all-gathers them first. The same bytes move either way (the exchange's time is
+    the same); the ring exposes only what exceeds the blocks' attention: none of it at 64k tokens inside a node,
+    the excess at 16k tokens over cp 64 across 8 nodes, where the attention of a 256-token chunk is short."""
+    import dataclasses
+
+    from planner.hardware.cluster import make_cluster
+    from planner.models.resolve import resolve_model
+    from planner.throughput.estimate import estimate_throughput
+    from planner.throughput.implementation import MEGATRON_LM
+    from planner.training_config import TrainingConfig
+
+    spec = resolve_model("llama-3.1-8b")
+    gathered = dataclasses.replace(MEGATRON_LM, overlaps_context_exchange=False)
+    for seq_len, cp, nodes in ((65536, 8, 1), (16384, 64, 8)):
+        config = TrainingConfig(strategy="engine", layout={"cp": cp}, seq_len=seq_len, activation_checkpointing="full")
+        cluster = make_cluster("H100-80GB", 8, nodes, interconnect="ib-ndr" if nodes > 1 else None)
+        ring = estimate_throughput(spec, config, cluster, implementation=MEGATRON_LM).breakdown
+        gather = estimate_throughput(spec, config, cluster, implementation=gathered).breakdown
+        exchange = ring.tensor_parallel_comm_s  # tp 1: the context exchange alone
+        assert exchange == gather.tensor_parallel_comm_s > 0
+        hidden = gather.exposed_comm_s - ring.exposed_comm_s
+        if nodes == 1:
+            assert hidden == pytest.approx(exchange)
+        else:
+            assert 0 < hidden < exchange

@@ -191,13 +191,16 @@ def step_communication(
 
     # Context parallelism (as our engine runs it): each block all-gathers the sequence's keys and values over
     # the cp ranks in forward (again when full checkpointing recomputes it) and reduce-scatters their
-    # gradients in backward, the same volume; not overlapped with the attention.
+    # gradients in backward, the same volume; not overlapped with the attention. A ring (Megatron-LM) moves
+    # the same bytes a chunk at a time under the attention of the chunk before: only the excess waits.
     cp_comm = 0.0
     if config.context_parallel > 1:
         gathered = 2 * config.micro_batch * config.seq_len * shape.kv_width / tp * element
         passes = 2 + (1 if config.activation_checkpointing is ActivationCheckpointing.FULL else 0)
         cp_group = process_group(config.context_parallel, tp, gpn)
         cp_comm = accum * stage.blocks * passes * all_gather_s(links, cp_group, gathered)
+    ring = implementation.overlaps_context_exchange
+    cp_exposed = max(0.0, cp_comm - accum * stage.attention_s) if ring else cp_comm
 
     p2p = 0.0
     if pp > 1:
@@ -207,7 +210,7 @@ def step_communication(
 
     return StepComm(
         data_parallel_s=dp_total,
-        exposed_s=exposed + tp_comm + ep_exposed + cp_comm + p2p,
+        exposed_s=exposed + tp_comm + ep_exposed + cp_exposed + p2p,
         tensor_parallel_s=tp_comm,
         pipeline_p2p_s=p2p,
         expert_parallel_s=ep_comm,

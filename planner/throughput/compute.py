@@ -33,6 +33,7 @@ class StageCompute:
     backward_s: float
     recompute_s: float
     blocks: int  # blocks on this stage
+    attention_s: float  # of the above, the blocks' attention core (forward, backward, any recompute)
     launch_bound: bool  # the host cannot launch kernels as fast as the GPU finishes them
 
     @property
@@ -148,6 +149,8 @@ def stage_compute(
         block_recompute = attention_fwd
     else:
         block_recompute = 0.0
+    recomputed = 1.0 if config.activation_checkpointing is not ActivationCheckpointing.NONE else 0.0
+    block_attention = (1.0 + backward_ratio + recomputed) * attention_fwd
 
     head_fwd = head_bwd = 0.0
     if shape.has_lm_head:
@@ -165,5 +168,6 @@ def stage_compute(
         backward_s=blocks * block_bwd + head_bwd * head,
         recompute_s=blocks * block_recompute,
         blocks=blocks,
+        attention_s=blocks * block_attention,
         launch_bound=gpu_fwd < launches_fwd,
     )

@@ -1,7 +1,7 @@
 """How the training code behind a run behaves, where implementations differ enough to matter.
 
 The throughput model's mechanisms are the same for every run; these switches
-say which variant of three of them a codebase uses. Each preset is an explicit,
+say which variant of them a codebase uses. Each preset is an explicit,
 documented assumption, never a factor fitted to single runs:
 
 - kernels: fused norms and rotary, or transformers' eager op chains (kernel_stack.py).
@@ -29,6 +29,13 @@ documented assumption, never a factor fitted to single runs:
   against 1F1B's (pp - 1) (bidirectional_pipeline; its weight-gradient
   refinement, -3W, is left out, so the bubble is an upper bound). DualPipe
   keeps two copies of the parameters, which the memory estimate does not add.
+- overlaps_context_exchange: under context parallelism, whether the keys and
+  values go round the cp ranks in a ring, each chunk's transfer under the
+  attention of the chunk before, so only what exceeds the attention's compute
+  is exposed (Megatron-LM's default point-to-point context parallelism), or are
+  all-gathered before the attention runs (this project's engine,
+  backends/context_parallel; torchtitan's default all-gather rotation; Meta's
+  Llama 3 stack, whose published rows say so in benchmarks/data/published_runs.yaml).
 - expert_tokens_split_over_tp: under expert and tensor parallelism, whether each
   tp rank sends only its share of the routed tokens to the other ep ranks
   (Megatron-LM's expert tensor parallelism over sequence shards) or every tp
@@ -54,6 +61,7 @@ class Implementation:
     overlaps_expert_all_to_all: bool = False
     bidirectional_pipeline: bool = False
     expert_tokens_split_over_tp: bool = True
+    overlaps_context_exchange: bool = False
 
 
 # What this project's strategies run (DDP, FSDP, DeepSpeed and the engine all train
@@ -68,7 +76,7 @@ OUR_STRATEGIES = Implementation(
     expert_tokens_split_over_tp=False,
 )
 LLM_FOUNDRY = Implementation("llm-foundry (MPT, torch FSDP)", KernelStack.FUSED, False, False)
-MEGATRON_LM = Implementation("Megatron-LM", KernelStack.FUSED, True, False)
+MEGATRON_LM = Implementation("Megatron-LM", KernelStack.FUSED, True, False, overlaps_context_exchange=True)
 MEGATRON_DEEPSPEED = Implementation("Megatron-DeepSpeed (DeepSpeed pipeline engine)", KernelStack.FUSED, False, False)
 DEEPSPEED_ZERO3_2021 = Implementation(
     "DeepSpeed ZeRO-3 as of 2021 (Megatron GPT model)", KernelStack.FUSED, False, True
