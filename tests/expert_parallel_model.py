@@ -86,6 +86,22 @@ def tiny_deepseek_v3() -> Any:
     return DeepseekV3ForCausalLM(config).float().train()
 
 
+def tiny_deepseek_v2() -> Any:
+    """DeepSeek-V2(-Lite)'s layout: a leading dense block, then greedy top-k routed experts (softmax scores) beside
+    shared experts; latent attention with no query compression."""
+    import torch
+    from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+
+    torch.manual_seed(0)
+    config = DeepseekV2Config(
+        hidden_size=32, intermediate_size=48, moe_intermediate_size=24, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
+        kv_lora_rank=16, q_lora_rank=None, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, vocab_size=VOCAB,
+        max_position_embeddings=64,
+    )  # fmt: skip
+    return DeepseekV2ForCausalLM(config).float().train()
+
+
 MODELS = {
     "mixtral": tiny_mixtral,
     "qwen2_moe": tiny_qwen2_moe,

@@ -1,16 +1,16 @@
 """A mixture of experts pipelined by the engine (docs/parallelism.md, "Expert parallelism").
 
-Reference: transformers' MixtralForCausalLM trained by torch's AdamW in one process, one row per micro-batch
-(the router's load-balancing loss is per micro-batch, so the reference batches as the engine does), the loss
-averaged over the data-parallel ranks' micro-batches. On 4 ranks (tests/engine_jobs/expert_pipeline.py):
-ep 2 x pp 2 under full checkpointing, ep 2 x pp 2 interleaved over the map 0, 1, 1, 0, and tp 2 x pp 2 with
-sequence parallelism, the tiny Qwen3-MoE (QK-norm attention, the family's tp plan) under ep 2 x tp 2, and the tiny
-DeepSeek-V3 (a dense first block, latent attention; pipelined, not split over tp) under ep 2 x pp 2, each train
-the reference's losses (1e-5) and gradient norms (rel 1e-5), and evaluate each
-rank's rows to the reference's loss on them; the heaviest rank holds the planner's per-rank parameters (within
-3%); checkpoints of ep 2 x pp 2 and tp 2 x pp 2 resume under ep 2 x tp 2 and tp 4 to the saving run's next step
-(every stage's record of how its tensors split is saved). Made to fail: without
-the routers' sums handed on between stages the pipelined losses miss the reference's aux term.
+Reference: the HF model (transformers' own classes) trained by torch's AdamW in one process, one row per
+micro-batch (the router's load-balancing loss is per micro-batch, so the reference batches as the engine does),
+the loss averaged over the data-parallel ranks' micro-batches. On 4 ranks (tests/engine_jobs/expert_pipeline.py):
+the tiny Mixtral under ep 2 x pp 2 with full checkpointing, ep 2 x pp 2 interleaved over the map 0, 1, 1, 0, and
+tp 2 x pp 2 with sequence parallelism; the tiny Qwen3-MoE (QK-norm attention, the family's tp plan) under
+ep 2 x tp 2; the tiny DeepSeek-V3 and V2 (a dense first block, latent attention; pipelined, not split over tp)
+under ep 2 x pp 2. Each trains the reference's losses (1e-5) and gradient norms (rel 1e-5) and evaluates each
+rank's rows to the reference's loss on them; the heaviest Mixtral rank holds the planner's per-rank parameters
+(within 3%); checkpoints of ep 2 x pp 2 and tp 2 x pp 2 resume under ep 2 x tp 2 and tp 4 to the saving run's
+next step (every stage's record of how its tensors split is saved); DeepSeek under tp is one line. Made to fail:
+without the routers' sums handed on between stages the pipelined losses miss the reference's aux term.
 """
 
 from __future__ import annotations
@@ -20,7 +20,15 @@ import json
 import pytest
 
 from tests.distributed import run_torchrun
-from tests.expert_parallel_model import LR, STEPS, global_batch, tiny_deepseek_v3, tiny_mixtral, tiny_qwen3_moe
+from tests.expert_parallel_model import (
+    LR,
+    STEPS,
+    global_batch,
+    tiny_deepseek_v2,
+    tiny_deepseek_v3,
+    tiny_mixtral,
+    tiny_qwen3_moe,
+)
 from tests.test_expert_parallel_engine import planned_rank_params
 
 
@@ -52,6 +60,7 @@ def test_pipelined_experts_train_the_single_process_reference(tmp_path):
         "mixtral": {2: reference(2), 1: reference(1)},
         "qwen3_moe": {2: reference(2, tiny_qwen3_moe)},
         "deepseek_v3": {2: reference(2, tiny_deepseek_v3)},
+        "deepseek_v2": {2: reference(2, tiny_deepseek_v2)},
     }
     layouts = {
         "ep2-pp2-full": {"ep": 2, "pp": 2},
@@ -59,10 +68,12 @@ def test_pipelined_experts_train_the_single_process_reference(tmp_path):
         "tp2-pp2-sp": {"ep": 1, "tp": 2, "pp": 2},
         "qwen3-moe-ep2-tp2-sp": {"ep": 2, "tp": 2},
         "deepseek-v3-ep2-pp2": {"ep": 2, "pp": 2},
+        "deepseek-v2-ep2-pp2": {"ep": 2, "pp": 2},
     }
     results = [json.loads((tmp_path / f"out.{rank}.json").read_text()) for rank in range(4)]
     for run, layout in layouts.items():
-        model = next((key for key in ("qwen3_moe", "deepseek_v3") if run.startswith(key.replace("_", "-"))), "mixtral")
+        families = ("qwen3_moe", "deepseek_v3", "deepseek_v2")
+        model = next((key for key in families if run.startswith(key.replace("_", "-"))), "mixtral")
         losses, norms, evals = expected[model][results[0][run]["world"]]
         for rank, result in enumerate(results):
             assert result[run]["losses"] == pytest.approx(losses, abs=1e-5), (rank, run)

@@ -29,9 +29,10 @@ def test_every_catalog_model_type_has_an_entry_and_every_entry_a_reader():
     assert set(SUPPORTED_MODEL_TYPES) == set(FAMILIES)  # the config reader reads what the registry lists
     assert ENGINE_MODEL_TYPES == parallel_model_types()
     assert parallel_model_types() == {
-        "gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "opt", "deepseek_v3"
+        "gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "opt", "deepseek_v2", "deepseek_v3"
     }  # fmt: skip
-    assert {model_type for model_type in parallel_model_types() if not splits_over_tp(model_type)} == {"deepseek_v3"}
+    not_over_tp = {model_type for model_type in parallel_model_types() if not splits_over_tp(model_type)}
+    assert not_over_tp == {"deepseek_v2", "deepseek_v3"}
 
 
 @pytest.mark.parametrize("model_type", CATALOG_TYPES)

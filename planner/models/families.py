@@ -31,9 +31,9 @@ __all__ = ["COMPONENT_TRAITS", "FAMILIES", "FamilyEntry", "LlamaStyle", "Paralle
            "parallel_model_types", "splits_over_tp"]  # fmt: skip
 
 
-# DeepSeek-V3 in our engine: pipeline stages and expert parallelism (its MoE blocks are Mixtral's layout beside a
-# shared expert, kept whole; its leading dense blocks are plain MLPs); no tensor parallelism.
-DEEPSEEK_V3_PIPELINE_PLAN = ParallelPlan(
+# DeepSeek-V2/V3 in our engine: pipeline stages and expert parallelism (their MoE blocks are Mixtral's layout beside
+# shared experts, kept whole; their leading dense blocks are plain MLPs); no tensor parallelism.
+DEEPSEEK_PIPELINE_PLAN = ParallelPlan(
     backbone="model",
     token_embedding="embed_tokens",
     layers="layers",
@@ -218,8 +218,8 @@ _ENTRIES = (
             parallel_plan=plan,
         )
         for name, block, plan in (
-            ("deepseek_v2", "DeepseekV2DecoderLayer", None),
-            ("deepseek_v3", "DeepseekV3DecoderLayer", DEEPSEEK_V3_PIPELINE_PLAN),
+            ("deepseek_v2", "DeepseekV2DecoderLayer", DEEPSEEK_PIPELINE_PLAN),
+            ("deepseek_v3", "DeepseekV3DecoderLayer", DEEPSEEK_PIPELINE_PLAN),
         )
     ),
     FamilyEntry(  # CLIP: text and vision transformers of CLIPEncoderLayer blocks, eager softmax in fp32

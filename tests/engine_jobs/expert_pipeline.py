@@ -9,8 +9,8 @@ trains rows 2r and 2r + 1 of tests/expert_parallel_model.py's global batch), the
   embedding alone and hands on empty router sums, the last the head alone);
 - tp2-pp2-sp: tp 2 x pp 2 with sequence parallelism (one data-parallel rank);
 - qwen3-moe-ep2-tp2-sp: the tiny Qwen3-MoE (QK-norm attention) under ep 2 x tp 2 with sequence parallelism;
-- deepseek-v3-ep2-pp2: the tiny DeepSeek-V3 (a dense first block, latent attention, no router loss) under
-  ep 2 x pp 2;
+- deepseek-v3-ep2-pp2, deepseek-v2-ep2-pp2: the tiny DeepSeek-V3 and V2 (a dense first block, latent attention,
+  no router loss) under ep 2 x pp 2;
 and ep2-pp2-full's and tp2-pp2-sp's checkpoints after step 2 are resumed under ep 2 x tp 2 and tp 4 (RESHARD).
 Each rank writes OUT.<rank>.json: per run the losses, gradient norms, evaluation loss, parameters held, the
 data-parallel world and rank, and the resumed run's step 3 beside the saving run's; and the error that refuses
@@ -27,7 +27,15 @@ import torch.distributed as dist
 
 import backends
 from planner.errors import UserInputError
-from tests.expert_parallel_model import LR, STEPS, global_batch, tiny_deepseek_v3, tiny_mixtral, tiny_qwen3_moe
+from tests.expert_parallel_model import (
+    LR,
+    STEPS,
+    global_batch,
+    tiny_deepseek_v2,
+    tiny_deepseek_v3,
+    tiny_mixtral,
+    tiny_qwen3_moe,
+)
 
 ACCUM = 2  # micro-batches of one row per data-parallel rank and step
 RUNS: dict[str, dict[str, Any]] = {
@@ -39,8 +47,13 @@ RUNS: dict[str, dict[str, Any]] = {
     "tp2-pp2-sp": {"layout": {"tp": 2, "pp": 2}, "sequence_parallel": True},
     "qwen3-moe-ep2-tp2-sp": {"layout": {"ep": 2, "tp": 2}, "sequence_parallel": True},
     "deepseek-v3-ep2-pp2": {"layout": {"ep": 2, "pp": 2}},
+    "deepseek-v2-ep2-pp2": {"layout": {"ep": 2, "pp": 2}},
 }
-MODELS = {"qwen3-moe-ep2-tp2-sp": tiny_qwen3_moe, "deepseek-v3-ep2-pp2": tiny_deepseek_v3}  # (others: tiny_mixtral)
+MODELS = {  # (the others: tiny_mixtral)
+    "qwen3-moe-ep2-tp2-sp": tiny_qwen3_moe,
+    "deepseek-v3-ep2-pp2": tiny_deepseek_v3,
+    "deepseek-v2-ep2-pp2": tiny_deepseek_v2,
+}
 
 
 def config(block: dict[str, Any]) -> dict[str, Any]:
