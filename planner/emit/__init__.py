@@ -30,7 +30,7 @@ from planner.emit.target import RunOptions, run_config
 from planner.emit.training_args import training_args_json_document
 from planner.errors import UserInputError
 from planner.files import write_text_atomic
-from planner.models.families import family_of, splits_over_tp
+from planner.models.families import family_of
 from planner.plan import Plan
 from planner.training_config import KernelChoice, Strategy
 
@@ -103,7 +103,8 @@ def emit_run_folder(
             f"layout {layout.describe()}: our engine splits sequences over cp with pp and ep 1; plan with "
             "--pp 1 --ep 1, or run this layout with Megatron-LM or torchtitan"
         )
-    if layout.tp > 1 and plan.config.strategy is Strategy.ENGINE and not splits_over_tp(plan.model.model_type):
+    pipelined_only = entry is not None and entry.parallel_plan is not None and not entry.parallel_plan.tensor_parallel
+    if layout.tp > 1 and plan.config.strategy is Strategy.ENGINE and pipelined_only:  # (no plan: preflight says so)
         raise UserInputError(
             f"layout {layout.describe()}: our engine does not split {plan.model.model_type} models over tp; plan "
             "with --tp 1, or run this layout with Megatron-LM"
