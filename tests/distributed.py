@@ -37,6 +37,39 @@ def cpu_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def cli_in_process(*args: object) -> subprocess.CompletedProcess:
+    """`hardware-selector ARGS` in this process, as its exit code and output: the CLI's imports (torch and
+    transformers, for `train`'s checks) are paid once per test process instead of once per call. torchrun still
+    runs the ranks apart; what they print to the inherited descriptors is captured too, after what the CLI
+    printed itself, as a subprocess's output would be."""
+    import contextlib
+    import io
+    import tempfile
+
+    import hardware_selector
+
+    out, err = io.StringIO(), io.StringIO()
+    with tempfile.TemporaryFile() as child_out, tempfile.TemporaryFile() as child_err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        os.dup2(child_out.fileno(), 1)
+        os.dup2(child_err.fileno(), 2)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = hardware_selector.main([str(arg) for arg in args])
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+        child_out.seek(0)
+        child_err.seek(0)
+        stdout = out.getvalue() + child_out.read().decode(errors="replace")
+        stderr = err.getvalue() + child_err.read().decode(errors="replace")
+    return subprocess.CompletedProcess(list(args), code, stdout, stderr)
+
+
 def run_torchrun(
     target: list[str],
     *,

@@ -30,19 +30,9 @@ import pytest
 
 from scripts.demo_checkpoint import make_local_gpt2
 from tests.distributed import REPO_ROOT, cpu_env
+from tests.distributed import cli_in_process as cli
 
 pytestmark = pytest.mark.slow
-
-
-def cli(*args, timeout=600):
-    return subprocess.run(
-        [sys.executable, "hardware_selector.py", *map(str, args)],
-        cwd=REPO_ROOT,
-        env=cpu_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def ok(completed):

@@ -18,21 +18,9 @@ import pytest
 
 from scripts.demo_checkpoint import make_local_gpt2, train_tokenizer, write_corpus
 from tests.distributed import REPO_ROOT, cpu_env
+from tests.distributed import cli_in_process as cli
 
 pytestmark = pytest.mark.slow
-
-
-def cli(*args):
-    """The CLI in this process (its imports are paid once for the module); torchrun still runs the ranks apart."""
-    import contextlib
-    import io
-
-    import hardware_selector
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = hardware_selector.main([str(arg) for arg in args])
-    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def one_line_error(completed, fragment):

@@ -11,13 +11,11 @@ test of `train RUN_DIR` end to end: CLI, torchrun, the runner, checkpoints.)
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from planner.emit import emit_run_folder
-from tests.distributed import REPO_ROOT, cpu_env
+from tests.distributed import cli_in_process as cli
 from tests.emit_plans import make_plan
 
 FALLBACK_NOTE = "note: no CUDA GPU here; running this GPU plan's --tiny smoke run on CPU with gloo"
@@ -34,17 +32,6 @@ def gpu_tp2_folder(tmp_path_factory):
     )
     emit_run_folder(plan, folder, options=RunOptions(optim=Hyperparameters(dropout=0.0)))  # comparable bit for bit
     return folder
-
-
-def _cli(*args):
-    return subprocess.run(
-        [sys.executable, "hardware_selector.py", *map(str, args)],
-        cwd=REPO_ROOT,
-        env=cpu_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def _first_step_loss_on_one_process(folder) -> float:
@@ -72,7 +59,7 @@ def test_the_emitted_plan_targets_gpus_with_tp2(gpu_tp2_folder):
 
 @pytest.mark.slow
 def test_tiny_runs_the_gpu_tp2_plan_on_cpu_with_gloo(gpu_tp2_folder):
-    completed = _cli("train", gpu_tp2_folder, "--tiny", "--steps", "2", "--nproc", "2", "--save-every", "2")
+    completed = cli("train", gpu_tp2_folder, "--tiny", "--steps", "2", "--nproc", "2", "--save-every", "2")
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert completed.stderr.count(FALLBACK_NOTE) == 1  # rank 0 says it, once
     result = json.loads(next(line for line in completed.stdout.splitlines() if line.startswith("RUN_RESULT"))[11:])
@@ -84,7 +71,7 @@ def test_tiny_runs_the_gpu_tp2_plan_on_cpu_with_gloo(gpu_tp2_folder):
 
 
 def test_without_tiny_a_gpu_plan_is_a_one_line_error(gpu_tp2_folder):
-    completed = _cli("train", gpu_tp2_folder, "--steps", "1")
+    completed = cli("train", gpu_tp2_folder, "--steps", "1")
     assert completed.returncode == 2
     assert completed.stderr.strip().splitlines() == [
         "error: this plan runs on CUDA GPUs (device cuda, nccl) and this machine has none; pass --tiny for a CPU "
@@ -110,7 +97,7 @@ def test_gpu_ddp_and_fsdp_plans_get_cpu_and_gloo_under_tiny(tmp_path):
 
 
 def test_a_process_count_that_cannot_hold_the_layout_is_a_one_line_error(gpu_tp2_folder):
-    completed = _cli("train", gpu_tp2_folder, "--tiny", "--nproc", "3")
+    completed = cli("train", gpu_tp2_folder, "--tiny", "--nproc", "3")
     assert completed.returncode == 2
     assert completed.stderr.strip().splitlines() == [
         "error: --nproc 3 cannot hold this plan's tensor x pipeline parallel layout of 2 ranks; pass a multiple of 2"
