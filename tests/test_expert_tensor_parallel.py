@@ -84,6 +84,34 @@ def test_the_search_offers_what_the_engine_runs():
     assert {(tp, pp) for _, tp, pp, _, _ in _engine_expert_layouts("qwen1.5-moe-a2.7b")} == {(1, 1)}
 
 
+def test_an_moe_config_with_dense_mlp_layers_is_not_split_over_tp(tmp_path):
+    """The engine's tp splits MoE blocks only (backends/expert_parallel/tensor_parallel.py refuses the rest): a
+    Qwen3-MoE config whose mlp_only_layers keep dense MLPs gets ep and pp from the search, no tp, and --emit refuses
+    a hand-made tp layout of it in one line before writing anything."""
+    from backends.model_factory import catalog_config
+    from planner.contract.layout import ParallelDims
+    from planner.emit import emit_run_folder
+    from planner.errors import UserInputError
+    from planner.hardware.cluster import make_cluster
+    from planner.models.resolve import resolve_model
+    from planner.search import PlanRequest
+    from planner.search.layouts import enumerate_layouts
+    from tests.emit_plans import make_plan
+
+    folder = tmp_path / "qwen3-moe-dense-first"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**catalog_config("qwen3-30b-a3b"), "mlp_only_layers": [0]}))
+    spec = resolve_model(str(folder))
+    assert spec.dense_layers == 1
+    layouts = enumerate_layouts(spec, make_cluster("H100-80GB", 8, 2), PlanRequest())
+    engine = [layout.fields["layout"] for layout in layouts if layout.fields["strategy"].value == "engine"]
+    assert {dims.tp for dims in engine} == {1} and {dims.pp for dims in engine} > {1}
+    plan = make_plan(str(folder), gpus_per_node=8, strategy="engine", zero_stage=1, layout=ParallelDims(ep=2, tp=2))
+    with pytest.raises(UserInputError, match="does not split an MoE model with 1 dense MLP layers over tp"):
+        emit_run_folder(plan, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_engine_routes_every_token_on_each_tp_rank_in_the_estimates():
     """Every tp rank of the engine routes and exchanges all the tokens (backends/expert_parallel/dispatch.py), where
     Megatron-LM's sends a tp-th: the ep all-to-all takes longer than under the tp-split preset, and each block keeps

@@ -104,11 +104,15 @@ def emit_run_folder(
             "--pp 1 --ep 1, or run this layout with Megatron-LM or torchtitan"
         )
     pipelined_only = entry is not None and entry.parallel_plan is not None and not entry.parallel_plan.tensor_parallel
-    if layout.tp > 1 and plan.config.strategy is Strategy.ENGINE and pipelined_only:  # (no plan: preflight says so)
-        raise UserInputError(
-            f"layout {layout.describe()}: our engine does not split {plan.model.model_type} models over tp; plan "
-            "with --tp 1, or run this layout with Megatron-LM"
-        )
+    if layout.tp > 1 and plan.config.strategy is Strategy.ENGINE:  # (no plan at all: the launcher says so)
+        why = f"{plan.model.model_type} models" if pipelined_only else ""
+        if not why and plan.model.is_moe and plan.model.dense_layers:
+            why = f"an MoE model with {plan.model.dense_layers} dense MLP layers"
+        if why:
+            raise UserInputError(
+                f"layout {layout.describe()}: our engine does not split {why} over tp; plan with --tp 1, or run this "
+                "layout with Megatron-LM"
+            )
     if plan.config.fp8:
         raise UserInputError(
             "FP8 is planned, not emitted: run the plan's layout with Transformer Engine or torchao float8 in your "

@@ -263,12 +263,14 @@ def _expert_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[StrategyLayou
     """The engine's expert parallelism: ep dividing the experts and the data-parallel ranks, ZeRO on the ep ranks'
     expert-data-parallel group (backends/expert_parallel/apply.py); for a family with a parallel plan beside pp
     (the stages hand the routers' load-balancing sums on, backends/expert_parallel/router_loss.py; ZeRO-1 under
-    pp as for a dense model) and, when it splits over tp (Mixtral, Qwen3-MoE), tp (sequence parallelism on,
-    each expert's ffn split too); cp 1."""
+    pp as for a dense model) and, when it splits over tp (Mixtral, Qwen3-MoE, without dense MLP layers), tp
+    (sequence parallelism on, each expert's ffn split too); cp 1."""
     world = cluster.world_size
     with_plan = spec.model_type in ENGINE_MODEL_TYPES
+    # The engine's tp splits MoE blocks only: a config that keeps dense MLP layers among them is not split.
+    over_tp = with_plan and not spec.dense_layers
     layouts = []
-    for tp in tensor_parallel_degrees(spec, cluster) if with_plan else [1]:
+    for tp in tensor_parallel_degrees(spec, cluster) if over_tp else [1]:
         if (spec.expert_ffn_size or spec.ffn_size) % tp:
             continue
         for pp in pipeline_degrees(spec, world, tp) if with_plan else [1]:
