@@ -75,6 +75,17 @@ def render_run_folder(plan: Plan, run_dir: Path, target: RunConfig) -> dict[str,
     return files
 
 
+def _not_split_over_tp(plan: Plan) -> str | None:
+    """What of this model our engine's tp does not split, or None (a family with no plan at all: the launcher
+    says so, naming ZeRO/FSDP)."""
+    entry = family_of(plan.model.model_type)
+    if entry is not None and entry.parallel_plan is not None and not entry.parallel_plan.tensor_parallel:
+        return f"{plan.model.model_type} models"  # DeepSeek's plan pipelines it only
+    if plan.model.is_moe and plan.model.dense_layers:
+        return f"an MoE model with {plan.model.dense_layers} dense MLP layers"  # tp splits MoE blocks only
+    return None
+
+
 def emit_run_folder(
     plan: Plan,
     directory: str | Path,
@@ -103,16 +114,12 @@ def emit_run_folder(
             f"layout {layout.describe()}: our engine splits sequences over cp with pp and ep 1; plan with "
             "--pp 1 --ep 1, or run this layout with Megatron-LM or torchtitan"
         )
-    pipelined_only = entry is not None and entry.parallel_plan is not None and not entry.parallel_plan.tensor_parallel
-    if layout.tp > 1 and plan.config.strategy is Strategy.ENGINE:  # (no plan at all: the launcher says so)
-        why = f"{plan.model.model_type} models" if pipelined_only else ""
-        if not why and plan.model.is_moe and plan.model.dense_layers:
-            why = f"an MoE model with {plan.model.dense_layers} dense MLP layers"
-        if why:
-            raise UserInputError(
-                f"layout {layout.describe()}: our engine does not split {why} over tp; plan with --tp 1, or run this "
-                "layout with Megatron-LM"
-            )
+    unsplit = _not_split_over_tp(plan)
+    if layout.tp > 1 and plan.config.strategy is Strategy.ENGINE and unsplit:
+        raise UserInputError(
+            f"layout {layout.describe()}: our engine does not split {unsplit} over tp; plan with --tp 1, or run this "
+            "layout with Megatron-LM"
+        )
     if plan.config.fp8:
         raise UserInputError(
             "FP8 is planned, not emitted: run the plan's layout with Transformer Engine or torchao float8 in your "
