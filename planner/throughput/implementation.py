@@ -7,8 +7,13 @@ documented assumption, never a factor fitted to single runs:
 - kernels: fused norms and rotary, or transformers' eager op chains (kernel_stack.py).
 - p2p_scatter_gather: Megatron-LM splits each pipeline stage-boundary tensor
   over the TP ranks' NICs and re-gathers it over NVLink (Narayanan et al. 2021,
-  section 4.1); torch.distributed.pipelining and DeepSpeed's pipeline engine
-  send the whole tensor from every TP rank.
+  section 4.1); so does DeepSpeed's pipeline engine, activations and their
+  gradients alike (PartitionedTensor under `is_pipe_partitioned` and
+  `is_grad_partitioned` in deepspeed/runtime/pipe/engine.py: read in 0.5.4, the
+  October 2021 release of MT-NLG's time, and in 0.19.8, where the ds_config's
+  `pipeline.pipe_partitioned`/`grad_partitioned` default to true;
+  tests/test_deepspeed_pipeline.py). torch.distributed.pipelining (our engine)
+  sends the whole tensor from every TP rank.
 - sharded_gather_per_gpu_nic: whether a ZeRO-3 / FSDP parameter all-gather and
   gradient reduce-scatter spanning nodes reaches the node's combined NIC
   bandwidth (NCCL's rings pass each chunk into a node once, then over NVLink:
@@ -77,7 +82,7 @@ OUR_STRATEGIES = Implementation(
 )
 LLM_FOUNDRY = Implementation("llm-foundry (MPT, torch FSDP)", KernelStack.FUSED, False, False)
 MEGATRON_LM = Implementation("Megatron-LM", KernelStack.FUSED, True, False, overlaps_context_exchange=True)
-MEGATRON_DEEPSPEED = Implementation("Megatron-DeepSpeed (DeepSpeed pipeline engine)", KernelStack.FUSED, False, False)
+MEGATRON_DEEPSPEED = Implementation("Megatron-DeepSpeed (DeepSpeed pipeline engine)", KernelStack.FUSED, True, False)
 DEEPSPEED_ZERO3_2021 = Implementation(
     "DeepSpeed ZeRO-3 as of 2021 (Megatron GPT model)", KernelStack.FUSED, False, True
 )
