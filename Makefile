@@ -13,12 +13,19 @@ STAMP := $(VENV)/.installed
 
 env: $(STAMP)
 
-# pip compiles every package at install time: keep it, as environments with PYTHONDONTWRITEBYTECODE
-# (CI's) would otherwise compile torch anew in every process.
+# torch comes from pip (its configuration finds the CPU build on disk); uv then installs the rest in seconds
+# instead of pip's minute and a half, with torch held at what was just installed (a constraint: a package that
+# wanted another torch fails the resolution instead of fetching one). uv reads none of pip's configuration, so
+# where it cannot reach its index, pip installs the same. Both write bytecode at install time (pip does by
+# default, uv with --compile-bytecode): under PYTHONDONTWRITEBYTECODE (CI's) every process would otherwise compile
+# transformers and deepspeed anew.
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)" $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -c "from importlib.metadata import version; print('torch==' + version('torch'))" > $(VENV)/torch-constraint.txt
+	( $(PY) -m pip install --quiet uv && \
+	  $(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) --constraint $(VENV)/torch-constraint.txt -e ".[test]" ) || \
+	  $(PY) -m pip install --quiet -e ".[test]"
 	@touch $(STAMP)
 
 # The main job: a real plan for a real catalog model on a cluster you may not have yet.
