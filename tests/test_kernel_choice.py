@@ -77,7 +77,9 @@ def test_liger_is_refused_where_it_cannot_run(capsys, tmp_path):
 
 @pytest.mark.slow
 def test_the_engine_compiles_each_block_and_trains_as_eager():
-    """One process, a tiny GPT-2: two steps with every block compiled (inductor on the CPU) against eager."""
+    """One process, a tiny GPT-2: two steps with every block compiled (inductor on the CPU) against eager.
+    Its blocks have the shapes of the run-folder tests' below (scripts/demo_checkpoint.py's GPT-2, 2 x 64
+    tokens), so their ranks find these compiled kernels in inductor's cache instead of building them again."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -85,11 +87,11 @@ def test_the_engine_compiles_each_block_and_trains_as_eager():
 
     def run(kernels: str) -> list[float]:
         torch.manual_seed(0)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=32,
+        model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=64, n_positions=256,
                                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))  # fmt: skip
         config = {"train_micro_batch_size_per_gpu": 2, "hardware_selector": {"kernels": kernels}}
         engine, _, _, _ = backends.initialize(model=model, config=config)
-        ids = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
+        ids = torch.randint(0, 64, (2, 64), generator=torch.Generator().manual_seed(1))
         losses = []
         for _ in range(2):
             engine.backward(engine(input_ids=ids, labels=ids))
