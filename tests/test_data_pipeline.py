@@ -177,3 +177,29 @@ def test_a_separate_evaluation_set_is_tokenized_on_its_own(tmp_path, tokenizer_d
     )
     assert data.train.indices is None  # nothing held out of the training text
     assert len(list((tmp_path / "run" / "data").glob("tokens-*.bin"))) == 2 and 0 < len(data.eval) < len(data.train)
+
+
+def test_the_token_file_encoder_gives_transformers_ids_whatever_the_tokenizer_json_asks(tmp_path, tokenizer_dir):
+    """Token files are encoded by the fast tokenizer's Rust backend directly (backends/data/token_cache.py);
+    the reference is transformers' own call. A tokenizer.json that truncates and pads, as some shipped ones
+    do, must not cut or pad a document, and the caller's tokenizer keeps its settings."""
+    import shutil
+
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    from backends.data.token_cache import batch_encoder
+
+    folder = tmp_path / "truncating"
+    shutil.copytree(tokenizer_dir, folder)
+    backend = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    backend.enable_truncation(max_length=8)
+    backend.enable_padding(length=12)
+    backend.save(str(folder / "tokenizer.json"))
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    texts = [*DOCUMENTS, "", "a longer document that runs on " * 20]
+    with_special, without = (batch_encoder(tokenizer, add_special_tokens=flag) for flag in (True, False))
+    assert tokenizer.backend_tokenizer.truncation is not None  # the encoders changed only their own copies
+    assert with_special(texts) == tokenizer(texts)["input_ids"]
+    assert without(texts) == tokenizer(texts, add_special_tokens=False)["input_ids"]
+    assert max(map(len, with_special(texts))) > 12 and min(map(len, with_special(texts))) < 8
