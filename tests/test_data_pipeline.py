@@ -203,3 +203,26 @@ def test_the_token_file_encoder_gives_transformers_ids_whatever_the_tokenizer_js
     assert with_special(texts) == tokenizer(texts)["input_ids"]
     assert without(texts) == tokenizer(texts, add_special_tokens=False)["input_ids"]
     assert max(map(len, with_special(texts))) > 12 and min(map(len, with_special(texts))) < 8
+
+
+def test_a_tokenizer_that_adds_python_behaviour_keeps_transformers_call(tokenizer_dir):
+    """A tokenizer class whose call differs from its Rust backend (here: one that appends a token in Python)
+    is noticed on the first batch, and every batch then goes through its own call."""
+    from transformers import AutoTokenizer
+
+    from backends.data.token_cache import batch_encoder
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    original = type(tokenizer).__call__
+
+    class Appending(type(tokenizer)):  # type: ignore[misc]
+        def __call__(self, *args, **kwargs):
+            encoded = original(self, *args, **kwargs)
+            encoded["input_ids"] = [[*ids, 7] for ids in encoded["input_ids"]]
+            return encoded
+
+    tokenizer.__class__ = Appending
+    encode = batch_encoder(tokenizer, add_special_tokens=True)
+    first, second = encode(DOCUMENTS[:5]), encode(DOCUMENTS[5:9])
+    assert first == tokenizer(DOCUMENTS[:5])["input_ids"] and second == tokenizer(DOCUMENTS[5:9])["input_ids"]
+    assert all(ids[-1] == 7 for ids in first + second)

@@ -51,25 +51,27 @@ def token_dtype(vocab_size: int) -> str:
 def batch_encoder(tokenizer: Any, *, add_special_tokens: bool) -> Callable[[list[str]], list[list[int]]]:
     """The token ids of a batch of texts, as `tokenizer(texts)["input_ids"]` gives them.
 
-    A fast tokenizer's call runs its Rust backend's encode_batch, then spends as long again turning each
-    result into dicts (offsets, masks, special-token flags) that a token file never keeps. Calling a copy of
+    A fast tokenizer's call runs its Rust backend's encode_batch, then spends about as long again turning
+    each result into dicts (offsets, masks, special-token flags) that a token file never keeps. A copy of
     the backend, set as transformers sets it for such a call (no truncation, no padding, special tokens
-    split or not as the tokenizer says), gives the same ids in about two thirds of the time
-    (tests/test_data_pipeline.py compares the two, with a tokenizer.json that asks for truncation).
-    A tokenizer without a Rust backend is called as it is.
+    split or not as the tokenizer says), gives the same ids: a token file's whole write is 1.2x faster
+    (docs/performance.md). The first batch is encoded both ways, and a tokenizer class that adds behaviour
+    of its own in Python (so the two differ) keeps transformers' call for the whole file; so does a
+    tokenizer without a Rust backend. tests/test_data_pipeline.py compares the two, with a tokenizer.json
+    that asks for truncation and padding.
     """
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
 
-        def through_transformers(texts: list[str]) -> list[list[int]]:
-            return tokenizer(
-                texts, add_special_tokens=add_special_tokens, return_attention_mask=False, return_token_type_ids=False
-            )["input_ids"]
+    def through_transformers(texts: list[str]) -> list[list[int]]:
+        return tokenizer(
+            texts, add_special_tokens=add_special_tokens, return_attention_mask=False, return_token_type_ids=False
+        )["input_ids"]
 
+    rust = getattr(tokenizer, "backend_tokenizer", None)
+    if rust is None:
         return through_transformers
     from tokenizers import Tokenizer
 
-    backend = Tokenizer.from_str(backend.to_str())  # a copy: the caller's tokenizer keeps its settings
+    backend = Tokenizer.from_str(rust.to_str())  # a copy: the caller's tokenizer keeps its settings
     backend.no_truncation()
     backend.no_padding()
     backend.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
@@ -77,7 +79,16 @@ def batch_encoder(tokenizer: Any, *, add_special_tokens: bool) -> Callable[[list
     def through_backend(texts: list[str]) -> list[list[int]]:
         return [encoding.ids for encoding in backend.encode_batch(texts, add_special_tokens=add_special_tokens)]
 
-    return through_backend
+    chosen: list[Callable[[list[str]], list[list[int]]]] = []
+
+    def encode(texts: list[str]) -> list[list[int]]:
+        if chosen:
+            return chosen[0](texts)
+        expected = through_transformers(texts)
+        chosen.append(through_backend if through_backend(texts) == expected else through_transformers)
+        return expected
+
+    return encode
 
 
 def write_token_file(
