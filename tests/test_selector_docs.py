@@ -4,8 +4,9 @@ In-process blocks run as written (their assertions are the documented
 outcomes). The two integration scripts (a block whose first line is
 `# NAME.py`) run under torchrun on 2 CPU ranks with a small OPT built from a
 config: the PyTorch loop once per strategy, whose losses must agree with
-each other (DDP, FSDP and ZeRO run the same model on the same data), and the
-Trainer script on the text file the test writes.
+each other (DDP, FSDP and ZeRO run the same model on the same data) and start
+at the checkpoint's own loss on the same batches (computed in the test
+process), and the Trainer script on the text file the test writes.
 """
 
 from __future__ import annotations
