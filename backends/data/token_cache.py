@@ -79,13 +79,14 @@ def batch_encoder(tokenizer: Any, *, add_special_tokens: bool) -> Callable[[list
     def through_backend(texts: list[str]) -> list[list[int]]:
         return [encoding.ids for encoding in backend.encode_batch(texts, add_special_tokens=add_special_tokens)]
 
-    chosen: list[Callable[[list[str]], list[list[int]]]] = []
+    chosen: Callable[[list[str]], list[list[int]]] | None = None
 
     def encode(texts: list[str]) -> list[list[int]]:
-        if chosen:
-            return chosen[0](texts)
+        nonlocal chosen
+        if chosen is not None:
+            return chosen(texts)
         expected = through_transformers(texts)
-        chosen.append(through_backend if through_backend(texts) == expected else through_transformers)
+        chosen = through_backend if through_backend(texts) == expected else through_transformers
         return expected
 
     return encode
