@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Launch llama-2-70b (engine) as planned by hardware-selector; edit freely.
+#
+# One node:       bash launch.sh [runner options: --steps N, --data PATH, ...; see python -m <MODULE> -h]
+# Several nodes:  on every node, NODE_RANK=0 on the first one:
+#   NNODES=2 NODE_RANK=0 MASTER_ADDR=<first node's address> bash launch.sh
+# Your own script: TRAIN_SCRIPT=/path/to/train.py bash launch.sh  (it receives --plan RUN_DIR).
+# Another launcher: LAUNCHER=torchrun|accelerate|deepspeed (the plan's choice: torchrun).
+# The process count is part of the plan (batch sizes depend on it): re-emit with --nproc to change it.
+set -euo pipefail
+
+RUN_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
+DEFAULT_PYTHON=/work/main/.venv/bin/python
+PYTHON=${PYTHON:-$DEFAULT_PYTHON}
+LAUNCHER=${LAUNCHER:-torchrun}
+NPROC_PER_NODE=8
+NNODES=${NNODES:-4}
+NODE_RANK=${NODE_RANK:-0}
+MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
+MASTER_PORT=${MASTER_PORT:-29500}
+# What each launcher starts: the runner module, or your script.
+if [[ -n "${TRAIN_SCRIPT:-}" ]]; then
+  TRAIN=( "$TRAIN_SCRIPT" ); DS_TRAIN=( "$TRAIN_SCRIPT" )
+else
+  TRAIN=( -m <MODULE> ); DS_TRAIN=( --module <MODULE> )
+fi
+ARGS=( --plan "$RUN_DIR" "$@" )
+cd "$RUN_DIR"
+
+case "$LAUNCHER" in
+torchrun)
+  if [[ "$NNODES" == 1 ]]; then
+    exec "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node="$NPROC_PER_NODE" \
+      "${TRAIN[@]}" "${ARGS[@]}"
+  fi
+  exec "$PYTHON" -m torch.distributed.run --nnodes="$NNODES" --node-rank="$NODE_RANK" \
+    --nproc-per-node="$NPROC_PER_NODE" --rdzv-backend=static \
+    --rdzv-id=hs-llama-2-70b-engine --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" \
+    "${TRAIN[@]}" "${ARGS[@]}"
+  ;;
+accelerate)
+  # = accelerate launch --config_file accelerate_config.yaml ...; the runner sets up the strategy itself.
+  exec "$PYTHON" -m accelerate.commands.launch --config_file "$RUN_DIR/accelerate_config.yaml" \
+    --num_processes "$((NPROC_PER_NODE * NNODES))" --num_machines "$NNODES" \
+    --machine_rank "$NODE_RANK" --main_process_ip "$MASTER_ADDR" --main_process_port "$MASTER_PORT" \
+    "${TRAIN[@]}" "${ARGS[@]}"
+  ;;
+deepspeed)
+  # = deepspeed [--hostfile hostfile] ...; with several nodes run it on the first node only:
+  # it starts the other nodes over ssh (list them in ./hostfile).
+  if [[ "$NNODES" == 1 ]]; then
+    exec "$PYTHON" -m deepspeed.launcher.runner --num_gpus "$NPROC_PER_NODE" \
+      --master_port "$MASTER_PORT" "${DS_TRAIN[@]}" "${ARGS[@]}"
+  fi
+  exec "$PYTHON" -m deepspeed.launcher.runner --hostfile "$RUN_DIR/hostfile" \
+    --num_nodes "$NNODES" --num_gpus "$NPROC_PER_NODE" \
+    --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "${DS_TRAIN[@]}" "${ARGS[@]}"
+  ;;
+*)
+  echo "launch.sh: unknown LAUNCHER '$LAUNCHER'; use torchrun, accelerate or deepspeed" >&2
+  exit 2
+  ;;
+esac
