@@ -51,7 +51,7 @@ if not any(isinstance(finder, _IntegrationsAlias) for finder in sys.meta_path):
 
 # The Python API, imported on first use so that `--help` and other commands do not pay for it.
 _API = ("HardwareSelector", "get_distributed_training_config", "get_inference_config", "select_hardware_for_task")
-__all__ = ["app", "main", "training_arguments", *_API]
+__all__ = ["app", "main", "emit_run_folder", "training_arguments", *_API]
 
 
 def __getattr__(name: str):
@@ -64,12 +64,20 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'hardware_selector' has no attribute '{name}'")
 
 
+def emit_run_folder(plan, directory, *, force=False, nproc_override=None, options=None):
+    """Write `plan`'s run folder into `directory`, as `hardware-selector plan ... --emit DIR` does; returns the
+    written paths (planner/rundir/write.py; options: a planner.rundir.run_options.RunOptions)."""
+    from planner.rundir.write import emit_run_folder as write
+
+    return write(plan, directory, force=force, nproc_override=nproc_override, options=options)
+
+
 def training_arguments(plan, output_dir, **overrides):
     """A transformers.TrainingArguments that runs `plan`: a Plan, a plan.json or a run folder
-    (planner/emit/training_args.py). A CPU plan's FSDP or DeepSpeed runs on CPU processes over gloo
+    (planner/rundir/training_arguments.py). A CPU plan's FSDP or DeepSpeed runs on CPU processes over gloo
     (backends/cpu_distributed.py), as `hardware-selector train` runs it."""
-    from planner.contract.plan_file import plan_and_run
-    from planner.emit.training_args import training_arguments as build
+    from planner.rundir.plan_file import plan_and_run
+    from planner.rundir.training_arguments import training_arguments as build
 
     plan, run = plan_and_run(plan)
     strategy = plan.config.strategy.value

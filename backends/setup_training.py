@@ -32,8 +32,8 @@ def engine_config_of(config: Any) -> EngineConfig:
     if path is not None and path.suffix == ".json" and path.name != "plan.json":
         return load_engine_config(path)  # an engine.json or a ds_config.json
     if isinstance(config, Plan) or path is not None:
-        from planner.contract.engine_for_run import engine_config_for_run
-        from planner.contract.plan_file import plan_and_run
+        from planner.rundir.engine_for_run import engine_config_for_run
+        from planner.rundir.plan_file import plan_and_run
 
         plan, run = plan_and_run(config)
         settings = engine_config_for_run(plan, run)

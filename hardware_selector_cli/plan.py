@@ -342,13 +342,13 @@ def register(app: typer.Typer) -> None:
         result = search_plans(spec, target, request, adjust, calibration=calibration)
         if emit is not None:
             try:
-                from planner.emit import emit_run_folder
+                from planner.rundir.write import emit_run_folder
             except ImportError:
                 raise UserInputError(
                     "--emit needs the run-folder emitters (planner/emit), missing from this install"
                 ) from None
 
-            from planner.contract.previous_run import previous_run_state
+            from planner.rundir.previous_run import previous_run_state
 
             best = require_best(result, f"{spec.name} on {target.world_size} x {target.gpu.name}")
             folder = emit.expanduser().resolve()

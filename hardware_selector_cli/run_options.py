@@ -42,7 +42,7 @@ class RunOptionValues:
 
         from planner.contract.run_config import CheckpointPolicy, DataConfig, Hyperparameters
         from planner.contract.schema import describe_validation_error
-        from planner.emit import RunOptions
+        from planner.rundir.write import RunOptions
 
         data = {
             key: value

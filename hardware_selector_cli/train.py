@@ -25,7 +25,7 @@ def checked_runner_args(run_dir: Path, forwarded: list[str]) -> tuple:
     """The runner's parsed options for this folder, and the RunSpec they give (one-line errors)."""
     from backends.runner.folder import load_run_folder
     from backends.runner.options import override_values, parse_args
-    from planner.contract.run_overrides import overrides_from
+    from planner.rundir.run_overrides import overrides_from
 
     try:
         args = parse_args(["--plan", str(run_dir), *forwarded])

@@ -7,9 +7,6 @@ benchmark DB stores it. It is pure data; nothing here imports torch.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.contract.layout import ParallelDims
@@ -19,9 +16,6 @@ from planner.memory.estimate import MemoryEstimate
 from planner.models.spec import ModelSpec
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import TrainingConfig
-
-if TYPE_CHECKING:
-    from planner.emit.target import RunOptions
 
 
 class Plan(BaseModel):
@@ -44,16 +38,3 @@ class Plan(BaseModel):
     @property
     def global_batch(self) -> int:
         return self.config.micro_batch * self.config.grad_accum * self.layout.data_parallel
-
-    def emit(
-        self,
-        directory: str | Path,
-        *,
-        force: bool = False,
-        nproc_override: int | None = None,
-        options: RunOptions | None = None,
-    ) -> list[Path]:
-        """Write this plan's run folder (see planner/emit); options: a planner.emit.RunOptions."""
-        from planner.emit import emit_run_folder  # lazy: planning never needs the emitters
-
-        return emit_run_folder(self, directory, force=force, nproc_override=nproc_override, options=options)

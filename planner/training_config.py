@@ -8,91 +8,27 @@ one-line UserInputError for combinations that cannot work.
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from planner.contract.choices import (
+    LIGER_MODEL_TYPES,
+    ActivationCheckpointing,
+    AttentionKernel,
+    FsdpSharding,
+    KernelChoice,
+    Offload,
+    OptimizerKind,
+    PipelineSchedule,
+    Precision,
+    Strategy,
+)
 from planner.contract.layout import ParallelDims, default_stage_layers, describe_stage_layers, layers_per_rank
 from planner.errors import UserInputError
 from planner.expert_routing import ExpertRouting
 from planner.limits import MAX_BATCH, MAX_SEQ_LEN
 from planner.models.spec import ModelFamily, ModelSpec
-
-
-class Strategy(str, Enum):
-    DDP = "ddp"
-    FSDP = "fsdp"
-    DEEPSPEED = "deepspeed"  # DeepSpeed ZeRO, stage in zero_stage
-    ENGINE = "engine"  # our engine: TP x PP x DP with a ZeRO stage on DP
-
-
-class FsdpSharding(str, Enum):
-    FULL = "full"  # FULL_SHARD: params, grads and optimizer states sharded
-    GRAD_OP = "grad-op"  # SHARD_GRAD_OP: params stay gathered from forward to backward
-    HYBRID = "hybrid"  # HYBRID_SHARD: full shard inside a node, replicate across nodes
-    NONE = "none"  # NO_SHARD: DDP semantics
-
-
-class Offload(str, Enum):
-    NONE = "none"
-    CPU = "cpu"
-    NVME = "nvme"
-
-
-class KernelChoice(str, Enum):
-    """Which kernels run the blocks' element-wise work (docs/search.md, "Kernels")."""
-
-    EAGER = "eager"  # transformers modules as they are: RMSNorm and rotary as chains of small kernels
-    COMPILE = "compile"  # torch.compile of each block: inductor fuses those chains
-    LIGER = "liger"  # Liger kernels: fused RMSNorm, rotary, SwiGLU and a chunked linear cross-entropy
-
-
-# Model types Liger Kernel patches (liger_kernel.transformers); others refuse --kernels liger in one line.
-LIGER_MODEL_TYPES = frozenset(
-    {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3"}
-)
-
-
-class Precision(str, Enum):
-    FP32 = "fp32"
-    FP16_MIXED = "fp16-mixed"
-    BF16_MIXED = "bf16-mixed"
-    BF16 = "bf16"  # pure bf16: weights, grads and optimizer states all in bf16
-
-    @property
-    def is_mixed(self) -> bool:
-        return self in (Precision.FP16_MIXED, Precision.BF16_MIXED)
-
-    @property
-    def compute_dtype(self) -> str:
-        return {"fp32": "fp32", "fp16-mixed": "fp16", "bf16-mixed": "bf16", "bf16": "bf16"}[self.value]
-
-
-class OptimizerKind(str, Enum):
-    ADAMW = "adamw"
-    ADAMW_8BIT = "adamw-8bit"
-    ADAFACTOR = "adafactor"
-    SGD = "sgd"  # with momentum
-    LION = "lion"
-
-
-class ActivationCheckpointing(str, Enum):
-    NONE = "none"
-    SELECTIVE = "selective"  # recompute attention's core (Korthikanti et al.)
-    FULL = "full"  # keep only each block's input, recompute the block
-
-
-class AttentionKernel(str, Enum):
-    SDPA = "sdpa"  # flash / memory-efficient: no s x s tensor is kept
-    EAGER = "eager"  # materialises the s x s attention probabilities
-
-
-class PipelineSchedule(str, Enum):
-    GPIPE = "gpipe"
-    ONE_F_ONE_B = "1f1b"
-    INTERLEAVED = "interleaved-1f1b"
-
 
 LEGACY_LAYOUT_KEYS = {
     "tensor_parallel": "tp",

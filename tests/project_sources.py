@@ -123,3 +123,61 @@ def extra_requirements() -> dict[str, list[Requirement]]:
 
 def names(requirements: list[Requirement]) -> set[str]:
     return {canonicalize_name(requirement.name) for requirement in requirements}
+
+
+def import_graph(roots: list[str]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports, every import statement counted: module level, inside functions
+    and under TYPE_CHECKING. `from package import name` points at package.name when that is a module of ours,
+    else at the package; `import a.b.c` at the longest prefix that is a module of ours."""
+    modules = {module_name(path): path for path in python_files(roots)}
+
+    def targets(site: ImportSite) -> list[str]:
+        if site.names:
+            found = [f"{site.module}.{name}" for name in site.names if f"{site.module}.{name}" in modules]
+            if len(found) < len(site.names) and site.module in modules:
+                found.append(site.module)
+            return found
+        parts = site.module.split(".")
+        while parts and ".".join(parts) not in modules:
+            parts.pop()
+        return [".".join(parts)] if parts else []
+
+    return {
+        name: {target for site in import_sites(path) for target in targets(site) if target != name}
+        for name, path in modules.items()
+    }
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's strongly connected components of more than one module (Tarjan's algorithm), sorted."""
+    index: dict[str, int] = {}
+    lowest: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = lowest[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                lowest[module] = min(lowest[module], lowest[target])
+            elif target in on_stack:
+                lowest[module] = min(lowest[module], index[target])
+        if lowest[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(cycles)

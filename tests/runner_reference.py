@@ -18,7 +18,7 @@ def runner_data(run_dir: Path) -> tuple[Any, Any]:
     from transformers import AutoConfig
 
     from backends.data import prepare_data
-    from planner.contract.plan_file import read_plan_file
+    from planner.rundir.plan_file import read_plan_file
 
     _, run = read_plan_file(run_dir)
     vocab = AutoConfig.from_pretrained(run.model.path).vocab_size
@@ -42,7 +42,7 @@ def hf_reference_losses(run_dir: Path, steps: int) -> list[float]:
 
     from backends.data.stream import epoch_order
     from backends.schedulers import lr_at
-    from planner.contract.hyperparameters import scheduler_block
+    from planner.rundir.hyperparameters import scheduler_block
 
     run, data = runner_data(run_dir)
     model = AutoModelForCausalLM.from_pretrained(run.model.path, dtype=torch.float32)

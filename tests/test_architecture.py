@@ -8,7 +8,7 @@ it must never import, and the doc section that says why.
 from __future__ import annotations
 
 import pytest
-from project_sources import REPO, import_sites, python_files
+from project_sources import REPO, import_cycles, import_graph, import_sites, python_files
 
 # (folder, forbidden module prefixes)
 NEVER_IMPORTS = [
@@ -26,9 +26,11 @@ NEVER_IMPORTS = [
 ]  # fmt: skip
 
 # What backends/ may read of the planner: the typed contract (planner/contract/ and the plan document it
-# carries), the family registry (pure data), and the shared errors and atomic writes.
+# carries), the run folder's derived configs and readers (planner/rundir/), the family registry (pure data), and
+# the shared errors and atomic writes.
 BACKENDS_SEE_OF_THE_PLANNER = {
     "planner.contract",
+    "planner.rundir",
     "planner.plan",
     "planner.training_config",
     "planner.models.families",
@@ -36,6 +38,19 @@ BACKENDS_SEE_OF_THE_PLANNER = {
     "planner.errors",
     "planner.files",
 }
+
+# The floors of docs/architecture.md ("Floors"), bottom first: a module imports only from its own floor or
+# those below it. A module of a listed package not named here sits on the "domain" floor.
+PLANNER_FLOORS = [
+    ("shared", ["planner.errors", "planner.files", "planner.limits", "planner.units"]),
+    ("contract", ["planner.contract"]),
+    ("domain", []),  # models, hardware, training_config, memory, throughput, inference, search, plan, calibration
+    ("emit", ["planner.emit"]),
+    ("rundir", ["planner.rundir"]),
+    ("selector", ["planner.selector"]),
+]
+ALL_ROOTS = ["planner", "backends", "benchmarks_db", "benchmarks", "hardware_selector_cli", "scripts",
+             "hardware_selector.py", "run_training_benchmark.py"]  # fmt: skip
 
 MAX_LINES = 430  # "one concept per file, at most about 400 lines"
 
@@ -111,3 +126,59 @@ def test_no_module_of_ours_shadows_a_dependency():
         f"{path.relative_to(REPO)} shadows the library '{name}'" for name, path in names.items() if name in libraries
     )
     assert not shadows, "\n".join(shadows)
+
+
+def _floor(module: str, floors: list[tuple[str, list[str]]], default: str) -> int:
+    names = [name for name, _ in floors]
+    for position, (_, prefixes) in enumerate(floors):
+        if any(_matches(module, prefix) for prefix in prefixes):
+            return position
+    return names.index(default)
+
+
+def floor_breaches(graph: dict[str, set[str]], package: str, floors, default: str) -> list[str]:
+    """Imports inside `package` that run up the floors."""
+    names = [name for name, _ in floors]
+    breaches = []
+    for module, targets in sorted(graph.items()):
+        if not _matches(module, package):
+            continue
+        here = _floor(module, floors, default)
+        for target in sorted(targets):
+            there = _floor(target, floors, default)
+            if _matches(target, package) and there > here:
+                breaches.append(f"{module} ({names[here]}) imports {target} ({names[there]})")
+    return breaches
+
+
+def test_no_file_imports_itself_round_a_circle():
+    """Every import counted (function level and TYPE_CHECKING too): the project's modules form no circle."""
+    cycles = import_cycles(import_graph(ALL_ROOTS))
+    assert not cycles, 'import circles (docs/architecture.md, "Floors"):\n' + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_planner_imports_only_down_its_floors():
+    breaches = floor_breaches(import_graph(["planner"]), "planner", PLANNER_FLOORS, "domain")
+    assert not breaches, "an import runs up the planner's floors (docs/architecture.md):\n" + "\n".join(breaches)
+
+
+def test_the_graph_checks_catch_a_circle_and_a_climb():
+    """The checkers on planted graphs: a lazy import that closes a circle, and the contract importing the plan."""
+    graph = {"planner.contract.a": {"planner.plan"}, "planner.plan": {"planner.contract.a"}, "planner.errors": set()}
+    assert import_cycles(graph) == [["planner.contract.a", "planner.plan"]]
+    assert floor_breaches(graph, "planner", PLANNER_FLOORS, "domain") == [
+        "planner.contract.a (contract) imports planner.plan (domain)"
+    ]
+    assert floor_breaches({"planner.plan": {"planner.contract.a"}}, "planner", PLANNER_FLOORS, "domain") == []
+
+
+def test_the_graph_reads_imports_inside_functions(tmp_path, monkeypatch):
+    import project_sources
+
+    (tmp_path / "planner").mkdir()
+    (tmp_path / "planner" / "a.py").write_text("def f():\n    from planner import b\n")
+    (tmp_path / "planner" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import planner.a\n"
+    )
+    monkeypatch.setattr(project_sources, "REPO", tmp_path)
+    assert import_graph(["planner"]) == {"planner.a": {"planner.b"}, "planner.b": {"planner.a"}}

@@ -17,6 +17,7 @@ from torch import nn
 import backends
 from backends import activation_checkpointing
 from planner.errors import UserInputError
+from planner.rundir.write import emit_run_folder
 from tests.emit_plans import make_plan
 
 
@@ -123,8 +124,10 @@ def test_activation_checkpointing_recomputes_any_models_blocks_and_changes_no_gr
 def test_setup_from_a_run_folder_runs_the_plans_split_and_stage(tmp_path):
     from backends.setup_training import engine_config_of
 
-    make_plan(strategy="engine", zero_stage=2, gpus_per_node=1, micro_batch=2, grad_accum=2).emit(tmp_path / "z2")
-    make_plan(strategy="fsdp", gpus_per_node=1).emit(tmp_path / "fsdp")
+    emit_run_folder(
+        make_plan(strategy="engine", zero_stage=2, gpus_per_node=1, micro_batch=2, grad_accum=2), tmp_path / "z2"
+    )
+    emit_run_folder(make_plan(strategy="fsdp", gpus_per_node=1), tmp_path / "fsdp")
     assert engine_config_of(tmp_path / "fsdp").zero_optimization.stage == 3  # FSDP full shard is ZeRO-3's sharding
     dataset = torch.utils.data.TensorDataset(*data(0))
     engine, optimizer, loader, _ = backends.setup_distributed_training(Stack(), tmp_path / "z2", dataset=dataset)

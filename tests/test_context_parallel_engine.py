@@ -73,7 +73,7 @@ def test_an_emitted_cp_run_folder_trains_like_the_reference(tmp_path):
     launch script starts 4 ranks, each reading its tensor slices of the checkpoint, and trains the HF losses.
     (The engine under cp alone is held to the single-process run above.)"""
     from planner.contract.run_config import DataConfig, Hyperparameters
-    from planner.emit import RunOptions, emit_run_folder
+    from planner.rundir.write import RunOptions, emit_run_folder
     from scripts.demo_checkpoint import make_local_gpt2
     from tests.emit_plans import make_plan
     from tests.runner_reference import hf_reference_losses
@@ -132,7 +132,7 @@ def test_long_sequences_plan_with_context_parallelism_the_engine_runs(capsys, tm
     best = json.loads(capsys.readouterr().out)["best"]
     layout = best["config"]["layout"]
     assert layout["cp"] > 1 and layout["pp"] == 1 and best["config"]["seq_len"] == 1048576
-    from planner.emit import emit_run_folder
+    from planner.rundir.write import emit_run_folder
     from tests.emit_plans import make_plan
 
     plan = make_plan(

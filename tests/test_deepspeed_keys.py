@@ -22,6 +22,7 @@ import pytest
 from planner.contract.deepspeed_keys import disposition
 from planner.contract.engine_config import load_engine_config
 from planner.errors import UserInputError
+from planner.rundir.write import emit_run_folder
 from tests.emit_plans import make_plan
 
 DEEPSPEED_TRAINING_KEYS = [
@@ -139,7 +140,7 @@ PLANS = {
 def test_every_ds_config_we_emit_drives_our_engine_unchanged(name, tmp_path):
     fields = dict(PLANS[name])
     plan = make_plan(gpu=fields.pop("gpu", "cpu"), **fields)
-    plan.emit(tmp_path)
+    emit_run_folder(plan, tmp_path)
     ours = load_engine_config(tmp_path / "ds_config.json")
     assert ours.zero_optimization.stage == plan.config.zero_stage
     assert ours.compute_dtype_name == plan.config.precision.value.split("-")[0]
@@ -163,8 +164,8 @@ def test_our_ds_config_trains_our_engine_as_its_engine_json_does(tmp_path):
         return [engine.train_batch(iter(list(batch.unbind(0)))) for batch in data]
 
     fields = {"zero_stage": 2, "grad_accum": 2, "micro_batch": 2, "gpus_per_node": 1}
-    make_plan(strategy="deepspeed", **fields).emit(tmp_path / "ds")
-    make_plan(strategy="engine", **fields).emit(tmp_path / "engine")
+    emit_run_folder(make_plan(strategy="deepspeed", **fields), tmp_path / "ds")
+    emit_run_folder(make_plan(strategy="engine", **fields), tmp_path / "engine")
     engine_json = json.loads((tmp_path / "engine" / "engine.json").read_text())
     ds_config = json.loads((tmp_path / "ds" / "ds_config.json").read_text())
     # DeepSpeed-only keys the engine used to refuse: they are in the file, and the file trains.

@@ -9,12 +9,13 @@ import types
 import pytest
 from emit_plans import make_plan
 
-from planner.emit import emit_run_folder
 from planner.emit.deepspeed_json import deepspeed_config
-from planner.emit.target import run_config as run_target
 from planner.emit.training_args import training_args_json_document
 from planner.errors import UserInputError
 from planner.memory.buffers import deepspeed_bucket_sizes
+from planner.rundir.engine_for_run import engine_config_for_run
+from planner.rundir.run_options import run_config as run_target
+from planner.rundir.write import emit_run_folder
 
 DEEPSPEED_PLANS = [
     dict(strategy="deepspeed", zero_stage=0),
@@ -53,7 +54,7 @@ def test_deepspeed_parses_both_flavours(gpu, fields, monkeypatch):
     )
     target = run_target(plan)
     dp = target.data_parallel
-    plain = deepspeed_config(plan, target)
+    plain = deepspeed_config(plan, target, engine_config_for_run(plan, target))
     parsed = _parsed_by_deepspeed(plain, dp, monkeypatch)
     assert parsed.train_batch_size == 2 * 3 * dp == plan.global_batch
     assert parsed.zero_optimization_stage == fields["zero_stage"]
@@ -86,7 +87,9 @@ def test_deepspeed_parses_both_flavours(gpu, fields, monkeypatch):
         get_warmup_steps=lambda steps: kwargs["warmup_steps"],
     )
     model = types.SimpleNamespace(config=types.SimpleNamespace(hidden_size=plan.model.hidden_size))
-    trainer_config = HfTrainerDeepSpeedConfig(deepspeed_config(plan, target, trainer_flavour=True))
+    trainer_config = HfTrainerDeepSpeedConfig(
+        deepspeed_config(plan, target, engine_config_for_run(plan, target), trainer_flavour=True)
+    )
     try:
         trainer_config.trainer_config_process(args)
         trainer_config.trainer_config_finalize(args, model, num_training_steps=1000)

@@ -14,9 +14,9 @@ from pydantic import ValidationError
 
 from planner.contract.engine_config import load_engine_config
 from planner.contract.layout import ParallelDims
-from planner.emit import render_run_folder
-from planner.emit.target import run_config as run_target
 from planner.errors import UserInputError
+from planner.rundir.run_options import run_config as run_target
+from planner.rundir.write import render_run_folder
 
 PRECISION_FLAGS = {
     "fp32": (False, False),

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from planner.contract.run_config import DataConfig, Hyperparameters
-from planner.emit import RunOptions, emit_run_folder
+from planner.rundir.write import RunOptions, emit_run_folder
 from scripts.demo_checkpoint import make_local_gpt2
 from tests.distributed import cpu_env, free_port
 from tests.emit_plans import make_plan

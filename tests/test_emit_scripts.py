@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from emit_plans import make_plan
 
-from planner.emit import emit_run_folder
 from planner.emit.slurm import slurm_sbatch
-from planner.emit.target import run_config as run_target
+from planner.rundir.run_options import run_config as run_target
+from planner.rundir.write import emit_run_folder
 
 HOSTILE_NAME = "run dir $HOME `touch pwned`; echo 'it''s' \"q\" $(touch pwned2)"
 
@@ -224,11 +224,11 @@ def test_slurm_sbatch_rendezvous(strategy, tmp_path, recorder):
 
 
 def test_plan_json_round_trips(tmp_path):
-    from planner.contract.plan_file import read_plan_file
     from planner.contract.schema import SCHEMA_VERSION
+    from planner.rundir.plan_file import read_plan_file
 
     plan = make_plan(strategy="fsdp")
-    written = plan.emit(tmp_path / "run")  # Plan.emit is emit_run_folder
+    written = emit_run_folder(plan, tmp_path / "run")  # Plan.emit is emit_run_folder
     assert {path.name for path in written} == {path.name for path in (tmp_path / "run").iterdir()}
     again, target = read_plan_file(tmp_path / "run")
     assert again == plan and target == run_target(plan)
@@ -250,10 +250,10 @@ def test_plan_json_round_trips(tmp_path):
     ],
 )
 def test_a_plan_json_that_cannot_be_read_is_one_line(tmp_path, edit, expected):
-    from planner.contract.plan_file import read_plan_file
     from planner.errors import UserInputError
+    from planner.rundir.plan_file import read_plan_file
 
-    make_plan(strategy="ddp").emit(tmp_path)
+    emit_run_folder(make_plan(strategy="ddp"), tmp_path)
     document = json.loads((tmp_path / "plan.json").read_text())
     edit(document)
     (tmp_path / "plan.json").write_text(json.dumps(document))

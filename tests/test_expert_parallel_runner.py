@@ -17,7 +17,7 @@ import pytest
 
 from planner.contract.layout import ParallelDims
 from planner.contract.run_config import DataConfig, Hyperparameters
-from planner.emit import RunOptions, emit_run_folder
+from planner.rundir.write import RunOptions, emit_run_folder
 from scripts.demo_checkpoint import VOCAB, train_tokenizer, write_corpus
 from tests.distributed import cpu_env, free_port
 from tests.emit_plans import make_plan

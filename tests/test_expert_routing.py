@@ -178,7 +178,7 @@ def test_the_emitted_engine_json_carries_the_capacity_the_plan_assumed(tmp_path)
     from emit_plans import make_plan
 
     from planner.contract.engine_config import load_engine_config
-    from planner.emit import emit_run_folder
+    from planner.rundir.write import emit_run_folder
 
     plan = make_plan(
         "mixtral-8x7b", gpu="h100-80gb", gpus_per_node=8, nodes=2, strategy="engine", zero_stage=1,

@@ -90,10 +90,10 @@ def test_an_moe_config_with_dense_mlp_layers_is_not_split_over_tp(tmp_path):
     a hand-made tp layout of it in one line before writing anything."""
     from backends.model_factory import catalog_config
     from planner.contract.layout import ParallelDims
-    from planner.emit import emit_run_folder
     from planner.errors import UserInputError
     from planner.hardware.cluster import make_cluster
     from planner.models.resolve import resolve_model
+    from planner.rundir.write import emit_run_folder
     from planner.search import PlanRequest
     from planner.search.layouts import enumerate_layouts
     from tests.emit_plans import make_plan
@@ -161,7 +161,7 @@ def test_what_does_not_compose_is_one_line(tmp_path):
     check_fits(ParallelDims(ep=2, tp=2, dp=2), 4)  # what the engine runs
     check_fits(ParallelDims(ep=2, pp=2, tp=2, dp=2), 8)
 
-    from planner.emit import emit_run_folder
+    from planner.rundir.write import emit_run_folder
     from tests.emit_plans import make_plan
 
     plan = make_plan("mixtral-8x7b", gpus_per_node=8, strategy="engine", zero_stage=1, layout=ParallelDims(ep=2, cp=2))

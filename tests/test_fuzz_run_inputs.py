@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from benchmarks_db.store import BenchmarkStore
 from benchmarks_db.transfer import export_runs
 from hardware_selector_cli.app import main
+from planner.rundir.write import emit_run_folder
 from tests.db_samples import sample_record
 from tests.emit_plans import make_plan
 from tests.test_fuzz_inputs import PROFILE, _check, guard
@@ -63,7 +64,7 @@ RUN_FIELDS = [
 @pytest.fixture(scope="module")
 def emitted(tmp_path_factory):
     folder = tmp_path_factory.mktemp("fuzz-run") / "run"
-    make_plan(strategy="ddp").emit(folder)
+    emit_run_folder(make_plan(strategy="ddp"), folder)
     return folder
 
 

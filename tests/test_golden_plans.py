@@ -65,7 +65,7 @@ CASES: dict[str, list[str]] = {
                             "--global-batch", "8", "--ac", "full", "--kernels", "compile", "--strategies", "fsdp", "--emit"],
 }  # fmt: skip
 
-# A module path of our own code, e.g. backends.runner.loop or planner/emit/target.py.
+# A module path of our own code, e.g. backends.runner.loop or planner/rundir/run_options.py.
 MODULE_PATH = re.compile(r"\b(?:planner|backends|benchmarks_db|hardware_selector_cli)(?:[./][A-Za-z_][A-Za-z0-9_]*)+")
 
 

@@ -7,10 +7,11 @@ import json
 import pytest
 
 from planner.errors import ConfigFieldError, UserInputError
+from planner.models.architecture import ArchitectureDims
 from planner.models.catalog import CATALOG_DIR
 from planner.models.hf_config import SUPPORTED_MODEL_TYPES, parse_hf_config, spec_from_hf_config
 from planner.models.param_details import ParameterDetails
-from planner.models.param_formula import ArchitectureDims, formula_param_counts, params_per_layer
+from planner.models.param_formula import formula_param_counts, params_per_layer
 from planner.models.spec import MlpKind, ModelFamily
 
 

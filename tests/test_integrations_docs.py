@@ -64,7 +64,7 @@ def test_the_trainer_runs_the_plan_with_the_callback_on_two_ranks(user, tmp_path
 
     root, model_dir, corpus = user
     run_dir = emit(user, name, "--strategies", kind)
-    from planner.contract.plan_file import read_plan_file
+    from planner.rundir.plan_file import read_plan_file
 
     plan, _ = read_plan_file(run_dir)
     assert plan.config.strategy.value == strategy and plan.config.zero_stage == zero

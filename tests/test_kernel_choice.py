@@ -51,13 +51,13 @@ def test_liger_holds_no_whole_logits(capsys):
 
 
 def test_the_emitted_configs_turn_the_choice_on(tmp_path):
-    from planner.emit import emit_run_folder
+    from planner.rundir.write import emit_run_folder
     from tests.emit_plans import make_plan
 
     emit_run_folder(make_plan("gpt2", strategy="engine", zero_stage=1, kernels="compile"), tmp_path / "run")
     assert json.loads((tmp_path / "run" / "engine.json").read_text())["hardware_selector"]["kernels"] == "compile"
-    from planner.emit.target import run_config
     from planner.emit.training_args import training_args_json_document
+    from planner.rundir.run_options import run_config
 
     plan = make_plan("gpt2", strategy="ddp", kernels="compile")
     document = training_args_json_document(plan, run_config(plan))
@@ -67,8 +67,8 @@ def test_the_emitted_configs_turn_the_choice_on(tmp_path):
 def test_liger_is_refused_where_it_cannot_run(capsys, tmp_path):
     assert main(["estimate", "-m", "gpt2", "--gpu", "H100-80GB", "--kernels", "liger"]) == 2
     assert "no patch for gpt2's model type 'gpt2'" in capsys.readouterr().err
-    from planner.emit import emit_run_folder
     from planner.errors import UserInputError
+    from planner.rundir.write import emit_run_folder
     from tests.emit_plans import make_plan
 
     with pytest.raises(UserInputError, match="Triton GPU kernels"):
@@ -109,7 +109,7 @@ def test_an_emitted_compile_run_folder_trains_like_the_reference(tmp_path, strat
     import subprocess
 
     from planner.contract.run_config import DataConfig, Hyperparameters
-    from planner.emit import RunOptions, emit_run_folder
+    from planner.rundir.write import RunOptions, emit_run_folder
     from scripts.demo_checkpoint import make_local_gpt2
     from tests.distributed import cpu_env, free_port
     from tests.emit_plans import make_plan

@@ -14,6 +14,7 @@ import json
 
 import pytest
 
+from planner.rundir.write import emit_run_folder
 from tests.emit_plans import make_plan
 
 
@@ -68,7 +69,7 @@ DAMAGE = {
 def test_a_damaged_run_folder_is_one_line_before_anything_starts(case, tmp_path):
     strategy, damage, expected = DAMAGE[case]
     extra = {"zero_stage": 2} if strategy == "deepspeed" else {}
-    make_plan(strategy=strategy, **extra).emit(tmp_path / "run")
+    emit_run_folder(make_plan(strategy=strategy, **extra), tmp_path / "run")
     code, out, _ = train_dry_run(tmp_path / "run")
     assert code == 0 and "torch.distributed.run" in out  # the reference: the undamaged folder passes
     damage(tmp_path / "run")
@@ -80,10 +81,10 @@ def test_a_damaged_run_folder_is_one_line_before_anything_starts(case, tmp_path)
 
 def test_a_previous_run_is_moved_aside_whole_and_a_checkpoint_volume_stays_mounted(tmp_path):
     """The reference is the folder before: every file of the old run is found again under previous/."""
-    from planner.contract.previous_run import archive_previous_run
+    from planner.rundir.previous_run import archive_previous_run
 
     run_dir, scratch = tmp_path / "run", tmp_path / "scratch"
-    make_plan(strategy="ddp").emit(run_dir)
+    emit_run_folder(make_plan(strategy="ddp"), run_dir)
     (run_dir / "checkpoints").mkdir()
     assert archive_previous_run(run_dir) is None  # an empty checkpoints/ (ready for a mount) is no run
 

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from planner.contract.run_config import DataConfig
-from planner.emit import RunOptions, emit_run_folder
+from planner.rundir.write import RunOptions, emit_run_folder
 from scripts.demo_checkpoint import make_local_gpt2, write_corpus
 from tests.distributed import REPO_ROOT, cpu_env
 from tests.emit_plans import make_plan

@@ -15,7 +15,7 @@ import json
 import pytest
 
 from planner.contract.run_config import DataConfig, Hyperparameters
-from planner.emit import RunOptions, emit_run_folder
+from planner.rundir.write import RunOptions, emit_run_folder
 from scripts.demo_checkpoint import make_local_encoder, make_local_gpt2
 from tests.distributed import run_torchrun
 from tests.emit_plans import make_plan
@@ -70,8 +70,8 @@ def test_peers_agree_on_the_first_step(runs, family):
 
 def test_tensor_parallel_plans_for_them_are_one_line_naming_what_works(runs):
     from backends.runner.preflight import preflight
-    from planner.contract.plan_file import read_plan_file
     from planner.errors import UserInputError
+    from planner.rundir.plan_file import read_plan_file
 
     root, _ = runs
     folder = root / "bert-tp"

@@ -16,7 +16,7 @@ import pytest
 
 from backends.runner.progress import Progress
 from planner.contract.run_config import DataConfig
-from planner.emit import RunOptions, emit_run_folder
+from planner.rundir.write import RunOptions, emit_run_folder
 from scripts.demo_checkpoint import make_local_gpt2
 from tests.distributed import REPO_ROOT, cpu_env
 from tests.emit_plans import make_plan

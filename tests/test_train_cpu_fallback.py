@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from planner.emit import emit_run_folder
+from planner.rundir.write import emit_run_folder
 from tests.distributed import cli_in_process as cli
 from tests.emit_plans import make_plan
 
@@ -25,7 +25,7 @@ FALLBACK_NOTE = "note: no CUDA GPU here; running this GPU plan's --tiny smoke ru
 def gpu_tp2_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("h100_tp2") / "run"
     from planner.contract.run_config import Hyperparameters
-    from planner.emit import RunOptions
+    from planner.rundir.write import RunOptions
 
     plan = make_plan(
         gpu="H100-80GB", gpus_per_node=2, strategy="engine", zero_stage=1, tensor_parallel=2, precision="fp32"
@@ -41,7 +41,7 @@ def _first_step_loss_on_one_process(folder) -> float:
     from backends.data import SyntheticTokens, micro_batches
     from backends.runner.loop import TINY_SEQ_LEN
     from backends.runner.model_init import build_model
-    from planner.contract.plan_file import read_plan_file
+    from planner.rundir.plan_file import read_plan_file
 
     _, run = read_plan_file(folder)
     model = build_model(run.model, tiny=True, seed=run.optim.seed, dropout=run.optim.dropout)
@@ -83,7 +83,7 @@ def test_gpu_ddp_and_fsdp_plans_get_cpu_and_gloo_under_tiny(tmp_path):
     import torch
 
     from backends.runner.world import fit_device
-    from planner.contract.plan_file import read_plan_file
+    from planner.rundir.plan_file import read_plan_file
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the plans run as planned")

@@ -16,6 +16,7 @@ import pytest
 
 from hardware_selector_cli.app import main
 from planner.contract.layout import default_stage_layers
+from planner.rundir.write import emit_run_folder
 from tests.distributed import run_torchrun
 
 
@@ -107,7 +108,7 @@ def test_the_search_offers_uneven_pipelines_and_the_run_folder_carries_the_map(t
 
     stage_map = default_stage_layers(12, 5)  # GPT-2's 12 layers over 5 stages
     plan = make_plan(strategy="engine", gpus_per_node=5, grad_accum=5, layout={"pp": 5, "stage_layers": stage_map})
-    plan.emit(tmp_path / "run")
+    emit_run_folder(plan, tmp_path / "run")
     engine = json.loads((tmp_path / "run" / "engine.json").read_text())
     assert tuple(engine["hardware_selector"]["layout"]["stage_layers"]) == stage_map == (2, 2, 3, 3, 2)
 

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from planner.contract.hyperparameters import scheduler_block
-from planner.contract.run_overrides import overrides_from
 from planner.errors import UserInputError
+from planner.rundir.hyperparameters import scheduler_block
+from planner.rundir.run_overrides import overrides_from
 from planner.training_config import Strategy
 
 if TYPE_CHECKING:

@@ -39,10 +39,10 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, ModelParallelStrategy, Strategy
 
 from backends.integrations.plan_check import batch_differences
-from planner.contract.plan_file import plan_and_run
 from planner.contract.run_config import RunConfig
 from planner.errors import UserInputError
 from planner.plan import Plan
+from planner.rundir.plan_file import plan_and_run
 from planner.training_config import FsdpSharding, Offload
 from planner.training_config import Strategy as PlannedStrategy
 
@@ -88,7 +88,9 @@ def PlanStrategy(source: Plan | str | Path) -> Strategy:  # noqa: N802 (a factor
 def _ds_config_of(source: Plan | str | Path) -> dict:
     """The run folder's ds_config.json: the plan's DeepSpeed config as the emitter wrote it."""
     if isinstance(source, Plan):
-        raise UserInputError("a DeepSpeed plan runs from its run folder: plan.emit(DIR), then PlanStrategy(DIR)")
+        raise UserInputError(
+            "a DeepSpeed plan runs from its run folder: hardware_selector.emit_run_folder(plan, DIR), then PlanStrategy(DIR)"
+        )
     folder = Path(source) if Path(source).is_dir() else Path(source).parent
     from planner.contract.schema import read_json_file
 

@@ -32,9 +32,9 @@ from transformers import TrainerCallback
 from backends.integrations.plan_check import trainer_differences
 from backends.monitor import peak_rss_bytes
 from backends.runner.summary import StepTimes
-from planner.contract.plan_file import plan_and_run
 from planner.errors import UserInputError
 from planner.plan import Plan
+from planner.rundir.plan_file import plan_and_run
 
 GIB = 2**30
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planner.contract.engine_config import EngineConfig, load_engine_config
-from planner.contract.engine_for_run import engine_config_for_run
-from planner.contract.plan_file import read_plan_file
 from planner.contract.run_config import RunConfig
-from planner.contract.run_overrides import RunOverrides, apply_overrides
 from planner.contract.schema import read_json_file
 from planner.errors import UserInputError
 from planner.plan import Plan
+from planner.rundir.engine_for_run import engine_config_for_run
+from planner.rundir.plan_file import read_plan_file
+from planner.rundir.run_overrides import RunOverrides, apply_overrides
 from planner.training_config import Strategy
 
 

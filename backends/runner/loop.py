@@ -19,9 +19,9 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from planner.contract.hyperparameters import scheduler_block
-from planner.contract.run_overrides import overrides_from
 from planner.errors import UserInputError
+from planner.rundir.hyperparameters import scheduler_block
+from planner.rundir.run_overrides import overrides_from
 
 from .anomaly import AnomalyGuard, refuse_unsupported
 from .checkpoints import RunCheckpoints, check_resumable, model_fingerprint
@@ -133,7 +133,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     checkpoints = RunCheckpoints(run_dir / "checkpoints", run.checkpoint.keep_last)
     newest = checkpoints.newest() if run.checkpoint.resume else None  # collective: rank 0 decides
     if newest is None and rank == 0:
-        from planner.contract.previous_run import archive_previous_run
+        from planner.rundir.previous_run import archive_previous_run
 
         moved = archive_previous_run(run_dir)  # a fresh start never mixes with an earlier run's files
         if moved is not None:

@@ -50,7 +50,7 @@ def _plan_for(job: MeasureJob, nproc: int):
 
 def backends_run_launch(jobs: list[MeasureJob], nproc: int, timeout_s: float) -> LaunchOutcome:
     """One torchrun job per config (jobs holds exactly one)."""
-    from planner.emit import emit_run_folder
+    from planner.rundir.write import emit_run_folder
 
     (job,) = jobs
     with tempfile.TemporaryDirectory(prefix="hs-bench-") as scratch:

@@ -1,7 +1,7 @@
 """RunConfig: the run a folder describes, as the runner (`python -m backends.run`) reads it.
 
 It is plan.json's "run" block. The emitter computes it once from the plan
-(planner/emit/target.py) and writes every other file of the folder from it
+(planner/rundir/run_options.py) and writes every other file of the folder from it
 (ds_config.json, engine.json, training_args.json, launch.sh), so batch sizes,
 precision, layout and hyperparameters cannot disagree between files. The
 runner reads the same model back; `backends/` sees the planner only through
@@ -23,9 +23,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from planner.contract.choices import Precision
 from planner.contract.layout import ParallelDims
 from planner.contract.schema import SCHEMA_VERSION
-from planner.training_config import Precision
 
 Launcher = Literal["torchrun", "accelerate", "deepspeed"]
 Init = Literal["pretrained", "random"]

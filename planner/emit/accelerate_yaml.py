@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.contract.run_config import RunConfig
-from planner.emit.target import DEFAULT_MASTER_PORT
+from planner.emit.launch_scripts import DEFAULT_MASTER_PORT
 from planner.plan import Plan
 from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, Strategy
 

@@ -1,7 +1,8 @@
 """ds_config.json: the DeepSpeed config of a plan, and its HF-Trainer flavour with "auto" values.
 
-Bucket sizes come from planner/memory/buffers.py `deepspeed_bucket_sizes`, the
-same numbers the memory estimate assumes. On the CPU (gloo) the config leaves
+The optimizer and scheduler blocks are the run's EngineConfig's (planner/rundir/engine_for_run.py derives it
+once; engine.json is the same config), so DeepSpeed and our engine apply the same update. Bucket sizes come
+from planner/memory/buffers.py `deepspeed_bucket_sizes`, the same numbers the memory estimate assumes. On the CPU (gloo) the config leaves
 the optimizer out: DeepSpeed's own optimizers are C++/CUDA ops it would
 compile at start-up, and the training script passes torch's AdamW instead.
 """
@@ -10,19 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.contract.hyperparameters import optimizer_block as run_optimizer_block
-from planner.contract.hyperparameters import precision_blocks
-from planner.contract.hyperparameters import scheduler_block as run_scheduler_block
+from planner.contract.choices import ActivationCheckpointing, Offload, Precision
+from planner.contract.engine_config import EngineConfig
 from planner.contract.run_config import RunConfig
 from planner.memory.buffers import deepspeed_bucket_sizes
 from planner.plan import Plan
-from planner.training_config import ActivationCheckpointing, Offload
 
 AUTO = "auto"
 NVME_PATH_PLACEHOLDER = "/local_nvme"  # edit: a fast local NVMe mount on every node
 
 
-def deepspeed_config(plan: Plan, target: RunConfig, *, trainer_flavour: bool = False) -> dict[str, Any]:
+def deepspeed_config(
+    plan: Plan, target: RunConfig, engine: EngineConfig, *, trainer_flavour: bool = False
+) -> dict[str, Any]:
     """The plain config (every value fixed), or with trainer_flavour the Trainer's "auto" form.
 
     The scheduler block is written when the run's length is known (--steps); a run sized in epochs
@@ -42,9 +43,11 @@ def deepspeed_config(plan: Plan, target: RunConfig, *, trainer_flavour: bool = F
         # A client optimizer (torch AdamW) with ZeRO offload needs this switch.
         config["zero_force_ds_cpu_optimizer"] = False
     else:
-        config["optimizer"] = optimizer_block(plan, target, auto=auto)
+        config["optimizer"] = optimizer_block(engine, auto=auto)
     # The Trainer flavour has no scheduler: the Trainer builds the run's (lr_scheduler_type in training_args.json).
-    scheduler = None if auto else scheduler_block(target)
+    scheduler = (
+        None if auto or engine.scheduler is None else engine.scheduler.model_dump(mode="json", exclude_unset=True)
+    )
     if scheduler is not None:
         config["scheduler"] = scheduler
     checkpointing = activation_checkpointing_block(plan)
@@ -92,16 +95,11 @@ def _offload(where: Offload) -> dict[str, Any]:
     return {"device": "cpu", "pin_memory": True}
 
 
-def optimizer_block(plan: Plan, target: RunConfig, *, auto: bool = False) -> dict[str, Any]:
-    block = run_optimizer_block(target.optim, plan.config.optimizer).model_dump(mode="json")
+def optimizer_block(engine: EngineConfig, *, auto: bool = False) -> dict[str, Any]:
+    block = engine.optimizer.model_dump(mode="json")
     wanted = ("lr", "momentum", "weight_decay") if block["type"] == "SGD" else ("lr", "betas", "eps", "weight_decay")
     block["params"] = {key: AUTO if auto else block["params"][key] for key in wanted}
     return block
-
-
-def scheduler_block(target: RunConfig) -> dict[str, Any] | None:
-    block = run_scheduler_block(target.optim, None)
-    return None if block is None else block.model_dump(mode="json", exclude_unset=True)
 
 
 def activation_checkpointing_block(plan: Plan) -> dict[str, Any] | None:
@@ -115,4 +113,22 @@ def activation_checkpointing_block(plan: Plan) -> dict[str, Any] | None:
         "number_checkpoints": None,
         "synchronize_checkpoint_boundary": False,
         "profile": False,
+    }
+
+
+def precision_blocks(precision: Precision, *, auto: bool = False) -> dict[str, Any]:
+    """DeepSpeed's fp16 and bf16 blocks; auto: the HF Trainer's flavour, which fills `enabled` itself."""
+    fp16 = precision is Precision.FP16_MIXED
+    bf16 = precision in (Precision.BF16_MIXED, Precision.BF16)
+    return {
+        "fp16": {
+            "enabled": "auto" if auto else fp16,
+            # loss_scale 0 = dynamic: start at 2**16, halve on overflow, grow after a clean window.
+            "loss_scale": 0,
+            "initial_scale_power": 16,
+            "loss_scale_window": 1000,
+            "hysteresis": 2,
+            "min_loss_scale": 1,
+        },
+        "bf16": {"enabled": "auto" if auto else bf16},
     }

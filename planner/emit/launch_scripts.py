@@ -15,8 +15,9 @@ import shlex
 import sys
 
 from planner.contract.run_config import RunConfig
-from planner.emit.target import DEFAULT_MASTER_PORT
 from planner.plan import Plan
+
+DEFAULT_MASTER_PORT = 29500
 
 HOSTFILE = "hostfile"
 ACCELERATE_CONFIG_FILE = "accelerate_config.yaml"

@@ -6,7 +6,7 @@ which the runner reads. Both carry the one SCHEMA_VERSION of the contract.
 The layout is stored once, as the config's ParallelDims split (dp is what the
 cluster leaves); the run block repeats it only when the run's process counts
 differ from the plan's.
-planner/contract/plan_file.py reads it back.
+planner/rundir/plan_file.py reads it back.
 """
 
 from __future__ import annotations

@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 
 from planner.contract.run_config import RunConfig
-from planner.emit.launch_scripts import RUNNER_MODULE, run_id
-from planner.emit.target import DEFAULT_MASTER_PORT
+from planner.emit.launch_scripts import DEFAULT_MASTER_PORT, RUNNER_MODULE, run_id
 from planner.plan import Plan
 
 

@@ -1,21 +1,15 @@
-"""training_args.json and `training_arguments(plan, output_dir, **overrides)` for the HF Trainer.
+"""training_args.json for the HF Trainer: TrainingArguments' keyword arguments for a plan and its run.
 
-The JSON holds TrainingArguments' keyword arguments, with `deepspeed` naming
-ds_config_trainer.json (the "auto" flavour, filled by the Trainer from these
-same arguments). `training_arguments` builds the real
-transformers.TrainingArguments (importing transformers only then).
+`deepspeed` names ds_config_trainer.json (the "auto" flavour, filled by the
+Trainer from these same arguments). planner/rundir/training_arguments.py
+builds the real transformers.TrainingArguments from the same keywords.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from planner.contract.run_config import RunConfig
-from planner.emit.deepspeed_json import deepspeed_config
-from planner.emit.target import run_config
-from planner.plan import Plan
-from planner.training_config import (
+from planner.contract.choices import (
     ActivationCheckpointing,
     FsdpSharding,
     KernelChoice,
@@ -23,6 +17,8 @@ from planner.training_config import (
     OptimizerKind,
     Strategy,
 )
+from planner.contract.run_config import RunConfig
+from planner.plan import Plan
 
 DS_TRAINER_CONFIG_FILE = "ds_config_trainer.json"
 
@@ -113,34 +109,3 @@ def trainer_fsdp_config(plan: Plan, target: RunConfig) -> dict[str, Any]:
 
 def training_args_json_document(plan: Plan, target: RunConfig) -> dict[str, Any] | None:
     return training_args_kwargs(plan, target, "output", deepspeed=DS_TRAINER_CONFIG_FILE)
-
-
-def training_arguments(
-    plan: Plan | str | Path,
-    output_dir: str | Path,
-    *,
-    nproc_override: int | None = None,
-    run: RunConfig | None = None,
-    **overrides: Any,
-):
-    """A transformers.TrainingArguments that trains `plan` (a Plan, a plan.json or a run folder) as `run`
-    (default: the folder's run, or the plan's own); keyword overrides win over the plan's values."""
-    from transformers import TrainingArguments
-
-    from planner.contract.plan_file import plan_and_run
-    from planner.errors import UserInputError
-
-    if isinstance(plan, Plan):
-        target = run or run_config(plan, nproc_override)
-    else:
-        plan, stored = plan_and_run(plan)
-        target = run or (stored if nproc_override is None else run_config(plan, nproc_override))
-    trainer_deepspeed = deepspeed_config(plan, target, trainer_flavour=True)
-    kwargs = training_args_kwargs(plan, target, str(output_dir), deepspeed=trainer_deepspeed)
-    if kwargs is None:
-        raise UserInputError(
-            "tensor/pipeline-parallel plans run on our engine, not the HF Trainer; "
-            "use `hardware-selector train DIR` or `python -m backends.run --plan DIR`"
-        )
-    kwargs.update(overrides)
-    return TrainingArguments(**kwargs)

@@ -9,9 +9,9 @@ dense MLP of intermediate_size (docs/models-and-hardware.md).
 
 from __future__ import annotations
 
+from planner.models.architecture import ArchitectureDims
 from planner.models.config_fields import ConfigFields
 from planner.models.param_details import ParameterDetails
-from planner.models.param_formula import ArchitectureDims
 from planner.models.parsed_config import ParsedConfig
 from planner.models.spec import MlpKind
 

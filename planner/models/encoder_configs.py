@@ -7,9 +7,9 @@ dispatches to them through the model-family registry).
 
 from __future__ import annotations
 
+from planner.models.architecture import ArchitectureDims
 from planner.models.config_fields import ConfigFields, basic_dims
 from planner.models.param_details import ParameterDetails, whisper_details
-from planner.models.param_formula import ArchitectureDims
 from planner.models.parsed_config import ParsedConfig
 from planner.models.spec import MlpKind, ModelFamily
 

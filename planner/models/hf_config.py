@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from planner.errors import ConfigFieldError, UserInputError
+from planner.models.architecture import ArchitectureDims
 from planner.models.config_fields import ConfigFields, basic_dims
 from planner.models.deepseek_config import read_deepseek
 from planner.models.encoder_configs import read_bert_style, read_t5, read_vit, read_whisper
@@ -28,7 +29,7 @@ from planner.models.families import FAMILIES
 from planner.models.moe_config import read_moe
 from planner.models.multimodal_configs import read_clip, read_llava
 from planner.models.param_details import ParameterDetails
-from planner.models.param_formula import ArchitectureDims, formula_param_counts, with_vision_tower
+from planner.models.param_formula import formula_param_counts, with_vision_tower
 from planner.models.parsed_config import ParsedConfig
 from planner.models.spec import MlpKind, ModelSpec, ParamCounts
 

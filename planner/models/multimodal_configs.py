@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from planner.models.architecture import ArchitectureDims
 from planner.models.config_fields import ConfigFields
 from planner.models.param_details import ParameterDetails
-from planner.models.param_formula import ArchitectureDims
 from planner.models.parsed_config import ParsedConfig
 from planner.models.spec import ModelFamily
 

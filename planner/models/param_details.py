@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from planner.models.param_formula import Architecture
+    from planner.models.architecture import Architecture
 
 
 class ParameterDetails(BaseModel):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from planner.models.architecture import ArchitectureDims
 from planner.models.param_details import ParameterDetails
-from planner.models.param_formula import ArchitectureDims
 
 
 class ParsedConfig(BaseModel):

@@ -78,7 +78,7 @@ class HardwareSelector:
 
     def training_arguments(self, plan: Plan, output_dir: str, **overrides: Any) -> TrainingArguments:
         """A transformers.TrainingArguments that runs `plan` (planner/emit/training_args.py)."""
-        from planner.emit.training_args import training_arguments
+        from planner.rundir.training_arguments import training_arguments
 
         return training_arguments(plan, output_dir, **overrides)
 

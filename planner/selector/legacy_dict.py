@@ -58,7 +58,8 @@ def estimated_memory(plan: Plan) -> dict[str, Any]:
 
 def _deepspeed_block(plan: Plan) -> dict[str, Any]:
     from planner.emit.deepspeed_json import deepspeed_config
-    from planner.emit.target import run_config
+    from planner.rundir.engine_for_run import engine_config_for_run
+    from planner.rundir.run_options import run_config
 
     config = plan.config
     return {
@@ -70,7 +71,7 @@ def _deepspeed_block(plan: Plan) -> dict[str, Any]:
             None,
         ),
         # The whole config, as `deepspeed.initialize(config=...)` and TrainingArguments(deepspeed=...) take it.
-        "ds_config": deepspeed_config(plan, run_config(plan)),
+        "ds_config": deepspeed_config(plan, run := run_config(plan), engine_config_for_run(plan, run)),
     }
 
 

@@ -69,7 +69,7 @@ def main() -> None:
     results: dict = {}
     for name, folder in (("plan-ddp", ddp_folder), ("plan-fsdp", fsdp_folder)):
         kwargs = plan_trainer_kwargs(folder)
-        from planner.contract.plan_file import read_plan_file
+        from planner.rundir.plan_file import read_plan_file
 
         _, run = read_plan_file(folder)
         micro, accumulate = run.micro_batch, kwargs.pop("accumulate_grad_batches")

@@ -34,8 +34,8 @@ def main(warm_dir: str, big_dir: str, spare_corpus: str, budget_mb: int) -> None
     from backends.data import prepare_data
     from backends.runner.loop import train
     from backends.runner.options import parse_args
-    from planner.contract.plan_file import read_plan_file
     from planner.contract.run_config import DataConfig
+    from planner.rundir.plan_file import read_plan_file
 
     shutil.rmtree(Path(warm_dir) / "data", ignore_errors=True)  # the warm-up must tokenize, not hit the cache
     train(parse_args(["--plan", warm_dir, "--steps", "2", "--save-every", "0"]))  # every lazy import and pool

@@ -25,14 +25,12 @@ from planner.contract.run_config import (
     RunConfig,
     Task,
 )
-from planner.contract.run_overrides import has_tokenizer, has_weights, resolve_data_paths, tokenizer_folder
 from planner.contract.schema import describe_validation_error
 from planner.emit.hf_model import DECODER_LAYER_CLASS, decoder_layer_class, hf_config_for
 from planner.errors import UserInputError
 from planner.plan import Plan
+from planner.rundir.run_overrides import has_tokenizer, has_weights, resolve_data_paths, tokenizer_folder
 from planner.training_config import Strategy
-
-DEFAULT_MASTER_PORT = 29500
 
 _LAUNCHER: dict[Strategy, Launcher] = {
     Strategy.DDP: "torchrun",

@@ -10,11 +10,9 @@ exists only once the total number of steps is known.
 
 from __future__ import annotations
 
-from typing import Any
-
+from planner.contract.choices import OptimizerKind
 from planner.contract.engine_config import OptimizerBlock, OptimizerParams, SchedulerBlock, SchedulerParams
 from planner.contract.run_config import Hyperparameters
-from planner.training_config import OptimizerKind, Precision
 
 SGD_MOMENTUM = 0.9
 
@@ -68,21 +66,3 @@ def scheduler_block(optim: Hyperparameters, total_steps: int | None) -> Schedule
             total_num_steps=total,
         ),
     )
-
-
-def precision_blocks(precision: Precision, *, auto: bool = False) -> dict[str, Any]:
-    """DeepSpeed's fp16 and bf16 blocks; auto: the HF Trainer's flavour, which fills `enabled` itself."""
-    fp16 = precision is Precision.FP16_MIXED
-    bf16 = precision in (Precision.BF16_MIXED, Precision.BF16)
-    return {
-        "fp16": {
-            "enabled": "auto" if auto else fp16,
-            # loss_scale 0 = dynamic: start at 2**16, halve on overflow, grow after a clean window.
-            "loss_scale": 0,
-            "initial_scale_power": 16,
-            "loss_scale_window": 1000,
-            "hysteresis": 2,
-            "min_loss_scale": 1,
-        },
-        "bf16": {"enabled": "auto" if auto else bf16},
-    }

@@ -50,7 +50,7 @@ def plan_and_run(source: Plan | str | Path) -> tuple[Plan, RunConfig]:
     A folder's plan.json carries the run it was emitted with (data, weights, hyperparameters); a Plan
     object gets the plan's own run."""
     if isinstance(source, Plan):
-        from planner.emit.target import run_config  # the one place a Plan's RunConfig is computed
+        from planner.rundir.run_options import run_config  # the one place a Plan's RunConfig is computed
 
         return source, run_config(source)
     if isinstance(source, (str, Path)):

@@ -8,6 +8,7 @@ a DDP folder) gets the engine settings the emitter would have written.
 
 from __future__ import annotations
 
+from planner.contract.choices import Offload, Strategy
 from planner.contract.engine_config import (
     CheckpointBlock,
     EngineConfig,
@@ -16,11 +17,11 @@ from planner.contract.engine_config import (
     OffloadOptimizer,
     ZeroBlock,
 )
-from planner.contract.hyperparameters import optimizer_block, precision_blocks, scheduler_block
 from planner.contract.run_config import RunConfig
+from planner.emit.deepspeed_json import precision_blocks
 from planner.memory.buffers import deepspeed_bucket_sizes
 from planner.plan import Plan
-from planner.training_config import Offload, Strategy
+from planner.rundir.hyperparameters import optimizer_block, scheduler_block
 
 
 def engine_config_for_run(plan: Plan, run: RunConfig, total_steps: int | None = None) -> EngineConfig:

@@ -1,0 +1,152 @@
+"""Write a plan out as a self-contained run folder: derive its RunConfig and EngineConfig once, render each file
+with planner/emit/, write them atomically.
+
+    emit_run_folder(plan, "runs/llama", force=False, nproc_override=None, options=RunOptions(...)) -> [paths]
+
+Which files a folder holds depends on the strategy (docs/emitted-files.md):
+plan.json (the plan and its RunConfig), accelerate_config.yaml, launch.sh,
+slurm.sbatch and README.md always; ds_config.json (+ the Trainer flavour,
+hostfile) for DeepSpeed; training_args.json for what the HF Trainer runs;
+engine.json for our engine. Every file is written atomically; an existing
+folder is refused unless force=True, and then the state of a run trained
+there (checkpoints, metrics, exports) is moved aside to previous/<time>/,
+never deleted and never resumed under the new plan.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from planner.contract.choices import KernelChoice, Strategy
+from planner.contract.run_config import RunConfig
+from planner.emit.accelerate_yaml import accelerate_yaml
+from planner.emit.deepspeed_json import deepspeed_config
+from planner.emit.engine_json import engine_json
+from planner.emit.launch_scripts import hostfile, launch_sh
+from planner.emit.plan_json import plan_json
+from planner.emit.run_readme import run_readme
+from planner.emit.slurm import slurm_sbatch
+from planner.emit.training_args import training_args_json_document
+from planner.errors import UserInputError
+from planner.files import write_text_atomic
+from planner.models.families import family_of
+from planner.plan import Plan
+from planner.rundir.engine_for_run import engine_config_for_run
+from planner.rundir.previous_run import archive_previous_run
+from planner.rundir.run_options import RunOptions, run_config
+
+__all__ = ["RunOptions", "emit_run_folder", "render_run_folder", "run_config"]
+
+# Every name an emission may write: with force=True, the ones this plan does not need are removed.
+ARTIFACTS = (
+    "plan.json",
+    "ds_config.json",
+    "ds_config_trainer.json",
+    "accelerate_config.yaml",
+    "training_args.json",
+    "engine.json",
+    "launch.sh",
+    "hostfile",
+    "slurm.sbatch",
+    "README.md",
+)
+EXECUTABLES = {"launch.sh", "slurm.sbatch"}
+
+
+def _json(document: dict | None) -> str | None:
+    return None if document is None else json.dumps(document, indent=2) + "\n"
+
+
+def render_run_folder(plan: Plan, run_dir: Path, target: RunConfig) -> dict[str, str]:
+    """File name -> content, without touching the disk."""
+    deepspeed = plan.config.strategy is Strategy.DEEPSPEED
+    engine = engine_config_for_run(plan, target)
+    contents: dict[str, str | None] = {
+        "plan.json": plan_json(plan, target),
+        "ds_config.json": _json(deepspeed_config(plan, target, engine)) if deepspeed else None,
+        "ds_config_trainer.json": _json(deepspeed_config(plan, target, engine, trainer_flavour=True))
+        if deepspeed
+        else None,
+        "accelerate_config.yaml": accelerate_yaml(plan, target),
+        "training_args.json": _json(training_args_json_document(plan, target)),
+        "engine.json": engine_json(plan, engine),
+        "launch.sh": launch_sh(plan, target),
+        "hostfile": hostfile(plan, target),
+        "slurm.sbatch": slurm_sbatch(plan, target, run_dir),
+    }
+    files = {name: text for name, text in contents.items() if text is not None}
+    files["README.md"] = run_readme(plan, target, [*files, "README.md"])
+    return files
+
+
+def _not_split_over_tp(plan: Plan) -> str | None:
+    """What of this model our engine's tp does not split, or None (a family with no plan at all: the launcher
+    says so, naming ZeRO/FSDP)."""
+    entry = family_of(plan.model.model_type)
+    if entry is not None and entry.parallel_plan is not None and not entry.parallel_plan.tensor_parallel:
+        return f"{plan.model.model_type} models"  # DeepSeek's plan pipelines it only
+    if plan.model.is_moe and plan.model.dense_layers:
+        return f"an MoE model with {plan.model.dense_layers} dense MLP layers"  # tp splits MoE blocks only
+    return None
+
+
+def emit_run_folder(
+    plan: Plan,
+    directory: str | Path,
+    *,
+    force: bool = False,
+    nproc_override: int | None = None,
+    options: RunOptions | None = None,
+) -> list[Path]:
+    """Write the run folder for `plan` into `directory`; returns the written paths."""
+    if plan.model.modality != "text":
+        kind = {"image": ("a vision", "image"), "audio": ("an audio", "audio"),
+                "image-text": ("a multimodal", "image-text")}[plan.model.modality]  # fmt: skip
+        raise UserInputError(
+            f"{plan.model.name} is {kind[0]} model: it is planned here, but run folders train text models "
+            f"(docs/models-and-hardware.md); use the plan's strategy in your own {kind[1]} pipeline"
+        )
+    entry = family_of(plan.model.model_type)
+    if entry is not None and entry.emit_refusal:
+        raise UserInputError(
+            f"{plan.model.name} is planned, not emitted: {entry.emit_refusal}; run the plan's layout with a routed "
+            "MoE implementation in your own training code"
+        )
+    layout = plan.config.layout
+    if layout.cp > 1 and (layout.pp > 1 or layout.ep > 1):
+        raise UserInputError(
+            f"layout {layout.describe()}: our engine splits sequences over cp with pp and ep 1; plan with "
+            "--pp 1 --ep 1, or run this layout with Megatron-LM or torchtitan"
+        )
+    unsplit = _not_split_over_tp(plan)
+    if layout.tp > 1 and plan.config.strategy is Strategy.ENGINE and unsplit:
+        raise UserInputError(
+            f"layout {layout.describe()}: our engine does not split {unsplit} over tp; plan with --tp 1, or run this "
+            "layout with Megatron-LM"
+        )
+    if plan.config.fp8:
+        raise UserInputError(
+            "FP8 is planned, not emitted: run the plan's layout with Transformer Engine or torchao float8 in your "
+            "own training code, or plan without --fp8 to get a run folder"
+        )
+    run_dir = Path(directory).expanduser().resolve()
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserInputError(f"{run_dir} is a file; give a directory to emit the run folder into")
+    if run_dir.exists() and any(run_dir.iterdir()) and not force:
+        raise UserInputError(f"{run_dir} already exists; pass --force to overwrite it, or choose a new directory")
+    target = run_config(plan, nproc_override, options)
+    if plan.config.kernels is KernelChoice.LIGER and target.device != "cuda":
+        raise UserInputError("--kernels liger: Liger's kernels are Triton GPU kernels; plan --kernels compile for CPU")
+    files = render_run_folder(plan, run_dir, target)  # everything is rendered before anything is written
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserInputError(
+            f"cannot create the run folder {run_dir}: {error.strerror or error}; give --emit a writable directory"
+        ) from None
+    archive_previous_run(run_dir)
+    written = [write_text_atomic(run_dir / name, text, executable=name in EXECUTABLES) for name, text in files.items()]
+    for stale in set(ARTIFACTS) - set(files):
+        (run_dir / stale).unlink(missing_ok=True)  # left by an earlier emission of another strategy
+    return written
