@@ -101,7 +101,7 @@ def model_spec(name: str, tiny: bool):
     spec = resolve_model(name)
     if not tiny:
         return spec
-    from backends.model_factory import catalog_config, tiny_config
+    from backends.weights.model_factory import catalog_config, tiny_config
     from planner.models.hf_config import spec_from_hf_config
 
     return spec_from_hf_config(tiny_config(catalog_config(spec.name)), name=spec.name, origin="tiny")

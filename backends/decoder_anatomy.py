@@ -106,3 +106,12 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
 def final_norm(model: nn.Module) -> nn.Module | None:
     arch = architecture_of(model)
     return getattr(get_path(model, arch.backbone), arch.final_norm, None)
+
+
+def repeated_blocks(model: Any) -> list[Any]:
+    """The transformer blocks: the children of the largest ModuleList."""
+    lists = [module for module in model.modules() if isinstance(module, torch.nn.ModuleList)]
+    if not lists:
+        return []
+    biggest = max(lists, key=lambda blocks: sum(p.numel() for p in blocks.parameters()))
+    return list(biggest)

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from planner.errors import UserInputError
+
 
 def distributed() -> bool:
     import torch.distributed as dist
@@ -54,3 +56,15 @@ def dcp_quietly() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
         yield
+
+
+def require_ranks(flag: str, degree: int, what: str) -> None:
+    """One line unless torch.distributed runs a multiple of `degree` ranks."""
+    import torch.distributed as dist
+
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    if not dist.is_initialized() or world % degree:
+        raise UserInputError(
+            f"{flag} {degree} splits {what} over {degree} ranks but the job has {world}; "
+            f"start it under torchrun with a multiple of {degree} ranks"
+        )

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     die_with_the_launcher()
     try:
         if args.trainer:
-            from backends.adapters.trainer import train_with_trainer
+            from backends.runner.trainer import train_with_trainer
 
             result = train_with_trainer(args)
         else:

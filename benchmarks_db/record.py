@@ -72,7 +72,7 @@ class RunRecord(BaseModel):
     # model and config
     model_name: str
     model_spec_hash: str
-    tiny: bool = False  # the catalog architecture at tiny sizes (backends.model_factory.tiny_config)
+    tiny: bool = False  # the catalog architecture at tiny sizes (backends.weights.model_factory.tiny_config)
     strategy: str
     config_json: str  # TrainingConfig.model_dump_json()
     micro_batch: int = Field(ge=1)

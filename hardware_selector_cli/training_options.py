@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import typer
 
+from planner.contract.choices import strategy_named
 from planner.errors import UserInputError
 from planner.expert_routing import ExpertRouting
 from planner.limits import MAX_BATCH, MAX_LAYERS, MAX_SEQ_LEN, check_count, check_number
@@ -31,16 +32,8 @@ EXPERT_IMBALANCE_HELP = (
 )
 
 
-# What --strategy accepts, and the (strategy, ZeRO stage) each means.
-STRATEGY_CHOICES = {
-    "ddp": (Strategy.DDP, 0),
-    "fsdp": (Strategy.FSDP, 0),
-    "zero0": (Strategy.DEEPSPEED, 0),
-    "zero1": (Strategy.DEEPSPEED, 1),
-    "zero2": (Strategy.DEEPSPEED, 2),
-    "zero3": (Strategy.DEEPSPEED, 3),
-    "engine": (Strategy.ENGINE, None),
-}
+# What --strategy accepts (planner/contract/choices.py spells every strategy name): a DeepSpeed run names its stage.
+STRATEGY_CHOICES = ("ddp", "fsdp", "zero0", "zero1", "zero2", "zero3", "engine")
 
 
 def _choice(value: str, enum_type, flag: str):
@@ -52,10 +45,15 @@ def _choice(value: str, enum_type, flag: str):
 
 
 def strategy_from_name(name: str) -> tuple[Strategy, int | None]:
+    """The strategy and its ZeRO stage (0 for DDP and FSDP; None for the engine: --zero-stage says)."""
     try:
-        return STRATEGY_CHOICES[name.lower()]
-    except KeyError:
+        fields = strategy_named(name, STRATEGY_CHOICES)
+    except ValueError:
         raise UserInputError(f"--strategy must be one of {'|'.join(STRATEGY_CHOICES)}, not '{name}'") from None
+    strategy = fields["strategy"]
+    assert isinstance(strategy, Strategy)
+    stage = fields.get("zero_stage", None if strategy is Strategy.ENGINE else 0)
+    return strategy, stage if stage is None else int(str(stage))
 
 
 @dataclass

@@ -191,7 +191,7 @@ class TrainingConfig(BaseModel):
 
     def check_against(self, model: ModelSpec, world_size: int, gpus_per_node: int, *, traced: bool = False) -> None:
         """Raise UserInputError when this layout cannot run this model on this cluster. traced: the estimate
-        describes a memory trace (benchmarks/trace_sharding.py records FSDP2 with the engine's cp attention)."""
+        describes a memory trace (benchmarks/memory/trace_sharding.py records FSDP2 with the engine's cp attention)."""
         tp, pp, cp = self.tensor_parallel, self.pipeline_parallel, self.context_parallel
         if cp > 1:
             self._check_context_parallel(model, traced)

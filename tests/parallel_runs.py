@@ -14,10 +14,10 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from backends.model_factory import build_causal_lm, catalog_config, tiny_config
-from backends.parallel_checkpoint import load_consolidated, local_slice, save_consolidated
+from backends.checkpoint.parallel_weights import load_consolidated, local_slice, save_consolidated
+from backends.model_parallel.split import split_model
 from backends.parallel_dims import ParallelDims
-from backends.parallelize import parallelize
+from backends.weights.model_factory import build_causal_lm, catalog_config, tiny_config
 from planner.errors import UserInputError
 
 STEPS, SEQ_LEN, LR = 3, 16, 0.1
@@ -91,7 +91,7 @@ def unsharded_param_difference(model, reference: dict[str, torch.Tensor]) -> flo
 
 
 def average_dp_gradients(parallel) -> None:
-    from backends.compression import reduce_gradients
+    from backends.parts.compression import reduce_gradients
 
     reduce_gradients(list(parallel.parameters()), parallel.groups.dp_group, mode="none")
 
@@ -114,7 +114,7 @@ def layout_run(
     """Train steps [first_step, steps) under the layout (after loading `load_from`) against the reference."""
     data = batches(global_batch, tiny_model_config(model_key)["vocab_size"], steps)
     ref_losses, reference = reference_run(model_key, data)
-    parallel = parallelize(
+    parallel = split_model(
         tiny(model_key),
         dims,
         activation_checkpointing=checkpointing,
@@ -154,7 +154,7 @@ def reshard_run(directory: str) -> dict:
         "gpt2", ParallelDims(dp=1, pp=2), micro_batches=2, steps=STEPS + 2, first_step=STEPS, load_from=path
     )
     try:
-        wrong = parallelize(tiny("llama"), ParallelDims(dp=1, pp=2))
+        wrong = split_model(tiny("llama"), ParallelDims(dp=1, pp=2))
         load_consolidated(wrong, path)
         result["wrong_model_error"] = None
     except UserInputError as error:

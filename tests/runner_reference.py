@@ -41,7 +41,7 @@ def hf_reference_losses(run_dir: Path, steps: int) -> list[float]:
     from transformers import AutoModelForCausalLM
 
     from backends.data.stream import epoch_order
-    from backends.schedulers import lr_at
+    from backends.parts.schedulers import lr_at
     from planner.rundir.hyperparameters import scheduler_block
 
     run, data = runner_data(run_dir)

@@ -49,6 +49,41 @@ PLANNER_FLOORS = [
     ("rundir", ["planner.rundir"]),
     ("selector", ["planner.selector"]),
 ]
+# backends/, bottom first: shared helpers; the parts, data and weights a step is built from; the parallelisms
+# (and checkpoints, which follow their splits); the engine; the adapters; the runner; the doors and the package.
+BACKENDS_FLOORS = [
+    (
+        "shared",
+        [
+            "backends.ranks",
+            "backends.distributed_init",
+            "backends.cpu_distributed",
+            "backends.parallel_dims",
+            "backends.decoder_anatomy",
+            "backends.monitoring",
+        ],
+    ),
+    ("parts", ["backends.parts", "backends.data", "backends.weights"]),
+    (
+        "parallelisms",
+        [
+            "backends.zero",
+            "backends.tensor_parallel",
+            "backends.pipeline_parallel",
+            "backends.context_parallel",
+            "backends.expert_parallel",
+            "backends.model_parallel",
+            "backends.checkpoint",
+            "backends.parallelize",
+        ],
+    ),
+    ("engine", ["backends.engine"]),
+    ("adapters", ["backends.adapters"]),
+    ("runner", ["backends.runner", "backends.run"]),
+    ("doors", ["backends.integrations"]),
+    ("package", []),  # backends/__init__.py: re-exports initialize and the building blocks
+]
+MAX_BACKENDS_ROOT_FILES = 8
 ALL_ROOTS = ["planner", "backends", "benchmarks_db", "benchmarks", "hardware_selector_cli", "scripts",
              "hardware_selector.py", "run_training_benchmark.py"]  # fmt: skip
 
@@ -129,11 +164,14 @@ def test_no_module_of_ours_shadows_a_dependency():
 
 
 def _floor(module: str, floors: list[tuple[str, list[str]]], default: str) -> int:
-    names = [name for name, _ in floors]
-    for position, (_, prefixes) in enumerate(floors):
-        if any(_matches(module, prefix) for prefix in prefixes):
-            return position
-    return names.index(default)
+    """The floor of the longest prefix that names the module, else the default floor."""
+    matches = [
+        (len(prefix), position)
+        for position, (_, prefixes) in enumerate(floors)
+        for prefix in prefixes
+        if _matches(module, prefix)
+    ]
+    return max(matches)[1] if matches else [name for name, _ in floors].index(default)
 
 
 def floor_breaches(graph: dict[str, set[str]], package: str, floors, default: str) -> list[str]:
@@ -160,6 +198,24 @@ def test_no_file_imports_itself_round_a_circle():
 def test_the_planner_imports_only_down_its_floors():
     breaches = floor_breaches(import_graph(["planner"]), "planner", PLANNER_FLOORS, "domain")
     assert not breaches, "an import runs up the planner's floors (docs/architecture.md):\n" + "\n".join(breaches)
+
+
+def test_backends_import_only_down_their_floors():
+    """Runner above adapters above engine above parallelisms above parts (docs/architecture.md, "Floors")."""
+    breaches = floor_breaches(import_graph(["backends"]), "backends", BACKENDS_FLOORS, "package")
+    assert not breaches, "an import runs up the floors of backends/:\n" + "\n".join(breaches)
+
+
+def test_backends_keep_a_handful_of_root_files():
+    roots = sorted(path.name for path in (REPO / "backends").glob("*.py"))
+    assert len(roots) <= MAX_BACKENDS_ROOT_FILES, f"backends/ has {len(roots)} root files: {roots}"
+    unplaced = [
+        name
+        for name in roots
+        if name != "__init__.py"
+        and _floor(f"backends.{name[:-3]}", BACKENDS_FLOORS, "package") == len(BACKENDS_FLOORS) - 1
+    ]
+    assert not unplaced, f"root files on no floor of BACKENDS_FLOORS: {unplaced}"
 
 
 def test_the_graph_checks_catch_a_circle_and_a_climb():

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import backends
-from backends import activation_checkpointing
+from backends.parts import activation_checkpointing
 from planner.errors import UserInputError
 from planner.rundir.write import emit_run_folder
 from tests.emit_plans import make_plan
@@ -122,7 +122,7 @@ def test_activation_checkpointing_recomputes_any_models_blocks_and_changes_no_gr
 
 
 def test_setup_from_a_run_folder_runs_the_plans_split_and_stage(tmp_path):
-    from backends.setup_training import engine_config_of
+    from backends.engine.setup_training import engine_config_of
 
     emit_run_folder(
         make_plan(strategy="engine", zero_stage=2, gpus_per_node=1, micro_batch=2, grad_accum=2), tmp_path / "z2"

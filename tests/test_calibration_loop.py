@@ -47,7 +47,7 @@ def test_cpu_entry_quotes_the_recorded_measurement():
     assert cpu.interconnect.bandwidth_GBps_per_direction == pytest.approx(
         profile["gloo_2_ranks"]["allreduce_bus_bandwidth_GBps"], rel=1e-2
     )
-    assert profile["measured_at"][:10] in cpu.source and "benchmarks/measure_cpu.py" in cpu.source
+    assert profile["measured_at"][:10] in cpu.source and "benchmarks/accuracy/measure_cpu.py" in cpu.source
 
 
 @pytest.mark.slow

@@ -38,7 +38,7 @@ def test_compressed_gradients_keep_the_loss_within_tolerance(results, mode):
 
 
 def test_unknown_mode_is_a_user_error():
-    from backends.compression import GradientReducer
+    from backends.parts.compression import GradientReducer
 
     with pytest.raises(UserInputError, match="use one of none, fp32, bf16, fp16, int8"):
         GradientReducer(None, "1bit")
@@ -46,7 +46,7 @@ def test_unknown_mode_is_a_user_error():
 
 def _two_rank_sum(mode: str, gradients: list) -> tuple:
     """What the codec's encode -> SUM -> decode gives for two ranks' buckets (the collectives done by hand)."""
-    from backends.compression import BucketCodec
+    from backends.parts.compression import BucketCodec
 
     group_scale = max(g.abs().max() for g in gradients) / 127.0  # what the MAX all-reduce would return
     codecs = [BucketCodec(mode, 2, lambda scale: scale.copy_(group_scale.reshape(1))) for _ in gradients]

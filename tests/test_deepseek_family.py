@@ -2,7 +2,7 @@
 
 References: transformers' DeepseekV2/V3ForCausalLM on the meta device (the catalog's counts), which the
 formula must equal; the published sizes (DeepSeek-V3: 671B total, 37B activated per token; V2-Lite:
-15.7B); MemTracker traces of the real blocks (benchmarks/memory_per_layer.py, deepseek-* rows, and
+15.7B); MemTracker traces of the real blocks (benchmarks/memory/memory_per_layer.py, deepseek-* rows, and
 tests/test_memory_vs_trace.py); the latent KV cache as vLLM stores it (kv_lora_rank + qk_rope_head_dim
 values per token and layer).
 """

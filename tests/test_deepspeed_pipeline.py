@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.validate_published_runs import plan_inputs, published_rows
+from benchmarks.accuracy.validate_published_runs import plan_inputs, published_rows
 from planner.throughput.estimate import estimate_throughput
 from planner.throughput.implementation import IMPLEMENTATIONS, MEGATRON_DEEPSPEED
 

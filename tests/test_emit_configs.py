@@ -54,7 +54,7 @@ def test_deepspeed_parses_both_flavours(gpu, fields, monkeypatch):
     )
     target = run_target(plan)
     dp = target.data_parallel
-    plain = deepspeed_config(plan, target, engine_config_for_run(plan, target))
+    plain = deepspeed_config(plan, engine_config_for_run(plan, target))
     parsed = _parsed_by_deepspeed(plain, dp, monkeypatch)
     assert parsed.train_batch_size == 2 * 3 * dp == plan.global_batch
     assert parsed.zero_optimization_stage == fields["zero_stage"]
@@ -88,7 +88,7 @@ def test_deepspeed_parses_both_flavours(gpu, fields, monkeypatch):
     )
     model = types.SimpleNamespace(config=types.SimpleNamespace(hidden_size=plan.model.hidden_size))
     trainer_config = HfTrainerDeepSpeedConfig(
-        deepspeed_config(plan, target, engine_config_for_run(plan, target), trainer_flavour=True)
+        deepspeed_config(plan, engine_config_for_run(plan, target), trainer_flavour=True)
     )
     try:
         trainer_config.trainer_config_process(args)

@@ -3,7 +3,7 @@
 Reference: the same model trained by a plain single-process torch loop
 (AdamW, the same LambdaLR, the whole global batch per step). The engine runs
 it on two gloo ranks under ZeRO 0-3 with the script's own optimizer object,
-scheduler function and dataset (backends/initialize_args.py), and its losses
+scheduler function and dataset (backends/engine/initialize_args.py), and its losses
 and final weights must match. In one process: the batch and output forms
 (tensor, tuple, dict; a scalar, `.loss`, `[0]`, `["loss"]`), and the one-line
 errors for a batch the forward cannot take or an output without a loss.

@@ -59,7 +59,7 @@ def test_keeps_the_last_two_and_points_latest_at_the_newest(run_dir):
 
 def _world_one_engine():
     import backends
-    from backends.model_factory import build_causal_lm
+    from backends.weights.model_factory import build_causal_lm
     from tests.engine_jobs.common import engine_config, tiny_gpt2
 
     model = build_causal_lm(tiny_gpt2(), seed=0)
@@ -109,7 +109,7 @@ def test_checkpoint_resumes_under_another_zero_stage_and_bucket_size(tmp_path):
     so the loader rebuilds the shards; the next step's loss and the weights after it match the uninterrupted run."""
     import backends
     from backends.checkpoint.export import consolidated_state_dict
-    from backends.model_factory import build_causal_lm
+    from backends.weights.model_factory import build_causal_lm
     from tests.engine_jobs.common import engine_config, global_batches, tiny_gpt2
 
     def engine(stage, bucket):
@@ -133,7 +133,7 @@ def test_checkpoint_resumes_under_another_zero_stage_and_bucket_size(tmp_path):
 
 def test_checkpoint_of_another_model_is_a_one_line_error(tmp_path):
     import backends
-    from backends.model_factory import build_causal_lm, catalog_config, tiny_config
+    from backends.weights.model_factory import build_causal_lm, catalog_config, tiny_config
     from planner.errors import UserInputError
     from tests.engine_jobs.common import engine_config, tiny_gpt2
 
@@ -159,7 +159,7 @@ def test_failed_async_write_leaves_no_sealed_checkpoint_and_raises_at_the_next_w
 
     import backends
     from backends.checkpoint.async_save import AsyncSaveError
-    from backends.model_factory import build_causal_lm
+    from backends.weights.model_factory import build_causal_lm
     from tests.engine_jobs.common import engine_config, global_batches, tiny_gpt2
 
     config = engine_config(

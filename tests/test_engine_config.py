@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from backends.mixed_precision import LossScaler
+from backends.parts.mixed_precision import LossScaler
 from planner.contract.engine_config import EngineConfig, load_engine_config
 from planner.errors import UserInputError
 
@@ -154,7 +154,7 @@ def test_lr_schedules_match_deepspeed():
     import torch
     from deepspeed.runtime import lr_schedules
 
-    from backends.schedulers import WarmupSchedule
+    from backends.parts.schedulers import WarmupSchedule
     from planner.contract.engine_config import SchedulerBlock
 
     cases = [

@@ -24,20 +24,20 @@ class _RecordingEngine:
 @pytest.fixture
 def recorded(monkeypatch):
     events: list[tuple] = []
-    monkeypatch.setattr(backends, "_init_distributed", lambda backend: None)
+    monkeypatch.setattr("backends.engine.initialize._init_distributed", lambda backend: None)
     monkeypatch.setattr(torch.cuda, "set_device", lambda index: events.append(("set_device", index)))
     monkeypatch.setattr(
         torch.nn.Module, "cuda", lambda module, *args, **kwargs: events.append(("model.cuda",)) or module
     )
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda *args, **kwargs: 4)
-    monkeypatch.setattr("backends.engine.Engine", _RecordingEngine)
+    monkeypatch.setattr("backends.engine.engine.Engine", _RecordingEngine)
 
     def parallelize(model, dims, **kwargs):
         events.append(("parallelize", dims, kwargs))
         groups = type("Groups", (), {"dp_group": None, "data_parallel_group": None})()
         return type("Parallel", (), {"groups": groups, "context_parallel": None, "expert_parallel": None})()
 
-    monkeypatch.setattr("backends.parallelize.parallelize", parallelize)
+    monkeypatch.setattr("backends.model_parallel.split.split_model", parallelize)
     return events
 
 

@@ -16,7 +16,7 @@ def test_each_rank_holds_its_share_of_the_experts_and_everything_else(tmp_path, 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from backends.model_factory import catalog_config
+    from backends.weights.model_factory import catalog_config
     from planner.memory.rank_params import rank_params
     from planner.models.resolve import resolve_model
     from planner.training_config import TrainingConfig

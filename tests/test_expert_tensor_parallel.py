@@ -88,7 +88,7 @@ def test_an_moe_config_with_dense_mlp_layers_is_not_split_over_tp(tmp_path):
     """The engine's tp splits MoE blocks only (backends/expert_parallel/tensor_parallel.py refuses the rest): a
     Qwen3-MoE config whose mlp_only_layers keep dense MLPs gets ep and pp from the search, no tp, and --emit refuses
     a hand-made tp layout of it in one line before writing anything."""
-    from backends.model_factory import catalog_config
+    from backends.weights.model_factory import catalog_config
     from planner.contract.layout import ParallelDims
     from planner.errors import UserInputError
     from planner.hardware.cluster import make_cluster

@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks.calibrate_throughput import MPT_SHAPES, mpt_spec
+from benchmarks.accuracy.calibrate_throughput import MPT_SHAPES, mpt_spec
 from planner.models.flops import model_shape, sequence_flops
 from planner.models.resolve import resolve_model, spec_from_dimensions
 from planner.training_config import TrainingConfig

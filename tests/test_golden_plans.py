@@ -66,7 +66,9 @@ CASES: dict[str, list[str]] = {
 }  # fmt: skip
 
 # A module path of our own code, e.g. backends.runner.loop or planner/rundir/run_options.py.
-MODULE_PATH = re.compile(r"\b(?:planner|backends|benchmarks_db|hardware_selector_cli)(?:[./][A-Za-z_][A-Za-z0-9_]*)+")
+MODULE_PATH = re.compile(
+    r"\b(?:planner|backends|benchmarks_db|benchmarks(?!\.duckdb)|hardware_selector_cli)(?:[./][A-Za-z_][A-Za-z0-9_]*)+"
+)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """`--implementation`: predict the speed of another codebase's run (planner/throughput/implementation.py).
 
-Reference: the published-runs validator (benchmarks/validate_published_runs.py),
+Reference: the published-runs validator (benchmarks/accuracy/validate_published_runs.py),
 which estimates each published run with its codebase's preset. The path
 `estimate --implementation` takes gives the validator's number for a
 Megatron-LM row of Narayanan et al. Table 1, within the validator's own
@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from benchmarks.validate_published_runs import compare, plan_inputs, published_rows
+from benchmarks.accuracy.validate_published_runs import compare, plan_inputs, published_rows
 from hardware_selector_cli.app import main
 from planner.evaluate import evaluate
 

@@ -1,7 +1,7 @@
 """What one transformer block keeps, per HF family, against op-level traces.
 
 Reference: benchmarks/results/memory_per_layer.json, recorded by
-benchmarks/memory_per_layer.py (3-layer minus 2-layer traces of tiny models, under
+benchmarks/memory/memory_per_layer.py (3-layer minus 2-layer traces of tiny models, under
 FakeTensorMode + MemTracker). Cheap: compares the recording, traces nothing.
 """
 
@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from benchmarks.memory_per_layer import entries, estimated_per_layer, load
-from benchmarks.per_layer_models import CATALOG, model_config
+from benchmarks.memory.memory_per_layer import entries, estimated_per_layer, load
+from benchmarks.memory.per_layer_models import CATALOG, model_config
 from planner.models.hf_config import spec_from_hf_config
 
 RECORDED = load()

@@ -1,4 +1,4 @@
-"""Checks of the memory-trace harness (benchmarks/memory_trace.py) against references
+"""Checks of the memory-trace harness (benchmarks/memory/memory_trace.py) against references
 computed independently of it: parameter counts of a real (non-fake) model, byte sizes
 per dtype, FSDP's 1/world_size sharding, and activations linear in the batch size."""
 
@@ -11,9 +11,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from benchmarks import memory_trace  # noqa: E402
-from benchmarks.memory_trace import TraceConfig, run_trace  # noqa: E402
-from benchmarks.trace_configs import TINY_GPT2, by_label  # noqa: E402
+from benchmarks.memory import memory_trace  # noqa: E402
+from benchmarks.memory.memory_trace import TraceConfig, run_trace  # noqa: E402
+from benchmarks.memory.trace_configs import TINY_GPT2, by_label  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """The memory estimator against op-level traces of real HF training steps.
 
 Reference: benchmarks/results/memory_traces.json, recorded by
-benchmarks/memory_trace.py (FakeTensorMode + MemTracker / FSDPMemTracker).
+benchmarks/memory/memory_trace.py (FakeTensorMode + MemTracker / FSDPMemTracker).
 Every recorded configuration is compared (cheap: no tracing), the fast subset
 is re-traced live to show the recording still describes today's torch and
 transformers, and no GPU is called a fit that the trace shows to be over it.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.compare_memory import (
+from benchmarks.memory.compare_memory import (
     TOLERANCE,
     compare,
     estimate_trace,
@@ -36,7 +36,7 @@ def test_recordings_cover_the_issue_grid():
 
 @pytest.mark.parametrize("result", RESULTS, ids=[result["label"] for result in RESULTS])
 def test_estimate_within_ten_percent_of_recorded_trace(result):
-    """Within 10%, or over by no more than a known gap allows (benchmarks/compare_memory.py KNOWN_GAPS)."""
+    """Within 10%, or over by no more than a known gap allows (benchmarks/memory/compare_memory.py KNOWN_GAPS)."""
     row = compare(result)
     assert row.within_tolerance, (
         f"{row.label}: estimate {row.estimate_bytes / 2**30:.3f} GiB vs trace {row.trace_bytes / 2**30:.3f} GiB "
@@ -47,7 +47,7 @@ def test_estimate_within_ten_percent_of_recorded_trace(result):
 @pytest.mark.slow
 def test_fast_subset_retraced_live_matches_recording_and_estimate():
     pytest.importorskip("transformers")
-    from benchmarks.memory_trace import TraceConfig, run_trace
+    from benchmarks.memory.memory_trace import TraceConfig, run_trace
 
     for recorded in FAST:
         live = run_trace(TraceConfig(**recorded["config"]))

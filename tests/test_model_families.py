@@ -62,7 +62,7 @@ def test_parallel_plans_name_real_modules(model_type):
     import torch
 
     from backends.decoder_anatomy import get_path
-    from backends.model_factory import build_causal_lm, tiny_config
+    from backends.weights.model_factory import build_causal_lm, tiny_config
 
     plan = FAMILIES[model_type].parallel_plan
     model = build_causal_lm(tiny_config(catalog_config(model_type)))

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from backends.model_factory import catalog_config, tiny_config
+from backends.weights.model_factory import catalog_config, tiny_config
 from planner.models import param_count_cache
 from planner.models.param_count import count_params_on_meta
 from planner.models.param_count_cache import cache_folder, cached_counts

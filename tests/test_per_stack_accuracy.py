@@ -1,11 +1,11 @@
 """Throughput error per training stack (docs/accuracy.md, "Per stack"): measured runs the model was never fitted
-on, grouped by the stack that ran them (benchmarks/per_stack_accuracy.py)."""
+on, grouped by the stack that ran them (benchmarks/accuracy/per_stack_accuracy.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.per_stack_accuracy import TABLE_END, TABLE_START, TARGET, render, stack_results
+from benchmarks.accuracy.per_stack_accuracy import TABLE_END, TABLE_START, TARGET, render, stack_results
 
 ACCURACY_DOC = Path(__file__).resolve().parent.parent / "docs" / "accuracy.md"
 

@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from benchmarks.validate_published_runs import comparisons, published_rows, summary
+from benchmarks.accuracy.validate_published_runs import comparisons, published_rows, summary
 from planner.hardware.cluster import make_cluster
 from planner.models.resolve import resolve_model
 from planner.throughput.estimate import estimate_throughput
@@ -68,7 +68,7 @@ def test_hf_module_stack_predicts_below_llm_foundrys_fused_measurement():
 
 def test_layernorm_models_cost_the_same_under_both_stacks_so_the_fit_stands():
     """The constants were fitted on MPT (LayerNorm, learned positions) runs."""
-    from benchmarks.calibrate_throughput import calibration_cases
+    from benchmarks.accuracy.calibrate_throughput import calibration_cases
 
     _, spec, config, cluster = calibration_cases()[0]
     hf = estimate_throughput(spec, config, cluster, implementation=OUR_STRATEGIES)
@@ -115,7 +115,7 @@ def test_deepseek_v3_published_throughput_with_dualpipe_mechanisms(results):
     the mechanisms the report describes (its own fused attention, all-to-all overlapped with compute, DualPipe's
     two-ended pipeline), the estimate is within 15%; without the overlap and the two-ended pipeline (Megatron's
     preset) the exposed all-to-all alone makes it nearly twice as slow."""
-    from benchmarks.validate_published_runs import plan_inputs
+    from benchmarks.accuracy.validate_published_runs import plan_inputs
 
     (row,) = [c for c in results if c.row["id"] == "deepseek-v3-2048-h800"]
     assert abs(row.error) < 0.15

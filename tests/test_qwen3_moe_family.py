@@ -2,7 +2,7 @@
 
 References: transformers' Qwen3MoeForCausalLM on the meta device (the catalog's counts), which the formula
 must equal, and the published sizes (Qwen3 technical report: 30.5B total / 3.3B activated, 235B / 22B);
-the per-block trace of the real model (benchmarks/memory_per_layer.py, qwen3-30b-a3b rows).
+the per-block trace of the real model (benchmarks/memory/memory_per_layer.py, qwen3-30b-a3b rows).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from backends import monitor as monitor_module
-from backends.monitor import StepMonitor
+from backends.monitoring import step_monitor as monitor_module
+from backends.monitoring.step_monitor import StepMonitor
 
 
 def test_any_phase_name_is_timed_and_reported_beside_the_engines_phases(monkeypatch):

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.calibrate_throughput import calibration_cases, relative_errors
+from benchmarks.accuracy.calibrate_throughput import calibration_cases, relative_errors
 from planner.hardware.cluster import make_cluster
 from planner.models.resolve import resolve_model
 from planner.throughput.collectives import Links, all_gather_s, all_reduce_s, process_group
@@ -234,7 +234,7 @@ def test_more_bandwidth_never_slows_any_plan(llama7b, strategy, micro_batch, acc
 
 def test_held_out_h100_and_a100_80gb_runs_stay_within_10_percent():
     """llm-foundry's H100-80GB and A100-80GB tables (benchmarks/data, never used by the fit)."""
-    from benchmarks.calibrate_throughput import held_out_cases
+    from benchmarks.accuracy.calibrate_throughput import held_out_cases
 
     cases = held_out_cases()
     assert {gpu: len(rows) for gpu, rows in cases.items()} == {"H100-80GB": 52, "A100-80GB": 61}

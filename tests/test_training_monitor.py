@@ -1,5 +1,5 @@
 """TrainingMonitor: metrics, callbacks that decide each update, system stats, per-phase memory, TensorBoard,
-profiling (backends/monitoring.py, backends/profiling.py).
+profiling (backends/monitoring/training_monitor.py, backends/monitoring/profiling.py).
 
 References: the weights before a step (a skipped or stopped update leaves
 them exactly as they were; an applied one changes them), tensorboard's own
@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 import backends
-from backends.monitoring import TrainingMonitor
-from backends.profiling import profile
+from backends.monitoring.profiling import profile
+from backends.monitoring.training_monitor import TrainingMonitor
 
 
 class Regression(nn.Module):

@@ -53,8 +53,8 @@ def test_the_heaviest_ranks_parameters_match_the_real_model_under_the_engines_sp
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from backends.model_factory import catalog_config
     from backends.pipeline_parallel.split import stage_layer_ranges
+    from backends.weights.model_factory import catalog_config
     from planner.memory.rank_params import rank_params
     from planner.models.resolve import resolve_model
     from planner.training_config import TrainingConfig

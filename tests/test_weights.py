@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from backends.runner.sliced_load import read_local_slice
-from backends.runner.weights import WeightSource
 from backends.tensor_parallel.layers import pad_rows, padded_vocab, shard_tensor
+from backends.weights.sliced_load import read_local_slice
+from backends.weights.source import WeightSource
 from planner.errors import UserInputError
 
 TENSORS = {
@@ -132,7 +132,7 @@ def test_moe_checkpoints_read_as_transformers_loads_them(tmp_path, family):
     """Reference: transformers' own from_pretrained, which fuses the checkpoint's per-expert matrices."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from backends.runner.weights import source_for
+    from backends.weights.source import source_for
 
     sizes = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
     extra = (

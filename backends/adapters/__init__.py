@@ -6,26 +6,26 @@ driven by the runner's callbacks rather than by this surface.
 
 from __future__ import annotations
 
-from .base import Adapter, AdapterSetup, StepOutcome
+from backends.adapters.base import Adapter, AdapterSetup, StepOutcome
 
 __all__ = ["Adapter", "AdapterSetup", "StepOutcome", "build_adapter"]
 
 
 def build_adapter(strategy: str, setup: AdapterSetup) -> Adapter:
     if strategy == "engine":
-        from .engine_adapter import EngineAdapter
+        from backends.adapters.engine_adapter import EngineAdapter
 
         return EngineAdapter(setup)
     if strategy == "ddp":
-        from .ddp import DdpAdapter
+        from backends.adapters.ddp import DdpAdapter
 
         return DdpAdapter(setup)
     if strategy == "fsdp":
-        from .fsdp import FsdpAdapter
+        from backends.adapters.fsdp import FsdpAdapter
 
         return FsdpAdapter(setup)
     if strategy == "deepspeed":
-        from .deepspeed_adapter import DeepSpeedAdapter
+        from backends.adapters.deepspeed_adapter import DeepSpeedAdapter
 
         return DeepSpeedAdapter(setup)
     raise ValueError(f"no adapter for strategy {strategy!r}")

@@ -5,8 +5,9 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import Any
 
-from .base import AdapterSetup
-from .torch_step import TorchAdapter
+from backends.adapters.base import AdapterSetup
+from backends.adapters.torch_step import TorchAdapter
+from planner.contract.layout import ParallelDims
 
 
 class DdpAdapter(TorchAdapter):
@@ -15,25 +16,22 @@ class DdpAdapter(TorchAdapter):
     def __init__(self, setup: AdapterSetup):
         from torch.nn.parallel import DistributedDataParallel
 
-        from backends.activation_checkpointing import apply_activation_checkpointing
-        from backends.kernels import apply_kernels
-        from backends.runner.model_init import load_full
-        from backends.runner.weights import source_for
+        from backends.parallelize import ParallelizeConfig, parallelize
+        from backends.weights.model_init import load_full
+        from backends.weights.source import source_for
 
         super().__init__(setup)
         module = setup.make_model(empty=setup.weights_folder is not None)
         if setup.weights_folder is not None:
             load_full(module, source_for(module, setup.weights_folder), self.device)
-        module = module.to(self.device)
-        apply_activation_checkpointing(module, setup.plan.config.activation_checkpointing.value)
-        apply_kernels(module, setup.plan.config.kernels.value, self.device.type)
-        self.module = module
+        self.module = module = module.to(self.device)
         cuda = self.device.type == "cuda"
-        self.model = (
-            DistributedDataParallel(module, device_ids=[self.device.index] if cuda else None)
-            if self.distributed
-            else module
-        )
+
+        def replicate(model: Any) -> Any:
+            return DistributedDataParallel(model, device_ids=[self.device.index] if cuda else None)
+
+        config = ParallelizeConfig.of_replica(setup.plan.config, self.device.type)
+        self.model = parallelize(module, ParallelDims(), config, shard=replicate if self.distributed else None).model
         self.finish_setup()
 
     def sync_context(self, boundary: bool) -> Any:

@@ -22,10 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from backends.adapters.base import Adapter, AdapterSetup, Guard, StepOutcome, tensor_bytes
 from planner.contract.engine_config import EngineConfig
 from planner.errors import UserInputError
-
-from .base import Adapter, AdapterSetup, Guard, StepOutcome, tensor_bytes
 
 STATE_TAG = "deepspeed"
 
@@ -81,10 +80,10 @@ class DeepSpeedAdapter(Adapter):
     def __init__(self, setup: AdapterSetup):
         import deepspeed
 
-        from backends.activation_checkpointing import apply_activation_checkpointing
         from backends.cpu_distributed import skip_deepspeed_shm_build
-        from backends.kernels import apply_kernels
-        from backends.optimizers import build_torch_optimizer
+        from backends.parallelize import ParallelizeConfig, parallelize
+        from backends.parts.optimizers import build_torch_optimizer
+        from planner.contract.layout import ParallelDims
 
         super().__init__(setup)
         config = setup.engine_config
@@ -100,8 +99,8 @@ class DeepSpeedAdapter(Adapter):
         document["gradient_clipping"] = config.gradient_clipping
         stage = int(document.get("zero_optimization", {}).get("stage", 0))
         module = self._build(setup, document, stage)
-        apply_activation_checkpointing(module, setup.plan.config.activation_checkpointing.value)
-        apply_kernels(module, setup.plan.config.kernels.value, self.device.type)
+        # AC and kernels here; DeepSpeed's ZeRO is the data-parallel step, in deepspeed.initialize below.
+        parallelize(module, ParallelDims(), ParallelizeConfig.of_replica(setup.plan.config, self.device.type))
         client_optimizer = None
         if self.device.type == "cpu" or "optimizer" not in document:
             # DeepSpeed's own optimizers are compiled C++/CUDA ops; on the CPU hand it torch's.
@@ -119,8 +118,8 @@ class DeepSpeedAdapter(Adapter):
     def _build(self, setup: AdapterSetup, document: dict, stage: int) -> Any:
         import deepspeed
 
-        from backends.runner.model_init import load_full
-        from backends.runner.weights import source_for
+        from backends.weights.model_init import load_full
+        from backends.weights.source import source_for
 
         if setup.weights_folder is None:
             return setup.make_model(empty=False)

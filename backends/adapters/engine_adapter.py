@@ -1,7 +1,7 @@
 """Adapter: our engine (backends.initialize): ZeRO 0-3 on the data-parallel group, TP and PP from the layout.
 
 The runner's anomaly rules are a callback of the engine's TrainingMonitor
-(backends/monitoring.py), asked inside the optimizer step after the gradient
+(backends/monitoring/training_monitor.py), asked inside the optimizer step after the gradient
 norm is known and before the update. Data
 are split over the engine's data-parallel group only: tensor and pipeline
 peers see the same batches. Checkpoints are the engine's own sharded format
@@ -14,21 +14,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .base import Adapter, AdapterSetup, Guard, StepOutcome
+from backends.adapters.base import Adapter, AdapterSetup, Guard, StepOutcome
 
 
 class EngineAdapter(Adapter):
     name = "engine"
 
     def __init__(self, setup: AdapterSetup):
-        import backends
-        from backends.runner.weights import source_for
+        from backends.engine.initialize import initialize
+        from backends.weights.source import source_for
 
         super().__init__(setup)
         pretrained = setup.weights_folder is not None
         module = setup.make_model(empty=pretrained)
         weights = source_for(module, setup.weights_folder) if pretrained else None
-        self.engine, _, _, _ = backends.initialize(model=module, config=setup.engine_config, weights=weights)
+        self.engine, _, _, _ = initialize(model=module, config=setup.engine_config, weights=weights)
         self.data_rank, self.data_world = self.engine.data_parallel_rank, self.engine.data_parallel_world
         self.micro_batch, self.grad_accum = self.engine.micro_batch, self.engine.grad_accum
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from backends.adapters.base import AdapterSetup
+from backends.adapters.torch_step import TorchAdapter
+from planner.contract.layout import ParallelDims
 from planner.errors import UserInputError
 from planner.training_config import FsdpSharding, Offload
-
-from .base import AdapterSetup
-from .torch_step import TorchAdapter
 
 
 def fsdp_mesh(sharding: FsdpSharding, world: int, gpus_per_node: int, device_type: str) -> Any:
@@ -36,9 +36,8 @@ class FsdpAdapter(TorchAdapter):
         import torch
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-        from backends.activation_checkpointing import apply_activation_checkpointing
-        from backends.kernels import apply_kernels
-        from backends.zero.flat_unit import repeated_blocks
+        from backends.decoder_anatomy import repeated_blocks
+        from backends.parallelize import ParallelizeConfig, parallelize
 
         super().__init__(setup)
         config = setup.engine_config
@@ -53,25 +52,28 @@ class FsdpAdapter(TorchAdapter):
         module = setup.make_model(empty=pretrained)
         if not pretrained:
             module = module.to(self.device)
-        apply_activation_checkpointing(module, plan_config.activation_checkpointing.value)
-        apply_kernels(module, plan_config.kernels.value, self.device.type)  # after AC, before FSDP
-        mesh = fsdp_mesh(plan_config.fsdp_sharding, self.world, setup.run.nproc_per_node, self.device.type)
-        policy = (
-            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-            if config.bf16.enabled
-            else MixedPrecisionPolicy()
-        )
-        options: dict[str, Any] = {
-            "mesh": mesh,
-            "mp_policy": policy,
-            "reshard_after_forward": plan_config.fsdp_sharding is not FsdpSharding.GRAD_OP,
-        }
-        offload = Offload.CPU in (plan_config.offload_params, plan_config.offload_optimizer)
-        if offload and self.device.type == "cuda":
-            options["offload_policy"] = CPUOffloadPolicy()
-        for block in repeated_blocks(module):
-            fully_shard(block, **options)
-        self.model = self.module = fully_shard(module, **options)
+
+        def shard(model: Any) -> Any:  # the last step of parallelize: FSDP2 per block, then the root
+            mesh = fsdp_mesh(plan_config.fsdp_sharding, self.world, setup.run.nproc_per_node, self.device.type)
+            policy = (
+                MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+                if config.bf16.enabled
+                else MixedPrecisionPolicy()
+            )
+            options: dict[str, Any] = {
+                "mesh": mesh,
+                "mp_policy": policy,
+                "reshard_after_forward": plan_config.fsdp_sharding is not FsdpSharding.GRAD_OP,
+            }
+            offload = Offload.CPU in (plan_config.offload_params, plan_config.offload_optimizer)
+            if offload and self.device.type == "cuda":
+                options["offload_policy"] = CPUOffloadPolicy()
+            for block in repeated_blocks(model):
+                fully_shard(block, **options)
+            return fully_shard(model, **options)
+
+        replica = ParallelizeConfig.of_replica(plan_config, self.device.type)
+        self.model = self.module = parallelize(module, ParallelDims(), replica, shard=shard).model
         if pretrained:
             self._load_shards(setup.weights_folder)
         self.finish_setup()
@@ -84,8 +86,8 @@ class FsdpAdapter(TorchAdapter):
         import torch
         from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-        from backends.runner.model_init import fill_rows, materialize
-        from backends.runner.weights import source_for
+        from backends.weights.model_init import fill_rows, materialize
+        from backends.weights.source import source_for
 
         source = source_for(self.module, folder)
         for name, param in self.module.named_parameters():

@@ -16,7 +16,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from .base import Adapter, Guard, StepOutcome, tensor_bytes
+from backends.adapters.base import Adapter, Guard, StepOutcome, tensor_bytes
 
 STATE_FOLDER = "torch_state"
 
@@ -27,7 +27,7 @@ class TorchAdapter(Adapter):
     def finish_setup(self) -> None:
         import torch
 
-        from backends.optimizers import build_torch_optimizer
+        from backends.parts.optimizers import build_torch_optimizer
 
         config = self.setup.engine_config
         self.optimizer = build_torch_optimizer(self.model.parameters(), config.optimizer)

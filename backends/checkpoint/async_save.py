@@ -30,10 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backends.checkpoint.save import begin_folder, seal, write_resume_state
+from backends.checkpoint.shards import sharded_views
 from backends.ranks import distributed, everyones, rank
-
-from .save import begin_folder, seal, write_resume_state
-from .shards import sharded_views
 
 
 class AsyncSaveError(RuntimeError):

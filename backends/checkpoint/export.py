@@ -1,7 +1,7 @@
 """Export the engine's fp32 master weights as one consolidated, HF-named safetensors file (rank 0 writes).
 
 Under tensor/pipeline parallelism each rank's masters are its stage's
-shards; backends.parallel_checkpoint gathers them into full HF tensors. A
+shards; backends.checkpoint.parallel_weights gathers them into full HF tensors. A
 tied embedding is written once (HF's save_pretrained drops the head's alias,
 and from_pretrained ties it back).
 """
@@ -32,7 +32,7 @@ def consolidated_state_dict(engine: Any) -> dict[str, Any]:
     """HF name -> full fp32 tensor, on every rank (under tp/pp a tied head is listed under both names)."""
     masters = master_weights(engine)
     if engine.parallel_model is not None:  # (its experts gathered over ep too)
-        from backends.parallel_checkpoint import gather_full_state_dict
+        from backends.checkpoint.parallel_weights import gather_full_state_dict
 
         return gather_full_state_dict(engine.parallel_model, masters)
     if getattr(engine, "expert_parallel", None) is not None:
@@ -41,7 +41,7 @@ def consolidated_state_dict(engine: Any) -> dict[str, Any]:
 
 
 def export_safetensors(engine: Any, path: str | Path) -> str | None:
-    from backends.parallel_checkpoint import save_consolidated, write_safetensors
+    from backends.checkpoint.parallel_weights import save_consolidated, write_safetensors
 
     if engine.parallel_model is not None:
         save_consolidated(engine.parallel_model, path, master_weights(engine))

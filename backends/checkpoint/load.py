@@ -14,12 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from backends.checkpoint.layout import LATEST, committed_tags, read_json, verify
+from backends.checkpoint.reshard import load_resharded, resume_state_for
+from backends.checkpoint.shards import copy_back, key_prefix, layout_of, load_rng, sharded_views, unit_layout
 from backends.ranks import dcp_quietly, distributed, rank
 from planner.errors import UserInputError
-
-from .layout import LATEST, committed_tags, read_json, verify
-from .reshard import load_resharded, resume_state_for
-from .shards import copy_back, key_prefix, layout_of, load_rng, sharded_views, unit_layout
 
 
 def preferred_tags(load_dir: Path) -> list[str]:

@@ -21,10 +21,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from backends.checkpoint.layout import read_json
+from backends.checkpoint.save import begin_partial, seal
 from backends.ranks import dcp_quietly, distributed, rank
-
-from .layout import read_json
-from .save import begin_partial, seal
 
 STATE_FOLDER = "state"
 EXTRA = "extra.json"
@@ -77,7 +76,7 @@ class CheckpointManager:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
-        from .load import choose_checkpoint, rank0_choice
+        from backends.checkpoint.load import choose_checkpoint, rank0_choice
 
         self.wait()
         error, choice = None, None

@@ -19,10 +19,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from backends.checkpoint.shards import key_prefix
 from backends.ranks import distributed, everyones
 from planner.errors import UserInputError
-
-from .shards import key_prefix
 
 MODULE_PREFIX = "module."
 RANK_KEY = re.compile(r"pp(\d+)\.tp(\d+)\.(?:ep(\d+)\.)?$")
@@ -68,7 +67,7 @@ def _inner(name: str) -> str:
 
 def _aliases(engine: Any) -> dict[str, str]:
     """A tied head and embedding stand for each other (one stage or layout may hold only one of them)."""
-    from backends.parallel_checkpoint import tied_parameter_names
+    from backends.checkpoint.parallel_weights import tied_parameter_names
 
     tied = tied_parameter_names(engine.parallel_model.module if engine.parallel_model else engine.module)
     return {tied[0]: tied[1], tied[1]: tied[0]} if tied else {}
@@ -131,7 +130,7 @@ def _joined_over_tp(name: str, parts: dict[tuple[int, int, int], Any], split: di
 
 def _fill(engine: Any, pieces: dict, aliases: dict[str, str], state: dict, choice: Path) -> None:
     """Write every flat state of this rank from the old pieces (no collectives: a rank may stop half-way)."""
-    from backends.parallel_checkpoint import local_slice
+    from backends.checkpoint.parallel_weights import local_slice
 
     old_tp = int(state["layout"]["dims"]["tp"])
     expert_parallel = getattr(engine, "expert_parallel", None)

@@ -13,11 +13,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from backends.checkpoint.layout import commit
+from backends.checkpoint.reshard import tensor_split_record
+from backends.checkpoint.shards import key_prefix, layout_of, save_rng, sharded_views, unit_layout
 from backends.ranks import barrier, dcp_quietly, distributed, everyones, rank
-
-from .layout import commit
-from .reshard import tensor_split_record
-from .shards import key_prefix, layout_of, save_rng, sharded_views, unit_layout
 
 PER_RANK_KEYS = ("loss_scaler", "lr_scheduler", "skipped_steps")
 

@@ -39,7 +39,7 @@ def layout_of(engine: Any) -> dict[str, Any]:
         ep = engine.ep if hasattr(engine, "ep") else 1
         dims = ParallelDims(dp=engine.comm.world * ep, ep=ep)
         return {"dims": dims.model_dump(mode="json"), "sequence_parallel": False}
-    from backends.parallel_checkpoint import layout_record
+    from backends.checkpoint.parallel_weights import layout_record
 
     return layout_record(model)
 

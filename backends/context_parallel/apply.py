@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from .attention import NAME, ContextParallelAttention, register
-from .sharding import shifted_labels
+from backends.context_parallel.attention import NAME, ContextParallelAttention, register
+from backends.context_parallel.sharding import shifted_labels
 
 
 @dataclass

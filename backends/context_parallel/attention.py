@@ -11,7 +11,7 @@ No mask tensor: a chunk of L queries starting at true position p sees exactly th
 last L of them causally, which is SDPA over the keys cut at p+L under torch's lower-right causal bias
 (torch.nn.attention.bias.causal_lower_right). On CUDA that is flash attention, which takes the causal
 alignment as a flag and keeps no mask (what planner/memory/activations.py counts); on the CPU torch builds
-the chunk's boolean mask for each call (benchmarks/trace_sharding.py traces the CUDA behaviour).
+the chunk's boolean mask for each call (benchmarks/memory/trace_sharding.py traces the CUDA behaviour).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from .sharding import chunk_indices
+from backends.context_parallel.sharding import chunk_indices
 
 NAME = "context_parallel"
 

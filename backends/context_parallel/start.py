@@ -1,19 +1,18 @@
-"""backends.initialize with layout.cp > 1: check what composes, then split the sequences (docs/engine.md)."""
+"""Context parallelism alone (tp and pp 1): check what composes, then split the sequences (backends/parallelize.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from backends.split_start import place_whole, require_ranks
-from planner.contract.engine_config import EngineConfig
+from backends.context_parallel.apply import ContextParallel, apply_context_parallel
+from backends.ranks import require_ranks
+from backends.weights.model_init import place_whole
+from planner.contract.layout import ParallelDims
 from planner.errors import UserInputError
 
-from .apply import ContextParallel, apply_context_parallel
 
-
-def start_context_parallel(model: Any, settings: EngineConfig, weights: Any, device: Any) -> ContextParallel:
+def start_context_parallel(model: Any, layout: ParallelDims, weights: Any, device: Any) -> ContextParallel:
     """Fill the model if it is on the meta device, switch its attention to the cp one, return the groups."""
-    block, layout = settings.hardware_selector, settings.hardware_selector.layout
     if layout.ep > 1:
         raise UserInputError(
             f"layout {layout.describe()}: context parallelism composes with data and tensor parallelism and ZeRO "
@@ -25,8 +24,4 @@ def start_context_parallel(model: Any, settings: EngineConfig, weights: Any, dev
         )
     require_ranks("layout.cp", layout.cp, "each sequence")
     place_whole(model, weights, device)
-    context_parallel = apply_context_parallel(model, layout.cp, device.type)
-    from backends.activation_checkpointing import apply_activation_checkpointing
-
-    apply_activation_checkpointing(model, block.activation_checkpointing)
-    return context_parallel
+    return apply_context_parallel(model, layout.cp, device.type)

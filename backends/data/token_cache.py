@@ -23,10 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from backends.data.documents import Source, iter_documents
 from planner.errors import UserInputError
 from planner.files import atomic_path, write_text_atomic
-
-from .documents import Source, iter_documents
 
 FORMAT_VERSION = 1
 WAIT_REPORT_S = 60.0

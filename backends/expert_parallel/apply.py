@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .dispatch import ExpertParallelExperts
+from backends.expert_parallel.dispatch import ExpertParallelExperts
 
 
 def _is_experts_module(module: nn.Module) -> bool:

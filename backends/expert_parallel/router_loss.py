@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .tensor_parallel import moe_blocks
+from backends.expert_parallel.tensor_parallel import moe_blocks
 
 
 class RouterLoss:

@@ -16,7 +16,7 @@
   plan_trainer_kwargs gives the Trainer arguments that match.
 - EngineStrategy runs the LightningModule under our ZeRO 1-3 as Lightning's
   DeepSpeedStrategy runs DeepSpeed's: the module's one optimizer is read into
-  the engine config (backends/initialize_args.py), the engine accumulates
+  the engine config (backends/engine/initialize_args.py), the engine accumulates
   (Trainer accumulate_grad_batches becomes gradient_accumulation_steps) and
   steps at the boundaries. A scheduler from configure_optimizers is refused
   in one line: give the engine config a scheduler block.
@@ -128,12 +128,16 @@ class PlanFSDP2Strategy(ModelParallelStrategy):
     def _shard(self, module: torch.nn.Module) -> None:
         from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
-        from backends.activation_checkpointing import apply_activation_checkpointing
         from backends.adapters.fsdp import fsdp_mesh
-        from backends.zero.flat_unit import repeated_blocks
+        from backends.decoder_anatomy import repeated_blocks
+        from backends.parallelize import ParallelizeConfig, parallelize
+        from planner.contract.layout import ParallelDims
 
         config = self.plan.config
-        apply_activation_checkpointing(module, config.activation_checkpointing.value)
+        # Checkpointing only: Lightning's own precision plugin and loop run the rest.
+        parallelize(
+            module, ParallelDims(), ParallelizeConfig(activation_checkpointing=config.activation_checkpointing.value)
+        )
         offload = Offload.CPU in (config.offload_params, config.offload_optimizer) and self.root_device.type == "cuda"
         options: dict[str, Any] = {
             "mesh": fsdp_mesh(config.fsdp_sharding, self.world_size, self.num_processes, self.root_device.type),
@@ -188,7 +192,7 @@ class EngineStrategy(DDPStrategy):
         from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
         from lightning.pytorch.trainer.states import TrainerFn
 
-        import backends
+        from backends.engine.initialize import initialize
 
         assert self.accelerator is not None and self.lightning_module is not None
         self.accelerator.setup(trainer)
@@ -204,7 +208,7 @@ class EngineStrategy(DDPStrategy):
         config = self.engine_config.model_copy(
             update={"gradient_accumulation_steps": trainer.accumulate_grad_batches, "train_batch_size": None}
         )
-        self.engine, optimizer, _, _ = backends.initialize(model=self.lightning_module, optimizer=optimizers[0],
+        self.engine, optimizer, _, _ = initialize(model=self.lightning_module, optimizer=optimizers[0],
                                                            config=config)  # fmt: skip
         self.model = self.engine
         self.optimizers = [optimizer]

@@ -30,7 +30,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from backends.integrations.plan_check import trainer_differences
-from backends.monitor import peak_rss_bytes
+from backends.monitoring.step_monitor import peak_rss_bytes
 from backends.runner.summary import StepTimes
 from planner.errors import UserInputError
 from planner.plan import Plan

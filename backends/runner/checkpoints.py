@@ -25,9 +25,8 @@ from backends.checkpoint.load import choose_checkpoint, rank0_choice
 from backends.checkpoint.save import begin_partial, seal
 from backends.checkpoint.shards import load_rng, save_rng
 from backends.ranks import rank
+from backends.runner.disk_space import CheckpointSpaceError, folder_bytes, out_of_space
 from planner.errors import UserInputError
-
-from .disk_space import CheckpointSpaceError, folder_bytes, out_of_space
 
 if TYPE_CHECKING:
     from backends.adapters.base import Adapter

@@ -15,7 +15,7 @@ import time
 import traceback
 from pathlib import Path
 
-from .disk_space import CheckpointSpaceError
+from backends.runner.disk_space import CheckpointSpaceError
 
 
 def die_with_the_launcher() -> None:

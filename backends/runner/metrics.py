@@ -81,3 +81,34 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
             except ValueError:
                 continue
     return rows
+
+
+def train_row(
+    step: int, outcome: Any, lr: float, data_s: float, step_s: float, run: Any, tiny: bool, adapter: Any, verdict: Any
+) -> dict[str, Any]:
+    from backends.runner.summary import peak_memory_bytes
+
+    tokens = run.global_batch * run.seq_len
+    row: dict[str, Any] = {
+        "step": step,
+        "loss": outcome.loss,
+        "lr": lr,
+        "grad_norm": outcome.grad_norm,
+        "tokens_per_s": tokens / step_s if step_s > 0 else 0.0,
+        "step_s": step_s,
+        "data_s": data_s,
+        "forward_backward_s": outcome.compute_s,
+        "optimizer_s": outcome.optimizer_s,
+        "peak_memory_bytes": peak_memory_bytes(adapter.device),
+        "applied": outcome.applied,
+    }
+    predicted = run.predicted
+    if run.device == "cuda" and not tiny and predicted.model_flops_per_token and predicted.peak_flops_per_device:
+        row["mfu"] = (
+            row["tokens_per_s"] * predicted.model_flops_per_token / (run.world_size * predicted.peak_flops_per_device)
+        )
+    if outcome.overflow:
+        row["overflow"] = True
+    if verdict.action != "ok":
+        row["anomaly"] = {"action": verdict.action, "reason": verdict.reason}
+    return row

@@ -11,76 +11,26 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-STRATEGIES = ("engine", "ddp", "fsdp", "deepspeed")
-OVERRIDE_KEYS = (
-    "data",
-    "eval_data",
-    "text_field",
-    "text_unit",
-    "eval_fraction",
-    "eval_every",
-    "tokenizer",
-    "init",
-    "steps",
-    "epochs",
-    "learning_rate",
-    "warmup_steps",
-    "seed",
-    "save_every",
-    "export_every",
-    "on_non_finite",
-    "on_loss_spike",
-    "on_grad_spike",
-)
+from planner.contract.choices import Strategy
+from planner.rundir.run_option_table import RUN_OPTIONS
+
+STRATEGIES = tuple(strategy.value for strategy in Strategy)  # planner/contract/choices.py
+OVERRIDE_KEYS = tuple(option.key for option in RUN_OPTIONS)
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """The options that change the run (shared by the runner and `hardware-selector train`)."""
-    parser.add_argument(
-        "--data",
-        nargs="+",
-        metavar="PATH",
-        help="training text: .txt/.jsonl/.parquet files, globs, "
-        "or a datasets.save_to_disk folder (default: the plan's)",
-    )
-    parser.add_argument("--eval-data", nargs="+", metavar="PATH", help="a separate evaluation set")
-    parser.add_argument("--text-field", help="the field holding the text in .jsonl/.parquet rows (default: text)")
-    parser.add_argument(
-        "--text-unit",
-        choices=("line", "paragraph", "document"),
-        help="what one document of a .txt file is (default: paragraph)",
-    )
-    parser.add_argument("--eval-fraction", type=float, help="share of the blocks held out for evaluation (0.01)")
-    parser.add_argument("--eval-every", type=int, help="evaluate every N steps (0: at the end only)")
-    parser.add_argument("--tokenizer", help="folder of the tokenizer (default: the model folder's)")
-    parser.add_argument(
-        "--init",
-        choices=("pretrained", "random"),
-        help="start from the model folder's weights "
-        "or from scratch (default: pretrained when the folder holds weights)",
-    )
-    parser.add_argument("--steps", type=int, help="train for this many optimizer steps (default: the plan's epochs)")
-    parser.add_argument("--epochs", type=float, help="train for this many passes over the data")
-    parser.add_argument("--lr", dest="learning_rate", type=float, help="peak learning rate")
-    parser.add_argument("--warmup-steps", type=int, help="linear warmup steps")
-    parser.add_argument("--seed", type=int, help="seed of the data order and the initialisation")
-    parser.add_argument("--save-every", type=int, help="checkpoint every N steps (0: only when stopping early)")
-    parser.add_argument("--export-every", type=int, help="also write final/ at every N-th step")
-    parser.add_argument(
-        "--on-non-finite",
-        choices=("warn", "skip-step", "stop"),
-        help="a NaN/Inf loss or gradient norm (default: stop, after checkpointing)",
-    )
-    parser.add_argument(
-        "--on-loss-spike",
-        metavar="ACTION[:FACTOR]",
-        help="a loss above FACTOR x its moving average: warn|skip-step|stop (default warn:3)",
-    )
-    parser.add_argument(
-        "--on-grad-spike",
-        metavar="ACTION[:FACTOR]",
-        help="a gradient norm above FACTOR x its moving average (default warn:10)",
-    )
+    """The options that change the run: planner/rundir/run_option_table.py's rows, as argparse options."""
+    for option in RUN_OPTIONS:
+        kwargs: dict = {"help": option.help.replace("%", "%%"), "dest": option.key}  # argparse %-formats help
+        if option.many:
+            kwargs["nargs"] = "+"
+        if option.kind is not str:
+            kwargs["type"] = option.kind
+        if option.choices:
+            kwargs["choices"] = option.choices
+        if option.metavar:
+            kwargs["metavar"] = option.metavar
+        parser.add_argument(option.flag, **kwargs)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -42,7 +42,7 @@ def check_data(run: RunConfig, vocab_size: int) -> None:
 
 
 def check_weights(run: RunConfig, model: nn.Module) -> None:
-    from .weights import source_for
+    from backends.weights.source import source_for
 
     source = source_for(model, run.model.path)
     for name, param in model.named_parameters():
@@ -51,7 +51,7 @@ def check_weights(run: RunConfig, model: nn.Module) -> None:
 
 def preflight(run: RunConfig, *, tiny: bool) -> None:
     """Raise the first problem as a UserInputError (imports transformers; call it where a run is about to start)."""
-    from .model_init import build_model
+    from backends.weights.model_init import build_model
 
     keep_vocab = not run.data.synthetic
     model = build_model(run.model, tiny=tiny, empty=True, keep_vocab=keep_vocab)
@@ -69,8 +69,7 @@ def check_resume(run_dir: Path, run: RunConfig, *, tiny: bool, strategy: str) ->
     it after choosing the checkpoint. Only the small JSON is read: the ranks verify the checksums."""
     from backends.checkpoint.layout import read_json
     from backends.checkpoint.load import preferred_tags
-
-    from .checkpoints import RUNNER_STATE, check_resumable, model_fingerprint
+    from backends.runner.checkpoints import RUNNER_STATE, check_resumable, model_fingerprint
 
     folder = run_dir / "checkpoints"
     tags = preferred_tags(folder) if run.checkpoint.resume else []

@@ -1,8 +1,14 @@
 """Megatron-style tensor parallelism for unmodified HF decoders (see apply.py)."""
 
-from .apply import apply_tensor_parallel, shard_specs
-from .cross_entropy import vocab_parallel_causal_lm_loss
-from .layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, shard_tensor, unshard_tensor
+from backends.tensor_parallel.apply import apply_tensor_parallel, shard_specs
+from backends.tensor_parallel.cross_entropy import vocab_parallel_causal_lm_loss
+from backends.tensor_parallel.layers import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    shard_tensor,
+    unshard_tensor,
+)
 
 __all__ = [
     "apply_tensor_parallel",

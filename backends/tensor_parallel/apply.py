@@ -15,9 +15,13 @@ import torch.distributed as dist
 from torch import nn
 
 from backends.decoder_anatomy import architecture_of, decoder_layers, final_norm, get_path, set_path
-
-from .collectives import gather_sequence
-from .layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, padded_vocab
+from backends.tensor_parallel.collectives import gather_sequence
+from backends.tensor_parallel.layers import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    padded_vocab,
+)
 
 
 def _split_heads(attention: nn.Module, attributes: tuple[str, ...], size: int, what: str) -> None:

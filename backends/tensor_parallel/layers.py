@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from .collectives import copy_to_tp, reduce_from_tp, reduce_scatter_sequence
+from backends.tensor_parallel.collectives import copy_to_tp, reduce_from_tp, reduce_scatter_sequence
 
 
 def shard_tensor(full: torch.Tensor, dim: int, rank: int, size: int, sections: int = 1) -> torch.Tensor:

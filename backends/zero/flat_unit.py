@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from backends.decoder_anatomy import repeated_blocks
+
 
 @dataclass
 class FlatUnit:
@@ -101,17 +103,6 @@ def group_parameters(model: Any, bucket_elements: int) -> list[list[tuple[str, A
         groups[-1].append((name, param))
         size += param.numel()
     return [group for group in groups if group]
-
-
-def repeated_blocks(model: Any) -> list[Any]:
-    """The transformer blocks: the children of the largest ModuleList."""
-    import torch
-
-    lists = [module for module in model.modules() if isinstance(module, torch.nn.ModuleList)]
-    if not lists:
-        return []
-    biggest = max(lists, key=lambda blocks: sum(p.numel() for p in blocks.parameters()))
-    return list(biggest)
 
 
 def group_by_block(model: Any) -> list[tuple[Any, list[tuple[str, Any]]]]:

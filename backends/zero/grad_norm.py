@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .flat_unit import FlatUnit
+from backends.zero.flat_unit import FlatUnit
 
 ROW = 4096
 

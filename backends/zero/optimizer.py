@@ -15,14 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from backends.parts.compression import BucketCodec
+from backends.parts.mixed_precision import LossScaler
+from backends.parts.optimizers import build_torch_optimizer
+from backends.zero.comm import DataParallelComm
+from backends.zero.flat_unit import FlatUnit
+from backends.zero.grad_norm import GlobalGradientNorm
 from planner.contract.engine_config import EngineConfig
-
-from ..compression import BucketCodec
-from ..mixed_precision import LossScaler
-from ..optimizers import build_torch_optimizer
-from .comm import DataParallelComm
-from .flat_unit import FlatUnit
-from .grad_norm import GlobalGradientNorm
 
 
 def _cast_everything_else(model: Any, dtype: Any) -> None:

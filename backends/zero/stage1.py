@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .flat_unit import FlatUnit, group_parameters
-from .optimizer import ZeroOptimizer
+from backends.zero.flat_unit import FlatUnit, group_parameters
+from backends.zero.optimizer import ZeroOptimizer
 
 
 class ZeroStage0(ZeroOptimizer):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .stage1 import ZeroStage1
+from backends.zero.stage1 import ZeroStage1
 
 
 class ZeroStage2(ZeroStage1):

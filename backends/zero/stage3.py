@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .flat_unit import FlatUnit, group_by_block
-from .optimizer import ZeroOptimizer
+from backends.zero.flat_unit import FlatUnit, group_by_block
+from backends.zero.optimizer import ZeroOptimizer
 
 
 def _inside_backward() -> bool:

@@ -37,12 +37,11 @@ class ZeroOptimizer:
     ):
         import torch
 
+        from backends.parts.mixed_precision import LossScaler, compute_dtype
+        from backends.zero import zero_optimizer_class
+        from backends.zero.comm import DataParallelComm
         from planner.contract.engine_config import EngineConfig
         from planner.errors import UserInputError
-
-        from ..mixed_precision import LossScaler, compute_dtype
-        from . import zero_optimizer_class
-        from .comm import DataParallelComm
 
         if getattr(optimizer_cls, "__name__", None) not in ELEMENT_WISE:
             raise UserInputError(

@@ -17,6 +17,37 @@ class Strategy(str, Enum):
     DEEPSPEED = "deepspeed"  # DeepSpeed ZeRO, stage in zero_stage
     ENGINE = "engine"  # our engine: TP x PP x DP with a ZeRO stage on DP
 
+    @property
+    def display_name(self) -> str:
+        """How the selector's answers and docs write it (docs/selector.md)."""
+        return {"ddp": "DDP", "fsdp": "FSDP", "deepspeed": "DeepSpeed", "engine": "engine"}[self.value]
+
+
+# Every name a strategy is given by a user, in any door (CLI flags, the selector, the benchmark matrix), and the
+# TrainingConfig fields it fixes. The one place strategy spellings live: `strategy_named` reads them.
+STRATEGY_ALIASES: dict[str, dict[str, object]] = {
+    "ddp": {"strategy": Strategy.DDP},
+    "fsdp": {"strategy": Strategy.FSDP},
+    "fsdp-full": {"strategy": Strategy.FSDP, "fsdp_sharding": "full"},
+    "fsdp-grad-op": {"strategy": Strategy.FSDP, "fsdp_sharding": "grad-op"},
+    "deepspeed": {"strategy": Strategy.DEEPSPEED},
+    "zero0": {"strategy": Strategy.DEEPSPEED, "zero_stage": 0},
+    "zero1": {"strategy": Strategy.DEEPSPEED, "zero_stage": 1},
+    "zero2": {"strategy": Strategy.DEEPSPEED, "zero_stage": 2},
+    "zero3": {"strategy": Strategy.DEEPSPEED, "zero_stage": 3},
+    "engine": {"strategy": Strategy.ENGINE},
+}
+
+
+def strategy_named(name: str, allowed: tuple[str, ...] | None = None) -> dict[str, object]:
+    """The TrainingConfig fields a strategy name fixes (any case, the display names too); ValueError naming the
+    accepted names otherwise. `allowed` narrows the names a door accepts."""
+    names = allowed or tuple(STRATEGY_ALIASES)
+    key = str(name).strip().lower()
+    if key not in names:
+        raise ValueError(f"'{name}' is not one of {'|'.join(names)}")
+    return STRATEGY_ALIASES[key]
+
 
 class FsdpSharding(str, Enum):
     FULL = "full"  # FULL_SHARD: params, grads and optimizer states sharded

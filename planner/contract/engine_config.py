@@ -111,7 +111,7 @@ class CheckpointBlock(_Strict):
 
 
 class ProfilingBlock(_Strict):
-    """Ours: a torch profiler trace of optimizer step `step`, written to `output` (backends/profiling.py)."""
+    """Ours: a torch profiler trace of optimizer step `step`, written to `output` (backends/monitoring/profiling.py)."""
 
     step: int = Field(default=3, ge=1)
     output: str = "profiles"
@@ -128,9 +128,9 @@ class HardwareSelectorBlock(_Strict):
     dist_backend: Literal["gloo", "nccl"] = "gloo"
     activation_checkpointing: Literal["none", "selective", "full"] = "none"
     # The blocks' element-wise kernels: transformers' eager modules, torch.compile of each block, or Liger's
-    # (backends/kernels.py).
+    # (backends/parts/kernels.py).
     kernels: Literal["eager", "compile", "liger"] = "eager"
-    # How data-parallel gradients travel (backends/compression.py); the fp32 master is unaffected.
+    # How data-parallel gradients travel (backends/parts/compression.py); the fp32 master is unaffected.
     compression: Literal["none", "fp32", "bf16", "fp16", "int8"] = "none"
     layout: ParallelDims = ParallelDims()
     sequence_parallel: bool = False
@@ -187,7 +187,7 @@ class EngineConfig(_Strict):
 
     @property
     def gradient_compression(self) -> str:
-        """The backends/compression.py mode of the engine's data-parallel gradient reductions."""
+        """The backends/parts/compression.py mode of the engine's data-parallel gradient reductions."""
         if self.hardware_selector.compression != "none":
             return self.hardware_selector.compression
         return self.communication_data_type or "none"

@@ -1,10 +1,12 @@
-"""ds_config.json: the DeepSpeed config of a plan, and its HF-Trainer flavour with "auto" values.
+"""ds_config.json: the DeepSpeed config of a plan, rendered from the run's EngineConfig, and its HF-Trainer
+flavour with "auto" values.
 
-The optimizer and scheduler blocks are the run's EngineConfig's (planner/rundir/engine_for_run.py derives it
-once; engine.json is the same config), so DeepSpeed and our engine apply the same update. Bucket sizes come
-from planner/memory/buffers.py `deepspeed_bucket_sizes`, the same numbers the memory estimate assumes. On the CPU (gloo) the config leaves
-the optimizer out: DeepSpeed's own optimizers are C++/CUDA ops it would
-compile at start-up, and the training script passes torch's AdamW instead.
+Every number DeepSpeed shares with our engine is the EngineConfig's (planner/rundir/engine_for_run.py derives
+it once; engine.json is the same config): batch sizes, clipping, optimizer, scheduler, ZeRO stage and bucket
+sizes, so DeepSpeed and our engine apply the same update. DeepSpeed's own extras (persistence threshold,
+offload devices, checkpointing block) come from the plan. On the CPU (gloo) the config leaves the optimizer
+out: DeepSpeed's own optimizers are C++/CUDA ops it would compile at start-up, and the training script passes
+torch's AdamW instead.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from typing import Any
 
 from planner.contract.choices import ActivationCheckpointing, Offload, Precision
 from planner.contract.engine_config import EngineConfig
-from planner.contract.run_config import RunConfig
 from planner.memory.buffers import deepspeed_bucket_sizes
 from planner.plan import Plan
 
@@ -21,25 +22,23 @@ AUTO = "auto"
 NVME_PATH_PLACEHOLDER = "/local_nvme"  # edit: a fast local NVMe mount on every node
 
 
-def deepspeed_config(
-    plan: Plan, target: RunConfig, engine: EngineConfig, *, trainer_flavour: bool = False
-) -> dict[str, Any]:
+def deepspeed_config(plan: Plan, engine: EngineConfig, *, trainer_flavour: bool = False) -> dict[str, Any]:
     """The plain config (every value fixed), or with trainer_flavour the Trainer's "auto" form.
 
     The scheduler block is written when the run's length is known (--steps); a run sized in epochs
     gets its schedule from the runner once the data are tokenized."""
     auto = trainer_flavour
     config: dict[str, Any] = {
-        "train_batch_size": AUTO if auto else target.global_batch,
-        "train_micro_batch_size_per_gpu": AUTO if auto else target.micro_batch,
-        "gradient_accumulation_steps": AUTO if auto else target.grad_accum,
-        "gradient_clipping": AUTO if auto else target.optim.gradient_clipping,
-        "steps_per_print": 10,
+        "train_batch_size": AUTO if auto else engine.train_batch_size,
+        "train_micro_batch_size_per_gpu": AUTO if auto else engine.train_micro_batch_size_per_gpu,
+        "gradient_accumulation_steps": AUTO if auto else engine.gradient_accumulation_steps,
+        "gradient_clipping": AUTO if auto else engine.gradient_clipping,
+        "steps_per_print": engine.steps_per_print,
         "wall_clock_breakdown": False,
-        "zero_optimization": zero_optimization(plan, target, auto=auto),
+        "zero_optimization": zero_optimization(plan, engine, auto=auto),
         **precision_blocks(plan.config.precision, auto=auto),
     }
-    if target.device == "cpu":
+    if engine.hardware_selector.device == "cpu":
         # A client optimizer (torch AdamW) with ZeRO offload needs this switch.
         config["zero_force_ds_cpu_optimizer"] = False
     else:
@@ -56,10 +55,10 @@ def deepspeed_config(
     return config
 
 
-def zero_optimization(plan: Plan, target: RunConfig, *, auto: bool = False) -> dict[str, Any]:
-    config = plan.config
-    buckets = deepspeed_bucket_sizes(plan.model)
-    stage = config.zero_stage
+def zero_optimization(plan: Plan, engine: EngineConfig, *, auto: bool = False) -> dict[str, Any]:
+    """DeepSpeed's zero_optimization block: the engine config's stage and buckets, and DeepSpeed's own extras."""
+    config, zero = plan.config, engine.zero_optimization
+    stage = zero.stage
     block: dict[str, Any] = {"stage": stage}
     if stage >= 1:
         block.update(
@@ -68,17 +67,20 @@ def zero_optimization(plan: Plan, target: RunConfig, *, auto: bool = False) -> d
                 "overlap_comm": True,
                 "contiguous_gradients": True,
                 "reduce_scatter": True,
-                "reduce_bucket_size": AUTO if auto else buckets.reduce_bucket_size,
+                "reduce_bucket_size": AUTO if auto else zero.reduce_bucket_size,
             }
         )
     if stage in (1, 2):
         block["allgather_partitions"] = True
-        block["allgather_bucket_size"] = buckets.allgather_bucket_size
+        block["allgather_bucket_size"] = zero.allgather_bucket_size
     if stage == 3:
         block.update(
             {
-                "stage3_prefetch_bucket_size": AUTO if auto else buckets.stage3_prefetch_bucket_size,
-                "stage3_param_persistence_threshold": AUTO if auto else buckets.stage3_param_persistence_threshold,
+                "stage3_prefetch_bucket_size": AUTO if auto else zero.stage3_prefetch_bucket_size,
+                # not an engine setting: DeepSpeed's alone, from the same bucket sizes the memory estimate uses
+                "stage3_param_persistence_threshold": AUTO
+                if auto
+                else deepspeed_bucket_sizes(plan.model).stage3_param_persistence_threshold,
                 "stage3_gather_16bit_weights_on_model_save": True,
             }
         )

@@ -6,7 +6,7 @@ autocast saves its own 16-bit copy of the input), RMSNorm that upcasts its
 input to fp32, gated MLPs, Python-level GELU that saves several tensors,
 dropout inside the MLP (T5), and models whose attention cannot use a fused
 kernel at all. These traits were read off the transformers source and checked
-against op-level traces (benchmarks/compare_memory.py, docs/accuracy.md).
+against op-level traces (benchmarks/memory/compare_memory.py, docs/accuracy.md).
 """
 
 from __future__ import annotations

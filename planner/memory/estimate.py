@@ -119,7 +119,7 @@ def estimate_memory(
     """Per-GPU memory of one training configuration, and whether it fits.
 
     runtime=Runtime.CPU_TRACE describes the step as the CPU trace harness runs
-    it (benchmarks/memory_trace.py), for validation; see runtime.py.
+    it (benchmarks/memory/memory_trace.py), for validation; see runtime.py.
     """
     peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime)
     per_gpu = _with_overhead(peak.per_gpu, overhead, runtime)

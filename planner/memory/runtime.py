@@ -1,7 +1,7 @@
 """Where the step runs: a CUDA GPU (what users plan for) or the CPU trace harness.
 
 The estimator describes a CUDA training step by default. `Runtime.CPU_TRACE`
-describes the same step as benchmarks/memory_trace.py records it on the CPU
+describes the same step as benchmarks/memory/memory_trace.py records it on the CPU
 (FakeTensorMode + MemTracker), so the trace can validate the estimator's
 mechanisms one for one. Only three things differ, each a documented property
 of PyTorch, never a per-config correction:

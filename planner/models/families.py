@@ -6,7 +6,7 @@ Every part that needs per-family knowledge reads it from here (docs/architecture
 - planner/emit/hf_model.py: the transformer block class FSDP wraps;
 - planner/search/layouts.py: whether our engine has a tensor/pipeline plan for it;
 - backends/decoder_anatomy.py: that plan itself (module paths, column and row projections, split points);
-- backends/model_factory.py: the config keys a smoke test shrinks.
+- backends/weights/model_factory.py: the config keys a smoke test shrinks.
 What an entry holds is defined in planner/models/family_entry.py; the Llama-style decoders' entries are in
 planner/models/llama_style_families.py.
 tests/test_model_families.py checks that every catalog model type has a complete entry and that the
@@ -213,7 +213,7 @@ _ENTRIES = (
             block_class=block,
             size_keys={**LLAMA_SIZE_KEYS},
             # q/k heads (nope + rope) are wider than v heads: SDPA's flash kernel needs equal head dims, so the
-            # math path runs and keeps the scores (traced: benchmarks/trace_configs.py, deepseek-*).
+            # math path runs and keeps the scores (traced: benchmarks/memory/trace_configs.py, deepseek-*).
             traits=Traits(softmax_fp32=True, shared_expert=True, fused_attention_kernel=False),
             parallel_plan=plan,
         )
@@ -236,7 +236,7 @@ _ENTRIES = (
 FAMILIES: dict[str, FamilyEntry] = {entry.model_type: entry for entry in _ENTRIES}
 
 # Model types that appear only inside a composite model, with what their blocks keep for backward:
-# LLaVA's CLIP tower runs eager softmax in fp32 (traced: benchmarks/memory_per_layer.py, llava rows).
+# LLaVA's CLIP tower runs eager softmax in fp32 (traced: benchmarks/memory/memory_per_layer.py, llava rows).
 COMPONENT_TRAITS: dict[str, Traits] = {"clip_vision_model": Traits(softmax_fp32=True)}
 
 

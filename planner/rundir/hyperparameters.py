@@ -2,7 +2,7 @@
 
 ds_config.json, engine.json and the runner all take their blocks from here,
 so DeepSpeed, our engine, DDP and FSDP apply the same update with the same
-learning rate at every step (backends/schedulers.py implements DeepSpeed's
+learning rate at every step (backends/parts/schedulers.py implements DeepSpeed's
 formulas for the adapters that are not DeepSpeed). The schedule's length
 depends on the data when the run is sized in epochs, so the scheduler block
 exists only once the total number of steps is known.

@@ -36,7 +36,7 @@ def training_arguments(
     else:
         plan, stored = plan_and_run(plan)
         target = run or (stored if nproc_override is None else run_config(plan, nproc_override))
-    trainer_deepspeed = deepspeed_config(plan, target, engine_config_for_run(plan, target), trainer_flavour=True)
+    trainer_deepspeed = deepspeed_config(plan, engine_config_for_run(plan, target), trainer_flavour=True)
     kwargs = training_args_kwargs(plan, target, str(output_dir), deepspeed=trainer_deepspeed)
     if kwargs is None:
         raise UserInputError(

@@ -35,6 +35,7 @@ from planner.plan import Plan
 from planner.rundir.engine_for_run import engine_config_for_run
 from planner.rundir.previous_run import archive_previous_run
 from planner.rundir.run_options import RunOptions, run_config
+from planner.rundir.run_overrides import RunOverrides, apply_overrides
 
 __all__ = ["RunOptions", "emit_run_folder", "render_run_folder", "run_config"]
 
@@ -64,10 +65,8 @@ def render_run_folder(plan: Plan, run_dir: Path, target: RunConfig) -> dict[str,
     engine = engine_config_for_run(plan, target)
     contents: dict[str, str | None] = {
         "plan.json": plan_json(plan, target),
-        "ds_config.json": _json(deepspeed_config(plan, target, engine)) if deepspeed else None,
-        "ds_config_trainer.json": _json(deepspeed_config(plan, target, engine, trainer_flavour=True))
-        if deepspeed
-        else None,
+        "ds_config.json": _json(deepspeed_config(plan, engine)) if deepspeed else None,
+        "ds_config_trainer.json": _json(deepspeed_config(plan, engine, trainer_flavour=True)) if deepspeed else None,
         "accelerate_config.yaml": accelerate_yaml(plan, target),
         "training_args.json": _json(training_args_json_document(plan, target)),
         "engine.json": engine_json(plan, engine),
@@ -98,8 +97,13 @@ def emit_run_folder(
     force: bool = False,
     nproc_override: int | None = None,
     options: RunOptions | None = None,
+    overrides: RunOverrides | None = None,
 ) -> list[Path]:
-    """Write the run folder for `plan` into `directory`; returns the written paths."""
+    """Write the run folder for `plan` into `directory`; returns the written paths.
+
+    options: whole blocks of the run (data, hyperparameters, anomaly policy, ...) for Python callers;
+    overrides: the run-option flags (planner/rundir/run_option_table.py), applied on top as `train` applies them.
+    """
     if plan.model.modality != "text":
         kind = {"image": ("a vision", "image"), "audio": ("an audio", "audio"),
                 "image-text": ("a multimodal", "image-text")}[plan.model.modality]  # fmt: skip
@@ -136,6 +140,8 @@ def emit_run_folder(
     if run_dir.exists() and any(run_dir.iterdir()) and not force:
         raise UserInputError(f"{run_dir} already exists; pass --force to overwrite it, or choose a new directory")
     target = run_config(plan, nproc_override, options)
+    if overrides is not None:
+        target = apply_overrides(target, overrides)
     if plan.config.kernels is KernelChoice.LIGER and target.device != "cuda":
         raise UserInputError("--kernels liger: Liger's kernels are Triton GPU kernels; plan --kernels compile for CPU")
     files = render_run_folder(plan, run_dir, target)  # everything is rendered before anything is written

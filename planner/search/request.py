@@ -10,6 +10,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from planner.contract.choices import STRATEGY_ALIASES
 from planner.errors import UserInputError
 from planner.expert_routing import ExpertRouting
 from planner.limits import MAX_BATCH, MAX_SEQ_LEN, MAX_TOKENS
@@ -47,7 +48,12 @@ class StrategyKind(str, Enum):
 
 
 STRATEGY_FAMILIES = (StrategyKind.DDP, StrategyKind.FSDP, StrategyKind.DEEPSPEED, StrategyKind.ENGINE)
-ZERO_STAGE_KINDS = {StrategyKind.ZERO1: 1, StrategyKind.ZERO2: 2, StrategyKind.ZERO3: 3}
+# The kinds that fix a ZeRO stage, and the stage (read from the one table of strategy names).
+ZERO_STAGE_KINDS = {
+    kind: int(str(STRATEGY_ALIASES[kind.value]["zero_stage"]))
+    for kind in StrategyKind
+    if "zero_stage" in STRATEGY_ALIASES[kind.value]
+}
 
 
 class PlanRequest(BaseModel):

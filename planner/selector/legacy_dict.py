@@ -18,12 +18,7 @@ from planner.search import SearchResult
 from planner.search.layouts import FSDP_LABELS, family_label
 from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, Precision, Strategy
 
-STRATEGY_NAMES = {
-    Strategy.DDP: "DDP",
-    Strategy.FSDP: "FSDP",
-    Strategy.DEEPSPEED: "DeepSpeed",
-    Strategy.ENGINE: "engine",
-}
+STRATEGY_NAMES = {strategy: strategy.display_name for strategy in Strategy}
 TORCH_FSDP_SHARDING = {
     FsdpSharding.FULL: "FULL_SHARD",
     FsdpSharding.GRAD_OP: "SHARD_GRAD_OP",
@@ -71,7 +66,7 @@ def _deepspeed_block(plan: Plan) -> dict[str, Any]:
             None,
         ),
         # The whole config, as `deepspeed.initialize(config=...)` and TrainingArguments(deepspeed=...) take it.
-        "ds_config": deepspeed_config(plan, run := run_config(plan), engine_config_for_run(plan, run)),
+        "ds_config": deepspeed_config(plan, engine_config_for_run(plan, run_config(plan))),
     }
 
 

@@ -22,12 +22,7 @@ from planner.search.request import STRATEGY_FAMILIES, StrategyKind
 from planner.training_config import Strategy
 
 LEGACY_STRATEGIES = (StrategyKind.DDP, StrategyKind.FSDP, StrategyKind.DEEPSPEED)
-LEGACY_NAMES = {
-    StrategyKind.DDP: "DDP",
-    StrategyKind.FSDP: "FSDP",
-    StrategyKind.DEEPSPEED: "DeepSpeed",
-    StrategyKind.ENGINE: "engine",
-}
+LEGACY_NAMES = {kind: Strategy(kind.value).display_name for kind in STRATEGY_FAMILIES}
 DEFAULT_SEQ_LEN = 2048
 
 

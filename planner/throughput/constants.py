@@ -1,6 +1,6 @@
 """The throughput model's constants: a few fitted, the rest stated assumptions.
 
-FITTED values come from benchmarks/calibrate_throughput.py, which fits them on
+FITTED values come from benchmarks/accuracy/calibrate_throughput.py, which fits them on
 `calibration_llm_foundry_a100_40gb` of the shared reference (78 measured MPT
 runs, A100-40GB, FSDP, 8-128 GPUs) by minimising the median absolute relative
 error of tokens/s. Re-run it after changing the model and paste its output here.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CALIBRATION_SOURCE = "calibration: fitted on llm-foundry A100-40GB runs (benchmarks/calibrate_throughput.py)"
+CALIBRATION_SOURCE = "calibration: fitted on llm-foundry A100-40GB runs (benchmarks/accuracy/calibrate_throughput.py)"
 
 
 @dataclass(frozen=True)

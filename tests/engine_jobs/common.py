@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from backends.model_factory import build_causal_lm, catalog_config, tiny_config
+from backends.weights.model_factory import build_causal_lm, catalog_config, tiny_config
 
 SEQ = 16
 VOCAB = 512

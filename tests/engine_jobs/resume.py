@@ -25,7 +25,7 @@ import backends
 from backends.checkpoint.export import consolidated_state_dict
 from backends.data import SyntheticTokens, micro_batches
 from backends.distributed_init import init_distributed
-from backends.model_factory import build_causal_lm
+from backends.weights.model_factory import build_causal_lm
 from tests.engine_jobs.common import SEQ, VOCAB, engine_config, tiny_gpt2
 
 STEPS, MICRO, ACCUM, KILL_AT = 6, 2, 2, 4

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 import backends
-from backends.model_factory import build_causal_lm, catalog_config, tiny_config
+from backends.weights.model_factory import build_causal_lm, catalog_config, tiny_config
 from tests.parallel_runs import LR, SEQ_LEN
 
 STAGE_MAP = [2, 3, 3, 2]

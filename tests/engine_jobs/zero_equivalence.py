@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 import backends
-from backends.model_factory import build_causal_lm
+from backends.weights.model_factory import build_causal_lm
 from tests.engine_jobs.common import (
     engine_config,
     full_parameters,

@@ -1,0 +1,121 @@
+"""`backends.initialize(...)`: deepspeed.initialize's arguments in, (engine, optimizer, loader, scheduler) out.
+
+The model is made this rank's part of the layout by the one `parallelize` (backends/parallelize.py: TP ->
+CP/EP -> AC -> compile), and the engine's ZeRO then shards the optimizer states over its data-parallel group.
+Everything heavy is imported here, on the call, so that `import backends` stays free.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from planner.errors import UserInputError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import torch
+    from torch import nn
+
+    from backends.parallelize import Parallelized
+    from backends.weights.source import WeightSource
+    from planner.contract.engine_config import EngineConfig
+
+
+def initialize(
+    args: Any = None,
+    model: nn.Module | None = None,
+    optimizer: Any = None,
+    model_parameters: Any = None,
+    training_data: Any = None,
+    lr_scheduler: Any = None,
+    distributed_port: int | None = None,
+    mpu: Any = None,
+    dist_init_required: bool | None = None,
+    collate_fn: Any = None,
+    config: str | Path | dict[str, Any] | EngineConfig | None = None,
+    mesh_param: Any = None,
+    config_params: str | Path | dict[str, Any] | EngineConfig | None = None,
+    *,
+    metrics_path: str | None = None,
+    weights: WeightSource | None = None,
+) -> tuple[Any, Any, Any, Any]:
+    """deepspeed.initialize's arguments and 4-tuple: (engine, optimizer, training dataloader, lr_scheduler).
+
+    config (or config_params, or args.deepspeed_config): an engine.json or ds_config.json path, a dict or
+    an EngineConfig. optimizer, lr_scheduler, model_parameters and training_data are read as
+    backends/engine/initialize_args.py says; mpu and mesh_param are refused (the engine builds its process
+    groups from hardware_selector.layout). distributed_port and dist_init_required are accepted for
+    DeepSpeed's signature: torchrun's environment says where to meet.
+    weights: a backends.weights.source.WeightSource when `model` was built on the meta device; each rank
+    then reads only the weights it holds (its stage and tensor slice, or its ZeRO-3 partition).
+    """
+    from backends.engine.engine import Engine
+    from backends.engine.initialize_args import (
+        check_model_parameters,
+        data_loader,
+        scheduler_from,
+        with_optimizer_object,
+    )
+    from backends.weights.model_init import is_meta
+    from planner.contract.engine_config import load_engine_config  # pydantic: only on the call
+
+    if model is None:
+        raise UserInputError("backends.initialize needs model=...")
+    if mpu is not None or mesh_param is not None:
+        raise UserInputError("our engine builds its process groups from hardware_selector.layout; drop mpu/mesh_param")
+    if config is None:
+        config = config_params if config_params is not None else getattr(args, "deepspeed_config", None)
+    settings = load_engine_config(config if config is not None else {})
+    settings = with_optimizer_object(settings, optimizer, model, "optimizer" in settings.model_fields_set)
+    check_model_parameters(model, model_parameters)
+    block = settings.hardware_selector
+    _init_distributed(block.dist_backend)
+    device = _device(block.device)
+    if is_meta(model) and weights is None:
+        raise UserInputError("the model is on the meta device; pass weights=WeightSource(...) to fill it")
+    placed = place_model(model, settings, weights, device)
+    engine = Engine(
+        placed.model,
+        settings,
+        dp_group=placed.dp_group,
+        parallel_model=placed.parallel_model,
+        metrics_path=metrics_path,
+        weights=placed.weights,
+        device=device,
+        expert_parallel=placed.expert_parallel,
+        context_parallel=placed.context_parallel,
+    )
+    scheduler = scheduler_from(lr_scheduler, engine)
+    return engine, engine.optimizer, data_loader(training_data, engine, collate_fn), scheduler
+
+
+def _init_distributed(backend: str) -> None:
+    from backends.distributed_init import init_distributed
+
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1 and "MASTER_ADDR" not in os.environ:
+        return
+    init_distributed(backend)
+
+
+def _device(kind: str) -> torch.device:
+    import torch
+
+    if kind != "cuda":
+        return torch.device("cpu")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def place_model(model: nn.Module, settings: EngineConfig, weights: WeightSource | None, device) -> Parallelized:
+    """This rank's part of the model, by the layout (backends/parallelize.py); ZeRO then shards its states."""
+    from backends.parallelize import ParallelizeConfig, parallelize
+
+    layout = settings.hardware_selector.layout
+    zero_stage = settings.zero_optimization.stage
+    if zero_stage == 3 and layout.pp > 1:
+        raise UserInputError("ZeRO-3 does not compose with pipeline parallelism here; use zero stage 1 or 2 with --pp")
+    config = ParallelizeConfig.of_engine(settings)
+    return parallelize(model, layout, config, weights=weights, device=device, partitioned_states=zero_stage == 3)

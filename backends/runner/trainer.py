@@ -1,0 +1,225 @@
+"""The HF Trainer as one more way to run a folder: `python -m backends.run --plan DIR --trainer`.
+
+The Trainer runs its own loop, so this door is driven by the folder's own
+Trainer files (training_args.json and, for DeepSpeed, ds_config_trainer.json,
+exactly as a Trainer user would load them) with the run's overrides on top
+(steps, learning rate, batch for this world size), on the same tokenized
+blocks as the runner's loop. A callback writes the same metrics.jsonl rows,
+and the Trainer's checkpoints (checkpoints-trainer/) resume a killed run.
+At the end the model goes to final/ with the tokenizer, as with every
+strategy. Anomaly rules act after the Trainer's update: warn, or stop.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from planner.errors import UserInputError
+from planner.rundir.hyperparameters import scheduler_block
+from planner.rundir.run_overrides import overrides_from
+from planner.training_config import Strategy
+
+if TYPE_CHECKING:
+    import argparse
+
+TRAINER_CHECKPOINTS = "checkpoints-trainer"
+
+
+class _Blocks:
+    """The runner's blocks as the Trainer's dataset of model inputs."""
+
+    def __init__(self, blocks: Any, make_batch: Any):
+        self.blocks, self.make_batch = blocks, make_batch
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __getitem__(self, index: int) -> dict:
+        batch = self.make_batch(self.blocks[index].unsqueeze(0), salt=index)
+        return {key: value[0] for key, value in batch.items()}
+
+
+def _metrics_callback(metrics: Any, progress: Any, guard: Any, run: Any) -> Any:
+    from transformers import TrainerCallback
+
+    class RunnerMetrics(TrainerCallback):
+        def __init__(self) -> None:
+            self.tick = time.perf_counter()
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            logs = logs or {}
+            if "eval_loss" in logs:
+                import math
+
+                metrics.write(
+                    "eval",
+                    {
+                        "step": state.global_step,
+                        "eval_loss": logs["eval_loss"],
+                        "perplexity": math.exp(min(logs["eval_loss"], 700.0)),
+                    },
+                )
+                return
+            if "loss" not in logs:
+                return
+            now = time.perf_counter()
+            step_s, self.tick = now - self.tick, now
+            row = {
+                "step": state.global_step,
+                "loss": logs["loss"],
+                "lr": logs.get("learning_rate"),
+                "grad_norm": logs.get("grad_norm"),
+                "step_s": step_s,
+                "tokens_per_s": run.global_batch * run.seq_len / step_s if step_s > 0 else 0.0,
+            }
+            verdict = guard.judge(float(logs["loss"]), logs.get("grad_norm"))
+            if verdict.action != "ok":
+                row["anomaly"] = {"action": verdict.action, "reason": verdict.reason}
+                progress.say(f"warning: step {state.global_step}: {verdict.reason} ({verdict.action})")
+                if verdict.action == "stop":
+                    control.should_training_stop = True
+                    control.should_save = True
+            metrics.write("train", row)
+            progress.update(state.global_step, f"loss {logs['loss']:.4f}")
+
+    return RunnerMetrics()
+
+
+def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from transformers import Trainer, TrainingArguments
+
+    from backends.cpu_distributed import configure_cpu_accelerate_state
+    from backends.data import prepare_data
+    from backends.runner.anomaly import AnomalyGuard
+    from backends.runner.export import _copy_tokenizer
+    from backends.runner.folder import load_run_folder
+    from backends.runner.loop import total_steps
+    from backends.runner.metrics import MetricsLog
+    from backends.runner.options import override_values
+    from backends.runner.progress import Progress
+    from backends.runner.tasks import batch_maker
+    from backends.runner.world import fit_device, fit_to_world, process_counts
+    from backends.weights.model_init import build_model, load_full
+    from backends.weights.source import source_for
+
+    spec = load_run_folder(args.plan, overrides_from(override_values(args)), args.strategy)
+    kwargs_file = spec.run_dir / "training_args.json"
+    if not kwargs_file.is_file() or spec.strategy is Strategy.ENGINE:
+        raise UserInputError(
+            "--trainer runs DDP, FSDP and DeepSpeed plans (their training_args.json); this plan runs "
+            "on our engine: drop --trainer"
+        )
+    rank, world, local_rank, local_world = process_counts()
+    run = fit_device(spec.run, tiny=args.tiny)
+    run, note = fit_to_world(run, world, tiny=args.tiny, local_world=local_world)
+    if args.tiny:
+        run = run.model_copy(update={"seq_len": min(run.seq_len, 32)})
+    strategy = spec.strategy.value
+    if run.device == "cpu" and strategy in ("fsdp", "deepspeed"):
+        configure_cpu_accelerate_state(strategy)
+    keep_vocab = not run.data.synthetic
+    model = build_model(
+        run.model,
+        tiny=args.tiny,
+        dropout=run.optim.dropout,
+        seed=run.optim.seed,
+        keep_vocab=keep_vocab,
+        empty=run.model.init == "pretrained" and not args.tiny,
+    )
+    if run.model.init == "pretrained" and not args.tiny:
+        load_full(model, source_for(model, run.model.path), torch.device("cpu"))
+    data = prepare_data(
+        run.data,
+        run_dir=spec.run_dir,
+        tokenizer_dir=run.model.tokenizer_dir,
+        model_name=run.model.name,
+        seq_len=run.seq_len,
+        vocab_size=int(model.config.vocab_size),
+        global_batch=run.global_batch,
+        local_rank=local_rank,
+        seed=run.data.seed,
+    )
+    steps = total_steps(run, len(data.train), run.data.synthetic)
+    block = scheduler_block(run.optim, steps)
+    kwargs = json.loads(kwargs_file.read_text(encoding="utf-8"))
+    if kwargs.get("deepspeed"):
+        kwargs["deepspeed"] = str(spec.run_dir / kwargs["deepspeed"])
+    kwargs.update(
+        output_dir=str(spec.run_dir / TRAINER_CHECKPOINTS),
+        max_steps=steps,
+        logging_steps=1,
+        disable_tqdm=True,
+        per_device_train_batch_size=run.micro_batch,
+        gradient_accumulation_steps=run.grad_accum,
+        learning_rate=run.optim.learning_rate,
+        warmup_steps=run.optim.warmup_for(steps),
+        seed=run.optim.seed,
+        data_seed=run.data.seed,
+        per_device_eval_batch_size=run.micro_batch,
+        save_strategy="steps" if run.checkpoint.every else "no",
+        save_steps=run.checkpoint.every or 500,
+        save_total_limit=run.checkpoint.keep_last,
+        eval_strategy="steps" if run.data.eval_every else "no",
+        eval_steps=run.data.eval_every or None,
+    )
+    kwargs.pop("num_train_epochs", None)
+    if run.device == "cpu" and strategy in ("fsdp", "deepspeed"):
+        kwargs["accelerator_config"] = {"use_configured_state": True}
+    if block is None:
+        kwargs["lr_scheduler_type"] = "constant_with_warmup"
+    make_batch = batch_maker(
+        run.model.task, vocab_size=int(model.config.vocab_size), tokenizer=None, seed=run.data.seed
+    )
+    metrics = MetricsLog(spec.run_dir / "metrics.jsonl", enabled=rank == 0)
+    progress = Progress(enabled=rank == 0, total=steps, start=0)
+    if note:
+        progress.say(note)
+    guard = AnomalyGuard(run.anomaly)
+    trainer = Trainer(
+        model=model,
+        args=TrainingArguments(**kwargs),
+        train_dataset=_Blocks(data.train, make_batch),
+        eval_dataset=_Blocks(data.eval, make_batch) if data.eval is not None else None,
+        callbacks=[_metrics_callback(metrics, progress, guard, run)],
+    )
+    checkpoints = Path(kwargs["output_dir"])
+    resume = run.checkpoint.resume and checkpoints.is_dir() and any(checkpoints.glob("checkpoint-*"))
+    began = time.perf_counter()
+    trainer.train(resume_from_checkpoint=True if resume else None)
+    evaluation = trainer.evaluate() if data.eval is not None else {}
+    if evaluation:
+        import math
+
+        metrics.write(
+            "eval",
+            {
+                "step": trainer.state.global_step,
+                "eval_loss": evaluation["eval_loss"],
+                "perplexity": math.exp(min(evaluation["eval_loss"], 700.0)),
+            },
+        )
+    final = spec.run_dir / "final"
+    if trainer.is_fsdp_enabled:  # checkpoints stay sharded; the exported model is whole
+        trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
+    trainer.save_model(str(final))  # collective under ZeRO-3 and FSDP; the main process writes
+    if rank == 0 and data.tokenizer_dir is not None:
+        final.mkdir(parents=True, exist_ok=True)
+        _copy_tokenizer(data.tokenizer_dir, final)
+    progress.close()
+    metrics.close()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    return {
+        "strategy": strategy,
+        "adapter": "trainer",
+        "steps": trainer.state.global_step,
+        "losses": losses,
+        "world_size": world,
+        "eval": evaluation or None,
+        "wall_s": time.perf_counter() - began,
+        "distributed_type": trainer.accelerator.distributed_type.value,
+        "wrapper": type(trainer.model_wrapped).__name__,
+    }

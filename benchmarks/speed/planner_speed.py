@@ -1,0 +1,170 @@
+"""How fast the strategy search is: candidates per second, and `hardware-selector plan` wall time.
+
+    .venv/bin/python -m benchmarks.speed.planner_speed [--repeats 5] [--markdown]
+    .venv/bin/python -m benchmarks.speed.planner_speed --smoke   # the smallest search and the CLI, once each
+
+Each search runs once to warm caches, then `--repeats` times; the best time is
+reported (the machine is shared; the minimum is the least disturbed run). A
+"candidate" is one (layout, precision, activation checkpointing, micro-batch)
+whose fate the search decided: by an estimator call, or exactly by
+monotonicity/dominance (see planner/search/candidates.py). The counts of
+estimator calls are reported beside it. The CLI is timed as a fresh process,
+the way a user runs it, and checked not to import torch/transformers/deepspeed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from planner.hardware.cluster import make_cluster  # noqa: E402
+from planner.models.resolve import resolve_model  # noqa: E402
+from planner.search import Objective, PlanRequest, search_plans  # noqa: E402
+
+# (model, GPU, GPUs per node, nodes, global batch, seq len, objective)
+SCENARIOS = [
+    ("llama-3-8b", "H100-80GB", 8, 32, 4608, 8192, "time-to-train"),
+    ("llama-2-7b", "A100-80GB", 8, 64, 4096, 2048, "cost"),
+    ("llama-3-70b", "H100-80GB", 8, 128, 8192, 4096, "cost"),
+    ("llama-2-7b", "H100-80GB", 8, 4, 1024, 4096, "throughput"),
+    ("llama-3.1-405b", "H100-80GB", 8, 128, 2048, 8192, "throughput"),
+    ("gpt2-xl", "V100-32GB", 8, 1, None, 1024, "throughput"),
+]
+SMOKE_SCENARIO = SCENARIOS[-1]  # the fewest candidates
+CLI_ARGS = [
+    "plan",
+    "--model",
+    "llama-2-7b",
+    "--gpu",
+    "H100-80GB",
+    "--gpus-per-node",
+    "8",
+    "--nodes",
+    "4",
+    "--global-batch",
+    "1024",
+    "--seq-len",
+    "4096",
+]
+CLI_PROBE = """
+import sys, time
+started = time.perf_counter()
+from hardware_selector import main
+code = main({argv!r})
+heavy = [name for name in ("torch", "transformers", "deepspeed", "accelerate") if name in sys.modules]
+print(json.dumps({{"code": code, "heavy": heavy}}), file=sys.stderr)
+""".replace("import sys, time", "import json, sys, time")
+
+
+def time_search(scenario: tuple, repeats: int) -> dict:
+    model, gpu, per_node, nodes, global_batch, seq_len, objective = scenario
+    spec = resolve_model(model)
+    cluster = make_cluster(gpu, per_node, nodes)
+    request = PlanRequest(global_batch=global_batch, seq_len=seq_len, objective=Objective(objective))
+    search_plans(spec, cluster, request)
+    times, cpu_times = [], []
+    for _ in range(repeats):
+        started, cpu_started = time.perf_counter(), time.process_time()
+        result = search_plans(spec, cluster, request)
+        times.append(time.perf_counter() - started)
+        cpu_times.append(time.process_time() - cpu_started)
+    stats = result.stats
+    best = min(times)
+    return {
+        "scenario": f"{model}, {cluster.world_size} x {gpu}, batch {global_batch or 'default'}, seq {seq_len}, {objective}",
+        "candidates": stats.considered,
+        "memory_calls": stats.memory_evaluations,
+        "throughput_calls": stats.throughput_evaluations,
+        "best_ms": best * 1000,
+        "median_ms": statistics.median(times) * 1000,
+        "cpu_ms": min(cpu_times) * 1000,
+        "candidates_per_s": stats.considered / best,
+        "candidates_per_cpu_s": stats.considered / min(cpu_times),
+    }
+
+
+def time_cli(repeats: int) -> dict:
+    walls, cpus, heavy = [], [], set()
+    for _ in range(repeats):
+        started = time.perf_counter()
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        completed = subprocess.run(
+            [sys.executable, "-c", CLI_PROBE.format(argv=[*CLI_ARGS, "--json"])],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        walls.append(time.perf_counter() - started)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime)
+        report = json.loads(completed.stderr.strip().splitlines()[-1])
+        if report["code"] != 0:
+            raise SystemExit(f"plan failed: {completed.stderr}")
+        heavy.update(report["heavy"])
+    return {
+        "command": "hardware-selector " + " ".join(CLI_ARGS),
+        "best_s": min(walls),
+        "median_s": statistics.median(walls),
+        "cpu_s": min(cpus),
+        "heavy_imports": sorted(heavy),
+    }
+
+
+def markdown(searches: list[dict], cli: dict) -> str:
+    lines = [
+        f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()} "
+        f"({platform.python_implementation()} {platform.python_version()}), 2 cores shared with other jobs "
+        f"(load average {os.getloadavg()[0]:.1f}); best wall and CPU time of the repeats.",
+        "",
+        "| search | candidates | memory calls | throughput calls | wall ms (best) | wall ms (median) | CPU ms | candidates per CPU-second |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in searches:
+        lines.append(
+            f"| {row['scenario']} | {row['candidates']:,} | {row['memory_calls']:,} | {row['throughput_calls']:,} | "
+            f"{row['best_ms']:.0f} | {row['median_ms']:.0f} | {row['cpu_ms']:.0f} | {row['candidates_per_cpu_s']:,.0f} |"
+        )
+    lines += [
+        "",
+        f"`{cli['command']} --json`, fresh process: wall best {cli['best_s']:.2f} s, median {cli['median_s']:.2f} s, "
+        f"CPU {cli['cpu_s']:.2f} s; "
+        f"heavy modules imported: {', '.join(cli['heavy_imports']) or 'none'}.",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--markdown", action="store_true", help="Print the table docs/performance.md records.")
+    parser.add_argument("--smoke", action="store_true", help="the smallest search (gpt2-xl, 8 GPUs) and the CLI, once")
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    repeats = 1 if args.smoke else args.repeats
+    scenarios = [SMOKE_SCENARIO] if args.smoke else SCENARIOS
+    searches = [time_search(scenario, repeats) for scenario in scenarios]
+    cli = time_cli(repeats)
+    if args.markdown:
+        print(markdown(searches, cli))
+    else:
+        print(json.dumps({"searches": searches, "cli": cli}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""`plan`'s options for the training search: batch, sequence, precision, strategies, objective and the rest.
+
+One option group (hardware_selector_cli/option_groups.py): `search_options(...)` reads the flags into a
+SearchOptions, which says which of them were given (serving refuses them) and builds the PlanRequest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import typer
+
+from planner.errors import UserInputError
+from planner.expert_routing import ExpertRouting
+from planner.training_config import ActivationCheckpointing, KernelChoice, OptimizerKind, Precision
+
+from .estimate import IMPLEMENTATION_HELP
+from .training_options import _choice
+
+ALL_STRATEGIES = "ddp,fsdp,deepspeed,engine"  # zero1, zero2, zero3: DeepSpeed at that stage only
+ALL_AC = "none,selective,full"
+
+
+def _listed(value: str, enum_type, flag: str) -> tuple:
+    items = [part.strip() for part in value.split(",") if part.strip()]
+    return tuple(dict.fromkeys(_choice(item, enum_type, flag) for item in items))
+
+
+@dataclass
+class SearchOptions:
+    global_batch: int | None
+    micro_batch: int | None
+    seq_len: int | None
+    precision: str | None
+    optimizer: str
+    ac: str
+    strategies: str
+    no_offload: bool
+    implementation: str
+    lora_rank: int
+    qlora: bool
+    fp8: bool
+    kernels: str
+    objective: str
+    top: int
+    headroom: float
+    tokens: float | None
+
+    def training_flags_given(self, *, routing_default: bool, emitting: bool) -> list[str]:
+        """The flags that only a training plan reads (serving refuses them), with the routing flags and --emit."""
+        given = {
+            "--global-batch": self.global_batch is not None,
+            "--micro-batch": self.micro_batch is not None,
+            "--seq-len": self.seq_len is not None,
+            "--precision": self.precision is not None,
+            "--ac": self.ac != ALL_AC,
+            "--strategies": self.strategies != ALL_STRATEGIES,
+            "--no-offload": self.no_offload,
+            "--lora-rank": bool(self.lora_rank),
+            "--qlora": self.qlora,
+            "--fp8": self.fp8,
+            "--kernels": self.kernels != "eager",
+            "--expert-capacity/--expert-imbalance": not routing_default,
+            "--tokens": self.tokens is not None,
+            "--emit": emitting,
+        }
+        return [flag for flag, set_ in given.items() if set_]
+
+    def check(self, *, emitting: bool) -> None:
+        """Every number in range and the implementation known, before any work (one line each)."""
+        from planner.limits import MAX_BATCH, MAX_SEQ_LEN, MAX_TOKENS, check_count, check_number
+        from planner.throughput.implementation import implementation_named
+
+        if not 0 <= self.headroom < 1:
+            raise UserInputError(f"--headroom must be in [0, 1), not {self.headroom}")
+        for flag, value, high in (
+            ("--top", self.top, 1000),
+            ("--seq-len", self.seq_len, MAX_SEQ_LEN),
+            ("--global-batch", self.global_batch, MAX_BATCH),
+            ("--micro-batch", self.micro_batch, MAX_BATCH),
+        ):
+            if value is not None:
+                check_count(flag, value, high=high)
+        if self.tokens is not None:
+            check_number("--tokens", self.tokens, high=MAX_TOKENS, low=0.0, low_inclusive=False)
+        implementation_named(self.implementation)
+        if emitting and self.implementation.strip().lower() != "ours":
+            raise UserInputError(
+                f"--implementation {self.implementation} predicts another codebase's speed, and --emit writes "
+                "configs for our stacks: drop one of them"
+            )
+
+    def request(self, seq_len: int, routing: ExpertRouting):
+        from planner.search import Objective, PlanRequest, StrategyKind
+
+        return PlanRequest(
+            seq_len=seq_len,
+            global_batch=self.global_batch,
+            micro_batch=self.micro_batch,
+            precision=_choice(self.precision, Precision, "--precision") if self.precision else None,
+            optimizer=_choice(self.optimizer, OptimizerKind, "--optimizer"),
+            activation_checkpointing=_listed(self.ac, ActivationCheckpointing, "--ac"),
+            strategies=_listed(self.strategies, StrategyKind, "--strategies"),
+            implementation=self.implementation.strip().lower(),
+            allow_offload=not self.no_offload,
+            lora_rank=self.lora_rank,
+            qlora=self.qlora,
+            fp8=self.fp8,
+            kernels=_choice(self.kernels, KernelChoice, "--kernels"),
+            routing=routing,
+            objective=_choice(self.objective, Objective, "--objective"),
+            top_k=self.top,
+            headroom_fraction=self.headroom,
+            train_tokens=self.tokens,
+        )
+
+
+def search_options(
+    global_batch: int | None = typer.Option(
+        None, "--global-batch", help="Sequences per optimizer step (micro × accum × dp)."
+    ),
+    micro_batch: int | None = typer.Option(
+        None, "--micro-batch", help="Sequences per GPU per micro-step (default: searched)."
+    ),
+    seq_len: int | None = typer.Option(
+        None, "--seq-len", help="Tokens per sequence (default: the smaller of 2048 and the model's context)."
+    ),
+    precision: str | None = typer.Option(
+        None, "--precision", help="fp32|fp16-mixed|bf16-mixed|bf16 (default: best the GPU has)."
+    ),
+    optimizer: str = typer.Option("adamw", "--optimizer", help="adamw|adamw-8bit|adafactor|sgd|lion"),
+    ac: str = typer.Option(ALL_AC, "--ac", help="Activation checkpointing modes to consider."),
+    strategies: str = typer.Option(
+        ALL_STRATEGIES,
+        "--strategies",
+        help="Strategy kinds to consider: ddp,fsdp,deepspeed,engine; zero1|zero2|zero3 for DeepSpeed at that stage.",
+    ),
+    no_offload: bool = typer.Option(False, "--no-offload", help="Leave out CPU/NVMe offload."),
+    implementation: str = typer.Option("ours", "--implementation", help=IMPLEMENTATION_HELP),
+    lora_rank: int = typer.Option(0, "--lora-rank", help="Train LoRA adapters of this rank (0 = full fine-tuning)."),
+    qlora: bool = typer.Option(False, "--qlora", help="LoRA on a 4-bit NF4 base."),
+    fp8: bool = typer.Option(False, "--fp8", help="FP8 block matmuls (planned only; needs an FP8 GPU)."),
+    kernels: str = typer.Option("eager", "--kernels", help="eager|compile|liger: the blocks' element-wise kernels."),
+    objective: str = typer.Option(
+        "throughput", "--objective", help="throughput|cost|time-to-train (inference: throughput|latency)"
+    ),
+    top: int = typer.Option(5, "--top", help="How many plans to show (best of each strategy family)."),
+    headroom: float = typer.Option(0.1, "--headroom", help="Share of GPU memory kept free."),
+    tokens: float | None = typer.Option(
+        None, "--tokens", help="Training tokens for cost and time (default: 20 per parameter)."
+    ),
+) -> SearchOptions:
+    return SearchOptions(
+        global_batch=global_batch,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        precision=precision,
+        optimizer=optimizer,
+        ac=ac,
+        strategies=strategies,
+        no_offload=no_offload,
+        implementation=implementation,
+        lora_rank=lora_rank,
+        qlora=qlora,
+        fp8=fp8,
+        kernels=kernels,
+        objective=objective,
+        top=top,
+        headroom=headroom,
+        tokens=tokens,
+    )

@@ -1,0 +1,227 @@
+"""Every runnable benchmark runs: `python -m benchmarks.<kind>.<name> --smoke`, as docs/benchmarks.md says.
+
+Nothing else runs the benchmarks, so a refactor once broke benchmarks/engine/engine_3d.py unseen. Each smoke
+run takes the script's own code path on its smallest inputs, and its output must have the shape and the signs
+its full run's has; the figures themselves are noise at these sizes and nothing here reads a time as a
+verdict. No smoke run may touch what is committed: benchmarks/results/ and the tables of docs/accuracy.md are
+the same bytes after it.
+One run at a time: the torch-heavy ones are multi-rank, and the suite's other worker has the other core.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.distributed import REPO_ROOT, cpu_env
+
+BENCHMARKS = REPO_ROOT / "benchmarks"
+# What a full run writes and a smoke run must leave as it found it: the recorded results, and the doc whose
+# tables compare_memory.py and per_stack_accuracy.py rewrite (--update-docs).
+COMMITTED = [*sorted((BENCHMARKS / "results").glob("*.json")), REPO_ROOT / "docs" / "accuracy.md"]
+
+
+def _committed_bytes() -> dict[str, bytes]:
+    return {str(path.relative_to(REPO_ROOT)): path.read_bytes() for path in COMMITTED}
+
+
+def _json(out: str) -> dict:
+    """The JSON document a smoke run printed (a library may print a line before it)."""
+    return json.loads(out[out.index("{") :])
+
+
+def _compare_memory(out: str) -> None:
+    assert "llm-foundry measured runs (MPT, FSDP, A100/H100)" in out
+    assert "| config | kernel mirrored | ranks | trace GiB | estimate GiB |" in out
+    within, total = (int(n) for n in re.search(r"(\d+) of (\d+) configurations within 10%", out).groups())
+    assert 0 < within <= total
+    assert "smoke: the table was written into a temporary copy of docs/accuracy.md" in out
+
+
+def _memory_per_layer(out: str) -> None:
+    assert "traced gpt2/fp32/sdpa/none" in out
+    row = next(line for line in out.splitlines() if line.startswith("gpt2/fp32/sdpa/none "))
+    traced, estimated = re.search(r"traced\s+(\d+) KiB\s+estimate\s+(\d+) KiB", row).groups()
+    assert int(traced) > 0 and int(estimated) > 0
+    assert "1 entries; largest error" in out
+
+
+def _run_memory_traces(out: str) -> None:
+    row = next(line for line in out.splitlines() if line.startswith("tiny-gpt2-fp32-adamw "))
+    cells = row.split()
+    assert float(cells[2]) > 0  # peak GiB
+    assert cells[3] in ("forward", "backward", "optimizer")
+    assert cells[-2] == "sdpa-flash-equivalent"
+    written = re.search(r"1 traced, 0 failed in [\d.]+ s -> (\S+)", out)
+    assert written and not written.group(1).startswith(str(BENCHMARKS / "results"))
+
+
+def _calibrate_throughput(out: str) -> None:
+    assert "constants after 5 iterations (smoke: not a fit to keep):" in out
+    fitted = re.findall(r"^\s+(\w+): float = (\S+)$", out, re.M)
+    assert len(fitted) == 5 and all(float(value) > 0 for _, value in fitted)
+    rows, median = re.search(r"rows: (\d+)\s+median \|error\|: ([\d.]+)%", out).groups()
+    assert int(rows) > 0 and 0 <= float(median) < 100
+
+
+def _per_stack_accuracy(out: str) -> None:
+    assert "| stack | what of ours runs it | published runs | rows | median abs error |" in out
+    assert "| torch FSDP (full / grad-op shard) |" in out
+    assert "smoke: the table was written into a temporary copy of docs/accuracy.md" in out
+
+
+def _validate_published_runs(out: str) -> None:
+    summaries = re.findall(r"^(\d+) rows in the statistics: median \|error\| ([\d.]+)%", out, re.M)
+    assert len(summaries) == 2 and summaries[0] == summaries[1]  # the plain table and the markdown one
+    assert int(summaries[0][0]) > 0
+    assert "| run | GPU | GPUs | layout |" in out
+
+
+def _serving_cpu(out: str) -> None:
+    document = _json(out)
+    assert document["bandwidth_GBps"] > 0 and document["bf16_TFLOPs"] > 0
+    assert [(row["batch"], row["context"]) for row in document["rows"]] == [(1, 16), (2, 32)]
+    assert all(row["measured_ms"] > 0 and row["predicted_ms"] > 0 for row in document["rows"])
+
+
+def _measure_cpu(out: str) -> None:
+    document = _json(out)
+    assert document["script"] == "benchmarks/accuracy/measure_cpu.py --smoke"
+    assert all(value > 0 for value in document["fp32_matmul_tflops"].values())
+    assert all(value > 0 for value in document["copy_bandwidth_GBps"].values())
+    gloo = document["gloo_2_ranks"]
+    assert gloo["allreduce_bus_bandwidth_GBps"] > 0 and gloo["allreduce_latency_us"] > 0
+
+
+def _memory_speed(out: str) -> None:
+    lines = [line for line in out.splitlines() if " 100 calls: " in line]
+    assert [line.split(" 100 calls")[0].strip() for line in lines] == [
+        "estimate_memory_bytes, distinct",
+        "estimate_memory_bytes, repeated",
+        "estimate_memory (typed), distinct",
+    ]
+    assert all(float(re.search(r"\(\s*([\d.]+) us/call\)", line).group(1)) > 0 for line in lines)
+
+
+def _planner_speed(out: str) -> None:
+    document = _json(out)
+    (search,) = document["searches"]
+    assert search["scenario"].startswith("gpt2-xl, 8 x V100-32GB")
+    assert search["candidates"] > 0 and search["memory_calls"] > 0 and search["best_ms"] > 0
+    assert document["cli"]["best_s"] > 0 and document["cli"]["heavy_imports"] == []
+
+
+def _throughput_speed(out: str) -> None:
+    for label in ("cold stage cache", "warm stage cache"):
+        each = re.search(rf"^90 estimates, {label}: ([\d.]+) µs each$", out, re.M)
+        assert each and float(each.group(1)) > 0, label
+
+
+def _data_pipeline(out: str) -> None:
+    document = _json(out)
+    assert document["corpus_mb"] == 0.05
+    assert document["tokenizing"]["tokens"] > 0 and document["tokenizing"]["blocks"] > 0
+    assert document["feeding"]["tokens_per_s"] > 0
+    assert document["training_gpt2_124m"]["params"] > 0 and document["training_gpt2_124m"]["tokens_per_s"] > 0
+
+
+def _engine_3d(out: str) -> None:
+    document = _json(out)
+    assert document["model"]["layers"] == 2
+    rows = document["results"]
+    assert [row["layout"] for row in rows] == ["dp2 tp1 pp1", "dp1 tp2 pp1", "dp1 tp1 pp2"]
+    for row in rows:
+        assert row["step_s"] > 0 and len(row["peak_rss_mib"]) == 2
+        # The planner's parameters per rank: exact for dp, within the few replicated norms and biases otherwise.
+        assert abs(row["measured_over_predicted"] - 1) < 0.1, row
+
+
+def _engine_vs_peers(out: str) -> None:
+    document = _json(out)
+    (result,) = document["results"]
+    assert (result["engine"], result["stage"], result["steps"], result["seq_len"]) == ("ours", 1, 1, 32)
+    assert result["step_time_s"] > 0 and result["peak_rss_bytes"] > 0
+    assert document["setup"]["model"].startswith("gpt2, shrunken")
+
+
+# module -> (arguments after --smoke, what its output must show)
+SMOKES: dict[str, tuple[list[str], Callable[[str], None]]] = {
+    "benchmarks.memory.compare_memory": ([], _compare_memory),
+    "benchmarks.memory.memory_per_layer": ([], _memory_per_layer),
+    "benchmarks.memory.run_memory_traces": ([], _run_memory_traces),
+    "benchmarks.accuracy.calibrate_throughput": ([], _calibrate_throughput),
+    "benchmarks.accuracy.per_stack_accuracy": ([], _per_stack_accuracy),
+    "benchmarks.accuracy.validate_published_runs": ([], _validate_published_runs),
+    "benchmarks.accuracy.serving_cpu": (["--json"], _serving_cpu),
+    "benchmarks.accuracy.measure_cpu": ([], _measure_cpu),
+    "benchmarks.speed.memory_speed": ([], _memory_speed),
+    "benchmarks.speed.planner_speed": ([], _planner_speed),
+    "benchmarks.speed.throughput_speed": ([], _throughput_speed),
+    "benchmarks.speed.data_pipeline": ([], _data_pipeline),
+    "benchmarks.engine.engine_3d": (["--json"], _engine_3d),
+    "benchmarks.engine.engine_vs_peers": (["--json"], _engine_vs_peers),
+}
+# Those that start torch in more than one process, or build a transformers model: seconds each, not tenths.
+SLOW = {
+    "benchmarks.memory.memory_per_layer",
+    "benchmarks.memory.run_memory_traces",
+    "benchmarks.accuracy.serving_cpu",
+    "benchmarks.accuracy.measure_cpu",
+    "benchmarks.speed.data_pipeline",
+    "benchmarks.engine.engine_3d",
+    "benchmarks.engine.engine_vs_peers",
+}
+
+
+@pytest.mark.parametrize(
+    "module",
+    [pytest.param(module, marks=[pytest.mark.slow] if module in SLOW else []) for module in SMOKES],
+    ids=[module.removeprefix("benchmarks.") for module in SMOKES],
+)
+def test_benchmark_runs_in_smoke_mode(module):
+    extra, check = SMOKES[module]
+    before = _committed_bytes()
+    completed = subprocess.run(
+        [sys.executable, "-m", module, "--smoke", *extra],
+        cwd=REPO_ROOT,
+        env=cpu_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert completed.returncode == 0, f"{module} --smoke exited {completed.returncode}:\n{completed.stderr[-6000:]}"
+    check(completed.stdout)
+    changed = sorted(name for name, data in _committed_bytes().items() if before.get(name) != data)
+    assert not changed, f"{module} --smoke changed committed files: {changed}"
+
+
+def _runnable(path: Path) -> bool:
+    """A file with an `if __name__ == "__main__":` block."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return any(
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Compare)
+        and isinstance(node.test.left, ast.Name)
+        and node.test.left.id == "__name__"
+        for node in tree.body
+    )
+
+
+def test_every_runnable_benchmark_has_a_smoke_run():
+    """A new benchmark cannot land without a smoke run here: every file under benchmarks/ with a __main__
+    block (they live in benchmarks/<kind>/) is in SMOKES, and SMOKES names no script that is gone."""
+    runnable = {
+        ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts)
+        for path in BENCHMARKS.rglob("*.py")
+        if _runnable(path)
+    }
+    assert "benchmarks.engine.engine_3d" in runnable  # the walk found the scripts
+    assert sorted(runnable - set(SMOKES)) == [], "benchmarks without a smoke run: add them to SMOKES"
+    assert sorted(set(SMOKES) - runnable) == [], "SMOKES names modules that are not runnable benchmarks"

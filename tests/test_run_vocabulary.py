@@ -1,0 +1,87 @@
+"""One run vocabulary: one table of run options, rendered for both doors, and one table of strategy names.
+
+The references are the tables themselves (planner/rundir/run_option_table.py, planner/contract/choices.py):
+each door must offer exactly their rows, and each row must reach the run config through RunOverrides.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from typer.main import get_command
+
+from backends.runner.options import STRATEGIES, add_run_options
+from hardware_selector_cli.app import app
+from hardware_selector_cli.training_options import STRATEGY_CHOICES, strategy_from_name
+from planner.contract.choices import STRATEGY_ALIASES, Strategy, strategy_named
+from planner.errors import UserInputError
+from planner.rundir.run_option_table import RUN_OPTIONS
+from planner.rundir.run_overrides import RunOverrides
+from planner.search.request import ZERO_STAGE_KINDS, StrategyKind
+from planner.training_config import TrainingConfig
+
+
+def _argparse_flags() -> set[str]:
+    parser = argparse.ArgumentParser()
+    add_run_options(parser)
+    return {flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")}
+
+
+def _plan_flags() -> set[str]:
+    command = get_command(app).commands["plan"]
+    return {flag for param in command.params for flag in getattr(param, "opts", [])}
+
+
+def test_every_row_is_a_run_override_and_every_override_has_a_row():
+    keys = [option.key for option in RUN_OPTIONS]
+    assert len(keys) == len(set(keys)) and len({option.flag for option in RUN_OPTIONS}) == len(keys)
+    assert set(keys) == set(RunOverrides.model_fields) - {"resume"}  # --no-resume is the runner's own switch
+
+
+def test_the_runner_renders_every_row_and_plan_the_emit_rows():
+    assert _argparse_flags() == {option.flag for option in RUN_OPTIONS} | {"--help"}
+    emit_flags = {option.flag for option in RUN_OPTIONS if option.at_emit}
+    assert emit_flags <= _plan_flags()
+    assert not ({option.flag for option in RUN_OPTIONS} - emit_flags) & _plan_flags()
+
+
+def test_both_doors_give_the_same_overrides():
+    """`plan --emit --lr 1e-3 --data a b` and `python -m backends.run --lr 1e-3 --data a b` mean one RunOverrides."""
+    from backends.runner.options import override_values, parse_args
+    from hardware_selector_cli.run_options import run_option_values
+    from planner.rundir.run_overrides import overrides_from
+
+    runner = overrides_from(override_values(parse_args(["--plan", "x", "--lr", "1e-3", "--data", "a", "b"])))
+    emit_values = {option.key: None for option in RUN_OPTIONS if option.at_emit}
+    plan = run_option_values(**{**emit_values, "learning_rate": 1e-3, "data": ["a", "b"]}).overrides()
+    assert runner == plan == RunOverrides(learning_rate=1e-3, data=["a", "b"])
+
+
+def test_a_choice_outside_the_table_is_one_line_at_both_doors(capsys):
+    from backends.runner.options import parse_args
+    from hardware_selector_cli.run_options import run_option_values
+
+    with pytest.raises(UserInputError, match="--text-unit must be line, paragraph or document, not 'word'"):
+        run_option_values(text_unit="word")
+    with pytest.raises(SystemExit):
+        parse_args(["--plan", "x", "--text-unit", "word"])
+    assert "invalid choice: 'word'" in capsys.readouterr().err
+
+
+def test_every_strategy_name_is_a_valid_training_config():
+    for name, fields in STRATEGY_ALIASES.items():
+        config = TrainingConfig(**fields)
+        assert config.strategy is fields["strategy"], name
+
+
+def test_every_door_spells_strategies_from_the_one_table():
+    assert set(STRATEGY_CHOICES) <= set(STRATEGY_ALIASES)
+    assert set(STRATEGIES) == {strategy.value for strategy in Strategy}
+    assert {kind.value for kind in StrategyKind} <= set(STRATEGY_ALIASES)
+    assert ZERO_STAGE_KINDS == {StrategyKind.ZERO1: 1, StrategyKind.ZERO2: 2, StrategyKind.ZERO3: 3}
+    assert strategy_from_name("ZeRO3") == (Strategy.DEEPSPEED, 3)
+    assert strategy_from_name("engine") == (Strategy.ENGINE, None)
+    assert strategy_named("DeepSpeed") == {"strategy": Strategy.DEEPSPEED}
+    with pytest.raises(UserInputError, match="--strategy must be one of ddp|fsdp"):
+        strategy_from_name("zero4")
