@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from planner.errors import UserInputError
 
-from . import db, estimate, hardware, models, plan, train, watch
+from . import db, estimate, hardware, models, plan, train, tune, watch
 
 app = typer.Typer(
     name="hardware-selector",
@@ -28,6 +28,7 @@ models.register(app)
 hardware.register(app)
 estimate.register(app)
 plan.register(app)
+tune.register(app)
 train.register(app)
 watch.register(app)
 db.register(app)

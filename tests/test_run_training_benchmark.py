@@ -263,3 +263,7 @@ def test_a_crash_is_recorded_with_the_ranks_exception_not_torchruns_summary():
     assert (status.value, error) == ("error", "exit code 1: [rank0]: ValueError: pipeline needs 2 stages")
     status, error = classify_failure(LaunchOutcome(returncode=1, stderr_tail="Signal 9 (SIGKILL) received by PID 7"), 5)
     assert status.value == "oom" and "OOM killer" in error
+    # The runner's own one-line error wins over torchrun's summary, whose link names "errors.html".
+    one_line = "error: stage_split [0, 1, 0] must list 14 layer counts\n" + stderr.split("\n", 3)[3]
+    status, error = classify_failure(LaunchOutcome(returncode=1, stderr_tail=one_line), 5)
+    assert error == "exit code 1: error: stage_split [0, 1, 0] must list 14 layer counts"

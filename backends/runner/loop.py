@@ -34,7 +34,7 @@ from backends.runner.options import override_values
 from backends.runner.progress import Progress
 from backends.runner.status import RunStatus
 from backends.runner.summary import StepTimes, finish_summary
-from backends.runner.world import fit_device, fit_to_world, process_counts
+from backends.runner.world import fit_device, fit_tiny, fit_to_world, process_counts
 from planner.errors import UserInputError
 from planner.rundir.hyperparameters import scheduler_block
 from planner.rundir.run_overrides import overrides_from
@@ -142,7 +142,7 @@ class RunSession:
         start_distributed(run.dist_backend)
         run, world_note = fit_to_world(run, world, tiny=args.tiny, local_world=local_world)
         if args.tiny:
-            run = run.model_copy(update={"seq_len": min(run.seq_len, TINY_SEQ_LEN)})
+            run = fit_tiny(run, TINY_SEQ_LEN)
         device = _device(run.device, local_rank)
         keep_vocab = not run.data.synthetic  # a tiny model still reads the real tokenizer's ids
         config = hf_config(run.model, tiny=args.tiny, dropout=run.optim.dropout, keep_vocab=keep_vocab)

@@ -53,6 +53,18 @@ def fit_to_world(run: RunConfig, world: int, *, tiny: bool, local_world: int | N
     return RunConfig.model_validate(fitted.model_dump()), note
 
 
+def fit_tiny(run: RunConfig, seq_len: int) -> RunConfig:
+    """A --tiny smoke run: short sequences, and the plan's pipeline split fitted to the shrunken model's layers
+    (its stage map counts the full model's; the balanced split of as many chunks per rank as the layers allow)."""
+    from backends.weights.model_factory import TINY_SIZES
+
+    layout = run.layout
+    if layout.pp > 1:
+        chunks_per_rank = max(1, min(layout.virtual_stages, TINY_SIZES["layers"] // layout.pp))
+        layout = layout.model_copy(update={"stage_layers": None, "virtual_stages": chunks_per_rank})
+    return run.model_copy(update={"seq_len": min(run.seq_len, seq_len), "layout": layout})
+
+
 def fit_device(run: RunConfig, *, tiny: bool) -> RunConfig:
     from backends.cpu_distributed import runs_on_cpu_instead
 

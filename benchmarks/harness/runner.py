@@ -23,6 +23,7 @@ from benchmarks_db.record import RunRecord, RunStatus
 from benchmarks_db.store import BenchmarkStore
 
 EXCEPTION_LINE = re.compile(r"^(\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(Error|Exception)): ")
+ONE_LINE_ERROR = re.compile(r"^(\[rank\d+\]:\s*)?error: ")
 OOM_MARKERS = ("out of memory", "outofmemoryerror", "cannot allocate memory")
 
 
@@ -41,8 +42,11 @@ def classify_failure(outcome: LaunchOutcome, timeout_s: float) -> tuple[RunStatu
         return RunStatus.TIMEOUT, f"killed after the {timeout_s:g} s timeout"
     text = outcome.stderr_tail.lower()
     lines = [line.strip() for line in outcome.stderr_tail.splitlines() if line.strip()]
-    # The rank's exception ("ValueError: ..."), not torchrun's summary that follows it.
-    raised = [line for line in lines if EXCEPTION_LINE.search(line)]
+    # The rank's one-line error ("error: ...", the runner's UserInputError) or exception ("ValueError: ..."),
+    # not torchrun's summary that follows it.
+    raised = [line for line in lines if ONE_LINE_ERROR.search(line)] or [
+        line for line in lines if EXCEPTION_LINE.search(line)
+    ]
     detail = (
         raised[-1]
         if raised
@@ -78,8 +82,9 @@ def build_record(
             "tokens_per_s": global_batch * config.seq_len / median,
         }
         predicted = entry.predicted
-        if predicted is not None:
-            # Same model FLOPs as the prediction counts, over the measured time.
+        if predicted is not None and not matrix.tiny:
+            # Same model FLOPs as the prediction counts, over the measured time (a --tiny run trains a shrunken
+            # model, so the full model's FLOPs over its time would be no rate at all).
             measured["tflops_per_gpu"] = predicted.tflops_per_gpu * predicted.step_time_s / median
             measured["mfu"] = predicted.mfu * predicted.step_time_s / median
     if result is not None and result.peak_memory_per_rank_bytes:

@@ -18,7 +18,7 @@ from planner.contract.run_config import RunConfig
 from planner.plan import Plan
 
 
-def plan_document(plan: Plan, run: RunConfig) -> dict[str, Any]:
+def plan_document(plan: Plan, run: RunConfig, tune: dict[str, Any] | None = None) -> dict[str, Any]:
     document = plan.model_dump(mode="json")
     document["run"] = run.model_dump(mode="json")
     if run.layout == plan.layout:
@@ -31,8 +31,10 @@ def plan_document(plan: Plan, run: RunConfig) -> dict[str, Any]:
         "calibration": plan.calibration,
         "cluster_assumptions": plan.cluster.assumptions,
     }
+    if tune is not None:  # the trials a `tune` measured, and which won (Plan.model_validate ignores the key)
+        document["tune"] = tune
     return document
 
 
-def plan_json(plan: Plan, run: RunConfig) -> str:
-    return json.dumps(plan_document(plan, run), indent=2, sort_keys=False) + "\n"
+def plan_json(plan: Plan, run: RunConfig, tune: dict[str, Any] | None = None) -> str:
+    return json.dumps(plan_document(plan, run, tune), indent=2, sort_keys=False) + "\n"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from planner.contract.choices import KernelChoice, Strategy
 from planner.contract.run_config import RunConfig
@@ -59,12 +60,14 @@ def _json(document: dict | None) -> str | None:
     return None if document is None else json.dumps(document, indent=2) + "\n"
 
 
-def render_run_folder(plan: Plan, run_dir: Path, target: RunConfig) -> dict[str, str]:
+def render_run_folder(
+    plan: Plan, run_dir: Path, target: RunConfig, tune: dict[str, Any] | None = None
+) -> dict[str, str]:
     """File name -> content, without touching the disk."""
     deepspeed = plan.config.strategy is Strategy.DEEPSPEED
     engine = engine_config_for_run(plan, target)
     contents: dict[str, str | None] = {
-        "plan.json": plan_json(plan, target),
+        "plan.json": plan_json(plan, target, tune),
         "ds_config.json": _json(deepspeed_config(plan, engine)) if deepspeed else None,
         "ds_config_trainer.json": _json(deepspeed_config(plan, engine, trainer_flavour=True)) if deepspeed else None,
         "accelerate_config.yaml": accelerate_yaml(plan, target),
@@ -98,11 +101,13 @@ def emit_run_folder(
     nproc_override: int | None = None,
     options: RunOptions | None = None,
     overrides: RunOverrides | None = None,
+    tune: dict[str, Any] | None = None,
 ) -> list[Path]:
     """Write the run folder for `plan` into `directory`; returns the written paths.
 
     options: whole blocks of the run (data, hyperparameters, anomaly policy, ...) for Python callers;
-    overrides: the run-option flags (planner/rundir/run_option_table.py), applied on top as `train` applies them.
+    overrides: the run-option flags (planner/rundir/run_option_table.py), applied on top as `train` applies them;
+    tune: the trials a `hardware-selector tune` measured (plan.json's "tune" block).
     """
     if plan.model.modality != "text":
         kind = {"image": ("a vision", "image"), "audio": ("an audio", "audio"),
@@ -144,7 +149,7 @@ def emit_run_folder(
         target = apply_overrides(target, overrides)
     if plan.config.kernels is KernelChoice.LIGER and target.device != "cuda":
         raise UserInputError("--kernels liger: Liger's kernels are Triton GPU kernels; plan --kernels compile for CPU")
-    files = render_run_folder(plan, run_dir, target)  # everything is rendered before anything is written
+    files = render_run_folder(plan, run_dir, target, tune)  # everything is rendered before anything is written
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:

@@ -1,0 +1,190 @@
+"""Tune: measure the search's top plans on this machine for minutes, and re-rank them by what was measured.
+
+A tune (docs/running.md, "Tune") takes the best plan of each of the top K strategy families the search ranked
+(planner/search: the candidates are distinct by family) and runs them as a benchmark matrix of K entries
+(benchmarks/harness/matrix.py) through the one harness every matrix uses (runner.run_matrix): one torchrun job
+of the one runner per trial, warm-up steps left out of the timing, an OOM, crash or timeout recorded as that
+trial's result and the tune going on, trials already in the database skipped, so a killed tune resumes where
+it stopped. Every trial is a record beside its prediction, so later plans on this hardware are calibrated by
+it (benchmarks_db/calibrate.py). The measured order puts the highest measured tokens/s first; `order_changes`
+says why a trial moved.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import datetime, timezone
+
+from pydantic import BaseModel
+
+from benchmarks.harness.matrix import BenchmarkMatrix, MatrixEntry, matrix_key
+from benchmarks.harness.processes import LaunchOutcome
+from benchmarks_db.record import RunRecord, spec_hash
+from benchmarks_db.store import BenchmarkStore
+from planner.calibration import strategy_family
+from planner.errors import UserInputError
+from planner.hardware.cluster import ClusterSpec
+from planner.models.spec import ModelSpec
+from planner.plan import Plan
+from planner.search.layouts import family_label
+
+DEFAULT_TOP_K = 3
+DEFAULT_BUDGET_MIN = 10.0
+WARMUP_STEPS = 2
+MIN_TIMED_STEPS = 2
+MAX_TIMED_STEPS = 50
+# What a trial costs beside its steps before one was measured here: every rank imports torch and
+# transformers (about 6 s on this project's 2-core CI machine, docs/performance.md), builds the model and
+# starts its process group. Measured per trial and printed once the trials ran.
+ASSUMED_LAUNCH_OVERHEAD_S = 20.0
+
+
+class Trial(BaseModel):
+    """One candidate: what the search predicted, and what this machine measured (or why it could not)."""
+
+    label: str  # the strategy family, as `plan` prints it
+    key: str  # the matrix key: the same plan on the same hardware is the same trial
+    predicted_rank: int
+    predicted_step_s: float | None
+    measured_step_s: float | None = None
+    tokens_per_s: float | None = None
+    peak_memory_bytes: int | None = None
+    status: str = "pending"  # ok | oom | error | timeout | pending
+    error: str | None = None
+    record_id: str | None = None
+    launch_overhead_s: float | None = None  # the trial's wall time less its steps, when it ran in this tune
+
+    @property
+    def ratio(self) -> float | None:
+        """Measured over predicted step time (above 1: slower than predicted)."""
+        if self.measured_step_s and self.predicted_step_s:
+            return self.measured_step_s / self.predicted_step_s
+        return None
+
+
+def tune_matrix(spec: ModelSpec, cluster: ClusterSpec, plans: list[Plan], *, tiny: bool) -> BenchmarkMatrix:
+    """The top plans as a matrix of trials on `cluster` (their order is the predicted one)."""
+    if not plans:
+        raise UserInputError("no plan fits, so there is nothing to tune; `hardware-selector plan` says what would fit")
+    digest = spec_hash(spec)
+    matrix = BenchmarkMatrix(
+        generated_at=datetime.now(timezone.utc).replace(microsecond=0),
+        model=spec.origin if spec.origin not in ("catalog", "dimensions", "parameter count") else spec.name,
+        model_spec_hash=digest,
+        tiny=tiny,
+        hardware="cpu" if cluster.gpu.kind == "cpu" else "cuda",
+        gpu=cluster.gpu.name,
+        gpu_note="the cluster the tune was asked for",
+        seq_len=plans[0].config.seq_len,
+        precision=plans[0].config.precision.value,
+    )
+    for plan in plans:
+        matrix.entries.append(
+            MatrixEntry(
+                key=matrix_key(digest, tiny, cluster.gpu.name, cluster.world_size, cluster.num_nodes, plan.config),
+                label=family_label(plan.config),
+                gpu=cluster.gpu.name,
+                world_size=cluster.world_size,
+                gpus_per_node=cluster.gpus_per_node,
+                nodes=cluster.num_nodes,
+                strategy=strategy_family(plan.config),
+                config=plan.config,
+                predicted_memory_bytes=plan.memory.total,
+                predicted=plan.throughput,
+            )
+        )
+    return matrix
+
+
+def timed_steps(budget_s: float, matrix: BenchmarkMatrix, overhead_s: float = ASSUMED_LAUNCH_OVERHEAD_S) -> int:
+    """Timed steps per trial so that every trial, warm-up and launch included, fits the budget; a one-line
+    error when not even the fewest do."""
+    slowest = max((entry.predicted.step_time_s for entry in matrix.entries if entry.predicted), default=1.0)
+    per_trial = budget_s / len(matrix.entries)
+    steps = math.floor((per_trial - overhead_s) / slowest) - WARMUP_STEPS
+    if steps < MIN_TIMED_STEPS:
+        least = len(matrix.entries) * (overhead_s + (WARMUP_STEPS + MIN_TIMED_STEPS) * slowest)
+        raise UserInputError(
+            f"--budget {budget_s / 60:g} min is too small for {len(matrix.entries)} trial(s): each needs about "
+            f"{overhead_s:.0f} s to start and {WARMUP_STEPS + MIN_TIMED_STEPS} steps of up to {slowest:.3g} s; "
+            f"give --budget {math.ceil(least / 60)} or more, or fewer --candidates"
+        )
+    return min(steps, MAX_TIMED_STEPS)
+
+
+class TimedLauncher:
+    """The harness's launcher, with each trial's wall time kept (its launch overhead is that less its steps)."""
+
+    def __init__(self, launcher):
+        self.launcher = launcher
+        self.wall_s: dict[str, float] = {}
+
+    def __call__(self, jobs, nproc: int, timeout_s: float) -> LaunchOutcome:
+        began = time.perf_counter()
+        outcome = self.launcher(jobs, nproc, timeout_s)
+        self.wall_s[jobs[0].key] = time.perf_counter() - began
+        return outcome
+
+
+def trials(matrix: BenchmarkMatrix, store: BenchmarkStore, wall_s: dict[str, float] | None = None) -> list[Trial]:
+    """Each entry as a trial, with its newest record in the store (the tune's own, or an earlier tune's)."""
+    newest: dict[str, RunRecord] = {}
+    keys = {entry.key for entry in matrix.entries}
+    for record in store.runs(gpu=matrix.gpu, model=matrix.model):  # newest first
+        if record.matrix_key in keys and record.matrix_key not in newest:
+            newest[record.matrix_key] = record
+    found = []
+    for rank, entry in enumerate(matrix.entries, 1):
+        trial = Trial(
+            label=entry.label,
+            key=entry.key,
+            predicted_rank=rank,
+            predicted_step_s=entry.predicted.step_time_s if entry.predicted else None,
+        )
+        record = newest.get(entry.key)
+        if record is not None:
+            peaks = record.peak_memory_per_rank_bytes or []
+            trial = trial.model_copy(
+                update={
+                    "status": record.status.value,
+                    "error": record.error,
+                    "record_id": record.id,
+                    "measured_step_s": record.step_time_median_s,
+                    "tokens_per_s": record.tokens_per_s,
+                    "peak_memory_bytes": max(peaks) if peaks else None,
+                }
+            )
+            if wall_s and entry.key in wall_s and record.step_time_median_s and record.steps_measured:
+                steps = record.steps_measured + WARMUP_STEPS
+                trial.launch_overhead_s = max(0.0, wall_s[entry.key] - steps * record.step_time_median_s)
+        found.append(trial)
+    return found
+
+
+def measured_order(found: list[Trial]) -> list[Trial]:
+    """Measured tokens/s, highest first; trials that failed last, in their predicted order."""
+    ran = sorted((t for t in found if t.status == "ok" and t.tokens_per_s), key=lambda t: -(t.tokens_per_s or 0))
+    return ran + [t for t in found if t not in ran]
+
+
+def order_changes(found: list[Trial], *, compare: bool = True) -> list[str]:
+    """One line per trial whose place moved or (compare) whose measurement missed its prediction by 10% or more;
+    without compare (a --tiny tune of the shrunken model) only the moves."""
+    lines = []
+    for place, trial in enumerate(measured_order(found), 1):
+        if trial.status != "ok":
+            lines.append(f"{trial.label} dropped: {trial.status} ({trial.error or 'no measurement'})")
+            continue
+        ratio = trial.ratio
+        moved = f"#{trial.predicted_rank} -> #{place}"
+        if ratio is None or not compare:
+            if place != trial.predicted_rank:
+                lines.append(f"{trial.label} {moved}: measured {trial.tokens_per_s:,.0f} tokens/s")
+        elif place != trial.predicted_rank or abs(ratio - 1) >= 0.1:
+            way = "slower" if ratio > 1 else "faster"
+            lines.append(
+                f"{trial.label} {moved}: measured {abs(ratio - 1):.0%} {way} than predicted "
+                f"({trial.measured_step_s:.3g} s/step against {trial.predicted_step_s:.3g})"
+            )
+    return lines

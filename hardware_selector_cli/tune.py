@@ -1,0 +1,167 @@
+"""`tune`: measure the search's top plans on this machine for minutes, and re-rank them by what was measured.
+
+    hardware-selector tune -m gpt2 --gpu cpu --gpus-per-node 2 --tiny --budget 3 --emit runs/best
+    hardware-selector tune RUN_DIR        # the folder's model, cluster and batch; the winner is re-emitted there
+
+parse -> search (planner/search) -> trials (benchmarks/harness/tune.py, one torchrun job of the one runner
+each) -> the measured order, why it moved, and the winner's run folder, whose plan.json names its trials
+(docs/running.md, "Tune"). The trials are records in the benchmark database, so they calibrate later plans.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from planner.errors import UserInputError
+from planner.expert_routing import ExpertRouting
+
+from .model_options import ModelOptions, model_options
+from .option_groups import option_group
+from .search_options import SearchOptions, search_options
+from .training_options import ClusterOptions, cluster_options, routing_options
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("tune")
+    @option_group("model", model_options)
+    @option_group("cluster", cluster_options)
+    @option_group("search", search_options)
+    @option_group("routing", routing_options)
+    def tune_command(
+        model: ModelOptions,
+        cluster: ClusterOptions,
+        search: SearchOptions,
+        routing: ExpertRouting,
+        run_dir: Path | None = typer.Argument(None, help="A run folder to tune (default: plan from the flags)."),
+        candidates: int = typer.Option(
+            3, "--candidates", help="How many of the search's best strategy families to measure (K)."
+        ),
+        budget: float = typer.Option(10.0, "--budget", help="Minutes the whole tune may take."),
+        tiny: bool = typer.Option(False, "--tiny", help="Measure the architecture shrunk (a smoke test, not a tune)."),
+        emit: Path | None = typer.Option(None, "--emit", help="Write the measured winner's run folder here."),
+        db: Path | None = typer.Option(None, "--db", help="Benchmark database (default: $HARDWARE_SELECTOR_DB)."),
+    ) -> None:
+        """Run the search's top plans here for a measured window each and rank them by what was measured."""
+        if candidates < 1:
+            raise UserInputError(f"--candidates must be at least 1, not {candidates}")
+        if not 0 < budget <= 24 * 60:
+            raise UserInputError(f"--budget is minutes, more than 0 and at most a day, not {budget:g}")
+        if run_dir is not None and (model.model or cluster.gpu):
+            raise UserInputError("tune RUN_DIR tunes the folder's own model and cluster; drop --model and --gpu")
+        if run_dir is not None and emit is not None:
+            raise UserInputError("tune RUN_DIR re-emits the winner into RUN_DIR; drop --emit")
+        spec, target, plans, options = _candidates(run_dir, model, cluster, search, routing, candidates)
+        if target.num_nodes > 1:
+            raise UserInputError(
+                f"tune measures this machine, and the plan is for {target.num_nodes} nodes; tune one node's "
+                "layout here (--nodes 1), or run the trials on the cluster with run-training-benchmark"
+            )
+        from benchmarks.harness import launch
+        from benchmarks.harness.runner import run_matrix
+        from benchmarks.harness.tune import (
+            TimedLauncher,
+            measured_order,
+            order_changes,
+            timed_steps,
+            trials,
+            tune_matrix,
+        )
+        from benchmarks_db.environment import current_environment
+        from benchmarks_db.store import BenchmarkStore
+
+        matrix = tune_matrix(spec, target, plans, tiny=tiny)
+        steps = timed_steps(budget * 60, matrix)
+        store = BenchmarkStore(db)
+        timed = TimedLauncher(launch.backends_run_launch)
+        summary = run_matrix(
+            matrix, store, current_environment(), steps=steps, warmup=2, timeout_s=budget * 60, launcher=timed
+        )
+        found = trials(matrix, store, timed.wall_s)
+        _print_trials(found, steps, summary.skipped_done, store.path)
+        if tiny:
+            print("--tiny measures the shrunken architecture: the order is what counts, not measured/predicted")
+        for line in order_changes(found, compare=not tiny):
+            print(f"  - {line}")
+        winner = next((trial for trial in measured_order(found) if trial.status == "ok"), None)
+        if winner is None:
+            raise UserInputError("no trial ran to the end here; each one's reason is above")
+        folder = run_dir if run_dir is not None else emit
+        if folder is not None:
+            best = plans[[trial.key for trial in found].index(winner.key)]
+            tune = {"winner": winner.label, "trials": [trial.model_dump(mode="json") for trial in found]}
+            from planner.rundir.write import emit_run_folder
+
+            emit_run_folder(best, folder, force=run_dir is not None, options=options, tune=tune)
+            print(f"wrote the winner ({winner.label}) to {folder}; its plan.json names the trials", file=sys.stderr)
+
+
+def _candidates(run_dir, model, cluster, search, routing, top_k):
+    """The model, the cluster, the top K plans (best of each strategy family) and the run's options."""
+    from planner.search import PlanRequest, search_plans
+
+    if run_dir is None:
+        from planner.selector.training import default_seq_len
+
+        spec = model.resolve()
+        search.check(emitting=True)
+        request = search.request(search.seq_len or default_seq_len(spec), routing)
+        target = cluster.resolve()
+        options = None
+    else:
+        from planner.rundir.plan_file import read_plan_file
+        from planner.rundir.run_options import RunOptions
+
+        plan, run = read_plan_file(run_dir)
+        spec, target, config = plan.model, plan.cluster, plan.config
+        request = PlanRequest(
+            seq_len=config.seq_len,
+            global_batch=plan.global_batch,
+            precision=config.precision,
+            optimizer=config.optimizer,
+            kernels=config.kernels,
+            lora_rank=config.lora_rank,
+            routing=config.routing,
+        )
+        options = RunOptions(
+            data=run.data,
+            optim=run.optim,
+            anomaly=run.anomaly,
+            checkpoint=run.checkpoint,
+            init=run.model.init,
+            tokenizer=run.model.tokenizer,
+        )
+    result = search_plans(spec, target, request.model_copy(update={"top_k": max(top_k, request.top_k)}))
+    return spec, target, result.candidates[:top_k], options
+
+
+def _print_trials(found, steps: int, skipped: int, db_path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from benchmarks.harness.tune import measured_order
+
+    table = Table(title=f"tune: {steps} timed steps per trial after 2 warm-up steps")
+    # Fits 80 columns: predicted and measured seconds per step, their ratio, tokens/s, peak memory per rank and
+    # the trial's launch overhead (its wall time less its steps).
+    for column in ("#", "strategy", "pred s", "meas s", "meas/pred", "tokens/s", "peak", "launch s"):
+        table.add_column(column, justify="left" if column == "strategy" else "right", no_wrap=column != "strategy")
+    for place, trial in enumerate(measured_order(found), 1):
+        ok = trial.status == "ok"
+        table.add_row(
+            str(place) if ok else "-",
+            trial.label,
+            f"{trial.predicted_step_s:.3g}" if trial.predicted_step_s else "-",
+            f"{trial.measured_step_s:.3g}" if ok and trial.measured_step_s else trial.status,
+            f"{trial.ratio:.2f}" if ok and trial.ratio else "-",
+            f"{trial.tokens_per_s:,.0f}" if ok and trial.tokens_per_s else "-",
+            f"{trial.peak_memory_bytes / 2**30:.2f}G" if trial.peak_memory_bytes else "-",
+            f"{trial.launch_overhead_s:.1f}" if trial.launch_overhead_s is not None else "-",
+        )
+    Console().print(table)
+    note = (
+        f"; {skipped} trial(s) were already measured, read from {db_path}" if skipped else f" (recorded in {db_path})"
+    )
+    print(f"pred: the search's step time (its sources: `plan --explain`); meas: this machine{note}")
