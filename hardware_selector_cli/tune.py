@@ -59,28 +59,13 @@ def register(app: typer.Typer) -> None:
                 f"tune measures this machine, and the plan is for {target.num_nodes} nodes; tune one node's "
                 "layout here (--nodes 1), or run the trials on the cluster with run-training-benchmark"
             )
-        from benchmarks.harness import launch
-        from benchmarks.harness.runner import run_matrix
-        from benchmarks.harness.tune import (
-            TimedLauncher,
-            measured_order,
-            order_changes,
-            timed_steps,
-            trials,
-            tune_matrix,
-        )
-        from benchmarks_db.environment import current_environment
+        from benchmarks.harness.tune import measured_order, order_changes, run_tune
         from benchmarks_db.store import BenchmarkStore
 
-        matrix = tune_matrix(spec, target, plans, tiny=tiny)
-        steps = timed_steps(budget * 60, matrix)
         store = BenchmarkStore(db)
-        timed = TimedLauncher(launch.backends_run_launch)
-        summary = run_matrix(
-            matrix, store, current_environment(), steps=steps, warmup=2, timeout_s=budget * 60, launcher=timed
-        )
-        found = trials(matrix, store, timed.wall_s)
-        _print_trials(found, steps, summary.skipped_done, store.path)
+        outcome = run_tune(spec, target, plans, tiny=tiny, budget_s=budget * 60, store=store)
+        found = outcome.trials
+        _print_trials(found, outcome.timed_steps, outcome.skipped, store.path)
         if tiny:
             print("--tiny measures the shrunken architecture: the order is what counts, not measured/predicted")
         for line in order_changes(found, compare=not tiny):

@@ -225,5 +225,6 @@ class Calibration(BaseModel):
         families = ", ".join(c.describe() for c in mine.corrections) or "none (records lack predictions)"
         return (
             f"calibrated on {_count(len(mine.measured), 'measured run')} for {gpu_name} "
-            f"({fitted} used in corrections: {families}); measured configs use their measured step time"
+            f"({fitted} used in corrections: {families}); measured configs use their measured step time; "
+            f"newest: {mine.measured[0].label}"
         )

@@ -1,8 +1,9 @@
 """Suite-wide isolation: no test reads or writes the user's real caches.
 
-`plan` calibrates from the benchmark DB in ~/.cache when it exists, and model
-resolution looks in the local HF cache; a developer's own records or cached
-models must not change what the tests see.
+`plan` calibrates from the benchmark DB in ~/.cache when it exists (and every
+real run records itself there), and model resolution looks in the local HF
+cache; a developer's own records or cached models must not change what the
+tests see.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ def isolated_user_caches(tmp_path_factory):
     patch = pytest.MonkeyPatch()
     patch.setenv("XDG_CACHE_HOME", str(cache_home))
     patch.setenv("HARDWARE_SELECTOR_DB", str(cache_home / "hardware-selector" / "benchmarks.duckdb"))
+    # Runs record themselves by default, and a record calibrates every later plan in the same database: the
+    # suite's runs do not, so that no test's plan depends on which tests ran before it on its worker.
+    # tests/test_runner_watch.py turns it back on for its run, and shows the default.
+    patch.setenv("HARDWARE_SELECTOR_RECORD", "0")
     patch.setenv("HF_HUB_CACHE", str(cache_home / "huggingface" / "hub"))
     patch.setenv("HF_HUB_OFFLINE", "1")
     patch.delenv("HF_HOME", raising=False)

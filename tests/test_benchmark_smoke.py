@@ -151,6 +151,13 @@ def _engine_vs_peers(out: str) -> None:
     assert document["setup"]["model"].startswith("gpt2, shrunken")
 
 
+def _tune_overhead(out: str) -> None:
+    document = _json(out)
+    (trial,) = document["trials"]
+    assert trial["status"] == "ok" and document["timed_steps"] >= 2
+    assert trial["measured_window_s"] > 0 and trial["launch_overhead_s"] > 0 and 0 < trial["overhead_share"] < 1
+
+
 # module -> (arguments after --smoke, what its output must show)
 SMOKES: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "benchmarks.memory.compare_memory": ([], _compare_memory),
@@ -165,6 +172,7 @@ SMOKES: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "benchmarks.speed.planner_speed": ([], _planner_speed),
     "benchmarks.speed.throughput_speed": ([], _throughput_speed),
     "benchmarks.speed.data_pipeline": ([], _data_pipeline),
+    "benchmarks.speed.tune_overhead": ([], _tune_overhead),
     "benchmarks.engine.engine_3d": (["--json"], _engine_3d),
     "benchmarks.engine.engine_vs_peers": (["--json"], _engine_vs_peers),
 }
@@ -175,6 +183,7 @@ SLOW = {
     "benchmarks.accuracy.serving_cpu",
     "benchmarks.accuracy.measure_cpu",
     "benchmarks.speed.data_pipeline",
+    "benchmarks.speed.tune_overhead",
     "benchmarks.engine.engine_3d",
     "benchmarks.engine.engine_vs_peers",
 }

@@ -88,7 +88,7 @@ def _without_folders(text: str, **folders: Path) -> str:
 
 
 def _outputs(case: str, run: Path, demo: Path) -> dict[str, str]:
-    cache = Path(os.environ["XDG_CACHE_HOME"])  # tests/conftest.py: a fresh one per test
+    cache = Path(os.environ["XDG_CACHE_HOME"])  # the case's own (test_plan_output_is_unchanged)
     args = [arg.replace("<DEMO>", str(demo)) for arg in CASES[case]]
     args = [item for arg in args for item in (["--emit", str(run)] if arg == "--emit" else [arg])]
     result = cli_in_process("plan", *args, "--json")
@@ -106,7 +106,10 @@ def _outputs(case: str, run: Path, demo: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_plan_output_is_unchanged(case, tmp_path, demo):
+def test_plan_output_is_unchanged(case, tmp_path, demo, monkeypatch):
+    # A cache and a benchmark database of this case's own: a record another test left would calibrate the plan.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(tmp_path / "cache" / "hardware-selector" / "benchmarks.duckdb"))
     outputs = _outputs(case, tmp_path / "run", demo)
     folder = GOLDEN / case
     if UPDATE:

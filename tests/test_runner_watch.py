@@ -73,12 +73,11 @@ def finished_run(tmp_path_factory):
             "6",
             "--export-every",
             "4",
-            "--record",
-            "--db",
+            "--db",  # recording is the default: every real run calibrates
             str(root / "bench.duckdb"),
         ],
         cwd=REPO_ROOT,
-        env=cpu_env(),
+        env={key: value for key, value in cpu_env().items() if key != "HARDWARE_SELECTOR_RECORD"},  # the default
         capture_output=True,
         text=True,
         timeout=300,
@@ -125,6 +124,27 @@ def test_the_summary_sets_measured_beside_predicted_and_record_stores_it(finishe
     assert record.id == summary["record_id"] and record.runner == "backends.run"
     assert record.step_time_median_s == pytest.approx(summary["median_step_time_s"])
     assert record.global_batch == 4 and record.seq_len == 64 and record.steps_measured == 5
+    assert record.host == ""  # the hardware and software, nothing about the user
+
+
+@pytest.mark.slow
+def test_the_next_plan_here_is_calibrated_by_the_run_and_names_its_record(finished_run):
+    """A run records itself by default; `plan` on the same hardware then uses the measured step time of that
+    config (or the correction fitted on it) and its calibration line names the record."""
+    from tests.distributed import cli_in_process
+
+    root, _ = finished_run
+    summary = json.loads((root / "run" / "run_summary.json").read_text())
+    result = cli_in_process(
+        "plan", "--model", root / "user" / "my-gpt2", "--gpu", "cpu", "--gpus-per-node", "1", "--seq-len", "64",
+        "--global-batch", "4", "--micro-batch", "4", "--strategies", "ddp", "--ac", "none",
+        "--db", root / "bench.duckdb", "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    best = json.loads(result.stdout)["best"]
+    assert f"record {summary['record_id'][:8]}" in best["calibration"]
+    assert best["throughput"]["step_time_s"] == pytest.approx(summary["median_step_time_s"])
+    assert f"record {summary['record_id'][:8]}" in best["throughput"]["sources"]["step_time_s"]
 
 
 @pytest.mark.slow

@@ -9,11 +9,13 @@ emitter's; the others say how to run it (strategy, smoke test, recording).
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from planner.contract.choices import Strategy
 from planner.rundir.run_option_table import RUN_OPTIONS
 
+RECORD_ENV_VAR = "HARDWARE_SELECTOR_RECORD"  # 0: runs do not record themselves (a CI job, a test suite)
 STRATEGIES = tuple(strategy.value for strategy in Strategy)  # planner/contract/choices.py
 OVERRIDE_KEYS = tuple(option.key for option in RUN_OPTIONS)
 
@@ -49,9 +51,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-resume", action="store_true", help="ignore the folder's checkpoints (they are kept)")
     parser.add_argument(
         "--record",
-        action="store_true",
-        help="store the measured step time and memory, beside the "
-        "prediction, in the benchmark database (calibrates later plans)",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get(RECORD_ENV_VAR, "1") != "0",
+        help="store the measured step time and memory, beside the prediction, in the benchmark database, which "
+        f"calibrates later plans on this hardware (the default; --no-record, or {RECORD_ENV_VAR}=0 for every "
+        "run of a shell or CI job, does not; a --tiny run never is)",
     )
     parser.add_argument("--db", type=Path, help="benchmark database for --record (default: $HARDWARE_SELECTOR_DB)")
     parser.add_argument("--metrics", type=Path, help="metrics file (default: RUN_DIR/metrics.jsonl)")

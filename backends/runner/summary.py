@@ -16,6 +16,7 @@ import statistics
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from planner.errors import UserInputError
 from planner.files import write_json_atomic
 
 if TYPE_CHECKING:
@@ -142,10 +143,14 @@ def finish_summary(
         for line in lines:
             say(line)
     summary["lines"] = lines
-    if args.record and median:
-        summary["record_id"] = record(spec.plan, spec.strategy.value, run, summary, db=args.db)
+    if args.record and median and not args.tiny:  # a --tiny smoke run measures no plan
+        try:
+            summary["record_id"] = record(spec.plan, spec.strategy.value, run, summary, db=args.db)
+            line = f"recorded run {summary['record_id'][:12]} in the benchmark database (--no-record: not)"
+        except (UserInputError, OSError) as error:  # the run trained: a database it cannot write is a warning
+            line = f"warning: the run was not recorded in the benchmark database: {error}"
         if say is not None:
-            say(f"recorded run {summary['record_id'][:12]} in the benchmark database")
+            say(line)
     path = spec.run_dir / "run_summary.json"
     write_json_atomic(path, summary, indent=1)
     return summary
@@ -172,7 +177,8 @@ def record(
         measured["tflops_per_gpu"] = speed.tflops_per_gpu * speed.step_time_s / median
         measured["mfu"] = speed.mfu * speed.step_time_s / median
     entry = RunRecord(
-        **current_environment().model_dump(),
+        # The hardware and software, not the user: no hostname, and no data paths anywhere in the record.
+        **current_environment().model_copy(update={"host": ""}).model_dump(),
         gpu_name=plan.cluster.gpu.name if run.device == "cuda" else "cpu",
         gpu_count=run.world_size,
         nodes=run.num_nodes,

@@ -76,6 +76,7 @@ def backends_run_launch(jobs: list[MeasureJob], nproc: int, timeout_s: float) ->
             "0",
             "--metrics",
             str(metrics),
+            "--no-record",  # the harness records the measurement itself (runner.run_matrix)
             *(["--tiny"] if job.tiny else []),
         ]
         returncode, stderr = run_torchrun_command(command, nproc, timeout_s)

@@ -188,3 +188,33 @@ def order_changes(found: list[Trial], *, compare: bool = True) -> list[str]:
                 f"({trial.measured_step_s:.3g} s/step against {trial.predicted_step_s:.3g})"
             )
     return lines
+
+
+class TuneOutcome(BaseModel):
+    timed_steps: int
+    trials: list[Trial]
+    skipped: int  # trials read back from the database (an earlier, interrupted tune measured them)
+
+
+def run_tune(
+    spec: ModelSpec,
+    cluster: ClusterSpec,
+    plans: list[Plan],
+    *,
+    tiny: bool,
+    budget_s: float,
+    store: BenchmarkStore,
+    launcher=None,
+) -> TuneOutcome:
+    """The top plans measured here (or read back), budgeted, each trial timed end to end."""
+    from benchmarks.harness import launch
+    from benchmarks.harness.runner import run_matrix
+    from benchmarks_db.environment import current_environment
+
+    matrix = tune_matrix(spec, cluster, plans, tiny=tiny)
+    steps = timed_steps(budget_s, matrix)
+    timed = TimedLauncher(launcher or launch.backends_run_launch)
+    summary = run_matrix(
+        matrix, store, current_environment(), steps=steps, warmup=WARMUP_STEPS, timeout_s=budget_s, launcher=timed
+    )
+    return TuneOutcome(timed_steps=steps, trials=trials(matrix, store, timed.wall_s), skipped=summary.skipped_done)
