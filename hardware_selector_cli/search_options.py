@@ -91,7 +91,8 @@ class SearchOptions:
             )
 
     def request(self, seq_len: int, routing: ExpertRouting):
-        from planner.search import Objective, PlanRequest, StrategyKind
+        from planner.search import Objective, PlanRequest
+        from planner.search.request import search_strategy_names
 
         return PlanRequest(
             seq_len=seq_len,
@@ -100,7 +101,9 @@ class SearchOptions:
             precision=_choice(self.precision, Precision, "--precision") if self.precision else None,
             optimizer=_choice(self.optimizer, OptimizerKind, "--optimizer"),
             activation_checkpointing=_listed(self.ac, ActivationCheckpointing, "--ac"),
-            strategies=_listed(self.strategies, StrategyKind, "--strategies"),
+            strategies=search_strategy_names(
+                [n.strip() for n in self.strategies.split(",") if n.strip()], "--strategies"
+            ),
             implementation=self.implementation.strip().lower(),
             allow_offload=not self.no_offload,
             lora_rank=self.lora_rank,

@@ -18,7 +18,7 @@ from planner.contract.choices import STRATEGY_ALIASES, Strategy, strategy_named
 from planner.errors import UserInputError
 from planner.rundir.run_option_table import RUN_OPTIONS
 from planner.rundir.run_overrides import RunOverrides
-from planner.search.request import ZERO_STAGE_KINDS, StrategyKind
+from planner.search.request import SEARCH_STRATEGIES, ZERO_STAGE_KINDS
 from planner.training_config import TrainingConfig
 
 
@@ -78,8 +78,8 @@ def test_every_strategy_name_is_a_valid_training_config():
 def test_every_door_spells_strategies_from_the_one_table():
     assert set(STRATEGY_CHOICES) <= set(STRATEGY_ALIASES)
     assert set(STRATEGIES) == {strategy.value for strategy in Strategy}
-    assert {kind.value for kind in StrategyKind} <= set(STRATEGY_ALIASES)
-    assert ZERO_STAGE_KINDS == {StrategyKind.ZERO1: 1, StrategyKind.ZERO2: 2, StrategyKind.ZERO3: 3}
+    assert set(SEARCH_STRATEGIES) <= set(STRATEGY_ALIASES)
+    assert ZERO_STAGE_KINDS == {"zero1": 1, "zero2": 2, "zero3": 3}
     assert strategy_from_name("ZeRO3") == (Strategy.DEEPSPEED, 3)
     assert strategy_from_name("engine") == (Strategy.ENGINE, None)
     assert strategy_named("DeepSpeed") == {"strategy": Strategy.DEEPSPEED}

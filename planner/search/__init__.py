@@ -9,8 +9,8 @@
 - search.py: search_plans, the entry point (docs/search.md).
 """
 
-from planner.search.request import Objective, PlanRequest, StrategyKind
+from planner.search.request import Objective, PlanRequest
 from planner.search.result import SearchResult, SearchStats
 from planner.search.search import require_best, search_plans
 
-__all__ = ["Objective", "PlanRequest", "SearchResult", "SearchStats", "StrategyKind", "require_best", "search_plans"]
+__all__ = ["Objective", "PlanRequest", "SearchResult", "SearchStats", "require_best", "search_plans"]

@@ -15,7 +15,7 @@ from planner.contract.layout import ParallelDims, default_stage_layers
 from planner.hardware.cluster import ClusterSpec
 from planner.models.families import parallel_model_types, splits_over_tp
 from planner.models.spec import ModelFamily, ModelSpec
-from planner.search.request import ZERO_STAGE_KINDS, PlanRequest, StrategyKind
+from planner.search.request import ZERO_STAGE_KINDS, PlanRequest
 from planner.training_config import FsdpSharding, Offload, PipelineSchedule, Strategy, TrainingConfig
 
 # Model types our engine has tensor-parallel plans for (backends/tensor_parallel,
@@ -296,18 +296,18 @@ def _expert_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[StrategyLayou
 def enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest) -> list[StrategyLayout]:
     wanted = set(request.strategies)
     layouts: list[StrategyLayout] = []
-    if StrategyKind.DDP in wanted:
+    if "ddp" in wanted:
         layouts.append(_layout(SIMPLICITY["ddp"], {"strategy": Strategy.DDP}))
-    if StrategyKind.FSDP in wanted:
-        layouts += _fsdp_layouts(cluster, request.allow_offload, with_ddp=StrategyKind.DDP in wanted)
+    if "fsdp" in wanted:
+        layouts += _fsdp_layouts(cluster, request.allow_offload, with_ddp="ddp" in wanted)
     stages = {stage for kind, stage in ZERO_STAGE_KINDS.items() if kind in wanted}
-    if StrategyKind.DEEPSPEED in wanted or stages:
+    if "deepspeed" in wanted or stages:
         layouts += [
             layout
             for layout in _deepspeed_layouts(cluster, request.allow_offload)
-            if StrategyKind.DEEPSPEED in wanted or layout.fields["zero_stage"] in stages
+            if "deepspeed" in wanted or layout.fields["zero_stage"] in stages
         ]
-    if StrategyKind.ENGINE in wanted and engine_applicability(spec) is None and not request.lora_rank:
+    if "engine" in wanted and engine_applicability(spec) is None and not request.lora_rank:
         layouts += _expert_layouts(spec, cluster) if spec.is_moe else _engine_layouts(spec, cluster, request.seq_len)
     if request.qlora:
         # The 4-bit base cannot be partitioned by ZeRO-3.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from planner.contract.choices import STRATEGY_ALIASES
 from planner.errors import UserInputError
@@ -36,24 +36,31 @@ class Objective(str, Enum):
     TIME_TO_TRAIN = "time-to-train"
 
 
-class StrategyKind(str, Enum):
-    DDP = "ddp"
-    FSDP = "fsdp"
-    DEEPSPEED = "deepspeed"
-    ENGINE = "engine"
-    # DeepSpeed at one ZeRO stage only (the run a team has standardised on, or a test of one stage).
-    ZERO1 = "zero1"
-    ZERO2 = "zero2"
-    ZERO3 = "zero3"
-
-
-STRATEGY_FAMILIES = (StrategyKind.DDP, StrategyKind.FSDP, StrategyKind.DEEPSPEED, StrategyKind.ENGINE)
-# The kinds that fix a ZeRO stage, and the stage (read from the one table of strategy names).
+# The strategy names the search takes (planner/contract/choices.py spells them): the four families, and
+# DeepSpeed at one ZeRO stage only (the run a team has standardised on, or a test of one stage).
+STRATEGY_FAMILIES = ("ddp", "fsdp", "deepspeed", "engine")
+SEARCH_STRATEGIES = (*STRATEGY_FAMILIES, "zero1", "zero2", "zero3")
+# The names that fix a ZeRO stage, and the stage.
 ZERO_STAGE_KINDS = {
-    kind: int(str(STRATEGY_ALIASES[kind.value]["zero_stage"]))
-    for kind in StrategyKind
-    if "zero_stage" in STRATEGY_ALIASES[kind.value]
+    name: int(str(STRATEGY_ALIASES[name]["zero_stage"]))
+    for name in SEARCH_STRATEGIES
+    if "zero_stage" in STRATEGY_ALIASES[name]
 }
+
+
+def search_strategy_names(names: object, flag: str = "strategies") -> tuple[str, ...]:
+    """The names as the search takes them (lower case, each once); one line naming the accepted ones otherwise."""
+    if isinstance(names, str):
+        names = (names,)
+    if not isinstance(names, (list, tuple)):
+        raise UserInputError(f"{flag} is a list of strategy names from {'|'.join(SEARCH_STRATEGIES)}")
+    chosen = []
+    for name in names:
+        key = str(name.value if isinstance(name, Enum) else name).strip().lower()
+        if key not in SEARCH_STRATEGIES:
+            raise UserInputError(f"{flag} must be one of {'|'.join(SEARCH_STRATEGIES)}, not '{name}'")
+        chosen.append(key)
+    return tuple(dict.fromkeys(chosen))
 
 
 class PlanRequest(BaseModel):
@@ -72,7 +79,7 @@ class PlanRequest(BaseModel):
     optimizer: OptimizerKind = OptimizerKind.ADAMW
     attention: AttentionKernel = AttentionKernel.SDPA
     activation_checkpointing: tuple[ActivationCheckpointing, ...] = tuple(ActivationCheckpointing)
-    strategies: tuple[StrategyKind, ...] = STRATEGY_FAMILIES
+    strategies: tuple[str, ...] = STRATEGY_FAMILIES  # names from SEARCH_STRATEGIES
     # Whose training code the speed is predicted for (planner/throughput/implementation.py); "ours" is what
     # --emit writes.
     implementation: str = "ours"
@@ -87,6 +94,11 @@ class PlanRequest(BaseModel):
     headroom_fraction: float = Field(default=0.1, ge=0.0, lt=1.0, allow_inf_nan=False)
     # Token budget for time-to-train and cost; None = 20 tokens per parameter (Chinchilla).
     train_tokens: float | None = Field(default=None, gt=0, le=MAX_TOKENS, allow_inf_nan=False)
+
+    @field_validator("strategies", mode="before")
+    @classmethod
+    def _strategy_names(cls, value: object) -> tuple[str, ...]:
+        return search_strategy_names(value)
 
     @model_validator(mode="after")
     def _check(self) -> PlanRequest:

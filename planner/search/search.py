@@ -16,7 +16,7 @@ from planner.search.batching import resolve_global_batch
 from planner.search.candidates import CandidateEvaluator, Scored, ThroughputAdjust, cluster_variants
 from planner.search.explain import TIE_TOLERANCE, family_fates, plan_reasons
 from planner.search.layouts import ENGINE_MODEL_TYPES, engine_applicability, tensor_parallel_degrees
-from planner.search.request import PlanRequest, StrategyKind
+from planner.search.request import PlanRequest
 from planner.search.result import SearchResult, SearchStats
 from planner.search.suggest import suggestions
 from planner.training_config import Strategy, TrainingConfig
@@ -92,7 +92,7 @@ def search_plans(
         scored += evaluator.run(variant)
 
     not_applicable = {}
-    if StrategyKind.ENGINE in request.strategies:
+    if "engine" in request.strategies:
         why = engine_applicability(spec)
         if why is None and request.lora_rank:
             why = "LoRA runs on DDP, FSDP or DeepSpeed"

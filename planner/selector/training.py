@@ -18,11 +18,11 @@ from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec
 from planner.models.spec import ModelSpec
 from planner.search import PlanRequest, SearchResult, search_plans
-from planner.search.request import STRATEGY_FAMILIES, StrategyKind
+from planner.search.request import STRATEGY_FAMILIES
 from planner.training_config import Strategy
 
-LEGACY_STRATEGIES = (StrategyKind.DDP, StrategyKind.FSDP, StrategyKind.DEEPSPEED)
-LEGACY_NAMES = {kind: Strategy(kind.value).display_name for kind in STRATEGY_FAMILIES}
+LEGACY_STRATEGIES = ("ddp", "fsdp", "deepspeed")
+LEGACY_NAMES = {kind: Strategy(kind).display_name for kind in STRATEGY_FAMILIES}
 DEFAULT_SEQ_LEN = 2048
 
 
@@ -38,7 +38,7 @@ class TrainingAnswer:
     notes: dict[str, str] = field(default_factory=dict)  # legacy keys: batch_note, engine_reason
 
 
-def _named(kinds: tuple[StrategyKind, ...]) -> str:
+def _named(kinds: tuple[str, ...]) -> str:
     names = [LEGACY_NAMES[kind] for kind in kinds]
     return (
         "any"
@@ -47,7 +47,7 @@ def _named(kinds: tuple[StrategyKind, ...]) -> str:
     )
 
 
-def strategy_kinds(names: list[str] | tuple[str, ...]) -> tuple[StrategyKind, ...]:
+def strategy_kinds(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """ "DDP", "FSDP", "DeepSpeed", "engine" (any case) to the search's kinds; a wrong name is one line."""
     by_name = {name.lower(): kind for kind, name in LEGACY_NAMES.items()}
     kinds = []
@@ -70,7 +70,7 @@ def plan_training(
     per_gpu_batch: int | None,
     *,
     allow_engine: bool = False,
-    strategies: tuple[StrategyKind, ...] | None = None,
+    strategies: tuple[str, ...] | None = None,
     **request: Any,
 ) -> TrainingAnswer:
     """The best plan for `per_gpu_batch` sequences per GPU on `cluster` (see the module docstring).
