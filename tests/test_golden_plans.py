@@ -3,7 +3,7 @@
 A guard for moves that must not change behaviour (docs/architecture.md, "Floors"): each case runs the CLI in
 this process and compares its JSON and each emitted file with the copy stored under tests/golden/plans/<case>/.
 Only three things are normalised, because they are not the plan: the search's wall time (`stats.elapsed_s`),
-the temporary folders the case reads and writes and the test's cache (`<RUN>`, `<DEMO>`: the README's demo checkpoint, `<CACHE>`), and module paths of the project's own code
+the temporary folders the case reads and writes and the test's cache (`<RUN>`, `<DEMO>`: the README's demo checkpoint, `<CACHE>`), the interpreter the launch scripts default to (`<PYTHON>`), and module paths of the project's own code
 (none are printed today; the pattern is here so that a file move that renames one does not read as a change of
 behaviour).
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -100,7 +101,9 @@ def _outputs(case: str, run: Path, demo: Path) -> dict[str, str]:
     if run.exists():
         outputs |= {f"emit/{path.name}": path.read_text(encoding="utf-8") for path in sorted(run.iterdir())}
     return {
-        name: MODULE_PATH.sub("<MODULE>", _without_folders(text, run=run, demo=demo, cache=cache))
+        name: MODULE_PATH.sub(
+            "<MODULE>", _without_folders(text.replace(sys.executable, "<PYTHON>"), run=run, demo=demo, cache=cache)
+        )
         for name, text in outputs.items()
     }
 

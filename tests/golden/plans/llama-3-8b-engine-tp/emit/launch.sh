@@ -10,7 +10,7 @@
 set -euo pipefail
 
 RUN_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
-DEFAULT_PYTHON=/work/main/.venv/bin/python
+DEFAULT_PYTHON=<PYTHON>
 PYTHON=${PYTHON:-$DEFAULT_PYTHON}
 LAUNCHER=${LAUNCHER:-torchrun}
 NPROC_PER_NODE=4
