@@ -19,7 +19,7 @@ from planner.expert_routing import ExpertRouting
 from .model_options import ModelOptions, model_options
 from .option_groups import option_group
 from .plan_table import print_plans, search_document
-from .run_options import RunOptionValues, run_option_values
+from .run_options import RunOptionValues, emit_folder, run_option_values
 from .search_options import SearchOptions, search_options
 from .serving import ServingOptions, print_serving, serving_options, serving_request
 from .training_options import ClusterOptions, cluster_options, routing_options
@@ -56,7 +56,7 @@ def register(app: typer.Typer) -> None:
         routing: ExpertRouting,
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         explain: bool = typer.Option(False, "--explain", help="Reasons and memory sources for every plan shown."),
-        emit: Path | None = typer.Option(None, "--emit", help="Write the best plan's run folder here."),
+        emit_dir: str | None = typer.Option(None, "--emit", help="Write the best plan's run folder here."),
         force: bool = typer.Option(
             False,
             "--force",
@@ -71,6 +71,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Find the fastest (or cheapest) way to train a model on a cluster, and explain it."""
+        emit = emit_folder(emit_dir)
         if serving.inference:
             training_only = search.training_flags_given(routing_default=routing.is_default, emitting=emit is not None)
             training_only += run.given()

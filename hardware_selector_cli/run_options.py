@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -32,6 +33,16 @@ class RunOptionValues:
         from planner.rundir.run_overrides import overrides_from
 
         return overrides_from(self.values)
+
+
+def emit_folder(value: str | None) -> Path | None:
+    """--emit's folder; an empty or blank one is an error, never the current folder (whose files --force would
+    replace)."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise UserInputError("--emit needs a folder name; an empty path would write into the current folder")
+    return Path(value)
 
 
 def _typer_parameter(option: RunOption) -> inspect.Parameter:

@@ -41,10 +41,13 @@ def register(app: typer.Typer) -> None:
         ),
         budget: float = typer.Option(10.0, "--budget", help="Minutes the whole tune may take."),
         tiny: bool = typer.Option(False, "--tiny", help="Measure the architecture shrunk (a smoke test, not a tune)."),
-        emit: Path | None = typer.Option(None, "--emit", help="Write the measured winner's run folder here."),
+        emit_dir: str | None = typer.Option(None, "--emit", help="Write the measured winner's run folder here."),
         db: Path | None = typer.Option(None, "--db", help="Benchmark database (default: $HARDWARE_SELECTOR_DB)."),
     ) -> None:
         """Run the search's top plans here for a measured window each and rank them by what was measured."""
+        from .run_options import emit_folder
+
+        emit = emit_folder(emit_dir)
         if candidates < 1:
             raise UserInputError(f"--candidates must be at least 1, not {candidates}")
         if not 0 < budget <= 24 * 60:

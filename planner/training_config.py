@@ -88,8 +88,15 @@ class TrainingConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_fields(self) -> TrainingConfig:
-        if self.strategy is Strategy.DEEPSPEED and self.zero_stage == 0 and self.offload_optimizer is not Offload.NONE:
-            raise UserInputError("optimizer offload needs ZeRO stage 1 or higher; use --strategy zero1, zero2 or zero3")
+        if self.offload_optimizer is not Offload.NONE:
+            # Offload moves a sharded optimizer's states: DDP (and ZeRO-0) keeps a whole optimizer on every GPU.
+            sharded_optimizer = self.strategy is Strategy.FSDP or (
+                self.strategy in (Strategy.DEEPSPEED, Strategy.ENGINE) and self.zero_stage >= 1
+            )
+            if not sharded_optimizer:
+                raise UserInputError(
+                    "optimizer offload needs ZeRO stage 1 or higher or FSDP; use --strategy zero1, zero2, zero3 or fsdp"
+                )
         if self.offload_params is not Offload.NONE:
             sharded_params = (self.strategy is Strategy.DEEPSPEED and self.zero_stage == 3) or (
                 self.strategy is Strategy.FSDP and self.fsdp_sharding is not FsdpSharding.NONE

@@ -97,6 +97,17 @@ def test_offload_reports_cpu_and_nvme_per_node(capsys):
     assert fsdp["cpu_per_node_bytes"] == pytest.approx((4 + 4 + 8) * PSI, rel=0.01)
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "zero0"])
+def test_optimizer_offload_without_a_sharded_optimizer_is_one_line(capsys, strategy):
+    """DDP and ZeRO-0 keep a whole optimizer on every GPU: --offload-optimizer was dropped without a word."""
+    assert (
+        main(["estimate", "-m", "llama-2-7b", "-g", "A100-80GB", "--strategy", strategy, "--offload-optimizer", "cpu"])
+        == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: optimizer offload needs ZeRO stage 1 or higher or FSDP") and "\n" not in err
+
+
 def test_hybrid_shard_shards_within_a_node_only(capsys):
     two_nodes = ["--strategy", "fsdp", "--fsdp-sharding", "hybrid", "--nodes", "2"]
     per_gpu = check_invariants(run_json(capsys, *two_nodes))

@@ -94,6 +94,19 @@ def test_bad_plan_input_is_one_line_and_exit_2(capsys, extra, message):
     assert err.startswith("error:") and message in err and "\n" not in err
 
 
+@pytest.mark.parametrize("folder", ["", "   "])
+def test_an_empty_emit_folder_is_one_line_and_writes_nothing(capsys, tmp_path, monkeypatch, folder):
+    """An empty --emit path once meant the current folder, where --force replaced the user's own files."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "README.md").write_text("mine\n")
+    assert main([*PLAN_ARGS, "--emit", folder, "--force"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --emit needs a folder name") and "\n" not in err
+    assert [path.name for path in tmp_path.iterdir()] == ["README.md"] and (
+        tmp_path / "README.md"
+    ).read_text() == "mine\n"
+
+
 def test_bad_seq_len_for_learned_positions_is_one_line(capsys):
     assert main(["plan", "--model", "gpt2", "--gpu", "A100-40GB", "--seq-len", "4096"]) == 2
     assert "learned positions" in capsys.readouterr().err

@@ -15,16 +15,14 @@ docs/accuracy.md between markers, atomically, and tests/test_per_stack_accuracy.
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.accuracy.calibrate_throughput import held_out_cases, relative_errors
 from benchmarks.accuracy.validate_published_runs import comparisons
-from planner.files import write_text_atomic
+from benchmarks.doc_tables import replace_table, smoke_replace
 from planner.throughput.constants import CONSTANTS
 
 TARGET = 0.15  # the median |error| each stack should reach (docs/accuracy.md)
@@ -126,9 +124,7 @@ def render(results: list[StackResult]) -> str:
 
 
 def update_docs(path: Path, table: str) -> None:
-    text = path.read_text(encoding="utf-8")
-    start, end = text.index(TABLE_START) + len(TABLE_START), text.index(TABLE_END)
-    write_text_atomic(path, text[:start] + "\n" + table + "\n" + text[end:])
+    replace_table(path, TABLE_START, TABLE_END, table)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,12 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.update_docs:
         update_docs(args.update_docs, table)
     if args.smoke:  # the markers are found and the table written, in a copy: the doc itself stays as committed
-        with tempfile.TemporaryDirectory() as scratch:
-            copy = Path(scratch) / DOC.name
-            shutil.copyfile(DOC, copy)
-            update_docs(copy, table)
-            written = table in copy.read_text(encoding="utf-8")
-        print(f"smoke: the table {'was' if written else 'was NOT'} written into a temporary copy of docs/accuracy.md")
+        written = smoke_replace(DOC, TABLE_START, TABLE_END, table)
         return 0 if written else 1
     return 0
 

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -26,8 +24,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script: make `planner` and `benchmarks` importable
     sys.path.insert(0, str(REPO_ROOT))
 
+from benchmarks.doc_tables import replace_table, smoke_replace  # noqa: E402
 from benchmarks.memory.memory_trace import resolve_model_config  # noqa: E402
-from planner.files import write_text_atomic  # noqa: E402
 from planner.memory.estimate import estimate_memory_bytes  # noqa: E402
 from planner.memory.runtime import Runtime  # noqa: E402
 from planner.models.hf_config import spec_from_hf_config  # noqa: E402
@@ -182,13 +180,7 @@ def markdown_table(rows: list[Comparison]) -> str:
 
 
 def update_docs(path: Path, table: str) -> None:
-    """Replace the generated table between the markers in `path`, atomically."""
-    text = path.read_text(encoding="utf-8")
-    start, end = text.find(TABLE_START), text.find(TABLE_END)
-    if start < 0 or end < start:
-        raise SystemExit(f"{path}: no '{TABLE_START}' ... '{TABLE_END}' markers to replace")
-    updated = text[: start + len(TABLE_START)] + "\n" + table + "\n" + text[end:]
-    write_text_atomic(path, updated)
+    replace_table(path, TABLE_START, TABLE_END, table)
 
 
 def llm_foundry_fit_check() -> str:
@@ -242,12 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown or not args.update_docs:
         print(table)
     if args.smoke:  # the markers are found and the table written, in a copy: the doc itself stays as committed
-        with tempfile.TemporaryDirectory() as scratch:
-            copy = Path(scratch) / DOC.name
-            shutil.copyfile(DOC, copy)
-            update_docs(copy, table)
-            written = table in copy.read_text(encoding="utf-8")
-        print(f"smoke: the table {'was' if written else 'was NOT'} written into a temporary copy of docs/accuracy.md")
+        written = smoke_replace(DOC, TABLE_START, TABLE_END, table)
         if not written:
             return 1
     return 0 if all(row.within_tolerance for row in rows) else 1

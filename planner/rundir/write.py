@@ -139,6 +139,8 @@ def emit_run_folder(
             "FP8 is planned, not emitted: run the plan's layout with Transformer Engine or torchao float8 in your "
             "own training code, or plan without --fp8 to get a run folder"
         )
+    if not str(directory).strip():
+        raise UserInputError("the run folder needs a name; an empty path would write into the current folder")
     run_dir = Path(directory).expanduser().resolve()
     if run_dir.exists() and not run_dir.is_dir():
         raise UserInputError(f"{run_dir} is a file; give a directory to emit the run folder into")
