@@ -7,12 +7,11 @@ import json
 import pytest
 
 from planner.errors import ConfigFieldError, UserInputError
-from planner.models.architecture import ArchitectureDims
 from planner.models.catalog import CATALOG_DIR
 from planner.models.hf_config import SUPPORTED_MODEL_TYPES, parse_hf_config, spec_from_hf_config
 from planner.models.param_details import ParameterDetails
 from planner.models.param_formula import formula_param_counts, params_per_layer
-from planner.models.spec import MlpKind, ModelFamily
+from planner.models.spec import MlpKind, ModelArchitecture, ModelFamily
 
 
 def catalog_config(name: str) -> dict:
@@ -310,18 +309,18 @@ def test_required_model_types_are_supported():
 # --- the formula from explicit dimensions ----------------------------------------------------------
 
 
-def test_architecture_dims_fill_kv_heads_and_head_dim():
-    dims = ArchitectureDims(hidden_size=4096, num_layers=32, num_heads=32, ffn_size=11008, vocab_size=32000)
+def test_model_architecture_fills_kv_heads_and_head_dim():
+    dims = ModelArchitecture(hidden_size=4096, num_layers=32, num_heads=32, ffn_size=11008, vocab_size=32000)
     assert (dims.num_kv_heads, dims.head_dim) == (32, 128)
 
 
-def test_architecture_dims_reject_heads_not_dividing_hidden():
+def test_model_architecture_rejects_heads_not_dividing_hidden():
     with pytest.raises(ValueError, match="not a multiple"):
-        ArchitectureDims(hidden_size=100, num_layers=2, num_heads=3, ffn_size=400, vocab_size=10)
+        ModelArchitecture(hidden_size=100, num_layers=2, num_heads=3, ffn_size=400, vocab_size=10)
 
 
 def test_formula_from_explicit_llama_dimensions():
-    dims = ArchitectureDims(
+    dims = ModelArchitecture(
         hidden_size=4096,
         num_layers=32,
         num_heads=32,
@@ -338,10 +337,12 @@ def test_formula_from_explicit_llama_dimensions():
     assert params_per_layer(dims) == 202_383_360
 
 
-def test_architecture_dims_fields_are_model_spec_fields():
+def test_model_spec_is_the_architecture_plus_its_counts():
+    """Each architecture field is declared once: ModelSpec adds only the counts and where they came from,
+    and keeps the architecture's field order (the order plan.json shows)."""
     from planner.models.spec import ModelSpec
 
-    assert set(ArchitectureDims.model_fields) <= set(ModelSpec.model_fields)
+    assert list(ModelSpec.model_fields) == [*ModelArchitecture.model_fields, "params", "origin"]
 
 
 def test_layout_defaults_are_a_plain_decoder():

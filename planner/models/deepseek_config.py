@@ -9,11 +9,10 @@ dense MLP of intermediate_size (docs/models-and-hardware.md).
 
 from __future__ import annotations
 
-from planner.models.architecture import ArchitectureDims
 from planner.models.config_fields import ConfigFields
 from planner.models.param_details import ParameterDetails
 from planner.models.parsed_config import ParsedConfig
-from planner.models.spec import MlpKind
+from planner.models.spec import MlpKind, ModelArchitecture
 
 
 def read_deepseek(f: ConfigFields, model_type: str) -> ParsedConfig:
@@ -29,7 +28,7 @@ def read_deepseek(f: ConfigFields, model_type: str) -> ParsedConfig:
         raise f.error("moe_layer_freq", "other than 1 is not planned (every block after the dense ones is MoE)")
     shared = f.int("n_shared_experts", default=1 if model_type == "deepseek_v3" else 2, minimum=0) * moe_ffn
     return ParsedConfig(
-        dims=ArchitectureDims(
+        dims=ModelArchitecture(
             model_type=model_type,
             hidden_size=hidden,
             num_layers=layers,
@@ -55,8 +54,8 @@ def read_deepseek(f: ConfigFields, model_type: str) -> ParsedConfig:
             kv_lora_rank=f.int("kv_lora_rank", default=512),
             qk_rope_head_dim=rope,
             v_head_dim=f.int("v_head_dim", default=128),
+            transformers_class="DeepseekV3ForCausalLM" if model_type == "deepseek_v3" else "DeepseekV2ForCausalLM",
+            attention_dropout=f.probability("attention_dropout"),
         ),
         details=ParameterDetails(shared_expert_ffn_size=shared, shared_expert_gate=False, dense_layers=dense),
-        transformers_class="DeepseekV3ForCausalLM" if model_type == "deepseek_v3" else "DeepseekV2ForCausalLM",
-        attention_dropout=f.probability("attention_dropout"),
     )

@@ -7,11 +7,10 @@ dispatches to them through the model-family registry).
 
 from __future__ import annotations
 
-from planner.models.architecture import ArchitectureDims
 from planner.models.config_fields import ConfigFields, basic_dims
 from planner.models.param_details import ParameterDetails, whisper_details
 from planner.models.parsed_config import ParsedConfig
-from planner.models.spec import MlpKind, ModelFamily
+from planner.models.spec import MlpKind, ModelArchitecture, ModelFamily
 
 
 def _bare_encoder(config: dict) -> bool:
@@ -23,7 +22,7 @@ def _bare_encoder(config: dict) -> bool:
 
 def read_bert_style(f: ConfigFields, model_type: str) -> ParsedConfig:
     return ParsedConfig(
-        dims=ArchitectureDims(
+        dims=ModelArchitecture(
             family=ModelFamily.ENCODER_ONLY,
             model_type=model_type,
             **basic_dims(f),
@@ -33,6 +32,10 @@ def read_bert_style(f: ConfigFields, model_type: str) -> ParsedConfig:
             tied_embeddings=True,  # the base model has no output head to tie or untie
             attention_bias=True,
             mlp_bias=True,
+            transformers_class="BertModel" if model_type == "bert" else "RobertaModel",
+            output_head=not _bare_encoder(f.config),
+            hidden_dropout=f.probability("hidden_dropout_prob", default=0.1),
+            attention_dropout=f.probability("attention_probs_dropout_prob", default=0.1),
         ),
         details=ParameterDetails(
             token_type_vocab_size=f.int("type_vocab_size", default=2, minimum=0),
@@ -40,10 +43,6 @@ def read_bert_style(f: ConfigFields, model_type: str) -> ParsedConfig:
             final_norms=0,
             pooler=True,
         ),
-        transformers_class="BertModel" if model_type == "bert" else "RobertaModel",
-        output_head=not _bare_encoder(f.config),
-        hidden_dropout=f.probability("hidden_dropout_prob", default=0.1),
-        attention_dropout=f.probability("attention_probs_dropout_prob", default=0.1),
     )
 
 
@@ -64,7 +63,7 @@ def read_vit(f: ConfigFields) -> ParsedConfig:
         "vocab_size": labels,
     }
     return ParsedConfig(
-        dims=ArchitectureDims(
+        dims=ModelArchitecture(
             family=ModelFamily.ENCODER_ONLY,
             model_type="vit",
             **base,
@@ -75,16 +74,16 @@ def read_vit(f: ConfigFields) -> ParsedConfig:
             attention_bias=bool(f.config.get("qkv_bias", True)),
             mlp_bias=True,
             patch_values=channels * patch * patch,
+            transformers_class="ViTForImageClassification",
+            output_head=False,  # logits for the CLS token only: labels per image, not per token
+            hidden_dropout=f.probability("hidden_dropout_prob", default=0.0),
+            attention_dropout=f.probability("attention_probs_dropout_prob", default=0.0),
         ),
         details=ParameterDetails(
             final_norms=1,
             patch_embedding_params=channels * patch * patch * hidden + hidden + hidden,  # conv + bias + CLS
             classifier_params=hidden * labels + labels,
         ),
-        transformers_class="ViTForImageClassification",
-        output_head=False,  # logits for the CLS token only: labels per image, not per token
-        hidden_dropout=f.probability("hidden_dropout_prob", default=0.0),
-        attention_dropout=f.probability("attention_probs_dropout_prob", default=0.0),
     )
 
 
@@ -99,7 +98,7 @@ def read_t5(f: ConfigFields) -> ParsedConfig:
     decoder_layers = f.int("num_decoder_layers", default=encoder_layers)
     dropout = f.probability("dropout_rate", default=0.1)
     return ParsedConfig(
-        dims=ArchitectureDims(
+        dims=ModelArchitecture(
             family=ModelFamily.ENCODER_DECODER,
             model_type="t5",
             hidden_size=f.int("d_model", "hidden_size"),
@@ -120,13 +119,13 @@ def read_t5(f: ConfigFields) -> ParsedConfig:
             tied_embeddings=f.bool("tie_word_embeddings", True),
             norm="rmsnorm",
             position_embedding="relative",
+            transformers_class="T5ForConditionalGeneration",
+            hidden_dropout=dropout,
+            attention_dropout=dropout,
         ),
         details=ParameterDetails(
             final_norms=2, relative_attention_buckets=f.int("relative_attention_num_buckets", default=32)
         ),
-        transformers_class="T5ForConditionalGeneration",
-        hidden_dropout=dropout,
-        attention_dropout=dropout,
     )
 
 
@@ -148,7 +147,7 @@ def read_whisper(f: ConfigFields) -> ParsedConfig:
     mel_bins = f.int("num_mel_bins", default=80)
     dropout = f.probability("dropout")
     return ParsedConfig(
-        dims=ArchitectureDims(
+        dims=ModelArchitecture(
             family=ModelFamily.ENCODER_DECODER,
             model_type="whisper",
             hidden_size=hidden,
@@ -166,11 +165,11 @@ def read_whisper(f: ConfigFields) -> ParsedConfig:
             mlp_bias=True,
             mel_bins=mel_bins,
             encoder_seq_len=f.int("max_source_positions", default=1500),
+            transformers_class="WhisperForConditionalGeneration",
+            hidden_dropout=dropout,
+            attention_dropout=f.probability("attention_dropout"),
         ),
         details=whisper_details(hidden, mel_bins),
-        transformers_class="WhisperForConditionalGeneration",
-        hidden_dropout=dropout,
-        attention_dropout=f.probability("attention_dropout"),
     )
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from planner.errors import ConfigFieldError, UserInputError
-from planner.models.architecture import ArchitectureDims
 from planner.models.config_fields import ConfigFields, basic_dims
 from planner.models.deepseek_config import read_deepseek
 from planner.models.encoder_configs import read_bert_style, read_t5, read_vit, read_whisper
@@ -31,7 +30,7 @@ from planner.models.multimodal_configs import read_clip, read_llava
 from planner.models.param_details import ParameterDetails
 from planner.models.param_formula import formula_param_counts, with_vision_tower
 from planner.models.parsed_config import ParsedConfig
-from planner.models.spec import MlpKind, ModelSpec, ParamCounts
+from planner.models.spec import MlpKind, ModelArchitecture, ModelSpec, ParamCounts
 
 # --- GPT-2 lineage: LayerNorm with biases, learned or rotary positions ---------------------------
 
@@ -45,7 +44,7 @@ def _read_gpt2_style(f: ConfigFields, model_type: str) -> ParsedConfig:
     dims = basic_dims(f, **_GPT2_NAMES)
     gptj = model_type == "gptj"
     return ParsedConfig(
-        dims=ArchitectureDims(
+        dims=ModelArchitecture(
             model_type=model_type,
             **dims,
             ffn_size=f.int("n_inner", default=4 * dims["hidden_size"]),
@@ -56,12 +55,12 @@ def _read_gpt2_style(f: ConfigFields, model_type: str) -> ParsedConfig:
             attention_bias=not gptj,
             mlp_bias=True,
             parallel_attention_mlp=gptj,
+            transformers_class="GPTJForCausalLM" if gptj else "GPT2LMHeadModel",
+            hidden_dropout=f.probability("resid_pdrop", default=0.0 if gptj else 0.1),
+            attention_dropout=f.probability("attn_pdrop", default=0.0 if gptj else 0.1),
         ),
         # GPT-J: one shared norm feeds attention and MLP, and its untied lm_head has a bias.
         details=ParameterDetails(norms_per_layer=1, lm_head_bias=True) if gptj else ParameterDetails(fused_qkv=True),
-        transformers_class="GPTJForCausalLM" if gptj else "GPT2LMHeadModel",
-        hidden_dropout=f.probability("resid_pdrop", default=0.0 if gptj else 0.1),
-        attention_dropout=f.probability("attn_pdrop", default=0.0 if gptj else 0.1),
     )
 
 
@@ -72,7 +71,7 @@ def _read_opt(f: ConfigFields) -> ParsedConfig:
     # Post-norm OPT (350m) has no final layer norm.
     final_norm = f.bool("do_layer_norm_before", True) and not f.bool("_remove_final_layer_norm", False)
     return ParsedConfig(
-        dims=ArchitectureDims(
+        dims=ModelArchitecture(
             model_type="opt",
             **dims,
             ffn_size=f.int("ffn_dim"),
@@ -81,15 +80,15 @@ def _read_opt(f: ConfigFields) -> ParsedConfig:
             tied_embeddings=f.bool("tie_word_embeddings", True),
             attention_bias=bias,
             mlp_bias=bias,
+            transformers_class="OPTForCausalLM",
+            hidden_dropout=f.probability("dropout", default=0.1),
+            attention_dropout=f.probability("attention_dropout"),
         ),
         details=ParameterDetails(
             position_offset=2,
             embedding_projection_dim=0 if projection == dims["hidden_size"] else projection,
             final_norms=1 if final_norm else 0,
         ),
-        transformers_class="OPTForCausalLM",
-        hidden_dropout=f.probability("dropout", default=0.1),
-        attention_dropout=f.probability("attention_dropout"),
     )
 
 
@@ -101,7 +100,7 @@ def _read_bloom(f: ConfigFields) -> ParsedConfig:
         heads=("n_head", "num_attention_heads"),
     )
     return ParsedConfig(
-        dims=ArchitectureDims(
+        dims=ModelArchitecture(
             model_type="bloom",
             **dims,
             ffn_size=4 * dims["hidden_size"],
@@ -112,11 +111,11 @@ def _read_bloom(f: ConfigFields) -> ParsedConfig:
             position_embedding="alibi",
             attention_bias=True,
             mlp_bias=True,
+            transformers_class="BloomForCausalLM",
+            hidden_dropout=f.probability("hidden_dropout"),
+            attention_dropout=f.probability("attention_dropout"),
         ),
         details=ParameterDetails(fused_qkv=True, embedding_norm=True),
-        transformers_class="BloomForCausalLM",
-        hidden_dropout=f.probability("hidden_dropout"),
-        attention_dropout=f.probability("attention_dropout"),
     )
 
 
@@ -133,7 +132,7 @@ def _read_falcon(f: ConfigFields) -> ParsedConfig:
     norms_in_parallel = f.int("num_ln_in_parallel_attn", default=2 if new_architecture else 1)
     bias = f.bool("bias", False)
     return ParsedConfig(
-        dims=ArchitectureDims(
+        dims=ModelArchitecture(
             model_type="falcon",
             **dims,
             num_kv_heads=kv_heads,
@@ -145,17 +144,17 @@ def _read_falcon(f: ConfigFields) -> ParsedConfig:
             attention_bias=bias,
             mlp_bias=bias,
             parallel_attention_mlp=parallel,
+            transformers_class="FalconForCausalLM",
+            hidden_dropout=f.probability("hidden_dropout"),
+            attention_dropout=f.probability("attention_dropout"),
         ),
         details=ParameterDetails(fused_qkv=True, norms_per_layer=2 if not parallel or norms_in_parallel == 2 else 1),
-        transformers_class="FalconForCausalLM",
-        hidden_dropout=f.probability("hidden_dropout"),
-        attention_dropout=f.probability("attention_dropout"),
     )
 
 
 def _read_gpt_neox(f: ConfigFields) -> ParsedConfig:
     return ParsedConfig(
-        dims=ArchitectureDims(
+        dims=ModelArchitecture(
             model_type="gpt_neox",
             **basic_dims(f),
             ffn_size=f.int("intermediate_size"),
@@ -166,11 +165,11 @@ def _read_gpt_neox(f: ConfigFields) -> ParsedConfig:
             attention_bias=f.bool("attention_bias", True),
             mlp_bias=True,
             parallel_attention_mlp=f.bool("use_parallel_residual", True),
+            transformers_class="GPTNeoXForCausalLM",
+            hidden_dropout=f.probability("hidden_dropout", "hidden_dropout_prob"),
+            attention_dropout=f.probability("attention_dropout", "attention_probs_dropout_prob"),
         ),
         details=ParameterDetails(fused_qkv=True),
-        transformers_class="GPTNeoXForCausalLM",
-        hidden_dropout=f.probability("hidden_dropout", "hidden_dropout_prob"),
-        attention_dropout=f.probability("attention_dropout", "attention_probs_dropout_prob"),
     )
 
 
@@ -196,7 +195,7 @@ def _read_llama_style(f: ConfigFields, model_type: str) -> ParsedConfig:
     moe_dims, moe_details, ffn = read_moe(f, model_type, layers)
     gemma = model_type.startswith("gemma")
     return ParsedConfig(
-        dims=ArchitectureDims(
+        dims=ModelArchitecture(
             model_type=model_type,
             hidden_size=hidden,
             num_layers=layers,
@@ -215,6 +214,9 @@ def _read_llama_style(f: ConfigFields, model_type: str) -> ParsedConfig:
             mlp_bias=model_type == "llama" and f.bool("mlp_bias", False),
             qk_l2_norm=model_type == "llama4_text" and f.bool("use_qk_norm", True),
             **moe_dims,
+            transformers_class=style.transformers_class,
+            hidden_dropout=f.probability("resid_pdrop") if model_type == "phi3" else 0.0,
+            attention_dropout=f.probability("attention_dropout"),
         ),
         details=ParameterDetails(
             norms_per_layer=style.norms_per_layer,
@@ -224,9 +226,6 @@ def _read_llama_style(f: ConfigFields, model_type: str) -> ParsedConfig:
             fused_gate_up=model_type == "phi3",
             **moe_details,
         ),
-        transformers_class=style.transformers_class,
-        hidden_dropout=f.probability("resid_pdrop") if model_type == "phi3" else 0.0,
-        attention_dropout=f.probability("attention_dropout"),
     )
 
 
@@ -305,7 +304,7 @@ def spec_from_hf_config(
     if params is None:
         params = formula_param_counts(parsed.dims, parsed.details)
         if tower is not None:
-            params = with_vision_tower(params, tower.params, parsed.projector_params, parsed.dims.hidden_size)
+            params = with_vision_tower(params, tower.params, parsed.dims.projector_params, parsed.dims.hidden_size)
     return _spec_of(parsed, name=name, hf_id=hf_id, aliases=aliases, origin=origin, params=params, tower=tower)
 
 
@@ -319,18 +318,6 @@ def _spec_of(
     aliases: Sequence[str] = (),
     tower: ModelSpec | None = None,
 ) -> ModelSpec:
-    return ModelSpec(
-        name=name,
-        hf_id=hf_id,
-        aliases=list(aliases),
-        transformers_class=parsed.transformers_class,
-        params=params or formula_param_counts(parsed.dims, parsed.details),
-        origin=origin,
-        hidden_dropout=parsed.hidden_dropout,
-        attention_dropout=parsed.attention_dropout,
-        output_head=parsed.output_head,
-        vision_tower=tower,
-        image_tokens=parsed.image_tokens,
-        projector_params=parsed.projector_params,
-        **parsed.dims.model_dump(),
-    )
+    named = {"name": name, "hf_id": hf_id, "aliases": list(aliases), "origin": origin, "vision_tower": tower}
+    counts = params or formula_param_counts(parsed.dims, parsed.details)
+    return ModelSpec(**{**parsed.dims.model_dump(), **named, "params": counts})

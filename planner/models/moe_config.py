@@ -9,7 +9,7 @@ transformers' own names and defaults (docs/models-and-hardware.md):
 - Llama 4 (text): num_local_experts of intermediate_size plus an ungated shared expert of the same width;
   blocks off interleave_moe_layer_step (or not in moe_layers) keep a dense MLP of intermediate_size_mlp.
 
-    read_moe(fields, model_type, layers) -> (ArchitectureDims fields, ParameterDetails fields, ffn_size)
+    read_moe(fields, model_type, layers) -> (ModelArchitecture fields, ParameterDetails fields, ffn_size)
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _sparse_count(f: ConfigFields, model_type: str, layers: int) -> int:
 
 
 def read_moe(f: ConfigFields, model_type: str, layers: int) -> tuple[dict, dict, int]:
-    """ArchitectureDims and ParameterDetails fields of an MoE config (empty for dense ones), and the width of
+    """ModelArchitecture and ParameterDetails fields of an MoE config (empty for dense ones), and the width of
     its dense MLP (ffn_size)."""
     ffn = f.int("intermediate_size")
     if model_type in ("mixtral", "gpt_oss"):

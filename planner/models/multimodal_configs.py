@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from planner.models.architecture import ArchitectureDims
 from planner.models.config_fields import ConfigFields
 from planner.models.param_details import ParameterDetails
 from planner.models.parsed_config import ParsedConfig
-from planner.models.spec import ModelFamily
+from planner.models.spec import ModelArchitecture, ModelFamily
 
 # transformers' LlamaConfig defaults: published LLaVA configs (llava-hf/llava-1.5-7b-hf) leave them out.
 LLAMA_TEXT_DEFAULTS = {
@@ -40,7 +39,7 @@ def read_clip_vision(f: ConfigFields) -> ParsedConfig:
     if image % patch:
         raise f.error("patch_size", f"({patch}) does not divide image_size ({image})")
     return ParsedConfig(
-        dims=ArchitectureDims(
+        dims=ModelArchitecture(
             family=ModelFamily.ENCODER_ONLY,
             model_type="clip_vision_model",
             hidden_size=hidden,
@@ -55,15 +54,15 @@ def read_clip_vision(f: ConfigFields) -> ParsedConfig:
             attention_bias=True,
             mlp_bias=True,
             patch_values=channels * patch * patch,
+            transformers_class="CLIPVisionModel",
+            attention_dropout=f.probability("attention_dropout"),
+            output_head=False,
         ),
         details=ParameterDetails(
             final_norms=1,  # post_layernorm
             embedding_norm=True,  # pre_layrnorm
             patch_embedding_params=channels * patch * patch * hidden + hidden,  # conv (no bias) + class token
         ),
-        transformers_class="CLIPVisionModel",
-        attention_dropout=f.probability("attention_dropout"),
-        output_head=False,
     )
 
 
@@ -95,11 +94,15 @@ def read_llava(f: ConfigFields, read_text: Callable[[ConfigFields, str], ParsedC
                       f"{text.dims.max_position_embeddings} positions")  # fmt: skip
     return text.model_copy(
         update={
-            "dims": text.dims.model_copy(update={"model_type": "llava"}),
-            "transformers_class": "LlavaForConditionalGeneration",
+            "dims": text.dims.model_copy(
+                update={
+                    "model_type": "llava",
+                    "transformers_class": "LlavaForConditionalGeneration",
+                    "image_tokens": image_tokens,
+                    "projector_params": projector,
+                }
+            ),
             "vision_tower": tower,
-            "image_tokens": image_tokens,
-            "projector_params": projector,
         }
     )
 
@@ -123,7 +126,7 @@ def read_clip(f: ConfigFields) -> ParsedConfig:
     hidden, heads = text.int("hidden_size"), text.int("num_attention_heads")
     projection = f.int("projection_dim", default=512)
     return ParsedConfig(
-        dims=ArchitectureDims(
+        dims=ModelArchitecture(
             family=ModelFamily.ENCODER_ONLY,
             model_type="clip",
             hidden_size=hidden,
@@ -137,12 +140,12 @@ def read_clip(f: ConfigFields) -> ParsedConfig:
             tied_embeddings=True,  # no head over the vocabulary
             attention_bias=True,
             mlp_bias=True,
+            transformers_class="CLIPModel",
+            attention_dropout=text.probability("attention_dropout"),
+            output_head=False,
+            # Both projections (no bias) and the learned temperature.
+            projector_params=(hidden + tower.dims.hidden_size) * projection + 1,
         ),
         details=ParameterDetails(final_norms=1),
-        transformers_class="CLIPModel",
-        attention_dropout=text.probability("attention_dropout"),
-        output_head=False,
         vision_tower=tower,
-        # Both projections (no bias) and the learned temperature.
-        projector_params=(hidden + tower.dims.hidden_size) * projection + 1,
     )

@@ -7,12 +7,9 @@ default_details() derives them from a model_type when only a spec is at hand.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import BaseModel, ConfigDict, Field
 
-if TYPE_CHECKING:
-    from planner.models.architecture import Architecture
+from planner.models.spec import ModelArchitecture
 
 
 class ParameterDetails(BaseModel):
@@ -65,7 +62,7 @@ class ParameterDetails(BaseModel):
     attention_sinks: bool = False
 
 
-def default_details(arch: Architecture) -> ParameterDetails:
+def default_details(arch: ModelArchitecture) -> ParameterDetails:
     """Parameter details implied by the model_type, for when no config is at hand.
 
     Exact for the catalog models; for a config, hf_config.py reads the few

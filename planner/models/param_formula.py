@@ -9,33 +9,32 @@ count (tests/test_catalog_counts.py holds it to that).
 
 Two inputs:
 
-- the architecture, an ArchitectureDims (or a ModelSpec, which carries the same
-  fields) -- the dimensions every planner formula uses;
+- the architecture, a ModelArchitecture (a ModelSpec is one, with its counts)
+  -- the dimensions every planner formula uses;
 - a ParameterDetails: small per-architecture facts that move the count but are not
   worth a ModelSpec field (OPT's two spare position rows, BERT's token-type
   table and pooler, T5's relative-attention tables, Falcon's norm count...).
   hf_config.py reads them from the config; default_details() derives them from
   the model_type when only a spec is at hand.
 
-    formula_param_counts(ArchitectureDims(hidden_size=4096, num_layers=32, num_heads=32,
-                                          ffn_size=11008, vocab_size=32000,
-                                          mlp_kind="gated", norm="rmsnorm", tied_embeddings=False,
-                                          position_embedding="rotary"))
+    formula_param_counts(ModelArchitecture(hidden_size=4096, num_layers=32, num_heads=32,
+                                           ffn_size=11008, vocab_size=32000,
+                                           mlp_kind="gated", norm="rmsnorm", tied_embeddings=False,
+                                           position_embedding="rotary"))
 """
 
 from __future__ import annotations
 
-from planner.models.architecture import Architecture
 from planner.models.param_details import ParameterDetails, default_details
-from planner.models.spec import MlpKind, ModelFamily, ModelSpec, ParamCounts
+from planner.models.spec import MlpKind, ModelArchitecture, ModelFamily, ModelSpec, ParamCounts
 
 
-def _norm_params(arch: Architecture) -> int:
+def _norm_params(arch: ModelArchitecture) -> int:
     # LayerNorm has a weight and a bias; RMSNorm only a weight.
     return arch.hidden_size * (2 if arch.norm == "layernorm" else 1)
 
 
-def _latent_attention_params(arch: Architecture) -> int:
+def _latent_attention_params(arch: ModelArchitecture) -> int:
     """MLA (DeepSeek-V2/V3, no biases): q through a normed q_lora_rank bottleneck or one projection; a
     kv_lora_rank latent (normed) plus a shared rotary key, expanded to every head's key and value."""
     hidden, heads = arch.hidden_size, arch.num_heads
@@ -50,7 +49,7 @@ def _latent_attention_params(arch: Architecture) -> int:
     return query + latent + expand + heads * arch.v_head_dim * hidden
 
 
-def _attention_params(arch: Architecture, details: ParameterDetails) -> int:
+def _attention_params(arch: ModelArchitecture, details: ParameterDetails) -> int:
     if arch.kv_lora_rank:
         return _latent_attention_params(arch)
     hidden, head_dim = arch.hidden_size, arch.head_dim
@@ -68,7 +67,7 @@ def _attention_params(arch: Architecture, details: ParameterDetails) -> int:
     return params
 
 
-def _mlp_params(arch: Architecture, ffn_size: int, *, bias: bool | None = None) -> int:
+def _mlp_params(arch: ModelArchitecture, ffn_size: int, *, bias: bool | None = None) -> int:
     hidden = arch.hidden_size
     with_bias = arch.mlp_bias if bias is None else bias
     if arch.mlp_kind is MlpKind.GATED:
@@ -76,12 +75,12 @@ def _mlp_params(arch: Architecture, ffn_size: int, *, bias: bool | None = None) 
     return 2 * hidden * ffn_size + ((ffn_size + hidden) if with_bias else 0)
 
 
-def _expert_params(arch: Architecture, details: ParameterDetails) -> int:
+def _expert_params(arch: ModelArchitecture, details: ParameterDetails) -> int:
     # transformers stores experts as fused tensors, bias-free but for gpt-oss's.
     return _mlp_params(arch, arch.expert_ffn_size or arch.ffn_size, bias=details.expert_bias)
 
 
-def _moe_mlp_params(arch: Architecture, details: ParameterDetails) -> int:
+def _moe_mlp_params(arch: ModelArchitecture, details: ParameterDetails) -> int:
     router = arch.num_experts * (arch.hidden_size + (1 if details.router_bias else 0))
     shared = 0
     if details.shared_expert_ffn_size:
@@ -90,14 +89,16 @@ def _moe_mlp_params(arch: Architecture, details: ParameterDetails) -> int:
     return router + arch.num_experts * _expert_params(arch, details) + shared
 
 
-def _block_params(arch: Architecture, details: ParameterDetails, *, cross_attention: bool = False, moe: bool) -> int:
+def _block_params(
+    arch: ModelArchitecture, details: ParameterDetails, *, cross_attention: bool = False, moe: bool
+) -> int:
     attention = _attention_params(arch, details) * (2 if cross_attention else 1)
     mlp = _moe_mlp_params(arch, details) if moe else _mlp_params(arch, arch.ffn_size)
     norms = details.norms_per_layer + (1 if cross_attention else 0)
     return attention + mlp + norms * _norm_params(arch)
 
 
-def params_per_layer(spec: Architecture, details: ParameterDetails | None = None) -> int:
+def params_per_layer(spec: ModelArchitecture, details: ParameterDetails | None = None) -> int:
     """Parameters of one transformer block, all experts included for MoE.
 
     For encoder-decoder models this is the (larger) decoder block; T5's
@@ -108,7 +109,7 @@ def params_per_layer(spec: Architecture, details: ParameterDetails | None = None
     return _block_params(spec, details, cross_attention=cross, moe=spec.num_experts > 0)
 
 
-def _embedding_params(arch: Architecture, details: ParameterDetails) -> int:
+def _embedding_params(arch: ModelArchitecture, details: ParameterDetails) -> int:
     """Lookup tables plus an untied output head, as ParamCounts.embedding defines it."""
     token_width = details.embedding_projection_dim or arch.hidden_size
     params = details.patch_embedding_params or arch.vocab_size * token_width
@@ -121,7 +122,7 @@ def _embedding_params(arch: Architecture, details: ParameterDetails) -> int:
     return params
 
 
-def _blocks_params(arch: Architecture, details: ParameterDetails) -> int:
+def _blocks_params(arch: ModelArchitecture, details: ParameterDetails) -> int:
     if arch.family is ModelFamily.ENCODER_DECODER:
         encoder = arch.num_encoder_layers * _block_params(arch, details, moe=False)
         decoder = arch.num_decoder_layers * _block_params(arch, details, cross_attention=True, moe=False)
@@ -134,7 +135,7 @@ def _blocks_params(arch: Architecture, details: ParameterDetails) -> int:
     return arch.num_layers * _block_params(arch, details, moe=False)
 
 
-def _other_params(arch: Architecture, details: ParameterDetails) -> int:
+def _other_params(arch: ModelArchitecture, details: ParameterDetails) -> int:
     """Everything outside blocks and lookup tables: final/embedding norms, projections, pooler."""
     params = (details.final_norms + (1 if details.embedding_norm else 0)) * _norm_params(arch)
     if details.embedding_projection_dim:
@@ -144,7 +145,7 @@ def _other_params(arch: Architecture, details: ParameterDetails) -> int:
     return params + details.classifier_params + details.frontend_params
 
 
-def _largest_module(arch: Architecture, details: ParameterDetails) -> int:
+def _largest_module(arch: ModelArchitecture, details: ParameterDetails) -> int:
     """Most parameters held directly by one module: what ZeRO-3 gathers at once."""
     hidden, head_dim = arch.hidden_size, arch.head_dim
     q_width, kv_width = arch.num_heads * head_dim, arch.num_kv_heads * head_dim
@@ -173,10 +174,10 @@ def _largest_module(arch: Architecture, details: ParameterDetails) -> int:
     return max(candidates)
 
 
-def formula_param_counts(arch: Architecture, details: ParameterDetails | None = None) -> ParamCounts:
+def formula_param_counts(arch: ModelArchitecture, details: ParameterDetails | None = None) -> ParamCounts:
     """Total, active, embedding and largest-module counts computed from dimensions.
 
-    arch is an ArchitectureDims or a ModelSpec; details defaults to what the
+    arch is a ModelArchitecture (a ModelSpec is one); details defaults to what the
     model_type implies (see default_details).
     """
     details = details or default_details(arch)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from planner.models.architecture import ArchitectureDims
 from planner.models.param_details import ParameterDetails
+from planner.models.spec import ModelArchitecture
 
 
 class ParsedConfig(BaseModel):
@@ -13,14 +13,9 @@ class ParsedConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    dims: ArchitectureDims
+    # Everything a ModelSpec holds but its name and counts (transformers class, dropouts, image tokens...).
+    dims: ModelArchitecture
     details: ParameterDetails
-    transformers_class: str
-    hidden_dropout: float = 0.0
-    attention_dropout: float = 0.0
-    output_head: bool = True
-    # LLaVA-style models: the vision tower's own config, the LLM positions each image fills, and the
-    # projector between them; CLIP: the vision tower and both projections (planner/models/multimodal_configs.py).
+    # LLaVA and CLIP: the vision tower's own config, with its own details; the LLM positions each image
+    # fills and the projector's parameters are in dims (planner/models/multimodal_configs.py).
     vision_tower: ParsedConfig | None = None
-    image_tokens: int = 0
-    projector_params: int = 0

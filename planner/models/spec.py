@@ -49,17 +49,23 @@ class ParamCounts(BaseModel):
     source_detail: str = ""
 
 
-class ModelSpec(BaseModel):
-    """Architecture and size of one model, independent of how it is trained."""
+class ModelArchitecture(BaseModel):
+    """What a model is, before any parameter count exists: every dimension the formulas read.
+
+    The config readers (planner/models/hf_config.py) build one and param_formula counts from it;
+    ModelSpec is this plus the counts, so each field is declared here once. Fields a reader may
+    leave out take a plain decoder's values: num_kv_heads 0 means num_heads, head_dim 0 means
+    hidden_size // num_heads.
+    """
 
     model_config = ConfigDict(frozen=True)
 
-    name: str
+    name: str = "custom"
     hf_id: str | None = None
     aliases: list[str] = Field(default_factory=list)
-    family: ModelFamily
-    model_type: str  # the HF config's model_type, e.g. "llama"
-    transformers_class: str  # e.g. "LlamaForCausalLM"
+    family: ModelFamily = ModelFamily.DECODER_ONLY
+    model_type: str = "custom"  # the HF config's model_type, e.g. "llama"
+    transformers_class: str = ""  # e.g. "LlamaForCausalLM"
 
     hidden_size: int = Field(gt=0)
     # All transformer blocks; for encoder-decoder models the sum of both stacks.
@@ -67,14 +73,14 @@ class ModelSpec(BaseModel):
     num_encoder_layers: int = Field(default=0, ge=0)
     num_decoder_layers: int = Field(default=0, ge=0)
     num_heads: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
+    num_kv_heads: int = Field(default=0, ge=0)  # 0: same as num_heads
+    head_dim: int = Field(default=0, ge=0)  # 0: hidden_size // num_heads
     ffn_size: int = Field(gt=0)
-    mlp_kind: MlpKind
+    mlp_kind: MlpKind = MlpKind.STANDARD
     activation: str = "gelu"
     vocab_size: int = Field(gt=0)
-    max_position_embeddings: int = Field(gt=0)
-    tied_embeddings: bool
+    max_position_embeddings: int = Field(default=2048, gt=0)
+    tied_embeddings: bool = True
 
     # Details that change parameter and activation counts between architectures.
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
@@ -124,6 +130,40 @@ class ModelSpec(BaseModel):
     kv_lora_rank: int = Field(default=0, ge=0)
     qk_rope_head_dim: int = Field(default=0, ge=0)
     v_head_dim: int = Field(default=0, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_derived(cls, values: dict) -> dict:
+        if not isinstance(values, dict):
+            return values
+        values = dict(values)
+        heads = values.get("num_heads")
+        if not values.get("num_kv_heads"):
+            values["num_kv_heads"] = heads
+        if not values.get("head_dim") and isinstance(heads, int) and heads > 0:
+            hidden = values.get("hidden_size")
+            if isinstance(hidden, int) and hidden % heads:
+                raise ValueError(f"hidden_size ({hidden}) is not a multiple of num_heads ({heads}); give head_dim")
+            values["head_dim"] = hidden // heads if isinstance(hidden, int) else None
+        return values
+
+
+class ModelSpec(ModelArchitecture):
+    """Architecture and size of one model, independent of how it is trained.
+
+    A spec is complete: the fields below have no default here (they keep their place in the
+    field order, which plan.json shows).
+    """
+
+    name: str
+    family: ModelFamily
+    model_type: str
+    transformers_class: str
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    mlp_kind: MlpKind
+    max_position_embeddings: int = Field(gt=0)
+    tied_embeddings: bool
 
     params: ParamCounts
     # Where the spec came from: "catalog", a config path, "dimensions" or "parameter count".
