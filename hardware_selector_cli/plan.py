@@ -57,6 +57,13 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         explain: bool = typer.Option(False, "--explain", help="Reasons and memory sources for every plan shown."),
         emit_dir: str | None = typer.Option(None, "--emit", help="Write the best plan's run folder here."),
+        elastic: str | None = typer.Option(
+            None,
+            "--elastic",
+            metavar="MIN:MAX",
+            help="With --emit: run elastic over MIN to MAX nodes; plan.json holds each node count's layout, "
+            "and a run restarted on the nodes that remain re-plans to it (docs/running.md, Elastic).",
+        ),
         force: bool = typer.Option(
             False,
             "--force",
@@ -81,12 +88,18 @@ def register(app: typer.Typer) -> None:
                 )
             _plan_serving(model, cluster, search, serving, as_json, explain)
             return
-        if emit is None and run.given():
-            raise UserInputError(f"{', '.join(run.given())} describe the run of an emitted folder; add --emit DIR")
+        if emit is None and (run.given() or elastic is not None):
+            given = run.given() or ["--elastic"]
+            raise UserInputError(f"{', '.join(given)} describe the run of an emitted folder; add --emit DIR")
         overrides = run.overrides() if emit is not None else None
         search.check(emitting=emit is not None)
-        spec, target, request, result, calibration = _search(model, cluster, search, routing, db, no_calibration)
-        written = _emit(result, spec, target, emit, force, overrides) if emit is not None else None
+        spec, target, request, result, calibration, adjust = _search(
+            model, cluster, search, routing, db, no_calibration
+        )
+        written = None
+        if emit is not None:
+            fallbacks = _fallbacks(elastic, spec, request, result, adjust, calibration)
+            written = _emit(result, spec, target, emit, force, overrides, fallbacks)
         if as_json:
             print(json.dumps(search_document(result), indent=2))
         else:
@@ -118,7 +131,7 @@ def _plan_serving(model: ModelOptions, cluster: ClusterOptions, search: SearchOp
 
 
 def _search(model: ModelOptions, cluster: ClusterOptions, search: SearchOptions, routing, db, no_calibration):
-    """The model, the cluster, the request, the search's result and what calibrated it."""
+    """The model, the cluster, the request, the search's result, what calibrated it, and how."""
     from planner.search import search_plans
     from planner.selector.training import default_seq_len
 
@@ -131,10 +144,22 @@ def _search(model: ModelOptions, cluster: ClusterOptions, search: SearchOptions,
         from benchmarks_db.calibrate import plan_calibration
 
         adjust, calibration = plan_calibration(spec, target, db)
-    return spec, target, request, search_plans(spec, target, request, adjust, calibration=calibration), calibration
+    result = search_plans(spec, target, request, adjust, calibration=calibration)
+    return spec, target, request, result, calibration, adjust
 
 
-def _emit(result, spec, target, emit: Path, force: bool, overrides) -> list[str]:
+def _fallbacks(elastic: str | None, spec, request, result, adjust, calibration):
+    """The elastic table of `--elastic MIN:MAX` for the best plan (planner/search/elastic.py), or None."""
+    if elastic is None or result.best is None:
+        return None
+    from planner.elastic_plan import parse_node_range
+    from planner.search.elastic import elastic_plan
+
+    node_range = parse_node_range(elastic, result.best.cluster.num_nodes)
+    return elastic_plan(spec, request, result.best, node_range, adjust, calibration=calibration)
+
+
+def _emit(result, spec, target, emit: Path, force: bool, overrides, elastic=None) -> list[str]:
     """Write the best plan's run folder; the lines that say what was written and what was moved aside."""
     from planner.rundir.previous_run import previous_run_state
     from planner.rundir.write import emit_run_folder
@@ -143,9 +168,33 @@ def _emit(result, spec, target, emit: Path, force: bool, overrides) -> list[str]
     best = require_best(result, f"{spec.name} on {target.world_size} x {target.gpu.name}")
     folder = emit.expanduser().resolve()
     previous = previous_run_state(folder) if force and folder.is_dir() else []
-    written = emit_run_folder(best, emit, force=force, overrides=overrides)
+    written = emit_run_folder(best, emit, force=force, overrides=overrides, elastic=elastic)
     lines = []
     if previous:
         kept = sorted((folder / "previous").iterdir())[-1]
         lines.append(f"moved the previous run's {', '.join(previous)} to {kept} (kept, not resumed)")
-    return [*lines, f"wrote {len(written)} files to {emit}"]
+    return [*lines, f"wrote {len(written)} files to {emit}", *_elastic_lines(best, elastic)]
+
+
+def _elastic_lines(best, elastic) -> list[str]:
+    """What an elastic folder falls back to on each node count (plan.json's "elastic" block)."""
+    if elastic is None:
+        return []
+    from planner.rundir.replan import layout_summary
+
+    lines = [
+        f"elastic over {elastic.node_range} nodes (launch.sh and slurm.sbatch restart up to {elastic.max_restarts} "
+        f"times), the global batch kept at {best.global_batch}; step times from the same estimates as the table:"
+    ]
+    for entry in elastic.fallbacks:
+        where = f"  {entry.num_nodes} node(s), {entry.world_size} processes: "
+        if not entry.fits:
+            lines.append(where + f"nothing fits ({entry.why_not})")
+            continue
+        plan = entry.plan(best)
+        speed = f", predicted {plan.throughput.step_time_s:.3g} s/step" if plan.throughput else ""
+        lines.append(
+            where + f"{layout_summary(plan)}, micro-batch {plan.config.micro_batch} x accumulation "
+            f"{plan.config.grad_accum}{speed}{' (the plan)' if entry.num_nodes == best.cluster.num_nodes else ''}"
+        )
+    return lines

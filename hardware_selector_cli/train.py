@@ -69,6 +69,10 @@ def register(app: typer.Typer) -> None:
         args, spec = checked_runner_args(run_dir, forwarded)
         run = spec.run
         count = nproc or run.nproc_per_node
+        if spec.elastic is not None:  # the layout plan.json holds for this many processes, or one line
+            from planner.rundir.replan import plan_for_world
+
+            _, run = plan_for_world(spec.plan, run, spec.elastic, count, count)
         if count % run.layout.model_parallel:
             raise UserInputError(
                 f"--nproc {count} cannot hold this plan's tensor x pipeline parallel layout of "

@@ -37,6 +37,11 @@ def runner_data(run_dir: Path) -> tuple[Any, Any]:
 
 
 def hf_reference_losses(run_dir: Path, steps: int) -> list[float]:
+    return hf_reference_run(run_dir, steps)[0]
+
+
+def hf_reference_run(run_dir: Path, steps: int) -> tuple[list[float], dict[str, Any]]:
+    """(per-step losses, the trained weights by HF name) of the single-process reference."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -64,7 +69,7 @@ def hf_reference_losses(run_dir: Path, steps: int) -> list[float]:
         optimizer.step()
         optimizer.zero_grad()
         losses.append(loss.item())
-    return losses
+    return losses, {name: value.detach().clone() for name, value in model.state_dict().items()}
 
 
 def eval_loss_of(model_dir: Path, run_dir: Path) -> float:

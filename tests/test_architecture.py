@@ -32,6 +32,7 @@ BACKENDS_SEE_OF_THE_PLANNER = {
     "planner.contract",
     "planner.rundir",
     "planner.plan",
+    "planner.elastic_plan",  # plan.json's elastic block, as planner.plan is its top level
     "planner.training_config",
     "planner.models.families",
     "planner.models.catalog",

@@ -223,6 +223,36 @@ def test_slurm_sbatch_rendezvous(strategy, tmp_path, recorder):
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
 
 
+def test_an_elastic_folder_launches_torchrun_over_its_node_range(tmp_path, recorder):
+    """launch.sh: the same c10d command on every node, --nnodes MIN:MAX and --max-restarts (overridable);
+    slurm.sbatch: a MIN-MAX node allocation that survives a lost node (docs/running.md, "Elastic")."""
+    from planner.elastic_plan import ElasticPlan, Fallback
+
+    plan = make_plan(strategy="fsdp", nodes=2)
+    table = ElasticPlan(
+        min_nodes=1,
+        max_nodes=2,
+        gpus_per_node=2,
+        fallbacks=[Fallback.of(make_plan(strategy="fsdp")), Fallback.of(plan)],
+    )
+    run_dir = tmp_path / HOSTILE_NAME
+    emit_run_folder(plan, run_dir, elastic=table)
+    tail = ["-m", "backends.run", "--plan", str(run_dir.resolve()), "--tiny", "--steps", "3"]
+    rendezvous = ["--nproc-per-node=2", "--rdzv-backend=c10d", "--rdzv-id=hs-gpt2-fsdp"]
+    record = tmp_path / "argv"
+    assert _run_launch(run_dir, recorder, record) == [
+        "-m", "torch.distributed.run", "--nnodes=1:2", "--max-restarts=3", *rendezvous,
+        "--rdzv-endpoint=127.0.0.1:29500", *tail,
+    ]  # fmt: skip
+    assert _run_launch(run_dir, recorder, record, NNODES_RANGE="2:2", MAX_RESTARTS="0", MASTER_ADDR="10.1.2.3")[:4] == [
+        "-m", "torch.distributed.run", "--nnodes=2:2", "--max-restarts=0",
+    ]  # fmt: skip
+    sbatch = (run_dir / "slurm.sbatch").read_text()
+    assert subprocess.run(["bash", "-n", str(run_dir / "slurm.sbatch")]).returncode == 0
+    assert "#SBATCH --nodes=1-2\n#SBATCH --no-kill\n" in sbatch and "--kill-on-bad-exit" not in sbatch
+    assert '-m torch.distributed.run --nnodes=1:2 --max-restarts=3 --nproc-per-node="$NPROC_PER_NODE"' in sbatch
+
+
 def test_plan_json_round_trips(tmp_path):
     from planner.contract.schema import SCHEMA_VERSION
     from planner.rundir.plan_file import read_plan_file

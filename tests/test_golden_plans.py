@@ -52,6 +52,8 @@ CASES: dict[str, list[str]] = {
                         "--strategies", "fsdp", "--emit"],
     "raw-dims": ["--hidden", "2048", "--layers", "24", "--heads", "16", "--vocab", "32000", "--ffn", "8192", "--gpu", "H100-80GB",
                  "--emit"],
+    "llama-3-70b-fsdp-elastic": ["--model", "llama-3-70b", "--gpu", "H100-80GB", "--gpus-per-node", "8", "--nodes", "4",
+                                 "--strategies", "fsdp", "--no-offload", "--elastic", "2:4", "--emit"],
     "llama-3-8b-lora": ["--model", "llama-3-8b", "--gpu", "A100-40GB", "--gpus-per-node", "1", "--lora-rank", "16",
                         "--emit"],
     "llama-3-8b-qlora": ["--model", "llama-3-8b", "--gpu", "L4", "--gpus-per-node", "1", "--qlora", "--lora-rank", "16"],
@@ -131,8 +133,8 @@ def test_plan_output_is_unchanged(case, tmp_path, demo, monkeypatch):
         assert text == stored[name], f"{case}/{name} differs from tests/golden/plans/{case}/{name}"
 
 
-def test_cases_are_twenty_and_cover_the_emitters():
-    assert len(CASES) == 20
+def test_cases_are_twenty_one_and_cover_the_emitters():
+    assert len(CASES) == 21
     emitted = {path.name for path in GOLDEN.glob("*/emit/*")}
     assert {"plan.json", "engine.json", "launch.sh", "slurm.sbatch", "accelerate_config.yaml", "README.md"} <= emitted
     assert any("ds_config.json" == path.name for path in GOLDEN.glob("*/emit/*"))

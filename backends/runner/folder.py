@@ -16,10 +16,12 @@ from pathlib import Path
 from planner.contract.engine_config import EngineConfig, load_engine_config
 from planner.contract.run_config import RunConfig
 from planner.contract.schema import read_json_file
+from planner.elastic_plan import ElasticPlan
 from planner.errors import UserInputError
 from planner.plan import Plan
 from planner.rundir.engine_for_run import engine_config_for_run
 from planner.rundir.plan_file import read_plan_file
+from planner.rundir.replan import read_elastic
 from planner.rundir.run_overrides import RunOverrides, apply_overrides
 from planner.training_config import Strategy
 
@@ -32,6 +34,7 @@ class RunSpec:
     strategy: Strategy
     engine_file: EngineConfig | None  # engine.json, when the folder has one
     ds_config: dict | None  # ds_config.json, when the folder has one
+    elastic: ElasticPlan | None = None  # plan.json's fallback layouts, for a folder emitted with --elastic
 
 
 def load_run_folder(run_dir: Path, overrides: RunOverrides, strategy: str | None = None) -> RunSpec:
@@ -65,6 +68,7 @@ def load_run_folder(run_dir: Path, overrides: RunOverrides, strategy: str | None
         strategy=chosen,
         engine_file=engine_file,
         ds_config=ds_config if chosen is Strategy.DEEPSPEED else None,
+        elastic=read_elastic(run_dir) if chosen is plan.config.strategy else None,
     )
 
 

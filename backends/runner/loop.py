@@ -13,13 +13,12 @@
    time and memory beside the plan's predictions.
 
 The order of the collective calls (adapter build, the newest-checkpoint vote, checkpoint loads and saves) is
-the same on every rank. That order is why the phases stay in this one file (about 420 lines, past the house's
+the same on every rank. That order is why the phases stay in this one file (about 430 lines, past the house's
 400): split apart, a reader could no longer check in one place that every rank makes the same calls in turn.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from backends.runner.anomaly import AnomalyGuard, refuse_unsupported
 from backends.runner.checkpoints import RunCheckpoints, check_resumable, model_fingerprint
+from backends.runner.elastic import announce_replan, fit_elastic, saved_layout
 from backends.runner.folder import engine_settings, load_run_folder
 from backends.runner.metrics import MetricsLog, train_row
 from backends.runner.options import override_values
@@ -38,6 +38,7 @@ from backends.runner.summary import StepTimes, finish_summary
 from backends.runner.world import fit_device, fit_tiny, fit_to_world, process_counts
 from planner.errors import UserInputError
 from planner.rundir.hyperparameters import scheduler_block
+from planner.rundir.replan import plan_digest
 from planner.rundir.run_overrides import overrides_from
 
 if TYPE_CHECKING:
@@ -127,6 +128,7 @@ class RunSession:
     make_batch: Any = field(init=False)
     stream: Any = field(init=False)
     tied: dict = field(init=False)
+    elastic: Any = None  # backends.runner.elastic.ElasticStart of an elastic folder
 
     @classmethod
     def set_up(cls, args: argparse.Namespace) -> RunSession:
@@ -141,6 +143,7 @@ class RunSession:
         rank, world, local_rank, local_world = process_counts()
         run = fit_device(spec.run, tiny=args.tiny)
         start_distributed(run.dist_backend)
+        spec, run, elastic = fit_elastic(spec, run, world, local_world)  # an elastic folder's plan for this world
         run, world_note = fit_to_world(run, world, tiny=args.tiny, local_world=local_world)
         if args.tiny:
             run = fit_tiny(run, TINY_SEQ_LEN)
@@ -201,6 +204,7 @@ class RunSession:
             guard=AnomalyGuard(run.anomaly),
             checkpoints=RunCheckpoints(spec.run_dir / "checkpoints", run.checkpoint.keep_last),
             notes=notes,
+            elastic=elastic,
         )
 
     def resume(self) -> None:
@@ -219,8 +223,9 @@ class RunSession:
             tensorboard_dir=run_dir / "tensorboard",
         )
         self.fingerprint = model_fingerprint(run.model.hf_config, tiny=self.args.tiny)
-        self.plan_digest = hashlib.sha256((run_dir / "plan.json").read_bytes()).hexdigest()[:16]
+        self.plan_digest = plan_digest(run_dir)
         if newest is None:
+            announce_replan(self, None)  # an elastic run started afresh on another world size
             return
         from backends.checkpoint.layout import read_json
         from backends.runner.checkpoints import RUNNER_STATE
@@ -243,6 +248,7 @@ class RunSession:
             f"resuming from {newest} (step {self.step}; saved under {which}: {saved['model']}, {saved['strategy']}, "
             f"global batch {saved['global_batch']}, {saved['layout']})"
         )
+        announce_replan(self, saved)
 
     def open_stream(self) -> None:
         """The micro-batch stream from the sample the run stands at, the progress line and the status file."""
@@ -353,6 +359,7 @@ class RunSession:
             "strategy": self.spec.strategy.value,
             "global_batch": run.global_batch,
             "layout": run.layout.describe(),
+            **saved_layout(self.spec, run),
         }
         state = {"step": at, "samples": self.samples, "anomaly": self.guard.state_dict(), "saved_under": saved_under}
         folder = self.checkpoints.save(self.adapter, at, state)

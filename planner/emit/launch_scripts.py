@@ -6,7 +6,9 @@ own script. Every value that comes from outside the script (paths, the
 Python interpreter, the run id) is passed through shlex.quote, and every
 variable is expanded inside double quotes, so a path with spaces, quotes or
 `$` is taken literally. The script finds its own folder at run time, so the
-folder can be moved or copied to another machine.
+folder can be moved or copied to another machine. An elastic plan (`--elastic MIN:MAX`)
+starts torchrun over the node range with a c10d rendezvous and --max-restarts, so the
+survivors of a lost node restart and re-plan (docs/running.md, "Elastic").
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import shlex
 import sys
 
 from planner.contract.run_config import RunConfig
+from planner.elastic_plan import ElasticPlan
 from planner.plan import Plan
 
 DEFAULT_MASTER_PORT = 29500
@@ -30,7 +33,7 @@ def run_id(plan: Plan) -> str:
     return "".join(ch if ch.isalnum() or ch == "-" else "-" for ch in raw)
 
 
-def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None) -> str:
+def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None, elastic: ElasticPlan | None = None) -> str:
     q = shlex.quote
     header = [
         "#!/usr/bin/env bash",
@@ -41,7 +44,16 @@ def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None) -> st
         "#   NNODES=2 NODE_RANK=0 MASTER_ADDR=<first node's address> bash launch.sh",
         "# Your own script: TRAIN_SCRIPT=/path/to/train.py bash launch.sh  (it receives --plan RUN_DIR).",
         f"# Another launcher: LAUNCHER=torchrun|accelerate|deepspeed (the plan's choice: {target.launcher}).",
-        "# The process count is part of the plan (batch sizes depend on it): re-emit with --nproc to change it.",
+        *(
+            [
+                "# The process count is part of the plan (batch sizes depend on it): re-emit with --nproc to change it.",
+            ]
+            if elastic is None
+            else [
+                f"# Elastic: torchrun runs on {elastic.min_nodes} to {elastic.max_nodes} nodes; the runner re-plans for "
+                "the processes it gets.",
+            ]
+        ),
         "set -euo pipefail",
         "",
         'RUN_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"',
@@ -53,6 +65,14 @@ def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None) -> st
         "NODE_RANK=${NODE_RANK:-0}",
         "MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}",
         f"MASTER_PORT=${{MASTER_PORT:-{DEFAULT_MASTER_PORT}}}",
+        *(
+            []
+            if elastic is None
+            else [
+                f"NNODES_RANGE=${{NNODES_RANGE:-{elastic.node_range}}}",
+                f"MAX_RESTARTS=${{MAX_RESTARTS:-{elastic.max_restarts}}}",
+            ]
+        ),
         "# What each launcher starts: the runner module, or your script.",
         'if [[ -n "${TRAIN_SCRIPT:-}" ]]; then',
         '  TRAIN=( "$TRAIN_SCRIPT" ); DS_TRAIN=( "$TRAIN_SCRIPT" )',
@@ -66,20 +86,13 @@ def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None) -> st
             "# CPU plan: gloo, and DeepSpeed's CPU accelerator.",
             "export DS_ACCELERATOR=${DS_ACCELERATOR:-cpu}",
         ]
+    torchrun = _torchrun_lines(plan) if elastic is None else _elastic_torchrun_lines(plan)
     body = [
         'cd "$RUN_DIR"',
         "",
         'case "$LAUNCHER" in',
         "torchrun)",
-        '  if [[ "$NNODES" == 1 ]]; then',
-        '    exec "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node="$NPROC_PER_NODE" \\',
-        '      "${TRAIN[@]}" "${ARGS[@]}"',
-        "  fi",
-        '  exec "$PYTHON" -m torch.distributed.run --nnodes="$NNODES" --node-rank="$NODE_RANK" \\',
-        '    --nproc-per-node="$NPROC_PER_NODE" --rdzv-backend=static \\',
-        f'    --rdzv-id={q(run_id(plan))} --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" \\',
-        '    "${TRAIN[@]}" "${ARGS[@]}"',
-        "  ;;",
+        *torchrun,
         "accelerate)",
         "  # = accelerate launch --config_file accelerate_config.yaml ...; the runner sets up the strategy itself.",
         '  exec "$PYTHON" -m accelerate.commands.launch --config_file "$RUN_DIR/accelerate_config.yaml" \\',
@@ -105,6 +118,33 @@ def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None) -> st
         "esac",
     ]
     return "\n".join(header + body) + "\n"
+
+
+def _torchrun_lines(plan: Plan) -> list[str]:
+    return [
+        '  if [[ "$NNODES" == 1 ]]; then',
+        '    exec "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node="$NPROC_PER_NODE" \\',
+        '      "${TRAIN[@]}" "${ARGS[@]}"',
+        "  fi",
+        '  exec "$PYTHON" -m torch.distributed.run --nnodes="$NNODES" --node-rank="$NODE_RANK" \\',
+        '    --nproc-per-node="$NPROC_PER_NODE" --rdzv-backend=static \\',
+        f'    --rdzv-id={shlex.quote(run_id(plan))} --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" \\',
+        '    "${TRAIN[@]}" "${ARGS[@]}"',
+        "  ;;",
+    ]
+
+
+def _elastic_torchrun_lines(plan: Plan) -> list[str]:
+    """torchrun over a node range: the same command on every node (the c10d rendezvous numbers them); when a node
+    is lost, or one returns, torchrun restarts the workers and the runner re-plans for the new world size."""
+    return [
+        "  # The same command on every node; MASTER_ADDR is the node that hosts the rendezvous.",
+        '  exec "$PYTHON" -m torch.distributed.run --nnodes="$NNODES_RANGE" --max-restarts="$MAX_RESTARTS" \\',
+        '    --nproc-per-node="$NPROC_PER_NODE" --rdzv-backend=c10d \\',
+        f'    --rdzv-id={shlex.quote(run_id(plan))} --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" \\',
+        '    "${TRAIN[@]}" "${ARGS[@]}"',
+        "  ;;",
+    ]
 
 
 def hostfile(plan: Plan, target: RunConfig) -> str | None:

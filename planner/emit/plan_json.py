@@ -2,7 +2,7 @@
 
 The top level is `Plan.model_dump()`, so `Plan.model_validate` reads the file
 back; "run" is the RunConfig every other file of the folder was written from,
-which the runner reads. Both carry the one SCHEMA_VERSION of the contract.
+which the runner reads; "elastic" holds an elastic run's fallback layouts. Both carry the one SCHEMA_VERSION of the contract.
 The layout is stored once, as the config's ParallelDims split (dp is what the
 cluster leaves); the run block repeats it only when the run's process counts
 differ from the plan's.
@@ -15,10 +15,13 @@ import json
 from typing import Any
 
 from planner.contract.run_config import RunConfig
+from planner.elastic_plan import ElasticPlan
 from planner.plan import Plan
 
 
-def plan_document(plan: Plan, run: RunConfig, tune: dict[str, Any] | None = None) -> dict[str, Any]:
+def plan_document(
+    plan: Plan, run: RunConfig, tune: dict[str, Any] | None = None, elastic: ElasticPlan | None = None
+) -> dict[str, Any]:
     document = plan.model_dump(mode="json")
     document["run"] = run.model_dump(mode="json")
     if run.layout == plan.layout:
@@ -33,8 +36,12 @@ def plan_document(plan: Plan, run: RunConfig, tune: dict[str, Any] | None = None
     }
     if tune is not None:  # the trials a `tune` measured, and which won (Plan.model_validate ignores the key)
         document["tune"] = tune
+    if elastic is not None:  # the node range and each count's fallback (planner/elastic_plan.py)
+        document["elastic"] = elastic.model_dump(mode="json")
     return document
 
 
-def plan_json(plan: Plan, run: RunConfig, tune: dict[str, Any] | None = None) -> str:
-    return json.dumps(plan_document(plan, run, tune), indent=2, sort_keys=False) + "\n"
+def plan_json(
+    plan: Plan, run: RunConfig, tune: dict[str, Any] | None = None, elastic: ElasticPlan | None = None
+) -> str:
+    return json.dumps(plan_document(plan, run, tune, elastic), indent=2, sort_keys=False) + "\n"

@@ -3,7 +3,9 @@
 Every strategy runs the one runner (`-m backends.run`); extra arguments to
 `sbatch slurm.sbatch ARGS` reach it. Paths are fixed at emission time (SLURM
 runs a copy of the script from its spool directory), quoted with shlex.quote
-and expanded inside double quotes.
+and expanded inside double quotes. An elastic plan asks for MIN-MAX nodes, keeps the job alive
+when a node fails (--no-kill) and lets torchrun restart the survivors, which re-plan (docs/running.md,
+"Elastic").
 """
 
 from __future__ import annotations
@@ -13,17 +15,21 @@ import sys
 from pathlib import Path
 
 from planner.contract.run_config import RunConfig
+from planner.elastic_plan import ElasticPlan
 from planner.emit.launch_scripts import DEFAULT_MASTER_PORT, RUNNER_MODULE, run_id
 from planner.plan import Plan
 
 
-def slurm_sbatch(plan: Plan, target: RunConfig, run_dir: Path, *, python: str | None = None) -> str:
+def slurm_sbatch(
+    plan: Plan, target: RunConfig, run_dir: Path, *, python: str | None = None, elastic: ElasticPlan | None = None
+) -> str:
     q = shlex.quote
     gpus = [] if target.device == "cpu" else [f"#SBATCH --gpus-per-node={target.nproc_per_node}"]
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={run_id(plan)}",
-        f"#SBATCH --nodes={target.num_nodes}",
+        f"#SBATCH --nodes={target.num_nodes if elastic is None else f'{elastic.min_nodes}-{elastic.max_nodes}'}",
+        *([] if elastic is None else ["#SBATCH --no-kill"]),
         "#SBATCH --ntasks-per-node=1",
         *gpus,
         "#SBATCH --exclusive",
@@ -48,9 +54,12 @@ def slurm_sbatch(plan: Plan, target: RunConfig, run_dir: Path, *, python: str | 
         lines.append("export DS_ACCELERATOR=cpu")
     lines.append('cd "$RUN_DIR"')
     lines.append("")
+    nodes = (
+        '"$SLURM_JOB_NUM_NODES"' if elastic is None else f"{elastic.node_range} --max-restarts={elastic.max_restarts}"
+    )
     lines += [
-        "srun --ntasks-per-node=1 --kill-on-bad-exit=1 \\",
-        '  "$PYTHON" -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node="$NPROC_PER_NODE" \\',
+        "srun --ntasks-per-node=1 --kill-on-bad-exit=1 \\" if elastic is None else "srun --ntasks-per-node=1 \\",
+        f'  "$PYTHON" -m torch.distributed.run --nnodes={nodes} --nproc-per-node="$NPROC_PER_NODE" \\',
         '  --rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$HEAD_NODE_IP:$MASTER_PORT" \\',
         '  "${TRAIN[@]}" --plan "$RUN_DIR" "$@"',
     ]

@@ -105,7 +105,7 @@ def predicted(plan: Plan) -> Predicted:
             tokens_per_s=speed.tokens_per_s,
             model_flops_per_token=step_flops / (speed.global_batch * plan.config.seq_len) if step_flops else None,
             peak_flops_per_device=speed.tflops_per_gpu * 1e12 / speed.mfu,
-            throughput_source=speed.sources.get("step_time", "throughput model"),
+            throughput_source=speed.sources.get("step_time_s", "throughput model"),
         )
     return Predicted(**fields)
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from planner.contract.choices import KernelChoice, Strategy
 from planner.contract.run_config import RunConfig
+from planner.elastic_plan import ElasticPlan
 from planner.emit.accelerate_yaml import accelerate_yaml
 from planner.emit.deepspeed_json import deepspeed_config
 from planner.emit.engine_json import engine_json
@@ -61,21 +62,25 @@ def _json(document: dict | None) -> str | None:
 
 
 def render_run_folder(
-    plan: Plan, run_dir: Path, target: RunConfig, tune: dict[str, Any] | None = None
+    plan: Plan,
+    run_dir: Path,
+    target: RunConfig,
+    tune: dict[str, Any] | None = None,
+    elastic: ElasticPlan | None = None,
 ) -> dict[str, str]:
     """File name -> content, without touching the disk."""
     deepspeed = plan.config.strategy is Strategy.DEEPSPEED
     engine = engine_config_for_run(plan, target)
     contents: dict[str, str | None] = {
-        "plan.json": plan_json(plan, target, tune),
+        "plan.json": plan_json(plan, target, tune, elastic),
         "ds_config.json": _json(deepspeed_config(plan, engine)) if deepspeed else None,
         "ds_config_trainer.json": _json(deepspeed_config(plan, engine, trainer_flavour=True)) if deepspeed else None,
         "accelerate_config.yaml": accelerate_yaml(plan, target),
         "training_args.json": _json(training_args_json_document(plan, target)),
         "engine.json": engine_json(plan, engine),
-        "launch.sh": launch_sh(plan, target),
+        "launch.sh": launch_sh(plan, target, elastic=elastic),
         "hostfile": hostfile(plan, target),
-        "slurm.sbatch": slurm_sbatch(plan, target, run_dir),
+        "slurm.sbatch": slurm_sbatch(plan, target, run_dir, elastic=elastic),
     }
     files = {name: text for name, text in contents.items() if text is not None}
     files["README.md"] = run_readme(plan, target, [*files, "README.md"])
@@ -102,12 +107,14 @@ def emit_run_folder(
     options: RunOptions | None = None,
     overrides: RunOverrides | None = None,
     tune: dict[str, Any] | None = None,
+    elastic: ElasticPlan | None = None,
 ) -> list[Path]:
     """Write the run folder for `plan` into `directory`; returns the written paths.
 
     options: whole blocks of the run (data, hyperparameters, anomaly policy, ...) for Python callers;
     overrides: the run-option flags (planner/rundir/run_option_table.py), applied on top as `train` applies them;
-    tune: the trials a `hardware-selector tune` measured (plan.json's "tune" block).
+    tune: the trials a `hardware-selector tune` measured (plan.json's "tune" block);
+    elastic: the fallback layouts of an elastic run (planner/search/elastic.py), for plan.json and the launchers.
     """
     if plan.model.modality != "text":
         kind = {"image": ("a vision", "image"), "audio": ("an audio", "audio"),
@@ -151,7 +158,9 @@ def emit_run_folder(
         target = apply_overrides(target, overrides)
     if plan.config.kernels is KernelChoice.LIGER and target.device != "cuda":
         raise UserInputError("--kernels liger: Liger's kernels are Triton GPU kernels; plan --kernels compile for CPU")
-    files = render_run_folder(plan, run_dir, target, tune)  # everything is rendered before anything is written
+    if elastic is not None and target.nproc_overridden:
+        raise UserInputError("--elastic plans each node count's layout itself; drop --nproc")
+    files = render_run_folder(plan, run_dir, target, tune, elastic)  # everything is rendered before anything is written
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:

@@ -1,0 +1,67 @@
+"""elastic_plan: the plan's fallback for every node count of an elastic range (docs/running.md, "Elastic").
+
+One search per node count, on the same GPUs per node, with the request that made the plan narrowed to what a
+resumed run can keep: the plan's global batch, precision and optimizer, and the strategies its checkpoint
+reshards to (planner/elastic_plan.py, RESHARDABLE). A fallback uses every GPU of its node count, because the
+processes torchrun restarts are all the GPUs that remain. tests/test_elastic.py checks the table against the
+search run by hand on each count.
+"""
+
+from __future__ import annotations
+
+from planner.elastic_plan import ElasticPlan, Fallback, reshardable_strategies
+from planner.models.spec import ModelSpec
+from planner.plan import Plan
+from planner.search.candidates import ThroughputAdjust
+from planner.search.request import PlanRequest
+from planner.search.search import search_plans
+
+
+def fallback_request(plan: Plan, request: PlanRequest) -> PlanRequest:
+    """The request each node count is searched with: the plan's batch, precision and optimizer kept."""
+    config = plan.config
+    return request.model_copy(
+        update={
+            "global_batch": plan.global_batch,
+            "precision": config.precision,
+            "optimizer": config.optimizer,
+            "strategies": reshardable_strategies(config.strategy),
+            "top_k": 8,
+        }
+    )
+
+
+def elastic_plan(
+    spec: ModelSpec,
+    request: PlanRequest,
+    plan: Plan,
+    node_range: tuple[int, int],
+    throughput_adjust: ThroughputAdjust | None = None,
+    *,
+    calibration: str | None = None,
+    max_restarts: int = 3,
+) -> ElasticPlan:
+    """The fallbacks of `plan` for every node count in `node_range`, on its cluster's GPUs and links; the plan's
+    own count keeps the plan itself."""
+    narrowed = fallback_request(plan, request)
+    fallbacks = []
+    for nodes in range(node_range[0], node_range[1] + 1):
+        if nodes == plan.cluster.num_nodes:
+            fallbacks.append(Fallback.of(plan))
+            continue
+        on_nodes = plan.cluster.model_copy(update={"num_nodes": nodes})
+        result = search_plans(spec, on_nodes, narrowed, throughput_adjust, calibration=calibration, suggest=False)
+        whole = [candidate for candidate in result.candidates if candidate.cluster.world_size == on_nodes.world_size]
+        if whole:
+            fallbacks.append(Fallback.of(whole[0]))
+            continue
+        # The first family's fate (the simplest one searched), as the plan table words it.
+        fates = next((f"{family}: {fate}" for family, fate in result.rejected.items()), "no layout fits")
+        fallbacks.append(Fallback(num_nodes=nodes, world_size=on_nodes.world_size, why_not=fates))
+    return ElasticPlan(
+        min_nodes=node_range[0],
+        max_nodes=node_range[1],
+        gpus_per_node=plan.cluster.gpus_per_node,
+        max_restarts=max_restarts,
+        fallbacks=fallbacks,
+    )

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Launch llama-3-70b (fsdp) as planned by hardware-selector; edit freely.
+#
+# One node:       bash launch.sh [runner options: --steps N, --data PATH, ...; see python -m <MODULE> -h]
+# Several nodes:  on every node, NODE_RANK=0 on the first one:
+#   NNODES=2 NODE_RANK=0 MASTER_ADDR=<first node's address> bash launch.sh
+# Your own script: TRAIN_SCRIPT=/path/to/train.py bash launch.sh  (it receives --plan RUN_DIR).
+# Another launcher: LAUNCHER=torchrun|accelerate|deepspeed (the plan's choice: torchrun).
+# Elastic: torchrun runs on 2 to 4 nodes; the runner re-plans for the processes it gets.
+set -euo pipefail
+
+RUN_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
+DEFAULT_PYTHON=<PYTHON>
+PYTHON=${PYTHON:-$DEFAULT_PYTHON}
+LAUNCHER=${LAUNCHER:-torchrun}
+NPROC_PER_NODE=8
+NNODES=${NNODES:-4}
+NODE_RANK=${NODE_RANK:-0}
+MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
+MASTER_PORT=${MASTER_PORT:-29500}
+NNODES_RANGE=${NNODES_RANGE:-2:4}
+MAX_RESTARTS=${MAX_RESTARTS:-3}
+# What each launcher starts: the runner module, or your script.
+if [[ -n "${TRAIN_SCRIPT:-}" ]]; then
+  TRAIN=( "$TRAIN_SCRIPT" ); DS_TRAIN=( "$TRAIN_SCRIPT" )
+else
+  TRAIN=( -m <MODULE> ); DS_TRAIN=( --module <MODULE> )
+fi
+ARGS=( --plan "$RUN_DIR" "$@" )
+cd "$RUN_DIR"
+
+case "$LAUNCHER" in
+torchrun)
+  # The same command on every node; MASTER_ADDR is the node that hosts the rendezvous.
+  exec "$PYTHON" -m torch.distributed.run --nnodes="$NNODES_RANGE" --max-restarts="$MAX_RESTARTS" \
+    --nproc-per-node="$NPROC_PER_NODE" --rdzv-backend=c10d \
+    --rdzv-id=hs-llama-3-70b-fsdp --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" \
+    "${TRAIN[@]}" "${ARGS[@]}"
+  ;;
+accelerate)
+  # = accelerate launch --config_file accelerate_config.yaml ...; the runner sets up the strategy itself.
+  exec "$PYTHON" -m accelerate.commands.launch --config_file "$RUN_DIR/accelerate_config.yaml" \
+    --num_processes "$((NPROC_PER_NODE * NNODES))" --num_machines "$NNODES" \
+    --machine_rank "$NODE_RANK" --main_process_ip "$MASTER_ADDR" --main_process_port "$MASTER_PORT" \
+    "${TRAIN[@]}" "${ARGS[@]}"
+  ;;
+deepspeed)
+  # = deepspeed [--hostfile hostfile] ...; with several nodes run it on the first node only:
+  # it starts the other nodes over ssh (list them in ./hostfile).
+  if [[ "$NNODES" == 1 ]]; then
+    exec "$PYTHON" -m deepspeed.launcher.runner --num_gpus "$NPROC_PER_NODE" \
+      --master_port "$MASTER_PORT" "${DS_TRAIN[@]}" "${ARGS[@]}"
+  fi
+  exec "$PYTHON" -m deepspeed.launcher.runner --hostfile "$RUN_DIR/hostfile" \
+    --num_nodes "$NNODES" --num_gpus "$NPROC_PER_NODE" \
+    --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "${DS_TRAIN[@]}" "${ARGS[@]}"
+  ;;
+*)
+  echo "launch.sh: unknown LAUNCHER '$LAUNCHER'; use torchrun, accelerate or deepspeed" >&2
+  exit 2
+  ;;
+esac

@@ -1,0 +1,256 @@
+"""Elastic re-planning: lose a node, keep training on what remains, grow back (docs/running.md, "Elastic").
+
+The planner half: `plan --emit --elastic MIN:MAX` stores a fallback for every node count, each keeping the
+plan's global batch, precision and strategy family, and bad ranges or strategies are one line. The runner half:
+four run folders (our engine's ZeRO-1, ZeRO-3 -> ZeRO-2, FSDP, and the engine's tp2 -> dp) train 2 steps on 4
+ranks, lose two ranks right after a checkpoint, train 2 more on 2 ranks, and finish on 4 again. The reference is
+`from_pretrained` trained on one process over the same global batches (tests/runner_reference.py): each step's
+loss within 1e-4 relative, the final weights within 1e-5, and every sample of the six global batches consumed
+exactly once, counted by the rows' contents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from planner.contract.run_config import DataConfig, Hyperparameters
+from planner.elastic_plan import ElasticPlan, Fallback
+from planner.errors import UserInputError
+from planner.rundir.replan import plan_digest, plan_for_world, read_elastic
+from planner.rundir.write import RunOptions, emit_run_folder
+from tests.distributed import cli_in_process as cli
+from tests.emit_plans import make_plan
+
+# --- the planner: the table, and bad input ------------------------------------------------------------------
+
+
+def _plan(run_dir: Path, *extra: object):
+    return cli(
+        "plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--nodes", "2", "--seq-len", "64",
+        "--global-batch", "8", "--emit", run_dir, *extra,
+    )  # fmt: skip
+
+
+def test_each_node_count_gets_a_plan_of_the_same_batch_precision_and_family(tmp_path):
+    completed = _plan(tmp_path / "run", "--strategies", "engine", "--elastic", "1:2")
+    assert completed.returncode == 0, completed.stderr
+    document = json.loads((tmp_path / "run" / "plan.json").read_text())
+    elastic = read_elastic(tmp_path / "run")
+    assert (elastic.min_nodes, elastic.max_nodes, elastic.gpus_per_node) == (1, 2, 2)
+    assert [entry.world_size for entry in elastic.fallbacks] == [2, 4]
+    own = elastic.fallback_for(4)
+    assert own.config.model_dump() == document["config"] and own.cluster.num_nodes == 2  # the plan itself
+    from planner.plan import Plan
+
+    plan = Plan.model_validate(document)
+    for entry in elastic.fallbacks:
+        fallback = entry.plan(plan)
+        assert fallback.global_batch == 8 and fallback.cluster.world_size == entry.world_size
+        assert fallback.config.strategy.value == "engine" and fallback.config.precision == plan.config.precision
+    assert "elastic over 1:2 nodes" in completed.stdout and "2 node(s), 4 processes" in completed.stdout
+
+
+def test_a_node_count_where_nothing_fits_says_why_and_a_run_there_is_refused(tmp_path):
+    run_dir = tmp_path / "big"
+    completed = cli(
+        "plan", "-m", "llama-3-70b", "--gpu", "H100-80GB", "--gpus-per-node", "8", "--nodes", "4",
+        "--strategies", "fsdp", "--no-offload", "--emit", run_dir, "--elastic", "2:4",
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    elastic = read_elastic(run_dir)
+    assert "87.0 GiB per GPU > 72.0 GiB usable" in elastic.fallback_for(16).why_not
+    assert "not a multiple of its data-parallel size 24" in elastic.fallback_for(24).why_not
+    before = {path.name: path.read_bytes() for path in run_dir.iterdir()}
+    refused = cli("train", run_dir, "--nproc", "16")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "error: 16 processes cannot hold this run: FSDP full-shard: 87.0 GiB per GPU > 72.0 GiB usable, even at "
+        "micro-batch 1, full AC on 16 GPUs [memory: formula, ZeRO paper + Korthikanti et al. (per-category sources "
+        "in the plan)]; start 32 processes (the checkpoint is kept as it was)"
+    ]
+    outside = cli("train", run_dir, "--nproc", "8")
+    assert outside.returncode == 2 and "world sizes that fit: 32" in outside.stderr
+    assert {path.name: path.read_bytes() for path in run_dir.iterdir()} == before  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--elastic", "3:4"), "--elastic 3:4 does not hold the plan's own 2 node(s)"),
+        (("--elastic", "2:1"), "the range needs 1 <= MIN <= MAX nodes"),
+        (("--elastic", "one:two"), "--elastic takes a node range MIN:MAX (e.g. 1:2), not 'one:two'"),
+        (("--elastic", "1:40"), "spans 40 node counts; the run folder holds at most 16"),
+        (("--strategies", "zero3", "--elastic", "1:2"), "a DeepSpeed checkpoint is not resharded"),
+    ],
+)
+def test_bad_elastic_input_is_one_line_and_writes_nothing(tmp_path, extra, message):
+    completed = _plan(tmp_path / "run", *extra)
+    assert completed.returncode == 2
+    assert message in completed.stderr and len(completed.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_elastic_without_emit_is_one_line():
+    completed = cli("plan", "-m", "gpt2", "--gpu", "cpu", "--elastic", "1:2")
+    assert completed.returncode == 2 and "--elastic describe the run of an emitted folder" in completed.stderr
+
+
+def test_the_history_leaves_the_plan_digest_alone(tmp_path):
+    plan4 = make_plan(gpus_per_node=2, nodes=2, seq_len=64, micro_batch=2, grad_accum=1, strategy="fsdp")
+    plan2 = make_plan(gpus_per_node=2, nodes=1, seq_len=64, micro_batch=2, grad_accum=2, strategy="fsdp")
+    elastic = ElasticPlan(min_nodes=1, max_nodes=2, gpus_per_node=2, fallbacks=[Fallback.of(plan2), Fallback.of(plan4)])
+    emit_run_folder(plan4, tmp_path / "run", elastic=elastic)
+    from planner.rundir.plan_file import read_plan_file
+    from planner.rundir.replan import append_history, replan_since
+
+    plan, run = read_plan_file(tmp_path / "run")
+    replanned, fitted = plan_for_world(plan, run, elastic, 2, 2)
+    assert (fitted.world_size, fitted.grad_accum, fitted.global_batch) == (2, 2, run.global_batch)
+    replan = replan_since(None, replanned, fitted, original=plan, original_run=run, at_step=0)
+    assert replan.line() == (
+        "re-planned: 4 → 2 ranks, FSDP full dp4 → FSDP full dp2, micro-batch x accumulation 2 x 1 → 2 x 2"
+    )
+    digest = plan_digest(tmp_path / "run")
+    append_history(tmp_path / "run", replan)
+    assert plan_digest(tmp_path / "run") == digest
+    assert json.loads((tmp_path / "run" / "plan.json").read_text())["history"][0]["to_world"] == 2
+    with pytest.raises(UserInputError, match="world sizes that fit: 2, 4"):
+        plan_for_world(plan, run, elastic, 6, 2)
+
+
+# --- the runner: 4 ranks -> 2 -> 4 ---------------------------------------------------------------------------
+
+STEPS = 6
+# Global batch 8 of 64-token blocks: (on 4 ranks, on 2 ranks); micro-batch 2 throughout.
+CASES = {
+    "engine-zero1": ({"strategy": "engine", "zero_stage": 1, "grad_accum": 1}, {"strategy": "engine", "zero_stage": 1}),
+    "engine-zero3": ({"strategy": "engine", "zero_stage": 3, "grad_accum": 1}, {"strategy": "engine", "zero_stage": 2}),
+    "fsdp": ({"strategy": "fsdp", "grad_accum": 1}, {"strategy": "fsdp"}),
+    "engine-tp-to-dp": (
+        {"strategy": "engine", "zero_stage": 1, "tensor_parallel": 2},
+        {"strategy": "engine", "zero_stage": 1},
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def elastic_runs(tmp_path_factory):
+    from scripts.demo_checkpoint import make_local_gpt2
+    from tests.distributed import run_torchrun
+
+    root = tmp_path_factory.mktemp("elastic")
+    model_dir, corpus = make_local_gpt2(root / "user")
+    options = RunOptions(
+        data=DataConfig(train=[str(corpus)]), optim=Hyperparameters(max_steps=STEPS, learning_rate=1e-3, warmup_steps=1)
+    )
+    for name, (on_four, on_two) in CASES.items():
+        common = {"seq_len": 64, "micro_batch": 2, "gpus_per_node": 2}
+        plan4 = make_plan(str(model_dir), nodes=2, **{**common, "grad_accum": 2, **on_four})
+        plan2 = make_plan(str(model_dir), nodes=1, **{**common, "grad_accum": 2, **on_two})
+        table = ElasticPlan(
+            min_nodes=1, max_nodes=2, gpus_per_node=2, fallbacks=[Fallback.of(plan2), Fallback.of(plan4)]
+        )
+        emit_run_folder(plan4, root / name, options=options, elastic=table)
+    folders = [str(root / name) for name in CASES]
+    phases = {}
+    for stop, nproc in ((2, 4), (4, 2), (STEPS, 4)):
+        out = root / f"phase-{stop}.json"
+        run_torchrun(["tests/engine_jobs/elastic_phases.py", str(out), str(stop), *folders], nproc=nproc, timeout=900)
+        phases[stop] = json.loads(out.read_text())
+    return root, phases
+
+
+def _expected_samples(run_dir: Path) -> list[str]:
+    from backends.data.stream import epoch_order
+    from tests.runner_reference import runner_data
+
+    run, data = runner_data(run_dir)
+    order = epoch_order(len(data.train), 0, run.data.seed, shuffle=True)
+    rows = [data.train[int(index)] for index in order[: STEPS * run.global_batch]]
+    return [hashlib.sha1(row.numpy().tobytes()).hexdigest() for row in rows]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_run_that_loses_and_regains_ranks_trains_as_one_process_would(elastic_runs, name):
+    import torch
+    from safetensors.torch import load_file
+
+    from tests.runner_reference import hf_reference_run
+
+    root, phases = elastic_runs
+    run_dir = root / name
+    results = [phases[stop][name] for stop in (2, 4, STEPS)]
+    assert [result["world"] for result in results] == [4, 2, 4]
+    summary = results[-1]["summary"]
+    assert (summary["steps"], summary["world_size"], summary["global_batch"]) == (STEPS, 4, 8)
+
+    rows = results[-1]["rows"]
+    replans = [row for row in rows if row["kind"] == "replan"]
+    assert [(row["at_step"], row["from_world"], row["to_world"]) for row in replans] == [(2, 4, 2), (4, 2, 4)]
+    assert [(row["from_micro_batch"], row["from_grad_accum"], row["to_grad_accum"]) for row in replans][0] == (
+        2,
+        1 if name != "engine-tp-to-dp" else 2,
+        2,
+    )
+    history = json.loads((run_dir / "plan.json").read_text())["history"]
+    assert [(entry["from_world"], entry["to_world"]) for entry in history] == [(4, 2), (2, 4)]
+
+    # Every sample of the six global batches once: none seen twice, none skipped, by content.
+    assert all(result["replicas_agree"] for result in results)
+    consumed = [digest for result in results for digest in result["samples"]]
+    assert sorted(consumed) == sorted(_expected_samples(run_dir))
+
+    # The loss curve continues the single-process reference's, and the weights end where it ends.
+    reference_losses, reference_weights = hf_reference_run(run_dir, STEPS)
+    losses = [row["loss"] for row in rows if row["kind"] == "train"]
+    assert [row["step"] for row in rows if row["kind"] == "train"] == list(range(1, STEPS + 1))
+    assert losses == pytest.approx(reference_losses, rel=1e-4)
+    final = load_file(str(run_dir / "final" / "model.safetensors"))
+    assert final, "final/ holds the weights"
+    for key, value in final.items():
+        torch.testing.assert_close(
+            value, reference_weights[key], atol=1e-5, rtol=0, msg=lambda m, key=key: f"{key}: {m}"
+        )
+
+
+def running_md_elastic_commands() -> list[list[str]]:
+    """docs/running.md's elastic example, command by command, as printed (without the program's name)."""
+    import shlex
+
+    from tests.project_sources import REPO
+
+    text = (REPO / "docs" / "running.md").read_text(encoding="utf-8")
+    block = text[text.index("<!-- elastic-example") :]
+    block = block[block.index("```bash\n") + len("```bash\n") : block.index("```\n", block.index("```bash"))]
+    commands = block.replace("\\\n", " ").strip().split("\n")
+    return [shlex.split(command, comments=True)[1:] for command in commands]
+
+
+@pytest.mark.slow
+def test_the_running_md_example_loses_a_node_and_re_plans(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    commands = running_md_elastic_commands()
+    assert [command[0] for command in commands] == ["plan", "train", "train"]
+    outputs = []
+    for command in commands:
+        completed = cli(*command)
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        outputs.append(completed.stdout)
+    run_dir = tmp_path / "runs" / "elastic"
+    assert "elastic over 1:2 nodes" in outputs[0]
+    replanned = next(line for line in outputs[2].splitlines() if line.startswith("re-planned: "))
+    assert (
+        replanned.startswith("re-planned: 4 → 2 ranks, FSDP ") and "predicted" in replanned and "(formula)" in replanned
+    )
+    assert " dp4 → FSDP " in replanned and replanned.split(" → FSDP ")[1].split(",")[0].endswith("dp2")
+    assert "resuming from" in outputs[2]
+    history = json.loads((run_dir / "plan.json").read_text())["history"]
+    assert [(entry["at_step"], entry["from_world"], entry["to_world"]) for entry in history] == [(2, 4, 2)]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows if row["kind"] == "train"] == [1, 2, 3, 4]
+    assert [row["to_world"] for row in rows if row["kind"] == "replan"] == [2]
