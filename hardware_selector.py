@@ -92,9 +92,16 @@ def training_arguments(plan, output_dir, **overrides):
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: the seed tool's flags, or a subcommand."""
     args = sys.argv[1:] if argv is None else list(argv)
-    if is_seed_invocation(args):
-        return _seed_main(args)
-    return _subcommand_main(args)
+    try:
+        if is_seed_invocation(args):
+            return _seed_main(args)
+        return _subcommand_main(args)
+    except BrokenPipeError:  # `... | head`: the reader left; end quietly, as a tool killed by SIGPIPE does
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush must not raise again
+        return 128 + 13
 
 
 if __name__ == "__main__":

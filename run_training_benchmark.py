@@ -35,6 +35,31 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _count(low: int, high: int = 1 << 20):
+    """An argparse type: a whole number in [low, high], else argparse's one line names the flag and the range."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):  # nan fails this too
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from benchmarks.harness.matrix import DEFAULT_STRATEGIES, STRATEGY_FIELDS
     from benchmarks.harness.targets import HARDWARE_KINDS
@@ -55,8 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--gpu", help="target this catalog GPU (one --hardware only)")
     parser.add_argument("--distributed", action="store_true", help="GPU counts 1, 2, 4, ... up to --max-gpus")
-    parser.add_argument("--max-gpus", type=int, default=None, help="largest GPU count (default 8; 2 on cpu)")
-    parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node for counts above it (default 8)")
+    parser.add_argument(
+        "--max-gpus", type=_count(1, 1 << 16), default=None, help="largest GPU count (default 8; 2 on cpu)"
+    )
+    parser.add_argument(
+        "--gpus-per-node", type=_count(1, 1 << 10), default=8, help="GPUs per node for counts above it (default 8)"
+    )
     parser.add_argument(
         "--strategies",
         nargs="+",
@@ -64,18 +93,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help=f"from {', '.join(STRATEGY_FIELDS)} (default: {' '.join(DEFAULT_STRATEGIES)})",
     )
-    parser.add_argument("--micro-batches", nargs="+", type=int, default=[1, 2, 4, 8], metavar="N")
+    parser.add_argument("--micro-batches", nargs="+", type=_count(1, 1 << 16), default=[1, 2, 4, 8], metavar="N")
     parser.add_argument("--checkpointing", nargs="+", default=["none", "full"], choices=["none", "selective", "full"])
-    parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default 512, 32 with --tiny)")
     parser.add_argument(
-        "--precision", default=None, help="fp32, bf16-mixed, fp16-mixed (default bf16-mixed; fp32 on cpu)"
+        "--seq-len", type=_count(1, 1 << 22), default=None, help="tokens per sequence (default 512, 32 with --tiny)"
+    )
+    parser.add_argument(
+        "--precision",
+        default=None,
+        choices=["fp32", "bf16-mixed", "fp16-mixed"],
+        help="default bf16-mixed; fp32 on cpu",
     )
     parser.add_argument("--tiny", action="store_true", help="the model's architecture at tiny sizes (CPU runs, tests)")
     parser.add_argument("--output", type=Path, help="write the matrix JSON here (atomically) instead of stdout")
     parser.add_argument("--run", action="store_true", help="measure the matrix here and record it in the database")
-    parser.add_argument("--steps", type=int, default=8, help="measured steps per config (default 8)")
-    parser.add_argument("--warmup", type=int, default=2, help="unmeasured steps first (default 2)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per config before it is killed")
+    parser.add_argument("--steps", type=_count(1, 1 << 20), default=8, help="measured steps per config (default 8)")
+    parser.add_argument("--warmup", type=_count(0, 1 << 20), default=2, help="unmeasured steps first (default 2)")
+    parser.add_argument("--timeout", type=_seconds, default=600.0, help="seconds per config before it is killed")
     parser.add_argument("--retry-failed", action="store_true", help="re-run configs recorded as oom/error/timeout")
     parser.add_argument("--db", type=Path, help="benchmark database (default: $HARDWARE_SELECTOR_DB or the cache dir)")
     return parser

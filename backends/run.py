@@ -31,9 +31,20 @@ def main(argv: list[str] | None = None) -> int:
     from backends.runner.options import parse_args
     from planner.errors import UserInputError
 
-    args = parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except UserInputError as error:  # an unknown option or a wrong value: one line, as for any bad input
+        _say(f"error: {error}")
+        return EXIT_BAD_INPUT
     die_with_the_launcher()
     try:
+        from backends.runner.output_paths import check_output_paths
+
+        check_output_paths(args)
+        if _rank() == 0:
+            from backends.runner.run_lock import hold_run_lock
+
+            lock = hold_run_lock(args.plan)  # noqa: F841 (held until the process ends)
         if args.trainer:
             from backends.runner.trainer import train_with_trainer
 

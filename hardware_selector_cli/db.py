@@ -47,7 +47,7 @@ def list_command(
     model: str | None = typer.Option(None, "--model", help="Only runs of this model."),
     strategy: str | None = typer.Option(None, "--strategy", help="Only this strategy (ddp, fsdp-full, zero2, ...)."),
     status: str | None = typer.Option(None, "--status", help="ok, oom, error or timeout."),
-    limit: int = typer.Option(50, "--limit", help="At most this many, newest first."),
+    limit: int = typer.Option(50, "--limit", min=1, max=1_000_000, help="At most this many, newest first."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list."),
 ) -> None:
     """List recorded runs, newest first."""

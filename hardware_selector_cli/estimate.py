@@ -116,6 +116,7 @@ def register(app: typer.Typer) -> None:
         spec = model.resolve()
         config = _fit_default_seq_len(ctx, config, spec).with_stage_map(spec)  # uneven pp: the map it ran
         target = cluster.resolve()
+        _check_engine_splits(spec, config, implementation)
         result = evaluate(
             spec, config, target, headroom_fraction=headroom, overhead=overhead, implementation=implementation
         )
@@ -134,3 +135,22 @@ def register(app: typer.Typer) -> None:
             print_memory_table(
                 result, f"{spec.name} on {target.world_size} x {target.gpu.name}, {config.strategy.value}"
             )
+
+
+def _check_engine_splits(spec, config, implementation: str) -> None:
+    """--strategy engine --tp N on a family our engine does not split over tp is an error, not a number for a
+    run that cannot start (another --implementation, Megatron-LM's say, may split it)."""
+    from planner.models.families import splits_over_tp
+    from planner.training_config import Strategy
+
+    ours = implementation.strip().lower() == "ours"
+    if (
+        ours
+        and config.strategy is Strategy.ENGINE
+        and config.tensor_parallel > 1
+        and not splits_over_tp(spec.model_type)
+    ):
+        raise UserInputError(
+            f"--tp {config.tensor_parallel}: our engine does not split {spec.model_type} models over tp (it pipelines "
+            "them); use --tp 1 with --pp, or --implementation megatron for Megatron-LM's split"
+        )

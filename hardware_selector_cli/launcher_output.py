@@ -7,12 +7,19 @@ the job writes to stderr) goes to RUN_DIR/logs/train-<time>.log; on the
 screen the run's output appears as it comes, up to the first line of the
 launcher's report. When no rank explained the failure (a rank killed by a
 signal, say), one line says how it ended and where the log is.
+
+torchrun starts in the user's folder, so a relative path on the command line
+(`--data other.txt`) means what it means where the user stands, with the
+project on PYTHONPATH for `-m backends.run`; and it dies with the CLI (Linux's
+parent-death signal), so a killed `train` never leaves ranks training.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -31,14 +38,33 @@ def log_path(run_dir: Path) -> Path:
     return folder / f"train-{time.strftime('%Y%m%dT%H%M%S')}.log"
 
 
-def run_logged(command: list[str], *, cwd: Path, log: Path) -> tuple[int, bool]:
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the CLI dies (even by SIGKILL); torchrun then stops its ranks."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def run_logged(command: list[str], *, cwd: Path, log: Path, env: dict[str, str] | None = None) -> tuple[int, bool]:
     """(exit code, whether a rank printed its own one-line verdict)."""
     explained = False
     with open(log, "w", encoding="utf-8") as record:
         record.write("$ " + " ".join(command) + "\n")
         # torchrun sets OMP_NUM_THREADS=1 when it is unset, with a banner saying so; set the same value quietly.
-        environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        process = subprocess.Popen(command, cwd=cwd, stderr=subprocess.PIPE, text=True, bufsize=1, env=environment)
+        environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **(env or {})}
+        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            env=environment,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 (no threads start between fork and exec here)
+        )
         assert process.stderr is not None
 
         def copy() -> None:

@@ -161,15 +161,22 @@ def _fallbacks(elastic: str | None, spec, request, result, adjust, calibration):
 
 def _emit(result, spec, target, emit: Path, force: bool, overrides, elastic=None) -> list[str]:
     """Write the best plan's run folder; the lines that say what was written and what was moved aside."""
+    from planner.rundir.manifest import foreign_files
     from planner.rundir.previous_run import previous_run_state
-    from planner.rundir.write import emit_run_folder
+    from planner.rundir.write import ARTIFACTS, emit_run_folder
     from planner.search import require_best
 
     best = require_best(result, f"{spec.name} on {target.world_size} x {target.gpu.name}")
     folder = emit.expanduser().resolve()
     previous = previous_run_state(folder) if force and folder.is_dir() else []
+    theirs = foreign_files(folder, ARTIFACTS, ARTIFACTS) if force and folder.is_dir() else []
     written = emit_run_folder(best, emit, force=force, overrides=overrides, elastic=elastic)
     lines = []
+    if theirs:  # files of the same names that hardware-selector did not write: moved with the run state, kept
+        kept = sorted((folder / "previous").iterdir())[-1]
+        lines.append(
+            f"moved {', '.join(theirs)} (not written by hardware-selector) to {kept}; --force replaces only its own files"
+        )
     if previous:
         kept = sorted((folder / "previous").iterdir())[-1]
         lines.append(f"moved the previous run's {', '.join(previous)} to {kept} (kept, not resumed)")

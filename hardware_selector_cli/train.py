@@ -12,6 +12,7 @@ imported: the training processes import torch.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -20,6 +21,8 @@ import typer
 
 from planner.errors import UserInputError
 
+CPU_RANKS_PER_CORE = 4  # gloo ranks sharing a core past this spend their time switching, not training
+
 
 def checked_runner_args(run_dir: Path, forwarded: list[str]) -> tuple:
     """The runner's parsed options for this folder, and the RunSpec they give (one-line errors)."""
@@ -27,11 +30,19 @@ def checked_runner_args(run_dir: Path, forwarded: list[str]) -> tuple:
     from backends.runner.options import override_values, parse_args
     from planner.rundir.run_overrides import overrides_from
 
-    try:
-        args = parse_args(["--plan", str(run_dir), *forwarded])
-    except SystemExit as exit_:  # argparse already printed its one-line usage error
-        raise typer.Exit(2 if exit_.code else 0) from None
+    args = parse_args(["--plan", str(run_dir), *forwarded], prog="hardware-selector train")
     spec = load_run_folder(run_dir, overrides_from(override_values(args)), args.strategy)
+    from backends.runner.output_paths import check_output_paths
+
+    check_output_paths(args)  # every path the run writes, before torchrun starts
+    from backends.runner.anomaly import refuse_unsupported
+    from planner.training_config import Strategy
+
+    door = "the HF Trainer door" if args.trainer else spec.strategy.display_name
+    before_update = not args.trainer and spec.strategy is not Strategy.DEEPSPEED  # as the adapters say
+    refusal = refuse_unsupported(spec.run.anomaly, door, before_update)
+    if refusal:  # before torchrun, not after every rank's start-up
+        raise UserInputError(refusal)
     return args, spec
 
 
@@ -73,6 +84,12 @@ def register(app: typer.Typer) -> None:
             from planner.rundir.replan import plan_for_world
 
             _, run = plan_for_world(spec.plan, run, spec.elastic, count, count)
+        cores = os.cpu_count() or 1
+        if run.device == "cpu" and count > CPU_RANKS_PER_CORE * cores:
+            raise UserInputError(
+                f"--nproc {count}: {count} CPU processes on this machine's {cores} cores would crawl; "
+                f"start at most {CPU_RANKS_PER_CORE * cores} (a CPU run is a rehearsal: the plan's GPUs set its speed)"
+            )
         if count % run.layout.model_parallel:
             raise UserInputError(
                 f"--nproc {count} cannot hold this plan's tensor x pipeline parallel layout of "
@@ -82,6 +99,9 @@ def register(app: typer.Typer) -> None:
         if dry_run:
             print(shlex.join(command))
             return
+        from backends.runner.run_lock import HELD_ENV, hold_run_lock
+
+        lock = hold_run_lock(spec.run_dir)  # noqa: F841 (held while torchrun runs; its ranks skip it)
         if run.device == "cuda" and not args.tiny:
             from backends.cpu_distributed import runs_on_cpu_instead  # imports torch: only here
 
@@ -93,7 +113,8 @@ def register(app: typer.Typer) -> None:
         from .launcher_output import failure_line, log_path, rank_exit_code, run_logged
 
         log = log_path(spec.run_dir)
-        code, explained = run_logged(command, cwd=Path(__file__).resolve().parent.parent, log=log)
+        held = {HELD_ENV: str(spec.run_dir.resolve())}
+        code, explained = run_logged(command, cwd=Path.cwd(), log=log, env=held)  # relative paths: the user's folder
         if code and not explained:
             print(failure_line(code, log), file=sys.stderr)
         if code:

@@ -97,8 +97,8 @@ def cluster_options(
 
 def training_options(
     strategy: str = typer.Option("ddp", "--strategy", help="ddp|fsdp|zero0|zero1|zero2|zero3|engine"),
-    zero_stage: int = typer.Option(
-        1, "--zero-stage", help="ZeRO stage on the data-parallel group, for --strategy engine."
+    zero_stage: int | None = typer.Option(
+        None, "--zero-stage", help="ZeRO stage on the data-parallel group, for --strategy engine (default 1)."
     ),
     fsdp_sharding: str = typer.Option("full", "--fsdp-sharding", help="full|grad-op|hybrid|none"),
     offload_optimizer: str = typer.Option("none", "--offload-optimizer", help="none|cpu|nvme"),
@@ -144,8 +144,14 @@ def training_options(
         ("--grad-accum", grad_accum),
     ):
         check_count(flag, value, high=MAX_SEQ_LEN if flag == "--seq-len" else MAX_BATCH)
-    if not 0 <= zero_stage <= 3:
+    if zero_stage is not None and not 0 <= zero_stage <= 3:
         raise UserInputError(f"--zero-stage must be 0-3, not {zero_stage}")
+    if zero_stage is not None and stage is not None and zero_stage != stage:  # a flag never silently loses
+        named = f"stage {stage}" if chosen is Strategy.DEEPSPEED else "no ZeRO stage"
+        raise UserInputError(
+            f"--zero-stage {zero_stage} conflicts with --strategy {strategy} ({named}); --zero-stage is for "
+            "--strategy engine, and zero0-zero3 name DeepSpeed's stage"
+        )
     from pydantic import ValidationError
 
     from planner.contract.layout import ParallelDims
@@ -158,7 +164,7 @@ def training_options(
         raise UserInputError(f"layout: {describe_validation_error(error, 'docs/parallelism.md')}") from None
     return TrainingConfig(
         strategy=chosen,
-        zero_stage=zero_stage if stage is None else stage,
+        zero_stage=(1 if zero_stage is None else zero_stage) if stage is None else stage,
         fsdp_sharding=_choice(fsdp_sharding, FsdpSharding, "--fsdp-sharding"),
         offload_optimizer=_choice(offload_optimizer, Offload, "--offload-optimizer"),
         offload_params=_choice(offload_params, Offload, "--offload-params"),

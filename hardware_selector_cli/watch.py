@@ -3,7 +3,8 @@
 Works on a run started anywhere (launch.sh, sbatch, `train`), from any shell
 that sees the folder: step and ETA, the loss now and averaged, the latest
 evaluation, throughput, memory, warnings, and the measured-vs-predicted
-summary once it has finished. --follow refreshes until the run ends.
+summary once it has finished. --follow refreshes until the run ends, or until it sees that no
+process holds the run's lock any more (backends/runner/run_lock.py).
 Reads files only: no torch, instant.
 """
 
@@ -28,6 +29,16 @@ def snapshot(run_dir: Path) -> dict[str, Any]:
     from backends.runner.status import read_status
 
     status = read_status(run_dir)
+    if status.get("state") == "running":
+        from backends.runner.run_lock import LOCK_FILE, run_alive
+
+        if run_alive(run_dir) is False:  # nobody holds the run's lock: killed, or its machine went down
+            status = {
+                **status,
+                "state": "gone",
+                "message": f"no process holds {LOCK_FILE}: the run ended without finishing (killed?); "
+                "`train` resumes it from its newest checkpoint",
+            }
     rows = read_metrics(run_dir / "metrics.jsonl")
     train = [row for row in rows if row.get("kind") == "train"]
     evals = [row for row in rows if row.get("kind") == "eval"]
@@ -129,6 +140,6 @@ def register(app: typer.Typer) -> None:
             while True:
                 view = snapshot(run_dir)
                 live.update(render(view))
-                if view["state"] in ("finished", "stopped", "failed"):
+                if view["state"] in ("finished", "stopped", "failed", "gone"):
                     break
                 time.sleep(REFRESH_S)

@@ -236,6 +236,11 @@ class TrainingConfig(BaseModel):
                 f"{pp * self.virtual_stages} pipeline chunks exceed {model.name}'s {stage_layers} layers "
                 "(plus one chunk each for the embedding and the head)"
             )
+        if self.lora_rank > model.hidden_size:  # a rank above the width adds parameters and saves nothing
+            raise UserInputError(
+                f"--lora-rank {self.lora_rank} is larger than {model.name}'s hidden size {model.hidden_size}; "
+                "use a rank well below it (8-64 is usual)"
+            )
         if not model.is_moe and not self.routing.is_default:
             raise UserInputError(
                 f"--expert-capacity and --expert-imbalance describe a router; {model.name} has no experts"

@@ -110,6 +110,13 @@ def test_blocks_are_the_documents_packed_with_eos_and_the_cache_follows_the_cont
     assert (
         cached[0].stat().st_mtime_ns == sorted((tmp_path / "run" / "data").glob("tokens-*.bin"))[0].stat().st_mtime_ns
     )
+    cached[0].write_bytes(cached[0].read_bytes()[:-6])  # a truncated cache (a full disk, a killed copy)
+    again = prepare()  # tokenized again, not mapped short
+    assert [int(token) for index in range(len(again.train)) for token in again.train[index]] == packed
+    damaged = bytearray(cached[0].read_bytes())
+    damaged[0] ^= 0xFF  # same size, other bytes
+    cached[0].write_bytes(bytes(damaged))
+    assert [int(token) for index in range(len(prepare().train)) for token in prepare().train[index]] == packed
     corpus.write_text("\n\n".join(reversed(DOCUMENTS)))  # same size, other content: a new key
     prepare()
     assert len(list((tmp_path / "run" / "data").glob("tokens-*.bin"))) == 2
@@ -226,3 +233,21 @@ def test_a_tokenizer_that_adds_python_behaviour_keeps_transformers_call(tokenize
     first, second = encode(DOCUMENTS[:5]), encode(DOCUMENTS[5:9])
     assert first == tokenizer(DOCUMENTS[:5])["input_ids"] and second == tokenizer(DOCUMENTS[5:9])["input_ids"]
     assert all(ids[-1] == 7 for ids in first + second)
+
+
+def test_an_empty_data_pattern_or_one_of_mixed_kinds_is_one_line(tmp_path, monkeypatch):
+    """`--data ''` would be the current folder (a virtual environment's JSON files included); a folder of text
+    beside configs would train on both."""
+    from planner.rundir.run_overrides import resolve_data_paths
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.txt").write_text("some text\n")
+    (tmp_path / "config.json").write_text('{"text": "not a corpus"}\n')
+    for pattern in ("", "  "):
+        with pytest.raises(UserInputError, match="--data is empty"):
+            resolve_sources([pattern])
+        with pytest.raises(UserInputError, match="--data is empty"):
+            resolve_data_paths([pattern], "--data")
+    with pytest.raises(UserInputError, match=r"matches files of several kinds \(\.json, \.txt\)"):
+        resolve_sources([str(tmp_path)])
+    assert [source.kind for source in resolve_sources([str(tmp_path / "*.txt")])] == ["text"]

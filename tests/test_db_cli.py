@@ -109,3 +109,11 @@ def test_plan_says_how_it_was_calibrated_and_uses_a_measured_record(tmp_path, ca
     )
     assert main([*PLAN, "--db", str(store.path), "--no-calibration"]) == 0
     assert "throughput not calibrated (--no-calibration)" in capsys.readouterr().out
+
+
+def test_a_limit_out_of_range_is_one_line(tmp_path, capsys):
+    db = ["--db", str(tmp_path / "empty.duckdb")]
+    for limit in ("-1", "0", "1e20"):
+        assert main(["db", "list", "--limit", limit, *db]) == 2, limit
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("error: Invalid value for '--limit'") for line in err), err

@@ -116,6 +116,8 @@ def test_a_deepspeed_key_acts_is_accepted_or_is_one_line_naming_it(path):
         load_engine_config(_document(path, OFF.get(path, {"enabled": False} if "." not in path else False)))
     elif fate == "accepted":
         load_engine_config(_document(path, {} if "." not in path else 1))  # DeepSpeed's detail: dropped
+    elif fate == "translated":
+        assert load_engine_config(_document(path, {})).hardware_selector.activation_checkpointing == "full"
     else:
         assert fate == "acts"
 
@@ -174,3 +176,31 @@ def test_our_ds_config_trains_our_engine_as_its_engine_json_does(tmp_path):
     ds_config.update(optimizer=engine_json["optimizer"], scheduler=engine_json.get("scheduler"))
     ds_config = {key: value for key, value in ds_config.items() if value is not None}
     assert losses(ds_config) == pytest.approx(losses(engine_json), rel=1e-6)
+
+
+def test_activation_checkpointing_becomes_ours_and_pipeline_or_cpu_checkpointing_is_one_line(capsys):
+    """Nothing a user switched on is silently ignored: DeepSpeed's activation_checkpointing block turns our
+    block recomputation on, and the engine's start-up line says what became of every DeepSpeed-only key."""
+    import backends
+    from planner.contract.engine_config import key_fates_line
+
+    config = load_engine_config(
+        {"activation_checkpointing": {"partition_activations": True}, "wall_clock_breakdown": True}
+    )
+    assert config.hardware_selector.activation_checkpointing == "full"
+    assert key_fates_line(config) == (
+        "DeepSpeed keys: activation_checkpointing became hardware_selector.activation_checkpointing full; dropped "
+        "(no effect on what is trained): wall_clock_breakdown (docs/engine.md, DeepSpeed keys)"
+    )
+    kept = load_engine_config(
+        {"activation_checkpointing": {}, "hardware_selector": {"activation_checkpointing": "selective"}}
+    )
+    assert kept.hardware_selector.activation_checkpointing == "selective"
+    with pytest.raises(UserInputError, match="cpu_checkpointing = true is a DeepSpeed feature our engine lacks"):
+        load_engine_config({"activation_checkpointing": {"cpu_checkpointing": True}})
+    with pytest.raises(UserInputError, match="pipeline = \\{'stages': 2\\} is a DeepSpeed feature our engine lacks"):
+        load_engine_config({"pipeline": {"stages": 2}})
+    import torch
+
+    backends.initialize(model=torch.nn.Linear(4, 1), config={"train_batch_size": 1, "wall_clock_breakdown": True})
+    assert "DeepSpeed keys: dropped (no effect on what is trained): wall_clock_breakdown" in capsys.readouterr().out

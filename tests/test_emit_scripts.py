@@ -306,3 +306,25 @@ def test_runner_refuses_bad_input_in_one_line(tmp_path):
         )
         assert completed.returncode == 2 and expected in completed.stderr, completed.stderr
         assert len(completed.stderr.strip().splitlines()) == 1
+
+
+def test_force_replaces_only_files_this_project_wrote(tmp_path):
+    """`plan --emit DIR --force` over a folder holding the user's own README.md moves it to previous/<time>/ and
+    leaves their other files; a second emission replaces its own files (the manifest names them)."""
+    from planner.rundir.manifest import MANIFEST
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "README.md").write_text("my notes\n")
+    (run_dir / "notes.txt").write_text("keep\n")
+    plan = make_plan(strategy="fsdp")
+    written = emit_run_folder(plan, run_dir, force=True)
+    (kept,) = (run_dir / "previous").iterdir()
+    assert (kept / "README.md").read_text() == "my notes\n" and (run_dir / "notes.txt").read_text() == "keep\n"
+    assert set((run_dir / MANIFEST).read_text().split()) == {path.name for path in written} - {MANIFEST}
+    emit_run_folder(make_plan(strategy="deepspeed", zero_stage=1), run_dir, force=True)
+    assert list((run_dir / "previous").iterdir()) == [kept]  # nothing of the user's left to move
+    assert (run_dir / "ds_config.json").exists() and (run_dir / "notes.txt").exists()
+    emit_run_folder(plan, run_dir, force=True)
+    assert not (run_dir / "ds_config.json").exists()  # its own stale file goes; notes.txt stays
+    assert (run_dir / "notes.txt").exists()

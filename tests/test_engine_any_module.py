@@ -136,6 +136,19 @@ def test_deepspeed_arguments_that_cannot_apply_are_one_line():
         backends.initialize(model=model, lr_scheduler=bound)
 
 
+def test_seed_style_mistakes_at_initialize_are_one_line():
+    """initialize(model, config) positionally (deepspeed's first positional is args), a model that is not a
+    module, and a CUDA config on a machine without CUDA."""
+    model = Scalar("scalar")
+    with pytest.raises(UserInputError, match="first positional argument is args, as in deepspeed.initialize"):
+        backends.initialize(model, {"train_batch_size": 1})
+    with pytest.raises(UserInputError, match="model must be a torch.nn.Module, not str"):
+        backends.initialize(model="not a module")
+    if not torch.cuda.is_available():
+        with pytest.raises(UserInputError, match="asks for CUDA .* and this machine has none"):
+            backends.initialize(model=model, config={"hardware_selector": {"device": "cuda"}})
+
+
 def test_tensor_or_pipeline_parallel_on_a_module_they_cannot_split_is_one_line_at_initialize():
     from backends.decoder_anatomy import architecture_of
 

@@ -254,3 +254,27 @@ def test_bad_combinations_one_line_exit_2(capsys, flags, fragment):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error:")
     assert fragment in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--strategy", "zero3", "--zero-stage", "1"], "--zero-stage 1 conflicts with --strategy zero3 (stage 3)"),
+        (["--strategy", "fsdp", "--zero-stage", "2"], "--zero-stage 2 conflicts with --strategy fsdp (no ZeRO stage)"),
+        (["--strategy", "ddp", "--lora-rank", "5000"], "--lora-rank 5000 is larger than gpt2's hidden size 768"),
+    ],
+)
+def test_a_flag_that_cannot_apply_is_an_error_not_a_no_op(flags, message):
+    from tests.distributed import cli_in_process
+
+    completed = cli_in_process("estimate", "-m", "gpt2", "--gpu", "H100-80GB", *flags)
+    assert completed.returncode == 2 and message in completed.stderr and len(completed.stderr.splitlines()) == 1
+
+
+def test_engine_tp_on_a_family_the_engine_pipelines_only_is_refused_for_our_implementation():
+    from tests.distributed import cli_in_process
+
+    args = ["estimate", "-m", "deepseek-v3", "--gpu", "H100-80GB", "--nodes", "8", "--strategy", "engine", "--tp", "2"]
+    refused = cli_in_process(*args)
+    assert refused.returncode == 2 and "our engine does not split deepseek_v3 models over tp" in refused.stderr
+    assert cli_in_process(*args, "--implementation", "megatron").returncode == 0  # Megatron-LM's split is estimated

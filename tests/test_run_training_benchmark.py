@@ -120,6 +120,16 @@ def test_engine_layouts_are_checked_by_the_planner():
             "--run measures this machine, which has no A100-80GB (cuda)",
         ),
         ([], "--model is required"),
+        (["--model", "gpt2", "--steps", "0"], "argument --steps: 0 is outside 1.."),
+        (["--model", "gpt2", "--seq-len", "0"], "argument --seq-len: 0 is outside 1.."),
+        (["--model", "gpt2", "--warmup", "-1"], "argument --warmup: -1 is outside 0.."),
+        (["--model", "gpt2", "--timeout", "nan"], "argument --timeout: nan is not a positive number of seconds"),
+        (["--model", "gpt2", "--timeout", "-5"], "argument --timeout: -5 is not a positive number of seconds"),
+        (["--model", "gpt2", "--max-gpus", "0"], "argument --max-gpus: 0 is outside 1.."),
+        (["--model", "gpt2", "--micro-batches", "100000000"], "argument --micro-batches: 100000000 is outside 1.."),
+        (["--model", "gpt2", "--micro-batches", "-1"], "argument --micro-batches: -1 is outside 1.."),
+        (["--model", "gpt2", "--precision", "bogus"], "argument --precision: invalid choice: 'bogus'"),
+        (["--model", "gpt2", "--gpus-per-node", "0"], "argument --gpus-per-node: 0 is outside 1.."),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):

@@ -156,3 +156,91 @@ def test_a_corrupted_checkpoint_names_the_flag_that_starts_afresh(user, tmp_path
     assert lines[-1].startswith("error: no intact checkpoint in ") and "start afresh with --no-resume" in lines[-1]
     fresh = cli("train", run, "--steps", "1", "--no-resume")  # the flag the message names exists and works
     assert fresh.returncode == 0, fresh.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        (
+            ["--record", "--db", "data.csv"],
+            "--db data.csv is not a DuckDB database (a record written there would be lost)",
+        ),
+        (["--record", "--db", "a folder"], "--db a folder is a folder"),
+        (["--metrics", "a folder"], "--metrics a folder is a folder"),
+        (["--metrics", "/proc/none/metrics.jsonl"], "cannot create /proc/none"),
+    ],
+)
+def test_a_path_the_run_would_write_is_checked_before_any_rank_starts(run_dir, tmp_path, monkeypatch, extra, fragment):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data.csv").write_text("step,loss\n1,2.0\n")
+    (tmp_path / "a folder").mkdir()
+    before = sorted(path.name for path in run_dir.iterdir())
+    one_line_error(cli("train", run_dir, "--steps", "1", *extra), fragment)
+    assert sorted(path.name for path in run_dir.iterdir()) == before  # no rank started, nothing written
+    assert (tmp_path / "data.csv").read_text() == "step,loss\n1,2.0\n"
+
+
+def test_a_dangling_checkpoints_link_is_one_line(user, tmp_path):
+    root, model_dir, corpus = user
+    assert emit(root, model_dir, "dangling", "--data", corpus).returncode == 0
+    (root / "dangling" / "checkpoints").symlink_to(tmp_path / "unmounted scratch")
+    one_line_error(
+        cli("train", root / "dangling", "--steps", "1"), "which does not exist; create it, or remove the link"
+    )
+
+
+def test_a_checkpoint_kept_only_as_a_pickle_is_refused_not_trained_from_random_weights(user, tmp_path):
+    root, model_dir, _ = user
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    shutil.copy(model_dir / "config.json", pickled / "config.json")
+    (pickled / "pytorch_model.bin").write_bytes(b"\x80\x04not loaded")
+    completed = emit(root, pickled, "from pickle")
+    one_line_error(completed, "holds its weights only as pytorch_model.bin (a pickle, never loaded here")
+    assert not (root / "from pickle").exists()
+    assert emit(root, pickled, "from scratch", "--init", "random").returncode == 0  # the explicit choice stands
+
+
+def test_a_second_run_on_a_folder_being_trained_is_one_line_naming_the_first(run_dir):
+    """Through `train` and through the runner as launch.sh starts it: nothing starts, nothing is written."""
+    import os
+
+    from backends.runner.run_lock import hold_run_lock
+
+    first = hold_run_lock(run_dir)  # the first run, as `train` holds it
+    try:
+        before = sorted(path.name for path in run_dir.iterdir())
+        one_line_error(cli("train", run_dir, "--steps", "1"), f"is being trained by PID {os.getpid()} on ")
+        direct = subprocess.run(
+            [sys.executable, "-m", "backends.run", "--plan", str(run_dir), "--steps", "1"],
+            capture_output=True, text=True, cwd=REPO_ROOT, env=cpu_env(), timeout=300,
+        )  # fmt: skip
+        one_line_error(direct, "wait for that run to end or stop it")
+        assert sorted(path.name for path in run_dir.iterdir()) == before
+    finally:
+        first.close()
+
+
+def test_far_more_cpu_processes_than_cores_is_one_line(run_dir):
+    import os
+
+    too_many = 4 * (os.cpu_count() or 1) + 1
+    one_line_error(cli("train", run_dir, "--nproc", too_many), f"--nproc {too_many}: {too_many} CPU processes")
+
+
+def test_skip_step_where_the_norm_comes_after_the_update_is_refused_before_any_rank_starts(user, run_dir):
+    """docs/running.md, "Anomalies": the HF Trainer door and DeepSpeed report the norm after their update."""
+    one_line_error(
+        cli("train", run_dir, "--trainer", "--on-grad-spike", "skip-step"),
+        "anomaly action skip-step is not available with the HF Trainer door",
+    )
+    root, model_dir, corpus = user
+    completed = cli(
+        "plan", "-m", model_dir, "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64", "--global-batch", "8",
+        "--strategies", "zero2", "--emit", root / "deepspeed", "--data", corpus,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    one_line_error(
+        cli("train", root / "deepspeed", "--on-non-finite", "skip-step"),
+        "anomaly action skip-step is not available with DeepSpeed",
+    )

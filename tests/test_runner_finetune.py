@@ -112,9 +112,36 @@ def test_a_checkpoint_resumes_on_another_number_of_processes_with_the_same_globa
     assert [row["loss"] for row in rows(killed, "train")] == pytest.approx(uninterrupted, rel=1e-5)
 
 
-def _no_rank_survives(run_dir) -> None:
+def test_a_relative_data_path_is_the_users_and_a_killed_cli_takes_its_ranks_along(user, tmp_path):
+    """`train RUN --data mine.txt` reads ./mine.txt where the user stands (the project folder has none); SIGKILL
+    of the CLI alone (not its process group) stops torchrun and every rank."""
+    root, _, corpus = user
+    folder = emit(user, "cli killed")
+    here = tmp_path / "where the user stands"
+    here.mkdir()
+    (here / "mine.txt").write_text(corpus.read_text(encoding="utf-8"), encoding="utf-8")
+    assert not (REPO_ROOT / "mine.txt").exists()
+    command = [sys.executable, str(REPO_ROOT / "hardware_selector.py"), "train", str(folder), "--data", "mine.txt",
+               "--steps", "500", "--save-every", "0"]  # fmt: skip
+    process = subprocess.Popen(command, cwd=here, env=cpu_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while time.time() < deadline and process.poll() is None:
+        if (folder / "metrics.jsonl").is_file() and '"kind": "train"' in (folder / "metrics.jsonl").read_text():
+            break
+        time.sleep(0.2)
+    assert process.poll() is None, process.stderr.read().decode()[-2000:]  # training, on ./mine.txt
+    process.kill()  # the CLI only: torchrun and the ranks are its children, not killed here
+    process.wait()
+    _no_rank_survives(folder, within_s=60)
+
+
+def _no_rank_survives(run_dir, within_s: float = 1.0) -> None:
     import psutil
 
-    time.sleep(1.0)
-    survivors = [p for p in psutil.process_iter(["cmdline"]) if str(run_dir) in " ".join(p.info["cmdline"] or [])]
+    deadline = time.time() + within_s
+    while True:
+        time.sleep(1.0)
+        survivors = [p for p in psutil.process_iter(["cmdline"]) if str(run_dir) in " ".join(p.info["cmdline"] or [])]
+        if not survivors or time.time() > deadline:
+            break
     assert survivors == []

@@ -154,3 +154,22 @@ def test_final_is_written_at_every_export_step_and_at_the_end(finished_run):
     assert "HF folder, step 4)" in completed.stdout and "HF folder, step 6)" in completed.stdout
     assert json.loads((final / "hardware_selector_export.json").read_text())["step"] == 6
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {path.name for path in final.iterdir()}
+
+
+def test_watch_follow_ends_when_no_process_holds_the_run_any_more(tmp_path):
+    """A run whose processes are gone (killed, the machine down) still says "running" in run_status.json;
+    watch tells it by the run lock nobody holds, and --follow ends instead of waiting forever."""
+    from backends.runner.run_lock import hold_run_lock
+    from backends.runner.status import RunStatus
+    from tests.distributed import cli_in_process
+
+    run_dir = tmp_path / "run"
+    emit_run_folder(make_plan(strategy="ddp"), run_dir)
+    RunStatus(run_dir, enabled=True, total_steps=10, strategy="ddp", model="gpt2").update(step=3)
+    lock = hold_run_lock(run_dir)  # the run, alive
+    live = json.loads(cli_in_process("watch", run_dir, "--json").stdout)
+    assert live["state"] == "running"
+    lock.close()  # its process is gone: the lock goes with it
+    gone = cli_in_process("watch", run_dir, "--follow")
+    assert gone.returncode == 0 and "gone" in gone.stdout and "ended without finishing" in gone.stdout
+    assert json.loads(cli_in_process("watch", run_dir, "--json").stdout)["state"] == "gone"

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SEED = [
     "--model-family",
@@ -88,3 +90,29 @@ def test_seed_inference_mode_prints_a_serving_layout(capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert out.startswith("Recommended: ") and "time to first token" in out and "between tokens" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["--model-family", "text_generation", "--model-name", "gpt2", "--batch-size", "1", "--mode", "training"], 141),
+        (["plan", "-m", "gpt2", "--gpu", "cpu"], 1),  # click's own quiet exit for a closed pipe
+    ],
+)
+def test_a_reader_that_leaves_early_ends_the_cli_quietly(args, code):
+    """`hardware-selector ... | head`: the pipe closes under the output; no BrokenPipeError traceback (the seed
+    door exits as a tool SIGPIPE ended, 141)."""
+    import os
+
+    from tests.distributed import REPO_ROOT
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has already left
+    try:
+        completed = subprocess.run(
+            [sys.executable, "hardware_selector.py", *args], stdout=write_end, stderr=subprocess.PIPE, cwd=REPO_ROOT,
+            timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert completed.returncode == code and completed.stderr.decode() == ""

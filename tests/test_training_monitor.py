@@ -143,3 +143,16 @@ def test_system_stats_read_nvml_and_the_host(monkeypatch):
     monkeypatch.delitem(__import__("sys").modules, "pynvml")
     monkeypatch.setitem(__import__("sys").modules, "pynvml", None)  # NVML absent: no GPUs, no error
     assert TrainingMonitor().get_system_stats()["gpus"] == []
+
+
+def test_a_callback_of_the_metrics_alone_is_taken_and_a_wrong_signature_refused_at_registration():
+    from backends.monitoring.training_monitor import TrainingMonitor
+
+    monitor = TrainingMonitor()
+    monitor.add_callback("loss-ceiling", lambda metrics: ("stop", "loss too high") if metrics["loss"] > 20 else None)
+    monitor.add_callback("with-step", lambda metrics, step: "warn" if step == 3 else None)
+    decision = monitor.decide({"loss": 25.0}, 3)
+    assert decision.action == "stop" and decision.reasons == ["loss-ceiling: loss too high", "with-step: warn"]
+    assert monitor.decide({"loss": 1.0}, 4).action == "ok"
+    with pytest.raises(TypeError, match=r"callback 'bad' must take \(metrics, step\) or \(metrics\)"):
+        monitor.add_callback("bad", lambda metrics, step, extra: None)

@@ -51,14 +51,22 @@ def resolve_sources(patterns: list[str], flag: str = "--data") -> list[Source]:
     """Every source the patterns name, in a deterministic order; errors name the pattern."""
     sources: list[Source] = []
     for pattern in patterns:
+        if not str(pattern).strip():  # '' would be the current folder, every JSON file under it included
+            raise UserInputError(f"{flag} is empty; give a .txt, .jsonl or .parquet file, a glob of them, or a folder")
         matches = sorted(glob.glob(os.path.expanduser(pattern), recursive=True))
         if not matches:
             raise UserInputError(
                 f"{flag} {pattern}: no such file or folder; give a .txt, .jsonl or .parquet file, "
                 "a glob of them, or a folder written by datasets' save_to_disk"
             )
-        for match in matches:
-            sources += _sources_at(Path(match), flag)
+        found = [source for match in matches for source in _sources_at(Path(match), flag)]
+        kinds = sorted({source.path.suffix.lower() or source.kind for source in found})
+        if len({source.kind for source in found}) > 1:  # a folder of text beside configs, say: say which files
+            raise UserInputError(
+                f"{flag} {pattern} matches files of several kinds ({', '.join(kinds)}); name one kind per "
+                "pattern, e.g. 'corpus/*.jsonl'"
+            )
+        sources += found
     if not sources:
         raise UserInputError(f"{flag} {' '.join(patterns)}: no .txt, .jsonl, .json or .parquet file there")
     return list(dict.fromkeys(sources))

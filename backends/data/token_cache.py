@@ -11,7 +11,9 @@ One process per node tokenizes (local rank 0); the node's other ranks wait
 for the .json (or an .error file carrying the one-line reason) and then map
 the file read-only. The tokens are appended a batch of documents at a time,
 so memory stays flat whatever the corpus size. Written to a temporary name
-and renamed: a crash never leaves a half file under the final name.
+and renamed: a crash never leaves a half file under the final name. The .json
+records the file's size and a digest of its first and last MiB: a cache that
+no longer matches (truncated, overwritten) is tokenized again, never mapped.
 """
 
 from __future__ import annotations
@@ -29,6 +31,30 @@ from planner.files import atomic_path, write_text_atomic
 
 FORMAT_VERSION = 1
 WAIT_REPORT_S = 60.0
+EDGE_BYTES = 1 << 20  # the digest reads this much from each end: seconds saved on a large cache at every start
+
+
+def edge_digest(path: Path) -> str:
+    """A digest of the file's size, first and last MiB (not a full hash: the file may be many GB)."""
+    digest = hashlib.blake2b(digest_size=16)
+    size = path.stat().st_size
+    digest.update(str(size).encode())
+    with open(path, "rb") as handle:
+        digest.update(handle.read(EDGE_BYTES))
+        handle.seek(max(0, size - EDGE_BYTES))
+        digest.update(handle.read(EDGE_BYTES))
+    return digest.hexdigest()
+
+
+def cache_intact(bin_path: Path, meta: dict[str, Any]) -> bool:
+    """The token file is the one its .json describes: its size, and its edge digest when recorded."""
+    import numpy as np
+
+    if not bin_path.is_file():
+        return False
+    if bin_path.stat().st_size != int(meta["tokens"]) * np.dtype(meta["dtype"]).itemsize:
+        return False
+    return "edge_digest" not in meta or meta["edge_digest"] == edge_digest(bin_path)
 
 
 def content_key(sources: list[Source], tokenizer_files: list[Path], options: dict[str, Any]) -> str:
@@ -142,22 +168,38 @@ def prepare_token_file(
     if builder:
         cache_dir.mkdir(parents=True, exist_ok=True)
         error_path.unlink(missing_ok=True)
-        if not (meta_path.is_file() and bin_path.is_file()):
+        if meta_path.is_file() and not cache_intact(bin_path, _read_meta(meta_path)):
+            print(f"note: the token cache {bin_path.name} does not match its record (damaged?); tokenizing again")
+            meta_path.unlink()  # the node's other ranks wait for the new one
+        if not meta_path.is_file():
             try:
                 meta = build(bin_path)
             except UserInputError as failure:
                 write_text_atomic(error_path, str(failure))
                 raise
+            meta["edge_digest"] = edge_digest(bin_path)
             write_text_atomic(meta_path, json.dumps(meta, indent=1))
     else:
         _wait_for(meta_path, error_path, label, since=time.time() - 1.0)
-    return bin_path, json.loads(meta_path.read_text(encoding="utf-8"))
+    return bin_path, _read_meta(meta_path)
+
+
+def _read_meta(meta_path: Path) -> dict[str, Any]:
+    return json.loads(meta_path.read_text(encoding="utf-8"))
+
+
+def _ready(meta_path: Path, bin_path: Path) -> bool:
+    try:
+        return cache_intact(bin_path, _read_meta(meta_path))
+    except (OSError, ValueError, KeyError):  # the builder is replacing a damaged cache right now
+        return False
 
 
 def _wait_for(meta_path: Path, error_path: Path, label: str, *, since: float) -> None:
-    """Until the builder's .json appears, or its .error (one written by this run, not a stale one)."""
+    """Until the builder's .json appears over an intact file, or its .error (one written by this run)."""
     began = reported = time.monotonic()
-    while not meta_path.is_file():
+    bin_path = meta_path.with_suffix(".bin")
+    while not _ready(meta_path, bin_path):
         if error_path.is_file() and error_path.stat().st_mtime >= since:
             raise UserInputError(error_path.read_text(encoding="utf-8").strip())
         time.sleep(0.2)

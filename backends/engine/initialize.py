@@ -51,6 +51,8 @@ def initialize(
     weights: a backends.weights.source.WeightSource when `model` was built on the meta device; each rank
     then reads only the weights it holds (its stage and tensor slice, or its ZeRO-3 partition).
     """
+    import torch
+
     from backends.engine.engine import Engine
     from backends.engine.initialize_args import (
         check_model_parameters,
@@ -59,10 +61,17 @@ def initialize(
         with_optimizer_object,
     )
     from backends.weights.model_init import is_meta
-    from planner.contract.engine_config import load_engine_config  # pydantic: only on the call
+    from planner.contract.engine_config import key_fates_line, load_engine_config  # pydantic: only on the call
 
+    if isinstance(args, torch.nn.Module):  # initialize(model, config): deepspeed's first positional is args
+        raise UserInputError(
+            "backends.initialize's first positional argument is args, as in deepspeed.initialize; call "
+            "initialize(model=model, config=config) with keywords"
+        )
     if model is None:
         raise UserInputError("backends.initialize needs model=...")
+    if not isinstance(model, torch.nn.Module):
+        raise UserInputError(f"backends.initialize: model must be a torch.nn.Module, not {type(model).__name__}")
     if mpu is not None or mesh_param is not None:
         raise UserInputError("our engine builds its process groups from hardware_selector.layout; drop mpu/mesh_param")
     if config is None:
@@ -72,6 +81,11 @@ def initialize(
     check_model_parameters(model, model_parameters)
     block = settings.hardware_selector
     _init_distributed(block.dist_backend)
+    from backends.ranks import rank
+
+    fates = key_fates_line(settings)  # every DeepSpeed key that does not act as it is, said once
+    if fates and rank() == 0:
+        print(fates, flush=True)
     device = _device(block.device)
     if is_meta(model) and weights is None:
         raise UserInputError("the model is on the meta device; pass weights=WeightSource(...) to fill it")
@@ -104,6 +118,11 @@ def _device(kind: str) -> torch.device:
 
     if kind != "cuda":
         return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise UserInputError(
+            "the engine config asks for CUDA (hardware_selector.device) and this machine has none; "
+            'set "device": "cpu" (gloo) to run on the CPU'
+        )
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local_rank)
     return torch.device("cuda", local_rank)

@@ -62,9 +62,11 @@ class TrainingMonitor:
         return values[-1][1] if values else None
 
     def add_callback(self, name: str, fn: Callback) -> None:
+        """fn(metrics, step), or fn(metrics): both are taken; any other signature is refused here, not at the
+        first step."""
         if not callable(fn):
             raise TypeError(f"callback {name!r} must be a function of (metrics, step), not {type(fn).__name__}")
-        self.callbacks[name] = fn
+        self.callbacks[name] = _with_step(name, fn)
 
     def remove_callback(self, name: str) -> None:
         self.callbacks.pop(name, None)
@@ -180,3 +182,20 @@ class MemoryProfiler:
 
     def reset(self) -> None:
         self.peaks.clear()
+
+
+def _with_step(name: str, fn: Callable[..., Any]) -> Callback:
+    """The callback as fn(metrics, step): one that takes only the metrics is wrapped."""
+    import inspect
+
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: call it as documented
+        return fn
+    for arguments in (({}, 0), ({},)):
+        try:
+            signature.bind(*arguments)
+        except TypeError:
+            continue
+        return fn if len(arguments) == 2 else (lambda metrics, step: fn(metrics))
+    raise TypeError(f"callback {name!r} must take (metrics, step) or (metrics); its signature is {signature}")

@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import NoReturn
 
 from planner.contract.choices import Strategy
+from planner.errors import UserInputError
 from planner.rundir.run_option_table import RUN_OPTIONS
 
 RECORD_ENV_VAR = "HARDWARE_SELECTOR_RECORD"  # 0: runs do not record themselves (a CI job, a test suite)
@@ -35,10 +37,16 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(option.flag, **kwargs)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m backends.run", description="Train a run folder written by `hardware-selector plan --emit`."
-    )
+class OneLineParser(argparse.ArgumentParser):
+    """An unknown option or a value of the wrong type is one UserInputError in the words of the door the user
+    called (`hardware-selector train` or `python -m backends.run`), not argparse's usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserInputError(f"{self.prog}: {message}; see {self.prog} --help")
+
+
+def parse_args(argv: list[str] | None, *, prog: str = "python -m backends.run") -> argparse.Namespace:
+    parser = OneLineParser(prog=prog, description="Train a run folder written by `hardware-selector plan --emit`.")
     parser.add_argument("--plan", required=True, type=Path, help="the run folder")
     add_run_options(parser)
     parser.add_argument("--strategy", choices=STRATEGIES, help="run the plan's model and batch with another strategy")

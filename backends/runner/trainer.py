@@ -94,7 +94,7 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
 
     from backends.cpu_distributed import configure_cpu_accelerate_state
     from backends.data import prepare_data
-    from backends.runner.anomaly import AnomalyGuard
+    from backends.runner.anomaly import AnomalyGuard, refuse_unsupported
     from backends.runner.export import _copy_tokenizer
     from backends.runner.folder import load_run_folder
     from backends.runner.loop import total_steps
@@ -113,6 +113,9 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
             "--trainer runs DDP, FSDP and DeepSpeed plans (their training_args.json); this plan runs "
             "on our engine: drop --trainer"
         )
+    refusal = refuse_unsupported(spec.run.anomaly, "the HF Trainer door", checks_norm_before_update=False)
+    if refusal:  # the Trainer reports the norm after its update (docs/running.md, "Anomalies")
+        raise UserInputError(refusal)
     rank, world, local_rank, local_world = process_counts()
     run = fit_device(spec.run, tiny=args.tiny)
     run, note = fit_to_world(run, world, tiny=args.tiny, local_world=local_world)

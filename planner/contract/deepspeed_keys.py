@@ -1,7 +1,7 @@
 """Every DeepSpeed training key, and what our engine does with it (docs/engine.md, "DeepSpeed keys").
 
 A ds_config.json written for DeepSpeed (ours included) must drive our engine
-unchanged, so each key of DeepSpeed's config reference has one of three fates:
+unchanged, so each key of DeepSpeed's config reference has one of four fates:
 
 - ACTS: a feature we implement; EngineConfig holds the key and the engine
   does what DeepSpeed does with it.
@@ -9,6 +9,8 @@ unchanged, so each key of DeepSpeed's config reference has one of three fates:
   logging cadence, its own checkpoint format switches) that has no effect on
   what is trained. It is checked for type by nobody but DeepSpeed, and
   dropped here; the note says why it is safe to.
+- TRANSLATED: a DeepSpeed block whose intent we carry out our own way:
+  `activation_checkpointing` becomes hardware_selector.activation_checkpointing full.
 - REFUSED: a feature we lack. When it is switched on (`enabled`, a device, a
   non-default value), the key is one line naming it and the nearest thing we
   have; switched off, it is accepted like the rest.
@@ -121,12 +123,11 @@ RULES: dict[str, dict[str, Rule]] = {
         "vocabulary_size": accepted("the model's config gives the vocabulary"),
         "legacy_fusion": accepted("a DeepSpeed fused-optimizer switch"),
         "sparse_gradients": accepted("embedding gradients are reduced dense; the mean is the same"),
-        "activation_checkpointing": accepted(
-            "configures deepspeed.checkpointing calls in the model's own code; our engine checkpoints blocks "
-            "itself with hardware_selector.activation_checkpointing"
-        ),
-        "pipeline": accepted(
-            "DeepSpeed's PipelineModule settings; our engine pipelines with hardware_selector.layout.pp"
+        # activation_checkpointing is translated before these rules (translate_activation_checkpointing).
+        "pipeline": refused(
+            "DeepSpeed's PipelineModule settings; our engine pipelines with hardware_selector.layout.pp and "
+            "hardware_selector.pipeline_schedule",
+            lambda value: _on(value) or (isinstance(value, dict) and any(key != "enabled" for key in value)),
         ),
         "checkpoint": accepted("DeepSpeed's checkpoint format switches; our checkpoints reshard on load"),
         "aio": accepted("NVMe I/O tuning, used only by NVMe offload"),
@@ -246,19 +247,42 @@ SPELLINGS = {
 }
 
 
-def without_deepspeed_only_keys(document: dict, origin: str) -> dict:
-    """`document` with accepted DeepSpeed-only keys dropped; a refused key that is on is one UserInputError."""
+def without_deepspeed_only_keys(document: dict, origin: str, fates: list[tuple[str, str]] | None = None) -> dict:
+    """`document` with accepted DeepSpeed-only keys dropped; a refused key that is on is one UserInputError.
+    `fates` collects what became of each key that does not act as it is: translated or dropped."""
+    fates = [] if fates is None else fates
     cleaned = _spelled(dict(document), "")
-    _apply(cleaned, "", origin)
+    translate_activation_checkpointing(cleaned, origin, fates)
+    _apply(cleaned, "", origin, fates)
     for block in ("zero_optimization", "fp16", "bf16"):
         if isinstance(cleaned.get(block), dict):
             cleaned[block] = _spelled(dict(cleaned[block]), block)
-            _apply(cleaned[block], block, origin)
+            _apply(cleaned[block], block, origin, fates)
     zero = cleaned.get("zero_optimization")
     if isinstance(zero, dict) and isinstance(zero.get("offload_optimizer"), dict):
         zero["offload_optimizer"] = dict(zero["offload_optimizer"])
-        _apply(zero["offload_optimizer"], "zero_optimization.offload_optimizer", origin)
+        _apply(zero["offload_optimizer"], "zero_optimization.offload_optimizer", origin, fates)
     return cleaned
+
+
+def translate_activation_checkpointing(document: dict, origin: str, fates: list[tuple[str, str]]) -> None:
+    """DeepSpeed's activation_checkpointing block means "recompute the blocks": it becomes
+    hardware_selector.activation_checkpointing full (unless that is set), never a silent no-op. Offloading the
+    kept activations to the CPU is a feature we lack: one line."""
+    block = document.pop("activation_checkpointing", None)
+    if block is None:
+        return
+    if isinstance(block, dict) and block.get("cpu_checkpointing"):
+        raise UserInputError(
+            f"{origin}: activation_checkpointing.cpu_checkpointing = true is a DeepSpeed feature our engine lacks "
+            "(it recomputes blocks and keeps nothing on the CPU); drop it, or run the plan with --strategy deepspeed"
+        )
+    ours = dict(document.get("hardware_selector") or {})
+    if "activation_checkpointing" in ours:
+        fates.append(("activation_checkpointing", f"left to hardware_selector's {ours['activation_checkpointing']}"))
+        return
+    document["hardware_selector"] = {**ours, "activation_checkpointing": "full"}
+    fates.append(("activation_checkpointing", "became hardware_selector.activation_checkpointing full"))
 
 
 def _spelled(block: dict, path: str) -> dict:
@@ -268,7 +292,7 @@ def _spelled(block: dict, path: str) -> dict:
     return block
 
 
-def _apply(block: dict, path: str, origin: str) -> None:
+def _apply(block: dict, path: str, origin: str, fates: list[tuple[str, str]]) -> None:
     rules = RULES.get(path, {})
     for key in list(block):
         rule = rules.get(key)
@@ -280,15 +304,22 @@ def _apply(block: dict, path: str, origin: str) -> None:
                 f"{origin}: {name} = {block[key]!r} is a DeepSpeed feature our engine lacks; {rule.note} "
                 f"(or run the plan with --strategy deepspeed)"
             )
+        fates.append((name, "dropped"))
         del block[key]
 
 
+TRANSLATED = {"activation_checkpointing"}  # top-level keys rewritten into ours (translate_activation_checkpointing)
+
+
 def disposition(path: str) -> str | None:
-    """'acts', 'accepted', 'refused-when-on' or None for a dotted DeepSpeed key ('zero_optimization.stage')."""
+    """'acts', 'translated', 'accepted', 'refused-when-on' or None for a dotted DeepSpeed key
+    ('zero_optimization.stage')."""
     parent, _, key = path.rpartition(".")
     key = SPELLINGS.get(parent, {}).get(key, key)
     if key in ACTS.get(parent, set()):
         return "acts"
+    if not parent and key in TRANSLATED:
+        return "translated"
     rule = RULES.get(parent, {}).get(key)
     if rule is None:
         return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from planner.contract.deepspeed_keys import without_deepspeed_only_keys
 from planner.contract.layout import ParallelDims
@@ -159,6 +159,10 @@ class HardwareSelectorBlock(_Strict):
 
 
 class EngineConfig(_Strict):
+    # (key, what became of it) for the DeepSpeed-only keys it was loaded from: translated or dropped
+    # (planner/contract/deepspeed_keys.py); the engine's start-up line, not a setting.
+    _key_fates: list[tuple[str, str]] = PrivateAttr(default_factory=list)
+
     train_batch_size: int | None = Field(default=None, ge=1)
     train_micro_batch_size_per_gpu: int | None = Field(default=None, ge=1)
     gradient_accumulation_steps: int | None = Field(default=None, ge=1)
@@ -229,8 +233,22 @@ def load_engine_config(source: str | Path | dict | EngineConfig) -> EngineConfig
         source = read_json_file(Path(source), "pass the engine.json of a run folder")
     if not isinstance(source, dict):
         raise UserInputError(f"{origin} must be a JSON object")
-    source = without_deepspeed_only_keys(source, origin)  # a ds_config.json drives the engine unchanged
+    fates: list[tuple[str, str]] = []
+    source = without_deepspeed_only_keys(source, origin, fates)  # a ds_config.json drives the engine unchanged
     try:
-        return EngineConfig.model_validate(source)
+        config = EngineConfig.model_validate(source)
     except ValidationError as error:
         raise UserInputError(f"{origin}: {describe_validation_error(error, 'docs/engine.md')}") from None
+    config._key_fates = fates  # printed once by the engine at start-up (backends/engine/engine.py)
+    return config
+
+
+def key_fates_line(config: EngineConfig) -> str | None:
+    """One line saying what became of the DeepSpeed-only keys `config` was loaded from, or None."""
+    fates = config._key_fates
+    if not fates:
+        return None
+    changed = [f"{key} {fate}" for key, fate in fates if fate != "dropped"]
+    dropped = [key for key, fate in fates if fate == "dropped"]
+    parts = changed + ([f"dropped (no effect on what is trained): {', '.join(dropped)}"] if dropped else [])
+    return "DeepSpeed keys: " + "; ".join(parts) + " (docs/engine.md, DeepSpeed keys)"

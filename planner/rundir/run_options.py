@@ -29,7 +29,12 @@ from planner.contract.schema import describe_validation_error
 from planner.emit.hf_model import DECODER_LAYER_CLASS, decoder_layer_class, hf_config_for
 from planner.errors import UserInputError
 from planner.plan import Plan
-from planner.rundir.run_overrides import has_tokenizer, has_weights, resolve_data_paths, tokenizer_folder
+from planner.rundir.run_overrides import (
+    has_tokenizer,
+    has_weights,
+    resolve_data_paths,
+    tokenizer_folder,
+)
 from planner.training_config import Strategy
 
 _LAUNCHER: dict[Strategy, Launcher] = {

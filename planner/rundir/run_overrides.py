@@ -53,6 +53,14 @@ def has_weights(folder: Path | None) -> bool:
     return folder is not None and any((folder / name).is_file() for name in WEIGHT_FILES)
 
 
+def pickled_weights(folder: Path | None) -> list[str]:
+    """The pickle weight files (pytorch_model*.bin) of a folder without safetensors: never loaded, since
+    unpickling runs code."""
+    if folder is None or has_weights(folder) or not folder.is_dir():
+        return []
+    return sorted(path.name for path in folder.glob("pytorch_model*.bin"))
+
+
 def has_tokenizer(folder: Path | None) -> bool:
     return folder is not None and any((folder / name).is_file() for name in TOKENIZER_FILES)
 
@@ -61,6 +69,8 @@ def resolve_data_paths(patterns: list[str], flag: str) -> list[str]:
     """Each pattern as an absolute path or glob; one that matches nothing is a one-line error."""
     resolved = []
     for pattern in patterns:
+        if not str(pattern).strip():  # '' would be the current folder, every JSON file under it included
+            raise UserInputError(f"{flag} is empty; give a .txt, .jsonl or .parquet file, a glob of them, or a folder")
         full = str(Path(pattern).expanduser().absolute())
         if not glob.glob(full, recursive=True):
             raise UserInputError(

@@ -35,9 +35,10 @@ from planner.files import write_text_atomic
 from planner.models.families import family_of
 from planner.plan import Plan
 from planner.rundir.engine_for_run import engine_config_for_run
+from planner.rundir.manifest import files_of_ours, foreign_files, write_manifest
 from planner.rundir.previous_run import archive_previous_run
 from planner.rundir.run_options import RunOptions, run_config
-from planner.rundir.run_overrides import RunOverrides, apply_overrides
+from planner.rundir.run_overrides import RunOverrides, apply_overrides, pickled_weights
 
 __all__ = ["RunOptions", "emit_run_folder", "render_run_folder", "run_config"]
 
@@ -156,6 +157,14 @@ def emit_run_folder(
     target = run_config(plan, nproc_override, options)
     if overrides is not None:
         target = apply_overrides(target, overrides)
+    chosen_init = (options is not None and options.init) or (overrides is not None and overrides.init)
+    pickles = pickled_weights(Path(target.model.path) if target.model.path else None)
+    if pickles and not chosen_init:  # training from random weights beside the user's checkpoint is never silent
+        raise UserInputError(
+            f"{target.model.path} holds its weights only as {pickles[0]} (a pickle, never loaded here: unpickling "
+            "runs code); save them as safetensors (save_pretrained(DIR, safe_serialization=True) where you trust "
+            "the file), or pass --init random to train from scratch"
+        )
     if plan.config.kernels is KernelChoice.LIGER and target.device != "cuda":
         raise UserInputError("--kernels liger: Liger's kernels are Triton GPU kernels; plan --kernels compile for CPU")
     if elastic is not None and target.nproc_overridden:
@@ -167,8 +176,10 @@ def emit_run_folder(
         raise UserInputError(
             f"cannot create the run folder {run_dir}: {error.strerror or error}; give --emit a writable directory"
         ) from None
-    archive_previous_run(run_dir)
+    ours = files_of_ours(run_dir, ARTIFACTS)
+    archive_previous_run(run_dir, also=foreign_files(run_dir, files, ARTIFACTS))  # the user's files: moved, kept
     written = [write_text_atomic(run_dir / name, text, executable=name in EXECUTABLES) for name, text in files.items()]
-    for stale in set(ARTIFACTS) - set(files):
+    for stale in (set(ARTIFACTS) & ours) - set(files):
         (run_dir / stale).unlink(missing_ok=True)  # left by an earlier emission of another strategy
+    written.append(write_manifest(run_dir, files))
     return written
