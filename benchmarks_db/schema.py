@@ -79,6 +79,18 @@ def applied_version(connection: Any) -> int:
     return connection.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
 
 
+def check_ours(connection: Any, path: object) -> None:
+    """A database with tables but not our schema_migrations belongs to another program: never written into."""
+    tables = {row[0] for row in connection.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    if tables and "schema_migrations" not in tables:
+        from planner.errors import UserInputError
+
+        raise UserInputError(
+            f"{path} is another program's DuckDB database (tables: {', '.join(sorted(tables)[:5])}); pass --db a "
+            "benchmark database of ours, or a new path"
+        )
+
+
 def migrate(connection: Any, target: int = SCHEMA_VERSION) -> int:
     """Apply the migrations above the database's version up to `target`; returns the new version."""
     connection.execute(

@@ -22,7 +22,7 @@ from planner.errors import UserInputError
 
 from .paths import resolve_db_path
 from .record import RunRecord, RunStatus
-from .schema import SCHEMA_VERSION, applied_version, migrate
+from .schema import SCHEMA_VERSION, applied_version, check_ours, migrate
 
 COLUMNS: tuple[str, ...] = tuple(RunRecord.model_fields)
 _INSERT = f"INSERT INTO runs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
@@ -118,6 +118,7 @@ class BenchmarkStore:
         with self._locked(exclusive=True):
             connection = self._connect(read_only=False)
             try:
+                check_ours(connection, self.path)
                 migrate(connection)
                 yield connection
             finally:
@@ -143,6 +144,7 @@ class BenchmarkStore:
         with self._locked(exclusive=False):
             connection = self._connect(read_only=True)
             try:
+                check_ours(connection, self.path)
                 version = applied_version(connection)
             finally:
                 connection.close()

@@ -136,7 +136,8 @@ def search_options(
     strategies: str = typer.Option(
         ALL_STRATEGIES,
         "--strategies",
-        help="Strategy kinds to consider: ddp,fsdp,deepspeed,engine; zero1|zero2|zero3 for DeepSpeed at that stage.",
+        help="Strategy kinds to consider: ddp,fsdp,deepspeed,engine; zero1|zero2|zero3 for DeepSpeed at that stage, "
+        "fsdp-full|fsdp-grad-op for FSDP with that sharding.",
     ),
     no_offload: bool = typer.Option(False, "--no-offload", help="Leave out CPU/NVMe offload."),
     implementation: str = typer.Option("ours", "--implementation", help=IMPLEMENTATION_HELP),

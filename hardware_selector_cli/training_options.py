@@ -64,6 +64,7 @@ class ClusterOptions:
     interconnect: str | None
     cpu_ram_gb: float | None
     price_per_hour: float | None
+    nvme_gb: float | None = None
 
     def resolve(self):
         from planner.hardware.cluster import make_cluster
@@ -78,6 +79,7 @@ class ClusterOptions:
             nodes=self.nodes,
             interconnect=self.interconnect,
             cpu_ram_gb=self.cpu_ram_gb,
+            nvme_gb=self.nvme_gb,
             price_per_hour=self.price_per_hour,
         )
 
@@ -91,8 +93,11 @@ def cluster_options(
     ),
     cpu_ram_gb: float | None = typer.Option(None, "--cpu-ram-gb", help="CPU RAM per node (for offload)."),
     price_per_hour: float | None = typer.Option(None, "--price", help="USD per GPU-hour, overriding the catalog."),
+    nvme_gb: float | None = typer.Option(
+        None, "--nvme-gb", help="NVMe per node (GiB) for ZeRO-Infinity offload; without it none is assumed."
+    ),
 ) -> ClusterOptions:
-    return ClusterOptions(gpu, gpus_per_node, nodes, interconnect, cpu_ram_gb, price_per_hour)
+    return ClusterOptions(gpu, gpus_per_node, nodes, interconnect, cpu_ram_gb, price_per_hour, nvme_gb)
 
 
 def training_options(

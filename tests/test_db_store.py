@@ -127,3 +127,20 @@ def test_process_killed_mid_write_leaves_no_partial_row(tmp_path):
     assert [r.host for r in store.runs()] == ["before"]  # and the lock died with the process
     store.add(sample_record(host="after"))
     assert store.count() == 2
+
+
+def test_another_programs_duckdb_or_a_truncated_one_is_one_line_and_left_untouched(tmp_path):
+    foreign = tmp_path / "sales.duckdb"
+    connection = duckdb.connect(str(foreign))
+    connection.execute("CREATE TABLE sales (x INTEGER)")
+    connection.close()
+    for action in (lambda store: store.runs(), lambda store: store.add(sample_record())):
+        with pytest.raises(UserInputError, match="is another program's DuckDB database \\(tables: sales\\)"):
+            action(BenchmarkStore(foreign))
+    connection = duckdb.connect(str(foreign), read_only=True)
+    assert connection.execute("SHOW TABLES").fetchall() == [("sales",)]  # none of our tables written into it
+    connection.close()
+    truncated = tmp_path / "truncated.duckdb"
+    truncated.write_bytes(foreign.read_bytes()[:5000])
+    with pytest.raises(UserInputError, match="cannot open"):
+        BenchmarkStore(truncated).runs()

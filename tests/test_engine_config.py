@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -171,3 +172,20 @@ def test_lr_schedules_match_deepspeed():
             assert ours_opt.param_groups[0]["lr"] == pytest.approx(ds_opt.param_groups[0]["lr"], rel=1e-12, abs=1e-15)
             ours.step()
             theirs.step()
+
+
+def test_a_stage_or_switch_given_as_a_string_is_one_line_not_coerced():
+    """{"stage": "3"} and {"enabled": "yes"} would pass as 3 and True; a config means what it writes, so both are
+    refused by name (bucket sizes written as 5e8, as DeepSpeed's examples do, still read)."""
+    from planner.errors import UserInputError
+
+    for document, name in (
+        ({"zero_optimization": {"stage": "3"}}, "zero_optimization.stage"),
+        ({"fp16": {"enabled": "yes"}}, "fp16.enabled"),
+        ({"fp16": {"enabled": True, "initial_scale_power": 1000}}, "fp16.initial_scale_power"),
+    ):
+        with pytest.raises(UserInputError, match=re.escape(f"'{name}'")):
+            load_engine_config(document)
+    assert (
+        load_engine_config({"zero_optimization": {"stage": 3, "reduce_bucket_size": 5e8}}).zero_optimization.stage == 3
+    )

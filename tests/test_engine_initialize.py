@@ -25,6 +25,7 @@ class _RecordingEngine:
 def recorded(monkeypatch):
     events: list[tuple] = []
     monkeypatch.setattr("backends.engine.initialize._init_distributed", lambda backend: None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a CUDA machine, as far as initialize can tell
     monkeypatch.setattr(torch.cuda, "set_device", lambda index: events.append(("set_device", index)))
     monkeypatch.setattr(
         torch.nn.Module, "cuda", lambda module, *args, **kwargs: events.append(("model.cuda",)) or module

@@ -348,3 +348,41 @@ def test_model_spec_is_the_architecture_plus_its_counts():
 def test_layout_defaults_are_a_plain_decoder():
     layout = ParameterDetails()
     assert (layout.norms_per_layer, layout.final_norms, layout.position_offset) == (2, 1, 0)
+
+
+LLAMA_SMALL = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 256,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 512, "vocab_size": 1000,
+               "max_position_embeddings": 512, "rms_norm_eps": 1e-5}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (json.dumps({**LLAMA_SMALL, "architectures": []}), "field 'architectures' must be a list of class names"),
+        (json.dumps({**LLAMA_SMALL, "architectures": ["FooForBar"]}), "['FooForBar'] names no llama class"),
+        (json.dumps(LLAMA_SMALL).replace("1e-05", "NaN"), "rms_norm_eps is nan, not a finite number"),
+        (json.dumps({**LLAMA_SMALL, "head_dim": 63}), "field 'head_dim' is 63; rotary positions need an even"),
+        (json.dumps({**LLAMA_SMALL, "rope_scaling": "yes"}), "field 'rope_scaling' must be null or a block"),
+        (json.dumps(LLAMA_SMALL)[:-1] + ', "hidden_size": 512}', "key 'hidden_size' is given twice"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ],
+)
+def test_a_config_json_with_nonsense_is_one_line_naming_the_key(tmp_path, text, message):
+    from planner.models.resolve import spec_from_config_path
+
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(UserInputError) as refused:
+        spec_from_config_path(tmp_path, exact_counts=False)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_sound_small_config_still_reads():
+    spec = spec_from_hf_config(LLAMA_SMALL, name="small")
+    assert (spec.hidden_size, spec.head_dim) == (256, 64)
+
+
+def test_a_model_name_longer_than_any_path_is_one_line():
+    from planner.models.resolve import resolve_model
+
+    with pytest.raises(UserInputError, match="--model is 20,000 characters long"):
+        resolve_model("a" * 20_000)

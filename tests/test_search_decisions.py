@@ -109,3 +109,36 @@ def test_qlora_fits_a_65b_class_model_on_one_48gb_gpu_and_16bit_lora_does_not():
     assert qlora.best is not None and qlora.best.config.qlora
     lora16 = _search("llama-2-70b", "A6000", 1, lora_rank=16, micro_batch=1, seq_len=512, allow_offload=False)
     assert lora16.best is None
+
+
+def test_a_pinned_fsdp_sharding_is_what_the_plan_and_its_run_folder_use(tmp_path):
+    """`--strategies fsdp-full` (a tutorial's FULL_SHARD for a small model, which ranks below NO_SHARD and
+    grad-op by speed) holds through the search and --emit; `fsdp` alone still picks what ranks best."""
+    import yaml
+
+    from planner.rundir.write import emit_run_folder
+    from planner.training_config import FsdpSharding
+
+    spec, cluster = resolve_model("gpt2"), make_cluster("A100-80GB", gpus_per_node=2)
+    free = search_plans(spec, cluster, PlanRequest(strategies=("fsdp",), global_batch=32, seq_len=1024)).best
+    assert free.config.fsdp_sharding is not FsdpSharding.FULL
+    for name, sharding in (("fsdp-full", FsdpSharding.FULL), ("fsdp-grad-op", FsdpSharding.GRAD_OP)):
+        result = search_plans(spec, cluster, PlanRequest(strategies=(name,), global_batch=32, seq_len=1024))
+        assert {plan.config.fsdp_sharding for plan in result.candidates} == {sharding}, name
+    pinned = search_plans(spec, cluster, PlanRequest(strategies=("fsdp-full",), global_batch=32, seq_len=1024)).best
+    emit_run_folder(pinned, tmp_path / "run")
+    accelerate = yaml.safe_load((tmp_path / "run" / "accelerate_config.yaml").read_text())
+    assert accelerate["fsdp_config"]["fsdp_reshard_after_forward"] is True  # FSDP2's FULL_SHARD
+
+
+def test_nvme_given_with_nvme_gb_makes_zero_infinity_the_answer_where_nothing_else_fits():
+    """llama-2-70b on one A100-80GB with 64 GiB of host RAM: nothing fits, until `--nvme-gb` says the node has
+    NVMe to offload to; then ZeRO-Infinity is the plan (the seed's "extreme memory" example)."""
+    import json
+
+    from tests.distributed import cli_in_process
+
+    base = ["plan", "-m", "llama-2-70b", "--gpu", "A100-80GB", "--gpus-per-node", "1", "--cpu-ram-gb", "64", "--json"]
+    assert json.loads(cli_in_process(*base).stdout)["best"] is None
+    best = json.loads(cli_in_process(*base, "--nvme-gb", "4000").stdout)["best"]
+    assert best["config"]["offload_optimizer"] == "nvme" and best["config"]["offload_params"] == "nvme"

@@ -54,17 +54,24 @@ def suggested_clusters(lines: list[str]) -> list[tuple[str, int, int]]:
     seq_len=st.sampled_from([512, 1024, 2048]),
     strategies=st.sampled_from(STRATEGY_SETS),
     offload=st.booleans(),
-    batch_per_gpu=st.sampled_from([None, 1, 4]),
+    batch=st.sampled_from([None, ("per-gpu", 1), ("total", 1), ("total", 2), ("scaled", 1), ("scaled", 4)]),
 )
 def test_every_suggested_cluster_fits_when_planned_as_printed(
-    model, gpu, gpus_per_node, nodes, seq_len, strategies, offload, batch_per_gpu
+    model, gpu, gpus_per_node, nodes, seq_len, strategies, offload, batch
 ):
+    """Batches as both doors state them: per GPU (--micro-batch; the selector's batch_size), or a total
+    (--global-batch), including totals smaller than the GPU count."""
     spec = resolve_model(model)
     seq_len = min(seq_len, spec.max_position_embeddings)
     cluster = make_cluster(gpu, gpus_per_node=gpus_per_node, nodes=nodes)
     world = cluster.world_size
-    global_batch = batch_per_gpu * world if batch_per_gpu else None
-    request = PlanRequest(seq_len=seq_len, strategies=strategies, allow_offload=offload, global_batch=global_batch)
+    kind, size = batch or (None, None)
+    stated = {
+        "per-gpu": {"micro_batch": size},
+        "total": {"global_batch": size},
+        "scaled": {"global_batch": (size or 1) * world},
+    }.get(kind or "", {})
+    request = PlanRequest(seq_len=seq_len, strategies=strategies, allow_offload=offload, **stated)
     result = search_plans(spec, cluster, request)
     assume(result.best is None)
     named = suggested_clusters(result.suggestions)
@@ -73,6 +80,20 @@ def test_every_suggested_cluster_fits_when_planned_as_printed(
         other = make_cluster(gpu_name, gpus_per_node=per_node, nodes=node_count)
         replanned = search_plans(spec, other, request.model_copy(update={"top_k": 1}), suggest=False)
         assert replanned.best is not None, f"suggested {node_count} x {per_node} x {gpu_name} does not fit"
+
+
+def test_a_per_gpu_batch_is_held_per_gpu_where_the_selector_looks_for_a_count_that_fits():
+    """The seed door's batch_size is per GPU: opt-30b at batch 1 on one A100-80GB is told the count its own
+    distributed answer recommends (4), not that no count up to 1024 fits; opt-13b is told 2."""
+    from planner.selector.training import plan_training
+
+    for model, fewest in (("opt-30b", 4), ("opt-13b", 2)):
+        answer = plan_training(resolve_model(model), make_cluster("A100-80GB", gpus_per_node=1), 1)
+        assert answer.result.best is None
+        named = suggested_clusters(answer.result.suggestions)
+        assert named[0] == ("A100-80GB", fewest, 1), answer.result.suggestions
+        bigger = plan_training(resolve_model(model), make_cluster("A100-80GB", gpus_per_node=fewest), 1)
+        assert bigger.result.best is not None
 
 
 def test_a_model_too_big_for_its_cluster_is_told_where_it_fits():

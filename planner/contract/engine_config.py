@@ -15,9 +15,9 @@ ParallelDims value.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, Strict, ValidationError, model_validator
 
 from planner.contract.deepspeed_keys import without_deepspeed_only_keys
 from planner.contract.layout import ParallelDims
@@ -27,6 +27,11 @@ from planner.errors import UserInputError
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# "3" is not a stage and "yes" is not true: pydantic would coerce both, and a config that says "yes" means
+# something it did not write. Bucket sizes stay lax: DeepSpeed's own examples write them as 5e8.
+Switch = Annotated[bool, Strict()]
 
 
 class OptimizerParams(_Strict):
@@ -74,9 +79,9 @@ class OffloadOptimizer(_Strict):
 
 
 class ZeroBlock(_Strict):
-    stage: int = Field(default=0, ge=0, le=3)
+    stage: Annotated[int, Strict()] = Field(default=0, ge=0, le=3)
     offload_optimizer: OffloadOptimizer = OffloadOptimizer()
-    overlap_comm: bool = True
+    overlap_comm: Switch = True
     reduce_bucket_size: int = Field(default=int(5e8), gt=0)  # elements, as in DeepSpeed
     allgather_bucket_size: int = Field(default=int(5e8), gt=0)
     stage3_prefetch_bucket_size: int = Field(default=int(5e7), ge=0)
@@ -85,9 +90,9 @@ class ZeroBlock(_Strict):
 
 
 class Fp16Block(_Strict):
-    enabled: bool = False
+    enabled: Switch = False
     loss_scale: float = Field(default=0.0, ge=0)  # 0 = dynamic
-    initial_scale_power: int = Field(default=16, ge=0)
+    initial_scale_power: int = Field(default=16, ge=0, le=32)  # 2**32: DeepSpeed's own examples stay at 16
     loss_scale_window: int = Field(default=1000, gt=0)
     hysteresis: int = Field(default=2, ge=1)
     consecutive_hysteresis: bool = False
@@ -95,7 +100,7 @@ class Fp16Block(_Strict):
 
 
 class Bf16Block(_Strict):
-    enabled: bool = False
+    enabled: Switch = False
 
 
 class ModelBlock(_Strict):

@@ -18,6 +18,7 @@ listing the supported ones.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
 from planner.errors import ConfigFieldError, UserInputError
@@ -279,7 +280,45 @@ def parse_hf_config(config: dict, *, source: str = "config.json") -> ParsedConfi
             f"{source}: model_type {model_type!r} is not supported; supported types: "
             f"{', '.join(SUPPORTED_MODEL_TYPES)} (or describe the model with --params or the dimension flags)"
         )
-    return reader(ConfigFields(config, source))
+    parsed = reader(ConfigFields(config, source))
+    _check_sound(config, parsed, source)
+    return parsed
+
+
+def _family_prefix(transformers_class: str) -> str:
+    """ "Llama" of LlamaForCausalLM, "GPT2" of GPT2LMHeadModel: what every class of the family starts with."""
+    return re.split(r"For|Model|LMHead", transformers_class, maxsplit=1)[0].lower()
+
+
+def _check_sound(config: dict, parsed: ParsedConfig, source: str) -> None:
+    """Fields every family shares that a config can get wrong without any reader noticing: architectures that
+    name no class of this model type, a rotary head of odd width, a rope_scaling that is not a settings block."""
+    architectures = config.get("architectures")
+    if architectures is not None:
+        if (
+            not isinstance(architectures, list)
+            or not architectures
+            or not all(isinstance(a, str) for a in architectures)
+        ):
+            raise ConfigFieldError(source, "architectures", f"must be a list of class names, not {architectures!r}")
+        prefix = _family_prefix(parsed.dims.transformers_class)
+        if prefix and not any(name.lower().startswith(prefix) for name in architectures):
+            raise ConfigFieldError(
+                source,
+                "architectures",
+                f"{architectures} names no {config['model_type']} class (e.g. {parsed.dims.transformers_class}); "
+                "fix it, or the model_type",
+            )
+    dims = parsed.dims
+    if dims.position_embedding == "rotary" and not dims.kv_lora_rank and dims.head_dim % 2:
+        raise ConfigFieldError(source, "head_dim", f"is {dims.head_dim}; rotary positions need an even head width")
+    rope = config.get("rope_scaling")
+    if rope is not None and not (isinstance(rope, dict) and isinstance(rope.get("rope_type", rope.get("type")), str)):
+        raise ConfigFieldError(
+            source,
+            "rope_scaling",
+            f'must be null or a block with a rope_type (e.g. {{"rope_type": "llama3", ...}}), not {rope!r}',
+        )
 
 
 def spec_from_hf_config(

@@ -9,6 +9,7 @@ dimensions and a bare parameter count have their own entry points.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from planner.limits import MAX_LAYERS, MAX_PARAMS, MAX_WIDTH, check_count, check
 from planner.models.catalog import find_model, suggest_models
 from planner.models.hf_config import spec_from_hf_config
 from planner.models.spec import ModelSpec
+
+MAX_MODEL_NAME = 4096  # PATH_MAX on Linux
 
 
 def resolve_model(name: str, *, exact_counts: bool = True) -> ModelSpec:
@@ -29,6 +32,10 @@ def resolve_model(name: str, *, exact_counts: bool = True) -> ModelSpec:
     if not name or not name.strip():
         raise UserInputError(
             "no model given; name a catalog model (see 'hardware-selector models') or a config.json path"
+        )
+    if len(name) > MAX_MODEL_NAME:  # no path, catalog name or HF id is this long (and the OS refuses the path)
+        raise UserInputError(
+            f"--model is {len(name):,} characters long; give a catalog name, an HF id or a config.json path"
         )
     path = Path(name).expanduser()
     if path.exists():
@@ -61,6 +68,19 @@ def spec_from_config_path(path: Path, *, exact_counts: bool = True, display_name
     return spec
 
 
+def _strict_object(pairs: list[tuple[str, object]], config_path: Path) -> dict:
+    """A JSON object whose keys are each given once and whose numbers are finite: json.loads takes the last of
+    duplicate keys and reads NaN and Infinity, and a model config holds neither."""
+    seen: dict = {}
+    for key, value in pairs:
+        if key in seen:
+            raise UserInputError(f"{config_path}: key {key!r} is given twice; keep the one you mean")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UserInputError(f"{config_path}: {key} is {value}, not a finite number; fix the value")
+        seen[key] = value
+    return seen
+
+
 def read_config_json(config_path: Path) -> dict:
     try:
         text = config_path.read_text(encoding="utf-8")
@@ -72,11 +92,13 @@ def read_config_json(config_path: Path) -> dict:
             "a config.json is UTF-8 JSON"
         ) from None
     try:
-        config = json.loads(text)
+        config = json.loads(text, object_pairs_hook=lambda pairs: _strict_object(pairs, config_path))
     except json.JSONDecodeError as error:
         raise UserInputError(
             f"{config_path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})"
         ) from None
+    except RecursionError:
+        raise UserInputError(f"{config_path}: nested too deeply to be a model config") from None
     if not isinstance(config, dict):
         raise UserInputError(f"{config_path}: expected a JSON object of config fields, got {type(config).__name__}")
     return config

@@ -15,7 +15,7 @@ from planner.contract.layout import ParallelDims, default_stage_layers
 from planner.hardware.cluster import ClusterSpec
 from planner.models.families import parallel_model_types, splits_over_tp
 from planner.models.spec import ModelFamily, ModelSpec
-from planner.search.request import ZERO_STAGE_KINDS, PlanRequest
+from planner.search.request import FSDP_SHARDING_KINDS, ZERO_STAGE_KINDS, PlanRequest
 from planner.training_config import FsdpSharding, Offload, PipelineSchedule, Strategy, TrainingConfig
 
 # Model types our engine has tensor-parallel plans for (backends/tensor_parallel,
@@ -298,8 +298,13 @@ def enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanReques
     layouts: list[StrategyLayout] = []
     if "ddp" in wanted:
         layouts.append(_layout(SIMPLICITY["ddp"], {"strategy": Strategy.DDP}))
-    if "fsdp" in wanted:
-        layouts += _fsdp_layouts(cluster, request.allow_offload, with_ddp="ddp" in wanted)
+    shardings = {sharding for kind, sharding in FSDP_SHARDING_KINDS.items() if kind in wanted}
+    if "fsdp" in wanted or shardings:  # fsdp-full / fsdp-grad-op pin the sharding
+        layouts += [
+            layout
+            for layout in _fsdp_layouts(cluster, request.allow_offload, with_ddp="ddp" in wanted)
+            if "fsdp" in wanted or layout.fields["fsdp_sharding"].value in shardings
+        ]
     stages = {stage for kind, stage in ZERO_STAGE_KINDS.items() if kind in wanted}
     if "deepspeed" in wanted or stages:
         layouts += [

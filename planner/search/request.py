@@ -39,7 +39,13 @@ class Objective(str, Enum):
 # The strategy names the search takes (planner/contract/choices.py spells them): the four families, and
 # DeepSpeed at one ZeRO stage only (the run a team has standardised on, or a test of one stage).
 STRATEGY_FAMILIES = ("ddp", "fsdp", "deepspeed", "engine")
-SEARCH_STRATEGIES = (*STRATEGY_FAMILIES, "zero1", "zero2", "zero3")
+SEARCH_STRATEGIES = (*STRATEGY_FAMILIES, "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op")
+# The names that fix an FSDP sharding, and the sharding (as the emitted run folder runs it).
+FSDP_SHARDING_KINDS = {
+    name: str(STRATEGY_ALIASES[name]["fsdp_sharding"])
+    for name in SEARCH_STRATEGIES
+    if "fsdp_sharding" in STRATEGY_ALIASES[name]
+}
 # The names that fix a ZeRO stage, and the stage.
 ZERO_STAGE_KINDS = {
     name: int(str(STRATEGY_ALIASES[name]["zero_stage"]))

@@ -84,6 +84,7 @@ def search_plans(
         from planner.throughput.estimate import check_fp8_gpu
 
         check_fp8_gpu(TrainingConfig(fp8=True), cluster)
+    as_stated = request  # the batch as the user stated it: a total (--global-batch), or per GPU (--micro-batch)
     global_batch, batch_note = resolve_global_batch(request, cluster.world_size)
     request = request.model_copy(update={"global_batch": global_batch})
     evaluator = CandidateEvaluator(spec, request, throughput_adjust)
@@ -153,7 +154,8 @@ def search_plans(
     elif suggest:
 
         def plan_fits(other: ClusterSpec) -> bool:
-            probe = request.model_copy(update={"top_k": 1})
+            # Another GPU count holds the batch as stated: a per-GPU batch grows with the count, a total stays.
+            probe = as_stated.model_copy(update={"top_k": 1})
             return search_plans(spec, other, probe, throughput_adjust, suggest=False).best is not None
 
         suggestion_lines = suggestions(spec, cluster, request, plan_fits)

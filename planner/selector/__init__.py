@@ -14,12 +14,22 @@ Conventions:
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from planner.errors import UserInputError
+from planner.errors import UserInputError, UserInputTypeError
 from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
 from planner.inference import InferenceRequest
-from planner.limits import MAX_BATCH, MAX_GIB, MAX_GPUS, check_count, check_name, check_number
+from planner.limits import (
+    MAX_BATCH,
+    MAX_GIB,
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    MAX_SEQ_LEN,
+    check_count,
+    check_name,
+    check_number,
+)
 from planner.models.legacy_names import catalog_name, check_model_family, family_modality
 from planner.models.resolve import resolve_model
 from planner.models.spec import ModelSpec
@@ -53,13 +63,46 @@ __all__ = [
 TASK_TYPES = ("training", "inference")
 
 
-def _check_request(gpu_count: object, batch_size: object, max_memory_gb: object) -> None:
-    """The numbers every selector call takes, checked by name before anything is planned."""
-    check_count("gpu_count", gpu_count, high=MAX_GPUS)
+def _whole(name: str, value: object, *, high: int, low: int = 1) -> int:
+    """An int in [low, high]: the API takes no 8.0 for 8 and no True for 1 (a TypeError naming the argument)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise UserInputTypeError(f"{name} must be an int, not {type(value).__name__} {value!r}")
+    return check_count(name, value, high=high, low=low)
+
+
+def _choice(name: str, kind: type[Enum], value: str) -> Any:
+    """An enum member by its value; a ValueError naming the argument and the accepted values otherwise."""
+    try:
+        return kind(value.strip().lower())
+    except ValueError:
+        accepted = ", ".join(repr(member.value) for member in kind)
+        raise UserInputError(f"{name} must be one of {accepted}, not {value!r}") from None
+
+
+def _check_request(gpu_count: object, batch_size: object, max_memory_gb: object, **options: object) -> None:
+    """Every argument of a selector call, checked by name before anything is planned: a wrong type is a
+    TypeError, a value out of range a ValueError (both UserInputErrors), each one sentence."""
+    _whole("gpu_count", gpu_count, high=MAX_GPUS)
     if batch_size is not None:
-        check_count("batch_size", batch_size, high=MAX_BATCH)
+        _whole("batch_size", batch_size, high=MAX_BATCH)
     if max_memory_gb is not None:
         check_number("max_memory_gb", max_memory_gb, high=MAX_GIB, low=0.0, low_inclusive=False)
+    for name in ("gpus_per_node", "seq_len"):
+        if options.get(name) is not None:
+            _whole(name, options[name], high=MAX_SEQ_LEN if name == "seq_len" else MAX_GPUS_PER_NODE)
+    for name in ("gpu", "precision"):
+        if options.get(name) is not None:
+            check_name(name, options[name])
+    check_name("objective", options.get("objective", "throughput"))
+    if not isinstance(options.get("allow_engine", False), bool):
+        raise UserInputTypeError(f"allow_engine must be True or False, not {options['allow_engine']!r}")
+    strategies = options.get("strategies")
+    if strategies is not None and (
+        isinstance(strategies, str)
+        or not isinstance(strategies, (list, tuple))
+        or not all(isinstance(s, str) for s in strategies)
+    ):
+        raise UserInputTypeError(f"strategies must be a list of strategy names (e.g. ['FSDP']), not {strategies!r}")
 
 
 def _task(task_type: str) -> str:
@@ -73,8 +116,13 @@ class HardwareSelector:
     """Plans training for a model: which strategy, batch split, precision, and which GPU."""
 
     def __init__(self, seq_len: int | None = None, headroom_fraction: float = 0.1) -> None:
+        if seq_len is not None:
+            _whole("seq_len", seq_len, high=MAX_SEQ_LEN)
+        if isinstance(headroom_fraction, bool) or not isinstance(headroom_fraction, (int, float)):
+            raise UserInputTypeError(f"headroom_fraction must be a number in [0, 1), not {headroom_fraction!r}")
+        check_number("headroom_fraction", headroom_fraction, high=0.99)
         self.seq_len = seq_len  # None: the smaller of 2048 and the model's context
-        self.headroom_fraction = headroom_fraction
+        self.headroom_fraction = float(headroom_fraction)
 
     def training_arguments(self, plan: Plan, output_dir: str, **overrides: Any) -> TrainingArguments:
         """A transformers.TrainingArguments that runs `plan` (planner/emit/training_args.py)."""
@@ -123,7 +171,18 @@ class HardwareSelector:
 
         `strategies` (e.g. ["FSDP"]) limits the answer to the stacks you run.
         """
-        _check_request(gpu_count, batch_size, max_memory_gb)
+        _check_request(
+            gpu_count,
+            batch_size,
+            max_memory_gb,
+            gpus_per_node=gpus_per_node,
+            seq_len=seq_len,
+            gpu=gpu,
+            precision=precision,
+            objective=objective,
+            allow_engine=allow_engine,
+            strategies=strategies,
+        )
         spec = self._model(model_family, model_name)
         cluster = cluster_for(gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node)
         answer = plan_training(
@@ -134,8 +193,8 @@ class HardwareSelector:
             strategies=strategy_kinds(strategies) if strategies is not None else None,
             seq_len=self._seq_len(spec, seq_len),
             headroom_fraction=self.headroom_fraction,
-            objective=Objective(objective),
-            precision=Precision(precision) if precision else None,
+            objective=_choice("objective", Objective, objective),
+            precision=_choice("precision", Precision, precision) if precision else None,
         )
         result = answer.result
         if result.best is None:

@@ -92,6 +92,10 @@ def plan_training(
         if result.best is not None:
             break
     assert result is not None
+    if result.best is None and per_gpu_batch:
+        # What would fit holds the batch per GPU, as the selector states it: a larger count runs a larger total.
+        per_gpu = _search(spec, cluster, attempts[-1][0], micro_batch=per_gpu_batch, **request)
+        result = result.model_copy(update={"suggestions": per_gpu.suggestions})
     answer = TrainingAnswer(result, effective)
     best = result.best
     if best is None:
