@@ -109,7 +109,7 @@ def register(app: typer.Typer) -> None:
         from backends.runner.preflight import check_resume, preflight
 
         preflight(run, tiny=args.tiny)  # data, tokenizer, weights: seconds here instead of after every rank starts
-        check_resume(spec.run_dir, run, tiny=args.tiny, strategy=spec.strategy.value)
+        check_resume(spec.run_dir, run, tiny=args.tiny, strategy=spec.strategy.value, resume_from=args.resume_from)
         from .launcher_output import failure_line, log_path, rank_exit_code, run_logged
 
         log = log_path(spec.run_dir)

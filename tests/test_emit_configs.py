@@ -186,3 +186,24 @@ def test_existing_folder_refused_unless_forced(tmp_path):
     names = sorted(path.name for path in run.iterdir())
     assert names == sorted(path.name for path in written)  # ds_config.json of the old plan is gone, no temp files
     assert "ds_config.json" not in names and json.loads((run / "plan.json").read_text())["config"]["strategy"] == "ddp"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"per_device_train_batch_size": -1}, "per_device_train_batch_size must be a finite number from 1 to"),
+        ({"learning_rate": float("nan")}, "learning_rate must be a finite number from 1e-12 to 10, not nan"),
+        ({"learning_rate": "x"}, "learning_rate must be a number, not str 'x'"),
+        ({"gradient_accumulation_steps": 2.5}, "gradient_accumulation_steps must be a whole number, not 2.5"),
+        ({"bogus_key": 1}, "bogus_key is not a TrainingArguments argument"),
+        ({"nproc_override": 0}, "--nproc must be at least 1, got 0"),
+    ],
+)
+def test_training_arguments_refuses_overrides_transformers_would_take_silently(tmp_path, overrides, message):
+    from planner.errors import UserInputError
+    from planner.rundir.training_arguments import training_arguments
+
+    with pytest.raises(UserInputError) as refused:
+        training_arguments(make_plan(strategy="fsdp"), tmp_path / "out", **overrides)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+    assert training_arguments(make_plan(strategy="fsdp"), tmp_path / "out", max_steps=-1, learning_rate=1e-4)

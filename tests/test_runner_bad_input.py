@@ -244,3 +244,21 @@ def test_skip_step_where_the_norm_comes_after_the_update_is_refused_before_any_r
         cli("train", root / "deepspeed", "--on-non-finite", "skip-step"),
         "anomaly action skip-step is not available with DeepSpeed",
     )
+
+
+def test_a_checkpoint_copied_in_from_another_run_folder_needs_resume_from(user, tmp_path):
+    """Saved by run A, copied into run B (another plan.json): B refuses to resume it silently; `--resume-from`
+    names it and B continues from its step."""
+    import shutil as shell
+
+    root, model_dir, corpus = user
+    assert emit(root, model_dir, "run A", "--data", corpus).returncode == 0
+    assert emit(root, model_dir, "run B", "--data", corpus, "--lr", "2e-4").returncode == 0
+    trained = cli("train", root / "run A", "--steps", "2", "--save-every", "2", "--nproc", "1")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    shell.copytree(root / "run A" / "checkpoints", root / "run B" / "checkpoints")
+    copied = root / "run B" / "checkpoints" / "global_step2"
+    one_line_error(cli("train", root / "run B", "--steps", "3"), "was saved by another run folder")
+    resumed = cli("train", root / "run B", "--steps", "3", "--nproc", "1", "--resume-from", copied)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resuming from {copied}" in resumed.stdout

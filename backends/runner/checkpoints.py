@@ -71,8 +71,17 @@ class RunCheckpoints:
         seal(self.folder, partial, tag, self.keep_last)
         return self.folder / tag
 
-    def newest(self) -> Path | None:
-        """Collective: the newest intact checkpoint (rank 0 decides for everybody), or None."""
+    def newest(self, resume_from: Path | None = None) -> Path | None:
+        """Collective: the newest intact checkpoint (rank 0 decides for everybody), or None; `resume_from`
+        (--resume-from) names one instead, here or in another run folder."""
+        if resume_from is not None:
+            chosen = Path(resume_from).expanduser().resolve()
+            if not (chosen / RUNNER_STATE).is_file():
+                raise UserInputError(
+                    f"--resume-from {resume_from}: not a checkpoint of the runner (no {RUNNER_STATE}); name a "
+                    "checkpoints/global_step<N> folder"
+                )
+            return chosen
         error: str | None = None
         choice: Path | None = None
         if rank() == 0:
@@ -85,6 +94,10 @@ class RunCheckpoints:
             raise UserInputError(error)
         return choice
 
+    @staticmethod
+    def runner_state(folder: Path) -> dict[str, Any]:
+        return read_json(folder / RUNNER_STATE)
+
     def load(self, adapter: Adapter, folder: Path) -> dict[str, Any]:
         """Collective: the adapter's state from `folder`, this rank's RNG; returns the runner state."""
         state = read_json(folder / RUNNER_STATE)
@@ -95,8 +108,20 @@ class RunCheckpoints:
         return state
 
 
-def check_resumable(state: dict[str, Any], *, folder: Path, model_name: str, fingerprint: str, strategy: str) -> None:
-    """A checkpoint of another model or strategy is refused in one line (never resumed silently)."""
+def check_resumable(
+    state: dict[str, Any],
+    *,
+    folder: Path,
+    model_name: str,
+    fingerprint: str,
+    strategy: str,
+    here: Path | None = None,
+    digest: str | None = None,
+    explicit: bool = False,
+) -> None:
+    """A checkpoint of another model or strategy is refused in one line (never resumed silently); so is one
+    copied in from another run folder under another plan.json, unless --resume-from names it (`explicit`).
+    A plan.json edited in place (new anomaly rules, say) keeps its folder, and resumes with a note."""
     saved = state.get("saved_under", {})
     if saved.get("model_fingerprint") != fingerprint:
         other = saved.get("model", "another model")
@@ -104,6 +129,18 @@ def check_resumable(state: dict[str, Any], *, folder: Path, model_name: str, fin
         raise UserInputError(
             f"{folder} holds a checkpoint of {what}, not of this plan's {model_name}; "
             f"start afresh with --no-resume (the checkpoint is kept)"
+        )
+    saved_dir = saved.get("run_dir")
+    if (
+        not explicit
+        and here is not None
+        and saved_dir
+        and Path(saved_dir) != here
+        and saved.get("plan_digest") != digest
+    ):
+        raise UserInputError(
+            f"{folder} was saved by another run folder ({saved_dir}) under another plan.json; to continue that run "
+            f"here, pass --resume-from {folder}; or start afresh with --no-resume (the checkpoint is kept)"
         )
     if saved.get("strategy") != strategy:
         raise UserInputError(

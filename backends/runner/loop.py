@@ -210,7 +210,7 @@ class RunSession:
     def resume(self) -> None:
         """Phase 2: from the newest checkpoint (every rank agrees on it), or afresh with an earlier run moved aside."""
         run, run_dir = self.run, self.spec.run_dir
-        newest = self.checkpoints.newest() if run.checkpoint.resume else None  # collective: rank 0 decides
+        newest = self.checkpoints.newest(self.args.resume_from) if run.checkpoint.resume else None  # rank 0 decides
         if newest is None and self.rank == 0:
             from planner.rundir.previous_run import archive_previous_run
 
@@ -227,15 +227,15 @@ class RunSession:
         if newest is None:
             announce_replan(self, None)  # an elastic run started afresh on another world size
             return
-        from backends.checkpoint.layout import read_json
-        from backends.runner.checkpoints import RUNNER_STATE
-
         check_resumable(
-            read_json(newest / RUNNER_STATE),
+            self.checkpoints.runner_state(newest),
             folder=newest,
             model_name=run.model.name,
             fingerprint=self.fingerprint,
             strategy=self.spec.strategy.value,
+            here=run_dir,
+            digest=self.plan_digest,
+            explicit=self.args.resume_from is not None,
         )
         state = self.checkpoints.load(self.adapter, newest)
         self.step, self.samples = int(state["step"]), int(state["samples"])
@@ -359,6 +359,7 @@ class RunSession:
             "strategy": self.spec.strategy.value,
             "global_batch": run.global_batch,
             "layout": run.layout.describe(),
+            "run_dir": str(self.spec.run_dir),
             **saved_layout(self.spec, run),
         }
         state = {"step": at, "samples": self.samples, "anomaly": self.guard.state_dict(), "saved_under": saved_under}

@@ -58,6 +58,11 @@ def parse_args(argv: list[str] | None, *, prog: str = "python -m backends.run") 
     parser.add_argument("--tiny", action="store_true", help="smoke test: the same architecture shrunk, random weights")
     parser.add_argument("--no-resume", action="store_true", help="ignore the folder's checkpoints (they are kept)")
     parser.add_argument(
+        "--resume-from",
+        type=Path,
+        help="resume this checkpoint (a checkpoints/global_step<N> folder, this run's or another run folder's)",
+    )
+    parser.add_argument(
         "--record",
         action=argparse.BooleanOptionalAction,
         default=os.environ.get(RECORD_ENV_VAR, "1") != "0",

@@ -64,7 +64,7 @@ def preflight(run: RunConfig, *, tiny: bool) -> None:
         check_weights(run, model)
 
 
-def check_resume(run_dir: Path, run: RunConfig, *, tiny: bool, strategy: str) -> None:
+def check_resume(run_dir: Path, run: RunConfig, *, tiny: bool, strategy: str, resume_from: Path | None = None) -> None:
     """The newest sealed checkpoint's runner state against this run (model and strategy), as the ranks check
     it after choosing the checkpoint. Only the small JSON is read: the ranks verify the checksums."""
     from backends.checkpoint.layout import read_json
@@ -73,12 +73,28 @@ def check_resume(run_dir: Path, run: RunConfig, *, tiny: bool, strategy: str) ->
 
     folder = run_dir / "checkpoints"
     tags = preferred_tags(folder) if run.checkpoint.resume else []
-    if not tags:
+    if resume_from is not None and run.checkpoint.resume:
+        newest = Path(resume_from).expanduser().resolve()
+        if not (newest / RUNNER_STATE).is_file():
+            raise UserInputError(f"--resume-from {resume_from}: not a checkpoint of the runner (no {RUNNER_STATE})")
+    elif not tags:
         return
-    newest = folder / tags[0]
+    else:
+        newest = folder / tags[0]
     try:
         state = read_json(newest / RUNNER_STATE)
     except (OSError, ValueError):
         return  # a damaged checkpoint: the ranks fall back to an older one, or say why none is usable
     fingerprint = model_fingerprint(run.model.hf_config, tiny=tiny)
-    check_resumable(state, folder=newest, model_name=run.model.name, fingerprint=fingerprint, strategy=strategy)
+    from planner.rundir.replan import plan_digest
+
+    check_resumable(
+        state,
+        folder=newest,
+        model_name=run.model.name,
+        fingerprint=fingerprint,
+        strategy=strategy,
+        here=run_dir.resolve(),
+        digest=plan_digest(run_dir),
+        explicit=resume_from is not None,
+    )

@@ -43,5 +43,47 @@ def training_arguments(
             "tensor/pipeline-parallel plans run on our engine, not the HF Trainer; "
             "use `hardware-selector train DIR` or `python -m backends.run --plan DIR`"
         )
-    kwargs.update(overrides)
+    kwargs.update(checked_overrides(overrides, TrainingArguments))
     return TrainingArguments(**kwargs)
+
+
+# Ranges of the overrides whose wrong values transformers takes silently (a batch of -1, a NaN learning rate).
+OVERRIDE_RANGES: dict[str, tuple[float, float]] = {
+    "per_device_train_batch_size": (1, 1 << 20),
+    "per_device_eval_batch_size": (1, 1 << 20),
+    "gradient_accumulation_steps": (1, 1 << 20),
+    "learning_rate": (1e-12, 10.0),
+    "num_train_epochs": (1e-9, 1e6),
+    "max_steps": (-1, 1 << 40),  # -1: transformers' "as many as num_train_epochs gives"
+    "warmup_steps": (0, 1 << 40),
+    "weight_decay": (0.0, 10.0),
+    "max_grad_norm": (0.0, 1e6),
+}
+
+
+def _shown(bound: float) -> str:
+    return f"{int(bound):,}" if float(bound).is_integer() else f"{bound:g}"
+
+
+def checked_overrides(overrides: dict[str, Any], arguments: type) -> dict[str, Any]:
+    """The keyword overrides, each a TrainingArguments field with a value of its kind in range; one
+    UserInputError naming the first that is not."""
+    import dataclasses
+    import math
+
+    fields = {field.name: field for field in dataclasses.fields(arguments)}
+    for name, value in overrides.items():
+        if name not in fields:
+            raise UserInputError(f"{name} is not a TrainingArguments argument; see transformers' TrainingArguments")
+        default = fields[name].default
+        numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
+        if not numeric or value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserInputError(f"{name} must be a number, not {type(value).__name__} {value!r}")
+        if isinstance(default, int) and not isinstance(value, int):
+            raise UserInputError(f"{name} must be a whole number, not {value!r}")
+        low, high = OVERRIDE_RANGES.get(name, (-math.inf, math.inf))
+        if not math.isfinite(value) or not low <= value <= high:
+            raise UserInputError(f"{name} must be a finite number from {_shown(low)} to {_shown(high)}, not {value!r}")
+    return overrides
