@@ -35,11 +35,11 @@ def checked_runner_args(run_dir: Path, forwarded: list[str]) -> tuple:
     from backends.runner.output_paths import check_output_paths
 
     check_output_paths(args)  # every path the run writes, before torchrun starts
+    from backends.adapters import adapter_class
     from backends.runner.anomaly import refuse_unsupported
-    from planner.training_config import Strategy
 
     door = "the HF Trainer door" if args.trainer else spec.strategy.display_name
-    before_update = not args.trainer and spec.strategy is not Strategy.DEEPSPEED  # as the adapters say
+    before_update = not args.trainer and adapter_class(spec.strategy.value).supports_skip_before_update
     refusal = refuse_unsupported(spec.run.anomaly, door, before_update)
     if refusal:  # before torchrun, not after every rank's start-up
         raise UserInputError(refusal)

@@ -8,24 +8,29 @@ from __future__ import annotations
 
 from backends.adapters.base import Adapter, AdapterSetup, StepOutcome
 
-__all__ = ["Adapter", "AdapterSetup", "StepOutcome", "build_adapter"]
+__all__ = ["Adapter", "AdapterSetup", "StepOutcome", "adapter_class", "build_adapter"]
 
 
-def build_adapter(strategy: str, setup: AdapterSetup) -> Adapter:
+def adapter_class(strategy: str) -> type[Adapter]:
+    """The adapter of a strategy, its module imported only now (a class attribute says what it supports)."""
     if strategy == "engine":
         from backends.adapters.engine_adapter import EngineAdapter
 
-        return EngineAdapter(setup)
+        return EngineAdapter
     if strategy == "ddp":
         from backends.adapters.ddp import DdpAdapter
 
-        return DdpAdapter(setup)
+        return DdpAdapter
     if strategy == "fsdp":
         from backends.adapters.fsdp import FsdpAdapter
 
-        return FsdpAdapter(setup)
+        return FsdpAdapter
     if strategy == "deepspeed":
         from backends.adapters.deepspeed_adapter import DeepSpeedAdapter
 
-        return DeepSpeedAdapter(setup)
+        return DeepSpeedAdapter
     raise ValueError(f"no adapter for strategy {strategy!r}")
+
+
+def build_adapter(strategy: str, setup: AdapterSetup) -> Adapter:
+    return adapter_class(strategy)(setup)

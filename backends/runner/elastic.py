@@ -31,7 +31,9 @@ class ElasticStart:
     run: RunConfig
 
 
-def fit_elastic(spec: RunSpec, run: RunConfig, world: int, local_world: int) -> tuple[RunSpec, RunConfig, Any]:
+def fit_elastic(
+    spec: RunSpec, run: RunConfig, world: int, local_world: int
+) -> tuple[RunSpec, RunConfig, ElasticStart | None]:
     """(spec, run) for `world` processes, and the ElasticStart of an elastic folder (None otherwise)."""
     if spec.elastic is None:
         return spec, run, None

@@ -80,3 +80,12 @@ def process_counts() -> tuple[int, int, int, int]:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     return rank, world, local_rank, local_world
+
+
+def start_distributed(backend: str) -> None:
+    """The process group, when there is more than one process (or torchrun started this one)."""
+    from backends.distributed_init import init_distributed
+
+    _, world, _, _ = process_counts()
+    if world > 1 or "TORCHELASTIC_RUN_ID" in os.environ:
+        init_distributed(backend)
