@@ -41,6 +41,14 @@ def register(app: typer.Typer) -> None:
         ),
         budget: float = typer.Option(10.0, "--budget", help="Minutes the whole tune may take."),
         tiny: bool = typer.Option(False, "--tiny", help="Measure the architecture shrunk (a smoke test, not a tune)."),
+        synthetic: bool = typer.Option(
+            False, "--synthetic", help="Time the model on synthetic tokens, not the run folder's data."
+        ),
+        memory_limit_gb: float | None = typer.Option(
+            None,
+            "--memory-limit-gb",
+            help="Count a trial as out of memory when a rank's peak passes this (the GPU's capacity, say).",
+        ),
         emit_dir: str | None = typer.Option(None, "--emit", help="Write the measured winner's run folder here."),
         db: Path | None = typer.Option(None, "--db", help="Benchmark database (default: $HARDWARE_SELECTOR_DB)."),
     ) -> None:
@@ -56,7 +64,7 @@ def register(app: typer.Typer) -> None:
             raise UserInputError("tune RUN_DIR tunes the folder's own model and cluster; drop --model and --gpu")
         if run_dir is not None and emit is not None:
             raise UserInputError("tune RUN_DIR re-emits the winner into RUN_DIR; drop --emit")
-        spec, target, plans, options = _candidates(run_dir, model, cluster, search, routing, candidates)
+        spec, target, plans, options, elastic = _candidates(run_dir, model, cluster, search, routing, candidates)
         if target.num_nodes > 1:
             raise UserInputError(
                 f"tune measures this machine, and the plan is for {target.num_nodes} nodes; tune one node's "
@@ -66,9 +74,23 @@ def register(app: typer.Typer) -> None:
         from benchmarks_db.store import BenchmarkStore
 
         store = BenchmarkStore(db)
-        outcome = run_tune(spec, target, plans, tiny=tiny, budget_s=budget * 60, store=store)
+        if memory_limit_gb is not None and not 0 < memory_limit_gb < 1e6:
+            raise UserInputError(f"--memory-limit-gb is more than 0 GB, not {memory_limit_gb:g}")
+        if synthetic and options is not None:
+            options = options.model_copy(update={"data": options.data.model_copy(update={"train": [], "eval": []})})
+        outcome = run_tune(
+            spec,
+            target,
+            plans,
+            tiny=tiny,
+            budget_s=budget * 60,
+            store=store,
+            options=options,
+            memory_limit_gb=memory_limit_gb,
+            token_cache=run_dir / "data" if run_dir is not None and not synthetic else None,
+        )
         found = outcome.trials
-        _print_trials(found, outcome.timed_steps, outcome.skipped, store.path)
+        _print_trials(found, outcome, store.path)
         if tiny:
             print("--tiny measures the shrunken architecture: the order is what counts, not measured/predicted")
         for line in order_changes(found, compare=not tiny):
@@ -82,12 +104,14 @@ def register(app: typer.Typer) -> None:
             tune = {"winner": winner.label, "trials": [trial.model_dump(mode="json") for trial in found]}
             from planner.rundir.write import emit_run_folder
 
-            emit_run_folder(best, folder, force=run_dir is not None, options=options, tune=tune)
+            fallbacks = None if elastic is None else elastic(best)  # an elastic folder stays elastic
+            emit_run_folder(best, folder, force=run_dir is not None, options=options, tune=tune, elastic=fallbacks)
             print(f"wrote the winner ({winner.label}) to {folder}; its plan.json names the trials", file=sys.stderr)
 
 
 def _candidates(run_dir, model, cluster, search, routing, top_k):
-    """The model, the cluster, the top K plans (best of each strategy family) and the run's options."""
+    """The model, the cluster, the top K plans (best of each strategy family), the run's options, and for an
+    elastic folder how to make the winner's elastic table (its candidates are the families that reshard)."""
     from planner.search import PlanRequest, search_plans
 
     if run_dir is None:
@@ -97,7 +121,7 @@ def _candidates(run_dir, model, cluster, search, routing, top_k):
         search.check(emitting=True)
         request = search.request(search.seq_len or default_seq_len(spec), routing)
         target = cluster.resolve()
-        options = None
+        options = elastic = None
     else:
         from planner.rundir.plan_file import read_plan_file
         from planner.rundir.run_options import RunOptions
@@ -121,19 +145,38 @@ def _candidates(run_dir, model, cluster, search, routing, top_k):
             init=run.model.init,
             tokenizer=run.model.tokenizer,
         )
+        elastic = _elastic_table(run_dir, spec, request)
+        if elastic is not None:
+            from planner.elastic_plan import RESHARDABLE
+
+            request = request.model_copy(update={"strategies": tuple(s for f in RESHARDABLE.values() for s in f)})
     result = search_plans(spec, target, request.model_copy(update={"top_k": max(top_k, request.top_k)}))
-    return spec, target, result.candidates[:top_k], options
+    return spec, target, result.candidates[:top_k], options, elastic
 
 
-def _print_trials(found, steps: int, skipped: int, db_path) -> None:
+def _elastic_table(run_dir, spec, request):
+    """For a folder emitted with --elastic: the winner -> its elastic table over the same node range."""
+    from planner.rundir.replan import read_elastic
+
+    block = read_elastic(run_dir)
+    if block is None:
+        return None
+    from planner.search.elastic import elastic_plan
+
+    node_range = (block.min_nodes, block.max_nodes)
+    return lambda best: elastic_plan(spec, request, best, node_range, max_restarts=block.max_restarts)
+
+
+def _print_trials(found, outcome, db_path) -> None:
     from rich.console import Console
     from rich.table import Table
 
     from benchmarks.harness.tune import measured_order
 
-    table = Table(title=f"tune: {steps} timed steps per trial after 2 warm-up steps")
+    launches = f"{outcome.launches} launch" + ("es" if outcome.launches != 1 else "")
+    table = Table(title=f"tune: {outcome.timed_steps} timed steps per trial after 2 warm-up steps, {launches}")
     # Fits 80 columns: predicted and measured seconds per step, their ratio, tokens/s, peak memory per rank and
-    # the trial's launch overhead (its wall time less its steps).
+    # the trial's launch overhead (its share of its launch's start-up, and its set-up: wall time less steps).
     for column in ("#", "strategy", "pred s", "meas s", "meas/pred", "tokens/s", "peak", "launch s"):
         table.add_column(column, justify="left" if column == "strategy" else "right", no_wrap=column != "strategy")
     for place, trial in enumerate(measured_order(found), 1):
@@ -149,6 +192,7 @@ def _print_trials(found, steps: int, skipped: int, db_path) -> None:
             f"{trial.launch_overhead_s:.1f}" if trial.launch_overhead_s is not None else "-",
         )
     Console().print(table)
+    skipped = outcome.skipped
     note = (
         f"; {skipped} trial(s) were already measured, read from {db_path}" if skipped else f" (recorded in {db_path})"
     )

@@ -1,28 +1,29 @@
 """`tune`: the search's top plans measured here and re-ranked by what was measured (docs/running.md, "Tune").
 
-The ranking, failure and resume rules run against a launcher that returns fixed measurements (the reference:
-the order those numbers give); one end-to-end tune runs real trials on 2 CPU ranks through torchrun and the
-one runner, and its records and winner are read back from the database and the winner's plan.json.
+The ranking, failure, relaunch and resume rules run against a stand-in for the trials' launch that writes fixed
+measurements (the reference: the order those numbers give); real tunes run on 2 CPU ranks through torchrun and
+the one runner, and their records and winner are read back from the database and the winner's plan.json.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+import time
+from pathlib import Path
 
 import pytest
 from distributed import cli_in_process
 
-from benchmarks.harness.jobs import MeasureResult
-from benchmarks.harness.processes import LaunchOutcome
-from benchmarks.harness.runner import run_matrix
-from benchmarks.harness.tune import measured_order, order_changes, timed_steps, trials, tune_matrix
-from benchmarks_db.environment import current_environment
+from benchmarks.harness.tune import measured_order, order_changes, run_tune, timed_steps, tune_matrix
 from benchmarks_db.store import BenchmarkStore
 from planner.errors import UserInputError
 from planner.hardware.cluster import make_cluster
 from planner.models.resolve import resolve_model
+from planner.rundir.trial import DONE_FILE, REQUEST_FILE, TrialDone, TrialRequest
 from planner.search import PlanRequest, search_plans
+from planner.search.layouts import family_label
+from planner.training_config import TrainingConfig
 
 
 @pytest.fixture(scope="module")
@@ -34,22 +35,46 @@ def candidates():
     return spec, cluster, result.candidates[:3]
 
 
-class FixedLauncher:
-    """Step times per trial, by predicted rank (1-based); None: the trial runs out of memory."""
+class FakeTrialsLaunch:
+    """Stands in for torchrun running `python -m backends.runner.trials FOLDER...`: writes what each trial
+    would (metrics.jsonl, run_summary.json, trial_done.json) with a fixed step time per trial, by predicted
+    rank (1-based); None: that trial runs out of memory and ends the launch. `stop_after`: the tune is killed
+    (KeyboardInterrupt) once that many trials of the launch have finished."""
 
-    def __init__(self, matrix, step_s: dict[int, float | None]):
+    def __init__(self, matrix, step_s: dict[int, float | None], stop_after: int | None = None):
         self.by_key = {entry.key: step_s[rank] for rank, entry in enumerate(matrix.entries, 1)}
-        self.calls: list[str] = []
+        self.launches: list[list[str]] = []
+        self.stop_after = stop_after
 
-    def __call__(self, jobs, nproc, timeout_s):
-        (job,) = jobs
-        self.calls.append(job.key)
-        step = self.by_key[job.key]
-        if step is None:
-            return LaunchOutcome(returncode=1, stderr_tail="[rank0]: torch.OutOfMemoryError: CPU out of memory")
-        result = MeasureResult(key=job.key, world_size=nproc, step_times_s=[step] * job.steps,
-                               peak_memory_per_rank_bytes=[2**30, 2**30], memory_kind="rss")  # fmt: skip
-        return LaunchOutcome(returncode=0, results={job.key: result})
+    def __call__(self, target, nproc, timeout_s):
+        assert target[:2] == ["-m", "backends.runner.trials"]
+        self.launches.append([])
+        for finished, folder in enumerate(map(Path, target[2:])):
+            if self.stop_after is not None and finished == self.stop_after:
+                raise KeyboardInterrupt
+            request = TrialRequest.model_validate_json((folder / REQUEST_FILE).read_text())
+            self.launches[-1].append(request.key)
+            step = self.by_key[request.key]
+            if step is None:
+                return 1, "[rank0]: torch.OutOfMemoryError: CPU out of memory"
+            write_trial(folder, request, step, nproc)
+        return 0, ""
+
+
+def write_trial(folder: Path, request: TrialRequest, step: float, nproc: int) -> None:
+    """What backends.runner.trials leaves in a trial folder that ran, with every step taking `step` s and a
+    second of set-up."""
+    rows = [{"kind": "train", "step": i, "step_s": step} for i in range(request.warmup + request.steps)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    summary = {"peak_memory_per_rank_bytes": [2**30] * nproc, "memory_kind": "host peak RSS"}
+    (folder / "run_summary.json").write_text(json.dumps(summary))
+    done = TrialDone(key=request.key, began=time.time(), wall_s=1.0 + step * len(rows))
+    (folder / DONE_FILE).write_text(done.model_dump_json())
+
+
+def tune_with(plans, store, launch, spec_cluster, **options):
+    spec, cluster = spec_cluster
+    return run_tune(spec, cluster, plans, tiny=True, budget_s=600, store=store, run_command=launch, **options)
 
 
 def test_the_measured_order_decides_and_a_failure_is_dropped_with_its_reason(tmp_path, candidates):
@@ -57,10 +82,13 @@ def test_the_measured_order_decides_and_a_failure_is_dropped_with_its_reason(tmp
     matrix = tune_matrix(spec, cluster, plans, tiny=True)
     predicted = [entry.predicted.step_time_s for entry in matrix.entries]
     # The predicted best measures 3x its prediction, the third 0.5x; the second runs out of memory.
-    launcher = FixedLauncher(matrix, {1: 3 * predicted[0], 2: None, 3: 0.5 * predicted[2]})
+    launch = FakeTrialsLaunch(matrix, {1: 3 * predicted[0], 2: None, 3: 0.5 * predicted[2]})
     store = BenchmarkStore(tmp_path / "db.duckdb")
-    run_matrix(matrix, store, current_environment(), steps=4, warmup=2, launcher=launcher)
-    found = trials(matrix, store)
+    outcome = tune_with(plans, store, launch, (spec, cluster))
+    keys = [entry.key for entry in matrix.entries]
+    # One launch for all three; the failure ends it, and the trial after it runs in a second launch.
+    assert launch.launches == [keys[:2], keys[2:]] and outcome.launches == 2
+    found = outcome.trials
     assert [trial.status for trial in found] == ["ok", "oom", "ok"]
     order = measured_order(found)
     tokens = {trial.predicted_rank: trial.tokens_per_s for trial in found}
@@ -70,33 +98,38 @@ def test_the_measured_order_decides_and_a_failure_is_dropped_with_its_reason(tmp
     lines = order_changes(found)
     assert any(line.startswith(f"{found[0].label} #1 -> #") and "200% slower than predicted" in line for line in lines)
     assert any("dropped: oom" in line and "OutOfMemoryError" in line for line in lines)
+    # Each trial's overhead: its set-up (wall time less its steps, 1 s here) and a share of the launch's start.
+    assert all(trial.launch_overhead_s == pytest.approx(1.0, abs=0.5) for trial in found if trial.status == "ok")
     # Every trial is a record beside its prediction: later plans on this hardware calibrate from it.
     records = {record.matrix_key: record for record in store.runs()}
-    assert set(records) == {entry.key for entry in matrix.entries}
+    assert set(records) == set(keys)
     assert all(records[entry.key].predicted_step_time_s == entry.predicted.step_time_s for entry in matrix.entries)
 
 
 def test_a_killed_tune_resumes_without_repeating_trials(tmp_path, candidates):
     spec, cluster, plans = candidates
     matrix = tune_matrix(spec, cluster, plans, tiny=True)
+    keys = [entry.key for entry in matrix.entries]
     store = BenchmarkStore(tmp_path / "db.duckdb")
     times = {rank: entry.predicted.step_time_s for rank, entry in enumerate(matrix.entries, 1)}
-    first = FixedLauncher(matrix, times)
-    run_matrix(tune_matrix(spec, cluster, plans[:2], tiny=True), store, current_environment(), launcher=first)
-    again = FixedLauncher(matrix, times)
-    summary = run_matrix(matrix, store, current_environment(), launcher=again)
-    assert summary.skipped_done == 2 and again.calls == [matrix.entries[2].key]
-    assert [trial.status for trial in trials(matrix, store)] == ["ok", "ok", "ok"]
+    tune_with(plans[:1], store, FakeTrialsLaunch(matrix, times), (spec, cluster))  # an earlier tune's record
+    with pytest.raises(KeyboardInterrupt):  # killed in the middle of its launch, after its first trial
+        tune_with(plans, store, FakeTrialsLaunch(matrix, times, stop_after=1), (spec, cluster))
+    again = FakeTrialsLaunch(matrix, times)
+    outcome = tune_with(plans, store, again, (spec, cluster))
+    # The recorded trial is read from the database, the killed launch's finished one from its folder.
+    assert outcome.skipped == 1 and again.launches == [keys[2:]]
+    assert [trial.status for trial in outcome.trials] == ["ok", "ok", "ok"] and len(store.runs()) == 3
 
 
 def test_the_budget_sets_the_timed_steps_and_a_budget_too_small_is_one_line(candidates):
     spec, cluster, plans = candidates
     matrix = tune_matrix(spec, cluster, plans, tiny=True)
     slowest = max(entry.predicted.step_time_s for entry in matrix.entries)
-    steps = timed_steps(600, matrix, overhead_s=20)
-    assert steps == min(50, int((200 - 20) / slowest) - 2)
+    steps = timed_steps(600, matrix, launch_s=15, setup_s=5)
+    assert steps == min(50, int(((600 - 15) / 3 - 5) / slowest) - 2)
     with pytest.raises(UserInputError, match="--budget 0.5 min is too small for 3 trial"):
-        timed_steps(30, matrix, overhead_s=20)
+        timed_steps(30, matrix, launch_s=15, setup_s=5)
 
 
 def test_bad_input_is_one_line_and_nothing_is_written(tmp_path):
@@ -165,3 +198,136 @@ def test_a_tiny_trial_of_a_pipelined_plan_splits_the_shrunken_models_layers(tmp_
     chunks = fitted.layout.pp * fitted.layout.virtual_stages
     assert fitted.layout.stage_layers is None and chunks <= TINY_SIZES["layers"] and fitted.seq_len == 32
     assert sum(default_stage_layers(TINY_SIZES["layers"], chunks)) == TINY_SIZES["layers"]
+
+
+SLOWED_ZERO3 = {  # every parameter gathered and released one at a time: ZeRO-3 with the tiniest buckets
+    "stage3_param_persistence_threshold": 0,
+    "stage3_prefetch_bucket_size": 1,
+    "stage3_max_live_parameters": 1,
+    "reduce_bucket_size": 1,
+    "allgather_bucket_size": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def real_tunes(tmp_path_factory):
+    """Two real tunes of the same plans on 2 CPU ranks: as planned (the reference), then with DeepSpeed ZeRO-3's
+    buckets made tiny in its trial folder (slower; the prediction cannot know) and FSDP's trial held to a
+    memory guard no run can meet."""
+    spec, cluster = resolve_model("gpt2"), make_cluster("cpu", gpus_per_node=2)
+    request = PlanRequest(seq_len=32, global_batch=4, top_k=5, strategies=("zero3", "ddp", "fsdp"))
+    plans = search_plans(spec, cluster, request).candidates[:3]
+    labels = [family_label(plan.config) for plan in plans]
+    zero3 = next(index for index, plan in enumerate(plans) if plan.config.zero_stage == 3)
+    fsdp = next(index for index, plan in enumerate(plans) if plan.config.strategy.value == "fsdp")
+    folder = tmp_path_factory.mktemp("tunes")
+    reference = run_tune(
+        spec, cluster, plans, tiny=True, budget_s=75, store=BenchmarkStore(folder / "reference.duckdb")
+    )
+
+    def slow_and_guard(folders: dict[str, Path]) -> None:
+        for trial_folder in folders.values():
+            ds_config = trial_folder / "ds_config.json"
+            if ds_config.is_file():
+                document = json.loads(ds_config.read_text())
+                document["zero_optimization"].update(SLOWED_ZERO3)
+                ds_config.write_text(json.dumps(document))
+            if json.loads((trial_folder / "plan.json").read_text())["config"]["strategy"] == "fsdp":
+                trial = TrialRequest.model_validate_json((trial_folder / REQUEST_FILE).read_text())
+                trial = trial.model_copy(update={"memory_limit_gb": 0.001})
+                (trial_folder / REQUEST_FILE).write_text(trial.model_dump_json())
+
+    store = BenchmarkStore(folder / "slowed.duckdb")
+    slowed = run_tune(spec, cluster, plans, tiny=True, budget_s=75, store=store, prepare=slow_and_guard)
+    return {"reference": reference, "slowed": slowed, "store": store, "labels": labels, "zero3": zero3, "fsdp": fsdp}
+
+
+@pytest.mark.slow
+def test_real_trials_land_in_the_database_and_the_measured_order_decides(real_tunes):
+    reference = real_tunes["reference"]
+    assert [trial.status for trial in reference.trials] == ["ok"] * 3 and reference.launches == 1
+    assert len(real_tunes["store"].runs()) == 3  # the slowed tune's three, its failure included
+    order = measured_order(reference.trials)
+    assert [trial.tokens_per_s for trial in order] == sorted((t.tokens_per_s for t in order), reverse=True)
+    assert all(trial.launch_overhead_s is not None and trial.peak_memory_bytes for trial in reference.trials)
+
+
+@pytest.mark.slow
+def test_a_slowed_candidate_is_measured_slower_and_ranked_below(real_tunes):
+    zero3 = real_tunes["zero3"]
+    before, after = real_tunes["reference"].trials[zero3], real_tunes["slowed"].trials[zero3]
+    assert after.status == "ok" and after.measured_step_s > 1.5 * before.measured_step_s
+    ran = [trial for trial in measured_order(real_tunes["slowed"].trials) if trial.status == "ok"]
+    assert ran[-1].label == after.label  # below every trial that ran
+
+
+@pytest.mark.slow
+def test_a_candidate_the_memory_guard_stops_is_dropped_with_its_reason(real_tunes):
+    failed = real_tunes["slowed"].trials[real_tunes["fsdp"]]
+    assert failed.status == "oom" and "over --memory-limit-gb 0.001" in failed.error
+    assert [trial.status for trial in real_tunes["slowed"].trials].count("ok") == 2
+    assert any(line.startswith(f"{failed.label} dropped: oom") for line in order_changes(real_tunes["slowed"].trials))
+
+
+@pytest.mark.slow
+def test_a_run_folders_tune_trials_its_own_model_and_data(tmp_path, monkeypatch):
+    """`tune RUN_DIR` times the folder's own checkpoint on its own text: the trials tokenize it into the
+    folder's data/ (where its `train` finds the tokens), and the winner replaces the folder keeping its data."""
+    from scripts.demo_checkpoint import make_local_gpt2
+
+    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(tmp_path / "db.duckdb"))
+    model_dir, corpus = make_local_gpt2(tmp_path / "user")
+    run_dir = tmp_path / "run"
+    plan = ["plan", "-m", model_dir, "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64"]
+    emitted = cli_in_process(
+        *plan, "--global-batch", "8", "--strategies", "ddp,fsdp", "--emit", run_dir, "--data", corpus
+    )
+    assert emitted.returncode == 0, emitted.stderr
+    assert not (run_dir / "data").exists()
+    tuned = cli_in_process("tune", run_dir, "--candidates", "2", "--budget", "1.5")
+    assert tuned.returncode == 0, tuned.stderr
+    (meta,) = (run_dir / "data").glob("tokens-*.json")
+    assert str(corpus) in json.dumps(json.loads(meta.read_text())["sources"])
+    document = json.loads((run_dir / "plan.json").read_text())
+    assert document["run"]["data"]["train"] == [str(corpus)] and len(document["tune"]["trials"]) == 2
+    assert len(BenchmarkStore(tmp_path / "db.duckdb").runs()) == 2
+
+
+def test_an_elastic_folder_stays_elastic_when_its_winner_is_emitted(tmp_path, monkeypatch):
+    """The winner of `tune RUN_DIR` on a folder emitted with --elastic keeps the node range, with its own
+    fallback table (the same search plan --elastic runs for it), and the candidates are the families whose
+    checkpoints reshard."""
+    from benchmarks.harness import processes
+    from planner.elastic_plan import RESHARDABLE
+
+    def later_is_faster(target, nproc, timeout_s):  # the predicted last candidate measures fastest
+        folders = [Path(folder) for folder in target[2:]]
+        for place, folder in enumerate(folders):
+            write_trial(
+                folder, TrialRequest.model_validate_json((folder / REQUEST_FILE).read_text()), 1.0 / (place + 1), nproc
+            )
+        return 0, ""
+
+    monkeypatch.setattr(processes, "run_torchrun_command", later_is_faster)
+    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(tmp_path / "db.duckdb"))
+    run_dir = tmp_path / "run"
+    plan = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "32", "--global-batch", "8"]
+    emitted = cli_in_process(*plan, "--emit", run_dir, "--elastic", "1:2")
+    assert emitted.returncode == 0, emitted.stderr
+    before = json.loads((run_dir / "plan.json").read_text())
+    tuned = cli_in_process("tune", run_dir, "--candidates", "2", "--budget", "5", "--tiny")
+    assert tuned.returncode == 0, tuned.stderr
+    after = json.loads((run_dir / "plan.json").read_text())
+    winner = after["tune"]["winner"]
+    assert winner == after["tune"]["trials"][1]["label"] and family_label(TrainingConfig(**after["config"])) == winner
+    reshardable = {strategy.value for strategy in RESHARDABLE}
+    assert {
+        json.loads(record.config_json)["strategy"] for record in BenchmarkStore(tmp_path / "db.duckdb").runs()
+    } <= reshardable
+    elastic = after["elastic"]
+    assert (elastic["min_nodes"], elastic["max_nodes"]) == (
+        before["elastic"]["min_nodes"],
+        before["elastic"]["max_nodes"],
+    )
+    own = next(entry for entry in elastic["fallbacks"] if entry["world_size"] == 2)
+    assert own["config"] == after["config"]  # the winner is its own node count's entry

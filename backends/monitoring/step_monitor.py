@@ -8,7 +8,6 @@ plus the process's peak RSS, which includes activations and the allocator.
 from __future__ import annotations
 
 import json
-import resource
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -16,10 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-
-def peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-
+from backends.monitoring.peak_memory import peak_rss_bytes
 
 HISTORY = 10_000
 

@@ -15,6 +15,7 @@ import time
 import traceback
 from pathlib import Path
 
+from backends.monitoring.peak_memory import MemoryLimitExceeded
 from backends.runner.disk_space import CheckpointSpaceError
 
 
@@ -40,13 +41,13 @@ def lost_a_peer(failure: BaseException) -> bool:
 
 def _advice(failure: BaseException) -> str:
     text = str(failure).lower()
+    if isinstance(failure, (MemoryLimitExceeded, CheckpointSpaceError)):  # their own line says what to do
+        return str(failure)
     if isinstance(failure, MemoryError) or "out of memory" in text or type(failure).__name__ == "OutOfMemoryError":
         return (
             "out of memory: lower the micro-batch, turn on activation checkpointing, or plan a sharded strategy "
             "(hardware-selector plan shows what fits)"
         )
-    if isinstance(failure, CheckpointSpaceError):
-        return str(failure)
     if isinstance(failure, OSError) and failure.errno == errno.ENOSPC:
         where = getattr(failure, "filename", None) or "the run folder"
         return f"no space left on the device while writing {where}; free space there (checkpoints and final/ need it)"

@@ -26,6 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from backends.monitoring.peak_memory import check_memory_limit
 from backends.runner.anomaly import AnomalyGuard, refuse_unsupported
 from backends.runner.checkpoints import RunCheckpoints, check_resumable, model_fingerprint
 from backends.runner.elastic import announce_replan, fit_elastic, saved_layout
@@ -75,7 +76,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     began = time.perf_counter()
     try:
         stopped = session.train_steps()
-        if stopped is None:
+        if stopped is None and not session.args.steps_only:  # a tune's trial only times the steps
             session.evaluate(session.step)
             if session.run.checkpoint.every:
                 session.save(session.step)
@@ -304,6 +305,7 @@ class RunSession:
             verdict = self.guard.after_step(outcome)
             step_s = time.perf_counter() - tick
             self.times.add(step_s)
+            check_memory_limit(self.args.memory_limit_gb, adapter.device, self.rank)
             self.metrics.write(
                 "train", train_row(self.step, outcome, lr, data_s, step_s, run, self.args.tiny, adapter, verdict)
             )
@@ -321,7 +323,7 @@ class RunSession:
 
     def _every_few_steps(self) -> None:
         run, step = self.run, self.step
-        if step >= self.steps:
+        if step >= self.steps or self.args.steps_only:
             return  # the last step's evaluation, checkpoint and export are the finish's
         if run.data.eval_every and step % run.data.eval_every == 0:
             self.evaluate(step)

@@ -86,7 +86,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 def train_row(
     step: int, outcome: Any, lr: float, data_s: float, step_s: float, run: Any, tiny: bool, adapter: Any, verdict: Any
 ) -> dict[str, Any]:
-    from backends.runner.summary import peak_memory_bytes
+    from backends.monitoring.peak_memory import peak_memory_bytes
 
     tokens = run.global_batch * run.seq_len
     row: dict[str, Any] = {

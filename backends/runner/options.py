@@ -72,9 +72,30 @@ def parse_args(argv: list[str] | None, *, prog: str = "python -m backends.run") 
     )
     parser.add_argument("--db", type=Path, help="benchmark database for --record (default: $HARDWARE_SELECTOR_DB)")
     parser.add_argument("--metrics", type=Path, help="metrics file (default: RUN_DIR/metrics.jsonl)")
+    parser.add_argument(
+        "--steps-only",
+        action="store_true",
+        help="train and time the steps, nothing else: no evaluation, checkpoint or final/ export (a tune's trials)",
+    )
+    parser.add_argument(
+        "--memory-limit-gb",
+        type=_positive_gb,
+        metavar="GB",
+        help="stop as out of memory when a rank's peak passes this many GB (CUDA allocated, or resident on a CPU)",
+    )
     # The DeepSpeed launcher passes --local_rank; the rank comes from the environment anyway.
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
+
+
+def _positive_gb(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of GB: {text!r}") from None
+    if not 0 < value < 1e6:
+        raise argparse.ArgumentTypeError(f"a memory limit is more than 0 GB, not {text}")
+    return value
 
 
 def override_values(args: argparse.Namespace) -> dict:

@@ -11,18 +11,16 @@ plans (docs/benchmarks.md).
 
 from __future__ import annotations
 
-import resource
 import statistics
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from backends.monitoring.peak_memory import peak_memory_bytes
 from planner.errors import UserInputError
 from planner.files import write_json_atomic
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    import torch
 
     from backends.adapters.base import Adapter
     from planner.contract.run_config import RunConfig
@@ -49,14 +47,6 @@ class StepTimes:
             return 0.0
         quartiles = statistics.quantiles(steady, n=4)
         return quartiles[2] - quartiles[0]
-
-
-def peak_memory_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        import torch
-
-        return int(torch.cuda.max_memory_allocated(device))
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
 def _everyones_peak(adapter: Adapter) -> list[int]:

@@ -118,6 +118,25 @@ def build_record(
     )
 
 
+def record_outcome(
+    entry: MatrixEntry,
+    matrix: BenchmarkMatrix,
+    environment: RunEnvironment,
+    outcome: LaunchOutcome,
+    timeout_s: float,
+    runner: str = launch.RUNNER_NAME,
+) -> RunRecord:
+    """The entry's record: its measurement, or its failure as the launch's output tells it."""
+    result = outcome.results.get(entry.key)
+    if result is not None and result.error is None:
+        status, error = RunStatus.OK, None
+    elif result is not None:
+        status, error = RunStatus.ERROR, result.error
+    else:
+        status, error = classify_failure(outcome, timeout_s)
+    return build_record(entry, matrix, environment, status, result, error, runner)
+
+
 def run_matrix(
     matrix: BenchmarkMatrix,
     store: BenchmarkStore,
@@ -155,14 +174,8 @@ def run_matrix(
             warmup=warmup,
         )
         outcome = launcher([job], entry.world_size, timeout_s)
-        result = outcome.results.get(entry.key)
-        if result is not None and result.error is None:
-            status, error = RunStatus.OK, None
-        elif result is not None:
-            status, error = RunStatus.ERROR, result.error
-        else:
-            status, error = classify_failure(outcome, timeout_s)
-        record = build_record(entry, matrix, environment, status, result, error, runner_name)
+        record = record_outcome(entry, matrix, environment, outcome, timeout_s, runner_name)
+        status = record.status
         store.add(record)  # as each result arrives: an interrupted matrix keeps what it measured
         summary.recorded[status.value] = summary.recorded.get(status.value, 0) + 1
         summary.record_ids.append(record.id)

@@ -1,25 +1,29 @@
 """Tune: measure the search's top plans on this machine for minutes, and re-rank them by what was measured.
 
 A tune (docs/running.md, "Tune") takes the best plan of each of the top K strategy families the search ranked
-(planner/search: the candidates are distinct by family) and runs them as a benchmark matrix of K entries
-(benchmarks/harness/matrix.py) through the one harness every matrix uses (runner.run_matrix): one torchrun job
-of the one runner per trial, warm-up steps left out of the timing, an OOM, crash or timeout recorded as that
-trial's result and the tune going on, trials already in the database skipped, so a killed tune resumes where
-it stopped. Every trial is a record beside its prediction, so later plans on this hardware are calibrated by
-it (benchmarks_db/calibrate.py). The measured order puts the highest measured tokens/s first; `order_changes`
+(planner/search: the candidates are distinct by family), as a benchmark matrix of K entries
+(benchmarks/harness/matrix.py), and runs them in one torchrun launch of the one runner
+(benchmarks/harness/trials.py, backends/runner/trials.py) on the run's own data or synthetic tokens:
+warm-up steps left out of the timing, an OOM, crash, guard or timeout recorded as that trial's result and the
+tune going on in a new launch, trials already in the database skipped, so a killed tune resumes where it
+stopped. Every trial is a record beside its prediction, so later plans on this hardware are calibrated by it
+(benchmarks_db/calibrate.py). The measured order puts the highest measured tokens/s first; `order_changes`
 says why a trial moved.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
-import time
+import shutil
+import tempfile
+from collections.abc import Callable
 from datetime import datetime, timezone
+from pathlib import Path
 
 from pydantic import BaseModel
 
 from benchmarks.harness.matrix import BenchmarkMatrix, MatrixEntry, matrix_key
-from benchmarks.harness.processes import LaunchOutcome
 from benchmarks_db.record import RunRecord, spec_hash
 from benchmarks_db.store import BenchmarkStore
 from planner.calibration import strategy_family
@@ -27,6 +31,8 @@ from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec
 from planner.models.spec import ModelSpec
 from planner.plan import Plan
+from planner.rundir.run_options import RunOptions
+from planner.rundir.trial import TrialRequest
 from planner.search.layouts import family_label
 
 DEFAULT_TOP_K = 3
@@ -34,10 +40,12 @@ DEFAULT_BUDGET_MIN = 10.0
 WARMUP_STEPS = 2
 MIN_TIMED_STEPS = 2
 MAX_TIMED_STEPS = 50
-# What a trial costs beside its steps before one was measured here: every rank imports torch and
-# transformers (about 6 s on this project's 2-core CI machine, docs/performance.md), builds the model and
-# starts its process group. Measured per trial and printed once the trials ran.
-ASSUMED_LAUNCH_OVERHEAD_S = 20.0
+# What a tune costs beside its steps before one was measured here: the launch's start-up once (torchrun,
+# every rank's imports of torch and transformers, about 6 s on this project's 2-core CI machine,
+# docs/performance.md, and the process group), then each trial's set-up (its model, optimizer and data).
+# Measured per trial and printed once the trials ran (benchmarks/speed/tune_overhead.py).
+ASSUMED_LAUNCH_S = 15.0
+ASSUMED_TRIAL_SETUP_S = 5.0
 
 
 class Trial(BaseModel):
@@ -97,37 +105,27 @@ def tune_matrix(spec: ModelSpec, cluster: ClusterSpec, plans: list[Plan], *, tin
     return matrix
 
 
-def timed_steps(budget_s: float, matrix: BenchmarkMatrix, overhead_s: float = ASSUMED_LAUNCH_OVERHEAD_S) -> int:
-    """Timed steps per trial so that every trial, warm-up and launch included, fits the budget; a one-line
-    error when not even the fewest do."""
+def timed_steps(
+    budget_s: float, matrix: BenchmarkMatrix, launch_s: float = ASSUMED_LAUNCH_S, setup_s: float = ASSUMED_TRIAL_SETUP_S
+) -> int:
+    """Timed steps per trial so that the launch and every trial, set-up and warm-up included, fit the budget;
+    a one-line error when not even the fewest do."""
     slowest = max((entry.predicted.step_time_s for entry in matrix.entries if entry.predicted), default=1.0)
-    per_trial = budget_s / len(matrix.entries)
-    steps = math.floor((per_trial - overhead_s) / slowest) - WARMUP_STEPS
+    count = len(matrix.entries)
+    per_trial = (budget_s - launch_s) / count - setup_s
+    steps = math.floor(per_trial / slowest) - WARMUP_STEPS
     if steps < MIN_TIMED_STEPS:
-        least = len(matrix.entries) * (overhead_s + (WARMUP_STEPS + MIN_TIMED_STEPS) * slowest)
+        least = launch_s + count * (setup_s + (WARMUP_STEPS + MIN_TIMED_STEPS) * slowest)
         raise UserInputError(
-            f"--budget {budget_s / 60:g} min is too small for {len(matrix.entries)} trial(s): each needs about "
-            f"{overhead_s:.0f} s to start and {WARMUP_STEPS + MIN_TIMED_STEPS} steps of up to {slowest:.3g} s; "
-            f"give --budget {math.ceil(least / 60)} or more, or fewer --candidates"
+            f"--budget {budget_s / 60:g} min is too small for {count} trial(s): the launch needs about "
+            f"{launch_s:.0f} s to start, and each trial {setup_s:.0f} s to set up and "
+            f"{WARMUP_STEPS + MIN_TIMED_STEPS} steps of up to {slowest:.3g} s; give --budget "
+            f"{math.ceil(least / 60)} or more, or fewer --candidates"
         )
     return min(steps, MAX_TIMED_STEPS)
 
 
-class TimedLauncher:
-    """The harness's launcher, with each trial's wall time kept (its launch overhead is that less its steps)."""
-
-    def __init__(self, launcher):
-        self.launcher = launcher
-        self.wall_s: dict[str, float] = {}
-
-    def __call__(self, jobs, nproc: int, timeout_s: float) -> LaunchOutcome:
-        began = time.perf_counter()
-        outcome = self.launcher(jobs, nproc, timeout_s)
-        self.wall_s[jobs[0].key] = time.perf_counter() - began
-        return outcome
-
-
-def trials(matrix: BenchmarkMatrix, store: BenchmarkStore, wall_s: dict[str, float] | None = None) -> list[Trial]:
+def trials(matrix: BenchmarkMatrix, store: BenchmarkStore, overhead_s: dict[str, float] | None = None) -> list[Trial]:
     """Each entry as a trial, with its newest record in the store (the tune's own, or an earlier tune's)."""
     newest: dict[str, RunRecord] = {}
     keys = {entry.key for entry in matrix.entries}
@@ -155,9 +153,7 @@ def trials(matrix: BenchmarkMatrix, store: BenchmarkStore, wall_s: dict[str, flo
                     "peak_memory_bytes": max(peaks) if peaks else None,
                 }
             )
-            if wall_s and entry.key in wall_s and record.step_time_median_s and record.steps_measured:
-                steps = record.steps_measured + WARMUP_STEPS
-                trial.launch_overhead_s = max(0.0, wall_s[entry.key] - steps * record.step_time_median_s)
+            trial.launch_overhead_s = (overhead_s or {}).get(entry.key)
         found.append(trial)
     return found
 
@@ -194,6 +190,15 @@ class TuneOutcome(BaseModel):
     timed_steps: int
     trials: list[Trial]
     skipped: int  # trials read back from the database (an earlier, interrupted tune measured them)
+    launches: int  # torchrun launches this tune started (one, unless a trial failed)
+
+
+def scratch_folder(matrix: BenchmarkMatrix, store: BenchmarkStore) -> Path:
+    """Where the trials' run folders live while the tune runs; the same for the same trials recorded in the
+    same database, so a tune stopped in the middle of a launch finds the trials that launch had finished."""
+    named = [str(Path(store.path).resolve()), *(entry.key for entry in matrix.entries)]
+    digest = hashlib.sha256("\n".join(named).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"hardware-selector-tune-{digest}"
 
 
 def run_tune(
@@ -204,17 +209,42 @@ def run_tune(
     tiny: bool,
     budget_s: float,
     store: BenchmarkStore,
-    launcher=None,
+    options: RunOptions | None = None,
+    memory_limit_gb: float | None = None,
+    prepare: Callable[[dict[str, Path]], None] | None = None,
+    run_command=None,
+    token_cache: Path | None = None,
 ) -> TuneOutcome:
-    """The top plans measured here (or read back), budgeted, each trial timed end to end."""
-    from benchmarks.harness import launch
-    from benchmarks.harness.runner import run_matrix
+    """The top plans measured here in one launch (or read back), budgeted; each trial recorded beside its
+    prediction. options: the run's own data, tokenizer and weights (None: synthetic tokens); prepare: a look
+    at the trial folders (by matrix key) before the launch; token_cache: where the trials tokenize the data
+    (a run folder's data/, so its `train` finds the tokens)."""
+    from benchmarks.harness.processes import run_torchrun_command
+    from benchmarks.harness.runner import record_outcome
+    from benchmarks.harness.trials import launch_trials, prepare_trials
     from benchmarks_db.environment import current_environment
 
     matrix = tune_matrix(spec, cluster, plans, tiny=tiny)
     steps = timed_steps(budget_s, matrix)
-    timed = TimedLauncher(launcher or launch.backends_run_launch)
-    summary = run_matrix(
-        matrix, store, current_environment(), steps=steps, warmup=WARMUP_STEPS, timeout_s=budget_s, launcher=timed
+    done = store.done_matrix_keys()
+    pending = [(entry, plan) for entry, plan in zip(matrix.entries, plans, strict=True) if entry.key not in done]
+    requests = [
+        TrialRequest(key=entry.key, warmup=WARMUP_STEPS, steps=steps, tiny=tiny, memory_limit_gb=memory_limit_gb)
+        for entry, _ in pending
+    ]
+    scratch = scratch_folder(matrix, store)
+    folders = prepare_trials([plan for _, plan in pending], requests, scratch, options, token_cache)
+    if prepare is not None:
+        prepare({request.key: folder for request, folder in zip(requests, folders, strict=True)})
+    runs = launch_trials(folders, cluster.world_size, budget_s, run_command or run_torchrun_command)
+    environment, entries = current_environment(), {entry.key: entry for entry, _ in pending}
+    for run in runs:
+        store.add(record_outcome(entries[run.key], matrix, environment, run.outcome, budget_s))
+    shutil.rmtree(scratch, ignore_errors=True)  # every trial is in the database now
+    overheads = {run.key: run.overhead_s for run in runs if run.overhead_s is not None}
+    return TuneOutcome(
+        timed_steps=steps,
+        trials=trials(matrix, store, overheads),
+        skipped=len(matrix.entries) - len(pending),
+        launches=max((run.launches for run in runs), default=0),
     )
-    return TuneOutcome(timed_steps=steps, trials=trials(matrix, store, timed.wall_s), skipped=summary.skipped_done)

@@ -3,10 +3,11 @@
     python -m benchmarks.speed.tune_overhead [--candidates 3] [--out benchmarks/results/tune_overhead.json]
     python -m benchmarks.speed.tune_overhead --smoke   # one trial of a tiny GPT-2, nothing kept
 
-Runs a tune (benchmarks/harness/tune.py) of gpt2, shrunken (--tiny), on 2 CPU ranks over gloo and reports, per
-trial, its wall time, its measured window (warm-up and timed steps at the measured step time) and the
-difference: the launch overhead every trial pays today (torchrun, each rank's imports, the model's build, the
-process group). A benchmark, not a test: it measures and writes JSON; nothing asserts.
+Runs the same tune (benchmarks/harness/tune.py) of gpt2, shrunken (--tiny), on 2 CPU ranks over gloo twice:
+as a tune runs, all K trials in one torchrun launch, and as tunes ran before, a launch per trial. It reports,
+per trial, its measured window (warm-up and timed steps at the measured step time) and its overhead (its share
+of its launch's start-up: torchrun, each rank's imports, the process group; and its own set-up: the model,
+the optimizer, the data). A benchmark, not a test: it measures and writes JSON; nothing asserts.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from planner.files import write_json_atomic
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def measure(candidates: int, budget_min: float, db: Path) -> dict:
+def measure(candidates: int, budget_min: float, scratch: Path) -> dict:
     from benchmarks.harness.tune import WARMUP_STEPS, run_tune
     from benchmarks_db.store import BenchmarkStore
     from planner.hardware.cluster import make_cluster
@@ -32,25 +33,25 @@ def measure(candidates: int, budget_min: float, db: Path) -> dict:
 
     spec, cluster = resolve_model("gpt2"), make_cluster("cpu", gpus_per_node=2)
     plans = search_plans(spec, cluster, PlanRequest(seq_len=32, global_batch=4, top_k=5)).candidates[:candidates]
-    outcome = run_tune(spec, cluster, plans, tiny=True, budget_s=budget_min * 60, store=BenchmarkStore(db))
-    rows = []
-    for trial in outcome.trials:
-        steps = outcome.timed_steps + WARMUP_STEPS
-        window = steps * trial.measured_step_s if trial.measured_step_s else None
-        overhead = trial.launch_overhead_s
-        rows.append(
-            {
-                "trial": trial.label,
-                "status": trial.status,
-                "measured_window_s": window,
-                "launch_overhead_s": overhead,
-                "overhead_share": overhead / (overhead + window) if overhead is not None and window else None,
-            }
-        )
+
+    def tune(batch: list, db: Path) -> list[dict]:
+        outcome = run_tune(spec, cluster, batch, tiny=True, budget_s=budget_min * 60, store=BenchmarkStore(db))
+        rows = []
+        for trial in outcome.trials:
+            steps = outcome.timed_steps + WARMUP_STEPS
+            window = steps * trial.measured_step_s if trial.measured_step_s else None
+            overhead = trial.launch_overhead_s
+            share = overhead / (overhead + window) if overhead is not None and window else None
+            rows.append({"trial": trial.label, "status": trial.status, "timed_steps": outcome.timed_steps,
+                         "measured_window_s": window, "overhead_s": overhead, "overhead_share": share})  # fmt: skip
+        return rows
+
+    one_launch = tune(plans, scratch / "one-launch.duckdb")
+    launch_each = [row for index, plan in enumerate(plans) for row in tune([plan], scratch / f"each-{index}.duckdb")]
     return {
         "model": "gpt2 (shrunken, --tiny), 2 CPU ranks over gloo",
-        "timed_steps": outcome.timed_steps,
-        "trials": rows,
+        "one_launch": one_launch,
+        "a_launch_per_trial": launch_each,
     }
 
 
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="hs-tune-bench-") as scratch:
         candidates, budget = (1, 0.5) if args.smoke else (args.candidates, args.budget)
-        document = measure(candidates, budget, Path(scratch) / "benchmarks.duckdb")
+        document = measure(candidates, budget, Path(scratch))
     given = sys.argv[1:] if argv is None else argv
     document["command"] = " ".join(["python -m benchmarks.speed.tune_overhead", *given])
     if args.smoke:

@@ -1,0 +1,157 @@
+"""A tune's trials in as few launches as it takes: one, unless a trial fails (docs/running.md, "Tune").
+
+`prepare_trials` writes one run folder per candidate plan, each with the run's own options (its data,
+tokenizer and weights, or synthetic tokens), a trial.json saying what to time (planner/rundir/trial.py), and
+one token cache shared by every folder, so the data is tokenized once. `launch_trials` starts one torchrun
+job of `python -m backends.runner.trials` over all the folders: the ranks import torch and start their
+process group once, and build each trial's model and optimizer in turn. When a trial fails (out of memory,
+an error, the runner's memory guard), that launch ends with it; the failure is recorded from the launch's
+output and the trials after it are launched again. What a trial cost beside its steps is its share of its
+launch's start-up (from the launch to its first trial) plus its own set-up (its wall time less its steps).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from benchmarks.harness.jobs import MeasureResult
+from benchmarks.harness.processes import LaunchOutcome, run_torchrun_command
+from planner.errors import UserInputError
+from planner.files import write_json_atomic
+from planner.plan import Plan
+from planner.rundir.trial import DONE_FILE, REQUEST_FILE, TrialDone, TrialRequest
+
+SHARED_CACHE = "token-cache"
+
+
+class TrialRun(BaseModel):
+    """What one trial's launch gave: its measurement, or the launch output its failure is read from."""
+
+    key: str
+    outcome: LaunchOutcome
+    overhead_s: float | None = None  # its share of the launch's start-up plus its own set-up
+    launches: int = 0  # the launch it ran in (1 is the first; 0: an interrupted tune's, read back)
+
+
+def trial_folder_name(key: str) -> str:
+    return "trial-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def prepare_trials(
+    plans: list[Plan], requests: list[TrialRequest], scratch: Path, options=None, token_cache: Path | None = None
+) -> list[Path]:
+    """One run folder per plan under `scratch`, in the order given, named by its trial's key, so a tune run
+    again over the same scratch folder finds the trials it had finished; a plan whose folder cannot be
+    written gets a folder holding only its trial.json and the reason, and fails when launched. Every folder's
+    data/ is `token_cache` (default: one under `scratch`), so the data is tokenized once."""
+    from planner.rundir.write import emit_run_folder
+
+    cache = token_cache or scratch / SHARED_CACHE  # a run folder's own data/: its `train` reuses the tokens
+    cache.mkdir(parents=True, exist_ok=True)
+    folders = []
+    for plan, request in zip(plans, requests, strict=True):
+        folder = scratch / trial_folder_name(request.key)
+        if (folder / DONE_FILE).is_file():
+            folders.append(folder)  # measured by an interrupted tune; read back, not run again
+            continue
+        if folder.exists():
+            shutil.rmtree(folder)  # a trial an interrupted tune had begun: begin it again
+        try:
+            emit_run_folder(plan, folder, options=options)
+            (folder / "data").symlink_to(cache, target_is_directory=True)
+        except UserInputError as error:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "cannot-emit.txt").write_text(f"cannot emit its run folder: {error}\n", encoding="utf-8")
+        write_json_atomic(folder / REQUEST_FILE, request.model_dump())
+        folders.append(folder)
+    return folders
+
+
+def launch_trials(
+    folders: list[Path], nproc: int, timeout_s: float, run_command=run_torchrun_command
+) -> list[TrialRun]:
+    """Every folder's trial, launching again after each failure until each has run or the time is spent."""
+    runs: list[TrialRun] = []
+    for folder in folders:  # an interrupted tune's trials that ended before it was stopped
+        if (folder / DONE_FILE).is_file():
+            record = TrialDone.model_validate_json((folder / DONE_FILE).read_text(encoding="utf-8"))
+            result = _measured(folder, record.key, nproc)
+            runs.append(TrialRun(key=record.key, outcome=LaunchOutcome(returncode=0, results={record.key: result})))
+    pending = [folder for folder in folders if not (folder / DONE_FILE).is_file()]
+    deadline = time.monotonic() + timeout_s
+    launches = 0
+    while pending:
+        emit_error = _emit_error(pending[0])
+        if emit_error is not None:
+            runs.append(_failed(pending.pop(0), LaunchOutcome(returncode=2, stderr_tail=emit_error), launches))
+            continue
+        batch = pending[: next((i for i, folder in enumerate(pending) if _emit_error(folder)), len(pending))]
+        left_s = deadline - time.monotonic()
+        if left_s <= 0:
+            runs += [_failed(folder, LaunchOutcome(returncode=None), launches) for folder in pending]
+            break
+        launches += 1
+        started = time.time()
+        returncode, stderr = run_command(["-m", "backends.runner.trials", *map(str, batch)], nproc, left_s)
+        ran = [folder for folder in batch if (folder / DONE_FILE).is_file()]
+        done = [TrialDone.model_validate_json((folder / DONE_FILE).read_text(encoding="utf-8")) for folder in ran]
+        start_up_s = min((record.began for record in done), default=started) - started
+        for folder, record in zip(ran, done, strict=True):
+            result = _measured(folder, record.key, nproc)
+            runs.append(
+                TrialRun(
+                    key=record.key,
+                    outcome=LaunchOutcome(returncode=0, results={record.key: result}),
+                    overhead_s=_overhead(folder, result, record, start_up_s / len(batch)),
+                    launches=launches,
+                )
+            )
+        pending = [folder for folder in pending if folder not in ran]
+        if pending and pending[0] in batch:  # the trial that ended the launch: its failure, read from the output
+            code = None if returncode is None else (returncode or 1)
+            runs.append(_failed(pending.pop(0), LaunchOutcome(returncode=code, stderr_tail=stderr[-4000:]), launches))
+    return runs
+
+
+def _overhead(folder: Path, result: MeasureResult, record: TrialDone, start_up_share_s: float) -> float | None:
+    """Its share of the launch's start-up plus its own wall time less its steps (warm-up ones too)."""
+    if not result.step_times_s:
+        return None
+    request = _request(folder)
+    median = sorted(result.step_times_s)[len(result.step_times_s) // 2]
+    return max(0.0, start_up_share_s + record.wall_s - (request.warmup + request.steps) * median)
+
+
+def _request(folder: Path) -> TrialRequest:
+    return TrialRequest.model_validate_json((folder / REQUEST_FILE).read_text(encoding="utf-8"))
+
+
+def _emit_error(folder: Path) -> str | None:
+    note = folder / "cannot-emit.txt"
+    return note.read_text(encoding="utf-8").strip() if note.is_file() else None
+
+
+def _failed(folder: Path, outcome: LaunchOutcome, launches: int) -> TrialRun:
+    return TrialRun(key=_request(folder).key, outcome=outcome, launches=launches)
+
+
+def _measured(folder: Path, key: str, nproc: int) -> MeasureResult:
+    request = _request(folder)
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    steps = [row for row in rows if row.get("kind") == "train"][request.warmup :]
+    summary = json.loads((folder / "run_summary.json").read_text(encoding="utf-8"))
+    if not steps:
+        return MeasureResult(key=key, world_size=nproc, error=f"the trial wrote no step after {request.warmup}")
+    return MeasureResult(
+        key=key,
+        world_size=nproc,
+        step_times_s=[row["step_s"] for row in steps],
+        peak_memory_per_rank_bytes=[int(peak) for peak in summary["peak_memory_per_rank_bytes"]],
+        memory_kind=summary["memory_kind"],
+    )
