@@ -93,7 +93,15 @@ def register(app: typer.Typer) -> None:
         _print_trials(found, outcome, store.path)
         if tiny:
             print("--tiny measures the shrunken architecture: the order is what counts, not measured/predicted")
-        for line in order_changes(found, compare=not tiny):
+        if outcome.link_GBps:
+            measured = ", ".join(f"{kind} {rate:.3g}" for kind, rate in outcome.link_GBps.items())
+            print(
+                f"links here (GB/s per rank, probed once per launch): {measured}; the plan assumed "
+                f"{outcome.assumed_link_GBps:.3g}"
+            )
+        for line in order_changes(
+            found, compare=not tiny, links=outcome.link_GBps, assumed_GBps=outcome.assumed_link_GBps
+        ):
             print(f"  - {line}")
         winner = next((trial for trial in measured_order(found) if trial.status == "ok"), None)
         if winner is None:
@@ -101,7 +109,12 @@ def register(app: typer.Typer) -> None:
         folder = run_dir if run_dir is not None else emit
         if folder is not None:
             best = plans[[trial.key for trial in found].index(winner.key)]
-            tune = {"winner": winner.label, "trials": [trial.model_dump(mode="json") for trial in found]}
+            tune = {
+                "winner": winner.label,
+                "trials": [trial.model_dump(mode="json") for trial in found],
+                "link_GBps": outcome.link_GBps,
+                "assumed_link_GBps": outcome.assumed_link_GBps,
+            }
             from planner.rundir.write import emit_run_folder
 
             fallbacks = None if elastic is None else elastic(best)  # an elastic folder stays elastic

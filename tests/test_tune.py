@@ -16,6 +16,7 @@ import pytest
 from distributed import cli_in_process
 
 from benchmarks.harness.tune import measured_order, order_changes, run_tune, timed_steps, tune_matrix
+from benchmarks.harness.tune_links import dominant_collective
 from benchmarks_db.store import BenchmarkStore
 from planner.errors import UserInputError
 from planner.hardware.cluster import make_cluster
@@ -57,18 +58,21 @@ class FakeTrialsLaunch:
             step = self.by_key[request.key]
             if step is None:
                 return 1, "[rank0]: torch.OutOfMemoryError: CPU out of memory"
-            write_trial(folder, request, step, nproc)
+            write_trial(folder, request, step, nproc, links=PROBED if finished == 0 else {})
         return 0, ""
 
 
-def write_trial(folder: Path, request: TrialRequest, step: float, nproc: int) -> None:
+PROBED = {"all-gather": 2.5, "reduce-scatter": 2.0, "all-reduce": 1.5}  # GB/s per rank, the stand-in's probe
+
+
+def write_trial(folder: Path, request: TrialRequest, step: float, nproc: int, links: dict | None = None) -> None:
     """What backends.runner.trials leaves in a trial folder that ran, with every step taking `step` s and a
     second of set-up."""
     rows = [{"kind": "train", "step": i, "step_s": step} for i in range(request.warmup + request.steps)]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     summary = {"peak_memory_per_rank_bytes": [2**30] * nproc, "memory_kind": "host peak RSS"}
     (folder / "run_summary.json").write_text(json.dumps(summary))
-    done = TrialDone(key=request.key, began=time.time(), wall_s=1.0 + step * len(rows))
+    done = TrialDone(key=request.key, began=time.time(), wall_s=1.0 + step * len(rows), link_GBps=links or {})
     (folder / DONE_FILE).write_text(done.model_dump_json())
 
 
@@ -98,6 +102,18 @@ def test_the_measured_order_decides_and_a_failure_is_dropped_with_its_reason(tmp
     lines = order_changes(found)
     assert any(line.startswith(f"{found[0].label} #1 -> #") and "200% slower than predicted" in line for line in lines)
     assert any("dropped: oom" in line and "OutOfMemoryError" in line for line in lines)
+    # Why it moved, by the links: each trial's dominant collective at the probed rate against the assumed one.
+    assert outcome.link_GBps == PROBED and outcome.assumed_link_GBps == pytest.approx(0.775 * 0.8)
+    explained = order_changes(found, links=outcome.link_GBps, assumed_GBps=outcome.assumed_link_GBps)
+    for trial, entry in zip(found, matrix.entries, strict=True):
+        kind, comm_s = dominant_collective(entry.config, entry.predicted)
+        line = next((line for line in explained if line.startswith(f"{trial.label} #")), "")
+        if trial.status == "ok" and comm_s >= 0.05 * entry.predicted.step_time_s:
+            assert line.endswith(
+                f"; its {kind}s (predicted {comm_s:.3g} s of its {entry.predicted.step_time_s:.3g} s step at "
+                f"{0.775 * 0.8:.3g} GB/s per rank) ran here at {PROBED[kind]:.3g} GB/s"
+            )
+    assert any("ran here at" in line for line in explained)
     # Each trial's overhead: its set-up (wall time less its steps, 1 s here) and a share of the launch's start.
     assert all(trial.launch_overhead_s == pytest.approx(1.0, abs=0.5) for trial in found if trial.status == "ok")
     # Every trial is a record beside its prediction: later plans on this hardware calibrate from it.
@@ -211,14 +227,15 @@ SLOWED_ZERO3 = {  # every parameter gathered and released one at a time: ZeRO-3 
 
 @pytest.fixture(scope="module")
 def real_tunes(tmp_path_factory):
-    """Two real tunes of the same plans on 2 CPU ranks: as planned (the reference), then with DeepSpeed ZeRO-3's
-    buckets made tiny in its trial folder (slower; the prediction cannot know) and FSDP's trial held to a
-    memory guard no run can meet."""
+    """Two real tunes of the same plans on 2 CPU ranks: as planned (the reference), then with one DeepSpeed
+    ZeRO-3 plan's buckets made tiny in its trial folder (slower; the prediction cannot know), the other ZeRO-3
+    plan untouched, and FSDP's trial held to a memory guard no run can meet."""
     spec, cluster = resolve_model("gpt2"), make_cluster("cpu", gpus_per_node=2)
     request = PlanRequest(seq_len=32, global_batch=4, top_k=5, strategies=("zero3", "ddp", "fsdp"))
     plans = search_plans(spec, cluster, request).candidates[:3]
     labels = [family_label(plan.config) for plan in plans]
-    zero3 = next(index for index, plan in enumerate(plans) if plan.config.zero_stage == 3)
+    zero3, peer = [index for index, plan in enumerate(plans) if plan.config.zero_stage == 3][:2]
+    slowed_key = tune_matrix(spec, cluster, plans, tiny=True).entries[zero3].key
     fsdp = next(index for index, plan in enumerate(plans) if plan.config.strategy.value == "fsdp")
     folder = tmp_path_factory.mktemp("tunes")
     reference = run_tune(
@@ -226,12 +243,11 @@ def real_tunes(tmp_path_factory):
     )
 
     def slow_and_guard(folders: dict[str, Path]) -> None:
+        ds_config = folders[slowed_key] / "ds_config.json"
+        document = json.loads(ds_config.read_text())
+        document["zero_optimization"].update(SLOWED_ZERO3)
+        ds_config.write_text(json.dumps(document))
         for trial_folder in folders.values():
-            ds_config = trial_folder / "ds_config.json"
-            if ds_config.is_file():
-                document = json.loads(ds_config.read_text())
-                document["zero_optimization"].update(SLOWED_ZERO3)
-                ds_config.write_text(json.dumps(document))
             if json.loads((trial_folder / "plan.json").read_text())["config"]["strategy"] == "fsdp":
                 trial = TrialRequest.model_validate_json((trial_folder / REQUEST_FILE).read_text())
                 trial = trial.model_copy(update={"memory_limit_gb": 0.001})
@@ -239,7 +255,8 @@ def real_tunes(tmp_path_factory):
 
     store = BenchmarkStore(folder / "slowed.duckdb")
     slowed = run_tune(spec, cluster, plans, tiny=True, budget_s=75, store=store, prepare=slow_and_guard)
-    return {"reference": reference, "slowed": slowed, "store": store, "labels": labels, "zero3": zero3, "fsdp": fsdp}
+    return {"reference": reference, "slowed": slowed, "store": store, "labels": labels, "zero3": zero3, "peer": peer,
+            "fsdp": fsdp}  # fmt: skip
 
 
 @pytest.mark.slow
@@ -254,9 +271,16 @@ def test_real_trials_land_in_the_database_and_the_measured_order_decides(real_tu
 
 @pytest.mark.slow
 def test_a_slowed_candidate_is_measured_slower_and_ranked_below(real_tunes):
-    zero3 = real_tunes["zero3"]
-    before, after = real_tunes["reference"].trials[zero3], real_tunes["slowed"].trials[zero3]
-    assert after.status == "ok" and after.measured_step_s > 1.5 * before.measured_step_s
+    """Against the other ZeRO-3 plan, untouched, of the same launch (the machine's load moves both alike): the
+    slowed one's step grows by 30% or more over what it was in the reference tune (about 2.5 times on an idle
+    2-core machine)."""
+    zero3, peer = real_tunes["zero3"], real_tunes["peer"]
+    before, after = real_tunes["reference"].trials, real_tunes["slowed"].trials
+    assert after[zero3].status == after[peer].status == "ok"
+    relative_before = before[zero3].measured_step_s / before[peer].measured_step_s
+    relative_after = after[zero3].measured_step_s / after[peer].measured_step_s
+    assert relative_after > 1.3 * relative_before, (relative_before, relative_after)
+    after = after[zero3]
     ran = [trial for trial in measured_order(real_tunes["slowed"].trials) if trial.status == "ok"]
     assert ran[-1].label == after.label  # below every trial that ran
 
@@ -331,3 +355,24 @@ def test_an_elastic_folder_stays_elastic_when_its_winner_is_emitted(tmp_path, mo
     )
     own = next(entry for entry in elastic["fallbacks"] if entry["world_size"] == 2)
     assert own["config"] == after["config"]  # the winner is its own node count's entry
+
+
+def test_the_probed_bandwidth_is_in_the_throughput_models_own_units():
+    """The probe's GB/s per rank, from a collective's bytes and time, gives back the link bandwidth the model
+    (planner/throughput/collectives.py) took to predict that time, for each kind and group size."""
+    from backends.monitoring.link_probe import bus_GBps
+    from planner.throughput.collectives import Links, all_gather_s, all_reduce_s, process_group, reduce_scatter_s
+
+    links = Links(intra_Bps=37e9, inter_Bps=5e9, intra_latency_s=0.0, inter_latency_s=0.0, gpus_per_node=8)
+    for ranks in (2, 4, 8):
+        group = process_group(ranks, 1, 8)
+        for kind, seconds in (("all-gather", all_gather_s), ("reduce-scatter", reduce_scatter_s),
+                              ("all-reduce", all_reduce_s)):  # fmt: skip
+            assert bus_GBps(kind, 64e6, seconds(links, group, 64e6), ranks) == pytest.approx(37.0)
+
+
+@pytest.mark.slow
+def test_the_launch_probes_each_collective_once(real_tunes):
+    for outcome in (real_tunes["reference"], real_tunes["slowed"]):
+        assert set(outcome.link_GBps) == {"all-gather", "reduce-scatter", "all-reduce"}
+        assert all(rate > 0 for rate in outcome.link_GBps.values())

@@ -37,6 +37,7 @@ class TrialRun(BaseModel):
     outcome: LaunchOutcome
     overhead_s: float | None = None  # its share of the launch's start-up plus its own set-up
     launches: int = 0  # the launch it ran in (1 is the first; 0: an interrupted tune's, read back)
+    link_GBps: dict[str, float] = {}  # the links probed after the launch's first trial
 
 
 def trial_folder_name(key: str) -> str:
@@ -110,6 +111,7 @@ def launch_trials(
                     outcome=LaunchOutcome(returncode=0, results={record.key: result}),
                     overhead_s=_overhead(folder, result, record, start_up_s / len(batch)),
                     launches=launches,
+                    link_GBps=record.link_GBps,
                 )
             )
         pending = [folder for folder in pending if folder not in ran]

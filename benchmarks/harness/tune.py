@@ -24,6 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from benchmarks.harness.matrix import BenchmarkMatrix, MatrixEntry, matrix_key
+from benchmarks.harness.tune_links import assumed_link_GBps, dominant_collective, link_sentence
 from benchmarks_db.record import RunRecord, spec_hash
 from benchmarks_db.store import BenchmarkStore
 from planner.calibration import strategy_family
@@ -61,7 +62,9 @@ class Trial(BaseModel):
     status: str = "pending"  # ok | oom | error | timeout | pending
     error: str | None = None
     record_id: str | None = None
-    launch_overhead_s: float | None = None  # the trial's wall time less its steps, when it ran in this tune
+    launch_overhead_s: float | None = None  # its share of its launch's start-up plus its set-up, when it ran now
+    collective: str | None = None  # the collective carrying most of its predicted traffic (tune_links.py)
+    predicted_comm_s: float | None = None  # that traffic's predicted seconds per step
 
     @property
     def ratio(self) -> float | None:
@@ -134,11 +137,14 @@ def trials(matrix: BenchmarkMatrix, store: BenchmarkStore, overhead_s: dict[str,
             newest[record.matrix_key] = record
     found = []
     for rank, entry in enumerate(matrix.entries, 1):
+        dominant = dominant_collective(entry.config, entry.predicted)
         trial = Trial(
             label=entry.label,
             key=entry.key,
             predicted_rank=rank,
             predicted_step_s=entry.predicted.step_time_s if entry.predicted else None,
+            collective=dominant[0] if dominant else None,
+            predicted_comm_s=dominant[1] if dominant else None,
         )
         record = newest.get(entry.key)
         if record is not None:
@@ -164,9 +170,12 @@ def measured_order(found: list[Trial]) -> list[Trial]:
     return ran + [t for t in found if t not in ran]
 
 
-def order_changes(found: list[Trial], *, compare: bool = True) -> list[str]:
-    """One line per trial whose place moved or (compare) whose measurement missed its prediction by 10% or more;
-    without compare (a --tiny tune of the shrunken model) only the moves."""
+def order_changes(
+    found: list[Trial], *, compare: bool = True, links: dict[str, float] | None = None, assumed_GBps: float = 0.0
+) -> list[str]:
+    """One line per trial whose place moved or (compare) whose measurement missed its prediction by 10% or more,
+    with what the links measured here say of it (tune_links.py); without compare (a --tiny tune of the
+    shrunken model) only the moves."""
     lines = []
     for place, trial in enumerate(measured_order(found), 1):
         if trial.status != "ok":
@@ -182,6 +191,9 @@ def order_changes(found: list[Trial], *, compare: bool = True) -> list[str]:
             lines.append(
                 f"{trial.label} {moved}: measured {abs(ratio - 1):.0%} {way} than predicted "
                 f"({trial.measured_step_s:.3g} s/step against {trial.predicted_step_s:.3g})"
+                + link_sentence(
+                    trial.collective, trial.predicted_comm_s, trial.predicted_step_s, links or {}, assumed_GBps
+                )  # fmt: skip
             )
     return lines
 
@@ -191,6 +203,8 @@ class TuneOutcome(BaseModel):
     trials: list[Trial]
     skipped: int  # trials read back from the database (an earlier, interrupted tune measured them)
     launches: int  # torchrun launches this tune started (one, unless a trial failed)
+    link_GBps: dict[str, float] = {}  # each collective's bus bandwidth here (backends/monitoring/link_probe.py)
+    assumed_link_GBps: float = 0.0  # what the throughput model assumed per rank
 
 
 def scratch_folder(matrix: BenchmarkMatrix, store: BenchmarkStore) -> Path:
@@ -247,4 +261,6 @@ def run_tune(
         trials=trials(matrix, store, overheads),
         skipped=len(matrix.entries) - len(pending),
         launches=max((run.launches for run in runs), default=0),
+        link_GBps=next((run.link_GBps for run in runs if run.link_GBps), {}),
+        assumed_link_GBps=assumed_link_GBps(cluster),
     )

@@ -41,3 +41,5 @@ class TrialDone(BaseModel):
     key: str
     began: float  # time.time() when this trial began
     wall_s: float  # the trial inside the launch: the model built, the data read, every step
+    link_GBps: dict[str, float] = Field(default_factory=dict)  # the launch's first trial: each collective's bus
+    # bandwidth on its process group (backends/monitoring/link_probe.py), measured after the trial

@@ -1,0 +1,55 @@
+"""Why a tune trial missed its prediction, when the links say: the collective that carries most of its bytes,
+the per-rank bandwidth the throughput model assumed for it, and the one measured here (docs/running.md, "Tune").
+
+The model (planner/throughput/communication.py) moves a plan's data-parallel traffic as all-reduces (DDP,
+ZeRO-0), reduce-scatters (ZeRO-1/2) or all-gathers (ZeRO-3, FSDP), and its tensor-parallel traffic as
+all-reduces; each over a link of the cluster's bandwidth times the model's link efficiency. The trials probe
+each collective's bus bandwidth once per launch (backends/monitoring/link_probe.py), in the model's own units,
+so the sentence compares like with like: "its all-gathers (predicted 0.41 s of its 1.7 s step at 0.62 GB/s
+per rank) ran here at 2.1 GB/s".
+"""
+
+from __future__ import annotations
+
+from planner.contract.choices import FsdpSharding, Strategy
+from planner.hardware.cluster import ClusterSpec
+from planner.throughput.constants import ThroughputConstants
+from planner.throughput.result import ThroughputEstimate
+from planner.training_config import TrainingConfig
+
+# Below this share of the predicted step, the links cannot explain a 10% miss: no sentence.
+MIN_COMM_SHARE = 0.05
+
+
+def assumed_link_GBps(cluster: ClusterSpec) -> float:
+    """The per-rank bandwidth the model assumes within a node (a tune measures one node)."""
+    return cluster.intra_node_bandwidth_GBps * ThroughputConstants().link_efficiency
+
+
+def dominant_collective(config: TrainingConfig, predicted: ThroughputEstimate | None) -> tuple[str, float] | None:
+    """(the collective carrying most of the plan's predicted traffic, its predicted seconds per step)."""
+    if predicted is None:
+        return None
+    traffic = predicted.breakdown
+    if traffic.tensor_parallel_comm_s > traffic.data_parallel_comm_s:
+        return "all-reduce", traffic.tensor_parallel_comm_s
+    if config.strategy is Strategy.DDP or (config.strategy is not Strategy.FSDP and config.zero_stage == 0):
+        kind = "all-reduce"
+    elif config.strategy is Strategy.FSDP:
+        kind = "all-reduce" if config.fsdp_sharding is FsdpSharding.NONE else "all-gather"
+    else:
+        kind = "all-gather" if config.zero_stage == 3 else "reduce-scatter"
+    return kind, traffic.data_parallel_comm_s
+
+
+def link_sentence(
+    collective: str | None, comm_s: float | None, step_s: float | None, links: dict[str, float], assumed: float
+) -> str:
+    """ "; its all-gathers (predicted ...) ran here at X GB/s", or "" when the links were not measured or carry
+    too little of the step to explain a miss."""
+    if not collective or not comm_s or not step_s or collective not in links or comm_s < MIN_COMM_SHARE * step_s:
+        return ""
+    return (
+        f"; its {collective}s (predicted {comm_s:.3g} s of its {step_s:.3g} s step at {assumed:.3g} GB/s per rank) "
+        f"ran here at {links[collective]:.3g} GB/s"
+    )
