@@ -50,6 +50,9 @@ def register(app: typer.Typer) -> None:
             help="Count a trial as out of memory when a rank's peak passes this (the GPU's capacity, say).",
         ),
         emit_dir: str | None = typer.Option(None, "--emit", help="Write the measured winner's run folder here."),
+        launcher: str = typer.Option(
+            "torchrun", "--launcher", help="What starts the trials' processes: torchrun, accelerate or deepspeed."
+        ),
         db: Path | None = typer.Option(None, "--db", help="Benchmark database (default: $HARDWARE_SELECTOR_DB)."),
     ) -> None:
         """Run the search's top plans here for a measured window each and rank them by what was measured."""
@@ -74,6 +77,12 @@ def register(app: typer.Typer) -> None:
         from benchmarks_db.store import BenchmarkStore
 
         store = BenchmarkStore(db)
+        from functools import partial
+
+        from benchmarks.harness.processes import LAUNCHERS, run_torchrun_command
+
+        if launcher not in LAUNCHERS:
+            raise UserInputError(f"--launcher must be one of {', '.join(LAUNCHERS)}, not '{launcher}'")
         if memory_limit_gb is not None and not 0 < memory_limit_gb < 1e6:
             raise UserInputError(f"--memory-limit-gb is more than 0 GB, not {memory_limit_gb:g}")
         if synthetic and options is not None:
@@ -88,6 +97,7 @@ def register(app: typer.Typer) -> None:
             options=options,
             memory_limit_gb=memory_limit_gb,
             token_cache=run_dir / "data" if run_dir is not None and not synthetic else None,
+            run_command=partial(run_torchrun_command, launcher=launcher),
         )
         found = outcome.trials
         _print_trials(found, outcome, store.path)

@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 from distributed import cli_in_process
 
+from benchmarks.harness.processes import launcher_command, run_torchrun_command
 from benchmarks.harness.tune import measured_order, order_changes, run_tune, timed_steps, tune_matrix
 from benchmarks.harness.tune_links import dominant_collective
 from benchmarks_db.store import BenchmarkStore
@@ -227,7 +229,7 @@ SLOWED_ZERO3 = {  # every parameter gathered and released one at a time: ZeRO-3 
 
 @pytest.fixture(scope="module")
 def real_tunes(tmp_path_factory):
-    """Two real tunes of the same plans on 2 CPU ranks: as planned (the reference), then with one DeepSpeed
+    """Two real tunes of the same plans on 2 CPU ranks, under accelerate and the DeepSpeed launcher: as planned (the reference), then with one DeepSpeed
     ZeRO-3 plan's buckets made tiny in its trial folder (slower; the prediction cannot know), the other ZeRO-3
     plan untouched, and FSDP's trial held to a memory guard no run can meet."""
     spec, cluster = resolve_model("gpt2"), make_cluster("cpu", gpus_per_node=2)
@@ -238,9 +240,13 @@ def real_tunes(tmp_path_factory):
     slowed_key = tune_matrix(spec, cluster, plans, tiny=True).entries[zero3].key
     fsdp = next(index for index, plan in enumerate(plans) if plan.config.strategy.value == "fsdp")
     folder = tmp_path_factory.mktemp("tunes")
+    # The two tunes start their trials with the other launchers `train`'s launch.sh knows (the doc example's
+    # tune uses torchrun).
+    under = {name: partial(run_torchrun_command, launcher=name) for name in ("accelerate", "deepspeed")}
     reference = run_tune(
-        spec, cluster, plans, tiny=True, budget_s=75, store=BenchmarkStore(folder / "reference.duckdb")
-    )
+        spec, cluster, plans, tiny=True, budget_s=75, store=BenchmarkStore(folder / "reference.duckdb"),
+        run_command=under["accelerate"],
+    )  # fmt: skip
 
     def slow_and_guard(folders: dict[str, Path]) -> None:
         ds_config = folders[slowed_key] / "ds_config.json"
@@ -254,7 +260,10 @@ def real_tunes(tmp_path_factory):
                 (trial_folder / REQUEST_FILE).write_text(trial.model_dump_json())
 
     store = BenchmarkStore(folder / "slowed.duckdb")
-    slowed = run_tune(spec, cluster, plans, tiny=True, budget_s=75, store=store, prepare=slow_and_guard)
+    slowed = run_tune(
+        spec, cluster, plans, tiny=True, budget_s=75, store=store, prepare=slow_and_guard,
+        run_command=under["deepspeed"],
+    )  # fmt: skip
     return {"reference": reference, "slowed": slowed, "store": store, "labels": labels, "zero3": zero3, "peer": peer,
             "fsdp": fsdp}  # fmt: skip
 
@@ -376,3 +385,28 @@ def test_the_launch_probes_each_collective_once(real_tunes):
     for outcome in (real_tunes["reference"], real_tunes["slowed"]):
         assert set(outcome.link_GBps) == {"all-gather", "reduce-scatter", "all-reduce"}
         assert all(rate > 0 for rate in outcome.link_GBps.values())
+
+
+def test_the_trials_start_under_the_launchers_launch_sh_knows():
+    """The same processes launch.sh would start for `train`: torchrun, accelerate launch, the DeepSpeed launcher."""
+    target = ["-m", "backends.runner.trials", "/runs/a", "/runs/b"]
+    commands = {name: launcher_command(name, target, 2, 29501) for name in ("torchrun", "accelerate", "deepspeed")}
+    assert commands["torchrun"][1:6] == [
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node=2",
+        "--master-port=29501",
+        "-m",
+    ]
+    assert commands["accelerate"][1:5] == ["-m", "accelerate.commands.launch", "--num_processes", "2"]
+    assert commands["deepspeed"][1:7] == [
+        "-m",
+        "deepspeed.launcher.runner",
+        "--num_gpus",
+        "2",
+        "--master_port",
+        "29501",
+    ]
+    assert all(command[-3:] == ["backends.runner.trials", "/runs/a", "/runs/b"] for command in commands.values())
+    refused = cli_in_process("tune", "-m", "gpt2", "--gpu", "cpu", "--launcher", "mpirun")
+    assert refused.returncode == 2 and "--launcher must be one of torchrun, accelerate, deepspeed" in refused.stderr

@@ -31,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     from planner.files import write_json_atomic
     from planner.rundir.trial import DONE_FILE, REQUEST_FILE, TrialDone, TrialRequest
 
-    folders = [Path(folder) for folder in (sys.argv[1:] if argv is None else argv)]
+    given = sys.argv[1:] if argv is None else argv
+    # The DeepSpeed launcher adds --local_rank=N; the rank comes from the environment anyway.
+    folders = [Path(folder) for folder in given if not folder.startswith(("--local_rank", "--local-rank"))]
     if not folders:
         print("error: name the trial folders: python -m backends.runner.trials FOLDER [FOLDER ...]", file=sys.stderr)
         return run.EXIT_BAD_INPUT

@@ -46,21 +46,42 @@ def kill_tree(pid: int) -> None:
     psutil.wait_procs(processes, timeout=10)
 
 
-def run_torchrun_command(target: list[str], nproc: int, timeout_s: float) -> tuple[int | None, str]:
-    """torchrun --nproc-per-node NPROC TARGET...; (exit code or None at the timeout, stderr)."""
+LAUNCHERS = ("torchrun", "accelerate", "deepspeed")  # what `train`'s launch.sh starts the runner with
+
+
+def launcher_command(launcher: str, target: list[str], nproc: int, port: int) -> list[str]:
+    """One node's command that starts NPROC processes of `-m MODULE ARGS...` under `launcher`."""
+    if target[0] != "-m":
+        raise ValueError("the launch target is a module: -m MODULE ARGS...")
+    module, args = target[1], target[2:]
+    if launcher == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--master-port={port}",
+                "-m", module, *args]  # fmt: skip
+    if launcher == "accelerate":  # its processes only: the runner sets the strategy up itself, as under launch.sh
+        return [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(nproc), "--num_machines",
+                "1", "--main_process_port", str(port), "--multi_gpu", "-m", module, *args]  # fmt: skip
+    if launcher == "deepspeed":
+        return [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(nproc), "--master_port",
+                str(port), "--module", module, *args]  # fmt: skip
+    raise ValueError(f"unknown launcher {launcher!r}; one of {', '.join(LAUNCHERS)}")
+
+
+def run_torchrun_command(
+    target: list[str], nproc: int, timeout_s: float, launcher: str = "torchrun"
+) -> tuple[int | None, str]:
+    """`launcher` (torchrun unless told) starting NPROC processes of TARGET; (exit code or None at the timeout,
+    stderr)."""
     env = dict(os.environ)
     # One thread per rank unless told otherwise: the `cpu` pseudo-GPU is one core, and
     # more threads than cores thrash (badly, on a shared machine).
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc-per-node={nproc}",
-        f"--master-port={free_port()}",
-        *target,
-    ]
+    if launcher == "deepspeed":
+        import torch
+
+        if not torch.cuda.is_available():
+            env.setdefault("DS_ACCELERATOR", "cpu")  # as launch.sh sets it for a CPU plan
+    command = launcher_command(launcher, target, nproc, free_port())
     process = subprocess.Popen(
         command,
         cwd=REPO_ROOT,

@@ -250,10 +250,11 @@ def run_tune(
     folders = prepare_trials([plan for _, plan in pending], requests, scratch, options, token_cache)
     if prepare is not None:
         prepare({request.key: folder for request, folder in zip(requests, folders, strict=True)})
-    runs = launch_trials(folders, cluster.world_size, budget_s, run_command or run_torchrun_command)
+    # The budget sets the steps; the launches are stopped only at twice it (a loaded machine runs late).
+    runs = launch_trials(folders, cluster.world_size, 2 * budget_s, run_command or run_torchrun_command)
     environment, entries = current_environment(), {entry.key: entry for entry, _ in pending}
     for run in runs:
-        store.add(record_outcome(entries[run.key], matrix, environment, run.outcome, budget_s))
+        store.add(record_outcome(entries[run.key], matrix, environment, run.outcome, 2 * budget_s))
     shutil.rmtree(scratch, ignore_errors=True)  # every trial is in the database now
     overheads = {run.key: run.overhead_s for run in runs if run.overhead_s is not None}
     return TuneOutcome(
