@@ -161,14 +161,30 @@ def test_parallel_trainer_follows_a_torch_loop_and_stops_when_asked():
 
 @pytest.mark.slow
 def test_zero_optimizer_in_a_hand_written_loop_follows_a_torch_loop(tmp_path):
-    """Reference: one process stepping torch's optimizer on each whole global batch, clipped at 1.0."""
+    """Reference: one process stepping torch's optimizer on each whole global batch, clipped at 1.0; and for a
+    resumed ZeroOptimizer, the uninterrupted run it was saved from."""
     import json
 
     from tests.distributed import run_torchrun
     from tests.engine_inputs_models import Regressor, dataset
 
-    run_torchrun(["tests/engine_jobs/standalone_zero.py", str(tmp_path / "out.json")], nproc=2, timeout=300)
+    saved = tmp_path / "checkpoints"
+    run_torchrun(["tests/engine_jobs/standalone_zero.py", str(tmp_path / "out.json"), str(saved)], nproc=2,
+                 timeout=300)  # fmt: skip
     results = json.loads((tmp_path / "out.json").read_text())
+    for name in [name for name in results if not name.endswith(" resumed")]:
+        # A CheckpointManager checkpoint of the ZeroOptimizer, saved on 2 ranks after step 2, resumes on the same
+        # 2 ranks, and on one process, onto the uninterrupted run's steps 3 and 4.
+        losses, weights = results.pop(name + " resumed")
+        assert losses == pytest.approx(results[name][0][2:], rel=1e-6), name
+        for got, want in zip(weights, results[name][1], strict=True):
+            assert got == pytest.approx(want, rel=1e-6, abs=1e-7), name
+        from tests.engine_jobs.standalone_zero import CASES, run
+
+        alone = run(*CASES[name], rank=0, world=1, checkpoints=saved / name, steps=range(2, 4), reduce=False)
+        assert alone[0] == pytest.approx(results[name][0][2:], rel=1e-5), name
+        for got, want in zip(alone[1], results[name][1], strict=True):
+            assert got == pytest.approx(want, rel=1e-5, abs=1e-6), name
     hyper = {
         "adamw": (torch.optim.AdamW, {"lr": 0.05, "weight_decay": 0.01}),
         "sgd": (torch.optim.SGD, {"lr": 0.05, "momentum": 0.9}),

@@ -6,7 +6,9 @@
 
 The state goes through torch.distributed.checkpoint's get/set_state_dict, so
 it is sharded where the model is (FSDP2 and DTensor shards stay on their
-ranks, DDP and plain modules save one copy) and loads at another world size.
+ranks, DDP and plain modules save one copy) and loads at another world size. A ZeroOptimizer
+(backends/zero/standalone.py) is saved as its sharded fp32 master weights and optimizer states, each rank's
+partition written once, and restored at any world size, the model's weights with it.
 Every save is written to `.partial-<tag>`, sealed by a manifest of sizes and
 checksums and renamed (backends/checkpoint/layout.py), `latest` names it, and
 only the newest keep_last stay; a load skips a damaged checkpoint for the one
@@ -95,7 +97,9 @@ class CheckpointManager:
         state = _state(model, optimizer)
         with dcp_quietly():
             dcp.load(state, checkpoint_id=str(Path(choice) / STATE_FOLDER), no_dist=not distributed())
-        if optimizer is None:
+        if _is_zero(optimizer):  # its master weights are the model's: restoring them restores the model
+            optimizer.loaded(state["zero"], _state(model, optimizer)["zero"])
+        elif optimizer is None:
             set_state_dict(model, [], model_state_dict=state["model"], optim_state_dict={})
         else:
             set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
@@ -103,9 +107,18 @@ class CheckpointManager:
         return int(extra.pop("step")), extra
 
 
+def _is_zero(optimizer: Any) -> bool:
+    from backends.zero.standalone import ZeroOptimizer
+
+    return isinstance(optimizer, ZeroOptimizer)
+
+
 def _state(model: Any, optimizer: Any) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
+    if _is_zero(optimizer):  # the weights live in its sharded fp32 master; the model keeps only its buffers
+        buffers = {name: buffer for name, buffer in model.named_buffers()}
+        return {"zero": optimizer.checkpoint_views(), "buffers": buffers}
     if optimizer is None:
         model_state, _ = get_state_dict(model, [])
         return {"model": model_state}

@@ -97,6 +97,27 @@ class ZeroOptimizer:
     def zero_grad(self) -> None:
         self.zero.zero_grad()
 
+    # --- checkpoints (backends.CheckpointManager saves and loads a ZeroOptimizer through these) -------------
+    def checkpoint_views(self) -> dict[str, Any]:
+        """Key -> tensor over this rank's own storage: the fp32 master weights and the optimizer's states, each
+        unit's a DTensor sharded on dim 0 over the ranks (backends/checkpoint/shards.py), so torch's checkpoint
+        writes each rank's partition once and reads them back at any world size."""
+        from backends.checkpoint.shards import sharded_views
+
+        return sharded_views(self._as_engine())
+
+    def loaded(self, loaded: dict[str, Any], views: dict[str, Any]) -> None:
+        """After torch's checkpoint filled `views`: the model's parameters take the restored master weights."""
+        from backends.checkpoint.shards import copy_back
+
+        copy_back(loaded, views)
+        self.zero.publish_parameters()
+
+    def _as_engine(self) -> Any:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(optimizer=self.zero, comm=self.zero.comm, device=self.zero.device, parallel_model=None)
+
     def gathered_parameters(self) -> None:
         """Stage 3: make every parameter whole (for evaluation or export); release_parameters() after."""
         if self.stage == 3:
