@@ -63,7 +63,12 @@ def print_memory_table(result, title: str) -> None:
         suffix = f" of {format_bytes(capacity)}" if capacity else ""
         console.print(f"CPU memory per node (offload): {format_bytes(memory.cpu_per_node_bytes)}{suffix}")
     if memory.nvme_per_node_bytes:
-        console.print(f"NVMe per node (ZeRO-Infinity): {format_bytes(memory.nvme_per_node_bytes)}")
+        nvme_capacity = memory.nvme_capacity_per_node_bytes
+        if nvme_capacity is not None and memory.nvme_per_node_bytes > nvme_capacity:
+            over = format_bytes(memory.nvme_per_node_bytes - nvme_capacity)
+            console.print(f"[red]does not fit[/]: offload needs {over} more NVMe per node than --nvme-gb gives")
+        suffix = f" of {format_bytes(nvme_capacity)}" if nvme_capacity is not None else " (no --nvme-gb: not checked)"
+        console.print(f"NVMe per node (ZeRO-Infinity): {format_bytes(memory.nvme_per_node_bytes)}{suffix}")
     for note in memory.notes:
         console.print(f"  - {note}")
 

@@ -65,6 +65,7 @@ class ClusterOptions:
     cpu_ram_gb: float | None
     price_per_hour: float | None
     nvme_gb: float | None = None
+    nvme_gbps: float | None = None
 
     def resolve(self):
         from planner.hardware.cluster import make_cluster
@@ -80,6 +81,7 @@ class ClusterOptions:
             interconnect=self.interconnect,
             cpu_ram_gb=self.cpu_ram_gb,
             nvme_gb=self.nvme_gb,
+            nvme_gbps=self.nvme_gbps,
             price_per_hour=self.price_per_hour,
         )
 
@@ -96,8 +98,14 @@ def cluster_options(
     nvme_gb: float | None = typer.Option(
         None, "--nvme-gb", help="NVMe per node (GiB) for ZeRO-Infinity offload; without it none is assumed."
     ),
+    nvme_gbps: float | None = typer.Option(
+        None,
+        "--nvme-gbps",
+        help="NVMe read/write GB/s per node (with --nvme-gb), for ZeRO-Infinity's offload time; "
+        "default 6, an assumption (docs/search.md).",
+    ),
 ) -> ClusterOptions:
-    return ClusterOptions(gpu, gpus_per_node, nodes, interconnect, cpu_ram_gb, price_per_hour, nvme_gb)
+    return ClusterOptions(gpu, gpus_per_node, nodes, interconnect, cpu_ram_gb, price_per_hour, nvme_gb, nvme_gbps)
 
 
 def training_options(

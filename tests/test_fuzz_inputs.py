@@ -182,7 +182,18 @@ OPTION_VALUES = st.sampled_from(
 @PROFILE
 @given(
     option=st.sampled_from(
-        ["gpus_per_node", "seq_len", "allow_engine", "strategies", "gpu", "precision", "objective", "batch_size"]
+        [
+            "gpus_per_node",
+            "seq_len",
+            "allow_engine",
+            "strategies",
+            "gpu",
+            "precision",
+            "objective",
+            "batch_size",
+            "nvme_gb",
+            "nvme_gbps",
+        ]
     ),
     value=OPTION_VALUES,
 )
@@ -203,6 +214,8 @@ def test_every_keyword_of_the_python_api_is_taken_or_refused_by_name(option, val
         "seq_len": value is not None and (isinstance(value, bool) or not isinstance(value, int)),
         "gpus_per_node": value is not None and (isinstance(value, bool) or not isinstance(value, int)),
         "batch_size": value is not None and (isinstance(value, bool) or not isinstance(value, int)),
+        "nvme_gb": value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))),
+        "nvme_gbps": value is not None,  # a bandwidth without nvme_gb has no NVMe to describe
     }.get(option, False)
     assert not wrong_type, f"{option}={value!r} was taken"
     assert isinstance(result, dict)
