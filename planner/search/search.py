@@ -93,6 +93,11 @@ def search_plans(
         scored += evaluator.run(variant)
 
     not_applicable = {}
+    if "fsdp-hybrid" in request.strategies and not cluster.is_multi_node:
+        not_applicable["FSDP hybrid"] = (
+            "hybrid sharding shards inside a node and replicates across nodes; on one node it is full sharding "
+            "(--fsdp-sharding full), or plan 2 or more --nodes"
+        )
     if "engine" in request.strategies:
         why = engine_applicability(spec)
         if why is None and request.lora_rank:
