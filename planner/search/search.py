@@ -158,12 +158,13 @@ def search_plans(
             plans.append(_to_plan(item, spec, memory, reasons, calibration))
     elif suggest:
 
-        def plan_fits(other: ClusterSpec) -> bool:
+        def plan_fits(other: ClusterSpec, **update) -> bool:
             # Another GPU count holds the batch as stated: a per-GPU batch grows with the count, a total stays.
-            probe = as_stated.model_copy(update={"top_k": 1})
+            probe = as_stated.model_copy(update={"top_k": 1, **update})
             return search_plans(spec, other, probe, throughput_adjust, suggest=False).best is not None
 
-        suggestion_lines = suggestions(spec, cluster, request, plan_fits)
+        stated_total = as_stated.global_batch is not None
+        suggestion_lines = suggestions(spec, cluster, request, plan_fits, stated_total=stated_total)
 
     rejected = family_fates(spec, request, evaluator.families, best_item, family_best, not_applicable)
     counters = evaluator.counters
