@@ -1,7 +1,7 @@
 """Share runs between teams: export to and import from Parquet or CSV.
 
-Import policy: a file missing a required column is rejected as a whole (with
-the columns it lacks); otherwise each row is validated on its own, bad rows
+Import policy: a file missing a required column, or one its rows need for their
+status, is rejected as a whole (with the columns it lacks); otherwise each row is validated on its own, bad rows
 are reported by row number and reason, and the good ones are imported in one
 transaction. Runs whose id is already in the database are skipped, so
 importing the same file twice changes nothing.
@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from planner.errors import UserInputError
 from planner.files import atomic_path
 
-from .record import RunRecord
+from .record import RunRecord, RunStatus, needed_by
 from .store import COLUMNS, BenchmarkStore
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
@@ -100,6 +100,7 @@ def import_runs(store: BenchmarkStore, path: str | Path) -> ImportReport:
             f"{source}: rejected, it lacks the column(s) {', '.join(missing)}; "
             "export files with `hardware-selector db export`"
         )
+    _require_status_columns(source, names, rows)
     known = [name for name in names if name in COLUMNS]
     records: list[RunRecord] = []
     bad: list[str] = []
@@ -124,6 +125,23 @@ def import_runs(store: BenchmarkStore, path: str | Path) -> ImportReport:
         bad_rows=bad,
         ignored_columns=[name for name in names if name not in known],
     )
+
+
+def _require_status_columns(source: Path, names: list[str], rows: list[tuple]) -> None:
+    """A column the file's rows need for their status (an ok run's step time, a failed run's error) and the file
+    lacks rejects the file as a whole, as a missing required column does: every such row would be bad."""
+    statuses = {row[names.index("status")] for row in rows}
+    needs: dict[str, set[str]] = {}
+    for status in sorted(str(value) for value in statuses):
+        if status in RunStatus._value2member_map_:  # an unknown status is that row's own problem
+            needs.setdefault(needed_by(RunStatus(status)), set()).add(status)
+    missing = {column: kinds for column, kinds in needs.items() if column not in names}
+    if missing:
+        column, kinds = sorted(missing.items())[0]
+        raise UserInputError(
+            f"{source}: rejected, it lacks the column {column}, which its rows of status "
+            f"{', '.join(repr(kind) for kind in sorted(kinds))} need; export files with `hardware-selector db export`"
+        )
 
 
 def _first_problem(error: Exception) -> str:

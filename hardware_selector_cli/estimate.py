@@ -63,7 +63,12 @@ def print_memory_table(result, title: str) -> None:
         suffix = f" of {format_bytes(capacity)}" if capacity else ""
         console.print(f"CPU memory per node (offload): {format_bytes(memory.cpu_per_node_bytes)}{suffix}")
     if memory.nvme_per_node_bytes:
-        console.print(f"NVMe per node (ZeRO-Infinity): {format_bytes(memory.nvme_per_node_bytes)}")
+        nvme_capacity = memory.nvme_capacity_per_node_bytes
+        if nvme_capacity is not None and memory.nvme_per_node_bytes > nvme_capacity:
+            over = format_bytes(memory.nvme_per_node_bytes - nvme_capacity)
+            console.print(f"[red]does not fit[/]: offload needs {over} more NVMe per node than --nvme-gb gives")
+        suffix = f" of {format_bytes(nvme_capacity)}" if nvme_capacity is not None else " (no --nvme-gb: not checked)"
+        console.print(f"NVMe per node (ZeRO-Infinity): {format_bytes(memory.nvme_per_node_bytes)}{suffix}")
     for note in memory.notes:
         console.print(f"  - {note}")
 
@@ -108,15 +113,11 @@ def register(app: typer.Typer) -> None:
         from planner.evaluate import evaluate
         from planner.memory.estimate import OverheadSettings
 
-        if not 0.0 <= headroom < 1.0:
-            raise UserInputError(f"--headroom is a share of GPU memory between 0 and 1, not {headroom}")
-        if overhead_gb is not None and overhead_gb < 0:
-            raise UserInputError(f"--overhead-gb must be 0 or more, not {overhead_gb}")
-        overhead = OverheadSettings() if overhead_gb is None else OverheadSettings.fixed(overhead_gb)
         spec = model.resolve()
         config = _fit_default_seq_len(ctx, config, spec).with_stage_map(spec)  # uneven pp: the map it ran
+        _check_options(spec, config, implementation, headroom, overhead_gb)
+        overhead = OverheadSettings() if overhead_gb is None else OverheadSettings.fixed(overhead_gb)
         target = cluster.resolve()
-        _check_engine_splits(spec, config, implementation)
         result = evaluate(
             spec, config, target, headroom_fraction=headroom, overhead=overhead, implementation=implementation
         )
@@ -137,12 +138,20 @@ def register(app: typer.Typer) -> None:
             )
 
 
-def _check_engine_splits(spec, config, implementation: str) -> None:
-    """--strategy engine --tp N on a family our engine does not split over tp is an error, not a number for a
+def _check_options(spec, config, implementation: str, headroom: float, overhead_gb: float | None) -> None:
+    """estimate's own options against each other, before any work: each conflict is one line (the configuration's
+    flags were checked by training_options, and TrainingConfig itself). --implementation names a codebase that
+    trains with some strategies only; --strategy engine --tp N on a family our engine does not split over tp is a
     run that cannot start (another --implementation, Megatron-LM's say, may split it)."""
     from planner.models.families import splits_over_tp
+    from planner.throughput.implementation import check_implementation_runs
     from planner.training_config import Strategy
 
+    if not 0.0 <= headroom < 1.0:
+        raise UserInputError(f"--headroom is a share of GPU memory between 0 and 1, not {headroom}")
+    if overhead_gb is not None and overhead_gb < 0:
+        raise UserInputError(f"--overhead-gb must be 0 or more, not {overhead_gb}")
+    check_implementation_runs(implementation, config.strategy)
     ours = implementation.strip().lower() == "ours"
     if (
         ours

@@ -32,7 +32,10 @@ def _target_cluster(cluster: ClusterOptions):
     from planner.hardware.detect import detect_hardware
 
     detected = detect_hardware().to_cluster_spec(
-        interconnect=cluster.interconnect, price_per_hour=cluster.price_per_hour
+        interconnect=cluster.interconnect,
+        price_per_hour=cluster.price_per_hour,
+        nvme_gb=cluster.nvme_gb,
+        nvme_gbps=cluster.nvme_gbps,
     )
     if detected is None:
         raise UserInputError("no GPU detected here; name the target GPU with --gpu (e.g. --gpu H100-80GB)")

@@ -12,7 +12,7 @@ import typer
 
 from planner.errors import UserInputError
 from planner.expert_routing import ExpertRouting
-from planner.training_config import ActivationCheckpointing, KernelChoice, OptimizerKind, Precision
+from planner.training_config import ActivationCheckpointing, FsdpSharding, KernelChoice, OptimizerKind, Precision
 
 from .estimate import IMPLEMENTATION_HELP
 from .training_options import _choice
@@ -35,6 +35,7 @@ class SearchOptions:
     optimizer: str
     ac: str
     strategies: str
+    fsdp_sharding: str | None
     no_offload: bool
     implementation: str
     lora_rank: int
@@ -55,6 +56,7 @@ class SearchOptions:
             "--precision": self.precision is not None,
             "--ac": self.ac != ALL_AC,
             "--strategies": self.strategies != ALL_STRATEGIES,
+            "--fsdp-sharding": self.fsdp_sharding is not None,
             "--no-offload": self.no_offload,
             "--lora-rank": bool(self.lora_rank),
             "--qlora": self.qlora,
@@ -92,8 +94,12 @@ class SearchOptions:
 
     def request(self, seq_len: int, routing: ExpertRouting):
         from planner.search import Objective, PlanRequest
-        from planner.search.request import search_strategy_names
+        from planner.search.request import pin_fsdp_sharding, search_strategy_names
 
+        strategies = search_strategy_names([n.strip() for n in self.strategies.split(",") if n.strip()], "--strategies")
+        if self.fsdp_sharding is not None:  # narrows the search as --strategies fsdp-full (say) does
+            sharding = _choice(self.fsdp_sharding, FsdpSharding, "--fsdp-sharding")
+            strategies = pin_fsdp_sharding(("fsdp",) if self.strategies == ALL_STRATEGIES else strategies, sharding)
         return PlanRequest(
             seq_len=seq_len,
             global_batch=self.global_batch,
@@ -101,9 +107,7 @@ class SearchOptions:
             precision=_choice(self.precision, Precision, "--precision") if self.precision else None,
             optimizer=_choice(self.optimizer, OptimizerKind, "--optimizer"),
             activation_checkpointing=_listed(self.ac, ActivationCheckpointing, "--ac"),
-            strategies=search_strategy_names(
-                [n.strip() for n in self.strategies.split(",") if n.strip()], "--strategies"
-            ),
+            strategies=strategies,
             implementation=self.implementation.strip().lower(),
             allow_offload=not self.no_offload,
             lora_rank=self.lora_rank,
@@ -137,7 +141,13 @@ def search_options(
         ALL_STRATEGIES,
         "--strategies",
         help="Strategy kinds to consider: ddp,fsdp,deepspeed,engine; zero1|zero2|zero3 for DeepSpeed at that stage, "
-        "fsdp-full|fsdp-grad-op for FSDP with that sharding.",
+        "fsdp-full|fsdp-grad-op|fsdp-hybrid|fsdp-no-shard for FSDP with that sharding.",
+    ),
+    fsdp_sharding: str | None = typer.Option(
+        None,
+        "--fsdp-sharding",
+        help="full|grad-op|hybrid|none (or no-shard): plan FSDP with this sharding only, as --strategies fsdp-full "
+        "(say) does; the pin holds through --emit. Not with other --strategies.",
     ),
     no_offload: bool = typer.Option(False, "--no-offload", help="Leave out CPU/NVMe offload."),
     implementation: str = typer.Option("ours", "--implementation", help=IMPLEMENTATION_HELP),
@@ -162,6 +172,7 @@ def search_options(
         optimizer=optimizer,
         ac=ac,
         strategies=strategies,
+        fsdp_sharding=fsdp_sharding,
         no_offload=no_offload,
         implementation=implementation,
         lora_rank=lora_rank,

@@ -46,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--seq-len", type=int, default=None, help="Tokens per sequence (default: the smaller of 2048 and the context)."
     )
+    parser.add_argument(
+        "--nvme-gb", type=float, default=None, help="NVMe per node (GiB): lets training offload to it (ZeRO-Infinity)."
+    )
+    parser.add_argument(
+        "--nvme-gbps", type=float, default=None, help="That NVMe's read/write GB/s per node (default: an assumed 6)."
+    )
     parser.add_argument("--json", action="store_true", help="Print the recommendation as JSON.")
     return parser
 
@@ -72,6 +78,8 @@ def _print_recommendation(result: dict) -> None:
         f"{memory['parameters_gb']:.1f}, gradients {memory['gradients_gb']:.1f}, optimizer {memory['optimizer_gb']:.1f}); "
         f"activations {memory['activations_gb']:.1f} GiB at their own peak"
     )
+    if memory["nvme_per_node_gb"]:
+        print(f"  NVMe per node: {memory['nvme_per_node_gb']:.1f} GiB offloaded (ZeRO-Infinity)")
     for key in ("batch_note", "engine_reason"):
         if key in result:
             print(f"  note: {result[key]}")
@@ -131,6 +139,8 @@ def seed_main(argv: Sequence[str]) -> int:
     if mode not in ("training", "inference"):
         raise UserInputError(f"--mode must be training or inference, not '{args.mode}'")
     if mode == "inference":
+        if args.nvme_gb is not None or args.nvme_gbps is not None:
+            raise UserInputError("--nvme-gb and --nvme-gbps plan training's offload; drop them or use --mode training")
         return _serve(args)
     result = get_distributed_training_config(
         args.model_family,
@@ -140,6 +150,8 @@ def seed_main(argv: Sequence[str]) -> int:
         max_memory_gb=args.max_memory_gb,
         gpu=args.gpu,
         seq_len=args.seq_len,
+        nvme_gb=args.nvme_gb,
+        nvme_gbps=args.nvme_gbps,
     )
     if args.json:
         printable = {key: value for key, value in result.items() if key != "plan"}

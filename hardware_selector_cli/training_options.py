@@ -65,6 +65,7 @@ class ClusterOptions:
     cpu_ram_gb: float | None
     price_per_hour: float | None
     nvme_gb: float | None = None
+    nvme_gbps: float | None = None
 
     def resolve(self):
         from planner.hardware.cluster import make_cluster
@@ -80,6 +81,7 @@ class ClusterOptions:
             interconnect=self.interconnect,
             cpu_ram_gb=self.cpu_ram_gb,
             nvme_gb=self.nvme_gb,
+            nvme_gbps=self.nvme_gbps,
             price_per_hour=self.price_per_hour,
         )
 
@@ -96,8 +98,14 @@ def cluster_options(
     nvme_gb: float | None = typer.Option(
         None, "--nvme-gb", help="NVMe per node (GiB) for ZeRO-Infinity offload; without it none is assumed."
     ),
+    nvme_gbps: float | None = typer.Option(
+        None,
+        "--nvme-gbps",
+        help="NVMe read/write GB/s per node (with --nvme-gb), for ZeRO-Infinity's offload time; "
+        "default 6, an assumption (docs/search.md).",
+    ),
 ) -> ClusterOptions:
-    return ClusterOptions(gpu, gpus_per_node, nodes, interconnect, cpu_ram_gb, price_per_hour, nvme_gb)
+    return ClusterOptions(gpu, gpus_per_node, nodes, interconnect, cpu_ram_gb, price_per_hour, nvme_gb, nvme_gbps)
 
 
 def training_options(
@@ -105,13 +113,17 @@ def training_options(
     zero_stage: int | None = typer.Option(
         None, "--zero-stage", help="ZeRO stage on the data-parallel group, for --strategy engine (default 1)."
     ),
-    fsdp_sharding: str = typer.Option("full", "--fsdp-sharding", help="full|grad-op|hybrid|none"),
+    fsdp_sharding: str | None = typer.Option(
+        None, "--fsdp-sharding", help="full|grad-op|hybrid|none (or no-shard), for --strategy fsdp (default full)."
+    ),
     offload_optimizer: str = typer.Option("none", "--offload-optimizer", help="none|cpu|nvme"),
     offload_params: str = typer.Option("none", "--offload-params", help="none|cpu|nvme"),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (engine)."),
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree (engine)."),
     sp: bool = typer.Option(False, "--sp", help="Sequence parallelism inside the TP group."),
-    pp_schedule: str = typer.Option("1f1b", "--pp-schedule", help="gpipe|1f1b|interleaved-1f1b"),
+    pp_schedule: str | None = typer.Option(
+        None, "--pp-schedule", help="gpipe|1f1b|interleaved-1f1b, with --pp 2 or more (default 1f1b)."
+    ),
     virtual_stages: int = typer.Option(1, "--virtual-stages", help="Model chunks per pipeline rank (interleaved)."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree (MoE)."),
     cp: int = typer.Option(1, "--cp", help="Context-parallel degree (engine): each sequence split over cp ranks."),
@@ -157,6 +169,16 @@ def training_options(
             f"--zero-stage {zero_stage} conflicts with --strategy {strategy} ({named}); --zero-stage is for "
             "--strategy engine, and zero0-zero3 name DeepSpeed's stage"
         )
+    if fsdp_sharding is not None and chosen is not Strategy.FSDP:
+        raise UserInputError(
+            f"--fsdp-sharding {fsdp_sharding} shards FSDP, not --strategy {strategy}; use --strategy fsdp, or drop "
+            "--fsdp-sharding"
+        )
+    if pp_schedule is not None and pp == 1:
+        raise UserInputError(
+            f"--pp-schedule {pp_schedule} orders pipeline stages; it needs --pp 2 or more (--strategy engine), "
+            "or drop it"
+        )
     from pydantic import ValidationError
 
     from planner.contract.layout import ParallelDims
@@ -170,12 +192,12 @@ def training_options(
     return TrainingConfig(
         strategy=chosen,
         zero_stage=(1 if zero_stage is None else zero_stage) if stage is None else stage,
-        fsdp_sharding=_choice(fsdp_sharding, FsdpSharding, "--fsdp-sharding"),
+        fsdp_sharding=_choice(fsdp_sharding or "full", FsdpSharding, "--fsdp-sharding"),
         offload_optimizer=_choice(offload_optimizer, Offload, "--offload-optimizer"),
         offload_params=_choice(offload_params, Offload, "--offload-params"),
         layout=layout,
         sequence_parallel=sp,
-        pipeline_schedule=_choice(pp_schedule, PipelineSchedule, "--pp-schedule"),
+        pipeline_schedule=_choice(pp_schedule or "1f1b", PipelineSchedule, "--pp-schedule"),
         micro_batch=micro_batch,
         seq_len=seq_len,
         grad_accum=grad_accum,

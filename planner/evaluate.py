@@ -58,6 +58,7 @@ def memory_on(
         gpus_per_node=cluster.gpus_per_node,
         gpu_capacity_bytes=cluster.gpu.memory_bytes,
         cpu_capacity_per_node_bytes=cluster.cpu_ram_per_node_bytes,
+        nvme_capacity_per_node_bytes=cluster.nvme_per_node_bytes,
         headroom_fraction=headroom_fraction,
         overhead=overhead,
     )

@@ -107,6 +107,11 @@ class TrainingConfig(BaseModel):
             raise UserInputError("FSDP offloads to CPU only; NVMe offload needs --strategy zero3 (ZeRO-Infinity)")
         if self.strategy is not Strategy.ENGINE and (self.tensor_parallel > 1 or self.pipeline_parallel > 1):
             raise UserInputError("tensor and pipeline parallelism run on our engine; add --strategy engine")
+        if self.strategy is not Strategy.ENGINE and self.expert_parallel > 1:
+            raise UserInputError(
+                f"--ep {self.expert_parallel}: expert parallelism runs on our engine (transformers' MoE layers keep "
+                f"every expert on every rank under {self.strategy.value}); add --strategy engine or drop --ep"
+            )
         if self.routing.capacity_factor and self.strategy is not Strategy.ENGINE:
             raise UserInputError(
                 "--expert-capacity drops tokens in our engine's expert dispatch (transformers' MoE layers drop "

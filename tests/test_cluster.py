@@ -103,6 +103,21 @@ def test_user_overrides_win():
     assert not any("catalog assumption" in note for note in cluster.assumptions)
 
 
+def test_the_nvme_bandwidth_says_whose_it_is():
+    """A node's NVMe bandwidth is the user's (--nvme-gbps) or the stated default, labelled an assumption; either
+    way the cluster's assumptions carry it beside the NVMe's size."""
+    from planner.hardware.cluster import DEFAULT_NVME_GBPS_PER_NODE
+
+    given = make_cluster("A100-80GB", nvme_gb=3500, nvme_gbps=25)
+    assert given.nvme_bandwidth() == (25, "NVMe 25 GB/s per node (user, --nvme-gbps)")
+    assumed = make_cluster("A100-80GB", nvme_gb=3500)
+    speed, source = assumed.nvme_bandwidth()
+    assert speed == DEFAULT_NVME_GBPS_PER_NODE and "an assumed default" in source and "not measured" in source
+    assert any(note.startswith("NVMe: 3500 GiB per node (user); NVMe 25 GB/s") for note in given.assumptions)
+    assert any("3500 GiB per node (user)" in note and "assumed default" in note for note in assumed.assumptions)
+    assert not any("NVMe" in note for note in make_cluster("A100-80GB").assumptions)
+
+
 def test_interconnect_on_a_single_node_is_kept_for_information():
     cluster = make_cluster("A100-80GB", interconnect="ib-hdr")
     assert cluster.inter_node_preset == "ib-hdr" and cluster.num_nodes == 1
@@ -152,7 +167,11 @@ def test_cpu_pseudo_device():
         ({"intra_bw": 0}, "intra-node bandwidth (GB/s) must be more than 0"),
         ({"nodes": 2, "inter_bw": -5}, "inter-node bandwidth (GB/s) must be more than 0"),
         ({"cpu_ram_gb": 0}, "--cpu-ram-gb (CPU RAM per node) must be more than 0"),
-        ({"nvme_gb": -1}, "NVMe per node (GiB) must be at least 0"),
+        ({"nvme_gb": -1}, "--nvme-gb (NVMe per node, GiB) must be at least 0"),
+        ({"nvme_gb": 100, "nvme_gbps": 0}, "--nvme-gbps (NVMe GB/s per node) must be more than 0"),
+        ({"nvme_gb": 100, "nvme_gbps": float("inf")}, "--nvme-gbps (NVMe GB/s per node) must be a finite number"),
+        ({"nvme_gbps": 25}, "--nvme-gbps is the bandwidth of the NVMe that --nvme-gb gives; add --nvme-gb"),
+        ({"nvme_gb": 0, "nvme_gbps": 25}, "--nvme-gbps is the bandwidth of the NVMe that --nvme-gb gives"),
         ({"price_per_hour": -1}, "--price (USD per GPU-hour) must be at least 0"),
     ],
 )

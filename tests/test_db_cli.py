@@ -117,3 +117,34 @@ def test_a_limit_out_of_range_is_one_line(tmp_path, capsys):
         assert main(["db", "list", "--limit", limit, *db]) == 2, limit
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("error: Invalid value for '--limit'") for line in err), err
+
+
+def test_importing_a_csv_without_a_column_its_rows_need_names_it_and_writes_nothing(tmp_path, capsys):
+    """A CSV whose ok runs lack step_time_median_s (or whose failed runs lack error) once reported "imported 0 of
+    1 rows" and exit 0. Every column the file needs is named, exit 2, one line, and no database is written; the
+    same file with the column imports every row (the reference)."""
+    import csv
+
+    source = BenchmarkStore(tmp_path / "source.duckdb")
+    source.add_many([sample_record(), sample_record(status="oom", step_time_median_s=None, error="CUDA out of memory")])
+    exported = tmp_path / "runs.csv"
+    assert main(["db", "export", str(exported), "--db", str(source.path)]) == 0
+    with exported.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for column, status in (("step_time_median_s", "'ok'"), ("error", "'oom'")):
+        lacking = tmp_path / f"no-{column}.csv"
+        with lacking.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=[name for name in rows[0] if name != column])
+            writer.writeheader()
+            writer.writerows({key: value for key, value in row.items() if key != column} for row in rows)
+        target = tmp_path / f"{column}.duckdb"
+        capsys.readouterr()
+        assert main(["db", "import", str(lacking), "--db", str(target)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (
+            f"error: {lacking}: rejected, it lacks the column {column}, which its rows of status {status} need; "
+            "export files with `hardware-selector db export`"
+        )
+        assert not target.exists()
+    assert main(["db", "import", str(exported), "--db", str(tmp_path / "whole.duckdb")]) == 0
+    assert "imported 2 of 2 rows" in capsys.readouterr().out

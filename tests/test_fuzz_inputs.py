@@ -54,6 +54,8 @@ PLAN_FLAGS = [
     "--headroom",
     "--tokens",
     "--top",
+    "--nvme-gb",
+    "--nvme-gbps",
 ]
 ESTIMATE_FLAGS = [
     "--micro-batch",
@@ -64,6 +66,8 @@ ESTIMATE_FLAGS = [
     "--overhead-gb",
     "--headroom",
     "--nodes",
+    "--nvme-gb",
+    "--nvme-gbps",
 ]
 MODEL_FLAGS = ["--params", "--hidden", "--layers", "--heads", "--ffn", "--vocab"]
 
@@ -119,6 +123,60 @@ def test_estimate_numeric_options_are_estimated_or_refused_in_one_line(capsys, p
     for flag, value in pairs:
         argv += [flag, value]
     _check(capsys, argv)
+
+
+# One flag each, beside every --strategy: what it cannot apply to must be refused, not dropped.
+CONFLICT_FLAGS = [
+    ("--zero-stage", "0"),
+    ("--zero-stage", "2"),
+    ("--zero-stage", "3"),
+    ("--fsdp-sharding", "grad-op"),
+    ("--fsdp-sharding", "hybrid"),
+    ("--fsdp-sharding", "none"),
+    ("--offload-optimizer", "cpu"),
+    ("--offload-params", "cpu"),
+    ("--offload-optimizer", "nvme"),
+    ("--tp", "2"),
+    ("--ep", "2"),
+    ("--cp", "2"),
+    ("--sp", None),
+    ("--pp-schedule", "gpipe"),
+    ("--pp-schedule", "interleaved-1f1b"),
+    ("--virtual-stages", "2"),
+    ("--expert-capacity", "1.5"),
+    ("--expert-imbalance", "1.5"),
+    ("--implementation", "megatron"),
+    ("--implementation", "llm-foundry"),
+    ("--implementation", "deepspeed"),
+    ("--implementation", "torchtitan"),
+    ("--lora-rank", "8"),
+    ("--kernels", "compile"),
+]
+STRATEGY_NAMES = ["ddp", "fsdp", "zero0", "zero1", "zero2", "zero3", "engine"]
+
+
+@PROFILE
+@given(strategy=st.sampled_from(STRATEGY_NAMES), flag=st.sampled_from(CONFLICT_FLAGS))
+def test_a_flag_beside_a_strategy_changes_the_estimate_or_is_refused(capsys, strategy, flag):
+    """The reference is the same estimate without the flag. Taken, the flag either restates what the strategy
+    runs anyway (the configuration is the same) or changes the estimate; a flag that changes the configuration
+    but not one number was dropped, which is refused instead, in one line (the issue's `--strategy ddp
+    --fsdp-sharding grad-op`, `--strategy engine --pp-schedule gpipe`)."""
+    base = ["estimate", "--model", "mixtral-8x7b", "--gpu", "H100-80GB", "--gpus-per-node", "8", "--nodes", "2",
+            "--json", "--strategy", strategy]  # fmt: skip
+    name, value = flag
+    with guard():
+        code = main([*base, name, *([value] if value else [])])
+    out, err = capsys.readouterr()
+    if code != 0:
+        assert code == 2 and err.startswith("error:") and err.strip().count("\n") == 0, (strategy, flag, err)
+        return
+    assert main(base) == 0, capsys.readouterr().err
+    with_flag, without = json.loads(out), json.loads(capsys.readouterr().out)
+    if with_flag["config"] == without["config"] and name != "--implementation":
+        return  # restated: --zero-stage 3 beside zero3, say
+    figures = ("memory", "throughput")
+    assert any(with_flag[key] != without[key] for key in figures), f"{name} {value} beside {strategy} changed nothing"
 
 
 @PROFILE
@@ -182,7 +240,18 @@ OPTION_VALUES = st.sampled_from(
 @PROFILE
 @given(
     option=st.sampled_from(
-        ["gpus_per_node", "seq_len", "allow_engine", "strategies", "gpu", "precision", "objective", "batch_size"]
+        [
+            "gpus_per_node",
+            "seq_len",
+            "allow_engine",
+            "strategies",
+            "gpu",
+            "precision",
+            "objective",
+            "batch_size",
+            "nvme_gb",
+            "nvme_gbps",
+        ]
     ),
     value=OPTION_VALUES,
 )
@@ -203,6 +272,8 @@ def test_every_keyword_of_the_python_api_is_taken_or_refused_by_name(option, val
         "seq_len": value is not None and (isinstance(value, bool) or not isinstance(value, int)),
         "gpus_per_node": value is not None and (isinstance(value, bool) or not isinstance(value, int)),
         "batch_size": value is not None and (isinstance(value, bool) or not isinstance(value, int)),
+        "nvme_gb": value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))),
+        "nvme_gbps": value is not None,  # a bandwidth without nvme_gb has no NVMe to describe
     }.get(option, False)
     assert not wrong_type, f"{option}={value!r} was taken"
     assert isinstance(result, dict)

@@ -260,3 +260,53 @@ def test_strategies_zero_n_plans_deepspeed_at_that_stage_only(capsys, stage):
     best = document["best"]
     assert best["config"]["strategy"] == "deepspeed" and best["config"]["zero_stage"] == stage
     assert all(plan["config"]["zero_stage"] == stage for plan in document["candidates"])
+
+
+@pytest.mark.parametrize(
+    ("sharding", "nodes", "expected"),
+    [
+        ("full", 1, {"fsdp_version": 2, "fsdp_reshard_after_forward": True}),  # FSDP2's FULL_SHARD
+        ("grad-op", 1, {"fsdp_version": 2, "fsdp_reshard_after_forward": False}),  # FSDP2's SHARD_GRAD_OP
+        ("no-shard", 1, {"fsdp_version": 1, "fsdp_sharding_strategy": "NO_SHARD"}),
+        ("hybrid", 2, {"fsdp_version": 1, "fsdp_sharding_strategy": "HYBRID_SHARD"}),
+    ],
+)
+def test_a_pinned_fsdp_sharding_is_what_plan_emit_writes(tmp_path, capsys, sharding, nodes, expected):
+    """Seed 004's FSDP chapter: FULL_SHARD for a small model, which speed alone ranks below no-shard and grad-op.
+    `--strategies fsdp --fsdp-sharding S` narrows the search as `--strategies fsdp-S` does, and the emitted
+    accelerate config runs S (accelerate's FSDP keys for each sharding)."""
+    import yaml
+
+    argv = ["plan", "--model", "gpt2", "--gpu", "A100-80GB", "--gpus-per-node", "2", "--nodes", str(nodes),
+            "--global-batch", "32", "--seq-len", "1024", "--strategies", "fsdp"]  # fmt: skip
+    if sharding == "full":
+        assert _json(capsys, [*argv, "--json"])["best"]["config"]["fsdp_sharding"] != "full"  # what ranks best
+    assert main([*argv, "--fsdp-sharding", sharding, "--emit", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    accelerate = yaml.safe_load((tmp_path / "run" / "accelerate_config.yaml").read_text())
+    assert accelerate["distributed_type"] == "FSDP"
+    assert {key: accelerate["fsdp_config"].get(key) for key in expected} == expected
+    plan = json.loads((tmp_path / "run" / "plan.json").read_text())
+    assert plan["config"]["fsdp_sharding"] == {"no-shard": "none"}.get(sharding, sharding)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--strategies", "ddp,fsdp"], "--fsdp-sharding full pins FSDP's sharding, but --strategies also searches ddp"),
+        (["--strategies", "zero3"], "but --strategies also searches zero3: use --strategies fsdp (or fsdp-full)"),
+        (["--strategies", "fsdp-grad-op"], "--fsdp-sharding full conflicts with --strategies fsdp-grad-op"),
+    ],
+)
+def test_fsdp_sharding_beside_another_strategy_is_one_line(capsys, flags, message):
+    assert main([*PLAN_ARGS, *flags, "--fsdp-sharding", "full"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and message in err and "\n" not in err
+
+
+def test_fsdp_sharding_alone_narrows_to_fsdp_and_hybrid_on_one_node_says_why(capsys):
+    best = _json(capsys, [*PLAN_ARGS, "--json", "--fsdp-sharding", "grad-op"])["best"]
+    assert best["config"]["strategy"] == "fsdp" and best["config"]["fsdp_sharding"] == "grad-op"
+    one_node = ["plan", "--model", "gpt2", "--gpu", "A100-80GB", "--gpus-per-node", "2", "--json"]
+    document = _json(capsys, [*one_node, "--fsdp-sharding", "hybrid"])
+    assert document["best"] is None and "on one node it is full sharding" in document["rejected"]["FSDP hybrid"]

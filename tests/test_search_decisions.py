@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from functools import cache
 
+import pytest
+
 from planner.hardware.cluster import make_cluster
 from planner.models.resolve import resolve_model
 from planner.search import PlanRequest, search_plans
@@ -142,3 +144,37 @@ def test_nvme_given_with_nvme_gb_makes_zero_infinity_the_answer_where_nothing_el
     assert json.loads(cli_in_process(*base).stdout)["best"] is None
     best = json.loads(cli_in_process(*base, "--nvme-gb", "4000").stdout)["best"]
     assert best["config"]["offload_optimizer"] == "nvme" and best["config"]["offload_params"] == "nvme"
+
+
+def test_zero_infinity_needs_the_nvme_it_fills_and_its_speed_is_the_nodes():
+    """--nvme-gb is a capacity, checked like host RAM: 10 GiB cannot hold the 1 TiB llama-2-70b offloads, and the
+    rejection says so. The offload time reads the node's NVMe at --nvme-gbps (default: the assumed figure, named
+    in the plan's sources): at an unbounded bandwidth ZeRO-Infinity costs what ZeRO-3 with everything offloaded
+    to CPU costs (same PCIe traffic and CPU Adam), and a slower drive costs more."""
+    from planner.evaluate import evaluate
+    from planner.hardware.cluster import DEFAULT_NVME_GBPS_PER_NODE
+
+    spec = resolve_model("llama-2-70b")
+
+    def cluster(**nvme):
+        return make_cluster("A100-80GB", gpus_per_node=1, cpu_ram_gb=64, **nvme)
+
+    small = search_plans(spec, cluster(nvme_gb=10), PlanRequest(seq_len=2048))
+    assert small.best is None
+    assert "GiB NVMe per node for offload > 10.0 GiB" in small.rejected["ZeRO-Infinity (NVMe offload)"]
+
+    best = search_plans(spec, cluster(nvme_gb=4000), PlanRequest(seq_len=2048)).best
+    assert best.memory.nvme_per_node_bytes <= best.memory.nvme_capacity_per_node_bytes == 4000 * 2**30
+    assert "an assumed default" in best.throughput.sources["offload_s"]
+    assert any(reason.startswith("ZeRO-Infinity: ") and "assumed default" in reason for reason in best.reasons)
+
+    def offload_s(config, **nvme) -> float:
+        return evaluate(spec, config, cluster(nvme_gb=4000, **nvme)).throughput.breakdown.offload_s
+
+    config = best.config
+    on_cpu = config.model_copy(update={"offload_optimizer": Offload.CPU, "offload_params": Offload.CPU})
+    assert offload_s(config, nvme_gbps=1e6) == pytest.approx(offload_s(on_cpu), rel=1e-3)
+    assert offload_s(config, nvme_gbps=3) > offload_s(config) > offload_s(config, nvme_gbps=25) > offload_s(on_cpu)
+    assert offload_s(config, nvme_gbps=DEFAULT_NVME_GBPS_PER_NODE) == offload_s(config)  # that figure, nothing else
+    user = evaluate(spec, config, cluster(nvme_gb=4000, nvme_gbps=25)).throughput.sources["offload_s"]
+    assert "NVMe 25 GB/s per node (user, --nvme-gbps)" in user

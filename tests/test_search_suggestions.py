@@ -16,11 +16,13 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from planner.hardware.cluster import make_cluster
+from planner.hardware.gpus import resolve_gpu
 from planner.models.resolve import resolve_model
 from planner.search import PlanRequest, search_plans
 
 FEWEST = re.compile(r"^(\d+) x (\S+) \(--gpus-per-node (\d+) --nodes (\d+)\) is the fewest that fits")
 CATALOG = re.compile(r"^at (\d+) GPUs \(--gpus-per-node (\d+) --nodes (\d+)\) these catalog GPUs fit: (.+)$")
+TOTAL = re.compile(r"^--global-batch (\d+) on (\d+) x (\S+) \(--gpus-per-node (\d+) --nodes (\d+)\) fits")
 
 MODELS = ["opt-6.7b", "llama-2-13b", "opt-30b", "llama-2-70b", "mixtral-8x7b", "gpt2-xl", "t5-3b"]
 SMALL_GPUS = ["T4", "L4", "A10", "V100-16GB", "V100-32GB", "A100-40GB", "RTX-4090"]
@@ -32,7 +34,7 @@ STRATEGY_SETS = [
 
 
 def suggested_clusters(lines: list[str]) -> list[tuple[str, int, int]]:
-    """(gpu, gpus_per_node, nodes) for every cluster a suggestion names."""
+    """(gpu, gpus_per_node, nodes) for every cluster a suggestion names at the batch as stated."""
     named = []
     for line in lines:
         if match := FEWEST.match(line):
@@ -42,6 +44,17 @@ def suggested_clusters(lines: list[str]) -> list[tuple[str, int, int]]:
         elif match := CATALOG.match(line):
             _, per_node, nodes, gpus = match.groups()
             named += [(gpu.strip(), int(per_node), int(nodes)) for gpu in gpus.split(",")]
+    return named
+
+
+def suggested_totals(lines: list[str]) -> list[tuple[int, str, int, int]]:
+    """(global batch, gpu, gpus_per_node, nodes) for every suggestion that changes the total to one that fits."""
+    named = []
+    for line in lines:
+        if match := TOTAL.match(line):
+            total, count, gpu, per_node, nodes = match.groups()
+            assert int(count) == int(per_node) * int(nodes) and int(total) % int(count) == 0, line
+            named.append((int(total), gpu, int(per_node), int(nodes)))
     return named
 
 
@@ -80,6 +93,41 @@ def test_every_suggested_cluster_fits_when_planned_as_printed(
         other = make_cluster(gpu_name, gpus_per_node=per_node, nodes=node_count)
         replanned = search_plans(spec, other, request.model_copy(update={"top_k": 1}), suggest=False)
         assert replanned.best is not None, f"suggested {node_count} x {per_node} x {gpu_name} does not fit"
+    for total, gpu_name, per_node, node_count in suggested_totals(result.suggestions):
+        other = make_cluster(gpu_name, gpus_per_node=per_node, nodes=node_count)
+        replanned = search_plans(spec, other, request.model_copy(update={"global_batch": total}), suggest=False)
+        assert replanned.best is not None, f"suggested --global-batch {total} on {other.world_size} does not fit"
+    if kind == "total" and size < world:  # a total below the GPU count is named as such, never a bare "no count"
+        assert any(f"--global-batch {size} is below the {world} GPUs" in line for line in result.suggestions)
+    if kind in ("total", "scaled"):  # "no count fits" holds the total it was asked at
+        assert not any(line.endswith(f"fits this model at seq-len {seq_len}") for line in result.suggestions)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(
+    model=st.sampled_from(MODELS),
+    gpu=st.sampled_from([*SMALL_GPUS, "A100-80GB"]),
+    gpu_count=st.sampled_from([1, 2, 4, 8, 16]),
+    per_gpu=st.sampled_from([1, 2]),
+    strategies=st.sampled_from([None, ("ddp",), ("ddp", "fsdp", "deepspeed")]),
+)
+def test_every_cluster_the_selector_suggests_fits_at_the_same_per_gpu_batch(model, gpu, gpu_count, per_gpu, strategies):
+    """The selector's door (plan_training, behind get_distributed_training_config and the seed CLI): its batch is
+    per GPU, so a suggested count is replanned there with the same per-GPU batch, through the same door."""
+    from planner.selector.gpu_choice import cluster_for
+    from planner.selector.training import plan_training
+
+    spec = resolve_model(model)
+    seq_len = min(1024, spec.max_position_embeddings)
+    answer = plan_training(spec, cluster_for(resolve_gpu(gpu), gpu_count), per_gpu, strategies=strategies,
+                           seq_len=seq_len)  # fmt: skip
+    assume(answer.result.best is None)
+    named = suggested_clusters(answer.result.suggestions)
+    event(f"{len(named)} clusters suggested")
+    for gpu_name, per_node, node_count in named:
+        other = make_cluster(gpu_name, gpus_per_node=per_node, nodes=node_count)
+        replanned = plan_training(spec, other, per_gpu, strategies=strategies, seq_len=seq_len)
+        assert replanned.result.best is not None, f"suggested {node_count} x {per_node} x {gpu_name} does not fit"
 
 
 def test_a_per_gpu_batch_is_held_per_gpu_where_the_selector_looks_for_a_count_that_fits():
@@ -94,6 +142,33 @@ def test_a_per_gpu_batch_is_held_per_gpu_where_the_selector_looks_for_a_count_th
         assert named[0] == ("A100-80GB", fewest, 1), answer.result.suggestions
         bigger = plan_training(resolve_model(model), make_cluster("A100-80GB", gpus_per_node=fewest), 1)
         assert bigger.result.best is not None
+
+
+def test_a_total_below_the_gpu_count_is_held_and_told_what_fits(capsys):
+    """`plan ... --global-batch 1` for opt-30b on 8 A100-80GB: the suggestions hold the total (no count of them
+    fits one sequence a step: tensor parallelism over a node does not hold opt-30b), say that a batch below the
+    GPU count leaves GPUs without data unless TP/PP splits the model, and name totals that fit, each replanned
+    here: 8 on these 8 GPUs, and 4 on 4 (the count the selector recommends at one sequence per GPU). On one
+    GPU the same total is held too, and the same 4 on 4 suggested."""
+    from hardware_selector_cli.app import main
+
+    spec = resolve_model("opt-30b")
+    for per_node, fewest in ((8, [(8, "A100-80GB", 8, 1), (4, "A100-80GB", 4, 1)]), (1, [(4, "A100-80GB", 4, 1)])):
+        argv = ["plan", "--model", "opt-30b", "--gpu", "A100-80GB", "--gpus-per-node", str(per_node),
+                "--global-batch", "1", "--json"]  # fmt: skip
+        assert main(argv) == 0
+        lines = json.loads(capsys.readouterr().out)["suggestions"]
+        assert lines[0] == (
+            f"no count of A100-80GB from {per_node} up to 1024 fits this model at --global-batch 1 and seq-len 2048"
+        )
+        assert "without data unless tensor or pipeline parallelism splits the model over them" in lines[1]
+        assert suggested_totals(lines) == fewest
+        for total, gpu, gpus_per_node, nodes in fewest:
+            cluster = make_cluster(gpu, gpus_per_node=gpus_per_node, nodes=nodes)
+            assert search_plans(spec, cluster, PlanRequest(global_batch=total), suggest=False).best is not None
+        total, gpu, gpus_per_node, nodes = fewest[-1]  # the fewest: half as many GPUs hold no total of theirs
+        smaller = make_cluster(gpu, gpus_per_node=gpus_per_node // 2, nodes=nodes)
+        assert search_plans(spec, smaller, PlanRequest(global_batch=total // 2), suggest=False).best is None
 
 
 def test_a_model_too_big_for_its_cluster_is_told_where_it_fits():

@@ -116,3 +116,29 @@ def test_a_reader_that_leaves_early_ends_the_cli_quietly(args, code):
     finally:
         os.close(write_end)
     assert completed.returncode == code and completed.stderr.decode() == ""
+
+
+def test_the_extreme_memory_example_gets_zero_infinity_once_the_node_has_nvme(capsys):
+    """llama-2-70b on one 80 GB GPU: 16 bytes a parameter fit neither the GPU nor the node's host RAM, so nothing
+    does until --nvme-gb (nvme_gb=) says the node has NVMe; then the answer offloads to it (ZeRO-Infinity), and
+    its sources say the NVMe bandwidth is an assumed default, or the user's --nvme-gbps."""
+    from hardware_selector import get_distributed_training_config, main
+
+    extreme = ["--model-family", "text_generation", "--model-name", "llama-2-70b", "--batch-size", "1",
+               "--gpu-count", "1", "--max-memory-gb", "80"]  # fmt: skip
+    assert main(extreme) == 1
+    assert capsys.readouterr().out.startswith("No training setup fits 1 x ")
+    assert main([*extreme, "--nvme-gb", "4000"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Recommended: ZeRO-Infinity (NVMe offload) (DeepSpeed)") and "an assumed default" in out
+
+    config = get_distributed_training_config(
+        "text_generation", "llama-2-70b", gpu_count=1, batch_size=1, max_memory_gb=80, nvme_gb=4000, nvme_gbps=25
+    )
+    assert config["deepspeed_config"]["offload_device"] == "nvme"
+    assert 0 < config["estimated_memory"]["nvme_per_node_gb"] <= 4000
+    assert "NVMe 25 GB/s per node (user" in config["estimated_throughput"]["sources"]["offload_s"]
+    with pytest.raises(ValueError, match="^nvme_gbps is the bandwidth of the NVMe that nvme_gb gives"):
+        get_distributed_training_config("text_generation", "gpt2", gpu_count=1, nvme_gbps=25)
+    assert main([*extreme[:4], "--mode", "inference", "--nvme-gb", "100"]) == 2
+    assert "--nvme-gb and --nvme-gbps plan training's offload" in capsys.readouterr().err

@@ -30,6 +30,8 @@ STRATEGY_ALIASES: dict[str, dict[str, object]] = {
     "fsdp": {"strategy": Strategy.FSDP},
     "fsdp-full": {"strategy": Strategy.FSDP, "fsdp_sharding": "full"},
     "fsdp-grad-op": {"strategy": Strategy.FSDP, "fsdp_sharding": "grad-op"},
+    "fsdp-hybrid": {"strategy": Strategy.FSDP, "fsdp_sharding": "hybrid"},
+    "fsdp-no-shard": {"strategy": Strategy.FSDP, "fsdp_sharding": "none"},
     "deepspeed": {"strategy": Strategy.DEEPSPEED},
     "zero0": {"strategy": Strategy.DEEPSPEED, "zero_stage": 0},
     "zero1": {"strategy": Strategy.DEEPSPEED, "zero_stage": 1},
@@ -54,6 +56,11 @@ class FsdpSharding(str, Enum):
     GRAD_OP = "grad-op"  # SHARD_GRAD_OP: params stay gathered from forward to backward
     HYBRID = "hybrid"  # HYBRID_SHARD: full shard inside a node, replicate across nodes
     NONE = "none"  # NO_SHARD: DDP semantics
+
+    @classmethod
+    def _missing_(cls, value: object) -> FsdpSharding | None:
+        """ "no-shard", as plan tables print NO_SHARD, names it too."""
+        return cls.NONE if value == "no-shard" else None
 
 
 class Offload(str, Enum):

@@ -132,6 +132,11 @@ DEFAULT_HOST_RAM_PER_GPU_BYTES: dict[str, int] = {
 }
 CONSUMER_HOST_RAM_PER_GPU_BYTES = 32 * GIB
 
+# ASSUMED, not measured: NVMe read/write bandwidth per node when the user gives none (a few PCIe Gen4 drives
+# striped), GB/s. Drives and RAID layouts differ by several times; measure yours with DeepSpeed's NVMe benchmark
+# (its ds_io / aio sweep, described in microsoft/DeepSpeed issue #998) and pass --nvme-gbps (nvme_gbps=).
+DEFAULT_NVME_GBPS_PER_NODE = 6.0
+
 
 class ClusterSpec(BaseModel):
     """Nodes of identical GPUs. Bandwidths: GB/s per GPU per direction (see module docstring)."""
@@ -148,6 +153,8 @@ class ClusterSpec(BaseModel):
     inter_node_latency_us: float = Field(ge=0)
     cpu_ram_per_node_bytes: int = Field(gt=0)
     nvme_per_node_bytes: int | None = Field(default=None, ge=0)
+    # NVMe read/write bandwidth per node (GB/s) the user gave; None: DEFAULT_NVME_GBPS_PER_NODE, an assumption.
+    nvme_GBps_per_node: float | None = Field(default=None, gt=0)
     # Where each default came from, for the plan's "assumptions" section.
     assumptions: list[str] = Field(default_factory=list)
 
@@ -166,6 +173,10 @@ class ClusterSpec(BaseModel):
     @property
     def cpu_ram_per_gpu_bytes(self) -> int:
         return self.cpu_ram_per_node_bytes // self.gpus_per_node
+
+    def nvme_bandwidth(self) -> tuple[float, str]:
+        """NVMe read/write GB/s per node for ZeRO-Infinity's offload time, and where the figure comes from."""
+        return nvme_bandwidth(self.nvme_GBps_per_node)
 
     @property
     def price_usd_per_hour(self) -> float:
@@ -212,11 +223,13 @@ def make_cluster(
     cpu_ram_gb: float | None = None,
     nvme_gb: float | None = None,
     price_per_hour: float | None = None,
+    nvme_gbps: float | None = None,
 ) -> ClusterSpec:
     """Build a ClusterSpec from user choices, filling the rest from the catalog and presets.
 
     intra_bw / inter_bw: GB/s per GPU per direction. cpu_ram_gb / nvme_gb: GiB
-    (2**30 bytes) per node, like every memory size in this project.
+    (2**30 bytes) per node, like every memory size in this project. nvme_gbps: the
+    NVMe's read/write GB/s per node (needs nvme_gb).
     price_per_hour: USD per GPU-hour, replacing the catalog's assumption.
     """
     spec = gpu if isinstance(gpu, GpuSpec) else resolve_gpu(check_name("gpu", gpu))
@@ -229,7 +242,6 @@ def make_cluster(
     for flag, value, high, zero_allowed in (
         ("--price (USD per GPU-hour)", price_per_hour, MAX_PRICE_PER_HOUR, True),
         ("--cpu-ram-gb (CPU RAM per node)", cpu_ram_gb, MAX_GIB, False),
-        ("NVMe per node (GiB)", nvme_gb, MAX_GIB, True),
         ("intra-node bandwidth (GB/s)", intra_bw, MAX_BANDWIDTH_GBPS, False),
         ("inter-node bandwidth (GB/s)", inter_bw, MAX_BANDWIDTH_GBPS, False),
     ):
@@ -270,11 +282,9 @@ def make_cluster(
         cpu_ram = default_cpu_ram_per_node(spec, gpus_per_node)
         assumptions.append(f"host RAM: {cpu_ram / GIB:g} GiB per node (default for {spec.form_factor} nodes)")
 
-    nvme: int | None = None
-    if nvme_gb is not None:
-        if nvme_gb < 0:
-            raise UserInputError(f"NVMe per node must be >= 0 GiB, got {nvme_gb}")
-        nvme = int(nvme_gb * GIB)
+    nvme = check_nvme(nvme_gb, nvme_gbps, ("--nvme-gb", "--nvme-gbps"))
+    if nvme:
+        assumptions.append(f"NVMe: {nvme_gb:g} GiB per node (user); {nvme_bandwidth(nvme_gbps)[1]}")
 
     return ClusterSpec(
         gpu=spec,
@@ -287,7 +297,33 @@ def make_cluster(
         inter_node_latency_us=preset.latency_us,
         cpu_ram_per_node_bytes=cpu_ram,
         nvme_per_node_bytes=nvme,
+        nvme_GBps_per_node=nvme_gbps if nvme else None,
         assumptions=assumptions,
+    )
+
+
+def check_nvme(nvme_gb: float | None, nvme_gbps: float | None, names: tuple[str, str]) -> int | None:
+    """NVMe bytes per node from its size in GiB, with its bandwidth checked beside it; `names` are what the door
+    calls the two (flags or keyword arguments). A bandwidth without a drive to apply to is an error."""
+    size_name, speed_name = names
+    if nvme_gb is not None:
+        check_number(f"{size_name} (NVMe per node, GiB)", nvme_gb, high=MAX_GIB)
+    if nvme_gbps is not None:
+        check_number(f"{speed_name} (NVMe GB/s per node)", nvme_gbps, high=MAX_BANDWIDTH_GBPS, low_inclusive=False)
+        if not nvme_gb:
+            raise UserInputError(
+                f"{speed_name} is the bandwidth of the NVMe that {size_name} gives; add {size_name} (its GiB per node)"
+            )
+    return None if nvme_gb is None else int(nvme_gb * GIB)
+
+
+def nvme_bandwidth(nvme_gbps: float | None) -> tuple[float, str]:
+    """The NVMe read/write GB/s per node the user gave, or the assumed default; and which it is."""
+    if nvme_gbps is not None:
+        return nvme_gbps, f"NVMe {nvme_gbps:g} GB/s per node (user, --nvme-gbps)"
+    return DEFAULT_NVME_GBPS_PER_NODE, (
+        f"NVMe {DEFAULT_NVME_GBPS_PER_NODE:g} GB/s per node, an assumed default (planner/hardware/cluster.py), "
+        "not measured: pass --nvme-gbps (nvme_gbps=)"
     )
 
 

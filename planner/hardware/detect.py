@@ -95,9 +95,14 @@ class DetectionReport(BaseModel):
         return not self.gpus
 
     def to_cluster_spec(
-        self, interconnect: str | None = None, price_per_hour: float | None = None
+        self,
+        interconnect: str | None = None,
+        price_per_hour: float | None = None,
+        nvme_gb: float | None = None,
+        nvme_gbps: float | None = None,
     ) -> ClusterSpec | None:
-        """The cluster this machine (and its launcher's node count) amounts to; None without GPUs.
+        """The cluster this machine (and its launcher's node count) amounts to, with the NVMe the user names
+        (detection does not look for it); None without GPUs.
 
         Raises UserInputError when the GPUs are mixed or not in the catalog, since
         the planner then needs the user to name the target GPU.
@@ -125,6 +130,8 @@ class DetectionReport(BaseModel):
             intra_bw=intra_bw,
             cpu_ram_gb=self.host.ram_total_bytes / GIB if self.host.ram_total_bytes else None,
             price_per_hour=price_per_hour,
+            nvme_gb=nvme_gb,
+            nvme_gbps=nvme_gbps,
         )
         return cluster.model_copy(update={"assumptions": notes + cluster.assumptions})
 

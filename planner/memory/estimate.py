@@ -62,6 +62,8 @@ class MemoryEstimate(BaseModel):
     cpu_per_node_bytes: int
     cpu_capacity_per_node_bytes: int | None
     nvme_per_node_bytes: int
+    # The node's NVMe (--nvme-gb); None when not given, and then not checked.
+    nvme_capacity_per_node_bytes: int | None = None
     runtime: str = Runtime.CUDA.value
     notes: list[str]
     # Activations kept for backward at their own peak (end of forward), wherever the total peaks.
@@ -85,6 +87,13 @@ def _with_overhead(per_gpu: dict[str, float], overhead: OverheadSettings, runtim
     result["overhead"] = extra
     result["total"] = tensors + extra
     return result
+
+
+def host_fits(cpu_bytes: int, nvme_bytes: int, cpu_capacity: int | None, nvme_capacity: int | None) -> bool:
+    """Whether what a node offloads fits its CPU RAM and its NVMe (a capacity of None is not checked)."""
+    return (cpu_capacity is None or cpu_bytes <= cpu_capacity) and (
+        nvme_capacity is None or nvme_bytes <= nvme_capacity
+    )
 
 
 def estimate_memory_bytes(
@@ -115,6 +124,7 @@ def estimate_memory(
     headroom_fraction: float = 0.0,
     overhead: OverheadSettings = DEFAULT_OVERHEAD,
     runtime: Runtime = Runtime.CUDA,
+    nvme_capacity_per_node_bytes: int | None = None,
 ) -> MemoryEstimate:
     """Per-GPU memory of one training configuration, and whether it fits.
 
@@ -126,7 +136,8 @@ def estimate_memory(
     cpu_per_node = int(peak.cpu_per_rank * gpus_per_node)
     usable = int(gpu_capacity_bytes * (1 - headroom_fraction))
     fits = per_gpu["total"] <= usable
-    if cpu_capacity_per_node_bytes is not None and cpu_per_node > cpu_capacity_per_node_bytes:
+    nvme_per_node = int(peak.nvme_per_rank * gpus_per_node)
+    if not host_fits(cpu_per_node, nvme_per_node, cpu_capacity_per_node_bytes, nvme_capacity_per_node_bytes):
         fits = False
     return MemoryEstimate(
         per_gpu_bytes=per_gpu,
@@ -138,7 +149,8 @@ def estimate_memory(
         margin_bytes=usable - per_gpu["total"],
         cpu_per_node_bytes=cpu_per_node,
         cpu_capacity_per_node_bytes=cpu_capacity_per_node_bytes,
-        nvme_per_node_bytes=int(peak.nvme_per_rank * gpus_per_node),
+        nvme_per_node_bytes=nvme_per_node,
+        nvme_capacity_per_node_bytes=nvme_capacity_per_node_bytes,
         runtime=runtime.value,
         notes=peak.notes,
         activations_peak_bytes=int(peak.activations_peak),

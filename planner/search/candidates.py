@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.hardware.cluster import ClusterSpec
-from planner.memory.estimate import estimate_memory_bytes
+from planner.memory.estimate import estimate_memory_bytes, host_fits
 from planner.models.spec import ModelSpec
 from planner.search.batching import batch_options, infeasible_batch_reason
 from planner.search.layouts import StrategyLayout, enumerate_layouts
@@ -147,6 +147,7 @@ class CandidateEvaluator:
             cluster.gpus_per_node,
             cluster.gpu.memory_bytes,
             cluster.cpu_ram_per_node_bytes,
+            cluster.nvme_per_node_bytes,
         )
         if key in self._memory_seen:
             return self._memory_seen[key]
@@ -155,7 +156,9 @@ class CandidateEvaluator:
             self.spec, config, world_size=cluster.world_size, gpus_per_node=cluster.gpus_per_node
         )
         usable = int(cluster.gpu.memory_bytes * (1 - self.request.headroom_fraction))
-        fits = raw["total"] <= usable and raw["cpu_per_node"] <= cluster.cpu_ram_per_node_bytes
+        fits = raw["total"] <= usable and host_fits(
+            raw["cpu_per_node"], raw["nvme_per_node"], cluster.cpu_ram_per_node_bytes, cluster.nvme_per_node_bytes
+        )
         self._memory_seen[key] = raw["total"], fits
         return raw["total"], fits
 

@@ -91,6 +91,13 @@ def plan_reasons(
         f"micro-batch {config.micro_batch} x grad-accum {config.grad_accum} x data-parallel {dp} = "
         f"{config.micro_batch * config.grad_accum * dp} sequences of {config.seq_len} tokens per step",
     ]
+    if memory.nvme_per_node_bytes:
+        capacity = memory.nvme_capacity_per_node_bytes
+        reasons.append(
+            f"ZeRO-Infinity: {gib(memory.nvme_per_node_bytes)} per node on NVMe"
+            + (f" of {gib(capacity)} (--nvme-gb, nvme_gb=)" if capacity is not None else "")
+            + f"; offload takes {throughput.breakdown.offload_s:.3g} s of the step [{throughput.sources['offload_s']}]"
+        )
     if config.tensor_parallel > 1 or config.pipeline_parallel > 1:
         parts = []
         if config.tensor_parallel > 1:
@@ -147,6 +154,12 @@ def _miss_line(spec: ModelSpec, record: FamilyRecord, request: PlanRequest) -> s
     total, config, cluster = record.smallest_miss
     memory = memory_on(spec, config, cluster, headroom_fraction=request.headroom_fraction)
     at = f"{describe_config(config)} on {cluster.world_size} GPUs"
+    nvme_capacity = memory.nvme_capacity_per_node_bytes
+    if memory.total <= memory.usable_bytes and nvme_capacity is not None and memory.nvme_per_node_bytes > nvme_capacity:
+        return (
+            f"needs {gib(memory.nvme_per_node_bytes)} NVMe per node for offload > {gib(nvme_capacity)} (--nvme-gb) "
+            f"({at}) [{MEMORY_SOURCE}]"
+        )
     if memory.total <= memory.usable_bytes and memory.cpu_capacity_per_node_bytes is not None:
         return (
             f"needs {gib(memory.cpu_per_node_bytes)} CPU RAM per node for offload > {gib(memory.cpu_capacity_per_node_bytes)} "

@@ -17,6 +17,7 @@ from planner.limits import MAX_BATCH, MAX_SEQ_LEN, MAX_TOKENS
 from planner.training_config import (
     ActivationCheckpointing,
     AttentionKernel,
+    FsdpSharding,
     KernelChoice,
     OptimizerKind,
     Precision,
@@ -39,7 +40,11 @@ class Objective(str, Enum):
 # The strategy names the search takes (planner/contract/choices.py spells them): the four families, and
 # DeepSpeed at one ZeRO stage only (the run a team has standardised on, or a test of one stage).
 STRATEGY_FAMILIES = ("ddp", "fsdp", "deepspeed", "engine")
-SEARCH_STRATEGIES = (*STRATEGY_FAMILIES, "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op")
+SEARCH_STRATEGIES = (
+    *STRATEGY_FAMILIES,
+    *("zero1", "zero2", "zero3"),
+    *("fsdp-full", "fsdp-grad-op", "fsdp-hybrid", "fsdp-no-shard"),
+)
 # The names that fix an FSDP sharding, and the sharding (as the emitted run folder runs it).
 FSDP_SHARDING_KINDS = {
     name: str(STRATEGY_ALIASES[name]["fsdp_sharding"])
@@ -67,6 +72,22 @@ def search_strategy_names(names: object, flag: str = "strategies") -> tuple[str,
             raise UserInputError(f"{flag} must be one of {'|'.join(SEARCH_STRATEGIES)}, not '{name}'")
         chosen.append(key)
     return tuple(dict.fromkeys(chosen))
+
+
+def pin_fsdp_sharding(names: tuple[str, ...], sharding: FsdpSharding, flag: str = "--fsdp-sharding") -> tuple[str, ...]:
+    """The search's strategy names with FSDP pinned to `sharding`, as `fsdp-full` (say) pins it: `fsdp` becomes
+    that name. Any other kind beside it, or another sharding pinned already, is one line naming the conflict."""
+    pinned = next(name for name, value in FSDP_SHARDING_KINDS.items() if value == sharding.value)
+    others = [name for name in names if name != "fsdp" and name not in FSDP_SHARDING_KINDS]
+    if others:
+        raise UserInputError(
+            f"{flag} {sharding.value} pins FSDP's sharding, but --strategies also searches {', '.join(others)}: "
+            f"use --strategies fsdp (or {pinned}), or drop {flag}"
+        )
+    clashing = [name for name in names if name in FSDP_SHARDING_KINDS and name != pinned]
+    if clashing:
+        raise UserInputError(f"{flag} {sharding.value} conflicts with --strategies {', '.join(clashing)}; keep one")
+    return (pinned,)
 
 
 class PlanRequest(BaseModel):

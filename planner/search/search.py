@@ -93,6 +93,11 @@ def search_plans(
         scored += evaluator.run(variant)
 
     not_applicable = {}
+    if "fsdp-hybrid" in request.strategies and not cluster.is_multi_node:
+        not_applicable["FSDP hybrid"] = (
+            "hybrid sharding shards inside a node and replicates across nodes; on one node it is full sharding "
+            "(--fsdp-sharding full), or plan 2 or more --nodes"
+        )
     if "engine" in request.strategies:
         why = engine_applicability(spec)
         if why is None and request.lora_rank:
@@ -153,12 +158,13 @@ def search_plans(
             plans.append(_to_plan(item, spec, memory, reasons, calibration))
     elif suggest:
 
-        def plan_fits(other: ClusterSpec) -> bool:
+        def plan_fits(other: ClusterSpec, **update) -> bool:
             # Another GPU count holds the batch as stated: a per-GPU batch grows with the count, a total stays.
-            probe = as_stated.model_copy(update={"top_k": 1})
+            probe = as_stated.model_copy(update={"top_k": 1, **update})
             return search_plans(spec, other, probe, throughput_adjust, suggest=False).best is not None
 
-        suggestion_lines = suggestions(spec, cluster, request, plan_fits)
+        stated_total = as_stated.global_batch is not None
+        suggestion_lines = suggestions(spec, cluster, request, plan_fits, stated_total=stated_total)
 
     rejected = family_fates(spec, request, evaluator.families, best_item, family_best, not_applicable)
     counters = evaluator.counters

@@ -1,4 +1,5 @@
-"""When nothing fits: the fewest GPUs of this type that would, and which catalog GPUs fit at this count.
+"""When nothing fits: the fewest GPUs of this type that would, and which catalog GPUs fit at this count; and for a
+global batch that does not divide over the GPUs (smaller than their count, say), why, and the totals that fit.
 
 Every cluster suggested is one the search itself finds a plan on, for the
 same request (batch, sequence length, strategies): `plan_fits` runs it. A
@@ -69,8 +70,9 @@ def _sizes(cluster: ClusterSpec) -> list[ClusterSpec]:
     return sizes
 
 
-# True when the search finds a plan for the request on this cluster.
-PlanFits = Callable[[ClusterSpec], bool]
+# True when the search finds a plan for the request on this cluster; keywords replace fields of the request as the
+# user stated it (global_batch=8: the same request at a total of 8 sequences).
+PlanFits = Callable[..., bool]
 
 
 def fewest_gpus(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest, plan_fits: PlanFits) -> ClusterSpec | None:
@@ -100,32 +102,77 @@ def fitting_catalog_gpus(
     return names
 
 
-def suggestions(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest, plan_fits: PlanFits) -> list[str]:
+def _flags(cluster: ClusterSpec) -> str:
+    return f"--gpus-per-node {cluster.gpus_per_node} --nodes {cluster.num_nodes}"
+
+
+def _at_least(batch: int, gpus: int) -> int:
+    """The smallest multiple of `gpus` that is `batch` or more: a total every GPU gets a share of."""
+    return -(-batch // gpus) * gpus
+
+
+def batch_lines(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest, plan_fits: PlanFits) -> list[str]:
+    """A stated total that does not divide over the GPUs: why, and the totals that fit, each one searched: on these
+    GPUs, and on the fewest GPUs of this type (every GPU given at least one sequence of the batch or more)."""
+    batch, world, gpu = request.global_batch, cluster.world_size, cluster.gpu.name
+    assert batch is not None
+    if batch < world:
+        lines = [
+            f"--global-batch {batch} is below the {world} GPUs: a global batch smaller than the GPU count leaves "
+            f"{world - batch} GPUs without data unless tensor or pipeline parallelism splits the model over them"
+            + ("" if "engine" in request.strategies else " (our engine: add engine to --strategies)")
+        ]
+    elif batch % world:
+        lines = [
+            f"--global-batch {batch} is not a multiple of the {world} GPUs, which every purely data-parallel layout "
+            f"needs: try a multiple of {world}"
+        ]
+    else:  # no larger count fits this total: more GPUs than sequences would leave some without data
+        lines = [
+            f"more GPUs than the {batch} sequences of --global-batch {batch} leave some without data unless tensor "
+            "or pipeline parallelism splits the model over them"
+        ]
+    here = _at_least(batch, world)
+    if here != batch and plan_fits(cluster, global_batch=here):
+        lines.append(f"--global-batch {here} on {world} x {gpu} ({_flags(cluster)}) fits: these GPUs, each given data")
+    for candidate in _sizes(cluster):
+        total = _at_least(batch, candidate.world_size)
+        if candidate.world_size == world or not smallest_footprint_fits(spec, candidate, request):
+            continue
+        if plan_fits(candidate, global_batch=total):
+            lines.append(
+                f"--global-batch {total} on {candidate.world_size} x {gpu} ({_flags(candidate)}) fits: the fewest "
+                f"{gpu} that train {batch} or more sequences a step, each GPU given data"
+            )
+            break
+    return lines
+
+
+def suggestions(
+    spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest, plan_fits: PlanFits, *, stated_total: bool = False
+) -> list[str]:
+    """`stated_total`: the user gave the global batch (a total that stays as the GPU count changes), not a
+    per-GPU batch or none."""
     lines = []
     where = f"{cluster.world_size} x {cluster.gpu.name}"
     bigger = fewest_gpus(spec, cluster, request, plan_fits)
+    batch = request.global_batch
     if bigger is not None:
         lines.append(
-            f"{bigger.world_size} x {cluster.gpu.name} (--gpus-per-node {bigger.gpus_per_node} --nodes "
-            f"{bigger.num_nodes}) is the fewest that fits (the search finds a plan there; memory: formula)"
+            f"{bigger.world_size} x {cluster.gpu.name} ({_flags(bigger)}) is the fewest that fits (the search finds "
+            "a plan there; memory: formula)"
         )
     elif cluster.world_size < MAX_GPUS:
+        held = f"--global-batch {batch} and " if stated_total else ""
         lines.append(
-            f"no count of {cluster.gpu.name} from {cluster.world_size} up to {MAX_GPUS} fits this model at seq-len "
-            f"{request.seq_len}"
+            f"no count of {cluster.gpu.name} from {cluster.world_size} up to {MAX_GPUS} fits this model at "
+            f"{held}seq-len {request.seq_len}"
         )
-    batch = request.global_batch
-    if batch and batch % cluster.world_size:
-        lines.append(
-            f"--global-batch {batch} is not a multiple of the {cluster.world_size} GPUs, which every purely "
-            f"data-parallel layout needs: try a multiple of {cluster.world_size}"
-        )
+    if batch and (batch % cluster.world_size or (stated_total and bigger is None and batch < MAX_GPUS)):
+        lines += batch_lines(spec, cluster, request, plan_fits)
     gpus = fitting_catalog_gpus(spec, cluster, request, plan_fits)
     if gpus:
-        lines.append(
-            f"at {cluster.world_size} GPUs (--gpus-per-node {cluster.gpus_per_node} --nodes {cluster.num_nodes}) "
-            f"these catalog GPUs fit: {', '.join(gpus)}"
-        )
+        lines.append(f"at {cluster.world_size} GPUs ({_flags(cluster)}) these catalog GPUs fit: {', '.join(gpus)}")
     if request.seq_len > 1024:
         lines.append(f"a shorter --seq-len than {request.seq_len} shrinks activations")
     if not request.lora_rank:

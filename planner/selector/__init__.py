@@ -18,6 +18,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import UserInputError, UserInputTypeError
+from planner.hardware.cluster import check_nvme
 from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
 from planner.inference import InferenceRequest
 from planner.limits import (
@@ -94,6 +95,7 @@ def _check_request(gpu_count: object, batch_size: object, max_memory_gb: object,
         if options.get(name) is not None:
             check_name(name, options[name])
     check_name("objective", options.get("objective", "throughput"))
+    check_nvme(options.get("nvme_gb"), options.get("nvme_gbps"), ("nvme_gb", "nvme_gbps"))
     if not isinstance(options.get("allow_engine", False), bool):
         raise UserInputTypeError(f"allow_engine must be True or False, not {options['allow_engine']!r}")
     strategies = options.get("strategies")
@@ -164,12 +166,16 @@ class HardwareSelector:
         precision: str | None = None,
         allow_engine: bool = False,
         strategies: list[str] | None = None,
+        nvme_gb: float | None = None,
+        nvme_gbps: float | None = None,
     ) -> dict[str, Any]:
         """The best plan for `batch_size` sequences per GPU on gpu_count GPUs: the legacy dict plus the Plan.
 
         Arguments are checked first: a wrong type is a TypeError, a bad value a ValueError, each naming it.
 
-        `strategies` (e.g. ["FSDP"]) limits the answer to the stacks you run.
+        `strategies` (e.g. ["FSDP"]) limits the answer to the stacks you run. `nvme_gb` (GiB of NVMe per node)
+        lets the answer offload to NVMe (ZeRO-Infinity); `nvme_gbps` is that NVMe's read/write GB/s per node
+        (default: an assumed 6, named in the answer's sources).
         """
         _check_request(
             gpu_count,
@@ -182,9 +188,13 @@ class HardwareSelector:
             objective=objective,
             allow_engine=allow_engine,
             strategies=strategies,
+            nvme_gb=nvme_gb,
+            nvme_gbps=nvme_gbps,
         )
         spec = self._model(model_family, model_name)
-        cluster = cluster_for(gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node)
+        cluster = cluster_for(
+            gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node, nvme_gb=nvme_gb, nvme_gbps=nvme_gbps
+        )
         answer = plan_training(
             spec,
             cluster,

@@ -51,10 +51,18 @@ def gpu_with_memory(max_memory_gb: float | None, gpu: str | None = None) -> GpuS
     return _capped(min(larger, key=lambda entry: (entry.memory_bytes, _best_value_key(entry))), max_memory_gb)
 
 
-def cluster_for(gpu: GpuSpec, gpu_count: int, gpus_per_node: int | None = None) -> ClusterSpec:
+def cluster_for(
+    gpu: GpuSpec,
+    gpu_count: int,
+    gpus_per_node: int | None = None,
+    *,
+    nvme_gb: float | None = None,
+    nvme_gbps: float | None = None,
+) -> ClusterSpec:
+    """gpu_count GPUs in nodes of gpus_per_node (default: up to 8), with the NVMe per node the caller names."""
     if gpu_count < 1:
         raise UserInputError(f"gpu_count must be at least 1, not {gpu_count}")
     per_node = gpus_per_node or min(gpu_count, DEFAULT_GPUS_PER_NODE)
     if gpu_count % per_node:
         raise UserInputError(f"gpu_count {gpu_count} is not a whole number of nodes of {per_node}; pass gpus_per_node")
-    return make_cluster(gpu, gpus_per_node=per_node, nodes=gpu_count // per_node)
+    return make_cluster(gpu, gpus_per_node=per_node, nodes=gpu_count // per_node, nvme_gb=nvme_gb, nvme_gbps=nvme_gbps)

@@ -45,6 +45,7 @@ def estimated_memory(plan: Plan) -> dict[str, Any]:
         "overhead_gb": _gib(per_gpu["overhead"]),
         "per_gpu_gb": _gib(per_gpu["total"]),
         "cpu_per_node_gb": _gib(memory.cpu_per_node_bytes),
+        "nvme_per_node_gb": _gib(memory.nvme_per_node_bytes),  # ZeRO-Infinity's offload
         # The other figures are at the step's peak: this moment of it.
         "peak_phase": memory.peak_phase,
         "sources": dict(memory.sources),

@@ -82,11 +82,13 @@ def step_communication(
     pcie_Bps: float,
     memory_Bps: float,
     k: ThroughputConstants,
+    nvme_Bps: float,
     implementation: Implementation = OUR_STRATEGIES,
 ) -> StepComm:
     """`implementation` says whether stage-boundary tensors are split over the TP
     ranks (Megatron-LM's scatter-gather; otherwise only sequence parallelism
-    splits them) and whether sharded gathers reach the node's combined NICs."""
+    splits them) and whether sharded gathers reach the node's combined NICs. `nvme_Bps`: the node's NVMe
+    read/write bytes/s, which ZeRO-Infinity's offload shares among the node's GPUs (needed only then)."""
     tp, pp = config.tensor_parallel, config.pipeline_parallel
     dp = max(world_size // config.model_parallel_size, 1)  # tp x pp x cp ranks share a replica
     gpn = links.gpus_per_node
@@ -150,7 +152,7 @@ def step_communication(
     if config.offload_params is not Offload.NONE:
         fetch = 2 * param_shard * param_bytes / pcie_Bps
         if config.offload_params is Offload.NVME:
-            fetch += 2 * param_shard * param_bytes * gpn / (k.nvme_GBps_per_node * 1e9)
+            fetch += 2 * param_shard * param_bytes * gpn / nvme_Bps
         offload += accum * _hidden(fetch, fwd + bwd, k)
     # FSDP's CPUOffload moves parameters and gradients together, so its optimizer steps on the CPU too.
     fsdp_cpu_step = config.strategy is Strategy.FSDP and config.offload_params is not Offload.NONE
@@ -162,9 +164,7 @@ def step_communication(
         rate = k.cpu_adam_params_per_s_torch if config.strategy is Strategy.FSDP else k.cpu_adam_params_per_s_deepspeed
         cpu_step = grad_shard * gpn / rate
         if config.offload_optimizer is Offload.NVME:
-            cpu_step += (
-                2 * grad_shard * OPTIMIZER_STATE_BYTES[config.optimizer.value] * gpn / (k.nvme_GBps_per_node * 1e9)
-            )
+            cpu_step += 2 * grad_shard * OPTIMIZER_STATE_BYTES[config.optimizer.value] * gpn / nvme_Bps
         offload += downloads * _hidden(grads_down, bwd, k) + cpu_step + params_up
         optimizer_step = 0.0
     else:

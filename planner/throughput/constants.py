@@ -50,8 +50,6 @@ class ThroughputConstants:
     # ("DeepSpeedCPUAdam is 5X-7X faster than the standard PyTorch implementation", ZeRO-Offload tutorial).
     cpu_adam_params_per_s_deepspeed: float = 1.0e9
     cpu_adam_params_per_s_torch: float = 0.2e9
-    # ASSUMED. NVMe read/write bandwidth per node (a few PCIe Gen4 drives), GB/s.
-    nvme_GBps_per_node: float = 6.0
     # ASSUMED. HBM bytes the GPU optimizer step moves per trainable parameter
     # (AdamW, fp32 master: read p, g, m, v and write p, m, v, and the 16-bit copy).
     optimizer_bytes_per_param: float = 28.0

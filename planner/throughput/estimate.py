@@ -27,7 +27,7 @@ from planner.throughput.implementation import OUR_STRATEGIES, Implementation
 from planner.throughput.kernel_stack import STACK_SOURCES, KernelStack
 from planner.throughput.kernels import Device
 from planner.throughput.result import StepTimeBreakdown, ThroughputEstimate
-from planner.training_config import KernelChoice, Precision, TrainingConfig
+from planner.training_config import KernelChoice, Offload, Precision, TrainingConfig
 
 _COMPUTE = (
     f"formula: shape-aware matmul roofline + fused attention + element-wise passes; {CALIBRATION_SOURCE}; "
@@ -95,6 +95,13 @@ def bottleneck_notes(step: float, exposed_comm: float, bubble: float, offload: f
     if launch_bound:
         notes.append("kernel-launch bound: the micro-batch is too small to keep this GPU busy")
     return notes
+
+
+def _offload_source(config: TrainingConfig, cluster: ClusterSpec) -> dict[str, str]:
+    """ZeRO-Infinity's offload time also reads and writes NVMe: name the bandwidth it assumed, and whose it is."""
+    if Offload.NVME not in (config.offload_optimizer, config.offload_params):
+        return {}
+    return {"offload_s": f"{SOURCES['offload_s']}; NVMe reads and writes: {cluster.nvme_bandwidth()[1]}"}
 
 
 _shapes: dict[int, tuple[ModelSpec, ModelShape, bool]] = {}
@@ -234,6 +241,7 @@ def estimate_throughput(
         pcie_Bps=pcie_Bps,
         memory_Bps=device.memory_Bps,
         k=k,
+        nvme_Bps=cluster.nvme_bandwidth()[0] * 1e9,
         implementation=implementation,
     )
 
@@ -281,6 +289,7 @@ def estimate_throughput(
                 "implementation": f"assumed: {implementation.name} (--implementation; planner/throughput/implementation.py)",
                 **(_FP8_SOURCES if config.fp8 else {}),
                 **({"kernels": _KERNEL_NOTES[config.kernels]} if config.kernels is not KernelChoice.EAGER else {}),
+                **_offload_source(config, cluster),
             },
             notes=bottleneck_notes(step, comm.exposed_s, bubble, comm.offload_s, stage.launch_bound),
             world_size=world,

@@ -53,7 +53,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.contract.choices import Strategy
 from planner.throughput.kernel_stack import KernelStack
+
+ALL_STRATEGIES = tuple(Strategy)
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,9 @@ class Implementation:
     bidirectional_pipeline: bool = False
     expert_tokens_split_over_tp: bool = True
     overlaps_context_exchange: bool = False
+    # The strategies this codebase trains with, as our configs name them: Megatron-LM's TP x PP x DP with a
+    # distributed optimizer is our engine's layout, llm-foundry trains with torch FSDP, and so on.
+    strategies: tuple[Strategy, ...] = ALL_STRATEGIES
 
 
 # What this project's strategies run (DDP, FSDP, DeepSpeed and the engine all train
@@ -80,16 +86,27 @@ OUR_STRATEGIES = Implementation(
     transformers_attention=True,
     expert_tokens_split_over_tp=False,
 )
-LLM_FOUNDRY = Implementation("llm-foundry (MPT, torch FSDP)", KernelStack.FUSED, False, False)
-MEGATRON_LM = Implementation("Megatron-LM", KernelStack.FUSED, True, False, overlaps_context_exchange=True)
-MEGATRON_DEEPSPEED = Implementation("Megatron-DeepSpeed (DeepSpeed pipeline engine)", KernelStack.FUSED, True, False)
+LLM_FOUNDRY = Implementation(
+    "llm-foundry (MPT, torch FSDP)", KernelStack.FUSED, False, False, strategies=(Strategy.FSDP,)
+)
+MEGATRON_LM = Implementation(
+    "Megatron-LM", KernelStack.FUSED, True, False, overlaps_context_exchange=True, strategies=(Strategy.ENGINE,)
+)
+MEGATRON_DEEPSPEED = Implementation(
+    "Megatron-DeepSpeed (DeepSpeed pipeline engine)",
+    KernelStack.FUSED,
+    True,
+    False,
+    strategies=(Strategy.ENGINE, Strategy.DEEPSPEED),
+)
 DEEPSPEED_ZERO3_2021 = Implementation(
-    "DeepSpeed ZeRO-3 as of 2021 (Megatron GPT model)", KernelStack.FUSED, False, True
+    "DeepSpeed ZeRO-3 as of 2021 (Megatron GPT model)", KernelStack.FUSED, False, True, strategies=(Strategy.DEEPSPEED,)
 )
 # torchtitan (FSDP2, its own Llama): eager, its RMSNorm and rotary are chains of small kernels as in transformers;
 # `--kernels compile` (torchtitan's --compile) fuses them. Collectives as llm-foundry's FSDP measured.
 TORCHTITAN = Implementation("torchtitan (FSDP2, its own Llama; --kernels compile for torch.compile)",
-                            KernelStack.HF_EAGER, False, False)  # fmt: skip
+                            KernelStack.HF_EAGER, False, False,
+                            strategies=(Strategy.FSDP, Strategy.ENGINE))  # fmt: skip
 DEEPSEEK_DUALPIPE = Implementation(
     "DeepSeek-V3's stack (DualPipe, overlapped expert all-to-all)",
     KernelStack.FUSED,
@@ -97,6 +114,7 @@ DEEPSEEK_DUALPIPE = Implementation(
     False,
     overlaps_expert_all_to_all=True,
     bidirectional_pipeline=True,
+    strategies=(Strategy.ENGINE,),
 )
 
 IMPLEMENTATIONS = {
@@ -119,3 +137,26 @@ def implementation_named(name: str) -> Implementation:
     if preset is None:
         raise UserInputError(f"--implementation must be one of {', '.join(IMPLEMENTATIONS)}, not {name!r}")
     return preset
+
+
+# How --strategy names each strategy (DeepSpeed by its stage).
+_STRATEGY_FLAGS = {
+    Strategy.DDP: "ddp",
+    Strategy.FSDP: "fsdp",
+    Strategy.DEEPSPEED: "zero0-zero3",
+    Strategy.ENGINE: "engine",
+}
+
+
+def check_implementation_runs(name: str, strategy: Strategy) -> None:
+    """`--implementation NAME` beside a --strategy that codebase does not train with is one line: its speed would
+    be a number for a run nobody makes."""
+    from planner.errors import UserInputError
+
+    preset = implementation_named(name)
+    if strategy not in preset.strategies:
+        runs = " or ".join(_STRATEGY_FLAGS[kind] for kind in preset.strategies)
+        raise UserInputError(
+            f"--implementation {name.strip().lower()} predicts {preset.name}, which trains with --strategy {runs}, "
+            f"not {strategy.display_name}: pick one of those, or drop --implementation"
+        )
