@@ -333,7 +333,7 @@ def test_an_elastic_folder_stays_elastic_when_its_winner_is_emitted(tmp_path, mo
     from benchmarks.harness import processes
     from planner.elastic_plan import RESHARDABLE
 
-    def later_is_faster(target, nproc, timeout_s):  # the predicted last candidate measures fastest
+    def later_is_faster(target, nproc, timeout_s, launcher="torchrun"):  # the predicted last measures fastest
         folders = [Path(folder) for folder in target[2:]]
         for place, folder in enumerate(folders):
             write_trial(

@@ -76,11 +76,8 @@ def run_torchrun_command(
     # more threads than cores thrash (badly, on a shared machine).
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
-    if launcher == "deepspeed":
-        import torch
-
-        if not torch.cuda.is_available():
-            env.setdefault("DS_ACCELERATOR", "cpu")  # as launch.sh sets it for a CPU plan
+    if launcher == "deepspeed" and (env.get("CUDA_VISIBLE_DEVICES") == "" or not Path("/dev/nvidiactl").exists()):
+        env.setdefault("DS_ACCELERATOR", "cpu")  # no NVIDIA driver here: as launch.sh sets it for a CPU plan
     command = launcher_command(launcher, target, nproc, free_port())
     process = subprocess.Popen(
         command,
