@@ -86,6 +86,8 @@ def test_the_engine_trains_an_uneven_map_to_the_single_process_losses(tmp_path):
     # Llama 3's layout in small: rank 0's first chunk is the embedding alone, rank 3's last the head alone.
     assert result["interleaved"] == pytest.approx(result["expected"], rel=1e-5)
     assert result["interleaved_ranges"] == [[[0, 0], [5, 6]], [[0, 2], [6, 8]], [[2, 4], [8, 10]], [[4, 5], [10, 10]]]
+    # ParallelTrainer runs a pipeline layout itself (it used to ask for engine.train_batch, which it calls).
+    assert len(result["trainer"]) == 3 and result["trainer"] == pytest.approx(result["trainer_expected"], rel=1e-5)
 
 
 def test_the_search_offers_uneven_pipelines_and_the_run_folder_carries_the_map(tmp_path):

@@ -61,7 +61,8 @@ def setup_distributed_training(
 
 
 class ParallelTrainer:
-    """A small loop over the engine: epochs of the dataset, callbacks asked before each update."""
+    """A small loop over the engine: epochs of the dataset, callbacks asked before each update. Under a pipeline
+    layout each step's micro-batches go to the engine's schedule together (engine.train_batch)."""
 
     def __init__(self, config: Any):
         self.config = config
@@ -85,13 +86,21 @@ class ParallelTrainer:
         for name, fn in (callbacks or {}).items():
             engine.training_monitor.add_callback(name, fn)
         rows: list[dict[str, float]] = []
+        pending: list[Any] = []  # a pipelined step's micro-batches: its schedule runs them together
         for epoch in range(epochs):
             loader.sampler.set_epoch(epoch)
             for batch in loader:
-                engine.backward(engine(batch))
-                engine.step()
-                if engine.micro_steps % engine.grad_accum:
-                    continue  # inside an accumulation
+                if engine.pipelined:
+                    pending.append(batch)
+                    if len(pending) < engine.grad_accum:
+                        continue
+                    engine.train_batch(pending)
+                    pending = []
+                else:
+                    engine.backward(engine(batch))
+                    engine.step()
+                    if engine.micro_steps % engine.grad_accum:
+                        continue  # inside an accumulation
                 rows.append(engine.monitor.history[-1])
                 if engine.should_stop:
                     return rows

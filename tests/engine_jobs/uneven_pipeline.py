@@ -1,6 +1,7 @@
 """torchrun job (4 ranks): a tiny Llama of 10 layers pipelined over 4 stages with the map 2, 3, 3, 2 (1F1B),
 then over 4 ranks x 2 interleaved chunks with the map 0, 2, 2, 1, 1, 2, 2, 0: the first chunk runs the
-embedding alone and the last the head alone, as Llama 3 405B gave them a layer's slot.
+embedding alone and the last the head alone, as Llama 3 405B gave them a layer's slot. Then
+ParallelTrainer runs the same model under {"pp": 4} over the rows in its sampler's order.
 
 The reference is the same model trained in one process (tests/parallel_runs.py's
 reference_run, built with the same seed on every rank). Rank 0 writes the loss
@@ -25,6 +26,32 @@ INTERLEAVED_MAP = [0, 2, 2, 1, 1, 2, 2, 0]  # chunk c of rank r is stage c * 4 +
 
 def model():
     return build_causal_lm(tiny_config(catalog_config("llama-3-8b"), layers=10), seed=0, dtype=torch.float32)
+
+
+def parallel_trainer(data):
+    """ParallelTrainer under {"pp": 4}: the rows in DistributedSampler's order of epoch 0, 4 micro-batches of 2
+    a step, against the same global batches in one process."""
+    rows = torch.cat(data)
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(0))
+    reference = model()
+    reference.config._attn_implementation = "sdpa"
+    optimizer = torch.optim.SGD(reference.parameters(), lr=LR)
+    expected = []
+    for step in range(len(rows) // 8):
+        ids = rows[order[step * 8 : (step + 1) * 8]]
+        loss = reference(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        expected.append(float(loss))
+    config = {
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 4,
+        "optimizer": {"type": "SGD", "params": {"lr": LR}},
+        "hardware_selector": {"layout": {"pp": 4}},
+    }
+    history = backends.ParallelTrainer(config).train(model(), list(rows), epochs=1)
+    return {"trainer_expected": expected, "trainer": [row["loss"] for row in history]}
 
 
 def main():
@@ -56,6 +83,7 @@ def main():
         ranges = [None] * 4
         dist.all_gather_object(ranges, engine.parallel_model.chunk_ranges)
         results[f"{name}_ranges"] = ranges
+    results.update(parallel_trainer(data))
     if dist.get_rank() == 0:
         with open(sys.argv[1], "w") as handle:
             json.dump(results, handle)
