@@ -83,7 +83,7 @@ def initialize(
     _init_distributed(block.dist_backend)
     from backends.ranks import rank
 
-    fates = key_fates_line(settings)  # every DeepSpeed key that does not act as it is, said once
+    fates = key_fates_line(settings)  # every key that is not ours (a seed library's, DeepSpeed's), said once
     if fates and rank() == 0:
         print(fates, flush=True)
     device = _device(block.device)

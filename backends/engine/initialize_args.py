@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.contract.engine_config import EngineConfig
+from planner.contract.engine_config import EngineConfig, with_changes
 from planner.errors import UserInputError
 
 TORCH_OPTIMIZERS = {"AdamW": "AdamW", "Adam": "Adam", "SGD": "SGD"}
@@ -59,8 +59,7 @@ def with_optimizer_object(settings: EngineConfig, optimizer: Any, model: Any, ex
         params["dampening"] = float(first.get("dampening", 0.0))
     if kind == "Adam":
         params["adam_w_mode"] = False  # torch's Adam adds weight decay to the gradient: DeepSpeed's Adam without AdamW
-    block = {"type": kind, "params": params}
-    return EngineConfig.model_validate({**settings.model_dump(), "optimizer": block})
+    return with_changes(settings, {"optimizer": {"type": kind, "params": params}})
 
 
 def check_model_parameters(model: Any, model_parameters: Any) -> None:
