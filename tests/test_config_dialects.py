@@ -3,11 +3,13 @@
 The reference for each example is the same config written in our own vocabulary: both load to the same
 effective EngineConfig, train the same losses, and the seed one's start-up line says what each key became
 (planner/contract/config_dialects.py, docs/engine.md "Configs from other libraries"). Bad values and keys
-without an equivalent are one line naming the key.
+without an equivalent are one line naming the key; `initialize(..., pipeline=True)` pipelines over the ranks,
+checked on 2 ranks against the layout {"pp": 2} (tests/engine_jobs/pipeline_flag.py).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import backends
 from planner.contract.config_dialects import SEED_KEYS
 from planner.contract.engine_config import key_fates_line, load_engine_config
 from planner.errors import UserInputError
+from tests.distributed import run_torchrun
 
 DOC = "(docs/engine.md, Configs from other libraries)"
 
@@ -177,6 +180,54 @@ def test_every_seed_key_is_in_the_docs_table():
     section = doc.split("## Configs from other libraries", 1)[1].split("\n## ", 1)[0]
     first_cells = " ".join(row.split("|")[1] for row in section.splitlines() if row.startswith("| `"))
     assert [key for key in SEED_KEYS if f"`{key}`" not in first_cells] == []
+    assert "pipeline=True" in first_cells
+
+
+def test_pipeline_true_becomes_the_pp_layout_where_the_engine_pipelines_the_model():
+    from backends.engine.initialize_args import with_pipeline_flag
+
+    seed = with_pipeline_flag(load_engine_config({"batch_size": 2}), True, _tiny_gpt2(), world_size=2)
+    ours = load_engine_config({"train_micro_batch_size_per_gpu": 2, "hardware_selector": {"layout": {"pp": 2}}})
+    assert seed.model_dump() == ours.model_dump()
+    assert key_fates_line(seed) == (
+        "Config keys: batch_size became train_micro_batch_size_per_gpu 2; pipeline=True became "
+        "hardware_selector.layout.pp 2 " + DOC
+    )
+    kept = with_pipeline_flag(ours, True, _tiny_gpt2(), world_size=4)
+    assert kept.hardware_selector.layout == ours.hardware_selector.layout
+    assert with_pipeline_flag(ours, False, _tiny_gpt2(), world_size=4) is ours
+
+
+@pytest.mark.parametrize(
+    ("model", "pipeline", "message"),
+    [
+        (torch.nn.Linear(4, 1), True, "pipelines Hugging Face models of .*this Linear is not one; drop pipeline=True"),
+        (
+            None,
+            True,
+            "1 rank\\(s\\) over 1 per stage \\(dp x tp x cp\\) make no 2 stages; start it under torchrun --nproc_per_node=2",
+        ),
+        (None, "yes", "initialize's pipeline must be True or False, not 'yes'"),
+    ],
+)
+def test_pipeline_true_that_cannot_pipeline_is_one_line_saying_what_to_do(model, pipeline, message):
+    with pytest.raises(UserInputError) as refused:
+        backends.initialize(model=model or _tiny_gpt2(), config={"train_batch_size": 2}, pipeline=pipeline)
+    assert re.search(message, str(refused.value)) and "\n" not in str(refused.value)
+
+
+@pytest.mark.slow
+def test_initialize_with_pipeline_true_trains_on_two_ranks_as_the_pp2_layout(tmp_path):
+    out = tmp_path / "out.json"
+    run_torchrun(["tests/engine_jobs/pipeline_flag.py", str(out)], nproc=2)
+    result = json.loads(out.read_text())
+    assert result["seed"]["pp"] == result["ours"]["pp"] == 2
+    assert result["seed"]["losses"] == result["ours"]["losses"]
+    assert result["seed"]["printed"].splitlines() == [
+        "Config keys: batch_size became train_micro_batch_size_per_gpu 2; zero_stage became zero_optimization.stage "
+        "1; pipeline=True became hardware_selector.layout.pp 2 " + DOC
+    ]
+    assert result["ours"]["printed"] == ""
 
 
 def test_an_optimizer_object_beside_a_seed_config_keeps_its_start_up_line(capsys):

@@ -14,7 +14,8 @@ once at start-up (engine_config.key_fates_line), beside the DeepSpeed keys'. A s
 equivalent, switched on, is one UserInputError naming the nearest thing we have; switched off, it is
 dropped and said so. A value out of range is one line naming the seed key and what it accepts; a seed key
 and the key of ours it becomes, both set to different values, is one line. `gradient_accumulation_steps`
-is DeepSpeed's key and ours already.
+is DeepSpeed's key and ours already. `initialize(..., pipeline=True)`, the same dialect's argument, is read
+by backends/engine/initialize_args.py (`with_pipeline_flag`).
 """
 
 from __future__ import annotations
