@@ -189,8 +189,8 @@ def test_activation_checkpointing_becomes_ours_and_pipeline_or_cpu_checkpointing
     )
     assert config.hardware_selector.activation_checkpointing == "full"
     assert key_fates_line(config) == (
-        "DeepSpeed keys: activation_checkpointing became hardware_selector.activation_checkpointing full; dropped "
-        "(no effect on what is trained): wall_clock_breakdown (docs/engine.md, DeepSpeed keys)"
+        "Config keys: activation_checkpointing became hardware_selector.activation_checkpointing full; dropped "
+        "(no effect on what is trained): wall_clock_breakdown (docs/engine.md, Configs from other libraries)"
     )
     kept = load_engine_config(
         {"activation_checkpointing": {}, "hardware_selector": {"activation_checkpointing": "selective"}}
@@ -203,4 +203,4 @@ def test_activation_checkpointing_becomes_ours_and_pipeline_or_cpu_checkpointing
     import torch
 
     backends.initialize(model=torch.nn.Linear(4, 1), config={"train_batch_size": 1, "wall_clock_breakdown": True})
-    assert "DeepSpeed keys: dropped (no effect on what is trained): wall_clock_breakdown" in capsys.readouterr().out
+    assert "Config keys: dropped (no effect on what is trained): wall_clock_breakdown" in capsys.readouterr().out

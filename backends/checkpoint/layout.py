@@ -23,11 +23,21 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from planner.errors import UserInputError
 from planner.files import write_text_atomic
 
 MANIFEST = "MANIFEST.json"
 LATEST = "latest"
 STEP_TAG = re.compile(r"global_step(\d+)$")
+
+
+def checkpoint_folder(given: str | Path | None, config: Any, call: str) -> str | Path:
+    """SAVE_DIR of engine.save_checkpoint / load_checkpoint: the folder given, else the engine config's
+    hardware_selector.checkpoint.save_dir (a seed config's save_dir becomes it)."""
+    folder = given if given is not None else config.hardware_selector.checkpoint.save_dir
+    if folder is None:
+        raise UserInputError(f"engine.{call} needs a folder: pass one, or set hardware_selector.checkpoint.save_dir")
+    return folder
 
 
 def _digest(path: Path) -> str:

@@ -333,10 +333,13 @@ class Engine:
         return self.last_loss
 
     # --- checkpoints ------------------------------------------------------------------------
-    def save_checkpoint(self, save_dir: str, tag: str | None = None, client_state: dict | None = None) -> str:
-        """Collective. With checkpoint.async_save it returns once the state is copied (sealed at the next wait)."""
+    def save_checkpoint(self, save_dir: str | None = None, tag: str | None = None, client_state: Any = None) -> str:
+        """Collective; save_dir None: checkpoint.save_dir. With checkpoint.async_save it returns once the state is
+        copied (sealed at the next wait)."""
+        from backends.checkpoint.layout import checkpoint_folder
         from backends.checkpoint.save import save_checkpoint
 
+        save_dir = checkpoint_folder(save_dir, self.config, "save_checkpoint")
         if self.config.hardware_selector.checkpoint.async_save:
             return self._async_checkpointer().save(self, save_dir, tag=tag, client_state=client_state or {})
         self.wait_for_checkpoint()
@@ -357,11 +360,12 @@ class Engine:
         """Before the process group ends: finish the async save in flight (collective)."""
         self.wait_for_checkpoint()
 
-    def load_checkpoint(self, load_dir: str, tag: str | None = None) -> tuple[str | None, dict]:
+    def load_checkpoint(self, load_dir: str | None = None, tag: str | None = None) -> tuple[str | None, dict]:
+        from backends.checkpoint.layout import checkpoint_folder
         from backends.checkpoint.load import load_checkpoint
 
         self.wait_for_checkpoint()
-        return load_checkpoint(self, load_dir, tag=tag)
+        return load_checkpoint(self, checkpoint_folder(load_dir, self.config, "load_checkpoint"), tag=tag)
 
     def export_consolidated(self, path: str) -> str | None:
         """Rank 0 writes the full fp32 weights as an HF-named safetensors file."""

@@ -40,6 +40,7 @@ def initialize(
     *,
     metrics_path: str | None = None,
     weights: WeightSource | None = None,
+    pipeline: bool | None = None,
 ) -> tuple[Any, Any, Any, Any]:
     """deepspeed.initialize's arguments and 4-tuple: (engine, optimizer, training dataloader, lr_scheduler).
 
@@ -50,6 +51,7 @@ def initialize(
     DeepSpeed's signature: torchrun's environment says where to meet.
     weights: a backends.weights.source.WeightSource when `model` was built on the meta device; each rank
     then reads only the weights it holds (its stage and tensor slice, or its ZeRO-3 partition).
+    pipeline=True (the seed libraries' argument): the ranks become pipeline stages (initialize_args.py).
     """
     import torch
 
@@ -59,6 +61,7 @@ def initialize(
         data_loader,
         scheduler_from,
         with_optimizer_object,
+        with_pipeline_flag,
     )
     from backends.weights.model_init import is_meta
     from planner.contract.engine_config import key_fates_line, load_engine_config  # pydantic: only on the call
@@ -81,9 +84,11 @@ def initialize(
     check_model_parameters(model, model_parameters)
     block = settings.hardware_selector
     _init_distributed(block.dist_backend)
-    from backends.ranks import rank
+    from backends.ranks import rank, world_size
 
-    fates = key_fates_line(settings)  # every DeepSpeed key that does not act as it is, said once
+    settings = with_pipeline_flag(settings, pipeline, model, world_size())
+    block = settings.hardware_selector
+    fates = key_fates_line(settings)  # every key that is not ours (a seed library's, DeepSpeed's), said once
     if fates and rank() == 0:
         print(fates, flush=True)
     device = _device(block.device)

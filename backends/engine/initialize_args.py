@@ -15,13 +15,17 @@ object is read back into the config's block:
 - `training_data` gives the third element of the tuple: a DataLoader over
   this rank's share (DistributedSampler over the data-parallel ranks, the
   engine's micro-batch), as DeepSpeed's.
+- `pipeline=True`, the seed libraries' argument (planner/contract/config_dialects.py
+  reads the rest of their dialect): every rank the other splits leave becomes a
+  pipeline stage, hardware_selector.layout.pp, when our engine can pipeline the
+  model; otherwise one line naming what to do.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from planner.contract.engine_config import EngineConfig
+from planner.contract.engine_config import EngineConfig, with_changes
 from planner.errors import UserInputError
 
 TORCH_OPTIMIZERS = {"AdamW": "AdamW", "Adam": "Adam", "SGD": "SGD"}
@@ -59,8 +63,39 @@ def with_optimizer_object(settings: EngineConfig, optimizer: Any, model: Any, ex
         params["dampening"] = float(first.get("dampening", 0.0))
     if kind == "Adam":
         params["adam_w_mode"] = False  # torch's Adam adds weight decay to the gradient: DeepSpeed's Adam without AdamW
-    block = {"type": kind, "params": params}
-    return EngineConfig.model_validate({**settings.model_dump(), "optimizer": block})
+    return with_changes(settings, {"optimizer": {"type": kind, "params": params}})
+
+
+def with_pipeline_flag(settings: EngineConfig, pipeline: Any, model: Any, world_size: int) -> EngineConfig:
+    """`settings` whose layout pipelines the model over the ranks when `pipeline` is True (the seed dialect)."""
+    if pipeline is None or pipeline is False:
+        return settings
+    if pipeline is not True:
+        raise UserInputError(f"initialize's pipeline must be True or False, not {pipeline!r}")
+    block = settings.hardware_selector
+    layout = block.layout
+    if layout.pp > 1:
+        return with_changes(settings, {}, ("pipeline=True", f"kept hardware_selector.layout.pp {layout.pp}"))
+    from backends.decoder_anatomy import ARCHITECTURES
+
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type not in ARCHITECTURES:
+        raise UserInputError(
+            f"initialize(pipeline=True): our engine pipelines Hugging Face models of {', '.join(sorted(ARCHITECTURES))}"
+            f", and this {type(model).__name__} is not one; drop pipeline=True (ZeRO trains any module)"
+        )
+    others = (layout.dp or 1) * layout.tp * layout.cp  # the ranks each stage spans
+    stages = world_size // others
+    if stages < 2 or world_size % others:
+        raise UserInputError(
+            f"initialize(pipeline=True) splits the model into pipeline stages over the ranks, and {world_size} "
+            f"rank(s) over {others} per stage (dp x tp x cp) make no 2 stages; start it under torchrun "
+            f"--nproc_per_node={2 * others} (or a multiple), or set hardware_selector.layout.pp"
+        )
+    pipelined = {**block.model_dump(), "layout": {**layout.model_dump(), "pp": stages}}
+    return with_changes(
+        settings, {"hardware_selector": pipelined}, ("pipeline=True", f"became hardware_selector.layout.pp {stages}")
+    )
 
 
 def check_model_parameters(model: Any, model_parameters: Any) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from planner.contract.engine_config import EngineConfig, ZeroBlock, load_engine_config
+from planner.contract.engine_config import EngineConfig, ZeroBlock, load_engine_config, with_changes
 from planner.errors import UserInputError
 from planner.plan import Plan
 from planner.training_config import FsdpSharding, Strategy
@@ -54,9 +54,7 @@ def setup_distributed_training(
 
     settings = engine_config_of(config)
     if optimizer is not None:  # the object's hyperparameters replace the config's optimizer block
-        settings = load_engine_config(
-            {key: value for key, value in settings.model_dump().items() if key != "optimizer"}
-        )
+        settings = with_changes(settings, {"optimizer": None})
     return initialize(model=model, config=settings, optimizer=optimizer, training_data=dataset, collate_fn=collate_fn)
 
 

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, Strict, ValidationError, model_validator
 
+from planner.contract.config_dialects import translate_seed_keys
 from planner.contract.deepspeed_keys import without_deepspeed_only_keys
 from planner.contract.layout import ParallelDims
 from planner.contract.schema import SCHEMA_VERSION, describe_validation_error, read_json_file
@@ -111,6 +112,7 @@ class ModelBlock(_Strict):
 class CheckpointBlock(_Strict):
     """Our optional additions: where and how often the engine checkpoints."""
 
+    save_dir: str | None = None  # where save_checkpoint() / load_checkpoint() called without a folder write and read
     keep_last: int = Field(default=2, ge=1)
     async_save: bool = False
 
@@ -164,8 +166,9 @@ class HardwareSelectorBlock(_Strict):
 
 
 class EngineConfig(_Strict):
-    # (key, what became of it) for the DeepSpeed-only keys it was loaded from: translated or dropped
-    # (planner/contract/deepspeed_keys.py); the engine's start-up line, not a setting.
+    # (key, what became of it) for the keys it was loaded from that are not ours: a seed library's
+    # (planner/contract/config_dialects.py) or DeepSpeed's only (planner/contract/deepspeed_keys.py),
+    # translated or dropped; the engine's start-up line, not a setting.
     _key_fates: list[tuple[str, str]] = PrivateAttr(default_factory=list)
 
     train_batch_size: int | None = Field(default=None, ge=1)
@@ -239,21 +242,35 @@ def load_engine_config(source: str | Path | dict | EngineConfig) -> EngineConfig
     if not isinstance(source, dict):
         raise UserInputError(f"{origin} must be a JSON object")
     fates: list[tuple[str, str]] = []
+    source = translate_seed_keys(source, origin, fates)  # a seed library's flat dict, in our words
     source = without_deepspeed_only_keys(source, origin, fates)  # a ds_config.json drives the engine unchanged
     try:
         config = EngineConfig.model_validate(source)
     except ValidationError as error:
         raise UserInputError(f"{origin}: {describe_validation_error(error, 'docs/engine.md')}") from None
-    config._key_fates = fates  # printed once by the engine at start-up (backends/engine/engine.py)
+    config._key_fates = fates  # printed once by the engine at start-up (backends/engine/initialize.py)
     return config
 
 
+def with_changes(config: EngineConfig, changes: dict[str, Any], fate: tuple[str, str] | None = None) -> EngineConfig:
+    """`config` with top-level keys replaced (None: unset, the default) and validated again; the keys it was
+    written with stay the ones set, its key fates are kept and `fate` is added to them."""
+    document = {**config.model_dump(exclude_unset=True), **changes}
+    try:
+        changed = EngineConfig.model_validate({key: value for key, value in document.items() if value is not None})
+    except ValidationError as error:
+        raise UserInputError(f"engine config: {describe_validation_error(error, 'docs/engine.md')}") from None
+    changed._key_fates = [*config._key_fates, *([fate] if fate else [])]
+    return changed
+
+
 def key_fates_line(config: EngineConfig) -> str | None:
-    """One line saying what became of the DeepSpeed-only keys `config` was loaded from, or None."""
+    """One line saying what became of the keys `config` was loaded from that are not ours (a seed library's,
+    DeepSpeed's only, initialize's pipeline=True), or None."""
     fates = config._key_fates
     if not fates:
         return None
     changed = [f"{key} {fate}" for key, fate in fates if fate != "dropped"]
     dropped = [key for key, fate in fates if fate == "dropped"]
     parts = changed + ([f"dropped (no effect on what is trained): {', '.join(dropped)}"] if dropped else [])
-    return "DeepSpeed keys: " + "; ".join(parts) + " (docs/engine.md, DeepSpeed keys)"
+    return "Config keys: " + "; ".join(parts) + " (docs/engine.md, Configs from other libraries)"
