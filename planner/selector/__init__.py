@@ -15,7 +15,7 @@ Conventions:
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from planner.errors import UserInputError, UserInputTypeError
 from planner.hardware.cluster import check_nvme
@@ -95,7 +95,8 @@ def _check_request(gpu_count: object, batch_size: object, max_memory_gb: object,
         if options.get(name) is not None:
             check_name(name, options[name])
     check_name("objective", options.get("objective", "throughput"))
-    check_nvme(options.get("nvme_gb"), options.get("nvme_gbps"), ("nvme_gb", "nvme_gbps"))
+    nvme = (options.get("nvme_gb"), options.get("nvme_gbps"))  # check_nvme checks their types itself
+    check_nvme(cast("float | None", nvme[0]), cast("float | None", nvme[1]), ("nvme_gb", "nvme_gbps"))
     if not isinstance(options.get("allow_engine", False), bool):
         raise UserInputTypeError(f"allow_engine must be True or False, not {options['allow_engine']!r}")
     strategies = options.get("strategies")
