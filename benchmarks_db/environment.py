@@ -1,15 +1,19 @@
-"""What a benchmark ran on: host, driver and software versions, read without importing torch."""
+"""What a benchmark ran on: driver and software versions, read without importing torch.
+
+A record says nothing about who made it or where: `host` stays empty (docs/benchmarks.md; the hardware is
+told by the record's GPU, count, driver and interconnect). The field remains so that older databases, which
+kept a host name, still read.
+"""
 
 from __future__ import annotations
 
-import socket
 from importlib import metadata
 
 from pydantic import BaseModel
 
 
 class RunEnvironment(BaseModel):
-    host: str
+    host: str = ""  # never filled in: no host names in a record
     driver: str | None = None
     torch_version: str | None = None
     deepspeed_version: str | None = None
@@ -26,7 +30,6 @@ def _version(package: str) -> str | None:
 
 def current_environment(driver: str | None = None) -> RunEnvironment:
     return RunEnvironment(
-        host=socket.gethostname(),
         driver=driver,
         torch_version=_version("torch"),
         deepspeed_version=_version("deepspeed"),

@@ -323,7 +323,10 @@ def test_a_run_folders_tune_trials_its_own_model_and_data(tmp_path, monkeypatch)
     assert str(corpus) in json.dumps(json.loads(meta.read_text())["sources"])
     document = json.loads((run_dir / "plan.json").read_text())
     assert document["run"]["data"]["train"] == [str(corpus)] and len(document["tune"]["trials"]) == 2
-    assert len(BenchmarkStore(tmp_path / "db.duckdb").runs()) == 2
+    records = BenchmarkStore(tmp_path / "db.duckdb").runs()
+    assert len(records) == 2
+    # A record holds the hardware and the measurements, nothing about the user: no data path, no host name.
+    assert all(record.host == "" and str(tmp_path) not in record.model_dump_json() for record in records)
 
 
 def test_an_elastic_folder_stays_elastic_when_its_winner_is_emitted(tmp_path, monkeypatch):

@@ -168,7 +168,7 @@ def record(
         measured["mfu"] = speed.mfu * speed.step_time_s / median
     entry = RunRecord(
         # The hardware and software, not the user: no hostname, and no data paths anywhere in the record.
-        **current_environment().model_copy(update={"host": ""}).model_dump(),
+        **current_environment().model_dump(),
         gpu_name=plan.cluster.gpu.name if run.device == "cuda" else "cpu",
         gpu_count=run.world_size,
         nodes=run.num_nodes,

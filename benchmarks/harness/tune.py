@@ -81,7 +81,7 @@ def tune_matrix(spec: ModelSpec, cluster: ClusterSpec, plans: list[Plan], *, tin
     digest = spec_hash(spec)
     matrix = BenchmarkMatrix(
         generated_at=datetime.now(timezone.utc).replace(microsecond=0),
-        model=spec.origin if spec.origin not in ("catalog", "dimensions", "parameter count") else spec.name,
+        model=spec.name,  # as `train` records it: a local checkpoint's name, not its path (matched by spec hash)
         model_spec_hash=digest,
         tiny=tiny,
         hardware="cpu" if cluster.gpu.kind == "cpu" else "cuda",
