@@ -165,6 +165,17 @@ def test_gpus_json_prints_the_source_of_every_figure(capsys):
     assert b200["date"] == "2026-11-26" and b200["date_kind"] == "accessed" and "atineoSE" in b200["read_via"]
 
 
+def test_gpus_table_footnotes_say_where_each_number_came_from(capsys):
+    assert main(["gpus"]) == 0
+    out = capsys.readouterr().out
+    footnotes = {line.split("] ", 1)[1].split(":", 1)[0]: line for line in out.splitlines() if line.startswith("[")}
+    assert set(footnotes) == {spec.name for spec in CATALOG}
+    assert "mem, mem-bw, fp32, tf32, fp16, bf16, fp8, link, power: vendor https://nvdam.widen.net/" in footnotes["B200"]
+    assert "bf16, fp8: unsourced (recalled)" in footnotes["H20"]
+    assert "shared reference (gpu_specs row 'H100 SXM5 80GB')" in footnotes["H100-80GB"]
+    assert "unsourced (placeholder)" in footnotes["cpu"]
+
+
 @pytest.mark.parametrize(
     "fields",
     [

@@ -34,6 +34,16 @@ TFLOPS_FIGURES: tuple[str, ...] = tuple(f"dense_tflops.{dtype}" for dtype in ("f
 OPTIONAL_FIGURES: tuple[str, ...] = ("pcie_generation",)
 KNOWN_FIGURES: frozenset[str] = frozenset((*SCALAR_FIGURES, *TFLOPS_FIGURES, *OPTIONAL_FIGURES))
 
+# Short labels for the `gpus` table's footnotes.
+FIGURE_LABELS: dict[str, str] = {
+    "memory_bytes": "mem",
+    "memory_bandwidth_GBps": "mem-bw",
+    "interconnect": "link",
+    "tdp_watts": "power",
+    "pcie_generation": "pcie",
+    **{path: path.split(".")[1] for path in TFLOPS_FIGURES},
+}
+
 
 class FigureSource(BaseModel):
     """The provenance of one figure of one catalog entry."""
@@ -75,3 +85,15 @@ class FigureSource(BaseModel):
             return "shared reference row"
         label = "read " if self.date_kind == "accessed" else ""
         return f"{self.kind} {self.url} ({label}{self.date})"
+
+
+def summarize_sources(sources: dict[str, FigureSource], paths: list[str]) -> list[tuple[str, list[str]]]:
+    """(one-line source, figure labels it backs) in first-use order; figures without a source count as unsourced."""
+    groups: dict[str, list[str]] = {}
+    for path in paths:
+        source = sources.get(path)
+        line = source.short() if source is not None else "unsourced (recalled)"
+        if source is not None and source.kind == "reference":
+            line = f"shared reference ({source.note.removeprefix('published_reference.yaml ')})"
+        groups.setdefault(line, []).append(FIGURE_LABELS[path])
+    return list(groups.items())
