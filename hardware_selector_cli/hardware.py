@@ -13,6 +13,7 @@ import typer
 
 from planner.errors import UserInputError
 from planner.hardware.detect import DetectionReport, detect_hardware
+from planner.hardware.gpu_sources import summarize_sources
 from planner.hardware.gpus import GpuSpec, Interconnect, load_gpu_catalog
 from planner.units import format_bytes
 
@@ -52,10 +53,11 @@ def _print_catalog(specs: list[GpuSpec]) -> None:
     from rich.table import Table
 
     table = Table(title=f"GPU catalog ({len(specs)} entries; dense TFLOPs, '-' = unsupported)")
-    for column in ("name", "GiB", "HBM GB/s", "bf16", "fp16", "fp8", "fp32", "link", "GB/s/dir", "$/h", "confidence"):
+    columns = ("name", "GiB", "HBM GB/s", "bf16", "fp16", "fp8", "fp32", "link", "GB/s/dir", "$/h", "confidence", "src")
+    for column in columns:
         left = column in ("name", "link", "confidence")
         table.add_column(column, justify="left" if left else "right", no_wrap=column != "confidence")
-    for spec in specs:
+    for number, spec in enumerate(specs, start=1):
         tflops = spec.dense_tflops
         table.add_row(
             escape(spec.name + (" (placeholder)" if spec.placeholder else "")),
@@ -69,16 +71,21 @@ def _print_catalog(specs: list[GpuSpec]) -> None:
             f"{spec.interconnect.bandwidth_GBps_per_direction:g}",
             f"{spec.price_usd_per_hour:.2f}",
             escape(spec.confidence),
+            f"[{number}]",
         )
     console = _console()
     console.print(table)
-    console.print(
-        "Prices are assumptions (on-demand, per GPU-hour): override them. "
-        "Per-entry sources: `hardware-selector gpus --json`.",
-        soft_wrap=True,
-        markup=False,
-        highlight=False,
+
+    def line(text: str) -> None:
+        console.print(text, soft_wrap=True, markup=False, highlight=False)
+
+    line(
+        "Prices are assumptions (on-demand, per GPU-hour): override them. Where each figure comes from, "
+        "per GPU (`hardware-selector gpus --json` gives every figure's URL, date and what the document printed):"
     )
+    for number, spec in enumerate(specs, start=1):
+        groups = summarize_sources(spec.sources, spec.figure_paths())
+        line(f"[{number}] {spec.name}: " + "; ".join(f"{', '.join(labels)}: {text}" for text, labels in groups))
 
 
 def _pcie(generation: int | None, width: int | None) -> str:

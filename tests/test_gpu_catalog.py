@@ -60,22 +60,24 @@ def test_catalog_has_at_least_20_gpus_and_one_cpu_placeholder():
 
 
 @pytest.mark.parametrize("spec", REFERENCED, ids=lambda spec: spec.name)
-def test_figures_equal_the_reference_or_are_marked_recalled(spec):
+def test_figures_equal_the_reference_row_or_cite_another_source(spec):
     row = reference_row(spec.reference_gpu)
     for field, (ours, keys) in catalog_figures(spec).items():
         present = [key for key in keys if key in row]
         published = row[present[0]] if present else None
-        recalled = field in spec.recalled_fields
+        source = spec.sources.get(field)
         if isinstance(published, (int, float)):
             assert ours == pytest.approx(published), f"{spec.name} {field}: {ours} != reference {published}"
-            assert not recalled, f"{spec.name} {field} is in the reference, so it is not recalled"
+            assert source is not None and source.kind != "unsourced", f"{spec.name} {field} is in the reference row"
         elif isinstance(published, str) and " or " in published:  # "16 or 32"
             assert ours in [float(option) for option in published.split(" or ")], f"{spec.name} {field}"
         elif present and published is None:
             assert ours is None, f"{spec.name} {field}: reference says unsupported, catalog has {ours}"
         elif ours is not None:
-            # Not in the row, or only as prose ("~835 (recalled)"): must be declared.
-            assert recalled, f"{spec.name} {field}={ours} is not in the reference row; list it in recalled_fields"
+            # Not in the row, or only as prose ("~835 (recalled)"): a document of its own, or marked unsourced.
+            assert source is not None and source.kind != "reference", (
+                f"{spec.name} {field}={ours} is not in the reference row; cite its source or mark it unsourced"
+            )
 
 
 @pytest.mark.parametrize("spec", REFERENCED, ids=lambda spec: spec.name)
@@ -114,11 +116,17 @@ def test_pcie_table_matches_the_reference_texts():
     assert pcie_bandwidth_GBps_per_direction(4, width=8) == 16
 
 
-def test_entries_outside_the_reference_are_marked_recalled():
+def test_entries_outside_the_reference_cite_no_reference_row_but_the_nvlink_table():
+    generations = {g["gen"]: g for g in published_reference()["gpu_specs"]["nvlink_generations"]}
     for spec in CATALOG:
-        if spec.reference_gpu is None:
-            assert spec.confidence in ("recalled", "placeholder"), spec.name
-            assert "memory_bandwidth_GBps" in spec.recalled_fields, spec.name
+        if spec.reference_gpu is not None:
+            continue
+        for field, source in spec.sources.items():
+            if source.kind != "reference":
+                continue
+            assert field == "interconnect" and "nvlink_generations" in source.note, f"{spec.name} {field}"
+            generation = generations[spec.interconnect.generation]
+            assert spec.interconnect.bandwidth_GBps_per_direction == generation["per_dir_GBps"], spec.name
 
 
 def test_every_entry_cites_a_source_and_an_assumed_price():
@@ -261,15 +269,14 @@ NEW_GPUS = ("H800", "H20", "GB200", "B300", "MI325X", "MI355X")
 
 @pytest.mark.parametrize("name", NEW_GPUS)
 def test_2025_gpus_are_consistent_and_plan(name, capsys):
-    """Recalled from their datasheets (no reference row): each says so, FP8 is twice the dense BF16 rate as
-    on every Hopper/Blackwell/CDNA3-4 part, and a plan on them runs."""
+    """No reference row: each figure names its own source, FP8 is twice the dense BF16 rate as on every
+    Hopper/Blackwell/CDNA3-4 part, and a plan on them runs."""
     import json
 
     from hardware_selector import main
 
     spec = resolve_gpu(name)
-    assert spec.confidence == "recalled" and spec.reference_gpu is None and spec.source.startswith("recalled")
-    assert "memory_bytes" in spec.recalled_fields and "dense_tflops.bf16" in spec.recalled_fields
+    assert spec.reference_gpu is None and set(spec.figure_paths()) <= set(spec.sources)
     assert spec.dense_tflops.fp8 == pytest.approx(2 * spec.dense_tflops.bf16, abs=1.0)  # datasheets round
     assert spec.interconnect.bandwidth_GBps_bidirectional == 2 * spec.interconnect.bandwidth_GBps_per_direction
     argv = ["plan", "--model", "llama-3.1-70b", "--gpu", name, "--gpus-per-node", "8", "--nodes", "2",

@@ -1,8 +1,10 @@
 """The GPU catalog: what each accelerator offers, and looking one up by name.
 
-The data is `planner/catalog/gpus.json`; every figure in it either matches a
-row of the shared published reference (named by `reference_gpu`) or is listed
-in that entry's `recalled_fields`. Reading it needs neither torch nor NVML.
+The data is `planner/catalog/gpus.json`; every figure in it carries its own
+source in the entry's `sources` map (planner.hardware.gpu_sources): a vendor or
+secondary document with URL and date, the shared published reference's row
+(named by `reference_gpu`), or an explicit "unsourced" (recalled) marker.
+Reading it needs neither torch nor NVML.
 
 Conventions (also written into the JSON):
 - memory_bytes: nominal capacity in GiB, so an "80GB" GPU holds 80 * 2**30 bytes.
@@ -23,6 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.errors import UserInputError
+from planner.hardware.gpu_sources import KNOWN_FIGURES, SCALAR_FIGURES, TFLOPS_FIGURES, FigureSource
 
 GPU_CATALOG_FILE = Path(__file__).resolve().parent.parent / "catalog" / "gpus.json"
 
@@ -107,11 +110,30 @@ class GpuSpec(BaseModel):
     reference_gpu: str | None = None
     source: str
     confidence: str
-    # Figures not taken from the reference row ("dense_tflops.fp16", "tdp_watts", ...).
-    recalled_fields: list[str] = Field(default_factory=list)
+    # Figure path ("memory_bytes", "dense_tflops.bf16", "interconnect", ...) -> where it comes from.
+    sources: dict[str, FigureSource] = Field(default_factory=dict)
     # True for nominal values that must be calibrated before being trusted (the cpu entry).
     placeholder: bool = False
     notes: str = ""
+
+    @model_validator(mode="after")
+    def _sources_name_known_figures(self) -> GpuSpec:
+        unknown = sorted(set(self.sources) - KNOWN_FIGURES)
+        if unknown:
+            raise ValueError(f"{self.name}: sources for unknown figures {unknown}")
+        return self
+
+    def figure_paths(self) -> list[str]:
+        """The figures this entry states: memory, bandwidth, each supported dtype's rate, link, power."""
+        rates = [path for path in TFLOPS_FIGURES if getattr(self.dense_tflops, path.split(".")[1]) is not None]
+        memory, bandwidth, link, power = SCALAR_FIGURES
+        return [memory, bandwidth, *rates, link, *([power] if self.tdp_watts is not None else [])]
+
+    def unsourced_fields(self) -> list[str]:
+        """Figures marked "unsourced" (recalled) or given no source at all."""
+        return [
+            path for path in self.figure_paths() if path not in self.sources or self.sources[path].kind == "unsourced"
+        ]
 
     def supports(self, dtype: str) -> bool:
         return getattr(self.dense_tflops, _check_dtype(dtype)) is not None
