@@ -1,4 +1,4 @@
-"""MPT (model_type "mpt"): its config.json reader.
+"""MPT (model_type "mpt"): its config.json reader, and raw dimensions with --positions / --max-positions.
 
 References:
 - mosaicml/mpt-7b's config.json (https://huggingface.co/mosaicml/mpt-7b/blob/main/config.json), stored in
@@ -23,9 +23,11 @@ import pytest
 from hardware_selector import main
 from planner.errors import UserInputError
 from planner.models.hf_config import spec_from_hf_config
-from planner.models.resolve import resolve_model
+from planner.models.resolve import resolve_model, spec_from_dimensions
 
 CONFIG = Path(__file__).parent / "data" / "configs" / "mpt-7b.json"
+MPT_7B_DIMENSIONS = ["--hidden", "4096", "--layers", "32", "--heads", "32", "--ffn", "16384", "--vocab", "50432",
+                     "--mlp", "standard"]  # fmt: skip
 CLUSTER = ["--gpu", "H100-80GB", "--gpus-per-node", "8", "--global-batch", "64"]
 
 
@@ -68,10 +70,58 @@ def test_count_equals_transformers_class_on_meta_device():
     assert spec.params.total == 6_649_286_656
 
 
-@pytest.mark.parametrize("model", [["--model", str(CONFIG)]])
+def test_raw_dimensions_with_alibi_are_mpt_7b():
+    from_flags = spec_from_dimensions(hidden=4096, layers=32, heads=32, ffn=16384, vocab=50432, mlp="standard",
+                                      positions="alibi")  # fmt: skip
+    from_config = spec_from_hf_config(_config(), name="mpt-7b")
+    assert from_flags.model_type == "mpt" and from_flags.position_embedding == "alibi"
+    assert from_flags.params.total == from_config.params.total
+
+
+@pytest.mark.parametrize("model", [["--model", str(CONFIG)], [*MPT_7B_DIMENSIONS, "--positions", "alibi"]])
 def test_plans_at_65k_tokens(model, capsys):
     assert main(["plan", *model, *CLUSTER, "--seq-len", "65536", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["best"]["throughput"]["tokens_per_s"] > 0
+
+
+def test_learned_positions_are_still_capped(capsys):
+    """The default for --mlp standard stays GPT-2's learned table (8192 rows unless --max-positions says)."""
+    assert main(["plan", *MPT_7B_DIMENSIONS, *CLUSTER, "--seq-len", "65536", "--json"]) == 2
+    assert "8192 learned positions" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "positions, max_positions, model_type, table",
+    [("learned", 65536, "gpt2", 65536 * 4096), ("rope", 65536, "gpt_neox", 0), ("none", None, "mpt", 0)],
+)
+def test_each_positions_choice(positions, max_positions, model_type, table):
+    spec = spec_from_dimensions(hidden=4096, layers=32, heads=32, ffn=16384, vocab=50432, mlp="standard",
+                                positions=positions, max_positions=max_positions)  # fmt: skip
+    assert spec.model_type == model_type
+    assert spec.params.embedding == 50432 * 4096 + table  # tied token table (+ the learned position table)
+    if max_positions:
+        assert spec.max_position_embeddings == max_positions
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--positions", "alibi", "--max-positions", "4096"], "--positions alibi has neither: drop it"),
+        (["--positions", "none", "--max-positions", "4096"], "--positions none has neither: drop it"),
+        (["--positions", "rope", "--max-positions", "-1"], "--max-positions must be at least 1"),
+        (["--positions", "sinusoid"], "--positions must be learned, rope, alibi or none"),
+        (["--mlp", "gated", "--positions", "alibi"], "--mlp gated builds a Llama-shaped model"),
+    ],
+)
+def test_nonsense_is_one_line(flags, message, capsys):
+    assert main(["plan", *MPT_7B_DIMENSIONS, *flags, *CLUSTER, "--json"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and message in error
+
+
+def test_positions_shape_only_a_model_given_by_dimensions(capsys):
+    assert main(["plan", "--model", "gpt2", "--positions", "alibi", *CLUSTER, "--json"]) == 2
+    assert "--positions shapes a model given by its dimensions" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
