@@ -29,6 +29,8 @@ class ModelOptions:
     experts: int | None
     top_k: int | None
     mlp: str | None
+    positions: str | None = None
+    max_positions: int | None = None
 
     def resolve(self) -> ModelSpec:
         dimension_flags = {
@@ -48,7 +50,8 @@ class ModelOptions:
             raise UserInputError("give only one of --model, --params, or the dimension flags")
         from planner.models.resolve import resolve_model, spec_from_dimensions, spec_from_param_count
 
-        shape_flags = {"--kv-heads": self.kv_heads, "--experts": self.experts, "--top-k": self.top_k, "--mlp": self.mlp}
+        shape_flags = {"--kv-heads": self.kv_heads, "--experts": self.experts, "--top-k": self.top_k, "--mlp": self.mlp,
+                       "--positions": self.positions, "--max-positions": self.max_positions}  # fmt: skip
         shaping = [flag for flag, value in shape_flags.items() if value is not None]
         if shaping and not given:
             # They shape a model built from dimensions; a named model or a parameter count has its own shape.
@@ -74,6 +77,8 @@ class ModelOptions:
             experts=self.experts or 0,
             top_k=self.top_k,
             mlp=self.mlp or "gated",
+            positions=self.positions,
+            max_positions=self.max_positions,
         )
 
 
@@ -93,5 +98,16 @@ def model_options(
     mlp: str | None = typer.Option(
         None, "--mlp", help="gated (SwiGLU, 3 matrices; default) or standard (GELU, 2 matrices)."
     ),
+    positions: str | None = typer.Option(
+        None,
+        "--positions",
+        help="learned, rope, alibi or none (default: rope for --mlp gated, learned for standard; "
+        "alibi and none need --mlp standard).",
+    ),
+    max_positions: int | None = typer.Option(
+        None, "--max-positions", help="Learned position rows, or a rotary model's context (default 8192)."
+    ),
 ) -> ModelOptions:
-    return ModelOptions(model, params, hidden, layers, heads, ffn, vocab, kv_heads, experts, top_k, mlp)
+    return ModelOptions(
+        model, params, hidden, layers, heads, ffn, vocab, kv_heads, experts, top_k, mlp, positions, max_positions
+    )

@@ -1,7 +1,8 @@
 """Regenerate planner/catalog/catalog.json from the HF configs in planner/catalog/models/.
 
 Each models/<name>.json holds a catalog entry: its name, HF id, aliases and the
-model's config.json as published on the Hub. For every entry this builds the
+model's config.json as published on the Hub (with config_source: where it was
+checked, for the entries that were). For every entry this builds the
 transformers model on the meta device (no memory, no download) for exact
 counts, reads the architecture with planner.models.hf_config, and writes all specs,
 sorted by name, to catalog.json -- atomically, so a reader never sees half a file.
@@ -32,6 +33,19 @@ MODELS_DIR = CATALOG_DIR / "models"
 SCHEMA_VERSION = 1
 
 
+class ConfigSource(BaseModel):
+    """Where an entry's config was checked: the official file, and the readable copies its values were read from
+    (the Hub file itself may be gated or out of reach)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(pattern=r"^https://")
+    part: str | None = None  # the block of that file the entry holds, e.g. "text_config"
+    revision: str | None = None
+    read_from: list[str] = Field(min_length=1)
+    note: str = ""
+
+
 class CatalogEntry(BaseModel):
     """One models/<name>.json file."""
 
@@ -40,6 +54,7 @@ class CatalogEntry(BaseModel):
     name: str = Field(min_length=1)
     hf_id: str | None = None
     aliases: list[str] = Field(default_factory=list)
+    config_source: ConfigSource | None = None
     config: dict
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.models.catalog import CATALOG_DIR, find_model
+from planner.models.dimension_configs import POSITIONS_OF_SPEC, dimension_config
 from planner.models.families import FAMILIES
 from planner.models.spec import ModelSpec
 
@@ -50,29 +51,17 @@ def hf_config_for(spec: ModelSpec) -> dict[str, Any]:
 
 
 def _synthesised_config(spec: ModelSpec) -> dict[str, Any]:
-    if spec.model_type == "gpt2":
-        return {
-            "model_type": "gpt2",
-            "n_embd": spec.hidden_size,
-            "n_layer": spec.num_layers,
-            "n_head": spec.num_heads,
-            "n_inner": spec.ffn_size,
-            "vocab_size": spec.vocab_size,
-            "n_positions": spec.max_position_embeddings,
-            "activation_function": "gelu_new",
-        }
-    config: dict[str, Any] = {
-        "model_type": "mixtral" if spec.is_moe else "llama",
-        "hidden_size": spec.hidden_size,
-        "num_hidden_layers": spec.num_layers,
-        "num_attention_heads": spec.num_heads,
-        "num_key_value_heads": spec.num_kv_heads,
-        "intermediate_size": spec.expert_ffn_size or spec.ffn_size,
-        "vocab_size": spec.vocab_size,
-        "max_position_embeddings": spec.max_position_embeddings,
-        "hidden_act": "silu",
-        "tie_word_embeddings": spec.tied_embeddings,
-    }
-    if spec.is_moe:
-        config.update(num_local_experts=spec.num_experts, num_experts_per_tok=spec.experts_per_token)
-    return config
+    """The config a model given by its dimensions was read from (planner/models/dimension_configs.py)."""
+    return dimension_config(
+        hidden=spec.hidden_size,
+        layers=spec.num_layers,
+        heads=spec.num_heads,
+        kv_heads=spec.num_kv_heads,
+        ffn=spec.expert_ffn_size or spec.ffn_size,
+        vocab=spec.vocab_size,
+        experts=spec.num_experts,
+        top_k=spec.experts_per_token or None,
+        mlp=spec.mlp_kind.value,
+        positions=POSITIONS_OF_SPEC.get(spec.position_embedding, "rope"),
+        max_positions=spec.max_position_embeddings,
+    )

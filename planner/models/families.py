@@ -144,6 +144,26 @@ _ENTRIES = (
         size_keys=LLAMA_SIZE_KEYS,
         traits=Traits(fused_qkv=True, fused_qkv_rotary=True),
     ),
+    # MPT (planner/models/mpt_config.py): one fused Wqkv. Planned as llm-foundry trains it (attn_impl flash:
+    # FlashAttention with ALiBi slopes, no s x s scores); transformers' MptAttention is eager, hence no run folder.
+    FamilyEntry(
+        model_type="mpt",
+        family=ModelFamily.DECODER_ONLY,
+        task="causal-lm",
+        reader="mpt",
+        block_class="MptBlock",
+        size_keys={
+            "hidden": ("d_model",),
+            "layers": ("n_layers",),
+            "heads": ("n_heads",),
+            "ffn": (),
+            "positions": ("max_seq_len",),
+        },
+        traits=Traits(fused_qkv=True),
+        emit_refusal="transformers' MptForCausalLM runs eager attention and builds a bias-free 4 x d_model MLP "
+        "whatever the config says (expansion_ratio, no_bias, learned_pos_emb), so a run folder would not train what "
+        "was planned; run the plan's layout with llm-foundry's MPT (attn_impl flash) in your own training code",
+    ),
     *LLAMA_STYLE_ENTRIES,
     *(
         FamilyEntry(

@@ -16,7 +16,20 @@ from pydantic import BaseModel, ConfigDict
 from planner.models.spec import ModelFamily
 
 Reader = Literal[
-    "gpt2", "opt", "bloom", "falcon", "gpt_neox", "llama", "bert", "t5", "vit", "whisper", "llava", "clip", "deepseek"
+    "gpt2",
+    "opt",
+    "bloom",
+    "falcon",
+    "gpt_neox",
+    "mpt",
+    "llama",
+    "bert",
+    "t5",
+    "vit",
+    "whisper",
+    "llava",
+    "clip",
+    "deepseek",
 ]
 Task = Literal["causal-lm", "masked-lm", "seq2seq-lm", "image-classification", "speech-seq2seq", "image-text-to-text",
               "contrastive-image-text"]  # fmt: skip

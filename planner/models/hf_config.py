@@ -27,6 +27,7 @@ from planner.models.deepseek_config import read_deepseek
 from planner.models.encoder_configs import read_bert_style, read_t5, read_vit, read_whisper
 from planner.models.families import FAMILIES
 from planner.models.moe_config import read_moe
+from planner.models.mpt_config import read_mpt
 from planner.models.multimodal_configs import read_clip, read_llava
 from planner.models.param_details import ParameterDetails
 from planner.models.param_formula import formula_param_counts, with_vision_tower
@@ -239,6 +240,7 @@ _READER_FUNCTIONS: dict[str, Callable[[ConfigFields, str], ParsedConfig]] = {
     "bloom": lambda f, model_type: _read_bloom(f),
     "falcon": lambda f, model_type: _read_falcon(f),
     "gpt_neox": lambda f, model_type: _read_gpt_neox(f),
+    "mpt": read_mpt,
     "llama": _read_llama_style,
     "bert": read_bert_style,
     "t5": lambda f, model_type: read_t5(f),

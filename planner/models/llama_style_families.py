@@ -172,7 +172,8 @@ LLAMA_STYLE_ENTRIES: tuple[FamilyEntry, ...] = (
         ),
         traits=Traits(softmax_fp32=True, shared_expert=True),
         emit_refusal="transformers' Llama4TextMoe runs every expert on every token (the plan assumes routed experts, "
-        "as torchtitan and Megatron-LM run them)",
+        "as torchtitan and Megatron-LM run them); run the plan's layout with a routed MoE implementation in your own "
+        "training code",
     ),
     _llama_like(
         "gemma",

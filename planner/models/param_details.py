@@ -19,6 +19,8 @@ class ParameterDetails(BaseModel):
 
     # Hidden-sized norms in each block (T5 decoder blocks add one for cross-attention).
     norms_per_layer: int = Field(default=2, ge=0)
+    # Whether a LayerNorm has a bias; None: it does (MPT's no_bias drops them, from every norm and Linear).
+    norm_bias: bool | None = None
     # Per-head RMSNorm on queries and keys (Qwen3, Gemma 3).
     qk_norm: bool = False
     # Bias on the attention output projection; None follows attention_bias (Qwen2 biases q/k/v only).
@@ -101,6 +103,8 @@ def default_details(arch: ModelArchitecture) -> ParameterDetails:
         return ParameterDetails(fused_qkv=True, embedding_norm=True)
     if model_type == "gpt_neox":
         return ParameterDetails(fused_qkv=True)
+    if model_type == "mpt":  # no_bias takes the biases off every Linear and LayerNorm alike
+        return ParameterDetails(fused_qkv=True, norm_bias=arch.attention_bias)
     if model_type == "gptj":
         return ParameterDetails(norms_per_layer=1, lm_head_bias=True)
     if model_type in ("bert", "roberta"):

@@ -29,9 +29,10 @@ from planner.models.param_details import ParameterDetails, default_details
 from planner.models.spec import MlpKind, ModelArchitecture, ModelFamily, ModelSpec, ParamCounts
 
 
-def _norm_params(arch: ModelArchitecture) -> int:
-    # LayerNorm has a weight and a bias; RMSNorm only a weight.
-    return arch.hidden_size * (2 if arch.norm == "layernorm" else 1)
+def _norm_params(arch: ModelArchitecture, details: ParameterDetails) -> int:
+    # LayerNorm has a weight and a bias (unless the model drops it: MPT's no_bias); RMSNorm only a weight.
+    with_bias = arch.norm == "layernorm" and details.norm_bias is not False
+    return arch.hidden_size * (2 if with_bias else 1)
 
 
 def _latent_attention_params(arch: ModelArchitecture) -> int:
@@ -95,7 +96,7 @@ def _block_params(
     attention = _attention_params(arch, details) * (2 if cross_attention else 1)
     mlp = _moe_mlp_params(arch, details) if moe else _mlp_params(arch, arch.ffn_size)
     norms = details.norms_per_layer + (1 if cross_attention else 0)
-    return attention + mlp + norms * _norm_params(arch)
+    return attention + mlp + norms * _norm_params(arch, details)
 
 
 def params_per_layer(spec: ModelArchitecture, details: ParameterDetails | None = None) -> int:
@@ -137,7 +138,7 @@ def _blocks_params(arch: ModelArchitecture, details: ParameterDetails) -> int:
 
 def _other_params(arch: ModelArchitecture, details: ParameterDetails) -> int:
     """Everything outside blocks and lookup tables: final/embedding norms, projections, pooler."""
-    params = (details.final_norms + (1 if details.embedding_norm else 0)) * _norm_params(arch)
+    params = (details.final_norms + (1 if details.embedding_norm else 0)) * _norm_params(arch, details)
     if details.embedding_projection_dim:
         params += 2 * arch.hidden_size * details.embedding_projection_dim  # project_in + project_out, no bias
     if details.pooler:

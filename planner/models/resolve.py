@@ -16,6 +16,7 @@ from pathlib import Path
 from planner.errors import UserInputError
 from planner.limits import MAX_LAYERS, MAX_PARAMS, MAX_WIDTH, check_count, check_number
 from planner.models.catalog import find_model, suggest_models
+from planner.models.dimension_configs import check_positions, dimension_config
 from planner.models.hf_config import spec_from_hf_config
 from planner.models.spec import ModelSpec
 
@@ -181,10 +182,12 @@ def spec_from_dimensions(
     experts: int = 0,
     top_k: int | None = None,
     mlp: str = "gated",
-    max_positions: int = 8192,
+    positions: str | None = None,
+    max_positions: int | None = None,
 ) -> ModelSpec:
-    """A decoder of these dimensions: Llama-shaped (or Mixtral-shaped with experts)
-    for a gated MLP, GPT-2-shaped for a standard one. Counts come from the formula."""
+    """A decoder of these dimensions: Llama-shaped (or Mixtral-shaped with experts) for a gated MLP; for a
+    standard one GPT-2-, GPT-NeoX- or MPT-shaped by its positions (planner/models/dimension_configs.py).
+    Counts come from the formula."""
     for flag, value in (
         ("--hidden", hidden),
         ("--layers", layers),
@@ -204,39 +207,12 @@ def spec_from_dimensions(
         raise UserInputError("--experts needs --top-k (experts each token is routed to)")
     if top_k and not experts:
         raise UserInputError("--top-k needs --experts")
+    chosen, limit = check_positions(mlp, positions, max_positions)
+    if mlp == "standard" and (experts or kv_heads != heads):
+        raise UserInputError("--experts and --kv-heads describe gated (Llama/Mixtral-shaped) models; add --mlp gated")
+    config = dimension_config(hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, ffn=ffn, vocab=vocab,
+                              experts=experts, top_k=top_k, mlp=mlp, positions=chosen, max_positions=limit)  # fmt: skip
     name = f"custom-h{hidden}-l{layers}" + (f"-e{experts}x{top_k}" if experts else "")
-    if mlp == "gated":
-        config: dict = {
-            "model_type": "mixtral" if experts else "llama",
-            "hidden_size": hidden,
-            "num_hidden_layers": layers,
-            "num_attention_heads": heads,
-            "num_key_value_heads": kv_heads,
-            "intermediate_size": ffn,
-            "vocab_size": vocab,
-            "max_position_embeddings": max_positions,
-            "hidden_act": "silu",
-            "tie_word_embeddings": False,
-        }
-        if experts:
-            config.update(num_local_experts=experts, num_experts_per_tok=top_k)
-    elif mlp == "standard":
-        if experts or kv_heads != heads:
-            raise UserInputError(
-                "--experts and --kv-heads describe gated (Llama/Mixtral-shaped) models; add --mlp gated"
-            )
-        config = {
-            "model_type": "gpt2",
-            "n_embd": hidden,
-            "n_layer": layers,
-            "n_head": heads,
-            "n_inner": ffn,
-            "vocab_size": vocab,
-            "n_positions": max_positions,
-            "activation_function": "gelu_new",
-        }
-    else:
-        raise UserInputError(f"--mlp must be 'gated' or 'standard', not '{mlp}'")
     return spec_from_hf_config(config, name=name, origin="dimensions", source="dimension flags")
 
 

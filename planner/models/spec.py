@@ -84,7 +84,8 @@ class ModelArchitecture(BaseModel):
 
     # Details that change parameter and activation counts between architectures.
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
-    position_embedding: Literal["learned", "rotary", "alibi", "relative"] = "learned"
+    # "none": no position signal at all (NoPE; an MPT config with neither ALiBi nor a learned table).
+    position_embedding: Literal["learned", "rotary", "alibi", "relative", "none"] = "learned"
     attention_bias: bool = False
     mlp_bias: bool = False
     # GPT-J/NeoX/Falcon compute attention and MLP from the same input in parallel.

@@ -126,10 +126,7 @@ def emit_run_folder(
         )
     entry = family_of(plan.model.model_type)
     if entry is not None and entry.emit_refusal:
-        raise UserInputError(
-            f"{plan.model.name} is planned, not emitted: {entry.emit_refusal}; run the plan's layout with a routed "
-            "MoE implementation in your own training code"
-        )
+        raise UserInputError(f"{plan.model.name} is planned, not emitted: {entry.emit_refusal}")
     layout = plan.config.layout
     if layout.cp > 1 and (layout.pp > 1 or layout.ep > 1):
         raise UserInputError(

@@ -1,0 +1,70 @@
+"""The catalog entries that were entered from memory, checked against their published config.json (issue 34).
+
+Each names where its config was checked (config_source: the official Hub file, and the readable copies its
+values were read from); their exact counts are pinned here, and they agree with what the model cards publish
+(tests/test_frontier_catalog.py holds the rounded published sizes).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.models.catalog import CATALOG_DIR, find_model
+
+CHECKED = ("llama-4-scout", "llama-4-maverick", "gpt-oss-20b", "gpt-oss-120b", "gemma-3-1b", "gemma-3-27b",
+           "mistral-small-24b", "phi-4")  # fmt: skip
+
+
+def _entry(name: str) -> dict:
+    return json.loads((CATALOG_DIR / "models" / f"{name}.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_entry_names_its_official_config_and_what_was_read(name):
+    entry = _entry(name)
+    source = entry["config_source"]
+    assert source["url"] == f"https://huggingface.co/{entry['hf_id']}/blob/main/config.json"
+    assert source["read_from"] and all(source["read_from"])
+    assert source["note"]
+
+
+# Exact totals and per-token counts from transformers' classes on the meta device (the catalog's counts, which
+# tests/test_catalog_counts.py holds equal to the dimension formula). Published: gpt-oss's model card Table 1,
+# 20.91B and 116.83B; Llama 4 Maverick 400B total / 17B active and Scout 17B active (Meta's cards); Phi-4 14.7B and
+# Mistral-Small-24B-Base-2501 23.6B (the Hub's safetensors counts); Gemma 3: 1B, 27B with its 0.4B vision encoder.
+EXACT = {
+    "llama-4-scout": (107_769_861_120, 17_172_894_720),
+    "llama-4-maverick": (400_711_848_960, 17_184_691_200),
+    "gpt-oss-20b": (20_914_757_184, 4_187_440_704),
+    "gpt-oss-120b": (116_829_156_672, 5_711_982_912),
+    "gemma-3-1b": (999_885_952, 999_885_952),
+    "gemma-3-27b": (27_009_346_304, 27_009_346_304),
+    "mistral-small-24b": (23_572_403_200, 23_572_403_200),
+    "phi-4": (14_659_507_200, 14_659_507_200),
+}
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_exact_counts(name):
+    params = find_model(name).params
+    assert (params.total, params.active_per_token) == EXACT[name]
+
+
+def test_scout_text_model_by_hand():
+    """Llama 4 Scout's text model from the dimensions its config gives: 48 MoE blocks of q/o (5120 x 5120) and k/v
+    (5120 x 8 x 128) attention, a router over 16 experts of a 3 x 5120 x 8192 SwiGLU plus one shared expert of the
+    same size, two norms; untied 202,048 x 5120 embedding and head; a final norm."""
+    h, vocab, experts, ffn = 5120, 202_048, 16, 8192
+    attention = 2 * h * h + 2 * h * 8 * 128
+    moe = h * experts + experts * 3 * h * ffn + 3 * h * ffn
+    assert EXACT["llama-4-scout"][0] == 48 * (attention + moe + 2 * h) + 2 * vocab * h + h
+
+
+def test_scout_keeps_the_base_models_positions():
+    """meta-llama/Llama-4-Scout-17B-16E's text_config: 262,144 positions, llama3 rope scaling by 8."""
+    spec = find_model("llama-4-scout")
+    config = _entry("llama-4-scout")["config"]
+    assert spec.max_position_embeddings == 262_144
+    assert (config["rope_scaling"]["factor"], config["rope_scaling"]["high_freq_factor"]) == (8.0, 4.0)
