@@ -67,6 +67,18 @@ def register(app: typer.Typer) -> None:
             raise UserInputError("tune RUN_DIR tunes the folder's own model and cluster; drop --model and --gpu")
         if run_dir is not None and emit is not None:
             raise UserInputError("tune RUN_DIR re-emits the winner into RUN_DIR; drop --emit")
+        searched = search.training_flags_given(routing_default=routing.is_default, emitting=False)
+        if run_dir is not None and searched:
+            raise UserInputError(
+                f"tune RUN_DIR searches for the folder's own batch, length and precision; drop {', '.join(searched)}, "
+                "or plan with them first (plan --emit DIR ...) and tune that folder"
+            )
+        if run_dir is not None:
+            run_dir = run_dir.expanduser().resolve()  # the trials run elsewhere: a relative path would not hold
+        if emit is not None:
+            from planner.rundir.write import emit_target
+
+            emit_target(emit)  # before the trials, not after them
         spec, target, plans, options, elastic = _candidates(run_dir, model, cluster, search, routing, candidates)
         if target.num_nodes > 1:
             raise UserInputError(

@@ -1,8 +1,9 @@
 """Elastic through torchrun's own agents: two nodes on the loopback, one lost mid-run (docs/running.md, "Elastic").
 
 Two launch.sh agents of an elastic folder (1 to 2 nodes of 2 processes) join one c10d rendezvous and train on
-4 ranks. Once a checkpoint is written, one agent and its ranks are killed with SIGKILL, as a lost node would
-be. The agent left restarts its ranks (torchrun's --max-restarts), the rendezvous closes on the one node that
+4 ranks. Once a checkpoint is written, the agent that does not host the rendezvous store (torchrun's c10d
+store lives with the node at MASTER_ADDR, whose loss ends the job) is killed with its ranks (SIGKILL), as a
+lost node would be. The agent left restarts its ranks (torchrun's --max-restarts), the rendezvous closes on the one node that
 remains, and the runner re-plans for 2 ranks, resumes the checkpoint and trains to the end: the run's metrics
 hold every step once, and the re-plan is in metrics.jsonl and plan.json's history. (tests/test_elastic.py
 checks the numbers of such a resume against a single-process reference; this checks the agents' side.)
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -36,6 +38,17 @@ def _agent(run_dir, port: int, log) -> subprocess.Popen:
     return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def _wait_for_port(port: int, agent: subprocess.Popen, within_s: float = 60) -> None:
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline and agent.poll() is None, "the first agent never opened its store"
+            time.sleep(0.2)
+
+
 def _checkpoints(run_dir) -> list[int]:
     folder = run_dir / "checkpoints"
     return (
@@ -52,7 +65,10 @@ def test_a_node_lost_mid_run_is_re_planned_and_the_run_ends_on_the_node_left(tmp
     assert emitted.returncode == 0, emitted.stderr
     port = free_port()
     logs = [open(tmp_path / f"agent{index}.log", "w") for index in range(2)]  # noqa: SIM115 (closed below)
-    kept, lost = (_agent(run_dir, port, log) for log in logs)
+    # The first agent hosts the rendezvous store (the node at MASTER_ADDR); the node lost is the other one.
+    kept = _agent(run_dir, port, logs[0])
+    _wait_for_port(port, kept)
+    lost = _agent(run_dir, port, logs[1])
     try:
         deadline = time.monotonic() + 240
         while not any(step >= 4 for step in _checkpoints(run_dir)):

@@ -53,7 +53,7 @@ def prepare_trials(
     data/ is `token_cache` (default: one under `scratch`), so the data is tokenized once."""
     from planner.rundir.write import emit_run_folder
 
-    cache = token_cache or scratch / SHARED_CACHE  # a run folder's own data/: its `train` reuses the tokens
+    cache = (token_cache or scratch / SHARED_CACHE).resolve()  # a run folder's own data/: its `train` reuses them
     cache.mkdir(parents=True, exist_ok=True)
     folders = []
     for plan, request in zip(plans, requests, strict=True):

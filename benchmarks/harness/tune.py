@@ -240,7 +240,7 @@ def run_tune(
 
     matrix = tune_matrix(spec, cluster, plans, tiny=tiny)
     steps = timed_steps(budget_s, matrix)
-    done = store.done_matrix_keys()
+    done = store.done_matrix_keys(retry_failed=True)  # a trial that failed is tried again; one measured is not
     pending = [(entry, plan) for entry, plan in zip(matrix.entries, plans, strict=True) if entry.key not in done]
     requests = [
         TrialRequest(key=entry.key, warmup=WARMUP_STEPS, steps=steps, tiny=tiny, memory_limit_gb=memory_limit_gb)

@@ -117,6 +117,8 @@ def apply_overrides(run: RunConfig, overrides: RunOverrides) -> RunConfig:
                 "emit the plan with --model DIR of an HF checkpoint, or use --init random"
             )
         model["init"] = overrides.init
+    if overrides.steps is not None and overrides.epochs is not None:
+        raise UserInputError("--steps and --epochs both say how long to train; give one of them")
     if overrides.steps is not None:
         optim["max_steps"] = overrides.steps
     if overrides.epochs is not None:

@@ -99,6 +99,19 @@ def _not_split_over_tp(plan: Plan) -> str | None:
     return None
 
 
+def emit_target(directory: str | Path, *, force: bool = False) -> Path:
+    """The folder a run folder may be emitted into, resolved; one line when it is no such folder (checked before
+    any work that would be lost to it: a search, a tune's trials)."""
+    if not str(directory).strip():
+        raise UserInputError("the run folder needs a name; an empty path would write into the current folder")
+    run_dir = Path(directory).expanduser().resolve()
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserInputError(f"{run_dir} is a file; give a directory to emit the run folder into")
+    if run_dir.exists() and any(run_dir.iterdir()) and not force:
+        raise UserInputError(f"{run_dir} already exists; pass --force to overwrite it, or choose a new directory")
+    return run_dir
+
+
 def emit_run_folder(
     plan: Plan,
     directory: str | Path,
@@ -144,13 +157,7 @@ def emit_run_folder(
             "FP8 is planned, not emitted: run the plan's layout with Transformer Engine or torchao float8 in your "
             "own training code, or plan without --fp8 to get a run folder"
         )
-    if not str(directory).strip():
-        raise UserInputError("the run folder needs a name; an empty path would write into the current folder")
-    run_dir = Path(directory).expanduser().resolve()
-    if run_dir.exists() and not run_dir.is_dir():
-        raise UserInputError(f"{run_dir} is a file; give a directory to emit the run folder into")
-    if run_dir.exists() and any(run_dir.iterdir()) and not force:
-        raise UserInputError(f"{run_dir} already exists; pass --force to overwrite it, or choose a new directory")
+    run_dir = emit_target(directory, force=force)
     target = run_config(plan, nproc_override, options)
     if overrides is not None:
         target = apply_overrides(target, overrides)
