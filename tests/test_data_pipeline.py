@@ -28,15 +28,18 @@ def tokenizer_dir(tmp_path_factory):
 
 
 def documents_of(patterns, **options):
-    return [
-        text
-        for batch in iter_documents(
-            resolve_sources(patterns),
-            text_field=options.get("text_field", "text"),
-            text_unit=options.get("text_unit", "paragraph"),
-        )
-        for text in batch
-    ]
+    """The documents read, each put together from its pieces."""
+    documents = []
+    for batch in iter_documents(
+        resolve_sources(patterns),
+        text_field=options.get("text_field", "text"),
+        text_unit=options.get("text_unit", "paragraph"),
+    ):
+        for piece in batch:
+            if piece.first:
+                documents.append("")
+            documents[-1] += piece.text
+    return documents
 
 
 def test_every_format_reads_the_same_documents(tmp_path):
@@ -187,7 +190,7 @@ def test_a_separate_evaluation_set_is_tokenized_on_its_own(tmp_path, tokenizer_d
 
 
 def test_the_token_file_encoder_gives_transformers_ids_whatever_the_tokenizer_json_asks(tmp_path, tokenizer_dir):
-    """Token files are encoded by the fast tokenizer's Rust backend directly (backends/data/token_cache.py);
+    """Token files are encoded by the fast tokenizer's Rust backend directly (backends/data/encode.py);
     the reference is transformers' own call. A tokenizer.json that truncates and pads, as some shipped ones
     do, must not cut or pad a document, and the caller's tokenizer keeps its settings."""
     import shutil
@@ -195,7 +198,7 @@ def test_the_token_file_encoder_gives_transformers_ids_whatever_the_tokenizer_js
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer
 
-    from backends.data.token_cache import batch_encoder
+    from backends.data.encode import batch_encoder
 
     folder = tmp_path / "truncating"
     shutil.copytree(tokenizer_dir, folder)
@@ -217,7 +220,7 @@ def test_a_tokenizer_that_adds_python_behaviour_keeps_transformers_call(tokenize
     is noticed on the first batch, and every batch then goes through its own call."""
     from transformers import AutoTokenizer
 
-    from backends.data.token_cache import batch_encoder
+    from backends.data.encode import batch_encoder
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     original = type(tokenizer).__call__
