@@ -102,6 +102,29 @@ def test_a_jsonl_file_without_the_text_field(run_dir, tmp_path):
     one_line_error(cli("train", run_dir, "--data", rows, "--steps", "1"), "no 'text' field (it has 'body', 'id')")
 
 
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_a_data_file_that_is_not_what_its_extension_says_is_refused_before_torchrun(run_dir, tmp_path, kind):
+    """A .jsonl broken on line 30,000 of 40,000 (MBs past the first documents the check used to read) and a truncated .parquet: one line naming the file and the place, before any rank starts, nothing
+    written in the run folder."""
+    import datasets
+
+    texts = [f"document {n} " * 5 for n in range(40_000)]
+    if kind == "jsonl":
+        bad = tmp_path / "rows.jsonl"
+        lines = [json.dumps({"text": text}) for text in texts]
+        lines[29_999] = lines[29_999][:-5]
+        bad.write_text("\n".join(lines) + "\n")
+        fragment = "rows.jsonl, line 30000: not JSON"
+    else:
+        bad = tmp_path / "rows.parquet"
+        datasets.Dataset.from_dict({"text": texts}).to_parquet(str(bad))
+        bad.write_bytes(bad.read_bytes()[:-100])
+        fragment = "rows.parquet: a truncated parquet file"
+    before = sorted(path.name for path in run_dir.iterdir())
+    one_line_error(cli("train", run_dir, "--data", bad, "--steps", "1"), fragment)
+    assert sorted(path.name for path in run_dir.iterdir()) == before
+
+
 def test_a_tokenizer_bigger_than_the_models_vocabulary(user, run_dir, tmp_path):
     corpus = write_corpus(tmp_path / "other.txt", 500, seed=3)
     train_tokenizer(corpus, tmp_path / "tokenizer")  # then grow it past the model's 320 ids

@@ -11,18 +11,21 @@ itself, the others through `datasets` in streaming mode. A document longer
 than a piece comes as several pieces (pieces.py), so a corpus larger than RAM
 and a document of any length go through in flat memory. Every problem a user
 can cause is a UserInputError naming the file: nothing matches, an unknown
-extension, a missing text field, a value that is not text.
+extension, a missing text field, a value that is not text, and the line or
+row of a file that is not what its extension says (file_checks.py).
 """
 
 from __future__ import annotations
 
 import glob
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from backends.data.file_checks import first_line, json_problem, parquet_problem
 from backends.data.pieces import Piece, pieces_of, split_stream
 from planner.errors import UserInputError
 
@@ -117,12 +120,14 @@ def _pieces(source: Source, *, text_field: str, text_unit: str) -> Iterator[Piec
             yield from pieces_of(_text(source, value, rows, text_field))
     except UserInputError:
         raise
-    except (MemoryError, OSError) as error:
-        _reading_failed(source, error)
-    except Exception as error:  # a malformed file surfaces as one of many pyarrow/json errors
-        if "malloc" in str(error) or "memory" in str(error).lower():
+    except Exception as error:  # a malformed file surfaces as one of many pyarrow/json errors, or an OSError
+        if isinstance(error, MemoryError) or "malloc" in str(error) or "memory" in str(error).lower():
             raise MemoryError(f"out of memory while reading {source.path}: {first_line(error)}") from error
-        if "JSON" in type(error).__name__ or "Arrow" in type(error).__name__ or isinstance(error, ValueError):
+        if (
+            isinstance(error, (OSError, ValueError))
+            or "JSON" in type(error).__name__
+            or "Arrow" in type(error).__name__
+        ):
             raise UserInputError(_malformed(source, text_field, rows, error)) from None
         raise
 
@@ -148,6 +153,8 @@ def _values(source: Source, text_field: str) -> Iterator[Any]:
         return
     import datasets
 
+    # datasets logs pyarrow's several-line message for a malformed JSON file; the reader's one line says it
+    logging.getLogger("datasets.packaged_modules.json.json").setLevel(logging.CRITICAL)
     options: dict[str, Any] = {"chunksize": READ_CHUNK_BYTES} if source.kind == "json" else {"batch_size": BATCH_ROWS}
     stream = datasets.load_dataset(source.kind, data_files=[str(source.path)], split="train", streaming=True, **options)
     checked = False
@@ -161,11 +168,21 @@ def _values(source: Source, text_field: str) -> Iterator[Any]:
 def _reading_failed(source: Source, error: BaseException) -> NoReturn:
     if isinstance(error, MemoryError) or getattr(error, "errno", None) == 12:
         raise MemoryError(f"out of memory while reading {source.path}") from error
-    raise UserInputError(f"{source.path}: cannot be read ({getattr(error, 'strerror', None) or error})") from None
+    raise UserInputError(
+        f"{source.path}: cannot be read ({getattr(error, 'strerror', None) or first_line(error)})"
+    ) from None
 
 
 def _malformed(source: Source, field: str, rows: int, error: Exception) -> str:
-    return f"{source.path}: cannot be read as {source.kind} ({first_line(error)})"
+    """The one line for a file pyarrow could not read: the line or row at fault, when the bytes show it."""
+    checks = {"json": lambda: json_problem(source.path, field), "parquet": lambda: parquet_problem(source.path)}
+    problem = checks[source.kind]() if source.kind in checks else None
+    if problem:
+        return problem
+    if isinstance(error, OSError) and error.strerror:  # the file itself (permissions, a vanished mount)
+        return f"{source.path}: cannot be read ({error.strerror})"
+    where = f" after row {rows:,}" if rows else ""
+    return f"{source.path}: cannot be read as {source.kind}{where} ({first_line(error)})"
 
 
 def _load_saved(folder: Path) -> Any:
@@ -192,13 +209,12 @@ def _check_column(source: Source, columns: list[str], field: str) -> str:
 
 
 def _text(source: Source, value: Any, row: int, field: str) -> str:
-    if not isinstance(value, str):
-        raise UserInputError(
-            f"{source.path}: the text field holds {type(value).__name__}, not text; name a text field with --text-field"
-        )
-    return value
-
-
-def first_line(error: Exception) -> str:
-    text = str(error).strip().splitlines()
-    return text[0][:200] if text else type(error).__name__
+    if isinstance(value, str):
+        return value
+    problem = json_problem(source.path, field) if source.kind == "json" else None
+    kind = "null" if value is None else type(value).__name__
+    raise UserInputError(
+        problem
+        or f"{source.path}, row {row:,}: the '{field}' field holds {kind}, not text; "
+        "name a text field with --text-field"
+    )

@@ -105,7 +105,29 @@ def write_token_file(
         "documents": documents,
         "eos_id": eos_id,
         "sources": [str(s.path) for s in sources],
+        "text_field": text_field,
     }
+
+
+def sources_read_before(cache_dir: Path, text_field: str) -> set[Path]:
+    """The source files a token file in cache_dir was written from (with this text field) and that have not
+    changed since: each was read whole without a problem, so `train` need not check it again."""
+    read: set[Path] = set()
+    for meta_path in cache_dir.glob("tokens-*.json"):
+        try:
+            meta, written = _read_meta(meta_path), meta_path.stat().st_mtime_ns
+        except (OSError, ValueError):
+            continue
+        if not isinstance(meta, dict) or meta.get("text_field") != text_field:
+            continue
+        for name in meta.get("sources", []):
+            path = Path(name)
+            try:
+                if path.is_file() and path.stat().st_mtime_ns <= written:
+                    read.add(path)
+            except OSError:
+                continue
+    return read
 
 
 def prepare_token_file(
