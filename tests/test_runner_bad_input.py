@@ -224,6 +224,38 @@ def test_a_checkpoint_kept_only_as_a_pickle_is_refused_not_trained_from_random_w
     assert emit(root, pickled, "from scratch", "--init", "random").returncode == 0  # the explicit choice stands
 
 
+def test_a_run_folder_that_would_train_from_random_weights_beside_a_pickle_is_refused_at_train(user, tmp_path):
+    """A folder emitted before emit refused a pickle-only checkpoint (its plan.json does not record that
+    --init random was asked for) is refused by `train` in one line, nothing written; `train --init random`,
+    or a folder emitted with it, trains from scratch and says so."""
+    from backends.runner.folder import load_run_folder
+    from planner.rundir.run_overrides import RunOverrides
+
+    root, model_dir, corpus = user
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(model_dir / name, pickled / name)
+    (pickled / "pytorch_model.bin").write_bytes(b"\x80\x04not loaded")
+    assert emit(tmp_path, pickled, "chosen", "--init", "random", "--data", corpus).returncode == 0
+    plan = json.loads((tmp_path / "chosen" / "plan.json").read_text())
+    assert plan["run"]["model"]["init"] == "random" and plan["run"]["model"]["init_explicit"] is True
+    old = tmp_path / "old"
+    shutil.copytree(tmp_path / "chosen", old)
+    del plan["run"]["model"]["init_explicit"]  # as emitted before the field, or edited
+    (old / "plan.json").write_text(json.dumps(plan))
+    before = sorted(path.name for path in old.iterdir())
+    one_line_error(cli("train", old, "--steps", "1"), "holds its weights only as pytorch_model.bin (a pickle")
+    assert "convert them to safetensors" in cli("train", old).stderr
+    assert sorted(path.name for path in old.iterdir()) == before
+    note = "note: training from random weights as --init random asks"
+    assert load_run_folder(tmp_path / "chosen", RunOverrides()).notes[0].startswith(note)
+    assert load_run_folder(old, RunOverrides(init="random")).notes[0].startswith(note)
+    trained = cli("train", old, "--init", "random", "--steps", "1", "--nproc", "1")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert note in trained.stdout + trained.stderr
+
+
 def test_a_second_run_on_a_folder_being_trained_is_one_line_naming_the_first(run_dir):
     """Through `train` and through the runner as launch.sh starts it: nothing starts, nothing is written."""
     import os
