@@ -98,8 +98,10 @@ class DocumentTokens:
     def __call__(self, pieces: list[Piece]) -> list[int]:
         if self.leading is None:
             self._learn_frame(pieces)
-        whole = iter(self.with_specials([piece.text for piece in pieces if piece.whole]))
-        parts = iter(self.without([piece.text for piece in pieces if not piece.whole]))
+        whole_texts = [piece.text for piece in pieces if piece.whole]
+        part_texts = [piece.text for piece in pieces if not piece.whole]
+        whole = iter(self.with_specials(whole_texts) if whole_texts else [])
+        parts = iter(self.without(part_texts) if part_texts else [])
         joined: list[int] = []
         for piece in pieces:
             if piece.whole:
