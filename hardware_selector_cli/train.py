@@ -99,16 +99,18 @@ def register(app: typer.Typer) -> None:
         if dry_run:
             print(shlex.join(command))
             return
-        from backends.runner.run_lock import HELD_ENV, hold_run_lock
-
-        lock = hold_run_lock(spec.run_dir)  # noqa: F841 (held while torchrun runs; its ranks skip it)
         if run.device == "cuda" and not args.tiny:
             from backends.cpu_distributed import runs_on_cpu_instead  # imports torch: only here
 
             runs_on_cpu_instead("cuda", tiny=False)  # the one-line error on a machine without CUDA
         from backends.runner.preflight import check_resume, preflight
 
-        preflight(run, tiny=args.tiny)  # data, tokenizer, weights: seconds here instead of after every rank starts
+        # Data, tokenizer, weights: seconds here instead of after every rank starts. They only read the
+        # user's files, so they come before the lock: a refused run leaves the folder as it was.
+        preflight(run, tiny=args.tiny, run_dir=spec.run_dir)
+        from backends.runner.run_lock import HELD_ENV, hold_run_lock
+
+        lock = hold_run_lock(spec.run_dir)  # noqa: F841 (held while torchrun runs; its ranks skip it)
         check_resume(spec.run_dir, run, tiny=args.tiny, strategy=spec.strategy.value, resume_from=args.resume_from)
         from .launcher_output import failure_line, log_path, rank_exit_code, run_logged
 

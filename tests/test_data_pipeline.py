@@ -28,15 +28,33 @@ def tokenizer_dir(tmp_path_factory):
 
 
 def documents_of(patterns, **options):
-    return [
-        text
-        for batch in iter_documents(
-            resolve_sources(patterns),
-            text_field=options.get("text_field", "text"),
-            text_unit=options.get("text_unit", "paragraph"),
-        )
-        for text in batch
-    ]
+    """The documents read, each put together from its pieces."""
+    documents = []
+    for batch in iter_documents(
+        resolve_sources(patterns),
+        text_field=options.get("text_field", "text"),
+        text_unit=options.get("text_unit", "paragraph"),
+    ):
+        for piece in batch:
+            if piece.first:
+                documents.append("")
+            documents[-1] += piece.text
+    return documents
+
+
+def prepared(config, run_dir, tokenizer_dir, seq_len=16):
+    """The run data of `config` for a model of the test tokenizer's 320 ids, on one rank."""
+    return prepare_data(
+        config,
+        run_dir=run_dir,
+        tokenizer_dir=str(tokenizer_dir),
+        model_name="m",
+        seq_len=seq_len,
+        vocab_size=320,
+        global_batch=2,
+        local_rank=0,
+        seed=0,
+    )
 
 
 def test_every_format_reads_the_same_documents(tmp_path):
@@ -67,7 +85,7 @@ def test_every_format_reads_the_same_documents(tmp_path):
     [
         ({"name.csv": "a,b"}, "unknown file type '.csv'"),
         ({"rows.jsonl": json.dumps({"text": 3}) + "\n"}, "holds int, not text"),
-        ({"rows.jsonl": "{not json\n"}, "cannot be read as json"),
+        ({"rows.jsonl": "{not json\n"}, "rows.jsonl, line 1: not JSON (Expecting property name"),
     ],
 )
 def test_a_file_that_cannot_be_read_is_one_line(tmp_path, content, fragment):
@@ -86,17 +104,7 @@ def test_blocks_are_the_documents_packed_with_eos_and_the_cache_follows_the_cont
     config = DataConfig(train=[str(corpus)], eval_fraction=0.0)
 
     def prepare():
-        return prepare_data(
-            config,
-            run_dir=tmp_path / "run",
-            tokenizer_dir=str(tokenizer_dir),
-            model_name="m",
-            seq_len=16,
-            vocab_size=320,
-            global_batch=2,
-            local_rank=0,
-            seed=0,
-        )
+        return prepared(config, tmp_path / "run", tokenizer_dir)
 
     data = prepare()
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -125,17 +133,7 @@ def test_blocks_are_the_documents_packed_with_eos_and_the_cache_follows_the_cont
 def test_the_held_out_split_is_seeded_and_disjoint_from_training(tmp_path, tokenizer_dir):
     corpus = write_corpus(tmp_path / "corpus.txt", 800)
     config = DataConfig(train=[str(corpus)], eval_fraction=0.05, eval_max_blocks=7)
-    data = prepare_data(
-        config,
-        run_dir=tmp_path / "run",
-        tokenizer_dir=str(tokenizer_dir),
-        model_name="m",
-        seq_len=32,
-        vocab_size=320,
-        global_batch=2,
-        local_rank=0,
-        seed=0,
-    )
+    data = prepared(config, tmp_path / "run", tokenizer_dir, seq_len=32)
     train = {data.train.block_number(i) for i in range(len(data.train))}
     held = {data.eval.block_number(i) for i in range(len(data.eval))}
     assert len(held) == 7 and not train & held and len(train | held) == data.train.total
@@ -171,23 +169,13 @@ def test_a_step_consumes_the_same_samples_however_the_global_batch_is_split():
 def test_a_separate_evaluation_set_is_tokenized_on_its_own(tmp_path, tokenizer_dir):
     train = write_corpus(tmp_path / "train.txt", 300, seed=1)
     held = write_corpus(tmp_path / "held.txt", 60, seed=2)
-    data = prepare_data(
-        DataConfig(train=[str(train)], eval=[str(held)]),
-        run_dir=tmp_path / "run",
-        tokenizer_dir=str(tokenizer_dir),
-        model_name="m",
-        seq_len=32,
-        vocab_size=320,
-        global_batch=2,
-        local_rank=0,
-        seed=0,
-    )
+    data = prepared(DataConfig(train=[str(train)], eval=[str(held)]), tmp_path / "run", tokenizer_dir, seq_len=32)
     assert data.train.indices is None  # nothing held out of the training text
     assert len(list((tmp_path / "run" / "data").glob("tokens-*.bin"))) == 2 and 0 < len(data.eval) < len(data.train)
 
 
 def test_the_token_file_encoder_gives_transformers_ids_whatever_the_tokenizer_json_asks(tmp_path, tokenizer_dir):
-    """Token files are encoded by the fast tokenizer's Rust backend directly (backends/data/token_cache.py);
+    """Token files are encoded by the fast tokenizer's Rust backend directly (backends/data/encode.py);
     the reference is transformers' own call. A tokenizer.json that truncates and pads, as some shipped ones
     do, must not cut or pad a document, and the caller's tokenizer keeps its settings."""
     import shutil
@@ -195,7 +183,7 @@ def test_the_token_file_encoder_gives_transformers_ids_whatever_the_tokenizer_js
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer
 
-    from backends.data.token_cache import batch_encoder
+    from backends.data.encode import batch_encoder
 
     folder = tmp_path / "truncating"
     shutil.copytree(tokenizer_dir, folder)
@@ -217,7 +205,7 @@ def test_a_tokenizer_that_adds_python_behaviour_keeps_transformers_call(tokenize
     is noticed on the first batch, and every batch then goes through its own call."""
     from transformers import AutoTokenizer
 
-    from backends.data.token_cache import batch_encoder
+    from backends.data.encode import batch_encoder
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     original = type(tokenizer).__call__
@@ -251,3 +239,22 @@ def test_an_empty_data_pattern_or_one_of_mixed_kinds_is_one_line(tmp_path, monke
     with pytest.raises(UserInputError, match=r"matches files of several kinds \(\.json, \.txt\)"):
         resolve_sources([str(tmp_path)])
     assert [source.kind for source in resolve_sources([str(tmp_path / "*.txt")])] == ["text"]
+
+
+def test_files_a_token_cache_was_written_from_are_not_read_again_until_they_change(tmp_path, tokenizer_dir):
+    """`train` reads every line of a .jsonl before torchrun (backends/data/file_checks.py), once: a token
+    file of the run written from it since it last changed shows it was read whole."""
+    import os
+
+    from backends.data.token_cache import sources_read_before
+
+    corpus = tmp_path / "rows.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"the quick brown fox {n} " * 20}) + "\n" for n in range(100)))
+    cache = tmp_path / "run" / "data"
+    assert sources_read_before(cache, "text") == set()
+    prepared(DataConfig(train=[str(corpus)], eval_fraction=0.0), tmp_path / "run", tokenizer_dir)
+    assert sources_read_before(cache, "text") == {corpus.resolve()}
+    assert sources_read_before(cache, "body") == set()  # read for another field: no proof
+    later = os.stat(next(cache.glob("tokens-*.json"))).st_mtime_ns + 10**9
+    os.utime(corpus, ns=(later, later))  # edited after the token file was written
+    assert sources_read_before(cache, "text") == set()

@@ -102,6 +102,29 @@ def test_a_jsonl_file_without_the_text_field(run_dir, tmp_path):
     one_line_error(cli("train", run_dir, "--data", rows, "--steps", "1"), "no 'text' field (it has 'body', 'id')")
 
 
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_a_data_file_that_is_not_what_its_extension_says_is_refused_before_torchrun(run_dir, tmp_path, kind):
+    """A .jsonl broken on line 30,000 of 40,000 (MBs past the first documents the check used to read) and a truncated .parquet: one line naming the file and the place, before any rank starts, nothing
+    written in the run folder."""
+    import datasets
+
+    texts = [f"document {n} " * 5 for n in range(40_000)]
+    if kind == "jsonl":
+        bad = tmp_path / "rows.jsonl"
+        lines = [json.dumps({"text": text}) for text in texts]
+        lines[29_999] = lines[29_999][:-5]
+        bad.write_text("\n".join(lines) + "\n")
+        fragment = "rows.jsonl, line 30000: not JSON"
+    else:
+        bad = tmp_path / "rows.parquet"
+        datasets.Dataset.from_dict({"text": texts}).to_parquet(str(bad))
+        bad.write_bytes(bad.read_bytes()[:-100])
+        fragment = "rows.parquet: a truncated parquet file"
+    before = sorted(path.name for path in run_dir.iterdir())
+    one_line_error(cli("train", run_dir, "--data", bad, "--steps", "1"), fragment)
+    assert sorted(path.name for path in run_dir.iterdir()) == before
+
+
 def test_a_tokenizer_bigger_than_the_models_vocabulary(user, run_dir, tmp_path):
     corpus = write_corpus(tmp_path / "other.txt", 500, seed=3)
     train_tokenizer(corpus, tmp_path / "tokenizer")  # then grow it past the model's 320 ids
@@ -199,6 +222,38 @@ def test_a_checkpoint_kept_only_as_a_pickle_is_refused_not_trained_from_random_w
     one_line_error(completed, "holds its weights only as pytorch_model.bin (a pickle, never loaded here")
     assert not (root / "from pickle").exists()
     assert emit(root, pickled, "from scratch", "--init", "random").returncode == 0  # the explicit choice stands
+
+
+def test_a_run_folder_that_would_train_from_random_weights_beside_a_pickle_is_refused_at_train(user, tmp_path):
+    """A folder emitted before emit refused a pickle-only checkpoint (its plan.json does not record that
+    --init random was asked for) is refused by `train` in one line, nothing written; `train --init random`,
+    or a folder emitted with it, trains from scratch and says so."""
+    from backends.runner.folder import load_run_folder
+    from planner.rundir.run_overrides import RunOverrides
+
+    root, model_dir, corpus = user
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(model_dir / name, pickled / name)
+    (pickled / "pytorch_model.bin").write_bytes(b"\x80\x04not loaded")
+    assert emit(tmp_path, pickled, "chosen", "--init", "random", "--data", corpus).returncode == 0
+    plan = json.loads((tmp_path / "chosen" / "plan.json").read_text())
+    assert plan["run"]["model"]["init"] == "random" and plan["run"]["model"]["init_explicit"] is True
+    old = tmp_path / "old"
+    shutil.copytree(tmp_path / "chosen", old)
+    del plan["run"]["model"]["init_explicit"]  # as emitted before the field, or edited
+    (old / "plan.json").write_text(json.dumps(plan))
+    before = sorted(path.name for path in old.iterdir())
+    one_line_error(cli("train", old, "--steps", "1"), "holds its weights only as pytorch_model.bin (a pickle")
+    assert "convert them to safetensors" in cli("train", old).stderr
+    assert sorted(path.name for path in old.iterdir()) == before
+    note = "note: training from random weights as --init random asks"
+    assert load_run_folder(tmp_path / "chosen", RunOverrides()).notes[0].startswith(note)
+    assert load_run_folder(old, RunOverrides(init="random")).notes[0].startswith(note)
+    trained = cli("train", old, "--init", "random", "--steps", "1", "--nproc", "1")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert note in trained.stdout + trained.stderr
 
 
 def test_a_second_run_on_a_folder_being_trained_is_one_line_naming_the_first(run_dir):

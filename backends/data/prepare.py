@@ -103,7 +103,6 @@ def tokenized_blocks(
             text_field=data.text_field,
             text_unit=data.text_unit,
             eos_id=tokenizer.eos_token_id,
-            add_special_tokens=True,
             dtype=dtype,
         )
 

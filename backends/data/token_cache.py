@@ -9,8 +9,9 @@ reuses a stale file, and an unchanged one is never tokenized twice.
 
 One process per node tokenizes (local rank 0); the node's other ranks wait
 for the .json (or an .error file carrying the one-line reason) and then map
-the file read-only. The tokens are appended a batch of documents at a time,
-so memory stays flat whatever the corpus size. Written to a temporary name
+the file read-only. The tokens are appended a batch of pieces at a time (a
+document longer than a piece is tokenized in pieces: pieces.py, encode.py),
+so memory stays flat whatever the corpus or a document's size. Written to a temporary name
 and renamed: a crash never leaves a half file under the final name. The .json
 records the file's size and a digest of its first and last MiB: a cache that
 no longer matches (truncated, overwritten) is tokenized again, never mapped.
@@ -26,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from backends.data.documents import Source, iter_documents
+from backends.data.encode import DocumentTokens
 from planner.errors import UserInputError
 from planner.files import atomic_path, write_text_atomic
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: long documents tokenized in pieces, one EOS per document (backends/data/encode.py)
 WAIT_REPORT_S = 60.0
 EDGE_BYTES = 1 << 20  # the digest reads this much from each end: seconds saved on a large cache at every start
 
@@ -73,50 +75,6 @@ def token_dtype(vocab_size: int) -> str:
     return "uint16" if vocab_size <= 1 << 16 else "uint32"
 
 
-def batch_encoder(tokenizer: Any, *, add_special_tokens: bool) -> Callable[[list[str]], list[list[int]]]:
-    """The token ids of a batch of texts, as `tokenizer(texts)["input_ids"]` gives them.
-
-    A fast tokenizer's call runs its Rust backend's encode_batch, then spends about as long again turning
-    each result into dicts (offsets, masks, special-token flags) that a token file never keeps. A copy of
-    the backend, set as transformers sets it for such a call (no truncation, no padding, special tokens
-    split or not as the tokenizer says), gives the same ids: a token file's whole write is 1.2x faster
-    (docs/performance.md). The first batch is encoded both ways, and a tokenizer class that adds behaviour
-    of its own in Python (so the two differ) keeps transformers' call for the whole file; so does a
-    tokenizer without a Rust backend. tests/test_data_pipeline.py compares the two, with a tokenizer.json
-    that asks for truncation and padding.
-    """
-
-    def through_transformers(texts: list[str]) -> list[list[int]]:
-        return tokenizer(
-            texts, add_special_tokens=add_special_tokens, return_attention_mask=False, return_token_type_ids=False
-        )["input_ids"]
-
-    rust = getattr(tokenizer, "backend_tokenizer", None)
-    if rust is None:
-        return through_transformers
-    from tokenizers import Tokenizer
-
-    backend = Tokenizer.from_str(rust.to_str())  # a copy: the caller's tokenizer keeps its settings
-    backend.no_truncation()
-    backend.no_padding()
-    backend.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
-
-    def through_backend(texts: list[str]) -> list[list[int]]:
-        return [encoding.ids for encoding in backend.encode_batch(texts, add_special_tokens=add_special_tokens)]
-
-    chosen: Callable[[list[str]], list[list[int]]] | None = None
-
-    def encode(texts: list[str]) -> list[list[int]]:
-        nonlocal chosen
-        if chosen is not None:
-            return chosen(texts)
-        expected = through_transformers(texts)
-        chosen = through_backend if through_backend(texts) == expected else through_transformers
-        return expected
-
-    return encode
-
-
 def write_token_file(
     bin_path: Path,
     sources: list[Source],
@@ -125,29 +83,21 @@ def write_token_file(
     text_field: str,
     text_unit: str,
     eos_id: int,
-    add_special_tokens: bool,
     dtype: str,
 ) -> dict[str, Any]:
-    """Tokenize every document into bin_path (atomically); returns the metadata."""
+    """Tokenize every document into bin_path (atomically), a batch of pieces at a time; returns the metadata."""
     import numpy as np
 
-    encode = batch_encoder(tokenizer, add_special_tokens=add_special_tokens)
+    encode = DocumentTokens(tokenizer, eos_id)
     tokens = documents = 0
     with atomic_path(bin_path) as temporary, open(temporary, "wb") as out:
-        for texts in iter_documents(sources, text_field=text_field, text_unit=text_unit):
-            if not texts:
-                continue
-            encoded = encode(texts)
-            joined: list[int] = []
-            for ids in encoded:
-                joined.extend(ids)
-                joined.append(eos_id)
-            flat = np.asarray(joined, dtype=np.int64)
+        for pieces in iter_documents(sources, text_field=text_field, text_unit=text_unit):
+            flat = np.asarray(encode(pieces), dtype=np.int64)
             if flat.size and int(flat.max()) >= np.iinfo(dtype).max:
                 raise UserInputError(f"token id {int(flat.max())} does not fit {dtype}")
             out.write(flat.astype(dtype).tobytes())
             tokens += int(flat.size)
-            documents += len(texts)
+            documents += sum(piece.last for piece in pieces)
     return {
         "format": FORMAT_VERSION,
         "dtype": dtype,
@@ -155,7 +105,29 @@ def write_token_file(
         "documents": documents,
         "eos_id": eos_id,
         "sources": [str(s.path) for s in sources],
+        "text_field": text_field,
     }
+
+
+def sources_read_before(cache_dir: Path, text_field: str) -> set[Path]:
+    """The source files a token file in cache_dir was written from (with this text field) and that have not
+    changed since: each was read whole without a problem, so `train` need not check it again."""
+    read: set[Path] = set()
+    for meta_path in cache_dir.glob("tokens-*.json"):
+        try:
+            meta, written = _read_meta(meta_path), meta_path.stat().st_mtime_ns
+        except (OSError, ValueError):
+            continue
+        if not isinstance(meta, dict) or meta.get("text_field") != text_field:
+            continue
+        for name in meta.get("sources", []):
+            path = Path(name)
+            try:
+                if path.is_file() and path.stat().st_mtime_ns <= written:
+                    read.add(path)
+            except OSError:
+                continue
+    return read
 
 
 def prepare_token_file(

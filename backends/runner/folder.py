@@ -3,7 +3,8 @@
 `load_run_folder` returns a RunSpec, or raises one UserInputError for the
 first problem: a missing or older plan.json, an engine.json,
 ds_config.json or accelerate_config.yaml that is not valid, a checkpoints
-path that is a file. The same checks run in `hardware-selector train`
+path that is a file, a model folder holding its weights only as a pickle
+when the run's random init was not asked for. The same checks run in `hardware-selector train`
 before torchrun starts, and in every rank of the runner.
 """
 
@@ -22,7 +23,7 @@ from planner.plan import Plan
 from planner.rundir.engine_for_run import engine_config_for_run
 from planner.rundir.plan_file import read_plan_file
 from planner.rundir.replan import read_elastic
-from planner.rundir.run_overrides import RunOverrides, apply_overrides
+from planner.rundir.run_overrides import RunOverrides, apply_overrides, pickle_only_note
 from planner.training_config import Strategy
 
 
@@ -35,6 +36,7 @@ class RunSpec:
     engine_file: EngineConfig | None  # engine.json, when the folder has one
     ds_config: dict | None  # ds_config.json, when the folder has one
     elastic: ElasticPlan | None = None  # plan.json's fallback layouts, for a folder emitted with --elastic
+    notes: tuple[str, ...] = ()  # for rank 0 to print at the start
 
 
 def load_run_folder(run_dir: Path, overrides: RunOverrides, strategy: str | None = None) -> RunSpec:
@@ -42,6 +44,7 @@ def load_run_folder(run_dir: Path, overrides: RunOverrides, strategy: str | None
         raise UserInputError(f"{run_dir} is not a directory; pass the folder `hardware-selector plan --emit` wrote")
     plan, run = read_plan_file(run_dir)
     run = apply_overrides(run, overrides)
+    pickle_note = pickle_only_note(run.model)  # a folder emitted before emit refused it: refused here
     chosen = Strategy(strategy) if strategy else plan.config.strategy
     if chosen is not Strategy.ENGINE and run.layout.model_parallel > 1:
         raise UserInputError(
@@ -69,6 +72,7 @@ def load_run_folder(run_dir: Path, overrides: RunOverrides, strategy: str | None
         engine_file=engine_file,
         ds_config=ds_config if chosen is Strategy.DEEPSPEED else None,
         elastic=read_elastic(run_dir) if chosen is plan.config.strategy else None,
+        notes=(pickle_note,) if pickle_note else (),
     )
 
 

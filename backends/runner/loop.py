@@ -143,7 +143,7 @@ class RunSession:
         device = _device(run.device, local_rank)
         keep_vocab = not run.data.synthetic  # a tiny model still reads the real tokenizer's ids
         config = hf_config(run.model, tiny=args.tiny, dropout=run.optim.dropout, keep_vocab=keep_vocab)
-        notes = [world_note] if world_note else []
+        notes = [*spec.notes, *([world_note] if world_note else [])]
         pretrained = run.model.init == "pretrained" and not args.tiny
         if run.model.init == "pretrained" and args.tiny:
             notes.append("note: --tiny trains the shrunken architecture from random weights, not the checkpoint")

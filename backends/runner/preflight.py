@@ -1,12 +1,16 @@
 """Check a run's data, tokenizer and weights in the launching process, before any rank starts.
 
 `hardware-selector train` calls this after reading the folder: a missing or
-empty corpus, a missing text field, a tokenizer that does not fit the model,
-weights that do not fit config.json and a checkpoint to resume of another
-model or strategy are each one line and exit code 2 within seconds, instead
-of after torchrun has started every rank. It reads
-only what it must: the first document of each source (all of them only
-when they are empty), the tokenizer's files and the safetensors headers.
+empty corpus, a missing text field, a data file that is not what its
+extension says (a .jsonl line that is not JSON, a .parquet without its magic
+bytes: backends/data/file_checks.py), a tokenizer that does not fit the
+model, weights that do not fit config.json and a checkpoint to resume of
+another model or strategy are each one line and exit code 2 within seconds,
+instead of after torchrun has started every rank. It reads only what it
+must: every line of a JSON-lines file (unless a token cache of the run was
+written from it since it last changed), a parquet file's ends and footer,
+the first document of each source (all of them only when they are empty),
+the tokenizer's files and the safetensors headers.
 The ranks check the same again, for runs started by launch.sh or sbatch.
 """
 
@@ -22,17 +26,23 @@ if TYPE_CHECKING:
     from torch import nn
 
 
-def check_data(run: RunConfig, vocab_size: int) -> None:
+def check_data(run: RunConfig, vocab_size: int, run_dir: Path | None = None) -> None:
     from backends.data.documents import iter_documents, resolve_sources
+    from backends.data.file_checks import check_source
     from backends.data.prepare import load_tokenizer
+    from backends.data.token_cache import sources_read_before
 
     if run.data.synthetic:
         return
     load_tokenizer(run.model.tokenizer_dir, model_name=run.model.name, vocab_size=vocab_size)
+    read = sources_read_before(run_dir / "data", run.data.text_field) if run_dir is not None else set()
     for patterns, flag in ((run.data.train, "--data"), (run.data.eval, "--eval-data")):
         if not patterns:
             continue
         sources = resolve_sources(patterns, flag)
+        for source in sources:
+            if source.path not in read:  # every line of a .jsonl, the ends and footer of a .parquet
+                check_source(source.path, source.kind, run.data.text_field)
         if not any(
             texts for texts in iter_documents(sources, text_field=run.data.text_field, text_unit=run.data.text_unit)
         ):
@@ -49,8 +59,10 @@ def check_weights(run: RunConfig, model: nn.Module) -> None:
         source.check_shape(name, tuple(param.shape))
 
 
-def preflight(run: RunConfig, *, tiny: bool) -> None:
-    """Raise the first problem as a UserInputError (imports transformers; call it where a run is about to start)."""
+def preflight(run: RunConfig, *, tiny: bool, run_dir: Path | None = None) -> None:
+    """Raise the first problem as a UserInputError (imports transformers; call it where a run is about to start).
+
+    run_dir: the folder whose token caches tell which data files were read whole already."""
     from backends.weights.model_init import build_model
 
     keep_vocab = not run.data.synthetic
@@ -59,7 +71,7 @@ def preflight(run: RunConfig, *, tiny: bool) -> None:
         from backends.decoder_anatomy import architecture_of
 
         architecture_of(model)  # tensor and pipeline parallelism know only some decoder families
-    check_data(run, int(model.config.vocab_size))
+    check_data(run, int(model.config.vocab_size), run_dir)
     if run.model.init == "pretrained" and not tiny:
         check_weights(run, model)
 

@@ -179,8 +179,9 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
     )
     metrics = MetricsLog(spec.run_dir / "metrics.jsonl", enabled=rank == 0)
     progress = Progress(enabled=rank == 0, total=steps, start=0)
-    if note:
-        progress.say(note)
+    for line in (*spec.notes, note):
+        if line:
+            progress.say(line)
     guard = AnomalyGuard(run.anomaly)
     trainer = Trainer(
         model=model,

@@ -49,6 +49,7 @@ class ModelSource(_Block):
     hf_config: dict[str, Any]
     path: str | None = None  # a local HF folder: config.json, safetensors, maybe a tokenizer
     init: Init = "random"
+    init_explicit: bool = False  # `init` was asked for (--init), not inferred from the folder's files
     tokenizer: str | None = None  # a local tokenizer folder (default: `path`)
     task: Task = "causal-lm"
     block_class: str | None = None  # the repeated transformer block (FSDP wrapping)

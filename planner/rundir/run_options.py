@@ -93,6 +93,7 @@ def model_source(plan: Plan, options: RunOptions) -> ModelSource:
         hf_config=hf_config_for(plan.model),
         path=str(folder) if folder is not None else None,
         init=init,
+        init_explicit=options.init is not None,
         tokenizer=tokenizer,
         task=_TASK_BY_MODEL_TYPE.get(plan.model.model_type, "causal-lm"),
         block_class=block,

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from planner.contract.run_config import AnomalyAction, Init, RunConfig, TextUnit
+from planner.contract.run_config import AnomalyAction, Init, ModelSource, RunConfig, TextUnit
 from planner.contract.schema import describe_validation_error
 from planner.errors import UserInputError
 
@@ -59,6 +59,23 @@ def pickled_weights(folder: Path | None) -> list[str]:
     if folder is None or has_weights(folder) or not folder.is_dir():
         return []
     return sorted(path.name for path in folder.glob("pytorch_model*.bin"))
+
+
+def pickle_only_note(model: ModelSource) -> str | None:
+    """Refuse a run that would train from random weights beside a checkpoint kept only as a pickle, unless
+    --init random asked for it (at emit or at train); then the note that says so. None when no pickle is
+    in the way."""
+    pickles = pickled_weights(Path(model.path) if model.path else None)
+    if not pickles or model.init != "random":
+        return None
+    if not model.init_explicit:  # emitted before emit refused it, or plan.json edited
+        raise UserInputError(
+            f"{model.path} holds its weights only as {pickles[0]} (a pickle, never loaded here: unpickling runs "
+            "code), so this run would start from random weights; convert them to safetensors "
+            "(save_pretrained(DIR, safe_serialization=True) where you trust the file), or pass --init random "
+            "to train from scratch"
+        )
+    return f"note: training from random weights as --init random asks; {model.path}'s {pickles[0]} is not loaded"
 
 
 def has_tokenizer(folder: Path | None) -> bool:
@@ -116,7 +133,7 @@ def apply_overrides(run: RunConfig, overrides: RunOverrides) -> RunConfig:
                 f"--init pretrained: {model['name']} has no local weights (model.safetensors); "
                 "emit the plan with --model DIR of an HF checkpoint, or use --init random"
             )
-        model["init"] = overrides.init
+        model["init"], model["init_explicit"] = overrides.init, True
     if overrides.steps is not None and overrides.epochs is not None:
         raise UserInputError("--steps and --epochs both say how long to train; give one of them")
     if overrides.steps is not None:

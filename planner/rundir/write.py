@@ -38,7 +38,7 @@ from planner.rundir.engine_for_run import engine_config_for_run
 from planner.rundir.manifest import files_of_ours, foreign_files, write_manifest
 from planner.rundir.previous_run import archive_previous_run
 from planner.rundir.run_options import RunOptions, run_config
-from planner.rundir.run_overrides import RunOverrides, apply_overrides, pickled_weights
+from planner.rundir.run_overrides import RunOverrides, apply_overrides, pickle_only_note
 
 __all__ = ["RunOptions", "emit_run_folder", "render_run_folder", "run_config"]
 
@@ -161,14 +161,7 @@ def emit_run_folder(
     target = run_config(plan, nproc_override, options)
     if overrides is not None:
         target = apply_overrides(target, overrides)
-    chosen_init = (options is not None and options.init) or (overrides is not None and overrides.init)
-    pickles = pickled_weights(Path(target.model.path) if target.model.path else None)
-    if pickles and not chosen_init:  # training from random weights beside the user's checkpoint is never silent
-        raise UserInputError(
-            f"{target.model.path} holds its weights only as {pickles[0]} (a pickle, never loaded here: unpickling "
-            "runs code); save them as safetensors (save_pretrained(DIR, safe_serialization=True) where you trust "
-            "the file), or pass --init random to train from scratch"
-        )
+    pickle_only_note(target.model)  # training from random weights beside the user's checkpoint is never silent
     if plan.config.kernels is KernelChoice.LIGER and target.device != "cuda":
         raise UserInputError("--kernels liger: Liger's kernels are Triton GPU kernels; plan --kernels compile for CPU")
     if elastic is not None and target.nproc_overridden:

@@ -1,0 +1,135 @@
+"""A data file that is not what its extension says, named in one line with the line or row and what was expected.
+
+pyarrow's own messages for a malformed `.jsonl` or a damaged `.parquet` run
+over several lines and name neither the file nor the place. These read the
+file's bytes instead: a JSON-lines file line by line (the first line that is
+not a JSON object with a text field), a parquet file by its magic bytes
+(`PAR1` at both ends: a file that lacks the first is no parquet file, one
+that lacks the last was cut short) and its footer. `check_source` runs in
+`train` before torchrun starts (backends/runner/preflight.py); the reader
+(documents.py) asks the same questions when pyarrow fails inside a rank.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from planner.errors import UserInputError
+
+PARQUET_MAGIC = b"PAR1"
+TEXT_TYPES = ("string", "large_string", "string_view")
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:200] if text else type(error).__name__
+
+
+def value_problem(value: Any, field: str) -> str | None:
+    """What is wrong with one row (a parsed JSON value) as a document, or None."""
+    if not isinstance(value, dict):
+        kind = "an array" if isinstance(value, list) else f"a {type(value).__name__}"
+        return f"{kind} where a JSON object with a '{field}' field was expected"
+    if field not in value:
+        columns = ", ".join(map(repr, value)) or "none"
+        return f"no '{field}' field (it has {columns}); name the text field with --text-field"
+    if not isinstance(value[field], str):
+        kind = "null" if value[field] is None else type(value[field]).__name__
+        return f"the '{field}' field holds {kind}, not text; name a text field with --text-field"
+    return None
+
+
+def json_problem(path: Path, field: str) -> str | None:
+    """The first line of a JSON-lines file that is not a JSON object with a text `field`, as one line (or None).
+
+    A `.json` file whose first line is not JSON on its own is read whole (an array or object spread over
+    lines, as datasets reads it) and its items are checked."""
+    with open(path, "rb") as handle:
+        first = True
+        for number, raw in enumerate(handle, 1):
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                value = json.loads(line)
+            except UnicodeDecodeError:
+                return f"{path}, line {number}: not UTF-8 text; convert the file to UTF-8"
+            except ValueError as error:
+                if first and path.suffix.lower() == ".json" and line[:1] in (b"[", b"{"):
+                    return _document_problem(path, field)
+                return (
+                    f"{path}, line {number}: not JSON ({getattr(error, 'msg', error)}); each line of a "
+                    f"{path.suffix.lower() or 'JSON-lines'} file must be one JSON object"
+                )
+            first = False
+            problem = value_problem(value, field)
+            if problem:
+                return f"{path}, line {number}: {problem}"
+    return None
+
+
+def _document_problem(path: Path, field: str) -> str | None:
+    try:
+        document = json.loads(path.read_bytes())
+    except UnicodeDecodeError:
+        return f"{path}: not UTF-8 text; convert the file to UTF-8"
+    except json.JSONDecodeError as error:
+        return f"{path}, line {error.lineno}, column {error.colno}: not JSON ({error.msg})"
+    for number, item in enumerate(document if isinstance(document, list) else [], 1):
+        problem = value_problem(item, field)
+        if problem:
+            return f"{path}, item {number} of its array: {problem}"
+    return None
+
+
+def parquet_problem(path: Path) -> str | None:
+    """A file that is no parquet file, a truncated one, or one whose footer cannot be read, as one line."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        head = handle.read(len(PARQUET_MAGIC))
+        handle.seek(max(0, size - len(PARQUET_MAGIC)))
+        tail = handle.read(len(PARQUET_MAGIC))
+    if head != PARQUET_MAGIC:
+        return f"{path}: not a parquet file (it does not begin with the magic bytes PAR1); check what the file holds"
+    if tail != PARQUET_MAGIC or size < 3 * len(PARQUET_MAGIC):
+        return (
+            f"{path}: a truncated parquet file ({size:,} bytes, without the magic bytes PAR1 at its end); "
+            "copy or write it again"
+        )
+    import pyarrow.parquet as pq
+
+    try:
+        pq.read_metadata(path)
+    except Exception as error:  # pyarrow's ArrowInvalid / OSError for a footer that does not parse
+        return f"{path}: a damaged parquet footer ({first_line(error)}); copy or write the file again"
+    return None
+
+
+def parquet_column_problem(path: Path, field: str) -> str | None:
+    import pyarrow.parquet as pq
+
+    schema = pq.read_schema(path)
+    if field not in schema.names:
+        columns = ", ".join(map(repr, schema.names)) or "none"
+        return f"{path}: no '{field}' field (it has {columns}); name the text field with --text-field"
+    kind = str(schema.field(field).type)
+    if kind not in TEXT_TYPES:
+        return f"{path}: the '{field}' field holds {kind}, not text; name a text field with --text-field"
+    return None
+
+
+def check_source(path: Path, kind: str, field: str) -> None:
+    """Raise the first problem of a .jsonl/.json or .parquet source as a one-line UserInputError."""
+    try:
+        if kind == "json":
+            problem = json_problem(path, field)
+        elif kind == "parquet":
+            problem = parquet_problem(path) or parquet_column_problem(path, field)
+        else:
+            return
+    except OSError as error:
+        raise UserInputError(f"{path}: cannot be read ({error.strerror or error})") from None
+    if problem:
+        raise UserInputError(problem)

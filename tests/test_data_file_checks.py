@@ -1,0 +1,121 @@
+"""A data file that is not what its extension says is one line naming the file, the line or row, and what was
+expected: at `train`'s check before torchrun (check_source) and where the ranks read (iter_documents).
+
+References: the files are written here, so the line at fault and the bytes are known; pyarrow's own messages
+(several lines, naming neither) are what the one line replaces.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from backends.data.documents import iter_documents, resolve_sources
+from backends.data.file_checks import check_source
+from planner.errors import UserInputError
+
+GOOD_ROWS = [{"text": f"document {n} says hello", "id": n} for n in range(5)]
+
+
+def rows(*lines: str) -> str:
+    return "".join(line + "\n" for line in lines)
+
+
+def good(count: int) -> list[str]:
+    return [json.dumps(row) for row in GOOD_ROWS[:count]]
+
+
+def parquet_bytes(tmp_path) -> bytes:
+    import datasets
+
+    datasets.Dataset.from_dict({"text": [f"row {n} " * 50 for n in range(200)]}).to_parquet(str(tmp_path / "p.parquet"))
+    return (tmp_path / "p.parquet").read_bytes()
+
+
+def through_check(path):
+    (source,) = resolve_sources([str(path)])
+    check_source(source.path, source.kind, "text")
+
+
+def through_reader(path):
+    for _ in iter_documents(resolve_sources([str(path)]), text_field="text", text_unit="paragraph"):
+        pass
+
+
+CASES = {
+    "a line that is not JSON": (
+        "bad.jsonl",
+        lambda tmp: rows(*good(2), '{"text": "unfinished', *good(2)),
+        "bad.jsonl, line 3: not JSON (Unterminated string",
+    ),
+    "a later line without the text field": (
+        "bad.jsonl",
+        lambda tmp: rows(*good(3), json.dumps({"body": "elsewhere"}), *good(1)),
+        "bad.jsonl, line 4: no 'text' field (it has 'body')",
+    ),
+    "a line whose text is a number": (
+        "bad.jsonl",
+        lambda tmp: rows(*good(1), json.dumps({"text": 7}), *good(2)),
+        "bad.jsonl, line 2: the 'text' field holds int, not text",
+    ),
+    "a line that is an array": (
+        "bad.jsonl",
+        lambda tmp: rows(*good(1), "", json.dumps(["a", "b"])),
+        "bad.jsonl, line 3: an array where a JSON object with a 'text' field was expected",
+    ),
+    "a .json array broken on its fourth line": (
+        "bad.json",
+        lambda tmp: '[\n  {"text": "one"},\n  {"text": "two"},\n  {"text": "three",,}\n]\n',
+        "bad.json, line 4, column 20: not JSON (Expecting property name",
+    ),
+    "a CSV named .parquet": (
+        "table.parquet",
+        lambda tmp: "text,id\nhello,1\n",
+        "table.parquet: not a parquet file (it does not begin with the magic bytes PAR1)",
+    ),
+    "a parquet file cut short": (
+        "cut.parquet",
+        lambda tmp: parquet_bytes(tmp)[:-300],
+        "cut.parquet: a truncated parquet file",
+    ),
+    "a parquet file whose footer is garbage": (
+        "footer.parquet",
+        lambda tmp: parquet_bytes(tmp)[:-40] + b"\x00" * 36 + b"PAR1",
+        "footer.parquet: a damaged parquet footer",
+    ),
+}
+
+
+@pytest.mark.parametrize("door", [through_check, through_reader], ids=["before-torchrun", "in-the-ranks"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_file_that_is_not_what_its_extension_says_is_one_line_naming_the_place(tmp_path, capfd, case, door):
+    name, content, expected = CASES[case]
+    data = content(tmp_path)
+    (tmp_path / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+    capfd.readouterr()
+    with pytest.raises(UserInputError) as caught:
+        door(tmp_path / name)
+    message = str(caught.value)
+    assert "\n" not in message and str(tmp_path / name) in message and expected in message, message
+    assert "Failed to load" not in capfd.readouterr().err  # datasets' own report of pyarrow's message: not shown
+
+
+def test_well_formed_files_pass_both_doors(tmp_path):
+    (tmp_path / "fine.jsonl").write_text(rows(*good(5), ""))
+    (tmp_path / "fine.parquet").write_bytes(parquet_bytes(tmp_path))
+    (tmp_path / "fine.json").write_text(json.dumps(GOOD_ROWS, indent=2))
+    for path in ("fine.jsonl", "fine.parquet", "fine.json"):
+        through_check(tmp_path / path)
+        through_reader(tmp_path / path)
+
+
+def test_a_parquet_column_that_is_missing_or_not_text_is_named_before_torchrun(tmp_path):
+    import datasets
+
+    datasets.Dataset.from_dict({"body": ["a", "b"], "text": [1, 2]}).to_parquet(str(tmp_path / "t.parquet"))
+    with pytest.raises(UserInputError, match="t.parquet: the 'text' field holds int64, not text"):
+        through_check(tmp_path / "t.parquet")
+    (source,) = resolve_sources([str(tmp_path / "t.parquet")])
+    with pytest.raises(UserInputError, match=r"no 'content' field \(it has 'body', 'text'\)"):
+        check_source(source.path, source.kind, "content")
