@@ -46,7 +46,7 @@ def snapshot(run_dir: Path) -> dict[str, Any]:
     recent = train[-AVERAGE_OVER:]
     total = status.get("total_steps")
     step = latest.get("step", status.get("step", 0))
-    seconds = [row["step_s"] for row in recent if "step_s" in row]
+    seconds = _numbers(recent, "step_s")
     eta = (
         (total - step) * sum(seconds) / len(seconds) if seconds and total and status.get("state") == "running" else None
     )
@@ -60,7 +60,7 @@ def snapshot(run_dir: Path) -> dict[str, Any]:
         "total_steps": total,
         "eta_s": eta,
         "loss": latest.get("loss"),
-        "loss_average": sum(r["loss"] for r in recent) / len(recent) if recent else None,
+        "loss_average": sum(losses) / len(losses) if (losses := _numbers(recent, "loss")) else None,
         "lr": latest.get("lr"),
         "grad_norm": latest.get("grad_norm"),
         "tokens_per_s": latest.get("tokens_per_s"),
@@ -143,3 +143,8 @@ def register(app: typer.Typer) -> None:
                 if view["state"] in ("finished", "stopped", "failed", "gone"):
                     break
                 time.sleep(REFRESH_S)
+
+
+def _numbers(rows: list[dict], key: str) -> list[float]:
+    """The rows' values of `key` that are numbers (a hand-edited metrics.jsonl may hold anything)."""
+    return [row[key] for row in rows if isinstance(row.get(key), (int, float)) and not isinstance(row.get(key), bool)]

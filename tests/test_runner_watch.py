@@ -173,3 +173,20 @@ def test_watch_follow_ends_when_no_process_holds_the_run_any_more(tmp_path):
     gone = cli_in_process("watch", run_dir, "--follow")
     assert gone.returncode == 0 and "gone" in gone.stdout and "ended without finishing" in gone.stdout
     assert json.loads(cli_in_process("watch", run_dir, "--json").stdout)["state"] == "gone"
+
+
+def test_watch_reads_a_damaged_or_hand_edited_metrics_file_without_a_traceback(tmp_path):
+    """A byte that is not UTF-8, a line that is no object and a loss that is no number (a new user's audit found
+    each a traceback) spoil only their own line: the rows around them are read as written."""
+    from tests.distributed import cli_in_process
+
+    run_dir = tmp_path / "run"
+    emit_run_folder(make_plan(strategy="ddp"), run_dir)
+    good = [{"kind": "train", "step": step, "loss": 2.0 + step, "step_s": 0.5} for step in (1, 2)]
+    lines = [json.dumps(good[0]).encode(), b'{"kind": "train", "step": 9, "loss": "\xcb\xcb"}', b"[1, 2]",
+             b'{"kind": "train", "step": 9, "loss": "NaNx", "step_s": "slow"}', json.dumps(good[1]).encode()]  # fmt: skip
+    (run_dir / "metrics.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    watched = cli_in_process("watch", run_dir, "--json")
+    assert watched.returncode == 0, watched.stderr
+    state = json.loads(watched.stdout)
+    assert state["loss"] == 4.0 and state["loss_average"] == pytest.approx((3.0 + 4.0) / 2)

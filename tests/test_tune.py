@@ -78,19 +78,19 @@ def write_trial(folder: Path, request: TrialRequest, step: float, nproc: int, li
     (folder / DONE_FILE).write_text(done.model_dump_json())
 
 
-def tune_with(plans, store, launch, spec_cluster, **options):
+def tune_with(plans, store, launch, spec_cluster, tiny=True, **options):
     spec, cluster = spec_cluster
-    return run_tune(spec, cluster, plans, tiny=True, budget_s=600, store=store, run_command=launch, **options)
+    return run_tune(spec, cluster, plans, tiny=tiny, budget_s=600, store=store, run_command=launch, **options)
 
 
 def test_the_measured_order_decides_and_a_failure_is_dropped_with_its_reason(tmp_path, candidates):
     spec, cluster, plans = candidates
-    matrix = tune_matrix(spec, cluster, plans, tiny=True)
+    matrix = tune_matrix(spec, cluster, plans, tiny=False)
     predicted = [entry.predicted.step_time_s for entry in matrix.entries]
     # The predicted best measures 3x its prediction, the third 0.5x; the second runs out of memory.
     launch = FakeTrialsLaunch(matrix, {1: 3 * predicted[0], 2: None, 3: 0.5 * predicted[2]})
     store = BenchmarkStore(tmp_path / "db.duckdb")
-    outcome = tune_with(plans, store, launch, (spec, cluster))
+    outcome = tune_with(plans, store, launch, (spec, cluster), tiny=False)
     keys = [entry.key for entry in matrix.entries]
     # One launch for all three; the failure ends it, and the trial after it runs in a second launch.
     assert launch.launches == [keys[:2], keys[2:]] and outcome.launches == 2
@@ -138,6 +138,15 @@ def test_a_killed_tune_resumes_without_repeating_trials(tmp_path, candidates):
     # The recorded trial is read from the database, the killed launch's finished one from its folder.
     assert outcome.skipped == 1 and again.launches == [keys[2:]]
     assert [trial.status for trial in outcome.trials] == ["ok", "ok", "ok"] and len(store.runs()) == 3
+    # --tiny trials time a shrunken model: their records carry no prediction and never match the model's own hash,
+    # so they calibrate nothing (a new user's audit found a tiny tune turning gpt2's plan to 437% MFU).
+    assert all(r.predicted_step_time_s is None and r.model_spec_hash.endswith("-tiny") for r in store.runs())
+    from benchmarks_db.calibrate import plan_calibration
+
+    adjust, summary = plan_calibration(spec, cluster, store.path)
+    assert adjust is None or all(
+        plan.throughput.step_time_s == pytest.approx(adjust(plan.config, plan.throughput).step_time_s) for plan in plans
+    ), summary
 
 
 def test_the_budget_sets_the_timed_steps_and_a_budget_too_small_is_one_line(candidates):

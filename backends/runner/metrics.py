@@ -74,12 +74,14 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     rows = []
     if not path.is_file():
         return rows
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8", errors="replace") as handle:  # a damaged byte spoils its line, not the file
         for line in handle:
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except ValueError:
                 continue
+            if isinstance(row, dict):  # a line edited into another JSON value is no row
+                rows.append(row)
     return rows
 
 

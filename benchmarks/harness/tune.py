@@ -82,7 +82,9 @@ def tune_matrix(spec: ModelSpec, cluster: ClusterSpec, plans: list[Plan], *, tin
     matrix = BenchmarkMatrix(
         generated_at=datetime.now(timezone.utc).replace(microsecond=0),
         model=spec.name,  # as `train` records it: a local checkpoint's name, not its path (matched by spec hash)
-        model_spec_hash=digest,
+        # A --tiny trial measures the shrunken architecture: its records must never stand for the model's own
+        # step time (calibrate.py matches measurements by this hash), nor calibrate its predictions.
+        model_spec_hash=f"{digest}-tiny" if tiny else digest,
         tiny=tiny,
         hardware="cpu" if cluster.gpu.kind == "cpu" else "cuda",
         gpu=cluster.gpu.name,
@@ -253,6 +255,8 @@ def run_tune(
     # The budget sets the steps; the launches are stopped only at twice it (a loaded machine runs late).
     runs = launch_trials(folders, cluster.world_size, 2 * budget_s, run_command or run_torchrun_command)
     environment, entries = current_environment(), {entry.key: entry for entry, _ in pending}
+    if tiny:  # the prediction is the full model's: a shrunken model's time beside it would calibrate nonsense
+        entries = {key: entry.model_copy(update={"predicted": None}) for key, entry in entries.items()}
     for run in runs:
         store.add(record_outcome(entries[run.key], matrix, environment, run.outcome, 2 * budget_s))
     shutil.rmtree(scratch, ignore_errors=True)  # every trial is in the database now
