@@ -111,3 +111,18 @@ def test_importing_the_api_imports_no_heavy_library():
     probe = "import sys, hardware_selector; print(sorted(m for m in ('torch','transformers','deepspeed') if m in sys.modules))"
     completed = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert completed.stdout.strip() == "[]", completed.stderr
+
+
+def test_booleans_are_booleans_and_candidates_a_list():
+    """select_hardware_for_task(distributed="no") planned 4 GPUs: a string is true to Python (a new user's audit)."""
+    import pytest
+
+    from planner.selector import select_hardware_for_task
+
+    for keyword, value, message in (
+        ("distributed", "no", "distributed must be True or False"),
+        ("include_detected", "yes", "include_detected must be True or False"),
+        ("candidates", "A100-80GB", "candidates is a list of GPU names"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            select_hardware_for_task("text_generation", "gpt2", **{keyword: value})

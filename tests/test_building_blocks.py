@@ -232,3 +232,37 @@ def test_checkpoint_manager_keeps_fsdp_shards_on_their_ranks_and_resumes_exactly
     assert result["step"] == 2
     assert result["resumed"] == pytest.approx(result["uninterrupted"], rel=1e-6)
     assert result["files"] == ["global_step2/state/__0_0.distcp", "global_step2/state/__1_0.distcp"]  # one per rank
+
+
+def test_building_blocks_refuse_wrong_arguments_in_one_line_and_write_nothing(tmp_path):
+    """A new user's audit found these ending in TypeError, AttributeError, StopIteration, multi-line pydantic dumps,
+    a "false" that turned async saving on, or a .partial folder left behind."""
+    from backends.zero.standalone import ZeroOptimizer
+
+    model = Stack()
+    optimizer = torch.optim.AdamW(model.parameters())
+    (tmp_path / "a-file").write_text("")
+    calls = [
+        (lambda: backends.CheckpointManager(None), "directory is the folder"),
+        (lambda: backends.CheckpointManager(tmp_path / "a-file"), "is a file"),
+        (lambda: backends.CheckpointManager(tmp_path / "c", async_save="false"), "async_save must be True or False"),
+        (lambda: backends.CheckpointManager(tmp_path / "c").save("one", model, optimizer), "step is the whole"),
+        (lambda: backends.CheckpointManager(tmp_path / "c").save(-1, model, optimizer), "step is the whole"),
+        (lambda: backends.CheckpointManager(tmp_path / "c").save(1, model, model), "optimizer a torch optimizer"),
+        (lambda: backends.CheckpointManager(tmp_path / "c").save(1, None, optimizer), "model is a torch module"),
+        (lambda: backends.CheckpointManager(tmp_path / "c").save(1, model, optimizer, extra={"x": object()}),
+         "extra must be a dict of JSON values"),
+        (lambda: ZeroOptimizer(optimizer, model.parameters()), "takes the optimizer's class"),
+        (lambda: ZeroOptimizer(torch.optim.AdamW, None), "params must be the model's parameters"),
+        (lambda: ZeroOptimizer(torch.optim.AdamW, iter([])), "got nothing"),
+        (lambda: ZeroOptimizer(torch.optim.AdamW, model.parameters(), stage=True), "stage must be 1, 2 or 3"),
+        (lambda: ZeroOptimizer(torch.optim.AdamW, model.parameters(), max_grad_norm=float("nan")), "max_grad_norm"),
+        (lambda: backends.ParallelTrainer(tmp_path / "nope"), "nope: no such run folder"),
+        (lambda: backends.ParallelTrainer({}).train(model, None), "dataset is a map-style dataset"),
+        (lambda: backends.ParallelTrainer({}).train(model, [1], callbacks=[print]), "callbacks is a dict"),
+    ]  # fmt: skip
+    for call, message in calls:
+        with pytest.raises(ValueError, match=message) as raised:
+            call()
+        assert "\n" not in str(raised.value), str(raised.value)
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())  # no .partial left behind

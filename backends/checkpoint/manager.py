@@ -33,8 +33,14 @@ EXTRA = "extra.json"
 
 class CheckpointManager:
     def __init__(self, directory: str | Path, keep_last: int = 2, async_save: bool = False):
+        if not isinstance(directory, (str, Path)) or not str(directory).strip():
+            raise ValueError(f"directory is the folder of the checkpoints (a str or Path), not {directory!r}")
         if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1:
             raise ValueError(f"keep_last must be a whole number of at least 1, not {keep_last!r}")
+        if not isinstance(async_save, bool):  # "false" is true to Python
+            raise ValueError(f"async_save must be True or False, not {async_save!r}")
+        if Path(directory).exists() and not Path(directory).is_dir():
+            raise ValueError(f"{directory} is a file; CheckpointManager needs a folder for its checkpoints")
         self.directory = Path(directory)
         self.keep_last = keep_last
         self.async_save = async_save
@@ -42,13 +48,27 @@ class CheckpointManager:
 
     def save(self, step: int, model: Any, optimizer: Any = None, extra: dict | None = None) -> Path:
         """Checkpoint `global_step<step>`; returns its folder (sealed now, or by the next call when async)."""
+        import torch
         import torch.distributed.checkpoint as dcp
 
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise ValueError(f"step is the whole number of the optimizer step saved (0 or more), not {step!r}")
+        if not isinstance(model, torch.nn.Module) or not (
+            optimizer is None or isinstance(optimizer, torch.optim.Optimizer) or _is_zero(optimizer)
+        ):
+            raise ValueError(
+                "save(step, model, optimizer): model is a torch module, optimizer a torch optimizer, a ZeroOptimizer "
+                f"or None; got {type(model).__name__} and {type(optimizer).__name__}"
+            )
+        try:
+            extra_text = json.dumps({"step": step, **(extra or {})})
+        except (TypeError, ValueError):
+            raise ValueError(f"extra must be a dict of JSON values (numbers, strings, lists), not {extra!r}") from None
         self.wait()
         tag = f"global_step{int(step)}"
         partial = begin_partial(self.directory, tag)
         if rank() == 0:
-            (partial / EXTRA).write_text(json.dumps({"step": int(step), **(extra or {})}), encoding="utf-8")
+            (partial / EXTRA).write_text(extra_text, encoding="utf-8")
         state = _state(model, optimizer)
         target = str(partial / STATE_FOLDER)
         with dcp_quietly():

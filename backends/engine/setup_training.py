@@ -63,6 +63,7 @@ class ParallelTrainer:
     layout each step's micro-batches go to the engine's schedule together (engine.train_batch)."""
 
     def __init__(self, config: Any):
+        engine_config_of(config)  # a config that cannot be read is said now, not at train()
         self.config = config
 
     def train(
@@ -78,6 +79,10 @@ class ParallelTrainer:
         """Train; returns one {step, loss, ...} row per optimizer step (the engine's metrics)."""
         if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
             raise ValueError(f"epochs must be a whole number of at least 1, not {epochs!r}")
+        if dataset is None or not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise ValueError(f"dataset is a map-style dataset (len and indexing, e.g. a list), not {dataset!r}")
+        if callbacks is not None and not isinstance(callbacks, dict):
+            raise ValueError(f"callbacks is a dict of name -> callback(metrics, step), not {type(callbacks).__name__}")
         engine, _, loader, _ = setup_distributed_training(
             model, self.config, dataset=dataset, optimizer=optimizer, collate_fn=collate_fn
         )

@@ -19,6 +19,7 @@ accumulate=True) holds the reduction until the last micro-batch).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 ELEMENT_WISE = ("SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam", "Adadelta")
@@ -43,20 +44,37 @@ class ZeroOptimizer:
         from planner.contract.engine_config import EngineConfig
         from planner.errors import UserInputError
 
+        if isinstance(optimizer_cls, torch.optim.Optimizer):
+            raise UserInputError(
+                f"ZeroOptimizer takes the optimizer's class and its arguments, e.g. ZeroOptimizer(torch.optim."
+                f"{type(optimizer_cls).__name__}, model.parameters(), lr=...), not an optimizer already built"
+            )
         if getattr(optimizer_cls, "__name__", None) not in ELEMENT_WISE:
             raise UserInputError(
                 f"ZeroOptimizer steps flat partitions, so the optimizer must be element-wise "
                 f"({', '.join(ELEMENT_WISE)}); {getattr(optimizer_cls, '__name__', optimizer_cls)} is not"
             )
-        if stage not in (1, 2, 3):
+        if not isinstance(stage, int) or isinstance(stage, bool) or stage not in (1, 2, 3):
             raise UserInputError(f"stage must be 1, 2 or 3, not {stage!r}")
+        if (
+            isinstance(max_grad_norm, bool)
+            or not isinstance(max_grad_norm, (int, float))
+            or not (0 <= max_grad_norm < float("inf"))
+        ):
+            raise UserInputError(f"max_grad_norm must be a number of 0 or more (0: no clipping), not {max_grad_norm!r}")
         if isinstance(params, torch.nn.Module):
             model = params
         elif stage == 3:
             raise UserInputError("stage 3 gathers each block around its forward: pass the model, not its parameters")
         else:
+            listed = list(params) if isinstance(params, Iterable) and not isinstance(params, (str, bytes)) else None
+            if not listed or not all(isinstance(param, torch.nn.Parameter) for param in listed):
+                raise UserInputError(
+                    "params must be the model's parameters (model.parameters(), not yet consumed) or, for stage 3, "
+                    f"the model; got {'nothing' if listed == [] else repr(params)[:80]}"
+                )
             model = torch.nn.Module()
-            model.params = torch.nn.ParameterList(list(params))  # the same Parameter objects: the model sees updates
+            model.params = torch.nn.ParameterList(listed)  # the same Parameter objects: the model sees updates
         config = EngineConfig.model_validate(
             {"zero_optimization": {"stage": stage}, "gradient_clipping": max_grad_norm}
         )

@@ -23,6 +23,8 @@ EMIT_HINT = "emit a run folder with `hardware-selector plan ... --emit DIR`"
 def read_plan_file(path: str | Path) -> tuple[Plan, RunConfig]:
     """The Plan and RunConfig of a plan.json (or of the run folder holding one)."""
     path = Path(path)
+    if not path.exists():  # the folder named, not its parent (a new user's audit: "/tmp has no plan.json")
+        raise UserInputError(f"{path}: no such run folder or plan.json; {EMIT_HINT}")
     if path.is_dir():
         path = path / "plan.json"
     if not path.exists():

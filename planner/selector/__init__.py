@@ -71,6 +71,13 @@ def _whole(name: str, value: object, *, high: int, low: int = 1) -> int:
     return check_count(name, value, high=high, low=low)
 
 
+def _flag(name: str, value: object) -> bool:
+    """True or False only: a string such as "no" is true to Python and would mean the opposite of what it says."""
+    if not isinstance(value, bool):
+        raise UserInputTypeError(f"{name} must be True or False, not {type(value).__name__} {value!r}")
+    return value
+
+
 def _choice(name: str, kind: type[Enum], value: str) -> Any:
     """An enum member by its value; a ValueError naming the argument and the accepted values otherwise."""
     try:
@@ -274,6 +281,11 @@ class HardwareSelector:
         """
         task = _task(check_name("task_type", task_type))
         _check_request(gpu_count, batch_size, max_memory_gb)
+        distributed, include_detected = _flag("distributed", distributed), _flag("include_detected", include_detected)
+        if candidates is not None and (
+            isinstance(candidates, str) or not all(isinstance(name, str) for name in candidates)
+        ):
+            raise UserInputTypeError(f"candidates is a list of GPU names, such as ['A100-80GB'], not {candidates!r}")
         if rank_by not in ("cost", "throughput"):
             raise UserInputError(f"rank_by must be 'cost' or 'throughput', not '{rank_by}'")
         spec = self._model(model_family, model_name)
