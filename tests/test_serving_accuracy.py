@@ -1,6 +1,6 @@
 """`plan --mode inference` against published GPU serving measurements (benchmarks/data/published_serving.yaml).
 
-The reference is the published figures (NVIDIA NIM, TensorRT-LLM, lmdeploy), each row with its source; the
+The reference is the published figures (NVIDIA NIM, TensorRT-LLM, lmdeploy, Baseten), each row with its source; the
 estimate is recomputed here and the medians of |estimated / measured - 1| are held: throughput and ITL each
 within 20%, in sample and with the two calibrated constants refitted without each row (leave-one-out).
 docs/accuracy.md carries the table benchmarks.accuracy.serving_published writes; it must be current.
@@ -18,7 +18,7 @@ from planner.inference.speed import BATCHED, SATURATED, SINGLE
 
 TARGET = 0.20
 # The medians this estimator reaches (docs/accuracy.md); a change that loses more than 2 points fails.
-REACHED = {"tokens_per_s": 0.108, "itl_ms": 0.089}
+REACHED = {"tokens_per_s": 0.109, "itl_ms": 0.089}
 SLACK = 0.02
 
 

@@ -6,7 +6,7 @@
     .venv/bin/python -m benchmarks.accuracy.serving_published --smoke      # the table, printed only
 
 Rows come from benchmarks/data/published_serving.yaml, each with its source
-(NVIDIA NIM, TensorRT-LLM, lmdeploy). Each is planned at the setup its source
+(NVIDIA NIM, TensorRT-LLM, lmdeploy, Baseten). Each is planned at the setup its source
 states: engine batching, weight and KV formats, tensor parallelism, input and
 output lengths and concurrency (closed-loop clients; "max" = more clients
 than the KV cache holds). Two global constants of planner/inference/roofline.py
