@@ -117,6 +117,7 @@ def print_serving(result, title: str, as_json: bool, explain: bool) -> None:
         table.add_column(column, no_wrap=column == "#")
     for column in ("GPU mem", "KV", "max batch", "TTFT", "ITL", "tokens/s"):
         table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("regime")
     for index, plan in enumerate(result.candidates, 1):
         memory = plan.memory_bytes
         table.add_row(
@@ -128,11 +129,13 @@ def print_serving(result, title: str, as_json: bool, explain: bool) -> None:
             f"{plan.ttft_s * 1e3:,.0f} ms",
             f"{plan.itl_s * 1e3:,.1f} ms",
             f"{plan.cluster_tokens_per_s:,.0f}",
+            plan.regime,
         )
     console.print(table)
     console.print(
         "max batch: concurrent requests the memory holds; TTFT: time to first token; ITL: time between tokens; "
-        "tokens/s: generated, all replicas",
+        "tokens/s: generated, all replicas; regime: single request, batched (every request decoded each step) "
+        "or saturated (more requests than the KV cache holds: the rest queue)",
         markup=False,
         highlight=False,
     )

@@ -91,6 +91,10 @@ def _serving_cpu(out: str) -> None:
     assert all(row["measured_ms"] > 0 and row["predicted_ms"] > 0 for row in document["rows"])
 
 
+def _serving_published(out: str) -> None:
+    assert "| output tokens/s | 30 |" in out and "saturated (queueing)" in out
+
+
 def _measure_cpu(out: str) -> None:
     document = _json(out)
     assert document["script"] == "benchmarks/accuracy/measure_cpu.py --smoke"
@@ -168,6 +172,7 @@ SMOKES: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "benchmarks.accuracy.per_stack_accuracy": ([], _per_stack_accuracy),
     "benchmarks.accuracy.validate_published_runs": ([], _validate_published_runs),
     "benchmarks.accuracy.serving_cpu": (["--json"], _serving_cpu),
+    "benchmarks.accuracy.serving_published": ([], _serving_published),
     "benchmarks.accuracy.measure_cpu": ([], _measure_cpu),
     "benchmarks.speed.memory_speed": ([], _memory_speed),
     "benchmarks.speed.planner_speed": ([], _planner_speed),

@@ -52,7 +52,7 @@ def test_batch_one_decode_sits_just_above_the_weight_read_floor(name, gpu):
 
 def test_long_prefill_is_compute_bound_above_the_flops_floor():
     spec, cluster = resolve_model("llama-2-7b"), make_cluster("A100-80GB", gpus_per_node=1)
-    request = InferenceRequest(context=4000, output=16, batch=4)
+    request = InferenceRequest(context=4000, output=16, batch=4, batching="static")  # the 4 prompts prefilled together
     speed = serving_speed(spec, request, cluster, 1, 1)
     floor = 2 * spec.params.total * 4 * 4000 / (cluster.gpu.peak_tflops("bf16") * 1e12)
     assert speed.prefill_bound == "compute" and floor < speed.ttft_s < 2.5 * floor

@@ -117,9 +117,9 @@ def predicted_step_s(config_dict: dict, bandwidth: float, flops: float, batch: i
     from planner.hardware.cluster import make_cluster
     from planner.hardware.gpus import resolve_gpu
     from planner.inference import InferenceRequest, serving_speed
+    from planner.inference.roofline import EFFICIENCY
     from planner.inference.speed import HBM_EFFICIENCY, STEP_OVERHEAD_S
     from planner.models.hf_config import spec_from_hf_config
-    from planner.throughput.constants import CONSTANTS
 
     spec = spec_from_hf_config(config_dict, name="cpu-llama")
     cpu = resolve_gpu("cpu")
@@ -127,10 +127,11 @@ def predicted_step_s(config_dict: dict, bandwidth: float, flops: float, batch: i
     host = cpu.model_copy(
         update={
             "memory_bandwidth_GBps": bandwidth / 1e9 / HBM_EFFICIENCY,
-            "dense_tflops": cpu.dense_tflops.model_copy(update={"bf16": flops / 1e12 / CONSTANTS.matmul_peak_fraction}),
+            "dense_tflops": cpu.dense_tflops.model_copy(update={"bf16": flops / 1e12 / EFFICIENCY.prefill_peak}),
         }
     )
-    request = InferenceRequest(context=context, output=2 * steps, batch=batch, block_tokens=1)
+    # a static batch: the measured steps decode the whole batch, with no other prompt in them
+    request = InferenceRequest(context=context, output=2 * steps, batch=batch, block_tokens=1, batching="static")
     speed = serving_speed(spec, request, make_cluster(host, gpus_per_node=1), 1, 1)
     return speed.itl_s - STEP_OVERHEAD_S  # the CUDA-graph engine's step cost does not apply to eager CPU decoding
 

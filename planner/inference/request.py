@@ -50,6 +50,11 @@ class KvFormat(str, Enum):
         return 1 if self is KvFormat.FP8 else 2
 
 
+class Batching(str, Enum):
+    CONTINUOUS = "continuous"  # requests enter and leave the running batch every step (vLLM, TensorRT-LLM, TurboMind)
+    STATIC = "static"  # the whole batch is prefilled, then decoded together
+
+
 class ServingObjective(str, Enum):
     THROUGHPUT = "throughput"  # most generated tokens/s over the whole cluster
     LATENCY = "latency"  # the shortest time between tokens for one request
@@ -62,7 +67,9 @@ PREFILL_CHUNK_TOKENS = 8192
 
 
 class InferenceRequest(BaseModel):
-    """Serve `batch` concurrent requests (over all replicas) of `context` prompt tokens, generating `output` each."""
+    """Serve `batch` concurrent requests (over all replicas) of `context` prompt tokens, generating `output` each.
+
+    `batch` is the number of concurrent clients, each sending its next request when its last one ends."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -73,6 +80,7 @@ class InferenceRequest(BaseModel):
     kv_cache: KvFormat = KvFormat.BF16
     block_tokens: int = Field(default=PAGED_BLOCK_TOKENS, ge=1)
     prefill_chunk: int = Field(default=PREFILL_CHUNK_TOKENS, ge=1)
+    batching: Batching = Batching.CONTINUOUS
     objective: ServingObjective = ServingObjective.THROUGHPUT
     headroom_fraction: float = Field(default=0.1, ge=0.0, lt=1.0, allow_inf_nan=False)
     top_k: int = Field(default=5, ge=1)

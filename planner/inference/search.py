@@ -22,7 +22,7 @@ from planner.hardware.gpus import load_gpu_catalog
 from planner.inference.memory import SOURCES, ServingMemory, serving_memory
 from planner.inference.request import InferenceRequest, KvFormat, ServingObjective, WeightFormat
 from planner.inference.speed import SOURCE as SPEED_SOURCE
-from planner.inference.speed import ServingSpeed, serving_speed
+from planner.inference.speed import STATIC, ServingSpeed, serving_speed
 from planner.models.spec import ModelFamily, ModelSpec
 from planner.search.layouts import divisors
 from planner.units import GIB
@@ -51,9 +51,12 @@ class ServingPlan(BaseModel):
     max_batch: int  # concurrent requests of this length the replicas' memory holds
     ttft_s: float
     itl_s: float
-    decode_tokens_per_s: float  # per replica
-    request_tokens_per_s: float  # per replica, prefill included
-    cluster_tokens_per_s: float  # decode tokens/s of all replicas: batch / ITL
+    decode_tokens_per_s: float  # per replica: running requests / ITL
+    request_tokens_per_s: float  # per replica, generated tokens/s over whole requests (prefill and queue included)
+    cluster_tokens_per_s: float  # generated tokens/s of all replicas
+    regime: str  # single request, batched, saturated (queueing) or static batch (planner/inference/speed.py)
+    running_per_replica: int  # the effective decode batch of a replica
+    max_running_per_replica: int  # requests of this length a replica's KV cache holds
     bounds: dict[str, str]  # prefill / decode: "compute" or "memory"
     speed_source: str
     reasons: list[str] = Field(default_factory=list)
@@ -125,10 +128,16 @@ def serving_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[tuple[int, in
 def _plan(
     spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequest, tp: int, pp: int
 ) -> tuple[ServingPlan, ServingMemory]:
-    """The request's concurrent requests spread over as many replicas as the cluster holds (and they fill)."""
+    """The request's concurrent requests spread over as many replicas as the cluster holds (and they fill).
+
+    A replica whose KV cache holds fewer of them than it is sent runs what it holds and queues the rest."""
     replicas = min(cluster.world_size // (tp * pp), request.batch)
     per_replica = request.model_copy(update={"batch": math.ceil(request.batch / replicas)})
     memory = serving_memory(spec, per_replica, cluster.gpu.memory_bytes, tp, pp)
+    if not memory.fits and 1 <= memory.max_batch < per_replica.batch:
+        # Continuous batching admits what the KV cache holds and queues the rest (the "saturated" regime).
+        admitted = per_replica.model_copy(update={"batch": memory.max_batch})
+        memory = serving_memory(spec, admitted, cluster.gpu.memory_bytes, tp, pp)
     speed: ServingSpeed = serving_speed(spec, per_replica, cluster, tp, pp)
     plan = ServingPlan(
         model=spec.name,
@@ -149,7 +158,10 @@ def _plan(
         itl_s=speed.itl_s,
         decode_tokens_per_s=speed.decode_tokens_per_s,
         request_tokens_per_s=speed.request_tokens_per_s,
-        cluster_tokens_per_s=request.batch / speed.itl_s,
+        cluster_tokens_per_s=replicas * speed.request_tokens_per_s,
+        regime=speed.regime,
+        running_per_replica=speed.running,
+        max_running_per_replica=speed.max_running,
         bounds={"prefill": speed.prefill_bound, "decode": speed.decode_bound},
         speed_source=SPEED_SOURCE,
     )
@@ -166,9 +178,19 @@ def _reasons(plan: ServingPlan, rank: int, fitting: int) -> list[str]:
         f"{plan.label} on {plan.replicas * plan.gpus_per_replica} x {plan.gpu}: {memory['total'] / GIB:.1f} GiB per GPU "
         f"of {plan.usable_bytes / GIB:.1f} GiB usable (weights {memory['weights'] / GIB:.1f}, KV cache "
         f"{memory['kv_cache'] / GIB:.1f}, activations {memory['activations'] / GIB:.2f}) [memory: formula]",
-        f"TTFT {plan.ttft_s * 1e3:,.0f} ms ({plan.bounds['prefill']}-bound prefill of {plan.batch_per_replica} x "
-        f"{plan.request.context} tokens), ITL {plan.itl_s * 1e3:,.1f} ms ({plan.bounds['decode']}-bound decode), "
-        f"{plan.decode_tokens_per_s:,.0f} tokens/s per replica [{plan.speed_source}]",
+        f"TTFT {plan.ttft_s * 1e3:,.0f} ms ({plan.bounds['prefill']}-bound prefill of "
+        + (f"{plan.batch_per_replica} x " if plan.regime == STATIC else "a ")
+        + f"{plan.request.context}-token prompt{'s' if plan.regime == STATIC else ''}"
+        + (", queueing included" if plan.running_per_replica < plan.batch_per_replica else "")
+        + f"), ITL {plan.itl_s * 1e3:,.1f} ms ({plan.bounds['decode']}-bound decode), "
+        f"{plan.request_tokens_per_s:,.0f} generated tokens/s per replica [{plan.speed_source}]",
+        f"regime: {plan.regime}, {plan.running_per_replica} requests decoded per step of the "
+        f"{plan.max_running_per_replica} a replica's KV cache holds"
+        + (
+            f"; the rest queue ({plan.batch_per_replica - plan.running_per_replica} per replica)"
+            if plan.running_per_replica < plan.batch_per_replica
+            else ""
+        ),
         f"{plan.batch_per_replica} requests per replica; the replicas' memory holds {plan.max_batch} concurrent "
         f"requests of {plan.request.tokens_per_request} tokens",
         f"ranked 1st of {fitting} fitting layouts" if rank == 0 else f"ranked {rank + 1} of {fitting}",
