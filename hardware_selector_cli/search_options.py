@@ -100,6 +100,7 @@ class SearchOptions:
         if self.fsdp_sharding is not None:  # narrows the search as --strategies fsdp-full (say) does
             sharding = _choice(self.fsdp_sharding, FsdpSharding, "--fsdp-sharding")
             strategies = pin_fsdp_sharding(("fsdp",) if self.strategies == ALL_STRATEGIES else strategies, sharding)
+        strategies = self._implementation_runs(strategies)
         return PlanRequest(
             seq_len=seq_len,
             global_batch=self.global_batch,
@@ -120,6 +121,19 @@ class SearchOptions:
             headroom_fraction=self.headroom,
             train_tokens=self.tokens,
         )
+
+    def _implementation_runs(self, strategies: tuple[str, ...]) -> tuple[str, ...]:
+        """Under --implementation, the strategies that codebase trains with: all of them when --strategies was not
+        given, and a one-line error for those named that it does not (estimate refuses the same pairs)."""
+        from planner.contract.choices import STRATEGY_ALIASES
+        from planner.throughput.implementation import check_implementation_runs, implementation_named
+
+        preset = implementation_named(self.implementation)
+        kept = tuple(name for name in strategies if STRATEGY_ALIASES[name]["strategy"] in preset.strategies)
+        if self.strategies != ALL_STRATEGIES:
+            for name in strategies:
+                check_implementation_runs(self.implementation, STRATEGY_ALIASES[name]["strategy"])  # type: ignore[arg-type]
+        return kept or strategies
 
 
 def search_options(

@@ -138,6 +138,8 @@ def seed_main(argv: Sequence[str]) -> int:
     mode = args.mode.strip().lower()
     if mode not in ("training", "inference"):
         raise UserInputError(f"--mode must be training or inference, not '{args.mode}'")
+    if args.gpu_count != 1 and not args.distributed:  # it was dropped without a word: the plan is for one GPU
+        raise UserInputError(f"--gpu-count {args.gpu_count} needs --distributed (without it the plan is for one GPU)")
     if mode == "inference":
         if args.nvme_gb is not None or args.nvme_gbps is not None:
             raise UserInputError("--nvme-gb and --nvme-gbps plan training's offload; drop them or use --mode training")

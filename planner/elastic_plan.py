@@ -118,8 +118,11 @@ def parse_node_range(text: str, plan_nodes: int) -> tuple[int, int]:
         low, high = (int(parts[0]), int(parts[1])) if len(parts) == 2 else (int(parts[0]), int(parts[0]))
     except ValueError:
         raise UserInputError(f"--elastic takes a node range MIN:MAX (e.g. 1:2), not {text!r}") from None
-    if not 1 <= low <= high:
-        raise UserInputError(f"--elastic {text}: the range needs 1 <= MIN <= MAX nodes")
+    if not 1 <= low < high:
+        raise UserInputError(
+            f"--elastic {text}: the range needs 1 <= MIN < MAX nodes (one node count is no elastic run; "
+            "drop --elastic to run on exactly that many)"
+        )
     if not low <= plan_nodes <= high:
         raise UserInputError(
             f"--elastic {text} does not hold the plan's own {plan_nodes} node(s); widen the range or set --nodes"

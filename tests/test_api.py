@@ -126,3 +126,15 @@ def test_booleans_are_booleans_and_candidates_a_list():
     ):
         with pytest.raises(ValueError, match=message):
             select_hardware_for_task("text_generation", "gpt2", **{keyword: value})
+
+
+def test_serving_formats_are_one_line_naming_the_argument():
+    """weights="int3" was a four-line pydantic dump (a new user's audit)."""
+    import pytest
+
+    from planner.selector import get_inference_config
+
+    for keyword, value in (("weights", "int3"), ("kv_cache", "int2"), ("weights", None)):
+        with pytest.raises(ValueError, match=f"^{keyword} must be one of ") as raised:
+            get_inference_config("text_generation", "gpt2", **{keyword: value})
+        assert "\n" not in str(raised.value)

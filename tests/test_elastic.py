@@ -81,7 +81,8 @@ def test_a_node_count_where_nothing_fits_says_why_and_a_run_there_is_refused(tmp
     ("extra", "message"),
     [
         (("--elastic", "3:4"), "--elastic 3:4 does not hold the plan's own 2 node(s)"),
-        (("--elastic", "2:1"), "the range needs 1 <= MIN <= MAX nodes"),
+        (("--elastic", "2:1"), "the range needs 1 <= MIN < MAX nodes"),
+        (("--elastic", "2"), "one node count is no elastic run"),  # was taken as 2:2 (a new user's audit)
         (("--elastic", "one:two"), "--elastic takes a node range MIN:MAX (e.g. 1:2), not 'one:two'"),
         (("--elastic", "1:40"), "spans 40 node counts; the run folder holds at most 16"),
         (("--strategies", "zero3", "--elastic", "1:2"), "a DeepSpeed checkpoint is not resharded"),

@@ -79,3 +79,20 @@ def test_a_ring_hides_the_context_exchange_under_the_attention_and_an_all_gather
             assert hidden == pytest.approx(exchange)
         else:
             assert 0 < hidden < exchange
+
+
+def test_plan_searches_only_what_the_named_codebase_trains_with():
+    """plan --implementation megatron --strategies ddp planned DDP as if Megatron-LM ran it (a new user's audit);
+    estimate already refused the pair. Without --strategies the search keeps to the codebase's own strategies."""
+    from tests.distributed import cli_in_process
+
+    refused = cli_in_process("plan", "-m", "gpt2", "--gpu", "A100-80GB", "--implementation", "megatron",
+                             "--strategies", "ddp")  # fmt: skip
+    assert refused.returncode == 2 and "trains with --strategy engine, not DDP" in refused.stderr
+    kept = cli_in_process("plan", "-m", "gpt2", "--gpu", "A100-80GB", "--implementation", "megatron", "--json")
+    assert kept.returncode == 0, kept.stderr
+    import json
+
+    document = json.loads(kept.stdout)
+    strategies = {plan["config"]["strategy"] for plan in document["candidates"]}
+    assert strategies == {"engine"}, strategies

@@ -62,6 +62,8 @@ def test_bad_seed_input_is_one_line_and_exit_2(capsys):
         ([*SEED[:2], "--model-name", "llama-7b", "--gpu-count", "x"], "invalid int value"),
         (["--model-family", "text_generation"], "required"),
         ([*SEED[:4], "--mode", "serve"], "--mode must be training or inference"),
+        ([*SEED[:4], "--gpu-count", "0"], "--gpu-count 0 needs --distributed"),  # was one GPU, silently
+        ([*SEED[:4], "--distributed", "--gpu-count", "0"], "gpu_count must be at least 1"),
         (
             [*SEED[:2], "--model-name", "llama-7b", "--batch-size", "0"],
             "batch_size must be at least 1",

@@ -80,6 +80,11 @@ def _flag(name: str, value: object) -> bool:
 
 def _choice(name: str, kind: type[Enum], value: str) -> Any:
     """An enum member by its value; a ValueError naming the argument and the accepted values otherwise."""
+    if isinstance(value, kind):
+        return value
+    if not isinstance(value, str):
+        accepted = ", ".join(repr(member.value) for member in kind)
+        raise UserInputTypeError(f"{name} must be one of {accepted}, not {type(value).__name__} {value!r}")
     try:
         return kind(value.strip().lower())
     except ValueError:
@@ -245,6 +250,9 @@ class HardwareSelector:
     ) -> dict[str, Any]:
         """The best serving layout for `batch_size` concurrent requests on gpu_count GPUs (docs/inference.md)."""
         _check_request(gpu_count, batch_size, max_memory_gb)
+        from planner.inference.request import KvFormat, WeightFormat
+
+        weights, kv_cache = _choice("weights", WeightFormat, weights), _choice("kv_cache", KvFormat, kv_cache)
         spec = self._model(model_family, model_name)
         cluster = cluster_for(gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node)
         request = InferenceRequest.for_model(
