@@ -152,6 +152,11 @@ def _check_options(spec, config, implementation: str, headroom: float, overhead_
     if overhead_gb is not None and overhead_gb < 0:
         raise UserInputError(f"--overhead-gb must be 0 or more, not {overhead_gb}")
     check_implementation_runs(implementation, config.strategy)
+    if config.pipeline_schedule.value.startswith("interleaved") and config.virtual_stages < 2:
+        raise UserInputError(
+            f"--pp-schedule {config.pipeline_schedule.value} interleaves 2 or more chunks per rank; add "
+            "--virtual-stages 2 (or more), or use --pp-schedule 1f1b"
+        )
     ours = implementation.strip().lower() == "ours"
     if (
         ours

@@ -85,6 +85,11 @@ def register(app: typer.Typer) -> None:
         if serving.inference:
             training_only = search.training_flags_given(routing_default=routing.is_default, emitting=emit is not None)
             training_only += run.given()
+            training_only += [
+                flag
+                for flag, value in (("--nvme-gb", cluster.nvme_gb), ("--nvme-gbps", cluster.nvme_gbps))
+                if value is not None
+            ]  # offload is training's (fmt: skip)
             if training_only:
                 raise UserInputError(
                     f"{', '.join(training_only)} plan training, not serving; drop them or --mode inference"

@@ -274,6 +274,10 @@ def test_bad_combinations_one_line_exit_2(capsys, flags, fragment):
         (["--strategy", "ddp", "--implementation", "megatron"], "trains with --strategy engine, not DDP"),
         (["--strategy", "engine", "--implementation", "llm-foundry"], "trains with --strategy fsdp, not engine"),
         (
+            ["--strategy", "engine", "--pp", "2", "--grad-accum", "4", "--pp-schedule", "interleaved-1f1b"],
+            "add --virtual-stages 2",
+        ),  # was estimated as plain 1F1B (a new user's audit)
+        (
             ["--strategy", "ddp", "--fsdp-sharding", "grad-op"],
             "--fsdp-sharding grad-op shards FSDP, not --strategy ddp",
         ),

@@ -131,6 +131,10 @@ def test_every_serving_suggestion_fits_when_planned_as_printed(name, gpu, gpus, 
         (["--mode", "inference", "--model", "llama-2-7b", "--gpu", "A10", "--context", "4096"], "4096-token context"),
         (["--mode", "serve", "--model", "llama-2-7b", "--gpu", "A10"], "--mode must be"),
         (["--mode", "inference", "--model", "llama-2-7b", "--gpu", "A10", "--weights", "int3"], "--weights must be"),
+        (
+            ["--mode", "inference", "--model", "llama-2-7b", "--gpu", "A10", "--nvme-gb", "100"],
+            "--nvme-gb plan training",
+        ),
     ],
 )
 def test_bad_serving_input_is_one_line(capsys, argv, message):
