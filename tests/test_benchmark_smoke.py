@@ -92,7 +92,7 @@ def _serving_cpu(out: str) -> None:
 
 
 def _serving_published(out: str) -> None:
-    assert "| output tokens/s | 30 |" in out and "saturated (queueing)" in out
+    assert "| output tokens/s | 31 |" in out and "saturated (queueing)" in out
 
 
 def _measure_cpu(out: str) -> None:
