@@ -70,7 +70,15 @@ def run_torchrun_command(
     target: list[str], nproc: int, timeout_s: float, launcher: str = "torchrun"
 ) -> tuple[int | None, str]:
     """`launcher` (torchrun unless told) starting NPROC processes of TARGET; (exit code or None at the timeout,
-    stderr)."""
+    stderr). A free port can be taken by another process between our choosing it and the launcher binding it
+    (EADDRINUSE): that launch is started once more on another port."""
+    returncode, stderr = _run_launcher(target, nproc, timeout_s, launcher)
+    if returncode and "EADDRINUSE" in stderr:
+        returncode, stderr = _run_launcher(target, nproc, timeout_s, launcher)
+    return returncode, stderr
+
+
+def _run_launcher(target: list[str], nproc: int, timeout_s: float, launcher: str) -> tuple[int | None, str]:
     env = dict(os.environ)
     # One thread per rank unless told otherwise: the `cpu` pseudo-GPU is one core, and
     # more threads than cores thrash (badly, on a shared machine).
