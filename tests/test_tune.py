@@ -10,13 +10,11 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from functools import partial
 from pathlib import Path
 
 import pytest
 from distributed import cli_in_process
 
-from benchmarks.harness.processes import launcher_command, run_torchrun_command
 from benchmarks.harness.tune import measured_order, order_changes, run_tune, timed_steps, tune_matrix
 from benchmarks.harness.tune_links import dominant_collective
 from benchmarks_db.store import BenchmarkStore
@@ -240,86 +238,6 @@ def test_a_tiny_trial_of_a_pipelined_plan_splits_the_shrunken_models_layers(tmp_
     assert sum(default_stage_layers(TINY_SIZES["layers"], chunks)) == TINY_SIZES["layers"]
 
 
-@pytest.fixture(scope="module")
-def real_tunes(tmp_path_factory):
-    """Two real tunes of the same plans on 2 CPU ranks, under accelerate and the DeepSpeed launcher: as planned,
-    then with FSDP's trial held to a memory guard no run can meet. (A ZeRO-3 trial slowed by tiny buckets was
-    measured slower only on an idle machine, so the measured-order rule is proven by the stand-in launch.)"""
-    spec, cluster = resolve_model("gpt2"), make_cluster("cpu", gpus_per_node=2)
-    request = PlanRequest(seq_len=32, global_batch=4, top_k=5, strategies=("zero3", "ddp", "fsdp"))
-    plans = search_plans(spec, cluster, request).candidates[:3]
-    labels = [family_label(plan.config) for plan in plans]
-    fsdp = next(index for index, plan in enumerate(plans) if plan.config.strategy.value == "fsdp")
-    folder = tmp_path_factory.mktemp("tunes")
-    # The two tunes start their trials with the other launchers `train`'s launch.sh knows (the doc example's
-    # tune uses torchrun).
-    under = {name: partial(run_torchrun_command, launcher=name) for name in ("accelerate", "deepspeed")}
-    reference = run_tune(
-        spec, cluster, plans, tiny=True, budget_s=75, store=BenchmarkStore(folder / "reference.duckdb"),
-        run_command=under["accelerate"],
-    )  # fmt: skip
-
-    def guard_fsdp(folders: dict[str, Path]) -> None:
-        for trial_folder in folders.values():
-            if json.loads((trial_folder / "plan.json").read_text())["config"]["strategy"] == "fsdp":
-                trial = TrialRequest.model_validate_json((trial_folder / REQUEST_FILE).read_text())
-                trial = trial.model_copy(update={"memory_limit_gb": 0.001})
-                (trial_folder / REQUEST_FILE).write_text(trial.model_dump_json())
-
-    store = BenchmarkStore(folder / "slowed.duckdb")
-    slowed = run_tune(
-        spec, cluster, plans, tiny=True, budget_s=75, store=store, prepare=guard_fsdp,
-        run_command=under["deepspeed"],
-    )  # fmt: skip
-    return {"reference": reference, "slowed": slowed, "store": store, "labels": labels, "fsdp": fsdp}
-
-
-@pytest.mark.slow
-def test_real_trials_land_in_the_database_and_the_measured_order_decides(real_tunes):
-    reference = real_tunes["reference"]
-    assert [trial.status for trial in reference.trials] == ["ok"] * 3 and reference.launches == 1
-    assert len(real_tunes["store"].runs()) == 3  # the slowed tune's three, its failure included
-    order = measured_order(reference.trials)
-    assert [trial.tokens_per_s for trial in order] == sorted((t.tokens_per_s for t in order), reverse=True)
-    assert all(trial.launch_overhead_s is not None and trial.peak_memory_bytes for trial in reference.trials)
-
-
-@pytest.mark.slow
-def test_a_candidate_the_memory_guard_stops_is_dropped_with_its_reason(real_tunes):
-    failed = real_tunes["slowed"].trials[real_tunes["fsdp"]]
-    assert failed.status == "oom" and "over --memory-limit-gb 0.001" in failed.error
-    assert [trial.status for trial in real_tunes["slowed"].trials].count("ok") == 2
-    assert any(line.startswith(f"{failed.label} dropped: oom") for line in order_changes(real_tunes["slowed"].trials))
-
-
-@pytest.mark.slow
-def test_a_run_folders_tune_trials_its_own_model_and_data(tmp_path, monkeypatch):
-    """`tune RUN_DIR` times the folder's own checkpoint on its own text: the trials tokenize it into the
-    folder's data/ (where its `train` finds the tokens), and the winner replaces the folder keeping its data."""
-    from scripts.demo_checkpoint import make_local_gpt2
-
-    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(tmp_path / "db.duckdb"))
-    model_dir, corpus = make_local_gpt2(tmp_path / "user")
-    run_dir = tmp_path / "run"
-    plan = ["plan", "-m", model_dir, "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64"]
-    emitted = cli_in_process(
-        *plan, "--global-batch", "8", "--strategies", "ddp,fsdp", "--emit", run_dir, "--data", corpus
-    )
-    assert emitted.returncode == 0, emitted.stderr
-    assert not (run_dir / "data").exists()
-    monkeypatch.chdir(tmp_path)  # RUN_DIR as the README writes it, relative (the audit found it failed so)
-    tuned = cli_in_process("tune", "run", "--candidates", "2", "--budget", "1.5")
-    assert tuned.returncode == 0, tuned.stderr
-    (meta,) = (run_dir / "data").glob("tokens-*.json")
-    assert str(corpus) in json.dumps(json.loads(meta.read_text())["sources"])
-    document = json.loads((run_dir / "plan.json").read_text())
-    assert document["run"]["data"]["train"] == [str(corpus)] and len(document["tune"]["trials"]) == 2
-    records = BenchmarkStore(tmp_path / "db.duckdb").runs()
-    assert len(records) == 2
-    # A record holds the hardware and the measurements, nothing about the user: no data path, no host name.
-    assert all(record.host == "" and str(tmp_path) not in record.model_dump_json() for record in records)
-
-
 def test_an_elastic_folder_stays_elastic_when_its_winner_is_emitted(tmp_path, monkeypatch):
     """The winner of `tune RUN_DIR` on a folder emitted with --elastic keeps the node range, with its own
     fallback table (the same search plan --elastic runs for it), and the candidates are the families whose
@@ -358,49 +276,3 @@ def test_an_elastic_folder_stays_elastic_when_its_winner_is_emitted(tmp_path, mo
     )
     own = next(entry for entry in elastic["fallbacks"] if entry["world_size"] == 2)
     assert own["config"] == after["config"]  # the winner is its own node count's entry
-
-
-def test_the_probed_bandwidth_is_in_the_throughput_models_own_units():
-    """The probe's GB/s per rank, from a collective's bytes and time, gives back the link bandwidth the model
-    (planner/throughput/collectives.py) took to predict that time, for each kind and group size."""
-    from backends.monitoring.link_probe import bus_GBps
-    from planner.throughput.collectives import Links, all_gather_s, all_reduce_s, process_group, reduce_scatter_s
-
-    links = Links(intra_Bps=37e9, inter_Bps=5e9, intra_latency_s=0.0, inter_latency_s=0.0, gpus_per_node=8)
-    for ranks in (2, 4, 8):
-        group = process_group(ranks, 1, 8)
-        for kind, seconds in (("all-gather", all_gather_s), ("reduce-scatter", reduce_scatter_s),
-                              ("all-reduce", all_reduce_s)):  # fmt: skip
-            assert bus_GBps(kind, 64e6, seconds(links, group, 64e6), ranks) == pytest.approx(37.0)
-
-
-@pytest.mark.slow
-def test_the_launch_probes_each_collective_once(real_tunes):
-    for outcome in (real_tunes["reference"], real_tunes["slowed"]):
-        assert set(outcome.link_GBps) == {"all-gather", "reduce-scatter", "all-reduce"}
-        assert all(rate > 0 for rate in outcome.link_GBps.values())
-
-
-def test_the_trials_start_under_the_launchers_launch_sh_knows():
-    """The same processes launch.sh would start for `train`: torchrun, accelerate launch, the DeepSpeed launcher."""
-    target = ["-m", "backends.runner.trials", "/runs/a", "/runs/b"]
-    commands = {name: launcher_command(name, target, 2, 29501) for name in ("torchrun", "accelerate", "deepspeed")}
-    assert commands["torchrun"][1:6] == [
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node=2",
-        "--master-port=29501",
-        "-m",
-    ]
-    assert commands["accelerate"][1:5] == ["-m", "accelerate.commands.launch", "--num_processes", "2"]
-    assert commands["deepspeed"][1:7] == [
-        "-m",
-        "deepspeed.launcher.runner",
-        "--num_gpus",
-        "2",
-        "--master_port",
-        "29501",
-    ]
-    assert all(command[-3:] == ["backends.runner.trials", "/runs/a", "/runs/b"] for command in commands.values())
-    refused = cli_in_process("tune", "-m", "gpt2", "--gpu", "cpu", "--launcher", "mpirun")
-    assert refused.returncode == 2 and "--launcher must be one of torchrun, accelerate, deepspeed" in refused.stderr
