@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from planner.errors import UserInputError
 from planner.files import atomic_path
+from planner.progress import WorkProgress
 
 from .record import RunRecord, RunStatus, needed_by
 from .store import COLUMNS, BenchmarkStore
@@ -104,12 +105,14 @@ def import_runs(store: BenchmarkStore, path: str | Path) -> ImportReport:
     known = [name for name in names if name in COLUMNS]
     records: list[RunRecord] = []
     bad: list[str] = []
-    for number, row in enumerate(rows, start=1):
-        values = {name: value for name, value in zip(names, row) if name in COLUMNS and value is not None}
-        try:
-            records.append(_row_record(values))
-        except (ValidationError, ValueError) as error:
-            bad.append(f"row {number}: {_first_problem(error)}")
+    with WorkProgress(f"importing {source.name}", total=len(rows)) as progress:
+        for number, row in enumerate(rows, start=1):
+            values = {name: value for name, value in zip(names, row) if name in COLUMNS and value is not None}
+            try:
+                records.append(_row_record(values))
+            except (ValidationError, ValueError) as error:
+                bad.append(f"row {number}: {_first_problem(error)}")
+            progress.advance()
     seen = store.existing_ids([record.id for record in records])
     fresh, ids = [], set()
     for record in records:

@@ -78,7 +78,7 @@ def snapshot(run_dir: Path) -> dict[str, Any]:
 def render(view: dict[str, Any]) -> Any:
     from rich.table import Table
 
-    from backends.runner.progress import format_duration
+    from planner.progress import format_duration
 
     title = f"{view['model'] or 'run'} ({view['strategy'] or '?'}): {view['state']}"
     table = Table(title=title, show_header=False)

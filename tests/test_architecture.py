@@ -27,7 +27,7 @@ NEVER_IMPORTS = [
 
 # What backends/ may read of the planner: the typed contract (planner/contract/ and the plan document it
 # carries), the run folder's derived configs and readers (planner/rundir/), the family registry (pure data), and
-# the shared errors and atomic writes.
+# the shared errors, atomic writes and progress bars.
 BACKENDS_SEE_OF_THE_PLANNER = {
     "planner.contract",
     "planner.rundir",
@@ -38,12 +38,13 @@ BACKENDS_SEE_OF_THE_PLANNER = {
     "planner.models.catalog",
     "planner.errors",
     "planner.files",
+    "planner.progress",
 }
 
 # The floors of docs/architecture.md ("Floors"), bottom first: a module imports only from its own floor or
 # those below it. A module of a listed package not named here sits on the "domain" floor.
 PLANNER_FLOORS = [
-    ("shared", ["planner.errors", "planner.files", "planner.limits", "planner.units"]),
+    ("shared", ["planner.errors", "planner.files", "planner.limits", "planner.progress", "planner.units"]),
     ("contract", ["planner.contract"]),
     ("domain", []),  # models, hardware, training_config, memory, throughput, inference, search, plan, calibration
     ("emit", ["planner.emit"]),

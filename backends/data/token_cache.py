@@ -30,6 +30,7 @@ from backends.data.documents import Source, iter_documents
 from backends.data.encode import DocumentTokens
 from planner.errors import UserInputError
 from planner.files import atomic_path, write_text_atomic
+from planner.progress import WorkProgress
 
 FORMAT_VERSION = 2  # 2: long documents tokenized in pieces, one EOS per document (backends/data/encode.py)
 WAIT_REPORT_S = 60.0
@@ -90,8 +91,12 @@ def write_token_file(
 
     encode = DocumentTokens(tokenizer, eos_id)
     tokens = documents = 0
-    with atomic_path(bin_path) as temporary, open(temporary, "wb") as out:
+    size = sum(path.stat().st_size for source in sources for path in source.files())
+    # The bar counts characters read against the files' bytes: exact for ASCII text, an estimate for the rest.
+    progress = WorkProgress(f"tokenizing {bin_path.stem}", total=size, unit="B")
+    with atomic_path(bin_path) as temporary, open(temporary, "wb") as out, progress:
         for pieces in iter_documents(sources, text_field=text_field, text_unit=text_unit):
+            progress.advance(sum(len(piece.text) for piece in pieces), note=f"{tokens:,} tokens")
             flat = np.asarray(encode(pieces), dtype=np.int64)
             if flat.size and int(flat.max()) >= np.iinfo(dtype).max:
                 raise UserInputError(f"token id {int(flat.max())} does not fit {dtype}")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from backends.ranks import barrier, rank
+from planner.progress import WorkProgress
 
 SHARD_BYTES = 5 * 2**30
 
@@ -72,15 +73,17 @@ def write_weights(folder: Path, state: dict[str, Any]) -> None:
         shards[-1][name] = tensor
         size += nbytes
     metadata = {"format": "pt"}
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
     if len(shards) == 1:
         save_file(shards[0], str(folder / "model.safetensors"), metadata=metadata)
         return
     weight_map = {}
-    for number, shard in enumerate(shards, 1):
-        name = f"model-{number:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, str(folder / name), metadata=metadata)
-        weight_map.update({key: name for key in shard})
-    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    with WorkProgress("writing the weights", total=total, unit="B") as progress:
+        for number, shard in enumerate(shards, 1):
+            name = f"model-{number:05d}-of-{len(shards):05d}.safetensors"
+            save_file(shard, str(folder / name), metadata=metadata)
+            weight_map.update({key: name for key in shard})
+            progress.advance(sum(t.numel() * t.element_size() for t in shard.values()), note=name)
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=1), encoding="utf-8")
 

@@ -11,12 +11,7 @@ import sys
 import time
 from typing import Any
 
-
-def format_duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
+from planner.progress import format_duration
 
 
 class Progress:

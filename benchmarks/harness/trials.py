@@ -15,7 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -75,31 +78,42 @@ def prepare_trials(
 
 
 def launch_trials(
-    folders: list[Path], nproc: int, timeout_s: float, run_command=run_torchrun_command
+    folders: list[Path],
+    nproc: int,
+    timeout_s: float,
+    run_command=run_torchrun_command,
+    on_done: Callable[[Path], None] | None = None,
 ) -> list[TrialRun]:
-    """Every folder's trial, launching again after each failure until each has run or the time is spent."""
+    """Every folder's trial, launching again after each failure until each has run or the time is spent.
+    on_done: told of each folder as its trial ends, measured or failed, while its launch goes on (a progress bar)."""
     runs: list[TrialRun] = []
+    tell = on_done or (lambda folder: None)
     for folder in folders:  # an interrupted tune's trials that ended before it was stopped
         if (folder / DONE_FILE).is_file():
             record = TrialDone.model_validate_json((folder / DONE_FILE).read_text(encoding="utf-8"))
             result = _measured(folder, record.key, nproc)
             runs.append(TrialRun(key=record.key, outcome=LaunchOutcome(returncode=0, results={record.key: result})))
+            tell(folder)
     pending = [folder for folder in folders if not (folder / DONE_FILE).is_file()]
     deadline = time.monotonic() + timeout_s
     launches = 0
     while pending:
         emit_error = _emit_error(pending[0])
         if emit_error is not None:
-            runs.append(_failed(pending.pop(0), LaunchOutcome(returncode=2, stderr_tail=emit_error), launches))
+            runs.append(_failed(pending[0], LaunchOutcome(returncode=2, stderr_tail=emit_error), launches))
+            tell(pending.pop(0))
             continue
         batch = pending[: next((i for i, folder in enumerate(pending) if _emit_error(folder)), len(pending))]
         left_s = deadline - time.monotonic()
         if left_s <= 0:
-            runs += [_failed(folder, LaunchOutcome(returncode=None), launches) for folder in pending]
+            for folder in pending:
+                runs.append(_failed(folder, LaunchOutcome(returncode=None), launches))
+                tell(folder)
             break
         launches += 1
         started = time.time()
-        returncode, stderr = run_command(["-m", "backends.runner.trials", *map(str, batch)], nproc, left_s)
+        with _watching(batch, on_done):
+            returncode, stderr = run_command(["-m", "backends.runner.trials", *map(str, batch)], nproc, left_s)
         ran = [folder for folder in batch if (folder / DONE_FILE).is_file()]
         done = [TrialDone.model_validate_json((folder / DONE_FILE).read_text(encoding="utf-8")) for folder in ran]
         start_up_s = min((record.began for record in done), default=started) - started
@@ -117,8 +131,40 @@ def launch_trials(
         pending = [folder for folder in pending if folder not in ran]
         if pending and pending[0] in batch:  # the trial that ended the launch: its failure, read from the output
             code = None if returncode is None else (returncode or 1)
-            runs.append(_failed(pending.pop(0), LaunchOutcome(returncode=code, stderr_tail=stderr[-4000:]), launches))
+            failed = pending.pop(0)
+            runs.append(_failed(failed, LaunchOutcome(returncode=code, stderr_tail=stderr[-4000:]), launches))
+            tell(failed)
     return runs
+
+
+@contextmanager
+def _watching(batch: list[Path], on_done: Callable[[Path], None] | None, every_s: float = 0.5) -> Iterator[None]:
+    """While a launch runs, tell on_done of each of its folders whose trial.done appears (and of the rest that
+    did at the end): the launch reports nothing else until it exits."""
+    if on_done is None:
+        yield
+        return
+    told: set[Path] = set()
+    stop = threading.Event()
+
+    def tell_new() -> None:
+        for folder in batch:
+            if folder not in told and (folder / DONE_FILE).is_file():
+                told.add(folder)
+                on_done(folder)
+
+    def poll() -> None:
+        while not stop.wait(every_s):
+            tell_new()
+
+    watcher = threading.Thread(target=poll, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
+        tell_new()
 
 
 def _overhead(folder: Path, result: MeasureResult, record: TrialDone, start_up_share_s: float) -> float | None:

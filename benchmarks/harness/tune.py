@@ -239,6 +239,7 @@ def run_tune(
     from benchmarks.harness.runner import record_outcome
     from benchmarks.harness.trials import launch_trials, prepare_trials
     from benchmarks_db.environment import current_environment
+    from planner.progress import WorkProgress
 
     matrix = tune_matrix(spec, cluster, plans, tiny=tiny)
     steps = timed_steps(budget_s, matrix)
@@ -253,7 +254,12 @@ def run_tune(
     if prepare is not None:
         prepare({request.key: folder for request, folder in zip(requests, folders, strict=True)})
     # The budget sets the steps; the launches are stopped only at twice it (a loaded machine runs late).
-    runs = launch_trials(folders, cluster.world_size, 2 * budget_s, run_command or run_torchrun_command)
+    labels = {folder: entry.label for folder, (entry, _) in zip(folders, pending, strict=True)}
+    with WorkProgress("tune trials", total=len(folders)) as progress:
+        runs = launch_trials(
+            folders, cluster.world_size, 2 * budget_s, run_command or run_torchrun_command,
+            on_done=lambda folder: progress.advance(1, note=f"{labels[folder]} ended"),
+        )  # fmt: skip
     environment, entries = current_environment(), {entry.key: entry for entry, _ in pending}
     if tiny:  # the prediction is the full model's: a shrunken model's time beside it would calibrate nonsense
         entries = {key: entry.model_copy(update={"predicted": None}) for key, entry in entries.items()}
