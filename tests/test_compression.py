@@ -40,16 +40,16 @@ def test_compressed_gradients_keep_the_loss_within_tolerance(results, mode):
 def test_unknown_mode_is_a_user_error():
     from backends.parts.compression import GradientReducer
 
-    with pytest.raises(UserInputError, match="use one of none, fp32, bf16, fp16, int8"):
+    with pytest.raises(UserInputError, match="use one of none, fp32, bf16, fp16, int8, onebit"):
         GradientReducer(None, "1bit")
 
 
 def _two_rank_sum(mode: str, gradients: list) -> tuple:
-    """What the codec's encode -> SUM -> decode gives for two ranks' buckets (the collectives done by hand)."""
+    """What the codec's encode -> SUM -> decode gives for two ranks' buckets (the collectives done by hand; int8
+    and onebit take a sum of their own: tests/test_compressed_sum.py)."""
     from backends.parts.compression import BucketCodec
 
-    group_scale = max(g.abs().max() for g in gradients) / 127.0  # what the MAX all-reduce would return
-    codecs = [BucketCodec(mode, 2, lambda scale: scale.copy_(group_scale.reshape(1))) for _ in gradients]
+    codecs = [BucketCodec(mode, 2) for _ in gradients]
     wires = [codec.encode("bucket", g) for codec, g in zip(codecs, gradients)]
     return codecs[0].decode("bucket", wires[0] + wires[1]), codecs, wires
 
@@ -68,15 +68,3 @@ def test_codec_sums_match_the_fp32_sum_within_the_wire_precision():
     half = [g.to(torch.bfloat16) for g in gradients]  # DeepSpeed's communication_data_type fp32 in bf16 training
     summed, _, wires = _two_rank_sum("fp32", half)
     assert wires[0].dtype == torch.float32 and torch.equal(summed, half[0].float() + half[1].float())
-
-
-def test_int8_error_feedback_keeps_exactly_what_rounding_dropped():
-    import torch
-
-    gradients = [torch.randn(1000, generator=torch.Generator().manual_seed(seed)) for seed in (3, 4)]
-    summed, codecs, wires = _two_rank_sum("int8", gradients)
-    scale = codecs[0].scales["bucket"]
-    assert wires[0].dtype == torch.int32 and wires[0].abs().max() <= 127
-    for codec, wire, gradient in zip(codecs, wires, gradients):
-        assert torch.allclose(wire.float() * scale + codec.residuals["bucket"], gradient, atol=1e-6)
-    assert (summed - (gradients[0] + gradients[1])).abs().max() <= scale  # two roundings of at most scale / 2

@@ -158,13 +158,17 @@ def test_a_bad_seed_value_is_one_line_naming_the_key_and_what_it_accepts(config,
     [
         ({"cpu_offload_params": True}, "the nearest is cpu_offload, our zero_optimization.offload_optimizer"),
         ({"cpu_offload_params": {"enabled": True, "pin_memory": True}}, "the nearest is cpu_offload"),
-        ({"compression": {"enabled": True, "type": "1bit"}}, "the nearest is hardware_selector.compression 'int8'"),
+        ({"compression": {"enabled": True, "type": "topk"}}, "the nearest is hardware_selector.compression 'int8'"),
         ({"compression": "powersgd"}, "the nearest is hardware_selector.compression 'int8'"),
     ],
 )
 def test_a_seed_key_without_an_equivalent_is_one_line_naming_the_nearest(config, nearest):
     with pytest.raises(UserInputError, match=f"has no equivalent in our engine.*{re.escape(nearest)}"):
         load_engine_config(config)
+
+
+def test_the_seeds_1bit_compression_is_our_onebit():
+    assert load_engine_config({"compression": {"enabled": True, "type": "1bit"}}).gradient_compression == "onebit"
 
 
 def test_a_seed_key_and_ours_set_differently_is_one_line_and_set_alike_is_taken():

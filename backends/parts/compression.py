@@ -11,28 +11,24 @@ each bucket before its reduce-scatter / all-reduce and decodes the result):
 - "bf16" / "fp16": cast, sum, cast back (2x less traffic). Each rank's
   values are divided by the group size before the sum so fp16 cannot
   overflow, and multiplied back after;
-- "int8": one scale per bucket (the group-wide max |g| / 127), values rounded
-  to integers in [-127, 127] and summed as int32 (gloo has no int8 sum, and an
-  int8 sum of several ranks would overflow), so today the saving is the
-  rounding, not the bytes. What rounding drops is kept per bucket and added
-  to the next step's gradient (error feedback), so the error does not
-  accumulate. The scale needs one small MAX all-reduce per bucket first.
-
-The brief's 1-bit (sign + scale) variant is left out: with error feedback it
-needs a warm-up phase (as DeepSpeed's 1-bit Adam has) to converge, which is
-more than a codec.
+- "int8" / "onebit": 1 byte or 1 bit per element on the wire, with error
+  feedback: a sum in two phases of compressed chunks, each rank adding up
+  what it received (backends/parts/compressed_sum.py, DeepSpeed 1-bit Adam's
+  compressed all-reduce). ZeRO-1/2's partitioned buckets need only the first
+  phase (a reduce-scatter); ZeRO-0 and GradientReducer take both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-MODES = ("none", "fp32", "bf16", "fp16", "int8")
+MODES = ("none", "fp32", "bf16", "fp16", "int8", "onebit")
 _WIRE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+SUMMED_MODES = ("int8", "onebit")  # compressed_sum.py's: no wire dtype sums them
 
 
 def _check_mode(mode: str) -> None:
@@ -43,48 +39,44 @@ def _check_mode(mode: str) -> None:
 
 
 class BucketCodec:
-    """Encodes a flat gradient bucket for a SUM collective and decodes the summed result to fp32.
+    """Encodes a flat gradient bucket for a SUM collective and decodes the summed result to fp32; for int8 and
+    onebit, `summer` takes the whole sum instead (a collective of its own, on `group`)."""
 
-    `group_max(tensor)` must MAX-reduce a one-element tensor in place over the same group (int8's scale).
-    Error-feedback residuals are kept per bucket key between steps.
-    """
-
-    def __init__(self, mode: str, world: int, group_max: Callable[[torch.Tensor], None]):
+    def __init__(self, mode: str, world: int, group: Any = None, warmup_steps: int = 0):
         _check_mode(mode)
-        self.mode, self.world, self.group_max = mode, world, group_max
-        self.residuals: dict[Any, torch.Tensor] = {}
-        self.scales: dict[Any, torch.Tensor] = {}
+        self.mode, self.world = mode, world
+        self.warmup_steps, self.steps = warmup_steps, 0
+        self.summer = None
+        if mode in SUMMED_MODES and world > 1:
+            from backends.parts.compressed_sum import CompressedSum
+
+            self.summer = CompressedSum(mode, group)
+
+    @property
+    def compressing(self) -> bool:
+        """The compressed sum is on: int8 / onebit, past the warm-up (before it: the fp32 sum of `flat`)."""
+        return self.summer is not None and self.steps >= self.warmup_steps
+
+    def count_step(self) -> None:
+        self.steps += 1
 
     @property
     def active(self) -> bool:
         return self.mode != "none" and self.world > 1
 
     def encode(self, key: Any, flat: torch.Tensor) -> torch.Tensor:
-        """What this rank contributes to the sum (`flat` itself when nothing is compressed)."""
-        if not self.active:
+        """What this rank contributes to the sum (`flat` itself when nothing is cast)."""
+        if not self.active or self.summer is not None:
             return flat
         if self.mode == "fp32":
             return flat.float()
-        if self.mode != "int8":
-            return (flat.float() / self.world).to(_WIRE_DTYPES[self.mode])
-        corrected = flat.float()
-        if key in self.residuals:
-            corrected = corrected + self.residuals[key]
-        scale = (corrected.abs().max() / 127.0).reshape(1)
-        self.group_max(scale)
-        scale = scale.clamp(min=torch.finfo(torch.float32).tiny)
-        quantized = torch.round(corrected / scale).clamp_(-127, 127)
-        self.residuals[key] = corrected - quantized * scale
-        self.scales[key] = scale
-        return quantized.to(torch.int32)
+        return (flat.float() / self.world).to(_WIRE_DTYPES[self.mode])
 
     def decode(self, key: Any, summed: torch.Tensor) -> torch.Tensor:
         """The sum over ranks, for the fp32 gradient shard, from the summed wire tensor (or any slice of it)."""
-        if not self.active or self.mode == "fp32":
+        if not self.active or self.mode == "fp32" or self.summer is not None:
             return summed
-        if self.mode != "int8":
-            return summed.float() * self.world
-        return summed.float() * self.scales[key]
+        return summed.float() * self.world
 
 
 class GradientReducer:
@@ -96,9 +88,6 @@ class GradientReducer:
         self.mode = mode
         self.codec: BucketCodec | None = None
 
-    def _group_max(self, tensor: torch.Tensor) -> None:
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.group)
-
     def reduce(self, params: Iterable[torch.nn.Parameter]) -> None:
         params = [p for p in params if p.requires_grad]
         for p in params:
@@ -107,11 +96,14 @@ class GradientReducer:
         size = dist.get_world_size(self.group)
         if size == 1 or not params:
             return
-        self.codec = self.codec or BucketCodec(self.mode, size, self._group_max)
+        self.codec = self.codec or BucketCodec(self.mode, size, self.group)
         flat = torch.cat([p.grad.reshape(-1).float() for p in params])
-        wire = self.codec.encode("all", flat)
-        dist.all_reduce(wire, group=self.group)
-        averaged = self.codec.decode("all", wire) / size
+        if self.codec.summer is not None:
+            averaged = self.codec.summer.all_reduce("all", flat) / size
+        else:
+            wire = self.codec.encode("all", flat)
+            dist.all_reduce(wire, group=self.group)
+            averaged = self.codec.decode("all", wire) / size
         offset = 0
         for p in params:
             count = p.numel()
@@ -120,5 +112,5 @@ class GradientReducer:
 
 
 def reduce_gradients(params: Iterable[torch.nn.Parameter], group=None, mode: str = "none") -> None:
-    """One-off average (no error feedback state; use GradientReducer for int8)."""
+    """One-off average (no error feedback state; use GradientReducer for int8 and onebit)."""
     GradientReducer(group, mode).reduce(params)

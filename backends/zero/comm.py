@@ -28,6 +28,9 @@ class _Done:
         return True
 
 
+DONE = _Done()
+
+
 class _SliceAfter:
     """all_reduce handle that copies the local slice when waited on (gloo, or no reduce_scatter)."""
 

@@ -18,7 +18,7 @@ from typing import Any
 from backends.parts.compression import BucketCodec
 from backends.parts.mixed_precision import LossScaler
 from backends.parts.optimizers import build_torch_optimizer
-from backends.zero.comm import DataParallelComm
+from backends.zero.comm import DONE, DataParallelComm
 from backends.zero.flat_unit import FlatUnit
 from backends.zero.grad_norm import GlobalGradientNorm
 from planner.contract.engine_config import EngineConfig
@@ -114,7 +114,9 @@ class ZeroOptimizer:
         # The torch optimizer steps the flat master partition; a standalone ZeroOptimizer brings its own class.
         factory = getattr(self, "optimizer_factory", None)
         self.optimizer = factory([self.master]) if factory else build_torch_optimizer([self.master], config.optimizer)
-        self.codec = BucketCodec(config.gradient_compression, comm.world, self._global_max)
+        self.codec = BucketCodec(
+            config.gradient_compression, comm.world, comm.group, config.hardware_selector.compression_warmup_steps
+        )
         self.global_norm = GlobalGradientNorm(
             self.units,
             self.master.grad,
@@ -226,7 +228,12 @@ class ZeroOptimizer:
         if self.before_reduce is not None:
             self.before_reduce(unit, flat)
         wire = self.codec.encode(unit.index, flat)
-        if not unit.partitioned:
+        if self.codec.compressing:  # int8 / onebit: a compressed sum, its collectives done by now
+            summer = self.codec.summer
+            assert summer is not None
+            out = summer.reduce_scatter(unit.index, flat) if unit.partitioned else summer.all_reduce(unit.index, flat)
+            handle = DONE
+        elif not unit.partitioned:
             out, handle = wire, self.comm.all_reduce(wire)
         else:
             direct = wire.dtype == unit.grad.dtype and wire.device == unit.grad.device
@@ -263,13 +270,11 @@ class ZeroOptimizer:
     def _global_reduce(self, value: Any, op: str = "sum") -> None:
         self._wait([self.comm.all_reduce(value, op)])
 
-    def _global_max(self, value: Any) -> None:
-        self._global_reduce(value, "max")
-
     def step(self, guard: Any | None = None) -> bool:
         """Average, unscale, clip and apply the reduced gradients; False when fp16 overflow skipped it,
         or when guard(grad_norm) (the runner's anomaly check, before any update) returned False."""
         grads = self._gradient_shard()
+        self.codec.count_step()
         if self.scaler.checks_overflow and self.global_norm.any_overflow(self.device):
             self._release_gradient_shard()
             self.scaler.update(True)

@@ -27,7 +27,8 @@ from typing import Any
 from planner.errors import UserInputError
 from planner.limits import MAX_BATCH, check_count
 
-COMPRESSION_TYPES = ("fp32", "fp16", "bf16", "int8", "none")  # hardware_selector.compression's values
+COMPRESSION_TYPES = ("fp32", "fp16", "bf16", "int8", "onebit", "none")  # hardware_selector.compression's values
+COMPRESSION_ALIASES = {"1bit": "onebit", "1-bit": "onebit"}  # the seed's (and DeepSpeed's 1-bit Adam's) name
 
 
 class _Refused(ValueError):
@@ -107,10 +108,11 @@ def _compression(name: str, value: Any) -> dict[str, Any]:
     if not _enabled(name, block):
         return {"hardware_selector.compression": "none"}
     kind = block.get("type")
+    kind = COMPRESSION_ALIASES.get(kind, kind) if isinstance(kind, str) else kind
     if kind not in COMPRESSION_TYPES:
         raise _Refused(
             f"{name} type {kind!r} has no equivalent in our engine; the nearest is hardware_selector.compression "
-            f"'int8' (8-bit gradients with error feedback); accepted types: {', '.join(COMPRESSION_TYPES)}"
+            f"'int8' (8-bit gradients with error feedback) or 'onebit'; accepted types: {', '.join(COMPRESSION_TYPES)}"
         )
     return {"hardware_selector.compression": kind}
 

@@ -138,7 +138,10 @@ class HardwareSelectorBlock(_Strict):
     # (backends/parts/kernels.py).
     kernels: Literal["eager", "compile", "liger"] = "eager"
     # How data-parallel gradients travel (backends/parts/compression.py); the fp32 master is unaffected.
-    compression: Literal["none", "fp32", "bf16", "fp16", "int8"] = "none"
+    compression: Literal["none", "fp32", "bf16", "fp16", "int8", "onebit"] = "none"
+    # int8 / onebit: the first optimizer steps sum the gradients uncompressed (1-bit Adam's warm-up, its
+    # freeze_step), while they are large and change fast.
+    compression_warmup_steps: int = Field(default=0, ge=0)
     layout: ParallelDims = ParallelDims()
     sequence_parallel: bool = False
     # Expert parallelism: assignments one rank may send to each expert, as a multiple of an even share

@@ -1,0 +1,112 @@
+"""The 2-rank runs behind tests/test_compressed_sum.py, in one torchrun job (`python tests/compression_runs.py
+--out FILE`): the compressed sums against the exact ones, the bytes they hand to the collectives, and the
+tiny GPT trained for 200 steps under each compression mode."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.distributed as dist
+
+from backends.parts.compressed_sum import CompressedSum
+from planner.files import write_json_atomic
+from tests.parallel_runs import tiny, tiny_model_config
+
+TRAIN_STEPS, BATCH, SEQ, LR = 200, 8, 16, 1e-3
+WARMUP = {"none": 0, "int8": 0, "onebit": 40}  # onebit's first steps uncompressed (1-bit Adam's freeze_step)
+
+
+def sums() -> dict:
+    """For each mode: the largest error of one reduce-scatter and all-reduce against the exact sum (in units
+    of the exact sum's largest magnitude), the drift of 50 error-fed all-reduces summed (against 50 exact
+    ones, same units), and the bytes sent per element as a ring all-reduce counts them (fp32's: 4)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    elements = 4096
+    results = {}
+    for mode in ("int8", "onebit"):
+        summer = CompressedSum(mode)
+        generator = torch.Generator().manual_seed(100 + rank)
+        contributions = [torch.randn(elements, generator=generator) for _ in range(50)]
+        exact = [_exact_sum(c) for c in contributions]
+        peak = max(float(e.abs().max()) for e in exact)
+        chunk = elements // world
+        scattered = summer.reduce_scatter("first", contributions[0])
+        one_scatter = float((scattered - exact[0][rank * chunk : (rank + 1) * chunk]).abs().max()) / peak
+        before = summer.wire_bytes
+        reduced = [summer.all_reduce("fed", c) for c in contributions]
+        ring = 2 * (world - 1) / world  # an all-reduce's elements sent per element (a ring's)
+        per_element = (summer.wire_bytes - before) / 50 / elements / ring
+        one_reduce = float((reduced[0] - exact[0]).abs().max()) / peak
+        drift = float((sum(reduced) - sum(exact)).abs().max()) / peak
+        # The same sums with no feedback: each call its own key, so no residual is ever carried over.
+        unfed = [summer.all_reduce(("unfed", step), c) for step, c in enumerate(contributions)]
+        drift_unfed = float((sum(unfed) - sum(exact)).abs().max()) / peak
+        results[mode] = {
+            "reduce_scatter_error": one_scatter,
+            "all_reduce_error": one_reduce,
+            "drift_after_50": drift,
+            "drift_after_50_without_feedback": drift_unfed,
+            "bytes_per_element": per_element,
+            "same_on_every_rank": _same_everywhere(reduced[-1]),
+        }
+    return results
+
+
+def _exact_sum(tensor: torch.Tensor) -> torch.Tensor:
+    total = tensor.clone()
+    dist.all_reduce(total)
+    return total
+
+
+def _same_everywhere(tensor: torch.Tensor) -> bool:
+    gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, tensor)
+    return all(torch.equal(gathered[0], other) for other in gathered)
+
+
+def counting_batches(vocab: int) -> list[torch.Tensor]:
+    """Learnable text: each sequence counts up from a random start, so the loss can fall far below log(vocab)."""
+    generator = torch.Generator().manual_seed(7)
+    starts = torch.randint(0, vocab, (TRAIN_STEPS, BATCH, 1), generator=generator)
+    return [(start + torch.arange(SEQ)) % vocab for start in starts]
+
+
+def training(stage: int, mode: str) -> dict:
+    """The tiny GPT on dp2 through backends.initialize, Adam, `mode` on its gradient reductions."""
+    import backends
+
+    config = {
+        "train_micro_batch_size_per_gpu": BATCH // dist.get_world_size(),
+        "gradient_accumulation_steps": 1,
+        "optimizer": {"type": "Adam", "params": {"lr": LR}},
+        "zero_optimization": {"stage": stage, "reduce_bucket_size": 20000},
+        "hardware_selector": {"compression": mode, "compression_warmup_steps": WARMUP[mode]},
+    }
+    engine, *_ = backends.initialize(model=tiny("gpt2"), config=config)
+    rank, half = dist.get_rank(), BATCH // dist.get_world_size()
+    losses = []
+    for ids in counting_batches(tiny_model_config("gpt2")["vocab_size"]):
+        losses.append(float(engine.train_batch(ids[rank * half : (rank + 1) * half])))
+    summer = engine.optimizer.codec.summer
+    return {"losses": losses, "wire_bytes": summer.wire_bytes if summer is not None else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    results = {"sums": sums()}
+    # int8 on ZeRO-1's reduce-scatter (the first phase alone), onebit on ZeRO-1's and on ZeRO-0's all-reduce.
+    for stage, mode in ((1, "none"), (1, "int8"), (1, "onebit"), (0, "onebit")):
+        results[f"zero{stage}_{mode}"] = training(stage, mode)
+    if dist.get_rank() == 0:
+        write_json_atomic(args.out, results)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
