@@ -155,11 +155,27 @@ def test_torchtitan_preset_against_its_papers_table(results):
 
 
 def test_llama_3_405b_on_its_interleaved_one_layer_chunks_lands_within_fifteen_percent(results):
-    """Llama 3 405B's pipeline (Section 3.3.2, recalled): interleaved, one-layer chunks with the embedding and
-    the head in chunks of their own, 8 per rank over pp 16 (docs/accuracy.md). The 8k-token rows land within
-    the issue's 15% of the published MFU; under the 1F1B schedule the rows assumed before they were -24% and
-    -39%, so dropping the interleaving fails this test. The 128k-context row is reported, not bounded."""
+    """Llama 3 405B's pipeline (arXiv:2407.21783 Section 3.3.2, read): interleaved, one-layer chunks with the
+    embedding and the head in chunks of their own, 8 per rank over pp 16 (deduced: docs/accuracy.md), and 8K
+    sequences without activation checkpointing. The 8k-token rows land within the issue's 15% of Table 4's MFU;
+    under the 1F1B schedule the rows assumed before they were -24% and -39%, so dropping the interleaving fails
+    this test. The 128k-context row is reported, not bounded."""
     by_id = {c.row["id"]: c for c in results}
     for run in ("llama-3-405b-8k-gpus", "llama-3-405b-16k-gpus"):
         assert by_id[run].row["virtual_stages"] == 8
         assert abs(by_id[run].error) < 0.15, run
+
+
+def test_deepspeed_zero3_across_nodes_is_bounded_by_each_gpus_own_nic_in_2022_too(results):
+    """The DeepSpeed team's Azure runs (DeepSpeed 0.6.2, ZeRO-3 with CPU optimizer offload, one 200 Gb/s NIC per
+    A100) land within 15% under the `deepspeed` preset, whose sharded gathers each GPU's own NIC bounds (inferred
+    from Narayanan et al. Table 2, 2021); the aggregated model llm-foundry's FSDP fits over-predicts the 1T and 2T
+    rows by more than 30% (docs/accuracy.md, "ZeRO-3 at scale")."""
+    from benchmarks.accuracy.validate_published_runs import compare
+
+    azure = [c for c in results if c.row.get("stack") == "deepspeed-zero3-offload"]
+    assert len(azure) == 3
+    assert all(abs(c.error) < 0.15 for c in azure)
+    for c in azure:
+        if c.row["gpus"] == 1024:
+            assert compare({**c.row, "implementation": "ours"}).error > 0.30, c.row["id"]

@@ -58,7 +58,7 @@ def published_rows() -> list[dict]:
 
 def _model(row: dict) -> ModelSpec:
     """A catalog model (rows of MoE or latent-attention models name one), or a decoder from the row's sizes."""
-    if "model" in row:
+    if row.get("model"):  # `model: null` where a row inherits a catalog name but gives its own sizes
         return resolve_model(row["model"])
     return spec_from_dimensions(
         hidden=row["hidden"],
@@ -89,6 +89,8 @@ def plan_inputs(row: dict):
     config = TrainingConfig(
         strategy=Strategy(row.get("strategy", "engine")),
         zero_stage=row["zero_stage"],
+        fsdp_sharding=row.get("fsdp_sharding", "full"),
+        offload_optimizer=row.get("offload_optimizer", "none"),
         layout={
             "tp": tp,
             "pp": pp,
@@ -110,6 +112,7 @@ def plan_inputs(row: dict):
     ).with_stage_map(spec)  # as the planner estimates it: pp that does not divide the layers gets the default map
     gpus_per_node = row["gpus_per_node"]
     nodes = max(gpus // gpus_per_node, 1)
+    cpu_ram = row.get("cpu_ram_gb")  # offload rows: the node's RAM as published
     if "inter_node_GBps_per_gpu" in row:
         cluster = make_cluster(
             row["gpu"],
@@ -117,10 +120,15 @@ def plan_inputs(row: dict):
             nodes,
             interconnect="ib-hdr" if nodes > 1 else None,
             inter_bw=row["inter_node_GBps_per_gpu"] if nodes > 1 else None,
+            cpu_ram_gb=cpu_ram,
         )
     else:
         cluster = make_cluster(
-            row["gpu"], gpus_per_node, nodes, interconnect=row.get("interconnect") if nodes > 1 else None
+            row["gpu"],
+            gpus_per_node,
+            nodes,
+            interconnect=row.get("interconnect") if nodes > 1 else None,
+            cpu_ram_gb=cpu_ram,
         )
     return spec, config, cluster
 
