@@ -89,7 +89,8 @@ INFORMATIONAL_STACKS = {
 }  # fmt: skip
 # Stacks we emit that no published measurement in the stored references ran, and what was found instead.
 UNMEASURED = (
-    ("DDP", "`--strategy ddp`", "the ZeRO paper's DDP baseline is a bound (\"less than 20 TFlops per GPU\", 1.4B); "
+    ("DDP", "`--strategy ddp`", "transformers' docs time GPT-2 under the Trainer's DDP on 2 TITAN RTX (fp32), a GPU "
+     "not in the catalog; the ZeRO paper's DDP baseline is a bound (\"less than 20 TFlops per GPU\"); "
      "CPU: tests/test_calibration_loop.py (measured gloo runs rank plans)"),
     ("DeepSpeed ZeRO-1/2", "`--strategy zero1/zero2`", "the ZeRO paper prints averages (\"over 38\", \"over 40 TFlops "
      "per GPU\") with batch sizes in an appendix not read; memory: its Table 1"),
