@@ -84,6 +84,8 @@ INFORMATIONAL_STACKS = {
                    "TorchTitan paper, Table 1 (Llama 3.1 8B, 8 H100s; recalled)"),
     "meta-llama3": ("Meta's Llama 3 stack (4D: TP, CP, interleaved PP, FSDP)", "engine TP/CP/PP (its mechanisms)",
                     "Llama 3 paper, Table 4 (405B on 8,192-16,384 H100s; virtual stages deduced)"),
+    "hf-trainer-fsdp": ("FSDP via the HF Trainer / accelerate", "training_args.json, accelerate_config.yaml",
+                        "HF blog, Llama 2 70B on 16 A100s: one end-to-end wall time (loading, evals, saves included)"),
     "deepseek-dualpipe": ("DeepSeek-V3 (DualPipe, EP, FP8)", "engine EP (planned at its scale only)",
                           "DeepSeek-V3 report (2,048 H800s; GPU-hours per trillion tokens)"),
 }  # fmt: skip
@@ -94,9 +96,6 @@ UNMEASURED = (
      "CPU: tests/test_calibration_loop.py (measured gloo runs rank plans)"),
     ("DeepSpeed ZeRO-1/2", "`--strategy zero1/zero2`", "the ZeRO paper prints averages (\"over 38\", \"over 40 TFlops "
      "per GPU\") with batch sizes in an appendix not read; memory: its Table 1"),
-    ("FSDP via the HF Trainer / accelerate", "training_args.json, accelerate_config.yaml",
-     "no maintainer benchmark with throughput and setup found; same collectives as torch FSDP above, transformers' "
-     "eager kernels are an assumption (kernel_stack.py)"),
     ("our engine: EP, CP", "engine.json layout.ep / layout.cp", "correctness vs single-process runs; time: none"),
 )  # fmt: skip
 
