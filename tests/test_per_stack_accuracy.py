@@ -37,7 +37,7 @@ def _own_stack_errors(key: str) -> list[float]:
 def test_stacks_measured_by_their_maintainers_reach_the_target_row_by_row():
     """torch FSDP (Zhao et al. 2023; the PyTorch/IBM blog) and DeepSpeed ZeRO-3 with the optimizer offloaded to CPU
     (DeepSpeed on Azure, 2022), each planned with the strategy that emits it: median within 15% and every row within
-    25% (benchmarks/data/published_runs.yaml, docs/accuracy.md "Per stack")."""
+    25% (benchmarks/data/published_stack_runs.yaml, docs/accuracy.md "Per stack")."""
     results = {result.stack: result for result in stack_results()}
     for stack, rows in (
         ("torch FSDP, as its maintainers measured it", 8),

@@ -6,7 +6,7 @@
 
 Each stack's rows are published measurements the throughput model was never fitted on: llm-foundry's
 H100-80GB and A100-80GB tables for torch FSDP (benchmarks/accuracy/calibrate_throughput.py --held-out), and the counted
-rows of benchmarks/data/published_runs.yaml for DeepSpeed ZeRO-3 and the Megatron stacks, grouped by the
+rows of benchmarks/data/published_runs.yaml and published_stack_runs.yaml, grouped by their `stack` or the
 implementation preset each was planned with. Stacks we emit with no published measurement in the stored
 references are listed too, with what checks their mechanisms instead. The table is written into
 docs/accuracy.md between markers, atomically, and tests/test_per_stack_accuracy.py holds the doc to it.
@@ -48,7 +48,7 @@ class StackResult:
         return max(self.errors, key=abs)
 
 
-# A published row's stack: its `stack` key (benchmarks/data/published_runs.yaml) where the preset alone does not
+# A published row's stack: its `stack` key (benchmarks/data/published_stack_runs.yaml) where the preset alone does not
 # say it, else its implementation preset. Stack key -> (stack, what of ours runs it, where its rows come from).
 PUBLISHED_STACKS = {
     "deepspeed-zero3-2021": (
