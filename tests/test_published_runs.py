@@ -141,17 +141,19 @@ def test_other_codebases_bring_their_own_fused_attention():
     assert ours > 1.2 * theirs
 
 
-def test_torchtitan_preset_against_its_papers_table(results):
-    """TorchTitan's Table 1 (Llama 3.1 8B, FSDP2 on 8 H100s, recalled): eager, torch.compile and compile + Float8.
-    The preset's eager op chains, `--kernels compile`'s fused stack and `--fp8` keep the published order and
-    each row within 20%."""
+def test_torchtitan_preset_against_its_published_tables(results):
+    """torchtitan's docs/performance.md Tables 1 and 3 (Llama 3.1 8B, FSDP2 on 8 and 128 H100s): eager,
+    torch.compile and compile + Float8. The preset's eager op chains, `--kernels compile`'s fused stack and `--fp8`
+    keep the published order and each row within 20% (on the catalog's SXM H100, faster than the 500 W HBM2e
+    parts measured)."""
     rows = {c.row["id"]: c for c in results if c.row["implementation"] == "torchtitan"}
-    assert len(rows) == 3
+    assert len(rows) == 6
     assert all(abs(c.error) < 0.20 for c in rows.values())
-    eager, compiled, float8 = (
-        rows[f"torchtitan-llama3-8b-fsdp-{name}"] for name in ("eager", "compile", "compile-float8")
-    )
-    assert eager.predicted_tflops < compiled.predicted_tflops < float8.predicted_tflops
+    for gpus in ("", "-128-gpus"):
+        eager, compiled, float8 = (
+            rows[f"torchtitan-llama3-8b-fsdp-{name}{gpus}"] for name in ("eager", "compile", "compile-float8")
+        )
+        assert eager.predicted_tflops < compiled.predicted_tflops < float8.predicted_tflops
 
 
 def test_llama_3_405b_on_its_interleaved_one_layer_chunks_lands_within_fifteen_percent(results):

@@ -81,7 +81,7 @@ PUBLISHED_STACKS = {
 # never counted above.
 INFORMATIONAL_STACKS = {
     "torchtitan": ("torchtitan (FSDP2, eager / compile / float8)", "`--strategy fsdp --kernels compile`",
-                   "TorchTitan paper, Table 1 (Llama 3.1 8B, 8 H100s; recalled)"),
+                   "torchtitan docs, Tables 1 and 3 (Llama 3.1 8B, 8 and 128 500 W H100s)"),
     "meta-llama3": ("Meta's Llama 3 stack (4D: TP, CP, interleaved PP, FSDP)", "engine TP/CP/PP (its mechanisms)",
                     "Llama 3 paper, Table 4 (405B on 8,192-16,384 H100s; virtual stages deduced)"),
     "hf-trainer-fsdp": ("FSDP via the HF Trainer / accelerate", "training_args.json, accelerate_config.yaml",
