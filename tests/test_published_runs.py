@@ -141,25 +141,43 @@ def test_other_codebases_bring_their_own_fused_attention():
     assert ours > 1.2 * theirs
 
 
-def test_torchtitan_preset_against_its_papers_table(results):
-    """TorchTitan's Table 1 (Llama 3.1 8B, FSDP2 on 8 H100s, recalled): eager, torch.compile and compile + Float8.
-    The preset's eager op chains, `--kernels compile`'s fused stack and `--fp8` keep the published order and
-    each row within 20%."""
+def test_torchtitan_preset_against_its_published_tables(results):
+    """torchtitan's docs/performance.md Tables 1 and 3 (Llama 3.1 8B, FSDP2 on 8 and 128 H100s): eager,
+    torch.compile and compile + Float8. The preset's eager op chains, `--kernels compile`'s fused stack and `--fp8`
+    keep the published order and each row within 20% (on the catalog's SXM H100, faster than the 500 W HBM2e
+    parts measured)."""
     rows = {c.row["id"]: c for c in results if c.row["implementation"] == "torchtitan"}
-    assert len(rows) == 3
+    assert len(rows) == 6
     assert all(abs(c.error) < 0.20 for c in rows.values())
-    eager, compiled, float8 = (
-        rows[f"torchtitan-llama3-8b-fsdp-{name}"] for name in ("eager", "compile", "compile-float8")
-    )
-    assert eager.predicted_tflops < compiled.predicted_tflops < float8.predicted_tflops
+    for gpus in ("", "-128-gpus"):
+        eager, compiled, float8 = (
+            rows[f"torchtitan-llama3-8b-fsdp-{name}{gpus}"] for name in ("eager", "compile", "compile-float8")
+        )
+        assert eager.predicted_tflops < compiled.predicted_tflops < float8.predicted_tflops
 
 
 def test_llama_3_405b_on_its_interleaved_one_layer_chunks_lands_within_fifteen_percent(results):
-    """Llama 3 405B's pipeline (Section 3.3.2, recalled): interleaved, one-layer chunks with the embedding and
-    the head in chunks of their own, 8 per rank over pp 16 (docs/accuracy.md). The 8k-token rows land within
-    the issue's 15% of the published MFU; under the 1F1B schedule the rows assumed before they were -24% and
-    -39%, so dropping the interleaving fails this test. The 128k-context row is reported, not bounded."""
+    """Llama 3 405B's pipeline (arXiv:2407.21783 Section 3.3.2, read): interleaved, one-layer chunks with the
+    embedding and the head in chunks of their own, 8 per rank over pp 16 (deduced: docs/accuracy.md), and 8K
+    sequences without activation checkpointing. The 8k-token rows land within the issue's 15% of Table 4's MFU;
+    under the 1F1B schedule the rows assumed before they were -24% and -39%, so dropping the interleaving fails
+    this test. The 128k-context row is reported, not bounded."""
     by_id = {c.row["id"]: c for c in results}
     for run in ("llama-3-405b-8k-gpus", "llama-3-405b-16k-gpus"):
         assert by_id[run].row["virtual_stages"] == 8
         assert abs(by_id[run].error) < 0.15, run
+
+
+def test_deepspeed_zero3_across_nodes_is_bounded_by_each_gpus_own_nic_in_2022_too(results):
+    """The DeepSpeed team's Azure runs (DeepSpeed 0.6.2, ZeRO-3 with CPU optimizer offload, one 200 Gb/s NIC per
+    A100) land within 15% under the `deepspeed` preset, whose sharded gathers each GPU's own NIC bounds (inferred
+    from Narayanan et al. Table 2, 2021); the aggregated model llm-foundry's FSDP fits over-predicts the 1T and 2T
+    rows by more than 30% (docs/accuracy.md, "ZeRO-3 at scale")."""
+    from benchmarks.accuracy.validate_published_runs import compare
+
+    azure = [c for c in results if c.row.get("stack") == "deepspeed-zero3-offload"]
+    assert len(azure) == 3
+    assert all(abs(c.error) < 0.15 for c in azure)
+    for c in azure:
+        if c.row["gpus"] == 1024:
+            assert compare({**c.row, "implementation": "ours"}).error > 0.30, c.row["id"]

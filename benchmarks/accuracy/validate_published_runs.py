@@ -5,11 +5,12 @@
     .venv/bin/python -m benchmarks.accuracy.validate_published_runs --smoke      # every output once (a second)
 
 Rows come from benchmarks/data/published_runs.yaml (Megatron-LM 2021 and 2022, MT-NLG, BLOOM,
-GPT-NeoX, Megatron 2019 on V100s, and informational OPT, Llama 1-3 and DeepSeek-V3 rows), each with
-its citation and confidence. Every run is planned as our engine would run it
-(strategy engine: TP x PP x DP with the published ZeRO stage; DeepSpeed ZeRO-3
-rows as strategy deepspeed), on the catalog
-GPU and the published network, with the row's implementation preset
+GPT-NeoX, Megatron 2019 on V100s, and informational OPT, Llama 1-3 and DeepSeek-V3 rows) and
+benchmarks/data/published_stack_runs.yaml (torch FSDP, DeepSpeed ZeRO-3 + offload and the HF
+Trainer as their maintainers measured them), each with its citation and confidence. Every run is
+planned as our engine would run it (strategy engine: TP x PP x DP with the published ZeRO stage;
+DeepSpeed ZeRO-3 rows as strategy deepspeed; the stack rows with the strategy that emits them), on
+the catalog GPU and the published network, with the row's implementation preset
 (planner/throughput/implementation.py: fused kernels for all of them,
 Megatron-LM's scatter-gather pipeline transfers, DeepSpeed ZeRO-3's 2021
 gathers). A paper that counts the recomputed forward
@@ -36,6 +37,8 @@ from planner.throughput.implementation import IMPLEMENTATIONS, Implementation
 from planner.training_config import PipelineSchedule, Strategy, TrainingConfig
 
 DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "published_runs.yaml"
+# The stacks we emit as their maintainers measured them (FSDP, ZeRO-3 + offload, the HF Trainer): same row format.
+STACK_DATA_FILE = DATA_FILE.with_name("published_stack_runs.yaml")
 
 
 @dataclass(frozen=True)
@@ -53,12 +56,12 @@ class Comparison:
 
 
 def published_rows() -> list[dict]:
-    return yaml.safe_load(DATA_FILE.read_text())["runs"]
+    return [row for path in (DATA_FILE, STACK_DATA_FILE) for row in yaml.safe_load(path.read_text())["runs"]]
 
 
 def _model(row: dict) -> ModelSpec:
     """A catalog model (rows of MoE or latent-attention models name one), or a decoder from the row's sizes."""
-    if "model" in row:
+    if row.get("model"):  # `model: null` where a row inherits a catalog name but gives its own sizes
         return resolve_model(row["model"])
     return spec_from_dimensions(
         hidden=row["hidden"],
@@ -89,6 +92,8 @@ def plan_inputs(row: dict):
     config = TrainingConfig(
         strategy=Strategy(row.get("strategy", "engine")),
         zero_stage=row["zero_stage"],
+        fsdp_sharding=row.get("fsdp_sharding", "full"),
+        offload_optimizer=row.get("offload_optimizer", "none"),
         layout={
             "tp": tp,
             "pp": pp,
@@ -110,6 +115,7 @@ def plan_inputs(row: dict):
     ).with_stage_map(spec)  # as the planner estimates it: pp that does not divide the layers gets the default map
     gpus_per_node = row["gpus_per_node"]
     nodes = max(gpus // gpus_per_node, 1)
+    cpu_ram = row.get("cpu_ram_gb")  # offload rows: the node's RAM as published
     if "inter_node_GBps_per_gpu" in row:
         cluster = make_cluster(
             row["gpu"],
@@ -117,10 +123,15 @@ def plan_inputs(row: dict):
             nodes,
             interconnect="ib-hdr" if nodes > 1 else None,
             inter_bw=row["inter_node_GBps_per_gpu"] if nodes > 1 else None,
+            cpu_ram_gb=cpu_ram,
         )
     else:
         cluster = make_cluster(
-            row["gpu"], gpus_per_node, nodes, interconnect=row.get("interconnect") if nodes > 1 else None
+            row["gpu"],
+            gpus_per_node,
+            nodes,
+            interconnect=row.get("interconnect") if nodes > 1 else None,
+            cpu_ram_gb=cpu_ram,
         )
     return spec, config, cluster
 
