@@ -231,6 +231,16 @@ def test_without_plotly_report_says_how_to_install_it_and_writes_nothing(tmp_pat
     assert "pip install 'hardware-selector[report]'" in line
 
 
+def test_when_nothing_fits_the_page_says_what_would(tmp_path):
+    nothing = ["--model", "llama-3-70b", "--gpu", "T4", "--gpus-per-node", "1", "--no-calibration"]
+    completed = cli_in_process("plan", *nothing, "--json", "--report", tmp_path / "none.html")
+    assert completed.returncode == 0, completed.stderr
+    searched, data = json.loads(completed.stdout), page_data(tmp_path / "none.html")
+    assert searched["best"] is None and data["candidates"] == []
+    assert data["suggestions"] == searched["suggestions"] != [] and data["rejected"] == searched["rejected"]
+    assert "Nothing fits." in (tmp_path / "none.html").read_text(encoding="utf-8")
+
+
 def test_bad_report_input_is_one_line(tmp_path):
     assert "FILE.html" in one_line_exit_2(cli_in_process("plan", *PLAN_ARGS, "--report", tmp_path / "plan.png"))
     serving = cli_in_process(

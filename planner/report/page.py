@@ -22,7 +22,7 @@ from planner.units import GIB
 
 INSTALL_HINT = "pip install 'hardware-selector[report]'"
 STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1.5em; max-width: 1100px; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
 th, td { border-bottom: 1px solid #ddd; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
 td.number { text-align: right; white-space: nowrap; }
@@ -130,10 +130,17 @@ def plan_page(report: PlanReport) -> str:
     parts = [
         f'<p class="note">ranked by {html.escape(report.objective)}; #1 is the plan. '
         "Every number below is the planner's estimate; the sources table says where each comes from.</p>",
-        _figure_html(memory_figure(report.candidates)),
-        _figure_html(step_time_figure(report.candidates)),
-        "<h2>Ranked candidates</h2>",
-        _candidates_table(report.candidates),
+    ]
+    if report.candidates:
+        parts += [
+            _figure_html(memory_figure(report.candidates)),
+            _figure_html(step_time_figure(report.candidates)),
+            "<h2>Ranked candidates</h2>",
+            _candidates_table(report.candidates),
+        ]
+    else:
+        parts += ["<p><strong>Nothing fits.</strong> Why each family failed, and what would fit, are below.</p>"]
+    parts += [
         "<h2>Why each strategy family lost</h2>",
         _table(["family", "fate"], [[_cell(family), _cell(fate)] for family, fate in report.rejected.items()]),
     ]
