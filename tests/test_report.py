@@ -145,6 +145,19 @@ def test_without_a_summary_the_step_time_is_the_same_median_of_metrics(trained, 
     assert figures["step_time_s"]["measured_source"].startswith("metrics.jsonl")
 
 
+@pytest.mark.slow
+def test_a_tuned_folder_not_yet_trained_shows_its_trials(trained, tmp_path):
+    """`tune` re-emits its winner with a tune block and no metrics yet: the page has the trials, no curves."""
+    copy = tmp_path / "tuned"
+    keep = shutil.ignore_patterns("metrics.jsonl", "run_summary.json", "checkpoints", "final", "report.html")
+    shutil.copytree(trained, copy, ignore=keep)
+    completed = cli_in_process("report", copy)
+    assert completed.returncode == 0, completed.stderr
+    data = page_data(copy / "report.html")
+    assert data["curves"] == {} and [t["label"] for t in data["tune"]["trials"]] == ["DDP", "FSDP full-shard"]
+    assert all(comparison["measured"] is None for comparison in data["comparisons"])
+
+
 @pytest.fixture(scope="module")
 def browser():
     executable = shutil.which("chromium") or shutil.which("chromium-browser")
