@@ -9,7 +9,7 @@ TORCH_INDEX_URL ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: plan test lint env clean
+.PHONY: plan test lint env clean chromium
 
 env: $(STAMP)
 
@@ -26,7 +26,16 @@ $(STAMP): pyproject.toml
 	( $(PY) -m pip install --quiet uv && \
 	  $(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) --constraint $(VENV)/torch-constraint.txt -e ".[test]" ) || \
 	  $(PY) -m pip install --quiet -e ".[test]"
+	@$(MAKE) --no-print-directory chromium
 	@touch $(STAMP)
+
+# tests/test_report.py loads the report page in a headless Chromium: Debian's package, installed when this runs
+# as root on a machine with apt-get and no chromium yet. Never fatal: without it those checks skip, saying why.
+chromium:
+	@if command -v chromium >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then :; \
+	elif (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1; then \
+	  echo "installed chromium (tests/test_report.py's headless browser)"; \
+	else echo "note: chromium could not be installed; tests/test_report.py's browser checks will skip"; fi
 
 # The main job: a real plan for a real catalog model on a cluster you may not have yet.
 PLAN_ARGS ?= --model llama-3-8b --gpu H100-80GB --gpus-per-node 8 --nodes 2 --global-batch 512 --seq-len 4096

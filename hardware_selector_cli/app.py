@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from planner.errors import UserInputError
 
-from . import db, estimate, hardware, models, plan, train, tune, watch
+from . import db, estimate, hardware, models, plan, report, train, tune, watch
 
 app = typer.Typer(
     name="hardware-selector",
@@ -31,6 +31,7 @@ plan.register(app)
 tune.register(app)
 train.register(app)
 watch.register(app)
+report.register(app)
 db.register(app)
 
 

@@ -79,6 +79,13 @@ def register(app: typer.Typer) -> None:
         no_calibration: bool = typer.Option(
             False, "--no-calibration", help="Ignore benchmark records: analytical estimates only."
         ),
+        report_file: str | None = typer.Option(
+            None,
+            "--report",
+            metavar="FILE.html",
+            help="Also write the candidates' memory and step time, why each family lost and the sources as one "
+            "self-contained HTML page (the report extra: pip install 'hardware-selector[report]').",
+        ),
     ) -> None:
         """Find the fastest (or cheapest) way to train a model on a cluster, and explain it."""
         emit = emit_folder(emit_dir)
@@ -90,6 +97,7 @@ def register(app: typer.Typer) -> None:
                 for flag, value in (("--nvme-gb", cluster.nvme_gb), ("--nvme-gbps", cluster.nvme_gbps))
                 if value is not None
             ]  # offload is training's (fmt: skip)
+            training_only += ["--report"] if report_file is not None else []  # the page draws training plans
             if training_only:
                 raise UserInputError(
                     f"{', '.join(training_only)} plan training, not serving; drop them or --mode inference"
@@ -101,6 +109,7 @@ def register(app: typer.Typer) -> None:
             raise UserInputError(f"{', '.join(given)} describe the run of an emitted folder; add --emit DIR")
         overrides = run.overrides() if emit is not None else None
         search.check(emitting=emit is not None)
+        report_target = _report_target(report_file)
         spec, target, request, result, calibration, adjust = _search(
             model, cluster, search, routing, db, no_calibration
         )
@@ -108,12 +117,17 @@ def register(app: typer.Typer) -> None:
         if emit is not None:
             fallbacks = _fallbacks(elastic, spec, request, result, adjust, calibration)
             written = _emit(result, spec, target, emit, force, overrides, fallbacks)
+        title = f"{spec.name} on {target.world_size} x {target.gpu.name}, seq {request.seq_len}"
+        if report_target is not None:
+            from planner.report.page import write_page
+            from planner.report.plan_data import plan_report
+
+            write_page(report_target, plan_report(result, title))
+            written = [*(written or []), f"wrote the report page to {report_target}"]
         if as_json:
             print(json.dumps(search_document(result), indent=2))
         else:
-            print_plans(
-                result, f"{spec.name} on {target.world_size} x {target.gpu.name}, seq {request.seq_len}", explain
-            )
+            print_plans(result, title, explain)
             from rich.console import Console
 
             Console().print(f"throughput {calibration}", markup=False, highlight=False, style="dim")
@@ -121,6 +135,15 @@ def register(app: typer.Typer) -> None:
             stream = sys.stderr if as_json else sys.stdout
             for line in written:
                 print(line, file=stream)
+
+
+def _report_target(report_file: str | None) -> Path | None:
+    """--report's page, checked (an .html name, plotly installed) before any search is done."""
+    if report_file is None:
+        return None
+    from planner.report.page import check_report_target
+
+    return check_report_target(report_file, "--report")
 
 
 def _plan_serving(model: ModelOptions, cluster: ClusterOptions, search: SearchOptions, serving, as_json, explain):

@@ -20,6 +20,7 @@ NEVER_IMPORTS = [
     ("planner/throughput", ["torch"]),
     ("planner/search", ["torch"]),
     ("planner/emit", ["torch"]),
+    ("planner/report", ["torch"]),
     ("benchmarks_db", ["torch", "transformers", "deepspeed", "backends", "benchmarks", "hardware_selector_cli"]),
     ("benchmarks/harness", ["torch", "backends", "hardware_selector_cli"]),
     ("backends", ["hardware_selector_cli", "hardware_selector", "benchmarks", "run_training_benchmark"]),
@@ -47,7 +48,7 @@ PLANNER_FLOORS = [
     ("shared", ["planner.errors", "planner.files", "planner.limits", "planner.progress", "planner.units"]),
     ("contract", ["planner.contract"]),
     ("domain", []),  # models, hardware, training_config, memory, throughput, inference, search, plan, calibration
-    ("emit", ["planner.emit"]),
+    ("emit", ["planner.emit", "planner.report"]),
     ("rundir", ["planner.rundir"]),
     ("selector", ["planner.selector"]),
 ]

@@ -39,6 +39,7 @@ OPTIONAL_IMPORTS = {
     "matplotlib": "plot",
     "lightning": "lightning",
     "liger_kernel": "liger",
+    "plotly": "report",
 }
 
 
