@@ -73,7 +73,7 @@ def check_cost_flags(cost: CostOptions, objective: str, cluster) -> None:
     if cost.clouds is None:
         if cost.given():
             raise UserInputError(
-                f"{', '.join(cost.given())} price a run across clouds; add --clouds (and --objective cost)"
+                f"{', '.join(cost.given())}: only for the search across clouds; add --clouds (and --objective cost)"
             )
         return
     if objective.strip().lower() != "cost":
@@ -134,6 +134,12 @@ def run_cost_plan(model, cluster, search, routing, cost: CostOptions, save_every
         entries = [entry for entry in entries if entry.gpu == wanted]
         if not entries:
             raise UserInputError(f"--gpu {cluster.gpu}: none of {', '.join(clouds)} has a price for it in the catalog")
+    if cost.spot and cluster.price_per_hour is None and not any(entry.spot for entry in entries):
+        with_spot = sorted({entry.cloud for entry in catalog.prices if entry.spot is not None})
+        raise UserInputError(
+            f"--spot: the price catalog has no spot price for {', '.join(clouds)}; drop --spot, or add a cloud "
+            f"that has one ({', '.join(with_spot) or 'none'})"
+        )
     search.check(emitting=False)
     if cluster.price_per_hour is not None:
         from planner.limits import MAX_PRICE_PER_HOUR, check_number

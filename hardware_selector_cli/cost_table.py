@@ -7,7 +7,10 @@ import math
 
 
 def _days(seconds: float) -> str:
-    return f"{seconds / 86400:,.1f}" if math.isfinite(seconds) else "never"
+    if not math.isfinite(seconds):
+        return "never"
+    days = seconds / 86400
+    return f"{days:,.0f}" if days >= 10 else f"{days:.2g}"
 
 
 def _dollars(value: float) -> str:
