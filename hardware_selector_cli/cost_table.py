@@ -24,9 +24,20 @@ def _compact(value: float) -> str:
     return f"{value:,.0f}"
 
 
+def _json_safe(value):
+    """JSON has no infinity: a spot run that never finishes has null for its time and cost."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(item) for item in value]
+    return value
+
+
 def cost_document(result, calibrations: dict[str, str]) -> dict:
     """The --json shape: the ranked result, with the throughput's calibration per GPU."""
-    return {**result.model_dump(mode="json"), "throughput_calibration": calibrations}
+    return _json_safe({**result.model_dump(mode="json"), "throughput_calibration": calibrations})
 
 
 def _rows(result) -> list:

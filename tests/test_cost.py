@@ -171,6 +171,24 @@ def test_spot_adds_what_preemption_costs_with_the_checkpoint_interval(tmp_path):
     assert "[assumption, --preemption-rate]" in " ".join(text.split())
 
 
+def test_a_spot_run_that_never_finishes_is_null_in_json(tmp_path):
+    entries = [_entry("alpha", "H100-80GB", 4.0, spot=1.5, per_instance=1)]
+    flags = ("--clouds", "alpha", "--tokens", 2e9, "--price-catalog", _catalog(tmp_path, entries), "--max-gpus", 8)
+    steps = {o["gpus"]: o["step_time_s"] for o in json.loads(_plan(*flags, "--json").stdout)["considered"]}
+    lost_h = {gpus: (1000 * step / 2 + 600) / 3600 for gpus, step in steps.items()}  # half an interval + restart
+    rate = 2 / (lost_h[1] + 8 * lost_h[8])  # 1 GPU finishes (rate x lost < 1), 8 one-GPU instances do not
+    assert rate * lost_h[1] < 1 < rate * 8 * lost_h[8]
+    run = _plan(*flags, "--spot", "--preemption-rate", rate, "--json")
+    assert run.returncode == 0, run.stderr
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    considered = {o["gpus"]: o for o in json.loads(run.stdout, parse_constant=refuse)["considered"]}
+    assert considered[8]["time_s"] is None and considered[8]["cost_usd"] is None
+    assert not considered[8]["meets_deadline"] and considered[1]["time_s"] is not None
+
+
 def test_preemption_model_by_hand():
     # 100 h of work on 2 instances, 0.01 preemptions per instance-hour, 1000 steps of 1.8 s between checkpoints,
     # 10 min restart: each loses 900 + 600 s; 0.02/h x 1500 s = 1/120 of each hour, so 100 / (1 - 1/120) h.
