@@ -88,6 +88,12 @@ def register(app: typer.Typer) -> None:
         if not serving.inference:
             check_cost_flags(cost, search.objective, cluster)
         if cost.clouds is not None:
+            if explain or search.top != 5:
+                shown = ["--explain"] if explain else ["--top"]
+                raise UserInputError(
+                    f"{shown[0]} shapes the strategy table; --clouds prints its own table (each cloud's two cheapest): "
+                    f"drop {shown[0]}"
+                )
             _plan_cost(model, cluster, search, routing, cost, run, emit, elastic, db, no_calibration, as_json)
             return
         if serving.inference:

@@ -242,6 +242,9 @@ def test_a_bad_catalog_is_one_line(tmp_path, change, fragment):
         (("--clouds", "beta", "--spot"), "no spot price for beta; drop --spot, or add a cloud that has one (alpha)"),
         (("--deadline", "7d"), "--deadline, --price-catalog: only for the search across clouds; add --clouds"),
         (("--clouds", "alpha", "--objective", "throughput"), "--clouds ranks by cost; use --objective cost"),
+        (("--clouds", "alpha", "--explain"), "--explain shapes the strategy table; --clouds prints its own"),
+        (("--clouds", "alpha", "--nodes", "2"), "--clouds searches the GPU count; drop --nodes/--gpus-per-node"),
+        (("--clouds", "alpha", "--emit", "out"), "--emit: --clouds compares clouds and emits nothing"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, flags, fragment):
