@@ -78,7 +78,12 @@ def print_cost(result, best, title: str, calibrations: dict[str, str]) -> None:
             _dollars(option.cost_usd),
         )
     console.print(table)
-    say("each cloud's two cheapest options that meet the deadline; * the cheapest of all")
+    say(
+        "each cloud's two cheapest options that meet the deadline (* the cheapest of all); tokens/s: the planner's "
+        "estimate of the fastest plan at that count; days: tokens / tokens/s"
+        + (" with expected preemptions" if result.spot else "")
+        + "; cost: that time in hours x GPUs x $/GPU-h (price sources below)"
+    )
     hours = best.time_s / 3600
     say(
         f"best: {best.gpus} x {best.gpu} ({best.nodes} node(s) of {best.gpus_per_node}) on {best.cloud} "

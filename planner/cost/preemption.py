@@ -1,8 +1,8 @@
 """What spot preemptions cost a run that checkpoints every N steps (docs/search.md, "Cost across clouds").
 
 The model, stated as the output states it:
-- each rented instance is preempted at `rate` times per instance-hour (an assumption given by --preemption-rate;
-  no cloud publishes one), so the job is interrupted rate x instances times per hour of wall time;
+- each rented instance is preempted at `rate` times per instance-hour (an assumption given by --preemption-rate,
+  not a published figure), so the job is interrupted rate x instances times per hour of wall time;
 - each preemption loses, on average, half a checkpoint interval of work (the interruption falls anywhere in it)
   plus `restart_s` to get a replacement and reload the checkpoint;
 - so a run of T hours of work takes T / (1 - rate x instances x lost) hours of wall time, and the extra hours
