@@ -72,7 +72,7 @@ def print_cost(result, best, title: str, calibrations: dict[str, str]) -> None:
             f"{option.cloud}, {option.region}",
             option.gpu,
             str(option.gpus),
-            f"{option.price_usd_per_gpu_hour:.2f}" + (" stale" if option.stale else ""),
+            f"{option.price_usd_per_gpu_hour:.2f}" + ("!" if option.stale else ""),
             _compact(option.tokens_per_s),
             _days(option.time_s),
             _dollars(option.cost_usd),
@@ -83,6 +83,7 @@ def print_cost(result, best, title: str, calibrations: dict[str, str]) -> None:
         "estimate of the fastest plan at that count; days: tokens / tokens/s"
         + (" with expected preemptions" if result.spot else "")
         + "; cost: that time in hours x GPUs x $/GPU-h (price sources below)"
+        + ("; ! a stale price" if any(option.stale for option in _rows(result)) else "")
     )
     hours = best.time_s / 3600
     say(

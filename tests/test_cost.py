@@ -146,7 +146,7 @@ def test_a_price_older_than_180_days_is_said_to_be_stale(tmp_path):
                 _catalog(tmp_path, entries), "--max-gpus", 8)  # fmt: skip
     assert run.returncode == 0, run.stderr
     text = " ".join(run.stdout.split())
-    assert f"STALE: {STALE_AFTER_DAYS + 1} days old" in text
+    assert f"STALE: {STALE_AFTER_DAYS + 1} days old" in text and " 4.00! " in text and "! a stale price" in text
     assert "stale prices (over 180 days old; check the source before trusting them): alpha H100-80GB" in text
     catalog = load_price_catalog(_catalog(tmp_path, entries))
     assert [entry.stale(dt.date.today()) for entry in catalog.prices] == [True, False]
