@@ -105,7 +105,7 @@ def cost_request(cost: CostOptions, tokens: float, price: float | None, save_eve
         max_gpus=check_count("--max-gpus", cost.max_gpus, high=MAX_GPUS)
         if cost.max_gpus is not None
         else DEFAULT_MAX_GPUS,
-        checkpoint_every_steps=1000 if save_every is None else save_every,
+        **({} if save_every is None else {"checkpoint_every_steps": save_every}),
         preemption_rate=DEFAULT_PREEMPTION_RATE if rate is None else rate,
         restart_s=(DEFAULT_RESTART_MINUTES if restart is None else restart) * 60,
         today=dt.date.today(),
@@ -153,7 +153,13 @@ def run_cost_plan(model, cluster, search, routing, cost: CostOptions, save_every
 
     def plan_speed(gpu: str, per_node: int, nodes: int):
         target = make_cluster(
-            gpu, gpus_per_node=per_node, nodes=nodes, interconnect=cluster.interconnect, cpu_ram_gb=cluster.cpu_ram_gb
+            gpu,
+            gpus_per_node=per_node,
+            nodes=nodes,
+            interconnect=cluster.interconnect,
+            cpu_ram_gb=cluster.cpu_ram_gb,
+            nvme_gb=cluster.nvme_gb,
+            nvme_gbps=cluster.nvme_gbps,
         )
         adjust, line = None, "not calibrated (--no-calibration)"
         if not no_calibration:

@@ -97,13 +97,14 @@ def _brute_force(entries, speeds, tokens, deadline_s):
 def test_cheapest_equals_a_brute_force_recomputation(tmp_path):
     catalog = _catalog(tmp_path, FIXTURE)
     tokens = 2e10
-    every, _ = _brute_force(FIXTURE, _speeds(FIXTURE), tokens, math.inf)
+    speeds = _speeds(FIXTURE)
+    every, _ = _brute_force(FIXTURE, speeds, tokens, math.inf)
     # A deadline the unconstrained cheapest misses, so the deadline decides: halfway between the two middle
     # options' times (no option sits on it, so rounding it to the flag's text cannot move one across).
     times = sorted({option[1] for option in every})
     deadline_s = (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2
     assert every[0][1] > deadline_s
-    _, meeting = _brute_force(FIXTURE, _speeds(FIXTURE), tokens, deadline_s)
+    _, meeting = _brute_force(FIXTURE, speeds, tokens, deadline_s)
     run = _plan(
         "--clouds", "alpha,beta", "--tokens", tokens, "--deadline", f"{deadline_s:.6f}s", "--max-gpus", MAX_GPUS,
         "--price-catalog", catalog, "--json",
@@ -168,7 +169,9 @@ def test_spot_adds_what_preemption_costs_with_the_checkpoint_interval(tmp_path):
         assert option["preemption"]["extra_usd"] == pytest.approx((wall_h - work_h) * option["gpus"] * spot)
     text = _plan("--clouds", "alpha", "--tokens", 2e10, "--spot", "--price-catalog", _catalog(tmp_path, FIXTURE),
                  "--max-gpus", 8).stdout  # fmt: skip
+    # the run's default checkpoint interval (planner/contract/run_config.py) and the assumption, each said
     assert "[assumption, --preemption-rate]" in " ".join(text.split())
+    assert "checkpoint interval (--save-every 1000 steps x" in " ".join(text.split())
 
 
 def test_a_spot_run_that_never_finishes_is_null_in_json(tmp_path):

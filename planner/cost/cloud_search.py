@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner.contract.run_config import CheckpointPolicy
 from planner.cost.preemption import DEFAULT_PREEMPTION_RATE, DEFAULT_RESTART_MINUTES, PreemptionCost, preemption_cost
 from planner.cost.prices import CloudPrice
 from planner.errors import UserInputError
@@ -71,7 +72,8 @@ class CostRequest(BaseModel):
     spot: bool = False
     price_override: float | None = Field(default=None, ge=0)  # --price: one USD per GPU-hour for every entry
     max_gpus: int = Field(default=DEFAULT_MAX_GPUS, ge=1)
-    checkpoint_every_steps: int = Field(default=1000, ge=0)
+    # the run's --save-every; by default the emitted run's (planner/contract/run_config.py, CheckpointPolicy)
+    checkpoint_every_steps: int = Field(default=CheckpointPolicy.model_fields["every"].default, ge=0)
     preemption_rate: float = Field(default=DEFAULT_PREEMPTION_RATE, ge=0)
     restart_s: float = Field(default=DEFAULT_RESTART_MINUTES * 60, ge=0)
     today: dt.date

@@ -24,6 +24,7 @@ class PreemptionCost(BaseModel):
 
     rate_per_instance_hour: float = Field(ge=0)
     instances: int = Field(ge=1)
+    checkpoint_every_steps: int = Field(ge=0)  # 0: only when a run stops, so the interval is the whole run
     checkpoint_interval_s: float = Field(ge=0)
     restart_s: float = Field(ge=0)
     lost_per_preemption_s: float = Field(ge=0)
@@ -36,6 +37,12 @@ class PreemptionCost(BaseModel):
     def finishes(self) -> bool:
         return math.isfinite(self.wall_s)
 
+    def _interval_source(self) -> str:
+        if not self.checkpoint_every_steps:
+            return "--save-every 0: the whole run"
+        step_s = self.checkpoint_interval_s / self.checkpoint_every_steps
+        return f"--save-every {self.checkpoint_every_steps} steps x {step_s:.3g} s/step, the plan's step time"
+
     def describe(self) -> str:
         if not self.finishes:
             return (
@@ -47,7 +54,8 @@ class PreemptionCost(BaseModel):
         return (
             f"preemption: ~{self.expected_preemptions:.1f} expected ({self.rate_per_instance_hour:g} per instance-hour "
             f"[assumption, --preemption-rate] x {self.instances} instance(s)), each losing half the "
-            f"{self.checkpoint_interval_s / 60:.1f}-minute checkpoint interval + {self.restart_s / 60:.0f} min restart "
+            f"{self.checkpoint_interval_s / 60:.1f}-minute checkpoint interval ({self._interval_source()}) + "
+            f"{self.restart_s / 60:.0f} min restart "
             f"[assumption, --restart-minutes]: +{(self.wall_s - self.work_s) / 3600:.1f} h, +${self.extra_usd:,.0f}"
         )
 
@@ -75,6 +83,7 @@ def preemption_cost(
     return PreemptionCost(
         rate_per_instance_hour=rate_per_instance_hour,
         instances=instances,
+        checkpoint_every_steps=checkpoint_every_steps,
         checkpoint_interval_s=interval_s,
         restart_s=restart_s,
         lost_per_preemption_s=lost_s,
