@@ -47,8 +47,8 @@ def cost_options(
     clouds: str | None = typer.Option(
         None,
         "--clouds",
-        help="With --objective cost: price the run on these clouds (e.g. aws,gcp,azure,lambda,coreweave,runpod) "
-        "and pick the cheapest GPU and count that meets --deadline.",
+        help="With --objective cost: price the run on these clouds, e.g. aws,gcp,lambda (the catalog also has "
+        "azure, coreweave, runpod), and pick the cheapest GPU and count that meets --deadline.",
     ),
     deadline: str | None = typer.Option(
         None, "--deadline", help="With --clouds: train --tokens within this time, e.g. 7d, 36h (default 30d)."
