@@ -16,6 +16,7 @@ import typer
 from planner.errors import UserInputError
 from planner.expert_routing import ExpertRouting
 
+from .cost_options import CostOptions, check_cost_flags, cost_options, run_cost_plan
 from .model_options import ModelOptions, model_options
 from .option_groups import option_group
 from .plan_table import print_plans, search_document
@@ -50,6 +51,7 @@ def register(app: typer.Typer) -> None:
     @option_group("run", run_option_values)
     @option_group("serving", serving_options)
     @option_group("routing", routing_options)
+    @option_group("cost", cost_options)
     def plan_command(
         model: ModelOptions,
         cluster: ClusterOptions,
@@ -57,6 +59,7 @@ def register(app: typer.Typer) -> None:
         run: RunOptionValues,
         serving: ServingOptions,
         routing: ExpertRouting,
+        cost: CostOptions,
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         explain: bool = typer.Option(False, "--explain", help="Reasons and memory sources for every plan shown."),
         emit_dir: str | None = typer.Option(None, "--emit", help="Write the best plan's run folder here."),
@@ -89,6 +92,19 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Find the fastest (or cheapest) way to train a model on a cluster, and explain it."""
         emit = emit_folder(emit_dir)
+        if not serving.inference:
+            check_cost_flags(cost, search.objective, cluster)
+        if cost.clouds is not None:
+            if explain or search.top != 5:
+                shown = ["--explain"] if explain else ["--top"]
+                raise UserInputError(
+                    f"{shown[0]} shapes the strategy table; --clouds prints its own table (each cloud's two cheapest): "
+                    f"drop {shown[0]}"
+                )
+            if report_file is not None:
+                raise UserInputError("--report draws one cluster's candidates; --clouds compares clouds: drop one")
+            _plan_cost(model, cluster, search, routing, cost, run, emit, elastic, db, no_calibration, as_json)
+            return
         if serving.inference:
             training_only = search.training_flags_given(routing_default=routing.is_default, emitting=emit is not None)
             training_only += run.given()
@@ -98,6 +114,7 @@ def register(app: typer.Typer) -> None:
                 if value is not None
             ]  # offload is training's (fmt: skip)
             training_only += ["--report"] if report_file is not None else []  # the page draws training plans
+            training_only += cost.given() + (["--clouds"] if cost.clouds is not None else [])
             if training_only:
                 raise UserInputError(
                     f"{', '.join(training_only)} plan training, not serving; drop them or --mode inference"
@@ -144,6 +161,18 @@ def _report_target(report_file: str | None) -> Path | None:
     from planner.report.page import check_report_target
 
     return check_report_target(report_file, "--report")
+
+
+def _plan_cost(model, cluster, search, routing, cost, run, emit, elastic, db, no_calibration, as_json) -> None:
+    """--clouds: the cheapest cloud x GPU x count (cost_options.py); of the run's flags it reads --save-every."""
+    others = [flag for flag in run.given() if flag != "--save-every"]
+    if emit is not None or elastic is not None or others:
+        given = (["--emit"] if emit is not None else []) + (["--elastic"] if elastic else []) + others
+        raise UserInputError(
+            f"{', '.join(given)}: --clouds compares clouds and emits nothing; plan the winner with --gpu and --nodes "
+            "to emit it"
+        )
+    run_cost_plan(model, cluster, search, routing, cost, run.values.get("save_every"), db, no_calibration, as_json)
 
 
 def _plan_serving(model: ModelOptions, cluster: ClusterOptions, search: SearchOptions, serving, as_json, explain):

@@ -19,6 +19,7 @@ NEVER_IMPORTS = [
     ("planner/memory", ["torch"]),
     ("planner/throughput", ["torch"]),
     ("planner/search", ["torch"]),
+    ("planner/cost", ["torch"]),
     ("planner/emit", ["torch"]),
     ("planner/report", ["torch"]),
     ("benchmarks_db", ["torch", "transformers", "deepspeed", "backends", "benchmarks", "hardware_selector_cli"]),

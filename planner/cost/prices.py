@@ -1,0 +1,137 @@
+"""The dated cloud price catalog: USD per GPU-hour per cloud, region and GPU, each price with its source.
+
+The data is planner/catalog/prices.yaml (or the user's `--price-catalog FILE` of the same shape); every entry
+names the page it was read from, the date, the instance and how $/GPU-hour was derived (docs/search.md,
+"Cost across clouds"). A price older than STALE_AFTER_DAYS is stale: still used, but said to be.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from planner.errors import UserInputError
+from planner.limits import MAX_PRICE_PER_HOUR
+
+PRICE_CATALOG_FILE = Path(__file__).resolve().parent.parent / "catalog" / "prices.yaml"
+STALE_AFTER_DAYS = 180
+
+
+class CloudPrice(BaseModel):
+    """One cloud's price for one GPU in one region: on-demand, and spot where the source publishes it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cloud: str = Field(min_length=1, max_length=40)
+    region: str = Field(min_length=1, max_length=80)
+    gpu: str = Field(min_length=1, max_length=80)  # a name of the GPU catalog (planner/catalog/gpus.json)
+    instance: str = Field(min_length=1, max_length=120)
+    gpus_per_instance: int = Field(ge=1, le=64)  # the smallest number of GPUs one can rent there
+    on_demand: float = Field(gt=0, le=MAX_PRICE_PER_HOUR)  # USD per GPU-hour
+    spot: float | None = Field(default=None, gt=0, le=MAX_PRICE_PER_HOUR)
+    derivation: str = Field(min_length=1)  # how $/GPU-hour came from the instance's price
+    source: str = Field(min_length=1)  # the page read
+    date: dt.date  # when that page was published or read
+
+    @field_validator("cloud")
+    @classmethod
+    def _lower(cls, value: str) -> str:
+        return value.strip().lower()
+
+    def age_days(self, today: dt.date) -> int:
+        return (today - self.date).days
+
+    def stale(self, today: dt.date) -> bool:
+        return self.age_days(today) > STALE_AFTER_DAYS
+
+    def price(self, spot: bool) -> float | None:
+        return self.spot if spot else self.on_demand
+
+    def cite(self, today: dt.date, spot: bool = False) -> str:
+        """Where the price came from, for the output: source, date, instance, derivation, and whether stale."""
+        kind = "spot" if spot else "on-demand"
+        age = f"; STALE: {self.age_days(today)} days old (over {STALE_AFTER_DAYS})" if self.stale(today) else ""
+        return f"{kind}, {self.instance} ({self.derivation}), {self.source}, {self.date.isoformat()}{age}"
+
+
+class PriceCatalog(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    catalog_date: dt.date | None = None
+    prices: list[CloudPrice] = Field(min_length=1)
+
+    def clouds(self) -> list[str]:
+        return sorted({entry.cloud for entry in self.prices})
+
+    def for_clouds(self, clouds: list[str]) -> list[CloudPrice]:
+        """The entries of the named clouds; an unknown cloud is an error that lists the known ones."""
+        known = self.clouds()
+        unknown = [cloud for cloud in clouds if cloud not in known]
+        if unknown:
+            raise UserInputError(
+                f"--clouds: unknown cloud {', '.join(repr(c) for c in unknown)}; the price catalog has "
+                f"{', '.join(known)}"
+            )
+        return [entry for entry in self.prices if entry.cloud in clouds]
+
+
+def parse_clouds(text: str) -> list[str]:
+    """--clouds aws,gcp,... as a list of lower-case names, in order, without repeats."""
+    clouds = list(dict.fromkeys(part.strip().lower() for part in text.split(",") if part.strip()))
+    if not clouds:
+        raise UserInputError("--clouds needs at least one cloud name, e.g. --clouds aws,gcp,lambda")
+    return clouds
+
+
+def _where(error: ValidationError, document: dict) -> str:
+    """The first problem of a catalog, as one phrase: which entry, which field, what is wrong."""
+    first = error.errors()[0]
+    loc = list(first["loc"])
+    where = ".".join(str(part) for part in loc)
+    if len(loc) >= 2 and loc[0] == "prices" and isinstance(loc[1], int):
+        entries = document.get("prices") or []
+        entry = entries[loc[1]] if loc[1] < len(entries) and isinstance(entries[loc[1]], dict) else {}
+        field = ".".join(str(part) for part in loc[2:]) or "entry"
+        label = f"{entry.get('cloud', '?')} {entry.get('gpu', '?')}"
+        where = f"prices[{loc[1]}] ({label}) field '{field}'"
+    message = first["msg"]
+    if first["type"] == "missing":
+        message = "is missing"
+    elif first["type"] == "greater_than":
+        message = f"must be a positive USD per GPU-hour, not {first.get('input')!r}"
+    return f"{where} {message}"
+
+
+def load_price_catalog(path: Path | None = None) -> PriceCatalog:
+    """The price catalog at `path` (default: the project's), checked whole: a missing or negative price, an
+    unknown GPU or a malformed file is one UserInputError naming the entry and what to fix."""
+    import yaml
+
+    from planner.hardware.gpus import resolve_gpu
+
+    file = PRICE_CATALOG_FILE if path is None else Path(path).expanduser()
+    label = "the price catalog" if path is None else f"--price-catalog {path}"
+    try:
+        document = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserInputError(f"{label}: no such file; give a YAML price catalog (docs/search.md)") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UserInputError(f"{label}: not a readable YAML file ({first})") from None
+    if not isinstance(document, dict):
+        raise UserInputError(f"{label}: expected a mapping with a 'prices' list (docs/search.md)")
+    try:
+        catalog = PriceCatalog.model_validate(document)
+    except ValidationError as error:
+        raise UserInputError(f"{label}: {_where(error, document)}; fix that entry or leave it out") from None
+    for index, entry in enumerate(catalog.prices):
+        try:
+            resolve_gpu(entry.gpu)
+        except UserInputError:
+            raise UserInputError(
+                f"{label}: prices[{index}] ({entry.cloud}) names GPU '{entry.gpu}', which the GPU catalog does "
+                "not have; use a name 'hardware-selector gpus' lists"
+            ) from None
+    return catalog
