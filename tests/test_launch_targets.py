@@ -136,8 +136,11 @@ def test_elastic_pytorchjob_takes_the_plans_node_range(tmp_path, pytorchjob_sche
 
 
 def test_the_crd_check_refuses_a_broken_manifest(tmp_path, pytorchjob_schema):
-    files = _emit(tmp_path / "run", LaunchTarget(name="k8s"), gpu="h100-80gb", gpus_per_node=8, strategy="ddp")
-    manifest = yaml.safe_load(files["pytorchjob.yaml"].read_text())
+    import hardware_selector  # the Python API takes the same target as the CLI
+
+    hardware_selector.emit_run_folder(make_plan(gpu="h100-80gb", gpus_per_node=8), tmp_path / "run", launcher="k8s")
+    manifest = yaml.safe_load((tmp_path / "run" / "pytorchjob.yaml").read_text())
+    assert pytorchjob_schema.is_valid(manifest)
     misspelled = copy.deepcopy(manifest)
     misspelled["spec"]["pytorchReplicaSpecs"]["Master"]["replica"] = 1
     as_text = copy.deepcopy(manifest)

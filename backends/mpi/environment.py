@@ -30,7 +30,8 @@ MPI_VARIABLES: dict[str, tuple[str, str, str, str]] = {
                 "MV2_COMM_WORLD_LOCAL_SIZE"),
 }  # fmt: skip
 # Signs of a process started by an MPI launcher whose variables above are incomplete: mpi4py asks MPI.
-MPI_MARKERS = ("PMIX_RANK", "PMI_RANK", "PMI_FD", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "I_MPI_HYDRA_TOPOLIB")
+# Only variables a launcher sets for the processes it starts: none that a shell profile sets (Intel's setvars.sh).
+MPI_MARKERS = ("PMIX_RANK", "PMI_RANK", "PMI_FD", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK")
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -62,7 +63,7 @@ class _Counts:
 
 
 class Mpi4pyMissing(UserInputError):
-    pass
+    """MPI's variables were not enough and mpi4py, which would ask MPI, is not installed."""
 
 
 def read_mpi_world(environ: Mapping[str, str], ask_mpi: Callable[[], object] | None = None) -> MpiWorld | None:
@@ -107,10 +108,10 @@ def adopt_mpi_environment(environ: MutableMapping[str, str] | None = None) -> Mp
 
 def _counts_from(environ: Mapping[str, str]) -> _Counts | None:
     for source, names in MPI_VARIABLES.items():
-        values = [environ.get(name) for name in names]
-        if all(value is not None for value in values):
+        values = [environ[name] for name in names if name in environ]
+        if len(values) == len(names):
             try:
-                rank, size, local_rank, local_size = (int(value) for value in values)  # type: ignore[arg-type]
+                rank, size, local_rank, local_size = (int(value) for value in values)
             except ValueError:
                 raise UserInputError(f"{source}'s {', '.join(names)} must be integers, not {values}") from None
             return _Counts(source, rank, size, local_rank, local_size)
