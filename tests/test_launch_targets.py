@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 import yaml
 
 from planner.contract.run_config import DataConfig
+from planner.emit.launch_scripts import job_name
 from planner.emit.skypilot_task import SKYPILOT_ACCELERATORS
 from planner.launch_target import PLACEHOLDER_IMAGE, LaunchTarget
 from planner.rundir.write import RunOptions, emit_run_folder
@@ -133,6 +135,46 @@ def test_elastic_pytorchjob_takes_the_plans_node_range(tmp_path, pytorchjob_sche
     assert container["image"] == "ghcr.io/you/train:1.0"
     assert container["resources"] == {"requests": {"cpu": 2}}  # a CPU plan asks for no GPU
     assert {"name": "DS_ACCELERATOR", "value": "cpu"} in container["env"]
+
+
+def _admission_errors(manifest: dict) -> list[str]:
+    """What the operator's admission webhook refuses beyond the schema (pkg/webhooks/pytorch/pytorchjob_webhook.go
+    of the same v1.9.0 release): the name a DNS-1035 label, Master and Worker only, a container named "pytorch" with
+    an image in each, one Master, at least one Worker, Workers under an elastic policy, and nprocPerNode once."""
+    spec, errors = manifest["spec"], []
+    if not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", manifest["metadata"]["name"]):
+        errors.append("metadata.name is not a DNS-1035 label")
+    for role, replica in spec["pytorchReplicaSpecs"].items():
+        containers = replica["template"]["spec"]["containers"]
+        if role not in ("Master", "Worker"):
+            errors.append(f"{role}: not a replica type")
+        if not any(container["name"] == "pytorch" for container in containers) or not all(
+            container.get("image") for container in containers
+        ):
+            errors.append(f"{role}: needs a container named pytorch, and every container an image")
+        if replica["replicas"] != 1 if role == "Master" else replica["replicas"] < 1:
+            errors.append(f"{role}: wrong replica count")
+    if "elasticPolicy" in spec:
+        if "Worker" not in spec["pytorchReplicaSpecs"]:
+            errors.append("an elastic policy needs Workers")
+        if "nProcPerNode" in spec["elasticPolicy"] and "nprocPerNode" in spec:
+            errors.append("elasticPolicy.nProcPerNode must not be used with nprocPerNode")
+    return errors
+
+
+@pytest.mark.parametrize(
+    ("model", "fields"),
+    [("gpt2", {"nodes": 4, "strategy": "ddp"}), ("llama-2-7b", {"nodes": 2, "strategy": "deepspeed", "zero_stage": 3})],
+)
+def test_pytorchjob_passes_the_operators_admission_rules(tmp_path, model, fields):
+    files = _emit(tmp_path / "run", LaunchTarget(name="k8s"), model=model, gpu="h100-80gb", gpus_per_node=8, **fields)
+    assert _admission_errors(yaml.safe_load(files["pytorchjob.yaml"].read_text())) == []
+    assert _admission_errors({"metadata": {"name": "hs-modèle-"}, "spec": {"pytorchReplicaSpecs": {}}}) == [
+        "metadata.name is not a DNS-1035 label"
+    ]  # the rules can fail
+    plan = make_plan(strategy="ddp")
+    local_folder = plan.model_copy(update={"model": plan.model.model_copy(update={"name": "Modèle_X.1"})})
+    assert job_name(local_folder) == "hs-mod-le-x-1-ddp"  # a model folder's name, as a DNS-1035 label
 
 
 def test_the_crd_check_refuses_a_broken_manifest(tmp_path, pytorchjob_schema):

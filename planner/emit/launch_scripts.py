@@ -37,9 +37,10 @@ def run_id(plan: Plan) -> str:
 
 
 def job_name(plan: Plan) -> str:
-    """run_id as a DNS-1123 label (Kubernetes job and pod names, SkyPilot task names): lower case, single dashes,
-    at most 40 characters so that a pod's name, <job>-worker-<index>, stays within a label's 63."""
-    return re.sub(r"-+", "-", run_id(plan).lower())[:40].strip("-")
+    """run_id as a DNS-1035 label (Kubernetes job and pod names, SkyPilot task names): "hs-" first, then lower-case
+    ASCII letters, digits and single dashes, at most 40 characters so that a pod's name, <job>-worker-<index>, stays
+    within a label's 63."""
+    return re.sub(r"[^a-z0-9]+", "-", run_id(plan).lower())[:40].strip("-")  # ASCII: a model folder may be "modèle"
 
 
 def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None, elastic: ElasticPlan | None = None) -> str:
