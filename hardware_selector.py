@@ -64,12 +64,15 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'hardware_selector' has no attribute '{name}'")
 
 
-def emit_run_folder(plan, directory, *, force=False, nproc_override=None, options=None):
+def emit_run_folder(plan, directory, *, force=False, nproc_override=None, options=None, launcher=None, image=None):
     """Write `plan`'s run folder into `directory`, as `hardware-selector plan ... --emit DIR` does; returns the
-    written paths (planner/rundir/write.py; options: a planner.rundir.run_options.RunOptions)."""
+    written paths (planner/rundir/write.py; options: a planner.rundir.run_options.RunOptions; launcher and image:
+    as --launcher torchrun|slurm|k8s|skypilot|mpi and --image, docs/running.md "Launchers")."""
+    from planner.launch_target import launch_target
     from planner.rundir.write import emit_run_folder as write
 
-    return write(plan, directory, force=force, nproc_override=nproc_override, options=options)
+    launch = launch_target(launcher, image)
+    return write(plan, directory, force=force, nproc_override=nproc_override, options=options, launch=launch)
 
 
 def training_arguments(plan, output_dir, **overrides):

@@ -1,4 +1,4 @@
-"""Start torch.distributed in a process launched by torchrun, safely across `--max-restarts`.
+"""Start torch.distributed in a process launched by torchrun (or mpiexec), safely across `--max-restarts`.
 
 torchrun's agent keeps one key-value store for the whole job. A restarted
 worker that calls plain init_process_group reads the previous attempt's gloo
@@ -18,6 +18,9 @@ def init_distributed(backend: str, timeout_minutes: float = 10) -> None:
 
     if dist.is_initialized():
         return
+    from backends.mpi.environment import adopt_mpi_environment
+
+    adopt_mpi_environment()  # a process mpiexec started: torchrun's variables from MPI's (a no-op otherwise)
     # A script that never destroys the group we made would leave gloo's threads to interpreter teardown,
     # which can abort the process after a run that succeeded ("terminate called without an active exception").
     atexit.register(_destroy_at_exit)

@@ -1,8 +1,9 @@
 """The runner: `python -m backends.run --plan RUN_DIR [options]` trains a run folder, whatever its strategy.
 
-launch.sh, slurm.sbatch, `hardware-selector train` and the benchmark
-harness all start this module under their launcher (torchrun, accelerate
-launch, the DeepSpeed launcher, srun). It reads the folder, trains on the
+launch.sh, slurm.sbatch, pytorchjob.yaml, skypilot.yaml, `hardware-selector
+train` and the benchmark harness all start this module under their launcher
+(torchrun, accelerate launch, the DeepSpeed launcher, srun, or mpiexec, whose
+ranks take their numbers from MPI's environment: backends/mpi/). It reads the folder, trains on the
 plan's data and weights with the strategy's adapter (our engine, DDP, FSDP2,
 DeepSpeed, or the HF Trainer with --trainer), writes metrics.jsonl,
 checkpoints/ and final/, and ends with the measured-vs-predicted summary
@@ -26,12 +27,14 @@ EXIT_STOPPED = 3
 
 
 def main(argv: list[str] | None = None) -> int:
+    from backends.mpi.environment import adopt_mpi_environment
     from backends.runner.failures import describe_failure, die_with_the_launcher, lost_a_peer
     from backends.runner.loop import RunStopped, train
     from backends.runner.options import parse_args
     from planner.errors import UserInputError
 
     try:
+        adopt_mpi_environment()  # under mpiexec: RANK, WORLD_SIZE, ... before anything below reads them
         args = parse_args(argv)
     except UserInputError as error:  # an unknown option or a wrong value: one line, as for any bad input
         _say(f"error: {error}")

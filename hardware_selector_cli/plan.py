@@ -15,6 +15,7 @@ import typer
 
 from planner.errors import UserInputError
 from planner.expert_routing import ExpertRouting
+from planner.launch_target import TARGETS, launch_target
 
 from .cost_options import CostOptions, check_cost_flags, cost_options, run_cost_plan
 from .model_options import ModelOptions, model_options
@@ -70,6 +71,16 @@ def register(app: typer.Typer) -> None:
             help="With --emit: run elastic over MIN to MAX nodes; plan.json holds each node count's layout, "
             "and a run restarted on the nodes that remain re-plans to it (docs/running.md, Elastic).",
         ),
+        launcher: str | None = typer.Option(
+            None,
+            "--launcher",
+            metavar="|".join(TARGETS),
+            help="With --emit: where the folder runs. k8s adds pytorchjob.yaml, skypilot adds skypilot.yaml, mpi makes "
+            "launch.sh start mpiexec; every target starts python -m backends.run (docs/running.md, Launchers).",
+        ),
+        image: str | None = typer.Option(
+            None, "--image", help="With --launcher k8s or skypilot: the container image the pods or nodes run."
+        ),
         force: bool = typer.Option(
             False,
             "--force",
@@ -92,6 +103,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Find the fastest (or cheapest) way to train a model on a cluster, and explain it."""
         emit = emit_folder(emit_dir)
+        launch = launch_target(launcher, image)
         if not serving.inference:
             check_cost_flags(cost, search.objective, cluster)
         if cost.clouds is not None:
@@ -101,13 +113,14 @@ def register(app: typer.Typer) -> None:
                     f"{shown[0]} shapes the strategy table; --clouds prints its own table (each cloud's two cheapest): "
                     f"drop {shown[0]}"
                 )
-            if report_file is not None:
-                raise UserInputError("--report draws one cluster's candidates; --clouds compares clouds: drop one")
+            if report_file is not None or launch is not None:
+                flag = "--report" if report_file is not None else "--launcher"
+                raise UserInputError(f"{flag} is for one cluster's plan; --clouds compares clouds: drop one of them")
             _plan_cost(model, cluster, search, routing, cost, run, emit, elastic, db, no_calibration, as_json)
             return
         if serving.inference:
             training_only = search.training_flags_given(routing_default=routing.is_default, emitting=emit is not None)
-            training_only += run.given()
+            training_only += run.given() + (["--launcher"] if launch is not None else [])
             training_only += [
                 flag
                 for flag, value in (("--nvme-gb", cluster.nvme_gb), ("--nvme-gbps", cluster.nvme_gbps))
@@ -121,8 +134,8 @@ def register(app: typer.Typer) -> None:
                 )
             _plan_serving(model, cluster, search, serving, as_json, explain)
             return
-        if emit is None and (run.given() or elastic is not None):
-            given = run.given() or ["--elastic"]
+        if emit is None and (run.given() or elastic is not None or launch is not None):
+            given = run.given() or ["--elastic" if elastic is not None else "--launcher"]
             raise UserInputError(f"{', '.join(given)} describe the run of an emitted folder; add --emit DIR")
         overrides = run.overrides() if emit is not None else None
         search.check(emitting=emit is not None)
@@ -133,7 +146,7 @@ def register(app: typer.Typer) -> None:
         written = None
         if emit is not None:
             fallbacks = _fallbacks(elastic, spec, request, result, adjust, calibration)
-            written = _emit(result, spec, target, emit, force, overrides, fallbacks)
+            written = _emit(result, spec, target, emit, force, overrides, fallbacks, launch)
         title = f"{spec.name} on {target.world_size} x {target.gpu.name}, seq {request.seq_len}"
         if report_target is not None:
             from planner.report.page import write_page
@@ -219,7 +232,7 @@ def _fallbacks(elastic: str | None, spec, request, result, adjust, calibration):
     return elastic_plan(spec, request, result.best, node_range, adjust, calibration=calibration)
 
 
-def _emit(result, spec, target, emit: Path, force: bool, overrides, elastic=None) -> list[str]:
+def _emit(result, spec, target, emit: Path, force: bool, overrides, elastic=None, launch=None) -> list[str]:
     """Write the best plan's run folder; the lines that say what was written and what was moved aside."""
     from planner.rundir.manifest import foreign_files
     from planner.rundir.previous_run import previous_run_state
@@ -230,7 +243,7 @@ def _emit(result, spec, target, emit: Path, force: bool, overrides, elastic=None
     folder = emit.expanduser().resolve()
     previous = previous_run_state(folder) if force and folder.is_dir() else []
     theirs = foreign_files(folder, ARTIFACTS, ARTIFACTS) if force and folder.is_dir() else []
-    written = emit_run_folder(best, emit, force=force, overrides=overrides, elastic=elastic)
+    written = emit_run_folder(best, emit, force=force, overrides=overrides, elastic=elastic, launch=launch)
     lines = []
     if theirs:  # files of the same names that hardware-selector did not write: moved with the run state, kept
         kept = sorted((folder / "previous").iterdir())[-1]

@@ -61,6 +61,7 @@ BACKENDS_FLOORS = [
         [
             "backends.ranks",
             "backends.distributed_init",
+            "backends.mpi",
             "backends.cpu_distributed",
             "backends.parallel_dims",
             "backends.decoder_anatomy",

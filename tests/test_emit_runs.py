@@ -3,7 +3,9 @@
 launch.sh under torchrun (one node, and two "nodes" on the loopback), the
 DeepSpeed launcher and `accelerate launch` all start `python -m backends.run`;
 each must reproduce the single-process HF reference of the same checkpoint,
-data and steps (tests/runner_reference.py). The HF Trainer door (--trainer)
+data and steps (tests/runner_reference.py). Under MPI's mpiexec (the [mpi]
+extra's MPICH), whose ranks number themselves from MPI's environment, the same
+plan must log the torchrun run's losses. The HF Trainer door (--trainer)
 runs the folder's own training_args.json on the same blocks; its two runs
 (DeepSpeed ZeRO-2, FSDP) follow the same data and update rule, so they agree
 with each other.
@@ -80,11 +82,17 @@ def _losses(run_dir: Path) -> list[float]:
     return [row["loss"] for row in rows if row["kind"] == "train"]
 
 
-def test_torchrun_one_node_and_two_nodes_on_the_loopback(user, reference):
-    single = _emit(user, "ddp", strategy="ddp")
-    result = _launch(single)
+@pytest.fixture(scope="module")
+def torchrun_ddp(user) -> tuple[dict, list[float]]:
+    """The DDP folder trained by launch.sh under torchrun, one node of 2 ranks: (RUN_RESULT, losses)."""
+    run_dir = _emit(user, "ddp", strategy="ddp")
+    return _launch(run_dir), _losses(run_dir)
+
+
+def test_torchrun_one_node_and_two_nodes_on_the_loopback(user, reference, torchrun_ddp):
+    result, losses = torchrun_ddp
     assert (result["strategy"], result["world_size"], result["global_batch"]) == ("ddp", 2, 8)
-    assert _losses(single) == pytest.approx(reference, rel=1e-4)
+    assert losses == pytest.approx(reference, rel=1e-4)
 
     nodes = _emit(user, "two nodes", strategy="ddp", gpus_per_node=1, nodes=2)
     port = str(free_port())
@@ -106,6 +114,15 @@ def test_torchrun_one_node_and_two_nodes_on_the_loopback(user, reference):
     assert completed[1].returncode == 0, completed[1].stderr[-4000:]
     assert _result(completed[0])["world_size"] == 2
     assert _losses(nodes) == pytest.approx(reference, rel=1e-4)
+
+
+def test_mpiexec_ranks_train_as_torchruns_do(user, torchrun_ddp):
+    """LAUNCHER=mpirun: mpiexec starts both ranks; each takes its rank, world size and local rank from MPI's
+    environment, meets the other over gloo, and the run logs the torchrun run's losses."""
+    run_dir = _emit(user, "mpi", strategy="ddp")
+    result = _launch(run_dir, env={"LAUNCHER": "mpirun"})
+    assert (result["world_size"], result["global_batch"]) == (2, 8)
+    assert _losses(run_dir) == pytest.approx(torchrun_ddp[1], rel=1e-6)
 
 
 def test_deepspeed_launcher_and_accelerate_launch_start_the_runner(user, reference, tmp_path):

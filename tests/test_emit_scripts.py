@@ -1,4 +1,4 @@
-"""launch.sh and slurm.sbatch: valid bash, the exact command per launcher, and paths taken literally.
+"""launch.sh and slurm.sbatch: valid bash, the exact command per launcher (mpiexec's too), and paths taken literally.
 
 A fake interpreter records the argv it is started with, so the commands are
 checked without starting any training; the run folder's name holds spaces,
@@ -134,6 +134,14 @@ def test_launch_commands_are_exact_and_quoted(tmp_path, recorder):
         "29500",
         *tail,
     ]
+    # mpiexec starts every rank itself: the one beside the interpreter by default, or MPIEXEC with MPIEXEC_ARGS.
+    (recorder.parent / "mpiexec").write_text(RECORDER)
+    (recorder.parent / "mpiexec").chmod(0o755)
+    assert _run_launch(ds_dir, recorder, record, LAUNCHER="mpirun") == ["-n", "2", str(recorder), *tail]
+    mpirun = {"MPIEXEC": str(recorder), "MPIEXEC_ARGS": "-hostfile hosts  -ppn 2", "NNODES": "3"}
+    assert _run_launch(ds_dir, recorder, record, LAUNCHER="mpirun", **mpirun) == [
+        "-n", "6", "-hostfile", "hosts", "-ppn", "2", str(recorder), *tail,
+    ]  # fmt: skip
     own = tmp_path / "my script's $dir" / "train me.py"
     assert _run_launch(ds_dir, recorder, record, LAUNCHER="torchrun", TRAIN_SCRIPT=str(own))[-6:] == [
         str(own),

@@ -27,7 +27,7 @@ from planner.contract.choices import Precision
 from planner.contract.layout import ParallelDims
 from planner.contract.schema import SCHEMA_VERSION
 
-Launcher = Literal["torchrun", "accelerate", "deepspeed"]
+Launcher = Literal["torchrun", "accelerate", "deepspeed", "mpirun"]  # what launch.sh starts by default
 Init = Literal["pretrained", "random"]
 Task = Literal["causal-lm", "masked-lm", "seq2seq-lm"]
 TextUnit = Literal["line", "paragraph", "document"]

@@ -1,4 +1,5 @@
-"""launch.sh (single- and multi-node, for torchrun, accelerate or the DeepSpeed launcher) and the DeepSpeed hostfile.
+"""launch.sh (single- and multi-node, for torchrun, accelerate, the DeepSpeed launcher or MPI's mpiexec) and the
+DeepSpeed hostfile.
 
 Every launcher starts the one runner, `python -m backends.run --plan RUN_DIR`
 (docs/running.md), whatever the strategy; TRAIN_SCRIPT swaps in the user's
@@ -6,13 +7,15 @@ own script. Every value that comes from outside the script (paths, the
 Python interpreter, the run id) is passed through shlex.quote, and every
 variable is expanded inside double quotes, so a path with spaces, quotes or
 `$` is taken literally. The script finds its own folder at run time, so the
-folder can be moved or copied to another machine. An elastic plan (`--elastic MIN:MAX`)
+folder can be moved or copied to another machine. Under LAUNCHER=mpirun, mpiexec starts every process
+itself and each rank reads its number from MPI's environment (docs/running.md, "MPI"). An elastic plan (`--elastic MIN:MAX`)
 starts torchrun over the node range with a c10d rendezvous and --max-restarts, so the
 survivors of a lost node restart and re-plan (docs/running.md, "Elastic").
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 
@@ -33,6 +36,13 @@ def run_id(plan: Plan) -> str:
     return "".join(ch if ch.isalnum() or ch == "-" else "-" for ch in raw)
 
 
+def job_name(plan: Plan) -> str:
+    """run_id as a DNS-1035 label (Kubernetes job and pod names, SkyPilot task names): "hs-" first, then lower-case
+    ASCII letters, digits and single dashes, at most 40 characters so that a pod's name, <job>-worker-<index>, stays
+    within a label's 63."""
+    return re.sub(r"[^a-z0-9]+", "-", run_id(plan).lower())[:40].strip("-")  # ASCII: a model folder may be "modèle"
+
+
 def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None, elastic: ElasticPlan | None = None) -> str:
     q = shlex.quote
     header = [
@@ -43,7 +53,7 @@ def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None, elast
         "# Several nodes:  on every node, NODE_RANK=0 on the first one:",
         "#   NNODES=2 NODE_RANK=0 MASTER_ADDR=<first node's address> bash launch.sh",
         "# Your own script: TRAIN_SCRIPT=/path/to/train.py bash launch.sh  (it receives --plan RUN_DIR).",
-        f"# Another launcher: LAUNCHER=torchrun|accelerate|deepspeed (the plan's choice: {target.launcher}).",
+        f"# Another launcher: LAUNCHER=torchrun|accelerate|deepspeed|mpirun (the plan's choice: {target.launcher}).",
         *(
             [
                 "# The process count is part of the plan (batch sizes depend on it): re-emit with --nproc to change it.",
@@ -111,8 +121,9 @@ def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None, elast
         '    --num_nodes "$NNODES" --num_gpus "$NPROC_PER_NODE" \\',
         '    --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "${DS_TRAIN[@]}" "${ARGS[@]}"',
         "  ;;",
+        *_mpirun_lines(),
         "*)",
-        "  echo \"launch.sh: unknown LAUNCHER '$LAUNCHER'; use torchrun, accelerate or deepspeed\" >&2",
+        "  echo \"launch.sh: unknown LAUNCHER '$LAUNCHER'; use torchrun, accelerate, deepspeed or mpirun\" >&2",
         "  exit 2",
         "  ;;",
         "esac",
@@ -130,6 +141,26 @@ def _torchrun_lines(plan: Plan) -> list[str]:
         '    --nproc-per-node="$NPROC_PER_NODE" --rdzv-backend=static \\',
         f'    --rdzv-id={shlex.quote(run_id(plan))} --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" \\',
         '    "${TRAIN[@]}" "${ARGS[@]}"',
+        "  ;;",
+    ]
+
+
+def _mpirun_lines() -> list[str]:
+    """mpiexec starts all NNODES x NPROC_PER_NODE ranks from this node; the runner reads rank, world size and
+    local rank from MPI's environment. MPIEXEC names another program (mpirun, srun --mpi=pmix), MPIEXEC_ARGS adds
+    its options (a hostfile for several nodes, -x MASTER_ADDR for Open MPI), split on spaces."""
+    return [
+        "mpirun)",
+        "  # = mpiexec -n <all processes>; run it on the first node only. Several nodes: MPIEXEC_ARGS='-hostfile FILE'",
+        "  # (each host NPROC_PER_NODE slots); rank 0's address comes from mpi4py, or give MASTER_ADDR.",
+        "  # The mpiexec installed beside the interpreter (the [mpi] extra's MPICH, which its mpi4py was built for),",
+        "  # else the one on PATH.",
+        '  if [[ -z "${MPIEXEC:-}" ]]; then',
+        '    if [[ -x "$(dirname -- "$PYTHON")/mpiexec" ]]; then MPIEXEC="$(dirname -- "$PYTHON")/mpiexec"; else MPIEXEC=mpiexec; fi',
+        "  fi",
+        '  read -r -a MPIEXEC_OPTIONS <<< "${MPIEXEC_ARGS:-}"',
+        '  exec "$MPIEXEC" -n "$((NPROC_PER_NODE * NNODES))" "${MPIEXEC_OPTIONS[@]}" \\',
+        '    "$PYTHON" "${TRAIN[@]}" "${ARGS[@]}"',
         "  ;;",
     ]
 

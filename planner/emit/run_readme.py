@@ -18,6 +18,8 @@ _FILE_PURPOSES = {
     "launch.sh": "the launch command, one node or several",
     "hostfile": "DeepSpeed launcher hostfile template (multi-node)",
     "slurm.sbatch": "SLURM batch script: srun + torchrun rendezvous on the first node",
+    "pytorchjob.yaml": "Kubeflow PyTorchJob (Training Operator v1): torchrun in each pod",
+    "skypilot.yaml": "SkyPilot task: torchrun over SKYPILOT_NODE_IPS on each node",
     "README.md": "this file",
 }
 
@@ -76,6 +78,13 @@ def run_readme(plan: Plan, target: RunConfig, files: list[str]) -> str:
     lines += [
         "bash launch.sh --tiny --steps 3   # smoke test: a shrunken model, three steps",
         "sbatch slurm.sbatch            # on a SLURM cluster",
+        "LAUNCHER=mpirun bash launch.sh # MPI: mpiexec starts every rank",
+        *(
+            ["kubectl create -f pytorchjob.yaml   # Kubernetes (replace the image and the claim first)"]
+            if "pytorchjob.yaml" in files
+            else []
+        ),
+        *(["sky launch skypilot.yaml       # SkyPilot"] if "skypilot.yaml" in files else []),
         "hardware-selector watch .      # follow metrics.jsonl: loss, eval loss, tokens/s, ETA",
         "TRAIN_SCRIPT=my_train.py bash launch.sh   # your own script (it gets --plan <this folder>)",
         "```",

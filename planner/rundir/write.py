@@ -7,7 +7,8 @@ Which files a folder holds depends on the strategy (docs/emitted-files.md):
 plan.json (the plan and its RunConfig), accelerate_config.yaml, launch.sh,
 slurm.sbatch and README.md always; ds_config.json (+ the Trainer flavour,
 hostfile) for DeepSpeed; training_args.json for what the HF Trainer runs;
-engine.json for our engine. Every file is written atomically; an existing
+engine.json for our engine; pytorchjob.yaml or skypilot.yaml for the launch
+target that runs one (planner/launch_target.py). Every file is written atomically; an existing
 folder is refused unless force=True, and then the state of a run trained
 there (checkpoints, metrics, exports) is moved aside to previous/<time>/,
 never deleted and never resumed under the new plan.
@@ -27,11 +28,14 @@ from planner.emit.deepspeed_json import deepspeed_config
 from planner.emit.engine_json import engine_json
 from planner.emit.launch_scripts import hostfile, launch_sh
 from planner.emit.plan_json import plan_json
+from planner.emit.pytorchjob import pytorchjob_yaml
 from planner.emit.run_readme import run_readme
+from planner.emit.skypilot_task import skypilot_yaml
 from planner.emit.slurm import slurm_sbatch
 from planner.emit.training_args import training_args_json_document
 from planner.errors import UserInputError
 from planner.files import write_text_atomic
+from planner.launch_target import LaunchTarget
 from planner.models.families import family_of
 from planner.plan import Plan
 from planner.rundir.engine_for_run import engine_config_for_run
@@ -53,6 +57,8 @@ ARTIFACTS = (
     "launch.sh",
     "hostfile",
     "slurm.sbatch",
+    "pytorchjob.yaml",
+    "skypilot.yaml",
     "README.md",
 )
 EXECUTABLES = {"launch.sh", "slurm.sbatch"}
@@ -68,6 +74,7 @@ def render_run_folder(
     target: RunConfig,
     tune: dict[str, Any] | None = None,
     elastic: ElasticPlan | None = None,
+    launch: LaunchTarget | None = None,
 ) -> dict[str, str]:
     """File name -> content, without touching the disk."""
     deepspeed = plan.config.strategy is Strategy.DEEPSPEED
@@ -82,6 +89,16 @@ def render_run_folder(
         "launch.sh": launch_sh(plan, target, elastic=elastic),
         "hostfile": hostfile(plan, target),
         "slurm.sbatch": slurm_sbatch(plan, target, run_dir, elastic=elastic),
+        "pytorchjob.yaml": (
+            pytorchjob_yaml(plan, target, str(run_dir), launch, elastic)
+            if launch is not None and launch.name == "k8s"
+            else None
+        ),
+        "skypilot.yaml": (
+            skypilot_yaml(plan, target, str(run_dir), launch)
+            if launch is not None and launch.name == "skypilot"
+            else None
+        ),
     }
     files = {name: text for name, text in contents.items() if text is not None}
     files["README.md"] = run_readme(plan, target, [*files, "README.md"])
@@ -122,13 +139,15 @@ def emit_run_folder(
     overrides: RunOverrides | None = None,
     tune: dict[str, Any] | None = None,
     elastic: ElasticPlan | None = None,
+    launch: LaunchTarget | None = None,
 ) -> list[Path]:
     """Write the run folder for `plan` into `directory`; returns the written paths.
 
     options: whole blocks of the run (data, hyperparameters, anomaly policy, ...) for Python callers;
     overrides: the run-option flags (planner/rundir/run_option_table.py), applied on top as `train` applies them;
     tune: the trials a `hardware-selector tune` measured (plan.json's "tune" block);
-    elastic: the fallback layouts of an elastic run (planner/search/elastic.py), for plan.json and the launchers.
+    elastic: the fallback layouts of an elastic run (planner/search/elastic.py), for plan.json and the launchers;
+    launch: where the folder is launched (`--launcher`): launch.sh's default launcher and the target's own file.
     """
     if plan.model.modality != "text":
         kind = {"image": ("a vision", "image"), "audio": ("an audio", "audio"),
@@ -161,12 +180,16 @@ def emit_run_folder(
     target = run_config(plan, nproc_override, options)
     if overrides is not None:
         target = apply_overrides(target, overrides)
+    if launch is not None:
+        target = target.model_copy(update={"launcher": launch.launcher})
     pickle_only_note(target.model)  # training from random weights beside the user's checkpoint is never silent
     if plan.config.kernels is KernelChoice.LIGER and target.device != "cuda":
         raise UserInputError("--kernels liger: Liger's kernels are Triton GPU kernels; plan --kernels compile for CPU")
     if elastic is not None and target.nproc_overridden:
         raise UserInputError("--elastic plans each node count's layout itself; drop --nproc")
-    files = render_run_folder(plan, run_dir, target, tune, elastic)  # everything is rendered before anything is written
+    files = render_run_folder(
+        plan, run_dir, target, tune, elastic, launch
+    )  # everything is rendered before anything is written
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:

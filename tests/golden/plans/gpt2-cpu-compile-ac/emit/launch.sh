@@ -5,7 +5,7 @@
 # Several nodes:  on every node, NODE_RANK=0 on the first one:
 #   NNODES=2 NODE_RANK=0 MASTER_ADDR=<first node's address> bash launch.sh
 # Your own script: TRAIN_SCRIPT=/path/to/train.py bash launch.sh  (it receives --plan RUN_DIR).
-# Another launcher: LAUNCHER=torchrun|accelerate|deepspeed (the plan's choice: torchrun).
+# Another launcher: LAUNCHER=torchrun|accelerate|deepspeed|mpirun (the plan's choice: torchrun).
 # The process count is part of the plan (batch sizes depend on it): re-emit with --nproc to change it.
 set -euo pipefail
 
@@ -58,8 +58,20 @@ deepspeed)
     --num_nodes "$NNODES" --num_gpus "$NPROC_PER_NODE" \
     --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "${DS_TRAIN[@]}" "${ARGS[@]}"
   ;;
+mpirun)
+  # = mpiexec -n <all processes>; run it on the first node only. Several nodes: MPIEXEC_ARGS='-hostfile FILE'
+  # (each host NPROC_PER_NODE slots); rank 0's address comes from mpi4py, or give MASTER_ADDR.
+  # The mpiexec installed beside the interpreter (the [mpi] extra's MPICH, which its mpi4py was built for),
+  # else the one on PATH.
+  if [[ -z "${MPIEXEC:-}" ]]; then
+    if [[ -x "$(dirname -- "$PYTHON")/mpiexec" ]]; then MPIEXEC="$(dirname -- "$PYTHON")/mpiexec"; else MPIEXEC=mpiexec; fi
+  fi
+  read -r -a MPIEXEC_OPTIONS <<< "${MPIEXEC_ARGS:-}"
+  exec "$MPIEXEC" -n "$((NPROC_PER_NODE * NNODES))" "${MPIEXEC_OPTIONS[@]}" \
+    "$PYTHON" "${TRAIN[@]}" "${ARGS[@]}"
+  ;;
 *)
-  echo "launch.sh: unknown LAUNCHER '$LAUNCHER'; use torchrun, accelerate or deepspeed" >&2
+  echo "launch.sh: unknown LAUNCHER '$LAUNCHER'; use torchrun, accelerate, deepspeed or mpirun" >&2
   exit 2
   ;;
 esac
