@@ -182,3 +182,43 @@ def test_the_trials_start_under_the_launchers_launch_sh_knows():
     assert all(command[-3:] == ["backends.runner.trials", "/runs/a", "/runs/b"] for command in commands.values())
     refused = cli_in_process("tune", "-m", "gpt2", "--gpu", "cpu", "--launcher", "mpirun")
     assert refused.returncode == 2 and "--launcher must be one of torchrun, accelerate, deepspeed" in refused.stderr
+
+
+@pytest.mark.slow
+def test_a_tune_killed_after_its_first_trial_resumes_without_repeating_it(tmp_path):
+    """A real `tune` on 2 CPU ranks, interrupted (Ctrl-C) once its launch's first trial has finished, then run
+    again: the finished trial is read back, not measured again (its record holds the very step times the
+    killed launch wrote), and the rest are measured."""
+    import signal
+    import statistics
+    import subprocess
+    import sys
+    import time
+
+    from distributed import REPO_ROOT, cpu_env
+
+    from planner.rundir.trial import DONE_FILE
+
+    scratch = tmp_path / "tmp"  # the tune's trial folders live under the temporary directory
+    scratch.mkdir()
+    env = cpu_env({"HARDWARE_SELECTOR_DB": str(tmp_path / "db.duckdb"), "TMPDIR": str(scratch)})
+    command = [sys.executable, str(REPO_ROOT / "hardware_selector.py"), "tune", "-m", "gpt2", "--gpu", "cpu",
+               "--gpus-per-node", "2", "--seq-len", "32", "--global-batch", "4", "--tiny", "--candidates", "3",
+               "--budget", "1"]  # fmt: skip
+    first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, finished = time.monotonic() + 240, []
+    while not finished and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        finished = list(scratch.glob(f"hardware-selector-tune-*/*/{DONE_FILE}"))
+    assert finished, "no trial finished before the tune ended or the time ran out"
+    first.send_signal(signal.SIGINT)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode != 0, out  # it was stopped, not finished
+    rows = [json.loads(line) for line in (finished[0].parent / "metrics.jsonl").read_text().splitlines() if line]
+    written = [row["step_s"] for row in rows if row.get("kind") == "train"][2:]  # after the 2 warm-up steps
+    done_key = json.loads(finished[0].read_text())["key"]
+    second = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr
+    records = {record.matrix_key: record for record in BenchmarkStore(tmp_path / "db.duckdb").runs()}
+    assert len(records) == 3 and all(record.status.value == "ok" for record in records.values())
+    assert records[done_key].step_time_median_s == pytest.approx(statistics.median(written), rel=1e-9)
