@@ -40,6 +40,7 @@ OPTIONAL_IMPORTS = {
     "lightning": "lightning",
     "liger_kernel": "liger",
     "plotly": "report",
+    "mpi4py": "mpi",
 }
 
 
