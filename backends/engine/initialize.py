@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from planner.errors import UserInputError
+from planner.errors import UserInputError, known_keywords
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from planner.contract.engine_config import EngineConfig
 
 
+@known_keywords
 def initialize(
     args: Any = None,
     model: nn.Module | None = None,
