@@ -9,7 +9,6 @@ errors.
 
 from __future__ import annotations
 
-import glob
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from planner.contract.run_config import AnomalyAction, Init, ModelSource, RunConfig, TextUnit
 from planner.contract.schema import describe_validation_error
 from planner.errors import UserInputError
+from planner.rundir.data_sources import check_text_field_applies, resolve_sources
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
@@ -83,19 +83,11 @@ def has_tokenizer(folder: Path | None) -> bool:
 
 
 def resolve_data_paths(patterns: list[str], flag: str) -> list[str]:
-    """Each pattern as an absolute path or glob; one that matches nothing is a one-line error."""
-    resolved = []
-    for pattern in patterns:
-        if not str(pattern).strip():  # '' would be the current folder, every JSON file under it included
-            raise UserInputError(f"{flag} is empty; give a .txt, .jsonl or .parquet file, a glob of them, or a folder")
-        full = str(Path(pattern).expanduser().absolute())
-        if not glob.glob(full, recursive=True):
-            raise UserInputError(
-                f"{flag} {pattern}: no such file or folder; give a .txt, .jsonl or .parquet file, "
-                "a glob of them, or a folder written by datasets' save_to_disk"
-            )
-        resolved.append(full)
-    return resolved
+    """Each pattern as an absolute path or glob, read as train reads it (data_sources.py): one that matches
+    nothing, a file type train cannot read (.csv) or files of several kinds is a one-line error now."""
+    if patterns:  # none: synthetic data, or no separate evaluation set
+        resolve_sources(patterns, flag)
+    return [str(Path(pattern).expanduser().absolute()) for pattern in patterns]
 
 
 def tokenizer_folder(path: str) -> str:
@@ -123,6 +115,8 @@ def apply_overrides(run: RunConfig, overrides: RunOverrides) -> RunConfig:
     ):
         if value is not None:
             data[key] = value
+    if overrides.text_field is not None:
+        check_text_field_applies(data["train"] + data["eval"], overrides.text_field)
     if overrides.seed is not None:
         data["seed"] = optim["seed"] = overrides.seed
     if overrides.tokenizer is not None:
