@@ -148,3 +148,21 @@ def test_importing_a_csv_without_a_column_its_rows_need_names_it_and_writes_noth
         assert not target.exists()
     assert main(["db", "import", str(exported), "--db", str(tmp_path / "whole.duckdb")]) == 0
     assert "imported 2 of 2 rows" in capsys.readouterr().out
+
+
+def test_a_list_filter_no_run_could_ever_match_names_the_valid_values(tmp_path, capsys):
+    """`db list --status bogus` once printed "0 runs", which reads as "none recorded yet"."""
+    store = _filled(tmp_path)
+    db = ["--db", str(store.path)]
+    for flag, value, message in (
+        ("--status", "bogus", "--status bogus: a run's status is one of ok, oom, error, timeout"),
+        ("--strategy", "zero9", "--strategy zero9: recorded strategies are ddp, fsdp, deepspeed, engine, fsdp-full|"),
+        ("--gpu", "Z900", "--gpu: unknown GPU 'Z900'"),
+    ):
+        assert main(["db", "list", *db, flag, value]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {message}") and "\n" not in err, err
+    # Values that could match stay a count, even of none; a GPU is found by any of its catalog spellings.
+    for flag, value, count in (("--status", "TIMEOUT", 0), ("--strategy", "fsdp-full", 1), ("--gpu", "CPU", 4)):
+        assert main(["db", "list", *db, flag, value]) == 0
+        assert f"{count} runs in" in capsys.readouterr().out
