@@ -74,9 +74,10 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple]]:
         relation = connection.execute(f"SELECT * FROM {reader}", [str(path)])
         names = [column[0] for column in relation.description]
         return names, relation.fetchall()
-    except duckdb.Error as error:
+    except duckdb.Error:  # its text names DuckDB's internals ("Invalid Input Error: No magic bytes ..."), not ours
         raise UserInputError(
-            f"{path}: not a readable {file_format(path)} file ({str(error).splitlines()[0]})"
+            f"{path}: not a readable {file_format(path)} file (damaged, cut short or of another format); "
+            "write it again with `hardware-selector db export`"
         ) from None
     finally:
         connection.close()
