@@ -42,10 +42,15 @@ def file_format(path: Path) -> str:
     return fmt
 
 
-def export_runs(store: BenchmarkStore, path: str | Path) -> int:
-    """Write every run to a Parquet or CSV file (atomically); returns how many."""
+def export_runs(store: BenchmarkStore, path: str | Path, *, force: bool = False) -> int:
+    """Write every run to a Parquet or CSV file (atomically); returns how many. An existing file is replaced
+    only with force: it may be another export, or a file that is not ours at all."""
     target = Path(path)
     fmt = file_format(target)
+    if target.is_dir():
+        raise UserInputError(f"{target} is a folder; give the export a file name ending in .{fmt}")
+    if target.exists() and not force:
+        raise UserInputError(f"{target} exists; pass --force to replace it, or choose another file name")
     # CSV has no list type: the per-rank peaks travel as a JSON array.
     columns = [
         f"to_json({column}) AS {column}" if fmt == "csv" and column == "peak_memory_per_rank_bytes" else column

@@ -129,12 +129,14 @@ def show_command(
 
 @db_app.command("export")
 def export_command(
-    file: Path = typer.Argument(..., help="Target .parquet or .csv file."), db: Path | None = DB_OPTION
+    file: Path = typer.Argument(..., help="Target .parquet or .csv file."),
+    db: Path | None = DB_OPTION,
+    force: bool = typer.Option(False, "--force", help="Replace FILE if it exists (written whole, then swapped in)."),
 ) -> None:
     """Write every run to a Parquet or CSV file to share."""
     from benchmarks_db.transfer import export_runs
 
-    count = export_runs(_store(db), file)
+    count = export_runs(_store(db), file, force=force)
     print(f"exported {count} runs to {file}")
 
 

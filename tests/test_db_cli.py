@@ -166,3 +166,20 @@ def test_a_list_filter_no_run_could_ever_match_names_the_valid_values(tmp_path, 
     for flag, value, count in (("--status", "TIMEOUT", 0), ("--strategy", "fsdp-full", 1), ("--gpu", "CPU", 4)):
         assert main(["db", "list", *db, flag, value]) == 0
         assert f"{count} runs in" in capsys.readouterr().out
+
+
+def test_export_over_an_existing_file_needs_force_and_replaces_it_whole(tmp_path, capsys):
+    store = _filled(tmp_path)
+    mine = tmp_path / "mine.csv"
+    mine.write_text("my own table\n")
+    assert main(["db", "export", str(mine), "--db", str(store.path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {mine} exists; pass --force to replace it, or choose another file name"
+    assert mine.read_text() == "my own table\n"  # untouched
+    (tmp_path / "folder.csv").mkdir()
+    assert main(["db", "export", str(tmp_path / "folder.csv"), "--db", str(store.path), "--force"]) == 2
+    assert "folder.csv is a folder; give the export a file name ending in .csv" in capsys.readouterr().err
+    assert main(["db", "export", str(mine), "--db", str(store.path), "--force"]) == 0
+    assert mine.read_text().startswith("id,") and [p.name for p in tmp_path.iterdir() if "mine" in p.name] == [
+        "mine.csv"
+    ]  # replaced whole: no temporary left beside it
