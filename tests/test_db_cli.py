@@ -183,3 +183,23 @@ def test_export_over_an_existing_file_needs_force_and_replaces_it_whole(tmp_path
     assert mine.read_text().startswith("id,") and [p.name for p in tmp_path.iterdir() if "mine" in p.name] == [
         "mine.csv"
     ]  # replaced whole: no temporary left beside it
+
+
+def test_a_plot_path_that_cannot_be_written_is_refused_before_anything_is_printed(tmp_path, capsys):
+    """The table and the corrections were printed, and only then "cannot write": the path is checked first."""
+    store = _filled(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "folder.html").mkdir()
+    for plot, reason in (
+        (tmp_path / "a-file" / "deeper" / "cal.html", f"{tmp_path / 'a-file'} is a file, not a folder"),
+        (tmp_path / "folder.html", "it is a folder; name a file"),
+    ):
+        assert main(["db", "calibration", "--db", str(store.path), "--plot", str(plot)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith(f"error: --plot: cannot write {plot}: {reason}") and err.count("\n") == 1
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "a-file",
+        "folder.html",
+        "runs.duckdb",
+        "runs.duckdb.lock",
+    ]
