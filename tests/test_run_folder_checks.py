@@ -62,6 +62,18 @@ DAMAGE = {
     "ds_config.json a list": ("deepspeed", write("ds_config.json", "[1]"), "must hold a JSON object"),
     "engine.json not JSON": ("engine", write("engine.json", "{"), "engine.json"),
     "checkpoints is a file": ("ddp", write("checkpoints", "x"), "checkpoints is a file"),
+    # One batch number edited: the run would train another global batch than the plan was made for.
+    "plan.json run micro-batch edited": (
+        "ddp",
+        edit_json("plan.json", lambda d: d["run"].update(micro_batch=3)),
+        "the run block's micro_batch 3 x grad_accum 2 x data-parallel 2 = 12 sequences per step, but the plan's "
+        "config gives micro_batch 1 x grad_accum 2 x data-parallel 2 = 4",
+    ),
+    "plan.json config accumulation edited": (
+        "ddp",
+        edit_json("plan.json", lambda d: d["config"].update(grad_accum=4)),
+        "but the plan's config gives micro_batch 1 x grad_accum 4 x data-parallel 2 = 8",
+    ),
 }
 
 
