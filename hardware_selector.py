@@ -21,6 +21,7 @@ from hardware_selector_cli.app import app  # noqa: F401  (re-exported)
 from hardware_selector_cli.app import main as _subcommand_main
 from hardware_selector_cli.seed_cli import is_seed_invocation
 from hardware_selector_cli.seed_cli import run as _seed_main
+from planner.errors import known_keywords
 
 # `hardware_selector.integrations` is backends/integrations (framework doors), under this name too.
 __path__: list[str] = []  # a package without files of its own: the finder below supplies its one subpackage
@@ -64,6 +65,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'hardware_selector' has no attribute '{name}'")
 
 
+@known_keywords
 def emit_run_folder(plan, directory, *, force=False, nproc_override=None, options=None, launcher=None, image=None):
     """Write `plan`'s run folder into `directory`, as `hardware-selector plan ... --emit DIR` does; returns the
     written paths (planner/rundir/write.py; options: a planner.rundir.run_options.RunOptions; launcher and image:

@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"error: {error}")
         return EXIT_BAD_INPUT
     die_with_the_launcher()
+    from backends.runner.status import Interrupted, interrupt_on_stop_signals
+
+    interrupt_on_stop_signals()  # the run records "interrupted" instead of staying "running" (runner/status.py)
     try:
         from backends.runner.output_paths import check_output_paths
 
@@ -60,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     except RunStopped as stopped:
         _say(f"stopped: {stopped}")
         return EXIT_STOPPED
+    except Interrupted as interrupted:  # the status says so; the launcher that sent it needs no traceback
+        return 128 + interrupted.signum
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as failure:  # a bug or the machine (memory, disk): one line, the traceback in the run's

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from planner.errors import UserInputError
-from planner.files import write_text_atomic
+from planner.files import check_writable, write_text_atomic
 
 from .calibrate import RecordError
 
@@ -32,6 +32,10 @@ def check_plot_target(path: str | Path) -> None:
     suffix = Path(path).suffix.lower()
     if suffix not in (".html", ".htm", ".png"):
         raise UserInputError(f"--plot {path}: use a .png or .html file name")
+    try:
+        check_writable(path)
+    except UserInputError as error:
+        raise UserInputError(f"--plot: {error}") from None
     if suffix == ".png":
         try:
             import matplotlib  # noqa: F401

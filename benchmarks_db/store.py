@@ -98,6 +98,8 @@ class BenchmarkStore:
 
         # Our lock serialises our own processes; a foreign one (the duckdb CLI) may
         # still hold the file, so retry DuckDB's own lock error for a while too.
+        if self.path.is_dir():
+            raise UserInputError(f"--db {self.path} is a folder; pass --db a .duckdb file (or a new path)")
         deadline = time.monotonic() + self.lock_timeout_s
         delay = 0.05
         while True:
@@ -105,13 +107,26 @@ class BenchmarkStore:
                 return duckdb.connect(str(self.path), read_only=read_only)
             except duckdb.IOException as error:
                 if "lock" not in str(error).lower() or time.monotonic() > deadline:
-                    raise UserInputError(f"cannot open {self.path}: {str(error).splitlines()[0]}") from None
+                    raise UserInputError(self._why_not_opened(str(error))) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
-            except duckdb.Error as error:  # a CSV, a text file, anything that is not a DuckDB database
-                raise UserInputError(
-                    f"{self.path} is not a DuckDB database ({str(error).splitlines()[0]}); pass --db a .duckdb file"
-                ) from None
+            except duckdb.Error:  # a CSV, a text file, anything that is not a DuckDB database
+                raise UserInputError(f"{self.path} is not a DuckDB database; pass --db a .duckdb file") from None
+
+    def _why_not_opened(self, duckdb_text: str) -> str:
+        """DuckDB's reason, in our words: its own text names its internals ("IO Error: Could not read enough
+        bytes ... from location 5000"), which say nothing about what to do."""
+        text = duckdb_text.lower()
+        if "lock" in text:
+            return f"{self.path} is held open by another program; close it (or wait for it) and retry"
+        if "not a valid duckdb database" in text:
+            return f"{self.path} is not a DuckDB database; pass --db a .duckdb file"
+        if "permission denied" in text:
+            return f"cannot read {self.path}: permission denied; pass --db a file you can read and write"
+        return (
+            f"{self.path} is a damaged or cut-short DuckDB database (it cannot be read whole); restore it from a "
+            "copy, or pass --db a new path"
+        )
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[Any]:

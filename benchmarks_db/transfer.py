@@ -43,10 +43,15 @@ def file_format(path: Path) -> str:
     return fmt
 
 
-def export_runs(store: BenchmarkStore, path: str | Path) -> int:
-    """Write every run to a Parquet or CSV file (atomically); returns how many."""
+def export_runs(store: BenchmarkStore, path: str | Path, *, force: bool = False) -> int:
+    """Write every run to a Parquet or CSV file (atomically); returns how many. An existing file is replaced
+    only with force: it may be another export, or a file that is not ours at all."""
     target = Path(path)
     fmt = file_format(target)
+    if target.is_dir():
+        raise UserInputError(f"{target} is a folder; give the export a file name ending in .{fmt}")
+    if target.exists() and not force:
+        raise UserInputError(f"{target} exists; pass --force to replace it, or choose another file name")
     # CSV has no list type: the per-rank peaks travel as a JSON array.
     columns = [
         f"to_json({column}) AS {column}" if fmt == "csv" and column == "peak_memory_per_rank_bytes" else column
@@ -75,9 +80,10 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple]]:
         relation = connection.execute(f"SELECT * FROM {reader}", [str(path)])
         names = [column[0] for column in relation.description]
         return names, relation.fetchall()
-    except duckdb.Error as error:
+    except duckdb.Error:  # its text names DuckDB's internals ("Invalid Input Error: No magic bytes ..."), not ours
         raise UserInputError(
-            f"{path}: not a readable {file_format(path)} file ({str(error).splitlines()[0]})"
+            f"{path}: not a readable {file_format(path)} file (damaged, cut short or of another format); "
+            "write it again with `hardware-selector db export`"
         ) from None
     finally:
         connection.close()

@@ -55,7 +55,10 @@ def list_command(
     from rich.table import Table
 
     store = _store(db)
+    gpu = _gpu_filter(gpu)
     runs = store.runs(gpu=gpu, model=model, strategy=strategy, status=status, limit=limit)
+    if not runs:
+        _check_filters_can_match(store, gpu, strategy, status)
     if as_json:
         print(json.dumps([run.model_dump(mode="json") for run in runs], indent=2))
         return
@@ -81,6 +84,36 @@ def list_command(
         console.print("* tiny: the model's architecture at test sizes", style="dim")
 
 
+def _gpu_filter(gpu: str | None) -> str | None:
+    """A catalog GPU by any of its spellings ("nvidia a100-sxm4-80gb"), as records name it; else as typed."""
+    from planner.errors import UserInputError
+    from planner.hardware.gpus import resolve_gpu
+
+    try:
+        return resolve_gpu(gpu).name if gpu is not None else None
+    except UserInputError:
+        return gpu  # not in the catalog: an imported record may still name it
+
+
+def _check_filters_can_match(store, gpu: str | None, strategy: str | None, status: str | None) -> None:
+    """A filter no run could ever match (a typo, a status that does not exist) is said with the valid values,
+    rather than "0 runs", which reads as "none recorded yet"."""
+    from benchmarks_db.record import RunStatus
+    from planner.calibration import STRATEGY_FAMILIES_SAID, is_strategy_family
+    from planner.errors import UserInputError
+    from planner.hardware.gpus import resolve_gpu
+
+    if status is not None and status.strip().lower() not in {member.value for member in RunStatus}:
+        raise UserInputError(f"--status {status}: a run's status is one of {', '.join(s.value for s in RunStatus)}")
+    if strategy is not None and not is_strategy_family(strategy):
+        raise UserInputError(f"--strategy {strategy}: recorded strategies are {STRATEGY_FAMILIES_SAID}")
+    if gpu is not None and not store.runs(gpu=gpu, limit=1):
+        try:
+            resolve_gpu(gpu)
+        except UserInputError as error:
+            raise UserInputError(f"--gpu: {error}") from None
+
+
 @db_app.command("show")
 def show_command(
     run_id: str = typer.Argument(..., help="Run id or its first characters."), db: Path | None = DB_OPTION
@@ -96,12 +129,14 @@ def show_command(
 
 @db_app.command("export")
 def export_command(
-    file: Path = typer.Argument(..., help="Target .parquet or .csv file."), db: Path | None = DB_OPTION
+    file: Path = typer.Argument(..., help="Target .parquet or .csv file."),
+    db: Path | None = DB_OPTION,
+    force: bool = typer.Option(False, "--force", help="Replace FILE if it exists (written whole, then swapped in)."),
 ) -> None:
     """Write every run to a Parquet or CSV file to share."""
     from benchmarks_db.transfer import export_runs
 
-    count = export_runs(_store(db), file)
+    count = export_runs(_store(db), file, force=force)
     print(f"exported {count} runs to {file}")
 
 

@@ -139,6 +139,11 @@ def register(app: typer.Typer) -> None:
             raise UserInputError(f"{', '.join(given)} describe the run of an emitted folder; add --emit DIR")
         overrides = run.overrides() if emit is not None else None
         search.check(emitting=emit is not None)
+        if search.no_offload and cluster.nvme_gb:  # NVMe is there only to offload to
+            raise UserInputError(
+                f"--nvme-gb {cluster.nvme_gb:g} offers NVMe to offload to, and --no-offload leaves offload out; "
+                "drop one of them"
+            )
         report_target = _report_target(report_file)
         spec, target, request, result, calibration, adjust = _search(
             model, cluster, search, routing, db, no_calibration

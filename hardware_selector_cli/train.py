@@ -71,7 +71,9 @@ def register(app: typer.Typer) -> None:
         max_restarts: int = typer.Option(
             0, "--max-restarts", min=0, help="Restart crashed ranks this often (the run resumes from its checkpoints)."
         ),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the torchrun command instead of running it."),
+        dry_run: bool = typer.Option(
+            False, "--dry-run", help="Make every check a launch makes, then print the torchrun command instead."
+        ),
     ) -> None:
         """Train a run folder on this machine: torchrun + the runner (python -m backends.run).
 
@@ -96,20 +98,21 @@ def register(app: typer.Typer) -> None:
                 f"{run.layout.model_parallel} ranks; pass a multiple of {run.layout.model_parallel}"
             )
         command = torchrun_command(run_dir.resolve(), nproc=count, max_restarts=max_restarts, forwarded=forwarded)
-        if dry_run:
-            print(shlex.join(command))
-            return
         if run.device == "cuda" and not args.tiny:
             from backends.cpu_distributed import runs_on_cpu_instead  # imports torch: only here
 
             runs_on_cpu_instead("cuda", tiny=False)  # the one-line error on a machine without CUDA
         from backends.runner.preflight import check_resume, preflight
+        from backends.runner.run_lock import HELD_ENV, hold_run_lock, refuse_if_held
 
         # Data, tokenizer, weights: seconds here instead of after every rank starts. They only read the
         # user's files, so they come before the lock: a refused run leaves the folder as it was.
         preflight(run, tiny=args.tiny, run_dir=spec.run_dir)
-        from backends.runner.run_lock import HELD_ENV, hold_run_lock
-
+        if dry_run:  # every check a launch would make, none of its effects: the lock is looked at, not taken
+            refuse_if_held(spec.run_dir)
+            check_resume(spec.run_dir, run, tiny=args.tiny, strategy=spec.strategy.value, resume_from=args.resume_from)
+            print(shlex.join(command))
+            return
         lock = hold_run_lock(spec.run_dir)  # noqa: F841 (held while torchrun runs; its ranks skip it)
         check_resume(spec.run_dir, run, tiny=args.tiny, strategy=spec.strategy.value, resume_from=args.resume_from)
         from .launcher_output import failure_line, log_path, rank_exit_code, run_logged

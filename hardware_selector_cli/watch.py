@@ -140,7 +140,7 @@ def register(app: typer.Typer) -> None:
             while True:
                 view = snapshot(run_dir)
                 live.update(render(view))
-                if view["state"] in ("finished", "stopped", "failed", "gone"):
+                if view["state"] in ("finished", "stopped", "interrupted", "failed", "gone"):
                     break
                 time.sleep(REFRESH_S)
 

@@ -15,6 +15,7 @@ DuckDB store is benchmarks_db's job, so the planner never imports duckdb.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Literal
@@ -23,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.hardware.gpus import normalize_gpu_name
 from planner.throughput.result import ThroughputEstimate
-from planner.training_config import Strategy, TrainingConfig
+from planner.training_config import FsdpSharding, Strategy, TrainingConfig
 
 # An affine fit needs more points than parameters to mean anything.
 MIN_RECORDS_FOR_AFFINE = 3
@@ -66,6 +67,17 @@ def strategy_family(config: TrainingConfig) -> str:
     if config.strategy is Strategy.ENGINE:
         return f"engine-tp{config.tensor_parallel}-pp{config.pipeline_parallel}"
     return config.strategy.value
+
+
+STRATEGY_FAMILIES_SAID = "ddp, fsdp, deepspeed, engine, fsdp-full|grad-op|hybrid|none, zero0-3 or engine-tp<N>-pp<M>"
+
+
+def is_strategy_family(name: str) -> bool:
+    """Whether `name` is one strategy_family() can return (or a run's plain strategy, as the runner records it)."""
+    plain = {strategy.value for strategy in Strategy}
+    fsdp = {f"fsdp-{sharding.value}" for sharding in FsdpSharding}
+    text = name.strip().lower()
+    return text in plain | fsdp or re.fullmatch(r"zero[0-3]|engine-tp\d+-pp\d+", text) is not None
 
 
 def _count(n: int, noun: str) -> str:

@@ -4,6 +4,17 @@ The CLI prints a UserInputError as one line and exits with code 2; anything
 else is a bug and keeps its traceback.
 """
 
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
 
 class UserInputError(ValueError):
     """Bad input: the message says what is wrong and what to do instead."""
@@ -20,3 +31,32 @@ class ConfigFieldError(UserInputError):
         self.source = source
         self.field = field
         super().__init__(f"{source}: field '{field}' {problem}")
+
+
+class UnknownKeywordError(UserInputTypeError):
+    """A keyword argument the function does not take (a TypeError, as Python's own, and a UserInputError)."""
+
+    def __init__(self, function: str, keyword: str, valid: list[str]):
+        close = difflib.get_close_matches(keyword, valid, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        super().__init__(f"{function}() takes no keyword {keyword!r}; {hint}its keywords are {', '.join(valid)}")
+
+
+def known_keywords(function: Callable[P, R]) -> Callable[P, R]:
+    """`function`, refusing an unknown keyword argument in one line (UnknownKeywordError) instead of Python's bare
+    TypeError: the line names the keyword, the closest valid one and all of them, so a typo says its fix."""
+    parameters = inspect.signature(function).parameters.values()
+    if any(p.kind == p.VAR_KEYWORD for p in parameters):  # a bug of ours: its **kwargs would all be refused
+        raise TypeError(f"known_keywords cannot check {function.__qualname__}, which takes **kwargs")
+    valid = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"]
+    qualified = function.__qualname__  # the name the user called: CheckpointManager(...), or the method's own
+    name = qualified.removesuffix(".__init__") if qualified.endswith(".__init__") else function.__name__
+
+    @functools.wraps(function)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        unknown = [keyword for keyword in kwargs if keyword not in valid]
+        if unknown:
+            raise UnknownKeywordError(name, unknown[0], valid)
+        return function(*args, **kwargs)
+
+    return checked

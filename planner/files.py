@@ -46,6 +46,22 @@ def _cannot_write(target: Path, error: OSError) -> UserInputError:
     return UserInputError(f"cannot write {target}: {reason}; choose a writable location with free space")
 
 
+def check_writable(path: str | Path) -> Path:
+    """Fail now, in atomic_path's words, when `path` could not be written later (it is a folder, a file stands
+    where one of its folders should be, its nearest existing folder refuses a new file): for a command that
+    prints before it writes. A probe file is made and removed there; no folder is created."""
+    target = Path(path)
+    if target.is_dir():
+        raise UserInputError(f"cannot write {target}: it is a folder; name a file")
+    folder = next(ancestor for ancestor in (target.parent, *target.parent.parents) if ancestor.exists())
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{target.name}.", suffix=".probe"):
+            pass
+    except OSError as error:
+        raise _cannot_write(target, error) from None
+    return target
+
+
 @contextmanager
 def atomic_path(path: str | Path, *, executable: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside `path`; once the block ends normally, it replaces `path`.

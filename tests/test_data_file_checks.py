@@ -11,9 +11,10 @@ import json
 
 import pytest
 
-from backends.data.documents import iter_documents, resolve_sources
+from backends.data.documents import iter_documents
 from backends.data.file_checks import check_source
 from planner.errors import UserInputError
+from planner.rundir.data_sources import resolve_sources
 
 GOOD_ROWS = [{"text": f"document {n} says hello", "id": n} for n in range(5)]
 

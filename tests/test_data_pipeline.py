@@ -12,9 +12,10 @@ import json
 import pytest
 
 from backends.data import Blocks, micro_batches, prepare_data
-from backends.data.documents import iter_documents, resolve_sources
+from backends.data.documents import iter_documents
 from planner.contract.run_config import DataConfig
 from planner.errors import UserInputError
+from planner.rundir.data_sources import resolve_sources
 from scripts.demo_checkpoint import train_tokenizer, write_corpus
 
 DOCUMENTS = [f"document number {n} says " + " ".join(["tokens"] * (n % 7 + 1)) for n in range(60)]

@@ -148,3 +148,58 @@ def test_importing_a_csv_without_a_column_its_rows_need_names_it_and_writes_noth
         assert not target.exists()
     assert main(["db", "import", str(exported), "--db", str(tmp_path / "whole.duckdb")]) == 0
     assert "imported 2 of 2 rows" in capsys.readouterr().out
+
+
+def test_a_list_filter_no_run_could_ever_match_names_the_valid_values(tmp_path, capsys):
+    """`db list --status bogus` once printed "0 runs", which reads as "none recorded yet"."""
+    store = _filled(tmp_path)
+    db = ["--db", str(store.path)]
+    for flag, value, message in (
+        ("--status", "bogus", "--status bogus: a run's status is one of ok, oom, error, timeout"),
+        ("--strategy", "zero9", "--strategy zero9: recorded strategies are ddp, fsdp, deepspeed, engine, fsdp-full|"),
+        ("--gpu", "Z900", "--gpu: unknown GPU 'Z900'"),
+    ):
+        assert main(["db", "list", *db, flag, value]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {message}") and "\n" not in err, err
+    # Values that could match stay a count, even of none; a GPU is found by any of its catalog spellings.
+    for flag, value, count in (("--status", "TIMEOUT", 0), ("--strategy", "fsdp-full", 1), ("--gpu", "CPU", 4)):
+        assert main(["db", "list", *db, flag, value]) == 0
+        assert f"{count} runs in" in capsys.readouterr().out
+
+
+def test_export_over_an_existing_file_needs_force_and_replaces_it_whole(tmp_path, capsys):
+    store = _filled(tmp_path)
+    mine = tmp_path / "mine.csv"
+    mine.write_text("my own table\n")
+    assert main(["db", "export", str(mine), "--db", str(store.path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {mine} exists; pass --force to replace it, or choose another file name"
+    assert mine.read_text() == "my own table\n"  # untouched
+    (tmp_path / "folder.csv").mkdir()
+    assert main(["db", "export", str(tmp_path / "folder.csv"), "--db", str(store.path), "--force"]) == 2
+    assert "folder.csv is a folder; give the export a file name ending in .csv" in capsys.readouterr().err
+    assert main(["db", "export", str(mine), "--db", str(store.path), "--force"]) == 0
+    assert mine.read_text().startswith("id,") and [p.name for p in tmp_path.iterdir() if "mine" in p.name] == [
+        "mine.csv"
+    ]  # replaced whole: no temporary left beside it
+
+
+def test_a_plot_path_that_cannot_be_written_is_refused_before_anything_is_printed(tmp_path, capsys):
+    """The table and the corrections were printed, and only then "cannot write": the path is checked first."""
+    store = _filled(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "folder.html").mkdir()
+    for plot, reason in (
+        (tmp_path / "a-file" / "deeper" / "cal.html", f"{tmp_path / 'a-file'} is a file, not a folder"),
+        (tmp_path / "folder.html", "it is a folder; name a file"),
+    ):
+        assert main(["db", "calibration", "--db", str(store.path), "--plot", str(plot)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith(f"error: --plot: cannot write {plot}: {reason}") and err.count("\n") == 1
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "a-file",
+        "folder.html",
+        "runs.duckdb",
+        "runs.duckdb.lock",
+    ]

@@ -99,3 +99,24 @@ def test_a_db_path_that_is_not_duckdb_is_one_line(tmp_path, capsys, content):
     assert main(["db", "list", "--db", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "is not a DuckDB database" in err and "\n" not in err
+
+
+def test_a_db_duckdb_cannot_read_is_said_in_our_words_not_duckdbs(tmp_path, capsys):
+    """DuckDB's own text ("IO Error: Could not read enough bytes from file ...: attempted to read 3192 bytes from
+    location 5000", "Catalog Error: Cannot launch in-memory database") once reached the user as it was."""
+    good = BenchmarkStore(tmp_path / "good.duckdb")
+    good.add(sample_record())
+    (tmp_path / "cut.duckdb").write_bytes(good.path.read_bytes()[:5000])
+    (tmp_path / "junk.duckdb").write_bytes(b"not a database at all")
+    (tmp_path / "folder.duckdb").mkdir()
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 and nothing a parquet reader wants")
+    for argv, message in (
+        (["db", "list", "--db", tmp_path / "cut.duckdb"], "cut.duckdb is a damaged or cut-short DuckDB database"),
+        (["db", "list", "--db", tmp_path / "junk.duckdb"], "junk.duckdb is not a DuckDB database; pass --db"),
+        (["db", "list", "--db", tmp_path / "folder.duckdb"], "folder.duckdb is a folder; pass --db a .duckdb file"),
+        (["db", "import", tmp_path / "bad.parquet", "--db", good.path], "bad.parquet: not a readable parquet file"),
+    ):
+        assert main([str(arg) for arg in argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err, err
+        assert not any(internal in err for internal in ("IO Error", "Catalog Error", "Invalid Input", "location")), err

@@ -142,5 +142,5 @@ def test_another_programs_duckdb_or_a_truncated_one_is_one_line_and_left_untouch
     connection.close()
     truncated = tmp_path / "truncated.duckdb"
     truncated.write_bytes(foreign.read_bytes()[:5000])
-    with pytest.raises(UserInputError, match="cannot open"):
+    with pytest.raises(UserInputError, match="truncated.duckdb is a damaged or cut-short DuckDB database"):
         BenchmarkStore(truncated).runs()

@@ -149,6 +149,20 @@ def test_seed_style_mistakes_at_initialize_are_one_line():
             backends.initialize(model=model, config={"hardware_selector": {"device": "cuda"}})
 
 
+def test_two_different_configs_are_refused_and_two_equal_ones_run():
+    """config and config_params (or args.deepspeed_config) that differ: DeepSpeed refuses configs given in two
+    places ("Not sure how to proceed"), and whichever we took, the other would be silently ignored."""
+    model = Scalar("scalar")
+    one, two = {"train_micro_batch_size_per_gpu": 1}, {"train_micro_batch_size_per_gpu": 2}
+    with pytest.raises(UserInputError, match=r"^backends.initialize was given two different configs, config and "
+                                             r"config_params; pass only one of them$"):  # fmt: skip
+        backends.initialize(model=model, config=one, config_params=two)
+    with pytest.raises(UserInputError, match="two different configs, config and args.deepspeed_config"):
+        backends.initialize(SimpleNamespace(deepspeed_config=two), model=model, config=one)
+    engine, *_ = backends.initialize(model=model, config=one, config_params=dict(one))
+    assert engine.config.train_micro_batch_size_per_gpu == 1
+
+
 def test_tensor_or_pipeline_parallel_on_a_module_they_cannot_split_is_one_line_at_initialize():
     from backends.decoder_anatomy import architecture_of
 

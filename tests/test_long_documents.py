@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from backends.data import encode
-from backends.data.documents import iter_documents, resolve_sources
+from backends.data.documents import iter_documents
 from backends.data.pieces import MAX_PIECE_CHARS, split_stream
 from backends.data.token_cache import write_token_file
+from planner.rundir.data_sources import resolve_sources
 from scripts.demo_checkpoint import WORDS, write_corpus
 
 # Words and the whitespace between them, as prose has it: runs of spaces, tabs, single newlines, punctuation.

@@ -86,6 +86,7 @@ def test_plan_objective_cost_may_use_fewer_gpus_and_reports_cost(capsys):
         (["--kv-heads", "8"], "--kv-heads shapes a model given by its dimensions"),
         (["--experts", "8", "--top-k", "2"], "--experts, --top-k shape a model"),
         (["--mlp", "standard"], "with --model they would be ignored"),
+        (["--no-offload", "--nvme-gb", "2000"], "--nvme-gb 2000 offers NVMe to offload to, and --no-offload leaves"),
     ],
 )
 def test_bad_plan_input_is_one_line_and_exit_2(capsys, extra, message):

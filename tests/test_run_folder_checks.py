@@ -62,6 +62,18 @@ DAMAGE = {
     "ds_config.json a list": ("deepspeed", write("ds_config.json", "[1]"), "must hold a JSON object"),
     "engine.json not JSON": ("engine", write("engine.json", "{"), "engine.json"),
     "checkpoints is a file": ("ddp", write("checkpoints", "x"), "checkpoints is a file"),
+    # One batch number edited: the run would train another global batch than the plan was made for.
+    "plan.json run micro-batch edited": (
+        "ddp",
+        edit_json("plan.json", lambda d: d["run"].update(micro_batch=3)),
+        "the run block's micro_batch 3 x grad_accum 2 x data-parallel 2 = 12 sequences per step, but the plan's "
+        "config gives micro_batch 1 x grad_accum 2 x data-parallel 2 = 4",
+    ),
+    "plan.json config accumulation edited": (
+        "ddp",
+        edit_json("plan.json", lambda d: d["config"].update(grad_accum=4)),
+        "but the plan's config gives micro_batch 1 x grad_accum 4 x data-parallel 2 = 8",
+    ),
 }
 
 
@@ -102,3 +114,38 @@ def test_a_previous_run_is_moved_aside_whole_and_a_checkpoint_volume_stays_mount
     assert (moved / "checkpoints" / "latest").read_text() == "global_step2"  # which previous/ still reaches
     assert (moved / "checkpoints" / "global_step2" / "MANIFEST.json").is_file()
     assert (run_dir / "plan.json").is_file()  # the plan itself is not run state
+
+
+def test_a_dry_run_makes_every_check_a_launch_makes_and_takes_nothing(tmp_path):
+    """`train --dry-run` printed the torchrun command without the checks a real `train` makes before torchrun
+    (the data, the run lock, the GPUs); it now makes each of them, and still takes no lock."""
+    import torch
+
+    from backends.runner.run_lock import LOCK_FILE, hold_run_lock
+    from planner.contract.run_config import DataConfig
+    from planner.rundir.write import RunOptions
+    from scripts.demo_checkpoint import make_local_gpt2
+
+    model_dir, corpus = make_local_gpt2(tmp_path / "user")
+    mine = tmp_path / "mine.txt"
+    mine.write_text(corpus.read_text())
+    run_dir = tmp_path / "run"
+    plan = make_plan(str(model_dir), gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4, grad_accum=1)
+    emit_run_folder(plan, run_dir, options=RunOptions(data=DataConfig(train=[str(mine)])))
+    code, out, err = train_dry_run(run_dir)
+    assert code == 0 and "torch.distributed.run" in out, err  # the reference: the folder as emitted passes
+    assert not (run_dir / LOCK_FILE).exists()  # a dry run takes no lock
+
+    lock = hold_run_lock(run_dir)  # another `train` of this folder, alive
+    code, out, err = train_dry_run(run_dir)
+    assert code == 2 and out == "" and err.startswith(f"error: {run_dir.resolve()} is being trained by PID "), err
+    lock.close()
+
+    mine.unlink()  # the data the folder names is gone
+    code, out, err = train_dry_run(run_dir)
+    assert code == 2 and out == "" and "mine.txt: no such file or folder" in err and err.count("\n") == 1, err
+
+    if not torch.cuda.is_available():
+        emit_run_folder(make_plan(gpu="A100-80GB", strategy="ddp", precision="bf16-mixed"), tmp_path / "gpu")
+        code, out, err = train_dry_run(tmp_path / "gpu")
+        assert code == 2 and out == "" and "this plan runs on CUDA GPUs" in err, err

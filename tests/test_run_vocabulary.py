@@ -86,3 +86,49 @@ def test_every_door_spells_strategies_from_the_one_table():
     assert strategy_named("DeepSpeed") == {"strategy": Strategy.DEEPSPEED}
     with pytest.raises(UserInputError, match="--strategy must be one of ddp|fsdp"):
         strategy_from_name("zero4")
+
+
+def test_every_row_names_the_run_config_field_it_sets():
+    from planner.contract.run_config import RunConfig
+    from planner.rundir.run_option_table import SETS
+
+    assert set(SETS) == {option.key for option in RUN_OPTIONS}
+    for key, where in SETS.items():
+        block, _, field = where.partition(".")
+        assert field in RunConfig.model_fields[block].annotation.model_fields, key  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        # The flag the user typed, not the field it sets (once: "run option 'optim.max_steps': Input should be ...").
+        ({"steps": 0}, "--steps must be greater than or equal to 1, not 0"),
+        ({"learning_rate": 20.0}, "--lr must be less than or equal to 10, not 20"),
+        ({"save_every": -1}, "--save-every must be greater than or equal to 0, not -1"),
+        ({"eval_fraction": 2.0}, "--eval-fraction must be less than 1, not 2"),
+        # NaN fails every bound, so pydantic named one ("--lr nan": "<= 10"); it is not a number.
+        ({"learning_rate": float("nan")}, "--lr nan: nan is not a number; give --lr a finite number"),
+        ({"epochs": float("inf")}, "--epochs inf: inf is not a finite number; give --epochs a finite number"),
+        # A warmup longer than the run never reaches the peak learning rate.
+        ({"warmup_steps": 50, "steps": 10}, "--warmup-steps 50 is more than --steps 10: the learning rate would"),
+    ],
+)
+def test_a_run_option_out_of_range_is_one_line_naming_the_flag_typed(overrides, message):
+    from planner.rundir.run_options import run_config
+    from planner.rundir.run_overrides import apply_overrides
+    from tests.emit_plans import make_plan
+
+    with pytest.raises(UserInputError) as raised:
+        apply_overrides(run_config(make_plan()), RunOverrides(**overrides))
+    assert str(raised.value).startswith(message) and "\n" not in str(raised.value), str(raised.value)
+
+
+def test_a_warmup_longer_than_the_runs_own_steps_says_whose_steps():
+    from planner.rundir.run_options import run_config
+    from planner.rundir.run_overrides import apply_overrides
+    from tests.emit_plans import make_plan
+
+    run = apply_overrides(run_config(make_plan()), RunOverrides(steps=10))
+    with pytest.raises(UserInputError, match="^--warmup-steps 11 is more than the run's --steps 10: "):
+        apply_overrides(run, RunOverrides(warmup_steps=11))
+    assert apply_overrides(run, RunOverrides(warmup_steps=10)).optim.warmup_steps == 10  # as long as the run: fine

@@ -71,6 +71,33 @@ def test_a_missing_data_file(user, run_dir):
     one_line_error(emit(root, model_dir, "other", "--data", root / "nowhere.txt"), "no such file or folder")
 
 
+def test_data_train_would_refuse_is_refused_at_emit_and_nothing_is_written(user, tmp_path):
+    """A .csv file, or a folder of .txt beside .jsonl, was emitted and refused only later by `train`: emit now
+    resolves the pattern as train does (planner/rundir/data_sources.py)."""
+    root, model_dir, corpus = user
+    (tmp_path / "table.csv").write_text("text\nhello\n")
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    (mixed / "a.txt").write_text("hello\n")
+    (mixed / "b.jsonl").write_text('{"text": "hello"}\n')
+    for data, fragment in (
+        (tmp_path / "table.csv", "table.csv: unknown file type '.csv'; use .txt, .jsonl, .json or .parquet"),
+        (mixed, "matches files of several kinds (.jsonl, .txt); name one kind per pattern"),
+    ):
+        one_line_error(emit(root, model_dir, "refused", "--data", data), fragment)
+        assert not (root / "refused").exists()
+        one_line_error(cli("train", root / "run", "--data", data, "--steps", "1"), fragment)
+
+
+def test_a_text_field_for_txt_data_is_one_line(user, run_dir):
+    """.txt data has no fields: a --text-field given for it would be silently ignored."""
+    root, model_dir, corpus = user
+    fragment = "--text-field body names a column of .jsonl, .json or .parquet rows, and this run's data is .txt"
+    one_line_error(emit(root, model_dir, "field", "--data", corpus, "--text-field", "body"), fragment)
+    assert not (root / "field").exists()
+    one_line_error(cli("train", run_dir, "--text-field", "body", "--steps", "1"), fragment)
+
+
 def test_an_empty_corpus(run_dir, tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n   \n")

@@ -145,3 +145,31 @@ def _no_rank_survives(run_dir, within_s: float = 1.0) -> None:
         if not survivors or time.time() > deadline:
             break
     assert survivors == []
+
+
+@pytest.mark.parametrize("how", ["SIGTERM to the CLI", "SIGINT to the group (Ctrl-C)"])
+def test_a_run_stopped_by_a_signal_records_interrupted_not_running(user, how):
+    """run_status.json said "running" for ever after `kill` of train (or Ctrl-C): the ranks now turn the signal
+    into an exception and record how the run ended on their way out (backends/runner/status.py)."""
+    folder = emit(user, f"signalled {how.split()[0]}")
+    command = [sys.executable, str(REPO_ROOT / "hardware_selector.py"), "train", str(folder), "--steps", "500",
+               "--save-every", "0"]  # fmt: skip
+    process = subprocess.Popen(
+        command, cwd=REPO_ROOT, env=cpu_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline and process.poll() is None:
+        if (folder / "metrics.jsonl").is_file() and '"kind": "train"' in (folder / "metrics.jsonl").read_text():
+            break
+        time.sleep(0.2)
+    assert process.poll() is None, process.stderr.read().decode()[-2000:]  # training
+    if how.startswith("SIGTERM"):
+        process.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(process.pid, signal.SIGINT)
+    process.wait(timeout=120)
+    _no_rank_survives(folder, within_s=60)
+    status = json.loads((folder / "run_status.json").read_text())
+    name = how.split()[0]
+    assert status["state"] == "interrupted" and status["message"].startswith(f"{name} at step "), status
+    assert "`hardware-selector train` resumes from the newest checkpoint" in status["message"]

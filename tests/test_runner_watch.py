@@ -190,3 +190,28 @@ def test_watch_reads_a_damaged_or_hand_edited_metrics_file_without_a_traceback(t
     assert watched.returncode == 0, watched.stderr
     state = json.loads(watched.stdout)
     assert state["loss"] == 4.0 and state["loss_average"] == pytest.approx((3.0 + 4.0) / 2)
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ("running", "not JSON"),
+        ("[1, 2]", "a JSON list, not an object"),
+        ('{"state": "banana", "step": 3}', "state 'banana' is none of running, finished, stopped, interrupted, failed"),
+        ('{"state": "running", "step": 3, "total_steps": "ten"}', "total_steps 'ten' is not a whole number"),
+        ('{"state": "finished", "model": 7}', "model 7 is not text"),
+    ],
+)
+def test_watch_on_a_hand_edited_status_file_says_it_is_damaged_and_what_to_do(tmp_path, content, problem):
+    from tests.distributed import cli_in_process
+
+    run_dir = tmp_path / "run"
+    emit_run_folder(make_plan(strategy="ddp"), run_dir)
+    (run_dir / "run_status.json").write_text(content)
+    for flags in ([], ["--json"], ["--follow"]):
+        watched = cli_in_process("watch", run_dir, *flags)
+        assert watched.returncode == 2, (watched.stdout, watched.stderr)
+        assert watched.stderr.strip() == (
+            f"error: {run_dir / 'run_status.json'} is damaged ({problem}): the runner did not write it so; delete "
+            "it (the run's next start writes it again), and metrics.jsonl still holds every step"
+        )

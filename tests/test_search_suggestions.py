@@ -22,6 +22,9 @@ from planner.search import PlanRequest, search_plans
 
 FEWEST = re.compile(r"^(\d+) x (\S+) \(--gpus-per-node (\d+) --nodes (\d+)\) is the fewest that fits")
 CATALOG = re.compile(r"^at (\d+) GPUs \(--gpus-per-node (\d+) --nodes (\d+)\) these catalog GPUs fit: (.+)$")
+# The selector's (the seed CLI's) spelling: a count, built as cluster_for builds it (planner/selector/gpu_choice.py).
+SEED_FEWEST = re.compile(r"^(\d+) x (\S+) \(--distributed --gpu-count (\d+)\) is the fewest that fits")
+SEED_CATALOG = re.compile(r"^at (\d+) GPUs \(--distributed --gpu-count (\d+)\) these catalog GPUs fit: (.+)$")
 TOTAL = re.compile(r"^--global-batch (\d+) on (\d+) x (\S+) \(--gpus-per-node (\d+) --nodes (\d+)\) fits")
 
 MODELS = ["opt-6.7b", "llama-2-13b", "opt-30b", "llama-2-70b", "mixtral-8x7b", "gpt2-xl", "t5-3b"]
@@ -33,11 +36,25 @@ STRATEGY_SETS = [
 ]
 
 
+def _seed_cluster(gpu: str, count: str) -> tuple[str, int, int]:
+    from planner.selector.gpu_choice import cluster_for
+
+    cluster = cluster_for(resolve_gpu(gpu), int(count))
+    return gpu, cluster.gpus_per_node, cluster.num_nodes
+
+
 def suggested_clusters(lines: list[str]) -> list[tuple[str, int, int]]:
     """(gpu, gpus_per_node, nodes) for every cluster a suggestion names at the batch as stated."""
     named = []
     for line in lines:
-        if match := FEWEST.match(line):
+        if match := SEED_FEWEST.match(line):
+            count, gpu, asked = match.groups()
+            assert count == asked, line
+            named.append(_seed_cluster(gpu, count))
+        elif match := SEED_CATALOG.match(line):
+            _, count, gpus = match.groups()
+            named += [_seed_cluster(gpu.strip(), count) for gpu in gpus.split(",")]
+        elif match := FEWEST.match(line):
             count, gpu, per_node, nodes = match.groups()
             assert int(count) == int(per_node) * int(nodes), line
             named.append((gpu, int(per_node), int(nodes)))

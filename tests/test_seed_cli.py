@@ -144,3 +144,27 @@ def test_the_extreme_memory_example_gets_zero_infinity_once_the_node_has_nvme(ca
         get_distributed_training_config("text_generation", "gpt2", gpu_count=1, nvme_gbps=25)
     assert main([*extreme[:4], "--mode", "inference", "--nvme-gb", "100"]) == 2
     assert "--nvme-gb and --nvme-gbps plan training's offload" in capsys.readouterr().err
+
+
+def test_what_would_fit_names_only_flags_the_seed_command_has(capsys):
+    """The seed CLI's "No training setup fits" once suggested `--gpus-per-node 4 --nodes 1` and `--lora-rank`, which
+    only `plan` has; every flag of its suggestions is now one of its own, and the suggested count, asked for as
+    printed, fits."""
+    import re
+
+    from hardware_selector import main
+    from hardware_selector_cli.seed_cli import _parser
+
+    own = set(_parser()._option_string_actions)
+    request = ["--model-family", "text_generation", "--model-name", "facebook/opt-30b", "--batch-size", "1",
+               "--gpu", "V100-16GB"]  # fmt: skip
+    assert main(request) == 1
+    out = capsys.readouterr().out
+    lines = [line.removeprefix("  - ") for line in out.splitlines()[1:]]
+    assert out.startswith("No training setup fits 1 x V100-16GB") and lines, out
+    flags = {flag for line in lines for flag in re.findall(r"--[a-z][a-z-]*", line)}
+    assert flags and flags <= own, flags - own
+    fewest = re.search(r"\((--distributed --gpu-count \d+)\) is the fewest that fits", out)
+    assert fewest is not None, out
+    assert main([*request, *fewest.group(1).split()]) == 0
+    assert capsys.readouterr().out.startswith("Recommended: ")

@@ -26,12 +26,14 @@ from typing import Any
 from backends.checkpoint.layout import read_json
 from backends.checkpoint.save import begin_partial, seal
 from backends.ranks import dcp_quietly, distributed, rank
+from planner.errors import known_keywords
 
 STATE_FOLDER = "state"
 EXTRA = "extra.json"
 
 
 class CheckpointManager:
+    @known_keywords
     def __init__(self, directory: str | Path, keep_last: int = 2, async_save: bool = False):
         if not isinstance(directory, (str, Path)) or not str(directory).strip():
             raise ValueError(f"directory is the folder of the checkpoints (a str or Path), not {directory!r}")
@@ -46,6 +48,7 @@ class CheckpointManager:
         self.async_save = async_save
         self._pending: tuple[Any, Path, str] | None = None  # (future, partial folder, tag) of an async save
 
+    @known_keywords
     def save(self, step: int, model: Any, optimizer: Any = None, extra: dict | None = None) -> Path:
         """Checkpoint `global_step<step>`; returns its folder (sealed now, or by the next call when async)."""
         import torch
@@ -93,6 +96,7 @@ class CheckpointManager:
     def _seal(self, partial: Path, tag: str) -> None:
         seal(self.directory, partial, tag, self.keep_last)
 
+    @known_keywords
     def load(self, model: Any, optimizer: Any = None, tag: str | None = None) -> tuple[int, dict]:
         """Restore the newest intact checkpoint (or `tag`) into model and optimizer: (its step, its extra)."""
         import torch.distributed.checkpoint as dcp

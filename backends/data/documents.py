@@ -11,86 +11,28 @@ itself, the others through `datasets` in streaming mode. A document longer
 than a piece comes as several pieces (pieces.py), so a corpus larger than RAM
 and a document of any length go through in flat memory. Every problem a user
 can cause is a UserInputError naming the file: nothing matches, an unknown
-extension, a missing text field, a value that is not text, and the line or
+extension, files of several kinds (planner/rundir/data_sources.py, which emit checks too), a missing text field, a value that is not text, and the line or
 row of a file that is not what its extension says (file_checks.py).
 """
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from backends.data.file_checks import first_line, json_problem, parquet_problem
 from backends.data.pieces import Piece, pieces_of, split_stream
 from planner.errors import UserInputError
+from planner.rundir.data_sources import Source
 
-FORMATS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
-SAVED_DATASET_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")
 BATCH_ROWS = 1000
 BATCH_CHARS = 1 << 20  # a batch of pieces handed to the tokenizer holds at most about this much text
 READ_CHUNK_BYTES = 1 << 20  # datasets reads JSON a chunk at a time: memory stays flat (its default is 10 MB)
 READ_CHUNK_CHARS = 1 << 20  # and a .txt file is read this many characters at a time
 SEPARATORS = {"paragraph": "\n\n", "line": "\n", "document": None}  # what ends a .txt file's document
-
-
-@dataclass(frozen=True)
-class Source:
-    """One readable thing: a file of a known format, or a saved dataset folder."""
-
-    path: Path
-    kind: str  # "text", "json", "parquet" or "saved"
-
-    def files(self) -> list[Path]:
-        """The files whose bytes define this source's content (for the cache key)."""
-        if self.kind != "saved":
-            return [self.path]
-        return sorted(p for p in self.path.rglob("*") if p.is_file() and not p.name.startswith("."))
-
-
-def is_saved_dataset(folder: Path) -> bool:
-    return folder.is_dir() and any((folder / marker).is_file() for marker in SAVED_DATASET_MARKERS)
-
-
-def resolve_sources(patterns: list[str], flag: str = "--data") -> list[Source]:
-    """Every source the patterns name, in a deterministic order; errors name the pattern."""
-    sources: list[Source] = []
-    for pattern in patterns:
-        if not str(pattern).strip():  # '' would be the current folder, every JSON file under it included
-            raise UserInputError(f"{flag} is empty; give a .txt, .jsonl or .parquet file, a glob of them, or a folder")
-        matches = sorted(glob.glob(os.path.expanduser(pattern), recursive=True))
-        if not matches:
-            raise UserInputError(
-                f"{flag} {pattern}: no such file or folder; give a .txt, .jsonl or .parquet file, "
-                "a glob of them, or a folder written by datasets' save_to_disk"
-            )
-        found = [source for match in matches for source in _sources_at(Path(match), flag)]
-        kinds = sorted({source.path.suffix.lower() or source.kind for source in found})
-        if len({source.kind for source in found}) > 1:  # a folder of text beside configs, say: say which files
-            raise UserInputError(
-                f"{flag} {pattern} matches files of several kinds ({', '.join(kinds)}); name one kind per "
-                "pattern, e.g. 'corpus/*.jsonl'"
-            )
-        sources += found
-    if not sources:
-        raise UserInputError(f"{flag} {' '.join(patterns)}: no .txt, .jsonl, .json or .parquet file there")
-    return list(dict.fromkeys(sources))
-
-
-def _sources_at(path: Path, flag: str) -> list[Source]:
-    if is_saved_dataset(path):
-        return [Source(path.resolve(), "saved")]
-    if path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in FORMATS)
-        return [Source(p.resolve(), FORMATS[p.suffix.lower()]) for p in found]
-    kind = FORMATS.get(path.suffix.lower())
-    if kind is None:
-        raise UserInputError(f"{flag} {path}: unknown file type '{path.suffix}'; use .txt, .jsonl, .json or .parquet")
-    return [Source(path.resolve(), kind)]
 
 
 def iter_documents(sources: list[Source], *, text_field: str, text_unit: str) -> Iterator[list[Piece]]:

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from backends.data.blocks import Blocks, split_blocks
-from backends.data.documents import Source, resolve_sources
 from backends.data.synthetic import SyntheticTokens
 from backends.data.token_cache import content_key, open_tokens, prepare_token_file, token_dtype, write_token_file
 from planner.contract.run_config import DataConfig
 from planner.errors import UserInputError
+from planner.rundir.data_sources import Source, resolve_sources
 
 TOKENIZER_FILE_NAMES = (
     "tokenizer.json",

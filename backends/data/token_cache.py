@@ -26,11 +26,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from backends.data.documents import Source, iter_documents
+from backends.data.documents import iter_documents
 from backends.data.encode import DocumentTokens
 from planner.errors import UserInputError
 from planner.files import atomic_path, write_text_atomic
 from planner.progress import WorkProgress
+from planner.rundir.data_sources import Source
 
 FORMAT_VERSION = 2  # 2: long documents tokenized in pieces, one EOS per document (backends/data/encode.py)
 WAIT_REPORT_S = 60.0

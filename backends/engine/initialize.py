@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from planner.errors import UserInputError
+from planner.errors import UserInputError, known_keywords
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from planner.contract.engine_config import EngineConfig
 
 
+@known_keywords
 def initialize(
     args: Any = None,
     model: nn.Module | None = None,
@@ -64,7 +65,7 @@ def initialize(
         with_pipeline_flag,
     )
     from backends.weights.model_init import is_meta
-    from planner.contract.engine_config import key_fates_line, load_engine_config  # pydantic: only on the call
+    from planner.contract.engine_config import key_fates_line  # pydantic: only on the call
 
     if isinstance(args, torch.nn.Module):  # initialize(model, config): deepspeed's first positional is args
         raise UserInputError(
@@ -77,9 +78,9 @@ def initialize(
         raise UserInputError(f"backends.initialize: model must be a torch.nn.Module, not {type(model).__name__}")
     if mpu is not None or mesh_param is not None:
         raise UserInputError("our engine builds its process groups from hardware_selector.layout; drop mpu/mesh_param")
-    if config is None:
-        config = config_params if config_params is not None else getattr(args, "deepspeed_config", None)
-    settings = load_engine_config(config if config is not None else {})
+    settings = _one_config(
+        config=config, config_params=config_params, deepspeed_config=getattr(args, "deepspeed_config", None)
+    )
     settings = with_optimizer_object(settings, optimizer, model, "optimizer" in settings.model_fields_set)
     check_model_parameters(model, model_parameters)
     block = settings.hardware_selector
@@ -108,6 +109,26 @@ def initialize(
     )
     scheduler = scheduler_from(lr_scheduler, engine)
     return engine, engine.optimizer, data_loader(training_data, engine, collate_fn), scheduler
+
+
+def _one_config(**given: Any) -> EngineConfig:
+    """The one config among initialize's three ways to give it (config, config_params, args.deepspeed_config).
+    Two that differ are refused, as DeepSpeed refuses configs given both in args and to initialize ("Not sure how
+    to proceed"): whichever won, the other would be silently ignored."""
+    from planner.contract.engine_config import load_engine_config
+
+    loaded = {name: load_engine_config(value) for name, value in given.items() if value is not None}
+    if not loaded:
+        return load_engine_config({})
+    (first, settings), *others = loaded.items()
+    for name, other in others:
+        if other.model_dump() != settings.model_dump():
+            where = {"deepspeed_config": "args.deepspeed_config"}
+            raise UserInputError(
+                f"backends.initialize was given two different configs, {where.get(first, first)} and "
+                f"{where.get(name, name)}; pass only one of them"
+            )
+    return settings
 
 
 def _init_distributed(backend: str) -> None:

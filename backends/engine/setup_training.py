@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.contract.engine_config import EngineConfig, ZeroBlock, load_engine_config, with_changes
-from planner.errors import UserInputError
+from planner.errors import UserInputError, known_keywords
 from planner.plan import Plan
 from planner.training_config import FsdpSharding, Strategy
 
@@ -46,6 +46,7 @@ def engine_config_of(config: Any) -> EngineConfig:
     )
 
 
+@known_keywords
 def setup_distributed_training(
     model: Any, config: Any, *, dataset: Any = None, optimizer: Any = None, collate_fn: Any = None
 ) -> tuple[Any, Any, Any, Any]:
@@ -62,10 +63,12 @@ class ParallelTrainer:
     """A small loop over the engine: epochs of the dataset, callbacks asked before each update. Under a pipeline
     layout each step's micro-batches go to the engine's schedule together (engine.train_batch)."""
 
+    @known_keywords
     def __init__(self, config: Any):
         engine_config_of(config)  # a config that cannot be read is said now, not at train()
         self.config = config
 
+    @known_keywords
     def train(
         self,
         model: Any,

@@ -82,7 +82,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                 session.save(session.step)
             session.export(session.step)
     except BaseException as failure:
-        session.status.update(state="failed", step=session.step, message=f"{type(failure).__name__}: {failure}"[:500])
+        session.status.record_end(failure, session.step)
         raise
     finally:
         session.progress.close()

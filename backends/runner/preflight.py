@@ -27,10 +27,11 @@ if TYPE_CHECKING:
 
 
 def check_data(run: RunConfig, vocab_size: int, run_dir: Path | None = None) -> None:
-    from backends.data.documents import iter_documents, resolve_sources
+    from backends.data.documents import iter_documents
     from backends.data.file_checks import check_source
     from backends.data.prepare import load_tokenizer
     from backends.data.token_cache import sources_read_before
+    from planner.rundir.data_sources import resolve_sources
 
     if run.data.synthetic:
         return

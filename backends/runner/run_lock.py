@@ -37,18 +37,28 @@ def hold_run_lock(run_dir: Path) -> IO[str] | None:
                 time.sleep(0.2)
     else:
         handle.seek(0)
-        holder = handle.read().strip() or "another process"
+        holder = handle.read().strip()
         handle.close()
-        raise UserInputError(
-            f"{run_dir} is being trained by {holder}; wait for that run to end or stop it (two runs in one folder "
-            "would mix their checkpoints and metrics)"
-        ) from None
+        raise _held(run_dir, holder) from None
     handle.seek(0)
     handle.truncate()
     # Who holds it, for the next run's line and for `watch`, which tells a dead run from a live one by it.
     handle.write(f"PID {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
     handle.flush()
     return handle
+
+
+def refuse_if_held(run_dir: Path) -> None:
+    """hold_run_lock's refusal without taking the lock (nor writing the lock file): for `train --dry-run`."""
+    if run_alive(run_dir):
+        raise _held(Path(run_dir).resolve(), (Path(run_dir) / LOCK_FILE).read_text(encoding="utf-8").strip())
+
+
+def _held(run_dir: Path, holder: str) -> UserInputError:
+    return UserInputError(
+        f"{run_dir} is being trained by {holder or 'another process'}; wait for that run to end or stop it (two "
+        "runs in one folder would mix their checkpoints and metrics)"
+    )
 
 
 def run_alive(run_dir: Path) -> bool | None:

@@ -1,22 +1,54 @@
 """run_status.json (rank 0): what a run is doing, for `hardware-selector watch` and for scripts.
 
-    {"state": "running" | "finished" | "stopped" | "failed", "step": .., "total_steps": ..,
+    {"state": "running" | "finished" | "stopped" | "interrupted" | "failed", "step": .., "total_steps": ..,
      "started_at": unix time, "updated_at": .., "strategy": .., "model": .., "world_size": .., "message": ..}
 
 Written atomically at the start, after every checkpoint and at the end, so a
 reader never sees half a file. metrics.jsonl carries the per-step detail.
+A run stopped by SIGTERM (torchrun stopping its ranks, a scheduler's preemption, `kill`) or SIGINT (Ctrl-C)
+ends "interrupted": the signal raises Interrupted in the main thread, and the loop records it on its way out,
+instead of the file saying "running" for ever.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
+from planner.errors import UserInputError
 from planner.files import write_json_atomic
 
 STATUS_FILE = "run_status.json"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_stop_signal: list[int] = []  # the stop signal this process received, if any
+
+
+class Interrupted(BaseException):
+    """A stop signal reached the run (a BaseException, as KeyboardInterrupt: no `except Exception` keeps going)."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+def interrupt_on_stop_signals() -> None:
+    """SIGTERM and SIGINT raise Interrupted in the main thread, so the run can record how it ended."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        _stop_signal.append(signum)
+        raise Interrupted(signum)
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, interrupt)
+
+
+def stop_signal_received() -> int | None:
+    """The stop signal this process received, also when what ended the run was a peer dying of the same signal
+    (a collective that failed before this process's own handler ran)."""
+    return _stop_signal[0] if _stop_signal else None
 
 
 class RunStatus:
@@ -31,10 +63,58 @@ class RunStatus:
         self.document.update(changes, updated_at=time.time())
         write_json_atomic(self.path, self.document, indent=1)
 
+    def record_end(self, failure: BaseException, step: int) -> None:
+        """How a run that raised ended: "interrupted" when a stop signal came (whatever exception it caused: a
+        peer that died of it first fails this rank's collective), else "failed" with the exception."""
+        signum = stop_signal_received()
+        if signum is None:
+            self.update(state="failed", step=step, message=f"{type(failure).__name__}: {failure}"[:500])
+            return
+        how = f"{signal.Signals(signum).name} at step {step}; `hardware-selector train` resumes from the newest checkpoint"
+        self.update(state="interrupted", step=step, message=how)
+
+
+STATES = ("running", "finished", "stopped", "interrupted", "failed")
+COUNTS = ("step", "total_steps", "world_size", "global_batch", "seq_len")  # whole numbers, 0 or more
+TEXTS = ("message", "strategy", "model")
+
 
 def read_status(run_dir: Path) -> dict[str, Any]:
+    """The run's status; {} before the run has started. A file that is not what the runner writes (edited by
+    hand, or by another program) is a UserInputError saying so, rather than a view made of its nonsense."""
     path = run_dir / STATUS_FILE
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
         return {}
+    except (OSError, ValueError) as error:  # unreadable, not UTF-8, not JSON
+        problem = "not JSON" if isinstance(error, json.JSONDecodeError) else type(error).__name__
+        raise _damaged(path, problem) from None
+    problem = _status_problem(document)
+    if problem:
+        raise _damaged(path, problem)
+    return document
+
+
+def _status_problem(document: Any) -> str | None:
+    if not isinstance(document, dict):
+        return f"a JSON {type(document).__name__}, not an object"
+    if document.get("state") not in STATES:
+        return f"state {document.get('state')!r} is none of {', '.join(STATES)}"
+    for key in COUNTS:
+        value = document.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            return f"{key} {value!r} is not a whole number"
+    for key in ("started_at", "updated_at"):
+        value = document.get(key)
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+            return f"{key} {value!r} is not a time"
+    wrong = next((key for key in TEXTS if document.get(key) is not None and not isinstance(document[key], str)), None)
+    return f"{wrong} {document[wrong]!r} is not text" if wrong else None
+
+
+def _damaged(path: Path, problem: str) -> UserInputError:
+    return UserInputError(
+        f"{path} is damaged ({problem}): the runner did not write it so; delete it (the run's next start "
+        "writes it again), and metrics.jsonl still holds every step"
+    )

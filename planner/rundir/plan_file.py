@@ -39,11 +39,31 @@ def read_plan_file(path: str | Path) -> tuple[Plan, RunConfig]:
         plan = Plan.model_validate(document)
         if "layout" not in run:  # the plan's own layout (plan_json stores it once)
             run = {**run, "layout": plan.layout.model_dump(mode="json")}
-        return plan, RunConfig.model_validate(run)
+        run_config = RunConfig.model_validate(run)
     except ValidationError as error:
         raise UserInputError(
             f"{path}: {describe_validation_error(error, 'docs/running.md')}; fix the value or re-emit the folder"
         ) from None
+    check_batch_agrees(path, plan, run_config)
+    return plan, run_config
+
+
+def check_batch_agrees(path: Path, plan: Plan, run: RunConfig) -> None:
+    """One batch number edited by hand (a micro-batch, an accumulation) leaves the others saying another global
+    batch: refused, naming them all, rather than training a batch the plan was not made for."""
+    config, planned = plan.config, plan.global_batch
+    plans = (
+        f"the plan's config gives micro_batch {config.micro_batch} x grad_accum {config.grad_accum} x data-parallel "
+        f"{plan.layout.data_parallel} = {planned}"
+    )
+    fix = "make them agree, or re-emit the folder"
+    if plan.throughput is not None and plan.throughput.global_batch != planned:
+        raise UserInputError(f"{path}: throughput.global_batch is {plan.throughput.global_batch}, but {plans}; {fix}")
+    if not run.nproc_overridden and run.global_batch != planned:  # an override of the process count re-splits it
+        raise UserInputError(
+            f"{path}: the run block's micro_batch {run.micro_batch} x grad_accum {run.grad_accum} x data-parallel "
+            f"{run.layout.data_parallel} = {run.global_batch} sequences per step, but {plans}; {fix}"
+        )
 
 
 def plan_and_run(source: Plan | str | Path) -> tuple[Plan, RunConfig]:

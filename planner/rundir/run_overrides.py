@@ -9,7 +9,7 @@ errors.
 
 from __future__ import annotations
 
-import glob
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from planner.contract.run_config import AnomalyAction, Init, ModelSource, RunConfig, TextUnit
 from planner.contract.schema import describe_validation_error
 from planner.errors import UserInputError
+from planner.rundir.data_sources import check_text_field_applies, resolve_sources
+from planner.rundir.run_option_table import RUN_OPTIONS, SETS
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
@@ -83,19 +85,11 @@ def has_tokenizer(folder: Path | None) -> bool:
 
 
 def resolve_data_paths(patterns: list[str], flag: str) -> list[str]:
-    """Each pattern as an absolute path or glob; one that matches nothing is a one-line error."""
-    resolved = []
-    for pattern in patterns:
-        if not str(pattern).strip():  # '' would be the current folder, every JSON file under it included
-            raise UserInputError(f"{flag} is empty; give a .txt, .jsonl or .parquet file, a glob of them, or a folder")
-        full = str(Path(pattern).expanduser().absolute())
-        if not glob.glob(full, recursive=True):
-            raise UserInputError(
-                f"{flag} {pattern}: no such file or folder; give a .txt, .jsonl or .parquet file, "
-                "a glob of them, or a folder written by datasets' save_to_disk"
-            )
-        resolved.append(full)
-    return resolved
+    """Each pattern as an absolute path or glob, read as train reads it (data_sources.py): one that matches
+    nothing, a file type train cannot read (.csv) or files of several kinds is a one-line error now."""
+    if patterns:  # none: synthetic data, or no separate evaluation set
+        resolve_sources(patterns, flag)
+    return [str(Path(pattern).expanduser().absolute()) for pattern in patterns]
 
 
 def tokenizer_folder(path: str) -> str:
@@ -109,6 +103,7 @@ def tokenizer_folder(path: str) -> str:
 
 
 def apply_overrides(run: RunConfig, overrides: RunOverrides) -> RunConfig:
+    _check_finite(overrides)
     document = run.model_dump(mode="json")
     data, optim, checkpoint, model = document["data"], document["optim"], document["checkpoint"], document["model"]
     if overrides.data is not None:
@@ -123,6 +118,8 @@ def apply_overrides(run: RunConfig, overrides: RunOverrides) -> RunConfig:
     ):
         if value is not None:
             data[key] = value
+    if overrides.text_field is not None:
+        check_text_field_applies(data["train"] + data["eval"], overrides.text_field)
     if overrides.seed is not None:
         data["seed"] = optim["seed"] = overrides.seed
     if overrides.tokenizer is not None:
@@ -143,6 +140,8 @@ def apply_overrides(run: RunConfig, overrides: RunOverrides) -> RunConfig:
     for key, value in (("learning_rate", overrides.learning_rate), ("warmup_steps", overrides.warmup_steps)):
         if value is not None:
             optim[key] = value
+    if overrides.steps is not None or overrides.warmup_steps is not None:
+        _check_warmup_fits(optim["warmup_steps"], optim["max_steps"], steps_given=overrides.steps is not None)
     for key, value in (
         ("every", overrides.save_every),
         ("export_every", overrides.export_every),
@@ -169,7 +168,40 @@ def apply_overrides(run: RunConfig, overrides: RunOverrides) -> RunConfig:
     try:
         return RunConfig.model_validate(document)
     except ValidationError as error:
-        raise UserInputError(f"run option {describe_validation_error(error, 'docs/running.md')}") from None
+        raise _in_flags(error, overrides) from None
+
+
+def _check_finite(overrides: RunOverrides) -> None:
+    """NaN fails every range check of pydantic, which then names the range (`--lr nan`: "<= 10"): say what it is."""
+    for option in RUN_OPTIONS:
+        value = getattr(overrides, option.key)
+        if isinstance(value, float) and not math.isfinite(value):
+            what = "not a number" if math.isnan(value) else "not a finite number"
+            raise UserInputError(f"{option.flag} {value}: {value} is {what}; give {option.flag} a finite number")
+
+
+def _check_warmup_fits(warmup: int | None, steps: int | None, *, steps_given: bool) -> None:
+    if warmup is None or steps is None or warmup <= steps:
+        return
+    whose = "--steps" if steps_given else "the run's --steps"
+    raise UserInputError(
+        f"--warmup-steps {warmup} is more than {whose} {steps}: the learning rate would still be warming up when "
+        f"the run ends; give --warmup-steps {steps} or fewer"
+    )
+
+
+def _in_flags(error: ValidationError, overrides: RunOverrides) -> UserInputError:
+    """A RunConfig field's error in the words of the flag the user typed (`--steps`, not `optim.max_steps`)."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"][:2])
+    given = [
+        option for option in RUN_OPTIONS if SETS[option.key] == where and getattr(overrides, option.key) is not None
+    ]
+    if not given or first["type"] == "extra_forbidden":
+        return UserInputError(f"run option {describe_validation_error(error, 'docs/running.md')}")
+    option, value = given[0], getattr(overrides, given[0].key)
+    problem = str(first["msg"]).removeprefix("Value error, ").replace("Input should be ", "")
+    return UserInputError(f"{option.flag} must be {problem}, not {f'{value:g}' if isinstance(value, float) else value}")
 
 
 def spike_rule(text: str, flag: str) -> dict[str, Any]:

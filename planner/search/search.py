@@ -18,7 +18,7 @@ from planner.search.explain import TIE_TOLERANCE, family_fates, plan_reasons
 from planner.search.layouts import ENGINE_MODEL_TYPES, engine_applicability, tensor_parallel_degrees
 from planner.search.request import PlanRequest
 from planner.search.result import SearchResult, SearchStats
-from planner.search.suggest import suggestions
+from planner.search.suggest import PLAN_FLAGS, SuggestionFlags, suggestions
 from planner.training_config import Strategy, TrainingConfig
 
 
@@ -70,6 +70,7 @@ def search_plans(
     *,
     calibration: str | None = None,
     suggest: bool = True,
+    flags: SuggestionFlags = PLAN_FLAGS,
 ) -> SearchResult:
     """Enumerate, filter to fits, rank by the request's objective, explain.
 
@@ -164,7 +165,7 @@ def search_plans(
             return search_plans(spec, other, probe, throughput_adjust, suggest=False).best is not None
 
         stated_total = as_stated.global_batch is not None
-        suggestion_lines = suggestions(spec, cluster, request, plan_fits, stated_total=stated_total)
+        suggestion_lines = suggestions(spec, cluster, request, plan_fits, stated_total=stated_total, flags=flags)
 
     rejected = family_fates(spec, request, evaluator.families, best_item, family_best, not_applicable)
     counters = evaluator.counters

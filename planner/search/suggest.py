@@ -13,10 +13,11 @@ requests).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from planner.evaluate import memory_on
 from planner.hardware.cluster import ClusterSpec, make_cluster
-from planner.hardware.gpus import load_gpu_catalog
+from planner.hardware.gpus import GpuSpec, load_gpu_catalog
 from planner.models.spec import ModelSpec
 from planner.search.batching import MICRO_BATCHES_PER_STAGE
 from planner.search.candidates import precisions_for
@@ -26,6 +27,25 @@ from planner.training_config import ActivationCheckpointing, TrainingConfig
 
 MAX_GPUS = 1024
 DEFAULT_NODE_GPUS = 8
+
+
+@dataclass(frozen=True)
+class SuggestionFlags:
+    """How the asking command spells what a suggestion changes: a suggestion names only flags that command has
+    (the seed CLI has --gpu-count, not --gpus-per-node). None: the command cannot change it, so nothing is said."""
+
+    cluster: Callable[[ClusterSpec], str]  # the flags that ask for this cluster
+    global_batch: str | None = "--global-batch"
+    lora: str | None = "--lora-rank (or --qlora)"
+    strategies: str | None = "--strategies"
+    cluster_of: Callable[[GpuSpec, int], ClusterSpec] | None = None  # how it builds N GPUs (None: as `plan` does)
+
+
+def _plan_cluster(cluster: ClusterSpec) -> str:
+    return f"--gpus-per-node {cluster.gpus_per_node} --nodes {cluster.num_nodes}"
+
+
+PLAN_FLAGS = SuggestionFlags(cluster=_plan_cluster)  # `hardware-selector plan`
 
 
 def smallest_footprint_fits(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest) -> bool:
@@ -49,14 +69,16 @@ def smallest_footprint_fits(spec: ModelSpec, cluster: ClusterSpec, request: Plan
     return False
 
 
-def _sizes(cluster: ClusterSpec) -> list[ClusterSpec]:
+def _sizes(cluster: ClusterSpec, flags: SuggestionFlags) -> list[ClusterSpec]:
     """Powers of two inside one node, then whole nodes, up to MAX_GPUS.
 
     A single-GPU request grows into nodes of DEFAULT_NODE_GPUS, as servers come.
     Each size is built as `plan --gpus-per-node G --nodes N` builds it (catalog
-    defaults for the network and host RAM), so a suggestion planned as printed
-    is the cluster that was searched.
+    defaults for the network and host RAM), or as the asking command builds a count
+    (flags.cluster_of), so a suggestion planned as printed is the cluster that was searched.
     """
+    if flags.cluster_of is not None:
+        return [flags.cluster_of(cluster.gpu, 1 << power) for power in range(MAX_GPUS.bit_length())]
     per_node = cluster.gpus_per_node if cluster.gpus_per_node > 1 else DEFAULT_NODE_GPUS
     sizes = []
     gpus = 1
@@ -75,8 +97,14 @@ def _sizes(cluster: ClusterSpec) -> list[ClusterSpec]:
 PlanFits = Callable[..., bool]
 
 
-def fewest_gpus(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest, plan_fits: PlanFits) -> ClusterSpec | None:
-    for candidate in _sizes(cluster):
+def fewest_gpus(
+    spec: ModelSpec,
+    cluster: ClusterSpec,
+    request: PlanRequest,
+    plan_fits: PlanFits,
+    flags: SuggestionFlags = PLAN_FLAGS,
+) -> ClusterSpec | None:
+    for candidate in _sizes(cluster, flags):
         if candidate.world_size <= cluster.world_size or not smallest_footprint_fits(spec, candidate, request):
             continue
         if plan_fits(candidate):
@@ -102,46 +130,53 @@ def fitting_catalog_gpus(
     return names
 
 
-def _flags(cluster: ClusterSpec) -> str:
-    return f"--gpus-per-node {cluster.gpus_per_node} --nodes {cluster.num_nodes}"
-
-
 def _at_least(batch: int, gpus: int) -> int:
     """The smallest multiple of `gpus` that is `batch` or more: a total every GPU gets a share of."""
     return -(-batch // gpus) * gpus
 
 
-def batch_lines(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest, plan_fits: PlanFits) -> list[str]:
+def batch_lines(
+    spec: ModelSpec,
+    cluster: ClusterSpec,
+    request: PlanRequest,
+    plan_fits: PlanFits,
+    flags: SuggestionFlags = PLAN_FLAGS,
+) -> list[str]:
     """A stated total that does not divide over the GPUs: why, and the totals that fit, each one searched: on these
     GPUs, and on the fewest GPUs of this type (every GPU given at least one sequence of the batch or more)."""
-    batch, world, gpu = request.global_batch, cluster.world_size, cluster.gpu.name
+    batch, world, gpu, _flags = request.global_batch, cluster.world_size, cluster.gpu.name, flags.cluster
+    name = flags.global_batch
     assert batch is not None
     if batch < world:
         lines = [
-            f"--global-batch {batch} is below the {world} GPUs: a global batch smaller than the GPU count leaves "
+            f"{name} {batch} is below the {world} GPUs: a global batch smaller than the GPU count leaves "
             f"{world - batch} GPUs without data unless tensor or pipeline parallelism splits the model over them"
-            + ("" if "engine" in request.strategies else " (our engine: add engine to --strategies)")
+            + (
+                ""
+                if "engine" in request.strategies or not flags.strategies
+                else f" (our engine: add engine to {flags.strategies})"
+            )
         ]
     elif batch % world:
         lines = [
-            f"--global-batch {batch} is not a multiple of the {world} GPUs, which every purely data-parallel layout "
+            f"{name} {batch} is not a multiple of the {world} GPUs, which every purely data-parallel layout "
             f"needs: try a multiple of {world}"
         ]
     else:  # no larger count fits this total: more GPUs than sequences would leave some without data
         lines = [
-            f"more GPUs than the {batch} sequences of --global-batch {batch} leave some without data unless tensor "
+            f"more GPUs than the {batch} sequences of {name} {batch} leave some without data unless tensor "
             "or pipeline parallelism splits the model over them"
         ]
     here = _at_least(batch, world)
     if here != batch and plan_fits(cluster, global_batch=here):
-        lines.append(f"--global-batch {here} on {world} x {gpu} ({_flags(cluster)}) fits: these GPUs, each given data")
-    for candidate in _sizes(cluster):
+        lines.append(f"{name} {here} on {world} x {gpu} ({_flags(cluster)}) fits: these GPUs, each given data")
+    for candidate in _sizes(cluster, flags):
         total = _at_least(batch, candidate.world_size)
         if candidate.world_size == world or not smallest_footprint_fits(spec, candidate, request):
             continue
         if plan_fits(candidate, global_batch=total):
             lines.append(
-                f"--global-batch {total} on {candidate.world_size} x {gpu} ({_flags(candidate)}) fits: the fewest "
+                f"{name} {total} on {candidate.world_size} x {gpu} ({_flags(candidate)}) fits: the fewest "
                 f"{gpu} that train {batch} or more sequences a step, each GPU given data"
             )
             break
@@ -149,13 +184,19 @@ def batch_lines(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest, pla
 
 
 def suggestions(
-    spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest, plan_fits: PlanFits, *, stated_total: bool = False
+    spec: ModelSpec,
+    cluster: ClusterSpec,
+    request: PlanRequest,
+    plan_fits: PlanFits,
+    *,
+    stated_total: bool = False,
+    flags: SuggestionFlags = PLAN_FLAGS,
 ) -> list[str]:
     """`stated_total`: the user gave the global batch (a total that stays as the GPU count changes), not a
-    per-GPU batch or none."""
-    lines = []
+    per-GPU batch or none. `flags`: the asking command's spelling of each change."""
+    lines, _flags = [], flags.cluster
     where = f"{cluster.world_size} x {cluster.gpu.name}"
-    bigger = fewest_gpus(spec, cluster, request, plan_fits)
+    bigger = fewest_gpus(spec, cluster, request, plan_fits, flags)
     batch = request.global_batch
     if bigger is not None:
         lines.append(
@@ -163,20 +204,24 @@ def suggestions(
             "a plan there; memory: formula)"
         )
     elif cluster.world_size < MAX_GPUS:
-        held = f"--global-batch {batch} and " if stated_total else ""
+        held = f"{flags.global_batch} {batch} and " if stated_total and flags.global_batch else ""
         lines.append(
             f"no count of {cluster.gpu.name} from {cluster.world_size} up to {MAX_GPUS} fits this model at "
             f"{held}seq-len {request.seq_len}"
         )
-    if batch and (batch % cluster.world_size or (stated_total and bigger is None and batch < MAX_GPUS)):
-        lines += batch_lines(spec, cluster, request, plan_fits)
+    if (
+        flags.global_batch
+        and batch
+        and (batch % cluster.world_size or (stated_total and bigger is None and batch < MAX_GPUS))
+    ):
+        lines += batch_lines(spec, cluster, request, plan_fits, flags)
     gpus = fitting_catalog_gpus(spec, cluster, request, plan_fits)
     if gpus:
         lines.append(f"at {cluster.world_size} GPUs ({_flags(cluster)}) these catalog GPUs fit: {', '.join(gpus)}")
     if request.seq_len > 1024:
         lines.append(f"a shorter --seq-len than {request.seq_len} shrinks activations")
-    if not request.lora_rank:
-        lines.append("fine-tuning with --lora-rank (or --qlora) trains a fraction of the weights")
+    if not request.lora_rank and flags.lora:
+        lines.append(f"fine-tuning with {flags.lora} trains a fraction of the weights")
     if not lines:
         lines.append(f"nothing fits on {where}")
     return lines

@@ -17,7 +17,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import TYPE_CHECKING, Any, cast
 
-from planner.errors import UserInputError, UserInputTypeError
+from planner.errors import UserInputError, UserInputTypeError, known_keywords
 from planner.hardware.cluster import check_nvme
 from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
 from planner.inference import InferenceRequest
@@ -130,6 +130,7 @@ def _task(task_type: str) -> str:
 class HardwareSelector:
     """Plans training for a model: which strategy, batch split, precision, and which GPU."""
 
+    @known_keywords
     def __init__(self, seq_len: int | None = None, headroom_fraction: float = 0.1) -> None:
         if seq_len is not None:
             _whole("seq_len", seq_len, high=MAX_SEQ_LEN)
@@ -164,6 +165,7 @@ class HardwareSelector:
             )
         return chosen
 
+    @known_keywords
     def get_distributed_training_config(
         self,
         model_family: str,
@@ -232,6 +234,7 @@ class HardwareSelector:
         summary["rejected"] = dict(result.rejected)
         return summary
 
+    @known_keywords
     def get_inference_config(
         self,
         model_family: str,
@@ -267,6 +270,7 @@ class HardwareSelector:
         )
         return inference_answer(spec, cluster, request)
 
+    @known_keywords
     def select_hardware_for_task(
         self,
         model_family: str,

@@ -19,11 +19,20 @@ from planner.hardware.cluster import ClusterSpec
 from planner.models.spec import ModelSpec
 from planner.search import PlanRequest, SearchResult, search_plans
 from planner.search.request import STRATEGY_FAMILIES
+from planner.search.suggest import SuggestionFlags
+from planner.selector.gpu_choice import cluster_for
 from planner.training_config import Strategy
 
 LEGACY_STRATEGIES = ("ddp", "fsdp", "deepspeed")
 LEGACY_NAMES = {kind: Strategy(kind).display_name for kind in STRATEGY_FAMILIES}
 DEFAULT_SEQ_LEN = 2048
+
+# What would fit, in the seed CLI's flags (hardware_selector_cli/seed_cli.py): a GPU count, and no global batch,
+# LoRA or strategy list, which it cannot set.
+SEED_FLAGS = SuggestionFlags(
+    cluster=lambda cluster: f"--distributed --gpu-count {cluster.world_size}", global_batch=None, lora=None,
+    strategies=None, cluster_of=cluster_for,
+)  # fmt: skip
 
 
 def default_seq_len(spec: ModelSpec) -> int:
@@ -61,7 +70,7 @@ def strategy_kinds(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _search(spec: ModelSpec, cluster: ClusterSpec, strategies: tuple, **request: Any) -> SearchResult:
-    return search_plans(spec, cluster, PlanRequest(strategies=strategies, **request))
+    return search_plans(spec, cluster, PlanRequest(strategies=strategies, **request), flags=SEED_FLAGS)
 
 
 def plan_training(

@@ -1,0 +1,83 @@
+"""Which files a run's --data and --eval-data patterns name, and of which kind: the torch-free part of reading data.
+
+`plan --emit`, `train DIR --data ...` (run_overrides.py) and the ranks' reader (backends/data/documents.py) all
+resolve a pattern here, so a pattern `train` would refuse (nothing matches, an unknown extension such as .csv,
+files of several kinds) is refused at emit already, with the same line.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from planner.errors import UserInputError
+
+FORMATS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+SAVED_DATASET_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One readable thing: a file of a known format, or a saved dataset folder."""
+
+    path: Path
+    kind: str  # "text", "json", "parquet" or "saved"
+
+    def files(self) -> list[Path]:
+        """The files whose bytes define this source's content (for the cache key)."""
+        if self.kind != "saved":
+            return [self.path]
+        return sorted(p for p in self.path.rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
+def is_saved_dataset(folder: Path) -> bool:
+    return folder.is_dir() and any((folder / marker).is_file() for marker in SAVED_DATASET_MARKERS)
+
+
+def resolve_sources(patterns: list[str], flag: str = "--data") -> list[Source]:
+    """Every source the patterns name, in a deterministic order; errors name the pattern."""
+    sources: list[Source] = []
+    for pattern in patterns:
+        if not str(pattern).strip():  # '' would be the current folder, every JSON file under it included
+            raise UserInputError(f"{flag} is empty; give a .txt, .jsonl or .parquet file, a glob of them, or a folder")
+        matches = sorted(glob.glob(os.path.expanduser(pattern), recursive=True))
+        if not matches:
+            raise UserInputError(
+                f"{flag} {pattern}: no such file or folder; give a .txt, .jsonl or .parquet file, "
+                "a glob of them, or a folder written by datasets' save_to_disk"
+            )
+        found = [source for match in matches for source in _sources_at(Path(match), flag)]
+        kinds = sorted({source.path.suffix.lower() or source.kind for source in found})
+        if len({source.kind for source in found}) > 1:  # a folder of text beside configs, say: say which files
+            raise UserInputError(
+                f"{flag} {pattern} matches files of several kinds ({', '.join(kinds)}); name one kind per "
+                "pattern, e.g. 'corpus/*.jsonl'"
+            )
+        sources += found
+    if not sources:
+        raise UserInputError(f"{flag} {' '.join(patterns)}: no .txt, .jsonl, .json or .parquet file there")
+    return list(dict.fromkeys(sources))
+
+
+def _sources_at(path: Path, flag: str) -> list[Source]:
+    if is_saved_dataset(path):
+        return [Source(path.resolve(), "saved")]
+    if path.is_dir():
+        found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in FORMATS)
+        return [Source(p.resolve(), FORMATS[p.suffix.lower()]) for p in found]
+    kind = FORMATS.get(path.suffix.lower())
+    if kind is None:
+        raise UserInputError(f"{flag} {path}: unknown file type '{path.suffix}'; use .txt, .jsonl, .json or .parquet")
+    return [Source(path.resolve(), kind)]
+
+
+def check_text_field_applies(patterns: list[str], text_field: str) -> None:
+    """--text-field names the text column of .jsonl, .json or .parquet rows (or of a saved dataset); data made of
+    .txt files alone has no columns, and a field given for it would be silently ignored."""
+    if patterns and {source.kind for source in resolve_sources(patterns)} == {"text"}:
+        raise UserInputError(
+            f"--text-field {text_field} names a column of .jsonl, .json or .parquet rows, and this run's data is "
+            ".txt files, which have none; drop --text-field"
+        )
