@@ -198,37 +198,21 @@ def generate(args, spec) -> list:
 
 def run(args, target, matrix) -> int:
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
 
     from benchmarks.harness.runner import run_matrix
     from benchmarks_db.environment import current_environment
     from benchmarks_db.store import BenchmarkStore
+    from planner.progress import WorkProgress
 
     store = BenchmarkStore(args.db)
     console = Console(stderr=True)
     done = store.done_matrix_keys(retry_failed=args.retry_failed)
     todo = [entry for entry in matrix.entries if entry.key not in done]
     console.print(f"{len(matrix.entries)} configs, {len(matrix.entries) - len(todo)} already in {store.path}")
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=console) as progress:
-        task = progress.add_task("benchmarking", total=len(todo))
+    with WorkProgress("benchmarking", total=len(todo)) as progress:
 
         def advance(entry, status) -> None:
-            progress.update(task, advance=1, description=f"{entry.label}: {status.value}")
+            progress.advance(note=f"{entry.label}: {status.value}")
 
         summary = run_matrix(
             matrix,
@@ -239,7 +223,7 @@ def run(args, target, matrix) -> int:
             timeout_s=args.timeout,
             retry_failed=args.retry_failed,
             on_progress=advance,
-            on_start=lambda count: progress.update(task, total=count),
+            on_start=progress.set_total,
         )
     counts = ", ".join(f"{n} {status}" for status, n in sorted(summary.recorded.items())) or "nothing new"
     console.print(

@@ -77,6 +77,12 @@ class WorkProgress:
         if self.bar is not None:
             self.bar.stop()
 
+    def set_total(self, total: float) -> None:
+        """The work turned out to be `total` after all (a benchmark matrix's configs still to run)."""
+        self.total = max(float(total), 0.0)
+        if self.bar is not None:
+            self.bar.update(self.task, total=self.total)
+
     def eta_s(self) -> float | None:
         """Seconds left at the pace so far; None before anything is done."""
         if self.done <= 0 or self.total <= 0:

@@ -97,3 +97,12 @@ def test_a_db_import_on_a_terminal_shows_its_rows_going_in(tmp_path, monkeypatch
     monkeypatch.setattr("sys.stderr", terminal)
     assert import_runs(BenchmarkStore(tmp_path / "target.duckdb"), tmp_path / "runs.csv").imported == 3
     assert "importing runs.csv" in terminal.getvalue() and "3/3" in terminal.getvalue()
+
+
+def test_a_total_learned_late_is_what_the_tenths_count():
+    clock, stream = Clock(), io.StringIO()
+    with WorkProgress("benchmarking", total=10, stream=stream, clock=clock, quiet_s=0) as progress:
+        progress.set_total(4)  # 6 of the 10 configs were already in the database
+        clock.now += 1
+        progress.advance()
+    assert stream.getvalue().startswith("benchmarking: 25%")
