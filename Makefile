@@ -8,10 +8,14 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX_URL ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# SkyPilot's own loader for tests/test_launch_targets.py, in a venv of its own (see `skypilot` below).
+SKY_VENV ?= .venv-skypilot
+SKYPILOT_VERSION ?= 0.14.1
+SKY_STAMP := $(SKY_VENV)/.skypilot-$(SKYPILOT_VERSION)
 
-.PHONY: plan test lint env clean chromium
+.PHONY: plan test lint env clean chromium skypilot
 
-env: $(STAMP)
+env: $(STAMP) $(SKY_STAMP)
 
 # torch comes from pip (its configuration finds the CPU build on disk); uv then installs the rest in seconds
 # instead of pip's minute and a half, with torch held at what was just installed (a constraint: a package that
@@ -37,6 +41,33 @@ chromium:
 	  echo "installed chromium (tests/test_report.py's headless browser)"; \
 	else echo "note: chromium could not be installed; tests/test_report.py's browser checks will skip"; fi
 
+# SkyPilot (the [skypilot] extra) pins click below 8.2 and brings some 100 packages, so it stays out of .venv:
+# tests/test_launch_targets.py loads each emitted skypilot.yaml with SkyPilot's own loader (sky.Task.from_yaml)
+# by running $(SKY_VENV)/bin/python, a venv that holds skypilot==$(SKYPILOT_VERSION) (the release whose schemas
+# tests/data/skypilot/ stores) and nothing of ours. uv installs it from its index in some 10 s; one `import sky`
+# then writes the bytecode of what the loader imports (a few seconds; compiling all of its packages would take a
+# minute), with HOME in a temporary folder and SkyPilot's usage report off. Never fatal: where it cannot be
+# installed, the reason is kept in $(SKY_VENV)/install-failed.txt and that test skips, quoting it. `make skypilot`
+# rebuilds it alone (as does a new SKYPILOT_VERSION).
+skypilot:
+	@rm -rf $(SKY_VENV)
+	@$(MAKE) --no-print-directory $(SKY_STAMP)
+
+$(SKY_STAMP): | $(STAMP)
+	@rm -rf $(SKY_VENV); log=$$(mktemp); home=$$(mktemp -d); \
+	if { test -x $(VENV)/bin/uv || { echo "uv is not in $(VENV)" >$$log; false; }; } && \
+	  $(VENV)/bin/uv venv --quiet --no-python-downloads --python $(PYTHON) $(SKY_VENV) >$$log 2>&1 && \
+	  $(VENV)/bin/uv pip install --quiet --python $(SKY_VENV)/bin/python "skypilot==$(SKYPILOT_VERSION)" >>$$log 2>&1 && \
+	  env -u PYTHONDONTWRITEBYTECODE HOME=$$home SKYPILOT_DISABLE_USAGE_COLLECTION=1 \
+	    $(SKY_VENV)/bin/python -c "import sky" >>$$log 2>&1; then \
+	  echo "installed skypilot==$(SKYPILOT_VERSION) in $(SKY_VENV) (tests/test_launch_targets.py's SkyPilot loader)"; \
+	else rm -rf $(SKY_VENV); mkdir -p $(SKY_VENV); \
+	  { echo "skypilot==$(SKYPILOT_VERSION) could not be installed in $(SKY_VENV) by make env:"; tail -n 5 $$log; } \
+	    >$(SKY_VENV)/install-failed.txt; \
+	  echo "note: skypilot==$(SKYPILOT_VERSION) could not be installed in $(SKY_VENV) (its reason is in"; \
+	  echo "  $(SKY_VENV)/install-failed.txt); tests/test_launch_targets.py's SkyPilot loader check will skip"; \
+	fi; rm -rf $$log $$home; touch $(SKY_STAMP)
+
 # The main job: a real plan for a real catalog model on a cluster you may not have yet.
 PLAN_ARGS ?= --model llama-3-8b --gpu H100-80GB --gpus-per-node 8 --nodes 2 --global-batch 512 --seq-len 4096
 
@@ -57,9 +88,9 @@ lint: $(STAMP)
 TEST_WORKERS ?= 2
 # Bytecode for our own packages first: under PYTHONDONTWRITEBYTECODE (CI sets it) each of the suite's
 # hundreds of processes would compile them again.
-test: lint
+test: lint $(SKY_STAMP)
 	$(PY) -m compileall -q -j 0 planner backends hardware_selector_cli benchmarks_db benchmarks scripts hardware_selector.py run_training_benchmark.py
-	$(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1) $(PY) -m pytest -q --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+	SKY_VENV=$(SKY_VENV) $(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1) $(PY) -m pytest -q --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(SKY_VENV)

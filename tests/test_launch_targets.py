@@ -2,18 +2,21 @@
 
 pytorchjob.yaml is validated against the Kubeflow Training Operator v1 CRD's openAPIV3Schema (tests/data/k8s/),
 unknown fields refused as `kubectl create --validate=strict` refuses them; skypilot.yaml against SkyPilot's own
-task and resources schemas (tests/data/skypilot/) and, where SkyPilot is installed, by `sky.Task.from_yaml`. Both
-checks are shown to refuse a broken file. SkyPilot's run script is executed with SkyPilot's variables and a
+task and resources schemas (tests/data/skypilot/) and by SkyPilot's own loader, `sky.Task.from_yaml`, in the venv
+of its own that `make env` builds (.venv-skypilot; the test skips, saying why, where it could not be installed).
+Both checks are shown to refuse a broken file. SkyPilot's run script is executed with SkyPilot's variables and a
 recording interpreter, to compare the torchrun command it starts. Bad input is one line and exit code 2.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -249,12 +252,103 @@ def test_skypilot_check_refuses_a_broken_task(tmp_path, skypilot_schemas):
     assert _skypilot_errors({**task, "resources": {**task["resources"], "accelerator": "H100:8"}}, skypilot_schemas)
 
 
+# SkyPilot's own loader, in whichever interpreter has SkyPilot: this one (the [skypilot] extra) or the venv of its
+# own that `make env` builds beside .venv (the Makefile's `skypilot` target: SkyPilot pins click below 8.2). It
+# runs apart, with HOME in a temporary folder (no ~/.sky, no cloud credentials), only PATH and HOME of this
+# environment, usage collection off, and every IP connection and host lookup refused and recorded: loading a task
+# must reach nothing. The results are printed after SkyPilot's own exit handlers have run.
+SKYPILOT_LOADER = r"""
+import atexit, json, socket, sys
+
+reached, out = [], {"tasks": []}
+atexit.register(lambda: print("\n" + json.dumps({**out, "network": reached}, default=str)))
+connect, connect_ex = socket.socket.connect, socket.socket.connect_ex
+
+
+def guard(original):
+    def call(self, address, *args):
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            reached.append(f"connect {address!r}")
+            raise OSError("no network while loading a task")
+        return original(self, address, *args)
+
+    return call
+
+
+def lookup(host, *args, **kwargs):
+    reached.append(f"getaddrinfo {host!r}")
+    raise OSError("no network while loading a task")
+
+
+socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo = guard(connect), guard(connect_ex), lookup
+import sky
+
+out["version"] = sky.__version__
+for path in sys.argv[1:]:
+    try:
+        task = sky.Task.from_yaml(path)
+    except Exception as error:
+        out["tasks"].append({"error": f"{type(error).__name__}: {error}"})
+        continue
+    out["tasks"].append({
+        "name": task.name, "num_nodes": task.num_nodes, "run": task.run, "setup": task.setup,
+        "workdir": task.workdir, "file_mounts": task.file_mounts,
+        "resources": [{"accelerators": r.accelerators, "image_id": r.image_id} for r in task.resources],
+    })
+"""
+SKY_VENV = Path(os.environ.get("SKY_VENV", Path(__file__).resolve().parents[1] / ".venv-skypilot"))
+
+
+def _skypilot_python() -> str:
+    """An interpreter with SkyPilot, or a skip that says why there is none."""
+    if importlib.util.find_spec("sky") is not None:
+        return sys.executable
+    python = SKY_VENV / "bin" / "python"
+    if python.is_file():
+        return str(python)
+    failed = SKY_VENV / "install-failed.txt"
+    if failed.is_file():
+        pytest.skip(" ".join(failed.read_text().split()))
+    pytest.skip(f"SkyPilot is in neither this venv nor {SKY_VENV}: `make skypilot` installs it there")
+
+
+def _load_with_skypilot(tmp_path: Path, *paths: Path) -> dict:
+    home = tmp_path / "sky home"
+    home.mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}
+    completed = subprocess.run(
+        [_skypilot_python(), "-c", SKYPILOT_LOADER, *map(str, paths)],
+        capture_output=True, text=True, env=env, cwd=home, timeout=300,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
 def test_skypilots_own_loader_reads_the_task(tmp_path):
-    sky = pytest.importorskip("sky", reason="SkyPilot is an optional extra (pip install 'hardware-selector[skypilot]')")
-    run_dir, _ = _skypilot_folder(tmp_path)
-    task = sky.Task.from_yaml(str(run_dir / "skypilot.yaml"))
-    assert task.num_nodes == 2
-    assert [resources.accelerators for resources in task.resources] == [{"H100": 8}]
+    run_dir, outside = _skypilot_folder(tmp_path)
+    task = yaml.safe_load((run_dir / "skypilot.yaml").read_text())
+    broken = {
+        "num_node": {**task, "num_node": 2},
+        "accelerator": {**task, "resources": {**task["resources"], "accelerator": "H100:8"}},
+    }
+    for name, document in broken.items():
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(document))
+    loaded = _load_with_skypilot(tmp_path, run_dir / "skypilot.yaml", *(tmp_path / f"{name}.yaml" for name in broken))
+    assert loaded["network"] == []
+
+    read, *refused = loaded["tasks"]
+    assert read == {
+        "name": task["name"],
+        "num_nodes": 2,
+        "run": task["run"],
+        "setup": task["setup"],
+        "workdir": task["workdir"],
+        "file_mounts": {path: path for path in [str(run_dir.resolve()), *outside]},
+        "resources": [{"accelerators": {"H100": 8}, "image_id": None}],
+    }
+    assert '--nnodes="$SKYPILOT_NUM_NODES"' in read["run"] and "$SKYPILOT_NODE_IPS" in read["run"]
+    for (name, _), result in zip(broken.items(), refused, strict=True):
+        assert name in result.get("error", ""), result
 
 
 def test_catalog_gpus_take_skypilots_names():
