@@ -69,7 +69,7 @@ def _print_catalog(specs: list[GpuSpec]) -> None:
             _tflops(tflops.fp32),
             escape(_short_link(spec.interconnect)),
             f"{spec.interconnect.bandwidth_GBps_per_direction:g}",
-            f"{spec.price_usd_per_hour:.2f}",
+            "-" if spec.price_usd_per_hour is None else f"{spec.price_usd_per_hour:.2f}",
             escape(spec.confidence),
             f"[{number}]",
         )
@@ -80,7 +80,8 @@ def _print_catalog(specs: list[GpuSpec]) -> None:
         console.print(text, soft_wrap=True, markup=False, highlight=False)
 
     line(
-        "Prices are assumptions (on-demand, per GPU-hour): override them. Where each figure comes from, "
+        "$/h: the cheapest on-demand price per GPU-hour that planner/catalog/prices.yaml cites (its cloud, source "
+        "and date: `hardware-selector gpus --json`), '-' where it cites none (pass --price). Where each figure comes from, "
         "per GPU (`hardware-selector gpus --json` gives every figure's URL, date and what the document printed):"
     )
     for number, spec in enumerate(specs, start=1):

@@ -58,7 +58,8 @@ def _time_or_cost(speed, tokens: float, world_size: int, by_time: bool) -> str:
         return "-"
     if by_time:
         return f"{speed.time_to_train_s(tokens) / 86400:,.1f}"
-    return _compact(speed.cost_usd(tokens, world_size), "$")
+    cost = speed.cost_usd(tokens, world_size)
+    return "-" if cost is None else _compact(cost, "$")
 
 
 def print_plans(result, title: str, explain: bool) -> None:
@@ -110,7 +111,7 @@ def print_plans(result, title: str, explain: bool) -> None:
             console.print(f"days: wall time to train {tokens:.3g} tokens (--tokens)", markup=False, highlight=False)
         else:
             console.print(
-                f"cost: to train {tokens:.3g} tokens at ${result.best.cluster.gpu.price_usd_per_hour:.2f}/GPU-hour [{result.best.cluster.gpu.price_source}] (--price, --tokens)",
+                f"cost: to train {tokens:.3g} tokens at {result.best.cluster.gpu.price_note()} (--price, --tokens)",
                 markup=False,
                 highlight=False,
             )

@@ -260,3 +260,33 @@ def test_a_deadline_nothing_meets_says_what_would(tmp_path):
                        "--price-catalog", _catalog(tmp_path, FIXTURE))  # fmt: skip
     assert "no option trains 1e+13 tokens within 1 hours: the fastest, 8 x H100-80GB" in message
     assert "give --deadline" in message and "GPUs with --max-gpus" in message
+
+
+# --- plain --objective cost (no --clouds): the price catalog's cheapest on-demand price per GPU ---------------
+
+
+def test_plain_cost_prices_the_gpu_from_the_catalog_and_names_the_source():
+    from planner.cost.prices import cheapest_on_demand
+
+    cheapest = cheapest_on_demand(load_price_catalog(), "H100-80GB")
+    assert cheapest is not None
+    run = _plan("--gpu", "H100-80GB", "--gpus-per-node", "2", "--json")
+    assert run.returncode == 0, run.stderr
+    best = json.loads(run.stdout)["best"]
+    gpu = best["cluster"]["gpu"]
+    assert gpu["price_usd_per_hour"] == cheapest.on_demand and gpu["price_date"] == cheapest.date.isoformat()
+    assert cheapest.source in gpu["price_source"] and f"{cheapest.cloud} {cheapest.region}" in gpu["price_source"]
+    (figure,) = [reason for reason in best["reasons"] if "to train" in reason]
+    assert f"at ${cheapest.on_demand:.2f}/GPU-hour [price: {gpu['price_source']}]" in figure
+    table = "".join(_plan("--gpu", "H100-80GB", "--gpus-per-node", "2").stdout.split())  # rich wraps even URLs
+    line = f"at ${cheapest.on_demand:.2f}/GPU-hour [{gpu['price_source']}] (--price, --tokens)"
+    assert "".join(line.split()) in table
+
+
+def test_plain_cost_of_a_gpu_the_catalog_does_not_price_asks_for_price():
+    message = _refused(None, "--gpu", "T4", "--gpus-per-node", "2")
+    assert message.startswith("error: --objective cost: no price for T4: planner/catalog/prices.yaml cites no price")
+    assert "pass --price USD_PER_GPU_HOUR" in message
+    run = _plan("--gpu", "T4", "--gpus-per-node", "2", "--price", "0.5", "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["best"]["cluster"]["gpu"]["price_source"] == "user override"

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import re
 
 import pytest
 from pydantic import ValidationError
 
+from planner.cost.prices import STALE_AFTER_DAYS, read_price_catalog
 from planner.errors import UserInputError
 from planner.hardware.gpus import (
+    GPU_CATALOG_FILE,
     PCIE_X16_GBPS_PER_DIRECTION,
     Interconnect,
     find_gpu,
@@ -129,11 +133,39 @@ def test_entries_outside_the_reference_cite_no_reference_row_but_the_nvlink_tabl
             assert spec.interconnect.bandwidth_GBps_per_direction == generation["per_dir_GBps"], spec.name
 
 
-def test_every_entry_cites_a_source_and_an_assumed_price():
+def test_every_entry_cites_a_source_and_its_price_comes_from_the_price_catalog():
+    """No recalled price: each GPU takes the cheapest on-demand price of planner/catalog/prices.yaml with that
+    entry's source and date, or has none and says to pass --price (the cpu pseudo-device costs nothing)."""
+    prices = read_price_catalog()
+    raw = json.loads(GPU_CATALOG_FILE.read_text())["gpus"]
+    assert [entry["name"] for entry in raw if "price_usd_per_hour" in entry] == ["cpu"]
     for spec in CATALOG:
         assert spec.source and spec.confidence, spec.name
-        assert spec.price_source, spec.name
-        assert spec.price_usd_per_hour >= 0
+        if spec.kind == "cpu":
+            assert spec.price_usd_per_hour == 0.0
+            continue
+        cited = [entry for entry in prices.prices if entry.gpu == spec.name]
+        if not cited:
+            assert spec.price_usd_per_hour is None and spec.price_date is None, spec.name
+            assert "--price" in spec.price_source and "--price" in spec.price_note()
+            continue
+        cheapest = min(cited, key=lambda entry: entry.on_demand)
+        assert spec.price_usd_per_hour == cheapest.on_demand, spec.name
+        assert spec.price_date == cheapest.date and cheapest.source in spec.price_source, spec.name
+        assert (
+            f"{cheapest.cloud} {cheapest.region}" in spec.price_source
+            and cheapest.date.isoformat() in spec.price_source
+        )
+
+
+def test_a_price_older_than_the_limit_is_said_to_be_stale():
+    spec = resolve_gpu("H100-80GB")
+    assert spec.price_date is not None
+    fresh = spec.price_date + dt.timedelta(days=STALE_AFTER_DAYS)
+    assert "STALE" not in spec.price_note(fresh) and spec.price_note(fresh).startswith("$")
+    late = spec.price_note(fresh + dt.timedelta(days=1))
+    assert f"STALE: {STALE_AFTER_DAYS + 1} days old (over {STALE_AFTER_DAYS})" in late
+    assert spec.with_price(2.0).price_note(fresh + dt.timedelta(days=999)) == "$2.00/GPU-hour [user override]"
 
 
 def test_memory_is_nominal_gib():

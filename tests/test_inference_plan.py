@@ -166,7 +166,8 @@ def test_the_selector_answers_inference_tasks():
     primary = result["primary_recommendation"]
     assert primary["task_type"] == "inference" and result["gpu_count"] == 2
     costs = [option["usd_per_million_tokens"] for option in (primary, *result["fallback_options"])]
-    assert costs == sorted(costs)
+    priced = [cost for cost in costs if cost is not None]  # L4 has no price in planner/catalog/prices.yaml
+    assert costs == sorted(priced) + [None] * (len(costs) - len(priced))
     config = get_inference_config(
         "text_generation", "llama-3-8b", gpu_count=1, batch_size=16, max_memory_gb=24, weights="int4"
     )

@@ -104,12 +104,10 @@ def _where(error: ValidationError, document: dict) -> str:
     return f"{where} {message}"
 
 
-def load_price_catalog(path: Path | None = None) -> PriceCatalog:
-    """The price catalog at `path` (default: the project's), checked whole: a missing or negative price, an
-    unknown GPU or a malformed file is one UserInputError naming the entry and what to fix."""
+def read_price_catalog(path: Path | None = None) -> PriceCatalog:
+    """The price catalog at `path` (default: the project's), its entries checked but not their GPU names
+    (planner/hardware/gpus.py reads the project's to price its GPUs, before it can resolve a name)."""
     import yaml
-
-    from planner.hardware.gpus import resolve_gpu
 
     file = PRICE_CATALOG_FILE if path is None else Path(path).expanduser()
     label = "the price catalog" if path is None else f"--price-catalog {path}"
@@ -123,9 +121,18 @@ def load_price_catalog(path: Path | None = None) -> PriceCatalog:
     if not isinstance(document, dict):
         raise UserInputError(f"{label}: expected a mapping with a 'prices' list (docs/search.md)")
     try:
-        catalog = PriceCatalog.model_validate(document)
+        return PriceCatalog.model_validate(document)
     except ValidationError as error:
         raise UserInputError(f"{label}: {_where(error, document)}; fix that entry or leave it out") from None
+
+
+def load_price_catalog(path: Path | None = None) -> PriceCatalog:
+    """The price catalog at `path` (default: the project's), checked whole: a missing or negative price, an
+    unknown GPU or a malformed file is one UserInputError naming the entry and what to fix."""
+    from planner.hardware.gpus import resolve_gpu
+
+    label = "the price catalog" if path is None else f"--price-catalog {path}"
+    catalog = read_price_catalog(path)
     for index, entry in enumerate(catalog.prices):
         try:
             resolve_gpu(entry.gpu)
@@ -135,3 +142,10 @@ def load_price_catalog(path: Path | None = None) -> PriceCatalog:
                 "not have; use a name 'hardware-selector gpus' lists"
             ) from None
     return catalog
+
+
+def cheapest_on_demand(catalog: PriceCatalog, gpu: str) -> CloudPrice | None:
+    """The catalog's cheapest on-demand entry for `gpu` (a GPU catalog name), or None where it has none: what
+    plain `--objective cost` (without --clouds) prices a GPU at. Ties go to the newer entry."""
+    entries = [entry for entry in catalog.prices if entry.gpu == gpu]
+    return min(entries, key=lambda entry: (entry.on_demand, -entry.date.toordinal())) if entries else None

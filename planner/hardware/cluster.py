@@ -179,9 +179,10 @@ class ClusterSpec(BaseModel):
         return nvme_bandwidth(self.nvme_GBps_per_node)
 
     @property
-    def price_usd_per_hour(self) -> float:
-        """Whole cluster, from the GPU's (possibly overridden) price per GPU-hour."""
-        return self.gpu.price_usd_per_hour * self.world_size
+    def price_usd_per_hour(self) -> float | None:
+        """Whole cluster, from the GPU's (possibly overridden) price per GPU-hour; None where it has no price."""
+        price = self.gpu.price_usd_per_hour
+        return None if price is None else price * self.world_size
 
 
 def inter_node_preset(name: str) -> InterNodePreset:
@@ -251,7 +252,8 @@ def make_cluster(
     if price_per_hour is not None:
         spec = spec.with_price(price_per_hour)
     else:
-        assumptions.append(f"price: ${spec.price_usd_per_hour:.2f}/GPU-hour, a catalog assumption; override it")
+        overrides = "; --price overrides it" if spec.price_usd_per_hour is not None else ""
+        assumptions.append(f"price: {spec.price_note()}{overrides}")
     if spec.placeholder:
         assumptions.append(f"{spec.name}: placeholder figures, calibrate before trusting them")
 

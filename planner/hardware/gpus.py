@@ -11,10 +11,14 @@ Conventions (also written into the JSON):
 - bandwidths: GB/s = 10**9 bytes/s. Links store both per direction and
   bidirectional (NVIDIA's way of quoting NVLink: 600 GB/s = 300 each way).
 - dense_tflops: dense peak, no sparsity; None where the GPU lacks the dtype.
+- price_usd_per_hour: not in the JSON. Each GPU takes the cheapest on-demand price that the dated price catalog
+  (planner/catalog/prices.yaml) cites for it, with that entry's cloud, source and date; a GPU it has no price
+  for has none (None): cost figures then need --price (GpuSpec.with_price).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 import json
 import re
@@ -99,8 +103,11 @@ class GpuSpec(BaseModel):
     interconnect: Interconnect
     pcie_generation: int | None = None
     tdp_watts: int | None = None
-    price_usd_per_hour: float = Field(ge=0)
-    price_source: str
+    # USD per GPU-hour: the price catalog's cheapest on-demand price (see the module docstring), the user's
+    # --price, or None where neither gives one; price_source says which, price_date when the source read it.
+    price_usd_per_hour: float | None = Field(default=None, ge=0)
+    price_source: str = ""
+    price_date: dt.date | None = None
     # Inter-node preset (see planner.hardware.cluster) that clusters of this GPU usually have.
     typical_inter_node: str
     aliases: list[str] = Field(default_factory=list)
@@ -159,7 +166,22 @@ class GpuSpec(BaseModel):
         """A copy with the user's price per GPU-hour instead of the catalog assumption."""
         if usd_per_hour < 0:
             raise UserInputError(f"price per GPU-hour must be >= 0, got {usd_per_hour}")
-        return self.model_copy(update={"price_usd_per_hour": float(usd_per_hour), "price_source": "user override"})
+        return self.model_copy(
+            update={"price_usd_per_hour": float(usd_per_hour), "price_source": "user override", "price_date": None}
+        )
+
+    def price_note(self, today: dt.date | None = None) -> str:
+        """The price per GPU-hour with where it comes from, for the output: '$2.69/GPU-hour [source]', STALE
+        where the source is older than the price catalog's limit, or that there is none and --price gives one."""
+        from planner.cost.prices import STALE_AFTER_DAYS
+
+        if self.price_usd_per_hour is None:
+            return f"no price: {self.price_source}"
+        stale = ""
+        if self.price_date is not None:
+            age = ((today or dt.date.today()) - self.price_date).days
+            stale = f"; STALE: {age} days old (over {STALE_AFTER_DAYS})" if age > STALE_AFTER_DAYS else ""
+        return f"${self.price_usd_per_hour:.2f}/GPU-hour [{self.price_source}{stale}]"
 
     @property
     def memory_gib(self) -> float:
@@ -193,7 +215,28 @@ def normalize_gpu_name(name: str) -> str:
 def _catalog() -> tuple[GpuSpec, ...]:
     with GPU_CATALOG_FILE.open(encoding="utf-8") as handle:
         document = json.load(handle)
-    return tuple(GpuSpec.model_validate(entry) for entry in document["gpus"])
+    return tuple(_priced(GpuSpec.model_validate(entry)) for entry in document["gpus"])
+
+
+NO_PRICE = "planner/catalog/prices.yaml cites no price for this GPU; pass --price USD_PER_GPU_HOUR"
+
+
+def _priced(spec: GpuSpec) -> GpuSpec:
+    """The entry with the price catalog's cheapest on-demand price for it (the cpu pseudo-device keeps its own)."""
+    if spec.price_usd_per_hour is not None:
+        return spec
+    from planner.cost.prices import cheapest_on_demand, read_price_catalog
+
+    entry = cheapest_on_demand(read_price_catalog(), spec.name)
+    if entry is None:
+        return spec.model_copy(update={"price_source": NO_PRICE})
+    source = (
+        f"the cheapest on-demand price of planner/catalog/prices.yaml: {entry.cloud} {entry.region}, "
+        f"{entry.instance}, {entry.source}, {entry.date.isoformat()}"
+    )
+    return spec.model_copy(
+        update={"price_usd_per_hour": entry.on_demand, "price_source": source, "price_date": entry.date}
+    )
 
 
 def load_gpu_catalog() -> list[GpuSpec]:

@@ -117,7 +117,7 @@ def cluster_variants(cluster: ClusterSpec, objective: Objective) -> list[Cluster
 
 def objective_score(throughput: ThroughputEstimate, world_size: int, objective: Objective) -> float:
     if objective is Objective.COST:
-        price = throughput.price_usd_per_gpu_hour * world_size
+        price = (throughput.price_usd_per_gpu_hour or 0.0) * world_size  # search() refuses a GPU without a price
         return throughput.tokens_per_s / price if price > 0 else throughput.tokens_per_s / world_size
     return throughput.tokens_per_s
 

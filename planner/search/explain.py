@@ -60,6 +60,8 @@ def objective_figure(item: Scored, request: PlanRequest, tokens: float) -> str:
     world = item.cluster.world_size
     if request.objective is Objective.COST:
         cost = throughput.cost_usd(tokens, world)
+        if cost is None:  # search() refuses a cost search without a price; kept for other callers
+            return f"no cost: {item.cluster.gpu.price_source}"
         return (
             f"${cost:,.0f} to train {tokens:.3g} tokens at ${throughput.price_usd_per_gpu_hour:.2f}/GPU-hour "
             f"[price: {item.cluster.gpu.price_source}]"

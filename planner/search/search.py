@@ -16,7 +16,7 @@ from planner.search.batching import resolve_global_batch
 from planner.search.candidates import CandidateEvaluator, Scored, ThroughputAdjust, cluster_variants
 from planner.search.explain import TIE_TOLERANCE, family_fates, plan_reasons
 from planner.search.layouts import ENGINE_MODEL_TYPES, engine_applicability, tensor_parallel_degrees
-from planner.search.request import PlanRequest
+from planner.search.request import Objective, PlanRequest
 from planner.search.result import SearchResult, SearchStats
 from planner.search.suggest import PLAN_FLAGS, SuggestionFlags, suggestions
 from planner.training_config import Strategy, TrainingConfig
@@ -81,6 +81,8 @@ def search_plans(
     """
     started = time.perf_counter()
     _check_request(spec, request)
+    if request.objective is Objective.COST and cluster.gpu.price_usd_per_hour is None:
+        raise UserInputError(f"--objective cost: no price for {cluster.gpu.name}: {cluster.gpu.price_source}")
     if request.fp8:
         from planner.throughput.estimate import check_fp8_gpu
 

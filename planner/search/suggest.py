@@ -12,6 +12,7 @@ requests).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -118,7 +119,7 @@ def fitting_catalog_gpus(
     """Catalog GPUs (datacenter first, least memory first) on which the search finds a plan at this GPU count."""
     names = []
     catalog = [gpu for gpu in load_gpu_catalog() if gpu.kind == "gpu" and gpu.name != cluster.gpu.name]
-    catalog.sort(key=lambda gpu: (gpu.segment != "datacenter", gpu.memory_bytes, gpu.price_usd_per_hour))
+    catalog.sort(key=lambda gpu: (gpu.segment != "datacenter", gpu.memory_bytes, gpu.price_usd_per_hour or math.inf))
     for gpu in catalog:
         if gpu.memory_bytes <= cluster.gpu.memory_bytes or (request.fp8 and not gpu.dense_tflops.fp8):
             continue  # smaller, or without the FP8 matmuls the request plans

@@ -346,7 +346,9 @@ class HardwareSelector:
             summary = {**plan_summary(best), **answer.notes}
             speed = best.throughput
             summary["usd_per_million_tokens"] = (
-                entry.price_usd_per_hour * count / 3600 / speed.tokens_per_s * 1e6 if speed else None
+                entry.price_usd_per_hour * count / 3600 / speed.tokens_per_s * 1e6
+                if speed and entry.price_usd_per_hour is not None
+                else None
             )
             summary["detected_on_this_machine"] = entry.name in detected
             estimates[entry.name] = summary

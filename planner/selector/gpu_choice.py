@@ -3,8 +3,9 @@
 `max_memory_gb` (GiB, the unit "24GB" cards are sized in) means "a GPU of that
 memory": with `gpu=` given, that GPU capped at this memory; otherwise the
 catalog GPU of that size with the most peak TFLOP/s per dollar (datacenter
-parts first); if the catalog has none of that size, the smallest larger one,
-capped. Without either, an A100-80GB.
+parts first; at the price catalog's cheapest on-demand price, GPUs it has no
+price for after the others); if the catalog has none of that size, the
+smallest larger one, capped. Without either, an A100-80GB.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ DEFAULT_GPUS_PER_NODE = 8
 def _best_value_key(gpu: GpuSpec) -> tuple:
     dtype = "bf16" if gpu.supports("bf16") else "fp16" if gpu.supports("fp16") else "fp32"
     peak = gpu.peak_tflops(dtype) if gpu.supports(dtype) else 0.0
-    per_dollar = peak / gpu.price_usd_per_hour if gpu.price_usd_per_hour else peak
-    return (gpu.segment != "datacenter", -per_dollar)
+    price = gpu.price_usd_per_hour
+    per_dollar = peak / price if price else peak  # unpriced GPUs come after the priced ones, by peak
+    return (gpu.segment != "datacenter", price is None, -per_dollar)
 
 
 def _capped(gpu: GpuSpec, memory_gib: float) -> GpuSpec:

@@ -27,7 +27,7 @@ def layout_name(plan: ServingPlan) -> str:
     return "replicas" if plan.replicas > 1 else "single GPU"
 
 
-def serving_summary(plan: ServingPlan, price_usd_per_hour: float) -> dict[str, Any]:
+def serving_summary(plan: ServingPlan, price_usd_per_hour: float | None) -> dict[str, Any]:
     memory = plan.memory_bytes
     gpus = plan.replicas * plan.gpus_per_replica
     return {
@@ -57,7 +57,9 @@ def serving_summary(plan: ServingPlan, price_usd_per_hour: float) -> dict[str, A
             "tokens_per_s_per_replica": plan.decode_tokens_per_s,
             "source": plan.speed_source,
         },
-        "usd_per_million_tokens": price_usd_per_hour * gpus / 3600 / plan.cluster_tokens_per_s * 1e6,
+        "usd_per_million_tokens": (
+            None if price_usd_per_hour is None else price_usd_per_hour * gpus / 3600 / plan.cluster_tokens_per_s * 1e6
+        ),
         "reasons": list(plan.reasons),
         "plan": plan,
     }

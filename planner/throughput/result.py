@@ -40,7 +40,7 @@ class ThroughputEstimate(BaseModel):
     hfu: float = Field(ge=0)
     global_batch: int = Field(ge=1)  # sequences per optimizer step
     breakdown: StepTimeBreakdown
-    price_usd_per_gpu_hour: float = Field(ge=0)
+    price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)  # None: no price (cost figures need --price)
     sources: dict[str, str] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
     # GPUs the estimate is for; lets the helpers below run without being told.
@@ -52,7 +52,10 @@ class ThroughputEstimate(BaseModel):
     def gpu_hours(self, tokens: float, world_size: int | None = None) -> float:
         return self.time_to_train_s(tokens) * self._world(world_size) / 3600.0
 
-    def cost_usd(self, tokens: float, world_size: int | None = None) -> float:
+    def cost_usd(self, tokens: float, world_size: int | None = None) -> float | None:
+        """USD to train `tokens`, or None where the GPU has no price."""
+        if self.price_usd_per_gpu_hour is None:
+            return None
         return self.gpu_hours(tokens, world_size) * self.price_usd_per_gpu_hour
 
     def _world(self, world_size: int | None) -> int:
