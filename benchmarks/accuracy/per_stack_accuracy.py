@@ -91,9 +91,14 @@ INFORMATIONAL_STACKS = {
     "meta-llama3": ("Meta's Llama 3 stack (4D: TP, CP, interleaved PP, FSDP)", "engine TP/CP/PP (its mechanisms)",
                     "Llama 3 paper, Table 4 (405B on 8,192-16,384 H100s; virtual stages deduced)"),
     "hf-trainer-fsdp": ("FSDP via the HF Trainer / accelerate", "training_args.json, accelerate_config.yaml",
-                        "HF blog, Llama 2 70B on 16 A100s: one end-to-end wall time (loading, evals, saves included)"),
+                        "HF blogs: Llama 2 70B on 16 A100s, one end-to-end wall time (loading, evals, saves "
+                        "included); Granite 7B on 4 A100s, a \"ballpark\" tokens/s, sequence and checkpointing not "
+                        "printed"),
     "deepseek-dualpipe": ("DeepSeek-V3 (DualPipe, EP, FP8)", "engine EP (planned at its scale only)",
                           "DeepSeek-V3 report (2,048 H800s; GPU-hours per trillion tokens)"),
+    "hf-accelerate-deepspeed": ("DeepSpeed ZeRO-3 via accelerate", "ds_config.json, accelerate_config.yaml",
+                                "HF blog, Granite 7B on 4 A100s: a \"ballpark\" tokens/s, sequence and checkpointing "
+                                "not printed"),
     "pytorch-ddp": ("DDP", "`--strategy ddp`", "ZeRO paper, Figure 4 and Table 10: its torch DDP baseline (GPT-2 "
                     "1.16B, 1.38B on 128 V100s), read off the plot; the paper states no FLOP count"),
     "deepspeed-zero12-2020": ("DeepSpeed ZeRO-1/2 (ZeRO-100B, 2020)",
