@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from benchmarks.accuracy.per_stack_accuracy import TABLE_END, TABLE_START, TARGET, render, stack_results
+from benchmarks.accuracy.validate_published_runs import comparisons, zero_paper_comparisons
 
 ACCURACY_DOC = Path(__file__).resolve().parent.parent / "docs" / "accuracy.md"
 
@@ -58,3 +61,60 @@ def test_megatron_deepspeed_is_held_where_it_stands_until_a_mechanism_explains_i
     assert len(result.errors) == 5
     assert result.median <= 0.36  # 35.7% today
     assert abs(result.worst) <= 0.43  # MT-NLG 420 nodes, +42.6% today
+
+
+def test_zero_infinity_on_v100_is_held_where_it_stands_until_a_mechanism_explains_it():
+    """ZeRO-Infinity's single-DGX-2 runs (its Figure 5(c), printed labels; benchmarks/data/published_zero_papers.yaml)
+    miss the target: the two NVMe rows, which the offload paces, land at -2% and +10%, but the rows the GPUs pace come
+    out 33-69% fast (10B without offload +69%), as every DeepSpeed V100 run of the ZeRO papers does (docs/accuracy.md,
+    "DeepSpeed's ZeRO papers on V100s"). Held so they cannot get worse; tighten these when the gap closes."""
+    result = {result.stack: result for result in stack_results()}[
+        "DeepSpeed ZeRO-Infinity (ZeRO-3, parameters and optimizer on CPU or NVMe), V100"
+    ]
+    assert len(result.errors) == 5
+    assert result.median <= 0.33  # 32.7% today
+    assert abs(result.worst) <= 0.70  # 10B, ZeRO-3 without offload, +69.4% today
+    nvme = [c.error for c in zero_paper_comparisons() if c.row.get("offload_params") == "nvme"]  # 0.5T and 1T
+    assert len(nvme) == 2 and all(abs(error) < 0.15 for error in nvme)
+
+
+def test_informational_zero_paper_stacks_are_shown_and_held():
+    """DDP, ZeRO-1/2 and ZeRO-Offload as the ZeRO and ZeRO-Offload papers measured them on V100s: read off their
+    plots, with FLOP counts the papers do not state, so shown and not counted; held at today's figures."""
+    results = {result.stack: result for result in stack_results()}
+    for stack, rows, median, worst in (
+        ("DDP", 2, 0.61, 0.83),  # 60.3%, +82.0% today
+        ("DeepSpeed ZeRO-1/2 (ZeRO-100B, 2020)", 12, 0.58, 1.98),  # 57.5%, +197.7% (13B at batch 2)
+        ("DeepSpeed ZeRO-Offload (ZeRO-2 + CPU optimizer), V100", 15, 0.66, 0.94),  # 65.9%, +93.9%
+    ):
+        result = results[stack]
+        assert result.informational, stack
+        assert len(result.errors) == rows, stack
+        assert result.median <= median, stack
+        assert abs(result.worst) <= worst, stack
+
+
+def test_fsdp_and_deepspeed_through_accelerate_side_by_side():
+    """The HF blog's Granite 7B on 4 A100s (FSDP 3158.7, DeepSpeed ZeRO-3 3094.5 tokens/s/device; informational,
+    its sequence and checkpointing deduced): each within 15% with the strategy that emits it, and the two estimates
+    as close as the two measurements (2%): full sharding moves the same bytes under either."""
+    rows = {c.row["id"]: c for c in comparisons() if c.row["id"].startswith("hf-blog-granite")}
+    assert len(rows) == 2
+    assert all(abs(c.error) < TARGET for c in rows.values())
+    fsdp, deepspeed = (rows[f"hf-blog-granite-7b-4-a100-accelerate-{name}"] for name in ("fsdp", "deepspeed-zero3"))
+    tokens = [
+        c.predicted_tflops / c.published_tflops * c.row["published"]["tokens_per_s_per_gpu"] for c in (fsdp, deepspeed)
+    ]
+    assert tokens[0] == pytest.approx(tokens[1], rel=0.03)
+
+
+def test_every_zero_paper_row_cites_its_source_and_how_its_figure_was_read():
+    from benchmarks.accuracy.validate_published_runs import zero_paper_rows
+
+    rows = zero_paper_rows()
+    assert len(rows) == 34  # ZeRO-1/2 12, DDP 2, ZeRO-Offload 15, ZeRO-Infinity 5
+    for row in rows:
+        assert row["source"] and row["confidence"] and row["assumed"], row["id"]
+        assert isinstance(row["statistics"], bool)
+        assert row["statistics"] == (row["stack"] == "deepspeed-zero-infinity-2021"), row["id"]  # FLOP count stated
+        assert row["published"]["flop_convention"] == "params-8", row["id"]

@@ -45,11 +45,13 @@ class ThroughputConstants:
     # ASSUMED. Flash attention's backward does 2.5x its forward's matmul work
     # (it recomputes the s x s scores: 5 matmuls against the forward's 2).
     attention_backward_ratio: float = 2.5
-    # ASSUMED. Parameters per second a node's CPUs update with Adam: DeepSpeed's
-    # vectorised CPUAdam on a dual-socket server; torch's AdamW (FSDP offload) is 5x slower
-    # ("DeepSpeedCPUAdam is 5X-7X faster than the standard PyTorch implementation", ZeRO-Offload tutorial).
-    cpu_adam_params_per_s_deepspeed: float = 1.0e9
-    cpu_adam_params_per_s_torch: float = 0.2e9
+    # MEASURED. Parameters per second a node's CPUs update with Adam: DeepSpeed's vectorised CPUAdam
+    # and torch's Adam on the CPU (FSDP offload). Ren et al., ZeRO-Offload (USENIX ATC 2021,
+    # arXiv:2101.06840), Table 4, "Adam latency (s)" on a DGX-2's two Xeon Platinum 8168: 10 billion
+    # parameters in 2.57 s (CPU-Adam) and 14.76 s (PT-CPU); 3.3-4.5e9 and 0.67-0.73e9 per second over its
+    # 1B-10B rows (read as a page image: Elvin-Ma/ai_papers zero/images/zero-offload-table4.jpg).
+    cpu_adam_params_per_s_deepspeed: float = 3.9e9
+    cpu_adam_params_per_s_torch: float = 0.68e9
     # ASSUMED. HBM bytes the GPU optimizer step moves per trainable parameter
     # (AdamW, fp32 master: read p, g, m, v and write p, m, v, and the 16-bit copy).
     optimizer_bytes_per_param: float = 28.0
