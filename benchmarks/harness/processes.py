@@ -6,6 +6,8 @@ import os
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -13,6 +15,7 @@ from pydantic import BaseModel, Field
 from benchmarks.harness.jobs import MeasureResult
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+POLL_S = 0.5  # how often a launch with a moving deadline asks for it again
 
 
 class LaunchOutcome(BaseModel):
@@ -66,19 +69,25 @@ def launcher_command(launcher: str, target: list[str], nproc: int, port: int) ->
     raise ValueError(f"unknown launcher {launcher!r}; one of {', '.join(LAUNCHERS)}")
 
 
+Deadline = Callable[[], float]  # the time.time() past which a launch is killed, asked again as it runs
+
+
 def run_torchrun_command(
-    target: list[str], nproc: int, timeout_s: float, launcher: str = "torchrun"
+    target: list[str], nproc: int, timeout_s: float, launcher: str = "torchrun", deadline: Deadline | None = None
 ) -> tuple[int | None, str]:
     """`launcher` (torchrun unless told) starting NPROC processes of TARGET; (exit code or None at the timeout,
-    stderr). A free port can be taken by another process between our choosing it and the launcher binding it
-    (EADDRINUSE): that launch is started once more on another port."""
-    returncode, stderr = _run_launcher(target, nproc, timeout_s, launcher)
+    stderr). deadline: kill it sooner, when that time passes (a benchmark matrix's launch gives each of its
+    trials its own timeout, benchmarks/harness/trials.py). A free port can be taken by another process between
+    our choosing it and the launcher binding it (EADDRINUSE): that launch is started once more on another port."""
+    returncode, stderr = _run_launcher(target, nproc, timeout_s, launcher, deadline)
     if returncode and "EADDRINUSE" in stderr:
-        returncode, stderr = _run_launcher(target, nproc, timeout_s, launcher)
+        returncode, stderr = _run_launcher(target, nproc, timeout_s, launcher, deadline)
     return returncode, stderr
 
 
-def _run_launcher(target: list[str], nproc: int, timeout_s: float, launcher: str) -> tuple[int | None, str]:
+def _run_launcher(
+    target: list[str], nproc: int, timeout_s: float, launcher: str, deadline: Deadline | None
+) -> tuple[int | None, str]:
     env = dict(os.environ)
     # One thread per rank unless told otherwise: the `cpu` pseudo-GPU is one core, and
     # more threads than cores thrash (badly, on a shared machine).
@@ -97,7 +106,7 @@ def _run_launcher(target: list[str], nproc: int, timeout_s: float, launcher: str
         start_new_session=True,
     )
     try:
-        _, stderr = process.communicate(timeout=timeout_s)
+        _, stderr = _communicate(process, timeout_s, deadline)
         return process.returncode, stderr
     except subprocess.TimeoutExpired:
         kill_tree(process.pid)
@@ -106,3 +115,18 @@ def _run_launcher(target: list[str], nproc: int, timeout_s: float, launcher: str
     except BaseException:  # Ctrl-C: the job is in its own session and would not see the signal
         kill_tree(process.pid)
         raise
+
+
+def _communicate(process: subprocess.Popen, timeout_s: float, deadline: Deadline | None) -> tuple[str, str]:
+    """Its output once it exits; TimeoutExpired after timeout_s or, sooner, once deadline() has passed. A retried
+    communicate loses no output (subprocess's docs), so the moving deadline is asked every POLL_S."""
+    if deadline is None:
+        return process.communicate(timeout=timeout_s)
+    cap = time.time() + timeout_s
+    while True:
+        left = min(cap, deadline()) - time.time()
+        try:
+            return process.communicate(timeout=max(0.0, min(left, POLL_S)))
+        except subprocess.TimeoutExpired:
+            if min(cap, deadline()) <= time.time():
+                raise

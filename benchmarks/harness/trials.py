@@ -1,4 +1,5 @@
-"""A tune's trials in as few launches as it takes: one, unless a trial fails (docs/running.md, "Tune").
+"""A tune's trials, or a benchmark matrix's entries of one world size, in as few launches as it takes: one,
+unless a trial fails (docs/running.md, "Tune"; docs/benchmarks.md).
 
 `prepare_trials` writes one run folder per candidate plan, each with the run's own options (its data,
 tokenizer and weights, or synthetic tokens), a trial.json saying what to time (planner/rundir/trial.py), and
@@ -8,6 +9,8 @@ process group once, and build each trial's model and optimizer in turn. When a t
 an error, the runner's memory guard), that launch ends with it; the failure is recorded from the launch's
 output and the trials after it are launched again. What a trial cost beside its steps is its share of its
 launch's start-up (from the launch to its first trial) plus its own set-up (its wall time less its steps).
+The time allowed is all the launches' (a tune's budget) or each trial's own (a matrix's --timeout: a hung
+trial is killed after it, and the trials after it launched again with theirs).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,6 +45,14 @@ class TrialRun(BaseModel):
     overhead_s: float | None = None  # its share of the launch's start-up plus its own set-up
     launches: int = 0  # the launch it ran in (1 is the first; 0: an interrupted tune's, read back)
     link_GBps: dict[str, float] = {}  # the links probed after the launch's first trial
+
+
+def scratch_folder(purpose: str, store_path: Path, identity: list[str]) -> Path:
+    """Where trials' run folders live while they run: the same for the same trials (`identity`) recorded in the
+    same database, so a run stopped in the middle of a launch finds the trials that launch had finished."""
+    named = [str(Path(store_path).resolve()), *identity]
+    digest = hashlib.sha256("\n".join(named).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"hardware-selector-{purpose}-{digest}"
 
 
 def trial_folder_name(key: str) -> str:
@@ -83,16 +95,30 @@ def launch_trials(
     timeout_s: float,
     run_command=run_torchrun_command,
     on_done: Callable[[Path], None] | None = None,
+    *,
+    per_trial: bool = False,
+    on_run: Callable[[TrialRun], None] | None = None,
 ) -> list[TrialRun]:
     """Every folder's trial, launching again after each failure until each has run or the time is spent.
-    on_done: told of each folder as its trial ends, measured or failed, while its launch goes on (a progress bar)."""
+    timeout_s: all the launches' (a tune's budget), or with per_trial each trial's own, counted from the end of
+    the trial before it in its launch (the first's from the launch's start): a hung trial is killed after it,
+    and the trials after it are launched again with theirs (a benchmark matrix's --timeout).
+    on_done: told of each folder as its trial ends, measured or failed, while its launch goes on (a progress
+    bar); on_run: given each trial's run on this thread as soon as it is known (after its launch; when the
+    launch is interrupted, those that ended before the interrupt), so a caller can record it there."""
     runs: list[TrialRun] = []
     tell = on_done or (lambda folder: None)
+
+    def add(run: TrialRun) -> None:
+        runs.append(run)
+        if on_run is not None:
+            on_run(run)
+
     for folder in folders:  # an interrupted tune's trials that ended before it was stopped
         if (folder / DONE_FILE).is_file():
             record = TrialDone.model_validate_json((folder / DONE_FILE).read_text(encoding="utf-8"))
             result = _measured(folder, record.key, nproc)
-            runs.append(TrialRun(key=record.key, outcome=LaunchOutcome(returncode=0, results={record.key: result})))
+            add(TrialRun(key=record.key, outcome=LaunchOutcome(returncode=0, results={record.key: result})))
             tell(folder)
     pending = [folder for folder in folders if not (folder / DONE_FILE).is_file()]
     deadline = time.monotonic() + timeout_s
@@ -100,41 +126,69 @@ def launch_trials(
     while pending:
         emit_error = _emit_error(pending[0])
         if emit_error is not None:
-            runs.append(_failed(pending[0], LaunchOutcome(returncode=2, stderr_tail=emit_error), launches))
+            add(_failed(pending[0], LaunchOutcome(returncode=2, stderr_tail=emit_error), launches))
             tell(pending.pop(0))
             continue
         batch = pending[: next((i for i, folder in enumerate(pending) if _emit_error(folder)), len(pending))]
-        left_s = deadline - time.monotonic()
+        # Per trial, the launch's cap is every trial's time; each is killed sooner, at its own deadline.
+        left_s = timeout_s * len(batch) if per_trial else deadline - time.monotonic()
         if left_s <= 0:
             for folder in pending:
-                runs.append(_failed(folder, LaunchOutcome(returncode=None), launches))
+                add(_failed(folder, LaunchOutcome(returncode=None), launches))
                 tell(folder)
             break
         launches += 1
         started = time.time()
-        with _watching(batch, on_done):
-            returncode, stderr = run_command(["-m", "backends.runner.trials", *map(str, batch)], nproc, left_s)
-        ran = [folder for folder in batch if (folder / DONE_FILE).is_file()]
-        done = [TrialDone.model_validate_json((folder / DONE_FILE).read_text(encoding="utf-8")) for folder in ran]
-        start_up_s = min((record.began for record in done), default=started) - started
-        for folder, record in zip(ran, done, strict=True):
-            result = _measured(folder, record.key, nproc)
-            runs.append(
-                TrialRun(
-                    key=record.key,
-                    outcome=LaunchOutcome(returncode=0, results={record.key: result}),
-                    overhead_s=_overhead(folder, result, record, start_up_s / len(batch)),
-                    launches=launches,
-                    link_GBps=record.link_GBps,
-                )
-            )
-        pending = [folder for folder in pending if folder not in ran]
+        command = ["-m", "backends.runner.trials", *map(str, batch)]
+        each = {"deadline": _each_trial_deadline(batch, timeout_s, started)} if per_trial else {}
+        try:
+            with _watching(batch, on_done):
+                returncode, stderr = run_command(command, nproc, left_s, **each)
+        except BaseException:  # Ctrl-C: the launch is killed (run_torchrun_command); what ended before it is kept
+            if on_run is not None:
+                for run in _ended(batch, nproc, started, launches):
+                    add(run)
+            raise
+        for run in _ended(batch, nproc, started, launches):
+            add(run)
+        pending = [folder for folder in pending if not (folder / DONE_FILE).is_file()]
         if pending and pending[0] in batch:  # the trial that ended the launch: its failure, read from the output
             code = None if returncode is None else (returncode or 1)
             failed = pending.pop(0)
-            runs.append(_failed(failed, LaunchOutcome(returncode=code, stderr_tail=stderr[-4000:]), launches))
+            add(_failed(failed, LaunchOutcome(returncode=code, stderr_tail=stderr[-4000:]), launches))
             tell(failed)
     return runs
+
+
+def _ended(batch: list[Path], nproc: int, started: float, launches: int) -> list[TrialRun]:
+    """The runs of the launch's trials that ended (left trial_done.json), each with its share of the start-up."""
+    ran = [folder for folder in batch if (folder / DONE_FILE).is_file()]
+    done = [TrialDone.model_validate_json((folder / DONE_FILE).read_text(encoding="utf-8")) for folder in ran]
+    start_up_s = min((record.began for record in done), default=started) - started
+    runs = []
+    for folder, record in zip(ran, done, strict=True):
+        result = _measured(folder, record.key, nproc)
+        runs.append(
+            TrialRun(
+                key=record.key,
+                outcome=LaunchOutcome(returncode=0, results={record.key: result}),
+                overhead_s=_overhead(folder, result, record, start_up_s / len(batch)),
+                launches=launches,
+                link_GBps=record.link_GBps,
+            )
+        )
+    return runs
+
+
+def _each_trial_deadline(batch: list[Path], each_s: float, started: float) -> Callable[[], float]:
+    """When the launch is to be killed: each_s after the last of its trials to end, or after its start (its
+    first trial pays the start-up, as a launch of its own would)."""
+
+    def deadline() -> float:
+        ended = [(folder / DONE_FILE).stat().st_mtime for folder in batch if (folder / DONE_FILE).is_file()]
+        return max(ended, default=started) + each_s
+
+    return deadline
 
 
 @contextmanager

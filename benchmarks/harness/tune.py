@@ -13,10 +13,8 @@ says why a trial moved.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import shutil
-import tempfile
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -212,9 +210,9 @@ class TuneOutcome(BaseModel):
 def scratch_folder(matrix: BenchmarkMatrix, store: BenchmarkStore) -> Path:
     """Where the trials' run folders live while the tune runs; the same for the same trials recorded in the
     same database, so a tune stopped in the middle of a launch finds the trials that launch had finished."""
-    named = [str(Path(store.path).resolve()), *(entry.key for entry in matrix.entries)]
-    digest = hashlib.sha256("\n".join(named).encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"hardware-selector-tune-{digest}"
+    from benchmarks.harness.trials import scratch_folder as trials_scratch
+
+    return trials_scratch("tune", Path(store.path), [entry.key for entry in matrix.entries])
 
 
 def run_tune(
