@@ -8,8 +8,9 @@
 Generation is planning only (no torch): strategies x GPU counts x micro-batches
 x activation checkpointing, pruned by the planner's memory estimate, each
 config with its predicted memory and throughput, as JSON. `--run` measures the
-matrix on this machine and records every result in the benchmark database
-(see `hardware-selector db`), resuming where an interrupted run stopped.
+matrix on this machine, the configs of one GPU count in one launch, and records
+every result in the benchmark database (see `hardware-selector db`), resuming
+where an interrupted run stopped (docs/benchmarks.md, "Running a matrix").
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent
@@ -109,7 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run", action="store_true", help="measure the matrix here and record it in the database")
     parser.add_argument("--steps", type=_count(1, 1 << 20), default=8, help="measured steps per config (default 8)")
     parser.add_argument("--warmup", type=_count(0, 1 << 20), default=2, help="unmeasured steps first (default 2)")
-    parser.add_argument("--timeout", type=_seconds, default=600.0, help="seconds per config before it is killed")
+    parser.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=600.0,
+        help="seconds each config may take before it is killed (default 600); configs of one GPU count share a "
+        "launch, so each counts from the end of the one before it, the first's with the launch's start-up",
+    )
     parser.add_argument("--retry-failed", action="store_true", help="re-run configs recorded as oom/error/timeout")
     parser.add_argument("--db", type=Path, help="benchmark database (default: $HARDWARE_SELECTOR_DB or the cache dir)")
     return parser
@@ -214,22 +225,45 @@ def run(args, target, matrix) -> int:
         def advance(entry, status) -> None:
             progress.advance(note=f"{entry.label}: {status.value}")
 
-        summary = run_matrix(
-            matrix,
-            store,
-            current_environment(target.driver),
-            steps=args.steps,
-            warmup=args.warmup,
-            timeout_s=args.timeout,
-            retry_failed=args.retry_failed,
-            on_progress=advance,
-            on_start=progress.set_total,
-        )
+        try:
+            with _sigterm_as_interrupt():
+                summary = run_matrix(
+                    matrix,
+                    store,
+                    current_environment(target.driver),
+                    steps=args.steps,
+                    warmup=args.warmup,
+                    timeout_s=args.timeout,
+                    retry_failed=args.retry_failed,
+                    on_progress=advance,
+                    on_start=progress.set_total,
+                )
+        except KeyboardInterrupt:
+            console.print(f"stopped: what ended before it is in {store.path}; run the same command again to resume")
+            return 130
     counts = ", ".join(f"{n} {status}" for status, n in sorted(summary.recorded.items())) or "nothing new"
     console.print(
         f"recorded {counts} in {store.path} ({summary.skipped_done} already done; measured by {summary.runner})"
     )
     return 0
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (`kill`, a scheduler) stops the matrix as Ctrl-C does: the launch's process tree is killed (its
+    ranks run in a session of their own and would live on) and the configs that ended are recorded."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def describe(console, target, matrix) -> None:

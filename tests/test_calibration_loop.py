@@ -1,7 +1,8 @@
 """The measure -> record -> calibrate loop, proven on this machine's CPU.
 
 A small matrix (2 gloo ranks, tiny GPT-2, three strategies x two
-micro-batches, 1 and 4: six launches, each paying its ranks' start-up) is measured and recorded; corrections fitted from the records
+micro-batches, 1 and 4: six entries of one world size, so one launch whose
+ranks start once and run the six in turn) is measured and recorded; corrections fitted from the records
 must make the planner rank the configs as the measurements do: its top choice
 is the measured best or within 10% of it. The rank correlations before and
 after calibration are printed (pytest -s) for the record.
@@ -71,6 +72,7 @@ def test_calibrated_planner_ranks_configs_like_the_measurements(tmp_path):
     store = BenchmarkStore(tmp_path / "loop.duckdb")
     summary = run_matrix(matrix, store, current_environment(), steps=4, warmup=1, timeout_s=120)
     assert summary.recorded == {"ok": 6}, [run.error for run in store.runs() if run.error]
+    assert summary.launches == 1  # one world size: its ranks' imports and process group paid once
 
     records = {record.matrix_key: record for record in store.runs()}
     calibration = Calibration.fit([record.measured_run() for record in records.values()])

@@ -14,6 +14,7 @@ from benchmarks.harness.launch import backends_run_launch
 from benchmarks.harness.matrix import generate_matrix
 from benchmarks.harness.processes import LaunchOutcome
 from benchmarks.harness.runner import run_matrix
+from benchmarks.harness.trials import TrialRun
 from benchmarks_db.environment import current_environment
 from benchmarks_db.store import BenchmarkStore
 from planner.models.catalog import find_model
@@ -141,16 +142,17 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
-def _tiny_matrix(micro_batches):
+def tiny_matrix(micro_batches, gpu_counts=(2,), strategies=("ddp",)):
+    """Tiny GPT-2 on the `cpu` pseudo-GPU, at 32 tokens (what `backends.run --tiny` trains)."""
     spec = run_training_benchmark.model_spec("gpt2", tiny=True)
     return generate_matrix(
         spec,
         hardware="cpu",
         gpu="cpu",
         gpu_note="test",
-        gpu_counts=[2],
-        gpus_per_node=2,
-        strategies=["ddp"],
+        gpu_counts=list(gpu_counts),
+        gpus_per_node=max(gpu_counts),
+        strategies=list(strategies),
         micro_batches=micro_batches,
         checkpointing=["none"],
         seq_len=32,
@@ -160,13 +162,11 @@ def _tiny_matrix(micro_batches):
 
 
 def test_failures_are_recorded_and_an_interrupted_matrix_resumes(tmp_path):
-    matrix = _tiny_matrix([1, 2, 4])
+    matrix = tiny_matrix([1, 2, 4])
     ok_key, oom_key, slow_key = (entry.key for entry in matrix.entries)
     calls: list[list[str]] = []
 
-    def fake_launch(jobs, nproc, timeout_s):
-        calls.append([job.key for job in jobs])
-        key = jobs[0].key
+    def outcome(key: str, nproc: int) -> LaunchOutcome:
         if key == ok_key:
             result = MeasureResult(
                 key=key, world_size=nproc, step_times_s=[0.2, 0.1, 0.3], peak_memory_per_rank_bytes=[10, 20]
@@ -176,9 +176,14 @@ def test_failures_are_recorded_and_an_interrupted_matrix_resumes(tmp_path):
             return LaunchOutcome(returncode=1, stderr_tail="Traceback...\ntorch.OutOfMemoryError: CUDA out of memory.")
         return LaunchOutcome(returncode=None)  # killed at the timeout
 
+    def fake_launch(jobs, nproc, timeout_s, **_):  # a stand-in launcher only returns each job's run
+        calls.append([job.key for job in jobs])
+        return [TrialRun(key=job.key, outcome=outcome(job.key, nproc), launches=1) for job in jobs]
+
     store = BenchmarkStore(tmp_path / "db.duckdb")
     summary = run_matrix(matrix, store, current_environment(), launcher=fake_launch, timeout_s=5)
     assert summary.recorded == {"ok": 1, "oom": 1, "timeout": 1}
+    assert calls == [[ok_key, oom_key, slow_key]] and summary.launches == 1
     by_key = {record.matrix_key: record for record in store.runs()}
     ok = by_key[ok_key]
     assert ok.step_time_median_s == 0.2 and ok.step_time_spread_s == pytest.approx(0.2)  # quartiles of 3 points
@@ -190,20 +195,20 @@ def test_failures_are_recorded_and_an_interrupted_matrix_resumes(tmp_path):
     again = run_matrix(matrix, store, current_environment(), launcher=fake_launch)
     assert calls == [] and again.skipped_done == 3
     retried = run_matrix(matrix, store, current_environment(), launcher=fake_launch, retry_failed=True)
-    assert calls == [[oom_key], [slow_key]] and retried.skipped_done == 1
+    assert calls == [[oom_key, slow_key]] and retried.skipped_done == 1  # one world size: one launcher call
 
 
 @pytest.mark.slow
 def test_a_job_past_its_timeout_is_killed(tmp_path, monkeypatch):
-    matrix = _tiny_matrix([1])
+    matrix = tiny_matrix([1])
     from benchmarks.harness.jobs import MeasureJob
 
     # The ranks inherit this mark: another test's runs (make test runs two at once) are not this job's.
     mark = f"timeout-test-{os.getpid()}"
     monkeypatch.setenv("HARDWARE_SELECTOR_TEST_MARK", mark)
     job = MeasureJob(key="slow", model="gpt2", tiny=True, config=matrix.entries[0].config, steps=100000)
-    outcome = backends_run_launch([job], nproc=1, timeout_s=8)
-    assert outcome.returncode is None and outcome.results == {}
+    (run,) = backends_run_launch([job], nproc=1, timeout_s=8)
+    assert run.outcome.returncode is None and run.outcome.results == {}
     assert _measuring_processes(mark) == set()  # the rank (in a session of its own) died with torchrun
 
 

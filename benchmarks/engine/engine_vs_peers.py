@@ -4,7 +4,8 @@ Every run trains the same GPT-2-small-shaped model (the catalog's gpt2
 config, fp32, torch AdamW) on 2 CPU ranks (gloo) with the same batch, sequence
 length and number of steps, through the same loop: the one runner,
 `python -m backends.run`, launched by the benchmark harness
-(benchmarks/harness/launch.py) exactly as `run-training-benchmark --run` does. It reports the median step time after warm-up and the
+(benchmarks/harness/launch.py) as `run-training-benchmark --run` does, but one
+pair to a launch. It reports the median step time after warm-up and the
 peak resident memory of the busiest rank, and the ratios ours / DeepSpeed per
 stage (goal: <= 1.0 for both).
 
@@ -15,7 +16,7 @@ stage (goal: <= 1.0 for both).
 that have both ours and DeepSpeed among them. --smoke trains the shrunken
 architecture (`backends.run --tiny`) for one step after the warm-up at micro-batch
 1 x 32 tokens, and runs only ours:1 unless --only names more: each pair is a
-torchrun job of its own (about ten seconds on two cores), so the smoke run is one.
+torchrun launch of its own (about ten seconds on two cores), so the smoke run is one.
 """
 
 from __future__ import annotations
@@ -71,7 +72,9 @@ def launch(engine_name: str, stage: int, args: argparse.Namespace) -> dict[str, 
         steps=args.steps,
         warmup=WARMUP_STEPS,
     )
-    outcome = backends_run_launch([job], nproc=2, timeout_s=TIMEOUT_S)
+    # One job to a launch: each engine in processes of its own, so no engine's leftovers weigh on another's memory.
+    (run,) = backends_run_launch([job], nproc=2, timeout_s=TIMEOUT_S)
+    outcome = run.outcome
     result = outcome.results.get(job.key)
     if result is None or result.error or not result.step_times_s:
         detail = result.error if result is not None and result.error else outcome.stderr_tail

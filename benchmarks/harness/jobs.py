@@ -1,8 +1,8 @@
 """What the benchmark harness asks of one measurement, and what comes back (no training happens here).
 
 Every measurement runs the project's one runner, `python -m backends.run`,
-in its own torchrun job (launch.py); this module only holds the
-typed job and result that cross that process boundary.
+in a torchrun launch shared by the jobs of its world size (launch.py); this
+module only holds the typed job and result that cross that process boundary.
 """
 
 from __future__ import annotations

@@ -1,16 +1,22 @@
-"""Run a benchmark matrix on this machine and record every result as it finishes.
+"""Run a benchmark matrix on this machine and record every result as it finishes (docs/benchmarks.md).
 
-Each config runs in its own torchrun job of the one runner (backends.run,
-through launch.py) under a timeout. An OOM, crash or timeout is
-recorded as that config's result and the matrix goes on. Configs already in
-the database are skipped, so an interrupted matrix resumes where it stopped.
+The configs of one world size run in one torchrun launch of the one runner (launch.py, trials.py): each
+rank's imports and process group are paid once, not once per config. Each config has its own timeout,
+counted from the end of the config before it in the launch. An OOM, crash or timeout is recorded as that
+config's result and the configs after it are launched again. Results are stored here, on the calling thread
+(DuckDB's one writer), as each launch ends, and when the matrix is interrupted those that ended before it;
+configs already in the database are skipped, and a launch's finished trials left in the scratch folder are
+read back, so an interrupted matrix resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import statistics
 from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
 
 from pydantic import BaseModel, Field
 
@@ -18,6 +24,7 @@ from benchmarks.harness import launch
 from benchmarks.harness.jobs import MeasureJob, MeasureResult
 from benchmarks.harness.matrix import BenchmarkMatrix, MatrixEntry
 from benchmarks.harness.processes import LaunchOutcome
+from benchmarks.harness.trials import TrialRun, scratch_folder
 from benchmarks_db.environment import RunEnvironment
 from benchmarks_db.record import RunRecord, RunStatus
 from benchmarks_db.store import BenchmarkStore
@@ -32,9 +39,23 @@ class RunSummary(BaseModel):
     recorded: dict[str, int] = Field(default_factory=dict)  # status -> count
     skipped_done: int = 0
     record_ids: list[str] = Field(default_factory=list)
+    launches: int = 0  # torchrun launches started: one per world size, and one more after each failure
 
 
-Launcher = Callable[[list[MeasureJob], int, float], LaunchOutcome]
+class Launcher(Protocol):
+    """Runs jobs of one world size (launch.backends_run_launch); a stand-in may ignore the keywords and only
+    return each job's run."""
+
+    def __call__(
+        self,
+        jobs: list[MeasureJob],
+        nproc: int,
+        timeout_s: float,
+        *,
+        scratch: Path,
+        on_ended: Callable[[str], None],
+        on_run: Callable[[TrialRun], None],
+    ) -> list[TrialRun]: ...
 
 
 def classify_failure(outcome: LaunchOutcome, timeout_s: float) -> tuple[RunStatus, str]:
@@ -150,7 +171,8 @@ def run_matrix(
     on_progress: Callable[[MatrixEntry, RunStatus], None] | None = None,
     on_start: Callable[[int], None] | None = None,
 ) -> RunSummary:
-    """Measure the matrix entries not yet recorded; on_start gets how many will run."""
+    """Measure the matrix entries not yet recorded, one launch per world size; on_start gets how many will run,
+    on_progress each entry as its trial ends (from the launch's watcher thread while the launch runs)."""
     runner_name = launch.RUNNER_NAME
     launcher = launcher or launch.backends_run_launch
     summary = RunSummary(runner=runner_name)
@@ -163,22 +185,54 @@ def run_matrix(
             pending.append(entry)
     if on_start:
         on_start(len(pending))
-    for entry in pending:
-        job = MeasureJob(
-            key=entry.key,
-            model=matrix.model,
-            tiny=matrix.tiny,
-            gpu=entry.gpu,
-            config=entry.config,
-            steps=steps,
-            warmup=warmup,
-        )
-        outcome = launcher([job], entry.world_size, timeout_s)
-        record = record_outcome(entry, matrix, environment, outcome, timeout_s, runner_name)
-        status = record.status
-        store.add(record)  # as each result arrives: an interrupted matrix keeps what it measured
-        summary.recorded[status.value] = summary.recorded.get(status.value, 0) + 1
+    entries = {entry.key: entry for entry in pending}
+    statuses: dict[str, RunStatus] = {}
+    told: set[str] = set()
+
+    def record(run: TrialRun) -> None:  # on this thread: DuckDB has one writer
+        if run.key in statuses:
+            return
+        record = record_outcome(entries[run.key], matrix, environment, run.outcome, timeout_s, runner_name)
+        store.add(record)
+        statuses[run.key] = record.status
+        summary.recorded[record.status.value] = summary.recorded.get(record.status.value, 0) + 1
         summary.record_ids.append(record.id)
-        if on_progress:
-            on_progress(entry, status)
+
+    def ended(key: str) -> None:
+        if key not in told:
+            told.add(key)
+            if on_progress:  # a trial that ended in its launch measured its steps; a failure is recorded first
+                on_progress(entries[key], statuses.get(key, RunStatus.OK))
+
+    # The steps are in the identity: a resumed matrix reads back only trials that timed what it asks.
+    identity = [f"steps={steps} warmup={warmup}", *(entry.key for entry in matrix.entries)]
+    scratch = scratch_folder("matrix", Path(store.path), identity)
+    for group in _by_launch(pending):
+        jobs = [_job(entry, matrix, steps, warmup) for entry in group]
+        runs = launcher(jobs, group[0].world_size, timeout_s, scratch=scratch, on_ended=ended, on_run=record)
+        for run in runs:  # those a stand-in launcher did not hand to on_run or tell on_ended of
+            record(run)
+            ended(run.key)
+        summary.launches += max((run.launches for run in runs), default=0)
+    shutil.rmtree(scratch, ignore_errors=True)  # every entry is in the database now
     return summary
+
+
+def _by_launch(entries: list[MatrixEntry]) -> list[list[MatrixEntry]]:
+    """The entries that can share a launch (one world size on as many nodes), in the matrix's order."""
+    groups: dict[tuple[int, int], list[MatrixEntry]] = {}
+    for entry in entries:
+        groups.setdefault((entry.world_size, entry.nodes), []).append(entry)
+    return list(groups.values())
+
+
+def _job(entry: MatrixEntry, matrix: BenchmarkMatrix, steps: int, warmup: int) -> MeasureJob:
+    return MeasureJob(
+        key=entry.key,
+        model=matrix.model,
+        tiny=matrix.tiny,
+        gpu=entry.gpu,
+        config=entry.config,
+        steps=steps,
+        warmup=warmup,
+    )
