@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,6 +33,12 @@ from benchmarks_db.store import BenchmarkStore
 from planner.rundir.trial import DONE_FILE, REQUEST_FILE, TrialRequest
 
 STEP_S = 0.1
+
+
+@pytest.fixture(autouse=True)
+def scratch_in_tmp_path(tmp_path, monkeypatch):
+    """The matrix's scratch folders (the system's temporary folder) in the test's own: a stopped matrix keeps its."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
 
 class StandInTrials:
@@ -201,6 +208,7 @@ def test_sigterm_stops_run_training_benchmark_as_ctrl_c_does(tmp_path, monkeypat
     assert "stopped: what ended before it is in" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) == before
     assert _statuses(BenchmarkStore(db)) == {keys[0]: "ok"} and trials.launches == [(1, keys[:2])]
+    assert list(tmp_path.glob(f"hardware-selector-matrix-*/*/{DONE_FILE}"))  # kept for the next run to read back
 
 
 def test_a_launch_is_killed_at_a_deadline_that_moves():
