@@ -86,10 +86,10 @@ lint: $(STAMP)
 # of the multi-rank tests has: two workers of two threads each would contend for two cores);
 # TEST_WORKERS=0 runs it in this process. The 15 slowest tests are listed at the end: CI's budget is 20 minutes.
 TEST_WORKERS ?= 2
-# Bytecode for our own packages first: under PYTHONDONTWRITEBYTECODE (CI sets it) each of the suite's
-# hundreds of processes would compile them again.
+# Bytecode for our own packages, and for the tests and tutorial scripts the ranks import, first: under
+# PYTHONDONTWRITEBYTECODE (CI sets it) each of the suite's hundreds of processes would compile them again.
 test: lint $(SKY_STAMP)
-	$(PY) -m compileall -q -j 0 planner backends hardware_selector_cli benchmarks_db benchmarks scripts hardware_selector.py run_training_benchmark.py
+	$(PY) -m compileall -q -j 0 planner backends hardware_selector_cli benchmarks_db benchmarks scripts tests docs/tutorial/code hardware_selector.py run_training_benchmark.py
 	SKY_VENV=$(SKY_VENV) $(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1) $(PY) -m pytest -q --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 clean:
