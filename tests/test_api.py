@@ -138,3 +138,30 @@ def test_serving_formats_are_one_line_naming_the_argument():
         with pytest.raises(ValueError, match=f"^{keyword} must be one of ") as raised:
             get_inference_config("text_generation", "gpt2", **{keyword: value})
         assert "\n" not in str(raised.value)
+
+
+def test_what_would_fit_names_keyword_arguments_not_flags():
+    """An API caller cannot pass `--weights` or `--distributed --gpu-count`: a suggestion or error of
+    get_inference_config and get_distributed_training_config names the keyword arguments, and a suggested
+    call, made as printed, fits (docs/selector.md)."""
+    import inspect
+    import re
+
+    from hardware_selector import get_inference_config
+
+    methods = (HardwareSelector.get_inference_config, HardwareSelector.get_distributed_training_config)
+    keywords = {name for method in methods for name in inspect.signature(method).parameters}
+    serving = get_inference_config("text_generation", "llama-3-8b", gpu_count=1, batch_size=4, max_memory_gb=16)
+    training = get_distributed_training_config("text_generation", "llama-2-70b", 1, 8, gpu="T4")
+    lines = serving["suggestions"] + training["suggestions"]
+    assert not any("--" in line for line in lines), lines
+    named = {name for line in lines for name in re.findall(r"\b([a-z]+(?:_[a-z]+)+)\b", line)}
+    assert named and named <= keywords, named - keywords
+    assert "weights='int8' fits on 1 x T4" in serving["suggestions"]
+    cluster = re.search(r"\(gpu_count=(\d+), gpus_per_node=(\d+)\) fits", " ".join(serving["suggestions"]))
+    assert cluster is not None, serving["suggestions"]
+    count, per_node = int(cluster.group(1)), int(cluster.group(2))
+    assert get_inference_config("text_generation", "llama-3-8b", gpu_count=count, gpus_per_node=per_node,
+                                batch_size=4, max_memory_gb=16)["fits"]  # fmt: skip
+    with pytest.raises(UserInputError, match="shorten context or output_tokens$"):
+        get_inference_config("text_generation", "llama-3-8b", context=9000)

@@ -15,12 +15,13 @@ Conventions:
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from planner.errors import UserInputError, UserInputTypeError, known_keywords
 from planner.hardware.cluster import check_nvme
 from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
 from planner.inference import InferenceRequest
+from planner.inference.flags import ServingFlags
 from planner.limits import (
     MAX_BATCH,
     MAX_GIB,
@@ -37,10 +38,11 @@ from planner.models.spec import ModelSpec
 from planner.plan import Plan
 from planner.search import Objective
 from planner.search.layouts import family_label
+from planner.search.suggest import SuggestionFlags
 from planner.selector.gpu_choice import DEFAULT_GPU, cluster_for, gpu_with_memory
 from planner.selector.legacy_dict import STRATEGY_NAMES, TORCH_FSDP_SHARDING, no_fit_summary, plan_summary
-from planner.selector.serving import inference_answer
-from planner.selector.training import default_seq_len, plan_training, strategy_kinds
+from planner.selector.serving import API_SERVING_FLAGS, inference_answer
+from planner.selector.training import API_FLAGS, default_seq_len, plan_training, strategy_kinds
 from planner.training_config import Precision
 
 if TYPE_CHECKING:  # annotations only: the selector never imports transformers until asked for arguments
@@ -130,6 +132,10 @@ def _task(task_type: str) -> str:
 class HardwareSelector:
     """Plans training for a model: which strategy, batch split, precision, and which GPU."""
 
+    # How an answer's suggestions name a change: this API's keyword arguments (the seed CLI's subclass: its flags).
+    training_flags: ClassVar[SuggestionFlags] = API_FLAGS
+    serving_flags: ClassVar[ServingFlags] = API_SERVING_FLAGS
+
     @known_keywords
     def __init__(self, seq_len: int | None = None, headroom_fraction: float = 0.1) -> None:
         if seq_len is not None:
@@ -216,6 +222,7 @@ class HardwareSelector:
             batch_size,
             allow_engine=allow_engine,
             strategies=strategy_kinds(strategies) if strategies is not None else None,
+            flags=self.training_flags,
             seq_len=self._seq_len(spec, seq_len),
             headroom_fraction=self.headroom_fraction,
             objective=_choice("objective", Objective, objective),
@@ -268,7 +275,7 @@ class HardwareSelector:
             objective=objective,
             headroom_fraction=self.headroom_fraction,
         )
-        return inference_answer(spec, cluster, request)
+        return inference_answer(spec, cluster, request, self.serving_flags)
 
     @known_keywords
     def select_hardware_for_task(
@@ -321,7 +328,7 @@ class HardwareSelector:
                     spec, batch=batch_size, context=length, headroom_fraction=self.headroom_fraction
                 )
                 try:
-                    summary = inference_answer(spec, cluster, request)
+                    summary = inference_answer(spec, cluster, request, self.serving_flags)
                 except UserInputError as error:  # e.g. no bf16 on this GPU: not a candidate
                     estimates[entry.name] = {"fits": False, "gpu": entry.name, "why": str(error)}
                     continue
@@ -335,6 +342,7 @@ class HardwareSelector:
                 cluster,
                 batch_size,
                 allow_engine=allow_engine,
+                flags=self.training_flags,
                 seq_len=length,
                 headroom_fraction=self.headroom_fraction,
                 top_k=1,
