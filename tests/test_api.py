@@ -122,7 +122,7 @@ def test_booleans_are_booleans_and_candidates_a_list():
     for keyword, value, message in (
         ("distributed", "no", "distributed must be True or False"),
         ("include_detected", "yes", "include_detected must be True or False"),
-        ("candidates", "A100-80GB", "candidates is a list of GPU names"),
+        ("candidates", "A100-80GB", r"candidates must be a list of names such as \[.A100-80GB.\]"),
     ):
         with pytest.raises(ValueError, match=message):
             select_hardware_for_task("text_generation", "gpt2", **{keyword: value})
@@ -165,3 +165,12 @@ def test_what_would_fit_names_keyword_arguments_not_flags():
                                 batch_size=4, max_memory_gb=16)["fits"]  # fmt: skip
     with pytest.raises(UserInputError, match="shorten context or output_tokens$"):
         get_inference_config("text_generation", "llama-3-8b", context=9000)
+
+
+def test_a_memory_cap_that_leaves_no_candidate_says_so():
+    """select_hardware_for_task(max_memory_gb=8, candidates=["A10"]) said "no catalog GPU fits gpt2 ...; raise
+    gpu_count", as if gpt2 were too big: the cap had left no GPU to plan on."""
+    from planner.selector import select_hardware_for_task
+
+    with pytest.raises(ValueError, match="^no candidate GPU has max_memory_gb 8 or less; raise max_memory_gb"):
+        select_hardware_for_task("text_generation", "gpt2", max_memory_gb=8, candidates=["A10"], include_detected=False)
