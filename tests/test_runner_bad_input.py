@@ -211,10 +211,7 @@ def test_a_corrupted_checkpoint_names_the_flag_that_starts_afresh(user, tmp_path
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
-        (
-            ["--record", "--db", "data.csv"],
-            "--db data.csv is not a DuckDB database (a record written there would be lost)",
-        ),
+        (["--record", "--db", "data.csv"], "--db data.csv is not a DuckDB database; pass --db a .duckdb file"),
         (["--record", "--db", "a folder"], "--db a folder is a folder"),
         (["--metrics", "a folder"], "--metrics a folder is a folder"),
         (["--metrics", "/proc/none/metrics.jsonl"], "cannot create /proc/none"),

@@ -14,8 +14,6 @@ from pathlib import Path
 
 from planner.errors import UserInputError
 
-DUCKDB_MAGIC = b"DUCK"  # bytes 8-11 of every DuckDB database file
-
 
 def _writable_file(path: Path, what: str, flag: str) -> None:
     """`path` can be created or appended to: not a folder, in a writable folder (made here if missing, as the
@@ -36,15 +34,10 @@ def _writable_file(path: Path, what: str, flag: str) -> None:
 
 def check_database(path: Path) -> None:
     """A database a run records into: an existing DuckDB file, or a new one in a writable folder."""
+    from benchmarks_db.paths import check_db_path
+
+    check_db_path(path)  # a record written into another format's file would be lost
     _writable_file(path, "the benchmark database", "--db")
-    if path.is_file() and path.stat().st_size:
-        with open(path, "rb") as handle:
-            header = handle.read(12)
-        if header[8:12] != DUCKDB_MAGIC:
-            raise UserInputError(
-                f"--db {path} is not a DuckDB database (a record written there would be lost); name a .duckdb "
-                "file, or a new path"
-            )
 
 
 def check_output_paths(args: argparse.Namespace) -> None:
