@@ -34,13 +34,13 @@ def check_db_path(path: Path) -> Path:
     """`path` can hold a benchmark database: an existing DuckDB file or a new path, not a folder, a link to
     nothing, a blank name or another format's file (SQLite, a CSV, /proc/self/status). Every --db reaches the
     database through here (BenchmarkStore), before a lock file is made beside it or DuckDB reads it."""
-    if not path.name.strip():  # '', '.' (what an empty --db becomes) or blanks
-        raise UserInputError(f"--db {str(path)!r} names no file (is it empty?); pass --db a .duckdb file")
+    if path.is_dir():  # an empty --db too: it is '.' once a Path
+        raise UserInputError(f"--db {path} is a folder; pass --db a .duckdb file (or a new path)")
+    if not path.name.strip():
+        raise UserInputError(f"--db {str(path)!r} names no file; pass --db a .duckdb file")
     if path.is_symlink() and not path.exists():
         raise UserInputError(f"--db {path} links to {os.readlink(path)}, which does not exist; fix the link or pass "
                              "--db another path")  # fmt: skip
-    if path.is_dir():
-        raise UserInputError(f"--db {path} is a folder; pass --db a .duckdb file (or a new path)")
     if path.exists():
         try:
             with open(path, "rb") as handle:

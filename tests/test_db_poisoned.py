@@ -131,7 +131,7 @@ def test_every_db_path_mistake_is_one_line_and_leaves_no_lock_file(tmp_path, cap
     (tmp_path / "other.db").write_bytes(b"SQLite format 3\0" + bytes(100))  # a SQLite database's header
     (tmp_path / "gone.duckdb").symlink_to(tmp_path / "missing" / "x.duckdb")
     for db, message in (
-        ("", "--db '.' names no file (is it empty?)"),
+        ("", "--db . is a folder"),
         ("  ", "--db '  ' names no file"),
         ("gone.duckdb", "gone.duckdb links to "),
         ("/proc/self/status", "--db /proc/self/status is not a DuckDB database"),

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from planner.errors import UserInputError
+from planner.files import check_writable
 
 
 def _writable_file(path: Path, what: str, flag: str) -> None:
@@ -28,8 +29,10 @@ def _writable_file(path: Path, what: str, flag: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)  # as the run would; a folder that cannot be made fails here
     except OSError as error:
         raise UserInputError(f"{flag} {path}: cannot create {path.parent} ({error.strerror or error})") from None
-    if not os.access(path.parent, os.W_OK):
-        raise UserInputError(f"{flag} {path}: {path.parent} is not writable; name a file in a writable folder")
+    try:
+        check_writable(path)  # a file made and removed there: os.access says yes to root in /proc
+    except UserInputError as error:
+        raise UserInputError(f"{flag}: {error}") from None
 
 
 def check_database(path: Path) -> None:
