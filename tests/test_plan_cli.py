@@ -87,6 +87,10 @@ def test_plan_objective_cost_may_use_fewer_gpus_and_reports_cost(capsys):
         (["--experts", "8", "--top-k", "2"], "--experts, --top-k shape a model"),
         (["--mlp", "standard"], "with --model they would be ignored"),
         (["--no-offload", "--nvme-gb", "2000"], "--nvme-gb 2000 offers NVMe to offload to, and --no-offload leaves"),
+        # A flag that applies to nothing asked for was dropped, or searched to "nothing fits".
+        (["--force"], "--force replaces the files of an emitted folder; add --emit DIR"),
+        (["--strategies", "engine", "--lora-rank", "8"], "--strategies engine leaves nothing to search (engine"),
+        (["--mode", "inference", "--elastic", "2:4"], "--elastic plan training, not serving"),
     ],
 )
 def test_bad_plan_input_is_one_line_and_exit_2(capsys, extra, message):
@@ -305,9 +309,10 @@ def test_fsdp_sharding_beside_another_strategy_is_one_line(capsys, flags, messag
     assert err.startswith("error:") and message in err and "\n" not in err
 
 
-def test_fsdp_sharding_alone_narrows_to_fsdp_and_hybrid_on_one_node_says_why(capsys):
+def test_fsdp_sharding_alone_narrows_to_fsdp_and_hybrid_on_one_node_is_one_line_saying_why(capsys):
     best = _json(capsys, [*PLAN_ARGS, "--json", "--fsdp-sharding", "grad-op"])["best"]
     assert best["config"]["strategy"] == "fsdp" and best["config"]["fsdp_sharding"] == "grad-op"
     one_node = ["plan", "--model", "gpt2", "--gpu", "A100-80GB", "--gpus-per-node", "2", "--json"]
-    document = _json(capsys, [*one_node, "--fsdp-sharding", "hybrid"])
-    assert document["best"] is None and "on one node it is full sharding" in document["rejected"]["FSDP hybrid"]
+    assert main([*one_node, "--fsdp-sharding", "hybrid"]) == 2  # was "nothing fits", and suggestions
+    err = capsys.readouterr().err.strip()
+    assert "--strategies fsdp-hybrid leaves nothing to search" in err and "on one node it is full sharding" in err
