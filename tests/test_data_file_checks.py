@@ -120,3 +120,17 @@ def test_a_parquet_column_that_is_missing_or_not_text_is_named_before_torchrun(t
     (source,) = resolve_sources([str(tmp_path / "t.parquet")])
     with pytest.raises(UserInputError, match=r"no 'content' field \(it has 'body', 'text'\)"):
         check_source(source.path, source.kind, "content")
+
+
+def test_an_evaluation_set_without_training_data_is_refused_at_emit(tmp_path, capsys):
+    """`plan --emit --eval-data` without --data was emitted and trained on synthetic tokens; only the ranks'
+    data preparation refused it, after torchrun had started them. The run contract refuses it (DataConfig)."""
+    from hardware_selector_cli.app import main
+
+    (tmp_path / "eval.txt").write_text("held out text\n")
+    argv = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "32", "--global-batch", "4",
+            "--strategies", "ddp", "--emit", str(tmp_path / "run"), "--eval-data", str(tmp_path / "eval.txt")]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--eval-data needs --data" in err and "\n" not in err, err
+    assert not (tmp_path / "run").exists()
