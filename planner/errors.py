@@ -17,7 +17,16 @@ R = TypeVar("R")
 
 
 class UserInputError(ValueError):
-    """Bad input: the message says what is wrong and what to do instead."""
+    """Bad input: the message says what is wrong and what to do instead, on one line (docs/errors.md).
+
+    A value the user gave is often quoted in the message and may hold a line break (an --image pasted with
+    one): breaks are shown escaped, so the message stays one line wherever it is printed."""
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        text = str(message)
+        if any(char in text for char in "\n\r\v\f"):
+            text = text.replace("\r", "\\r").replace("\n", "\\n").replace("\v", "\\v").replace("\f", "\\f")
+        super().__init__(text, *args)
 
 
 class UserInputTypeError(UserInputError, TypeError):
