@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks_db.store import BenchmarkStore
 from hardware_selector_cli.app import main
 from planner.training_config import TrainingConfig
+from tests.db_samples import sample_record
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HEAVY_MODULES = ("torch", "transformers", "deepspeed", "accelerate")
@@ -213,15 +215,34 @@ def test_plan_emit_writes_the_best_plans_run_folder_and_refuses_to_overwrite(tmp
     assert main([*argv, "--force"]) == 0
 
 
-@pytest.mark.parametrize("where", ["/proc/hardware-selector-run", "file/run"])
-def test_plan_emit_into_a_place_that_cannot_hold_a_folder_is_one_line(tmp_path, capsys, where):
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("/proc/hardware-selector-run", "--emit: cannot write /proc/hardware-selector-run/plan.json: "),
+        ("file/run", "is a file, not a folder"),
+        ("gone", "links to "),  # a link to nothing: the run would be made wherever it points
+        ("/proc/page.html", "--report: cannot write /proc/page.html: "),
+    ],
+)
+def test_plan_output_where_it_cannot_be_written_is_one_line_before_the_search(
+    tmp_path, capsys, monkeypatch, where, message
+):
+    """--emit and --report were refused only after the search, behind the notes it prints (a read-only benchmark
+    database's); they are checked first now, so the line is the only one."""
     (tmp_path / "file").write_text("not a folder")
+    (tmp_path / "gone").symlink_to(tmp_path / "unmounted" / "runs")
+    database = tmp_path / "shared.duckdb"
+    BenchmarkStore(database).add(sample_record())
+    (tmp_path / "shared.duckdb.lock").unlink()
+    (tmp_path / "shared.duckdb.lock").mkdir()  # read-only: reading it prints a note first
+    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(database))
     target = where if where.startswith("/") else str(tmp_path / where)
+    flag = "--report" if where.endswith(".html") else "--emit"
     argv = ["plan", "--model", "gpt2", "--gpu", "A100-40GB", "--gpus-per-node", "2", "--seq-len", "512"]
-    assert main([*argv, "--emit", target]) == 2
+    assert main([*argv, flag, target]) == 2
     error = capsys.readouterr().err.strip()
-    assert error.startswith(f"error: cannot create the run folder {target}: ") and error.endswith("writable directory")
-    assert "\n" not in error and "Traceback" not in error
+    assert error.startswith("error: ") and message in error and "\n" not in error, error
+    assert not (tmp_path / "unmounted").exists()
 
 
 def test_emitted_files_get_the_umask_mode_not_a_private_one(tmp_path, capsys):

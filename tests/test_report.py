@@ -266,4 +266,6 @@ def test_bad_report_input_is_one_line(tmp_path):
     assert "has no plan.json" in one_line_exit_2(cli_in_process("report", tmp_path / "empty"))
     assert cli_in_process("plan", *PLAN_ARGS, "--emit", tmp_path / "fresh").returncode == 0
     assert "no training metrics" in one_line_exit_2(cli_in_process("report", tmp_path / "fresh"))
+    unwritable = cli_in_process("report", tmp_path / "fresh", "-o", "/proc/page.html")  # refused before reading
+    assert "report -o: cannot write /proc/page.html" in one_line_exit_2(unwritable)
     assert not (tmp_path / "fresh" / "report.html").exists() and not (tmp_path / "empty" / "report.html").exists()
