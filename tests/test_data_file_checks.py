@@ -111,6 +111,15 @@ def test_well_formed_files_pass_both_doors(tmp_path):
         through_reader(tmp_path / path)
 
 
+@pytest.mark.parametrize("name", ["empty.jsonl", "empty.json"])
+def test_a_zero_byte_json_file_holds_no_documents_not_a_traceback(tmp_path, name):
+    """datasets' reader ended a 0-byte .jsonl in a bare StopIteration, a RuntimeError inside our generator:
+    `train --data empty.jsonl` printed a traceback. It reads as no rows, which train refuses in one line."""
+    (tmp_path / name).write_bytes(b"")
+    (source,) = resolve_sources([str(tmp_path / name)])
+    assert list(iter_documents([source], text_field="text", text_unit="paragraph")) == []
+
+
 def test_a_parquet_column_that_is_missing_or_not_text_is_named_before_torchrun(tmp_path):
     import datasets
 
