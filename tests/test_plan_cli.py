@@ -93,6 +93,9 @@ def test_plan_objective_cost_may_use_fewer_gpus_and_reports_cost(capsys):
         (["--force"], "--force replaces the files of an emitted folder; add --emit DIR"),
         (["--strategies", "engine", "--lora-rank", "8"], "--strategies engine leaves nothing to search (engine"),
         (["--mode", "inference", "--elastic", "2:4"], "--elastic plan training, not serving"),
+        # An empty text value (an unset shell variable) read as the flag left out: --gpu "" planned this machine.
+        (["--gpu", ""], "--gpu is empty; give it a value, or leave it out"),
+        (["--interconnect", " "], "--interconnect is empty"),
     ],
 )
 def test_bad_plan_input_is_one_line_and_exit_2(capsys, extra, message):
@@ -108,7 +111,7 @@ def test_an_empty_emit_folder_is_one_line_and_writes_nothing(capsys, tmp_path, m
     (tmp_path / "README.md").write_text("mine\n")
     assert main([*PLAN_ARGS, "--emit", folder, "--force"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: --emit needs a folder name") and "\n" not in err
+    assert err.startswith("error: --emit is empty; give it a value, or leave it out") and "\n" not in err
     assert [path.name for path in tmp_path.iterdir()] == ["README.md"] and (
         tmp_path / "README.md"
     ).read_text() == "mine\n"
