@@ -8,6 +8,7 @@ catalog model stay fast.
 from __future__ import annotations
 
 import sys
+from pathlib import PurePath
 from typing import Any
 
 import click
@@ -76,7 +77,7 @@ def _refuse_blank_text(command: click.Command) -> click.Command:
     def checked(previous: Any, name: str) -> Any:
         def callback(ctx: Any, param: Any, value: Any) -> Any:
             for item in value if isinstance(value, (list, tuple)) else [value]:
-                if isinstance(item, str) and not item.strip():
+                if isinstance(item, (str, PurePath)) and not str(item).strip():  # a Path of blanks too
                     raise UserInputError(f"{name} is empty; give it a value, or leave it out")
             return previous(ctx, param, value) if previous is not None else value
 
