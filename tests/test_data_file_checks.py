@@ -143,3 +143,11 @@ def test_an_evaluation_set_without_training_data_is_refused_at_emit(tmp_path, ca
     err = capsys.readouterr().err.strip()
     assert "--eval-data needs --data" in err and "\n" not in err, err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_data_link_to_nothing_is_named_as_a_link(tmp_path):
+    """glob matches a dangling link, so `--data corpus.jsonl` (a link to an unmounted disk) passed every
+    pattern check and failed reading "/mnt/.../corpus.jsonl: cannot be read", not saying it was a link."""
+    (tmp_path / "corpus.jsonl").symlink_to(tmp_path / "unmounted" / "corpus.jsonl")
+    with pytest.raises(UserInputError, match=r"--data .*corpus.jsonl links to .*unmounted.*, which does not exist"):
+        resolve_sources([str(tmp_path / "corpus.jsonl")])
