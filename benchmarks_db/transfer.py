@@ -90,6 +90,8 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple]]:
 
 
 def _row_record(values: dict) -> RunRecord:
+    if values.get("host") is None:  # empty in every record (environment.py); a CSV's "" reads back as NULL
+        values["host"] = ""
     peaks = values.get("peak_memory_per_rank_bytes")
     if isinstance(peaks, str):
         values["peak_memory_per_rank_bytes"] = json.loads(peaks) if peaks.strip() else None
