@@ -44,9 +44,10 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Write a run's report page: loss, throughput, MFU and memory over time beside the plan's prediction."""
-        from planner.report.page import check_report_target
+        from planner.report.page import check_report_target, require_plotly
         from planner.rundir.plan_file import read_plan_file
 
+        require_plotly("report")  # before anything is read: the extra is missing whatever the folder holds
         if not run_dir.is_dir():
             what = f"{run_dir} is a file, not a run folder" if run_dir.exists() else f"{run_dir}: no such run folder"
             raise UserInputError(f"{what}; emit one with `hardware-selector plan ... --emit DIR`")
