@@ -55,6 +55,10 @@ def _count(low: int, high: int = 1 << 20):
     return parse
 
 
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week per config: past it, a typo (1e20 overflowed the process poll)
+RUN_DEFAULTS = {"steps": 8, "warmup": 2, "timeout": 600.0}  # applied after check_flags, which must see None
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -62,7 +66,33 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not 0 < value < float("inf"):  # nan fails this too
         raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    if value > MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"{text} seconds is more than a week ({MAX_TIMEOUT_S:.0f} s)")
     return value
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """A flag that cannot apply to what was asked is an error, not dropped; a path written later is checked now,
+    before the matrix is described (docs/benchmarks.md)."""
+    measuring = [flag for name, flag in (("steps", "--steps"), ("warmup", "--warmup"), ("timeout", "--timeout"),
+                 ("retry_failed", "--retry-failed"), ("db", "--db")) if getattr(args, name) not in (None, False)]  # fmt: skip
+    if measuring and not args.run:
+        raise UserInputError(f"{', '.join(measuring)} apply to measuring the matrix; add --run, or drop them")
+    counts = [flag for name, flag in (("max_gpus", "--max-gpus"), ("gpus_per_node", "--gpus-per-node"))
+              if getattr(args, name) is not None]  # fmt: skip
+    if counts and not args.distributed:
+        raise UserInputError(f"{', '.join(counts)} shape the GPU counts of --distributed; add it, or drop them")
+    if args.output is not None:
+        from planner.files import check_writable
+
+        check_writable(args.output)
+    if args.db is not None:
+        from benchmarks_db.paths import check_db_path
+
+        check_db_path(args.db.expanduser())
+    for name, value in RUN_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-gpus", type=_count(1, 1 << 16), default=None, help="largest GPU count (default 8; 2 on cpu)"
     )
     parser.add_argument(
-        "--gpus-per-node", type=_count(1, 1 << 10), default=8, help="GPUs per node for counts above it (default 8)"
+        "--gpus-per-node", type=_count(1, 1 << 10), default=None, help="GPUs per node for counts above it (default 8)"
     )
     parser.add_argument(
         "--strategies",
@@ -112,12 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tiny", action="store_true", help="the model's architecture at tiny sizes (CPU runs, tests)")
     parser.add_argument("--output", type=Path, help="write the matrix JSON here (atomically) instead of stdout")
     parser.add_argument("--run", action="store_true", help="measure the matrix here and record it in the database")
-    parser.add_argument("--steps", type=_count(1, 1 << 20), default=8, help="measured steps per config (default 8)")
-    parser.add_argument("--warmup", type=_count(0, 1 << 20), default=2, help="unmeasured steps first (default 2)")
+    parser.add_argument("--steps", type=_count(1, 1 << 20), help="measured steps per config (default 8)")
+    parser.add_argument("--warmup", type=_count(0, 1 << 20), help="unmeasured steps first (default 2)")
     parser.add_argument(
         "--timeout",
         type=_seconds,
-        default=600.0,
         help="seconds each config may take before it is killed (default 600); configs of one GPU count share a "
         "launch, so each counts from the end of the one before it, the first's with the launch's start-up",
     )
@@ -188,7 +217,9 @@ def generate(args, spec) -> list:
             raise UserInputError(
                 f"the runner's --tiny trains {TINY_SEQ_LEN}-token sequences; use --seq-len {TINY_SEQ_LEN} or less"
             )
-        per_node = max_gpus if kind == "cpu" else args.gpus_per_node
+        if kind == "cpu" and args.gpus_per_node is not None:
+            raise UserInputError("--gpus-per-node: cpu ranks are processes on this one machine; drop it")
+        per_node = max_gpus if kind == "cpu" else args.gpus_per_node or 8
         matrix = generate_matrix(
             spec,
             hardware=kind,
@@ -282,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if not args.model:
             raise UserInputError("--model is required (see --list-models)")
+        check_flags(args)
         from rich.console import Console
 
         from planner.files import write_json_atomic

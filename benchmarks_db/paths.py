@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from planner.errors import UserInputError
+
 DB_ENV_VAR = "HARDWARE_SELECTOR_DB"
 DB_FILE_NAME = "benchmarks.duckdb"
+DUCKDB_MAGIC = b"DUCK"  # bytes 8-11 of every DuckDB database file
 
 
 def default_db_path() -> Path:
@@ -25,3 +28,27 @@ def default_db_path() -> Path:
 def resolve_db_path(path: str | Path | None) -> Path:
     """The flag's path if given, else the environment's or the default one."""
     return Path(path).expanduser() if path else default_db_path()
+
+
+def check_db_path(path: Path) -> Path:
+    """`path` can hold a benchmark database: an existing DuckDB file or a new path, not a folder, a link to
+    nothing, a blank name or another format's file (SQLite, a CSV, /proc/self/status). Every --db reaches the
+    database through here (BenchmarkStore), before a lock file is made beside it or DuckDB reads it."""
+    if path.is_dir():  # an empty --db too: it is '.' once a Path
+        raise UserInputError(f"--db {path} is a folder; pass --db a .duckdb file (or a new path)")
+    if not path.name.strip():
+        raise UserInputError(f"--db {str(path)!r} names no file; pass --db a .duckdb file")
+    if path.is_symlink() and not path.exists():
+        raise UserInputError(f"--db {path} links to {os.readlink(path)}, which does not exist; fix the link or pass "
+                             "--db another path")  # fmt: skip
+    if path.exists():
+        try:
+            with open(path, "rb") as handle:
+                header = handle.read(12)  # /proc files report size 0 but hold bytes: read, do not stat
+        except OSError as error:
+            raise UserInputError(
+                f"cannot read --db {path}: {error.strerror or error}; pass --db a file you can read"
+            ) from None
+        if header and header[8:12] != DUCKDB_MAGIC:
+            raise UserInputError(f"--db {path} is not a DuckDB database; pass --db a .duckdb file (or a new path)")
+    return path

@@ -20,7 +20,7 @@ from typing import Any
 
 from planner.errors import UserInputError
 
-from .paths import resolve_db_path
+from .paths import check_db_path, resolve_db_path
 from .record import RunRecord, RunStatus
 from .schema import SCHEMA_VERSION, applied_version, check_ours, migrate
 
@@ -40,7 +40,7 @@ def record_from_row(row: tuple) -> RunRecord:
 
 class BenchmarkStore:
     def __init__(self, path: str | Path | None = None, *, lock_timeout_s: float = 120.0):
-        self.path = resolve_db_path(path)
+        self.path = check_db_path(resolve_db_path(path))
         self.lock_timeout_s = lock_timeout_s
         self.skipped_rows = 0  # rows the last runs() left out because they fail validation (non-finite, absurd)
         self._said_read_only = False
@@ -98,8 +98,6 @@ class BenchmarkStore:
 
         # Our lock serialises our own processes; a foreign one (the duckdb CLI) may
         # still hold the file, so retry DuckDB's own lock error for a while too.
-        if self.path.is_dir():
-            raise UserInputError(f"--db {self.path} is a folder; pass --db a .duckdb file (or a new path)")
         deadline = time.monotonic() + self.lock_timeout_s
         delay = 0.05
         while True:

@@ -47,9 +47,9 @@ def export_runs(store: BenchmarkStore, path: str | Path, *, force: bool = False)
     """Write every run to a Parquet or CSV file (atomically); returns how many. An existing file is replaced
     only with force: it may be another export, or a file that is not ours at all."""
     target = Path(path)
+    if target.is_dir():  # before the file type: a folder (or '.', an empty path) has none
+        raise UserInputError(f"{target} is a folder; give the export a file name ending in .parquet or .csv")
     fmt = file_format(target)
-    if target.is_dir():
-        raise UserInputError(f"{target} is a folder; give the export a file name ending in .{fmt}")
     if target.exists() and not force:
         raise UserInputError(f"{target} exists; pass --force to replace it, or choose another file name")
     # CSV has no list type: the per-rank peaks travel as a JSON array.
@@ -90,6 +90,8 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple]]:
 
 
 def _row_record(values: dict) -> RunRecord:
+    if values.get("host") is None:  # empty in every record (environment.py); a CSV's "" reads back as NULL
+        values["host"] = ""
     peaks = values.get("peak_memory_per_rank_bytes")
     if isinstance(peaks, str):
         values["peak_memory_per_rank_bytes"] = json.loads(peaks) if peaks.strip() else None
@@ -98,8 +100,10 @@ def _row_record(values: dict) -> RunRecord:
 
 def import_runs(store: BenchmarkStore, path: str | Path) -> ImportReport:
     source = Path(path)
+    if source.is_dir():  # an empty path too: it is '.' once a Path
+        raise UserInputError(f"{source} is a folder; import a .parquet or .csv file written by `db export`")
     if not source.is_file():
-        raise UserInputError(f"{source}: no such file")
+        raise UserInputError(f"{source}: no such file; import a .parquet or .csv file written by `db export`")
     names, rows = _read_rows(source)
     missing = [column for column in REQUIRED_COLUMNS if column not in names]
     if missing:

@@ -8,6 +8,8 @@ catalog model stay fast.
 from __future__ import annotations
 
 import sys
+from pathlib import PurePath
+from typing import Any
 
 import click
 import typer
@@ -68,9 +70,31 @@ ABORTS = _classes("Abort") + (typer.Abort,)
 EXITS = _classes("Exit") + (typer.Exit,)
 
 
+def _refuse_blank_text(command: click.Command) -> click.Command:
+    """Every text option and argument of every command: a value given empty or blank is one line. `--gpu ""` (an
+    unset shell variable) planned this machine's GPU as if --gpu were left out, `--model ""` asked for a model."""
+
+    def checked(previous: Any, name: str) -> Any:
+        def callback(ctx: Any, param: Any, value: Any) -> Any:
+            for item in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(item, (str, PurePath)) and not str(item).strip():  # a Path of blanks too
+                    raise UserInputError(f"{name} is empty; give it a value, or leave it out")
+            return previous(ctx, param, value) if previous is not None else value
+
+        return callback
+
+    for param in command.params:  # a value is text once converted only for a text parameter (paths are Paths)
+        flags = [opt for opt in getattr(param, "opts", []) if opt.startswith("-")]
+        name = max(flags, key=len) if flags else str(param.name).upper()  # --gpu, or RUN_ID
+        param.callback = checked(param.callback, name)
+    for sub in getattr(command, "commands", {}).values():
+        _refuse_blank_text(sub)
+    return command
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app and map errors to exit codes."""
-    command = typer.main.get_command(app)
+    command = _refuse_blank_text(typer.main.get_command(app))
     try:
         result = command.main(args=argv, prog_name="hardware-selector", standalone_mode=False)
     except UserInputError as error:

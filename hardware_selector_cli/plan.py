@@ -104,6 +104,8 @@ def register(app: typer.Typer) -> None:
         """Find the fastest (or cheapest) way to train a model on a cluster, and explain it."""
         emit = emit_folder(emit_dir)
         launch = launch_target(launcher, image)
+        if force and emit is None:  # whatever the mode: only an emitted folder has files to replace
+            raise UserInputError("--force replaces the files of an emitted folder; add --emit DIR, or drop --force")
         if not serving.inference:
             check_cost_flags(cost, search.objective, cluster)
         if cost.clouds is not None:
@@ -121,6 +123,7 @@ def register(app: typer.Typer) -> None:
         if serving.inference:
             training_only = search.training_flags_given(routing_default=routing.is_default, emitting=emit is not None)
             training_only += run.given() + (["--launcher"] if launch is not None else [])
+            training_only += ["--elastic"] if elastic is not None else []
             training_only += [
                 flag
                 for flag, value in (("--nvme-gb", cluster.nvme_gb), ("--nvme-gbps", cluster.nvme_gbps))

@@ -44,17 +44,17 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Write a run's report page: loss, throughput, MFU and memory over time beside the plan's prediction."""
-        from planner.report.page import check_report_target
-
-        target = check_report_target(output if output is not None else run_dir / "report.html", "report -o")
-        if not run_dir.is_dir():
-            raise UserInputError(
-                f"{run_dir}: no such run folder; emit one with `hardware-selector plan ... --emit DIR`"
-            )
-        from backends.runner.metrics import read_metrics
+        from planner.report.page import check_report_target, require_plotly
         from planner.rundir.plan_file import read_plan_file
 
-        plan, run = read_plan_file(run_dir)
+        require_plotly("report")  # before anything is read: the extra is missing whatever the folder holds
+        if not run_dir.is_dir():
+            what = f"{run_dir} is a file, not a run folder" if run_dir.exists() else f"{run_dir}: no such run folder"
+            raise UserInputError(f"{what}; emit one with `hardware-selector plan ... --emit DIR`")
+        plan, run = read_plan_file(run_dir)  # a folder that is not a run says so before where the page would go
+        target = check_report_target(output if output is not None else run_dir / "report.html", "report -o")
+        from backends.runner.metrics import read_metrics
+
         rows = read_metrics(run_dir / "metrics.jsonl")
         tune = _tune_block(run_dir)
         if not any(row.get("kind") == "train" for row in rows) and tune is None:

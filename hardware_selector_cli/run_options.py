@@ -9,6 +9,7 @@ without --emit they are an error, never ignored.
 from __future__ import annotations
 
 import inspect
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,11 +38,21 @@ class RunOptionValues:
 
 def emit_folder(value: str | None) -> Path | None:
     """--emit's folder; an empty or blank one is an error, never the current folder (whose files --force would
-    replace)."""
+    replace), and so is a place where it cannot be written."""
     if value is None:
         return None
     if not value.strip():
         raise UserInputError("--emit needs a folder name; an empty path would write into the current folder")
+    from planner.files import check_writable
+
+    folder = Path(value).expanduser()
+    if folder.is_symlink() and not folder.exists():  # the run would be made wherever the link points
+        raise UserInputError(f"--emit {value} links to {os.readlink(folder)}, which does not exist; create it, or "
+                             "remove the link")  # fmt: skip
+    try:  # a place that refuses the folder fails now, not after the search (or a tune's trials)
+        check_writable(folder / "plan.json")
+    except UserInputError as error:
+        raise UserInputError(f"--emit: {error}") from None
     return Path(value)
 
 

@@ -91,10 +91,21 @@ def _print_recommendation(result: dict) -> None:
         print(f"  - {reason}")
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from planner.selector import get_inference_config
+def _selector():
+    """The Python API, its suggestions naming this command's flags (--distributed --gpu-count N, --batch-size)."""
+    from planner.selector import HardwareSelector
+    from planner.selector.serving import SEED_SERVING_FLAGS
+    from planner.selector.training import SEED_FLAGS
 
-    result = get_inference_config(
+    class SeedSelector(HardwareSelector):
+        training_flags = SEED_FLAGS
+        serving_flags = SEED_SERVING_FLAGS
+
+    return SeedSelector()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    result = _selector().get_inference_config(
         args.model_family,
         args.model_name,
         gpu_count=args.gpu_count if args.distributed else 1,
@@ -132,8 +143,6 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def seed_main(argv: Sequence[str]) -> int:
-    from planner.selector import get_distributed_training_config
-
     args = _parser().parse_args(list(argv))
     mode = args.mode.strip().lower()
     if mode not in ("training", "inference"):
@@ -144,7 +153,7 @@ def seed_main(argv: Sequence[str]) -> int:
         if args.nvme_gb is not None or args.nvme_gbps is not None:
             raise UserInputError("--nvme-gb and --nvme-gbps plan training's offload; drop them or use --mode training")
         return _serve(args)
-    result = get_distributed_training_config(
+    result = _selector().get_distributed_training_config(
         args.model_family,
         args.model_name,
         gpu_count=args.gpu_count if args.distributed else 1,

@@ -174,10 +174,12 @@ def training_options(
             f"--fsdp-sharding {fsdp_sharding} shards FSDP, not --strategy {strategy}; use --strategy fsdp, or drop "
             "--fsdp-sharding"
         )
-    if pp_schedule is not None and pp == 1:
+    pipeline_only = [(flag, value) for flag, value in (("--pp-schedule", pp_schedule), ("--pp-layers", pp_layers),
+                     ("--virtual-stages", virtual_stages if virtual_stages != 1 else None)) if value is not None]  # fmt: skip
+    if pipeline_only and pp == 1:  # said in these flags, not the layout's field names (virtual_stages, pp)
+        flag, value = pipeline_only[0]
         raise UserInputError(
-            f"--pp-schedule {pp_schedule} orders pipeline stages; it needs --pp 2 or more (--strategy engine), "
-            "or drop it"
+            f"{flag} {value} shapes pipeline stages; it needs --pp 2 or more (--strategy engine), or drop it"
         )
     from pydantic import ValidationError
 

@@ -17,7 +17,16 @@ R = TypeVar("R")
 
 
 class UserInputError(ValueError):
-    """Bad input: the message says what is wrong and what to do instead."""
+    """Bad input: the message says what is wrong and what to do instead, on one line (docs/errors.md).
+
+    A value the user gave is often quoted in the message and may hold a line break (an --image pasted with
+    one): breaks are shown escaped, so the message stays one line wherever it is printed."""
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        text = str(message)
+        if any(char in text for char in "\n\r\v\f"):
+            text = text.replace("\r", "\\r").replace("\n", "\\n").replace("\v", "\\v").replace("\f", "\\f")
+        super().__init__(text, *args)
 
 
 class UserInputTypeError(UserInputError, TypeError):
@@ -33,13 +42,21 @@ class ConfigFieldError(UserInputError):
         super().__init__(f"{source}: field '{field}' {problem}")
 
 
-class UnknownKeywordError(UserInputTypeError):
-    """A keyword argument the function does not take (a TypeError, as Python's own, and a UserInputError)."""
+def did_you_mean(word: str, valid: list[str]) -> str:
+    """ "did you mean 'x'? " for the closest of `valid` to a misspelt `word`, or "" when none is close."""
+    close = difflib.get_close_matches(word, valid, n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}? " if close else ""
 
-    def __init__(self, function: str, keyword: str, valid: list[str]):
-        close = difflib.get_close_matches(keyword, valid, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        super().__init__(f"{function}() takes no keyword {keyword!r}; {hint}its keywords are {', '.join(valid)}")
+
+class UnknownKeywordError(UserInputTypeError):
+    """A keyword argument the function does not take (a TypeError, as Python's own, and a UserInputError).
+
+    `listed`: how the line names the valid keywords when they are too many to list (transformers'
+    TrainingArguments has over a hundred); by default it lists them."""
+
+    def __init__(self, function: str, keyword: str, valid: list[str], listed: str | None = None):
+        where = listed or f"its keywords are {', '.join(valid)}"
+        super().__init__(f"{function}() takes no keyword {keyword!r}; {did_you_mean(keyword, valid)}{where}")
 
 
 def known_keywords(function: Callable[P, R]) -> Callable[P, R]:

@@ -47,12 +47,17 @@ def _cannot_write(target: Path, error: OSError) -> UserInputError:
 
 
 def check_writable(path: str | Path) -> Path:
-    """Fail now, in atomic_path's words, when `path` could not be written later (it is a folder, a file stands
-    where one of its folders should be, its nearest existing folder refuses a new file): for a command that
-    prints before it writes. A probe file is made and removed there; no folder is created."""
+    """Fail now, in atomic_path's words, when `path` could not be written later (it names no file, links to
+    nothing, is a folder, a file stands where one of its folders should be, its nearest existing folder refuses a
+    new file, as /proc does even root): for a command that prints before it writes. A probe file is made and removed there; no folder is created."""
     target = Path(path)
-    if target.is_dir():
+    if target.is_dir():  # an empty path too: it is '.' once a Path
         raise UserInputError(f"cannot write {target}: it is a folder; name a file")
+    if not target.name.strip():
+        raise UserInputError(f"cannot write {str(path)!r}: it names no file; name a file")
+    if target.is_symlink() and not target.exists():  # open() would follow the link into a missing folder
+        raise UserInputError(f"cannot write {target}: it links to {os.readlink(target)}, which does not exist; "
+                             "fix the link or name another file")  # fmt: skip
     folder = next(ancestor for ancestor in (target.parent, *target.parent.parents) if ancestor.exists())
     try:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{target.name}.", suffix=".probe"):

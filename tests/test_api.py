@@ -123,7 +123,7 @@ def test_booleans_are_booleans_and_candidates_a_list():
     for keyword, value, message in (
         ("distributed", "no", "distributed must be True or False"),
         ("include_detected", "yes", "include_detected must be True or False"),
-        ("candidates", "A100-80GB", "candidates is a list of GPU names"),
+        ("candidates", "A100-80GB", r"candidates must be a list of names such as \[.A100-80GB.\]"),
     ):
         with pytest.raises(ValueError, match=message):
             select_hardware_for_task("text_generation", "gpt2", **{keyword: value})
@@ -139,3 +139,39 @@ def test_serving_formats_are_one_line_naming_the_argument():
         with pytest.raises(ValueError, match=f"^{keyword} must be one of ") as raised:
             get_inference_config("text_generation", "gpt2", **{keyword: value})
         assert "\n" not in str(raised.value)
+
+
+def test_what_would_fit_names_keyword_arguments_not_flags():
+    """An API caller cannot pass `--weights` or `--distributed --gpu-count`: a suggestion or error of
+    get_inference_config and get_distributed_training_config names the keyword arguments, and a suggested
+    call, made as printed, fits (docs/selector.md)."""
+    import inspect
+    import re
+
+    from hardware_selector import get_inference_config
+
+    methods = (HardwareSelector.get_inference_config, HardwareSelector.get_distributed_training_config)
+    keywords = {name for method in methods for name in inspect.signature(method).parameters}
+    serving = get_inference_config("text_generation", "llama-3-8b", gpu_count=1, batch_size=4, max_memory_gb=16)
+    training = get_distributed_training_config("text_generation", "llama-2-70b", 1, 8, gpu="T4")
+    lines = serving["suggestions"] + training["suggestions"]
+    assert not any("--" in line for line in lines), lines
+    named = {name for line in lines for name in re.findall(r"\b([a-z]+(?:_[a-z]+)+)\b", line)}
+    assert named and named <= keywords, named - keywords
+    assert "weights='int8' fits on 1 x T4" in serving["suggestions"]
+    cluster = re.search(r"\(gpu_count=(\d+), gpus_per_node=(\d+)\) fits", " ".join(serving["suggestions"]))
+    assert cluster is not None, serving["suggestions"]
+    count, per_node = int(cluster.group(1)), int(cluster.group(2))
+    assert get_inference_config("text_generation", "llama-3-8b", gpu_count=count, gpus_per_node=per_node,
+                                batch_size=4, max_memory_gb=16)["fits"]  # fmt: skip
+    with pytest.raises(UserInputError, match="shorten context or output_tokens$"):
+        get_inference_config("text_generation", "llama-3-8b", context=9000)
+
+
+def test_a_memory_cap_that_leaves_no_candidate_says_so():
+    """select_hardware_for_task(max_memory_gb=8, candidates=["A10"]) said "no catalog GPU fits gpt2 ...; raise
+    gpu_count", as if gpt2 were too big: the cap had left no GPU to plan on."""
+    from planner.selector import select_hardware_for_task
+
+    with pytest.raises(ValueError, match="^no candidate GPU has max_memory_gb 8 or less; raise max_memory_gb"):
+        select_hardware_for_task("text_generation", "gpt2", max_memory_gb=8, candidates=["A10"], include_detected=False)

@@ -225,6 +225,8 @@ def _refused(tmp_path, *flags):
     [
         ({"on_demand": -2.0}, "prices[0] (alpha A100-80GB) field 'on_demand' must be a positive USD per GPU-hour"),
         ({"on_demand": None}, "prices[0] (alpha A100-80GB) field 'on_demand' is missing"),
+        # YAML's .nan was refused as "less than or equal to 1000000"
+        ({"on_demand": float("nan")}, "prices[0] (alpha A100-80GB) field 'on_demand' Input should be a finite number"),
         ({"gpu": "Z9000"}, "names GPU 'Z9000', which the GPU catalog does not have"),
     ],
 )

@@ -111,6 +111,15 @@ def test_well_formed_files_pass_both_doors(tmp_path):
         through_reader(tmp_path / path)
 
 
+@pytest.mark.parametrize("name", ["empty.jsonl", "empty.json"])
+def test_a_zero_byte_json_file_holds_no_documents_not_a_traceback(tmp_path, name):
+    """datasets' reader ended a 0-byte .jsonl in a bare StopIteration, a RuntimeError inside our generator:
+    `train --data empty.jsonl` printed a traceback. It reads as no rows, which train refuses in one line."""
+    (tmp_path / name).write_bytes(b"")
+    (source,) = resolve_sources([str(tmp_path / name)])
+    assert list(iter_documents([source], text_field="text", text_unit="paragraph")) == []
+
+
 def test_a_parquet_column_that_is_missing_or_not_text_is_named_before_torchrun(tmp_path):
     import datasets
 
@@ -120,3 +129,25 @@ def test_a_parquet_column_that_is_missing_or_not_text_is_named_before_torchrun(t
     (source,) = resolve_sources([str(tmp_path / "t.parquet")])
     with pytest.raises(UserInputError, match=r"no 'content' field \(it has 'body', 'text'\)"):
         check_source(source.path, source.kind, "content")
+
+
+def test_an_evaluation_set_without_training_data_is_refused_at_emit(tmp_path, capsys):
+    """`plan --emit --eval-data` without --data was emitted and trained on synthetic tokens; only the ranks'
+    data preparation refused it, after torchrun had started them. The run contract refuses it (DataConfig)."""
+    from hardware_selector_cli.app import main
+
+    (tmp_path / "eval.txt").write_text("held out text\n")
+    argv = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "32", "--global-batch", "4",
+            "--strategies", "ddp", "--emit", str(tmp_path / "run"), "--eval-data", str(tmp_path / "eval.txt")]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--eval-data needs --data" in err and "\n" not in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_data_link_to_nothing_is_named_as_a_link(tmp_path):
+    """glob matches a dangling link, so `--data corpus.jsonl` (a link to an unmounted disk) passed every
+    pattern check and failed reading "/mnt/.../corpus.jsonl: cannot be read", not saying it was a link."""
+    (tmp_path / "corpus.jsonl").symlink_to(tmp_path / "unmounted" / "corpus.jsonl")
+    with pytest.raises(UserInputError, match=r"--data .*corpus.jsonl links to .*unmounted.*, which does not exist"):
+        resolve_sources([str(tmp_path / "corpus.jsonl")])

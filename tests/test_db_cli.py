@@ -178,7 +178,10 @@ def test_export_over_an_existing_file_needs_force_and_replaces_it_whole(tmp_path
     assert mine.read_text() == "my own table\n"  # untouched
     (tmp_path / "folder.csv").mkdir()
     assert main(["db", "export", str(tmp_path / "folder.csv"), "--db", str(store.path), "--force"]) == 2
-    assert "folder.csv is a folder; give the export a file name ending in .csv" in capsys.readouterr().err
+    assert "folder.csv is a folder; give the export a file name ending in .parquet or .csv" in capsys.readouterr().err
+    # an import from a folder, or from an empty path ('.'), said "no such file" of a folder that is there
+    assert main(["db", "import", str(tmp_path / "folder.csv"), "--db", str(store.path)]) == 2
+    assert "folder.csv is a folder; import a .parquet or .csv file" in capsys.readouterr().err
     assert main(["db", "export", str(mine), "--db", str(store.path), "--force"]) == 0
     assert mine.read_text().startswith("id,") and [p.name for p in tmp_path.iterdir() if "mine" in p.name] == [
         "mine.csv"

@@ -120,3 +120,24 @@ def test_a_db_duckdb_cannot_read_is_said_in_our_words_not_duckdbs(tmp_path, caps
         err = capsys.readouterr().err.strip()
         assert message in err and "\n" not in err, err
         assert not any(internal in err for internal in ("IO Error", "Catalog Error", "Invalid Input", "location")), err
+
+
+def test_every_db_path_mistake_is_one_line_and_leaves_no_lock_file(tmp_path, capsys, monkeypatch):
+    """`db list --db ''` was a traceback (Path('.') has no name for a lock), '  ' and a link to nothing listed 0
+    runs, /proc/self/status printed a read-only note before its error, and a SQLite file was "a damaged DuckDB
+    database"; each left a .lock file beside it. Every --db is checked where the store is made
+    (benchmarks_db/paths.check_db_path)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "other.db").write_bytes(b"SQLite format 3\0" + bytes(100))  # a SQLite database's header
+    (tmp_path / "gone.duckdb").symlink_to(tmp_path / "missing" / "x.duckdb")
+    for db, message in (
+        ("", "--db . is a folder"),
+        ("  ", "--db is empty"),  # the CLI's own check; run-training-benchmark's --db meets check_db_path's
+        ("gone.duckdb", "gone.duckdb links to "),
+        ("/proc/self/status", "--db /proc/self/status is not a DuckDB database"),
+        ("other.db", "--db other.db is not a DuckDB database"),
+    ):
+        assert main(["db", "list", "--db", db]) == 2, db
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err, (db, err)
+    assert not list(tmp_path.glob("*.lock")) and not (tmp_path / "missing").exists()

@@ -195,8 +195,9 @@ def test_existing_folder_refused_unless_forced(tmp_path):
         ({"learning_rate": float("nan")}, "learning_rate must be a finite number from 1e-12 to 10, not nan"),
         ({"learning_rate": "x"}, "learning_rate must be a number, not str 'x'"),
         ({"gradient_accumulation_steps": 2.5}, "gradient_accumulation_steps must be a whole number, not 2.5"),
-        ({"bogus_key": 1}, "bogus_key is not a TrainingArguments argument"),
-        ({"nproc_override": 0}, "--nproc must be at least 1, got 0"),
+        ({"bogus_key": 1}, "training_arguments() takes no keyword 'bogus_key'; its other keywords are transformers"),
+        ({"learning_rat": 1e-4}, "takes no keyword 'learning_rat'; did you mean 'learning_rate'? its other keywords"),
+        ({"nproc_override": 0}, "nproc_override must be at least 1, not 0"),
     ],
 )
 def test_training_arguments_refuses_overrides_transformers_would_take_silently(tmp_path, overrides, message):

@@ -183,9 +183,21 @@ def test_a_stage_or_switch_given_as_a_string_is_one_line_not_coerced():
         ({"zero_optimization": {"stage": "3"}}, "zero_optimization.stage"),
         ({"fp16": {"enabled": "yes"}}, "fp16.enabled"),
         ({"fp16": {"enabled": True, "initial_scale_power": 1000}}, "fp16.initial_scale_power"),
+        # a batch, a rate or a switch of another type was coerced: true ran a batch of 1, "1e-3" a rate
+        ({"train_batch_size": True}, "train_batch_size"),
+        ({"train_batch_size": "8"}, "train_batch_size"),
+        ({"train_micro_batch_size_per_gpu": 2.0}, "train_micro_batch_size_per_gpu"),
+        ({"train_batch_size": 10**20}, "train_batch_size"),
+        ({"optimizer": {"type": "AdamW", "params": {"lr": "1e-3"}}}, "optimizer.params.lr"),
+        ({"optimizer": {"type": "AdamW", "params": {"betas": ["0.9", 0.99]}}}, "optimizer.params.betas.0"),
+        ({"optimizer": {"type": "Adam", "params": {"adam_w_mode": "false"}}}, "optimizer.params.adam_w_mode"),
+        ({"gradient_clipping": "1.0"}, "gradient_clipping"),
+        ({"steps_per_print": "10"}, "steps_per_print"),
+        ({"hardware_selector": {"sequence_parallel": 1}}, "hardware_selector.sequence_parallel"),
     ):
         with pytest.raises(UserInputError, match=re.escape(f"'{name}'")):
             load_engine_config(document)
     assert (
         load_engine_config({"zero_optimization": {"stage": 3, "reduce_bucket_size": 5e8}}).zero_optimization.stage == 3
     )
+    assert load_engine_config({"gradient_clipping": 1, "optimizer": {"params": {"lr": 1}}}).gradient_clipping == 1.0

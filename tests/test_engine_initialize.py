@@ -85,3 +85,20 @@ def test_compression_comes_from_our_key_or_deepspeeds_communication_data_type():
         match="communication_data_type 'fp16' and hardware_selector.compression 'int8' disagree; set one of them",
     ):
         load_engine_config({"communication_data_type": "fp16", "hardware_selector": {"compression": "int8"}})
+
+
+@pytest.mark.parametrize(
+    ("argument", "value", "message"),
+    [
+        ("training_data", 5, "training_data must be a map-style dataset"),
+        ("model_parameters", 5, "model_parameters must be the model's parameters"),
+        ("model_parameters", ["w"], "model_parameters must be the model's parameters"),
+        ("collate_fn", 5, "collate_fn must be a function"),
+        ("metrics_path", 123, "metrics_path must be a file path"),
+    ],
+)
+def test_an_argument_of_another_kind_is_one_line_before_anything_is_built(argument, value, message):
+    """training_data=5 and model_parameters=5 failed inside the DataLoader or a set comprehension (a TypeError
+    from torch), metrics_path=123 inside open(); each is now refused by name first."""
+    with pytest.raises(UserInputError, match=f"^{message}"):
+        backends.initialize(model=torch.nn.Linear(2, 2), config={}, **{argument: value})

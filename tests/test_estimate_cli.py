@@ -284,8 +284,11 @@ def test_bad_combinations_one_line_exit_2(capsys, flags, fragment):
         (["--strategy", "zero2", "--fsdp-sharding", "full"], "use --strategy fsdp, or drop --fsdp-sharding"),
         (
             ["--strategy", "engine", "--pp-schedule", "gpipe"],
-            "--pp-schedule gpipe orders pipeline stages; it needs --pp",
+            "--pp-schedule gpipe shapes pipeline stages; it needs --pp",
         ),
+        # said in the layout's field names once ("layout: virtual_stages > 1 needs pipeline parallelism (pp > 1)")
+        (["--strategy", "engine", "--virtual-stages", "2"], "--virtual-stages 2 shapes pipeline stages; it needs --pp"),
+        (["--strategy", "engine", "--pp-layers", "6,6"], "--pp-layers 6,6 shapes pipeline stages; it needs --pp"),
     ],
 )
 def test_a_flag_that_cannot_apply_is_an_error_not_a_no_op(flags, message):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
 
 from planner.errors import UserInputError
-from planner.files import atomic_path, file_mode, write_json_atomic, write_text_atomic
+from planner.files import atomic_path, check_writable, file_mode, write_json_atomic, write_text_atomic
 
 
 def _umask() -> int:
@@ -41,3 +42,18 @@ def test_an_unwritable_place_is_a_user_error_naming_the_path(tmp_path):
         write_text_atomic(tmp_path / "file" / "sub" / "out.json", "{}")
     with pytest.raises(UserInputError, match=r"cannot write /proc/nope/out.json: "):
         write_text_atomic("/proc/nope/out.json", "{}")
+
+
+def test_check_writable_refuses_what_a_later_write_could_not_do(tmp_path):
+    """An empty name ('.' once it is a Path), a link to nothing and /proc (where even root makes no file) are
+    one line before the command prints, not an error after it (run-training-benchmark --output)."""
+    (tmp_path / "gone.json").symlink_to(tmp_path / "missing" / "out.json")
+    for path, message in (
+        ("", "cannot write .: it is a folder"),
+        ("  ", "it names no file"),
+        (tmp_path / "gone.json", "it links to "),
+        ("/proc/out.json", "cannot write /proc/out.json"),
+    ):
+        with pytest.raises(UserInputError, match=re.escape(message)):
+            check_writable(path)
+    assert check_writable(tmp_path / "new" / "out.json") == tmp_path / "new" / "out.json"

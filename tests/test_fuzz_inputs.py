@@ -22,7 +22,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hardware_selector import get_distributed_training_config
 from hardware_selector_cli.app import main
 
 settings.register_profile(
@@ -209,74 +208,6 @@ def test_the_reported_hangs_and_nans_are_one_line(capsys, argv, message):
         assert main(["plan", "--model", "llama-2-7b", "--gpu", "A100-80GB", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err, err
-
-
-ARGUMENT_VALUES = st.sampled_from([None, "two", True, 10**40, -1, 0, 2.5, float("nan"), "lots", 123, 8])
-
-
-@PROFILE
-@given(
-    argument=st.sampled_from(["gpu_count", "batch_size", "max_memory_gb", "model_name", "model_family"]),
-    value=ARGUMENT_VALUES,
-)
-def test_the_python_api_returns_or_raises_a_value_or_type_error_naming_the_argument(argument, value):
-    call = {"model_family": "text_generation", "model_name": "facebook/opt-1.3b", "gpu_count": 8, "batch_size": 4}
-    call[argument] = value
-    with guard():
-        try:
-            result = get_distributed_training_config(**call)
-        except (ValueError, TypeError) as error:
-            message = str(error)
-            assert "\n" not in message and (argument in message or "model" in message), (argument, value, message)
-            return
-    assert isinstance(result, dict) and _finite({k: v for k, v in result.items() if k != "plan"})
-
-
-OPTION_VALUES = st.sampled_from(
-    [None, "yes", "True", "2048", 8.0, 0, -3, True, False, 5, [None], ["FSDP"], "fsdp", "H100-80GB", "bf16-mixed"]
-)
-
-
-@PROFILE
-@given(
-    option=st.sampled_from(
-        [
-            "gpus_per_node",
-            "seq_len",
-            "allow_engine",
-            "strategies",
-            "gpu",
-            "precision",
-            "objective",
-            "batch_size",
-            "nvme_gb",
-            "nvme_gbps",
-        ]
-    ),
-    value=OPTION_VALUES,
-)
-def test_every_keyword_of_the_python_api_is_taken_or_refused_by_name(option, value):
-    """Strings for numbers, floats for counts, booleans as strings, a lone name for a list: each is a
-    TypeError or ValueError naming the keyword, in one sentence, or a plan."""
-    call = {"model_family": "text_generation", "model_name": "gpt2", "gpu_count": 2, "batch_size": 4, option: value}
-    with guard():
-        try:
-            result = get_distributed_training_config(**call)
-        except (ValueError, TypeError) as error:
-            message = str(error)
-            assert "\n" not in message and option.lower() in message.lower(), (option, value, message)
-            return
-    wrong_type = {
-        "allow_engine": not isinstance(value, bool),
-        "strategies": value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)),
-        "seq_len": value is not None and (isinstance(value, bool) or not isinstance(value, int)),
-        "gpus_per_node": value is not None and (isinstance(value, bool) or not isinstance(value, int)),
-        "batch_size": value is not None and (isinstance(value, bool) or not isinstance(value, int)),
-        "nvme_gb": value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))),
-        "nvme_gbps": value is not None,  # a bandwidth without nvme_gb has no NVMe to describe
-    }.get(option, False)
-    assert not wrong_type, f"{option}={value!r} was taken"
-    assert isinstance(result, dict)
 
 
 CONFIG_VALUES = st.sampled_from([None, 0, -1, 1, 3, 7, 64, 4096, 10**8, 10**40, 2.5, float("nan"), "big", True, [], {}])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 
 import pytest
@@ -136,3 +137,26 @@ def test_db_import_keeps_the_good_rows_and_the_database_still_plans(capsys, tmp_
     assert imported == len(BenchmarkStore(database).runs())
     _check(capsys, ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "128", "--json",
                     "--db", str(database)])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--no-resume", "--resume-from", "ckpt"], "--resume-from resumes a checkpoint and --no-resume starts afresh"),
+        (["--trainer", "--strategy", "engine"], "--trainer runs DDP, FSDP or DeepSpeed"),
+        (["--steps-only", "--eval-every", "5"], "--eval-every: --steps-only trains and times the steps"),
+        (["--steps-only", "--save-every", "10"], "--save-every: --steps-only"),
+        (["--no-record", "--db", "bench.duckdb"], "--db names the database a run records into"),
+        (["--tiny", "--record", "--db", "bench.duckdb"], "--tiny runs record nothing"),
+    ],
+)
+def test_runner_flags_of_which_one_would_be_dropped_are_one_line(flags, message):
+    """Each pair was taken, the second flag dropped without a word (train --dry-run printed the torchrun
+    command); a tune's trial (--steps-only --save-every 0 --no-resume --no-record) stays accepted."""
+    from backends.runner.options import parse_args
+    from planner.errors import UserInputError
+
+    with pytest.raises(UserInputError, match=re.escape(message)):
+        parse_args(["--plan", "run", *flags])
+    trial = ["--plan", "run", "--steps-only", "--save-every", "0", "--no-resume", "--no-record", "--tiny"]
+    assert parse_args(trial).steps_only

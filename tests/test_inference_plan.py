@@ -143,6 +143,17 @@ def test_bad_serving_input_is_one_line(capsys, argv, message):
     assert err.startswith("error:") and message in err and "\n" not in err, err
 
 
+def test_what_would_serve_names_plan_flags(capsys):
+    """plan --mode inference's suggestions name its own flags (planner/inference/flags.py), not the seed CLI's
+    --batch-size or the API's keywords."""
+    assert main(["plan", "--mode", "inference", "--model", "llama-3-8b", "--gpu", "T4", "--gpus-per-node", "1",
+                 "--batch", "4"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert out.startswith("nothing fits serving llama-3-8b on 1 x T4"), out
+    assert "--weights int8 fits on 1 x T4" in out and "(--gpus-per-node 2 --nodes 1) fits" in out
+    assert "a smaller --batch needs" in out and "--batch-size" not in out and "=" not in out
+
+
 def test_plan_inference_table_fits_80_columns(monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["plan", "--mode", "inference", "--model", "llama-2-70b", "--gpu", "H100-80GB", "--batch", "32"]) == 0

@@ -376,6 +376,8 @@ def test_the_target_sets_launch_shs_launcher(tmp_path, target, launcher):
         (["--launcher", "kube"], "error: --launcher must be one of torchrun, slurm, k8s, skypilot, mpi, not 'kube'"),
         (["--launcher", "mpi", "--image", "ghcr.io/a/b:1"], "error: --image is for --launcher k8s or skypilot"),
         (["--launcher", "k8s", "--image", "My Image"], "error: --image 'My Image' is not an image reference"),
+        # a value with a line break, quoted in the message, split it over two lines (planner/errors.py)
+        (["--launcher", "skypilot", "--image", "a\nb"], "error: --image 'a\\nb' is not an image reference"),
     ],
 )
 def test_bad_launch_targets_are_one_line(tmp_path, extra, message):

@@ -66,6 +66,13 @@ def test_directory_without_config_json_is_a_clear_error(tmp_path):
         resolve_model(str(tmp_path))
 
 
+@pytest.mark.parametrize("name", ["{root}/models/config.json", "./llama/config.json", "~/nowhere-model-dir"])
+def test_a_path_that_is_not_there_is_named_as_a_path_not_an_unknown_model(tmp_path, name):
+    """It said "unknown model '/x/config.json'; ... (or pass a config.json path ...)": what its user had done."""
+    with pytest.raises(UserInputError, match=r": no such file or folder; point at a model directory or its config"):
+        resolve_model(name.format(root=tmp_path))
+
+
 def make_hf_cache(root: Path, repo_id: str, catalog_name: str) -> Path:
     """The layout huggingface_hub writes: models--org--name/{refs/main, snapshots/<rev>/config.json}."""
     repo_dir = root / ("models--" + repo_id.replace("/", "--"))

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks_db.store import BenchmarkStore
 from hardware_selector_cli.app import main
 from planner.training_config import TrainingConfig
+from tests.db_samples import sample_record
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HEAVY_MODULES = ("torch", "transformers", "deepspeed", "accelerate")
@@ -87,6 +89,13 @@ def test_plan_objective_cost_may_use_fewer_gpus_and_reports_cost(capsys):
         (["--experts", "8", "--top-k", "2"], "--experts, --top-k shape a model"),
         (["--mlp", "standard"], "with --model they would be ignored"),
         (["--no-offload", "--nvme-gb", "2000"], "--nvme-gb 2000 offers NVMe to offload to, and --no-offload leaves"),
+        # A flag that applies to nothing asked for was dropped, or searched to "nothing fits".
+        (["--force"], "--force replaces the files of an emitted folder; add --emit DIR"),
+        (["--strategies", "engine", "--lora-rank", "8"], "--strategies engine leaves nothing to search (engine"),
+        (["--mode", "inference", "--elastic", "2:4"], "--elastic plan training, not serving"),
+        # An empty text value (an unset shell variable) read as the flag left out: --gpu "" planned this machine.
+        (["--gpu", ""], "--gpu is empty; give it a value, or leave it out"),
+        (["--interconnect", " "], "--interconnect is empty"),
     ],
 )
 def test_bad_plan_input_is_one_line_and_exit_2(capsys, extra, message):
@@ -102,7 +111,7 @@ def test_an_empty_emit_folder_is_one_line_and_writes_nothing(capsys, tmp_path, m
     (tmp_path / "README.md").write_text("mine\n")
     assert main([*PLAN_ARGS, "--emit", folder, "--force"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: --emit needs a folder name") and "\n" not in err
+    assert err.startswith("error: --emit is empty; give it a value, or leave it out") and "\n" not in err
     assert [path.name for path in tmp_path.iterdir()] == ["README.md"] and (
         tmp_path / "README.md"
     ).read_text() == "mine\n"
@@ -209,15 +218,34 @@ def test_plan_emit_writes_the_best_plans_run_folder_and_refuses_to_overwrite(tmp
     assert main([*argv, "--force"]) == 0
 
 
-@pytest.mark.parametrize("where", ["/proc/hardware-selector-run", "file/run"])
-def test_plan_emit_into_a_place_that_cannot_hold_a_folder_is_one_line(tmp_path, capsys, where):
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("/proc/hardware-selector-run", "--emit: cannot write /proc/hardware-selector-run/plan.json: "),
+        ("file/run", "is a file, not a folder"),
+        ("gone", "links to "),  # a link to nothing: the run would be made wherever it points
+        ("/proc/page.html", "--report: cannot write /proc/page.html: "),
+    ],
+)
+def test_plan_output_where_it_cannot_be_written_is_one_line_before_the_search(
+    tmp_path, capsys, monkeypatch, where, message
+):
+    """--emit and --report were refused only after the search, behind the notes it prints (a read-only benchmark
+    database's); they are checked first now, so the line is the only one."""
     (tmp_path / "file").write_text("not a folder")
+    (tmp_path / "gone").symlink_to(tmp_path / "unmounted" / "runs")
+    database = tmp_path / "shared.duckdb"
+    BenchmarkStore(database).add(sample_record())
+    (tmp_path / "shared.duckdb.lock").unlink()
+    (tmp_path / "shared.duckdb.lock").mkdir()  # read-only: reading it prints a note first
+    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(database))
     target = where if where.startswith("/") else str(tmp_path / where)
+    flag = "--report" if where.endswith(".html") else "--emit"
     argv = ["plan", "--model", "gpt2", "--gpu", "A100-40GB", "--gpus-per-node", "2", "--seq-len", "512"]
-    assert main([*argv, "--emit", target]) == 2
+    assert main([*argv, flag, target]) == 2
     error = capsys.readouterr().err.strip()
-    assert error.startswith(f"error: cannot create the run folder {target}: ") and error.endswith("writable directory")
-    assert "\n" not in error and "Traceback" not in error
+    assert error.startswith("error: ") and message in error and "\n" not in error, error
+    assert not (tmp_path / "unmounted").exists()
 
 
 def test_emitted_files_get_the_umask_mode_not_a_private_one(tmp_path, capsys):
@@ -305,9 +333,10 @@ def test_fsdp_sharding_beside_another_strategy_is_one_line(capsys, flags, messag
     assert err.startswith("error:") and message in err and "\n" not in err
 
 
-def test_fsdp_sharding_alone_narrows_to_fsdp_and_hybrid_on_one_node_says_why(capsys):
+def test_fsdp_sharding_alone_narrows_to_fsdp_and_hybrid_on_one_node_is_one_line_saying_why(capsys):
     best = _json(capsys, [*PLAN_ARGS, "--json", "--fsdp-sharding", "grad-op"])["best"]
     assert best["config"]["strategy"] == "fsdp" and best["config"]["fsdp_sharding"] == "grad-op"
     one_node = ["plan", "--model", "gpt2", "--gpu", "A100-80GB", "--gpus-per-node", "2", "--json"]
-    document = _json(capsys, [*one_node, "--fsdp-sharding", "hybrid"])
-    assert document["best"] is None and "on one node it is full sharding" in document["rejected"]["FSDP hybrid"]
+    assert main([*one_node, "--fsdp-sharding", "hybrid"]) == 2  # was "nothing fits", and suggestions
+    err = capsys.readouterr().err.strip()
+    assert "--strategies fsdp-hybrid leaves nothing to search" in err and "on one node it is full sharding" in err

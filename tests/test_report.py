@@ -266,4 +266,11 @@ def test_bad_report_input_is_one_line(tmp_path):
     assert "has no plan.json" in one_line_exit_2(cli_in_process("report", tmp_path / "empty"))
     assert cli_in_process("plan", *PLAN_ARGS, "--emit", tmp_path / "fresh").returncode == 0
     assert "no training metrics" in one_line_exit_2(cli_in_process("report", tmp_path / "fresh"))
+    unwritable = cli_in_process("report", tmp_path / "fresh", "-o", "/proc/page.html")  # refused before reading
+    assert "report -o: cannot write /proc/page.html" in one_line_exit_2(unwritable)
+    # RUN_DIR is read first: a file or /proc was refused as where the page would go ("report -o: cannot write")
+    (tmp_path / "notes.txt").write_text("mine")
+    assert "notes.txt is a file, not a run folder" in one_line_exit_2(cli_in_process("report", tmp_path / "notes.txt"))
+    assert "/proc has no plan.json" in one_line_exit_2(cli_in_process("report", "/proc"))
+    assert "RUN_DIR is empty" in one_line_exit_2(cli_in_process("report", "  "))  # ": no such run folder" once
     assert not (tmp_path / "fresh" / "report.html").exists() and not (tmp_path / "empty" / "report.html").exists()

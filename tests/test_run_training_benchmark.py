@@ -50,11 +50,9 @@ def test_output_into_a_place_that_cannot_hold_it_is_one_line(tmp_path, capsys):
     (tmp_path / "file").write_text("not a folder")
     out = tmp_path / "file" / "matrix.json"
     assert run_training_benchmark.main(["--model", "gpt2", "--output", str(out)]) == 2
-    error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert (
-        error.startswith(f"error: cannot write {out}: {tmp_path / 'file'} is a file, not a folder")
-        and "Traceback" not in error
-    )
+    error = capsys.readouterr().err.strip()  # one line: checked before the matrix is described
+    assert error.startswith(f"error: cannot write {out}: {tmp_path / 'file'} is a file, not a folder"), error
+    assert "\n" not in error
 
 
 def test_t5_matrix_for_cuda_and_rocm_goes_to_stdout(capsys):
@@ -131,6 +129,18 @@ def test_engine_layouts_are_checked_by_the_planner():
         (["--model", "gpt2", "--micro-batches", "-1"], "argument --micro-batches: -1 is outside 1.."),
         (["--model", "gpt2", "--precision", "bogus"], "argument --precision: invalid choice: 'bogus'"),
         (["--model", "gpt2", "--gpus-per-node", "0"], "argument --gpus-per-node: 0 is outside 1.."),
+        # a timeout past a week overflowed the runner's poll into a traceback
+        (["--model", "gpt2", "--timeout", "1e20"], "argument --timeout: 1e20 seconds is more than a week"),
+        # flags that could not apply were dropped without a word
+        (["--model", "gpt2", "--steps", "3"], "--steps apply to measuring the matrix; add --run"),
+        (["--model", "gpt2", "--retry-failed", "--db", "x.duckdb"], "--retry-failed, --db apply to measuring"),
+        (["--model", "gpt2", "--max-gpus", "4"], "--max-gpus shape the GPU counts of --distributed; add it"),
+        (["--model", "gpt2", "--hardware", "cpu", "--distributed", "--gpus-per-node", "2"], "cpu ranks are processes"),
+        # a path written after the matrix was described: checked before it (stderr held two lines of it first)
+        (["--model", "gpt2", "--output", ""], "cannot write .: it is a folder"),
+        (["--model", "gpt2", "--output", "  "], "cannot write '  ': it names no file"),
+        (["--model", "gpt2", "--hardware", "cpu", "--run", "--db", "/"], "--db / is a folder"),
+        (["--model", "gpt2", "--hardware", "cpu", "--run", "--db", "/proc/self/status"], "is not a DuckDB database"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):

@@ -93,9 +93,10 @@ def test_every_row_names_the_run_config_field_it_sets():
     from planner.rundir.run_option_table import SETS
 
     assert set(SETS) == {option.key for option in RUN_OPTIONS}
-    for key, where in SETS.items():
-        block, _, field = where.partition(".")
-        assert field in RunConfig.model_fields[block].annotation.model_fields, key  # type: ignore[union-attr]
+    for key, fields in SETS.items():
+        for where in fields.split("|"):
+            block, _, field = where.partition(".")
+            assert field in RunConfig.model_fields[block].annotation.model_fields, key  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
@@ -111,6 +112,10 @@ def test_every_row_names_the_run_config_field_it_sets():
         ({"epochs": float("inf")}, "--epochs inf: inf is not a finite number; give --epochs a finite number"),
         # A warmup longer than the run never reaches the peak learning rate.
         ({"warmup_steps": 50, "steps": 10}, "--warmup-steps 50 is more than --steps 10: the learning rate would"),
+        # --seed sets data.seed and optim.seed; the first was named as "run option 'data.seed'"
+        ({"seed": -1}, "--seed must be greater than or equal to 0, not -1"),
+        # a NaN factor failed the range check as "must be less than or equal to 1000000"
+        ({"on_loss_spike": "stop:nan"}, "--on-loss-spike 'stop:nan': the factor after ':' must be a number above 1"),
     ],
 )
 def test_a_run_option_out_of_range_is_one_line_naming_the_flag_typed(overrides, message):

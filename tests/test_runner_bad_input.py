@@ -211,19 +211,19 @@ def test_a_corrupted_checkpoint_names_the_flag_that_starts_afresh(user, tmp_path
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
-        (
-            ["--record", "--db", "data.csv"],
-            "--db data.csv is not a DuckDB database (a record written there would be lost)",
-        ),
+        (["--record", "--db", "data.csv"], "--db data.csv is not a DuckDB database; pass --db a .duckdb file"),
         (["--record", "--db", "a folder"], "--db a folder is a folder"),
         (["--metrics", "a folder"], "--metrics a folder is a folder"),
         (["--metrics", "/proc/none/metrics.jsonl"], "cannot create /proc/none"),
+        (["--metrics", "/proc/metrics.jsonl"], "--metrics: cannot write /proc/metrics.jsonl"),  # root may, /proc not
+        (["--metrics", "gone.jsonl"], "gone.jsonl: it links to "),  # open() would follow it into nowhere
     ],
 )
 def test_a_path_the_run_would_write_is_checked_before_any_rank_starts(run_dir, tmp_path, monkeypatch, extra, fragment):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data.csv").write_text("step,loss\n1,2.0\n")
     (tmp_path / "a folder").mkdir()
+    (tmp_path / "gone.jsonl").symlink_to(tmp_path / "unmounted" / "metrics.jsonl")
     before = sorted(path.name for path in run_dir.iterdir())
     one_line_error(cli("train", run_dir, "--steps", "1", *extra), fragment)
     assert sorted(path.name for path in run_dir.iterdir()) == before  # no rank started, nothing written

@@ -168,3 +168,28 @@ def test_what_would_fit_names_only_flags_the_seed_command_has(capsys):
     assert fewest is not None, out
     assert main([*request, *fewest.group(1).split()]) == 0
     assert capsys.readouterr().out.startswith("Recommended: ")
+
+
+def test_what_would_serve_names_only_flags_the_seed_command_has(capsys):
+    """`--mode inference` once suggested `--weights int8`, `--gpus-per-node 2 --nodes 1` and `--batch`, which
+    only `plan` has; its suggestions now name the seed command's own flags, and the count, asked for as printed,
+    serves."""
+    import re
+
+    from hardware_selector import main
+    from hardware_selector_cli.seed_cli import _parser
+
+    own = set(_parser()._option_string_actions)
+    request = ["--model-family", "text_generation", "--model-name", "llama-3-8b", "--mode", "inference",
+               "--batch-size", "4", "--max-memory-gb", "16"]  # fmt: skip
+    assert main(request) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("Nothing serves this on 1 x "), out
+    flags = set(re.findall(r"--[a-z][a-z-]*", out))
+    assert "--batch-size" in flags and flags <= own, flags - own
+    bigger = re.search(r"\((--distributed --gpu-count \d+)\) fits", out)
+    assert bigger is not None, out
+    assert main([*request, *bigger.group(1).split()]) == 0
+    assert capsys.readouterr().out.startswith("Recommended: ")
+    assert main([*request[:6], "--seq-len", "9000"]) == 2  # the seed's prompt length is --seq-len
+    assert "shorten --seq-len" in capsys.readouterr().err

@@ -171,6 +171,7 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path):
         # told only after every trial had run.
         (["tune", str(folder), "--global-batch", "64"], "drop --global-batch"),
         (["tune", "-m", "gpt2", "--gpu", "cpu", "--emit", str(taken)], "already exists; pass --force"),
+        (["tune", "-m", "gpt2", "--gpu", "cpu", "--emit", "/proc/tuned"], "--emit: cannot write /proc/tuned/"),
         (
             ["plan", "-m", "gpt2", "--gpu", "cpu", "--emit", str(tmp_path / "x"), "--steps", "2", "--epochs", "2"],
             "--steps and --epochs both say how long to train",

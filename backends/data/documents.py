@@ -93,6 +93,8 @@ def _values(source: Source, text_field: str) -> Iterator[Any]:
         for batch in dataset.iter(batch_size=BATCH_ROWS):
             yield from batch[column]
         return
+    if source.path.stat().st_size == 0:  # no rows; datasets' reader ends in a bare StopIteration on it
+        return
     import datasets
 
     # datasets logs pyarrow's several-line message for a malformed JSON file; the reader's one line says it

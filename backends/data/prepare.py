@@ -130,9 +130,7 @@ def prepare_data(
     seed: int,
 ) -> RunData:
     """The run's training and evaluation blocks (see the module docstring)."""
-    if data.synthetic:
-        if data.eval:
-            raise UserInputError("--eval-data needs --data: synthetic tokens have nothing to evaluate against")
+    if data.synthetic:  # no eval either: DataConfig refuses --eval-data without --data
         train = SyntheticTokens(max(SYNTHETIC_SAMPLES, global_batch), seq_len, vocab_size, seed=seed)
         return RunData(
             train=train, eval=None, train_tokens=len(train) * seq_len, description="synthetic tokens (no --data)"

@@ -58,6 +58,7 @@ def initialize(
 
     from backends.engine.engine import Engine
     from backends.engine.initialize_args import (
+        check_argument_types,
         check_model_parameters,
         data_loader,
         scheduler_from,
@@ -78,6 +79,9 @@ def initialize(
         raise UserInputError(f"backends.initialize: model must be a torch.nn.Module, not {type(model).__name__}")
     if mpu is not None or mesh_param is not None:
         raise UserInputError("our engine builds its process groups from hardware_selector.layout; drop mpu/mesh_param")
+    if hasattr(model_parameters, "__iter__") and not isinstance(model_parameters, (str, bytes)):
+        model_parameters = list(model_parameters)  # model.parameters() is a generator, and it is read twice
+    check_argument_types(training_data, model_parameters, collate_fn, metrics_path)
     settings = _one_config(
         config=config, config_params=config_params, deepspeed_config=getattr(args, "deepspeed_config", None)
     )

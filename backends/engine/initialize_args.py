@@ -23,6 +23,7 @@ object is read back into the config's block:
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from planner.contract.engine_config import EngineConfig, with_changes
@@ -96,6 +97,30 @@ def with_pipeline_flag(settings: EngineConfig, pipeline: Any, model: Any, world_
     return with_changes(
         settings, {"hardware_selector": pipelined}, ("pipeline=True", f"became hardware_selector.layout.pp {stages}")
     )
+
+
+def check_argument_types(training_data: Any, model_parameters: Any, collate_fn: Any, metrics_path: Any) -> None:
+    """Each argument of another kind is one line naming it, before anything is built: an int for
+    training_data or model_parameters failed deep in the DataLoader or a set comprehension. (lr_scheduler is
+    scheduler_from's: a scheduler object gets its own line.)"""
+    import torch
+
+    if training_data is not None and not (hasattr(training_data, "__len__") and hasattr(training_data, "__getitem__")):
+        raise UserInputError(
+            f"training_data must be a map-style dataset (a torch Dataset or a list: len() and indexing), not "
+            f"{type(training_data).__name__}"
+        )
+    if model_parameters is not None:
+        items = list(model_parameters) if hasattr(model_parameters, "__iter__") else None
+        if items is None or not all(isinstance(item, torch.Tensor) for item in items):
+            raise UserInputError(
+                f"model_parameters must be the model's parameters (model.parameters()), not "
+                f"{type(model_parameters).__name__}"
+            )
+    if collate_fn is not None and not callable(collate_fn):
+        raise UserInputError(f"collate_fn must be a function, not {type(collate_fn).__name__} {collate_fn!r}")
+    if metrics_path is not None and not isinstance(metrics_path, (str, os.PathLike)):
+        raise UserInputError(f"metrics_path must be a file path (str or Path), not {type(metrics_path).__name__}")
 
 
 def check_model_parameters(model: Any, model_parameters: Any) -> None:

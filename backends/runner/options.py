@@ -85,7 +85,30 @@ def parse_args(argv: list[str] | None, *, prog: str = "python -m backends.run") 
     )
     # The DeepSpeed launcher passes --local_rank; the rank comes from the environment anyway.
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    check_flags(args)
+    return args
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Two flags of which one would be dropped without a word are one line (docs/running.md)."""
+    if args.no_resume and args.resume_from is not None:
+        raise UserInputError("--resume-from resumes a checkpoint and --no-resume starts afresh; drop one of them")
+    if args.trainer and args.strategy == Strategy.ENGINE.value:
+        raise UserInputError("--trainer runs DDP, FSDP or DeepSpeed; the engine trains in the runner's own loop: "
+                             "drop --trainer or pick another --strategy")  # fmt: skip
+    if args.steps_only:  # a trial: no evaluation, checkpoint or export (--save-every 0 and --export-every 0 agree)
+        dropped = [flag for key, flag in (("eval_data", "--eval-data"), ("eval_fraction", "--eval-fraction"),
+                   ("eval_every", "--eval-every"), ("save_every", "--save-every"), ("export_every", "--export-every"))
+                   if getattr(args, key) not in (None, 0)]  # fmt: skip
+        if dropped:
+            raise UserInputError(
+                f"{', '.join(dropped)}: --steps-only trains and times the steps with no evaluation, checkpoint or "
+                "export; drop one side"
+            )
+    if args.db is not None and (not args.record or args.tiny):
+        why = "--tiny runs record nothing" if args.tiny else f"this run does not record (--no-record, {RECORD_ENV_VAR})"
+        raise UserInputError(f"--db names the database a run records into, and {why}; drop --db")
 
 
 def _positive_gb(text: str) -> float:

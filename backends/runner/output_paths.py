@@ -13,8 +13,7 @@ import os
 from pathlib import Path
 
 from planner.errors import UserInputError
-
-DUCKDB_MAGIC = b"DUCK"  # bytes 8-11 of every DuckDB database file
+from planner.files import check_writable
 
 
 def _writable_file(path: Path, what: str, flag: str) -> None:
@@ -30,21 +29,18 @@ def _writable_file(path: Path, what: str, flag: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)  # as the run would; a folder that cannot be made fails here
     except OSError as error:
         raise UserInputError(f"{flag} {path}: cannot create {path.parent} ({error.strerror or error})") from None
-    if not os.access(path.parent, os.W_OK):
-        raise UserInputError(f"{flag} {path}: {path.parent} is not writable; name a file in a writable folder")
+    try:
+        check_writable(path)  # a file made and removed there: os.access says yes to root in /proc
+    except UserInputError as error:
+        raise UserInputError(f"{flag}: {error}") from None
 
 
 def check_database(path: Path) -> None:
     """A database a run records into: an existing DuckDB file, or a new one in a writable folder."""
+    from benchmarks_db.paths import check_db_path
+
+    check_db_path(path)  # a record written into another format's file would be lost
     _writable_file(path, "the benchmark database", "--db")
-    if path.is_file() and path.stat().st_size:
-        with open(path, "rb") as handle:
-            header = handle.read(12)
-        if header[8:12] != DUCKDB_MAGIC:
-            raise UserInputError(
-                f"--db {path} is not a DuckDB database (a record written there would be lost); name a .duckdb "
-                "file, or a new path"
-            )
 
 
 def check_output_paths(args: argparse.Namespace) -> None:

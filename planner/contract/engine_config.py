@@ -24,27 +24,32 @@ from planner.contract.deepspeed_keys import without_deepspeed_only_keys
 from planner.contract.layout import ParallelDims
 from planner.contract.schema import SCHEMA_VERSION, describe_validation_error, read_json_file
 from planner.errors import UserInputError
+from planner.limits import MAX_BATCH
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-# "3" is not a stage and "yes" is not true: pydantic would coerce both, and a config that says "yes" means
-# something it did not write. Bucket sizes stay lax: DeepSpeed's own examples write them as 5e8.
+# "3" is not a stage, "yes" is not true, true is not a batch of 1 and "1e-3" is a string where a rate
+# belongs: pydantic would coerce each, and the config would mean something it did not write. Counts, rates
+# and switches are strict (a count may not be 8.0 either); bucket sizes stay lax: DeepSpeed's own examples
+# write them as 5e8.
 Switch = Annotated[bool, Strict()]
+Count = Annotated[int, Strict()]
+Number = Annotated[float, Strict()]  # an int is a number too; a bool or a string is not
 
 
 class OptimizerParams(_Strict):
-    lr: float = Field(default=1e-3, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = Field(default=1e-8, gt=0)
-    weight_decay: float = Field(default=0.0, ge=0)
-    adam_w_mode: bool = True  # DeepSpeed's "Adam" is AdamW unless this is false
-    torch_adam: bool = True  # accepted for DeepSpeed compatibility: we always use torch's Adam
-    momentum: float = Field(default=0.0, ge=0)  # SGD
-    nesterov: bool = False  # SGD
-    dampening: float = 0.0  # SGD
+    lr: Number = Field(default=1e-3, ge=0)
+    betas: tuple[Number, Number] = (0.9, 0.999)
+    eps: Number = Field(default=1e-8, gt=0)
+    weight_decay: Number = Field(default=0.0, ge=0)
+    adam_w_mode: Switch = True  # DeepSpeed's "Adam" is AdamW unless this is false
+    torch_adam: Switch = True  # accepted for DeepSpeed compatibility: we always use torch's Adam
+    momentum: Number = Field(default=0.0, ge=0)  # SGD
+    nesterov: Switch = False  # SGD
+    dampening: Number = 0.0  # SGD
 
 
 class OptimizerBlock(_Strict):
@@ -53,14 +58,14 @@ class OptimizerBlock(_Strict):
 
 
 class SchedulerParams(_Strict):
-    warmup_min_lr: float = 0.0
-    warmup_max_lr: float | None = None  # None: the optimizer's lr, as in DeepSpeed
-    warmup_num_steps: int = Field(default=1000, gt=0)
+    warmup_min_lr: Number = 0.0
+    warmup_max_lr: Number | None = None  # None: the optimizer's lr, as in DeepSpeed
+    warmup_num_steps: Count = Field(default=1000, gt=0)
     warmup_type: Literal["log", "linear"] = "log"
-    total_num_steps: int | None = Field(default=None, gt=0)
-    warmup_min_ratio: float = 0.0
-    cos_min_ratio: float = 0.0001
-    last_batch_iteration: int = -1
+    total_num_steps: Count | None = Field(default=None, gt=0)
+    warmup_min_ratio: Number = 0.0
+    cos_min_ratio: Number = 0.0001
+    last_batch_iteration: Count = -1
 
 
 class SchedulerBlock(_Strict):
@@ -76,7 +81,7 @@ class SchedulerBlock(_Strict):
 
 class OffloadOptimizer(_Strict):
     device: Literal["none", "cpu"] = "none"
-    pin_memory: bool = False
+    pin_memory: Switch = False
 
 
 class ZeroBlock(_Strict):
@@ -86,18 +91,18 @@ class ZeroBlock(_Strict):
     reduce_bucket_size: int = Field(default=int(5e8), gt=0)  # elements, as in DeepSpeed
     allgather_bucket_size: int = Field(default=int(5e8), gt=0)
     stage3_prefetch_bucket_size: int = Field(default=int(5e7), ge=0)
-    contiguous_gradients: bool = True  # always true for us; accepted for compatibility
-    reduce_scatter: bool = True  # always true for us; accepted for compatibility
+    contiguous_gradients: Switch = True  # always true for us; accepted for compatibility
+    reduce_scatter: Switch = True  # always true for us; accepted for compatibility
 
 
 class Fp16Block(_Strict):
     enabled: Switch = False
-    loss_scale: float = Field(default=0.0, ge=0)  # 0 = dynamic
-    initial_scale_power: int = Field(default=16, ge=0, le=32)  # 2**32: DeepSpeed's own examples stay at 16
-    loss_scale_window: int = Field(default=1000, gt=0)
-    hysteresis: int = Field(default=2, ge=1)
-    consecutive_hysteresis: bool = False
-    min_loss_scale: float = Field(default=1.0, gt=0)
+    loss_scale: Number = Field(default=0.0, ge=0)  # 0 = dynamic
+    initial_scale_power: Count = Field(default=16, ge=0, le=32)  # 2**32: DeepSpeed's own examples stay at 16
+    loss_scale_window: Count = Field(default=1000, gt=0)
+    hysteresis: Count = Field(default=2, ge=1)
+    consecutive_hysteresis: Switch = False
+    min_loss_scale: Number = Field(default=1.0, gt=0)
 
 
 class Bf16Block(_Strict):
@@ -113,14 +118,14 @@ class CheckpointBlock(_Strict):
     """Our optional additions: where and how often the engine checkpoints."""
 
     save_dir: str | None = None  # where save_checkpoint() / load_checkpoint() called without a folder write and read
-    keep_last: int = Field(default=2, ge=1)
-    async_save: bool = False
+    keep_last: Count = Field(default=2, ge=1)
+    async_save: Switch = False
 
 
 class ProfilingBlock(_Strict):
     """Ours: a torch profiler trace of optimizer step `step`, written to `output` (backends/monitoring/profiling.py)."""
 
-    step: int = Field(default=3, ge=1)
+    step: Count = Field(default=3, ge=1)
     output: str = "profiles"
 
 
@@ -128,9 +133,9 @@ PipelineScheduleName = Literal["gpipe", "1f1b", "interleaved-1f1b"]
 
 
 class HardwareSelectorBlock(_Strict):
-    schema_version: int = SCHEMA_VERSION
+    schema_version: Count = SCHEMA_VERSION
     model: ModelBlock | None = None
-    seq_len: int = Field(default=128, ge=1)
+    seq_len: Count = Field(default=128, ge=1)
     device: Literal["cpu", "cuda"] = "cpu"
     dist_backend: Literal["gloo", "nccl"] = "gloo"
     activation_checkpointing: Literal["none", "selective", "full"] = "none"
@@ -141,12 +146,12 @@ class HardwareSelectorBlock(_Strict):
     compression: Literal["none", "fp32", "bf16", "fp16", "int8", "onebit"] = "none"
     # int8 / onebit: the first optimizer steps sum the gradients uncompressed (1-bit Adam's warm-up, its
     # freeze_step), while they are large and change fast.
-    compression_warmup_steps: int = Field(default=0, ge=0)
+    compression_warmup_steps: Count = Field(default=0, ge=0)
     layout: ParallelDims = ParallelDims()
-    sequence_parallel: bool = False
+    sequence_parallel: Switch = False
     # Expert parallelism: assignments one rank may send to each expert, as a multiple of an even share
     # (backends/expert_parallel/dispatch.py); 0 drops no token.
-    expert_capacity_factor: float = Field(default=0.0, ge=0.0, le=64.0)
+    expert_capacity_factor: Number = Field(default=0.0, ge=0.0, le=64.0)
     pipeline_schedule: PipelineScheduleName = "1f1b"
     checkpoint: CheckpointBlock = CheckpointBlock()
     profiling: ProfilingBlock | None = None
@@ -174,18 +179,18 @@ class EngineConfig(_Strict):
     # translated or dropped; the engine's start-up line, not a setting.
     _key_fates: list[tuple[str, str]] = PrivateAttr(default_factory=list)
 
-    train_batch_size: int | None = Field(default=None, ge=1)
-    train_micro_batch_size_per_gpu: int | None = Field(default=None, ge=1)
-    gradient_accumulation_steps: int | None = Field(default=None, ge=1)
+    train_batch_size: Count | None = Field(default=None, ge=1, le=MAX_BATCH)
+    train_micro_batch_size_per_gpu: Count | None = Field(default=None, ge=1, le=MAX_BATCH)
+    gradient_accumulation_steps: Count | None = Field(default=None, ge=1, le=MAX_BATCH)
     optimizer: OptimizerBlock = OptimizerBlock()
     scheduler: SchedulerBlock | None = None
     zero_optimization: ZeroBlock = ZeroBlock()
     fp16: Fp16Block = Fp16Block()
     bf16: Bf16Block = Bf16Block()
-    gradient_clipping: float = Field(default=0.0, ge=0)
+    gradient_clipping: Number = Field(default=0.0, ge=0)
     # DeepSpeed's: the dtype of data-parallel gradient averaging (default: the compute dtype)
     communication_data_type: Literal["fp32", "fp16", "bf16"] | None = None
-    steps_per_print: int = Field(default=10, ge=1)
+    steps_per_print: Count = Field(default=10, ge=1)
     hardware_selector: HardwareSelectorBlock = HardwareSelectorBlock()
 
     @model_validator(mode="after")

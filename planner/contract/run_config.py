@@ -81,6 +81,13 @@ class DataConfig(_Block):
     def synthetic(self) -> bool:
         return not self.train
 
+    @model_validator(mode="after")
+    def _eval_needs_train(self) -> DataConfig:
+        # At emit and at train, not first in the ranks' data preparation: synthetic tokens evaluate nothing.
+        if self.eval and not self.train:
+            raise ValueError("--eval-data needs --data: synthetic tokens have nothing to evaluate against")
+        return self
+
 
 AUTO_WARMUP_FRACTION = 0.05
 AUTO_WARMUP_CAP = 100

@@ -29,8 +29,8 @@ class CloudPrice(BaseModel):
     gpu: str = Field(min_length=1, max_length=80)  # a name of the GPU catalog (planner/catalog/gpus.json)
     instance: str = Field(min_length=1, max_length=120)
     gpus_per_instance: int = Field(ge=1, le=64)  # the smallest number of GPUs one can rent there
-    on_demand: float = Field(gt=0, le=MAX_PRICE_PER_HOUR)  # USD per GPU-hour
-    spot: float | None = Field(default=None, gt=0, le=MAX_PRICE_PER_HOUR)
+    on_demand: float = Field(gt=0, le=MAX_PRICE_PER_HOUR, allow_inf_nan=False)  # USD per GPU-hour
+    spot: float | None = Field(default=None, gt=0, le=MAX_PRICE_PER_HOUR, allow_inf_nan=False)
     derivation: str = Field(min_length=1)  # how $/GPU-hour came from the instance's price
     source: str = Field(min_length=1)  # the page read
     date: dt.date  # when that page was published or read

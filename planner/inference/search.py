@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec, make_cluster
 from planner.hardware.gpus import load_gpu_catalog
+from planner.inference.flags import PLAN_SERVING_FLAGS, ServingFlags
 from planner.inference.memory import SOURCES, ServingMemory, serving_memory
 from planner.inference.request import InferenceRequest, KvFormat, ServingObjective, WeightFormat
 from planner.inference.speed import SOURCE as SPEED_SOURCE
@@ -80,7 +81,9 @@ class ServingResult(BaseModel):
     suggestions: list[str]
 
 
-def check_servable(spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequest) -> None:
+def check_servable(
+    spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequest, flags: ServingFlags = PLAN_SERVING_FLAGS
+) -> None:
     if spec.family is not ModelFamily.DECODER_ONLY:
         raise UserInputError(
             f"{spec.name} is {spec.family.value}; inference planning covers decoder-only LLMs (text generation)"
@@ -91,13 +94,16 @@ def check_servable(spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequ
             "tower is not in the serving estimate), so plan its training, or serve its LLM by name"
         )
     if request.weights is WeightFormat.FP8 and not cluster.gpu.supports("fp8"):
-        raise UserInputError(f"{cluster.gpu.name} has no fp8 matmuls; use --weights int8 or int4 (weight-only)")
+        raise UserInputError(
+            f"{cluster.gpu.name} has no fp8 matmuls; use {flags.set(flags.weights, 'int8')} or int4 (weight-only)"
+        )
     if request.kv_cache is KvFormat.FP8 and cluster.gpu.architecture in ("Volta", "Turing"):
-        raise UserInputError(f"{cluster.gpu.name} has no fp8 KV cache support; use --kv-cache fp16")
+        raise UserInputError(f"{cluster.gpu.name} has no fp8 KV cache support; use {flags.set(flags.kv_cache, 'fp16')}")
     if request.tokens_per_request > spec.max_position_embeddings:
+        output = f" or {flags.output_tokens}" if flags.output_tokens else ""
         raise UserInputError(
             f"context + output ({request.tokens_per_request} tokens) exceeds {spec.name}'s "
-            f"{spec.max_position_embeddings}-token context; shorten --context or --output-tokens"
+            f"{spec.max_position_embeddings}-token context; shorten {flags.context}{output}"
         )
 
 
@@ -197,9 +203,13 @@ def _reasons(plan: ServingPlan, rank: int, fitting: int) -> list[str]:
     ]
 
 
-def plan_serving(spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequest) -> ServingResult:
-    """Every serving layout of `spec` on `cluster` for `request`: the best that fits, and why the others are not."""
-    check_servable(spec, cluster, request)
+def plan_serving(
+    spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequest, flags: ServingFlags = PLAN_SERVING_FLAGS
+) -> ServingResult:
+    """Every serving layout of `spec` on `cluster` for `request`: the best that fits, and why the others are not.
+
+    `flags`: how the asking path spells each setting its errors and suggestions name (flags.py)."""
+    check_servable(spec, cluster, request, flags)
     request = sixteen_bit_for(cluster, request)
     fitting: list[ServingPlan] = []
     rejected: dict[str, str] = {}
@@ -214,7 +224,7 @@ def plan_serving(spec: ModelSpec, cluster: ClusterSpec, request: InferenceReques
             )
     if not fitting:
         return ServingResult(
-            best=None, candidates=[], rejected=rejected, suggestions=serving_suggestions(spec, cluster, request)
+            best=None, candidates=[], rejected=rejected, suggestions=serving_suggestions(spec, cluster, request, flags)
         )
     best_score = max(_score(plan, request.objective) for plan in fitting)
     tied = [plan for plan in fitting if _score(plan, request.objective) >= best_score * (1 - TIE_TOLERANCE)]
@@ -245,9 +255,12 @@ def _fits_anywhere(spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequ
     )
 
 
-def serving_suggestions(spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequest) -> list[str]:
-    """Each suggestion is checked: the same request fits when planned as printed."""
+def serving_suggestions(
+    spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequest, flags: ServingFlags = PLAN_SERVING_FLAGS
+) -> list[str]:
+    """Each suggestion is checked: the same request fits when planned as printed, through the path that asked."""
     lines = []
+    where = f"{cluster.world_size} x {cluster.gpu.name}"
     smaller = [
         weights
         for weights in (WeightFormat.FP8, WeightFormat.INT8, WeightFormat.INT4)
@@ -256,22 +269,22 @@ def serving_suggestions(spec: ModelSpec, cluster: ClusterSpec, request: Inferenc
     fitting = [
         weights for weights in smaller if _fits_anywhere(spec, cluster, request.model_copy(update={"weights": weights}))
     ]
-    if fitting:
-        lines.append(f"--weights {fitting[0].value} fits on {cluster.world_size} x {cluster.gpu.name}")
+    if fitting and flags.weights:
+        lines.append(f"{flags.set(flags.weights, fitting[0].value)} fits on {where}")
     fp8_cache = request.model_copy(update={"kv_cache": KvFormat.FP8})
     fp8_allowed = request.kv_cache is not KvFormat.FP8 and cluster.gpu.architecture not in ("Volta", "Turing")
-    if fp8_allowed and _fits_anywhere(spec, cluster, fp8_cache):
-        lines.append(f"--kv-cache fp8 fits on {cluster.world_size} x {cluster.gpu.name}")
+    if flags.kv_cache and fp8_allowed and _fits_anywhere(spec, cluster, fp8_cache):
+        lines.append(f"{flags.set(flags.kv_cache, 'fp8')} fits on {where}")
     sizes = [(gpus, 1) for gpus in (2, 4, 8) if gpus > cluster.gpus_per_node] + [(8, nodes) for nodes in (2, 4, 8)]
     for per_node, nodes in sizes:
         if per_node * nodes <= cluster.world_size:
             continue
         bigger = make_cluster(cluster.gpu, gpus_per_node=per_node, nodes=nodes)
         if _fits_anywhere(spec, bigger, request):
-            lines.append(f"{bigger.world_size} x {cluster.gpu.name} (--gpus-per-node {per_node} --nodes {nodes}) fits")
+            lines.append(f"{bigger.world_size} x {cluster.gpu.name} ({flags.cluster(bigger)}) fits")
             break
     if request.batch > 1:
-        lines.append("a smaller --batch needs less KV cache")
+        lines.append(f"a smaller {flags.batch} needs less KV cache")
     for gpu in sorted(load_gpu_catalog(), key=lambda g: g.memory_bytes):
         if gpu.kind == "gpu" and gpu.memory_bytes > cluster.gpu.memory_bytes:
             other = make_cluster(gpu, gpus_per_node=cluster.gpus_per_node, nodes=cluster.num_nodes)
@@ -282,4 +295,6 @@ def serving_suggestions(spec: ModelSpec, cluster: ClusterSpec, request: Inferenc
             if _fits_anywhere(spec, other, request):
                 lines.append(f"at {cluster.world_size} GPUs, {gpu.name} fits")
                 break
-    return lines or [f"nothing fits {spec.name} for this request up to 64 x {cluster.gpu.name}; shorten --context"]
+    return lines or [
+        f"nothing fits {spec.name} for this request up to 64 x {cluster.gpu.name}; shorten {flags.context}"
+    ]

@@ -47,6 +47,9 @@ def resolve_model(name: str, *, exact_counts: bool = True) -> ModelSpec:
     cached_config = find_in_hf_cache(name)
     if cached_config is not None:
         return spec_from_config_path(cached_config, exact_counts=exact_counts, display_name=name)
+    if name.strip().endswith(".json") or name.strip().startswith(("/", "./", "../", "~")):
+        # a path, not a name: "unknown model ... or pass a config.json path" told its user to do what they did
+        raise UserInputError(f"{name}: no such file or folder; point at a model directory or its config.json")
     suggestions = suggest_models(name)
     hint = (
         f"did you mean {', '.join(repr(s) for s in suggestions)}?" if suggestions else "see 'hardware-selector models'"

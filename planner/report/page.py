@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import UserInputError
-from planner.files import write_text_atomic
+from planner.files import check_writable, write_text_atomic
 from planner.report.figures import memory_figure, run_figures, step_time_figure, tune_figure
 from planner.report.plan_data import CandidateView, PlanReport, Source
 from planner.report.run_data import Comparison, RunReport
@@ -45,13 +45,17 @@ def require_plotly(what: str) -> None:
 
 
 def check_report_target(path: str | Path, what: str) -> Path:
-    """An .html target, with plotly installed: checked before planning or reading anything."""
+    """An .html target that can be written, with plotly installed: checked before planning or reading anything."""
     target = Path(path).expanduser()
     if target.suffix.lower() not in (".html", ".htm"):
         raise UserInputError(f"{what} {path}: the report is an HTML page; name it FILE.html")
     if target.is_dir():
         raise UserInputError(f"{what} {path} is a folder; name the page's file, e.g. {target / 'report.html'}")
     require_plotly(what)
+    try:
+        check_writable(target)  # a folder that refuses it fails here, not after the search or the reading
+    except UserInputError as error:
+        raise UserInputError(f"{what}: {error}") from None
     return target
 
 

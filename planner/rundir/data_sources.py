@@ -62,6 +62,8 @@ def resolve_sources(patterns: list[str], flag: str = "--data") -> list[Source]:
 
 
 def _sources_at(path: Path, flag: str) -> list[Source]:
+    if path.is_symlink() and not path.exists():  # glob matches the link; reading it would fail in the ranks
+        raise UserInputError(f"{flag} {path} links to {os.readlink(path)}, which does not exist; fix the link")
     if is_saved_dataset(path):
         return [Source(path.resolve(), "saved")]
     if path.is_dir():

@@ -91,13 +91,14 @@ def given_flags(values: dict[str, object]) -> list[str]:
     return [option.flag for option in RUN_OPTIONS if values.get(option.key) is not None]
 
 
-# The RunConfig field each row's option sets (by its key): a value out of that field's range is said in the
-# words of the flag the user typed (`--steps`, not `optim.max_steps`; planner/rundir/run_overrides.py).
+# The RunConfig field each row's option sets (by its key; '|' between two it sets alike, as --seed does): a value
+# out of that field's range is said in the words of the flag the user typed (`--steps`, not `optim.max_steps`;
+# planner/rundir/run_overrides.py).
 SETS = {
     "data": "data.train", "eval_data": "data.eval", "text_field": "data.text_field", "text_unit": "data.text_unit",
     "tokenizer": "model.tokenizer", "init": "model.init", "eval_fraction": "data.eval_fraction",
     "eval_every": "data.eval_every", "steps": "optim.max_steps", "epochs": "optim.epochs",
-    "learning_rate": "optim.learning_rate", "warmup_steps": "optim.warmup_steps", "seed": "optim.seed",
+    "learning_rate": "optim.learning_rate", "warmup_steps": "optim.warmup_steps", "seed": "data.seed|optim.seed",
     "save_every": "checkpoint.every", "export_every": "checkpoint.export_every", "on_non_finite": "anomaly.non_finite",
     "on_loss_spike": "anomaly.loss_spike", "on_grad_spike": "anomaly.grad_norm_spike",
 }  # fmt: skip

@@ -195,7 +195,9 @@ def _in_flags(error: ValidationError, overrides: RunOverrides) -> UserInputError
     first = error.errors()[0]
     where = ".".join(str(part) for part in first["loc"][:2])
     given = [
-        option for option in RUN_OPTIONS if SETS[option.key] == where and getattr(overrides, option.key) is not None
+        option
+        for option in RUN_OPTIONS
+        if where in SETS[option.key].split("|") and getattr(overrides, option.key) is not None
     ]
     if not given or first["type"] == "extra_forbidden":
         return UserInputError(f"run option {describe_validation_error(error, 'docs/running.md')}")
@@ -214,7 +216,9 @@ def spike_rule(text: str, flag: str) -> dict[str, Any]:
     try:
         value = float(factor)
     except ValueError:
-        raise UserInputError(f"{flag} {text!r}: the factor after ':' must be a number above 1") from None
+        value = math.nan
+    if not math.isfinite(value):  # nan failed the range check as "must be at most 1000000"
+        raise UserInputError(f"{flag} {text!r}: the factor after ':' must be a number above 1")
     return {"action": action, "factor": value}
 
 

@@ -12,7 +12,8 @@ from typing import Any
 from planner.contract.run_config import RunConfig
 from planner.emit.deepspeed_json import deepspeed_config
 from planner.emit.training_args import training_args_kwargs
-from planner.errors import UserInputError
+from planner.errors import UnknownKeywordError, UserInputError, UserInputTypeError
+from planner.limits import MAX_GPUS_PER_NODE, check_count
 from planner.plan import Plan
 from planner.rundir.engine_for_run import engine_config_for_run
 from planner.rundir.plan_file import plan_and_run
@@ -31,6 +32,7 @@ def training_arguments(
     (default: the folder's run, or the plan's own); keyword overrides win over the plan's values."""
     from transformers import TrainingArguments
 
+    _check_call(output_dir, nproc_override, run)
     if isinstance(plan, Plan):
         target = run or run_config(plan, nproc_override)
     else:
@@ -44,7 +46,26 @@ def training_arguments(
             "use `hardware-selector train DIR` or `python -m backends.run --plan DIR`"
         )
     kwargs.update(checked_overrides(overrides, TrainingArguments))
-    return TrainingArguments(**kwargs)
+    try:
+        return TrainingArguments(**kwargs)
+    except (ValueError, TypeError) as error:  # transformers' own checks (logging_steps=0, bf16 on a CPU, ...)
+        why = " ".join(str(error).split())
+        raise UserInputError(f"transformers.TrainingArguments refused the overrides: {why}") from None
+
+
+def _check_call(output_dir: object, nproc_override: object, run: object) -> None:
+    """The arguments besides the overrides, each refused by name in one sentence."""
+    if not isinstance(output_dir, (str, Path)) or not str(output_dir).strip():
+        raise UserInputError(f"output_dir must be the path of a folder for the Trainer's output, not {output_dir!r}")
+    if nproc_override is not None:
+        if not isinstance(nproc_override, int) or isinstance(nproc_override, bool):
+            raise UserInputTypeError(f"nproc_override must be an int (processes per node), not {nproc_override!r}")
+        check_count("nproc_override", nproc_override, high=MAX_GPUS_PER_NODE)
+    if run is not None and not isinstance(run, RunConfig):
+        raise UserInputTypeError(
+            f"run must be a RunConfig (planner.contract.run_config), not {type(run).__name__}; omit it for the "
+            "plan's own run"
+        )
 
 
 # Ranges of the overrides whose wrong values transformers takes silently (a batch of -1, a NaN learning rate).
@@ -74,16 +95,20 @@ def checked_overrides(overrides: dict[str, Any], arguments: type) -> dict[str, A
     fields = {field.name: field for field in dataclasses.fields(arguments)}
     for name, value in overrides.items():
         if name not in fields:
-            raise UserInputError(f"{name} is not a TrainingArguments argument; see transformers' TrainingArguments")
+            listed = "its other keywords are transformers.TrainingArguments' fields"
+            raise UnknownKeywordError("training_arguments", name, sorted(fields), listed)
         default = fields[name].default
-        numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
-        if not numeric or value is None:
+        if isinstance(default, bool) and not isinstance(value, bool):  # "no" would be true
+            raise UserInputTypeError(f"{name} must be True or False, not {type(value).__name__} {value!r}")
+        if not isinstance(default, (int, float)) or isinstance(default, bool) or value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise UserInputError(f"{name} must be a number, not {type(value).__name__} {value!r}")
+            raise UserInputTypeError(f"{name} must be a number, not {type(value).__name__} {value!r}")
         if isinstance(default, int) and not isinstance(value, int):
-            raise UserInputError(f"{name} must be a whole number, not {value!r}")
-        low, high = OVERRIDE_RANGES.get(name, (-math.inf, math.inf))
+            raise UserInputTypeError(f"{name} must be a whole number, not {value!r}")
+        # A count or length whose default is not negative (save_steps, seed) takes no negative value either.
+        low, high = OVERRIDE_RANGES.get(name, (-math.inf if default < 0 else 0, math.inf))
         if not math.isfinite(value) or not low <= value <= high:
-            raise UserInputError(f"{name} must be a finite number from {_shown(low)} to {_shown(high)}, not {value!r}")
+            bounds = f"from {_shown(low)} to {_shown(high)}" if math.isfinite(high) else f"of at least {_shown(low)}"
+            raise UserInputError(f"{name} must be a finite number {bounds}, not {value!r}")
     return overrides

@@ -62,6 +62,47 @@ def _to_plan(
     )
 
 
+def _not_applicable(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest) -> dict[str, str]:
+    """The requested strategy families that cannot run here, and why (shown with the plans' fates)."""
+    not_applicable = {}
+    if "fsdp-hybrid" in request.strategies and not cluster.is_multi_node:
+        not_applicable["FSDP hybrid"] = (
+            "hybrid sharding shards inside a node and replicates across nodes; on one node it is full sharding "
+            "(--fsdp-sharding full), or plan 2 or more --nodes"
+        )
+    if "engine" in request.strategies:
+        why = engine_applicability(spec)
+        if why is None and request.lora_rank:
+            why = "LoRA runs on DDP, FSDP or DeepSpeed"
+        if why is not None:
+            not_applicable["engine (TP/PP)"] = why
+        elif spec.model_type in ENGINE_MODEL_TYPES and not splits_over_tp(spec.model_type):
+            not_applicable["engine TP"] = (
+                f"the engine pipelines {spec.model_type} models but does not split them over tp"
+            )
+        elif cluster.gpus_per_node > 1 and tensor_parallel_degrees(spec, cluster) == [1]:
+            not_applicable["engine TP"] = (
+                f"no tensor-parallel degree up to {cluster.gpus_per_node} (one node) splits {spec.name}'s "
+                f"{spec.num_heads} heads and {spec.num_kv_heads} key/value heads evenly"
+            )
+    return not_applicable
+
+
+# The requested kinds each label of _not_applicable rules out whole ("engine TP" leaves the engine's pipelines).
+RULES_OUT = {"FSDP hybrid": "fsdp-hybrid", "engine (TP/PP)": "engine"}
+
+
+def _check_something_applies(request: PlanRequest, not_applicable: dict[str, str], flags: SuggestionFlags) -> None:
+    """Every requested strategy ruled out (--strategies engine with --lora-rank): one line that says why, not
+    "nothing fits" and a hunt for more GPUs that could never help."""
+    ruled_out = {RULES_OUT[label] for label in not_applicable if label in RULES_OUT}
+    if set(request.strategies) <= ruled_out:
+        name = flags.strategies or "the strategies"
+        why = "; ".join(f"{label}: {reason}" for label, reason in not_applicable.items() if label in RULES_OUT)
+        raise UserInputError(f"{name} {','.join(request.strategies)} leaves nothing to search ({why}); name a "
+                             f"strategy that applies in {name}")  # fmt: skip
+
+
 def search_plans(
     spec: ModelSpec,
     cluster: ClusterSpec,
@@ -90,32 +131,12 @@ def search_plans(
     as_stated = request  # the batch as the user stated it: a total (--global-batch), or per GPU (--micro-batch)
     global_batch, batch_note = resolve_global_batch(request, cluster.world_size)
     request = request.model_copy(update={"global_batch": global_batch})
+    not_applicable = _not_applicable(spec, cluster, request)
+    _check_something_applies(request, not_applicable, flags)
     evaluator = CandidateEvaluator(spec, request, throughput_adjust)
     scored: list[Scored] = []
     for variant in cluster_variants(cluster, request.objective):
         scored += evaluator.run(variant)
-
-    not_applicable = {}
-    if "fsdp-hybrid" in request.strategies and not cluster.is_multi_node:
-        not_applicable["FSDP hybrid"] = (
-            "hybrid sharding shards inside a node and replicates across nodes; on one node it is full sharding "
-            "(--fsdp-sharding full), or plan 2 or more --nodes"
-        )
-    if "engine" in request.strategies:
-        why = engine_applicability(spec)
-        if why is None and request.lora_rank:
-            why = "LoRA runs on DDP, FSDP or DeepSpeed"
-        if why is not None:
-            not_applicable["engine (TP/PP)"] = why
-        elif spec.model_type in ENGINE_MODEL_TYPES and not splits_over_tp(spec.model_type):
-            not_applicable["engine TP"] = (
-                f"the engine pipelines {spec.model_type} models but does not split them over tp"
-            )
-        elif cluster.gpus_per_node > 1 and tensor_parallel_degrees(spec, cluster) == [1]:
-            not_applicable["engine TP"] = (
-                f"no tensor-parallel degree up to {cluster.gpus_per_node} (one node) splits {spec.name}'s "
-                f"{spec.num_heads} heads and {spec.num_kv_heads} key/value heads evenly"
-            )
 
     tokens = request.tokens_to_train(spec.params.total)
     family_best: dict[str, Scored] = {}
@@ -164,7 +185,10 @@ def search_plans(
         def plan_fits(other: ClusterSpec, **update) -> bool:
             # Another GPU count holds the batch as stated: a per-GPU batch grows with the count, a total stays.
             probe = as_stated.model_copy(update={"top_k": 1, **update})
-            return search_plans(spec, other, probe, throughput_adjust, suggest=False).best is not None
+            try:
+                return search_plans(spec, other, probe, throughput_adjust, suggest=False).best is not None
+            except UserInputError:  # nothing the request asks for runs there (FSDP hybrid on one node)
+                return False
 
         stated_total = as_stated.global_batch is not None
         suggestion_lines = suggestions(spec, cluster, request, plan_fits, stated_total=stated_total, flags=flags)

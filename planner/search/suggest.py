@@ -39,6 +39,7 @@ class SuggestionFlags:
     global_batch: str | None = "--global-batch"
     lora: str | None = "--lora-rank (or --qlora)"
     strategies: str | None = "--strategies"
+    seq_len: str = "--seq-len"
     cluster_of: Callable[[GpuSpec, int], ClusterSpec] | None = None  # how it builds N GPUs (None: as `plan` does)
 
 
@@ -220,7 +221,7 @@ def suggestions(
     if gpus:
         lines.append(f"at {cluster.world_size} GPUs ({_flags(cluster)}) these catalog GPUs fit: {', '.join(gpus)}")
     if request.seq_len > 1024:
-        lines.append(f"a shorter --seq-len than {request.seq_len} shrinks activations")
+        lines.append(f"a shorter {flags.seq_len} than {request.seq_len} shrinks activations")
     if not request.lora_rank and flags.lora:
         lines.append(f"fine-tuning with {flags.lora} trains a fraction of the weights")
     if not lines:

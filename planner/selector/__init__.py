@@ -14,33 +14,26 @@ Conventions:
 
 from __future__ import annotations
 
-from enum import Enum
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from planner.errors import UserInputError, UserInputTypeError, known_keywords
+from planner.errors import UserInputError
 from planner.hardware.cluster import check_nvme
 from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
 from planner.inference import InferenceRequest
-from planner.limits import (
-    MAX_BATCH,
-    MAX_GIB,
-    MAX_GPUS,
-    MAX_GPUS_PER_NODE,
-    MAX_SEQ_LEN,
-    check_count,
-    check_name,
-    check_number,
-)
+from planner.inference.flags import ServingFlags
+from planner.inference.request import KvFormat, ServingObjective, WeightFormat
 from planner.models.legacy_names import catalog_name, check_model_family, family_modality
 from planner.models.resolve import resolve_model
 from planner.models.spec import ModelSpec
 from planner.plan import Plan
 from planner.search import Objective
 from planner.search.layouts import family_label
+from planner.search.suggest import SuggestionFlags
+from planner.selector.arguments import SERVING_RULES, checked_arguments, choice_of
 from planner.selector.gpu_choice import DEFAULT_GPU, cluster_for, gpu_with_memory
 from planner.selector.legacy_dict import STRATEGY_NAMES, TORCH_FSDP_SHARDING, no_fit_summary, plan_summary
-from planner.selector.serving import inference_answer
-from planner.selector.training import default_seq_len, plan_training, strategy_kinds
+from planner.selector.serving import API_SERVING_FLAGS, inference_answer
+from planner.selector.training import API_FLAGS, default_seq_len, plan_training, strategy_kinds
 from planner.training_config import Precision
 
 if TYPE_CHECKING:  # annotations only: the selector never imports transformers until asked for arguments
@@ -61,82 +54,15 @@ __all__ = [
 ]
 
 
-TASK_TYPES = ("training", "inference")
-
-
-def _whole(name: str, value: object, *, high: int, low: int = 1) -> int:
-    """An int in [low, high]: the API takes no 8.0 for 8 and no True for 1 (a TypeError naming the argument)."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise UserInputTypeError(f"{name} must be an int, not {type(value).__name__} {value!r}")
-    return check_count(name, value, high=high, low=low)
-
-
-def _flag(name: str, value: object) -> bool:
-    """True or False only: a string such as "no" is true to Python and would mean the opposite of what it says."""
-    if not isinstance(value, bool):
-        raise UserInputTypeError(f"{name} must be True or False, not {type(value).__name__} {value!r}")
-    return value
-
-
-def _choice(name: str, kind: type[Enum], value: str) -> Any:
-    """An enum member by its value; a ValueError naming the argument and the accepted values otherwise."""
-    if isinstance(value, kind):
-        return value
-    if not isinstance(value, str):
-        accepted = ", ".join(repr(member.value) for member in kind)
-        raise UserInputTypeError(f"{name} must be one of {accepted}, not {type(value).__name__} {value!r}")
-    try:
-        return kind(value.strip().lower())
-    except ValueError:
-        accepted = ", ".join(repr(member.value) for member in kind)
-        raise UserInputError(f"{name} must be one of {accepted}, not {value!r}") from None
-
-
-def _check_request(gpu_count: object, batch_size: object, max_memory_gb: object, **options: object) -> None:
-    """Every argument of a selector call, checked by name before anything is planned: a wrong type is a
-    TypeError, a value out of range a ValueError (both UserInputErrors), each one sentence."""
-    _whole("gpu_count", gpu_count, high=MAX_GPUS)
-    if batch_size is not None:
-        _whole("batch_size", batch_size, high=MAX_BATCH)
-    if max_memory_gb is not None:
-        check_number("max_memory_gb", max_memory_gb, high=MAX_GIB, low=0.0, low_inclusive=False)
-    for name in ("gpus_per_node", "seq_len"):
-        if options.get(name) is not None:
-            _whole(name, options[name], high=MAX_SEQ_LEN if name == "seq_len" else MAX_GPUS_PER_NODE)
-    for name in ("gpu", "precision"):
-        if options.get(name) is not None:
-            check_name(name, options[name])
-    check_name("objective", options.get("objective", "throughput"))
-    nvme = (options.get("nvme_gb"), options.get("nvme_gbps"))  # check_nvme checks their types itself
-    check_nvme(cast("float | None", nvme[0]), cast("float | None", nvme[1]), ("nvme_gb", "nvme_gbps"))
-    if not isinstance(options.get("allow_engine", False), bool):
-        raise UserInputTypeError(f"allow_engine must be True or False, not {options['allow_engine']!r}")
-    strategies = options.get("strategies")
-    if strategies is not None and (
-        isinstance(strategies, str)
-        or not isinstance(strategies, (list, tuple))
-        or not all(isinstance(s, str) for s in strategies)
-    ):
-        raise UserInputTypeError(f"strategies must be a list of strategy names (e.g. ['FSDP']), not {strategies!r}")
-
-
-def _task(task_type: str) -> str:
-    task = task_type.strip().lower()
-    if task not in TASK_TYPES:
-        raise UserInputError(f"task_type must be 'training' or 'inference', not '{task_type}'")
-    return task
-
-
 class HardwareSelector:
     """Plans training for a model: which strategy, batch split, precision, and which GPU."""
 
-    @known_keywords
+    # How an answer's suggestions name a change: this API's keyword arguments (the seed CLI's subclass: its flags).
+    training_flags: ClassVar[SuggestionFlags] = API_FLAGS
+    serving_flags: ClassVar[ServingFlags] = API_SERVING_FLAGS
+
+    @checked_arguments()
     def __init__(self, seq_len: int | None = None, headroom_fraction: float = 0.1) -> None:
-        if seq_len is not None:
-            _whole("seq_len", seq_len, high=MAX_SEQ_LEN)
-        if isinstance(headroom_fraction, bool) or not isinstance(headroom_fraction, (int, float)):
-            raise UserInputTypeError(f"headroom_fraction must be a number in [0, 1), not {headroom_fraction!r}")
-        check_number("headroom_fraction", headroom_fraction, high=0.99)
         self.seq_len = seq_len  # None: the smaller of 2048 and the model's context
         self.headroom_fraction = float(headroom_fraction)
 
@@ -147,8 +73,7 @@ class HardwareSelector:
         return training_arguments(plan, output_dir, **overrides)
 
     def _model(self, model_family: str, model_name: str) -> ModelSpec:
-        check_name("model_name", model_name)
-        families = check_model_family(check_name("model_family", model_family))
+        families = check_model_family(model_family)  # both names checked as strings by checked_arguments
         spec = resolve_model(catalog_name(model_name))
         if spec.family not in families or family_modality(model_family) != spec.modality:
             kind = {"image": "a vision ", "audio": "an audio ", "image-text": "a multimodal "}.get(spec.modality, "")
@@ -165,7 +90,7 @@ class HardwareSelector:
             )
         return chosen
 
-    @known_keywords
+    @checked_arguments()
     def get_distributed_training_config(
         self,
         model_family: str,
@@ -186,26 +111,14 @@ class HardwareSelector:
     ) -> dict[str, Any]:
         """The best plan for `batch_size` sequences per GPU on gpu_count GPUs: the legacy dict plus the Plan.
 
-        Arguments are checked first: a wrong type is a TypeError, a bad value a ValueError, each naming it.
+        Arguments are checked first (arguments.py): a wrong type is a TypeError, a bad value a ValueError, each
+        naming it.
 
         `strategies` (e.g. ["FSDP"]) limits the answer to the stacks you run. `nvme_gb` (GiB of NVMe per node)
         lets the answer offload to NVMe (ZeRO-Infinity); `nvme_gbps` is that NVMe's read/write GB/s per node
         (default: an assumed 6, named in the answer's sources).
         """
-        _check_request(
-            gpu_count,
-            batch_size,
-            max_memory_gb,
-            gpus_per_node=gpus_per_node,
-            seq_len=seq_len,
-            gpu=gpu,
-            precision=precision,
-            objective=objective,
-            allow_engine=allow_engine,
-            strategies=strategies,
-            nvme_gb=nvme_gb,
-            nvme_gbps=nvme_gbps,
-        )
+        check_nvme(nvme_gb, nvme_gbps, ("nvme_gb", "nvme_gbps"))  # nvme_gbps needs nvme_gb
         spec = self._model(model_family, model_name)
         cluster = cluster_for(
             gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node, nvme_gb=nvme_gb, nvme_gbps=nvme_gbps
@@ -216,10 +129,11 @@ class HardwareSelector:
             batch_size,
             allow_engine=allow_engine,
             strategies=strategy_kinds(strategies) if strategies is not None else None,
+            flags=self.training_flags,
             seq_len=self._seq_len(spec, seq_len),
             headroom_fraction=self.headroom_fraction,
-            objective=_choice("objective", Objective, objective),
-            precision=_choice("precision", Precision, precision) if precision else None,
+            objective=choice_of("objective", Objective, objective),
+            precision=choice_of("precision", Precision, precision) if precision else None,
         )
         result = answer.result
         if result.best is None:
@@ -234,7 +148,7 @@ class HardwareSelector:
         summary["rejected"] = dict(result.rejected)
         return summary
 
-    @known_keywords
+    @checked_arguments(**SERVING_RULES)
     def get_inference_config(
         self,
         model_family: str,
@@ -252,10 +166,6 @@ class HardwareSelector:
         objective: str = "throughput",
     ) -> dict[str, Any]:
         """The best serving layout for `batch_size` concurrent requests on gpu_count GPUs (docs/inference.md)."""
-        _check_request(gpu_count, batch_size, max_memory_gb)
-        from planner.inference.request import KvFormat, WeightFormat
-
-        weights, kv_cache = _choice("weights", WeightFormat, weights), _choice("kv_cache", KvFormat, kv_cache)
         spec = self._model(model_family, model_name)
         cluster = cluster_for(gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node)
         request = InferenceRequest.for_model(
@@ -263,14 +173,14 @@ class HardwareSelector:
             batch=batch_size,
             context=context,
             output=output_tokens,
-            weights=weights,
-            kv_cache=kv_cache,
-            objective=objective,
+            weights=choice_of("weights", WeightFormat, weights),
+            kv_cache=choice_of("kv_cache", KvFormat, kv_cache),
+            objective=choice_of("objective", ServingObjective, objective),
             headroom_fraction=self.headroom_fraction,
         )
-        return inference_answer(spec, cluster, request)
+        return inference_answer(spec, cluster, request, self.serving_flags)
 
-    @known_keywords
+    @checked_arguments()
     def select_hardware_for_task(
         self,
         model_family: str,
@@ -291,15 +201,7 @@ class HardwareSelector:
 
         For task_type="inference", batch_size is the number of concurrent requests and seq_len the prompt length.
         """
-        task = _task(check_name("task_type", task_type))
-        _check_request(gpu_count, batch_size, max_memory_gb)
-        distributed, include_detected = _flag("distributed", distributed), _flag("include_detected", include_detected)
-        if candidates is not None and (
-            isinstance(candidates, str) or not all(isinstance(name, str) for name in candidates)
-        ):
-            raise UserInputTypeError(f"candidates is a list of GPU names, such as ['A100-80GB'], not {candidates!r}")
-        if rank_by not in ("cost", "throughput"):
-            raise UserInputError(f"rank_by must be 'cost' or 'throughput', not '{rank_by}'")
+        task, rank_by = task_type.strip().lower(), rank_by.strip().lower()
         spec = self._model(model_family, model_name)
         length = self._seq_len(spec, seq_len) if task == "training" else seq_len
         count = gpu_count if distributed else 1
@@ -312,6 +214,11 @@ class HardwareSelector:
             gpus = [g for g in gpus if g.memory_gib <= max_memory_gb * 1.05]
         detected = _detected_gpu_names() if include_detected else []
         gpus += [resolve_gpu(name) for name in detected if all(g.name != name for g in gpus)]
+        if not gpus:  # max_memory_gb left none: not "no catalog GPU fits", as if the model were too big
+            raise UserInputError(
+                f"no {'candidate' if candidates else 'catalog'} GPU has max_memory_gb {max_memory_gb:g} or less; "
+                "raise max_memory_gb" + (" or name larger candidates" if candidates else "")
+            )
         estimates: dict[str, Any] = {}
         ranked = []
         for entry in gpus:
@@ -321,7 +228,7 @@ class HardwareSelector:
                     spec, batch=batch_size, context=length, headroom_fraction=self.headroom_fraction
                 )
                 try:
-                    summary = inference_answer(spec, cluster, request)
+                    summary = inference_answer(spec, cluster, request, self.serving_flags)
                 except UserInputError as error:  # e.g. no bf16 on this GPU: not a candidate
                     estimates[entry.name] = {"fits": False, "gpu": entry.name, "why": str(error)}
                     continue
@@ -335,6 +242,7 @@ class HardwareSelector:
                 cluster,
                 batch_size,
                 allow_engine=allow_engine,
+                flags=self.training_flags,
                 seq_len=length,
                 headroom_fraction=self.headroom_fraction,
                 top_k=1,

@@ -13,7 +13,21 @@ from typing import Any
 
 from planner.hardware.cluster import GIB, ClusterSpec
 from planner.inference import InferenceRequest, ServingPlan, ServingResult, plan_serving
+from planner.inference.flags import ServingFlags
 from planner.models.spec import ModelSpec
+
+# What would fit, in the Python API's keyword arguments: a cluster as gpu_count and gpus_per_node (both, so the
+# cluster asked for is the one searched whatever gpus_per_node the call gave).
+API_SERVING_FLAGS = ServingFlags(
+    cluster=lambda cluster: f"gpu_count={cluster.world_size}, gpus_per_node={cluster.gpus_per_node}",
+    batch="batch_size", context="context", output_tokens="output_tokens", weights="weights", kv_cache="kv_cache",
+    keywords=True,
+)  # fmt: skip
+# In the seed CLI's flags (hardware_selector_cli/seed_cli.py), which set no output length or weight and KV formats.
+SEED_SERVING_FLAGS = ServingFlags(
+    cluster=lambda cluster: f"--distributed --gpu-count {cluster.world_size}", batch="--batch-size",
+    context="--seq-len", output_tokens=None, weights=None, kv_cache=None,
+)  # fmt: skip
 
 
 def layout_name(plan: ServingPlan) -> str:
@@ -78,8 +92,10 @@ def no_serving_fit(result: ServingResult, cluster: ClusterSpec) -> dict[str, Any
     }
 
 
-def inference_answer(spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequest) -> dict[str, Any]:
-    result = plan_serving(spec, cluster, request)
+def inference_answer(
+    spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequest, flags: ServingFlags = API_SERVING_FLAGS
+) -> dict[str, Any]:
+    result = plan_serving(spec, cluster, request, flags)
     if result.best is None:
         return no_serving_fit(result, cluster)
     summary = serving_summary(result.best, cluster.gpu.price_usd_per_hour)

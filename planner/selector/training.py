@@ -35,6 +35,14 @@ SEED_FLAGS = SuggestionFlags(
 )  # fmt: skip
 
 
+# The same in the Python API's keyword arguments: gpu_count and gpus_per_node (both: the call may have given its
+# own gpus_per_node), seq_len; it has no global batch or LoRA either.
+API_FLAGS = SuggestionFlags(
+    cluster=lambda cluster: f"gpu_count={cluster.world_size}, gpus_per_node={cluster.gpus_per_node}",
+    global_batch=None, lora=None, strategies="strategies", seq_len="seq_len", cluster_of=cluster_for,
+)  # fmt: skip
+
+
 def default_seq_len(spec: ModelSpec) -> int:
     """The smaller of 2048 and the model's context."""
     return min(DEFAULT_SEQ_LEN, spec.max_position_embeddings)
@@ -69,8 +77,10 @@ def strategy_kinds(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(kinds))
 
 
-def _search(spec: ModelSpec, cluster: ClusterSpec, strategies: tuple, **request: Any) -> SearchResult:
-    return search_plans(spec, cluster, PlanRequest(strategies=strategies, **request), flags=SEED_FLAGS)
+def _search(
+    spec: ModelSpec, cluster: ClusterSpec, strategies: tuple, flags: SuggestionFlags, **request: Any
+) -> SearchResult:
+    return search_plans(spec, cluster, PlanRequest(strategies=strategies, **request), flags=flags)
 
 
 def plan_training(
@@ -80,11 +90,13 @@ def plan_training(
     *,
     allow_engine: bool = False,
     strategies: tuple[str, ...] | None = None,
+    flags: SuggestionFlags = SEED_FLAGS,
     **request: Any,
 ) -> TrainingAnswer:
     """The best plan for `per_gpu_batch` sequences per GPU on `cluster` (see the module docstring).
 
-    `strategies` restricts the search to the stacks the caller runs; then nothing else is tried.
+    `strategies` restricts the search to the stacks the caller runs; then nothing else is tried. `flags`: how
+    the asking path (the seed CLI, or API_FLAGS for the Python API) spells what its suggestions change.
     """
     if per_gpu_batch is not None and per_gpu_batch < 1:
         raise UserInputError(f"batch_size (sequences per GPU) must be at least 1, not {per_gpu_batch}")
@@ -97,13 +109,13 @@ def plan_training(
         attempts.append((STRATEGY_FAMILIES, None))  # the engine, when nothing else fits
     result: SearchResult | None = None
     for strategies, micro in attempts:
-        result = _search(spec, cluster, strategies, global_batch=effective, micro_batch=micro, **request)
+        result = _search(spec, cluster, strategies, flags, global_batch=effective, micro_batch=micro, **request)
         if result.best is not None:
             break
     assert result is not None
     if result.best is None and per_gpu_batch:
         # What would fit holds the batch per GPU, as the selector states it: a larger count runs a larger total.
-        per_gpu = _search(spec, cluster, attempts[-1][0], micro_batch=per_gpu_batch, **request)
+        per_gpu = _search(spec, cluster, attempts[-1][0], flags, micro_batch=per_gpu_batch, **request)
         result = result.model_copy(update={"suggestions": per_gpu.suggestions})
     answer = TrainingAnswer(result, effective)
     best = result.best
