@@ -119,7 +119,7 @@ def test_an_emitted_cp_run_folder_trains_like_the_reference(four_ranks):
 
     run_dir = four_ranks / "run"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    # rel 1e-4 as in tests/test_runner_equivalence.py: sequence parallelism sums in another order, and AdamW's
+    # rel 1e-4 as in tests/test_runner_strategies.py: sequence parallelism sums in another order, and AdamW's
     # first steps turn near-zero gradients' float-level differences into parameter moves of up to the lr.
     assert [row["loss"] for row in rows if row["kind"] == "train"] == pytest.approx(
         hf_reference_losses(run_dir, STEPS_OF_THE_RUN_FOLDER), rel=1e-4
