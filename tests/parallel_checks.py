@@ -30,6 +30,7 @@ from tests.parallel_runs import (
     layout_run,
     reshard_run,
 )
+from tests.uneven_pipeline_run import uneven_pipeline_run
 
 OUT_PATH: list[str] = []  # the --out file; checks that write files use its folder
 
@@ -155,6 +156,9 @@ def four_rank_checks() -> dict[str, Callable[[], dict]]:
         "engine_zero3_dp2_tp2_llama": lambda: engine_run(
             "llama", ParallelDims(dp=2, tp=2), zero_stage=3, micro_batches=2, global_batch=8
         ),
+        # pp 4 over a 10-layer Llama: the uneven map 2, 3, 3, 2; interleaved chunks with the embedding and the
+        # head alone; ParallelTrainer. Its own reference and losses (tests/uneven_pipeline_run.py).
+        "uneven_pipeline": uneven_pipeline_run,
     }
 
 

@@ -4,7 +4,9 @@ stage); then ZeRO-2 under dp2 x pp2 and ZeRO-3 under dp2 x tp2; and tp2 x pp2 wi
 interleaved 1F1B and full activation checkpointing (no ZeRO: dp is 1); dp2 x tp2 of a Llama with one
 key/value head, replicated on both TP ranks of each of the two TP groups. Each against the single-process
 reference (SGD, fp32, 3 steps, loss and parameters within 1e-5; the engine runs' global gradient norm, summed
-over dp, tp and pp with replicated and tied parameters counted once, within 1e-5 relative)."""
+over dp, tp and pp with replicated and tied parameters counted once, within 1e-5 relative). And pp 4 with uneven
+stages (tests/uneven_pipeline_run.py; the planner's side of them is tests/test_uneven_pipeline.py). All in one
+4-rank job (tests/parallel_checks.py), as each launch costs its ranks' start-up."""
 
 from __future__ import annotations
 
@@ -25,10 +27,23 @@ FOUR_RANK_CHECKS = [
 
 @pytest.fixture(scope="module")
 def four_rank_results(tmp_path_factory):
-    return run_checks(FOUR_RANK_CHECKS, 4, tmp_path_factory.mktemp("3d"))
+    return run_checks([*FOUR_RANK_CHECKS, "uneven_pipeline"], 4, tmp_path_factory.mktemp("3d"))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("check", FOUR_RANK_CHECKS)
 def test_mixed_layout_matches_reference(four_rank_results, check):
     assert_matches_reference(four_rank_results[check])
+
+
+@pytest.mark.slow
+def test_the_engine_trains_an_uneven_map_to_the_single_process_losses(four_rank_results):
+    """Uneven pipeline stages (Llama 3 405B's 126 layers over pp 16 in small): a 2, 3, 3, 2 map over 4 ranks."""
+    result = four_rank_results["uneven_pipeline"]
+    assert result["losses"] == pytest.approx(result["expected"], rel=1e-5)
+    assert [ranges[0] for ranges in result["losses_ranges"]] == [[0, 2], [2, 5], [5, 8], [8, 10]]
+    # Llama 3's layout in small: rank 0's first chunk is the embedding alone, rank 3's last the head alone.
+    assert result["interleaved"] == pytest.approx(result["expected"], rel=1e-5)
+    assert result["interleaved_ranges"] == [[[0, 0], [5, 6]], [[0, 2], [6, 8]], [[2, 4], [8, 10]], [[4, 5], [10, 10]]]
+    # ParallelTrainer runs a pipeline layout itself (it used to ask for engine.train_batch, which it calls).
+    assert len(result["trainer"]) == 3 and result["trainer"] == pytest.approx(result["trainer_expected"], rel=1e-5)

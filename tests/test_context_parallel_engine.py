@@ -10,7 +10,7 @@ and values as the only difference between a cp rank and a sequence of s / cp.
 from __future__ import annotations
 
 import json
-import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +21,7 @@ from planner.memory.activations import activation_widths, estimate_activations
 from planner.models.resolve import resolve_model
 from planner.training_config import TrainingConfig
 from tests.context_parallel_model import LR, MICRO, STEPS, global_batch, tiny_llama
-from tests.distributed import cpu_env, free_port, run_torchrun
+from tests.engine_jobs.one_launch import launch_jobs
 
 
 def _reference(replicas: int) -> tuple[list[float], list[float], dict, float]:
@@ -44,20 +44,63 @@ def _reference(replicas: int) -> tuple[list[float], list[float], dict, float]:
     return losses, norms, {name: p.detach() for name, p in model.named_parameters()}, evaluation
 
 
+STEPS_OF_THE_RUN_FOLDER = 3
+LAYOUTS = {"cp2": (2, 1), "cp2xdp2": (4, 1), "cp2xtp2": (4, 2)}  # name: (world, tp), cp 2 in each
+
+
+def _emit_cp_run_folder(root: Path) -> Path:
+    """cp 2 beside tp 2 with sequence parallelism, as the search offers it for long sequences, of a GPT-2 checkpoint."""
+    from planner.contract.run_config import DataConfig, Hyperparameters
+    from planner.rundir.write import RunOptions, emit_run_folder
+    from scripts.demo_checkpoint import make_local_gpt2
+    from tests.emit_plans import make_plan
+
+    model_dir, corpus = make_local_gpt2(root / "user")
+    optim = Hyperparameters(max_steps=STEPS_OF_THE_RUN_FOLDER, learning_rate=1e-3, warmup_steps=1)
+    plan = make_plan(
+        str(model_dir), gpus_per_node=4, seq_len=64, micro_batch=2, grad_accum=2, strategy="engine", zero_stage=1,
+        layout=ParallelDims(cp=2, tp=2), sequence_parallel=True,
+    )  # fmt: skip
+    emit_run_folder(plan, root / "run", options=RunOptions(data=DataConfig(train=[str(corpus)]), optim=optim))
+    return root / "run"
+
+
+def _launch(root: Path, world: int) -> Path:
+    """One launch of `world` ranks (tests/engine_jobs/one_launch.py), as each costs its ranks' start-up: the
+    engine job of each layout of that world (its OUT: root/LAYOUT/out), and on 4 ranks also the emitted run folder
+    (root/run) trained through the runner's loop, with launch.sh's --steps."""
+    jobs: dict[str, tuple[object, ...]] = {
+        name: ("context_parallel", 2, tp) for name, (layout_world, tp) in LAYOUTS.items() if layout_world == world
+    }
+    if world == 4:
+        jobs["runs"] = ("runner_folders", _emit_cp_run_folder(root), "--", "--steps", STEPS_OF_THE_RUN_FOLDER)
+    return launch_jobs(root, world, jobs, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> Path:
+    return _launch(tmp_path_factory.mktemp("cp_two_ranks"), 2)
+
+
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory) -> Path:
+    return _launch(tmp_path_factory.mktemp("cp_four_ranks"), 4)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("world", "tp"), [(2, 1), (4, 1), (4, 2)], ids=["cp2", "cp2xdp2", "cp2xtp2"])
-def test_context_parallel_training_equals_the_single_process_reference(tmp_path, world, tp):
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_context_parallel_training_equals_the_single_process_reference(request, layout):
     """Losses, clipped global norms and evaluation within 1e-5. Parameters within 5e-5: after three AdamW
     steps a near-zero gradient's float-level difference moves its parameter by up to ~1e-2 of the lr.
     Under cp2 x tp2 each cp rank is a tp pair (heads and the vocabulary split) and the whole model is compared."""
     import torch
 
-    job = ["tests/engine_jobs/context_parallel.py", str(tmp_path / "out"), "2", str(tp)]
-    run_torchrun(job, nproc=world, timeout=400)
+    world, tp = LAYOUTS[layout]
     replicas = world // (2 * tp)
     losses, norms, params, evaluation = _reference(replicas)
+    launch = request.getfixturevalue("two_ranks" if world == 2 else "four_ranks")
     for rank in range(world):
-        results = json.loads((tmp_path / f"out.{rank}.json").read_text())
+        results = json.loads((launch / layout / f"out.{rank}.json").read_text())
         for stage, result in results.items():
             assert result["replicas"] == replicas
             assert result["losses"] == pytest.approx(losses, abs=1e-5), (rank, stage)
@@ -68,39 +111,18 @@ def test_context_parallel_training_equals_the_single_process_reference(tmp_path,
 
 
 @pytest.mark.slow
-def test_an_emitted_cp_run_folder_trains_like_the_reference(tmp_path):
-    """cp 2 beside tp 2 with sequence parallelism, as the search offers it for long sequences: the run folder's
-    launch script starts 4 ranks, each reading its tensor slices of the checkpoint, and trains the HF losses.
-    (The engine under cp alone is held to the single-process run above.)"""
-    from planner.contract.run_config import DataConfig, Hyperparameters
-    from planner.rundir.write import RunOptions, emit_run_folder
-    from scripts.demo_checkpoint import make_local_gpt2
-    from tests.emit_plans import make_plan
+def test_an_emitted_cp_run_folder_trains_like_the_reference(four_ranks):
+    """cp 2 beside tp 2 with sequence parallelism: the run folder's 4 ranks, each reading its tensor slices of the
+    checkpoint, train the HF losses. (The engine under cp alone is held to the single-process run above; launch.sh
+    itself is run by tests/test_expert_parallel_runner.py and tests/test_emit_runs.py.)"""
     from tests.runner_reference import hf_reference_losses
 
-    model_dir, corpus = make_local_gpt2(tmp_path / "user")
-    options = RunOptions(
-        data=DataConfig(train=[str(corpus)]), optim=Hyperparameters(max_steps=3, learning_rate=1e-3, warmup_steps=1)
-    )
-    plan = make_plan(
-        str(model_dir), gpus_per_node=4, seq_len=64, micro_batch=2, grad_accum=2, strategy="engine", zero_stage=1,
-        layout=ParallelDims(cp=2, tp=2), sequence_parallel=True,
-    )  # fmt: skip
-    run_dir = tmp_path / "run"
-    emit_run_folder(plan, run_dir, options=options)
-    completed = subprocess.run(
-        ["bash", str(run_dir / "launch.sh"), "--steps", "3"],
-        env=cpu_env({"MASTER_PORT": str(free_port())}),
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-3000:]
+    run_dir = four_ranks / "run"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    # rel 1e-4 as in tests/test_runner_equivalence.py: sequence parallelism sums in another order, and AdamW's
+    # rel 1e-4 as in tests/test_runner_strategies.py: sequence parallelism sums in another order, and AdamW's
     # first steps turn near-zero gradients' float-level differences into parameter moves of up to the lr.
     assert [row["loss"] for row in rows if row["kind"] == "train"] == pytest.approx(
-        hf_reference_losses(run_dir, 3), rel=1e-4
+        hf_reference_losses(run_dir, STEPS_OF_THE_RUN_FOLDER), rel=1e-4
     )
 
 

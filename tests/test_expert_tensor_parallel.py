@@ -1,12 +1,8 @@
-"""Expert parallelism composed with tensor parallelism in the engine (docs/parallelism.md, "Expert parallelism").
+"""Expert parallelism composed with tensor parallelism, as the planner offers and estimates it and as --emit and the
+engine refuse what does not compose (docs/parallelism.md, "Expert parallelism").
 
-Reference: transformers' MixtralForCausalLM trained by torch's AdamW in one process on the same two data-parallel
-ranks' batches (tests/expert_parallel_model.py reference_run: the loss with the router's load-balancing loss).
-On 4 ranks, ep 2 x tp 2 under ZeRO-0, 1, 2 (with sequence parallelism) and 3, and tp 2 alone (the experts'
-ffn split over tp only, with SP), each train the reference's losses (1e-5) and gradient norms (rel 1e-5), and
-their consolidated export (HF-named, every expert gathered over ep and tp) holds the reference's final weights
-(1e-5). Each rank holds the planner's per-rank parameter count (planner/memory/rank_params.py, within 3%). A
-checkpoint resumes across ep 2 x tp 2 and tp 2 to the saving run's next step.
+The engine trained under ep x tp against the single-process reference is in tests/test_expert_parallel_engine.py, in
+the one 4-rank launch of the expert-parallel runs.
 """
 
 from __future__ import annotations
@@ -14,38 +10,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from tests.distributed import run_torchrun
-from tests.expert_parallel_model import reference_run
-from tests.test_expert_parallel_engine import planned_rank_params
-
-
-@pytest.mark.slow
-def test_experts_over_ep_and_tp_train_the_single_process_reference(tmp_path):
-    import torch
-    from safetensors.torch import load_file
-
-    out = tmp_path / "out"
-    run_torchrun(["tests/engine_jobs/expert_tensor_parallel.py", str(out)], nproc=4, timeout=400)
-    losses, norms, params, _ = reference_run(2)
-    runs = ("ep2-tp2-zero0", "ep2-tp2-zero1", "ep2-tp2-zero3", "ep2-tp2-sp-zero2", "ep1-tp2-sp")
-    for rank in range(4):
-        results = json.loads((tmp_path / f"out.{rank}.json").read_text())
-        for run in runs:
-            result = results[run]
-            assert result["world"] == 2, run  # two data-parallel ranks: the ep pair, or the tp pairs' replicas
-            assert result["losses"] == pytest.approx(losses, abs=1e-5), (rank, run)
-            assert result["norms"] == pytest.approx(norms, rel=1e-5), (rank, run)
-            ep = 2 if run.startswith("ep2") else 1
-            assert result["held"] == pytest.approx(planned_rank_params(ep=ep, tp=2), rel=0.03), (rank, run)
-        for move, resumed in results["reshard"].items():
-            assert resumed["resumed"] == pytest.approx(resumed["uninterrupted"], abs=1e-5), move
-        assert set(results["reshard"]) == {"ep2-tp2->ep1-tp2", "ep1-tp2->ep2-tp2"}
-    for run in runs:
-        exported = load_file(str(tmp_path / f"out.{run}.safetensors"))
-        assert set(exported) == set(params), run
-        for name, reference in params.items():
-            assert torch.allclose(exported[name], reference, atol=1e-5), (run, name)
 
 
 def _engine_expert_layouts(model: str) -> set[tuple[int, int, int, bool, int]]:

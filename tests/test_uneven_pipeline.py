@@ -1,23 +1,21 @@
 """Uneven pipeline stages: --pp need not divide the layers (Llama 3 405B: 126 layers over pp 16).
 
 References: the published layouts (Llama 3 405B's 7, 8 x 14, 7 and BLOOM's
-5, 6 x 10, 5 come out of the default map), the real model's parameters per
+5, 6 x 10, 5 come out of the default map) and the real model's parameters per
 stage under the engine's own split (the estimator's heaviest rank within
-3%), and a single-process run (the engine trains a 2, 3, 3, 2 map over 4
-ranks to the same losses).
+3%). That the engine trains a 2, 3, 3, 2 map over 4 ranks to a single-process
+run's losses is checked in tests/test_3d_layouts.py, in its 4-rank job.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from hardware_selector_cli.app import main
 from planner.contract.layout import default_stage_layers
 from planner.rundir.write import emit_run_folder
-from tests.distributed import run_torchrun
 
 
 def test_the_default_map_is_the_published_one():
@@ -74,20 +72,6 @@ def test_the_heaviest_ranks_parameters_match_the_real_model_under_the_engines_sp
     ]
     config = TrainingConfig(strategy="engine", layout={"pp": 4, "stage_layers": stage_map}, grad_accum=4, seq_len=128)
     assert rank_params(spec, config).total == pytest.approx(max(real), rel=0.03)
-
-
-@pytest.mark.slow
-def test_the_engine_trains_an_uneven_map_to_the_single_process_losses(tmp_path):
-    out = tmp_path / "out.json"
-    run_torchrun(["tests/engine_jobs/uneven_pipeline.py", str(out)], nproc=4, timeout=400)
-    result = json.loads(Path(out).read_text())
-    assert result["losses"] == pytest.approx(result["expected"], rel=1e-5)
-    assert [ranges[0] for ranges in result["losses_ranges"]] == [[0, 2], [2, 5], [5, 8], [8, 10]]
-    # Llama 3's layout in small: rank 0's first chunk is the embedding alone, rank 3's last the head alone.
-    assert result["interleaved"] == pytest.approx(result["expected"], rel=1e-5)
-    assert result["interleaved_ranges"] == [[[0, 0], [5, 6]], [[0, 2], [6, 8]], [[2, 4], [8, 10]], [[4, 5], [10, 10]]]
-    # ParallelTrainer runs a pipeline layout itself (it used to ask for engine.train_batch, which it calls).
-    assert len(result["trainer"]) == 3 and result["trainer"] == pytest.approx(result["trainer_expected"], rel=1e-5)
 
 
 def test_the_search_offers_uneven_pipelines_and_the_run_folder_carries_the_map(tmp_path):

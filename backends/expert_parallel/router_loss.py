@@ -11,7 +11,7 @@ probabilities (with the routers' gradient). Without pipelining the layers' sums 
 each stage adds its layers' sums to those it received and hands them on beside the hidden states, and the
 last stage turns them into the loss, so the gradient reaches every stage's routers through the pipeline's
 own backward (backends/pipeline_parallel/runner.py). The reference is transformers' function itself:
-tests/test_expert_tensor_parallel.py and tests/test_expert_pipeline.py train its losses.
+tests/test_expert_parallel_engine.py trains its losses under tp and pp.
 
 Under tensor parallelism every tp rank holds the same logits, so each back-propagates a tp-th of the term and
 the router's gradient, summed over tp (tensor_parallel.py), counts it once.

@@ -15,6 +15,7 @@ import torch.distributed as dist
 import backends
 from backends.checkpoint.export import consolidated_state_dict
 from tests.context_parallel_model import MICRO, STEPS, engine_config, global_batch, tiny_llama
+from tests.engine_jobs.common import start_group
 
 
 def run(stage: int, cp: int, tp: int) -> dict:
@@ -32,10 +33,10 @@ def run(stage: int, cp: int, tp: int) -> dict:
     return {"losses": losses, "norms": norms, "params": params, "eval": evaluation, "replicas": replicas}
 
 
-def main() -> None:
-    out, cp = sys.argv[1], int(sys.argv[2])
-    tp = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-    dist.init_process_group("gloo")
+def main(argv: list[str]) -> None:
+    out, cp = argv[0], int(argv[1])
+    tp = int(argv[2]) if len(argv) > 2 else 1
+    start_group()
     results = {f"zero{stage}": run(stage, cp, tp) for stage in (0, 1, 2, 3)}
     with open(f"{out}.{dist.get_rank()}.json", "w") as handle:
         json.dump(results, handle)
@@ -44,5 +45,5 @@ def main() -> None:
 if __name__ == "__main__":
     from backends.distributed_init import exit_worker
 
-    main()
+    main(sys.argv[1:])
     exit_worker(0)  # gloo's threads can abort interpreter teardown after a run that succeeded

@@ -15,6 +15,7 @@ from typing import Any
 import torch.distributed as dist
 
 import backends
+from tests.engine_jobs.common import start_group
 from tests.expert_parallel_model import CAPACITY_FACTOR, MICRO, MODELS, STEPS, engine_config, global_batch, tiny_mixtral
 
 
@@ -99,12 +100,12 @@ def reshard(ep: int, out: str) -> dict:
     return results
 
 
-def main() -> None:
-    out, ep = sys.argv[1], int(sys.argv[2])
-    dist.init_process_group("gloo")
-    if len(sys.argv) > 3:  # other families (one job, as each launch costs its ranks' start-up): ZeRO-1 runs only
+def main(argv: list[str]) -> None:
+    out, ep = argv[0], int(argv[1])
+    start_group()
+    if len(argv) > 2:  # other families (one job, as each launch costs its ranks' start-up): ZeRO-1 runs only
         with open(f"{out}.{dist.get_rank()}.json", "w") as handle:
-            json.dump({family: run(1, ep, 0.0, MODELS[family]) for family in sys.argv[3:]}, handle)
+            json.dump({family: run(1, ep, 0.0, MODELS[family]) for family in argv[2:]}, handle)
         return
     # ZeRO shards over the expert-data-parallel group: stages 2 and 3 differ from 1 only where it has 2+ ranks.
     stages = (0, 1, 2, 3) if dist.get_world_size() > ep else (0, 1)
@@ -119,5 +120,5 @@ def main() -> None:
 if __name__ == "__main__":
     from backends.distributed_init import exit_worker
 
-    main()
+    main(sys.argv[1:])
     exit_worker(0)  # gloo's threads can abort interpreter teardown after a run that succeeded

@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 import backends
 from planner.errors import UserInputError
+from tests.engine_jobs.common import start_group
 from tests.expert_parallel_model import (
     LR,
     STEPS,
@@ -110,9 +111,9 @@ def run(name: str, out: str) -> dict[str, Any]:
     return result
 
 
-def main() -> None:
-    out = sys.argv[1]
-    dist.init_process_group("gloo")
+def main(argv: list[str]) -> None:
+    out = argv[0]
+    start_group()
     results: dict[str, Any] = {name: run(name, out) for name in RUNS}
     try:  # DeepSeek's plan pipelines it but does not split it over tp: one line, on every rank
         backends.initialize(model=tiny_deepseek_v3(), config=config({"layout": {"ep": 2, "tp": 2}}))
@@ -125,5 +126,5 @@ def main() -> None:
 if __name__ == "__main__":
     from backends.distributed_init import exit_worker
 
-    main()
+    main(sys.argv[1:])
     exit_worker(0)  # gloo's threads can abort interpreter teardown after a run that succeeded

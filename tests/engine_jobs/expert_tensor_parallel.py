@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 import backends
 from backends.checkpoint.export import consolidated_state_dict
+from tests.engine_jobs.common import start_group
 from tests.expert_parallel_model import LR, MICRO, STEPS, global_batch, tiny_mixtral
 
 RUNS = {
@@ -83,9 +84,9 @@ def reshard(out: str) -> dict[str, Any]:
     return results
 
 
-def main() -> None:
-    out = sys.argv[1]
-    dist.init_process_group("gloo")
+def main(argv: list[str]) -> None:
+    out = argv[0]
+    start_group()
     results: dict[str, Any] = {name: run(name, out) for name in RUNS}
     results["reshard"] = reshard(out)
     with open(f"{out}.{dist.get_rank()}.json", "w") as handle:
@@ -95,5 +96,5 @@ def main() -> None:
 if __name__ == "__main__":
     from backends.distributed_init import exit_worker
 
-    main()
+    main(sys.argv[1:])
     exit_worker(0)  # gloo's threads can abort interpreter teardown after a run that succeeded

@@ -1,8 +1,9 @@
 """torchrun job: the runner (`backends.runner.loop.train`) on several run folders in one process group.
 
-Usage: runner_folders.py OUT.json RUN_DIR [RUN_DIR ...]. Rank 0 writes, per folder, the runner's summary
-and its metrics rows. One job instead of one per folder keeps the test within its time budget (process
-start-up dominates on this machine).
+Usage: runner_folders.py OUT.json RUN_DIR [RUN_DIR ...] [-- RUNNER_OPTION ...]: each folder trained with the runner
+options given (--save-every 0 when none are). Rank 0 writes, per folder, the runner's summary and its metrics rows.
+One job instead of one per folder keeps the test within its time budget (process start-up dominates on this
+machine).
 """
 
 from __future__ import annotations
@@ -15,13 +16,19 @@ import torch.distributed as dist
 
 from backends.runner.loop import train
 from backends.runner.options import parse_args
+from tests.engine_jobs.common import start_group
 
 
-def main(out_path: str, run_dirs: list[str]) -> None:
-    dist.init_process_group("gloo")
+def main(argv: list[str]) -> None:
+    out_path, *rest = argv
+    run_dirs, options = (rest[: rest.index("--")], rest[rest.index("--") + 1 :]) if "--" in rest else (rest, [])
+    start_group()
     results = {}
     for run_dir in run_dirs:
-        summary = train(parse_args(["--plan", run_dir, "--save-every", "0"]))
+        try:
+            summary = train(parse_args(["--plan", run_dir, *(options or ["--save-every", "0"])]))
+        except Exception as error:  # the launch ends here (see one_launch.py); say which folder ended it
+            raise RuntimeError(f"the run folder {run_dir} failed") from error
         rows = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
         results[Path(run_dir).name] = {"summary": summary, "rows": rows}
     if dist.get_rank() == 0:
@@ -31,5 +38,5 @@ def main(out_path: str, run_dirs: list[str]) -> None:
 if __name__ == "__main__":
     from backends.distributed_init import exit_worker
 
-    main(sys.argv[1], sys.argv[2:])
+    main(sys.argv[1:])
     exit_worker(0)

@@ -1,17 +1,14 @@
-"""torchrun job (4 ranks): a tiny Llama of 10 layers pipelined over 4 stages with the map 2, 3, 3, 2 (1F1B),
-then over 4 ranks x 2 interleaved chunks with the map 0, 2, 2, 1, 1, 2, 2, 0: the first chunk runs the
-embedding alone and the last the head alone, as Llama 3 405B gave them a layer's slot. Then
-ParallelTrainer runs the same model under {"pp": 4} over the rows in its sampler's order.
+"""The run behind the check "uneven_pipeline" of tests/parallel_checks.py (4 ranks; tests/test_3d_layouts.py).
 
-The reference is the same model trained in one process (tests/parallel_runs.py's
-reference_run, built with the same seed on every rank). Rank 0 writes the loss
-lists and the layer ranges each rank ran to argv[1].
+A tiny Llama of 10 layers pipelined over 4 stages with the map 2, 3, 3, 2 (1F1B), then over 4 ranks x 2
+interleaved chunks with the map 0, 2, 2, 1, 1, 2, 2, 0: the first chunk runs the embedding alone and the last
+the head alone, as Llama 3 405B gave them a layer's slot. Then ParallelTrainer runs the same model under
+{"pp": 4} over the rows in its sampler's order.
+
+The reference is the same model trained by SGD in one process, built with the same seed on every rank. `uneven_pipeline_run()` returns the loss lists and the layer ranges each rank ran.
 """
 
 from __future__ import annotations
-
-import json
-import sys
 
 import torch
 import torch.distributed as dist
@@ -54,8 +51,7 @@ def parallel_trainer(data):
     return {"trainer_expected": expected, "trainer": [row["loss"] for row in history]}
 
 
-def main():
-    dist.init_process_group("gloo")
+def uneven_pipeline_run() -> dict:
     data = [torch.randint(0, 512, (8, SEQ_LEN), generator=torch.Generator().manual_seed(step)) for step in range(3)]
     reference = model()
     reference.config._attn_implementation = "sdpa"
@@ -84,13 +80,4 @@ def main():
         dist.all_gather_object(ranges, engine.parallel_model.chunk_ranges)
         results[f"{name}_ranges"] = ranges
     results.update(parallel_trainer(data))
-    if dist.get_rank() == 0:
-        with open(sys.argv[1], "w") as handle:
-            json.dump(results, handle)
-
-
-if __name__ == "__main__":
-    from backends.distributed_init import exit_worker
-
-    main()
-    exit_worker(0)  # gloo's threads can abort interpreter teardown after a run that succeeded
+    return results
