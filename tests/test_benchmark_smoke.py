@@ -6,15 +6,23 @@ its full run's has; the figures themselves are noise at these sizes and nothing 
 verdict. No smoke run may touch what is committed: benchmarks/results/ and the tables of docs/accuracy.md are
 the same bytes after it.
 One run at a time: the torch-heavy ones are multi-rank, and the suite's other worker has the other core.
+Each runs as `python -m` would run it, but in this process (its main() with the smoke arguments, the
+environment, working directory and argv the subprocess had): a process of its own would import torch and
+transformers again for every benchmark, seconds each; the torchrun ones still start their ranks apart. What
+a benchmark changes in this process (its environment, torch's threads and random state, the warning filters)
+is put back after it, for the next benchmark and the worker's next test file.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import json
+import os
+import random
 import re
-import subprocess
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -200,21 +208,41 @@ SLOW = {
     [pytest.param(module, marks=[pytest.mark.slow] if module in SLOW else []) for module in SMOKES],
     ids=[module.removeprefix("benchmarks.") for module in SMOKES],
 )
-def test_benchmark_runs_in_smoke_mode(module):
+def test_benchmark_runs_in_smoke_mode(module, capfd, monkeypatch):
     extra, check = SMOKES[module]
     before = _committed_bytes()
-    completed = subprocess.run(
-        [sys.executable, "-m", module, "--smoke", *extra],
-        cwd=REPO_ROOT,
-        env=cpu_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert completed.returncode == 0, f"{module} --smoke exited {completed.returncode}:\n{completed.stderr[-6000:]}"
-    check(completed.stdout)
+    code = _run_in_process(module, ["--smoke", *extra], monkeypatch)
+    out, err = capfd.readouterr()
+    assert code == 0, f"{module} --smoke exited {code}:\n{err[-6000:]}"
+    check(out)
     changed = sorted(name for name, data in _committed_bytes().items() if before.get(name) != data)
     assert not changed, f"{module} --smoke changed committed files: {changed}"
+
+
+def _run_in_process(module: str, args: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
+    """`python -m MODULE ARGS` as MODULE.main(ARGS) here, in the subprocess's environment (cpu_env), working
+    directory and argv; its exit code. Everything it prints goes to the test's captured descriptors, its
+    children's output too."""
+    import torch  # before the environment changes: this process's threads stay its own
+
+    for name, value in cpu_env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.setattr(sys, "argv", [module, *args])
+    environment, threads, state = dict(os.environ), torch.get_num_threads(), random.getstate()
+    try:
+        with warnings.catch_warnings(), torch.random.fork_rng(devices=[]):
+            try:
+                return importlib.import_module(module).main(args)
+            except SystemExit as stop:  # argparse's errors, and a main that exits instead of returning
+                if isinstance(stop.code, str):
+                    print(stop.code, file=sys.stderr)  # as the interpreter prints it
+                return stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
+    finally:  # a module's import sets defaults in os.environ; a benchmark sets torch's threads
+        os.environ.clear()
+        os.environ.update(environment)
+        torch.set_num_threads(threads)
+        random.setstate(state)
 
 
 def _runnable(path: Path) -> bool:

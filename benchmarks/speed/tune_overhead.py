@@ -1,13 +1,15 @@
 """Benchmark: what a tune trial costs beside its measured window (docs/running.md, "Tune").
 
     python -m benchmarks.speed.tune_overhead [--candidates 3] [--out benchmarks/results/tune_overhead.json]
-    python -m benchmarks.speed.tune_overhead --smoke   # one trial of a tiny GPT-2, nothing kept
+    python -m benchmarks.speed.tune_overhead --smoke   # one trial of a tiny GPT-2 in one launch, nothing kept
 
 Runs the same tune (benchmarks/harness/tune.py) of gpt2, shrunken (--tiny), on 2 CPU ranks over gloo twice:
 as a tune runs, all K trials in one torchrun launch, and as tunes ran before, a launch per trial. It reports,
 per trial, its measured window (warm-up and timed steps at the measured step time) and its overhead (its share
 of its launch's start-up: torchrun, each rank's imports, the process group; and its own set-up: the model,
 the optimizer, the data). A benchmark, not a test: it measures and writes JSON; nothing asserts.
+--smoke tunes one candidate, so its one launch is also its launch per trial: it launches once and reports that
+launch under both ways (a second launch of the same trial would only cost the start-up again).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from planner.files import write_json_atomic
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def measure(candidates: int, budget_min: float, scratch: Path) -> dict:
+def measure(candidates: int, budget_min: float, scratch: Path, *, smoke: bool = False) -> dict:
     from benchmarks.harness.tune import WARMUP_STEPS, run_tune
     from benchmarks_db.store import BenchmarkStore
     from planner.hardware.cluster import make_cluster
@@ -47,7 +49,12 @@ def measure(candidates: int, budget_min: float, scratch: Path) -> dict:
         return rows
 
     one_launch = tune(plans, scratch / "one-launch.duckdb")
-    launch_each = [row for index, plan in enumerate(plans) for row in tune([plan], scratch / f"each-{index}.duckdb")]
+    if smoke:  # one candidate, whose launch per trial is the launch just measured: a second would repeat it
+        launch_each = one_launch
+    else:
+        launch_each = [
+            row for index, plan in enumerate(plans) for row in tune([plan], scratch / f"each-{index}.duckdb")
+        ]
     return {
         "model": "gpt2 (shrunken, --tiny), 2 CPU ranks over gloo",
         "one_launch": one_launch,
@@ -62,11 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", type=int, default=3)
     parser.add_argument("--budget", type=float, default=3.0, help="minutes for the whole tune")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/tune_overhead.json"))
-    parser.add_argument("--smoke", action="store_true", help="one trial in a half-minute budget; print the JSON")
+    parser.add_argument(
+        "--smoke", action="store_true", help="one trial, one launch, a half-minute budget; print the JSON"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="hs-tune-bench-") as scratch:
         candidates, budget = (1, 0.5) if args.smoke else (args.candidates, args.budget)
-        document = measure(candidates, budget, Path(scratch))
+        document = measure(candidates, budget, Path(scratch), smoke=args.smoke)
     given = sys.argv[1:] if argv is None else argv
     document["command"] = " ".join(["python -m benchmarks.speed.tune_overhead", *given])
     if args.smoke:
