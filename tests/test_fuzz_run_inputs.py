@@ -66,6 +66,10 @@ RUN_FIELDS = [
 def emitted(tmp_path_factory):
     folder = tmp_path_factory.mktemp("fuzz-run") / "run"
     emit_run_folder(make_plan(strategy="ddp"), folder)
+    # The folder as emitted trains; this first call, outside any example's guard, also pays the imports a dry
+    # run makes once per process (the model's config classes: tens of seconds on a loaded machine, past the
+    # guard's 30 s that is meant to catch a hang).
+    assert main(["train", str(folder), "--dry-run"]) == 0
     return folder
 
 

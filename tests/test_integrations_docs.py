@@ -5,6 +5,9 @@ References: the plan itself (the callback refuses a Trainer that does not
 run it: the strategy, ZeRO stage and batch it checks are the plan's), the
 benchmark database (the recorded run is read back with the plan's numbers),
 and the user's checkpoint (the saved model differs from it: it trained).
+The Trainer script under FSDP runs as the page prints it, a torchrun job of
+its own; under ZeRO-2 it shares one job with the DeepSpeed script on
+DeepSpeed and on our engine (tests/shared_scripts.py).
 """
 
 from __future__ import annotations
@@ -55,32 +58,76 @@ def test_the_page_has_the_trainer_script():
     assert "train_with_plan_callback.py" in scripts()
 
 
+TRAINER = "train_with_plan_callback.py"
+OWN_LAUNCH = (
+    "fsdp"  # the Trainer script as the page prints it: `torchrun --nproc_per_node=2 train_with_plan_callback.py`
+)
+
+
+def _trainer_env(user, run_dir: Path, database: Path) -> dict[str, str]:
+    root, model_dir, corpus = user
+    return {"RUN": str(run_dir), "MODEL": str(model_dir), "DATA": str(corpus), "STEPS": "4",
+            "HARDWARE_SELECTOR_DB": str(database)}  # fmt: skip
+
+
+def _deepspeed_env(user, run_dir: Path, engine: str) -> dict[str, str]:
+    root, model_dir, corpus = user
+    return {"RUN": str(run_dir), "MODEL": str(model_dir), "DATA": str(corpus), "STEPS": "3", "ENGINE": engine}
+
+
+@pytest.fixture(scope="module")
+def shared_launch(user, tmp_path_factory) -> dict[str, str]:
+    """The Trainer script under DeepSpeed ZeRO-2 and the DeepSpeed script on DeepSpeed and on our engine, in
+    one torchrun job, each script unchanged with its own environment (tests/shared_scripts.py); each case's
+    output, every rank's lines joined as torchrun's output would hold them."""
+    from tests.shared_scripts import launch_cases
+
+    folder = tmp_path_factory.mktemp("integrations-scripts")
+    for name, code in scripts().items():
+        (folder / name).write_text(code, encoding="utf-8")
+    trainer_run = emit(user, "deepspeed-zero2", "--strategies", "zero2")
+    script_run = emit(user, "deepspeed-script", "--strategies", "zero2")
+    cases = [{"name": "deepspeed-zero2", "script": str(folder / TRAINER), "cwd": str(folder),
+              "env": _trainer_env(user, trainer_run, folder / "runs.duckdb")}]  # fmt: skip
+    cases += [
+        {"name": engine, "script": str(folder / "deepspeed_script.py"), "cwd": str(folder),
+         "env": _deepspeed_env(user, script_run, engine), "skip_deepspeed_shm": True}
+        for engine in ("deepspeed", "ours")
+    ]  # fmt: skip
+    by_rank = launch_cases(folder / "out", cases)
+    return {
+        **{name: by_rank[0][name] + by_rank[1][name] for name in by_rank[0]},
+        "database": str(folder / "runs.duckdb"),
+    }
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name, kind, strategy, zero", [("deepspeed-zero2", "zero2", "deepspeed", 2), ("fsdp", "fsdp", "fsdp", 0)]
 )
-def test_the_trainer_runs_the_plan_with_the_callback_on_two_ranks(user, tmp_path, name, kind, strategy, zero):
+def test_the_trainer_runs_the_plan_with_the_callback_on_two_ranks(user, tmp_path, name, kind, strategy, zero, request):
     from benchmarks_db.store import BenchmarkStore
 
     root, model_dir, corpus = user
-    run_dir = emit(user, name, "--strategies", kind)
+    if name == OWN_LAUNCH:
+        run_dir = emit(user, name, "--strategies", kind)
+        script = tmp_path / TRAINER
+        script.write_text(scripts()[TRAINER], encoding="utf-8")
+        database = tmp_path / "runs.duckdb"
+        env = cpu_env(_trainer_env(user, run_dir, database))
+        stdout = run_torchrun([str(script)], nproc=2, timeout=400, cwd=tmp_path, env=env).stdout
+    else:
+        shared = request.getfixturevalue("shared_launch")
+        run_dir, database, stdout = root / name, Path(shared["database"]), shared[name]
     from planner.rundir.plan_file import read_plan_file
 
     plan, _ = read_plan_file(run_dir)
     assert plan.config.strategy.value == strategy and plan.config.zero_stage == zero
-    script = tmp_path / "train_with_plan_callback.py"
-    script.write_text(scripts()["train_with_plan_callback.py"], encoding="utf-8")
-    database = tmp_path / "runs.duckdb"
-    env = {"RUN": str(run_dir), "MODEL": str(model_dir), "DATA": str(corpus), "STEPS": "4",
-           "HARDWARE_SELECTOR_DB": str(database)}  # fmt: skip
-    completed = run_torchrun([str(script)], nproc=2, timeout=400, cwd=tmp_path, env=cpu_env(env))
-    lines = re.findall(
-        r"^step (\d+): [\d.e-]+ s/step, host peak RSS [\d.]+ GiB \(CPU processes", completed.stdout, re.M
-    )
-    assert [int(step) for step in lines] == [2, 3, 4], completed.stdout[-3000:]
+    lines = re.findall(r"^step (\d+): [\d.e-]+ s/step, host peak RSS [\d.]+ GiB \(CPU processes", stdout, re.M)
+    assert [int(step) for step in lines] == [2, 3, 4], stdout[-3000:]
     (stored,) = BenchmarkStore(database).runs()
     assert (stored.runner, stored.strategy, stored.global_batch, stored.gpu_count) == ("hf-trainer", strategy, 8, 2)
-    assert stored.step_time_median_s > 0 and f"recorded run {stored.id[:12]}" in completed.stdout
+    assert stored.step_time_median_s > 0 and f"recorded run {stored.id[:12]}" in stdout
 
     from transformers import AutoModelForCausalLM
 
@@ -117,22 +164,11 @@ def test_a_trainer_that_does_not_run_the_plan_is_one_line_before_the_first_step(
 
 
 @pytest.mark.slow
-def test_the_deepspeed_script_follows_deepspeeds_losses_on_our_engine(user, tmp_path):
+def test_the_deepspeed_script_follows_deepspeeds_losses_on_our_engine(shared_launch):
     """The same script, ds_config.json and data on DeepSpeed itself (the reference) and on our engine."""
-    root, model_dir, corpus = user
-    run_dir = emit(user, "deepspeed-script", "--strategies", "zero2")
-    script = tmp_path / "deepspeed_script.py"
-    script.write_text(scripts()["deepspeed_script.py"], encoding="utf-8")
-    launcher = tmp_path / "launch.py"  # CI time, not behaviour: no JIT build of DeepSpeed's CPU shm op
-    launcher.write_text(
-        "import runpy\nfrom backends.cpu_distributed import skip_deepspeed_shm_build\nskip_deepspeed_shm_build()\n"
-        f"runpy.run_path({str(script)!r}, run_name='__main__')\n",
-        encoding="utf-8",
-    )
 
     def losses(engine: str) -> list[float]:
-        env = {"RUN": str(run_dir), "MODEL": str(model_dir), "DATA": str(corpus), "STEPS": "3", "ENGINE": engine}
-        out = run_torchrun([str(launcher)], nproc=2, timeout=400, cwd=tmp_path, env=cpu_env(env)).stdout
+        out = shared_launch[engine]
         found = re.findall(r"^step (\d+) loss ([\d.]+)$", out, re.M)
         assert [int(step) for step, _ in found] == [1, 2, 3], out[-3000:]
         return [float(loss) for _, loss in found]

@@ -59,10 +59,20 @@ def emit(user, name, *extra, model_dir=None):
     return root / name
 
 
-def test_a_re_emitted_plan_starts_afresh_and_keeps_the_trained_run(user):
-    run_dir = emit(user, "reemitted")
-    first = ok(cli("train", run_dir, "--steps", "2", "--save-every", "2"))
-    assert "starting afresh" not in first.stdout and not (run_dir / "previous").exists()  # nothing to move
+@pytest.fixture(scope="module")
+def trained(user):
+    """A fresh folder trained 2 steps with a checkpoint at step 2, and what its `train` printed: the re-emit
+    test continues a copy of it (the same plan.json: its own run), the refusals read its checkpoint."""
+    run_dir = emit(user, "trained")
+    return run_dir, ok(cli("train", run_dir, "--steps", "2", "--save-every", "2"))
+
+
+def test_a_re_emitted_plan_starts_afresh_and_keeps_the_trained_run(user, trained):
+    root, _, _ = user
+    trained_dir, first = trained
+    run_dir = root / "reemitted"
+    shutil.copytree(trained_dir, run_dir)
+    assert "starting afresh" not in first.stdout and not (trained_dir / "previous").exists()  # nothing to move
     old_losses = steps(run_dir)
     assert sorted(old_losses) == [1, 2]
 
@@ -84,10 +94,9 @@ def test_a_re_emitted_plan_starts_afresh_and_keeps_the_trained_run(user):
     assert sorted(steps(run_dir)) == [1, 2]
 
 
-def test_a_checkpoint_of_another_model_with_the_same_name_is_refused(user):
+def test_a_checkpoint_of_another_model_with_the_same_name_is_refused(user, trained):
     root, _, _ = user
-    trained = emit(user, "four-layers")
-    ok(cli("train", trained, "--steps", "1", "--save-every", "1"))
+    trained, _ = trained  # four layers, a checkpoint saved under ddp
     smaller, _ = make_local_gpt2(root / "other-user", layers=2)
     other = emit(user, "two-layers", model_dir=smaller)
     shutil.copytree(trained / "checkpoints", other / "checkpoints")

@@ -188,11 +188,22 @@ def test_data_for_a_model_without_a_tokenizer(user):
     one_line_error(cli("train", root / "bare-run", "--data", corpus), "--data needs the model's tokenizer")
 
 
-def test_a_corrupted_checkpoint_names_the_flag_that_starts_afresh(user, tmp_path):
+@pytest.fixture(scope="module")
+def trained(user):
+    """A folder trained 2 steps on 2 ranks with a checkpoint at each: the corrupted-checkpoint test damages a
+    copy of it (the same plan.json: the copy's own checkpoints), the copied-checkpoint test copies its
+    checkpoints into another run folder."""
     root, model_dir, corpus = user
-    assert emit(root, model_dir, "corrupt", "--data", corpus).returncode == 0
+    assert emit(root, model_dir, "trained", "--data", corpus).returncode == 0
+    completed = cli("train", root / "trained", "--steps", "2", "--save-every", "1")
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    return root / "trained"
+
+
+def test_a_corrupted_checkpoint_names_the_flag_that_starts_afresh(user, trained):
+    root, _, _ = user
     run = root / "corrupt"
-    assert cli("train", run, "--steps", "2", "--save-every", "1").returncode == 0
+    shutil.copytree(trained, run)
     shards = [path for path in (run / "checkpoints").rglob("*") if path.is_file() and path.suffix in (".pt", ".distcp")]
     assert shards, sorted((run / "checkpoints").rglob("*"))
     for shard in shards:  # same size, other bytes: only the checksum can tell
@@ -328,17 +339,12 @@ def test_skip_step_where_the_norm_comes_after_the_update_is_refused_before_any_r
     )
 
 
-def test_a_checkpoint_copied_in_from_another_run_folder_needs_resume_from(user, tmp_path):
-    """Saved by run A, copied into run B (another plan.json): B refuses to resume it silently; `--resume-from`
-    names it and B continues from its step."""
-    import shutil as shell
-
+def test_a_checkpoint_copied_in_from_another_run_folder_needs_resume_from(user, trained):
+    """Saved by run A (the `trained` folder), copied into run B (another plan.json): B refuses to resume it
+    silently; `--resume-from` names it and B continues from its step."""
     root, model_dir, corpus = user
-    assert emit(root, model_dir, "run A", "--data", corpus).returncode == 0
     assert emit(root, model_dir, "run B", "--data", corpus, "--lr", "2e-4").returncode == 0
-    trained = cli("train", root / "run A", "--steps", "2", "--save-every", "2", "--nproc", "1")
-    assert trained.returncode == 0, trained.stderr[-2000:]
-    shell.copytree(root / "run A" / "checkpoints", root / "run B" / "checkpoints")
+    shutil.copytree(trained / "checkpoints", root / "run B" / "checkpoints")
     copied = root / "run B" / "checkpoints" / "global_step2"
     one_line_error(cli("train", root / "run B", "--steps", "3"), "was saved by another run folder")
     resumed = cli("train", root / "run B", "--steps", "3", "--nproc", "1", "--resume-from", copied)

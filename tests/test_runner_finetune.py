@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -92,24 +93,38 @@ def kill_after_checkpoint(user, name: str, step: int):
     return folder
 
 
-def test_a_run_killed_mid_epoch_resumes_on_the_uninterrupted_curve(user, uninterrupted):
-    killed = kill_after_checkpoint(user, "killed", 4)
-    _no_rank_survives(killed)
-    completed = cli("train", killed, "--steps", "8", "--save-every", "2")
+@pytest.fixture(scope="module")
+def killed(user):
+    """One run killed once checkpoint 4 is sealed, no rank left; each resume test continues a copy of it (the
+    same plan.json, so the copy's checkpoints are its own: backends/runner/checkpoints.py check_resumable)."""
+    folder = kill_after_checkpoint(user, "killed", 4)
+    _no_rank_survives(folder)
+    return folder
+
+
+def copy_of(killed, name: str):
+    copy = killed.parent / name
+    shutil.copytree(killed, copy)
+    return copy
+
+
+def test_a_run_killed_mid_epoch_resumes_on_the_uninterrupted_curve(killed, uninterrupted):
+    resumed = copy_of(killed, "killed, resumed")
+    completed = cli("train", resumed, "--steps", "8", "--save-every", "2")
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "resuming from" in completed.stdout
-    steps = [row["step"] for row in rows(killed, "train")]
+    steps = [row["step"] for row in rows(resumed, "train")]
     assert steps == list(range(1, 9))  # each step once, the killed run's extra rows dropped
-    assert [row["loss"] for row in rows(killed, "train")] == pytest.approx(uninterrupted, rel=1e-6)
+    assert [row["loss"] for row in rows(resumed, "train")] == pytest.approx(uninterrupted, rel=1e-6)
 
 
-def test_a_checkpoint_resumes_on_another_number_of_processes_with_the_same_global_batch(user, uninterrupted):
+def test_a_checkpoint_resumes_on_another_number_of_processes_with_the_same_global_batch(killed, uninterrupted):
     """Saved by 2 ranks (2 x micro-batch 4), continued by 1 (accumulation 2): the same samples each step."""
-    killed = kill_after_checkpoint(user, "fewer processes", 2)
-    completed = cli("train", killed, "--steps", "8", "--save-every", "2", "--nproc", "1")
+    resumed = copy_of(killed, "fewer processes")
+    completed = cli("train", resumed, "--steps", "8", "--save-every", "2", "--nproc", "1")
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "instead of the plan's 2: the global batch stays 8 with gradient accumulation 2" in completed.stdout
-    assert [row["loss"] for row in rows(killed, "train")] == pytest.approx(uninterrupted, rel=1e-5)
+    assert [row["loss"] for row in rows(resumed, "train")] == pytest.approx(uninterrupted, rel=1e-5)
 
 
 def test_a_relative_data_path_is_the_users_and_a_killed_cli_takes_its_ranks_along(user, tmp_path):
@@ -139,11 +154,11 @@ def _no_rank_survives(run_dir, within_s: float = 1.0) -> None:
     import psutil
 
     deadline = time.time() + within_s
-    while True:
-        time.sleep(1.0)
+    while True:  # polled: a rank that is gone ends the wait at once, one still there by the deadline fails
         survivors = [p for p in psutil.process_iter(["cmdline"]) if str(run_dir) in " ".join(p.info["cmdline"] or [])]
         if not survivors or time.time() > deadline:
             break
+        time.sleep(0.2)
     assert survivors == []
 
 

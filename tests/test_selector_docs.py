@@ -6,7 +6,9 @@ outcomes). The two integration scripts (a block whose first line is
 config: the PyTorch loop once per strategy, whose losses must agree with
 each other (DDP, FSDP and ZeRO run the same model on the same data) and start
 at the checkpoint's own loss on the same batches (computed in the test
-process), and the Trainer script on the text file the test writes.
+process), and the Trainer script on the text file the test writes. The DDP
+loop runs as the page prints it, a torchrun job of its own; the other loops
+and the Trainer script share one job (tests/shared_scripts.py).
 """
 
 from __future__ import annotations
@@ -63,35 +65,56 @@ def small_opt(tmp_path_factory):
     return make_local_opt(tmp_path_factory.mktemp("selector-docs"))
 
 
-def _run_script(tmp_path: Path, name: str, env: dict[str, str]) -> str:
-    script = tmp_path / name
-    script.write_text(scripts()[name], encoding="utf-8")
-    # CI time, not behaviour: DeepSpeed would JIT-build a shared-memory op on CPU ranks (backends/cpu_distributed.py).
-    launcher = tmp_path / f"launch_{name}"
-    launcher.write_text(
-        "import runpy, sys\n"
-        "from backends.cpu_distributed import skip_deepspeed_shm_build\n"
-        "if 'STRATEGIES' in __import__('os').environ and 'DeepSpeed' in __import__('os').environ['STRATEGIES']:\n"
-        "    skip_deepspeed_shm_build()\n"
-        f"runpy.run_path({str(script)!r}, run_name='__main__')\n",
-        encoding="utf-8",
-    )
-    completed = run_torchrun([str(launcher)], nproc=2, timeout=400, cwd=tmp_path, env=cpu_env(env))
-    return completed.stdout
+OWN_LAUNCH = "DDP"  # train_with_plan.py as its page prints it: `torchrun --nproc_per_node=N train_with_plan.py`
+SHARED = ("FSDP", "DeepSpeed")  # and the Trainer script: one job (tests/shared_scripts.py)
+STRATEGIES = (OWN_LAUNCH, *SHARED)
+
+
+def _write_scripts(folder: Path) -> dict[str, Path]:
+    paths = {name: folder / name for name in scripts()}
+    for name, path in paths.items():
+        path.write_text(scripts()[name], encoding="utf-8")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def shared_launch(tmp_path_factory, small_opt) -> dict[str, str]:
+    """FSDP and DeepSpeed under train_with_plan.py and the Trainer script in one torchrun job, each script
+    unchanged with its own environment; each case's output, every rank's lines joined as torchrun's output
+    would hold them."""
+    from tests.shared_scripts import launch_cases
+
+    model_dir, corpus = small_opt
+    folder = tmp_path_factory.mktemp("selector-scripts")
+    paths = _write_scripts(folder)
+    loop = [
+        {"name": strategies, "script": str(paths["train_with_plan.py"]), "cwd": str(folder),
+         "env": {"MODEL": str(model_dir), "STRATEGIES": strategies, "LR": "0.05"},
+         "skip_deepspeed_shm": strategies == "DeepSpeed"}
+        for strategies in SHARED
+    ]  # fmt: skip
+    trainer = {"name": "finetune_with_trainer.py", "script": str(paths["finetune_with_trainer.py"]),
+               "cwd": str(folder), "env": {"MODEL": str(model_dir), "DATA": str(corpus),
+                                           "OUTPUT": str(folder / "finetuned"), "STEPS": "4"}}  # fmt: skip
+    by_rank = launch_cases(folder / "out", [*loop, trainer])
+    outputs = {name: by_rank[0][name] + by_rank[1][name] for name in by_rank[0]}
+    return {**outputs, "finetuned": str(folder / "finetuned")}
 
 
 @pytest.mark.slow
-def test_pytorch_loop_runs_the_answer_on_ddp_fsdp_and_deepspeed(tmp_path, small_opt):
+def test_pytorch_loop_runs_the_answer_on_ddp_fsdp_and_deepspeed(tmp_path, small_opt, shared_launch):
     model_dir, _ = small_opt
+    script = _write_scripts(tmp_path)["train_with_plan.py"]
+    env = {"MODEL": str(model_dir), "STRATEGIES": OWN_LAUNCH, "LR": "0.05"}
+    own = run_torchrun([str(script)], nproc=2, timeout=400, cwd=tmp_path, env=cpu_env(env)).stdout
 
-    def losses(strategies: str, lr: str) -> list[float]:
-        env = {"MODEL": str(model_dir), "STRATEGIES": strategies, "LR": lr}
-        out = _run_script(tmp_path, "train_with_plan.py", env)
+    def losses(strategies: str) -> list[float]:
+        out = own if strategies == OWN_LAUNCH else shared_launch[strategies]
         lines = re.findall(rf"^{strategies} step (\d+) loss ([\d.]+)$", out, re.MULTILINE)
         assert [int(step) for step, _ in lines] == [0, 1, 2], out
         return [float(loss) for _, loss in lines]
 
-    ddp, fsdp, zero = (losses(strategies, "0.05") for strategies in ("DDP", "FSDP", "DeepSpeed"))
+    ddp, fsdp, zero = (losses(strategies) for strategies in STRATEGIES)
     # The same model, data and update on three stacks: the same losses.
     assert fsdp == pytest.approx(ddp, rel=1e-3) and zero == pytest.approx(ddp, rel=1e-3)
     # And the updates happened: the checkpoint's own losses on rank 0's batches equal the first step's (printed
@@ -129,17 +152,11 @@ def _frozen_losses(model_dir: Path, *, steps: int) -> list[float]:
 
 
 @pytest.mark.slow
-def test_trainer_script_fine_tunes_the_checkpoint_on_a_text_file(tmp_path, small_opt):
-    model_dir, corpus = small_opt
-    output = tmp_path / "finetuned"
-    _run_script(
-        tmp_path,
-        "finetune_with_trainer.py",
-        {"MODEL": str(model_dir), "DATA": str(corpus), "OUTPUT": str(output), "STEPS": "4"},
-    )
+def test_trainer_script_fine_tunes_the_checkpoint_on_a_text_file(small_opt, shared_launch):
+    model_dir, _ = small_opt
     from transformers import AutoModelForCausalLM
 
-    trained = AutoModelForCausalLM.from_pretrained(output)
+    trained = AutoModelForCausalLM.from_pretrained(shared_launch["finetuned"])
     original = AutoModelForCausalLM.from_pretrained(model_dir)
     changed = [
         name
