@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from planner.contract.choices import (
     LIGER_MODEL_TYPES,
     ActivationCheckpointing,
     AttentionKernel,
     FsdpSharding,
+    GradientCompression,
     KernelChoice,
     Offload,
     OptimizerKind,
@@ -71,6 +72,17 @@ class TrainingConfig(BaseModel):
     kernels: KernelChoice = KernelChoice.EAGER
     # MoE: the router's imbalance and the engine's capacity factor (planner/expert_routing.py).
     routing: ExpertRouting = ExpertRouting()
+    # Our engine's data-parallel gradient reductions, compressed (planner/gradient_compression.py).
+    compression: GradientCompression = GradientCompression.NONE
+
+    @model_serializer(mode="wrap")
+    def _without_default_compression(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Documents written before compression was planned (plan.json, records) read the same without the key,
+        and uncompressed plans keep writing them as they were."""
+        data = handler(self)
+        if self.compression is GradientCompression.NONE:
+            data.pop("compression", None)
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -116,6 +128,12 @@ class TrainingConfig(BaseModel):
             raise UserInputError(
                 "--expert-capacity drops tokens in our engine's expert dispatch (transformers' MoE layers drop "
                 "none); add --strategy engine or leave it out"
+            )
+        if self.compression is not GradientCompression.NONE and self.strategy is not Strategy.ENGINE:
+            raise UserInputError(
+                f"--compression {self.compression.value} compresses our engine's data-parallel gradient reductions "
+                f"(backends/parts/compression.py); --strategy {self.strategy.value} cannot: use --strategy engine, "
+                "or drop --compression"
             )
         if self.sequence_parallel and self.tensor_parallel == 1:
             raise UserInputError("sequence parallelism splits along the tensor-parallel group; it needs --tp 2 or more")
@@ -165,6 +183,12 @@ class TrainingConfig(BaseModel):
 
     def data_parallel_size(self, world_size: int) -> int:
         return world_size // self.model_parallel_size
+
+    def zero_ranks(self, world_size: int) -> int:
+        """Ranks our engine's ZeRO reduces gradients over: dp x cp (every cp rank holds the model), over ep when
+        experts are split (the expert-data-parallel group, backends/expert_parallel/apply.py)."""
+        ranks = self.data_parallel_size(world_size) * self.context_parallel
+        return ranks // self.expert_parallel if self.expert_parallel > 1 else ranks
 
     def with_stage_map(self, model: ModelSpec) -> TrainingConfig:
         """This config with its pipeline stage map written out when the chunks do not divide the layers
@@ -259,6 +283,11 @@ class TrainingConfig(BaseModel):
                 )
             if self.data_parallel_size(world_size) % self.expert_parallel:
                 raise UserInputError("--ep must divide the data-parallel size")
+        if self.compression is not GradientCompression.NONE and self.zero_ranks(world_size) == 1:
+            raise UserInputError(
+                f"--compression {self.compression.value} compresses the data-parallel gradient reduction, and this "
+                f"layout has none on {world_size} GPU(s) (one ZeRO rank); drop --compression, or add GPUs"
+            )
         if self.kernels is KernelChoice.LIGER and model.model_type not in LIGER_MODEL_TYPES:
             raise UserInputError(
                 f"--kernels liger: Liger Kernel has no patch for {model.name}'s model type '{model.model_type}'; "

@@ -1,5 +1,5 @@
 """The named choices a training run makes: strategy, FSDP sharding, offload, kernels, precision, optimizer,
-activation checkpointing, attention kernel and pipeline schedule.
+activation checkpointing, attention kernel, pipeline schedule and gradient compression.
 
 They are contract values: plan.json, engine.json and the run block carry them, so they live at the floor of
 the planner (docs/architecture.md, "Floors") and import nothing of it. `planner/training_config.py` combines
@@ -81,6 +81,15 @@ class KernelChoice(str, Enum):
 LIGER_MODEL_TYPES = frozenset(
     {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3"}
 )
+
+
+class GradientCompression(str, Enum):
+    """How our engine's data-parallel gradient reductions travel (docs/parallelism.md, "Gradient compression"):
+    engine.json's `hardware_selector.compression` values that a plan chooses (backends/parts/compression.py)."""
+
+    NONE = "none"  # the gradients as they are, in the compute dtype
+    INT8 = "int8"  # 1 byte per element and a fp32 scale per 128, with error feedback
+    ONEBIT = "onebit"  # 1 bit (the sign) per element and a fp32 scale per 128, with error feedback
 
 
 class Precision(str, Enum):

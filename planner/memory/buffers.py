@@ -5,17 +5,27 @@ so the estimate describes the run the plan writes, not DeepSpeed's defaults
 (5e8 elements per bucket, which alone would cost 1-2 GB per GPU).
 
 Three moments matter: the end of forward, the start of backward (the usual
-peak: every activation and the loss gradients alive) and the optimizer step.
+peak: every activation and the loss gradients alive) and the optimizer step;
+our engine's compressed gradient sums add a fourth, the end of backward where
+ZeRO-0/1 sum the buckets (compression_buffers.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.memory.compression_buffers import compression_memory
 from planner.memory.rank_params import RankParams, linear_params
 from planner.memory.runtime import Runtime
 from planner.models.spec import ModelSpec
-from planner.training_config import ActivationCheckpointing, FsdpSharding, Precision, Strategy, TrainingConfig
+from planner.training_config import (
+    ActivationCheckpointing,
+    FsdpSharding,
+    GradientCompression,
+    Precision,
+    Strategy,
+    TrainingConfig,
+)
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,7 @@ class Buffers:
     during_backward: float  # at the start of backward, beside every saved activation
     during_step: float  # at the optimizer step
     note: str = ""
+    at_reduction: float = 0.0  # more at the end of backward, while ZeRO-0/1 sum compressed buckets
 
 
 def _low_width(config: TrainingConfig) -> int:
@@ -102,7 +113,32 @@ def _zero_buffers(spec: ModelSpec, config: TrainingConfig, params: RankParams, d
     if config.pipeline_parallel > 1:
         # Send and receive buffers of one micro-batch's boundary activations.
         during_backward += 2 * config.micro_batch * config.seq_len // config.context_parallel * spec.hidden_size * w
-    return Buffers(during_forward=during_backward, during_backward=during_backward, during_step=gather, note=note)
+    buffers = Buffers(during_forward=during_backward, during_backward=during_backward, during_step=gather, note=note)
+    if config.compression is not GradientCompression.NONE:
+        buffers = _with_compression(spec, config, params, buffers, dp)
+    return buffers
+
+
+def _with_compression(
+    spec: ModelSpec, config: TrainingConfig, params: RankParams, buffers: Buffers, dp: int
+) -> Buffers:
+    """Our engine's compressed sums: residuals from step to step, and the buckets' sums at the reduction
+    (ZeRO-0/1 after backward, ZeRO-2/3 inside it), over the ZeRO ranks (dp x cp, over ep)."""
+    if config.zero_stage == 3:  # a unit per block, and the rest (embeddings, head) as one
+        largest = max(params.block, params.embedding)
+    else:  # buckets of the emitted reduce_bucket_size; a larger parameter is a bucket of its own
+        largest = max(deepspeed_bucket_sizes(spec).reduce_bucket_size, params.largest_module)
+    ranks = config.zero_ranks(dp * config.model_parallel_size)
+    held = compression_memory(config.compression, config.zero_stage, params.trainable, ranks, largest)
+    note = "; ".join(filter(None, [buffers.note, held.note]))
+    inside_backward = held.at_reduction if config.zero_stage >= 2 else 0.0
+    return Buffers(
+        during_forward=buffers.during_forward + held.residuals,
+        during_backward=buffers.during_backward + held.residuals + inside_backward,
+        during_step=buffers.during_step + held.residuals,
+        note=note,
+        at_reduction=held.at_reduction - inside_backward,
+    )
 
 
 def _ddp_buffers(spec: ModelSpec, config: TrainingConfig, params: RankParams, dp: int, runtime: Runtime) -> Buffers:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner.gradient_compression import wire_source
 from planner.limits import MAX_GIB, check_number
 from planner.memory.model_states import uses_native_mixed_precision
 from planner.memory.phases import TENSOR_CATEGORIES, step_peak
 from planner.memory.runtime import Runtime
 from planner.models.spec import ModelSpec
-from planner.training_config import TrainingConfig
+from planner.training_config import GradientCompression, TrainingConfig
 
 GIB = 2**30
 CATEGORIES = (*TENSOR_CATEGORIES, "overhead")
@@ -164,13 +165,19 @@ def _sources(config: TrainingConfig, phase: str, runtime: Runtime) -> dict[str, 
         if runtime.has_runtime_overhead
         else "none: the CPU trace has no CUDA context or allocator"
     )
+    buffers = "formula: buckets, gathered units and autocast weight copies as our emitted configs run"
+    if config.compression is not GradientCompression.NONE:
+        buffers += (
+            f"; {wire_source(config.compression)}: fp32 error-feedback residuals and the buckets' sums, counted "
+            "from its tensors (planner/memory/compression_buffers.py)"
+        )
     return {
         "parameters": f"formula: ZeRO paper Sec. 3/5 bytes per parameter, {framework}",
         "gradients": f"formula: ZeRO paper Sec. 5, {framework}",
         "optimizer_states": f"formula: {config.optimizer.value} state bytes per parameter, sharded per strategy",
         "activations": "formula: Korthikanti et al. 2022 Table 2 generalised to the HF block, checked by traces (docs/accuracy.md)",
         "temporaries": "formula: fp32 log-softmax over the vocabulary and its gradients; recomputed block",
-        "buffers": "formula: buckets, gathered units and autocast weight copies as our emitted configs run",
+        "buffers": buffers,
         "overhead": overhead,
         "total": f"sum of the above at the step's peak ({phase})",
     }

@@ -87,6 +87,7 @@ def _batch_independent(spec: ModelSpec, config: TrainingConfig, dp: int, gpus_pe
         config.context_parallel,
         config.fp8,
         config.activation_checkpointing,
+        config.compression,
         dp,
         gpus_per_node,
         runtime,
@@ -123,7 +124,7 @@ def _memoised_peak(spec: ModelSpec, key: tuple) -> StepPeak:
         "backward-start": held + acts.loss_backward + buffers.during_backward,
         "forward-end": held + acts.loss_forward + buffers.during_forward,
         "backward-recompute": held + recompute + buffers.during_backward,
-        "backward-end": fixed + states.backward_gradients + 2 * head_grad + buffers.during_step,
+        "backward-end": fixed + states.backward_gradients + 2 * head_grad + buffers.during_step + buffers.at_reduction,
         "optimizer-step": fixed + states.gradients + buffers.during_step + states.step_temporary,
     }
     best_phase = max(by_phase, key=by_phase.__getitem__)
@@ -131,7 +132,7 @@ def _memoised_peak(spec: ModelSpec, key: tuple) -> StepPeak:
     if best_phase == "optimizer-step":
         parts = (states.gradients, 0.0, 0.0, buffers.during_step, states.step_temporary)
     elif best_phase == "backward-end":
-        parts = (states.backward_gradients, 0.0, 2 * head_grad, buffers.during_step, 0.0)
+        parts = (states.backward_gradients, 0.0, 2 * head_grad, buffers.during_step + buffers.at_reduction, 0.0)
     elif best_phase == "forward-end":
         parts = (accumulated, acts.activations, acts.loss_forward, buffers.during_forward, 0.0)
     elif best_phase == "backward-recompute":

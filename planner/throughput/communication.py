@@ -18,13 +18,16 @@ Data-parallel traffic follows each implementation:
   gradient shards across nodes.
 Overlapped traffic costs max(0, comm - compute) plus an interference share of
 the hidden part. Tensor-, expert- and pipeline-parallel traffic is on the
-critical path.
+critical path. Our engine's compressed gradient sums (int8, onebit) replace the
+gradient reduction with compressed_reduction.py's, once per step and not
+overlapped; the parameter all-gathers stay as above.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.contract.choices import GradientCompression
 from planner.models.flops import ModelShape
 from planner.throughput.collectives import (
     Links,
@@ -35,6 +38,7 @@ from planner.throughput.collectives import (
     process_group,
     reduce_scatter_s,
 )
+from planner.throughput.compressed_reduction import compressed_reduction
 from planner.throughput.compute import StageCompute
 from planner.throughput.constants import ThroughputConstants
 from planner.throughput.implementation import OUR_STRATEGIES, Implementation
@@ -118,7 +122,27 @@ def step_communication(
 
     fwd, bwd = stage.forward_s, stage.backward_s + stage.recompute_s
     dp_total = exposed = 0.0
-    if stage_zero == 0:
+    if config.compression is not GradientCompression.NONE:
+        # Our engine: one synchronous compressed sum per step, at the boundary (compressed_reduction.py).
+        summed = compressed_reduction(
+            config.compression,
+            links,
+            dp_group,
+            trainable,
+            all_reduce=stage_zero == 0,
+            grad_bytes=grad_bytes,
+            memory_Bps=memory_Bps,
+        ).total_s
+        dp_total = exposed = summed
+        if stage_zero in (1, 2):
+            updated = all_gather_s(links, dp_group, trainable * element)
+            dp_total += updated
+            exposed += updated
+        elif stage_zero == 3:
+            gather = all_gather_s(links, dp_group, params * param_bytes)
+            dp_total += accum * 2 * gather
+            exposed += accum * (gather / max(stage.blocks, 1) + _hidden(gather, fwd, k) + _hidden(gather, bwd, k))
+    elif stage_zero == 0:
         all_reduce = all_reduce_s(links, dp_group, trainable * grad_bytes)
         last_bucket = all_reduce_s(links, dp_group, min(k.ddp_bucket_bytes, trainable * grad_bytes))
         dp_total = all_reduce

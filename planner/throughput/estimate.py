@@ -21,13 +21,14 @@ from planner.models.flops import ModelShape, SequenceFlops, model_shape, sequenc
 from planner.models.spec import ModelSpec
 from planner.throughput.collectives import Links, cluster_links
 from planner.throughput.communication import step_communication
+from planner.throughput.compressed_reduction import compression_sources
 from planner.throughput.compute import StageCompute, stage_compute
 from planner.throughput.constants import CALIBRATION_SOURCE, CONSTANTS, ThroughputConstants, architecture_efficiency
 from planner.throughput.implementation import OUR_STRATEGIES, Implementation
 from planner.throughput.kernel_stack import STACK_SOURCES, KernelStack
 from planner.throughput.kernels import Device
 from planner.throughput.result import StepTimeBreakdown, ThroughputEstimate
-from planner.training_config import KernelChoice, Offload, Precision, TrainingConfig
+from planner.training_config import GradientCompression, KernelChoice, Offload, Precision, TrainingConfig
 
 _COMPUTE = (
     f"formula: shape-aware matmul roofline + fused attention + element-wise passes; {CALIBRATION_SOURCE}; "
@@ -102,6 +103,13 @@ def _offload_source(config: TrainingConfig, cluster: ClusterSpec) -> dict[str, s
     if Offload.NVME not in (config.offload_optimizer, config.offload_params):
         return {}
     return {"offload_s": f"{SOURCES['offload_s']}; NVMe reads and writes: {cluster.nvme_bandwidth()[1]}"}
+
+
+def _compression_source(config: TrainingConfig, world: int) -> dict[str, str]:
+    if config.compression is GradientCompression.NONE:
+        return {}
+    grad_bytes = 4 if config.precision is Precision.FP32 else 2
+    return compression_sources(config.compression, config.zero_stage, config.zero_ranks(world), grad_bytes)
 
 
 _shapes: dict[int, tuple[ModelSpec, ModelShape, bool]] = {}
@@ -290,6 +298,7 @@ def estimate_throughput(
                 **(_FP8_SOURCES if config.fp8 else {}),
                 **({"kernels": _KERNEL_NOTES[config.kernels]} if config.kernels is not KernelChoice.EAGER else {}),
                 **_offload_source(config, cluster),
+                **_compression_source(config, world),
             },
             notes=bottleneck_notes(step, comm.exposed_s, bubble, comm.offload_s, stage.launch_bound),
             world_size=world,

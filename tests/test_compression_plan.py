@@ -1,0 +1,161 @@
+"""The planner's gradient compression (planner/gradient_compression.py): its counts against the code they count
+(backends/parts/compressed_sum.py, traced op by op in this process), the estimates that use them, the search's
+choice, the flags and the emitted engine.json; and the residuals against the engine's own on 2 ranks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from backends.parts.compressed_sum import CompressedSum, Compressor
+from planner.contract.choices import GradientCompression
+from planner.contract.layout import ParallelDims
+from planner.gradient_compression import WIRE_BYTES
+from planner.hardware.cluster import make_cluster
+from planner.memory.compression_buffers import PHASE1_PEAK, PHASE2_PEAK, unit_residual_elements
+from planner.models.resolve import resolve_model
+from planner.throughput.compressed_reduction import pass_bytes
+from planner.throughput.estimate import estimate_throughput
+from planner.training_config import TrainingConfig
+
+INT8, ONEBIT = GradientCompression.INT8, GradientCompression.ONEBIT
+ELEMENTS = 128 * 8 * 16  # whole blocks for every world below: no padding
+WRITE_ONLY = ("copy_", "zero_", "fill_")  # in-place ops that write their first argument without reading it
+ALLOCATIONS = ("empty", "empty_like", "empty_strided", "new_empty")
+
+
+class _Traffic(TorchDispatchMode):
+    """Bytes read and written by the aten ops run inside it (views free; an in-place op reads and writes its
+    tensor), and the peak of the bytes its ops allocated that are still alive."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes = 0
+        self.live = self.peak = 0
+        self._alive: set[int] = set()
+
+    def _freed(self, key: int, size: int) -> None:
+        self._alive.discard(key)
+        self.live -= size
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        import weakref
+
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        namespace, name = func._schema.name.split("::")
+        if namespace != "aten" or any(
+            r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns
+        ):
+            return out  # not a tensor op, or a view
+        outputs = [tensor for tensor in tree_flatten(out)[0] if isinstance(tensor, torch.Tensor)]
+        for tensor in outputs:
+            storage = tensor.untyped_storage()
+            key = storage.data_ptr()
+            if key not in self._alive and storage.nbytes():
+                self._alive.add(key)
+                self.live += storage.nbytes()
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(tensor, self._freed, key, storage.nbytes())
+        if name in ALLOCATIONS:
+            return out  # memory, but no traffic
+        inputs = [tensor for tensor in tree_flatten((args, kwargs))[0] if isinstance(tensor, torch.Tensor)]
+        read = inputs[1:] if name in WRITE_ONLY else inputs
+        self.bytes += sum(t.numel() * t.element_size() for t in (*read, *outputs))
+        return out
+
+
+class _LocalSum(CompressedSum):
+    """CompressedSum without a process group: its collectives leave the received tensors as they are (whatever
+    torch.empty left there), so every op around them runs on tensors of the real shapes."""
+
+    def __init__(self, mode: str, world: int):
+        self.compressor = Compressor(mode)
+        self.group, self.world, self.rank = None, world, 0
+        self.worker_residuals, self.server_residuals, self.wire_bytes = {}, {}, 0
+
+    def _all_to_all(self, output, tensor):
+        pass
+
+    def _all_gather(self, outputs, tensor):
+        pass
+
+
+def _traced(mode: str, world: int, dtype: torch.dtype, all_reduce: bool) -> _Traffic:
+    summer = _LocalSum(mode, world)
+    flat = torch.randn(ELEMENTS, generator=torch.Generator().manual_seed(0)).to(dtype)
+    run = summer.all_reduce if all_reduce else summer.reduce_scatter
+    run("bucket", flat)  # the first sum makes the residuals; the next ones add them in (the steady state)
+    traffic = _Traffic()
+    with traffic:
+        run("bucket", flat)
+    return traffic
+
+
+@pytest.mark.parametrize("compression", [INT8, ONEBIT])
+@pytest.mark.parametrize("world", [2, 8])
+@pytest.mark.parametrize("all_reduce", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_memory_traffic_counted_is_what_the_ops_of_a_compressed_sum_move(compression, world, all_reduce, dtype):
+    traced = _traced(compression.value, world, dtype, all_reduce)
+    grad_bytes = torch.empty(0, dtype=dtype).element_size()
+    counted = pass_bytes(compression, all_reduce, grad_bytes).at(world)
+    assert traced.bytes / ELEMENTS == pytest.approx(counted, rel=1e-3)
+
+
+@pytest.mark.parametrize("compression", [INT8, ONEBIT])
+@pytest.mark.parametrize("world", [2, 8])
+@pytest.mark.parametrize("all_reduce", [False, True])
+def test_a_sums_transient_memory_is_the_counted_peak_beside_the_new_residuals(compression, world, all_reduce):
+    traced = _traced(compression.value, world, torch.float32, all_reduce)
+    # The trace sees the residuals a sum makes anew, not the old ones they replace: the worker's from the first
+    # phase on, the server's (all-reduce) from the second.
+    worker = 4 * unit_residual_elements(ELEMENTS, world, partitioned=True)
+    server = 4 * unit_residual_elements(ELEMENTS, world, partitioned=False) - worker
+    first = PHASE1_PEAK[compression] * ELEMENTS + worker
+    per_element, per_share = PHASE2_PEAK[compression]
+    second = (per_element + per_share / world) * ELEMENTS + worker + server
+    assert traced.peak == pytest.approx(max(first, second) if all_reduce else first, rel=0.01)
+
+
+def test_unit_residuals_pad_each_ranks_chunk_to_whole_blocks():
+    assert unit_residual_elements(256, 2, partitioned=True) == 256
+    assert unit_residual_elements(130, 2, partitioned=True) == 2 * 128  # 65 per rank, one block each
+    assert unit_residual_elements(300, 2, partitioned=False) == 2 * 256 + 256  # and the server's row
+
+
+def _engine(compression: str, zero_stage: int, tp: int, **fields) -> TrainingConfig:
+    return TrainingConfig(
+        strategy="engine",
+        zero_stage=zero_stage,
+        layout=ParallelDims(tp=tp),
+        sequence_parallel=tp > 1,
+        compression=compression,
+        **fields,
+    )
+
+
+def test_the_data_parallel_time_shrinks_with_the_wire_bytes_where_the_network_is_slow():
+    spec = resolve_model("llama-3-8b")
+    cluster = make_cluster("H100-80GB", gpus_per_node=8, nodes=4, interconnect="ethernet-25g")
+    times = {
+        mode: estimate_throughput(spec, _engine(mode, 0, 8, grad_accum=64), cluster).breakdown.data_parallel_comm_s
+        for mode in ("none", "int8", "onebit")
+    }
+    # One dp rank per node: the all-to-all's bytes cross the node's network as a ring's do, a fraction of them.
+    assert times["onebit"] < times["int8"] < times["none"]
+    assert times["int8"] / times["none"] == pytest.approx(2 * WIRE_BYTES[INT8] / (2 * 2), rel=0.15)
+
+
+def test_a_compressed_plan_names_its_bytes_and_its_source():
+    spec = resolve_model("llama-3-8b")
+    cluster = make_cluster("H100-80GB", gpus_per_node=8, nodes=4, interconnect="ethernet-25g")
+    sources = estimate_throughput(spec, _engine("int8", 1, 8), cluster).sources
+    assert sources["data_parallel_comm_s"].startswith(
+        "formula (int8 gradients: 1.03 bytes/element, backends/parts/compressed_sum.py)"
+    )
+    # bf16 buckets cast to fp32, ZeRO-1 over dp 4: 6 + 107.25 + 4 / 4
+    assert "114 bytes/element of compress/decompress" in sources["compression"]
+    assert "compression" not in estimate_throughput(spec, _engine("none", 1, 8), cluster).sources
