@@ -114,8 +114,9 @@ def cost_request(cost: CostOptions, tokens: float, price: float | None, save_eve
 
 def run_cost_plan(model, cluster, search, routing, cost: CostOptions, save_every, db, no_calibration, as_json) -> None:
     """Search, rank and print; the winner or one line saying what would meet the deadline."""
+    from planner.cost.checked_prices import load_price_catalog
     from planner.cost.cloud_search import cheapest_across_clouds, require_option
-    from planner.cost.prices import load_price_catalog, parse_clouds
+    from planner.cost.prices import parse_clouds
     from planner.hardware.cluster import make_cluster
     from planner.search import Objective, search_plans
     from planner.search.layouts import family_label

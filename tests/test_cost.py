@@ -16,9 +16,10 @@ import pytest
 import yaml
 from distributed import cli_in_process
 
+from planner.cost.checked_prices import load_price_catalog
 from planner.cost.cloud_search import gpu_counts
 from planner.cost.preemption import preemption_cost
-from planner.cost.prices import STALE_AFTER_DAYS, load_price_catalog
+from planner.cost.prices import STALE_AFTER_DAYS
 
 MODEL = "gpt2-medium"
 BASE = ("plan", "--model", MODEL, "--objective", "cost", "--no-calibration")

@@ -126,24 +126,6 @@ def read_price_catalog(path: Path | None = None) -> PriceCatalog:
         raise UserInputError(f"{label}: {_where(error, document)}; fix that entry or leave it out") from None
 
 
-def load_price_catalog(path: Path | None = None) -> PriceCatalog:
-    """The price catalog at `path` (default: the project's), checked whole: a missing or negative price, an
-    unknown GPU or a malformed file is one UserInputError naming the entry and what to fix."""
-    from planner.hardware.gpus import resolve_gpu
-
-    label = "the price catalog" if path is None else f"--price-catalog {path}"
-    catalog = read_price_catalog(path)
-    for index, entry in enumerate(catalog.prices):
-        try:
-            resolve_gpu(entry.gpu)
-        except UserInputError:
-            raise UserInputError(
-                f"{label}: prices[{index}] ({entry.cloud}) names GPU '{entry.gpu}', which the GPU catalog does "
-                "not have; use a name 'hardware-selector gpus' lists"
-            ) from None
-    return catalog
-
-
 def cheapest_on_demand(catalog: PriceCatalog, gpu: str) -> CloudPrice | None:
     """The catalog's cheapest on-demand entry for `gpu` (a GPU catalog name), or None where it has none: what
     plain `--objective cost` (without --clouds) prices a GPU at. Ties go to the newer entry."""
