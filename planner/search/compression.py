@@ -21,8 +21,9 @@ from planner.search.request import CompressionRequest, PlanRequest
 from planner.training_config import TrainingConfig
 
 
-def check_compression_request(spec: ModelSpec, world_size: int, request: PlanRequest) -> None:
-    """A pinned compression that no candidate could run: one line, before the search."""
+def check_compression_request(spec: ModelSpec, world_size: int | None, request: PlanRequest) -> None:
+    """A pinned compression that no candidate could run: one line, before the search (world_size None: not
+    checked against the GPU count)."""
     from planner.errors import UserInputError
 
     pinned = request.compression.pinned

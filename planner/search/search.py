@@ -82,7 +82,8 @@ def search_plans(
     """
     started = time.perf_counter()
     _check_request(spec, request)
-    check_compression_request(spec, cluster.world_size, request)
+    # A probe of another size (suggest=False: suggestions, elastic fallbacks) reports what fits there instead.
+    check_compression_request(spec, cluster.world_size if suggest else None, request)
     if request.objective is Objective.COST and cluster.gpu.price_usd_per_hour is None:
         raise UserInputError(f"--objective cost: no price for {cluster.gpu.name}: {cluster.gpu.price_source}")
     if request.fp8:
