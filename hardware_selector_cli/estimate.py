@@ -14,7 +14,7 @@ from planner.units import format_bytes
 from .model_options import ModelOptions, model_options
 from .models import model_summary
 from .option_groups import option_group
-from .training_options import ClusterOptions, cluster_options, training_options
+from .training_options import COMPRESSION_HELP, ClusterOptions, _choice, cluster_options, training_options
 
 LABELS = {
     "parameters": "parameters",
@@ -108,19 +108,34 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         implementation: str = typer.Option("ours", "--implementation", help=IMPLEMENTATION_HELP),
+        compression: str = typer.Option("none", "--compression", help=COMPRESSION_HELP),
     ) -> None:
         """Estimate per-GPU memory (and speed) of one training configuration."""
-        from planner.evaluate import evaluate
         from planner.memory.estimate import OverheadSettings
+        from planner.search.compression import estimate_compressed
+        from planner.search.request import CompressionRequest
 
         spec = model.resolve()
         config = _fit_default_seq_len(ctx, config, spec).with_stage_map(spec)  # uneven pp: the map it ran
         _check_options(spec, config, implementation, headroom, overhead_gb)
+        compressing = _choice(compression, CompressionRequest, "--compression")
+        if compressing is not CompressionRequest.NONE and implementation.strip().lower() != "ours":
+            raise UserInputError(
+                f"--compression {compression} plans our engine's compressed gradients, and --implementation "
+                f"{implementation} predicts another codebase's speed: drop one of them"
+            )
         overhead = OverheadSettings() if overhead_gb is None else OverheadSettings.fixed(overhead_gb)
         target = cluster.resolve()
-        result = evaluate(
-            spec, config, target, headroom_fraction=headroom, overhead=overhead, implementation=implementation
+        result, compression_notes = estimate_compressed(
+            spec,
+            config,
+            target,
+            compressing,
+            headroom_fraction=headroom,
+            overhead=overhead,
+            implementation=implementation,
         )
+        config = result.config
         if as_json:
             document = {
                 "model": model_summary(spec),
@@ -131,11 +146,15 @@ def register(app: typer.Typer) -> None:
             }
             if result.throughput_error:
                 document["throughput_error"] = result.throughput_error
+            if compression_notes:
+                document["compression_notes"] = compression_notes
             print(json.dumps(document, indent=2))
         else:
             print_memory_table(
                 result, f"{spec.name} on {target.world_size} x {target.gpu.name}, {config.strategy.value}"
             )
+            for note in compression_notes:
+                print(f"  - {note}")
 
 
 def _check_options(spec, config, implementation: str, headroom: float, overhead_gb: float | None) -> None:

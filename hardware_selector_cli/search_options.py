@@ -15,7 +15,7 @@ from planner.expert_routing import ExpertRouting
 from planner.training_config import ActivationCheckpointing, FsdpSharding, KernelChoice, OptimizerKind, Precision
 
 from .estimate import IMPLEMENTATION_HELP
-from .training_options import _choice
+from .training_options import COMPRESSION_HELP, _choice
 
 ALL_STRATEGIES = "ddp,fsdp,deepspeed,engine"  # zero1, zero2, zero3: DeepSpeed at that stage only
 ALL_AC = "none,selective,full"
@@ -42,6 +42,7 @@ class SearchOptions:
     qlora: bool
     fp8: bool
     kernels: str
+    compression: str
     objective: str
     top: int
     headroom: float
@@ -62,6 +63,7 @@ class SearchOptions:
             "--qlora": self.qlora,
             "--fp8": self.fp8,
             "--kernels": self.kernels != "eager",
+            "--compression": self.compression != "none",
             "--expert-capacity/--expert-imbalance": not routing_default,
             "--tokens": self.tokens is not None,
             "--emit": emitting,
@@ -86,6 +88,11 @@ class SearchOptions:
         if self.tokens is not None:
             check_number("--tokens", self.tokens, high=MAX_TOKENS, low=0.0, low_inclusive=False)
         implementation_named(self.implementation)
+        if self.compression.strip().lower() != "none" and self.implementation.strip().lower() != "ours":
+            raise UserInputError(
+                f"--compression {self.compression} plans our engine's compressed gradients, and --implementation "
+                f"{self.implementation} predicts another codebase's speed: drop one of them"
+            )
         if emitting and self.implementation.strip().lower() != "ours":
             raise UserInputError(
                 f"--implementation {self.implementation} predicts another codebase's speed, and --emit writes "
@@ -94,13 +101,15 @@ class SearchOptions:
 
     def request(self, seq_len: int, routing: ExpertRouting):
         from planner.search import Objective, PlanRequest
-        from planner.search.request import pin_fsdp_sharding, search_strategy_names
+        from planner.search.request import CompressionRequest, pin_fsdp_sharding, search_strategy_names
 
         strategies = search_strategy_names([n.strip() for n in self.strategies.split(",") if n.strip()], "--strategies")
         if self.fsdp_sharding is not None:  # narrows the search as --strategies fsdp-full (say) does
             sharding = _choice(self.fsdp_sharding, FsdpSharding, "--fsdp-sharding")
             strategies = pin_fsdp_sharding(("fsdp",) if self.strategies == ALL_STRATEGIES else strategies, sharding)
         strategies = self._implementation_runs(strategies)
+        compression = _choice(self.compression, CompressionRequest, "--compression")
+        strategies = self._compressing(compression, strategies)
         return PlanRequest(
             seq_len=seq_len,
             global_batch=self.global_batch,
@@ -115,12 +124,28 @@ class SearchOptions:
             qlora=self.qlora,
             fp8=self.fp8,
             kernels=_choice(self.kernels, KernelChoice, "--kernels"),
+            compression=compression,
             routing=routing,
             objective=_choice(self.objective, Objective, "--objective"),
             top_k=self.top,
             headroom_fraction=self.headroom,
             train_tokens=self.tokens,
         )
+
+    def _compressing(self, compression, strategies: tuple[str, ...]) -> tuple[str, ...]:
+        """--compression int8|onebit keeps the search to the engine, the one strategy that compresses, when
+        --strategies was not given (PlanRequest refuses other kinds named beside it); auto needs the engine among
+        the strategies searched."""
+        from planner.search.request import CompressionRequest
+
+        if compression.pinned is not None and self.strategies == ALL_STRATEGIES and self.fsdp_sharding is None:
+            return ("engine",)
+        if compression is CompressionRequest.AUTO and "engine" not in strategies:
+            raise UserInputError(
+                f"--compression auto tries int8 gradients on our engine's candidates, and --strategies "
+                f"{self.strategies} searches none: add engine to --strategies, or drop --compression"
+            )
+        return strategies
 
     def _implementation_runs(self, strategies: tuple[str, ...]) -> tuple[str, ...]:
         """Under --implementation, the strategies that codebase trains with: all of them when --strategies was not
@@ -169,6 +194,7 @@ def search_options(
     qlora: bool = typer.Option(False, "--qlora", help="LoRA on a 4-bit NF4 base."),
     fp8: bool = typer.Option(False, "--fp8", help="FP8 block matmuls (planned only; needs an FP8 GPU)."),
     kernels: str = typer.Option("eager", "--kernels", help="eager|compile|liger: the blocks' element-wise kernels."),
+    compression: str = typer.Option("none", "--compression", help=COMPRESSION_HELP),
     objective: str = typer.Option(
         "throughput", "--objective", help="throughput|cost|time-to-train (inference: throughput|latency)"
     ),
@@ -193,6 +219,7 @@ def search_options(
         qlora=qlora,
         fp8=fp8,
         kernels=kernels,
+        compression=compression,
         objective=objective,
         top=top,
         headroom=headroom,

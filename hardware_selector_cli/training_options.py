@@ -32,6 +32,13 @@ EXPERT_IMBALANCE_HELP = (
 )
 
 
+COMPRESSION_HELP = (
+    "none|int8|onebit|auto: our engine's data-parallel gradient reductions compressed with error feedback (int8: "
+    "1 byte per element and a scale per 128; onebit: 1 bit, with a warning of its measured loss gap); auto tries "
+    "int8 on the engine's candidates and keeps it where it is faster (docs/search.md, Gradient compression)."
+)
+
+
 # What --strategy accepts (planner/contract/choices.py spells every strategy name): a DeepSpeed run names its stage.
 STRATEGY_CHOICES = ("ddp", "fsdp", "zero0", "zero1", "zero2", "zero3", "engine")
 

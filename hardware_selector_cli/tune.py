@@ -163,6 +163,8 @@ def _candidates(run_dir, model, cluster, search, routing, top_k):
 
         plan, run = read_plan_file(run_dir)
         spec, target, config = plan.model, plan.cluster, plan.config
+        # int8 gradients: searched beside the uncompressed candidates, as auto found them; onebit only as asked.
+        compression = {"none": "none", "int8": "auto", "onebit": "onebit"}[config.compression.value]
         request = PlanRequest(
             seq_len=config.seq_len,
             global_batch=plan.global_batch,
@@ -171,6 +173,8 @@ def _candidates(run_dir, model, cluster, search, routing, top_k):
             kernels=config.kernels,
             lora_rank=config.lora_rank,
             routing=config.routing,
+            compression=compression,
+            **({"strategies": ("engine",)} if compression == "onebit" else {}),
         )
         options = RunOptions(
             data=run.data,

@@ -65,12 +65,13 @@ def warmup_rule() -> str:
 
 
 def onebit_warning() -> str:
-    """The line a plan with onebit gradients carries."""
+    """The line a plan with onebit gradients carries; its source inside the sentence, so that the plan table
+    (which drops a reason's trailing [source] without --explain) prints it too."""
     return (
         "warning: onebit sends each gradient's sign only (no momentum compression, as 1-bit Adam does): on a tiny "
         f"GPT over 200 steps its loss ended {MEASURED_LOSS_GAP[GradientCompression.ONEBIT]} above uncompressed, "
-        f"int8's {MEASURED_LOSS_GAP[GradientCompression.INT8]}; --compression auto never picks it [measured: "
-        f"{MEASURED}]"
+        f"int8's {MEASURED_LOSS_GAP[GradientCompression.INT8]} (measured: {MEASURED}); --compression auto never "
+        "picks it"
     )
 
 

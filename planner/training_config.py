@@ -132,8 +132,8 @@ class TrainingConfig(BaseModel):
         if self.compression is not GradientCompression.NONE and self.strategy is not Strategy.ENGINE:
             raise UserInputError(
                 f"--compression {self.compression.value} compresses our engine's data-parallel gradient reductions "
-                f"(backends/parts/compression.py); --strategy {self.strategy.value} cannot: use --strategy engine, "
-                "or drop --compression"
+                f"(backends/parts/compression.py): only --strategy engine runs it, not {self.strategy.value}; use "
+                "--strategy engine, or drop --compression"
             )
         if self.sequence_parallel and self.tensor_parallel == 1:
             raise UserInputError("sequence parallelism splits along the tensor-parallel group; it needs --tp 2 or more")

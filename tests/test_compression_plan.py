@@ -4,23 +4,33 @@ choice, the flags and the emitted engine.json; and the residuals against the eng
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from backends.parts.compressed_sum import CompressedSum, Compressor
-from planner.contract.choices import GradientCompression
+from hardware_selector_cli.app import main
+from planner.contract.choices import GradientCompression, Strategy
 from planner.contract.layout import ParallelDims
-from planner.gradient_compression import WIRE_BYTES
+from planner.gradient_compression import WIRE_BYTES, warmup_steps
 from planner.hardware.cluster import make_cluster
-from planner.memory.compression_buffers import PHASE1_PEAK, PHASE2_PEAK, unit_residual_elements
+from planner.memory.compression_buffers import PHASE1_PEAK, PHASE2_PEAK, compression_memory, unit_residual_elements
+from planner.memory.rank_params import rank_params
+from planner.models.hf_config import spec_from_hf_config
 from planner.models.resolve import resolve_model
+from planner.search import PlanRequest, search_plans
 from planner.throughput.compressed_reduction import pass_bytes
 from planner.throughput.estimate import estimate_throughput
 from planner.training_config import TrainingConfig
 
-INT8, ONEBIT = GradientCompression.INT8, GradientCompression.ONEBIT
+NONE, INT8, ONEBIT = GradientCompression.NONE, GradientCompression.INT8, GradientCompression.ONEBIT
+# Many nodes on a slow network, and one node of NVLink: where int8 pays, and where it does not.
+SLOW = {"gpus_per_node": 8, "nodes": 8, "interconnect": "ethernet-25g"}
+PLAN = ["plan", "--model", "llama-3.2-1b", "--gpu", "H100-80GB", "--no-calibration"]
+PLAN_SLOW = [*PLAN, "--nodes", "8", "--interconnect", "ethernet-25g"]
 ELEMENTS = 128 * 8 * 16  # whole blocks for every world below: no padding
 WRITE_ONLY = ("copy_", "zero_", "fill_")  # in-place ops that write their first argument without reading it
 ALLOCATIONS = ("empty", "empty_like", "empty_strided", "new_empty")
@@ -159,3 +169,108 @@ def test_a_compressed_plan_names_its_bytes_and_its_source():
     # bf16 buckets cast to fp32, ZeRO-1 over dp 4: 6 + 107.25 + 4 / 4
     assert "114 bytes/element of compress/decompress" in sources["compression"]
     assert "compression" not in estimate_throughput(spec, _engine("none", 1, 8), cluster).sources
+
+
+def test_auto_compresses_many_nodes_on_slow_ethernet_and_not_one_nvlink_node():
+    spec = resolve_model("llama-3.2-1b")
+    far = search_plans(spec, make_cluster("H100-80GB", **SLOW), PlanRequest(compression="auto"))
+    assert far.best is not None and far.best.config.strategy is Strategy.ENGINE
+    assert far.best.config.compression is INT8
+    assert any(reason.startswith("--compression auto chose int8 gradients: ") for reason in far.best.reasons)
+    assert "engine TP" in far.rejected and "slower than engine TP + int8" in far.rejected["engine TP"]
+    near = search_plans(spec, make_cluster("H100-80GB", gpus_per_node=8), PlanRequest(compression="auto"))
+    assert near.best is not None and near.best.config.compression is NONE
+    assert any(reason.startswith("--compression auto tried int8 gradients on") for reason in near.best.reasons)
+    for plan in far.candidates + near.candidates:
+        assert plan.config.compression is not ONEBIT  # never picked by auto
+    plain = search_plans(spec, make_cluster("H100-80GB", **SLOW), PlanRequest())
+    assert all(plan.config.compression is NONE for plan in plain.candidates)  # the default: none
+
+
+def test_onebit_given_is_honoured_and_its_measured_gap_printed_with_its_source(capsys):
+    assert main([*PLAN_SLOW, "--compression", "onebit"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the table wraps long lines
+    assert "1 engine TP + onebit" in out
+    assert "warning: onebit sends each gradient's sign only" in out and "+14% (ZeRO-0; +7% on ZeRO-1)" in out
+    assert '(measured: tests/test_compressed_sum.py, docs/parallelism.md "Gradient compression")' in out
+    assert main([*PLAN_SLOW, "--compression", "onebit", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert {plan["config"]["compression"] for plan in document["candidates"]} == {"onebit"}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["estimate", "-m", "gpt2", "--gpu", "A100-80GB", "--strategy", "fsdp", "--compression", "int8"],
+         "only --strategy engine runs it, not fsdp"),
+        (["estimate", "-m", "gpt2", "--gpu", "A100-80GB", "--strategy", "zero1", "--compression", "auto"],
+         "only --strategy engine runs it, not deepspeed"),
+        (["estimate", "-m", "gpt2", "--gpu", "A100-80GB", "--gpus-per-node", "2", "--strategy", "engine", "--tp",
+          "2", "--compression", "int8"], "this layout has none on 2 GPU(s)"),
+        (["estimate", "-m", "gpt2", "--gpu", "A100-80GB", "--strategy", "engine", "--compression", "int8",
+          "--implementation", "megatron"], "--implementation megatron predicts another codebase"),
+        ([*PLAN, "--strategies", "fsdp", "--compression", "int8"], "which only the engine runs"),
+        ([*PLAN, "--strategies", "ddp", "--compression", "auto"], "add engine to --strategies"),
+        ([*PLAN, "--gpus-per-node", "1", "--compression", "int8"], "1 GPU has none"),
+        ([*PLAN, "--compression", "zip"], "--compression must be one of none|int8|onebit|auto, not 'zip'"),
+    ],
+)  # fmt: skip
+def test_compression_a_run_cannot_take_is_one_line(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_estimate_auto_keeps_int8_where_it_is_faster(capsys):
+    engine = ["estimate", "-m", "llama-3-8b", "--gpu", "H100-80GB", "--strategy", "engine", "--grad-accum", "16",
+              "--compression", "auto", "--json"]  # fmt: skip
+    assert main([*engine, "--nodes", "4", "--interconnect", "ethernet-25g", "--tp", "8"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["config"]["compression"] == "int8"
+    assert document["compression_notes"][-1].startswith("--compression auto chose int8: step ")
+    assert main([*engine, "--tp", "2"]) == 0  # one node of NVLink
+    document = json.loads(capsys.readouterr().out)
+    assert "compression" not in document["config"]  # uncompressed configs are written as before
+    assert document["compression_notes"][0].startswith("--compression auto kept the gradients uncompressed")
+
+
+@pytest.mark.parametrize("compression, steps, warmup", [("int8", None, 0), ("onebit", None, 40), ("onebit", 500, 100)])
+def test_the_emitted_engine_json_runs_the_plans_compression(capsys, tmp_path, compression, steps, warmup):
+    folder = tmp_path / "run"
+    argv = [*PLAN_SLOW, "--compression", compression, "--emit", str(folder)]
+    assert main([*argv, *(["--steps", str(steps)] if steps else [])]) == 0
+    capsys.readouterr()
+    block = json.loads((folder / "engine.json").read_text())["hardware_selector"]
+    assert (block["compression"], block["compression_warmup_steps"]) == (compression, warmup)
+    assert warmup == warmup_steps(GradientCompression(compression), steps)
+    assert json.loads((folder / "plan.json").read_text())["config"]["compression"] == compression
+    readme = (folder / "README.md").read_text()
+    assert f"gradients compressed to {compression} with error feedback" in readme
+    assert (f"its first {warmup} optimizer steps summed uncompressed" in readme) == bool(warmup)
+
+
+@pytest.fixture(scope="module")
+def engine_residuals(tmp_path_factory):
+    from tests.distributed import run_torchrun
+
+    out = tmp_path_factory.mktemp("residuals") / "held.json"
+    run_torchrun(["tests/compression_residual_run.py", "--out", str(out)], nproc=2, timeout=600)
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_the_residual_estimate_is_what_the_engine_holds(engine_residuals, stage):
+    from tests.parallel_runs import tiny_model_config
+
+    held = engine_residuals[f"zero{stage}"]
+    assert held["dtypes"] == ["torch.float32"]
+    # Each unit exactly, padding and all: the worker's rows, and ZeRO-0's server row.
+    exact = [unit_residual_elements(numel, 2, partitioned=stage > 0) for numel in held["units"]]
+    assert exact == [worker + server for worker, server in zip(held["worker"], held["server"])]
+    assert (sum(held["server"]) > 0) == (stage == 0)
+    # The memory estimate, from the model's config alone (no units, no padding): within 1% on this tiny model.
+    spec = spec_from_hf_config(tiny_model_config("gpt2"), name="tiny gpt2")
+    config = TrainingConfig(strategy="engine", zero_stage=stage, precision="fp32", compression="int8")
+    estimate = compression_memory(INT8, stage, rank_params(spec, config).trainable, 2, 0).residuals
+    assert estimate == pytest.approx(4 * sum(exact), rel=0.01)

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from planner.contract.engine_config import load_engine_config
 from planner.contract.layout import ParallelDims
 from planner.errors import UserInputError
+from planner.gradient_compression import warmup_steps
 from planner.rundir.run_options import run_config as run_target
 from planner.rundir.write import render_run_folder
 
@@ -46,6 +47,7 @@ def plans(draw):
     if strategy == "engine":
         fields["tensor_parallel"] = draw(st.sampled_from([t for t in (1, 2, 4) if t <= gpus_per_node]))
         fields["pipeline_parallel"] = draw(st.sampled_from([1, 2, 4]))
+        fields["compression"] = draw(st.sampled_from(["none", "int8", "onebit"]))
     nproc = draw(st.sampled_from([None, None, 1, 2, 4]))
     try:
         plan = make_plan(
@@ -111,6 +113,17 @@ def test_emitted_files_agree(plan_and_target):
         ) == (micro * accum * dp, micro, accum)
         assert (engine["fp16"]["enabled"], engine["bf16"]["enabled"]) == (fp16, bf16)
         assert "training_args.json" not in files
+        # The plan's compression, and onebit's warm-up computed once (planner/gradient_compression.py) for both
+        # engine.json and the README.
+        compression = plan.config.compression
+        warmup = warmup_steps(compression, target.optim.max_steps)
+        block = engine["hardware_selector"]
+        assert (block["compression"], block["compression_warmup_steps"]) == (compression.value, warmup)
+        assert document["config"].get("compression", "none") == compression.value
+        assert (f"compressed to {compression.value} with error feedback" in files["README.md"]) == (
+            compression.value != "none"
+        )
+        assert (f"its first {warmup} optimizer steps summed uncompressed" in files["README.md"]) == bool(warmup)
     else:
         accelerate = yaml.safe_load(files["accelerate_config.yaml"])
         assert (accelerate["num_processes"], accelerate["num_machines"]) == (world, plan.cluster.num_nodes)

@@ -150,6 +150,9 @@ CONFLICT_FLAGS = [
     ("--implementation", "torchtitan"),
     ("--lora-rank", "8"),
     ("--kernels", "compile"),
+    ("--compression", "int8"),
+    ("--compression", "onebit"),
+    ("--compression", "auto"),
 ]
 STRATEGY_NAMES = ["ddp", "fsdp", "zero0", "zero1", "zero2", "zero3", "engine"]
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from planner.contract.run_config import RunConfig
+from planner.gradient_compression import warmup_steps
 from planner.plan import Plan
-from planner.training_config import Strategy
+from planner.training_config import GradientCompression, Strategy
 
 GIB = 2**30
 
@@ -46,6 +47,7 @@ def run_readme(plan: Plan, target: RunConfig, files: list[str]) -> str:
         f"data-parallel {target.layout.dp} = {target.global_batch} sequences of {target.seq_len} tokens per step",
         f"- precision {config.precision.value}, optimizer {config.optimizer.value}, "
         f"activation checkpointing {config.activation_checkpointing.value}",
+        *_compression_lines(plan, target),
         "",
         "## Estimates",
         "",
@@ -98,6 +100,18 @@ def run_readme(plan: Plan, target: RunConfig, files: list[str]) -> str:
     ]
     lines += [f"- `{name}`: {_FILE_PURPOSES.get(name, '')}" for name in files]
     return "\n".join(lines) + "\n"
+
+
+def _compression_lines(plan: Plan, target: RunConfig) -> list[str]:
+    compression = plan.config.compression
+    if compression is GradientCompression.NONE:
+        return []
+    warmup = warmup_steps(compression, target.optim.max_steps)
+    first = f"; its first {warmup} optimizer steps summed uncompressed (`compression_warmup_steps`)" if warmup else ""
+    return [
+        f"- data-parallel gradients compressed to {compression.value} with error feedback (engine.json "
+        f"`hardware_selector.compression`){first}"
+    ]
 
 
 def _strategy_name(plan: Plan) -> str:

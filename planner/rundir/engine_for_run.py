@@ -19,6 +19,7 @@ from planner.contract.engine_config import (
 )
 from planner.contract.run_config import RunConfig
 from planner.emit.deepspeed_json import precision_blocks
+from planner.gradient_compression import warmup_steps
 from planner.memory.buffers import deepspeed_bucket_sizes
 from planner.plan import Plan
 from planner.rundir.hyperparameters import optimizer_block, scheduler_block
@@ -55,6 +56,8 @@ def engine_config_for_run(plan: Plan, run: RunConfig, total_steps: int | None = 
             dist_backend=run.dist_backend,
             activation_checkpointing=config.activation_checkpointing.value,
             kernels=config.kernels.value,
+            compression=config.compression.value,
+            compression_warmup_steps=warmup_steps(config.compression, run.optim.max_steps),
             layout=run.layout,
             sequence_parallel=config.sequence_parallel,
             expert_capacity_factor=config.routing.capacity_factor,

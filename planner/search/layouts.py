@@ -15,8 +15,15 @@ from planner.contract.layout import ParallelDims, default_stage_layers
 from planner.hardware.cluster import ClusterSpec
 from planner.models.families import parallel_model_types, splits_over_tp
 from planner.models.spec import ModelFamily, ModelSpec
-from planner.search.request import FSDP_SHARDING_KINDS, ZERO_STAGE_KINDS, PlanRequest
-from planner.training_config import FsdpSharding, Offload, PipelineSchedule, Strategy, TrainingConfig
+from planner.search.request import FSDP_SHARDING_KINDS, ZERO_STAGE_KINDS, CompressionRequest, PlanRequest
+from planner.training_config import (
+    FsdpSharding,
+    GradientCompression,
+    Offload,
+    PipelineSchedule,
+    Strategy,
+    TrainingConfig,
+)
 
 # Model types our engine has tensor-parallel plans for (backends/tensor_parallel,
 # docs/parallelism.md); other models train with DDP, FSDP or DeepSpeed.
@@ -57,10 +64,11 @@ def family_label(config: TrainingConfig) -> str:
             return f"ZeRO-{config.zero_stage} + offload"
         return f"ZeRO-{config.zero_stage}"
     tp, pp = config.tensor_parallel, config.pipeline_parallel
+    compressed = f" + {config.compression.value}" if config.compression is not GradientCompression.NONE else ""
     if config.expert_parallel > 1:
-        return "engine EP"
+        return "engine EP" + compressed
     parts = [name for name, degree in (("TP", tp), ("PP", pp), ("CP", config.context_parallel)) if degree > 1]
-    return "engine " + "×".join(parts)
+    return "engine " + ("×".join(parts) or "DP") + compressed
 
 
 # Lower is simpler. Among plans whose scores are within the estimate's error of the best
@@ -195,14 +203,27 @@ def context_parallel_degrees(seq_len: int, ranks: int) -> list[int]:
     return [cp for cp in divisors(ranks) if seq_len % (2 * cp) == 0 and seq_len // cp >= CP_MIN_TOKENS]
 
 
-def _engine_layouts(spec: ModelSpec, cluster: ClusterSpec, seq_len: int) -> list[StrategyLayout]:
+def _engine_layouts(
+    spec: ModelSpec, cluster: ClusterSpec, seq_len: int, compression: CompressionRequest
+) -> list[StrategyLayout]:
     world = cluster.world_size
     layouts = []
     for tp in tensor_parallel_degrees(spec, cluster):
         # The engine splits sequences over cp beside tp, with pp 1 (backends/parallelize.py).
         for cp in context_parallel_degrees(seq_len, world // tp):
-            layouts += _engine_tp_pp_layouts(spec, cluster, tp, cp)
+            layouts += _engine_tp_pp_layouts(spec, cluster, tp, cp, compression)
     return layouts
+
+
+def _compressed_stages(stages: list[int], compression: GradientCompression) -> list[int]:
+    """Compressed, ZeRO-0 (both phases of the sum compressed) can beat ZeRO-1 (its parameter all-gather is
+    not): stage 0 is tried too."""
+    return stages if compression is GradientCompression.NONE or 0 in stages else [0, *stages]
+
+
+def _compression_complexity(compression: GradientCompression) -> int:
+    """A compressed layout is one step less simple than the same one uncompressed: it wins only past the tie."""
+    return 0 if compression is GradientCompression.NONE else 1
 
 
 def _pipeline_schedules(layers: int, pp: int) -> list[tuple[PipelineSchedule, int, tuple[int, ...] | None]]:
@@ -231,35 +252,53 @@ def pipeline_degrees(spec: ModelSpec, world: int, tp: int) -> list[int]:
     return [pp for pp in sorted(degrees) if world % (tp * pp) == 0]
 
 
-def _engine_tp_pp_layouts(spec: ModelSpec, cluster: ClusterSpec, tp: int, cp: int) -> list[StrategyLayout]:
+def _engine_tp_pp_layouts(
+    spec: ModelSpec, cluster: ClusterSpec, tp: int, cp: int, compression: CompressionRequest
+) -> list[StrategyLayout]:
     world = cluster.world_size // cp  # the ranks one context-parallel slice of the job spans
     layouts = []
     for pp in pipeline_degrees(spec, world, tp):
-        if (tp == 1 and pp == 1 and cp == 1) or (cp > 1 and pp > 1):
+        if cp > 1 and pp > 1:
             continue
         dp = world // (tp * pp)
         zero_ranks = dp * cp  # under cp the engine's ZeRO runs over the dp x cp ranks (every one holds the model)
+        choices = compression.choices(zero_ranks)
+        if tp == 1 and pp == 1 and cp == 1:
+            # Data parallelism alone on the engine is DeepSpeed's ZeRO (searched as such) unless it compresses.
+            choices = tuple(choice for choice in choices if choice is not GradientCompression.NONE)
         # ZeRO-1 shards the optimizer for the price of DDP's traffic (reduce-scatter +
         # all-gather = all-reduce), so it dominates stage 0; ZeRO-2/3 re-gather per
         # micro-batch, which a pipeline runs many of, so PP keeps stage 1.
         stages = ([1] if pp > 1 else [1, 2, 3]) if zero_ranks > 1 else [0]
-        for stage in stages:
-            for schedule, chunks, stage_map in _pipeline_schedules(spec.num_layers, pp):
-                fields = {
-                    "strategy": Strategy.ENGINE,
-                    "zero_stage": stage,
-                    "layout": ParallelDims(tp=tp, pp=pp, cp=cp, virtual_stages=chunks, stage_layers=stage_map),
-                    # Sequence parallelism moves the same bytes as TP's all-reduces
-                    # and divides the activations by tp (Korthikanti et al. 2022): always on.
-                    "sequence_parallel": tp > 1,
-                    "pipeline_schedule": schedule,
-                }
-                complexity = SIMPLICITY["engine"] + (pp > 1) + (tp > 1 and pp > 1) + (cp > 1) + stage // 2
-                layouts.append(_layout(complexity, fields))
+        complexity = SIMPLICITY["engine"] + (pp > 1) + (tp > 1 and pp > 1) + (cp > 1)
+        for choice in choices:
+            for stage in _compressed_stages(stages, choice):
+                layouts += _engine_schedules(spec, stage, choice, complexity, tp=tp, pp=pp, cp=cp)
     return layouts
 
 
-def _expert_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[StrategyLayout]:
+def _engine_schedules(
+    spec: ModelSpec, stage: int, compression: GradientCompression, complexity: int, **degrees: int
+) -> list[StrategyLayout]:
+    """One engine layout (its tp/pp/cp/ep `degrees`) at one ZeRO stage and compression, under each pipeline
+    schedule the search tries."""
+    layouts = []
+    for schedule, chunks, stage_map in _pipeline_schedules(spec.num_layers, degrees["pp"]):
+        fields = {
+            "strategy": Strategy.ENGINE,
+            "zero_stage": stage,
+            "layout": ParallelDims(virtual_stages=chunks, stage_layers=stage_map, **degrees),
+            # Sequence parallelism moves the same bytes as TP's all-reduces
+            # and divides the activations by tp (Korthikanti et al. 2022): always on.
+            "sequence_parallel": degrees["tp"] > 1,
+            "pipeline_schedule": schedule,
+            "compression": compression,
+        }
+        layouts.append(_layout(complexity + stage // 2 + _compression_complexity(compression), fields))
+    return layouts
+
+
+def _expert_layouts(spec: ModelSpec, cluster: ClusterSpec, compression: CompressionRequest) -> list[StrategyLayout]:
     """The engine's expert parallelism: ep dividing the experts and the data-parallel ranks, ZeRO on the ep ranks'
     expert-data-parallel group (backends/expert_parallel/apply.py); for a family with a parallel plan beside pp
     (the stages hand the routers' load-balancing sums on, backends/expert_parallel/router_loss.py; ZeRO-1 under
@@ -279,17 +318,10 @@ def _expert_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[StrategyLayou
                 if (ep == 1 and tp == 1 and pp == 1) or dp % ep:
                     continue
                 stages = ([1] if pp > 1 else [0, 1, 2, 3]) if dp // ep > 1 else [0]
-                for stage in stages:
-                    for schedule, chunks, stage_map in _pipeline_schedules(spec.num_layers, pp):
-                        fields = {
-                            "strategy": Strategy.ENGINE,
-                            "zero_stage": stage,
-                            "layout": ParallelDims(ep=ep, tp=tp, pp=pp, virtual_stages=chunks, stage_layers=stage_map),
-                            "sequence_parallel": tp > 1,
-                            "pipeline_schedule": schedule,
-                        }
-                        complexity = SIMPLICITY["engine"] + (tp > 1) + (pp > 1) + (tp > 1 and pp > 1) + stage // 2
-                        layouts.append(_layout(complexity, fields))
+                complexity = SIMPLICITY["engine"] + (tp > 1) + (pp > 1) + (tp > 1 and pp > 1)
+                for choice in compression.choices(dp // ep):
+                    for stage in _compressed_stages(stages, choice):
+                        layouts += _engine_schedules(spec, stage, choice, complexity, ep=ep, tp=tp, pp=pp)
     return layouts
 
 
@@ -313,7 +345,12 @@ def enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanReques
             if "deepspeed" in wanted or layout.fields["zero_stage"] in stages
         ]
     if "engine" in wanted and engine_applicability(spec) is None and not request.lora_rank:
-        layouts += _expert_layouts(spec, cluster) if spec.is_moe else _engine_layouts(spec, cluster, request.seq_len)
+        compression = request.compression
+        layouts += (
+            _expert_layouts(spec, cluster, compression)
+            if spec.is_moe
+            else _engine_layouts(spec, cluster, request.seq_len, compression)
+        )
     if request.qlora:
         # The 4-bit base cannot be partitioned by ZeRO-3.
         layouts = [

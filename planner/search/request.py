@@ -18,6 +18,7 @@ from planner.training_config import (
     ActivationCheckpointing,
     AttentionKernel,
     FsdpSharding,
+    GradientCompression,
     KernelChoice,
     OptimizerKind,
     Precision,
@@ -35,6 +36,31 @@ class Objective(str, Enum):
     COST = "cost"
     # Shortest wall time to train the token budget; may leave nodes idle if communication dominates.
     TIME_TO_TRAIN = "time-to-train"
+
+
+class CompressionRequest(str, Enum):
+    """Gradient compression for the engine's candidates (planner/search/compression.py, docs/search.md)."""
+
+    NONE = "none"  # no candidate compresses
+    INT8 = "int8"  # every candidate is the engine's, with int8 gradients
+    ONEBIT = "onebit"  # every candidate is the engine's, with onebit gradients (its measured loss gap is warned of)
+    AUTO = "auto"  # the engine's candidates also with int8; kept where they score higher (never onebit)
+
+    @property
+    def pinned(self) -> GradientCompression | None:
+        """The compression every candidate takes (int8, onebit), or None (none, auto)."""
+        return GradientCompression(self.value) if self in (CompressionRequest.INT8, CompressionRequest.ONEBIT) else None
+
+    def choices(self, zero_ranks: int) -> tuple[GradientCompression, ...]:
+        """The compressions an engine layout over `zero_ranks` ZeRO ranks is searched with; none where it has no
+        data-parallel reduction to compress and the request pins one."""
+        if self is CompressionRequest.NONE:
+            return (GradientCompression.NONE,)
+        if self is CompressionRequest.AUTO:
+            return (
+                (GradientCompression.NONE, GradientCompression.INT8) if zero_ranks > 1 else (GradientCompression.NONE,)
+            )
+        return (GradientCompression(self.value),) if zero_ranks > 1 else ()
 
 
 # The strategy names the search takes (planner/contract/choices.py spells them): the four families, and
@@ -116,6 +142,7 @@ class PlanRequest(BaseModel):
     fp8: bool = False  # FP8 block matmuls in every candidate (planned only; bf16-mixed, FP8 GPUs)
     kernels: KernelChoice = KernelChoice.EAGER  # the blocks' element-wise kernels, for every candidate
     routing: ExpertRouting = ExpertRouting()  # MoE router imbalance and the engine's capacity factor
+    compression: CompressionRequest = CompressionRequest.NONE  # the engine's data-parallel gradients
     objective: Objective = Objective.THROUGHPUT
     top_k: int = Field(default=5, ge=1)
     headroom_fraction: float = Field(default=0.1, ge=0.0, lt=1.0, allow_inf_nan=False)
@@ -137,6 +164,12 @@ class PlanRequest(BaseModel):
             raise UserInputError("no strategy left to search; allow at least one of ddp, fsdp, deepspeed, engine")
         if not self.activation_checkpointing:
             raise UserInputError("allow at least one activation checkpointing mode: none, selective or full")
+        if self.compression.pinned is not None and self.strategies != ("engine",):
+            raise UserInputError(
+                f"--compression {self.compression.value} compresses our engine's data-parallel gradients, which only "
+                f"the engine runs, and --strategies searches {','.join(self.strategies)}: use --strategies engine, "
+                "or --compression auto to try int8 beside the others"
+            )
         return self
 
     def routing_for(self, strategy: Strategy) -> ExpertRouting:

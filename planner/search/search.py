@@ -14,6 +14,7 @@ from planner.models.spec import ModelSpec
 from planner.plan import Plan
 from planner.search.batching import resolve_global_batch
 from planner.search.candidates import CandidateEvaluator, Scored, ThroughputAdjust, cluster_variants
+from planner.search.compression import auto_line, check_compression_request, compression_lines
 from planner.search.explain import TIE_TOLERANCE, family_fates, plan_reasons
 from planner.search.layouts import ENGINE_MODEL_TYPES, engine_applicability, tensor_parallel_degrees
 from planner.search.request import Objective, PlanRequest
@@ -122,6 +123,8 @@ def search_plans(
     """
     started = time.perf_counter()
     _check_request(spec, request)
+    # A probe of another size (suggest=False: suggestions, elastic fallbacks) reports what fits there instead.
+    check_compression_request(spec, cluster.world_size if suggest else None, request)
     if request.objective is Objective.COST and cluster.gpu.price_usd_per_hour is None:
         raise UserInputError(f"--objective cost: no price for {cluster.gpu.name}: {cluster.gpu.price_source}")
     if request.fp8:
@@ -177,6 +180,9 @@ def search_plans(
                     f"uses {item.cluster.world_size} of the {cluster.world_size} GPUs: better {request.objective.value} "
                     f"than spreading over all of them{gain}"
                 )
+            reasons += compression_lines(item.config, item.cluster.world_size)
+            why_compressed = auto_line(item, scored, request, tokens) if item is best_item else None
+            reasons += [why_compressed] if why_compressed else []
             if batch_note:
                 reasons.append(batch_note)
             plans.append(_to_plan(item, spec, memory, reasons, calibration))
