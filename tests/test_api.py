@@ -158,7 +158,7 @@ def test_what_would_fit_names_keyword_arguments_not_flags():
     assert not any("--" in line for line in lines), lines
     named = {name for line in lines for name in re.findall(r"\b([a-z]+(?:_[a-z]+)+)\b", line)}
     assert named and named <= keywords, named - keywords
-    assert "weights='int8' fits on 1 x T4" in serving["suggestions"]
+    assert "weights='int8' fits on 1 x V100-16GB" in serving["suggestions"]
     cluster = re.search(r"\(gpu_count=(\d+), gpus_per_node=(\d+)\) fits", " ".join(serving["suggestions"]))
     assert cluster is not None, serving["suggestions"]
     count, per_node = int(cluster.group(1)), int(cluster.group(2))

@@ -296,7 +296,9 @@ for path in sys.argv[1:]:
         "resources": [{"accelerators": r.accelerators, "image_id": r.image_id} for r in task.resources],
     })
 """
-SKY_VENV = Path(os.environ.get("SKY_VENV", Path(__file__).resolve().parents[1] / ".venv-skypilot"))
+# The Makefile passes SKY_VENV relative to the repository; the loader runs in another folder, so make it absolute
+# (absolute(), not resolve(): resolving the venv's python symlink would leave the venv).
+SKY_VENV = (Path(__file__).resolve().parents[1] / os.environ.get("SKY_VENV", ".venv-skypilot")).absolute()
 
 
 def _skypilot_python() -> str:

@@ -142,7 +142,13 @@ def test_mpiexec_ranks_meet_over_gloo_through_mpi4py():
         timeout=120,
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
-    ranks = sorted((json.loads(line) for line in completed.stdout.splitlines()), key=lambda row: row["rank"])
+    # mpiexec forwards each rank's stdout as it comes, so two ranks' lines can arrive without the newline between
+    # them: read the JSON objects one after another rather than line by line.
+    decoder, text, rows, at = json.JSONDecoder(), completed.stdout, [], 0
+    while (at := text.find("{", at)) >= 0:
+        row, at = decoder.raw_decode(text, at)
+        rows.append(row)
+    ranks = sorted(rows, key=lambda row: row["rank"])
     assert [(row["launcher_rank"], row["rank"], row["local_rank"], row["world"]) for row in ranks] == [
         (0, 0, 0, 2),
         (1, 1, 1, 2),
