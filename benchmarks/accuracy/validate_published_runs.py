@@ -177,6 +177,12 @@ def compare(row: dict) -> Comparison:
         tokens_per_gpu = estimate.tokens_per_s / estimate.world_size
         predicted = 8.0 * spec.params.total * tokens_per_gpu / 1e12
         return Comparison(row, predicted, published["tflops_per_gpu"], peak, estimate.notes)
+    if published["flop_convention"] == "neox-2022":
+        # GPT-NeoX's counter from May 2021 to September 2023 (megatron/logging.py get_flops, read at its 20B release,
+        # c560814b): per token 6 x the model's total parameters + 60 x seq x hidden x layers; no recomputed forward.
+        tokens_per_gpu = estimate.tokens_per_s / estimate.world_size
+        per_token = 6.0 * published["counted_params"] + 60.0 * row["seq_len"] * row["hidden"] * row["layers"]
+        return Comparison(row, per_token * tokens_per_gpu / 1e12, published["tflops_per_gpu"], peak, estimate.notes)
     predicted = estimate.hfu * peak if published["flop_convention"] == "hardware" else estimate.tflops_per_gpu
     return Comparison(row, predicted, published["tflops_per_gpu"], peak, estimate.notes)
 
