@@ -96,6 +96,11 @@ INFORMATIONAL_STACKS = {
                         "printed"),
     "deepseek-dualpipe": ("DeepSeek-V3 (DualPipe, EP, FP8)", "engine EP (planned at its scale only)",
                           "DeepSeek-V3 report (2,048 H800s; GPU-hours per trillion tokens)"),
+    "megatron-deepspeed-bigscience-bench": ("Megatron-DeepSpeed as BigScience benchmarked it (Feb 2022)",
+                                            "engine TP/PP + ZeRO-1",
+                                            "BigScience's tr11 chronicles-prequel.md, iteration-2 snapshots: 18B on "
+                                            "one node (TP 8, no pipeline, no network); 176B on 384 A100s at TP 8 and "
+                                            "TP 4"),
     "hf-accelerate-deepspeed": ("DeepSpeed ZeRO-3 via accelerate", "ds_config.json, accelerate_config.yaml",
                                 "HF blog, Granite 7B on 4 A100s: a \"ballpark\" tokens/s, sequence and checkpointing "
                                 "not printed"),
