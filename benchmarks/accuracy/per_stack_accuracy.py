@@ -120,8 +120,11 @@ INFORMATIONAL_STACKS = {
 UNMEASURED = (
     ("ZeRO++ (quantized weights and gradients, hierarchical partitions)",
      "none: ds_config.json refuses zero_quantized_weights and zero_hpz_partition_size",
-     "the ZeRO++ blog prints its ZeRO-3 baselines on 384 V100s (microsoft/DeepSpeed blogs/zeropp, Figures 6-8) "
-     "with 1K or 2K tokens per GPU, but the 49B-138B shapes are in the paper's table, not in the stored references"),
+     "the ZeRO++ blog's Figures 6-8 (microsoft/DeepSpeed blogs/zeropp, read as images) print ZeRO-3 baselines "
+     "on 384 V100s at 1K or 2K tokens per GPU and 100-800 Gb/s per node, e.g. 18B at 25 and 40 TFLOP/s with four "
+     "100 Gb/s links; the 49B-138B shapes, the sequence, the GPUs per node and the FLOP count are in the paper "
+     "(arXiv:2306.10209), which the stored references do not hold, so no row is planned; the 18B shape alone is "
+     "in DeepSpeed's ZeRO++ tutorial (40 layers, hidden 6144), whose one logged ZeRO-3 step names no network"),
     ("our engine: EP, CP", "engine.json layout.ep / layout.cp", "correctness vs single-process runs; time: none"),
 )  # fmt: skip
 
