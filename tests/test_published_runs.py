@@ -32,6 +32,23 @@ def test_every_row_cites_its_source_and_confidence():
         assert isinstance(row["statistics"], bool)
 
 
+def test_eq3_figures_agree_with_the_step_times_printed_beside_them():
+    """Where a source prints its step time (MT-NLG's iteration times, BLOOM's log, BigScience's benchmarks), Eq. 3's
+    FLOPs of one step over that time and the GPUs is the published TFLOP/s: the figure, batch, shape and GPUs entered
+    agree with each other, and the figure counts the recomputed forward (Eq. 3 with 72 instead of 96 would be 25% off)."""
+    checked = 0
+    for row in published_rows():
+        step_s = row["published"].get("step_s")
+        if step_s is None:
+            continue
+        s, h, layers = row["seq_len"], row["hidden"], row["layers"]
+        flops = 96 * row["global_batch"] * s * layers * h**2 * (1 + s / (6 * h) + row["vocab"] / (16 * layers * h))
+        assert row["published"]["flop_convention"] == "hardware", row["id"]
+        assert flops / (step_s * row["gpus"]) / 1e12 == pytest.approx(row["published"]["tflops_per_gpu"], rel=0.01)
+        checked += 1
+    assert checked == 7  # MT-NLG x 3, BLOOM, BigScience's benchmarks x 3
+
+
 def test_median_error_of_tflops_per_gpu_on_published_runs(results):
     s = summary(results)
     assert s["rows"] >= 20
