@@ -72,7 +72,7 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 def applied_version(connection: Any) -> int:
     exists = connection.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'schema_migrations'"  # cheaper than information_schema
     ).fetchone()[0]
     if not exists:
         return 0

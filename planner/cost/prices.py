@@ -112,7 +112,9 @@ def read_price_catalog(path: Path | None = None) -> PriceCatalog:
     file = PRICE_CATALOG_FILE if path is None else Path(path).expanduser()
     label = "the price catalog" if path is None else f"--price-catalog {path}"
     try:
-        document = yaml.safe_load(file.read_text(encoding="utf-8"))
+        # libyaml's loader where PyYAML was built with it: the same documents, parsed some ten times faster
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        document = yaml.load(file.read_text(encoding="utf-8"), Loader=loader)  # noqa: S506 (a safe loader)
     except FileNotFoundError:
         raise UserInputError(f"{label}: no such file; give a YAML price catalog (docs/search.md)") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:

@@ -24,11 +24,14 @@ import json
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.errors import UserInputError
+
+if TYPE_CHECKING:
+    from planner.cost.prices import PriceCatalog
 from planner.hardware.gpu_sources import KNOWN_FIGURES, SCALAR_FIGURES, TFLOPS_FIGURES, FigureSource
 
 GPU_CATALOG_FILE = Path(__file__).resolve().parent.parent / "catalog" / "gpus.json"
@@ -215,19 +218,22 @@ def normalize_gpu_name(name: str) -> str:
 def _catalog() -> tuple[GpuSpec, ...]:
     with GPU_CATALOG_FILE.open(encoding="utf-8") as handle:
         document = json.load(handle)
-    return tuple(_priced(GpuSpec.model_validate(entry)) for entry in document["gpus"])
+    from planner.cost.prices import read_price_catalog
+
+    prices = read_price_catalog()  # once for every GPU: parsing the YAML is most of a cold `plan`'s catalog time
+    return tuple(_priced(GpuSpec.model_validate(entry), prices) for entry in document["gpus"])
 
 
 NO_PRICE = "planner/catalog/prices.yaml cites no price for this GPU; pass --price USD_PER_GPU_HOUR"
 
 
-def _priced(spec: GpuSpec) -> GpuSpec:
+def _priced(spec: GpuSpec, prices: PriceCatalog) -> GpuSpec:
     """The entry with the price catalog's cheapest on-demand price for it (the cpu pseudo-device keeps its own)."""
     if spec.price_usd_per_hour is not None:
         return spec
-    from planner.cost.prices import cheapest_on_demand, read_price_catalog
+    from planner.cost.prices import cheapest_on_demand
 
-    entry = cheapest_on_demand(read_price_catalog(), spec.name)
+    entry = cheapest_on_demand(prices, spec.name)
     if entry is None:
         return spec.model_copy(update={"price_source": NO_PRICE})
     source = (
