@@ -92,15 +92,18 @@ def training(stage: int, mode: str, exact_momentum: bool = False) -> dict:
     if exact_momentum:
         engine.optimizer.onebit_adam.average = _exact_mean
     rank, half = dist.get_rank(), BATCH // dist.get_world_size()
-    losses = []
+    losses, norms = [], []
     for ids in counting_batches(tiny_model_config("gpt2")["vocab_size"]):
         losses.append(float(engine.train_batch(ids[rank * half : (rank + 1) * half])))
+        norms.append(engine.optimizer.last_grad_norm)
     summer = engine.optimizer.compressed_sum
     return {
         "losses": losses,
         "wire_bytes": summer.wire_bytes if summer is not None else None,
         "elements": engine.optimizer.master.numel(),  # what each compressed step sums (ZeRO-0: the whole model)
         "compressed_steps": TRAIN_STEPS - WARMUP[mode],
+        # 1-bit Adam's ranks keep their own gradients: the norm they clip by must still agree (grad_norm.py)
+        "norms_same_on_every_rank": _same_everywhere(torch.tensor(norms)),
     }
 
 
