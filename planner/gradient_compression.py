@@ -28,8 +28,8 @@ WIRE_BYTES = {
 CODE = "backends/parts/compressed_sum.py"
 MEASURED = 'tests/test_compressed_sum.py, docs/parallelism.md "Gradient compression"'
 # The tiny GPT on dp2, Adam, 200 steps, mean loss of the last 10 against uncompressed (MEASURED). onebit's is
-# below: the frozen variance takes larger steps there (with exact momentum sums it ends at -69%); the 1-bit sums
-# cost +76% against that exact run.
+# below, from the frozen variance (with exact momentum sums it ends at -69%); the 1-bit sums cost +76% against that
+# exact run.
 MEASURED_LOSS_GAP = {
     GradientCompression.INT8: "+0.2% (ZeRO-1)",
     GradientCompression.ONEBIT: "-45% (ZeRO-0)",
