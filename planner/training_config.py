@@ -135,6 +135,17 @@ class TrainingConfig(BaseModel):
                 f"(backends/parts/compression.py): only --strategy engine runs it, not {self.strategy.value}; use "
                 "--strategy engine, or drop --compression"
             )
+        if self.compression is GradientCompression.ONEBIT and self.zero_stage != 0:
+            # 1-bit Adam averages each rank's whole momentum (planner/gradient_compression.py); ZeRO-1+ shards it.
+            raise UserInputError(
+                f"--compression onebit is 1-bit Adam, which needs each rank's whole momentum: ZeRO-0 only "
+                f"(--zero-stage 0), not ZeRO-{self.zero_stage}; or use --compression int8"
+            )
+        if self.compression is GradientCompression.ONEBIT and self.optimizer is OptimizerKind.SGD:
+            raise UserInputError(
+                "--compression onebit is 1-bit Adam; --optimizer sgd has no Adam variance to freeze: use --optimizer "
+                "adamw, or --compression int8"
+            )
         if self.sequence_parallel and self.tensor_parallel == 1:
             raise UserInputError("sequence parallelism splits along the tensor-parallel group; it needs --tp 2 or more")
         if self.fp8 and self.precision not in (Precision.BF16_MIXED, Precision.BF16):

@@ -34,7 +34,7 @@ def held(stage: int) -> dict:
     for _ in range(STEPS):
         ids = torch.randint(0, vocab, (BATCH, SEQ), generator=generator)
         engine.train_batch(ids[rank * half : (rank + 1) * half])
-    summer = engine.optimizer.codec.summer
+    summer = engine.optimizer.compressed_sum
     return {
         "units": [unit.numel for unit in engine.optimizer.units],
         "worker": [summer.worker_residuals[unit.index].numel() for unit in engine.optimizer.units],

@@ -1,6 +1,6 @@
 """The 2-rank runs behind tests/test_compressed_sum.py, in one torchrun job (`python tests/compression_runs.py
 --out FILE`): the compressed sums against the exact ones, the bytes they hand to the collectives, and the
-tiny GPT trained for 200 steps under each compression mode."""
+tiny GPT trained for 200 steps under each compression mode (and 1-bit Adam with its momenta averaged exactly)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from planner.files import write_json_atomic
 from tests.parallel_runs import tiny, tiny_model_config
 
 TRAIN_STEPS, BATCH, SEQ, LR = 200, 8, 16, 1e-3
-WARMUP = {"none": 0, "int8": 0, "onebit": 40}  # onebit's first steps uncompressed (1-bit Adam's freeze_step)
+WARMUP = {"none": 0, "int8": 0, "onebit": 40}  # 1-bit Adam's freeze_step: plain Adam, gradients summed exactly
 
 
 def sums() -> dict:
@@ -72,8 +72,13 @@ def counting_batches(vocab: int) -> list[torch.Tensor]:
     return [(start + torch.arange(SEQ)) % vocab for start in starts]
 
 
-def training(stage: int, mode: str) -> dict:
-    """The tiny GPT on dp2 through backends.initialize, Adam, `mode` on its gradient reductions."""
+def _exact_mean(key: object, momentum: torch.Tensor) -> torch.Tensor:
+    return _exact_sum(momentum) / dist.get_world_size()
+
+
+def training(stage: int, mode: str, exact_momentum: bool = False) -> dict:
+    """The tiny GPT on dp2 through backends.initialize, Adam, `mode` on its gradient reductions (onebit: 1-bit
+    Adam; exact_momentum: the same with its momenta averaged exactly, what the compression alone costs)."""
     import backends
 
     config = {
@@ -84,12 +89,22 @@ def training(stage: int, mode: str) -> dict:
         "hardware_selector": {"compression": mode, "compression_warmup_steps": WARMUP[mode]},
     }
     engine, *_ = backends.initialize(model=tiny("gpt2"), config=config)
+    if exact_momentum:
+        engine.optimizer.onebit_adam.average = _exact_mean
     rank, half = dist.get_rank(), BATCH // dist.get_world_size()
-    losses = []
+    losses, norms = [], []
     for ids in counting_batches(tiny_model_config("gpt2")["vocab_size"]):
         losses.append(float(engine.train_batch(ids[rank * half : (rank + 1) * half])))
-    summer = engine.optimizer.codec.summer
-    return {"losses": losses, "wire_bytes": summer.wire_bytes if summer is not None else None}
+        norms.append(engine.optimizer.last_grad_norm)
+    summer = engine.optimizer.compressed_sum
+    return {
+        "losses": losses,
+        "wire_bytes": summer.wire_bytes if summer is not None else None,
+        "elements": engine.optimizer.master.numel(),  # what each compressed step sums (ZeRO-0: the whole model)
+        "compressed_steps": TRAIN_STEPS - WARMUP[mode],
+        # 1-bit Adam's ranks keep their own gradients: the norm they clip by must still agree (grad_norm.py)
+        "norms_same_on_every_rank": _same_everywhere(torch.tensor(norms)),
+    }
 
 
 def main() -> None:
@@ -99,9 +114,11 @@ def main() -> None:
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     results = {"sums": sums()}
-    # int8 on ZeRO-1's reduce-scatter (the first phase alone), onebit on ZeRO-0's all-reduce (both phases).
+    # int8 on ZeRO-1's reduce-scatter (the first phase alone); onebit, 1-bit Adam, on ZeRO-0 (the only stage it
+    # runs on): its momentum's all-reduce (both phases).
     for stage, mode in ((1, "none"), (1, "int8"), (0, "onebit")):
         results[f"zero{stage}_{mode}"] = training(stage, mode)
+    results["zero0_onebit_exact_momentum"] = training(0, "onebit", exact_momentum=True)
     if dist.get_rank() == 0:
         write_json_atomic(args.out, results)
     dist.barrier()

@@ -84,11 +84,32 @@ def test_the_tiny_gpt_after_200_steps_int8_within_2_percent_of_uncompressed(runs
 
 
 @pytest.mark.slow
-def test_onebit_after_its_warmup_trains_and_its_gap_is_held(runs):
-    """Sign-compressed gradients (error-fed, after 40 uncompressed steps) under Adam trail the uncompressed run:
-    measured +14% on ZeRO-0 after 200 steps (+7% on ZeRO-1), against issue 35's 2% (docs/parallelism.md says
-    so); 1-bit Adam compresses the momentum with the variance frozen instead. Held here so it cannot regress."""
+def test_onebit_is_1bit_adam_and_ends_no_more_than_2_percent_above_uncompressed(runs):
+    """onebit is 1-bit Adam on ZeRO-0 (backends/parts/onebit_adam.py): 40 steps of AdamW, then the variance
+    frozen and the momenta averaged in signs. Issue 35's goal, loss after 200 steps at most 2% above
+    uncompressed, holds one-sided only: measured 0.898 against 1.637, 45% BELOW, not within 2% either way.
+    The frozen variance itself does that (the same 1-bit Adam with the momenta averaged exactly differs from
+    AdamW only there, and ends at 0.510; why it trains faster on this run is docs/parallelism.md's reading, not
+    a test's). What the compression costs is against that run,
+    measured +76% (0.898 / 0.510), held below 2x so it cannot grow (docs/parallelism.md says all of this)."""
     reference, onebit = runs["zero1_none"], runs["zero0_onebit"]
-    assert onebit["losses"][:40] == pytest.approx(reference["losses"][:40], rel=1e-5)  # the warm-up: uncompressed
-    assert onebit["losses"][40:] != reference["losses"][40:]
-    assert _final_loss(onebit) < onebit["losses"][40] and _final_loss(onebit) < 1.2 * _final_loss(reference)
+    exact = runs["zero0_onebit_exact_momentum"]
+    # The warm-up is AdamW on exactly summed gradients: the loss after each of its 40 updates is the reference's.
+    assert onebit["losses"][:41] == pytest.approx(reference["losses"][:41], rel=1e-5)
+    assert exact["losses"][:41] == pytest.approx(reference["losses"][:41], rel=1e-5)
+    assert onebit["losses"][41:] != reference["losses"][41:] and onebit["losses"][41:] != exact["losses"][41:]
+    assert _final_loss(onebit) <= 1.02 * _final_loss(reference)  # the issue's 2%, one-sided
+    assert _final_loss(exact) < _final_loss(reference)  # the frozen variance, not the compression, moves it down
+    assert _final_loss(onebit) < 2 * _final_loss(exact)  # the compression's cost, measured 1.76x
+    # Each rank steps on its own gradient after the warm-up; the gradient norm is their root mean square, alike.
+    assert onebit["norms_same_on_every_rank"]
+
+
+@pytest.mark.slow
+def test_1bit_adams_momentum_all_reduce_carries_one_bit_per_element_with_the_block_scales(runs):
+    """After the warm-up no gradient is sent; the momentum's compressed all-reduce is the whole traffic, at the
+    sums' 1/8 + 4/128 bytes per element (a ring all-reduce's count; 2 ranks: 1 element sent per element), plus
+    the padding of each ZeRO unit's chunks to whole blocks (measured +0.4%)."""
+    onebit = runs["zero0_onebit"]
+    per_element = onebit["wire_bytes"] / onebit["compressed_steps"] / onebit["elements"]
+    assert per_element == pytest.approx(1 / 8 + 4 / BLOCK, rel=0.01)

@@ -191,11 +191,13 @@ def test_onebit_given_is_honoured_and_its_measured_gap_printed_with_its_source(c
     assert main([*PLAN_SLOW, "--compression", "onebit"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # the table wraps long lines
     assert "1 engine TP + onebit" in out
-    assert "warning: onebit sends each gradient's sign only" in out and "+14% (ZeRO-0; +7% on ZeRO-1)" in out
+    assert "warning: onebit is 1-bit Adam, another optimizer" in out and "ended -45% (ZeRO-0) against" in out
     assert '(measured: tests/test_compressed_sum.py, docs/parallelism.md "Gradient compression")' in out
     assert main([*PLAN_SLOW, "--compression", "onebit", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert {plan["config"]["compression"] for plan in document["candidates"]} == {"onebit"}
+    # 1-bit Adam averages each rank's whole momentum: ZeRO-0 alone (ZeRO-1+ shard it).
+    assert {plan["config"]["zero_stage"] for plan in document["candidates"]} == {0}
 
 
 @pytest.mark.parametrize(
@@ -213,6 +215,10 @@ def test_onebit_given_is_honoured_and_its_measured_gap_printed_with_its_source(c
         ([*PLAN, "--strategies", "ddp", "--compression", "auto"], "add engine to --strategies"),
         ([*PLAN, "--gpus-per-node", "1", "--compression", "int8"], "1 GPU has none"),
         ([*PLAN, "--compression", "zip"], "--compression must be one of none|int8|onebit|auto, not 'zip'"),
+        (["estimate", "-m", "gpt2", "--gpu", "A100-80GB", "--gpus-per-node", "2", "--strategy", "engine",
+          "--zero-stage", "1", "--compression", "onebit"], "1-bit Adam, which needs each rank's whole momentum: "
+         "ZeRO-0 only (--zero-stage 0), not ZeRO-1"),
+        ([*PLAN, "--optimizer", "sgd", "--compression", "onebit"], "--optimizer sgd has no Adam variance to freeze"),
     ],
 )  # fmt: skip
 def test_compression_a_run_cannot_take_is_one_line(capsys, argv, message):

@@ -168,7 +168,13 @@ def test_a_seed_key_without_an_equivalent_is_one_line_naming_the_nearest(config,
 
 
 def test_the_seeds_1bit_compression_is_our_onebit():
-    assert load_engine_config({"compression": {"enabled": True, "type": "1bit"}}).gradient_compression == "onebit"
+    # onebit is 1-bit Adam, which needs its warm-up (freeze_step) set: the seed has no key for it, ours does.
+    seed = {"compression": {"enabled": True, "type": "1bit"}}
+    assert load_engine_config({**seed, "hardware_selector": {"compression_warmup_steps": 40}}).gradient_compression == (
+        "onebit"
+    )
+    with pytest.raises(UserInputError, match="set it to 1 or more"):
+        load_engine_config(seed)
 
 
 def test_a_seed_key_and_ours_set_differently_is_one_line_and_set_alike_is_taken():

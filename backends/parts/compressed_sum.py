@@ -1,4 +1,5 @@
-"""Gradient sums over the data-parallel group that carry 1 byte (int8) or 1 bit (onebit) per element.
+"""Sums over the data-parallel group that carry 1 byte (int8) or 1 bit (onebit) per element: of gradients, or
+of 1-bit Adam's momenta (backends/parts/onebit_adam.py).
 
 A sum cannot be taken on compressed values by the wire itself (gloo and NCCL sum what they are sent), so the
 sum is taken in two phases, in the manner of DeepSpeed's 1-bit Adam / 1-bit LAMB compressed all-reduce

@@ -16,6 +16,11 @@ each bucket before its reduce-scatter / all-reduce and decodes the result):
   what it received (backends/parts/compressed_sum.py, DeepSpeed 1-bit Adam's
   compressed all-reduce). ZeRO-1/2's partitioned buckets need only the first
   phase (a reduce-scatter); ZeRO-0 and GradientReducer take both.
+  The engine's onebit is not a gradient codec: it is 1-bit Adam on ZeRO-0,
+  whose optimizer sums the momentum so (backends/parts/onebit_adam.py;
+  sign-compressed gradients break Adam's variance, docs/parallelism.md).
+  GradientReducer's onebit still averages signs of .grad, for callers who
+  bring their own optimizer.
 """
 
 from __future__ import annotations

@@ -99,13 +99,19 @@ class GlobalGradientNorm:
         self._model_parallel_reduce(bad, "max")
         return float(bad.item()) > 0
 
-    def norm(self, device: Any) -> float:
-        """L2 norm of the whole model's gradient (the shard must hold the final, unscaled gradients)."""
+    def norm(self, device: Any, local_ranks: int = 0) -> float:
+        """L2 norm of the whole model's gradient (the shard must hold the final, unscaled gradients).
+
+        local_ranks: the data-parallel ranks when each holds its own unaveraged gradient (1-bit Adam after its
+        warm-up, backends/parts/onebit_adam.py): the root mean square of their norms, the same on every rank
+        (so clipping and the anomaly guard agree) and no smaller than the norm of the mean gradient."""
         square = squared_sum(self.grads)
         for weight, views in self.segments.items():
             square += (weight - 1.0) * sum(squared_sum(view) for view in views)
         square = square.clamp(min=0.0).reshape(1).to(device)
-        if self.sharded:
+        if self.sharded or local_ranks:
             self.dp_reduce(square, "sum")
+        if local_ranks:
+            square /= local_ranks
         self._model_parallel_reduce(square, "sum")
         return float(square.item()) ** 0.5

@@ -113,10 +113,21 @@ class ZeroOptimizer:
             position += unit.shard
         # The torch optimizer steps the flat master partition; a standalone ZeroOptimizer brings its own class.
         factory = getattr(self, "optimizer_factory", None)
-        self.optimizer = factory([self.master]) if factory else build_torch_optimizer([self.master], config.optimizer)
-        self.codec = BucketCodec(
-            config.gradient_compression, comm.world, comm.group, config.hardware_selector.compression_warmup_steps
-        )
+        # onebit is 1-bit Adam (backends/parts/onebit_adam.py): the optimizer compresses the momentum, and the
+        # gradients are summed exactly in its warm-up and not at all after it. Other modes compress gradients.
+        self.onebit_adam: Any | None = None
+        self.compressed_sum: Any | None = None  # the CompressedSum in use, whichever tensor it carries
+        if config.gradient_compression == "onebit" and factory is None:
+            self.onebit_adam, self.codec = self._onebit_adam(config)
+            self.optimizer = self.onebit_adam
+        else:
+            self.optimizer = (
+                factory([self.master]) if factory else build_torch_optimizer([self.master], config.optimizer)
+            )
+            self.codec = BucketCodec(
+                config.gradient_compression, comm.world, comm.group, config.hardware_selector.compression_warmup_steps
+            )
+            self.compressed_sum = self.codec.summer
         self.global_norm = GlobalGradientNorm(
             self.units,
             self.master.grad,
@@ -133,6 +144,26 @@ class ZeroOptimizer:
         self.last_grad_norm = 0.0
         self.skipped_steps = 0
         self.comm_seconds = 0.0
+
+    def _onebit_adam(self, config: EngineConfig) -> tuple[Any, BucketCodec]:
+        """1-bit Adam over the master and the exact gradient codec of its warm-up. ZeRO-0 only: every rank needs
+        the whole momentum (the config refuses onebit at other stages: planner/contract/engine_config.py)."""
+        from backends.parts.compressed_sum import CompressedSum
+        from backends.parts.onebit_adam import build_onebit_adam
+
+        if self.stage != 0:
+            raise ValueError(f"compression 'onebit' (1-bit Adam) runs on ZeRO-0 only, not ZeRO-{self.stage}")
+        if self.comm.world > 1:
+            self.compressed_sum = CompressedSum("onebit", self.comm.group)
+        segments = [(unit.index, unit.shard_start, unit.shard_start + unit.shard) for unit in self.units]
+        freeze_step = config.hardware_selector.compression_warmup_steps
+        optimizer = build_onebit_adam(self.master, config.optimizer, freeze_step, segments, self.compressed_sum)
+        return optimizer, BucketCodec("none", self.comm.world, self.comm.group)
+
+    @property
+    def local_gradients(self) -> bool:
+        """1-bit Adam past its warm-up: each rank keeps its own gradient; the optimizer averages the momenta."""
+        return self.onebit_adam is not None and self.onebit_adam.frozen
 
     def _initial_full(self, unit: FlatUnit) -> Any:
         """The unit's fp32 values: its parameters, or (meta model) this rank's partition read from the checkpoint
@@ -228,7 +259,9 @@ class ZeroOptimizer:
         if self.before_reduce is not None:
             self.before_reduce(unit, flat)
         wire = self.codec.encode(unit.index, flat)
-        if self.codec.compressing:  # int8 / onebit: a compressed sum, its collectives done by now
+        if self.local_gradients:  # 1-bit Adam's compressed phase: no gradient crosses the wire
+            out, handle = flat, DONE
+        elif self.codec.compressing:  # int8 / onebit: a compressed sum, its collectives done by now
             summer = self.codec.summer
             assert summer is not None
             out = summer.reduce_scatter(unit.index, flat) if unit.partitioned else summer.all_reduce(unit.index, flat)
@@ -281,8 +314,9 @@ class ZeroOptimizer:
             self.skipped_steps += 1
             self.last_grad_norm = float("inf")
             return False
-        grads.div_(self.comm.world * self.scaler.scale)
-        norm = self.global_norm.norm(self.device)
+        local = self.local_gradients  # each rank's own gradient: nothing to average, and a norm per rank
+        grads.div_((1 if local else self.comm.world) * self.scaler.scale)
+        norm = self.global_norm.norm(self.device, local_ranks=self.comm.world if local else 0)
         self.last_grad_norm = norm
         if guard is not None and not guard(norm):
             self._release_gradient_shard()
@@ -329,7 +363,7 @@ class ZeroOptimizer:
             return
         kind = type(self.optimizer).__name__
         state: dict[str, Any] = {}
-        if kind in ("Adam", "AdamW"):
+        if kind in ("Adam", "AdamW", "OneBitAdam"):
             state = {
                 "step": torch.tensor(0.0),
                 "exp_avg": torch.zeros_like(self.master.data),

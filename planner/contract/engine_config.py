@@ -203,7 +203,26 @@ class EngineConfig(_Strict):
                 f"communication_data_type '{self.communication_data_type}' and hardware_selector."
                 f"compression '{ours}' disagree; set one of them"
             )
+        if ours == "onebit":
+            self._check_onebit_adam()
         return self
+
+    def _check_onebit_adam(self) -> None:
+        """onebit is 1-bit Adam (backends/parts/onebit_adam.py, docs/parallelism.md "Gradient compression"): every
+        rank averages its whole momentum, so ZeRO-0 only, an Adam optimizer, and a warm-up to freeze v after."""
+        stage = self.zero_optimization.stage
+        if stage != 0:
+            raise ValueError(
+                f"compression 'onebit' is 1-bit Adam, which needs each rank's whole momentum: use "
+                f"zero_optimization.stage 0 (ZeRO-{stage} shards it), or int8"
+            )
+        if self.optimizer.type == "SGD":
+            raise ValueError("compression 'onebit' is 1-bit Adam: it needs optimizer type Adam or AdamW, not SGD")
+        if self.hardware_selector.compression_warmup_steps < 1:
+            raise ValueError(
+                "compression 'onebit' (1-bit Adam) freezes Adam's variance after compression_warmup_steps; "
+                "set it to 1 or more (plans write 20% of the run's steps)"
+            )
 
     @property
     def gradient_compression(self) -> str:

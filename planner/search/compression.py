@@ -4,7 +4,8 @@
 (PlanRequest keeps the search to the engine); `auto` searches each engine layout with int8 gradients beside
 the same layout without (layouts.py; CompressionRequest.choices), and the ranking keeps the compressed one only
 where it scores more than the estimate's error above the rest (a compressed layout counts as less simple:
-explain.py's tie rule). auto never tries onebit: its measured loss gap (planner/gradient_compression.py).
+explain.py's tie rule). auto never tries onebit: it is 1-bit Adam, another optimizer than the one asked for,
+ZeRO-0 only, whose measured loss is not the uncompressed run's either way (planner/gradient_compression.py).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def auto_line(best: Scored, scored: list[Scored], request: PlanRequest, tokens: 
     if request.compression is not CompressionRequest.AUTO:
         return None
     source = f"[{wire_source(GradientCompression.INT8)}; onebit: measured, {MEASURED}]"
-    never = "onebit is never tried (measured loss gap +14%)"
+    never = "onebit (1-bit Adam, another optimizer: measured loss -45%) is never tried"
     compressed = [item for item in scored if item.config.compression is not GradientCompression.NONE]
     plain = [item for item in scored if item.config.compression is GradientCompression.NONE]
     if not compressed:

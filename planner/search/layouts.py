@@ -217,7 +217,9 @@ def _engine_layouts(
 
 def _compressed_stages(stages: list[int], compression: GradientCompression) -> list[int]:
     """Compressed, ZeRO-0 (both phases of the sum compressed) can beat ZeRO-1 (its parameter all-gather is
-    not): stage 0 is tried too."""
+    not): stage 0 is tried too. onebit is 1-bit Adam, which runs on ZeRO-0 alone (planner/gradient_compression.py)."""
+    if compression is GradientCompression.ONEBIT:
+        return [0]
     return stages if compression is GradientCompression.NONE or 0 in stages else [0, *stages]
 
 

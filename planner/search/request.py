@@ -43,7 +43,7 @@ class CompressionRequest(str, Enum):
 
     NONE = "none"  # no candidate compresses
     INT8 = "int8"  # every candidate is the engine's, with int8 gradients
-    ONEBIT = "onebit"  # every candidate is the engine's, with onebit gradients (its measured loss gap is warned of)
+    ONEBIT = "onebit"  # every candidate is the engine's on ZeRO-0, with 1-bit Adam (its measured loss is warned of)
     AUTO = "auto"  # the engine's candidates also with int8; kept where they score higher (never onebit)
 
     @property

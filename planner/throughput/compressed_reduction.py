@@ -113,7 +113,7 @@ def compression_sources(compression: GradientCompression, zero_stage: int, ranks
     passes = pass_bytes(compression, all_reduce, grad_bytes).at(max(ranks, 1))
     shape = "an all-to-all, then an all-gather," if all_reduce else "an all-to-all"
     what = (
-        f"{wire_source(compression)}: the data-parallel {reduction_words(zero_stage)} as {shape} of the packed "
+        f"{wire_source(compression)}: the data-parallel {reduction_words(zero_stage, compression)} as {shape} of the packed "
         f"chunks instead of a ring, plus {passes:.0f} bytes/element of compress/decompress memory traffic at the "
         "GPU's bandwidth (counted from its torch ops, traced by tests/test_compression_plan.py); once per step, "
         "not overlapped with backward"
