@@ -112,6 +112,24 @@ def _compression_source(config: TrainingConfig, world: int) -> dict[str, str]:
     return compression_sources(config.compression, config.zero_stage, config.zero_ranks(world), grad_bytes)
 
 
+_SOURCE_SETS: dict[tuple, dict[str, str]] = {}
+
+
+def _fixed_sources(stack: KernelStack, implementation: Implementation, fp8: bool, kernels: KernelChoice) -> dict:
+    """The sources every estimate of this kernel stack, implementation, FP8 and kernel choice names, merged
+    once: the search merges them for thousands of estimates. Callers copy it (each estimate owns its dict)."""
+    key = (stack, implementation, fp8, kernels)
+    merged = _SOURCE_SETS.get(key)
+    if merged is None:
+        merged = _SOURCE_SETS[key] = {
+            **_SOURCES_BY_STACK[stack],
+            "implementation": f"assumed: {implementation.name} (--implementation; planner/throughput/implementation.py)",
+            **(_FP8_SOURCES if fp8 else {}),
+            **({"kernels": _KERNEL_NOTES[kernels]} if kernels is not KernelChoice.EAGER else {}),
+        }
+    return merged
+
+
 _shapes: dict[int, tuple[ModelSpec, ModelShape, bool]] = {}
 _hardware: dict[tuple, tuple[ClusterSpec, Device, Links, float]] = {}
 _stages: dict[tuple, tuple[StageCompute, SequenceFlops]] = {}
@@ -293,10 +311,7 @@ def estimate_throughput(
             breakdown=breakdown,
             price_usd_per_gpu_hour=cluster.gpu.price_usd_per_hour,
             sources={
-                **_SOURCES_BY_STACK[stack],
-                "implementation": f"assumed: {implementation.name} (--implementation; planner/throughput/implementation.py)",
-                **(_FP8_SOURCES if config.fp8 else {}),
-                **({"kernels": _KERNEL_NOTES[config.kernels]} if config.kernels is not KernelChoice.EAGER else {}),
+                **_fixed_sources(stack, implementation, config.fp8, config.kernels),
                 **_offload_source(config, cluster),
                 **_compression_source(config, world),
             },
