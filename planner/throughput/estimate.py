@@ -132,6 +132,9 @@ def _fixed_sources(stack: KernelStack, implementation: Implementation, fp8: bool
 
 _shapes: dict[int, tuple[ModelSpec, ModelShape, bool]] = {}
 _hardware: dict[tuple, tuple[ClusterSpec, Device, Links, float]] = {}
+# One Device object per distinct value: the stage cache keys on the device's identity, and the search's
+# cluster slices (new ClusterSpec objects each search, same GPU) must find the stages of the whole cluster.
+_devices: dict[Device, Device] = {}
 _stages: dict[tuple, tuple[StageCompute, SequenceFlops]] = {}
 
 
@@ -181,8 +184,12 @@ def _hardware_of(cluster: ClusterSpec, config: TrainingConfig) -> tuple[Device, 
     if cached is None or cached[0] is not cluster:
         if len(_hardware) > 256:
             _hardware.clear()
+        if len(_devices) > 256:
+            _devices.clear()
             _stages.clear()  # its keys hold ids of the devices just dropped
-        cached = _hardware[key] = (cluster, *_build_hardware(cluster, config, CONSTANTS))
+        device, links, pcie_Bps = _build_hardware(cluster, config, CONSTANTS)
+        device = _devices.setdefault(device, device)
+        cached = _hardware[key] = (cluster, device, links, pcie_Bps)
     return cached[1], cached[2], cached[3]
 
 
