@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from planner.config_key import config_key
 from planner.memory.activations import Widths, activation_widths, estimate_activations
 from planner.memory.buffers import Buffers, estimate_buffers
 from planner.memory.model_states import ModelStates, model_state_bytes, uses_native_mixed_precision
@@ -53,9 +54,9 @@ def step_peak(
 ) -> StepPeak:
     """The step's peak; memoised, since the search asks again for other GPUs of the same size.
 
-    Keyed by the config's field values, not the config: pydantic's __hash__ and __eq__ (Python code, run
-    again for the nested layout) cost more than the rest of a cache hit. The values decide the peak alone."""
-    key = (id(spec), *config.__dict__.values(), world_size, gpus_per_node, runtime)
+    Keyed by the config's plain values (planner/config_key.py), not the config: pydantic's __hash__ and
+    __eq__ cost more than the rest of a cache hit. The values decide the peak alone."""
+    key = (id(spec), config_key(config), world_size, gpus_per_node, runtime)
     entry = _PEAKS.get(key)
     if entry is not None and entry[0] is spec:
         return entry[1]

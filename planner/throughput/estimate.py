@@ -198,17 +198,19 @@ def _stage_of(
 ) -> tuple[StageCompute, SequenceFlops]:
     """Strategy, sharding, offload and accumulation do not change a micro-batch's
     kernels, and the search varies exactly those: reuse the stage's compute."""
+    # Plain values only: hashing the pydantic routing (Python code) cost more than the rest of the key.
+    layout, routing = config.layout, config.routing
     key = (
         id(shape),
         id(device),
         config.micro_batch,
         config.seq_len,
-        config.tensor_parallel,
-        config.pipeline_parallel,
-        config.layout.stage_layers,
-        config.expert_parallel,
-        config.routing,
-        config.context_parallel,
+        layout.tp,
+        layout.pp,
+        layout.stage_layers,
+        layout.ep,
+        *routing.__dict__.values(),  # every routing field, however many it grows
+        layout.cp,
         config.fp8,
         config.sequence_parallel,
         config.activation_checkpointing,
