@@ -24,12 +24,15 @@ import json
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.errors import UserInputError
 from planner.hardware.gpu_sources import KNOWN_FIGURES, SCALAR_FIGURES, TFLOPS_FIGURES, FigureSource
+
+if TYPE_CHECKING:
+    from planner.cost.prices import PriceCatalog
 
 GPU_CATALOG_FILE = Path(__file__).resolve().parent.parent / "catalog" / "gpus.json"
 
@@ -213,21 +216,26 @@ def normalize_gpu_name(name: str) -> str:
 
 @lru_cache(maxsize=1)
 def _catalog() -> tuple[GpuSpec, ...]:
+    from planner.cost.prices import read_price_catalog
+
     with GPU_CATALOG_FILE.open(encoding="utf-8") as handle:
         document = json.load(handle)
-    return tuple(_priced(GpuSpec.model_validate(entry)) for entry in document["gpus"])
+    # Parsed once for all GPUs: PyYAML's pure-Python parser takes ~0.1 s per read, and reading it for each of
+    # the ~30 GPUs was most of `hardware-selector plan`'s time.
+    prices = read_price_catalog()
+    return tuple(_priced(GpuSpec.model_validate(entry), prices) for entry in document["gpus"])
 
 
 NO_PRICE = "planner/catalog/prices.yaml cites no price for this GPU; pass --price USD_PER_GPU_HOUR"
 
 
-def _priced(spec: GpuSpec) -> GpuSpec:
+def _priced(spec: GpuSpec, prices: PriceCatalog) -> GpuSpec:
     """The entry with the price catalog's cheapest on-demand price for it (the cpu pseudo-device keeps its own)."""
     if spec.price_usd_per_hour is not None:
         return spec
-    from planner.cost.prices import cheapest_on_demand, read_price_catalog
+    from planner.cost.prices import cheapest_on_demand
 
-    entry = cheapest_on_demand(read_price_catalog(), spec.name)
+    entry = cheapest_on_demand(prices, spec.name)
     if entry is None:
         return spec.model_copy(update={"price_source": NO_PRICE})
     source = (
