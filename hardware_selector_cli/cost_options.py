@@ -120,7 +120,7 @@ def run_cost_plan(model, cluster, search, routing, cost: CostOptions, save_every
     from planner.hardware.cluster import make_cluster
     from planner.search import Objective, search_plans
     from planner.search.layouts import family_label
-    from planner.selector.training import default_seq_len
+    from planner.search.request import default_seq_len
 
     from .cost_table import cost_document, print_cost
 

@@ -75,7 +75,7 @@ def print_memory_table(result, title: str) -> None:
 
 def _fit_default_seq_len(ctx: typer.Context, config: TrainingConfig, spec: ModelSpec) -> TrainingConfig:
     """--seq-len not given: the smaller of 2048 and the model's context, as `plan` defaults."""
-    from planner.selector.training import default_seq_len
+    from planner.search.request import default_seq_len
 
     if ctx.get_parameter_source("seq_len").name != "DEFAULT":
         return config

@@ -214,7 +214,7 @@ def _plan_serving(model: ModelOptions, cluster: ClusterOptions, search: SearchOp
 def _search(model: ModelOptions, cluster: ClusterOptions, search: SearchOptions, routing, db, no_calibration):
     """The model, the cluster, the request, the search's result, what calibrated it, and how."""
     from planner.search import search_plans
-    from planner.selector.training import default_seq_len
+    from planner.search.request import default_seq_len
 
     spec = model.resolve()
     request = search.request(search.seq_len or default_seq_len(spec), routing)

@@ -150,7 +150,7 @@ def _candidates(run_dir, model, cluster, search, routing, top_k):
     from planner.search import PlanRequest, search_plans
 
     if run_dir is None:
-        from planner.selector.training import default_seq_len
+        from planner.search.request import default_seq_len
 
         spec = model.resolve()
         search.check(emitting=True)

@@ -128,6 +128,7 @@ def _planner_speed(out: str) -> None:
     assert search["scenario"].startswith("gpt2-xl, 8 x V100-32GB")
     assert search["candidates"] > 0 and search["memory_calls"] > 0 and search["best_ms"] > 0
     assert document["cli"]["best_s"] > 0 and document["cli"]["heavy_imports"] == []
+    assert document["help"]["best_s"] > 0 and document["help"]["heavy_imports"] == []
 
 
 def _throughput_speed(out: str) -> None:

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.errors import UserInputError
+from planner.hardware.gpu_sources import KNOWN_FIGURES, SCALAR_FIGURES, TFLOPS_FIGURES, FigureSource
 
 if TYPE_CHECKING:
     from planner.cost.prices import PriceCatalog
-from planner.hardware.gpu_sources import KNOWN_FIGURES, SCALAR_FIGURES, TFLOPS_FIGURES, FigureSource
 
 GPU_CATALOG_FILE = Path(__file__).resolve().parent.parent / "catalog" / "gpus.json"
 
@@ -216,11 +216,13 @@ def normalize_gpu_name(name: str) -> str:
 
 @lru_cache(maxsize=1)
 def _catalog() -> tuple[GpuSpec, ...]:
-    with GPU_CATALOG_FILE.open(encoding="utf-8") as handle:
-        document = json.load(handle)
     from planner.cost.prices import read_price_catalog
 
-    prices = read_price_catalog()  # once for every GPU: parsing the YAML is most of a cold `plan`'s catalog time
+    with GPU_CATALOG_FILE.open(encoding="utf-8") as handle:
+        document = json.load(handle)
+    # Parsed once for all GPUs: PyYAML's pure-Python parser takes ~0.1 s per read, and reading it for each of
+    # the ~30 GPUs was most of `hardware-selector plan`'s time.
+    prices = read_price_catalog()
     return tuple(_priced(GpuSpec.model_validate(entry), prices) for entry in document["gpus"])
 
 

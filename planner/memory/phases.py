@@ -21,12 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from planner.config_key import config_key
 from planner.memory.activations import Widths, activation_widths, estimate_activations
 from planner.memory.buffers import Buffers, estimate_buffers
 from planner.memory.model_states import ModelStates, model_state_bytes, uses_native_mixed_precision
 from planner.memory.rank_params import rank_params
 from planner.memory.runtime import Runtime
-from planner.memory.spec_cache import per_spec_and_key
+from planner.memory.spec_cache import MAX_SPECS
 from planner.models.spec import ModelSpec
 from planner.training_config import Precision, Strategy, TrainingConfig
 
@@ -51,9 +52,19 @@ class StepPeak:
 def step_peak(
     spec: ModelSpec, config: TrainingConfig, *, world_size: int, gpus_per_node: int, runtime: Runtime = Runtime.CUDA
 ) -> StepPeak:
-    """The step's peak; memoised, since the search asks again for other GPUs of the same size."""
-    key = (config, world_size, gpus_per_node, runtime)
-    return _memoised_peak(spec, key)
+    """The step's peak; memoised, since the search asks again for other GPUs of the same size.
+
+    Keyed by the config's plain values (planner/config_key.py), not the config: pydantic's __hash__ and
+    __eq__ cost more than the rest of a cache hit. The values decide the peak alone."""
+    key = (id(spec), config_key(config), world_size, gpus_per_node, runtime)
+    entry = _PEAKS.get(key)
+    if entry is not None and entry[0] is spec:
+        return entry[1]
+    if len(_PEAKS) >= MAX_SPECS * 64:
+        _PEAKS.clear()
+    peak = _peak(spec, config, world_size, gpus_per_node, runtime)
+    _PEAKS[key] = (spec, peak)  # holding the spec keeps its id from being reused while the entry lives
+    return peak
 
 
 @dataclass(frozen=True)
@@ -107,9 +118,10 @@ def _build_batch_independent(
     return _BatchIndependent(states, buffers, widths, _tied_head_gradient(spec, config), notes)
 
 
-@per_spec_and_key
-def _memoised_peak(spec: ModelSpec, key: tuple) -> StepPeak:
-    config, world_size, gpus_per_node, runtime = key
+_PEAKS: dict[tuple, tuple[ModelSpec, StepPeak]] = {}
+
+
+def _peak(spec: ModelSpec, config: TrainingConfig, world_size: int, gpus_per_node: int, runtime: Runtime) -> StepPeak:
     config.check_against(spec, world_size, gpus_per_node, traced=runtime is Runtime.CPU_TRACE)
     fixed_parts = _batch_independent(spec, config, config.data_parallel_size(world_size), gpus_per_node, runtime)
     states, buffers, head_grad = fixed_parts.states, fixed_parts.buffers, fixed_parts.head_grad

@@ -7,10 +7,38 @@
 - explain.py: each plan's reasons and each family's fate, with sources.
 - suggest.py: what would fit when nothing does.
 - search.py: search_plans, the entry point (docs/search.md).
+
+The names below are imported on first use: the CLI's option modules read
+planner.search.request (the objectives) to build `--help`, and importing this
+package must not load the estimators, the plan model and the explanations
+with it (a third of `--help`'s start-up).
 """
 
-from planner.search.request import Objective, PlanRequest
-from planner.search.result import SearchResult, SearchStats
-from planner.search.search import require_best, search_plans
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from planner.search.request import Objective, PlanRequest
+    from planner.search.result import SearchResult, SearchStats
+    from planner.search.search import require_best, search_plans
+
+_HOMES = {
+    "Objective": "planner.search.request",
+    "PlanRequest": "planner.search.request",
+    "SearchResult": "planner.search.result",
+    "SearchStats": "planner.search.result",
+    "require_best": "planner.search.search",
+    "search_plans": "planner.search.search",
+}
 __all__ = ["Objective", "PlanRequest", "SearchResult", "SearchStats", "require_best", "search_plans"]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value

@@ -22,6 +22,7 @@ from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import estimate_memory_bytes, host_fits
 from planner.models.spec import ModelSpec
 from planner.search.batching import batch_options, infeasible_batch_reason
+from planner.search.config_copy import with_batch
 from planner.search.layouts import StrategyLayout, enumerate_layouts
 from planner.search.request import Objective, PlanRequest
 from planner.throughput.estimate import estimate_throughput
@@ -65,6 +66,10 @@ class Group:
     cluster: ClusterSpec
     batches: list[tuple[int, int]]  # (micro-batch, accumulation), ascending
     precision: Precision
+    # (AC, micro-batch, accumulation) -> (per-GPU total bytes, fits): the lightest-candidate check and the
+    # scan at the most recomputation ask about the same configs. Keyed by plain values: hashing the
+    # pydantic config (and its nested layout) cost more than the lookup saved.
+    memory: dict[tuple[ActivationCheckpointing, int, int], tuple[int, bool]] = field(default_factory=dict)
 
 
 @dataclass
@@ -136,37 +141,34 @@ class CandidateEvaluator:
         self.adjust = throughput_adjust
         self.families: dict[str, FamilyRecord] = {}
         self.counters = Counters()
-        # The lightest-candidate check and the scan at the most recomputation ask about the same configs.
-        self._memory_seen: dict[tuple, tuple[int, bool]] = {}
+        self._implementation = implementation_named(request.implementation)  # looked up once, not per estimate
 
-    def _memory(self, config: TrainingConfig, cluster: ClusterSpec) -> tuple[int, bool]:
-        """(per-GPU total bytes, fits) by the memory estimator's raw fast path; same rule as MemoryEstimate.fits."""
-        key = (
-            config,
-            cluster.world_size,
-            cluster.gpus_per_node,
-            cluster.gpu.memory_bytes,
-            cluster.cpu_ram_per_node_bytes,
-            cluster.nvme_per_node_bytes,
-        )
-        if key in self._memory_seen:
-            return self._memory_seen[key]
+    def _memory(
+        self, group: Group, ac: ActivationCheckpointing, pair: tuple[int, int], config: TrainingConfig
+    ) -> tuple[int, bool]:
+        """(per-GPU total bytes, fits) by the memory estimator's raw fast path; same rule as MemoryEstimate.fits.
+
+        `config` is the group's config at `ac` and `pair`: the cache key is those plain values."""
+        key = (ac, *pair)
+        seen = group.memory.get(key)
+        if seen is not None:
+            return seen
         self.counters.memory_evaluations += 1
+        cluster = group.cluster
+        gpus_per_node = cluster.gpus_per_node
         raw = estimate_memory_bytes(
-            self.spec, config, world_size=cluster.world_size, gpus_per_node=cluster.gpus_per_node
+            self.spec, config, world_size=gpus_per_node * cluster.num_nodes, gpus_per_node=gpus_per_node
         )
         usable = int(cluster.gpu.memory_bytes * (1 - self.request.headroom_fraction))
         fits = raw["total"] <= usable and host_fits(
             raw["cpu_per_node"], raw["nvme_per_node"], cluster.cpu_ram_per_node_bytes, cluster.nvme_per_node_bytes
         )
-        self._memory_seen[key] = raw["total"], fits
-        return raw["total"], fits
+        seen = group.memory[key] = raw["total"], fits
+        return seen
 
     def _throughput(self, config: TrainingConfig, cluster: ClusterSpec) -> ThroughputEstimate:
         self.counters.throughput_evaluations += 1
-        estimate = estimate_throughput(
-            self.spec, config, cluster, implementation=implementation_named(self.request.implementation)
-        )
+        estimate = estimate_throughput(self.spec, config, cluster, implementation=self._implementation)
         return self.adjust(config, estimate) if self.adjust is not None else estimate
 
     def _family(self, name: str) -> FamilyRecord:
@@ -236,12 +238,13 @@ class CandidateEvaluator:
             group.batches,
             group.precision,
         )
-        base = self._base_fields(layout, precision, remaining_ac[-1])
+        lightest_ac = remaining_ac[-1]
+        base = self._base_fields(layout, precision, lightest_ac)
         evaluations_before = self.counters.memory_evaluations
         lightest = [batches[0]] + ([batches[-1]] if len(batches) > 1 and batches[-1][1] == 1 else [])
         for micro, accum in lightest:
             config = TrainingConfig(**base, micro_batch=micro, grad_accum=accum)
-            total, fits = self._memory(config, cluster)
+            total, fits = self._memory(group, lightest_ac, (micro, accum), config)
             if fits:
                 return True
             if record.smallest_miss is None or total < record.smallest_miss[0]:
@@ -278,12 +281,12 @@ class CandidateEvaluator:
         def config_at(pair: tuple[int, int]) -> TrainingConfig:
             config = configs.get(pair[0])
             if config is None:
-                config = configs[pair[0]] = base.model_copy(update={"micro_batch": pair[0], "grad_accum": pair[1]})
+                config = configs[pair[0]] = with_batch(base, pair[0], pair[1])
             return config
 
         def fits(pair: tuple[int, int]) -> bool:
             config = config_at(pair)
-            total, ok = self._memory(config, cluster)
+            total, ok = self._memory(group, ac, pair, config)
             if not ok and (record.smallest_miss is None or total < record.smallest_miss[0]):
                 record.smallest_miss = (total, config, cluster)
             return ok

@@ -7,6 +7,7 @@ training target and how candidates are judged.
 from __future__ import annotations
 
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -24,6 +25,9 @@ from planner.training_config import (
     Precision,
     Strategy,
 )
+
+if TYPE_CHECKING:
+    from planner.models.spec import ModelSpec
 
 # Chinchilla (Hoffmann et al. 2022): about 20 training tokens per parameter.
 CHINCHILLA_TOKENS_PER_PARAM = 20
@@ -180,3 +184,12 @@ class PlanRequest(BaseModel):
 
     def tokens_to_train(self, total_params: int) -> float:
         return self.train_tokens if self.train_tokens is not None else CHINCHILLA_TOKENS_PER_PARAM * total_params
+
+
+DEFAULT_SEQ_LEN = 2048
+
+
+def default_seq_len(spec: ModelSpec) -> int:
+    """The smaller of 2048 and the model's context. Here, not in the selector that uses it too: `plan` needs
+    it, and importing planner.selector loads the serving planner and the legacy API with it."""
+    return min(DEFAULT_SEQ_LEN, spec.max_position_embeddings)

@@ -18,14 +18,13 @@ from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec
 from planner.models.spec import ModelSpec
 from planner.search import PlanRequest, SearchResult, search_plans
-from planner.search.request import STRATEGY_FAMILIES
+from planner.search.request import STRATEGY_FAMILIES, default_seq_len
 from planner.search.suggest import SuggestionFlags
 from planner.selector.gpu_choice import cluster_for
 from planner.training_config import Strategy
 
 LEGACY_STRATEGIES = ("ddp", "fsdp", "deepspeed")
 LEGACY_NAMES = {kind: Strategy(kind).display_name for kind in STRATEGY_FAMILIES}
-DEFAULT_SEQ_LEN = 2048
 
 # What would fit, in the seed CLI's flags (hardware_selector_cli/seed_cli.py): a GPU count, and no global batch,
 # LoRA or strategy list, which it cannot set.
@@ -41,11 +40,6 @@ API_FLAGS = SuggestionFlags(
     cluster=lambda cluster: f"gpu_count={cluster.world_size}, gpus_per_node={cluster.gpus_per_node}",
     global_batch=None, lora=None, strategies="strategies", seq_len="seq_len", cluster_of=cluster_for,
 )  # fmt: skip
-
-
-def default_seq_len(spec: ModelSpec) -> int:
-    """The smaller of 2048 and the model's context."""
-    return min(DEFAULT_SEQ_LEN, spec.max_position_embeddings)
 
 
 @dataclass

@@ -112,8 +112,29 @@ def _compression_source(config: TrainingConfig, world: int) -> dict[str, str]:
     return compression_sources(config.compression, config.zero_stage, config.zero_ranks(world), grad_bytes)
 
 
+_SOURCE_SETS: dict[tuple, dict[str, str]] = {}
+
+
+def _fixed_sources(stack: KernelStack, implementation: Implementation, fp8: bool, kernels: KernelChoice) -> dict:
+    """The sources every estimate of this kernel stack, implementation, FP8 and kernel choice names, merged
+    once: the search merges them for thousands of estimates. Callers copy it (each estimate owns its dict)."""
+    key = (stack, implementation, fp8, kernels)
+    merged = _SOURCE_SETS.get(key)
+    if merged is None:
+        merged = _SOURCE_SETS[key] = {
+            **_SOURCES_BY_STACK[stack],
+            "implementation": f"assumed: {implementation.name} (--implementation; planner/throughput/implementation.py)",
+            **(_FP8_SOURCES if fp8 else {}),
+            **({"kernels": _KERNEL_NOTES[kernels]} if kernels is not KernelChoice.EAGER else {}),
+        }
+    return merged
+
+
 _shapes: dict[int, tuple[ModelSpec, ModelShape, bool]] = {}
 _hardware: dict[tuple, tuple[ClusterSpec, Device, Links, float]] = {}
+# One Device object per distinct value: the stage cache keys on the device's identity, and the search's
+# cluster slices (new ClusterSpec objects each search, same GPU) must find the stages of the whole cluster.
+_devices: dict[Device, Device] = {}
 _stages: dict[tuple, tuple[StageCompute, SequenceFlops]] = {}
 
 
@@ -163,8 +184,12 @@ def _hardware_of(cluster: ClusterSpec, config: TrainingConfig) -> tuple[Device, 
     if cached is None or cached[0] is not cluster:
         if len(_hardware) > 256:
             _hardware.clear()
+        if len(_devices) > 256:
+            _devices.clear()
             _stages.clear()  # its keys hold ids of the devices just dropped
-        cached = _hardware[key] = (cluster, *_build_hardware(cluster, config, CONSTANTS))
+        device, links, pcie_Bps = _build_hardware(cluster, config, CONSTANTS)
+        device = _devices.setdefault(device, device)
+        cached = _hardware[key] = (cluster, device, links, pcie_Bps)
     return cached[1], cached[2], cached[3]
 
 
@@ -173,17 +198,19 @@ def _stage_of(
 ) -> tuple[StageCompute, SequenceFlops]:
     """Strategy, sharding, offload and accumulation do not change a micro-batch's
     kernels, and the search varies exactly those: reuse the stage's compute."""
+    # Plain values only: hashing the pydantic routing (Python code) cost more than the rest of the key.
+    layout, routing = config.layout, config.routing
     key = (
         id(shape),
         id(device),
         config.micro_batch,
         config.seq_len,
-        config.tensor_parallel,
-        config.pipeline_parallel,
-        config.layout.stage_layers,
-        config.expert_parallel,
-        config.routing,
-        config.context_parallel,
+        layout.tp,
+        layout.pp,
+        layout.stage_layers,
+        layout.ep,
+        *routing.__dict__.values(),  # every routing field, however many it grows
+        layout.cp,
         config.fp8,
         config.sequence_parallel,
         config.activation_checkpointing,
@@ -293,10 +320,7 @@ def estimate_throughput(
             breakdown=breakdown,
             price_usd_per_gpu_hour=cluster.gpu.price_usd_per_hour,
             sources={
-                **_SOURCES_BY_STACK[stack],
-                "implementation": f"assumed: {implementation.name} (--implementation; planner/throughput/implementation.py)",
-                **(_FP8_SOURCES if config.fp8 else {}),
-                **({"kernels": _KERNEL_NOTES[config.kernels]} if config.kernels is not KernelChoice.EAGER else {}),
+                **_fixed_sources(stack, implementation, config.fp8, config.kernels),
                 **_offload_source(config, cluster),
                 **_compression_source(config, world),
             },
