@@ -243,20 +243,30 @@ class ZeroOptimizer:
         unit.launched = True
         self.comm_seconds += time.perf_counter() - began
 
-    def finish_reduces(self) -> None:
+    def settle_reduces(self, keep: int = 0) -> None:
+        """Wait on every launched reduction but the newest `keep`, and drop their flat local gradients.
+
+        ZeRO-3 calls it with keep=1 as each block's reduction starts: the previous block's has had a block of
+        backward to finish in, and without it every block's flat copy stays alive until backward ends (a full
+        copy of the gradients beside the shards).
+        """
         import time
 
         began = time.perf_counter()
-        for unit, handle, out, flat in self.pending:
+        settled = len(self.pending) - keep
+        for unit, handle, out, flat in self.pending[: max(0, settled)]:
             handle.wait()
             if out is not unit.grad:
                 unit.grad.copy_(self.codec.decode(unit.index, out))
             self.release_gradient_flat(unit, flat)
-        self.pending.clear()
+        del self.pending[: max(0, settled)]
+        self.comm_seconds += time.perf_counter() - began
+
+    def finish_reduces(self) -> None:
+        self.settle_reduces()
         for unit in self.units:
             unit.launched = False
             unit.ready = 0
-        self.comm_seconds += time.perf_counter() - began
 
     def _wait(self, handles: list[Any]) -> None:
         import time
