@@ -98,3 +98,21 @@ def test_stages_1_and_2_acquire_the_buffer_once_per_step():
             _train_step(model, zero)
             assert zero.units[0].grad_full.untyped_storage().nbytes() == 0
         assert zero.arena.allocations == 3
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="madvise(MADV_DONTNEED) is Linux's")
+def test_a_reduced_bucket_hands_its_whole_pages_back():
+    """ZeRO-2 discards each bucket once reduced: the pages wholly inside it read as zeros (handed back), and the
+    neighbours' bytes are untouched."""
+    from backends.zero.grad_arena import PAGE
+
+    model, zero = _optimizer(2)
+    _train_step(model, zero, boundary=False)  # the arena holds every gradient
+    zero.arena.flat.fill_(1.0)
+    reduced = zero.units[0]  # 12,480 bytes: at least two whole pages whatever the alignment
+    zero.arena.discard(reduced)
+    begin = reduced.grad_full.data_ptr()
+    first = (-(-begin // PAGE) * PAGE - begin) // 4  # first element on a whole page of the view
+    assert reduced.grad_full[first : first + PAGE // 4].abs().sum() == 0
+    assert all(param.grad is None for param in reduced.params)
+    assert bool((zero.units[1].grad_full == 1).all()) and bool((zero.units[2].grad_full == 1).all())

@@ -12,13 +12,39 @@ one block far above glibc's mmap threshold, which goes back to the system
 whole, and comes back as fresh pages that become resident only as backward
 writes them. Releasing resizes the storage in place, so the units' views stay
 valid across steps. Stage 0 keeps the arena and zeroes it after the reduction.
+
+One buffer cannot be freed bucket by bucket, so on Linux CPU a reduced
+bucket's pages are handed back with madvise(MADV_DONTNEED) (discard): ZeRO-2
+reduces during backward, and without that its peak held every bucket's full
+gradients where DeepSpeed's holds the reduced shard and a few buckets. The
+mapping stays; a discarded page reads as zeros and is faulted in again only if
+written, which no reduced bucket is before the arena is released.
 """
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from typing import Any
 
 from backends.zero.flat_unit import FlatUnit
+
+MADV_DONTNEED = 4  # Linux: drop the pages now; the next touch maps a zeroed page
+PAGE = 4096
+
+
+def _libc() -> Any:
+    if sys.platform != "linux":
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+LIBC = _libc()
 
 
 class GradientArena:
@@ -56,6 +82,24 @@ class GradientArena:
         for unit in self.units:
             unit.grad_full[unit.numel :].zero_()
             unit.grad_held = [False] * len(unit.params)
+
+    def discard(self, unit: FlatUnit) -> None:
+        """Hand the pages wholly inside a reduced unit's view back to the system (Linux CPU; else nothing).
+
+        Only whole pages strictly inside the view: a page shared with a neighbour, or with the allocator's
+        header before the buffer, keeps its bytes. The unit's parameters drop their .grad views.
+        """
+        for param in unit.params:
+            param.grad = None
+        unit.grad_held = [False] * len(unit.params)
+        view = unit.grad_full
+        if LIBC is None or view.device.type != "cpu" or not self.is_materialized():
+            return
+        begin = view.data_ptr()
+        end = begin + view.numel() * view.element_size()
+        first, last = -(-begin // PAGE) * PAGE, end // PAGE * PAGE
+        if last > first:
+            LIBC.madvise(first, last - first, MADV_DONTNEED)
 
     def release(self) -> None:
         """Drop the arena's memory (the views stay, pointing at no bytes) and the parameters' .grad views."""

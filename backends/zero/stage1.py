@@ -83,6 +83,8 @@ class ZeroStage0(ZeroOptimizer):
     def release_gradient_flat(self, unit: FlatUnit, flat: Any) -> None:
         if self.keeps_gradient_buffers:
             flat.zero_()
+        else:  # reduced: its pages can go before the rest of the arena (ZeRO-2 reduces during backward)
+            self.arena.discard(unit)
 
     def finish_reduces(self) -> None:
         super().finish_reduces()
