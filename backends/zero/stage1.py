@@ -1,8 +1,9 @@
 """ZeRO-0 and ZeRO-1: replicated parameters and gradients; optimizer states sharded (stage 1) or not (0).
 
 Gradients accumulate locally over the micro-steps; at the boundary every
-bucket is reduce-scattered (stage 1) or all-reduced (stage 0) at once, after
-backward, so the micro-steps in between communicate nothing.
+bucket is reduce-scattered (stage 1) or all-reduced (stage 0) after backward
+(a few at a time in flight; a reduced bucket's pages are discarded, see
+grad_arena.py), so the micro-steps in between communicate nothing.
 
 Contiguous gradients: each parameter's .grad is a view of its bucket's flat
 buffer, and autograd accumulates into it in place, so the reduction reads the

@@ -3,7 +3,7 @@
 At a boundary micro-step the post-accumulate hook (stage 1's, which moves each
 gradient into its bucket) also counts each bucket's gradients; when the last
 one lands, its reduce-scatter starts asynchronously while backward carries on
-with earlier layers. Once more than IN_FLIGHT reductions are running, the
+with earlier layers. Once more than in_flight (optimizer.py) reductions are running, the
 oldest is waited on and its bucket's pages discarded (grad_arena.py), so
 backward does not end holding every bucket's full gradients beside the
 reduced shard. end_backward waits on the rest.
@@ -15,8 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 from backends.zero.stage1 import ZeroStage1
-
-IN_FLIGHT = 4  # reductions left running during backward: ~4 buckets of memory, each has had 3 buckets' backward
 
 
 class ZeroStage2(ZeroStage1):
@@ -34,4 +32,4 @@ class ZeroStage2(ZeroStage1):
         unit.ready += 1
         if unit.ready == len(unit.params) and not unit.launched:
             self.launch_reduce(unit)
-            self.settle_reduces(keep=IN_FLIGHT)
+            self.settle_reduces(keep=self.in_flight)
