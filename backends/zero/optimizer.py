@@ -57,6 +57,7 @@ def _replace_meta_parameters(model: Any, device: Any, dtype: Any) -> None:
 
 class ZeroOptimizer:
     stage = 0
+    in_flight = 4  # reductions left running while more are launched: about this many buckets of memory
 
     def __init__(
         self,
@@ -135,7 +136,7 @@ class ZeroOptimizer:
             dp_reduce=self._global_reduce,
             model_parallel=model_parallel,
         )
-        self._release_gradient_shard()  # re-allocated (zeroed) when the first reduction needs it
+        self._release_gradient_shard()  # re-allocated when the first reduction needs it
         self.pending: list[tuple[FlatUnit, Any, Any, Any]] = []
         # (unit, its flat local gradient) -> None, run before the unit is reduced over the ZeRO group (expert
         # parallelism's own reductions, backends/expert_parallel/apply.py); during backward under ZeRO-2/3.
@@ -201,6 +202,7 @@ class ZeroOptimizer:
             for unit in self.units:
                 if not unit.launched:
                     self.launch_reduce(unit)
+                    self.settle_reduces(keep=self.in_flight)  # reduced buckets go while the rest are launched
             self.finish_reduces()
 
     def publish_parameters(self) -> None:
@@ -234,8 +236,9 @@ class ZeroOptimizer:
     def release_gradient_flat(self, unit: FlatUnit, flat: Any) -> None:
         """Called once the unit's reduction finished (the default copy just goes away)."""
 
-    def _gradient_shard(self) -> Any:
-        """The flat fp32 reduced-gradient shard, re-allocated and zeroed if the last step released it.
+    def _gradient_shard(self, zeroed: bool = True) -> Any:
+        """The flat fp32 reduced-gradient shard, re-allocated (and zeroed unless told not to) if the last step
+        released it.
 
         Its storage is resized in place, so the views into it (unit.grad, the norm's segments) stay valid.
         """
@@ -243,7 +246,8 @@ class ZeroOptimizer:
         storage = grads.untyped_storage()
         if storage.nbytes() < grads.numel() * grads.element_size():
             storage.resize_(grads.numel() * grads.element_size())
-            grads.zero_()
+            if zeroed:
+                grads.zero_()
         return grads
 
     def _release_gradient_shard(self) -> None:
@@ -254,7 +258,9 @@ class ZeroOptimizer:
         import time
 
         began = time.perf_counter()
-        self._gradient_shard()
+        # Not zeroed: every unit's reduction writes its whole slice before the step reads the shard, and
+        # untouched pages become resident slice by slice as reductions land, not all at the first one.
+        self._gradient_shard(zeroed=False)
         flat = self.gradient_flat(unit)
         if self.before_reduce is not None:
             self.before_reduce(unit, flat)
@@ -276,20 +282,30 @@ class ZeroOptimizer:
         unit.launched = True
         self.comm_seconds += time.perf_counter() - began
 
-    def finish_reduces(self) -> None:
+    def settle_reduces(self, keep: int = 0) -> None:
+        """Wait on every launched reduction but the newest `keep`, and drop their flat local gradients.
+
+        ZeRO-3 calls it with keep=1 as each block's reduction starts: the previous block's has had a block of
+        backward to finish in, and without it every block's flat copy stays alive until backward ends (a full
+        copy of the gradients beside the shards).
+        """
         import time
 
         began = time.perf_counter()
-        for unit, handle, out, flat in self.pending:
+        settled = len(self.pending) - keep
+        for unit, handle, out, flat in self.pending[: max(0, settled)]:
             handle.wait()
             if out is not unit.grad:
                 unit.grad.copy_(self.codec.decode(unit.index, out))
             self.release_gradient_flat(unit, flat)
-        self.pending.clear()
+        del self.pending[: max(0, settled)]
+        self.comm_seconds += time.perf_counter() - began
+
+    def finish_reduces(self) -> None:
+        self.settle_reduces()
         for unit in self.units:
             unit.launched = False
             unit.ready = 0
-        self.comm_seconds += time.perf_counter() - began
 
     def _wait(self, handles: list[Any]) -> None:
         import time

@@ -1,8 +1,9 @@
 """ZeRO-0 and ZeRO-1: replicated parameters and gradients; optimizer states sharded (stage 1) or not (0).
 
 Gradients accumulate locally over the micro-steps; at the boundary every
-bucket is reduce-scattered (stage 1) or all-reduced (stage 0) at once, after
-backward, so the micro-steps in between communicate nothing.
+bucket is reduce-scattered (stage 1) or all-reduced (stage 0) after backward
+(a few at a time in flight; a reduced bucket's pages are discarded, see
+grad_arena.py), so the micro-steps in between communicate nothing.
 
 Contiguous gradients: each parameter's .grad is a view of its bucket's flat
 buffer, and autograd accumulates into it in place, so the reduction reads the
@@ -13,9 +14,11 @@ backward frees activations instead of all before backward starts, when
 activations peak (on GPT-2-small in fp32 that moved ~470 MiB off ZeRO-1/2's
 peak). Views no gradient reached are zeroed before the reduction.
 
-Stage 0 zeroes the buffer after the reduction; stages 1 and 2 release its
-memory until the next backward, so the optimizer step, whose temporaries are
-the size of the shard, does not run beside a full copy of the gradients.
+Every bucket's buffer is a view of one GradientArena (grad_arena.py), so no
+bucket is allocated per step. Stage 0 zeroes the buffers after the reduction;
+stages 1 and 2 release the arena's memory until the next backward, so the
+optimizer step, whose temporaries are the size of the shard, does not run
+beside a full copy of the gradients.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from backends.zero.flat_unit import FlatUnit, group_parameters
+from backends.zero.grad_arena import GradientArena
 from backends.zero.optimizer import ZeroOptimizer
 
 
@@ -32,6 +36,7 @@ class ZeroStage0(ZeroOptimizer):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.arena = GradientArena(self.units, self.dtype, self.device)
         self.place = {id(param): (unit, index) for unit in self.units for index, param in enumerate(unit.params)}
         for unit in self.units:
             for param in unit.params:
@@ -41,22 +46,14 @@ class ZeroStage0(ZeroOptimizer):
         return group_parameters(model, self.config.zero_optimization.reduce_bucket_size)
 
     def _gradient_buffer(self, unit: FlatUnit) -> Any:
-        """The unit's flat gradient buffer; a new one holds no gradient yet (only its padding is written)."""
-        import torch
-
-        if unit.grad_full is None:
-            unit.grad_full = torch.empty(unit.padded, dtype=self.dtype, device=self.device)
-        elif unit.grad_full.untyped_storage().nbytes() == 0:
-            unit.grad_full.untyped_storage().resize_(unit.padded * unit.grad_full.element_size())
-        else:
-            return unit.grad_full
-        unit.grad_full[unit.numel :].zero_()
-        unit.grad_held = [False] * len(unit.params)
+        """The unit's flat gradient buffer, a view of the arena (given its memory back if it was released)."""
+        self.arena.acquire()
         return unit.grad_full
 
     def _adopt_gradient(self, unit: FlatUnit, index: int) -> None:
         """Point the parameter's .grad at its view of the buffer, moving a gradient held elsewhere into it."""
         param, offset = unit.params[index], unit.offsets[index]
+        self.arena.acquire()  # a backward the engine did not announce (begin_backward) still has a buffer
         view = unit.grad_full[offset : offset + param.numel()].view(param.shape)
         if param.grad is not None and param.grad.data_ptr() != view.data_ptr():
             view.copy_(param.grad)  # its first gradient of the window, or someone replaced .grad
@@ -87,10 +84,13 @@ class ZeroStage0(ZeroOptimizer):
     def release_gradient_flat(self, unit: FlatUnit, flat: Any) -> None:
         if self.keeps_gradient_buffers:
             flat.zero_()
-            return
-        for param in unit.params:
-            param.grad = None
-        flat.untyped_storage().resize_(0)
+        else:  # reduced: its pages can go before the rest of the arena (ZeRO-2 reduces during backward)
+            self.arena.discard(unit)
+
+    def finish_reduces(self) -> None:
+        super().finish_reduces()
+        if not self.keeps_gradient_buffers:  # every bucket is reduced: the whole arena goes at once
+            self.arena.release()
 
     def zero_grad(self) -> None:
         """Nothing to do: the reduction already zeroed (or released) the gradient buffers."""

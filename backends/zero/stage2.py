@@ -3,7 +3,10 @@
 At a boundary micro-step the post-accumulate hook (stage 1's, which moves each
 gradient into its bucket) also counts each bucket's gradients; when the last
 one lands, its reduce-scatter starts asynchronously while backward carries on
-with earlier layers. end_backward waits on the handles.
+with earlier layers. Once more than in_flight (optimizer.py) reductions are running, the
+oldest is waited on and its bucket's pages discarded (grad_arena.py), so
+backward does not end holding every bucket's full gradients beside the
+reduced shard. end_backward waits on the rest.
 Non-boundary micro-steps only accumulate locally.
 """
 
@@ -29,3 +32,4 @@ class ZeroStage2(ZeroStage1):
         unit.ready += 1
         if unit.ready == len(unit.params) and not unit.launched:
             self.launch_reduce(unit)
+            self.settle_reduces(keep=self.in_flight)

@@ -7,7 +7,10 @@ prefetch started by the previous block) and prefetches the next; a forward
 hook frees it and puts a hook on its output, so that backward gathers it again
 (prefetching the block before it) just before its gradients are computed.
 When the last of a block's gradients lands, its reduce-scatter starts (at a
-boundary) and its gathered parameters are freed.
+boundary) and its gathered parameters are freed; the previous block's
+reduction is then waited on and its flat gradient copy dropped, so backward
+holds two blocks' flat gradients at most, not the whole model's (on GPT-2-small
+that copy was ~470 MiB at the end of backward).
 
 The parameters keep being views of one flat buffer whose storage is resized to
 zero when freed, so tensors autograd saved during forward (views of the
@@ -119,6 +122,7 @@ class ZeroStage3(ZeroOptimizer):
             return
         if self.boundary and not unit.launched:
             self.launch_reduce(unit)
+            self.settle_reduces(keep=1)  # at most two blocks' flat gradients alive at once
         if self.modules[unit.index] is not None:
             self._free(unit)
 
