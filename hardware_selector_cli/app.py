@@ -11,12 +11,12 @@ import sys
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-import click
 import typer
 
 from planner.errors import UserInputError
 
 if TYPE_CHECKING:
+    import click
     from pydantic import ValidationError
 
 from . import db, estimate, hardware, models, plan, report, train, tune, watch
@@ -56,13 +56,15 @@ def _validation_errors() -> tuple[type[ValidationError], ...]:
 
 
 def _click_exception_modules() -> list:
-    """Typer >= 0.20 vendors its own click (typer._click); older ones use click itself."""
-    modules = [click.exceptions]
+    """Typer >= 0.20 vendors its own click (typer._click) and raises its exceptions; older ones use click itself,
+    imported only then (it costs start-up time)."""
     try:
         from typer._click import exceptions as vendored_click
     except ImportError:
-        return modules
-    return modules + [vendored_click]
+        import click
+
+        return [click.exceptions]
+    return [vendored_click]
 
 
 _CLICK_MODULES = _click_exception_modules()
