@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from benchmarks_db.record import RunStatus
 from planner.calibration import Calibration
@@ -48,6 +48,8 @@ def plan_calibration(
 
 class RecordError(BaseModel):
     """One record's step time: predicted, after calibration, measured."""
+
+    model_config = ConfigDict(defer_build=True)  # built on first use: `plan` imports it and makes none
 
     record: RunRecord
     predicted_s: float

@@ -59,7 +59,8 @@ MAX_BYTES = 1 << 60
 
 
 class RunRecord(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    # Built on first use: `plan` imports it, and makes none when the database has no record of its GPU.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, defer_build=True)
 
     id: str = Field(default_factory=new_run_id, min_length=1)
     created_at: datetime = Field(default_factory=utc_now)

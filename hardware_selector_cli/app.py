@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import click
 import typer
-from pydantic import ValidationError
 
 from planner.errors import UserInputError
+
+if TYPE_CHECKING:
+    import click
+    from pydantic import ValidationError
 
 from . import db, estimate, hardware, models, plan, report, train, tune, watch
 
@@ -47,14 +49,22 @@ def validation_message(error: ValidationError) -> str:
     return f"{location}: {first['msg']}" if location else first["msg"]
 
 
+def _validation_errors() -> tuple[type[ValidationError], ...]:
+    """pydantic's ValidationError, once pydantic is imported (none is raised before): `--help` does not import it."""
+    core = sys.modules.get("pydantic_core")
+    return (core.ValidationError,) if core is not None else ()
+
+
 def _click_exception_modules() -> list:
-    """Typer >= 0.20 vendors its own click (typer._click); older ones use click itself."""
-    modules = [click.exceptions]
+    """Typer >= 0.20 vendors its own click (typer._click) and raises its exceptions; older ones use click itself,
+    imported only then (it costs start-up time)."""
     try:
         from typer._click import exceptions as vendored_click
     except ImportError:
-        return modules
-    return modules + [vendored_click]
+        import click
+
+        return [click.exceptions]
+    return [vendored_click]
 
 
 _CLICK_MODULES = _click_exception_modules()
@@ -100,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserInputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except ValidationError as error:
+    except _validation_errors() as error:
         print(f"error: {validation_message(error)}", file=sys.stderr)
         return 2
     except USAGE_ERRORS as error:

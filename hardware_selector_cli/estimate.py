@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import typer
 
 from planner.errors import UserInputError
-from planner.models.spec import ModelSpec
-from planner.training_config import TrainingConfig
 from planner.units import format_bytes
 
 from .model_options import ModelOptions, model_options
 from .models import model_summary
 from .option_groups import option_group
 from .training_options import COMPRESSION_HELP, ClusterOptions, _choice, cluster_options, training_options
+
+if TYPE_CHECKING:  # pydantic models: `--help` imports this module and builds none of them
+    from planner.models.spec import ModelSpec
+    from planner.training_config import TrainingConfig
 
 LABELS = {
     "parameters": "parameters",

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import typer
 
 from planner.errors import UserInputError
-from planner.hardware.detect import DetectionReport, detect_hardware
-from planner.hardware.gpu_sources import summarize_sources
-from planner.hardware.gpus import GpuSpec, Interconnect, load_gpu_catalog
 from planner.units import format_bytes
+
+if TYPE_CHECKING:  # pydantic models, imported by the commands that use them: `--help` builds none of them
+    from planner.hardware.detect import DetectionReport
+    from planner.hardware.gpus import GpuSpec, Interconnect
 
 CPU_ONLY_HINT = (
     "Plan for a target GPU with --gpu, e.g. `hardware-selector plan --model llama-3-8b --gpu H100-80GB`; "
@@ -51,6 +53,8 @@ def _short_link(link: Interconnect) -> str:
 def _print_catalog(specs: list[GpuSpec]) -> None:
     from rich.markup import escape
     from rich.table import Table
+
+    from planner.hardware.gpu_sources import summarize_sources
 
     table = Table(title=f"GPU catalog ({len(specs)} entries; dense TFLOPs, '-' = unsupported)")
     columns = ("name", "GiB", "HBM GB/s", "bf16", "fp16", "fp8", "fp32", "link", "GB/s/dir", "$/h", "confidence", "src")
@@ -167,6 +171,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the full catalog entries as JSON."),
     ) -> None:
         """List the GPU catalog: memory, bandwidth, dense TFLOPs, links, assumed price and sources."""
+        from planner.hardware.gpus import load_gpu_catalog
+
         specs = load_gpu_catalog()
         if as_json:
             print(json.dumps([spec.model_dump(mode="json") for spec in specs], indent=2))
@@ -178,6 +184,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the detection report as JSON."),
     ) -> None:
         """Show this machine's GPUs (via NVML), their links, host RAM and the launcher's multi-node context."""
+        from planner.hardware.detect import detect_hardware
+
         report = detect_hardware()
         if as_json:
             print(report.model_dump_json(indent=2))

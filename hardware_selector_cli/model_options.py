@@ -7,11 +7,14 @@ or given by a bare parameter count, or by its dimensions.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import typer
 
 from planner.errors import UserInputError
-from planner.models.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from planner.models.spec import ModelSpec
 
 MODEL_HELP = "Catalog name, HF id or alias, a config.json path, or a model in the local HF cache."
 

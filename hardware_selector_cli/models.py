@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import typer
 
-from planner.models.catalog import search_models
-from planner.models.spec import ModelSpec
 from planner.units import format_count
+
+if TYPE_CHECKING:
+    from planner.models.spec import ModelSpec
 
 
 def model_summary(spec: ModelSpec) -> dict:
@@ -82,6 +84,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
     ) -> None:
         """List the built-in model catalog."""
+        from planner.models.catalog import search_models
+
         specs = search_models(search)
         if as_json:
             print(json.dumps([model_summary(spec) for spec in specs], indent=2))

@@ -9,9 +9,20 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 import typing
 from collections.abc import Callable
 from typing import Any
+
+
+def _option_hints(function: Callable[..., Any], params: list[inspect.Parameter]) -> dict[str, Any]:
+    """The evaluated annotations of `params` that are options (a parameter with a default). The others, typer's
+    Context and the groups that decorators above this one replace, and the return, are not evaluated: their types
+    may be imported only when the command runs (--help builds no pydantic model); typer resolves Context itself."""
+    options = {param.name for param in params if param.default is not inspect.Parameter.empty}
+    annotations = {key: value for key, value in function.__annotations__.items() if key in options}
+    globalns = getattr(inspect.unwrap(function), "__globals__", {})
+    return typing.get_type_hints(types.SimpleNamespace(__annotations__=annotations), globalns=globalns)
 
 
 def option_group(name: str, factory: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -31,11 +42,11 @@ def option_group(name: str, factory: Callable[..., Any]) -> Callable[[Callable[.
             kwargs[name] = factory(**group_kwargs)
             return command(**kwargs)
 
-        # Typer reads annotations through get_type_hints: give it both sets, evaluated.
+        # Typer reads annotations through get_type_hints: give it both sets, the options evaluated.
         # The group's own name may also be one of the factory's options (`model`), so
         # drop it from the command's hints before merging, not after.
-        command_hints = {key: value for key, value in typing.get_type_hints(command).items() if key != name}
-        hints = {**command_hints, **typing.get_type_hints(factory)}
+        command_hints = {key: value for key, value in command.__annotations__.items() if key not in ("return", name)}
+        hints = {**command_hints, **_option_hints(command, own), **_option_hints(factory, group_params)}
         resolved = [param.replace(annotation=hints.get(param.name, param.annotation)) for param in own + group_params]
         wrapper.__signature__ = command_sig.replace(parameters=resolved)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {key: value for key, value in hints.items() if key != "return"}

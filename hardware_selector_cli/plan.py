@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from planner.errors import UserInputError
-from planner.expert_routing import ExpertRouting
 from planner.launch_target import TARGETS, launch_target
 
 from .cost_options import CostOptions, check_cost_flags, cost_options, run_cost_plan
@@ -25,6 +25,9 @@ from .run_options import RunOptionValues, emit_folder, run_option_values
 from .search_options import SearchOptions, search_options
 from .serving import ServingOptions, print_serving, serving_options, serving_request
 from .training_options import ClusterOptions, cluster_options, routing_options
+
+if TYPE_CHECKING:
+    from planner.expert_routing import ExpertRouting
 
 
 def _target_cluster(cluster: ClusterOptions):

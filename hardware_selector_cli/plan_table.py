@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from planner.search.request import Objective
-from planner.training_config import ActivationCheckpointing
+from planner.contract.choices import ActivationCheckpointing
 from planner.units import format_bytes
 
 
@@ -67,6 +66,7 @@ def print_plans(result, title: str, explain: bool) -> None:
     from rich.table import Table
 
     from planner.search.layouts import family_label
+    from planner.search.request import Objective
 
     console = Console()
     if result.best is None:

@@ -7,15 +7,18 @@ SearchOptions, which says which of them were given (serving refuses them) and bu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import typer
 
+from planner.contract.choices import ActivationCheckpointing, FsdpSharding, KernelChoice, OptimizerKind, Precision
 from planner.errors import UserInputError
-from planner.expert_routing import ExpertRouting
-from planner.training_config import ActivationCheckpointing, FsdpSharding, KernelChoice, OptimizerKind, Precision
 
 from .estimate import IMPLEMENTATION_HELP
 from .training_options import COMPRESSION_HELP, _choice
+
+if TYPE_CHECKING:
+    from planner.expert_routing import ExpertRouting
 
 ALL_STRATEGIES = "ddp,fsdp,deepspeed,engine"  # zero1, zero2, zero3: DeepSpeed at that stage only
 ALL_AC = "none,selective,full"

@@ -1,15 +1,14 @@
 """Options describing the cluster and the training configuration (see option_groups.py)."""
 
+from __future__ import annotations
+
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import typer
 
-from planner.contract.choices import strategy_named
-from planner.errors import UserInputError
-from planner.expert_routing import ExpertRouting
-from planner.limits import MAX_BATCH, MAX_LAYERS, MAX_SEQ_LEN, check_count, check_number
-from planner.training_config import (
+from planner.contract.choices import (
     ActivationCheckpointing,
     AttentionKernel,
     FsdpSharding,
@@ -19,8 +18,14 @@ from planner.training_config import (
     PipelineSchedule,
     Precision,
     Strategy,
-    TrainingConfig,
+    strategy_named,
 )
+from planner.errors import UserInputError
+from planner.limits import MAX_BATCH, MAX_LAYERS, MAX_SEQ_LEN, check_count, check_number
+
+if TYPE_CHECKING:  # pydantic models, imported when the options are read: `--help` builds none of them
+    from planner.expert_routing import ExpertRouting
+    from planner.training_config import TrainingConfig
 
 EXPERT_CAPACITY_HELP = (
     "MoE on our engine: assignments a rank may send each expert, as a multiple of an even share; "
@@ -192,6 +197,7 @@ def training_options(
 
     from planner.contract.layout import ParallelDims
     from planner.contract.schema import describe_validation_error
+    from planner.training_config import TrainingConfig
 
     stage_layers = _stage_layers(pp_layers)
     try:
@@ -227,6 +233,8 @@ def routing_options(
     expert_imbalance: float = typer.Option(1.0, "--expert-imbalance", help=EXPERT_IMBALANCE_HELP),
 ) -> ExpertRouting:
     """The router's side of an MoE plan (planner/expert_routing.py)."""
+    from planner.expert_routing import ExpertRouting
+
     return ExpertRouting(
         capacity_factor=check_number("--expert-capacity", expert_capacity, high=64.0),
         load_imbalance=check_number("--expert-imbalance", expert_imbalance, low=1.0, high=64.0),

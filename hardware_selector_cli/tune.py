@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from planner.errors import UserInputError
-from planner.expert_routing import ExpertRouting
 
 from .model_options import ModelOptions, model_options
 from .option_groups import option_group
 from .search_options import SearchOptions, search_options
 from .training_options import ClusterOptions, cluster_options, routing_options
+
+if TYPE_CHECKING:
+    from planner.expert_routing import ExpertRouting
 
 
 def register(app: typer.Typer) -> None:

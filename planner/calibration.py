@@ -33,7 +33,7 @@ MIN_RECORDS_FOR_AFFINE = 3
 class MeasuredRun(BaseModel):
     """One benchmark record, as the calibration needs it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built on first use: a plan without records makes none
 
     id: str
     measured_at: datetime

@@ -18,7 +18,7 @@ from planner.training_config import TrainingConfig
 
 
 class Evaluation(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built on first use: `plan` imports it and makes none
 
     config: TrainingConfig
     memory: MemoryEstimate

@@ -17,9 +17,8 @@ Without --launcher the folder is launched as the plan's strategy prefers (launch
 from __future__ import annotations
 
 import re
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict
+from dataclasses import dataclass
+from typing import Literal, cast
 
 from planner.errors import UserInputError
 
@@ -36,13 +35,19 @@ _IMAGE = re.compile(
 )
 
 
-class LaunchTarget(BaseModel):
-    """The target a folder is emitted for, and the container image the k8s and SkyPilot targets run."""
+@dataclass(frozen=True)
+class LaunchTarget:
+    """The target a folder is emitted for, and the container image the k8s and SkyPilot targets run.
 
-    model_config = ConfigDict(frozen=True)
+    A dataclass, not a pydantic model: `plan` imports this module for --launcher's choices, and `--help` builds
+    no pydantic model."""
 
     name: TargetName
     image: str | None = None  # None: the placeholder (k8s), the cloud's default machine image (SkyPilot)
+
+    def __post_init__(self) -> None:
+        if self.name not in TARGETS:
+            raise ValueError(f"launch target must be one of {', '.join(TARGETS)}, not {self.name!r}")
 
     @property
     def launcher(self) -> Literal["torchrun", "mpirun"]:
@@ -66,4 +71,4 @@ def launch_target(name: str | None, image: str | None = None) -> LaunchTarget | 
                 f"--image '{image}' is not an image reference; give one like ghcr.io/you/train:1.0 (lower-case, "
                 "no spaces)"
             )
-    return LaunchTarget(name=name, image=image)
+    return LaunchTarget(name=cast(TargetName, name), image=image)  # checked against TARGETS above

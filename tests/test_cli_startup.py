@@ -44,6 +44,21 @@ def test_cheap_commands_do_not_import_heavy_libraries(argv):
     assert "HEAVY=\n" in completed.stderr or completed.stderr.rstrip().endswith("HEAVY="), completed.stderr
 
 
+def test_help_imports_no_pydantic():
+    """`--help` imports no pydantic: importing it and building the models the CLI modules imported cost ~0.13 s of
+    --help's 0.34 s CPU (docs/performance.md, Planner speed); the modules import the models where a command runs.
+    (A command's own --help does import pydantic: typer converts option values with it.)"""
+    completed = subprocess.run(
+        [sys.executable, "-c", PROBE.format(argv=["--help"], heavy=("pydantic", "pydantic_core"))],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stderr.rstrip().endswith("HEAVY="), completed.stderr
+
+
 def test_models_json_lists_the_catalog_with_the_documented_keys(capsys):
     assert main(["models", "--json"]) == 0
     models = json.loads(capsys.readouterr().out)

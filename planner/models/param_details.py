@@ -15,7 +15,7 @@ from planner.models.spec import ModelArchitecture
 class ParameterDetails(BaseModel):
     """Per-architecture facts that change the count but not the planner's formulas."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built on first use: a catalog model's plan makes none
 
     # Hidden-sized norms in each block (T5 decoder blocks add one for cross-attention).
     norms_per_layer: int = Field(default=2, ge=0)

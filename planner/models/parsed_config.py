@@ -11,7 +11,7 @@ from planner.models.spec import ModelArchitecture
 class ParsedConfig(BaseModel):
     """What a config.json says, before any parameter counting."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built on first use: a catalog model's plan makes none
 
     # Everything a ModelSpec holds but its name and counts (transformers class, dropouts, image tokens...).
     dims: ModelArchitecture
