@@ -67,9 +67,10 @@ def distinct_configs(count: int) -> list[TrainingConfig]:
 
 
 def clear_caches() -> None:
-    for cached in (phases._memoised_peak, activations._per_token, rank_params._rank_params):
+    for cached in (activations._per_token, rank_params._rank_params):
         cached.cache_clear()
     phases._PARTS.clear()
+    phases._PEAKS.clear()
 
 
 def timed(label: str, calls: int, run) -> float:
