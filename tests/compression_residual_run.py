@@ -5,13 +5,10 @@ steps; what the engine then holds: each ZeRO unit's elements and the fp32 residu
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 import torch.distributed as dist
 
-from planner.files import write_json_atomic
-from tests.parallel_runs import tiny, tiny_model_config
+from tests.parallel_runs import json_job, tiny, tiny_model_config
 
 BATCH, SEQ, STEPS = 4, 16, 2
 
@@ -47,16 +44,7 @@ def held(stage: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    dist.init_process_group("gloo")
-    torch.manual_seed(0)
-    results = {f"zero{stage}": held(stage) for stage in (0, 1, 2, 3)}
-    if dist.get_rank() == 0:
-        write_json_atomic(args.out, results)
-    dist.barrier()
-    dist.destroy_process_group()
+    json_job(lambda: {f"zero{stage}": held(stage) for stage in (0, 1, 2, 3)})
 
 
 if __name__ == "__main__":

@@ -4,14 +4,11 @@ tiny GPT trained for 200 steps under each compression mode (and 1-bit Adam with 
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 import torch.distributed as dist
 
 from backends.parts.compressed_sum import CompressedSum
-from planner.files import write_json_atomic
-from tests.parallel_runs import tiny, tiny_model_config
+from tests.parallel_runs import json_job, tiny, tiny_model_config
 
 TRAIN_STEPS, BATCH, SEQ, LR = 200, 8, 16, 1e-3
 WARMUP = {"none": 0, "int8": 0, "onebit": 40}  # 1-bit Adam's freeze_step: plain Adam, gradients summed exactly
@@ -107,22 +104,18 @@ def training(stage: int, mode: str, exact_momentum: bool = False) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    dist.init_process_group("gloo")
-    torch.manual_seed(0)
+def collect() -> dict:
     results = {"sums": sums()}
     # int8 on ZeRO-1's reduce-scatter (the first phase alone); onebit, 1-bit Adam, on ZeRO-0 (the only stage it
     # runs on): its momentum's all-reduce (both phases).
     for stage, mode in ((1, "none"), (1, "int8"), (0, "onebit")):
         results[f"zero{stage}_{mode}"] = training(stage, mode)
     results["zero0_onebit_exact_momentum"] = training(0, "onebit", exact_momentum=True)
-    if dist.get_rank() == 0:
-        write_json_atomic(args.out, results)
-    dist.barrier()
-    dist.destroy_process_group()
+    return results
+
+
+def main() -> None:
+    json_job(collect)
 
 
 if __name__ == "__main__":

@@ -369,3 +369,22 @@ def engine_resume_run(
         "lr_diff": abs(first.optimizer.param_groups[0]["lr"] - second.optimizer.param_groups[0]["lr"]),
         "reference_losses": losses,
     }
+
+
+def json_job(collect: Callable[[], dict]) -> None:
+    """A torchrun job's frame: `--out FILE`, gloo, seed 0, then rank 0 writes what `collect()` returns there,
+    atomically, once every rank has collected (tests/compression_runs.py, tests/compression_residual_run.py)."""
+    import argparse
+
+    from planner.files import write_json_atomic
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    results = collect()
+    if dist.get_rank() == 0:
+        write_json_atomic(args.out, results)
+    dist.barrier()
+    dist.destroy_process_group()

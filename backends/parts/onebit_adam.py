@@ -138,3 +138,16 @@ def build_onebit_adam(master: Any, block: Any, freeze_step: int, segments: Seque
         segments=segments,
         average=average,
     )
+
+
+def onebit_adam_for_zero(master: Any, segments: Sequence[Segment], comm: Any, stage: int, config: Any) -> tuple:
+    """ZeroOptimizer's 1-bit Adam over its flat master and the CompressedSum its momenta travel in (None on one
+    rank). ZeRO-0 only: every rank needs the whole momentum (engine.json refuses onebit at other stages:
+    planner/contract/engine_config.py)."""
+    from backends.parts.compressed_sum import CompressedSum
+
+    if stage != 0:
+        raise ValueError(f"compression 'onebit' (1-bit Adam) runs on ZeRO-0 only, not ZeRO-{stage}")
+    summer = CompressedSum("onebit", comm.group) if comm.world > 1 else None
+    freeze_step = config.hardware_selector.compression_warmup_steps
+    return build_onebit_adam(master, config.optimizer, freeze_step, segments, summer), summer

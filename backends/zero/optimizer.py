@@ -119,8 +119,14 @@ class ZeroOptimizer:
         self.onebit_adam: Any | None = None
         self.compressed_sum: Any | None = None  # the CompressedSum in use, whichever tensor it carries
         if config.gradient_compression == "onebit" and factory is None:
-            self.onebit_adam, self.codec = self._onebit_adam(config)
+            from backends.parts.onebit_adam import onebit_adam_for_zero
+
+            segments = [(unit.index, unit.shard_start, unit.shard_start + unit.shard) for unit in self.units]
+            self.onebit_adam, self.compressed_sum = onebit_adam_for_zero(
+                self.master, segments, comm, self.stage, config
+            )
             self.optimizer = self.onebit_adam
+            self.codec = BucketCodec("none", comm.world, comm.group)  # the warm-up's exact gradient sums
         else:
             self.optimizer = (
                 factory([self.master]) if factory else build_torch_optimizer([self.master], config.optimizer)
@@ -145,21 +151,6 @@ class ZeroOptimizer:
         self.last_grad_norm = 0.0
         self.skipped_steps = 0
         self.comm_seconds = 0.0
-
-    def _onebit_adam(self, config: EngineConfig) -> tuple[Any, BucketCodec]:
-        """1-bit Adam over the master and the exact gradient codec of its warm-up. ZeRO-0 only: every rank needs
-        the whole momentum (the config refuses onebit at other stages: planner/contract/engine_config.py)."""
-        from backends.parts.compressed_sum import CompressedSum
-        from backends.parts.onebit_adam import build_onebit_adam
-
-        if self.stage != 0:
-            raise ValueError(f"compression 'onebit' (1-bit Adam) runs on ZeRO-0 only, not ZeRO-{self.stage}")
-        if self.comm.world > 1:
-            self.compressed_sum = CompressedSum("onebit", self.comm.group)
-        segments = [(unit.index, unit.shard_start, unit.shard_start + unit.shard) for unit in self.units]
-        freeze_step = config.hardware_selector.compression_warmup_steps
-        optimizer = build_onebit_adam(self.master, config.optimizer, freeze_step, segments, self.compressed_sum)
-        return optimizer, BucketCodec("none", self.comm.world, self.comm.group)
 
     @property
     def local_gradients(self) -> bool:
