@@ -84,7 +84,9 @@ lint: $(STAMP)
 # shared fixtures (trained run folders) are built once, in the order tests/conftest.py gives (files with
 # slow tests first; xdist would otherwise sort files by test count), one torch thread per worker (as each rank
 # of the multi-rank tests has: two workers of two threads each would contend for two cores);
-# TEST_WORKERS=0 runs it in this process. The 15 slowest tests are listed at the end: CI's budget is 20 minutes.
+# TEST_WORKERS=0 runs it in this process. The 15 slowest tests are listed at the end: CI's budget is 12 minutes.
+# Multi-rank test jobs fork their ranks from a warm interpreter under torchrun's own agent (tests/warm_launch.py;
+# TESTS_COLD_LAUNCH=1 starts every one cold).
 TEST_WORKERS ?= 2
 # Bytecode for our own packages, and for the tests and tutorial scripts the ranks import, first: under
 # PYTHONDONTWRITEBYTECODE (CI sets it) each of the suite's hundreds of processes would compile them again.

@@ -82,8 +82,21 @@ def run_torchrun(
     """torchrun --nproc-per-node=N ... TARGET; target is ["-m", "pkg.mod", args...] or ["script.py", args...].
 
     Raises AssertionError with both output streams when the job fails, so a
-    failing test shows the ranks' tracebacks.
+    failing test shows the ranks' tracebacks. The ranks fork from a warm interpreter under torchrun's own
+    agent (tests/warm_launch.py) unless the job needs a cold start (its own torchrun options, or an
+    import-time variable of its own); TESTS_COLD_LAUNCH=1 starts every job as `python -m torch.distributed.run`.
     """
+    from tests.warm_launch import can_start_warm, launch_warm
+
+    job_env = cpu_env(env)
+    if can_start_warm(job_env, cpu_env(), torchrun_args):
+        completed = launch_warm(target, nproc=nproc, timeout=timeout, cwd=cwd or REPO_ROOT, env=job_env, base=cpu_env())
+        if completed.returncode != 0:
+            raise AssertionError(
+                f"warm launch of {' '.join(target)} on {nproc} ranks exited {completed.returncode}\n--- stdout\n"
+                f"{completed.stdout[-6000:]}\n--- stderr\n{completed.stderr[-8000:]}"
+            )
+        return completed
     command = [
         sys.executable,
         "-m",
@@ -94,7 +107,7 @@ def run_torchrun(
         *target,
     ]
     completed = subprocess.run(
-        command, cwd=cwd or REPO_ROOT, env=cpu_env(env), capture_output=True, text=True, timeout=timeout
+        command, cwd=cwd or REPO_ROOT, env=job_env, capture_output=True, text=True, timeout=timeout
     )
     if completed.returncode != 0:
         raise AssertionError(
