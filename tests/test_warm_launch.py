@@ -3,13 +3,16 @@
 The reference is the same probe (tests/engine_jobs/launch_probe.py) started by `python -m torch.distributed.run`:
 its command line, directory, `__main__`, launcher variables, the job's own variable, a DataLoader's worker
 processes (the platform's start method, not the server's) and an all-reduce. A failing rank fails the job
-with its traceback, and a job that sets an import-time variable of its own starts cold.
+with its traceback, what a rank leaves running ends with the launch, and a job that sets an import-time
+variable of its own starts cold.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -55,6 +58,21 @@ def test_a_warm_rank_sees_what_a_torchrun_rank_sees(both_ways):
         assert warm["variables"]["MASTER_PORT"] and warm["variables"]["TORCHELASTIC_RUN_ID"]
         assert (warm["variables"]["PROBE_VARIABLE"], cold["variables"]["PROBE_VARIABLE"]) == ("warm", "cold")
     assert [rank["variables"]["RANK"] for rank in both_ways["warm"]] == ["0", "1"]
+    for rank in both_ways["cold"]:  # torchrun leaves a rank's own subprocess behind; the test cleans up after it
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(rank["left_behind"], signal.SIGKILL)
+
+
+def test_a_warm_launch_ends_what_its_ranks_left_behind(both_ways):
+    for rank in both_ways["warm"]:
+        assert not Path(f"/proc/{rank['left_behind']}").exists() or _zombie(rank["left_behind"]), rank["left_behind"]
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
     assert both_ways["warm"][0]["cwd"] == str(REPO_ROOT)
 
 

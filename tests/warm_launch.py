@@ -16,6 +16,8 @@ What keeps it faithful:
   DS_*, CUDA_*, ...) starts cold under torchrun instead, as does any job with torchrun options of its own;
 - a rank ends as a torchrun worker does: its exit code is the process's (the runner's `os._exit` after its
   work is written, backends/distributed_init.exit_worker, becomes the worker's return);
+- each rank leads a process group of its own, and the launch ends with every process left in those groups
+  (a DataLoader's workers that a rank's `os._exit` left blocked on their queues were seen outliving a suite);
 - `TESTS_COLD_LAUNCH=1` starts every job under `python -m torch.distributed.run`, as before.
 
 The launchers themselves (launch.sh, the DeepSpeed launcher, accelerate, srun, mpiexec, torchrun's restarts
@@ -115,9 +117,13 @@ def _forget_the_server() -> None:
         setattr(forkserver, name, getattr(fresh, name))  # the module's functions are the singleton's methods
 
 
-def rank_main(target: list[str], cwd: str, env: dict[str, str]) -> None:
+def rank_main(target: list[str], cwd: str, env: dict[str, str], groups: str) -> None:
     """One rank: the job's environment (with the agent's rank variables), directory and command line, then
-    the script or module as __main__. Runs in a process forked from the server."""
+    the script or module as __main__. Runs in a process forked from the server, as the leader of a process
+    group of its own (named by a file in `groups`), so that what it starts (a DataLoader's workers, a
+    subprocess) ends with the launch even where the rank leaves it behind."""
+    os.setpgid(0, 0)
+    Path(groups, str(os.getpid())).touch()
     agent = {
         key: value for key, value in os.environ.items() if key in AGENT_VARIABLES or key.startswith("TORCHELASTIC_")
     }
@@ -160,22 +166,21 @@ def rank_main(target: list[str], cwd: str, env: dict[str, str]) -> None:
         real_exit(code)
 
 
-def _server_children() -> list[int]:
-    from multiprocessing import forkserver
-
-    server = getattr(forkserver._forkserver, "_forkserver_pid", None)
-    if server is None:
-        return []
-    children = []
+def _end_groups(groups: Path) -> None:
+    """SIGKILL every process still in a rank's group: a rank left behind by a timeout, or what a rank started."""
+    leaders = {int(path.name) for path in groups.iterdir()}
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
+        if not entry.name.isdigit():
+            continue
+        try:
+            group = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2])
+        except (OSError, IndexError, ValueError):
+            continue
+        if group in leaders:
             try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == server:
-                children.append(int(entry.name))
-    return children
+                os.kill(int(entry.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def _on_timeout(signum, frame):
@@ -193,6 +198,8 @@ def launch_warm(
 
     _start_server(base)
     with tempfile.TemporaryDirectory(prefix="warm-launch-") as logs:
+        groups = Path(logs, "groups")
+        groups.mkdir()
         config = LaunchConfig(
             min_nodes=1,
             max_nodes=1,
@@ -210,18 +217,14 @@ def launch_warm(
         signal.setitimer(signal.ITIMER_REAL, timeout)
         returncode, note = 0, ""
         try:
-            elastic_launch(config, rank_main)(list(target), str(cwd), dict(env))
+            elastic_launch(config, rank_main)(list(target), str(cwd), dict(env), str(groups))
         except ChildFailedError as failure:
             returncode, note = 1, str(failure)
         except TimeoutError:
             returncode, note = -signal.SIGKILL, f"timed out after {timeout:.0f} s"
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            for child in _server_children():  # a rank left behind by a timeout or a failed peer
-                try:
-                    os.kill(child, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            _end_groups(groups)
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
         stdout, stderr = [], [note] if note else []

@@ -1,7 +1,8 @@
 """What a rank sees of its launch, for tests/test_warm_launch.py: `launch_probe.py OUT [fail]`.
 
 Each rank writes OUT.rankN.json: its command line, directory, launcher variables, the job's own variable, the
-multiprocessing start method, a sum over a 2-worker DataLoader and an all-reduce; with `fail`, rank 1 raises.
+multiprocessing start method, a sum over a 2-worker DataLoader, an all-reduce and the pid of a `sleep` it leaves
+behind; with `fail`, rank 1 raises.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -33,6 +35,7 @@ def main(argv: list[str]) -> None:
                                                              "TORCHELASTIC_RUN_ID", "PROBE_VARIABLE")},
         "start_method": multiprocessing.get_start_method(),
         "all_reduced_sum": total.item(),
+        "left_behind": subprocess.Popen(["sleep", "600"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid,
     }  # fmt: skip
     out.with_name(f"{out.name}.rank{rank}.json").write_text(json.dumps(seen), encoding="utf-8")
     print(f"rank {rank} done", flush=True)
