@@ -88,30 +88,25 @@ def run_torchrun(
     """
     from tests.warm_launch import can_start_warm, launch_warm
 
-    job_env = cpu_env(env)
-    if can_start_warm(job_env, cpu_env(), torchrun_args):
-        completed = launch_warm(target, nproc=nproc, timeout=timeout, cwd=cwd or REPO_ROOT, env=job_env, base=cpu_env())
-        if completed.returncode != 0:
-            raise AssertionError(
-                f"warm launch of {' '.join(target)} on {nproc} ranks exited {completed.returncode}\n--- stdout\n"
-                f"{completed.stdout[-6000:]}\n--- stderr\n{completed.stderr[-8000:]}"
-            )
-        return completed
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc-per-node={nproc}",
-        f"--master-port={free_port()}",
-        *(torchrun_args or []),
-        *target,
-    ]
-    completed = subprocess.run(
-        command, cwd=cwd or REPO_ROOT, env=job_env, capture_output=True, text=True, timeout=timeout
-    )
+    job_env, base = cpu_env(env), cpu_env()
+    if can_start_warm(job_env, base, torchrun_args):
+        completed = launch_warm(target, nproc=nproc, timeout=timeout, cwd=cwd or REPO_ROOT, env=job_env, base=base)
+    else:
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc-per-node={nproc}",
+            f"--master-port={free_port()}",
+            *(torchrun_args or []),
+            *target,
+        ]
+        completed = subprocess.run(
+            command, cwd=cwd or REPO_ROOT, env=job_env, capture_output=True, text=True, timeout=timeout
+        )
     if completed.returncode != 0:
         raise AssertionError(
-            f"{' '.join(command)} exited {completed.returncode}\n--- stdout\n{completed.stdout[-6000:]}"
+            f"{' '.join(map(str, completed.args))} exited {completed.returncode}\n--- stdout\n{completed.stdout[-6000:]}"
             f"\n--- stderr\n{completed.stderr[-8000:]}"
         )
     return completed

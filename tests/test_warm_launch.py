@@ -44,6 +44,9 @@ def both_ways(tmp_path_factory) -> dict[str, list[dict]]:
                 os.environ["TESTS_COLD_LAUNCH"] = saved
         assert "rank 0 done" in completed.stdout and "rank 1 done" in completed.stdout, completed.stdout
         seen[way] = _seen(out)
+    for rank in seen["cold"]:  # torchrun leaves a rank's own subprocess behind; the test ends it itself
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(rank["left_behind"], signal.SIGKILL)
     return seen
 
 
@@ -58,9 +61,6 @@ def test_a_warm_rank_sees_what_a_torchrun_rank_sees(both_ways):
         assert warm["variables"]["MASTER_PORT"] and warm["variables"]["TORCHELASTIC_RUN_ID"]
         assert (warm["variables"]["PROBE_VARIABLE"], cold["variables"]["PROBE_VARIABLE"]) == ("warm", "cold")
     assert [rank["variables"]["RANK"] for rank in both_ways["warm"]] == ["0", "1"]
-    for rank in both_ways["cold"]:  # torchrun leaves a rank's own subprocess behind; the test cleans up after it
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(rank["left_behind"], signal.SIGKILL)
 
 
 def test_a_warm_launch_ends_what_its_ranks_left_behind(both_ways):

@@ -59,20 +59,24 @@ PER_RANK_VARIABLES = {"PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED
 AGENT_VARIABLES = {"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
                    "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}  # fmt: skip
 
-_server_environment: dict[str, str] | None = None
+_server_started = False
 
 
 def _import_time_view(env: dict[str, str]) -> dict[str, str]:
     return {
         key: value
         for key, value in env.items()
-        if key.startswith(IMPORT_TIME_PREFIXES) and key not in PER_RANK_VARIABLES
+        if key.startswith(IMPORT_TIME_PREFIXES)
+        and key not in PER_RANK_VARIABLES
+        and not key.startswith("TORCHELASTIC_")
     }
 
 
 def can_start_warm(env: dict[str, str], base: dict[str, str], torchrun_args: list[str] | None) -> bool:
     """A job starts warm unless it asks for torchrun options, or sets an import-time variable otherwise than
-    the environment every job gets (`base`, the server's), or the suite was asked to start every job cold."""
+    the environment every job gets (`base`, the one the server imported under), or the suite was asked to
+    start every job cold. (Variables the libraries set in the test process later, such as inductor's cache
+    folder, are in `base` too, so they count as no difference.)"""
     if os.environ.get("TESTS_COLD_LAUNCH") == "1" or torchrun_args:
         return False
     return _import_time_view(env) == _import_time_view(base)
@@ -80,8 +84,8 @@ def can_start_warm(env: dict[str, str], base: dict[str, str], torchrun_args: lis
 
 def _start_server(env: dict[str, str]) -> None:
     """The forkserver, started once per test process under the environment every job gets."""
-    global _server_environment
-    if _server_environment is not None:
+    global _server_started
+    if _server_started:
         return
     from multiprocessing import forkserver
 
@@ -95,7 +99,7 @@ def _start_server(env: dict[str, str]) -> None:
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    _server_environment = dict(env)
+    _server_started = True
 
 
 class _WorkerExit(BaseException):
@@ -168,19 +172,11 @@ def rank_main(target: list[str], cwd: str, env: dict[str, str], groups: str) -> 
 
 def _end_groups(groups: Path) -> None:
     """SIGKILL every process still in a rank's group: a rank left behind by a timeout, or what a rank started."""
-    leaders = {int(path.name) for path in groups.iterdir()}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for leader in groups.iterdir():
         try:
-            group = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2])
-        except (OSError, IndexError, ValueError):
-            continue
-        if group in leaders:
-            try:
-                os.kill(int(entry.name), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            os.killpg(int(leader.name), signal.SIGKILL)
+        except ProcessLookupError:  # the group is empty: everything in it has ended
+            pass
 
 
 def _on_timeout(signum, frame):
@@ -212,7 +208,10 @@ def launch_warm(
             start_method="forkserver",
             logs_specs=DefaultLogsSpecs(log_dir=logs, redirects=Std.ALL),
         )
+        # The agent runs in this process: it installs signal handlers and sets TORCHELASTIC_* variables here,
+        # which the test process's later jobs (cold ones too) must not inherit.
         handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)}
+        environment = dict(os.environ)
         signal.signal(signal.SIGALRM, _on_timeout)
         signal.setitimer(signal.ITIMER_REAL, timeout)
         returncode, note = 0, ""
@@ -227,6 +226,8 @@ def launch_warm(
             _end_groups(groups)
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
+            os.environ.clear()
+            os.environ.update(environment)
         stdout, stderr = [], [note] if note else []
         for rank in range(nproc):
             for name, sink in (("stdout.log", stdout), ("stderr.log", stderr)):
