@@ -89,7 +89,7 @@ def run_torchrun(
     from tests.warm_launch import can_start_warm, launch_warm
 
     job_env, base = cpu_env(env), cpu_env()
-    if can_start_warm(job_env, base, torchrun_args):
+    if can_start_warm(job_env, base, torchrun_args, target, cwd or REPO_ROOT):
         completed = launch_warm(target, nproc=nproc, timeout=timeout, cwd=cwd or REPO_ROOT, env=job_env, base=base)
     else:
         command = [

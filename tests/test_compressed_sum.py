@@ -87,11 +87,11 @@ def test_the_tiny_gpt_after_200_steps_int8_within_2_percent_of_uncompressed(runs
 def test_onebit_is_1bit_adam_and_ends_no_more_than_2_percent_above_uncompressed(runs):
     """onebit is 1-bit Adam on ZeRO-0 (backends/parts/onebit_adam.py): 40 steps of AdamW, then the variance
     frozen and the momenta averaged in signs. Issue 35's goal, loss after 200 steps at most 2% above
-    uncompressed, holds one-sided only: measured 0.898 against 1.637, 45% BELOW, not within 2% either way.
+    uncompressed, holds one-sided only: measured 0.736 against 1.637, 55% BELOW, not within 2% either way.
     The frozen variance itself does that (the same 1-bit Adam with the momenta averaged exactly differs from
     AdamW only there, and ends at 0.510; why it trains faster on this run is docs/parallelism.md's reading, not
     a test's). What the compression costs is against that run,
-    measured +76% (0.898 / 0.510), held below 2x so it cannot grow (docs/parallelism.md says all of this)."""
+    measured +44% (0.736 / 0.510), held below 2x so it cannot grow (docs/parallelism.md says all of this)."""
     reference, onebit = runs["zero1_none"], runs["zero0_onebit"]
     exact = runs["zero0_onebit_exact_momentum"]
     # The warm-up is AdamW on exactly summed gradients: the loss after each of its 40 updates is the reference's.
@@ -100,7 +100,7 @@ def test_onebit_is_1bit_adam_and_ends_no_more_than_2_percent_above_uncompressed(
     assert onebit["losses"][41:] != reference["losses"][41:] and onebit["losses"][41:] != exact["losses"][41:]
     assert _final_loss(onebit) <= 1.02 * _final_loss(reference)  # the issue's 2%, one-sided
     assert _final_loss(exact) < _final_loss(reference)  # the frozen variance, not the compression, moves it down
-    assert _final_loss(onebit) < 2 * _final_loss(exact)  # the compression's cost, measured 1.76x
+    assert _final_loss(onebit) < 2 * _final_loss(exact)  # the compression's cost, measured 1.44x
     # Each rank steps on its own gradient after the warm-up; the gradient norm is their root mean square, alike.
     assert onebit["norms_same_on_every_rank"]
 

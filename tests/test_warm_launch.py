@@ -87,3 +87,18 @@ def test_an_import_time_variable_or_torchrun_options_start_cold():
     assert not can_start_warm(cpu_env({"HF_HOME": "/elsewhere"}), base, None)
     assert not can_start_warm(cpu_env({"TORCH_LOGS": "dynamo"}), base, None)
     assert not can_start_warm(cpu_env(), base, ["--max-restarts=2"])
+
+
+def test_a_job_whose_path_holds_another_copy_of_our_packages_starts_cold(tmp_path):
+    """The server preloads our engine and runner; a rank whose path finds another copy first would import
+    that one when started cold, so such a job is."""
+    base = cpu_env()
+    other = tmp_path / "other-checkout"
+    (other / "backends").mkdir(parents=True)
+    (other / "train.py").write_text("")
+    assert can_start_warm(base, base, None, ["-m", "backends.run"], REPO_ROOT)
+    assert can_start_warm(base, base, None, [PROBE], REPO_ROOT)
+    assert not can_start_warm(base, base, None, ["-m", "backends.run"], other)
+    assert not can_start_warm(base, base, None, [str(other / "train.py")], REPO_ROOT)
+    elsewhere = cpu_env({"PYTHONPATH": f"{other}{os.pathsep}{REPO_ROOT}"})
+    assert not can_start_warm(elsewhere, base, None, ["-m", "backends.run"], tmp_path)

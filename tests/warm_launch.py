@@ -49,7 +49,15 @@ WARM_MODULES = [
     "transformers.models.llama.modeling_llama",
     "deepspeed",
     "accelerate",
+    # ... and ours: the engine, the runner, checkpoints and parallelize, whose pydantic contract models take a
+    # fraction of a second per process to build. Not backends.run itself: runpy runs it as __main__.
+    "backends.engine.initialize",
+    "backends.runner.loop",
+    "backends.checkpoint",
+    "backends.parallelize",
 ]
+# Our packages, preloaded above: a job whose path would find another copy of them starts cold.
+OUR_PACKAGES = ("backends", "planner", "benchmarks_db")
 # Variables read while those libraries import: a job that sets one differently starts cold.
 IMPORT_TIME_PREFIXES = ("HF_", "HUGGINGFACE", "TRANSFORMERS_", "TORCH", "PYTORCH_", "DS_", "DEEPSPEED", "CUDA_",
                         "OMP_", "MKL_", "KMP_", "TOKENIZERS_", "ACCELERATE_", "PYTHON")  # fmt: skip
@@ -72,14 +80,32 @@ def _import_time_view(env: dict[str, str]) -> dict[str, str]:
     }
 
 
-def can_start_warm(env: dict[str, str], base: dict[str, str], torchrun_args: list[str] | None) -> bool:
+def can_start_warm(
+    env: dict[str, str],
+    base: dict[str, str],
+    torchrun_args: list[str] | None,
+    target: list[str] | None = None,
+    cwd: Path | str = ".",
+) -> bool:
     """A job starts warm unless it asks for torchrun options, or sets an import-time variable otherwise than
-    the environment every job gets (`base`, the one the server imported under), or the suite was asked to
-    start every job cold. (Variables the libraries set in the test process later, such as inductor's cache
-    folder, are in `base` too, so they count as no difference.)"""
+    the environment every job gets (`base`, the one the server imported under), or its path holds another
+    copy of our packages than the server's, or the suite was asked to start every job cold. (Variables the
+    libraries set in the test process later, such as inductor's cache folder, are in `base` too, so they
+    count as no difference.)"""
     if os.environ.get("TESTS_COLD_LAUNCH") == "1" or torchrun_args:
         return False
-    return _import_time_view(env) == _import_time_view(base)
+    return _import_time_view(env) == _import_time_view(base) and not _another_copy_of_ours(env, target or [], cwd)
+
+
+def _another_copy_of_ours(env: dict[str, str], target: list[str], cwd: Path | str) -> bool:
+    """Whether the job's own path (its directory under -m, else its script's folder; then its PYTHONPATH)
+    holds one of our packages other than the copy the server imported: a cold rank would import that copy."""
+    ours = Path(__file__).resolve().parent.parent
+    first = Path(cwd) if not target or target[0] == "-m" else Path(cwd, target[0]).resolve().parent
+    own_path = [first, *(Path(entry) for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry)]
+    return any(
+        (folder / package).is_dir() and folder.resolve() != ours for folder in own_path for package in OUR_PACKAGES
+    )
 
 
 def _start_server(env: dict[str, str]) -> None:
