@@ -7,8 +7,9 @@ into that heap, while the tensors it allocates last are larger than any
 threshold (a GPT's vocabulary-sized embedding gradient, and the sum of it and
 the tied head's, 147 MiB each on GPT-2-small) and are mapped afresh on top.
 So the step's peak resident set was the weights, optimizer states and
-gradients plus ~650 MiB of freed activations glibc kept, plus those
-transients (docs/performance.md, "Engine vs peers", measured per phase).
+gradients, plus ~650 MiB of freed activations and backward temporaries that
+glibc kept, plus those transients (docs/performance.md, "Engine vs peers",
+measured per phase).
 
 One malloc_trim(0) when every unit's gradients but one unit's have arrived
 (the last unit is the one holding the first layers: the embeddings, whose
