@@ -59,6 +59,7 @@ class Trace:
 
     def point(self, phase: str) -> None:
         info = LIBC.mallinfo2()
+        usage = resource.getrusage(resource.RUSAGE_SELF)
         self.rows.append(
             {
                 "step": self.step,
@@ -68,7 +69,8 @@ class Trace:
                 "heap_free": info.fordblks / MIB,
                 "heap_arena": info.arena / MIB,
                 "mmapped": info.hblkhd / MIB,
-                "minor_faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt,
+                "minor_faults": usage.ru_minflt,
+                "cpu": usage.ru_utime + usage.ru_stime,
                 "time": time.perf_counter(),
             }
         )
