@@ -14,8 +14,7 @@ backward frees activations instead of all before backward starts, when
 activations peak (on GPT-2-small in fp32 that moved ~470 MiB off ZeRO-1/2's
 peak). Views no gradient reached are zeroed before the reduction.
 
-Once every bucket but the last has its gradients, the C heap's free pages
-are handed back (heap_trim.py). Every bucket's buffer is a view of one GradientArena (grad_arena.py), so no
+Every bucket's buffer is a view of one GradientArena (grad_arena.py), so no
 bucket is allocated per step. Stage 0 zeroes the buffers after the reduction;
 stages 1 and 2 release the arena's memory until the next backward, so the
 optimizer step, whose temporaries are the size of the shard, does not run
@@ -28,7 +27,6 @@ from typing import Any
 
 from backends.zero.flat_unit import FlatUnit, group_parameters
 from backends.zero.grad_arena import GradientArena
-from backends.zero.heap_trim import LateBackwardTrim
 from backends.zero.optimizer import ZeroOptimizer
 
 
@@ -40,7 +38,6 @@ class ZeroStage0(ZeroOptimizer):
         super().__init__(*args, **kwargs)
         self.arena = GradientArena(self.units, self.dtype, self.device)
         self.place = {id(param): (unit, index) for unit in self.units for index, param in enumerate(unit.params)}
-        self.heap_trim = LateBackwardTrim(self.units, self.device)
         for unit in self.units:
             for param in unit.params:
                 param.register_post_accumulate_grad_hook(self._gradient_arrived)
@@ -65,13 +62,10 @@ class ZeroStage0(ZeroOptimizer):
             param.grad = view
 
     def _gradient_arrived(self, param: Any) -> None:
-        unit, index = self.place[id(param)]
-        self._adopt_gradient(unit, index)
-        self.heap_trim.arrived_one(unit)
+        self._adopt_gradient(*self.place[id(param)])
 
     def begin_backward(self, boundary: bool) -> None:
         super().begin_backward(boundary)
-        self.heap_trim.begin()
         for unit in self.units:
             self._gradient_buffer(unit)
             for index in range(len(unit.params)):

@@ -10,9 +10,7 @@ When the last of a block's gradients lands, its reduce-scatter starts (at a
 boundary) and its gathered parameters are freed; the previous block's
 reduction is then waited on and its flat gradient copy dropped, so backward
 holds two blocks' flat gradients at most, not the whole model's (on GPT-2-small
-that copy was ~470 MiB at the end of backward). When every block has its
-gradients and only the root is left, the C heap's free pages are handed back
-(heap_trim.py).
+that copy was ~470 MiB at the end of backward).
 
 The parameters keep being views of one flat buffer whose storage is resized to
 zero when freed, so tensors autograd saved during forward (views of the
@@ -24,7 +22,6 @@ from __future__ import annotations
 from typing import Any
 
 from backends.zero.flat_unit import FlatUnit, group_by_block
-from backends.zero.heap_trim import LateBackwardTrim
 from backends.zero.optimizer import ZeroOptimizer
 
 
@@ -47,7 +44,6 @@ class ZeroStage3(ZeroOptimizer):
             module = self.modules[unit.index]
             module.register_forward_pre_hook(self._pre_forward_hook(position), with_kwargs=True)
             module.register_forward_hook(self._post_forward_hook(position), with_kwargs=True)
-        self.heap_trim = LateBackwardTrim(self.units, self.device)
         for unit in self.units:
             for param in unit.params:
                 param.register_post_accumulate_grad_hook(self._gradient_arrived)
@@ -122,7 +118,6 @@ class ZeroStage3(ZeroOptimizer):
     def _gradient_arrived(self, param: Any) -> None:
         unit = self.owner[id(param)]
         unit.ready += 1
-        self.heap_trim.arrived_one(unit)  # the root unit (embeddings) completes last: trims before it
         if unit.ready < len(unit.params):
             return
         if self.boundary and not unit.launched:
@@ -138,7 +133,6 @@ class ZeroStage3(ZeroOptimizer):
 
     def begin_backward(self, boundary: bool) -> None:
         super().begin_backward(boundary)
-        self.heap_trim.begin()
         for unit in self.units:
             unit.ready = 0
 

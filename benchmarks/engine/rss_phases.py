@@ -12,8 +12,8 @@ peers"):
     python -m torch.distributed.run --nproc-per-node=2 -m benchmarks.engine.rss_phases --bucket 589824 --stage 1
 
 --trim b125,reduced also calls malloc_trim(0) at those points (bN: when the
-Nth parameter's gradient arrives), to see what glibc's kept pages weigh; the
-stages trim once per backward on their own (backends/zero/heap_trim.py).
+Nth parameter's gradient arrives), to see what glibc's kept pages weigh (the
+engine does not trim: docs/performance.md says what a trim saved and cost).
 Files go to $RSS_PHASES_OUT (default: here), one JSON per rank.
 """
 
@@ -85,7 +85,6 @@ def main() -> None:
     parser.add_argument("--stage", type=int, default=1)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--every", type=int, default=25, help="a backward point every this many parameters")
-    parser.add_argument("--no-stage-trim", action="store_true", help="turn the stage's own trim off")
     parser.add_argument("--trim", default="", help="malloc_trim(0) at these points: comma-separated phases, or bN")
     args = parser.parse_args()
 
@@ -112,20 +111,6 @@ def main() -> None:
     zero = zero_optimizer_class(args.stage)(
         model, config, DataParallelComm(), compute_dtype(config), LossScaler(config)
     )
-    zero.heap_trim.enabled &= not args.no_stage_trim
-    from backends.zero import heap_trim
-
-    trim_seconds: list[float] = []
-    if heap_trim.MALLOC_TRIM is not None:
-        stage_trim = heap_trim.MALLOC_TRIM
-
-        def timed_trim(pad: int) -> int:
-            began = time.perf_counter()
-            result = stage_trim(pad)
-            trim_seconds.append(time.perf_counter() - began)
-            return result
-
-        heap_trim.MALLOC_TRIM = timed_trim
     trace = Trace()
     publish = zero.publish_parameters
     zero.publish_parameters = lambda: (trace.point("optimizer"), publish())  # a point between step and gather
@@ -162,9 +147,9 @@ def main() -> None:
         zero.zero_grad()
     peak = max(row["hwm"] for row in trace.rows if row["step"] >= 1)
     out = {"rank": rank, "bucket": args.bucket, "units": len(zero.units), "peak_after_warmup": peak}
-    out["rows"], out["trim_seconds"] = trace.rows, trim_seconds
+    out["rows"] = trace.rows
     Path(os.environ.get("RSS_PHASES_OUT", ".")).joinpath(
-        f"rss_{args.bucket}{args.trim.replace(',', '_')}{'_off' if args.no_stage_trim else ''}_r{rank}.json"
+        f"rss_{args.bucket}{args.trim.replace(',', '_')}_r{rank}.json"
     ).write_text(json.dumps(out))
     dist.destroy_process_group()
 
