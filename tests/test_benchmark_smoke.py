@@ -164,6 +164,14 @@ def _engine_vs_peers(out: str) -> None:
     assert document["setup"]["model"].startswith("gpt2, shrunken")
 
 
+def _rss_phases(out: str) -> None:
+    document = _json(out)
+    assert document["rank"] == 0 and document["units"] >= 1 and document["peak_after_warmup"] > 0
+    phases = [row["phase"] for row in document["rows"] if row["step"] == 1]
+    assert phases[0] == "start" and phases[-1] == "gathered" and "optimizer" in phases, phases
+    assert all(row["hwm"] > 0 and row["rss"] > 0 and row["minor_faults"] > 0 for row in document["rows"])
+
+
 def _tune_overhead(out: str) -> None:
     document = _json(out)
     for mode in ("one_launch", "a_launch_per_trial"):
@@ -190,6 +198,7 @@ SMOKES: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "benchmarks.speed.tune_overhead": ([], _tune_overhead),
     "benchmarks.engine.engine_3d": (["--json"], _engine_3d),
     "benchmarks.engine.engine_vs_peers": (["--json"], _engine_vs_peers),
+    "benchmarks.engine.rss_phases": ([], _rss_phases),
 }
 # Those that start torch in more than one process, or build a transformers model: seconds each, not tenths.
 SLOW = {
@@ -201,6 +210,7 @@ SLOW = {
     "benchmarks.speed.tune_overhead",
     "benchmarks.engine.engine_3d",
     "benchmarks.engine.engine_vs_peers",
+    "benchmarks.engine.rss_phases",
 }
 
 

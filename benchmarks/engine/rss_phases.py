@@ -14,7 +14,8 @@ peers"):
 --trim b125,reduced also calls malloc_trim(0) at those points (bN: when the
 Nth parameter's gradient arrives), to see what glibc's kept pages weigh (the
 engine does not trim: docs/performance.md says what a trim saved and cost).
-Files go to $RSS_PHASES_OUT (default: here), one JSON per rank.
+Files go to $RSS_PHASES_OUT (default: here), one JSON per rank; --smoke runs a
+2-layer GPT-2 for one step in one process and prints its JSON instead.
 """
 
 from __future__ import annotations
@@ -79,14 +80,15 @@ class Trace:
             LIBC.malloc_trim(0)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--bucket", type=int, default=589_824)
     parser.add_argument("--stage", type=int, default=1)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--every", type=int, default=25, help="a backward point every this many parameters")
     parser.add_argument("--trim", default="", help="malloc_trim(0) at these points: comma-separated phases, or bN")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="a 2-layer GPT-2, one step, one process; print the JSON")
+    args = parser.parse_args(argv)
 
     import torch
     import torch.distributed as dist
@@ -97,10 +99,15 @@ def main() -> None:
     from backends.zero.comm import DataParallelComm
     from planner.contract.engine_config import EngineConfig
 
-    dist.init_process_group("gloo")
+    if args.smoke and "RANK" not in os.environ:  # one rank in this process, no launcher
+        dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    else:
+        dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config())
+    sizes = {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 512, "n_positions": 128} if args.smoke else {}
+    steps = 1 if args.smoke else args.steps
+    model = GPT2LMHeadModel(GPT2Config(**sizes))
     config = EngineConfig.model_validate(
         {
             "zero_optimization": {"stage": args.stage, "reduce_bucket_size": args.bucket},
@@ -124,8 +131,9 @@ def main() -> None:
 
     for param in model.parameters():
         param.register_post_accumulate_grad_hook(on_grad)
-    tokens = torch.randint(0, 50257, (2, 128), generator=torch.Generator().manual_seed(rank))
-    for step in range(args.steps + 1):
+    vocab = model.config.vocab_size
+    tokens = torch.randint(0, vocab, (2, 128), generator=torch.Generator().manual_seed(rank))
+    for step in range(steps + 1):
         trace.step = step
         if step == 1:  # the benchmark resets after its warm-up step
             import gc
@@ -148,11 +156,15 @@ def main() -> None:
     peak = max(row["hwm"] for row in trace.rows if row["step"] >= 1)
     out = {"rank": rank, "bucket": args.bucket, "units": len(zero.units), "peak_after_warmup": peak}
     out["rows"] = trace.rows
-    Path(os.environ.get("RSS_PHASES_OUT", ".")).joinpath(
-        f"rss_{args.bucket}{args.trim.replace(',', '_')}_r{rank}.json"
-    ).write_text(json.dumps(out))
+    if args.smoke:
+        print(json.dumps(out))
+    else:
+        Path(os.environ.get("RSS_PHASES_OUT", ".")).joinpath(
+            f"rss_{args.bucket}{args.trim.replace(',', '_')}_r{rank}.json"
+        ).write_text(json.dumps(out))
     dist.destroy_process_group()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
