@@ -25,7 +25,7 @@ from planner.search.batching import batch_options, infeasible_batch_reason
 from planner.search.config_copy import with_batch
 from planner.search.layouts import StrategyLayout, enumerate_layouts
 from planner.search.request import Objective, PlanRequest
-from planner.throughput.estimate import estimate_throughput
+from planner.throughput.estimate import ThroughputPlan, estimate_from_plan, throughput_plan
 from planner.throughput.implementation import implementation_named
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import ActivationCheckpointing, Precision, Strategy, TrainingConfig
@@ -70,6 +70,9 @@ class Group:
     # scan at the most recomputation ask about the same configs. Keyed by plain values: hashing the
     # pydantic config (and its nested layout) cost more than the lookup saved.
     memory: dict[tuple[ActivationCheckpointing, int, int], tuple[int, bool]] = field(default_factory=dict)
+    # What every throughput estimate of the group shares (hardware, links, data-parallel collectives), made
+    # at its first estimate: the micro-batch and AC do not change it.
+    throughput_plan: ThroughputPlan | None = None
 
 
 @dataclass
@@ -166,9 +169,15 @@ class CandidateEvaluator:
         seen = group.memory[key] = raw["total"], fits
         return seen
 
-    def _throughput(self, config: TrainingConfig, cluster: ClusterSpec) -> ThroughputEstimate:
+    def _throughput(self, group: Group, config: TrainingConfig) -> ThroughputEstimate:
+        """estimate_throughput of `config`, one of the group's candidates."""
         self.counters.throughput_evaluations += 1
-        estimate = estimate_throughput(self.spec, config, cluster, implementation=self._implementation)
+        plan = group.throughput_plan
+        if plan is None:
+            plan = group.throughput_plan = throughput_plan(
+                self.spec, config, group.cluster, implementation=self._implementation
+            )
+        estimate = estimate_from_plan(plan, config)
         return self.adjust(config, estimate) if self.adjust is not None else estimate
 
     def _family(self, name: str) -> FamilyRecord:
@@ -319,7 +328,7 @@ class CandidateEvaluator:
         scored: list[Scored] = []
         for pair in reversed(fitting):
             config = config_at(pair)
-            throughput = self._throughput(config, cluster)
+            throughput = self._throughput(group, config)
             score = objective_score(throughput, cluster.world_size, self.request.objective)
             item = Scored(layout, config, cluster, throughput, score)
             record.fitting.append(item)
