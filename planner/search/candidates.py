@@ -19,10 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.hardware.cluster import ClusterSpec
-from planner.memory.estimate import estimate_memory_bytes, host_fits
+from planner.memory.estimate import fit_bytes, host_fits
+from planner.memory.phases import StepPeak, batch_peaks, step_peak
 from planner.models.spec import ModelSpec
 from planner.search.batching import batch_options, infeasible_batch_reason
-from planner.search.config_copy import with_batch
+from planner.search.config_copy import with_batch, with_checkpointing
 from planner.search.layouts import StrategyLayout, enumerate_layouts
 from planner.search.request import Objective, PlanRequest
 from planner.throughput.estimate import ThroughputPlan, estimate_from_plan, throughput_plan
@@ -66,10 +67,17 @@ class Group:
     cluster: ClusterSpec
     batches: list[tuple[int, int]]  # (micro-batch, accumulation), ascending
     precision: Precision
+    usable_bytes: int  # per-GPU memory a candidate may use: the GPU's less the request's headroom
+    # The group's config at each AC level, micro-batch and accumulation left at their defaults: the first
+    # validated, the others copies of it (planner/search/config_copy.py).
+    configs: dict[ActivationCheckpointing, TrainingConfig]
     # (AC, micro-batch, accumulation) -> (per-GPU total bytes, fits): the lightest-candidate check and the
     # scan at the most recomputation ask about the same configs. Keyed by plain values: hashing the
     # pydantic config (and its nested layout) cost more than the lookup saved.
     memory: dict[tuple[ActivationCheckpointing, int, int], tuple[int, bool]] = field(default_factory=dict)
+    # Per AC level, the memory estimator's peaks by (micro-batch, accumulation) (phases.batch_peaks), looked up
+    # once: a peak found there (estimated by an earlier search) needs no config built.
+    peaks: dict[ActivationCheckpointing, dict[tuple[int, int], StepPeak]] = field(default_factory=dict)
     # What every throughput estimate of the group shares (hardware, links, data-parallel collectives), made
     # at its first estimate: the micro-batch and AC do not change it.
     throughput_plan: ThroughputPlan | None = None
@@ -147,11 +155,16 @@ class CandidateEvaluator:
         self._implementation = implementation_named(request.implementation)  # looked up once, not per estimate
 
     def _memory(
-        self, group: Group, ac: ActivationCheckpointing, pair: tuple[int, int], config: TrainingConfig
+        self,
+        group: Group,
+        ac: ActivationCheckpointing,
+        pair: tuple[int, int],
+        config_at: Callable[[tuple[int, int]], TrainingConfig],
     ) -> tuple[int, bool]:
         """(per-GPU total bytes, fits) by the memory estimator's raw fast path; same rule as MemoryEstimate.fits.
 
-        `config` is the group's config at `ac` and `pair`: the cache key is those plain values."""
+        `config_at(pair)` is the group's config at `ac` and `pair`, built only if the estimator needs it: the
+        cache keys are plain values."""
         key = (ac, *pair)
         seen = group.memory.get(key)
         if seen is not None:
@@ -159,15 +172,29 @@ class CandidateEvaluator:
         self.counters.memory_evaluations += 1
         cluster = group.cluster
         gpus_per_node = cluster.gpus_per_node
-        raw = estimate_memory_bytes(
-            self.spec, config, world_size=gpus_per_node * cluster.num_nodes, gpus_per_node=gpus_per_node
+        world_size = gpus_per_node * cluster.num_nodes
+        peaks = group.peaks.get(ac)
+        if peaks is None:
+            config = self._config_at_ac(group, ac)
+            peaks = group.peaks[ac] = batch_peaks(self.spec, config, world_size=world_size, gpus_per_node=gpus_per_node)
+        peak = peaks.get(pair)
+        if peak is None:
+            peak = step_peak(
+                self.spec, config_at(pair), world_size=world_size, gpus_per_node=gpus_per_node, peaks=peaks
+            )
+        total, cpu_per_node, nvme_per_node = fit_bytes(peak, gpus_per_node)
+        fits = total <= group.usable_bytes and host_fits(
+            cpu_per_node, nvme_per_node, cluster.cpu_ram_per_node_bytes, cluster.nvme_per_node_bytes
         )
-        usable = int(cluster.gpu.memory_bytes * (1 - self.request.headroom_fraction))
-        fits = raw["total"] <= usable and host_fits(
-            raw["cpu_per_node"], raw["nvme_per_node"], cluster.cpu_ram_per_node_bytes, cluster.nvme_per_node_bytes
-        )
-        seen = group.memory[key] = raw["total"], fits
+        seen = group.memory[key] = total, fits
         return seen
+
+    def _config_at_ac(self, group: Group, ac: ActivationCheckpointing) -> TrainingConfig:
+        config = group.configs.get(ac)
+        if config is None:
+            validated = next(iter(group.configs.values()))
+            config = group.configs[ac] = with_checkpointing(validated, ac)
+        return config
 
     def _throughput(self, group: Group, config: TrainingConfig) -> ThroughputEstimate:
         """estimate_throughput of `config`, one of the group's candidates."""
@@ -206,6 +233,7 @@ class CandidateEvaluator:
         scored: list[Scored] = []
         request = self.request
         allowed_ac = [ac for ac in AC_ORDER if ac in request.activation_checkpointing]
+        usable = int(cluster.gpu.memory_bytes * (1 - request.headroom_fraction))
         for layout in enumerate_layouts(self.spec, cluster, request):
             record = self._family(layout.family)
             dp = cluster.world_size // layout.model_parallel
@@ -221,7 +249,9 @@ class CandidateEvaluator:
                 continue
             record.infeasible = None
             for precision in precisions_for(cluster, request):
-                group = Group(layout, record, cluster, batches, precision)
+                # Validated once; the other AC levels, micro-batches and accumulations are copied in.
+                validated = TrainingConfig(**self._base_fields(layout, precision, allowed_ac[0]))
+                group = Group(layout, record, cluster, batches, precision, usable, {allowed_ac[0]: validated})
                 fitting_micros: set[int] = set()  # micro-batches that fit with less recomputation
                 for index, ac in enumerate(allowed_ac):
                     remaining = allowed_ac[index:]
@@ -240,24 +270,21 @@ class CandidateEvaluator:
     def _lightest_fits(self, group: Group, remaining_ac: list[ActivationCheckpointing]) -> bool:
         """False when even the lightest candidates (most recomputation, smallest micro-batch, and the
         accumulation-free one) do not fit: then no candidate at the remaining AC levels does."""
-        layout, record, cluster, batches, precision = (
-            group.layout,
-            group.record,
-            group.cluster,
-            group.batches,
-            group.precision,
-        )
+        record, cluster, batches = group.record, group.cluster, group.batches
         lightest_ac = remaining_ac[-1]
-        base = self._base_fields(layout, precision, lightest_ac)
+        base = self._config_at_ac(group, lightest_ac)
+
+        def config_at(pair: tuple[int, int]) -> TrainingConfig:
+            return with_batch(base, pair[0], pair[1])
+
         evaluations_before = self.counters.memory_evaluations
         lightest = [batches[0]] + ([batches[-1]] if len(batches) > 1 and batches[-1][1] == 1 else [])
-        for micro, accum in lightest:
-            config = TrainingConfig(**base, micro_batch=micro, grad_accum=accum)
-            total, fits = self._memory(group, lightest_ac, (micro, accum), config)
+        for pair in lightest:
+            total, fits = self._memory(group, lightest_ac, pair, config_at)
             if fits:
                 return True
             if record.smallest_miss is None or total < record.smallest_miss[0]:
-                record.smallest_miss = (total, config, cluster)
+                record.smallest_miss = (total, config_at(pair), cluster)
         candidates = len(batches) * len(remaining_ac)
         self.counters.considered += candidates
         self.counters.pruned += candidates - (self.counters.memory_evaluations - evaluations_before)
@@ -271,15 +298,8 @@ class CandidateEvaluator:
         candidate (last, when a global batch is given) is evaluated on its own.
         """
         counters = self.counters
-        layout, record, cluster, batches, precision = (
-            group.layout,
-            group.record,
-            group.cluster,
-            group.batches,
-            group.precision,
-        )
-        # Validated once; micro-batch and accumulation (positive, generated here) are copied in.
-        base = TrainingConfig(**self._base_fields(layout, precision, ac))
+        layout, record, cluster, batches = group.layout, group.record, group.cluster, group.batches
+        base = self._config_at_ac(group, ac)
         counters.considered += len(batches)
         open_batches = [pair for pair in batches if pair[0] not in fitting_micros]  # others: dominated
         accumulation_free = []
@@ -294,10 +314,9 @@ class CandidateEvaluator:
             return config
 
         def fits(pair: tuple[int, int]) -> bool:
-            config = config_at(pair)
-            total, ok = self._memory(group, ac, pair, config)
+            total, ok = self._memory(group, ac, pair, config_at)
             if not ok and (record.smallest_miss is None or total < record.smallest_miss[0]):
-                record.smallest_miss = (total, config, cluster)
+                record.smallest_miss = (total, config_at(pair), cluster)
             return ok
 
         evaluations_before = counters.memory_evaluations
