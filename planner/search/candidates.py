@@ -26,7 +26,7 @@ from planner.search.batching import batch_options, infeasible_batch_reason
 from planner.search.config_copy import with_batch, with_checkpointing
 from planner.search.layouts import StrategyLayout, enumerate_layouts
 from planner.search.request import Objective, PlanRequest
-from planner.throughput.estimate import ThroughputPlan, estimate_from_plan, throughput_plan
+from planner.throughput.estimate import CandidateStep, ThroughputPlan, candidate_step, estimate_of, throughput_plan
 from planner.throughput.implementation import implementation_named
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import ActivationCheckpointing, Precision, Strategy, TrainingConfig
@@ -38,13 +38,24 @@ AC_ORDER = (ActivationCheckpointing.NONE, ActivationCheckpointing.SELECTIVE, Act
 
 @dataclass
 class Scored:
-    """One fitting candidate with its estimates."""
+    """One fitting candidate with its estimates.
+
+    Its ThroughputEstimate (a pydantic model) is built when first read: the search scores thousands of
+    candidates from their plain step figures and reports the estimates of a few."""
 
     layout: StrategyLayout
     config: TrainingConfig
     cluster: ClusterSpec
-    throughput: ThroughputEstimate
     score: float  # higher is better under the request's objective
+    step: CandidateStep
+    plan: ThroughputPlan  # the layout's, which types the step as an estimate
+    estimate: ThroughputEstimate | None = None  # the typed estimate, once built (or throughput_adjust's)
+
+    @property
+    def throughput(self) -> ThroughputEstimate:
+        if self.estimate is None:
+            self.estimate = estimate_of(self.plan, self.step)
+        return self.estimate
 
 
 @dataclass
@@ -132,10 +143,15 @@ def cluster_variants(cluster: ClusterSpec, objective: Objective) -> list[Cluster
 
 
 def objective_score(throughput: ThroughputEstimate, world_size: int, objective: Objective) -> float:
+    return score_of(throughput.tokens_per_s, throughput.price_usd_per_gpu_hour, world_size, objective)
+
+
+def score_of(tokens_per_s: float, price_usd_per_gpu_hour: float | None, world_size: int, objective: Objective) -> float:
+    """objective_score from the estimate's two figures it reads."""
     if objective is Objective.COST:
-        price = (throughput.price_usd_per_gpu_hour or 0.0) * world_size  # search() refuses a GPU without a price
-        return throughput.tokens_per_s / price if price > 0 else throughput.tokens_per_s / world_size
-    return throughput.tokens_per_s
+        price = (price_usd_per_gpu_hour or 0.0) * world_size  # search() refuses a GPU without a price
+        return tokens_per_s / price if price > 0 else tokens_per_s / world_size
+    return tokens_per_s
 
 
 class CandidateEvaluator:
@@ -196,16 +212,22 @@ class CandidateEvaluator:
             config = group.configs[ac] = with_checkpointing(validated, ac)
         return config
 
-    def _throughput(self, group: Group, config: TrainingConfig) -> ThroughputEstimate:
-        """estimate_throughput of `config`, one of the group's candidates."""
+    def _score(self, group: Group, layout: StrategyLayout, config: TrainingConfig) -> Scored:
+        """`config`, one of the group's candidates, with estimate_throughput's figures and its score."""
         self.counters.throughput_evaluations += 1
+        cluster = group.cluster
         plan = group.throughput_plan
         if plan is None:
             plan = group.throughput_plan = throughput_plan(
-                self.spec, config, group.cluster, implementation=self._implementation
+                self.spec, config, cluster, implementation=self._implementation
             )
-        estimate = estimate_from_plan(plan, config)
-        return self.adjust(config, estimate) if self.adjust is not None else estimate
+        step = candidate_step(plan, config)
+        if self.adjust is None:
+            score = score_of(step.tokens_per_s, plan.price_usd_per_gpu_hour, cluster.world_size, self.request.objective)
+            return Scored(layout, config, cluster, score, step, plan)
+        estimate = self.adjust(config, estimate_of(plan, step))  # measured records replace or correct it
+        score = objective_score(estimate, cluster.world_size, self.request.objective)
+        return Scored(layout, config, cluster, score, step, plan, estimate)
 
     def _family(self, name: str) -> FamilyRecord:
         record = self.families.get(name)
@@ -346,13 +368,10 @@ class CandidateEvaluator:
         # the largest fitting micro-batch and stop at the first one slower than the last.
         scored: list[Scored] = []
         for pair in reversed(fitting):
-            config = config_at(pair)
-            throughput = self._throughput(group, config)
-            score = objective_score(throughput, cluster.world_size, self.request.objective)
-            item = Scored(layout, config, cluster, throughput, score)
+            item = self._score(group, layout, config_at(pair))
             record.fitting.append(item)
             scored.append(item)
-            if len(scored) > 1 and score < scored[-2].score:
+            if len(scored) > 1 and item.score < scored[-2].score:
                 break
         counters.throughput_skipped += len(fitting) - len(scored)
         return scored

@@ -8,7 +8,8 @@ from α–β collectives on the links each group crosses (communication.py), the
 bubble from (p-1)/(m·v) (Narayanan et al. 2021). Pure Python and cached per
 spec and cluster (derived.py): the search calls this thousands of times, so an
 estimate is split in two: throughput_plan derives what a layout's candidates
-share once, estimate_from_plan does one candidate's arithmetic.
+share once, candidate_step does one candidate's arithmetic, and estimate_of
+types it as a ThroughputEstimate.
 """
 
 from __future__ import annotations
@@ -20,7 +21,12 @@ from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec
 from planner.models.flops import ModelShape, SequenceFlops, sequence_flops
 from planner.models.spec import ModelSpec
-from planner.throughput.communication import CommunicationPlan, communication_plan, micro_batch_communication
+from planner.throughput.communication import (
+    CommunicationPlan,
+    StepComm,
+    communication_plan,
+    micro_batch_communication,
+)
 from planner.throughput.compressed_reduction import compression_sources
 from planner.throughput.compute import StageCompute, stage_compute
 from planner.throughput.constants import CALIBRATION_SOURCE, CONSTANTS, ThroughputConstants
@@ -165,7 +171,7 @@ class ThroughputPlan:
 
     The search estimates several micro-batches and checkpointing levels of each layout; everything here is
     derived once per layout (hardware, links, the data-parallel collectives, the sources), and
-    estimate_from_plan does the arithmetic of one candidate."""
+    candidate_step does the arithmetic of one candidate."""
 
     shape: ModelShape
     constants: ThroughputConstants
@@ -194,7 +200,7 @@ def throughput_plan(
     implementation: Implementation = OUR_STRATEGIES,
 ) -> ThroughputPlan:
     """The plan of `config`'s layout; its micro-batch, accumulation and activation checkpointing are not read
-    (estimate_from_plan takes them from the candidate)."""
+    (candidate_step takes them from the candidate)."""
     k = constants
     stack = implementation.kernels
     if config.kernels is not KernelChoice.EAGER:
@@ -245,8 +251,25 @@ def throughput_plan(
     )
 
 
-def estimate_from_plan(plan: ThroughputPlan, config: TrainingConfig) -> ThroughputEstimate:
-    """The estimate of `config`, a candidate of the plan's layout (the config the plan was made from, at any
+@dataclass(frozen=True, slots=True)
+class CandidateStep:
+    """One candidate's step time and what its ThroughputEstimate reports, as plain values: the search scores
+    thousands of candidates by tokens_per_s and builds the (pydantic) estimates of the few it reports."""
+
+    step_s: float
+    compute_s: float
+    recompute_s: float
+    bubble_s: float
+    comm: StepComm
+    global_batch: int
+    tokens_per_s: float
+    per_gpu_model_flops: float
+    per_gpu_hardware_flops: float
+    launch_bound: bool
+
+
+def candidate_step(plan: ThroughputPlan, config: TrainingConfig) -> CandidateStep:
+    """The step of `config`, a candidate of the plan's layout (the config the plan was made from, at any
     micro-batch, accumulation and activation checkpointing)."""
     micro_batch, accum, checkpointing = config.micro_batch, config.grad_accum, config.activation_checkpointing
     cached = plan.stages.get((micro_batch, checkpointing))
@@ -264,15 +287,31 @@ def estimate_from_plan(plan: ThroughputPlan, config: TrainingConfig) -> Throughp
     recompute = accum * stage.recompute_s
     step = compute + recompute + comm.exposed_s + bubble + comm.offload_s + comm.optimizer_step_s
 
-    world, peak = plan.world, plan.device.peak_flops
+    world = plan.world
     global_batch = micro_batch * accum * plan.dp
-    per_gpu_model = flops.model * global_batch / world / step
-    per_gpu_hardware = flops.hardware * global_batch / world / step
+    return CandidateStep(
+        step_s=step,
+        compute_s=compute,
+        recompute_s=recompute,
+        bubble_s=bubble,
+        comm=comm,
+        global_batch=global_batch,
+        tokens_per_s=global_batch * plan.seq_len / step,
+        per_gpu_model_flops=flops.model * global_batch / world / step,
+        per_gpu_hardware_flops=flops.hardware * global_batch / world / step,
+        launch_bound=stage.launch_bound,
+    )
+
+
+def estimate_of(plan: ThroughputPlan, candidate: CandidateStep) -> ThroughputEstimate:
+    """The typed estimate of a candidate_step of the plan."""
+    comm, step, bubble = candidate.comm, candidate.step_s, candidate.bubble_s
+    peak, global_batch, per_gpu_model = plan.device.peak_flops, candidate.global_batch, candidate.per_gpu_model_flops
     breakdown = _construct(
         StepTimeBreakdown,
         dict(
-            compute_s=compute,
-            recompute_s=recompute,
+            compute_s=candidate.compute_s,
+            recompute_s=candidate.recompute_s,
             data_parallel_comm_s=comm.data_parallel_s,
             tensor_parallel_comm_s=comm.tensor_parallel_s + comm.expert_parallel_s + comm.context_parallel_s,
             pipeline_p2p_s=comm.pipeline_p2p_s,
@@ -286,17 +325,17 @@ def estimate_from_plan(plan: ThroughputPlan, config: TrainingConfig) -> Throughp
         ThroughputEstimate,
         dict(
             step_time_s=step,
-            tokens_per_s=global_batch * plan.seq_len / step,
+            tokens_per_s=candidate.tokens_per_s,
             samples_per_s=global_batch / step,
             tflops_per_gpu=per_gpu_model / 1e12,
             mfu=per_gpu_model / peak,
-            hfu=per_gpu_hardware / peak,
+            hfu=candidate.per_gpu_hardware_flops / peak,
             global_batch=global_batch,
             breakdown=breakdown,
             price_usd_per_gpu_hour=plan.price_usd_per_gpu_hour,
             sources=dict(plan.sources),  # each estimate owns its dict
-            notes=bottleneck_notes(step, comm.exposed_s, bubble, comm.offload_s, stage.launch_bound),
-            world_size=world,
+            notes=bottleneck_notes(step, comm.exposed_s, bubble, comm.offload_s, candidate.launch_bound),
+            world_size=plan.world,
         ),
     )
 
@@ -313,4 +352,4 @@ def estimate_throughput(
     by default what this project's strategies run. Published runs of other
     codebases (Megatron-LM, llm-foundry, ...) pass their preset."""
     plan = throughput_plan(spec, config, cluster, constants=constants, implementation=implementation)
-    return estimate_from_plan(plan, config)
+    return estimate_of(plan, candidate_step(plan, config))
