@@ -99,7 +99,7 @@ def fit_bytes(
 ) -> tuple[int, int, int]:
     """(per-GPU total, CPU bytes per node, NVMe bytes per node) of a step peak: estimate_memory_bytes's
     "total", "cpu_per_node" and "nvme_per_node", all that whether it fits reads, without the categories."""
-    tensors = sum(map(int, peak.per_gpu.values()))
+    tensors = peak.tensor_bytes
     total = tensors + _overhead_bytes(tensors, overhead, runtime)
     return total, int(peak.cpu_per_rank * gpus_per_node), int(peak.nvme_per_rank * gpus_per_node)
 

@@ -18,7 +18,7 @@ times; estimate.py wraps it in the typed MemoryEstimate with sources.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from planner.config_key import config_key_without_batch
@@ -47,6 +47,12 @@ class StepPeak:
     # The activations kept for backward at their own peak (end of forward), even when the
     # step peaks at a moment without them (the optimizer step of a sharded large model).
     activations_peak: float = 0.0
+    # per_gpu's categories in whole bytes, summed (estimate.py adds the runtime overhead to it): the search
+    # reads it for every candidate it estimates, so it is summed once.
+    tensor_bytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tensor_bytes = sum(int(value) for value in self.per_gpu.values())
 
 
 def batch_peaks(

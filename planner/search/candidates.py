@@ -16,17 +16,17 @@ tests/test_search_pruning.py checks all three against an exhaustive evaluation.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import fit_bytes, host_fits
-from planner.memory.phases import StepPeak, batch_peaks, step_peak
+from planner.memory.phases import batch_peaks, step_peak
 from planner.models.spec import ModelSpec
 from planner.search.batching import batch_options, infeasible_batch_reason
-from planner.search.config_copy import with_batch, with_checkpointing
+from planner.search.groups import FamilyRecord, Group, Level, Scored
 from planner.search.layouts import StrategyLayout, enumerate_layouts
 from planner.search.request import Objective, PlanRequest
-from planner.throughput.estimate import CandidateStep, ThroughputPlan, candidate_step, estimate_of, throughput_plan
+from planner.throughput.estimate import candidate_step, estimate_of, throughput_plan
 from planner.throughput.implementation import implementation_named
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import ActivationCheckpointing, Precision, Strategy, TrainingConfig
@@ -34,64 +34,6 @@ from planner.training_config import ActivationCheckpointing, Precision, Strategy
 ThroughputAdjust = Callable[[TrainingConfig, ThroughputEstimate], ThroughputEstimate]
 
 AC_ORDER = (ActivationCheckpointing.NONE, ActivationCheckpointing.SELECTIVE, ActivationCheckpointing.FULL)
-
-
-@dataclass
-class Scored:
-    """One fitting candidate with its estimates.
-
-    Its ThroughputEstimate (a pydantic model) is built when first read: the search scores thousands of
-    candidates from their plain step figures and reports the estimates of a few."""
-
-    layout: StrategyLayout
-    config: TrainingConfig
-    cluster: ClusterSpec
-    score: float  # higher is better under the request's objective
-    step: CandidateStep
-    plan: ThroughputPlan  # the layout's, which types the step as an estimate
-    estimate: ThroughputEstimate | None = None  # the typed estimate, once built (or throughput_adjust's)
-
-    @property
-    def throughput(self) -> ThroughputEstimate:
-        if self.estimate is None:
-            self.estimate = estimate_of(self.plan, self.step)
-        return self.estimate
-
-
-@dataclass
-class FamilyRecord:
-    """What happened to one strategy family across all its candidates."""
-
-    family: str
-    fitting: list[Scored] = field(default_factory=list)
-    # The least memory any non-fitting candidate needed, and that candidate.
-    smallest_miss: tuple[int, TrainingConfig, ClusterSpec] | None = None
-    infeasible: str | None = None  # why no candidate could even be built
-
-
-@dataclass
-class Group:
-    """One layout at one precision on one cluster: the candidates that differ in AC and micro-batch."""
-
-    layout: StrategyLayout
-    record: FamilyRecord
-    cluster: ClusterSpec
-    batches: list[tuple[int, int]]  # (micro-batch, accumulation), ascending
-    precision: Precision
-    usable_bytes: int  # per-GPU memory a candidate may use: the GPU's less the request's headroom
-    # The group's config at each AC level, micro-batch and accumulation left at their defaults: the first
-    # validated, the others copies of it (planner/search/config_copy.py).
-    configs: dict[ActivationCheckpointing, TrainingConfig]
-    # (AC, micro-batch, accumulation) -> (per-GPU total bytes, fits): the lightest-candidate check and the
-    # scan at the most recomputation ask about the same configs. Keyed by plain values: hashing the
-    # pydantic config (and its nested layout) cost more than the lookup saved.
-    memory: dict[tuple[ActivationCheckpointing, int, int], tuple[int, bool]] = field(default_factory=dict)
-    # Per AC level, the memory estimator's peaks by (micro-batch, accumulation) (phases.batch_peaks), looked up
-    # once: a peak found there (estimated by an earlier search) needs no config built.
-    peaks: dict[ActivationCheckpointing, dict[tuple[int, int], StepPeak]] = field(default_factory=dict)
-    # What every throughput estimate of the group shares (hardware, links, data-parallel collectives), made
-    # at its first estimate: the micro-batch and AC do not change it.
-    throughput_plan: ThroughputPlan | None = None
 
 
 @dataclass
@@ -143,12 +85,14 @@ def cluster_variants(cluster: ClusterSpec, objective: Objective) -> list[Cluster
 
 
 def objective_score(throughput: ThroughputEstimate, world_size: int, objective: Objective) -> float:
-    return score_of(throughput.tokens_per_s, throughput.price_usd_per_gpu_hour, world_size, objective)
+    by_cost = objective is Objective.COST
+    return score_of(throughput.tokens_per_s, throughput.price_usd_per_gpu_hour, world_size, by_cost)
 
 
-def score_of(tokens_per_s: float, price_usd_per_gpu_hour: float | None, world_size: int, objective: Objective) -> float:
-    """objective_score from the estimate's two figures it reads."""
-    if objective is Objective.COST:
+def score_of(tokens_per_s: float, price_usd_per_gpu_hour: float | None, world_size: int, by_cost: bool) -> float:
+    """objective_score from the estimate's two figures it reads; by_cost: the cost objective (tokens per
+    dollar), else tokens per second (throughput and time-to-train)."""
+    if by_cost:
         price = (price_usd_per_gpu_hour or 0.0) * world_size  # search() refuses a GPU without a price
         return tokens_per_s / price if price > 0 else tokens_per_s / world_size
     return tokens_per_s
@@ -169,48 +113,33 @@ class CandidateEvaluator:
         self.families: dict[str, FamilyRecord] = {}
         self.counters = Counters()
         self._implementation = implementation_named(request.implementation)  # looked up once, not per estimate
+        self._by_cost = request.objective is Objective.COST
 
-    def _memory(
-        self,
-        group: Group,
-        ac: ActivationCheckpointing,
-        pair: tuple[int, int],
-        config_at: Callable[[tuple[int, int]], TrainingConfig],
-    ) -> tuple[int, bool]:
+    def _memory(self, group: Group, level: Level, pair: tuple[int, int]) -> tuple[int, bool]:
         """(per-GPU total bytes, fits) by the memory estimator's raw fast path; same rule as MemoryEstimate.fits.
-
-        `config_at(pair)` is the group's config at `ac` and `pair`, built only if the estimator needs it: the
-        cache keys are plain values."""
-        key = (ac, *pair)
-        seen = group.memory.get(key)
+        The caches are keyed by plain values, and the candidate's config is built only if the estimator needs it."""
+        seen = level.memory.get(pair)
         if seen is not None:
             return seen
         self.counters.memory_evaluations += 1
         cluster = group.cluster
         gpus_per_node = cluster.gpus_per_node
         world_size = gpus_per_node * cluster.num_nodes
-        peaks = group.peaks.get(ac)
+        peaks = level.peaks
         if peaks is None:
-            config = self._config_at_ac(group, ac)
-            peaks = group.peaks[ac] = batch_peaks(self.spec, config, world_size=world_size, gpus_per_node=gpus_per_node)
+            peaks = level.peaks = batch_peaks(
+                self.spec, level.config, world_size=world_size, gpus_per_node=gpus_per_node
+            )
         peak = peaks.get(pair)
         if peak is None:
-            peak = step_peak(
-                self.spec, config_at(pair), world_size=world_size, gpus_per_node=gpus_per_node, peaks=peaks
-            )
+            config = level.config_at(pair)
+            peak = step_peak(self.spec, config, world_size=world_size, gpus_per_node=gpus_per_node, peaks=peaks)
         total, cpu_per_node, nvme_per_node = fit_bytes(peak, gpus_per_node)
         fits = total <= group.usable_bytes and host_fits(
             cpu_per_node, nvme_per_node, cluster.cpu_ram_per_node_bytes, cluster.nvme_per_node_bytes
         )
-        seen = group.memory[key] = total, fits
+        seen = level.memory[pair] = total, fits
         return seen
-
-    def _config_at_ac(self, group: Group, ac: ActivationCheckpointing) -> TrainingConfig:
-        config = group.configs.get(ac)
-        if config is None:
-            validated = next(iter(group.configs.values()))
-            config = group.configs[ac] = with_checkpointing(validated, ac)
-        return config
 
     def _score(self, group: Group, layout: StrategyLayout, config: TrainingConfig) -> Scored:
         """`config`, one of the group's candidates, with estimate_throughput's figures and its score."""
@@ -223,7 +152,7 @@ class CandidateEvaluator:
             )
         step = candidate_step(plan, config)
         if self.adjust is None:
-            score = score_of(step.tokens_per_s, plan.price_usd_per_gpu_hour, cluster.world_size, self.request.objective)
+            score = score_of(step.tokens_per_s, plan.price_usd_per_gpu_hour, cluster.world_size, self._by_cost)
             return Scored(layout, config, cluster, score, step, plan)
         estimate = self.adjust(config, estimate_of(plan, step))  # measured records replace or correct it
         score = objective_score(estimate, cluster.world_size, self.request.objective)
@@ -273,7 +202,7 @@ class CandidateEvaluator:
             for precision in precisions_for(cluster, request):
                 # Validated once; the other AC levels, micro-batches and accumulations are copied in.
                 validated = TrainingConfig(**self._base_fields(layout, precision, allowed_ac[0]))
-                group = Group(layout, record, cluster, batches, precision, usable, {allowed_ac[0]: validated})
+                group = Group(layout, record, cluster, batches, precision, usable, validated)
                 fitting_micros: set[int] = set()  # micro-batches that fit with less recomputation
                 for index, ac in enumerate(allowed_ac):
                     remaining = allowed_ac[index:]
@@ -293,20 +222,15 @@ class CandidateEvaluator:
         """False when even the lightest candidates (most recomputation, smallest micro-batch, and the
         accumulation-free one) do not fit: then no candidate at the remaining AC levels does."""
         record, cluster, batches = group.record, group.cluster, group.batches
-        lightest_ac = remaining_ac[-1]
-        base = self._config_at_ac(group, lightest_ac)
-
-        def config_at(pair: tuple[int, int]) -> TrainingConfig:
-            return with_batch(base, pair[0], pair[1])
-
+        lightest = group.level(remaining_ac[-1])
         evaluations_before = self.counters.memory_evaluations
-        lightest = [batches[0]] + ([batches[-1]] if len(batches) > 1 and batches[-1][1] == 1 else [])
-        for pair in lightest:
-            total, fits = self._memory(group, lightest_ac, pair, config_at)
+        lightest_pairs = [batches[0]] + ([batches[-1]] if len(batches) > 1 and batches[-1][1] == 1 else [])
+        for pair in lightest_pairs:
+            total, fits = self._memory(group, lightest, pair)
             if fits:
                 return True
             if record.smallest_miss is None or total < record.smallest_miss[0]:
-                record.smallest_miss = (total, config_at(pair), cluster)
+                record.smallest_miss = (total, lightest.config_at(pair), cluster)
         candidates = len(batches) * len(remaining_ac)
         self.counters.considered += candidates
         self.counters.pruned += candidates - (self.counters.memory_evaluations - evaluations_before)
@@ -321,24 +245,17 @@ class CandidateEvaluator:
         """
         counters = self.counters
         layout, record, cluster, batches = group.layout, group.record, group.cluster, group.batches
-        base = self._config_at_ac(group, ac)
+        level = group.level(ac)
         counters.considered += len(batches)
         open_batches = [pair for pair in batches if pair[0] not in fitting_micros]  # others: dominated
         accumulation_free = []
         if open_batches and open_batches[-1][1] == 1:
             accumulation_free = [open_batches.pop()]
-        configs: dict[int, TrainingConfig] = {}
-
-        def config_at(pair: tuple[int, int]) -> TrainingConfig:
-            config = configs.get(pair[0])
-            if config is None:
-                config = configs[pair[0]] = with_batch(base, pair[0], pair[1])
-            return config
 
         def fits(pair: tuple[int, int]) -> bool:
-            total, ok = self._memory(group, ac, pair, config_at)
+            total, ok = self._memory(group, level, pair)
             if not ok and (record.smallest_miss is None or total < record.smallest_miss[0]):
-                record.smallest_miss = (total, config_at(pair), cluster)
+                record.smallest_miss = (total, level.config_at(pair), cluster)
             return ok
 
         evaluations_before = counters.memory_evaluations
@@ -368,7 +285,7 @@ class CandidateEvaluator:
         # the largest fitting micro-batch and stop at the first one slower than the last.
         scored: list[Scored] = []
         for pair in reversed(fitting):
-            item = self._score(group, layout, config_at(pair))
+            item = self._score(group, layout, level.config_at(pair))
             record.fitting.append(item)
             scored.append(item)
             if len(scored) > 1 and item.score < scored[-2].score:

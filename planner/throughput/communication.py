@@ -25,8 +25,8 @@ overlapped; the parameter all-gathers stay as above.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 
 from planner.contract.choices import GradientCompression
 from planner.models.flops import ModelShape
@@ -46,6 +46,10 @@ from planner.throughput.constants import ThroughputConstants
 from planner.throughput.implementation import OUR_STRATEGIES, Implementation
 from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, Precision, Strategy, TrainingConfig
 
+# Looked up once: a member access on an Enum class runs Python code in CPython 3.11 (enum.property), and
+# micro_batch_communication runs for every candidate the search estimates.
+FULL_CHECKPOINTING = ActivationCheckpointing.FULL
+
 OPTIMIZER_STATE_BYTES = {"adamw": 12.0, "adamw-8bit": 6.0, "adafactor": 4.0, "sgd": 8.0, "lion": 8.0}
 OPTIMIZER_STEP_BYTES = {"adamw": 28.0, "adamw-8bit": 16.0, "adafactor": 16.0, "sgd": 20.0, "lion": 20.0}
 
@@ -62,16 +66,6 @@ class StepComm:
     optimizer_step_s: float
 
 
-class DataParallelMode(Enum):
-    """Which of the module docstring's data-parallel schemes a layout runs."""
-
-    COMPRESSED = "compressed"  # our engine's compressed sum, plus any ZeRO parameter gathers
-    ALL_REDUCE = "all-reduce"  # DDP, FSDP NO_SHARD, ZeRO-0
-    GRAD_OP = "grad-op"  # FSDP SHARD_GRAD_OP
-    PARTITIONED = "partitioned"  # ZeRO-1 / ZeRO-2
-    SHARDED = "sharded"  # ZeRO-3, FSDP FULL_SHARD and HYBRID_SHARD
-
-
 @dataclass(frozen=True, slots=True)
 class CommunicationPlan:
     """Everything step_communication needs that the micro-batch, the accumulation and the activation
@@ -81,7 +75,10 @@ class CommunicationPlan:
 
     links: Links
     interference: float  # ThroughputConstants.overlap_interference
-    dp_mode: DataParallelMode
+    # The arithmetic of the layout's data-parallel scheme (one of the module docstring's): (plan, accumulation,
+    # forward and backward seconds of a micro-batch, blocks on the stage) -> (total DP traffic per step, what
+    # the step waits for of it).
+    data_parallel: Callable[[CommunicationPlan, int, float, float, int], tuple[float, float]]
     stage_zero: int
     # Data-parallel collectives, in seconds per call (0.0 where the mode has none).
     summed: float = 0.0  # the compressed sum
@@ -181,7 +178,7 @@ def communication_plan(
     summed = all_reduce = last_bucket = reduce = gather = cross = updated = 0.0
     if config.compression is not GradientCompression.NONE:
         # Our engine: one synchronous compressed sum per step, at the boundary (compressed_reduction.py).
-        mode = DataParallelMode.COMPRESSED
+        data_parallel = _compressed
         summed = compressed_reduction(
             config.compression,
             links,
@@ -196,20 +193,20 @@ def communication_plan(
         elif stage_zero == 3:
             gather = all_gather_s(links, dp_group, params * param_bytes)
     elif stage_zero == 0:
-        mode = DataParallelMode.ALL_REDUCE
+        data_parallel = _all_reduce
         all_reduce = all_reduce_s(links, dp_group, trainable * grad_bytes)
         last_bucket = all_reduce_s(links, dp_group, min(k.ddp_bucket_bytes, trainable * grad_bytes))
     elif stage_zero in (1, 2):
         reduce = reduce_scatter_s(links, dp_group, trainable * grad_bytes)
         if config.strategy is Strategy.FSDP:  # SHARD_GRAD_OP: gather once per micro-batch, kept to backward
-            mode = DataParallelMode.GRAD_OP
+            data_parallel = _grad_op
             gather = all_gather_s(links, dp_group, params * param_bytes)
         else:
             # Only the optimizer's (trainable) partitions change and are gathered back.
-            mode = DataParallelMode.PARTITIONED
+            data_parallel = _partitioned
             updated = all_gather_s(links, dp_group, trainable * element)
     else:
-        mode = DataParallelMode.SHARDED
+        data_parallel = _sharded
         per_gpu_nic = implementation.sharded_gather_per_gpu_nic
         gather = all_gather_s(links, shard_group, params * param_bytes, per_gpu_nic)
         reduce = reduce_scatter_s(links, shard_group, trainable * grad_bytes, per_gpu_nic)
@@ -250,7 +247,7 @@ def communication_plan(
     return CommunicationPlan(
         links=links,
         interference=k.overlap_interference,
-        dp_mode=mode,
+        data_parallel=data_parallel,
         stage_zero=stage_zero,
         summed=summed,
         all_reduce=all_reduce,
@@ -285,33 +282,47 @@ def communication_plan(
     )
 
 
-def _data_parallel(plan: CommunicationPlan, accum: int, fwd: float, bwd: float, blocks: int) -> tuple[float, float]:
-    """(total DP traffic per step, what the step waits for of it)."""
-    mode, interference = plan.dp_mode, plan.interference
-    if mode is DataParallelMode.COMPRESSED:
-        dp_total = exposed = plan.summed
-        if plan.stage_zero in (1, 2):
-            dp_total += plan.updated
-            exposed += plan.updated
-        elif plan.stage_zero == 3:
-            gather = plan.gather
-            dp_total += accum * 2 * gather
-            exposed += accum * (
-                gather / max(blocks, 1) + _hidden(gather, fwd, interference) + _hidden(gather, bwd, interference)
-            )
-        return dp_total, exposed
-    if mode is DataParallelMode.ALL_REDUCE:
-        last_bucket = plan.last_bucket
-        return plan.all_reduce, last_bucket + _hidden(plan.all_reduce - last_bucket, bwd, interference)
-    if mode is DataParallelMode.GRAD_OP:
-        gather, reduce = plan.gather, plan.reduce
-        first_block = gather / max(blocks, 1)
-        exposed = accum * (first_block + _hidden(gather, fwd, interference) + _hidden(reduce, bwd, interference))
-        return accum * (reduce + gather), exposed
-    if mode is DataParallelMode.PARTITIONED:
-        reduces = 1 if plan.stage_zero == 1 else accum
-        return reduces * plan.reduce + plan.updated, reduces * _hidden(plan.reduce, bwd, interference) + plan.updated
-    gather, reduce, cross = plan.gather, plan.reduce, plan.cross
+def _compressed(plan: CommunicationPlan, accum: int, fwd: float, bwd: float, blocks: int) -> tuple[float, float]:
+    """Our engine's compressed sum, once per step at the boundary, plus ZeRO's parameter all-gathers."""
+    dp_total = exposed = plan.summed
+    if plan.stage_zero in (1, 2):
+        dp_total += plan.updated
+        exposed += plan.updated
+    elif plan.stage_zero == 3:
+        gather, interference = plan.gather, plan.interference
+        dp_total += accum * 2 * gather
+        exposed += accum * (
+            gather / max(blocks, 1) + _hidden(gather, fwd, interference) + _hidden(gather, bwd, interference)
+        )
+    return dp_total, exposed
+
+
+def _all_reduce(plan: CommunicationPlan, accum: int, fwd: float, bwd: float, blocks: int) -> tuple[float, float]:
+    """DDP, FSDP NO_SHARD, ZeRO-0: one all-reduce per step in buckets under the last backward."""
+    all_reduce, last_bucket = plan.all_reduce, plan.last_bucket
+    return all_reduce, last_bucket + _hidden(all_reduce - last_bucket, bwd, plan.interference)
+
+
+def _grad_op(plan: CommunicationPlan, accum: int, fwd: float, bwd: float, blocks: int) -> tuple[float, float]:
+    """FSDP SHARD_GRAD_OP: parameters gathered once per micro-batch, gradients reduce-scattered after each."""
+    gather, reduce, interference = plan.gather, plan.reduce, plan.interference
+    first_block = gather / max(blocks, 1)
+    exposed = accum * (first_block + _hidden(gather, fwd, interference) + _hidden(reduce, bwd, interference))
+    return accum * (reduce + gather), exposed
+
+
+def _partitioned(plan: CommunicationPlan, accum: int, fwd: float, bwd: float, blocks: int) -> tuple[float, float]:
+    """ZeRO-1 (one reduce-scatter per step) and ZeRO-2 (one per micro-batch), then the updated partitions'
+    all-gather."""
+    reduces = 1 if plan.stage_zero == 1 else accum
+    exposed = reduces * _hidden(plan.reduce, bwd, plan.interference) + plan.updated
+    return reduces * plan.reduce + plan.updated, exposed
+
+
+def _sharded(plan: CommunicationPlan, accum: int, fwd: float, bwd: float, blocks: int) -> tuple[float, float]:
+    """ZeRO-3, FSDP FULL_SHARD and HYBRID_SHARD: every micro-batch gathers the parameters in forward and in
+    backward and reduce-scatters the gradients (hybrid: and all-reduces the shards across nodes)."""
+    gather, reduce, cross, interference = plan.gather, plan.reduce, plan.cross, plan.interference
     first_block = gather / max(blocks, 1)
     dp_total = accum * (2 * gather + reduce + cross)
     exposed = accum * (
@@ -344,7 +355,7 @@ def micro_batch_communication(
     layout, `stage` being that micro-batch's compute."""
     links, tp = plan.links, plan.tp
     fwd, bwd, blocks = stage.forward_s, stage.backward_s + stage.recompute_s, stage.blocks
-    dp_total, exposed = _data_parallel(plan, accum, fwd, bwd, blocks)
+    dp_total, exposed = plan.data_parallel(plan, accum, fwd, bwd, blocks)
     offload, optimizer_step = _offload(plan, accum, fwd, bwd)
 
     # Tensor parallelism: two all-reduces (or all-gather + reduce-scatter under
@@ -352,9 +363,11 @@ def micro_batch_communication(
     # backward, two more when full checkpointing repeats the forward.
     rows = micro_batch * plan.seq_len / plan.cp  # this rank's share of the tokens
     activation_bytes = rows * plan.hidden * plan.element
-    full = checkpointing is ActivationCheckpointing.FULL
+    full = checkpointing is FULL_CHECKPOINTING
     tp_per_block = 4 + (2 if full else 0)
-    tp_comm = accum * blocks * tp_per_block * all_reduce_s(links, plan.tp_group, activation_bytes)
+    tp_comm = 0.0  # what all_reduce_s gives a group of one
+    if tp > 1:
+        tp_comm = accum * blocks * tp_per_block * all_reduce_s(links, plan.tp_group, activation_bytes)
 
     ep_comm = 0.0
     if plan.expert_exchange:
