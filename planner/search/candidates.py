@@ -114,6 +114,10 @@ class CandidateEvaluator:
         self.counters = Counters()
         self._implementation = implementation_named(request.implementation)  # looked up once, not per estimate
         self._by_cost = request.objective is Objective.COST
+        # Within one search, by plain values: the cluster's slices offer many of the same layouts and data-parallel
+        # sizes, whose batch options and validated configs do not depend on the slice.
+        self._batches: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
+        self._validated: dict[tuple, TrainingConfig] = {}
 
     def _memory(self, group: Group, level: Level, pair: tuple[int, int]) -> tuple[int, bool]:
         """(per-GPU total bytes, fits) by the memory estimator's raw fast path; same rule as MemoryEstimate.fits.
@@ -147,8 +151,9 @@ class CandidateEvaluator:
         cluster = group.cluster
         plan = group.throughput_plan
         if plan is None:
+            # From the group's validated config: its key is already known (the memory estimate's).
             plan = group.throughput_plan = throughput_plan(
-                self.spec, config, cluster, implementation=self._implementation
+                self.spec, group.validated, cluster, implementation=self._implementation
             )
         step = candidate_step(plan, config)
         if self.adjust is None:
@@ -163,6 +168,17 @@ class CandidateEvaluator:
         if record is None:
             record = self.families[name] = FamilyRecord(name)
         return record
+
+    def _validated_config(
+        self, layout: StrategyLayout, precision: Precision, ac: ActivationCheckpointing
+    ) -> TrainingConfig:
+        """The layout's config at this precision and AC, validated once per search (the other AC levels,
+        micro-batches and accumulations are copied in: planner/search/groups.py)."""
+        key = (*layout.fields.items(), precision, ac)
+        config = self._validated.get(key)
+        if config is None:
+            config = self._validated[key] = TrainingConfig(**self._base_fields(layout, precision, ac))
+        return config
 
     def _base_fields(self, layout: StrategyLayout, precision: Precision, ac: ActivationCheckpointing) -> dict:
         request = self.request
@@ -189,9 +205,10 @@ class CandidateEvaluator:
             record = self._family(layout.family)
             dp = cluster.world_size // layout.model_parallel
             assert request.global_batch is not None  # search_plans resolves the batch before the candidates
-            batches = batch_options(
-                request, request.global_batch, dp, layout.pipeline_parallel, layout.micro_batch_rounds
-            )
+            batch_key = (dp, layout.pipeline_parallel, layout.micro_batch_rounds)
+            batches = self._batches.get(batch_key)
+            if batches is None:
+                batches = self._batches[batch_key] = batch_options(request, request.global_batch, *batch_key)
             if not batches:
                 if not record.fitting and record.smallest_miss is None:
                     record.infeasible = infeasible_batch_reason(
@@ -200,8 +217,7 @@ class CandidateEvaluator:
                 continue
             record.infeasible = None
             for precision in precisions_for(cluster, request):
-                # Validated once; the other AC levels, micro-batches and accumulations are copied in.
-                validated = TrainingConfig(**self._base_fields(layout, precision, allowed_ac[0]))
+                validated = self._validated_config(layout, precision, allowed_ac[0])
                 group = Group(layout, record, cluster, batches, precision, usable, validated)
                 fitting_micros: set[int] = set()  # micro-batches that fit with less recomputation
                 for index, ac in enumerate(allowed_ac):

@@ -10,6 +10,7 @@ so the search can build configs without re-checking them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from planner.contract.layout import ParallelDims, default_stage_layers
 from planner.hardware.cluster import ClusterSpec
@@ -121,7 +122,22 @@ class StrategyLayout:
 
 
 def _layout(complexity: int, fields: dict) -> StrategyLayout:
-    return StrategyLayout(family_label(TrainingConfig(**fields)), complexity, fields)
+    return StrategyLayout(_family_of(tuple(fields.items())), complexity, fields)
+
+
+@lru_cache(maxsize=4096)
+def _family_of(fields: tuple[tuple[str, object], ...]) -> str:
+    """family_label of the config these fields make, validated once per distinct fields: every cluster the
+    search looks at offers the same DDP, FSDP and ZeRO layouts and many of the same engine ones."""
+    return family_label(TrainingConfig(**dict(fields)))
+
+
+@lru_cache(maxsize=4096)
+def _parallel_dims(
+    virtual_stages: int, stage_layers: tuple[int, ...] | None, degrees: tuple[tuple[str, int], ...]
+) -> ParallelDims:
+    """One ParallelDims per distinct value (it is frozen), validated once; `degrees` as (name, degree) pairs."""
+    return ParallelDims(virtual_stages=virtual_stages, stage_layers=stage_layers, **dict(degrees))
 
 
 def divisors(n: int) -> list[int]:
@@ -285,11 +301,12 @@ def _engine_schedules(
     """One engine layout (its tp/pp/cp/ep `degrees`) at one ZeRO stage and compression, under each pipeline
     schedule the search tries."""
     layouts = []
+    named_degrees = tuple(degrees.items())
     for schedule, chunks, stage_map in _pipeline_schedules(spec.num_layers, degrees["pp"]):
         fields = {
             "strategy": Strategy.ENGINE,
             "zero_stage": stage,
-            "layout": ParallelDims(virtual_stages=chunks, stage_layers=stage_map, **degrees),
+            "layout": _parallel_dims(chunks, stage_map, named_degrees),
             # Sequence parallelism moves the same bytes as TP's all-reduces
             # and divides the activations by tp (Korthikanti et al. 2022): always on.
             "sequence_parallel": degrees["tp"] > 1,

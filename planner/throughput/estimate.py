@@ -17,10 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from planner.config_key import config_key_without_batch
 from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec
 from planner.models.flops import ModelShape, SequenceFlops, sequence_flops
 from planner.models.spec import ModelSpec
+from planner.throughput.collectives import Links
 from planner.throughput.communication import (
     CommunicationPlan,
     StepComm,
@@ -191,6 +193,10 @@ class ThroughputPlan:
     sources: dict[str, str]
 
 
+# (spec, config without its batch, the hardware's values, implementation) -> (spec, plan), under CONSTANTS.
+_plans: dict[tuple, tuple[ModelSpec, ThroughputPlan]] = {}
+
+
 def throughput_plan(
     spec: ModelSpec,
     config: TrainingConfig,
@@ -200,20 +206,44 @@ def throughput_plan(
     implementation: Implementation = OUR_STRATEGIES,
 ) -> ThroughputPlan:
     """The plan of `config`'s layout; its micro-batch, accumulation and activation checkpointing are not read
-    (candidate_step takes them from the candidate)."""
-    k = constants
+    (candidate_step takes them from the candidate). Memoised by value under the committed constants, as the
+    stages and the memory peaks are: searches of the same model on the same hardware share their plans."""
+    check_fp8_gpu(config, cluster)
+    if constants is not CONSTANTS:  # calibration: other constants, nothing cached
+        device, links, pcie_Bps = build_hardware(cluster, config, constants)
+        return _build_plan(spec, config, cluster, device, links, pcie_Bps, constants, implementation)
+    device, links, pcie_Bps = hardware_of(cluster, config)
+    # Everything the plan reads of the cluster: the device (interned: its identity is its value), the links,
+    # the GPU count, the NVMe bandwidth and its source, the price.
+    hardware = (id(device), links, pcie_Bps, cluster.gpus_per_node * cluster.num_nodes, cluster.nvme_bandwidth())
+    key = (id(spec), config_key_without_batch(config), *hardware, cluster.gpu.price_usd_per_hour, implementation)
+    entry = _plans.get(key)
+    if entry is not None and entry[0] is spec:
+        return entry[1]
+    if len(_plans) >= 16384:
+        _plans.clear()
+    plan = _build_plan(spec, config, cluster, device, links, pcie_Bps, constants, implementation)
+    _plans[key] = (spec, plan)  # the plan holds the device, so its id is not reused while the entry lives
+    return plan
+
+
+def _build_plan(
+    spec: ModelSpec,
+    config: TrainingConfig,
+    cluster: ClusterSpec,
+    device: Device,
+    links: Links,
+    pcie_Bps: float,
+    k: ThroughputConstants,
+    implementation: Implementation,
+) -> ThroughputPlan:
     stack = implementation.kernels
     if config.kernels is not KernelChoice.EAGER:
         stack = KernelStack.FUSED  # torch.compile and Liger fuse the norms' and rotary's chains
-    check_fp8_gpu(config, cluster)
     shape, fused_attention = shape_of(spec)
     fused_attention = fused_attention or not implementation.transformers_attention  # their own fused kernels
-    if k is CONSTANTS:
-        device, links, pcie_Bps = hardware_of(cluster, config)
-        stages = stages_of(stage_key(shape, config, device, fused_attention, stack))
-    else:  # calibration: other constants, nothing cached beyond this plan
-        device, links, pcie_Bps = build_hardware(cluster, config, k)
-        stages = {}
+    # The stages of other plans of the same stage key under the committed constants; this plan's own otherwise.
+    stages = stages_of(stage_key(shape, config, device, fused_attention, stack)) if k is CONSTANTS else {}
     world = cluster.gpus_per_node * cluster.num_nodes
     communication = communication_plan(
         shape,
