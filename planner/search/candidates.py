@@ -22,6 +22,7 @@ from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import fit_bytes, host_fits
 from planner.memory.phases import batch_peaks, step_peak
 from planner.models.spec import ModelSpec
+from planner.search import config_copy
 from planner.search.batching import batch_options, infeasible_batch_reason
 from planner.search.groups import FamilyRecord, Group, Level, Scored
 from planner.search.layouts import StrategyLayout, enumerate_layouts
@@ -114,10 +115,9 @@ class CandidateEvaluator:
         self.counters = Counters()
         self._implementation = implementation_named(request.implementation)  # looked up once, not per estimate
         self._by_cost = request.objective is Objective.COST
-        # Within one search, by plain values: the cluster's slices offer many of the same layouts and data-parallel
-        # sizes, whose batch options and validated configs do not depend on the slice.
+        # Within one search: the cluster's slices share many data-parallel sizes, whose batch options do not
+        # depend on the slice.
         self._batches: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
-        self._validated: dict[tuple, TrainingConfig] = {}
 
     def _memory(self, group: Group, level: Level, pair: tuple[int, int]) -> tuple[int, bool]:
         """(per-GPU total bytes, fits) by the memory estimator's raw fast path; same rule as MemoryEstimate.fits.
@@ -169,17 +169,6 @@ class CandidateEvaluator:
             record = self.families[name] = FamilyRecord(name)
         return record
 
-    def _validated_config(
-        self, layout: StrategyLayout, precision: Precision, ac: ActivationCheckpointing
-    ) -> TrainingConfig:
-        """The layout's config at this precision and AC, validated once per search (the other AC levels,
-        micro-batches and accumulations are copied in: planner/search/groups.py)."""
-        key = (*layout.fields.items(), precision, ac)
-        config = self._validated.get(key)
-        if config is None:
-            config = self._validated[key] = TrainingConfig(**self._base_fields(layout, precision, ac))
-        return config
-
     def _base_fields(self, layout: StrategyLayout, precision: Precision, ac: ActivationCheckpointing) -> dict:
         request = self.request
         return {
@@ -217,7 +206,9 @@ class CandidateEvaluator:
                 continue
             record.infeasible = None
             for precision in precisions_for(cluster, request):
-                validated = self._validated_config(layout, precision, allowed_ac[0])
+                # Validated once (config_copy.validated); the other AC levels, micro-batches and
+                # accumulations are copied in (planner/search/groups.py).
+                validated = config_copy.validated(self._base_fields(layout, precision, allowed_ac[0]))
                 group = Group(layout, record, cluster, batches, precision, usable, validated)
                 fitting_micros: set[int] = set()  # micro-batches that fit with less recomputation
                 for index, ac in enumerate(allowed_ac):

@@ -38,5 +38,30 @@ def with_batch(base: TrainingConfig, micro_batch: int, grad_accum: int) -> Train
 
 def with_checkpointing(base: TrainingConfig, checkpointing: ActivationCheckpointing) -> TrainingConfig:
     """base at another activation checkpointing level. TrainingConfig's checks never read the level (any
-    level is valid wherever another is), so the copy needs no validation."""
-    return _copy(base, {"activation_checkpointing": checkpointing}, _CHECKPOINTING_FIELDS)
+    level is valid wherever another is), so the copy needs no validation. One copy per base and level: the
+    estimators' caches remember a config's key by its identity (planner/config_key.py)."""
+    entry = _AT_LEVEL.get((id(base), checkpointing))
+    if entry is not None and entry[0] is base:
+        return entry[1]
+    if len(_AT_LEVEL) >= _MAX_CONFIGS:
+        _AT_LEVEL.clear()
+    copy = _copy(base, {"activation_checkpointing": checkpointing}, _CHECKPOINTING_FIELDS)
+    _AT_LEVEL[id(base), checkpointing] = (base, copy)  # holding the base keeps its id from being reused
+    return copy
+
+
+def validated(fields: dict[str, Any]) -> TrainingConfig:
+    """TrainingConfig(**fields), validated once per distinct fields: a config is frozen, so one object serves
+    every search that builds it (each cluster slice offers many of the same layouts)."""
+    key = tuple(fields.items())
+    config = _VALIDATED.get(key)
+    if config is None:
+        if len(_VALIDATED) >= _MAX_CONFIGS:
+            _VALIDATED.clear()
+        config = _VALIDATED[key] = TrainingConfig(**fields)
+    return config
+
+
+_MAX_CONFIGS = 8192
+_VALIDATED: dict[tuple, TrainingConfig] = {}
+_AT_LEVEL: dict[tuple[int, ActivationCheckpointing], tuple[TrainingConfig, TrainingConfig]] = {}
