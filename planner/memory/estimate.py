@@ -79,8 +79,13 @@ class MemoryEstimate(BaseModel):
         return int(self.gpu_capacity_bytes * (1 - self.headroom_fraction))
 
 
+# Looked up once: a member access on an Enum class runs Python code in CPython 3.11 (enum.property), and
+# fit_bytes runs for every candidate the search estimates.
+_CUDA = Runtime.CUDA
+
+
 def _overhead_bytes(tensors: int, overhead: OverheadSettings, runtime: Runtime) -> int:
-    if runtime is not Runtime.CUDA:
+    if runtime is not _CUDA:
         return 0
     return int(overhead.cuda_context_bytes + overhead.fragmentation_fraction * tensors)
 

@@ -128,14 +128,15 @@ class CandidateEvaluator:
         self.counters.memory_evaluations += 1
         cluster = group.cluster
         gpus_per_node = cluster.gpus_per_node
-        world_size = gpus_per_node * cluster.num_nodes
         peaks = level.peaks
         if peaks is None:
+            world_size = gpus_per_node * cluster.num_nodes
             peaks = level.peaks = batch_peaks(
                 self.spec, level.config, world_size=world_size, gpus_per_node=gpus_per_node
             )
         peak = peaks.get(pair)
         if peak is None:
+            world_size = gpus_per_node * cluster.num_nodes
             config = level.config_at(pair)
             peak = step_peak(self.spec, config, world_size=world_size, gpus_per_node=gpus_per_node, peaks=peaks)
         total, cpu_per_node, nvme_per_node = fit_bytes(peak, gpus_per_node)
@@ -145,8 +146,8 @@ class CandidateEvaluator:
         seen = level.memory[pair] = total, fits
         return seen
 
-    def _score(self, group: Group, layout: StrategyLayout, config: TrainingConfig) -> Scored:
-        """`config`, one of the group's candidates, with estimate_throughput's figures and its score."""
+    def _score(self, group: Group, level: Level, pair: tuple[int, int]) -> Scored:
+        """The candidate at `level` and `pair` with estimate_throughput's figures and its score."""
         self.counters.throughput_evaluations += 1
         cluster = group.cluster
         plan = group.throughput_plan
@@ -155,13 +156,14 @@ class CandidateEvaluator:
             plan = group.throughput_plan = throughput_plan(
                 self.spec, group.validated, cluster, implementation=self._implementation
             )
-        step = candidate_step(plan, config)
+        step = candidate_step(plan, level.config, *pair)
         if self.adjust is None:
             score = score_of(step.tokens_per_s, plan.price_usd_per_gpu_hour, cluster.world_size, self._by_cost)
-            return Scored(layout, config, cluster, score, step, plan)
-        estimate = self.adjust(config, estimate_of(plan, step))  # measured records replace or correct it
+            return Scored(group.layout, cluster, score, step, plan, level, pair)
+        # Measured records replace or correct the estimate.
+        estimate = self.adjust(level.config_at(pair), estimate_of(plan, step))
         score = objective_score(estimate, cluster.world_size, self.request.objective)
-        return Scored(layout, config, cluster, score, step, plan, estimate)
+        return Scored(group.layout, cluster, score, step, plan, level, pair, estimate)
 
     def _family(self, name: str) -> FamilyRecord:
         record = self.families.get(name)
@@ -251,7 +253,7 @@ class CandidateEvaluator:
         candidate (last, when a global batch is given) is evaluated on its own.
         """
         counters = self.counters
-        layout, record, cluster, batches = group.layout, group.record, group.cluster, group.batches
+        record, cluster, batches = group.record, group.cluster, group.batches
         level = group.level(ac)
         counters.considered += len(batches)
         open_batches = [pair for pair in batches if pair[0] not in fitting_micros]  # others: dominated
@@ -292,7 +294,7 @@ class CandidateEvaluator:
         # the largest fitting micro-batch and stop at the first one slower than the last.
         scored: list[Scored] = []
         for pair in reversed(fitting):
-            item = self._score(group, layout, level.config_at(pair))
+            item = self._score(group, level, pair)
             record.fitting.append(item)
             scored.append(item)
             if len(scored) > 1 and item.score < scored[-2].score:

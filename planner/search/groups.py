@@ -25,16 +25,21 @@ from planner.training_config import ActivationCheckpointing, Precision, Training
 class Scored:
     """One fitting candidate with its estimates.
 
-    Its ThroughputEstimate (a pydantic model) is built when first read: the search scores thousands of
-    candidates from their plain step figures and reports the estimates of a few."""
+    Its TrainingConfig and ThroughputEstimate (pydantic models) are built when first read: the search scores
+    thousands of candidates from plain values and reports the configs and estimates of a few."""
 
     layout: StrategyLayout
-    config: TrainingConfig
     cluster: ClusterSpec
     score: float  # higher is better under the request's objective
     step: CandidateStep
     plan: ThroughputPlan  # the layout's, which types the step as an estimate
+    level: Level  # the group's AC level the candidate is at
+    batch: tuple[int, int]  # (micro-batch, accumulation)
     estimate: ThroughputEstimate | None = None  # the typed estimate, once built (or throughput_adjust's)
+
+    @property
+    def config(self) -> TrainingConfig:
+        return self.level.config_at(self.batch)
 
     @property
     def throughput(self) -> ThroughputEstimate:

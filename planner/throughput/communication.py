@@ -33,9 +33,11 @@ from planner.models.flops import ModelShape
 from planner.throughput.collectives import (
     Group,
     Links,
+    PlacedAllReduce,
     all_gather_s,
     all_reduce_s,
     all_to_all_s,
+    placed_all_reduce,
     point_to_point_s,
     process_group,
     reduce_scatter_s,
@@ -90,6 +92,7 @@ class CommunicationPlan:
     updated: float = 0.0  # the updated partitions' all-gather after the optimizer step
     # Offload: a micro-batch's parameter fetch (None: no parameter offload), and the CPU optimizer's
     # per-step costs (cpu_step None: the optimizer steps on the GPU, in optimizer_step seconds).
+    offloads: bool = False  # any of fetch or cpu_step
     fetch: float | None = None
     grads_down: float = 0.0
     params_up: float = 0.0
@@ -101,7 +104,7 @@ class CommunicationPlan:
     element: int = 2
     tp: int = 1
     cp: int = 1
-    tp_group: Group = Group(1, 1, 1)
+    tp_all_reduce: PlacedAllReduce | None = None  # None: tp 1, no tensor-parallel traffic
     expert_exchange: bool = False
     experts_per_token: int = 0
     expert_load: float = 0.0  # assignments the busiest expert-parallel rank runs, in even shares
@@ -256,6 +259,7 @@ def communication_plan(
         gather=gather,
         cross=cross,
         updated=updated,
+        offloads=fetch is not None or cpu_step is not None,
         fetch=fetch,
         grads_down=grads_down,
         params_up=params_up,
@@ -266,7 +270,7 @@ def communication_plan(
         element=element,
         tp=tp,
         cp=cp,
-        tp_group=process_group(tp, 1, gpn),
+        tp_all_reduce=placed_all_reduce(links, process_group(tp, 1, gpn)) if tp > 1 else None,
         expert_exchange=expert_exchange,
         experts_per_token=shape.experts_per_token,
         expert_load=expert_load,
@@ -356,7 +360,7 @@ def micro_batch_communication(
     links, tp = plan.links, plan.tp
     fwd, bwd, blocks = stage.forward_s, stage.backward_s + stage.recompute_s, stage.blocks
     dp_total, exposed = plan.data_parallel(plan, accum, fwd, bwd, blocks)
-    offload, optimizer_step = _offload(plan, accum, fwd, bwd)
+    offload, optimizer_step = _offload(plan, accum, fwd, bwd) if plan.offloads else (0.0, plan.optimizer_step)
 
     # Tensor parallelism: two all-reduces (or all-gather + reduce-scatter under
     # sequence parallelism, the same volume) per block in forward, two in
@@ -366,8 +370,8 @@ def micro_batch_communication(
     full = checkpointing is FULL_CHECKPOINTING
     tp_per_block = 4 + (2 if full else 0)
     tp_comm = 0.0  # what all_reduce_s gives a group of one
-    if tp > 1:
-        tp_comm = accum * blocks * tp_per_block * all_reduce_s(links, plan.tp_group, activation_bytes)
+    if plan.tp_all_reduce is not None:
+        tp_comm = accum * blocks * tp_per_block * plan.tp_all_reduce.seconds(activation_bytes)
 
     ep_comm = 0.0
     if plan.expert_exchange:

@@ -293,19 +293,21 @@ class CandidateStep:
     comm: StepComm
     global_batch: int
     tokens_per_s: float
-    per_gpu_model_flops: float
-    per_gpu_hardware_flops: float
+    flops: SequenceFlops  # of one sequence
     launch_bound: bool
 
 
-def candidate_step(plan: ThroughputPlan, config: TrainingConfig) -> CandidateStep:
-    """The step of `config`, a candidate of the plan's layout (the config the plan was made from, at any
-    micro-batch, accumulation and activation checkpointing)."""
-    micro_batch, accum, checkpointing = config.micro_batch, config.grad_accum, config.activation_checkpointing
+def candidate_step(plan: ThroughputPlan, config: TrainingConfig, micro_batch: int, accum: int) -> CandidateStep:
+    """The step of `config` at `micro_batch` and `accum`, a candidate of the plan's layout (the config the plan
+    was made from, at any activation checkpointing). The config's own batch is not read: the search passes
+    its AC level's config and builds a candidate's own only for the candidates it reports."""
+    checkpointing = config.activation_checkpointing
     cached = plan.stages.get((micro_batch, checkpointing))
     if cached is None:
         if len(plan.stages) > 4096:
             plan.stages.clear()
+        if (config.micro_batch, config.grad_accum) != (micro_batch, accum):
+            config = config.model_copy(update={"micro_batch": micro_batch, "grad_accum": accum})
         shape, device, k = plan.shape, plan.device, plan.constants
         stage = stage_compute(shape, config, device, k, fused_attention=plan.fused_attention, stack=plan.stack)
         cached = plan.stages[micro_batch, checkpointing] = (stage, sequence_flops(shape, config))
@@ -317,7 +319,6 @@ def candidate_step(plan: ThroughputPlan, config: TrainingConfig) -> CandidateSte
     recompute = accum * stage.recompute_s
     step = compute + recompute + comm.exposed_s + bubble + comm.offload_s + comm.optimizer_step_s
 
-    world = plan.world
     global_batch = micro_batch * accum * plan.dp
     return CandidateStep(
         step_s=step,
@@ -327,8 +328,7 @@ def candidate_step(plan: ThroughputPlan, config: TrainingConfig) -> CandidateSte
         comm=comm,
         global_batch=global_batch,
         tokens_per_s=global_batch * plan.seq_len / step,
-        per_gpu_model_flops=flops.model * global_batch / world / step,
-        per_gpu_hardware_flops=flops.hardware * global_batch / world / step,
+        flops=flops,
         launch_bound=stage.launch_bound,
     )
 
@@ -336,7 +336,9 @@ def candidate_step(plan: ThroughputPlan, config: TrainingConfig) -> CandidateSte
 def estimate_of(plan: ThroughputPlan, candidate: CandidateStep) -> ThroughputEstimate:
     """The typed estimate of a candidate_step of the plan."""
     comm, step, bubble = candidate.comm, candidate.step_s, candidate.bubble_s
-    peak, global_batch, per_gpu_model = plan.device.peak_flops, candidate.global_batch, candidate.per_gpu_model_flops
+    peak, global_batch, world = plan.device.peak_flops, candidate.global_batch, plan.world
+    per_gpu_model = candidate.flops.model * global_batch / world / step
+    per_gpu_hardware = candidate.flops.hardware * global_batch / world / step
     breakdown = _construct(
         StepTimeBreakdown,
         dict(
@@ -359,13 +361,13 @@ def estimate_of(plan: ThroughputPlan, candidate: CandidateStep) -> ThroughputEst
             samples_per_s=global_batch / step,
             tflops_per_gpu=per_gpu_model / 1e12,
             mfu=per_gpu_model / peak,
-            hfu=candidate.per_gpu_hardware_flops / peak,
+            hfu=per_gpu_hardware / peak,
             global_batch=global_batch,
             breakdown=breakdown,
             price_usd_per_gpu_hour=plan.price_usd_per_gpu_hour,
             sources=dict(plan.sources),  # each estimate owns its dict
             notes=bottleneck_notes(step, comm.exposed_s, bubble, comm.offload_s, candidate.launch_bound),
-            world_size=plan.world,
+            world_size=world,
         ),
     )
 
@@ -382,4 +384,4 @@ def estimate_throughput(
     by default what this project's strategies run. Published runs of other
     codebases (Megatron-LM, llm-foundry, ...) pass their preset."""
     plan = throughput_plan(spec, config, cluster, constants=constants, implementation=implementation)
-    return estimate_of(plan, candidate_step(plan, config))
+    return estimate_of(plan, candidate_step(plan, config, config.micro_batch, config.grad_accum))
