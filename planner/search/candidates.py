@@ -192,6 +192,7 @@ class CandidateEvaluator:
         request = self.request
         allowed_ac = [ac for ac in AC_ORDER if ac in request.activation_checkpointing]
         usable = int(cluster.gpu.memory_bytes * (1 - request.headroom_fraction))
+        precisions = precisions_for(cluster, request)
         for layout in enumerate_layouts(self.spec, cluster, request):
             record = self._family(layout.family)
             dp = cluster.world_size // layout.model_parallel
@@ -207,7 +208,7 @@ class CandidateEvaluator:
                     )
                 continue
             record.infeasible = None
-            for precision in precisions_for(cluster, request):
+            for precision in precisions:
                 # Validated once (config_copy.validated); the other AC levels, micro-batches and
                 # accumulations are copied in (planner/search/groups.py).
                 validated = config_copy.validated(self._base_fields(layout, precision, allowed_ac[0]))

@@ -140,10 +140,16 @@ def _parallel_dims(
     return ParallelDims(virtual_stages=virtual_stages, stage_layers=stage_layers, **dict(degrees))
 
 
-def divisors(n: int) -> list[int]:
-    """Ascending divisors of n, in O(sqrt n)."""
+def divisors(n: int) -> tuple[int, ...]:
+    """Ascending divisors of n, in O(sqrt n); remembered, since the search asks for the same few numbers'
+    divisors for every layout of every cluster slice."""
+    return _divisors(n)
+
+
+@lru_cache(maxsize=4096)
+def _divisors(n: int) -> tuple[int, ...]:
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return small + [n // d for d in reversed(small) if d * d != n]
+    return (*small, *[n // d for d in reversed(small) if d * d != n])
 
 
 def _fsdp_layouts(cluster: ClusterSpec, allow_offload: bool, with_ddp: bool) -> list[StrategyLayout]:
@@ -244,15 +250,17 @@ def _compression_complexity(compression: GradientCompression) -> int:
     return 0 if compression is GradientCompression.NONE else 1
 
 
-def _pipeline_schedules(layers: int, pp: int) -> list[tuple[PipelineSchedule, int, tuple[int, ...] | None]]:
+@lru_cache(maxsize=1024)
+def _pipeline_schedules(layers: int, pp: int) -> tuple[tuple[PipelineSchedule, int, tuple[int, ...] | None], ...]:
     """(schedule, chunks per rank, stage map) the search tries at pp: 1F1B over the default map; interleaved
     with 2 chunks per rank when they divide the layers (Narayanan et al. 2021); and interleaved one-layer
     chunks, the embedding and the head each taking a chunk of their own when pp divides layers + 2 (Llama 3
-    405B: 126 + 2 over pp 16, 8 per rank; docs/parallelism.md), the smallest bubble at the most transfers."""
+    405B: 126 + 2 over pp 16, 8 per rank; docs/parallelism.md), the smallest bubble at the most transfers.
+    Remembered: every cluster slice asks again."""
     uneven = layers % pp != 0
     schedules = [(PipelineSchedule.ONE_F_ONE_B, 1, default_stage_layers(layers, pp) if uneven else None)]
     if pp == 1:
-        return schedules
+        return tuple(schedules)
     if not uneven and (layers // pp) % INTERLEAVED_CHUNKS == 0:
         schedules.append((PipelineSchedule.INTERLEAVED, INTERLEAVED_CHUNKS, None))
     one_layer = (layers + 2) // pp if (layers + 2) % pp == 0 else (0 if uneven else layers // pp)
@@ -260,7 +268,7 @@ def _pipeline_schedules(layers: int, pp: int) -> list[tuple[PipelineSchedule, in
         chunks = one_layer * pp
         stage_map = default_stage_layers(layers, chunks) if chunks != layers else None
         schedules.append((PipelineSchedule.INTERLEAVED, one_layer, stage_map))
-    return schedules
+    return tuple(schedules)
 
 
 def pipeline_degrees(spec: ModelSpec, world: int, tp: int) -> list[int]:
