@@ -120,8 +120,11 @@ class CommunicationPlan:
 
 
 def _hidden(comm: float, window: float, interference: float) -> float:
-    """Exposed time of `comm` seconds of traffic overlapped with `window` seconds of compute."""
-    return max(0.0, comm - window) + interference * min(comm, window)
+    """Exposed time of `comm` seconds of traffic overlapped with `window` seconds of compute:
+    max(0.0, comm - window) + interference * min(comm, window), written out (the same values: max and min
+    return their first argument unless a later one is larger, or smaller) without two calls per candidate."""
+    excess = comm - window
+    return (excess if excess > 0.0 else 0.0) + interference * (window if window < comm else comm)
 
 
 def _zero_stage(config: TrainingConfig) -> int:

@@ -281,10 +281,11 @@ def _build_plan(
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CandidateStep:
     """One candidate's step time and what its ThroughputEstimate reports, as plain values: the search scores
-    thousands of candidates by tokens_per_s and builds the (pydantic) estimates of the few it reports."""
+    thousands of candidates by tokens_per_s and builds the (pydantic) estimates of the few it reports.
+    Not frozen: a frozen dataclass sets each field through object.__setattr__, a call per field."""
 
     step_s: float
     compute_s: float
