@@ -64,12 +64,14 @@ def batch_peaks(
 
     Keyed by the config's plain values (planner/config_key.py), not the config: pydantic's __hash__ and
     __eq__ cost more than the rest of a cache hit. The values decide the peak alone."""
+    global _peaks_held
     key = (id(spec), config_key_without_batch(config), world_size, gpus_per_node, runtime)
     entry = _PEAKS.get(key)
     if entry is not None and entry[0] is spec:
         return entry[1]
-    if len(_PEAKS) >= MAX_SPECS * 64:
-        _PEAKS.clear()
+    if len(_PEAKS) >= _MAX_PEAKS or _peaks_held >= _MAX_PEAKS:
+        _PEAKS.clear()  # (a caller's dict stays valid: it is only no longer shared)
+        _peaks_held = 0
     peaks: dict[tuple[int, int], StepPeak] = {}
     _PEAKS[key] = (spec, peaks)  # holding the spec keeps its id from being reused while the entry lives
     return peaks
@@ -88,10 +90,12 @@ def step_peak(
     `peaks`: batch_peaks of this config, when the caller has it."""
     if peaks is None:
         peaks = batch_peaks(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime)
+    global _peaks_held
     batch = (config.micro_batch, config.grad_accum)
     peak = peaks.get(batch)
     if peak is None:
         peak = peaks[batch] = _peak(spec, config, world_size, gpus_per_node, runtime)
+        _peaks_held += 1
     return peak
 
 
@@ -147,6 +151,9 @@ def _build_batch_independent(
 
 
 _PEAKS: dict[tuple, tuple[ModelSpec, dict[tuple[int, int], StepPeak]]] = {}
+# Bounded by the peaks it holds (as when it held one per entry), counted as step_peak adds them.
+_MAX_PEAKS = MAX_SPECS * 64
+_peaks_held = 0
 
 
 def _peak(spec: ModelSpec, config: TrainingConfig, world_size: int, gpus_per_node: int, runtime: Runtime) -> StepPeak:

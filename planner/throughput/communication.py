@@ -70,7 +70,7 @@ class StepComm:
 
 @dataclass(frozen=True, slots=True)
 class CommunicationPlan:
-    """Everything step_communication needs that the micro-batch, the accumulation and the activation
+    """Everything a step's communication needs that the micro-batch, the accumulation and the activation
     checkpointing do not change: the data-parallel collectives (their sizes are the layout's shards), the
     offload transfers, and the groups and sizes the per-micro-batch traffic is computed from. The search
     builds one per layout and cluster and runs micro_batch_communication for each of its micro-batches."""

@@ -106,7 +106,7 @@ def stages_of(key: tuple) -> dict[tuple[int, ActivationCheckpointing], tuple[Sta
     """The stages computed so far for one stage_key, by (micro-batch, activation checkpointing)."""
     stages = _stages.get(key)
     if stages is None:
-        if len(_stages) > 1024:
+        if len(_stages) > 256:  # each holds its stages by micro-batch and AC: a few hundred at most
             _stages.clear()
         stages = _stages[key] = {}
     return stages

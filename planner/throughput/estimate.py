@@ -220,7 +220,7 @@ def throughput_plan(
     entry = _plans.get(key)
     if entry is not None and entry[0] is spec:
         return entry[1]
-    if len(_plans) >= 16384:
+    if len(_plans) >= 4096:
         _plans.clear()
     plan = _build_plan(spec, config, cluster, device, links, pcie_Bps, constants, implementation)
     _plans[key] = (spec, plan)  # the plan holds the device, so its id is not reused while the entry lives
