@@ -35,6 +35,8 @@ from planner.training_config import ActivationCheckpointing, Precision, Strategy
 ThroughputAdjust = Callable[[TrainingConfig, ThroughputEstimate], ThroughputEstimate]
 
 AC_ORDER = (ActivationCheckpointing.NONE, ActivationCheckpointing.SELECTIVE, ActivationCheckpointing.FULL)
+# (layout identity, precision, AC, the request's config fields) -> (layout, its validated config).
+_LAYOUT_CONFIGS: dict[tuple, tuple[StrategyLayout, TrainingConfig]] = {}
 
 
 @dataclass
@@ -115,9 +117,17 @@ class CandidateEvaluator:
         self.counters = Counters()
         self._implementation = implementation_named(request.implementation)  # looked up once, not per estimate
         self._by_cost = request.objective is Objective.COST
-        # Within one search: the cluster's slices share many data-parallel sizes, whose batch options do not
-        # depend on the slice.
-        self._batches: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
+        # What the validated configs read of the request (_base_fields), as plain values.
+        self._request_fields = (
+            request.seq_len,
+            request.optimizer,
+            request.attention,
+            request.lora_rank,
+            request.qlora,
+            request.fp8,
+            request.kernels,
+            *request.routing.__dict__.values(),
+        )
 
     def _memory(self, group: Group, level: Level, pair: tuple[int, int]) -> tuple[int, bool]:
         """(per-GPU total bytes, fits) by the memory estimator's raw fast path; same rule as MemoryEstimate.fits.
@@ -171,6 +181,23 @@ class CandidateEvaluator:
             record = self.families[name] = FamilyRecord(name)
         return record
 
+    def _validated_config(
+        self, layout: StrategyLayout, precision: Precision, ac: ActivationCheckpointing
+    ) -> TrainingConfig:
+        """The layout's config at this precision and AC level, validated once per distinct value
+        (config_copy.validated); the other AC levels, micro-batches and accumulations are copied in
+        (planner/search/groups.py). Found by the layout's identity first (enumerate_layouts gives every search
+        of a cluster shape the same layouts): cheaper than hashing the fields' nested models."""
+        key = (id(layout), precision, ac, self._request_fields)
+        entry = _LAYOUT_CONFIGS.get(key)
+        if entry is not None and entry[0] is layout:
+            return entry[1]
+        if len(_LAYOUT_CONFIGS) >= 8192:
+            _LAYOUT_CONFIGS.clear()
+        config = config_copy.validated(self._base_fields(layout, precision, ac))
+        _LAYOUT_CONFIGS[key] = (layout, config)  # holding the layout keeps its id from being reused
+        return config
+
     def _base_fields(self, layout: StrategyLayout, precision: Precision, ac: ActivationCheckpointing) -> dict:
         request = self.request
         return {
@@ -197,10 +224,9 @@ class CandidateEvaluator:
             record = self._family(layout.family)
             dp = cluster.world_size // layout.model_parallel
             assert request.global_batch is not None  # search_plans resolves the batch before the candidates
-            batch_key = (dp, layout.pipeline_parallel, layout.micro_batch_rounds)
-            batches = self._batches.get(batch_key)
-            if batches is None:
-                batches = self._batches[batch_key] = batch_options(request, request.global_batch, *batch_key)
+            batches = batch_options(
+                request, request.global_batch, dp, layout.pipeline_parallel, layout.micro_batch_rounds
+            )
             if not batches:
                 if not record.fitting and record.smallest_miss is None:
                     record.infeasible = infeasible_batch_reason(
@@ -209,9 +235,7 @@ class CandidateEvaluator:
                 continue
             record.infeasible = None
             for precision in precisions:
-                # Validated once (config_copy.validated); the other AC levels, micro-batches and
-                # accumulations are copied in (planner/search/groups.py).
-                validated = config_copy.validated(self._base_fields(layout, precision, allowed_ac[0]))
+                validated = self._validated_config(layout, precision, allowed_ac[0])
                 group = Group(layout, record, cluster, batches, precision, usable, validated)
                 fitting_micros: set[int] = set()  # micro-batches that fit with less recomputation
                 for index, ac in enumerate(allowed_ac):

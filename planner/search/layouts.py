@@ -352,7 +352,36 @@ def _expert_layouts(spec: ModelSpec, cluster: ClusterSpec, compression: Compress
     return layouts
 
 
+# (spec, what enumerate_layouts reads of the cluster and the request) -> (spec, its layouts).
+_LAYOUTS: dict[tuple, tuple[ModelSpec, tuple[StrategyLayout, ...]]] = {}
+
+
 def enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest) -> list[StrategyLayout]:
+    """Every layout the request allows for this model on this cluster. Memoised by the values it reads (the
+    spec, the cluster's GPUs per node, nodes and whether it has NVMe, the request's strategy fields): every
+    search of the model on a cluster of that shape gets the same layout objects, which the search's own
+    caches key on (planner/search/candidates.py)."""
+    key = (
+        id(spec),
+        cluster.gpus_per_node,
+        cluster.num_nodes,
+        bool(cluster.nvme_per_node_bytes),
+        request.strategies,
+        request.allow_offload,
+        request.lora_rank,
+        request.qlora,
+        request.seq_len,
+        request.compression,
+    )
+    entry = _LAYOUTS.get(key)
+    if entry is None or entry[0] is not spec:
+        if len(_LAYOUTS) >= 1024:
+            _LAYOUTS.clear()
+        entry = _LAYOUTS[key] = (spec, tuple(_enumerate_layouts(spec, cluster, request)))  # holds the spec
+    return list(entry[1])
+
+
+def _enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest) -> list[StrategyLayout]:
     wanted = set(request.strategies)
     layouts: list[StrategyLayout] = []
     if "ddp" in wanted:
