@@ -168,7 +168,7 @@ class CandidateEvaluator:
             )
         step = candidate_step(plan, level.config, *pair)
         if self.adjust is None:
-            score = score_of(step.tokens_per_s, plan.price_usd_per_gpu_hour, cluster.world_size, self._by_cost)
+            score = score_of(step.tokens_per_s, plan.price_usd_per_gpu_hour, plan.world, self._by_cost)
             return Scored(group.layout, cluster, score, step, plan, level, pair)
         # Measured records replace or correct the estimate.
         estimate = self.adjust(level.config_at(pair), estimate_of(plan, step))

@@ -21,7 +21,7 @@ from planner.throughput.result import ThroughputEstimate
 from planner.training_config import ActivationCheckpointing, Precision, TrainingConfig
 
 
-@dataclass
+@dataclass(slots=True)
 class Scored:
     """One fitting candidate with its estimates.
 
@@ -59,7 +59,7 @@ class FamilyRecord:
     infeasible: str | None = None  # why no candidate could even be built
 
 
-@dataclass
+@dataclass(slots=True)
 class Level:
     """A group's candidates at one activation checkpointing level: they differ in the micro-batch (each with
     its one accumulation)."""
@@ -81,7 +81,7 @@ class Level:
         return config
 
 
-@dataclass
+@dataclass(slots=True)
 class Group:
     """One layout at one precision on one cluster: the candidates that differ in AC and micro-batch."""
 
