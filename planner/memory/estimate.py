@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.gradient_compression import wire_source
 from planner.limits import MAX_GIB, check_number
 from planner.memory.model_states import uses_native_mixed_precision
-from planner.memory.phases import TENSOR_CATEGORIES, step_peak
+from planner.memory.phases import TENSOR_CATEGORIES, StepPeak, step_peak
 from planner.memory.runtime import Runtime
 from planner.models.spec import ModelSpec
 from planner.training_config import GradientCompression, TrainingConfig
@@ -79,15 +79,34 @@ class MemoryEstimate(BaseModel):
         return int(self.gpu_capacity_bytes * (1 - self.headroom_fraction))
 
 
+# Looked up once: a member access on an Enum class runs Python code in CPython 3.11 (enum.property), and
+# fit_bytes runs for every candidate the search estimates.
+_CUDA = Runtime.CUDA
+
+
+def _overhead_bytes(tensors: int, overhead: OverheadSettings, runtime: Runtime) -> int:
+    if runtime is not _CUDA:
+        return 0
+    return int(overhead.cuda_context_bytes + overhead.fragmentation_fraction * tensors)
+
+
 def _with_overhead(per_gpu: dict[str, float], overhead: OverheadSettings, runtime: Runtime) -> dict[str, int]:
     result = {name: int(value) for name, value in per_gpu.items()}
     tensors = sum(result.values())
-    extra = (
-        int(overhead.cuda_context_bytes + overhead.fragmentation_fraction * tensors) if runtime is Runtime.CUDA else 0
-    )
+    extra = _overhead_bytes(tensors, overhead, runtime)
     result["overhead"] = extra
     result["total"] = tensors + extra
     return result
+
+
+def fit_bytes(
+    peak: StepPeak, gpus_per_node: int, overhead: OverheadSettings = DEFAULT_OVERHEAD, runtime: Runtime = Runtime.CUDA
+) -> tuple[int, int, int]:
+    """(per-GPU total, CPU bytes per node, NVMe bytes per node) of a step peak: estimate_memory_bytes's
+    "total", "cpu_per_node" and "nvme_per_node", all that whether it fits reads, without the categories."""
+    tensors = peak.tensor_bytes
+    total = tensors + _overhead_bytes(tensors, overhead, runtime)
+    return total, int(peak.cpu_per_rank * gpus_per_node), int(peak.nvme_per_rank * gpus_per_node)
 
 
 def host_fits(cpu_bytes: int, nvme_bytes: int, cpu_capacity: int | None, nvme_capacity: int | None) -> bool:

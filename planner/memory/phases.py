@@ -18,10 +18,10 @@ times; estimate.py wraps it in the typed MemoryEstimate with sources.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
-from planner.config_key import config_key
+from planner.config_key import config_key_without_batch
 from planner.memory.activations import Widths, activation_widths, estimate_activations
 from planner.memory.buffers import Buffers, estimate_buffers
 from planner.memory.model_states import ModelStates, model_state_bytes, uses_native_mixed_precision
@@ -47,23 +47,55 @@ class StepPeak:
     # The activations kept for backward at their own peak (end of forward), even when the
     # step peaks at a moment without them (the optimizer step of a sharded large model).
     activations_peak: float = 0.0
+    # per_gpu's categories in whole bytes, summed (estimate.py adds the runtime overhead to it): the search
+    # reads it for every candidate it estimates, so it is summed once.
+    tensor_bytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tensor_bytes = sum(int(value) for value in self.per_gpu.values())
 
 
-def step_peak(
+def batch_peaks(
     spec: ModelSpec, config: TrainingConfig, *, world_size: int, gpus_per_node: int, runtime: Runtime = Runtime.CUDA
-) -> StepPeak:
-    """The step's peak; memoised, since the search asks again for other GPUs of the same size.
+) -> dict[tuple[int, int], StepPeak]:
+    """The step peaks computed so far for `config` at any micro-batch and accumulation, by (micro-batch,
+    accumulation): step_peak's memo, which a caller asking about many batches of one config (the search, per
+    layout and checkpointing level) looks up once.
 
     Keyed by the config's plain values (planner/config_key.py), not the config: pydantic's __hash__ and
     __eq__ cost more than the rest of a cache hit. The values decide the peak alone."""
-    key = (id(spec), config_key(config), world_size, gpus_per_node, runtime)
+    global _peaks_held
+    key = (id(spec), config_key_without_batch(config), world_size, gpus_per_node, runtime)
     entry = _PEAKS.get(key)
     if entry is not None and entry[0] is spec:
         return entry[1]
-    if len(_PEAKS) >= MAX_SPECS * 64:
-        _PEAKS.clear()
-    peak = _peak(spec, config, world_size, gpus_per_node, runtime)
-    _PEAKS[key] = (spec, peak)  # holding the spec keeps its id from being reused while the entry lives
+    if len(_PEAKS) >= _MAX_PEAKS or _peaks_held >= _MAX_PEAKS:
+        _PEAKS.clear()  # (a caller's dict stays valid: it is only no longer shared)
+        _peaks_held = 0
+    peaks: dict[tuple[int, int], StepPeak] = {}
+    _PEAKS[key] = (spec, peaks)  # holding the spec keeps its id from being reused while the entry lives
+    return peaks
+
+
+def step_peak(
+    spec: ModelSpec,
+    config: TrainingConfig,
+    *,
+    world_size: int,
+    gpus_per_node: int,
+    runtime: Runtime = Runtime.CUDA,
+    peaks: dict[tuple[int, int], StepPeak] | None = None,
+) -> StepPeak:
+    """The step's peak; memoised, since the search asks again for other GPUs of the same size.
+    `peaks`: batch_peaks of this config, when the caller has it."""
+    if peaks is None:
+        peaks = batch_peaks(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime)
+    global _peaks_held
+    batch = (config.micro_batch, config.grad_accum)
+    peak = peaks.get(batch)
+    if peak is None:
+        peak = peaks[batch] = _peak(spec, config, world_size, gpus_per_node, runtime)
+        _peaks_held += 1
     return peak
 
 
@@ -118,7 +150,10 @@ def _build_batch_independent(
     return _BatchIndependent(states, buffers, widths, _tied_head_gradient(spec, config), notes)
 
 
-_PEAKS: dict[tuple, tuple[ModelSpec, StepPeak]] = {}
+_PEAKS: dict[tuple, tuple[ModelSpec, dict[tuple[int, int], StepPeak]]] = {}
+# Bounded by the peaks it holds (as when it held one per entry), counted as step_peak adds them.
+_MAX_PEAKS = MAX_SPECS * 64
+_peaks_held = 0
 
 
 def _peak(spec: ModelSpec, config: TrainingConfig, world_size: int, gpus_per_node: int, runtime: Runtime) -> StepPeak:

@@ -9,6 +9,7 @@ divides global/dp gives exactly one pair.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from planner.search.layouts import divisors
 from planner.search.request import PlanRequest
@@ -47,18 +48,35 @@ def batch_options(
     A pipeline needs at least one micro-batch per stage (TrainingConfig checks
     the same), so with pp > 1 the accumulation count is at least pp.
     """
+    options = _options(
+        global_batch, dp, pipeline_stages, accumulation_multiple, request.micro_batch, request.max_micro_batch
+    )
+    return list(options)
+
+
+@lru_cache(maxsize=4096)
+def _options(
+    global_batch: int,
+    dp: int,
+    pipeline_stages: int,
+    accumulation_multiple: int,
+    micro_batch: int | None,
+    max_micro_batch: int,
+) -> tuple[tuple[int, int], ...]:
+    """batch_options of these integers, remembered: the search asks again for every layout of a data-parallel
+    size, on every cluster slice."""
     if global_batch % dp:
-        return []
+        return ()
     per_replica = global_batch // dp
-    if request.micro_batch is not None:
-        micros = [request.micro_batch] if per_replica % request.micro_batch == 0 else []
+    if micro_batch is not None:
+        micros = [micro_batch] if per_replica % micro_batch == 0 else []
     else:
-        micros = [m for m in divisors(per_replica) if m <= request.max_micro_batch]
-    return [
+        micros = [m for m in divisors(per_replica) if m <= max_micro_batch]
+    return tuple(
         (m, per_replica // m)
         for m in micros
         if per_replica // m >= pipeline_stages and (per_replica // m) % accumulation_multiple == 0
-    ]
+    )
 
 
 def infeasible_batch_reason(request: PlanRequest, global_batch: int, dp: int, pipeline_stages: int = 1) -> str:

@@ -16,16 +16,18 @@ tests/test_search_pruning.py checks all three against an exhaustive evaluation.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from planner.hardware.cluster import ClusterSpec
-from planner.memory.estimate import estimate_memory_bytes, host_fits
+from planner.memory.estimate import fit_bytes, host_fits
+from planner.memory.phases import batch_peaks, step_peak
 from planner.models.spec import ModelSpec
+from planner.search import config_copy
 from planner.search.batching import batch_options, infeasible_batch_reason
-from planner.search.config_copy import with_batch
+from planner.search.groups import FamilyRecord, Group, Level, Scored
 from planner.search.layouts import StrategyLayout, enumerate_layouts
 from planner.search.request import Objective, PlanRequest
-from planner.throughput.estimate import estimate_throughput
+from planner.throughput.estimate import candidate_step, estimate_of, throughput_plan
 from planner.throughput.implementation import implementation_named
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import ActivationCheckpointing, Precision, Strategy, TrainingConfig
@@ -33,43 +35,8 @@ from planner.training_config import ActivationCheckpointing, Precision, Strategy
 ThroughputAdjust = Callable[[TrainingConfig, ThroughputEstimate], ThroughputEstimate]
 
 AC_ORDER = (ActivationCheckpointing.NONE, ActivationCheckpointing.SELECTIVE, ActivationCheckpointing.FULL)
-
-
-@dataclass
-class Scored:
-    """One fitting candidate with its estimates."""
-
-    layout: StrategyLayout
-    config: TrainingConfig
-    cluster: ClusterSpec
-    throughput: ThroughputEstimate
-    score: float  # higher is better under the request's objective
-
-
-@dataclass
-class FamilyRecord:
-    """What happened to one strategy family across all its candidates."""
-
-    family: str
-    fitting: list[Scored] = field(default_factory=list)
-    # The least memory any non-fitting candidate needed, and that candidate.
-    smallest_miss: tuple[int, TrainingConfig, ClusterSpec] | None = None
-    infeasible: str | None = None  # why no candidate could even be built
-
-
-@dataclass
-class Group:
-    """One layout at one precision on one cluster: the candidates that differ in AC and micro-batch."""
-
-    layout: StrategyLayout
-    record: FamilyRecord
-    cluster: ClusterSpec
-    batches: list[tuple[int, int]]  # (micro-batch, accumulation), ascending
-    precision: Precision
-    # (AC, micro-batch, accumulation) -> (per-GPU total bytes, fits): the lightest-candidate check and the
-    # scan at the most recomputation ask about the same configs. Keyed by plain values: hashing the
-    # pydantic config (and its nested layout) cost more than the lookup saved.
-    memory: dict[tuple[ActivationCheckpointing, int, int], tuple[int, bool]] = field(default_factory=dict)
+# (layout identity, precision, AC, the request's config fields) -> (layout, its validated config).
+_LAYOUT_CONFIGS: dict[tuple, tuple[StrategyLayout, TrainingConfig]] = {}
 
 
 @dataclass
@@ -121,10 +88,17 @@ def cluster_variants(cluster: ClusterSpec, objective: Objective) -> list[Cluster
 
 
 def objective_score(throughput: ThroughputEstimate, world_size: int, objective: Objective) -> float:
-    if objective is Objective.COST:
-        price = (throughput.price_usd_per_gpu_hour or 0.0) * world_size  # search() refuses a GPU without a price
-        return throughput.tokens_per_s / price if price > 0 else throughput.tokens_per_s / world_size
-    return throughput.tokens_per_s
+    by_cost = objective is Objective.COST
+    return score_of(throughput.tokens_per_s, throughput.price_usd_per_gpu_hour, world_size, by_cost)
+
+
+def score_of(tokens_per_s: float, price_usd_per_gpu_hour: float | None, world_size: int, by_cost: bool) -> float:
+    """objective_score from the estimate's two figures it reads; by_cost: the cost objective (tokens per
+    dollar), else tokens per second (throughput and time-to-train)."""
+    if by_cost:
+        price = (price_usd_per_gpu_hour or 0.0) * world_size  # search() refuses a GPU without a price
+        return tokens_per_s / price if price > 0 else tokens_per_s / world_size
+    return tokens_per_s
 
 
 class CandidateEvaluator:
@@ -142,40 +116,87 @@ class CandidateEvaluator:
         self.families: dict[str, FamilyRecord] = {}
         self.counters = Counters()
         self._implementation = implementation_named(request.implementation)  # looked up once, not per estimate
+        self._by_cost = request.objective is Objective.COST
+        # What the validated configs read of the request (_base_fields), as plain values.
+        self._request_fields = (
+            request.seq_len,
+            request.optimizer,
+            request.attention,
+            request.lora_rank,
+            request.qlora,
+            request.fp8,
+            request.kernels,
+            *request.routing.__dict__.values(),
+        )
 
-    def _memory(
-        self, group: Group, ac: ActivationCheckpointing, pair: tuple[int, int], config: TrainingConfig
-    ) -> tuple[int, bool]:
+    def _memory(self, group: Group, level: Level, pair: tuple[int, int]) -> tuple[int, bool]:
         """(per-GPU total bytes, fits) by the memory estimator's raw fast path; same rule as MemoryEstimate.fits.
-
-        `config` is the group's config at `ac` and `pair`: the cache key is those plain values."""
-        key = (ac, *pair)
-        seen = group.memory.get(key)
+        The caches are keyed by plain values, and the candidate's config is built only if the estimator needs it."""
+        seen = level.memory.get(pair)
         if seen is not None:
             return seen
         self.counters.memory_evaluations += 1
         cluster = group.cluster
         gpus_per_node = cluster.gpus_per_node
-        raw = estimate_memory_bytes(
-            self.spec, config, world_size=gpus_per_node * cluster.num_nodes, gpus_per_node=gpus_per_node
+        peaks = level.peaks
+        if peaks is None:
+            world_size = gpus_per_node * cluster.num_nodes
+            peaks = level.peaks = batch_peaks(
+                self.spec, level.config, world_size=world_size, gpus_per_node=gpus_per_node
+            )
+        peak = peaks.get(pair)
+        if peak is None:
+            world_size = gpus_per_node * cluster.num_nodes
+            config = level.config_at(pair)
+            peak = step_peak(self.spec, config, world_size=world_size, gpus_per_node=gpus_per_node, peaks=peaks)
+        total, cpu_per_node, nvme_per_node = fit_bytes(peak, gpus_per_node)
+        fits = total <= group.usable_bytes and host_fits(
+            cpu_per_node, nvme_per_node, cluster.cpu_ram_per_node_bytes, cluster.nvme_per_node_bytes
         )
-        usable = int(cluster.gpu.memory_bytes * (1 - self.request.headroom_fraction))
-        fits = raw["total"] <= usable and host_fits(
-            raw["cpu_per_node"], raw["nvme_per_node"], cluster.cpu_ram_per_node_bytes, cluster.nvme_per_node_bytes
-        )
-        seen = group.memory[key] = raw["total"], fits
+        seen = level.memory[pair] = total, fits
         return seen
 
-    def _throughput(self, config: TrainingConfig, cluster: ClusterSpec) -> ThroughputEstimate:
+    def _score(self, group: Group, level: Level, pair: tuple[int, int]) -> Scored:
+        """The candidate at `level` and `pair` with estimate_throughput's figures and its score."""
         self.counters.throughput_evaluations += 1
-        estimate = estimate_throughput(self.spec, config, cluster, implementation=self._implementation)
-        return self.adjust(config, estimate) if self.adjust is not None else estimate
+        cluster = group.cluster
+        plan = group.throughput_plan
+        if plan is None:
+            # From the group's validated config: its key is already known (the memory estimate's).
+            plan = group.throughput_plan = throughput_plan(
+                self.spec, group.validated, cluster, implementation=self._implementation
+            )
+        step = candidate_step(plan, level.config, *pair)
+        if self.adjust is None:
+            score = score_of(step.tokens_per_s, plan.price_usd_per_gpu_hour, plan.world, self._by_cost)
+            return Scored(group.layout, cluster, score, step, plan, level, pair)
+        # Measured records replace or correct the estimate.
+        estimate = self.adjust(level.config_at(pair), estimate_of(plan, step))
+        score = objective_score(estimate, cluster.world_size, self.request.objective)
+        return Scored(group.layout, cluster, score, step, plan, level, pair, estimate)
 
     def _family(self, name: str) -> FamilyRecord:
         record = self.families.get(name)
         if record is None:
             record = self.families[name] = FamilyRecord(name)
         return record
+
+    def _validated_config(
+        self, layout: StrategyLayout, precision: Precision, ac: ActivationCheckpointing
+    ) -> TrainingConfig:
+        """The layout's config at this precision and AC level, validated once per distinct value
+        (config_copy.validated); the other AC levels, micro-batches and accumulations are copied in
+        (planner/search/groups.py). Found by the layout's identity first (enumerate_layouts gives every search
+        of a cluster shape the same layouts): cheaper than hashing the fields' nested models."""
+        key = (id(layout), precision, ac, self._request_fields)
+        entry = _LAYOUT_CONFIGS.get(key)
+        if entry is not None and entry[0] is layout:
+            return entry[1]
+        if len(_LAYOUT_CONFIGS) >= 8192:
+            _LAYOUT_CONFIGS.clear()
+        config = config_copy.validated(self._base_fields(layout, precision, ac))
+        _LAYOUT_CONFIGS[key] = (layout, config)  # holding the layout keeps its id from being reused
+        return config
 
     def _base_fields(self, layout: StrategyLayout, precision: Precision, ac: ActivationCheckpointing) -> dict:
         request = self.request
@@ -197,6 +218,8 @@ class CandidateEvaluator:
         scored: list[Scored] = []
         request = self.request
         allowed_ac = [ac for ac in AC_ORDER if ac in request.activation_checkpointing]
+        usable = int(cluster.gpu.memory_bytes * (1 - request.headroom_fraction))
+        precisions = precisions_for(cluster, request)
         for layout in enumerate_layouts(self.spec, cluster, request):
             record = self._family(layout.family)
             dp = cluster.world_size // layout.model_parallel
@@ -211,8 +234,9 @@ class CandidateEvaluator:
                     )
                 continue
             record.infeasible = None
-            for precision in precisions_for(cluster, request):
-                group = Group(layout, record, cluster, batches, precision)
+            for precision in precisions:
+                validated = self._validated_config(layout, precision, allowed_ac[0])
+                group = Group(layout, record, cluster, batches, precision, usable, validated)
                 fitting_micros: set[int] = set()  # micro-batches that fit with less recomputation
                 for index, ac in enumerate(allowed_ac):
                     remaining = allowed_ac[index:]
@@ -231,24 +255,16 @@ class CandidateEvaluator:
     def _lightest_fits(self, group: Group, remaining_ac: list[ActivationCheckpointing]) -> bool:
         """False when even the lightest candidates (most recomputation, smallest micro-batch, and the
         accumulation-free one) do not fit: then no candidate at the remaining AC levels does."""
-        layout, record, cluster, batches, precision = (
-            group.layout,
-            group.record,
-            group.cluster,
-            group.batches,
-            group.precision,
-        )
-        lightest_ac = remaining_ac[-1]
-        base = self._base_fields(layout, precision, lightest_ac)
+        record, cluster, batches = group.record, group.cluster, group.batches
+        lightest = group.level(remaining_ac[-1])
         evaluations_before = self.counters.memory_evaluations
-        lightest = [batches[0]] + ([batches[-1]] if len(batches) > 1 and batches[-1][1] == 1 else [])
-        for micro, accum in lightest:
-            config = TrainingConfig(**base, micro_batch=micro, grad_accum=accum)
-            total, fits = self._memory(group, lightest_ac, (micro, accum), config)
+        lightest_pairs = [batches[0]] + ([batches[-1]] if len(batches) > 1 and batches[-1][1] == 1 else [])
+        for pair in lightest_pairs:
+            total, fits = self._memory(group, lightest, pair)
             if fits:
                 return True
             if record.smallest_miss is None or total < record.smallest_miss[0]:
-                record.smallest_miss = (total, config, cluster)
+                record.smallest_miss = (total, lightest.config_at(pair), cluster)
         candidates = len(batches) * len(remaining_ac)
         self.counters.considered += candidates
         self.counters.pruned += candidates - (self.counters.memory_evaluations - evaluations_before)
@@ -262,33 +278,18 @@ class CandidateEvaluator:
         candidate (last, when a global batch is given) is evaluated on its own.
         """
         counters = self.counters
-        layout, record, cluster, batches, precision = (
-            group.layout,
-            group.record,
-            group.cluster,
-            group.batches,
-            group.precision,
-        )
-        # Validated once; micro-batch and accumulation (positive, generated here) are copied in.
-        base = TrainingConfig(**self._base_fields(layout, precision, ac))
+        record, cluster, batches = group.record, group.cluster, group.batches
+        level = group.level(ac)
         counters.considered += len(batches)
         open_batches = [pair for pair in batches if pair[0] not in fitting_micros]  # others: dominated
         accumulation_free = []
         if open_batches and open_batches[-1][1] == 1:
             accumulation_free = [open_batches.pop()]
-        configs: dict[int, TrainingConfig] = {}
-
-        def config_at(pair: tuple[int, int]) -> TrainingConfig:
-            config = configs.get(pair[0])
-            if config is None:
-                config = configs[pair[0]] = with_batch(base, pair[0], pair[1])
-            return config
 
         def fits(pair: tuple[int, int]) -> bool:
-            config = config_at(pair)
-            total, ok = self._memory(group, ac, pair, config)
+            total, ok = self._memory(group, level, pair)
             if not ok and (record.smallest_miss is None or total < record.smallest_miss[0]):
-                record.smallest_miss = (total, config, cluster)
+                record.smallest_miss = (total, level.config_at(pair), cluster)
             return ok
 
         evaluations_before = counters.memory_evaluations
@@ -318,13 +319,10 @@ class CandidateEvaluator:
         # the largest fitting micro-batch and stop at the first one slower than the last.
         scored: list[Scored] = []
         for pair in reversed(fitting):
-            config = config_at(pair)
-            throughput = self._throughput(config, cluster)
-            score = objective_score(throughput, cluster.world_size, self.request.objective)
-            item = Scored(layout, config, cluster, throughput, score)
+            item = self._score(group, level, pair)
             record.fitting.append(item)
             scored.append(item)
-            if len(scored) > 1 and score < scored[-2].score:
+            if len(scored) > 1 and item.score < scored[-2].score:
                 break
         counters.throughput_skipped += len(fitting) - len(scored)
         return scored

@@ -10,6 +10,7 @@ so the search can build configs without re-checking them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from planner.contract.layout import ParallelDims, default_stage_layers
 from planner.hardware.cluster import ClusterSpec
@@ -121,13 +122,34 @@ class StrategyLayout:
 
 
 def _layout(complexity: int, fields: dict) -> StrategyLayout:
-    return StrategyLayout(family_label(TrainingConfig(**fields)), complexity, fields)
+    return StrategyLayout(_family_of(tuple(fields.items())), complexity, fields)
 
 
-def divisors(n: int) -> list[int]:
-    """Ascending divisors of n, in O(sqrt n)."""
+@lru_cache(maxsize=4096)
+def _family_of(fields: tuple[tuple[str, object], ...]) -> str:
+    """family_label of the config these fields make, validated once per distinct fields: every cluster the
+    search looks at offers the same DDP, FSDP and ZeRO layouts and many of the same engine ones."""
+    return family_label(TrainingConfig(**dict(fields)))
+
+
+@lru_cache(maxsize=4096)
+def _parallel_dims(
+    virtual_stages: int, stage_layers: tuple[int, ...] | None, degrees: tuple[tuple[str, int], ...]
+) -> ParallelDims:
+    """One ParallelDims per distinct value (it is frozen), validated once; `degrees` as (name, degree) pairs."""
+    return ParallelDims(virtual_stages=virtual_stages, stage_layers=stage_layers, **dict(degrees))
+
+
+def divisors(n: int) -> tuple[int, ...]:
+    """Ascending divisors of n, in O(sqrt n); remembered, since the search asks for the same few numbers'
+    divisors for every layout of every cluster slice."""
+    return _divisors(n)
+
+
+@lru_cache(maxsize=4096)
+def _divisors(n: int) -> tuple[int, ...]:
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return small + [n // d for d in reversed(small) if d * d != n]
+    return (*small, *[n // d for d in reversed(small) if d * d != n])
 
 
 def _fsdp_layouts(cluster: ClusterSpec, allow_offload: bool, with_ddp: bool) -> list[StrategyLayout]:
@@ -228,15 +250,17 @@ def _compression_complexity(compression: GradientCompression) -> int:
     return 0 if compression is GradientCompression.NONE else 1
 
 
-def _pipeline_schedules(layers: int, pp: int) -> list[tuple[PipelineSchedule, int, tuple[int, ...] | None]]:
+@lru_cache(maxsize=1024)
+def _pipeline_schedules(layers: int, pp: int) -> tuple[tuple[PipelineSchedule, int, tuple[int, ...] | None], ...]:
     """(schedule, chunks per rank, stage map) the search tries at pp: 1F1B over the default map; interleaved
     with 2 chunks per rank when they divide the layers (Narayanan et al. 2021); and interleaved one-layer
     chunks, the embedding and the head each taking a chunk of their own when pp divides layers + 2 (Llama 3
-    405B: 126 + 2 over pp 16, 8 per rank; docs/parallelism.md), the smallest bubble at the most transfers."""
+    405B: 126 + 2 over pp 16, 8 per rank; docs/parallelism.md), the smallest bubble at the most transfers.
+    Remembered: every cluster slice asks again."""
     uneven = layers % pp != 0
     schedules = [(PipelineSchedule.ONE_F_ONE_B, 1, default_stage_layers(layers, pp) if uneven else None)]
     if pp == 1:
-        return schedules
+        return tuple(schedules)
     if not uneven and (layers // pp) % INTERLEAVED_CHUNKS == 0:
         schedules.append((PipelineSchedule.INTERLEAVED, INTERLEAVED_CHUNKS, None))
     one_layer = (layers + 2) // pp if (layers + 2) % pp == 0 else (0 if uneven else layers // pp)
@@ -244,7 +268,7 @@ def _pipeline_schedules(layers: int, pp: int) -> list[tuple[PipelineSchedule, in
         chunks = one_layer * pp
         stage_map = default_stage_layers(layers, chunks) if chunks != layers else None
         schedules.append((PipelineSchedule.INTERLEAVED, one_layer, stage_map))
-    return schedules
+    return tuple(schedules)
 
 
 def pipeline_degrees(spec: ModelSpec, world: int, tp: int) -> list[int]:
@@ -285,11 +309,12 @@ def _engine_schedules(
     """One engine layout (its tp/pp/cp/ep `degrees`) at one ZeRO stage and compression, under each pipeline
     schedule the search tries."""
     layouts = []
+    named_degrees = tuple(degrees.items())
     for schedule, chunks, stage_map in _pipeline_schedules(spec.num_layers, degrees["pp"]):
         fields = {
             "strategy": Strategy.ENGINE,
             "zero_stage": stage,
-            "layout": ParallelDims(virtual_stages=chunks, stage_layers=stage_map, **degrees),
+            "layout": _parallel_dims(chunks, stage_map, named_degrees),
             # Sequence parallelism moves the same bytes as TP's all-reduces
             # and divides the activations by tp (Korthikanti et al. 2022): always on.
             "sequence_parallel": degrees["tp"] > 1,
@@ -327,7 +352,36 @@ def _expert_layouts(spec: ModelSpec, cluster: ClusterSpec, compression: Compress
     return layouts
 
 
+# (spec, what enumerate_layouts reads of the cluster and the request) -> (spec, its layouts).
+_LAYOUTS: dict[tuple, tuple[ModelSpec, tuple[StrategyLayout, ...]]] = {}
+
+
 def enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest) -> list[StrategyLayout]:
+    """Every layout the request allows for this model on this cluster. Memoised by the values it reads (the
+    spec, the cluster's GPUs per node, nodes and whether it has NVMe, the request's strategy fields): every
+    search of the model on a cluster of that shape gets the same layout objects, which the search's own
+    caches key on (planner/search/candidates.py)."""
+    key = (
+        id(spec),
+        cluster.gpus_per_node,
+        cluster.num_nodes,
+        bool(cluster.nvme_per_node_bytes),
+        request.strategies,
+        request.allow_offload,
+        request.lora_rank,
+        request.qlora,
+        request.seq_len,
+        request.compression,
+    )
+    entry = _LAYOUTS.get(key)
+    if entry is None or entry[0] is not spec:
+        if len(_LAYOUTS) >= 1024:
+            _LAYOUTS.clear()
+        entry = _LAYOUTS[key] = (spec, tuple(_enumerate_layouts(spec, cluster, request)))  # holds the spec
+    return list(entry[1])
+
+
+def _enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest) -> list[StrategyLayout]:
     wanted = set(request.strategies)
     layouts: list[StrategyLayout] = []
     if "ddp" in wanted:

@@ -88,9 +88,34 @@ reduce_scatter_s = all_gather_s
 def all_reduce_s(links: Links, group: Group, buffer_bytes: float) -> float:
     if group.size <= 1 or buffer_bytes <= 0:
         return 0.0
+    return 2.0 * _ring_bandwidth_s(links, group, buffer_bytes) + all_reduce_latency_s(links, group)
+
+
+def all_reduce_latency_s(links: Links, group: Group) -> float:
+    """An all-reduce's latency term, whatever the buffer: the ring's or NCCL's tree's, the smaller."""
     ring = 2.0 * _ring_latency_s(links, group)
     tree = 2.0 * (math.log2(group.local) * links.intra_latency_s + math.log2(group.nodes) * links.inter_latency_s)
-    return 2.0 * _ring_bandwidth_s(links, group, buffer_bytes) + min(ring, tree)
+    return min(ring, tree)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedAllReduce:
+    """All-reduces on one group's links with the latency worked out once: all_reduce_s of any buffer is then
+    its bandwidth term (the search costs a layout's tensor-parallel all-reduce for every micro-batch)."""
+
+    links: Links
+    group: Group
+    latency_s: float
+
+    def seconds(self, buffer_bytes: float) -> float:
+        """all_reduce_s(links, group, buffer_bytes)."""
+        if self.group.size <= 1 or buffer_bytes <= 0:
+            return 0.0
+        return 2.0 * _ring_bandwidth_s(self.links, self.group, buffer_bytes) + self.latency_s
+
+
+def placed_all_reduce(links: Links, group: Group) -> PlacedAllReduce:
+    return PlacedAllReduce(links, group, all_reduce_latency_s(links, group) if group.size > 1 else 0.0)
 
 
 def all_to_all_s(links: Links, group: Group, bytes_per_rank: float) -> float:

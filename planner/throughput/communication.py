@@ -25,15 +25,19 @@ overlapped; the parameter all-gathers stay as above.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.contract.choices import GradientCompression
 from planner.models.flops import ModelShape
 from planner.throughput.collectives import (
+    Group,
     Links,
+    PlacedAllReduce,
     all_gather_s,
     all_reduce_s,
     all_to_all_s,
+    placed_all_reduce,
     point_to_point_s,
     process_group,
     reduce_scatter_s,
@@ -43,6 +47,10 @@ from planner.throughput.compute import StageCompute
 from planner.throughput.constants import ThroughputConstants
 from planner.throughput.implementation import OUR_STRATEGIES, Implementation
 from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, Precision, Strategy, TrainingConfig
+
+# Looked up once: a member access on an Enum class runs Python code in CPython 3.11 (enum.property), and
+# micro_batch_communication runs for every candidate the search estimates.
+FULL_CHECKPOINTING = ActivationCheckpointing.FULL
 
 OPTIMIZER_STATE_BYTES = {"adamw": 12.0, "adamw-8bit": 6.0, "adafactor": 4.0, "sgd": 8.0, "lion": 8.0}
 OPTIMIZER_STEP_BYTES = {"adamw": 28.0, "adamw-8bit": 16.0, "adafactor": 16.0, "sgd": 20.0, "lion": 20.0}
@@ -60,9 +68,63 @@ class StepComm:
     optimizer_step_s: float
 
 
-def _hidden(comm: float, window: float, k: ThroughputConstants) -> float:
-    """Exposed time of `comm` seconds of traffic overlapped with `window` seconds of compute."""
-    return max(0.0, comm - window) + k.overlap_interference * min(comm, window)
+@dataclass(frozen=True, slots=True)
+class CommunicationPlan:
+    """Everything a step's communication needs that the micro-batch, the accumulation and the activation
+    checkpointing do not change: the data-parallel collectives (their sizes are the layout's shards), the
+    offload transfers, and the groups and sizes the per-micro-batch traffic is computed from. The search
+    builds one per layout and cluster and runs micro_batch_communication for each of its micro-batches."""
+
+    links: Links
+    interference: float  # ThroughputConstants.overlap_interference
+    # The arithmetic of the layout's data-parallel scheme (one of the module docstring's): (plan, accumulation,
+    # forward and backward seconds of a micro-batch, blocks on the stage) -> (total DP traffic per step, what
+    # the step waits for of it).
+    data_parallel: Callable[[CommunicationPlan, int, float, float, int], tuple[float, float]]
+    stage_zero: int
+    # Data-parallel collectives, in seconds per call (0.0 where the mode has none).
+    summed: float = 0.0  # the compressed sum
+    all_reduce: float = 0.0
+    last_bucket: float = 0.0
+    reduce: float = 0.0
+    gather: float = 0.0
+    cross: float = 0.0  # HYBRID_SHARD's all-reduce of the shards across nodes
+    updated: float = 0.0  # the updated partitions' all-gather after the optimizer step
+    # Offload: a micro-batch's parameter fetch (None: no parameter offload), and the CPU optimizer's
+    # per-step costs (cpu_step None: the optimizer steps on the GPU, in optimizer_step seconds).
+    offloads: bool = False  # any of fetch or cpu_step
+    fetch: float | None = None
+    grads_down: float = 0.0
+    params_up: float = 0.0
+    cpu_step: float | None = None
+    optimizer_step: float = 0.0
+    # Per-micro-batch traffic: tensor-, expert-, context-parallel and pipeline transfers.
+    seq_len: int = 1
+    hidden: int = 1
+    element: int = 2
+    tp: int = 1
+    cp: int = 1
+    tp_all_reduce: PlacedAllReduce | None = None  # None: tp 1, no tensor-parallel traffic
+    expert_exchange: bool = False
+    experts_per_token: int = 0
+    expert_load: float = 0.0  # assignments the busiest expert-parallel rank runs, in even shares
+    ep_split: int = 1
+    ep_group: Group = Group(1, 1, 1)
+    overlaps_expert_all_to_all: bool = False
+    kv_width: int = 0
+    cp_group: Group = Group(1, 1, 1)
+    overlaps_context_exchange: bool = False
+    p2p_split: int = 0  # 0: no pipeline
+    virtual_stages: int = 1
+    crosses_nodes: bool = False
+
+
+def _hidden(comm: float, window: float, interference: float) -> float:
+    """Exposed time of `comm` seconds of traffic overlapped with `window` seconds of compute:
+    max(0.0, comm - window) + interference * min(comm, window), written out (the same values: max and min
+    return their first argument unless a later one is larger, or smaller) without two calls per candidate."""
+    excess = comm - window
+    return (excess if excess > 0.0 else 0.0) + interference * (window if window < comm else comm)
 
 
 def _zero_stage(config: TrainingConfig) -> int:
@@ -76,10 +138,9 @@ def _zero_stage(config: TrainingConfig) -> int:
     return config.zero_stage
 
 
-def step_communication(
+def communication_plan(
     shape: ModelShape,
     config: TrainingConfig,
-    stage: StageCompute,
     links: Links,
     *,
     world_size: int,
@@ -88,15 +149,15 @@ def step_communication(
     k: ThroughputConstants,
     nvme_Bps: float,
     implementation: Implementation = OUR_STRATEGIES,
-) -> StepComm:
+) -> CommunicationPlan:
     """`implementation` says whether stage-boundary tensors are split over the TP
     ranks (Megatron-LM's scatter-gather; otherwise only sequence parallelism
     splits them) and whether sharded gathers reach the node's combined NICs. `nvme_Bps`: the node's NVMe
-    read/write bytes/s, which ZeRO-Infinity's offload shares among the node's GPUs (needed only then)."""
-    tp, pp = config.tensor_parallel, config.pipeline_parallel
+    read/write bytes/s, which ZeRO-Infinity's offload shares among the node's GPUs (needed only then).
+    Reads neither the micro-batch, the accumulation nor the activation checkpointing of `config`."""
+    tp, pp, cp = config.tensor_parallel, config.pipeline_parallel, config.context_parallel
     dp = max(world_size // config.model_parallel_size, 1)  # tp x pp x cp ranks share a replica
     gpn = links.gpus_per_node
-    accum = config.grad_accum
     element = 4 if config.precision is Precision.FP32 else 2
     # DDP trains fp32 weights under autocast, so its gradients are fp32 unless the run is pure bf16.
     ddp_fp32_grads = config.strategy is Strategy.DDP and config.precision is not Precision.BF16
@@ -112,7 +173,7 @@ def step_communication(
     trainable = (shape.trainable_params - (0 if config.lora_rank else experts_elsewhere)) / (tp * pp)
     stage_zero = _zero_stage(config)
 
-    dp_group = process_group(dp, tp * config.context_parallel, gpn)
+    dp_group = process_group(dp, tp * cp, gpn)
     hybrid = config.strategy is Strategy.FSDP and config.fsdp_sharding is FsdpSharding.HYBRID
     shard_group = process_group(min(dp, max(gpn // tp, 1)), tp, gpn) if hybrid else dp_group
     replica_group = (
@@ -120,10 +181,10 @@ def step_communication(
     )
     shards = shard_group.size
 
-    fwd, bwd = stage.forward_s, stage.backward_s + stage.recompute_s
-    dp_total = exposed = 0.0
+    summed = all_reduce = last_bucket = reduce = gather = cross = updated = 0.0
     if config.compression is not GradientCompression.NONE:
         # Our engine: one synchronous compressed sum per step, at the boundary (compressed_reduction.py).
+        data_parallel = _compressed
         summed = compressed_reduction(
             config.compression,
             links,
@@ -133,104 +194,211 @@ def step_communication(
             grad_bytes=grad_bytes,
             memory_Bps=memory_Bps,
         ).total_s
-        dp_total = exposed = summed
         if stage_zero in (1, 2):
             updated = all_gather_s(links, dp_group, trainable * element)
-            dp_total += updated
-            exposed += updated
         elif stage_zero == 3:
             gather = all_gather_s(links, dp_group, params * param_bytes)
-            dp_total += accum * 2 * gather
-            exposed += accum * (gather / max(stage.blocks, 1) + _hidden(gather, fwd, k) + _hidden(gather, bwd, k))
     elif stage_zero == 0:
+        data_parallel = _all_reduce
         all_reduce = all_reduce_s(links, dp_group, trainable * grad_bytes)
         last_bucket = all_reduce_s(links, dp_group, min(k.ddp_bucket_bytes, trainable * grad_bytes))
-        dp_total = all_reduce
-        exposed = last_bucket + _hidden(all_reduce - last_bucket, bwd, k)
     elif stage_zero in (1, 2):
         reduce = reduce_scatter_s(links, dp_group, trainable * grad_bytes)
         if config.strategy is Strategy.FSDP:  # SHARD_GRAD_OP: gather once per micro-batch, kept to backward
+            data_parallel = _grad_op
             gather = all_gather_s(links, dp_group, params * param_bytes)
-            dp_total = accum * (reduce + gather)
-            first_block = gather / max(stage.blocks, 1)
-            exposed = accum * (first_block + _hidden(gather, fwd, k) + _hidden(reduce, bwd, k))
         else:
             # Only the optimizer's (trainable) partitions change and are gathered back.
+            data_parallel = _partitioned
             updated = all_gather_s(links, dp_group, trainable * element)
-            reduces = 1 if stage_zero == 1 else accum
-            dp_total = reduces * reduce + updated
-            exposed = reduces * _hidden(reduce, bwd, k) + updated
     else:
+        data_parallel = _sharded
         per_gpu_nic = implementation.sharded_gather_per_gpu_nic
         gather = all_gather_s(links, shard_group, params * param_bytes, per_gpu_nic)
         reduce = reduce_scatter_s(links, shard_group, trainable * grad_bytes, per_gpu_nic)
         cross = all_reduce_s(links, replica_group, trainable * grad_bytes / shards)
-        first_block = gather / max(stage.blocks, 1)
-        dp_total = accum * (2 * gather + reduce + cross)
-        exposed = accum * (first_block + _hidden(gather, fwd, k) + _hidden(gather + reduce + cross, bwd, k))
 
     # Offload traffic over PCIe and the CPU optimizer.
-    offload = 0.0
     param_shard = params / shards if stage_zero == 3 else params
     grad_shard = trainable / shards if stage_zero >= 1 else trainable
+    fetch: float | None = None
+    grads_down = params_up = optimizer_step = 0.0
+    cpu_step: float | None = None
     if config.offload_params is not Offload.NONE:
         fetch = 2 * param_shard * param_bytes / pcie_Bps
         if config.offload_params is Offload.NVME:
             fetch += 2 * param_shard * param_bytes * gpn / nvme_Bps
-        offload += accum * _hidden(fetch, fwd + bwd, k)
     # FSDP's CPUOffload moves parameters and gradients together, so its optimizer steps on the CPU too.
     fsdp_cpu_step = config.strategy is Strategy.FSDP and config.offload_params is not Offload.NONE
     if config.offload_optimizer is not Offload.NONE or fsdp_cpu_step:
-        # Partitioned gradients (ZeRO-2/3) leave the GPU after every backward, the others once per step.
-        downloads = accum if stage_zero >= 2 else 1
         grads_down = grad_shard * grad_bytes / pcie_Bps
         params_up = grad_shard * element / pcie_Bps
         rate = k.cpu_adam_params_per_s_torch if config.strategy is Strategy.FSDP else k.cpu_adam_params_per_s_deepspeed
         cpu_step = grad_shard * gpn / rate
         if config.offload_optimizer is Offload.NVME:
             cpu_step += 2 * grad_shard * OPTIMIZER_STATE_BYTES[config.optimizer.value] * gpn / nvme_Bps
-        offload += downloads * _hidden(grads_down, bwd, k) + cpu_step + params_up
-        optimizer_step = 0.0
     else:
         optimizer_step = grad_shard * OPTIMIZER_STEP_BYTES[config.optimizer.value] / memory_Bps
+
+    expert_exchange = bool(shape.experts) and config.expert_parallel > 1
+    expert_load, ep_split, ep_group = 0.0, 1, Group(1, 1, 1)
+    if expert_exchange:
+        # The busiest rank's share sets the exchange's length (planner/expert_routing.py).
+        expert_load = config.routing.busiest_rank_load(config.expert_parallel)
+        ep_split = tp if implementation.expert_tokens_split_over_tp else 1  # (planner/throughput/implementation.py)
+        ep_group = process_group(config.expert_parallel, tp, gpn)
+    p2p_split = 0
+    if pp > 1:
+        p2p_split = tp if (implementation.p2p_scatter_gather or config.sequence_parallel) else 1
+    return CommunicationPlan(
+        links=links,
+        interference=k.overlap_interference,
+        data_parallel=data_parallel,
+        stage_zero=stage_zero,
+        summed=summed,
+        all_reduce=all_reduce,
+        last_bucket=last_bucket,
+        reduce=reduce,
+        gather=gather,
+        cross=cross,
+        updated=updated,
+        offloads=fetch is not None or cpu_step is not None,
+        fetch=fetch,
+        grads_down=grads_down,
+        params_up=params_up,
+        cpu_step=cpu_step,
+        optimizer_step=optimizer_step,
+        seq_len=config.seq_len,
+        hidden=shape.hidden,
+        element=element,
+        tp=tp,
+        cp=cp,
+        tp_all_reduce=placed_all_reduce(links, process_group(tp, 1, gpn)) if tp > 1 else None,
+        expert_exchange=expert_exchange,
+        experts_per_token=shape.experts_per_token,
+        expert_load=expert_load,
+        ep_split=ep_split,
+        ep_group=ep_group,
+        overlaps_expert_all_to_all=implementation.overlaps_expert_all_to_all,
+        kv_width=shape.kv_width,
+        cp_group=process_group(cp, tp, gpn),
+        overlaps_context_exchange=implementation.overlaps_context_exchange,
+        p2p_split=p2p_split,
+        virtual_stages=config.virtual_stages,
+        crosses_nodes=world_size > gpn,
+    )
+
+
+def _compressed(plan: CommunicationPlan, accum: int, fwd: float, bwd: float, blocks: int) -> tuple[float, float]:
+    """Our engine's compressed sum, once per step at the boundary, plus ZeRO's parameter all-gathers."""
+    dp_total = exposed = plan.summed
+    if plan.stage_zero in (1, 2):
+        dp_total += plan.updated
+        exposed += plan.updated
+    elif plan.stage_zero == 3:
+        gather, interference = plan.gather, plan.interference
+        dp_total += accum * 2 * gather
+        exposed += accum * (
+            gather / max(blocks, 1) + _hidden(gather, fwd, interference) + _hidden(gather, bwd, interference)
+        )
+    return dp_total, exposed
+
+
+def _all_reduce(plan: CommunicationPlan, accum: int, fwd: float, bwd: float, blocks: int) -> tuple[float, float]:
+    """DDP, FSDP NO_SHARD, ZeRO-0: one all-reduce per step in buckets under the last backward."""
+    all_reduce, last_bucket = plan.all_reduce, plan.last_bucket
+    return all_reduce, last_bucket + _hidden(all_reduce - last_bucket, bwd, plan.interference)
+
+
+def _grad_op(plan: CommunicationPlan, accum: int, fwd: float, bwd: float, blocks: int) -> tuple[float, float]:
+    """FSDP SHARD_GRAD_OP: parameters gathered once per micro-batch, gradients reduce-scattered after each."""
+    gather, reduce, interference = plan.gather, plan.reduce, plan.interference
+    first_block = gather / max(blocks, 1)
+    exposed = accum * (first_block + _hidden(gather, fwd, interference) + _hidden(reduce, bwd, interference))
+    return accum * (reduce + gather), exposed
+
+
+def _partitioned(plan: CommunicationPlan, accum: int, fwd: float, bwd: float, blocks: int) -> tuple[float, float]:
+    """ZeRO-1 (one reduce-scatter per step) and ZeRO-2 (one per micro-batch), then the updated partitions'
+    all-gather."""
+    reduces = 1 if plan.stage_zero == 1 else accum
+    exposed = reduces * _hidden(plan.reduce, bwd, plan.interference) + plan.updated
+    return reduces * plan.reduce + plan.updated, exposed
+
+
+def _sharded(plan: CommunicationPlan, accum: int, fwd: float, bwd: float, blocks: int) -> tuple[float, float]:
+    """ZeRO-3, FSDP FULL_SHARD and HYBRID_SHARD: every micro-batch gathers the parameters in forward and in
+    backward and reduce-scatters the gradients (hybrid: and all-reduces the shards across nodes)."""
+    gather, reduce, cross, interference = plan.gather, plan.reduce, plan.cross, plan.interference
+    first_block = gather / max(blocks, 1)
+    dp_total = accum * (2 * gather + reduce + cross)
+    exposed = accum * (
+        first_block + _hidden(gather, fwd, interference) + _hidden(gather + reduce + cross, bwd, interference)
+    )
+    return dp_total, exposed
+
+
+def _offload(plan: CommunicationPlan, accum: int, fwd: float, bwd: float) -> tuple[float, float]:
+    """(offload seconds per step, optimizer step on the GPU)."""
+    offload = 0.0
+    if plan.fetch is not None:
+        offload += accum * _hidden(plan.fetch, fwd + bwd, plan.interference)
+    if plan.cpu_step is None:
+        return offload, plan.optimizer_step
+    # Partitioned gradients (ZeRO-2/3) leave the GPU after every backward, the others once per step.
+    downloads = accum if plan.stage_zero >= 2 else 1
+    offload += downloads * _hidden(plan.grads_down, bwd, plan.interference) + plan.cpu_step + plan.params_up
+    return offload, 0.0
+
+
+def micro_batch_communication(
+    plan: CommunicationPlan,
+    micro_batch: int,
+    accum: int,
+    checkpointing: ActivationCheckpointing,
+    stage: StageCompute,
+) -> StepComm:
+    """The step's communication at one micro-batch, accumulation and activation checkpointing of the plan's
+    layout, `stage` being that micro-batch's compute."""
+    links, tp = plan.links, plan.tp
+    fwd, bwd, blocks = stage.forward_s, stage.backward_s + stage.recompute_s, stage.blocks
+    dp_total, exposed = plan.data_parallel(plan, accum, fwd, bwd, blocks)
+    offload, optimizer_step = _offload(plan, accum, fwd, bwd) if plan.offloads else (0.0, plan.optimizer_step)
 
     # Tensor parallelism: two all-reduces (or all-gather + reduce-scatter under
     # sequence parallelism, the same volume) per block in forward, two in
     # backward, two more when full checkpointing repeats the forward.
-    rows = config.micro_batch * config.seq_len / config.context_parallel  # this rank's share of the tokens
-    activation_bytes = rows * shape.hidden * element
-    tp_per_block = 4 + (2 if config.activation_checkpointing is ActivationCheckpointing.FULL else 0)
-    tp_comm = accum * stage.blocks * tp_per_block * all_reduce_s(links, process_group(tp, 1, gpn), activation_bytes)
+    rows = micro_batch * plan.seq_len / plan.cp  # this rank's share of the tokens
+    activation_bytes = rows * plan.hidden * plan.element
+    full = checkpointing is FULL_CHECKPOINTING
+    tp_per_block = 4 + (2 if full else 0)
+    tp_comm = 0.0  # what all_reduce_s gives a group of one
+    if plan.tp_all_reduce is not None:
+        tp_comm = accum * blocks * tp_per_block * plan.tp_all_reduce.seconds(activation_bytes)
 
     ep_comm = 0.0
-    if shape.experts and config.expert_parallel > 1:
-        # The busiest rank's share sets the exchange's length (planner/expert_routing.py).
-        load = config.routing.busiest_rank_load(config.expert_parallel)
-        routed = activation_bytes * shape.experts_per_token * load
-        routed /= tp if implementation.expert_tokens_split_over_tp else 1  # (planner/throughput/implementation.py)
-        ep_group = process_group(config.expert_parallel, tp, gpn)
-        ep_comm = accum * stage.blocks * tp_per_block * all_to_all_s(links, ep_group, routed)
+    if plan.expert_exchange:
+        routed = activation_bytes * plan.experts_per_token * plan.expert_load
+        routed /= plan.ep_split
+        ep_comm = accum * blocks * tp_per_block * all_to_all_s(links, plan.ep_group, routed)
     # DualPipe runs one chunk's all-to-all while another computes: only the excess waits.
-    ep_exposed = max(0.0, ep_comm - accum * stage.total_s) if implementation.overlaps_expert_all_to_all else ep_comm
+    ep_exposed = max(0.0, ep_comm - accum * stage.total_s) if plan.overlaps_expert_all_to_all else ep_comm
 
     # Context parallelism (as our engine runs it): each block all-gathers the sequence's keys and values over
     # the cp ranks in forward (again when full checkpointing recomputes it) and reduce-scatters their
     # gradients in backward, the same volume; not overlapped with the attention. A ring (Megatron-LM) moves
     # the same bytes a chunk at a time under the attention of the chunk before: only the excess waits.
     cp_comm = 0.0
-    if config.context_parallel > 1:
-        gathered = 2 * config.micro_batch * config.seq_len * shape.kv_width / tp * element
-        passes = 2 + (1 if config.activation_checkpointing is ActivationCheckpointing.FULL else 0)
-        cp_group = process_group(config.context_parallel, tp, gpn)
-        cp_comm = accum * stage.blocks * passes * all_gather_s(links, cp_group, gathered)
-    ring = implementation.overlaps_context_exchange
-    cp_exposed = max(0.0, cp_comm - accum * stage.attention_s) if ring else cp_comm
+    if plan.cp > 1:
+        gathered = 2 * micro_batch * plan.seq_len * plan.kv_width / tp * plan.element
+        passes = 2 + (1 if full else 0)
+        cp_comm = accum * blocks * passes * all_gather_s(links, plan.cp_group, gathered)
+    cp_exposed = max(0.0, cp_comm - accum * stage.attention_s) if plan.overlaps_context_exchange else cp_comm
 
     p2p = 0.0
-    if pp > 1:
-        split = tp if (implementation.p2p_scatter_gather or config.sequence_parallel) else 1
-        message = activation_bytes / split
-        p2p = accum * 2 * config.virtual_stages * point_to_point_s(links, message, world_size > gpn)
+    if plan.p2p_split:
+        message = activation_bytes / plan.p2p_split
+        p2p = accum * 2 * plan.virtual_stages * point_to_point_s(links, message, plan.crosses_nodes)
 
     return StepComm(
         data_parallel_s=dp_total,

@@ -6,29 +6,45 @@ step = micro-batches x (forward + backward + recompute on the busiest stage)
 Compute comes from the shape-aware kernel model (compute.py), communication
 from α–β collectives on the links each group crosses (communication.py), the
 bubble from (p-1)/(m·v) (Narayanan et al. 2021). Pure Python and cached per
-spec and cluster: the search calls this thousands of times.
+spec and cluster (derived.py): the search calls this thousands of times, so an
+estimate is split in two: throughput_plan derives what a layout's candidates
+share once, candidate_step does one candidate's arithmetic, and estimate_of
+types it as a ThroughputEstimate.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from planner.config_key import config_key_without_batch
 from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec
-from planner.hardware.gpus import pcie_bandwidth_GBps_per_direction
-from planner.memory.arch_traits import arch_traits
-from planner.models.flops import ModelShape, SequenceFlops, model_shape, sequence_flops
+from planner.models.flops import ModelShape, SequenceFlops, sequence_flops
 from planner.models.spec import ModelSpec
-from planner.throughput.collectives import Links, cluster_links
-from planner.throughput.communication import step_communication
+from planner.throughput.collectives import Links
+from planner.throughput.communication import (
+    CommunicationPlan,
+    StepComm,
+    communication_plan,
+    micro_batch_communication,
+)
 from planner.throughput.compressed_reduction import compression_sources
 from planner.throughput.compute import StageCompute, stage_compute
-from planner.throughput.constants import CALIBRATION_SOURCE, CONSTANTS, ThroughputConstants, architecture_efficiency
+from planner.throughput.constants import CALIBRATION_SOURCE, CONSTANTS, ThroughputConstants
+from planner.throughput.derived import build_hardware, hardware_of, shape_of, stage_key, stages_of
 from planner.throughput.implementation import OUR_STRATEGIES, Implementation
 from planner.throughput.kernel_stack import STACK_SOURCES, KernelStack
 from planner.throughput.kernels import Device
 from planner.throughput.result import StepTimeBreakdown, ThroughputEstimate
-from planner.training_config import GradientCompression, KernelChoice, Offload, Precision, TrainingConfig
+from planner.training_config import (
+    ActivationCheckpointing,
+    GradientCompression,
+    KernelChoice,
+    Offload,
+    Precision,
+    TrainingConfig,
+)
 
 _COMPUTE = (
     f"formula: shape-aware matmul roofline + fused attention + element-wise passes; {CALIBRATION_SOURCE}; "
@@ -130,14 +146,6 @@ def _fixed_sources(stack: KernelStack, implementation: Implementation, fp8: bool
     return merged
 
 
-_shapes: dict[int, tuple[ModelSpec, ModelShape, bool]] = {}
-_hardware: dict[tuple, tuple[ClusterSpec, Device, Links, float]] = {}
-# One Device object per distinct value: the stage cache keys on the device's identity, and the search's
-# cluster slices (new ClusterSpec objects each search, same GPU) must find the stages of the whole cluster.
-_devices: dict[Device, Device] = {}
-_stages: dict[tuple, tuple[StageCompute, SequenceFlops]] = {}
-
-
 def check_fp8_gpu(config: TrainingConfig, cluster: ClusterSpec) -> None:
     """FP8 matmuls need a GPU that has them: one line, before any estimate."""
     if config.fp8 and not cluster.gpu.dense_tflops.fp8:
@@ -145,88 +153,6 @@ def check_fp8_gpu(config: TrainingConfig, cluster: ClusterSpec) -> None:
             f"{cluster.gpu.name} has no FP8 matmuls (no fp8 peak in the GPU catalog); drop --fp8, or plan a GPU "
             "that has them (H100, H200, B200, MI300X: the fp8 column of `hardware-selector gpus`)"
         )
-
-
-def _shape_of(spec: ModelSpec) -> tuple[ModelShape, bool]:
-    cached = _shapes.get(id(spec))
-    if cached is None or cached[0] is not spec:
-        cached = (spec, model_shape(spec), arch_traits(spec).fused_attention)
-        if len(_shapes) > 256:
-            _shapes.clear()
-            _stages.clear()  # its keys hold ids of the shapes just dropped
-        _shapes[id(spec)] = cached
-    return cached[1], cached[2]
-
-
-def _build_hardware(
-    cluster: ClusterSpec, config: TrainingConfig, k: ThroughputConstants
-) -> tuple[Device, Links, float]:
-    gpu = cluster.gpu
-    peak = gpu.peak_tflops(config.precision.compute_dtype) * 1e12
-    matmul_factor, attention_factor = architecture_efficiency(gpu.architecture)
-    fp8_peak = gpu.dense_tflops.fp8 or 0.0
-    device = Device(
-        peak_flops=peak,
-        matmul_flops=peak * matmul_factor,
-        attention_flops=peak * attention_factor,
-        memory_Bps=gpu.memory_bandwidth_GBps * 1e9,
-        element_bytes=4 if config.precision is Precision.FP32 else 2,
-        fp8_matmul_flops=fp8_peak * 1e12 * matmul_factor,
-    )
-    pcie_Bps = pcie_bandwidth_GBps_per_direction(gpu.pcie_generation or 3) * 1e9 * k.link_efficiency
-    return device, cluster_links(cluster, k.link_efficiency), pcie_Bps
-
-
-def _hardware_of(cluster: ClusterSpec, config: TrainingConfig) -> tuple[Device, Links, float]:
-    """(device for the compute dtype, links, PCIe bytes/s) with the committed constants, cached by identity."""
-    key = (id(cluster), config.precision)
-    cached = _hardware.get(key)
-    if cached is None or cached[0] is not cluster:
-        if len(_hardware) > 256:
-            _hardware.clear()
-        if len(_devices) > 256:
-            _devices.clear()
-            _stages.clear()  # its keys hold ids of the devices just dropped
-        device, links, pcie_Bps = _build_hardware(cluster, config, CONSTANTS)
-        device = _devices.setdefault(device, device)
-        cached = _hardware[key] = (cluster, device, links, pcie_Bps)
-    return cached[1], cached[2], cached[3]
-
-
-def _stage_of(
-    shape: ModelShape, config: TrainingConfig, device: Device, fused_attention: bool, stack: KernelStack
-) -> tuple[StageCompute, SequenceFlops]:
-    """Strategy, sharding, offload and accumulation do not change a micro-batch's
-    kernels, and the search varies exactly those: reuse the stage's compute."""
-    # Plain values only: hashing the pydantic routing (Python code) cost more than the rest of the key.
-    layout, routing = config.layout, config.routing
-    key = (
-        id(shape),
-        id(device),
-        config.micro_batch,
-        config.seq_len,
-        layout.tp,
-        layout.pp,
-        layout.stage_layers,
-        layout.ep,
-        *routing.__dict__.values(),  # every routing field, however many it grows
-        layout.cp,
-        config.fp8,
-        config.sequence_parallel,
-        config.activation_checkpointing,
-        config.attention,
-        config.lora_rank,
-        config.qlora,
-        stack,
-        fused_attention,
-    )
-    cached = _stages.get(key)
-    if cached is None:
-        if len(_stages) > 4096:
-            _stages.clear()
-        stage = stage_compute(shape, config, device, CONSTANTS, fused_attention=fused_attention, stack=stack)
-        cached = _stages[key] = (stage, sequence_flops(shape, config))
-    return cached
 
 
 def _construct(model: type, values: dict):
@@ -240,37 +166,88 @@ def _construct(model: type, values: dict):
     return instance
 
 
-def estimate_throughput(
+@dataclass(frozen=True, slots=True)
+class ThroughputPlan:
+    """What an estimate needs that the micro-batch, the accumulation and the activation checkpointing do not
+    change: one layout at one precision on one cluster, under one implementation and set of constants.
+
+    The search estimates several micro-batches and checkpointing levels of each layout; everything here is
+    derived once per layout (hardware, links, the data-parallel collectives, the sources), and
+    candidate_step does the arithmetic of one candidate."""
+
+    shape: ModelShape
+    constants: ThroughputConstants
+    stack: KernelStack
+    fused_attention: bool
+    device: Device
+    communication: CommunicationPlan
+    # (micro-batch, activation checkpointing) -> stage compute and a sequence's FLOPs; shared with other plans
+    # of the same stage key under the committed constants, this plan's own otherwise.
+    stages: dict[tuple[int, ActivationCheckpointing], tuple[StageCompute, SequenceFlops]]
+    world: int
+    dp: int
+    seq_len: int
+    pipelined: bool
+    bubble_per_stage: float  # pipeline bubble in units of one micro-batch's stage compute
+    price_usd_per_gpu_hour: float | None
+    sources: dict[str, str]
+
+
+# (spec, config without its batch, the hardware's values, implementation) -> (spec, plan), under CONSTANTS.
+_plans: dict[tuple, tuple[ModelSpec, ThroughputPlan]] = {}
+
+
+def throughput_plan(
     spec: ModelSpec,
     config: TrainingConfig,
     cluster: ClusterSpec,
     *,
     constants: ThroughputConstants = CONSTANTS,
     implementation: Implementation = OUR_STRATEGIES,
-) -> ThroughputEstimate:
-    """`implementation`: the codebase whose behaviour to assume (implementation.py);
-    by default what this project's strategies run. Published runs of other
-    codebases (Megatron-LM, llm-foundry, ...) pass their preset."""
-    k = constants
+) -> ThroughputPlan:
+    """The plan of `config`'s layout; its micro-batch, accumulation and activation checkpointing are not read
+    (candidate_step takes them from the candidate). Memoised by value under the committed constants, as the
+    stages and the memory peaks are: searches of the same model on the same hardware share their plans."""
+    check_fp8_gpu(config, cluster)
+    if constants is not CONSTANTS:  # calibration: other constants, nothing cached
+        device, links, pcie_Bps = build_hardware(cluster, config, constants)
+        return _build_plan(spec, config, cluster, device, links, pcie_Bps, constants, implementation)
+    device, links, pcie_Bps = hardware_of(cluster, config)
+    # Everything the plan reads of the cluster: the device (interned: its identity is its value), the links,
+    # the GPU count, the NVMe bandwidth and its source, the price.
+    hardware = (id(device), links, pcie_Bps, cluster.gpus_per_node * cluster.num_nodes, cluster.nvme_bandwidth())
+    key = (id(spec), config_key_without_batch(config), *hardware, cluster.gpu.price_usd_per_hour, implementation)
+    entry = _plans.get(key)
+    if entry is not None and entry[0] is spec:
+        return entry[1]
+    if len(_plans) >= 4096:
+        _plans.clear()
+    plan = _build_plan(spec, config, cluster, device, links, pcie_Bps, constants, implementation)
+    _plans[key] = (spec, plan)  # the plan holds the device, so its id is not reused while the entry lives
+    return plan
+
+
+def _build_plan(
+    spec: ModelSpec,
+    config: TrainingConfig,
+    cluster: ClusterSpec,
+    device: Device,
+    links: Links,
+    pcie_Bps: float,
+    k: ThroughputConstants,
+    implementation: Implementation,
+) -> ThroughputPlan:
     stack = implementation.kernels
     if config.kernels is not KernelChoice.EAGER:
         stack = KernelStack.FUSED  # torch.compile and Liger fuse the norms' and rotary's chains
-    check_fp8_gpu(config, cluster)
-    shape, fused_attention = _shape_of(spec)
+    shape, fused_attention = shape_of(spec)
     fused_attention = fused_attention or not implementation.transformers_attention  # their own fused kernels
-    if k is CONSTANTS:
-        device, links, pcie_Bps = _hardware_of(cluster, config)
-        stage, flops = _stage_of(shape, config, device, fused_attention, stack)
-    else:  # calibration: other constants, nothing cached
-        device, links, pcie_Bps = _build_hardware(cluster, config, k)
-        stage = stage_compute(shape, config, device, k, fused_attention=fused_attention, stack=stack)
-        flops = sequence_flops(shape, config)
-    peak = device.peak_flops
+    # The stages of other plans of the same stage key under the committed constants; this plan's own otherwise.
+    stages = stages_of(stage_key(shape, config, device, fused_attention, stack)) if k is CONSTANTS else {}
     world = cluster.gpus_per_node * cluster.num_nodes
-    comm = step_communication(
+    communication = communication_plan(
         shape,
         config,
-        stage,
         links,
         world_size=world,
         pcie_Bps=pcie_Bps,
@@ -279,25 +256,95 @@ def estimate_throughput(
         nvme_Bps=cluster.nvme_bandwidth()[0] * 1e9,
         implementation=implementation,
     )
-
-    accum = config.grad_accum
     pp, virtual = config.pipeline_parallel, config.virtual_stages
     # (p-1)/(m.v) of the pipelined compute; DualPipe feeds both ends: (p/2 - 1) stage-steps (implementation.py)
     steps = max(pp / 2 - 1, 0.0) if implementation.bidirectional_pipeline else pp - 1
-    bubble = steps / virtual * stage.total_s if pp > 1 else 0.0
+    return ThroughputPlan(
+        shape=shape,
+        constants=k,
+        stack=stack,
+        fused_attention=fused_attention,
+        device=device,
+        communication=communication,
+        stages=stages,
+        world=world,
+        dp=max(world // config.model_parallel_size, 1),
+        seq_len=config.seq_len,
+        pipelined=pp > 1,
+        bubble_per_stage=steps / virtual,
+        price_usd_per_gpu_hour=cluster.gpu.price_usd_per_hour,
+        sources={
+            **_fixed_sources(stack, implementation, config.fp8, config.kernels),
+            **_offload_source(config, cluster),
+            **_compression_source(config, world),
+        },
+    )
+
+
+@dataclass(slots=True)
+class CandidateStep:
+    """One candidate's step time and what its ThroughputEstimate reports, as plain values: the search scores
+    thousands of candidates by tokens_per_s and builds the (pydantic) estimates of the few it reports.
+    Not frozen: a frozen dataclass sets each field through object.__setattr__, a call per field."""
+
+    step_s: float
+    compute_s: float
+    recompute_s: float
+    bubble_s: float
+    comm: StepComm
+    global_batch: int
+    tokens_per_s: float
+    flops: SequenceFlops  # of one sequence
+    launch_bound: bool
+
+
+def candidate_step(plan: ThroughputPlan, config: TrainingConfig, micro_batch: int, accum: int) -> CandidateStep:
+    """The step of `config` at `micro_batch` and `accum`, a candidate of the plan's layout (the config the plan
+    was made from, at any activation checkpointing). The config's own batch is not read: the search passes
+    its AC level's config and builds a candidate's own only for the candidates it reports."""
+    checkpointing = config.activation_checkpointing
+    cached = plan.stages.get((micro_batch, checkpointing))
+    if cached is None:
+        if len(plan.stages) > 4096:
+            plan.stages.clear()
+        if (config.micro_batch, config.grad_accum) != (micro_batch, accum):
+            config = config.model_copy(update={"micro_batch": micro_batch, "grad_accum": accum})
+        shape, device, k = plan.shape, plan.device, plan.constants
+        stage = stage_compute(shape, config, device, k, fused_attention=plan.fused_attention, stack=plan.stack)
+        cached = plan.stages[micro_batch, checkpointing] = (stage, sequence_flops(shape, config))
+    stage, flops = cached
+    comm = micro_batch_communication(plan.communication, micro_batch, accum, checkpointing, stage)
+
+    bubble = plan.bubble_per_stage * stage.total_s if plan.pipelined else 0.0
     compute = accum * (stage.forward_s + stage.backward_s)
     recompute = accum * stage.recompute_s
     step = compute + recompute + comm.exposed_s + bubble + comm.offload_s + comm.optimizer_step_s
 
-    dp = max(world // config.model_parallel_size, 1)
-    global_batch = config.micro_batch * accum * dp
-    per_gpu_model = flops.model * global_batch / world / step
-    per_gpu_hardware = flops.hardware * global_batch / world / step
+    global_batch = micro_batch * accum * plan.dp
+    return CandidateStep(
+        step_s=step,
+        compute_s=compute,
+        recompute_s=recompute,
+        bubble_s=bubble,
+        comm=comm,
+        global_batch=global_batch,
+        tokens_per_s=global_batch * plan.seq_len / step,
+        flops=flops,
+        launch_bound=stage.launch_bound,
+    )
+
+
+def estimate_of(plan: ThroughputPlan, candidate: CandidateStep) -> ThroughputEstimate:
+    """The typed estimate of a candidate_step of the plan."""
+    comm, step, bubble = candidate.comm, candidate.step_s, candidate.bubble_s
+    peak, global_batch, world = plan.device.peak_flops, candidate.global_batch, plan.world
+    per_gpu_model = candidate.flops.model * global_batch / world / step
+    per_gpu_hardware = candidate.flops.hardware * global_batch / world / step
     breakdown = _construct(
         StepTimeBreakdown,
         dict(
-            compute_s=compute,
-            recompute_s=recompute,
+            compute_s=candidate.compute_s,
+            recompute_s=candidate.recompute_s,
             data_parallel_comm_s=comm.data_parallel_s,
             tensor_parallel_comm_s=comm.tensor_parallel_s + comm.expert_parallel_s + comm.context_parallel_s,
             pipeline_p2p_s=comm.pipeline_p2p_s,
@@ -311,20 +358,31 @@ def estimate_throughput(
         ThroughputEstimate,
         dict(
             step_time_s=step,
-            tokens_per_s=global_batch * config.seq_len / step,
+            tokens_per_s=candidate.tokens_per_s,
             samples_per_s=global_batch / step,
             tflops_per_gpu=per_gpu_model / 1e12,
             mfu=per_gpu_model / peak,
             hfu=per_gpu_hardware / peak,
             global_batch=global_batch,
             breakdown=breakdown,
-            price_usd_per_gpu_hour=cluster.gpu.price_usd_per_hour,
-            sources={
-                **_fixed_sources(stack, implementation, config.fp8, config.kernels),
-                **_offload_source(config, cluster),
-                **_compression_source(config, world),
-            },
-            notes=bottleneck_notes(step, comm.exposed_s, bubble, comm.offload_s, stage.launch_bound),
+            price_usd_per_gpu_hour=plan.price_usd_per_gpu_hour,
+            sources=dict(plan.sources),  # each estimate owns its dict
+            notes=bottleneck_notes(step, comm.exposed_s, bubble, comm.offload_s, candidate.launch_bound),
             world_size=world,
         ),
     )
+
+
+def estimate_throughput(
+    spec: ModelSpec,
+    config: TrainingConfig,
+    cluster: ClusterSpec,
+    *,
+    constants: ThroughputConstants = CONSTANTS,
+    implementation: Implementation = OUR_STRATEGIES,
+) -> ThroughputEstimate:
+    """`implementation`: the codebase whose behaviour to assume (implementation.py);
+    by default what this project's strategies run. Published runs of other
+    codebases (Megatron-LM, llm-foundry, ...) pass their preset."""
+    plan = throughput_plan(spec, config, cluster, constants=constants, implementation=implementation)
+    return estimate_of(plan, candidate_step(plan, config, config.micro_batch, config.grad_accum))
