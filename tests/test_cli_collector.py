@@ -64,3 +64,27 @@ def test_the_heap_is_frozen_at_exit_not_before():
     )
     assert completed.returncode == 0, completed.stderr
     assert completed.stderr.split() == ["BEFORE=False", "FROZEN=True"], completed.stderr
+
+
+def test_what_a_command_made_is_promoted_to_the_oldest_generation_not_walked(threshold_during_command):
+    before = gc.get_threshold()
+    gc.set_threshold(1_000_000, *before[1:])  # the objects below stay young, as a command's do
+    try:
+        made = [[] for _ in range(5_000)]
+        assert {id(item) for item in made} <= {id(item) for item in gc.get_objects(generation=0)}
+        hardware_selector.main(["models"])
+        assert gc.get_count()[0] < 100  # the caller's next allocations do not set off a walk of them
+    finally:
+        gc.set_threshold(*before)
+    assert {id(item) for item in made} <= {id(item) for item in gc.get_objects(generation=2)}
+    assert gc.get_freeze_count() == 0
+
+
+def test_what_the_caller_froze_stays_frozen(threshold_during_command):
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        hardware_selector.main(["models"])
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
