@@ -37,7 +37,10 @@ def cache_folder() -> Path:
 
 def load_yaml(text: str) -> object:
     """The document in `text`, as PyYAML's safe loader reads it (libyaml's where PyYAML was built with it)."""
-    entry = cache_folder() / f"{hashlib.sha256(text.encode('utf-8')).hexdigest()}.json"
+    try:
+        entry = cache_folder() / f"{hashlib.sha256(text.encode('utf-8')).hexdigest()}.json"
+    except RuntimeError:  # no home folder to keep it in (HOME unset, a user without a passwd entry)
+        return _parse(text)
     try:
         return json.loads(entry.read_text(encoding="utf-8"), object_hook=_untag)
     except (OSError, ValueError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import pathlib
 import re
 import subprocess
 import sys
@@ -80,6 +81,17 @@ def test_an_entry_that_cannot_be_read_is_parsed_again_and_rewritten():
     entry.write_text('{"when": ')
     assert same(load_yaml(text), reference(text))
     assert same(json.loads(entry.read_text())["when"], {"$yaml-date": "2026-11-27"})
+
+
+def _no_home():
+    raise RuntimeError("Could not determine home directory.")  # Path.home's words
+
+
+def test_without_a_home_folder_the_document_is_parsed_and_nothing_kept(monkeypatch):
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.delenv("HOME")
+    monkeypatch.setattr(pathlib.Path, "home", _no_home)
+    assert same(load_yaml(KEPT[1]), reference(KEPT[1]))
 
 
 def test_a_changed_text_is_a_new_entry_never_a_stale_one():
