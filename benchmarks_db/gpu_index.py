@@ -3,14 +3,17 @@
 `plan` calibrates on the records of its GPU only (benchmarks_db/calibrate.py). Importing DuckDB and opening the
 file cost ~0.1 s, a fifth of `plan` on a catalog model (docs/performance.md, "Planner speed"), and usually find
 nothing: the records are of the machines benchmarked, the plan is for the GPUs to buy. The index
-(`<db>.gpus.json`) lets BenchmarkStore.runs answer "no record of this GPU" without DuckDB.
+(`<db>.gpus.json`) lets calibrate.plan_calibration and BenchmarkStore.runs answer "no record of this GPU"
+without DuckDB.
 
 It is trusted only while the database file is exactly as it was when the index was written: the same size,
 modification time (ns) and inode, the schema version this code reads, and no write-ahead log beside it (DuckDB's
 `<db>.wal` holds committed rows that are not in the file yet). Anything else, and a missing or unreadable index,
 means reading the database as before; that read (BenchmarkStore.reading) writes the index anew, and every write
 through BenchmarkStore.writing removes it first and writes it again after. A program that writes the file
-without us (the duckdb CLI) changes its modification time, so its rows are never hidden by an old index.
+without us (the duckdb CLI) changes its modification time, so its rows are not hidden by an old index; only on a
+file system whose timestamps are coarse (a second, say) could a write that keeps the size and lands in the same
+tick as the index go unseen, until the next write or `rm <db>.gpus.json`.
 """
 
 from __future__ import annotations
