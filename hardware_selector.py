@@ -13,22 +13,21 @@ print its recommendation (hardware_selector_cli/seed_cli.py).
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.util
 import sys
 
-from hardware_selector_cli.app import app  # noqa: F401  (re-exported)
-from hardware_selector_cli.app import main as _subcommand_main
-from hardware_selector_cli.seed_cli import is_seed_invocation
-from hardware_selector_cli.seed_cli import run as _seed_main
+from hardware_selector_cli.collector import collecting_less
 from planner.errors import known_keywords
 
 # `hardware_selector.integrations` is backends/integrations (framework doors), under this name too.
 __path__: list[str] = []  # a package without files of its own: the finder below supplies its one subpackage
 
 
-class _IntegrationsAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports hardware_selector.integrations[.x] as the one module backends.integrations[.x] (no copy)."""
+class _IntegrationsAlias:
+    """Imports hardware_selector.integrations[.x] as the one module backends.integrations[.x] (no copy).
+
+    A meta path finder and loader by its methods (find_spec; create_module, exec_module): importlib.abc's base
+    classes would import importlib.resources and tempfile, ~5 ms of `--help`."""
 
     PREFIX = "hardware_selector.integrations"
 
@@ -50,12 +49,18 @@ class _IntegrationsAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 if not any(isinstance(finder, _IntegrationsAlias) for finder in sys.meta_path):
     sys.meta_path.append(_IntegrationsAlias())
 
-# The Python API, imported on first use so that `--help` and other commands do not pay for it.
+# The Python API, imported on first use so that `--help` and other commands do not pay for it; the Typer app
+# likewise, so that main builds it with the collector set for start-up (hardware_selector_cli/collector.py).
 _API = ("HardwareSelector", "get_distributed_training_config", "get_inference_config", "select_hardware_for_task")
-__all__ = ["app", "main", "emit_run_folder", "training_arguments", *_API]
+_CLI_APP = "app"
+__all__ = [_CLI_APP, "main", "emit_run_folder", "training_arguments", *_API]
 
 
 def __getattr__(name: str):
+    if name == _CLI_APP:
+        from hardware_selector_cli.app import app
+
+        return app
     if name == "integrations":
         return importlib.import_module("hardware_selector.integrations")
     if name in _API:
@@ -97,10 +102,19 @@ def training_arguments(plan, output_dir, **overrides):
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: the seed tool's flags, or a subcommand."""
     args = sys.argv[1:] if argv is None else list(argv)
+    with collecting_less():  # from the first CLI import on (hardware_selector_cli/collector.py)
+        return _run(args)
+
+
+def _run(args: list[str]) -> int:
+    from hardware_selector_cli.app import main as subcommand_main
+    from hardware_selector_cli.seed_cli import is_seed_invocation
+    from hardware_selector_cli.seed_cli import run as seed_main
+
     try:
         if is_seed_invocation(args):
-            return _seed_main(args)
-        return _subcommand_main(args)
+            return seed_main(args)
+        return subcommand_main(args)
     except BrokenPipeError:  # `... | head`: the reader left; end quietly, as a tool killed by SIGPIPE does
         import os
 

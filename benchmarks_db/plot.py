@@ -13,7 +13,7 @@ from pathlib import Path
 from planner.errors import UserInputError
 from planner.files import check_writable, write_text_atomic
 
-from .calibrate import RecordError
+from .record_errors import RecordError
 
 WIDTH, HEIGHT, MARGIN = 460, 360, 50
 COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]

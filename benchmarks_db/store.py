@@ -20,6 +20,7 @@ from typing import Any
 
 from planner.errors import UserInputError
 
+from .gpu_index import file_state, forget_index, is_current, may_hold_gpu, stored_gpus, write_index
 from .paths import check_db_path, resolve_db_path
 from .record import RunRecord, RunStatus
 from .schema import SCHEMA_VERSION, applied_version, check_ours, migrate
@@ -128,14 +129,19 @@ class BenchmarkStore:
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[Any]:
+        """A read-write connection; the GPU index beside the file (gpu_index.py) is removed first and written
+        anew once the writes are in the file (a block that fails leaves none: the next read writes it)."""
         with self._locked(exclusive=True):
+            forget_index(self.path)
             connection = self._connect(read_only=False)
             try:
                 check_ours(connection, self.path)
                 migrate(connection)
                 yield connection
+                gpus = stored_gpus(connection)
             finally:
                 connection.close()
+            write_index(self.path, gpus, file_state(self.path))
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Any | None]:
@@ -149,11 +155,18 @@ class BenchmarkStore:
             with self._locked(exclusive=False):
                 connection = self._connect(read_only=True)
                 try:
-                    if self._version(connection) == SCHEMA_VERSION or attempt:
+                    current = self._version(connection) == SCHEMA_VERSION
+                    if current or attempt:
+                        state = file_state(self.path)  # the file as this read sees it
                         yield connection
-                        return
+                        # The index is missing or stale (a first read, a write by another program): write it anew.
+                        gpus = stored_gpus(connection) if current and not is_current(self.path) else None
                 finally:
                     connection.close()
+                if current or attempt:
+                    if gpus is not None:
+                        write_index(self.path, gpus, state)
+                    return
             with self.writing():  # an older file: upgrade it in place first
                 pass
 
@@ -198,6 +211,9 @@ class BenchmarkStore:
         limit: int | None = None,
     ) -> list[RunRecord]:
         """Runs matching every filter given, newest first."""
+        if gpu is not None and not may_hold_gpu(self.path, gpu):  # without DuckDB (gpu_index.py)
+            self.skipped_rows = 0
+            return []
         clauses, values = [], []
         for column, value in (("gpu_name", gpu), ("model_name", model), ("strategy", strategy), ("status", status)):
             if value is not None:

@@ -172,7 +172,7 @@ def calibration_command(
     from rich import box
     from rich.table import Table
 
-    from benchmarks_db.calibrate import record_errors
+    from benchmarks_db.record_errors import record_errors
     from planner.calibration import Calibration
 
     if plot is not None:

@@ -84,10 +84,16 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
+def uncalibrated_summary(gpu_name: str, records_read: int) -> str:
+    """Calibration.summary where no successful record of the GPU was read (`plan` says it without fitting
+    anything when the database's GPU index has no record of the GPU: benchmarks_db/gpu_index.py)."""
+    return f"not calibrated: no benchmark records for {gpu_name} ({_count(records_read, 'record')} read)"
+
+
 class Correction(BaseModel):
     """step_time = overhead_s + scale * predicted, for one GPU and strategy family."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built on first use, as Calibration
 
     gpu: str
     family: str
@@ -161,7 +167,7 @@ def rescaled(estimate: ThroughputEstimate, step_time_s: float, source: str, note
 class Calibration(BaseModel):
     """Corrections and measured runs for whatever hardware the records describe."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # `plan` without records of its GPU makes none
 
     corrections: list[Correction] = Field(default_factory=list)
     measured: list[MeasuredRun] = Field(default_factory=list)  # successful runs, newest first
@@ -232,7 +238,7 @@ class Calibration(BaseModel):
         """One line for `plan`: whether and how it was calibrated, on how many records."""
         mine = self.for_gpu(gpu_name)
         if not mine.measured:
-            return f"not calibrated: no benchmark records for {gpu_name} ({_count(self.records_read, 'record')} read)"
+            return uncalibrated_summary(gpu_name, self.records_read)
         fitted = sum(c.records for c in mine.corrections)
         families = ", ".join(c.describe() for c in mine.corrections) or "none (records lack predictions)"
         return (

@@ -204,5 +204,6 @@ def test_a_plot_path_that_cannot_be_written_is_refused_before_anything_is_printe
         "a-file",
         "folder.html",
         "runs.duckdb",
+        "runs.duckdb.gpus.json",  # the store's GPU index (benchmarks_db/gpu_index.py), written with the records
         "runs.duckdb.lock",
     ]

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from planner.errors import UserInputError
 from planner.limits import MAX_PRICE_PER_HOUR
+from planner.yaml_cache import UnreadableYaml, load_yaml
 
 PRICE_CATALOG_FILE = Path(__file__).resolve().parent.parent / "catalog" / "prices.yaml"
 STALE_AFTER_DAYS = 180
@@ -107,18 +108,15 @@ def _where(error: ValidationError, document: dict) -> str:
 def read_price_catalog(path: Path | None = None) -> PriceCatalog:
     """The price catalog at `path` (default: the project's), its entries checked but not their GPU names
     (planner/hardware/gpus.py reads the project's to price its GPUs, before it can resolve a name)."""
-    import yaml
-
     file = PRICE_CATALOG_FILE if path is None else Path(path).expanduser()
     label = "the price catalog" if path is None else f"--price-catalog {path}"
     try:
-        # libyaml's loader where PyYAML was built with it: the same documents, parsed some ten times faster
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        document = yaml.load(file.read_text(encoding="utf-8"), Loader=loader)  # noqa: S506 (a safe loader)
+        document = load_yaml(file.read_text(encoding="utf-8"))  # parsed once per content (planner/yaml_cache.py)
     except FileNotFoundError:
         raise UserInputError(f"{label}: no such file; give a YAML price catalog (docs/search.md)") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    except (OSError, UnicodeDecodeError, UnreadableYaml) as error:
+        cause = error.__cause__ if isinstance(error, UnreadableYaml) else error  # PyYAML's error says where
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
         raise UserInputError(f"{label}: not a readable YAML file ({first})") from None
     if not isinstance(document, dict):
         raise UserInputError(f"{label}: expected a mapping with a 'prices' list (docs/search.md)")

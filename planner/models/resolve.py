@@ -16,8 +16,6 @@ from pathlib import Path
 from planner.errors import UserInputError
 from planner.limits import MAX_LAYERS, MAX_PARAMS, MAX_WIDTH, check_count, check_number
 from planner.models.catalog import find_model, suggest_models
-from planner.models.dimension_configs import check_positions, dimension_config
-from planner.models.hf_config import spec_from_hf_config
 from planner.models.spec import ModelSpec
 
 MAX_MODEL_NAME = 4096  # PATH_MAX on Linux
@@ -64,6 +62,8 @@ def spec_from_config_path(path: Path, *, exact_counts: bool = True, display_name
     config_path = path / "config.json" if path.is_dir() else path
     if not config_path.is_file():
         raise UserInputError(f"{path}: no config.json there; point at a model directory or its config.json")
+    from planner.models.hf_config import spec_from_hf_config  # the config readers: not for a catalog model
+
     config = read_config_json(config_path)
     name = display_name or (path.name if path.is_dir() else config_path.parent.name) or config_path.stem
     spec = spec_from_hf_config(config, name=name, origin=str(config_path), source=str(config_path))
@@ -191,6 +191,9 @@ def spec_from_dimensions(
     """A decoder of these dimensions: Llama-shaped (or Mixtral-shaped with experts) for a gated MLP; for a
     standard one GPT-2-, GPT-NeoX- or MPT-shaped by its positions (planner/models/dimension_configs.py).
     Counts come from the formula."""
+    from planner.models.dimension_configs import check_positions, dimension_config
+    from planner.models.hf_config import spec_from_hf_config
+
     for flag, value in (
         ("--hidden", hidden),
         ("--layers", layers),
