@@ -45,6 +45,14 @@ from planner.throughput.collectives import (
 from planner.throughput.compressed_reduction import compressed_reduction
 from planner.throughput.compute import StageCompute
 from planner.throughput.constants import ThroughputConstants
+from planner.throughput.data_parallel_schemes import (
+    all_reduce_scheme,
+    compressed_scheme,
+    grad_op_scheme,
+    partitioned_scheme,
+    sharded_scheme,
+    waited_s,
+)
 from planner.throughput.implementation import OUR_STRATEGIES, Implementation
 from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, Precision, Strategy, TrainingConfig
 
@@ -77,7 +85,7 @@ class CommunicationPlan:
 
     links: Links
     interference: float  # ThroughputConstants.overlap_interference
-    # The arithmetic of the layout's data-parallel scheme (one of the module docstring's): (plan, accumulation,
+    # The arithmetic of the layout's data-parallel scheme (data_parallel_schemes.py): (plan, accumulation,
     # forward and backward seconds of a micro-batch, blocks on the stage) -> (total DP traffic per step, what
     # the step waits for of it).
     data_parallel: Callable[[CommunicationPlan, int, float, float, int], tuple[float, float]]
@@ -117,14 +125,6 @@ class CommunicationPlan:
     p2p_split: int = 0  # 0: no pipeline
     virtual_stages: int = 1
     crosses_nodes: bool = False
-
-
-def _hidden(comm: float, window: float, interference: float) -> float:
-    """Exposed time of `comm` seconds of traffic overlapped with `window` seconds of compute:
-    max(0.0, comm - window) + interference * min(comm, window), written out (the same values: max and min
-    return their first argument unless a later one is larger, or smaller) without two calls per candidate."""
-    excess = comm - window
-    return (excess if excess > 0.0 else 0.0) + interference * (window if window < comm else comm)
 
 
 def _zero_stage(config: TrainingConfig) -> int:
@@ -184,7 +184,7 @@ def communication_plan(
     summed = all_reduce = last_bucket = reduce = gather = cross = updated = 0.0
     if config.compression is not GradientCompression.NONE:
         # Our engine: one synchronous compressed sum per step, at the boundary (compressed_reduction.py).
-        data_parallel = _compressed
+        data_parallel = compressed_scheme
         summed = compressed_reduction(
             config.compression,
             links,
@@ -199,20 +199,20 @@ def communication_plan(
         elif stage_zero == 3:
             gather = all_gather_s(links, dp_group, params * param_bytes)
     elif stage_zero == 0:
-        data_parallel = _all_reduce
+        data_parallel = all_reduce_scheme
         all_reduce = all_reduce_s(links, dp_group, trainable * grad_bytes)
         last_bucket = all_reduce_s(links, dp_group, min(k.ddp_bucket_bytes, trainable * grad_bytes))
     elif stage_zero in (1, 2):
         reduce = reduce_scatter_s(links, dp_group, trainable * grad_bytes)
         if config.strategy is Strategy.FSDP:  # SHARD_GRAD_OP: gather once per micro-batch, kept to backward
-            data_parallel = _grad_op
+            data_parallel = grad_op_scheme
             gather = all_gather_s(links, dp_group, params * param_bytes)
         else:
             # Only the optimizer's (trainable) partitions change and are gathered back.
-            data_parallel = _partitioned
+            data_parallel = partitioned_scheme
             updated = all_gather_s(links, dp_group, trainable * element)
     else:
-        data_parallel = _sharded
+        data_parallel = sharded_scheme
         per_gpu_nic = implementation.sharded_gather_per_gpu_nic
         gather = all_gather_s(links, shard_group, params * param_bytes, per_gpu_nic)
         reduce = reduce_scatter_s(links, shard_group, trainable * grad_bytes, per_gpu_nic)
@@ -289,65 +289,16 @@ def communication_plan(
     )
 
 
-def _compressed(plan: CommunicationPlan, accum: int, fwd: float, bwd: float, blocks: int) -> tuple[float, float]:
-    """Our engine's compressed sum, once per step at the boundary, plus ZeRO's parameter all-gathers."""
-    dp_total = exposed = plan.summed
-    if plan.stage_zero in (1, 2):
-        dp_total += plan.updated
-        exposed += plan.updated
-    elif plan.stage_zero == 3:
-        gather, interference = plan.gather, plan.interference
-        dp_total += accum * 2 * gather
-        exposed += accum * (
-            gather / max(blocks, 1) + _hidden(gather, fwd, interference) + _hidden(gather, bwd, interference)
-        )
-    return dp_total, exposed
-
-
-def _all_reduce(plan: CommunicationPlan, accum: int, fwd: float, bwd: float, blocks: int) -> tuple[float, float]:
-    """DDP, FSDP NO_SHARD, ZeRO-0: one all-reduce per step in buckets under the last backward."""
-    all_reduce, last_bucket = plan.all_reduce, plan.last_bucket
-    return all_reduce, last_bucket + _hidden(all_reduce - last_bucket, bwd, plan.interference)
-
-
-def _grad_op(plan: CommunicationPlan, accum: int, fwd: float, bwd: float, blocks: int) -> tuple[float, float]:
-    """FSDP SHARD_GRAD_OP: parameters gathered once per micro-batch, gradients reduce-scattered after each."""
-    gather, reduce, interference = plan.gather, plan.reduce, plan.interference
-    first_block = gather / max(blocks, 1)
-    exposed = accum * (first_block + _hidden(gather, fwd, interference) + _hidden(reduce, bwd, interference))
-    return accum * (reduce + gather), exposed
-
-
-def _partitioned(plan: CommunicationPlan, accum: int, fwd: float, bwd: float, blocks: int) -> tuple[float, float]:
-    """ZeRO-1 (one reduce-scatter per step) and ZeRO-2 (one per micro-batch), then the updated partitions'
-    all-gather."""
-    reduces = 1 if plan.stage_zero == 1 else accum
-    exposed = reduces * _hidden(plan.reduce, bwd, plan.interference) + plan.updated
-    return reduces * plan.reduce + plan.updated, exposed
-
-
-def _sharded(plan: CommunicationPlan, accum: int, fwd: float, bwd: float, blocks: int) -> tuple[float, float]:
-    """ZeRO-3, FSDP FULL_SHARD and HYBRID_SHARD: every micro-batch gathers the parameters in forward and in
-    backward and reduce-scatters the gradients (hybrid: and all-reduces the shards across nodes)."""
-    gather, reduce, cross, interference = plan.gather, plan.reduce, plan.cross, plan.interference
-    first_block = gather / max(blocks, 1)
-    dp_total = accum * (2 * gather + reduce + cross)
-    exposed = accum * (
-        first_block + _hidden(gather, fwd, interference) + _hidden(gather + reduce + cross, bwd, interference)
-    )
-    return dp_total, exposed
-
-
 def _offload(plan: CommunicationPlan, accum: int, fwd: float, bwd: float) -> tuple[float, float]:
     """(offload seconds per step, optimizer step on the GPU)."""
     offload = 0.0
     if plan.fetch is not None:
-        offload += accum * _hidden(plan.fetch, fwd + bwd, plan.interference)
+        offload += accum * waited_s(plan.fetch, fwd + bwd, plan.interference)
     if plan.cpu_step is None:
         return offload, plan.optimizer_step
     # Partitioned gradients (ZeRO-2/3) leave the GPU after every backward, the others once per step.
     downloads = accum if plan.stage_zero >= 2 else 1
-    offload += downloads * _hidden(plan.grads_down, bwd, plan.interference) + plan.cpu_step + plan.params_up
+    offload += downloads * waited_s(plan.grads_down, bwd, plan.interference) + plan.cpu_step + plan.params_up
     return offload, 0.0
 
 
