@@ -85,6 +85,8 @@ def test_what_the_caller_froze_stays_frozen(threshold_during_command):
     try:
         frozen = gc.get_freeze_count()
         hardware_selector.main(["models"])
-        assert gc.get_freeze_count() == frozen
+        # Neither unfrozen (the count would fall to 0) nor added to (a command makes tens of thousands); a few
+        # frozen objects may die meanwhile (a cache dropping its entries), which lowers the count by as many.
+        assert frozen - 100 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
