@@ -25,7 +25,6 @@ overlapped; the parameter all-gathers stay as above.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.contract.choices import GradientCompression
@@ -33,7 +32,6 @@ from planner.models.flops import ModelShape
 from planner.throughput.collectives import (
     Group,
     Links,
-    PlacedAllReduce,
     all_gather_s,
     all_reduce_s,
     all_to_all_s,
@@ -42,6 +40,7 @@ from planner.throughput.collectives import (
     process_group,
     reduce_scatter_s,
 )
+from planner.throughput.communication_plan import CommunicationPlan
 from planner.throughput.compressed_reduction import compressed_reduction
 from planner.throughput.compute import StageCompute
 from planner.throughput.constants import ThroughputConstants
@@ -74,57 +73,6 @@ class StepComm:
     context_parallel_s: float
     offload_s: float
     optimizer_step_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class CommunicationPlan:
-    """Everything a step's communication needs that the micro-batch, the accumulation and the activation
-    checkpointing do not change: the data-parallel collectives (their sizes are the layout's shards), the
-    offload transfers, and the groups and sizes the per-micro-batch traffic is computed from. The search
-    builds one per layout and cluster and runs micro_batch_communication for each of its micro-batches."""
-
-    links: Links
-    interference: float  # ThroughputConstants.overlap_interference
-    # The arithmetic of the layout's data-parallel scheme (data_parallel_schemes.py): (plan, accumulation,
-    # forward and backward seconds of a micro-batch, blocks on the stage) -> (total DP traffic per step, what
-    # the step waits for of it).
-    data_parallel: Callable[[CommunicationPlan, int, float, float, int], tuple[float, float]]
-    stage_zero: int
-    # Data-parallel collectives, in seconds per call (0.0 where the mode has none).
-    summed: float = 0.0  # the compressed sum
-    all_reduce: float = 0.0
-    last_bucket: float = 0.0
-    reduce: float = 0.0
-    gather: float = 0.0
-    cross: float = 0.0  # HYBRID_SHARD's all-reduce of the shards across nodes
-    updated: float = 0.0  # the updated partitions' all-gather after the optimizer step
-    # Offload: a micro-batch's parameter fetch (None: no parameter offload), and the CPU optimizer's
-    # per-step costs (cpu_step None: the optimizer steps on the GPU, in optimizer_step seconds).
-    offloads: bool = False  # any of fetch or cpu_step
-    fetch: float | None = None
-    grads_down: float = 0.0
-    params_up: float = 0.0
-    cpu_step: float | None = None
-    optimizer_step: float = 0.0
-    # Per-micro-batch traffic: tensor-, expert-, context-parallel and pipeline transfers.
-    seq_len: int = 1
-    hidden: int = 1
-    element: int = 2
-    tp: int = 1
-    cp: int = 1
-    tp_all_reduce: PlacedAllReduce | None = None  # None: tp 1, no tensor-parallel traffic
-    expert_exchange: bool = False
-    experts_per_token: int = 0
-    expert_load: float = 0.0  # assignments the busiest expert-parallel rank runs, in even shares
-    ep_split: int = 1
-    ep_group: Group = Group(1, 1, 1)
-    overlaps_expert_all_to_all: bool = False
-    kv_width: int = 0
-    cp_group: Group = Group(1, 1, 1)
-    overlaps_context_exchange: bool = False
-    p2p_split: int = 0  # 0: no pipeline
-    virtual_stages: int = 1
-    crosses_nodes: bool = False
 
 
 def _zero_stage(config: TrainingConfig) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from planner.throughput.communication import CommunicationPlan
+    from planner.throughput.communication_plan import CommunicationPlan
 
 
 def waited_s(comm: float, window: float, interference: float) -> float:
