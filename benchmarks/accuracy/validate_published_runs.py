@@ -7,7 +7,8 @@
 Rows come from benchmarks/data/published_runs.yaml (Megatron-LM 2021 and 2022, MT-NLG, BLOOM,
 GPT-NeoX, Megatron 2019 on V100s, and informational OPT, Llama 1-3 and DeepSeek-V3 rows) and
 benchmarks/data/published_stack_runs.yaml (torch FSDP, DeepSpeed ZeRO-3 + offload and the HF
-Trainer as their maintainers measured them), each with its citation and confidence; a second table
+Trainer as their maintainers measured them, and Megatron-Core through Megatron-Bridge on DGX-H100), each
+with its citation and confidence; a second table
 shows benchmarks/data/published_zero_papers.yaml (DeepSpeed's ZeRO papers on V100s), summed up
 apart from the held-out bounds (its header says why). Every run is
 planned as our engine would run it (strategy engine: TP x PP x DP with the published ZeRO stage;
