@@ -82,6 +82,12 @@ PUBLISHED_STACKS = {
         "`--strategy zero3 --offload-params cpu or nvme --offload-optimizer nvme` (ds_config.json)",
         "ZeRO-Infinity paper, Figure 5(c) and Table 1 (10B-1T on one DGX-2, 16 V100s; printed labels)",
     ),
+    "megatron-bridge": (
+        "Megatron-Core via Megatron-Bridge (TP, PP, CP, EP, FP8), NVIDIA's DGX-H100 runs",
+        "engine TP/PP/CP/EP (the mechanisms it plans with)",
+        "Megatron-Bridge performance summary, 26.04.01 container, recipes read (Llama 3 70B on 64 H100s, "
+        "Llama 3.1 405B at CP 2 on 1024, Qwen3-30B-A3B at EP 16 on 16; FP8 current scaling)",
+    ),
 }
 # Stacks whose rows are all informational (a layout detail deduced or recalled, one source each): shown, marked so,
 # never counted above.
@@ -125,7 +131,10 @@ UNMEASURED = (
      "100 Gb/s links; the 49B-138B shapes, the sequence, the GPUs per node and the FLOP count are in the paper "
      "(arXiv:2306.10209), which the stored references do not hold, so no row is planned; the 18B shape alone is "
      "in DeepSpeed's ZeRO++ tutorial (40 layers, hidden 6144), whose one logged ZeRO-3 step names no network"),
-    ("our engine: EP, CP", "engine.json layout.ep / layout.cp", "correctness vs single-process runs; time: none"),
+    ("our engine: EP, CP", "engine.json layout.ep / layout.cp",
+     "our engine's own EP/CP runs: correctness vs single-process runs only; the EP and CP mechanisms it plans "
+     "with are timed against Megatron-Core's published DGX-H100 runs, the Megatron-Bridge row above (CP 2 on "
+     "Llama 3.1 405B, EP 16 on Qwen3-30B-A3B)"),
 )  # fmt: skip
 
 
