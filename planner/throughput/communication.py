@@ -222,6 +222,7 @@ def communication_plan(
         tp=tp,
         cp=cp,
         tp_all_reduce=placed_all_reduce(links, process_group(tp, 1, gpn)) if tp > 1 else None,
+        overlaps_tensor_parallel_comm=implementation.overlaps_tensor_parallel_comm,
         expert_exchange=expert_exchange,
         experts_per_token=shape.experts_per_token,
         expert_load=expert_load,
@@ -274,6 +275,8 @@ def micro_batch_communication(
     tp_comm = 0.0  # what all_reduce_s gives a group of one
     if plan.tp_all_reduce is not None:
         tp_comm = accum * blocks * tp_per_block * plan.tp_all_reduce.seconds(activation_bytes)
+    # Split into the GEMMs beside them (userbuffers), the collectives wait only for what the matmuls cannot cover.
+    tp_exposed = max(0.0, tp_comm - accum * stage.matmul_s) if plan.overlaps_tensor_parallel_comm else tp_comm
 
     ep_comm = 0.0
     if plan.expert_exchange:
@@ -301,7 +304,7 @@ def micro_batch_communication(
 
     return StepComm(
         data_parallel_s=dp_total,
-        exposed_s=exposed + tp_comm + ep_exposed + cp_exposed + p2p,
+        exposed_s=exposed + tp_exposed + ep_exposed + cp_exposed + p2p,
         tensor_parallel_s=tp_comm,
         pipeline_p2p_s=p2p,
         expert_parallel_s=ep_comm,

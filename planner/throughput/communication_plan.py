@@ -51,6 +51,7 @@ class CommunicationPlan:
     tp: int = 1
     cp: int = 1
     tp_all_reduce: PlacedAllReduce | None = None  # None: tp 1, no tensor-parallel traffic
+    overlaps_tensor_parallel_comm: bool = False
     expert_exchange: bool = False
     experts_per_token: int = 0
     expert_load: float = 0.0  # assignments the busiest expert-parallel rank runs, in even shares

@@ -34,6 +34,9 @@ class StageCompute:
     recompute_s: float
     blocks: int  # blocks on this stage
     attention_s: float  # of the above, the blocks' attention core (forward, backward, any recompute)
+    # Of the above, the blocks' linear layers (forward, backward, any recompute): what a tensor-parallel collective
+    # split into the GEMM beside it (Transformer Engine's userbuffers overlap) can run under.
+    matmul_s: float
     launch_bound: bool  # the host cannot launch kernels as fast as the GPU finishes them
 
     @property
@@ -151,6 +154,11 @@ def stage_compute(
         block_recompute = 0.0
     recomputed = 1.0 if config.activation_checkpointing is not ActivationCheckpointing.NONE else 0.0
     block_attention = (1.0 + backward_ratio + recomputed) * attention_fwd
+    block_matmuls = (
+        matmul_fwd
+        + matmul_bwd
+        + (matmul_fwd if config.activation_checkpointing is ActivationCheckpointing.FULL else 0.0)
+    )
 
     head_fwd = head_bwd = 0.0
     if shape.has_lm_head:
@@ -169,5 +177,6 @@ def stage_compute(
         recompute_s=blocks * block_recompute,
         blocks=blocks,
         attention_s=blocks * block_attention,
+        matmul_s=blocks * block_matmuls,
         launch_bound=gpu_fwd < launches_fwd,
     )

@@ -41,6 +41,13 @@ documented assumption, never a factor fitted to single runs:
   all-gathered before the attention runs (this project's engine,
   backends/context_parallel; torchtitan's default all-gather rotation; Meta's
   Llama 3 stack, whose published rows say so in benchmarks/data/published_runs.yaml).
+- overlaps_tensor_parallel_comm: whether the tensor-parallel all-gathers and
+  reduce-scatters run under the linear layers beside them, each split into the
+  GEMM's chunks (Transformer Engine's userbuffers comm-GEMM overlap, which
+  Megatron-Core turns on with `tp_comm_overlap`), so only what exceeds the
+  blocks' matmul time is exposed; off in every preset (Megatron-LM's own
+  2019-2022 runs did not have it), and set per published row where its recipe
+  does (benchmarks/data/published_stack_runs.yaml, `tp_comm_overlap`).
 - expert_tokens_split_over_tp: under expert and tensor parallelism, whether each
   tp rank sends only its share of the routed tokens to the other ep ranks
   (Megatron-LM's expert tensor parallelism over sequence shards) or every tp
@@ -70,6 +77,7 @@ class Implementation:
     bidirectional_pipeline: bool = False
     expert_tokens_split_over_tp: bool = True
     overlaps_context_exchange: bool = False
+    overlaps_tensor_parallel_comm: bool = False
     # The strategies this codebase trains with, as our configs name them: Megatron-LM's TP x PP x DP with a
     # distributed optimizer is our engine's layout, llm-foundry trains with torch FSDP, and so on.
     strategies: tuple[Strategy, ...] = ALL_STRATEGIES
