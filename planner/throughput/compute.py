@@ -2,7 +2,8 @@
 
 Each block is costed from its shapes (kernels.py): the projections and MLP as
 matmuls sharded by tensor parallelism, the attention core (flash kernels skip
-the causal half; the eager path materialises s x s scores), and the
+the causal half; the eager path materialises s x s scores; an unfused softmax chain such as
+Megatron-LM 2019's adds the s x s passes attention_chain.py traced), and the
 element-wise work. The matmul time is rescaled so its FLOPs equal the
 parameter-based count (flops.py), which carries biases, cross-attention and
 shared experts that the generic shapes leave out. The last stage also runs the
@@ -151,7 +152,7 @@ def stage_compute(
         )
         matmul_fwd += dequant
         matmul_bwd += dequant
-    backward_ratio = k.attention_backward_ratio if fused_attention and config.attention is AttentionKernel.SDPA else 2.0
+    backward_ratio = k.attention_backward_ratio if flash else 2.0
 
     launches_fwd = k.kernels_per_block_forward * k.kernel_launch_s
     gpu_fwd = matmul_fwd + attention_fwd + chain_fwd + elementwise_fwd
