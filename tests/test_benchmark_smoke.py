@@ -85,6 +85,17 @@ def _per_stack_accuracy(out: str) -> None:
     assert "smoke: the table was written into a temporary copy of docs/accuracy.md" in out
 
 
+def _attention_chain_traffic(out: str) -> None:
+    """The trace's counts are the constants the megatron-2019 preset charges, against compute.py's two writes."""
+    from planner.throughput.attention_chain import EXTRA_SCORE_WRITES
+    from planner.throughput.kernel_stack import KernelStack
+
+    document = _json(out)
+    extra = document["extra_score_writes"]
+    assert (extra["forward"], extra["backward"]) == EXTRA_SCORE_WRITES[KernelStack.MEGATRON_2019]
+    assert document["traces"]["fused"]["forward"]["writes"] == 2  # the scores and the probabilities
+
+
 def _validate_published_runs(out: str) -> None:
     summaries = re.findall(r"^(\d+) rows in the statistics: median \|error\| ([\d.]+)%", out, re.M)
     assert len(summaries) == 2 and summaries[0] == summaries[1]  # the plain table and the markdown one
@@ -187,6 +198,7 @@ SMOKES: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "benchmarks.memory.run_memory_traces": ([], _run_memory_traces),
     "benchmarks.accuracy.calibrate_throughput": ([], _calibrate_throughput),
     "benchmarks.accuracy.per_stack_accuracy": ([], _per_stack_accuracy),
+    "benchmarks.accuracy.attention_chain_traffic": ([], _attention_chain_traffic),
     "benchmarks.accuracy.validate_published_runs": ([], _validate_published_runs),
     "benchmarks.accuracy.serving_cpu": (["--json"], _serving_cpu),
     "benchmarks.accuracy.serving_published": ([], _serving_published),

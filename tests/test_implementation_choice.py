@@ -125,3 +125,42 @@ def test_plan_searches_only_what_the_named_codebase_trains_with():
     document = json.loads(kept.stdout)
     strategies = {plan["config"]["strategy"] for plan in document["candidates"]}
     assert strategies == {"engine"}, strategies
+
+
+def test_the_2019_megatron_preset_charges_the_traced_softmax_chain(capsys):
+    """megatron-2019, the code the ZeRO papers ran (planner/throughput/attention_chain.py): the validator's ZeRO-2 row
+    through the path `estimate --implementation` takes, slower than DeepSpeed's 2021 preset by the chain's traced
+    passes alone (4 s x s writes more a forward, 3 a backward, the forward again under checkpointing), and the flag
+    works from the CLI, where the estimate names the preset."""
+    from benchmarks.accuracy.validate_published_runs import zero_paper_rows
+    from planner.throughput.attention_chain import EXTRA_SCORE_WRITES
+    from planner.throughput.kernel_stack import KernelStack
+    from planner.throughput.kernels import elementwise_seconds
+
+    row = next(row for row in zero_paper_rows() if row["id"] == "zero-paper-zero2-dp-1.5b-128-v100")
+    assert row["implementation"] == "megatron-2019"
+    spec, config, cluster = plan_inputs(row)
+    chain = evaluate(spec, config, cluster, implementation="megatron-2019").throughput
+    fused = evaluate(spec, config, cluster, implementation="deepspeed").throughput
+    assert chain is not None and fused is not None
+    tokens_per_gpu = chain.tokens_per_s / chain.world_size
+    assert 8.0 * spec.params.total * tokens_per_gpu / 1e12 == pytest.approx(compare(row).predicted_tflops, rel=1e-9)
+    # The extra time is the traced writes at the element-wise rate: forward, recomputed forward, backward.
+    forward, backward = EXTRA_SCORE_WRITES[KernelStack.MEGATRON_2019]
+    assert (forward, backward) == (4, 3)
+    from planner.throughput.estimate import hardware_of
+
+    device = hardware_of(cluster, config)[0]
+    from planner.throughput.constants import CONSTANTS
+
+    heads, s = row["heads"], row["seq_len"]
+    per_block = elementwise_seconds(device, (2 * forward + backward) * row["micro_batch"] * heads * s * s, CONSTANTS)
+    assert chain.breakdown.compute_s + chain.breakdown.recompute_s - (
+        fused.breakdown.compute_s + fused.breakdown.recompute_s
+    ) == pytest.approx(row["layers"] * per_block, rel=1e-9)
+    assert "September 2019" in chain.sources["implementation"]
+    base = ["estimate", "--model", "gpt2-xl", "--gpu", "V100-32GB", "--strategy", "zero2", "--seq-len", "1024",
+            "--micro-batch", "8", "--attention", "eager", "--precision", "fp16-mixed", "--json"]  # fmt: skip
+    assert main([*base, "--implementation", "megatron-2019"]) == 0
+    estimate = json.loads(capsys.readouterr().out)
+    assert "Megatron-LM of September 2019" in json.dumps(estimate)

@@ -2,7 +2,8 @@
 
 Each block is costed from its shapes (kernels.py): the projections and MLP as
 matmuls sharded by tensor parallelism, the attention core (flash kernels skip
-the causal half; the eager path materialises s x s scores), and the
+the causal half; the eager path materialises s x s scores; an unfused softmax chain such as
+Megatron-LM 2019's adds the s x s passes attention_chain.py traced), and the
 element-wise work. The matmul time is rescaled so its FLOPs equal the
 parameter-based count (flops.py), which carries biases, cross-attention and
 shared experts that the generic shapes leave out. The last stage also runs the
@@ -19,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from planner.contract.layout import layers_per_rank
 from planner.models.flops import ModelShape, attention_square_layers, block_params_per_token
+from planner.throughput.attention_chain import score_chain_seconds
 from planner.throughput.constants import ThroughputConstants
 from planner.throughput.kernel_stack import KernelStack, unfused_bytes_per_row
 from planner.throughput.kernels import Device, elementwise_seconds, flash_attention_seconds, matmul_seconds
@@ -90,8 +92,16 @@ def _attention_forward_s(
         return flash_attention_seconds(device, full_flops * causal_share, k)
     heads = b * shape.query_width / shape.head_dim / tp * squares
     products = 2.0 * heads * matmul_seconds(device, queries, shape.head_dim, s, k)
-    scores = heads * queries * s * 2.0  # scores and probabilities written, both queries x s
+    scores = _score_elements(shape, config) * 2.0  # scores and probabilities written, both queries x s
     return products + elementwise_seconds(device, scores, k)
+
+
+def _score_elements(shape: ModelShape, config: TrainingConfig) -> float:
+    """Elements of one block's materialised s x s scores (all heads of the micro-batch on this rank)."""
+    s, tp = config.seq_len, config.tensor_parallel
+    squares = attention_square_layers(shape, s) / shape.layers
+    heads = config.micro_batch * shape.query_width / shape.head_dim / tp * squares
+    return heads * s / config.context_parallel * s
 
 
 def _block_elements(shape: ModelShape, config: TrainingConfig, rows: float) -> float:
@@ -121,6 +131,11 @@ def stage_compute(
 
     matmul_fwd = _block_matmuls_forward_s(shape, config, device, k, rows)
     attention_fwd = _attention_forward_s(shape, config, device, k, fused_attention)
+    flash = fused_attention and config.attention is AttentionKernel.SDPA
+    # An unfused softmax chain's extra s x s passes (attention_chain.py), where the scores are materialised.
+    chain_fwd, chain_bwd = (
+        (0.0, 0.0) if flash else score_chain_seconds(stack, _score_elements(shape, config), device, k)
+    )
     elementwise_fwd = elementwise_seconds(device, _block_elements(shape, config, rows), k)
     elementwise_fwd += rows * unfused_bytes_per_row(shape, config, stack) / device.memory_Bps
 
@@ -140,20 +155,20 @@ def stage_compute(
         )
         matmul_fwd += dequant
         matmul_bwd += dequant
-    backward_ratio = k.attention_backward_ratio if fused_attention and config.attention is AttentionKernel.SDPA else 2.0
+    backward_ratio = k.attention_backward_ratio if flash else 2.0
 
     launches_fwd = k.kernels_per_block_forward * k.kernel_launch_s
-    gpu_fwd = matmul_fwd + attention_fwd + elementwise_fwd
+    gpu_fwd = matmul_fwd + attention_fwd + chain_fwd + elementwise_fwd
     block_fwd = max(gpu_fwd, launches_fwd)
-    block_bwd = max(matmul_bwd + backward_ratio * attention_fwd + 2.0 * elementwise_fwd, 2.0 * launches_fwd)
+    block_bwd = max(matmul_bwd + backward_ratio * attention_fwd + chain_bwd + 2.0 * elementwise_fwd, 2.0 * launches_fwd)
     if config.activation_checkpointing is ActivationCheckpointing.FULL:
         block_recompute = block_fwd
     elif config.activation_checkpointing is ActivationCheckpointing.SELECTIVE:
-        block_recompute = attention_fwd
+        block_recompute = attention_fwd + chain_fwd
     else:
         block_recompute = 0.0
     recomputed = 1.0 if config.activation_checkpointing is not ActivationCheckpointing.NONE else 0.0
-    block_attention = (1.0 + backward_ratio + recomputed) * attention_fwd
+    block_attention = (1.0 + backward_ratio + recomputed) * attention_fwd + (1.0 + recomputed) * chain_fwd + chain_bwd
     block_matmuls = (
         matmul_fwd
         + matmul_bwd

@@ -4,7 +4,9 @@ The throughput model's mechanisms are the same for every run; these switches
 say which variant of them a codebase uses. Each preset is an explicit,
 documented assumption, never a factor fitted to single runs:
 
-- kernels: fused norms and rotary, or transformers' eager op chains (kernel_stack.py).
+- kernels: fused norms and rotary, or transformers' eager op chains (kernel_stack.py); the Megatron-LM
+  code of September 2019 (megatron-2019), which the ZeRO and ZeRO-Offload papers ran, has fused norms but
+  an unfused attention softmax, whose extra s x s passes were traced (attention_chain.py).
 - p2p_scatter_gather: Megatron-LM splits each pipeline stage-boundary tensor
   over the TP ranks' NICs and re-gathers it over NVLink (Narayanan et al. 2021,
   section 4.1); so does DeepSpeed's pipeline engine, activations and their
@@ -124,12 +126,23 @@ DEEPSEEK_DUALPIPE = Implementation(
     bidirectional_pipeline=True,
     strategies=(Strategy.ENGINE,),
 )
+# The Megatron-LM of September 2019 as DeepSpeedExamples' Megatron-LM folder runs it (at 5426d18a, ZeRO-2's
+# release): Megatron's own TP, torch's DDP (the ZeRO paper's baseline) or DeepSpeed's ZeRO-1/2 around its GPT-2.
+# No pipeline; DeepSpeed's collectives as the 2021 preset's (docs/accuracy.md, "The mechanism, read in the code").
+MEGATRON_2019 = Implementation(
+    "Megatron-LM of September 2019 (unfused attention softmax; the ZeRO and ZeRO-Offload papers' code)",
+    KernelStack.MEGATRON_2019,
+    False,
+    True,
+    strategies=(Strategy.DDP, Strategy.DEEPSPEED, Strategy.ENGINE),
+)
 
 IMPLEMENTATIONS = {
     "ours": OUR_STRATEGIES,
     "llm-foundry": LLM_FOUNDRY,
     "megatron": MEGATRON_LM,
     "megatron-deepspeed": MEGATRON_DEEPSPEED,
+    "megatron-2019": MEGATRON_2019,
     "deepspeed-zero3-2021": DEEPSPEED_ZERO3_2021,
     "deepspeed": DEEPSPEED_ZERO3_2021,  # the published DeepSpeed runs we can check against are these
     "deepseek-dualpipe": DEEPSEEK_DUALPIPE,

@@ -33,6 +33,9 @@ from planner.training_config import TrainingConfig
 class KernelStack(str, Enum):
     FUSED = "fused"  # llm-foundry MPT, Megatron-LM, Megatron-DeepSpeed: one kernel per norm and rotary
     HF_EAGER = "hf-eager"  # transformers modules run eagerly: what our backends train
+    # Megatron-LM of September 2019: fused LayerNorm (apex) and a scripted GeLU, but an unfused attention-softmax
+    # chain whose extra s x s passes attention_chain.py charges (the ZeRO and ZeRO-Offload papers' code).
+    MEGATRON_2019 = "megatron-2019"
 
 
 # Bytes per element beyond a fused kernel's 4 (see the module docstring):
@@ -47,12 +50,16 @@ STACK_SOURCES = {
         "planner/throughput/kernel_stack.py); the constants were fitted on a fused stack"
     ),
     KernelStack.FUSED: "fused kernel stack (llm-foundry / Megatron-style), as the constants were fitted",
+    KernelStack.MEGATRON_2019: (
+        "assumed: Megatron-LM of September 2019, fused norms but an unfused attention softmax: 4 more s x s "
+        "writes a forward, 3 a backward, at the element-wise rate (traced: planner/throughput/attention_chain.py)"
+    ),
 }
 
 
 def unfused_bytes_per_row(shape: ModelShape, config: TrainingConfig, stack: KernelStack) -> float:
     """Extra HBM bytes one block's forward moves per token under `stack`."""
-    if stack is KernelStack.FUSED:
+    if stack is not KernelStack.HF_EAGER:
         return 0.0
     tp = config.tensor_parallel
     hidden_split = tp if config.sequence_parallel else 1

@@ -1,0 +1,45 @@
+"""The s x s passes an unfused attention-softmax chain adds to the eager attention path's two.
+
+compute.py charges the eager (materialised-scores) attention two s x s writes a forward: the scores and the
+probabilities, which is what a fused scale-mask-softmax kernel does. The Megatron-LM code of September 2019,
+which the ZeRO (2020) and ZeRO-Offload (2021) papers ran (DeepSpeedExamples' `Megatron-LM` folder,
+mpu/transformer.py at commit 5426d18a, lines 127-140), takes the scores through separate fp16 torch ops:
+QK^T, `/ math.sqrt(head_dim)`, `torch.mul(scores, ltor_mask)`, `- 10000.0 * (1.0 - ltor_mask)`, softmax,
+attention dropout (p = 0.1). Traced in benchmarks/accuracy/attention_chain_traffic.py (a TorchDispatchMode
+counting each aten op's s x s reads and writes, fp16) against the two-write fused reference:
+
+- forward: 6 s x s tensors written against 2, so 4 more (the scale, the mask multiply, the subtraction, the
+  dropout);
+- backward: 5 against 2, so 3 more (dropout's, the mask multiply's and the scale's gradients; the
+  subtraction's gradient passes through).
+
+ASSUMED (one assumption, nothing fitted): each extra write costs what the estimator charges any element-wise
+value written (`elementwise_seconds`, its fitted passes per element included), in the forward, the backward
+and, under activation checkpointing, the recomputed forward (that code checkpoints every layer,
+mpu/transformer.py lines 406-412). The trace's bytes (17 more per s x s element forward, 13 backward) are
+fewer than four and three of those element-wise writes move; docs/accuracy.md ("The mechanism, read in the
+code") gives the rows' errors under both.
+"""
+
+from __future__ import annotations
+
+from planner.throughput.constants import ThroughputConstants
+from planner.throughput.kernel_stack import KernelStack
+from planner.throughput.kernels import Device, elementwise_seconds
+
+# s x s tensors written beyond the fused reference's, per attention forward and backward, by kernel stack
+# (benchmarks/accuracy/attention_chain_traffic.py: "extra s x s writes of the 2019 chain: forward 4, backward 3").
+EXTRA_SCORE_WRITES: dict[KernelStack, tuple[int, int]] = {KernelStack.MEGATRON_2019: (4, 3)}
+
+
+def score_chain_seconds(
+    stack: KernelStack, score_elements: float, device: Device, k: ThroughputConstants
+) -> tuple[float, float]:
+    """(forward, backward) seconds the stack's extra s x s writes take over `score_elements` scores."""
+    forward, backward = EXTRA_SCORE_WRITES.get(stack, (0, 0))
+    if not forward and not backward:
+        return 0.0, 0.0
+    return (
+        elementwise_seconds(device, forward * score_elements, k),
+        elementwise_seconds(device, backward * score_elements, k),
+    )
