@@ -110,6 +110,30 @@ def test_overlapped_tensor_parallel_collectives_wait_only_for_what_the_matmuls_c
             assert 0 < saved < traffic
 
 
+def test_a_hopper_native_attention_kernel_runs_the_attention_faster_on_hopper_only():
+    """Transformer Engine's attention on H100 (cuDNN's fused kernel or FlashAttention-3) against the
+    FlashAttention-2 rate the Hopper factor holds: the blocks' attention takes 1/1.5 of the time
+    (HOPPER_NATIVE_ATTENTION_SPEEDUP, the FlashAttention-3 paper's lower end), nothing else moves, and an A100
+    (no Hopper kernel) is untouched."""
+    import dataclasses
+
+    from planner.hardware.cluster import make_cluster
+    from planner.models.resolve import resolve_model
+    from planner.throughput.estimate import throughput_plan
+    from planner.throughput.implementation import HOPPER_NATIVE_ATTENTION_SPEEDUP, MEGATRON_LM
+    from planner.training_config import TrainingConfig
+
+    native = dataclasses.replace(MEGATRON_LM, hopper_native_attention=True)
+    spec = resolve_model("llama-3.1-8b")
+    config = TrainingConfig(strategy="engine", seq_len=8192)
+    for gpu, speedup in (("H100-80GB", HOPPER_NATIVE_ATTENTION_SPEEDUP), ("A100-80GB", 1.0)):
+        cluster = make_cluster(gpu, 8, 1)
+        fa2 = throughput_plan(spec, config, cluster, implementation=MEGATRON_LM).device
+        hopper = throughput_plan(spec, config, cluster, implementation=native).device
+        assert hopper.attention_flops == pytest.approx(fa2.attention_flops * speedup)
+        assert dataclasses.replace(hopper, attention_flops=fa2.attention_flops) == fa2
+
+
 def test_plan_searches_only_what_the_named_codebase_trains_with():
     """plan --implementation megatron --strategies ddp planned DDP as if Megatron-LM ran it (a new user's audit);
     estimate already refused the pair. Without --strategies the search keeps to the codebase's own strategies."""

@@ -32,7 +32,14 @@ from planner.throughput.communication import (
 from planner.throughput.compressed_reduction import compression_sources
 from planner.throughput.compute import StageCompute, stage_compute
 from planner.throughput.constants import CALIBRATION_SOURCE, CONSTANTS, ThroughputConstants
-from planner.throughput.derived import build_hardware, hardware_of, shape_of, stage_key, stages_of
+from planner.throughput.derived import (
+    build_hardware,
+    hardware_of,
+    hopper_native_device,
+    shape_of,
+    stage_key,
+    stages_of,
+)
 from planner.throughput.implementation import OUR_STRATEGIES, Implementation
 from planner.throughput.kernel_stack import STACK_SOURCES, KernelStack
 from planner.throughput.kernels import Device
@@ -238,6 +245,8 @@ def _build_plan(
     implementation: Implementation,
 ) -> ThroughputPlan:
     stack = implementation.kernels
+    if implementation.hopper_native_attention and cluster.gpu.architecture.startswith("Hopper"):
+        device = hopper_native_device(device)
     if config.kernels is not KernelChoice.EAGER:
         stack = KernelStack.FUSED  # torch.compile and Liger fuse the norms' and rotary's chains
     shape, fused_attention = shape_of(spec)

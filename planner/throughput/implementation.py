@@ -50,6 +50,18 @@ documented assumption, never a factor fitted to single runs:
   blocks' matmul time is exposed; off in every preset (Megatron-LM's own
   2019-2022 runs did not have it), and set per published row where its recipe
   does (benchmarks/data/published_stack_runs.yaml, `tp_comm_overlap`).
+- hopper_native_attention: on a Hopper GPU, whether attention runs a
+  Hopper-native kernel or FlashAttention-2. PyTorch's SDPA runs
+  FlashAttention-2, which reaches "only 35% utilization on the H100 GPU"
+  (FlashAttention-3 paper, Shah et al. 2024, arXiv:2407.08608, abstract):
+  constants.ARCHITECTURE_EFFICIENCY's Hopper attention factor. Transformer
+  Engine, which Megatron-Core runs, "prefers cuDNN flash attention on Hopper+
+  architectures" (NeMo's memory-optimizations docs, NVIDIA/NeMo PR #9188) and
+  takes FlashAttention-3 where it is installed; the FlashAttention-3 paper puts
+  FlashAttention-3 at "1.5-2.0x" FlashAttention-2 on H100 and plots cuDNN's
+  kernel beside it. The lower end, HOPPER_NATIVE_ATTENTION_SPEEDUP, is taken.
+  Off in every preset, set per published row whose recipe runs Transformer
+  Engine's attention on H100 (`hopper_native_attention`).
 - expert_tokens_split_over_tp: under expert and tensor parallelism, whether each
   tp rank sends only its share of the routed tokens to the other ep ranks
   (Megatron-LM's expert tensor parallelism over sequence shards) or every tp
@@ -66,6 +78,8 @@ from planner.contract.choices import Strategy
 from planner.throughput.kernel_stack import KernelStack
 
 ALL_STRATEGIES = tuple(Strategy)
+# The lower end of FlashAttention-3's "1.5-2.0x" over FlashAttention-2 on H100 (hopper_native_attention above).
+HOPPER_NATIVE_ATTENTION_SPEEDUP = 1.5
 
 
 @dataclass(frozen=True)
@@ -80,6 +94,7 @@ class Implementation:
     expert_tokens_split_over_tp: bool = True
     overlaps_context_exchange: bool = False
     overlaps_tensor_parallel_comm: bool = False
+    hopper_native_attention: bool = False
     # The strategies this codebase trains with, as our configs name them: Megatron-LM's TP x PP x DP with a
     # distributed optimizer is our engine's layout, llm-foundry trains with torch FSDP, and so on.
     strategies: tuple[Strategy, ...] = ALL_STRATEGIES
