@@ -87,7 +87,8 @@ def _fit_default_seq_len(ctx: typer.Context, config: TrainingConfig, spec: Model
 
 IMPLEMENTATION_HELP = (
     "Whose training code to predict the speed of: ours (what --emit writes: transformers modules), "
-    "megatron, megatron-deepspeed, megatron-2019 (the September 2019 code of the ZeRO papers: unfused attention "
+    "megatron, megatron-core (with Transformer Engine: TP communication overlap, Hopper-native attention), "
+    "megatron-deepspeed, megatron-2019 (the September 2019 code of the ZeRO papers: unfused attention "
     "softmax), llm-foundry, deepspeed (ZeRO-3 as published in 2021), deepseek-dualpipe "
     "(DeepSeek-V3's overlapped all-to-all and two-ended pipeline), torchtitan (with --kernels compile for its "
     "--compile)."

@@ -120,10 +120,18 @@ def test_a_hopper_native_attention_kernel_runs_the_attention_faster_on_hopper_on
     from planner.hardware.cluster import make_cluster
     from planner.models.resolve import resolve_model
     from planner.throughput.estimate import throughput_plan
-    from planner.throughput.implementation import HOPPER_NATIVE_ATTENTION_SPEEDUP, MEGATRON_LM
+    from planner.throughput.implementation import (
+        HOPPER_NATIVE_ATTENTION_SPEEDUP,
+        MEGATRON_CORE,
+        MEGATRON_LM,
+        implementation_named,
+    )
     from planner.training_config import TrainingConfig
 
     native = dataclasses.replace(MEGATRON_LM, hopper_native_attention=True)
+    # --implementation megatron-core is Megatron-LM's mechanisms with both of Transformer Engine's switches.
+    assert implementation_named("megatron-core") is MEGATRON_CORE
+    assert MEGATRON_CORE == dataclasses.replace(native, name=MEGATRON_CORE.name, overlaps_tensor_parallel_comm=True)
     spec = resolve_model("llama-3.1-8b")
     config = TrainingConfig(strategy="engine", seq_len=8192)
     for gpu, speedup in (("H100-80GB", HOPPER_NATIVE_ATTENTION_SPEEDUP), ("A100-80GB", 1.0)):

@@ -152,16 +152,10 @@ def plan_inputs(row: dict):
 
 def implementation_of(row: dict) -> Implementation:
     """The row's preset, with how its source says the stack exchanged context-parallel keys and values where
-    that departs from the preset (Meta's Llama 3 stack all-gathered them: `context_exchange: all-gather`), and
-    whether its recipe overlapped the tensor-parallel collectives with the GEMMs (`tp_comm_overlap: true`,
-    Megatron-Core's userbuffers) and ran Transformer Engine's Hopper-native attention (`hopper_native_attention`)."""
+    that departs from the preset (Meta's Llama 3 stack all-gathered them: `context_exchange: all-gather`)."""
     preset = IMPLEMENTATIONS[row["implementation"]]
     if "context_exchange" in row:
         preset = dataclasses.replace(preset, overlaps_context_exchange=row["context_exchange"] == "ring")
-    if "tp_comm_overlap" in row:
-        preset = dataclasses.replace(preset, overlaps_tensor_parallel_comm=row["tp_comm_overlap"])
-    if "hopper_native_attention" in row:
-        preset = dataclasses.replace(preset, hopper_native_attention=row["hopper_native_attention"])
     return preset
 
 
