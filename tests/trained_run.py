@@ -3,9 +3,10 @@
 tests/test_runner_bad_input.py and tests/test_run_folder_faults.py each trained the same tiny GPT-2 for 2 steps
 on 2 ranks, a cold `train` launch (torchrun and two fresh ranks: ~15 s of CPU) per file, and built its own
 copy of the model. They now read one folder, trained once per pytest session by the runner with warm ranks
-(what they test is what `train` does with a trained folder, not how it got trained): under pytest-xdist the workers share the session's base temporary
-folder, so the first worker to ask trains it while holding a lock there and the others wait for it and read
-it. Nobody writes in the shared folder: a test that continues, damages or re-emits it works on a copy.
+(what they test is what `train` does with a trained folder, not how it got trained). Under pytest-xdist the
+workers share the session's base temporary folder: the first worker to ask trains it while holding a lock
+there, the others wait for it and read it. Nobody writes in it: a test that continues, damages or re-emits
+it works on a copy, and the refusals that read it in place stop before any rank starts.
 """
 
 from __future__ import annotations
