@@ -31,6 +31,7 @@ import pytest
 from scripts.demo_checkpoint import make_local_gpt2
 from tests.distributed import REPO_ROOT, cpu_env
 from tests.distributed import cli_in_process as cli
+from tests.trained_run import shared_trained_run
 
 pytestmark = pytest.mark.slow
 
@@ -46,10 +47,14 @@ def steps(run_dir):
 
 
 @pytest.fixture(scope="module")
-def user(tmp_path_factory):
-    root = tmp_path_factory.mktemp("faults")
-    model_dir, corpus = make_local_gpt2(root / "user")
-    return root, model_dir, corpus
+def shared(tmp_path_factory):
+    return shared_trained_run(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def user(tmp_path_factory, shared):
+    """This file's folders, emitted for the shared run's model and text (read, never written here)."""
+    return tmp_path_factory.mktemp("faults"), shared.model_dir, shared.corpus
 
 
 def emit(user, name, *extra, model_dir=None):
@@ -60,11 +65,11 @@ def emit(user, name, *extra, model_dir=None):
 
 
 @pytest.fixture(scope="module")
-def trained(user):
-    """A fresh folder trained 2 steps with a checkpoint at step 2, and what its `train` printed: the re-emit
-    test continues a copy of it (the same plan.json: its own run), the refusals read its checkpoint."""
-    run_dir = emit(user, "trained")
-    return run_dir, ok(cli("train", run_dir, "--steps", "2", "--save-every", "2"))
+def trained(shared):
+    """A fresh folder trained 2 steps with checkpoints at steps 1 and 2, and what its ranks printed
+    (tests/trained_run.py, shared with tests/test_runner_bad_input.py: read only): the re-emit test continues a
+    copy of it (the same plan.json: its own run), the refusals read its checkpoint."""
+    return shared.run_dir, shared.train_stdout
 
 
 def test_a_re_emitted_plan_starts_afresh_and_keeps_the_trained_run(user, trained):
@@ -72,7 +77,7 @@ def test_a_re_emitted_plan_starts_afresh_and_keeps_the_trained_run(user, trained
     trained_dir, first = trained
     run_dir = root / "reemitted"
     shutil.copytree(trained_dir, run_dir)
-    assert "starting afresh" not in first.stdout and not (trained_dir / "previous").exists()  # nothing to move
+    assert "starting afresh" not in first and not (trained_dir / "previous").exists()  # nothing to move
     old_losses = steps(run_dir)
     assert sorted(old_losses) == [1, 2]
 

@@ -16,9 +16,10 @@ import sys
 
 import pytest
 
-from scripts.demo_checkpoint import make_local_gpt2, train_tokenizer, write_corpus
+from scripts.demo_checkpoint import train_tokenizer, write_corpus
 from tests.distributed import REPO_ROOT, cpu_env
 from tests.distributed import cli_in_process as cli
+from tests.trained_run import shared_trained_run
 
 pytestmark = pytest.mark.slow
 
@@ -30,10 +31,14 @@ def one_line_error(completed, fragment):
 
 
 @pytest.fixture(scope="module")
-def user(tmp_path_factory):
-    root = tmp_path_factory.mktemp("bad")
-    model_dir, corpus = make_local_gpt2(root / "user")
-    return root, model_dir, corpus
+def shared(tmp_path_factory):
+    return shared_trained_run(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def user(tmp_path_factory, shared):
+    """This file's folders, emitted for the shared run's model and text (read, never written here)."""
+    return tmp_path_factory.mktemp("bad"), shared.model_dir, shared.corpus
 
 
 def emit(root, model_dir, name, *extra):
@@ -189,15 +194,12 @@ def test_data_for_a_model_without_a_tokenizer(user):
 
 
 @pytest.fixture(scope="module")
-def trained(user):
-    """A folder trained 2 steps on 2 ranks with a checkpoint at each: the corrupted-checkpoint test damages a
-    copy of it (the same plan.json: the copy's own checkpoints), the copied-checkpoint test copies its
-    checkpoints into another run folder."""
-    root, model_dir, corpus = user
-    assert emit(root, model_dir, "trained", "--data", corpus).returncode == 0
-    completed = cli("train", root / "trained", "--steps", "2", "--save-every", "1")
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    return root / "trained"
+def trained(shared):
+    """A folder trained 2 steps on 2 ranks with a checkpoint at each (tests/trained_run.py, shared with
+    tests/test_run_folder_faults.py: read only): the corrupted-checkpoint test damages a copy of it (the same
+    plan.json: the copy's own checkpoints), the copied-checkpoint test copies its checkpoints into another run
+    folder."""
+    return shared.run_dir
 
 
 def test_a_corrupted_checkpoint_names_the_flag_that_starts_afresh(user, trained):

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from scripts.demo_checkpoint import make_local_gpt2
-from tests.distributed import REPO_ROOT, cpu_env
+from tests.distributed import REPO_ROOT, cpu_env, run_torchrun
 from tests.distributed import cli_in_process as cli
 
 pytestmark = pytest.mark.slow
@@ -66,8 +66,11 @@ def emit(user, name, *extra):
 
 @pytest.fixture(scope="module")
 def uninterrupted(user):
+    """The reference curve: the runner on 2 ranks as `train` starts it, its ranks forked warm
+    (tests/warm_launch.py; a cold launch is ~12 s more CPU). The killed and resumed runs below go through
+    `train`, the subject here."""
     whole = emit(user, "uninterrupted")
-    assert cli("train", whole, "--steps", "8", "--save-every", "0").returncode == 0
+    run_torchrun(["-m", "backends.run", "--plan", str(whole), "--steps", "8", "--save-every", "0"], nproc=2)
     return [row["loss"] for row in rows(whole, "train")]
 
 
