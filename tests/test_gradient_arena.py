@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.allocations import allocated_sizes
+
 torch = pytest.importorskip("torch")
 
 WIDTHS = (64, 48, 40, 32)  # layers of 3,120, 1,960 and 1,312 elements: no two fit one bucket
@@ -49,15 +51,6 @@ def _train_step(model, zero, boundary: bool = True) -> None:
         zero.zero_grad()
 
 
-def _allocated_sizes(profiler) -> list[int]:
-    sizes = []
-    for event in profiler.events():
-        usage = event.cpu_memory_usage if event.name == "[memory]" else event.self_cpu_memory_usage
-        if usage > 0:
-            sizes.append(usage)
-    return sizes
-
-
 @pytest.mark.parametrize("stage", [0, 1, 2])
 def test_no_bucket_is_allocated_after_the_first_step(stage):
     from torch.profiler import ProfilerActivity, profile
@@ -70,7 +63,7 @@ def test_no_bucket_is_allocated_after_the_first_step(stage):
         for _ in range(3):
             _train_step(model, zero, boundary=False)  # accumulation micro-step, then the boundary
             _train_step(model, zero)
-    sizes = _allocated_sizes(profiler)
+    sizes = allocated_sizes(profiler)
     assert sizes, "the profiler saw no allocation at all: the check would pass vacuously"
     assert not bucket_bytes & set(sizes), f"bucket-sized allocations during steps: {sorted(bucket_bytes & set(sizes))}"
 

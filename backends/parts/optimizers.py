@@ -24,3 +24,21 @@ def build_torch_optimizer(params: Any, block: OptimizerBlock) -> Any:
     decoupled = block.type == "AdamW" or options.adam_w_mode
     kind = torch.optim.AdamW if decoupled else torch.optim.Adam
     return kind(params, lr=options.lr, betas=options.betas, eps=options.eps, weight_decay=options.weight_decay)
+
+
+def build_flat_shard_optimizer(flat: Any, block: OptimizerBlock) -> Any:
+    """The optimizer over the engine's flat fp32 master shard: Adam / AdamW stepped chunk by chunk in place
+    (backends/parts/chunked_adamw.py; no shard-sized temporaries, bit-identical to torch's), SGD as above."""
+    if block.type == "SGD":
+        return build_torch_optimizer([flat], block)
+    from backends.parts.chunked_adamw import ChunkedAdam
+
+    options = block.params
+    return ChunkedAdam(
+        [flat],
+        lr=options.lr,
+        betas=options.betas,
+        eps=options.eps,
+        weight_decay=options.weight_decay,
+        decoupled_weight_decay=block.type == "AdamW" or options.adam_w_mode,
+    )

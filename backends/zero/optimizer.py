@@ -17,7 +17,7 @@ from typing import Any
 
 from backends.parts.compression import BucketCodec
 from backends.parts.mixed_precision import LossScaler
-from backends.parts.optimizers import build_torch_optimizer
+from backends.parts.optimizers import build_flat_shard_optimizer
 from backends.zero.comm import DONE, DataParallelComm
 from backends.zero.flat_unit import FlatUnit
 from backends.zero.grad_norm import GlobalGradientNorm
@@ -129,7 +129,7 @@ class ZeroOptimizer:
             self.codec = BucketCodec("none", comm.world, comm.group)  # the warm-up's exact gradient sums
         else:
             self.optimizer = (
-                factory([self.master]) if factory else build_torch_optimizer([self.master], config.optimizer)
+                factory([self.master]) if factory else build_flat_shard_optimizer(self.master, config.optimizer)
             )
             self.codec = BucketCodec(
                 config.gradient_compression, comm.world, comm.group, config.hardware_selector.compression_warmup_steps
@@ -370,7 +370,7 @@ class ZeroOptimizer:
             return
         kind = type(self.optimizer).__name__
         state: dict[str, Any] = {}
-        if kind in ("Adam", "AdamW", "OneBitAdam"):
+        if kind in ("Adam", "AdamW", "ChunkedAdam", "OneBitAdam"):
             state = {
                 "step": torch.tensor(0.0),
                 "exp_avg": torch.zeros_like(self.master.data),
