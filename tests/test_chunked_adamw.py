@@ -156,3 +156,17 @@ def test_the_zero_optimizer_steps_its_shard_with_it_as_torchs_adamw_would():
     assert set(ours.flat_states()) == set(theirs.flat_states()) == {"master", "exp_avg", "exp_avg_sq"}
     for name, value in ours.flat_states().items():
         assert torch.equal(value, theirs.flat_states()[name]), name
+
+
+def test_only_a_cpu_shard_is_stepped_in_chunks():
+    """On a GPU torch's own AdamW steps the shard (its foreach or fused kernels: a few launches, no Python loop
+    over chunks); the chunked step is the CPU's. A meta tensor stands in for a device shard here."""
+    from backends.parts.chunked_adamw import ChunkedAdam
+    from backends.parts.optimizers import build_flat_shard_optimizer
+    from planner.contract.engine_config import OptimizerBlock
+
+    block = OptimizerBlock()
+    cpu = build_flat_shard_optimizer(torch.nn.Parameter(torch.zeros(8)), block)
+    device = build_flat_shard_optimizer(torch.nn.Parameter(torch.zeros(8, device="meta")), block)
+    assert isinstance(cpu, ChunkedAdam)
+    assert type(device) is torch.optim.AdamW

@@ -27,9 +27,10 @@ def build_torch_optimizer(params: Any, block: OptimizerBlock) -> Any:
 
 
 def build_flat_shard_optimizer(flat: Any, block: OptimizerBlock) -> Any:
-    """The optimizer over the engine's flat fp32 master shard: Adam / AdamW stepped chunk by chunk in place
-    (backends/parts/chunked_adamw.py; no shard-sized temporaries, bit-identical to torch's), SGD as above."""
-    if block.type == "SGD":
+    """The optimizer over the engine's flat fp32 master shard: on the CPU, Adam / AdamW stepped chunk by chunk in
+    place (backends/parts/chunked_adamw.py; no shard-sized temporaries, bit-identical to torch's); on a GPU,
+    torch's own as before (its foreach or fused kernels step the shard in a few launches); SGD as above."""
+    if block.type == "SGD" or flat.device.type != "cpu":
         return build_torch_optimizer([flat], block)
     from backends.parts.chunked_adamw import ChunkedAdam
 
