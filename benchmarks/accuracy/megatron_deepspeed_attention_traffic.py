@@ -28,7 +28,9 @@ at ae6277f5, 2022-02-21; BLOOM's launch script aborts if its constraints are unm
   into the output when beta != 0 and runs the batched GEMM with beta over it (aten/src/ATen/native/cuda/Blas.cpp,
   baddbmm_out_cuda: `expand_size(self, ...)`, then baddbmm_out_cuda_impl: `if (beta != 0.0) result.copy_(self)`,
   read in a stored copy of PyTorch's source); traced here as the same two passes: the expanded bias made
-  contiguous (the copy), then baddbmm reading it (the GEMM's beta term). The bias needs no gradient.
+  contiguous (the copy), then baddbmm reading it (the GEMM's beta term). The bias needs no gradient. The
+  copy's read is of the [b x heads, 1, s] bias, which the byte count takes at its expanded size; the writes, the
+  unit charged, are exact.
 
 The difference of the traces, counted in 16-bit s x s tensors written (the unit `elementwise_seconds` charges),
 is what planner/throughput/attention_chain.py adds for the megatron-deepspeed kernel stacks.
