@@ -96,6 +96,19 @@ def _attention_chain_traffic(out: str) -> None:
     assert document["traces"]["fused"]["forward"]["writes"] == 2  # the scores and the probabilities
 
 
+def _megatron_deepspeed_attention_traffic(out: str) -> None:
+    """The trace's counts are the constants the megatron-deepspeed kernel stacks charge."""
+    from planner.throughput.attention_chain import EXTRA_SCORE_WRITES
+    from planner.throughput.kernel_stack import KernelStack
+
+    extra = _json(out)["extra_score_writes"]
+    assert (extra["dropout"]["forward"], extra["dropout"]["backward"]) == EXTRA_SCORE_WRITES[
+        KernelStack.MEGATRON_DEEPSPEED
+    ]
+    alibi = extra["alibi_dropout"]
+    assert (alibi["forward"], alibi["backward"]) == EXTRA_SCORE_WRITES[KernelStack.MEGATRON_DEEPSPEED_ALIBI]
+
+
 def _validate_published_runs(out: str) -> None:
     summaries = re.findall(r"^(\d+) rows in the statistics: median \|error\| ([\d.]+)%", out, re.M)
     assert len(summaries) == 2 and summaries[0] == summaries[1]  # the plain table and the markdown one
@@ -199,6 +212,7 @@ SMOKES: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "benchmarks.accuracy.calibrate_throughput": ([], _calibrate_throughput),
     "benchmarks.accuracy.per_stack_accuracy": ([], _per_stack_accuracy),
     "benchmarks.accuracy.attention_chain_traffic": ([], _attention_chain_traffic),
+    "benchmarks.accuracy.megatron_deepspeed_attention_traffic": ([], _megatron_deepspeed_attention_traffic),
     "benchmarks.accuracy.validate_published_runs": ([], _validate_published_runs),
     "benchmarks.accuracy.serving_cpu": (["--json"], _serving_cpu),
     "benchmarks.accuracy.serving_published": ([], _serving_published),

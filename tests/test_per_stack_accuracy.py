@@ -55,13 +55,14 @@ def test_stacks_measured_by_their_maintainers_reach_the_target_row_by_row():
 
 
 def test_megatron_deepspeed_is_held_where_it_stands_until_a_mechanism_explains_it():
-    """Megatron-DeepSpeed misses the 15% target (MT-NLG +36% to +43%, BLOOM +23%, GPT-NeoX +12%; docs/accuracy.md says
-    what was read and ruled out, and BigScience's one-node benchmark puts the gap in the stack's per-GPU compute). The
-    current figures are held so they cannot get worse; tighten these when the gap closes."""
+    """Megatron-DeepSpeed misses the 15% target (MT-NLG +34% to +41%, BLOOM +18%, GPT-NeoX +12%; docs/accuracy.md says
+    what was read and ruled out, and BigScience's one-node benchmark puts the gap in the stack's per-GPU compute). Its
+    attention dropout, and BLOOM's ALiBi bias, are charged as traced (attention_chain.py): 35.7% and +42.6% before.
+    The current figures are held so they cannot get worse; tighten these when the gap closes."""
     result = {result.stack: result for result in stack_results()}["Megatron-DeepSpeed (TP x PP, ZeRO-1)"]
     assert len(result.errors) == 5
-    assert result.median <= 0.36  # 35.7% today
-    assert abs(result.worst) <= 0.43  # MT-NLG 420 nodes, +42.6% today
+    assert result.median <= 0.345  # 34.0% today
+    assert abs(result.worst) <= 0.41  # MT-NLG 420 nodes, +40.8% today
 
 
 def test_megatron_bridge_on_h100_reaches_the_target_with_the_mechanisms_its_recipes_name():
@@ -168,10 +169,29 @@ def test_megatron_deepspeed_misses_without_pipeline_or_network():
     assert len(bench) == 3 and not any(c.row["statistics"] for c in bench)
     one_node = every["bigscience-bench-18b-1-node-tp8-mbs2"]
     assert one_node.row["pp"] == 1 and one_node.row["gpus"] == one_node.row["gpus_per_node"]
-    assert one_node.error > every["bloom-176b"].error  # +28.4% against +23.1% today
+    assert one_node.error > every["bloom-176b"].error  # +26.0% against +18.4% today
     result = {r.stack: r for r in stack_results()}["Megatron-DeepSpeed as BigScience benchmarked it (Feb 2022)"]
     assert result.informational
-    assert result.median <= 0.29 and abs(result.worst) <= 0.40  # 28.4%, +39.9% (TP 8 on 48 nodes) today
+    assert result.median <= 0.265 and abs(result.worst) <= 0.375  # 26.0%, +36.9% (TP 8 on 48 nodes) today
+
+
+def test_megatron_deepspeed_rows_charge_the_attention_chain_their_code_ran():
+    """The megatron-deepspeed preset charges its attention dropout (p = 0.1 by default; MT-NLG); BLOOM and
+    BigScience's benchmarks ran ALiBi besides (the bias copied into the scores); GPT-NeoX-20B ran its own code with
+    attention dropout 0, the fused stack (benchmarks/accuracy/megatron_deepspeed_attention_traffic.py traced them)."""
+    from benchmarks.accuracy.validate_published_runs import implementation_of
+    from planner.throughput.kernel_stack import KernelStack
+
+    stacks = {c.row["id"]: implementation_of(c.row).kernels for c in comparisons()
+              if c.row["implementation"] == "megatron-deepspeed"}  # fmt: skip
+    assert len(stacks) == 8
+    for name, stack in stacks.items():
+        if name.startswith("mt-nlg-"):
+            assert stack is KernelStack.MEGATRON_DEEPSPEED, name
+        elif name.startswith(("bloom-", "bigscience-bench-")):
+            assert stack is KernelStack.MEGATRON_DEEPSPEED_ALIBI, name
+        else:
+            assert (name, stack) == ("gpt-neox-20b", KernelStack.FUSED)
 
 
 def test_gpt_neox_is_read_in_the_count_it_logged():

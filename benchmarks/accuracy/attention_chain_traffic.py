@@ -30,6 +30,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -135,10 +136,14 @@ def trace(chain, batch: int, heads: int, seq: int, head_dim: int) -> dict:
     torch.manual_seed(0)
     q, k, v = (torch.randn(batch, heads, seq, head_dim, dtype=torch.float16, requires_grad=True) for _ in range(3))
     ltor_mask = torch.ones(1, 1, seq, seq, dtype=torch.float16).tril()  # pretrain_gpt2.py: attention_mask.half()
-    square = batch * heads * seq * seq
+    return trace_phases(lambda: torch.matmul(chain(q, k, ltor_mask), v), batch * heads * seq * seq)
+
+
+def trace_phases(forward_pass: Callable[[], torch.Tensor], square: int) -> dict:
+    """The s x s traffic of `forward_pass` (returning the attention's context) and of its backward, apart."""
     forward = ScoreTraffic(square)
     with forward:
-        context = torch.matmul(chain(q, k, ltor_mask), v)
+        context = forward_pass()
     backward = ScoreTraffic(square)
     with backward:
         context.backward(torch.ones_like(context))
@@ -165,30 +170,42 @@ def measure(batch: int, heads: int, seq: int, head_dim: int) -> dict:
             "extra_score_writes": extra}  # fmt: skip
 
 
-def _print_table(result: dict) -> None:
-    for name, phases in result["traces"].items():
+def print_traces(traces: dict) -> None:
+    """Each chain's s x s writes and bytes per phase, op by op (megatron_deepspeed_attention_traffic.py too)."""
+    for name, phases in traces.items():
         for phase, totals in phases.items():
-            print(f"{name} {phase}: {totals['writes']} fp16 s x s writes, "
+            print(f"{name} {phase}: {totals['writes']} 16-bit s x s writes, "
                   f"{totals['read_bytes_per_element']:.0f} B read + {totals['written_bytes_per_element']:.0f} B "
                   "written per s x s element")  # fmt: skip
             for op in totals["ops"]:
-                print(f"    {op['op']:<28} read {op['read_bytes']:>8} B  written {op['written_bytes']:>8} B")
+                print(f"    {op['op']:<34} read {op['read_bytes']:>8} B  written {op['written_bytes']:>8} B")
+
+
+def run_cli(argv: list[str] | None, description: str, smoke: Callable[[], dict], full: Callable[[], dict],
+            print_table: Callable[[dict], None]) -> int:  # fmt: skip
+    """`--smoke` (the smallest sizes, JSON), `--json`, or the table; both trace scripts' command line."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--smoke", action="store_true", help="smallest sizes, JSON printed, nothing written")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    args = parser.parse_args(argv)
+    # The counts do not depend on the sizes (every op touches each element once); small sizes keep it quick.
+    result = smoke() if args.smoke else full()
+    if args.smoke or args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print_table(result)
+    return 0
+
+
+def _print_table(result: dict) -> None:
+    print_traces(result["traces"])
     extra = result["extra_score_writes"]
     print(f"extra s x s writes of the 2019 chain: forward {extra['forward']}, backward {extra['backward']}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="smallest sizes, JSON printed, nothing written")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    args = parser.parse_args(argv)
-    # The counts do not depend on the sizes (every op touches each element once); small sizes keep it quick.
-    result = measure(1, 2, 16, 8) if args.smoke else measure(2, 4, 128, 32)
-    if args.smoke or args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        _print_table(result)
-    return 0
+    return run_cli(argv, __doc__.splitlines()[0], lambda: measure(1, 2, 16, 8), lambda: measure(2, 4, 128, 32),
+                   _print_table)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from planner.models.resolve import resolve_model, spec_from_dimensions
 from planner.models.spec import ModelSpec
 from planner.throughput.estimate import estimate_throughput
 from planner.throughput.implementation import IMPLEMENTATIONS, Implementation
+from planner.throughput.kernel_stack import KernelStack
 from planner.training_config import PipelineSchedule, Strategy, TrainingConfig
 
 DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "published_runs.yaml"
@@ -152,10 +153,13 @@ def plan_inputs(row: dict):
 
 def implementation_of(row: dict) -> Implementation:
     """The row's preset, with how its source says the stack exchanged context-parallel keys and values where
-    that departs from the preset (Meta's Llama 3 stack all-gathered them: `context_exchange: all-gather`)."""
+    that departs from the preset (Meta's Llama 3 stack all-gathered them: `context_exchange: all-gather`), and
+    the kernel stack its code ran where that departs from the preset (BLOOM's ALiBi: `kernel_stack`)."""
     preset = IMPLEMENTATIONS[row["implementation"]]
     if "context_exchange" in row:
         preset = dataclasses.replace(preset, overlaps_context_exchange=row["context_exchange"] == "ring")
+    if "kernel_stack" in row:
+        preset = dataclasses.replace(preset, kernels=KernelStack(row["kernel_stack"]))
     return preset
 
 

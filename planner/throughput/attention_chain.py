@@ -19,6 +19,20 @@ and, under activation checkpointing, the recomputed forward (that code checkpoin
 mpu/transformer.py lines 406-412). The trace's bytes (17 more per s x s element forward, 13 backward) are
 fewer than four and three of those element-wise writes move; docs/accuracy.md ("The mechanism, read in the
 code") gives the rows' errors under both.
+
+Megatron-DeepSpeed (the `megatron-deepspeed` preset: MT-NLG on Microsoft's fork, BLOOM on BigScience's) fuses
+the scale, mask and softmax into one kernel at these rows' sequence, but runs attention dropout after it
+(p = 0.1 by default in both forks, and BLOOM kept it: tr11-176B-ml/README.md "The default Megatron-LM dropout
+settings are inherited"); with ALiBi (BLOOM) the scores are a baddbmm over the [b x heads, 1, s] bias, which
+PyTorch's CUDA baddbmm first copies out to s x s. Traced in
+benchmarks/accuracy/megatron_deepspeed_attention_traffic.py (file, line and commit there):
+
+- dropout alone: forward 3 s x s writes against 2, backward 3 against 2: 1 more each way;
+- ALiBi and dropout: forward 4 against 2, backward 3 against 2.
+
+The same assumption as for the 2019 chain: each extra write costs an element-wise value written. Megatron-LM's
+own 2021 code has the same dropout default, which the `megatron` preset does not charge (docs/accuracy.md,
+"Megatron-DeepSpeed: what its sources say it ran").
 """
 
 from __future__ import annotations
@@ -29,7 +43,13 @@ from planner.throughput.kernels import Device, elementwise_seconds
 
 # s x s tensors written beyond the fused reference's, per attention forward and backward, by kernel stack
 # (benchmarks/accuracy/attention_chain_traffic.py: "extra s x s writes of the 2019 chain: forward 4, backward 3").
-EXTRA_SCORE_WRITES: dict[KernelStack, tuple[int, int]] = {KernelStack.MEGATRON_2019: (4, 3)}
+# (benchmarks/accuracy/megatron_deepspeed_attention_traffic.py: "extra s x s writes of dropout: forward 1, backward 1",
+# "of alibi_dropout: forward 2, backward 1").
+EXTRA_SCORE_WRITES: dict[KernelStack, tuple[int, int]] = {
+    KernelStack.MEGATRON_2019: (4, 3),
+    KernelStack.MEGATRON_DEEPSPEED: (1, 1),
+    KernelStack.MEGATRON_DEEPSPEED_ALIBI: (2, 1),
+}
 
 
 def score_chain_seconds(

@@ -36,6 +36,11 @@ class KernelStack(str, Enum):
     # Megatron-LM of September 2019: fused LayerNorm (apex) and a scripted GeLU, but an unfused attention-softmax
     # chain whose extra s x s passes attention_chain.py charges (the ZeRO and ZeRO-Offload papers' code).
     MEGATRON_2019 = "megatron-2019"
+    # Megatron-DeepSpeed (Microsoft's 2021 and BigScience's 2022 forks): fused kernels, but attention dropout (p = 0.1
+    # by default) after the fused softmax, one more s x s pass each way; with ALiBi (BigScience's BLOOM) the scores'
+    # baddbmm also copies the bias out to s x s first (attention_chain.py).
+    MEGATRON_DEEPSPEED = "megatron-deepspeed"
+    MEGATRON_DEEPSPEED_ALIBI = "megatron-deepspeed-alibi"
 
 
 # Bytes per element beyond a fused kernel's 4 (see the module docstring):
@@ -53,6 +58,15 @@ STACK_SOURCES = {
     KernelStack.MEGATRON_2019: (
         "assumed: Megatron-LM of September 2019, fused norms but an unfused attention softmax: 4 more s x s "
         "writes a forward, 3 a backward, at the element-wise rate (traced: planner/throughput/attention_chain.py)"
+    ),
+    KernelStack.MEGATRON_DEEPSPEED: (
+        "assumed: Megatron-DeepSpeed, fused kernels but attention dropout at its default p = 0.1: 1 more s x s write "
+        "a forward, 1 a backward, at the element-wise rate (traced: planner/throughput/attention_chain.py)"
+    ),
+    KernelStack.MEGATRON_DEEPSPEED_ALIBI: (
+        "assumed: BigScience's Megatron-DeepSpeed with ALiBi, attention dropout p = 0.1 and the bias copied into the "
+        "scores: 2 more s x s writes a forward, 1 a backward, at the element-wise rate (planner/throughput/"
+        "attention_chain.py)"
     ),
 }
 
