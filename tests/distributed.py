@@ -26,6 +26,7 @@ def cpu_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env.update(
         {
             "CUDA_VISIBLE_DEVICES": "",
+            "DS_ACCELERATOR": "cpu",  # as launch.sh sets it for CPU plans (DeepSpeed would guess it, with a warning)
             "OMP_NUM_THREADS": "1",
             "TOKENIZERS_PARALLELISM": "false",
             "HF_HUB_OFFLINE": "1",

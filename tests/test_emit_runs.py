@@ -8,7 +8,8 @@ extra's MPICH), whose ranks number themselves from MPI's environment, the same
 plan must log the torchrun run's losses. The HF Trainer door (--trainer)
 runs the folder's own training_args.json on the same blocks; its two runs
 (DeepSpeed ZeRO-2, FSDP) follow the same data and update rule, so they agree
-with each other.
+with each other (the runner as launch.sh's torchrun line starts it, its ranks
+forked warm: the door is the subject there, not the launcher).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pytest
 from planner.contract.run_config import DataConfig, Hyperparameters
 from planner.rundir.write import RunOptions, emit_run_folder
 from scripts.demo_checkpoint import make_local_gpt2
-from tests.distributed import cpu_env, free_port
+from tests.distributed import cpu_env, free_port, run_torchrun
 from tests.emit_plans import make_plan
 from tests.runner_reference import hf_reference_losses
 
@@ -144,7 +145,10 @@ def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans(user):
         ("trainer-fsdp", {"strategy": "fsdp"}),
     ):
         run_dir = _emit(user, name, **fields)
-        results[name] = _launch(run_dir, "--trainer", env={"LAUNCHER": "torchrun"})
+        # The door is the subject here, not launch.sh (tests/test_emit_scripts.py holds its torchrun line and the
+        # arguments it passes on): that line's runner in the folder, its ranks forked warm (tests/warm_launch.py).
+        command = ["-m", "backends.run", "--plan", str(run_dir.resolve()), "--trainer"]
+        results[name] = _result(run_torchrun(command, nproc=2, timeout=400, cwd=run_dir))
         assert results[name]["steps"] == STEPS and results[name]["world_size"] == 2
         assert (run_dir / "final" / "model.safetensors").is_file() and (run_dir / "final" / "tokenizer.json").is_file()
     assert results["trainer-deepspeed"]["distributed_type"] == "DEEPSPEED"

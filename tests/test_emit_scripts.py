@@ -18,6 +18,8 @@ from emit_plans import make_plan
 from planner.emit.slurm import slurm_sbatch
 from planner.rundir.run_options import run_config as run_target
 from planner.rundir.write import emit_run_folder
+from tests.distributed import REPO_ROOT, cpu_env
+from tests.warm_process import run_python
 
 HOSTILE_NAME = "run dir $HOME `touch pwned`; echo 'it''s' \"q\" $(touch pwned2)"
 
@@ -302,15 +304,9 @@ def test_a_plan_json_that_cannot_be_read_is_one_line(tmp_path, edit, expected):
 
 def test_runner_refuses_bad_input_in_one_line(tmp_path):
     """One line on stderr, exit code 2: no run folder, or no plan.json in it."""
-    import sys
-
     for plan_dir, expected in ((tmp_path / "missing", "is not a directory"), (tmp_path, "has no plan.json")):
-        completed = subprocess.run(
-            [sys.executable, "-m", "backends.run", "--plan", str(plan_dir)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=Path(__file__).parent.parent,
+        completed = run_python(
+            ["-m", "backends.run", "--plan", str(plan_dir)], cwd=REPO_ROOT, env=cpu_env(), timeout=120
         )
         assert completed.returncode == 2 and expected in completed.stderr, completed.stderr
         assert len(completed.stderr.strip().splitlines()) == 1

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 
@@ -23,6 +21,7 @@ from planner.rundir.write import RunOptions, emit_run_folder
 from scripts.demo_checkpoint import make_local_gpt2
 from tests.distributed import REPO_ROOT, cpu_env
 from tests.emit_plans import make_plan
+from tests.warm_process import run_python
 
 
 class Outcome:
@@ -84,14 +83,7 @@ def folder(tmp_path_factory):
 
 
 def runner(run_dir, *args):
-    return subprocess.run(
-        [sys.executable, "-m", "backends.run", "--plan", str(run_dir), *args],
-        cwd=REPO_ROOT,
-        env=cpu_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_python(["-m", "backends.run", "--plan", str(run_dir), *args], cwd=REPO_ROOT, env=cpu_env(), timeout=300)
 
 
 def train_rows(run_dir):

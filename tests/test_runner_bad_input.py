@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -20,6 +18,7 @@ from scripts.demo_checkpoint import train_tokenizer, write_corpus
 from tests.distributed import REPO_ROOT, cpu_env
 from tests.distributed import cli_in_process as cli
 from tests.trained_run import shared_trained_run
+from tests.warm_process import run_python
 
 pytestmark = pytest.mark.slow
 
@@ -108,13 +107,8 @@ def test_an_empty_corpus(run_dir, tmp_path):
     empty.write_text("\n\n   \n")
     one_line_error(cli("train", run_dir, "--data", empty, "--steps", "1"), "holds no text")
     # The ranks say the same when they meet it themselves (the runner started without `train`).
-    runner = subprocess.run(
-        [sys.executable, "-m", "backends.run", "--plan", str(run_dir), "--data", str(empty)],
-        cwd=REPO_ROOT,
-        env=cpu_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    runner = run_python(
+        ["-m", "backends.run", "--plan", str(run_dir), "--data", str(empty)], cwd=REPO_ROOT, env=cpu_env(), timeout=300
     )
     one_line_error(runner, "holds no text")
 
@@ -306,10 +300,9 @@ def test_a_second_run_on_a_folder_being_trained_is_one_line_naming_the_first(run
     try:
         before = sorted(path.name for path in run_dir.iterdir())
         one_line_error(cli("train", run_dir, "--steps", "1"), f"is being trained by PID {os.getpid()} on ")
-        direct = subprocess.run(
-            [sys.executable, "-m", "backends.run", "--plan", str(run_dir), "--steps", "1"],
-            capture_output=True, text=True, cwd=REPO_ROOT, env=cpu_env(), timeout=300,
-        )  # fmt: skip
+        direct = run_python(
+            ["-m", "backends.run", "--plan", str(run_dir), "--steps", "1"], cwd=REPO_ROOT, env=cpu_env(), timeout=300
+        )
         one_line_error(direct, "wait for that run to end or stop it")
         assert sorted(path.name for path in run_dir.iterdir()) == before
     finally:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -20,6 +18,7 @@ from planner.rundir.write import RunOptions, emit_run_folder
 from scripts.demo_checkpoint import make_local_gpt2
 from tests.distributed import REPO_ROOT, cpu_env
 from tests.emit_plans import make_plan
+from tests.warm_process import run_python
 
 TRAIN_KEYS = {
     "step",
@@ -62,9 +61,8 @@ def finished_run(tmp_path_factory):
     model_dir, corpus = make_local_gpt2(root / "user")
     plan = make_plan(str(model_dir), gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4, grad_accum=1)
     emit_run_folder(plan, root / "run", options=RunOptions(data=DataConfig(train=[str(corpus)], eval_every=3)))
-    completed = subprocess.run(
+    completed = run_python(
         [
-            sys.executable,
             "-m",
             "backends.run",
             "--plan",
@@ -78,8 +76,6 @@ def finished_run(tmp_path_factory):
         ],
         cwd=REPO_ROOT,
         env={key: value for key, value in cpu_env().items() if key != "HARDWARE_SELECTOR_RECORD"},  # the default
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]

@@ -13,12 +13,11 @@ the other torchrun chapters share one job (tests/tutorial_chapters.py).
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
 from tests.distributed import REPO_ROOT, cpu_env, run_torchrun
+from tests.warm_process import run_python
 
 TUTORIAL = REPO_ROOT / "docs" / "tutorial"
 CODE = TUTORIAL / "code"
@@ -40,8 +39,7 @@ def test_each_chapter_page_embeds_its_script_verbatim():
 
 
 def _single(script: str) -> str:
-    completed = subprocess.run([sys.executable, script], cwd=CODE, env=cpu_env(), capture_output=True, text=True,
-                               timeout=300)  # fmt: skip
+    completed = run_python([script], cwd=CODE, env=cpu_env(), timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
     return completed.stdout
 

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 # What the server imports once: the libraries every rank of the test jobs imports before its work.
@@ -157,9 +158,19 @@ def rank_main(target: list[str], cwd: str, env: dict[str, str], groups: str) -> 
     agent = {
         key: value for key, value in os.environ.items() if key in AGENT_VARIABLES or key.startswith("TORCHELASTIC_")
     }
+    code = run_as_main(target, cwd, {**env, **agent})
+    if code:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def run_as_main(target: list[str], cwd: str, env: dict[str, str]) -> int:
+    """In a process forked from the server: `env` as the whole environment, `cwd` as the directory, then
+    `python TARGET` (["-m", module, args...] or [script, args...]) as __main__; its exit code (an `os._exit`
+    inside it, or SystemExit, ends the run here and gives the code). Other exceptions propagate."""
     os.environ.clear()
     os.environ.update(env)
-    os.environ.update(agent)
     os.chdir(cwd)
     _forget_the_server()
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
@@ -173,11 +184,14 @@ def rank_main(target: list[str], cwd: str, env: dict[str, str], groups: str) -> 
             runpy.run_module(module, run_name="__main__", alter_sys=True)
     else:
         script = str(Path(cwd, target[0]).resolve())
-        sys.argv = [script, *target[1:]]
+        sys.argv = list(target)  # as Python gives it: the script as named
         sys.path[:0] = [str(Path(script).parent), *own_path]
 
-        def run() -> None:
-            runpy.run_path(script, run_name="__main__")
+        def run() -> None:  # as Python runs a script (runpy.run_path would make sys.argv[0] its full path)
+            main = types.ModuleType("__main__")
+            main.__file__ = script
+            sys.modules["__main__"] = main
+            exec(compile(Path(script).read_bytes(), script, "exec"), vars(main))
 
     real_exit = os._exit
     os._exit = _exit_after_the_work  # type: ignore[assignment]
@@ -188,12 +202,11 @@ def rank_main(target: list[str], cwd: str, env: dict[str, str], groups: str) -> 
         code = int(done.args[0]) if done.args else 0
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        if done.code is not None and not isinstance(done.code, int):  # sys.exit("message"), as Python says it
+            print(done.code, file=sys.stderr)
     finally:
         os._exit = real_exit
-    if code:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        real_exit(code)
+    return code
 
 
 def _end_groups(groups: Path) -> None:
