@@ -73,7 +73,7 @@ documented assumption, never a factor fitted to single runs:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.contract.choices import Strategy
 from planner.throughput.kernel_stack import KernelStack
@@ -159,15 +159,11 @@ MEGATRON_2019 = Implementation(
 # Megatron-Core with Transformer Engine as NVIDIA's Megatron-Bridge recipes run it today: Megatron-LM's mechanisms,
 # the TP collectives under the GEMMs (userbuffers, `tp_comm_overlap`) and TE's Hopper-native attention; checked on
 # NVIDIA's DGX-H100 runs (docs/accuracy.md, "Megatron-Core via Megatron-Bridge").
-MEGATRON_CORE = Implementation(
-    "Megatron-Core with Transformer Engine (TP communication overlap, Hopper-native attention)",
-    KernelStack.FUSED,
-    True,
-    False,
-    overlaps_context_exchange=True,
+MEGATRON_CORE = replace(
+    MEGATRON_LM,
+    name="Megatron-Core with Transformer Engine (TP communication overlap, Hopper-native attention)",
     overlaps_tensor_parallel_comm=True,
     hopper_native_attention=True,
-    strategies=(Strategy.ENGINE,),
 )
 
 IMPLEMENTATIONS = {
