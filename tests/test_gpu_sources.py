@@ -31,26 +31,17 @@ KEY_FIGURES = (
 # catalog, listed in docs/hardware.md. Each must really be marked unsourced, so the list cannot go stale.
 UNSOURCED_ALLOWLIST = {
     ("H20", "dense_tflops.bf16"),  # the pages print FP16 148 dense and INT8 296, no BF16 rate
-    ("H20", "dense_tflops.fp8"),  # ... and no FP8 rate
-    ("MI325X", "interconnect"),  # seven Infinity Fabric links, no rate
-    ("MI355X", "dense_tflops.bf16"),  # no page read prints the exact dense rate (FP8's is derived from its per-CU rate)
-    ("MI355X", "interconnect"),  # ~153 GB/s per link, the total not printed
+    ("H20", "dense_tflops.fp8"),  # ... and the one page printing FP8 296 is http-only
 }
 
 # Every figure of the whole catalog still marked "unsourced" (recalled), the cpu placeholder's apart: 55 before
-# issue 34's second pass, 17 after. A figure may leave this list (cite it, then drop it here), none may join it.
+# issue 34's second pass, 17 after it, 10 after its third. A figure may leave this list (cite it, then drop it
+# here), none may join it.
 STILL_UNSOURCED = {
-    ("V100S", "tdp_watts"),
     *(("A10G", f"dense_tflops.{dtype}") for dtype in ("fp32", "tf32", "fp16", "bf16")),  # no A10G datasheet exists
-    ("RTX-3090", "dense_tflops.tf32"),
-    ("A6000", "dense_tflops.tf32"),
     *(("H800", f"dense_tflops.{dtype}") for dtype in ("fp32", "tf32", "fp16", "fp8")),  # = the H100 SXM's
     ("H20", "dense_tflops.bf16"),
     ("H20", "dense_tflops.fp8"),
-    ("MI325X", "interconnect"),
-    ("MI355X", "dense_tflops.fp16"),
-    ("MI355X", "dense_tflops.bf16"),
-    ("MI355X", "interconnect"),
 }
 
 # (gpu, figure) -> (quote from the document, number in the document's unit, to our unit, printed with sparsity)
@@ -137,6 +128,14 @@ PRINTED: dict[tuple[str, str], tuple[str, float, float, bool]] = {
     ("H200", "dense_tflops.tf32"): ("'| NVIDIA H200 SXM | 67.0 | 494.5 |", 494.5, SAME, False),
     ("L4", "dense_tflops.tf32"): ("'TF32 Tensor Core 120 TFLOPS | Sparsity'", 120, SAME, True),
     ("RTX-4090", "dense_tflops.tf32"): ("'TF32: 82.58 TFLOPS, with sparsity: 165.15 TFLOPS'", 82.58, SAME, False),
+    # Issue 34's third pass.
+    ("V100S", "tdp_watts"): ("niezmienne pozostaje TDP, równe 250 W", 250, SAME, False),
+    ("RTX-3090", "dense_tflops.tf32"): ('case "geforce3090": gpu_tflops_per_sec = 35.6', 35.6, SAME, False),
+    ("A6000", "dense_tflops.tf32"): ('case "a6000": gpu_tflops_per_sec = 77.4', 77.4, SAME, False),
+    ("MI325X", "interconnect"): ("'| MI325X | 64 | 7 | 448 | 896 |'", 896, SAME, False),
+    ("MI355X", "interconnect"): ("'| MI355X | 76.5 | 7 | 535.5 | 1071 |'", 1071, SAME, False),
+    ("MI355X", "dense_tflops.bf16"): ("the formula gives 2516.6", 2516.6, SAME, False),
+    ("MI355X", "dense_tflops.fp16"): ("the formula gives 2516.6", 2516.6, SAME, False),
 }
 
 
@@ -185,7 +184,7 @@ def test_no_recalled_figure_joins_the_unsourced_list_and_the_list_keeps_up():
     }
     assert not unsourced - STILL_UNSOURCED, f"newly unsourced (cite a document instead): {unsourced - STILL_UNSOURCED}"
     assert not STILL_UNSOURCED - unsourced, f"now cited, drop from STILL_UNSOURCED: {STILL_UNSOURCED - unsourced}"
-    assert len(STILL_UNSOURCED) == 17
+    assert len(STILL_UNSOURCED) == 10
 
 
 @pytest.mark.parametrize("key", sorted(PRINTED), ids=lambda key: f"{key[0]}-{key[1]}")
