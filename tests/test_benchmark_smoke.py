@@ -109,6 +109,18 @@ def _megatron_deepspeed_attention_traffic(out: str) -> None:
     assert (alibi["forward"], alibi["backward"]) == EXTRA_SCORE_WRITES[KernelStack.MEGATRON_DEEPSPEED_ALIBI]
 
 
+def _megatron_v115_attention_traffic(out: str) -> None:
+    """The trace's count is the constant the megatron-v1.1.5 kernel stack charges; the masked_fill_ on a view (as
+    the code has it) adds backward copies only, traced and not charged."""
+    from planner.throughput.attention_chain import EXTRA_SCORE_WRITES
+    from planner.throughput.kernel_stack import KernelStack
+
+    extra = _json(out)["extra_score_writes"]
+    assert (extra["v1.1.5"]["forward"], extra["v1.1.5"]["backward"]) == EXTRA_SCORE_WRITES[KernelStack.MEGATRON_V115]
+    assert extra["v1.1.5_on_a_view"]["forward"] == extra["v1.1.5"]["forward"]
+    assert extra["v1.1.5_on_a_view"]["backward"] > extra["v1.1.5"]["backward"]
+
+
 def _validate_published_runs(out: str) -> None:
     summaries = re.findall(r"^(\d+) rows in the statistics: median \|error\| ([\d.]+)%", out, re.M)
     assert len(summaries) == 2 and summaries[0] == summaries[1]  # the plain table and the markdown one
@@ -213,6 +225,7 @@ SMOKES: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "benchmarks.accuracy.per_stack_accuracy": ([], _per_stack_accuracy),
     "benchmarks.accuracy.attention_chain_traffic": ([], _attention_chain_traffic),
     "benchmarks.accuracy.megatron_deepspeed_attention_traffic": ([], _megatron_deepspeed_attention_traffic),
+    "benchmarks.accuracy.megatron_v115_attention_traffic": ([], _megatron_v115_attention_traffic),
     "benchmarks.accuracy.validate_published_runs": ([], _validate_published_runs),
     "benchmarks.accuracy.serving_cpu": (["--json"], _serving_cpu),
     "benchmarks.accuracy.serving_published": ([], _serving_published),

@@ -89,15 +89,24 @@ def test_megatron_bridge_on_h100_reaches_the_target_with_the_mechanisms_its_reci
 
 def test_zero_infinity_on_v100_is_held_where_it_stands_until_a_mechanism_explains_it():
     """ZeRO-Infinity's single-DGX-2 runs (its Figure 5(c), printed labels; benchmarks/data/published_zero_papers.yaml)
-    miss the target: the two NVMe rows, which the offload paces, land at -2% and +10%, but the rows the GPUs pace come
-    out 33-69% fast (10B without offload +69%), as every DeepSpeed V100 run of the ZeRO papers does (docs/accuracy.md,
-    "DeepSpeed's ZeRO papers on V100s"). Held so they cannot get worse; tighten these when the gap closes."""
+    miss the target. With its code's attention chain (megatron-v1.1.5, traced), the DGX-2's 3 GB/s per GPU to CPU
+    memory and the activation checkpoints the 50B-1T runs had to keep in CPU memory charged (docs/accuracy.md,
+    "ZeRO-Infinity on one DGX-2": 32.7% and +69.4% before), the offloaded rows are +17%, +22%, -9% and +4%; the 10B
+    without offload is still +64%, the ZeRO-3 code's per-GPU pace. Held so they cannot get worse; tighten these when
+    the gap closes."""
+    from benchmarks.accuracy.validate_published_runs import implementation_of
+    from planner.throughput.kernel_stack import KernelStack
+
     result = {result.stack: result for result in stack_results()}[
         "DeepSpeed ZeRO-Infinity (ZeRO-3, parameters and optimizer on CPU or NVMe), V100"
     ]
     assert len(result.errors) == 5
-    assert result.median <= 0.33  # 32.7% today
-    assert abs(result.worst) <= 0.70  # 10B, ZeRO-3 without offload, +69.4% today
+    assert result.median <= 0.175  # 17.0% today (50B, +17.0%)
+    assert abs(result.worst) <= 0.64  # 10B, ZeRO-3 without offload, +63.5% today
+    rows = [c for c in zero_paper_comparisons() if c.row["stack"] == "deepspeed-zero-infinity-2021"]
+    assert all(implementation_of(c.row).kernels is KernelStack.MEGATRON_V115 for c in rows)
+    offloaded = [c.error for c in rows if c.row.get("offload_params")]  # 50B-1T
+    assert len(offloaded) == 4 and all(abs(error) < ROW_BOUND for error in offloaded)
     nvme = [c.error for c in zero_paper_comparisons() if c.row.get("offload_params") == "nvme"]  # 0.5T and 1T
     assert len(nvme) == 2 and all(abs(error) < 0.15 for error in nvme)
 
@@ -123,7 +132,8 @@ def test_informational_zero_paper_stacks_are_shown_and_held():
 def test_the_2019_megatron_code_rows_use_its_preset():
     """Every row that ran Megatron-LM's September 2019 code (the ZeRO paper's DDP and ZeRO-1/2 runs, ZeRO-Offload's,
     Megatron-LM 2019's own) is planned with the megatron-2019 preset, and no other row is: ZeRO-Infinity ran
-    Megatron-LM v1.1.5 (docs/accuracy.md, "The mechanism, read in the code")."""
+    Megatron-LM v1.1.5 (its own chain, the megatron-v1.1.5 kernel stack; docs/accuracy.md, "ZeRO-Infinity on one
+    DGX-2")."""
     from benchmarks.accuracy.validate_published_runs import published_rows, zero_paper_rows
 
     by_id = {row["id"]: row["implementation"] for row in published_rows() + zero_paper_rows()}

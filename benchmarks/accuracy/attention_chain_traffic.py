@@ -46,7 +46,8 @@ DROPOUT = 0.1  # Megatron-LM 2019's --attention-dropout default (arguments.py li
 
 class ScoreTraffic(TorchDispatchMode):
     """Bytes read and written, per aten op, of the tensors holding `square` elements (b x heads x s x s).
-    Views (outputs sharing an input's storage) move nothing and are not counted."""
+    Views (outputs sharing an input's storage) move nothing and are not counted; an in-place op's output, which
+    shares its input's storage too, is written and is counted."""
 
     def __init__(self, square: int):
         super().__init__()
@@ -62,6 +63,8 @@ class ScoreTraffic(TorchDispatchMode):
         if not func._schema.is_mutable and all(t.untyped_storage().data_ptr() in storages for t in outputs):
             return out  # a view (transpose, _unsafe_view): nothing moves
         written = [t for t in outputs if t.numel() == self.square and t.untyped_storage().data_ptr() not in storages]
+        if func._schema.is_mutable:  # an in-place op (masked_fill_) writes the tensor it was given
+            written += [t for t in outputs if t.numel() == self.square and t.untyped_storage().data_ptr() in storages]
         read = [t for t in inputs if t.numel() == self.square]
         if written or read:
             self.ops.append(
@@ -168,6 +171,41 @@ def measure(batch: int, heads: int, seq: int, head_dim: int) -> dict:
     }
     return {"shape": {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim}, "traces": traces,
             "extra_score_writes": extra}  # fmt: skip
+
+
+def trace_batched(chain: Callable[..., torch.Tensor], batches: int, seq: int, head_dim: int, dtype: torch.dtype,
+                  side: torch.Tensor) -> dict:  # fmt: skip
+    """One forward and backward of `chain(q, k, side)` then PV over [batches, seq, head_dim] (batch x heads folded, as
+    the baddbmm-based codes have them), in `dtype`, the s x s traffic of each."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(batches, seq, head_dim, dtype=dtype, requires_grad=True) for _ in range(3))
+    return trace_phases(lambda: torch.bmm(chain(q, k, side), v), batches * seq * seq)
+
+
+def against_fused(chains: dict, trace: Callable[..., dict], batches: int, seq: int, head_dim: int) -> dict:
+    """Each chain's trace over [batches, seq, head_dim] heads, and each non-reference chain's s x s writes beyond
+    the "fused" reference's, per phase (megatron_deepspeed_ and megatron_v115_attention_traffic.py)."""
+    traces = {name: trace(chain, batches, seq, head_dim) for name, chain in chains.items()}
+    extra = {
+        name: {phase: traces[name][phase]["writes"] - traces["fused"][phase]["writes"] for phase in traces[name]}
+        for name in chains
+        if name != "fused"
+    }
+    return {"shape": {"batches": batches, "seq": seq, "head_dim": head_dim}, "traces": traces,
+            "extra_score_writes": extra}  # fmt: skip
+
+
+def print_against_fused(result: dict) -> None:
+    """against_fused's result: the traces, then each chain's extra writes."""
+    print_traces(result["traces"])
+    for name, extra in result["extra_score_writes"].items():
+        print(f"extra s x s writes of {name}: forward {extra['forward']}, backward {extra['backward']}")
+
+
+def run_against_fused(argv: list[str] | None, description: str, chains: dict, trace: Callable[..., dict]) -> int:
+    """The command line of a script tracing `chains` against the fused reference."""
+    return run_cli(argv, description, lambda: against_fused(chains, trace, 2, 16, 8),
+                   lambda: against_fused(chains, trace, 8, 128, 32), print_against_fused)  # fmt: skip
 
 
 def print_traces(traces: dict) -> None:

@@ -83,34 +83,13 @@ CHAINS = {"fused": reference_probs, "dropout": dropout_probs, "alibi_dropout": a
 
 
 def trace(chain, batches: int, seq: int, head_dim: int) -> dict:
-    """One forward and backward of `chain` then PV, in bf16 (BLOOM's --bf16), the s x s traffic of each."""
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(batches, seq, head_dim, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-    alibi = torch.randn(batches, 1, seq, dtype=torch.bfloat16)  # [b x heads, 1, s], as _build_alibi_tensor
-    return chain_traffic.trace_phases(lambda: torch.bmm(chain(q, k, alibi), v), batches * seq * seq)
-
-
-def measure(batches: int, seq: int, head_dim: int) -> dict:
-    traces = {name: trace(chain, batches, seq, head_dim) for name, chain in CHAINS.items()}
-    extra = {
-        name: {phase: traces[name][phase]["writes"] - traces["fused"][phase]["writes"] for phase in traces[name]}
-        for name in CHAINS
-        if name != "fused"
-    }
-    return {"shape": {"batches": batches, "seq": seq, "head_dim": head_dim}, "traces": traces,
-            "extra_score_writes": extra}  # fmt: skip
-
-
-def _print_table(result: dict) -> None:
-    chain_traffic.print_traces(result["traces"])
-    for name, extra in result["extra_score_writes"].items():
-        print(f"extra s x s writes of {name}: forward {extra['forward']}, backward {extra['backward']}")
+    """In bf16 (BLOOM's --bf16); the ALiBi bias [b x heads, 1, s], as _build_alibi_tensor makes it."""
+    alibi = torch.randn(batches, 1, seq, dtype=torch.bfloat16)
+    return chain_traffic.trace_batched(chain, batches, seq, head_dim, torch.bfloat16, alibi)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return chain_traffic.run_cli(
-        argv, __doc__.splitlines()[0], lambda: measure(2, 16, 8), lambda: measure(8, 128, 32), _print_table
-    )
+    return chain_traffic.run_against_fused(argv, __doc__.splitlines()[0], CHAINS, trace)
 
 
 if __name__ == "__main__":

@@ -128,9 +128,10 @@ UNMEASURED = (
      "none: ds_config.json refuses zero_quantized_weights and zero_hpz_partition_size",
      "the ZeRO++ blog's Figures 6-8 (microsoft/DeepSpeed blogs/zeropp, read as images) print ZeRO-3 baselines "
      "on 384 V100s at 1K or 2K tokens per GPU and 100-800 Gb/s per node, e.g. 18B at 25 and 40 TFLOP/s with four "
-     "100 Gb/s links; the 49B-138B shapes, the sequence, the GPUs per node and the FLOP count are in the paper "
-     "(arXiv:2306.10209), which the stored references do not hold, so no row is planned; the 18B shape alone is "
-     "in DeepSpeed's ZeRO++ tutorial (40 layers, hidden 6144), whose one logged ZeRO-3 step names no network"),
+     "100 Gb/s links, ZeRO++ 35 and 53: chart images only; the 49B-138B shapes, the sequence and the FLOP count "
+     "are in the paper (arXiv:2306.10209), of which the stored references hold the abstract and third-party "
+     "summaries, not the evaluation, so no row is planned; the 18B shape alone is in DeepSpeed's ZeRO++ tutorial "
+     "(40 layers, hidden 6144), whose logged steps are screenshots and name no network"),
     ("our engine: EP, CP", "engine.json layout.ep / layout.cp",
      "our engine's own EP/CP runs: correctness vs single-process runs only; the EP and CP mechanisms it plans "
      "with are timed against Megatron-Core's published DGX-H100 runs, the Megatron-Bridge row above (CP 2 on "

@@ -148,18 +148,23 @@ def plan_inputs(row: dict):
             cpu_ram_gb=cpu_ram,
             **nvme,
         )
+    if "host_GBps_per_gpu" in row:  # each GPU's CPU-memory bandwidth as the source measured it (ZeRO-Infinity)
+        cluster = cluster.model_copy(update={"host_GBps_per_gpu": row["host_GBps_per_gpu"]})
     return spec, config, cluster
 
 
 def implementation_of(row: dict) -> Implementation:
     """The row's preset, with how its source says the stack exchanged context-parallel keys and values where
     that departs from the preset (Meta's Llama 3 stack all-gathered them: `context_exchange: all-gather`), and
-    the kernel stack its code ran where that departs from the preset (BLOOM's ALiBi: `kernel_stack`)."""
+    the kernel stack its code ran where that departs from the preset (BLOOM's ALiBi: `kernel_stack`), and the
+    activation checkpoints per block DeepSpeed moved to CPU memory (ZeRO-Infinity's example: `checkpoints_to_cpu`)."""
     preset = IMPLEMENTATIONS[row["implementation"]]
     if "context_exchange" in row:
         preset = dataclasses.replace(preset, overlaps_context_exchange=row["context_exchange"] == "ring")
     if "kernel_stack" in row:
         preset = dataclasses.replace(preset, kernels=KernelStack(row["kernel_stack"]))
+    if "checkpoints_to_cpu" in row:  # DeepSpeed's cpu_checkpointing, as ZeRO-Infinity's example ran it
+        preset = dataclasses.replace(preset, checkpoints_to_cpu=row["checkpoints_to_cpu"])
     return preset
 
 

@@ -155,6 +155,11 @@ class ClusterSpec(BaseModel):
     nvme_per_node_bytes: int | None = Field(default=None, ge=0)
     # NVMe read/write bandwidth per node (GB/s) the user gave; None: DEFAULT_NVME_GBPS_PER_NODE, an assumption.
     nvme_GBps_per_node: float | None = Field(default=None, gt=0)
+    # Each GPU's bandwidth to and from CPU memory (GB/s per direction) when all the node's GPUs move data at once, as
+    # a source measured it (ZeRO-Infinity on a DGX-2: about 3 GB/s, Section 5.2.3 and Figure 2(b)); None: the GPU's PCIe link
+    # at the link efficiency, an assumption.
+    # Left out of the plan's JSON: only the published-runs validator sets it (no flag of ours takes it).
+    host_GBps_per_gpu: float | None = Field(default=None, gt=0, exclude=True)
     # Where each default came from, for the plan's "assumptions" section.
     assumptions: list[str] = Field(default_factory=list)
 

@@ -33,6 +33,15 @@ benchmarks/accuracy/megatron_deepspeed_attention_traffic.py (file, line and comm
 The same assumption as for the 2019 chain: each extra write costs an element-wise value written. Megatron-LM's
 own 2021 code has the same dropout default, which the `megatron` preset does not charge (docs/accuracy.md,
 "Megatron-DeepSpeed: what its sources say it ran").
+
+Megatron-LM v1.1.5 as DeepSpeedExamples' Megatron-LM-v1.1.5-ZeRO3 runs it (at 2cd968f2; the ZeRO-Infinity paper's
+code, the `megatron-v1.1.5` kernel stack its rows name): the example script turns neither softmax fusion on, so
+FusedScaleMaskSoftmax takes its torch branch: the scores' baddbmm (beta 0), an in-place masked_fill_, torch's
+softmax in fp16, attention dropout (p = 0.1). Traced in benchmarks/accuracy/megatron_v115_attention_traffic.py
+(file, line and commit there): forward 4 s x s writes against 2, backward 4 against 2: 2 more each way. With the
+masked_fill_ on a view of the GEMM's output, as the code has it, today's autograd adds the in-place op's CopySlices
+and the view's as_strided backward (6 more backward writes, one of them an allocation); the run's PyTorch is not
+stated, so those are traced and not charged, and the 2 are a lower bound.
 """
 
 from __future__ import annotations
@@ -49,6 +58,8 @@ EXTRA_SCORE_WRITES: dict[KernelStack, tuple[int, int]] = {
     KernelStack.MEGATRON_2019: (4, 3),
     KernelStack.MEGATRON_DEEPSPEED: (1, 1),
     KernelStack.MEGATRON_DEEPSPEED_ALIBI: (2, 1),
+    # (benchmarks/accuracy/megatron_v115_attention_traffic.py: "extra s x s writes of v1.1.5: forward 2, backward 2").
+    KernelStack.MEGATRON_V115: (2, 2),
 }
 
 

@@ -233,6 +233,8 @@ def communication_plan(
         cp_group=process_group(cp, tp, gpn),
         overlaps_context_exchange=implementation.overlaps_context_exchange,
         p2p_split=p2p_split,
+        checkpoints_to_cpu=implementation.checkpoints_to_cpu,
+        pcie_Bps=pcie_Bps,
         virtual_stages=config.virtual_stages,
         crosses_nodes=world_size > gpn,
     )
@@ -301,6 +303,15 @@ def micro_batch_communication(
     if plan.p2p_split:
         message = activation_bytes / plan.p2p_split
         p2p = accum * 2 * plan.virtual_stages * point_to_point_s(links, message, plan.crosses_nodes)
+
+    # DeepSpeed's cpu_checkpointing (deepspeed/runtime/activation_checkpointing/checkpointing.py at 0d4a54a0, the
+    # ZeRO-Infinity release): each checkpoint, partitioned over the tp ranks (--partition-activations), is copied
+    # into a pageable CPU buffer on the compute stream in the forward (`.data.copy_(partition.data)`) and back to
+    # the GPU before its recomputation (get_full_inputs; the transport-stream line is commented out): both ways
+    # on the critical path.
+    if full and plan.checkpoints_to_cpu and plan.pcie_Bps > 0:
+        copied = accum * blocks * plan.checkpoints_to_cpu * activation_bytes / tp
+        offload += 2 * copied / plan.pcie_Bps
 
     return StepComm(
         data_parallel_s=dp_total,

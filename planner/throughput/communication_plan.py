@@ -44,6 +44,10 @@ class CommunicationPlan:
     params_up: float = 0.0
     cpu_step: float | None = None
     optimizer_step: float = 0.0
+    # DeepSpeed's cpu_checkpointing: activation checkpoints per block copied to CPU memory in the forward and back
+    # in the backward (Implementation.checkpoints_to_cpu; 0: kept on the GPU), over the host link at pcie_Bps.
+    checkpoints_to_cpu: int = 0
+    pcie_Bps: float = 0.0
     # Per-micro-batch traffic: tensor-, expert-, context-parallel and pipeline transfers.
     seq_len: int = 1
     hidden: int = 1

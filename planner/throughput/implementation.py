@@ -69,6 +69,18 @@ documented assumption, never a factor fitted to single runs:
   rank routes and exchanges all of them (this project's engine: the tp ranks of
   a replica route the same tokens, each exchanging them with the ep ranks at its
   own tp coordinate; backends/expert_parallel/dispatch.py).
+- checkpoints_to_cpu: under full activation checkpointing, how many activation
+  checkpoints per transformer block DeepSpeed's cpu_checkpointing
+  (`--checkpoint-in-cpu`) copies to CPU memory in the forward and back before
+  the recomputation, on the compute stream (0: they stay on the GPU). The
+  ZeRO-Infinity paper's released example (DeepSpeedExamples'
+  Megatron-LM-v1.1.5-ZeRO3/examples/ds_pretrain_gpt2-zero3.sh at bdf8e59a,
+  "ZeRO-Infinity examples", 2021-04-18) sets PA_CPU=true and
+  `--split-transformers` (each block checkpointed as two parts: 2); the copy
+  runs at the cluster's host bandwidth (ClusterSpec.host_GBps_per_gpu, the
+  paper's about 3 GB/s per GPU on a DGX-2). Set per row
+  (`checkpoints_to_cpu` in benchmarks/data/published_zero_papers.yaml); no
+  preset of ours runs it (our ds_config refuses cpu_checkpointing).
 """
 
 from __future__ import annotations
@@ -96,6 +108,7 @@ class Implementation:
     overlaps_context_exchange: bool = False
     overlaps_tensor_parallel_comm: bool = False
     hopper_native_attention: bool = False
+    checkpoints_to_cpu: int = 0
     # The strategies this codebase trains with, as our configs name them: Megatron-LM's TP x PP x DP with a
     # distributed optimizer is our engine's layout, llm-foundry trains with torch FSDP, and so on.
     strategies: tuple[Strategy, ...] = ALL_STRATEGIES

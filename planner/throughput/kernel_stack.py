@@ -41,6 +41,10 @@ class KernelStack(str, Enum):
     # baddbmm also copies the bias out to s x s first (attention_chain.py).
     MEGATRON_DEEPSPEED = "megatron-deepspeed"
     MEGATRON_DEEPSPEED_ALIBI = "megatron-deepspeed-alibi"
+    # Megatron-LM v1.1.5 as DeepSpeedExamples' Megatron-LM-v1.1.5-ZeRO3 runs it (the ZeRO-Infinity paper's code): fused
+    # LayerNorm and bias-GeLU, but its example script turns no softmax fusion on, so the scores go through an in-place
+    # masked_fill_, torch's softmax and attention dropout (p = 0.1): 2 more s x s passes each way (attention_chain.py).
+    MEGATRON_V115 = "megatron-v1.1.5"
 
 
 # Bytes per element beyond a fused kernel's 4 (see the module docstring):
@@ -67,6 +71,11 @@ STACK_SOURCES = {
         "assumed: BigScience's Megatron-DeepSpeed with ALiBi, attention dropout p = 0.1 and the bias copied into the "
         "scores: 2 more s x s writes a forward, 1 a backward, at the element-wise rate (planner/throughput/"
         "attention_chain.py)"
+    ),
+    KernelStack.MEGATRON_V115: (
+        "assumed: Megatron-LM v1.1.5 as DeepSpeedExamples' ZeRO-3 example runs it (no softmax fusion flag): the "
+        "mask, softmax and attention dropout p = 0.1 as torch ops, 2 more s x s writes a forward, 2 a backward, at "
+        "the element-wise rate (traced: planner/throughput/attention_chain.py)"
     ),
 }
 

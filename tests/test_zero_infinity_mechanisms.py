@@ -1,0 +1,65 @@
+"""The two mechanisms ZeRO-Infinity's single-DGX-2 rows name, each checked alone
+(planner/throughput/implementation.py `checkpoints_to_cpu`, planner/hardware/cluster.py `host_GBps_per_gpu`;
+docs/accuracy.md, "DeepSpeed's ZeRO papers on V100s")."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from benchmarks.accuracy.validate_published_runs import implementation_of, plan_inputs, zero_paper_rows
+from planner.hardware.gpus import pcie_bandwidth_GBps_per_direction
+from planner.throughput.constants import CONSTANTS
+from planner.throughput.derived import build_hardware
+from planner.throughput.estimate import estimate_throughput
+from planner.training_config import ActivationCheckpointing
+
+
+def _row(name: str) -> dict:
+    return next(row for row in zero_paper_rows() if row["id"] == name)
+
+
+def test_a_measured_host_bandwidth_replaces_the_pcie_links_rate():
+    """ZeRO-Infinity, Section 5.2.3: on a DGX-2 each GPU reads and writes CPU memory at about 3 GB/s when all 16 do;
+    without a measured figure the link's PCIe rate at the link efficiency stands."""
+    spec, config, cluster = plan_inputs(_row("zero-infinity-paper-50b-16-v100-cpu-nvme"))
+    assert cluster.host_GBps_per_gpu == 3.0
+    assert build_hardware(cluster, config, CONSTANTS)[2] == 3.0e9
+    unmeasured = cluster.model_copy(update={"host_GBps_per_gpu": None})
+    pcie = pcie_bandwidth_GBps_per_direction(3) * 1e9 * CONSTANTS.link_efficiency  # a V100's Gen3 x16
+    assert build_hardware(unmeasured, config, CONSTANTS)[2] == pcie
+
+
+def test_checkpoints_in_cpu_memory_cost_their_copies_both_ways_on_the_critical_path():
+    """DeepSpeed's cpu_checkpointing (checkpointing.py at 0d4a54a0) copies each checkpoint to a pageable CPU buffer
+    on the compute stream and back before the recomputation: 2 x blocks x checkpoints x the block's input, at the
+    host bandwidth, added to the step; nothing without full checkpointing or with the switch off."""
+    row = _row("zero-infinity-paper-50b-16-v100-cpu-nvme")
+    spec, config, cluster = plan_inputs(row)
+    with_copies = implementation_of(row)
+    assert with_copies.checkpoints_to_cpu == 1
+    without = dataclasses.replace(with_copies, checkpoints_to_cpu=0)
+    charged = estimate_throughput(spec, config, cluster, implementation=with_copies)
+    kept = estimate_throughput(spec, config, cluster, implementation=without)
+    block_input = config.micro_batch * config.seq_len * row["hidden"] * 2  # fp16 [s, b, h]
+    copies = config.grad_accum * row["layers"] * 2 * block_input / 3.0e9
+    assert charged.breakdown.offload_s - kept.breakdown.offload_s == pytest.approx(copies, rel=1e-9)
+    assert charged.step_time_s - kept.step_time_s == pytest.approx(copies, rel=1e-9)
+    selective = config.model_copy(update={"activation_checkpointing": ActivationCheckpointing.SELECTIVE})
+    assert estimate_throughput(spec, selective, cluster, implementation=with_copies).breakdown.offload_s == (
+        estimate_throughput(spec, selective, cluster, implementation=without).breakdown.offload_s
+    )
+
+
+def test_only_the_rows_whose_checkpoints_outgrow_the_gpu_move_them():
+    """Section 5.1.2: ZeRO-Infinity moves activation checkpoints to CPU memory when necessary: 27-50 GB a GPU for
+    the 50B-1T rows at one per block, against a 32 GB V100; the 10B run's 3.4 GB stay beside its model states. Two
+    per block (the example script's --split-transformers) would not fit the 100B's and 1T's in the DGX-2's 1.5 TB."""
+    for row in zero_paper_rows():
+        if row.get("stack") != "deepspeed-zero-infinity-2021":
+            continue
+        per_gpu = row["layers"] * row["micro_batch"] * row["seq_len"] * row["hidden"] * 2 / 1e9
+        assert row.get("checkpoints_to_cpu", 0) == (1 if per_gpu > 20 else 0), row["id"]
+        if row["id"].startswith(("zero-infinity-paper-100b", "zero-infinity-paper-1t")):
+            assert 2 * per_gpu * row["gpus_per_node"] / 1e3 >= 1.5  # TB: two per block would fill the node's CPU memory
