@@ -30,9 +30,19 @@ benchmarks/accuracy/megatron_deepspeed_attention_traffic.py (file, line and comm
 - dropout alone: forward 3 s x s writes against 2, backward 3 against 2: 1 more each way;
 - ALiBi and dropout: forward 4 against 2, backward 3 against 2.
 
-The same assumption as for the 2019 chain: each extra write costs an element-wise value written. Megatron-LM's
-own 2021 code has the same dropout default, which the `megatron` preset does not charge (docs/accuracy.md,
-"Megatron-DeepSpeed: what its sources say it ran").
+The same assumption as for the 2019 chain: each extra write costs an element-wise value written.
+
+Megatron-LM's own code of 2021-2022 (the `megatron` preset: its 2021 and 2022 papers' runs) is the attention
+Microsoft's fork copied: github.com/NVIDIA/Megatron-LM at e270f68a (2021-04-02), megatron/model/transformer.py
+lines 271-275 (`torch.baddbmm` with beta 0 into an empty tensor, the scale as alpha), 302-303 (FusedScaleMaskSoftmax: one kernel at
+16 < s <= 2048, megatron/model/fused_softmax.py lines 132-140, on unless `--no-masked-softmax-fusion`) and 307-308 (`self.attention_dropout(attention_probs)`, built at line 178), with `--attention-dropout` defaulting
+to 0.1 (megatron/arguments.py line 333); at 739cb43d (2022-05-24), CoreAttention, lines 214 and 264-266. Korthikanti
+et al. (2022) count its mask and output in the activations of those runs (Table 2's 5as/h term: softmax output,
+dropout mask, dropout output; reproduced by tests/test_memory_korthikanti.py). The chain is the traced `dropout` one: 1 more s x s write each way, charged alike.
+
+Why the element-wise rate and not the chains' bytes at the HBM rate (docs/accuracy.md, "The s x s charge: bytes at
+the HBM rate, tried"): charging every materialised s x s tensor by its traced bytes at 88% of the catalog
+bandwidth (the fraction an A100 kernel reaches, measured) makes every stack that materialises its scores worse.
 
 Megatron-LM v1.1.5 as DeepSpeedExamples' Megatron-LM-v1.1.5-ZeRO3 runs it (at 2cd968f2; the ZeRO-Infinity paper's
 code, the `megatron-v1.1.5` kernel stack its rows name): the example script turns neither softmax fusion on, so
@@ -57,6 +67,7 @@ from planner.throughput.kernels import Device, elementwise_seconds
 EXTRA_SCORE_WRITES: dict[KernelStack, tuple[int, int]] = {
     KernelStack.MEGATRON_2019: (4, 3),
     KernelStack.MEGATRON_DEEPSPEED: (1, 1),
+    KernelStack.MEGATRON_LM: (1, 1),  # the same dropout chain (module docstring)
     KernelStack.MEGATRON_DEEPSPEED_ALIBI: (2, 1),
     # (benchmarks/accuracy/megatron_v115_attention_traffic.py: "extra s x s writes of v1.1.5: forward 2, backward 2").
     KernelStack.MEGATRON_V115: (2, 2),

@@ -6,9 +6,9 @@ documented assumption, never a factor fitted to single runs:
 
 - kernels: fused norms and rotary, or transformers' eager op chains (kernel_stack.py); the Megatron-LM
   code of September 2019 (megatron-2019), which the ZeRO and ZeRO-Offload papers ran, has fused norms but
-  an unfused attention softmax, whose extra s x s passes were traced (attention_chain.py) Megatron-DeepSpeed
+  an unfused attention softmax, whose extra s x s passes were traced (attention_chain.py); Megatron-DeepSpeed
   (megatron-deepspeed) fuses the softmax but runs attention dropout after it (p = 0.1 by default), one more
-  s x s pass each way (attention_chain.py).
+  s x s pass each way (attention_chain.py), and so does Megatron-LM's own code of 2021-2022 (megatron).
 - p2p_scatter_gather: Megatron-LM splits each pipeline stage-boundary tensor
   over the TP ranks' NICs and re-gathers it over NVLink (Narayanan et al. 2021,
   section 4.1); so does DeepSpeed's pipeline engine, activations and their
@@ -128,8 +128,10 @@ OUR_STRATEGIES = Implementation(
 LLM_FOUNDRY = Implementation(
     "llm-foundry (MPT, torch FSDP)", KernelStack.FUSED, False, False, strategies=(Strategy.FSDP,)
 )
+# Megatron-LM's fused kernels with attention dropout (p = 0.1, its default) after the fused softmax, as in
+# Megatron-DeepSpeed, whose attention is Megatron-LM's (attention_chain.py; flash attention runs none of it).
 MEGATRON_LM = Implementation(
-    "Megatron-LM", KernelStack.FUSED, True, False, overlaps_context_exchange=True, strategies=(Strategy.ENGINE,)
+    "Megatron-LM", KernelStack.MEGATRON_LM, True, False, overlaps_context_exchange=True, strategies=(Strategy.ENGINE,)
 )
 # Megatron-DeepSpeed's fused kernels with its attention dropout (p = 0.1, its default) after the fused softmax, the
 # extra s x s passes traced in attention_chain.py; a row whose code ran otherwise says so (BLOOM's ALiBi: the

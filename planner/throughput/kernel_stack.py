@@ -45,6 +45,9 @@ class KernelStack(str, Enum):
     # LayerNorm and bias-GeLU, but its example script turns no softmax fusion on, so the scores go through an in-place
     # masked_fill_, torch's softmax and attention dropout (p = 0.1): 2 more s x s passes each way (attention_chain.py).
     MEGATRON_V115 = "megatron-v1.1.5"
+    # Megatron-LM of 2021-2022 (the `megatron` preset): the same fused softmax followed by attention dropout (p = 0.1
+    # by default) as Megatron-DeepSpeed, whose attention it is (attention_chain.py).
+    MEGATRON_LM = "megatron-lm"
 
 
 # Bytes per element beyond a fused kernel's 4 (see the module docstring):
@@ -66,6 +69,10 @@ STACK_SOURCES = {
     KernelStack.MEGATRON_DEEPSPEED: (
         "assumed: Megatron-DeepSpeed, fused kernels but attention dropout at its default p = 0.1: 1 more s x s write "
         "a forward, 1 a backward, at the element-wise rate (traced: planner/throughput/attention_chain.py)"
+    ),
+    KernelStack.MEGATRON_LM: (
+        "assumed: Megatron-LM, fused kernels but attention dropout at its default p = 0.1: 1 more s x s write a "
+        "forward, 1 a backward, at the element-wise rate (traced: planner/throughput/attention_chain.py)"
     ),
     KernelStack.MEGATRON_DEEPSPEED_ALIBI: (
         "assumed: BigScience's Megatron-DeepSpeed with ALiBi, attention dropout p = 0.1 and the bias copied into the "
