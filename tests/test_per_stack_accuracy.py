@@ -286,3 +286,17 @@ def test_deepspeed_through_the_trainer_with_cpu_offload_misses_on_a_fixed_step_c
     assert steps[2] - steps[0] < 0.5 * steps[0]  # 8x the tokens, +38% the step
     result = {r.stack: r for r in stack_results()}["DeepSpeed ZeRO-3 via accelerate"]
     assert result.informational and len(result.errors) == 2
+
+
+def test_deepspeed_zero1_through_the_trainer_on_v100_is_shown_and_held():
+    """DeepSpeedExamples' autotuning README (transformers 4.12, ZeRO-1, fp16, 16 V100s; GPT-2 124M-1.5B at
+    micro-batches 8, 4, 2, 1): informational (sequence from run_clm.py's default, V100 memory not printed, the
+    Trainer's samples/s over 200 steps), over-predicted +65.6% to +120.7% today (docs/accuracy.md, "Through
+    accelerate": transformers' eager GPT-2 attention and GELU chains on a V100 are charged as fused). Held so they
+    cannot get worse."""
+    rows = [c for c in comparisons() if c.row.get("stack") == "hf-trainer-deepspeed-zero1-v100"]
+    assert len(rows) == 4 and not any(c.row["statistics"] for c in rows)
+    assert all(c.row["zero_stage"] == 1 and c.row["strategy"] == "deepspeed" for c in rows)
+    result = {r.stack: r for r in stack_results()}["DeepSpeed ZeRO-1 via the HF Trainer (transformers 4.12), V100"]
+    assert result.informational
+    assert result.median <= 0.94 and abs(result.worst) <= 1.21  # 93.4%, +120.7% (GPT-2 XL) today

@@ -114,6 +114,11 @@ INFORMATIONAL_STACKS = {
                                 "HF blogs: Granite 7B on 4 A100s, a \"ballpark\" tokens/s, sequence and "
                                 "checkpointing not printed; Qwen3-4B on 1 H100 through TRL's SFTTrainer with the "
                                 "optimizer on CPU (the Ulysses post's baseline), host CPU and token count not printed"),
+    "hf-trainer-deepspeed-zero1-v100": ("DeepSpeed ZeRO-1 via the HF Trainer (transformers 4.12), V100",
+                                        "ds_config.json, training_args.json",
+                                        "DeepSpeedExamples' autotuning README (GPT-2 124M-1.5B on 16 V100s, fp16, "
+                                        "the Trainer's samples/s over 200 steps; sequence from run_clm.py's default, "
+                                        "not printed)"),
     "pytorch-ddp": ("DDP", "`--strategy ddp`", "ZeRO paper, Figure 4 and Table 10: its torch DDP baseline (GPT-2 "
                     "1.16B, 1.38B on 128 V100s), read off the plot; the paper states no FLOP count"),
     "deepspeed-zero12-2020": ("DeepSpeed ZeRO-1/2 (ZeRO-100B, 2020)",
