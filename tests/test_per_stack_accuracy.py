@@ -46,11 +46,13 @@ def test_stacks_measured_by_their_maintainers_reach_the_target_row_by_row():
         ("torch FSDP, as its maintainers measured it", 8),
         ("DeepSpeed ZeRO-3 + CPU optimizer offload (ZeRO-Offload/Infinity engine)", 3),
         ("DeepSpeed ZeRO-3", 6),
+        ("FSDP via the HF Trainer / accelerate", 2),
     ):
+        assert not results[stack].informational, stack
         assert len(results[stack].errors) == rows, stack
         assert results[stack].median <= TARGET, stack
         assert abs(results[stack].worst) < ROW_BOUND, stack
-    for key in ("pytorch-fsdp", "deepspeed-zero3-offload"):
+    for key in ("pytorch-fsdp", "deepspeed-zero3-offload", "hf-trainer-fsdp"):
         assert all(abs(error) < ROW_BOUND for error in _own_stack_errors(key)), key
 
 
@@ -252,3 +254,49 @@ def test_gpt_neox_is_read_in_the_count_it_logged():
     step_s = row["global_batch"] * row["seq_len"] * per_token / (row["gpus"] * published["tflops_per_gpu"] * 1e12)
     assert step_s == pytest.approx(1830 * 3600 / 150_000, rel=0.01)
     assert abs(neox.error) < TARGET  # +11.8% today (+21.5% read as Eq. 3)
+
+
+def test_fsdp2_through_accelerate_as_its_maintainers_measured_it():
+    """accelerate's FSDP2 example (examples/fsdp2/README.md at d2e6b031, 2025-06-10): Llama 3.1 8B, sequence 8192,
+    one sequence per GPU, 8 H100 SXM, full shard, no checkpointing, regional torch.compile, "~8000" tokens/s per
+    device in bf16 and "~10000" with torchao float8 (benchmarks/data/published_stack_runs.yaml). Counted: the script at
+    that commit states the whole setup. -5.6% and -1.2% today, inside the rounding of "~8000" and "~10000". The HF
+    blogs' Llama 2 70B wall time (+1093%) and Granite 7B ballpark rows stay informational, out of the stack's figures."""
+    rows = {c.row["id"]: c for c in comparisons() if c.row.get("stack") == "hf-trainer-fsdp"}
+    counted = {name: c for name, c in rows.items() if c.row["statistics"]}
+    assert set(counted) == {"accelerate-fsdp2-llama3.1-8b-8-h100-bf16", "accelerate-fsdp2-llama3.1-8b-8-h100-float8"}
+    assert all(abs(c.error) < 0.10 for c in counted.values())
+    assert all(c.row["kernels"] == "compile" and c.row["activation_checkpointing"] == "none" for c in counted.values())
+    assert counted["accelerate-fsdp2-llama3.1-8b-8-h100-float8"].row["fp8"]
+    assert len(rows) == 4 and not rows["hf-blog-fsdp-llama2-70b-16-a100-trainer"].row["statistics"]
+    result = {r.stack: r for r in stack_results()}["FSDP via the HF Trainer / accelerate"]
+    assert result.median <= 0.035  # 3.4% today (547.7% over the two informational rows before)
+
+
+def test_deepspeed_through_the_trainer_with_cpu_offload_misses_on_a_fixed_step_cost():
+    """The Ulysses post's one-H100 baseline (Qwen3-4B, TRL's SFTTrainer, ZeRO-3 with the optimizer on CPU, 8 x 8192
+    tokens a step): 2,436 tokens/s measured, a 26.9 s step, where we plan 10.7 s (+151.9%; informational: host CPU and
+    token count not printed). The post's own SP=4 rows on 4 GPUs take 28.3, 33.3 and 39.1 s for 65,536, 262,144 and
+    524,288 tokens a step: most of each step does not grow with the tokens, which no per-token term explains
+    (docs/accuracy.md, "Through accelerate"). Held where it stands; the Granite row stays within 15%."""
+    row = next(c for c in comparisons() if c.row["id"] == "hf-blog-ulysses-qwen3-4b-1-h100-zero3-offload-baseline")
+    assert not row.row["statistics"] and row.row["offload_optimizer"] == "cpu"
+    assert 1.4 < row.error < 1.6  # +151.9% today
+    steps = [tokens / rate for tokens, rate in ((65_536, 2_315), (262_144, 7_872), (524_288, 13_396))]
+    assert steps[2] - steps[0] < 0.5 * steps[0]  # 8x the tokens, +38% the step
+    result = {r.stack: r for r in stack_results()}["DeepSpeed ZeRO-3 via accelerate"]
+    assert result.informational and len(result.errors) == 2
+
+
+def test_deepspeed_zero1_through_the_trainer_on_v100_is_shown_and_held():
+    """DeepSpeedExamples' autotuning README (transformers 4.12, ZeRO-1, fp16, 16 V100s; GPT-2 124M-1.5B at
+    micro-batches 8, 4, 2, 1): informational (sequence from run_clm.py's default, V100 memory not printed, the
+    Trainer's samples/s over 200 steps), over-predicted +65.6% to +120.7% today (docs/accuracy.md, "Through
+    accelerate": transformers' eager GPT-2 attention and GELU chains on a V100 are charged as fused). Held so they
+    cannot get worse."""
+    rows = [c for c in comparisons() if c.row.get("stack") == "hf-trainer-deepspeed-zero1-v100"]
+    assert len(rows) == 4 and not any(c.row["statistics"] for c in rows)
+    assert all(c.row["zero_stage"] == 1 and c.row["strategy"] == "deepspeed" for c in rows)
+    result = {r.stack: r for r in stack_results()}["DeepSpeed ZeRO-1 via the HF Trainer (transformers 4.12), V100"]
+    assert result.informational
+    assert result.median <= 0.94 and abs(result.worst) <= 1.21  # 93.4%, +120.7% (GPT-2 XL) today

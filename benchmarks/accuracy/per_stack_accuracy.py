@@ -82,6 +82,13 @@ PUBLISHED_STACKS = {
         "`--strategy zero3 --offload-params cpu or nvme --offload-optimizer nvme` (ds_config.json)",
         "ZeRO-Infinity paper, Figure 5(c) and Table 1 (10B-1T on one DGX-2, 16 V100s; printed labels)",
     ),
+    "hf-trainer-fsdp": (
+        "FSDP via the HF Trainer / accelerate",
+        "training_args.json, accelerate_config.yaml",
+        'accelerate\'s FSDP2 example (Llama 3.1 8B on 8 H100s, bf16 and float8, regional compile; "~8000" and '
+        '"~10000" tokens/s as printed); the HF blogs\' Llama 2 70B wall time and Granite 7B "ballpark" rows '
+        "stay informational",
+    ),
     "megatron-bridge": (
         "Megatron-Core via Megatron-Bridge (TP, PP, CP, EP, FP8), NVIDIA's DGX-H100 runs",
         "engine TP/PP/CP/EP (the mechanisms it plans with)",
@@ -96,10 +103,6 @@ INFORMATIONAL_STACKS = {
                    "torchtitan docs, Tables 1 and 3 (Llama 3.1 8B, 8 and 128 500 W H100s)"),
     "meta-llama3": ("Meta's Llama 3 stack (4D: TP, CP, interleaved PP, FSDP)", "engine TP/CP/PP (its mechanisms)",
                     "Llama 3 paper, Table 4 (405B on 8,192-16,384 H100s; virtual stages deduced)"),
-    "hf-trainer-fsdp": ("FSDP via the HF Trainer / accelerate", "training_args.json, accelerate_config.yaml",
-                        "HF blogs: Llama 2 70B on 16 A100s, one end-to-end wall time (loading, evals, saves "
-                        "included); Granite 7B on 4 A100s, a \"ballpark\" tokens/s, sequence and checkpointing not "
-                        "printed"),
     "deepseek-dualpipe": ("DeepSeek-V3 (DualPipe, EP, FP8)", "engine EP (planned at its scale only)",
                           "DeepSeek-V3 report (2,048 H800s; GPU-hours per trillion tokens)"),
     "megatron-deepspeed-bigscience-bench": ("Megatron-DeepSpeed as BigScience benchmarked it (Feb 2022)",
@@ -108,8 +111,14 @@ INFORMATIONAL_STACKS = {
                                             "one node (TP 8, no pipeline, no network); 176B on 384 A100s at TP 8 and "
                                             "TP 4"),
     "hf-accelerate-deepspeed": ("DeepSpeed ZeRO-3 via accelerate", "ds_config.json, accelerate_config.yaml",
-                                "HF blog, Granite 7B on 4 A100s: a \"ballpark\" tokens/s, sequence and checkpointing "
-                                "not printed"),
+                                "HF blogs: Granite 7B on 4 A100s, a \"ballpark\" tokens/s, sequence and "
+                                "checkpointing not printed; Qwen3-4B on 1 H100 through TRL's SFTTrainer with the "
+                                "optimizer on CPU (the Ulysses post's baseline), host CPU and token count not printed"),
+    "hf-trainer-deepspeed-zero1-v100": ("DeepSpeed ZeRO-1 via the HF Trainer (transformers 4.12), V100",
+                                        "ds_config.json, training_args.json",
+                                        "DeepSpeedExamples' autotuning README (GPT-2 124M-1.5B on 16 V100s, fp16, "
+                                        "the Trainer's samples/s over 200 steps; sequence from run_clm.py's default, "
+                                        "not printed)"),
     "pytorch-ddp": ("DDP", "`--strategy ddp`", "ZeRO paper, Figure 4 and Table 10: its torch DDP baseline (GPT-2 "
                     "1.16B, 1.38B on 128 V100s), read off the plot; the paper states no FLOP count"),
     "deepspeed-zero12-2020": ("DeepSpeed ZeRO-1/2 (ZeRO-100B, 2020)",

@@ -33,6 +33,7 @@ from pathlib import Path
 import yaml
 
 from planner.hardware.cluster import make_cluster
+from planner.models.hf_config import spec_from_hf_config
 from planner.models.resolve import resolve_model, spec_from_dimensions
 from planner.models.spec import ModelSpec
 from planner.throughput.estimate import estimate_throughput
@@ -71,9 +72,13 @@ def zero_paper_rows() -> list[dict]:
 
 
 def _model(row: dict) -> ModelSpec:
-    """A catalog model (rows of MoE or latent-attention models name one), or a decoder from the row's sizes."""
+    """A catalog model (rows of MoE or latent-attention models name one), the config.json fields a row quotes
+    (`hf_config`: shapes the sizes below cannot say, such as a head_dim other than hidden / heads), or a decoder
+    from the row's sizes."""
     if row.get("model"):  # `model: null` where a row inherits a catalog name but gives its own sizes
         return resolve_model(row["model"])
+    if row.get("hf_config"):
+        return spec_from_hf_config(row["hf_config"], name=row["id"], origin="dimensions", source="the row's hf_config")
     return spec_from_dimensions(
         hidden=row["hidden"],
         layers=row["layers"],
