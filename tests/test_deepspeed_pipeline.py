@@ -14,6 +14,14 @@ its mechanisms are checked here against DeepSpeed itself:
 - The transfers. DeepSpeed splits each stage-boundary activation and its
   gradient over the tp ranks (PartitionedTensor), as Megatron-LM does; its
   config defaults say so (`pipeline.pipe_partitioned`, `grad_partitioned`).
+  Each is a blocking send/recv of its own (p2p.py), one after another, where
+  Megatron-LM pairs a send with a receive (batch_isend_irecv): timed in the
+  same simulation, 4m + 2p - 8 transfers lie on the critical path, not 2m
+  (Implementation.serial_pipeline_transfers).
+- The data-parallel reduction: the engine turns the backward's all-reduce off
+  and reduces the gradients in ReduceGrads, after the schedule's last backward
+  (Implementation.reduces_gradients_after_flush); with the BF16Optimizer, the
+  whole fp32 gradient is all-reduced (Implementation.all_reduces_fp32_gradients).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import pytest
 from benchmarks.accuracy.validate_published_runs import plan_inputs, published_rows
 from planner.throughput.estimate import estimate_throughput
 from planner.throughput.implementation import IMPLEMENTATIONS, MEGATRON_DEEPSPEED
+from planner.throughput.kernel_stack import KernelStack
 
 # Which stage a transfer pairs with, and the instruction that stage must reach.
 _PARTNER = {
@@ -33,10 +42,13 @@ _PARTNER = {
 }
 
 
-def deepspeed_makespan(micro_batches: int, stages: int, forward_s: float, backward_s: float) -> float:
+def deepspeed_makespan(
+    micro_batches: int, stages: int, forward_s: float, backward_s: float, transfer_s: float = 0.0
+) -> float:
     """Run DeepSpeed's TrainSchedule instruction streams: compute advances a stage's clock; the n-th send
     to a neighbour meets that neighbour's n-th matching receive (NCCL orders a pair's messages), and both
-    wait for the later of the two. Transfers take no time here: only the schedule is measured."""
+    wait for the later of the two, then for the transfer (`transfer_s`: blocking dist.send/dist.recv,
+    deepspeed/runtime/pipe/p2p.py, which asserts async_op is False)."""
     from deepspeed.runtime.pipe.schedule import TrainSchedule
 
     streams = [
@@ -61,7 +73,7 @@ def deepspeed_makespan(micro_batches: int, stages: int, forward_s: float, backwa
                 waiting = position[peer] < len(streams[peer]) and streams[peer][position[peer]] == expected
                 if not (waiting and done[peer].get(expected, 0) == nth):
                     return moved
-                clock[stage] = clock[peer] = max(clock[stage], clock[peer])
+                clock[stage] = clock[peer] = max(clock[stage], clock[peer]) + transfer_s
                 done[peer][expected] = nth + 1
                 position[peer] += 1
             done[stage][instruction] = done[stage].get(instruction, 0) + 1
@@ -104,3 +116,84 @@ def test_deepspeed_splits_stage_boundary_tensors_over_tp_and_the_preset_says_so(
     assert defaults["pipe_partitioned"] is True and defaults["grad_partitioned"] is True
     assert IMPLEMENTATIONS["megatron-deepspeed"].p2p_scatter_gather is True
     assert IMPLEMENTATIONS["ours"].p2p_scatter_gather is False  # torch.distributed.pipelining sends it whole
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4, 5, 8, 12, 35])
+@pytest.mark.parametrize("micro_batches", [1, 2, 4, 17, 64])
+def test_the_transfers_on_deepspeeds_critical_path_are_counted_from_its_schedule(micro_batches, stages):
+    """Each transfer timed: the makespan grows by deepspeed_critical_transfers(m, p) transfers, about twice the
+    2m a paired 1F1B (Megatron-LM's send_forward_recv_backward) puts on its critical path."""
+    from planner.throughput.communication import deepspeed_critical_transfers
+
+    transfer = 1.0 / 64  # exact in binary: the count is read back without rounding
+    grown = deepspeed_makespan(micro_batches, stages, 1.0, 3.0, transfer) - deepspeed_makespan(
+        micro_batches, stages, 1.0, 3.0
+    )
+    assert grown / transfer == pytest.approx(deepspeed_critical_transfers(micro_batches, stages), abs=1e-9)
+
+
+def _mt_nlg():
+    row = next(row for row in published_rows() if row["id"] == "mt-nlg-530b-280-nodes")
+    return plan_inputs(row)
+
+
+def test_serial_transfers_alone_charge_deepspeeds_count_of_the_same_transfer():
+    import dataclasses
+
+    from planner.throughput.communication import deepspeed_critical_transfers
+
+    spec, config, cluster = _mt_nlg()
+    paired = dataclasses.replace(MEGATRON_DEEPSPEED, serial_pipeline_transfers=False)
+    serial = dataclasses.replace(paired, serial_pipeline_transfers=True)
+    before = estimate_throughput(spec, config, cluster, implementation=paired).breakdown
+    after = estimate_throughput(spec, config, cluster, implementation=serial).breakdown
+    m, p = config.grad_accum, config.pipeline_parallel
+    assert after.pipeline_p2p_s / before.pipeline_p2p_s == pytest.approx(deepspeed_critical_transfers(m, p) / (2 * m))
+    assert after.exposed_comm_s - before.exposed_comm_s == pytest.approx(after.pipeline_p2p_s - before.pipeline_p2p_s)
+    assert (after.compute_s, after.data_parallel_comm_s) == (before.compute_s, before.data_parallel_comm_s)
+
+
+def test_reducing_after_the_flush_alone_exposes_the_whole_data_parallel_reduction():
+    import dataclasses
+
+    spec, config, cluster = _mt_nlg()
+    overlapped = dataclasses.replace(MEGATRON_DEEPSPEED, reduces_gradients_after_flush=False)
+    before = estimate_throughput(spec, config, cluster, implementation=overlapped).breakdown
+    after = estimate_throughput(spec, config, cluster, implementation=MEGATRON_DEEPSPEED).breakdown
+    traffic = before.data_parallel_comm_s
+    assert traffic == after.data_parallel_comm_s > 0
+    hidden = traffic - (before.exposed_comm_s - before.tensor_parallel_comm_s - before.pipeline_p2p_s)
+    assert hidden > 0  # ZeRO-1's reduce-scatter under the last backward, as Megatron-LM's distributed optimizer
+    assert after.exposed_comm_s - before.exposed_comm_s == pytest.approx(hidden)
+    # without a pipeline DeepSpeed's engine is not the PipelineEngine: nothing changes
+    flat = config.model_copy(update={"layout": config.layout.model_copy(update={"pp": 1}), "grad_accum": 1})
+    one_stage = [
+        estimate_throughput(spec, flat, cluster, implementation=preset).breakdown.exposed_comm_s
+        for preset in (overlapped, MEGATRON_DEEPSPEED)
+    ]
+    assert one_stage[0] == one_stage[1]
+
+
+def test_the_bf16_optimizer_alone_all_reduces_fp32_gradients_in_place_of_zero1s_reduce_scatter():
+    import dataclasses
+
+    from planner.throughput.collectives import all_reduce_s, process_group, reduce_scatter_s
+    from planner.throughput.derived import hardware_of
+
+    row = next(row for row in published_rows() if row["id"] == "bloom-176b")
+    assert row["bf16_optimizer"] is True  # its ds_config: bf16 with ZeRO stage 0, "bf16 must use z0!"
+    spec, config, cluster = plan_inputs(row)
+    zero1 = dataclasses.replace(MEGATRON_DEEPSPEED, kernels=KernelStack(row["kernel_stack"]))
+    bf16 = dataclasses.replace(zero1, all_reduces_fp32_gradients=True)
+    before = estimate_throughput(spec, config, cluster, implementation=zero1).breakdown
+    after = estimate_throughput(spec, config, cluster, implementation=bf16).breakdown
+    links = hardware_of(cluster, config)[1]
+    dp = cluster.gpus_per_node * cluster.num_nodes // config.model_parallel_size
+    group = process_group(dp, config.tensor_parallel, cluster.gpus_per_node)
+    # a rank's gradients (the parameters over tp x pp, as the estimate shards them): 4 bytes all-reduced, not 2
+    # reduce-scattered
+    local = spec.params.total / (config.tensor_parallel * config.pipeline_parallel)
+    grown = after.data_parallel_comm_s - before.data_parallel_comm_s
+    expected = all_reduce_s(links, group, local * 4) - reduce_scatter_s(links, group, local * 2)
+    assert grown == pytest.approx(expected, rel=1e-6)
+    assert after.exposed_comm_s - before.exposed_comm_s == pytest.approx(grown)  # after the flush: all waited for

@@ -59,12 +59,14 @@ def test_stacks_measured_by_their_maintainers_reach_the_target_row_by_row():
 def test_megatron_deepspeed_is_held_where_it_stands_until_a_mechanism_explains_it():
     """Megatron-DeepSpeed misses the 15% target (MT-NLG +34% to +41%, BLOOM +18%, GPT-NeoX +12%; docs/accuracy.md says
     what was read and ruled out, and BigScience's one-node benchmark puts the gap in the stack's per-GPU compute). Its
-    attention dropout, and BLOOM's ALiBi bias, are charged as traced (attention_chain.py): 35.7% and +42.6% before.
+    attention dropout, and BLOOM's ALiBi bias, are charged as traced (attention_chain.py): 35.7% and +42.6% before;
+    its pipeline engine's serial blocking transfers and gradient reduction after the flush, and BLOOM's BF16Optimizer
+    (an fp32 all-reduce), as read in DeepSpeed's code (implementation.py): 34.0% and +40.8% before.
     The current figures are held so they cannot get worse; tighten these when the gap closes."""
     result = {result.stack: result for result in stack_results()}["Megatron-DeepSpeed (TP x PP, ZeRO-1)"]
     assert len(result.errors) == 5
-    assert result.median <= 0.345  # 34.0% today
-    assert abs(result.worst) <= 0.41  # MT-NLG 420 nodes, +40.8% today
+    assert result.median <= 0.334  # 32.9% today
+    assert abs(result.worst) <= 0.40  # MT-NLG 420 nodes, +39.6% today
 
 
 def test_megatron_bridge_on_h100_reaches_the_target_with_the_mechanisms_its_recipes_name():
@@ -181,10 +183,10 @@ def test_megatron_deepspeed_misses_without_pipeline_or_network():
     assert len(bench) == 3 and not any(c.row["statistics"] for c in bench)
     one_node = every["bigscience-bench-18b-1-node-tp8-mbs2"]
     assert one_node.row["pp"] == 1 and one_node.row["gpus"] == one_node.row["gpus_per_node"]
-    assert one_node.error > every["bloom-176b"].error  # +26.0% against +18.4% today
+    assert one_node.error > every["bloom-176b"].error  # +26.0% against +13.9% today
     result = {r.stack: r for r in stack_results()}["Megatron-DeepSpeed as BigScience benchmarked it (Feb 2022)"]
     assert result.informational
-    assert result.median <= 0.265 and abs(result.worst) <= 0.375  # 26.0%, +36.9% (TP 8 on 48 nodes) today
+    assert result.median <= 0.265 and abs(result.worst) <= 0.325  # 26.0%, +32.0% (TP 8 on 48 nodes) today
 
 
 def test_megatron_deepspeed_rows_charge_the_attention_chain_their_code_ran():

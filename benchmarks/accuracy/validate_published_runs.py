@@ -161,8 +161,9 @@ def plan_inputs(row: dict):
 def implementation_of(row: dict) -> Implementation:
     """The row's preset, with how its source says the stack exchanged context-parallel keys and values where
     that departs from the preset (Meta's Llama 3 stack all-gathered them: `context_exchange: all-gather`), and
-    the kernel stack its code ran where that departs from the preset (BLOOM's ALiBi: `kernel_stack`), and the
-    activation checkpoints per block DeepSpeed moved to CPU memory (ZeRO-Infinity's example: `checkpoints_to_cpu`)."""
+    the kernel stack its code ran where that departs from the preset (BLOOM's ALiBi: `kernel_stack`), the
+    activation checkpoints per block DeepSpeed moved to CPU memory (ZeRO-Infinity's example: `checkpoints_to_cpu`),
+    and DeepSpeed's BF16Optimizer where the row ran it (BLOOM: `bf16_optimizer`)."""
     preset = IMPLEMENTATIONS[row["implementation"]]
     if "context_exchange" in row:
         preset = dataclasses.replace(preset, overlaps_context_exchange=row["context_exchange"] == "ring")
@@ -170,6 +171,8 @@ def implementation_of(row: dict) -> Implementation:
         preset = dataclasses.replace(preset, kernels=KernelStack(row["kernel_stack"]))
     if "checkpoints_to_cpu" in row:  # DeepSpeed's cpu_checkpointing, as ZeRO-Infinity's example ran it
         preset = dataclasses.replace(preset, checkpoints_to_cpu=row["checkpoints_to_cpu"])
+    if row.get("bf16_optimizer"):  # DeepSpeed's BF16Optimizer (BLOOM): fp32 gradients all-reduced over dp
+        preset = dataclasses.replace(preset, all_reduces_fp32_gradients=True)
     return preset
 
 

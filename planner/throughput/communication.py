@@ -152,6 +152,9 @@ def communication_plan(
         last_bucket = all_reduce_s(links, dp_group, min(k.ddp_bucket_bytes, trainable * grad_bytes))
     elif stage_zero in (1, 2):
         reduce = reduce_scatter_s(links, dp_group, trainable * grad_bytes)
+        if implementation.all_reduces_fp32_gradients and stage_zero == 1:
+            # DeepSpeed's BF16Optimizer: the whole fp32 gradient all-reduced, each rank steps its partition
+            reduce = all_reduce_s(links, dp_group, trainable * 4)
         if config.strategy is Strategy.FSDP:  # SHARD_GRAD_OP: gather once per micro-batch, kept to backward
             data_parallel = grad_op_scheme
             gather = all_gather_s(links, dp_group, params * param_bytes)
@@ -233,11 +236,30 @@ def communication_plan(
         cp_group=process_group(cp, tp, gpn),
         overlaps_context_exchange=implementation.overlaps_context_exchange,
         p2p_split=p2p_split,
+        pipeline_stages=pp,
+        serial_pipeline_transfers=implementation.serial_pipeline_transfers,
+        reduces_gradients_after_flush=implementation.reduces_gradients_after_flush and pp > 1 and stage_zero <= 1,
         checkpoints_to_cpu=implementation.checkpoints_to_cpu,
         pcie_Bps=pcie_Bps,
         virtual_stages=config.virtual_stages,
         crosses_nodes=world_size > gpn,
     )
+
+
+def deepspeed_critical_transfers(micro_batches: int, stages: int) -> int:
+    """Stage-boundary transfers on the critical path of DeepSpeed's TrainSchedule, each a blocking send/recv
+    that both stages wait out (deepspeed/runtime/pipe/p2p.py, engine.py; Implementation.serial_pipeline_transfers).
+    A middle stage runs four a micro-batch one after another (receive the activation, send the previous
+    gradient, send the activation, receive the gradient); the pipeline's fill and drain add 2 (p - 4). Counted by
+    running the schedule's instruction streams with timed transfers (tests/test_deepspeed_pipeline.py), not
+    fitted: 2m at two stages, 2(p - 1) at one micro-batch, otherwise 4m + 2p - 8."""
+    if stages <= 1:
+        return 0
+    if stages == 2:
+        return 2 * micro_batches
+    if micro_batches <= 1:
+        return 2 * (stages - 1)
+    return 4 * micro_batches + 2 * stages - 8
 
 
 def _offload(plan: CommunicationPlan, accum: int, fwd: float, bwd: float) -> tuple[float, float]:
@@ -265,6 +287,8 @@ def micro_batch_communication(
     links, tp = plan.links, plan.tp
     fwd, bwd, blocks = stage.forward_s, stage.backward_s + stage.recompute_s, stage.blocks
     dp_total, exposed = plan.data_parallel(plan, accum, fwd, bwd, blocks)
+    if plan.reduces_gradients_after_flush:  # DeepSpeed's ReduceGrads after the schedule's last backward: all of it
+        exposed = dp_total
     offload, optimizer_step = _offload(plan, accum, fwd, bwd) if plan.offloads else (0.0, plan.optimizer_step)
 
     # Tensor parallelism: two all-reduces (or all-gather + reduce-scatter under
@@ -302,7 +326,11 @@ def micro_batch_communication(
     p2p = 0.0
     if plan.p2p_split:
         message = activation_bytes / plan.p2p_split
-        p2p = accum * 2 * plan.virtual_stages * point_to_point_s(links, message, plan.crosses_nodes)
+        if plan.serial_pipeline_transfers:
+            transfers = float(deepspeed_critical_transfers(accum, plan.pipeline_stages))
+        else:
+            transfers = accum * 2.0 * plan.virtual_stages
+        p2p = transfers * point_to_point_s(links, message, plan.crosses_nodes)
 
     # DeepSpeed's cpu_checkpointing (deepspeed/runtime/activation_checkpointing/checkpointing.py at 0d4a54a0, the
     # ZeRO-Infinity release): each checkpoint, partitioned over the tp ranks (--partition-activations), is copied

@@ -67,4 +67,9 @@ class CommunicationPlan:
     overlaps_context_exchange: bool = False
     p2p_split: int = 0  # 0: no pipeline
     virtual_stages: int = 1
+    pipeline_stages: int = 1
+    # DeepSpeed's pipeline engine (Implementation.serial_pipeline_transfers, .reduces_gradients_after_flush): each
+    # stage-boundary transfer a blocking send/recv of its own, and the data-parallel reduction after the flush.
+    serial_pipeline_transfers: bool = False
+    reduces_gradients_after_flush: bool = False
     crosses_nodes: bool = False

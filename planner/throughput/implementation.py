@@ -18,6 +18,37 @@ documented assumption, never a factor fitted to single runs:
   `pipeline.pipe_partitioned`/`grad_partitioned` default to true;
   tests/test_deepspeed_pipeline.py). torch.distributed.pipelining (our engine)
   sends the whole tensor from every TP rank.
+- serial_pipeline_transfers: DeepSpeed's pipeline engine runs each
+  stage-boundary transfer as a blocking send or receive of its own
+  (deepspeed/runtime/pipe/p2p.py lines 48-86 at v0.5.4, MT-NLG's time, and at
+  89e37ef3, BLOOM's: dist.send/dist.recv, `assert async_op == False`), in the
+  order TrainSchedule gives a step (schedule.py lines 207-219 at v0.5.4:
+  RecvActivation then SendGrad before a forward, SendActivation then RecvGrad
+  before a backward), so a middle stage waits out four transfers a
+  micro-batch where Megatron-LM pairs a send with a receive in one
+  batch_isend_irecv (megatron/schedules.py lines 413 and 436,
+  p2p_communication.py line 108 at e270f68a): two. Running the schedule with
+  timed transfers puts 4m + 2p - 8 of them on the critical path
+  (communication.deepspeed_critical_transfers; tests/test_deepspeed_pipeline.py)
+  against the 2m charged otherwise. On in megatron-deepspeed.
+- reduces_gradients_after_flush: the pipeline engine turns the backward's
+  gradient all-reduce off ("We schedule the all-reduces, so disable it in
+  super().backward()": `enable_backward_allreduce = False`, pipe/engine.py line
+  59 at v0.5.4, line 75 at 89e37ef3) and reduces the data-parallel gradients
+  in the ReduceGrads instruction after the schedule's last backward
+  (schedule.py line 236 at 89e37ef3; ZeRO-1's reduce_gradients(pipeline_parallel=True),
+  zero/stage2.py line 564 at v0.5.4), so none of it runs under the backward.
+  Applies when pp > 1 (the PipelineEngine) and ZeRO is 0 or 1 (the engine
+  refuses 2 and 3). On in megatron-deepspeed.
+- all_reduces_fp32_gradients: DeepSpeed's BF16Optimizer (bf16 with ZeRO stage
+  0 in the ds_config, which BLOOM trained with: "bf16 must use z0! it
+  implements its own zero stage 1 equivalent") keeps the whole local gradient
+  in fp32 and the pipeline engine all-reduces it over the data-parallel ranks
+  (pipe/engine.py lines 259-274, `_bf16_reduce_grads`, and bf16_optimizer.py
+  line 408, `get_grads_for_reduction`, at 89e37ef3) before each rank steps its
+  partition and all-gathers the bf16 weights (line 365): a 4-byte all-reduce
+  where ZeRO-1 reduce-scatters 16-bit gradients. Set per row
+  (`bf16_optimizer` in benchmarks/data/published_runs.yaml); no preset.
 - sharded_gather_per_gpu_nic: whether a ZeRO-3 / FSDP parameter all-gather and
   gradient reduce-scatter spanning nodes reaches the node's combined NIC
   bandwidth (NCCL's rings pass each chunk into a node once, then over NVLink:
@@ -109,6 +140,9 @@ class Implementation:
     overlaps_tensor_parallel_comm: bool = False
     hopper_native_attention: bool = False
     checkpoints_to_cpu: int = 0
+    serial_pipeline_transfers: bool = False
+    reduces_gradients_after_flush: bool = False
+    all_reduces_fp32_gradients: bool = False
     # The strategies this codebase trains with, as our configs name them: Megatron-LM's TP x PP x DP with a
     # distributed optimizer is our engine's layout, llm-foundry trains with torch FSDP, and so on.
     strategies: tuple[Strategy, ...] = ALL_STRATEGIES
@@ -141,6 +175,8 @@ MEGATRON_DEEPSPEED = Implementation(
     KernelStack.MEGATRON_DEEPSPEED,
     True,
     False,
+    serial_pipeline_transfers=True,
+    reduces_gradients_after_flush=True,
     strategies=(Strategy.ENGINE, Strategy.DEEPSPEED),
 )
 DEEPSPEED_ZERO3_2021 = Implementation(
