@@ -1,0 +1,138 @@
+"""Trace the s x s memory traffic of transformers' eager attention (our own stack) against the fused reference.
+
+    python -m benchmarks.accuracy.transformers_attention_traffic          # the per-op table and the counts
+    python -m benchmarks.accuracy.transformers_attention_traffic --json   # the same as JSON
+    python -m benchmarks.accuracy.transformers_attention_traffic --smoke  # smallest sizes, JSON, nothing kept
+
+The method is attention_chain_traffic.py's: a TorchDispatchMode counts each aten op's reads and writes of the
+[b, heads, s, s] tensors, forward and backward apart, against the reference planner/throughput/compute.py charges
+on its eager-attention path (the scores and the probabilities written once each). Here the chain is not rewritten
+from the code: transformers' own `eager_attention_forward` is called, the installed version's
+(transformers 5.24.0):
+
+- GPT-2, models/gpt2/modeling_gpt2.py lines 55-73: `matmul(q, k^T) * scaling`, `+ attention_mask`,
+  `softmax(dim=-1)`, `.type(value.dtype)`, `dropout(p=attn_pdrop)` (0.1 by default; line 219 passes it in
+  training), then PV;
+- Llama, models/llama/modeling_llama.py lines 180-202 (the function most families copy): `repeat_kv`, the same
+  product and scale, `+ attention_mask`, `softmax(dim=-1, dtype=torch.float32).to(query.dtype)`,
+  `dropout(p=attention_dropout)` (0.0 by default, configuration_llama.py line 81), then PV.
+
+As CUDA runs them under bf16 autocast (the planner's bf16-mixed and fp16-mixed plans; weights in fp32):
+
+- q, k and v come out of autocast's linear layers in bf16, and the two products are autocast's lower-precision
+  ops, so they are traced in bf16 without autocast (the CPU's autocast lists differ from CUDA's);
+- the causal mask is a float [b, 1, s, s] tensor in the input embeddings' dtype (masking_utils.py line 965,
+  `dtype = inputs_embeds.dtype`; eager_mask lines 558-617): fp32 under autocast, the embeddings being fp32
+  weights. The add is in neither autocast list, so type promotion makes the scores fp32; softmax is in CUDA
+  autocast's fp32 list, so it runs in fp32 (it is given fp32 here; Llama asks for fp32 anyway). The mask, shared
+  by the heads, is not an s x s tensor of the count, as in the other traces;
+- dropout on a CUDA tensor is one kernel writing the output and a byte mask (native_dropout); with p = 0 it is no
+  op (aten's dropout returns its input). `torch.nn.functional.dropout` is replaced by that kernel during the call,
+  the CPU's decomposing into four ops.
+
+The count is in the unit `elementwise_seconds` charges, a value written at the compute width (16 bits): an fp32
+s x s tensor counts two. The difference of the traces is what planner/throughput/attention_chain.py adds for the
+hf-eager kernel stack (with and without attention dropout).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.accuracy import attention_chain_traffic as chain_traffic  # noqa: E402
+
+GPT2_ATTENTION_DROPOUT = 0.1  # GPT2Config.attn_pdrop's default
+
+
+def _native_dropout(x: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
+    """CUDA's dropout: one native_dropout kernel for 0 < p < 1, nothing otherwise (aten/native/Dropout.cpp)."""
+    if not training or p == 0.0:
+        return x
+    return torch.native_dropout(x, p, True)[0]
+
+
+def _call_eager(forward, dropout: float, query, key, value, mask) -> torch.Tensor:
+    module = SimpleNamespace(training=True, num_key_value_groups=1)
+    original = torch.nn.functional.dropout
+    torch.nn.functional.dropout = _native_dropout  # type: ignore[assignment]
+    try:
+        output, _ = forward(module, query, key, value, mask, scaling=query.shape[-1] ** -0.5, dropout=dropout)
+    finally:
+        torch.nn.functional.dropout = original
+    return output.transpose(1, 2)  # back to [b, heads, s, head_dim]: a view
+
+
+def gpt2_chain(dropout: float):
+    from transformers.models.gpt2.modeling_gpt2 import eager_attention_forward
+
+    return lambda q, k, v, mask: _call_eager(eager_attention_forward, dropout, q, k, v, mask)
+
+
+def llama_chain(dropout: float):
+    from transformers.models.llama.modeling_llama import eager_attention_forward
+
+    return lambda q, k, v, mask: _call_eager(eager_attention_forward, dropout, q, k, v, mask)
+
+
+def fused_chain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """What compute.py charges: QK^T, one fused scale-mask-softmax, PV."""
+    scores = torch.matmul(q, k.transpose(-1, -2))
+    return torch.matmul(chain_traffic.fused_scale_mask_softmax(scores, q.shape[-1] ** -0.5), v)
+
+
+def trace(chain, batch: int, heads: int, seq: int, head_dim: int) -> dict:
+    """bf16 q, k, v; the fp32 [b, 1, s, s] causal mask (0 or the dtype's minimum) autocast's fp32 embeddings give."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(batch, heads, seq, head_dim, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    causal = torch.ones(seq, seq, dtype=torch.bool).tril()
+    mask = torch.zeros(batch, 1, seq, seq).masked_fill(~causal, torch.finfo(torch.float32).min)
+    result = chain_traffic.trace_phases(lambda: chain(q, k, v, mask), batch * heads * seq * seq)
+    for totals in result.values():
+        totals["written_32bit"] = sum(op["written_32bit"] for op in totals["ops"])
+        totals["values_written"] = totals["writes"] + 2 * totals["written_32bit"]  # at 16 bits each
+    return result
+
+
+def measure(batch: int, heads: int, seq: int, head_dim: int) -> dict:
+    chains = {
+        "fused": fused_chain,
+        "gpt2": gpt2_chain(GPT2_ATTENTION_DROPOUT),
+        "gpt2_no_dropout": gpt2_chain(0.0),
+        "llama": llama_chain(0.0),
+        "llama_dropout": llama_chain(GPT2_ATTENTION_DROPOUT),
+    }
+    traces = {name: trace(chain, batch, heads, seq, head_dim) for name, chain in chains.items()}
+    extra = {
+        name: {phase: traces[name][phase]["values_written"] - traces["fused"][phase]["values_written"]
+               for phase in ("forward", "backward")}
+        for name in chains
+        if name != "fused"
+    }  # fmt: skip
+    return {"shape": {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim}, "traces": traces,
+            "extra_score_writes": extra}  # fmt: skip
+
+
+def _print_table(result: dict) -> None:
+    chain_traffic.print_traces(result["traces"])
+    for name, phases in result["traces"].items():
+        print(f"{name}: fp32 s x s writes forward {phases['forward']['written_32bit']}, "
+              f"backward {phases['backward']['written_32bit']}")  # fmt: skip
+    for name, extra in result["extra_score_writes"].items():
+        print(f"extra s x s writes of {name}: forward {extra['forward']}, backward {extra['backward']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return chain_traffic.run_cli(argv, __doc__.splitlines()[0], lambda: measure(1, 2, 16, 8),
+                                 lambda: measure(2, 4, 128, 32), _print_table)  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
