@@ -121,6 +121,20 @@ def _megatron_v115_attention_traffic(out: str) -> None:
     assert extra["v1.1.5_on_a_view"]["backward"] > extra["v1.1.5"]["backward"]
 
 
+def _transformers_attention_traffic(out: str) -> None:
+    """The trace of transformers' own eager_attention_forward (bf16, fp32 causal mask, as under autocast) gives the
+    counts the hf-eager kernel stack charges; GPT-2 and Llama agree, dropout adds one write each way."""
+    from planner.throughput.attention_chain import EXTRA_SCORE_WRITES, HF_EAGER_DROPOUT_SCORE_WRITES
+    from planner.throughput.kernel_stack import KernelStack
+
+    document = _json(out)
+    extra = {name: (counts["forward"], counts["backward"]) for name, counts in document["extra_score_writes"].items()}
+    assert extra["llama"] == extra["gpt2_no_dropout"] == EXTRA_SCORE_WRITES[KernelStack.HF_EAGER]
+    assert extra["gpt2"] == extra["llama_dropout"] == HF_EAGER_DROPOUT_SCORE_WRITES
+    assert document["traces"]["fused"]["forward"]["values_written"] == 2  # the scores and the probabilities
+    assert document["traces"]["llama"]["forward"]["written_32bit"] == 2  # the promoted add and the fp32 softmax
+
+
 def _validate_published_runs(out: str) -> None:
     summaries = re.findall(r"^(\d+) rows in the statistics: median \|error\| ([\d.]+)%", out, re.M)
     assert len(summaries) == 2 and summaries[0] == summaries[1]  # the plain table and the markdown one
@@ -226,6 +240,7 @@ SMOKES: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "benchmarks.accuracy.attention_chain_traffic": ([], _attention_chain_traffic),
     "benchmarks.accuracy.megatron_deepspeed_attention_traffic": ([], _megatron_deepspeed_attention_traffic),
     "benchmarks.accuracy.megatron_v115_attention_traffic": ([], _megatron_v115_attention_traffic),
+    "benchmarks.accuracy.transformers_attention_traffic": ([], _transformers_attention_traffic),
     "benchmarks.accuracy.validate_published_runs": ([], _validate_published_runs),
     "benchmarks.accuracy.serving_cpu": (["--json"], _serving_cpu),
     "benchmarks.accuracy.serving_published": ([], _serving_published),

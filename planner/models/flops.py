@@ -72,6 +72,7 @@ class ModelShape:
     encoder_seq_len: int = 0  # Whisper: the positions every decoder block's cross-attention reads
     # Width of the values (heads x v_head_dim): narrower than the queries' under latent attention (DeepSeek).
     value_width: int = 0
+    attention_dropout: bool = False  # dropout on the attention probabilities in training (p > 0)
 
 
 def model_shape(spec: ModelSpec) -> ModelShape:
@@ -126,6 +127,7 @@ def model_shape(spec: ModelSpec) -> ModelShape:
         fixed_matmul_work=fixed_matmul,
         fixed_attention_work=fixed_attention,
         value_width=spec.num_heads * spec.v_head_dim if spec.is_mla else spec.num_heads * spec.head_dim,
+        attention_dropout=spec.attention_dropout > 0,
     )
 
 

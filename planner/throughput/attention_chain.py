@@ -40,6 +40,23 @@ to 0.1 (megatron/arguments.py line 333); at 739cb43d (2022-05-24), CoreAttention
 et al. (2022) count its mask and output in the activations of those runs (Table 2's 5as/h term: softmax output,
 dropout mask, dropout output; reproduced by tests/test_memory_korthikanti.py). The chain is the traced `dropout` one: 1 more s x s write each way, charged alike.
 
+transformers' own eager attention (the `hf-eager` stack: our engine, FSDP, DDP and DeepSpeed plans, where the
+scores are materialised: `--attention eager`, or a family SDPA's fused kernels cannot take) is traced in
+benchmarks/accuracy/transformers_attention_traffic.py by calling transformers 5.24.0's `eager_attention_forward`
+itself (models/gpt2/modeling_gpt2.py lines 55-73; models/llama/modeling_llama.py lines 180-202, which most families
+copy): the product times the scale, the mask added, softmax, the cast back, attention dropout, each its own kernel.
+Under autocast (bf16-mixed or fp16-mixed) the float causal mask is fp32 (masking_utils.py line 965: the input
+embeddings' dtype) and promotes the scores, so the add and the softmax write fp32 s x s tensors, two 16-bit values
+each in `elementwise_seconds`' unit; GPT-2 and Llama then trace alike:
+
+- without attention dropout (Llama and most families: `attention_dropout` 0.0): forward 7 values against 2,
+  backward 7 against 2: 5 more each way;
+- with it (GPT-2's `attn_pdrop` 0.1, OPT's or any config's p > 0): 6 more each way.
+
+Charged where the plan's precision is mixed and the model a causal decoder (the trace's float causal mask). In pure
+bf16 or fp32 the mask does not promote (and GPT-2's softmax stays 16-bit where Llama's is fp32): those chains are
+shorter and are not traced here, so they keep the fused reference; so do encoders, whose padding mask may be absent.
+
 Why the element-wise rate and not the chains' bytes at the HBM rate (docs/accuracy.md, "The s x s charge: bytes at
 the HBM rate, tried"): charging every materialised s x s tensor by its traced bytes at 88% of the catalog
 bandwidth (the fraction an A100 kernel reaches, measured) makes every stack that materialises its scores worse.
@@ -56,9 +73,11 @@ stated, so those are traced and not charged, and the 2 are a lower bound.
 
 from __future__ import annotations
 
+from planner.models.flops import ModelShape
 from planner.throughput.constants import ThroughputConstants
 from planner.throughput.kernel_stack import KernelStack
 from planner.throughput.kernels import Device, elementwise_seconds
+from planner.training_config import TrainingConfig
 
 # s x s tensors written beyond the fused reference's, per attention forward and backward, by kernel stack
 # (benchmarks/accuracy/attention_chain_traffic.py: "extra s x s writes of the 2019 chain: forward 4, backward 3").
@@ -71,14 +90,33 @@ EXTRA_SCORE_WRITES: dict[KernelStack, tuple[int, int]] = {
     KernelStack.MEGATRON_DEEPSPEED_ALIBI: (2, 1),
     # (benchmarks/accuracy/megatron_v115_attention_traffic.py: "extra s x s writes of v1.1.5: forward 2, backward 2").
     KernelStack.MEGATRON_V115: (2, 2),
+    # (benchmarks/accuracy/transformers_attention_traffic.py: "extra s x s writes of llama: forward 5, backward 5",
+    # gpt2_no_dropout the same): transformers' eager attention under autocast, a causal decoder without dropout.
+    KernelStack.HF_EAGER: (5, 5),
 }
+# The same with attention dropout (p > 0): "extra s x s writes of gpt2: forward 6, backward 6" (llama_dropout alike).
+HF_EAGER_DROPOUT_SCORE_WRITES = (6, 6)
+
+
+def extra_score_writes(stack: KernelStack, shape: ModelShape, config: TrainingConfig) -> tuple[int, int]:
+    """(forward, backward) s x s values the stack's attention writes beyond the fused reference's (module docstring)."""
+    if stack is KernelStack.HF_EAGER:
+        if not (config.precision.is_mixed and shape.causal):
+            return 0, 0  # traced only under autocast with the float causal mask
+        return HF_EAGER_DROPOUT_SCORE_WRITES if shape.attention_dropout else EXTRA_SCORE_WRITES[stack]
+    return EXTRA_SCORE_WRITES.get(stack, (0, 0))
 
 
 def score_chain_seconds(
-    stack: KernelStack, score_elements: float, device: Device, k: ThroughputConstants
+    stack: KernelStack,
+    shape: ModelShape,
+    config: TrainingConfig,
+    score_elements: float,
+    device: Device,
+    k: ThroughputConstants,
 ) -> tuple[float, float]:
     """(forward, backward) seconds the stack's extra s x s writes take over `score_elements` scores."""
-    forward, backward = EXTRA_SCORE_WRITES.get(stack, (0, 0))
+    forward, backward = extra_score_writes(stack, shape, config)
     if not forward and not backward:
         return 0.0, 0.0
     return (
