@@ -122,16 +122,24 @@ def _megatron_v115_attention_traffic(out: str) -> None:
 
 
 def _transformers_attention_traffic(out: str) -> None:
-    """The trace of transformers' own eager_attention_forward (bf16, fp32 causal mask, as under autocast) gives the
-    counts the hf-eager kernel stack charges; GPT-2 and Llama agree, dropout adds one write each way."""
-    from planner.throughput.attention_chain import EXTRA_SCORE_WRITES, HF_EAGER_DROPOUT_SCORE_WRITES
-    from planner.throughput.kernel_stack import KernelStack
+    """The trace of transformers' own eager_attention_forward (under autocast, in pure bf16, in fp32) gives the counts
+    the hf-eager kernel stack charges: GPT-2's chain for families without the fp32 softmax, Llama's for those with it."""
+    from planner.throughput.attention_chain import HF_EAGER_SCORE_WRITES
 
     document = _json(out)
     extra = {name: (counts["forward"], counts["backward"]) for name, counts in document["extra_score_writes"].items()}
-    assert extra["llama"] == extra["gpt2_no_dropout"] == EXTRA_SCORE_WRITES[KernelStack.HF_EAGER]
-    assert extra["gpt2"] == extra["llama_dropout"] == HF_EAGER_DROPOUT_SCORE_WRITES
+    chains = {
+        (False, True): "gpt2",
+        (False, False): "gpt2_no_dropout",
+        (True, False): "llama",
+        (True, True): "llama_dropout",
+    }
+    for (precision, softmax_fp32, dropout), charged in HF_EAGER_SCORE_WRITES.items():
+        name = chains[softmax_fp32, dropout] + ("" if precision == "autocast" else f"@{precision}")
+        assert extra[name] == charged, name
+    assert extra["llama"] == extra["gpt2_no_dropout"] == (5, 5)  # autocast: the promoting mask makes them alike
     assert document["traces"]["fused"]["forward"]["values_written"] == 2  # the scores and the probabilities
+    assert document["traces"]["fused@fp32"]["forward"]["values_written"] == 2
     assert document["traces"]["llama"]["forward"]["written_32bit"] == 2  # the promoted add and the fp32 softmax
 
 

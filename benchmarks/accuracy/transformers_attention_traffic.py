@@ -17,7 +17,8 @@ from the code: transformers' own `eager_attention_forward` is called, the instal
   product and scale, `+ attention_mask`, `softmax(dim=-1, dtype=torch.float32).to(query.dtype)`,
   `dropout(p=attention_dropout)` (0.0 by default, configuration_llama.py line 81), then PV.
 
-As CUDA runs them under bf16 autocast (the planner's bf16-mixed and fp16-mixed plans; weights in fp32):
+As CUDA runs them under bf16 autocast (the planner's bf16-mixed and fp16-mixed plans; weights in fp32), the names
+without a suffix:
 
 - q, k and v come out of autocast's linear layers in bf16, and the two products are autocast's lower-precision
   ops, so they are traced in bf16 without autocast (the CPU's autocast lists differ from CUDA's);
@@ -30,9 +31,15 @@ As CUDA runs them under bf16 autocast (the planner's bf16-mixed and fp16-mixed p
   op (aten's dropout returns its input). `torch.nn.functional.dropout` is replaced by that kernel during the call,
   the CPU's decomposing into four ops.
 
-The count is in the unit `elementwise_seconds` charges, a value written at the compute width (16 bits): an fp32
-s x s tensor counts two. The difference of the traces is what planner/throughput/attention_chain.py adds for the
-hf-eager kernel stack (with and without attention dropout).
+In pure bf16 (bf16 weights, no autocast) the embeddings, and so the mask, are bf16 and nothing promotes: GPT-2's
+softmax runs in bf16, while Llama's `softmax(dtype=torch.float32)` on a bf16 tensor is a cast then an fp32 softmax on
+CUDA as on the CPU (aten/src/ATen/native/SoftMax.cpp, `softmax(input, dim, dtype)`: the one-kernel `half_to_float`
+path is taken for fp16 CUDA tensors only). In fp32 everything is fp32. Those chains are traced too ("@bf16",
+"@fp32"; the names without a suffix are autocast's).
+
+The count is in the unit `elementwise_seconds` charges, a value written at the compute width (2 bytes, 4 in fp32):
+under autocast an fp32 s x s tensor counts two. The difference of the traces is what planner/throughput/
+attention_chain.py adds for the hf-eager kernel stack (by precision, fp32 softmax and attention dropout).
 """
 
 from __future__ import annotations
@@ -88,16 +95,28 @@ def fused_chain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.T
     return torch.matmul(chain_traffic.fused_scale_mask_softmax(scores, q.shape[-1] ** -0.5), v)
 
 
-def trace(chain, batch: int, heads: int, seq: int, head_dim: int) -> dict:
-    """bf16 q, k, v; the fp32 [b, 1, s, s] causal mask (0 or the dtype's minimum) autocast's fp32 embeddings give."""
+# (q, k and v's dtype, the causal mask's dtype) per precision: under autocast the linears give bf16 and the fp32
+# embeddings an fp32 mask; pure bf16 (bf16 weights, no autocast) gives both in bf16; fp32 both in fp32.
+PRECISIONS = {
+    "autocast": (torch.bfloat16, torch.float32),
+    "bf16": (torch.bfloat16, torch.bfloat16),
+    "fp32": (torch.float32, torch.float32),
+}
+
+
+def trace(chain, batch: int, heads: int, seq: int, head_dim: int, precision: str = "autocast") -> dict:
+    """q, k, v and the float [b, 1, s, s] causal mask (0 or the dtype's minimum) in `precision`'s dtypes. The values
+    written are counted at the compute width (2 bytes, 4 in fp32), `elementwise_seconds`' unit."""
+    activations, mask_dtype = PRECISIONS[precision]
     torch.manual_seed(0)
-    q, k, v = (torch.randn(batch, heads, seq, head_dim, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    q, k, v = (torch.randn(batch, heads, seq, head_dim, dtype=activations, requires_grad=True) for _ in range(3))
     causal = torch.ones(seq, seq, dtype=torch.bool).tril()
-    mask = torch.zeros(batch, 1, seq, seq).masked_fill(~causal, torch.finfo(torch.float32).min)
+    mask = torch.zeros(batch, 1, seq, seq, dtype=mask_dtype).masked_fill(~causal, torch.finfo(mask_dtype).min)
     result = chain_traffic.trace_phases(lambda: chain(q, k, v, mask), batch * heads * seq * seq)
+    width = torch.finfo(activations).bits // 8
     for totals in result.values():
         totals["written_32bit"] = sum(op["written_32bit"] for op in totals["ops"])
-        totals["values_written"] = totals["writes"] + 2 * totals["written_32bit"]  # at 16 bits each
+        totals["values_written"] = (2 * totals["writes"] + 4 * totals["written_32bit"]) // width
     return result
 
 
@@ -109,13 +128,17 @@ def measure(batch: int, heads: int, seq: int, head_dim: int) -> dict:
         "llama": llama_chain(0.0),
         "llama_dropout": llama_chain(GPT2_ATTENTION_DROPOUT),
     }
-    traces = {name: trace(chain, batch, heads, seq, head_dim) for name, chain in chains.items()}
-    extra = {
-        name: {phase: traces[name][phase]["values_written"] - traces["fused"][phase]["values_written"]
-               for phase in ("forward", "backward")}
-        for name in chains
-        if name != "fused"
-    }  # fmt: skip
+    traces, extra = {}, {}
+    for precision in PRECISIONS:
+        suffix = "" if precision == "autocast" else f"@{precision}"  # autocast's names unadorned
+        run = {name: trace(chain, batch, heads, seq, head_dim, precision) for name, chain in chains.items()}
+        for name, phases in run.items():
+            traces[name + suffix] = phases
+            if name != "fused":
+                extra[name + suffix] = {
+                    phase: phases[phase]["values_written"] - run["fused"][phase]["values_written"]
+                    for phase in ("forward", "backward")
+                }
     return {"shape": {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim}, "traces": traces,
             "extra_score_writes": extra}  # fmt: skip
 

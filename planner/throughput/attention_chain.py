@@ -45,17 +45,20 @@ scores are materialised: `--attention eager`, or a family SDPA's fused kernels c
 benchmarks/accuracy/transformers_attention_traffic.py by calling transformers 5.24.0's `eager_attention_forward`
 itself (models/gpt2/modeling_gpt2.py lines 55-73; models/llama/modeling_llama.py lines 180-202, which most families
 copy): the product times the scale, the mask added, softmax, the cast back, attention dropout, each its own kernel.
-Under autocast (bf16-mixed or fp16-mixed) the float causal mask is fp32 (masking_utils.py line 965: the input
-embeddings' dtype) and promotes the scores, so the add and the softmax write fp32 s x s tensors, two 16-bit values
-each in `elementwise_seconds`' unit; GPT-2 and Llama then trace alike:
+The float causal mask is in the input embeddings' dtype (masking_utils.py line 965). Counted in
+`elementwise_seconds`' unit, a value written at the compute width (an fp32 s x s tensor two 16-bit values), beyond
+the reference's 2 each way:
 
-- without attention dropout (Llama and most families: `attention_dropout` 0.0): forward 7 values against 2,
-  backward 7 against 2: 5 more each way;
-- with it (GPT-2's `attn_pdrop` 0.1, OPT's or any config's p > 0): 6 more each way.
+- under autocast (bf16-mixed, fp16-mixed: fp32 embeddings, so an fp32 mask that promotes the scores; softmax in
+  CUDA autocast's fp32 list), GPT-2 and Llama alike: 5 more each way, 6 with attention dropout;
+- in pure bf16 the mask is bf16: GPT-2's softmax stays bf16, 2 more forward and 1 backward (3 and 2 with dropout);
+  Llama's `softmax(dtype=torch.float32)` on a bf16 CUDA tensor is a cast then an fp32 softmax (ATen's
+  SoftMax.cpp fuses the cast for fp16 only), 6 and 5 (7 and 6 with dropout); the families with the `softmax_fp32`
+  trait are charged Llama's chain, the others GPT-2's;
+- in fp32, both: 2 more forward and 1 backward (3 and 2 with dropout).
 
-Charged where the plan's precision is mixed and the model a causal decoder (the trace's float causal mask). In pure
-bf16 or fp32 the mask does not promote (and GPT-2's softmax stays 16-bit where Llama's is fp32): those chains are
-shorter and are not traced here, so they keep the fused reference; so do encoders, whose padding mask may be absent.
+Attention dropout is the model's (`attention_dropout` > 0: GPT-2's `attn_pdrop` 0.1; Llama's 0.0). Charged on
+causal decoders (the trace's causal mask); encoders, whose padding mask may be absent, keep the fused reference.
 
 Why the element-wise rate and not the chains' bytes at the HBM rate (docs/accuracy.md, "The s x s charge: bytes at
 the HBM rate, tried"): charging every materialised s x s tensor by its traced bytes at 88% of the catalog
@@ -77,7 +80,7 @@ from planner.models.flops import ModelShape
 from planner.throughput.constants import ThroughputConstants
 from planner.throughput.kernel_stack import KernelStack
 from planner.throughput.kernels import Device, elementwise_seconds
-from planner.training_config import TrainingConfig
+from planner.training_config import Precision, TrainingConfig
 
 # s x s tensors written beyond the fused reference's, per attention forward and backward, by kernel stack
 # (benchmarks/accuracy/attention_chain_traffic.py: "extra s x s writes of the 2019 chain: forward 4, backward 3").
@@ -90,21 +93,37 @@ EXTRA_SCORE_WRITES: dict[KernelStack, tuple[int, int]] = {
     KernelStack.MEGATRON_DEEPSPEED_ALIBI: (2, 1),
     # (benchmarks/accuracy/megatron_v115_attention_traffic.py: "extra s x s writes of v1.1.5: forward 2, backward 2").
     KernelStack.MEGATRON_V115: (2, 2),
-    # (benchmarks/accuracy/transformers_attention_traffic.py: "extra s x s writes of llama: forward 5, backward 5",
-    # gpt2_no_dropout the same): transformers' eager attention under autocast, a causal decoder without dropout.
-    KernelStack.HF_EAGER: (5, 5),
 }
-# The same with attention dropout (p > 0): "extra s x s writes of gpt2: forward 6, backward 6" (llama_dropout alike).
-HF_EAGER_DROPOUT_SCORE_WRITES = (6, 6)
+# transformers' eager attention (hf-eager) by (precision, fp32 softmax, attention dropout), from
+# benchmarks/accuracy/transformers_attention_traffic.py's "extra s x s writes of NAME": autocast's unadorned names,
+# pure bf16's "@bf16" (gpt2 without the fp32 softmax, llama with it), fp32's "@fp32".
+HF_EAGER_SCORE_WRITES: dict[tuple[str, bool, bool], tuple[int, int]] = {
+    ("autocast", False, False): (5, 5),  # gpt2_no_dropout
+    ("autocast", False, True): (6, 6),  # gpt2
+    ("autocast", True, False): (5, 5),  # llama
+    ("autocast", True, True): (6, 6),  # llama_dropout
+    ("bf16", False, False): (2, 1),  # gpt2_no_dropout@bf16
+    ("bf16", False, True): (3, 2),  # gpt2@bf16
+    ("bf16", True, False): (6, 5),  # llama@bf16
+    ("bf16", True, True): (7, 6),  # llama_dropout@bf16
+    ("fp32", False, False): (2, 1),  # gpt2_no_dropout@fp32
+    ("fp32", False, True): (3, 2),  # gpt2@fp32
+    ("fp32", True, False): (2, 1),  # llama@fp32
+    ("fp32", True, True): (3, 2),  # llama_dropout@fp32
+}
 
 
 def extra_score_writes(stack: KernelStack, shape: ModelShape, config: TrainingConfig) -> tuple[int, int]:
     """(forward, backward) s x s values the stack's attention writes beyond the fused reference's (module docstring)."""
-    if stack is KernelStack.HF_EAGER:
-        if not (config.precision.is_mixed and shape.causal):
-            return 0, 0  # traced only under autocast with the float causal mask
-        return HF_EAGER_DROPOUT_SCORE_WRITES if shape.attention_dropout else EXTRA_SCORE_WRITES[stack]
-    return EXTRA_SCORE_WRITES.get(stack, (0, 0))
+    if stack is not KernelStack.HF_EAGER:
+        return EXTRA_SCORE_WRITES.get(stack, (0, 0))
+    if not shape.causal:
+        return 0, 0  # traced with the causal mask only
+    if config.precision.is_mixed:
+        precision = "autocast"
+    else:
+        precision = "fp32" if config.precision is Precision.FP32 else "bf16"
+    return HF_EAGER_SCORE_WRITES[precision, shape.softmax_fp32, shape.attention_dropout]
 
 
 def score_chain_seconds(

@@ -61,8 +61,8 @@ ROTARY_EXTRA_BYTES = 16.0
 STACK_SOURCES = {
     KernelStack.HF_EAGER: (
         "assumed: our strategies run transformers modules eagerly (unfused RMSNorm and rotary traffic added, "
-        "planner/throughput/kernel_stack.py; where attention is not fused, transformers' eager attention chain under "
-        "autocast, 5 more s x s writes each way, 6 with attention dropout, at the element-wise rate: traced, "
+        "planner/throughput/kernel_stack.py; where attention is not fused, transformers' eager attention chain, its "
+        "extra s x s writes by precision (5 each way under autocast) at the element-wise rate: traced, "
         "planner/throughput/attention_chain.py); the constants were fitted on a fused stack"
     ),
     KernelStack.FUSED: "fused kernel stack (llm-foundry / Megatron-style), as the constants were fitted",
