@@ -216,7 +216,7 @@ def test_our_stack_charges_transformers_eager_attention_chain_by_precision():
     the s x s writes it adds beyond the fused reference, traced per precision (planner/throughput/attention_chain.py,
     benchmarks/accuracy/transformers_attention_traffic.py), are charged at the element-wise rate in the forward and
     the backward; Llama (fp32 softmax, no attention dropout): 5 and 5 under autocast, 6 and 5 in pure bf16, 2 and 1 in
-    fp32. SDPA's flash kernel runs none of it."""
+    fp32; Gemma-2's soft-capping 3 more each way. SDPA's flash kernel runs none of it."""
     from planner.hardware.cluster import make_cluster
     from planner.models.flops import model_shape
     from planner.models.resolve import resolve_model
@@ -244,3 +244,10 @@ def test_our_stack_charges_transformers_eager_attention_chain_by_precision():
             scores = spec.num_heads * config.seq_len**2
             expected = shape.layers * elementwise_seconds(device, (forward + backward) * scores, CONSTANTS)
             assert ours.attention_s - fused.attention_s == pytest.approx(expected if charged else 0.0, rel=1e-9)
+    from planner.throughput.attention_chain import extra_score_writes
+
+    gemma = model_shape(resolve_model("gemma-2-2b"))
+    assert gemma.score_softcapping and gemma.softmax_fp32
+    for precision, writes in (("bf16-mixed", (8, 8)), ("bf16", (9, 8)), ("fp32", (5, 4))):
+        config = TrainingConfig(strategy="fsdp", seq_len=2048, precision=precision, attention="eager")
+        assert extra_score_writes(KernelStack.HF_EAGER, gemma, config) == writes

@@ -15,7 +15,9 @@ from the code: transformers' own `eager_attention_forward` is called, the instal
   training), then PV;
 - Llama, models/llama/modeling_llama.py lines 180-202 (the function most families copy): `repeat_kv`, the same
   product and scale, `+ attention_mask`, `softmax(dim=-1, dtype=torch.float32).to(query.dtype)`,
-  `dropout(p=attention_dropout)` (0.0 by default, configuration_llama.py line 81), then PV.
+  `dropout(p=attention_dropout)` (0.0 by default, configuration_llama.py line 81), then PV;
+- Gemma-2, models/gemma2/modeling_gemma2.py lines 176-207: Llama's chain with the scores soft-capped before the
+  mask (`/ softcap`, tanh, `* softcap`); what the soft-capping adds is the difference of its trace and Llama's.
 
 As CUDA runs them under bf16 autocast (the planner's bf16-mixed and fp16-mixed plans; weights in fp32), the names
 without a suffix:
@@ -66,12 +68,12 @@ def _native_dropout(x: torch.Tensor, p: float = 0.5, training: bool = True, inpl
     return torch.native_dropout(x, p, True)[0]
 
 
-def _call_eager(forward, dropout: float, query, key, value, mask) -> torch.Tensor:
+def _call_eager(forward, dropout: float, query, key, value, mask, **extra) -> torch.Tensor:
     module = SimpleNamespace(training=True, num_key_value_groups=1)
     original = torch.nn.functional.dropout
     torch.nn.functional.dropout = _native_dropout  # type: ignore[assignment]
     try:
-        output, _ = forward(module, query, key, value, mask, scaling=query.shape[-1] ** -0.5, dropout=dropout)
+        output, _ = forward(module, query, key, value, mask, scaling=query.shape[-1] ** -0.5, dropout=dropout, **extra)
     finally:
         torch.nn.functional.dropout = original
     return output.transpose(1, 2)  # back to [b, heads, s, head_dim]: a view
@@ -87,6 +89,14 @@ def llama_chain(dropout: float):
     from transformers.models.llama.modeling_llama import eager_attention_forward
 
     return lambda q, k, v, mask: _call_eager(eager_attention_forward, dropout, q, k, v, mask)
+
+
+def gemma2_chain(dropout: float):
+    """Llama's chain with the scores soft-capped first: `/ softcap`, tanh, `* softcap` (models/gemma2/modeling_gemma2.py
+    lines 176-207; `attn_logit_softcapping` 50.0 by default, configuration_gemma2.py line 90)."""
+    from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
+
+    return lambda q, k, v, mask: _call_eager(eager_attention_forward, dropout, q, k, v, mask, softcap=50.0)
 
 
 def fused_chain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -127,6 +137,7 @@ def measure(batch: int, heads: int, seq: int, head_dim: int) -> dict:
         "gpt2_no_dropout": gpt2_chain(0.0),
         "llama": llama_chain(0.0),
         "llama_dropout": llama_chain(GPT2_ATTENTION_DROPOUT),
+        "gemma2": gemma2_chain(0.0),
     }
     traces, extra = {}, {}
     for precision in PRECISIONS:

@@ -57,7 +57,11 @@ the reference's 2 each way:
   trait are charged Llama's chain, the others GPT-2's;
 - in fp32, both: 2 more forward and 1 backward (3 and 2 with dropout).
 
-Attention dropout is the model's (`attention_dropout` > 0: GPT-2's `attn_pdrop` 0.1; Llama's 0.0). Charged on
+Gemma-2's soft-capping of the scores (`/ softcap`, tanh, `* softcap`: models/gemma2/modeling_gemma2.py lines 195-198)
+adds 3 more each way in every precision (its trace less Llama's). Attention dropout is the model's
+(`attention_dropout` > 0: GPT-2's `attn_pdrop` 0.1; Llama's 0.0). Families whose eager attention is their own code
+(BLOOM's ALiBi baddbmm, GPT-J's fp32 product, Falcon's) are charged the chain their `softmax_fp32` trait picks, not
+traced. Charged on
 causal decoders (the trace's causal mask); encoders, whose padding mask may be absent, keep the fused reference.
 
 Why the element-wise rate and not the chains' bytes at the HBM rate (docs/accuracy.md, "The s x s charge: bytes at
@@ -111,6 +115,9 @@ HF_EAGER_SCORE_WRITES: dict[tuple[str, bool, bool], tuple[int, int]] = {
     ("fp32", True, False): (2, 1),  # llama@fp32
     ("fp32", True, True): (3, 2),  # llama_dropout@fp32
 }
+# Gemma-2's soft-capping of the scores (`/ softcap`, tanh, `* softcap`) on top, in every precision: "gemma2" less
+# "llama" (8 - 5 each way under autocast; @bf16 9 - 6 and 8 - 5; @fp32 5 - 2 and 4 - 1).
+SOFTCAP_SCORE_WRITES = (3, 3)
 
 
 def extra_score_writes(stack: KernelStack, shape: ModelShape, config: TrainingConfig) -> tuple[int, int]:
@@ -123,7 +130,10 @@ def extra_score_writes(stack: KernelStack, shape: ModelShape, config: TrainingCo
         precision = "autocast"
     else:
         precision = "fp32" if config.precision is Precision.FP32 else "bf16"
-    return HF_EAGER_SCORE_WRITES[precision, shape.softmax_fp32, shape.attention_dropout]
+    forward, backward = HF_EAGER_SCORE_WRITES[precision, shape.softmax_fp32, shape.attention_dropout]
+    if shape.score_softcapping:
+        forward, backward = forward + SOFTCAP_SCORE_WRITES[0], backward + SOFTCAP_SCORE_WRITES[1]
+    return forward, backward
 
 
 def score_chain_seconds(
