@@ -121,6 +121,31 @@ def _megatron_v115_attention_traffic(out: str) -> None:
     assert extra["v1.1.5_on_a_view"]["backward"] > extra["v1.1.5"]["backward"]
 
 
+def _transformers_attention_traffic(out: str) -> None:
+    """The trace of transformers' own eager_attention_forward (under autocast, in pure bf16, in fp32) gives the counts
+    the hf-eager kernel stack charges: GPT-2's chain for families without the fp32 softmax, Llama's for those with it."""
+    from planner.throughput.attention_chain import HF_EAGER_SCORE_WRITES, SOFTCAP_SCORE_WRITES
+
+    document = _json(out)
+    extra = {name: (counts["forward"], counts["backward"]) for name, counts in document["extra_score_writes"].items()}
+    chains = {
+        (False, True): "gpt2",
+        (False, False): "gpt2_no_dropout",
+        (True, False): "llama",
+        (True, True): "llama_dropout",
+    }
+    for (precision, softmax_fp32, dropout), charged in HF_EAGER_SCORE_WRITES.items():
+        name = chains[softmax_fp32, dropout] + ("" if precision == "autocast" else f"@{precision}")
+        assert extra[name] == charged, name
+    assert extra["llama"] == extra["gpt2_no_dropout"] == (5, 5)  # autocast: the promoting mask makes them alike
+    for suffix in ("", "@bf16", "@fp32"):  # Gemma-2's soft-capping: its chain less Llama's
+        gemma2, llama = extra["gemma2" + suffix], extra["llama" + suffix]
+        assert (gemma2[0] - llama[0], gemma2[1] - llama[1]) == SOFTCAP_SCORE_WRITES, suffix
+    assert document["traces"]["fused"]["forward"]["values_written"] == 2  # the scores and the probabilities
+    assert document["traces"]["fused@fp32"]["forward"]["values_written"] == 2
+    assert document["traces"]["llama"]["forward"]["written_32bit"] == 2  # the promoted add and the fp32 softmax
+
+
 def _validate_published_runs(out: str) -> None:
     summaries = re.findall(r"^(\d+) rows in the statistics: median \|error\| ([\d.]+)%", out, re.M)
     assert len(summaries) == 2 and summaries[0] == summaries[1]  # the plain table and the markdown one
@@ -226,6 +251,7 @@ SMOKES: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "benchmarks.accuracy.attention_chain_traffic": ([], _attention_chain_traffic),
     "benchmarks.accuracy.megatron_deepspeed_attention_traffic": ([], _megatron_deepspeed_attention_traffic),
     "benchmarks.accuracy.megatron_v115_attention_traffic": ([], _megatron_v115_attention_traffic),
+    "benchmarks.accuracy.transformers_attention_traffic": ([], _transformers_attention_traffic),
     "benchmarks.accuracy.validate_published_runs": ([], _validate_published_runs),
     "benchmarks.accuracy.serving_cpu": (["--json"], _serving_cpu),
     "benchmarks.accuracy.serving_published": ([], _serving_published),

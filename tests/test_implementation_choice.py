@@ -32,16 +32,17 @@ def test_the_cli_path_reproduces_the_validators_megatron_row():
     assert validated.predicted_tflops == pytest.approx(
         validated.published_tflops, rel=0.15
     )  # 142 TFLOP/s per GPU published
-    # A GPT (LayerNorm, learned positions, no pipeline): the two differ by Megatron-LM's attention dropout alone, one
-    # s x s write more a forward (twice under full recomputation) and one a backward (planner/throughput/
-    # attention_chain.py); transformers' own eager chain is charged the fused reference (docs/accuracy.md).
+    # A GPT (LayerNorm, learned positions, no pipeline): the two differ by their attention chains alone
+    # (planner/throughput/attention_chain.py): Megatron-LM's dropout after its fused softmax, one s x s write more a
+    # forward (twice under full recomputation) and one a backward; transformers' eager chain under autocast with
+    # attention dropout (GPT-2's 0.1), six more each way.
     from planner.throughput.constants import CONSTANTS
     from planner.throughput.estimate import hardware_of
     from planner.throughput.kernels import elementwise_seconds
 
     device = hardware_of(cluster, config)[0]
     scores = row["micro_batch"] * row["heads"] / row["tp"] * row["seq_len"] ** 2
-    per_block = elementwise_seconds(device, (2 * 1 + 1) * scores, CONSTANTS)
+    per_block = elementwise_seconds(device, ((2 * 1 + 1) - (2 * 6 + 6)) * scores, CONSTANTS)
     assert megatron.breakdown.compute_s + megatron.breakdown.recompute_s - (
         ours.breakdown.compute_s + ours.breakdown.recompute_s
     ) == pytest.approx(config.grad_accum * row["layers"] * per_block, rel=1e-9)  # per step: its micro-batches
@@ -208,3 +209,45 @@ def test_the_2019_megatron_preset_charges_the_traced_softmax_chain(capsys):
     assert main([*base, "--implementation", "megatron-2019"]) == 0
     estimate = json.loads(capsys.readouterr().out)
     assert "Megatron-LM of September 2019" in json.dumps(estimate)
+
+
+def test_our_stack_charges_transformers_eager_attention_chain_by_precision():
+    """Where our stack's attention is not fused (`attention="eager"`), transformers' eager_attention_forward runs:
+    the s x s writes it adds beyond the fused reference, traced per precision (planner/throughput/attention_chain.py,
+    benchmarks/accuracy/transformers_attention_traffic.py), are charged at the element-wise rate in the forward and
+    the backward; Llama (fp32 softmax, no attention dropout): 5 and 5 under autocast, 6 and 5 in pure bf16, 2 and 1 in
+    fp32; Gemma-2's soft-capping 3 more each way. SDPA's flash kernel runs none of it."""
+    from planner.hardware.cluster import make_cluster
+    from planner.models.flops import model_shape
+    from planner.models.resolve import resolve_model
+    from planner.throughput.compute import stage_compute
+    from planner.throughput.constants import CONSTANTS
+    from planner.throughput.estimate import hardware_of
+    from planner.throughput.kernel_stack import KernelStack
+    from planner.throughput.kernels import elementwise_seconds
+    from planner.training_config import TrainingConfig
+
+    spec = resolve_model("llama-3.1-8b")
+    shape = model_shape(spec)
+    assert shape.softmax_fp32 and not shape.attention_dropout
+    cluster = make_cluster("H100-80GB", 8, 1)
+    for precision, (forward, backward) in (("bf16-mixed", (5, 5)), ("bf16", (6, 5)), ("fp32", (2, 1))):
+        for attention, charged in (("eager", True), ("sdpa", False)):
+            config = TrainingConfig(
+                strategy="fsdp", seq_len=2048, micro_batch=1, precision=precision, attention=attention
+            )
+            device = hardware_of(cluster, config)[0]
+            ours, fused = (
+                stage_compute(shape, config, device, CONSTANTS, fused_attention=True, stack=stack)
+                for stack in (KernelStack.HF_EAGER, KernelStack.FUSED)
+            )
+            scores = spec.num_heads * config.seq_len**2
+            expected = shape.layers * elementwise_seconds(device, (forward + backward) * scores, CONSTANTS)
+            assert ours.attention_s - fused.attention_s == pytest.approx(expected if charged else 0.0, rel=1e-9)
+    from planner.throughput.attention_chain import extra_score_writes
+
+    gemma = model_shape(resolve_model("gemma-2-2b"))
+    assert gemma.score_softcapping and gemma.softmax_fp32
+    for precision, writes in (("bf16-mixed", (8, 8)), ("bf16", (9, 8)), ("fp32", (5, 4))):
+        config = TrainingConfig(strategy="fsdp", seq_len=2048, precision=precision, attention="eager")
+        assert extra_score_writes(KernelStack.HF_EAGER, gemma, config) == writes

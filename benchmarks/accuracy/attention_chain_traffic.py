@@ -74,6 +74,7 @@ class ScoreTraffic(TorchDispatchMode):
                     "written_bytes": sum(t.numel() * t.element_size() for t in written),
                     "writes": len(written),
                     "written_16bit": sum(1 for t in written if t.element_size() == 2),
+                    "written_32bit": sum(1 for t in written if t.element_size() == 4),
                 }
             )
         return out

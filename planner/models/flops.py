@@ -72,6 +72,9 @@ class ModelShape:
     encoder_seq_len: int = 0  # Whisper: the positions every decoder block's cross-attention reads
     # Width of the values (heads x v_head_dim): narrower than the queries' under latent attention (DeepSeek).
     value_width: int = 0
+    attention_dropout: bool = False  # dropout on the attention probabilities in training (p > 0)
+    softmax_fp32: bool = False  # eager attention's softmax in fp32 whatever the input (Llama's `dtype=torch.float32`)
+    score_softcapping: bool = False  # eager attention soft-caps the scores with tanh first (Gemma-2)
 
 
 def model_shape(spec: ModelSpec) -> ModelShape:
@@ -126,6 +129,9 @@ def model_shape(spec: ModelSpec) -> ModelShape:
         fixed_matmul_work=fixed_matmul,
         fixed_attention_work=fixed_attention,
         value_width=spec.num_heads * spec.v_head_dim if spec.is_mla else spec.num_heads * spec.head_dim,
+        attention_dropout=spec.attention_dropout > 0,
+        softmax_fp32=arch_traits(spec).softmax_fp32,
+        score_softcapping=arch_traits(spec).score_softcapping,
     )
 
 

@@ -40,6 +40,30 @@ to 0.1 (megatron/arguments.py line 333); at 739cb43d (2022-05-24), CoreAttention
 et al. (2022) count its mask and output in the activations of those runs (Table 2's 5as/h term: softmax output,
 dropout mask, dropout output; reproduced by tests/test_memory_korthikanti.py). The chain is the traced `dropout` one: 1 more s x s write each way, charged alike.
 
+transformers' own eager attention (the `hf-eager` stack: our engine, FSDP, DDP and DeepSpeed plans, where the
+scores are materialised: `--attention eager`, or a family SDPA's fused kernels cannot take) is traced in
+benchmarks/accuracy/transformers_attention_traffic.py by calling transformers 5.24.0's `eager_attention_forward`
+itself (models/gpt2/modeling_gpt2.py lines 55-73; models/llama/modeling_llama.py lines 180-202, which most families
+copy): the product times the scale, the mask added, softmax, the cast back, attention dropout, each its own kernel.
+The float causal mask is in the input embeddings' dtype (masking_utils.py line 965). Counted in
+`elementwise_seconds`' unit, a value written at the compute width (an fp32 s x s tensor two 16-bit values), beyond
+the reference's 2 each way:
+
+- under autocast (bf16-mixed, fp16-mixed: fp32 embeddings, so an fp32 mask that promotes the scores; softmax in
+  CUDA autocast's fp32 list), GPT-2 and Llama alike: 5 more each way, 6 with attention dropout;
+- in pure bf16 the mask is bf16: GPT-2's softmax stays bf16, 2 more forward and 1 backward (3 and 2 with dropout);
+  Llama's `softmax(dtype=torch.float32)` on a bf16 CUDA tensor is a cast then an fp32 softmax (ATen's
+  SoftMax.cpp fuses the cast for fp16 only), 6 and 5 (7 and 6 with dropout); the families with the `softmax_fp32`
+  trait are charged Llama's chain, the others GPT-2's;
+- in fp32, both: 2 more forward and 1 backward (3 and 2 with dropout).
+
+Gemma-2's soft-capping of the scores (`/ softcap`, tanh, `* softcap`: models/gemma2/modeling_gemma2.py lines 195-198)
+adds 3 more each way in every precision (its trace less Llama's). Attention dropout is the model's
+(`attention_dropout` > 0: GPT-2's `attn_pdrop` 0.1; Llama's 0.0). Families whose eager attention is their own code
+(BLOOM's ALiBi baddbmm, GPT-J's fp32 product, Falcon's) are charged the chain their `softmax_fp32` trait picks, not
+traced. Charged on
+causal decoders (the trace's causal mask); encoders, whose padding mask may be absent, keep the fused reference.
+
 Why the element-wise rate and not the chains' bytes at the HBM rate (docs/accuracy.md, "The s x s charge: bytes at
 the HBM rate, tried"): charging every materialised s x s tensor by its traced bytes at 88% of the catalog
 bandwidth (the fraction an A100 kernel reaches, measured) makes every stack that materialises its scores worse.
@@ -56,9 +80,11 @@ stated, so those are traced and not charged, and the 2 are a lower bound.
 
 from __future__ import annotations
 
+from planner.models.flops import ModelShape
 from planner.throughput.constants import ThroughputConstants
 from planner.throughput.kernel_stack import KernelStack
 from planner.throughput.kernels import Device, elementwise_seconds
+from planner.training_config import Precision, TrainingConfig
 
 # s x s tensors written beyond the fused reference's, per attention forward and backward, by kernel stack
 # (benchmarks/accuracy/attention_chain_traffic.py: "extra s x s writes of the 2019 chain: forward 4, backward 3").
@@ -72,13 +98,54 @@ EXTRA_SCORE_WRITES: dict[KernelStack, tuple[int, int]] = {
     # (benchmarks/accuracy/megatron_v115_attention_traffic.py: "extra s x s writes of v1.1.5: forward 2, backward 2").
     KernelStack.MEGATRON_V115: (2, 2),
 }
+# transformers' eager attention (hf-eager) by (precision, fp32 softmax, attention dropout), from
+# benchmarks/accuracy/transformers_attention_traffic.py's "extra s x s writes of NAME": autocast's unadorned names,
+# pure bf16's "@bf16" (gpt2 without the fp32 softmax, llama with it), fp32's "@fp32".
+HF_EAGER_SCORE_WRITES: dict[tuple[str, bool, bool], tuple[int, int]] = {
+    ("autocast", False, False): (5, 5),  # gpt2_no_dropout
+    ("autocast", False, True): (6, 6),  # gpt2
+    ("autocast", True, False): (5, 5),  # llama
+    ("autocast", True, True): (6, 6),  # llama_dropout
+    ("bf16", False, False): (2, 1),  # gpt2_no_dropout@bf16
+    ("bf16", False, True): (3, 2),  # gpt2@bf16
+    ("bf16", True, False): (6, 5),  # llama@bf16
+    ("bf16", True, True): (7, 6),  # llama_dropout@bf16
+    ("fp32", False, False): (2, 1),  # gpt2_no_dropout@fp32
+    ("fp32", False, True): (3, 2),  # gpt2@fp32
+    ("fp32", True, False): (2, 1),  # llama@fp32
+    ("fp32", True, True): (3, 2),  # llama_dropout@fp32
+}
+# Gemma-2's soft-capping of the scores (`/ softcap`, tanh, `* softcap`) on top, in every precision: "gemma2" less
+# "llama" (8 - 5 each way under autocast; @bf16 9 - 6 and 8 - 5; @fp32 5 - 2 and 4 - 1).
+SOFTCAP_SCORE_WRITES = (3, 3)
+
+
+def extra_score_writes(stack: KernelStack, shape: ModelShape, config: TrainingConfig) -> tuple[int, int]:
+    """(forward, backward) s x s values the stack's attention writes beyond the fused reference's (module docstring)."""
+    if stack is not KernelStack.HF_EAGER:
+        return EXTRA_SCORE_WRITES.get(stack, (0, 0))
+    if not shape.causal:
+        return 0, 0  # traced with the causal mask only
+    if config.precision.is_mixed:
+        precision = "autocast"
+    else:
+        precision = "fp32" if config.precision is Precision.FP32 else "bf16"
+    forward, backward = HF_EAGER_SCORE_WRITES[precision, shape.softmax_fp32, shape.attention_dropout]
+    if shape.score_softcapping:
+        forward, backward = forward + SOFTCAP_SCORE_WRITES[0], backward + SOFTCAP_SCORE_WRITES[1]
+    return forward, backward
 
 
 def score_chain_seconds(
-    stack: KernelStack, score_elements: float, device: Device, k: ThroughputConstants
+    stack: KernelStack,
+    shape: ModelShape,
+    config: TrainingConfig,
+    score_elements: float,
+    device: Device,
+    k: ThroughputConstants,
 ) -> tuple[float, float]:
     """(forward, backward) seconds the stack's extra s x s writes take over `score_elements` scores."""
-    forward, backward = EXTRA_SCORE_WRITES.get(stack, (0, 0))
+    forward, backward = extra_score_writes(stack, shape, config)
     if not forward and not backward:
         return 0.0, 0.0
     return (

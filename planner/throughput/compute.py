@@ -3,7 +3,7 @@
 Each block is costed from its shapes (kernels.py): the projections and MLP as
 matmuls sharded by tensor parallelism, the attention core (flash kernels skip
 the causal half; the eager path materialises s x s scores; an unfused softmax chain such as
-Megatron-LM 2019's adds the s x s passes attention_chain.py traced), and the
+Megatron-LM 2019's or transformers' eager attention adds the s x s passes attention_chain.py traced), and the
 element-wise work. The matmul time is rescaled so its FLOPs equal the
 parameter-based count (flops.py), which carries biases, cross-attention and
 shared experts that the generic shapes leave out. The last stage also runs the
@@ -134,7 +134,7 @@ def stage_compute(
     flash = fused_attention and config.attention is AttentionKernel.SDPA
     # An unfused softmax chain's extra s x s passes (attention_chain.py), where the scores are materialised.
     chain_fwd, chain_bwd = (
-        (0.0, 0.0) if flash else score_chain_seconds(stack, _score_elements(shape, config), device, k)
+        (0.0, 0.0) if flash else score_chain_seconds(stack, shape, config, _score_elements(shape, config), device, k)
     )
     elementwise_fwd = elementwise_seconds(device, _block_elements(shape, config, rows), k)
     elementwise_fwd += rows * unfused_bytes_per_row(shape, config, stack) / device.memory_Bps

@@ -32,7 +32,9 @@ from planner.training_config import TrainingConfig
 
 class KernelStack(str, Enum):
     FUSED = "fused"  # llm-foundry MPT, Megatron-LM, Megatron-DeepSpeed: one kernel per norm and rotary
-    HF_EAGER = "hf-eager"  # transformers modules run eagerly: what our backends train
+    # transformers modules run eagerly: what our backends train; where attention is not fused, transformers'
+    # eager_attention_forward, whose s x s chain attention_chain.py charges (traced).
+    HF_EAGER = "hf-eager"
     # Megatron-LM of September 2019: fused LayerNorm (apex) and a scripted GeLU, but an unfused attention-softmax
     # chain whose extra s x s passes attention_chain.py charges (the ZeRO and ZeRO-Offload papers' code).
     MEGATRON_2019 = "megatron-2019"
@@ -59,7 +61,9 @@ ROTARY_EXTRA_BYTES = 16.0
 STACK_SOURCES = {
     KernelStack.HF_EAGER: (
         "assumed: our strategies run transformers modules eagerly (unfused RMSNorm and rotary traffic added, "
-        "planner/throughput/kernel_stack.py); the constants were fitted on a fused stack"
+        "planner/throughput/kernel_stack.py; where attention is not fused, transformers' eager attention chain, its "
+        "extra s x s writes by precision (5 each way under autocast) at the element-wise rate: traced, "
+        "planner/throughput/attention_chain.py); the constants were fitted on a fused stack"
     ),
     KernelStack.FUSED: "fused kernel stack (llm-foundry / Megatron-style), as the constants were fitted",
     KernelStack.MEGATRON_2019: (
