@@ -340,3 +340,10 @@ def test_fsdp_sharding_alone_narrows_to_fsdp_and_hybrid_on_one_node_is_one_line_
     assert main([*one_node, "--fsdp-sharding", "hybrid"]) == 2  # was "nothing fits", and suggestions
     err = capsys.readouterr().err.strip()
     assert "--strategies fsdp-hybrid leaves nothing to search" in err and "on one node it is full sharding" in err
+
+
+def test_plan_help_names_the_report_extra_it_installs(monkeypatch, capsys):
+    """Rich reads "[report]" in a help text as a style tag and drops it; the line must print the extra's name."""
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["plan", "--help"]) == 0
+    assert "pip install 'hardware-selector[report]'" in capsys.readouterr().out
