@@ -347,3 +347,22 @@ def test_plan_help_names_the_report_extra_it_installs(monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "250")
     assert main(["plan", "--help"]) == 0
     assert "pip install 'hardware-selector[report]'" in capsys.readouterr().out
+
+
+def test_the_overhead_source_gives_the_numbers_it_is_made_of_and_no_flag_plan_lacks(capsys):
+    """The overhead's source said "override with --overhead-gb", a flag `plan` refuses, and not what the figure
+    is made of; it states the context and the fragmentation share, which reproduce the figure."""
+    assert main([*PLAN_ARGS, "--json", "--top", "1"]) == 0
+    memory = json.loads(capsys.readouterr().out)["best"]["memory"]
+    source, per_gpu = memory["sources"]["overhead"], memory["per_gpu_bytes"]
+    assert source == (
+        "assumption: 0.75 GiB CUDA context + 5% of the tensors' memory as allocator fragmentation reserve "
+        "(estimate --overhead-gb sets a flat figure)"
+    )
+    tensors = per_gpu["total"] - per_gpu["overhead"]
+    assert per_gpu["overhead"] == int(0.75 * 2**30 + 0.05 * tensors)
+    assert main(["estimate", "--model", "llama-2-7b", "--gpu", "H100-80GB", "--overhead-gb", "1.5", "--json"]) == 0
+    assert (
+        json.loads(capsys.readouterr().out)["memory"]["sources"]["overhead"]
+        == "assumption: 1.5 GiB flat (--overhead-gb)"
+    )
