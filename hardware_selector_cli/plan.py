@@ -169,7 +169,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(json.dumps(search_document(result), indent=2))
         else:
-            print_plans(result, title, explain)
+            print_plans(result, title, explain, tokens_given=request.train_tokens is not None)
             from rich.console import Console
 
             Console().print(f"throughput {calibration}", markup=False, highlight=False, style="dim")

@@ -366,3 +366,14 @@ def test_the_overhead_source_gives_the_numbers_it_is_made_of_and_no_flag_plan_la
         json.loads(capsys.readouterr().out)["memory"]["sources"]["overhead"]
         == "assumption: 1.5 GiB flat (--overhead-gb)"
     )
+
+
+def test_the_cost_line_says_where_its_token_count_comes_from(capsys, monkeypatch):
+    """Without --tokens the cost was "to train 1.61e+11 tokens ... (--price, --tokens)": a number without its rule."""
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(PLAN_ARGS) == 0
+    assert "tokens (20 per parameter, Chinchilla; --tokens) at $" in capsys.readouterr().out
+    assert main([*PLAN_ARGS, "--tokens", "1e9"]) == 0
+    assert "cost: to train 1e+09 tokens (--tokens) at $" in capsys.readouterr().out
+    assert main([*PLAN_ARGS, "--objective", "time-to-train"]) == 0
+    assert "days: wall time to train" in (out := capsys.readouterr().out) and "Chinchilla; --tokens)" in out
