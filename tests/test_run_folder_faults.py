@@ -118,6 +118,21 @@ def test_a_checkpoint_of_another_model_with_the_same_name_is_refused(user, train
     assert "was saved by strategy ddp, and this run uses fsdp; resume with --strategy ddp" in lines[0]
 
 
+def test_the_full_run_after_a_tiny_smoke_test_starts_afresh_and_keeps_the_smoke_test_aside(tmp_path):
+    """README: `train runs/ft --tiny --steps 3`, then the run. The smoke test's checkpoint (a shrunken model)
+    was refused as "another my-gpt2" and the run did not start without --no-resume; it is moved aside instead."""
+    model_dir, corpus = make_local_gpt2(tmp_path / "user")
+    run_dir = tmp_path / "ft"
+    plan = ["plan", "-m", model_dir, "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64", "--global-batch", "8"]
+    ok(cli(*plan, "--strategies", "ddp", "--data", corpus, "--emit", run_dir))
+    ok(cli("train", run_dir, "--tiny", "--steps", "1", "--save-every", "1", "--no-record"))
+    assert (run_dir / "checkpoints" / "global_step1").is_dir()
+    full = ok(cli("train", run_dir, "--steps", "1", "--no-record"))
+    assert "resuming" not in full.stdout and "starting afresh: the --tiny smoke test's state is kept in" in full.stdout
+    (kept,) = (run_dir / "previous").iterdir()
+    assert (kept / "checkpoints" / "global_step1").is_dir() and '"tiny": false' in full.stdout
+
+
 def _ranks_of(run_dir):
     found = []
     for process in psutil.process_iter(["cmdline"]):
