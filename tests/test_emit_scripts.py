@@ -281,6 +281,30 @@ def test_launch_sh_advises_only_flags_the_commands_have(tmp_path, capsys, monkey
             assert re.search(rf"{flag}\b", usage), f"launch.sh advises {command} {flag}, which it does not take"
 
 
+@pytest.mark.parametrize("exists", [False, True])
+def test_an_emission_interrupted_mid_way_leaves_no_half_folder(tmp_path, monkeypatch, exists):
+    """Ctrl-C between two files left plan.json and one config, no launch.sh: `train` ran it and --emit refused
+    the folder as existing. A folder that was missing or empty is left as it was."""
+    import planner.rundir.write as write
+
+    real, calls = write.write_text_atomic, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    run_dir = tmp_path / "run"
+    if exists:
+        run_dir.mkdir()
+    monkeypatch.setattr(write, "write_text_atomic", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        emit_run_folder(make_plan(strategy="ddp"), run_dir)
+    assert len(calls) == 3
+    assert (run_dir.is_dir() and not any(run_dir.iterdir())) if exists else not run_dir.exists()
+
+
 def test_plan_json_round_trips(tmp_path):
     from planner.contract.schema import SCHEMA_VERSION
     from planner.rundir.plan_file import read_plan_file
