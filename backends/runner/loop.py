@@ -287,6 +287,7 @@ class RunSession:
             world_size=self.world,
             global_batch=run.global_batch,
             seq_len=run.seq_len,
+            **({"checkpoint": self.resumed_from} if self.resumed_from else {}),
         )
         self.status.update(step=self.step)
         self.tied = tied_names(self.setup.make_model(empty=True)) if self.rank == 0 else {}
