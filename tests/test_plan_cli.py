@@ -377,3 +377,17 @@ def test_the_cost_line_says_where_its_token_count_comes_from(capsys, monkeypatch
     assert "cost: to train 1e+09 tokens (--tokens) at $" in capsys.readouterr().out
     assert main([*PLAN_ARGS, "--objective", "time-to-train"]) == 0
     assert "days: wall time to train" in (out := capsys.readouterr().out) and "Chinchilla; --tokens)" in out
+
+
+def test_the_engine_alone_on_one_gpu_is_one_line_saying_why_not_nothing_fits(capsys):
+    """GPT-2 on one H100 with --strategies engine said "nothing fits", "2 x H100-80GB is the fewest that fits
+    (memory: formula)" and suggested LoRA: the engine has no one-GPU layout, whatever the memory."""
+    assert (
+        main(["plan", "--model", "gpt2", "--gpu", "H100-80GB", "--gpus-per-node", "1", "--strategies", "engine"]) == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --strategies engine on 1 GPU: our engine's layouts split the model over 2 or more")
+    assert "\n" not in err
+    assert (
+        main(["plan", "--model", "gpt2", "--gpu", "H100-80GB", "--gpus-per-node", "2", "--strategies", "engine"]) == 0
+    )
