@@ -76,6 +76,20 @@ def print_memory_table(result, title: str) -> None:
         console.print(f"  - {note}")
 
 
+def print_speed(result) -> None:
+    """The speed half of the estimate (step time, tokens/s, MFU, HFU) and its source; --json has it as "throughput"."""
+    from planner.search.explain import throughput_source
+
+    speed = result.throughput
+    if speed is None:
+        print(f"speed: not estimated: {result.throughput_error}")
+        return
+    print(
+        f"speed: step {speed.step_time_s:.3g} s for {speed.global_batch} sequences, {speed.tokens_per_s:,.0f} tokens/s, "
+        f"{speed.tflops_per_gpu:.3g} TFLOP/s per GPU, MFU {speed.mfu:.0%}, HFU {speed.hfu:.0%} [{throughput_source(speed)}]"
+    )
+
+
 def _fit_default_seq_len(ctx: typer.Context, config: TrainingConfig, spec: ModelSpec) -> TrainingConfig:
     """--seq-len not given: the smaller of 2048 and the model's context, as `plan` defaults."""
     from planner.search.request import default_seq_len
@@ -158,6 +172,7 @@ def register(app: typer.Typer) -> None:
             print_memory_table(
                 result, f"{spec.name} on {target.world_size} x {target.gpu.name}, {config.strategy.value}"
             )
+            print_speed(result)
             for note in compression_notes:
                 print(f"  - {note}")
 

@@ -109,3 +109,19 @@ def failure_line(code: int, log: Path) -> str:
             f"error: a rank was killed by {SIGNALS.get(number, f'signal {number}')}; the launcher's report is in {log}"
         )
     return f"error: the run failed (exit code {code}); the launcher's report and the ranks' output are in {log}"
+
+
+def interruption_line(run_dir: Path, since: float) -> str | None:
+    """One line for a run that a stop signal ended (Ctrl-C, SIGTERM), from the run_status.json it wrote on the
+    way out after `since`; None for any other ending."""
+    import json
+
+    try:
+        status = json.loads((run_dir / "run_status.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(status, dict) or status.get("state") != "interrupted":
+        return None
+    if not isinstance(status.get("updated_at"), (int, float)) or status["updated_at"] < since:
+        return None  # an earlier run's ending
+    return f"interrupted: {status.get('message', '')}"

@@ -101,7 +101,8 @@ def register(app: typer.Typer) -> None:
             "--report",
             metavar="FILE.html",
             help="Also write the candidates' memory and step time, why each family lost and the sources as one "
-            "self-contained HTML page (the report extra: pip install 'hardware-selector[report]').",
+            # \\[ : rich would read "[report]" as a style tag and print the install line without it
+            "self-contained HTML page (the report extra: pip install 'hardware-selector\\[report]').",
         ),
     ) -> None:
         """Find the fastest (or cheapest) way to train a model on a cluster, and explain it."""
@@ -168,7 +169,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(json.dumps(search_document(result), indent=2))
         else:
-            print_plans(result, title, explain)
+            print_plans(result, title, explain, tokens_given=request.train_tokens is not None)
             from rich.console import Console
 
             Console().print(f"throughput {calibration}", markup=False, highlight=False, style="dim")

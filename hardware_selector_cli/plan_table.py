@@ -61,12 +61,12 @@ def _time_or_cost(speed, tokens: float, world_size: int, by_time: bool) -> str:
     return "-" if cost is None else _compact(cost, "$")
 
 
-def print_plans(result, title: str, explain: bool) -> None:
+def print_plans(result, title: str, explain: bool, tokens_given: bool = True) -> None:
     from rich.console import Console
     from rich.table import Table
 
     from planner.search.layouts import family_label
-    from planner.search.request import Objective
+    from planner.search.request import CHINCHILLA_TOKENS_PER_PARAM, Objective
 
     console = Console()
     if result.best is None:
@@ -107,11 +107,18 @@ def print_plans(result, title: str, explain: bool) -> None:
             markup=False,
             highlight=False,
         )
+        # Where the token count comes from: --tokens, or the default the help names (20 per parameter).
+        tokens_note = (
+            "--tokens" if tokens_given else f"{CHINCHILLA_TOKENS_PER_PARAM} per parameter, Chinchilla; --tokens"
+        )
         if by_time:
-            console.print(f"days: wall time to train {tokens:.3g} tokens (--tokens)", markup=False, highlight=False)
+            console.print(
+                f"days: wall time to train {tokens:.3g} tokens ({tokens_note})", markup=False, highlight=False
+            )
         else:
             console.print(
-                f"cost: to train {tokens:.3g} tokens at {result.best.cluster.gpu.price_note()} (--price, --tokens)",
+                f"cost: to train {tokens:.3g} tokens ({tokens_note}) at {result.best.cluster.gpu.price_note()} "
+                "(--price)",
                 markup=False,
                 highlight=False,
             )

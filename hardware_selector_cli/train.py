@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import typer
@@ -115,11 +116,16 @@ def register(app: typer.Typer) -> None:
             return
         lock = hold_run_lock(spec.run_dir)  # noqa: F841 (held while torchrun runs; its ranks skip it)
         check_resume(spec.run_dir, run, tiny=args.tiny, strategy=spec.strategy.value, resume_from=args.resume_from)
-        from .launcher_output import failure_line, log_path, rank_exit_code, run_logged
+        from .launcher_output import failure_line, interruption_line, log_path, rank_exit_code, run_logged
 
         log = log_path(spec.run_dir)
+        started = time.time()
         held = {HELD_ENV: str(spec.run_dir.resolve())}
         code, explained = run_logged(command, cwd=Path.cwd(), log=log, env=held)  # relative paths: the user's folder
+        interrupted = interruption_line(spec.run_dir, started) if code else None
+        if interrupted:  # Ctrl-C or a scheduler's SIGTERM: not a failure, and the log holds only torchrun's report
+            print(interrupted, file=sys.stderr)
+            raise typer.Exit(130)
         if code and not explained:
             print(failure_line(code, log), file=sys.stderr)
         if code:

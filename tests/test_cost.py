@@ -282,7 +282,7 @@ def test_plain_cost_prices_the_gpu_from_the_catalog_and_names_the_source():
     (figure,) = [reason for reason in best["reasons"] if "to train" in reason]
     assert f"at ${cheapest.on_demand:.2f}/GPU-hour [price: {gpu['price_source']}]" in figure
     table = "".join(_plan("--gpu", "H100-80GB", "--gpus-per-node", "2").stdout.split())  # rich wraps even URLs
-    line = f"at ${cheapest.on_demand:.2f}/GPU-hour [{gpu['price_source']}] (--price, --tokens)"
+    line = f"at ${cheapest.on_demand:.2f}/GPU-hour [{gpu['price_source']}] (--price)"
     assert "".join(line.split()) in table
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -261,6 +262,47 @@ def test_an_elastic_folder_launches_torchrun_over_its_node_range(tmp_path, recor
     assert subprocess.run(["bash", "-n", str(run_dir / "slurm.sbatch")]).returncode == 0
     assert "#SBATCH --nodes=1-2\n#SBATCH --no-kill\n" in sbatch and "--kill-on-bad-exit" not in sbatch
     assert '-m torch.distributed.run --nnodes=1:2 --max-restarts=3 --nproc-per-node="$NPROC_PER_NODE"' in sbatch
+
+
+def test_launch_sh_advises_only_flags_the_commands_have(tmp_path, capsys, monkeypatch):
+    """launch.sh said "re-emit with --nproc", a flag `plan` does not have; each flag it names must exist."""
+    from hardware_selector_cli.app import main
+
+    emit_run_folder(make_plan(strategy="ddp"), tmp_path / "run")
+    script = (tmp_path / "run" / "launch.sh").read_text()
+    advice = " ".join(line.lstrip("# ") for line in script.splitlines() if line.startswith("#"))
+    monkeypatch.setenv("COLUMNS", "250")
+    for command, pattern in (("plan", r"re-emit with (--[\w-]+)"), ("train", r"train RUN_DIR (--[\w-]+)")):
+        flags = re.findall(pattern, advice)
+        assert flags, (command, advice)
+        assert main([command, "--help"]) == 0
+        usage = capsys.readouterr().out
+        for flag in flags:
+            assert re.search(rf"{flag}\b", usage), f"launch.sh advises {command} {flag}, which it does not take"
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_an_emission_interrupted_mid_way_leaves_no_half_folder(tmp_path, monkeypatch, exists):
+    """Ctrl-C between two files left plan.json and one config, no launch.sh: `train` ran it and --emit refused
+    the folder as existing. A folder that was missing or empty is left as it was."""
+    import planner.rundir.write as write
+
+    real, calls = write.write_text_atomic, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    run_dir = tmp_path / "run"
+    if exists:
+        run_dir.mkdir()
+    monkeypatch.setattr(write, "write_text_atomic", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        emit_run_folder(make_plan(strategy="ddp"), run_dir)
+    assert len(calls) == 3
+    assert (run_dir.is_dir() and not any(run_dir.iterdir())) if exists else not run_dir.exists()
 
 
 def test_plan_json_round_trips(tmp_path):

@@ -213,6 +213,18 @@ def test_table_output_says_fit_and_margin(capsys):
     assert "over the usable GPU memory" in capsys.readouterr().out
 
 
+def test_table_output_has_the_speed_and_its_source(capsys):
+    """README: estimate prints step time, tokens/s, MFU and HFU per GPU; the table showed memory only."""
+    speed = run_json(capsys, "--strategy", "zero3")["throughput"]
+    assert main([*BASE, "--strategy", "zero3"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"step {speed['step_time_s']:.3g} s" in out and f"{speed['tokens_per_s']:,.0f} tokens/s" in out
+    assert f"MFU {speed['mfu']:.0%}" in out and f"HFU {speed['hfu']:.0%}" in out
+    assert "[throughput: formula" in out
+    assert main([*BASE, "--gpu", "V100-32GB", "--precision", "bf16-mixed", "--strategy", "zero3"]) == 0
+    assert "speed: not estimated: V100-32GB has no bf16 support" in capsys.readouterr().out
+
+
 def test_offload_that_overflows_cpu_ram_does_not_fit(capsys):
     flags = ["--strategy", "zero3", "--offload-optimizer", "cpu", "--offload-params", "cpu", "--cpu-ram-gb", "100"]
     memory = run_json(capsys, *flags)["memory"]

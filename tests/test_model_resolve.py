@@ -222,3 +222,11 @@ def test_every_catalog_entry_has_its_stored_config():
 
     stored = {path.stem for path in (CATALOG_DIR / "models").glob("*.json")}
     assert {spec.name for spec in load_catalog()} == stored
+
+
+@pytest.mark.parametrize("params", [-5, 0, 5e5])
+def test_a_param_count_below_the_floor_names_the_floor_whatever_its_sign(params):
+    """--params -5 said "must be at least 0", and then 0 was refused as "must be at least 1e6"."""
+    with pytest.raises(UserInputError) as refused:
+        spec_from_param_count(params)
+    assert str(refused.value) == f"--params must be at least 1e6 (e.g. --params 7.5e9), not {params:g}"

@@ -340,3 +340,54 @@ def test_fsdp_sharding_alone_narrows_to_fsdp_and_hybrid_on_one_node_is_one_line_
     assert main([*one_node, "--fsdp-sharding", "hybrid"]) == 2  # was "nothing fits", and suggestions
     err = capsys.readouterr().err.strip()
     assert "--strategies fsdp-hybrid leaves nothing to search" in err and "on one node it is full sharding" in err
+
+
+def test_plan_help_names_the_report_extra_it_installs(monkeypatch, capsys):
+    """Rich reads "[report]" in a help text as a style tag and drops it; the line must print the extra's name."""
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["plan", "--help"]) == 0
+    assert "pip install 'hardware-selector[report]'" in capsys.readouterr().out
+
+
+def test_the_overhead_source_gives_the_numbers_it_is_made_of_and_no_flag_plan_lacks(capsys):
+    """The overhead's source said "override with --overhead-gb", a flag `plan` refuses, and not what the figure
+    is made of; it states the context and the fragmentation share, which reproduce the figure."""
+    assert main([*PLAN_ARGS, "--json", "--top", "1"]) == 0
+    memory = json.loads(capsys.readouterr().out)["best"]["memory"]
+    source, per_gpu = memory["sources"]["overhead"], memory["per_gpu_bytes"]
+    assert source == (
+        "assumption: 0.75 GiB CUDA context + 5% of the tensors' memory as allocator fragmentation reserve "
+        "(estimate --overhead-gb sets a flat figure)"
+    )
+    tensors = per_gpu["total"] - per_gpu["overhead"]
+    assert per_gpu["overhead"] == int(0.75 * 2**30 + 0.05 * tensors)
+    assert main(["estimate", "--model", "llama-2-7b", "--gpu", "H100-80GB", "--overhead-gb", "1.5", "--json"]) == 0
+    assert (
+        json.loads(capsys.readouterr().out)["memory"]["sources"]["overhead"]
+        == "assumption: 1.5 GiB flat (--overhead-gb)"
+    )
+
+
+def test_the_cost_line_says_where_its_token_count_comes_from(capsys, monkeypatch):
+    """Without --tokens the cost was "to train 1.61e+11 tokens ... (--price, --tokens)": a number without its rule."""
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(PLAN_ARGS) == 0
+    assert "tokens (20 per parameter, Chinchilla; --tokens) at $" in capsys.readouterr().out
+    assert main([*PLAN_ARGS, "--tokens", "1e9"]) == 0
+    assert "cost: to train 1e+09 tokens (--tokens) at $" in capsys.readouterr().out
+    assert main([*PLAN_ARGS, "--objective", "time-to-train"]) == 0
+    assert "days: wall time to train" in (out := capsys.readouterr().out) and "Chinchilla; --tokens)" in out
+
+
+def test_the_engine_alone_on_one_gpu_is_one_line_saying_why_not_nothing_fits(capsys):
+    """GPT-2 on one H100 with --strategies engine said "nothing fits", "2 x H100-80GB is the fewest that fits
+    (memory: formula)" and suggested LoRA: the engine has no one-GPU layout, whatever the memory."""
+    assert (
+        main(["plan", "--model", "gpt2", "--gpu", "H100-80GB", "--gpus-per-node", "1", "--strategies", "engine"]) == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --strategies engine on 1 GPU: our engine's layouts split the model over 2 or more")
+    assert "\n" not in err
+    assert (
+        main(["plan", "--model", "gpt2", "--gpu", "H100-80GB", "--gpus-per-node", "2", "--strategies", "engine"]) == 0
+    )

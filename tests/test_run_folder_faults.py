@@ -118,6 +118,53 @@ def test_a_checkpoint_of_another_model_with_the_same_name_is_refused(user, train
     assert "was saved by strategy ddp, and this run uses fsdp; resume with --strategy ddp" in lines[0]
 
 
+def test_the_full_run_after_a_tiny_smoke_test_starts_afresh_and_keeps_the_smoke_test_aside(tmp_path):
+    """README: `train runs/ft --tiny --steps 3`, then the run. The smoke test's checkpoint (a shrunken model)
+    was refused as "another my-gpt2" and the run did not start without --no-resume; it is moved aside instead."""
+    model_dir, corpus = make_local_gpt2(tmp_path / "user")
+    run_dir = tmp_path / "ft"
+    plan = ["plan", "-m", model_dir, "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64", "--global-batch", "8"]
+    ok(cli(*plan, "--strategies", "ddp", "--data", corpus, "--emit", run_dir))
+    ok(cli("train", run_dir, "--tiny", "--steps", "1", "--save-every", "1", "--no-record"))
+    assert (run_dir / "checkpoints" / "global_step1").is_dir()
+    full = ok(cli("train", run_dir, "--steps", "1", "--no-record"))
+    assert "resuming" not in full.stdout and "starting afresh: the --tiny smoke test's state is kept in" in full.stdout
+    (kept,) = (run_dir / "previous").iterdir()
+    assert (kept / "checkpoints" / "global_step1").is_dir() and '"tiny": false' in full.stdout
+
+
+@pytest.mark.parametrize("save_every", [0, 5])
+def test_ctrl_c_mid_run_says_interrupted_and_where_the_next_train_starts(tmp_path, save_every):
+    """Ctrl-C during `train` printed "error: the run failed (exit code 1)" and run_status.json said "resumes from
+    the newest checkpoint" when none had been saved: it is one line saying interrupted, the step, and where the
+    next `train` starts, with exit code 130."""
+    model_dir, corpus = make_local_gpt2(tmp_path / "user")
+    run_dir = tmp_path / "ft"
+    plan = ["plan", "-m", model_dir, "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64", "--global-batch", "8"]
+    ok(cli(*plan, "--strategies", "ddp", "--data", corpus, "--emit", run_dir, "--steps", "2000"))
+    command = [sys.executable, "-m", "hardware_selector", "train", str(run_dir), "--no-record"]
+    command += ["--save-every", str(save_every)] if save_every else []
+    train = subprocess.Popen(
+        command, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    assert train.stdout is not None
+    for line in train.stdout:  # plain lines on a pipe, one every 10 steps
+        if line.startswith("step 10/"):
+            break
+    os.killpg(train.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
+    _, err = train.communicate(timeout=120)
+    assert train.returncode == 130, err[-3000:]
+    (last,) = [line for line in err.splitlines() if line.startswith(("interrupted:", "error:"))]
+    assert last.startswith("interrupted: SIGINT at step "), err[-3000:]
+    if save_every:
+        saved = json.loads((run_dir / "run_status.json").read_text())["checkpoint"]
+        assert last.endswith(f"`hardware-selector train` resumes from {saved}") and (run_dir / saved).is_dir()
+    else:
+        assert last.endswith(
+            "no checkpoint was saved yet: `hardware-selector train` starts again at step 1 (--save-every N)"
+        )
+
+
 def _ranks_of(run_dir):
     found = []
     for process in psutil.process_iter(["cmdline"]):

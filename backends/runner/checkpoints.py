@@ -41,10 +41,17 @@ def model_fingerprint(hf_config: dict, *, tiny: bool = False) -> str:
     return digest + ("-tiny" if tiny else "")
 
 
+def saved_by_a_smoke_test(state: dict[str, Any]) -> bool:
+    """A --tiny run's checkpoint (its fingerprint is marked so): the full run that follows the smoke test in the
+    same folder starts afresh and moves it to previous/<time>/, instead of refusing it as another model's."""
+    return str(state.get("saved_under", {}).get("model_fingerprint", "")).endswith("-tiny")
+
+
 class RunCheckpoints:
     def __init__(self, folder: Path, keep_last: int):
         self.folder = folder
         self.keep_last = keep_last
+        self.passed_over_smoke_test = False  # rank 0: newest() left a --tiny run's checkpoint for a full run
 
     def save(self, adapter: Adapter, step: int, state: dict[str, Any]) -> Path:
         """Collective: write and seal checkpoint `global_step<step>`; returns its folder.
@@ -71,9 +78,10 @@ class RunCheckpoints:
         seal(self.folder, partial, tag, self.keep_last)
         return self.folder / tag
 
-    def newest(self, resume_from: Path | None = None) -> Path | None:
+    def newest(self, resume_from: Path | None = None, *, tiny: bool = True) -> Path | None:
         """Collective: the newest intact checkpoint (rank 0 decides for everybody), or None; `resume_from`
-        (--resume-from) names one instead, here or in another run folder."""
+        (--resume-from) names one instead, here or in another run folder. A full run (`tiny` False) does not
+        resume a --tiny smoke test's checkpoint: None, and `passed_over_smoke_test` says why."""
         if resume_from is not None:
             chosen = Path(resume_from).expanduser().resolve()
             if not (chosen / RUNNER_STATE).is_file():
@@ -89,6 +97,8 @@ class RunCheckpoints:
                 choice = choose_checkpoint(self.folder, None)
             except UserInputError as failure:
                 error = str(failure)
+            if choice is not None and not tiny and _smoke_test_checkpoint(choice):
+                choice, self.passed_over_smoke_test = None, True
         error, choice = rank0_choice(error, choice)
         if error:
             raise UserInputError(error)
@@ -106,6 +116,13 @@ class RunCheckpoints:
         if rng_file.is_file():
             load_rng(rng_file)
         return state
+
+
+def _smoke_test_checkpoint(folder: Path) -> bool:
+    try:
+        return saved_by_a_smoke_test(read_json(folder / RUNNER_STATE))
+    except (OSError, ValueError):
+        return False  # a damaged state: resuming says what is wrong with it
 
 
 def check_resumable(

@@ -203,13 +203,16 @@ class RunSession:
     def resume(self) -> None:
         """Phase 2: from the newest checkpoint (every rank agrees on it), or afresh with an earlier run moved aside."""
         run, run_dir = self.run, self.spec.run_dir
-        newest = self.checkpoints.newest(self.args.resume_from) if run.checkpoint.resume else None  # rank 0 decides
+        newest = (  # rank 0 decides
+            self.checkpoints.newest(self.args.resume_from, tiny=self.args.tiny) if run.checkpoint.resume else None
+        )
         if newest is None and self.rank == 0:
             from planner.rundir.previous_run import archive_previous_run
 
             moved = archive_previous_run(run_dir)  # a fresh start never mixes with an earlier run's files
             if moved is not None:
-                self.notes.append(f"starting afresh: the previous run's state is kept in {moved}")
+                what = "the --tiny smoke test's" if self.checkpoints.passed_over_smoke_test else "the previous run's"
+                self.notes.append(f"starting afresh: {what} state is kept in {moved}")
         self.metrics = MetricsLog(
             Path(self.args.metrics) if self.args.metrics else run_dir / "metrics.jsonl",
             enabled=self.rank == 0,
@@ -284,6 +287,7 @@ class RunSession:
             world_size=self.world,
             global_batch=run.global_batch,
             seq_len=run.seq_len,
+            **({"checkpoint": self.resumed_from} if self.resumed_from else {}),
         )
         self.status.update(step=self.step)
         self.tied = tied_names(self.setup.make_model(empty=True)) if self.rank == 0 else {}

@@ -82,7 +82,7 @@ def check_resume(run_dir: Path, run: RunConfig, *, tiny: bool, strategy: str, re
     it after choosing the checkpoint. Only the small JSON is read: the ranks verify the checksums."""
     from backends.checkpoint.layout import read_json
     from backends.checkpoint.load import preferred_tags
-    from backends.runner.checkpoints import RUNNER_STATE, check_resumable, model_fingerprint
+    from backends.runner.checkpoints import RUNNER_STATE, check_resumable, model_fingerprint, saved_by_a_smoke_test
 
     folder = run_dir / "checkpoints"
     tags = preferred_tags(folder) if run.checkpoint.resume else []
@@ -98,6 +98,8 @@ def check_resume(run_dir: Path, run: RunConfig, *, tiny: bool, strategy: str, re
         state = read_json(newest / RUNNER_STATE)
     except (OSError, ValueError):
         return  # a damaged checkpoint: the ranks fall back to an older one, or say why none is usable
+    if resume_from is None and not tiny and saved_by_a_smoke_test(state):
+        return  # the smoke test's: the ranks start afresh and move it aside
     fingerprint = model_fingerprint(run.model.hf_config, tiny=tiny)
     from planner.rundir.replan import plan_digest
 

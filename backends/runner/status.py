@@ -70,8 +70,13 @@ class RunStatus:
         if signum is None:
             self.update(state="failed", step=step, message=f"{type(failure).__name__}: {failure}"[:500])
             return
-        how = f"{signal.Signals(signum).name} at step {step}; `hardware-selector train` resumes from the newest checkpoint"
-        self.update(state="interrupted", step=step, message=how)
+        saved = self.document.get("checkpoint")  # the newest this run saved or resumed from
+        then = (
+            f"`hardware-selector train` resumes from {saved}"
+            if saved
+            else "no checkpoint was saved yet: `hardware-selector train` starts again at step 1 (--save-every N)"
+        )
+        self.update(state="interrupted", step=step, message=f"{signal.Signals(signum).name} at step {step}; {then}")
 
 
 STATES = ("running", "finished", "stopped", "interrupted", "failed")

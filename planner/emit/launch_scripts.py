@@ -56,7 +56,8 @@ def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None, elast
         f"# Another launcher: LAUNCHER=torchrun|accelerate|deepspeed|mpirun (the plan's choice: {target.launcher}).",
         *(
             [
-                "# The process count is part of the plan (batch sizes depend on it): re-emit with --nproc to change it.",
+                "# The process count is part of the plan (batch sizes depend on it): to change it, run",
+                "# hardware-selector train RUN_DIR --nproc N (the global batch is kept), or re-emit with --gpus-per-node.",
             ]
             if elastic is None
             else [

@@ -161,7 +161,7 @@ def estimate_memory(
         fits = False
     return MemoryEstimate(
         per_gpu_bytes=per_gpu,
-        sources=_sources(config, peak.phase, runtime),
+        sources=_sources(config, peak.phase, runtime, overhead),
         peak_phase=peak.phase,
         gpu_capacity_bytes=gpu_capacity_bytes,
         headroom_fraction=headroom_fraction,
@@ -177,13 +177,21 @@ def estimate_memory(
     )
 
 
-def _sources(config: TrainingConfig, phase: str, runtime: Runtime) -> dict[str, str]:
-    framework = "PyTorch-native layout" if uses_native_mixed_precision(config) else "DeepSpeed-style layout"
-    overhead = (
-        "assumption: CUDA context + allocator fragmentation reserve (override with --overhead-gb)"
-        if runtime.has_runtime_overhead
-        else "none: the CPU trace has no CUDA context or allocator"
+def _overhead_source(overhead: OverheadSettings, runtime: Runtime) -> str:
+    """Where the overhead figure comes from, with its numbers: `plan` has no --overhead-gb, only `estimate` does."""
+    if not runtime.has_runtime_overhead:
+        return "none: the CPU trace has no CUDA context or allocator"
+    context = overhead.cuda_context_bytes / GIB
+    if not overhead.fragmentation_fraction:
+        return f"assumption: {context:.3g} GiB flat (--overhead-gb)"
+    return (
+        f"assumption: {context:.3g} GiB CUDA context + {overhead.fragmentation_fraction:.0%} of the tensors' memory "
+        "as allocator fragmentation reserve (estimate --overhead-gb sets a flat figure)"
     )
+
+
+def _sources(config: TrainingConfig, phase: str, runtime: Runtime, overhead: OverheadSettings) -> dict[str, str]:
+    framework = "PyTorch-native layout" if uses_native_mixed_precision(config) else "DeepSpeed-style layout"
     buffers = "formula: buckets, gathered units and autocast weight copies as our emitted configs run"
     if config.compression is not GradientCompression.NONE:
         buffers += (
@@ -197,6 +205,6 @@ def _sources(config: TrainingConfig, phase: str, runtime: Runtime) -> dict[str, 
         "activations": "formula: Korthikanti et al. 2022 Table 2 generalised to the HF block, checked by traces (docs/accuracy.md)",
         "temporaries": "formula: fp32 log-softmax over the vocabulary and its gradients; recomputed block",
         "buffers": buffers,
-        "overhead": overhead,
+        "overhead": _overhead_source(overhead, runtime),
         "total": f"sum of the above at the step's peak ({phase})",
     }

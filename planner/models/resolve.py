@@ -243,9 +243,9 @@ def spec_from_param_count(params: float) -> ModelSpec:
     published shape below, scaled in width), so activation estimates stay
     plausible; the count itself is what the user asked for, not the formula's.
     """
-    params = check_number("--params", params, high=MAX_PARAMS)
+    params = check_number("--params", params, high=MAX_PARAMS, low=-math.inf)  # below 1e6 is the line below's
     if params < 1e6:
-        raise UserInputError("--params must be at least 1e6 (e.g. --params 7.5e9)")
+        raise UserInputError(f"--params must be at least 1e6 (e.g. --params 7.5e9), not {params:g}")
     if params > 1e13:
         raise UserInputError("--params above 1e13 is beyond any trainable model; check the exponent")
     count = int(round(params))

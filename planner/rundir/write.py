@@ -39,7 +39,7 @@ from planner.launch_target import LaunchTarget
 from planner.models.families import family_of
 from planner.plan import Plan
 from planner.rundir.engine_for_run import engine_config_for_run
-from planner.rundir.manifest import files_of_ours, foreign_files, write_manifest
+from planner.rundir.manifest import MANIFEST, files_of_ours, foreign_files, write_manifest
 from planner.rundir.previous_run import archive_previous_run
 from planner.rundir.run_options import RunOptions, run_config
 from planner.rundir.run_overrides import RunOverrides, apply_overrides, pickle_only_note
@@ -190,16 +190,35 @@ def emit_run_folder(
     files = render_run_folder(
         plan, run_dir, target, tune, elastic, launch
     )  # everything is rendered before anything is written
+    created = not run_dir.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise UserInputError(
             f"cannot create the run folder {run_dir}: {error.strerror or error}; give --emit a writable directory"
         ) from None
+    fresh = created or not any(run_dir.iterdir())
     ours = files_of_ours(run_dir, ARTIFACTS)
     archive_previous_run(run_dir, also=foreign_files(run_dir, files, ARTIFACTS))  # the user's files: moved, kept
-    written = [write_text_atomic(run_dir / name, text, executable=name in EXECUTABLES) for name, text in files.items()]
-    for stale in (set(ARTIFACTS) & ours) - set(files):
-        (run_dir / stale).unlink(missing_ok=True)  # left by an earlier emission of another strategy
-    written.append(write_manifest(run_dir, files))
+    try:
+        written = [
+            write_text_atomic(run_dir / name, text, executable=name in EXECUTABLES) for name, text in files.items()
+        ]
+        for stale in (set(ARTIFACTS) & ours) - set(files):
+            (run_dir / stale).unlink(missing_ok=True)  # left by an earlier emission of another strategy
+        written.append(write_manifest(run_dir, files))
+    except BaseException:
+        if fresh:  # Ctrl-C or a full disk mid-way: no half folder that `train` would run and --emit would refuse
+            _remove_partial(run_dir, [*files, MANIFEST], created)
+        raise
     return written
+
+
+def _remove_partial(run_dir: Path, names: list[str], created: bool) -> None:
+    for name in names:
+        (run_dir / name).unlink(missing_ok=True)
+    if created:
+        try:
+            run_dir.rmdir()
+        except OSError:
+            pass  # something else was put there meanwhile: left as it is

@@ -187,6 +187,12 @@ def search_plans(
                 reasons.append(batch_note)
             plans.append(_to_plan(item, spec, memory, reasons, calibration))
     elif suggest:
+        if set(request.strategies) <= {"engine"} and cluster.world_size == 1:  # not memory: no layout at all
+            name = flags.strategies or "the strategies"
+            raise UserInputError(
+                f"{name} engine on 1 GPU: our engine's layouts split the model over 2 or more GPUs (tp or pp); "
+                f"plan ddp, fsdp or deepspeed on one GPU, or give the engine 2 or more"
+            )
 
         def plan_fits(other: ClusterSpec, **update) -> bool:
             # Another GPU count holds the batch as stated: a per-GPU batch grows with the count, a total stays.

@@ -6,7 +6,8 @@
 #   NNODES=2 NODE_RANK=0 MASTER_ADDR=<first node's address> bash launch.sh
 # Your own script: TRAIN_SCRIPT=/path/to/train.py bash launch.sh  (it receives --plan RUN_DIR).
 # Another launcher: LAUNCHER=torchrun|accelerate|deepspeed|mpirun (the plan's choice: deepspeed).
-# The process count is part of the plan (batch sizes depend on it): re-emit with --nproc to change it.
+# The process count is part of the plan (batch sizes depend on it): to change it, run
+# hardware-selector train RUN_DIR --nproc N (the global batch is kept), or re-emit with --gpus-per-node.
 set -euo pipefail
 
 RUN_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
