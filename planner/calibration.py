@@ -28,6 +28,8 @@ from planner.training_config import FsdpSharding, Strategy, TrainingConfig
 
 # An affine fit needs more points than parameters to mean anything.
 MIN_RECORDS_FOR_AFFINE = 3
+# How far (either way, as a factor) a correction is carried beyond the predicted step times it was fitted on.
+EXTRAPOLATION_LIMIT = 10.0
 
 
 class MeasuredRun(BaseModel):
@@ -101,9 +103,26 @@ class Correction(BaseModel):
     scale: float = Field(gt=0)
     overhead_s: float = Field(ge=0)
     records: int = Field(ge=1)
+    # The predicted step times the fit saw (None: not recorded, as in a Correction made by hand).
+    predicted_min_s: float | None = Field(default=None, gt=0)
+    predicted_max_s: float | None = Field(default=None, gt=0)
 
     def apply(self, predicted_step_time_s: float) -> float:
         return self.overhead_s + self.scale * predicted_step_time_s
+
+    def covers(self, predicted_step_time_s: float) -> bool:
+        """Whether a prediction lies within a decade of those the fit saw. A ratio or line fitted on steps of
+        milliseconds (a --tiny run: fixed per-step costs dominate) says nothing about a step of seconds, where
+        per-token work dominates, and the reverse (docs/benchmarks.md, "Calibration")."""
+        if self.predicted_min_s is None or self.predicted_max_s is None:
+            return True
+        low, high = self.predicted_min_s / EXTRAPOLATION_LIMIT, self.predicted_max_s * EXTRAPOLATION_LIMIT
+        return low <= predicted_step_time_s <= high
+
+    def fitted_range(self) -> str:
+        if self.predicted_min_s is None or self.predicted_max_s is None:
+            return "an unrecorded range"
+        return f"{_seconds(self.predicted_min_s)}-{_seconds(self.predicted_max_s)}"
 
     def describe(self) -> str:
         if self.form == "ratio":
@@ -114,11 +133,16 @@ class Correction(BaseModel):
         )
 
 
+def _seconds(value: float) -> str:
+    return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
+
+
 def fit_correction(gpu: str, family: str, runs: list[MeasuredRun]) -> Correction:
     """Least squares on relative error, so fast and slow configs weigh alike."""
     pairs = [
         (run.predicted_step_time_s, run.step_time_s) for run in runs if run.predicted_step_time_s and run.step_time_s
     ]  # fit() passes only runs with both
+    seen = {"predicted_min_s": min(p for p, _ in pairs), "predicted_max_s": max(p for p, _ in pairs)}
     distinct = len({round(p, 12) for p, _ in pairs})
     if len(pairs) >= MIN_RECORDS_FOR_AFFINE and distinct >= 2:
         # Minimise sum((a + b p_i) / m_i - 1)^2: linear in (a, b) with rows (1/m_i, p_i/m_i).
@@ -133,11 +157,11 @@ def fit_correction(gpu: str, family: str, runs: list[MeasuredRun]) -> Correction
             scale = (s11 * t2 - s12 * t1) / det
             if overhead >= 0 and scale > 0:
                 return Correction(
-                    gpu=gpu, family=family, form="affine", scale=scale, overhead_s=overhead, records=len(pairs)
+                    gpu=gpu, family=family, form="affine", scale=scale, overhead_s=overhead, records=len(pairs), **seen
                 )
     # Too few points, or an affine fit that makes no physical sense: one geometric-mean ratio.
     ratio = math.exp(sum(math.log(m / p) for p, m in pairs) / len(pairs))
-    return Correction(gpu=gpu, family=family, form="ratio", scale=ratio, overhead_s=0.0, records=len(pairs))
+    return Correction(gpu=gpu, family=family, form="ratio", scale=ratio, overhead_s=0.0, records=len(pairs), **seen)
 
 
 def rescaled(estimate: ThroughputEstimate, step_time_s: float, source: str, note: str) -> ThroughputEstimate:
@@ -217,6 +241,13 @@ class Calibration(BaseModel):
         correction = self.correction(gpu_name, config)
         if correction is None:
             return estimate
+        if not correction.covers(estimate.step_time_s):
+            note = (
+                f"calibration not applied: {correction.describe()} was fitted on predicted steps of "
+                f"{correction.fitted_range()}, more than {EXTRAPOLATION_LIMIT:g}x from this one's "
+                f"{_seconds(estimate.step_time_s)}"
+            )
+            return estimate.model_copy(update={"notes": [*estimate.notes, note]})
         source = f"calibration: {correction.describe()}"
         return rescaled(estimate, correction.apply(estimate.step_time_s), source, source)
 

@@ -102,3 +102,26 @@ def test_a_measured_config_gets_its_newest_measured_step_time():
     other_model = calibration.adjuster("cpu", world_size=2, nodes=1, spec_hash="other")(DDP[1], estimate(0.002))
     assert other_model.sources["step_time_s"].startswith("calibration:")  # corrected, not replaced
     assert rescaled(estimate(0.1), 0.2, "x", "y").mfu == pytest.approx(0.25)
+
+
+def test_a_correction_is_not_carried_past_a_decade_of_the_predictions_it_was_fitted_on():
+    """The new-user audit's case: records of --tiny runs (predicted ~10 ms, measured 12x that: fixed per-step costs)
+    gave a x12.3 ratio, which then multiplied a full-size gpt2's 14 s step into 176 s."""
+    tiny = [run(c, predicted=p, measured=12.3 * p) for c, p in zip(FSDP[:2], (0.008, 0.012))]
+    calibration = Calibration.fit(tiny)
+    (correction,) = calibration.corrections
+    assert (correction.predicted_min_s, correction.predicted_max_s) == (0.008, 0.012)
+    config = FSDP[2]
+    near = calibration.corrected(estimate(0.1), "cpu", config)  # within a decade of 12 ms: corrected
+    assert near.step_time_s == pytest.approx(1.23) and near.sources["step_time_s"].startswith("calibration:")
+    far = calibration.corrected(estimate(14.3), "cpu", config)  # 14.3 s: more than 10x beyond 12 ms
+    assert far.step_time_s == 14.3 and far.sources["step_time_s"] == "formula: test"
+    assert far.notes[-1] == (
+        "calibration not applied: fsdp-full on cpu: x12.3 (2 records) was fitted on predicted steps of "
+        "8 ms-12 ms, more than 10x from this one's 14.3 s"
+    )
+    below = calibration.corrected(estimate(0.0007), "cpu", config)  # below a tenth of 8 ms
+    assert below.step_time_s == 0.0007
+    # the same through the search's hook
+    adjusted = calibration.adjuster("cpu", world_size=2, nodes=1, spec_hash="abc")(config, estimate(14.3))
+    assert adjusted.step_time_s == 14.3
