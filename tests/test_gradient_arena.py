@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.allocations import allocated_sizes
+from tests.allocations import allocated_sizes, zero_train_step
 
 torch = pytest.importorskip("torch")
 
@@ -41,14 +41,7 @@ def _optimizer(stage: int):
 
 
 def _train_step(model, zero, boundary: bool = True) -> None:
-    zero.begin_forward()
-    loss = model(torch.randn(3, WIDTHS[0])).pow(2).mean()
-    zero.begin_backward(boundary)
-    loss.backward()
-    zero.end_backward(boundary)
-    if boundary:
-        zero.step()
-        zero.zero_grad()
+    zero_train_step(zero, lambda: model(torch.randn(3, WIDTHS[0])).pow(2).mean(), boundary)
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2])
