@@ -94,6 +94,11 @@ class ZeroStage0(ZeroOptimizer):
         else:  # reduced: its pages can go before the rest of the arena (ZeRO-2 reduces during backward)
             self.arena.discard(unit)
 
+    def unowned_gradient_dropper(self, unit: FlatUnit) -> Any | None:
+        if self.keeps_gradient_buffers or not unit.partitioned:
+            return None
+        return lambda: self.arena.discard_unowned(unit)
+
     def finish_reduces(self) -> None:
         super().finish_reduces()
         self.window_open = False  # the buffers are zero again (wiped, or zeroed by release_gradient_flat)

@@ -186,6 +186,12 @@ class ZeroStage3(ZeroOptimizer):
         if self.root_arena is not None and unit.grad_full is not None:
             self.root_arena.discard(unit)
 
+    def unowned_gradient_dropper(self, unit: FlatUnit) -> Any | None:
+        if self.root_arena is None or unit.grad_full is None:
+            return None
+        arena = self.root_arena
+        return lambda: arena.discard_unowned(unit)
+
     def finish_reduces(self) -> None:
         super().finish_reduces()
         if self.root_arena is not None:
