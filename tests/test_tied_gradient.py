@@ -137,3 +137,24 @@ def test_training_matches_the_untied_mechanism_bit_for_bit(stage):
             _train_step(model, zero, seed=40 + step)
         runs.append(zero.master.detach().clone())  # every stage's updated weights (ZeRO-3 frees the model's)
     assert torch.equal(*runs)
+
+
+def test_a_deep_copy_computes_with_its_own_weight():
+    from backends.zero.tied_gradient import install
+
+    torch.manual_seed(0)
+    model = TiedLM()
+    tied = install(model)
+    tied.fresh = True
+    copied = copy.deepcopy(model)  # an EMA copy, say
+    assert copied.embed._tied_gradient.weight is copied.embed.weight is copied.head.weight
+    assert not copied.embed._tied_gradient.fresh
+    with torch.no_grad():
+        copied.embed.weight.mul_(2.0)
+    reference = TiedLM()
+    reference.load_state_dict(copied.state_dict())
+    assert torch.equal(copied(_ids(5)), reference(_ids(5)))
+    copied(_ids(5)).backward()
+    reference(_ids(5)).backward()
+    assert torch.equal(copied.embed.weight.grad, reference.embed.weight.grad)
+    assert model.embed.weight.grad is None  # the original's weight was not touched

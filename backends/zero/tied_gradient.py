@@ -44,6 +44,10 @@ class TiedGradient:
         self.in_place = 0  # backwards that wrote both gradients in place (tests read it)
         self._pass: dict[str, bool] | None = None  # the current forward's: did its head write in place?
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (deepcopy, pickle) belongs to no ZeRO stage: never fresh, no forward pass in flight."""
+        return {**self.__dict__, "fresh": False, "_pass": None}
+
     def _head_may_write(self, grad_output: Any) -> bool:
         grad = self.weight.grad
         return (
@@ -144,21 +148,41 @@ def install(model: Any) -> TiedGradient | None:
 
 
 def _replace_forwards(tied: TiedGradient) -> None:
+    """Bound to the instances, with the state on the embedding: a deep copy of the model (an EMA copy, say) gets
+    forwards bound to its own modules and a state holding its own weight, never the original's."""
+    import types
+
+    tied.embedding._tied_gradient = tied
+    tied.head._tied_gradient = tied
+    tied.embedding.forward = types.MethodType(_embedding_forward, tied.embedding)
+    tied.head.forward = types.MethodType(_head_forward, tied.head)
+
+
+_FUNCTIONS: tuple[Any, Any] | None = None
+
+
+def _autograd_functions() -> tuple[Any, Any]:
+    global _FUNCTIONS
+    if _FUNCTIONS is None:
+        _FUNCTIONS = _functions()
+    return _FUNCTIONS
+
+
+def _embedding_forward(module: Any, ids: Any) -> Any:
     import torch
 
-    embedding_lookup, head_linear = _functions()
+    tied: TiedGradient = module._tied_gradient
+    if not (torch.is_grad_enabled() and tied.weight.requires_grad):
+        return torch.nn.functional.embedding(ids, tied.weight)
+    tied._pass = {}
+    return _autograd_functions()[0].apply(ids, tied.weight, tied, tied._pass)
 
-    def embedding_forward(ids: Any) -> Any:
-        if not (torch.is_grad_enabled() and tied.weight.requires_grad):
-            return torch.nn.functional.embedding(ids, tied.weight)
-        tied._pass = {}
-        return embedding_lookup.apply(ids, tied.weight, tied, tied._pass)
 
-    def head_forward(hidden: Any) -> Any:
-        if not (torch.is_grad_enabled() and tied.weight.requires_grad):
-            return torch.nn.functional.linear(hidden, tied.weight)
-        forward_pass, tied._pass = tied._pass, None  # the embedding lookup this head's output comes from
-        return head_linear.apply(hidden, tied.weight, tied, forward_pass)
+def _head_forward(module: Any, hidden: Any) -> Any:
+    import torch
 
-    tied.embedding.forward = embedding_forward
-    tied.head.forward = head_forward
+    tied: TiedGradient = module._tied_gradient
+    if not (torch.is_grad_enabled() and tied.weight.requires_grad):
+        return torch.nn.functional.linear(hidden, tied.weight)
+    forward_pass, tied._pass = tied._pass, None  # the embedding lookup this head's output comes from
+    return _autograd_functions()[1].apply(hidden, tied.weight, tied, forward_pass)
