@@ -14,3 +14,15 @@ def allocated_sizes(profiler: Any) -> list[int]:
         if usage > 0:
             sizes.append(usage)
     return sizes
+
+
+def zero_train_step(zero: Any, forward: Any, boundary: bool = True) -> None:
+    """One micro-step of a ZeroOptimizer driven directly: forward() gives the loss; at a boundary, the step."""
+    zero.begin_forward()
+    loss = forward()
+    zero.begin_backward(boundary)
+    loss.backward()
+    zero.end_backward(boundary)
+    if boundary:
+        zero.step()
+        zero.zero_grad()

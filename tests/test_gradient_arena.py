@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.allocations import allocated_sizes
+from tests.allocations import allocated_sizes, zero_train_step
 
 torch = pytest.importorskip("torch")
 
@@ -41,14 +41,7 @@ def _optimizer(stage: int):
 
 
 def _train_step(model, zero, boundary: bool = True) -> None:
-    zero.begin_forward()
-    loss = model(torch.randn(3, WIDTHS[0])).pow(2).mean()
-    zero.begin_backward(boundary)
-    loss.backward()
-    zero.end_backward(boundary)
-    if boundary:
-        zero.step()
-        zero.zero_grad()
+    zero_train_step(zero, lambda: model(torch.randn(3, WIDTHS[0])).pow(2).mean(), boundary)
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2])
@@ -146,3 +139,25 @@ def test_a_reduced_bucket_hands_its_whole_pages_back():
     assert reduced.grad_full[first : first + PAGE // 4].abs().sum() == 0
     assert all(param.grad is None for param in reduced.params)
     assert bool((zero.units[1].grad_full == 1).all()) and bool((zero.units[2].grad_full == 1).all())
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="madvise(MADV_DONTNEED) is Linux's")
+def test_a_summed_bucket_hands_back_the_pages_outside_the_ranks_slice():
+    """On gloo a reduce-scatter is an all-reduce and a slice: once the sum is in, the pages of the bucket outside
+    this rank's slice go back before the slice is copied into the gradient shard (2 ranks, rank 0, by hand)."""
+    from backends.zero.flat_unit import FlatUnit
+    from backends.zero.grad_arena import PAGE, GradientArena
+
+    params = [torch.nn.Parameter(torch.zeros(PAGE)) for _ in range(3)]  # 3 pages of floats: whole pages either side
+    unit = FlatUnit(0, ["a", "b", "c"], params, world=2, rank=0)
+    arena = GradientArena([unit], torch.float32, torch.device("cpu"))
+    arena.acquire()
+    if not arena.wipes_in_place:
+        pytest.skip("no madvise here")
+    unit.grad_full.fill_(1.0)
+    arena.discard_unowned(unit)
+    start, end = unit.owned_range
+    assert start == 0 and bool((unit.grad_full[start:end] == 1).all())  # the rank's slice: untouched
+    begin = unit.grad_full[end:].data_ptr()
+    first = end + (-(-begin // PAGE) * PAGE - begin) // 4  # first element on a whole page past the slice
+    assert unit.grad_full[first : first + PAGE // 4].abs().sum() == 0

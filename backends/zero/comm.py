@@ -32,11 +32,14 @@ DONE = _Done()
 class _SliceAfter:
     """all_reduce handle that copies the local slice when waited on (gloo, or no reduce_scatter)."""
 
-    def __init__(self, work: Any, full: Any, out: Any, start: int):
+    def __init__(self, work: Any, full: Any, out: Any, start: int, before_slice: Any | None = None):
         self.work, self.full, self.out, self.start = work, full, out, start
+        self.before_slice = before_slice
 
     def wait(self) -> bool:
         self.work.wait()
+        if self.before_slice is not None:  # e.g. hand the rest of `full` back before `out` becomes resident
+            self.before_slice()
         self.out.copy_(self.full[self.start : self.start + self.out.numel()])
         return True
 
@@ -68,8 +71,11 @@ class DataParallelComm:
     def _on_gloo(self, tensor: Any) -> bool:
         return tensor.device.type == "cpu" and "gloo" in self.backend
 
-    def reduce_scatter(self, out: Any, full: Any) -> Any:
-        """Sum `full` over ranks and leave this rank's 1/world slice in `out` (async handle)."""
+    def reduce_scatter(self, out: Any, full: Any, before_slice: Any | None = None) -> Any:
+        """Sum `full` over ranks and leave this rank's 1/world slice in `out` (async handle).
+
+        before_slice() runs when the sum is in and before the slice is copied out, where the sum is an all-reduce
+        of `full` (gloo): the rest of `full` is no longer needed then."""
         if self.world == 1:
             out.copy_(full)
             return _Done()
@@ -80,7 +86,7 @@ class DataParallelComm:
                 self._has_reduce_scatter = False
                 warnings.warn("this backend has no reduce_scatter; using all_reduce + slice", stacklevel=2)
         work = self.dist.all_reduce(full, group=self.group, async_op=True)
-        return _SliceAfter(work, full, out, self.rank * out.numel())
+        return _SliceAfter(work, full, out, self.rank * out.numel(), before_slice)
 
     def all_reduce(self, tensor: Any, op: str = "sum") -> Any:
         if self.world == 1:

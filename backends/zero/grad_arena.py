@@ -124,6 +124,14 @@ class GradientArena:
         if self.wipes_in_place and self.is_materialized():
             self._hand_back(unit.grad_full)
 
+    def discard_unowned(self, unit: FlatUnit) -> None:
+        """Hand back the whole pages of the unit's view outside this rank's owned slice (Linux CPU; else
+        nothing): once the sum is in, only the slice is still read. Its .grad views stay until discard()."""
+        if self.wipes_in_place and self.is_materialized():
+            start, end = unit.owned_range
+            self._hand_back(unit.grad_full[:start])
+            self._hand_back(unit.grad_full[end:])
+
     def release(self) -> None:
         """After the reduction: the memory goes back (wiped in place, or the storage resized to zero); the
         parameters drop their .grad views until the next backward."""

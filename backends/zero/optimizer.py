@@ -227,6 +227,12 @@ class ZeroOptimizer:
     def release_gradient_flat(self, unit: FlatUnit, flat: Any) -> None:
         """Called once the unit's reduction finished (the default copy just goes away)."""
 
+    def unowned_gradient_dropper(self, unit: FlatUnit) -> Any | None:
+        """A callable that frees the unit's flat local gradient outside this rank's slice, run when the sum is in
+        and before the slice is copied into the gradient shard (a gloo reduce-scatter is an all-reduce and a
+        slice); None: nothing to free early (the default copy goes away whole after the reduction)."""
+        return None
+
     def _gradient_shard(self, zeroed: bool = True) -> Any:
         """The flat fp32 reduced-gradient shard, re-allocated (and zeroed unless told not to) if the last step
         released it.
@@ -268,7 +274,8 @@ class ZeroOptimizer:
         else:
             direct = wire.dtype == unit.grad.dtype and wire.device == unit.grad.device
             out = unit.grad if direct else wire.new_empty(unit.shard)
-            handle = self.comm.reduce_scatter(out, wire)
+            unowned = self.unowned_gradient_dropper(unit) if wire is flat else None
+            handle = self.comm.reduce_scatter(out, wire, unowned)
         self.pending.append((unit, handle, out, flat))
         unit.launched = True
         self.comm_seconds += time.perf_counter() - began

@@ -28,6 +28,7 @@ from typing import Any
 from backends.zero.flat_unit import FlatUnit, group_parameters
 from backends.zero.grad_arena import GradientArena
 from backends.zero.optimizer import ZeroOptimizer
+from backends.zero.tied_gradient import install as install_tied_gradient
 
 
 class ZeroStage0(ZeroOptimizer):
@@ -41,6 +42,9 @@ class ZeroStage0(ZeroOptimizer):
         for unit in self.units:
             for param in unit.params:
                 param.register_post_accumulate_grad_hook(self._gradient_arrived)
+        # A tied embedding and head write their gradients into the arena in place (tied_gradient.py).
+        self.tied = install_tied_gradient(self.model) if self.arena.wipes_in_place else None
+        self.window_open = False  # a micro-step of this accumulation window has run backward
 
     def parameter_groups(self, model: Any) -> list:
         return group_parameters(model, self.config.zero_optimization.reduce_bucket_size)
@@ -70,6 +74,9 @@ class ZeroStage0(ZeroOptimizer):
             self._gradient_buffer(unit)
             for index in range(len(unit.params)):
                 self._adopt_gradient(unit, index)
+        if self.tied is not None:  # the window's first backward: every .grad is a zero view of the arena
+            self.tied.fresh = not self.window_open
+        self.window_open = True
 
     def gradient_flat(self, unit: FlatUnit) -> Any:
         buffer = self._gradient_buffer(unit)
@@ -87,8 +94,14 @@ class ZeroStage0(ZeroOptimizer):
         else:  # reduced: its pages can go before the rest of the arena (ZeRO-2 reduces during backward)
             self.arena.discard(unit)
 
+    def unowned_gradient_dropper(self, unit: FlatUnit) -> Any | None:
+        if self.keeps_gradient_buffers or not unit.partitioned:
+            return None
+        return lambda: self.arena.discard_unowned(unit)
+
     def finish_reduces(self) -> None:
         super().finish_reduces()
+        self.window_open = False  # the buffers are zero again (wiped, or zeroed by release_gradient_flat)
         if not self.keeps_gradient_buffers:  # every bucket is reduced: the whole arena goes at once
             self.arena.release()
 

@@ -12,6 +12,12 @@ reduction is then waited on and its flat gradient copy dropped, so backward
 holds two blocks' flat gradients at most, not the whole model's (on GPT-2-small
 that copy was ~470 MiB at the end of backward).
 
+The root unit's gradients (the embeddings', a vocabulary-sized tied head's among them) are views of a
+GradientArena of their own on Linux CPU (grad_arena.py): zero before backward, autograd accumulates into
+them in place, the reduction reads them without a flat copy, and a tied embedding and head write their
+gradients there directly (tied_gradient.py). On GPT-2-small that took the ~150 MiB flat copy and the
+embedding's 147 MiB gradient off the end of backward. Blocks keep the flat copy (a block's is small).
+
 The parameters keep being views of one flat buffer whose storage is resized to
 zero when freed, so tensors autograd saved during forward (views of the
 weights) see the re-gathered values in backward.
@@ -22,7 +28,9 @@ from __future__ import annotations
 from typing import Any
 
 from backends.zero.flat_unit import FlatUnit, group_by_block
+from backends.zero.grad_arena import GradientArena
 from backends.zero.optimizer import ZeroOptimizer
+from backends.zero.tied_gradient import install as install_tied_gradient
 
 
 def _inside_backward() -> bool:
@@ -47,6 +55,13 @@ class ZeroStage3(ZeroOptimizer):
         for unit in self.units:
             for param in unit.params:
                 param.register_post_accumulate_grad_hook(self._gradient_arrived)
+        self.root_arena: GradientArena | None = GradientArena(self.root, self.dtype, self.device)
+        if not self.root_arena.wipes_in_place:  # elsewhere the root's gradients are flattened like a block's
+            for unit in self.root:
+                unit.grad_full, unit.grad_held = None, []
+            self.root_arena = None
+        self.tied = install_tied_gradient(self.model) if self.root_arena is not None else None
+        self.window_open = False  # a micro-step of this accumulation window has run backward
 
     def parameter_groups(self, model: Any) -> list:
         pairs = group_by_block(model)
@@ -135,6 +150,53 @@ class ZeroStage3(ZeroOptimizer):
         super().begin_backward(boundary)
         for unit in self.units:
             unit.ready = 0
+        if self.root_arena is not None:
+            self.root_arena.acquire()
+            for unit in self.root:
+                for index in range(len(unit.params)):
+                    self._adopt_root_gradient(unit, index)
+            if self.tied is not None:  # the window's first backward: the root's .grad are zero views
+                self.tied.fresh = not self.window_open
+        self.window_open = True
+
+    # --- the root unit's gradient arena (Linux CPU) ------------------------------------------
+    def _adopt_root_gradient(self, unit: FlatUnit, index: int) -> None:
+        """Point a root parameter's .grad at its arena view, moving a gradient held elsewhere into it."""
+        param, offset = unit.params[index], unit.offsets[index]
+        view = unit.grad_full[offset : offset + param.numel()].view(param.shape)
+        if param.grad is not None and param.grad.data_ptr() != view.data_ptr():
+            view.copy_(param.grad)  # a backward the engine did not announce made its own
+            unit.grad_held[index] = True
+        if unit.grad_held[index]:
+            param.grad = view
+
+    def gradient_flat(self, unit: FlatUnit) -> Any:
+        if self.root_arena is None or unit.grad_full is None:
+            return super().gradient_flat(unit)
+        self.root_arena.acquire()
+        for index, (param, offset) in enumerate(zip(unit.params, unit.offsets)):
+            self._adopt_root_gradient(unit, index)
+            if not unit.grad_held[index]:  # no gradient reached it this window
+                unit.grad_full[offset : offset + param.numel()].zero_()
+                unit.grad_held[index] = True
+            param.grad = None  # as for a block: the parameters hold no gradient after the reduction starts
+        return unit.grad_full
+
+    def release_gradient_flat(self, unit: FlatUnit, flat: Any) -> None:
+        if self.root_arena is not None and unit.grad_full is not None:
+            self.root_arena.discard(unit)
+
+    def unowned_gradient_dropper(self, unit: FlatUnit) -> Any | None:
+        if self.root_arena is None or unit.grad_full is None:
+            return None
+        arena = self.root_arena
+        return lambda: arena.discard_unowned(unit)
+
+    def finish_reduces(self) -> None:
+        super().finish_reduces()
+        if self.root_arena is not None:
+            self.root_arena.release()  # wiped: zero views for the next window
+        self.window_open = False
 
     def end_backward(self, boundary: bool) -> None:
         super().end_backward(boundary)
