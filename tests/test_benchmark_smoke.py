@@ -146,6 +146,24 @@ def _transformers_attention_traffic(out: str) -> None:
     assert document["traces"]["llama"]["forward"]["written_32bit"] == 2  # the promoted add and the fp32 softmax
 
 
+def _transformers_activation_traffic(out: str) -> None:
+    """The trace of transformers' own MLP activations (under CUDA autocast's pow policy, in pure bf16, in fp32) gives the
+    bytes the hf-eager kernel stack charges, activation by activation; the one-kernel ones add nothing."""
+    from planner.throughput.kernel_stack import ACTIVATION_EXTRA_BYTES
+
+    extra = {
+        name: (counts["forward"], counts["backward"]) for name, counts in _json(out)["extra_bytes_per_element"].items()
+    }
+    for (activation, precision), charged in ACTIVATION_EXTRA_BYTES.items():
+        name = activation + ("" if precision == "autocast" else f"@{precision}")
+        assert extra[name] == charged, name
+    traced = {name.split("@")[0] for name in extra}
+    charged_names = {activation for activation, _ in ACTIVATION_EXTRA_BYTES}
+    for name in traced - charged_names:  # gelu, gelu_pytorch_tanh, silu, relu: one kernel each way, as the reference
+        assert extra[name] == (0, 0), name
+    assert extra["gelu_new"][0] > extra["gelu_new@bf16"][0]  # autocast's fp32 pow
+
+
 def _validate_published_runs(out: str) -> None:
     summaries = re.findall(r"^(\d+) rows in the statistics: median \|error\| ([\d.]+)%", out, re.M)
     assert len(summaries) == 2 and summaries[0] == summaries[1]  # the plain table and the markdown one
@@ -252,6 +270,7 @@ SMOKES: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "benchmarks.accuracy.megatron_deepspeed_attention_traffic": ([], _megatron_deepspeed_attention_traffic),
     "benchmarks.accuracy.megatron_v115_attention_traffic": ([], _megatron_v115_attention_traffic),
     "benchmarks.accuracy.transformers_attention_traffic": ([], _transformers_attention_traffic),
+    "benchmarks.accuracy.transformers_activation_traffic": ([], _transformers_activation_traffic),
     "benchmarks.accuracy.validate_published_runs": ([], _validate_published_runs),
     "benchmarks.accuracy.serving_cpu": (["--json"], _serving_cpu),
     "benchmarks.accuracy.serving_published": ([], _serving_published),

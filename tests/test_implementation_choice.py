@@ -35,14 +35,20 @@ def test_the_cli_path_reproduces_the_validators_megatron_row():
     # A GPT (LayerNorm, learned positions, no pipeline): the two differ by their attention chains alone
     # (planner/throughput/attention_chain.py): Megatron-LM's dropout after its fused softmax, one s x s write more a
     # forward (twice under full recomputation) and one a backward; transformers' eager chain under autocast with
-    # attention dropout (GPT-2's 0.1), six more each way.
+    # attention dropout (GPT-2's 0.1), six more each way; and transformers' gelu_new chain where Megatron-LM runs one
+    # bias-GeLU kernel (kernel_stack.py: its traced bytes at the HBM rate, forward twice).
+    from planner.models.flops import model_shape
     from planner.throughput.constants import CONSTANTS
     from planner.throughput.estimate import hardware_of
+    from planner.throughput.kernel_stack import KernelStack, activation_bytes_per_row
     from planner.throughput.kernels import elementwise_seconds
 
     device = hardware_of(cluster, config)[0]
     scores = row["micro_batch"] * row["heads"] / row["tp"] * row["seq_len"] ** 2
     per_block = elementwise_seconds(device, ((2 * 1 + 1) - (2 * 6 + 6)) * scores, CONSTANTS)
+    act_forward, act_backward = activation_bytes_per_row(model_shape(spec), config, KernelStack.HF_EAGER)
+    assert act_forward > 0
+    per_block -= row["micro_batch"] * row["seq_len"] * (2 * act_forward + act_backward) / device.memory_Bps
     assert megatron.breakdown.compute_s + megatron.breakdown.recompute_s - (
         ours.breakdown.compute_s + ours.breakdown.recompute_s
     ) == pytest.approx(config.grad_accum * row["layers"] * per_block, rel=1e-9)  # per step: its micro-batches
@@ -251,3 +257,46 @@ def test_our_stack_charges_transformers_eager_attention_chain_by_precision():
     for precision, writes in (("bf16-mixed", (8, 8)), ("bf16", (9, 8)), ("fp32", (5, 4))):
         config = TrainingConfig(strategy="fsdp", seq_len=2048, precision=precision, attention="eager")
         assert extra_score_writes(KernelStack.HF_EAGER, gemma, config) == writes
+
+
+def test_our_stack_charges_transformers_eager_activation_chain_by_activation_and_precision():
+    """transformers' gelu_new (GPT-2) is a chain of element-wise ops over the b x s x ffn activation where a fused
+    stack runs one kernel: the extra bytes traced per element (planner/throughput/kernel_stack.py,
+    benchmarks/accuracy/transformers_activation_traffic.py) are charged at the HBM rate, forward and backward as traced:
+    72 and 112 under DDP's autocast (pow in fp32), 32 and 50 where the weights are cast to 16 bits (FSDP, DeepSpeed,
+    our engine), 64 and 100 in fp32. The forward again under full checkpointing; nothing on the fused stack, nor for
+    a one-kernel activation (Llama's silu)."""
+    from planner.hardware.cluster import make_cluster
+    from planner.models.flops import model_shape
+    from planner.models.resolve import resolve_model
+    from planner.throughput.compute import stage_compute
+    from planner.throughput.constants import CONSTANTS
+    from planner.throughput.estimate import hardware_of
+    from planner.throughput.kernel_stack import KernelStack, activation_bytes_per_row
+    from planner.training_config import TrainingConfig
+
+    gpt2 = model_shape(resolve_model("gpt2-xl"))
+    assert gpt2.activation == "gelu_new" and not gpt2.gated_mlp
+    cluster = make_cluster("A100-80GB", 8, 1)
+    cases = (("ddp", "bf16-mixed", (72, 112)), ("fsdp", "bf16-mixed", (32, 50)), ("deepspeed", "fp16-mixed", (32, 50)),
+             ("ddp", "bf16", (32, 50)), ("ddp", "fp32", (64, 100)))  # fmt: skip
+    for strategy, precision, (forward, backward) in cases:
+        for checkpointing, forwards in (("none", 1), ("full", 2)):
+            config = TrainingConfig(strategy=strategy, seq_len=1024, micro_batch=2, precision=precision,
+                                    activation_checkpointing=checkpointing)  # fmt: skip
+            device = hardware_of(cluster, config)[0]
+            ours, fused = (
+                stage_compute(gpt2, config, device, CONSTANTS, fused_attention=True, stack=stack)
+                for stack in (KernelStack.HF_EAGER, KernelStack.FUSED)
+            )
+            elements = config.micro_batch * config.seq_len * gpt2.ffn
+            expected = gpt2.layers * elements * (forwards * forward + backward) / device.memory_Bps
+            assert ours.total_s - fused.total_s == pytest.approx(expected, rel=1e-9), (strategy, precision)
+    llama = model_shape(resolve_model("llama-3.1-8b"))
+    config = TrainingConfig(strategy="ddp", seq_len=1024, precision="bf16-mixed")
+    assert llama.activation == "silu"
+    assert activation_bytes_per_row(llama, config, KernelStack.HF_EAGER) == (0.0, 0.0)
+    assert activation_bytes_per_row(gpt2, config, KernelStack.FUSED) == (0.0, 0.0)
+    tp2 = TrainingConfig(strategy="engine", seq_len=1024, precision="bf16-mixed", layout={"tp": 2})
+    assert tp2.tensor_parallel == 2
+    assert activation_bytes_per_row(gpt2, tp2, KernelStack.HF_EAGER) == (32 * gpt2.ffn / 2, 50 * gpt2.ffn / 2)

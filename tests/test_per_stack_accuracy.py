@@ -251,7 +251,9 @@ def test_our_stack_charges_transformers_eager_attention_chain_where_its_scores_a
     bf16 and fp32 the mask does not promote and the chains are shorter (traced:
     benchmarks/accuracy/transformers_attention_traffic.py). The FSDP paper's two 175B rows (GPT-2-shaped, attn_pdrop
     0.1, bf16-mixed, eager, full checkpointing) are charged them at the element-wise rate: forward, recomputed forward
-    and backward; +4.9% and +8.1% before, the stack's median 8.1%."""
+    and backward; +4.9% and +8.1% before, the stack's median 8.1%. Their gelu_new chain (FSDP casts the weights to
+    bf16, so the 16-bit chain: 32 and 50 bytes per MLP element beyond one kernel, kernel_stack.py) is charged too, at
+    the HBM rate: -8.7% and -7.3% before it, the stack's median 8.4%."""
     import dataclasses
 
     from benchmarks.accuracy.validate_published_runs import implementation_of, plan_inputs
@@ -259,7 +261,7 @@ def test_our_stack_charges_transformers_eager_attention_chain_where_its_scores_a
     from planner.throughput.attention_chain import HF_EAGER_SCORE_WRITES, extra_score_writes
     from planner.throughput.constants import CONSTANTS
     from planner.throughput.estimate import estimate_throughput, hardware_of
-    from planner.throughput.kernel_stack import KernelStack
+    from planner.throughput.kernel_stack import KernelStack, activation_bytes_per_row
     from planner.throughput.kernels import elementwise_seconds
     from planner.training_config import Precision
 
@@ -271,7 +273,10 @@ def test_our_stack_charges_transformers_eager_attention_chain_where_its_scores_a
         assert preset.kernels is KernelStack.HF_EAGER and c.row["attention"] == "eager"
         spec, config, cluster = plan_inputs(c.row)
         shape = model_shape(spec)
-        assert shape.attention_dropout and not shape.rmsnorm and not shape.rotary  # nothing else of hf-eager moves
+        assert shape.attention_dropout and not shape.rmsnorm and not shape.rotary  # no RMSNorm nor rotary chain
+        assert shape.activation == "gelu_new"  # the activation's chain (32 and 50 bytes in 16 bits) moves too
+        act_forward, act_backward = activation_bytes_per_row(shape, config, KernelStack.HF_EAGER)
+        assert (act_forward, act_backward) == (32 * shape.ffn, 50 * shape.ffn)
         forward, backward = extra_score_writes(KernelStack.HF_EAGER, shape, config)
         assert (forward, backward) == (6, 6)
         for precision, writes in ((Precision.BF16, (3, 2)), (Precision.FP32, (3, 2))):  # GPT-2's chain, dropout 0.1
@@ -285,14 +290,16 @@ def test_our_stack_charges_transformers_eager_attention_chain_where_its_scores_a
         device = hardware_of(cluster, config)[0]
         scores = config.micro_batch * c.row["heads"] * config.seq_len**2
         per_block = elementwise_seconds(device, (2 * forward + backward) * scores, CONSTANTS)
+        tokens = config.micro_batch * config.seq_len
+        per_block += tokens * (2 * act_forward + act_backward) / device.memory_Bps
         charged = ours.breakdown.compute_s + ours.breakdown.recompute_s
         charged -= fused.breakdown.compute_s + fused.breakdown.recompute_s
         assert charged == pytest.approx(c.row["layers"] * per_block, rel=1e-9)
     errors = {c.row["id"]: c.error for c in rows}
-    assert -0.09 < errors["fsdp-paper-gpt-175b-512-gpus-batch-1"] < -0.08  # -8.7% today
-    assert -0.08 < errors["fsdp-paper-gpt-175b-512-gpus-batch-2"] < -0.07  # -7.3% today
+    assert -0.12 < errors["fsdp-paper-gpt-175b-512-gpus-batch-1"] < -0.11  # -11.3% today
+    assert -0.11 < errors["fsdp-paper-gpt-175b-512-gpus-batch-2"] < -0.10  # -10.2% today
     result = {r.stack: r for r in stack_results()}["torch FSDP, as its maintainers measured it"]
-    assert result.median <= 0.085  # 8.4% today
+    assert result.median <= 0.10  # 10.0% today
 
 
 def test_gpt_neox_is_read_in_the_count_it_logged():
@@ -343,12 +350,13 @@ def test_deepspeed_through_the_trainer_with_cpu_offload_misses_on_a_fixed_step_c
 def test_deepspeed_zero1_through_the_trainer_on_v100_is_shown_and_held():
     """DeepSpeedExamples' autotuning README (transformers 4.12, ZeRO-1, fp16, 16 V100s; GPT-2 124M-1.5B at
     micro-batches 8, 4, 2, 1): informational (sequence from run_clm.py's default, V100 memory not printed, the
-    Trainer's samples/s over 200 steps), over-predicted +4.3% to +52.1% today, +65.6% to +120.7% before transformers'
-    eager GPT-2 attention chain was charged (docs/accuracy.md, "Through accelerate"; its GELU chain is still charged
-    as fused). Held so they cannot get worse."""
+    Trainer's samples/s over 200 steps), predicted -4.3% to +41.5% today; +4.3% to +52.1% before transformers' gelu_new
+    chain was charged (DeepSpeed's fp16 engine halves the module: the 16-bit chain, kernel_stack.py), +65.6% to +120.7%
+    before its eager GPT-2 attention chain was (docs/accuracy.md, "Through accelerate"). Held so they cannot get
+    worse."""
     rows = [c for c in comparisons() if c.row.get("stack") == "hf-trainer-deepspeed-zero1-v100"]
     assert len(rows) == 4 and not any(c.row["statistics"] for c in rows)
     assert all(c.row["zero_stage"] == 1 and c.row["strategy"] == "deepspeed" for c in rows)
     result = {r.stack: r for r in stack_results()}["DeepSpeed ZeRO-1 via the HF Trainer (transformers 4.12), V100"]
     assert result.informational
-    assert result.median <= 0.24 and abs(result.worst) <= 0.53  # 23.8%, +52.1% (GPT-2 XL) today
+    assert result.median <= 0.16 and abs(result.worst) <= 0.42  # 15.8%, +41.5% (GPT-2 XL) today

@@ -75,6 +75,7 @@ class ModelShape:
     attention_dropout: bool = False  # dropout on the attention probabilities in training (p > 0)
     softmax_fp32: bool = False  # eager attention's softmax in fp32 whatever the input (Llama's `dtype=torch.float32`)
     score_softcapping: bool = False  # eager attention soft-caps the scores with tanh first (Gemma-2)
+    activation: str = ""  # the MLP's activation as the config names it (gelu_new, silu, ...): kernel_stack.py's key
 
 
 def model_shape(spec: ModelSpec) -> ModelShape:
@@ -132,6 +133,7 @@ def model_shape(spec: ModelSpec) -> ModelShape:
         attention_dropout=spec.attention_dropout > 0,
         softmax_fp32=arch_traits(spec).softmax_fp32,
         score_softcapping=arch_traits(spec).score_softcapping,
+        activation=spec.activation,
     )
 
 

@@ -22,7 +22,7 @@ from planner.contract.layout import layers_per_rank
 from planner.models.flops import ModelShape, attention_square_layers, block_params_per_token
 from planner.throughput.attention_chain import score_chain_seconds
 from planner.throughput.constants import ThroughputConstants
-from planner.throughput.kernel_stack import KernelStack, unfused_bytes_per_row
+from planner.throughput.kernel_stack import KernelStack, activation_bytes_per_row, unfused_bytes_per_row
 from planner.throughput.kernels import Device, elementwise_seconds, flash_attention_seconds, matmul_seconds
 from planner.training_config import ActivationCheckpointing, AttentionKernel, TrainingConfig
 
@@ -138,6 +138,10 @@ def stage_compute(
     )
     elementwise_fwd = elementwise_seconds(device, _block_elements(shape, config, rows), k)
     elementwise_fwd += rows * unfused_bytes_per_row(shape, config, stack) / device.memory_Bps
+    # An eager activation chain's extra bytes (kernel_stack.py), forward and backward as traced.
+    activation_fwd, activation_bwd = (
+        rows * extra / device.memory_Bps for extra in activation_bytes_per_row(shape, config, stack)
+    )
 
     if config.lora_rank:
         adapters = sum(
@@ -158,9 +162,12 @@ def stage_compute(
     backward_ratio = k.attention_backward_ratio if flash else 2.0
 
     launches_fwd = k.kernels_per_block_forward * k.kernel_launch_s
-    gpu_fwd = matmul_fwd + attention_fwd + chain_fwd + elementwise_fwd
+    gpu_fwd = matmul_fwd + attention_fwd + chain_fwd + elementwise_fwd + activation_fwd
     block_fwd = max(gpu_fwd, launches_fwd)
-    block_bwd = max(matmul_bwd + backward_ratio * attention_fwd + chain_bwd + 2.0 * elementwise_fwd, 2.0 * launches_fwd)
+    block_bwd = max(
+        matmul_bwd + backward_ratio * attention_fwd + chain_bwd + 2.0 * elementwise_fwd + activation_bwd,
+        2.0 * launches_fwd,
+    )
     if config.activation_checkpointing is ActivationCheckpointing.FULL:
         block_recompute = block_fwd
     elif config.activation_checkpointing is ActivationCheckpointing.SELECTIVE:

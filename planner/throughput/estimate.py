@@ -101,7 +101,7 @@ _FP8_SOURCES = {
 
 _KERNEL_NOTES = {
     KernelChoice.COMPILE: "assumed: torch.compile of each block fuses RMSNorm's and rotary's element-wise chains "
-    "(the fused stack's traffic, planner/throughput/kernel_stack.py)",
+    "and the MLP activation's (gelu_new and the like; the fused stack's traffic, planner/throughput/kernel_stack.py)",
     KernelChoice.LIGER: "assumed: Liger's fused RMSNorm, rotary and SwiGLU kernels (the fused stack's traffic) and its "
     "chunked linear cross-entropy (no full logits in memory)",
 }
@@ -248,7 +248,7 @@ def _build_plan(
     if implementation.hopper_native_attention and cluster.gpu.architecture.startswith("Hopper"):
         device = hopper_native_device(device)
     if config.kernels is not KernelChoice.EAGER:
-        stack = KernelStack.FUSED  # torch.compile and Liger fuse the norms' and rotary's chains
+        stack = KernelStack.FUSED  # torch.compile and Liger fuse the norms', rotary's and activations' chains
     shape, fused_attention = shape_of(spec)
     fused_attention = fused_attention or not implementation.transformers_attention  # their own fused kernels
     # The stages of other plans of the same stage key under the committed constants; this plan's own otherwise.
