@@ -144,9 +144,14 @@ def test_host_ram_defaults_scale_with_the_kind_of_node():
 
 
 def test_cpu_pseudo_device():
+    host = resolve_gpu("cpu").memory_bytes  # the catalog's: the host's RAM
     cluster = make_cluster("cpu", gpus_per_node=2)
     assert cluster.gpu.kind == "cpu"
-    assert cluster.cpu_ram_per_node_bytes == cluster.gpu.memory_bytes
+    # the two ranks share the host's RAM: each is planned half of it (the audit's gpt2-large "fit" in 2 x 23.5 GiB)
+    assert cluster.cpu_ram_per_node_bytes == host and cluster.gpu.memory_bytes == host // 2
+    assert any("shared by 2 rank(s) per node" in note for note in cluster.assumptions)
+    assert make_cluster("cpu", gpus_per_node=1).gpu.memory_bytes == host
+    assert make_cluster("cpu", gpus_per_node=4, cpu_ram_gb=64).gpu.memory_bytes == 16 * GIB
     # One ring step of the measured 2-rank gloo all-reduce (2(n-1) = 2 steps).
     import json
     from pathlib import Path

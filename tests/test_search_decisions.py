@@ -178,3 +178,19 @@ def test_zero_infinity_needs_the_nvme_it_fills_and_its_speed_is_the_nodes():
     assert offload_s(config, nvme_gbps=DEFAULT_NVME_GBPS_PER_NODE) == offload_s(config)  # that figure, nothing else
     user = evaluate(spec, config, cluster(nvme_gb=4000, nvme_gbps=25)).throughput.sources["offload_s"]
     assert "NVMe 25 GB/s per node (user, --nvme-gbps)" in user
+
+
+def test_cpu_processes_are_planned_fsdp2_only():
+    """The emitted FSDP1 configs (no-shard, hybrid) do not run on CPU processes (transformers' sync_module_states
+    needs an accelerator; FSDP1's full state dict crashed there): the search offers the cpu device FSDP2 only,
+    and a GPU all four."""
+    from planner.hardware.cluster import make_cluster
+    from planner.search.layouts import FSDP1_SHARDINGS, _fsdp_layouts
+
+    def shardings(cluster):
+        return {layout.fields["fsdp_sharding"] for layout in _fsdp_layouts(cluster, False, with_ddp=False)}
+
+    cpu = shardings(make_cluster("cpu", gpus_per_node=2, nodes=2))
+    gpu = shardings(make_cluster("H100-80GB", gpus_per_node=8, nodes=2))
+    assert cpu and not cpu & set(FSDP1_SHARDINGS)
+    assert set(FSDP1_SHARDINGS) <= gpu

@@ -219,6 +219,17 @@ def default_cpu_ram_per_node(gpu: GpuSpec, gpus_per_node: int) -> int:
     return DEFAULT_HOST_RAM_PER_GPU_BYTES[gpu.form_factor] * gpus_per_node
 
 
+def _ranks_share_host_ram(spec: GpuSpec, host_ram: int, ranks: int, assumptions: list[str]) -> GpuSpec:
+    """The cpu pseudo-device's "GPU memory" is the host's RAM, which the node's ranks share: each gets its part
+    (two ranks of a 23.5 GiB host were each planned 23.5 GiB, so a plan "fit" that needed 38 GiB)."""
+    per_rank = host_ram // ranks
+    assumptions.append(
+        f"{spec.name}: {host_ram / GIB:.3g} GiB of host RAM shared by {ranks} rank(s) per node, "
+        f"{per_rank / GIB:.3g} GiB each (--cpu-ram-gb sets the host's RAM)"
+    )
+    return spec.model_copy(update={"memory_bytes": per_rank})
+
+
 def make_cluster(
     gpu: str | GpuSpec,
     gpus_per_node: int = 8,
@@ -292,6 +303,9 @@ def make_cluster(
     nvme = check_nvme(nvme_gb, nvme_gbps, ("--nvme-gb", "--nvme-gbps"))
     if nvme:
         assumptions.append(f"NVMe: {nvme_gb:g} GiB per node (user); {nvme_bandwidth(nvme_gbps)[1]}")
+
+    if spec.kind == "cpu" and (gpus_per_node > 1 or cpu_ram_gb is not None):
+        spec = _ranks_share_host_ram(spec, cpu_ram, gpus_per_node, assumptions)
 
     return ClusterSpec(
         gpu=spec,
