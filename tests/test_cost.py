@@ -100,10 +100,11 @@ def test_cheapest_equals_a_brute_force_recomputation(tmp_path):
     tokens = 2e10
     speeds = _speeds(FIXTURE)
     every, _ = _brute_force(FIXTURE, speeds, tokens, math.inf)
-    # A deadline the unconstrained cheapest misses, so the deadline decides: halfway between the two middle
-    # options' times (no option sits on it, so rounding it to the flag's text cannot move one across).
-    times = sorted({option[1] for option in every})
-    deadline_s = (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2
+    # A deadline the unconstrained cheapest misses, so the deadline decides: halfway between its time and the
+    # next faster option's (no option sits on it, so rounding it to the flag's text cannot move one across).
+    faster = sorted({option[1] for option in every if option[1] < every[0][1]})
+    assert faster, "every option is as slow as the cheapest: no deadline can decide"
+    deadline_s = (faster[-1] + every[0][1]) / 2
     assert every[0][1] > deadline_s
     _, meeting = _brute_force(FIXTURE, speeds, tokens, deadline_s)
     run = _plan(
