@@ -185,12 +185,15 @@ def test_cpu_processes_are_planned_fsdp2_only():
     needs an accelerator; FSDP1's full state dict crashed there): the search offers the cpu device FSDP2 only,
     and a GPU all four."""
     from planner.hardware.cluster import make_cluster
-    from planner.search.layouts import FSDP1_SHARDINGS, _fsdp_layouts
+    from planner.search.layouts import _fsdp_layouts
+    from planner.training_config import FsdpSharding
+
+    fsdp1 = {sharding for sharding in FsdpSharding if not sharding.fsdp2}
 
     def shardings(cluster):
         return {layout.fields["fsdp_sharding"] for layout in _fsdp_layouts(cluster, False, with_ddp=False)}
 
     cpu = shardings(make_cluster("cpu", gpus_per_node=2, nodes=2))
     gpu = shardings(make_cluster("H100-80GB", gpus_per_node=8, nodes=2))
-    assert cpu and not cpu & set(FSDP1_SHARDINGS)
-    assert set(FSDP1_SHARDINGS) <= gpu
+    assert cpu and fsdp1 == {FsdpSharding.HYBRID, FsdpSharding.NONE} and not cpu & fsdp1
+    assert fsdp1 <= gpu

@@ -62,6 +62,11 @@ class FsdpSharding(str, Enum):
         """ "no-shard", as plan tables print NO_SHARD, names it too."""
         return cls.NONE if value == "no-shard" else None
 
+    @property
+    def fsdp2(self) -> bool:
+        """Whether FSDP2's fully_shard expresses it; hybrid and none are emitted as FSDP1 (planner/emit)."""
+        return self in (FsdpSharding.FULL, FsdpSharding.GRAD_OP)
+
 
 class Offload(str, Enum):
     NONE = "none"

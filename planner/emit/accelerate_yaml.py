@@ -80,7 +80,7 @@ def fsdp_config(plan: Plan, target: RunConfig) -> dict[str, Any]:
         "fsdp_activation_checkpointing": config.activation_checkpointing is not ActivationCheckpointing.NONE,
         "fsdp_cpu_ram_efficient_loading": False,
     }
-    if sharding in (FsdpSharding.FULL, FsdpSharding.GRAD_OP):
+    if sharding.fsdp2:
         block["fsdp_version"] = 2
         block["fsdp_reshard_after_forward"] = sharding is FsdpSharding.FULL
     else:

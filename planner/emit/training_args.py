@@ -100,7 +100,7 @@ def trainer_fsdp_config(plan: Plan, target: RunConfig) -> dict[str, Any]:
         "state_dict_type": "SHARDED_STATE_DICT",
         "cpu_ram_efficient_loading": False,
     }
-    if sharding in (FsdpSharding.FULL, FsdpSharding.GRAD_OP):
+    if sharding.fsdp2:
         block.update(version=2, reshard_after_forward=sharding is FsdpSharding.FULL)
     else:
         block.update(version=1, reshard_after_forward={FsdpSharding.HYBRID: "hybrid_shard"}.get(sharding, "no_shard"))

@@ -152,9 +152,6 @@ def _divisors(n: int) -> tuple[int, ...]:
     return (*small, *[n // d for d in reversed(small) if d * d != n])
 
 
-FSDP1_SHARDINGS = (FsdpSharding.HYBRID, FsdpSharding.NONE)  # planner/emit: fsdp_version 1; the others are FSDP2
-
-
 def _fsdp_layouts(cluster: ClusterSpec, allow_offload: bool, with_ddp: bool) -> list[StrategyLayout]:
     layouts = []
     for sharding in FsdpSharding:
@@ -162,10 +159,8 @@ def _fsdp_layouts(cluster: ClusterSpec, allow_offload: bool, with_ddp: bool) -> 
             continue  # inside one node hybrid sharding is full sharding
         if sharding is FsdpSharding.NONE and with_ddp:
             continue  # DDP through FSDP: DDP itself is searched, and is what anyone would run
-        if sharding in FSDP1_SHARDINGS and cluster.gpu.kind == "cpu":
-            # The emitted FSDP1 configs do not run on CPU processes: transformers asks accelerate to sync module
-            # states, which needs an accelerator, and FSDP1's full state dict crashed torch 2.13 there (no-shard).
-            continue
+        if not sharding.fsdp2 and cluster.gpu.kind == "cpu":
+            continue  # emitted as FSDP1, which fails on CPU ranks (accelerate's module-state sync, its state dict)
         base = {"strategy": Strategy.FSDP, "fsdp_sharding": sharding}
         layouts.append(_layout(SIMPLICITY[f"fsdp-{sharding.value}"], base))
         if allow_offload and sharding in (FsdpSharding.FULL, FsdpSharding.HYBRID):
