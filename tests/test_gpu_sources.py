@@ -29,19 +29,17 @@ KEY_FIGURES = (
 
 # Key figures of the nine that no readable document printed: kept, marked "unsourced" (recalled) in the
 # catalog, listed in docs/hardware.md. Each must really be marked unsourced, so the list cannot go stale.
-UNSOURCED_ALLOWLIST = {
-    ("H20", "dense_tflops.bf16"),  # the pages print FP16 148 dense and INT8 296, no BF16 rate
-    ("H20", "dense_tflops.fp8"),  # ... and the one page printing FP8 296 is http-only
-}
+# Empty since issue 34's fourth pass (the H20's BF16 and FP8 cite the LMSYS/SGLang H20 vs H800 table).
+UNSOURCED_ALLOWLIST: set[tuple[str, str]] = set()
 
 # Every figure of the whole catalog still marked "unsourced" (recalled), the cpu placeholder's apart: 55 before
-# issue 34's second pass, 17 after it, 10 after its third. A figure may leave this list (cite it, then drop it
-# here), none may join it.
+# issue 34's second pass, 17 after it, 10 after its third, 4 after its fourth. A figure may leave this list (cite
+# it, then drop it here), none may join it.
 STILL_UNSOURCED = {
-    *(("A10G", f"dense_tflops.{dtype}") for dtype in ("fp32", "tf32", "fp16", "bf16")),  # no A10G datasheet exists
-    *(("H800", f"dense_tflops.{dtype}") for dtype in ("fp32", "tf32", "fp16", "fp8")),  # = the H100 SXM's
-    ("H20", "dense_tflops.bf16"),
-    ("H20", "dense_tflops.fp8"),
+    ("A10G", "dense_tflops.tf32"),  # the AWS-hosted A10G datasheet was not readable; its copies print FP32/FP16 only
+    ("A10G", "dense_tflops.bf16"),
+    ("H800", "dense_tflops.fp32"),  # = the H100 SXM's; the H800 tables read print FP16/BF16 and FP8 only
+    ("H800", "dense_tflops.tf32"),
 }
 
 # (gpu, figure) -> (quote from the document, number in the document's unit, to our unit, printed with sparsity)
@@ -136,6 +134,13 @@ PRINTED: dict[tuple[str, str], tuple[str, float, float, bool]] = {
     ("MI355X", "interconnect"): ("'| MI355X | 76.5 | 7 | 535.5 | 1071 |'", 1071, SAME, False),
     ("MI355X", "dense_tflops.bf16"): ("the formula gives 2516.6", 2516.6, SAME, False),
     ("MI355X", "dense_tflops.fp16"): ("the formula gives 2516.6", 2516.6, SAME, False),
+    # Issue 34's fourth pass.
+    ("H20", "dense_tflops.bf16"): ("'FP16/BF16 Compute | 148 TFLOPS | 989 TFLOPS'", 148, SAME, False),
+    ("H20", "dense_tflops.fp8"): ("'FP8 Compute | 296 TFLOPS | 1979 TFLOPS'", 296, SAME, False),
+    ("H800", "dense_tflops.fp16"): ("'FP16/BF16 Compute | 148 TFLOPS | 989 TFLOPS'", 989, SAME, False),
+    ("H800", "dense_tflops.fp8"): ("'FP8 Compute | 296 TFLOPS | 1979 TFLOPS'", 1979, SAME, False),
+    ("A10G", "dense_tflops.fp32"): ("'| A10G | Ampere | 35 | 35 | 70 | [Datasheet][a10g] |'", 35, SAME, False),
+    ("A10G", "dense_tflops.fp16"): ("'| A10G | Ampere | 35 | 35 | 70 | [Datasheet][a10g] |'", 70, SAME, False),
 }
 
 
@@ -184,7 +189,7 @@ def test_no_recalled_figure_joins_the_unsourced_list_and_the_list_keeps_up():
     }
     assert not unsourced - STILL_UNSOURCED, f"newly unsourced (cite a document instead): {unsourced - STILL_UNSOURCED}"
     assert not STILL_UNSOURCED - unsourced, f"now cited, drop from STILL_UNSOURCED: {STILL_UNSOURCED - unsourced}"
-    assert len(STILL_UNSOURCED) == 10
+    assert len(STILL_UNSOURCED) == 4
 
 
 @pytest.mark.parametrize("key", sorted(PRINTED), ids=lambda key: f"{key[0]}-{key[1]}")
@@ -229,7 +234,9 @@ def test_gpus_table_footnotes_say_where_each_number_came_from(capsys):
     footnotes = {line.split("] ", 1)[1].split(":", 1)[0]: line for line in out.splitlines() if line.startswith("[")}
     assert set(footnotes) == {spec.name for spec in CATALOG}
     assert "mem, mem-bw, fp32, tf32, fp16, bf16, fp8, link, power: vendor https://nvdam.widen.net/" in footnotes["B200"]
-    assert "bf16, fp8: unsourced (recalled)" in footnotes["H20"]
+    assert "bf16, fp8: secondary https://lmsys.org/blog/2025-09-26-sglang-ant-group (2025-09-26)" in footnotes["H20"]
+    assert "unsourced" not in footnotes["H20"]
+    assert "tf32, bf16: unsourced (recalled)" in footnotes["A10G"]
     assert "shared reference (gpu_specs row 'H100 SXM5 80GB')" in footnotes["H100-80GB"]
     assert "unsourced (placeholder)" in footnotes["cpu"]
 
