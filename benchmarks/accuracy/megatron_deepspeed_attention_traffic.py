@@ -16,9 +16,9 @@ at ae6277f5, 2022-02-21; BLOOM's launch script aborts if its constraints are unm
 9e64edec). What they add to the fused reference:
 
 - attention dropout: `self.attention_dropout(attention_probs)` after the softmax (BigScience's
-  megatron/model/transformer.py line 358 at ae6277f5; Microsoft's megatron/model/transformer.py line 326 at
-  9da6e975, 2021-12-30, MT-NLG's time), p = 0.1 by default in both (arguments.py line 452 at ae6277f5, line 392
-  at 9da6e975). BLOOM kept it: "The default Megatron-LM dropout settings are inherited: ... --attention-dropout
+  megatron/model/transformer.py line 358 at ae6277f5; Microsoft's megatron/model/transformer.py line 315 at
+  1ac4a442, 2021-12-10, MT-NLG's time), p = 0.1 by default in both (arguments.py line 452 at ae6277f5, line 347
+  at 1ac4a442). BLOOM kept it: "The default Megatron-LM dropout settings are inherited: ... --attention-dropout
   0.1" (train/tr11-176B-ml/README.md lines 308-312 at 9e64edec). One kernel on CUDA writing the output and a
   byte mask (native_dropout); its backward writes the input's gradient.
 - ALiBi (BigScience's fork, `--position-embedding-type alibi`): the scores are `torch.baddbmm(alibi, q, k^T,
