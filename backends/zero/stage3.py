@@ -21,6 +21,12 @@ embedding's 147 MiB gradient off the end of backward. Blocks keep the flat copy 
 The parameters keep being views of one flat buffer whose storage is resized to
 zero when freed, so tensors autograd saved during forward (views of the
 weights) see the re-gathered values in backward.
+
+A gather writes the rank's shard into its slice of that buffer and fills the
+rest in place (comm.all_gather_in_place: on gloo one broadcast per owner, where
+all_gather_into_tensor gathers into a temporary as large as the buffer and
+copies it out: ~800 MiB allocated and copied per rank per step on
+GPT-2-small).
 """
 
 from __future__ import annotations
@@ -79,7 +85,9 @@ class ZeroStage3(ZeroOptimizer):
         if unit.index in self.gathering or unit.is_materialized():
             return
         unit.allocate_full()
-        self.gathering[unit.index] = self.comm.all_gather(unit.full, unit.local)
+        start, end = unit.owned_range
+        unit.full[start:end].copy_(unit.local)
+        self.gathering[unit.index] = self.comm.all_gather_in_place(unit.full)
 
     def _ensure_gathered(self, unit: FlatUnit) -> None:
         self._start_gather(unit)
