@@ -26,7 +26,9 @@ A gather writes the rank's shard into its slice of that buffer and fills the
 rest in place (comm.all_gather_in_place: on gloo one broadcast per owner, where
 all_gather_into_tensor gathers into a temporary as large as the buffer and
 copies it out: ~800 MiB allocated and copied per rank per step on
-GPT-2-small).
+GPT-2-small). With fp32 compute on the master's device the shard it writes is
+the master itself (no separate compute copy of the shard: 1/world of the
+model's fp32 bytes per rank, and no copy after the step).
 """
 
 from __future__ import annotations
@@ -76,7 +78,10 @@ class ZeroStage3(ZeroOptimizer):
 
     def place_parameters(self, unit: FlatUnit, full: Any) -> None:
         start, end = unit.owned_range
-        unit.local = full[start:end].clone()
+        if unit.master.dtype == full.dtype and unit.master.device == full.device:
+            unit.local = unit.master  # fp32 compute beside its master: the master shard is the gather's source
+        else:
+            unit.local = full[start:end].clone()
         unit.attach(full)
         unit.free_full()
 
@@ -214,7 +219,8 @@ class ZeroStage3(ZeroOptimizer):
     def publish_parameters(self) -> None:
         for unit in self.units:
             self._free(unit)
-            unit.local.copy_(unit.master)
+            if unit.local is not unit.master:
+                unit.local.copy_(unit.master)
 
     def gathered_parameters(self) -> None:
         """Gather every unit (for export or evaluation); call release_parameters() after."""
