@@ -5,7 +5,9 @@ tied head), which stays gathered from the start of forward to the end of
 backward. For a block: a forward pre-hook gathers it (or waits on the
 prefetch started by the previous block) and prefetches the next; a forward
 hook frees it and puts a hook on its output, so that backward gathers it again
-(prefetching the block before it) just before its gradients are computed.
+(prefetching the block before it) just before its gradients are computed. The
+last block, which backward needs first, stays gathered from its forward to its
+backward when gradients are on (as FSDP leaves its root unit gathered after forward).
 When the last of a block's gradients lands, its reduce-scatter starts (at a
 boundary) and its gathered parameters are freed; the previous block's
 reduction is then waited on and its flat gradient copy dropped, so backward
@@ -131,6 +133,8 @@ class ZeroStage3(ZeroOptimizer):
                 for tensor in outputs:
                     if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
                         tensor.register_hook(self._pre_backward_hook(position))
+                if position == len(self.blocks) - 1:  # backward starts with it: kept across the turn, not re-gathered
+                    return
             self._free(self.blocks[position])
 
         return hook
