@@ -395,7 +395,7 @@ class ZeroOptimizer:
         for unit in self.units:
             if unit.full is not None:
                 total += unit.full.untyped_storage().nbytes()
-            if unit.local is not None:
+            if unit.local is not None and unit.local is not unit.master:  # ZeRO-3's fp32 local is the master
                 total += unit.local.numel() * unit.local.element_size()
             total += sum(p.grad.numel() * p.grad.element_size() for p in unit.params if p.grad is not None)
         return total
