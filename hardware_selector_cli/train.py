@@ -27,12 +27,10 @@ CPU_RANKS_PER_CORE = 4  # gloo ranks sharing a core past this spend their time s
 
 def checked_runner_args(run_dir: Path, forwarded: list[str]) -> tuple:
     """The runner's parsed options for this folder, and the RunSpec they give (one-line errors)."""
-    from backends.runner.folder import load_run_folder
-    from backends.runner.options import override_values, parse_args
-    from planner.rundir.run_overrides import overrides_from
+    from backends.runner.options import load_checked_folder, parse_args
 
     args = parse_args(["--plan", str(run_dir), *forwarded], prog="hardware-selector train")
-    spec = load_run_folder(run_dir, overrides_from(override_values(args)), args.strategy)
+    spec = load_checked_folder(args)
     from backends.runner.output_paths import check_output_paths
 
     check_output_paths(args)  # every path the run writes, before torchrun starts

@@ -30,9 +30,9 @@ from backends.monitoring.peak_memory import check_memory_limit
 from backends.runner.anomaly import AnomalyGuard, refuse_unsupported
 from backends.runner.checkpoints import RunCheckpoints, check_resumable, model_fingerprint
 from backends.runner.elastic import announce_replan, fit_elastic, saved_layout
-from backends.runner.folder import engine_settings, load_run_folder
+from backends.runner.folder import engine_settings
 from backends.runner.metrics import MetricsLog, train_row
-from backends.runner.options import override_values
+from backends.runner.options import load_checked_folder
 from backends.runner.progress import Progress
 from backends.runner.status import RunStatus
 from backends.runner.summary import StepTimes, finish_summary
@@ -40,7 +40,6 @@ from backends.runner.world import fit_device, fit_tiny, fit_to_world, process_co
 from planner.errors import UserInputError
 from planner.rundir.hyperparameters import scheduler_block
 from planner.rundir.replan import plan_digest
-from planner.rundir.run_overrides import overrides_from
 
 if TYPE_CHECKING:
     import argparse
@@ -132,7 +131,7 @@ class RunSession:
         from backends.data import prepare_data
         from backends.weights.model_init import build_model, hf_config
 
-        spec = load_run_folder(args.plan, overrides_from(override_values(args)), args.strategy)
+        spec = load_checked_folder(args)
         rank, world, local_rank, local_world = process_counts()
         run = fit_device(spec.run, tiny=args.tiny)
         start_distributed(run.dist_backend)
