@@ -16,6 +16,7 @@ import os
 import shlex
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import typer
@@ -107,13 +108,22 @@ def register(app: typer.Typer) -> None:
         # Data, tokenizer, weights: seconds here instead of after every rank starts. They only read the
         # user's files, so they come before the lock: a refused run leaves the folder as it was.
         preflight(run, tiny=args.tiny, run_dir=spec.run_dir)
+        resume_checks = partial(
+            check_resume,
+            spec.run_dir,
+            run,
+            tiny=args.tiny,
+            strategy=spec.strategy.value,
+            resume_from=args.resume_from,
+            reset_data_position=args.reset_data_position,
+        )
         if dry_run:  # every check a launch would make, none of its effects: the lock is looked at, not taken
             refuse_if_held(spec.run_dir)
-            check_resume(spec.run_dir, run, tiny=args.tiny, strategy=spec.strategy.value, resume_from=args.resume_from)
+            resume_checks()
             print(shlex.join(command))
             return
         lock = hold_run_lock(spec.run_dir)  # noqa: F841 (held while torchrun runs; its ranks skip it)
-        check_resume(spec.run_dir, run, tiny=args.tiny, strategy=spec.strategy.value, resume_from=args.resume_from)
+        resume_checks()
         from .launcher_output import failure_line, interruption_line, log_path, rank_exit_code, run_logged
 
         log = log_path(spec.run_dir)

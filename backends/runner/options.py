@@ -67,6 +67,12 @@ def parse_args(argv: list[str] | None, *, prog: str = "python -m backends.run") 
     )
     parser.add_argument("--no-resume", action="store_true", help="ignore the folder's checkpoints (they are kept)")
     parser.add_argument(
+        "--reset-data-position",
+        action="store_true",
+        help="resume a checkpoint saved on other data (another --data): keep its weights and optimizer, read this "
+        "run's data from its start (without it, such a resume is refused)",
+    )
+    parser.add_argument(
         "--resume-from",
         type=Path,
         help="resume this checkpoint (a checkpoints/global_step<N> folder, this run's or another run folder's)",
