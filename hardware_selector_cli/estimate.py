@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from planner.errors import UserInputError
+from planner.limits import DEFAULT_HEADROOM
 from planner.units import format_bytes
 
 from .model_options import ModelOptions, model_options
@@ -56,7 +57,11 @@ def print_memory_table(result, title: str) -> None:
     console.print(memory_bar(per_gpu["total"], memory.gpu_capacity_bytes))
     margin = memory.usable_bytes - per_gpu["total"]
     verdict = "[green]fits[/]" if margin >= 0 else "[red]does not fit[/]"
-    console.print(f"{verdict}: {format_bytes(abs(margin))} {'under' if margin >= 0 else 'over'} the usable GPU memory")
+    side = "under" if margin >= 0 else "over"
+    console.print(
+        f"{verdict}: {format_bytes(abs(margin))} {side} the usable GPU memory, {format_bytes(memory.usable_bytes)} "
+        f"({format_bytes(memory.gpu_capacity_bytes)} less {memory.headroom_fraction:.0%} headroom, --headroom)"
+    )
     cpu_capacity = memory.cpu_capacity_per_node_bytes
     if cpu_capacity is not None and memory.cpu_per_node_bytes > cpu_capacity:
         over = memory.cpu_per_node_bytes - cpu_capacity
@@ -119,7 +124,9 @@ def register(app: typer.Typer) -> None:
         model: ModelOptions,
         cluster: ClusterOptions,
         config: TrainingConfig,
-        headroom: float = typer.Option(0.0, "--headroom", help="Share of GPU memory to keep free, e.g. 0.1."),
+        headroom: float = typer.Option(
+            DEFAULT_HEADROOM, "--headroom", help="Share of GPU memory kept free (plan's default too; 0 for none)."
+        ),
         overhead_gb: float | None = typer.Option(
             None,
             "--overhead-gb",

@@ -318,3 +318,19 @@ def test_engine_tp_on_a_family_the_engine_pipelines_only_is_refused_for_our_impl
     refused = cli_in_process(*args)
     assert refused.returncode == 2 and "our engine does not split deepseek_v3 models over tp" in refused.stderr
     assert cli_in_process(*args, "--implementation", "megatron").returncode == 0  # Megatron-LM's split is estimated
+
+
+def test_estimate_keeps_the_headroom_plan_keeps_and_says_how_much(capsys):
+    """`plan` and `estimate` of the same configuration agree on the usable memory (the reference: plan's own
+    JSON for it), and the estimate's verdict line names the headroom and its flag."""
+    config = ["--strategy", "zero3", "--micro-batch", "1", "--seq-len", "2048", "--ac", "full"]
+    plan = ["plan", "--model", "llama-2-7b", "--gpu", "A100-80GB", "--gpus-per-node", "8", "--global-batch", "8",
+            "--strategies", "zero3", "--micro-batch", "1", "--seq-len", "2048", "--json"]  # fmt: skip
+    assert main(plan) == 0
+    planned = json.loads(capsys.readouterr().out)["best"]["memory"]
+    estimated = run_json(capsys, *config)["memory"]
+    assert estimated["headroom_fraction"] == planned["headroom_fraction"] == 0.1
+    assert estimated["margin_bytes"] == int(0.9 * estimated["gpu_capacity_bytes"]) - estimated["per_gpu_bytes"]["total"]
+    assert main([*BASE, *config]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "under the usable GPU memory, 72.00 GiB (80.00 GiB less 10% headroom, --headroom)" in out

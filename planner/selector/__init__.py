@@ -22,6 +22,7 @@ from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
 from planner.inference import InferenceRequest
 from planner.inference.flags import ServingFlags
 from planner.inference.request import KvFormat, ServingObjective, WeightFormat
+from planner.limits import DEFAULT_HEADROOM
 from planner.models.legacy_names import catalog_name, check_model_family, family_modality
 from planner.models.resolve import resolve_model
 from planner.models.spec import ModelSpec
@@ -62,7 +63,7 @@ class HardwareSelector:
     serving_flags: ClassVar[ServingFlags] = API_SERVING_FLAGS
 
     @checked_arguments()
-    def __init__(self, seq_len: int | None = None, headroom_fraction: float = 0.1) -> None:
+    def __init__(self, seq_len: int | None = None, headroom_fraction: float = DEFAULT_HEADROOM) -> None:
         self.seq_len = seq_len  # None: the smaller of 2048 and the model's context
         self.headroom_fraction = float(headroom_fraction)
 
