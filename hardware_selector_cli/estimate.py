@@ -37,8 +37,10 @@ def memory_bar(used: int, capacity: int, width: int = 40) -> str:
     return f"[{colour}]{'█' * filled}[/]{'░' * (width - filled)} {used / capacity:.0%} of {format_bytes(capacity)}"
 
 
-def print_memory_table(result, title: str) -> None:
+def print_memory_table(result, title: str, host_ram: str = "") -> None:
+    """host_ram: where the node's host RAM figure comes from (the cluster's assumption line), said beside it."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     memory = result.memory
@@ -69,6 +71,7 @@ def print_memory_table(result, title: str) -> None:
     if memory.cpu_per_node_bytes:
         capacity = memory.cpu_capacity_per_node_bytes
         suffix = f" of {format_bytes(capacity)}" if capacity else ""
+        suffix += f" ({escape(host_ram)})" if capacity and host_ram else ""
         console.print(f"CPU memory per node (offload): {format_bytes(memory.cpu_per_node_bytes)}{suffix}")
     if memory.nvme_per_node_bytes:
         nvme_capacity = memory.nvme_capacity_per_node_bytes
@@ -176,8 +179,9 @@ def register(app: typer.Typer) -> None:
                 document["compression_notes"] = compression_notes
             print(json.dumps(document, indent=2))
         else:
+            host_ram = next((line for line in target.assumptions if line.startswith("host RAM")), "")
             print_memory_table(
-                result, f"{spec.name} on {target.world_size} x {target.gpu.name}, {config.strategy.value}"
+                result, f"{spec.name} on {target.world_size} x {target.gpu.name}, {config.strategy.value}", host_ram
             )
             print_speed(result)
             for note in compression_notes:

@@ -334,3 +334,16 @@ def test_estimate_keeps_the_headroom_plan_keeps_and_says_how_much(capsys):
     assert main([*BASE, *config]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "under the usable GPU memory, 72.00 GiB (80.00 GiB less 10% headroom, --headroom)" in out
+
+
+def test_the_offload_line_says_where_the_host_ram_comes_from(capsys):
+    """The CPU memory an offload needs is set against the node's host RAM; that figure (the reference: the JSON's
+    cpu_capacity_per_node_bytes, 1 TiB) is an assumption unless --cpu-ram-gb gives it, and the line says so."""
+    config = ["--strategy", "zero3", "--offload-optimizer", "cpu"]
+    assert run_json(capsys, *config)["memory"]["cpu_capacity_per_node_bytes"] == 1 << 40
+    assert main([*BASE, *config]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "of 1.00 TiB (host RAM: 1024 GiB per node, assumed: 128 GiB per SXM GPU: NVIDIA's DGX A100" in out
+    assert main([*BASE, *config, "--cpu-ram-gb", "512"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "of 512.00 GiB" in out and "assumed" not in out
