@@ -39,6 +39,7 @@ from planner.files import write_text_atomic
 from planner.launch_target import LaunchTarget
 from planner.models.families import family_of
 from planner.plan import Plan
+from planner.rundir.data_sources import check_text_field_present
 from planner.rundir.engine_for_run import engine_config_for_run
 from planner.rundir.manifest import (
     MANIFEST,
@@ -192,6 +193,8 @@ def emit_run_folder(
     if launch is not None:
         target = target.model_copy(update={"launcher": launch.launcher})
     pickle_only_note(target.model)  # training from random weights beside the user's checkpoint is never silent
+    for patterns, flag in ((target.data.train, "--data"), (target.data.eval, "--eval-data")):
+        check_text_field_present(patterns, flag, target.data.text_field)  # not first at train
     if plan.config.kernels is KernelChoice.LIGER and target.device != "cuda":
         raise UserInputError("--kernels liger: Liger's kernels are Triton GPU kernels; plan --kernels compile for CPU")
     if elastic is not None and target.nproc_overridden:
