@@ -28,13 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from backends.monitoring.peak_memory import check_memory_limit
 from backends.runner.anomaly import AnomalyGuard, refuse_unsupported
-from backends.runner.checkpoints import (
-    RunCheckpoints,
-    check_data_position,
-    check_resumable,
-    data_identity,
-    model_fingerprint,
-)
+from backends.runner.checkpoints import RunCheckpoints, check_resumable, data_identity, model_fingerprint
 from backends.runner.elastic import announce_replan, fit_elastic, saved_layout
 from backends.runner.folder import engine_settings
 from backends.runner.metrics import MetricsLog, train_row
@@ -119,7 +113,6 @@ class RunSession:
     eval_rows: list[dict] = field(default_factory=list)
     times: StepTimes = field(default_factory=StepTimes)
     fingerprint: str = ""
-    data_identity: dict = field(default_factory=dict)  # what the data position counts in (checkpoints.py)
     plan_digest: str = ""
     metrics: MetricsLog = field(init=False)
     progress: Progress = field(init=False)
@@ -225,12 +218,11 @@ class RunSession:
             tensorboard_dir=run_dir / "tensorboard",
         )
         self.fingerprint = model_fingerprint(run.model.hf_config, tiny=self.args.tiny)
-        self.data_identity = data_identity(run.data)
         self.plan_digest = plan_digest(run_dir)
         if newest is None:
             announce_replan(self, None)  # an elastic run started afresh on another world size
             return
-        check_resumable(
+        reset_note = check_resumable(
             self.checkpoints.runner_state(newest),
             folder=newest,
             model_name=run.model.name,
@@ -239,21 +231,12 @@ class RunSession:
             here=run_dir,
             digest=self.plan_digest,
             explicit=self.args.resume_from is not None,
-        )
-        reset = check_data_position(
-            self.checkpoints.runner_state(newest),
-            folder=newest,
-            data=self.data_identity,
-            reset=self.args.reset_data_position,
+            data=data_identity(run.data),  # what the data position counts in
+            reset_data=self.args.reset_data_position,
         )
         state = self.checkpoints.load(self.adapter, newest)
-        self.step, self.samples = int(state["step"]), int(state["samples"])
-        if reset:
-            self.notes.append(
-                f"note: --reset-data-position: reading {self.data_identity['data']} from its start; the checkpoint "
-                f"stood at sample {self.samples} of {state['saved_under']['data']['data']}"
-            )
-            self.samples = 0
+        self.step, self.samples = int(state["step"]), 0 if reset_note else int(state["samples"])
+        self.notes += [reset_note] if reset_note else []  # the checkpoint's data position was of other data
         self.guard.load_state_dict(state.get("anomaly", {}))
         self.resumed_from = str(newest)
         self.metrics.truncate_after(self.step)
@@ -377,7 +360,7 @@ class RunSession:
             "global_batch": run.global_batch,
             "layout": run.layout.describe(),
             "run_dir": str(self.spec.run_dir),
-            "data": self.data_identity,
+            "data": data_identity(run.data),
             **saved_layout(self.spec, run),
         }
         state = {"step": at, "samples": self.samples, "anomaly": self.guard.state_dict(), "saved_under": saved_under}

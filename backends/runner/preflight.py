@@ -92,7 +92,6 @@ def check_resume(
     from backends.checkpoint.load import preferred_tags
     from backends.runner.checkpoints import (
         RUNNER_STATE,
-        check_data_position,
         check_resumable,
         data_identity,
         model_fingerprint,
@@ -127,5 +126,6 @@ def check_resume(
         here=run_dir.resolve(),
         digest=plan_digest(run_dir),
         explicit=resume_from is not None,
+        data=data_identity(run.data),
+        reset_data=reset_data_position,
     )
-    check_data_position(state, folder=newest, data=data_identity(run.data), reset=reset_data_position)
