@@ -184,8 +184,14 @@ def calibration_command(
     calibration = Calibration.fit([record.measured_run() for record in records])
     errors = record_errors(records, calibration)
     console = _console()
+    if not errors:  # an empty table said neither why nor what to do
+        console.print(_nothing_to_compare(records, store.path), markup=False, highlight=False)
+        return
     table = Table(
-        title=f"{len(errors)} measured runs with predictions in {store.path}", box=box.SIMPLE_HEAD, pad_edge=False
+        title=f"{len(errors)} of {len(records)} measured runs in {store.path} carry a predicted step time",
+        caption="before / after: the predicted / calibrated step time against the measured one (+: predicted slower)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
     )
     for column in ("id", "hardware", "strategy", "mb×acc", "predicted", "calibrated", "measured", "before", "after"):
         table.add_column(column, justify="left" if column in ("id", "hardware", "strategy") else "right")
@@ -206,7 +212,10 @@ def calibration_command(
     if errors:
         before = sum(abs(e.error_before) for e in errors) / len(errors)
         after = sum(abs(e.error_after) for e in errors) / len(errors)
-        console.print(f"mean |error|: {before:.0%} before, {after:.0%} after calibration (in-sample)")
+        console.print(
+            f"mean |error|: {before:.0%} before, {after:.0%} after calibration (in-sample: the corrections were "
+            "fitted on these same runs, so 'after' is how well they fit, not how well they predict)"
+        )
     for correction in calibration.corrections:
         console.print(f"correction {correction.describe()}", markup=False, highlight=False)
     if plot is not None:
@@ -214,6 +223,25 @@ def calibration_command(
 
         write_plot(errors, plot)
         console.print(f"wrote {plot}")
+
+
+def _nothing_to_compare(records: list, path: Path) -> str:
+    """Why `db calibration` has no row, and how a run gets one."""
+    how = (
+        "`hardware-selector train RUN_DIR` on the plan's GPUs records its run beside the plan's prediction "
+        "(`run-training-benchmark ... --run` records a matrix)"
+    )
+    if not records:
+        return f"no measured runs in {path}: nothing to calibrate yet; {how}"
+    failed = sum(1 for record in records if not record.step_time_median_s)
+    reasons = [f"{failed} did not finish a step"] if failed else []
+    if len(records) > failed:
+        reasons.append(
+            f"{len(records) - failed} carry no predicted step time (a run on CPU processes or --tiny is recorded "
+            "without one: the plan predicts GPUs)"
+        )
+    runs = "1 run" if len(records) == 1 else f"{len(records)} runs"
+    return f"{runs} in {path}, none to compare: {' and '.join(reasons)}; {how}"
 
 
 def register(app: typer.Typer) -> None:

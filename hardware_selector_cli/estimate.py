@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from planner.errors import UserInputError
+from planner.limits import DEFAULT_HEADROOM
 from planner.units import format_bytes
 
 from .model_options import ModelOptions, model_options
@@ -36,8 +37,10 @@ def memory_bar(used: int, capacity: int, width: int = 40) -> str:
     return f"[{colour}]{'█' * filled}[/]{'░' * (width - filled)} {used / capacity:.0%} of {format_bytes(capacity)}"
 
 
-def print_memory_table(result, title: str) -> None:
+def print_memory_table(result, title: str, host_ram: str = "") -> None:
+    """host_ram: where the node's host RAM figure comes from (the cluster's assumption line), said beside it."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     memory = result.memory
@@ -56,7 +59,11 @@ def print_memory_table(result, title: str) -> None:
     console.print(memory_bar(per_gpu["total"], memory.gpu_capacity_bytes))
     margin = memory.usable_bytes - per_gpu["total"]
     verdict = "[green]fits[/]" if margin >= 0 else "[red]does not fit[/]"
-    console.print(f"{verdict}: {format_bytes(abs(margin))} {'under' if margin >= 0 else 'over'} the usable GPU memory")
+    side = "under" if margin >= 0 else "over"
+    console.print(
+        f"{verdict}: {format_bytes(abs(margin))} {side} the usable GPU memory, {format_bytes(memory.usable_bytes)} "
+        f"({format_bytes(memory.gpu_capacity_bytes)} less {memory.headroom_fraction:.0%} headroom, --headroom)"
+    )
     cpu_capacity = memory.cpu_capacity_per_node_bytes
     if cpu_capacity is not None and memory.cpu_per_node_bytes > cpu_capacity:
         over = memory.cpu_per_node_bytes - cpu_capacity
@@ -64,6 +71,7 @@ def print_memory_table(result, title: str) -> None:
     if memory.cpu_per_node_bytes:
         capacity = memory.cpu_capacity_per_node_bytes
         suffix = f" of {format_bytes(capacity)}" if capacity else ""
+        suffix += f" ({escape(host_ram)})" if capacity and host_ram else ""
         console.print(f"CPU memory per node (offload): {format_bytes(memory.cpu_per_node_bytes)}{suffix}")
     if memory.nvme_per_node_bytes:
         nvme_capacity = memory.nvme_capacity_per_node_bytes
@@ -119,7 +127,9 @@ def register(app: typer.Typer) -> None:
         model: ModelOptions,
         cluster: ClusterOptions,
         config: TrainingConfig,
-        headroom: float = typer.Option(0.0, "--headroom", help="Share of GPU memory to keep free, e.g. 0.1."),
+        headroom: float = typer.Option(
+            DEFAULT_HEADROOM, "--headroom", help="Share of GPU memory kept free (plan's default too; 0 for none)."
+        ),
         overhead_gb: float | None = typer.Option(
             None,
             "--overhead-gb",
@@ -169,8 +179,9 @@ def register(app: typer.Typer) -> None:
                 document["compression_notes"] = compression_notes
             print(json.dumps(document, indent=2))
         else:
+            host_ram = next((line for line in target.assumptions if line.startswith("host RAM")), "")
             print_memory_table(
-                result, f"{spec.name} on {target.world_size} x {target.gpu.name}, {config.strategy.value}"
+                result, f"{spec.name} on {target.world_size} x {target.gpu.name}, {config.strategy.value}", host_ram
             )
             print_speed(result)
             for note in compression_notes:

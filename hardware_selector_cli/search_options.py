@@ -13,6 +13,7 @@ import typer
 
 from planner.contract.choices import ActivationCheckpointing, FsdpSharding, KernelChoice, OptimizerKind, Precision
 from planner.errors import UserInputError
+from planner.limits import DEFAULT_HEADROOM
 
 from .estimate import IMPLEMENTATION_HELP
 from .training_options import COMPRESSION_HELP, _choice
@@ -202,7 +203,7 @@ def search_options(
         "throughput", "--objective", help="throughput|cost|time-to-train (inference: throughput|latency)"
     ),
     top: int = typer.Option(5, "--top", help="How many plans to show (best of each strategy family)."),
-    headroom: float = typer.Option(0.1, "--headroom", help="Share of GPU memory kept free."),
+    headroom: float = typer.Option(DEFAULT_HEADROOM, "--headroom", help="Share of GPU memory kept free."),
     tokens: float | None = typer.Option(
         None, "--tokens", help="Training tokens for cost and time (default: 20 per parameter)."
     ),

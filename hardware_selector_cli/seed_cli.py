@@ -18,6 +18,13 @@ from collections.abc import Sequence
 
 from planner.errors import UserInputError
 
+# The API's keyword -> the flag that gives it, for errors in this command's words (--seq-len is the serving
+# context too).
+ARGUMENT_FLAGS = {
+    "model_family": "--model-family", "model_name": "--model-name", "batch_size": "--batch-size",
+    "gpu_count": "--gpu-count", "max_memory_gb": "--max-memory-gb", "gpu": "--gpu", "seq_len": "--seq-len",
+    "context": "--seq-len", "nvme_gb": "--nvme-gb", "nvme_gbps": "--nvme-gbps",
+}  # fmt: skip
 SEED_FLAGS = ("--model-family", "--model-name", "--mode", "--gpu-count", "--max-memory-gb", "--batch-size")
 
 
@@ -100,6 +107,7 @@ def _selector():
     class SeedSelector(HardwareSelector):
         training_flags = SEED_FLAGS
         serving_flags = SEED_SERVING_FLAGS
+        argument_names = ARGUMENT_FLAGS
 
     return SeedSelector()
 

@@ -16,6 +16,7 @@ import os
 import shlex
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import typer
@@ -27,12 +28,10 @@ CPU_RANKS_PER_CORE = 4  # gloo ranks sharing a core past this spend their time s
 
 def checked_runner_args(run_dir: Path, forwarded: list[str]) -> tuple:
     """The runner's parsed options for this folder, and the RunSpec they give (one-line errors)."""
-    from backends.runner.folder import load_run_folder
-    from backends.runner.options import override_values, parse_args
-    from planner.rundir.run_overrides import overrides_from
+    from backends.runner.options import load_checked_folder, parse_args
 
     args = parse_args(["--plan", str(run_dir), *forwarded], prog="hardware-selector train")
-    spec = load_run_folder(run_dir, overrides_from(override_values(args)), args.strategy)
+    spec = load_checked_folder(args)
     from backends.runner.output_paths import check_output_paths
 
     check_output_paths(args)  # every path the run writes, before torchrun starts
@@ -109,13 +108,22 @@ def register(app: typer.Typer) -> None:
         # Data, tokenizer, weights: seconds here instead of after every rank starts. They only read the
         # user's files, so they come before the lock: a refused run leaves the folder as it was.
         preflight(run, tiny=args.tiny, run_dir=spec.run_dir)
+        resume_checks = partial(
+            check_resume,
+            spec.run_dir,
+            run,
+            tiny=args.tiny,
+            strategy=spec.strategy.value,
+            resume_from=args.resume_from,
+            reset_data_position=args.reset_data_position,
+        )
         if dry_run:  # every check a launch would make, none of its effects: the lock is looked at, not taken
             refuse_if_held(spec.run_dir)
-            check_resume(spec.run_dir, run, tiny=args.tiny, strategy=spec.strategy.value, resume_from=args.resume_from)
+            resume_checks()
             print(shlex.join(command))
             return
         lock = hold_run_lock(spec.run_dir)  # noqa: F841 (held while torchrun runs; its ranks skip it)
-        check_resume(spec.run_dir, run, tiny=args.tiny, strategy=spec.strategy.value, resume_from=args.resume_from)
+        resume_checks()
         from .launcher_output import failure_line, interruption_line, log_path, rank_exit_code, run_logged
 
         log = log_path(spec.run_dir)

@@ -50,17 +50,23 @@ def snapshot(run_dir: Path) -> dict[str, Any]:
     eta = (
         (total - step) * sum(seconds) / len(seconds) if seconds and total and status.get("state") == "running" else None
     )
+    losses = _numbers(recent, "loss")
+    state = status.get("state", "not started" if not train else "unknown")
+    message = status.get("message", "")
+    if state == "not started" and not message:  # an emitted folder nobody has trained yet
+        message = f"nothing trained here yet (no metrics.jsonl); `hardware-selector train {run_dir}` starts it"
     summary_file = run_dir / "run_summary.json"
     summary = (
         json.loads(summary_file.read_text()) if summary_file.is_file() and status.get("state") != "running" else {}
     )
     return {
-        "state": status.get("state", "not started" if not train else "unknown"),
+        "state": state,
         "step": step,
         "total_steps": total,
         "eta_s": eta,
         "loss": latest.get("loss"),
-        "loss_average": sum(losses) / len(losses) if (losses := _numbers(recent, "loss")) else None,
+        "loss_average": sum(losses) / len(losses) if losses else None,
+        "loss_average_steps": len(losses),  # the last AVERAGE_OVER steps, or fewer when fewer have run
         "lr": latest.get("lr"),
         "grad_norm": latest.get("grad_norm"),
         "tokens_per_s": latest.get("tokens_per_s"),
@@ -68,10 +74,9 @@ def snapshot(run_dir: Path) -> dict[str, Any]:
         "peak_memory_bytes": latest.get("peak_memory_bytes"),
         "eval": evals[-1] if evals else None,
         "anomalies": [row for row in train if "anomaly" in row][-5:],
-        "message": status.get("message", ""),
+        "message": message,
         "summary": summary.get("lines", []),
-        "strategy": status.get("strategy"),
-        "model": status.get("model"),
+        **{key: status.get(key) or planned for key, planned in zip(("model", "strategy"), _planned(run_dir))},
     }
 
 
@@ -90,7 +95,9 @@ def render(view: dict[str, Any]) -> Any:
         progress += f", ETA {format_duration(view['eta_s'])}"
     table.add_row("step", progress)
     if view["loss"] is not None:
-        table.add_row("loss", f"{view['loss']:.4f} (last {AVERAGE_OVER} steps: {view['loss_average']:.4f})")
+        steps = view["loss_average_steps"]
+        mean = f"mean of the last {steps} steps" if steps > 1 else "one step so far"
+        table.add_row("loss", f"{view['loss']:.4f} ({mean}: {view['loss_average']:.4f})")
     if view["eval"]:
         table.add_row(
             "eval",
@@ -106,7 +113,7 @@ def render(view: dict[str, Any]) -> Any:
             f"{view['lr']:.3g} / {view['grad_norm']:.3g}" if view["grad_norm"] is not None else f"{view['lr']:.3g}",
         )
     if view["peak_memory_bytes"]:
-        table.add_row("peak memory", f"{view['peak_memory_bytes'] / 2**30:.2f} GiB")
+        table.add_row("peak memory (rank 0)", f"{view['peak_memory_bytes'] / 2**30:.2f} GiB")
     for row in view["anomalies"]:
         table.add_row("anomaly", f"step {row['step']}: {row['anomaly']['reason']} ({row['anomaly']['action']})")
     if view["message"]:
@@ -143,6 +150,16 @@ def register(app: typer.Typer) -> None:
                 if view["state"] in ("finished", "stopped", "interrupted", "failed", "gone"):
                     break
                 time.sleep(REFRESH_S)
+
+
+def _planned(run_dir: Path) -> tuple[str | None, str | None]:
+    """The model and strategy plan.json names, for a run that has not written its status yet (None, None when
+    plan.json cannot be read: `train` says why)."""
+    try:
+        document = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
+        return str(document["run"]["model"]["name"]), str(document["config"]["strategy"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, None
 
 
 def _numbers(rows: list[dict], key: str) -> list[float]:

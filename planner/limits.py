@@ -13,6 +13,11 @@ import math
 
 from planner.errors import UserInputError, UserInputTypeError
 
+# Not a bound but a default, kept beside them: the share of GPU memory a plan keeps free (allocator spikes, NCCL's
+# own buffers, a batch longer than the average). `plan`, `estimate` and the Python API all default to it, and
+# their output says so ("72.0 GiB usable (80.0 GiB less 10% headroom)").
+DEFAULT_HEADROOM = 0.1
+
 MAX_GPUS = 1 << 20  # a million GPUs in one job
 MAX_GPUS_PER_NODE = 1024
 MAX_SEQ_LEN = 1 << 24  # 16M tokens per sequence

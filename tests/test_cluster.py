@@ -143,6 +143,25 @@ def test_host_ram_defaults_scale_with_the_kind_of_node():
     assert make_cluster("MI300X").cpu_ram_per_node_bytes == 1024 * GIB
 
 
+@pytest.mark.parametrize(
+    ("gpu", "count", "figure", "why"),
+    [
+        ("H100-80GB", 8, "1024 GiB per node", "128 GiB per SXM GPU: NVIDIA's DGX A100 carries 1 TB for its 8 GPUs"),
+        ("L4", 2, "128 GiB per node", "64 GiB per PCIe GPU, half an SXM server's (a guess"),
+        ("RTX-4090", 1, "32 GiB per node", "32 GiB per consumer or workstation GPU (a guess"),
+    ],
+)
+def test_a_default_host_ram_says_where_it_comes_from_and_which_flag_sets_it(gpu, count, figure, why):
+    """The figure the node is planned with (the reference: cpu_ram_per_node_bytes) is the one the assumption
+    line prints, beside why that figure and the flag that replaces it; a given --cpu-ram-gb is not assumed."""
+    cluster = make_cluster(gpu, gpus_per_node=count)
+    lines = [line for line in cluster.assumptions if line.startswith("host RAM")]
+    assert len(lines) == 1 and f"{cluster.cpu_ram_per_node_bytes / GIB:g} GiB per node" == figure, lines
+    assert f"host RAM: {figure}, assumed: {why}" in lines[0] and lines[0].endswith("--cpu-ram-gb sets your nodes'")
+    given = make_cluster(gpu, gpus_per_node=count, cpu_ram_gb=96)
+    assert not any(line.startswith("host RAM") for line in given.assumptions)
+
+
 def test_cpu_pseudo_device():
     host = resolve_gpu("cpu").memory_bytes  # the catalog's: the host's RAM
     cluster = make_cluster("cpu", gpus_per_node=2)

@@ -151,3 +151,34 @@ def test_a_data_link_to_nothing_is_named_as_a_link(tmp_path):
     (tmp_path / "corpus.jsonl").symlink_to(tmp_path / "unmounted" / "corpus.jsonl")
     with pytest.raises(UserInputError, match=r"--data .*corpus.jsonl links to .*unmounted.*, which does not exist"):
         resolve_sources([str(tmp_path / "corpus.jsonl")])
+
+
+def test_a_missing_text_field_is_refused_at_emit_not_first_at_train(tmp_path):
+    """Rows whose text is under 'body' were emitted into a run folder that `train` then refused; emit reads
+    each file's first row (or parquet schema) and refuses in the words train uses (the reference: the same
+    file's line from check_source), and the same data with --text-field body emits."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from planner.contract.run_config import DataConfig
+    from planner.rundir.write import RunOptions, emit_run_folder
+    from scripts.demo_checkpoint import make_local_gpt2
+    from tests.emit_plans import make_plan
+
+    model_dir, _ = make_local_gpt2(tmp_path / "user")
+    plan = make_plan(str(model_dir), gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4)
+    jsonl = tmp_path / "rows.jsonl"
+    jsonl.write_text(rows(*(json.dumps({"body": row["text"]}) for row in GOOD_ROWS)))
+    pq.write_table(pa.table({"body": [row["text"] for row in GOOD_ROWS]}), tmp_path / "rows.parquet")
+    for path in (jsonl, tmp_path / "rows.parquet"):
+        with pytest.raises(UserInputError) as train_says:
+            through_check(path)
+        with pytest.raises(UserInputError) as emit_says:
+            emit_run_folder(
+                plan, tmp_path / f"run-{path.suffix[1:]}", options=RunOptions(data=DataConfig(train=[str(path)]))
+            )
+        assert str(emit_says.value) == str(train_says.value) and "--text-field" in str(emit_says.value)
+        assert "no 'text' field (it has 'body')" in str(emit_says.value)
+        assert not (tmp_path / f"run-{path.suffix[1:]}").exists()
+        data = DataConfig(train=[str(path)], text_field="body")
+        assert emit_run_folder(plan, tmp_path / f"body-{path.suffix[1:]}", options=RunOptions(data=data))

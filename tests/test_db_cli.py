@@ -208,3 +208,26 @@ def test_a_plot_path_that_cannot_be_written_is_refused_before_anything_is_printe
         "runs.duckdb.gpus.json",  # the store's GPU index (benchmarks_db/gpu_index.py), written with the records
         "runs.duckdb.lock",
     ]
+
+
+def test_calibration_with_nothing_to_compare_says_why_and_what_records_a_run(tmp_path, capsys):
+    """It printed "0 measured runs with predictions" over an empty table, for an empty database and for one
+    whose runs (CPU processes: recorded without a prediction) it could not compare alike."""
+    empty = tmp_path / "empty.duckdb"
+    assert main(["db", "calibration", "--db", str(empty)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        out.startswith(f"no measured runs in {empty}: nothing to calibrate yet;") and "hardware-selector train" in out
+    )
+    store = BenchmarkStore(tmp_path / "cpu.duckdb")
+    store.add_many(
+        [sample_record(predicted_step_time_s=None), sample_record(micro_batch=2, predicted_step_time_s=None)]
+    )
+    assert main(["db", "calibration", "--db", str(store.path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"2 runs in {store.path}, none to compare: 2 carry no predicted step time" in out
+    assert "┃" not in out and "predicted calibrated measured" not in out  # no empty table
+    filled = _filled(tmp_path)
+    assert main(["db", "calibration", "--db", str(filled.path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"3 of 4 measured runs in {filled.path} carry a predicted step time" in out and "in-sample: the" in out

@@ -318,3 +318,32 @@ def test_engine_tp_on_a_family_the_engine_pipelines_only_is_refused_for_our_impl
     refused = cli_in_process(*args)
     assert refused.returncode == 2 and "our engine does not split deepseek_v3 models over tp" in refused.stderr
     assert cli_in_process(*args, "--implementation", "megatron").returncode == 0  # Megatron-LM's split is estimated
+
+
+def test_estimate_keeps_the_headroom_plan_keeps_and_says_how_much(capsys):
+    """`plan` and `estimate` of the same configuration agree on the usable memory (the reference: plan's own
+    JSON for it), and the estimate's verdict line names the headroom and its flag."""
+    config = ["--strategy", "zero3", "--micro-batch", "1", "--seq-len", "2048", "--ac", "full"]
+    plan = ["plan", "--model", "llama-2-7b", "--gpu", "A100-80GB", "--gpus-per-node", "8", "--global-batch", "8",
+            "--strategies", "zero3", "--micro-batch", "1", "--seq-len", "2048", "--json"]  # fmt: skip
+    assert main(plan) == 0
+    planned = json.loads(capsys.readouterr().out)["best"]["memory"]
+    estimated = run_json(capsys, *config)["memory"]
+    assert estimated["headroom_fraction"] == planned["headroom_fraction"] == 0.1
+    assert estimated["margin_bytes"] == int(0.9 * estimated["gpu_capacity_bytes"]) - estimated["per_gpu_bytes"]["total"]
+    assert main([*BASE, *config]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "under the usable GPU memory, 72.00 GiB (80.00 GiB less 10% headroom, --headroom)" in out
+
+
+def test_the_offload_line_says_where_the_host_ram_comes_from(capsys):
+    """The CPU memory an offload needs is set against the node's host RAM; that figure (the reference: the JSON's
+    cpu_capacity_per_node_bytes, 1 TiB) is an assumption unless --cpu-ram-gb gives it, and the line says so."""
+    config = ["--strategy", "zero3", "--offload-optimizer", "cpu"]
+    assert run_json(capsys, *config)["memory"]["cpu_capacity_per_node_bytes"] == 1 << 40
+    assert main([*BASE, *config]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "of 1.00 TiB (host RAM: 1024 GiB per node, assumed: 128 GiB per SXM GPU: NVIDIA's DGX A100" in out
+    assert main([*BASE, *config, "--cpu-ram-gb", "512"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "of 512.00 GiB" in out and "assumed" not in out

@@ -238,7 +238,7 @@ def test_gpus_table_footnotes_say_where_each_number_came_from(capsys):
     assert "unsourced" not in footnotes["H20"]
     assert "tf32, bf16: unsourced (recalled)" in footnotes["A10G"]
     assert "shared reference (gpu_specs row 'H100 SXM5 80GB')" in footnotes["H100-80GB"]
-    assert "unsourced (placeholder)" in footnotes["cpu"]
+    assert "mem, mem-bw, fp32, link: unsourced (measured)" in footnotes["cpu"]
 
 
 @pytest.mark.parametrize(
@@ -255,3 +255,15 @@ def test_gpus_table_footnotes_say_where_each_number_came_from(capsys):
 def test_a_source_without_its_url_date_or_note_is_rejected(fields):
     with pytest.raises(ValidationError):
         FigureSource.model_validate(fields)
+
+
+def test_the_cpu_entrys_memory_note_says_what_its_figure_is_and_claims_no_detection():
+    """The note said the figure was "replaced by host RAM at detection time"; nothing replaces it (a plan for
+    --gpu cpu uses it unless --cpu-ram-gb is given: the reference is make_cluster's own figure)."""
+    from planner.hardware.cluster import make_cluster
+
+    spec = resolve_gpu("cpu")
+    note = spec.sources["memory_bytes"].note
+    assert make_cluster("cpu", gpus_per_node=1).cpu_ram_per_node_bytes == spec.memory_bytes
+    assert f"({spec.memory_bytes / 2**30:.3g} GiB)" in note and "--cpu-ram-gb sets it" in note
+    assert all("detection time" not in source.note for source in spec.sources.values())

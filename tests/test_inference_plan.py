@@ -186,3 +186,18 @@ def test_the_selector_answers_inference_tasks():
     assert config["estimated_latency"]["itl_ms"] > 0 and config["distributed_strategy"] == "single GPU"
     with pytest.raises(UserInputError, match="task_type must be"):
         select_hardware_for_task("text_generation", "gpt2", task_type="serving")
+
+
+def test_the_explanation_counts_one_request_and_one_layout_in_the_singular(capsys):
+    """One request on one L4: the plan's own numbers (the reference: its JSON) are 1, 1 and 1 layout, and the
+    explanation says "1 request" and "1 fitting layout", never "1 requests"."""
+    argv = ["plan", "--mode", "inference", "--model", "llama-3-8b", "--gpu", "L4", "--gpus-per-node", "1",
+            "--batch", "1"]  # fmt: skip
+    assert main([*argv, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    best = document["best"]
+    assert best["running_per_replica"] == best["batch_per_replica"] == 1 and len(document["candidates"]) == 1
+    assert main([*argv, "--explain"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 request decoded per step" in out and "- 1 request per replica;" in out
+    assert "ranked 1st of 1 fitting layout" in out and not re.search(r"\b1 (requests|fitting layouts)\b", out)

@@ -18,12 +18,12 @@ from planner.rundir.write import emit_run_folder
 from tests.emit_plans import make_plan
 
 
-def train_dry_run(run_dir) -> tuple[int, str, str]:
+def train_dry_run(run_dir, *extra: str) -> tuple[int, str, str]:
     import hardware_selector
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = hardware_selector.main(["train", str(run_dir), "--dry-run"])
+        code = hardware_selector.main(["train", str(run_dir), "--dry-run", *extra])
     return code, out.getvalue(), err.getvalue()
 
 
@@ -149,3 +149,21 @@ def test_a_dry_run_makes_every_check_a_launch_makes_and_takes_nothing(tmp_path):
         emit_run_folder(make_plan(gpu="A100-80GB", strategy="ddp", precision="bf16-mixed"), tmp_path / "gpu")
         code, out, err = train_dry_run(tmp_path / "gpu")
         assert code == 2 and out == "" and "this plan runs on CUDA GPUs" in err, err
+
+
+def test_a_checkpoint_without_data_is_refused_unless_random_tokens_are_asked_for(tmp_path):
+    """Fine-tuning a checkpoint on random tokens is what a forgotten --data would do without a word; the
+    reference is the same folder given --data, --synthetic or --tiny, which each pass."""
+    from scripts.demo_checkpoint import make_local_gpt2
+
+    model_dir, corpus = make_local_gpt2(tmp_path / "user")
+    run_dir = tmp_path / "run"
+    emit_run_folder(make_plan(str(model_dir), gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4), run_dir)
+    code, out, err = train_dry_run(run_dir)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "names no data, so it would train on random tokens: pass --data PATH" in err and "--synthetic" in err
+    for extra in (["--data", str(corpus)], ["--synthetic"], ["--tiny"]):
+        code, out, err = train_dry_run(run_dir, *extra)
+        assert code == 0 and "torch.distributed.run" in out, (extra, err)
+    code, out, err = train_dry_run(run_dir, "--synthetic", "--data", str(corpus))  # two answers: one line
+    assert code == 2 and "--synthetic trains on random tokens and --data/--eval-data name text" in err, err

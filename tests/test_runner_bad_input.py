@@ -345,3 +345,24 @@ def test_a_checkpoint_copied_in_from_another_run_folder_needs_resume_from(user, 
     resumed = cli("train", root / "run B", "--steps", "3", "--nproc", "1", "--resume-from", copied)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"resuming from {copied}" in resumed.stdout
+
+
+def test_resuming_on_other_data_is_refused_unless_the_data_position_is_reset(user, trained, tmp_path):
+    """The checkpoint stands at sample 16 of corpus.txt; resumed with --data other.txt that position would index
+    other text. Refused in one line, at `train` and in the ranks (`python -m backends.run`); the reference, the
+    folder's own data, resumes; --reset-data-position continues the weights at step 2 from other.txt's start."""
+    root, _, corpus = user
+    run = root / "other data"
+    shutil.copytree(trained, run)
+    other = tmp_path / "other.txt"
+    other.write_text(corpus.read_text()[::-1])
+    assert cli("train", run, "--dry-run").returncode == 0  # the reference: the same checkpoint, the same data
+    one_line_error(cli("train", run, "--steps", "3", "--data", other), "stands at sample 16 of ")
+    assert "this run trains on " in cli("train", run, "--dry-run", "--data", other).stderr
+    direct = ["-m", "backends.run", "--plan", str(run), "--steps", "3", "--data", str(other)]
+    one_line_error(run_python(direct, cwd=REPO_ROOT, env=cpu_env(), timeout=300), "pass --reset-data-position")
+    resumed = cli("train", run, "--steps", "3", "--nproc", "1", "--data", other, "--reset-data-position")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "--reset-data-position: reading" in resumed.stdout and "stood at sample 16 of" in resumed.stdout
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows if row["kind"] == "train"] == [1, 2, 3]  # 1-2 before, 3 on other.txt

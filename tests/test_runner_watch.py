@@ -211,3 +211,23 @@ def test_watch_on_a_hand_edited_status_file_says_it_is_damaged_and_what_to_do(tm
             f"error: {run_dir / 'run_status.json'} is damaged ({problem}): the runner did not write it so; delete "
             "it (the run's next start writes it again), and metrics.jsonl still holds every step"
         )
+
+
+def test_watch_says_what_a_new_user_needs_before_and_during_a_run(tmp_path):
+    """An emitted folder nobody trained read "run (?): not started" and "step 0"; it now names the plan's model
+    and strategy (the reference: plan.json) and the command that starts it. The loss average said "last 20
+    steps" after 2; it now counts the steps it averaged (the reference: the rows written here)."""
+    from tests.distributed import cli_in_process
+
+    run_dir = tmp_path / "run"
+    emit_run_folder(make_plan(strategy="ddp"), run_dir)
+    planned = json.loads((run_dir / "plan.json").read_text())
+    fresh = " ".join(cli_in_process("watch", run_dir).stdout.split())
+    assert f"{planned['run']['model']['name']} ({planned['config']['strategy']}): not started" in fresh
+    assert "nothing trained here yet" in fresh and "starts it" in fresh and "(?)" not in fresh
+    message = json.loads(cli_in_process("watch", run_dir, "--json").stdout)["message"]
+    assert message.endswith(f"`hardware-selector train {run_dir}` starts it")  # the table may shorten the path
+    rows = [{"kind": "train", "step": step, "loss": loss, "step_s": 0.5} for step, loss in ((1, 3.0), (2, 5.0))]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    watched = " ".join(cli_in_process("watch", run_dir).stdout.split())
+    assert "5.0000 (mean of the last 2 steps: 4.0000)" in watched and "last 20" not in watched

@@ -63,10 +63,10 @@ def test_bad_seed_input_is_one_line_and_exit_2(capsys):
         (["--model-family", "text_generation"], "required"),
         ([*SEED[:4], "--mode", "serve"], "--mode must be training or inference"),
         ([*SEED[:4], "--gpu-count", "0"], "--gpu-count 0 needs --distributed"),  # was one GPU, silently
-        ([*SEED[:4], "--distributed", "--gpu-count", "0"], "gpu_count must be at least 1"),
+        ([*SEED[:4], "--distributed", "--gpu-count", "0"], "--gpu-count must be at least 1"),
         (
             [*SEED[:2], "--model-name", "llama-7b", "--batch-size", "0"],
-            "batch_size must be at least 1",
+            "--batch-size must be at least 1",
         ),
     ):
         assert main(args) == 2, args
@@ -144,6 +144,36 @@ def test_the_extreme_memory_example_gets_zero_infinity_once_the_node_has_nvme(ca
         get_distributed_training_config("text_generation", "gpt2", gpu_count=1, nvme_gbps=25)
     assert main([*extreme[:4], "--mode", "inference", "--nvme-gb", "100"]) == 2
     assert "--nvme-gb and --nvme-gbps plan training's offload" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--batch-size", "0"], "--batch-size must be at least 1, not 0"),
+        (["--max-memory-gb", "nan"], "--max-memory-gb must be a finite number"),
+        (["--seq-len", "0"], "--seq-len must be at least 1"),
+        (["--nvme-gb", "-1"], "--nvme-gb must be at least 0"),
+        (["--nvme-gbps", "5"], "--nvme-gbps is the bandwidth of the NVMe that --nvme-gb gives; add --nvme-gb"),
+        (["--distributed", "--gpu-count", "0"], "--gpu-count must be at least 1"),
+        (["--mode", "inference", "--seq-len", "0"], "--seq-len must be at least 1"),
+        (["--mode", "inference", "--batch-size", "0"], "--batch-size must be at least 1"),
+        (["--model-name", "gpt2", "--seq-len", "4096"], "--seq-len 4096 exceeds gpt2's 1024 learned positions; "
+                                                        "pass --seq-len 1024 or less"),
+    ],
+)  # fmt: skip
+def test_seed_errors_name_the_seed_commands_flags_not_the_apis_arguments(capsys, extra, message):
+    """They said `batch_size must be at least 1` and `pass seq_len=1024`, the Python API's words; the reference
+    for what the command's words are is its own parser's option strings."""
+    import re
+
+    from hardware_selector import main
+    from hardware_selector_cli.seed_cli import _parser
+
+    own = set(_parser()._option_string_actions)
+    assert main(["--model-family", "text_generation", "--model-name", "llama-7b", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err and "\n" not in err, err
+    assert set(re.findall(r"--[a-z][a-z-]*", err)) <= own and not re.search(r"\b[a-z]+_[a-z_]+\b", err), err
 
 
 def test_what_would_fit_names_only_flags_the_seed_command_has(capsys):

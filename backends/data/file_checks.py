@@ -14,31 +14,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from planner.errors import UserInputError
+from planner.rundir.data_sources import parquet_column_problem, value_problem
 
 PARQUET_MAGIC = b"PAR1"
-TEXT_TYPES = ("string", "large_string", "string_view")
 
 
 def first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return text[0][:200] if text else type(error).__name__
-
-
-def value_problem(value: Any, field: str) -> str | None:
-    """What is wrong with one row (a parsed JSON value) as a document, or None."""
-    if not isinstance(value, dict):
-        kind = "an array" if isinstance(value, list) else f"a {type(value).__name__}"
-        return f"{kind} where a JSON object with a '{field}' field was expected"
-    if field not in value:
-        columns = ", ".join(map(repr, value)) or "none"
-        return f"no '{field}' field (it has {columns}); name the text field with --text-field"
-    if not isinstance(value[field], str):
-        kind = "null" if value[field] is None else type(value[field]).__name__
-        return f"the '{field}' field holds {kind}, not text; name a text field with --text-field"
-    return None
 
 
 def json_problem(path: Path, field: str) -> str | None:
@@ -104,19 +89,6 @@ def parquet_problem(path: Path) -> str | None:
         pq.read_metadata(path)
     except Exception as error:  # pyarrow's ArrowInvalid / OSError for a footer that does not parse
         return f"{path}: a damaged parquet footer ({first_line(error)}); copy or write the file again"
-    return None
-
-
-def parquet_column_problem(path: Path, field: str) -> str | None:
-    import pyarrow.parquet as pq
-
-    schema = pq.read_schema(path)
-    if field not in schema.names:
-        columns = ", ".join(map(repr, schema.names)) or "none"
-        return f"{path}: no '{field}' field (it has {columns}); name the text field with --text-field"
-    kind = str(schema.field(field).type)
-    if kind not in TEXT_TYPES:
-        return f"{path}: the '{field}' field holds {kind}, not text; name a text field with --text-field"
     return None
 
 

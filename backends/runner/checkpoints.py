@@ -30,6 +30,7 @@ from planner.errors import UserInputError
 
 if TYPE_CHECKING:
     from backends.adapters.base import Adapter
+    from planner.contract.run_config import DataConfig
 
 RUNNER_STATE = "runner_state.json"
 
@@ -39,6 +40,42 @@ def model_fingerprint(hf_config: dict, *, tiny: bool = False) -> str:
     trains a shrunken model, marked as such)."""
     digest = hashlib.sha256(json.dumps(hf_config, sort_keys=True).encode()).hexdigest()[:16]
     return digest + ("-tiny" if tiny else "")
+
+
+def data_identity(data: DataConfig) -> dict[str, Any]:
+    """What a checkpoint's data position counts in: the training files (each path and size) and how they are
+    read and split; another value means the saved position points into other data."""
+    if data.synthetic:
+        return {"data": "synthetic tokens"}
+    from planner.rundir.data_sources import resolve_sources
+
+    files = [[str(path), path.stat().st_size] for source in resolve_sources(data.train) for path in source.files()]
+    return {
+        "data": ", ".join(data.train),
+        "files": files,
+        "read": [data.text_field, data.text_unit, data.eval, data.eval_fraction, data.seed],
+    }
+
+
+def check_data_position(state: dict[str, Any], *, folder: Path, data: dict[str, Any], reset: bool) -> str | None:
+    """The note to print when the checkpoint's data position is of other data than this run's and
+    --reset-data-position asks to read the new data from its start (the caller starts at sample 0); refused in
+    one line without it (never resumed silently); None when the data are the same."""
+    saved = state.get("saved_under", {}).get("data")
+    if saved is None or saved == data:  # a checkpoint from before data were recorded: nothing to compare
+        return None
+    then, now = saved.get("data"), data.get("data")
+    if reset:
+        return (
+            f"note: --reset-data-position: reading {now} from its start; the checkpoint stood at sample "
+            f"{state.get('samples', '?')} of {then}"
+        )
+    changed = f"{then} has changed since" if then == now else f"this run trains on {now}"
+    raise UserInputError(
+        f"{folder} stands at sample {state.get('samples', '?')} of {then}, and {changed}, where that position "
+        "means nothing; pass --reset-data-position to keep the weights and optimizer and read this data from its "
+        "start, or --no-resume to start afresh (the checkpoint is kept)"
+    )
 
 
 def saved_by_a_smoke_test(state: dict[str, Any]) -> bool:
@@ -135,10 +172,13 @@ def check_resumable(
     here: Path | None = None,
     digest: str | None = None,
     explicit: bool = False,
-) -> None:
+    data: dict[str, Any] | None = None,
+    reset_data: bool = False,
+) -> str | None:
     """A checkpoint of another model or strategy is refused in one line (never resumed silently); so is one
     copied in from another run folder under another plan.json, unless --resume-from names it (`explicit`).
-    A plan.json edited in place (new anomaly rules, say) keeps its folder, and resumes with a note."""
+    A plan.json edited in place (new anomaly rules, say) keeps its folder, and resumes with a note. With `data`
+    (data_identity), a checkpoint of other data is refused too, or with `reset_data` its note returned."""
     saved = state.get("saved_under", {})
     if saved.get("model_fingerprint") != fingerprint:
         other = saved.get("model", "another model")
@@ -164,3 +204,5 @@ def check_resumable(
             f"{folder} was saved by strategy {saved.get('strategy')}, and this run uses {strategy}; "
             f"resume with --strategy {saved.get('strategy')}, or start afresh with --no-resume"
         )
+    # The data last: a --reset-data-position note only for a checkpoint that is otherwise this run's.
+    return None if data is None else check_data_position(state, folder=folder, data=data, reset=reset_data)

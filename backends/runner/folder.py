@@ -21,6 +21,7 @@ from planner.elastic_plan import ElasticPlan
 from planner.errors import UserInputError
 from planner.plan import Plan
 from planner.rundir.engine_for_run import engine_config_for_run
+from planner.rundir.manifest import interrupted_emission
 from planner.rundir.plan_file import read_plan_file
 from planner.rundir.replan import read_elastic
 from planner.rundir.run_overrides import RunOverrides, apply_overrides, pickle_only_note
@@ -42,6 +43,11 @@ class RunSpec:
 def load_run_folder(run_dir: Path, overrides: RunOverrides, strategy: str | None = None) -> RunSpec:
     if not run_dir.is_dir():
         raise UserInputError(f"{run_dir} is not a directory; pass the folder `hardware-selector plan --emit` wrote")
+    if interrupted_emission(run_dir):
+        raise UserInputError(
+            f"{run_dir} was being re-emitted when it stopped, so its files may come from two plans; run the same "
+            "`hardware-selector plan ... --emit` again (it finishes the swap), then train"
+        )
     plan, run = read_plan_file(run_dir)
     run = apply_overrides(run, overrides)
     pickle_note = pickle_only_note(run.model)  # a folder emitted before emit refused it: refused here

@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from backends.monitoring.peak_memory import check_memory_limit
 from backends.runner.anomaly import AnomalyGuard, refuse_unsupported
-from backends.runner.checkpoints import RunCheckpoints, check_resumable, model_fingerprint
+from backends.runner.checkpoints import RunCheckpoints, check_resumable, data_identity, model_fingerprint
 from backends.runner.elastic import announce_replan, fit_elastic, saved_layout
-from backends.runner.folder import engine_settings, load_run_folder
+from backends.runner.folder import engine_settings
 from backends.runner.metrics import MetricsLog, train_row
-from backends.runner.options import override_values
+from backends.runner.options import load_checked_folder
 from backends.runner.progress import Progress
 from backends.runner.status import RunStatus
 from backends.runner.summary import StepTimes, finish_summary
@@ -40,7 +40,6 @@ from backends.runner.world import fit_device, fit_tiny, fit_to_world, process_co
 from planner.errors import UserInputError
 from planner.rundir.hyperparameters import scheduler_block
 from planner.rundir.replan import plan_digest
-from planner.rundir.run_overrides import overrides_from
 
 if TYPE_CHECKING:
     import argparse
@@ -132,7 +131,7 @@ class RunSession:
         from backends.data import prepare_data
         from backends.weights.model_init import build_model, hf_config
 
-        spec = load_run_folder(args.plan, overrides_from(override_values(args)), args.strategy)
+        spec = load_checked_folder(args)
         rank, world, local_rank, local_world = process_counts()
         run = fit_device(spec.run, tiny=args.tiny)
         start_distributed(run.dist_backend)
@@ -223,7 +222,7 @@ class RunSession:
         if newest is None:
             announce_replan(self, None)  # an elastic run started afresh on another world size
             return
-        check_resumable(
+        reset_note = check_resumable(
             self.checkpoints.runner_state(newest),
             folder=newest,
             model_name=run.model.name,
@@ -232,9 +231,12 @@ class RunSession:
             here=run_dir,
             digest=self.plan_digest,
             explicit=self.args.resume_from is not None,
+            data=data_identity(run.data),  # what the data position counts in
+            reset_data=self.args.reset_data_position,
         )
         state = self.checkpoints.load(self.adapter, newest)
-        self.step, self.samples = int(state["step"]), int(state["samples"])
+        self.step, self.samples = int(state["step"]), 0 if reset_note else int(state["samples"])
+        self.notes += [reset_note] if reset_note else []  # the checkpoint's data position was of other data
         self.guard.load_state_dict(state.get("anomaly", {}))
         self.resumed_from = str(newest)
         self.metrics.truncate_after(self.step)
@@ -358,6 +360,7 @@ class RunSession:
             "global_batch": run.global_batch,
             "layout": run.layout.describe(),
             "run_dir": str(self.spec.run_dir),
+            "data": data_identity(run.data),
             **saved_layout(self.spec, run),
         }
         state = {"step": at, "samples": self.samples, "anomaly": self.guard.state_dict(), "saved_under": saved_under}

@@ -11,11 +11,14 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from planner.contract.choices import Strategy
 from planner.errors import UserInputError
 from planner.rundir.run_option_table import RUN_OPTIONS
+
+if TYPE_CHECKING:
+    from backends.runner.folder import RunSpec
 
 RECORD_ENV_VAR = "HARDWARE_SELECTOR_RECORD"  # 0: runs do not record themselves (a CI job, a test suite)
 STRATEGIES = tuple(strategy.value for strategy in Strategy)  # planner/contract/choices.py
@@ -56,7 +59,19 @@ def parse_args(argv: list[str] | None, *, prog: str = "python -m backends.run") 
         help="train through transformers.Trainer (DDP, FSDP or DeepSpeed plans) instead of the runner's own loop",
     )
     parser.add_argument("--tiny", action="store_true", help="smoke test: the same architecture shrunk, random weights")
+    parser.add_argument(
+        "--synthetic",
+        action="store_true",
+        help="train on random tokens, not text (a demo or a timing run): a run from a checkpoint's weights "
+        "otherwise refuses to start without --data",
+    )
     parser.add_argument("--no-resume", action="store_true", help="ignore the folder's checkpoints (they are kept)")
+    parser.add_argument(
+        "--reset-data-position",
+        action="store_true",
+        help="resume a checkpoint saved on other data (another --data): keep its weights and optimizer, read this "
+        "run's data from its start (without it, such a resume is refused)",
+    )
     parser.add_argument(
         "--resume-from",
         type=Path,
@@ -106,6 +121,8 @@ def check_flags(args: argparse.Namespace) -> None:
                 f"{', '.join(dropped)}: --steps-only trains and times the steps with no evaluation, checkpoint or "
                 "export; drop one side"
             )
+    if args.synthetic and (args.data or args.eval_data):
+        raise UserInputError("--synthetic trains on random tokens and --data/--eval-data name text; drop one side")
     if args.db is not None and (not args.record or args.tiny):
         why = "--tiny runs record nothing" if args.tiny else f"this run does not record (--no-record, {RECORD_ENV_VAR})"
         raise UserInputError(f"--db names the database a run records into, and {why}; drop --db")
@@ -125,4 +142,23 @@ def override_values(args: argparse.Namespace) -> dict:
     values = {key: getattr(args, key) for key in OVERRIDE_KEYS}
     if args.no_resume:
         values["resume"] = False
+    if args.synthetic:  # the folder's own data set aside, as `tune --synthetic` does
+        values["data"] = values["eval_data"] = []
     return values
+
+
+def load_checked_folder(args: argparse.Namespace) -> RunSpec:
+    """The run folder with these options applied (backends/runner/folder.py), refused in one line when it
+    would fine-tune a checkpoint on random tokens without being asked to (no --data, no --synthetic)."""
+    from backends.runner.folder import load_run_folder
+    from planner.rundir.run_overrides import overrides_from
+
+    spec = load_run_folder(args.plan, overrides_from(override_values(args)), args.strategy)
+    run = spec.run
+    if run.data.synthetic and run.model.init == "pretrained" and not (args.tiny or args.synthetic or args.steps_only):
+        raise UserInputError(
+            f"{args.plan} trains from {run.model.path}'s weights but names no data, so it would train on random "
+            "tokens: pass --data PATH (.txt, .jsonl or .parquet files), or --synthetic to train on random tokens "
+            "on purpose (a demo), or --tiny for a smoke test"
+        )
+    return spec

@@ -77,12 +77,26 @@ def preflight(run: RunConfig, *, tiny: bool, run_dir: Path | None = None) -> Non
         check_weights(run, model)
 
 
-def check_resume(run_dir: Path, run: RunConfig, *, tiny: bool, strategy: str, resume_from: Path | None = None) -> None:
-    """The newest sealed checkpoint's runner state against this run (model and strategy), as the ranks check
-    it after choosing the checkpoint. Only the small JSON is read: the ranks verify the checksums."""
+def check_resume(
+    run_dir: Path,
+    run: RunConfig,
+    *,
+    tiny: bool,
+    strategy: str,
+    resume_from: Path | None = None,
+    reset_data_position: bool = False,
+) -> None:
+    """The newest sealed checkpoint's runner state against this run (model, strategy and data), as the ranks
+    check it after choosing the checkpoint. Only the small JSON is read: the ranks verify the checksums."""
     from backends.checkpoint.layout import read_json
     from backends.checkpoint.load import preferred_tags
-    from backends.runner.checkpoints import RUNNER_STATE, check_resumable, model_fingerprint, saved_by_a_smoke_test
+    from backends.runner.checkpoints import (
+        RUNNER_STATE,
+        check_resumable,
+        data_identity,
+        model_fingerprint,
+        saved_by_a_smoke_test,
+    )
 
     folder = run_dir / "checkpoints"
     tags = preferred_tags(folder) if run.checkpoint.resume else []
@@ -112,4 +126,6 @@ def check_resume(run_dir: Path, run: RunConfig, *, tiny: bool, strategy: str, re
         here=run_dir.resolve(),
         digest=plan_digest(run_dir),
         explicit=resume_from is not None,
+        data=data_identity(run.data),
+        reset_data=reset_data_position,
     )

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from planner.errors import UserInputError
 from planner.rundir.hyperparameters import scheduler_block
-from planner.rundir.run_overrides import overrides_from
 from planner.training_config import Strategy
 
 if TYPE_CHECKING:
@@ -96,17 +95,16 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
     from backends.data import prepare_data
     from backends.runner.anomaly import AnomalyGuard, refuse_unsupported
     from backends.runner.export import _copy_tokenizer
-    from backends.runner.folder import load_run_folder
     from backends.runner.loop import total_steps
     from backends.runner.metrics import MetricsLog
-    from backends.runner.options import override_values
+    from backends.runner.options import load_checked_folder
     from backends.runner.progress import Progress
     from backends.runner.tasks import batch_maker
     from backends.runner.world import fit_device, fit_to_world, process_counts
     from backends.weights.model_init import build_model, load_full
     from backends.weights.source import source_for
 
-    spec = load_run_folder(args.plan, overrides_from(override_values(args)), args.strategy)
+    spec = load_checked_folder(args)
     kwargs_file = spec.run_dir / "training_args.json"
     if not kwargs_file.is_file() or spec.strategy is Strategy.ENGINE:
         raise UserInputError(

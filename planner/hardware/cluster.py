@@ -123,14 +123,20 @@ INTRA_NODE_LATENCY_US: dict[str, float] = {
     "host-memory": 180.0,
 }
 
-# Host RAM per GPU when the user gives none: DGX A100 ships 1 TiB for 8 SXM GPUs
-# (recalled); PCIe servers and workstations usually carry less.
+# ASSUMED host RAM per GPU when the user gives none (--cpu-ram-gb), and why: the plan prints the reason beside
+# the figure. Only the SXM figure has a source, and it is recalled, not checked here.
 DEFAULT_HOST_RAM_PER_GPU_BYTES: dict[str, int] = {
     "SXM": 128 * GIB,
     "OAM": 128 * GIB,
     "PCIe": 64 * GIB,
 }
+HOST_RAM_WHY = {
+    "SXM": "128 GiB per SXM GPU: NVIDIA's DGX A100 carries 1 TB for its 8 GPUs (its datasheet, recalled)",
+    "OAM": "128 GiB per OAM GPU, as an 8-GPU SXM server carries (no OAM server's figure cited)",
+    "PCIe": "64 GiB per PCIe GPU, half an SXM server's (a guess: PCIe servers vary)",
+}
 CONSUMER_HOST_RAM_PER_GPU_BYTES = 32 * GIB
+CONSUMER_HOST_RAM_WHY = "32 GiB per consumer or workstation GPU (a guess: desktops vary)"
 
 # ASSUMED, not measured: NVMe read/write bandwidth per node when the user gives none (a few PCIe Gen4 drives
 # striped), GB/s. Drives and RAID layouts differ by several times; measure yours with DeepSpeed's NVMe benchmark
@@ -211,12 +217,19 @@ def default_intra_node_bandwidth(gpu: GpuSpec, gpus_per_node: int) -> tuple[floa
     return link.bandwidth_GBps_per_direction, f"intra-node: {link.describe()} (catalog)"
 
 
-def default_cpu_ram_per_node(gpu: GpuSpec, gpus_per_node: int) -> int:
-    if gpu.kind == "cpu":
-        return gpu.memory_bytes  # the pseudo-device's memory is the host's RAM
+def default_cpu_ram_per_node(gpu: GpuSpec, gpus_per_node: int) -> tuple[int, str]:
+    """Host RAM per node when --cpu-ram-gb gives none, and the assumption line that says where it comes from."""
+    if gpu.kind == "cpu":  # the pseudo-device's memory is the host's RAM: the catalog's, measured where it was built
+        return gpu.memory_bytes, (
+            f"host RAM: {gpu.memory_bytes / GIB:.3g} GiB, the cpu catalog entry's (this project's build machine, "
+            "measured); `hardware-selector detect` shows this machine's and --cpu-ram-gb sets it"
+        )
     if gpu.segment in ("consumer", "workstation"):
-        return CONSUMER_HOST_RAM_PER_GPU_BYTES * gpus_per_node
-    return DEFAULT_HOST_RAM_PER_GPU_BYTES[gpu.form_factor] * gpus_per_node
+        per_gpu, why = CONSUMER_HOST_RAM_PER_GPU_BYTES, CONSUMER_HOST_RAM_WHY
+    else:
+        per_gpu, why = DEFAULT_HOST_RAM_PER_GPU_BYTES[gpu.form_factor], HOST_RAM_WHY[gpu.form_factor]
+    total = per_gpu * gpus_per_node
+    return total, f"host RAM: {total / GIB:g} GiB per node, assumed: {why}; --cpu-ram-gb sets your nodes'"
 
 
 def _ranks_share_host_ram(spec: GpuSpec, host_ram: int, ranks: int, assumptions: list[str]) -> GpuSpec:
@@ -297,8 +310,8 @@ def make_cluster(
             raise UserInputError(f"CPU RAM per node must be > 0 GiB, got {cpu_ram_gb}")
         cpu_ram = int(cpu_ram_gb * GIB)
     else:
-        cpu_ram = default_cpu_ram_per_node(spec, gpus_per_node)
-        assumptions.append(f"host RAM: {cpu_ram / GIB:g} GiB per node (default for {spec.form_factor} nodes)")
+        cpu_ram, why = default_cpu_ram_per_node(spec, gpus_per_node)
+        assumptions.append(why)
 
     nvme = check_nvme(nvme_gb, nvme_gbps, ("--nvme-gb", "--nvme-gbps"))
     if nvme:

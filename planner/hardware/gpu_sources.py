@@ -80,7 +80,10 @@ class FigureSource(BaseModel):
     def short(self) -> str:
         """One line for tables: 'vendor https://... (2025-01-14)' or 'unsourced (recalled)'."""
         if self.kind == "unsourced":
-            return "unsourced (placeholder)" if self.note.startswith("placeholder") else "unsourced (recalled)"
+            for start in ("placeholder", "measured"):  # the cpu entry's: measured on the build machine
+                if self.note.startswith(start):
+                    return f"unsourced ({start})"
+            return "unsourced (recalled)"
         if self.kind == "reference":
             return "shared reference row"
         label = "read " if self.date_kind == "accessed" else ""

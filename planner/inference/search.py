@@ -190,17 +190,23 @@ def _reasons(plan: ServingPlan, rank: int, fitting: int) -> list[str]:
         + (", queueing included" if plan.running_per_replica < plan.batch_per_replica else "")
         + f"), ITL {plan.itl_s * 1e3:,.1f} ms ({plan.bounds['decode']}-bound decode), "
         f"{plan.request_tokens_per_s:,.0f} generated tokens/s per replica [{plan.speed_source}]",
-        f"regime: {plan.regime}, {plan.running_per_replica} requests decoded per step of the "
+        f"regime: {plan.regime}, {counted(plan.running_per_replica, 'request')} decoded per step of the "
         f"{plan.max_running_per_replica} a replica's KV cache holds"
         + (
             f"; the rest queue ({plan.batch_per_replica - plan.running_per_replica} per replica)"
             if plan.running_per_replica < plan.batch_per_replica
             else ""
         ),
-        f"{plan.batch_per_replica} requests per replica; the replicas' memory holds {plan.max_batch} concurrent "
-        f"requests of {plan.request.tokens_per_request} tokens",
-        f"ranked 1st of {fitting} fitting layouts" if rank == 0 else f"ranked {rank + 1} of {fitting}",
+        f"{counted(plan.batch_per_replica, 'request')} per replica; the replicas' memory holds "
+        f"{counted(plan.max_batch, 'concurrent request')} of "
+        f"{plan.request.tokens_per_request} tokens",
+        f"ranked 1st of {counted(fitting, 'fitting layout')}" if rank == 0 else f"ranked {rank + 1} of {fitting}",
     ]
+
+
+def counted(count: int, noun: str) -> str:
+    """'1 request', '2 requests'."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def plan_serving(

@@ -8,14 +8,17 @@ files of several kinds) is refused at emit already, with the same line.
 from __future__ import annotations
 
 import glob
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from planner.errors import UserInputError
 
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 SAVED_DATASET_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")
+TEXT_TYPES = ("string", "large_string", "string_view")  # pyarrow's text column types
 
 
 @dataclass(frozen=True)
@@ -83,3 +86,58 @@ def check_text_field_applies(patterns: list[str], text_field: str) -> None:
             f"--text-field {text_field} names a column of .jsonl, .json or .parquet rows, and this run's data is "
             ".txt files, which have none; drop --text-field"
         )
+
+
+def value_problem(value: Any, field: str) -> str | None:
+    """What is wrong with one row (a parsed JSON value) as a document, or None."""
+    if not isinstance(value, dict):
+        kind = "an array" if isinstance(value, list) else f"a {type(value).__name__}"
+        return f"{kind} where a JSON object with a '{field}' field was expected"
+    if field not in value:
+        columns = ", ".join(map(repr, value)) or "none"
+        return f"no '{field}' field (it has {columns}); name the text field with --text-field"
+    if not isinstance(value[field], str):
+        kind = "null" if value[field] is None else type(value[field]).__name__
+        return f"the '{field}' field holds {kind}, not text; name a text field with --text-field"
+    return None
+
+
+def parquet_column_problem(path: Path, field: str) -> str | None:
+    import pyarrow.parquet as pq
+
+    schema = pq.read_schema(path)
+    if field not in schema.names:
+        columns = ", ".join(map(repr, schema.names)) or "none"
+        return f"{path}: no '{field}' field (it has {columns}); name the text field with --text-field"
+    kind = str(schema.field(field).type)
+    if kind not in TEXT_TYPES:
+        return f"{path}: the '{field}' field holds {kind}, not text; name a text field with --text-field"
+    return None
+
+
+def check_text_field_present(patterns: list[str], flag: str, text_field: str) -> None:
+    """The text field in each .jsonl/.json file's first row and each .parquet file's schema, at emit: the rest
+    of every file is read by `train` before its ranks start (backends/runner/preflight.py), so a run folder is
+    not written for data whose rows `train` would then refuse. A first line that is not JSON on its own, or a
+    parquet file pyarrow cannot open, is left to that check, which names its place."""
+    for source in resolve_sources(patterns, flag) if patterns else []:
+        try:
+            if source.kind == "json":
+                problem = _first_row_problem(source.path, text_field)
+            elif source.kind == "parquet":
+                problem = parquet_column_problem(source.path, text_field)
+            else:
+                continue
+        except Exception:  # noqa: BLE001 (unreadable or malformed: train's full check says how, in one line)
+            continue
+        if problem:
+            raise UserInputError(problem)
+
+
+def _first_row_problem(path: Path, field: str) -> str | None:
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            if raw.strip():
+                problem = value_problem(json.loads(raw), field)
+                return f"{path}, line {number}: {problem}" if problem else None
+    return None

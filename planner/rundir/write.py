@@ -8,8 +8,8 @@ plan.json (the plan and its RunConfig), accelerate_config.yaml, launch.sh,
 slurm.sbatch and README.md always; ds_config.json (+ the Trainer flavour,
 hostfile) for DeepSpeed; training_args.json for what the HF Trainer runs;
 engine.json for our engine; pytorchjob.yaml or skypilot.yaml for the launch
-target that runs one (planner/launch_target.py). Every file is written atomically; an existing
-folder is refused unless force=True, and then the state of a run trained
+target that runs one (planner/launch_target.py). The folder's files are replaced all at once (every new
+file staged whole first: planner/rundir/manifest.py); an existing folder is refused unless force=True, and then the state of a run trained
 there (checkpoints, metrics, exports) is moved aside to previous/<time>/,
 never deleted and never resumed under the new plan.
 """
@@ -17,6 +17,7 @@ never deleted and never resumed under the new plan.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,17 @@ from planner.files import write_text_atomic
 from planner.launch_target import LaunchTarget
 from planner.models.families import family_of
 from planner.plan import Plan
+from planner.rundir.data_sources import check_text_field_present
 from planner.rundir.engine_for_run import engine_config_for_run
-from planner.rundir.manifest import MANIFEST, files_of_ours, foreign_files, write_manifest
+from planner.rundir.manifest import (
+    MANIFEST,
+    STAGING,
+    commit_staged,
+    files_of_ours,
+    finish_emission,
+    foreign_files,
+    write_manifest,
+)
 from planner.rundir.previous_run import archive_previous_run
 from planner.rundir.run_options import RunOptions, run_config
 from planner.rundir.run_overrides import RunOverrides, apply_overrides, pickle_only_note
@@ -183,6 +193,8 @@ def emit_run_folder(
     if launch is not None:
         target = target.model_copy(update={"launcher": launch.launcher})
     pickle_only_note(target.model)  # training from random weights beside the user's checkpoint is never silent
+    for patterns, flag in ((target.data.train, "--data"), (target.data.eval, "--eval-data")):
+        check_text_field_present(patterns, flag, target.data.text_field)  # not first at train
     if plan.config.kernels is KernelChoice.LIGER and target.device != "cuda":
         raise UserInputError("--kernels liger: Liger's kernels are Triton GPU kernels; plan --kernels compile for CPU")
     if elastic is not None and target.nproc_overridden:
@@ -197,28 +209,26 @@ def emit_run_folder(
         raise UserInputError(
             f"cannot create the run folder {run_dir}: {error.strerror or error}; give --emit a writable directory"
         ) from None
-    fresh = created or not any(run_dir.iterdir())
+    finish_emission(run_dir)  # an earlier emission stopped mid-swap: completed first, so "ours" is its files
+    staging = run_dir / STAGING
+    try:  # all files whole in the staging folder first: Ctrl-C or a full disk here leaves the old folder as it was
+        staging.mkdir()
+        for name, text in files.items():
+            write_text_atomic(staging / name, text, executable=name in EXECUTABLES)
+        write_manifest(staging, files)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created:  # no empty folder that --emit would then refuse
+            _remove_empty(run_dir)
+        raise
     ours = files_of_ours(run_dir, ARTIFACTS)
     archive_previous_run(run_dir, also=foreign_files(run_dir, files, ARTIFACTS))  # the user's files: moved, kept
+    commit_staged(run_dir, (set(ARTIFACTS) & ours) - set(files))  # stale: another strategy's files
+    return [*(run_dir / name for name in files), run_dir / MANIFEST]
+
+
+def _remove_empty(run_dir: Path) -> None:
     try:
-        written = [
-            write_text_atomic(run_dir / name, text, executable=name in EXECUTABLES) for name, text in files.items()
-        ]
-        for stale in (set(ARTIFACTS) & ours) - set(files):
-            (run_dir / stale).unlink(missing_ok=True)  # left by an earlier emission of another strategy
-        written.append(write_manifest(run_dir, files))
-    except BaseException:
-        if fresh:  # Ctrl-C or a full disk mid-way: no half folder that `train` would run and --emit would refuse
-            _remove_partial(run_dir, [*files, MANIFEST], created)
-        raise
-    return written
-
-
-def _remove_partial(run_dir: Path, names: list[str], created: bool) -> None:
-    for name in names:
-        (run_dir / name).unlink(missing_ok=True)
-    if created:
-        try:
-            run_dir.rmdir()
-        except OSError:
-            pass  # something else was put there meanwhile: left as it is
+        run_dir.rmdir()
+    except OSError:
+        pass  # something else was put there meanwhile: left as it is

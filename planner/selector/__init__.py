@@ -22,6 +22,7 @@ from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
 from planner.inference import InferenceRequest
 from planner.inference.flags import ServingFlags
 from planner.inference.request import KvFormat, ServingObjective, WeightFormat
+from planner.limits import DEFAULT_HEADROOM
 from planner.models.legacy_names import catalog_name, check_model_family, family_modality
 from planner.models.resolve import resolve_model
 from planner.models.spec import ModelSpec
@@ -60,9 +61,11 @@ class HardwareSelector:
     # How an answer's suggestions name a change: this API's keyword arguments (the seed CLI's subclass: its flags).
     training_flags: ClassVar[SuggestionFlags] = API_FLAGS
     serving_flags: ClassVar[ServingFlags] = API_SERVING_FLAGS
+    # How errors name each argument (checked_arguments); a keyword not listed is named as it is spelled here.
+    argument_names: ClassVar[dict[str, str]] = {}
 
     @checked_arguments()
-    def __init__(self, seq_len: int | None = None, headroom_fraction: float = 0.1) -> None:
+    def __init__(self, seq_len: int | None = None, headroom_fraction: float = DEFAULT_HEADROOM) -> None:
         self.seq_len = seq_len  # None: the smaller of 2048 and the model's context
         self.headroom_fraction = float(headroom_fraction)
 
@@ -84,9 +87,11 @@ class HardwareSelector:
     def _seq_len(self, spec: ModelSpec, seq_len: int | None) -> int:
         chosen = seq_len or self.seq_len or default_seq_len(spec)
         if chosen > spec.max_position_embeddings and spec.position_embedding == "learned":
+            flag = self.argument_names.get("seq_len")
+            given = f"{flag} {{}}" if flag else "seq_len={}"
             raise UserInputError(
-                f"seq_len {chosen} exceeds {spec.name}'s {spec.max_position_embeddings} learned positions; "
-                f"pass seq_len={spec.max_position_embeddings} or less"
+                f"{given.format(chosen)} exceeds {spec.name}'s {spec.max_position_embeddings} learned positions; "
+                f"pass {given.format(spec.max_position_embeddings)} or less"
             )
         return chosen
 
@@ -118,7 +123,8 @@ class HardwareSelector:
         lets the answer offload to NVMe (ZeRO-Infinity); `nvme_gbps` is that NVMe's read/write GB/s per node
         (default: an assumed 6, named in the answer's sources).
         """
-        check_nvme(nvme_gb, nvme_gbps, ("nvme_gb", "nvme_gbps"))  # nvme_gbps needs nvme_gb
+        names = self.argument_names
+        check_nvme(nvme_gb, nvme_gbps, (names.get("nvme_gb", "nvme_gb"), names.get("nvme_gbps", "nvme_gbps")))
         spec = self._model(model_family, model_name)
         cluster = cluster_for(
             gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node, nvme_gb=nvme_gb, nvme_gbps=nvme_gbps

@@ -154,9 +154,11 @@ def checked_arguments(**rules: Check) -> Callable[[Callable[P, R]], Callable[P, 
                 bound = signature.bind(*args, **kwargs)
             except TypeError as error:  # a missing argument, or too many given by position
                 raise UserInputTypeError(f"{called}(): {error}") from None
+            # A door with its own spelling (the seed CLI's flags) names its arguments so in every error.
+            spelled = getattr(args[0], "argument_names", {}) if args else {}
             for name, value in bound.arguments.items():
                 if name in parameters and not (value is None and parameters[name].default is None):
-                    table[name](name, value)
+                    table[name](spelled.get(name, name), value)
             return method(*args, **kwargs)
 
         return known_keywords(checked)
