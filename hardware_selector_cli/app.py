@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 from . import db, estimate, hardware, models, plan, report, train, tune, watch
+from .option_values import convert_plainly
 
 app = typer.Typer(
     name="hardware-selector",
@@ -104,7 +105,7 @@ def _refuse_blank_text(command: click.Command) -> click.Command:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app and map errors to exit codes."""
-    command = _refuse_blank_text(typer.main.get_command(app))
+    command = convert_plainly(_refuse_blank_text(typer.main.get_command(app)))
     try:
         result = command.main(args=argv, prog_name="hardware-selector", standalone_mode=False)
     except UserInputError as error:
