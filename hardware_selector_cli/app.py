@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 from . import db, estimate, hardware, models, plan, report, train, tune, watch
 from .option_values import convert_plainly
+from .pydantic_plugins import skip_lookup_without_plugins
 
 app = typer.Typer(
     name="hardware-selector",
@@ -105,6 +106,7 @@ def _refuse_blank_text(command: click.Command) -> click.Command:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app and map errors to exit codes."""
+    skip_lookup_without_plugins()
     command = convert_plainly(_refuse_blank_text(typer.main.get_command(app)))
     try:
         result = command.main(args=argv, prog_name="hardware-selector", standalone_mode=False)
