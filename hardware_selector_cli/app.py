@@ -7,6 +7,7 @@ catalog model stay fast.
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
@@ -104,10 +105,24 @@ def _refuse_blank_text(command: click.Command) -> click.Command:
     return command
 
 
+def _click_command(args: list[str]) -> click.Command:
+    """The app as a click group. When the first argument names one of its commands (`plan ...`), the group holds
+    that command alone: the same group, which runs it the same way, without building the other commands' option
+    tables (~7 ms of `plan`, docs/performance.md). Anything else (--help, a group such as `db`, a misspelt
+    name, which typer answers from all the names) builds every command."""
+    chosen = [info for info in app.registered_commands if args and info.name == args[0]]
+    if len(chosen) != 1 or getattr(app, "_add_completion", True):
+        return typer.main.get_command(app)
+    lean = copy.copy(app)
+    lean.registered_commands, lean.registered_groups = chosen, []
+    return typer.main.get_group(lean)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app and map errors to exit codes."""
     skip_lookup_without_plugins()
-    command = convert_plainly(_refuse_blank_text(typer.main.get_command(app)))
+    args = sys.argv[1:] if argv is None else argv
+    command = convert_plainly(_refuse_blank_text(_click_command(args)))
     try:
         result = command.main(args=argv, prog_name="hardware-selector", standalone_mode=False)
     except UserInputError as error:

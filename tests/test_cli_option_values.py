@@ -84,3 +84,23 @@ def test_a_commands_help_imports_no_pydantic():
     )
     assert completed.returncode == 0, completed.stderr
     assert completed.stderr.rstrip().endswith("PYDANTIC=False"), completed.stderr
+
+
+@pytest.mark.parametrize("name", [info.name for info in app.registered_commands])
+def test_a_command_alone_helps_and_refuses_as_in_the_whole_group(name, capsys):
+    """`main` builds only the named command (hardware_selector_cli/app.py, `_click_command`): its help and its
+    usage errors are those of the group of all commands."""
+    from hardware_selector_cli.app import _click_command
+
+    lean, whole = _click_command([name]), typer.main.get_command(app)
+    assert list(lean.commands) == [name] and len(whole.commands) > 1
+    outputs = []
+    for group in (lean, whole):
+        for argv in ([name, "--help"], [name, "--no-such-flag"]):
+            try:
+                group.main(args=argv, prog_name="hardware-selector", standalone_mode=False)
+            except Exception as error:  # the usage error: its class and text
+                outputs.append((type(error).__name__, str(error)))
+            outputs.append(capsys.readouterr())
+    assert outputs[: len(outputs) // 2] == outputs[len(outputs) // 2 :]
+    assert _click_command(["db", "list"]).commands.keys() == whole.commands.keys()
