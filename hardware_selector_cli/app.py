@@ -108,21 +108,23 @@ def _refuse_blank_text(command: click.Command) -> click.Command:
 def _click_command(args: list[str]) -> click.Command:
     """The app as a click group. When the first argument names one of its commands (`plan ...`), the group holds
     that command alone: the same group, which runs it the same way, without building the other commands' option
-    tables (~7 ms of `plan`, docs/performance.md). Anything else (--help, a group such as `db`, a misspelt
-    name, which typer answers from all the names) builds every command."""
+    tables (~7 ms of `plan`, docs/performance.md), and converts its option values without typer's adapters where
+    that is plain (option_values.py). Anything else (--help, a group such as `db`, a misspelt name, which typer
+    answers from all the names) builds every command, as typer does."""
     chosen = [info for info in app.registered_commands if args and info.name == args[0]]
     if len(chosen) != 1 or getattr(app, "_add_completion", True):
         return typer.main.get_command(app)
     lean = copy.copy(app)
     lean.registered_commands, lean.registered_groups = chosen, []
-    return typer.main.get_group(lean)
+    return convert_plainly(typer.main.get_group(lean))
 
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app and map errors to exit codes."""
-    skip_lookup_without_plugins()
     args = sys.argv[1:] if argv is None else argv
-    command = convert_plainly(_refuse_blank_text(_click_command(args)))
+    if args and not args[0].startswith("-"):  # a command, which may build validators (--help imports no pydantic)
+        skip_lookup_without_plugins()
+    command = _refuse_blank_text(_click_command(args))
     try:
         result = command.main(args=argv, prog_name="hardware-selector", standalone_mode=False)
     except UserInputError as error:

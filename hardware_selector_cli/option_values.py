@@ -23,8 +23,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_DIGITS = re.compile(r"0|[1-9][0-9]{0,17}")
-_DECIMAL = re.compile(r"(?:0|[1-9][0-9]{0,14})(?:\.[0-9]{1,15})?")
+# compiled on first use (re caches them): `--help` converts no number
+_DIGITS = r"0|[1-9][0-9]{0,17}"
+_DECIMAL = r"(?:0|[1-9][0-9]{0,14})(?:\.[0-9]{1,15})?"
 
 
 class _PlainConversion:
@@ -54,9 +55,9 @@ class _PlainConversion:
             if type(value) is kind:
                 return value
             if type(value) is str:
-                if kind is int and _DIGITS.fullmatch(value):
+                if kind is int and re.fullmatch(_DIGITS, value):
                     return int(value)
-                if kind is float and _DECIMAL.fullmatch(value):
+                if kind is float and re.fullmatch(_DECIMAL, value):
                     return float(value)
         return self._runtime().coerce(value, param=param, ctx=ctx)
 
