@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -60,19 +61,55 @@ sys.exit(code)
 """
 
 
-def test_plan_imports_no_importlib_metadata():
-    """In this environment (no pydantic plugin installed) `plan` neither imports importlib.metadata nor scans the
-    distributions (~25 ms, docs/performance.md), and pydantic finds no plugins, as its own lookup does."""
-    completed = subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert completed.returncode == 0, completed.stderr
-    assert completed.stderr.rstrip().endswith("METADATA=False []"), completed.stderr
-    own = subprocess.run(  # pydantic's own lookup, in a process that did not skip it: the same answer
-        [sys.executable, "-c", "from pydantic.plugin._loader import get_plugins; print(list(get_plugins()))"],
+def test_plan_imports_no_importlib_metadata_without_plugins():
+    """Where pydantic's own lookup finds no plugin (no pydantic plugin installed, as here), `plan` neither imports
+    importlib.metadata nor scans the distributions (~25 ms, docs/performance.md) and pydantic has no plugins;
+    where it finds one, `plan` leaves the lookup to pydantic."""
+    own = subprocess.run(  # pydantic's own lookup, in a process that did not skip it
+        [sys.executable, "-c", "from pydantic.plugin._loader import get_plugins; print(len(list(get_plugins())))"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert own.stdout.strip() == "[]", own.stderr
+    assert own.returncode == 0, own.stderr
+    completed = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr
+    if own.stdout.strip() == "0":
+        assert completed.stderr.rstrip().endswith("METADATA=False []"), completed.stderr
+    else:  # plugins installed: pydantic's own lookup ran
+        assert "METADATA=True" in completed.stderr, completed.stderr
+
+
+PLUGIN = """
+import sys
+
+
+class Plugin:
+    seen = False
+
+    def new_schema_validator(self, schema, schema_type, path, kind, config, settings):
+        if not Plugin.seen:
+            Plugin.seen = True
+            print("PLUGIN-CALLED", file=sys.stderr)
+        return None, None, None
+
+
+plugin = Plugin()
+"""
+
+
+def test_an_installed_plugin_is_called_by_plan(tmp_path):
+    """A distribution on sys.path that declares a pydantic plugin: `plan` leaves the lookup to pydantic, which
+    loads it and calls it for the validators it builds."""
+    (tmp_path / "hs_probe_plugin.py").write_text(PLUGIN)
+    _distribution(tmp_path, "hs_probe_plugin", "[pydantic]\nhs_probe = hs_probe_plugin:plugin\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO_ROOT)])}
+    env.pop("PYDANTIC_DISABLE_PLUGINS", None)
+    completed = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "PLUGIN-CALLED" in completed.stderr and "METADATA=True" in completed.stderr, completed.stderr
