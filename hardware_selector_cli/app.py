@@ -7,6 +7,7 @@ catalog model stay fast.
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 from . import db, estimate, hardware, models, plan, report, train, tune, watch
+from .option_values import convert_plainly
+from .pydantic_plugins import skip_lookup_without_plugins
 
 app = typer.Typer(
     name="hardware-selector",
@@ -102,9 +105,26 @@ def _refuse_blank_text(command: click.Command) -> click.Command:
     return command
 
 
+def _click_command(args: list[str]) -> click.Command:
+    """The app as a click group. When the first argument names one of its commands (`plan ...`), the group holds
+    that command alone: the same group, which runs it the same way, without building the other commands' option
+    tables (~7 ms of `plan`, docs/performance.md), and converts its option values without typer's adapters where
+    that is plain (option_values.py). Anything else (--help, a group such as `db`, a misspelt name, which typer
+    answers from all the names) builds every command, as typer does."""
+    chosen = [info for info in app.registered_commands if args and info.name == args[0]]
+    if len(chosen) != 1 or getattr(app, "_add_completion", True):
+        return typer.main.get_command(app)
+    lean = copy.copy(app)
+    lean.registered_commands, lean.registered_groups = chosen, []
+    return convert_plainly(typer.main.get_group(lean))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app and map errors to exit codes."""
-    command = _refuse_blank_text(typer.main.get_command(app))
+    args = sys.argv[1:] if argv is None else argv
+    if args and not args[0].startswith("-"):  # a command, which may build validators (--help imports no pydantic)
+        skip_lookup_without_plugins()
+    command = _refuse_blank_text(_click_command(args))
     try:
         result = command.main(args=argv, prog_name="hardware-selector", standalone_mode=False)
     except UserInputError as error:
