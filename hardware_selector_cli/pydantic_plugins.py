@@ -10,7 +10,9 @@ SchemaValidator.
 `skip_lookup_without_plugins` reads the same places itself, more cheaply: each directory on sys.path, and in
 it each distribution's `entry_points.txt` (`*.dist-info`, `*.egg-info`). Only where none of them mentions
 pydantic at all does it give pydantic a loader module that returns no plugins, the answer pydantic's own would
-give. Whatever it cannot read as such leaves pydantic's lookup as it is: PYDANTIC_DISABLE_PLUGINS set (pydantic's
+give. It does so only for pydantic 2, whose loader's interface (`get_plugins`, `PYDANTIC_ENTRY_POINT_GROUP`)
+tests/test_cli_pydantic_plugins.py holds; the version is read from pydantic's own `.dist-info` name in the same
+scan. Whatever it cannot read as such leaves pydantic's lookup as it is: PYDANTIC_DISABLE_PLUGINS set (pydantic's
 rules apply), pydantic's loader already imported, a sys.path entry that is a file (a zip), an `.egg`, a
 distribution finder on sys.meta_path besides importlib's PathFinder, an unreadable directory or file.
 """
@@ -43,9 +45,10 @@ def _no_plugins() -> tuple[()]:
 
 def _no_plugin_declared() -> bool:
     """True only if every distribution importlib.metadata would find is a directory on sys.path whose
-    entry_points.txt, if any, does not mention pydantic."""
+    entry_points.txt, if any, does not mention pydantic, and pydantic's own is a 2.x release."""
     if any(hasattr(finder, "find_distributions") and finder is not PathFinder for finder in sys.meta_path):
         return False
+    pydantic_2 = False
     try:
         for entry in sys.path:
             root = entry or "."
@@ -58,11 +61,15 @@ def _no_plugin_declared() -> bool:
                     name = child.name.lower()
                     if name.endswith(".egg"):
                         return False
-                    if name.endswith(_METADATA_SUFFIXES) and child.is_dir() and _mentions_pydantic(child.path):
+                    if not (name.endswith(_METADATA_SUFFIXES) and child.is_dir()):
+                        continue
+                    if name.startswith("pydantic-"):
+                        pydantic_2 = pydantic_2 or name.startswith("pydantic-2.")
+                    if _mentions_pydantic(child.path):
                         return False
     except OSError:
         return False
-    return True
+    return pydantic_2
 
 
 def _mentions_pydantic(metadata_dir: str) -> bool:

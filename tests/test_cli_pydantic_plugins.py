@@ -14,10 +14,10 @@ from hardware_selector_cli.pydantic_plugins import _no_plugin_declared, skip_loo
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def _distribution(root: Path, name: str, entry_points: str | None) -> None:
-    info = root / f"{name}-1.0.dist-info"
+def _distribution(root: Path, name: str, entry_points: str | None, version: str = "1.0") -> None:
+    info = root / f"{name}-{version}.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     if entry_points is not None:
         (info / "entry_points.txt").write_text(entry_points)
 
@@ -26,6 +26,10 @@ def test_no_plugin_declared_reads_each_distribution(tmp_path, monkeypatch):
     _distribution(tmp_path, "tool", "[console_scripts]\ntool = tool:main\n")
     _distribution(tmp_path, "bare", None)
     monkeypatch.setattr(sys, "path", [str(tmp_path), str(tmp_path / "missing")])
+    assert not _no_plugin_declared(), "no pydantic 2 found: its loader's interface is not known"
+    _distribution(tmp_path, "pydantic", None, version="3.0.0")
+    assert not _no_plugin_declared(), "pydantic 3: its loader's interface is not known"
+    os.rename(tmp_path / "pydantic-3.0.0.dist-info", tmp_path / "pydantic-2.14.4.dist-info")
     assert _no_plugin_declared()
     _distribution(tmp_path, "watcher", "[pydantic]\nwatcher = watcher.plugin:plugin\n")
     assert not _no_plugin_declared()
