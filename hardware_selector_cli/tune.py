@@ -175,6 +175,10 @@ def _candidates(run_dir, model, cluster, search, routing, top_k):
             optimizer=config.optimizer,
             kernels=config.kernels,
             lora_rank=config.lora_rank,
+            qlora=config.qlora,
+            fp8=config.fp8,
+            attention=config.attention,
+            headroom_fraction=plan.memory.headroom_fraction,  # the plan's --headroom, not the default's
             routing=config.routing,
             compression=compression,
             **({"strategies": ("engine",)} if compression == "onebit" else {}),

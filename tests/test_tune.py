@@ -277,3 +277,26 @@ def test_an_elastic_folder_stays_elastic_when_its_winner_is_emitted(tmp_path, mo
     )
     own = next(entry for entry in elastic["fallbacks"] if entry["world_size"] == 2)
     assert own["config"] == after["config"]  # the winner is its own node count's entry
+
+
+def test_a_run_folders_tune_keeps_the_plans_headroom(tmp_path, monkeypatch):
+    """Found by a new user's audit: `tune RUN_DIR` searched the folder's model and batch at the default 10%
+    headroom, so a plan made with --headroom 0.5 came back from the tune with a winner sized for 90% of memory."""
+    from benchmarks.harness import processes
+
+    def each_trial_ran(target, nproc, timeout_s, launcher="torchrun"):
+        for folder in map(Path, target[2:]):
+            write_trial(folder, TrialRequest.model_validate_json((folder / REQUEST_FILE).read_text()), 1.0, nproc)
+        return 0, ""
+
+    monkeypatch.setattr(processes, "run_torchrun_command", each_trial_ran)
+    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(tmp_path / "db.duckdb"))
+    run_dir = tmp_path / "run"
+    plan = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "32", "--global-batch", "4"]
+    emitted = cli_in_process(*plan, "--headroom", "0.5", "--emit", run_dir)
+    assert emitted.returncode == 0, emitted.stderr
+    tuned = cli_in_process("tune", run_dir, "--candidates", "2", "--budget", "5", "--tiny")
+    assert tuned.returncode == 0, tuned.stderr
+    memory = json.loads((run_dir / "plan.json").read_text())["memory"]
+    assert memory["headroom_fraction"] == 0.5
+    assert memory["fits"] and memory["margin_bytes"] >= 0
