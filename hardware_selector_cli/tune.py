@@ -78,6 +78,7 @@ def register(app: typer.Typer) -> None:
             )
         if run_dir is not None:
             run_dir = run_dir.expanduser().resolve()  # the trials run elsewhere: a relative path would not hold
+            _refuse_while_training(run_dir)  # before the trials, and again before the winner replaces the folder
         if emit is not None:
             from planner.rundir.write import emit_target
 
@@ -143,8 +144,18 @@ def register(app: typer.Typer) -> None:
             from planner.rundir.write import emit_run_folder
 
             fallbacks = None if elastic is None else elastic(best)  # an elastic folder stays elastic
+            if run_dir is not None:
+                _refuse_while_training(run_dir)
             emit_run_folder(best, folder, force=run_dir is not None, options=options, tune=tune, elastic=fallbacks)
             print(f"wrote the winner ({winner.label}) to {folder}; its plan.json names the trials", file=sys.stderr)
+
+
+def _refuse_while_training(run_dir: Path) -> None:
+    from backends.runner.run_lock import refuse_if_held
+
+    from .plan import REEMIT_WHILE_TRAINING
+
+    refuse_if_held(run_dir, REEMIT_WHILE_TRAINING)
 
 
 def _candidates(run_dir, model, cluster, search, routing, top_k):

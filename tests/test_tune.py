@@ -300,3 +300,29 @@ def test_a_run_folders_tune_keeps_the_plans_headroom(tmp_path, monkeypatch):
     memory = json.loads((run_dir / "plan.json").read_text())["memory"]
     assert memory["headroom_fraction"] == 0.5
     assert memory["fits"] and memory["margin_bytes"] >= 0
+
+
+def test_a_folder_being_trained_is_not_re_emitted_under_its_run(tmp_path, monkeypatch):
+    """Found by a new user's audit: `plan --emit DIR --force` (and `tune DIR`) while `train DIR` ran moved the
+    run's checkpoints and metrics to previous/ and replaced plan.json under it; the run died at its next write
+    (its TensorBoard file gone) and left a failed status and new metrics in the new folder. Both are one line
+    naming the run, before any trial, and the folder is as it was."""
+    from backends.runner.run_lock import hold_run_lock
+
+    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(tmp_path / "db.duckdb"))
+    run_dir = tmp_path / "run"
+    plan = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "32", "--global-batch", "4"]
+    assert cli_in_process(*plan, "--emit", run_dir).returncode == 0
+    (run_dir / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n')
+    lock = hold_run_lock(run_dir)  # a run in progress, as `train` holds it
+    assert lock is not None
+    try:
+        before = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+        for args in ([*plan, "--emit", run_dir, "--force"], ["tune", run_dir, "--budget", "5", "--tiny"]):
+            result = cli_in_process(*args)
+            lines = result.stderr.strip().splitlines()
+            assert result.returncode == 2 and len(lines) == 1, result.stderr
+            assert "is being trained by PID" in lines[0] and "from under it" in lines[0]
+            assert {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()} == before
+    finally:
+        lock.close()
