@@ -271,9 +271,14 @@ def _emit(result, spec, target, emit: Path, force: bool, overrides, elastic=None
             f"moved {', '.join(theirs)} (not written by hardware-selector) to {kept}; --force replaces only its own files"
         )
     if previous:
-        kept = sorted((folder / "previous").iterdir())[-1]
-        lines.append(f"moved the previous run's {', '.join(previous)} to {kept} (kept, not resumed)")
+        lines.append(moved_run_line(folder, previous))
     return [*lines, f"wrote {len(written)} files to {emit}", *_elastic_lines(best, elastic)]
+
+
+def moved_run_line(folder: Path, previous: list[str]) -> str:
+    """What a re-emission over a trained folder moved aside (planner/rundir/previous_run.py), and where to."""
+    kept = sorted((folder / "previous").iterdir())[-1]
+    return f"moved the previous run's {', '.join(previous)} to {kept} (kept, not resumed)"
 
 
 def _elastic_lines(best, elastic) -> list[str]:

@@ -144,9 +144,17 @@ def register(app: typer.Typer) -> None:
             from planner.rundir.write import emit_run_folder
 
             fallbacks = None if elastic is None else elastic(best)  # an elastic folder stays elastic
+            previous: list[str] = []
             if run_dir is not None:
+                from planner.rundir.previous_run import previous_run_state
+
                 _refuse_while_training(run_dir)
+                previous = previous_run_state(run_dir)  # a run trained there: moved aside, and said so
             emit_run_folder(best, folder, force=run_dir is not None, options=options, tune=tune, elastic=fallbacks)
+            if previous:
+                from .plan import moved_run_line
+
+                print(moved_run_line(folder, previous), file=sys.stderr)
             print(f"wrote the winner ({winner.label}) to {folder}; its plan.json names the trials", file=sys.stderr)
 
 

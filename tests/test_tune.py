@@ -279,15 +279,17 @@ def test_an_elastic_folder_stays_elastic_when_its_winner_is_emitted(tmp_path, mo
     assert own["config"] == after["config"]  # the winner is its own node count's entry
 
 
+def each_trial_ran(target, nproc, timeout_s, launcher="torchrun"):
+    """Stands in for the trials' launch: every trial runs, at 1 s a step."""
+    for folder in map(Path, target[2:]):
+        write_trial(folder, TrialRequest.model_validate_json((folder / REQUEST_FILE).read_text()), 1.0, nproc)
+    return 0, ""
+
+
 def test_a_run_folders_tune_keeps_the_plans_headroom(tmp_path, monkeypatch):
     """Found by a new user's audit: `tune RUN_DIR` searched the folder's model and batch at the default 10%
     headroom, so a plan made with --headroom 0.5 came back from the tune with a winner sized for 90% of memory."""
     from benchmarks.harness import processes
-
-    def each_trial_ran(target, nproc, timeout_s, launcher="torchrun"):
-        for folder in map(Path, target[2:]):
-            write_trial(folder, TrialRequest.model_validate_json((folder / REQUEST_FILE).read_text()), 1.0, nproc)
-        return 0, ""
 
     monkeypatch.setattr(processes, "run_torchrun_command", each_trial_ran)
     monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(tmp_path / "db.duckdb"))
@@ -326,3 +328,21 @@ def test_a_folder_being_trained_is_not_re_emitted_under_its_run(tmp_path, monkey
             assert {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()} == before
     finally:
         lock.close()
+
+
+def test_a_tune_over_a_trained_folder_says_where_the_trained_run_went(tmp_path, monkeypatch):
+    """Found by a new user's audit: `tune RUN_DIR` on a folder already trained moved its checkpoints, metrics
+    and final/ to previous/<time>/ without a word (plan --emit --force says it); it says so in the same line."""
+    from benchmarks.harness import processes
+
+    monkeypatch.setattr(processes, "run_torchrun_command", each_trial_ran)
+    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(tmp_path / "db.duckdb"))
+    run_dir = tmp_path / "run"
+    plan = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "32", "--global-batch", "4"]
+    assert cli_in_process(*plan, "--emit", run_dir).returncode == 0
+    (run_dir / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n')
+    tuned = cli_in_process("tune", run_dir, "--candidates", "1", "--budget", "5", "--tiny")
+    assert tuned.returncode == 0, tuned.stderr
+    (kept,) = (run_dir / "previous").iterdir()
+    assert (kept / "metrics.jsonl").read_text() == '{"kind": "train", "step": 1}\n'
+    assert f"moved the previous run's metrics.jsonl to {kept} (kept, not resumed)" in tuned.stderr
