@@ -14,6 +14,7 @@ import pytest
 
 from backends.runner.progress import Progress
 from planner.contract.run_config import DataConfig
+from planner.evaluate import evaluate
 from planner.rundir.write import RunOptions, emit_run_folder
 from scripts.demo_checkpoint import make_local_gpt2
 from tests.distributed import REPO_ROOT, cpu_env
@@ -60,6 +61,8 @@ def finished_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("watch")
     model_dir, corpus = make_local_gpt2(root / "user")
     plan = make_plan(str(model_dir), gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4, grad_accum=1)
+    speed = evaluate(plan.model, plan.config, plan.cluster).throughput  # a step time predicted, as plan's are
+    plan = plan.model_copy(update={"throughput": speed})
     emit_run_folder(plan, root / "run", options=RunOptions(data=DataConfig(train=[str(corpus)], eval_every=3)))
     completed = run_python(
         [
@@ -121,6 +124,13 @@ def test_the_summary_sets_measured_beside_predicted_and_record_stores_it(finishe
     assert record.step_time_median_s == pytest.approx(summary["median_step_time_s"])
     assert record.global_batch == 4 and record.seq_len == 64 and record.steps_measured == 5
     assert record.host == ""  # the hardware and software, nothing about the user
+    # Found by a new user's audit: a plan made for the `cpu` pseudo-GPU predicts these processes' step time, and
+    # tune's trials on it record the pair; `train` printed and recorded the measurement alone, so its run never
+    # entered the corrections of the next plan ("4 measured runs ... 3 used in corrections"). Memory stays apart.
+    predicted = summary["predicted_step_time_s"]
+    assert summary["step_time_comparable"] and not summary["comparable_to_prediction"]
+    assert f"vs predicted {predicted:.3g} s/step" in summary["lines"][0]
+    assert record.predicted_step_time_s == pytest.approx(predicted)
 
 
 @pytest.mark.slow

@@ -87,6 +87,9 @@ def finish_summary(
     median = times.median()
     tokens_per_step = run.global_batch * run.seq_len
     comparable = not args.tiny and run.device == "cuda"
+    # A plan made for the `cpu` pseudo-GPU predicts these very processes' step time (not their memory: RSS is
+    # no GPU estimate), as tune's trials on it do: compared, and recorded beside it to calibrate the next plan.
+    step_comparable = comparable or (not args.tiny and run.device == "cpu" and spec.plan.cluster.gpu.name == "cpu")
     predicted = run.predicted
     summary: dict[str, Any] = {
         "strategy": spec.strategy.value,
@@ -104,6 +107,7 @@ def finish_summary(
         "predicted_step_time_s": predicted.step_time_s,
         "predicted_peak_memory_bytes": predicted.peak_memory_bytes,
         "comparable_to_prediction": comparable,
+        "step_time_comparable": step_comparable,
         "eval": eval_rows[-1] if eval_rows else None,
         "resumed_from": resumed_from,
         "wall_s": wall_s,
@@ -116,7 +120,9 @@ def finish_summary(
         return summary
     lines = []
     if median:
-        lines.append(comparison("step time", median, predicted.step_time_s if comparable else None, "s/step", ".3g"))
+        lines.append(
+            comparison("step time", median, predicted.step_time_s if step_comparable else None, "s/step", ".3g")
+        )
     gib = max(peaks) / 2**30
     if comparable:
         lines.append(comparison("peak memory", gib, (predicted.peak_memory_bytes or 0) / 2**30 or None, "GiB", ".2f"))
@@ -163,7 +169,8 @@ def record(
     median = summary["median_step_time_s"]
     measured: dict[str, Any] = {}
     speed = plan.throughput
-    if speed is not None and summary["comparable_to_prediction"]:
+    step_comparable = summary.get("step_time_comparable", summary["comparable_to_prediction"])
+    if speed is not None and step_comparable:
         measured["tflops_per_gpu"] = speed.tflops_per_gpu * speed.step_time_s / median
         measured["mfu"] = speed.mfu * speed.step_time_s / median
     entry = RunRecord(
@@ -188,7 +195,7 @@ def record(
         steps_measured=max(0, summary["steps"] - 1),
         tokens_per_s=summary["tokens_per_s"],
         peak_memory_per_rank_bytes=summary["peak_memory_per_rank_bytes"],
-        predicted_step_time_s=run.predicted.step_time_s if summary["comparable_to_prediction"] else None,
+        predicted_step_time_s=run.predicted.step_time_s if step_comparable else None,
         predicted_peak_memory_bytes=run.predicted.peak_memory_bytes,
         status=RunStatus.OK,
         runner=runner,
