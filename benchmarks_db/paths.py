@@ -58,6 +58,11 @@ def check_db_path(path: Path, origin: str = "--db") -> Path:
             raise UserInputError(
                 f"cannot read {origin} {path}: {error.strerror or error}; pass --db a file you can read"
             ) from None
-        if header and header[8:12] != DUCKDB_MAGIC:
+        if not header:  # `touch`ed, or cut to nothing: DuckDB cannot open it, and there is nothing in it to lose
+            raise UserInputError(
+                f"{origin} {path} is an empty file (0 bytes), not a DuckDB database; delete it (the next run makes "
+                "a new database there) or pass --db another path"
+            )
+        if header[8:12] != DUCKDB_MAGIC:
             raise UserInputError(f"{origin} {path} is not a DuckDB database; pass --db a .duckdb file (or a new path)")
     return path

@@ -156,3 +156,15 @@ def test_a_bad_database_from_the_environment_is_named_by_its_variable(tmp_path, 
         assert f"$HARDWARE_SELECTOR_DB {tmp_path / 'runs.csv'} is not a DuckDB database" in err and "\n" not in err
     assert main(["db", "list", "--db", "runs.csv"]) == 2
     assert "--db runs.csv is not a DuckDB database" in capsys.readouterr().err
+
+
+def test_an_empty_database_file_says_it_is_empty_and_what_to_do(tmp_path, capsys):
+    """Found by a new user's audit: a 0-byte benchmarks.duckdb (`touch`ed, or cut to nothing) was "not a DuckDB
+    database; pass --db a .duckdb file", which it is by name; the line says it is empty and to delete it."""
+    empty = tmp_path / "benchmarks.duckdb"
+    empty.touch()
+    for args in (["db", "list"], ["db", "calibration"], ["plan", "-m", "gpt2", "--gpu", "cpu"]):
+        assert main([*args, "--db", str(empty)]) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert f"--db {empty} is an empty file (0 bytes)" in err and "delete it" in err and "\n" not in err, err
+    assert empty.read_bytes() == b"" and not list(tmp_path.glob("*.lock"))
