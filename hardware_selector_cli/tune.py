@@ -85,9 +85,15 @@ def register(app: typer.Typer) -> None:
             emit_target(emit)  # before the trials, not after them
         spec, target, plans, options, elastic = _candidates(run_dir, model, cluster, search, routing, candidates)
         if target.num_nodes > 1:
+            # RUN_DIR's own cluster is tuned: --nodes 1 beside it would be ignored, so the line says what works.
+            one_node = (
+                "emit a one-node folder of it (plan ... --nodes 1 --emit DIR) and tune that"
+                if run_dir is not None
+                else "tune one node's layout here (--nodes 1)"
+            )
             raise UserInputError(
-                f"tune measures this machine, and the plan is for {target.num_nodes} nodes; tune one node's "
-                "layout here (--nodes 1), or run the trials on the cluster with run-training-benchmark"
+                f"tune measures this machine, and the plan is for {target.num_nodes} nodes; {one_node}, or run the "
+                "trials on the cluster with run-training-benchmark"
             )
         from benchmarks.harness.tune import measured_order, order_changes, run_tune
         from benchmarks_db.store import BenchmarkStore

@@ -346,3 +346,17 @@ def test_a_tune_over_a_trained_folder_says_where_the_trained_run_went(tmp_path, 
     (kept,) = (run_dir / "previous").iterdir()
     assert (kept / "metrics.jsonl").read_text() == '{"kind": "train", "step": 1}\n'
     assert f"moved the previous run's metrics.jsonl to {kept} (kept, not resumed)" in tuned.stderr
+
+
+def test_a_multi_node_folder_is_refused_with_advice_that_works_for_a_folder(tmp_path):
+    """Found by a new user's audit: `tune RUN_DIR` on a 2-node folder said "tune one node's layout here (--nodes
+    1)", and `tune RUN_DIR --nodes 1` was refused with the same line (RUN_DIR's own cluster is what is tuned);
+    docs/running.md said such a plan "is tuned one node's layout at a time". The line says what works."""
+    run_dir = tmp_path / "run"
+    plan = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--nodes", "2", "--seq-len", "32"]
+    assert cli_in_process(*plan, "--global-batch", "8", "--emit", run_dir).returncode == 0
+    result = cli_in_process("tune", run_dir, "--budget", "5", "--tiny")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "the plan is for 2 nodes; emit a one-node folder of it (plan ... --nodes 1 --emit DIR)" in lines[0]
+    assert "--nodes 1)," not in lines[0]
