@@ -66,8 +66,9 @@ def register(app: typer.Typer) -> None:
             raise UserInputError(f"--candidates must be at least 1, not {candidates}")
         if not 0 < budget <= 24 * 60:
             raise UserInputError(f"--budget is minutes, more than 0 and at most a day, not {budget:g}")
-        if run_dir is not None and (model.model or cluster.gpu):
-            raise UserInputError("tune RUN_DIR tunes the folder's own model and cluster; drop --model and --gpu")
+        ignored = (["--model"] if model.model else []) + cluster.given()
+        if run_dir is not None and ignored:
+            raise UserInputError(f"tune RUN_DIR tunes the folder's own model and cluster; drop {', '.join(ignored)}")
         if run_dir is not None and emit is not None:
             raise UserInputError("tune RUN_DIR re-emits the winner into RUN_DIR; drop --emit")
         searched = search.training_flags_given(routing_default=routing.is_default, emitting=False)

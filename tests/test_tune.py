@@ -170,6 +170,11 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path):
         # Found by a new user's audit: a flag tune RUN_DIR would ignore, and an --emit that could not be written
         # told only after every trial had run.
         (["tune", str(folder), "--global-batch", "64"], "drop --global-batch"),
+        # And cluster flags beside RUN_DIR were ignored without a word (the folder's cluster is what is tuned).
+        (
+            ["tune", str(folder), "--gpus-per-node", "1", "--nodes", "3", "--price", "9"],
+            "drop --gpus-per-node, --nodes",
+        ),
         (["tune", "-m", "gpt2", "--gpu", "cpu", "--emit", str(taken)], "already exists; pass --force"),
         (["tune", "-m", "gpt2", "--gpu", "cpu", "--emit", "/proc/tuned"], "--emit: cannot write /proc/tuned/"),
         (
