@@ -96,6 +96,10 @@ def register(app: typer.Typer) -> None:
                 f"tune measures this machine, and the plan is for {target.num_nodes} nodes; {one_node}, or run the "
                 "trials on the cluster with run-training-benchmark"
             )
+        if not tiny and target.gpu.kind != "cpu":  # as `train` refuses it: not a launch and a record per trial
+            from backends.cpu_distributed import runs_on_cpu_instead  # imports torch: only here
+
+            runs_on_cpu_instead("cuda", tiny=False)
         from benchmarks.harness.tune import measured_order, order_changes, run_tune
         from benchmarks_db.store import BenchmarkStore
 

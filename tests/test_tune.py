@@ -365,3 +365,19 @@ def test_a_multi_node_folder_is_refused_with_advice_that_works_for_a_folder(tmp_
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert "the plan is for 2 nodes; emit a one-node folder of it (plan ... --nodes 1 --emit DIR)" in lines[0]
     assert "--nodes 1)," not in lines[0]
+
+
+def test_a_gpu_plan_without_tiny_on_a_machine_without_cuda_is_one_line_before_any_trial(tmp_path, monkeypatch):
+    """Found by a new user's audit: `tune -m gpt2 --gpu H100-80GB` (no --tiny) on a CPU machine started a torchrun
+    launch per candidate, each failing "this plan runs on CUDA GPUs", recorded three failed runs in the database
+    and ended "no trial ran to the end". It is train's one line, before any launch, and nothing is recorded."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    db = tmp_path / "db.duckdb"
+    plan = ["-m", "gpt2", "--gpu", "H100-80GB", "--gpus-per-node", "2", "--seq-len", "32", "--global-batch", "4"]
+    result = cli_in_process("tune", *plan, "--budget", "1", "--db", db)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "this plan runs on CUDA GPUs (device cuda, nccl) and this machine has none; pass --tiny" in lines[0]
+    assert not db.exists()
