@@ -154,6 +154,35 @@ def test_the_next_plan_here_is_calibrated_by_the_run_and_names_its_record(finish
 
 
 @pytest.mark.slow
+def test_a_run_on_another_process_count_than_the_plans_is_not_compared_with_its_prediction(tmp_path):
+    """The plan predicts its own step (2 processes, accumulation 1); the same folder run on 1 process takes
+    accumulation 2, a step the plan did not predict. The summary said "vs predicted" all the same and the record
+    kept the pair, a wrong point for the next plan's correction; now the line says why it is not compared."""
+    from benchmarks_db.store import BenchmarkStore
+
+    model_dir, corpus = make_local_gpt2(tmp_path / "user")
+    plan = make_plan(str(model_dir), gpus_per_node=2, strategy="ddp", seq_len=64, micro_batch=2, grad_accum=1)
+    plan = plan.model_copy(update={"throughput": evaluate(plan.model, plan.config, plan.cluster).throughput})
+    emit_run_folder(plan, tmp_path / "run", options=RunOptions(data=DataConfig(train=[str(corpus)])))
+    completed = run_python(
+        ["-m", "backends.run", "--plan", str(tmp_path / "run"), "--steps", "2", "--db", str(tmp_path / "b.duckdb")],
+        cwd=REPO_ROOT,
+        env={key: value for key, value in cpu_env().items() if key != "HARDWARE_SELECTOR_RECORD"},
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    assert summary["world_size"] == 1 and not summary["step_time_comparable"]
+    assert "vs predicted" not in summary["lines"][0]
+    assert (
+        "(not compared: run as 1 processes x micro-batch 2 x accumulation 2, seq 64, the plan predicts 2 "
+        in (summary["lines"][0])
+    )
+    (record,) = BenchmarkStore(tmp_path / "b.duckdb").runs()
+    assert record.predicted_step_time_s is None
+
+
+@pytest.mark.slow
 def test_final_is_written_at_every_export_step_and_at_the_end(finished_run):
     root, completed = finished_run
     final = root / "run" / "final"
@@ -221,32 +250,3 @@ def test_watch_on_a_hand_edited_status_file_says_it_is_damaged_and_what_to_do(tm
             f"error: {run_dir / 'run_status.json'} is damaged ({problem}): the runner did not write it so; delete "
             "it (the run's next start writes it again), and metrics.jsonl still holds every step"
         )
-
-
-@pytest.mark.slow
-def test_a_run_on_another_process_count_than_the_plans_is_not_compared_with_its_prediction(tmp_path):
-    """The plan predicts its own step (2 processes, accumulation 1); the same folder run on 1 process takes
-    accumulation 2, a step the plan did not predict. The summary said "vs predicted" all the same and the record
-    kept the pair, a wrong point for the next plan's correction; now the line says why it is not compared."""
-    from benchmarks_db.store import BenchmarkStore
-
-    model_dir, corpus = make_local_gpt2(tmp_path / "user")
-    plan = make_plan(str(model_dir), gpus_per_node=2, strategy="ddp", seq_len=64, micro_batch=2, grad_accum=1)
-    plan = plan.model_copy(update={"throughput": evaluate(plan.model, plan.config, plan.cluster).throughput})
-    emit_run_folder(plan, tmp_path / "run", options=RunOptions(data=DataConfig(train=[str(corpus)])))
-    completed = run_python(
-        ["-m", "backends.run", "--plan", str(tmp_path / "run"), "--steps", "2", "--db", str(tmp_path / "b.duckdb")],
-        cwd=REPO_ROOT,
-        env={key: value for key, value in cpu_env().items() if key != "HARDWARE_SELECTOR_RECORD"},
-        timeout=300,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
-    assert summary["world_size"] == 1 and not summary["step_time_comparable"]
-    assert "vs predicted" not in summary["lines"][0]
-    assert (
-        "(not compared: run as 1 processes x micro-batch 2 x accumulation 2, seq 64, the plan predicts 2 "
-        in (summary["lines"][0])
-    )
-    (record,) = BenchmarkStore(tmp_path / "b.duckdb").runs()
-    assert record.predicted_step_time_s is None
