@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
             raise UserInputError(f"--candidates must be at least 1, not {candidates}")
         if not 0 < budget <= 24 * 60:
             raise UserInputError(f"--budget is minutes, more than 0 and at most a day, not {budget:g}")
-        ignored = (["--model"] if model.model else []) + cluster.given()
+        ignored = _folder_flags(model, cluster, search)
         if run_dir is not None and ignored:
             raise UserInputError(f"tune RUN_DIR tunes the folder's own model and cluster; drop {', '.join(ignored)}")
         if run_dir is not None and emit is not None:
@@ -167,6 +167,24 @@ def register(app: typer.Typer) -> None:
 
                 print(moved_run_line(folder, previous), file=sys.stderr)
             print(f"wrote the winner ({winner.label}) to {folder}; its plan.json names the trials", file=sys.stderr)
+
+
+def _folder_flags(model: ModelOptions, cluster: ClusterOptions, search: SearchOptions) -> list[str]:
+    """The flags a run folder answers itself (its model, cluster, headroom, optimizer, objective and whose code):
+    beside `tune RUN_DIR` they would be ignored, so they are refused."""
+    dimensions = {f"--{name.replace('_', '-')}": value for name, value in vars(model).items() if name != "model"}
+    search_given = {
+        "--headroom": search.headroom != 0.1,  # search_options' default, which plan.json's headroom replaces
+        "--optimizer": search.optimizer != "adamw",
+        "--objective": search.objective != "throughput",
+        "--implementation": search.implementation != "ours",
+    }
+    return [
+        *(["--model"] if model.model else []),
+        *(flag for flag, value in dimensions.items() if value is not None),
+        *cluster.given(),
+        *(flag for flag, given in search_given.items() if given),
+    ]
 
 
 def _refuse_while_training(run_dir: Path) -> None:

@@ -175,6 +175,9 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path):
             ["tune", str(folder), "--gpus-per-node", "1", "--nodes", "3", "--price", "9"],
             "drop --gpus-per-node, --nodes",
         ),
+        # So were --headroom, --objective, --optimizer, --implementation and the model's dimensions.
+        (["tune", str(folder), "--headroom", "0.3", "--objective", "cost"], "drop --headroom, --objective"),
+        (["tune", str(folder), "--layers", "2"], "drop --layers"),
         (["tune", "-m", "gpt2", "--gpu", "cpu", "--emit", str(taken)], "already exists; pass --force"),
         (["tune", "-m", "gpt2", "--gpu", "cpu", "--emit", "/proc/tuned"], "--emit: cannot write /proc/tuned/"),
         (
