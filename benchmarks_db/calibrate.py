@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from planner.calibration import Calibration, uncalibrated_summary
 
 from .gpu_index import may_hold_gpu
-from .paths import check_db_path, resolve_db_path
+from .paths import check_db_path, db_origin, resolve_db_path
 
 if TYPE_CHECKING:
     from planner.hardware.cluster import ClusterSpec
@@ -37,7 +37,8 @@ def plan_calibration(
     path = resolve_db_path(db)
     if not path.exists():
         return None, f"not calibrated: no benchmark database at {path} (fill one with run-training-benchmark --run)"
-    if not may_hold_gpu(check_db_path(path), cluster.gpu.name):  # its index says so: no DuckDB, no record model
+    # Its index says so: no DuckDB, no record model.
+    if not may_hold_gpu(check_db_path(path, db_origin(db)), cluster.gpu.name):
         return None, uncalibrated_summary(cluster.gpu.name, 0)
     from .record import spec_hash
 

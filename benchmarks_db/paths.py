@@ -30,25 +30,39 @@ def resolve_db_path(path: str | Path | None) -> Path:
     return Path(path).expanduser() if path else default_db_path()
 
 
-def check_db_path(path: Path) -> Path:
+def db_origin(flag: str | Path | None) -> str:
+    """Where the database's path came from, for its errors: the flag, the environment variable or the default
+    (an error that says --db when the user set $HARDWARE_SELECTOR_DB sends them looking for a flag they never gave)."""
+    if flag:
+        return "--db"
+    return f"${DB_ENV_VAR}" if os.environ.get(DB_ENV_VAR) else "the default database"
+
+
+def check_db_path(path: Path, origin: str = "--db") -> Path:
     """`path` can hold a benchmark database: an existing DuckDB file or a new path, not a folder, a link to
     nothing, a blank name or another format's file (SQLite, a CSV, /proc/self/status). Every --db reaches the
-    database through here (BenchmarkStore), before a lock file is made beside it or DuckDB reads it."""
+    database through here (BenchmarkStore), before a lock file is made beside it or DuckDB reads it. `origin`
+    (db_origin) names where the path came from."""
     if path.is_dir():  # an empty --db too: it is '.' once a Path
-        raise UserInputError(f"--db {path} is a folder; pass --db a .duckdb file (or a new path)")
+        raise UserInputError(f"{origin} {path} is a folder; pass --db a .duckdb file (or a new path)")
     if not path.name.strip():
-        raise UserInputError(f"--db {str(path)!r} names no file; pass --db a .duckdb file")
+        raise UserInputError(f"{origin} {str(path)!r} names no file; pass --db a .duckdb file")
     if path.is_symlink() and not path.exists():
-        raise UserInputError(f"--db {path} links to {os.readlink(path)}, which does not exist; fix the link or pass "
-                             "--db another path")  # fmt: skip
+        raise UserInputError(f"{origin} {path} links to {os.readlink(path)}, which does not exist; fix the link or "
+                             "pass --db another path")  # fmt: skip
     if path.exists():
         try:
             with open(path, "rb") as handle:
                 header = handle.read(12)  # /proc files report size 0 but hold bytes: read, do not stat
         except OSError as error:
             raise UserInputError(
-                f"cannot read --db {path}: {error.strerror or error}; pass --db a file you can read"
+                f"cannot read {origin} {path}: {error.strerror or error}; pass --db a file you can read"
             ) from None
-        if header and header[8:12] != DUCKDB_MAGIC:
-            raise UserInputError(f"--db {path} is not a DuckDB database; pass --db a .duckdb file (or a new path)")
+        if not header:  # `touch`ed, or cut to nothing: DuckDB cannot open it, and there is nothing in it to lose
+            raise UserInputError(
+                f"{origin} {path} is an empty file (0 bytes), not a DuckDB database; delete it (the next run makes "
+                "a new database there) or pass --db another path"
+            )
+        if header[8:12] != DUCKDB_MAGIC:
+            raise UserInputError(f"{origin} {path} is not a DuckDB database; pass --db a .duckdb file (or a new path)")
     return path

@@ -21,7 +21,7 @@ from typing import Any
 from planner.errors import UserInputError
 
 from .gpu_index import file_state, forget_index, is_current, may_hold_gpu, stored_gpus, write_index
-from .paths import check_db_path, resolve_db_path
+from .paths import check_db_path, db_origin, resolve_db_path
 from .record import RunRecord, RunStatus
 from .schema import SCHEMA_VERSION, applied_version, check_ours, migrate
 
@@ -41,7 +41,7 @@ def record_from_row(row: tuple) -> RunRecord:
 
 class BenchmarkStore:
     def __init__(self, path: str | Path | None = None, *, lock_timeout_s: float = 120.0):
-        self.path = check_db_path(resolve_db_path(path))
+        self.path = check_db_path(resolve_db_path(path), db_origin(path))
         self.lock_timeout_s = lock_timeout_s
         self.skipped_rows = 0  # rows the last runs() left out because they fail validation (non-finite, absurd)
         self._said_read_only = False

@@ -244,6 +244,10 @@ def _fallbacks(elastic: str | None, spec, request, result, adjust, calibration):
     return elastic_plan(spec, request, result.best, node_range, adjust, calibration=calibration)
 
 
+# --force moves a trained run's state to previous/ and replaces plan.json: under a running job, its next write fails.
+REEMIT_WHILE_TRAINING = "re-emitting the folder would move its checkpoints and metrics from under it"
+
+
 def _emit(result, spec, target, emit: Path, force: bool, overrides, elastic=None, launch=None) -> list[str]:
     """Write the best plan's run folder; the lines that say what was written and what was moved aside."""
     from planner.rundir.manifest import foreign_files
@@ -253,6 +257,10 @@ def _emit(result, spec, target, emit: Path, force: bool, overrides, elastic=None
 
     best = require_best(result, f"{spec.name} on {target.world_size} x {target.gpu.name}")
     folder = emit.expanduser().resolve()
+    if force:
+        from backends.runner.run_lock import refuse_if_held
+
+        refuse_if_held(folder, REEMIT_WHILE_TRAINING)
     previous = previous_run_state(folder) if force and folder.is_dir() else []
     theirs = foreign_files(folder, ARTIFACTS, ARTIFACTS) if force and folder.is_dir() else []
     written = emit_run_folder(best, emit, force=force, overrides=overrides, elastic=elastic, launch=launch)
@@ -263,9 +271,14 @@ def _emit(result, spec, target, emit: Path, force: bool, overrides, elastic=None
             f"moved {', '.join(theirs)} (not written by hardware-selector) to {kept}; --force replaces only its own files"
         )
     if previous:
-        kept = sorted((folder / "previous").iterdir())[-1]
-        lines.append(f"moved the previous run's {', '.join(previous)} to {kept} (kept, not resumed)")
+        lines.append(moved_run_line(folder, previous))
     return [*lines, f"wrote {len(written)} files to {emit}", *_elastic_lines(best, elastic)]
+
+
+def moved_run_line(folder: Path, previous: list[str]) -> str:
+    """What a re-emission over a trained folder moved aside (planner/rundir/previous_run.py), and where to."""
+    kept = sorted((folder / "previous").iterdir())[-1]
+    return f"moved the previous run's {', '.join(previous)} to {kept} (kept, not resumed)"
 
 
 def _elastic_lines(best, elastic) -> list[str]:

@@ -66,8 +66,9 @@ def register(app: typer.Typer) -> None:
             raise UserInputError(f"--candidates must be at least 1, not {candidates}")
         if not 0 < budget <= 24 * 60:
             raise UserInputError(f"--budget is minutes, more than 0 and at most a day, not {budget:g}")
-        if run_dir is not None and (model.model or cluster.gpu):
-            raise UserInputError("tune RUN_DIR tunes the folder's own model and cluster; drop --model and --gpu")
+        ignored = _folder_flags(model, cluster, search)
+        if run_dir is not None and ignored:
+            raise UserInputError(f"tune RUN_DIR tunes the folder's own model and cluster; drop {', '.join(ignored)}")
         if run_dir is not None and emit is not None:
             raise UserInputError("tune RUN_DIR re-emits the winner into RUN_DIR; drop --emit")
         searched = search.training_flags_given(routing_default=routing.is_default, emitting=False)
@@ -78,16 +79,27 @@ def register(app: typer.Typer) -> None:
             )
         if run_dir is not None:
             run_dir = run_dir.expanduser().resolve()  # the trials run elsewhere: a relative path would not hold
+            _refuse_while_training(run_dir)  # before the trials, and again before the winner replaces the folder
         if emit is not None:
             from planner.rundir.write import emit_target
 
             emit_target(emit)  # before the trials, not after them
         spec, target, plans, options, elastic = _candidates(run_dir, model, cluster, search, routing, candidates)
         if target.num_nodes > 1:
-            raise UserInputError(
-                f"tune measures this machine, and the plan is for {target.num_nodes} nodes; tune one node's "
-                "layout here (--nodes 1), or run the trials on the cluster with run-training-benchmark"
+            # RUN_DIR's own cluster is tuned: --nodes 1 beside it would be ignored, so the line says what works.
+            one_node = (
+                "emit a one-node folder of it (plan ... --nodes 1 --emit DIR) and tune that"
+                if run_dir is not None
+                else "tune one node's layout here (--nodes 1)"
             )
+            raise UserInputError(
+                f"tune measures this machine, and the plan is for {target.num_nodes} nodes; {one_node}, or run the "
+                "trials on the cluster with run-training-benchmark"
+            )
+        if not tiny and target.gpu.kind != "cpu":  # as `train` refuses it: not a launch and a record per trial
+            from backends.cpu_distributed import runs_on_cpu_instead  # imports torch: only here
+
+            runs_on_cpu_instead("cuda", tiny=False)
         from benchmarks.harness.tune import measured_order, order_changes, run_tune
         from benchmarks_db.store import BenchmarkStore
 
@@ -143,8 +155,44 @@ def register(app: typer.Typer) -> None:
             from planner.rundir.write import emit_run_folder
 
             fallbacks = None if elastic is None else elastic(best)  # an elastic folder stays elastic
+            previous: list[str] = []
+            if run_dir is not None:
+                from planner.rundir.previous_run import previous_run_state
+
+                _refuse_while_training(run_dir)
+                previous = previous_run_state(run_dir)  # a run trained there: moved aside, and said so
             emit_run_folder(best, folder, force=run_dir is not None, options=options, tune=tune, elastic=fallbacks)
+            if previous:
+                from .plan import moved_run_line
+
+                print(moved_run_line(folder, previous), file=sys.stderr)
             print(f"wrote the winner ({winner.label}) to {folder}; its plan.json names the trials", file=sys.stderr)
+
+
+def _folder_flags(model: ModelOptions, cluster: ClusterOptions, search: SearchOptions) -> list[str]:
+    """The flags a run folder answers itself (its model, cluster, headroom, optimizer, objective and whose code):
+    beside `tune RUN_DIR` they would be ignored, so they are refused."""
+    dimensions = {f"--{name.replace('_', '-')}": value for name, value in vars(model).items() if name != "model"}
+    search_given = {
+        "--headroom": search.headroom != 0.1,  # search_options' default, which plan.json's headroom replaces
+        "--optimizer": search.optimizer != "adamw",
+        "--objective": search.objective != "throughput",
+        "--implementation": search.implementation != "ours",
+    }
+    return [
+        *(["--model"] if model.model else []),
+        *(flag for flag, value in dimensions.items() if value is not None),
+        *cluster.given(),
+        *(flag for flag, given in search_given.items() if given),
+    ]
+
+
+def _refuse_while_training(run_dir: Path) -> None:
+    from backends.runner.run_lock import refuse_if_held
+
+    from .plan import REEMIT_WHILE_TRAINING
+
+    refuse_if_held(run_dir, REEMIT_WHILE_TRAINING)
 
 
 def _candidates(run_dir, model, cluster, search, routing, top_k):
@@ -175,6 +223,10 @@ def _candidates(run_dir, model, cluster, search, routing, top_k):
             optimizer=config.optimizer,
             kernels=config.kernels,
             lora_rank=config.lora_rank,
+            qlora=config.qlora,
+            fp8=config.fp8,
+            attention=config.attention,
+            headroom_fraction=plan.memory.headroom_fraction,  # the plan's --headroom, not the default's
             routing=config.routing,
             compression=compression,
             **({"strategies": ("engine",)} if compression == "onebit" else {}),

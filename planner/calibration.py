@@ -106,6 +106,7 @@ class Correction(BaseModel):
     # The predicted step times the fit saw (None: not recorded, as in a Correction made by hand).
     predicted_min_s: float | None = Field(default=None, gt=0)
     predicted_max_s: float | None = Field(default=None, gt=0)
+    newest_id: str | None = None  # the newest record it was fitted on, so a corrected figure names a record
 
     def apply(self, predicted_step_time_s: float) -> float:
         return self.overhead_s + self.scale * predicted_step_time_s
@@ -125,12 +126,12 @@ class Correction(BaseModel):
         return f"{_seconds(self.predicted_min_s)}-{_seconds(self.predicted_max_s)}"
 
     def describe(self) -> str:
+        records = _count(self.records, "record")
+        if self.newest_id:
+            records += f": {self.newest_id[:8]}" if self.records == 1 else f", newest {self.newest_id[:8]}"
         if self.form == "ratio":
-            return f"{self.family} on {self.gpu}: x{self.scale:.3g} ({_count(self.records, 'record')})"
-        return (
-            f"{self.family} on {self.gpu}: {self.overhead_s * 1e3:.3g} ms + x{self.scale:.3g} "
-            f"({_count(self.records, 'record')})"
-        )
+            return f"{self.family} on {self.gpu}: x{self.scale:.3g} ({records})"
+        return f"{self.family} on {self.gpu}: {self.overhead_s * 1e3:.3g} ms + x{self.scale:.3g} ({records})"
 
 
 def _seconds(value: float) -> str:
@@ -143,6 +144,7 @@ def fit_correction(gpu: str, family: str, runs: list[MeasuredRun]) -> Correction
         (run.predicted_step_time_s, run.step_time_s) for run in runs if run.predicted_step_time_s and run.step_time_s
     ]  # fit() passes only runs with both
     seen = {"predicted_min_s": min(p for p, _ in pairs), "predicted_max_s": max(p for p, _ in pairs)}
+    newest = max(runs, key=lambda run: run.measured_at).id if runs else None
     distinct = len({round(p, 12) for p, _ in pairs})
     if len(pairs) >= MIN_RECORDS_FOR_AFFINE and distinct >= 2:
         # Minimise sum((a + b p_i) / m_i - 1)^2: linear in (a, b) with rows (1/m_i, p_i/m_i).
@@ -157,11 +159,20 @@ def fit_correction(gpu: str, family: str, runs: list[MeasuredRun]) -> Correction
             scale = (s11 * t2 - s12 * t1) / det
             if overhead >= 0 and scale > 0:
                 return Correction(
-                    gpu=gpu, family=family, form="affine", scale=scale, overhead_s=overhead, records=len(pairs), **seen
+                    gpu=gpu,
+                    family=family,
+                    form="affine",
+                    scale=scale,
+                    overhead_s=overhead,
+                    records=len(pairs),
+                    newest_id=newest,
+                    **seen,
                 )
     # Too few points, or an affine fit that makes no physical sense: one geometric-mean ratio.
     ratio = math.exp(sum(math.log(m / p) for p, m in pairs) / len(pairs))
-    return Correction(gpu=gpu, family=family, form="ratio", scale=ratio, overhead_s=0.0, records=len(pairs), **seen)
+    return Correction(
+        gpu=gpu, family=family, form="ratio", scale=ratio, overhead_s=0.0, records=len(pairs), newest_id=newest, **seen
+    )
 
 
 def rescaled(estimate: ThroughputEstimate, step_time_s: float, source: str, note: str) -> ThroughputEstimate:

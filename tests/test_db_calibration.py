@@ -86,7 +86,11 @@ def test_calibration_groups_by_gpu_and_strategy_and_skips_failed_runs():
     assert corrected.step_time_s == pytest.approx(0.035)
     assert corrected.tokens_per_s == pytest.approx(512 / 0.035)
     assert corrected.breakdown.compute_s + corrected.breakdown.exposed_comm_s == pytest.approx(0.035)
-    assert corrected.sources["step_time_s"].startswith("calibration: ddp on cpu: 20 ms + x3 (4 records)")
+    # Found by a new user's audit: a corrected figure said "(4 records)" and named none of them; it names the
+    # newest (`db show ID` has the rest of it).
+    assert corrected.sources["step_time_s"].startswith(
+        "calibration: ddp on cpu: 20 ms + x3 (4 records, newest ddp11cpu)"
+    )
     assert calibration.summary("cpu").startswith("calibrated on 5 measured runs for cpu (5 used in corrections")
     assert calibration.summary("H100-80GB").startswith("not calibrated: no benchmark records for H100-80GB")
 
@@ -117,7 +121,7 @@ def test_a_correction_is_not_carried_past_a_decade_of_the_predictions_it_was_fit
     far = calibration.corrected(estimate(14.3), "cpu", config)  # 14.3 s: more than 10x beyond 12 ms
     assert far.step_time_s == 14.3 and far.sources["step_time_s"] == "formula: test"
     assert far.notes[-1] == (
-        "calibration not applied: fsdp-full on cpu: x12.3 (2 records) was fitted on predicted steps of "
+        "calibration not applied: fsdp-full on cpu: x12.3 (2 records, newest fsdp11cp) was fitted on predicted steps of "
         "8 ms-12 ms, more than 10x from this one's 14.3 s"
     )
     below = calibration.corrected(estimate(0.0007), "cpu", config)  # below a tenth of 8 ms
@@ -125,3 +129,12 @@ def test_a_correction_is_not_carried_past_a_decade_of_the_predictions_it_was_fit
     # the same through the search's hook
     adjusted = calibration.adjuster("cpu", world_size=2, nodes=1, spec_hash="abc")(config, estimate(14.3))
     assert adjusted.step_time_s == 14.3
+
+
+def test_a_correction_names_the_record_it_was_fitted_on():
+    """Found by a new user's audit: after `tune` and `train`, plan's figure said "calibration: ddp on cpu: x1.78
+    (1 record)" and named no record; it names it (the newest, when there are several)."""
+    one = Calibration.fit([run(DDP[1], predicted=0.09, measured=0.16, run_id="62202bcd8d48")])
+    assert one.corrections[0].describe() == "ddp on cpu: x1.78 (1 record: 62202bcd)"
+    corrected = one.corrected(estimate(0.09), "cpu", DDP[1])
+    assert corrected.sources["step_time_s"] == "calibration: ddp on cpu: x1.78 (1 record: 62202bcd)"

@@ -59,7 +59,7 @@ def test_list_show_export_import_and_calibration(tmp_path, capsys):
 
     assert main(["db", "calibration", *db, "--plot", str(tmp_path / "cal.html")]) == 0
     out = capsys.readouterr().out
-    assert "correction ddp on cpu: 10 ms + x4 (3 records)" in out
+    assert "correction ddp on cpu: 10 ms + x4 (3 records, newest " in out
     assert "mean |error|" in out and "0% after calibration" in out
     page = (tmp_path / "cal.html").read_text()
     assert page.count("<circle") == 6 and "ddp x2" in page  # predicted and calibrated per record

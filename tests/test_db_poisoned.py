@@ -141,3 +141,30 @@ def test_every_db_path_mistake_is_one_line_and_leaves_no_lock_file(tmp_path, cap
         err = capsys.readouterr().err.strip()
         assert message in err and "\n" not in err, (db, err)
     assert not list(tmp_path.glob("*.lock")) and not (tmp_path / "missing").exists()
+
+
+def test_a_bad_database_from_the_environment_is_named_by_its_variable(tmp_path, capsys, monkeypatch):
+    """Found by a new user's audit: with $HARDWARE_SELECTOR_DB naming a CSV (and no --db anywhere), `plan`,
+    `db list` and `train` said "--db runs.csv is not a DuckDB database", sending the user to a flag they never
+    gave. The line names the variable; a given --db is still named as the flag."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs.csv").write_text("id,gpu_name\n1,cpu\n")
+    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(tmp_path / "runs.csv"))
+    for args in (["db", "list"], ["plan", "-m", "gpt2", "--gpu", "cpu"]):
+        assert main(args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert f"$HARDWARE_SELECTOR_DB {tmp_path / 'runs.csv'} is not a DuckDB database" in err and "\n" not in err
+    assert main(["db", "list", "--db", "runs.csv"]) == 2
+    assert "--db runs.csv is not a DuckDB database" in capsys.readouterr().err
+
+
+def test_an_empty_database_file_says_it_is_empty_and_what_to_do(tmp_path, capsys):
+    """Found by a new user's audit: a 0-byte benchmarks.duckdb (`touch`ed, or cut to nothing) was "not a DuckDB
+    database; pass --db a .duckdb file", which it is by name; the line says it is empty and to delete it."""
+    empty = tmp_path / "benchmarks.duckdb"
+    empty.touch()
+    for args in (["db", "list"], ["db", "calibration"], ["plan", "-m", "gpt2", "--gpu", "cpu"]):
+        assert main([*args, "--db", str(empty)]) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert f"--db {empty} is an empty file (0 bytes)" in err and "delete it" in err and "\n" not in err, err
+    assert empty.read_bytes() == b"" and not list(tmp_path.glob("*.lock"))

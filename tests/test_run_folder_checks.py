@@ -116,6 +116,26 @@ def test_a_previous_run_is_moved_aside_whole_and_a_checkpoint_volume_stays_mount
     assert (run_dir / "plan.json").is_file()  # the plan itself is not run state
 
 
+def test_a_re_emitted_folder_does_not_report_the_moved_run_as_its_own(tmp_path):
+    """Found by a new user's audit: `plan --emit --force` (or `tune RUN_DIR`) over a trained folder moved its
+    checkpoints, metrics and final/ to previous/ but left run_status.json, so `watch` said the new plan had
+    finished 40/40 and named a checkpoint that was no longer there. The status is run state: it moves too."""
+    import hardware_selector
+
+    run_dir = tmp_path / "run"
+    emit_run_folder(make_plan(strategy="ddp"), run_dir)
+    (run_dir / "metrics.jsonl").write_text('{"kind": "train", "step": 1, "loss": 2.0}\n')
+    status = {"state": "finished", "step": 1, "total_steps": 1, "checkpoint": str(run_dir / "checkpoints" / "x")}
+    (run_dir / "run_status.json").write_text(json.dumps(status))
+    emit_run_folder(make_plan(strategy="ddp"), run_dir, force=True)
+    (kept,) = (run_dir / "previous").iterdir()
+    assert json.loads((kept / "run_status.json").read_text()) == status
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert hardware_selector.main(["watch", str(run_dir), "--json"]) == 0
+    assert json.loads(out.getvalue())["state"] == "not started"
+
+
 def test_a_dry_run_makes_every_check_a_launch_makes_and_takes_nothing(tmp_path):
     """`train --dry-run` printed the torchrun command without the checks a real `train` makes before torchrun
     (the data, the run lock, the GPUs); it now makes each of them, and still takes no lock."""

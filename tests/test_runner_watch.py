@@ -14,6 +14,7 @@ import pytest
 
 from backends.runner.progress import Progress
 from planner.contract.run_config import DataConfig
+from planner.evaluate import evaluate
 from planner.rundir.write import RunOptions, emit_run_folder
 from scripts.demo_checkpoint import make_local_gpt2
 from tests.distributed import REPO_ROOT, cpu_env
@@ -60,6 +61,8 @@ def finished_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("watch")
     model_dir, corpus = make_local_gpt2(root / "user")
     plan = make_plan(str(model_dir), gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4, grad_accum=1)
+    speed = evaluate(plan.model, plan.config, plan.cluster).throughput  # a step time predicted, as plan's are
+    plan = plan.model_copy(update={"throughput": speed})
     emit_run_folder(plan, root / "run", options=RunOptions(data=DataConfig(train=[str(corpus)], eval_every=3)))
     completed = run_python(
         [
@@ -121,6 +124,13 @@ def test_the_summary_sets_measured_beside_predicted_and_record_stores_it(finishe
     assert record.step_time_median_s == pytest.approx(summary["median_step_time_s"])
     assert record.global_batch == 4 and record.seq_len == 64 and record.steps_measured == 5
     assert record.host == ""  # the hardware and software, nothing about the user
+    # Found by a new user's audit: a plan made for the `cpu` pseudo-GPU predicts these processes' step time, and
+    # tune's trials on it record the pair; `train` printed and recorded the measurement alone, so its run never
+    # entered the corrections of the next plan ("4 measured runs ... 3 used in corrections"). Memory stays apart.
+    predicted = summary["predicted_step_time_s"]
+    assert summary["step_time_comparable"] and not summary["comparable_to_prediction"]
+    assert f"vs predicted {predicted:.3g} s/step" in summary["lines"][0]
+    assert record.predicted_step_time_s == pytest.approx(predicted)
 
 
 @pytest.mark.slow
@@ -141,6 +151,35 @@ def test_the_next_plan_here_is_calibrated_by_the_run_and_names_its_record(finish
     assert f"record {summary['record_id'][:8]}" in best["calibration"]
     assert best["throughput"]["step_time_s"] == pytest.approx(summary["median_step_time_s"])
     assert f"record {summary['record_id'][:8]}" in best["throughput"]["sources"]["step_time_s"]
+
+
+@pytest.mark.slow
+def test_a_run_on_another_process_count_than_the_plans_is_not_compared_with_its_prediction(tmp_path):
+    """The plan predicts its own step (2 processes, accumulation 1); the same folder run on 1 process takes
+    accumulation 2, a step the plan did not predict. The summary said "vs predicted" all the same and the record
+    kept the pair, a wrong point for the next plan's correction; now the line says why it is not compared."""
+    from benchmarks_db.store import BenchmarkStore
+
+    model_dir, corpus = make_local_gpt2(tmp_path / "user")
+    plan = make_plan(str(model_dir), gpus_per_node=2, strategy="ddp", seq_len=64, micro_batch=2, grad_accum=1)
+    plan = plan.model_copy(update={"throughput": evaluate(plan.model, plan.config, plan.cluster).throughput})
+    emit_run_folder(plan, tmp_path / "run", options=RunOptions(data=DataConfig(train=[str(corpus)])))
+    completed = run_python(
+        ["-m", "backends.run", "--plan", str(tmp_path / "run"), "--steps", "2", "--db", str(tmp_path / "b.duckdb")],
+        cwd=REPO_ROOT,
+        env={key: value for key, value in cpu_env().items() if key != "HARDWARE_SELECTOR_RECORD"},
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    assert summary["world_size"] == 1 and not summary["step_time_comparable"]
+    assert "vs predicted" not in summary["lines"][0]
+    assert (
+        "(not compared: run as 1 processes x micro-batch 2 x accumulation 2, seq 64, the plan predicts 2 "
+        in (summary["lines"][0])
+    )
+    (record,) = BenchmarkStore(tmp_path / "b.duckdb").runs()
+    assert record.predicted_step_time_s is None
 
 
 @pytest.mark.slow

@@ -170,6 +170,14 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path):
         # Found by a new user's audit: a flag tune RUN_DIR would ignore, and an --emit that could not be written
         # told only after every trial had run.
         (["tune", str(folder), "--global-batch", "64"], "drop --global-batch"),
+        # And cluster flags beside RUN_DIR were ignored without a word (the folder's cluster is what is tuned).
+        (
+            ["tune", str(folder), "--gpus-per-node", "1", "--nodes", "3", "--price", "9"],
+            "drop --gpus-per-node, --nodes",
+        ),
+        # So were --headroom, --objective, --optimizer, --implementation and the model's dimensions.
+        (["tune", str(folder), "--headroom", "0.3", "--objective", "cost"], "drop --headroom, --objective"),
+        (["tune", str(folder), "--layers", "2"], "drop --layers"),
         (["tune", "-m", "gpt2", "--gpu", "cpu", "--emit", str(taken)], "already exists; pass --force"),
         (["tune", "-m", "gpt2", "--gpu", "cpu", "--emit", "/proc/tuned"], "--emit: cannot write /proc/tuned/"),
         (
@@ -277,3 +285,102 @@ def test_an_elastic_folder_stays_elastic_when_its_winner_is_emitted(tmp_path, mo
     )
     own = next(entry for entry in elastic["fallbacks"] if entry["world_size"] == 2)
     assert own["config"] == after["config"]  # the winner is its own node count's entry
+
+
+def each_trial_ran(target, nproc, timeout_s, launcher="torchrun"):
+    """Stands in for the trials' launch: every trial runs, at 1 s a step."""
+    for folder in map(Path, target[2:]):
+        write_trial(folder, TrialRequest.model_validate_json((folder / REQUEST_FILE).read_text()), 1.0, nproc)
+    return 0, ""
+
+
+def test_a_run_folders_tune_keeps_the_plans_headroom(tmp_path, monkeypatch):
+    """Found by a new user's audit: `tune RUN_DIR` searched the folder's model and batch at the default 10%
+    headroom, so a plan made with --headroom 0.5 came back from the tune with a winner sized for 90% of memory."""
+    from benchmarks.harness import processes
+
+    monkeypatch.setattr(processes, "run_torchrun_command", each_trial_ran)
+    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(tmp_path / "db.duckdb"))
+    run_dir = tmp_path / "run"
+    plan = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "32", "--global-batch", "4"]
+    emitted = cli_in_process(*plan, "--headroom", "0.5", "--emit", run_dir)
+    assert emitted.returncode == 0, emitted.stderr
+    tuned = cli_in_process("tune", run_dir, "--candidates", "2", "--budget", "5", "--tiny")
+    assert tuned.returncode == 0, tuned.stderr
+    memory = json.loads((run_dir / "plan.json").read_text())["memory"]
+    assert memory["headroom_fraction"] == 0.5
+    assert memory["fits"] and memory["margin_bytes"] >= 0
+
+
+def test_a_folder_being_trained_is_not_re_emitted_under_its_run(tmp_path, monkeypatch):
+    """Found by a new user's audit: `plan --emit DIR --force` (and `tune DIR`) while `train DIR` ran moved the
+    run's checkpoints and metrics to previous/ and replaced plan.json under it; the run died at its next write
+    (its TensorBoard file gone) and left a failed status and new metrics in the new folder. Both are one line
+    naming the run, before any trial, and the folder is as it was."""
+    from backends.runner.run_lock import hold_run_lock
+
+    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(tmp_path / "db.duckdb"))
+    run_dir = tmp_path / "run"
+    plan = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "32", "--global-batch", "4"]
+    assert cli_in_process(*plan, "--emit", run_dir).returncode == 0
+    (run_dir / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n')
+    lock = hold_run_lock(run_dir)  # a run in progress, as `train` holds it
+    assert lock is not None
+    try:
+        before = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+        for args in ([*plan, "--emit", run_dir, "--force"], ["tune", run_dir, "--budget", "5", "--tiny"]):
+            result = cli_in_process(*args)
+            lines = result.stderr.strip().splitlines()
+            assert result.returncode == 2 and len(lines) == 1, result.stderr
+            assert "is being trained by PID" in lines[0] and "from under it" in lines[0]
+            assert {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()} == before
+    finally:
+        lock.close()
+
+
+def test_a_tune_over_a_trained_folder_says_where_the_trained_run_went(tmp_path, monkeypatch):
+    """Found by a new user's audit: `tune RUN_DIR` on a folder already trained moved its checkpoints, metrics
+    and final/ to previous/<time>/ without a word (plan --emit --force says it); it says so in the same line."""
+    from benchmarks.harness import processes
+
+    monkeypatch.setattr(processes, "run_torchrun_command", each_trial_ran)
+    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(tmp_path / "db.duckdb"))
+    run_dir = tmp_path / "run"
+    plan = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "32", "--global-batch", "4"]
+    assert cli_in_process(*plan, "--emit", run_dir).returncode == 0
+    (run_dir / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n')
+    tuned = cli_in_process("tune", run_dir, "--candidates", "1", "--budget", "5", "--tiny")
+    assert tuned.returncode == 0, tuned.stderr
+    (kept,) = (run_dir / "previous").iterdir()
+    assert (kept / "metrics.jsonl").read_text() == '{"kind": "train", "step": 1}\n'
+    assert f"moved the previous run's metrics.jsonl to {kept} (kept, not resumed)" in tuned.stderr
+
+
+def test_a_multi_node_folder_is_refused_with_advice_that_works_for_a_folder(tmp_path):
+    """Found by a new user's audit: `tune RUN_DIR` on a 2-node folder said "tune one node's layout here (--nodes
+    1)", and `tune RUN_DIR --nodes 1` was refused with the same line (RUN_DIR's own cluster is what is tuned);
+    docs/running.md said such a plan "is tuned one node's layout at a time". The line says what works."""
+    run_dir = tmp_path / "run"
+    plan = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--nodes", "2", "--seq-len", "32"]
+    assert cli_in_process(*plan, "--global-batch", "8", "--emit", run_dir).returncode == 0
+    result = cli_in_process("tune", run_dir, "--budget", "5", "--tiny")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "the plan is for 2 nodes; emit a one-node folder of it (plan ... --nodes 1 --emit DIR)" in lines[0]
+    assert "--nodes 1)," not in lines[0]
+
+
+def test_a_gpu_plan_without_tiny_on_a_machine_without_cuda_is_one_line_before_any_trial(tmp_path, monkeypatch):
+    """Found by a new user's audit: `tune -m gpt2 --gpu H100-80GB` (no --tiny) on a CPU machine started a torchrun
+    launch per candidate, each failing "this plan runs on CUDA GPUs", recorded three failed runs in the database
+    and ended "no trial ran to the end". It is train's one line, before any launch, and nothing is recorded."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    db = tmp_path / "db.duckdb"
+    plan = ["-m", "gpt2", "--gpu", "H100-80GB", "--gpus-per-node", "2", "--seq-len", "32", "--global-batch", "4"]
+    result = cli_in_process("tune", *plan, "--budget", "1", "--db", db)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "this plan runs on CUDA GPUs (device cuda, nccl) and this machine has none; pass --tiny" in lines[0]
+    assert not db.exists()

@@ -35,11 +35,11 @@ def _writable_file(path: Path, what: str, flag: str) -> None:
         raise UserInputError(f"{flag}: {error}") from None
 
 
-def check_database(path: Path) -> None:
+def check_database(path: Path, origin: str = "--db") -> None:
     """A database a run records into: an existing DuckDB file, or a new one in a writable folder."""
     from benchmarks_db.paths import check_db_path
 
-    check_db_path(path)  # a record written into another format's file would be lost
+    check_db_path(path, origin)  # a record written into another format's file would be lost
     _writable_file(path, "the benchmark database", "--db")
 
 
@@ -51,9 +51,9 @@ def check_output_paths(args: argparse.Namespace) -> None:
     metrics = Path(args.metrics) if args.metrics else run_dir / "metrics.jsonl"
     _writable_file(metrics, "metrics", "--metrics" if args.metrics else "metrics file")
     if args.record and not args.tiny:  # a --tiny run records nothing (backends/runner/summary.py)
-        from benchmarks_db.paths import resolve_db_path
+        from benchmarks_db.paths import db_origin, resolve_db_path
 
-        check_database(resolve_db_path(args.db))
+        check_database(resolve_db_path(args.db), db_origin(args.db))
     checkpoints = run_dir / "checkpoints"
     if checkpoints.is_symlink() and not checkpoints.exists():
         raise UserInputError(

@@ -48,16 +48,19 @@ def hold_run_lock(run_dir: Path) -> IO[str] | None:
     return handle
 
 
-def refuse_if_held(run_dir: Path) -> None:
-    """hold_run_lock's refusal without taking the lock (nor writing the lock file): for `train --dry-run`."""
+MIXED = "two runs in one folder would mix their checkpoints and metrics"
+
+
+def refuse_if_held(run_dir: Path, why: str = MIXED) -> None:
+    """hold_run_lock's refusal without taking the lock (nor writing the lock file): for `train --dry-run`, and
+    for `plan --emit --force` and `tune RUN_DIR`, which would move a running run's state from under it."""
     if run_alive(run_dir):
-        raise _held(Path(run_dir).resolve(), (Path(run_dir) / LOCK_FILE).read_text(encoding="utf-8").strip())
+        raise _held(Path(run_dir).resolve(), (Path(run_dir) / LOCK_FILE).read_text(encoding="utf-8").strip(), why)
 
 
-def _held(run_dir: Path, holder: str) -> UserInputError:
+def _held(run_dir: Path, holder: str, why: str = MIXED) -> UserInputError:
     return UserInputError(
-        f"{run_dir} is being trained by {holder or 'another process'}; wait for that run to end or stop it (two "
-        "runs in one folder would mix their checkpoints and metrics)"
+        f"{run_dir} is being trained by {holder or 'another process'}; wait for that run to end or stop it ({why})"
     )
 
 

@@ -86,7 +86,12 @@ def finish_summary(
     peaks = _everyones_peak(adapter)
     median = times.median()
     tokens_per_step = run.global_batch * run.seq_len
-    comparable = not args.tiny and run.device == "cuda"
+    moved = _other_shape(spec.plan, run)  # `train --nproc` or --seq-len: the prediction is for another step
+    comparable = not args.tiny and run.device == "cuda" and moved is None
+    # A plan made for the `cpu` pseudo-GPU predicts these very processes' step time (not their memory: RSS is
+    # no GPU estimate), as tune's trials on it do: compared, and recorded beside it to calibrate the next plan.
+    cpu_plan = run.device == "cpu" and spec.plan.cluster.gpu.name == "cpu"
+    step_comparable = comparable or (not args.tiny and moved is None and cpu_plan)
     predicted = run.predicted
     summary: dict[str, Any] = {
         "strategy": spec.strategy.value,
@@ -104,6 +109,7 @@ def finish_summary(
         "predicted_step_time_s": predicted.step_time_s,
         "predicted_peak_memory_bytes": predicted.peak_memory_bytes,
         "comparable_to_prediction": comparable,
+        "step_time_comparable": step_comparable,
         "eval": eval_rows[-1] if eval_rows else None,
         "resumed_from": resumed_from,
         "wall_s": wall_s,
@@ -116,12 +122,13 @@ def finish_summary(
         return summary
     lines = []
     if median:
-        lines.append(comparison("step time", median, predicted.step_time_s if comparable else None, "s/step", ".3g"))
+        line = comparison("step time", median, predicted.step_time_s if step_comparable else None, "s/step", ".3g")
+        lines.append(line + (f" (not compared: {moved})" if moved and not args.tiny else ""))
     gib = max(peaks) / 2**30
     if comparable:
         lines.append(comparison("peak memory", gib, (predicted.peak_memory_bytes or 0) / 2**30 or None, "GiB", ".2f"))
     else:
-        why = "--tiny run" if args.tiny else "CPU processes"
+        why = "--tiny run" if args.tiny else "CPU processes" if run.device != "cuda" else f"{moved}"
         lines.append(
             f"peak memory: {gib:.2f} GiB ({summary['memory_kind']}; {why}, so not compared with the "
             "plan's GPU estimate)"
@@ -146,6 +153,16 @@ def finish_summary(
     return summary
 
 
+def _other_shape(plan: Plan, run: RunConfig) -> str | None:
+    """How the run's step differs from the one the plan predicted (None: the same), for the summary's lines."""
+    planned = (plan.cluster.world_size, plan.config.micro_batch, plan.config.grad_accum, plan.config.seq_len)
+    ran = (run.world_size, run.micro_batch, run.grad_accum, run.seq_len)
+    if ran == planned:
+        return None
+    shape = "{} processes x micro-batch {} x accumulation {}, seq {}"
+    return f"run as {shape.format(*ran)}, the plan predicts {shape.format(*planned)}"
+
+
 def record(
     plan: Plan,
     strategy: str,
@@ -163,7 +180,8 @@ def record(
     median = summary["median_step_time_s"]
     measured: dict[str, Any] = {}
     speed = plan.throughput
-    if speed is not None and summary["comparable_to_prediction"]:
+    step_comparable = summary.get("step_time_comparable", summary["comparable_to_prediction"])
+    if speed is not None and step_comparable:
         measured["tflops_per_gpu"] = speed.tflops_per_gpu * speed.step_time_s / median
         measured["mfu"] = speed.mfu * speed.step_time_s / median
     entry = RunRecord(
@@ -188,7 +206,7 @@ def record(
         steps_measured=max(0, summary["steps"] - 1),
         tokens_per_s=summary["tokens_per_s"],
         peak_memory_per_rank_bytes=summary["peak_memory_per_rank_bytes"],
-        predicted_step_time_s=run.predicted.step_time_s if summary["comparable_to_prediction"] else None,
+        predicted_step_time_s=run.predicted.step_time_s if step_comparable else None,
         predicted_peak_memory_bytes=run.predicted.peak_memory_bytes,
         status=RunStatus.OK,
         runner=runner,

@@ -170,7 +170,7 @@ def _comparison_row(comparison: Comparison) -> list[str]:
     if comparison.measured is not None and comparison.predicted:
         ratio = f"{comparison.measured / comparison.predicted:.2f}x"
         if not comparison.comparable:
-            ratio += " (not comparable: CPU or --tiny run)"
+            ratio += " (not comparable: a CPU, --tiny or re-shaped run; see the summary)"
     return [
         _cell(label),
         _cell(shown(comparison.measured), True),

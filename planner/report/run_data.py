@@ -40,7 +40,7 @@ class Comparison(BaseModel):
     measured_source: str
     predicted: float | None
     predicted_source: str
-    comparable: bool  # False: a CPU or --tiny run, which measures no plan's GPU figures
+    comparable: bool  # False: a --tiny run, another layout than the plan's, or a GPU figure on CPU processes
 
 
 class TrialView(BaseModel):
@@ -105,6 +105,9 @@ def comparisons(
     predicted = run.predicted
     speed = plan.throughput
     comparable = bool(summary.get("comparable_to_prediction")) if summary else run.device == "cuda"
+    # Step time and tokens/s: also on CPU processes of a plan made for them (`--gpu cpu`), as the summary says.
+    cpu_plan = run.device == "cpu" and plan.cluster.gpu.kind == "cpu"
+    step_comparable = bool(summary.get("step_time_comparable", comparable)) if summary else comparable or cpu_plan
     rule = "metrics.jsonl: median over the steps after the first"
     step_time = _number(summary.get("median_step_time_s")) if summary else None
     tokens = _number(summary.get("tokens_per_s")) if summary else None
@@ -149,7 +152,7 @@ def comparisons(
             measured_source=measured_source,
             predicted=expected,
             predicted_source=expected_source,
-            comparable=comparable,
+            comparable=step_comparable if name in ("step_time_s", "tokens_per_s") else comparable,
         )
         for name, (measured, measured_source), (expected, expected_source) in figures
     ]

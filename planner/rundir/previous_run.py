@@ -2,7 +2,7 @@
 aside, never resume it under the new plan and never delete it.
 
 The state is what the runner writes into the folder: checkpoints/, metrics,
-exports, TensorBoard events and the summary. The token cache (data/)
+exports, TensorBoard events, the summary and run_status.json. The token cache (data/)
 stays: it is keyed by the content of the data and tokenizer, so a new plan
 reuses it only when they are the same. The moved state goes to
 previous/<UTC time>/ inside the folder, and the emitter says where. A
@@ -19,7 +19,8 @@ from pathlib import Path
 
 # logs/ is not run state: its files are named by launch time, and `train` writes the current launch's log
 # there before the runner decides whether it starts afresh (moving it would hide the running job's log).
-RUN_STATE = ("checkpoints", "metrics.jsonl", "final", "tensorboard", "run_summary.json")
+# run_status.json too: left behind, `watch` would show the moved run as the new plan's (finished, its checkpoint).
+RUN_STATE = ("checkpoints", "metrics.jsonl", "final", "tensorboard", "run_summary.json", "run_status.json")
 PREVIOUS = "previous"
 
 
