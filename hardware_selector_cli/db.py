@@ -186,6 +186,8 @@ def calibration_command(
     console = _console()
     if not errors:  # an empty table said neither why nor what to do
         console.print(_nothing_to_compare(records, store.path), markup=False, highlight=False)
+        if plot is not None:
+            console.print(f"no plot written to {plot}: it would be empty", markup=False, highlight=False)
         return
     table = Table(
         title=f"{len(errors)} of {len(records)} measured runs in {store.path} carry a predicted step time",
@@ -237,8 +239,8 @@ def _nothing_to_compare(records: list, path: Path) -> str:
     reasons = [f"{failed} did not finish a step"] if failed else []
     if len(records) > failed:
         reasons.append(
-            f"{len(records) - failed} carry no predicted step time (a run on CPU processes or --tiny is recorded "
-            "without one: the plan predicts GPUs)"
+            f"{len(records) - failed} carry no predicted step time (a --tiny run, a run on another layout than "
+            "its plan's, or a GPU plan run on CPU processes is recorded without one)"
         )
     runs = "1 run" if len(records) == 1 else f"{len(records)} runs"
     return f"{runs} in {path}, none to compare: {' and '.join(reasons)}; {how}"

@@ -227,6 +227,10 @@ def test_calibration_with_nothing_to_compare_says_why_and_what_records_a_run(tmp
     out = " ".join(capsys.readouterr().out.split())
     assert f"2 runs in {store.path}, none to compare: 2 carry no predicted step time" in out
     assert "┃" not in out and "predicted calibrated measured" not in out  # no empty table
+    plot = tmp_path / "calib.html"
+    assert main(["db", "calibration", "--db", str(store.path), "--plot", str(plot)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"no plot written to {plot}: it would be empty" in out and not plot.exists()
     filled = _filled(tmp_path)
     assert main(["db", "calibration", "--db", str(filled.path)]) == 0
     out = " ".join(capsys.readouterr().out.split())
