@@ -158,7 +158,10 @@ def register(app: typer.Typer) -> None:
         written = None
         if emit is not None:
             fallbacks = _fallbacks(elastic, spec, request, result, adjust, calibration)
-            written = _emit(result, spec, target, emit, force, overrides, fallbacks, launch)
+            from planner.search.request import search_restrictions
+
+            restrictions = search_restrictions(request)  # plan.json keeps them: `tune RUN_DIR` searches the same
+            written = _emit(result, spec, target, emit, force, overrides, fallbacks, launch, restrictions)
         title = f"{spec.name} on {target.world_size} x {target.gpu.name}, seq {request.seq_len}"
         if report_target is not None:
             from planner.report.page import write_page
@@ -248,7 +251,9 @@ def _fallbacks(elastic: str | None, spec, request, result, adjust, calibration):
 REEMIT_WHILE_TRAINING = "re-emitting the folder would move its checkpoints and metrics from under it"
 
 
-def _emit(result, spec, target, emit: Path, force: bool, overrides, elastic=None, launch=None) -> list[str]:
+def _emit(
+    result, spec, target, emit: Path, force: bool, overrides, elastic=None, launch=None, search=None
+) -> list[str]:
     """Write the best plan's run folder; the lines that say what was written and what was moved aside."""
     from planner.rundir.manifest import foreign_files
     from planner.rundir.previous_run import previous_run_state
@@ -263,7 +268,9 @@ def _emit(result, spec, target, emit: Path, force: bool, overrides, elastic=None
         refuse_if_held(folder, REEMIT_WHILE_TRAINING)
     previous = previous_run_state(folder) if force and folder.is_dir() else []
     theirs = foreign_files(folder, ARTIFACTS, ARTIFACTS) if force and folder.is_dir() else []
-    written = emit_run_folder(best, emit, force=force, overrides=overrides, elastic=elastic, launch=launch)
+    written = emit_run_folder(
+        best, emit, force=force, overrides=overrides, elastic=elastic, launch=launch, search=search
+    )
     lines = []
     if theirs:  # files of the same names that hardware-selector did not write: moved with the run state, kept
         kept = sorted((folder / "previous").iterdir())[-1]

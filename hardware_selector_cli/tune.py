@@ -72,6 +72,8 @@ def register(app: typer.Typer) -> None:
         if run_dir is not None and emit is not None:
             raise UserInputError("tune RUN_DIR re-emits the winner into RUN_DIR; drop --emit")
         searched = search.training_flags_given(routing_default=routing.is_default, emitting=False)
+        overriding = [flag for flag in searched if flag in SEARCH_OVERRIDES]  # RUN_DIR's search, widened or narrowed
+        searched = [flag for flag in searched if flag not in SEARCH_OVERRIDES]
         if run_dir is not None and searched:
             raise UserInputError(
                 f"tune RUN_DIR searches for the folder's own batch, length and precision; drop {', '.join(searched)}, "
@@ -84,7 +86,9 @@ def register(app: typer.Typer) -> None:
             from planner.rundir.write import emit_target
 
             emit_target(emit)  # before the trials, not after them
-        spec, target, plans, options, elastic = _candidates(run_dir, model, cluster, search, routing, candidates)
+        spec, target, plans, options, elastic, restrictions = _candidates(
+            run_dir, model, cluster, search, routing, candidates, overriding
+        )
         if target.num_nodes > 1:
             # RUN_DIR's own cluster is tuned: --nodes 1 beside it would be ignored, so the line says what works.
             one_node = (
@@ -161,7 +165,15 @@ def register(app: typer.Typer) -> None:
 
                 _refuse_while_training(run_dir)
                 previous = previous_run_state(run_dir)  # a run trained there: moved aside, and said so
-            emit_run_folder(best, folder, force=run_dir is not None, options=options, tune=tune, elastic=fallbacks)
+            emit_run_folder(
+                best,
+                folder,
+                force=run_dir is not None,
+                options=options,
+                tune=tune,
+                elastic=fallbacks,
+                search=restrictions,  # the search tune ran: a later `tune RUN_DIR` runs it again
+            )
             if previous:
                 from .plan import moved_run_line
 
@@ -170,13 +182,13 @@ def register(app: typer.Typer) -> None:
 
 
 def _folder_flags(model: ModelOptions, cluster: ClusterOptions, search: SearchOptions) -> list[str]:
-    """The flags a run folder answers itself (its model, cluster, headroom, optimizer, objective and whose code):
-    beside `tune RUN_DIR` they would be ignored, so they are refused."""
+    """The flags a run folder answers itself (its model, cluster, headroom, optimizer and whose code): beside
+    `tune RUN_DIR` they would be ignored, so they are refused. Its search's restrictions (SEARCH_OVERRIDES) are not
+    among them: given, they replace the folder's own."""
     dimensions = {f"--{name.replace('_', '-')}": value for name, value in vars(model).items() if name != "model"}
     search_given = {
         "--headroom": search.headroom != 0.1,  # search_options' default, which plan.json's headroom replaces
         "--optimizer": search.optimizer != "adamw",
-        "--objective": search.objective != "throughput",
         "--implementation": search.implementation != "ours",
     }
     return [
@@ -195,10 +207,13 @@ def _refuse_while_training(run_dir: Path) -> None:
     refuse_if_held(run_dir, REEMIT_WHILE_TRAINING)
 
 
-def _candidates(run_dir, model, cluster, search, routing, top_k):
-    """The model, the cluster, the top K plans (best of each strategy family), the run's options, and for an
-    elastic folder how to make the winner's elastic table (its candidates are the families that reshard)."""
+def _candidates(run_dir, model, cluster, search, routing, top_k, overriding=()):
+    """The model, the cluster, the top K plans (best of each strategy family), the run's options, for an
+    elastic folder how to make the winner's elastic table (its candidates are the families that reshard), and the
+    search's restrictions (a folder's own, as plan.json records them, with the flags in `overriding` replacing
+    theirs)."""
     from planner.search import PlanRequest, search_plans
+    from planner.search.request import restricted_fields, search_restrictions
 
     if run_dir is None:
         from planner.search.request import default_seq_len
@@ -208,6 +223,7 @@ def _candidates(run_dir, model, cluster, search, routing, top_k):
         request = search.request(search.seq_len or default_seq_len(spec), routing)
         target = cluster.resolve()
         options = elastic = None
+        restrictions = search_restrictions(request)
     else:
         from planner.rundir.plan_file import read_plan_file
         from planner.rundir.run_options import RunOptions
@@ -216,6 +232,10 @@ def _candidates(run_dir, model, cluster, search, routing, top_k):
         spec, target, config = plan.model, plan.cluster, plan.config
         # int8 gradients: searched beside the uncompressed candidates, as auto found them; onebit only as asked.
         compression = {"none": "none", "int8": "auto", "onebit": "onebit"}[config.compression.value]
+        restrictions = _overridden(run.search, search, config, overriding)
+        fields = restricted_fields(restrictions)  # the plan's own search: its strategies, ac, offload, ...
+        if compression == "onebit":
+            fields["strategies"] = ("engine",)
         request = PlanRequest(
             seq_len=config.seq_len,
             global_batch=plan.global_batch,
@@ -229,7 +249,7 @@ def _candidates(run_dir, model, cluster, search, routing, top_k):
             headroom_fraction=plan.memory.headroom_fraction,  # the plan's --headroom, not the default's
             routing=config.routing,
             compression=compression,
-            **({"strategies": ("engine",)} if compression == "onebit" else {}),
+            **fields,
         )
         options = RunOptions(
             data=run.data,
@@ -241,11 +261,43 @@ def _candidates(run_dir, model, cluster, search, routing, top_k):
         )
         elastic = _elastic_table(run_dir, spec, request)
         if elastic is not None:
+            from planner.contract.choices import STRATEGY_ALIASES
             from planner.elastic_plan import RESHARDABLE
 
-            request = request.model_copy(update={"strategies": tuple(s for f in RESHARDABLE.values() for s in f)})
+            # Of the search's strategies, those whose checkpoints reshard (all of those when it named none).
+            kept = tuple(name for name in request.strategies if STRATEGY_ALIASES[name]["strategy"] in RESHARDABLE)
+            reshardable = tuple(s for f in RESHARDABLE.values() for s in f)
+            request = request.model_copy(update={"strategies": kept or reshardable})
     result = search_plans(spec, target, request.model_copy(update={"top_k": max(top_k, request.top_k)}))
-    return spec, target, result.candidates[:top_k], options, elastic
+    return spec, target, result.candidates[:top_k], options, elastic, restrictions
+
+
+# The flags of the plan's search that `tune RUN_DIR` takes beside the folder: each replaces what plan.json recorded.
+SEARCH_OVERRIDES = ("--strategies", "--fsdp-sharding", "--ac", "--no-offload", "--micro-batch", "--objective")
+
+
+def _overridden(recorded, search, config, overriding):
+    """The folder's search restrictions with those given beside `tune RUN_DIR` replacing theirs, said in one line."""
+    if not overriding:
+        return recorded
+    from planner.search.request import search_restrictions
+
+    asked = search_restrictions(search.request(config.seq_len, config.routing))
+    fields = {
+        "--strategies": "strategies",
+        "--fsdp-sharding": "strategies",
+        "--ac": "activation_checkpointing",
+        "--no-offload": "allow_offload",
+        "--micro-batch": "micro_batch",
+        "--objective": "objective",
+    }
+    restrictions = recorded.model_copy(update={fields[flag]: getattr(asked, fields[flag]) for flag in overriding})
+    print(
+        f"tune: {', '.join(overriding)} replace the search plan.json recorded (strategies "
+        f"{','.join(recorded.strategies)}); the winner's plan.json records this one",
+        file=sys.stderr,
+    )
+    return restrictions
 
 
 def _elastic_table(run_dir, spec, request):

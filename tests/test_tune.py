@@ -175,8 +175,9 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path):
             ["tune", str(folder), "--gpus-per-node", "1", "--nodes", "3", "--price", "9"],
             "drop --gpus-per-node, --nodes",
         ),
-        # So were --headroom, --objective, --optimizer, --implementation and the model's dimensions.
-        (["tune", str(folder), "--headroom", "0.3", "--objective", "cost"], "drop --headroom, --objective"),
+        # So were --headroom, --optimizer, --implementation and the model's dimensions (--objective, like the
+        # search's other restrictions, now replaces the folder's own).
+        (["tune", str(folder), "--headroom", "0.3", "--optimizer", "sgd"], "drop --headroom, --optimizer"),
         (["tune", str(folder), "--layers", "2"], "drop --layers"),
         (["tune", "-m", "gpt2", "--gpu", "cpu", "--emit", str(taken)], "already exists; pass --force"),
         (["tune", "-m", "gpt2", "--gpu", "cpu", "--emit", "/proc/tuned"], "--emit: cannot write /proc/tuned/"),
@@ -310,6 +311,60 @@ def test_a_run_folders_tune_keeps_the_plans_headroom(tmp_path, monkeypatch):
     memory = json.loads((run_dir / "plan.json").read_text())["memory"]
     assert memory["headroom_fraction"] == 0.5
     assert memory["fits"] and memory["margin_bytes"] >= 0
+
+
+def test_a_run_folders_tune_searches_what_the_plan_searched(tmp_path, monkeypatch):
+    """Found by an audit: `tune RUN_DIR` re-searched every strategy family, so a plan made with --strategies ddp
+    came back from the tune measured as ZeRO-2 with offload and FSDP, its DDP replaced. plan.json's run block now
+    records the search's restrictions (--strategies, --ac, --no-offload, --micro-batch, --objective), the tune
+    searches them again, and --strategies beside RUN_DIR replaces them, said in one line."""
+    from benchmarks.harness import processes
+
+    monkeypatch.setattr(processes, "run_torchrun_command", each_trial_ran)
+    db = tmp_path / "db.duckdb"
+    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(db))
+    run_dir = tmp_path / "run"
+    plan = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "32", "--global-batch", "4"]
+    emitted = cli_in_process(*plan, "--strategies", "ddp", "--ac", "none", "--no-offload", "--emit", run_dir)
+    assert emitted.returncode == 0, emitted.stderr
+    tuned = cli_in_process("tune", run_dir, "--budget", "5", "--tiny")
+    assert tuned.returncode == 0, tuned.stderr
+    measured = [json.loads(record.config_json) for record in BenchmarkStore(db).runs()]
+    assert measured and all(config["strategy"] == "ddp" for config in measured)
+    assert all(config["activation_checkpointing"] == "none" for config in measured)
+    search = json.loads((run_dir / "plan.json").read_text())["run"]["search"]
+    assert search == {
+        "strategies": ["ddp"],
+        "activation_checkpointing": ["none"],
+        "allow_offload": False,
+        "micro_batch": None,
+        "objective": "throughput",
+    }
+    after = json.loads((run_dir / "plan.json").read_text())
+    assert after["config"]["strategy"] == "ddp" and after["run"]["search"] == search  # a second tune: the same
+    # Widened on purpose: --strategies beside the folder replaces its strategies (its other restrictions hold).
+    widened = cli_in_process("tune", run_dir, "--strategies", "ddp,fsdp", "--budget", "5", "--tiny")
+    assert widened.returncode == 0, widened.stderr
+    assert "--strategies replace the search plan.json recorded (strategies ddp)" in widened.stderr
+    strategies = {json.loads(record.config_json)["strategy"] for record in BenchmarkStore(db).runs()}
+    assert strategies == {"ddp", "fsdp"}
+    assert json.loads((run_dir / "plan.json").read_text())["run"]["search"] == {
+        **search,
+        "strategies": ["ddp", "fsdp"],
+    }
+
+
+def test_a_plan_json_without_the_search_block_reads_as_the_whole_search(tmp_path):
+    """A folder emitted before plan.json recorded the search's restrictions still loads: the whole search."""
+    from planner.contract.run_config import SearchRestrictions
+    from planner.rundir.plan_file import read_plan_file
+
+    run_dir = tmp_path / "run"
+    assert cli_in_process("plan", "-m", "gpt2", "--gpu", "cpu", "--emit", run_dir).returncode == 0
+    document = json.loads((run_dir / "plan.json").read_text())
+    del document["run"]["search"]
+    (run_dir / "plan.json").write_text(json.dumps(document))
+    assert read_plan_file(run_dir)[1].search == SearchRestrictions()
 
 
 def test_a_folder_being_trained_is_not_re_emitted_under_its_run(tmp_path, monkeypatch):

@@ -14,7 +14,8 @@ What it holds, block by block:
 - data: local files (or synthetic tokens), tokenizer, evaluation split;
 - optim: the hyperparameters every adapter applies the same way;
 - anomaly, checkpoint: what to do about a bad step, and when to save and export;
-- predicted: the plan's step time and memory, set beside the measured ones at the end.
+- predicted: the plan's step time and memory, set beside the measured ones at the end;
+- search: what the search that found the plan was restricted to (`tune RUN_DIR` searches the same).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from planner.contract.choices import Precision
+from planner.contract.choices import ActivationCheckpointing, Precision
 from planner.contract.layout import ParallelDims
 from planner.contract.schema import SCHEMA_VERSION
 
@@ -157,6 +158,20 @@ class Predicted(_Block):
     memory_source: str = ""
 
 
+class SearchRestrictions(_Block):
+    """What the search that found the plan was kept to (`plan --strategies, --fsdp-sharding, --ac, --no-offload,
+    --micro-batch, --objective`), so `tune RUN_DIR` measures the top of the same search. The defaults are the
+    unrestricted search: what a plan.json written before this block was searched with."""
+
+    # Names the search takes (planner/search/request.py's SEARCH_STRATEGIES); --fsdp-sharding is folded in
+    # as the pinned name (fsdp-full, say).
+    strategies: tuple[str, ...] = ("ddp", "fsdp", "deepspeed", "engine")
+    activation_checkpointing: tuple[ActivationCheckpointing, ...] = tuple(ActivationCheckpointing)
+    allow_offload: bool = True
+    micro_batch: int | None = Field(default=None, ge=1, le=1 << 20)
+    objective: Literal["throughput", "cost", "time-to-train"] = "throughput"
+
+
 class RunConfig(_Block):
     schema_version: int = SCHEMA_VERSION
     device: Literal["cpu", "cuda"]
@@ -176,6 +191,7 @@ class RunConfig(_Block):
     anomaly: AnomalyPolicy = AnomalyPolicy()
     checkpoint: CheckpointPolicy = CheckpointPolicy()
     predicted: Predicted = Predicted()
+    search: SearchRestrictions = SearchRestrictions()
 
     @model_validator(mode="after")
     def _layout_fills_the_processes(self) -> RunConfig:

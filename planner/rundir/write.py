@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.contract.choices import KernelChoice, Strategy
-from planner.contract.run_config import RunConfig
+from planner.contract.run_config import RunConfig, SearchRestrictions
 from planner.elastic_plan import ElasticPlan
 from planner.emit.accelerate_yaml import accelerate_yaml
 from planner.emit.deepspeed_json import deepspeed_config
@@ -150,6 +150,7 @@ def emit_run_folder(
     tune: dict[str, Any] | None = None,
     elastic: ElasticPlan | None = None,
     launch: LaunchTarget | None = None,
+    search: SearchRestrictions | None = None,
 ) -> list[Path]:
     """Write the run folder for `plan` into `directory`; returns the written paths.
 
@@ -157,7 +158,8 @@ def emit_run_folder(
     overrides: the run-option flags (planner/rundir/run_option_table.py), applied on top as `train` applies them;
     tune: the trials a `hardware-selector tune` measured (plan.json's "tune" block);
     elastic: the fallback layouts of an elastic run (planner/search/elastic.py), for plan.json and the launchers;
-    launch: where the folder is launched (`--launcher`): launch.sh's default launcher and the target's own file.
+    launch: where the folder is launched (`--launcher`): launch.sh's default launcher and the target's own file;
+    search: what the search that found the plan was kept to (the run block's `search`; `tune RUN_DIR` reads it).
     """
     if plan.model.modality != "text":
         kind = {"image": ("a vision", "image"), "audio": ("an audio", "audio"),
@@ -192,6 +194,8 @@ def emit_run_folder(
         target = apply_overrides(target, overrides)
     if launch is not None:
         target = target.model_copy(update={"launcher": launch.launcher})
+    if search is not None:
+        target = target.model_copy(update={"search": search})
     pickle_only_note(target.model)  # training from random weights beside the user's checkpoint is never silent
     for patterns, flag in ((target.data.train, "--data"), (target.data.eval, "--eval-data")):
         check_text_field_present(patterns, flag, target.data.text_field)  # not first at train

@@ -27,6 +27,7 @@ from planner.training_config import (
 )
 
 if TYPE_CHECKING:
+    from planner.contract.run_config import SearchRestrictions
     from planner.models.spec import ModelSpec
 
 # Chinchilla (Hoffmann et al. 2022): about 20 training tokens per parameter.
@@ -193,3 +194,27 @@ def default_seq_len(spec: ModelSpec) -> int:
     """The smaller of 2048 and the model's context. Here, not in the selector that uses it too: `plan` needs
     it, and importing planner.selector loads the serving planner and the legacy API with it."""
     return min(DEFAULT_SEQ_LEN, spec.max_position_embeddings)
+
+
+def search_restrictions(request: PlanRequest) -> SearchRestrictions:
+    """What `request` kept the search to, as a run folder's plan.json records it (the run block's `search`)."""
+    from planner.contract.run_config import SearchRestrictions
+
+    return SearchRestrictions(
+        strategies=request.strategies,
+        activation_checkpointing=request.activation_checkpointing,
+        allow_offload=request.allow_offload,
+        micro_batch=request.micro_batch,
+        objective=request.objective.value,
+    )
+
+
+def restricted_fields(restrictions: SearchRestrictions) -> dict[str, object]:
+    """A PlanRequest's fields for a recorded search's restrictions (`tune RUN_DIR` re-runs the plan's own search)."""
+    return {
+        "strategies": restrictions.strategies,
+        "activation_checkpointing": restrictions.activation_checkpointing,
+        "allow_offload": restrictions.allow_offload,
+        "micro_batch": restrictions.micro_batch,
+        "objective": Objective(restrictions.objective),
+    }
