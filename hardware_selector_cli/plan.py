@@ -287,7 +287,9 @@ def _elastic_lines(best, elastic) -> list[str]:
         return []
     from planner.rundir.replan import layout_summary
 
-    lines = [
+    narrowed = elastic.narrowing()
+    lines = [*([narrowed] if narrowed else [])]
+    lines += [
         f"elastic over {elastic.node_range} nodes (launch.sh and slurm.sbatch restart up to {elastic.max_restarts} "
         f"times), the global batch kept at {best.global_batch}; step times from the same estimates as the table:"
     ]

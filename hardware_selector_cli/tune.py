@@ -257,7 +257,7 @@ def _elastic_table(run_dir, spec, request):
         return None
     from planner.search.elastic import elastic_plan
 
-    node_range = (block.min_nodes, block.max_nodes)
+    node_range = block.requested_range  # the range asked for: the tuned winner may fit counts the plan did not
     return lambda best: elastic_plan(spec, request, best, node_range, max_restarts=block.max_restarts)
 
 

@@ -61,7 +61,9 @@ def test_a_node_count_where_nothing_fits_says_why_and_a_run_there_is_refused(tmp
         "--strategies", "fsdp", "--no-offload", "--emit", run_dir, "--elastic", "2:4",
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr
+    assert "--elastic 2:4 narrowed to 4:4: 2 and 3 nodes fit no plan" in completed.stdout
     elastic = read_elastic(run_dir)
+    assert (elastic.min_nodes, elastic.max_nodes) == (4, 4)
     assert "87.0 GiB per GPU > 72.0 GiB usable" in elastic.fallback_for(16).why_not
     assert "not a multiple of its data-parallel size 24" in elastic.fallback_for(24).why_not
     before = {path.name: path.read_bytes() for path in run_dir.iterdir()}
@@ -75,6 +77,36 @@ def test_a_node_count_where_nothing_fits_says_why_and_a_run_there_is_refused(tmp
     outside = cli("train", run_dir, "--nproc", "8")
     assert outside.returncode == 2 and "world sizes that fit: 32" in outside.stderr
     assert {path.name: path.read_bytes() for path in run_dir.iterdir()} == before  # nothing written
+
+
+def _big(run_dir: Path, nodes: int, elastic: str):
+    return cli(
+        "plan", "-m", "llama-3-70b", "--gpu", "A100-40GB", "--gpus-per-node", "8", "--nodes", nodes,
+        "--global-batch", "64", "--seq-len", "4096", "--strategies", "fsdp", "--emit", run_dir, "--elastic", elastic,
+    )  # fmt: skip
+
+
+def test_a_min_where_nothing_fits_narrows_the_range_torchrun_is_given(tmp_path):
+    # 1 node fits nothing: --nnodes 1:4 let torchrun start there, stop at once and spend its restarts (an audit).
+    completed = _big(tmp_path / "run", 4, "1:4")
+    assert completed.returncode == 0, completed.stderr
+    assert "--elastic 1:4 narrowed to 2:4: 1 node fits no plan\n" in completed.stdout
+    assert "NNODES_RANGE=${NNODES_RANGE:-2:4}" in (tmp_path / "run" / "launch.sh").read_text()
+    sbatch = (tmp_path / "run" / "slurm.sbatch").read_text()
+    assert "#SBATCH --nodes=2-4" in sbatch and "--nnodes=2:4" in sbatch
+    elastic = read_elastic(tmp_path / "run")
+    assert (elastic.min_nodes, elastic.max_nodes, elastic.requested_range) == (2, 4, (1, 4))
+    assert "173.2 GiB per GPU > 36.0 GiB usable" in elastic.fallback_for(8).why_not  # the table still says why
+
+
+def test_a_max_where_nothing_fits_is_one_line_and_writes_nothing(tmp_path):
+    completed = _big(tmp_path / "run", 2, "1:3")
+    assert completed.returncode == 2
+    assert completed.stderr.strip().splitlines() == [
+        "error: --elastic 1:3: 3 nodes fit no plan (FSDP full-shard: global batch 64 is not a multiple of its "
+        "data-parallel size 24); the largest count that fits is 2 nodes: use --elastic 1:2"
+    ]
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(
