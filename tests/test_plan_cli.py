@@ -391,3 +391,16 @@ def test_the_engine_alone_on_one_gpu_is_one_line_saying_why_not_nothing_fits(cap
     assert (
         main(["plan", "--model", "gpt2", "--gpu", "H100-80GB", "--gpus-per-node", "2", "--strategies", "engine"]) == 0
     )
+
+
+def test_a_plan_that_is_the_only_fitting_candidate_says_so_in_the_singular(capsys):
+    # It read "ranked 1st of 1 fitting candidates estimated" (an audit).
+    argv = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "1", "--strategies", "ddp", "--micro-batch", "1"]
+    document = _json(capsys, [*argv, "--ac", "none", "--global-batch", "8", "--json"])
+    assert "the only fitting candidate estimated, by throughput: " in " ".join(document["best"]["reasons"])
+    assert "1st of 1" not in json.dumps(document)
+    several = _json(capsys, [*PLAN_ARGS, "--json"])
+    assert any(
+        line.startswith("ranked ") and " fitting candidates estimated, by " in line
+        for line in several["best"]["reasons"]
+    )
