@@ -155,6 +155,44 @@ def test_the_history_leaves_the_plan_digest_alone(tmp_path):
         plan_for_world(plan, run, elastic, 6, 2)
 
 
+def test_a_refusal_counts_one_process_in_the_singular(tmp_path):
+    # It read "1 processes: this run is elastic ..." and "start 1 processes" (an audit).
+    plan1 = make_plan(gpus_per_node=1, nodes=1, seq_len=64, micro_batch=2, grad_accum=4, strategy="fsdp")
+    too_few = Fallback(num_nodes=2, world_size=2, why_not="global batch 8 does not split")
+    elastic = ElasticPlan(min_nodes=1, max_nodes=2, gpus_per_node=1, fallbacks=[Fallback.of(plan1), too_few])
+    emit_run_folder(plan1, tmp_path / "run", elastic=elastic)
+    from planner.rundir.plan_file import read_plan_file
+
+    plan, run = read_plan_file(tmp_path / "run")
+    with pytest.raises(UserInputError) as refused:
+        plan_for_world(plan, run, elastic, 2, 1)
+    assert str(refused.value) == (
+        "2 processes cannot hold this run: global batch 8 does not split; start 1 process "
+        "(the checkpoint is kept as it was)"
+    )
+    wider = ElasticPlan(min_nodes=1, max_nodes=2, gpus_per_node=2, fallbacks=[Fallback.of(plan1)])
+    with pytest.raises(UserInputError, match=r"^3 processes: this run is elastic over 1 to 2 nodes"):
+        plan_for_world(plan, run, wider, 3, 1)
+    both = ElasticPlan(min_nodes=1, max_nodes=3, gpus_per_node=1, fallbacks=[
+        Fallback.of(plan1), too_few, Fallback.of(plan1.model_copy(update={"cluster": plan1.cluster.model_copy(update={"num_nodes": 3})}))
+    ])  # fmt: skip
+    with pytest.raises(UserInputError, match=r"; start 1 or 3 processes \("):
+        plan_for_world(plan, run, both, 2, 1)
+    plan2 = make_plan(gpus_per_node=2, nodes=1, seq_len=64, micro_batch=2, grad_accum=2, strategy="fsdp")
+    emit_run_folder(plan2, tmp_path / "two", elastic=ElasticPlan(
+        min_nodes=1, max_nodes=2, gpus_per_node=2, fallbacks=[Fallback.of(plan2)]
+    ))  # fmt: skip
+    plan, run = read_plan_file(tmp_path / "two")
+    with pytest.raises(UserInputError, match=r"^1 process: this run is elastic over 1 to 2 nodes of 2 "):
+        plan_for_world(plan, run, read_elastic(tmp_path / "two"), 1, 1)
+    emitted = cli(
+        "plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "1", "--nodes", "2", "--seq-len", "32",
+        "--global-batch", "8", "--strategies", "fsdp", "--emit", tmp_path / "one", "--elastic", "1:2",
+    )  # fmt: skip
+    assert emitted.returncode == 0, emitted.stderr
+    assert "  1 node(s), 1 process: " in emitted.stdout and "  2 node(s), 2 processes: " in emitted.stdout
+
+
 # --- the runner: 4 ranks -> 2 -> 4 ---------------------------------------------------------------------------
 
 STEPS = 6
