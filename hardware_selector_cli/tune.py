@@ -134,7 +134,7 @@ def register(app: typer.Typer) -> None:
             measured = ", ".join(f"{kind} {rate:.3g}" for kind, rate in outcome.link_GBps.items())
             print(
                 f"links here (GB/s per rank, probed once per launch): {measured}; the plan assumed "
-                f"{outcome.assumed_link_GBps:.3g}"
+                f"{outcome.assumed_link_GBps:.3g} = {outcome.assumed_link_source}"
             )
         for line in order_changes(
             found, compare=not tiny, links=outcome.link_GBps, assumed_GBps=outcome.assumed_link_GBps
