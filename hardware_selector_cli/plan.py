@@ -292,14 +292,16 @@ def _elastic_lines(best, elastic) -> list[str]:
     """What an elastic folder falls back to on each node count (plan.json's "elastic" block)."""
     if elastic is None:
         return []
-    from planner.rundir.replan import layout_summary
+    from planner.rundir.replan import layout_summary, processes
 
-    lines = [
+    narrowed = elastic.narrowing()
+    lines = [*([narrowed] if narrowed else [])]
+    lines += [
         f"elastic over {elastic.node_range} nodes (launch.sh and slurm.sbatch restart up to {elastic.max_restarts} "
         f"times), the global batch kept at {best.global_batch}; step times from the same estimates as the table:"
     ]
     for entry in elastic.fallbacks:
-        where = f"  {entry.num_nodes} node(s), {entry.world_size} processes: "
+        where = f"  {entry.num_nodes} node(s), {processes(entry.world_size)}: "
         if not entry.fits:
             lines.append(where + f"nothing fits ({entry.why_not})")
             continue

@@ -49,6 +49,9 @@ def emit_folder(value: str | None) -> Path | None:
     if folder.is_symlink() and not folder.exists():  # the run would be made wherever the link points
         raise UserInputError(f"--emit {value} links to {os.readlink(folder)}, which does not exist; create it, or "
                              "remove the link")  # fmt: skip
+    if folder.is_file():  # not "choose a writable location": a file is in the way
+        raise UserInputError(f"--emit {value} is a file, and --emit names a run folder; move the file aside or "
+                             "choose another folder")  # fmt: skip
     try:  # a place that refuses the folder fails now, not after the search (or a tune's trials)
         check_writable(folder / "plan.json")
     except UserInputError as error:

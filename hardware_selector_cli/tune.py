@@ -138,7 +138,7 @@ def register(app: typer.Typer) -> None:
             measured = ", ".join(f"{kind} {rate:.3g}" for kind, rate in outcome.link_GBps.items())
             print(
                 f"links here (GB/s per rank, probed once per launch): {measured}; the plan assumed "
-                f"{outcome.assumed_link_GBps:.3g}"
+                f"{outcome.assumed_link_GBps:.3g} = {outcome.assumed_link_source}"
             )
         for line in order_changes(
             found, compare=not tiny, links=outcome.link_GBps, assumed_GBps=outcome.assumed_link_GBps
@@ -309,7 +309,7 @@ def _elastic_table(run_dir, spec, request):
         return None
     from planner.search.elastic import elastic_plan
 
-    node_range = (block.min_nodes, block.max_nodes)
+    node_range = block.requested_range  # the range asked for: the tuned winner may fit counts the plan did not
     return lambda best: elastic_plan(spec, request, best, node_range, max_restarts=block.max_restarts)
 
 

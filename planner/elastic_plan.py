@@ -110,6 +110,28 @@ class ElasticPlan(BaseModel):
         """torchrun's --nnodes value."""
         return f"{self.min_nodes}:{self.max_nodes}"
 
+    @property
+    def requested_range(self) -> tuple[int, int]:
+        """The range --elastic asked for: the table holds every count of it, the node range only those from the
+        smallest that fits (planner/search/elastic.py, fitting_range)."""
+        counts = [entry.num_nodes for entry in self.fallbacks] or [self.min_nodes]
+        return min(counts[0], self.min_nodes), max(counts[-1], self.max_nodes)
+
+    def narrowing(self) -> str | None:
+        """One line when the node range is narrower than asked for, naming the counts that fit no plan."""
+        low, high = self.requested_range
+        if (low, high) == (self.min_nodes, self.max_nodes):
+            return None
+        dropped = list(range(low, self.min_nodes))
+        if len(dropped) == 1:
+            counts = f"{dropped[0]} node{'s' if dropped[0] != 1 else ''} fits"
+        elif len(dropped) == 2:
+            counts = f"{dropped[0]} and {dropped[1]} nodes fit"
+        else:
+            counts = f"{dropped[0]}-{dropped[-1]} nodes fit"
+        only = f" (torchrun restarts on {self.max_nodes} nodes only)" if self.min_nodes == self.max_nodes else ""
+        return f"--elastic {low}:{high} narrowed to {self.node_range}: {counts} no plan{only}"
+
 
 def parse_node_range(text: str, plan_nodes: int) -> tuple[int, int]:
     """(min, max) nodes of `--elastic MIN:MAX`, which must hold the plan's own node count."""

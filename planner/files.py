@@ -39,10 +39,12 @@ def file_mode(*, executable: bool = False) -> int:
 
 
 def _cannot_write(target: Path, error: OSError) -> UserInputError:
-    reason = error.strerror or str(error)
     blocking = next((folder for folder in target.parents if folder.is_file()), None)
-    if blocking is not None:  # mkdir says "File exists" or "Not a directory"; this says which file
-        reason = f"{blocking} is a file, not a folder"
+    if blocking is not None:  # mkdir says "File exists" or "Not a directory"; this says which file is in the way
+        return UserInputError(
+            f"cannot write {target}: {blocking} is a file, not a folder; move that file aside or choose another path"
+        )
+    reason = error.strerror or str(error)
     return UserInputError(f"cannot write {target}: {reason}; choose a writable location with free space")
 
 

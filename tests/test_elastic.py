@@ -61,7 +61,9 @@ def test_a_node_count_where_nothing_fits_says_why_and_a_run_there_is_refused(tmp
         "--strategies", "fsdp", "--no-offload", "--emit", run_dir, "--elastic", "2:4",
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr
+    assert "--elastic 2:4 narrowed to 4:4: 2 and 3 nodes fit no plan" in completed.stdout
     elastic = read_elastic(run_dir)
+    assert (elastic.min_nodes, elastic.max_nodes) == (4, 4)
     assert "87.0 GiB per GPU > 72.0 GiB usable" in elastic.fallback_for(16).why_not
     assert "not a multiple of its data-parallel size 24" in elastic.fallback_for(24).why_not
     before = {path.name: path.read_bytes() for path in run_dir.iterdir()}
@@ -75,6 +77,36 @@ def test_a_node_count_where_nothing_fits_says_why_and_a_run_there_is_refused(tmp
     outside = cli("train", run_dir, "--nproc", "8")
     assert outside.returncode == 2 and "world sizes that fit: 32" in outside.stderr
     assert {path.name: path.read_bytes() for path in run_dir.iterdir()} == before  # nothing written
+
+
+def _big(run_dir: Path, nodes: int, elastic: str):
+    return cli(
+        "plan", "-m", "llama-3-70b", "--gpu", "A100-40GB", "--gpus-per-node", "8", "--nodes", nodes,
+        "--global-batch", "64", "--seq-len", "4096", "--strategies", "fsdp", "--emit", run_dir, "--elastic", elastic,
+    )  # fmt: skip
+
+
+def test_a_min_where_nothing_fits_narrows_the_range_torchrun_is_given(tmp_path):
+    # 1 node fits nothing: --nnodes 1:4 let torchrun start there, stop at once and spend its restarts (an audit).
+    completed = _big(tmp_path / "run", 4, "1:4")
+    assert completed.returncode == 0, completed.stderr
+    assert "--elastic 1:4 narrowed to 2:4: 1 node fits no plan\n" in completed.stdout
+    assert "NNODES_RANGE=${NNODES_RANGE:-2:4}" in (tmp_path / "run" / "launch.sh").read_text()
+    sbatch = (tmp_path / "run" / "slurm.sbatch").read_text()
+    assert "#SBATCH --nodes=2-4" in sbatch and "--nnodes=2:4" in sbatch
+    elastic = read_elastic(tmp_path / "run")
+    assert (elastic.min_nodes, elastic.max_nodes, elastic.requested_range) == (2, 4, (1, 4))
+    assert "173.2 GiB per GPU > 36.0 GiB usable" in elastic.fallback_for(8).why_not  # the table still says why
+
+
+def test_a_max_where_nothing_fits_is_one_line_and_writes_nothing(tmp_path):
+    completed = _big(tmp_path / "run", 2, "1:3")
+    assert completed.returncode == 2
+    assert completed.stderr.strip().splitlines() == [
+        "error: --elastic 1:3: 3 nodes fit no plan (FSDP full-shard: global batch 64 is not a multiple of its "
+        "data-parallel size 24); the largest count that fits is 2 nodes: use --elastic 1:2"
+    ]
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(
@@ -121,6 +153,44 @@ def test_the_history_leaves_the_plan_digest_alone(tmp_path):
     assert json.loads((tmp_path / "run" / "plan.json").read_text())["history"][0]["to_world"] == 2
     with pytest.raises(UserInputError, match="world sizes that fit: 2, 4"):
         plan_for_world(plan, run, elastic, 6, 2)
+
+
+def test_a_refusal_counts_one_process_in_the_singular(tmp_path):
+    # It read "1 processes: this run is elastic ..." and "start 1 processes" (an audit).
+    plan1 = make_plan(gpus_per_node=1, nodes=1, seq_len=64, micro_batch=2, grad_accum=4, strategy="fsdp")
+    too_few = Fallback(num_nodes=2, world_size=2, why_not="global batch 8 does not split")
+    elastic = ElasticPlan(min_nodes=1, max_nodes=2, gpus_per_node=1, fallbacks=[Fallback.of(plan1), too_few])
+    emit_run_folder(plan1, tmp_path / "run", elastic=elastic)
+    from planner.rundir.plan_file import read_plan_file
+
+    plan, run = read_plan_file(tmp_path / "run")
+    with pytest.raises(UserInputError) as refused:
+        plan_for_world(plan, run, elastic, 2, 1)
+    assert str(refused.value) == (
+        "2 processes cannot hold this run: global batch 8 does not split; start 1 process "
+        "(the checkpoint is kept as it was)"
+    )
+    wider = ElasticPlan(min_nodes=1, max_nodes=2, gpus_per_node=2, fallbacks=[Fallback.of(plan1)])
+    with pytest.raises(UserInputError, match=r"^3 processes: this run is elastic over 1 to 2 nodes"):
+        plan_for_world(plan, run, wider, 3, 1)
+    both = ElasticPlan(min_nodes=1, max_nodes=3, gpus_per_node=1, fallbacks=[
+        Fallback.of(plan1), too_few, Fallback.of(plan1.model_copy(update={"cluster": plan1.cluster.model_copy(update={"num_nodes": 3})}))
+    ])  # fmt: skip
+    with pytest.raises(UserInputError, match=r"; start 1 or 3 processes \("):
+        plan_for_world(plan, run, both, 2, 1)
+    plan2 = make_plan(gpus_per_node=2, nodes=1, seq_len=64, micro_batch=2, grad_accum=2, strategy="fsdp")
+    emit_run_folder(plan2, tmp_path / "two", elastic=ElasticPlan(
+        min_nodes=1, max_nodes=2, gpus_per_node=2, fallbacks=[Fallback.of(plan2)]
+    ))  # fmt: skip
+    plan, run = read_plan_file(tmp_path / "two")
+    with pytest.raises(UserInputError, match=r"^1 process: this run is elastic over 1 to 2 nodes of 2 "):
+        plan_for_world(plan, run, read_elastic(tmp_path / "two"), 1, 1)
+    emitted = cli(
+        "plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "1", "--nodes", "2", "--seq-len", "32",
+        "--global-batch", "8", "--strategies", "fsdp", "--emit", tmp_path / "one", "--elastic", "1:2",
+    )  # fmt: skip
+    assert emitted.returncode == 0, emitted.stderr
+    assert "  1 node(s), 1 process: " in emitted.stdout and "  2 node(s), 2 processes: " in emitted.stdout
 
 
 # --- the runner: 4 ranks -> 2 -> 4 ---------------------------------------------------------------------------

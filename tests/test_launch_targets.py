@@ -120,13 +120,14 @@ def test_elastic_pytorchjob_takes_the_plans_node_range(tmp_path, pytorchjob_sche
     run_dir = tmp_path / "elastic"
     completed = cli(
         "plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--nodes", "2", "--seq-len", "64",
-        "--global-batch", "8", "--strategies", "ddp", "--elastic", "1:3", "--emit", run_dir,
+        "--global-batch", "12", "--strategies", "ddp", "--elastic", "1:3", "--emit", run_dir,
         "--launcher", "k8s", "--image", "ghcr.io/you/train:1.0",
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr
     manifest = yaml.safe_load((run_dir / "pytorchjob.yaml").read_text())
     assert [error.message for error in pytorchjob_schema.iter_errors(manifest)] == []
     elastic = json.loads((run_dir / "plan.json").read_text())["elastic"]
+    assert (elastic["min_nodes"], elastic["max_nodes"]) == (1, 3)  # global batch 12 splits over 2, 4 and 6 ranks
     policy = manifest["spec"]["elasticPolicy"]
     assert (policy["minReplicas"], policy["maxReplicas"], policy["maxRestarts"]) == (
         elastic["min_nodes"],

@@ -391,3 +391,35 @@ def test_the_engine_alone_on_one_gpu_is_one_line_saying_why_not_nothing_fits(cap
     assert (
         main(["plan", "--model", "gpt2", "--gpu", "H100-80GB", "--gpus-per-node", "2", "--strategies", "engine"]) == 0
     )
+
+
+def test_a_plan_that_is_the_only_fitting_candidate_says_so_in_the_singular(capsys):
+    # It read "ranked 1st of 1 fitting candidates estimated" (an audit).
+    argv = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "1", "--strategies", "ddp", "--micro-batch", "1"]
+    document = _json(capsys, [*argv, "--ac", "none", "--global-batch", "8", "--json"])
+    assert "the only fitting candidate estimated, by throughput: " in " ".join(document["best"]["reasons"])
+    assert "1st of 1" not in json.dumps(document)
+    several = _json(capsys, [*PLAN_ARGS, "--json"])
+    assert any(
+        line.startswith("ranked ") and " fitting candidates estimated, by " in line
+        for line in several["best"]["reasons"]
+    )
+
+
+def test_an_emit_path_with_a_file_in_the_way_says_so(tmp_path, capsys):
+    # Both said "choose a writable location with free space" (an audit): the place was writable, a file was in it.
+    (tmp_path / "ft").mkdir()
+    (tmp_path / "ft" / "plan.json").write_text("{}")
+    (tmp_path / "notes").write_text("")
+    argv = ["plan", "--model", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--strategies", "ddp", "--emit"]
+    for where, message in (
+        (
+            tmp_path / "ft" / "plan.json",
+            f"--emit {tmp_path / 'ft' / 'plan.json'} is a file, and --emit names a run folder; ",
+        ),
+        (tmp_path / "notes" / "run", f"{tmp_path / 'notes'} is a file, not a folder; move that file aside or choose "),
+    ):
+        assert main([*argv, str(where)]) == 2
+        error = capsys.readouterr().err.strip()
+        assert message in error and "free space" not in error and "\n" not in error, error
+    assert (tmp_path / "ft" / "plan.json").read_text() == "{}" and (tmp_path / "notes").read_text() == ""

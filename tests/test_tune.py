@@ -439,3 +439,30 @@ def test_a_gpu_plan_without_tiny_on_a_machine_without_cuda_is_one_line_before_an
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert "this plan runs on CUDA GPUs (device cuda, nccl) and this machine has none; pass --tiny" in lines[0]
     assert not db.exists()
+
+
+def test_the_assumed_link_speed_names_where_it_comes_from(tmp_path, monkeypatch):
+    """The line read "the plan assumed 0.62" and did not say that 0.62 is the catalog's intra-node link times the
+    model's link efficiency (an audit)."""
+    from benchmarks.harness import processes
+
+    def probed(target, nproc, timeout_s, launcher="torchrun"):
+        for folder in map(Path, target[2:]):
+            request = TrialRequest.model_validate_json((folder / REQUEST_FILE).read_text())
+            write_trial(folder, request, 1.0, nproc, links=PROBED)
+        return 0, ""
+
+    monkeypatch.setattr(processes, "run_torchrun_command", probed)
+    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(tmp_path / "db.duckdb"))
+    plan = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "32", "--global-batch", "8"]
+    assert cli_in_process(*plan, "--strategies", "ddp", "--emit", tmp_path / "run").returncode == 0
+    tuned = cli_in_process("tune", tmp_path / "run", "--candidates", "1", "--budget", "5", "--tiny")
+    assert tuned.returncode == 0, tuned.stderr
+    assert (
+        f"; the plan assumed {0.775 * 0.8:.3g} = the intra-node link [intra-node: gloo over loopback TCP, 0.775 "
+        "GB/s/dir (catalog)] x link efficiency 0.8 [assumed, planner/throughput/constants.py]\n"
+    ) in tuned.stdout
+    from benchmarks.harness.tune_links import assumed_link_source
+
+    given = make_cluster("cpu", gpus_per_node=2, intra_bw=3)
+    assert assumed_link_source(given).startswith("the intra-node link [intra-node: 3 GB/s/dir (user)] x ")

@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from benchmarks.harness.matrix import BenchmarkMatrix, MatrixEntry, matrix_key
-from benchmarks.harness.tune_links import assumed_link_GBps, dominant_collective, link_sentence
+from benchmarks.harness.tune_links import assumed_link_GBps, assumed_link_source, dominant_collective, link_sentence
 from benchmarks_db.record import RunRecord, spec_hash
 from benchmarks_db.store import BenchmarkStore
 from planner.calibration import strategy_family
@@ -205,6 +205,7 @@ class TuneOutcome(BaseModel):
     launches: int  # torchrun launches this tune started (one, unless a trial failed)
     link_GBps: dict[str, float] = {}  # each collective's bus bandwidth here (backends/monitoring/link_probe.py)
     assumed_link_GBps: float = 0.0  # what the throughput model assumed per rank
+    assumed_link_source: str = ""  # where that figure comes from (tune_links.assumed_link_source)
 
 
 def scratch_folder(matrix: BenchmarkMatrix, store: BenchmarkStore) -> Path:
@@ -272,4 +273,5 @@ def run_tune(
         launches=max((run.launches for run in runs), default=0),
         link_GBps=next((run.link_GBps for run in runs if run.link_GBps), {}),
         assumed_link_GBps=assumed_link_GBps(cluster),
+        assumed_link_source=assumed_link_source(cluster),
     )

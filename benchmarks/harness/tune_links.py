@@ -26,6 +26,17 @@ def assumed_link_GBps(cluster: ClusterSpec) -> float:
     return cluster.intra_node_bandwidth_GBps * ThroughputConstants().link_efficiency
 
 
+def assumed_link_source(cluster: ClusterSpec) -> str:
+    """Where assumed_link_GBps comes from: the intra-node bandwidth's source (the catalog's link, --intra-bw, or
+    PCIe where a bridge joins pairs only; the cluster's assumption line) times the model's link efficiency."""
+    link = next(
+        (line for line in cluster.assumptions if line.startswith("intra-node:") or "talk over PCIe" in line),
+        f"intra-node: {cluster.intra_node_bandwidth_GBps:g} GB/s/dir",
+    )
+    efficiency = ThroughputConstants().link_efficiency
+    return f"the intra-node link [{link}] x link efficiency {efficiency:g} [assumed, planner/throughput/constants.py]"
+
+
 def dominant_collective(config: TrainingConfig, predicted: ThroughputEstimate | None) -> tuple[str, float] | None:
     """(the collective carrying most of the plan's predicted traffic, its predicted seconds per step)."""
     if predicted is None:

@@ -62,6 +62,11 @@ def layout_summary(plan: Plan) -> str:
     return f"{name} {' '.join(degrees)}"
 
 
+def processes(count: int) -> str:
+    """'1 process', '4 processes'."""
+    return f"{count} process{'' if count == 1 else 'es'}"
+
+
 def plan_for_world(
     plan: Plan, run: RunConfig, elastic: ElasticPlan, world: int, local_world: int
 ) -> tuple[Plan, RunConfig]:
@@ -70,17 +75,19 @@ def plan_for_world(
     if world == run.world_size:
         return plan, run
     fallback = elastic.fallback_for(world)
-    fitting = ", ".join(str(size) for size in elastic.fitting_world_sizes) or "none"
+    sizes = elastic.fitting_world_sizes
+    fitting = ", ".join(str(size) for size in sizes) or "none"
     if fallback is None:
         raise UserInputError(
-            f"{world} processes: this run is elastic over {elastic.min_nodes} to {elastic.max_nodes} nodes of "
+            f"{processes(world)}: this run is elastic over {elastic.min_nodes} to {elastic.max_nodes} nodes of "
             f"{elastic.gpus_per_node} (world sizes that fit: {fitting}); start one of those, or re-emit with a "
             "wider --elastic (the checkpoint is kept as it was)"
         )
     if not fallback.fits:
+        either = " or ".join(filter(None, [", ".join(str(size) for size in sizes[:-1]), fitting.split(", ")[-1]]))
         raise UserInputError(
-            f"{world} processes cannot hold this run: {fallback.why_not}; start {fitting} processes "
-            "(the checkpoint is kept as it was)"
+            f"{processes(world)} cannot hold this run: {fallback.why_not}; start {either} "
+            f"process{'' if sizes == [1] else 'es'} (the checkpoint is kept as it was)"
         )
     replanned = fallback.plan(plan)
     nodes = max(1, world // max(1, local_world))
@@ -96,7 +103,7 @@ def plan_for_world(
         return replanned, RunConfig.model_validate({**run.model_dump(), **fields})
     except ValidationError as error:
         raise UserInputError(
-            f"re-planning for {world} processes: {describe_validation_error(error, 'docs/running.md')}"
+            f"re-planning for {processes(world)}: {describe_validation_error(error, 'docs/running.md')}"
         ) from None
 
 

@@ -10,6 +10,7 @@ search run by hand on each count.
 from __future__ import annotations
 
 from planner.elastic_plan import ElasticPlan, Fallback, reshardable_strategies
+from planner.errors import UserInputError
 from planner.models.spec import ModelSpec
 from planner.plan import Plan
 from planner.search.candidates import ThroughputAdjust
@@ -31,6 +32,22 @@ def fallback_request(plan: Plan, request: PlanRequest) -> PlanRequest:
     )
 
 
+def fitting_range(fallbacks: list[Fallback], node_range: tuple[int, int]) -> tuple[int, int]:
+    """The node range torchrun is given: MIN raised to the smallest count that fits a plan (torchrun would
+    otherwise start on fewer nodes, stop at once and spend its restarts); one line when MAX fits nothing."""
+    top = fallbacks[-1]
+    if not top.fits:
+        fitting = [entry.num_nodes for entry in fallbacks if entry.fits]
+        most = fitting[-1]
+        instead = f"use --elastic {node_range[0]}:{most}" if most > node_range[0] else "drop --elastic"
+        raise UserInputError(
+            f"--elastic {node_range[0]}:{node_range[1]}: {top.num_nodes} nodes fit no plan ({top.why_not}); "
+            f"the largest count that fits is {most} node{'s' if most != 1 else ''}: {instead}"
+        )
+    low = next(entry.num_nodes for entry in fallbacks if entry.fits)
+    return low, node_range[1]
+
+
 def elastic_plan(
     spec: ModelSpec,
     request: PlanRequest,
@@ -42,7 +59,8 @@ def elastic_plan(
     max_restarts: int = 3,
 ) -> ElasticPlan:
     """The fallbacks of `plan` for every node count in `node_range`, on its cluster's GPUs and links; the plan's
-    own count keeps the plan itself."""
+    own count keeps the plan itself. The table keeps every count asked for (those below the range say why nothing
+    fits there); its range starts at the smallest count that fits (fitting_range)."""
     narrowed = fallback_request(plan, request)
     fallbacks = []
     for nodes in range(node_range[0], node_range[1] + 1):
@@ -58,9 +76,10 @@ def elastic_plan(
         # The first family's fate (the simplest one searched), as the plan table words it.
         fates = next((f"{family}: {fate}" for family, fate in result.rejected.items()), "no layout fits")
         fallbacks.append(Fallback(num_nodes=nodes, world_size=on_nodes.world_size, why_not=fates))
+    low, high = fitting_range(fallbacks, node_range)
     return ElasticPlan(
-        min_nodes=node_range[0],
-        max_nodes=node_range[1],
+        min_nodes=low,
+        max_nodes=high,
         gpus_per_node=plan.cluster.gpus_per_node,
         max_restarts=max_restarts,
         fallbacks=fallbacks,

@@ -122,10 +122,12 @@ def plan_reasons(
             f"does not fit with {lighter} checkpointing, and no candidate of this family with less recomputation scores higher"
         )
     ordinal = f"{rank}{'th' if 10 <= rank % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(rank % 10, 'th')}"
-    reasons.append(
-        f"ranked {ordinal} of {fitting} fitting candidates estimated, by {request.objective.value}: "
-        f"{objective_figure(item, request, tokens)}"
+    ranked = (
+        f"ranked {ordinal} of {fitting} fitting candidates estimated"
+        if fitting != 1
+        else "the only fitting candidate estimated"  # not "1st of 1 fitting candidates"
     )
+    reasons.append(f"{ranked}, by {request.objective.value}: {objective_figure(item, request, tokens)}")
     if fastest is not item:
         gap = 1 - item.score / fastest.score
         if fastest.cluster.world_size < cluster.world_size:

@@ -6,7 +6,7 @@
 #   NNODES=2 NODE_RANK=0 MASTER_ADDR=<first node's address> bash launch.sh
 # Your own script: TRAIN_SCRIPT=/path/to/train.py bash launch.sh  (it receives --plan RUN_DIR).
 # Another launcher: LAUNCHER=torchrun|accelerate|deepspeed|mpirun (the plan's choice: torchrun).
-# Elastic: torchrun runs on 2 to 4 nodes; the runner re-plans for the processes it gets.
+# Elastic: torchrun runs on 4 to 4 nodes; the runner re-plans for the processes it gets.
 set -euo pipefail
 
 RUN_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
@@ -18,7 +18,7 @@ NNODES=${NNODES:-4}
 NODE_RANK=${NODE_RANK:-0}
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 MASTER_PORT=${MASTER_PORT:-29500}
-NNODES_RANGE=${NNODES_RANGE:-2:4}
+NNODES_RANGE=${NNODES_RANGE:-4:4}
 MAX_RESTARTS=${MAX_RESTARTS:-3}
 # What each launcher starts: the runner module, or your script.
 if [[ -n "${TRAIN_SCRIPT:-}" ]]; then
