@@ -175,7 +175,7 @@ def test_a_run_on_another_process_count_than_the_plans_is_not_compared_with_its_
     assert summary["world_size"] == 1 and not summary["step_time_comparable"]
     assert "vs predicted" not in summary["lines"][0]
     assert (
-        "(not compared: run as 1 processes x micro-batch 2 x accumulation 2, seq 64, the plan predicts 2 "
+        "(not compared: run as 1 process x micro-batch 2 x accumulation 2, seq 64, the plan predicts 2 "
         in (summary["lines"][0])
     )
     (record,) = BenchmarkStore(tmp_path / "b.duckdb").runs()

@@ -159,8 +159,12 @@ def _other_shape(plan: Plan, run: RunConfig) -> str | None:
     ran = (run.world_size, run.micro_batch, run.grad_accum, run.seq_len)
     if ran == planned:
         return None
-    shape = "{} processes x micro-batch {} x accumulation {}, seq {}"
-    return f"run as {shape.format(*ran)}, the plan predicts {shape.format(*planned)}"
+
+    def shape(world: int, micro_batch: int, accumulation: int, seq: int) -> str:
+        processes = "1 process" if world == 1 else f"{world} processes"
+        return f"{processes} x micro-batch {micro_batch} x accumulation {accumulation}, seq {seq}"
+
+    return f"run as {shape(*ran)}, the plan predicts {shape(*planned)}"
 
 
 def record(
