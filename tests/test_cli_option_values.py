@@ -58,6 +58,15 @@ def test_convert_plainly_sets_every_typed_parameter_and_the_help_option():
     assert isinstance(plan.get_help_option(ctx)._runtime_param, _PlainConversion)
 
 
+def _probe_stderr(probe: str) -> str:
+    """Run `probe` in a fresh interpreter (nothing imported yet) and return its stderr; it must exit 0."""
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr
+    return completed.stderr.rstrip()
+
+
 def test_plan_builds_no_adapter():
     """`plan` converts its options without typer's adapters (~45 ms of TypeAdapters, docs/performance.md)."""
     probe = (
@@ -66,11 +75,7 @@ def test_plan_builds_no_adapter():
         "'--json'])\n"
         "print('ADAPTERS=' + str('typer._adapters' in sys.modules), file=sys.stderr)\nsys.exit(code)\n"
     )
-    completed = subprocess.run(
-        [sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert completed.returncode == 0, completed.stderr
-    assert completed.stderr.rstrip().endswith("ADAPTERS=False"), completed.stderr
+    assert _probe_stderr(probe).endswith("ADAPTERS=False")
 
 
 def test_a_commands_help_imports_no_pydantic():
@@ -79,11 +84,7 @@ def test_a_commands_help_imports_no_pydantic():
         "import sys\nfrom hardware_selector_cli.app import main\ncode = main(['plan', '--help'])\n"
         "print('PYDANTIC=' + str('pydantic' in sys.modules), file=sys.stderr)\nsys.exit(code)\n"
     )
-    completed = subprocess.run(
-        [sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert completed.returncode == 0, completed.stderr
-    assert completed.stderr.rstrip().endswith("PYDANTIC=False"), completed.stderr
+    assert _probe_stderr(probe).endswith("PYDANTIC=False")
 
 
 @pytest.mark.parametrize("name", [info.name for info in app.registered_commands])
