@@ -292,7 +292,8 @@ def _elastic_lines(best, elastic) -> list[str]:
     """What an elastic folder falls back to on each node count (plan.json's "elastic" block)."""
     if elastic is None:
         return []
-    from planner.rundir.replan import layout_summary, processes
+    from planner.rundir.replan import layout_summary
+    from planner.units import counted
 
     narrowed = elastic.narrowing()
     lines = [*([narrowed] if narrowed else [])]
@@ -301,7 +302,7 @@ def _elastic_lines(best, elastic) -> list[str]:
         f"times), the global batch kept at {best.global_batch}; step times from the same estimates as the table:"
     ]
     for entry in elastic.fallbacks:
-        where = f"  {entry.num_nodes} node(s), {processes(entry.world_size)}: "
+        where = f"  {entry.num_nodes} node(s), {counted(entry.world_size, 'process', 'processes')}: "
         if not entry.fits:
             lines.append(where + f"nothing fits ({entry.why_not})")
             continue

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.hardware.gpus import normalize_gpu_name
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import FsdpSharding, Strategy, TrainingConfig
+from planner.units import counted
 
 # An affine fit needs more points than parameters to mean anything.
 MIN_RECORDS_FOR_AFFINE = 3
@@ -82,14 +83,10 @@ def is_strategy_family(name: str) -> bool:
     return text in plain | fsdp or re.fullmatch(r"zero[0-3]|engine-tp\d+-pp\d+", text) is not None
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
 def uncalibrated_summary(gpu_name: str, records_read: int) -> str:
     """Calibration.summary where no successful record of the GPU was read (`plan` says it without fitting
     anything when the database's GPU index has no record of the GPU: benchmarks_db/gpu_index.py)."""
-    return f"not calibrated: no benchmark records for {gpu_name} ({_count(records_read, 'record')} read)"
+    return f"not calibrated: no benchmark records for {gpu_name} ({counted(records_read, 'record')} read)"
 
 
 class Correction(BaseModel):
@@ -126,7 +123,7 @@ class Correction(BaseModel):
         return f"{_seconds(self.predicted_min_s)}-{_seconds(self.predicted_max_s)}"
 
     def describe(self) -> str:
-        records = _count(self.records, "record")
+        records = counted(self.records, "record")
         if self.newest_id:
             records += f": {self.newest_id[:8]}" if self.records == 1 else f", newest {self.newest_id[:8]}"
         if self.form == "ratio":
@@ -284,7 +281,7 @@ class Calibration(BaseModel):
         fitted = sum(c.records for c in mine.corrections)
         families = ", ".join(c.describe() for c in mine.corrections) or "none (records lack predictions)"
         return (
-            f"calibrated on {_count(len(mine.measured), 'measured run')} for {gpu_name} "
+            f"calibrated on {counted(len(mine.measured), 'measured run')} for {gpu_name} "
             f"({fitted} used in corrections: {families}); measured configs use their measured step time; "
             f"newest: {mine.measured[0].label}"
         )

@@ -6,6 +6,11 @@ from __future__ import annotations
 GIB = 2**30
 
 
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """'1 request', '2 requests'; `plural` where adding an s is wrong ('1 process', '2 processes')."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
 def format_count(value: float) -> str:
     """124439808 -> '124.4M', 6738415616 -> '6.74B'."""
     for threshold, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):

@@ -26,7 +26,7 @@ from planner.inference.speed import SOURCE as SPEED_SOURCE
 from planner.inference.speed import STATIC, ServingSpeed, serving_speed
 from planner.models.spec import ModelFamily, ModelSpec
 from planner.search.layouts import divisors
-from planner.units import GIB
+from planner.units import GIB, counted
 
 TIE_TOLERANCE = 0.05
 
@@ -202,11 +202,6 @@ def _reasons(plan: ServingPlan, rank: int, fitting: int) -> list[str]:
         f"{plan.request.tokens_per_request} tokens",
         f"ranked 1st of {counted(fitting, 'fitting layout')}" if rank == 0 else f"ranked {rank + 1} of {fitting}",
     ]
-
-
-def counted(count: int, noun: str) -> str:
-    """'1 request', '2 requests'."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def plan_serving(

@@ -27,6 +27,7 @@ from planner.files import write_text_atomic
 from planner.plan import Plan
 from planner.rundir.run_options import predicted
 from planner.training_config import FsdpSharding, Strategy
+from planner.units import counted
 
 HISTORY_KEY = "history"
 
@@ -62,11 +63,6 @@ def layout_summary(plan: Plan) -> str:
     return f"{name} {' '.join(degrees)}"
 
 
-def processes(count: int) -> str:
-    """'1 process', '4 processes'."""
-    return f"{count} process{'' if count == 1 else 'es'}"
-
-
 def plan_for_world(
     plan: Plan, run: RunConfig, elastic: ElasticPlan, world: int, local_world: int
 ) -> tuple[Plan, RunConfig]:
@@ -79,14 +75,14 @@ def plan_for_world(
     fitting = ", ".join(str(size) for size in sizes) or "none"
     if fallback is None:
         raise UserInputError(
-            f"{processes(world)}: this run is elastic over {elastic.min_nodes} to {elastic.max_nodes} nodes of "
+            f"{counted(world, 'process', 'processes')}: this run is elastic over {elastic.min_nodes} to {elastic.max_nodes} nodes of "
             f"{elastic.gpus_per_node} (world sizes that fit: {fitting}); start one of those, or re-emit with a "
             "wider --elastic (the checkpoint is kept as it was)"
         )
     if not fallback.fits:
         either = " or ".join(filter(None, [", ".join(str(size) for size in sizes[:-1]), fitting.split(", ")[-1]]))
         raise UserInputError(
-            f"{processes(world)} cannot hold this run: {fallback.why_not}; start {either} "
+            f"{counted(world, 'process', 'processes')} cannot hold this run: {fallback.why_not}; start {either} "
             f"process{'' if sizes == [1] else 'es'} (the checkpoint is kept as it was)"
         )
     replanned = fallback.plan(plan)
@@ -103,7 +99,7 @@ def plan_for_world(
         return replanned, RunConfig.model_validate({**run.model_dump(), **fields})
     except ValidationError as error:
         raise UserInputError(
-            f"re-planning for {processes(world)}: {describe_validation_error(error, 'docs/running.md')}"
+            f"re-planning for {counted(world, 'process', 'processes')}: {describe_validation_error(error, 'docs/running.md')}"
         ) from None
 
 
