@@ -5,7 +5,8 @@
 
 parse -> search (planner/search) -> trials (benchmarks/harness/tune.py, one torchrun job of the one runner
 each) -> the measured order, why it moved, and the winner's run folder, whose plan.json names its trials
-(docs/running.md, "Tune"). The trials are records in the benchmark database, so they calibrate later plans.
+(docs/running.md, "Tune"). The trials are records in the benchmark database, so they calibrate later plans;
+a trial already recorded is read back (a stopped tune resumes), unless --remeasure asks for it again.
 """
 
 from __future__ import annotations
@@ -56,6 +57,17 @@ def register(app: typer.Typer) -> None:
         launcher: str = typer.Option(
             "torchrun", "--launcher", help="What starts the trials' processes: torchrun, accelerate or deepspeed."
         ),
+        remeasure: bool = typer.Option(
+            False,
+            "--remeasure",
+            help="Measure every trial again (default: a trial the database already holds for this plan and "
+            "hardware is read back, so a stopped tune resumes).",
+        ),
+        force: bool = typer.Option(
+            False,
+            "--force",
+            help="With --emit: overwrite an existing folder (a trained run's state is moved to previous/<time>/).",
+        ),
         db: Path | None = typer.Option(None, "--db", help="Benchmark database (default: $HARDWARE_SELECTOR_DB)."),
     ) -> None:
         """Run the search's top plans here for a measured window each and rank them by what was measured."""
@@ -85,7 +97,9 @@ def register(app: typer.Typer) -> None:
         if emit is not None:
             from planner.rundir.write import emit_target
 
-            emit_target(emit)  # before the trials, not after them
+            emit_target(emit, force=force)  # before the trials, not after them
+            if force:
+                _refuse_while_training(emit.expanduser().resolve())
         spec, target, plans, options, elastic, restrictions = _candidates(
             run_dir, model, cluster, search, routing, candidates, overriding
         )
@@ -129,6 +143,7 @@ def register(app: typer.Typer) -> None:
             memory_limit_gb=memory_limit_gb,
             token_cache=run_dir / "data" if run_dir is not None and not synthetic else None,
             run_command=partial(run_torchrun_command, launcher=launcher),
+            remeasure=remeasure,
         )
         found = outcome.trials
         _print_trials(found, outcome, store.path)
@@ -160,15 +175,16 @@ def register(app: typer.Typer) -> None:
 
             fallbacks = None if elastic is None else elastic(best)  # an elastic folder stays elastic
             previous: list[str] = []
-            if run_dir is not None:
+            if run_dir is not None or force:
                 from planner.rundir.previous_run import previous_run_state
 
-                _refuse_while_training(run_dir)
-                previous = previous_run_state(run_dir)  # a run trained there: moved aside, and said so
+                folder = folder.expanduser().resolve()
+                _refuse_while_training(folder)
+                previous = previous_run_state(folder) if folder.is_dir() else []  # a trained run: moved aside, said
             emit_run_folder(
                 best,
                 folder,
-                force=run_dir is not None,
+                force=run_dir is not None or force,
                 options=options,
                 tune=tune,
                 elastic=fallbacks,
