@@ -159,12 +159,17 @@ def register(app: typer.Typer) -> None:
             found, compare=not tiny, links=outcome.link_GBps, assumed_GBps=outcome.assumed_link_GBps
         ):
             print(f"  - {line}")
-        winner = next((trial for trial in measured_order(found) if trial.status == "ok"), None)
-        if winner is None:
+        ranked = [trial for trial in measured_order(found) if trial.status == "ok"]
+        if not ranked:
             raise UserInputError("no trial ran to the end here; each one's reason is above")
+        keys = [trial.key for trial in found]
+        winner, best, fallbacks = ranked[0], plans[keys.index(ranked[0].key)], None
+        if elastic is not None:  # an elastic folder stays elastic: the fastest plan that keeps its node range
+            from .tune_elastic import elastic_winner
+
+            winner, best, fallbacks = elastic_winner(ranked, lambda trial: plans[keys.index(trial.key)], elastic)
         folder = run_dir if run_dir is not None else emit
         if folder is not None:
-            best = plans[[trial.key for trial in found].index(winner.key)]
             tune = {
                 "winner": winner.label,
                 "trials": [trial.model_dump(mode="json") for trial in found],
@@ -173,7 +178,6 @@ def register(app: typer.Typer) -> None:
             }
             from planner.rundir.write import emit_run_folder
 
-            fallbacks = None if elastic is None else elastic(best)  # an elastic folder stays elastic
             previous: list[str] = []
             if run_dir is not None or force:
                 from planner.rundir.previous_run import previous_run_state
@@ -275,8 +279,12 @@ def _candidates(run_dir, model, cluster, search, routing, top_k, overriding=()):
             init=run.model.init,
             tokenizer=run.model.tokenizer,
         )
-        elastic = _elastic_table(run_dir, spec, request)
+        from .tune_elastic import elastic_range
+
+        elastic = elastic_range(run_dir, spec, request)
         if elastic is not None:
+            from dataclasses import replace
+
             from planner.contract.choices import STRATEGY_ALIASES
             from planner.elastic_plan import RESHARDABLE
 
@@ -284,6 +292,7 @@ def _candidates(run_dir, model, cluster, search, routing, top_k, overriding=()):
             kept = tuple(name for name in request.strategies if STRATEGY_ALIASES[name]["strategy"] in RESHARDABLE)
             reshardable = tuple(s for f in RESHARDABLE.values() for s in f)
             request = request.model_copy(update={"strategies": kept or reshardable})
+            elastic = replace(elastic, request=request)
     result = search_plans(spec, target, request.model_copy(update={"top_k": max(top_k, request.top_k)}))
     return spec, target, result.candidates[:top_k], options, elastic, restrictions
 
@@ -314,19 +323,6 @@ def _overridden(recorded, search, config, overriding):
         file=sys.stderr,
     )
     return restrictions
-
-
-def _elastic_table(run_dir, spec, request):
-    """For a folder emitted with --elastic: the winner -> its elastic table over the same node range."""
-    from planner.rundir.replan import read_elastic
-
-    block = read_elastic(run_dir)
-    if block is None:
-        return None
-    from planner.search.elastic import elastic_plan
-
-    node_range = block.requested_range  # the range asked for: the tuned winner may fit counts the plan did not
-    return lambda best: elastic_plan(spec, request, best, node_range, max_restarts=block.max_restarts)
 
 
 def _print_trials(found, outcome, db_path) -> None:
