@@ -5,7 +5,8 @@
 
 parse -> search (planner/search) -> trials (benchmarks/harness/tune.py, one torchrun job of the one runner
 each) -> the measured order, why it moved, and the winner's run folder, whose plan.json names its trials
-(docs/running.md, "Tune"). The trials are records in the benchmark database, so they calibrate later plans.
+(docs/running.md, "Tune"). The trials are records in the benchmark database, so they calibrate later plans;
+a trial already recorded is read back (a stopped tune resumes), unless --remeasure asks for it again.
 """
 
 from __future__ import annotations
@@ -56,6 +57,17 @@ def register(app: typer.Typer) -> None:
         launcher: str = typer.Option(
             "torchrun", "--launcher", help="What starts the trials' processes: torchrun, accelerate or deepspeed."
         ),
+        remeasure: bool = typer.Option(
+            False,
+            "--remeasure",
+            help="Measure every trial again (default: a trial the database already holds for this plan and "
+            "hardware is read back, so a stopped tune resumes).",
+        ),
+        force: bool = typer.Option(
+            False,
+            "--force",
+            help="With --emit: overwrite an existing folder (a trained run's state is moved to previous/<time>/).",
+        ),
         db: Path | None = typer.Option(None, "--db", help="Benchmark database (default: $HARDWARE_SELECTOR_DB)."),
     ) -> None:
         """Run the search's top plans here for a measured window each and rank them by what was measured."""
@@ -85,7 +97,9 @@ def register(app: typer.Typer) -> None:
         if emit is not None:
             from planner.rundir.write import emit_target
 
-            emit_target(emit)  # before the trials, not after them
+            emit_target(emit, force=force)  # before the trials, not after them
+            if force:
+                _refuse_while_training(emit.expanduser().resolve())
         spec, target, plans, options, elastic, restrictions = _candidates(
             run_dir, model, cluster, search, routing, candidates, overriding
         )
@@ -129,6 +143,7 @@ def register(app: typer.Typer) -> None:
             memory_limit_gb=memory_limit_gb,
             token_cache=run_dir / "data" if run_dir is not None and not synthetic else None,
             run_command=partial(run_torchrun_command, launcher=launcher),
+            remeasure=remeasure,
         )
         found = outcome.trials
         _print_trials(found, outcome, store.path)
@@ -144,12 +159,17 @@ def register(app: typer.Typer) -> None:
             found, compare=not tiny, links=outcome.link_GBps, assumed_GBps=outcome.assumed_link_GBps
         ):
             print(f"  - {line}")
-        winner = next((trial for trial in measured_order(found) if trial.status == "ok"), None)
-        if winner is None:
+        ranked = [trial for trial in measured_order(found) if trial.status == "ok"]
+        if not ranked:
             raise UserInputError("no trial ran to the end here; each one's reason is above")
+        keys = [trial.key for trial in found]
+        winner, best, fallbacks = ranked[0], plans[keys.index(ranked[0].key)], None
+        if elastic is not None:  # an elastic folder stays elastic: the fastest plan that keeps its node range
+            from .tune_elastic import elastic_winner
+
+            winner, best, fallbacks = elastic_winner(ranked, lambda trial: plans[keys.index(trial.key)], elastic)
         folder = run_dir if run_dir is not None else emit
         if folder is not None:
-            best = plans[[trial.key for trial in found].index(winner.key)]
             tune = {
                 "winner": winner.label,
                 "trials": [trial.model_dump(mode="json") for trial in found],
@@ -158,17 +178,17 @@ def register(app: typer.Typer) -> None:
             }
             from planner.rundir.write import emit_run_folder
 
-            fallbacks = None if elastic is None else elastic(best)  # an elastic folder stays elastic
             previous: list[str] = []
-            if run_dir is not None:
+            if run_dir is not None or force:
                 from planner.rundir.previous_run import previous_run_state
 
-                _refuse_while_training(run_dir)
-                previous = previous_run_state(run_dir)  # a run trained there: moved aside, and said so
+                folder = folder.expanduser().resolve()
+                _refuse_while_training(folder)
+                previous = previous_run_state(folder) if folder.is_dir() else []  # a trained run: moved aside, said
             emit_run_folder(
                 best,
                 folder,
-                force=run_dir is not None,
+                force=run_dir is not None or force,
                 options=options,
                 tune=tune,
                 elastic=fallbacks,
@@ -259,8 +279,12 @@ def _candidates(run_dir, model, cluster, search, routing, top_k, overriding=()):
             init=run.model.init,
             tokenizer=run.model.tokenizer,
         )
-        elastic = _elastic_table(run_dir, spec, request)
+        from .tune_elastic import elastic_range
+
+        elastic = elastic_range(run_dir, spec, request)
         if elastic is not None:
+            from dataclasses import replace
+
             from planner.contract.choices import STRATEGY_ALIASES
             from planner.elastic_plan import RESHARDABLE
 
@@ -268,6 +292,7 @@ def _candidates(run_dir, model, cluster, search, routing, top_k, overriding=()):
             kept = tuple(name for name in request.strategies if STRATEGY_ALIASES[name]["strategy"] in RESHARDABLE)
             reshardable = tuple(s for f in RESHARDABLE.values() for s in f)
             request = request.model_copy(update={"strategies": kept or reshardable})
+            elastic = replace(elastic, request=request)
     result = search_plans(spec, target, request.model_copy(update={"top_k": max(top_k, request.top_k)}))
     return spec, target, result.candidates[:top_k], options, elastic, restrictions
 
@@ -298,19 +323,6 @@ def _overridden(recorded, search, config, overriding):
         file=sys.stderr,
     )
     return restrictions
-
-
-def _elastic_table(run_dir, spec, request):
-    """For a folder emitted with --elastic: the winner -> its elastic table over the same node range."""
-    from planner.rundir.replan import read_elastic
-
-    block = read_elastic(run_dir)
-    if block is None:
-        return None
-    from planner.search.elastic import elastic_plan
-
-    node_range = block.requested_range  # the range asked for: the tuned winner may fit counts the plan did not
-    return lambda best: elastic_plan(spec, request, best, node_range, max_restarts=block.max_restarts)
 
 
 def _print_trials(found, outcome, db_path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.contract.layout import ParallelDims
+from planner.contract.run_config import SearchRestrictions
 from planner.contract.schema import SCHEMA_VERSION
 from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import MemoryEstimate
@@ -29,6 +30,9 @@ class Plan(BaseModel):
     throughput: ThroughputEstimate | None = None
     reasons: list[str] = Field(default_factory=list)  # why this plan, in plain sentences
     calibration: str | None = None  # how throughput was calibrated, if at all
+    # What the search that found it was kept to: its run folder's run.search, however it is emitted (the CLI,
+    # the Python API, tune). Not part of the plan document (plan.json keeps it in the run block).
+    search: SearchRestrictions | None = Field(default=None, exclude=True)
 
     @property
     def layout(self) -> ParallelDims:

@@ -258,6 +258,24 @@ def test_an_elastic_folder_launches_torchrun_over_its_node_range(tmp_path, recor
     assert _run_launch(run_dir, recorder, record, NNODES_RANGE="2:2", MAX_RESTARTS="0", MASTER_ADDR="10.1.2.3")[:4] == [
         "-m", "torch.distributed.run", "--nnodes=2:2", "--max-restarts=0",
     ]  # fmt: skip
+    # NNODES=1 (one node here) starts the same command: the runner re-plans for the 2 processes torchrun gives it.
+    assert _run_launch(run_dir, recorder, record, NNODES="1")[2] == "--nnodes=1:2"
+    # Outside the range torchrun waited for nodes that never joined, then failed at its 600 s timeout: now one line.
+    record.unlink()
+    for nodes, node_range in (("1", "2:2"), ("3", "1:2")):
+        environment = {**os.environ, "PYTHON": str(recorder), "RECORD_FILE": str(record), "NNODES": nodes,
+                       "NNODES_RANGE": node_range}  # fmt: skip
+        refused = subprocess.run(["bash", str(run_dir / "launch.sh")], env=environment, capture_output=True, text=True)
+        low, high = node_range.split(":")
+        assert (
+            refused.returncode == 2
+            and not record.exists()
+            and refused.stderr
+            == (
+                f"launch.sh: NNODES={nodes} is outside this folder's elastic range {node_range} (nodes); start {low} to "
+                f"{high} nodes, or re-emit the plan with an --elastic range that holds {nodes}\n"
+            )
+        )
     sbatch = (run_dir / "slurm.sbatch").read_text()
     assert subprocess.run(["bash", "-n", str(run_dir / "slurm.sbatch")]).returncode == 0
     assert "#SBATCH --nodes=1-2\n#SBATCH --no-kill\n" in sbatch and "--kill-on-bad-exit" not in sbatch

@@ -128,6 +128,8 @@ def test_the_trainer_runs_the_plan_with_the_callback_on_two_ranks(user, tmp_path
     (stored,) = BenchmarkStore(database).runs()
     assert (stored.runner, stored.strategy, stored.global_batch, stored.gpu_count) == ("hf-trainer", strategy, 8, 2)
     assert stored.step_time_median_s > 0 and f"recorded run {stored.id[:12]}" in stdout
+    # A --gpu cpu plan predicts these processes' step time: recorded beside it, as `train` records its runs.
+    assert stored.gpu_name == "cpu" and stored.predicted_step_time_s == pytest.approx(plan.throughput.step_time_s)
 
     from transformers import AutoModelForCausalLM
 

@@ -66,6 +66,7 @@ def test_a_run_folders_tune_searches_what_the_plan_searched(tmp_path, monkeypatc
         "allow_offload": False,
         "micro_batch": None,
         "objective": "throughput",
+        "train_tokens": None,
     }
     after = json.loads((run_dir / "plan.json").read_text())
     assert after["config"]["strategy"] == "ddp" and after["run"]["search"] == search  # a second tune: the same

@@ -17,7 +17,9 @@
    prediction came from, into the log history (keys `plan/...`) and one line
    on the main process. On CPU processes the GPU prediction is not compared.
 3. With record=True the run is stored in the benchmark database at
-   on_train_end (benchmarks_db), where calibration learns from it.
+   on_train_end (benchmarks_db), where calibration learns from it; beside the
+   plan's step-time prediction when the Trainer ran the plan's own step, on
+   GPUs or on the CPU processes a `--gpu cpu` plan predicts (the runner's rule).
 """
 
 from __future__ import annotations
@@ -135,13 +137,20 @@ class PlanCallback(TrainerCallback):
         median = self.step_times.median()
         if not self.record or median is None or not state.is_world_process_zero:
             return
-        from backends.runner.summary import record
+        from backends.runner.summary import record, step_time_comparable
         from backends.runner.world import fit_to_world
 
         run, _ = fit_to_world(self.run, args.world_size, tiny=False)  # the world the Trainer ran on
         run = run.model_copy(
-            update={"micro_batch": args.per_device_train_batch_size, "grad_accum": args.gradient_accumulation_steps}
+            update={
+                "micro_batch": args.per_device_train_batch_size,
+                "grad_accum": args.gradient_accumulation_steps,
+                "device": "cuda" if self._on_gpu else "cpu",  # where it ran, as the runner's record says
+            }
         )
+        # As the runner's record: the prediction goes beside the measurement when the step is the plan's, on
+        # GPUs or on the CPU processes a `--gpu cpu` plan predicts (calibration learns from the pair).
+        step_comparable = step_time_comparable(self.plan, run, tiny=False)
         summary = {
             "median_step_time_s": median,
             "step_time_spread_s": self.step_times.spread(),
@@ -152,7 +161,8 @@ class PlanCallback(TrainerCallback):
             * self.run.seq_len
             / median,
             "peak_memory_per_rank_bytes": [self._peak_bytes()],  # the main process's
-            "comparable_to_prediction": self._on_gpu,
+            "comparable_to_prediction": self._on_gpu and step_comparable,
+            "step_time_comparable": step_comparable,
             "tiny": False,
         }
         self.record_id = record(self.plan, self.plan.config.strategy.value, run, summary, self.db, runner="hf-trainer")

@@ -88,10 +88,7 @@ def finish_summary(
     tokens_per_step = run.global_batch * run.seq_len
     moved = _other_shape(spec.plan, run)  # `train --nproc` or --seq-len: the prediction is for another step
     comparable = not args.tiny and run.device == "cuda" and moved is None
-    # A plan made for the `cpu` pseudo-GPU predicts these very processes' step time (not their memory: RSS is
-    # no GPU estimate), as tune's trials on it do: compared, and recorded beside it to calibrate the next plan.
-    cpu_plan = run.device == "cpu" and spec.plan.cluster.gpu.name == "cpu"
-    step_comparable = comparable or (not args.tiny and moved is None and cpu_plan)
+    step_comparable = step_time_comparable(spec.plan, run, tiny=bool(args.tiny))
     predicted = run.predicted
     summary: dict[str, Any] = {
         "strategy": spec.strategy.value,
@@ -151,6 +148,16 @@ def finish_summary(
     path = spec.run_dir / "run_summary.json"
     write_json_atomic(path, summary, indent=1)
     return summary
+
+
+def step_time_comparable(plan: Plan, run: RunConfig, *, tiny: bool) -> bool:
+    """Whether the measured step time is the one the plan predicted: the plan's own step (not a --tiny run, nor
+    another process count, batch or sequence length), on GPUs, or on the CPU processes a plan made for the `cpu`
+    pseudo-GPU predicts (not their memory: RSS is no GPU estimate), as tune's trials on it do: compared, and
+    recorded beside the prediction to calibrate the next plan."""
+    if tiny or _other_shape(plan, run) is not None:
+        return False
+    return run.device == "cuda" or plan.cluster.gpu.name == "cpu"
 
 
 def _other_shape(plan: Plan, run: RunConfig) -> str | None:

@@ -229,11 +229,13 @@ def run_tune(
     prepare: Callable[[dict[str, Path]], None] | None = None,
     run_command=None,
     token_cache: Path | None = None,
+    remeasure: bool = False,
 ) -> TuneOutcome:
     """The top plans measured here in one launch (or read back), budgeted; each trial recorded beside its
     prediction. options: the run's own data, tokenizer and weights (None: synthetic tokens); prepare: a look
     at the trial folders (by matrix key) before the launch; token_cache: where the trials tokenize the data
-    (a run folder's data/, so its `train` finds the tokens)."""
+    (a run folder's data/, so its `train` finds the tokens); remeasure: run every trial again, neither reading
+    the database's records of them nor an interrupted launch's finished folders (`tune --remeasure`)."""
     from benchmarks.harness.processes import run_torchrun_command
     from benchmarks.harness.runner import record_outcome
     from benchmarks.harness.trials import launch_trials, prepare_trials
@@ -242,13 +244,16 @@ def run_tune(
 
     matrix = tune_matrix(spec, cluster, plans, tiny=tiny)
     steps = timed_steps(budget_s, matrix)
-    done = store.done_matrix_keys(retry_failed=True)  # a trial that failed is tried again; one measured is not
+    # A trial that failed is tried again; one measured is not, unless asked (then the new record is the newest).
+    done = set() if remeasure else store.done_matrix_keys(retry_failed=True)
     pending = [(entry, plan) for entry, plan in zip(matrix.entries, plans, strict=True) if entry.key not in done]
     requests = [
         TrialRequest(key=entry.key, warmup=WARMUP_STEPS, steps=steps, tiny=tiny, memory_limit_gb=memory_limit_gb)
         for entry, _ in pending
     ]
     scratch = scratch_folder(matrix, store)
+    if remeasure:
+        shutil.rmtree(scratch, ignore_errors=True)  # an interrupted launch's finished trials: measured again too
     folders = prepare_trials([plan for _, plan in pending], requests, scratch, options, token_cache)
     if prepare is not None:
         prepare({request.key: folder for request, folder in zip(requests, folders, strict=True)})

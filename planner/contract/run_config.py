@@ -160,8 +160,8 @@ class Predicted(_Block):
 
 class SearchRestrictions(_Block):
     """What the search that found the plan was kept to (`plan --strategies, --fsdp-sharding, --ac, --no-offload,
-    --micro-batch, --objective`), so `tune RUN_DIR` measures the top of the same search. The defaults are the
-    unrestricted search: what a plan.json written before this block was searched with."""
+    --micro-batch, --objective, --tokens`), so `tune RUN_DIR` measures the top of the same search. The defaults are
+    the unrestricted search: what a plan.json written before this block was searched with."""
 
     # Names the search takes (planner/search/request.py's SEARCH_STRATEGIES); --fsdp-sharding is folded in
     # as the pinned name (fsdp-full, say).
@@ -170,6 +170,7 @@ class SearchRestrictions(_Block):
     allow_offload: bool = True
     micro_batch: int | None = Field(default=None, ge=1, le=1 << 20)
     objective: Literal["throughput", "cost", "time-to-train"] = "throughput"
+    train_tokens: float | None = Field(default=None, gt=0, allow_inf_nan=False)  # --tokens; None: 20 per parameter
 
 
 class RunConfig(_Block):

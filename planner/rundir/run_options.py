@@ -147,6 +147,7 @@ def run_config(plan: Plan, nproc_override: int | None = None, options: RunOption
             precision=config.precision,
             launcher=_LAUNCHER[config.strategy],
             model=model_source(plan, options),
+            **({"search": plan.search} if plan.search is not None else {}),  # the search that found it
             data=data,
             optim=options.optim,
             anomaly=options.anomaly,

@@ -32,18 +32,26 @@ def fallback_request(plan: Plan, request: PlanRequest) -> PlanRequest:
     )
 
 
+class RangeFitsNoPlan(UserInputError):
+    """The range's largest node count fits no plan of the plan's family: `plan --elastic` refuses it in one line
+    naming the flag; the attributes let another caller (`tune RUN_DIR` of an elastic folder) say it its own way."""
+
+    def __init__(self, node_range: tuple[int, int], top: Fallback, most: int) -> None:
+        self.node_range, self.nodes, self.why_not, self.most = node_range, top.num_nodes, top.why_not, most
+        instead = f"use --elastic {node_range[0]}:{most}" if most > node_range[0] else "drop --elastic"
+        super().__init__(
+            f"--elastic {node_range[0]}:{node_range[1]}: {top.num_nodes} nodes fit no plan ({top.why_not}); "
+            f"the largest count that fits is {most} node{'s' if most != 1 else ''}: {instead}"
+        )
+
+
 def fitting_range(fallbacks: list[Fallback], node_range: tuple[int, int]) -> tuple[int, int]:
     """The node range torchrun is given: MIN raised to the smallest count that fits a plan (torchrun would
     otherwise start on fewer nodes, stop at once and spend its restarts); one line when MAX fits nothing."""
     top = fallbacks[-1]
     if not top.fits:
         fitting = [entry.num_nodes for entry in fallbacks if entry.fits]
-        most = fitting[-1]
-        instead = f"use --elastic {node_range[0]}:{most}" if most > node_range[0] else "drop --elastic"
-        raise UserInputError(
-            f"--elastic {node_range[0]}:{node_range[1]}: {top.num_nodes} nodes fit no plan ({top.why_not}); "
-            f"the largest count that fits is {most} node{'s' if most != 1 else ''}: {instead}"
-        )
+        raise RangeFitsNoPlan(node_range, top, fitting[-1])
     low = next(entry.num_nodes for entry in fallbacks if entry.fits)
     return low, node_range[1]
 

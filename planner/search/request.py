@@ -206,6 +206,7 @@ def search_restrictions(request: PlanRequest) -> SearchRestrictions:
         allow_offload=request.allow_offload,
         micro_batch=request.micro_batch,
         objective=request.objective.value,
+        train_tokens=request.train_tokens,
     )
 
 
@@ -217,4 +218,5 @@ def restricted_fields(restrictions: SearchRestrictions) -> dict[str, object]:
         "allow_offload": restrictions.allow_offload,
         "micro_batch": restrictions.micro_batch,
         "objective": Objective(restrictions.objective),
+        "train_tokens": restrictions.train_tokens,
     }

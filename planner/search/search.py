@@ -17,7 +17,7 @@ from planner.search.candidates import CandidateEvaluator, Scored, ThroughputAdju
 from planner.search.compression import auto_line, check_compression_request, compression_lines
 from planner.search.explain import TIE_TOLERANCE, family_fates, plan_reasons
 from planner.search.layouts import ENGINE_MODEL_TYPES, engine_applicability, tensor_parallel_degrees
-from planner.search.request import Objective, PlanRequest
+from planner.search.request import Objective, PlanRequest, search_restrictions
 from planner.search.result import SearchResult, SearchStats
 from planner.search.suggest import PLAN_FLAGS, SuggestionFlags, suggestions
 from planner.training_config import Strategy, TrainingConfig
@@ -50,9 +50,15 @@ def _pick(items: list[Scored]) -> tuple[Scored, Scored]:
 
 
 def _to_plan(
-    item: Scored, spec: ModelSpec, memory: MemoryEstimate, reasons: list[str], calibration: str | None
+    item: Scored,
+    spec: ModelSpec,
+    memory: MemoryEstimate,
+    reasons: list[str],
+    calibration: str | None,
+    request: PlanRequest,
 ) -> Plan:
     return Plan(
+        search=search_restrictions(request),
         model=spec,
         cluster=item.cluster,
         config=item.config,
@@ -185,7 +191,7 @@ def search_plans(
             reasons += [why_compressed] if why_compressed else []
             if batch_note:
                 reasons.append(batch_note)
-            plans.append(_to_plan(item, spec, memory, reasons, calibration))
+            plans.append(_to_plan(item, spec, memory, reasons, calibration, request))
     elif suggest:
         if set(request.strategies) <= {"engine"} and cluster.world_size == 1:  # not memory: no layout at all
             name = flags.strategies or "the strategies"

@@ -31,6 +31,15 @@ cd "$RUN_DIR"
 
 case "$LAUNCHER" in
 torchrun)
+  # NNODES (the nodes starting now) outside the range: torchrun would wait for nodes that never join, and
+  # fail with a traceback at its rendezvous timeout (600 s). Inside it, a start on fewer than MAX nodes
+  # waits torchrun's last call (30 s; PET_RDZV_CONF=last_call_timeout=S) for more before it trains.
+  if (( NNODES < ${NNODES_RANGE%%:*} || NNODES > ${NNODES_RANGE##*:} )); then
+    echo "launch.sh: NNODES=$NNODES is outside this folder's elastic range $NNODES_RANGE (nodes); start" \
+      "${NNODES_RANGE%%:*} to ${NNODES_RANGE##*:} nodes, or re-emit the plan with an --elastic range that" \
+      "holds $NNODES" >&2
+    exit 2
+  fi
   # The same command on every node; MASTER_ADDR is the node that hosts the rendezvous.
   exec "$PYTHON" -m torch.distributed.run --nnodes="$NNODES_RANGE" --max-restarts="$MAX_RESTARTS" \
     --nproc-per-node="$NPROC_PER_NODE" --rdzv-backend=c10d \

@@ -1,0 +1,54 @@
+"""What PlanCallback(record=True) stores at the end of a Trainer run, against the runner's rule
+(backends/runner/summary.py): a `--gpu cpu` plan predicts the step time of the CPU processes that run it, so
+the record carries that prediction beside the measurement, as `train` and `tune` records do, and calibration
+learns from the pair; a step the plan did not predict (another accumulation) carries none.
+
+The callback's hooks are called directly with the Trainer's own arguments and state objects; the step times
+are set, not timed (the reference is the plan's prediction, not a clock).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.evaluate import evaluate
+from tests.emit_plans import make_plan
+
+
+def _recorded(tmp_path, gpu: str = "cpu", **overrides):
+    from transformers import TrainerControl, TrainerState
+
+    from benchmarks_db.store import BenchmarkStore
+    from hardware_selector import training_arguments
+    from hardware_selector.integrations import PlanCallback
+
+    plan = make_plan("gpt2", gpu=gpu, gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4, grad_accum=1)
+    plan = plan.model_copy(update={"throughput": evaluate(plan.model, plan.config, plan.cluster).throughput})
+    callback = PlanCallback(plan, strict=False, record=True, db=tmp_path / "runs.duckdb", say=lambda line: None)
+    args = training_arguments(plan, tmp_path / "out", use_cpu=True, **overrides)
+    state, control = TrainerState(), TrainerControl()
+    callback.on_train_begin(args, state, control)
+    predicted = plan.throughput.step_time_s
+    callback.step_times.values = [2 * predicted, predicted, predicted, predicted]  # a first step, then steady
+    state.global_step = 4
+    callback.on_train_end(args, state, control)
+    (stored,) = BenchmarkStore(tmp_path / "runs.duckdb").runs()
+    assert stored.id == callback.record_id and stored.runner == "hf-trainer"
+    return plan, stored
+
+
+def test_a_cpu_plans_trainer_run_is_recorded_with_its_step_time_prediction(tmp_path):
+    plan, stored = _recorded(tmp_path)
+    assert stored.gpu_name == "cpu" and stored.step_time_median_s == pytest.approx(plan.throughput.step_time_s)
+    assert stored.predicted_step_time_s == pytest.approx(plan.throughput.step_time_s)
+    assert stored.mfu == pytest.approx(plan.throughput.mfu)  # measured at exactly the predicted step time
+
+
+def test_a_trainer_run_of_another_step_than_the_plans_carries_no_prediction(tmp_path):
+    _, stored = _recorded(tmp_path, gradient_accumulation_steps=2)
+    assert stored.grad_accum == 2 and stored.predicted_step_time_s is None and stored.mfu is None
+
+
+def test_a_gpu_plan_trained_on_cpu_processes_is_recorded_as_cpu_without_the_gpu_prediction(tmp_path):
+    _, stored = _recorded(tmp_path, gpu="A100-80GB", bf16=False)
+    assert stored.gpu_name == "cpu" and stored.predicted_step_time_s is None
