@@ -240,6 +240,14 @@ class CandidateEvaluator:
                 fitting_micros: set[int] = set()  # micro-batches that fit with less recomputation
                 for index, ac in enumerate(allowed_ac):
                     remaining = allowed_ac[index:]
+                    if len(fitting_micros) == len(batches):
+                        # Every micro-batch fit with less recomputation: the remaining levels' candidates are all
+                        # dominated, decided without an estimate (what _scan_micro_batches would count for them).
+                        # Common on large clusters, where one sequence per replica leaves one or two candidates.
+                        dominated = len(batches) * len(remaining)
+                        self.counters.considered += dominated
+                        self.counters.pruned += dominated
+                        break
                     # Nothing fit with less recomputation: if the lightest candidates do not fit
                     # either, skip the levels in between (memory never grows with more AC).
                     if (

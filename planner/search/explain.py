@@ -7,7 +7,7 @@ the throughput estimator's (or a calibration's), or the catalog.
 from __future__ import annotations
 
 from planner.contract.layout import describe_stage_layers
-from planner.evaluate import memory_on
+from planner.evaluate import memory_on, memory_total_on
 from planner.memory.estimate import MemoryEstimate
 from planner.models.spec import ModelSpec
 from planner.search.candidates import FamilyRecord, Scored
@@ -205,9 +205,9 @@ def family_fates(
             word = "costlier" if request.objective is Objective.COST else "slower"
             by = f"{(ratio - 1) * 100:.1f}%" if ratio < 1.1 else f"{ratio:.1f}x"
             cause = _slowdown_cause(item.throughput, best.throughput)
-            memory = memory_on(spec, item.config, item.cluster, headroom_fraction=request.headroom_fraction)
+            total = memory_total_on(spec, item.config, item.cluster)
             fates[name] = (
-                f"fits ({gib(memory.total)} per GPU), but {by} {word} than {best.layout.family} "
+                f"fits ({gib(total)} per GPU), but {by} {word} than {best.layout.family} "
                 f"({cause}) [{throughput_source(item.throughput)}]"
             )
         elif record.smallest_miss is not None:
