@@ -27,8 +27,8 @@ from planner.search.batching import batch_options, infeasible_batch_reason
 from planner.search.groups import FamilyRecord, Group, Level, Scored
 from planner.search.layouts import StrategyLayout, enumerate_layouts
 from planner.search.request import Objective, PlanRequest
-from planner.throughput.estimate import candidate_step, estimate_of, throughput_plan
-from planner.throughput.implementation import implementation_named
+from planner.throughput.estimate import ThroughputPlan, candidate_step, estimate_of, throughput_plan
+from planner.throughput.implementation import Implementation, implementation_named
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import ActivationCheckpointing, Precision, Strategy, TrainingConfig
 
@@ -37,6 +37,10 @@ ThroughputAdjust = Callable[[TrainingConfig, ThroughputEstimate], ThroughputEsti
 AC_ORDER = (ActivationCheckpointing.NONE, ActivationCheckpointing.SELECTIVE, ActivationCheckpointing.FULL)
 # (layout identity, precision, AC, the request's config fields) -> (layout, its validated config).
 _LAYOUT_CONFIGS: dict[tuple, tuple[StrategyLayout, TrainingConfig]] = {}
+# (spec, validated config, cluster, implementation identities) -> (those four, their throughput plan).
+_GROUP_PLANS: dict[
+    tuple[int, int, int, int], tuple[ModelSpec, TrainingConfig, ClusterSpec, Implementation, ThroughputPlan]
+] = {}
 
 
 @dataclass
@@ -71,9 +75,24 @@ def cluster_variants(cluster: ClusterSpec, objective: Objective) -> list[Cluster
     Poor scaling can make a smaller slice cheaper, or even faster when
     communication dominates; throughput always uses every GPU.
     """
-    variants = [cluster]
     if objective is Objective.THROUGHPUT:
-        return variants
+        return [cluster]
+    entry = _SLICES.get(id(cluster))
+    if entry is None or entry[0] is not cluster:
+        if len(_SLICES) >= 256:
+            _SLICES.clear()
+        entry = _SLICES[id(cluster)] = (cluster, _slices(cluster))  # holding the cluster keeps its id
+    return [cluster, *entry[1]]
+
+
+# id(cluster) -> (cluster, its slices): every search of one cluster object gets the same slice objects, which
+# the caches keyed by a cluster's identity find again (hardware_of, _GROUP_PLANS) instead of building anew.
+_SLICES: dict[int, tuple[ClusterSpec, tuple[ClusterSpec, ...]]] = {}
+
+
+def _slices(cluster: ClusterSpec) -> tuple[ClusterSpec, ...]:
+    """The fewer whole nodes (or GPUs of one node) of cluster_variants, by powers of two."""
+    variants = []
     if cluster.num_nodes > 1:
         nodes = 1
         while nodes < cluster.num_nodes:
@@ -84,7 +103,7 @@ def cluster_variants(cluster: ClusterSpec, objective: Objective) -> list[Cluster
         while gpus < cluster.gpus_per_node:
             variants.append(cluster.model_copy(update={"gpus_per_node": gpus}))
             gpus *= 2
-    return variants
+    return tuple(variants)
 
 
 def objective_score(throughput: ThroughputEstimate, world_size: int, objective: Objective) -> float:
@@ -162,10 +181,7 @@ class CandidateEvaluator:
         cluster = group.cluster
         plan = group.throughput_plan
         if plan is None:
-            # From the group's validated config: its key is already known (the memory estimate's).
-            plan = group.throughput_plan = throughput_plan(
-                self.spec, group.validated, cluster, implementation=self._implementation
-            )
+            plan = group.throughput_plan = self._group_plan(group)
         step = candidate_step(plan, level.config, *pair)
         if self.adjust is None:
             score = score_of(step.tokens_per_s, plan.price_usd_per_gpu_hour, plan.world, self._by_cost)
@@ -174,6 +190,22 @@ class CandidateEvaluator:
         estimate = self.adjust(level.config_at(pair), estimate_of(plan, step))
         score = objective_score(estimate, cluster.world_size, self.request.objective)
         return Scored(group.layout, cluster, score, step, plan, level, pair, estimate)
+
+    def _group_plan(self, group: Group) -> ThroughputPlan:
+        """throughput_plan of the group's validated config on its cluster. Found by the objects' identities first
+        (the search of a cluster object meets the same configs and slices again): throughput_plan's own memo
+        builds a key of the config's and the hardware's values on every call (the links' dataclass hash is
+        Python code), a few microseconds per group."""
+        spec, config, cluster, implementation = self.spec, group.validated, group.cluster, self._implementation
+        key = (id(spec), id(config), id(cluster), id(implementation))
+        entry = _GROUP_PLANS.get(key)
+        if entry is not None and entry[1] is config:  # (the entry holds all four: equal ids are the same objects)
+            return entry[4]
+        if len(_GROUP_PLANS) >= 4096:
+            _GROUP_PLANS.clear()
+        plan = throughput_plan(spec, config, cluster, implementation=implementation)
+        _GROUP_PLANS[key] = (spec, config, cluster, implementation, plan)  # holding them keeps their ids
+        return plan
 
     def _family(self, name: str) -> FamilyRecord:
         record = self.families.get(name)
