@@ -252,18 +252,15 @@ class CandidateEvaluator:
         allowed_ac = [ac for ac in AC_ORDER if ac in request.activation_checkpointing]
         usable = int(cluster.gpu.memory_bytes * (1 - request.headroom_fraction))
         precisions = precisions_for(cluster, request)
+        world_size, global_batch = cluster.world_size, request.global_batch
+        assert global_batch is not None  # search_plans resolves the batch before the candidates
         for layout in enumerate_layouts(self.spec, cluster, request):
             record = self._family(layout.family)
-            dp = cluster.world_size // layout.model_parallel
-            assert request.global_batch is not None  # search_plans resolves the batch before the candidates
-            batches = batch_options(
-                request, request.global_batch, dp, layout.pipeline_parallel, layout.micro_batch_rounds
-            )
+            dp = world_size // layout.model_parallel
+            batches = batch_options(request, global_batch, dp, layout.pipeline_parallel, layout.micro_batch_rounds)
             if not batches:
                 if not record.fitting and record.smallest_miss is None:
-                    record.infeasible = infeasible_batch_reason(
-                        request, request.global_batch, dp, layout.pipeline_parallel
-                    )
+                    record.infeasible = infeasible_batch_reason(request, global_batch, dp, layout.pipeline_parallel)
                 continue
             record.infeasible = None
             for precision in precisions:

@@ -153,6 +153,13 @@ def _slowdown_cause(slow: ThroughputEstimate, fast: ThroughputEstimate) -> str:
     return SLOWDOWN_CAUSES[name] if deltas[name] > 0 else "a less efficient layout"
 
 
+def _per_gpu_total(spec: ModelSpec, item: Scored) -> int:
+    """memory_on(...).total of a fitting candidate: the search's own figure where it estimated the candidate's
+    memory (the bisection infers some fits without an estimate), the step peak's otherwise."""
+    known = item.level.memory.get(item.batch)
+    return known[0] if known is not None else memory_total_on(spec, item.config, item.cluster)
+
+
 def _miss_line(spec: ModelSpec, record: FamilyRecord, request: PlanRequest) -> str:
     assert record.smallest_miss is not None  # callers ask only for families that missed
     total, config, cluster = record.smallest_miss
@@ -205,7 +212,7 @@ def family_fates(
             word = "costlier" if request.objective is Objective.COST else "slower"
             by = f"{(ratio - 1) * 100:.1f}%" if ratio < 1.1 else f"{ratio:.1f}x"
             cause = _slowdown_cause(item.throughput, best.throughput)
-            total = memory_total_on(spec, item.config, item.cluster)
+            total = _per_gpu_total(spec, item)
             fates[name] = (
                 f"fits ({gib(total)} per GPU), but {by} {word} than {best.layout.family} "
                 f"({cause}) [{throughput_source(item.throughput)}]"
