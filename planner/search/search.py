@@ -48,7 +48,8 @@ def _pick(items: list[Scored]) -> tuple[Scored, Scored]:
     """(chosen, best-scoring): among candidates within TIE_TOLERANCE of the best score, the one
     on the most GPUs (same cost, sooner done), then the simplest."""
     fastest = max(items, key=_score_of)
-    close = [item for item in items if item.score >= fastest.score * (1 - TIE_TOLERANCE)]
+    threshold = fastest.score * (1 - TIE_TOLERANCE)  # once, not per item: the cost objective scores thousands
+    close = [item for item in items if item.score >= threshold]
     chosen = min(close, key=lambda item: (-item.cluster.world_size, item.layout.complexity, -item.score))
     return chosen, fastest
 
