@@ -103,9 +103,8 @@ class StrategyLayout:
     # Read off `fields` once: the search reads them for every layout of every search (layouts are memoised).
     tensor_parallel: int = field(init=False, repr=False, hash=False, compare=False)
     pipeline_parallel: int = field(init=False, repr=False, hash=False, compare=False)
-    model_parallel: int = field(
-        init=False, repr=False, hash=False, compare=False
-    )  # ranks sharing one replica (tp x pp x cp)
+    # Ranks sharing one data-parallel replica (tp x pp x cp).
+    model_parallel: int = field(init=False, repr=False, hash=False, compare=False)
     # Accumulation steps must be a multiple of this (interleaved 1F1B runs rounds of pp).
     micro_batch_rounds: int = field(init=False, repr=False, hash=False, compare=False)
 
