@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict
 
 from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec
-from planner.memory.estimate import MemoryEstimate, OverheadSettings, estimate_memory
+from planner.memory.estimate import MemoryEstimate, OverheadSettings, estimate_memory, fit_bytes
+from planner.memory.phases import step_peak
 from planner.models.spec import ModelSpec
 from planner.throughput.estimate import check_fp8_gpu, estimate_throughput
 from planner.throughput.result import ThroughputEstimate
@@ -62,6 +63,15 @@ def memory_on(
         headroom_fraction=headroom_fraction,
         overhead=overhead,
     )
+
+
+def memory_total_on(spec: ModelSpec, config: TrainingConfig, cluster: ClusterSpec) -> int:
+    """memory_on(spec, config, cluster).total (per-GPU bytes, default overhead; the headroom does not change
+    it) without the MemoryEstimate around it: the search quotes it for every family that fits but lost, and
+    the estimate's categories and sources cost more than the lookup of its peak."""
+    gpus_per_node = cluster.gpus_per_node
+    peak = step_peak(spec, config, world_size=gpus_per_node * cluster.num_nodes, gpus_per_node=gpus_per_node)
+    return fit_bytes(peak, gpus_per_node)[0]
 
 
 def evaluate(

@@ -27,8 +27,8 @@ from planner.search.batching import batch_options, infeasible_batch_reason
 from planner.search.groups import FamilyRecord, Group, Level, Scored
 from planner.search.layouts import StrategyLayout, enumerate_layouts
 from planner.search.request import Objective, PlanRequest
-from planner.throughput.estimate import candidate_step, estimate_of, throughput_plan
-from planner.throughput.implementation import implementation_named
+from planner.throughput.estimate import ThroughputPlan, candidate_step, estimate_of, throughput_plan
+from planner.throughput.implementation import Implementation, implementation_named
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import ActivationCheckpointing, Precision, Strategy, TrainingConfig
 
@@ -37,6 +37,10 @@ ThroughputAdjust = Callable[[TrainingConfig, ThroughputEstimate], ThroughputEsti
 AC_ORDER = (ActivationCheckpointing.NONE, ActivationCheckpointing.SELECTIVE, ActivationCheckpointing.FULL)
 # (layout identity, precision, AC, the request's config fields) -> (layout, its validated config).
 _LAYOUT_CONFIGS: dict[tuple, tuple[StrategyLayout, TrainingConfig]] = {}
+# (spec, validated config, cluster, implementation identities) -> (those four, their throughput plan).
+_GROUP_PLANS: dict[
+    tuple[int, int, int, int], tuple[ModelSpec, TrainingConfig, ClusterSpec, Implementation, ThroughputPlan]
+] = {}
 
 
 @dataclass
@@ -71,9 +75,24 @@ def cluster_variants(cluster: ClusterSpec, objective: Objective) -> list[Cluster
     Poor scaling can make a smaller slice cheaper, or even faster when
     communication dominates; throughput always uses every GPU.
     """
-    variants = [cluster]
     if objective is Objective.THROUGHPUT:
-        return variants
+        return [cluster]
+    entry = _SLICES.get(id(cluster))
+    if entry is None or entry[0] is not cluster:
+        if len(_SLICES) >= 256:
+            _SLICES.clear()
+        entry = _SLICES[id(cluster)] = (cluster, _slices(cluster))  # holding the cluster keeps its id
+    return [cluster, *entry[1]]
+
+
+# id(cluster) -> (cluster, its slices): every search of one cluster object gets the same slice objects, which
+# the caches keyed by a cluster's identity find again (hardware_of, _GROUP_PLANS) instead of building anew.
+_SLICES: dict[int, tuple[ClusterSpec, tuple[ClusterSpec, ...]]] = {}
+
+
+def _slices(cluster: ClusterSpec) -> tuple[ClusterSpec, ...]:
+    """The fewer whole nodes (or GPUs of one node) of cluster_variants, by powers of two."""
+    variants = []
     if cluster.num_nodes > 1:
         nodes = 1
         while nodes < cluster.num_nodes:
@@ -84,7 +103,7 @@ def cluster_variants(cluster: ClusterSpec, objective: Objective) -> list[Cluster
         while gpus < cluster.gpus_per_node:
             variants.append(cluster.model_copy(update={"gpus_per_node": gpus}))
             gpus *= 2
-    return variants
+    return tuple(variants)
 
 
 def objective_score(throughput: ThroughputEstimate, world_size: int, objective: Objective) -> float:
@@ -162,10 +181,7 @@ class CandidateEvaluator:
         cluster = group.cluster
         plan = group.throughput_plan
         if plan is None:
-            # From the group's validated config: its key is already known (the memory estimate's).
-            plan = group.throughput_plan = throughput_plan(
-                self.spec, group.validated, cluster, implementation=self._implementation
-            )
+            plan = group.throughput_plan = self._group_plan(group)
         step = candidate_step(plan, level.config, *pair)
         if self.adjust is None:
             score = score_of(step.tokens_per_s, plan.price_usd_per_gpu_hour, plan.world, self._by_cost)
@@ -174,6 +190,22 @@ class CandidateEvaluator:
         estimate = self.adjust(level.config_at(pair), estimate_of(plan, step))
         score = objective_score(estimate, cluster.world_size, self.request.objective)
         return Scored(group.layout, cluster, score, step, plan, level, pair, estimate)
+
+    def _group_plan(self, group: Group) -> ThroughputPlan:
+        """throughput_plan of the group's validated config on its cluster. Found by the objects' identities first
+        (the search of a cluster object meets the same configs and slices again): throughput_plan's own memo
+        builds a key of the config's and the hardware's values on every call (the links' dataclass hash is
+        Python code), a few microseconds per group."""
+        spec, config, cluster, implementation = self.spec, group.validated, group.cluster, self._implementation
+        key = (id(spec), id(config), id(cluster), id(implementation))
+        entry = _GROUP_PLANS.get(key)
+        if entry is not None and entry[1] is config:  # (the entry holds all four: equal ids are the same objects)
+            return entry[4]
+        if len(_GROUP_PLANS) >= 4096:
+            _GROUP_PLANS.clear()
+        plan = throughput_plan(spec, config, cluster, implementation=implementation)
+        _GROUP_PLANS[key] = (spec, config, cluster, implementation, plan)  # holding them keeps their ids
+        return plan
 
     def _family(self, name: str) -> FamilyRecord:
         record = self.families.get(name)
@@ -220,18 +252,15 @@ class CandidateEvaluator:
         allowed_ac = [ac for ac in AC_ORDER if ac in request.activation_checkpointing]
         usable = int(cluster.gpu.memory_bytes * (1 - request.headroom_fraction))
         precisions = precisions_for(cluster, request)
+        world_size, global_batch = cluster.world_size, request.global_batch
+        assert global_batch is not None  # search_plans resolves the batch before the candidates
         for layout in enumerate_layouts(self.spec, cluster, request):
             record = self._family(layout.family)
-            dp = cluster.world_size // layout.model_parallel
-            assert request.global_batch is not None  # search_plans resolves the batch before the candidates
-            batches = batch_options(
-                request, request.global_batch, dp, layout.pipeline_parallel, layout.micro_batch_rounds
-            )
+            dp = world_size // layout.model_parallel
+            batches = batch_options(request, global_batch, dp, layout.pipeline_parallel, layout.micro_batch_rounds)
             if not batches:
                 if not record.fitting and record.smallest_miss is None:
-                    record.infeasible = infeasible_batch_reason(
-                        request, request.global_batch, dp, layout.pipeline_parallel
-                    )
+                    record.infeasible = infeasible_batch_reason(request, global_batch, dp, layout.pipeline_parallel)
                 continue
             record.infeasible = None
             for precision in precisions:
@@ -240,6 +269,14 @@ class CandidateEvaluator:
                 fitting_micros: set[int] = set()  # micro-batches that fit with less recomputation
                 for index, ac in enumerate(allowed_ac):
                     remaining = allowed_ac[index:]
+                    if len(fitting_micros) == len(batches):
+                        # Every micro-batch fit with less recomputation: the remaining levels' candidates are all
+                        # dominated, decided without an estimate (what _scan_micro_batches would count for them).
+                        # Common on large clusters, where one sequence per replica leaves one or two candidates.
+                        dominated = len(batches) * len(remaining)
+                        self.counters.considered += dominated
+                        self.counters.pruned += dominated
+                        break
                     # Nothing fit with less recomputation: if the lightest candidates do not fit
                     # either, skip the levels in between (memory never grows with more AC).
                     if (

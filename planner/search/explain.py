@@ -7,7 +7,7 @@ the throughput estimator's (or a calibration's), or the catalog.
 from __future__ import annotations
 
 from planner.contract.layout import describe_stage_layers
-from planner.evaluate import memory_on
+from planner.evaluate import memory_on, memory_total_on
 from planner.memory.estimate import MemoryEstimate
 from planner.models.spec import ModelSpec
 from planner.search.candidates import FamilyRecord, Scored
@@ -153,6 +153,13 @@ def _slowdown_cause(slow: ThroughputEstimate, fast: ThroughputEstimate) -> str:
     return SLOWDOWN_CAUSES[name] if deltas[name] > 0 else "a less efficient layout"
 
 
+def _per_gpu_total(spec: ModelSpec, item: Scored) -> int:
+    """memory_on(...).total of a fitting candidate: the search's own figure where it estimated the candidate's
+    memory (the bisection infers some fits without an estimate), the step peak's otherwise."""
+    known = item.level.memory.get(item.batch)
+    return known[0] if known is not None else memory_total_on(spec, item.config, item.cluster)
+
+
 def _miss_line(spec: ModelSpec, record: FamilyRecord, request: PlanRequest) -> str:
     assert record.smallest_miss is not None  # callers ask only for families that missed
     total, config, cluster = record.smallest_miss
@@ -205,9 +212,9 @@ def family_fates(
             word = "costlier" if request.objective is Objective.COST else "slower"
             by = f"{(ratio - 1) * 100:.1f}%" if ratio < 1.1 else f"{ratio:.1f}x"
             cause = _slowdown_cause(item.throughput, best.throughput)
-            memory = memory_on(spec, item.config, item.cluster, headroom_fraction=request.headroom_fraction)
+            total = _per_gpu_total(spec, item)
             fates[name] = (
-                f"fits ({gib(memory.total)} per GPU), but {by} {word} than {best.layout.family} "
+                f"fits ({gib(total)} per GPU), but {by} {word} than {best.layout.family} "
                 f"({cause}) [{throughput_source(item.throughput)}]"
             )
         elif record.smallest_miss is not None:

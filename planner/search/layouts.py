@@ -100,25 +100,22 @@ class StrategyLayout:
     # Simpler layouts win ties: fewer moving parts, fewer ways to fail.
     complexity: int
     fields: dict = field(hash=False, compare=False)  # TrainingConfig fields this layout fixes
+    # Read off `fields` once: the search reads them for every layout of every search (layouts are memoised).
+    tensor_parallel: int = field(init=False, repr=False, hash=False, compare=False)
+    pipeline_parallel: int = field(init=False, repr=False, hash=False, compare=False)
+    # Ranks sharing one data-parallel replica (tp x pp x cp).
+    model_parallel: int = field(init=False, repr=False, hash=False, compare=False)
+    # Accumulation steps must be a multiple of this (interleaved 1F1B runs rounds of pp).
+    micro_batch_rounds: int = field(init=False, repr=False, hash=False, compare=False)
 
-    @property
-    def tensor_parallel(self) -> int:
-        return self.fields["layout"].tp if "layout" in self.fields else 1
-
-    @property
-    def pipeline_parallel(self) -> int:
-        return self.fields["layout"].pp if "layout" in self.fields else 1
-
-    @property
-    def model_parallel(self) -> int:
-        """Ranks sharing one data-parallel replica (tp x pp x cp)."""
-        return self.fields["layout"].model_parallel if "layout" in self.fields else 1
-
-    @property
-    def micro_batch_rounds(self) -> int:
-        """Accumulation steps must be a multiple of this (interleaved 1F1B runs rounds of pp)."""
+    def __post_init__(self) -> None:
+        dims = self.fields.get("layout")
+        pp = dims.pp if dims is not None else 1
         interleaved = self.fields.get("pipeline_schedule") is PipelineSchedule.INTERLEAVED
-        return self.pipeline_parallel if interleaved else 1
+        object.__setattr__(self, "tensor_parallel", dims.tp if dims is not None else 1)
+        object.__setattr__(self, "pipeline_parallel", pp)
+        object.__setattr__(self, "model_parallel", dims.model_parallel if dims is not None else 1)
+        object.__setattr__(self, "micro_batch_rounds", pp if interleaved else 1)
 
 
 def _layout(complexity: int, fields: dict) -> StrategyLayout:

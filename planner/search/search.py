@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import time
+from operator import attrgetter
 
 from planner.errors import UserInputError
 from planner.evaluate import memory_on
@@ -40,11 +41,15 @@ def _check_request(spec: ModelSpec, request: PlanRequest) -> None:
     probe.model_copy(update={"routing": request.routing}).check_against(spec, 1, 1)
 
 
+_score_of = attrgetter("score")
+
+
 def _pick(items: list[Scored]) -> tuple[Scored, Scored]:
     """(chosen, best-scoring): among candidates within TIE_TOLERANCE of the best score, the one
     on the most GPUs (same cost, sooner done), then the simplest."""
-    fastest = max(items, key=lambda item: item.score)
-    close = [item for item in items if item.score >= fastest.score * (1 - TIE_TOLERANCE)]
+    fastest = max(items, key=_score_of)
+    threshold = fastest.score * (1 - TIE_TOLERANCE)  # once, not per item: the cost objective scores thousands
+    close = [item for item in items if item.score >= threshold]
     chosen = min(close, key=lambda item: (-item.cluster.world_size, item.layout.complexity, -item.score))
     return chosen, fastest
 
@@ -148,10 +153,9 @@ def search_plans(
         scored += evaluator.run(variant)
 
     tokens = request.tokens_to_train(spec.params.total)
-    family_best: dict[str, Scored] = {}
-    for name, record in evaluator.families.items():
-        if record.fitting:
-            family_best[name] = _pick(record.fitting)[0]
+    # (chosen, best-scoring) of each family that fits: the first names its entry, the second its reasons' best.
+    family_picks = {name: _pick(record.fitting) for name, record in evaluator.families.items() if record.fitting}
+    family_best = {name: chosen for name, (chosen, _) in family_picks.items()}
 
     best_item: Scored | None = None
     plans: list[Plan] = []
@@ -161,22 +165,24 @@ def search_plans(
         # The chosen family's entry is the chosen plan itself.
         family_best[best_item.layout.family] = best_item
         ranked = sorted(family_best.values(), key=lambda item: (item is not best_item, -item.score))
-        scores = sorted((item.score for item in scored), reverse=True)
-        for item in ranked[: request.top_k]:
+        # Every score negated, ascending: a plan's rank is 1 + the number of higher scores, found by bisection.
+        negated_scores = sorted(-item.score for item in scored)
+        reported = ranked[: request.top_k]
+        whole = None  # the best plan on the whole cluster, which a reported plan on fewer GPUs is compared with
+        if any(item.cluster.world_size < cluster.world_size for item in reported):
+            whole = max((other for other in scored if other.cluster is cluster), key=_score_of, default=None)
+        for item in reported:
             memory = memory_on(spec, item.config, item.cluster, headroom_fraction=request.headroom_fraction)
             reasons = plan_reasons(
                 item,
                 memory,
                 request,
-                rank=1 + bisect.bisect_left([-score for score in scores], -item.score),
+                rank=1 + bisect.bisect_left(negated_scores, -item.score),
                 fitting=len(scored),
                 tokens=tokens,
-                fastest=fastest if item is best_item else _pick(evaluator.families[item.layout.family].fitting)[1],
+                fastest=fastest if item is best_item else family_picks[item.layout.family][1],
             )
             if item.cluster.world_size < cluster.world_size:
-                whole = max(
-                    (other for other in scored if other.cluster is cluster), key=lambda other: other.score, default=None
-                )
                 gain = (
                     f"; the best plan on all {cluster.world_size} scores {whole.score / item.score:.2f}x of this"
                     if whole
