@@ -14,7 +14,7 @@ types it as a ThroughputEstimate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from planner.config_key import config_key_without_batch
@@ -198,9 +198,6 @@ class ThroughputPlan:
     bubble_per_stage: float  # pipeline bubble in units of one micro-batch's stage compute
     price_usd_per_gpu_hour: float | None
     sources: dict[str, str]
-    # (micro-batch, accumulation, activation checkpointing) -> candidate_step's step, shared (not to be changed):
-    # plans are memoised by value, so a search repeated on the same hardware finds its candidates' steps again.
-    steps: dict[tuple[int, int, ActivationCheckpointing], CandidateStep] = field(default_factory=dict, compare=False)
 
 
 # (spec, config without its batch, the hardware's values, implementation) -> (spec, plan), under CONSTANTS.
@@ -315,9 +312,6 @@ def candidate_step(plan: ThroughputPlan, config: TrainingConfig, micro_batch: in
     was made from, at any activation checkpointing). The config's own batch is not read: the search passes
     its AC level's config and builds a candidate's own only for the candidates it reports."""
     checkpointing = config.activation_checkpointing
-    known = plan.steps.get((micro_batch, accum, checkpointing))
-    if known is not None:
-        return known
     cached = plan.stages.get((micro_batch, checkpointing))
     if cached is None:
         if len(plan.stages) > 4096:
@@ -336,9 +330,7 @@ def candidate_step(plan: ThroughputPlan, config: TrainingConfig, micro_batch: in
     step = compute + recompute + comm.exposed_s + bubble + comm.offload_s + comm.optimizer_step_s
 
     global_batch = micro_batch * accum * plan.dp
-    if len(plan.steps) > 4096:
-        plan.steps.clear()
-    known = plan.steps[micro_batch, accum, checkpointing] = CandidateStep(
+    return CandidateStep(
         step_s=step,
         compute_s=compute,
         recompute_s=recompute,
@@ -349,7 +341,6 @@ def candidate_step(plan: ThroughputPlan, config: TrainingConfig, micro_batch: in
         flops=flops,
         launch_bound=stage.launch_bound,
     )
-    return known
 
 
 def estimate_of(plan: ThroughputPlan, candidate: CandidateStep) -> ThroughputEstimate:
