@@ -10,8 +10,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.contract.layout import ParallelDims
-from planner.contract.run_config import SearchRestrictions
 from planner.contract.schema import SCHEMA_VERSION
+from planner.contract.search_restrictions import SearchRestrictions
 from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import MemoryEstimate
 from planner.models.spec import ModelSpec

@@ -24,9 +24,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from planner.contract.choices import ActivationCheckpointing, Precision
+from planner.contract.choices import Precision
 from planner.contract.layout import ParallelDims
 from planner.contract.schema import SCHEMA_VERSION
+from planner.contract.search_restrictions import SearchRestrictions
 
 Launcher = Literal["torchrun", "accelerate", "deepspeed", "mpirun"]  # what launch.sh starts by default
 Init = Literal["pretrained", "random"]
@@ -156,21 +157,6 @@ class Predicted(_Block):
     peak_flops_per_device: float | None = Field(default=None, gt=0)
     throughput_source: str = ""
     memory_source: str = ""
-
-
-class SearchRestrictions(_Block):
-    """What the search that found the plan was kept to (`plan --strategies, --fsdp-sharding, --ac, --no-offload,
-    --micro-batch, --objective, --tokens`), so `tune RUN_DIR` measures the top of the same search. The defaults are
-    the unrestricted search: what a plan.json written before this block was searched with."""
-
-    # Names the search takes (planner/search/request.py's SEARCH_STRATEGIES); --fsdp-sharding is folded in
-    # as the pinned name (fsdp-full, say).
-    strategies: tuple[str, ...] = ("ddp", "fsdp", "deepspeed", "engine")
-    activation_checkpointing: tuple[ActivationCheckpointing, ...] = tuple(ActivationCheckpointing)
-    allow_offload: bool = True
-    micro_batch: int | None = Field(default=None, ge=1, le=1 << 20)
-    objective: Literal["throughput", "cost", "time-to-train"] = "throughput"
-    train_tokens: float | None = Field(default=None, gt=0, allow_inf_nan=False)  # --tokens; None: 20 per parameter
 
 
 class RunConfig(_Block):

@@ -27,7 +27,7 @@ from planner.training_config import (
 )
 
 if TYPE_CHECKING:
-    from planner.contract.run_config import SearchRestrictions
+    from planner.contract.search_restrictions import SearchRestrictions
     from planner.models.spec import ModelSpec
 
 # Chinchilla (Hoffmann et al. 2022): about 20 training tokens per parameter.
@@ -198,7 +198,7 @@ def default_seq_len(spec: ModelSpec) -> int:
 
 def search_restrictions(request: PlanRequest) -> SearchRestrictions:
     """What `request` kept the search to, as a run folder's plan.json records it (the run block's `search`)."""
-    from planner.contract.run_config import SearchRestrictions
+    from planner.contract.search_restrictions import SearchRestrictions
 
     return SearchRestrictions(
         strategies=request.strategies,
