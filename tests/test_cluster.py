@@ -146,7 +146,8 @@ def test_host_ram_defaults_scale_with_the_kind_of_node():
 @pytest.mark.parametrize(
     ("gpu", "count", "figure", "why"),
     [
-        ("H100-80GB", 8, "1024 GiB per node", "128 GiB per SXM GPU: NVIDIA's DGX A100 carries 1 TB for its 8 GPUs"),
+        ("H100-80GB", 8, "1024 GiB per node", "128 GiB per SXM GPU, half of the 2 TB that MLPerf's DGX A100 and"),
+        ("MI300X", 8, "1024 GiB per node", "128 GiB per OAM GPU, two thirds of the 1.5 TiB that AMD's MLPerf"),
         ("L4", 2, "128 GiB per node", "64 GiB per PCIe GPU, half an SXM server's (a guess"),
         ("RTX-4090", 1, "32 GiB per node", "32 GiB per consumer or workstation GPU (a guess"),
     ],
