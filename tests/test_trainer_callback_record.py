@@ -52,3 +52,40 @@ def test_a_trainer_run_of_another_step_than_the_plans_carries_no_prediction(tmp_
 def test_a_gpu_plan_trained_on_cpu_processes_is_recorded_as_cpu_without_the_gpu_prediction(tmp_path):
     _, stored = _recorded(tmp_path, gpu="A100-80GB", bf16=False)
     assert stored.gpu_name == "cpu" and stored.predicted_step_time_s is None
+
+
+def _logged_line(tmp_path, gpu: str, **overrides) -> tuple[object, str]:
+    """The line the callback prints at a logging step whose median step time is set to 1.5 x the prediction."""
+    from transformers import TrainerControl, TrainerState
+
+    from hardware_selector import training_arguments
+    from hardware_selector.integrations import PlanCallback
+
+    plan = make_plan("gpt2", gpu=gpu, gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4, grad_accum=1)
+    plan = plan.model_copy(update={"throughput": evaluate(plan.model, plan.config, plan.cluster).throughput})
+    said: list[str] = []
+    callback = PlanCallback(plan, strict=False, say=said.append)
+    args = training_arguments(plan, tmp_path / "out", use_cpu=True, **overrides)
+    state, control = TrainerState(), TrainerControl()
+    callback.on_train_begin(args, state, control)
+    said.clear()  # a non-strict mismatch warns first
+    state.global_step, state.log_history = 2, [{"loss": 1.0}]
+    callback._since_log = [1.5 * callback.run.predicted.step_time_s]
+    callback.on_log(args, state, control)
+    (line,) = said
+    return callback.run.predicted, line
+
+
+def test_a_cpu_plans_logged_line_compares_the_step_time_as_train_does_and_not_the_memory(tmp_path):
+    predicted, line = _logged_line(tmp_path, "cpu")
+    assert f"s/step vs predicted {predicted.step_time_s:.3g} (+50%; " in line
+    assert line.endswith("(CPU processes: not compared with a GPU estimate)") and "vs predicted" not in line[-60:]
+
+
+@pytest.mark.parametrize(
+    ("gpu", "overrides"), [("A100-80GB", {"bf16": False}), ("cpu", {"gradient_accumulation_steps": 2})]
+)
+def test_a_step_the_plan_did_not_predict_on_cpu_processes_is_not_compared(tmp_path, gpu, overrides):
+    """A GPU plan on CPU processes, or a Trainer running another step than the plan's (strict=False)."""
+    _, line = _logged_line(tmp_path, gpu, **overrides)
+    assert "vs predicted" not in line and line.endswith("(CPU processes: the plan's GPU predictions are not compared)")

@@ -15,7 +15,9 @@
 2. Every logging step, the median optimizer-step time and the peak memory
    since the last log go beside the plan's predictions, with where each
    prediction came from, into the log history (keys `plan/...`) and one line
-   on the main process. On CPU processes the GPU prediction is not compared.
+   on the main process. On CPU processes the step time is compared only with
+   a `--gpu cpu` plan's prediction (as `train` compares it), and memory never
+   (host RSS is no GPU estimate).
 3. With record=True the run is stored in the benchmark database at
    on_train_end (benchmarks_db), where calibration learns from it; beside the
    plan's step-time prediction when the Trainer ran the plan's own step, on
@@ -61,6 +63,7 @@ class PlanCallback(TrainerCallback):
         self._since_log: list[float] = []
         self._tick: float | None = None
         self._on_gpu = False
+        self._runs_the_plan = True  # the Trainer's step is the plan's (no differences at on_train_begin)
         self.record_id: str | None = None
 
     # 1. the check
@@ -69,6 +72,7 @@ class PlanCallback(TrainerCallback):
 
         self._on_gpu = torch.cuda.is_available() and not getattr(args, "use_cpu", False)
         differences = trainer_differences(args, self.plan, self.run)
+        self._runs_the_plan = not differences
         if differences:
             line = (
                 f"the Trainer does not run the plan for {self.plan.model.name}: {'; '.join(differences)}; "
@@ -114,23 +118,29 @@ class PlanCallback(TrainerCallback):
 
     def _line(self, step: int, measured: float, peak: int) -> str:
         predicted = self.run.predicted
-        if not self._on_gpu:
-            return (
-                f"step {step}: {measured:.3g} s/step, host peak RSS {peak / GIB:.2f} GiB "
-                "(CPU processes: the plan's GPU predictions are not compared)"
-            )
         time_part = f"step {step}: {measured:.3g} s/step"
+        if not self._on_gpu:
+            rss = f"host peak RSS {peak / GIB:.2f} GiB"
+            # A `--gpu cpu` plan predicts these processes' step time (the runner's rule, step_time_comparable).
+            if self.plan.cluster.gpu.name != "cpu" or not predicted.step_time_s or not self._runs_the_plan:
+                return f"{time_part}, {rss} (CPU processes: the plan's GPU predictions are not compared)"
+            return f"{time_part}{self._versus(measured)}; {rss} (CPU processes: not compared with a GPU estimate)"
         if predicted.step_time_s:
-            time_part += (
-                f" vs predicted {predicted.step_time_s:.3g} ({measured / predicted.step_time_s - 1:+.0%}; "
-                f"{predicted.throughput_source or 'formula'})"
-            )
+            time_part += self._versus(measured)
         memory_part = f"peak memory {peak / GIB:.2f} GiB"
         if predicted.peak_memory_bytes:
             memory_part += (
                 f" vs predicted {predicted.peak_memory_bytes / GIB:.2f} GiB ({predicted.memory_source or 'formula'})"
             )
         return f"{time_part}; {memory_part}"
+
+    def _versus(self, measured: float) -> str:
+        predicted = self.run.predicted
+        assert predicted.step_time_s
+        return (
+            f" vs predicted {predicted.step_time_s:.3g} ({measured / predicted.step_time_s - 1:+.0%}; "
+            f"{predicted.throughput_source or 'formula'})"
+        )
 
     # 3. the record
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
