@@ -343,7 +343,7 @@ def test_the_offload_line_says_where_the_host_ram_comes_from(capsys):
     assert run_json(capsys, *config)["memory"]["cpu_capacity_per_node_bytes"] == 1 << 40
     assert main([*BASE, *config]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "of 1.00 TiB (host RAM: 1024 GiB per node, assumed: 128 GiB per SXM GPU: NVIDIA's DGX A100" in out
+    assert "of 1.00 TiB (host RAM: 1024 GiB per node, assumed: 128 GiB per SXM GPU, half of the 2 TB" in out
     assert main([*BASE, *config, "--cpu-ram-gb", "512"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "of 512.00 GiB" in out and "assumed" not in out
