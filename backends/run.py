@@ -17,6 +17,7 @@ its traceback kept in RUN_DIR/logs/ (backends/runner/failures.py).
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import time
@@ -24,9 +25,19 @@ import time
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_STOPPED = 3
+# The young generation's collection threshold for a rank's life (CPython's is 700 new objects). Importing torch,
+# transformers and a model's module creates some 600,000 objects that live as long as the process, and walking
+# them every 700 allocations cost each rank ~1.7 s of CPU before its first step (of ~5.5 s of imports:
+# docs/performance.md, "Rank start-up"). Collections still happen, every 100,000 new objects: fewer pauses in
+# the steps too, as Megatron-LM's manual GC seeks. The CLI does the same while a command runs
+# (hardware_selector_cli/collector.py).
+RANK_YOUNG_THRESHOLD = 100_000
 
 
 def main(argv: list[str] | None = None) -> int:
+    threshold = gc.get_threshold()
+    if threshold[0]:  # 0: the collector is off, and stays off
+        gc.set_threshold(max(threshold[0], RANK_YOUNG_THRESHOLD), *threshold[1:])
     from backends.mpi.environment import adopt_mpi_environment
     from backends.runner.failures import describe_failure, die_with_the_launcher, lost_a_peer
     from backends.runner.loop import RunStopped, train

@@ -29,14 +29,18 @@ def data_segment_bytes() -> int:
 
 
 def main(warm_dir: str, big_dir: str, spare_corpus: str, budget_mb: int) -> None:
+    import gc
     import shutil
 
     from backends.data import prepare_data
+    from backends.run import RANK_YOUNG_THRESHOLD
     from backends.runner.loop import train
     from backends.runner.options import parse_args
     from planner.contract.run_config import DataConfig
     from planner.rundir.plan_file import read_plan_file
 
+    # The collector as a rank started by `python -m backends.run` runs it: the cap must hold under it too.
+    gc.set_threshold(RANK_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     shutil.rmtree(Path(warm_dir) / "data", ignore_errors=True)  # the warm-up must tokenize, not hit the cache
     train(parse_args(["--plan", warm_dir, "--steps", "2", "--save-every", "0"]))  # every lazy import and pool
     _, run = read_plan_file(Path(warm_dir))
