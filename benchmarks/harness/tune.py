@@ -128,13 +128,21 @@ def timed_steps(
     return min(steps, MAX_TIMED_STEPS)
 
 
-def trials(matrix: BenchmarkMatrix, store: BenchmarkStore, overhead_s: dict[str, float] | None = None) -> list[Trial]:
-    """Each entry as a trial, with its newest record in the store (the tune's own, or an earlier tune's)."""
+def trials(
+    matrix: BenchmarkMatrix,
+    store: BenchmarkStore,
+    overhead_s: dict[str, float] | None = None,
+    fresh: dict[str, str] | None = None,
+) -> list[Trial]:
+    """Each entry as a trial, with its record: the one this tune just wrote (`fresh`: key -> record id), else the
+    newest in the store (an earlier tune's). Records written within the same second have no order, so a tune's
+    own are named by id, not found by time."""
     newest: dict[str, RunRecord] = {}
-    keys = {entry.key for entry in matrix.entries}
+    keys, fresh = {entry.key for entry in matrix.entries}, fresh or {}
     for record in store.runs(gpu=matrix.gpu, model=matrix.model):  # newest first
-        if record.matrix_key in keys and record.matrix_key not in newest:
-            newest[record.matrix_key] = record
+        key = record.matrix_key
+        if key in keys and key not in newest and fresh.get(key, record.id) == record.id:
+            newest[key] = record
     found = []
     for rank, entry in enumerate(matrix.entries, 1):
         dominant = dominant_collective(entry.config, entry.predicted)
@@ -267,13 +275,14 @@ def run_tune(
     environment, entries = current_environment(), {entry.key: entry for entry, _ in pending}
     if tiny:  # the prediction is the full model's: a shrunken model's time beside it would calibrate nonsense
         entries = {key: entry.model_copy(update={"predicted": None}) for key, entry in entries.items()}
-    for run in runs:
-        store.add(record_outcome(entries[run.key], matrix, environment, run.outcome, 2 * budget_s))
+    recorded = [record_outcome(entries[run.key], matrix, environment, run.outcome, 2 * budget_s) for run in runs]
+    for record in recorded:
+        store.add(record)
     shutil.rmtree(scratch, ignore_errors=True)  # every trial is in the database now
     overheads = {run.key: run.overhead_s for run in runs if run.overhead_s is not None}
     return TuneOutcome(
         timed_steps=steps,
-        trials=trials(matrix, store, overheads),
+        trials=trials(matrix, store, overheads, fresh={record.matrix_key: record.id for record in recorded}),
         skipped=len(matrix.entries) - len(pending),
         launches=max((run.launches for run in runs), default=0),
         link_GBps=next((run.link_GBps for run in runs if run.link_GBps), {}),
