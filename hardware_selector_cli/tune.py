@@ -91,6 +91,8 @@ def register(app: typer.Typer) -> None:
                 f"tune RUN_DIR searches for the folder's own batch, length and precision; drop {', '.join(searched)}, "
                 "or plan with them first (plan --emit DIR ...) and tune that folder"
             )
+        if force and emit is None:  # as plan's: tune RUN_DIR replaces its folder without being asked
+            raise UserInputError("--force replaces the files of an --emit folder; add --emit DIR, or drop --force")
         if run_dir is not None:
             run_dir = run_dir.expanduser().resolve()  # the trials run elsewhere: a relative path would not hold
             _refuse_while_training(run_dir)  # before the trials, and again before the winner replaces the folder

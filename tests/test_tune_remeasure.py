@@ -57,3 +57,10 @@ def test_tune_help_says_what_remeasure_and_force_do():
     result = cli_in_process("tune", "--help")
     assert "--remeasure" in result.stdout and "Measure every trial again" in result.stdout
     assert "--force" in result.stdout
+
+
+def test_force_without_emit_is_one_line_as_plans_is():
+    result = cli_in_process(*TUNE, "--force")
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "error: --force replaces the files of an --emit folder; add --emit DIR, or drop --force"
+    ]

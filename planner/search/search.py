@@ -6,6 +6,7 @@ import bisect
 import time
 from operator import attrgetter
 
+from planner.contract.search_restrictions import SearchRestrictions
 from planner.errors import UserInputError
 from planner.evaluate import memory_on
 from planner.hardware.cluster import ClusterSpec
@@ -60,10 +61,10 @@ def _to_plan(
     memory: MemoryEstimate,
     reasons: list[str],
     calibration: str | None,
-    request: PlanRequest,
+    search: SearchRestrictions,
 ) -> Plan:
     return Plan(
-        search=search_restrictions(request),
+        search=search,
         model=spec,
         cluster=item.cluster,
         config=item.config,
@@ -168,6 +169,7 @@ def search_plans(
         # Every score negated, ascending: a plan's rank is 1 + the number of higher scores, found by bisection.
         negated_scores = sorted(-item.score for item in scored)
         reported = ranked[: request.top_k]
+        restrictions = search_restrictions(request)  # what every reported plan was searched under
         whole = None  # the best plan on the whole cluster, which a reported plan on fewer GPUs is compared with
         if any(item.cluster.world_size < cluster.world_size for item in reported):
             whole = max((other for other in scored if other.cluster is cluster), key=_score_of, default=None)
@@ -197,7 +199,7 @@ def search_plans(
             reasons += [why_compressed] if why_compressed else []
             if batch_note:
                 reasons.append(batch_note)
-            plans.append(_to_plan(item, spec, memory, reasons, calibration, request))
+            plans.append(_to_plan(item, spec, memory, reasons, calibration, restrictions))
     elif suggest:
         if set(request.strategies) <= {"engine"} and cluster.world_size == 1:  # not memory: no layout at all
             name = flags.strategies or "the strategies"
