@@ -19,6 +19,7 @@ import typer
 
 from planner.errors import UserInputError
 
+from .given_flags import given_flags
 from .model_options import ModelOptions, model_options
 from .option_groups import option_group
 from .search_options import SearchOptions, search_options
@@ -35,6 +36,7 @@ def register(app: typer.Typer) -> None:
     @option_group("search", search_options)
     @option_group("routing", routing_options)
     def tune_command(
+        ctx: typer.Context,
         model: ModelOptions,
         cluster: ClusterOptions,
         search: SearchOptions,
@@ -78,14 +80,16 @@ def register(app: typer.Typer) -> None:
             raise UserInputError(f"--candidates must be at least 1, not {candidates}")
         if not 0 < budget <= 24 * 60:
             raise UserInputError(f"--budget is minutes, more than 0 and at most a day, not {budget:g}")
-        ignored = _folder_flags(model, cluster, search)
+        given = given_flags(ctx, search_options, routing_options)  # whatever their values: one at its default too
+        if "--top" in given:
+            raise UserInputError("tune measures the search's best --candidates K plans and shows them all; drop --top")
+        ignored = given_flags(ctx, model_options, cluster_options) + [f for f in FOLDER_SEARCH_FLAGS if f in given]
         if run_dir is not None and ignored:
             raise UserInputError(f"tune RUN_DIR tunes the folder's own model and cluster; drop {', '.join(ignored)}")
         if run_dir is not None and emit is not None:
             raise UserInputError("tune RUN_DIR re-emits the winner into RUN_DIR; drop --emit")
-        searched = search.training_flags_given(routing_default=routing.is_default, emitting=False)
-        overriding = [flag for flag in searched if flag in SEARCH_OVERRIDES]  # RUN_DIR's search, widened or narrowed
-        searched = [flag for flag in searched if flag not in SEARCH_OVERRIDES]
+        overriding = [flag for flag in given if flag in SEARCH_OVERRIDES]  # RUN_DIR's search, widened or narrowed
+        searched = [flag for flag in given if flag not in (*SEARCH_OVERRIDES, *FOLDER_SEARCH_FLAGS)]
         if run_dir is not None and searched:
             raise UserInputError(
                 f"tune RUN_DIR searches for the folder's own batch, length and precision; drop {', '.join(searched)}, "
@@ -203,24 +207,6 @@ def register(app: typer.Typer) -> None:
             print(f"wrote the winner ({winner.label}) to {folder}; its plan.json names the trials", file=sys.stderr)
 
 
-def _folder_flags(model: ModelOptions, cluster: ClusterOptions, search: SearchOptions) -> list[str]:
-    """The flags a run folder answers itself (its model, cluster, headroom, optimizer and whose code): beside
-    `tune RUN_DIR` they would be ignored, so they are refused. Its search's restrictions (SEARCH_OVERRIDES) are not
-    among them: given, they replace the folder's own."""
-    dimensions = {f"--{name.replace('_', '-')}": value for name, value in vars(model).items() if name != "model"}
-    search_given = {
-        "--headroom": search.headroom != 0.1,  # search_options' default, which plan.json's headroom replaces
-        "--optimizer": search.optimizer != "adamw",
-        "--implementation": search.implementation != "ours",
-    }
-    return [
-        *(["--model"] if model.model else []),
-        *(flag for flag, value in dimensions.items() if value is not None),
-        *cluster.given(),
-        *(flag for flag, given in search_given.items() if given),
-    ]
-
-
 def _refuse_while_training(run_dir: Path) -> None:
     from backends.runner.run_lock import refuse_if_held
 
@@ -293,18 +279,32 @@ def _candidates(run_dir, model, cluster, search, routing, top_k, overriding=()):
             # Of the search's strategies, those whose checkpoints reshard (all of those when it named none).
             kept = tuple(name for name in request.strategies if STRATEGY_ALIASES[name]["strategy"] in RESHARDABLE)
             reshardable = tuple(s for f in RESHARDABLE.values() for s in f)
+            if not kept and "--strategies" in overriding:  # not widened behind the user's back
+                raise UserInputError(
+                    f"{run_dir} is elastic, and none of --strategies {','.join(request.strategies)} reshards its "
+                    f"checkpoints on another world size; name some of {', '.join(reshardable)}"
+                )
             request = request.model_copy(update={"strategies": kept or reshardable})
+            restrictions = restrictions.model_copy(update={"strategies": request.strategies})  # what was searched
             elastic = replace(elastic, request=request)
+        if overriding:  # once the search is settled (an elastic folder's refusal comes first, alone)
+            print(
+                f"tune: {', '.join(overriding)} replace the search plan.json recorded (strategies "
+                f"{','.join(run.search.strategies)}); the winner's plan.json records this one",
+                file=sys.stderr,
+            )
     result = search_plans(spec, target, request.model_copy(update={"top_k": max(top_k, request.top_k)}))
     return spec, target, result.candidates[:top_k], options, elastic, restrictions
 
 
 # The flags of the plan's search that `tune RUN_DIR` takes beside the folder: each replaces what plan.json recorded.
 SEARCH_OVERRIDES = ("--strategies", "--fsdp-sharding", "--ac", "--no-offload", "--micro-batch", "--objective")
+# Search flags a run folder answers itself, as its model and cluster: beside `tune RUN_DIR` they are refused.
+FOLDER_SEARCH_FLAGS = ("--headroom", "--optimizer", "--implementation")
 
 
 def _overridden(recorded, search, config, overriding):
-    """The folder's search restrictions with those given beside `tune RUN_DIR` replacing theirs, said in one line."""
+    """The folder's search restrictions with those given beside `tune RUN_DIR` replacing theirs."""
     if not overriding:
         return recorded
     from planner.search.request import search_restrictions
@@ -318,13 +318,7 @@ def _overridden(recorded, search, config, overriding):
         "--micro-batch": "micro_batch",
         "--objective": "objective",
     }
-    restrictions = recorded.model_copy(update={fields[flag]: getattr(asked, fields[flag]) for flag in overriding})
-    print(
-        f"tune: {', '.join(overriding)} replace the search plan.json recorded (strategies "
-        f"{','.join(recorded.strategies)}); the winner's plan.json records this one",
-        file=sys.stderr,
-    )
-    return restrictions
+    return recorded.model_copy(update={fields[flag]: getattr(asked, fields[flag]) for flag in overriding})
 
 
 def _print_trials(found, outcome, db_path) -> None:

@@ -124,7 +124,7 @@ class ElasticPlan(BaseModel):
             return None
         dropped = list(range(low, self.min_nodes))
         if len(dropped) == 1:
-            counts = f"{dropped[0]} node{'s' if dropped[0] != 1 else ''} fits"
+            counts = "1 node fits" if dropped[0] == 1 else f"{dropped[0]} nodes fit"
         elif len(dropped) == 2:
             counts = f"{dropped[0]} and {dropped[1]} nodes fit"
         else:

@@ -325,3 +325,20 @@ def test_the_running_md_example_loses_a_node_and_re_plans(tmp_path, monkeypatch)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows if row["kind"] == "train"] == [1, 2, 3, 4]
     assert [row["to_world"] for row in rows if row["kind"] == "replan"] == [2]
+
+
+@pytest.mark.parametrize(
+    ("table", "low", "line"),
+    [
+        ((1, 2, 3), 2, "--elastic 1:3 narrowed to 2:3: 1 node fits no plan"),
+        ((2, 3, 4), 3, "--elastic 2:4 narrowed to 3:4: 2 nodes fit no plan"),  # was "2 nodes fits"
+        ((1, 2, 3, 4), 3, "--elastic 1:4 narrowed to 3:4: 1 and 2 nodes fit no plan"),
+        ((1, 2, 3, 4), 4, "--elastic 1:4 narrowed to 4:4: 1-3 nodes fit no plan (torchrun restarts on 4 nodes only)"),
+    ],
+)
+def test_the_narrowing_line_agrees_in_number(table, low, line):
+    from types import SimpleNamespace
+
+    entries = [SimpleNamespace(num_nodes=count) for count in table]
+    elastic = ElasticPlan.model_construct(min_nodes=low, max_nodes=table[-1], gpus_per_node=8, fallbacks=entries)
+    assert elastic.narrowing() == line

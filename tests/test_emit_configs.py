@@ -150,6 +150,18 @@ def test_training_arguments_builds_in_process():
     assert same.to_dict() == args.to_dict()
 
 
+@pytest.mark.parametrize("name", ["gradient_checkpointing", "activation_checkpointing"])
+@pytest.mark.parametrize("recompute", [True, False])
+def test_a_checkpointing_override_wins_under_either_of_its_names(name, recompute):
+    # transformers 5 takes activation_checkpointing over its old name gradient_checkpointing when both are set, and
+    # the plan sets the new one: an override under the old name was dropped.
+    from hardware_selector import training_arguments
+
+    plan = make_plan(strategy="ddp", activation_checkpointing="none" if recompute else "full")
+    args = training_arguments(plan, "/tmp/unused-output", **{name: recompute})
+    assert args.activation_checkpointing is recompute and args.gradient_checkpointing is recompute
+
+
 @pytest.mark.parametrize("tp,pp,zero", [(2, 1, 1), (1, 2, 0), (2, 2, 1)])
 def test_engine_json_is_accepted_by_the_engine(tp, pp, zero, tmp_path):
     from planner.contract.engine_config import load_engine_config

@@ -197,3 +197,20 @@ def test_cpu_processes_are_planned_fsdp2_only():
     gpu = shardings(make_cluster("H100-80GB", gpus_per_node=8, nodes=2))
     assert cpu and fsdp1 == {FsdpSharding.HYBRID, FsdpSharding.NONE} and not cpu & fsdp1
     assert fsdp1 <= gpu
+
+
+@pytest.mark.parametrize("strategies", [("fsdp-no-shard",), ("fsdp-hybrid", "fsdp-no-shard")])
+def test_fsdp1_alone_on_cpu_processes_is_one_line_saying_why_not_nothing_fits(strategies):
+    """Found by a review: asked for FSDP1's shardings alone on the cpu device, the search said nothing fits on any
+    count of it and suggested LoRA, where no layout was ever tried."""
+    from planner.errors import UserInputError
+
+    cpu = make_cluster("cpu", gpus_per_node=2, nodes=2)
+    with pytest.raises(UserInputError) as refused:
+        search_plans(resolve_model("gpt2"), cpu, PlanRequest(seq_len=32, global_batch=4, strategies=strategies))
+    assert "leaves nothing to search" in str(refused.value) and "do not run on CPU processes" in str(refused.value)
+    beside_ddp = search_plans(
+        resolve_model("gpt2"), cpu, PlanRequest(seq_len=32, global_batch=4, strategies=("ddp", "fsdp-no-shard"))
+    )
+    assert beside_ddp.best is not None and beside_ddp.best.config.strategy is Strategy.DDP
+    assert "do not run on CPU processes" in beside_ddp.rejected["FSDP no-shard"]

@@ -1,7 +1,8 @@
 """What PlanCallback(record=True) stores at the end of a Trainer run, against the runner's rule
 (backends/runner/summary.py): a `--gpu cpu` plan predicts the step time of the CPU processes that run it, so
 the record carries that prediction beside the measurement, as `train` and `tune` records do, and calibration
-learns from the pair; a step the plan did not predict (another accumulation) carries none.
+learns from the pair; a step the plan did not predict (another accumulation, or checkpointing the plan has not)
+carries none.
 
 The callback's hooks are called directly with the Trainer's own arguments and state objects; the step times
 are set, not timed (the reference is the plan's prediction, not a clock).
@@ -47,6 +48,13 @@ def test_a_cpu_plans_trainer_run_is_recorded_with_its_step_time_prediction(tmp_p
 def test_a_trainer_run_of_another_step_than_the_plans_carries_no_prediction(tmp_path):
     _, stored = _recorded(tmp_path, gradient_accumulation_steps=2)
     assert stored.grad_accum == 2 and stored.predicted_step_time_s is None and stored.mfu is None
+
+
+def test_a_trainer_run_with_checkpointing_the_plan_has_not_carries_no_prediction(tmp_path):
+    # Same world, micro-batch and accumulation as the plan, but the forward is recomputed: another step.
+    plan, stored = _recorded(tmp_path, gradient_checkpointing=True)
+    assert plan.config.activation_checkpointing.value == "none"
+    assert stored.grad_accum == 1 and stored.predicted_step_time_s is None and stored.mfu is None
 
 
 def test_a_gpu_plan_trained_on_cpu_processes_is_recorded_as_cpu_without_the_gpu_prediction(tmp_path):

@@ -159,8 +159,9 @@ class PlanCallback(TrainerCallback):
             }
         )
         # As the runner's record: the prediction goes beside the measurement when the step is the plan's, on
-        # GPUs or on the CPU processes a `--gpu cpu` plan predicts (calibration learns from the pair).
-        step_comparable = step_time_comparable(self.plan, run, tiny=False)
+        # GPUs or on the CPU processes a `--gpu cpu` plan predicts (calibration learns from the pair). A Trainer
+        # that ran another precision, strategy, stage, offload or checkpointing (on_train_begin) ran another step.
+        step_comparable = self._runs_the_plan and step_time_comparable(self.plan, run, tiny=False)
         summary = {
             "median_step_time_s": median,
             "step_time_spread_s": self.step_times.spread(),

@@ -1,6 +1,6 @@
 """DeepSpeed's learning-rate schedules (WarmupLR, WarmupDecayLR, WarmupCosineLR), same formulas.
 
-`lr_at(block, base_lr, iteration)` is the schedule as a pure function; the
+`lr_at(block, base_lr, iteration)` is the schedule as a pure function (no block: base_lr); the
 runner calls it for step k (k = 1, 2, ...) of every adapter, so all of them
 apply the same rate. WarmupSchedule is the stateful form our engine uses when
 driven directly through backends.initialize: it sets each param group's lr
@@ -17,7 +17,9 @@ from typing import Any
 from planner.contract.engine_config import SchedulerBlock
 
 
-def lr_at(block: SchedulerBlock, base_lr: float, iteration: int) -> float:
+def lr_at(block: SchedulerBlock | None, base_lr: float, iteration: int) -> float:
+    if block is None:  # no scheduler block: a constant rate
+        return base_lr
     params = block.params
     warmup = max(2, params.warmup_num_steps)
 

@@ -42,6 +42,10 @@ def model_fingerprint(hf_config: dict, *, tiny: bool = False) -> str:
     return digest + ("-tiny" if tiny else "")
 
 
+# The settings data_identity's "read" lists, in its order, as the flags name them (a refusal names what changed).
+READ_SETTINGS = ("--text-field", "--text-unit", "--eval-data", "--eval-fraction", "--seed")
+
+
 def data_identity(data: DataConfig) -> dict[str, Any]:
     """What a checkpoint's data position counts in: the training files (each path and size) and how they are
     read and split; another value means the saved position points into other data."""
@@ -70,7 +74,17 @@ def check_data_position(state: dict[str, Any], *, folder: Path, data: dict[str, 
             f"note: --reset-data-position: reading {now} from its start; the checkpoint stood at sample "
             f"{state.get('samples', '?')} of {then}"
         )
-    changed = f"{then} has changed since" if then == now else f"this run trains on {now}"
+    if then != now:
+        changed = f"this run trains on {now}"
+    elif saved.get("files") != data.get("files"):
+        changed = f"{then} has changed since (its files or their sizes)"
+    else:
+        settings = [
+            name
+            for name, before, after in zip(READ_SETTINGS, saved.get("read", []), data.get("read", []), strict=False)
+            if before != after
+        ]
+        changed = f"this run reads it with another {', '.join(settings) or 'reading'} setting"
     raise UserInputError(
         f"{folder} stands at sample {state.get('samples', '?')} of {then}, and {changed}, where that position "
         "means nothing; pass --reset-data-position to keep the weights and optimizer and read this data from its "

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backends.monitoring.peak_memory import check_memory_limit
+from backends.parts.schedulers import lr_at
 from backends.runner.anomaly import AnomalyGuard, refuse_unsupported
 from backends.runner.checkpoints import RunCheckpoints, check_resumable, data_identity, model_fingerprint
 from backends.runner.elastic import announce_replan, fit_elastic, saved_layout
@@ -114,6 +115,7 @@ class RunSession:
     times: StepTimes = field(default_factory=StepTimes)
     fingerprint: str = ""
     plan_digest: str = ""
+    data_identity: dict = field(default_factory=dict)  # checkpoints.data_identity, read at resume
     metrics: MetricsLog = field(init=False)
     progress: Progress = field(init=False)
     status: RunStatus = field(init=False)
@@ -218,6 +220,9 @@ class RunSession:
             tensorboard_dir=run_dir / "tensorboard",
         )
         self.fingerprint = model_fingerprint(run.model.hf_config, tiny=self.args.tiny)
+        # What the data position counts in, read once: the ranks train from the token cache, so a data file moved or
+        # grown mid-run must neither fail a later save nor be recorded as what this run read.
+        self.data_identity = data_identity(run.data)
         self.plan_digest = plan_digest(run_dir)
         if newest is None:
             announce_replan(self, None)  # an elastic run started afresh on another world size
@@ -231,7 +236,7 @@ class RunSession:
             here=run_dir,
             digest=self.plan_digest,
             explicit=self.args.resume_from is not None,
-            data=data_identity(run.data),  # what the data position counts in
+            data=self.data_identity,
             reset_data=self.args.reset_data_position,
         )
         state = self.checkpoints.load(self.adapter, newest)
@@ -303,7 +308,7 @@ class RunSession:
                 self.make_batch(next(self.stream), salt=self.samples + index) for index in range(adapter.grad_accum)
             ]
             data_s = time.perf_counter() - tick
-            lr = _lr(self.schedule, run.optim.learning_rate, self.step + 1)
+            lr = lr_at(self.schedule, run.optim.learning_rate, self.step + 1)
             adapter.set_lr(lr)
             outcome = adapter.train_step(micro, self.guard)
             self.step += 1
@@ -360,7 +365,7 @@ class RunSession:
             "global_batch": run.global_batch,
             "layout": run.layout.describe(),
             "run_dir": str(self.spec.run_dir),
-            "data": data_identity(run.data),
+            "data": self.data_identity,
             **saved_layout(self.spec, run),
         }
         state = {"step": at, "samples": self.samples, "anomaly": self.guard.state_dict(), "saved_under": saved_under}
@@ -414,14 +419,6 @@ def _device(kind: str, local_rank: int) -> torch.device:
     if kind == "cuda":
         torch.cuda.set_device(device)
     return device
-
-
-def _lr(block: Any, base: float, iteration: int) -> float:
-    if block is None:
-        return base
-    from backends.parts.schedulers import lr_at
-
-    return lr_at(block, base, iteration)
 
 
 def _tokenizer(folder: Path) -> PreTrainedTokenizerBase | None:

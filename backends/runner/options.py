@@ -109,6 +109,10 @@ def check_flags(args: argparse.Namespace) -> None:
     """Two flags of which one would be dropped without a word are one line (docs/running.md)."""
     if args.no_resume and args.resume_from is not None:
         raise UserInputError("--resume-from resumes a checkpoint and --no-resume starts afresh; drop one of them")
+    if args.reset_data_position and (args.no_resume or args.trainer):
+        other = "--no-resume starts afresh" if args.no_resume else "--trainer resumes through the Trainer's own state"
+        raise UserInputError(f"--reset-data-position is for the runner's resume of a checkpoint, and {other}; drop one "
+                             "of them")  # fmt: skip
     if args.trainer and args.strategy == Strategy.ENGINE.value:
         raise UserInputError("--trainer runs DDP, FSDP or DeepSpeed; the engine trains in the runner's own loop: "
                              "drop --trainer or pick another --strategy")  # fmt: skip

@@ -27,8 +27,8 @@ def assumed_link_GBps(cluster: ClusterSpec) -> float:
 
 
 def assumed_link_source(cluster: ClusterSpec) -> str:
-    """Where assumed_link_GBps comes from: the intra-node bandwidth's source (the catalog's link, --intra-bw, or
-    PCIe where a bridge joins pairs only; the cluster's assumption line) times the model's link efficiency."""
+    """Where assumed_link_GBps comes from: the intra-node bandwidth's source (the catalog's link, make_cluster's
+    intra_bw, or PCIe where a bridge joins pairs only; the cluster's assumption line) times the link efficiency."""
     link = next(
         (line for line in cluster.assumptions if line.startswith("intra-node:") or "talk over PCIe" in line),
         f"intra-node: {cluster.intra_node_bandwidth_GBps:g} GB/s/dir",

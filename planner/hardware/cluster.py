@@ -128,7 +128,7 @@ INTRA_NODE_LATENCY_US: dict[str, float] = {
 # on purpose (an offloading plan that fits this fits those, beside the OS, the page cache and the data loaders):
 # NVIDIA DGX A100, 2 TB (mlcommons/training_results_v0.7 NVIDIA/systems/dgxa100_ngc20.06_pytorch.json, 8 x
 # A100-SXM4-40GB) and DGX H100, 2 TB (mlcommons/inference_results_v4.1 closed/NVIDIA/systems/
-# DGX-H100_H100-SXM-80GBx8_TRT.json): 256 GB per GPU; AMD's 8 x MI300X Supermicro AS-8125GS-TNMR2, 1.5 TiB
+# DGX-H100_H100-SXM-80GBx8_TRT.json): 250 GB per GPU; AMD's 8 x MI300X Supermicro AS-8125GS-TNMR2, 1.5 TiB
 # (inference_results_v4.1 closed/AMD/systems/8xMI300X_2xEPYC-9374F.json): 192 GiB per GPU. docs/hardware.md.
 DEFAULT_HOST_RAM_PER_GPU_BYTES: dict[str, int] = {
     "SXM": 128 * GIB,

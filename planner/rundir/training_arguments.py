@@ -45,6 +45,10 @@ def training_arguments(
             "tensor/pipeline-parallel plans run on our engine, not the HF Trainer; "
             "use `hardware-selector train DIR` or `python -m backends.run --plan DIR`"
         )
+    for names in RENAMED_FIELDS:  # an override under either name replaces the plan's value under the other
+        if any(name in overrides for name in names):
+            for name in names:
+                kwargs.pop(name, None)
     kwargs.update(checked_overrides(overrides, TrainingArguments))
     try:
         return TrainingArguments(**kwargs)
@@ -67,6 +71,14 @@ def _check_call(output_dir: object, nproc_override: object, run: object) -> None
             "plan's own run"
         )
 
+
+# transformers 5 renamed these and, given both names, takes the new one: the plan sets the name its transformers
+# reads (planner/emit/training_args.py), so `gradient_checkpointing=True` beside the plan's
+# `activation_checkpointing=False` was dropped without a word.
+RENAMED_FIELDS = (
+    ("gradient_checkpointing", "activation_checkpointing"),
+    ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
+)
 
 # Ranges of the overrides whose wrong values transformers takes silently (a batch of -1, a NaN learning rate).
 OVERRIDE_RANGES: dict[str, tuple[float, float]] = {

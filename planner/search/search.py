@@ -83,6 +83,13 @@ def _not_applicable(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest)
             "hybrid sharding shards inside a node and replicates across nodes; on one node it is full sharding "
             "(--fsdp-sharding full), or plan 2 or more --nodes"
         )
+    if cluster.gpu.kind == "cpu":  # layouts.py leaves them out there: the emitted FSDP1 configs fail on CPU
+        for alias, label in (("fsdp-no-shard", "FSDP no-shard"), ("fsdp-hybrid", "FSDP hybrid")):
+            if alias in request.strategies and label not in not_applicable:
+                not_applicable[label] = (
+                    "FSDP1's shardings (no-shard, hybrid) do not run on CPU processes: the Trainer's FSDP1 syncs "
+                    "module states through an accelerator; plan fsdp-full, fsdp-grad-op or ddp there"
+                )
     if "engine" in request.strategies:
         why = engine_applicability(spec)
         if why is None and request.lora_rank:
@@ -102,7 +109,7 @@ def _not_applicable(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest)
 
 
 # The requested kinds each label of _not_applicable rules out whole ("engine TP" leaves the engine's pipelines).
-RULES_OUT = {"FSDP hybrid": "fsdp-hybrid", "engine (TP/PP)": "engine"}
+RULES_OUT = {"FSDP hybrid": "fsdp-hybrid", "FSDP no-shard": "fsdp-no-shard", "engine (TP/PP)": "engine"}
 
 
 def _check_something_applies(request: PlanRequest, not_applicable: dict[str, str], flags: SuggestionFlags) -> None:
