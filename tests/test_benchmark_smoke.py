@@ -259,6 +259,19 @@ def _tune_overhead(out: str) -> None:
         assert trial["measured_window_s"] > 0 and trial["overhead_s"] > 0 and 0 < trial["overhead_share"] < 1
 
 
+def _wire_bytes(out: str) -> None:
+    # The bytes are exact, not noise: the planner's bytes per parameter (4, 2, and planner/gradient_compression.py's
+    # int8 and onebit wire bytes) against the tensors the engine hands its collectives, within the padding of the
+    # compressed chunks to whole blocks of 128.
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if re.match(r"\| [01] \| \w+ \|", line)]
+    widths = {(int(row[0]), row[1].strip()): (float(row[2]), float(row[4])) for row in rows}
+    assert sorted(widths) == [(0, "none"), (0, "onebit"), (1, "bf16"), (1, "fp16"), (1, "int8"), (1, "none")]
+    assert widths[(1, "none")][0] == widths[(0, "none")][0] == 4 and widths[(1, "bf16")][0] == 2
+    assert widths[(1, "int8")][0] == pytest.approx(1 + 4 / 128, rel=2e-3)
+    assert widths[(0, "onebit")][0] == pytest.approx(1 / 8 + 4 / 128, rel=2e-3)
+    assert all(abs(ratio - 1) < 2e-3 for _, ratio in widths.values()), widths
+
+
 # module -> (arguments after --smoke, what its output must show)
 SMOKES: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "benchmarks.memory.compare_memory": ([], _compare_memory),
@@ -283,6 +296,7 @@ SMOKES: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "benchmarks.engine.engine_3d": (["--json"], _engine_3d),
     "benchmarks.engine.engine_vs_peers": (["--json"], _engine_vs_peers),
     "benchmarks.engine.rss_phases": ([], _rss_phases),
+    "benchmarks.engine.wire_bytes": ([], _wire_bytes),
 }
 # Those that start torch in more than one process, or build a transformers model: seconds each, not tenths.
 SLOW = {
@@ -295,6 +309,7 @@ SLOW = {
     "benchmarks.engine.engine_3d",
     "benchmarks.engine.engine_vs_peers",
     "benchmarks.engine.rss_phases",
+    "benchmarks.engine.wire_bytes",
 }
 
 
