@@ -1,4 +1,5 @@
-"""`hardware-selector plan` (and the throughput block of `estimate --json`): shape, errors, lazy imports."""
+"""`hardware-selector plan` (and the throughput block of `estimate --json`): shape, errors, lazy imports; --emit
+and --report from the command line are tests/test_plan_emit_cli.py's."""
 
 from __future__ import annotations
 
@@ -9,10 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks_db.store import BenchmarkStore
 from hardware_selector_cli.app import main
 from planner.training_config import TrainingConfig
-from tests.db_samples import sample_record
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HEAVY_MODULES = ("torch", "transformers", "deepspeed", "accelerate")
@@ -104,19 +103,6 @@ def test_bad_plan_input_is_one_line_and_exit_2(capsys, extra, message):
     assert err.startswith("error:") and message in err and "\n" not in err
 
 
-@pytest.mark.parametrize("folder", ["", "   "])
-def test_an_empty_emit_folder_is_one_line_and_writes_nothing(capsys, tmp_path, monkeypatch, folder):
-    """An empty --emit path once meant the current folder, where --force replaced the user's own files."""
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "README.md").write_text("mine\n")
-    assert main([*PLAN_ARGS, "--emit", folder, "--force"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: --emit is empty; give it a value, or leave it out") and "\n" not in err
-    assert [path.name for path in tmp_path.iterdir()] == ["README.md"] and (
-        tmp_path / "README.md"
-    ).read_text() == "mine\n"
-
-
 def test_bad_seq_len_for_learned_positions_is_one_line(capsys):
     assert main(["plan", "--model", "gpt2", "--gpu", "A100-40GB", "--seq-len", "4096"]) == 2
     assert "learned positions" in capsys.readouterr().err
@@ -191,78 +177,6 @@ def test_planning_a_catalog_model_imports_no_heavy_library():
     assert json.loads(completed.stdout)["best"] is not None
 
 
-def test_plan_emit_writes_the_best_plans_run_folder_and_refuses_to_overwrite(tmp_path, capsys):
-    run_dir = tmp_path / "run"
-    argv = [
-        "plan",
-        "--model",
-        "gpt2",
-        "--gpu",
-        "A100-40GB",
-        "--gpus-per-node",
-        "2",
-        "--seq-len",
-        "512",
-        "--global-batch",
-        "8",
-        "--json",
-        "--emit",
-        str(run_dir),
-    ]
-    assert main(argv) == 0
-    best = json.loads(capsys.readouterr().out)["best"]
-    written = json.loads((run_dir / "plan.json").read_text())
-    assert written["config"] == best["config"] and (run_dir / "launch.sh").exists()
-    assert main(argv) == 2  # the folder exists now
-    assert "--force" in capsys.readouterr().err
-    assert main([*argv, "--force"]) == 0
-
-
-@pytest.mark.parametrize(
-    ("where", "message"),
-    [
-        ("/proc/hardware-selector-run", "--emit: cannot write /proc/hardware-selector-run/plan.json: "),
-        ("file/run", "is a file, not a folder"),
-        ("gone", "links to "),  # a link to nothing: the run would be made wherever it points
-        ("/proc/page.html", "--report: cannot write /proc/page.html: "),
-    ],
-)
-def test_plan_output_where_it_cannot_be_written_is_one_line_before_the_search(
-    tmp_path, capsys, monkeypatch, where, message
-):
-    """--emit and --report were refused only after the search, behind the notes it prints (a read-only benchmark
-    database's); they are checked first now, so the line is the only one."""
-    (tmp_path / "file").write_text("not a folder")
-    (tmp_path / "gone").symlink_to(tmp_path / "unmounted" / "runs")
-    database = tmp_path / "shared.duckdb"
-    BenchmarkStore(database).add(sample_record())
-    (tmp_path / "shared.duckdb.lock").unlink()
-    (tmp_path / "shared.duckdb.lock").mkdir()  # read-only: reading it prints a note first
-    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(database))
-    target = where if where.startswith("/") else str(tmp_path / where)
-    flag = "--report" if where.endswith(".html") else "--emit"
-    argv = ["plan", "--model", "gpt2", "--gpu", "A100-40GB", "--gpus-per-node", "2", "--seq-len", "512"]
-    assert main([*argv, flag, target]) == 2
-    error = capsys.readouterr().err.strip()
-    assert error.startswith("error: ") and message in error and "\n" not in error, error
-    assert not (tmp_path / "unmounted").exists()
-
-
-def test_emitted_files_get_the_umask_mode_not_a_private_one(tmp_path, capsys):
-    from planner.files import file_mode
-
-    argv = ["plan", "--model", "gpt2", "--gpu", "A100-40GB", "--gpus-per-node", "2", "--seq-len", "512"]
-    assert main([*argv, "--emit", str(tmp_path / "run")]) == 0
-    modes = {path.name: path.stat().st_mode & 0o777 for path in (tmp_path / "run").iterdir()}
-    assert modes["plan.json"] == file_mode() == 0o666 & ~current_umask()
-    assert modes["launch.sh"] == file_mode(executable=True)
-
-
-def current_umask() -> int:
-    """The umask, read the way a shell's `umask` reports it (in a child, so this process's stays untouched)."""
-    return int(subprocess.check_output(["sh", "-c", "umask"], text=True).strip(), 8)
-
-
 def test_plan_without_gpu_plans_for_the_detected_machine(monkeypatch, capsys):
     from planner.hardware.launch_context import SLURM_VARIABLES, TORCHRUN_VARIABLES
     from tests.fakes.fake_pynvml import dgx_a100, install
@@ -289,34 +203,6 @@ def test_strategies_zero_n_plans_deepspeed_at_that_stage_only(capsys, stage):
     best = document["best"]
     assert best["config"]["strategy"] == "deepspeed" and best["config"]["zero_stage"] == stage
     assert all(plan["config"]["zero_stage"] == stage for plan in document["candidates"])
-
-
-@pytest.mark.parametrize(
-    ("sharding", "nodes", "expected"),
-    [
-        ("full", 1, {"fsdp_version": 2, "fsdp_reshard_after_forward": True}),  # FSDP2's FULL_SHARD
-        ("grad-op", 1, {"fsdp_version": 2, "fsdp_reshard_after_forward": False}),  # FSDP2's SHARD_GRAD_OP
-        ("no-shard", 1, {"fsdp_version": 1, "fsdp_sharding_strategy": "NO_SHARD"}),
-        ("hybrid", 2, {"fsdp_version": 1, "fsdp_sharding_strategy": "HYBRID_SHARD"}),
-    ],
-)
-def test_a_pinned_fsdp_sharding_is_what_plan_emit_writes(tmp_path, capsys, sharding, nodes, expected):
-    """Seed 004's FSDP chapter: FULL_SHARD for a small model, which speed alone ranks below no-shard and grad-op.
-    `--strategies fsdp --fsdp-sharding S` narrows the search as `--strategies fsdp-S` does, and the emitted
-    accelerate config runs S (accelerate's FSDP keys for each sharding)."""
-    import yaml
-
-    argv = ["plan", "--model", "gpt2", "--gpu", "A100-80GB", "--gpus-per-node", "2", "--nodes", str(nodes),
-            "--global-batch", "32", "--seq-len", "1024", "--strategies", "fsdp"]  # fmt: skip
-    if sharding == "full":
-        assert _json(capsys, [*argv, "--json"])["best"]["config"]["fsdp_sharding"] != "full"  # what ranks best
-    assert main([*argv, "--fsdp-sharding", sharding, "--emit", str(tmp_path / "run")]) == 0
-    capsys.readouterr()
-    accelerate = yaml.safe_load((tmp_path / "run" / "accelerate_config.yaml").read_text())
-    assert accelerate["distributed_type"] == "FSDP"
-    assert {key: accelerate["fsdp_config"].get(key) for key in expected} == expected
-    plan = json.loads((tmp_path / "run" / "plan.json").read_text())
-    assert plan["config"]["fsdp_sharding"] == {"no-shard": "none"}.get(sharding, sharding)
 
 
 @pytest.mark.parametrize(
@@ -404,22 +290,3 @@ def test_a_plan_that_is_the_only_fitting_candidate_says_so_in_the_singular(capsy
         line.startswith("ranked ") and " fitting candidates estimated, by " in line
         for line in several["best"]["reasons"]
     )
-
-
-def test_an_emit_path_with_a_file_in_the_way_says_so(tmp_path, capsys):
-    # Both said "choose a writable location with free space" (an audit): the place was writable, a file was in it.
-    (tmp_path / "ft").mkdir()
-    (tmp_path / "ft" / "plan.json").write_text("{}")
-    (tmp_path / "notes").write_text("")
-    argv = ["plan", "--model", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--strategies", "ddp", "--emit"]
-    for where, message in (
-        (
-            tmp_path / "ft" / "plan.json",
-            f"--emit {tmp_path / 'ft' / 'plan.json'} is a file, and --emit names a run folder; ",
-        ),
-        (tmp_path / "notes" / "run", f"{tmp_path / 'notes'} is a file, not a folder; move that file aside or choose "),
-    ):
-        assert main([*argv, str(where)]) == 2
-        error = capsys.readouterr().err.strip()
-        assert message in error and "free space" not in error and "\n" not in error, error
-    assert (tmp_path / "ft" / "plan.json").read_text() == "{}" and (tmp_path / "notes").read_text() == ""
