@@ -60,7 +60,7 @@ def _entry_names(name: str, aliases: list[str], hf_id: str | None) -> list[str]:
 @lru_cache(maxsize=1)
 def _index() -> dict[str, tuple[str, int]]:
     """Each name's key -> (the model's name, its entry's position), read off the entries as stored: a lookup
-    validates the one model it finds, not the catalog's ~90 (~1% of `plan`'s instructions)."""
+    validates the one model it finds, not the catalog's ~90."""
     index: dict[str, tuple[str, int]] = {}
     for position, entry in enumerate(_entries()):
         canonical = entry["name"]
