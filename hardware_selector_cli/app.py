@@ -8,6 +8,8 @@ catalog model stay fast.
 from __future__ import annotations
 
 import copy
+import functools
+import importlib
 import sys
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
@@ -20,26 +22,42 @@ if TYPE_CHECKING:
     import click
     from pydantic import ValidationError
 
-from . import db, estimate, hardware, models, plan, report, train, tune, watch
 from .option_values import convert_plainly
 from .pydantic_plugins import skip_lookup_without_plugins
 
-app = typer.Typer(
-    name="hardware-selector",
-    help="Plan distributed training: strategy, memory fit and speed.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-models.register(app)
-hardware.register(app)
-estimate.register(app)
-plan.register(app)
-tune.register(app)
-train.register(app)
-watch.register(app)
-report.register(app)
-db.register(app)
+# Each command's name -> the module that registers it, in the order `--help` lists them. A named command imports
+# and registers its own module alone: the others' imports and option groups were ~2% of `plan`'s instructions.
+COMMAND_MODULES = {
+    "models": "models", "gpus": "hardware", "detect": "hardware", "estimate": "estimate", "plan": "plan",
+    "tune": "tune", "train": "train", "watch": "watch", "report": "report", "db": "db",
+}  # fmt: skip
+
+
+@functools.cache
+def _registered(modules: tuple[str, ...]) -> typer.Typer:
+    """The Typer app with the commands of `modules` registered, in that order."""
+    built = typer.Typer(
+        name="hardware-selector",
+        help="Plan distributed training: strategy, memory fit and speed.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    for name in modules:
+        importlib.import_module(f"{__package__}.{name}").register(built)
+    return built
+
+
+def full_app() -> typer.Typer:
+    """The app with every command registered, as `--help` lists them."""
+    return _registered(tuple(dict.fromkeys(COMMAND_MODULES.values())))
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """`app` is full_app(), built on first use: main builds a named command's module alone."""
+    if name == "app":
+        return full_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def validation_message(error: ValidationError) -> str:
@@ -107,14 +125,16 @@ def _refuse_blank_text(command: click.Command) -> click.Command:
 
 def _click_command(args: list[str]) -> click.Command:
     """The app as a click group. When the first argument names one of its commands (`plan ...`), the group holds
-    that command alone: the same group, which runs it the same way, without building the other commands' option
-    tables (~7 ms of `plan`, docs/performance.md), and converts its option values without typer's adapters where
+    that command alone, registered by its own module (COMMAND_MODULES): the same group, which runs it the same
+    way, without importing the other commands' modules or building their option tables (docs/performance.md), and converts its option values without typer's adapters where
     that is plain (option_values.py). Anything else (--help, a group such as `db`, a misspelt name, which typer
     answers from all the names) builds every command, as typer does."""
-    chosen = [info for info in app.registered_commands if args and info.name == args[0]]
-    if len(chosen) != 1 or getattr(app, "_add_completion", True):
-        return typer.main.get_command(app)
-    lean = copy.copy(app)
+    module = COMMAND_MODULES.get(args[0]) if args else None
+    own = _registered((module,)) if module is not None else None
+    chosen = [info for info in own.registered_commands if info.name == args[0]] if own is not None else []
+    if own is None or len(chosen) != 1 or getattr(own, "_add_completion", True):
+        return typer.main.get_command(full_app())
+    lean = copy.copy(own)
     lean.registered_commands, lean.registered_groups = chosen, []
     return convert_plainly(typer.main.get_group(lean))
 

@@ -14,15 +14,21 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
+# A wrapper's options whose annotations it holds evaluated already: a decorator above it reuses them rather than
+# evaluate them again (each of plan's 7 groups evaluated every option of the groups below it).
+_EVALUATED = "__evaluated_options__"
+
 
 def _option_hints(function: Callable[..., Any], params: list[inspect.Parameter]) -> dict[str, Any]:
     """The evaluated annotations of `params` that are options (a parameter with a default). The others, typer's
     Context and the groups that decorators above this one replace, and the return, are not evaluated: their types
     may be imported only when the command runs (--help builds no pydantic model); typer resolves Context itself."""
     options = {param.name for param in params if param.default is not inspect.Parameter.empty}
-    annotations = {key: value for key, value in function.__annotations__.items() if key in options}
+    evaluated = getattr(function, _EVALUATED, frozenset()) & options
+    annotations = {key: value for key, value in function.__annotations__.items() if key in options - evaluated}
     globalns = getattr(inspect.unwrap(function), "__globals__", {})
-    return typing.get_type_hints(types.SimpleNamespace(__annotations__=annotations), globalns=globalns)
+    hints = typing.get_type_hints(types.SimpleNamespace(__annotations__=annotations), globalns=globalns)
+    return {**{key: function.__annotations__[key] for key in evaluated}, **hints}
 
 
 def option_group(name: str, factory: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -50,6 +56,8 @@ def option_group(name: str, factory: Callable[..., Any]) -> Callable[[Callable[.
         resolved = [param.replace(annotation=hints.get(param.name, param.annotation)) for param in own + group_params]
         wrapper.__signature__ = command_sig.replace(parameters=resolved)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {key: value for key, value in hints.items() if key != "return"}
+        options = [param.name for param in own + group_params if param.default is not inspect.Parameter.empty]
+        setattr(wrapper, _EVALUATED, frozenset(options))
         return wrapper
 
     return decorate

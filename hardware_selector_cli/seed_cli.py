@@ -11,12 +11,15 @@ the per-GPU batch, as it always was; the effective batch is batch x GPUs.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from planner.errors import UserInputError
+
+if TYPE_CHECKING:
+    import argparse
 
 # The API's keyword -> the flag that gives it, for errors in this command's words (--seq-len is the serving
 # context too).
@@ -33,12 +36,13 @@ def is_seed_invocation(argv: Sequence[str]) -> bool:
     return bool(argv) and any(arg.split("=", 1)[0] in SEED_FLAGS for arg in argv) and not argv[0][:1].isalpha()
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse prints usage and exits; we print one line
-        raise UserInputError(f"{message}; run 'python hardware_selector.py --model-family F --model-name M --help'")
-
-
 def _parser() -> argparse.ArgumentParser:
+    import argparse  # here: every start-up checks is_seed_invocation, and only the seed flags are parsed with it
+
+    class _OneLineParser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # argparse prints usage and exits; we print one line
+            raise UserInputError(f"{message}; run 'python hardware_selector.py --model-family F --model-name M --help'")
+
     parser = _OneLineParser(prog="hardware_selector.py", description="Recommend a distributed training setup.")
     parser.add_argument("--model-family", required=True, help="text_generation, text_classification, seq2seq, ...")
     parser.add_argument("--model-name", required=True, help="Catalog name, HF id or legacy name (llama-7b).")

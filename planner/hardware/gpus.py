@@ -22,7 +22,7 @@ import datetime as dt
 import difflib
 import json
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -215,15 +215,25 @@ def normalize_gpu_name(name: str) -> str:
 
 
 @lru_cache(maxsize=1)
-def _catalog() -> tuple[GpuSpec, ...]:
+def _entries() -> tuple[dict, ...]:
+    """The catalog's entries as read, not yet validated."""
+    with GPU_CATALOG_FILE.open(encoding="utf-8") as handle:
+        return tuple(json.load(handle)["gpus"])
+
+
+@cache
+def _spec_at(position: int) -> GpuSpec:
+    """The entry at `position` as a priced GpuSpec, built once: one object per entry, whoever asks."""
     from planner.cost.prices import read_price_catalog
 
-    with GPU_CATALOG_FILE.open(encoding="utf-8") as handle:
-        document = json.load(handle)
-    # Parsed once for all GPUs: PyYAML's pure-Python parser takes ~0.1 s per read, and reading it for each of
-    # the ~30 GPUs was most of `hardware-selector plan`'s time.
-    prices = read_price_catalog()
-    return tuple(_priced(GpuSpec.model_validate(entry), prices) for entry in document["gpus"])
+    # The price catalog is parsed once for all GPUs (read_price_catalog caches it): PyYAML's pure-Python parser
+    # takes ~0.1 s per read, and reading it for each of the ~30 GPUs was most of `hardware-selector plan`'s time.
+    return _priced(GpuSpec.model_validate(_entries()[position]), read_price_catalog())
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> tuple[GpuSpec, ...]:
+    return tuple(_spec_at(position) for position in range(len(_entries())))
 
 
 NO_PRICE = "planner/catalog/prices.yaml cites no price for this GPU; pass --price USD_PER_GPU_HOUR"
@@ -253,21 +263,25 @@ def load_gpu_catalog() -> list[GpuSpec]:
 
 
 @lru_cache(maxsize=1)
-def _index() -> dict[str, GpuSpec]:
-    index: dict[str, GpuSpec] = {}
-    for spec in _catalog():
-        for name in (spec.name, *spec.aliases, *spec.driver_names):
+def _index() -> dict[str, tuple[str, int]]:
+    """Each name's key -> (the GPU's name, its entry's position), read off the entries as stored: a lookup
+    validates and prices the one GPU it finds, not the catalog's ~30."""
+    index: dict[str, tuple[str, int]] = {}
+    for position, entry in enumerate(_entries()):
+        canonical = entry["name"]
+        for name in (canonical, *entry.get("aliases", []), *entry.get("driver_names", [])):
             key = normalize_gpu_name(name)
             other = index.get(key)
-            if other is not None and other.name != spec.name:
-                raise RuntimeError(f"GPU catalog names collide: '{name}' names both {other.name} and {spec.name}")
-            index[key] = spec
+            if other is not None and other[0] != canonical:
+                raise RuntimeError(f"GPU catalog names collide: '{name}' names both {other[0]} and {canonical}")
+            index[key] = (canonical, position)
     return index
 
 
 def find_gpu(name: str) -> GpuSpec | None:
     """The entry with this canonical name, alias or driver-reported name, or None."""
-    return _index().get(normalize_gpu_name(name))
+    found = _index().get(normalize_gpu_name(name))
+    return _spec_at(found[1]) if found is not None else None
 
 
 def suggest_gpus(name: str, limit: int = 4) -> list[str]:
@@ -278,7 +292,7 @@ def suggest_gpus(name: str, limit: int = 4) -> list[str]:
     close = difflib.get_close_matches(key, index.keys(), n=limit * 4, cutoff=0.6)
     suggestions: list[str] = []
     for match in [*same_prefix, *close]:
-        canonical = index[match].name
+        canonical = index[match][0]
         if canonical not in suggestions:
             suggestions.append(canonical)
     return suggestions[:limit]

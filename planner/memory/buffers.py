@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.memory.compression_buffers import compression_memory
 from planner.memory.rank_params import RankParams, linear_params
 from planner.memory.runtime import Runtime
 from planner.models.spec import ModelSpec
@@ -128,6 +127,8 @@ def _with_compression(
         largest = max(params.block, params.embedding)
     else:  # buckets of the emitted reduce_bucket_size; a larger parameter is a bucket of its own
         largest = max(deepspeed_bucket_sizes(spec).reduce_bucket_size, params.largest_module)
+    from planner.memory.compression_buffers import compression_memory  # here: only a compressed plan
+
     ranks = config.zero_ranks(dp * config.model_parallel_size)
     held = compression_memory(config.compression, config.zero_stage, params.trainable, ranks, largest)
     note = "; ".join(filter(None, [buffers.note, held.note]))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from planner.models.spec import ModelSpec
@@ -28,36 +28,55 @@ def normalize_name(name: str) -> str:
 
 
 @lru_cache(maxsize=1)
-def load_catalog() -> tuple[ModelSpec, ...]:
+def _entries() -> tuple[dict, ...]:
+    """The catalog's entries as read, not yet validated."""
     with CATALOG_FILE.open(encoding="utf-8") as handle:
-        document = json.load(handle)
-    return tuple(ModelSpec.model_validate(entry) for entry in document["models"])
+        return tuple(json.load(handle)["models"])
+
+
+@cache
+def _spec_at(position: int) -> ModelSpec:
+    """The entry at `position` as a ModelSpec, validated once: one object per entry, whoever asks."""
+    return ModelSpec.model_validate(_entries()[position])
+
+
+@lru_cache(maxsize=1)
+def load_catalog() -> tuple[ModelSpec, ...]:
+    return tuple(_spec_at(position) for position in range(len(_entries())))
 
 
 def _names_of(spec: ModelSpec) -> list[str]:
-    names = [spec.name, *spec.aliases]
-    if spec.hf_id:
+    return _entry_names(spec.name, spec.aliases, spec.hf_id)
+
+
+def _entry_names(name: str, aliases: list[str], hf_id: str | None) -> list[str]:
+    names = [name, *aliases]
+    if hf_id:
         # Both 'meta-llama/Llama-2-7b-hf' and its repo part 'Llama-2-7b-hf'.
-        names += [spec.hf_id, spec.hf_id.split("/")[-1]]
+        names += [hf_id, hf_id.split("/")[-1]]
     return names
 
 
 @lru_cache(maxsize=1)
-def _index() -> dict[str, ModelSpec]:
-    index: dict[str, ModelSpec] = {}
-    for spec in load_catalog():
-        for name in _names_of(spec):
+def _index() -> dict[str, tuple[str, int]]:
+    """Each name's key -> (the model's name, its entry's position), read off the entries as stored: a lookup
+    validates the one model it finds, not the catalog's ~90."""
+    index: dict[str, tuple[str, int]] = {}
+    for position, entry in enumerate(_entries()):
+        canonical = entry["name"]
+        for name in _entry_names(canonical, entry.get("aliases", []), entry.get("hf_id")):
             key = normalize_name(name)
             other = index.get(key)
-            if other is not None and other.name != spec.name:
-                raise RuntimeError(f"catalog names collide: '{name}' names both {other.name} and {spec.name}")
-            index[key] = spec
+            if other is not None and other[0] != canonical:
+                raise RuntimeError(f"catalog names collide: '{name}' names both {other[0]} and {canonical}")
+            index[key] = (canonical, position)
     return index
 
 
 def find_model(name: str) -> ModelSpec | None:
     """The catalog model with this name, HF id or alias, or None."""
-    return _index().get(normalize_name(name))
+    found = _index().get(normalize_name(name))
+    return _spec_at(found[1]) if found is not None else None
 
 
 def suggest_models(name: str, limit: int = 3) -> list[str]:
@@ -67,7 +86,7 @@ def suggest_models(name: str, limit: int = 3) -> list[str]:
     close_keys = difflib.get_close_matches(key, index.keys(), n=limit * 4, cutoff=0.6)
     suggestions: list[str] = []
     for close_key in close_keys:
-        canonical = index[close_key].name
+        canonical = index[close_key][0]
         if canonical not in suggestions:
             suggestions.append(canonical)
     return suggestions[:limit]

@@ -58,7 +58,9 @@ class ModelArchitecture(BaseModel):
     hidden_size // num_heads.
     """
 
-    model_config = ConfigDict(frozen=True)
+    # Built on first use (the config readers'): its vision_tower names ModelSpec, not defined yet, so building it
+    # here failed part-way through its fields, ~1% of `plan`'s instructions for nothing.
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     name: str = "custom"
     hf_id: str | None = None
@@ -155,6 +157,8 @@ class ModelSpec(ModelArchitecture):
     A spec is complete: the fields below have no default here (they keep their place in the
     field order, which plan.json shows).
     """
+
+    model_config = ConfigDict(frozen=True, defer_build=False)  # every catalog model is one: built here
 
     name: str
     family: ModelFamily

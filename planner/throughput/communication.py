@@ -41,7 +41,6 @@ from planner.throughput.collectives import (
     reduce_scatter_s,
 )
 from planner.throughput.communication_plan import CommunicationPlan
-from planner.throughput.compressed_reduction import compressed_reduction
 from planner.throughput.compute import StageCompute
 from planner.throughput.constants import ThroughputConstants
 from planner.throughput.data_parallel_schemes import (
@@ -132,6 +131,8 @@ def communication_plan(
     summed = all_reduce = last_bucket = reduce = gather = cross = updated = 0.0
     if config.compression is not GradientCompression.NONE:
         # Our engine: one synchronous compressed sum per step, at the boundary (compressed_reduction.py).
+        from planner.throughput.compressed_reduction import compressed_reduction  # here: only a compressed plan
+
         data_parallel = compressed_scheme
         summed = compressed_reduction(
             config.compression,

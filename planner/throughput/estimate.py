@@ -29,7 +29,6 @@ from planner.throughput.communication import (
     communication_plan,
     micro_batch_communication,
 )
-from planner.throughput.compressed_reduction import compression_sources
 from planner.throughput.compute import StageCompute, stage_compute
 from planner.throughput.constants import CALIBRATION_SOURCE, CONSTANTS, ThroughputConstants
 from planner.throughput.derived import (
@@ -131,6 +130,8 @@ def _offload_source(config: TrainingConfig, cluster: ClusterSpec) -> dict[str, s
 def _compression_source(config: TrainingConfig, world: int) -> dict[str, str]:
     if config.compression is GradientCompression.NONE:
         return {}
+    from planner.throughput.compressed_reduction import compression_sources  # here: only a compressed plan
+
     grad_bytes = 4 if config.precision is Precision.FP32 else 2
     return compression_sources(config.compression, config.zero_stage, config.zero_ranks(world), grad_bytes)
 
