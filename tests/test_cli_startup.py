@@ -110,3 +110,16 @@ def test_unknown_command_is_one_line_and_exit_2(capsys):
     assert main(["modles"]) == 2
     err = capsys.readouterr().err
     assert len([line for line in err.splitlines() if line.strip()]) == 1
+
+
+def test_every_command_is_found_by_its_name_in_the_module_that_registers_it():
+    """main registers a named command's module alone (app.COMMAND_MODULES); a command missing from that table, or
+    listed under another module, would fall back to the whole app or not be found there."""
+    from hardware_selector_cli.app import COMMAND_MODULES, _registered, full_app
+
+    whole = full_app()
+    names = [info.name for info in whole.registered_commands] + [info.name for info in whole.registered_groups]
+    assert sorted(names) == sorted(COMMAND_MODULES)
+    for name, module in COMMAND_MODULES.items():
+        own = _registered((module,))
+        assert name in [info.name for info in own.registered_commands] + [g.name for g in own.registered_groups]
