@@ -11,6 +11,11 @@ Two exact prunings keep the estimator calls far below the candidate count:
 Among the fitting micro-batches of one layout, throughput is estimated from
 the largest down until it stops improving (see _scan_micro_batches).
 tests/test_search_pruning.py checks all three against an exhaustive evaluation.
+A memory estimate costs its batch's arithmetic: the candidates of one layout and
+AC level share its checks, model states, buffers and activation terms
+(phases.peak_at), exact because none of those read the micro-batch or the
+accumulation (but the pipeline's buffers, found per micro-batch) and the model
+states do not read the AC level (tests/test_peak_line.py).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from dataclasses import dataclass
 
 from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import fit_bytes, host_fits
-from planner.memory.phases import batch_peaks, step_peak
+from planner.memory.phases import batch_peaks, peak_at
 from planner.models.spec import ModelSpec
 from planner.search import config_copy
 from planner.search.batching import batch_options, infeasible_batch_reason
@@ -150,7 +155,7 @@ class CandidateEvaluator:
 
     def _memory(self, group: Group, level: Level, pair: tuple[int, int]) -> tuple[int, bool]:
         """(per-GPU total bytes, fits) by the memory estimator's raw fast path; same rule as MemoryEstimate.fits.
-        The caches are keyed by plain values, and the candidate's config is built only if the estimator needs it."""
+        The caches are keyed by plain values, and the candidate's own config is not built (phases.peak_at)."""
         seen = level.memory.get(pair)
         if seen is not None:
             return seen
@@ -164,10 +169,9 @@ class CandidateEvaluator:
                 self.spec, level.config, world_size=world_size, gpus_per_node=gpus_per_node
             )
         peak = peaks.get(pair)
-        if peak is None:
+        if peak is None:  # the level's config at the candidate's batch, without building the candidate's config
             world_size = gpus_per_node * cluster.num_nodes
-            config = level.config_at(pair)
-            peak = step_peak(self.spec, config, world_size=world_size, gpus_per_node=gpus_per_node, peaks=peaks)
+            peak = peak_at(self.spec, level.config, pair[0], pair[1], world_size, gpus_per_node, peaks)
         total, cpu_per_node, nvme_per_node = fit_bytes(peak, gpus_per_node)
         fits = total <= group.usable_bytes and host_fits(
             cpu_per_node, nvme_per_node, cluster.cpu_ram_per_node_bytes, cluster.nvme_per_node_bytes

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner.hardware.cluster import ClusterSpec
-from planner.memory.phases import StepPeak
+from planner.memory.phases import BatchPeaks
 from planner.search.config_copy import with_batch, with_checkpointing
 from planner.search.layouts import StrategyLayout
 from planner.throughput.estimate import CandidateStep, ThroughputPlan, estimate_of
@@ -70,7 +70,7 @@ class Level:
     memory: dict[tuple[int, int], tuple[int, bool]] = field(default_factory=dict)
     # The memory estimator's peaks of this config by (micro-batch, accumulation) (phases.batch_peaks), looked
     # up at the level's first estimate: a peak found there (an earlier search's) needs no config built.
-    peaks: dict[tuple[int, int], StepPeak] | None = None
+    peaks: BatchPeaks | None = None
     configs: dict[int, TrainingConfig] = field(default_factory=dict)  # the candidates' configs by micro-batch
 
     def config_at(self, pair: tuple[int, int]) -> TrainingConfig:
