@@ -177,6 +177,11 @@ class CandidateEvaluator:
             cpu_per_node, nvme_per_node, cluster.cpu_ram_per_node_bytes, cluster.nvme_per_node_bytes
         )
         seen = level.memory[pair] = total, fits
+        if not fits:
+            record = group.record
+            if record.smallest_miss is None or total < record.smallest_miss[0]:
+                # Its config is built only if the family's fate quotes it (explain.py).
+                record.smallest_miss = (total, level, pair, cluster)
         return seen
 
     def _score(self, group: Group, level: Level, pair: tuple[int, int]) -> Scored:
@@ -296,16 +301,13 @@ class CandidateEvaluator:
     def _lightest_fits(self, group: Group, remaining_ac: list[ActivationCheckpointing]) -> bool:
         """False when even the lightest candidates (most recomputation, smallest micro-batch, and the
         accumulation-free one) do not fit: then no candidate at the remaining AC levels does."""
-        record, cluster, batches = group.record, group.cluster, group.batches
+        batches = group.batches
         lightest = group.level(remaining_ac[-1])
         evaluations_before = self.counters.memory_evaluations
         lightest_pairs = [batches[0]] + ([batches[-1]] if len(batches) > 1 and batches[-1][1] == 1 else [])
         for pair in lightest_pairs:
-            total, fits = self._memory(group, lightest, pair)
-            if fits:
+            if self._memory(group, lightest, pair)[1]:
                 return True
-            if record.smallest_miss is None or total < record.smallest_miss[0]:
-                record.smallest_miss = (total, lightest.config_at(pair), cluster)
         candidates = len(batches) * len(remaining_ac)
         self.counters.considered += candidates
         self.counters.pruned += candidates - (self.counters.memory_evaluations - evaluations_before)
@@ -319,42 +321,42 @@ class CandidateEvaluator:
         candidate (last, when a global batch is given) is evaluated on its own.
         """
         counters = self.counters
-        record, cluster, batches = group.record, group.cluster, group.batches
+        batches = group.batches
         level = group.level(ac)
         counters.considered += len(batches)
-        open_batches = [pair for pair in batches if pair[0] not in fitting_micros]  # others: dominated
-        accumulation_free = []
+        open_batches = [pair for pair in batches if pair[0] not in fitting_micros] if fitting_micros else batches[:]
+        accumulation_free = None
         if open_batches and open_batches[-1][1] == 1:
-            accumulation_free = [open_batches.pop()]
+            accumulation_free = open_batches.pop()
 
-        def fits(pair: tuple[int, int]) -> bool:
-            total, ok = self._memory(group, level, pair)
-            if not ok and (record.smallest_miss is None or total < record.smallest_miss[0]):
-                record.smallest_miss = (total, level.config_at(pair), cluster)
-            return ok
-
+        memory = self._memory
         evaluations_before = counters.memory_evaluations
         # Check both ends first: often all or none of them fit, which settles it in one or two calls.
         low, high = 0, len(open_batches)  # open_batches[:low] fit, open_batches[high:] do not
-        if open_batches and not fits(open_batches[0]):
-            high = 0
-        elif open_batches:
-            low = 1
-            if fits(open_batches[-1]):  # (one candidate: its end is its start, estimated once by _memory)
-                low = high
+        if high:
+            if not memory(group, level, open_batches[0])[1]:
+                high = 0
             else:
-                high -= 1
-        while low < high:
-            middle = (low + high) // 2
-            if fits(open_batches[middle]):
-                low = middle + 1
-            else:
-                high = middle
-        fitting = open_batches[:low] + [pair for pair in accumulation_free if fits(pair)]
+                low = 1
+                if memory(group, level, open_batches[-1])[1]:  # (one candidate: its end is its start, estimated once)
+                    low = high
+                else:
+                    high -= 1
+                while low < high:
+                    middle = (low + high) // 2
+                    if memory(group, level, open_batches[middle])[1]:
+                        low = middle + 1
+                    else:
+                        high = middle
+        fitting = open_batches[:low]
+        if accumulation_free is not None and memory(group, level, accumulation_free)[1]:
+            fitting.append(accumulation_free)
         counters.pruned += len(batches) - (counters.memory_evaluations - evaluations_before)
 
         counters.fitting += len(fitting)
-        fitting_micros.update(pair[0] for pair in fitting)
+        for pair in fitting:
+            fitting_micros.add(pair[0])
+        record = group.record
         # Throughput rises with the micro-batch at a fixed global batch (fuller matmuls,
         # fewer per-micro-batch gathers) until a pipeline's bubble grows: walk down from
         # the largest fitting micro-batch and stop at the first one slower than the last.

@@ -54,8 +54,8 @@ class FamilyRecord:
 
     family: str
     fitting: list[Scored] = field(default_factory=list)
-    # The least memory any non-fitting candidate needed, and that candidate.
-    smallest_miss: tuple[int, TrainingConfig, ClusterSpec] | None = None
+    # The least memory any non-fitting candidate needed, and that candidate: its level, batch and cluster.
+    smallest_miss: tuple[int, Level, tuple[int, int], ClusterSpec] | None = None
     infeasible: str | None = None  # why no candidate could even be built
 
 
