@@ -126,12 +126,8 @@ def activations_at(terms: ActivationTerms, micro_batch: int, grad_accum: int) ->
         # 16-bit weights without autocast and a loss that does not upcast: log-softmax in 16 bits, its
         # output and its gradient at backward start (trace whisper-small-fsdp4-b8-s448-bf16mixed).
         loss_forward, loss_backward = 2 * 2 * logits, 2 * 2 * logits
+    recompute = terms.largest_block * tokens if terms.full_ac else 0.0
+    # By position, in ActivationEstimate's field order: keywords cost a name match each, for every candidate.
     return ActivationEstimate(
-        activations=activations,
-        loss_backward=loss_backward,
-        loss_forward=loss_forward,
-        recompute=terms.largest_block * tokens if terms.full_ac else 0.0,
-        per_layer=terms.layer_bytes * tokens,
-        micro_batches_in_flight=in_flight,
-        last_pipeline_stage=last_stage,
+        activations, loss_backward, loss_forward, recompute, terms.layer_bytes * tokens, in_flight, last_stage
     )

@@ -67,7 +67,7 @@ class BatchPeaks(dict[tuple[int, int], StepPeak]):
 
 
 def batch_peaks(
-    spec: ModelSpec, config: TrainingConfig, *, world_size: int, gpus_per_node: int, runtime: Runtime = Runtime.CUDA
+    spec: ModelSpec, config: TrainingConfig, world_size: int, gpus_per_node: int, runtime: Runtime = Runtime.CUDA
 ) -> BatchPeaks:
     """The step peaks computed so far for `config` at any micro-batch and accumulation, by (micro-batch,
     accumulation): step_peak's memo, which a caller asking about many batches of one config (the search, per
@@ -264,22 +264,16 @@ class _Line:
             notes = [*notes, "pipeline: the last stage (output head and loss) is the most loaded"]
         if self.routing_note is not None:
             notes = [*notes, self.routing_note]
-        return StepPeak(
-            per_gpu={
-                "parameters": states.parameters,
-                "gradients": grads,
-                "optimizer_states": states.optimizer_states + step_temp,
-                "activations": activations,
-                "temporaries": temporaries,
-                "buffers": buffer,
-            },
-            phase=best_phase,
-            by_phase=by_phase,
-            activations_peak=acts.activations,
-            cpu_per_rank=states.cpu,
-            nvme_per_rank=states.nvme,
-            notes=notes,
-        )
+        per_gpu = {
+            "parameters": states.parameters,
+            "gradients": grads,
+            "optimizer_states": states.optimizer_states + step_temp,
+            "activations": activations,
+            "temporaries": temporaries,
+            "buffers": buffer,
+        }
+        # By position, in StepPeak's field order: keywords cost a name match each, for every candidate.
+        return StepPeak(per_gpu, best_phase, by_phase, states.cpu, states.nvme, notes, acts.activations)
 
 
 _PARTS: dict[tuple, tuple[ModelSpec, object]] = {}

@@ -165,16 +165,16 @@ class CandidateEvaluator:
         peaks = level.peaks
         if peaks is None:
             world_size = gpus_per_node * cluster.num_nodes
-            peaks = level.peaks = batch_peaks(
-                self.spec, level.config, world_size=world_size, gpus_per_node=gpus_per_node
-            )
+            peaks = level.peaks = batch_peaks(self.spec, level.config, world_size, gpus_per_node)
         peak = peaks.get(pair)
         if peak is None:  # the level's config at the candidate's batch, without building the candidate's config
             world_size = gpus_per_node * cluster.num_nodes
             peak = peak_at(self.spec, level.config, pair[0], pair[1], world_size, gpus_per_node, peaks)
         total, cpu_per_node, nvme_per_node = fit_bytes(peak, gpus_per_node)
-        fits = total <= group.usable_bytes and host_fits(
-            cpu_per_node, nvme_per_node, cluster.cpu_ram_per_node_bytes, cluster.nvme_per_node_bytes
+        # (Nothing offloaded fits any host: a capacity is never negative.)
+        fits = total <= group.usable_bytes and (
+            not (cpu_per_node or nvme_per_node)
+            or host_fits(cpu_per_node, nvme_per_node, cluster.cpu_ram_per_node_bytes, cluster.nvme_per_node_bytes)
         )
         seen = level.memory[pair] = total, fits
         if not fits:
@@ -191,9 +191,12 @@ class CandidateEvaluator:
         plan = group.throughput_plan
         if plan is None:
             plan = group.throughput_plan = self._group_plan(group)
-        step = candidate_step(plan, level.config, *pair)
+        step = candidate_step(plan, level.config, pair[0], pair[1])
         if self.adjust is None:
-            score = score_of(step.tokens_per_s, plan.price_usd_per_gpu_hour, plan.world, self._by_cost)
+            if self._by_cost:
+                score = score_of(step.tokens_per_s, plan.price_usd_per_gpu_hour, plan.world, True)
+            else:
+                score = step.tokens_per_s  # score_of's throughput score
             return Scored(group.layout, cluster, score, step, plan, level, pair)
         # Measured records replace or correct the estimate.
         estimate = self.adjust(level.config_at(pair), estimate_of(plan, step))
@@ -263,8 +266,9 @@ class CandidateEvaluator:
         precisions = precisions_for(cluster, request)
         world_size, global_batch = cluster.world_size, request.global_batch
         assert global_batch is not None  # search_plans resolves the batch before the candidates
+        families = self.families
         for layout in enumerate_layouts(self.spec, cluster, request):
-            record = self._family(layout.family)
+            record = families.get(layout.family) or self._family(layout.family)
             dp = world_size // layout.model_parallel
             batches = batch_options(request, global_batch, dp, layout.pipeline_parallel, layout.micro_batch_rounds)
             if not batches:
