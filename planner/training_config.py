@@ -223,6 +223,20 @@ class TrainingConfig(BaseModel):
         """Layers on each pipeline rank (its chunks of the stage map together)."""
         return layers_per_rank(self.stage_map(model), self.pipeline_parallel)
 
+    def check_accumulation(self, grad_accum: int) -> None:
+        """check_against's part that reads the accumulation: the search checks its candidates' accumulations
+        against one check of their layout."""
+        pp = self.pipeline_parallel
+        if pp > 1 and grad_accum < pp:
+            # Every pipeline schedule (GPipe, 1F1B, interleaved) needs a micro-batch per stage in flight.
+            raise UserInputError(
+                f"--pp {pp} needs at least {pp} micro-batches per step; raise --grad-accum to {pp} or more"
+            )
+        if pp > 1 and self.pipeline_schedule is PipelineSchedule.INTERLEAVED and grad_accum % pp:
+            raise UserInputError(
+                f"interleaved 1F1B runs micro-batches in rounds of {pp}; make --grad-accum a multiple of {pp}"
+            )
+
     def _check_context_parallel(self, model: ModelSpec, traced: bool) -> None:
         cp = self.context_parallel
         if self.strategy is not Strategy.ENGINE and not traced:
@@ -236,9 +250,12 @@ class TrainingConfig(BaseModel):
                 f"make --seq-len a multiple of {2 * cp}"
             )
 
-    def check_against(self, model: ModelSpec, world_size: int, gpus_per_node: int, *, traced: bool = False) -> None:
+    def check_against(
+        self, model: ModelSpec, world_size: int, gpus_per_node: int, *, traced: bool = False, grad_accum: int = 0
+    ) -> None:
         """Raise UserInputError when this layout cannot run this model on this cluster. traced: the estimate
-        describes a memory trace (benchmarks/memory/trace_sharding.py records FSDP2 with the engine's cp attention)."""
+        describes a memory trace (benchmarks/memory/trace_sharding.py records FSDP2 with the engine's cp attention).
+        grad_accum: check this accumulation instead of the config's (0: the config's)."""
         tp, pp, cp = self.tensor_parallel, self.pipeline_parallel, self.context_parallel
         if cp > 1:
             self._check_context_parallel(model, traced)
@@ -261,15 +278,7 @@ class TrainingConfig(BaseModel):
                 f"--pp-layers {describe_stage_layers(stage_map)} sums to {sum(stage_map)}, but {model.name} has "
                 f"{model.num_layers} layers"
             )
-        if pp > 1 and self.grad_accum < pp:
-            # Every pipeline schedule (GPipe, 1F1B, interleaved) needs a micro-batch per stage in flight.
-            raise UserInputError(
-                f"--pp {pp} needs at least {pp} micro-batches per step; raise --grad-accum to {pp} or more"
-            )
-        if pp > 1 and self.pipeline_schedule is PipelineSchedule.INTERLEAVED and self.grad_accum % pp:
-            raise UserInputError(
-                f"interleaved 1F1B runs micro-batches in rounds of {pp}; make --grad-accum a multiple of {pp}"
-            )
+        self.check_accumulation(grad_accum or self.grad_accum)
         if pp * self.virtual_stages > stage_layers + 2 and pp > 1 and stage_map is None:
             # Two chunks more than layers leave the embedding and the head a chunk each (default_stage_layers).
             raise UserInputError(

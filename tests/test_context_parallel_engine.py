@@ -17,7 +17,8 @@ import pytest
 from hardware_selector_cli.app import main
 from planner.contract.layout import ParallelDims
 from planner.errors import UserInputError
-from planner.memory.activations import activation_widths, estimate_activations
+from planner.memory.activation_batch import estimate_activations
+from planner.memory.activations import activation_widths
 from planner.models.resolve import resolve_model
 from planner.training_config import TrainingConfig
 from tests.context_parallel_model import LR, MICRO, STEPS, global_batch, tiny_llama

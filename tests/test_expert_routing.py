@@ -16,7 +16,8 @@ import torch
 from backends.expert_parallel.dispatch import expert_capacity
 from hardware_selector_cli.app import main
 from planner.expert_routing import ExpertRouting
-from planner.memory.activations import activation_widths, estimate_activations
+from planner.memory.activation_batch import estimate_activations
+from planner.memory.activations import activation_widths
 from planner.models.resolve import resolve_model
 from planner.training_config import TrainingConfig
 

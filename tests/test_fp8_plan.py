@@ -14,7 +14,8 @@ import pytest
 
 from hardware_selector_cli.app import main
 from planner.hardware.cluster import make_cluster
-from planner.memory.activations import activation_widths, estimate_activations
+from planner.memory.activation_batch import estimate_activations
+from planner.memory.activations import activation_widths
 from planner.memory.estimate import estimate_memory
 from planner.memory.rank_params import linear_params, rank_params
 from planner.models.flops import model_shape

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from planner.memory.activations import ActivationShape, activation_widths, block_bytes, estimate_activations
+from planner.memory.activation_batch import estimate_activations
+from planner.memory.activations import ActivationShape, activation_widths, block_bytes
 from planner.models.hf_config import spec_from_hf_config
 from planner.training_config import AttentionKernel, PipelineSchedule, TrainingConfig
 from tests.reference_data import published_reference

@@ -105,7 +105,8 @@ def test_plan_counts_the_tower_and_refuses_a_text_run_folder(capsys, tmp_path):
 
 
 def test_the_tower_adds_its_activations_and_a_short_sequence_is_refused():
-    from planner.memory.activations import activation_widths, estimate_activations
+    from planner.memory.activation_batch import estimate_activations
+    from planner.memory.activations import activation_widths
 
     spec = resolve_model("llava-1.5-7b")
     config = TrainingConfig(micro_batch=4, seq_len=1024, precision="bf16-mixed")

@@ -35,7 +35,8 @@ from benchmarks.memory.per_layer_models import (  # noqa: E402
     seq_for,
 )
 from planner.files import write_json_atomic  # noqa: E402
-from planner.memory.activations import activation_widths, estimate_activations  # noqa: E402
+from planner.memory.activation_batch import estimate_activations  # noqa: E402
+from planner.memory.activations import activation_widths  # noqa: E402
 from planner.memory.buffers import estimate_buffers  # noqa: E402
 from planner.memory.rank_params import rank_params  # noqa: E402
 from planner.memory.runtime import Runtime  # noqa: E402

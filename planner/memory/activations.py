@@ -21,8 +21,6 @@ from planner.models.spec import MlpKind, ModelFamily, ModelSpec
 from planner.training_config import (
     ActivationCheckpointing,
     AttentionKernel,
-    KernelChoice,
-    PipelineSchedule,
     Precision,
     Strategy,
     TrainingConfig,
@@ -56,17 +54,6 @@ def _widths(precision: Precision, autocast_ddp: bool, runtime: Runtime) -> Width
         experts = 2 if runtime.autocast_covers_experts else 4
         return Widths(2, 4, True, runtime.autocast_softmax_fp32, runtime.dropout_mask_bytes(2), experts)
     return Widths(2, 2, False, False, runtime.dropout_mask_bytes(2), 2)
-
-
-@dataclass
-class ActivationEstimate:
-    activations: float  # saved for backward on the most loaded rank, all micro-batches in flight
-    loss_backward: float  # fp32 log-softmax output, its gradient and its input's gradient
-    loss_forward: float  # 16-bit logits, their fp32 copy and the log-softmax output
-    recompute: float  # one block rebuilt under full checkpointing, during backward
-    per_layer: float  # one block, one micro-batch, as stored
-    micro_batches_in_flight: float
-    last_pipeline_stage: bool = False  # the pipeline's last stage (head and loss) is the most loaded
 
 
 def _norm_bytes(traits: ArchTraits, widths: Widths, consumers: int) -> int:
@@ -266,19 +253,6 @@ def _audio_frontend_bytes(spec: ModelSpec, widths: Widths) -> float:
     return kept + (frames * spec.mel_bins * 2 if widths.autocast else 0)
 
 
-def _in_flight(config: TrainingConfig) -> float:
-    """Micro-batches whose activations the first pipeline stage holds at once."""
-    pp, m = config.pipeline_parallel, config.grad_accum
-    if pp == 1:
-        return 1.0
-    if config.pipeline_schedule is PipelineSchedule.GPIPE:
-        return float(m)
-    in_flight = float(min(pp, m))
-    if config.pipeline_schedule is PipelineSchedule.INTERLEAVED:
-        in_flight *= 1 + (pp - 1) / (pp * config.virtual_stages)  # Korthikanti Eq. 5 multiplier
-    return in_flight
-
-
 def _head_bytes(spec: ModelSpec, layout: ActivationShape, widths: Widths) -> float:
     """Per token: the final norm (or BERT's MLM transform) feeding the output head; nothing without a head."""
     traits = arch_traits(spec)
@@ -339,52 +313,3 @@ def vision_tower_bytes(spec: ModelSpec, tower: ModelSpec, layout: ActivationShap
     kept, head, _, _ = _per_token(tower, tower_layout, widths)
     projector = tower.hidden_size * widths.compute + 2 * spec.hidden_size * widths.compute
     return (kept + head) * positions + projector * spec.image_tokens
-
-
-def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> ActivationEstimate:
-    layout = ActivationShape.of(config)
-    kept, head, largest_block, layer_bytes = _per_token(spec, layout, widths)
-    tokens = config.micro_batch * config.seq_len // config.context_parallel  # this rank's share
-    in_flight = _in_flight(config)
-    logits = tokens * spec.vocab_size / config.tensor_parallel if spec.output_head else 0.0
-    activations = (kept + head) * tokens
-    last_stage = False
-    if config.pipeline_parallel > 1:
-        # The first stage holds the most micro-batches in flight; the last one holds the
-        # output head's input and the loss. The larger of the two at backward start.
-        # `kept` is for layers/pp of each stack: scale it to the first and last ranks' share of the map.
-        ranks = config.rank_layers(spec)
-        even = spec.num_layers / config.pipeline_parallel
-        first = kept * ranks[0] / even * tokens * in_flight
-        last_in_flight = config.grad_accum if config.pipeline_schedule is PipelineSchedule.GPIPE else 1
-        # GPipe keeps every micro-batch's fp32 log-softmax output until its backward.
-        last = (kept * ranks[-1] / even + head) * tokens * last_in_flight + 4 * logits * (last_in_flight - 1)
-        last_stage = last + 12 * logits > first
-        activations = last if last_stage else first
-        if not last_stage:
-            logits = 0.0
-    if spec.vision_tower is not None:
-        activations += vision_tower_bytes(spec, spec.vision_tower, layout, widths) * config.micro_batch
-    loss_forward = (4 + widths.compute + (4 if widths.compute != 4 else 0)) * logits
-    loss_backward = 12 * logits
-    if config.kernels is KernelChoice.LIGER and logits:
-        # Liger's fused linear cross-entropy never holds the whole logits: it runs the head and the loss over
-        # chunks of about hidden/vocab of the tokens (fp32 logits and their gradient, one chunk at a time) and
-        # keeps the hidden states' gradient (16 bits) from forward to backward.
-        chunk = 2 * 4 * (logits / spec.vocab_size) * spec.hidden_size
-        held = widths.compute * (logits / spec.vocab_size) * spec.hidden_size
-        loss_forward, loss_backward = chunk + held, held
-    elif widths.compute == 2 and not widths.autocast and arch_traits(spec).loss_in_logits_dtype:
-        # 16-bit weights without autocast and a loss that does not upcast: log-softmax in 16 bits, its
-        # output and its gradient at backward start (trace whisper-small-fsdp4-b8-s448-bf16mixed).
-        loss_forward, loss_backward = 2 * 2 * logits, 2 * 2 * logits
-    full_ac = config.activation_checkpointing is ActivationCheckpointing.FULL
-    return ActivationEstimate(
-        activations=activations,
-        loss_backward=loss_backward,
-        loss_forward=loss_forward,
-        recompute=largest_block * tokens if full_ac else 0.0,
-        per_layer=layer_bytes * tokens,
-        micro_batches_in_flight=in_flight,
-        last_pipeline_stage=last_stage,
-    )

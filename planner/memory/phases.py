@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from planner.config_key import config_key_without_batch
-from planner.memory.activations import Widths, activation_widths, estimate_activations
+from planner.memory.activation_batch import ActivationTerms, activation_terms, activations_at
+from planner.memory.activations import Widths, activation_widths
 from planner.memory.buffers import Buffers, estimate_buffers
 from planner.memory.model_states import ModelStates, model_state_bytes, uses_native_mixed_precision
-from planner.memory.rank_params import rank_params
+from planner.memory.rank_params import RankParams, rank_params
 from planner.memory.runtime import Runtime
 from planner.memory.spec_cache import MAX_SPECS
 from planner.models.spec import ModelSpec
@@ -55,9 +56,19 @@ class StepPeak:
         self.tensor_bytes = sum(int(value) for value in self.per_gpu.values())
 
 
+class BatchPeaks(dict[tuple[int, int], StepPeak]):
+    """The step peaks of one config at any batch, by (micro-batch, accumulation), and what they share."""
+
+    __slots__ = ("line",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.line: _Line | None = None  # made at the first peak
+
+
 def batch_peaks(
-    spec: ModelSpec, config: TrainingConfig, *, world_size: int, gpus_per_node: int, runtime: Runtime = Runtime.CUDA
-) -> dict[tuple[int, int], StepPeak]:
+    spec: ModelSpec, config: TrainingConfig, world_size: int, gpus_per_node: int, runtime: Runtime = Runtime.CUDA
+) -> BatchPeaks:
     """The step peaks computed so far for `config` at any micro-batch and accumulation, by (micro-batch,
     accumulation): step_peak's memo, which a caller asking about many batches of one config (the search, per
     layout and checkpointing level) looks up once.
@@ -72,7 +83,7 @@ def batch_peaks(
     if len(_PEAKS) >= _MAX_PEAKS or _peaks_held >= _MAX_PEAKS:
         _PEAKS.clear()  # (a caller's dict stays valid: it is only no longer shared)
         _peaks_held = 0
-    peaks: dict[tuple[int, int], StepPeak] = {}
+    peaks = BatchPeaks()
     _PEAKS[key] = (spec, peaks)  # holding the spec keeps its id from being reused while the entry lives
     return peaks
 
@@ -84,17 +95,35 @@ def step_peak(
     world_size: int,
     gpus_per_node: int,
     runtime: Runtime = Runtime.CUDA,
-    peaks: dict[tuple[int, int], StepPeak] | None = None,
+    peaks: BatchPeaks | None = None,
 ) -> StepPeak:
     """The step's peak; memoised, since the search asks again for other GPUs of the same size.
     `peaks`: batch_peaks of this config, when the caller has it."""
     if peaks is None:
         peaks = batch_peaks(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime)
+    return peak_at(spec, config, config.micro_batch, config.grad_accum, world_size, gpus_per_node, peaks, runtime)
+
+
+def peak_at(
+    spec: ModelSpec,
+    config: TrainingConfig,
+    micro_batch: int,
+    grad_accum: int,
+    world_size: int,
+    gpus_per_node: int,
+    peaks: BatchPeaks,
+    runtime: Runtime = Runtime.CUDA,
+) -> StepPeak:
+    """step_peak of `config` at this micro-batch and accumulation, whatever its own batch (`peaks`: its
+    batch_peaks): the search asks about many batches of one config and builds no config for each."""
     global _peaks_held
-    batch = (config.micro_batch, config.grad_accum)
+    batch = (micro_batch, grad_accum)
     peak = peaks.get(batch)
     if peak is None:
-        peak = peaks[batch] = _peak(spec, config, world_size, gpus_per_node, runtime)
+        line = peaks.line
+        if line is None:
+            line = peaks.line = _Line(spec, config, world_size, gpus_per_node, runtime, grad_accum)
+        peak = peaks[batch] = line.peak(micro_batch, grad_accum)
         _peaks_held += 1
     return peak
 
@@ -114,7 +143,7 @@ def _batch_independent(spec: ModelSpec, config: TrainingConfig, dp: int, gpus_pe
     # The key covers every field model_state_bytes, estimate_buffers and the widths read;
     # buffers read the batch only under pipelining (send/receive buffers).
     batch = (config.micro_batch, config.seq_len) if config.pipeline_parallel > 1 else ()
-    key = (
+    layout = (
         config.strategy,
         config.zero_stage,
         config.fsdp_sharding,
@@ -129,85 +158,122 @@ def _batch_independent(spec: ModelSpec, config: TrainingConfig, dp: int, gpus_pe
         config.expert_parallel,
         config.context_parallel,
         config.fp8,
-        config.activation_checkpointing,
         config.compression,
         dp,
         gpus_per_node,
         runtime,
-        *batch,
     )
-    return _cached(spec, key, lambda: _build_batch_independent(spec, config, dp, gpus_per_node, runtime))
+    key = (*layout, config.activation_checkpointing, *batch)
+    return _cached(spec, key, lambda: _build_batch_independent(spec, config, dp, gpus_per_node, runtime, layout))
 
 
 def _build_batch_independent(
-    spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime
+    spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime, layout: tuple
 ) -> _BatchIndependent:
-    params = rank_params(spec, config)
-    states = model_state_bytes(params, config, dp, gpus_per_node, spec.hidden_size)
+    params, states = _cached(spec, ("states", *layout), lambda: _model_states(spec, config, dp, gpus_per_node))
     buffers = estimate_buffers(spec, config, params, dp, runtime)
     widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
     notes = [*states.notes, *([buffers.note] if buffers.note else [])]
     return _BatchIndependent(states, buffers, widths, _tied_head_gradient(spec, config), notes)
 
 
-_PEAKS: dict[tuple, tuple[ModelSpec, dict[tuple[int, int], StepPeak]]] = {}
+def _model_states(
+    spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int
+) -> tuple[RankParams, ModelStates]:
+    """The rank's parameters and model states, shared by a layout's checkpointing levels and micro-batches:
+    neither reads them (a first search builds them once per layout and precision, not once per level)."""
+    params = rank_params(spec, config)
+    return params, model_state_bytes(params, config, dp, gpus_per_node, spec.hidden_size)
+
+
+_PEAKS: dict[tuple, tuple[ModelSpec, BatchPeaks]] = {}
 # Bounded by the peaks it holds (as when it held one per entry), counted as step_peak adds them.
 _MAX_PEAKS = MAX_SPECS * 64
 _peaks_held = 0
 
 
-def _peak(spec: ModelSpec, config: TrainingConfig, world_size: int, gpus_per_node: int, runtime: Runtime) -> StepPeak:
-    config.check_against(spec, world_size, gpus_per_node, traced=runtime is Runtime.CPU_TRACE)
-    fixed_parts = _batch_independent(spec, config, config.data_parallel_size(world_size), gpus_per_node, runtime)
-    states, buffers, head_grad = fixed_parts.states, fixed_parts.buffers, fixed_parts.head_grad
-    acts = estimate_activations(spec, config, fixed_parts.widths)
+class _Line:
+    """What the peaks of one config at every batch share, found once: the layout's checks, its model states and
+    buffers (per micro-batch under pipelining: the send/receive buffers), its activations' terms and notes.
+    A peak then costs its batch's arithmetic (peak), the same for every caller."""
 
-    fixed = states.parameters + states.optimizer_states
-    accumulated = states.backward_gradients if config.grad_accum > 1 else 0.0
-    recompute = acts.recompute + head_grad if acts.recompute else 0.0
-    held = fixed + accumulated + acts.activations
-    # Totals at each moment; backward-start first, so that it wins ties.
-    by_phase = {
-        "backward-start": held + acts.loss_backward + buffers.during_backward,
-        "forward-end": held + acts.loss_forward + buffers.during_forward,
-        "backward-recompute": held + recompute + buffers.during_backward,
-        "backward-end": fixed + states.backward_gradients + 2 * head_grad + buffers.during_step + buffers.at_reduction,
-        "optimizer-step": fixed + states.gradients + buffers.during_step + states.step_temporary,
-    }
-    best_phase = max(by_phase, key=by_phase.__getitem__)
-    # (gradients, activations, temporaries, buffers, step temporary) at the peak.
-    if best_phase == "optimizer-step":
-        parts = (states.gradients, 0.0, 0.0, buffers.during_step, states.step_temporary)
-    elif best_phase == "backward-end":
-        parts = (states.backward_gradients, 0.0, 2 * head_grad, buffers.during_step + buffers.at_reduction, 0.0)
-    elif best_phase == "forward-end":
-        parts = (accumulated, acts.activations, acts.loss_forward, buffers.during_forward, 0.0)
-    elif best_phase == "backward-recompute":
-        parts = (accumulated, acts.activations, recompute, buffers.during_backward, 0.0)
-    else:
-        parts = (accumulated, acts.activations, acts.loss_backward, buffers.during_backward, 0.0)
-    grads, activations, temporaries, buffer, step_temp = parts
-    notes = fixed_parts.notes
-    if acts.last_pipeline_stage:
-        notes = [*notes, "pipeline: the last stage (output head and loss) is the most loaded"]
-    if spec.is_moe and (config.expert_parallel > 1 or not config.routing.is_default):
-        notes = [*notes, config.routing.note(config.expert_parallel)]
-    return StepPeak(
-        per_gpu={
+    def __init__(
+        self, spec: ModelSpec, config: TrainingConfig, world_size: int, gpus_per_node: int, runtime: Runtime, accum: int
+    ) -> None:
+        config.check_against(spec, world_size, gpus_per_node, traced=runtime is Runtime.CPU_TRACE, grad_accum=accum)
+        self.spec, self.config, self.gpus_per_node, self.runtime = spec, config, gpus_per_node, runtime
+        self.dp = config.data_parallel_size(world_size)
+        self.pipelined = config.pipeline_parallel > 1
+        # Under pipelining the buffers read the micro-batch: the parts are found per micro-batch (_fixed_parts).
+        self.fixed: _BatchIndependent | None = None
+        if not self.pipelined:
+            self.fixed = _batch_independent(spec, config, self.dp, gpus_per_node, runtime)
+        self.by_micro: dict[int, _BatchIndependent] = {}
+        widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
+        self.terms: ActivationTerms = activation_terms(spec, config, widths)
+        self.routing_note = None
+        if spec.is_moe and (config.expert_parallel > 1 or not config.routing.is_default):
+            self.routing_note = config.routing.note(config.expert_parallel)
+
+    def _fixed_parts(self, micro_batch: int, accum: int) -> _BatchIndependent:
+        fixed = self.fixed
+        if fixed is None:
+            self.config.check_accumulation(accum)
+            fixed = self.by_micro.get(micro_batch)
+            if fixed is None:
+                config = self.config.model_copy(update={"micro_batch": micro_batch})
+                fixed = _batch_independent(self.spec, config, self.dp, self.gpus_per_node, self.runtime)
+                self.by_micro[micro_batch] = fixed
+        return fixed
+
+    def peak(self, micro_batch: int, accum: int) -> StepPeak:
+        fixed_parts = self._fixed_parts(micro_batch, accum)
+        states, buffers, head_grad = fixed_parts.states, fixed_parts.buffers, fixed_parts.head_grad
+        acts = activations_at(self.terms, micro_batch, accum)
+        fixed = states.parameters + states.optimizer_states
+        accumulated = states.backward_gradients if accum > 1 else 0.0
+        recompute = acts.recompute + head_grad if acts.recompute else 0.0
+        held = fixed + accumulated + acts.activations
+        # Totals at each moment; backward-start first, so that it wins ties.
+        by_phase = {
+            "backward-start": held + acts.loss_backward + buffers.during_backward,
+            "forward-end": held + acts.loss_forward + buffers.during_forward,
+            "backward-recompute": held + recompute + buffers.during_backward,
+            "backward-end": fixed
+            + states.backward_gradients
+            + 2 * head_grad
+            + buffers.during_step
+            + buffers.at_reduction,
+            "optimizer-step": fixed + states.gradients + buffers.during_step + states.step_temporary,
+        }
+        best_phase = max(by_phase, key=by_phase.__getitem__)
+        # (gradients, activations, temporaries, buffers, step temporary) at the peak.
+        if best_phase == "optimizer-step":
+            parts = (states.gradients, 0.0, 0.0, buffers.during_step, states.step_temporary)
+        elif best_phase == "backward-end":
+            parts = (states.backward_gradients, 0.0, 2 * head_grad, buffers.during_step + buffers.at_reduction, 0.0)
+        elif best_phase == "forward-end":
+            parts = (accumulated, acts.activations, acts.loss_forward, buffers.during_forward, 0.0)
+        elif best_phase == "backward-recompute":
+            parts = (accumulated, acts.activations, recompute, buffers.during_backward, 0.0)
+        else:
+            parts = (accumulated, acts.activations, acts.loss_backward, buffers.during_backward, 0.0)
+        grads, activations, temporaries, buffer, step_temp = parts
+        notes = fixed_parts.notes
+        if acts.last_pipeline_stage:
+            notes = [*notes, "pipeline: the last stage (output head and loss) is the most loaded"]
+        if self.routing_note is not None:
+            notes = [*notes, self.routing_note]
+        per_gpu = {
             "parameters": states.parameters,
             "gradients": grads,
             "optimizer_states": states.optimizer_states + step_temp,
             "activations": activations,
             "temporaries": temporaries,
             "buffers": buffer,
-        },
-        phase=best_phase,
-        by_phase=by_phase,
-        activations_peak=acts.activations,
-        cpu_per_rank=states.cpu,
-        nvme_per_rank=states.nvme,
-        notes=notes,
-    )
+        }
+        # By position, in StepPeak's field order: keywords cost a name match each, for every candidate.
+        return StepPeak(per_gpu, best_phase, by_phase, states.cpu, states.nvme, notes, acts.activations)
 
 
 _PARTS: dict[tuple, tuple[ModelSpec, object]] = {}

@@ -11,6 +11,11 @@ Two exact prunings keep the estimator calls far below the candidate count:
 Among the fitting micro-batches of one layout, throughput is estimated from
 the largest down until it stops improving (see _scan_micro_batches).
 tests/test_search_pruning.py checks all three against an exhaustive evaluation.
+A memory estimate costs its batch's arithmetic: the candidates of one layout and
+AC level share its checks, model states, buffers and activation terms
+(phases.peak_at), exact because none of those read the micro-batch or the
+accumulation (but the pipeline's buffers, found per micro-batch) and the model
+states do not read the AC level (tests/test_peak_line.py).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from dataclasses import dataclass
 
 from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import fit_bytes, host_fits
-from planner.memory.phases import batch_peaks, step_peak
+from planner.memory.phases import batch_peaks, peak_at
 from planner.models.spec import ModelSpec
 from planner.search import config_copy
 from planner.search.batching import batch_options, infeasible_batch_reason
@@ -150,7 +155,7 @@ class CandidateEvaluator:
 
     def _memory(self, group: Group, level: Level, pair: tuple[int, int]) -> tuple[int, bool]:
         """(per-GPU total bytes, fits) by the memory estimator's raw fast path; same rule as MemoryEstimate.fits.
-        The caches are keyed by plain values, and the candidate's config is built only if the estimator needs it."""
+        The caches are keyed by plain values, and the candidate's own config is not built (phases.peak_at)."""
         seen = level.memory.get(pair)
         if seen is not None:
             return seen
@@ -160,19 +165,23 @@ class CandidateEvaluator:
         peaks = level.peaks
         if peaks is None:
             world_size = gpus_per_node * cluster.num_nodes
-            peaks = level.peaks = batch_peaks(
-                self.spec, level.config, world_size=world_size, gpus_per_node=gpus_per_node
-            )
+            peaks = level.peaks = batch_peaks(self.spec, level.config, world_size, gpus_per_node)
         peak = peaks.get(pair)
-        if peak is None:
+        if peak is None:  # the level's config at the candidate's batch, without building the candidate's config
             world_size = gpus_per_node * cluster.num_nodes
-            config = level.config_at(pair)
-            peak = step_peak(self.spec, config, world_size=world_size, gpus_per_node=gpus_per_node, peaks=peaks)
+            peak = peak_at(self.spec, level.config, pair[0], pair[1], world_size, gpus_per_node, peaks)
         total, cpu_per_node, nvme_per_node = fit_bytes(peak, gpus_per_node)
-        fits = total <= group.usable_bytes and host_fits(
-            cpu_per_node, nvme_per_node, cluster.cpu_ram_per_node_bytes, cluster.nvme_per_node_bytes
+        # (Nothing offloaded fits any host: a capacity is never negative.)
+        fits = total <= group.usable_bytes and (
+            not (cpu_per_node or nvme_per_node)
+            or host_fits(cpu_per_node, nvme_per_node, cluster.cpu_ram_per_node_bytes, cluster.nvme_per_node_bytes)
         )
         seen = level.memory[pair] = total, fits
+        if not fits:
+            record = group.record
+            if record.smallest_miss is None or total < record.smallest_miss[0]:
+                # Its config is built only if the family's fate quotes it (explain.py).
+                record.smallest_miss = (total, level, pair, cluster)
         return seen
 
     def _score(self, group: Group, level: Level, pair: tuple[int, int]) -> Scored:
@@ -182,9 +191,12 @@ class CandidateEvaluator:
         plan = group.throughput_plan
         if plan is None:
             plan = group.throughput_plan = self._group_plan(group)
-        step = candidate_step(plan, level.config, *pair)
+        step = candidate_step(plan, level.config, pair[0], pair[1])
         if self.adjust is None:
-            score = score_of(step.tokens_per_s, plan.price_usd_per_gpu_hour, plan.world, self._by_cost)
+            if self._by_cost:
+                score = score_of(step.tokens_per_s, plan.price_usd_per_gpu_hour, plan.world, True)
+            else:
+                score = step.tokens_per_s  # score_of's throughput score
             return Scored(group.layout, cluster, score, step, plan, level, pair)
         # Measured records replace or correct the estimate.
         estimate = self.adjust(level.config_at(pair), estimate_of(plan, step))
@@ -254,8 +266,9 @@ class CandidateEvaluator:
         precisions = precisions_for(cluster, request)
         world_size, global_batch = cluster.world_size, request.global_batch
         assert global_batch is not None  # search_plans resolves the batch before the candidates
+        families = self.families
         for layout in enumerate_layouts(self.spec, cluster, request):
-            record = self._family(layout.family)
+            record = families.get(layout.family) or self._family(layout.family)
             dp = world_size // layout.model_parallel
             batches = batch_options(request, global_batch, dp, layout.pipeline_parallel, layout.micro_batch_rounds)
             if not batches:
@@ -292,16 +305,13 @@ class CandidateEvaluator:
     def _lightest_fits(self, group: Group, remaining_ac: list[ActivationCheckpointing]) -> bool:
         """False when even the lightest candidates (most recomputation, smallest micro-batch, and the
         accumulation-free one) do not fit: then no candidate at the remaining AC levels does."""
-        record, cluster, batches = group.record, group.cluster, group.batches
+        batches = group.batches
         lightest = group.level(remaining_ac[-1])
         evaluations_before = self.counters.memory_evaluations
         lightest_pairs = [batches[0]] + ([batches[-1]] if len(batches) > 1 and batches[-1][1] == 1 else [])
         for pair in lightest_pairs:
-            total, fits = self._memory(group, lightest, pair)
-            if fits:
+            if self._memory(group, lightest, pair)[1]:
                 return True
-            if record.smallest_miss is None or total < record.smallest_miss[0]:
-                record.smallest_miss = (total, lightest.config_at(pair), cluster)
         candidates = len(batches) * len(remaining_ac)
         self.counters.considered += candidates
         self.counters.pruned += candidates - (self.counters.memory_evaluations - evaluations_before)
@@ -315,42 +325,42 @@ class CandidateEvaluator:
         candidate (last, when a global batch is given) is evaluated on its own.
         """
         counters = self.counters
-        record, cluster, batches = group.record, group.cluster, group.batches
+        batches = group.batches
         level = group.level(ac)
         counters.considered += len(batches)
-        open_batches = [pair for pair in batches if pair[0] not in fitting_micros]  # others: dominated
-        accumulation_free = []
+        open_batches = [pair for pair in batches if pair[0] not in fitting_micros] if fitting_micros else batches[:]
+        accumulation_free = None
         if open_batches and open_batches[-1][1] == 1:
-            accumulation_free = [open_batches.pop()]
+            accumulation_free = open_batches.pop()
 
-        def fits(pair: tuple[int, int]) -> bool:
-            total, ok = self._memory(group, level, pair)
-            if not ok and (record.smallest_miss is None or total < record.smallest_miss[0]):
-                record.smallest_miss = (total, level.config_at(pair), cluster)
-            return ok
-
+        memory = self._memory
         evaluations_before = counters.memory_evaluations
         # Check both ends first: often all or none of them fit, which settles it in one or two calls.
         low, high = 0, len(open_batches)  # open_batches[:low] fit, open_batches[high:] do not
-        if open_batches and not fits(open_batches[0]):
-            high = 0
-        elif open_batches:
-            low = 1
-            if fits(open_batches[-1]):  # (one candidate: its end is its start, estimated once by _memory)
-                low = high
+        if high:
+            if not memory(group, level, open_batches[0])[1]:
+                high = 0
             else:
-                high -= 1
-        while low < high:
-            middle = (low + high) // 2
-            if fits(open_batches[middle]):
-                low = middle + 1
-            else:
-                high = middle
-        fitting = open_batches[:low] + [pair for pair in accumulation_free if fits(pair)]
+                low = 1
+                if memory(group, level, open_batches[-1])[1]:  # (one candidate: its end is its start, estimated once)
+                    low = high
+                else:
+                    high -= 1
+                while low < high:
+                    middle = (low + high) // 2
+                    if memory(group, level, open_batches[middle])[1]:
+                        low = middle + 1
+                    else:
+                        high = middle
+        fitting = open_batches[:low]
+        if accumulation_free is not None and memory(group, level, accumulation_free)[1]:
+            fitting.append(accumulation_free)
         counters.pruned += len(batches) - (counters.memory_evaluations - evaluations_before)
 
         counters.fitting += len(fitting)
-        fitting_micros.update(pair[0] for pair in fitting)
+        for pair in fitting:
+            fitting_micros.add(pair[0])
+        record = group.record
         # Throughput rises with the micro-batch at a fixed global batch (fuller matmuls,
         # fewer per-micro-batch gathers) until a pipeline's bubble grows: walk down from
         # the largest fitting micro-batch and stop at the first one slower than the last.

@@ -162,7 +162,8 @@ def _per_gpu_total(spec: ModelSpec, item: Scored) -> int:
 
 def _miss_line(spec: ModelSpec, record: FamilyRecord, request: PlanRequest) -> str:
     assert record.smallest_miss is not None  # callers ask only for families that missed
-    total, config, cluster = record.smallest_miss
+    total, level, batch, cluster = record.smallest_miss
+    config = level.config_at(batch)
     memory = memory_on(spec, config, cluster, headroom_fraction=request.headroom_fraction)
     at = f"{describe_config(config)} on {cluster.world_size} GPUs"
     nvme_capacity = memory.nvme_capacity_per_node_bytes

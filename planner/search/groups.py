@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner.hardware.cluster import ClusterSpec
-from planner.memory.phases import StepPeak
+from planner.memory.phases import BatchPeaks
 from planner.search.config_copy import with_batch, with_checkpointing
 from planner.search.layouts import StrategyLayout
 from planner.throughput.estimate import CandidateStep, ThroughputPlan, estimate_of
@@ -54,8 +54,8 @@ class FamilyRecord:
 
     family: str
     fitting: list[Scored] = field(default_factory=list)
-    # The least memory any non-fitting candidate needed, and that candidate.
-    smallest_miss: tuple[int, TrainingConfig, ClusterSpec] | None = None
+    # The least memory any non-fitting candidate needed, and that candidate: its level, batch and cluster.
+    smallest_miss: tuple[int, Level, tuple[int, int], ClusterSpec] | None = None
     infeasible: str | None = None  # why no candidate could even be built
 
 
@@ -70,7 +70,7 @@ class Level:
     memory: dict[tuple[int, int], tuple[int, bool]] = field(default_factory=dict)
     # The memory estimator's peaks of this config by (micro-batch, accumulation) (phases.batch_peaks), looked
     # up at the level's first estimate: a peak found there (an earlier search's) needs no config built.
-    peaks: dict[tuple[int, int], StepPeak] | None = None
+    peaks: BatchPeaks | None = None
     configs: dict[int, TrainingConfig] = field(default_factory=dict)  # the candidates' configs by micro-batch
 
     def config_at(self, pair: tuple[int, int]) -> TrainingConfig:

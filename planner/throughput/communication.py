@@ -342,13 +342,14 @@ def micro_batch_communication(
         copied = accum * blocks * plan.checkpoints_to_cpu * activation_bytes / tp
         offload += 2 * copied / plan.pcie_Bps
 
+    # By position, in StepComm's field order: keywords cost a name match each, for every candidate.
     return StepComm(
-        data_parallel_s=dp_total,
-        exposed_s=exposed + tp_exposed + ep_exposed + cp_exposed + p2p,
-        tensor_parallel_s=tp_comm,
-        pipeline_p2p_s=p2p,
-        expert_parallel_s=ep_comm,
-        context_parallel_s=cp_comm,
-        offload_s=offload,
-        optimizer_step_s=optimizer_step,
+        dp_total,  # data_parallel_s
+        exposed + tp_exposed + ep_exposed + cp_exposed + p2p,  # exposed_s
+        tp_comm,  # tensor_parallel_s
+        p2p,  # pipeline_p2p_s
+        ep_comm,  # expert_parallel_s
+        cp_comm,  # context_parallel_s
+        offload,  # offload_s
+        optimizer_step,  # optimizer_step_s
     )

@@ -331,16 +331,17 @@ def candidate_step(plan: ThroughputPlan, config: TrainingConfig, micro_batch: in
     step = compute + recompute + comm.exposed_s + bubble + comm.offload_s + comm.optimizer_step_s
 
     global_batch = micro_batch * accum * plan.dp
+    # By position, in CandidateStep's field order: keywords cost a name match each, for every candidate.
     return CandidateStep(
-        step_s=step,
-        compute_s=compute,
-        recompute_s=recompute,
-        bubble_s=bubble,
-        comm=comm,
-        global_batch=global_batch,
-        tokens_per_s=global_batch * plan.seq_len / step,
-        flops=flops,
-        launch_bound=stage.launch_bound,
+        step,  # step_s
+        compute,  # compute_s
+        recompute,  # recompute_s
+        bubble,  # bubble_s
+        comm,
+        global_batch,
+        global_batch * plan.seq_len / step,  # tokens_per_s
+        flops,
+        stage.launch_bound,
     )
 
 

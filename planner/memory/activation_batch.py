@@ -1,0 +1,133 @@
+"""Activation memory of one micro-batch and accumulation, from what a layout keeps per token.
+
+The search estimates the memory of many candidates that differ only in the
+micro-batch and the accumulation: what they share (per-token bytes from
+activations.py, the pipeline's stage map, the loss's kind) is gathered once
+per layout and checkpointing level (activation_terms), and each candidate
+costs only activations_at's arithmetic. estimate_activations is the two in one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.memory.activations import ActivationShape, Widths, _per_token, vision_tower_bytes
+from planner.memory.arch_traits import arch_traits
+from planner.models.spec import ModelSpec
+from planner.training_config import ActivationCheckpointing, KernelChoice, PipelineSchedule, TrainingConfig
+
+
+@dataclass
+class ActivationEstimate:
+    activations: float  # saved for backward on the most loaded rank, all micro-batches in flight
+    loss_backward: float  # fp32 log-softmax output, its gradient and its input's gradient
+    loss_forward: float  # 16-bit logits, their fp32 copy and the log-softmax output
+    recompute: float  # one block rebuilt under full checkpointing, during backward
+    per_layer: float  # one block, one micro-batch, as stored
+    micro_batches_in_flight: float
+    last_pipeline_stage: bool = False  # the pipeline's last stage (head and loss) is the most loaded
+
+
+def _in_flight(pp: int, schedule: PipelineSchedule, virtual_stages: int, m: int) -> float:
+    """Micro-batches whose activations the first pipeline stage holds at once (m: the accumulation)."""
+    if pp == 1:
+        return 1.0
+    if schedule is PipelineSchedule.GPIPE:
+        return float(m)
+    in_flight = float(min(pp, m))
+    if schedule is PipelineSchedule.INTERLEAVED:
+        in_flight *= 1 + (pp - 1) / (pp * virtual_stages)  # Korthikanti Eq. 5 multiplier
+    return in_flight
+
+
+def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> ActivationEstimate:
+    return activations_at(activation_terms(spec, config, widths), config.micro_batch, config.grad_accum)
+
+
+@dataclass(slots=True)
+class ActivationTerms:
+    """What estimate_activations reads of a config but its batch: the search's memory estimates of one layout
+    and checkpointing level differ only in the micro-batch and the accumulation (activations_at)."""
+
+    kept: float  # per token: what the blocks of one stage keep, and the output head's input
+    head: float
+    largest_block: float
+    layer_bytes: float
+    seq_len: int
+    context_parallel: int
+    output_head: bool
+    tensor_parallel: int
+    pipeline_parallel: int
+    schedule: PipelineSchedule
+    virtual_stages: int
+    first_layers: int  # the first and last pipeline ranks' layers, and an even split's
+    last_layers: int
+    even_layers: float
+    vision_per_sample: float | None  # LLaVA's tower and projector, per sample
+    liger: bool
+    loss_16bit: bool  # 16-bit weights without autocast and a loss that does not upcast
+    compute_width: int
+    hidden_size: int
+    vocab_size: int
+    full_ac: bool
+
+
+def activation_terms(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> ActivationTerms:
+    layout = ActivationShape.of(config)
+    kept, head, largest_block, layer_bytes = _per_token(spec, layout, widths)
+    pp = config.pipeline_parallel
+    ranks, even = (config.rank_layers(spec), spec.num_layers / pp) if pp > 1 else ((1,), 1.0)
+    vision = vision_tower_bytes(spec, spec.vision_tower, layout, widths) if spec.vision_tower is not None else None
+    return ActivationTerms(
+        kept, head, largest_block, layer_bytes, config.seq_len, config.context_parallel,
+        bool(spec.output_head), config.tensor_parallel,
+        pp, config.pipeline_schedule, config.virtual_stages, ranks[0], ranks[-1], even, vision,
+        config.kernels is KernelChoice.LIGER,
+        widths.compute == 2 and not widths.autocast and arch_traits(spec).loss_in_logits_dtype,
+        widths.compute, spec.hidden_size, spec.vocab_size,
+        config.activation_checkpointing is ActivationCheckpointing.FULL,
+    )  # fmt: skip
+
+
+def activations_at(terms: ActivationTerms, micro_batch: int, grad_accum: int) -> ActivationEstimate:
+    kept, head = terms.kept, terms.head
+    tokens = micro_batch * terms.seq_len // terms.context_parallel  # this rank's share
+    in_flight = _in_flight(terms.pipeline_parallel, terms.schedule, terms.virtual_stages, grad_accum)
+    logits = tokens * terms.vocab_size / terms.tensor_parallel if terms.output_head else 0.0
+    activations = (kept + head) * tokens
+    last_stage = False
+    if terms.pipeline_parallel > 1:
+        # The first stage holds the most micro-batches in flight; the last one holds the
+        # output head's input and the loss. The larger of the two at backward start.
+        # `kept` is for layers/pp of each stack: scale it to the first and last ranks' share of the map.
+        first = kept * terms.first_layers / terms.even_layers * tokens * in_flight
+        last_in_flight = grad_accum if terms.schedule is PipelineSchedule.GPIPE else 1
+        # GPipe keeps every micro-batch's fp32 log-softmax output until its backward.
+        last = (kept * terms.last_layers / terms.even_layers + head) * tokens * last_in_flight + 4 * logits * (
+            last_in_flight - 1
+        )
+        last_stage = last + 12 * logits > first
+        activations = last if last_stage else first
+        if not last_stage:
+            logits = 0.0
+    if terms.vision_per_sample is not None:
+        activations += terms.vision_per_sample * micro_batch
+    w = terms.compute_width
+    loss_forward = (4 + w + (4 if w != 4 else 0)) * logits
+    loss_backward = 12 * logits
+    if terms.liger and logits:
+        # Liger's fused linear cross-entropy never holds the whole logits: it runs the head and the loss over
+        # chunks of about hidden/vocab of the tokens (fp32 logits and their gradient, one chunk at a time) and
+        # keeps the hidden states' gradient (16 bits) from forward to backward.
+        chunk = 2 * 4 * (logits / terms.vocab_size) * terms.hidden_size
+        held = w * (logits / terms.vocab_size) * terms.hidden_size
+        loss_forward, loss_backward = chunk + held, held
+    elif terms.loss_16bit:
+        # 16-bit weights without autocast and a loss that does not upcast: log-softmax in 16 bits, its
+        # output and its gradient at backward start (trace whisper-small-fsdp4-b8-s448-bf16mixed).
+        loss_forward, loss_backward = 2 * 2 * logits, 2 * 2 * logits
+    recompute = terms.largest_block * tokens if terms.full_ac else 0.0
+    # By position, in ActivationEstimate's field order: keywords cost a name match each, for every candidate.
+    return ActivationEstimate(
+        activations, loss_backward, loss_forward, recompute, terms.layer_bytes * tokens, in_flight, last_stage
+    )
