@@ -127,8 +127,9 @@ def _click_command(args: list[str]) -> click.Command:
     """The app as a click group. When the first argument names one of its commands (`plan ...`), the group holds
     that command alone, registered by its own module (COMMAND_MODULES): the same group, which runs it the same
     way, without importing the other commands' modules or building their option tables (docs/performance.md),
-    and converts its option values without typer's adapters where that is plain (option_values.py). Anything else (--help, a group such as `db`, a misspelt name, which typer
-    answers from all the names) builds every command, as typer does."""
+    and converts its option values without typer's adapters where that is plain (option_values.py). Anything
+    else (--help, a group such as `db`, a misspelt name, which typer answers from all the names) builds every
+    command, as typer does."""
     module = COMMAND_MODULES.get(args[0]) if args else None
     own = _registered((module,)) if module is not None else None
     chosen = [info for info in own.registered_commands if info.name == args[0]] if own is not None else []

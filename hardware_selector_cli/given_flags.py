@@ -14,8 +14,8 @@ from typing import Any
 
 
 def given_flags(ctx: Any, *groups: Callable[..., Any]) -> list[str]:
-    """The options of `ctx`'s command that the user set, by their longest name (`--gpu`, not `-g`), in the command's
-    order; only those of the option-group factories `groups` when any are named (hardware_selector_cli/option_groups.py)."""
+    """The options of `ctx`'s command that the user set, by their longest name (`--gpu`, not `-g`), in the
+    command's order; only those of the option-group factories `groups` when any are named (option_groups.py)."""
     names = {name for group in groups for name in inspect.signature(group).parameters} if groups else None
     flags = []
     for param in ctx.command.params:
