@@ -9,12 +9,12 @@ handed, as a ring sends it (what one rank sends): an all-reduce 2(n-1)/n of its 
 all-to-all (n-1)/n of their input, an all-gather (n-1)/n of the gathered whole. The steps before the counted ones
 are left out (onebit: 1-bit Adam's warm-up of exact sums). Beside the width of the gradient reduction (the bytes per
 parameter of the tensors its collective moves) stands the planner's, which its bytes on the wire multiply: 4 for
-fp32 gradients, 2 for bf16 or fp16, planner/gradient_compression.py's wire bytes for int8 and onebit (the figures the plan's communication
-time uses, planner/throughput/compressed_reduction.py). The loss the compressed runs reach is measured by
-tests/test_compressed_sum.py (the tiny GPT for 200 steps; docs/parallelism.md, "Gradient compression"). On gloo a
-reduce-scatter runs as an all-reduce and a slice, and the parameters' all-gather as broadcasts
-(backends/zero/comm.py): the table gives each collective's bytes as it ran. docs/performance.md, "Wire bytes",
-quotes a run. `--smoke` counts the shrunken GPT-2's steps instead (seconds; no JSON unless --out).
+fp32 gradients, 2 for bf16 or fp16, planner/gradient_compression.py's wire bytes for int8 and onebit (the figures
+the plan's communication time uses, planner/throughput/compressed_reduction.py). The loss the compressed runs reach
+is measured by tests/test_compressed_sum.py (the tiny GPT for 200 steps; docs/parallelism.md, "Gradient
+compression"). On gloo a reduce-scatter runs as an all-reduce and a slice, and the parameters' all-gather as
+broadcasts (backends/zero/comm.py): the table gives each collective's bytes as it ran. docs/performance.md, "Wire
+bytes", quotes a run. `--smoke` counts the shrunken GPT-2's steps instead (seconds; no JSON unless --out).
 """
 
 from __future__ import annotations
