@@ -79,20 +79,6 @@ class ClusterOptions:
     nvme_gb: float | None = None
     nvme_gbps: float | None = None
 
-    def given(self) -> list[str]:
-        """The flags set away from their defaults (a run folder's cluster is its own: `tune RUN_DIR` refuses them)."""
-        values = {
-            "--gpu": self.gpu,
-            "--gpus-per-node": self.gpus_per_node != 8,
-            "--nodes": self.nodes != 1,
-            "--interconnect": self.interconnect,
-            "--cpu-ram-gb": self.cpu_ram_gb is not None,
-            "--price": self.price_per_hour is not None,
-            "--nvme-gb": self.nvme_gb is not None,
-            "--nvme-gbps": self.nvme_gbps is not None,
-        }
-        return [flag for flag, given in values.items() if given]
-
     def resolve(self):
         from planner.hardware.cluster import make_cluster
 
