@@ -35,19 +35,19 @@ def _refusal(tmp_path: Path, saved: dict, now: dict) -> str:
 
 
 def test_the_same_data_resumes_and_a_reset_says_where_the_position_stood(tmp_path):
-    identity = data_identity(_data(tmp_path))
+    identity = data_identity(_data(tmp_path), 64)
     state = {"saved_under": {"data": identity}, "samples": 16}
-    assert check_data_position(state, folder=tmp_path, data=data_identity(_data(tmp_path)), reset=False) is None
-    other = data_identity(_data(tmp_path, seed=7))
+    assert check_data_position(state, folder=tmp_path, data=data_identity(_data(tmp_path), 64), reset=False) is None
+    other = data_identity(_data(tmp_path, seed=7), 64)
     note = check_data_position(state, folder=tmp_path, data=other, reset=True)
     assert note is not None and "stood at sample 16" in note
 
 
 def test_a_grown_file_is_refused_as_changed_files(tmp_path):
-    before = data_identity(_data(tmp_path))
+    before = data_identity(_data(tmp_path), 64)
     with (tmp_path / "a.txt").open("a") as handle:
         handle.write("more\n")
-    line = _refusal(tmp_path, before, data_identity(_data(tmp_path)))
+    line = _refusal(tmp_path, before, data_identity(_data(tmp_path), 64))
     assert "has changed since (its files or their sizes)" in line
 
 
@@ -56,20 +56,38 @@ def test_a_grown_file_is_refused_as_changed_files(tmp_path):
     [({"seed": 7}, "--seed"), ({"eval_fraction": 0.2}, "--eval-fraction"), ({"text_unit": "line"}, "--text-unit")],
 )
 def test_other_reading_settings_are_refused_naming_the_flag_not_the_files(tmp_path, changed, flag):
-    line = _refusal(tmp_path, data_identity(_data(tmp_path)), data_identity(_data(tmp_path, **changed)))
+    line = _refusal(tmp_path, data_identity(_data(tmp_path), 64), data_identity(_data(tmp_path, **changed), 64))
     assert f"reads it with another {flag} setting" in line and "has changed since" not in line
+
+
+def test_another_block_length_or_split_cap_is_refused_naming_it(tmp_path):
+    # The position counts blocks of --seq-len tokens, and eval_max_blocks decides which blocks are held out: either
+    # changed, "sample 16" points elsewhere in the same files.
+    saved = data_identity(_data(tmp_path), 64)
+    assert "another --seq-len setting" in _refusal(tmp_path, saved, data_identity(_data(tmp_path), 128))
+    capped = data_identity(_data(tmp_path, eval_max_blocks=10), 64)
+    assert "another data.eval_max_blocks (run.json) setting" in _refusal(tmp_path, saved, capped)
+
+
+def test_a_checkpoint_that_recorded_fewer_settings_resumes_on_the_same_data(tmp_path):
+    # Checkpoints saved before the block length and split cap were recorded carry the first five settings.
+    now = data_identity(_data(tmp_path), 64)
+    older = {**now, "read": now["read"][:5]}
+    state = {"saved_under": {"data": older}, "samples": 16}
+    assert check_data_position(state, folder=tmp_path, data=now, reset=False) is None
+    assert "--seed" in _refusal(tmp_path, older, data_identity(_data(tmp_path, seed=3), 64))
 
 
 def test_a_separate_eval_set_is_named_as_the_change(tmp_path):
     (tmp_path / "held_out.txt").write_text("held out words\n" * 5)
-    now = data_identity(_data(tmp_path, eval=[str(tmp_path / "held_out.txt")]))
-    assert "another --eval-data setting" in _refusal(tmp_path, data_identity(_data(tmp_path)), now)
+    now = data_identity(_data(tmp_path, eval=[str(tmp_path / "held_out.txt")]), 64)
+    assert "another --eval-data setting" in _refusal(tmp_path, data_identity(_data(tmp_path), 64), now)
 
 
 def test_other_training_files_are_named(tmp_path):
     (tmp_path / "b.txt").write_text("other words\n" * 20)
-    now = data_identity(DataConfig(train=[str(tmp_path / "b.txt")]))
-    assert "this run trains on" in _refusal(tmp_path, data_identity(_data(tmp_path)), now)
+    now = data_identity(DataConfig(train=[str(tmp_path / "b.txt")]), 64)
+    assert "this run trains on" in _refusal(tmp_path, data_identity(_data(tmp_path), 64), now)
 
 
 def test_a_checkpoint_records_the_identity_read_at_the_start_not_the_files_as_they_are_at_the_save(
@@ -78,10 +96,10 @@ def test_a_checkpoint_records_the_identity_read_at_the_start_not_the_files_as_th
     # A data file removed mid-run made every later save fail (data_identity raises for a missing file), and a grown
     # one was recorded as what the run had read; the ranks train from the token cache built at the start.
     data = _data(tmp_path)
-    at_start = data_identity(data)
+    at_start = data_identity(data, 64)
     (tmp_path / "a.txt").unlink()
     with pytest.raises(UserInputError):
-        data_identity(data)  # what the save computed before
+        data_identity(data, 64)  # what the save computed before
     saved: dict = {}
     session = SimpleNamespace(
         run=SimpleNamespace(model=SimpleNamespace(name="m"), global_batch=4, layout=SimpleNamespace(describe=str)),

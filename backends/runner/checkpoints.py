@@ -43,12 +43,17 @@ def model_fingerprint(hf_config: dict, *, tiny: bool = False) -> str:
 
 
 # The settings data_identity's "read" lists, in its order, as the flags name them (a refusal names what changed).
-READ_SETTINGS = ("--text-field", "--text-unit", "--eval-data", "--eval-fraction", "--seed")
+# The last two came later: a checkpoint saved before them has the first five, and is compared on those.
+READ_SETTINGS = (
+    "--text-field", "--text-unit", "--eval-data", "--eval-fraction", "--seed", "data.eval_max_blocks (run.json)",
+    "--seq-len",
+)  # fmt: skip
 
 
-def data_identity(data: DataConfig) -> dict[str, Any]:
+def data_identity(data: DataConfig, seq_len: int) -> dict[str, Any]:
     """What a checkpoint's data position counts in: the training files (each path and size) and how they are
-    read and split; another value means the saved position points into other data."""
+    read and split; another value means the saved position points into other data. The position counts blocks
+    of seq_len tokens, and the held-out split (at most eval_max_blocks of them) decides which are trained on."""
     if data.synthetic:
         return {"data": "synthetic tokens"}
     from planner.rundir.data_sources import resolve_sources
@@ -57,7 +62,15 @@ def data_identity(data: DataConfig) -> dict[str, Any]:
     return {
         "data": ", ".join(data.train),
         "files": files,
-        "read": [data.text_field, data.text_unit, data.eval, data.eval_fraction, data.seed],
+        "read": [
+            data.text_field,
+            data.text_unit,
+            data.eval,
+            data.eval_fraction,
+            data.seed,
+            data.eval_max_blocks,
+            seq_len,
+        ],
     }
 
 
@@ -66,7 +79,11 @@ def check_data_position(state: dict[str, Any], *, folder: Path, data: dict[str, 
     --reset-data-position asks to read the new data from its start (the caller starts at sample 0); refused in
     one line without it (never resumed silently); None when the data are the same."""
     saved = state.get("saved_under", {}).get("data")
-    if saved is None or saved == data:  # a checkpoint from before data were recorded: nothing to compare
+    if saved is None:  # a checkpoint from before data were recorded: nothing to compare
+        return None
+    if "read" in saved and "read" in data:  # an older checkpoint recorded fewer settings: compare those it has
+        data = {**data, "read": data["read"][: len(saved["read"])]}
+    if saved == data:
         return None
     then, now = saved.get("data"), data.get("data")
     if reset:

@@ -222,7 +222,7 @@ class RunSession:
         self.fingerprint = model_fingerprint(run.model.hf_config, tiny=self.args.tiny)
         # What the data position counts in, read once: the ranks train from the token cache, so a data file moved or
         # grown mid-run must neither fail a later save nor be recorded as what this run read.
-        self.data_identity = data_identity(run.data)
+        self.data_identity = data_identity(run.data, run.seq_len)
         self.plan_digest = plan_digest(run_dir)
         if newest is None:
             announce_replan(self, None)  # an elastic run started afresh on another world size

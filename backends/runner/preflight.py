@@ -126,6 +126,6 @@ def check_resume(
         here=run_dir.resolve(),
         digest=plan_digest(run_dir),
         explicit=resume_from is not None,
-        data=data_identity(run.data),
+        data=data_identity(run.data, run.seq_len),
         reset_data=reset_data_position,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Sequence
 from functools import cache, lru_cache
 from pathlib import Path
 
@@ -49,7 +50,7 @@ def _names_of(spec: ModelSpec) -> list[str]:
     return _entry_names(spec.name, spec.aliases, spec.hf_id)
 
 
-def _entry_names(name: str, aliases: list[str], hf_id: str | None) -> list[str]:
+def _entry_names(name: str, aliases: Sequence[str], hf_id: str | None) -> list[str]:
     names = [name, *aliases]
     if hf_id:
         # Both 'meta-llama/Llama-2-7b-hf' and its repo part 'Llama-2-7b-hf'.

@@ -359,6 +359,6 @@ def _spec_of(
     aliases: Sequence[str] = (),
     tower: ModelSpec | None = None,
 ) -> ModelSpec:
-    named = {"name": name, "hf_id": hf_id, "aliases": list(aliases), "origin": origin, "vision_tower": tower}
+    named = {"name": name, "hf_id": hf_id, "aliases": tuple(aliases), "origin": origin, "vision_tower": tower}
     counts = params or formula_param_counts(parsed.dims, parsed.details)
     return ModelSpec(**{**parsed.dims.model_dump(), **named, "params": counts})

@@ -64,7 +64,7 @@ class ModelArchitecture(BaseModel):
 
     name: str = "custom"
     hf_id: str | None = None
-    aliases: list[str] = Field(default_factory=list)
+    aliases: tuple[str, ...] = ()
     family: ModelFamily = ModelFamily.DECODER_ONLY
     model_type: str = "custom"  # the HF config's model_type, e.g. "llama"
     transformers_class: str = ""  # e.g. "LlamaForCausalLM"

@@ -18,11 +18,11 @@ from planner.search.batching import resolve_global_batch
 from planner.search.candidates import CandidateEvaluator, Scored, ThroughputAdjust, cluster_variants
 from planner.search.compression import auto_line, check_compression_request, compression_lines
 from planner.search.explain import TIE_TOLERANCE, family_fates, plan_reasons
-from planner.search.layouts import ENGINE_MODEL_TYPES, engine_applicability, tensor_parallel_degrees
+from planner.search.layouts import ENGINE_MODEL_TYPES, FSDP_LABELS, engine_applicability, tensor_parallel_degrees
 from planner.search.request import Objective, PlanRequest, search_restrictions
 from planner.search.result import SearchResult, SearchStats
 from planner.search.suggest import PLAN_FLAGS, SuggestionFlags, suggestions
-from planner.training_config import Strategy, TrainingConfig
+from planner.training_config import FsdpSharding, Strategy, TrainingConfig
 
 
 def _check_request(spec: ModelSpec, request: PlanRequest) -> None:
@@ -84,7 +84,8 @@ def _not_applicable(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest)
             "(--fsdp-sharding full), or plan 2 or more --nodes"
         )
     if cluster.gpu.kind == "cpu":  # layouts.py leaves them out there: the emitted FSDP1 configs fail on CPU
-        for alias, label in (("fsdp-no-shard", "FSDP no-shard"), ("fsdp-hybrid", "FSDP hybrid")):
+        for sharding in (sharding for sharding in FsdpSharding if not sharding.fsdp2):
+            alias, label = f"fsdp-{FSDP_LABELS[sharding]}", f"FSDP {FSDP_LABELS[sharding]}"
             if alias in request.strategies and label not in not_applicable:
                 not_applicable[label] = (
                     "FSDP1's shardings (no-shard, hybrid) do not run on CPU processes: the Trainer's FSDP1 syncs "
