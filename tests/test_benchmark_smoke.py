@@ -8,9 +8,11 @@ the same bytes after it.
 One run at a time: the torch-heavy ones are multi-rank, and the suite's other worker has the other core.
 Each runs as `python -m` would run it, but in this process (its main() with the smoke arguments, the
 environment, working directory and argv the subprocess had): a process of its own would import torch and
-transformers again for every benchmark, seconds each; the torchrun ones still start their ranks apart. What
-a benchmark changes in this process (its environment, torch's threads and random state, the warning filters)
-is put back after it, for the next benchmark and the worker's next test file.
+transformers again for every benchmark, seconds each; the torchrun ones still start their ranks apart, under
+torchrun's own agent, forked from the suite's warm interpreter (tests/warm_launch.py, as the suite's other
+multi-rank jobs start) unless launching is what the benchmark measures (COLD_LAUNCHES). What a benchmark changes
+in this process (its environment, torch's threads and random state, the warning filters) is put back after it,
+for the next benchmark and the worker's next test file.
 """
 
 from __future__ import annotations
@@ -312,6 +314,9 @@ SLOW = {
     "benchmarks.engine.wire_bytes",
 }
 
+# Those whose figures are their launches' start-up: their torchrun jobs start cold, as a user's would.
+COLD_LAUNCHES = {"benchmarks.speed.tune_overhead"}
+
 
 @pytest.mark.parametrize(
     "module",
@@ -337,6 +342,10 @@ def _run_in_process(module: str, args: list[str], monkeypatch: pytest.MonkeyPatc
 
     for name, value in cpu_env().items():
         monkeypatch.setenv(name, value)
+    if module not in COLD_LAUNCHES:
+        from benchmarks.harness import processes
+
+        monkeypatch.setattr(processes, "_run_launcher", _warm_torchrun(processes._run_launcher))
     monkeypatch.chdir(REPO_ROOT)
     monkeypatch.setattr(sys, "argv", [module, *args])
     environment, threads, state = dict(os.environ), torch.get_num_threads(), random.getstate()
@@ -353,6 +362,22 @@ def _run_in_process(module: str, args: list[str], monkeypatch: pytest.MonkeyPatc
         os.environ.update(environment)
         torch.set_num_threads(threads)
         random.setstate(state)
+
+
+def _warm_torchrun(cold: Callable) -> Callable:
+    """The harness's launch (benchmarks/harness/processes.py), its torchrun jobs with warm ranks where
+    tests/warm_launch.py can start them so; (exit code, stderr) as the harness returns them."""
+
+    def launch(target: list[str], nproc: int, timeout_s: float, launcher: str, deadline) -> tuple[int | None, str]:
+        from tests.warm_launch import can_start_warm, launch_warm
+
+        env, base = cpu_env(), cpu_env()
+        if launcher != "torchrun" or deadline is not None or not can_start_warm(env, base, None, target, REPO_ROOT):
+            return cold(target, nproc, timeout_s, launcher, deadline)
+        completed = launch_warm(target, nproc=nproc, timeout=timeout_s, cwd=REPO_ROOT, env=env, base=base)
+        return (None if completed.returncode == -9 else completed.returncode), completed.stderr
+
+    return launch
 
 
 def _runnable(path: Path) -> bool:
