@@ -109,6 +109,25 @@ def check_data_position(state: dict[str, Any], *, folder: Path, data: dict[str, 
     )
 
 
+def resume_path(value: Path, run_dir: Path) -> Path:
+    """--resume-from's checkpoint folder. A relative path is looked up from the working folder, then from the run
+    folder: docs/running.md's `--resume-from checkpoints/global_step<N>` names the run's own checkpoint wherever
+    `train` is typed (launch.sh's ranks run in the run folder, `train`'s in the user's)."""
+    path = Path(value).expanduser()
+    candidates = [path] if path.is_absolute() else [Path.cwd() / path, run_dir / path]
+    for candidate in candidates:
+        if candidate.is_dir():
+            chosen = candidate.resolve()
+            if not (chosen / RUNNER_STATE).is_file():
+                raise UserInputError(
+                    f"--resume-from {value}: not a checkpoint of the runner (no {RUNNER_STATE}); name a "
+                    "checkpoints/global_step<N> folder"
+                )
+            return chosen
+    where = "" if path.is_absolute() else f" (looked for here and in {run_dir})"
+    raise UserInputError(f"--resume-from {value}: no such folder{where}; name a checkpoints/global_step<N> folder")
+
+
 def saved_by_a_smoke_test(state: dict[str, Any]) -> bool:
     """A --tiny run's checkpoint (its fingerprint is marked so): the full run that follows the smoke test in the
     same folder starts afresh and moves it to previous/<time>/, instead of refusing it as another model's."""
@@ -151,13 +170,7 @@ class RunCheckpoints:
         (--resume-from) names one instead, here or in another run folder. A full run (`tiny` False) does not
         resume a --tiny smoke test's checkpoint: None, and `passed_over_smoke_test` says why."""
         if resume_from is not None:
-            chosen = Path(resume_from).expanduser().resolve()
-            if not (chosen / RUNNER_STATE).is_file():
-                raise UserInputError(
-                    f"--resume-from {resume_from}: not a checkpoint of the runner (no {RUNNER_STATE}); name a "
-                    "checkpoints/global_step<N> folder"
-                )
-            return chosen
+            return resume_path(resume_from, self.folder.parent)
         error: str | None = None
         choice: Path | None = None
         if rank() == 0:
@@ -205,9 +218,12 @@ def check_resumable(
     explicit: bool = False,
     data: dict[str, Any] | None = None,
     reset_data: bool = False,
+    steps: int | None = None,
 ) -> str | None:
     """A checkpoint of another model or strategy is refused in one line (never resumed silently); so is one
-    copied in from another run folder under another plan.json, unless --resume-from names it (`explicit`).
+    copied in from another run folder under another plan.json, unless --resume-from names it (`explicit`), and
+    one already past the run's `steps` (--steps counts from the run's start: `train DIR --steps 10` on a
+    checkpoint at step 300 would otherwise train nothing and say nothing).
     A plan.json edited in place (new anomaly rules, say) keeps its folder, and resumes with a note. With `data`
     (data_identity), a checkpoint of other data is refused too, or with `reset_data` its note returned."""
     saved = state.get("saved_under", {})
@@ -234,6 +250,13 @@ def check_resumable(
         raise UserInputError(
             f"{folder} was saved by strategy {saved.get('strategy')}, and this run uses {strategy}; "
             f"resume with --strategy {saved.get('strategy')}, or start afresh with --no-resume"
+        )
+    at = int(state.get("step", 0))
+    if steps is not None and at > steps:
+        raise UserInputError(
+            f"{folder} is at step {at}, past this run's {steps} steps (--steps counts from the run's start, not "
+            f"from the checkpoint); give --steps above {at} to train on from it, or --no-resume to start afresh "
+            "(the checkpoint is kept)"
         )
     # The data last: a --reset-data-position note only for a checkpoint that is otherwise this run's.
     return None if data is None else check_data_position(state, folder=folder, data=data, reset=reset_data)

@@ -238,6 +238,7 @@ class RunSession:
             explicit=self.args.resume_from is not None,
             data=self.data_identity,
             reset_data=self.args.reset_data_position,
+            steps=self.steps,
         )
         state = self.checkpoints.load(self.adapter, newest)
         self.step, self.samples = int(state["step"]), 0 if reset_note else int(state["samples"])

@@ -95,15 +95,14 @@ def check_resume(
         check_resumable,
         data_identity,
         model_fingerprint,
+        resume_path,
         saved_by_a_smoke_test,
     )
 
     folder = run_dir / "checkpoints"
     tags = preferred_tags(folder) if run.checkpoint.resume else []
     if resume_from is not None and run.checkpoint.resume:
-        newest = Path(resume_from).expanduser().resolve()
-        if not (newest / RUNNER_STATE).is_file():
-            raise UserInputError(f"--resume-from {resume_from}: not a checkpoint of the runner (no {RUNNER_STATE})")
+        newest = resume_path(resume_from, run_dir)
     elif not tags:
         return
     else:
@@ -128,4 +127,5 @@ def check_resume(
         explicit=resume_from is not None,
         data=data_identity(run.data, run.seq_len),
         reset_data=reset_data_position,
+        steps=run.optim.max_steps,  # None for a run of epochs: the ranks count its steps once the data are read
     )
