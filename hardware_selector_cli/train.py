@@ -97,6 +97,12 @@ def register(app: typer.Typer) -> None:
                 f"--nproc {count} cannot hold this plan's tensor x pipeline parallel layout of "
                 f"{run.layout.model_parallel} ranks; pass a multiple of {run.layout.model_parallel}"
             )
+        from backends.runner.world import fit_to_world
+
+        try:  # the ranks' own fitting (the global batch must split over the data-parallel ranks), before torchrun
+            fit_to_world(run, count, tiny=args.tiny, local_world=count)
+        except UserInputError as error:
+            raise UserInputError(f"--nproc {count}: {error}" if nproc else str(error)) from None
         command = torchrun_command(run_dir.resolve(), nproc=count, max_restarts=max_restarts, forwarded=forwarded)
         if run.device == "cuda" and not args.tiny:
             from backends.cpu_distributed import runs_on_cpu_instead  # imports torch: only here

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -176,6 +177,28 @@ def test_weights_that_do_not_match_config_json(user):
     one_line_error(cli("train", root / "wrong", "--steps", "1"), "the weights do not match config.json")
 
 
+def test_a_model_folder_gone_since_the_emit_is_named_as_gone(user):
+    """The folder moved after `plan --emit`: the lines said it "holds no tokenizer", then "no model.safetensors;
+    pass --init random", and followed, a fine-tune became a run from scratch. One line says it is gone; a run
+    that reads neither its weights nor its tokenizer (--init random, --tokenizer DIR) still needs nothing of it."""
+    root, model_dir, corpus = user
+    moved = root / "moved-model"
+    shutil.copytree(model_dir, moved)
+    assert emit(root, moved, "gone", "--data", corpus).returncode == 0
+    assert cli("train", root / "gone", "--dry-run").returncode == 0  # the reference: the folder still there
+    shutil.rmtree(moved)
+    refused = cli("train", root / "gone", "--dry-run")
+    one_line_error(
+        refused, f"{moved.resolve()}, the model folder this run was emitted from (plan.json), does not exist"
+    )
+    assert "holds no" not in refused.stderr and "--init random" not in refused.stderr
+    one_line_error(
+        cli("train", root / "gone", "--dry-run", "--init", "random"), "does not exist"
+    )  # reads its tokenizer
+    scratch = cli("train", root / "gone", "--dry-run", "--init", "random", "--tokenizer", model_dir)
+    assert scratch.returncode == 0, scratch.stderr
+
+
 def test_data_for_a_model_without_a_tokenizer(user):
     root, model_dir, corpus = user
     bare = root / "no-tokenizer"
@@ -316,6 +339,22 @@ def test_far_more_cpu_processes_than_cores_is_one_line(run_dir):
     one_line_error(cli("train", run_dir, "--nproc", too_many), f"--nproc {too_many}: {too_many} CPU processes")
 
 
+def test_a_process_count_the_global_batch_does_not_split_over_is_refused_by_the_dry_run(run_dir):
+    """--dry-run makes every check a launch makes: --nproc 3 passed it, then failed in the ranks 17 s later
+    (the global batch of 8 does not split over 3 ranks). The reference is the ranks' own check
+    (backends/runner/world.fit_to_world), whose line `train` now gives before torchrun starts."""
+    from backends.runner.folder import load_run_folder
+    from backends.runner.world import fit_to_world
+    from planner.errors import UserInputError
+    from planner.rundir.run_overrides import RunOverrides
+
+    run = load_run_folder(run_dir, RunOverrides()).run
+    with pytest.raises(UserInputError) as ranks_say:
+        fit_to_world(run, 3, tiny=False, local_world=3)
+    one_line_error(cli("train", run_dir, "--nproc", "3", "--dry-run"), f"--nproc 3: {ranks_say.value}")
+    assert cli("train", run_dir, "--nproc", "1", "--dry-run").returncode == 0  # 8 splits over 1 rank
+
+
 def test_skip_step_where_the_norm_comes_after_the_update_is_refused_before_any_rank_starts(user, run_dir):
     """docs/running.md, "Anomalies": the HF Trainer door and DeepSpeed report the norm after their update."""
     one_line_error(
@@ -345,6 +384,39 @@ def test_a_checkpoint_copied_in_from_another_run_folder_needs_resume_from(user, 
     resumed = cli("train", root / "run B", "--steps", "3", "--nproc", "1", "--resume-from", copied)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"resuming from {copied}" in resumed.stdout
+
+
+def test_steps_below_the_checkpoints_step_are_refused_not_a_silent_run_of_nothing(user, trained):
+    """--steps counts from the run's start: `--steps 1` beside a checkpoint at step 2 trained nothing, exited 0
+    and rewrote final/. Refused in one line at `train` and in the ranks; the step the line names works."""
+    root, _, _ = user
+    run = root / "fewer steps"
+    shutil.copytree(trained, run)
+    refused = cli("train", run, "--steps", "1", "--dry-run")
+    one_line_error(refused, "global_step2 is at step 2, past this run's 1 steps")
+    assert "give --steps above 2" in refused.stderr
+    direct = ["-m", "backends.run", "--plan", str(run), "--steps", "1"]
+    one_line_error(run_python(direct, cwd=REPO_ROOT, env=cpu_env(), timeout=300), "past this run's 1 steps")
+    assert cli("train", run, "--steps", "3", "--dry-run").returncode == 0  # the advice: above the checkpoint
+
+
+def test_resume_from_as_the_docs_write_it_names_the_runs_own_checkpoint_from_anywhere(
+    user, trained, monkeypatch, tmp_path
+):
+    """docs/running.md's `--resume-from checkpoints/global_step<N>` was looked up from the working folder only:
+    typed outside the run folder, `train` said "not a checkpoint of the runner". Now from there, then from the
+    run folder, in `train`'s checks and in the ranks alike; a folder that is nowhere says so."""
+    from backends.runner.checkpoints import RunCheckpoints
+
+    root, _, _ = user
+    run = root / "resume from"
+    shutil.copytree(trained, run)
+    monkeypatch.chdir(tmp_path)  # not the run folder
+    assert cli("train", run, "--dry-run", "--resume-from", "checkpoints/global_step1").returncode == 0
+    chosen = RunCheckpoints(run / "checkpoints", keep_last=2).newest(Path("checkpoints/global_step1"))
+    assert chosen == (run / "checkpoints" / "global_step1").resolve()
+    missing = cli("train", run, "--dry-run", "--resume-from", "checkpoints/global_step9")
+    one_line_error(missing, f"--resume-from checkpoints/global_step9: no such folder (looked for here and in {run}")
 
 
 def test_resuming_on_other_data_is_refused_unless_the_data_position_is_reset(user, trained, tmp_path):

@@ -158,6 +158,7 @@ def apply_overrides(run: RunConfig, overrides: RunOverrides) -> RunConfig:
     ):
         if value is not None:
             anomaly[key].update(spike_rule(value, flag))
+    _check_model_folder_exists(model, reads_text=bool(data["train"]))
     tokenizer = model["tokenizer"] or model["path"]
     if data["train"] and not has_tokenizer(Path(tokenizer) if tokenizer else None):
         where = f"{tokenizer} holds no tokenizer" if tokenizer else f"{model['name']} has no local model folder"
@@ -169,6 +170,20 @@ def apply_overrides(run: RunConfig, overrides: RunOverrides) -> RunConfig:
         return RunConfig.model_validate(document)
     except ValidationError as error:
         raise _in_flags(error, overrides) from None
+
+
+def _check_model_folder_exists(model: dict[str, Any], *, reads_text: bool) -> None:
+    """The model folder plan.json names, moved or deleted since the run was emitted, is said as such: the
+    messages for a folder without a tokenizer or weights led, followed, to --init random, a fine-tune turned
+    into a run from scratch. Not needed (no error) when neither its weights nor its tokenizer are read."""
+    path = model["path"]
+    if not path or Path(path).is_dir():
+        return
+    if model["init"] == "pretrained" or (reads_text and not model["tokenizer"]):
+        raise UserInputError(
+            f"{path}, the model folder this run was emitted from (plan.json), does not exist (moved or deleted "
+            "since); put it back, or emit the run again from where it is now (plan --model DIR ... --emit)"
+        )
 
 
 def _check_finite(overrides: RunOverrides) -> None:
