@@ -400,6 +400,21 @@ def test_steps_below_the_checkpoints_step_are_refused_not_a_silent_run_of_nothin
     assert cli("train", run, "--steps", "3", "--dry-run").returncode == 0  # the advice: above the checkpoint
 
 
+def test_a_tiny_runs_checkpoint_on_real_data_resumes_through_trains_checks(user):
+    """The data position records the block length; a --tiny run cuts it to the shrunken model's 32 tokens in
+    the ranks, so `train`'s own check must count it the same way, or a smoke test on real data could not
+    continue ("another --seq-len setting"). The reference: the ranks resume it."""
+    root, model_dir, corpus = user
+    assert emit(root, model_dir, "tiny resume", "--data", corpus).returncode == 0
+    first = cli("train", root / "tiny resume", "--tiny", "--steps", "1", "--nproc", "1")
+    assert first.returncode == 0, first.stderr[-2000:]
+    checked = cli("train", root / "tiny resume", "--tiny", "--steps", "2", "--dry-run")
+    assert checked.returncode == 0, checked.stderr
+    direct = ["-m", "backends.run", "--plan", str(root / "tiny resume"), "--tiny", "--steps", "2"]
+    resumed = run_python(direct, cwd=REPO_ROOT, env=cpu_env(), timeout=300)
+    assert resumed.returncode == 0 and "resuming from" in resumed.stdout, resumed.stderr[-2000:]
+
+
 def test_resume_from_as_the_docs_write_it_names_the_runs_own_checkpoint_from_anywhere(
     user, trained, monkeypatch, tmp_path
 ):

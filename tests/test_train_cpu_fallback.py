@@ -39,7 +39,7 @@ def _first_step_loss_on_one_process(folder) -> float:
     import torch
 
     from backends.data import SyntheticTokens, micro_batches
-    from backends.runner.loop import TINY_SEQ_LEN
+    from backends.runner.world import TINY_SEQ_LEN
     from backends.weights.model_init import build_model
     from planner.rundir.plan_file import read_plan_file
 

@@ -53,7 +53,6 @@ if TYPE_CHECKING:
     from planner.contract.run_config import RunConfig
 
 SYNTHETIC_DEFAULT_STEPS = 10
-TINY_SEQ_LEN = 32
 
 
 class RunStopped(Exception):
@@ -140,7 +139,7 @@ class RunSession:
         spec, run, elastic = fit_elastic(spec, run, world, local_world)  # an elastic folder's plan for this world
         run, world_note = fit_to_world(run, world, tiny=args.tiny, local_world=local_world)
         if args.tiny:
-            run = fit_tiny(run, TINY_SEQ_LEN)
+            run = fit_tiny(run)
         device = _device(run.device, local_rank)
         keep_vocab = not run.data.synthetic  # a tiny model still reads the real tokenizer's ids
         config = hf_config(run.model, tiny=args.tiny, dropout=run.optim.dropout, keep_vocab=keep_vocab)

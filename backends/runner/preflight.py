@@ -98,6 +98,7 @@ def check_resume(
         resume_path,
         saved_by_a_smoke_test,
     )
+    from backends.runner.world import TINY_SEQ_LEN
 
     folder = run_dir / "checkpoints"
     tags = preferred_tags(folder) if run.checkpoint.resume else []
@@ -125,7 +126,7 @@ def check_resume(
         here=run_dir.resolve(),
         digest=plan_digest(run_dir),
         explicit=resume_from is not None,
-        data=data_identity(run.data, run.seq_len),
+        data=data_identity(run.data, min(run.seq_len, TINY_SEQ_LEN) if tiny else run.seq_len),  # as the ranks cut it
         reset_data=reset_data_position,
         steps=run.optim.max_steps,  # None for a run of epochs: the ranks count its steps once the data are read
     )

@@ -53,7 +53,11 @@ def fit_to_world(run: RunConfig, world: int, *, tiny: bool, local_world: int | N
     return RunConfig.model_validate(fitted.model_dump()), note
 
 
-def fit_tiny(run: RunConfig, seq_len: int) -> RunConfig:
+# The tokens per sequence a --tiny run trains at most (the shrunken model's), in the ranks and in `train`'s checks.
+TINY_SEQ_LEN = 32
+
+
+def fit_tiny(run: RunConfig, seq_len: int = TINY_SEQ_LEN) -> RunConfig:
     """A --tiny smoke run: short sequences, and the plan's pipeline split fitted to the shrunken model's layers
     (its stage map counts the full model's; the balanced split of as many chunks per rank as the layers allow)."""
     from backends.weights.model_factory import TINY_SIZES
