@@ -398,6 +398,9 @@ def test_steps_below_the_checkpoints_step_are_refused_not_a_silent_run_of_nothin
     direct = ["-m", "backends.run", "--plan", str(run), "--steps", "1"]
     one_line_error(run_python(direct, cwd=REPO_ROOT, env=cpu_env(), timeout=300), "past this run's 1 steps")
     assert cli("train", run, "--steps", "3", "--dry-run").returncode == 0  # the advice: above the checkpoint
+    complete = run_python([*direct[:-1], "2"], cwd=REPO_ROOT, env=cpu_env(), timeout=300)  # at its last step
+    assert complete.returncode == 0, complete.stderr[-2000:]
+    assert "the run is complete at 2 steps: nothing to train (--steps above it trains on)" in complete.stdout
 
 
 def test_a_tiny_runs_checkpoint_on_real_data_resumes_through_trains_checks(user):

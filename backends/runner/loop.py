@@ -250,7 +250,9 @@ class RunSession:
         self.notes.append(
             f"resuming from {newest} (step {self.step}; saved under {which}: {saved['model']}, {saved['strategy']}, "
             f"global batch {saved['global_batch']}, {saved['layout']})"
-        )
+            + (f"; the run is complete at {self.steps} steps: nothing to train (--steps above it trains on)"
+               if self.step >= self.steps else "")
+        )  # fmt: skip
         announce_replan(self, saved)
 
     def open_stream(self) -> None:
