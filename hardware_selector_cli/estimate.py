@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import typer
@@ -14,7 +15,7 @@ from planner.units import format_bytes
 from .model_options import ModelOptions, model_options
 from .models import model_summary
 from .option_groups import option_group
-from .training_options import COMPRESSION_HELP, ClusterOptions, _choice, cluster_options, training_options
+from .training_options import COMPRESSION_HELP, ClusterOptions, _choice, cluster_options, training_options_for_model
 
 if TYPE_CHECKING:  # pydantic models: `--help` imports this module and builds none of them
     from planner.models.spec import ModelSpec
@@ -121,12 +122,12 @@ def register(app: typer.Typer) -> None:
     @app.command("estimate")
     @option_group("model", model_options)
     @option_group("cluster", cluster_options)
-    @option_group("config", training_options)
+    @option_group("config", training_options_for_model)
     def estimate_command(
         ctx: typer.Context,
         model: ModelOptions,
         cluster: ClusterOptions,
-        config: TrainingConfig,
+        config: Callable[[ModelSpec], TrainingConfig],
         headroom: float = typer.Option(
             DEFAULT_HEADROOM, "--headroom", help="Share of GPU memory kept free (plan's default too; 0 for none)."
         ),
@@ -145,8 +146,9 @@ def register(app: typer.Typer) -> None:
         from planner.search.request import CompressionRequest
 
         spec = model.resolve()
-        config = _fit_default_seq_len(ctx, config, spec).with_stage_map(spec)  # uneven pp: the map it ran
-        _check_options(spec, config, implementation, headroom, overhead_gb)
+        # Built once the model is known (training_options_for_model): a dense model's --ep is said first.
+        training = _fit_default_seq_len(ctx, config(spec), spec).with_stage_map(spec)  # uneven pp: the map it ran
+        _check_options(spec, training, implementation, headroom, overhead_gb)
         compressing = _choice(compression, CompressionRequest, "--compression")
         if compressing is not CompressionRequest.NONE and implementation.strip().lower() != "ours":
             raise UserInputError(
@@ -157,19 +159,19 @@ def register(app: typer.Typer) -> None:
         target = cluster.resolve()
         result, compression_notes = estimate_compressed(
             spec,
-            config,
+            training,
             target,
             compressing,
             headroom_fraction=headroom,
             overhead=overhead,
             implementation=implementation,
         )
-        config = result.config
+        training = result.config
         if as_json:
             document = {
                 "model": model_summary(spec),
                 "cluster": result.cluster_summary,
-                "config": config.model_dump(mode="json"),
+                "config": training.model_dump(mode="json"),
                 "memory": result.memory.model_dump(mode="json"),
                 "throughput": result.throughput.model_dump(mode="json") if result.throughput else None,
             }
@@ -181,7 +183,7 @@ def register(app: typer.Typer) -> None:
         else:
             host_ram = next((line for line in target.assumptions if line.startswith("host RAM")), "")
             print_memory_table(
-                result, f"{spec.name} on {target.world_size} x {target.gpu.name}, {config.strategy.value}", host_ram
+                result, f"{spec.name} on {target.world_size} x {target.gpu.name}, {training.strategy.value}", host_ram
             )
             print_speed(result)
             for note in compression_notes:

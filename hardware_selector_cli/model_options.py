@@ -64,7 +64,7 @@ class ModelOptions:
                 f"{'--model' if self.model else '--params'} they would be ignored: drop them"
             )
         if self.model:
-            return resolve_model(self.model)
+            return resolve_model(self.model, other_ways=", or --params / the dimension flags")
         if self.params is not None:
             return spec_from_param_count(self.params)
         missing = [flag for flag, value in dimension_flags.items() if value is None]

@@ -155,6 +155,10 @@ def register(app: typer.Typer) -> None:
         spec, target, request, result, calibration, adjust = _search(
             model, cluster, search, routing, db, no_calibration
         )
+        if elastic is not None:  # a range without the asked node count is said before whether a plan fits there
+            from planner.elastic_plan import parse_node_range
+
+            parse_node_range(elastic, target.num_nodes)
         written = None
         if emit is not None:
             fallbacks = _fallbacks(elastic, spec, request, result, adjust, calibration)

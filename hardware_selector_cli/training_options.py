@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -25,6 +27,7 @@ from planner.limits import MAX_BATCH, MAX_LAYERS, MAX_SEQ_LEN, check_count, chec
 
 if TYPE_CHECKING:  # pydantic models, imported when the options are read: `--help` builds none of them
     from planner.expert_routing import ExpertRouting
+    from planner.models.spec import ModelSpec
     from planner.training_config import TrainingConfig
 
 EXPERT_CAPACITY_HELP = (
@@ -226,6 +229,20 @@ def training_options(
         kernels=_choice(kernels, KernelChoice, "--kernels"),
         routing=routing_options(expert_capacity, expert_imbalance),
     )
+
+
+@functools.wraps(training_options)  # the same options (option_group reads the signature); built later
+def training_options_for_model(**options: Any) -> Callable[[ModelSpec], TrainingConfig]:
+    """training_options, built once the command has resolved its model: TrainingConfig refuses --ep outside our
+    engine before it knows the model, and its "add --strategy engine" led a dense model only to "has no
+    experts"; that is said first, with its own fix (drop --ep)."""
+
+    def build(spec: ModelSpec) -> TrainingConfig:
+        if options["ep"] > 1 and not spec.is_moe:
+            raise UserInputError(f"--ep {options['ep']}: {spec.name} has no experts; drop --ep")
+        return training_options(**options)
+
+    return build
 
 
 def routing_options(

@@ -120,9 +120,12 @@ class TrainingConfig(BaseModel):
         if self.strategy is not Strategy.ENGINE and (self.tensor_parallel > 1 or self.pipeline_parallel > 1):
             raise UserInputError("tensor and pipeline parallelism run on our engine; add --strategy engine")
         if self.strategy is not Strategy.ENGINE and self.expert_parallel > 1:
+            # Checked before the model is known (check_against says "no experts" once it is): a dense model's fix
+            # comes first, as "add --strategy engine" only leads it to that second refusal.
             raise UserInputError(
-                f"--ep {self.expert_parallel}: expert parallelism runs on our engine (transformers' MoE layers keep "
-                f"every expert on every rank under {self.strategy.value}); add --strategy engine or drop --ep"
+                f"--ep {self.expert_parallel} splits a mixture-of-experts model's experts over ranks: for a dense "
+                "model drop --ep; for one with experts add --strategy engine (transformers' MoE layers keep every "
+                f"expert on every rank under {self.strategy.value})"
             )
         if self.routing.capacity_factor and self.strategy is not Strategy.ENGINE:
             raise UserInputError(
@@ -244,11 +247,6 @@ class TrainingConfig(BaseModel):
         if model.family is not ModelFamily.DECODER_ONLY or model.modality != "text":
             raise UserInputError(f"--cp {cp}: context parallelism splits a causal decoder's sequence; "
                                  f"{model.name} is not a text decoder")  # fmt: skip
-        if self.seq_len % (2 * cp):
-            raise UserInputError(
-                f"--cp {cp} splits each sequence into {2 * cp} chunks (two per rank, balancing the causal mask); "
-                f"make --seq-len a multiple of {2 * cp}"
-            )
 
     def check_against(
         self, model: ModelSpec, world_size: int, gpus_per_node: int, *, traced: bool = False, grad_accum: int = 0
@@ -262,6 +260,12 @@ class TrainingConfig(BaseModel):
         if world_size % (tp * pp * cp):
             split = f"--tp {tp} x --pp {pp}" + (f" x --cp {cp}" if cp > 1 else "")
             raise UserInputError(f"{split} = {tp * pp * cp} does not divide the {world_size} GPUs")
+        # After the GPU count: a --cp that does not divide it is changed first, and the multiple depends on it.
+        if cp > 1 and self.seq_len % (2 * cp):
+            raise UserInputError(
+                f"--cp {cp} splits each sequence into {2 * cp} chunks (two per rank, balancing the causal mask); "
+                f"make --seq-len a multiple of {2 * cp}"
+            )
         if model.num_heads % tp:
             raise UserInputError(
                 f"--tp {tp} does not divide {model.name}'s {model.num_heads} attention heads; "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks_db.record import spec_hash
 from benchmarks_db.store import BenchmarkStore
 from hardware_selector_cli.app import main
@@ -235,3 +237,37 @@ def test_calibration_with_nothing_to_compare_says_why_and_what_records_a_run(tmp
     assert main(["db", "calibration", "--db", str(filled.path)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert f"3 of 4 measured runs in {filled.path} carry a predicted step time" in out and "in-sample: the" in out
+
+
+def test_a_run_recorded_by_train_carries_its_predicted_rate_and_db_list_shows_it(tmp_path, capsys):
+    """Found by an audit: `db list`'s "predicted" column read "-" for every run `train` recorded (tune's showed
+    a rate): the runner's record set the predicted step time but never the predicted tokens/s the column reads.
+    Reference: the run's tokens per step over the predicted step time, which is what the plan's rate means."""
+    from backends.runner.summary import record, step_time_comparable
+    from planner.evaluate import evaluate
+    from planner.rundir.run_options import run_config
+    from tests.emit_plans import make_plan
+
+    plan = make_plan("gpt2", gpus_per_node=2, strategy="ddp", seq_len=32, micro_batch=1, grad_accum=2)
+    plan = plan.model_copy(update={"throughput": evaluate(plan.model, plan.config, plan.cluster).throughput})
+    run = run_config(plan)
+    assert step_time_comparable(plan, run, tiny=False)  # the plan's own step on the `cpu` pseudo-GPU
+    measured = 2 * run.predicted.step_time_s  # slower than predicted, as CPU runs are: an MFU within (0, 1]
+    summary = {
+        "median_step_time_s": measured,
+        "step_time_spread_s": 0.01,
+        "steps": 6,
+        "tokens_per_s": run.tokens_per_step / measured,
+        "peak_memory_per_rank_bytes": None,
+        "tiny": False,
+        "comparable_to_prediction": False,
+        "step_time_comparable": True,
+    }
+    record_id = record(plan, "ddp", run, summary, db=tmp_path / "runs.duckdb")
+    (stored,) = BenchmarkStore(tmp_path / "runs.duckdb").runs()
+    assert stored.id == record_id
+    reference = run.tokens_per_step / run.predicted.step_time_s
+    assert stored.predicted_tokens_per_s == pytest.approx(reference)
+    assert main(["db", "list", "--db", str(tmp_path / "runs.duckdb")]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if record_id[:8] in line)
+    assert row.split()[-1] == f"{reference:,.0f}"  # the last column, "predicted"

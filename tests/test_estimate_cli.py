@@ -280,8 +280,8 @@ def test_bad_combinations_one_line_exit_2(capsys, flags, fragment):
         (["--strategy", "zero3", "--zero-stage", "1"], "--zero-stage 1 conflicts with --strategy zero3 (stage 3)"),
         (["--strategy", "fsdp", "--zero-stage", "2"], "--zero-stage 2 conflicts with --strategy fsdp (no ZeRO stage)"),
         (["--strategy", "ddp", "--lora-rank", "5000"], "--lora-rank 5000 is larger than gpt2's hidden size 768"),
-        (["--strategy", "ddp", "--ep", "2"], "--ep 2: expert parallelism runs on our engine"),
-        (["--strategy", "zero3", "--ep", "2"], "under deepspeed); add --strategy engine or drop --ep"),
+        (["--strategy", "ddp", "--ep", "2"], "for one with experts add --strategy engine"),
+        (["--strategy", "zero3", "--ep", "2"], "every expert on every rank under deepspeed)"),
         (["--strategy", "ddp", "--offload-optimizer", "cpu"], "optimizer offload needs ZeRO stage 1 or higher or FSDP"),
         (["--strategy", "ddp", "--implementation", "megatron"], "trains with --strategy engine, not DDP"),
         (["--strategy", "engine", "--implementation", "llm-foundry"], "trains with --strategy fsdp, not engine"),
@@ -347,3 +347,31 @@ def test_the_offload_line_says_where_the_host_ram_comes_from(capsys):
     assert main([*BASE, *config, "--cpu-ram-gb", "512"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "of 512.00 GiB" in out and "assumed" not in out
+
+
+@pytest.mark.parametrize(
+    ("flags", "followed"),
+    [
+        # Found by an audit: "make --seq-len a multiple of 6", followed (4098), met "--cp 3 = 3 does not divide the
+        # 8 GPUs", which held all along: the GPU count is said first, its fix (--cp 2) then the sequence's.
+        (
+            ["--strategy", "engine", "--cp", "3"],
+            ["--strategy", "engine", "--cp", "2", "--seq-len", "4096"],
+        ),
+        # A dense model's --ep under zero3 pointed to --strategy engine, which then said "has no experts".
+        (["--strategy", "zero3", "--ep", "2"], ["--strategy", "zero3"]),
+    ],
+)
+def test_following_the_first_refusal_leads_to_no_refusal_that_held_before(flags, followed):
+    """The reference: the flags the first message's advice leads to give an estimate (exit 0)."""
+    from tests.distributed import cli_in_process
+
+    base = ["estimate", "--model", "llama-2-7b", "--gpu", "A100-80GB", "--gpus-per-node", "8"]
+    first = cli_in_process(*base, *flags)
+    assert first.returncode == 2 and len(first.stderr.strip().splitlines()) == 1, first.stderr
+    said = first.stderr
+    if "--cp" in flags:
+        assert "--cp 3 = 3 does not divide the 8 GPUs" in said  # not "make --seq-len a multiple of 6"
+    else:
+        assert "--ep 2: llama-2-7b has no experts; drop --ep" in said  # not "add --strategy engine"
+    assert cli_in_process(*base, *followed).returncode == 0

@@ -131,6 +131,8 @@ def test_the_summary_sets_measured_beside_predicted_and_record_stores_it(finishe
     assert summary["step_time_comparable"] and not summary["comparable_to_prediction"]
     assert f"vs predicted {predicted:.3g} s/step" in summary["lines"][0]
     assert record.predicted_step_time_s == pytest.approx(predicted)
+    # ... and the predicted rate `db list` shows beside the measured one: the step's tokens over that time.
+    assert record.predicted_tokens_per_s == pytest.approx(record.global_batch * record.seq_len / predicted)
 
 
 @pytest.mark.slow

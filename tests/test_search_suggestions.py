@@ -219,3 +219,42 @@ def test_a_batch_that_divides_over_no_layout_is_named_and_no_false_count_is_clai
     assert main([*base, "--nodes", "256"]) == 0
     layout = json.loads(capsys.readouterr().out)["best"]["config"]["layout"]
     assert layout["pp"] > 1 and layout["ep"] > 1
+
+
+def test_fewest_is_the_fewest_count_tried_and_a_batch_that_does_not_split_is_named():
+    """Found by an audit: on 3 nodes of 2 CPUs a global batch of 8 fits nowhere (6 ranks do not split it), and the
+    answer said "8 x cpu is the fewest that fits" though 1, 2 and 4 CPUs fit: fewest_gpus looked only upward.
+    Reference: the search itself on every count the suggestions try."""
+    from planner.search.suggest import PLAN_FLAGS, _sizes
+
+    spec = resolve_model("gpt2")
+    cluster = make_cluster("cpu", gpus_per_node=2, nodes=3)
+    request = PlanRequest(seq_len=32, global_batch=8, strategies=("fsdp",))
+    result = search_plans(spec, cluster, request)
+    assert result.best is None
+    line = next(line for line in result.suggestions if FEWEST.match(line))
+    count, gpu, per_node, nodes = FEWEST.match(line).groups()
+
+    def fits(world: int, gpus_per_node: int) -> bool:
+        other = make_cluster(gpu, gpus_per_node=gpus_per_node, nodes=world // gpus_per_node)
+        return search_plans(spec, other, request.model_copy(update={"top_k": 1}), suggest=False).best is not None
+
+    assert fits(int(count), int(per_node))
+    tried = [size for size in _sizes(cluster, PLAN_FLAGS) if size.world_size < int(count)]
+    assert not any(fits(size.world_size, size.gpus_per_node) for size in tried), line
+    up = re.search(r", (\d+) x \S+ \(--gpus-per-node (\d+) --nodes (\d+)\) the next count up", line)
+    assert up is not None and int(up.group(1)) > cluster.world_size and fits(int(up.group(1)), int(up.group(2)))
+    assert "6 GPUs do not split --global-batch 8 evenly" in line  # the cause, not memory
+
+
+def test_an_elastic_range_without_the_asked_node_count_is_said_before_whether_a_plan_fits(tmp_path):
+    """The same request with `--emit DIR --elastic 1:2` on 3 nodes answered with the fewest-GPUs line alone,
+    hiding that 3 nodes lie outside 1:2; --nodes 4 gave the range's own message."""
+    from tests.distributed import cli_in_process
+
+    asked = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "32", "--global-batch", "8"]
+    asked += ["--strategies", "fsdp", "--nodes", "3", "--emit", tmp_path / "run", "--elastic", "1:2"]
+    completed = cli_in_process(*asked)
+    assert completed.returncode == 2 and "Traceback" not in completed.stderr
+    (line,) = completed.stderr.strip().splitlines()
+    assert "--elastic 1:2 does not hold the plan's own 3 node(s)" in line, line

@@ -157,6 +157,8 @@ def test_the_extreme_memory_example_gets_zero_infinity_once_the_node_has_nvme(ca
         (["--distributed", "--gpu-count", "0"], "--gpu-count must be at least 1"),
         (["--mode", "inference", "--seq-len", "0"], "--seq-len must be at least 1"),
         (["--mode", "inference", "--batch-size", "0"], "--batch-size must be at least 1"),
+        # It said "(or pass a config.json path, or --params / the dimension flags)": `plan`'s flags, not the seed's.
+        (["--model-name", "lama-7b"], "unknown model 'lama-7b'; did you mean 'llama-2-7b'"),
         (["--model-name", "gpt2", "--seq-len", "4096"], "--seq-len 4096 exceeds gpt2's 1024 learned positions; "
                                                         "pass --seq-len 1024 or less"),
     ],

@@ -19,7 +19,7 @@ from backends.data.synthetic import SyntheticTokens
 from backends.data.token_cache import content_key, open_tokens, prepare_token_file, token_dtype, write_token_file
 from planner.contract.run_config import DataConfig
 from planner.errors import UserInputError
-from planner.rundir.data_sources import Source, resolve_sources
+from planner.rundir.data_sources import Source, no_text_message, resolve_sources
 
 TOKENIZER_FILE_NAMES = (
     "tokenizer.json",
@@ -109,7 +109,7 @@ def tokenized_blocks(
     bin_path, meta = prepare_token_file(cache_dir, key, build, builder=builder, label=label)
     blocks = Blocks(open_tokens(bin_path, meta), seq_len)
     if meta["documents"] == 0:
-        raise UserInputError(f"{label} holds no text (every document is empty); check the files and --text-field")
+        raise UserInputError(no_text_message(label, sources))
     if len(blocks) == 0:
         raise UserInputError(
             f"{label} has {meta['tokens']} tokens, fewer than one block of {seq_len}; add data or lower --seq-len"

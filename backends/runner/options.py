@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 RECORD_ENV_VAR = "HARDWARE_SELECTOR_RECORD"  # 0: runs do not record themselves (a CI job, a test suite)
 STRATEGIES = tuple(strategy.value for strategy in Strategy)  # planner/contract/choices.py
 OVERRIDE_KEYS = tuple(option.key for option in RUN_OPTIONS)
+RUNNER_PROG = "python -m backends.run"
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -45,10 +46,13 @@ class OneLineParser(argparse.ArgumentParser):
     called (`hardware-selector train` or `python -m backends.run`), not argparse's usage text."""
 
     def error(self, message: str) -> NoReturn:
-        raise UserInputError(f"{self.prog}: {message}; see {self.prog} --help")
+        # `train --help` lists train's own options (--nproc, ...); the ones parsed here are the runner's, which
+        # train passes on, and the runner's help is where they are listed.
+        passed_on = "" if self.prog == RUNNER_PROG else f" (the runner's options, which {self.prog} passes on)"
+        raise UserInputError(f"{self.prog}: {message}; see {RUNNER_PROG} --help{passed_on}")
 
 
-def parse_args(argv: list[str] | None, *, prog: str = "python -m backends.run") -> argparse.Namespace:
+def parse_args(argv: list[str] | None, *, prog: str = RUNNER_PROG) -> argparse.Namespace:
     parser = OneLineParser(prog=prog, description="Train a run folder written by `hardware-selector plan --emit`.")
     parser.add_argument("--plan", required=True, type=Path, help="the run folder")
     add_run_options(parser)

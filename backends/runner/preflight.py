@@ -31,7 +31,7 @@ def check_data(run: RunConfig, vocab_size: int, run_dir: Path | None = None) -> 
     from backends.data.file_checks import check_source
     from backends.data.prepare import load_tokenizer
     from backends.data.token_cache import sources_read_before
-    from planner.rundir.data_sources import resolve_sources
+    from planner.rundir.data_sources import no_text_message, resolve_sources
 
     if run.data.synthetic:
         return
@@ -47,9 +47,7 @@ def check_data(run: RunConfig, vocab_size: int, run_dir: Path | None = None) -> 
         if not any(
             texts for texts in iter_documents(sources, text_field=run.data.text_field, text_unit=run.data.text_unit)
         ):
-            raise UserInputError(
-                f"{', '.join(patterns)} holds no text (every document is empty); check the files and --text-field"
-            )
+            raise UserInputError(no_text_message(", ".join(patterns), sources))
 
 
 def check_weights(run: RunConfig, model: nn.Module) -> None:

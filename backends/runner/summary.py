@@ -218,6 +218,9 @@ def record(
         tokens_per_s=summary["tokens_per_s"],
         peak_memory_per_rank_bytes=summary["peak_memory_per_rank_bytes"],
         predicted_step_time_s=run.predicted.step_time_s if step_comparable else None,
+        # The same rate tune's records carry (benchmarks/harness/runner.py), under the same rule as the step time:
+        # `db list` shows it in its "predicted" column, which read "-" for every run `train` recorded.
+        predicted_tokens_per_s=run.predicted.tokens_per_s if step_comparable else None,
         predicted_peak_memory_bytes=run.predicted.peak_memory_bytes,
         status=RunStatus.OK,
         runner=runner,

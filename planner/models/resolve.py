@@ -21,7 +21,7 @@ from planner.models.spec import ModelSpec
 MAX_MODEL_NAME = 4096  # PATH_MAX on Linux
 
 
-def resolve_model(name: str, *, exact_counts: bool = True) -> ModelSpec:
+def resolve_model(name: str, *, exact_counts: bool = True, other_ways: str = "") -> ModelSpec:
     """The spec for a catalog name, HF id, alias, config path or cached HF model.
 
     exact_counts builds a config that is not in the catalog on the meta device
@@ -52,9 +52,8 @@ def resolve_model(name: str, *, exact_counts: bool = True) -> ModelSpec:
     hint = (
         f"did you mean {', '.join(repr(s) for s in suggestions)}?" if suggestions else "see 'hardware-selector models'"
     )
-    raise UserInputError(
-        f"unknown model '{name}'; {hint} (or pass a config.json path, or --params / the dimension flags)"
-    )
+    # other_ways: what else the asking door accepts (`plan`'s --params); the seed CLI and the API have no such flags
+    raise UserInputError(f"unknown model '{name}'; {hint} (or pass a config.json path{other_ways})")
 
 
 def spec_from_config_path(path: Path, *, exact_counts: bool = True, display_name: str | None = None) -> ModelSpec:

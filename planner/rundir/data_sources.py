@@ -78,6 +78,13 @@ def _sources_at(path: Path, flag: str) -> list[Source]:
     return [Source(path.resolve(), kind)]
 
 
+def no_text_message(label: str, sources: list[Source]) -> str:
+    """The one line for data whose every document is empty. --text-field is named only where a field is read:
+    it is refused for .txt files (check_text_field_applies), so pointing .txt data to it would lead nowhere."""
+    fields = " and --text-field" if any(source.kind != "text" for source in sources) else ""
+    return f"{label} holds no text (every document is empty); check the files{fields}"
+
+
 def check_text_field_applies(patterns: list[str], text_field: str) -> None:
     """--text-field names the text column of .jsonl, .json or .parquet rows (or of a saved dataset); data made of
     .txt files alone has no columns, and a field given for it would be silently ignored."""

@@ -105,11 +105,16 @@ def fewest_gpus(
     request: PlanRequest,
     plan_fits: PlanFits,
     flags: SuggestionFlags = PLAN_FLAGS,
+    *,
+    above: int = 0,
 ) -> ClusterSpec | None:
+    """The fewest GPUs of this type, of the counts _sizes tries (other than this cluster's) and more than `above`,
+    on which the search finds a plan. Smaller counts are tried too: a count can fail for a batch that does not
+    split over it, not memory, while fewer GPUs fit (6 CPUs and a global batch of 8 fail where 4 fit)."""
     for candidate in _sizes(cluster, flags):
-        if candidate.world_size <= cluster.world_size or not smallest_footprint_fits(spec, candidate, request):
+        if candidate.world_size == cluster.world_size or candidate.world_size <= above:
             continue
-        if plan_fits(candidate):
+        if smallest_footprint_fits(spec, candidate, request) and plan_fits(candidate):
             return candidate
     return None
 
@@ -198,13 +203,21 @@ def suggestions(
     per-GPU batch or none. `flags`: the asking command's spelling of each change."""
     lines, _flags = [], flags.cluster
     where = f"{cluster.world_size} x {cluster.gpu.name}"
-    bigger = fewest_gpus(spec, cluster, request, plan_fits, flags)
+    fewest = fewest_gpus(spec, cluster, request, plan_fits, flags)
     batch = request.global_batch
-    if bigger is not None:
-        lines.append(
-            f"{bigger.world_size} x {cluster.gpu.name} ({_flags(bigger)}) is the fewest that fits (the search finds "
-            "a plan there; memory: formula)"
-        )
+    if fewest is not None:
+        line = f"{fewest.world_size} x {cluster.gpu.name} ({_flags(fewest)}) is the fewest that fits"
+        if fewest.world_size < cluster.world_size:  # fewer fit where these do not: say the way up too, and why
+            up = fewest_gpus(spec, cluster, request, plan_fits, flags, above=cluster.world_size)
+            if up is not None:
+                line += f", {up.world_size} x {cluster.gpu.name} ({_flags(up)}) the next count up"
+        line += f" (the search finds a plan {'on each' if ', ' in line else 'there'}; memory: formula)"
+        if fewest.world_size < cluster.world_size and flags.global_batch and batch and batch % cluster.world_size:
+            line += (
+                f"; {cluster.world_size} GPUs do not split {flags.global_batch} {batch} evenly, which every "
+                "purely data-parallel layout needs"
+            )
+        lines.append(line)
     elif cluster.world_size < MAX_GPUS:
         held = f"{flags.global_batch} {batch} and " if stated_total and flags.global_batch else ""
         lines.append(
@@ -214,7 +227,7 @@ def suggestions(
     if (
         flags.global_batch
         and batch
-        and (batch % cluster.world_size or (stated_total and bigger is None and batch < MAX_GPUS))
+        and (batch % cluster.world_size or (stated_total and fewest is None and batch < MAX_GPUS))
     ):
         lines += batch_lines(spec, cluster, request, plan_fits, flags)
     gpus = fitting_catalog_gpus(spec, cluster, request, plan_fits)
