@@ -82,8 +82,12 @@ def dimension_config(
             config.update(num_local_experts=experts, num_experts_per_tok=top_k)
         return config
     if positions == "learned":
+        # GPT-2's class defaults its begin/end-of-text ids to 50256, the last of ITS vocabulary; with another
+        # --vocab they would point past the embedding table (a final/config.json whose generate() fails). GPT-2's
+        # own convention, the last id, holds for any vocabulary.
         return {"model_type": "gpt2", "n_embd": hidden, "n_layer": layers, "n_head": heads, "n_inner": ffn,
-                "vocab_size": vocab, "n_positions": max_positions, "activation_function": "gelu_new"}  # fmt: skip
+                "vocab_size": vocab, "n_positions": max_positions, "activation_function": "gelu_new",
+                "bos_token_id": vocab - 1, "eos_token_id": vocab - 1}  # fmt: skip
     if positions == "rope":
         return {"model_type": "gpt_neox", "hidden_size": hidden, "num_hidden_layers": layers,
                 "num_attention_heads": heads, "intermediate_size": ffn, "vocab_size": vocab,
