@@ -128,12 +128,16 @@ def print_plans(result, title: str, explain: bool, tokens_given: bool = True) ->
             for reason in plan.reasons:
                 console.print(f"  - {reason if explain else _without_source(reason)}", markup=False, highlight=False)
             if explain:
-                for category, source in plan.memory.sources.items():
-                    console.print(
-                        f"    {category}: {format_bytes(plan.memory.per_gpu_bytes[category])} [{source}]",
-                        markup=False,
-                        highlight=False,
-                    )
+                memory = plan.memory
+                figures = {**memory.per_gpu_bytes, "cpu_per_node": memory.cpu_per_node_bytes,
+                           "nvme_per_node": memory.nvme_per_node_bytes}  # fmt: skip
+                for category, source in memory.sources.items():
+                    if category in figures and (category in memory.per_gpu_bytes or figures[category]):
+                        console.print(
+                            f"    {category}: {format_bytes(figures[category])} [{source}]",
+                            markup=False,
+                            highlight=False,
+                        )
     if result.rejected:
         console.print("[bold]other strategies:[/]")
         for family, fate in result.rejected.items():

@@ -41,6 +41,19 @@ def test_distributed_training_config_has_the_documented_keys_and_the_typed_plan(
         assert strategy_block[config["distributed_strategy"]] in config
 
 
+def test_every_memory_figure_of_the_api_names_its_source():
+    """docs/selector.md: every number says where it came from. The host-RAM and NVMe figures had no source;
+    an optimizer-offloading plan (opt-30b on 8 x 40 GiB) needs 420 GiB of host memory per node, a formula's."""
+    config = get_distributed_training_config("text_generation", "opt-30b", gpu_count=8, max_memory_gb=40)
+    memory = config["estimated_memory"]
+    figures = [key.removesuffix("_gb") for key in memory if key.endswith("_gb")]
+    renamed = {"optimizer": "optimizer_states", "per_gpu": "total"}
+    missing = [name for name in figures if renamed.get(name, name) not in memory["sources"]]
+    assert missing == []
+    assert memory["cpu_per_node_gb"] > 100 and memory["sources"]["cpu_per_node"].startswith("formula: ZeRO-Offload")
+    assert memory["sources"]["nvme_per_node"] == "none: nothing offloaded to nvme"
+
+
 def test_strategy_blocks_follow_the_chosen_strategy():
     selector = HardwareSelector()
     zero = selector.get_distributed_training_config("text_generation", "gpt2-xl", 8, 8, gpu="V100-32GB", seq_len=1024)

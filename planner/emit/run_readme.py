@@ -59,6 +59,12 @@ def run_readme(plan: Plan, target: RunConfig, files: list[str]) -> str:
     lines.append(
         f"| fits in {memory.usable_bytes / GIB:.1f} GiB | {'yes' if memory.fits else 'NO'} | peak at {memory.peak_phase} |"
     )
+    for label, key, value in (  # an offloading plan needs this much of each node's host RAM or NVMe
+        ("host memory per node", "cpu_per_node", memory.cpu_per_node_bytes),
+        ("NVMe per node", "nvme_per_node", memory.nvme_per_node_bytes),
+    ):
+        if value:
+            lines.append(f"| {label} | {value / GIB:.1f} GiB | {memory.sources.get(key, '')} |")
     if plan.throughput is not None:
         speed = plan.throughput
         sources = speed.sources

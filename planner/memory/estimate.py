@@ -20,7 +20,7 @@ from planner.memory.model_states import uses_native_mixed_precision
 from planner.memory.phases import TENSOR_CATEGORIES, StepPeak, step_peak
 from planner.memory.runtime import Runtime
 from planner.models.spec import ModelSpec
-from planner.training_config import GradientCompression, TrainingConfig
+from planner.training_config import GradientCompression, Offload, Strategy, TrainingConfig
 
 GIB = 2**30
 CATEGORIES = (*TENSOR_CATEGORIES, "overhead")
@@ -207,4 +207,22 @@ def _sources(config: TrainingConfig, phase: str, runtime: Runtime, overhead: Ove
         "buffers": buffers,
         "overhead": _overhead_source(overhead, runtime),
         "total": f"sum of the above at the step's peak ({phase})",
+        "cpu_per_node": _offload_source(config, Offload.CPU),
+        "nvme_per_node": _offload_source(config, Offload.NVME),
     }
+
+
+def _offload_source(config: TrainingConfig, where: Offload) -> str:
+    """Where a node's host-memory or NVMe figure comes from (planner/memory/model_states.py's offload rules)."""
+    if where not in (config.offload_params, config.offload_optimizer):
+        return f"none: nothing offloaded to {where.value}"
+    if config.strategy is Strategy.FSDP:
+        what = "FSDP CPU offload's sharded parameters, gradients and optimizer states"
+    else:
+        moved = []
+        if config.offload_optimizer is where:
+            moved.append("the optimizer's master weights, states and fp32 gradients")
+        if config.offload_params is where:
+            moved.append("the parameters")
+        what = f"ZeRO-{'Infinity' if where is Offload.NVME else 'Offload'}: {' and '.join(moved)}"
+    return f"formula: {what}, per rank x the node's GPUs (planner/memory/model_states.py)"
