@@ -189,8 +189,11 @@ def _elastic_torchrun_lines(plan: Plan) -> list[str]:
 
 
 def hostfile(plan: Plan, target: RunConfig) -> str | None:
-    """The DeepSpeed hostfile template: one line per node, `slots` = processes on it."""
-    if target.launcher != "deepspeed":
+    """The DeepSpeed hostfile template: one line per node, `slots` = processes on it (docs/emitted-files.md).
+
+    Written for a DeepSpeed-launched folder and for every multi-node folder: launch.sh offers LAUNCHER=deepspeed
+    whatever its default, and that branch passes --hostfile on several nodes."""
+    if target.launcher != "deepspeed" and target.num_nodes == 1:
         return None
     lines = [
         "# DeepSpeed hostfile: replace the names with your nodes' hostnames (reachable by ssh).",
