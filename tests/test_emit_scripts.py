@@ -387,3 +387,26 @@ def test_every_launcher_branch_finds_its_files(tmp_path, recorder, target, nodes
         named = [arg for arg in argv if arg.startswith(prefix)]
         assert all(Path(arg).exists() for arg in named), (launcher, named)
         assert launcher != "deepspeed" or nodes == 1 or f"{prefix}hostfile" in named
+
+
+@pytest.mark.parametrize(
+    ("strategy", "target"), [("deepspeed", None), ("deepspeed", "slurm"), ("fsdp", None), ("fsdp", "mpi")]
+)
+def test_multi_node_instructions_follow_the_default_launcher(tmp_path, strategy, target):
+    """README.md and launch.sh's header say to run launch.sh where its default LAUNCHER's own branch says: the
+    first node only for the DeepSpeed launcher and mpiexec (they start the others), every node otherwise (a
+    DeepSpeed folder's README said every node, starting the job once per node)."""
+    launch = None if target is None else LaunchTarget(target)  # type: ignore[arg-type]
+    run_dir = tmp_path / "run"
+    emit_run_folder(make_plan(strategy=strategy, nodes=2), run_dir, launch=launch)
+    script = (run_dir / "launch.sh").read_text()
+    (default,) = re.findall(r"^LAUNCHER=\$\{LAUNCHER:-(\w+)\}$", script, re.M)
+    branch = script.split(f"\n{default})\n", 1)[1].split(";;", 1)[0]  # the reference: the branch's own comment
+    first_only = "first node only" in branch
+    header = script.split("set -euo pipefail", 1)[0].split("# Several nodes:", 1)[1].split("\n# Your own", 1)[0]
+    readme = (run_dir / "README.md").read_text()
+    (readme_line,) = [line for line in readme.splitlines() if line.startswith("NNODES=")]
+    for said in (header, readme_line):
+        assert ("first node only" in said) == first_only, (default, said)
+        assert ("every node" in said) == (not first_only), (default, said)
+        assert ("NODE_RANK" in said) == (not first_only), (default, said)
