@@ -9,11 +9,14 @@ import types
 import pytest
 from emit_plans import make_plan
 
+from hardware_selector import training_arguments
+from planner.contract.run_config import Hyperparameters
 from planner.emit.deepspeed_json import deepspeed_config
 from planner.emit.training_args import training_args_json_document
 from planner.errors import UserInputError
 from planner.memory.buffers import deepspeed_bucket_sizes
 from planner.rundir.engine_for_run import engine_config_for_run
+from planner.rundir.run_options import RunOptions
 from planner.rundir.run_options import run_config as run_target
 from planner.rundir.write import emit_run_folder
 
@@ -220,3 +223,17 @@ def test_training_arguments_refuses_overrides_transformers_would_take_silently(t
         training_arguments(make_plan(strategy="fsdp"), tmp_path / "out", **overrides)
     assert message in str(refused.value) and "\n" not in str(refused.value)
     assert training_arguments(make_plan(strategy="fsdp"), tmp_path / "out", max_steps=-1, learning_rate=1e-4)
+
+
+@pytest.mark.parametrize(("max_steps", "warmup"), [(10_000, None), (40, None), (10_000, 7)])
+def test_training_args_warmup_is_the_runners(tmp_path, max_steps, warmup):
+    """training_args.json's warmup_steps is the runner's warmup_for (the reference; its --trainer door sets the
+    same), and TrainingArguments uses that many steps (0.05 was read as a ratio: 500 steps of a 10,000-step run,
+    where the README and the runner say 100)."""
+    optim = Hyperparameters(max_steps=max_steps, warmup_steps=warmup)
+    run_dir = tmp_path / "run"
+    emit_run_folder(make_plan(strategy="ddp"), run_dir, options=RunOptions(optim=optim))
+    expected = optim.warmup_for(max_steps)
+    assert json.loads((run_dir / "training_args.json").read_text())["warmup_steps"] == expected
+    arguments = training_arguments(str(run_dir), str(tmp_path / "out"))
+    assert arguments.get_warmup_steps(max_steps) == expected

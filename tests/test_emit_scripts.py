@@ -17,6 +17,7 @@ import pytest
 from emit_plans import make_plan
 
 from planner.emit.slurm import slurm_sbatch
+from planner.launch_target import LaunchTarget
 from planner.rundir.run_options import run_config as run_target
 from planner.rundir.write import emit_run_folder
 from tests.distributed import REPO_ROOT, cpu_env
@@ -368,3 +369,44 @@ def test_force_replaces_only_files_this_project_wrote(tmp_path):
     emit_run_folder(plan, run_dir, force=True)
     assert not (run_dir / "ds_config.json").exists()  # its own stale file goes; notes.txt stays
     assert (run_dir / "notes.txt").exists()
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+@pytest.mark.parametrize("target", [None, "torchrun", "slurm", "k8s", "skypilot", "mpi"])
+def test_every_launcher_branch_finds_its_files(tmp_path, recorder, target, nodes):
+    """Each of launch.sh's branches, run with the folder's own NNODES, names only files the folder holds (a
+    --launcher slurm folder on two nodes had no hostfile for LAUNCHER=deepspeed)."""
+    run_dir = tmp_path / "run"
+    launch = None if target is None else LaunchTarget(target)  # type: ignore[arg-type]
+    emit_run_folder(make_plan(strategy="fsdp", nodes=nodes), run_dir, launch=launch)
+    (recorder.parent / "mpiexec").write_text(RECORDER)
+    (recorder.parent / "mpiexec").chmod(0o755)
+    prefix = f"{run_dir.resolve()}/"
+    for launcher in ("torchrun", "accelerate", "deepspeed", "mpirun"):
+        argv = _run_launch(run_dir, recorder, tmp_path / "argv", LAUNCHER=launcher)
+        named = [arg for arg in argv if arg.startswith(prefix)]
+        assert all(Path(arg).exists() for arg in named), (launcher, named)
+        assert launcher != "deepspeed" or nodes == 1 or f"{prefix}hostfile" in named
+
+
+@pytest.mark.parametrize(
+    ("strategy", "target"), [("deepspeed", None), ("deepspeed", "slurm"), ("fsdp", None), ("fsdp", "mpi")]
+)
+def test_multi_node_instructions_follow_the_default_launcher(tmp_path, strategy, target):
+    """README.md and launch.sh's header say to run launch.sh where its default LAUNCHER's own branch says: the
+    first node only for the DeepSpeed launcher and mpiexec (they start the others), every node otherwise (a
+    DeepSpeed folder's README said every node, starting the job once per node)."""
+    launch = None if target is None else LaunchTarget(target)  # type: ignore[arg-type]
+    run_dir = tmp_path / "run"
+    emit_run_folder(make_plan(strategy=strategy, nodes=2), run_dir, launch=launch)
+    script = (run_dir / "launch.sh").read_text()
+    (default,) = re.findall(r"^LAUNCHER=\$\{LAUNCHER:-(\w+)\}$", script, re.M)
+    branch = script.split(f"\n{default})\n", 1)[1].split(";;", 1)[0]  # the reference: the branch's own comment
+    first_only = "first node only" in branch
+    header = script.split("set -euo pipefail", 1)[0].split("# Several nodes:", 1)[1].split("\n# Your own", 1)[0]
+    readme = (run_dir / "README.md").read_text()
+    (readme_line,) = [line for line in readme.splitlines() if line.startswith("NNODES=")]
+    for said in (header, readme_line):
+        assert ("first node only" in said) == first_only, (default, said)
+        assert ("every node" in said) == (not first_only), (default, said)
+        assert ("NODE_RANK" in said) == (not first_only), (default, said)

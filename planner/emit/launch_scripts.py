@@ -43,6 +43,28 @@ def job_name(plan: Plan) -> str:
     return re.sub(r"[^a-z0-9]+", "-", run_id(plan).lower())[:40].strip("-")  # ASCII: a model folder may be "modèle"
 
 
+def multi_node_start(target: RunConfig) -> tuple[str, str]:
+    """The command that starts several nodes under launch.sh's default LAUNCHER, and where to run it (launch.sh's
+    header and README.md say the same; docs/emitted-files.md): the DeepSpeed launcher and mpiexec start every node
+    from the first one, so running them on every node would start the job once per node; torchrun and accelerate
+    run on every node, each with its NODE_RANK."""
+    nodes = max(target.num_nodes, 2)
+    if target.launcher == "deepspeed":
+        return (
+            f"NNODES={nodes} MASTER_ADDR=<first node> bash launch.sh",
+            "on the first node only (it starts the others over ssh: list them in ./hostfile)",
+        )
+    if target.launcher == "mpirun":
+        return (
+            f"NNODES={nodes} MPIEXEC_ARGS='-hostfile FILE' bash launch.sh",
+            "on the first node only (mpiexec starts every rank)",
+        )
+    return (
+        f"NNODES={nodes} NODE_RANK=<i> MASTER_ADDR=<first node> bash launch.sh",
+        "on every node, NODE_RANK=0 on the first",
+    )
+
+
 def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None, elastic: ElasticPlan | None = None) -> str:
     q = shlex.quote
     header = [
@@ -50,8 +72,8 @@ def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None, elast
         f"# Launch {plan.model.name} ({plan.config.strategy.value}) as planned by hardware-selector; edit freely.",
         "#",
         "# One node:       bash launch.sh [runner options: --steps N, --data PATH, ...; see python -m backends.run -h]",
-        "# Several nodes:  on every node, NODE_RANK=0 on the first one:",
-        "#   NNODES=2 NODE_RANK=0 MASTER_ADDR=<first node's address> bash launch.sh",
+        f"# Several nodes:  {multi_node_start(target)[1]}:",
+        f"#   {multi_node_start(target)[0]}",
         "# Your own script: TRAIN_SCRIPT=/path/to/train.py bash launch.sh  (it receives --plan RUN_DIR).",
         f"# Another launcher: LAUNCHER=torchrun|accelerate|deepspeed|mpirun (the plan's choice: {target.launcher}).",
         *(
@@ -189,8 +211,11 @@ def _elastic_torchrun_lines(plan: Plan) -> list[str]:
 
 
 def hostfile(plan: Plan, target: RunConfig) -> str | None:
-    """The DeepSpeed hostfile template: one line per node, `slots` = processes on it."""
-    if target.launcher != "deepspeed":
+    """The DeepSpeed hostfile template: one line per node, `slots` = processes on it (docs/emitted-files.md).
+
+    Written for a DeepSpeed-launched folder and for every multi-node folder: launch.sh offers LAUNCHER=deepspeed
+    whatever its default, and that branch passes --hostfile on several nodes."""
+    if target.launcher != "deepspeed" and target.num_nodes == 1:
         return None
     lines = [
         "# DeepSpeed hostfile: replace the names with your nodes' hostnames (reachable by ssh).",

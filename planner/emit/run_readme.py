@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from planner.contract.run_config import RunConfig
+from planner.emit.launch_scripts import multi_node_start
 from planner.gradient_compression import warmup_steps
 from planner.plan import Plan
 from planner.training_config import GradientCompression, Strategy
@@ -80,9 +81,8 @@ def run_readme(plan: Plan, target: RunConfig, files: list[str]) -> str:
     lines += ["", "## What it trains", ""] + _training_lines(target)
     lines += ["", "## How to run", "", "```bash", "bash launch.sh                 # this node"]
     if target.num_nodes > 1:
-        lines.append(
-            f"NNODES={target.num_nodes} NODE_RANK=<i> MASTER_ADDR=<first node> bash launch.sh   # on every node"
-        )
+        command, where = multi_node_start(target)
+        lines.append(f"{command}   # {where}")
     lines += [
         "bash launch.sh --tiny --steps 3   # smoke test: a shrunken model, three steps",
         "sbatch slurm.sbatch            # on a SLURM cluster",

@@ -52,7 +52,12 @@ def training_args_kwargs(plan: Plan, target: RunConfig, output_dir: str, *, deep
         "adam_beta2": optim.betas[1],
         "adam_epsilon": optim.eps,
         "max_grad_norm": optim.gradient_clipping,
-        "warmup_steps": optim.warmup_steps if optim.warmup_steps is not None else 0.05,
+        # The runner's warmup (warmup_for: 5% of the run, at most 100) as an integer whenever the step count is
+        # known; a run of epochs gets the 5% as a ratio (a float below 1), which cannot carry the cap
+        # (docs/emitted-files.md). The runner's --trainer door sets warmup_for(its step count) itself.
+        "warmup_steps": (
+            optim.warmup_for(optim.max_steps) if optim.max_steps or optim.warmup_steps is not None else 0.05
+        ),
         "lr_scheduler_type": _TRAINER_SCHEDULE[optim.schedule],
         **({"lr_scheduler_kwargs": {"min_lr_rate": optim.min_lr_ratio}} if optim.schedule == "cosine" else {}),
         **({"max_steps": optim.max_steps} if optim.max_steps else {"num_train_epochs": optim.epochs}),

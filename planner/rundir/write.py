@@ -6,7 +6,7 @@ with planner/emit/, write them atomically.
 Which files a folder holds depends on the strategy (docs/emitted-files.md):
 plan.json (the plan and its RunConfig), accelerate_config.yaml, launch.sh,
 slurm.sbatch and README.md always; ds_config.json (+ the Trainer flavour,
-hostfile) for DeepSpeed; training_args.json for what the HF Trainer runs;
+hostfile) for DeepSpeed (the hostfile also on several nodes, for launch.sh's deepspeed branch); training_args.json for what the HF Trainer runs;
 engine.json for our engine; pytorchjob.yaml or skypilot.yaml for the launch
 target that runs one (planner/launch_target.py). The folder's files are replaced all at once (every new
 file staged whole first: planner/rundir/manifest.py); an existing folder is refused unless force=True, and then the state of a run trained

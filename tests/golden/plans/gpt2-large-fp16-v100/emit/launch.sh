@@ -2,8 +2,8 @@
 # Launch gpt2-large (deepspeed) as planned by hardware-selector; edit freely.
 #
 # One node:       bash launch.sh [runner options: --steps N, --data PATH, ...; see python -m <MODULE> -h]
-# Several nodes:  on every node, NODE_RANK=0 on the first one:
-#   NNODES=2 NODE_RANK=0 MASTER_ADDR=<first node's address> bash launch.sh
+# Several nodes:  on the first node only (it starts the others over ssh: list them in ./hostfile):
+#   NNODES=2 MASTER_ADDR=<first node> bash launch.sh
 # Your own script: TRAIN_SCRIPT=/path/to/train.py bash launch.sh  (it receives --plan RUN_DIR).
 # Another launcher: LAUNCHER=torchrun|accelerate|deepspeed|mpirun (the plan's choice: deepspeed).
 # The process count is part of the plan (batch sizes depend on it): to change it, run
