@@ -85,9 +85,11 @@ def check_resume(
     strategy: str,
     resume_from: Path | None = None,
     reset_data_position: bool = False,
-) -> None:
+) -> Path | None:
     """The newest sealed checkpoint's runner state against this run (model, strategy and data), as the ranks
-    check it after choosing the checkpoint. Only the small JSON is read: the ranks verify the checksums."""
+    check it after choosing the checkpoint. Only the small JSON is read: the ranks verify the checksums.
+    Returns the checkpoint the run resumes from; None when it starts afresh (or the ranks choose among damaged
+    ones)."""
     from backends.checkpoint.layout import read_json
     from backends.checkpoint.load import preferred_tags
     from backends.runner.checkpoints import (
@@ -105,15 +107,15 @@ def check_resume(
         if not (newest / RUNNER_STATE).is_file():
             raise UserInputError(f"--resume-from {resume_from}: not a checkpoint of the runner (no {RUNNER_STATE})")
     elif not tags:
-        return
+        return None
     else:
         newest = folder / tags[0]
     try:
         state = read_json(newest / RUNNER_STATE)
     except (OSError, ValueError):
-        return  # a damaged checkpoint: the ranks fall back to an older one, or say why none is usable
+        return None  # a damaged checkpoint: the ranks fall back to an older one, or say why none is usable
     if resume_from is None and not tiny and saved_by_a_smoke_test(state):
-        return  # the smoke test's: the ranks start afresh and move it aside
+        return None  # the smoke test's: the ranks start afresh and move it aside
     fingerprint = model_fingerprint(run.model.hf_config, tiny=tiny)
     from planner.rundir.replan import plan_digest
 
@@ -129,3 +131,4 @@ def check_resume(
         data=data_identity(run.data, run.seq_len),
         reset_data=reset_data_position,
     )
+    return newest
