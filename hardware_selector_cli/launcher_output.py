@@ -6,7 +6,9 @@ of the launcher and a table of failed ranks. That report (and everything
 the job writes to stderr) goes to RUN_DIR/logs/train-<time>.log; on the
 screen the run's output appears as it comes, up to the first line of the
 launcher's report. When no rank explained the failure (a rank killed by a
-signal, say), one line says how it ended and where the log is.
+signal, say), one line says how it ended and where the log is. A stop signal
+to the CLI (Ctrl-C, SIGTERM) stops torchrun and is remembered, so that what
+follows is reported as the interruption it is (train.py).
 
 torchrun starts in the user's folder, so a relative path on the command line
 (`--data other.txt`) means what it means where the user stands, with the
@@ -25,6 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 # The first line of torchrun's failure report: its glog-style error line, or its own traceback.
 LAUNCHER_REPORT = re.compile(r"^([EW]\d{4} \d\d:\d\d:\d\d|Traceback \(most recent call last\):|\[rank\d+\]: )")
@@ -48,9 +51,26 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def run_logged(command: list[str], *, cwd: Path, log: Path, env: dict[str, str] | None = None) -> tuple[int, bool]:
-    """(exit code, whether a rank printed its own one-line verdict)."""
+class _Stop(BaseException):
+    """A stop signal reached the CLI while torchrun ran."""
+
+
+def run_logged(
+    command: list[str], *, cwd: Path, log: Path, env: dict[str, str] | None = None
+) -> tuple[int, bool, int | None]:
+    """(exit code, whether a rank printed its own one-line verdict, the stop signal that reached this process).
+
+    SIGINT (Ctrl-C) or SIGTERM (`kill`, a scheduler) to this process stops torchrun, and is remembered: the
+    ranks' non-zero exits that follow are the interruption, not a failure, even when the ranks were still
+    starting and could not say so themselves."""
     explained = False
+    received: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        received.append(signum)
+        if len(received) == 1:  # a second Ctrl-C while torchrun stops its ranks waits for them too
+            raise _Stop
+
     with open(log, "w", encoding="utf-8") as record:
         record.write("$ " + " ".join(command) + "\n")
         # torchrun sets OMP_NUM_THREADS=1 when it is unset, with a banner saying so; set the same value quietly.
@@ -84,13 +104,20 @@ def run_logged(command: list[str], *, cwd: Path, log: Path, env: dict[str, str] 
 
         reader = threading.Thread(target=copy, daemon=True)
         reader.start()
+        previous: dict[int, Any] = {}
         try:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                previous[signum] = signal.signal(signum, stop)
             code = process.wait()
-        except KeyboardInterrupt:
-            process.terminate()
+        except (_Stop, KeyboardInterrupt):
+            received[:] = received or [signal.SIGINT]  # KeyboardInterrupt: Ctrl-C before the handler was set
+            process.terminate()  # torchrun stops its ranks, which record how the run ended when they can
             code = process.wait()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
         reader.join(timeout=10)
-    return code, explained
+    return code, explained, (received[0] if received else None)
 
 
 def rank_exit_code(code: int, log: Path) -> int:

@@ -129,14 +129,21 @@ def register(app: typer.Typer) -> None:
             print(shlex.join(command))
             return
         lock = hold_run_lock(spec.run_dir)  # noqa: F841 (held while torchrun runs; its ranks skip it)
-        resume_checks()
+        resumes_from = resume_checks()
         from .launcher_output import failure_line, interruption_line, log_path, rank_exit_code, run_logged
 
         log = log_path(spec.run_dir)
         started = time.time()
         held = {HELD_ENV: str(spec.run_dir.resolve())}
-        code, explained = run_logged(command, cwd=Path.cwd(), log=log, env=held)  # relative paths: the user's folder
-        interrupted = interruption_line(spec.run_dir, started) if code else None
+        # relative paths: the user's folder
+        code, explained, stopped_by = run_logged(command, cwd=Path.cwd(), log=log, env=held)
+        if code and stopped_by is not None:  # this process was stopped: the ranks' exits are its consequence
+            from backends.runner.status import record_stopped_launch
+
+            message = record_stopped_launch(spec.run_dir, stopped_by, started, resumes_from and str(resumes_from))
+            interrupted = None if message is None else f"interrupted: {message}"
+        else:  # torchrun or its ranks stopped by a signal that did not go through this process
+            interrupted = interruption_line(spec.run_dir, started) if code else None
         if interrupted:  # Ctrl-C or a scheduler's SIGTERM: not a failure, and the log holds only torchrun's report
             print(interrupted, file=sys.stderr)
             raise typer.Exit(130)

@@ -7,6 +7,9 @@
 - A resume names the checkpoint and the plan it was saved under; a checkpoint
   of another model (the same name, another config.json) or strategy is
   refused in one line by the launching process, before torchrun starts.
+- Ctrl-C while the ranks still start is the one "interrupted:" line and exit
+  code 130, as mid-run, and run_status.json says interrupted (not an
+  earlier run's ending): the launching process records it.
 - SIGKILL to the torchrun agent alone takes its ranks with it (they ask the
   kernel for that: backends/runner/failures.py); without that they would
   keep running as orphans.
@@ -163,6 +166,44 @@ def test_ctrl_c_mid_run_says_interrupted_and_where_the_next_train_starts(tmp_pat
         assert last.endswith(
             "no checkpoint was saved yet: `hardware-selector train` starts again at step 1 (--save-every N)"
         )
+
+
+def test_ctrl_c_while_the_ranks_start_says_interrupted_and_replaces_an_earlier_runs_status(tmp_path):
+    """Ctrl-C while the ranks were still importing printed "error: the run failed (exit code 1)" (or -15), and
+    run_status.json kept an earlier run's ending: the ranks record "interrupted" only once their loop is set
+    up. The launching process now knows it was stopped, says so in the one line, and marks the run interrupted."""
+    model_dir, corpus = make_local_gpt2(tmp_path / "user")
+    run_dir = tmp_path / "ft"
+    plan = ["plan", "-m", model_dir, "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64", "--global-batch", "8"]
+    ok(cli(*plan, "--strategies", "ddp", "--data", corpus, "--emit", run_dir))
+    earlier = {"state": "finished", "step": 3, "started_at": 1.0, "updated_at": 2.0, "message": ""}
+    (run_dir / "run_status.json").write_text(json.dumps(earlier))
+    train = subprocess.Popen(
+        [sys.executable, "-m", "hardware_selector", "train", str(run_dir), "--no-record", "--steps", "2000"],
+        env=cpu_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and len(_ranks_of(run_dir)) < 2:  # started: importing torch, not training
+            time.sleep(0.05)
+        assert len(_ranks_of(run_dir)) == 2 and not (run_dir / "metrics.jsonl").exists()
+        os.killpg(train.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
+        _, err = train.communicate(timeout=120)
+    finally:
+        os.killpg(train.pid, signal.SIGKILL) if train.poll() is None else None
+    then = "no checkpoint was saved yet: `hardware-selector train` starts again at step 1 (--save-every N)"
+    expected = f"SIGINT before the ranks began training; {then}"
+    assert train.returncode == 130, err[-3000:]
+    verdicts = [line for line in err.splitlines() if line.startswith(("interrupted:", "error:"))]
+    assert verdicts == [f"interrupted: {expected}"], err[-3000:]
+    status = json.loads((run_dir / "run_status.json").read_text())
+    assert status["state"] == "interrupted" and status["message"] == expected, status
+    assert status["updated_at"] > earlier["updated_at"] and "step" not in status  # none of the earlier run's
+    assert _ranks_of(run_dir) == []
 
 
 def _ranks_of(run_dir):

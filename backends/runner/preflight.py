@@ -83,9 +83,11 @@ def check_resume(
     strategy: str,
     resume_from: Path | None = None,
     reset_data_position: bool = False,
-) -> None:
+) -> Path | None:
     """The newest sealed checkpoint's runner state against this run (model, strategy and data), as the ranks
-    check it after choosing the checkpoint. Only the small JSON is read: the ranks verify the checksums."""
+    check it after choosing the checkpoint. Only the small JSON is read: the ranks verify the checksums.
+    Returns the checkpoint the run resumes from; None when it starts afresh (or the ranks choose among damaged
+    ones)."""
     from backends.checkpoint.layout import read_json
     from backends.checkpoint.load import preferred_tags
     from backends.runner.checkpoints import (
@@ -103,15 +105,15 @@ def check_resume(
     if resume_from is not None and run.checkpoint.resume:
         newest = resume_path(resume_from, run_dir)
     elif not tags:
-        return
+        return None
     else:
         newest = folder / tags[0]
     try:
         state = read_json(newest / RUNNER_STATE)
     except (OSError, ValueError):
-        return  # a damaged checkpoint: the ranks fall back to an older one, or say why none is usable
+        return None  # a damaged checkpoint: the ranks fall back to an older one, or say why none is usable
     if resume_from is None and not tiny and saved_by_a_smoke_test(state):
-        return  # the smoke test's: the ranks start afresh and move it aside
+        return None  # the smoke test's: the ranks start afresh and move it aside
     fingerprint = model_fingerprint(run.model.hf_config, tiny=tiny)
     from planner.rundir.replan import plan_digest
 
@@ -128,3 +130,4 @@ def check_resume(
         reset_data=reset_data_position,
         steps=run.optim.max_steps,  # None for a run of epochs: the ranks count its steps once the data are read
     )
+    return newest

@@ -70,13 +70,42 @@ class RunStatus:
         if signum is None:
             self.update(state="failed", step=step, message=f"{type(failure).__name__}: {failure}"[:500])
             return
-        saved = self.document.get("checkpoint")  # the newest this run saved or resumed from
-        then = (
-            f"`hardware-selector train` resumes from {saved}"
-            if saved
-            else "no checkpoint was saved yet: `hardware-selector train` starts again at step 1 (--save-every N)"
-        )
+        then = where_next(self.document.get("checkpoint"))  # the newest this run saved or resumed from
         self.update(state="interrupted", step=step, message=f"{signal.Signals(signum).name} at step {step}; {then}")
+
+
+def where_next(checkpoint: str | None) -> str:
+    """Where the next `train` of an interrupted run starts."""
+    if checkpoint:
+        return f"`hardware-selector train` resumes from {checkpoint}"
+    return "no checkpoint was saved yet: `hardware-selector train` starts again at step 1 (--save-every N)"
+
+
+def record_stopped_launch(run_dir: Path, signum: int, since: float, checkpoint: str | None) -> str | None:
+    """For the launching process (`train`) that a stop signal reached at or after `since`: the interrupted
+    message, with run_status.json saying so; None when the ranks recorded an ending of their own first.
+
+    The ranks record "interrupted" only once their loop is set up; a signal during their start-up (imports,
+    tokenizing) would leave the file missing, or holding an earlier run's ending. `checkpoint`: the one this
+    launch would have resumed from, when the ranks did not get as far as saying."""
+    try:
+        document = read_status(run_dir)
+    except UserInputError:  # damaged: this launch's own account replaces it
+        document = {}
+    updated = document.get("updated_at")
+    if not isinstance(updated, (int, float)) or updated < since:
+        document = {"started_at": since}  # an earlier run's, or none: nothing of it describes this launch
+    elif document["state"] == "interrupted":
+        return str(document.get("message", ""))
+    elif document["state"] in ("failed", "stopped"):  # the ranks' own ending came first, and stands
+        return None
+    document.pop("state", None)
+    step = document.get("step")
+    then = where_next(document.get("checkpoint") or checkpoint)
+    when = f"at step {step}" if step is not None else "before the ranks began training"
+    status = RunStatus(run_dir, enabled=True, **document)
+    status.update(state="interrupted", message=f"{signal.Signals(signum).name} {when}; {then}")
+    return str(status.document["message"])
 
 
 STATES = ("running", "finished", "stopped", "interrupted", "failed")
