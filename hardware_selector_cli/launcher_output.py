@@ -51,6 +51,10 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+# How long a stopped CLI lets torchrun end on its own before it passes the signal on.
+FORWARD_AFTER_S = 5.0
+
+
 class _Stop(BaseException):
     """A stop signal reached the CLI while torchrun ran."""
 
@@ -111,8 +115,11 @@ def run_logged(
             code = process.wait()
         except (_Stop, KeyboardInterrupt):
             received[:] = received or [signal.SIGINT]  # KeyboardInterrupt: Ctrl-C before the handler was set
-            process.terminate()  # torchrun stops its ranks, which record how the run ended when they can
-            code = process.wait()
+            try:  # Ctrl-C reached torchrun and the ranks too: they stop and record it as theirs (a SIGTERM sent
+                code = process.wait(timeout=FORWARD_AFTER_S)  # on at once would be what the ranks recorded)
+            except subprocess.TimeoutExpired:  # the signal was this process's alone: on to torchrun
+                process.send_signal(received[0])
+                code = process.wait()
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
