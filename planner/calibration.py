@@ -179,8 +179,12 @@ def rescaled(estimate: ThroughputEstimate, step_time_s: float, source: str, note
         update={name: value / factor for name, value in estimate.breakdown.model_dump().items()}
     )
     sources = dict(estimate.sources)
-    for key in ("step_time_s", "tokens_per_s", "samples_per_s", "tflops_per_gpu", "mfu"):
+    for key in ("step_time_s", "tokens_per_s", "samples_per_s", "tflops_per_gpu", "mfu", "hfu"):
         sources[key] = source
+    # Each part of the step moves with it: its source says so, and which record or correction moved it.
+    for name, value in estimate.breakdown.model_dump().items():
+        if value:
+            sources[name] = f"{source}; the formula's share of the step, scaled with it"
     return estimate.model_copy(
         update={
             "step_time_s": step_time_s,
