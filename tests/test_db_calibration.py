@@ -153,3 +153,20 @@ def test_every_number_a_calibration_changes_says_which_record_or_correction_chan
     assert {"step_time_s", "hfu", "compute_s", "exposed_comm_s"} <= set(changed)
     for key in changed:
         assert "record abc12345" in after.sources[key], key
+
+
+def test_records_that_change_nothing_are_not_said_to_calibrate_the_plan():
+    """Audit: with only --tiny records (the shrunken model, no prediction), `plan` said "calibrated on 2 measured
+    runs ... newest: record 427a9916" over numbers that were all formula."""
+    tiny = [
+        run(c, predicted=1.0, measured=0.01, run_id=f"427a991{i}").model_copy(
+            update={"predicted_step_time_s": None, "model_spec_hash": "tiny"}
+        )
+        for i, c in enumerate(DDP[:2])
+    ]
+    calibration = Calibration.fit(tiny)
+    usable = calibration.usable("cpu", world_size=2, nodes=1, spec_hash="abc")
+    line = calibration.summary("cpu", usable)
+    assert not usable and line.startswith("not calibrated: 2 measured runs for cpu, none usable")
+    assert "427a991" not in line
+    assert calibration.usable("cpu", world_size=2, nodes=1, spec_hash="tiny")  # the tiny model itself: measured
