@@ -43,10 +43,12 @@ def plan_calibration(
     from .record import spec_hash
 
     calibration, ignored = _load(path, cluster.gpu.name)
-    summary = calibration.summary(cluster.gpu.name)
+    shape = (cluster.gpu.name, cluster.world_size, cluster.num_nodes, spec_hash(spec))
+    usable = calibration.usable(*shape)
+    summary = calibration.summary(cluster.gpu.name, usable)
     if ignored:
         summary += f"; {ignored} stored record(s) ignored (non-finite or out of range)"
-    if not calibration.measured:
+    if not calibration.measured or not usable:
         return None, summary
-    adjust = calibration.adjuster(cluster.gpu.name, cluster.world_size, cluster.num_nodes, spec_hash(spec))
+    adjust = calibration.adjuster(*shape)
     return adjust, summary

@@ -179,8 +179,12 @@ def rescaled(estimate: ThroughputEstimate, step_time_s: float, source: str, note
         update={name: value / factor for name, value in estimate.breakdown.model_dump().items()}
     )
     sources = dict(estimate.sources)
-    for key in ("step_time_s", "tokens_per_s", "samples_per_s", "tflops_per_gpu", "mfu"):
+    for key in ("step_time_s", "tokens_per_s", "samples_per_s", "tflops_per_gpu", "mfu", "hfu"):
         sources[key] = source
+    # Each part of the step moves with it: its source says so, and which record or correction moved it.
+    for name, value in estimate.breakdown.model_dump().items():
+        if value:
+            sources[name] = f"{source}; the formula's share of the step, scaled with it"
     return estimate.model_copy(
         update={
             "step_time_s": step_time_s,
@@ -273,11 +277,25 @@ class Calibration(BaseModel):
 
         return adjust
 
-    def summary(self, gpu_name: str) -> str:
-        """One line for `plan`: whether and how it was calibrated, on how many records."""
+    def usable(self, gpu_name: str, world_size: int, nodes: int, spec_hash: str) -> bool:
+        """Whether any record can change a plan of this model on this cluster: a fitted correction, or a run of it."""
+        mine = self.for_gpu(gpu_name)
+        return bool(mine.corrections) or any(
+            run.world_size == world_size and run.nodes == nodes and run.model_spec_hash == spec_hash
+            for run in mine.measured
+        )
+
+    def summary(self, gpu_name: str, usable: bool = True) -> str:
+        """One line for `plan`: whether and how it was calibrated, on how many records (`usable`: see usable())."""
         mine = self.for_gpu(gpu_name)
         if not mine.measured:
             return uncalibrated_summary(gpu_name, self.records_read)
+        if not usable:
+            return (
+                f"not calibrated: {counted(len(mine.measured), 'measured run')} for {gpu_name}, none usable "
+                "(no prediction to fit a correction on, and none of this model on this cluster; "
+                "--tiny measures the shrunken model)"
+            )
         fitted = sum(c.records for c in mine.corrections)
         families = ", ".join(c.describe() for c in mine.corrections) or "none (records lack predictions)"
         return (

@@ -138,3 +138,35 @@ def test_a_correction_names_the_record_it_was_fitted_on():
     assert one.corrections[0].describe() == "ddp on cpu: x1.78 (1 record: 62202bcd)"
     corrected = one.corrected(estimate(0.09), "cpu", DDP[1])
     assert corrected.sources["step_time_s"] == "calibration: ddp on cpu: x1.78 (1 record: 62202bcd)"
+
+
+def test_every_number_a_calibration_changes_says_which_record_or_correction_changed_it():
+    """Audit: a calibrated plan rescaled compute_s, exposed_comm_s ... and hfu, yet their sources still said formula."""
+    before = estimate(0.1)
+    before = before.model_copy(
+        update={"sources": {key: "formula: test" for key in (*before.model_dump(), "compute_s", "exposed_comm_s")}}
+    )
+    after = rescaled(before, 0.3, "calibration: ddp on cpu: x3 (record abc12345)", "note")
+    old, new = before.model_dump(), after.model_dump()
+    changed = [k for k in old if k not in ("breakdown", "sources", "notes") and old[k] != new[k]]
+    changed += [k for k, v in old["breakdown"].items() if v != new["breakdown"][k]]
+    assert {"step_time_s", "hfu", "compute_s", "exposed_comm_s"} <= set(changed)
+    for key in changed:
+        assert "record abc12345" in after.sources[key], key
+
+
+def test_records_that_change_nothing_are_not_said_to_calibrate_the_plan():
+    """Audit: with only --tiny records (the shrunken model, no prediction), `plan` said "calibrated on 2 measured
+    runs ... newest: record 427a9916" over numbers that were all formula."""
+    tiny = [
+        run(c, predicted=1.0, measured=0.01, run_id=f"427a991{i}").model_copy(
+            update={"predicted_step_time_s": None, "model_spec_hash": "tiny"}
+        )
+        for i, c in enumerate(DDP[:2])
+    ]
+    calibration = Calibration.fit(tiny)
+    usable = calibration.usable("cpu", world_size=2, nodes=1, spec_hash="abc")
+    line = calibration.summary("cpu", usable)
+    assert not usable and line.startswith("not calibrated: 2 measured runs for cpu, none usable")
+    assert "427a991" not in line
+    assert calibration.usable("cpu", world_size=2, nodes=1, spec_hash="tiny")  # the tiny model itself: measured
