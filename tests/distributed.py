@@ -7,9 +7,11 @@ and the environment (no GPUs, few threads on a 2-core machine) are set once.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +38,23 @@ def cpu_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     )
     env.update(extra or {})
     return env
+
+
+def warm_harness_launcher(cold: Callable) -> Callable:
+    """The benchmark harness's launch (benchmarks/harness/processes.py `_run_launcher`) with its torchrun jobs
+    started as run_torchrun starts them: warm ranks under torchrun's own agent where tests/warm_launch.py can,
+    else `cold`; (exit code, or None at the timeout; stderr) as the harness returns them."""
+
+    def launch(target: list[str], nproc: int, timeout_s: float, launcher: str, deadline) -> tuple[int | None, str]:
+        from tests.warm_launch import can_start_warm, launch_warm
+
+        env, base = cpu_env(), cpu_env()
+        if launcher != "torchrun" or deadline is not None or not can_start_warm(env, base, None, target, REPO_ROOT):
+            return cold(target, nproc, timeout_s, launcher, deadline)
+        completed = launch_warm(target, nproc=nproc, timeout=timeout_s, cwd=REPO_ROOT, env=env, base=base)
+        return (None if completed.returncode == -signal.SIGKILL else completed.returncode), completed.stderr
+
+    return launch
 
 
 def cli_in_process(*args: object) -> subprocess.CompletedProcess:

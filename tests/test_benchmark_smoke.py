@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.distributed import REPO_ROOT, cpu_env
+from tests.distributed import REPO_ROOT, cpu_env, warm_harness_launcher
 
 BENCHMARKS = REPO_ROOT / "benchmarks"
 # What a full run writes and a smoke run must leave as it found it: the recorded results, and the doc whose
@@ -345,7 +345,7 @@ def _run_in_process(module: str, args: list[str], monkeypatch: pytest.MonkeyPatc
     if module not in COLD_LAUNCHES:
         from benchmarks.harness import processes
 
-        monkeypatch.setattr(processes, "_run_launcher", _warm_torchrun(processes._run_launcher))
+        monkeypatch.setattr(processes, "_run_launcher", warm_harness_launcher(processes._run_launcher))
     monkeypatch.chdir(REPO_ROOT)
     monkeypatch.setattr(sys, "argv", [module, *args])
     environment, threads, state = dict(os.environ), torch.get_num_threads(), random.getstate()
@@ -362,22 +362,6 @@ def _run_in_process(module: str, args: list[str], monkeypatch: pytest.MonkeyPatc
         os.environ.update(environment)
         torch.set_num_threads(threads)
         random.setstate(state)
-
-
-def _warm_torchrun(cold: Callable) -> Callable:
-    """The harness's launch (benchmarks/harness/processes.py), its torchrun jobs with warm ranks where
-    tests/warm_launch.py can start them so; (exit code, stderr) as the harness returns them."""
-
-    def launch(target: list[str], nproc: int, timeout_s: float, launcher: str, deadline) -> tuple[int | None, str]:
-        from tests.warm_launch import can_start_warm, launch_warm
-
-        env, base = cpu_env(), cpu_env()
-        if launcher != "torchrun" or deadline is not None or not can_start_warm(env, base, None, target, REPO_ROOT):
-            return cold(target, nproc, timeout_s, launcher, deadline)
-        completed = launch_warm(target, nproc=nproc, timeout=timeout_s, cwd=REPO_ROOT, env=env, base=base)
-        return (None if completed.returncode == -9 else completed.returncode), completed.stderr
-
-    return launch
 
 
 def _runnable(path: Path) -> bool:

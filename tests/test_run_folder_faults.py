@@ -178,14 +178,7 @@ def test_ctrl_c_while_the_ranks_start_says_interrupted_and_replaces_an_earlier_r
     ok(cli(*plan, "--strategies", "ddp", "--data", corpus, "--emit", run_dir))
     earlier = {"state": "finished", "step": 3, "started_at": 1.0, "updated_at": 2.0, "message": ""}
     (run_dir / "run_status.json").write_text(json.dumps(earlier))
-    train = subprocess.Popen(
-        [sys.executable, "-m", "hardware_selector", "train", str(run_dir), "--no-record", "--steps", "2000"],
-        env=cpu_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    train = _train_in_its_own_session(run_dir, "--no-record", "--steps", "2000")
     try:
         deadline = time.time() + 120
         while time.time() < deadline and len(_ranks_of(run_dir)) < 2:  # started: importing torch, not training
@@ -206,6 +199,19 @@ def test_ctrl_c_while_the_ranks_start_says_interrupted_and_replaces_an_earlier_r
     assert _ranks_of(run_dir) == []
 
 
+def _train_in_its_own_session(run_dir, *flags):
+    """`hardware-selector train RUN_DIR FLAGS` as a terminal starts it: its own process group, stderr kept."""
+    return subprocess.Popen(
+        [sys.executable, "hardware_selector.py", "train", str(run_dir), *flags],
+        cwd=REPO_ROOT,
+        env=cpu_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
 def _ranks_of(run_dir):
     found = []
     for process in psutil.process_iter(["cmdline"]):
@@ -217,15 +223,7 @@ def _ranks_of(run_dir):
 
 def test_killing_the_torchrun_agent_alone_leaves_no_orphaned_ranks(user):
     run_dir = emit(user, "orphans")
-    train = subprocess.Popen(
-        [sys.executable, "hardware_selector.py", "train", str(run_dir), "--steps", "100000", "--save-every", "0"],
-        cwd=REPO_ROOT,
-        env=cpu_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    train = _train_in_its_own_session(run_dir, "--steps", "100000", "--save-every", "0")
     try:
         deadline = time.time() + 300
         while time.time() < deadline and not ((run_dir / "metrics.jsonl").is_file() and steps(run_dir)):
