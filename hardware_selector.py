@@ -64,8 +64,12 @@ def __getattr__(name: str):
     if name == "integrations":
         return importlib.import_module("hardware_selector.integrations")
     if name in _API:
+        from benchmarks_db.calibrate import plan_calibration
         from planner import selector
+        from planner.selector.calibration import install_calibration_source
 
+        # Its answers calibrate on the benchmark database as `plan` does (planner/selector/calibration.py).
+        install_calibration_source(plan_calibration)
         return getattr(selector, name)
     raise AttributeError(f"module 'hardware_selector' has no attribute '{name}'")
 

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 ARGUMENT_FLAGS = {
     "model_family": "--model-family", "model_name": "--model-name", "batch_size": "--batch-size",
     "gpu_count": "--gpu-count", "max_memory_gb": "--max-memory-gb", "gpu": "--gpu", "seq_len": "--seq-len",
-    "context": "--seq-len", "nvme_gb": "--nvme-gb", "nvme_gbps": "--nvme-gbps",
+    "context": "--seq-len", "nvme_gb": "--nvme-gb", "nvme_gbps": "--nvme-gbps", "db": "--db",
+    "calibrate": "--no-calibration",
 }  # fmt: skip
 SEED_FLAGS = ("--model-family", "--model-name", "--mode", "--gpu-count", "--max-memory-gb", "--batch-size")
 
@@ -63,6 +64,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--nvme-gbps", type=float, default=None, help="That NVMe's read/write GB/s per node (default: an assumed 6)."
     )
+    parser.add_argument(
+        "--db",
+        default=None,
+        help="Benchmark database to calibrate with (default: $HARDWARE_SELECTOR_DB or the cache dir).",
+    )
+    parser.add_argument(
+        "--no-calibration", action="store_true", help="Ignore benchmark records: analytical estimates only."
+    )
     parser.add_argument("--json", action="store_true", help="Print the recommendation as JSON.")
     return parser
 
@@ -91,6 +100,7 @@ def _print_recommendation(result: dict) -> None:
     )
     if memory["nvme_per_node_gb"]:
         print(f"  NVMe per node: {memory['nvme_per_node_gb']:.1f} GiB offloaded (ZeRO-Infinity)")
+    print(f"  throughput {result['calibration']}")
     for key in ("batch_note", "engine_reason"):
         if key in result:
             print(f"  note: {result[key]}")
@@ -104,9 +114,13 @@ def _print_recommendation(result: dict) -> None:
 
 def _selector():
     """The Python API, its suggestions naming this command's flags (--distributed --gpu-count N, --batch-size)."""
+    from benchmarks_db.calibrate import plan_calibration
     from planner.selector import HardwareSelector
+    from planner.selector.calibration import install_calibration_source
     from planner.selector.serving import SEED_SERVING_FLAGS
     from planner.selector.training import SEED_FLAGS
+
+    install_calibration_source(plan_calibration)  # its recommendation calibrates as `plan`'s does
 
     class SeedSelector(HardwareSelector):
         training_flags = SEED_FLAGS
@@ -164,6 +178,10 @@ def seed_main(argv: Sequence[str]) -> int:
     if mode == "inference":
         if args.nvme_gb is not None or args.nvme_gbps is not None:
             raise UserInputError("--nvme-gb and --nvme-gbps plan training's offload; drop them or use --mode training")
+        if args.db is not None or args.no_calibration:
+            raise UserInputError(
+                "--db and --no-calibration calibrate training's throughput; drop them or use --mode training"
+            )
         return _serve(args)
     result = _selector().get_distributed_training_config(
         args.model_family,
@@ -175,6 +193,8 @@ def seed_main(argv: Sequence[str]) -> int:
         seq_len=args.seq_len,
         nvme_gb=args.nvme_gb,
         nvme_gbps=args.nvme_gbps,
+        calibrate=not args.no_calibration,
+        db=args.db,
     )
     if args.json:
         printable = {key: value for key, value in result.items() if key != "plan"}

@@ -10,7 +10,7 @@ from benchmarks_db.record import spec_hash
 from benchmarks_db.store import BenchmarkStore
 from hardware_selector_cli.app import main
 from planner.models.resolve import resolve_model
-from tests.db_samples import sample_record
+from tests.db_samples import calibrating_store, sample_record
 
 PLAN = [
     "plan",
@@ -30,20 +30,7 @@ PLAN = [
 
 
 def _filled(tmp_path) -> BenchmarkStore:
-    store = BenchmarkStore(tmp_path / "runs.duckdb")
-    # step = 10 ms + 4 x predicted, exactly; predicted 2,000-8,000 s, within a decade of PLAN's best (~6,800 s on
-    # the cpu device), so the correction is carried to it (planner/calibration.py, EXTRAPOLATION_LIMIT)
-    store.add_many(
-        [
-            sample_record(
-                micro_batch=mb,
-                predicted_step_time_s=2000.0 * mb,
-                step_time_median_s=0.01 + 8000.0 * mb,
-                tokens_per_s=2 * mb * 128 / (0.01 + 8000.0 * mb),
-            )
-            for mb in (1, 2, 4)
-        ]
-    )
+    store = calibrating_store(tmp_path / "runs.duckdb")
     store.add(sample_record(status="oom", step_time_median_s=None, error="out of memory", strategy="fsdp-full"))
     return store
 

@@ -14,10 +14,11 @@ Conventions:
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from planner.errors import UserInputError
-from planner.hardware.cluster import check_nvme
+from planner.hardware.cluster import ClusterSpec, check_nvme
 from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
 from planner.inference import InferenceRequest
 from planner.inference.flags import ServingFlags
@@ -31,10 +32,11 @@ from planner.search import Objective
 from planner.search.layouts import family_label
 from planner.search.suggest import SuggestionFlags
 from planner.selector.arguments import SERVING_RULES, checked_arguments, choice_of
+from planner.selector.calibration import calibration_for
 from planner.selector.gpu_choice import DEFAULT_GPU, cluster_for, gpu_with_memory
 from planner.selector.legacy_dict import STRATEGY_NAMES, TORCH_FSDP_SHARDING, no_fit_summary, plan_summary
 from planner.selector.serving import API_SERVING_FLAGS, inference_answer
-from planner.selector.training import API_FLAGS, default_seq_len, plan_training, strategy_kinds
+from planner.selector.training import API_FLAGS, Calibrated, default_seq_len, plan_training, strategy_kinds
 from planner.training_config import Precision
 
 if TYPE_CHECKING:  # annotations only: the selector never imports transformers until asked for arguments
@@ -95,6 +97,10 @@ class HardwareSelector:
             )
         return chosen
 
+    def _calibration(self, spec: ModelSpec, cluster: ClusterSpec, calibrate: bool, db: Any) -> Calibrated:
+        turned_off_by = self.argument_names.get("calibrate", "calibrate=False")
+        return calibration_for(spec, cluster, calibrate=calibrate, db=db, turned_off_by=turned_off_by)
+
     @checked_arguments()
     def get_distributed_training_config(
         self,
@@ -113,6 +119,8 @@ class HardwareSelector:
         strategies: list[str] | None = None,
         nvme_gb: float | None = None,
         nvme_gbps: float | None = None,
+        calibrate: bool = True,
+        db: str | os.PathLike[str] | None = None,
     ) -> dict[str, Any]:
         """The best plan for `batch_size` sequences per GPU on gpu_count GPUs: the legacy dict plus the Plan.
 
@@ -122,6 +130,10 @@ class HardwareSelector:
         `strategies` (e.g. ["FSDP"]) limits the answer to the stacks you run. `nvme_gb` (GiB of NVMe per node)
         lets the answer offload to NVMe (ZeRO-Infinity); `nvme_gbps` is that NVMe's read/write GB/s per node
         (default: an assumed 6, named in the answer's sources).
+
+        The benchmark database's measured runs calibrate the throughput, as they do `hardware-selector plan`'s
+        (`db`: its path, default $HARDWARE_SELECTOR_DB or the cache dir; `calibrate=False`: the analytical figures
+        only); `calibration` says how, in plan's words.
         """
         names = self.argument_names
         check_nvme(nvme_gb, nvme_gbps, (names.get("nvme_gb", "nvme_gb"), names.get("nvme_gbps", "nvme_gbps")))
@@ -129,6 +141,7 @@ class HardwareSelector:
         cluster = cluster_for(
             gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node, nvme_gb=nvme_gb, nvme_gbps=nvme_gbps
         )
+        calibrated = self._calibration(spec, cluster, calibrate, db)
         answer = plan_training(
             spec,
             cluster,
@@ -136,6 +149,7 @@ class HardwareSelector:
             allow_engine=allow_engine,
             strategies=strategy_kinds(strategies) if strategies is not None else None,
             flags=self.training_flags,
+            calibrated=calibrated,
             seq_len=self._seq_len(spec, seq_len),
             headroom_fraction=self.headroom_fraction,
             objective=choice_of("objective", Objective, objective),
@@ -143,9 +157,14 @@ class HardwareSelector:
         )
         result = answer.result
         if result.best is None:
-            return {**no_fit_summary(result, cluster), "requested_per_gpu_batch_size": batch_size}
+            return {
+                **no_fit_summary(result, cluster),
+                "requested_per_gpu_batch_size": batch_size,
+                "calibration": calibrated[1],
+            }
         summary = plan_summary(result.best)
         summary["requested_per_gpu_batch_size"] = batch_size
+        summary["calibration"] = calibrated[1]
         summary.update(answer.notes)
         summary["alternatives"] = {
             family_label(plan.config): plan_summary(plan)["estimated_memory"]["per_gpu_gb"]
@@ -202,10 +221,13 @@ class HardwareSelector:
         include_detected: bool = True,
         candidates: list[str] | None = None,
         allow_engine: bool = False,
+        calibrate: bool = True,
+        db: str | os.PathLike[str] | None = None,
     ) -> dict[str, Any]:
         """Compare catalog GPUs (and this machine's) for the task; rank by cost per token or throughput.
 
         For task_type="inference", batch_size is the number of concurrent requests and seq_len the prompt length.
+        Training throughput is calibrated per GPU as get_distributed_training_config's (`calibrate`, `db`).
         """
         task, rank_by = task_type.strip().lower(), rank_by.strip().lower()
         spec = self._model(model_family, model_name)
@@ -243,21 +265,23 @@ class HardwareSelector:
                 if summary["fits"]:
                     ranked.append(summary)
                 continue
+            calibrated = self._calibration(spec, cluster, calibrate, db)
             answer = plan_training(
                 spec,
                 cluster,
                 batch_size,
                 allow_engine=allow_engine,
                 flags=self.training_flags,
+                calibrated=calibrated,
                 seq_len=length,
                 headroom_fraction=self.headroom_fraction,
                 top_k=1,
             )
             best = answer.result.best
             if best is None:
-                estimates[entry.name] = no_fit_summary(answer.result, cluster)
+                estimates[entry.name] = {**no_fit_summary(answer.result, cluster), "calibration": calibrated[1]}
                 continue
-            summary = {**plan_summary(best), **answer.notes}
+            summary = {**plan_summary(best), **answer.notes, "calibration": calibrated[1]}
             speed = best.throughput
             summary["usd_per_million_tokens"] = (
                 entry.price_usd_per_hour * count / 3600 / speed.tokens_per_s * 1e6

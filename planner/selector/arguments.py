@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from enum import Enum
 from typing import Any, ParamSpec, TypeVar
@@ -94,6 +95,14 @@ def choice(kind: type[Enum]) -> Check:
     return lambda name, value: choice_of(name, kind, value)
 
 
+def path(name: str, value: Any) -> str:
+    if not isinstance(value, (str, os.PathLike)):
+        raise UserInputTypeError(f"{name} must be a path (str or os.PathLike), not {type(value).__name__} {value!r}")
+    if not os.fspath(value).strip():
+        raise UserInputError(f"{name} is empty; pass the benchmark database's path, or leave it out for the default")
+    return os.fspath(value)
+
+
 def one_of(*accepted: str) -> Check:
     def check(name: str, value: Any) -> str:
         shown = " or ".join(repr(option) for option in accepted)
@@ -129,6 +138,8 @@ RULES: dict[str, Check] = {
     "allow_engine": flag,
     "distributed": flag,
     "include_detected": flag,
+    "calibrate": flag,
+    "db": path,
     "strategies": names("['FSDP']"),
     "candidates": names("['A100-80GB']"),
 }

@@ -18,12 +18,14 @@ from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec
 from planner.models.spec import ModelSpec
 from planner.search import PlanRequest, SearchResult, search_plans
+from planner.search.candidates import ThroughputAdjust
 from planner.search.request import STRATEGY_FAMILIES, default_seq_len
 from planner.search.suggest import SuggestionFlags
 from planner.selector.gpu_choice import cluster_for
 from planner.training_config import Strategy
 
 LEGACY_STRATEGIES = ("ddp", "fsdp", "deepspeed")
+Calibrated = tuple[ThroughputAdjust | None, str | None]  # calibration.calibration_for's answer
 LEGACY_NAMES = {kind: Strategy(kind).display_name for kind in STRATEGY_FAMILIES}
 
 # What would fit, in the seed CLI's flags (hardware_selector_cli/seed_cli.py): a GPU count, and no global batch,
@@ -72,9 +74,16 @@ def strategy_kinds(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _search(
-    spec: ModelSpec, cluster: ClusterSpec, strategies: tuple, flags: SuggestionFlags, **request: Any
+    spec: ModelSpec,
+    cluster: ClusterSpec,
+    strategies: tuple,
+    calibrated: Calibrated,
+    flags: SuggestionFlags,
+    **request: Any,
 ) -> SearchResult:
-    return search_plans(spec, cluster, PlanRequest(strategies=strategies, **request), flags=flags)
+    adjust, calibration = calibrated
+    planned = PlanRequest(strategies=strategies, **request)
+    return search_plans(spec, cluster, planned, adjust, calibration=calibration, flags=flags)
 
 
 def plan_training(
@@ -85,12 +94,14 @@ def plan_training(
     allow_engine: bool = False,
     strategies: tuple[str, ...] | None = None,
     flags: SuggestionFlags = SEED_FLAGS,
+    calibrated: Calibrated = (None, None),
     **request: Any,
 ) -> TrainingAnswer:
     """The best plan for `per_gpu_batch` sequences per GPU on `cluster` (see the module docstring).
 
     `strategies` restricts the search to the stacks the caller runs; then nothing else is tried. `flags`: how
     the asking path (the seed CLI, or API_FLAGS for the Python API) spells what its suggestions change.
+    `calibrated`: the search's throughput hook and the line saying how it calibrates (calibration.py).
     """
     if per_gpu_batch is not None and per_gpu_batch < 1:
         raise UserInputError(f"batch_size (sequences per GPU) must be at least 1, not {per_gpu_batch}")
@@ -103,13 +114,15 @@ def plan_training(
         attempts.append((STRATEGY_FAMILIES, None))  # the engine, when nothing else fits
     result: SearchResult | None = None
     for strategies, micro in attempts:
-        result = _search(spec, cluster, strategies, flags, global_batch=effective, micro_batch=micro, **request)
+        result = _search(
+            spec, cluster, strategies, calibrated, flags, global_batch=effective, micro_batch=micro, **request
+        )
         if result.best is not None:
             break
     assert result is not None
     if result.best is None and per_gpu_batch:
         # What would fit holds the batch per GPU, as the selector states it: a larger count runs a larger total.
-        per_gpu = _search(spec, cluster, attempts[-1][0], flags, micro_batch=per_gpu_batch, **request)
+        per_gpu = _search(spec, cluster, attempts[-1][0], calibrated, flags, micro_batch=per_gpu_batch, **request)
         result = result.model_copy(update={"suggestions": per_gpu.suggestions})
     answer = TrainingAnswer(result, effective)
     best = result.best

@@ -1,0 +1,138 @@
+"""The Python API and the seed command calibrate on the benchmark database as `plan` does (docs/selector.md).
+
+Found by an audit: `plan` rescaled its throughput by the stored records while get_distributed_training_config,
+answering through the same search, ignored them, so the two disagreed on one cluster. The reference is `plan`'s
+own answer for the same request, and the records' exact fit (step = 10 ms + 4 x predicted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks_db.record import spec_hash
+from benchmarks_db.store import BenchmarkStore
+from hardware_selector import get_distributed_training_config, select_hardware_for_task
+from hardware_selector_cli.app import main
+from planner.models.resolve import resolve_model
+from planner.selector import calibration as selector_calibration
+from tests.db_samples import calibrating_store, sample_record
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+API = dict(model_family="text_generation", model_name="gpt2", gpu_count=2, gpu="cpu", gpus_per_node=2, seq_len=128,
+           strategies=["DDP"], precision="fp32")  # fmt: skip
+PLAN = ["plan", "--model", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "128",
+        "--strategies", "ddp", "--precision", "fp32", "--json"]  # fmt: skip
+
+
+def _filled(tmp_path) -> BenchmarkStore:
+    return calibrating_store(tmp_path / "runs.duckdb")
+
+
+def _plan_best(db: Path, capsys) -> dict:
+    assert main([*PLAN, "--db", str(db)]) == 0
+    return json.loads(capsys.readouterr().out)["best"]
+
+
+def test_the_api_calibrates_as_plan_does_and_says_how(tmp_path, capsys):
+    store = _filled(tmp_path)
+    plain = get_distributed_training_config(**API, calibrate=False)
+    calibrated = get_distributed_training_config(**API, db=store.path)
+    planned = _plan_best(store.path, capsys)
+
+    assert plain["calibration"] == "not calibrated (calibrate=False)"
+    assert plain["estimated_throughput"]["sources"]["step_time_s"].startswith("formula")
+    assert calibrated["calibration"] == planned["calibration"]
+    assert calibrated["calibration"].startswith("calibrated on 3 measured runs for cpu")
+    assert calibrated["plan"].config == planned_config(planned)
+    speed = calibrated["estimated_throughput"]
+    assert speed["step_time_s"] == pytest.approx(planned["throughput"]["step_time_s"], rel=1e-9)
+    assert speed["sources"]["step_time_s"].startswith("calibration: ddp on cpu: 10 ms + x4")
+    assert calibrated["plan"].config == plain["plan"].config  # DDP alone: the same plan, at the records' exact fit
+    assert speed["step_time_s"] == pytest.approx(0.01 + 4 * plain["estimated_throughput"]["step_time_s"])
+
+    # A record of the answer's own config: the answer quotes it, as `plan` does.
+    measured = sample_record(
+        model_name="gpt2",
+        model_spec_hash=spec_hash(resolve_model("gpt2")),
+        tiny=False,
+        config_json=calibrated["plan"].config.model_dump_json(),
+        micro_batch=calibrated["plan"].config.micro_batch,
+        seq_len=128,
+        step_time_median_s=speed["step_time_s"] / 2,
+        predicted_step_time_s=None,
+    )
+    store.add(measured)
+    again = get_distributed_training_config(**API, db=store.path)
+    assert again["estimated_throughput"]["sources"]["step_time_s"] == (
+        f"measured: benchmark record {measured.id[:8]} ({measured.created_at:%Y-%m-%d})"
+    )
+    assert again["estimated_throughput"]["sources"] == _plan_best(store.path, capsys)["throughput"]["sources"]
+
+    # No database at the path: said, and the analytical figures.
+    absent = get_distributed_training_config(**API, db=tmp_path / "absent.duckdb")
+    assert absent["calibration"].startswith("not calibrated: no benchmark database at")
+    assert absent["estimated_throughput"]["step_time_s"] == plain["estimated_throughput"]["step_time_s"]
+
+
+def planned_config(best: dict):
+    from planner.training_config import TrainingConfig
+
+    return TrainingConfig.model_validate(best["config"])
+
+
+def test_select_hardware_calibrates_each_gpu_it_ranks(tmp_path):
+    store = _filled(tmp_path)
+    result = select_hardware_for_task(
+        "text_generation", "gpt2", gpu_count=2, seq_len=128, candidates=["cpu", "A100-80GB"],
+        rank_by="throughput", db=str(store.path), include_detected=False,
+    )  # fmt: skip
+    assert result["estimates"]["cpu"]["calibration"].startswith("calibrated on 3 measured runs for cpu")
+    assert result["estimates"]["A100-80GB"]["calibration"].startswith("not calibrated: no benchmark records for A100")
+
+
+def test_without_a_reader_the_planner_alone_says_it_is_not_calibrated(monkeypatch, tmp_path):
+    """planner.selector on its own (no hardware_selector import) cannot read the database: it says so."""
+    from planner.selector import get_distributed_training_config as bare
+
+    monkeypatch.setattr(selector_calibration, "_installed", [])
+    answer = bare(**API, db=_filled(tmp_path).path)
+    assert (
+        answer["calibration"] == "not calibrated: no benchmark database reader (import the API from hardware_selector)"
+    )
+    assert answer["estimated_throughput"]["sources"]["step_time_s"].startswith("formula")
+
+
+@pytest.mark.parametrize(
+    "db, error, message",
+    [(3, TypeError, "db must be a path (str or os.PathLike), not int 3"), ("  ", ValueError, "db is empty")],
+)
+def test_a_bad_db_argument_is_one_sentence(db, error, message):
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+        get_distributed_training_config(**API, db=db)
+    with pytest.raises(TypeError, match="calibrate must be True or False, not str 'no'"):
+        get_distributed_training_config(**API, calibrate="no")
+
+
+def test_the_seed_command_prints_how_it_calibrated_and_can_turn_it_off(tmp_path):
+    store = _filled(tmp_path)
+    seed = ["--model-family", "text_generation", "--model-name", "gpt2", "--distributed", "--gpu-count", "2",
+            "--gpu", "cpu", "--seq-len", "128"]  # fmt: skip
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "hardware_selector.py", *seed, *extra], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    calibrated = run("--db", str(store.path))
+    assert calibrated.returncode == 0, calibrated.stderr
+    assert "  throughput calibrated on 3 measured runs for cpu" in calibrated.stdout
+    off = run("--db", str(store.path), "--no-calibration")
+    assert "  throughput not calibrated (--no-calibration)" in off.stdout
+    serving = run("--mode", "inference", "--no-calibration")
+    assert serving.returncode == 2 and serving.stdout == ""
+    assert serving.stderr.strip().splitlines() == [
+        "error: --db and --no-calibration calibrate training's throughput; drop them or use --mode training"
+    ]
