@@ -119,8 +119,8 @@ def run_cost_plan(model, cluster, search, routing, cost: CostOptions, save_every
     from planner.cost.prices import parse_clouds
     from planner.hardware.cluster import make_cluster
     from planner.search import Objective, search_plans
-    from planner.search.layouts import family_label
     from planner.search.request import default_seq_len
+    from planner.search.strategy_layout import family_label
 
     from .cost_table import cost_document, print_cost
 

@@ -8,7 +8,7 @@ from planner.units import format_bytes
 
 def search_document(result) -> dict:
     """The --json shape: best, candidates and rejected, each plan with its strategy family."""
-    from planner.search.layouts import family_label
+    from planner.search.strategy_layout import family_label
 
     def dump(plan):  # with the layout placed on the cluster (dp filled), which plan.json derives
         return {
@@ -65,8 +65,8 @@ def print_plans(result, title: str, explain: bool, tokens_given: bool = True) ->
     from rich.console import Console
     from rich.table import Table
 
-    from planner.search.layouts import family_label
     from planner.search.request import CHINCHILLA_TOKENS_PER_PARAM, Objective
+    from planner.search.strategy_layout import family_label
 
     console = Console()
     if result.best is None:

@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
             )
         from planner.report.page import write_page
         from planner.report.run_data import run_report
-        from planner.search.layouts import family_label
+        from planner.search.strategy_layout import family_label
 
         title = f"{run.model.name}: {family_label(plan.config)} on {run.world_size} x {plan.cluster.gpu.name} ({run_dir.name})"
         write_page(target, run_report(plan, run, rows, title=title, summary=_summary(run_dir), tune=tune))

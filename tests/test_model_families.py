@@ -12,7 +12,7 @@ import pytest
 from planner.models.catalog import CATALOG_DIR, load_catalog
 from planner.models.families import FAMILIES, parallel_model_types, splits_over_tp
 from planner.models.hf_config import SUPPORTED_MODEL_TYPES
-from planner.search.layouts import ENGINE_MODEL_TYPES
+from planner.search.engine_layouts import ENGINE_MODEL_TYPES
 
 CATALOG_TYPES = sorted({spec.model_type for spec in load_catalog()})
 

@@ -127,7 +127,7 @@ def test_seq_len_defaults_to_the_models_context_when_shorter_than_2048(capsys):
     ],
 )
 def test_plan_table_fits_80_columns_without_cut_off_names(monkeypatch, capsys, argv):
-    from planner.search.layouts import family_label
+    from planner.search.strategy_layout import family_label
 
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["plan", *argv, "--json"]) == 0

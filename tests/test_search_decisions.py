@@ -9,7 +9,7 @@ import pytest
 from planner.hardware.cluster import make_cluster
 from planner.models.resolve import resolve_model
 from planner.search import PlanRequest, search_plans
-from planner.search.layouts import family_label
+from planner.search.strategy_layout import family_label
 from planner.training_config import Offload, Strategy
 
 

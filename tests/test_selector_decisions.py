@@ -15,7 +15,7 @@ from planner.hardware.cluster import make_cluster
 from planner.models.resolve import resolve_model
 from planner.search import PlanRequest, search_plans
 from planner.search.explain import SIMPLICITY_RULE, TIE_TOLERANCE
-from planner.search.layouts import family_label
+from planner.search.strategy_layout import family_label
 
 DOCUMENTED_ORDER = [
     ("DDP",),

@@ -20,7 +20,7 @@ from planner.hardware.cluster import make_cluster
 from planner.models.resolve import resolve_model
 from planner.rundir.trial import REQUEST_FILE, TrialRequest
 from planner.search import PlanRequest, search_plans
-from planner.search.layouts import family_label
+from planner.search.strategy_layout import family_label
 
 ONE_PARAMETER_AT_A_TIME = {  # ZeRO-3 with the tiniest buckets: every parameter gathered and released alone
     "stage3_param_persistence_threshold": 0,

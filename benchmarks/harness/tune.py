@@ -32,7 +32,7 @@ from planner.models.spec import ModelSpec
 from planner.plan import Plan
 from planner.rundir.run_options import RunOptions
 from planner.rundir.trial import TrialRequest
-from planner.search.layouts import family_label
+from planner.search.strategy_layout import family_label
 
 DEFAULT_TOP_K = 3
 DEFAULT_BUDGET_MIN = 10.0

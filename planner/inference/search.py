@@ -25,7 +25,7 @@ from planner.inference.request import InferenceRequest, KvFormat, ServingObjecti
 from planner.inference.speed import SOURCE as SPEED_SOURCE
 from planner.inference.speed import STATIC, ServingSpeed, serving_speed
 from planner.models.spec import ModelFamily, ModelSpec
-from planner.search.layouts import divisors
+from planner.search.strategy_layout import divisors
 from planner.units import GIB, counted
 
 TIE_TOLERANCE = 0.05

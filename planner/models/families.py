@@ -4,7 +4,7 @@ Every part that needs per-family knowledge reads it from here (docs/architecture
 - planner/models/hf_config.py: which config reader parses the family, and the Llama-style defaults;
 - planner/memory/arch_traits.py: what its blocks keep for backward (fused projections, QK-norm, ...);
 - planner/emit/hf_model.py: the transformer block class FSDP wraps;
-- planner/search/layouts.py: whether our engine has a tensor/pipeline plan for it;
+- planner/search/engine_layouts.py: whether our engine has a tensor/pipeline plan for it;
 - backends/decoder_anatomy.py: that plan itself (module paths, column and row projections, split points);
 - backends/weights/model_factory.py: the config keys a smoke test shrinks.
 What an entry holds is defined in planner/models/family_entry.py; the Llama-style decoders' entries are in

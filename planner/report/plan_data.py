@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.memory.estimate import CATEGORIES
 from planner.plan import Plan
-from planner.search.layouts import family_label
 from planner.search.result import SearchResult
+from planner.search.strategy_layout import family_label
 
 # StepTimeBreakdown fields whose sum is the step time (planner/throughput/estimate.py), and how the page names
 # them. Communication is the exposed part: what overlaps compute costs no step time.

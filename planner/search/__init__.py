@@ -1,7 +1,9 @@
 """The strategy search: every way to train a model on a cluster, filtered to fits, ranked, explained.
 
 - request.py: PlanRequest (batch, objective, limits) and the objectives.
-- layouts.py: strategy families and TP x PP x DP layouts valid for the model and cluster.
+- strategy_layout.py: what a layout is, its family label and its simplicity.
+- layouts.py: the DDP, FSDP and ZeRO layouts valid for the model and cluster; engine_layouts.py: the
+  engine's TP x PP x CP x EP ones.
 - batching.py: micro-batch x gradient-accumulation pairs for a global batch.
 - candidates.py: memory first, throughput for fits, with exact pruning.
 - explain.py: each plan's reasons and each family's fate, with sources.

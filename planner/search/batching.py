@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from planner.search.layouts import divisors
 from planner.search.request import PlanRequest
+from planner.search.strategy_layout import divisors
 
 # Default step size when the user gives neither a global nor a micro-batch:
 # about 2**20 tokens, inside the 0.5M-4M-token batches GPT-3 (Brown et al. 2020,

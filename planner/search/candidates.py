@@ -30,8 +30,9 @@ from planner.models.spec import ModelSpec
 from planner.search import config_copy
 from planner.search.batching import batch_options, infeasible_batch_reason
 from planner.search.groups import FamilyRecord, Group, Level, Scored
-from planner.search.layouts import StrategyLayout, enumerate_layouts
+from planner.search.layouts import enumerate_layouts
 from planner.search.request import Objective, PlanRequest
+from planner.search.strategy_layout import StrategyLayout
 from planner.throughput.estimate import ThroughputPlan, candidate_step, estimate_of, throughput_plan
 from planner.throughput.implementation import Implementation, implementation_named
 from planner.throughput.result import ThroughputEstimate

@@ -2,7 +2,7 @@
 
 `--compression int8|onebit` puts every engine candidate with a data-parallel reduction on that compression
 (PlanRequest keeps the search to the engine); `auto` searches each engine layout with int8 gradients beside
-the same layout without (layouts.py; CompressionRequest.choices), and the ranking keeps the compressed one only
+the same layout without (engine_layouts.py; CompressionRequest.choices), and the ranking keeps the compressed one only
 where it scores more than the estimate's error above the rest (a compressed layout counts as less simple:
 explain.py's tie rule). auto never tries onebit: it is 1-bit Adam, another optimizer than the one asked for,
 ZeRO-0 only, whose measured loss is not the uncompressed run's either way (planner/gradient_compression.py).
@@ -16,8 +16,8 @@ from planner.gradient_compression import MEASURED, applies_to, onebit_warning, w
 from planner.hardware.cluster import ClusterSpec
 from planner.models.spec import ModelSpec
 from planner.search.candidates import Scored
+from planner.search.engine_layouts import engine_applicability
 from planner.search.explain import TIE_TOLERANCE, objective_figure
-from planner.search.layouts import engine_applicability
 from planner.search.request import CompressionRequest, PlanRequest
 from planner.training_config import TrainingConfig
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from planner.hardware.cluster import ClusterSpec
 from planner.memory.phases import BatchPeaks
 from planner.search.config_copy import with_batch, with_checkpointing
-from planner.search.layouts import StrategyLayout
+from planner.search.strategy_layout import StrategyLayout
 from planner.throughput.estimate import CandidateStep, ThroughputPlan, estimate_of
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import ActivationCheckpointing, Precision, TrainingConfig

@@ -17,10 +17,11 @@ from planner.plan import Plan
 from planner.search.batching import resolve_global_batch
 from planner.search.candidates import CandidateEvaluator, Scored, ThroughputAdjust, cluster_variants
 from planner.search.compression import auto_line, check_compression_request, compression_lines
+from planner.search.engine_layouts import ENGINE_MODEL_TYPES, engine_applicability, tensor_parallel_degrees
 from planner.search.explain import TIE_TOLERANCE, family_fates, plan_reasons
-from planner.search.layouts import ENGINE_MODEL_TYPES, FSDP_LABELS, engine_applicability, tensor_parallel_degrees
 from planner.search.request import Objective, PlanRequest, search_restrictions
 from planner.search.result import SearchResult, SearchStats
+from planner.search.strategy_layout import FSDP_LABELS
 from planner.search.suggest import PLAN_FLAGS, SuggestionFlags, suggestions
 from planner.training_config import FsdpSharding, Strategy, TrainingConfig
 

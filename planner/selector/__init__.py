@@ -29,7 +29,7 @@ from planner.models.resolve import resolve_model
 from planner.models.spec import ModelSpec
 from planner.plan import Plan
 from planner.search import Objective
-from planner.search.layouts import family_label
+from planner.search.strategy_layout import family_label
 from planner.search.suggest import SuggestionFlags
 from planner.selector.arguments import SERVING_RULES, checked_arguments, choice_of
 from planner.selector.calibration import calibration_for

@@ -15,7 +15,7 @@ from typing import Any
 from planner.hardware.cluster import GIB, ClusterSpec
 from planner.plan import Plan
 from planner.search import SearchResult
-from planner.search.layouts import FSDP_LABELS, family_label
+from planner.search.strategy_layout import FSDP_LABELS, family_label
 from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, Precision, Strategy
 
 STRATEGY_NAMES = {strategy: strategy.display_name for strategy in Strategy}
