@@ -50,6 +50,19 @@ def test_every_door_fits_the_losses_of_lightnings_own_ddp(folders, tmp_path):
     for name in ("plan-ddp", "plan-fsdp", "engine-zero1", "engine-zero2", "engine-zero3"):
         assert results[name] == pytest.approx(reference, rel=1e-4), name
         assert results[name + "/weights"] == pytest.approx(results["reference-ddp/weights"], rel=1e-5), name
+    # plan_trainer_kwargs' PlanMonitor recorded each plan door's fit as `train` records a run: the plan's own step
+    # on the CPU processes a `--gpu cpu` plan predicts, so beside the plan's prediction (calibration's pair).
+    from benchmarks_db.store import BenchmarkStore
+    from planner.rundir.plan_file import read_plan_file
+
+    stored = {record.strategy: record for record in BenchmarkStore(f"{out}.duckdb").runs()}
+    assert sorted(stored) == ["ddp", "fsdp"]
+    for kind, record in stored.items():
+        plan, run = read_plan_file(made[kind])
+        assert (record.runner, record.gpu_name, record.gpu_count, record.steps_measured) == ("lightning", "cpu", 2, 2)
+        assert (record.micro_batch, record.grad_accum, record.global_batch) == (4, 2, 16)
+        assert record.predicted_step_time_s == pytest.approx(run.predicted.step_time_s)
+        assert record.tokens_per_s == pytest.approx(16 * 32 / record.step_time_median_s)
 
 
 def test_a_plan_strategy_checks_the_trainer_before_the_first_step(folders):
@@ -78,3 +91,45 @@ def test_lightnings_deepspeed_on_cpu_points_at_the_engine(folders, tmp_path):
              "--strategies", "zero2", "--emit", tmp_path / "ds")  # fmt: skip
     with pytest.raises(UserInputError, match=r"CUDA GPUs only.*EngineStrategy\(\{'zero_optimization': \{'stage': 2"):
         PlanStrategy(tmp_path / "ds")
+
+
+def test_plan_monitor_times_optimizer_steps_and_records_a_run_of_another_step_without_the_prediction(folders, tmp_path):
+    """One CPU process for a 2-rank plan: the global batch differs, so the run is said not to be the plan's step,
+    its lines compare nothing, and its record carries no prediction (the runner's rule, as PlanCallback's)."""
+    import lightning.pytorch as pl
+    import torch
+
+    from benchmarks_db.store import BenchmarkStore
+    from hardware_selector.integrations import PlanMonitor
+
+    class Tiny(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.linear(batch).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    _, made = folders
+    said: list[str] = []
+    monitor = PlanMonitor(made["ddp"], record=True, db=tmp_path / "runs.duckdb", say=said.append)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=3, accumulate_grad_batches=2, callbacks=[monitor],
+                         log_every_n_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)  # fmt: skip
+    trainer.fit(Tiny(), torch.utils.data.DataLoader(torch.randn(24, 4), batch_size=4))
+    assert len(monitor.step_times.values) == 3  # 6 micro-batches, 3 optimizer steps
+    assert said[0] == (
+        "warning: the Lightning Trainer does not run the plan: global batch 4 x 2 x 1 ranks = 8 (plan 16); "
+        "its step times are not compared with the plan's"
+    )
+    lines = said[1:-1]  # steps 2 and 3 (the first warms up)
+    assert [line.split(":")[0] for line in lines] == ["step 2", "step 3"]
+    assert all(line.endswith("(CPU processes: the plan's GPU predictions are not compared)") for line in lines)
+    (stored,) = BenchmarkStore(tmp_path / "runs.duckdb").runs()
+    assert said[-1] == f"recorded run {stored.id[:12]} in the benchmark database"
+    assert (stored.runner, stored.gpu_count, stored.micro_batch, stored.grad_accum) == ("lightning", 1, 4, 2)
+    assert stored.predicted_step_time_s is None
+    assert stored.step_time_median_s == pytest.approx(monitor.step_times.median())

@@ -1,4 +1,4 @@
-"""What PlanCallback(record=True) stores at the end of a Trainer run, against the runner's rule
+"""What PlanCallback stores (it records by default) at the end of a Trainer run, against the runner's rule
 (backends/runner/summary.py): a `--gpu cpu` plan predicts the step time of the CPU processes that run it, so
 the record carries that prediction beside the measurement, as `train` and `tune` records do, and calibration
 learns from the pair; a step the plan did not predict (another accumulation, or checkpointing the plan has not)
@@ -78,7 +78,7 @@ def _logged_line(tmp_path, gpu: str, **overrides) -> tuple[object, str]:
     callback.on_train_begin(args, state, control)
     said.clear()  # a non-strict mismatch warns first
     state.global_step, state.log_history = 2, [{"loss": 1.0}]
-    callback._since_log = [1.5 * callback.run.predicted.step_time_s]
+    callback.since_log = [1.5 * callback.run.predicted.step_time_s]
     callback.on_log(args, state, control)
     (line,) = said
     return callback.run.predicted, line
@@ -97,3 +97,20 @@ def test_a_step_the_plan_did_not_predict_on_cpu_processes_is_not_compared(tmp_pa
     """A GPU plan on CPU processes, or a Trainer running another step than the plan's (strict=False)."""
     _, line = _logged_line(tmp_path, gpu, **overrides)
     assert "vs predicted" not in line and line.endswith("(CPU processes: the plan's GPU predictions are not compared)")
+
+
+@pytest.mark.parametrize(("variable", "records"), [(None, True), ("0", False), ("1", True)])
+def test_the_doors_record_by_default_as_train_does_unless_told_not_to(tmp_path, monkeypatch, variable, records):
+    """Every run calibrates: PlanCallback and Lightning's PlanMonitor record unless record=False or
+    HARDWARE_SELECTOR_RECORD=0, the switch `train` reads (backends/runner/options.py)."""
+    from backends.runner.options import RECORD_ENV_VAR
+    from hardware_selector.integrations import PlanCallback, PlanMonitor
+
+    plan = make_plan("gpt2", gpu="cpu", gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4, grad_accum=1)
+    if variable is None:
+        monkeypatch.delenv(RECORD_ENV_VAR, raising=False)
+    else:
+        monkeypatch.setenv(RECORD_ENV_VAR, variable)
+    for door in (PlanCallback, PlanMonitor):
+        assert door(plan).record is records, door
+        assert door(plan, record=False).record is False and door(plan, record=True).record is True

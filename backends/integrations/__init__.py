@@ -2,8 +2,9 @@
 
 - PlanCallback: the HF Trainer checked against a plan, measured against it,
   recorded (trainer_callback.py).
-- PlanStrategy, EngineStrategy, plan_trainer_kwargs: PyTorch Lightning
-  (lightning_strategy.py, also importable as hardware_selector.integrations.lightning;
+- PlanStrategy, EngineStrategy, plan_trainer_kwargs, PlanMonitor: PyTorch Lightning
+  (lightning_strategy.py and lightning_monitor.py; the first also importable as
+  hardware_selector.integrations.lightning;
   `pip install hardware-selector[lightning]`).
 
 Each is imported on first use, so importing this package costs nothing.
@@ -19,6 +20,7 @@ _WHERE = {
     "PlanStrategy": "backends.integrations.lightning_strategy",
     "EngineStrategy": "backends.integrations.lightning_strategy",
     "plan_trainer_kwargs": "backends.integrations.lightning_strategy",
+    "PlanMonitor": "backends.integrations.lightning_monitor",
 }
 __all__ = list(_WHERE)
 

@@ -6,6 +6,8 @@
     trainer = L.Trainer(**plan_trainer_kwargs("runs/x"), max_steps=100)      # strategy, devices, precision, ...
     trainer = L.Trainer(strategy=EngineStrategy({"zero_optimization": {"stage": 3}}), devices=2)
 
+- plan_trainer_kwargs also puts a PlanMonitor among the callbacks: the run
+  measured against the plan and recorded for calibration (lightning_monitor.py).
 - PlanStrategy picks Lightning's DDPStrategy, its FSDP2 ModelParallelStrategy
   (sharding each repeated block and the root as the plan says, with CPU
   offload and activation checkpointing) or DeepSpeedStrategy, whose config is
@@ -49,11 +51,17 @@ from planner.training_config import Strategy as PlannedStrategy
 LIGHTNING_PRECISION = {"no": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
 
 
-def plan_trainer_kwargs(plan: Plan | str | Path) -> dict[str, Any]:
+def plan_trainer_kwargs(
+    plan: Plan | str | Path, *, record: bool | None = None, db: str | Path | None = None
+) -> dict[str, Any]:
     """Keyword arguments of lightning.Trainer that run the plan: strategy, devices, nodes, precision,
-    accumulation and clipping (add max_steps, callbacks, ...)."""
+    accumulation and clipping, and a PlanMonitor among the callbacks that measures the run against the plan and
+    records it (`record`, `db`: lightning_monitor.py). Add max_steps, ...; add your callbacks to the list."""
+    from backends.integrations.lightning_monitor import PlanMonitor
+
     _, run = plan_and_run(plan)
     return {
+        "callbacks": [PlanMonitor(plan, record=record, db=db)],
         "strategy": PlanStrategy(plan),
         "accelerator": "gpu" if run.device == "cuda" else "cpu",
         "devices": run.nproc_per_node,
@@ -151,16 +159,20 @@ class PlanFSDP2Strategy(ModelParallelStrategy):
                 fully_shard(child, **options)
 
 
+def lightning_differences(trainer: pl.Trainer, run: RunConfig, *, micro: int) -> list[str]:
+    """What the Lightning Trainer (with `micro` sequences per batch) runs differently from the plan."""
+    found = batch_differences(run, micro=micro, accum=trainer.accumulate_grad_batches, world=trainer.world_size)
+    precision = str(trainer.precision)
+    if precision != LIGHTNING_PRECISION[run.mixed_precision]:
+        found.append(f"precision {precision} (plan {LIGHTNING_PRECISION[run.mixed_precision]})")
+    return found
+
+
 def _checked(base: type, plan: Plan, run: RunConfig) -> type:
     """`base` whose setup first compares the Lightning Trainer with the plan (one line per run)."""
 
     def setup(self: Any, trainer: pl.Trainer) -> None:
-        found = batch_differences(
-            run, micro=run.micro_batch, accum=trainer.accumulate_grad_batches, world=trainer.world_size
-        )
-        precision = str(trainer.precision)
-        if precision != LIGHTNING_PRECISION[run.mixed_precision]:
-            found.append(f"precision {precision} (plan {LIGHTNING_PRECISION[run.mixed_precision]})")
+        found = lightning_differences(trainer, run, micro=run.micro_batch)
         if found:
             raise UserInputError(
                 f"the Lightning Trainer does not run the plan for {plan.model.name}: {'; '.join(found)}; "

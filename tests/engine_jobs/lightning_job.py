@@ -2,7 +2,8 @@
 
 Lightning's plain DDPStrategy is the reference; PlanStrategy from a DDP and an
 FSDP run folder, and EngineStrategy at ZeRO 1, 2 and 3, fit the same batches.
-Rank 0 writes {name: [loss per batch], name + "/weights": checksum} to argv[1].
+Rank 0 writes {name: [loss per batch], name + "/weights": checksum} to argv[1], and the two plan doors'
+PlanMonitors record their fits in argv[1] + ".duckdb".
 argv[2] and argv[3] are the DDP and FSDP run folders.
 """
 
@@ -68,7 +69,7 @@ def main() -> None:
     out, ddp_folder, fsdp_folder, model_dir = sys.argv[1:5]
     results: dict = {}
     for name, folder in (("plan-ddp", ddp_folder), ("plan-fsdp", fsdp_folder)):
-        kwargs = plan_trainer_kwargs(folder)
+        kwargs = plan_trainer_kwargs(folder, record=True, db=out + ".duckdb")  # its PlanMonitor records the fit
         from planner.rundir.plan_file import read_plan_file
 
         _, run = read_plan_file(folder)
