@@ -72,8 +72,10 @@ def _trainer_env(user, run_dir: Path, database: Path) -> dict[str, str]:
 
 
 def _deepspeed_env(user, run_dir: Path, engine: str) -> dict[str, str]:
+    """Each engine's PlanRecorder records into a database of its own, beside the run folder."""
     root, model_dir, corpus = user
-    return {"RUN": str(run_dir), "MODEL": str(model_dir), "DATA": str(corpus), "STEPS": "3", "ENGINE": engine}
+    return {"RUN": str(run_dir), "MODEL": str(model_dir), "DATA": str(corpus), "STEPS": "3", "ENGINE": engine,
+            "HARDWARE_SELECTOR_DB": str(run_dir / f"{engine}.duckdb"), "HARDWARE_SELECTOR_RECORD": "1"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +101,7 @@ def shared_launch(user, tmp_path_factory) -> dict[str, str]:
     return {
         **{name: by_rank[0][name] + by_rank[1][name] for name in by_rank[0]},
         "database": str(folder / "runs.duckdb"),
+        "deepspeed-script": str(script_run),
     }
 
 
@@ -181,3 +184,23 @@ def test_the_deepspeed_script_follows_deepspeeds_losses_on_our_engine(shared_lau
     reference = losses("deepspeed")
     assert reference[0] != reference[-1]  # it trained
     assert losses("ours") == pytest.approx(reference, rel=1e-4)
+
+    # PlanRecorder measured each run against the plan and recorded it, as PlanCallback records a Trainer's run:
+    # the plan's own batch split on the CPU processes a `--gpu cpu` plan predicts, so beside its prediction.
+    from benchmarks_db.store import BenchmarkStore
+    from planner.rundir.plan_file import read_plan_file
+
+    plan, run = read_plan_file(Path(shared_launch["deepspeed-script"]))
+    for engine in ("deepspeed", "ours"):
+        (stored,) = BenchmarkStore(Path(shared_launch["deepspeed-script"]) / f"{engine}.duckdb").runs()
+        assert (stored.runner, stored.strategy, stored.gpu_count, stored.steps_measured) == (
+            "own-loop",
+            "deepspeed",
+            2,
+            2,
+        )
+        assert (stored.micro_batch, stored.grad_accum) == (run.micro_batch, run.grad_accum)
+        assert stored.predicted_step_time_s == pytest.approx(plan.throughput.step_time_s)
+        assert f"recorded run {stored.id[:12]} in the benchmark database" in shared_launch[engine]
+        lines = re.findall(r"^step (\d+): [\d.e-]+ s/step vs predicted ", shared_launch[engine], re.M)
+        assert lines == ["2", "3"], shared_launch[engine][-3000:]

@@ -101,16 +101,69 @@ def test_a_step_the_plan_did_not_predict_on_cpu_processes_is_not_compared(tmp_pa
 
 @pytest.mark.parametrize(("variable", "records"), [(None, True), ("0", False), ("1", True)])
 def test_the_doors_record_by_default_as_train_does_unless_told_not_to(tmp_path, monkeypatch, variable, records):
-    """Every run calibrates: PlanCallback and Lightning's PlanMonitor record unless record=False or
+    """Every run calibrates: PlanCallback, Lightning's PlanMonitor and PlanRecorder record unless record=False or
     HARDWARE_SELECTOR_RECORD=0, the switch `train` reads (backends/runner/options.py)."""
     from backends.runner.options import RECORD_ENV_VAR
-    from hardware_selector.integrations import PlanCallback, PlanMonitor
+    from hardware_selector.integrations import PlanCallback, PlanMonitor, PlanRecorder
 
     plan = make_plan("gpt2", gpu="cpu", gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4, grad_accum=1)
     if variable is None:
         monkeypatch.delenv(RECORD_ENV_VAR, raising=False)
     else:
         monkeypatch.setenv(RECORD_ENV_VAR, variable)
-    for door in (PlanCallback, PlanMonitor):
+    for door in (PlanCallback, PlanMonitor, PlanRecorder):
         assert door(plan).record is records, door
         assert door(plan, record=False).record is False and door(plan, record=True).record is True
+
+
+@pytest.mark.parametrize(("grad_accum", "predicted"), [(None, True), (2, False)])
+def test_a_loop_of_your_own_is_recorded_beside_the_prediction_only_at_the_plans_batch_split(
+    tmp_path, grad_accum, predicted
+):
+    """PlanRecorder in one process for a 1-rank cpu plan: the plan's split carries the prediction (the runner's
+    rule); another accumulation is another step, recorded without it."""
+    from benchmarks_db.store import BenchmarkStore
+    from hardware_selector.integrations import PlanRecorder
+
+    plan = make_plan("gpt2", gpu="cpu", gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4, grad_accum=1)
+    plan = plan.model_copy(update={"throughput": evaluate(plan.model, plan.config, plan.cluster).throughput})
+    said: list[str] = []
+    recorder = PlanRecorder(plan, record=True, db=tmp_path / "runs.duckdb", say=said.append, log_every=2)
+    for _ in range(4):
+        recorder.step()
+    assert [line.split(":")[0] for line in said] == ["step 2", "step 4"]
+    predicted_step = plan.throughput.step_time_s
+    recorder.step_times.values = [2 * predicted_step, predicted_step, predicted_step, predicted_step]  # set, not timed
+    record_id = recorder.finish(grad_accum=grad_accum)
+    (stored,) = BenchmarkStore(tmp_path / "runs.duckdb").runs()
+    assert stored.id == record_id and stored.runner == "own-loop" and stored.steps_measured == 3
+    assert stored.grad_accum == (grad_accum or 1)
+    assert stored.step_time_median_s == pytest.approx(predicted_step)
+    expected = pytest.approx(predicted_step) if predicted else None
+    assert stored.predicted_step_time_s == expected
+
+
+def test_a_step_faster_than_the_gpus_peak_allows_is_stored_without_a_rate_and_a_failed_record_is_one_line(tmp_path):
+    """Found while adding PlanRecorder: a measured step whose rate would exceed the catalog's peak (mfu > 1) made
+    the record invalid, and the exception ended the user's run after training, before its model was saved. The
+    step time is stored without the rate; and any record that fails is one warning line, never an exception."""
+    from benchmarks_db.store import BenchmarkStore
+    from hardware_selector.integrations import PlanRecorder
+
+    plan = make_plan("gpt2", gpu="cpu", gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4, grad_accum=1)
+    plan = plan.model_copy(update={"throughput": evaluate(plan.model, plan.config, plan.cluster).throughput})
+    fast = plan.throughput.step_time_s * plan.throughput.mfu / 2  # twice the peak's rate
+    recorder = PlanRecorder(plan, record=True, db=tmp_path / "runs.duckdb", say=lambda line: None)
+    recorder.step_times.values = [fast] * 4
+    recorder.steps = 4
+    recorder.finish()
+    (stored,) = BenchmarkStore(tmp_path / "runs.duckdb").runs()
+    assert stored.step_time_median_s == pytest.approx(fast) and stored.mfu is None and stored.tflops_per_gpu is None
+    assert stored.predicted_step_time_s == pytest.approx(plan.throughput.step_time_s)
+
+    (tmp_path / "a-file").write_text("not a folder")
+    said: list[str] = []
+    broken = PlanRecorder(plan, record=True, db=tmp_path / "a-file" / "runs.duckdb", say=said.append)
+    broken.step_times.values = [plan.throughput.step_time_s] * 2
+    assert broken.finish() is None
+    assert len(said) == 1 and said[0].startswith("warning: the run was not recorded in the benchmark database (")

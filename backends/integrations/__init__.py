@@ -2,6 +2,8 @@
 
 - PlanCallback: the HF Trainer checked against a plan, measured against it,
   recorded (trainer_callback.py).
+- PlanRecorder: a loop of your own (a DeepSpeed script, a PyTorch loop) measured
+  against a plan and recorded (loop_recorder.py).
 - PlanStrategy, EngineStrategy, plan_trainer_kwargs, PlanMonitor: PyTorch Lightning
   (lightning_strategy.py and lightning_monitor.py; the first also importable as
   hardware_selector.integrations.lightning;
@@ -17,6 +19,7 @@ from typing import Any
 _WHERE = {
     "PlanCallback": "backends.integrations.trainer_callback",
     "PlanMismatch": "backends.integrations.trainer_callback",
+    "PlanRecorder": "backends.integrations.loop_recorder",
     "PlanStrategy": "backends.integrations.lightning_strategy",
     "EngineStrategy": "backends.integrations.lightning_strategy",
     "plan_trainer_kwargs": "backends.integrations.lightning_strategy",

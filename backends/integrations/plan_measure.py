@@ -137,5 +137,10 @@ class PlanMeasurement:
             "step_time_comparable": step_comparable,
             "tiny": False,
         }
-        self.record_id = record(self.plan, self.plan.config.strategy.value, run, summary, self.db, runner=runner)
+        try:
+            self.record_id = record(self.plan, self.plan.config.strategy.value, run, summary, self.db, runner=runner)
+        except Exception as error:  # the training is done and its model is the user's to save: say, never raise
+            self.say(f"warning: the run was not recorded in the benchmark database ({type(error).__name__}: "
+                     f"{str(error).splitlines()[0] if str(error) else 'no detail'})")  # fmt: skip
+            return
         self.say(f"recorded run {self.record_id[:12]} in the benchmark database")

@@ -192,7 +192,9 @@ def record(
     measured: dict[str, Any] = {}
     speed = plan.throughput
     step_comparable = summary.get("step_time_comparable", summary["comparable_to_prediction"])
-    if speed is not None and step_comparable:
+    # Above the GPU's peak (mfu > 1) the plan's step was not what ran, or the catalog's peak (a CPU's, say) is
+    # too low: the rate is not stored, the measured step time still is (a record must never fail the run).
+    if speed is not None and step_comparable and speed.mfu * speed.step_time_s / median <= 1.0:
         measured["tflops_per_gpu"] = speed.tflops_per_gpu * speed.step_time_s / median
         measured["mfu"] = speed.mfu * speed.step_time_s / median
     entry = RunRecord(
