@@ -166,4 +166,4 @@ def test_a_step_faster_than_the_gpus_peak_allows_is_stored_without_a_rate_and_a_
     broken = PlanRecorder(plan, record=True, db=tmp_path / "a-file" / "runs.duckdb", say=said.append)
     broken.step_times.values = [plan.throughput.step_time_s] * 2
     assert broken.finish() is None
-    assert len(said) == 1 and said[0].startswith("warning: the run was not recorded in the benchmark database (")
+    assert len(said) == 1 and said[0].startswith("warning: the run was not recorded in the benchmark database: ")

@@ -113,7 +113,7 @@ class PlanMeasurement:
         median = self.step_times.median()
         if not self.record or median is None:
             return
-        from backends.runner.summary import record, step_time_comparable
+        from backends.runner.summary import record_or_warn, step_time_comparable
         from backends.runner.world import fit_to_world
 
         run, _ = fit_to_world(self.run, world_size, tiny=False)  # the world the framework ran on
@@ -137,10 +137,5 @@ class PlanMeasurement:
             "step_time_comparable": step_comparable,
             "tiny": False,
         }
-        try:
-            self.record_id = record(self.plan, self.plan.config.strategy.value, run, summary, self.db, runner=runner)
-        except Exception as error:  # the training is done and its model is the user's to save: say, never raise
-            self.say(f"warning: the run was not recorded in the benchmark database ({type(error).__name__}: "
-                     f"{str(error).splitlines()[0] if str(error) else 'no detail'})")  # fmt: skip
-            return
-        self.say(f"recorded run {self.record_id[:12]} in the benchmark database")
+        self.record_id, line = record_or_warn(self.plan, self.plan.config.strategy.value, run, summary, self.db, runner)
+        self.say(line)

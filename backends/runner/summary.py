@@ -138,11 +138,10 @@ def finish_summary(
             say(line)
     summary["lines"] = lines
     if args.record and median and not args.tiny:  # a --tiny smoke run measures no plan
-        try:
-            summary["record_id"] = record(spec.plan, spec.strategy.value, run, summary, db=args.db)
-            line = f"recorded run {summary['record_id'][:12]} in the benchmark database (--no-record: not)"
-        except (UserInputError, OSError) as error:  # the run trained: a database it cannot write is a warning
-            line = f"warning: the run was not recorded in the benchmark database: {error}"
+        record_id, line = record_or_warn(spec.plan, spec.strategy.value, run, summary, args.db, "backends.run")
+        if record_id is not None:
+            summary["record_id"] = record_id
+            line += " (--no-record: not)"
         if say is not None:
             say(line)
     path = spec.run_dir / "run_summary.json"
@@ -172,6 +171,18 @@ def _other_shape(plan: Plan, run: RunConfig) -> str | None:
         return f"{processes} x micro-batch {micro_batch} x accumulation {accumulation}, seq {seq}"
 
     return f"run as {shape(*ran)}, the plan predicts {shape(*planned)}"
+
+
+def record_or_warn(
+    plan: Plan, strategy: str, run: RunConfig, summary: dict[str, Any], db: str | Path | None, runner: str
+) -> tuple[str | None, str]:
+    """record(), and the line that says so; a database it cannot write (or a record it cannot make) is a warning
+    line, never an exception: the run has trained, and its model is still to be saved."""
+    try:
+        record_id = record(plan, strategy, run, summary, db, runner=runner)
+    except (UserInputError, OSError, ValueError) as error:  # ValueError: pydantic's, a value the record refuses
+        return None, f"warning: the run was not recorded in the benchmark database: {str(error).splitlines()[0]}"
+    return record_id, f"recorded run {record_id[:12]} in the benchmark database"
 
 
 def record(
