@@ -89,7 +89,7 @@ def shared_launch(tmp_path_factory, small_opt) -> dict[str, str]:
     paths = _write_scripts(folder)
     loop = [
         {"name": strategies, "script": str(paths["train_with_plan.py"]), "cwd": str(folder),
-         "env": {"MODEL": str(model_dir), "STRATEGIES": strategies, "LR": "0.05"},
+         "env": _loop_env(model_dir, strategies, folder),
          "skip_deepspeed_shm": strategies == "DeepSpeed"}
         for strategies in SHARED
     ]  # fmt: skip
@@ -98,14 +98,21 @@ def shared_launch(tmp_path_factory, small_opt) -> dict[str, str]:
                                            "OUTPUT": str(folder / "finetuned"), "STEPS": "4"}}  # fmt: skip
     by_rank = launch_cases(folder / "out", [*loop, trainer])
     outputs = {name: by_rank[0][name] + by_rank[1][name] for name in by_rank[0]}
-    return {**outputs, "finetuned": str(folder / "finetuned")}
+    return {**outputs, "finetuned": str(folder / "finetuned"), "folder": str(folder)}
+
+
+def _loop_env(model_dir: Path, strategies: str, folder: Path) -> dict[str, str]:
+    """train_with_plan.py's environment: its PlanRecorder records into a database of the strategy's own (the
+    suite turns recording off, tests/conftest.py), so that no run's record calibrates another's answer."""
+    return {"MODEL": str(model_dir), "STRATEGIES": strategies, "LR": "0.05",
+            "HARDWARE_SELECTOR_DB": str(folder / f"{strategies}.duckdb"), "HARDWARE_SELECTOR_RECORD": "1"}  # fmt: skip
 
 
 @pytest.mark.slow
 def test_pytorch_loop_runs_the_answer_on_ddp_fsdp_and_deepspeed(tmp_path, small_opt, shared_launch):
     model_dir, _ = small_opt
     script = _write_scripts(tmp_path)["train_with_plan.py"]
-    env = {"MODEL": str(model_dir), "STRATEGIES": OWN_LAUNCH, "LR": "0.05"}
+    env = _loop_env(model_dir, OWN_LAUNCH, tmp_path)
     own = run_torchrun([str(script)], nproc=2, timeout=400, cwd=tmp_path, env=cpu_env(env)).stdout
 
     def losses(strategies: str) -> list[float]:
@@ -122,6 +129,21 @@ def test_pytorch_loop_runs_the_answer_on_ddp_fsdp_and_deepspeed(tmp_path, small_
     frozen = _frozen_losses(model_dir, steps=len(ddp))
     assert frozen[0] == pytest.approx(ddp[0], abs=6e-5)
     assert all(abs(a - b) > 1e-3 * b for a, b in zip(ddp[1:], frozen[1:]))
+
+    # PlanRecorder stored each run: a GPU answer (24 GB) run on CPU processes, so as a CPU run without the GPU's
+    # prediction (the runner's rule), 3 steps of which the first warms up.
+    from benchmarks_db.store import BenchmarkStore
+
+    for strategies in STRATEGIES:
+        folder = tmp_path if strategies == OWN_LAUNCH else Path(shared_launch["folder"])
+        (stored,) = BenchmarkStore(folder / f"{strategies}.duckdb").runs()
+        assert (stored.runner, stored.strategy, stored.gpu_name, stored.gpu_count) == (
+            "own-loop",
+            strategies.lower(),
+            "cpu",
+            2,
+        )
+        assert stored.steps_measured == 2 and stored.predicted_step_time_s is None
 
 
 def _frozen_losses(model_dir: Path, *, steps: int) -> list[float]:
