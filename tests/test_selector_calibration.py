@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import hardware_selector
 from benchmarks_db.record import spec_hash
 from benchmarks_db.store import BenchmarkStore
 from hardware_selector import get_distributed_training_config, select_hardware_for_task
@@ -136,3 +137,17 @@ def test_the_seed_command_prints_how_it_calibrated_and_can_turn_it_off(tmp_path)
     assert serving.stderr.strip().splitlines() == [
         "error: --db and --no-calibration calibrate training's throughput; drop them or use --mode training"
     ]
+
+
+def test_a_database_that_cannot_be_read_is_one_line_in_the_doors_words(tmp_path, capsys):
+    """The reader's errors name `plan`'s --db; the API says db=, the seed command --db."""
+    junk = tmp_path / "junk.duckdb"
+    junk.write_text("not a database")
+    with pytest.raises(ValueError) as caught:
+        get_distributed_training_config(**API, db=junk)
+    assert str(caught.value) == f"db= {junk} is not a DuckDB database; pass db= a .duckdb file (or a new path)"
+    seed = ["--model-family", "text_generation", "--model-name", "gpt2", "--gpu", "cpu", "--db", str(junk)]
+    assert hardware_selector.main(seed) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: --db {junk} is not a DuckDB database; pass --db a .duckdb file (or a new path)"
+    )

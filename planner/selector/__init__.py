@@ -98,8 +98,9 @@ class HardwareSelector:
         return chosen
 
     def _calibration(self, spec: ModelSpec, cluster: ClusterSpec, calibrate: bool, db: Any) -> Calibrated:
-        turned_off_by = self.argument_names.get("calibrate", "calibrate=False")
-        return calibration_for(spec, cluster, calibrate=calibrate, db=db, turned_off_by=turned_off_by)
+        names = self.argument_names
+        return calibration_for(spec, cluster, calibrate=calibrate, db=db, db_named=names.get("db", "db="),
+                               turned_off_by=names.get("calibrate", "calibrate=False"))  # fmt: skip
 
     @checked_arguments()
     def get_distributed_training_config(

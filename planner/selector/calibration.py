@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec
 from planner.models.spec import ModelSpec
 from planner.search.candidates import ThroughputAdjust
@@ -37,11 +38,16 @@ def calibration_for(
     calibrate: bool,
     db: str | os.PathLike[str] | None,
     turned_off_by: str = "calibrate=False",
+    db_named: str = "db=",
 ) -> tuple[ThroughputAdjust | None, str]:
     """The search's throughput hook for this model and cluster, and the line that says how it was calibrated
-    (`turned_off_by`: how the asking door spells calibrate=False, e.g. the seed CLI's --no-calibration)."""
+    (`turned_off_by`, `db_named`: how the asking door spells calibrate=False and the database's path, e.g. the
+    seed CLI's --no-calibration and --db; the reader's errors name `plan`'s --db, and are told in the door's words)."""
     if not calibrate:
         return None, f"not calibrated ({turned_off_by})"
     if not _installed:
         return None, "not calibrated: no benchmark database reader (import the API from hardware_selector)"
-    return _installed[0](spec, cluster, db)
+    try:
+        return _installed[0](spec, cluster, db)
+    except UserInputError as error:
+        raise type(error)(str(error).replace("--db", db_named)) from None
