@@ -218,7 +218,7 @@ def calibration_command(
             f"mean |error|: {before:.0%} before, {after:.0%} after calibration (in-sample: the corrections were "
             "fitted on these same runs, so 'after' is how well they fit, not how well they predict)"
         )
-    for correction in calibration.corrections:
+    for correction in [*calibration.corrections, *calibration.pooled]:
         console.print(f"correction {correction.describe()}", markup=False, highlight=False)
     if plot is not None:
         from benchmarks_db.plot import write_plot

@@ -52,6 +52,15 @@ def _without_source(line: str) -> str:
     return line[: line.rfind(" [")] if line.endswith("]") and " [" in line else line
 
 
+# How the tokens/s column marks a figure that rests on the benchmark database, not on the formula alone.
+EVIDENCE_MARKS = {"measured": "*", "calibration": "~"}
+EVIDENCE_LEGEND = "tokens/s: * measured on this cluster (benchmark record), ~ calibrated by measured runs"
+
+
+def _evidence_mark(speed) -> str:
+    return EVIDENCE_MARKS.get(speed.sources.get("step_time_s", "").partition(":")[0], "")
+
+
 def _time_or_cost(speed, tokens: float, world_size: int, by_time: bool) -> str:
     if speed is None:
         return "-"
@@ -97,7 +106,7 @@ def print_plans(result, title: str, explain: bool, tokens_given: bool = True) ->
                 f"{config.micro_batch}×{config.grad_accum}",
                 AC_SHORT[config.activation_checkpointing],
                 _memory_cell(plan.memory.total, plan.memory.gpu_capacity_bytes),
-                _compact(speed.tokens_per_s) if speed else "-",
+                _compact(speed.tokens_per_s) + _evidence_mark(speed) if speed else "-",
                 f"{speed.mfu:.0%}" if speed else "-",
                 _time_or_cost(speed, tokens, plan.cluster.world_size, by_time),
             )
@@ -107,6 +116,8 @@ def print_plans(result, title: str, explain: bool, tokens_given: bool = True) ->
             markup=False,
             highlight=False,
         )
+        if any(plan.throughput and _evidence_mark(plan.throughput) for plan in result.candidates):
+            console.print(f"{EVIDENCE_LEGEND}; unmarked: formula", markup=False, highlight=False)
         # Where the token count comes from: --tokens, or the default the help names (20 per parameter).
         tokens_note = (
             "--tokens" if tokens_given else f"{CHINCHILLA_TOKENS_PER_PARAM} per parameter, Chinchilla; --tokens"

@@ -6,7 +6,11 @@ Two uses of the records of the current hardware:
 - every other config gets a per-(GPU, strategy) correction fitted from the
   records: step_time = overhead_s + scale * predicted_step_time. The fixed
   overhead is what a FLOP/byte model cannot see (Python, kernel launches,
-  collective latency per step); the scale absorbs achieved-vs-peak efficiency.
+  collective latency per step); the scale absorbs achieved-vs-peak efficiency;
+- a config of a strategy family with no record of its own gets the GPU's
+  pooled correction, fitted on every family's records there: otherwise
+  families measured slower than predicted would lose the ranking to families
+  never measured, on the formula's word alone (docs/benchmarks.md).
 
 The records arrive as plain pydantic data (MeasuredRun); reading them from the
 DuckDB store is benchmarks_db's job, so the planner never imports duckdb.
@@ -131,6 +135,11 @@ class Correction(BaseModel):
         return f"{self.family} on {self.gpu}: {self.overhead_s * 1e3:.3g} ms + x{self.scale:.3g} ({records})"
 
 
+def pooled_family(families: list[str]) -> str:
+    """The name a pooled correction goes by: it stands for the families that have no records, from these."""
+    return f"families without records (pooled from {', '.join(families)})"
+
+
 def _seconds(value: float) -> str:
     return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
 
@@ -206,6 +215,8 @@ class Calibration(BaseModel):
     model_config = ConfigDict(frozen=True, defer_build=True)  # `plan` without records of its GPU makes none
 
     corrections: list[Correction] = Field(default_factory=list)
+    # Per GPU, fitted on all its families' records: for the families with none of their own.
+    pooled: list[Correction] = Field(default_factory=list)
     measured: list[MeasuredRun] = Field(default_factory=list)  # successful runs, newest first
     records_read: int = 0
 
@@ -219,19 +230,29 @@ class Calibration(BaseModel):
         corrections = [
             fit_correction(group[0].gpu_name, family, group) for (_, family), group in sorted(groups.items())
         ]
-        return cls(corrections=corrections, measured=ok, records_read=len(runs))
+        by_gpu: dict[str, list[MeasuredRun]] = {}
+        for (gpu, _), group in sorted(groups.items()):
+            by_gpu.setdefault(gpu, []).extend(group)
+        pooled = [
+            fit_correction(group[0].gpu_name, pooled_family(sorted({run.family for run in group})), group)
+            for group in by_gpu.values()
+        ]
+        return cls(corrections=corrections, pooled=pooled, measured=ok, records_read=len(runs))
 
     def for_gpu(self, gpu_name: str) -> Calibration:
         key = normalize_gpu_name(gpu_name)
         return Calibration(
             corrections=[c for c in self.corrections if normalize_gpu_name(c.gpu) == key],
+            pooled=[c for c in self.pooled if normalize_gpu_name(c.gpu) == key],
             measured=[run for run in self.measured if normalize_gpu_name(run.gpu_name) == key],
             records_read=self.records_read,
         )
 
     def correction(self, gpu_name: str, config: TrainingConfig) -> Correction | None:
+        """The family's own correction on this GPU, else the GPU's pooled one (None without records)."""
         key, family = normalize_gpu_name(gpu_name), strategy_family(config)
-        return next((c for c in self.corrections if normalize_gpu_name(c.gpu) == key and c.family == family), None)
+        own = next((c for c in self.corrections if normalize_gpu_name(c.gpu) == key and c.family == family), None)
+        return own or next((c for c in self.pooled if normalize_gpu_name(c.gpu) == key), None)
 
     def measured_run(
         self, gpu_name: str, world_size: int, nodes: int, spec_hash: str, config: TrainingConfig
@@ -297,7 +318,9 @@ class Calibration(BaseModel):
                 "--tiny measures the shrunken model)"
             )
         fitted = sum(c.records for c in mine.corrections)
-        families = ", ".join(c.describe() for c in mine.corrections) or "none (records lack predictions)"
+        families = (
+            ", ".join(c.describe() for c in [*mine.corrections, *mine.pooled]) or "none (records lack predictions)"
+        )
         return (
             f"calibrated on {counted(len(mine.measured), 'measured run')} for {gpu_name} "
             f"({fitted} used in corrections: {families}); measured configs use their measured step time; "

@@ -141,8 +141,24 @@ def plan_reasons(
     return reasons
 
 
+def _step_basis(estimate: ThroughputEstimate) -> str:
+    """What a step time rests on, as a reason can say it: a measurement, a calibration or the formula."""
+    source = estimate.sources.get("step_time_s", "formula")
+    kind, _, detail = source.partition(": ")
+    if kind == "measured":
+        return f"measured ({detail})"
+    if kind == "calibration":
+        return f"calibrated ({detail})"
+    return "the formula's"
+
+
 def _slowdown_cause(slow: ThroughputEstimate, fast: ThroughputEstimate) -> str:
-    """The breakdown component that grew most, per token, from the fast plan to the slow one."""
+    """Why the slow plan is slower: when the two step times rest on different evidence (one measured or
+    calibrated, the other not, or by other records), that, since no breakdown part explains it; otherwise the
+    breakdown component that grew most, per token, from the fast plan to the slow one."""
+    slow_basis, fast_basis = _step_basis(slow), _step_basis(fast)
+    if slow_basis != fast_basis:
+        return f"its step time is {slow_basis}; the faster plan's is {fast_basis}"
     slow_tokens = slow.tokens_per_s * slow.step_time_s
     fast_tokens = fast.tokens_per_s * fast.step_time_s
     deltas = {
