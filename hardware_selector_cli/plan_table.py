@@ -6,6 +6,23 @@ from planner.contract.choices import ActivationCheckpointing
 from planner.units import format_bytes
 
 
+def to_train(plan, tokens: float) -> dict | None:
+    """What training `tokens` on the plan takes, as the table's cost and days columns compute it (the same
+    ThroughputEstimate methods; `--clouds --json` names them cost_usd and time_s too), with the price's source."""
+    speed = plan.throughput
+    if speed is None:
+        return None
+    world = plan.cluster.world_size
+    return {
+        "tokens": tokens,
+        "time_s": speed.time_to_train_s(tokens),
+        "gpu_hours": speed.gpu_hours(tokens, world),
+        "cost_usd": speed.cost_usd(tokens, world),
+        "price_usd_per_gpu_hour": speed.price_usd_per_gpu_hour,
+        "price_source": plan.cluster.gpu.price_source,
+    }
+
+
 def search_document(result) -> dict:
     """The --json shape: best, candidates and rejected, each plan with its strategy family."""
     from planner.search.strategy_layout import family_label
@@ -15,6 +32,7 @@ def search_document(result) -> dict:
             "strategy": family_label(plan.config),
             **plan.model_dump(mode="json"),
             "layout": plan.layout.model_dump(mode="json"),
+            "to_train": to_train(plan, result.train_tokens),
         }
 
     return {

@@ -290,3 +290,31 @@ def test_a_plan_that_is_the_only_fitting_candidate_says_so_in_the_singular(capsy
         line.startswith("ranked ") and " fitting candidates estimated, by " in line
         for line in several["best"]["reasons"]
     )
+
+
+def test_cost_json_carries_the_cost_the_table_ranks_by(capsys):
+    """Audit: `plan --objective cost --json` left out the cost it ranked by (only a reasons string had it). Each plan's
+    to_train holds it, computed as tokens / tokens/s x GPUs x price, with the price's source."""
+    import json
+
+    from hardware_selector_cli.app import main
+
+    args = ["plan", "--model", "llama-2-7b", "--gpu", "A100-80GB", "--nodes", "4", "--objective", "cost",
+            "--tokens", "2e11", "--no-calibration"]  # fmt: skip
+    assert main([*args, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    for plan in document["candidates"]:
+        speed, cost = plan["throughput"], plan["to_train"]
+        hours = 2e11 / speed["tokens_per_s"] * 32 / 3600
+        assert cost["gpu_hours"] == pytest.approx(hours) and cost["time_s"] == pytest.approx(
+            2e11 / speed["tokens_per_s"]
+        )
+        assert cost["cost_usd"] == pytest.approx(hours * cost["price_usd_per_gpu_hour"])
+        assert cost["price_source"].startswith("the cheapest on-demand price of planner/catalog/prices.yaml")
+    costs = [plan["to_train"]["cost_usd"] for plan in document["candidates"]]
+    from planner.search.explain import TIE_TOLERANCE
+
+    # The best is the cheapest, or a simpler plan within the estimate's error of it (docs/search.md).
+    assert document["best"]["to_train"] == document["candidates"][0]["to_train"]
+    assert min(costs) <= costs[0] <= min(costs) / (1 - TIE_TOLERANCE)
+    assert f"${costs[0]:,.0f} to train 2e+11 tokens" in " ".join(document["best"]["reasons"])
