@@ -151,6 +151,7 @@ def run_cost_plan(model, cluster, search, routing, cost: CostOptions, save_every
     request = request.model_copy(update={"objective": Objective.THROUGHPUT})  # every GPU of each count
     priced = cost_request(cost, request.tokens_to_train(spec.params.total), cluster.price_per_hour, save_every)
     calibrations: dict[str, str] = {}
+    fabrics: dict[str, str] = {}  # per GPU: the network the multi-node options are planned on
 
     def plan_speed(gpu: str, per_node: int, nodes: int):
         target = make_cluster(
@@ -168,6 +169,8 @@ def run_cost_plan(model, cluster, search, routing, cost: CostOptions, save_every
 
             adjust, line = plan_calibration(spec, target, db)
         calibrations.setdefault(gpu, line)
+        if nodes > 1:
+            fabrics.setdefault(gpu, fabric_assumed(target, cluster.interconnect))
         try:
             best = search_plans(spec, target, request, adjust, calibration=line, suggest=False).best
         except UserInputError:
@@ -181,6 +184,20 @@ def run_cost_plan(model, cluster, search, routing, cost: CostOptions, save_every
     if as_json:
         import json
 
-        print(json.dumps(cost_document(result, calibrations), indent=2))
+        print(json.dumps(cost_document(result, calibrations, fabrics), indent=2))
         return
-    print_cost(result, best, f"{spec.name}, seq {request.seq_len}", calibrations)
+    print_cost(result, best, f"{spec.name}, seq {request.seq_len}", calibrations, fabrics)
+
+
+def fabric_assumed(target, interconnect: str | None) -> str:
+    """The network a multi-node option is planned on, and why that one: the price catalog records what each
+    offer costs, not how its nodes are connected (docs/search.md, "Cost across clouds")."""
+    why = (
+        "--interconnect"
+        if interconnect
+        else "the GPU's typical; the price catalog does not record each cloud's network"
+    )
+    return (
+        f"{target.gpus_per_node} GPUs per node ({target.intra_node_bandwidth_GBps:g} GB/s inside a node), "
+        f"{target.inter_node_preset} between nodes ({target.inter_node_bandwidth_GBps:g} GB/s) [{why}]"
+    )

@@ -35,9 +35,11 @@ def _json_safe(value):
     return value
 
 
-def cost_document(result, calibrations: dict[str, str]) -> dict:
-    """The --json shape: the ranked result, with the throughput's calibration per GPU."""
-    return _json_safe({**result.model_dump(mode="json"), "throughput_calibration": calibrations})
+def cost_document(result, calibrations: dict[str, str], fabrics: dict[str, str]) -> dict:
+    """The --json shape: the ranked result, with the throughput's calibration and the assumed fabric per GPU."""
+    return _json_safe(
+        {**result.model_dump(mode="json"), "throughput_calibration": calibrations, "assumed_fabric": fabrics}
+    )
 
 
 def _rows(result) -> list:
@@ -45,7 +47,7 @@ def _rows(result) -> list:
     return sorted(shown, key=lambda option: (option.cost_usd, option.time_s, option.cloud))
 
 
-def print_cost(result, best, title: str, calibrations: dict[str, str]) -> None:
+def print_cost(result, best, title: str, calibrations: dict[str, str], fabrics: dict[str, str]) -> None:
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -99,6 +101,8 @@ def print_cost(result, best, title: str, calibrations: dict[str, str]) -> None:
         f"  tokens/s: the planner's estimate of its fastest plan at {best.gpus} GPUs (strategy search, "
         f"{calibrations.get(best.gpu, 'not calibrated')})"
     )
+    if best.nodes > 1 and best.gpu in fabrics:
+        say(f"  planned on {fabrics[best.gpu]}: a cloud whose nodes are not networked so is slower than this")
     if best.preemption is not None:
         say(f"  {best.preemption.describe()}")
     say("price sources:")

@@ -131,6 +131,26 @@ def test_the_table_says_where_each_number_came_from(tmp_path):
     assert "the planner's estimate of its fastest plan" in text and "STALE" not in text
 
 
+def test_a_multi_node_winner_says_which_network_it_was_planned_on(tmp_path):
+    """Audit: every offer's nodes were planned on the GPU's typical fabric (InfiniBand NDR for the H100) without a
+    word, whatever the cloud rents; the winner and the JSON name the fabric and why it was assumed."""
+    from planner.hardware.cluster import make_cluster
+
+    fast = [_entry("alpha", "H100-80GB", 1.0)]  # one offer: a deadline only many GPUs meet makes it multi-node
+    args = ("--clouds", "alpha", "--tokens", 2e11, "--deadline", "1d", "--price-catalog", _catalog(tmp_path, fast),
+            "--max-gpus", 64)  # fmt: skip
+    run = _plan(*args)
+    assert run.returncode == 0, run.stderr
+    target = make_cluster("H100-80GB", 8, 2)
+    fabric = (f"8 GPUs per node ({target.intra_node_bandwidth_GBps:g} GB/s inside a node), {target.inter_node_preset} "
+              f"between nodes ({target.inter_node_bandwidth_GBps:g} GB/s) [the GPU's typical; the price catalog does "
+              "not record each cloud's network]")  # fmt: skip
+    text = " ".join(run.stdout.split())
+    assert " node(s) of 8) on alpha" in text and f"planned on {fabric}" in text
+    document = json.loads(_plan(*args, "--json").stdout)
+    assert document["best"]["nodes"] > 1 and document["assumed_fabric"] == {"H100-80GB": fabric}
+
+
 def test_price_overrides_every_entry(tmp_path):
     run = _plan("--clouds", "alpha,beta", "--tokens", 2e10, "--deadline", "30d", "--price", 0.5, "--price-catalog",
                 _catalog(tmp_path, FIXTURE), "--max-gpus", 8, "--json")  # fmt: skip
