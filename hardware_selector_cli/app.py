@@ -33,9 +33,26 @@ COMMAND_MODULES = {
 }  # fmt: skip
 
 
+def _flags_show_no_type() -> None:
+    """typer (0.2x) shows a flag, --help included, as `--json <bool>` in help, yet a flag takes no value (`--json
+    true` is an error): its options show their type unless they are flags."""
+    from typer.core import TyperOption
+
+    if getattr(TyperOption.display_type_rich, "flags_show_no_type", False):
+        return
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self: Any, ctx: Any) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich.flags_show_no_type = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
 @functools.cache
 def _registered(modules: tuple[str, ...]) -> typer.Typer:
     """The Typer app with the commands of `modules` registered, in that order."""
+    _flags_show_no_type()
     built = typer.Typer(
         name="hardware-selector",
         help="Plan distributed training: strategy, memory fit and speed.",

@@ -65,3 +65,15 @@ def test_an_empty_corpus_names_text_field_only_where_the_data_has_fields(
     else:
         with pytest.raises(UserInputError, match="drop --text-field"):
             check_text_field_applies(data.train, "body")
+
+
+def test_no_flag_is_shown_taking_a_value_in_any_commands_help():
+    """Audit: every flag's help read `--json <bool>`, yet `--json true` is an error (a flag takes no value). Every
+    command's help: a flag shows no type, and an option that takes a value still shows its own."""
+    from hardware_selector_cli.app import COMMAND_MODULES
+
+    for command in COMMAND_MODULES:
+        shown = cli_in_process(command, "--help").stdout
+        assert "<bool>" not in shown, command
+    plan = cli_in_process("plan", "--help").stdout
+    assert re.search(r"--json\s+Print one JSON object", plan) and re.search(r"--gpu\s+-g\s+<str>", plan)
