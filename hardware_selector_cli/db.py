@@ -40,6 +40,13 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
+# How a database gets records, for the commands that find none.
+RECORDS_HOW = (
+    "`hardware-selector train RUN_DIR` on the plan's GPUs records its run beside the plan's prediction "
+    "(`run-training-benchmark ... --run` records a matrix)"
+)
+
+
 @db_app.command("list")
 def list_command(
     db: Path | None = DB_OPTION,
@@ -61,6 +68,9 @@ def list_command(
         _check_filters_can_match(store, gpu, strategy, status)
     if as_json:
         print(json.dumps([run.model_dump(mode="json") for run in runs], indent=2))
+        return
+    if not store.path.exists():  # as `db calibration` says it, not an empty table under "0 runs in"
+        print(f"no benchmark database at {store.path}: nothing recorded yet; {RECORDS_HOW}")
         return
     table = Table(title=f"{len(runs)} runs in {store.path}", box=box.SIMPLE_HEAD, pad_edge=False)
     for column in ("id", "date", "model", "hardware", "strategy", "mb×acc", "status", "step", "tokens/s", "predicted"):
@@ -229,10 +239,7 @@ def calibration_command(
 
 def _nothing_to_compare(records: list, path: Path) -> str:
     """Why `db calibration` has no row, and how a run gets one."""
-    how = (
-        "`hardware-selector train RUN_DIR` on the plan's GPUs records its run beside the plan's prediction "
-        "(`run-training-benchmark ... --run` records a matrix)"
-    )
+    how = RECORDS_HOW
     if not records:
         return f"no measured runs in {path}: nothing to calibrate yet; {how}"
     failed = sum(1 for record in records if not record.step_time_median_s)

@@ -208,6 +208,12 @@ def test_calibration_with_nothing_to_compare_says_why_and_what_records_a_run(tmp
     assert (
         out.startswith(f"no measured runs in {empty}: nothing to calibrate yet;") and "hardware-selector train" in out
     )
+    # `db list` says the same of a database that is not there (it printed an empty table under "0 runs in").
+    assert main(["db", "list", "--db", str(empty)]) == 0
+    listed = " ".join(capsys.readouterr().out.split())
+    assert listed.startswith(f"no benchmark database at {empty}: nothing recorded yet;") and out.endswith(
+        listed.split("nothing recorded yet; ")[1]
+    )
     store = BenchmarkStore(tmp_path / "cpu.duckdb")
     store.add_many(
         [sample_record(predicted_step_time_s=None), sample_record(micro_batch=2, predicted_step_time_s=None)]
