@@ -3,7 +3,7 @@
     trainer = L.Trainer(**plan_trainer_kwargs("runs/x"), max_steps=100)   # PlanMonitor is among its callbacks
 
 At the start of fit it notes whether the Trainer runs the plan's own step (micro-batch from the DataLoader,
-accumulation, world size and precision: lightning_strategy.lightning_differences); every optimizer step's wall
+accumulation, world size and precision: plan_check.lightning_differences); every optimizer step's wall
 time is kept (an optimizer step ends when `trainer.global_step` moves); every `log_every_n_steps` steps the
 measured step time and peak memory go beside the plan's predictions, in one line on the main process and to the
 Trainer's logger (keys `plan/...`); at the end the run is stored in the benchmark database (runner
@@ -18,7 +18,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from backends.integrations.lightning_strategy import lightning_differences
+from backends.integrations.plan_check import lightning_differences
 from backends.integrations.plan_measure import PlanMeasurement
 from planner.plan import Plan
 

@@ -40,15 +40,13 @@ except ImportError:  # an optional extra: say which
 import torch
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, ModelParallelStrategy, Strategy
 
-from backends.integrations.plan_check import batch_differences
+from backends.integrations.plan_check import LIGHTNING_PRECISION, lightning_differences
 from planner.contract.run_config import RunConfig
 from planner.errors import UserInputError
 from planner.plan import Plan
 from planner.rundir.plan_file import plan_and_run
 from planner.training_config import FsdpSharding, Offload
 from planner.training_config import Strategy as PlannedStrategy
-
-LIGHTNING_PRECISION = {"no": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
 
 
 def plan_trainer_kwargs(
@@ -157,15 +155,6 @@ class PlanFSDP2Strategy(ModelParallelStrategy):
         for child in module.children():
             if any(True for _ in child.parameters()):
                 fully_shard(child, **options)
-
-
-def lightning_differences(trainer: pl.Trainer, run: RunConfig, *, micro: int) -> list[str]:
-    """What the Lightning Trainer (with `micro` sequences per batch) runs differently from the plan."""
-    found = batch_differences(run, micro=micro, accum=trainer.accumulate_grad_batches, world=trainer.world_size)
-    precision = str(trainer.precision)
-    if precision != LIGHTNING_PRECISION[run.mixed_precision]:
-        found.append(f"precision {precision} (plan {LIGHTNING_PRECISION[run.mixed_precision]})")
-    return found
 
 
 def _checked(base: type, plan: Plan, run: RunConfig) -> type:

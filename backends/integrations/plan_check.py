@@ -31,6 +31,19 @@ def batch_differences(run: RunConfig, *, micro: int, accum: int, world: int) -> 
     return found
 
 
+# The plan's mixed precision as Lightning's Trainer names it.
+LIGHTNING_PRECISION = {"no": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
+
+
+def lightning_differences(trainer: Any, run: RunConfig, *, micro: int) -> list[str]:
+    """What a lightning.Trainer (with `micro` sequences per batch) runs differently from the plan."""
+    found = batch_differences(run, micro=micro, accum=trainer.accumulate_grad_batches, world=trainer.world_size)
+    precision = str(trainer.precision)
+    if precision != LIGHTNING_PRECISION[run.mixed_precision]:
+        found.append(f"precision {precision} (plan {LIGHTNING_PRECISION[run.mixed_precision]})")
+    return found
+
+
 def precision_difference(run: RunConfig, found: str) -> list[str]:
     """found: 'no', 'fp16' or 'bf16', as the Trainer and accelerate name it."""
     return [] if found == run.mixed_precision else [f"mixed precision {found} (plan {run.mixed_precision})"]
