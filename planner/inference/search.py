@@ -178,6 +178,21 @@ def _score(plan: ServingPlan, objective: ServingObjective) -> float:
     return plan.cluster_tokens_per_s if objective is ServingObjective.THROUGHPUT else 1.0 / plan.itl_s
 
 
+def _slower(plan: ServingPlan, chosen: ServingPlan, objective: ServingObjective) -> str:
+    """Why a fitting layout lost, in the objective's own quantity: the ratio of the ITLs (a time: longer is
+    worse), or the share of tokens/s given up (a rate: fewer is worse), with both values (docs/inference.md)."""
+    if objective is ServingObjective.THROUGHPUT:
+        lost = 1 - plan.cluster_tokens_per_s / chosen.cluster_tokens_per_s
+        return (
+            f"fits, but {lost:.0%} fewer tokens/s than {chosen.label} "
+            f"({plan.cluster_tokens_per_s:,.0f} vs {chosen.cluster_tokens_per_s:,.0f})"
+        )
+    return (
+        f"fits, but {plan.itl_s / chosen.itl_s:.2f}x the time between tokens of {chosen.label} "
+        f"({plan.itl_s * 1e3:,.1f} vs {chosen.itl_s * 1e3:,.1f} ms)"
+    )
+
+
 def _reasons(plan: ServingPlan, rank: int, fitting: int) -> list[str]:
     memory = plan.memory_bytes
     return [
@@ -234,14 +249,12 @@ def plan_serving(
     )
     ranked = [chosen] + sorted((p for p in fitting if p is not chosen), key=lambda p: -_score(p, request.objective))
     for plan in ranked[1:]:
-        gap = 1 - _score(plan, request.objective) / _score(chosen, request.objective)
         if plan in tied:
             rejected[plan.label] = (
                 f"fits, within {TIE_TOLERANCE:.0%} of {chosen.label}, which uses fewer GPUs per replica"
             )
         else:
-            what = "tokens/s" if request.objective is ServingObjective.THROUGHPUT else "time between tokens"
-            rejected[plan.label] = f"fits, but {gap:.0%} worse {what} than {chosen.label}"
+            rejected[plan.label] = _slower(plan, chosen, request.objective)
     shown = [
         plan.model_copy(update={"reasons": _reasons(plan, index, len(fitting))})
         for index, plan in enumerate(ranked[: request.top_k])
