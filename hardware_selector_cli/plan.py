@@ -23,7 +23,14 @@ from .option_groups import option_group
 from .plan_table import print_plans, search_document
 from .run_options import RunOptionValues, emit_folder, run_option_values
 from .search_options import SearchOptions, search_options
-from .serving import ServingOptions, print_serving, serving_options, serving_request
+from .serving import (
+    ServingOptions,
+    check_formats_on,
+    print_serving,
+    serving_options,
+    serving_request,
+    serving_title,
+)
 from .training_options import ClusterOptions, cluster_options, routing_options
 
 if TYPE_CHECKING:
@@ -217,11 +224,8 @@ def _plan_serving(model: ModelOptions, cluster: ClusterOptions, search: SearchOp
     spec = model.resolve()
     target = _target_cluster(cluster)
     request = serving_request(serving, search.objective, search.top, search.headroom, spec)
-    title = (
-        f"serving {spec.name} on {target.world_size} x {target.gpu.name}: {request.batch} x "
-        f"{request.context}+{request.output} tokens, {request.weights.value} weights"
-    )
-    print_serving(plan_serving(spec, target, request), title, as_json, explain)
+    check_formats_on(serving, target.gpu)
+    print_serving(plan_serving(spec, target, request), serving_title(spec, target, request), as_json, explain)
 
 
 def _search(model: ModelOptions, cluster: ClusterOptions, search: SearchOptions, routing, db, no_calibration):

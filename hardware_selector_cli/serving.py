@@ -88,6 +88,28 @@ def serving_request(options: ServingOptions, objective: str, top: int, headroom:
     )
 
 
+def check_formats_on(options: ServingOptions, gpu) -> None:
+    """An explicit bf16 on a GPU without it is refused, as training's --precision bf16-mixed is; left out, bf16
+    is the default and becomes fp16 there, which the answer's title and reasons say (planner/inference/precision.py)."""
+    if gpu.supports("bf16"):
+        return
+    for flag, value in (("--weights", options.weights), ("--kv-cache", options.kv_cache)):
+        if value is not None and value.strip().lower() == "bf16":
+            raise UserInputError(f"{gpu.name} has no bf16; use {flag} fp16 (the same bytes, its own 16-bit type)")
+
+
+def serving_title(spec, target, request) -> str:
+    """The table's title: the weight format actually planned, and why when it is not the one asked for."""
+    from planner.inference.precision import sixteen_bit_for
+
+    planned = sixteen_bit_for(target, request)
+    why = f" ({target.gpu.name} has no {request.weights.value})" if planned.weights is not request.weights else ""
+    return (
+        f"serving {spec.name} on {target.world_size} x {target.gpu.name}: {request.batch} x "
+        f"{request.context}+{request.output} tokens, {planned.weights.value} weights{why}"
+    )
+
+
 def serving_document(result) -> dict:
     return {
         "mode": "inference",
@@ -95,6 +117,7 @@ def serving_document(result) -> dict:
         "candidates": [plan.model_dump(mode="json") for plan in result.candidates],
         "rejected": result.rejected,
         "suggestions": result.suggestions,
+        "notes": result.notes,
     }
 
 
@@ -109,7 +132,7 @@ def print_serving(result, title: str, as_json: bool, explain: bool) -> None:
     console = Console()
     if result.best is None:
         console.print(f"[red]nothing fits[/] {title}")
-        for line in result.suggestions:
+        for line in [*result.notes, *result.suggestions]:
             console.print(f"  - {line}", markup=False, highlight=False)
         return
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0), collapse_padding=True)

@@ -21,6 +21,7 @@ from planner.hardware.cluster import ClusterSpec, make_cluster
 from planner.hardware.gpus import load_gpu_catalog
 from planner.inference.flags import PLAN_SERVING_FLAGS, ServingFlags
 from planner.inference.memory import SOURCES, ServingMemory, serving_memory
+from planner.inference.precision import check_sixteen_bit, sixteen_bit_for, sixteen_bit_note
 from planner.inference.request import InferenceRequest, KvFormat, ServingObjective, WeightFormat
 from planner.inference.speed import SOURCE as SPEED_SOURCE
 from planner.inference.speed import STATIC, ServingSpeed, serving_speed
@@ -79,6 +80,7 @@ class ServingResult(BaseModel):
     candidates: list[ServingPlan]
     rejected: dict[str, str]  # layout label -> why it is not the answer
     suggestions: list[str]
+    notes: list[str] = Field(default_factory=list)  # what was planned other than asked (precision.py)
 
 
 def check_servable(
@@ -93,6 +95,7 @@ def check_servable(
             f"{spec.name} reads images as well as text; inference planning covers text-only LLMs (its vision "
             "tower is not in the serving estimate), so plan its training, or serve its LLM by name"
         )
+    check_sixteen_bit(cluster)
     if request.weights is WeightFormat.FP8 and not cluster.gpu.supports("fp8"):
         raise UserInputError(
             f"{cluster.gpu.name} has no fp8 matmuls; use {flags.set(flags.weights, 'int8')} or int4 (weight-only)"
@@ -105,18 +108,6 @@ def check_servable(
             f"context + output ({request.tokens_per_request} tokens) exceeds {spec.name}'s "
             f"{spec.max_position_embeddings}-token context; shorten {flags.context}{output}"
         )
-
-
-def sixteen_bit_for(cluster: ClusterSpec, request: InferenceRequest) -> InferenceRequest:
-    """bf16 on a GPU without it (V100, T4) serves in fp16, as vLLM casts it: same bytes, the GPU's own 16-bit type."""
-    if cluster.gpu.supports("bf16"):
-        return request
-    update: dict[str, WeightFormat | KvFormat] = {}
-    if request.weights is WeightFormat.BF16:
-        update["weights"] = WeightFormat.FP16
-    if request.kv_cache is KvFormat.BF16:
-        update["kv_cache"] = KvFormat.FP16
-    return request.model_copy(update=update)
 
 
 def serving_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[tuple[int, int]]:
@@ -226,6 +217,7 @@ def plan_serving(
 
     `flags`: how the asking path spells each setting its errors and suggestions name (flags.py)."""
     check_servable(spec, cluster, request, flags)
+    notes = [note for note in (sixteen_bit_note(cluster, request),) if note]
     request = sixteen_bit_for(cluster, request)
     fitting: list[ServingPlan] = []
     rejected: dict[str, str] = {}
@@ -239,9 +231,8 @@ def plan_serving(
                 f"(weights {memory.weights / GIB:.1f}, KV cache {memory.kv_cache / GIB:.1f}) [memory: formula]"
             )
     if not fitting:
-        return ServingResult(
-            best=None, candidates=[], rejected=rejected, suggestions=serving_suggestions(spec, cluster, request, flags)
-        )
+        suggestions = serving_suggestions(spec, cluster, request, flags)
+        return ServingResult(best=None, candidates=[], rejected=rejected, suggestions=suggestions, notes=notes)
     best_score = max(_score(plan, request.objective) for plan in fitting)
     tied = [plan for plan in fitting if _score(plan, request.objective) >= best_score * (1 - TIE_TOLERANCE)]
     chosen = min(
@@ -256,10 +247,10 @@ def plan_serving(
         else:
             rejected[plan.label] = _slower(plan, chosen, request.objective)
     shown = [
-        plan.model_copy(update={"reasons": _reasons(plan, index, len(fitting))})
+        plan.model_copy(update={"reasons": [*notes, *_reasons(plan, index, len(fitting))]})
         for index, plan in enumerate(ranked[: request.top_k])
     ]
-    return ServingResult(best=shown[0], candidates=shown, rejected=rejected, suggestions=[])
+    return ServingResult(best=shown[0], candidates=shown, rejected=rejected, suggestions=[], notes=notes)
 
 
 def _fits_anywhere(spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequest) -> bool:

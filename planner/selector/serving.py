@@ -100,4 +100,5 @@ def inference_answer(
         return no_serving_fit(result, cluster)
     summary = serving_summary(result.best, cluster.gpu.price_usd_per_hour)
     summary["rejected"] = dict(result.rejected)
+    summary["notes"] = list(result.notes)  # e.g. bf16 served in fp16 on a GPU without bf16
     return summary
