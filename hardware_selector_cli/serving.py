@@ -48,7 +48,10 @@ def serving_options(
     context: int | None = typer.Option(None, "--context", help="Inference: prompt tokens per request (default 2048)."),
     batch: int | None = typer.Option(None, "--batch", help="Inference: concurrent requests (default 1)."),
     output_tokens: int | None = typer.Option(
-        None, "--output-tokens", help="Inference: generated tokens per request (default 256)."
+        None,
+        "--output-tokens",
+        help="Inference: generated tokens per request (default 256, shortened to what the model's context leaves "
+        "after the prompt, which the answer says).",
     ),
     weights: str | None = typer.Option(None, "--weights", help="Inference: bf16|fp16|fp8|int8|int4 (default bf16)."),
     kv_cache: str | None = typer.Option(None, "--kv-cache", help="Inference: KV cache dtype bf16|fp16|fp8."),
@@ -68,6 +71,7 @@ def serving_request(options: ServingOptions, objective: str, top: int, headroom:
 
     from .training_options import _choice
 
+    check_count("--top", top, high=1000)  # the request's top_k would name its field, not the flag
     for flag, value, high in (
         ("--context", options.context, MAX_SEQ_LEN),
         ("--batch", options.batch, MAX_BATCH),

@@ -22,7 +22,13 @@ from planner.hardware.gpus import load_gpu_catalog
 from planner.inference.flags import PLAN_SERVING_FLAGS, ServingFlags
 from planner.inference.memory import SOURCES, ServingMemory, serving_memory
 from planner.inference.precision import check_sixteen_bit, sixteen_bit_for, sixteen_bit_note
-from planner.inference.request import InferenceRequest, KvFormat, ServingObjective, WeightFormat
+from planner.inference.request import (
+    DEFAULT_OUTPUT_TOKENS,
+    InferenceRequest,
+    KvFormat,
+    ServingObjective,
+    WeightFormat,
+)
 from planner.inference.speed import SOURCE as SPEED_SOURCE
 from planner.inference.speed import STATIC, ServingSpeed, serving_speed
 from planner.models.spec import ModelFamily, ModelSpec
@@ -102,12 +108,31 @@ def check_servable(
         )
     if request.kv_cache is KvFormat.FP8 and cluster.gpu.architecture in ("Volta", "Turing"):
         raise UserInputError(f"{cluster.gpu.name} has no fp8 KV cache support; use {flags.set(flags.kv_cache, 'fp16')}")
-    if request.tokens_per_request > spec.max_position_embeddings:
+    window = spec.max_position_embeddings
+    if request.tokens_per_request > window:
         output = f" or {flags.output_tokens}" if flags.output_tokens else ""
+        if request.output_defaulted:  # the prompt alone leaves no room for one generated token
+            raise UserInputError(
+                f"a {request.context}-token prompt leaves no room to generate within {spec.name}'s {window}-token "
+                f"context; shorten {flags.context} (to {window - DEFAULT_OUTPUT_TOKENS} for the default "
+                f"{DEFAULT_OUTPUT_TOKENS} output tokens)"
+            )
         raise UserInputError(
-            f"context + output ({request.tokens_per_request} tokens) exceeds {spec.name}'s "
-            f"{spec.max_position_embeddings}-token context; shorten {flags.context}{output}"
+            f"context + output ({request.context} + {request.output} = {request.tokens_per_request} tokens) "
+            f"exceeds {spec.name}'s {window}-token context; shorten {flags.context}{output}"
         )
+
+
+def output_note(spec: ModelSpec, request: InferenceRequest, flags: ServingFlags) -> str | None:
+    """The line that says the default output was shortened to fit the model's context, or None."""
+    if not request.output_defaulted or request.output >= DEFAULT_OUTPUT_TOKENS:
+        return None
+    choose = f" ({flags.set(flags.output_tokens, 'N')} sets it)" if flags.output_tokens else ""
+    return (
+        f"{request.output} output tokens per request, not the default {DEFAULT_OUTPUT_TOKENS}: {spec.name}'s "
+        f"{spec.max_position_embeddings}-token context leaves {request.output} after the {request.context}-token "
+        f"prompt{choose}"
+    )
 
 
 def serving_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[tuple[int, int]]:
@@ -217,7 +242,7 @@ def plan_serving(
 
     `flags`: how the asking path spells each setting its errors and suggestions name (flags.py)."""
     check_servable(spec, cluster, request, flags)
-    notes = [note for note in (sixteen_bit_note(cluster, request),) if note]
+    notes = [note for note in (output_note(spec, request, flags), sixteen_bit_note(cluster, request)) if note]
     request = sixteen_bit_for(cluster, request)
     fitting: list[ServingPlan] = []
     rejected: dict[str, str] = {}
