@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec, make_cluster
 from planner.hardware.gpus import load_gpu_catalog
+from planner.inference.cost import cost_line, serving_cost
 from planner.inference.flags import PLAN_SERVING_FLAGS, ServingFlags
 from planner.inference.memory import SOURCES, ServingMemory, serving_memory
 from planner.inference.precision import check_sixteen_bit, sixteen_bit_for, sixteen_bit_note
@@ -67,6 +68,10 @@ class ServingPlan(BaseModel):
     max_running_per_replica: int  # requests of this length a replica's KV cache holds
     bounds: dict[str, str]  # prefill / decode: "compute" or "memory"
     speed_source: str
+    # USD per million generated tokens at usd_per_gpu_hour for the GPUs the plan uses (cost.py); None: no price
+    usd_per_million_tokens: float | None = None
+    usd_per_gpu_hour: float | None = None
+    price_source: str = ""  # the price catalog's source, "user override" (--price), or why there is no price
     reasons: list[str] = Field(default_factory=list)
 
     @property
@@ -186,8 +191,18 @@ def _plan(
         max_running_per_replica=speed.max_running,
         bounds={"prefill": speed.prefill_bound, "decode": speed.decode_bound},
         speed_source=SPEED_SOURCE,
+        **_priced(cluster, replicas * tp * pp, replicas * speed.request_tokens_per_s),
     )
     return plan, memory
+
+
+def _priced(cluster: ClusterSpec, gpus: int, tokens_per_s: float) -> dict:
+    cost = serving_cost(cluster.gpu, gpus, tokens_per_s)
+    return {
+        "usd_per_million_tokens": cost.usd_per_million_tokens,
+        "usd_per_gpu_hour": cost.usd_per_gpu_hour,
+        "price_source": cost.price_source,
+    }
 
 
 def _score(plan: ServingPlan, objective: ServingObjective) -> float:
@@ -209,10 +224,10 @@ def _slower(plan: ServingPlan, chosen: ServingPlan, objective: ServingObjective)
     )
 
 
-def _reasons(plan: ServingPlan, rank: int, fitting: int) -> list[str]:
-    memory = plan.memory_bytes
+def _reasons(plan: ServingPlan, rank: int, fitting: int, cluster: ClusterSpec) -> list[str]:
+    memory, gpus = plan.memory_bytes, plan.replicas * plan.gpus_per_replica
     return [
-        f"{plan.label} on {plan.replicas * plan.gpus_per_replica} x {plan.gpu}: {memory['total'] / GIB:.1f} GiB per GPU "
+        f"{plan.label} on {gpus} x {plan.gpu}: {memory['total'] / GIB:.1f} GiB per GPU "
         f"of {plan.usable_bytes / GIB:.1f} GiB usable (weights {memory['weights'] / GIB:.1f}, KV cache "
         f"{memory['kv_cache'] / GIB:.1f}, activations {memory['activations'] / GIB:.2f}) [memory: formula]",
         f"TTFT {plan.ttft_s * 1e3:,.0f} ms ({plan.bounds['prefill']}-bound prefill of "
@@ -231,6 +246,7 @@ def _reasons(plan: ServingPlan, rank: int, fitting: int) -> list[str]:
         f"{counted(plan.batch_per_replica, 'request')} per replica; the replicas' memory holds "
         f"{counted(plan.max_batch, 'concurrent request')} of "
         f"{plan.request.tokens_per_request} tokens",
+        cost_line(serving_cost(cluster.gpu, gpus, plan.cluster_tokens_per_s), gpus, plan.cluster_tokens_per_s),
         f"ranked 1st of {counted(fitting, 'fitting layout')}" if rank == 0 else f"ranked {rank + 1} of {fitting}",
     ]
 
@@ -272,7 +288,7 @@ def plan_serving(
         else:
             rejected[plan.label] = _slower(plan, chosen, request.objective)
     shown = [
-        plan.model_copy(update={"reasons": [*notes, *_reasons(plan, index, len(fitting))]})
+        plan.model_copy(update={"reasons": [*notes, *_reasons(plan, index, len(fitting), cluster)]})
         for index, plan in enumerate(ranked[: request.top_k])
     ]
     return ServingResult(best=shown[0], candidates=shown, rejected=rejected, suggestions=[], notes=notes)
