@@ -1,9 +1,8 @@
 """The serving layouts of a model on a cluster, the best that fits, and why (docs/inference.md).
 
 A layout is tp x pp GPUs per replica and as many replicas as the cluster
-holds. Tensor parallelism stays inside a node and divides the attention heads
-(and the KV heads divide it, or it divides them), as vLLM and TensorRT-LLM
-require; pipeline stages take whole layers. Ranking:
+holds (layouts.py: which tp the heads allow; the others are listed with why).
+Ranking:
 - throughput: generated tokens/s of the whole cluster (replicas x batch / ITL);
 - latency: the shortest time between tokens, then the shortest TTFT.
 Within 5% of the best (the roofline's error is larger), the replica on fewer
@@ -21,6 +20,7 @@ from planner.hardware.cluster import ClusterSpec, make_cluster
 from planner.hardware.gpus import load_gpu_catalog
 from planner.inference.cost import cost_line, serving_cost
 from planner.inference.flags import PLAN_SERVING_FLAGS, ServingFlags
+from planner.inference.layouts import excluded_tensor_parallel, serving_layouts
 from planner.inference.memory import SOURCES, ServingMemory, serving_memory
 from planner.inference.precision import check_sixteen_bit, sixteen_bit_for, sixteen_bit_note
 from planner.inference.request import (
@@ -33,7 +33,6 @@ from planner.inference.request import (
 from planner.inference.speed import SOURCE as SPEED_SOURCE
 from planner.inference.speed import STATIC, ServingSpeed, serving_speed
 from planner.models.spec import ModelFamily, ModelSpec
-from planner.search.strategy_layout import divisors
 from planner.units import GIB, counted
 
 TIE_TOLERANCE = 0.05
@@ -138,18 +137,6 @@ def output_note(spec: ModelSpec, request: InferenceRequest, flags: ServingFlags)
         f"{spec.max_position_embeddings}-token context leaves {request.output} after the {request.context}-token "
         f"prompt{choose}"
     )
-
-
-def serving_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[tuple[int, int]]:
-    """(tp, pp) pairs: tp inside a node dividing the heads, KV heads and tp dividing one another."""
-    layouts = []
-    for tp in divisors(cluster.gpus_per_node):
-        if spec.num_heads % tp or (spec.num_kv_heads % tp and tp % spec.num_kv_heads):
-            continue
-        for pp in divisors(cluster.world_size // tp):
-            if pp <= spec.num_layers:
-                layouts.append((tp, pp))
-    return layouts
 
 
 def _plan(
@@ -271,6 +258,7 @@ def plan_serving(
                 f"{memory.total / GIB:.1f} GiB per GPU > {memory.usable / GIB:.1f} GiB usable "
                 f"(weights {memory.weights / GIB:.1f}, KV cache {memory.kv_cache / GIB:.1f}) [memory: formula]"
             )
+    rejected.update(excluded_tensor_parallel(spec, cluster))
     if not fitting:
         suggestions = serving_suggestions(spec, cluster, request, flags)
         return ServingResult(best=None, candidates=[], rejected=rejected, suggestions=suggestions, notes=notes)
