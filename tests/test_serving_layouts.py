@@ -48,3 +48,20 @@ def plan_label(plan: dict) -> str:
     from planner.inference import ServingPlan
 
     return ServingPlan.model_validate(plan).label
+
+
+def test_every_pipeline_parallel_plan_says_it_is_modelled_without_micro_batches_in_flight(capsys):
+    """docs/accuracy.md has no PP serving row: a PP plan's reasons and its 'other layouts' line say so."""
+    from planner.inference.layouts import PP_CAVEAT, PP_CAVEAT_SHORT
+
+    argv = ["plan", "--mode", "inference", "--model", "llama-2-70b", "--gpu", "H100-80GB", "--batch", "32",
+            "--top", "100", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    document = json.loads(capsys.readouterr().out)
+    plans = document["candidates"]
+    assert any(plan["pipeline_parallel"] > 1 for plan in plans)
+    for plan in plans:
+        assert (PP_CAVEAT in plan["reasons"]) == (plan["pipeline_parallel"] > 1)
+    for label, why in document["rejected"].items():
+        if why.startswith("fits, but"):
+            assert (PP_CAVEAT_SHORT in why) == ("PP" in label), (label, why)

@@ -42,3 +42,13 @@ def excluded_tensor_parallel(spec: ModelSpec, cluster: ClusterSpec) -> dict[str,
         if why is not None:
             excluded[f"TP{tp} (any pipeline stages)"] = f"{why} (vLLM and TensorRT-LLM split heads evenly)"
     return excluded
+
+
+# Said wherever a pipeline-parallel plan's speed is shown (roofline.py charges each decode step the stages one
+# after another; docs/inference.md, "Speed"): the engines' in-flight micro-batches are not modelled.
+PP_CAVEAT = (
+    "pipeline-parallel serving is modelled without micro-batches in flight: each decode step passes the stages "
+    "one after another, while vLLM and TensorRT-LLM keep several micro-batches in flight, so the batched ITL and "
+    "tokens/s here are likely pessimistic; unvalidated: docs/accuracy.md has no pipeline-parallel serving row"
+)
+PP_CAVEAT_SHORT = "PP modelled without in-flight micro-batches: likely pessimistic, unvalidated"

@@ -20,7 +20,7 @@ from planner.hardware.cluster import ClusterSpec, make_cluster
 from planner.hardware.gpus import load_gpu_catalog
 from planner.inference.cost import cost_line, serving_cost
 from planner.inference.flags import PLAN_SERVING_FLAGS, ServingFlags
-from planner.inference.layouts import excluded_tensor_parallel, serving_layouts
+from planner.inference.layouts import PP_CAVEAT, PP_CAVEAT_SHORT, excluded_tensor_parallel, serving_layouts
 from planner.inference.memory import SOURCES, ServingMemory, serving_memory
 from planner.inference.precision import check_sixteen_bit, sixteen_bit_for, sixteen_bit_note
 from planner.inference.request import (
@@ -234,6 +234,7 @@ def _reasons(plan: ServingPlan, rank: int, fitting: int, cluster: ClusterSpec) -
         f"{counted(plan.max_batch, 'concurrent request')} of "
         f"{plan.request.tokens_per_request} tokens",
         cost_line(serving_cost(cluster.gpu, gpus, plan.cluster_tokens_per_s), gpus, plan.cluster_tokens_per_s),
+        *([PP_CAVEAT] if plan.pipeline_parallel > 1 else []),
         f"ranked 1st of {counted(fitting, 'fitting layout')}" if rank == 0 else f"ranked {rank + 1} of {fitting}",
     ]
 
@@ -274,7 +275,8 @@ def plan_serving(
                 f"fits, within {TIE_TOLERANCE:.0%} of {chosen.label}, which uses fewer GPUs per replica"
             )
         else:
-            rejected[plan.label] = _slower(plan, chosen, request.objective)
+            caveat = f" ({PP_CAVEAT_SHORT})" if plan.pipeline_parallel > 1 else ""
+            rejected[plan.label] = _slower(plan, chosen, request.objective) + caveat
     shown = [
         plan.model_copy(update={"reasons": [*notes, *_reasons(plan, index, len(fitting), cluster)]})
         for index, plan in enumerate(ranked[: request.top_k])
