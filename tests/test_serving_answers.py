@@ -66,3 +66,15 @@ def plan_label(plan: dict) -> str:
     from planner.inference import ServingPlan
 
     return ServingPlan.model_validate(plan).label
+
+
+@pytest.mark.parametrize("batch, regime", [("1", "single request"), ("16", "batched")])
+def test_every_ttft_is_printed_with_its_known_error_in_its_regime(capsys, batch, regime):
+    """docs/accuracy.md's NIM rows are 36-39% above the estimate at 5-50 clients; the answer says so beside it."""
+    from planner.inference.known_error import ttft_band
+
+    assert main([*SERVE_8B, "--batch", batch, "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["best"]
+    assert best["regime"] == regime
+    line = next(reason for reason in best["reasons"] if reason.startswith("TTFT "))
+    assert f"ms ({best['bounds']['prefill']}-bound prefill" in line and f"; {ttft_band(regime)})" in line

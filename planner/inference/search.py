@@ -20,6 +20,7 @@ from planner.hardware.cluster import ClusterSpec, make_cluster
 from planner.hardware.gpus import load_gpu_catalog
 from planner.inference.cost import cost_line, serving_cost
 from planner.inference.flags import PLAN_SERVING_FLAGS, ServingFlags
+from planner.inference.known_error import ttft_band
 from planner.inference.layouts import PP_CAVEAT, PP_CAVEAT_SHORT, excluded_tensor_parallel, serving_layouts
 from planner.inference.memory import SOURCES, ServingMemory, serving_memory
 from planner.inference.precision import check_sixteen_bit, sixteen_bit_for, sixteen_bit_note
@@ -221,7 +222,7 @@ def _reasons(plan: ServingPlan, rank: int, fitting: int, cluster: ClusterSpec) -
         + (f"{plan.batch_per_replica} x " if plan.regime == STATIC else "a ")
         + f"{plan.request.context}-token prompt{'s' if plan.regime == STATIC else ''}"
         + (", queueing included" if plan.running_per_replica < plan.batch_per_replica else "")
-        + f"), ITL {plan.itl_s * 1e3:,.1f} ms ({plan.bounds['decode']}-bound decode), "
+        + f"; {ttft_band(plan.regime)}), ITL {plan.itl_s * 1e3:,.1f} ms ({plan.bounds['decode']}-bound decode), "
         f"{plan.request_tokens_per_s:,.0f} generated tokens/s per replica [{plan.speed_source}]",
         f"regime: {plan.regime}, {counted(plan.running_per_replica, 'request')} decoded per step of the "
         f"{plan.max_running_per_replica} a replica's KV cache holds"
