@@ -113,6 +113,7 @@ def _classes(name: str) -> tuple[type, ...]:
 
 
 USAGE_ERRORS = _classes("UsageError")
+NO_ARGS_HELP = _classes("NoArgsIsHelpError")
 OTHER_CLICK_ERRORS = _classes("ClickException")
 ABORTS = _classes("Abort") + (typer.Abort,)
 EXITS = _classes("Exit") + (typer.Exit,)
@@ -157,6 +158,20 @@ def _click_command(args: list[str]) -> click.Command:
     return convert_plainly(typer.main.get_group(lean))
 
 
+def usage_message(error: click.UsageError) -> str:
+    """One line for click's usage error, ending in where the help is. A group or command run bare (no_args_is_help)
+    raises one whose message is its help: typer's rich help prints itself and leaves the message empty, plain
+    click's is the help text, printed here; the line then says what was missing, never an empty "error: ;"."""
+    path = error.ctx.command_path if error.ctx else "hardware-selector"
+    message = error.format_message().strip()
+    if NO_ARGS_HELP and isinstance(error, NO_ARGS_HELP):
+        if message:
+            print(message)
+        return f"{path} needs a command (listed above); run '{path} COMMAND --help' for one's options"
+    # click ends its sentences with a period ("Missing argument 'run_dir'."); the hint follows after a semicolon
+    return f"{message.rstrip('.')}" + (f"; run '{path} --help'" if error.ctx else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app and map errors to exit codes."""
     args = sys.argv[1:] if argv is None else argv
@@ -172,8 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {validation_message(error)}", file=sys.stderr)
         return 2
     except USAGE_ERRORS as error:
-        hint = f"; run '{error.ctx.command_path} --help'" if error.ctx else ""
-        print(f"error: {error.format_message()}{hint}", file=sys.stderr)
+        print(f"error: {usage_message(error)}", file=sys.stderr)
         return 2
     except OTHER_CLICK_ERRORS as error:
         print(f"error: {error.format_message()}", file=sys.stderr)

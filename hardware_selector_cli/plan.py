@@ -23,7 +23,14 @@ from .option_groups import option_group
 from .plan_table import print_plans, search_document
 from .run_options import RunOptionValues, emit_folder, run_option_values
 from .search_options import SearchOptions, search_options
-from .serving import ServingOptions, print_serving, serving_options, serving_request
+from .serving import (
+    ServingOptions,
+    check_formats_on,
+    print_serving,
+    serving_options,
+    serving_request,
+    serving_title,
+)
 from .training_options import ClusterOptions, cluster_options, routing_options
 
 if TYPE_CHECKING:
@@ -110,20 +117,8 @@ def register(app: typer.Typer) -> None:
         launch = launch_target(launcher, image)
         if force and emit is None:  # whatever the mode: only an emitted folder has files to replace
             raise UserInputError("--force replaces the files of an emitted folder; add --emit DIR, or drop --force")
-        if not serving.inference:
-            check_cost_flags(cost, search.objective, cluster)
-        if cost.clouds is not None:
-            if explain or search.top != 5:
-                shown = ["--explain"] if explain else ["--top"]
-                raise UserInputError(
-                    f"{shown[0]} shapes the strategy table; --clouds prints its own table (each cloud's two cheapest): "
-                    f"drop {shown[0]}"
-                )
-            if report_file is not None or launch is not None:
-                flag = "--report" if report_file is not None else "--launcher"
-                raise UserInputError(f"{flag} is for one cluster's plan; --clouds compares clouds: drop one of them")
-            _plan_cost(model, cluster, search, routing, cost, run, emit, elastic, db, no_calibration, as_json)
-            return
+        # Serving first: its refusal of the training-only flags (--clouds among them) comes before
+        # --clouds' own path, which would otherwise plan training and drop --mode inference.
         if serving.inference:
             training_only = search.training_flags_given(routing_default=routing.is_default, emitting=emit is not None)
             training_only += run.given() + (["--launcher"] if launch is not None else [])
@@ -137,9 +132,23 @@ def register(app: typer.Typer) -> None:
             training_only += cost.given() + (["--clouds"] if cost.clouds is not None else [])
             if training_only:
                 raise UserInputError(
-                    f"{', '.join(training_only)} plan training, not serving; drop them or --mode inference"
+                    f"{', '.join(training_only)}: training only, and --mode inference plans serving; drop "
+                    f"{'it' if len(training_only) == 1 else 'them'} (or drop --mode inference to plan training)"
                 )
             _plan_serving(model, cluster, search, serving, as_json, explain)
+            return
+        check_cost_flags(cost, search.objective, cluster)
+        if cost.clouds is not None:
+            if explain or search.top != 5:
+                shown = ["--explain"] if explain else ["--top"]
+                raise UserInputError(
+                    f"{shown[0]} shapes the strategy table; --clouds prints its own table (each cloud's two cheapest): "
+                    f"drop {shown[0]}"
+                )
+            if report_file is not None or launch is not None:
+                flag = "--report" if report_file is not None else "--launcher"
+                raise UserInputError(f"{flag} is for one cluster's plan; --clouds compares clouds: drop one of them")
+            _plan_cost(model, cluster, search, routing, cost, run, emit, elastic, db, no_calibration, as_json)
             return
         if emit is None and (run.given() or elastic is not None or launch is not None):
             given = run.given() or ["--elastic" if elastic is not None else "--launcher"]
@@ -215,11 +224,8 @@ def _plan_serving(model: ModelOptions, cluster: ClusterOptions, search: SearchOp
     spec = model.resolve()
     target = _target_cluster(cluster)
     request = serving_request(serving, search.objective, search.top, search.headroom, spec)
-    title = (
-        f"serving {spec.name} on {target.world_size} x {target.gpu.name}: {request.batch} x "
-        f"{request.context}+{request.output} tokens, {request.weights.value} weights"
-    )
-    print_serving(plan_serving(spec, target, request), title, as_json, explain)
+    check_formats_on(serving, target.gpu)
+    print_serving(plan_serving(spec, target, request), serving_title(spec, target, request), as_json, explain)
 
 
 def _search(model: ModelOptions, cluster: ClusterOptions, search: SearchOptions, routing, db, no_calibration):

@@ -48,7 +48,10 @@ def serving_options(
     context: int | None = typer.Option(None, "--context", help="Inference: prompt tokens per request (default 2048)."),
     batch: int | None = typer.Option(None, "--batch", help="Inference: concurrent requests (default 1)."),
     output_tokens: int | None = typer.Option(
-        None, "--output-tokens", help="Inference: generated tokens per request (default 256)."
+        None,
+        "--output-tokens",
+        help="Inference: generated tokens per request (default 256, shortened to what the model's context leaves "
+        "after the prompt, which the answer says).",
     ),
     weights: str | None = typer.Option(None, "--weights", help="Inference: bf16|fp16|fp8|int8|int4 (default bf16)."),
     kv_cache: str | None = typer.Option(None, "--kv-cache", help="Inference: KV cache dtype bf16|fp16|fp8."),
@@ -68,6 +71,7 @@ def serving_request(options: ServingOptions, objective: str, top: int, headroom:
 
     from .training_options import _choice
 
+    check_count("--top", top, high=1000)  # the request's top_k would name its field, not the flag
     for flag, value, high in (
         ("--context", options.context, MAX_SEQ_LEN),
         ("--batch", options.batch, MAX_BATCH),
@@ -88,6 +92,28 @@ def serving_request(options: ServingOptions, objective: str, top: int, headroom:
     )
 
 
+def check_formats_on(options: ServingOptions, gpu) -> None:
+    """An explicit bf16 on a GPU without it is refused, as training's --precision bf16-mixed is; left out, bf16
+    is the default and becomes fp16 there, which the answer's title and reasons say (planner/inference/precision.py)."""
+    if gpu.supports("bf16"):
+        return
+    for flag, value in (("--weights", options.weights), ("--kv-cache", options.kv_cache)):
+        if value is not None and value.strip().lower() == "bf16":
+            raise UserInputError(f"{gpu.name} has no bf16; use {flag} fp16 (the same bytes, its own 16-bit type)")
+
+
+def serving_title(spec, target, request) -> str:
+    """The table's title: the weight format actually planned, and why when it is not the one asked for."""
+    from planner.inference.precision import sixteen_bit_for
+
+    planned = sixteen_bit_for(target, request)
+    why = f" ({target.gpu.name} has no {request.weights.value})" if planned.weights is not request.weights else ""
+    return (
+        f"serving {spec.name} on {target.world_size} x {target.gpu.name}: {request.batch} x "
+        f"{request.context}+{request.output} tokens, {planned.weights.value} weights{why}"
+    )
+
+
 def serving_document(result) -> dict:
     return {
         "mode": "inference",
@@ -95,6 +121,7 @@ def serving_document(result) -> dict:
         "candidates": [plan.model_dump(mode="json") for plan in result.candidates],
         "rejected": result.rejected,
         "suggestions": result.suggestions,
+        "notes": result.notes,
     }
 
 
@@ -109,7 +136,7 @@ def print_serving(result, title: str, as_json: bool, explain: bool) -> None:
     console = Console()
     if result.best is None:
         console.print(f"[red]nothing fits[/] {title}")
-        for line in result.suggestions:
+        for line in [*result.notes, *result.suggestions]:
             console.print(f"  - {line}", markup=False, highlight=False)
         return
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0), collapse_padding=True)

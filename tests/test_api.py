@@ -177,8 +177,10 @@ def test_what_would_fit_names_keyword_arguments_not_flags():
     count, per_node = int(cluster.group(1)), int(cluster.group(2))
     assert get_inference_config("text_generation", "llama-3-8b", gpu_count=count, gpus_per_node=per_node,
                                 batch_size=4, max_memory_gb=16)["fits"]  # fmt: skip
-    with pytest.raises(UserInputError, match="shorten context or output_tokens$"):
+    with pytest.raises(UserInputError, match=r"shorten context \(to 7936 for the default 256 output tokens\)$"):
         get_inference_config("text_generation", "llama-3-8b", context=9000)
+    with pytest.raises(UserInputError, match="shorten context or output_tokens$"):
+        get_inference_config("text_generation", "llama-3-8b", context=8000, output_tokens=500)
 
 
 def test_a_memory_cap_that_leaves_no_candidate_says_so():

@@ -125,7 +125,7 @@ def test_every_serving_suggestion_fits_when_planned_as_printed(name, gpu, gpus, 
     "argv, message",
     [
         (["--model", "llama-2-7b", "--gpu", "A10", "--batch", "4"], "add --mode inference"),
-        (["--mode", "inference", "--model", "llama-2-7b", "--gpu", "A10", "--global-batch", "4"], "plan training"),
+        (["--mode", "inference", "--model", "llama-2-7b", "--gpu", "A10", "--global-batch", "4"], "training only"),
         (["--mode", "inference", "--model", "t5-small", "--gpu", "A10"], "decoder-only"),
         (["--mode", "inference", "--model", "llama-2-7b", "--gpu", "A100-80GB", "--weights", "fp8"], "no fp8"),
         (["--mode", "inference", "--model", "llama-2-7b", "--gpu", "A10", "--context", "4096"], "4096-token context"),
@@ -133,7 +133,7 @@ def test_every_serving_suggestion_fits_when_planned_as_printed(name, gpu, gpus, 
         (["--mode", "inference", "--model", "llama-2-7b", "--gpu", "A10", "--weights", "int3"], "--weights must be"),
         (
             ["--mode", "inference", "--model", "llama-2-7b", "--gpu", "A10", "--nvme-gb", "100"],
-            "--nvme-gb plan training",
+            "--nvme-gb: training only",
         ),
     ],
 )

@@ -91,7 +91,7 @@ def test_plan_objective_cost_may_use_fewer_gpus_and_reports_cost(capsys):
         # A flag that applies to nothing asked for was dropped, or searched to "nothing fits".
         (["--force"], "--force replaces the files of an emitted folder; add --emit DIR"),
         (["--strategies", "engine", "--lora-rank", "8"], "--strategies engine leaves nothing to search (engine"),
-        (["--mode", "inference", "--elastic", "2:4"], "--elastic plan training, not serving"),
+        (["--mode", "inference", "--elastic", "2:4"], "--elastic: training only, and --mode inference plans serving"),
         # An empty text value (an unset shell variable) read as the flag left out: --gpu "" planned this machine.
         (["--gpu", ""], "--gpu is empty; give it a value, or leave it out"),
         (["--interconnect", " "], "--interconnect is empty"),

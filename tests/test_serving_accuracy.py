@@ -72,3 +72,19 @@ def test_docs_table_is_the_one_the_benchmark_writes(published):
     document = bench.DOCS_FILE.read_text()
     start, stop = document.index(bench.BEGIN) + len(bench.BEGIN), document.index(bench.END)
     assert document[start:stop].strip() == bench.markdown(rows, sources).strip()
+
+
+def test_the_ttft_error_printed_beside_each_ttft_is_the_published_rows(published, in_sample):
+    """planner/inference/known_error.py's range per regime is recomputed from the rows (the reference)."""
+    from planner.inference.known_error import TTFT_ERRORS
+
+    rows, _ = published
+    by_regime: dict[str, list[float]] = {}
+    for row, error in zip(rows, in_sample):
+        if "ttft_ms" in error:
+            by_regime.setdefault(bench.predict(row).regime, []).append(error["ttft_ms"])
+    assert by_regime.keys() == TTFT_ERRORS.keys()
+    for regime, errors in by_regime.items():
+        count, low, high = TTFT_ERRORS[regime]
+        assert (count, low, high) == (len(errors), pytest.approx(min(errors), abs=0.001),
+                                      pytest.approx(max(errors), abs=0.001)), regime  # fmt: skip

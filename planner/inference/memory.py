@@ -93,15 +93,17 @@ def kv_bytes_per_request(spec: ModelSpec, request: InferenceRequest, tp: int, pp
     return blocks * request.block_tokens * kv_bytes_per_token(spec, request, tp, pp)
 
 
-def activation_bytes(spec: ModelSpec, request: InferenceRequest, tp: int) -> int:
-    tokens = min(request.batch * request.context, request.prefill_chunk)
+def activation_bytes(spec: ModelSpec, request: InferenceRequest, tp: int, batch: int | None = None) -> int:
+    """Peak transients with `batch` requests running (default: the request's batch)."""
+    batch = request.batch if batch is None else batch
+    tokens = min(batch * request.context, request.prefill_chunk)
     hidden, query = spec.hidden_size, spec.num_heads * spec.head_dim
     attention = (2 * query + 2 * spec.kv_size) / tp  # fused q/k/v, then the attention output
     ffn = spec.expert_ffn_size if spec.is_moe and spec.expert_ffn_size else spec.ffn_size
     routed = spec.experts_per_token if spec.is_moe else 1
     mlp = ffn * routed * (3 if spec.mlp_kind is MlpKind.GATED else 2) / tp
     per_token = (2 * hidden + max(attention, mlp)) * ACTIVATION_BYTES
-    logits = request.batch * spec.vocab_size / tp * LOGIT_BYTES
+    logits = batch * spec.vocab_size / tp * LOGIT_BYTES
     return int(tokens * per_token + logits)
 
 
@@ -120,7 +122,7 @@ def serving_memory(
     tensors = weights + kv_cache + activations
     overhead_bytes = int(overhead.cuda_context_bytes + overhead.fragmentation_fraction * tensors)
     usable = int(capacity * (1 - request.headroom_fraction))
-    room = (usable - overhead.cuda_context_bytes) / (1 + overhead.fragmentation_fraction) - weights - activations
+    budget = (usable - overhead.cuda_context_bytes) / (1 + overhead.fragmentation_fraction)  # for the tensors
     return ServingMemory(
         weights=weights,
         kv_cache=kv_cache,
@@ -129,5 +131,22 @@ def serving_memory(
         capacity=capacity,
         usable=usable,
         kv_bytes_per_request=per_request,
-        max_batch=max(int(room // per_request), 0),
+        max_batch=max_concurrent(spec, request, tp, budget - weights, per_request),
     )
+
+
+def max_concurrent(spec: ModelSpec, request: InferenceRequest, tp: int, room: float, per_request: int) -> int:
+    """The most requests n whose KV cache and the activations of n running requests fit in `room` bytes.
+
+    One number for the table's "max batch", the regime and the reasons: the activations (a prefill chunk and
+    each running request's logits) grow with n, so n is found for its own activations, not for those of the
+    batch asked (which put 413 in one place and 415 in another for 1000 requests on one H100)."""
+
+    def fits(n: int) -> bool:
+        return n * per_request + activation_bytes(spec, request, tp, batch=n) <= room
+
+    low, high = 0, max(int(room // per_request), 0)  # fits(low); above high the KV cache alone does not fit
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    return low

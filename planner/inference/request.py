@@ -60,6 +60,8 @@ class ServingObjective(str, Enum):
     LATENCY = "latency"  # the shortest time between tokens for one request
 
 
+# Generated tokens per request when none are asked for (docs/inference.md).
+DEFAULT_OUTPUT_TOKENS = 256
 # vLLM's default KV block (tokens per page).
 PAGED_BLOCK_TOKENS = 16
 # Tokens one prefill step processes at most (vLLM's chunked prefill budget, max_num_batched_tokens).
@@ -74,7 +76,10 @@ class InferenceRequest(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     context: int = Field(default=2048, ge=1, le=MAX_SEQ_LEN)  # prompt tokens per request
-    output: int = Field(default=256, ge=1, le=MAX_SEQ_LEN)  # generated tokens per request
+    output: int = Field(default=DEFAULT_OUTPUT_TOKENS, ge=1, le=MAX_SEQ_LEN)  # generated tokens per request
+    # True when `output` is the default, not asked for: a default shortened to fit the context is said, and a
+    # prompt that leaves no room is refused naming the default (search.py); not part of the answer's JSON.
+    output_defaulted: bool = Field(default=False, exclude=True)
     batch: int = Field(default=1, ge=1, le=MAX_BATCH)  # concurrent requests, spread over the replicas
     weights: WeightFormat = WeightFormat.BF16
     kv_cache: KvFormat = KvFormat.BF16
@@ -94,7 +99,9 @@ class InferenceRequest(BaseModel):
         cls, spec: ModelSpec, *, batch: int = 1, context: int | None = None, output: int | None = None, **fields: Any
     ) -> InferenceRequest:
         """A request with the defaults the CLI and the selector share: a prompt of the smaller of 2048 and half
-        the model's context, and up to 256 generated tokens within what the context leaves."""
+        the model's context, and 256 generated tokens, shortened to what the context leaves after the prompt
+        (the plan's notes say so; a prompt that leaves none keeps 256, which check_servable refuses)."""
         chosen = context or min(2048, spec.max_position_embeddings // 2)
-        generated = output or min(256, max(spec.max_position_embeddings - chosen, 1))
-        return cls(context=chosen, output=generated, batch=batch, **fields)
+        room = spec.max_position_embeddings - chosen
+        generated = output or (min(DEFAULT_OUTPUT_TOKENS, room) if room >= 1 else DEFAULT_OUTPUT_TOKENS)
+        return cls(context=chosen, output=generated, batch=batch, output_defaulted=output is None, **fields)

@@ -1,9 +1,8 @@
 """The serving layouts of a model on a cluster, the best that fits, and why (docs/inference.md).
 
 A layout is tp x pp GPUs per replica and as many replicas as the cluster
-holds. Tensor parallelism stays inside a node and divides the attention heads
-(and the KV heads divide it, or it divides them), as vLLM and TensorRT-LLM
-require; pipeline stages take whole layers. Ranking:
+holds (layouts.py: which tp the heads allow; the others are listed with why).
+Ranking:
 - throughput: generated tokens/s of the whole cluster (replicas x batch / ITL);
 - latency: the shortest time between tokens, then the shortest TTFT.
 Within 5% of the best (the roofline's error is larger), the replica on fewer
@@ -19,13 +18,22 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec, make_cluster
 from planner.hardware.gpus import load_gpu_catalog
+from planner.inference.cost import cost_line, serving_cost
 from planner.inference.flags import PLAN_SERVING_FLAGS, ServingFlags
+from planner.inference.known_error import ttft_band
+from planner.inference.layouts import PP_CAVEAT, PP_CAVEAT_SHORT, excluded_tensor_parallel, serving_layouts
 from planner.inference.memory import SOURCES, ServingMemory, serving_memory
-from planner.inference.request import InferenceRequest, KvFormat, ServingObjective, WeightFormat
+from planner.inference.precision import check_sixteen_bit, sixteen_bit_for, sixteen_bit_note
+from planner.inference.request import (
+    DEFAULT_OUTPUT_TOKENS,
+    InferenceRequest,
+    KvFormat,
+    ServingObjective,
+    WeightFormat,
+)
 from planner.inference.speed import SOURCE as SPEED_SOURCE
 from planner.inference.speed import STATIC, ServingSpeed, serving_speed
 from planner.models.spec import ModelFamily, ModelSpec
-from planner.search.strategy_layout import divisors
 from planner.units import GIB, counted
 
 TIE_TOLERANCE = 0.05
@@ -60,6 +68,10 @@ class ServingPlan(BaseModel):
     max_running_per_replica: int  # requests of this length a replica's KV cache holds
     bounds: dict[str, str]  # prefill / decode: "compute" or "memory"
     speed_source: str
+    # USD per million generated tokens at usd_per_gpu_hour for the GPUs the plan uses (cost.py); None: no price
+    usd_per_million_tokens: float | None = None
+    usd_per_gpu_hour: float | None = None
+    price_source: str = ""  # the price catalog's source, "user override" (--price), or why there is no price
     reasons: list[str] = Field(default_factory=list)
 
     @property
@@ -79,6 +91,7 @@ class ServingResult(BaseModel):
     candidates: list[ServingPlan]
     rejected: dict[str, str]  # layout label -> why it is not the answer
     suggestions: list[str]
+    notes: list[str] = Field(default_factory=list)  # what was planned other than asked (precision.py)
 
 
 def check_servable(
@@ -93,42 +106,38 @@ def check_servable(
             f"{spec.name} reads images as well as text; inference planning covers text-only LLMs (its vision "
             "tower is not in the serving estimate), so plan its training, or serve its LLM by name"
         )
+    check_sixteen_bit(cluster)
     if request.weights is WeightFormat.FP8 and not cluster.gpu.supports("fp8"):
         raise UserInputError(
             f"{cluster.gpu.name} has no fp8 matmuls; use {flags.set(flags.weights, 'int8')} or int4 (weight-only)"
         )
     if request.kv_cache is KvFormat.FP8 and cluster.gpu.architecture in ("Volta", "Turing"):
         raise UserInputError(f"{cluster.gpu.name} has no fp8 KV cache support; use {flags.set(flags.kv_cache, 'fp16')}")
-    if request.tokens_per_request > spec.max_position_embeddings:
+    window = spec.max_position_embeddings
+    if request.tokens_per_request > window:
         output = f" or {flags.output_tokens}" if flags.output_tokens else ""
+        if request.output_defaulted:  # the prompt alone leaves no room for one generated token
+            raise UserInputError(
+                f"a {request.context}-token prompt leaves no room to generate within {spec.name}'s {window}-token "
+                f"context; shorten {flags.context} (to {window - DEFAULT_OUTPUT_TOKENS} for the default "
+                f"{DEFAULT_OUTPUT_TOKENS} output tokens)"
+            )
         raise UserInputError(
-            f"context + output ({request.tokens_per_request} tokens) exceeds {spec.name}'s "
-            f"{spec.max_position_embeddings}-token context; shorten {flags.context}{output}"
+            f"context + output ({request.context} + {request.output} = {request.tokens_per_request} tokens) "
+            f"exceeds {spec.name}'s {window}-token context; shorten {flags.context}{output}"
         )
 
 
-def sixteen_bit_for(cluster: ClusterSpec, request: InferenceRequest) -> InferenceRequest:
-    """bf16 on a GPU without it (V100, T4) serves in fp16, as vLLM casts it: same bytes, the GPU's own 16-bit type."""
-    if cluster.gpu.supports("bf16"):
-        return request
-    update: dict[str, WeightFormat | KvFormat] = {}
-    if request.weights is WeightFormat.BF16:
-        update["weights"] = WeightFormat.FP16
-    if request.kv_cache is KvFormat.BF16:
-        update["kv_cache"] = KvFormat.FP16
-    return request.model_copy(update=update)
-
-
-def serving_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[tuple[int, int]]:
-    """(tp, pp) pairs: tp inside a node dividing the heads, KV heads and tp dividing one another."""
-    layouts = []
-    for tp in divisors(cluster.gpus_per_node):
-        if spec.num_heads % tp or (spec.num_kv_heads % tp and tp % spec.num_kv_heads):
-            continue
-        for pp in divisors(cluster.world_size // tp):
-            if pp <= spec.num_layers:
-                layouts.append((tp, pp))
-    return layouts
+def output_note(spec: ModelSpec, request: InferenceRequest, flags: ServingFlags) -> str | None:
+    """The line that says the default output was shortened to fit the model's context, or None."""
+    if not request.output_defaulted or request.output >= DEFAULT_OUTPUT_TOKENS:
+        return None
+    choose = f" ({flags.set(flags.output_tokens, 'N')} sets it)" if flags.output_tokens else ""
+    return (
+        f"{request.output} output tokens per request, not the default {DEFAULT_OUTPUT_TOKENS}: {spec.name}'s "
+        f"{spec.max_position_embeddings}-token context leaves {request.output} after the {request.context}-token "
+        f"prompt{choose}"
+    )
 
 
 def _plan(
@@ -170,25 +179,50 @@ def _plan(
         max_running_per_replica=speed.max_running,
         bounds={"prefill": speed.prefill_bound, "decode": speed.decode_bound},
         speed_source=SPEED_SOURCE,
+        **_priced(cluster, replicas * tp * pp, replicas * speed.request_tokens_per_s),
     )
     return plan, memory
+
+
+def _priced(cluster: ClusterSpec, gpus: int, tokens_per_s: float) -> dict:
+    cost = serving_cost(cluster.gpu, gpus, tokens_per_s)
+    return {
+        "usd_per_million_tokens": cost.usd_per_million_tokens,
+        "usd_per_gpu_hour": cost.usd_per_gpu_hour,
+        "price_source": cost.price_source,
+    }
 
 
 def _score(plan: ServingPlan, objective: ServingObjective) -> float:
     return plan.cluster_tokens_per_s if objective is ServingObjective.THROUGHPUT else 1.0 / plan.itl_s
 
 
-def _reasons(plan: ServingPlan, rank: int, fitting: int) -> list[str]:
-    memory = plan.memory_bytes
+def _slower(plan: ServingPlan, chosen: ServingPlan, objective: ServingObjective) -> str:
+    """Why a fitting layout lost, in the objective's own quantity: the ratio of the ITLs (a time: longer is
+    worse), or the share of tokens/s given up (a rate: fewer is worse), with both values (docs/inference.md)."""
+    if objective is ServingObjective.THROUGHPUT:
+        lost = 1 - plan.cluster_tokens_per_s / chosen.cluster_tokens_per_s
+        return (
+            f"fits, but {lost:.0%} fewer tokens/s than {chosen.label} "
+            f"({plan.cluster_tokens_per_s:,.0f} vs {chosen.cluster_tokens_per_s:,.0f})"
+        )
+    return (
+        f"fits, but {plan.itl_s / chosen.itl_s:.2f}x the time between tokens of {chosen.label} "
+        f"({plan.itl_s * 1e3:,.1f} vs {chosen.itl_s * 1e3:,.1f} ms)"
+    )
+
+
+def _reasons(plan: ServingPlan, rank: int, fitting: int, cluster: ClusterSpec) -> list[str]:
+    memory, gpus = plan.memory_bytes, plan.replicas * plan.gpus_per_replica
     return [
-        f"{plan.label} on {plan.replicas * plan.gpus_per_replica} x {plan.gpu}: {memory['total'] / GIB:.1f} GiB per GPU "
+        f"{plan.label} on {gpus} x {plan.gpu}: {memory['total'] / GIB:.1f} GiB per GPU "
         f"of {plan.usable_bytes / GIB:.1f} GiB usable (weights {memory['weights'] / GIB:.1f}, KV cache "
         f"{memory['kv_cache'] / GIB:.1f}, activations {memory['activations'] / GIB:.2f}) [memory: formula]",
         f"TTFT {plan.ttft_s * 1e3:,.0f} ms ({plan.bounds['prefill']}-bound prefill of "
         + (f"{plan.batch_per_replica} x " if plan.regime == STATIC else "a ")
         + f"{plan.request.context}-token prompt{'s' if plan.regime == STATIC else ''}"
         + (", queueing included" if plan.running_per_replica < plan.batch_per_replica else "")
-        + f"), ITL {plan.itl_s * 1e3:,.1f} ms ({plan.bounds['decode']}-bound decode), "
+        + f"; {ttft_band(plan.regime)}), ITL {plan.itl_s * 1e3:,.1f} ms ({plan.bounds['decode']}-bound decode), "
         f"{plan.request_tokens_per_s:,.0f} generated tokens/s per replica [{plan.speed_source}]",
         f"regime: {plan.regime}, {counted(plan.running_per_replica, 'request')} decoded per step of the "
         f"{plan.max_running_per_replica} a replica's KV cache holds"
@@ -200,6 +234,8 @@ def _reasons(plan: ServingPlan, rank: int, fitting: int) -> list[str]:
         f"{counted(plan.batch_per_replica, 'request')} per replica; the replicas' memory holds "
         f"{counted(plan.max_batch, 'concurrent request')} of "
         f"{plan.request.tokens_per_request} tokens",
+        cost_line(serving_cost(cluster.gpu, gpus, plan.cluster_tokens_per_s), gpus, plan.cluster_tokens_per_s),
+        *([PP_CAVEAT] if plan.pipeline_parallel > 1 else []),
         f"ranked 1st of {counted(fitting, 'fitting layout')}" if rank == 0 else f"ranked {rank + 1} of {fitting}",
     ]
 
@@ -211,6 +247,7 @@ def plan_serving(
 
     `flags`: how the asking path spells each setting its errors and suggestions name (flags.py)."""
     check_servable(spec, cluster, request, flags)
+    notes = [note for note in (output_note(spec, request, flags), sixteen_bit_note(cluster, request)) if note]
     request = sixteen_bit_for(cluster, request)
     fitting: list[ServingPlan] = []
     rejected: dict[str, str] = {}
@@ -223,10 +260,10 @@ def plan_serving(
                 f"{memory.total / GIB:.1f} GiB per GPU > {memory.usable / GIB:.1f} GiB usable "
                 f"(weights {memory.weights / GIB:.1f}, KV cache {memory.kv_cache / GIB:.1f}) [memory: formula]"
             )
+    rejected.update(excluded_tensor_parallel(spec, cluster))
     if not fitting:
-        return ServingResult(
-            best=None, candidates=[], rejected=rejected, suggestions=serving_suggestions(spec, cluster, request, flags)
-        )
+        suggestions = serving_suggestions(spec, cluster, request, flags)
+        return ServingResult(best=None, candidates=[], rejected=rejected, suggestions=suggestions, notes=notes)
     best_score = max(_score(plan, request.objective) for plan in fitting)
     tied = [plan for plan in fitting if _score(plan, request.objective) >= best_score * (1 - TIE_TOLERANCE)]
     chosen = min(
@@ -234,19 +271,18 @@ def plan_serving(
     )
     ranked = [chosen] + sorted((p for p in fitting if p is not chosen), key=lambda p: -_score(p, request.objective))
     for plan in ranked[1:]:
-        gap = 1 - _score(plan, request.objective) / _score(chosen, request.objective)
         if plan in tied:
             rejected[plan.label] = (
                 f"fits, within {TIE_TOLERANCE:.0%} of {chosen.label}, which uses fewer GPUs per replica"
             )
         else:
-            what = "tokens/s" if request.objective is ServingObjective.THROUGHPUT else "time between tokens"
-            rejected[plan.label] = f"fits, but {gap:.0%} worse {what} than {chosen.label}"
+            caveat = f" ({PP_CAVEAT_SHORT})" if plan.pipeline_parallel > 1 else ""
+            rejected[plan.label] = _slower(plan, chosen, request.objective) + caveat
     shown = [
-        plan.model_copy(update={"reasons": _reasons(plan, index, len(fitting))})
+        plan.model_copy(update={"reasons": [*notes, *_reasons(plan, index, len(fitting), cluster)]})
         for index, plan in enumerate(ranked[: request.top_k])
     ]
-    return ServingResult(best=shown[0], candidates=shown, rejected=rejected, suggestions=[])
+    return ServingResult(best=shown[0], candidates=shown, rejected=rejected, suggestions=[], notes=notes)
 
 
 def _fits_anywhere(spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequest) -> bool:

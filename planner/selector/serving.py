@@ -41,7 +41,8 @@ def layout_name(plan: ServingPlan) -> str:
     return "replicas" if plan.replicas > 1 else "single GPU"
 
 
-def serving_summary(plan: ServingPlan, price_usd_per_hour: float | None) -> dict[str, Any]:
+def serving_summary(plan: ServingPlan) -> dict[str, Any]:
+    """The plan as the selector's dict; its cost is the plan's own (planner/inference/cost.py)."""
     memory = plan.memory_bytes
     gpus = plan.replicas * plan.gpus_per_replica
     return {
@@ -66,14 +67,15 @@ def serving_summary(plan: ServingPlan, price_usd_per_hour: float | None) -> dict
             "sources": dict(plan.memory_sources),
         },
         "estimated_latency": {"ttft_ms": plan.ttft_s * 1e3, "itl_ms": plan.itl_s * 1e3, "source": plan.speed_source},
-        "estimated_throughput": {
+        "estimated_throughput": {  # docs/inference.md, "Speed": tokens_per_s = replicas x tokens_per_s_per_replica
             "tokens_per_s": plan.cluster_tokens_per_s,
-            "tokens_per_s_per_replica": plan.decode_tokens_per_s,
+            "tokens_per_s_per_replica": plan.request_tokens_per_s,
+            "decode_tokens_per_s_per_replica": plan.decode_tokens_per_s,
             "source": plan.speed_source,
         },
-        "usd_per_million_tokens": (
-            None if price_usd_per_hour is None else price_usd_per_hour * gpus / 3600 / plan.cluster_tokens_per_s * 1e6
-        ),
+        "usd_per_million_tokens": plan.usd_per_million_tokens,
+        "usd_per_gpu_hour": plan.usd_per_gpu_hour,
+        "price_source": plan.price_source,
         "reasons": list(plan.reasons),
         "plan": plan,
     }
@@ -98,6 +100,7 @@ def inference_answer(
     result = plan_serving(spec, cluster, request, flags)
     if result.best is None:
         return no_serving_fit(result, cluster)
-    summary = serving_summary(result.best, cluster.gpu.price_usd_per_hour)
+    summary = serving_summary(result.best)
     summary["rejected"] = dict(result.rejected)
+    summary["notes"] = list(result.notes)  # e.g. bf16 served in fp16 on a GPU without bf16
     return summary
