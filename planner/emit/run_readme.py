@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from planner.contract.run_config import RunConfig
-from planner.emit.launch_scripts import multi_node_start
+from planner.emit.launch_guards import MPI_HOSTFILE
+from planner.emit.launch_scripts import multi_node_start, one_node_start
 from planner.gradient_compression import warmup_steps
 from planner.plan import Plan
 from planner.training_config import GradientCompression, Strategy
@@ -19,6 +20,7 @@ _FILE_PURPOSES = {
     "engine.json": "the config our engine takes (backends.initialize, or the runner for engine plans)",
     "launch.sh": "the launch command, one node or several",
     "hostfile": "DeepSpeed launcher hostfile template (multi-node)",
+    "mpi_hostfile": "MPI hostfile template in MPICH's HOST:N format, for MPIEXEC_ARGS='-hostfile mpi_hostfile'",
     "slurm.sbatch": "SLURM batch script: srun + torchrun rendezvous on the first node",
     "pytorchjob.yaml": "Kubeflow PyTorchJob (Training Operator v1): torchrun in each pod",
     "skypilot.yaml": "SkyPilot task: torchrun over SKYPILOT_NODE_IPS on each node",
@@ -79,14 +81,22 @@ def run_readme(plan: Plan, target: RunConfig, files: list[str]) -> str:
     if plan.calibration:
         lines.append(f"\nCalibration: {plan.calibration}")
     lines += ["", "## What it trains", ""] + _training_lines(target)
-    lines += ["", "## How to run", "", "```bash", "bash launch.sh                 # this node"]
-    if target.num_nodes > 1:
+    lines += ["", "## How to run", "", "```bash"]
+    if target.num_nodes == 1:
+        lines.append("bash launch.sh                 # this node")
+    else:  # launch.sh alone would wait for the other nodes: it refuses without MASTER_ADDR and NODE_RANK
         command, where = multi_node_start(target)
         lines.append(f"{command}   # {where}")
     lines += [
-        "bash launch.sh --tiny --steps 3   # smoke test: a shrunken model, three steps",
+        f"{one_node_start(target)} --tiny --steps 3   # smoke test"
+        f"{' on this node alone' if target.num_nodes > 1 else ''}: a shrunken model, three steps",
         "sbatch slurm.sbatch            # on a SLURM cluster",
-        "LAUNCHER=mpirun bash launch.sh # MPI: mpiexec starts every rank",
+        (
+            "LAUNCHER=mpirun bash launch.sh # MPI: mpiexec starts every rank"
+            if target.num_nodes == 1
+            else f"LAUNCHER=mpirun MPIEXEC_ARGS='-hostfile {MPI_HOSTFILE}' bash launch.sh   # MPI, on the first node: "
+            "mpiexec starts every rank"
+        ),
         *(
             ["kubectl create -f pytorchjob.yaml   # Kubernetes (replace the image and the claim first)"]
             if "pytorchjob.yaml" in files
@@ -94,7 +104,8 @@ def run_readme(plan: Plan, target: RunConfig, files: list[str]) -> str:
         ),
         *(["sky launch skypilot.yaml       # SkyPilot"] if "skypilot.yaml" in files else []),
         "hardware-selector watch .      # follow metrics.jsonl: loss, eval loss, tokens/s, ETA",
-        "TRAIN_SCRIPT=my_train.py bash launch.sh   # your own script (it gets --plan <this folder>)",
+        "TRAIN_SCRIPT=my_train.py bash launch.sh   # your own script (it gets --plan <this folder>)"
+        + ("" if target.num_nodes == 1 else "; on several nodes with the variables above"),
         "```",
         "",
         f"Every launcher ({target.launcher} by default) starts the runner, `python -m backends.run --plan <this folder>` "

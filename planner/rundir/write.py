@@ -6,7 +6,7 @@ with planner/emit/, write them atomically.
 Which files a folder holds depends on the strategy (docs/emitted-files.md):
 plan.json (the plan and its RunConfig), accelerate_config.yaml, launch.sh,
 slurm.sbatch and README.md always; ds_config.json (+ the Trainer flavour,
-hostfile) for DeepSpeed (the hostfile also on several nodes, for launch.sh's deepspeed branch); training_args.json for what the HF Trainer runs;
+hostfile) for DeepSpeed (the hostfile also on several nodes, for launch.sh's deepspeed branch); mpi_hostfile on several nodes or for --launcher mpi; training_args.json for what the HF Trainer runs;
 engine.json for our engine; pytorchjob.yaml or skypilot.yaml for the launch
 target that runs one (planner/launch_target.py). The folder's files are replaced all at once (every new
 file staged whole first: planner/rundir/manifest.py); an existing folder is refused unless force=True, and then the state of a run trained
@@ -27,6 +27,7 @@ from planner.elastic_plan import ElasticPlan
 from planner.emit.accelerate_yaml import accelerate_yaml
 from planner.emit.deepspeed_json import deepspeed_config
 from planner.emit.engine_json import engine_json
+from planner.emit.launch_guards import mpi_hostfile
 from planner.emit.launch_scripts import hostfile, launch_sh
 from planner.emit.plan_json import plan_json
 from planner.emit.pytorchjob import pytorchjob_yaml
@@ -66,6 +67,7 @@ ARTIFACTS = (
     "engine.json",
     "launch.sh",
     "hostfile",
+    "mpi_hostfile",
     "slurm.sbatch",
     "pytorchjob.yaml",
     "skypilot.yaml",
@@ -98,6 +100,7 @@ def render_run_folder(
         "engine.json": engine_json(plan, engine),
         "launch.sh": launch_sh(plan, target, elastic=elastic),
         "hostfile": hostfile(plan, target),
+        "mpi_hostfile": mpi_hostfile(target),
         "slurm.sbatch": slurm_sbatch(plan, target, run_dir, elastic=elastic),
         "pytorchjob.yaml": (
             pytorchjob_yaml(plan, target, str(run_dir), launch, elastic)
