@@ -207,7 +207,7 @@ def test_slurm_sbatch_rendezvous(strategy, tmp_path, recorder):
         (fake_bin / name).write_text("#!/bin/bash\n" + body)
         (fake_bin / name).chmod(0o755)
     runnable = tmp_path / "job.sbatch"
-    runnable.write_text(slurm_sbatch(plan, run_target(plan), run_dir.resolve(), python=str(recorder)))
+    runnable.write_text(slurm_sbatch(plan, run_target(plan), python=str(recorder)))
     record = tmp_path / "argv"
     env = {
         **os.environ,
@@ -216,6 +216,7 @@ def test_slurm_sbatch_rendezvous(strategy, tmp_path, recorder):
         "SLURM_JOB_NODELIST": "node-[a-b]",
         "SLURM_JOB_NUM_NODES": "2",
         "SLURM_JOB_ID": "4242",
+        "SLURM_SUBMIT_DIR": str(run_dir),  # submitted from the folder: the job's copy finds it there
     }
     subprocess.run(["bash", str(runnable)], check=True, env=env, timeout=60)
     run = str(run_dir.resolve())

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import re
 import shlex
-import sys
 
 from planner.contract.run_config import RunConfig
 from planner.elastic_plan import ElasticPlan
 from planner.emit.launch_guards import MPI_HOSTFILE, given_lines, mpi_nodes_lines, need_nodes_function
+from planner.emit.script_paths import python_lines
 from planner.plan import Plan
 
 DEFAULT_MASTER_PORT = 29500
@@ -73,7 +73,6 @@ def one_node_start(target: RunConfig) -> str:
 
 
 def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None, elastic: ElasticPlan | None = None) -> str:
-    q = shlex.quote
     header = [
         "#!/usr/bin/env bash",
         f"# Launch {plan.model.name} ({plan.config.strategy.value}) as planned by hardware-selector; edit freely.",
@@ -97,8 +96,7 @@ def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None, elast
         "set -euo pipefail",
         "",
         'RUN_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"',
-        f"DEFAULT_PYTHON={q(python or sys.executable)}",
-        "PYTHON=${PYTHON:-$DEFAULT_PYTHON}",
+        *python_lines("launch.sh", python),
         f"LAUNCHER=${{LAUNCHER:-{target.launcher}}}",
         f"NPROC_PER_NODE={target.nproc_per_node}",
         f"NNODES=${{NNODES:-{target.num_nodes}}}",
@@ -192,7 +190,8 @@ def _mpirun_lines() -> list[str]:
         "  # else the one on PATH.",
         *mpi_nodes_lines(),
         '  if [[ -z "${MPIEXEC:-}" ]]; then',
-        '    if [[ -x "$(dirname -- "$PYTHON")/mpiexec" ]]; then MPIEXEC="$(dirname -- "$PYTHON")/mpiexec"; else MPIEXEC=mpiexec; fi',
+        '    PYTHON_DIR="$(dirname -- "$(command -v -- "$PYTHON")")"  # PYTHON may be a name on PATH',
+        '    if [[ -x "$PYTHON_DIR/mpiexec" ]]; then MPIEXEC="$PYTHON_DIR/mpiexec"; else MPIEXEC=mpiexec; fi',
         "  fi",
         '  read -r -a MPIEXEC_OPTIONS <<< "${MPIEXEC_ARGS:-}"',
         '  exec "$MPIEXEC" -n "$((NPROC_PER_NODE * NNODES))" "${MPIEXEC_OPTIONS[@]}" \\',

@@ -112,11 +112,32 @@ def run_readme(plan: Plan, target: RunConfig, files: list[str]) -> str:
         "(docs/running.md). It writes `metrics.jsonl`, `checkpoints/` and, at the end, `final/`: an HF folder "
         "that `AutoModelForCausalLM.from_pretrained` loads.",
         "",
+        *_elsewhere_lines(target),
+        "",
         "## Files",
         "",
     ]
     lines += [f"- `{name}`: {_FILE_PURPOSES.get(name, '')}" for name in files]
     return "\n".join(lines) + "\n"
+
+
+def _elsewhere_lines(run: RunConfig) -> list[str]:
+    """What another machine (a cluster, for a folder planned on a laptop) needs to run the folder."""
+    reads = [*([run.model.path] if run.model.path else []), *run.data.train, *run.data.eval]
+    return [
+        "## On another machine",
+        "",
+        "Copy this folder anywhere: launch.sh and slurm.sbatch find it themselves (slurm.sbatch: submit it from "
+        "the folder, or set RUN_DIR). The machine needs hardware-selector installed (`pip install -e .` in its "
+        "source, with the `[mpi]` extra for LAUNCHER=mpirun). Both scripts run `PYTHON` when set, else the "
+        "interpreter that planned the folder if that path exists there, else `python` on PATH."
+        + (
+            " plan.json names what the run reads by absolute path (the model, tokenizer and data): they must be at "
+            "the same paths there."
+            if reads
+            else ""
+        ),
+    ]
 
 
 def _compression_lines(plan: Plan, target: RunConfig) -> list[str]:

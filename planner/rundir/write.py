@@ -101,7 +101,7 @@ def render_run_folder(
         "launch.sh": launch_sh(plan, target, elastic=elastic),
         "hostfile": hostfile(plan, target),
         "mpi_hostfile": mpi_hostfile(target),
-        "slurm.sbatch": slurm_sbatch(plan, target, run_dir, elastic=elastic),
+        "slurm.sbatch": slurm_sbatch(plan, target, elastic=elastic),
         "pytorchjob.yaml": (
             pytorchjob_yaml(plan, target, str(run_dir), launch, elastic)
             if launch is not None and launch.name == "k8s"

@@ -11,8 +11,17 @@
 set -euo pipefail
 
 RUN_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
-DEFAULT_PYTHON=<PYTHON>
-PYTHON=${PYTHON:-$DEFAULT_PYTHON}
+# The interpreter: PYTHON, else the one that planned this folder when this machine has it, else python on
+# PATH. Another machine needs hardware-selector installed in it (README.md, "On another machine").
+PLANNED_PYTHON=<PYTHON>
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ -x "$PLANNED_PYTHON" ]]; then PYTHON="$PLANNED_PYTHON"; else PYTHON=python; fi
+fi
+if ! command -v -- "$PYTHON" >/dev/null; then
+  echo "launch.sh: no Python interpreter '$PYTHON' on this machine; set PYTHON=/path/to/python, one with" \
+    "hardware-selector installed" >&2
+  exit 2
+fi
 LAUNCHER=${LAUNCHER:-deepspeed}
 NPROC_PER_NODE=4
 NNODES=${NNODES:-1}
@@ -104,7 +113,8 @@ mpirun)
     exit 2
   fi
   if [[ -z "${MPIEXEC:-}" ]]; then
-    if [[ -x "$(dirname -- "$PYTHON")/mpiexec" ]]; then MPIEXEC="$(dirname -- "$PYTHON")/mpiexec"; else MPIEXEC=mpiexec; fi
+    PYTHON_DIR="$(dirname -- "$(command -v -- "$PYTHON")")"  # PYTHON may be a name on PATH
+    if [[ -x "$PYTHON_DIR/mpiexec" ]]; then MPIEXEC="$PYTHON_DIR/mpiexec"; else MPIEXEC=mpiexec; fi
   fi
   read -r -a MPIEXEC_OPTIONS <<< "${MPIEXEC_ARGS:-}"
   exec "$MPIEXEC" -n "$((NPROC_PER_NODE * NNODES))" "${MPIEXEC_OPTIONS[@]}" \
