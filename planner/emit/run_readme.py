@@ -28,7 +28,7 @@ _FILE_PURPOSES = {
 }
 
 
-def run_readme(plan: Plan, target: RunConfig, files: list[str]) -> str:
+def run_readme(plan: Plan, target: RunConfig, files: list[str], *, placeholder_image: bool = False) -> str:
     config, memory = plan.config, plan.memory
     lines = [
         f"# Run folder: {plan.model.name} with {_strategy_name(plan)}",
@@ -98,7 +98,10 @@ def run_readme(plan: Plan, target: RunConfig, files: list[str]) -> str:
             "mpiexec starts every rank"
         ),
         *(
-            ["kubectl create -f pytorchjob.yaml   # Kubernetes (replace the image and the claim first)"]
+            [
+                "kubectl create -f pytorchjob.yaml   # Kubernetes (create the claim"
+                + (", and replace the placeholder image, first)" if placeholder_image else " first)")
+            ]
             if "pytorchjob.yaml" in files
             else []
         ),

@@ -37,7 +37,7 @@ from planner.emit.slurm import slurm_sbatch
 from planner.emit.training_args import training_args_json_document
 from planner.errors import UserInputError
 from planner.files import write_text_atomic
-from planner.launch_target import LaunchTarget
+from planner.launch_target import LaunchTarget, check_elastic
 from planner.models.families import family_of
 from planner.plan import Plan
 from planner.rundir.data_sources import check_text_field_present
@@ -114,7 +114,8 @@ def render_run_folder(
         ),
     }
     files = {name: text for name, text in contents.items() if text is not None}
-    files["README.md"] = run_readme(plan, target, [*files, "README.md"])
+    placeholder = launch is not None and launch.name == "k8s" and not launch.image
+    files["README.md"] = run_readme(plan, target, [*files, "README.md"], placeholder_image=placeholder)
     return files
 
 
@@ -204,6 +205,8 @@ def emit_run_folder(
         check_text_field_present(patterns, flag, target.data.text_field)  # not first at train
     if plan.config.kernels is KernelChoice.LIGER and target.device != "cuda":
         raise UserInputError("--kernels liger: Liger's kernels are Triton GPU kernels; plan --kernels compile for CPU")
+    if elastic is not None and launch is not None:
+        check_elastic(launch.name)
     if elastic is not None and target.nproc_overridden:
         raise UserInputError("--elastic plans each node count's layout itself; drop --nproc")
     files = render_run_folder(
