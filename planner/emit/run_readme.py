@@ -8,6 +8,7 @@ from planner.emit.launch_scripts import multi_node_start, one_node_start
 from planner.gradient_compression import warmup_steps
 from planner.plan import Plan
 from planner.training_config import GradientCompression, Strategy
+from planner.units import counted
 
 GIB = 2**30
 
@@ -33,9 +34,7 @@ def run_readme(plan: Plan, target: RunConfig, files: list[str], *, placeholder_i
     lines = [
         f"# Run folder: {plan.model.name} with {_strategy_name(plan)}",
         "",
-        f"Written by hardware-selector. {target.num_nodes} node(s) x {target.nproc_per_node} "
-        f"{'CPU process' if target.device == 'cpu' else plan.cluster.gpu.name}(es) = {target.world_size}; "
-        f"layout {target.layout.describe()}.",
+        f"Written by hardware-selector. {_processes(plan, target)}; layout {target.layout.describe()}.",
     ]
     if target.nproc_overridden:
         lines.append(
@@ -143,6 +142,16 @@ def _elsewhere_lines(run: RunConfig) -> list[str]:
     ]
 
 
+def _processes(plan: Plan, run: RunConfig) -> str:
+    """ "2 nodes x 8 H100-80GB GPUs = 16 processes", "1 node x 2 CPU processes = 2 processes"."""
+    devices = (
+        counted(run.nproc_per_node, "CPU process", "CPU processes")
+        if run.device == "cpu"
+        else counted(run.nproc_per_node, f"{plan.cluster.gpu.name} GPU")
+    )
+    return f"{counted(run.num_nodes, 'node')} x {devices} = {counted(run.world_size, 'process', 'processes')}"
+
+
 def _compression_lines(plan: Plan, target: RunConfig) -> list[str]:
     compression = plan.config.compression
     if compression is GradientCompression.NONE:
@@ -188,9 +197,11 @@ def _training_lines(run: RunConfig) -> list[str]:
             )
         )
     length = f"{optim.max_steps} steps" if optim.max_steps else f"{optim.epochs:g} epoch(s) of the data"
-    warmup = optim.warmup_steps if optim.warmup_steps is not None else "5% of the run (at most 100)"
+    warmup = (
+        counted(optim.warmup_steps, "step") if optim.warmup_steps is not None else "5% of the run's steps (at most 100)"
+    )
     lines.append(
-        f"- length: {length}; lr {optim.learning_rate:g}, warmup {warmup} steps, "
+        f"- length: {length}; lr {optim.learning_rate:g}, warmup {warmup}, "
         f"{optim.schedule} schedule, clipping {optim.gradient_clipping:g}"
     )
     return lines
