@@ -7,7 +7,8 @@ own loopback: the folder's README said `bash launch.sh` and it hung with no outp
 given (an elastic torchrun numbers the nodes itself: MASTER_ADDR only), and once given, launch.sh says what it
 waits for. mpiexec starts every rank from the first node on the hosts it is told of: without a hostfile, a
 program of the user's (MPIEXEC) or a batch allocation it reads (SLURM, PBS), it starts them all here.
-The DeepSpeed launcher's branch is not checked here (its hostfile names the nodes).
+The DeepSpeed launcher's branch is not checked here (its hostfile names the nodes). mpi_hostfile, the hosts
+file the mpiexec check points to, is rendered here too.
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ variable is expanded inside double quotes, so a path with spaces, quotes or
 folder can be moved or copied to another machine. Under LAUNCHER=mpirun, mpiexec starts every process
 itself and each rank reads its number from MPI's environment (docs/running.md, "MPI"). An elastic plan (`--elastic MIN:MAX`)
 starts torchrun over the node range with a c10d rendezvous and --max-restarts, so the
-survivors of a lost node restart and re-plan (docs/running.md, "Elastic").
+survivors of a lost node restart and re-plan (docs/running.md, "Elastic"). On several nodes each launcher's
+branch first checks what it needs to find the other nodes (planner/emit/launch_guards.py), and the interpreter
+is found when the script runs (planner/emit/script_paths.py).
 """
 
 from __future__ import annotations
