@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from planner.errors import UserInputError
-from planner.launch_target import TARGETS, launch_target
+from planner.launch_target import TARGETS, launch_target, placeholder_warning
 
 from .cost_options import CostOptions, check_cost_flags, cost_options, run_cost_plan
 from .model_options import ModelOptions, model_options
@@ -114,7 +114,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Find the fastest (or cheapest) way to train a model on a cluster, and explain it."""
         emit = emit_folder(emit_dir)
-        launch = launch_target(launcher, image)
+        launch = launch_target(launcher, image, elastic=elastic is not None)
         if force and emit is None:  # whatever the mode: only an emitted folder has files to replace
             raise UserInputError("--force replaces the files of an emitted folder; add --emit DIR, or drop --force")
         # Serving first: its refusal of the training-only flags (--clouds among them) comes before
@@ -281,6 +281,9 @@ def _emit(
     written = emit_run_folder(
         best, emit, force=force, overrides=overrides, elastic=elastic, launch=launch, search=search
     )
+    warning = placeholder_warning(launch)
+    if warning:
+        print(warning, file=sys.stderr)
     lines = []
     if theirs:  # files of the same names that hardware-selector did not write: moved with the run state, kept
         kept = sorted((folder / "previous").iterdir())[-1]

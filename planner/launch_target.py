@@ -9,9 +9,10 @@ folder always holds launch.sh and slurm.sbatch; a target adds what it runs:
 | slurm    | torchrun (under srun)                    | -             |
 | k8s      | torchrun (in each pod)                   | pytorchjob.yaml, a Kubeflow PyTorchJob |
 | skypilot | torchrun (on each node)                  | skypilot.yaml, a SkyPilot task |
-| mpi      | mpirun (mpiexec; launch.sh's default)    | -             |
+| mpi      | mpirun (mpiexec; launch.sh's default)    | mpi_hostfile  |
 
 Without --launcher the folder is launched as the plan's strategy prefers (launch.sh's LAUNCHER default).
+--elastic is refused with skypilot and mpi, which start a fixed number of nodes (ELASTIC_TARGETS).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from planner.errors import UserInputError
 TargetName = Literal["torchrun", "slurm", "k8s", "skypilot", "mpi"]
 TARGETS: tuple[str, ...] = ("torchrun", "slurm", "k8s", "skypilot", "mpi")
 IMAGE_TARGETS = ("k8s", "skypilot")  # the targets that run a container image
+# The targets whose files start torchrun over a node range with restarts (--elastic). SkyPilot's task runs a
+# fixed number of nodes, and mpiexec a fixed number of ranks with no restarts: an elastic folder for them would
+# say "elastic" and be static.
+ELASTIC_TARGETS = ("torchrun", "slurm", "k8s")
 
 # A placeholder no registry serves: a manifest applied unchanged fails at the image pull, saying which image.
 PLACEHOLDER_IMAGE = "registry.example.com/replace-with-your-image:latest"
@@ -55,14 +60,39 @@ class LaunchTarget:
         return "mpirun" if self.name == "mpi" else "torchrun"
 
 
-def launch_target(name: str | None, image: str | None = None) -> LaunchTarget | None:
-    """--launcher and --image as a LaunchTarget (None without --launcher); one line for a wrong value."""
+def placeholder_warning(launch: LaunchTarget | None) -> str | None:
+    """The warning `plan --emit` prints on stderr for a k8s manifest written without --image: it names a
+    placeholder no registry serves (the folder is still written: the image can be edited in, as docs/running.md
+    says), and a YAML comment alone went unseen."""
+    if launch is None or launch.name != "k8s" or launch.image:
+        return None
+    return (
+        f"warning: pytorchjob.yaml names the placeholder image {PLACEHOLDER_IMAGE}; re-emit with --image IMAGE "
+        "(one with hardware-selector installed) or replace it in the file before kubectl create"
+    )
+
+
+def check_elastic(name: str) -> None:
+    """--elastic with --launcher `name`: one line unless the target starts torchrun over a node range."""
+    if name not in ELASTIC_TARGETS:
+        starts = "a fixed number of nodes" if name == "skypilot" else "a fixed number of ranks (mpiexec)"
+        raise UserInputError(
+            f"--elastic is for --launcher {', '.join(ELASTIC_TARGETS)} (torchrun over a node range, with restarts); "
+            f"--launcher {name} starts {starts}: drop --elastic or pick one of those"
+        )
+
+
+def launch_target(name: str | None, image: str | None = None, *, elastic: bool = False) -> LaunchTarget | None:
+    """--launcher and --image (and whether --elastic is given) as a LaunchTarget (None without --launcher); one
+    line for a wrong value or combination."""
     if name is None:
         if image is not None:
             raise UserInputError(f"--image names the container of --launcher {' or '.join(IMAGE_TARGETS)}; add one")
         return None
     if name not in TARGETS:
         raise UserInputError(f"--launcher must be one of {', '.join(TARGETS)}, not '{name}'")
+    if elastic:
+        check_elastic(name)
     if image is not None:
         if name not in IMAGE_TARGETS:
             raise UserInputError(f"--image is for --launcher {' or '.join(IMAGE_TARGETS)}; --launcher {name} runs none")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from planner.elastic_plan import ElasticPlan, Fallback
 from planner.hardware.cluster import make_cluster
 from planner.memory.estimate import estimate_memory
 from planner.models.resolve import resolve_model
@@ -32,3 +33,10 @@ def make_plan(model: str = "gpt2", gpu: str = "cpu", gpus_per_node: int = 2, nod
         memory=memory,
         reasons=[f"test plan: {config.strategy.value}"],
     )
+
+
+def elastic_fsdp_plan() -> tuple[Plan, ElasticPlan]:
+    """An FSDP plan on 2 nodes of 2 CPU processes and its elastic table over 1 to 2 nodes."""
+    plan = make_plan(strategy="fsdp", nodes=2)
+    fallbacks = [Fallback.of(make_plan(strategy="fsdp")), Fallback.of(plan)]
+    return plan, ElasticPlan(min_nodes=1, max_nodes=2, gpus_per_node=2, fallbacks=fallbacks)

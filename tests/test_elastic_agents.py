@@ -34,7 +34,14 @@ RDZV_CONF = "last_call_timeout=15,keep_alive_interval=1,keep_alive_max_attempt=2
 
 
 def _agent(run_dir, port: int, log) -> subprocess.Popen:
-    env = cpu_env({"MASTER_PORT": str(port), "PET_RDZV_CONF": RDZV_CONF, "HARDWARE_SELECTOR_RECORD": "0"})
+    env = cpu_env(
+        {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "PET_RDZV_CONF": RDZV_CONF,
+            "HARDWARE_SELECTOR_RECORD": "0",
+        }
+    )
     command = ["bash", str(run_dir / "launch.sh"), "--tiny", "--steps", str(STEPS), "--save-every", "4"]
     return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 

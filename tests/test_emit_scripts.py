@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from emit_plans import make_plan
+from emit_plans import elastic_fsdp_plan, make_plan
 
 from planner.emit.slurm import slurm_sbatch
 from planner.launch_target import LaunchTarget
@@ -121,7 +121,8 @@ def test_launch_commands_are_exact_and_quoted(tmp_path, recorder):
         "--rdzv-endpoint=10.1.2.3:2222",
         *tail,
     ]
-    assert _run_launch(ds_dir, recorder, record, LAUNCHER="accelerate", NNODES="2", NODE_RANK="1") == [
+    nodes = {"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "10.1.2.4"}
+    assert _run_launch(ds_dir, recorder, record, LAUNCHER="accelerate", **nodes) == [
         "-m",
         "accelerate.commands.launch",
         "--config_file",
@@ -133,7 +134,7 @@ def test_launch_commands_are_exact_and_quoted(tmp_path, recorder):
         "--machine_rank",
         "1",
         "--main_process_ip",
-        "127.0.0.1",
+        "10.1.2.4",
         "--main_process_port",
         "29500",
         *tail,
@@ -206,7 +207,7 @@ def test_slurm_sbatch_rendezvous(strategy, tmp_path, recorder):
         (fake_bin / name).write_text("#!/bin/bash\n" + body)
         (fake_bin / name).chmod(0o755)
     runnable = tmp_path / "job.sbatch"
-    runnable.write_text(slurm_sbatch(plan, run_target(plan), run_dir.resolve(), python=str(recorder)))
+    runnable.write_text(slurm_sbatch(plan, run_target(plan), python=str(recorder)))
     record = tmp_path / "argv"
     env = {
         **os.environ,
@@ -215,6 +216,7 @@ def test_slurm_sbatch_rendezvous(strategy, tmp_path, recorder):
         "SLURM_JOB_NODELIST": "node-[a-b]",
         "SLURM_JOB_NUM_NODES": "2",
         "SLURM_JOB_ID": "4242",
+        "SLURM_SUBMIT_DIR": str(run_dir),  # submitted from the folder: the job's copy finds it there
     }
     subprocess.run(["bash", str(runnable)], check=True, env=env, timeout=60)
     run = str(run_dir.resolve())
@@ -238,21 +240,13 @@ def test_slurm_sbatch_rendezvous(strategy, tmp_path, recorder):
 def test_an_elastic_folder_launches_torchrun_over_its_node_range(tmp_path, recorder):
     """launch.sh: the same c10d command on every node, --nnodes MIN:MAX and --max-restarts (overridable);
     slurm.sbatch: a MIN-MAX node allocation that survives a lost node (docs/running.md, "Elastic")."""
-    from planner.elastic_plan import ElasticPlan, Fallback
-
-    plan = make_plan(strategy="fsdp", nodes=2)
-    table = ElasticPlan(
-        min_nodes=1,
-        max_nodes=2,
-        gpus_per_node=2,
-        fallbacks=[Fallback.of(make_plan(strategy="fsdp")), Fallback.of(plan)],
-    )
+    plan, table = elastic_fsdp_plan()
     run_dir = tmp_path / HOSTILE_NAME
     emit_run_folder(plan, run_dir, elastic=table)
     tail = ["-m", "backends.run", "--plan", str(run_dir.resolve()), "--tiny", "--steps", "3"]
     rendezvous = ["--nproc-per-node=2", "--rdzv-backend=c10d", "--rdzv-id=hs-gpt2-fsdp"]
     record = tmp_path / "argv"
-    assert _run_launch(run_dir, recorder, record) == [
+    assert _run_launch(run_dir, recorder, record, MASTER_ADDR="127.0.0.1") == [
         "-m", "torch.distributed.run", "--nnodes=1:2", "--max-restarts=3", *rendezvous,
         "--rdzv-endpoint=127.0.0.1:29500", *tail,
     ]  # fmt: skip
@@ -383,7 +377,8 @@ def test_every_launcher_branch_finds_its_files(tmp_path, recorder, target, nodes
     (recorder.parent / "mpiexec").chmod(0o755)
     prefix = f"{run_dir.resolve()}/"
     for launcher in ("torchrun", "accelerate", "deepspeed", "mpirun"):
-        argv = _run_launch(run_dir, recorder, tmp_path / "argv", LAUNCHER=launcher)
+        given = {"MASTER_ADDR": "10.1.2.3", "NODE_RANK": "0", "MPIEXEC_ARGS": "-hostfile mpi_hostfile"}
+        argv = _run_launch(run_dir, recorder, tmp_path / "argv", LAUNCHER=launcher, **given)
         named = [arg for arg in argv if arg.startswith(prefix)]
         assert all(Path(arg).exists() for arg in named), (launcher, named)
         assert launcher != "deepspeed" or nodes == 1 or f"{prefix}hostfile" in named
@@ -405,7 +400,7 @@ def test_multi_node_instructions_follow_the_default_launcher(tmp_path, strategy,
     first_only = "first node only" in branch
     header = script.split("set -euo pipefail", 1)[0].split("# Several nodes:", 1)[1].split("\n# Your own", 1)[0]
     readme = (run_dir / "README.md").read_text()
-    (readme_line,) = [line for line in readme.splitlines() if line.startswith("NNODES=")]
+    (readme_line,) = [line for line in readme.splitlines() if line.startswith("NNODES=") and "--tiny" not in line]
     for said in (header, readme_line):
         assert ("first node only" in said) == first_only, (default, said)
         assert ("every node" in said) == (not first_only), (default, said)

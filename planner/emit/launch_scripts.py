@@ -10,17 +10,20 @@ variable is expanded inside double quotes, so a path with spaces, quotes or
 folder can be moved or copied to another machine. Under LAUNCHER=mpirun, mpiexec starts every process
 itself and each rank reads its number from MPI's environment (docs/running.md, "MPI"). An elastic plan (`--elastic MIN:MAX`)
 starts torchrun over the node range with a c10d rendezvous and --max-restarts, so the
-survivors of a lost node restart and re-plan (docs/running.md, "Elastic").
+survivors of a lost node restart and re-plan (docs/running.md, "Elastic"). On several nodes each launcher's
+branch first checks what it needs to find the other nodes (planner/emit/launch_guards.py), and the interpreter
+is found when the script runs (planner/emit/script_paths.py).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-import sys
 
 from planner.contract.run_config import RunConfig
 from planner.elastic_plan import ElasticPlan
+from planner.emit.launch_guards import MPI_HOSTFILE, given_lines, mpi_nodes_lines, need_nodes_function
+from planner.emit.script_paths import python_lines
 from planner.plan import Plan
 
 DEFAULT_MASTER_PORT = 29500
@@ -56,8 +59,8 @@ def multi_node_start(target: RunConfig) -> tuple[str, str]:
         )
     if target.launcher == "mpirun":
         return (
-            f"NNODES={nodes} MPIEXEC_ARGS='-hostfile FILE' bash launch.sh",
-            "on the first node only (mpiexec starts every rank)",
+            f"NNODES={nodes} MPIEXEC_ARGS='-hostfile {MPI_HOSTFILE}' bash launch.sh",
+            f"on the first node only (mpiexec starts every rank; list the nodes in ./{MPI_HOSTFILE})",
         )
     return (
         f"NNODES={nodes} NODE_RANK=<i> MASTER_ADDR=<first node> bash launch.sh",
@@ -65,13 +68,18 @@ def multi_node_start(target: RunConfig) -> tuple[str, str]:
     )
 
 
+def one_node_start(target: RunConfig) -> str:
+    """launch.sh on this node alone: a multi-node folder says NNODES=1, since without it launch.sh waits for (or,
+    with MASTER_ADDR and NODE_RANK unset, refuses to start) the other nodes."""
+    return "bash launch.sh" if target.num_nodes == 1 else "NNODES=1 bash launch.sh"
+
+
 def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None, elastic: ElasticPlan | None = None) -> str:
-    q = shlex.quote
     header = [
         "#!/usr/bin/env bash",
         f"# Launch {plan.model.name} ({plan.config.strategy.value}) as planned by hardware-selector; edit freely.",
         "#",
-        "# One node:       bash launch.sh [runner options: --steps N, --data PATH, ...; see python -m backends.run -h]",
+        f"# One node:       {one_node_start(target)} [runner options: --steps N, --data PATH, ...; see python -m backends.run -h]",
         f"# Several nodes:  {multi_node_start(target)[1]}:",
         f"#   {multi_node_start(target)[0]}",
         "# Your own script: TRAIN_SCRIPT=/path/to/train.py bash launch.sh  (it receives --plan RUN_DIR).",
@@ -90,11 +98,11 @@ def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None, elast
         "set -euo pipefail",
         "",
         'RUN_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"',
-        f"DEFAULT_PYTHON={q(python or sys.executable)}",
-        "PYTHON=${PYTHON:-$DEFAULT_PYTHON}",
+        *python_lines("launch.sh", python),
         f"LAUNCHER=${{LAUNCHER:-{target.launcher}}}",
         f"NPROC_PER_NODE={target.nproc_per_node}",
         f"NNODES=${{NNODES:-{target.num_nodes}}}",
+        *given_lines(),
         "NODE_RANK=${NODE_RANK:-0}",
         "MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}",
         f"MASTER_PORT=${{MASTER_PORT:-{DEFAULT_MASTER_PORT}}}",
@@ -113,6 +121,7 @@ def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None, elast
         f"  TRAIN=( -m {RUNNER_MODULE} ); DS_TRAIN=( --module {RUNNER_MODULE} )",
         "fi",
         'ARGS=( --plan "$RUN_DIR" "$@" )',
+        *need_nodes_function(),
     ]
     if target.device == "cpu":
         header += [
@@ -128,6 +137,7 @@ def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None, elast
         *torchrun,
         "accelerate)",
         "  # = accelerate launch --config_file accelerate_config.yaml ...; the runner sets up the strategy itself.",
+        "  need_nodes rank",
         '  exec "$PYTHON" -m accelerate.commands.launch --config_file "$RUN_DIR/accelerate_config.yaml" \\',
         '    --num_processes "$((NPROC_PER_NODE * NNODES))" --num_machines "$NNODES" \\',
         '    --machine_rank "$NODE_RANK" --main_process_ip "$MASTER_ADDR" --main_process_port "$MASTER_PORT" \\',
@@ -160,6 +170,7 @@ def _torchrun_lines(plan: Plan) -> list[str]:
         '    exec "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node="$NPROC_PER_NODE" \\',
         '      "${TRAIN[@]}" "${ARGS[@]}"',
         "  fi",
+        "  need_nodes rank",
         '  exec "$PYTHON" -m torch.distributed.run --nnodes="$NNODES" --node-rank="$NODE_RANK" \\',
         '    --nproc-per-node="$NPROC_PER_NODE" --rdzv-backend=static \\',
         f'    --rdzv-id={shlex.quote(run_id(plan))} --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" \\',
@@ -174,12 +185,15 @@ def _mpirun_lines() -> list[str]:
     its options (a hostfile for several nodes, -x MASTER_ADDR for Open MPI), split on spaces."""
     return [
         "mpirun)",
-        "  # = mpiexec -n <all processes>; run it on the first node only. Several nodes: MPIEXEC_ARGS='-hostfile FILE'",
-        "  # (each host NPROC_PER_NODE slots); rank 0's address comes from mpi4py, or give MASTER_ADDR.",
+        "  # = mpiexec -n <all processes>; run it on the first node only. Several nodes:",
+        f"  # MPIEXEC_ARGS='-hostfile {MPI_HOSTFILE}' (each host NPROC_PER_NODE processes); rank 0's address comes",
+        "  # from mpi4py, or give MASTER_ADDR.",
         "  # The mpiexec installed beside the interpreter (the [mpi] extra's MPICH, which its mpi4py was built for),",
         "  # else the one on PATH.",
+        *mpi_nodes_lines(),
         '  if [[ -z "${MPIEXEC:-}" ]]; then',
-        '    if [[ -x "$(dirname -- "$PYTHON")/mpiexec" ]]; then MPIEXEC="$(dirname -- "$PYTHON")/mpiexec"; else MPIEXEC=mpiexec; fi',
+        '    PYTHON_DIR="$(dirname -- "$(command -v -- "$PYTHON")")"  # PYTHON may be a name on PATH',
+        '    if [[ -x "$PYTHON_DIR/mpiexec" ]]; then MPIEXEC="$PYTHON_DIR/mpiexec"; else MPIEXEC=mpiexec; fi',
         "  fi",
         '  read -r -a MPIEXEC_OPTIONS <<< "${MPIEXEC_ARGS:-}"',
         '  exec "$MPIEXEC" -n "$((NPROC_PER_NODE * NNODES))" "${MPIEXEC_OPTIONS[@]}" \\',
@@ -202,6 +216,7 @@ def _elastic_torchrun_lines(plan: Plan) -> list[str]:
         "    exit 2",
         "  fi",
         "  # The same command on every node; MASTER_ADDR is the node that hosts the rendezvous.",
+        "  need_nodes elastic",
         '  exec "$PYTHON" -m torch.distributed.run --nnodes="$NNODES_RANGE" --max-restarts="$MAX_RESTARTS" \\',
         '    --nproc-per-node="$NPROC_PER_NODE" --rdzv-backend=c10d \\',
         f'    --rdzv-id={shlex.quote(run_id(plan))} --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" \\',

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from planner.contract.run_config import RunConfig
-from planner.emit.launch_scripts import multi_node_start
+from planner.emit.launch_guards import MPI_HOSTFILE
+from planner.emit.launch_scripts import multi_node_start, one_node_start
 from planner.gradient_compression import warmup_steps
 from planner.plan import Plan
 from planner.training_config import GradientCompression, Strategy
+from planner.units import counted
 
 GIB = 2**30
 
@@ -19,6 +21,7 @@ _FILE_PURPOSES = {
     "engine.json": "the config our engine takes (backends.initialize, or the runner for engine plans)",
     "launch.sh": "the launch command, one node or several",
     "hostfile": "DeepSpeed launcher hostfile template (multi-node)",
+    "mpi_hostfile": "MPI hostfile template in MPICH's HOST:N format, for MPIEXEC_ARGS='-hostfile mpi_hostfile'",
     "slurm.sbatch": "SLURM batch script: srun + torchrun rendezvous on the first node",
     "pytorchjob.yaml": "Kubeflow PyTorchJob (Training Operator v1): torchrun in each pod",
     "skypilot.yaml": "SkyPilot task: torchrun over SKYPILOT_NODE_IPS on each node",
@@ -26,14 +29,12 @@ _FILE_PURPOSES = {
 }
 
 
-def run_readme(plan: Plan, target: RunConfig, files: list[str]) -> str:
+def run_readme(plan: Plan, target: RunConfig, files: list[str], *, placeholder_image: bool = False) -> str:
     config, memory = plan.config, plan.memory
     lines = [
         f"# Run folder: {plan.model.name} with {_strategy_name(plan)}",
         "",
-        f"Written by hardware-selector. {target.num_nodes} node(s) x {target.nproc_per_node} "
-        f"{'CPU process' if target.device == 'cpu' else plan.cluster.gpu.name}(es) = {target.world_size}; "
-        f"layout {target.layout.describe()}.",
+        f"Written by hardware-selector. {_processes(plan, target)}; layout {target.layout.describe()}.",
     ]
     if target.nproc_overridden:
         lines.append(
@@ -79,33 +80,76 @@ def run_readme(plan: Plan, target: RunConfig, files: list[str]) -> str:
     if plan.calibration:
         lines.append(f"\nCalibration: {plan.calibration}")
     lines += ["", "## What it trains", ""] + _training_lines(target)
-    lines += ["", "## How to run", "", "```bash", "bash launch.sh                 # this node"]
-    if target.num_nodes > 1:
+    lines += ["", "## How to run", "", "```bash"]
+    if target.num_nodes == 1:
+        lines.append("bash launch.sh                 # this node")
+    else:  # launch.sh alone would wait for the other nodes: it refuses without MASTER_ADDR and NODE_RANK
         command, where = multi_node_start(target)
         lines.append(f"{command}   # {where}")
     lines += [
-        "bash launch.sh --tiny --steps 3   # smoke test: a shrunken model, three steps",
+        f"{one_node_start(target)} --tiny --steps 3   # smoke test"
+        f"{' on this node alone' if target.num_nodes > 1 else ''}: a shrunken model, three steps",
         "sbatch slurm.sbatch            # on a SLURM cluster",
-        "LAUNCHER=mpirun bash launch.sh # MPI: mpiexec starts every rank",
+        (
+            "LAUNCHER=mpirun bash launch.sh # MPI: mpiexec starts every rank"
+            if target.num_nodes == 1
+            else f"LAUNCHER=mpirun MPIEXEC_ARGS='-hostfile {MPI_HOSTFILE}' bash launch.sh   # MPI, on the first node: "
+            "mpiexec starts every rank"
+        ),
         *(
-            ["kubectl create -f pytorchjob.yaml   # Kubernetes (replace the image and the claim first)"]
+            [
+                "kubectl create -f pytorchjob.yaml   # Kubernetes (create the claim"
+                + (", and replace the placeholder image, first)" if placeholder_image else " first)")
+            ]
             if "pytorchjob.yaml" in files
             else []
         ),
         *(["sky launch skypilot.yaml       # SkyPilot"] if "skypilot.yaml" in files else []),
         "hardware-selector watch .      # follow metrics.jsonl: loss, eval loss, tokens/s, ETA",
-        "TRAIN_SCRIPT=my_train.py bash launch.sh   # your own script (it gets --plan <this folder>)",
+        "TRAIN_SCRIPT=my_train.py bash launch.sh   # your own script (it gets --plan <this folder>)"
+        + ("" if target.num_nodes == 1 else "; on several nodes with the variables above"),
         "```",
         "",
         f"Every launcher ({target.launcher} by default) starts the runner, `python -m backends.run --plan <this folder>` "
         "(docs/running.md). It writes `metrics.jsonl`, `checkpoints/` and, at the end, `final/`: an HF folder "
         "that `AutoModelForCausalLM.from_pretrained` loads.",
         "",
+        *_elsewhere_lines(target),
+        "",
         "## Files",
         "",
     ]
     lines += [f"- `{name}`: {_FILE_PURPOSES.get(name, '')}" for name in files]
     return "\n".join(lines) + "\n"
+
+
+def _elsewhere_lines(run: RunConfig) -> list[str]:
+    """What another machine (a cluster, for a folder planned on a laptop) needs to run the folder."""
+    reads = [*([run.model.path] if run.model.path else []), *run.data.train, *run.data.eval]
+    return [
+        "## On another machine",
+        "",
+        "Copy this folder anywhere: launch.sh and slurm.sbatch find it themselves (slurm.sbatch: submit it from "
+        "the folder, or set RUN_DIR). The machine needs hardware-selector installed (`pip install -e .` in its "
+        "source, with the `[mpi]` extra for LAUNCHER=mpirun). Both scripts run `PYTHON` when set, else the "
+        "interpreter that planned the folder if that path exists there, else `python` on PATH."
+        + (
+            " plan.json names what the run reads by absolute path (the model, tokenizer and data): they must be at "
+            "the same paths there."
+            if reads
+            else ""
+        ),
+    ]
+
+
+def _processes(plan: Plan, run: RunConfig) -> str:
+    """ "2 nodes x 8 H100-80GB GPUs = 16 processes", "1 node x 2 CPU processes = 2 processes"."""
+    devices = (
+        counted(run.nproc_per_node, "CPU process", "CPU processes")
+        if run.device == "cpu"
+        else counted(run.nproc_per_node, f"{plan.cluster.gpu.name} GPU")
+    )
+    return f"{counted(run.num_nodes, 'node')} x {devices} = {counted(run.world_size, 'process', 'processes')}"
 
 
 def _compression_lines(plan: Plan, target: RunConfig) -> list[str]:
@@ -153,9 +197,11 @@ def _training_lines(run: RunConfig) -> list[str]:
             )
         )
     length = f"{optim.max_steps} steps" if optim.max_steps else f"{optim.epochs:g} epoch(s) of the data"
-    warmup = optim.warmup_steps if optim.warmup_steps is not None else "5% of the run (at most 100)"
+    warmup = (
+        counted(optim.warmup_steps, "step") if optim.warmup_steps is not None else "5% of the run's steps (at most 100)"
+    )
     lines.append(
-        f"- length: {length}; lr {optim.learning_rate:g}, warmup {warmup} steps, "
+        f"- length: {length}; lr {optim.learning_rate:g}, warmup {warmup}, "
         f"{optim.schedule} schedule, clipping {optim.gradient_clipping:g}"
     )
     return lines

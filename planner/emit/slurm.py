@@ -1,29 +1,26 @@
 """slurm.sbatch: one task per node under srun, torchrun's rendezvous on the job's first node.
 
 Every strategy runs the one runner (`-m backends.run`); extra arguments to
-`sbatch slurm.sbatch ARGS` reach it. Paths are fixed at emission time (SLURM
-runs a copy of the script from its spool directory), quoted with shlex.quote
-and expanded inside double quotes. An elastic plan asks for MIN-MAX nodes, keeps the job alive
+`sbatch slurm.sbatch ARGS` reach it. The run folder and the interpreter are
+found when the job runs (planner/emit/script_paths.py: SLURM runs a copy of the
+script from its spool directory), so the folder can be planned on one machine
+and submitted on another; values are expanded inside double quotes. An elastic plan asks for MIN-MAX nodes, keeps the job alive
 when a node fails (--no-kill) and lets torchrun restart the survivors, which re-plan (docs/running.md,
 "Elastic").
 """
 
 from __future__ import annotations
 
-import shlex
-import sys
-from pathlib import Path
-
 from planner.contract.run_config import RunConfig
 from planner.elastic_plan import ElasticPlan
 from planner.emit.launch_scripts import DEFAULT_MASTER_PORT, RUNNER_MODULE, run_id
+from planner.emit.script_paths import python_lines, sbatch_run_dir_lines
 from planner.plan import Plan
 
 
 def slurm_sbatch(
-    plan: Plan, target: RunConfig, run_dir: Path, *, python: str | None = None, elastic: ElasticPlan | None = None
+    plan: Plan, target: RunConfig, *, python: str | None = None, elastic: ElasticPlan | None = None
 ) -> str:
-    q = shlex.quote
     gpus = [] if target.device == "cpu" else [f"#SBATCH --gpus-per-node={target.nproc_per_node}"]
     lines = [
         "#!/bin/bash",
@@ -38,8 +35,9 @@ def slurm_sbatch(
         f"{target.nproc_per_node} process(es); submit with `sbatch slurm.sbatch`. Written by hardware-selector.",
         "set -euo pipefail",
         "",
-        f"export RUN_DIR={q(str(run_dir))}",
-        f"export PYTHON={q(python or sys.executable)}",
+        *sbatch_run_dir_lines(),
+        *python_lines("slurm.sbatch", python),
+        "export PYTHON",
         f"TRAIN=( -m {RUNNER_MODULE} )",
         f"export NPROC_PER_NODE={target.nproc_per_node}",
         f"export MASTER_PORT={DEFAULT_MASTER_PORT}",

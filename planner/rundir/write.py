@@ -6,7 +6,7 @@ with planner/emit/, write them atomically.
 Which files a folder holds depends on the strategy (docs/emitted-files.md):
 plan.json (the plan and its RunConfig), accelerate_config.yaml, launch.sh,
 slurm.sbatch and README.md always; ds_config.json (+ the Trainer flavour,
-hostfile) for DeepSpeed (the hostfile also on several nodes, for launch.sh's deepspeed branch); training_args.json for what the HF Trainer runs;
+hostfile) for DeepSpeed (the hostfile also on several nodes, for launch.sh's deepspeed branch); mpi_hostfile on several nodes or for --launcher mpi; training_args.json for what the HF Trainer runs;
 engine.json for our engine; pytorchjob.yaml or skypilot.yaml for the launch
 target that runs one (planner/launch_target.py). The folder's files are replaced all at once (every new
 file staged whole first: planner/rundir/manifest.py); an existing folder is refused unless force=True, and then the state of a run trained
@@ -27,6 +27,7 @@ from planner.elastic_plan import ElasticPlan
 from planner.emit.accelerate_yaml import accelerate_yaml
 from planner.emit.deepspeed_json import deepspeed_config
 from planner.emit.engine_json import engine_json
+from planner.emit.launch_guards import mpi_hostfile
 from planner.emit.launch_scripts import hostfile, launch_sh
 from planner.emit.plan_json import plan_json
 from planner.emit.pytorchjob import pytorchjob_yaml
@@ -36,7 +37,7 @@ from planner.emit.slurm import slurm_sbatch
 from planner.emit.training_args import training_args_json_document
 from planner.errors import UserInputError
 from planner.files import write_text_atomic
-from planner.launch_target import LaunchTarget
+from planner.launch_target import LaunchTarget, check_elastic
 from planner.models.families import family_of
 from planner.plan import Plan
 from planner.rundir.data_sources import check_text_field_present
@@ -66,6 +67,7 @@ ARTIFACTS = (
     "engine.json",
     "launch.sh",
     "hostfile",
+    "mpi_hostfile",
     "slurm.sbatch",
     "pytorchjob.yaml",
     "skypilot.yaml",
@@ -98,7 +100,8 @@ def render_run_folder(
         "engine.json": engine_json(plan, engine),
         "launch.sh": launch_sh(plan, target, elastic=elastic),
         "hostfile": hostfile(plan, target),
-        "slurm.sbatch": slurm_sbatch(plan, target, run_dir, elastic=elastic),
+        "mpi_hostfile": mpi_hostfile(target),
+        "slurm.sbatch": slurm_sbatch(plan, target, elastic=elastic),
         "pytorchjob.yaml": (
             pytorchjob_yaml(plan, target, str(run_dir), launch, elastic)
             if launch is not None and launch.name == "k8s"
@@ -111,7 +114,8 @@ def render_run_folder(
         ),
     }
     files = {name: text for name, text in contents.items() if text is not None}
-    files["README.md"] = run_readme(plan, target, [*files, "README.md"])
+    placeholder = launch is not None and launch.name == "k8s" and not launch.image
+    files["README.md"] = run_readme(plan, target, [*files, "README.md"], placeholder_image=placeholder)
     return files
 
 
@@ -201,6 +205,8 @@ def emit_run_folder(
         check_text_field_present(patterns, flag, target.data.text_field)  # not first at train
     if plan.config.kernels is KernelChoice.LIGER and target.device != "cuda":
         raise UserInputError("--kernels liger: Liger's kernels are Triton GPU kernels; plan --kernels compile for CPU")
+    if elastic is not None and launch is not None:
+        check_elastic(launch.name)
     if elastic is not None and target.nproc_overridden:
         raise UserInputError("--elastic plans each node count's layout itself; drop --nproc")
     files = render_run_folder(
