@@ -6,6 +6,7 @@ import bisect
 import time
 from operator import attrgetter
 
+from planner.calibration import is_corrected, line_for_plan
 from planner.contract.search_restrictions import SearchRestrictions
 from planner.errors import UserInputError
 from planner.evaluate import memory_on
@@ -18,7 +19,13 @@ from planner.search.batching import resolve_global_batch
 from planner.search.candidates import CandidateEvaluator, Scored, ThroughputAdjust, cluster_variants
 from planner.search.compression import auto_line, check_compression_request, compression_lines
 from planner.search.explain import TIE_TOLERANCE, family_fates, plan_reasons
-from planner.search.layouts import ENGINE_MODEL_TYPES, FSDP_LABELS, engine_applicability, tensor_parallel_degrees
+from planner.search.layouts import (
+    ENGINE_MODEL_TYPES,
+    FSDP_LABELS,
+    engine_applicability,
+    family_label,
+    tensor_parallel_degrees,
+)
 from planner.search.request import Objective, PlanRequest, search_restrictions
 from planner.search.result import SearchResult, SearchStats
 from planner.search.suggest import PLAN_FLAGS, SuggestionFlags, suggestions
@@ -62,6 +69,7 @@ def _to_plan(
     reasons: list[str],
     calibration: str | None,
     search: SearchRestrictions,
+    corrected_elsewhere: list[str],
 ) -> Plan:
     return Plan(
         search=search,
@@ -71,7 +79,9 @@ def _to_plan(
         memory=memory,
         throughput=item.throughput,
         reasons=reasons,
-        calibration=calibration,
+        calibration=line_for_plan(
+            calibration, item.cluster.gpu.name, item.config, item.throughput, corrected_elsewhere
+        ),
     )
 
 
@@ -207,7 +217,9 @@ def search_plans(
             reasons += [why_compressed] if why_compressed else []
             if batch_note:
                 reasons.append(batch_note)
-            plans.append(_to_plan(item, spec, memory, reasons, calibration, restrictions))
+            # The families the records moved, which the plan was ranked against: its line names them.
+            corrected = [family_label(o.config) for o in ranked if o is not item and is_corrected(o.throughput)]
+            plans.append(_to_plan(item, spec, memory, reasons, calibration, restrictions, corrected))
     elif suggest:
         if set(request.strategies) <= {"engine"} and cluster.world_size == 1:  # not memory: no layout at all
             name = flags.strategies or "the strategies"
