@@ -72,8 +72,8 @@ INTERRUPTED_BEFORE_LAUNCH = (
 
 
 def _prepare(run_dir: Path, forwarded: list[str], *, nproc: int | None, max_restarts: int, dry_run: bool):
-    """Every check before torchrun (one-line errors), then the lock: (spec, command, lock, the checkpoint it
-    resumes from, the environment telling the ranks the lock is held); None for --dry-run, which printed."""
+    """Every check before torchrun (one-line errors), then the lock: (spec, command, lock, where the next `train`
+    starts if this one is stopped, the environment telling the ranks the lock is held); None for --dry-run."""
     args, spec = checked_runner_args(run_dir, forwarded)
     run = spec.run
     count = nproc or run.nproc_per_node
@@ -125,7 +125,15 @@ def _prepare(run_dir: Path, forwarded: list[str], *, nproc: int | None, max_rest
         return None
     lock = hold_run_lock(spec.run_dir)  # held while torchrun runs (the caller keeps it); its ranks skip it
     resumes_from = resume_checks()
-    return spec, command, lock, resumes_from, {HELD_ENV: str(spec.run_dir.resolve())}
+    from backends.runner.status import next_start, where_next
+
+    # Where the next `train` starts, should this one be stopped before its ranks say: --resume-from's checkpoint,
+    # or the one its ranks will choose (a damaged newest checkpoint passed over), asked only then.
+    if args.resume_from is not None and resumes_from is not None:
+        then = partial(where_next, str(resumes_from))
+    else:
+        then = partial(next_start, spec.run_dir, tiny=args.tiny, resume=run.checkpoint.resume)
+    return spec, command, lock, then, {HELD_ENV: str(spec.run_dir.resolve())}
 
 
 def register(app: typer.Typer) -> None:
@@ -151,7 +159,7 @@ def register(app: typer.Typer) -> None:
             prepared = _prepare(run_dir, forwarded, nproc=nproc, max_restarts=max_restarts, dry_run=dry_run)
         if prepared is None:
             return
-        spec, command, lock, resumes_from, held = prepared  # noqa: F841 (lock: held while torchrun runs)
+        spec, command, lock, then, held = prepared  # noqa: F841 (lock: held while torchrun runs)
         from .launcher_output import failure_line, interruption_line, log_path, rank_exit_code, run_logged
 
         log = log_path(spec.run_dir)
@@ -161,7 +169,7 @@ def register(app: typer.Typer) -> None:
         if code and stopped_by is not None:  # this process was stopped: the ranks' exits are its consequence
             from backends.runner.status import record_stopped_launch
 
-            message = record_stopped_launch(spec.run_dir, stopped_by, started, resumes_from and str(resumes_from))
+            message = record_stopped_launch(spec.run_dir, stopped_by, started, then)
             interrupted = None if message is None else f"interrupted: {message}"
         else:  # torchrun or its ranks stopped by a signal that did not go through this process
             interrupted = interruption_line(spec.run_dir, started) if code else None

@@ -29,13 +29,17 @@ def _tree(folder):
     return sorted((path.relative_to(folder).as_posix(), path.stat().st_size) for path in folder.rglob("*"))
 
 
-@pytest.fixture()
-def run_dir(tmp_path, capsys):
-    folder = tmp_path / "run"
+def emit_folder(folder, capsys):
+    """A DDP run folder of the catalog's gpt2 on 2 CPU processes (tests/test_interrupted_resume_point.py too)."""
     plan = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64", "--strategies", "ddp"]
     assert main([*plan, "--emit", str(folder)]) == 0
     capsys.readouterr()
     return folder
+
+
+@pytest.fixture()
+def run_dir(tmp_path, capsys):
+    return emit_folder(tmp_path / "run", capsys)
 
 
 @pytest.mark.parametrize("step", ["preflight", "check_resume"])
