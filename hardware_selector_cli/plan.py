@@ -188,7 +188,9 @@ def register(app: typer.Typer) -> None:
             print_plans(result, title, explain, tokens_given=request.train_tokens is not None)
             from rich.console import Console
 
-            Console().print(f"throughput {calibration}", markup=False, highlight=False, style="dim")
+            # The best plan's own line: the records may have changed none of its figures (planner/calibration.py).
+            said = result.best.calibration if result.best is not None else calibration
+            Console().print(f"throughput {said}", markup=False, highlight=False, style="dim")
         if written is not None:
             stream = sys.stderr if as_json else sys.stdout
             for line in written:

@@ -62,6 +62,80 @@ def torchrun_command(run_dir: Path, *, nproc: int, max_restarts: int, forwarded:
     ]
 
 
+# Ctrl-C during the checks: nothing was launched and nothing written (the checks only read; the lock goes with
+# this process; the ranks, not train, move a smoke test's state aside), so the next `train` starts where this
+# one would have.
+INTERRUPTED_BEFORE_LAUNCH = (
+    "interrupted: SIGINT during train's checks, before torchrun started; nothing ran, and the next "
+    "`hardware-selector train` starts where this one would have"
+)
+
+
+def _prepare(run_dir: Path, forwarded: list[str], *, nproc: int | None, max_restarts: int, dry_run: bool):
+    """Every check before torchrun (one-line errors), then the lock: (spec, command, lock, where the next `train`
+    starts if this one is stopped, the environment telling the ranks the lock is held); None for --dry-run."""
+    args, spec = checked_runner_args(run_dir, forwarded)
+    run = spec.run
+    count = nproc or run.nproc_per_node
+    if spec.elastic is not None:  # the layout plan.json holds for this many processes, or one line
+        from planner.rundir.replan import plan_for_world
+
+        _, run = plan_for_world(spec.plan, run, spec.elastic, count, count)
+    cores = os.cpu_count() or 1
+    if run.device == "cpu" and count > CPU_RANKS_PER_CORE * cores:
+        raise UserInputError(
+            f"--nproc {count}: {count} CPU processes on this machine's {cores} cores would crawl; "
+            f"start at most {CPU_RANKS_PER_CORE * cores} (a CPU run is a rehearsal: the plan's GPUs set its speed)"
+        )
+    if count % run.layout.model_parallel:
+        raise UserInputError(
+            f"--nproc {count} cannot hold this plan's tensor x pipeline parallel layout of "
+            f"{run.layout.model_parallel} ranks; pass a multiple of {run.layout.model_parallel}"
+        )
+    from backends.runner.world import fit_to_world
+
+    try:  # the ranks' own fitting (the global batch must split over the data-parallel ranks), before torchrun
+        fit_to_world(run, count, tiny=args.tiny, local_world=count)
+    except UserInputError as error:
+        raise UserInputError(f"--nproc {count}: {error}" if nproc else str(error)) from None
+    command = torchrun_command(run_dir.resolve(), nproc=count, max_restarts=max_restarts, forwarded=forwarded)
+    if run.device == "cuda" and not args.tiny:
+        from backends.cpu_distributed import runs_on_cpu_instead  # imports torch: only here
+
+        runs_on_cpu_instead("cuda", tiny=False)  # the one-line error on a machine without CUDA
+    from backends.runner.preflight import check_resume, preflight
+    from backends.runner.run_lock import HELD_ENV, hold_run_lock, refuse_if_held
+
+    # Data, tokenizer, weights: seconds here instead of after every rank starts. They only read the
+    # user's files, so they come before the lock: a refused run leaves the folder as it was.
+    preflight(run, tiny=args.tiny, run_dir=spec.run_dir)
+    resume_checks = partial(
+        check_resume,
+        spec.run_dir,
+        run,
+        tiny=args.tiny,
+        strategy=spec.strategy.value,
+        resume_from=args.resume_from,
+        reset_data_position=args.reset_data_position,
+    )
+    if dry_run:  # every check a launch would make, none of its effects: the lock is looked at, not taken
+        refuse_if_held(spec.run_dir)
+        resume_checks()
+        print(shlex.join(command))
+        return None
+    lock = hold_run_lock(spec.run_dir)  # held while torchrun runs (the caller keeps it); its ranks skip it
+    resumes_from = resume_checks()
+    from backends.runner.status import next_start, where_next
+
+    # Where the next `train` starts, should this one be stopped before its ranks say: --resume-from's checkpoint,
+    # or the one its ranks will choose (a damaged newest checkpoint passed over), asked only then.
+    if args.resume_from is not None and resumes_from is not None:
+        then = partial(where_next, str(resumes_from))
+    else:
+        then = partial(next_start, spec.run_dir, tiny=args.tiny, resume=run.checkpoint.resume)
+    return spec, command, lock, then, {HELD_ENV: str(spec.run_dir.resolve())}
+
+
 def register(app: typer.Typer) -> None:
     @app.command("train", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
     def train_command(
@@ -79,68 +153,23 @@ def register(app: typer.Typer) -> None:
 
         Runner options (--data, --steps, --lr, --tiny, --strategy, --record, ...) are passed on."""
         forwarded = list(context.args)
-        args, spec = checked_runner_args(run_dir, forwarded)
-        run = spec.run
-        count = nproc or run.nproc_per_node
-        if spec.elastic is not None:  # the layout plan.json holds for this many processes, or one line
-            from planner.rundir.replan import plan_for_world
+        from .interrupts import said_when_interrupted
 
-            _, run = plan_for_world(spec.plan, run, spec.elastic, count, count)
-        cores = os.cpu_count() or 1
-        if run.device == "cpu" and count > CPU_RANKS_PER_CORE * cores:
-            raise UserInputError(
-                f"--nproc {count}: {count} CPU processes on this machine's {cores} cores would crawl; "
-                f"start at most {CPU_RANKS_PER_CORE * cores} (a CPU run is a rehearsal: the plan's GPUs set its speed)"
-            )
-        if count % run.layout.model_parallel:
-            raise UserInputError(
-                f"--nproc {count} cannot hold this plan's tensor x pipeline parallel layout of "
-                f"{run.layout.model_parallel} ranks; pass a multiple of {run.layout.model_parallel}"
-            )
-        from backends.runner.world import fit_to_world
-
-        try:  # the ranks' own fitting (the global batch must split over the data-parallel ranks), before torchrun
-            fit_to_world(run, count, tiny=args.tiny, local_world=count)
-        except UserInputError as error:
-            raise UserInputError(f"--nproc {count}: {error}" if nproc else str(error)) from None
-        command = torchrun_command(run_dir.resolve(), nproc=count, max_restarts=max_restarts, forwarded=forwarded)
-        if run.device == "cuda" and not args.tiny:
-            from backends.cpu_distributed import runs_on_cpu_instead  # imports torch: only here
-
-            runs_on_cpu_instead("cuda", tiny=False)  # the one-line error on a machine without CUDA
-        from backends.runner.preflight import check_resume, preflight
-        from backends.runner.run_lock import HELD_ENV, hold_run_lock, refuse_if_held
-
-        # Data, tokenizer, weights: seconds here instead of after every rank starts. They only read the
-        # user's files, so they come before the lock: a refused run leaves the folder as it was.
-        preflight(run, tiny=args.tiny, run_dir=spec.run_dir)
-        resume_checks = partial(
-            check_resume,
-            spec.run_dir,
-            run,
-            tiny=args.tiny,
-            strategy=spec.strategy.value,
-            resume_from=args.resume_from,
-            reset_data_position=args.reset_data_position,
-        )
-        if dry_run:  # every check a launch would make, none of its effects: the lock is looked at, not taken
-            refuse_if_held(spec.run_dir)
-            resume_checks()
-            print(shlex.join(command))
+        with said_when_interrupted(INTERRUPTED_BEFORE_LAUNCH):  # run_logged says its own once torchrun runs
+            prepared = _prepare(run_dir, forwarded, nproc=nproc, max_restarts=max_restarts, dry_run=dry_run)
+        if prepared is None:
             return
-        lock = hold_run_lock(spec.run_dir)  # noqa: F841 (held while torchrun runs; its ranks skip it)
-        resumes_from = resume_checks()
+        spec, command, lock, then, held = prepared  # noqa: F841 (lock: held while torchrun runs)
         from .launcher_output import failure_line, interruption_line, log_path, rank_exit_code, run_logged
 
         log = log_path(spec.run_dir)
         started = time.time()
-        held = {HELD_ENV: str(spec.run_dir.resolve())}
         # relative paths: the user's folder
         code, explained, stopped_by = run_logged(command, cwd=Path.cwd(), log=log, env=held)
         if code and stopped_by is not None:  # this process was stopped: the ranks' exits are its consequence
             from backends.runner.status import record_stopped_launch
 
-            message = record_stopped_launch(spec.run_dir, stopped_by, started, resumes_from and str(resumes_from))
+            message = record_stopped_launch(spec.run_dir, stopped_by, started, then)
             interrupted = None if message is None else f"interrupted: {message}"
         else:  # torchrun or its ranks stopped by a signal that did not go through this process
             interrupted = interruption_line(spec.run_dir, started) if code else None

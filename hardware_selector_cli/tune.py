@@ -20,6 +20,7 @@ import typer
 from planner.errors import UserInputError
 
 from .given_flags import given_flags
+from .interrupts import said_when_interrupted
 from .model_options import ModelOptions, model_options
 from .option_groups import option_group
 from .search_options import SearchOptions, search_options
@@ -73,138 +74,167 @@ def register(app: typer.Typer) -> None:
         db: Path | None = typer.Option(None, "--db", help="Benchmark database (default: $HARDWARE_SELECTOR_DB)."),
     ) -> None:
         """Run the search's top plans here for a measured window each and rank them by what was measured."""
-        from .run_options import emit_folder
+        with said_when_interrupted(INTERRUPTED):
+            _tune(**locals())  # the parameters above, by name
 
-        emit = emit_folder(emit_dir)
-        if candidates < 1:
-            raise UserInputError(f"--candidates must be at least 1, not {candidates}")
-        if not 0 < budget <= 24 * 60:
-            raise UserInputError(f"--budget is minutes, more than 0 and at most a day, not {budget:g}")
-        given = given_flags(ctx, search_options, routing_options)  # whatever their values: one at its default too
-        if "--top" in given:
-            raise UserInputError("tune measures the search's best --candidates K plans and shows them all; drop --top")
-        ignored = given_flags(ctx, model_options, cluster_options) + [f for f in FOLDER_SEARCH_FLAGS if f in given]
-        if run_dir is not None and ignored:
-            raise UserInputError(f"tune RUN_DIR tunes the folder's own model and cluster; drop {', '.join(ignored)}")
-        if run_dir is not None and emit is not None:
-            raise UserInputError("tune RUN_DIR re-emits the winner into RUN_DIR; drop --emit")
-        overriding = [flag for flag in given if flag in SEARCH_OVERRIDES]  # RUN_DIR's search, widened or narrowed
-        searched = [flag for flag in given if flag not in (*SEARCH_OVERRIDES, *FOLDER_SEARCH_FLAGS)]
-        if run_dir is not None and searched:
-            raise UserInputError(
-                f"tune RUN_DIR searches for the folder's own batch, length and precision; drop {', '.join(searched)}, "
-                "or plan with them first (plan --emit DIR ...) and tune that folder"
-            )
-        if force and emit is None:  # as plan's: tune RUN_DIR replaces its folder without being asked
-            raise UserInputError("--force replaces the files of an --emit folder; add --emit DIR, or drop --force")
-        if run_dir is not None:
-            run_dir = run_dir.expanduser().resolve()  # the trials run elsewhere: a relative path would not hold
-            _refuse_while_training(run_dir)  # before the trials, and again before the winner replaces the folder
-        if emit is not None:
-            from planner.rundir.write import emit_target
 
-            emit_target(emit, force=force)  # before the trials, not after them
-            if force:
-                _refuse_while_training(emit.expanduser().resolve())
-        spec, target, plans, options, elastic, restrictions = _candidates(
-            run_dir, model, cluster, search, routing, candidates, overriding
+# Ctrl-C anywhere in a tune: the trials that ended were recorded, or their folders kept, and the winner's folder is
+# written whole or not at all (planner/rundir/write.py), so running the same tune again picks up where it stopped.
+INTERRUPTED = (
+    "interrupted: SIGINT; run the same `hardware-selector tune` again to resume: the trials that ended are read "
+    "back, not measured again (--remeasure measures them anew)"
+)
+
+
+def _tune(
+    ctx,
+    model,
+    cluster,
+    search,
+    routing,
+    run_dir,
+    candidates,
+    budget,
+    tiny,
+    synthetic,
+    memory_limit_gb,
+    emit_dir,
+    launcher,
+    remeasure,
+    force,
+    db,
+) -> None:
+    """tune_command's work (docs/running.md, "Tune")."""
+    from .run_options import emit_folder
+
+    emit = emit_folder(emit_dir)
+    if candidates < 1:
+        raise UserInputError(f"--candidates must be at least 1, not {candidates}")
+    if not 0 < budget <= 24 * 60:
+        raise UserInputError(f"--budget is minutes, more than 0 and at most a day, not {budget:g}")
+    given = given_flags(ctx, search_options, routing_options)  # whatever their values: one at its default too
+    if "--top" in given:
+        raise UserInputError("tune measures the search's best --candidates K plans and shows them all; drop --top")
+    ignored = given_flags(ctx, model_options, cluster_options) + [f for f in FOLDER_SEARCH_FLAGS if f in given]
+    if run_dir is not None and ignored:
+        raise UserInputError(f"tune RUN_DIR tunes the folder's own model and cluster; drop {', '.join(ignored)}")
+    if run_dir is not None and emit is not None:
+        raise UserInputError("tune RUN_DIR re-emits the winner into RUN_DIR; drop --emit")
+    overriding = [flag for flag in given if flag in SEARCH_OVERRIDES]  # RUN_DIR's search, widened or narrowed
+    searched = [flag for flag in given if flag not in (*SEARCH_OVERRIDES, *FOLDER_SEARCH_FLAGS)]
+    if run_dir is not None and searched:
+        raise UserInputError(
+            f"tune RUN_DIR searches for the folder's own batch, length and precision; drop {', '.join(searched)}, "
+            "or plan with them first (plan --emit DIR ...) and tune that folder"
         )
-        if target.num_nodes > 1:
-            # RUN_DIR's own cluster is tuned: --nodes 1 beside it would be ignored, so the line says what works.
-            one_node = (
-                "emit a one-node folder of it (plan ... --nodes 1 --emit DIR) and tune that"
-                if run_dir is not None
-                else "tune one node's layout here (--nodes 1)"
-            )
-            raise UserInputError(
-                f"tune measures this machine, and the plan is for {target.num_nodes} nodes; {one_node}, or run the "
-                "trials on the cluster with run-training-benchmark"
-            )
-        if not tiny and target.gpu.kind != "cpu":  # as `train` refuses it: not a launch and a record per trial
-            from backends.cpu_distributed import runs_on_cpu_instead  # imports torch: only here
+    if force and emit is None:  # as plan's: tune RUN_DIR replaces its folder without being asked
+        raise UserInputError("--force replaces the files of an --emit folder; add --emit DIR, or drop --force")
+    if run_dir is not None:
+        run_dir = run_dir.expanduser().resolve()  # the trials run elsewhere: a relative path would not hold
+        _refuse_while_training(run_dir)  # before the trials, and again before the winner replaces the folder
+    if emit is not None:
+        from planner.rundir.write import emit_target
 
-            runs_on_cpu_instead("cuda", tiny=False)
-        from benchmarks.harness.tune import measured_order, order_changes, run_tune
-        from benchmarks_db.store import BenchmarkStore
+        emit_target(emit, force=force)  # before the trials, not after them
+        if force:
+            _refuse_while_training(emit.expanduser().resolve())
+    spec, target, plans, options, elastic, restrictions = _candidates(
+        run_dir, model, cluster, search, routing, candidates, overriding
+    )
+    if target.num_nodes > 1:
+        # RUN_DIR's own cluster is tuned: --nodes 1 beside it would be ignored, so the line says what works.
+        one_node = (
+            "emit a one-node folder of it (plan ... --nodes 1 --emit DIR) and tune that"
+            if run_dir is not None
+            else "tune one node's layout here (--nodes 1)"
+        )
+        raise UserInputError(
+            f"tune measures this machine, and the plan is for {target.num_nodes} nodes; {one_node}, or run the "
+            "trials on the cluster with run-training-benchmark"
+        )
+    if not tiny and target.gpu.kind != "cpu":  # as `train` refuses it: not a launch and a record per trial
+        from backends.cpu_distributed import runs_on_cpu_instead  # imports torch: only here
 
-        store = BenchmarkStore(db)
-        from functools import partial
+        runs_on_cpu_instead("cuda", tiny=False)
+    from benchmarks.harness.tune import measured_order, order_changes, run_tune
+    from benchmarks_db.store import BenchmarkStore
 
-        from benchmarks.harness.processes import LAUNCHERS, run_torchrun_command
+    store = BenchmarkStore(db)
+    from functools import partial
 
-        if launcher not in LAUNCHERS:
-            raise UserInputError(f"--launcher must be one of {', '.join(LAUNCHERS)}, not '{launcher}'")
-        if memory_limit_gb is not None and not 0 < memory_limit_gb < 1e6:
-            raise UserInputError(f"--memory-limit-gb is more than 0 GB, not {memory_limit_gb:g}")
-        if synthetic and options is not None:
-            options = options.model_copy(update={"data": options.data.model_copy(update={"train": [], "eval": []})})
-        outcome = run_tune(
-            spec,
-            target,
-            plans,
-            tiny=tiny,
-            budget_s=budget * 60,
-            store=store,
+    from benchmarks.harness.processes import LAUNCHERS, run_torchrun_command
+
+    if launcher not in LAUNCHERS:
+        raise UserInputError(f"--launcher must be one of {', '.join(LAUNCHERS)}, not '{launcher}'")
+    if memory_limit_gb is not None and not 0 < memory_limit_gb < 1e6:
+        raise UserInputError(f"--memory-limit-gb is more than 0 GB, not {memory_limit_gb:g}")
+    if synthetic and options is not None:
+        options = options.model_copy(update={"data": options.data.model_copy(update={"train": [], "eval": []})})
+    outcome = run_tune(
+        spec,
+        target,
+        plans,
+        tiny=tiny,
+        budget_s=budget * 60,
+        store=store,
+        options=options,
+        memory_limit_gb=memory_limit_gb,
+        token_cache=run_dir / "data" if run_dir is not None and not synthetic else None,
+        run_command=partial(run_torchrun_command, launcher=launcher),
+        remeasure=remeasure,
+    )
+    found = outcome.trials
+    _print_trials(found, outcome, store.path)
+    if tiny:
+        print("--tiny measures the shrunken architecture: the order is what counts, not measured/predicted")
+    if outcome.link_GBps:
+        measured = ", ".join(f"{kind} {rate:.3g}" for kind, rate in outcome.link_GBps.items())
+        print(
+            f"links here (GB/s per rank, probed once per launch): {measured}; the plan assumed "
+            f"{outcome.assumed_link_GBps:.3g} = {outcome.assumed_link_source}"
+        )
+    for line in order_changes(found, compare=not tiny, links=outcome.link_GBps, assumed_GBps=outcome.assumed_link_GBps):
+        print(f"  - {line}")
+    ranked = [trial for trial in measured_order(found) if trial.status == "ok"]
+    if not ranked:
+        raise UserInputError("no trial ran to the end here; each one's reason is above")
+    keys = [trial.key for trial in found]
+    winner, best, fallbacks = ranked[0], plans[keys.index(ranked[0].key)], None
+    if elastic is not None:  # an elastic folder stays elastic: the fastest plan that keeps its node range
+        from .tune_elastic import elastic_winner
+
+        winner, best, fallbacks = elastic_winner(ranked, lambda trial: plans[keys.index(trial.key)], elastic)
+    folder = run_dir if run_dir is not None else emit
+    if folder is not None:
+        tune = {
+            "winner": winner.label,
+            "trials": [trial.model_dump(mode="json") for trial in found],
+            "link_GBps": outcome.link_GBps,
+            "assumed_link_GBps": outcome.assumed_link_GBps,
+        }
+        from planner.rundir.write import emit_run_folder
+
+        previous: list[str] = []
+        if run_dir is not None or force:
+            from planner.rundir.previous_run import previous_run_state
+
+            folder = folder.expanduser().resolve()
+            _refuse_while_training(folder)
+            previous = previous_run_state(folder) if folder.is_dir() else []  # a trained run: moved aside, said
+        emit_run_folder(
+            best,
+            folder,
+            force=run_dir is not None or force,
             options=options,
-            memory_limit_gb=memory_limit_gb,
-            token_cache=run_dir / "data" if run_dir is not None and not synthetic else None,
-            run_command=partial(run_torchrun_command, launcher=launcher),
-            remeasure=remeasure,
+            tune=tune,
+            elastic=fallbacks,
+            search=restrictions,  # the search tune ran: a later `tune RUN_DIR` runs it again
         )
-        found = outcome.trials
-        _print_trials(found, outcome, store.path)
-        if tiny:
-            print("--tiny measures the shrunken architecture: the order is what counts, not measured/predicted")
-        if outcome.link_GBps:
-            measured = ", ".join(f"{kind} {rate:.3g}" for kind, rate in outcome.link_GBps.items())
-            print(
-                f"links here (GB/s per rank, probed once per launch): {measured}; the plan assumed "
-                f"{outcome.assumed_link_GBps:.3g} = {outcome.assumed_link_source}"
-            )
-        for line in order_changes(
-            found, compare=not tiny, links=outcome.link_GBps, assumed_GBps=outcome.assumed_link_GBps
-        ):
-            print(f"  - {line}")
-        ranked = [trial for trial in measured_order(found) if trial.status == "ok"]
-        if not ranked:
-            raise UserInputError("no trial ran to the end here; each one's reason is above")
-        keys = [trial.key for trial in found]
-        winner, best, fallbacks = ranked[0], plans[keys.index(ranked[0].key)], None
-        if elastic is not None:  # an elastic folder stays elastic: the fastest plan that keeps its node range
-            from .tune_elastic import elastic_winner
+        if previous:
+            from .plan import moved_run_line
 
-            winner, best, fallbacks = elastic_winner(ranked, lambda trial: plans[keys.index(trial.key)], elastic)
-        folder = run_dir if run_dir is not None else emit
-        if folder is not None:
-            tune = {
-                "winner": winner.label,
-                "trials": [trial.model_dump(mode="json") for trial in found],
-                "link_GBps": outcome.link_GBps,
-                "assumed_link_GBps": outcome.assumed_link_GBps,
-            }
-            from planner.rundir.write import emit_run_folder
-
-            previous: list[str] = []
-            if run_dir is not None or force:
-                from planner.rundir.previous_run import previous_run_state
-
-                folder = folder.expanduser().resolve()
-                _refuse_while_training(folder)
-                previous = previous_run_state(folder) if folder.is_dir() else []  # a trained run: moved aside, said
-            emit_run_folder(
-                best,
-                folder,
-                force=run_dir is not None or force,
-                options=options,
-                tune=tune,
-                elastic=fallbacks,
-                search=restrictions,  # the search tune ran: a later `tune RUN_DIR` runs it again
-            )
-            if previous:
-                from .plan import moved_run_line
-
-                print(moved_run_line(folder, previous), file=sys.stderr)
-            print(f"wrote the winner ({winner.label}) to {folder}; its plan.json names the trials", file=sys.stderr)
+            print(moved_run_line(folder, previous), file=sys.stderr)
+        print(f"wrote the winner ({winner.label}) to {folder}; its plan.json names the trials", file=sys.stderr)
 
 
 def _refuse_while_training(run_dir: Path) -> None:

@@ -35,6 +35,9 @@ from planner.units import counted
 MIN_RECORDS_FOR_AFFINE = 3
 # How far (either way, as a factor) a correction is carried beyond the predicted step times it was fitted on.
 EXTRAPOLATION_LIMIT = 10.0
+# How a step time moved by the records is sourced (rescaled()), and the note a correction out of range leaves.
+CORRECTED_SOURCES = ("calibration: ", "measured: ")
+NOT_APPLIED = "calibration not applied: "
 
 
 class MeasuredRun(BaseModel):
@@ -276,12 +279,12 @@ class Calibration(BaseModel):
             return estimate
         if not correction.covers(estimate.step_time_s):
             note = (
-                f"calibration not applied: {correction.describe()} was fitted on predicted steps of "
-                f"{correction.fitted_range()}, more than {EXTRAPOLATION_LIMIT:g}x from this one's "
-                f"{_seconds(estimate.step_time_s)}"
+                f"{NOT_APPLIED}the correction {correction.describe()} was fitted on predicted steps of "
+                f"{correction.fitted_range()}; this plan's {_seconds(estimate.step_time_s)} is more than "
+                f"{EXTRAPOLATION_LIMIT:g}x outside that range"
             )
             return estimate.model_copy(update={"notes": [*estimate.notes, note]})
-        source = f"calibration: {correction.describe()}"
+        source = f"{CORRECTED_SOURCES[0]}{correction.describe()}"
         return rescaled(estimate, correction.apply(estimate.step_time_s), source, source)
 
     def adjuster(
@@ -292,7 +295,7 @@ class Calibration(BaseModel):
         def adjust(config: TrainingConfig, estimate: ThroughputEstimate) -> ThroughputEstimate:
             run = self.measured_run(gpu_name, world_size, nodes, spec_hash, config) if use_measured else None
             if run is not None and run.step_time_s:
-                source = f"measured: benchmark {run.label}"
+                source = f"{CORRECTED_SOURCES[1]}benchmark {run.label}"
                 return rescaled(estimate, run.step_time_s, source, f"step time measured ({run.label})")
             return self.corrected(estimate, gpu_name, config)
 
@@ -326,3 +329,38 @@ class Calibration(BaseModel):
             f"({fitted} used in corrections: {families}); measured configs use their measured step time; "
             f"newest: {mine.measured[0].label}"
         )
+
+
+def is_corrected(estimate: ThroughputEstimate | None) -> bool:
+    """Whether the records moved this estimate: rescaled() names a record or a correction as its step's source,
+    and every other figure moves with the step."""
+    return estimate is not None and estimate.sources.get("step_time_s", "").startswith(CORRECTED_SOURCES)
+
+
+def line_for_plan(
+    line: str | None,
+    gpu_name: str,
+    config: TrainingConfig,
+    estimate: ThroughputEstimate | None,
+    corrected_elsewhere: tuple[str, ...] | list[str] = (),
+) -> str | None:
+    """The calibration line as it holds for one plan (docs/benchmarks.md, "Calibration"). summary() is said
+    before the search, for whatever the records could change; a plan none of whose figures they changed (its
+    strategy has no correction, or the correction was fitted more than a decade from its step) is not
+    calibrated, and the line says why, and which plans it was ranked against the records did move
+    (`corrected_elsewhere`: their labels), since those moved the choice."""
+    if line is None or not line.startswith("calibrated"):
+        return line
+    if estimate is None:
+        return "not calibrated: this plan has no throughput estimate to calibrate"
+    if is_corrected(estimate):
+        return line
+    refused = next((note for note in estimate.notes if note.startswith(NOT_APPLIED)), None)
+    if refused is not None:
+        why = refused.removeprefix(NOT_APPLIED)
+    else:
+        why = f"no record of {strategy_family(config)} on {gpu_name} to fit a correction on, and this config was not measured"
+    elsewhere = (
+        f"; the records did correct {', '.join(corrected_elsewhere)}, ranked against it" if corrected_elsewhere else ""
+    )
+    return f"not calibrated: {why}{elsewhere}"

@@ -39,18 +39,19 @@ def sample_record(**overrides) -> RunRecord:
     return RunRecord(**fields)
 
 
-def calibrating_store(path: Path) -> BenchmarkStore:
-    """Three DDP records of gpt2 on cpu whose measured step is exactly 10 ms + 4 x predicted: predicted 2,000-8,000 s,
-    within a decade of a 2-GPU cpu plan of gpt2 at seq 128 (~6,800 s), so the correction carries to it
-    (planner/calibration.py, EXTRAPOLATION_LIMIT)."""
+def calibrating_store(path: Path, predicted_s: float = 2000.0, scale: float = 4.0) -> BenchmarkStore:
+    """Three DDP records of gpt2 on cpu whose measured step is exactly 10 ms + 4 x predicted: predicted 2,000-8,000 s
+    by default, within a decade of a 2-GPU fp32 cpu plan of gpt2 at seq 128 (~6,800 s), so the correction carries
+    to it (planner/calibration.py, EXTRAPOLATION_LIMIT); `predicted_s` (the smallest) moves the range, e.g. 5 for
+    5-20 s, around the ~15 s step of the same plan in the default precision; `scale` replaces the 4."""
     store = BenchmarkStore(path)
     store.add_many(
         [
             sample_record(
                 micro_batch=mb,
-                predicted_step_time_s=2000.0 * mb,
-                step_time_median_s=0.01 + 8000.0 * mb,
-                tokens_per_s=2 * mb * 128 / (0.01 + 8000.0 * mb),
+                predicted_step_time_s=predicted_s * mb,
+                step_time_median_s=0.01 + scale * predicted_s * mb,
+                tokens_per_s=2 * mb * 128 / (0.01 + scale * predicted_s * mb),
             )
             for mb in (1, 2, 4)
         ]

@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from planner.calibration import Calibration, MeasuredRun, fit_correction, rescaled
+from planner.calibration import Calibration, MeasuredRun, fit_correction, line_for_plan, rescaled
 from planner.throughput.result import StepTimeBreakdown, ThroughputEstimate
 from planner.training_config import TrainingConfig
 
@@ -121,8 +121,8 @@ def test_a_correction_is_not_carried_past_a_decade_of_the_predictions_it_was_fit
     far = calibration.corrected(estimate(14.3), "cpu", config)  # 14.3 s: more than 10x beyond 12 ms
     assert far.step_time_s == 14.3 and far.sources["step_time_s"] == "formula: test"
     assert far.notes[-1] == (
-        "calibration not applied: fsdp-full on cpu: x12.3 (2 records, newest fsdp11cp) was fitted on predicted steps of "
-        "8 ms-12 ms, more than 10x from this one's 14.3 s"
+        "calibration not applied: the correction fsdp-full on cpu: x12.3 (2 records, newest fsdp11cp) was fitted on "
+        "predicted steps of 8 ms-12 ms; this plan's 14.3 s is more than 10x outside that range"
     )
     below = calibration.corrected(estimate(0.0007), "cpu", config)  # below a tenth of 8 ms
     assert below.step_time_s == 0.0007
@@ -170,3 +170,35 @@ def test_records_that_change_nothing_are_not_said_to_calibrate_the_plan():
     assert not usable and line.startswith("not calibrated: 2 measured runs for cpu, none usable")
     assert "427a991" not in line
     assert calibration.usable("cpu", world_size=2, nodes=1, spec_hash="tiny")  # the tiny model itself: measured
+
+
+def test_a_plan_the_records_changed_nothing_of_is_said_not_calibrated_and_why():
+    """Audit: the only correction was fitted on predicted steps of 8-12 ms, the plan's step is 14.3 s, so
+    EXTRAPOLATION_LIMIT kept it off; the line still said "calibrated on 2 measured runs"."""
+    tiny = [run(c, predicted=p, measured=12.3 * p) for c, p in zip(FSDP[:2], (0.008, 0.012))]
+    calibration = Calibration.fit(tiny)
+    line = calibration.summary("cpu", calibration.usable("cpu", world_size=2, nodes=1, spec_hash="abc"))
+    assert line.startswith("calibrated on 2 measured runs for cpu")  # before the search: the records could apply
+    far = calibration.corrected(estimate(14.3), "cpu", FSDP[2])
+    assert line_for_plan(line, "cpu", FSDP[2], far) == (
+        "not calibrated: the correction fsdp-full on cpu: x12.3 (2 records, newest fsdp11cp) was fitted on predicted "
+        "steps of 8 ms-12 ms; this plan's 14.3 s is more than 10x outside that range"
+    )
+    near = calibration.corrected(estimate(0.1), "cpu", FSDP[2])  # within a decade: corrected, the line stands
+    assert line_for_plan(line, "cpu", FSDP[2], near) == line
+    pooled = calibration.corrected(estimate(0.1), "cpu", DDP[0])  # no ddp record: the pooled correction moved it
+    assert pooled.sources["step_time_s"].startswith("calibration: families without records (pooled from fsdp-full)")
+    assert line_for_plan(line, "cpu", DDP[0], pooled) == line
+    # Records without a prediction fit no correction at all: a config they did not measure is moved by nothing.
+    unpredicted = Calibration.fit([r.model_copy(update={"predicted_step_time_s": None}) for r in tiny])
+    said = unpredicted.summary("cpu", unpredicted.usable("cpu", world_size=2, nodes=1, spec_hash="abc"))
+    assert said.startswith("calibrated on 2 measured runs for cpu")  # a run of this model on this cluster
+    plain = unpredicted.corrected(estimate(0.1), "cpu", DDP[0])
+    assert line_for_plan(said, "cpu", DDP[0], plain) == (
+        "not calibrated: no record of ddp on cpu to fit a correction on, and this config was not measured"
+    )
+    measured = rescaled(estimate(0.1), 0.2, "measured: benchmark record x", "step time measured")
+    assert line_for_plan(line, "cpu", DDP[0], measured) == line
+    assert (
+        line_for_plan("not calibrated (--no-calibration)", "cpu", DDP[0], plain) == "not calibrated (--no-calibration)"
+    )

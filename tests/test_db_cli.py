@@ -101,6 +101,29 @@ def test_plan_says_how_it_was_calibrated_and_uses_a_measured_record(tmp_path, ca
     assert "throughput not calibrated (--no-calibration)" in capsys.readouterr().out
 
 
+def test_plan_with_only_an_out_of_range_correction_says_it_is_not_calibrated_and_why(tmp_path, capsys):
+    """Audit: records predicted at 2-8 s fit a ddp correction; the plan's predicted step (~7,000 s) is more than a
+    decade beyond, so no figure of it changed, yet `plan` said "calibrated on 3 measured runs". The reference
+    for what changed is the best plan's own step-time source (formula) and the note the correction left."""
+    store = BenchmarkStore(tmp_path / "runs.duckdb")
+    store.add_many([sample_record(micro_batch=mb, predicted_step_time_s=2.0 * mb, step_time_median_s=0.01 + 4.0 * mb)
+                    for mb in (1, 2, 4)])  # fmt: skip
+    assert main([*PLAN, "--db", str(store.path), "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["best"]
+    assert best["throughput"]["sources"]["step_time_s"].startswith("formula:")
+    (note,) = [note for note in best["throughput"]["notes"] if note.startswith("calibration not applied: ")]
+    step = best["throughput"]["step_time_s"]
+    assert best["calibration"] == "not calibrated: " + note.removeprefix("calibration not applied: ")
+    assert best["calibration"].startswith("not calibrated: the correction ddp on cpu: 10 ms + x2 (3 records")
+    assert best["calibration"].endswith(
+        f"was fitted on predicted steps of 2 s-8 s; this plan's {step:.3g} s is more than 10x outside that range"
+    )
+    assert main([*PLAN, "--db", str(store.path)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())  # rich wraps the line
+    assert "throughput not calibrated: the correction ddp on cpu" in printed
+    assert "calibrated on 3" not in printed
+
+
 def test_a_limit_out_of_range_is_one_line(tmp_path, capsys):
     db = ["--db", str(tmp_path / "empty.duckdb")]
     for limit in ("-1", "0", "1e20"):

@@ -77,6 +77,9 @@ def test_launch_commands_are_exact_and_quoted(tmp_path, recorder):
         "backends.run",
         *arguments,
     ]
+    # Three nodes need three hosts in the hostfile (the template lists the planned one); the template is put back.
+    template = (ds_dir / "hostfile").read_text()
+    (ds_dir / "hostfile").write_text("".join(f"host-{index} slots=2\n" for index in range(3)))
     assert _run_launch(ds_dir, recorder, record, NNODES="3", MASTER_ADDR="10.1.2.3") == [
         "-m",
         "deepspeed.launcher.runner",
@@ -94,6 +97,7 @@ def test_launch_commands_are_exact_and_quoted(tmp_path, recorder):
         "backends.run",
         *arguments,
     ]
+    (ds_dir / "hostfile").write_text(template)
     assert _run_launch(ds_dir, recorder, record, LAUNCHER="torchrun") == [
         "-m",
         "torch.distributed.run",

@@ -86,7 +86,8 @@ def planned_config(best: dict):
 
 
 def test_select_hardware_calibrates_each_gpu_it_ranks(tmp_path):
-    store = _filled(tmp_path)
+    # Around its ~15 s step (default precision), and faster than predicted: DDP stays the best plan, corrected.
+    store = calibrating_store(tmp_path / "runs.duckdb", predicted_s=5.0, scale=0.5)
     result = select_hardware_for_task(
         "text_generation", "gpt2", gpu_count=2, seq_len=128, candidates=["cpu", "A100-80GB"],
         rank_by="throughput", db=str(store.path), include_detected=False,
@@ -119,7 +120,8 @@ def test_a_bad_db_argument_is_one_sentence(db, error, message):
 
 
 def test_the_seed_command_prints_how_it_calibrated_and_can_turn_it_off(tmp_path):
-    store = _filled(tmp_path)
+    # Around its ~15 s step (default precision), and faster than predicted: DDP stays the best plan, corrected.
+    store = calibrating_store(tmp_path / "runs.duckdb", predicted_s=5.0, scale=0.5)
     seed = ["--model-family", "text_generation", "--model-name", "gpt2", "--distributed", "--gpu-count", "2",
             "--gpu", "cpu", "--seq-len", "128"]  # fmt: skip
 
@@ -151,3 +153,28 @@ def test_a_database_that_cannot_be_read_is_one_line_in_the_doors_words(tmp_path,
     assert capsys.readouterr().err.strip() == (
         f"error: --db {junk} is not a DuckDB database; pass --db a .duckdb file (or a new path)"
     )
+
+
+def test_an_answer_the_records_changed_nothing_of_says_why_as_plan_does(tmp_path, capsys):
+    """Audit: the line said "calibrated on 3 measured runs" when the only correction was out of range for the
+    answer (fitted on predicted steps of 5-20 s, the fp32 plan's is ~7,000 s), or was for a strategy the answer
+    does not use. The references: `plan`'s own line for the same request, and the answer's formula step."""
+    store = calibrating_store(tmp_path / "runs.duckdb", predicted_s=5.0)
+    far = get_distributed_training_config(**API, db=store.path)
+    step = far["estimated_throughput"]["step_time_s"]
+    assert far["estimated_throughput"]["sources"]["step_time_s"].startswith("formula")
+    assert far["calibration"] == _plan_best(store.path, capsys)["calibration"]
+    assert far["calibration"].startswith("not calibrated: the correction ddp on cpu: 10 ms + x4 (3 records, newest ")
+    assert far["calibration"].endswith(
+        f"was fitted on predicted steps of 5 s-20 s; this plan's {step:.3g} s is more than 10x outside that range"
+    )
+    # Per-GPU batch 8 in the default precision: DDP's ~15 s step is in range and corrected x4; the other
+    # strategies, with no record of their own, take the pooled correction (tests/test_calibration_pooled.py), so
+    # FSDP grad-op no longer wins uncorrected, and DDP (simplest, within the estimate's error) is the answer.
+    unlisted = get_distributed_training_config(
+        model_family="text_generation", model_name="gpt2", gpu_count=2, gpu="cpu", seq_len=128, batch_size=8,
+        db=store.path,
+    )  # fmt: skip
+    assert unlisted["distributed_strategy"] == "DDP"
+    assert unlisted["estimated_throughput"]["sources"]["step_time_s"].startswith("calibration: ddp on cpu: ")
+    assert unlisted["calibration"].startswith("calibrated on 3 measured runs for cpu")

@@ -31,7 +31,9 @@ def preferred_tags(load_dir: Path) -> list[str]:
     return candidates
 
 
-def choose_checkpoint(load_dir: Path, tag: str | None) -> Path | None:
+def choose_checkpoint(load_dir: Path, tag: str | None, *, report: bool = True) -> Path | None:
+    """`tag`'s checkpoint, else the newest intact one (each passed over said on stderr unless `report` is False);
+    None when there is none; a UserInputError when none is intact."""
     if tag is not None:
         reason = verify(load_dir / tag)
         if reason:
@@ -46,7 +48,8 @@ def choose_checkpoint(load_dir: Path, tag: str | None) -> Path | None:
         if reason is None:
             return load_dir / candidate
         # A line for the user, not a Python warning: the run goes on from an older checkpoint.
-        print(f"checkpoint {load_dir / candidate} is unusable ({reason}); trying the previous one", file=sys.stderr)
+        if report:
+            print(f"checkpoint {load_dir / candidate} is unusable ({reason}); trying the previous one", file=sys.stderr)
     if candidates:
         raise UserInputError(
             f"no intact checkpoint in {load_dir}: every one failed its manifest check; "

@@ -175,11 +175,9 @@ class RunCheckpoints:
         choice: Path | None = None
         if rank() == 0:
             try:
-                choice = choose_checkpoint(self.folder, None)
+                choice, self.passed_over_smoke_test = chosen_checkpoint(self.folder, tiny=tiny)
             except UserInputError as failure:
                 error = str(failure)
-            if choice is not None and not tiny and _smoke_test_checkpoint(choice):
-                choice, self.passed_over_smoke_test = None, True
         error, choice = rank0_choice(error, choice)
         if error:
             raise UserInputError(error)
@@ -197,6 +195,18 @@ class RunCheckpoints:
         if rng_file.is_file():
             load_rng(rng_file)
         return state
+
+
+def chosen_checkpoint(folder: Path, *, tiny: bool, report: bool = True) -> tuple[Path | None, bool]:
+    """Rank 0's choice of the checkpoint a run resumes from, and whether it passed over a smoke test's: the
+    newest intact one (an older one when the newer fail their manifest check, each said unless `report` is
+    False; a UserInputError when none is intact), None for none; a full run (`tiny` False) passes over a --tiny
+    smoke test's. An interrupted `train` says where the next one resumes with it too (status.next_start), so
+    the line and the ranks cannot disagree."""
+    choice = choose_checkpoint(folder, None, report=report)
+    if choice is not None and not tiny and _smoke_test_checkpoint(choice):
+        return None, True
+    return choice, False
 
 
 def _smoke_test_checkpoint(folder: Path) -> bool:

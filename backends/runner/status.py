@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,13 +82,28 @@ def where_next(checkpoint: str | None) -> str:
     return "no checkpoint was saved yet: `hardware-selector train` starts again at step 1 (--save-every N)"
 
 
-def record_stopped_launch(run_dir: Path, signum: int, since: float, checkpoint: str | None) -> str | None:
+def next_start(run_dir: Path, *, tiny: bool, resume: bool = True) -> str:
+    """Where the next `train` of this folder starts, chosen as its ranks will choose (checkpoints.
+    chosen_checkpoint: a damaged newest checkpoint is passed over for an older intact one), said as where_next
+    says it; the ranks' own refusal when no checkpoint is intact. `resume` False (--no-resume): afresh."""
+    from backends.runner.checkpoints import chosen_checkpoint
+
+    if not resume:
+        return where_next(None)
+    try:
+        choice, _ = chosen_checkpoint(run_dir / "checkpoints", tiny=tiny, report=False)
+    except UserInputError as refusal:
+        return str(refusal)
+    return where_next(str(choice) if choice is not None else None)
+
+
+def record_stopped_launch(run_dir: Path, signum: int, since: float, then: Callable[[], str]) -> str | None:
     """For the launching process (`train`) that a stop signal reached at or after `since`: the interrupted
     message, with run_status.json saying so; None when the ranks recorded an ending of their own first.
 
     The ranks record "interrupted" only once their loop is set up; a signal during their start-up (imports,
-    tokenizing) would leave the file missing, or holding an earlier run's ending. `checkpoint`: the one this
-    launch would have resumed from, when the ranks did not get as far as saying."""
+    tokenizing) would leave the file missing, or holding an earlier run's ending. `then`: where the next
+    `train` starts (next_start), asked only when the ranks did not get as far as saying (it reads checkpoints)."""
     try:
         document = read_status(run_dir)
     except UserInputError:  # damaged: this launch's own account replaces it
@@ -101,10 +117,11 @@ def record_stopped_launch(run_dir: Path, signum: int, since: float, checkpoint: 
         return None
     document.pop("state", None)
     step = document.get("step")
-    then = where_next(document.get("checkpoint") or checkpoint)
+    # A checkpoint this launch's ranks recorded they saved or resumed from was sealed or verified by them.
+    said = where_next(document["checkpoint"]) if document.get("checkpoint") else then()
     when = f"at step {step}" if step is not None else "before the ranks began training"
     status = RunStatus(run_dir, enabled=True, **document)
-    status.update(state="interrupted", message=f"{signal.Signals(signum).name} {when}; {then}")
+    status.update(state="interrupted", message=f"{signal.Signals(signum).name} {when}; {said}")
     return str(status.document["message"])
 
 

@@ -150,6 +150,7 @@ def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None, elast
         '    exec "$PYTHON" -m deepspeed.launcher.runner --num_gpus "$NPROC_PER_NODE" \\',
         '      --master_port "$MASTER_PORT" "${DS_TRAIN[@]}" "${ARGS[@]}"',
         "  fi",
+        *_hostfile_check_lines(target),
         '  exec "$PYTHON" -m deepspeed.launcher.runner --hostfile "$RUN_DIR/hostfile" \\',
         '    --num_nodes "$NNODES" --num_gpus "$NPROC_PER_NODE" \\',
         '    --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "${DS_TRAIN[@]}" "${ARGS[@]}"',
@@ -176,6 +177,27 @@ def _torchrun_lines(plan: Plan) -> list[str]:
         f'    --rdzv-id={shlex.quote(run_id(plan))} --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" \\',
         '    "${TRAIN[@]}" "${ARGS[@]}"',
         "  ;;",
+    ]
+
+
+def _hostfile_check_lines(target: RunConfig) -> list[str]:
+    """Several nodes under the DeepSpeed launcher need a hostfile listing at least NNODES hosts: without one the
+    launcher fails with its own traceback, and with fewer it starts fewer nodes than asked. This script cannot
+    know the hosts' names, so it refuses in one line, exit 2, as an elastic folder refuses an NNODES outside its
+    range (docs/running.md, "Launchers")."""
+    planned = f"{target.num_nodes} node{'s' if target.num_nodes != 1 else ''}"
+    return [
+        "  # Host lines: neither blank nor comments (the launcher skips both).",
+        '  HOSTS=0; SAID="has no hostfile"',
+        '  if [[ -f "$RUN_DIR/hostfile" ]]; then',
+        '    HOSTS=$(grep -cvE \'^[[:space:]]*(#|$)\' "$RUN_DIR/hostfile" || true); SAID="its hostfile lists $HOSTS host(s)"',
+        "  fi",
+        "  if (( HOSTS < NNODES )); then",
+        f'    echo "launch.sh: NNODES=$NNODES, but this folder was planned for {planned} and $SAID;" \\',
+        '      "the DeepSpeed launcher needs one line per node: write $RUN_DIR/hostfile" \\',
+        "      \"(one 'HOST slots=$NPROC_PER_NODE' line per node) or re-emit the plan with --nodes $NNODES\" >&2",
+        "    exit 2",
+        "  fi",
     ]
 
 

@@ -6,6 +6,7 @@ import bisect
 import time
 from operator import attrgetter
 
+from planner.calibration import is_corrected, line_for_plan
 from planner.contract.search_restrictions import SearchRestrictions
 from planner.errors import UserInputError
 from planner.evaluate import memory_on
@@ -21,7 +22,7 @@ from planner.search.engine_layouts import ENGINE_MODEL_TYPES, engine_applicabili
 from planner.search.explain import TIE_TOLERANCE, family_fates, plan_reasons
 from planner.search.request import Objective, PlanRequest, search_restrictions
 from planner.search.result import SearchResult, SearchStats
-from planner.search.strategy_layout import FSDP_LABELS
+from planner.search.strategy_layout import FSDP_LABELS, family_label
 from planner.search.suggest import PLAN_FLAGS, SuggestionFlags, suggestions
 from planner.training_config import FsdpSharding, Strategy, TrainingConfig
 
@@ -63,6 +64,7 @@ def _to_plan(
     reasons: list[str],
     calibration: str | None,
     search: SearchRestrictions,
+    corrected_elsewhere: list[str],
 ) -> Plan:
     return Plan(
         search=search,
@@ -72,7 +74,9 @@ def _to_plan(
         memory=memory,
         throughput=item.throughput,
         reasons=reasons,
-        calibration=calibration,
+        calibration=line_for_plan(
+            calibration, item.cluster.gpu.name, item.config, item.throughput, corrected_elsewhere
+        ),
     )
 
 
@@ -208,7 +212,9 @@ def search_plans(
             reasons += [why_compressed] if why_compressed else []
             if batch_note:
                 reasons.append(batch_note)
-            plans.append(_to_plan(item, spec, memory, reasons, calibration, restrictions))
+            # The families the records moved, which the plan was ranked against: its line names them.
+            corrected = [family_label(o.config) for o in ranked if o is not item and is_corrected(o.throughput)]
+            plans.append(_to_plan(item, spec, memory, reasons, calibration, restrictions, corrected))
     elif suggest:
         if set(request.strategies) <= {"engine"} and cluster.world_size == 1:  # not memory: no layout at all
             name = flags.strategies or "the strategies"

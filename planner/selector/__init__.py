@@ -165,7 +165,7 @@ class HardwareSelector:
             }
         summary = plan_summary(result.best)
         summary["requested_per_gpu_batch_size"] = batch_size
-        summary["calibration"] = calibrated[1]
+        summary["calibration"] = result.best.calibration  # as it holds for this plan, as plan says it
         summary.update(answer.notes)
         summary["alternatives"] = {
             family_label(plan.config): plan_summary(plan)["estimated_memory"]["per_gpu_gb"]
@@ -282,7 +282,7 @@ class HardwareSelector:
             if best is None:
                 estimates[entry.name] = {**no_fit_summary(answer.result, cluster), "calibration": calibrated[1]}
                 continue
-            summary = {**plan_summary(best), **answer.notes, "calibration": calibrated[1]}
+            summary = {**plan_summary(best), **answer.notes, "calibration": best.calibration}
             speed = best.throughput
             summary["usd_per_million_tokens"] = (
                 entry.price_usd_per_hour * count / 3600 / speed.tokens_per_s * 1e6

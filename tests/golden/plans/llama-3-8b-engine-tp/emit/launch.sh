@@ -94,6 +94,17 @@ deepspeed)
     exec "$PYTHON" -m deepspeed.launcher.runner --num_gpus "$NPROC_PER_NODE" \
       --master_port "$MASTER_PORT" "${DS_TRAIN[@]}" "${ARGS[@]}"
   fi
+  # Host lines: neither blank nor comments (the launcher skips both).
+  HOSTS=0; SAID="has no hostfile"
+  if [[ -f "$RUN_DIR/hostfile" ]]; then
+    HOSTS=$(grep -cvE '^[[:space:]]*(#|$)' "$RUN_DIR/hostfile" || true); SAID="its hostfile lists $HOSTS host(s)"
+  fi
+  if (( HOSTS < NNODES )); then
+    echo "launch.sh: NNODES=$NNODES, but this folder was planned for 1 node and $SAID;" \
+      "the DeepSpeed launcher needs one line per node: write $RUN_DIR/hostfile" \
+      "(one 'HOST slots=$NPROC_PER_NODE' line per node) or re-emit the plan with --nodes $NNODES" >&2
+    exit 2
+  fi
   exec "$PYTHON" -m deepspeed.launcher.runner --hostfile "$RUN_DIR/hostfile" \
     --num_nodes "$NNODES" --num_gpus "$NPROC_PER_NODE" \
     --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "${DS_TRAIN[@]}" "${ARGS[@]}"
