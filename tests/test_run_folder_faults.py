@@ -32,7 +32,7 @@ import psutil
 import pytest
 
 from scripts.demo_checkpoint import make_local_gpt2
-from tests.distributed import REPO_ROOT, cpu_env
+from tests.distributed import REPO_ROOT, cpu_env, train_with_warm_ranks
 from tests.distributed import cli_in_process as cli
 from tests.trained_run import shared_trained_run
 
@@ -90,11 +90,11 @@ def test_a_re_emitted_plan_starts_afresh_and_keeps_the_trained_run(user, trained
     assert (kept / "checkpoints" / "global_step2" / "MANIFEST.json").is_file()
     assert steps(kept) == old_losses  # the old run's metrics, whole
 
-    second = ok(cli("train", run_dir, "--steps", "1", "--save-every", "1"))
+    second = ok(train_with_warm_ranks(run_dir, "--steps", "1", "--save-every", "1"))
     assert "resuming" not in second.stdout and sorted(steps(run_dir)) == [1]
     assert '"global_batch": 16' in second.stdout  # RUN_RESULT: the new plan ran
 
-    third = ok(cli("train", run_dir, "--steps", "2", "--save-every", "1"))
+    third = ok(train_with_warm_ranks(run_dir, "--steps", "2", "--save-every", "1"))
     assert (
         f"resuming from {run_dir.resolve() / 'checkpoints' / 'global_step1'} (step 1; saved under this plan.json: "
         "my-gpt2, ddp, global batch 16" in third.stdout
@@ -128,9 +128,9 @@ def test_the_full_run_after_a_tiny_smoke_test_starts_afresh_and_keeps_the_smoke_
     run_dir = tmp_path / "ft"
     plan = ["plan", "-m", model_dir, "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64", "--global-batch", "8"]
     ok(cli(*plan, "--strategies", "ddp", "--data", corpus, "--emit", run_dir))
-    ok(cli("train", run_dir, "--tiny", "--steps", "1", "--save-every", "1", "--no-record"))
+    ok(train_with_warm_ranks(run_dir, "--tiny", "--steps", "1", "--save-every", "1", "--no-record"))
     assert (run_dir / "checkpoints" / "global_step1").is_dir()
-    full = ok(cli("train", run_dir, "--steps", "1", "--no-record"))
+    full = ok(train_with_warm_ranks(run_dir, "--steps", "1", "--no-record"))
     assert "resuming" not in full.stdout and "starting afresh: the --tiny smoke test's state is kept in" in full.stdout
     (kept,) = (run_dir / "previous").iterdir()
     assert (kept / "checkpoints" / "global_step1").is_dir() and '"tiny": false' in full.stdout
@@ -286,6 +286,6 @@ def test_a_disk_that_fills_up_during_a_save_is_one_line_and_keeps_the_previous_c
 
     (run_dir / "checkpoints").rmdir()  # the empty mount point
     kept.rename(run_dir / "checkpoints")
-    resumed = ok(cli("train", run_dir, "--steps", "4", "--save-every", "2"))
+    resumed = ok(train_with_warm_ranks(run_dir, "--steps", "4", "--save-every", "2"))
     assert "resuming from" in resumed.stdout and "global_step2" in resumed.stdout
     assert steps(run_dir) == pytest.approx(failed_run, rel=1e-6)

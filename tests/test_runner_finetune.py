@@ -19,7 +19,7 @@ import time
 import pytest
 
 from scripts.demo_checkpoint import make_local_gpt2
-from tests.distributed import REPO_ROOT, cpu_env, run_torchrun
+from tests.distributed import REPO_ROOT, cpu_env, run_torchrun, train_with_warm_ranks
 from tests.distributed import cli_in_process as cli
 
 pytestmark = pytest.mark.slow
@@ -122,9 +122,10 @@ def test_a_run_killed_mid_epoch_resumes_on_the_uninterrupted_curve(killed, unint
 
 
 def test_a_checkpoint_resumes_on_another_number_of_processes_with_the_same_global_batch(killed, uninterrupted):
-    """Saved by 2 ranks (2 x micro-batch 4), continued by 1 (accumulation 2): the same samples each step."""
+    """Saved by 2 ranks (2 x micro-batch 4), continued by 1 (accumulation 2): the same samples each step. `train`'s
+    checks, then its rank forked warm: the resume is the subject (the test above resumes through `train`)."""
     resumed = copy_of(killed, "fewer processes")
-    completed = cli("train", resumed, "--steps", "8", "--save-every", "2", "--nproc", "1")
+    completed = train_with_warm_ranks(resumed, "--steps", "8", "--save-every", "2", "--nproc", "1")
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "instead of the plan's 2: the global batch stays 8 with gradient accumulation 2" in completed.stdout
     assert [row["loss"] for row in rows(resumed, "train")] == pytest.approx(uninterrupted, rel=1e-5)
