@@ -90,6 +90,27 @@ def cli_in_process(*args: object) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(list(args), code, stdout, stderr)
 
 
+def train_with_warm_ranks(run_dir: Path, *flags: object) -> subprocess.CompletedProcess:
+    """`hardware-selector train RUN_DIR FLAGS` for a test whose subject is what the run does, not how `train`
+    launches it: every check `train` makes, as `train --dry-run` makes them (in this process), then the very
+    command it prints (its process count and the options it passes on to `python -m backends.run`) with the
+    ranks forked warm under torchrun's own agent (run_torchrun) in this directory, as `train` runs it; a
+    refusal is `train`'s one line and exit 2. What `train`'s own launch does (its lock, its log, its screen,
+    Ctrl-C) stays with the tests that start it: the failing-rank, Ctrl-C, killed-launcher and full-disk ones."""
+    import shlex
+
+    checked = cli_in_process("train", run_dir, *flags, "--dry-run")
+    if checked.returncode != 0:
+        return checked
+    *said, line = checked.stdout.splitlines()
+    command = shlex.split(line)
+    assert command[1:3] == ["-m", "torch.distributed.run"] and command[6:8] == ["-m", "backends.run"], command
+    nproc = int(command[3].removeprefix("--nproc-per-node="))
+    ran = run_torchrun(command[6:], nproc=nproc, cwd=Path.cwd())
+    stdout = "".join(f"{note}\n" for note in said) + ran.stdout
+    return subprocess.CompletedProcess(["train", run_dir, *flags], 0, stdout, checked.stderr + ran.stderr)
+
+
 def run_torchrun(
     target: list[str],
     *,

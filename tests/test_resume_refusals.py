@@ -4,6 +4,8 @@ docs/running.md writes it, a --tiny run's checkpoint on real data).
 
 The trained folder is tests/trained_run.py's (2 steps on 2 ranks, checkpoints at 1 and 2), shared with
 tests/test_runner_bad_input.py, whose emit and one-line check these tests use; each test works on a copy.
+The runs that resume pass every check of `train` and then train with its ranks forked warm
+(tests.distributed.train_with_warm_ranks): the resume is the subject, not `train`'s launch.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.distributed import REPO_ROOT, cpu_env
+from tests.distributed import REPO_ROOT, cpu_env, train_with_warm_ranks
 from tests.distributed import cli_in_process as cli
 from tests.test_runner_bad_input import emit, one_line_error
 from tests.trained_run import shared_trained_run
@@ -46,7 +48,7 @@ def test_a_checkpoint_copied_in_from_another_run_folder_needs_resume_from(user, 
     shutil.copytree(trained / "checkpoints", root / "run B" / "checkpoints")
     copied = root / "run B" / "checkpoints" / "global_step2"
     one_line_error(cli("train", root / "run B", "--steps", "3"), "was saved by another run folder")
-    resumed = cli("train", root / "run B", "--steps", "3", "--nproc", "1", "--resume-from", copied)
+    resumed = train_with_warm_ranks(root / "run B", "--steps", "3", "--nproc", "1", "--resume-from", copied)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"resuming from {copied}" in resumed.stdout
 
@@ -74,7 +76,7 @@ def test_a_tiny_runs_checkpoint_on_real_data_resumes_through_trains_checks(user)
     continue ("another --seq-len setting"). The reference: the ranks resume it."""
     root, model_dir, corpus = user
     assert emit(root, model_dir, "tiny resume", "--data", corpus).returncode == 0
-    first = cli("train", root / "tiny resume", "--tiny", "--steps", "1", "--nproc", "1")
+    first = train_with_warm_ranks(root / "tiny resume", "--tiny", "--steps", "1", "--nproc", "1")
     assert first.returncode == 0, first.stderr[-2000:]
     checked = cli("train", root / "tiny resume", "--tiny", "--steps", "2", "--dry-run")
     assert checked.returncode == 0, checked.stderr
@@ -116,7 +118,7 @@ def test_resuming_on_other_data_is_refused_unless_the_data_position_is_reset(use
     assert "this run trains on " in cli("train", run, "--dry-run", "--data", other).stderr
     direct = ["-m", "backends.run", "--plan", str(run), "--steps", "3", "--data", str(other)]
     one_line_error(run_python(direct, cwd=REPO_ROOT, env=cpu_env(), timeout=300), "pass --reset-data-position")
-    resumed = cli("train", run, "--steps", "3", "--nproc", "1", "--data", other, "--reset-data-position")
+    resumed = train_with_warm_ranks(run, "--steps", "3", "--nproc", "1", "--data", other, "--reset-data-position")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "--reset-data-position: reading" in resumed.stdout and "stood at sample 16 of" in resumed.stdout
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -32,8 +32,9 @@ import psutil
 import pytest
 
 from scripts.demo_checkpoint import make_local_gpt2
-from tests.distributed import REPO_ROOT, cpu_env
+from tests.distributed import REPO_ROOT, cpu_env, train_with_warm_ranks
 from tests.distributed import cli_in_process as cli
+from tests.test_runner_finetune import _no_rank_survives, assert_interrupted_without_a_checkpoint
 from tests.trained_run import shared_trained_run
 
 pytestmark = pytest.mark.slow
@@ -90,11 +91,11 @@ def test_a_re_emitted_plan_starts_afresh_and_keeps_the_trained_run(user, trained
     assert (kept / "checkpoints" / "global_step2" / "MANIFEST.json").is_file()
     assert steps(kept) == old_losses  # the old run's metrics, whole
 
-    second = ok(cli("train", run_dir, "--steps", "1", "--save-every", "1"))
+    second = ok(train_with_warm_ranks(run_dir, "--steps", "1", "--save-every", "1"))
     assert "resuming" not in second.stdout and sorted(steps(run_dir)) == [1]
     assert '"global_batch": 16' in second.stdout  # RUN_RESULT: the new plan ran
 
-    third = ok(cli("train", run_dir, "--steps", "2", "--save-every", "1"))
+    third = ok(train_with_warm_ranks(run_dir, "--steps", "2", "--save-every", "1"))
     assert (
         f"resuming from {run_dir.resolve() / 'checkpoints' / 'global_step1'} (step 1; saved under this plan.json: "
         "my-gpt2, ddp, global batch 16" in third.stdout
@@ -128,9 +129,9 @@ def test_the_full_run_after_a_tiny_smoke_test_starts_afresh_and_keeps_the_smoke_
     run_dir = tmp_path / "ft"
     plan = ["plan", "-m", model_dir, "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64", "--global-batch", "8"]
     ok(cli(*plan, "--strategies", "ddp", "--data", corpus, "--emit", run_dir))
-    ok(cli("train", run_dir, "--tiny", "--steps", "1", "--save-every", "1", "--no-record"))
+    ok(train_with_warm_ranks(run_dir, "--tiny", "--steps", "1", "--save-every", "1", "--no-record"))
     assert (run_dir / "checkpoints" / "global_step1").is_dir()
-    full = ok(cli("train", run_dir, "--steps", "1", "--no-record"))
+    full = ok(train_with_warm_ranks(run_dir, "--steps", "1", "--no-record"))
     assert "resuming" not in full.stdout and "starting afresh: the --tiny smoke test's state is kept in" in full.stdout
     (kept,) = (run_dir / "previous").iterdir()
     assert (kept / "checkpoints" / "global_step1").is_dir() and '"tiny": false' in full.stdout
@@ -140,7 +141,8 @@ def test_the_full_run_after_a_tiny_smoke_test_starts_afresh_and_keeps_the_smoke_
 def test_ctrl_c_mid_run_says_interrupted_and_where_the_next_train_starts(tmp_path, save_every):
     """Ctrl-C during `train` printed "error: the run failed (exit code 1)" and run_status.json said "resumes from
     the newest checkpoint" when none had been saved: it is one line saying interrupted, the step, and where the
-    next `train` starts, with exit code 130."""
+    next `train` starts, with exit code 130; no rank is left, and run_status.json says interrupted, not running
+    (tests/test_runner_finetune.py checks the same record after SIGTERM to the CLI)."""
     model_dir, corpus = make_local_gpt2(tmp_path / "user")
     run_dir = tmp_path / "ft"
     plan = ["plan", "-m", model_dir, "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64", "--global-batch", "8"]
@@ -159,13 +161,17 @@ def test_ctrl_c_mid_run_says_interrupted_and_where_the_next_train_starts(tmp_pat
     assert train.returncode == 130, err[-3000:]
     (last,) = [line for line in err.splitlines() if line.startswith(("interrupted:", "error:"))]
     assert last.startswith("interrupted: SIGINT at step "), err[-3000:]
+    _no_rank_survives(run_dir, within_s=60)
+    status = json.loads((run_dir / "run_status.json").read_text())  # recorded by the ranks on their way out
     if save_every:
-        saved = json.loads((run_dir / "run_status.json").read_text())["checkpoint"]
+        saved = status["checkpoint"]
         assert last.endswith(f"`hardware-selector train` resumes from {saved}") and (run_dir / saved).is_dir()
+        assert status["state"] == "interrupted" and status["message"].startswith("SIGINT at step "), status
     else:
         assert last.endswith(
             "no checkpoint was saved yet: `hardware-selector train` starts again at step 1 (--save-every N)"
         )
+        assert_interrupted_without_a_checkpoint(run_dir, "SIGINT")
 
 
 def test_ctrl_c_while_the_ranks_start_says_interrupted_and_replaces_an_earlier_runs_status(tmp_path):
@@ -286,6 +292,6 @@ def test_a_disk_that_fills_up_during_a_save_is_one_line_and_keeps_the_previous_c
 
     (run_dir / "checkpoints").rmdir()  # the empty mount point
     kept.rename(run_dir / "checkpoints")
-    resumed = ok(cli("train", run_dir, "--steps", "4", "--save-every", "2"))
+    resumed = ok(train_with_warm_ranks(run_dir, "--steps", "4", "--save-every", "2"))
     assert "resuming from" in resumed.stdout and "global_step2" in resumed.stdout
     assert steps(run_dir) == pytest.approx(failed_run, rel=1e-6)

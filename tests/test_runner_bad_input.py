@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from scripts.demo_checkpoint import train_tokenizer, write_corpus
-from tests.distributed import REPO_ROOT, cpu_env
+from tests.distributed import REPO_ROOT, cpu_env, train_with_warm_ranks
 from tests.distributed import cli_in_process as cli
 from tests.trained_run import shared_trained_run
 from tests.warm_process import run_python
@@ -233,7 +233,7 @@ def test_a_corrupted_checkpoint_names_the_flag_that_starts_afresh(user, trained)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr and "Warning" not in refused.stderr, lines
     assert all("is unusable" in line and "trying the previous one" in line for line in lines[:-1]) and len(lines) == 3
     assert lines[-1].startswith("error: no intact checkpoint in ") and "start afresh with --no-resume" in lines[-1]
-    fresh = cli("train", run, "--steps", "1", "--no-resume")  # the flag the message names exists and works
+    fresh = train_with_warm_ranks(run, "--steps", "1", "--no-resume")  # the flag the message names exists and works
     assert fresh.returncode == 0, fresh.stderr[-3000:]
 
 
@@ -307,7 +307,7 @@ def test_a_run_folder_that_would_train_from_random_weights_beside_a_pickle_is_re
     note = "note: training from random weights as --init random asks"
     assert load_run_folder(tmp_path / "chosen", RunOverrides()).notes[0].startswith(note)
     assert load_run_folder(old, RunOverrides(init="random")).notes[0].startswith(note)
-    trained = cli("train", old, "--init", "random", "--steps", "1", "--nproc", "1")
+    trained = train_with_warm_ranks(old, "--init", "random", "--steps", "1", "--nproc", "1")
     assert trained.returncode == 0, trained.stderr[-2000:]
     assert note in trained.stdout + trained.stderr
 
