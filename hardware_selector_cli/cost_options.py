@@ -7,7 +7,6 @@ One option group (option_groups.py) and the run of it: parse the flags, load the
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +87,7 @@ def cost_request(cost: CostOptions, tokens: float, price: float | None, save_eve
     from planner.cost.cloud_search import DEFAULT_MAX_GPUS, CostRequest
     from planner.cost.durations import parse_duration
     from planner.cost.preemption import DEFAULT_PREEMPTION_RATE, DEFAULT_RESTART_MINUTES
+    from planner.cost.prices import catalog_today
     from planner.limits import MAX_GPUS, check_count, check_number
 
     deadline_s = parse_duration(cost.deadline if cost.deadline is not None else "30d", "--deadline")
@@ -108,7 +108,7 @@ def cost_request(cost: CostOptions, tokens: float, price: float | None, save_eve
         **({} if save_every is None else {"checkpoint_every_steps": save_every}),
         preemption_rate=DEFAULT_PREEMPTION_RATE if rate is None else rate,
         restart_s=(DEFAULT_RESTART_MINUTES if restart is None else restart) * 60,
-        today=dt.date.today(),
+        today=catalog_today(),
     )
 
 

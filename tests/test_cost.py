@@ -314,3 +314,22 @@ def test_plain_cost_of_a_gpu_the_catalog_does_not_price_asks_for_price():
     run = _plan("--gpu", "T4", "--gpus-per-node", "2", "--price", "0.5", "--json")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["best"]["cluster"]["gpu"]["price_source"] == "user override"
+
+
+def test_a_prices_age_is_counted_to_source_date_epoch_when_set(monkeypatch):
+    """Outputs that name prices reproduce on a later day under SOURCE_DATE_EPOCH (the golden copies set it): the
+    age, and STALE past 180 days, are counted to its day, not the clock's."""
+    from planner.cost.prices import catalog_today
+    from planner.hardware.gpus import resolve_gpu
+
+    gpu = resolve_gpu("A100-80GB")
+    assert gpu.price_date is not None
+    day = dt.datetime.combine(gpu.price_date + dt.timedelta(days=200), dt.time(), tzinfo=dt.timezone.utc)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(int(day.timestamp())))
+    assert catalog_today() == gpu.price_date + dt.timedelta(days=200)
+    assert gpu.price_note().endswith("; STALE: 200 days old (over 180)]")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(int((day - dt.timedelta(days=100)).timestamp())))
+    assert "STALE" not in gpu.price_note()
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "tomorrow")
+    with pytest.raises(ValueError, match="SOURCE_DATE_EPOCH='tomorrow' is not whole seconds since 1970; unset it"):
+        catalog_today()

@@ -20,6 +20,21 @@ PRICE_CATALOG_FILE = Path(__file__).resolve().parent.parent / "catalog" / "price
 STALE_AFTER_DAYS = 180
 
 
+def catalog_today() -> dt.date:
+    """The date a price's age is counted to: today, or SOURCE_DATE_EPOCH's day (UTC) when it is set, the
+    reproducible-builds convention, so an output that names prices can be reproduced byte for byte on a later day
+    (tests/test_golden_plans.py sets it: its copies would otherwise turn STALE 180 days after the prices' dates)."""
+    import os
+
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if epoch:
+        try:
+            return dt.datetime.fromtimestamp(int(epoch), tz=dt.timezone.utc).date()
+        except (ValueError, OverflowError, OSError):
+            raise UserInputError(f"SOURCE_DATE_EPOCH={epoch!r} is not whole seconds since 1970; unset it") from None
+    return dt.date.today()
+
+
 class CloudPrice(BaseModel):
     """One cloud's price for one GPU in one region: on-demand, and spot where the source publishes it."""
 

@@ -182,7 +182,9 @@ class GpuSpec(BaseModel):
             return f"no price: {self.price_source}"
         stale = ""
         if self.price_date is not None:
-            age = ((today or dt.date.today()) - self.price_date).days
+            from planner.cost.prices import catalog_today
+
+            age = ((today or catalog_today()) - self.price_date).days
             stale = f"; STALE: {age} days old (over {STALE_AFTER_DAYS})" if age > STALE_AFTER_DAYS else ""
         return f"${self.price_usd_per_hour:.2f}/GPU-hour [{self.price_source}{stale}]"
 
