@@ -363,4 +363,6 @@ def line_for_plan(
     elsewhere = (
         f"; the records did correct {', '.join(corrected_elsewhere)}, ranked against it" if corrected_elsewhere else ""
     )
-    return f"not calibrated: {why}{elsewhere}"
+    # What the reader said of the database itself (benchmarks_db/calibrate.py: rows it ignored) still holds.
+    ignored = re.search(r"; \d+ stored record\(s\) ignored \([^)]*\)$", line)
+    return f"not calibrated: {why}{elsewhere}{ignored.group(0) if ignored else ''}"

@@ -20,7 +20,10 @@ from project_sources import PACKAGE_MODULES, PACKAGE_ROOTS, core_requirements, m
 
 pytestmark = pytest.mark.slow
 
-OPTIONAL_MODULES = {"backends.integrations.lightning_strategy": "lightning"}  # module: the extra it needs
+OPTIONAL_MODULES = {  # module: the extra it needs
+    "backends.integrations.lightning_strategy": "lightning",
+    "backends.integrations.lightning_monitor": "lightning",
+}
 
 
 @pytest.fixture(scope="module")

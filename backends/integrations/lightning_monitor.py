@@ -16,7 +16,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
+try:
+    import lightning.pytorch as pl
+except ImportError:  # an optional extra: say which
+    from planner.errors import UserInputError as _Missing
+
+    raise _Missing("PlanMonitor needs Lightning: pip install 'hardware-selector[lightning]'") from None
 
 from backends.integrations.plan_check import lightning_differences
 from backends.integrations.plan_measure import PlanMeasurement
