@@ -33,6 +33,10 @@ from .serving import (
 )
 from .training_options import ClusterOptions, cluster_options, routing_options
 
+# "Will it fit?" answered in the exit status too: 0 a plan fits, 1 nothing does (what would is printed), 2 a
+# mistake in the request (docs/errors.md). Scripts and CI can gate on it, as the seed command always did.
+NOTHING_FITS_EXIT = 1
+
 if TYPE_CHECKING:
     from planner.expert_routing import ExpertRouting
 
@@ -195,6 +199,8 @@ def register(app: typer.Typer) -> None:
             stream = sys.stderr if as_json else sys.stdout
             for line in written:
                 print(line, file=stream)
+        if result.best is None:
+            raise typer.Exit(NOTHING_FITS_EXIT)
 
 
 def _report_target(report_file: str | None) -> Path | None:
@@ -227,7 +233,10 @@ def _plan_serving(model: ModelOptions, cluster: ClusterOptions, search: SearchOp
     target = _target_cluster(cluster)
     request = serving_request(serving, search.objective, search.top, search.headroom, spec)
     check_formats_on(serving, target.gpu)
-    print_serving(plan_serving(spec, target, request), serving_title(spec, target, request), as_json, explain)
+    result = plan_serving(spec, target, request)
+    print_serving(result, serving_title(spec, target, request), as_json, explain)
+    if result.best is None:
+        raise typer.Exit(NOTHING_FITS_EXIT)
 
 
 def _search(model: ModelOptions, cluster: ClusterOptions, search: SearchOptions, routing, db, no_calibration):

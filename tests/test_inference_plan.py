@@ -146,8 +146,24 @@ def test_bad_serving_input_is_one_line(capsys, argv, message):
 def test_what_would_serve_names_plan_flags(capsys):
     """plan --mode inference's suggestions name its own flags (planner/inference/flags.py), not the seed CLI's
     --batch-size or the API's keywords."""
-    assert main(["plan", "--mode", "inference", "--model", "llama-3-8b", "--gpu", "T4", "--gpus-per-node", "1",
-                 "--batch", "4"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "plan",
+                "--mode",
+                "inference",
+                "--model",
+                "llama-3-8b",
+                "--gpu",
+                "T4",
+                "--gpus-per-node",
+                "1",
+                "--batch",
+                "4",
+            ]
+        )
+        == 1
+    )  # fmt: skip (nothing fits: exit code 1, docs/errors.md)
     out = capsys.readouterr().out
     assert out.startswith("nothing fits serving llama-3-8b on 1 x T4"), out
     assert "--weights int8 fits on 1 x T4" in out and "(--gpus-per-node 2 --nodes 1) fits" in out

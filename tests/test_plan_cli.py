@@ -318,3 +318,22 @@ def test_cost_json_carries_the_cost_the_table_ranks_by(capsys):
     assert document["best"]["to_train"] == document["candidates"][0]["to_train"]
     assert min(costs) <= costs[0] <= min(costs) / (1 - TIE_TOLERANCE)
     assert f"${costs[0]:,.0f} to train 2e+11 tokens" in " ".join(document["best"]["reasons"])
+
+
+def test_the_exit_status_answers_will_it_fit(capsys):
+    """0 when a plan fits, 1 when nothing does (what would is printed), 2 for a mistake (docs/errors.md): a script
+    or CI job can gate on `plan`, as on the seed command, for training and serving."""
+    import json
+
+    from hardware_selector_cli.app import main
+
+    fits = ["plan", "--model", "llama-2-7b", "--gpu", "A100-80GB", "--no-calibration"]
+    too_big = ["plan", "--model", "llama-3-70b", "--gpu", "T4", "--gpus-per-node", "1", "--no-calibration"]
+    assert main(fits) == 0
+    capsys.readouterr()
+    assert main([*too_big, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["best"] is None
+    assert main(too_big) == 1 and "nothing fits" in capsys.readouterr().out
+    serving = ["plan", "--mode", "inference", "--model", "llama-3-70b", "--gpu", "T4", "--gpus-per-node", "1"]
+    assert main(serving) == 1 and "nothing fits" in capsys.readouterr().out
+    assert main([*fits, "--global-batch", "0"]) == 2

@@ -173,7 +173,7 @@ def test_a_total_below_the_gpu_count_is_held_and_told_what_fits(capsys):
     for per_node, fewest in ((8, [(8, "A100-80GB", 8, 1), (4, "A100-80GB", 4, 1)]), (1, [(4, "A100-80GB", 4, 1)])):
         argv = ["plan", "--model", "opt-30b", "--gpu", "A100-80GB", "--gpus-per-node", str(per_node),
                 "--global-batch", "1", "--json"]  # fmt: skip
-        assert main(argv) == 0
+        assert main(argv) == 1  # nothing fits (docs/errors.md)
         lines = json.loads(capsys.readouterr().out)["suggestions"]
         assert lines[0] == (
             f"no count of A100-80GB from {per_node} up to 1024 fits this model at --global-batch 1 and seq-len 2048"
