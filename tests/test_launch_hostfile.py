@@ -61,3 +61,19 @@ def test_a_hostfile_with_enough_hosts_is_passed_on(tmp_path, recorder):  # noqa:
     refused = _refusal(run_dir, recorder, tmp_path / "argv3", "3")
     assert refused.returncode == 2
     assert "its hostfile lists 2 host(s)" in refused.stderr
+
+
+def test_node_zeros_address_is_the_launchers_own_unless_given(tmp_path, recorder):  # noqa: F811
+    """The one-node default MASTER_ADDR (127.0.0.1) used to reach DeepSpeed's launcher on several nodes, sending
+    every other node to its own loopback. Unless MASTER_ADDR is given, no --master_addr is passed, and DeepSpeed's
+    own parser (the reference) then leaves it empty, which makes its runner ask the first host for its address."""
+    from deepspeed.launcher.runner import parse_args
+
+    run_dir = tmp_path / "run"
+    emit_run_folder(make_plan(strategy="fsdp", nodes=2), run_dir)
+    not_given = _run_launch(run_dir, recorder, tmp_path / "argv", LAUNCHER="deepspeed")
+    given = _run_launch(run_dir, recorder, tmp_path / "argv2", LAUNCHER="deepspeed", MASTER_ADDR="10.0.0.7")
+    assert "--master_addr" not in not_given
+    assert parse_args(not_given[2:]).master_addr == ""
+    assert parse_args(given[2:]).master_addr == "10.0.0.7"
+    assert [a for a in given if a != "--master_addr" and a != "10.0.0.7"] == not_given

@@ -105,9 +105,12 @@ deepspeed)
       "(one 'HOST slots=$NPROC_PER_NODE' line per node) or re-emit the plan with --nodes $NNODES" >&2
     exit 2
   fi
+  # Node 0's address: the one given, else the launcher's own (the first host's `hostname -I`, over ssh);
+  # the one-node default 127.0.0.1 would send every other node to its own loopback.
+  MASTER=(); [[ -z "$MASTER_ADDR_GIVEN" ]] || MASTER=( --master_addr "$MASTER_ADDR" )
   exec "$PYTHON" -m deepspeed.launcher.runner --hostfile "$RUN_DIR/hostfile" \
     --num_nodes "$NNODES" --num_gpus "$NPROC_PER_NODE" \
-    --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "${DS_TRAIN[@]}" "${ARGS[@]}"
+    ${MASTER[@]+"${MASTER[@]}"} --master_port "$MASTER_PORT" "${DS_TRAIN[@]}" "${ARGS[@]}"
   ;;
 mpirun)
   # = mpiexec -n <all processes>; run it on the first node only. Several nodes:
