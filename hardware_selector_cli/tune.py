@@ -58,7 +58,11 @@ def register(app: typer.Typer) -> None:
         ),
         emit_dir: str | None = typer.Option(None, "--emit", help="Write the measured winner's run folder here."),
         launcher: str = typer.Option(
-            "torchrun", "--launcher", help="What starts the trials' processes: torchrun, accelerate or deepspeed."
+            "torchrun",
+            "--launcher",
+            metavar="torchrun|accelerate|deepspeed",
+            help="What starts each trial's processes on this machine (plan's --launcher, where a folder runs on a "
+            "cluster, is another choice).",
         ),
         remeasure: bool = typer.Option(
             False,
