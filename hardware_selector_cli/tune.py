@@ -60,9 +60,9 @@ def register(app: typer.Typer) -> None:
         launcher: str = typer.Option(
             "torchrun",
             "--launcher",
-            metavar="torchrun|accelerate|deepspeed",
-            help="What starts each trial's processes on this machine (plan's --launcher, where a folder runs on a "
-            "cluster, is another choice).",
+            metavar="NAME",
+            help="torchrun, accelerate or deepspeed: what starts each trial's processes on this machine (not plan's "
+            "--launcher, which says where a folder runs on a cluster).",
         ),
         remeasure: bool = typer.Option(
             False,
