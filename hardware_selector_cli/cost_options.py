@@ -114,6 +114,7 @@ def cost_request(cost: CostOptions, tokens: float, price: float | None, save_eve
 
 def run_cost_plan(model, cluster, search, routing, cost: CostOptions, save_every, db, no_calibration, as_json) -> None:
     """Search, rank and print; the winner or one line saying what would meet the deadline."""
+    from planner.calibration import line_for_plan
     from planner.cost.checked_prices import load_price_catalog
     from planner.cost.cloud_search import cheapest_across_clouds, require_option
     from planner.cost.prices import parse_clouds
@@ -151,6 +152,7 @@ def run_cost_plan(model, cluster, search, routing, cost: CostOptions, save_every
     request = request.model_copy(update={"objective": Objective.THROUGHPUT})  # every GPU of each count
     priced = cost_request(cost, request.tokens_to_train(spec.params.total), cluster.price_per_hour, save_every)
     calibrations: dict[str, str] = {}
+    plan_lines: dict[tuple[str, int, int], str] = {}  # per GPU and count: its fastest plan's calibration
     fabrics: dict[str, str] = {}  # per GPU: the network the multi-node options are planned on
 
     def plan_speed(gpu: str, per_node: int, nodes: int):
@@ -177,16 +179,19 @@ def run_cost_plan(model, cluster, search, routing, cost: CostOptions, save_every
             return None  # this GPU and count cannot run the request (a batch it cannot split, fp8 it lacks)
         if best is None or best.throughput is None:
             return None
+        # What the records did to this plan at this count (a GPU's summary may name records of another count).
+        plan_lines[(gpu, per_node, nodes)] = line_for_plan(line, gpu, best.config, best.throughput) or line
         return family_label(best.config), best.throughput.tokens_per_s, best.throughput.step_time_s
 
     result = cheapest_across_clouds(entries, priced, plan_speed)
     best = require_option(result, priced.max_gpus)
+    best_line = plan_lines.get((best.gpu, best.gpus_per_node, best.nodes), calibrations.get(best.gpu, ""))
     if as_json:
         import json
 
-        print(json.dumps(cost_document(result, calibrations, fabrics), indent=2))
+        print(json.dumps(cost_document(result, calibrations, fabrics, best_line), indent=2))
         return
-    print_cost(result, best, f"{spec.name}, seq {request.seq_len}", calibrations, fabrics)
+    print_cost(result, best, f"{spec.name}, seq {request.seq_len}", best_line, fabrics)
 
 
 def fabric_assumed(target, interconnect: str | None) -> str:

@@ -35,10 +35,16 @@ def _json_safe(value):
     return value
 
 
-def cost_document(result, calibrations: dict[str, str], fabrics: dict[str, str]) -> dict:
-    """The --json shape: the ranked result, with the throughput's calibration and the assumed fabric per GPU."""
+def cost_document(result, calibrations: dict[str, str], fabrics: dict[str, str], best_calibration: str) -> dict:
+    """The --json shape: the ranked result, with the throughput's calibration and the assumed fabric per GPU, and
+    the calibration of the best option's own plan (the records a GPU's line counts may be of another count)."""
     return _json_safe(
-        {**result.model_dump(mode="json"), "throughput_calibration": calibrations, "assumed_fabric": fabrics}
+        {
+            **result.model_dump(mode="json"),
+            "throughput_calibration": calibrations,
+            "best_calibration": best_calibration,
+            "assumed_fabric": fabrics,
+        }
     )
 
 
@@ -47,7 +53,7 @@ def _rows(result) -> list:
     return sorted(shown, key=lambda option: (option.cost_usd, option.time_s, option.cloud))
 
 
-def print_cost(result, best, title: str, calibrations: dict[str, str], fabrics: dict[str, str]) -> None:
+def print_cost(result, best, title: str, best_calibration: str, fabrics: dict[str, str]) -> None:
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -99,7 +105,7 @@ def print_cost(result, best, title: str, calibrations: dict[str, str], fabrics: 
     )
     say(
         f"  tokens/s: the planner's estimate of its fastest plan at {best.gpus} GPUs (strategy search, "
-        f"{calibrations.get(best.gpu, 'not calibrated')})"
+        f"{best_calibration or 'not calibrated'})"
     )
     if best.nodes > 1 and best.gpu in fabrics:
         say(f"  planned on {fabrics[best.gpu]}: a cloud whose nodes are not networked so is slower than this")

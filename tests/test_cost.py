@@ -333,3 +333,44 @@ def test_a_prices_age_is_counted_to_source_date_epoch_when_set(monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "tomorrow")
     with pytest.raises(ValueError, match="SOURCE_DATE_EPOCH='tomorrow' is not whole seconds since 1970; unset it"):
         catalog_today()
+
+
+def test_the_winners_calibration_is_its_own_plans_as_plan_says_it(tmp_path):
+    """The calibration said under the winner was the first count's line for its GPU: with a measured record of
+    the winner's own 8-GPU plan, it said "not calibrated ... none usable" (the 1-GPU search's line) while the
+    winner's speed was the record's. The reference is `plan`'s own line for the winner's GPU and count."""
+    from benchmarks_db.record import spec_hash
+    from benchmarks_db.store import BenchmarkStore
+    from planner.hardware.cluster import make_cluster
+    from planner.models.catalog import find_model
+    from planner.search import Objective, PlanRequest, search_plans
+    from planner.selector.training import default_seq_len
+    from tests.db_samples import sample_record
+
+    spec = find_model(MODEL)
+    assert spec is not None
+    seq = default_seq_len(spec)
+    best = search_plans(spec, make_cluster("H100-80GB", 8, 1), PlanRequest(seq_len=seq,
+                        objective=Objective.THROUGHPUT), suggest=False).best  # fmt: skip
+    assert best is not None and best.throughput is not None
+    config, step = best.config, best.throughput.step_time_s / 4  # measured 4x faster: the 8-GPU run wins
+    record = sample_record(gpu_name="H100-80GB", gpu_count=8, model_name=MODEL, model_spec_hash=spec_hash(spec),
+                           tiny=False, strategy=config.strategy.value, config_json=config.model_dump_json(),
+                           micro_batch=config.micro_batch, grad_accum=config.grad_accum,
+                           global_batch=config.micro_batch * config.grad_accum * 8, seq_len=seq,
+                           precision=config.precision.value, step_time_median_s=step, tokens_per_s=None,
+                           predicted_step_time_s=None, peak_memory_per_rank_bytes=None)  # fmt: skip
+    db = tmp_path / "runs.duckdb"
+    BenchmarkStore(db).add(record)
+    args = ("plan", "--model", MODEL, "--objective", "cost", "--clouds", "alpha", "--tokens", 2e10, "--deadline",
+            "365d", "--max-gpus", 8, "--price-catalog", _catalog(tmp_path, [_entry("alpha", "H100-80GB", 1.0, per_instance=1)]),
+            "--db", db)  # fmt: skip
+    document = json.loads(cli_in_process(*args, "--json").stdout)
+    assert document["best"]["gpus"] == 8
+    planned = cli_in_process("plan", "--model", MODEL, "--gpu", "H100-80GB", "--gpus-per-node", 8, "--seq-len",
+                             seq, "--db", db, "--json")  # fmt: skip
+    line = json.loads(planned.stdout)["best"]["calibration"]
+    assert line.startswith("calibrated on 1 measured run for H100-80GB")
+    assert document["best_calibration"] == line
+    assert document["throughput_calibration"]["H100-80GB"].startswith("not calibrated")  # the GPU's first count
+    assert f"(strategy search, {line})" in " ".join(cli_in_process(*args).stdout.split())
