@@ -66,7 +66,7 @@ def torchrun_command(run_dir: Path, *, nproc: int, max_restarts: int, forwarded:
 # this process; the ranks, not train, move a smoke test's state aside), so the next `train` starts where this
 # one would have.
 INTERRUPTED_BEFORE_LAUNCH = (
-    "interrupted: SIGINT during train's checks, before torchrun started; nothing ran, and the next "
+    "interrupted: {signal} during train's checks, before torchrun started; nothing ran, and the next "
     "`hardware-selector train` starts where this one would have"
 )
 

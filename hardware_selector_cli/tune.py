@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
 # Ctrl-C anywhere in a tune: the trials that ended were recorded, or their folders kept, and the winner's folder is
 # written whole or not at all (planner/rundir/write.py), so running the same tune again picks up where it stopped.
 INTERRUPTED = (
-    "interrupted: SIGINT; run the same `hardware-selector tune` again to resume: the trials that ended are read "
+    "interrupted: {signal}; run the same `hardware-selector tune` again to resume: the trials that ended are read "
     "back, not measured again (--remeasure measures them anew)"
 )
 

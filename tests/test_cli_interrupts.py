@@ -1,5 +1,5 @@
-"""Ctrl-C during `train`'s checks, or at any point of `tune`: one `interrupted:` line, exit code 130, nothing
-written (docs/running.md, "Run status").
+"""Ctrl-C (or SIGTERM) during `train`'s checks, or at any point of `tune`: one `interrupted:` line, exit code 130
+(143), nothing written (docs/running.md, "Run status").
 
 Found by an audit: a SIGINT before torchrun started ended `train` in typer's silent exit 130 (click's "Aborted!"
 and exit 1 before it), unlike the one line a Ctrl-C after the launch gives. The signal is real: the slow step
@@ -25,6 +25,16 @@ def _ctrl_c(*args, **kwargs):
     raise AssertionError("SIGINT did not interrupt")
 
 
+def _sigterm(*args, **kwargs):
+    """`kill PID` or a scheduler's time limit: without a handler it ended the process with nothing said."""
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+    raise AssertionError("SIGTERM did not interrupt")
+
+
+SIGNALS = [(_ctrl_c, "SIGINT", 130), (_sigterm, "SIGTERM", 143)]
+
+
 def _tree(folder):
     return sorted((path.relative_to(folder).as_posix(), path.stat().st_size) for path in folder.rglob("*"))
 
@@ -42,18 +52,21 @@ def run_dir(tmp_path, capsys):
     return emit_folder(tmp_path / "run", capsys)
 
 
+@pytest.mark.parametrize(("send", "name", "exit_code"), SIGNALS)
 @pytest.mark.parametrize("step", ["preflight", "check_resume"])
-def test_ctrl_c_during_trains_checks_is_one_line_and_130(run_dir, capsys, monkeypatch, step):
+def test_ctrl_c_during_trains_checks_is_one_line_and_130(run_dir, capsys, monkeypatch, step, send, name, exit_code):
     """The data/tokenizer pre-flight reads only; the resume check runs with the run lock held (let go as the
     process ends): either way the folder is as it was and the next `train` starts where this one would have."""
     import backends.runner.preflight as preflight
 
     before = _tree(run_dir)
-    monkeypatch.setattr(preflight, step, _ctrl_c)
-    assert main(["train", str(run_dir), "--tiny", "--steps", "1"]) == 130
+    monkeypatch.setattr(preflight, step, send)
+    handler = signal.getsignal(signal.SIGTERM)
+    assert main(["train", str(run_dir), "--tiny", "--steps", "1"]) == exit_code
+    assert signal.getsignal(signal.SIGTERM) == handler  # put back as it was
     captured = capsys.readouterr()
     assert captured.err.splitlines() == [
-        "interrupted: SIGINT during train's checks, before torchrun started; nothing ran, and the next "
+        f"interrupted: {name} during train's checks, before torchrun started; nothing ran, and the next "
         "`hardware-selector train` starts where this one would have"
     ]
     after = [entry for entry in _tree(run_dir) if entry[0] != LOCK_FILE]  # the lock's file stays, let go
@@ -62,15 +75,16 @@ def test_ctrl_c_during_trains_checks_is_one_line_and_130(run_dir, capsys, monkey
     assert main(["train", str(run_dir), "--tiny", "--steps", "1", "--dry-run"]) == 0  # the lock was let go
 
 
-def test_ctrl_c_during_a_tune_is_one_line_and_130(run_dir, capsys, monkeypatch, tmp_path):
+@pytest.mark.parametrize(("send", "name", "exit_code"), SIGNALS)
+def test_ctrl_c_during_a_tune_is_one_line_and_130(run_dir, capsys, monkeypatch, tmp_path, send, name, exit_code):
     import benchmarks.harness.tune as harness
 
-    monkeypatch.setattr(harness, "run_tune", _ctrl_c)
+    monkeypatch.setattr(harness, "run_tune", send)
     before = _tree(run_dir)
     code = main(["tune", str(run_dir), "--tiny", "--candidates", "1", "--db", str(tmp_path / "db.duckdb")])
-    assert code == 130
+    assert code == exit_code
     assert capsys.readouterr().err.splitlines() == [
-        "interrupted: SIGINT; run the same `hardware-selector tune` again to resume: the trials that ended are "
+        f"interrupted: {name}; run the same `hardware-selector tune` again to resume: the trials that ended are "
         "read back, not measured again (--remeasure measures them anew)"
     ]
     assert _tree(run_dir) == before
