@@ -21,28 +21,29 @@ def load_calibration(db: str | Path | None = None, gpu: str | None = None) -> Ca
     return _load(db, gpu)[0]
 
 
-def _load(db: str | Path | None, gpu: str | None) -> tuple[Calibration, int]:
+def _load(db: str | Path | None, gpu: str | None, flag_name: str = "--db") -> tuple[Calibration, int]:
     """The calibration, and how many stored records were ignored as non-finite or out of range."""
     from .store import BenchmarkStore
 
-    store = BenchmarkStore(db)
+    store = BenchmarkStore(db, flag_name=flag_name)
     runs = [record.measured_run() for record in store.runs(gpu=gpu)] if store.path.exists() else []
     return Calibration.fit(runs), store.skipped_rows
 
 
 def plan_calibration(
-    spec: ModelSpec, cluster: ClusterSpec, db: str | Path | None = None
+    spec: ModelSpec, cluster: ClusterSpec, db: str | Path | None = None, flag_name: str = "--db"
 ) -> tuple[Callable | None, str]:
-    """The search's throughput_adjust hook for this model and cluster, and the line `plan` prints about it."""
+    """The search's throughput_adjust hook for this model and cluster, and the line `plan` prints about it
+    (`flag_name`: how the asking door spells the database's path, for its errors: the Python API's db=)."""
     path = resolve_db_path(db)
     if not path.exists():
         return None, f"not calibrated: no benchmark database at {path} (fill one with run-training-benchmark --run)"
     # Its index says so: no DuckDB, no record model.
-    if not may_hold_gpu(check_db_path(path, db_origin(db)), cluster.gpu.name):
+    if not may_hold_gpu(check_db_path(path, db_origin(db, flag_name), flag_name), cluster.gpu.name):
         return None, uncalibrated_summary(cluster.gpu.name, 0)
     from .record import spec_hash
 
-    calibration, ignored = _load(path, cluster.gpu.name)
+    calibration, ignored = _load(db, cluster.gpu.name, flag_name)
     shape = (cluster.gpu.name, cluster.world_size, cluster.num_nodes, spec_hash(spec))
     usable = calibration.usable(*shape)
     summary = calibration.summary(cluster.gpu.name, usable)

@@ -79,15 +79,15 @@ def applied_version(connection: Any) -> int:
     return connection.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
 
 
-def check_ours(connection: Any, path: object) -> None:
+def check_ours(connection: Any, path: object, flag_name: str = "--db") -> None:
     """A database with tables but not our schema_migrations belongs to another program: never written into."""
     tables = {row[0] for row in connection.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     if tables and "schema_migrations" not in tables:
         from planner.errors import UserInputError
 
         raise UserInputError(
-            f"{path} is another program's DuckDB database (tables: {', '.join(sorted(tables)[:5])}); pass --db a "
-            "benchmark database of ours, or a new path"
+            f"{path} is another program's DuckDB database (tables: {', '.join(sorted(tables)[:5])}); pass {flag_name} "
+            "a benchmark database of ours, or a new path"
         )
 
 

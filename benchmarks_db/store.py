@@ -40,8 +40,10 @@ def record_from_row(row: tuple) -> RunRecord:
 
 
 class BenchmarkStore:
-    def __init__(self, path: str | Path | None = None, *, lock_timeout_s: float = 120.0):
-        self.path = check_db_path(resolve_db_path(path), db_origin(path))
+    def __init__(self, path: str | Path | None = None, *, lock_timeout_s: float = 120.0, flag_name: str = "--db"):
+        """`flag_name`: how the asking door spells the database's path (the Python API's db=), for its errors."""
+        self.flag_name = flag_name
+        self.path = check_db_path(resolve_db_path(path), db_origin(path, flag_name), flag_name)
         self.lock_timeout_s = lock_timeout_s
         self.skipped_rows = 0  # rows the last runs() left out because they fail validation (non-finite, absurd)
         self._said_read_only = False
@@ -58,7 +60,7 @@ class BenchmarkStore:
         except OSError as error:
             if exclusive:
                 raise UserInputError(
-                    f"cannot write {self.path}: {error.strerror or error} ({lock_path}); pass --db a writable path"
+                    f"cannot write {self.path}: {error.strerror or error} ({lock_path}); pass {self.flag_name} a writable path"
                 ) from None
             self._say_read_only(lock_path, error)
             yield  # a read-only share: read without our lock (DuckDB opens the file read-only)
@@ -110,7 +112,9 @@ class BenchmarkStore:
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
             except duckdb.Error:  # a CSV, a text file, anything that is not a DuckDB database
-                raise UserInputError(f"{self.path} is not a DuckDB database; pass --db a .duckdb file") from None
+                raise UserInputError(
+                    f"{self.path} is not a DuckDB database; pass {self.flag_name} a .duckdb file"
+                ) from None
 
     def _why_not_opened(self, duckdb_text: str) -> str:
         """DuckDB's reason, in our words: its own text names its internals ("IO Error: Could not read enough
@@ -119,12 +123,12 @@ class BenchmarkStore:
         if "lock" in text:
             return f"{self.path} is held open by another program; close it (or wait for it) and retry"
         if "not a valid duckdb database" in text:
-            return f"{self.path} is not a DuckDB database; pass --db a .duckdb file"
+            return f"{self.path} is not a DuckDB database; pass {self.flag_name} a .duckdb file"
         if "permission denied" in text:
-            return f"cannot read {self.path}: permission denied; pass --db a file you can read and write"
+            return f"cannot read {self.path}: permission denied; pass {self.flag_name} a file you can read and write"
         return (
             f"{self.path} is a damaged or cut-short DuckDB database (it cannot be read whole); restore it from a "
-            "copy, or pass --db a new path"
+            f"copy, or pass {self.flag_name} a new path"
         )
 
     @contextlib.contextmanager
@@ -135,7 +139,7 @@ class BenchmarkStore:
             forget_index(self.path)
             connection = self._connect(read_only=False)
             try:
-                check_ours(connection, self.path)
+                check_ours(connection, self.path, self.flag_name)
                 migrate(connection)
                 yield connection
                 gpus = stored_gpus(connection)
@@ -171,7 +175,7 @@ class BenchmarkStore:
                 pass
 
     def _version(self, connection: Any) -> int:
-        check_ours(connection, self.path)
+        check_ours(connection, self.path, self.flag_name)
         version = applied_version(connection)
         if version > SCHEMA_VERSION:
             raise UserInputError(

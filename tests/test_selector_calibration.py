@@ -141,8 +141,22 @@ def test_the_seed_command_prints_how_it_calibrated_and_can_turn_it_off(tmp_path)
     ]
 
 
-def test_a_database_that_cannot_be_read_is_one_line_in_the_doors_words(tmp_path, capsys):
-    """The reader's errors name `plan`'s --db; the API says db=, the seed command --db."""
+def test_a_database_that_cannot_be_read_is_one_line_in_the_doors_words(tmp_path, capsys, monkeypatch):
+    """The reader's errors name the path as each door spells it: the API db=, the seed command --db. (They were
+    `plan`'s words with "--db" replaced afterwards, which rewrote a path holding "--db" too, and named a path from
+    $HARDWARE_SELECTOR_DB as if --db had given it.)"""
+    named = tmp_path / "old--db-runs.duckdb"
+    named.write_text("not a database")
+    with pytest.raises(ValueError) as caught:
+        get_distributed_training_config(**API, db=named)
+    assert str(caught.value) == f"db= {named} is not a DuckDB database; pass db= a .duckdb file (or a new path)"
+    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(named))
+    with pytest.raises(ValueError) as caught:
+        get_distributed_training_config(**API)
+    assert str(caught.value) == (
+        f"$HARDWARE_SELECTOR_DB {named} is not a DuckDB database; pass db= a .duckdb file (or a new path)"
+    )
+    monkeypatch.delenv("HARDWARE_SELECTOR_DB")
     junk = tmp_path / "junk.duckdb"
     junk.write_text("not a database")
     with pytest.raises(ValueError) as caught:

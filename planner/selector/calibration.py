@@ -13,14 +13,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec
 from planner.models.spec import ModelSpec
 from planner.search.candidates import ThroughputAdjust
 
-# (model, cluster, database path or None for the default) -> (the search's hook or None, the one line saying how)
+# (model, cluster, database path or None for the default, how the door spells that path in errors)
+#   -> (the search's hook or None, the one line saying how)
 CalibrationSource = Callable[
-    [ModelSpec, ClusterSpec, "str | os.PathLike[str] | None"], tuple[ThroughputAdjust | None, str]
+    [ModelSpec, ClusterSpec, "str | os.PathLike[str] | None", str], tuple[ThroughputAdjust | None, str]
 ]
 
 _installed: list[CalibrationSource] = []  # at most one: the reader `hardware_selector` hands in
@@ -42,12 +42,9 @@ def calibration_for(
 ) -> tuple[ThroughputAdjust | None, str]:
     """The search's throughput hook for this model and cluster, and the line that says how it was calibrated
     (`turned_off_by`, `db_named`: how the asking door spells calibrate=False and the database's path, e.g. the
-    seed CLI's --no-calibration and --db; the reader's errors name `plan`'s --db, and are told in the door's words)."""
+    seed CLI's --no-calibration and --db; the reader's errors name the path as the door does)."""
     if not calibrate:
         return None, f"not calibrated ({turned_off_by})"
     if not _installed:
         return None, "not calibrated: no benchmark database reader (import the API from hardware_selector)"
-    try:
-        return _installed[0](spec, cluster, db)
-    except UserInputError as error:
-        raise type(error)(str(error).replace("--db", db_named)) from None
+    return _installed[0](spec, cluster, db, db_named)
