@@ -66,12 +66,43 @@ def _scale(low: float, high: float, size: float, invert: bool):
     return project
 
 
+def log_ticks(low: float, high: float) -> list[float]:
+    """The step times an axis from `low` to `high` (seconds, log scale) is marked at: every power of ten inside,
+    and 2 and 5 times each when fewer than three powers fall inside (a narrow range still gets marks to read)."""
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    for steps in ((1,), (1, 2, 5)):
+        ticks = [float(f"{m}e{p}") for p in range(first, last + 1) for m in steps if low <= float(f"{m}e{p}") <= high]
+        if len(ticks) >= 3:
+            break
+    return ticks
+
+
+def _axes(low: float, high: float, x, y) -> list[str]:
+    """Both axes, with a mark and its value at every tick (the same projections as the points)."""
+    bottom, left = HEIGHT - MARGIN, MARGIN
+    parts = [
+        f'<line x1="{left}" y1="{bottom}" x2="{WIDTH - MARGIN}" y2="{bottom}" stroke="#444"/>',
+        f'<line x1="{left}" y1="{MARGIN}" x2="{left}" y2="{bottom}" stroke="#444"/>',
+    ]
+    for tick in log_ticks(low, high):
+        at_x, at_y = x(tick), y(tick)
+        parts += [
+            f'<line x1="{at_x:.1f}" y1="{bottom}" x2="{at_x:.1f}" y2="{bottom + 4}" stroke="#444"/>',
+            f'<text class="tick-x" x="{at_x:.1f}" y="{bottom + 15}" font-size="10" text-anchor="middle">'
+            f"{tick:g}</text>",
+            f'<line x1="{left - 4}" y1="{at_y:.1f}" x2="{left}" y2="{at_y:.1f}" stroke="#444"/>',
+            f'<text class="tick-y" x="{left - 6}" y="{at_y + 3:.1f}" font-size="10" text-anchor="end">{tick:g}</text>',
+        ]
+    return parts
+
+
 def _scatter(errors: list[RecordError]) -> str:
     values = [v for e in errors for v in (e.predicted_s, e.calibrated_s, e.measured_s)]
     low, high = min(values) / 1.5, max(values) * 1.5
     x, y = _scale(low, high, WIDTH, False), _scale(low, high, HEIGHT, True)
     parts = [
         f'<svg width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">',
+        *_axes(low, high, x, y),
         f'<line x1="{x(low)}" y1="{y(low)}" x2="{x(high)}" y2="{y(high)}" stroke="#999" stroke-dasharray="4"/>',
         f'<text x="{WIDTH / 2}" y="{HEIGHT - 10}" text-anchor="middle">measured step time (s, log)</text>',
         f'<text x="14" y="{HEIGHT / 2}" transform="rotate(-90 14 {HEIGHT / 2})" text-anchor="middle">'

@@ -52,6 +52,7 @@ def test_list_show_export_import_and_calibration(tmp_path, capsys):
     assert "mean |error|" in out and "0% after calibration" in out
     page = (tmp_path / "cal.html").read_text()
     assert page.count("<circle") == 6 and "ddp x2" in page  # predicted and calibrated per record
+    _the_ticks_read_the_points_positions(page, store)
 
     exported = tmp_path / "share.parquet"
     assert main(["db", "export", str(exported), *db]) == 0
@@ -287,3 +288,21 @@ def test_a_run_recorded_by_train_carries_its_predicted_rate_and_db_list_shows_it
     assert main(["db", "list", "--db", str(tmp_path / "runs.duckdb")]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if record_id[:8] in line)
     assert row.split()[-1] == f"{reference:,.0f}"  # the last column, "predicted"
+
+
+def _the_ticks_read_the_points_positions(page: str, store) -> None:
+    """The log-log scatter had no axis values. Each record's measured step, read off the x axis's marks by log
+    interpolation between the two outermost, is where its circles stand: the marks are the points' own scale."""
+    import math
+    import re
+
+    ticks = [(float(x), float(value)) for x, value in re.findall(r'class="tick-x" x="([\d.]+)"[^>]*>([^<]+)<', page)]
+    assert len(ticks) >= 3 and ticks == sorted(ticks) and len({value for _, value in ticks}) == len(ticks)
+    (x0, v0), (x1, v1) = ticks[0], ticks[-1]
+    circles = [float(cx) for cx in re.findall(r'<circle cx="([\d.]+)"', page)]
+    measured = [run for run in store.runs() if run.step_time_median_s is not None and run.predicted_step_time_s]
+    assert len(measured) == 3
+    for run in measured:
+        share = math.log10(run.step_time_median_s / v0) / math.log10(v1 / v0)
+        assert min(abs(cx - (x0 + share * (x1 - x0))) for cx in circles) < 0.3, run.step_time_median_s
+    assert len(re.findall(r'class="tick-y"', page)) == len(ticks)
