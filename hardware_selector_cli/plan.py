@@ -173,7 +173,9 @@ def register(app: typer.Typer) -> None:
 
             parse_node_range(elastic, target.num_nodes)
         written = None
-        if emit is not None:
+        if emit is not None and result.best is None:  # what would fit is printed below; exit 1 as without --emit
+            print(f"wrote nothing to {emit}: no plan fits", file=sys.stderr)
+        elif emit is not None:
             fallbacks = _fallbacks(elastic, spec, request, result, adjust, calibration)
             from planner.search.request import search_restrictions
 

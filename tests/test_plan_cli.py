@@ -337,3 +337,16 @@ def test_the_exit_status_answers_will_it_fit(capsys):
     serving = ["plan", "--mode", "inference", "--model", "llama-3-70b", "--gpu", "T4", "--gpus-per-node", "1"]
     assert main(serving) == 1 and "nothing fits" in capsys.readouterr().out
     assert main([*fits, "--global-batch", "0"]) == 2
+
+
+def test_nothing_fits_with_emit_is_1_and_writes_nothing(tmp_path, capsys):
+    """An audit: with --emit (or --elastic), nothing fitting was an `error:` and exit 2, the code for a mistake."""
+    from hardware_selector_cli.app import main
+
+    folder = tmp_path / "run"
+    too_big = ["plan", "--model", "llama-3-70b", "--gpu", "T4", "--gpus-per-node", "1", "--no-calibration"]
+    assert main([*too_big, "--emit", str(folder)]) == 1
+    captured = capsys.readouterr()
+    assert "nothing fits" in captured.out and captured.err == f"wrote nothing to {folder}: no plan fits\n"
+    assert not folder.exists()
+    assert main([*too_big, "--emit", str(folder), "--elastic", "1:2"]) == 1 and not folder.exists()
