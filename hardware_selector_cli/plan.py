@@ -305,7 +305,20 @@ def _emit(
         )
     if previous:
         lines.append(moved_run_line(folder, previous))
-    return [*lines, f"wrote {len(written)} files to {emit}", *_elastic_lines(best, elastic)]
+    return [*lines, f"wrote {len(written)} files to {emit}", *_start_note(folder), *_elastic_lines(best, elastic)]
+
+
+def _start_note(folder: Path) -> list[str]:
+    """The line saying the run starts from random weights, when its model folder holds none (or none it loads
+    and --init random asked for that): what `train` says again at its start."""
+    import json
+
+    from planner.contract.run_config import ModelSource
+    from planner.rundir.run_overrides import unloaded_weights_note
+
+    model = ModelSource.model_validate(json.loads((folder / "plan.json").read_text(encoding="utf-8"))["run"]["model"])
+    note = unloaded_weights_note(model)
+    return [note] if note else []
 
 
 def moved_run_line(folder: Path, previous: list[str]) -> str:

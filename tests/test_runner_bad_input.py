@@ -280,6 +280,47 @@ def test_a_checkpoint_kept_only_as_a_pickle_is_refused_not_trained_from_random_w
     assert emit(root, pickled, "from scratch", "--init", "random").returncode == 0  # the explicit choice stands
 
 
+@pytest.mark.parametrize(
+    ("weights", "fragment"),
+    [
+        ("model-00001-of-00002.safetensors", "but not model.safetensors.index.json, the index its shards are found by"),
+        ("adapter_model.safetensors", "but no model.safetensors (nor its index)"),
+    ],
+)
+def test_weights_that_would_not_be_loaded_are_refused_not_trained_from_random(user, tmp_path, weights, fragment):
+    """An audit: shards copied without their index, or an adapter's folder, trained silently from random weights
+    (the losses matched a config-only folder's to the digit). The real weights file is copied under that name."""
+    _, model_dir, _ = user
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    shutil.copy(model_dir / "config.json", folder / "config.json")
+    shutil.copy(model_dir / "model.safetensors", folder / weights)
+    one_line_error(emit(tmp_path, folder, "refused"), fragment)
+    assert not (tmp_path / "refused").exists()
+    chosen = emit(tmp_path, folder, "scratch", "--init", "random")
+    assert chosen.returncode == 0  # asked for: said, as train says it
+    assert (
+        f"note: training from random weights as --init random asks; {folder.resolve()}'s {weights} is not "
+        "loaded" in chosen.stdout
+    )
+
+
+def test_a_model_folder_without_weights_says_the_run_starts_from_random_weights(user, tmp_path):
+    """A config.json alone plans a pretraining (allowed), said at emit and again at train's start."""
+    from backends.runner.folder import load_run_folder
+    from planner.rundir.run_overrides import RunOverrides
+
+    _, model_dir, _ = user
+    folder = tmp_path / "config only"
+    folder.mkdir()
+    shutil.copy(model_dir / "config.json", folder / "config.json")
+    emitted = emit(tmp_path, folder, "from config")
+    note = f"note: {folder.resolve()} holds no weights (no model.safetensors), so the run starts from random weights"
+    assert emitted.returncode == 0 and note in emitted.stdout
+    assert load_run_folder(tmp_path / "from config", RunOverrides()).notes[0].startswith(note)
+    assert "note:" not in emit(tmp_path, model_dir, "with weights").stdout
+
+
 def test_a_run_folder_that_would_train_from_random_weights_beside_a_pickle_is_refused_at_train(user, tmp_path):
     """A folder emitted before emit refused a pickle-only checkpoint (its plan.json does not record that
     --init random was asked for) is refused by `train` in one line, nothing written; `train --init random`,

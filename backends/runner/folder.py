@@ -24,7 +24,7 @@ from planner.rundir.engine_for_run import engine_config_for_run
 from planner.rundir.manifest import interrupted_emission
 from planner.rundir.plan_file import read_plan_file
 from planner.rundir.replan import read_elastic
-from planner.rundir.run_overrides import RunOverrides, apply_overrides, pickle_only_note
+from planner.rundir.run_overrides import RunOverrides, apply_overrides, unloaded_weights_note
 from planner.training_config import Strategy
 
 
@@ -50,7 +50,7 @@ def load_run_folder(run_dir: Path, overrides: RunOverrides, strategy: str | None
         )
     plan, run = read_plan_file(run_dir)
     run = apply_overrides(run, overrides)
-    pickle_note = pickle_only_note(run.model)  # a folder emitted before emit refused it: refused here
+    pickle_note = unloaded_weights_note(run.model)  # a folder emitted before emit refused it: refused here
     chosen = Strategy(strategy) if strategy else plan.config.strategy
     if chosen is not Strategy.ENGINE and run.layout.model_parallel > 1:
         raise UserInputError(

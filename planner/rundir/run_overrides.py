@@ -55,29 +55,59 @@ def has_weights(folder: Path | None) -> bool:
     return folder is not None and any((folder / name).is_file() for name in WEIGHT_FILES)
 
 
-def pickled_weights(folder: Path | None) -> list[str]:
-    """The pickle weight files (pytorch_model*.bin) of a folder without safetensors: never loaded, since
-    unpickling runs code."""
+def unloaded_weights(folder: Path | None) -> list[str]:
+    """The weight files of a folder without model.safetensors or its index, none of which is ever loaded:
+    pickles (pytorch_model*.bin: unpickling runs code), safetensors shards whose index was left behind, and
+    safetensors under another name (an adapter's adapter_model.safetensors is not a model)."""
     if folder is None or has_weights(folder) or not folder.is_dir():
         return []
-    return sorted(path.name for path in folder.glob("pytorch_model*.bin"))
+    return sorted(
+        path.name
+        for path in folder.iterdir()
+        if path.suffix == ".safetensors" or (path.name.startswith("pytorch_model") and path.suffix == ".bin")
+    )
 
 
-def pickle_only_note(model: ModelSource) -> str | None:
-    """Refuse a run that would train from random weights beside a checkpoint kept only as a pickle, unless
-    --init random asked for it (at emit or at train); then the note that says so. None when no pickle is
-    in the way."""
-    pickles = pickled_weights(Path(model.path) if model.path else None)
-    if not pickles or model.init != "random":
+def _unloaded_why(folder: str, name: str) -> str:
+    """Why `name` in `folder` is not loaded, and what would load it."""
+    if name.endswith(".bin"):
+        return (
+            f"{folder} holds its weights only as {name} (a pickle, never loaded here: unpickling runs code), so "
+            "this run would start from random weights; convert them to safetensors (save_pretrained(DIR, "
+            "safe_serialization=True) where you trust the file)"
+        )
+    if "-of-" in name:  # model-00001-of-00002.safetensors: transformers' shards, found through their index
+        return (
+            f"{folder} holds {name} but not model.safetensors.index.json, the index its shards are found by, so "
+            "this run would start from random weights; copy the index beside the shards"
+        )
+    return (
+        f"{folder} holds {name} but no model.safetensors (nor its index), so this run would start from random "
+        "weights; point --model at the folder save_pretrained wrote the whole model to"
+    )
+
+
+def unloaded_weights_note(model: ModelSource) -> str | None:
+    """Refuse a run that would train from random weights beside weights it does not load (unloaded_weights),
+    unless --init random asked for it (at emit or at train); then the note that says so. A local folder with no
+    weight file at all starts from random weights too: legitimate (a pretraining planned from a config.json),
+    but said, since a fine-tune whose weights were never copied looks the same. None when the run loads weights,
+    or was not planned from a folder (docs/running.md, "Weights")."""
+    if model.init != "random" or not model.path:
         return None
+    unloaded = unloaded_weights(Path(model.path))
+    if not unloaded:
+        if model.init_explicit or not Path(model.path).is_dir():
+            return None
+        return (
+            f"note: {model.path} holds no weights (no model.safetensors), so the run starts from random weights; "
+            "copy the checkpoint's weights there to fine-tune it, or pass --init random to say so"
+        )
     if not model.init_explicit:  # emitted before emit refused it, or plan.json edited
         raise UserInputError(
-            f"{model.path} holds its weights only as {pickles[0]} (a pickle, never loaded here: unpickling runs "
-            "code), so this run would start from random weights; convert them to safetensors "
-            "(save_pretrained(DIR, safe_serialization=True) where you trust the file), or pass --init random "
-            "to train from scratch"
+            f"{_unloaded_why(model.path or '', unloaded[0])}, or pass --init random to train from scratch"
         )
-    return f"note: training from random weights as --init random asks; {model.path}'s {pickles[0]} is not loaded"
+    return f"note: training from random weights as --init random asks; {model.path}'s {unloaded[0]} is not loaded"
 
 
 def has_tokenizer(folder: Path | None) -> bool:

@@ -53,7 +53,7 @@ from planner.rundir.manifest import (
 )
 from planner.rundir.previous_run import archive_previous_run
 from planner.rundir.run_options import RunOptions, run_config
-from planner.rundir.run_overrides import RunOverrides, apply_overrides, pickle_only_note
+from planner.rundir.run_overrides import RunOverrides, apply_overrides, unloaded_weights_note
 
 __all__ = ["RunOptions", "emit_run_folder", "render_run_folder", "run_config"]
 
@@ -200,7 +200,7 @@ def emit_run_folder(
         target = target.model_copy(update={"launcher": launch.launcher})
     if search is not None:
         target = target.model_copy(update={"search": search})
-    pickle_only_note(target.model)  # training from random weights beside the user's checkpoint is never silent
+    unloaded_weights_note(target.model)  # training from random weights beside the user's checkpoint is never silent
     for patterns, flag in ((target.data.train, "--data"), (target.data.eval, "--eval-data")):
         check_text_field_present(patterns, flag, target.data.text_field)  # not first at train
     if plan.config.kernels is KernelChoice.LIGER and target.device != "cuda":
