@@ -166,7 +166,7 @@ def register(app: typer.Typer) -> None:
             )
         report_target = _report_target(report_file)
         spec, target, request, result, calibration, adjust = _search(
-            model, cluster, search, routing, db, no_calibration
+            model, cluster, search, routing, db, no_calibration, steps=run.values.get("steps")
         )
         if elastic is not None:  # a range without the asked node count is said before whether a plan fits there
             from planner.elastic_plan import parse_node_range
@@ -189,9 +189,9 @@ def register(app: typer.Typer) -> None:
             write_page(report_target, plan_report(result, title))
             written = [*(written or []), f"wrote the report page to {report_target}"]
         if as_json:
-            print(json.dumps(search_document(result), indent=2))
+            print(json.dumps(search_document(result, _tokens_from(search, request, run.values.get("steps"))), indent=2))
         else:
-            print_plans(result, title, explain, tokens_given=request.train_tokens is not None)
+            print_plans(result, title, explain, tokens_from=_tokens_from(search, request, run.values.get("steps")))
             from rich.console import Console
 
             # The best plan's own line: the records may have changed none of its figures (planner/calibration.py).
@@ -241,13 +241,28 @@ def _plan_serving(model: ModelOptions, cluster: ClusterOptions, search: SearchOp
         raise typer.Exit(NOTHING_FITS_EXIT)
 
 
-def _search(model: ModelOptions, cluster: ClusterOptions, search: SearchOptions, routing, db, no_calibration):
-    """The model, the cluster, the request, the search's result, what calibrated it, and how."""
+def _tokens_from(search: SearchOptions, request, steps: int | None) -> str | None:
+    """Where the time and cost columns' token count came from: --tokens, the run's --steps, or the default."""
+    if search.tokens is not None:
+        return "--tokens"
+    if request.train_tokens is not None:
+        return f"--steps {steps} x global batch {request.global_batch} x seq {request.seq_len}"
+    return None
+
+
+def _search(
+    model: ModelOptions, cluster: ClusterOptions, search: SearchOptions, routing, db, no_calibration, steps=None
+):
+    """The model, the cluster, the request, the search's result, what calibrated it, and how. A run of --steps
+    at a given --global-batch trains steps x batch x seq tokens: the time and cost columns count those, unless
+    --tokens says otherwise (with the batch left to the search, each plan's own batch would differ)."""
     from planner.search import search_plans
     from planner.search.request import default_seq_len
 
     spec = model.resolve()
     request = search.request(search.seq_len or default_seq_len(spec), routing)
+    if steps and search.tokens is None and request.global_batch:
+        request = request.model_copy(update={"train_tokens": float(steps * request.global_batch * request.seq_len)})
     target = _target_cluster(cluster)
     if no_calibration:
         adjust, calibration = None, "not calibrated (--no-calibration)"

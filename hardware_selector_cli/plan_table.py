@@ -6,7 +6,14 @@ from planner.contract.choices import ActivationCheckpointing
 from planner.units import format_bytes
 
 
-def to_train(plan, tokens: float) -> dict | None:
+def tokens_source(tokens_from: str | None) -> str:
+    """Where the time and cost columns' token count came from (None: the default the help names)."""
+    from planner.search.request import CHINCHILLA_TOKENS_PER_PARAM
+
+    return tokens_from or f"{CHINCHILLA_TOKENS_PER_PARAM} per parameter, Chinchilla; --tokens"
+
+
+def to_train(plan, tokens: float, tokens_from: str | None = None) -> dict | None:
     """What training `tokens` on the plan takes, as the table's cost and days columns compute it (the same
     ThroughputEstimate methods; `--clouds --json` names them cost_usd and time_s too), with the price's source."""
     speed = plan.throughput
@@ -15,6 +22,7 @@ def to_train(plan, tokens: float) -> dict | None:
     world = plan.cluster.world_size
     return {
         "tokens": tokens,
+        "tokens_source": tokens_source(tokens_from),
         "time_s": speed.time_to_train_s(tokens),
         "gpu_hours": speed.gpu_hours(tokens, world),
         "cost_usd": speed.cost_usd(tokens, world),
@@ -23,8 +31,9 @@ def to_train(plan, tokens: float) -> dict | None:
     }
 
 
-def search_document(result) -> dict:
-    """The --json shape: best, candidates and rejected, each plan with its strategy family."""
+def search_document(result, tokens_from: str | None = None) -> dict:
+    """The --json shape: best, candidates and rejected, each plan with its strategy family (`tokens_from`: where
+    the token count of each plan's `to_train` came from)."""
     from planner.search.strategy_layout import family_label
 
     def dump(plan):  # with the layout placed on the cluster (dp filled), which plan.json derives
@@ -32,7 +41,7 @@ def search_document(result) -> dict:
             "strategy": family_label(plan.config),
             **plan.model_dump(mode="json"),
             "layout": plan.layout.model_dump(mode="json"),
-            "to_train": to_train(plan, result.train_tokens),
+            "to_train": to_train(plan, result.train_tokens, tokens_from),
         }
 
     return {
@@ -88,11 +97,13 @@ def _time_or_cost(speed, tokens: float, world_size: int, by_time: bool) -> str:
     return "-" if cost is None else _compact(cost, "$")
 
 
-def print_plans(result, title: str, explain: bool, tokens_given: bool = True) -> None:
+def print_plans(result, title: str, explain: bool, tokens_from: str | None = "--tokens") -> None:
+    """The ranked table and the best plan's reasons; `tokens_from` says where the token count of the time and
+    cost columns came from (None: the default, 20 per parameter)."""
     from rich.console import Console
     from rich.table import Table
 
-    from planner.search.request import CHINCHILLA_TOKENS_PER_PARAM, Objective
+    from planner.search.request import Objective
     from planner.search.strategy_layout import family_label
 
     console = Console()
@@ -137,9 +148,7 @@ def print_plans(result, title: str, explain: bool, tokens_given: bool = True) ->
         if any(plan.throughput and _evidence_mark(plan.throughput) for plan in result.candidates):
             console.print(f"{EVIDENCE_LEGEND}; unmarked: formula", markup=False, highlight=False)
         # Where the token count comes from: --tokens, or the default the help names (20 per parameter).
-        tokens_note = (
-            "--tokens" if tokens_given else f"{CHINCHILLA_TOKENS_PER_PARAM} per parameter, Chinchilla; --tokens"
-        )
+        tokens_note = tokens_source(tokens_from)
         if by_time:
             console.print(
                 f"days: wall time to train {tokens:.3g} tokens ({tokens_note})", markup=False, highlight=False

@@ -350,3 +350,34 @@ def test_nothing_fits_with_emit_is_1_and_writes_nothing(tmp_path, capsys):
     assert "nothing fits" in captured.out and captured.err == f"wrote nothing to {folder}: no plan fits\n"
     assert not folder.exists()
     assert main([*too_big, "--emit", str(folder), "--elastic", "1:2"]) == 1 and not folder.exists()
+
+
+def test_the_cost_counts_the_tokens_of_the_runs_own_steps(tmp_path, capsys):
+    """An audit: the README's fine-tune (--steps 40 at global batch 16) was costed at 20 tokens per parameter,
+    a run nobody asked for. With --steps and --global-batch the columns count steps x batch x seq tokens, and
+    say so; --tokens still wins; without either, the default is named."""
+    import json
+
+    from hardware_selector_cli.app import main
+
+    base = ["plan", "--model", "gpt2", "--gpu", "H100-80GB", "--seq-len", "128", "--global-batch", "16",
+            "--strategies", "ddp", "--no-calibration", "--json"]  # fmt: skip
+    assert main([*base, "--emit", str(tmp_path / "a"), "--steps", "40"]) == 0
+    costed = json.loads(capsys.readouterr().out)["best"]["to_train"]
+    assert costed["tokens"] == 40 * 16 * 128 and costed["tokens_source"] == "--steps 40 x global batch 16 x seq 128"
+    assert main([*base, "--emit", str(tmp_path / "b"), "--steps", "40", "--tokens", "1e9"]) == 0
+    assert json.loads(capsys.readouterr().out)["best"]["to_train"]["tokens_source"] == "--tokens"
+    assert main(base) == 0
+    default = json.loads(capsys.readouterr().out)["best"]["to_train"]
+    assert default["tokens_source"].startswith("20 per parameter, Chinchilla")
+    assert default["tokens"] == 20 * resolve_model_params("gpt2")
+    assert main([*base[:-1], "--emit", str(tmp_path / "c"), "--steps", "40"]) == 0
+    assert "cost: to train 8.19e+04 tokens (--steps 40 x global batch 16 x seq 128)" in " ".join(
+        capsys.readouterr().out.split()
+    )
+
+
+def resolve_model_params(name: str) -> int:
+    from planner.models.resolve import resolve_model
+
+    return resolve_model(name).params.total
