@@ -156,7 +156,8 @@ def register(app: typer.Typer) -> None:
             return
         if emit is None and (run.given() or elastic is not None or launch is not None):
             given = run.given() or ["--elastic" if elastic is not None else "--launcher"]
-            raise UserInputError(f"{', '.join(given)} describe the run of an emitted folder; add --emit DIR")
+            verb = "describes" if len(given) == 1 else "describe"
+            raise UserInputError(f"{', '.join(given)} {verb} the run of an emitted folder; add --emit DIR")
         overrides = run.overrides() if emit is not None else None
         search.check(emitting=emit is not None)
         if search.no_offload and cluster.nvme_gb:  # NVMe is there only to offload to

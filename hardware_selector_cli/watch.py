@@ -11,6 +11,7 @@ Reads files only: no torch, instant.
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ def snapshot(run_dir: Path) -> dict[str, Any]:
         (total - step) * sum(seconds) / len(seconds) if seconds and total and status.get("state") == "running" else None
     )
     losses = _numbers(recent, "loss")
+    rates = sorted(_numbers(recent, "tokens_per_s"))
     state = status.get("state", "not started" if not train else "unknown")
     message = status.get("message", "")
     if state == "not started" and not message:  # an emitted folder nobody has trained yet
@@ -70,6 +72,9 @@ def snapshot(run_dir: Path) -> dict[str, Any]:
         "lr": latest.get("lr"),
         "grad_norm": latest.get("grad_norm"),
         "tokens_per_s": latest.get("tokens_per_s"),
+        # the median, as run_summary.json and the benchmark record count the rate: one step is noisy
+        "tokens_per_s_median": statistics.median(rates) if rates else None,
+        "tokens_per_s_steps": len(rates),
         "mfu": latest.get("mfu"),
         "peak_memory_bytes": latest.get("peak_memory_bytes"),
         "eval": evals[-1] if evals else None,
@@ -105,7 +110,10 @@ def render(view: dict[str, Any]) -> Any:
             f"at step {view['eval']['step']}",
         )
     if view["tokens_per_s"]:
-        speed = f"{view['tokens_per_s']:,.0f} tokens/s"
+        steps = view.get("tokens_per_s_steps", 0)
+        median = view.get("tokens_per_s_median")
+        speed = f"{view['tokens_per_s']:,.0f} tokens/s (last step"
+        speed += f"; median of the last {steps} steps: {median:,.0f})" if steps > 1 and median else ")"
         table.add_row("speed", speed + (f", MFU {view['mfu']:.1%}" if view.get("mfu") else ""))
     if view["lr"] is not None:
         table.add_row(

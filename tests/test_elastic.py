@@ -129,7 +129,7 @@ def test_bad_elastic_input_is_one_line_and_writes_nothing(tmp_path, extra, messa
 
 def test_elastic_without_emit_is_one_line():
     completed = cli("plan", "-m", "gpt2", "--gpu", "cpu", "--elastic", "1:2")
-    assert completed.returncode == 2 and "--elastic describe the run of an emitted folder" in completed.stderr
+    assert completed.returncode == 2 and "--elastic describes the run of an emitted folder" in completed.stderr
 
 
 def test_the_history_leaves_the_plan_digest_alone(tmp_path):

@@ -268,7 +268,12 @@ def test_watch_says_what_a_new_user_needs_before_and_during_a_run(tmp_path):
     assert "nothing trained here yet" in fresh and "starts it" in fresh and "(?)" not in fresh
     message = json.loads(cli_in_process("watch", run_dir, "--json").stdout)["message"]
     assert message.endswith(f"`hardware-selector train {run_dir}` starts it")  # the table may shorten the path
-    rows = [{"kind": "train", "step": step, "loss": loss, "step_s": 0.5} for step, loss in ((1, 3.0), (2, 5.0))]
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    rows = [{"kind": "train", "step": step, "loss": loss, "step_s": 0.5, "tokens_per_s": rate}
+            for step, loss, rate in ((1, 3.0, 900.0), (2, 5.0, 1000.0), (3, 4.0, 1500.0))]  # fmt: skip
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows[:2]))
     watched = " ".join(cli_in_process("watch", run_dir).stdout.split())
     assert "5.0000 (mean of the last 2 steps: 4.0000)" in watched and "last 20" not in watched
+    # The speed was the last step's alone, unsaid; the summary and the record count the median.
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    watched = " ".join(cli_in_process("watch", run_dir).stdout.split())
+    assert "1,500 tokens/s (last step; median of the last 3 steps: 1,000)" in watched
