@@ -75,7 +75,7 @@ def test_a_missing_data_file(user, run_dir):
     one_line_error(emit(root, model_dir, "other", "--data", root / "nowhere.txt"), "no such file or folder")
 
 
-def test_data_train_would_refuse_is_refused_at_emit_and_nothing_is_written(user, tmp_path):
+def test_data_train_would_refuse_is_refused_at_emit_and_nothing_is_written(user, run_dir, tmp_path):
     """A .csv file, or a folder of .txt beside .jsonl, was emitted and refused only later by `train`: emit now
     resolves the pattern as train does (planner/rundir/data_sources.py)."""
     root, model_dir, corpus = user
@@ -90,7 +90,7 @@ def test_data_train_would_refuse_is_refused_at_emit_and_nothing_is_written(user,
     ):
         one_line_error(emit(root, model_dir, "refused", "--data", data), fragment)
         assert not (root / "refused").exists()
-        one_line_error(cli("train", root / "run", "--data", data, "--steps", "1"), fragment)
+        one_line_error(cli("train", run_dir, "--data", data, "--steps", "1"), fragment)
 
 
 def test_a_text_field_for_txt_data_is_one_line(user, run_dir):
@@ -149,6 +149,35 @@ def test_a_data_file_that_is_not_what_its_extension_says_is_refused_before_torch
     before = sorted(path.name for path in run_dir.iterdir())
     one_line_error(cli("train", run_dir, "--data", bad, "--steps", "1"), fragment)
     assert sorted(path.name for path in run_dir.iterdir()) == before
+
+
+@pytest.mark.parametrize("problem", ["empty", "renamed", "truncated"])
+def test_broken_or_empty_data_files_are_refused_at_emit_in_trains_words(user, run_dir, tmp_path, problem):
+    """An audit: `plan --emit` wrote a folder for an empty .txt, a text file renamed .parquet and a truncated
+    .parquet, which `train` then refused. The bytes that tell (a size, eight magic bytes) are read at emit; the
+    reference is train's own line for the same file."""
+    import datasets
+
+    root, model_dir, _ = user
+    if problem == "empty":
+        bad = tmp_path / "empty.txt"
+        bad.write_text("")
+        fragment = "holds no text (every document is empty)"
+    elif problem == "renamed":
+        bad = tmp_path / "renamed.parquet"
+        bad.write_text("plain text, not a table\n" * 20)
+        fragment = "renamed.parquet: not a parquet file (it does not begin with the magic bytes PAR1)"
+    else:
+        bad = tmp_path / "cut.parquet"
+        datasets.Dataset.from_dict({"text": [f"document {n}" for n in range(500)]}).to_parquet(str(bad))
+        bad.write_bytes(bad.read_bytes()[:-100])
+        fragment = "cut.parquet: a truncated parquet file"
+    at_emit = emit(tmp_path, model_dir, "refused", "--data", bad)
+    one_line_error(at_emit, fragment)
+    assert not (tmp_path / "refused").exists()
+    at_train = cli("train", run_dir, "--data", bad, "--steps", "1")
+    one_line_error(at_train, fragment)
+    assert at_emit.stderr == at_train.stderr
 
 
 def test_a_tokenizer_bigger_than_the_models_vocabulary(user, run_dir, tmp_path):

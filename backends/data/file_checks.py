@@ -16,9 +16,7 @@ import json
 from pathlib import Path
 
 from planner.errors import UserInputError
-from planner.rundir.data_sources import parquet_column_problem, value_problem
-
-PARQUET_MAGIC = b"PAR1"
+from planner.rundir.data_sources import parquet_column_problem, parquet_magic_problem, value_problem
 
 
 def first_line(error: BaseException) -> str:
@@ -71,18 +69,9 @@ def _document_problem(path: Path, field: str) -> str | None:
 
 def parquet_problem(path: Path) -> str | None:
     """A file that is no parquet file, a truncated one, or one whose footer cannot be read, as one line."""
-    size = path.stat().st_size
-    with open(path, "rb") as handle:
-        head = handle.read(len(PARQUET_MAGIC))
-        handle.seek(max(0, size - len(PARQUET_MAGIC)))
-        tail = handle.read(len(PARQUET_MAGIC))
-    if head != PARQUET_MAGIC:
-        return f"{path}: not a parquet file (it does not begin with the magic bytes PAR1); check what the file holds"
-    if tail != PARQUET_MAGIC or size < 3 * len(PARQUET_MAGIC):
-        return (
-            f"{path}: a truncated parquet file ({size:,} bytes, without the magic bytes PAR1 at its end); "
-            "copy or write it again"
-        )
+    problem = parquet_magic_problem(path)  # the ends, as `plan --emit` reads them
+    if problem:
+        return problem
     import pyarrow.parquet as pq
 
     try:

@@ -122,17 +122,43 @@ def parquet_column_problem(path: Path, field: str) -> str | None:
     return None
 
 
+PARQUET_MAGIC = b"PAR1"
+
+
+def parquet_magic_problem(path: Path) -> str | None:
+    """A file with no parquet magic bytes at its start (no parquet file: a renamed text file) or at its end (cut
+    short), as one line; None when both ends are there. Reads eight bytes."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        head = handle.read(len(PARQUET_MAGIC))
+        handle.seek(max(0, size - len(PARQUET_MAGIC)))
+        tail = handle.read(len(PARQUET_MAGIC))
+    if head != PARQUET_MAGIC:
+        return f"{path}: not a parquet file (it does not begin with the magic bytes PAR1); check what the file holds"
+    if tail != PARQUET_MAGIC or size < 3 * len(PARQUET_MAGIC):
+        return (
+            f"{path}: a truncated parquet file ({size:,} bytes, without the magic bytes PAR1 at its end); "
+            "copy or write it again"
+        )
+    return None
+
+
 def check_text_field_present(patterns: list[str], flag: str, text_field: str) -> None:
-    """The text field in each .jsonl/.json file's first row and each .parquet file's schema, at emit: the rest
-    of every file is read by `train` before its ranks start (backends/runner/preflight.py), so a run folder is
-    not written for data whose rows `train` would then refuse. A first line that is not JSON on its own, or a
-    parquet file pyarrow cannot open, is left to that check, which names its place."""
-    for source in resolve_sources(patterns, flag) if patterns else []:
+    """At emit, what reading a few bytes of each file shows: data whose every file is empty, a .parquet file
+    that is none or was cut short (its magic bytes), and the text field in each .jsonl/.json file's first row
+    and each .parquet file's schema. The rest of every file is read by `train` before its ranks start
+    (backends/runner/preflight.py), so a run folder is not written for data `train` would then refuse. A first
+    line that is not JSON on its own, or a parquet footer pyarrow cannot read, is left to that check, which
+    names its place."""
+    sources = resolve_sources(patterns, flag) if patterns else []
+    if sources and all(source.path.is_file() and source.path.stat().st_size == 0 for source in sources):
+        raise UserInputError(no_text_message(", ".join(patterns), sources))
+    for source in sources:
         try:
             if source.kind == "json":
                 problem = _first_row_problem(source.path, text_field)
             elif source.kind == "parquet":
-                problem = parquet_column_problem(source.path, text_field)
+                problem = parquet_magic_problem(source.path) or parquet_column_problem(source.path, text_field)
             else:
                 continue
         except Exception:  # noqa: BLE001 (unreadable or malformed: train's full check says how, in one line)
