@@ -188,10 +188,12 @@ def test_a_tokenizer_bigger_than_the_models_vocabulary(user, run_dir, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tokenizer")
     tokenizer.add_tokens([f"<extra{n}>" for n in range(100)])
     tokenizer.save_pretrained(tmp_path / "tokenizer")
-    one_line_error(
-        cli("train", run_dir, "--tokenizer", tmp_path / "tokenizer", "--steps", "1"),
-        "tokens but my-gpt2's vocabulary holds 320",
-    )
+    at_train = cli("train", run_dir, "--tokenizer", tmp_path / "tokenizer", "--steps", "1")
+    one_line_error(at_train, "tokens but my-gpt2's vocabulary holds 320")
+    # An audit: `plan --emit` wrote the folder for it, which `train` then refused; now in train's words.
+    _, model_dir, corpus = user
+    at_emit = emit(tmp_path, model_dir, "refused", "--data", corpus, "--tokenizer", tmp_path / "tokenizer")
+    assert at_emit.stderr == at_train.stderr and not (tmp_path / "refused").exists()
 
 
 def test_weights_that_do_not_match_config_json(user):

@@ -20,18 +20,9 @@ from backends.data.token_cache import content_key, open_tokens, prepare_token_fi
 from planner.contract.run_config import DataConfig
 from planner.errors import UserInputError
 from planner.rundir.data_sources import Source, no_text_message, resolve_sources
+from planner.rundir.tokenizer_check import TOKENIZER_FILE_NAMES
+from planner.rundir.tokenizer_check import load_checked_tokenizer as load_tokenizer
 
-TOKENIZER_FILE_NAMES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.json",
-    "vocab.txt",
-    "merges.txt",
-    "tokenizer.model",
-    "spiece.model",
-    "added_tokens.json",
-)
 SYNTHETIC_SAMPLES = 1 << 16
 
 
@@ -42,37 +33,6 @@ class RunData:
     train_tokens: int  # tokens in the training blocks (one epoch)
     description: str
     tokenizer_dir: Path | None = None
-
-
-def load_tokenizer(folder: str | None, *, model_name: str, vocab_size: int) -> Any:
-    """The model's tokenizer from a local folder, checked against the model's vocabulary."""
-    if not folder:
-        raise UserInputError(
-            f"{model_name} has no local tokenizer to read --data with; pass --tokenizer DIR "
-            "(a folder written by tokenizer.save_pretrained)"
-        )
-    path = Path(folder)
-    if not any((path / name).is_file() for name in TOKENIZER_FILE_NAMES):
-        raise UserInputError(
-            f"{path} holds no tokenizer (tokenizer.json or tokenizer_config.json); pass --tokenizer DIR"
-        )
-    from transformers import AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
-    except (OSError, ValueError) as error:
-        raise UserInputError(f"{path}: the tokenizer cannot be loaded ({str(error).splitlines()[0][:200]})") from None
-    if len(tokenizer) > vocab_size:
-        raise UserInputError(
-            f"the tokenizer in {path} has {len(tokenizer)} tokens but {model_name}'s vocabulary holds "
-            f"{vocab_size}; use the model's own tokenizer (--tokenizer)"
-        )
-    if tokenizer.eos_token_id is None:
-        raise UserInputError(
-            f"the tokenizer in {path} has no EOS token to separate documents; "
-            "set eos_token in its tokenizer_config.json"
-        )
-    return tokenizer
 
 
 def tokenizer_files(folder: Path) -> list[Path]:

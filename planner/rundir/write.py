@@ -203,6 +203,11 @@ def emit_run_folder(
     unloaded_weights_note(target.model)  # training from random weights beside the user's checkpoint is never silent
     for patterns, flag in ((target.data.train, "--data"), (target.data.eval, "--eval-data")):
         check_text_field_present(patterns, flag, target.data.text_field)  # not first at train
+    vocab_size = target.model.hf_config.get("vocab_size")
+    if target.data.train and not target.data.synthetic and isinstance(vocab_size, int):
+        from planner.rundir.tokenizer_check import load_checked_tokenizer
+
+        load_checked_tokenizer(target.model.tokenizer_dir, model_name=target.model.name, vocab_size=vocab_size)
     if plan.config.kernels is KernelChoice.LIGER and target.device != "cuda":
         raise UserInputError("--kernels liger: Liger's kernels are Triton GPU kernels; plan --kernels compile for CPU")
     if elastic is not None and launch is not None:
