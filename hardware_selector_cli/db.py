@@ -184,6 +184,7 @@ def calibration_command(
 
     from benchmarks_db.record_errors import record_errors
     from planner.calibration import Calibration
+    from planner.units import counted
 
     if plot is not None:
         from benchmarks_db.plot import check_plot_target
@@ -227,6 +228,14 @@ def calibration_command(
         console.print(
             f"mean |error|: {before:.0%} before, {after:.0%} after calibration (in-sample: the corrections were "
             "fitted on these same runs, so 'after' is how well they fit, not how well they predict)"
+        )
+    if calibration.copied:
+        console.print(
+            f"{counted(len(calibration.copied), 'record')} left out: its predicted step is an older record's "
+            "measurement of the same config (stored by `train` before records kept the formula's step: "
+            "docs/benchmarks.md, Calibration)",
+            markup=False,
+            highlight=False,
         )
     for correction in [*calibration.corrections, *calibration.pooled]:
         console.print(f"correction {correction.describe()}", markup=False, highlight=False)

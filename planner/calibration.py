@@ -26,6 +26,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner.contract.run_config import CORRECTED_SOURCES
 from planner.hardware.gpus import normalize_gpu_name
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import FsdpSharding, Strategy, TrainingConfig
@@ -35,8 +36,8 @@ from planner.units import counted
 MIN_RECORDS_FOR_AFFINE = 3
 # How far (either way, as a factor) a correction is carried beyond the predicted step times it was fitted on.
 EXTRAPOLATION_LIMIT = 10.0
-# How a step time moved by the records is sourced (rescaled()), and the note a correction out of range leaves.
-CORRECTED_SOURCES = ("calibration: ", "measured: ")
+# How a step time moved by the records is sourced (rescaled(): CORRECTED_SOURCES, in the run contract, which
+# reads it), and the note a correction out of range leaves.
 NOT_APPLIED = "calibration not applied: "
 
 
@@ -184,6 +185,26 @@ def fit_correction(gpu: str, family: str, runs: list[MeasuredRun]) -> Correction
     )
 
 
+def copied_predictions(runs: list[MeasuredRun]) -> set[str]:
+    """Ids of records whose prediction is, to the last digit, an older record's measured step of the same config
+    on the same cluster: `train` stored the plan's step as the prediction until the formula's was kept beside it
+    (planner/contract/run_config.py Predicted), and a plan of a measured config said that config's newest
+    measurement. Fitted, such a record reads as a perfect formula and pulls its correction towards 1 (it
+    compounded with each run: docs/benchmarks.md, "Calibration"). A prediction a correction moved is not told
+    apart: the formula's step it was scaled from was not stored."""
+    seen: dict[tuple, set[float]] = {}
+    copied = set()
+    for run in sorted(runs, key=lambda r: r.measured_at):  # oldest first: a copy follows what it copies
+        config = run.config.model_dump_json()
+        shape = (normalize_gpu_name(run.gpu_name), run.world_size, run.nodes, run.model_spec_hash, config)
+        steps = seen.setdefault(shape, set())
+        if run.predicted_step_time_s is not None and run.predicted_step_time_s in steps:
+            copied.add(run.id)
+        if run.step_time_s is not None:
+            steps.add(run.step_time_s)
+    return copied
+
+
 def rescaled(estimate: ThroughputEstimate, step_time_s: float, source: str, note: str) -> ThroughputEstimate:
     """The estimate with a new step time; rates follow it, the breakdown keeps its proportions."""
     factor = estimate.step_time_s / step_time_s
@@ -208,6 +229,7 @@ def rescaled(estimate: ThroughputEstimate, step_time_s: float, source: str, note
             "breakdown": breakdown,
             "sources": sources,
             "notes": [*estimate.notes, note],
+            "formula_step_time_s": estimate.formula_step_s,  # kept for the record a run of it writes
         }
     )
 
@@ -223,12 +245,16 @@ class Calibration(BaseModel):
     measured: list[MeasuredRun] = Field(default_factory=list)  # successful runs, newest first
     records_read: int = 0
 
+    # Records whose prediction is an older record's measurement (copied_predictions()): left out of the fits.
+    copied: list[str] = Field(default_factory=list)
+
     @classmethod
     def fit(cls, runs: list[MeasuredRun]) -> Calibration:
         ok = sorted((run for run in runs if run.ok and run.step_time_s), key=lambda r: r.measured_at, reverse=True)
+        copied = copied_predictions(ok)
         groups: dict[tuple[str, str], list[MeasuredRun]] = {}
         for run in ok:
-            if run.predicted_step_time_s:
+            if run.predicted_step_time_s and run.id not in copied:
                 groups.setdefault((normalize_gpu_name(run.gpu_name), run.family), []).append(run)
         corrections = [
             fit_correction(group[0].gpu_name, family, group) for (_, family), group in sorted(groups.items())
@@ -240,7 +266,7 @@ class Calibration(BaseModel):
             fit_correction(group[0].gpu_name, pooled_family(sorted({run.family for run in group})), group)
             for group in by_gpu.values()
         ]
-        return cls(corrections=corrections, pooled=pooled, measured=ok, records_read=len(runs))
+        return cls(corrections=corrections, pooled=pooled, measured=ok, records_read=len(runs), copied=sorted(copied))
 
     def for_gpu(self, gpu_name: str) -> Calibration:
         key = normalize_gpu_name(gpu_name)
@@ -249,6 +275,7 @@ class Calibration(BaseModel):
             pooled=[c for c in self.pooled if normalize_gpu_name(c.gpu) == key],
             measured=[run for run in self.measured if normalize_gpu_name(run.gpu_name) == key],
             records_read=self.records_read,
+            copied=self.copied,
         )
 
     def correction(self, gpu_name: str, config: TrainingConfig) -> Correction | None:
@@ -277,15 +304,16 @@ class Calibration(BaseModel):
         correction = self.correction(gpu_name, config)
         if correction is None:
             return estimate
-        if not correction.covers(estimate.step_time_s):
+        formula = estimate.formula_step_s  # what the correction was fitted on: never a corrected figure
+        if not correction.covers(formula):
             note = (
                 f"{NOT_APPLIED}the correction {correction.describe()} was fitted on predicted steps of "
-                f"{correction.fitted_range()}; this plan's {_seconds(estimate.step_time_s)} is more than "
+                f"{correction.fitted_range()}; this plan's {_seconds(formula)} is more than "
                 f"{EXTRAPOLATION_LIMIT:g}x outside that range"
             )
             return estimate.model_copy(update={"notes": [*estimate.notes, note]})
         source = f"{CORRECTED_SOURCES[0]}{correction.describe()}"
-        return rescaled(estimate, correction.apply(estimate.step_time_s), source, source)
+        return rescaled(estimate, correction.apply(formula), source, source)
 
     def adjuster(
         self, gpu_name: str, world_size: int, nodes: int, spec_hash: str, *, use_measured: bool = True
