@@ -28,8 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.contract.run_config import CORRECTED_SOURCES
 from planner.hardware.gpus import normalize_gpu_name
+from planner.strategy_family import offload_suffix, strategy_family
 from planner.throughput.result import ThroughputEstimate
-from planner.training_config import FsdpSharding, Strategy, TrainingConfig
+from planner.training_config import TrainingConfig
 from planner.units import counted
 
 # An affine fit needs more points than parameters to mean anything.
@@ -69,28 +70,6 @@ class MeasuredRun(BaseModel):
         return f"record {self.id[:8]} ({self.measured_at:%Y-%m-%d})"
 
 
-def strategy_family(config: TrainingConfig) -> str:
-    """The group a correction is fitted for: strategies differ in what they communicate and when."""
-    if config.strategy is Strategy.FSDP:
-        return f"fsdp-{config.fsdp_sharding.value}"
-    if config.strategy is Strategy.DEEPSPEED:
-        return f"zero{config.zero_stage}"
-    if config.strategy is Strategy.ENGINE:
-        return f"engine-tp{config.tensor_parallel}-pp{config.pipeline_parallel}"
-    return config.strategy.value
-
-
-STRATEGY_FAMILIES_SAID = "ddp, fsdp, deepspeed, engine, fsdp-full|grad-op|hybrid|none, zero0-3 or engine-tp<N>-pp<M>"
-
-
-def is_strategy_family(name: str) -> bool:
-    """Whether `name` is one strategy_family() can return (or a run's plain strategy, as the runner records it)."""
-    plain = {strategy.value for strategy in Strategy}
-    fsdp = {f"fsdp-{sharding.value}" for sharding in FsdpSharding}
-    text = name.strip().lower()
-    return text in plain | fsdp or re.fullmatch(r"zero[0-3]|engine-tp\d+-pp\d+", text) is not None
-
-
 def uncalibrated_summary(gpu_name: str, records_read: int) -> str:
     """Calibration.summary where no successful record of the GPU was read (`plan` says it without fitting
     anything when the database's GPU index has no record of the GPU: benchmarks_db/gpu_index.py)."""
@@ -112,6 +91,7 @@ class Correction(BaseModel):
     predicted_min_s: float | None = Field(default=None, gt=0)
     predicted_max_s: float | None = Field(default=None, gt=0)
     newest_id: str | None = None  # the newest record it was fitted on, so a corrected figure names a record
+    offloaded: bool = False  # fitted on offloading families' records (a pooled correction: Calibration.correction)
 
     def apply(self, predicted_step_time_s: float) -> float:
         return self.overhead_s + self.scale * predicted_step_time_s
@@ -139,9 +119,9 @@ class Correction(BaseModel):
         return f"{self.family} on {self.gpu}: {self.overhead_s * 1e3:.3g} ms + x{self.scale:.3g} ({records})"
 
 
-def pooled_family(families: list[str]) -> str:
+def pooled_family(families: list[str], offloaded: bool = False) -> str:
     """The name a pooled correction goes by: it stands for the families that have no records, from these."""
-    return f"families without records (pooled from {', '.join(families)})"
+    return f"{'offload ' if offloaded else ''}families without records (pooled from {', '.join(families)})"
 
 
 def _seconds(value: float) -> str:
@@ -259,12 +239,17 @@ class Calibration(BaseModel):
         corrections = [
             fit_correction(group[0].gpu_name, family, group) for (_, family), group in sorted(groups.items())
         ]
-        by_gpu: dict[str, list[MeasuredRun]] = {}
+        # One pool per GPU for the plain families and one for the offloading ones: an offloaded step's ratio
+        # (host transfers, a CPU optimizer step) would inflate every plain family without records, and the
+        # reverse. A kind with no records of its own takes the other kind's pool (correction()).
+        by_kind: dict[tuple[str, bool], list[MeasuredRun]] = {}
         for (gpu, _), group in sorted(groups.items()):
-            by_gpu.setdefault(gpu, []).extend(group)
+            by_kind.setdefault((gpu, offload_suffix(group[0].config) != ""), []).extend(group)
         pooled = [
-            fit_correction(group[0].gpu_name, pooled_family(sorted({run.family for run in group})), group)
-            for group in by_gpu.values()
+            fit_correction(
+                group[0].gpu_name, pooled_family(sorted({run.family for run in group}), offloaded), group
+            ).model_copy(update={"offloaded": offloaded})
+            for (_, offloaded), group in by_kind.items()
         ]
         return cls(corrections=corrections, pooled=pooled, measured=ok, records_read=len(runs), copied=sorted(copied))
 
@@ -279,10 +264,16 @@ class Calibration(BaseModel):
         )
 
     def correction(self, gpu_name: str, config: TrainingConfig) -> Correction | None:
-        """The family's own correction on this GPU, else the GPU's pooled one (None without records)."""
+        """The family's own correction on this GPU, else the GPU's pool of its kind (plain or offloading), else
+        the other kind's: a family measured nowhere must not win the ranking on the formula's word alone, and
+        the pool says where it came from in its name (None without records)."""
         key, family = normalize_gpu_name(gpu_name), strategy_family(config)
         own = next((c for c in self.corrections if normalize_gpu_name(c.gpu) == key and c.family == family), None)
-        return own or next((c for c in self.pooled if normalize_gpu_name(c.gpu) == key), None)
+        pools = sorted(
+            (c for c in self.pooled if normalize_gpu_name(c.gpu) == key),
+            key=lambda c: c.offloaded != (offload_suffix(config) != ""),  # its own kind first
+        )
+        return own or next(iter(pools), None)
 
     def measured_run(
         self, gpu_name: str, world_size: int, nodes: int, spec_hash: str, config: TrainingConfig
