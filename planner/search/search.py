@@ -6,7 +6,7 @@ import bisect
 import time
 from operator import attrgetter
 
-from planner.calibration import is_corrected, line_for_plan
+from planner.calibration_lines import is_corrected, line_for_plan
 from planner.contract.search_restrictions import SearchRestrictions
 from planner.errors import UserInputError
 from planner.evaluate import memory_on
