@@ -184,6 +184,12 @@ def copied_predictions(runs: list[MeasuredRun]) -> set[str]:
     return copied
 
 
+def _split_free(config: TrainingConfig) -> str:
+    """The config with its global batch's split left out: what siblings of one measured config share."""
+    tokens = config.micro_batch * config.grad_accum
+    return config.model_copy(update={"micro_batch": 1, "grad_accum": tokens}).model_dump_json()
+
+
 def rescaled(estimate: ThroughputEstimate, step_time_s: float, source: str, note: str) -> ThroughputEstimate:
     """The estimate with a new step time; rates follow it, the breakdown keeps its proportions."""
     factor = estimate.step_time_s / step_time_s
@@ -289,9 +295,11 @@ class Calibration(BaseModel):
                 return run
         return None
 
-    def corrected(self, estimate: ThroughputEstimate, gpu_name: str, config: TrainingConfig) -> ThroughputEstimate:
-        """The estimate shifted by its (GPU, strategy) correction; unchanged without one."""
-        correction = self.correction(gpu_name, config)
+    def corrected(
+        self, estimate: ThroughputEstimate, gpu_name: str, config: TrainingConfig, correction: Correction | None = None
+    ) -> ThroughputEstimate:
+        """The estimate shifted by `correction`, else its (GPU, strategy) correction; unchanged without one."""
+        correction = correction or self.correction(gpu_name, config)
         if correction is None:
             return estimate
         formula = estimate.formula_step_s  # what the correction was fitted on: never a corrected figure
@@ -310,14 +318,43 @@ class Calibration(BaseModel):
     ) -> Callable[[TrainingConfig, ThroughputEstimate], ThroughputEstimate]:
         """The search's `throughput_adjust` hook for one model on one cluster."""
 
+        siblings = self.sibling_corrections(gpu_name, world_size, nodes, spec_hash) if use_measured else {}
+
         def adjust(config: TrainingConfig, estimate: ThroughputEstimate) -> ThroughputEstimate:
             run = self.measured_run(gpu_name, world_size, nodes, spec_hash, config) if use_measured else None
             if run is not None and run.step_time_s:
                 source = f"{CORRECTED_SOURCES[1]}benchmark {run.label}"
                 return rescaled(estimate, run.step_time_s, source, f"step time measured ({run.label})")
+            sibling = siblings.get(_split_free(config))
+            if sibling is not None and sibling.covers(estimate.formula_step_s):
+                return self.corrected(estimate, gpu_name, config, sibling)
             return self.corrected(estimate, gpu_name, config)
 
         return adjust
+
+    def sibling_corrections(self, gpu_name: str, world_size: int, nodes: int, spec_hash: str) -> dict[str, Correction]:
+        """For configs of this model on this cluster that differ from measured ones only in how the global batch is
+        split into micro-batch x accumulation: a correction fitted on those measured configs, each by its newest
+        measurement (the step it is planned with itself). The family's fit spans every model and cluster of the
+        GPU; corrected by it, a split never run that the formula times like the measured one beat it whenever
+        the measured config ran slower than its family's mean (docs/benchmarks.md, "Calibration")."""
+        key, copied = normalize_gpu_name(gpu_name), set(self.copied)
+        newest: dict[str, MeasuredRun] = {}
+        for run in self.measured:  # newest first
+            if (
+                normalize_gpu_name(run.gpu_name) == key
+                and (run.world_size, run.nodes, run.model_spec_hash) == (world_size, nodes, spec_hash)
+                and run.predicted_step_time_s
+                and run.id not in copied
+            ):
+                newest.setdefault(run.config.model_dump_json(), run)
+        groups: dict[str, list[MeasuredRun]] = {}
+        for run in newest.values():
+            groups.setdefault(_split_free(run.config), []).append(run)
+        return {
+            split: fit_correction(gpu_name, f"{runs[0].family} measured at another micro-batch x accumulation", runs)
+            for split, runs in groups.items()
+        }
 
     def usable(self, gpu_name: str, world_size: int, nodes: int, spec_hash: str) -> bool:
         """Whether any record can change a plan of this model on this cluster: a fitted correction, or a run of it."""
