@@ -22,7 +22,7 @@ COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e
 def best_throughput_by_strategy(errors: list[RecordError]) -> dict[str, float]:
     best: dict[str, float] = {}
     for error in errors:
-        key = f"{error.record.strategy} x{error.record.gpu_count}"
+        key = f"{error.record.strategy_label} x{error.record.gpu_count}"
         best[key] = max(best.get(key, 0.0), error.record.tokens_per_s or 0.0)
     return dict(sorted(best.items()))
 
@@ -109,7 +109,7 @@ def _scatter(errors: list[RecordError]) -> str:
         "predicted (grey) / calibrated (blue)</text>",
     ]
     for e in errors:
-        label = html.escape(f"{e.record.id[:8]} {e.record.strategy} mb={e.record.micro_batch}")
+        label = html.escape(f"{e.record.id[:8]} {e.record.strategy_label} mb={e.record.micro_batch}")
         parts.append(
             f'<circle cx="{x(e.measured_s):.1f}" cy="{y(e.predicted_s):.1f}" r="4" fill="#bbb">'
             f"<title>{label}: predicted {e.predicted_s:.4g} s</title></circle>"

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.calibration import MeasuredRun
 from planner.models.spec import ModelSpec
+from planner.strategy_family import offload_suffix
 from planner.training_config import TrainingConfig
 
 
@@ -119,6 +120,14 @@ class RunRecord(BaseModel):
     @property
     def config(self) -> TrainingConfig:
         return TrainingConfig.model_validate_json(self.config_json)
+
+    @property
+    def strategy_label(self) -> str:
+        """The strategy as `db list` names it: the stored one, with the config's offload suffix when the stored
+        name lacks it (`train` stores the plain strategy, and tune stored "zero2" for a ZeRO-2 + offload trial
+        before offloading variants were families of their own: planner/strategy_family.py)."""
+        suffix = offload_suffix(self.config)
+        return self.strategy if not suffix or self.strategy.endswith(suffix) else self.strategy + suffix
 
     def measured_run(self) -> MeasuredRun:
         """The plain data the planner's calibration reads."""

@@ -31,11 +31,14 @@ class RecordError(BaseModel):
 def record_errors(records: list[RunRecord], calibration: Calibration) -> list[RecordError]:
     """Per successful record with a prediction: the error of the raw and of the corrected prediction.
 
-    Errors after calibration are in-sample (the corrections were fitted on these records).
+    Errors after calibration are in-sample (the corrections were fitted on these records). A record whose
+    prediction is an older record's measurement (Calibration.copied) is left out, as the fit leaves it out: its
+    "before" would be a copied measurement's error, not the formula's.
     """
     errors = []
+    copied = set(calibration.copied)
     for record in records:
-        if record.status is not RunStatus.OK or not record.predicted_step_time_s:
+        if record.status is not RunStatus.OK or not record.predicted_step_time_s or record.id in copied:
             continue
         correction = calibration.correction(record.gpu_name, record.config)
         calibrated = correction.apply(record.predicted_step_time_s) if correction else record.predicted_step_time_s

@@ -285,4 +285,4 @@ class BenchmarkStore:
 def config_summary(record: RunRecord) -> str:
     config = json.loads(record.config_json)
     checkpointing = config.get("activation_checkpointing", "none")
-    return f"{record.strategy} mb={record.micro_batch} ga={record.grad_accum} ac={checkpointing}"
+    return f"{record.strategy_label} mb={record.micro_batch} ga={record.grad_accum} ac={checkpointing}"

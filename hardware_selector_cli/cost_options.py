@@ -114,7 +114,7 @@ def cost_request(cost: CostOptions, tokens: float, price: float | None, save_eve
 
 def run_cost_plan(model, cluster, search, routing, cost: CostOptions, save_every, db, no_calibration, as_json) -> None:
     """Search, rank and print; the winner or one line saying what would meet the deadline."""
-    from planner.calibration import line_for_plan
+    from planner.calibration_lines import line_for_plan
     from planner.cost.checked_prices import load_price_catalog
     from planner.cost.cloud_search import cheapest_across_clouds, require_option
     from planner.cost.prices import parse_clouds

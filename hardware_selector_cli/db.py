@@ -52,7 +52,9 @@ def list_command(
     db: Path | None = DB_OPTION,
     gpu: str | None = typer.Option(None, "--gpu", help="Only runs on this GPU."),
     model: str | None = typer.Option(None, "--model", help="Only runs of this model."),
-    strategy: str | None = typer.Option(None, "--strategy", help="Only this strategy (ddp, fsdp-full, zero2, ...)."),
+    strategy: str | None = typer.Option(
+        None, "--strategy", help="Only this strategy (ddp, fsdp-full, zero2+offload, ...)."
+    ),
     status: str | None = typer.Option(None, "--status", help="ok, oom, error or timeout."),
     limit: int = typer.Option(50, "--limit", min=1, max=1_000_000, help="At most this many, newest first."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list."),
@@ -63,7 +65,12 @@ def list_command(
 
     store = _store(db)
     gpu = _gpu_filter(gpu)
-    runs = store.runs(gpu=gpu, model=model, strategy=strategy, status=status, limit=limit)
+    if strategy is None:
+        runs = store.runs(gpu=gpu, model=model, status=status, limit=limit)
+    else:  # by the name the table shows (an offloading run's family: RunRecord.strategy_label), not the column's
+        wanted = strategy.strip().lower()
+        matching = store.runs(gpu=gpu, model=model, status=status)
+        runs = [run for run in matching if run.strategy_label.lower() == wanted][:limit]
     if not runs:
         _check_filters_can_match(store, gpu, strategy, status)
     if as_json:
@@ -81,7 +88,7 @@ def list_command(
             f"{run.created_at:%m-%d %H:%M}",
             run.model_name + ("*" if run.tiny else ""),
             f"{run.gpu_count}×{run.gpu_name}",
-            run.strategy,
+            run.strategy_label,
             f"{run.micro_batch}×{run.grad_accum}",
             run.status.value,
             _seconds(run.step_time_median_s),
@@ -109,9 +116,9 @@ def _check_filters_can_match(store, gpu: str | None, strategy: str | None, statu
     """A filter no run could ever match (a typo, a status that does not exist) is said with the valid values,
     rather than "0 runs", which reads as "none recorded yet"."""
     from benchmarks_db.record import RunStatus
-    from planner.calibration import STRATEGY_FAMILIES_SAID, is_strategy_family
     from planner.errors import UserInputError
     from planner.hardware.gpus import resolve_gpu
+    from planner.strategy_family import STRATEGY_FAMILIES_SAID, is_strategy_family
 
     if status is not None and status.strip().lower() not in {member.value for member in RunStatus}:
         raise UserInputError(f"--status {status}: a run's status is one of {', '.join(s.value for s in RunStatus)}")
@@ -184,6 +191,7 @@ def calibration_command(
 
     from benchmarks_db.record_errors import record_errors
     from planner.calibration import Calibration
+    from planner.units import counted
 
     if plot is not None:
         from benchmarks_db.plot import check_plot_target
@@ -212,7 +220,7 @@ def calibration_command(
         table.add_row(
             run.id[:8],
             f"{run.gpu_count}×{run.gpu_name}",
-            run.strategy,
+            run.strategy_label,
             f"{run.micro_batch}×{run.grad_accum}",
             _seconds(error.predicted_s),
             _seconds(error.calibrated_s),
@@ -227,6 +235,14 @@ def calibration_command(
         console.print(
             f"mean |error|: {before:.0%} before, {after:.0%} after calibration (in-sample: the corrections were "
             "fitted on these same runs, so 'after' is how well they fit, not how well they predict)"
+        )
+    if calibration.copied:
+        console.print(
+            f"{counted(len(calibration.copied), 'record')} left out: its predicted step is an older record's "
+            "measurement of the same config (stored by `train` before records kept the formula's step: "
+            "docs/benchmarks.md, Calibration)",
+            markup=False,
+            highlight=False,
         )
     for correction in [*calibration.corrections, *calibration.pooled]:
         console.print(f"correction {correction.describe()}", markup=False, highlight=False)

@@ -19,24 +19,25 @@ DuckDB store is benchmarks_db's job, so the planner never imports duckdb.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner.contract.run_config import CORRECTED_SOURCES
 from planner.hardware.gpus import normalize_gpu_name
+from planner.strategy_family import offload_suffix, strategy_family
 from planner.throughput.result import ThroughputEstimate
-from planner.training_config import FsdpSharding, Strategy, TrainingConfig
+from planner.training_config import TrainingConfig
 from planner.units import counted
 
 # An affine fit needs more points than parameters to mean anything.
 MIN_RECORDS_FOR_AFFINE = 3
 # How far (either way, as a factor) a correction is carried beyond the predicted step times it was fitted on.
 EXTRAPOLATION_LIMIT = 10.0
-# How a step time moved by the records is sourced (rescaled()), and the note a correction out of range leaves.
-CORRECTED_SOURCES = ("calibration: ", "measured: ")
+# How a step time moved by the records is sourced (rescaled(): CORRECTED_SOURCES, in the run contract, which
+# reads it), and the note a correction out of range leaves.
 NOT_APPLIED = "calibration not applied: "
 
 
@@ -68,28 +69,6 @@ class MeasuredRun(BaseModel):
         return f"record {self.id[:8]} ({self.measured_at:%Y-%m-%d})"
 
 
-def strategy_family(config: TrainingConfig) -> str:
-    """The group a correction is fitted for: strategies differ in what they communicate and when."""
-    if config.strategy is Strategy.FSDP:
-        return f"fsdp-{config.fsdp_sharding.value}"
-    if config.strategy is Strategy.DEEPSPEED:
-        return f"zero{config.zero_stage}"
-    if config.strategy is Strategy.ENGINE:
-        return f"engine-tp{config.tensor_parallel}-pp{config.pipeline_parallel}"
-    return config.strategy.value
-
-
-STRATEGY_FAMILIES_SAID = "ddp, fsdp, deepspeed, engine, fsdp-full|grad-op|hybrid|none, zero0-3 or engine-tp<N>-pp<M>"
-
-
-def is_strategy_family(name: str) -> bool:
-    """Whether `name` is one strategy_family() can return (or a run's plain strategy, as the runner records it)."""
-    plain = {strategy.value for strategy in Strategy}
-    fsdp = {f"fsdp-{sharding.value}" for sharding in FsdpSharding}
-    text = name.strip().lower()
-    return text in plain | fsdp or re.fullmatch(r"zero[0-3]|engine-tp\d+-pp\d+", text) is not None
-
-
 def uncalibrated_summary(gpu_name: str, records_read: int) -> str:
     """Calibration.summary where no successful record of the GPU was read (`plan` says it without fitting
     anything when the database's GPU index has no record of the GPU: benchmarks_db/gpu_index.py)."""
@@ -111,6 +90,7 @@ class Correction(BaseModel):
     predicted_min_s: float | None = Field(default=None, gt=0)
     predicted_max_s: float | None = Field(default=None, gt=0)
     newest_id: str | None = None  # the newest record it was fitted on, so a corrected figure names a record
+    offloaded: bool = False  # fitted on offloading families' records (a pooled correction: Calibration.correction)
 
     def apply(self, predicted_step_time_s: float) -> float:
         return self.overhead_s + self.scale * predicted_step_time_s
@@ -138,9 +118,9 @@ class Correction(BaseModel):
         return f"{self.family} on {self.gpu}: {self.overhead_s * 1e3:.3g} ms + x{self.scale:.3g} ({records})"
 
 
-def pooled_family(families: list[str]) -> str:
+def pooled_family(families: list[str], offloaded: bool = False) -> str:
     """The name a pooled correction goes by: it stands for the families that have no records, from these."""
-    return f"families without records (pooled from {', '.join(families)})"
+    return f"{'offload ' if offloaded else ''}families without records (pooled from {', '.join(families)})"
 
 
 def _seconds(value: float) -> str:
@@ -184,6 +164,32 @@ def fit_correction(gpu: str, family: str, runs: list[MeasuredRun]) -> Correction
     )
 
 
+def copied_predictions(runs: list[MeasuredRun]) -> set[str]:
+    """Ids of records whose prediction is, to the last digit, an older record's measured step of the same config
+    on the same cluster: `train` stored the plan's step as the prediction until the formula's was kept beside it
+    (planner/contract/run_config.py Predicted), and a plan of a measured config said that config's newest
+    measurement. Fitted, such a record reads as a perfect formula and pulls its correction towards 1 (it
+    compounded with each run: docs/benchmarks.md, "Calibration"). A prediction a correction moved is not told
+    apart: the formula's step it was scaled from was not stored."""
+    seen: dict[tuple, set[float]] = {}
+    copied = set()
+    for run in sorted(runs, key=lambda r: r.measured_at):  # oldest first: a copy follows what it copies
+        config = run.config.model_dump_json()
+        shape = (normalize_gpu_name(run.gpu_name), run.world_size, run.nodes, run.model_spec_hash, config)
+        steps = seen.setdefault(shape, set())
+        if run.predicted_step_time_s is not None and run.predicted_step_time_s in steps:
+            copied.add(run.id)
+        if run.step_time_s is not None:
+            steps.add(run.step_time_s)
+    return copied
+
+
+def _split_free(config: TrainingConfig) -> str:
+    """The config with its global batch's split left out: what siblings of one measured config share."""
+    tokens = config.micro_batch * config.grad_accum
+    return config.model_copy(update={"micro_batch": 1, "grad_accum": tokens}).model_dump_json()
+
+
 def rescaled(estimate: ThroughputEstimate, step_time_s: float, source: str, note: str) -> ThroughputEstimate:
     """The estimate with a new step time; rates follow it, the breakdown keeps its proportions."""
     factor = estimate.step_time_s / step_time_s
@@ -208,6 +214,7 @@ def rescaled(estimate: ThroughputEstimate, step_time_s: float, source: str, note
             "breakdown": breakdown,
             "sources": sources,
             "notes": [*estimate.notes, note],
+            "formula_step_time_s": estimate.formula_step_s,  # kept for the record a run of it writes
         }
     )
 
@@ -223,24 +230,33 @@ class Calibration(BaseModel):
     measured: list[MeasuredRun] = Field(default_factory=list)  # successful runs, newest first
     records_read: int = 0
 
+    # Records whose prediction is an older record's measurement (copied_predictions()): left out of the fits.
+    copied: list[str] = Field(default_factory=list)
+
     @classmethod
     def fit(cls, runs: list[MeasuredRun]) -> Calibration:
         ok = sorted((run for run in runs if run.ok and run.step_time_s), key=lambda r: r.measured_at, reverse=True)
+        copied = copied_predictions(ok)
         groups: dict[tuple[str, str], list[MeasuredRun]] = {}
         for run in ok:
-            if run.predicted_step_time_s:
+            if run.predicted_step_time_s and run.id not in copied:
                 groups.setdefault((normalize_gpu_name(run.gpu_name), run.family), []).append(run)
         corrections = [
             fit_correction(group[0].gpu_name, family, group) for (_, family), group in sorted(groups.items())
         ]
-        by_gpu: dict[str, list[MeasuredRun]] = {}
+        # One pool per GPU for the plain families and one for the offloading ones: an offloaded step's ratio
+        # (host transfers, a CPU optimizer step) would inflate every plain family without records, and the
+        # reverse. A kind with no records of its own takes the other kind's pool (correction()).
+        by_kind: dict[tuple[str, bool], list[MeasuredRun]] = {}
         for (gpu, _), group in sorted(groups.items()):
-            by_gpu.setdefault(gpu, []).extend(group)
+            by_kind.setdefault((gpu, offload_suffix(group[0].config) != ""), []).extend(group)
         pooled = [
-            fit_correction(group[0].gpu_name, pooled_family(sorted({run.family for run in group})), group)
-            for group in by_gpu.values()
+            fit_correction(
+                group[0].gpu_name, pooled_family(sorted({run.family for run in group}), offloaded), group
+            ).model_copy(update={"offloaded": offloaded})
+            for (_, offloaded), group in by_kind.items()
         ]
-        return cls(corrections=corrections, pooled=pooled, measured=ok, records_read=len(runs))
+        return cls(corrections=corrections, pooled=pooled, measured=ok, records_read=len(runs), copied=sorted(copied))
 
     def for_gpu(self, gpu_name: str) -> Calibration:
         key = normalize_gpu_name(gpu_name)
@@ -249,13 +265,20 @@ class Calibration(BaseModel):
             pooled=[c for c in self.pooled if normalize_gpu_name(c.gpu) == key],
             measured=[run for run in self.measured if normalize_gpu_name(run.gpu_name) == key],
             records_read=self.records_read,
+            copied=self.copied,
         )
 
     def correction(self, gpu_name: str, config: TrainingConfig) -> Correction | None:
-        """The family's own correction on this GPU, else the GPU's pooled one (None without records)."""
+        """The family's own correction on this GPU, else the GPU's pool of its kind (plain or offloading), else
+        the other kind's: a family measured nowhere must not win the ranking on the formula's word alone, and
+        the pool says where it came from in its name (None without records)."""
         key, family = normalize_gpu_name(gpu_name), strategy_family(config)
         own = next((c for c in self.corrections if normalize_gpu_name(c.gpu) == key and c.family == family), None)
-        return own or next((c for c in self.pooled if normalize_gpu_name(c.gpu) == key), None)
+        pools = sorted(
+            (c for c in self.pooled if normalize_gpu_name(c.gpu) == key),
+            key=lambda c: c.offloaded != (offload_suffix(config) != ""),  # its own kind first
+        )
+        return own or next(iter(pools), None)
 
     def measured_run(
         self, gpu_name: str, world_size: int, nodes: int, spec_hash: str, config: TrainingConfig
@@ -272,34 +295,66 @@ class Calibration(BaseModel):
                 return run
         return None
 
-    def corrected(self, estimate: ThroughputEstimate, gpu_name: str, config: TrainingConfig) -> ThroughputEstimate:
-        """The estimate shifted by its (GPU, strategy) correction; unchanged without one."""
-        correction = self.correction(gpu_name, config)
+    def corrected(
+        self, estimate: ThroughputEstimate, gpu_name: str, config: TrainingConfig, correction: Correction | None = None
+    ) -> ThroughputEstimate:
+        """The estimate shifted by `correction`, else its (GPU, strategy) correction; unchanged without one."""
+        correction = correction or self.correction(gpu_name, config)
         if correction is None:
             return estimate
-        if not correction.covers(estimate.step_time_s):
+        formula = estimate.formula_step_s  # what the correction was fitted on: never a corrected figure
+        if not correction.covers(formula):
             note = (
                 f"{NOT_APPLIED}the correction {correction.describe()} was fitted on predicted steps of "
-                f"{correction.fitted_range()}; this plan's {_seconds(estimate.step_time_s)} is more than "
+                f"{correction.fitted_range()}; this plan's {_seconds(formula)} is more than "
                 f"{EXTRAPOLATION_LIMIT:g}x outside that range"
             )
             return estimate.model_copy(update={"notes": [*estimate.notes, note]})
         source = f"{CORRECTED_SOURCES[0]}{correction.describe()}"
-        return rescaled(estimate, correction.apply(estimate.step_time_s), source, source)
+        return rescaled(estimate, correction.apply(formula), source, source)
 
     def adjuster(
         self, gpu_name: str, world_size: int, nodes: int, spec_hash: str, *, use_measured: bool = True
     ) -> Callable[[TrainingConfig, ThroughputEstimate], ThroughputEstimate]:
         """The search's `throughput_adjust` hook for one model on one cluster."""
 
+        siblings = self.sibling_corrections(gpu_name, world_size, nodes, spec_hash) if use_measured else {}
+
         def adjust(config: TrainingConfig, estimate: ThroughputEstimate) -> ThroughputEstimate:
             run = self.measured_run(gpu_name, world_size, nodes, spec_hash, config) if use_measured else None
             if run is not None and run.step_time_s:
                 source = f"{CORRECTED_SOURCES[1]}benchmark {run.label}"
                 return rescaled(estimate, run.step_time_s, source, f"step time measured ({run.label})")
+            sibling = siblings.get(_split_free(config))
+            if sibling is not None and sibling.covers(estimate.formula_step_s):
+                return self.corrected(estimate, gpu_name, config, sibling)
             return self.corrected(estimate, gpu_name, config)
 
         return adjust
+
+    def sibling_corrections(self, gpu_name: str, world_size: int, nodes: int, spec_hash: str) -> dict[str, Correction]:
+        """For configs of this model on this cluster that differ from measured ones only in how the global batch is
+        split into micro-batch x accumulation: a correction fitted on those measured configs, each by its newest
+        measurement (the step it is planned with itself). The family's fit spans every model and cluster of the
+        GPU; corrected by it, a split never run that the formula times like the measured one beat it whenever
+        the measured config ran slower than its family's mean (docs/benchmarks.md, "Calibration")."""
+        key, copied = normalize_gpu_name(gpu_name), set(self.copied)
+        newest: dict[str, MeasuredRun] = {}
+        for run in self.measured:  # newest first
+            if (
+                normalize_gpu_name(run.gpu_name) == key
+                and (run.world_size, run.nodes, run.model_spec_hash) == (world_size, nodes, spec_hash)
+                and run.predicted_step_time_s
+                and run.id not in copied
+            ):
+                newest.setdefault(run.config.model_dump_json(), run)
+        groups: dict[str, list[MeasuredRun]] = {}
+        for run in newest.values():
+            groups.setdefault(_split_free(run.config), []).append(run)
+        return {
+            split: fit_correction(gpu_name, f"{runs[0].family} measured at another micro-batch x accumulation", runs)
+            for split, runs in groups.items()
+        }
 
     def usable(self, gpu_name: str, world_size: int, nodes: int, spec_hash: str) -> bool:
         """Whether any record can change a plan of this model on this cluster: a fitted correction, or a run of it."""
@@ -329,40 +384,3 @@ class Calibration(BaseModel):
             f"({fitted} used in corrections: {families}); measured configs use their measured step time; "
             f"newest: {mine.measured[0].label}"
         )
-
-
-def is_corrected(estimate: ThroughputEstimate | None) -> bool:
-    """Whether the records moved this estimate: rescaled() names a record or a correction as its step's source,
-    and every other figure moves with the step."""
-    return estimate is not None and estimate.sources.get("step_time_s", "").startswith(CORRECTED_SOURCES)
-
-
-def line_for_plan(
-    line: str | None,
-    gpu_name: str,
-    config: TrainingConfig,
-    estimate: ThroughputEstimate | None,
-    corrected_elsewhere: tuple[str, ...] | list[str] = (),
-) -> str | None:
-    """The calibration line as it holds for one plan (docs/benchmarks.md, "Calibration"). summary() is said
-    before the search, for whatever the records could change; a plan none of whose figures they changed (its
-    strategy has no correction, or the correction was fitted more than a decade from its step) is not
-    calibrated, and the line says why, and which plans it was ranked against the records did move
-    (`corrected_elsewhere`: their labels), since those moved the choice."""
-    if line is None or not line.startswith("calibrated"):
-        return line
-    if estimate is None:
-        return "not calibrated: this plan has no throughput estimate to calibrate"
-    if is_corrected(estimate):
-        return line
-    refused = next((note for note in estimate.notes if note.startswith(NOT_APPLIED)), None)
-    if refused is not None:
-        why = refused.removeprefix(NOT_APPLIED)
-    else:
-        why = f"no record of {strategy_family(config)} on {gpu_name} to fit a correction on, and this config was not measured"
-    elsewhere = (
-        f"; the records did correct {', '.join(corrected_elsewhere)}, ranked against it" if corrected_elsewhere else ""
-    )
-    # What the reader said of the database itself (benchmarks_db/calibrate.py: rows it ignored) still holds.
-    ignored = re.search(r"; \d+ stored record\(s\) ignored \([^)]*\)$", line)
-    return f"not calibrated: {why}{elsewhere}{ignored.group(0) if ignored else ''}"

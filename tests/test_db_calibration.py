@@ -6,7 +6,8 @@ from datetime import datetime
 
 import pytest
 
-from planner.calibration import Calibration, MeasuredRun, fit_correction, line_for_plan, rescaled
+from planner.calibration import Calibration, MeasuredRun, fit_correction, rescaled
+from planner.calibration_lines import line_for_plan
 from planner.throughput.result import StepTimeBreakdown, ThroughputEstimate
 from planner.training_config import TrainingConfig
 

@@ -200,6 +200,7 @@ def record(
 
     config = plan.config.model_copy(update={"grad_accum": run.grad_accum, "seq_len": run.seq_len})
     median = summary["median_step_time_s"]
+    formula = run.predicted.fitting_step_time_s()
     measured: dict[str, Any] = {}
     speed = plan.throughput
     step_comparable = summary.get("step_time_comparable", summary["comparable_to_prediction"])
@@ -230,14 +231,27 @@ def record(
         steps_measured=max(0, summary["steps"] - 1),
         tokens_per_s=summary["tokens_per_s"],
         peak_memory_per_rank_bytes=summary["peak_memory_per_rank_bytes"],
-        predicted_step_time_s=run.predicted.step_time_s if step_comparable else None,
+        # The formula's step, not the calibrated one the plan said (and the run's line compared): the calibration
+        # fits measured against the formula, and a calibrated figure stored here compounded with each run.
+        predicted_step_time_s=formula if step_comparable else None,
         # The same rate tune's records carry (benchmarks/harness/runner.py), under the same rule as the step time:
         # `db list` shows it in its "predicted" column, which read "-" for every run `train` recorded.
-        predicted_tokens_per_s=run.predicted.tokens_per_s if step_comparable else None,
+        predicted_tokens_per_s=_formula_rate(run) if step_comparable else None,
         predicted_peak_memory_bytes=run.predicted.peak_memory_bytes,
+        # What the plan said (its calibrated step and the source of it) beside the formula's, so a reader of the
+        # record can tell the two apart (docs/benchmarks.md, "Calibration").
+        prediction_json=run.predicted.model_dump_json() if step_comparable else None,
         status=RunStatus.OK,
         runner=runner,
         **measured,
     )
     BenchmarkStore(db).add(entry)  # None: $HARDWARE_SELECTOR_DB or the cache folder
     return entry.id
+
+
+def _formula_rate(run: RunConfig) -> float | None:
+    """The formula's tokens/s: the plan's rate at the formula's step (the rate moves with the step: rescaled())."""
+    predicted, formula = run.predicted, run.predicted.fitting_step_time_s()
+    if not (predicted.tokens_per_s and predicted.step_time_s and formula):
+        return None
+    return predicted.tokens_per_s * predicted.step_time_s / formula

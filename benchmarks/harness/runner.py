@@ -127,8 +127,11 @@ def build_record(
         global_batch=global_batch,
         seq_len=config.seq_len,
         precision=config.precision.value,
-        predicted_step_time_s=predicted.step_time_s if predicted else None,
-        predicted_tokens_per_s=predicted.tokens_per_s if predicted else None,
+        # The formula's step, as every record's (tune's plans are the formula's; a calibrated one keeps it aside).
+        predicted_step_time_s=predicted.formula_step_s if predicted else None,
+        predicted_tokens_per_s=predicted.tokens_per_s * predicted.step_time_s / predicted.formula_step_s
+        if predicted
+        else None,
         predicted_peak_memory_bytes=entry.predicted_memory_bytes,
         prediction_json=predicted.model_dump_json() if predicted else None,
         status=status,

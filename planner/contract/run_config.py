@@ -147,16 +147,35 @@ class CheckpointPolicy(_Block):
     resume: bool = True  # continue from the newest checkpoint in the folder
 
 
+# How the planner sources a step time the benchmark records moved (planner/calibration.py): a correction's, or a
+# measured run's. Predicted.throughput_source starts with one of them when the plan was calibrated.
+CORRECTED_SOURCES = ("calibration: ", "measured: ")
+
+
 class Predicted(_Block):
     """The plan's numbers for this run, and what MFU needs (absent: no estimate, e.g. a CPU plan)."""
 
-    step_time_s: float | None = Field(default=None, gt=0)
+    step_time_s: float | None = Field(default=None, gt=0)  # what the plan said: calibrated when it was
+    # The throughput formula's own step, before any calibration: what a record stores as its prediction, since the
+    # calibration fits measured against the formula (docs/benchmarks.md, "Calibration"). None in a plan.json
+    # written before it was kept.
+    formula_step_time_s: float | None = Field(default=None, gt=0)
     tokens_per_s: float | None = Field(default=None, gt=0)
     peak_memory_bytes: int | None = Field(default=None, ge=0)
     model_flops_per_token: float | None = Field(default=None, gt=0)
     peak_flops_per_device: float | None = Field(default=None, gt=0)
     throughput_source: str = ""
     memory_source: str = ""
+
+    def fitting_step_time_s(self) -> float | None:
+        """The prediction a record of this run stores, for the calibration to fit on: the formula's step. A
+        plan.json from before formula_step_time_s whose step the records moved has no formula to give: None, so
+        its calibrated figure never feeds the fit as if the formula had said it (docs/benchmarks.md)."""
+        if self.formula_step_time_s is not None:
+            return self.formula_step_time_s
+        if self.throughput_source.startswith(CORRECTED_SOURCES):
+            return None
+        return self.step_time_s
 
 
 class RunConfig(_Block):

@@ -108,6 +108,7 @@ def predicted(plan: Plan) -> Predicted:
         step_flops = speed.tflops_per_gpu * 1e12 * speed.step_time_s * world
         fields.update(
             step_time_s=speed.step_time_s,
+            formula_step_time_s=speed.formula_step_s,  # what its record fits on, not the calibrated step
             tokens_per_s=speed.tokens_per_s,
             model_flops_per_token=step_flops / (speed.global_batch * plan.config.seq_len) if step_flops else None,
             peak_flops_per_device=speed.tflops_per_gpu * 1e12 / speed.mfu,

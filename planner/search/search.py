@@ -6,7 +6,8 @@ import bisect
 import time
 from operator import attrgetter
 
-from planner.calibration import is_corrected, line_for_plan
+from planner.calibration_lines import is_corrected, line_for_plan
+from planner.contract.run_config import CORRECTED_SOURCES
 from planner.contract.search_restrictions import SearchRestrictions
 from planner.errors import UserInputError
 from planner.evaluate import memory_on
@@ -49,12 +50,21 @@ _score_of = attrgetter("score")
 
 def _pick(items: list[Scored]) -> tuple[Scored, Scored]:
     """(chosen, best-scoring): among candidates within TIE_TOLERANCE of the best score, the one
-    on the most GPUs (same cost, sooner done), then the simplest."""
+    on the most GPUs (same cost, sooner done), then the simplest, then a measured one (evidence before a
+    correction's inference: a micro-batch x accumulation split never run, timed by its measured sibling, ties
+    with it: docs/benchmarks.md, "Calibration")."""
     fastest = max(items, key=_score_of)
     threshold = fastest.score * (1 - TIE_TOLERANCE)  # once, not per item: the cost objective scores thousands
     close = [item for item in items if item.score >= threshold]
-    chosen = min(close, key=lambda item: (-item.cluster.world_size, item.layout.complexity, -item.score))
+    chosen = min(
+        close, key=lambda item: (-item.cluster.world_size, item.layout.complexity, not _measured(item), -item.score)
+    )
     return chosen, fastest
+
+
+def _measured(item: Scored) -> bool:
+    """Whether a benchmark record gave this candidate's step (only an adjusted candidate has its estimate yet)."""
+    return item.estimate is not None and item.estimate.sources.get("step_time_s", "").startswith(CORRECTED_SOURCES[1])
 
 
 def _to_plan(

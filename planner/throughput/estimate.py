@@ -380,6 +380,7 @@ def estimate_of(plan: ThroughputPlan, candidate: CandidateStep) -> ThroughputEst
             sources=dict(plan.sources),  # each estimate owns its dict
             notes=bottleneck_notes(step, comm.exposed_s, bubble, comm.offload_s, candidate.launch_bound),
             world_size=world,
+            formula_step_time_s=None,  # the formula's own: step_time_s is it (calibration sets it when it moves)
         ),
     )
 

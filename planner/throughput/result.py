@@ -45,6 +45,16 @@ class ThroughputEstimate(BaseModel):
     notes: list[str] = Field(default_factory=list)
     # GPUs the estimate is for; lets the helpers below run without being told.
     world_size: int | None = Field(default=None, ge=1)
+    # The formula's own step where the records moved step_time_s (planner/calibration.py rescaled()): what a run
+    # of this plan records as its prediction, since the calibration fits measured against the formula and a
+    # calibrated figure fed back would compound (docs/benchmarks.md, "Calibration"). Absent (left out of the
+    # JSON): step_time_s is the formula's.
+    formula_step_time_s: float | None = Field(default=None, gt=0, exclude_if=lambda value: value is None)
+
+    @property
+    def formula_step_s(self) -> float:
+        """The formula's step time, whether or not the records moved this estimate."""
+        return self.formula_step_time_s or self.step_time_s
 
     def time_to_train_s(self, tokens: float) -> float:
         return tokens / self.tokens_per_s
