@@ -47,6 +47,9 @@ def register(app: typer.Typer) -> None:
             3, "--candidates", help="How many of the search's best strategy families to measure (K)."
         ),
         budget: float = typer.Option(10.0, "--budget", help="Minutes the whole tune may take."),
+        steps: int = typer.Option(
+            50, "--steps", help="Timed steps per trial at the most (fewer when the budget holds fewer)."
+        ),
         tiny: bool = typer.Option(False, "--tiny", help="Measure the architecture shrunk (a smoke test, not a tune)."),
         synthetic: bool = typer.Option(
             False, "--synthetic", help="Time the model on synthetic tokens, not the run folder's data."
@@ -99,6 +102,7 @@ def _tune(
     run_dir,
     candidates,
     budget,
+    steps,
     tiny,
     synthetic,
     memory_limit_gb,
@@ -116,6 +120,10 @@ def _tune(
         raise UserInputError(f"--candidates must be at least 1, not {candidates}")
     if not 0 < budget <= 24 * 60:
         raise UserInputError(f"--budget is minutes, more than 0 and at most a day, not {budget:g}")
+    from benchmarks.harness.tune import MIN_TIMED_STEPS
+
+    if steps < MIN_TIMED_STEPS:  # a trial's time is its timed steps' median
+        raise UserInputError(f"--steps is the timed steps per trial, at least {MIN_TIMED_STEPS}, not {steps}")
     given = given_flags(ctx, search_options, routing_options)  # whatever their values: one at its default too
     if "--top" in given:
         raise UserInputError("tune measures the search's best --candidates K plans and shows them all; drop --top")
@@ -186,6 +194,7 @@ def _tune(
         token_cache=run_dir / "data" if run_dir is not None and not synthetic else None,
         run_command=partial(run_torchrun_command, launcher=launcher),
         remeasure=remeasure,
+        most_steps=steps,
     )
     found = outcome.trials
     _print_trials(found, outcome, store.path)

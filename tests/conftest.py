@@ -30,7 +30,11 @@ def isolated_user_caches(tmp_path_factory):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Slow (multi-rank) files first: with `make test`'s two workers, the long files start early and the
-    quick ones fill the gaps at the end instead of one worker finishing a long file alone."""
+    """Slow files first (a test marked slow: multi-rank jobs, launches, long fuzz campaigns): with `make test`'s
+    two workers, the long files start early and the quick ones fill the gaps at the end instead of one worker
+    finishing a long file alone. A file of unmarked tests that takes ~10 s or more belongs here too: run alone,
+    test_inference_memory (27 s), test_fuzz_run_inputs (25 s), test_warm_launch (20 s), test_search_sweep and
+    test_fuzz_inputs (9 s each) were unmarked and so ran among the quick files (test_warm_launch,
+    alphabetically, near the very end)."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: 0 if item.path in slow_files else 1)  # stable: each file's tests stay together

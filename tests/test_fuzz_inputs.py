@@ -235,6 +235,7 @@ LLAMA_SMALL = {
 }
 
 
+@pytest.mark.slow
 @PROFILE
 @given(edits=st.dictionaries(st.sampled_from(CONFIG_FIELDS), CONFIG_VALUES, min_size=1, max_size=3))
 def test_config_json_contents_are_planned_or_refused_in_one_line(capsys, tmp_path_factory, edits):

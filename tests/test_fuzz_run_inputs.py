@@ -116,6 +116,7 @@ def exported(tmp_path_factory):
     return list(csv.DictReader(path.open()))
 
 
+@pytest.mark.slow
 @PROFILE
 @given(edits=st.lists(st.tuples(st.integers(0, 2), st.sampled_from(MEASURED), CSV_NASTY), min_size=1, max_size=4))
 def test_db_import_keeps_the_good_rows_and_the_database_still_plans(capsys, tmp_path_factory, exported, edits):

@@ -93,6 +93,7 @@ def test_quantized_weights_keep_embeddings_in_16_bits(weights, bits):
     assert weight_bytes(spec, InferenceRequest(weights=weights), 4, 1) == pytest.approx(expected / 4, rel=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, tokens, batch", [("llama-3-8b", 512, 1), ("llama-3-8b", 2048, 2), ("opt-1.3b", 1024, 2)]
 )

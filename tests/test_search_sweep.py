@@ -1,6 +1,9 @@
-"""Every catalog model gets an answer at realistic cluster sizes, 1 to 1024 GPUs (pure Python, fast)."""
+"""Every catalog model gets an answer at realistic cluster sizes, 1 to 1024 GPUs (pure Python; ~10 s, so
+marked slow: its file is scheduled with the other long ones, tests/conftest.py)."""
 
 from __future__ import annotations
+
+import pytest
 
 from planner.hardware.cluster import make_cluster
 from planner.models.catalog import load_catalog
@@ -9,6 +12,7 @@ from planner.search import PlanRequest, search_plans
 SIZES = ((1, 1), (8, 1), (8, 8), (8, 128))  # (GPUs per node, nodes): 1, 8, 64, 1024 GPUs
 
 
+@pytest.mark.slow
 def test_plan_for_every_catalog_model_at_1_to_1024_gpus_gives_an_answer():
     problems = []
     for spec in load_catalog():

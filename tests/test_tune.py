@@ -153,6 +153,15 @@ def test_the_budget_sets_the_timed_steps_and_a_budget_too_small_is_one_line(cand
     slowest = max(entry.predicted.step_time_s for entry in matrix.entries)
     steps = timed_steps(600, matrix, launch_s=15, setup_s=5)
     assert steps == min(50, int(((600 - 15) / 3 - 5) / slowest) - 2)
+    assert timed_steps(600, matrix, launch_s=15, setup_s=5, most=4) == 4 < steps  # `tune --steps 4`: fewer
+    assert timed_steps(600, matrix, launch_s=15, setup_s=5, most=10**6) > 50  # or more, as the budget holds
+    import typer
+
+    from benchmarks.harness.tune import MAX_TIMED_STEPS
+    from hardware_selector_cli.app import app
+
+    tune = typer.main.get_command(app).commands["tune"]  # type: ignore[attr-defined]
+    assert [param.default for param in tune.params if param.name == "steps"] == [MAX_TIMED_STEPS] == [50]
     with pytest.raises(UserInputError, match="--budget 0.5 min is too small for 3 trial"):
         timed_steps(30, matrix, launch_s=15, setup_s=5)
 
@@ -167,6 +176,7 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path):
         (["tune", str(tmp_path)], "has no plan.json"),
         (["tune", "-m", "gpt2", "--gpu", "cpu", "--candidates", "0"], "--candidates must be at least 1"),
         (["tune", "-m", "gpt2", "--gpu", "cpu", "--budget", "0.1"], "too small for"),
+        (["tune", "-m", "gpt2", "--gpu", "cpu", "--steps", "1"], "--steps is the timed steps per trial, at least 2"),
         # Found by a new user's audit: a flag tune RUN_DIR would ignore, and an --emit that could not be written
         # told only after every trial had run.
         (["tune", str(folder), "--global-batch", "64"], "drop --global-batch"),

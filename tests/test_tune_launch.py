@@ -126,8 +126,10 @@ def test_a_run_folders_tune_trials_its_own_model_and_data(tmp_path, monkeypatch)
     assert emitted.returncode == 0, emitted.stderr
     assert not (run_dir / "data").exists()
     monkeypatch.chdir(tmp_path)  # RUN_DIR as the README writes it, relative (the audit found it failed so)
-    tuned = cli_in_process("tune", "run", "--candidates", "2", "--budget", "1.5")
+    # 4 timed steps a trial, not the 50 the budget holds here: what is measured is not this test's subject
+    tuned = cli_in_process("tune", "run", "--candidates", "2", "--budget", "1.5", "--steps", "4")
     assert tuned.returncode == 0, tuned.stderr
+    assert "tune: 4 timed steps per trial after 2 warm-up steps" in tuned.stdout
     (meta,) = (run_dir / "data").glob("tokens-*.json")
     assert str(corpus) in json.dumps(json.loads(meta.read_text())["sources"])
     document = json.loads((run_dir / "plan.json").read_text())

@@ -50,6 +50,7 @@ def both_ways(tmp_path_factory) -> dict[str, list[dict]]:
     return seen
 
 
+@pytest.mark.slow
 def test_a_warm_rank_sees_what_a_torchrun_rank_sees(both_ways):
     for warm, cold in zip(both_ways["warm"], both_ways["cold"], strict=True):
         assert warm["argv"][1:] == cold["argv"][1:] == ["--flag"]
@@ -63,6 +64,7 @@ def test_a_warm_rank_sees_what_a_torchrun_rank_sees(both_ways):
     assert [rank["variables"]["RANK"] for rank in both_ways["warm"]] == ["0", "1"]
 
 
+@pytest.mark.slow
 def test_a_warm_launch_ends_what_its_ranks_left_behind(both_ways):
     for rank in both_ways["warm"]:
         assert not Path(f"/proc/{rank['left_behind']}").exists() or _zombie(rank["left_behind"]), rank["left_behind"]

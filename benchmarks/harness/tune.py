@@ -109,10 +109,14 @@ def tune_matrix(spec: ModelSpec, cluster: ClusterSpec, plans: list[Plan], *, tin
 
 
 def timed_steps(
-    budget_s: float, matrix: BenchmarkMatrix, launch_s: float = ASSUMED_LAUNCH_S, setup_s: float = ASSUMED_TRIAL_SETUP_S
+    budget_s: float,
+    matrix: BenchmarkMatrix,
+    launch_s: float = ASSUMED_LAUNCH_S,
+    setup_s: float = ASSUMED_TRIAL_SETUP_S,
+    most: int = MAX_TIMED_STEPS,
 ) -> int:
-    """Timed steps per trial so that the launch and every trial, set-up and warm-up included, fit the budget;
-    a one-line error when not even the fewest do."""
+    """Timed steps per trial so that the launch and every trial, set-up and warm-up included, fit the budget,
+    at most `most` (`tune --steps`); a one-line error when not even the fewest do."""
     slowest = max((entry.predicted.step_time_s for entry in matrix.entries if entry.predicted), default=1.0)
     count = len(matrix.entries)
     per_trial = (budget_s - launch_s) / count - setup_s
@@ -125,7 +129,7 @@ def timed_steps(
             f"{WARMUP_STEPS + MIN_TIMED_STEPS} steps of up to {slowest:.3g} s; give --budget "
             f"{math.ceil(least / 60)} or more, or fewer --candidates"
         )
-    return min(steps, MAX_TIMED_STEPS)
+    return min(steps, most)
 
 
 def trials(
@@ -238,12 +242,14 @@ def run_tune(
     run_command=None,
     token_cache: Path | None = None,
     remeasure: bool = False,
+    most_steps: int = MAX_TIMED_STEPS,
 ) -> TuneOutcome:
     """The top plans measured here in one launch (or read back), budgeted; each trial recorded beside its
     prediction. options: the run's own data, tokenizer and weights (None: synthetic tokens); prepare: a look
     at the trial folders (by matrix key) before the launch; token_cache: where the trials tokenize the data
     (a run folder's data/, so its `train` finds the tokens); remeasure: run every trial again, neither reading
-    the database's records of them nor an interrupted launch's finished folders (`tune --remeasure`)."""
+    the database's records of them nor an interrupted launch's finished folders (`tune --remeasure`);
+    most_steps: the timed steps a trial takes at the most, however large the budget (`tune --steps`)."""
     from benchmarks.harness.processes import run_torchrun_command
     from benchmarks.harness.runner import record_outcome
     from benchmarks.harness.trials import launch_trials, prepare_trials
@@ -251,7 +257,7 @@ def run_tune(
     from planner.progress import WorkProgress
 
     matrix = tune_matrix(spec, cluster, plans, tiny=tiny)
-    steps = timed_steps(budget_s, matrix)
+    steps = timed_steps(budget_s, matrix, most=most_steps)
     # A trial that failed is tried again; one measured is not, unless asked (then the new record is the newest).
     done = set() if remeasure else store.done_matrix_keys(retry_failed=True)
     pending = [(entry, plan) for entry, plan in zip(matrix.entries, plans, strict=True) if entry.key not in done]
