@@ -89,12 +89,13 @@ def test_real_trials_land_in_the_database_and_the_measured_order_decides(real_tu
 @pytest.mark.slow
 def test_a_slowed_candidate_is_measured_slower_and_ranked_below(real_tunes):
     """The slowed ZeRO-3 plan, predicted ahead of its twin, measures slower than the twin beside it in the same
-    launch (about 3 times on an idle 2-core machine, 2.5 times with three busy processes beside it, 1.05 apart
-    untouched) and the measured order puts it below the twin."""
+    launch (about 3 times on an idle 2-core machine, 2.5 times with three busy processes beside it, 1.37 once at
+    load 5-6, 1.05 apart untouched: the bar, 1.25, is well above the untouched spread and below what load left)
+    and the measured order puts it below the twin."""
     trials = real_tunes["accelerate"].trials
     slowed, twin = trials[real_tunes["zero3"]], trials[real_tunes["twin"]]
     assert slowed.predicted_rank < twin.predicted_rank
-    assert slowed.measured_step_s > 1.5 * twin.measured_step_s, (slowed.measured_step_s, twin.measured_step_s)
+    assert slowed.measured_step_s > 1.25 * twin.measured_step_s, (slowed.measured_step_s, twin.measured_step_s)
     ranked = [trial.key for trial in measured_order(trials)]
     assert ranked.index(slowed.key) > ranked.index(twin.key)
     place = ranked.index(slowed.key) + 1
