@@ -28,6 +28,7 @@ from planner.emit.launch_scripts import job_name
 from planner.emit.skypilot_task import SKYPILOT_ACCELERATORS
 from planner.launch_target import PLACEHOLDER_IMAGE, LaunchTarget
 from planner.rundir.write import RunOptions, emit_run_folder
+from scripts.demo_checkpoint import train_tokenizer, write_corpus
 from tests.distributed import cli_in_process as cli
 from tests.emit_plans import make_plan
 
@@ -206,9 +207,9 @@ def _skypilot_folder(tmp_path: Path) -> tuple[Path, list[str]]:
     """A 2-node H100 folder that reads a glob of text files and a tokenizer, both outside it."""
     corpus, tokenizer = tmp_path / "corpus", tmp_path / "tokenizer"
     corpus.mkdir()
-    tokenizer.mkdir()
     (corpus / "a.txt").write_text("some text\n")
-    (tokenizer / "tokenizer_config.json").write_text("{}")
+    # A real tokenizer: emit loads it and checks it against the model's vocabulary, as train does.
+    train_tokenizer(write_corpus(tmp_path / "tokenizer corpus.txt", 50), tokenizer)
     run_dir = tmp_path / "sky run"
     plan = make_plan(gpu="h100-80gb", gpus_per_node=8, nodes=2, strategy="fsdp")
     options = RunOptions(data=DataConfig(train=[str(corpus / "*.txt")]), tokenizer=str(tokenizer))
