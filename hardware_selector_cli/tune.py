@@ -12,6 +12,7 @@ a trial already recorded is read back (a stopped tune resumes), unless --remeasu
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,6 +77,9 @@ def register(app: typer.Typer) -> None:
             help="With --emit: overwrite an existing folder (a trained run's state is moved to previous/<time>/).",
         ),
         db: Path | None = typer.Option(None, "--db", help="Benchmark database (default: $HARDWARE_SELECTOR_DB)."),
+        no_calibration: bool = typer.Option(
+            False, "--no-calibration", help="Predict as the formula does, not calibrated by the database's records."
+        ),
     ) -> None:
         """Run the search's top plans here for a measured window each and rank them by what was measured."""
         with said_when_interrupted(INTERRUPTED):
@@ -107,6 +111,7 @@ def _tune(
     remeasure,
     force,
     db,
+    no_calibration,
 ) -> None:
     """tune_command's work (docs/running.md, "Tune")."""
     from .run_options import emit_folder
@@ -142,8 +147,11 @@ def _tune(
         emit_target(emit, force=force)  # before the trials, not after them
         if force:
             _refuse_while_training(emit.expanduser().resolve())
+    from .tune_calibration import search_calibration
+
+    calibrate = partial(search_calibration, db=db, off=no_calibration)
     spec, target, plans, options, elastic, restrictions = _candidates(
-        run_dir, model, cluster, search, routing, candidates, overriding
+        run_dir, model, cluster, search, routing, candidates, overriding, calibrate
     )
     if target.num_nodes > 1:
         # RUN_DIR's own cluster is tuned: --nodes 1 beside it would be ignored, so the line says what works.
@@ -164,8 +172,6 @@ def _tune(
     from benchmarks_db.store import BenchmarkStore
 
     store = BenchmarkStore(db)
-    from functools import partial
-
     from benchmarks.harness.processes import LAUNCHERS, run_torchrun_command
 
     if launcher not in LAUNCHERS:
@@ -189,6 +195,7 @@ def _tune(
     )
     found = outcome.trials
     _print_trials(found, outcome, store.path)
+    print(f"throughput {plans[0].calibration or 'not calibrated'}")  # as `plan` says it of its best plan
     if tiny:
         print("--tiny measures the shrunken architecture: the order is what counts, not measured/predicted")
     if outcome.link_GBps:
@@ -217,6 +224,11 @@ def _tune(
             "assumed_link_GBps": outcome.assumed_link_GBps,
         }
         from planner.rundir.write import emit_run_folder
+
+        from .tune_calibration import measured_winner
+
+        if not tiny and not no_calibration:  # its trial is a record now: the winner's step is the measured one
+            best = measured_winner(best, calibrate(spec, target))
 
         previous: list[str] = []
         if run_dir is not None or force:
@@ -249,7 +261,7 @@ def _refuse_while_training(run_dir: Path) -> None:
     refuse_if_held(run_dir, REEMIT_WHILE_TRAINING)
 
 
-def _candidates(run_dir, model, cluster, search, routing, top_k, overriding=()):
+def _candidates(run_dir, model, cluster, search, routing, top_k, overriding, calibrate):
     """The model, the cluster, the top K plans (best of each strategy family), the run's options, for an
     elastic folder how to make the winner's elastic table (its candidates are the families that reshard), and the
     search's restrictions (a folder's own, as plan.json records them, with the flags in `overriding` replacing
@@ -327,7 +339,9 @@ def _candidates(run_dir, model, cluster, search, routing, top_k, overriding=()):
                 f"{','.join(run.search.strategies)}); the winner's plan.json records this one",
                 file=sys.stderr,
             )
-    result = search_plans(spec, target, request.model_copy(update={"top_k": max(top_k, request.top_k)}))
+    adjust, calibration = calibrate(spec, target)
+    request = request.model_copy(update={"top_k": max(top_k, request.top_k)})
+    result = search_plans(spec, target, request, adjust, calibration=calibration)
     return spec, target, result.candidates[:top_k], options, elastic, restrictions
 
 
