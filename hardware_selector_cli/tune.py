@@ -138,6 +138,10 @@ def _tune(
         )
     if force and emit is None:  # as plan's: tune RUN_DIR replaces its folder without being asked
         raise UserInputError("--force replaces the files of an --emit folder; add --emit DIR, or drop --force")
+    from backends.runner.output_paths import check_database
+    from benchmarks_db.paths import db_origin, resolve_db_path
+
+    check_database(resolve_db_path(db), db_origin(db))  # as train checks it: before the trials, not after them
     if run_dir is not None:
         run_dir = run_dir.expanduser().resolve()  # the trials run elsewhere: a relative path would not hold
         _refuse_while_training(run_dir)  # before the trials, and again before the winner replaces the folder

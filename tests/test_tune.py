@@ -181,6 +181,8 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path):
         (["tune", str(folder), "--layers", "2"], "drop --layers"),
         (["tune", "-m", "gpt2", "--gpu", "cpu", "--emit", str(taken)], "already exists; pass --force"),
         (["tune", "-m", "gpt2", "--gpu", "cpu", "--emit", "/proc/tuned"], "--emit: cannot write /proc/tuned/"),
+        # Found by a new user's audit: a --db in a "folder" that is a file was refused after every trial had run.
+        (["tune", "-m", "gpt2", "--gpu", "cpu", "--db", str(taken / "mine.txt" / "x.duckdb")], "is a file, not a"),
         (
             ["plan", "-m", "gpt2", "--gpu", "cpu", "--emit", str(tmp_path / "x"), "--steps", "2", "--epochs", "2"],
             "--steps and --epochs both say how long to train",
