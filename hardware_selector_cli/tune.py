@@ -26,6 +26,7 @@ from .model_options import ModelOptions, model_options
 from .option_groups import option_group
 from .search_options import SearchOptions, search_options
 from .training_options import ClusterOptions, cluster_options, routing_options
+from .tune_winner import refuse_while_training
 
 if TYPE_CHECKING:
     from planner.expert_routing import ExpertRouting
@@ -57,7 +58,9 @@ def register(app: typer.Typer) -> None:
             "--memory-limit-gb",
             help="Count a trial as out of memory when a rank's peak passes this (the GPU's capacity, say).",
         ),
-        emit_dir: str | None = typer.Option(None, "--emit", help="Write the measured winner's run folder here."),
+        emit_dir: str | None = typer.Option(
+            None, "--emit", help="Write the measured winner's run folder here (default: RUN_DIR itself)."
+        ),
         launcher: str = typer.Option(
             "torchrun",
             "--launcher",
@@ -74,7 +77,8 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(
             False,
             "--force",
-            help="With --emit: overwrite an existing folder (a trained run's state is moved to previous/<time>/).",
+            help="Overwrite --emit's existing folder, or replace RUN_DIR's trained run by a winner of another plan "
+            "(the trained run's state is moved to previous/<time>/, kept).",
         ),
         db: Path | None = typer.Option(None, "--db", help="Benchmark database (default: $HARDWARE_SELECTOR_DB)."),
         no_calibration: bool = typer.Option(
@@ -127,8 +131,8 @@ def _tune(
     ignored = given_flags(ctx, model_options, cluster_options) + [f for f in FOLDER_SEARCH_FLAGS if f in given]
     if run_dir is not None and ignored:
         raise UserInputError(f"tune RUN_DIR tunes the folder's own model and cluster; drop {', '.join(ignored)}")
-    if run_dir is not None and emit is not None:
-        raise UserInputError("tune RUN_DIR re-emits the winner into RUN_DIR; drop --emit")
+    if run_dir is not None and emit is not None and emit.expanduser().resolve() == run_dir.expanduser().resolve():
+        emit = None  # --emit RUN_DIR: the folder's own tune
     overriding = [flag for flag in given if flag in SEARCH_OVERRIDES]  # RUN_DIR's search, widened or narrowed
     searched = [flag for flag in given if flag not in (*SEARCH_OVERRIDES, *FOLDER_SEARCH_FLAGS)]
     if run_dir is not None and searched:
@@ -136,7 +140,7 @@ def _tune(
             f"tune RUN_DIR searches for the folder's own batch, length and precision; drop {', '.join(searched)}, "
             "or plan with them first (plan --emit DIR ...) and tune that folder"
         )
-    if force and emit is None:  # as plan's: tune RUN_DIR replaces its folder without being asked
+    if force and emit is None and run_dir is None:  # beside RUN_DIR: a trained run's state may be moved aside
         raise UserInputError("--force replaces the files of an --emit folder; add --emit DIR, or drop --force")
     from backends.runner.output_paths import check_database
     from benchmarks_db.paths import db_origin, resolve_db_path
@@ -144,13 +148,13 @@ def _tune(
     check_database(resolve_db_path(db), db_origin(db))  # as train checks it: before the trials, not after them
     if run_dir is not None:
         run_dir = run_dir.expanduser().resolve()  # the trials run elsewhere: a relative path would not hold
-        _refuse_while_training(run_dir)  # before the trials, and again before the winner replaces the folder
+        refuse_while_training(run_dir)  # before the trials, and again before the winner replaces the folder
     if emit is not None:
         from planner.rundir.write import emit_target
 
         emit_target(emit, force=force)  # before the trials, not after them
         if force:
-            _refuse_while_training(emit.expanduser().resolve())
+            refuse_while_training(emit.expanduser().resolve())
     from .tune_calibration import search_calibration
 
     calibrate = partial(search_calibration, db=db, off=no_calibration)
@@ -219,7 +223,7 @@ def _tune(
         from .tune_elastic import elastic_winner
 
         winner, best, fallbacks = elastic_winner(ranked, lambda trial: plans[keys.index(trial.key)], elastic)
-    folder = run_dir if run_dir is not None else emit
+    folder = emit if emit is not None else run_dir
     if folder is not None:
         tune = {
             "winner": winner.label,
@@ -227,42 +231,16 @@ def _tune(
             "link_GBps": outcome.link_GBps,
             "assumed_link_GBps": outcome.assumed_link_GBps,
         }
-        from planner.rundir.write import emit_run_folder
-
         from .tune_calibration import measured_winner
+        from .tune_winner import write_winner
 
         if not tiny and not no_calibration:  # its trial is a record now: the winner's step is the measured one
             best = measured_winner(best, calibrate(spec, target))
-
-        previous: list[str] = []
-        if run_dir is not None or force:
-            from planner.rundir.previous_run import previous_run_state
-
-            folder = folder.expanduser().resolve()
-            _refuse_while_training(folder)
-            previous = previous_run_state(folder) if folder.is_dir() else []  # a trained run: moved aside, said
-        emit_run_folder(
-            best,
-            folder,
-            force=run_dir is not None or force,
-            options=options,
-            tune=tune,
-            elastic=fallbacks,
-            search=restrictions,  # the search tune ran: a later `tune RUN_DIR` runs it again
-        )
-        if previous:
-            from .plan import moved_run_line
-
-            print(moved_run_line(folder, previous), file=sys.stderr)
-        print(f"wrote the winner ({winner.label}) to {folder}; its plan.json names the trials", file=sys.stderr)
-
-
-def _refuse_while_training(run_dir: Path) -> None:
-    from backends.runner.run_lock import refuse_if_held
-
-    from .plan import REEMIT_WHILE_TRAINING
-
-    refuse_if_held(run_dir, REEMIT_WHILE_TRAINING)
+        own = emit is None
+        write_winner(
+            best, winner.label, folder, own_folder=own, force=force, tune=tune, options=options, elastic=fallbacks,
+            search=restrictions,
+        )  # fmt: skip
 
 
 def _candidates(run_dir, model, cluster, search, routing, top_k, overriding, calibrate):
