@@ -149,11 +149,25 @@ def test_a_killed_tune_resumes_without_repeating_trials(tmp_path, candidates):
 
 def test_the_budget_sets_the_timed_steps_and_a_budget_too_small_is_one_line(candidates):
     spec, cluster, plans = candidates
-    matrix = tune_matrix(spec, cluster, plans, tiny=True)
+    matrix = tune_matrix(spec, cluster, plans, tiny=False)
     slowest = max(entry.predicted.step_time_s for entry in matrix.entries)
     steps = timed_steps(600, matrix, launch_s=15, setup_s=5)
     assert steps == min(50, int(((600 - 15) / 3 - 5) / slowest) - 2)
     with pytest.raises(UserInputError, match="--budget 0.5 min is too small for 3 trial"):
+        timed_steps(30, matrix, launch_s=15, setup_s=5)
+
+
+def test_a_tiny_tunes_budget_counts_the_shrunken_models_steps(candidates):
+    """Found by a new user's audit: `tune --tiny --budget 1 --candidates 3` refused "4 steps of up to 2.76 s"
+    (the full model's prediction) though the shrunken model's steps took 0.18-0.26 s."""
+    from benchmarks.harness.tune import ASSUMED_TINY_MICRO_BATCH_S
+
+    spec, cluster, plans = candidates
+    matrix = tune_matrix(spec, cluster, plans, tiny=True)
+    assert max(entry.predicted.step_time_s for entry in matrix.entries) > 2  # the full model's seconds
+    slowest = max(ASSUMED_TINY_MICRO_BATCH_S * entry.config.grad_accum for entry in matrix.entries)
+    assert timed_steps(60, matrix, launch_s=15, setup_s=5) == min(50, int(((60 - 15) / 3 - 5) / slowest) - 2)
+    with pytest.raises(UserInputError, match=r"steps of up to [\d.]+ s \(the shrunken model's, assumed at"):
         timed_steps(30, matrix, launch_s=15, setup_s=5)
 
 
