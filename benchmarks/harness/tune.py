@@ -214,12 +214,11 @@ def order_changes(
                 lines.append(f"{trial.label} {moved}: measured {trial.tokens_per_s:,.0f} tokens/s")
         elif place != trial.predicted_rank or abs(ratio - 1) >= 0.1:
             way = "slower" if ratio > 1 else "faster"
+            steps = (trial.predicted_step_s, trial.measured_step_s)
             lines.append(
                 f"{trial.label} {moved}: measured {abs(ratio - 1):.0%} {way} than predicted "
                 f"({trial.measured_step_s:.3g} s/step against {trial.predicted_step_s:.3g})"
-                + link_sentence(
-                    trial.collective, trial.predicted_comm_s, trial.predicted_step_s, links or {}, assumed_GBps
-                )  # fmt: skip
+                + link_sentence(trial.collective, trial.predicted_comm_s, *steps, links or {}, assumed_GBps)
             )
     return lines
 
