@@ -135,6 +135,11 @@ def _tune(
         emit = None  # --emit RUN_DIR: the folder's own tune
     overriding = [flag for flag in given if flag in SEARCH_OVERRIDES]  # RUN_DIR's search, widened or narrowed
     searched = [flag for flag in given if flag not in (*SEARCH_OVERRIDES, *FOLDER_SEARCH_FLAGS)]
+    if run_dir is not None and "--tokens" in searched:  # recorded in plan.json's search, not replaced here
+        raise UserInputError(
+            "tune RUN_DIR ranks by the training length its plan.json recorded (plan --tokens); drop --tokens, or "
+            "plan with it first (plan --emit DIR --tokens N ...) and tune that folder"
+        )
     if run_dir is not None and searched:
         raise UserInputError(
             f"tune RUN_DIR searches for the folder's own batch, length and precision; drop {', '.join(searched)}, "
@@ -142,6 +147,11 @@ def _tune(
         )
     if force and emit is None and run_dir is None:  # beside RUN_DIR: a trained run's state may be moved aside
         raise UserInputError("--force replaces the files of an --emit folder; add --emit DIR, or drop --force")
+    if run_dir is not None and not run_dir.is_dir():  # as report says it, not "plan.json/plan.json: cannot read"
+        from planner.rundir.plan_file import EMIT_HINT
+
+        what = f"{run_dir} is a file, not a run folder" if run_dir.exists() else f"{run_dir}: no such run folder"
+        raise UserInputError(f"{what}; {EMIT_HINT}")
     from backends.runner.output_paths import check_database
     from benchmarks_db.paths import db_origin, resolve_db_path
 
@@ -202,7 +212,9 @@ def _tune(
         remeasure=remeasure,
     )
     found = outcome.trials
-    _print_trials(found, outcome, store.path)
+    from .tune_table import print_trials
+
+    print_trials(found, outcome, store.path, "cpu" if target.gpu.kind == "cpu" else "cuda")
     print(f"throughput {plans[0].calibration or 'not calibrated'}")  # as `plan` says it of its best plan
     if tiny:
         print("--tiny measures the shrunken architecture: the order is what counts, not measured/predicted")
@@ -349,35 +361,3 @@ def _overridden(recorded, search, config, overriding):
         "--objective": "objective",
     }
     return recorded.model_copy(update={fields[flag]: getattr(asked, fields[flag]) for flag in overriding})
-
-
-def _print_trials(found, outcome, db_path) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from benchmarks.harness.tune import measured_order
-
-    launches = f"{outcome.launches} launch" + ("es" if outcome.launches != 1 else "")
-    table = Table(title=f"tune: {outcome.timed_steps} timed steps per trial after 2 warm-up steps, {launches}")
-    # Fits 80 columns: predicted and measured seconds per step, their ratio, tokens/s, peak memory per rank and
-    # the trial's launch overhead (its share of its launch's start-up, and its set-up: wall time less steps).
-    for column in ("#", "strategy", "pred s", "meas s", "meas/pred", "tokens/s", "peak", "launch s"):
-        table.add_column(column, justify="left" if column == "strategy" else "right", no_wrap=column != "strategy")
-    for place, trial in enumerate(measured_order(found), 1):
-        ok = trial.status == "ok"
-        table.add_row(
-            str(place) if ok else "-",
-            trial.label,
-            f"{trial.predicted_step_s:.3g}" if trial.predicted_step_s else "-",
-            f"{trial.measured_step_s:.3g}" if ok and trial.measured_step_s else trial.status,
-            f"{trial.ratio:.2f}" if ok and trial.ratio else "-",
-            f"{trial.tokens_per_s:,.0f}" if ok and trial.tokens_per_s else "-",
-            f"{trial.peak_memory_bytes / 2**30:.2f}G" if trial.peak_memory_bytes else "-",
-            f"{trial.launch_overhead_s:.1f}" if trial.launch_overhead_s is not None else "-",
-        )
-    Console().print(table)
-    skipped = outcome.skipped
-    note = (
-        f"; {skipped} trial(s) were already measured, read from {db_path}" if skipped else f" (recorded in {db_path})"
-    )
-    print(f"pred: the search's step time (its sources: `plan --explain`); meas: this machine{note}")

@@ -223,6 +223,10 @@ def test_bad_input_is_one_line_and_nothing_is_written(tmp_path):
         (["tune", str(folder), "--layers", "2"], "drop --layers"),
         (["tune", "-m", "gpt2", "--gpu", "cpu", "--emit", str(taken)], "already exists; pass --force"),
         (["tune", "-m", "gpt2", "--gpu", "cpu", "--emit", "/proc/tuned"], "--emit: cannot write /proc/tuned/"),
+        # Found by a new user's audit: a plan.json named instead of its folder read ".../plan.json/plan.json", and
+        # --tokens beside RUN_DIR was refused for a reason that was not its own.
+        (["tune", str(folder / "plan.json")], "plan.json is a file, not a run folder; emit a run folder"),
+        (["tune", str(folder), "--tokens", "1e6"], "ranks by the training length its plan.json recorded"),
         # Found by a new user's audit: a --db in a "folder" that is a file was refused after every trial had run.
         (["tune", "-m", "gpt2", "--gpu", "cpu", "--db", str(taken / "mine.txt" / "x.duckdb")], "is a file, not a"),
         (

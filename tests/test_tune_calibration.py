@@ -30,6 +30,9 @@ def test_the_winner_is_timed_by_its_trial_and_the_next_tune_predicts_with_it(tmp
     assert _step(run_dir)[1].startswith("formula")
     first = cli_in_process("tune", run_dir, "--candidates", "1", "--budget", "5")
     assert first.returncode == 0, first.stderr
+    # The table's columns each have their legend; peak says which memory it is (host RSS: CPU trials).
+    assert "peak: a rank's highest memory in the trial (host peak RSS: these trials ran on CPU)" in first.stdout
+    assert "launch s: the trial's share of its launch's start-up" in first.stdout
     step, source = _step(run_dir)
     assert step == 1.0 and source.startswith("measured: benchmark"), (step, source)
     again = cli_in_process("tune", run_dir, "--candidates", "1", "--budget", "5", "--remeasure")
