@@ -12,6 +12,7 @@ a trial already recorded is read back (a stopped tune resumes), unless --remeasu
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ from .model_options import ModelOptions, model_options
 from .option_groups import option_group
 from .search_options import SearchOptions, search_options
 from .training_options import ClusterOptions, cluster_options, routing_options
+from .tune_winner import refuse_while_training
 
 if TYPE_CHECKING:
     from planner.expert_routing import ExpertRouting
@@ -59,7 +61,9 @@ def register(app: typer.Typer) -> None:
             "--memory-limit-gb",
             help="Count a trial as out of memory when a rank's peak passes this (the GPU's capacity, say).",
         ),
-        emit_dir: str | None = typer.Option(None, "--emit", help="Write the measured winner's run folder here."),
+        emit_dir: str | None = typer.Option(
+            None, "--emit", help="Write the measured winner's run folder here (default: RUN_DIR itself)."
+        ),
         launcher: str = typer.Option(
             "torchrun",
             "--launcher",
@@ -76,9 +80,13 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(
             False,
             "--force",
-            help="With --emit: overwrite an existing folder (a trained run's state is moved to previous/<time>/).",
+            help="Overwrite --emit's existing folder, or replace RUN_DIR's trained run by a winner of another plan "
+            "(the trained run's state is moved to previous/<time>/, kept).",
         ),
         db: Path | None = typer.Option(None, "--db", help="Benchmark database (default: $HARDWARE_SELECTOR_DB)."),
+        no_calibration: bool = typer.Option(
+            False, "--no-calibration", help="Predict as the formula does, not calibrated by the database's records."
+        ),
     ) -> None:
         """Run the search's top plans here for a measured window each and rank them by what was measured."""
         with said_when_interrupted(INTERRUPTED):
@@ -111,6 +119,7 @@ def _tune(
     remeasure,
     force,
     db,
+    no_calibration,
 ) -> None:
     """tune_command's work (docs/running.md, "Tune")."""
     from .run_options import emit_folder
@@ -130,28 +139,45 @@ def _tune(
     ignored = given_flags(ctx, model_options, cluster_options) + [f for f in FOLDER_SEARCH_FLAGS if f in given]
     if run_dir is not None and ignored:
         raise UserInputError(f"tune RUN_DIR tunes the folder's own model and cluster; drop {', '.join(ignored)}")
-    if run_dir is not None and emit is not None:
-        raise UserInputError("tune RUN_DIR re-emits the winner into RUN_DIR; drop --emit")
+    if run_dir is not None and emit is not None and emit.expanduser().resolve() == run_dir.expanduser().resolve():
+        emit = None  # --emit RUN_DIR: the folder's own tune
     overriding = [flag for flag in given if flag in SEARCH_OVERRIDES]  # RUN_DIR's search, widened or narrowed
     searched = [flag for flag in given if flag not in (*SEARCH_OVERRIDES, *FOLDER_SEARCH_FLAGS)]
+    if run_dir is not None and "--tokens" in searched:  # recorded in plan.json's search, not replaced here
+        raise UserInputError(
+            "tune RUN_DIR ranks by the training length its plan.json recorded (plan --tokens); drop --tokens, or "
+            "plan with it first (plan --emit DIR --tokens N ...) and tune that folder"
+        )
     if run_dir is not None and searched:
         raise UserInputError(
             f"tune RUN_DIR searches for the folder's own batch, length and precision; drop {', '.join(searched)}, "
             "or plan with them first (plan --emit DIR ...) and tune that folder"
         )
-    if force and emit is None:  # as plan's: tune RUN_DIR replaces its folder without being asked
+    if force and emit is None and run_dir is None:  # beside RUN_DIR: a trained run's state may be moved aside
         raise UserInputError("--force replaces the files of an --emit folder; add --emit DIR, or drop --force")
+    if run_dir is not None and not run_dir.is_dir():  # as report says it, not "plan.json/plan.json: cannot read"
+        from planner.rundir.plan_file import EMIT_HINT
+
+        what = f"{run_dir} is a file, not a run folder" if run_dir.exists() else f"{run_dir}: no such run folder"
+        raise UserInputError(f"{what}; {EMIT_HINT}")
+    from backends.runner.output_paths import check_database
+    from benchmarks_db.paths import db_origin, resolve_db_path
+
+    check_database(resolve_db_path(db), db_origin(db))  # as train checks it: before the trials, not after them
     if run_dir is not None:
         run_dir = run_dir.expanduser().resolve()  # the trials run elsewhere: a relative path would not hold
-        _refuse_while_training(run_dir)  # before the trials, and again before the winner replaces the folder
+        refuse_while_training(run_dir)  # before the trials, and again before the winner replaces the folder
     if emit is not None:
         from planner.rundir.write import emit_target
 
         emit_target(emit, force=force)  # before the trials, not after them
         if force:
-            _refuse_while_training(emit.expanduser().resolve())
+            refuse_while_training(emit.expanduser().resolve())
+    from .tune_calibration import search_calibration
+
+    calibrate = partial(search_calibration, db=db, off=no_calibration)
     spec, target, plans, options, elastic, restrictions = _candidates(
-        run_dir, model, cluster, search, routing, candidates, overriding
+        run_dir, model, cluster, search, routing, candidates, overriding, calibrate
     )
     if target.num_nodes > 1:
         # RUN_DIR's own cluster is tuned: --nodes 1 beside it would be ignored, so the line says what works.
@@ -172,8 +198,6 @@ def _tune(
     from benchmarks_db.store import BenchmarkStore
 
     store = BenchmarkStore(db)
-    from functools import partial
-
     from benchmarks.harness.processes import LAUNCHERS, run_torchrun_command
 
     if launcher not in LAUNCHERS:
@@ -197,7 +221,10 @@ def _tune(
         most_steps=steps,
     )
     found = outcome.trials
-    _print_trials(found, outcome, store.path)
+    from .tune_table import print_trials
+
+    print_trials(found, outcome, store.path, "cpu" if target.gpu.kind == "cpu" else "cuda")
+    print(f"throughput {plans[0].calibration or 'not calibrated'}")  # as `plan` says it of its best plan
     if tiny:
         print("--tiny measures the shrunken architecture: the order is what counts, not measured/predicted")
     if outcome.link_GBps:
@@ -217,7 +244,7 @@ def _tune(
         from .tune_elastic import elastic_winner
 
         winner, best, fallbacks = elastic_winner(ranked, lambda trial: plans[keys.index(trial.key)], elastic)
-    folder = run_dir if run_dir is not None else emit
+    folder = emit if emit is not None else run_dir
     if folder is not None:
         tune = {
             "winner": winner.label,
@@ -225,40 +252,19 @@ def _tune(
             "link_GBps": outcome.link_GBps,
             "assumed_link_GBps": outcome.assumed_link_GBps,
         }
-        from planner.rundir.write import emit_run_folder
+        from .tune_calibration import measured_winner
+        from .tune_winner import write_winner
 
-        previous: list[str] = []
-        if run_dir is not None or force:
-            from planner.rundir.previous_run import previous_run_state
-
-            folder = folder.expanduser().resolve()
-            _refuse_while_training(folder)
-            previous = previous_run_state(folder) if folder.is_dir() else []  # a trained run: moved aside, said
-        emit_run_folder(
-            best,
-            folder,
-            force=run_dir is not None or force,
-            options=options,
-            tune=tune,
-            elastic=fallbacks,
-            search=restrictions,  # the search tune ran: a later `tune RUN_DIR` runs it again
-        )
-        if previous:
-            from .plan import moved_run_line
-
-            print(moved_run_line(folder, previous), file=sys.stderr)
-        print(f"wrote the winner ({winner.label}) to {folder}; its plan.json names the trials", file=sys.stderr)
+        if not tiny and not no_calibration:  # its trial is a record now: the winner's step is the measured one
+            best = measured_winner(best, calibrate(spec, target))
+        own = emit is None
+        write_winner(
+            best, winner.label, folder, own_folder=own, force=force, tune=tune, options=options, elastic=fallbacks,
+            search=restrictions,
+        )  # fmt: skip
 
 
-def _refuse_while_training(run_dir: Path) -> None:
-    from backends.runner.run_lock import refuse_if_held
-
-    from .plan import REEMIT_WHILE_TRAINING
-
-    refuse_if_held(run_dir, REEMIT_WHILE_TRAINING)
-
-
-def _candidates(run_dir, model, cluster, search, routing, top_k, overriding=()):
+def _candidates(run_dir, model, cluster, search, routing, top_k, overriding, calibrate):
     """The model, the cluster, the top K plans (best of each strategy family), the run's options, for an
     elastic folder how to make the winner's elastic table (its candidates are the families that reshard), and the
     search's restrictions (a folder's own, as plan.json records them, with the flags in `overriding` replacing
@@ -336,7 +342,9 @@ def _candidates(run_dir, model, cluster, search, routing, top_k, overriding=()):
                 f"{','.join(run.search.strategies)}); the winner's plan.json records this one",
                 file=sys.stderr,
             )
-    result = search_plans(spec, target, request.model_copy(update={"top_k": max(top_k, request.top_k)}))
+    adjust, calibration = calibrate(spec, target)
+    request = request.model_copy(update={"top_k": max(top_k, request.top_k)})
+    result = search_plans(spec, target, request, adjust, calibration=calibration)
     return spec, target, result.candidates[:top_k], options, elastic, restrictions
 
 
@@ -362,35 +370,3 @@ def _overridden(recorded, search, config, overriding):
         "--objective": "objective",
     }
     return recorded.model_copy(update={fields[flag]: getattr(asked, fields[flag]) for flag in overriding})
-
-
-def _print_trials(found, outcome, db_path) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from benchmarks.harness.tune import measured_order
-
-    launches = f"{outcome.launches} launch" + ("es" if outcome.launches != 1 else "")
-    table = Table(title=f"tune: {outcome.timed_steps} timed steps per trial after 2 warm-up steps, {launches}")
-    # Fits 80 columns: predicted and measured seconds per step, their ratio, tokens/s, peak memory per rank and
-    # the trial's launch overhead (its share of its launch's start-up, and its set-up: wall time less steps).
-    for column in ("#", "strategy", "pred s", "meas s", "meas/pred", "tokens/s", "peak", "launch s"):
-        table.add_column(column, justify="left" if column == "strategy" else "right", no_wrap=column != "strategy")
-    for place, trial in enumerate(measured_order(found), 1):
-        ok = trial.status == "ok"
-        table.add_row(
-            str(place) if ok else "-",
-            trial.label,
-            f"{trial.predicted_step_s:.3g}" if trial.predicted_step_s else "-",
-            f"{trial.measured_step_s:.3g}" if ok and trial.measured_step_s else trial.status,
-            f"{trial.ratio:.2f}" if ok and trial.ratio else "-",
-            f"{trial.tokens_per_s:,.0f}" if ok and trial.tokens_per_s else "-",
-            f"{trial.peak_memory_bytes / 2**30:.2f}G" if trial.peak_memory_bytes else "-",
-            f"{trial.launch_overhead_s:.1f}" if trial.launch_overhead_s is not None else "-",
-        )
-    Console().print(table)
-    skipped = outcome.skipped
-    note = (
-        f"; {skipped} trial(s) were already measured, read from {db_path}" if skipped else f" (recorded in {db_path})"
-    )
-    print(f"pred: the search's step time (its sources: `plan --explain`); meas: this machine{note}")

@@ -121,22 +121,66 @@ def test_a_folder_being_trained_is_not_re_emitted_under_its_run(tmp_path, monkey
         lock.close()
 
 
-def test_a_tune_over_a_trained_folder_says_where_the_trained_run_went(tmp_path, monkeypatch):
-    """Found by a new user's audit: `tune RUN_DIR` on a folder already trained moved its checkpoints, metrics
-    and final/ to previous/<time>/ without a word (plan --emit --force says it); it says so in the same line."""
+def _trained_folder(tmp_path, monkeypatch) -> tuple[Path, dict]:
+    """A DDP folder as `train` leaves it (checkpoints, final/, metrics), with the trials stood in for."""
     from benchmarks.harness import processes
 
     monkeypatch.setattr(processes, "run_torchrun_command", each_trial_ran)
     monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(tmp_path / "db.duckdb"))
     run_dir = tmp_path / "run"
     plan = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "32", "--global-batch", "4"]
-    assert cli_in_process(*plan, "--emit", run_dir).returncode == 0
+    assert cli_in_process(*plan, "--strategies", "ddp", "--emit", run_dir).returncode == 0
     (run_dir / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n')
+    for name in ("checkpoints/step_1", "final"):
+        (run_dir / name).mkdir(parents=True)
+        (run_dir / name / "model.safetensors").write_text("weights")
+    return run_dir, _state(run_dir)
+
+
+def _state(run_dir: Path) -> dict:
+    return {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+
+
+def test_a_trained_folder_whose_winner_is_its_own_plan_keeps_its_trained_run(tmp_path, monkeypatch):
+    """Found by a new user's audit: `tune RUN_DIR` on a trained folder moved its checkpoints and final/ to
+    previous/<time>/ even when the winner was the folder's own plan, so `watch` said nothing had trained and
+    from_pretrained('RUN_DIR/final') failed. The trained run stays; plan.json takes the trials."""
+    run_dir, before = _trained_folder(tmp_path, monkeypatch)
     tuned = cli_in_process("tune", run_dir, "--candidates", "1", "--budget", "5", "--tiny")
     assert tuned.returncode == 0, tuned.stderr
+    assert not (run_dir / "previous").exists()
+    after = _state(run_dir)
+    assert {path: data for path, data in after.items() if path.suffix != ".json" and path.parent != run_dir} == {
+        path: data for path, data in before.items() if path.suffix != ".json" and path.parent != run_dir
+    }
+    assert (run_dir / "final" / "model.safetensors").read_text() == "weights"
+    assert (run_dir / "metrics.jsonl").read_bytes() == before[run_dir / "metrics.jsonl"]
+    assert json.loads((run_dir / "plan.json").read_text())["tune"]["winner"]
+    assert "kept the trained run's checkpoints" in tuned.stderr
+
+
+def test_a_trained_folder_is_not_pushed_aside_by_another_plan_without_force(tmp_path, monkeypatch):
+    """The winner of another plan (here FSDP, over a DDP folder) would leave the trained run behind it: one line
+    naming what would move, --force or --emit OTHER_DIR; with --force it moves, kept and said."""
+    run_dir, before = _trained_folder(tmp_path, monkeypatch)
+    other = ["tune", run_dir, "--candidates", "1", "--budget", "5", "--tiny", "--strategies", "fsdp"]
+    refused = cli_in_process(*other)
+    lines = [line for line in refused.stderr.splitlines() if not line.startswith("tune: --strategies replace")]
+    assert refused.returncode == 2 and len(lines) == 1, refused.stderr  # beside the override's own note
+    assert "holds a trained run (checkpoints, final)" in lines[0] and "--force moves" in lines[0]
+    assert "--emit OTHER_DIR" in lines[0]
+    assert _state(run_dir) == before
+    elsewhere = cli_in_process(*other, "--emit", tmp_path / "other")
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert _state(run_dir) == before and (tmp_path / "other" / "plan.json").is_file()
+    forced = cli_in_process(*other, "--force")
+    assert forced.returncode == 0, forced.stderr
     (kept,) = (run_dir / "previous").iterdir()
+    assert (kept / "final" / "model.safetensors").read_text() == "weights"
     assert (kept / "metrics.jsonl").read_text() == '{"kind": "train", "step": 1}\n'
-    assert f"moved the previous run's metrics.jsonl to {kept} (kept, not resumed)" in tuned.stderr
+    assert f"moved the previous run's checkpoints, metrics.jsonl, final to {kept} (kept, not resumed)" in (
+        forced.stderr
+    )
 
 
 def test_a_multi_node_folder_is_refused_with_advice_that_works_for_a_folder(tmp_path):

@@ -25,6 +25,9 @@ def _writable_file(path: Path, what: str, flag: str) -> None:
         if not os.access(path, os.W_OK):
             raise UserInputError(f"{flag} {path} is not writable; name a file the run can write {what} to")
         return
+    blocking = next((parent for parent in path.parents if parent.exists()), None)
+    if blocking is not None and not blocking.is_dir():  # mkdir would say only "File exists"
+        raise UserInputError(f"{flag} {path}: {blocking} is a file, not a folder; name a path in a folder")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)  # as the run would; a folder that cannot be made fails here
     except OSError as error:

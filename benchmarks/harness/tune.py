@@ -45,6 +45,12 @@ MAX_TIMED_STEPS = 50
 # Measured per trial and printed once the trials ran (benchmarks/speed/tune_overhead.py).
 ASSUMED_LAUNCH_S = 15.0
 ASSUMED_TRIAL_SETUP_S = 5.0
+# A --tiny trial trains the shrunken model (backends/weights/model_factory.py TINY_SIZES: hidden 64, 4 layers, at
+# most 32 tokens a sequence), not the one the search predicted: its step is a few micro-batches of overhead, not
+# the full model's seconds. Assumed per micro-batch, an upper bound of what tiny trials measure on this project's
+# 2-core CI machine (0.07-0.26 s a step at one or two micro-batches); the budget's step is the lower of this and
+# the full model's prediction.
+ASSUMED_TINY_MICRO_BATCH_S = 0.15
 
 
 class Trial(BaseModel):
@@ -117,7 +123,7 @@ def timed_steps(
 ) -> int:
     """Timed steps per trial so that the launch and every trial, set-up and warm-up included, fit the budget,
     at most `most` (`tune --steps`); a one-line error when not even the fewest do."""
-    slowest = max((entry.predicted.step_time_s for entry in matrix.entries if entry.predicted), default=1.0)
+    slowest = max((_budget_step(entry, matrix.tiny) for entry in matrix.entries if entry.predicted), default=1.0)
     count = len(matrix.entries)
     per_trial = (budget_s - launch_s) / count - setup_s
     steps = math.floor(per_trial / slowest) - WARMUP_STEPS
@@ -126,10 +132,22 @@ def timed_steps(
         raise UserInputError(
             f"--budget {budget_s / 60:g} min is too small for {count} trial(s): the launch needs about "
             f"{launch_s:.0f} s to start, and each trial {setup_s:.0f} s to set up and "
-            f"{WARMUP_STEPS + MIN_TIMED_STEPS} steps of up to {slowest:.3g} s; give --budget "
+            f"{WARMUP_STEPS + MIN_TIMED_STEPS} steps of up to {slowest:.3g} s{TINY_STEP_NOTE if matrix.tiny else ''}; "
+            "give --budget "
             f"{math.ceil(least / 60)} or more, or fewer --candidates"
         )
     return min(steps, most)
+
+
+TINY_STEP_NOTE = f" (the shrunken model's, assumed at {ASSUMED_TINY_MICRO_BATCH_S:g} s a micro-batch)"
+
+
+def _budget_step(entry: MatrixEntry, tiny: bool) -> float:
+    """The step time the budget counts for a trial: the prediction's, or with --tiny the shrunken model's."""
+    predicted = entry.predicted.step_time_s if entry.predicted else 1.0
+    if not tiny:
+        return predicted
+    return min(predicted, ASSUMED_TINY_MICRO_BATCH_S * entry.config.grad_accum)
 
 
 def trials(
@@ -200,12 +218,11 @@ def order_changes(
                 lines.append(f"{trial.label} {moved}: measured {trial.tokens_per_s:,.0f} tokens/s")
         elif place != trial.predicted_rank or abs(ratio - 1) >= 0.1:
             way = "slower" if ratio > 1 else "faster"
+            steps = (trial.predicted_step_s, trial.measured_step_s)
             lines.append(
                 f"{trial.label} {moved}: measured {abs(ratio - 1):.0%} {way} than predicted "
                 f"({trial.measured_step_s:.3g} s/step against {trial.predicted_step_s:.3g})"
-                + link_sentence(
-                    trial.collective, trial.predicted_comm_s, trial.predicted_step_s, links or {}, assumed_GBps
-                )  # fmt: skip
+                + link_sentence(trial.collective, trial.predicted_comm_s, *steps, links or {}, assumed_GBps)
             )
     return lines
 

@@ -5,8 +5,9 @@ The model (planner/throughput/communication.py) moves a plan's data-parallel tra
 ZeRO-0), reduce-scatters (ZeRO-1/2) or all-gathers (ZeRO-3, FSDP), and its tensor-parallel traffic as
 all-reduces; each over a link of the cluster's bandwidth times the model's link efficiency. The trials probe
 each collective's bus bandwidth once per launch (backends/monitoring/link_probe.py), in the model's own units,
-so the sentence compares like with like: "its all-gathers (predicted 0.41 s of its 1.7 s step at 0.62 GB/s
-per rank) ran here at 2.1 GB/s".
+so the sentence compares like with like: "its all-gathers (predicted 0.41 s of its 1.7 s step at 2.1 GB/s
+per rank) ran here at 0.62 GB/s: 100% of the gap". A collective is named only when its time at the measured rate
+moves the step by a material share of the gap; otherwise the line says the gap is not the links.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from planner.throughput.constants import ThroughputConstants
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import TrainingConfig
 
-# Below this share of the predicted step, the links cannot explain a 10% miss: no sentence.
-MIN_COMM_SHARE = 0.05
+# The share of a trial's miss its collective must account for, at the rate measured here, to be named as its cause.
+MIN_GAP_SHARE = 0.25
 
 
 def assumed_link_GBps(cluster: ClusterSpec) -> float:
@@ -54,13 +55,31 @@ def dominant_collective(config: TrainingConfig, predicted: ThroughputEstimate | 
 
 
 def link_sentence(
-    collective: str | None, comm_s: float | None, step_s: float | None, links: dict[str, float], assumed: float
+    collective: str | None,
+    comm_s: float | None,
+    step_s: float | None,
+    measured_s: float | None,
+    links: dict[str, float],
+    assumed: float,
 ) -> str:
-    """ "; its all-gathers (predicted ...) ran here at X GB/s", or "" when the links were not measured or carry
-    too little of the step to explain a miss."""
-    if not collective or not comm_s or not step_s or collective not in links or comm_s < MIN_COMM_SHARE * step_s:
+    """What the links measured here say of a trial's miss (measured_s against step_s predicted): its dominant
+    collective is named when, at the rate measured here instead of the assumed one, it accounts for a material
+    share of the gap (MIN_GAP_SHARE); otherwise the gap is said not to be the links. "" when the links were not
+    measured."""
+    if not collective or not comm_s or not step_s or not measured_s or collective not in links or not assumed:
         return ""
+    rate, gap = links[collective], measured_s - step_s
+    if not gap:
+        return ""
+    moved = comm_s * assumed / rate - comm_s  # the collective's seconds at the measured rate, less the predicted
+    share = moved / gap
+    if share >= MIN_GAP_SHARE:
+        return (
+            f"; its {collective}s (predicted {comm_s:.3g} s of its {step_s:.3g} s step at {assumed:.3g} GB/s per "
+            f"rank) ran here at {rate:.3g} GB/s: {min(share, 1):.0%} of the gap"
+        )
     return (
-        f"; its {collective}s (predicted {comm_s:.3g} s of its {step_s:.3g} s step at {assumed:.3g} GB/s per rank) "
-        f"ran here at {links[collective]:.3g} GB/s"
+        f"; not the links: its {collective}s at the {rate:.3g} GB/s per rank measured here (the plan assumed "
+        f"{assumed:.3g}) move its step by {moved:+.2g} s of the {gap:+.3g} s gap; the rest is compute, at this "
+        "machine's speed"
     )

@@ -41,10 +41,10 @@ def _stays_in_place(path: Path) -> bool:
     return path.is_symlink() or os.path.ismount(path)
 
 
-def archive_previous_run(run_dir: Path, also: list[str] | None = None) -> Path | None:
-    """Move the previous run's state (and the files named in `also`) to previous/<time>/; returns that folder,
-    or None when there was nothing to move."""
-    found = [*previous_run_state(run_dir), *(also or [])]
+def archive_previous_run(run_dir: Path, also: list[str] | None = None, *, state: bool = True) -> Path | None:
+    """Move the previous run's state (unless not `state`) and the files named in `also` to previous/<time>/;
+    returns that folder, or None when there was nothing to move."""
+    found = [*(previous_run_state(run_dir) if state else []), *(also or [])]
     if not found:
         return None
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -155,6 +155,7 @@ def emit_run_folder(
     elastic: ElasticPlan | None = None,
     launch: LaunchTarget | None = None,
     search: SearchRestrictions | None = None,
+    keep_state: bool = False,
 ) -> list[Path]:
     """Write the run folder for `plan` into `directory`; returns the written paths.
 
@@ -163,7 +164,8 @@ def emit_run_folder(
     tune: the trials a `hardware-selector tune` measured (plan.json's "tune" block);
     elastic: the fallback layouts of an elastic run (planner/search/elastic.py), for plan.json and the launchers;
     launch: where the folder is launched (`--launcher`): launch.sh's default launcher and the target's own file;
-    search: what the search that found the plan was kept to (the run block's `search`; `tune RUN_DIR` reads it).
+    search: what the search that found the plan was kept to (the run block's `search`; `tune RUN_DIR` reads it);
+    keep_state: a trained run's state stays where it is (`tune RUN_DIR` whose winner is the folder's own plan).
     """
     if plan.model.modality != "text":
         kind = {"image": ("a vision", "image"), "audio": ("an audio", "audio"),
@@ -237,7 +239,8 @@ def emit_run_folder(
             _remove_empty(run_dir)
         raise
     ours = files_of_ours(run_dir, ARTIFACTS)
-    archive_previous_run(run_dir, also=foreign_files(run_dir, files, ARTIFACTS))  # the user's files: moved, kept
+    foreign = foreign_files(run_dir, files, ARTIFACTS)
+    archive_previous_run(run_dir, also=foreign, state=not keep_state)  # the user's files: moved, kept
     commit_staged(run_dir, (set(ARTIFACTS) & ours) - set(files))  # stale: another strategy's files
     return [*(run_dir / name for name in files), run_dir / MANIFEST]
 

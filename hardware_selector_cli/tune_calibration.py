@@ -1,0 +1,43 @@
+"""tune's calibration: its search calibrated as `plan`'s is, and its winner timed by its own trial.
+
+The search's predictions ("pred" in tune's table) are `plan`'s: the benchmark database's records replace or
+correct them (benchmarks_db/calibrate.py), unless --no-calibration. Once the trials are records, the winner's
+step is re-estimated from them, as `plan --emit` after a `train` would give it ("measured: benchmark record
+..."), so the winner's plan.json, the next `train`'s comparison and the report page hold what was measured.
+A --tiny trial measured the shrunken model: its record calibrates nothing (calibrate.py matches by spec hash).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from planner.calibration import CORRECTED_SOURCES
+from planner.calibration_lines import line_for_plan
+from planner.hardware.cluster import ClusterSpec
+from planner.models.spec import ModelSpec
+from planner.plan import Plan
+
+Calibrated = tuple[Callable | None, str]
+
+
+def search_calibration(spec: ModelSpec, cluster: ClusterSpec, *, db: Path | None, off: bool) -> Calibrated:
+    """The search's throughput_adjust hook and the calibration line, as `plan` obtains them."""
+    if off:
+        return None, "not calibrated (--no-calibration)"
+    from benchmarks_db.calibrate import plan_calibration
+
+    return plan_calibration(spec, cluster, db)
+
+
+def measured_winner(plan: Plan, calibrated: Calibrated) -> Plan:
+    """`plan` with its step time the measured record's, when the database holds one of its config (its trial);
+    as it was otherwise (a correction is not applied twice over an estimate it already corrected)."""
+    adjust, line = calibrated
+    if adjust is None or plan.throughput is None:
+        return plan
+    estimate = adjust(plan.config, plan.throughput)
+    if not estimate.sources.get("step_time_s", "").startswith(CORRECTED_SOURCES[1]):
+        return plan
+    calibration = line_for_plan(line, plan.cluster.gpu.name, plan.config, estimate)
+    return plan.model_copy(update={"throughput": estimate, "calibration": calibration})
