@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.errors import UserInputError
-from planner.plan import Plan
+
+if TYPE_CHECKING:  # pydantic: `--help` imports this module and no pydantic (tests/test_cli_startup.py)
+    from planner.plan import Plan
 
 # What makes a folder a trained run that a winner of another plan must not silently push aside.
 TRAINED = ("checkpoints", "final")
