@@ -123,6 +123,7 @@ def run_cost_plan(model, cluster, search, routing, cost: CostOptions, save_every
     from planner.search.request import default_seq_len
     from planner.search.strategy_layout import family_label
 
+    from .calibration_hook import search_calibration
     from .cost_table import cost_document, print_cost
 
     assert cost.clouds is not None
@@ -165,11 +166,7 @@ def run_cost_plan(model, cluster, search, routing, cost: CostOptions, save_every
             nvme_gb=cluster.nvme_gb,
             nvme_gbps=cluster.nvme_gbps,
         )
-        adjust, line = None, "not calibrated (--no-calibration)"
-        if not no_calibration:
-            from benchmarks_db.calibrate import plan_calibration
-
-            adjust, line = plan_calibration(spec, target, db)
+        adjust, line = search_calibration(spec, target, db=db, off=no_calibration)
         calibrations.setdefault(gpu, line)
         if nodes > 1:
             fabrics.setdefault(gpu, fabric_assumed(target, cluster.interconnect))

@@ -265,12 +265,9 @@ def _search(
     if steps and search.tokens is None and request.global_batch:
         request = request.model_copy(update={"train_tokens": float(steps * request.global_batch * request.seq_len)})
     target = _target_cluster(cluster)
-    if no_calibration:
-        adjust, calibration = None, "not calibrated (--no-calibration)"
-    else:
-        from benchmarks_db.calibrate import plan_calibration
+    from .calibration_hook import search_calibration
 
-        adjust, calibration = plan_calibration(spec, target, db)
+    adjust, calibration = search_calibration(spec, target, db=db, off=no_calibration)
     result = search_plans(spec, target, request, adjust, calibration=calibration)
     return spec, target, request, result, calibration, adjust
 

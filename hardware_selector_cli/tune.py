@@ -173,7 +173,7 @@ def _tune(
         emit_target(emit, force=force)  # before the trials, not after them
         if force:
             refuse_while_training(emit.expanduser().resolve())
-    from .tune_calibration import search_calibration
+    from .calibration_hook import search_calibration
 
     calibrate = partial(search_calibration, db=db, off=no_calibration)
     spec, target, plans, options, elastic, restrictions = _candidates(

@@ -1,4 +1,4 @@
-"""tune's calibration: its search calibrated as `plan`'s is, and its winner timed by its own trial.
+"""tune's winner timed by its own trial (its search calibrates as `plan`'s does: calibration_hook.py).
 
 The search's predictions ("pred" in tune's table) are `plan`'s: the benchmark database's records replace or
 correct them (benchmarks_db/calibrate.py), unless --no-calibration. Once the trials are records, the winner's
@@ -9,25 +9,11 @@ A --tiny trial measured the shrunken model: its record calibrates nothing (calib
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 from planner.calibration import CORRECTED_SOURCES
 from planner.calibration_lines import line_for_plan
-from planner.hardware.cluster import ClusterSpec
-from planner.models.spec import ModelSpec
 from planner.plan import Plan
 
-Calibrated = tuple[Callable | None, str]
-
-
-def search_calibration(spec: ModelSpec, cluster: ClusterSpec, *, db: Path | None, off: bool) -> Calibrated:
-    """The search's throughput_adjust hook and the calibration line, as `plan` obtains them."""
-    if off:
-        return None, "not calibrated (--no-calibration)"
-    from benchmarks_db.calibrate import plan_calibration
-
-    return plan_calibration(spec, cluster, db)
+from .calibration_hook import Calibrated
 
 
 def measured_winner(plan: Plan, calibrated: Calibrated) -> Plan:
