@@ -25,7 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.contract.run_config import CORRECTED_SOURCES
+from planner.contract.sources import CORRECTED_SOURCES
 from planner.hardware.gpus import normalize_gpu_name
 from planner.strategy_family import offload_suffix, strategy_family
 from planner.throughput.result import ThroughputEstimate
@@ -36,8 +36,8 @@ from planner.units import counted
 MIN_RECORDS_FOR_AFFINE = 3
 # How far (either way, as a factor) a correction is carried beyond the predicted step times it was fitted on.
 EXTRAPOLATION_LIMIT = 10.0
-# How a step time moved by the records is sourced (rescaled(): CORRECTED_SOURCES, in the run contract, which
-# reads it), and the note a correction out of range leaves.
+# How a step time moved by the records is sourced (rescaled(): CORRECTED_SOURCES, planner/contract/sources.py,
+# which the run contract reads too), and the note a correction out of range leaves.
 NOT_APPLIED = "calibration not applied: "
 
 

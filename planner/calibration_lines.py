@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from planner.calibration import NOT_APPLIED
-from planner.contract.run_config import CORRECTED_SOURCES
+from planner.contract.sources import CORRECTED_SOURCES
 from planner.strategy_family import strategy_family
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import TrainingConfig

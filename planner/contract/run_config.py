@@ -28,6 +28,7 @@ from planner.contract.choices import Precision
 from planner.contract.layout import ParallelDims
 from planner.contract.schema import SCHEMA_VERSION
 from planner.contract.search_restrictions import SearchRestrictions
+from planner.contract.sources import CORRECTED_SOURCES
 
 Launcher = Literal["torchrun", "accelerate", "deepspeed", "mpirun"]  # what launch.sh starts by default
 Init = Literal["pretrained", "random"]
@@ -145,11 +146,6 @@ class CheckpointPolicy(_Block):
     keep_last: int = Field(default=2, ge=1, le=1000)
     export_every: int = Field(default=0, ge=0, le=MAX_STEPS)  # also write final/ every N steps; 0: at the end
     resume: bool = True  # continue from the newest checkpoint in the folder
-
-
-# How the planner sources a step time the benchmark records moved (planner/calibration.py): a correction's, or a
-# measured run's. Predicted.throughput_source starts with one of them when the plan was calibrated.
-CORRECTED_SOURCES = ("calibration: ", "measured: ")
 
 
 class Predicted(_Block):

@@ -7,8 +7,8 @@ import time
 from operator import attrgetter
 
 from planner.calibration_lines import is_corrected, line_for_plan
-from planner.contract.run_config import CORRECTED_SOURCES
 from planner.contract.search_restrictions import SearchRestrictions
+from planner.contract.sources import CORRECTED_SOURCES
 from planner.errors import UserInputError
 from planner.evaluate import memory_on
 from planner.hardware.cluster import ClusterSpec
