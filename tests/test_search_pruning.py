@@ -28,6 +28,8 @@ CASES = [
     ("opt-13b", "A100-80GB", 4, 1, dict(seq_len=2048)),
     # Deep pipelines whose interleaved layouts leave one (micro-batch, accumulation) pair to try.
     ("llama-3.1-405b", "H100-80GB", 8, 2048, dict(global_batch=2048, seq_len=8192)),
+    # The cpu device: its memory is the host's (planner/memory/runtime.py's Runtime.CPU).
+    ("gpt2-medium", "cpu", 2, 1, dict(global_batch=16, seq_len=512)),
 ]
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import fit_bytes, host_fits
 from planner.memory.phases import batch_peaks, peak_at
+from planner.memory.runtime import runtime_for
 from planner.models.spec import ModelSpec
 from planner.search import config_copy
 from planner.search.batching import batch_options, infeasible_batch_reason
@@ -163,15 +164,16 @@ class CandidateEvaluator:
         self.counters.memory_evaluations += 1
         cluster = group.cluster
         gpus_per_node = cluster.gpus_per_node
+        runtime = runtime_for(cluster.gpu)
         peaks = level.peaks
         if peaks is None:
             world_size = gpus_per_node * cluster.num_nodes
-            peaks = level.peaks = batch_peaks(self.spec, level.config, world_size, gpus_per_node)
+            peaks = level.peaks = batch_peaks(self.spec, level.config, world_size, gpus_per_node, runtime)
         peak = peaks.get(pair)
         if peak is None:  # the level's config at the candidate's batch, without building the candidate's config
             world_size = gpus_per_node * cluster.num_nodes
-            peak = peak_at(self.spec, level.config, pair[0], pair[1], world_size, gpus_per_node, peaks)
-        total, cpu_per_node, nvme_per_node = fit_bytes(peak, gpus_per_node)
+            peak = peak_at(self.spec, level.config, pair[0], pair[1], world_size, gpus_per_node, peaks, runtime)
+        total, cpu_per_node, nvme_per_node = fit_bytes(peak, gpus_per_node, runtime=runtime)
         # (Nothing offloaded fits any host: a capacity is never negative.)
         fits = total <= group.usable_bytes and (
             not (cpu_per_node or nvme_per_node)
