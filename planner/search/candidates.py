@@ -11,6 +11,13 @@ Two exact prunings keep the estimator calls far below the candidate count:
 Among the fitting micro-batches of one layout, throughput is estimated from
 the largest down until it stops improving (see _scan_micro_batches).
 tests/test_search_pruning.py checks all three against an exhaustive evaluation.
+One more rule prunes whole layouts: on a device whose memory is the host's
+(the cpu device), CPU offload moves the states into the same RAM (the memory
+estimate keeps them in the peak) and adds its copies to the step, so a
+candidate with it never needs less memory nor runs faster than its sibling
+without offload: layouts.py does not generate it there (NVMe offload, which
+leaves the RAM, still is). tests/test_search_pruning.py checks every such
+candidate against its sibling (test_cpu_device_leaves_out_offload_and_loses_nothing).
 A memory estimate costs its batch's arithmetic: the candidates of one layout and
 AC level share its checks, model states, buffers and activation terms
 (phases.peak_at), exact because none of those read the micro-batch or the
