@@ -28,6 +28,8 @@ LABELS = {
     "activations": "activations",
     "temporaries": "temporaries (logits, loss)",
     "buffers": "buffers (comm, gathered)",
+    # Only on a device whose memory is the host's (the cpu pseudo-device), when the config offloads to the CPU.
+    "host_offload": "offloaded to CPU (same RAM)",
     "overhead": "overhead (context, fragmentation)",
 }
 
@@ -52,6 +54,8 @@ def print_memory_table(result, title: str, host_ram: str = "") -> None:
     table.add_column("share", justify="right")
     table.add_column("source")
     for key, label in LABELS.items():
+        if key not in per_gpu:
+            continue
         share = per_gpu[key] / per_gpu["total"] if per_gpu["total"] else 0
         table.add_row(label, format_bytes(per_gpu[key]), f"{share:.0%}", memory.sources[key])
     table.add_row("[bold]total[/]", f"[bold]{format_bytes(per_gpu['total'])}[/]", "", f"peak at {memory.peak_phase}")
@@ -73,6 +77,8 @@ def print_memory_table(result, title: str, host_ram: str = "") -> None:
         capacity = memory.cpu_capacity_per_node_bytes
         suffix = f" of {format_bytes(capacity)}" if capacity else ""
         suffix += f" ({escape(host_ram)})" if capacity and host_ram else ""
+        if "host_offload" in per_gpu:  # the device's memory is this RAM: the table's total holds it already
+            suffix += "; in the total above, since this device's memory is that RAM"
         console.print(f"CPU memory per node (offload): {format_bytes(memory.cpu_per_node_bytes)}{suffix}")
     if memory.nvme_per_node_bytes:
         nvme_capacity = memory.nvme_capacity_per_node_bytes

@@ -12,6 +12,7 @@ from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import MemoryEstimate, OverheadSettings, estimate_memory, fit_bytes
 from planner.memory.phases import step_peak
+from planner.memory.runtime import runtime_for
 from planner.models.spec import ModelSpec
 from planner.throughput.estimate import check_fp8_gpu, estimate_throughput
 from planner.throughput.result import ThroughputEstimate
@@ -62,6 +63,7 @@ def memory_on(
         nvme_capacity_per_node_bytes=cluster.nvme_per_node_bytes,
         headroom_fraction=headroom_fraction,
         overhead=overhead,
+        runtime=runtime_for(cluster.gpu),
     )
 
 
@@ -69,9 +71,10 @@ def memory_total_on(spec: ModelSpec, config: TrainingConfig, cluster: ClusterSpe
     """memory_on(spec, config, cluster).total (per-GPU bytes, default overhead; the headroom does not change
     it) without the MemoryEstimate around it: the search quotes it for every family that fits but lost, and
     the estimate's categories and sources cost more than the lookup of its peak."""
-    gpus_per_node = cluster.gpus_per_node
-    peak = step_peak(spec, config, world_size=gpus_per_node * cluster.num_nodes, gpus_per_node=gpus_per_node)
-    return fit_bytes(peak, gpus_per_node)[0]
+    gpus_per_node, runtime = cluster.gpus_per_node, runtime_for(cluster.gpu)
+    world_size = gpus_per_node * cluster.num_nodes
+    peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime)
+    return fit_bytes(peak, gpus_per_node, runtime=runtime)[0]
 
 
 def evaluate(

@@ -4,6 +4,11 @@ The reference evaluates each (layout, precision, AC, micro-batch) with the full
 memory estimator and the throughput estimator, no pruning. The search must
 find the same fitting candidates (less those dominated by one with less
 recomputation) and the same best score, overall and per strategy family.
+
+On the cpu device the layouts leave CPU offload out (its memory is the host RAM
+offload moves to): every candidate with it, as a GPU of the same shape is
+offered, is checked against its sibling without offload, which must need no
+more memory and be no slower.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from planner.search.candidates import AC_ORDER, CandidateEvaluator, objective_sc
 from planner.search.layouts import enumerate_layouts
 from planner.search.request import PlanRequest
 from planner.throughput.estimate import estimate_throughput
-from planner.training_config import TrainingConfig
+from planner.training_config import Offload, TrainingConfig
 
 CASES = [
     ("llama-2-7b", "A100-40GB", 8, 2, dict(global_batch=256, seq_len=4096)),
@@ -28,28 +33,29 @@ CASES = [
     ("opt-13b", "A100-80GB", 4, 1, dict(seq_len=2048)),
     # Deep pipelines whose interleaved layouts leave one (micro-batch, accumulation) pair to try.
     ("llama-3.1-405b", "H100-80GB", 8, 2048, dict(global_batch=2048, seq_len=8192)),
+    # The cpu device: its memory is the host's (planner/memory/runtime.py's Runtime.CPU).
+    ("gpt2-medium", "cpu", 2, 1, dict(global_batch=16, seq_len=512)),
 ]
+
+
+def _configs(cluster, request, layout, precision, ac):
+    """(micro-batch, config) of every batch split the search tries for the layout at this precision and AC."""
+    dp = cluster.world_size // (layout.tensor_parallel * layout.pipeline_parallel)
+    for micro, accum in batch_options(
+        request, request.global_batch, dp, layout.pipeline_parallel, layout.micro_batch_rounds
+    ):
+        fields = dict(seq_len=request.seq_len, precision=precision, activation_checkpointing=ac)
+        yield micro, TrainingConfig(**layout.fields, **fields, micro_batch=micro, grad_accum=accum)
 
 
 def _exhaustive(spec, cluster, request):
     fitting, best_by_family = 0, {}
     for layout in enumerate_layouts(spec, cluster, request):
-        dp = cluster.world_size // (layout.tensor_parallel * layout.pipeline_parallel)
         for precision in precisions_for(cluster, request):
             fits_with_less_ac: set[int] = set()
             for ac in AC_ORDER:
                 fits_here = set()
-                for micro, accum in batch_options(
-                    request, request.global_batch, dp, layout.pipeline_parallel, layout.micro_batch_rounds
-                ):
-                    config = TrainingConfig(
-                        **layout.fields,
-                        seq_len=request.seq_len,
-                        precision=precision,
-                        activation_checkpointing=ac,
-                        micro_batch=micro,
-                        grad_accum=accum,
-                    )
+                for micro, config in _configs(cluster, request, layout, precision, ac):
                     if not memory_on(spec, config, cluster, headroom_fraction=request.headroom_fraction).fits:
                         continue
                     fits_here.add(micro)
@@ -107,3 +113,49 @@ def _compare(model, gpu, per_node, nodes, request_fields):
     for family, score in best_by_family.items():
         assert searched[family] == pytest.approx(score, rel=1e-9), family
     return evaluator.counters
+
+
+def _cpu_offload(layout) -> bool:
+    return Offload.CPU in (layout.fields.get("offload_optimizer"), layout.fields.get("offload_params"))
+
+
+@pytest.mark.parametrize(
+    "model, per_node, ram_gb, request_fields",
+    [
+        ("gpt2", 2, None, dict(global_batch=16, seq_len=512)),  # the catalog's host RAM
+        ("opt-1.3b", 4, 96, dict(global_batch=32, seq_len=1024)),
+        ("llama-2-7b", 1, 120, dict(global_batch=8, seq_len=512)),  # one rank: some candidates fit, some do not
+    ],
+)
+def test_cpu_device_leaves_out_offload_and_loses_nothing(model, per_node, ram_gb, request_fields):
+    spec = resolve_model(model)
+    cluster = make_cluster("cpu", gpus_per_node=per_node, cpu_ram_gb=ram_gb)
+    request = PlanRequest(**request_fields)
+    assert not any(_cpu_offload(layout) for layout in enumerate_layouts(spec, cluster, request))
+    # What a GPU of the same shape is offered (asked after the cpu device: enumerate_layouts' memo is keyed by the
+    # device's kind), evaluated on the cpu device against the sibling without offload.
+    left_out = [
+        layout
+        for layout in enumerate_layouts(spec, make_cluster("A100-80GB", gpus_per_node=per_node), request)
+        if _cpu_offload(layout)
+    ]
+    assert {layout.family for layout in left_out} >= {"ZeRO-2 + offload", "ZeRO-3 + param offload"}
+    compared = fitting = 0
+    for layout in left_out:
+        for precision in precisions_for(cluster, request):
+            for ac in AC_ORDER:
+                for micro, config in _configs(cluster, request, layout, precision, ac):
+                    sibling = config.model_copy(
+                        update={"offload_optimizer": Offload.NONE, "offload_params": Offload.NONE}
+                    )
+                    offloaded = memory_on(spec, config, cluster, headroom_fraction=request.headroom_fraction)
+                    kept = memory_on(spec, sibling, cluster, headroom_fraction=request.headroom_fraction)
+                    compared += 1
+                    assert offloaded.total >= kept.total, (layout.family, micro, config.grad_accum, ac)
+                    if not offloaded.fits:
+                        continue
+                    fitting += 1
+                    assert kept.fits
+                    faster = estimate_throughput(spec, sibling, cluster).tokens_per_s
+                    assert estimate_throughput(spec, config, cluster).tokens_per_s <= faster, (layout.family, micro)
+    assert 0 < fitting <= compared  # the comparison did compare fitting candidates

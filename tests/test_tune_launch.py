@@ -16,11 +16,14 @@ from distributed import cli_in_process
 from benchmarks.harness.processes import LAUNCHERS, launcher_command, run_torchrun_command
 from benchmarks.harness.tune import measured_order, order_changes, run_tune, tune_matrix
 from benchmarks_db.store import BenchmarkStore
+from planner.evaluate import evaluate
 from planner.hardware.cluster import make_cluster
 from planner.models.resolve import resolve_model
+from planner.plan import Plan
 from planner.rundir.trial import REQUEST_FILE, TrialRequest
 from planner.search import PlanRequest, search_plans
 from planner.search.strategy_layout import family_label
+from planner.training_config import Offload
 
 ONE_PARAMETER_AT_A_TIME = {  # ZeRO-3 with the tiniest buckets: every parameter gathered and released alone
     "stage3_param_persistence_threshold": 0,
@@ -31,15 +34,31 @@ ONE_PARAMETER_AT_A_TIME = {  # ZeRO-3 with the tiniest buckets: every parameter 
 }
 
 
+def _offloaded(plan: Plan, params: Offload) -> Plan:
+    """`plan` with its optimizer (and with params=CPU its parameters) offloaded to the CPU, estimated anew."""
+    config = plan.config.model_copy(update={"offload_optimizer": Offload.CPU, "offload_params": params})
+    evaluation = evaluate(plan.model, config, plan.cluster)
+    return plan.model_copy(
+        update={"config": evaluation.config, "memory": evaluation.memory, "throughput": evaluation.throughput}
+    )
+
+
 @pytest.fixture(scope="module")
 def real_tunes(tmp_path_factory):
     """Two real tunes of the same plans on 2 CPU ranks: under accelerate with the first ZeRO-3 plan's DeepSpeed
     config made to gather and release one parameter at a time (slower; the prediction cannot know), the second
     ZeRO-3 plan, its twin in the model, untouched beside it in the same launch; then under the DeepSpeed launcher
-    with FSDP's trial held to a memory guard no run can meet."""
+    with FSDP's trial held to a memory guard no run can meet.
+
+    The twins are ZeRO-3 with the optimizer offloaded and with the parameters too: the search offers no offload
+    on the cpu device (docs/search.md, "Offload on the cpu device"), so they are forced here, as
+    `estimate --offload-optimizer cpu` may force them; they run the same code but for the offload."""
     spec, cluster = resolve_model("gpt2"), make_cluster("cpu", gpus_per_node=2)
-    request = PlanRequest(seq_len=32, global_batch=4, top_k=5, strategies=("zero3", "ddp", "fsdp"))
-    plans = search_plans(spec, cluster, request).candidates[:3]
+    request = PlanRequest(seq_len=32, global_batch=4, top_k=5, strategies=("zero3", "fsdp"))
+    found = search_plans(spec, cluster, request).candidates
+    fsdp_plan = next(plan for plan in found if plan.config.strategy.value == "fsdp")
+    zero3_plan = next(plan for plan in found if plan.config.zero_stage == 3)
+    plans = [fsdp_plan, *(_offloaded(zero3_plan, params) for params in (Offload.NONE, Offload.CPU))]
     labels = [family_label(plan.config) for plan in plans]
     fsdp = next(index for index, plan in enumerate(plans) if plan.config.strategy.value == "fsdp")
     zero3, twin = [index for index, plan in enumerate(plans) if plan.config.zero_stage == 3][:2]

@@ -37,6 +37,7 @@ def available() -> bool:
 def _plan_for(job: MeasureJob, nproc: int):
     from planner.hardware.cluster import make_cluster
     from planner.memory.estimate import estimate_memory
+    from planner.memory.runtime import runtime_for
     from planner.models.resolve import resolve_model
     from planner.plan import Plan
 
@@ -49,6 +50,7 @@ def _plan_for(job: MeasureJob, nproc: int):
         gpus_per_node=nproc,
         gpu_capacity_bytes=cluster.gpu.memory_bytes,
         cpu_capacity_per_node_bytes=cluster.cpu_ram_per_node_bytes,
+        runtime=runtime_for(cluster.gpu),  # the cpu device: its offloaded states stay in its RAM
     )
     return Plan(model=spec, cluster=cluster, config=job.config, memory=memory)
 

@@ -19,6 +19,7 @@ from planner.calibration import strategy_family
 from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec, make_cluster
 from planner.memory.estimate import estimate_memory
+from planner.memory.runtime import runtime_for
 from planner.models.spec import ModelSpec
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import ActivationCheckpointing, Precision, TrainingConfig
@@ -191,6 +192,7 @@ def _entry(
             gpu_capacity_bytes=cluster.gpu.memory_bytes,
             cpu_capacity_per_node_bytes=cluster.cpu_ram_per_node_bytes,
             headroom_fraction=headroom,
+            runtime=runtime_for(cluster.gpu),  # the cpu device: its offloaded states stay in its RAM
         )
     except UserInputError as error:
         return None, str(error)

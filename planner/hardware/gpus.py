@@ -189,6 +189,11 @@ class GpuSpec(BaseModel):
         return f"${self.price_usd_per_hour:.2f}/GPU-hour [{self.price_source}{stale}]"
 
     @property
+    def memory_is_host(self) -> bool:
+        """The device's memory is the host's RAM (the cpu pseudo-device): what it offloads to the CPU stays in it."""
+        return self.kind == "cpu"
+
+    @property
     def memory_gib(self) -> float:
         return self.memory_bytes / 2**30
 

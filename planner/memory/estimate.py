@@ -8,6 +8,12 @@ it for their stack (--overhead-gb).
 Two entry points: `estimate_memory` returns the typed MemoryEstimate that
 plans and the CLI carry; `estimate_memory_bytes` returns plain integers for
 the strategy search's inner loop (no pydantic validation).
+
+On a device whose memory is the host's RAM (the `cpu` pseudo-device,
+`runtime=Runtime.CPU`), what a rank offloads to the CPU stays in the same pool:
+it is added to the peak as the "host_offload" category (held through the
+whole step, as DeepSpeed's and FSDP's offload buffers are), so offload saves
+nothing there (tests/test_cpu_device_offload.py).
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from planner.models.spec import ModelSpec
 from planner.training_config import GradientCompression, Offload, Strategy, TrainingConfig
 
 GIB = 2**30
-CATEGORIES = (*TENSOR_CATEGORIES, "overhead")
+# The offloaded states of a device whose memory is the host's: in per_gpu_bytes only there, and only when non-zero.
+HOST_OFFLOAD = "host_offload"
+CATEGORIES = (*TENSOR_CATEGORIES, HOST_OFFLOAD, "overhead")
 
 
 class OverheadSettings(BaseModel):
@@ -52,7 +60,7 @@ class MemoryEstimate(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    per_gpu_bytes: dict[str, int]  # CATEGORIES and "total"
+    per_gpu_bytes: dict[str, int]  # CATEGORIES ("host_offload" only where non-zero) and "total"
     sources: dict[str, str]  # category -> where its figure comes from
     peak_phase: str  # one of phases.PHASES
     gpu_capacity_bytes: int
@@ -81,11 +89,12 @@ class MemoryEstimate(BaseModel):
 
 # Looked up once: a member access on an Enum class runs Python code in CPython 3.11 (enum.property), and
 # fit_bytes runs for every candidate the search estimates.
-_CUDA = Runtime.CUDA
+_CPU_TRACE = Runtime.CPU_TRACE
+_CPU = Runtime.CPU
 
 
 def _overhead_bytes(tensors: int, overhead: OverheadSettings, runtime: Runtime) -> int:
-    if runtime is not _CUDA:
+    if runtime is _CPU_TRACE:
         return 0
     return int(overhead.cuda_context_bytes + overhead.fragmentation_fraction * tensors)
 
@@ -99,12 +108,23 @@ def _with_overhead(per_gpu: dict[str, float], overhead: OverheadSettings, runtim
     return result
 
 
+def _tensors(peak: StepPeak, runtime: Runtime) -> dict[str, float]:
+    """The peak's categories; on the cpu device also what the rank offloads to the CPU, which stays in its RAM
+    (in the allocator's share too, as the rest of that pool is)."""
+    offloaded = int(peak.cpu_per_rank) if runtime.memory_is_host else 0
+    return {**peak.per_gpu, HOST_OFFLOAD: offloaded} if offloaded else peak.per_gpu
+
+
 def fit_bytes(
-    peak: StepPeak, gpus_per_node: int, overhead: OverheadSettings = DEFAULT_OVERHEAD, runtime: Runtime = Runtime.CUDA
+    peak: StepPeak,
+    gpus_per_node: int,
+    overhead: OverheadSettings = DEFAULT_OVERHEAD,
+    runtime: Runtime = Runtime.CUDA,
 ) -> tuple[int, int, int]:
-    """(per-GPU total, CPU bytes per node, NVMe bytes per node) of a step peak: estimate_memory_bytes's
-    "total", "cpu_per_node" and "nvme_per_node", all that whether it fits reads, without the categories."""
-    tensors = peak.tensor_bytes
+    """(per-GPU total, CPU bytes per node, NVMe bytes per node) of a step peak: estimate_memory's "total",
+    "cpu_per_node" and "nvme_per_node", all that whether it fits reads, without the categories. On the cpu
+    device (Runtime.CPU) the rank's offloaded bytes count in its total (the module docstring)."""
+    tensors = peak.tensor_bytes + (int(peak.cpu_per_rank) if runtime is _CPU else 0)
     total = tensors + _overhead_bytes(tensors, overhead, runtime)
     return total, int(peak.cpu_per_rank * gpus_per_node), int(peak.nvme_per_rank * gpus_per_node)
 
@@ -127,7 +147,7 @@ def estimate_memory_bytes(
 ) -> dict[str, int]:
     """Per-GPU bytes by category plus "total", "cpu_per_node" and "nvme_per_node": the fast path."""
     peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime)
-    result = _with_overhead(peak.per_gpu, overhead, runtime)
+    result = _with_overhead(_tensors(peak, runtime), overhead, runtime)
     result["cpu_per_node"] = int(peak.cpu_per_rank * gpus_per_node)
     result["nvme_per_node"] = int(peak.nvme_per_rank * gpus_per_node)
     return result
@@ -150,9 +170,21 @@ def estimate_memory(
 
     runtime=Runtime.CPU_TRACE describes the step as the CPU trace harness runs
     it (benchmarks/memory/memory_trace.py), for validation; see runtime.py.
+    runtime=Runtime.CPU describes the cpu device, whose memory is the host's RAM: what the rank offloads to the
+    CPU is counted in its total, as the "host_offload" category.
     """
     peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime)
-    per_gpu = _with_overhead(peak.per_gpu, overhead, runtime)
+    tensors = _tensors(peak, runtime)
+    sources = _sources(config, peak.phase, runtime, overhead)
+    notes = peak.notes
+    if HOST_OFFLOAD in tensors:
+        sources[HOST_OFFLOAD] = (
+            f"formula: {_offloaded_what(config, Offload.CPU)}, per rank, held through the step: offloaded to the "
+            "CPU, whose RAM is this device's memory, so it stays in the peak (planner/memory/model_states.py)"
+        )
+        sources["total"] = f"sum of the above at the step's peak ({peak.phase}), offloaded states included"
+        notes = [*notes, "offload saves no memory here: the device's memory is the host RAM the states move to"]
+    per_gpu = _with_overhead(tensors, overhead, runtime)
     cpu_per_node = int(peak.cpu_per_rank * gpus_per_node)
     usable = int(gpu_capacity_bytes * (1 - headroom_fraction))
     fits = per_gpu["total"] <= usable
@@ -161,7 +193,7 @@ def estimate_memory(
         fits = False
     return MemoryEstimate(
         per_gpu_bytes=per_gpu,
-        sources=_sources(config, peak.phase, runtime, overhead),
+        sources=sources,
         peak_phase=peak.phase,
         gpu_capacity_bytes=gpu_capacity_bytes,
         headroom_fraction=headroom_fraction,
@@ -172,7 +204,7 @@ def estimate_memory(
         nvme_per_node_bytes=nvme_per_node,
         nvme_capacity_per_node_bytes=nvme_capacity_per_node_bytes,
         runtime=runtime.value,
-        notes=peak.notes,
+        notes=notes,
         activations_peak_bytes=int(peak.activations_peak),
     )
 
@@ -216,13 +248,16 @@ def _offload_source(config: TrainingConfig, where: Offload) -> str:
     """Where a node's host-memory or NVMe figure comes from (planner/memory/model_states.py's offload rules)."""
     if where not in (config.offload_params, config.offload_optimizer):
         return f"none: nothing offloaded to {where.value}"
+    return f"formula: {_offloaded_what(config, where)}, per rank x the node's GPUs (planner/memory/model_states.py)"
+
+
+def _offloaded_what(config: TrainingConfig, where: Offload) -> str:
+    """What the config offloads to `where`, in words (model_states._apply_offload's rules)."""
     if config.strategy is Strategy.FSDP:
-        what = "FSDP CPU offload's sharded parameters, gradients and optimizer states"
-    else:
-        moved = []
-        if config.offload_optimizer is where:
-            moved.append("the optimizer's master weights, states and fp32 gradients")
-        if config.offload_params is where:
-            moved.append("the parameters")
-        what = f"ZeRO-{'Infinity' if where is Offload.NVME else 'Offload'}: {' and '.join(moved)}"
-    return f"formula: {what}, per rank x the node's GPUs (planner/memory/model_states.py)"
+        return "FSDP CPU offload's sharded parameters, gradients and optimizer states"
+    moved = []
+    if config.offload_optimizer is where:
+        moved.append("the optimizer's master weights, states and fp32 gradients")
+    if config.offload_params is where:
+        moved.append("the parameters")
+    return f"ZeRO-{'Infinity' if where is Offload.NVME else 'Offload'}: {' and '.join(moved)}"

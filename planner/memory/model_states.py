@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner.memory.rank_params import QLORA_BYTES_PER_PARAM, RankParams
+from planner.memory.runtime import Runtime
 from planner.training_config import FsdpSharding, Offload, OptimizerKind, Precision, Strategy, TrainingConfig
 
 # bitsandbytes 8-bit Adam: two uint8 states plus one fp32 absmax per 2048-value block.
@@ -101,7 +102,12 @@ def optimizer_state_bytes_per_param(optimizer: OptimizerKind, state_width: int, 
 
 
 def model_state_bytes(
-    params: RankParams, config: TrainingConfig, dp: int, gpus_per_node: int, hidden_size: int
+    params: RankParams,
+    config: TrainingConfig,
+    dp: int,
+    gpus_per_node: int,
+    hidden_size: int,
+    runtime: Runtime = Runtime.CUDA,
 ) -> ModelStates:
     precision = config.precision
     native = uses_native_mixed_precision(config)
@@ -144,17 +150,20 @@ def model_state_bytes(
         gradients=grads16 + fp32_grads,
         optimizer_states=optimizer,
         backward_gradients=grads16,
-        step_temporary=_foreach_temporary(config, trainable / shards.optimizer, state_width),
+        step_temporary=_foreach_temporary(config, trainable / shards.optimizer, state_width, runtime),
     )
     _apply_offload(states, config, grads16, fp32_grads)
     return states
 
 
-def _foreach_temporary(config: TrainingConfig, trainable_shard: float, state_width: int) -> float:
+def _foreach_temporary(config: TrainingConfig, trainable_shard: float, state_width: int, runtime: Runtime) -> float:
     """torch.optim.AdamW (foreach, the CUDA default) takes the square root of every
     exp_avg_sq at once: one more state-sized tensor during the step. DeepSpeed's
-    fused Adam works in place; SGD, Lion and 8-bit Adam update in place."""
+    fused Adam works in place; SGD, Lion and 8-bit Adam update in place. On the cpu
+    device torch steps one tensor at a time (runtime.py): no whole-group temporary."""
     if config.optimizer is not OptimizerKind.ADAMW or config.strategy is Strategy.DEEPSPEED:
+        return 0.0
+    if not runtime.foreach_optimizer:
         return 0.0
     if config.offload_optimizer is not Offload.NONE or config.offload_params is not Offload.NONE:
         return 0.0  # the step runs on the CPU
@@ -178,7 +187,9 @@ def _apply_offload(states: ModelStates, config: TrainingConfig, grads16: float, 
             # Stage 2 offload copies each reduced gradient straight into the fp32
             # partition on the CPU; stage 3 also keeps its 16-bit gradient partition
             # there (grad_partitions_flat_buffer, pinned when the optimizer is offloaded).
-            if config.zero_stage == 3:
+            # Without an fp32 copy (fp32 or pure bf16 training) the CPU partition holds
+            # the reduced gradients at their own width: it leaves the GPU, not the rank.
+            if config.zero_stage == 3 or not fp32_grads:
                 moved += grads16
             states.gradients = states.backward_gradients = 0.0
         else:

@@ -170,7 +170,7 @@ def _batch_independent(spec: ModelSpec, config: TrainingConfig, dp: int, gpus_pe
 def _build_batch_independent(
     spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime, layout: tuple
 ) -> _BatchIndependent:
-    params, states = _cached(spec, ("states", *layout), lambda: _model_states(spec, config, dp, gpus_per_node))
+    params, states = _cached(spec, ("states", *layout), lambda: _model_states(spec, config, dp, gpus_per_node, runtime))
     buffers = estimate_buffers(spec, config, params, dp, runtime)
     widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
     notes = [*states.notes, *([buffers.note] if buffers.note else [])]
@@ -178,12 +178,12 @@ def _build_batch_independent(
 
 
 def _model_states(
-    spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int
+    spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime
 ) -> tuple[RankParams, ModelStates]:
     """The rank's parameters and model states, shared by a layout's checkpointing levels and micro-batches:
     neither reads them (a first search builds them once per layout and precision, not once per level)."""
     params = rank_params(spec, config)
-    return params, model_state_bytes(params, config, dp, gpus_per_node, spec.hidden_size)
+    return params, model_state_bytes(params, config, dp, gpus_per_node, spec.hidden_size, runtime)
 
 
 _PEAKS: dict[tuple, tuple[ModelSpec, BatchPeaks]] = {}

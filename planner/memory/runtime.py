@@ -1,4 +1,4 @@
-"""Where the step runs: a CUDA GPU (what users plan for) or the CPU trace harness.
+"""Where the step runs: a CUDA GPU (what users plan for), the cpu device, or the CPU trace harness.
 
 The estimator describes a CUDA training step by default. `Runtime.CPU_TRACE`
 describes the same step as benchmarks/memory/memory_trace.py records it on the CPU
@@ -18,30 +18,62 @@ of PyTorch, never a per-config correction:
   while HF's per-expert linear loop on CUDA runs them in 16 bits.
 - Everything else (foreach optimizer temporaries, saved tensors, FSDP2
   all-gathers) is the same code path on both devices.
+
+`Runtime.CPU` describes a real training step on CPU processes (`--gpu cpu`),
+whose "device memory" is the host's RAM. It differs from CUDA in two things:
+
+- What a rank offloads to the CPU stays in that same RAM, so the estimate
+  counts it in the peak (estimate.py's "host_offload").
+- torch's optimizers step CPU tensors with their single-tensor loop (foreach
+  defaults on only for CUDA-like devices: torch.optim.optimizer's
+  _default_to_fused_or_foreach), so no whole-group foreach temporary.
+
+Its dropout, autocast and runtime overhead are still modelled as CUDA's.
 """
 
 from __future__ import annotations
 
 from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from planner.hardware.gpus import GpuSpec
 
 
 class Runtime(str, Enum):
     CUDA = "cuda"
+    CPU = "cpu"
     CPU_TRACE = "cpu-trace"
 
     @property
     def autocast_softmax_fp32(self) -> bool:
         """True where autocast computes softmax in fp32 whatever its input."""
-        return self is Runtime.CUDA
+        return self is not Runtime.CPU_TRACE
 
     @property
     def autocast_covers_experts(self) -> bool:
-        return self is Runtime.CUDA
+        return self is not Runtime.CPU_TRACE
 
     def dropout_mask_bytes(self, width: int) -> int:
         """Bytes per element dropout keeps for backward besides its output."""
-        return 1 if self is Runtime.CUDA else width
+        return width if self is Runtime.CPU_TRACE else 1
 
     @property
     def has_runtime_overhead(self) -> bool:
-        return self is Runtime.CUDA
+        return self is not Runtime.CPU_TRACE
+
+    @property
+    def memory_is_host(self) -> bool:
+        """The device's memory is the host's RAM: what the rank offloads to the CPU stays in it."""
+        return self is Runtime.CPU
+
+    @property
+    def foreach_optimizer(self) -> bool:
+        """torch's optimizers default to their foreach kernels (a whole-group temporary) on these tensors."""
+        return self is not Runtime.CPU
+
+
+def runtime_for(gpu: GpuSpec) -> Runtime:
+    """How the estimator describes a training step on this device: the cpu device's memory is the host's, any
+    GPU's is its own."""
+    return Runtime.CPU if gpu.memory_is_host else Runtime.CUDA

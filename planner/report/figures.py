@@ -20,6 +20,7 @@ MEMORY_COLOURS = {
     "activations": "#d62728",
     "temporaries": "#9467bd",
     "buffers": "#8c564b",
+    "host_offload": "#bcbd22",  # offloaded states of the cpu device, in its own RAM
     "overhead": "#7f7f7f",
 }
 STEP_COLOURS = {

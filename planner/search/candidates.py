@@ -11,6 +11,13 @@ Two exact prunings keep the estimator calls far below the candidate count:
 Among the fitting micro-batches of one layout, throughput is estimated from
 the largest down until it stops improving (see _scan_micro_batches).
 tests/test_search_pruning.py checks all three against an exhaustive evaluation.
+One more rule prunes whole layouts: on a device whose memory is the host's
+(the cpu device), CPU offload moves the states into the same RAM (the memory
+estimate keeps them in the peak) and adds its copies to the step, so a
+candidate with it never needs less memory nor runs faster than its sibling
+without offload: layouts.py does not generate it there (NVMe offload, which
+leaves the RAM, still is). tests/test_search_pruning.py checks every such
+candidate against its sibling (test_cpu_device_leaves_out_offload_and_loses_nothing).
 A memory estimate costs its batch's arithmetic: the candidates of one layout and
 AC level share its checks, model states, buffers and activation terms
 (phases.peak_at), exact because none of those read the micro-batch or the
@@ -26,6 +33,7 @@ from dataclasses import dataclass
 from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import fit_bytes, host_fits
 from planner.memory.phases import batch_peaks, peak_at
+from planner.memory.runtime import runtime_for
 from planner.models.spec import ModelSpec
 from planner.search import config_copy
 from planner.search.batching import batch_options, infeasible_batch_reason
@@ -163,15 +171,16 @@ class CandidateEvaluator:
         self.counters.memory_evaluations += 1
         cluster = group.cluster
         gpus_per_node = cluster.gpus_per_node
+        runtime = runtime_for(cluster.gpu)
         peaks = level.peaks
         if peaks is None:
             world_size = gpus_per_node * cluster.num_nodes
-            peaks = level.peaks = batch_peaks(self.spec, level.config, world_size, gpus_per_node)
+            peaks = level.peaks = batch_peaks(self.spec, level.config, world_size, gpus_per_node, runtime)
         peak = peaks.get(pair)
         if peak is None:  # the level's config at the candidate's batch, without building the candidate's config
             world_size = gpus_per_node * cluster.num_nodes
-            peak = peak_at(self.spec, level.config, pair[0], pair[1], world_size, gpus_per_node, peaks)
-        total, cpu_per_node, nvme_per_node = fit_bytes(peak, gpus_per_node)
+            peak = peak_at(self.spec, level.config, pair[0], pair[1], world_size, gpus_per_node, peaks, runtime)
+        total, cpu_per_node, nvme_per_node = fit_bytes(peak, gpus_per_node, runtime=runtime)
         # (Nothing offloaded fits any host: a capacity is never negative.)
         fits = total <= group.usable_bytes and (
             not (cpu_per_node or nvme_per_node)

@@ -26,7 +26,7 @@ def _fsdp_layouts(cluster: ClusterSpec, allow_offload: bool, with_ddp: bool) -> 
             continue  # emitted as FSDP1, which fails on CPU ranks (accelerate's module-state sync, its state dict)
         base = {"strategy": Strategy.FSDP, "fsdp_sharding": sharding}
         layouts.append(make_layout(SIMPLICITY[f"fsdp-{sharding.value}"], base))
-        if allow_offload and sharding in (FsdpSharding.FULL, FsdpSharding.HYBRID):
+        if allow_offload and sharding in (FsdpSharding.FULL, FsdpSharding.HYBRID) and not cluster.gpu.memory_is_host:
             offload = {**base, "offload_params": Offload.CPU, "offload_optimizer": Offload.CPU}
             layouts.append(make_layout(SIMPLICITY["fsdp-offload"], offload))
     return layouts
@@ -39,13 +39,16 @@ def _deepspeed_layouts(cluster: ClusterSpec, allow_offload: bool) -> list[Strate
         layouts.append(make_layout(SIMPLICITY[f"zero{stage}"], base))
         if not allow_offload:
             continue
-        if stage >= 2:  # ZeRO-Offload (Ren et al. 2021) is built on stage 2
+        # ZeRO-Offload (Ren et al. 2021) is built on stage 2; a device whose memory is the host's gains nothing by
+        # it (the states stay in the same RAM, planner/memory/estimate.py), so only NVMe offload is tried there.
+        if stage >= 2 and not cluster.gpu.memory_is_host:
             layouts.append(
                 make_layout(SIMPLICITY[f"zero{stage}-offload-optimizer"], {**base, "offload_optimizer": Offload.CPU})
             )
         if stage == 3:
-            both = {**base, "offload_optimizer": Offload.CPU, "offload_params": Offload.CPU}
-            layouts.append(make_layout(SIMPLICITY["zero3-offload-all"], both))
+            if not cluster.gpu.memory_is_host:
+                both = {**base, "offload_optimizer": Offload.CPU, "offload_params": Offload.CPU}
+                layouts.append(make_layout(SIMPLICITY["zero3-offload-all"], both))
             if cluster.nvme_per_node_bytes:
                 nvme = {**base, "offload_optimizer": Offload.NVME, "offload_params": Offload.NVME}
                 layouts.append(make_layout(SIMPLICITY["zero3-offload-nvme"], nvme))
@@ -58,14 +61,15 @@ _LAYOUTS: dict[tuple, tuple[ModelSpec, tuple[StrategyLayout, ...]]] = {}
 
 def enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest) -> list[StrategyLayout]:
     """Every layout the request allows for this model on this cluster. Memoised by the values it reads (the
-    spec, the cluster's GPUs per node, nodes and whether it has NVMe, the request's strategy fields): every
-    search of the model on a cluster of that shape gets the same layout objects, which the search's own
-    caches key on (planner/search/candidates.py)."""
+    spec, the cluster's GPUs per node, nodes, whether it has NVMe and its device's kind, the request's strategy
+    fields): every search of the model on a cluster of that shape gets the same layout objects, which the
+    search's own caches key on (planner/search/candidates.py)."""
     key = (
         id(spec),
         cluster.gpus_per_node,
         cluster.num_nodes,
         bool(cluster.nvme_per_node_bytes),
+        cluster.gpu.kind,  # the cpu device: no FSDP1 shardings, no CPU offload
         request.strategies,
         request.allow_offload,
         request.lora_rank,

@@ -106,6 +106,12 @@ def _not_applicable(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest)
                     "FSDP1's shardings (no-shard, hybrid) do not run on CPU processes: the Trainer's FSDP1 syncs "
                     "module states through an accelerator; plan fsdp-full, fsdp-grad-op or ddp there"
                 )
+    offloading = {"fsdp", "fsdp-full", "fsdp-hybrid", "deepspeed", "zero2", "zero3"}  # the kinds with offload layouts
+    if cluster.gpu.memory_is_host and request.allow_offload and offloading & set(request.strategies):
+        not_applicable["CPU offload"] = (  # layouts.py leaves it out: the search's pruning rules (candidates.py)
+            "not searched: the cpu device's memory is the host RAM that offload moves the states to, so it frees "
+            "nothing and adds copies to the step (`estimate --offload-optimizer cpu` shows the accounting)"
+        )
     if "engine" in request.strategies:
         why = engine_applicability(spec)
         if why is None and request.lora_rank:

@@ -96,11 +96,14 @@ def communication_plan(
     k: ThroughputConstants,
     nvme_Bps: float,
     implementation: Implementation = OUR_STRATEGIES,
+    host_memory: bool = False,
 ) -> CommunicationPlan:
     """`implementation` says whether stage-boundary tensors are split over the TP
     ranks (Megatron-LM's scatter-gather; otherwise only sequence parallelism
     splits them) and whether sharded gathers reach the node's combined NICs. `nvme_Bps`: the node's NVMe
     read/write bytes/s, which ZeRO-Infinity's offload shares among the node's GPUs (needed only then).
+    `host_memory`: the device's memory is the host's (the cpu device), so an offloaded optimizer steps on the
+    same cores at the device's own rate, not a server's CPU Adam rate: offload adds only its copies.
     Reads neither the micro-batch, the accumulation nor the activation checkpointing of `config`."""
     tp, pp, cp = config.tensor_parallel, config.pipeline_parallel, config.context_parallel
     dp = max(world_size // config.model_parallel_size, 1)  # tp x pp x cp ranks share a replica
@@ -185,8 +188,13 @@ def communication_plan(
     if config.offload_optimizer is not Offload.NONE or fsdp_cpu_step:
         grads_down = grad_shard * grad_bytes / pcie_Bps
         params_up = grad_shard * element / pcie_Bps
-        rate = k.cpu_adam_params_per_s_torch if config.strategy is Strategy.FSDP else k.cpu_adam_params_per_s_deepspeed
-        cpu_step = grad_shard * gpn / rate
+        if host_memory:  # the rank's own core steps its shard, as it would without offload
+            cpu_step = grad_shard * OPTIMIZER_STEP_BYTES[config.optimizer.value] / memory_Bps
+        else:
+            rate = (
+                k.cpu_adam_params_per_s_torch if config.strategy is Strategy.FSDP else k.cpu_adam_params_per_s_deepspeed
+            )
+            cpu_step = grad_shard * gpn / rate
         if config.offload_optimizer is Offload.NVME:
             cpu_step += 2 * grad_shard * OPTIMIZER_STATE_BYTES[config.optimizer.value] * gpn / nvme_Bps
     else:

@@ -58,6 +58,10 @@ def build_hardware(cluster: ClusterSpec, config: TrainingConfig, k: ThroughputCo
         fp8_matmul_flops=fp8_peak * 1e12 * matmul_factor,
     )
     pcie_Bps = pcie_bandwidth_GBps_per_direction(gpu.pcie_generation or 3) * 1e9 * k.link_efficiency
+    if gpu.memory_is_host:
+        # The cpu device has no host link: an "offload" copy stays in the same RAM, each byte read and written,
+        # at half its copy bandwidth (which counts both: benchmarks/accuracy/measure_cpu.py).
+        pcie_Bps = gpu.memory_bandwidth_GBps * 1e9 / 2
     if cluster.host_GBps_per_gpu is not None:  # measured with every GPU of the node moving data at once
         pcie_Bps = cluster.host_GBps_per_gpu * 1e9
     return device, cluster_links(cluster, k.link_efficiency), pcie_Bps

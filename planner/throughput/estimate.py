@@ -121,7 +121,14 @@ def bottleneck_notes(step: float, exposed_comm: float, bubble: float, offload: f
 
 
 def _offload_source(config: TrainingConfig, cluster: ClusterSpec) -> dict[str, str]:
-    """ZeRO-Infinity's offload time also reads and writes NVMe: name the bandwidth it assumed, and whose it is."""
+    """ZeRO-Infinity's offload time also reads and writes NVMe: name the bandwidth it assumed, and whose it is.
+    On the cpu device (memory_is_host) the copies stay in its RAM and its own cores step the optimizer."""
+    if cluster.gpu.memory_is_host and Offload.CPU in (config.offload_optimizer, config.offload_params):
+        return {
+            "offload_s": "formula: copies within host RAM at half the device's copy bandwidth (read + write) + the "
+            "optimizer step on the rank's own core, as without offload: the device's memory is the host's, so "
+            "offload only adds the copies (planner/throughput/communication.py)"
+        }
     if Offload.NVME not in (config.offload_optimizer, config.offload_params):
         return {}
     return {"offload_s": f"{SOURCES['offload_s']}; NVMe reads and writes: {cluster.nvme_bandwidth()[1]}"}
@@ -223,7 +230,14 @@ def throughput_plan(
     device, links, pcie_Bps = hardware_of(cluster, config)
     # Everything the plan reads of the cluster: the device (interned: its identity is its value), the links,
     # the GPU count, the NVMe bandwidth and its source, the price.
-    hardware = (id(device), links, pcie_Bps, cluster.gpus_per_node * cluster.num_nodes, cluster.nvme_bandwidth())
+    hardware = (
+        id(device),
+        links,
+        pcie_Bps,
+        cluster.gpus_per_node * cluster.num_nodes,
+        cluster.nvme_bandwidth(),
+        cluster.gpu.memory_is_host,
+    )
     key = (id(spec), config_key_without_batch(config), *hardware, cluster.gpu.price_usd_per_hour, implementation)
     entry = _plans.get(key)
     if entry is not None and entry[0] is spec:
@@ -265,6 +279,7 @@ def _build_plan(
         k=k,
         nvme_Bps=cluster.nvme_bandwidth()[0] * 1e9,
         implementation=implementation,
+        host_memory=cluster.gpu.memory_is_host,
     )
     pp, virtual = config.pipeline_parallel, config.virtual_stages
     # (p-1)/(m.v) of the pipelined compute; DualPipe feeds both ends: (p/2 - 1) stage-steps (implementation.py)
