@@ -85,7 +85,9 @@ class Correction(BaseModel):
     form: Literal["affine", "ratio"]
     scale: float = Field(gt=0)
     overhead_s: float = Field(ge=0)
-    records: int = Field(ge=1)
+    records: int = Field(ge=1)  # the successful runs behind it, re-measurements of one config included
+    # The distinct configs it was fitted on, each once by its newest run (None: one per record, as by hand).
+    configs: int | None = Field(default=None, ge=1)
     # The predicted step times the fit saw (None: not recorded, as in a Correction made by hand).
     predicted_min_s: float | None = Field(default=None, gt=0)
     predicted_max_s: float | None = Field(default=None, gt=0)
@@ -111,6 +113,8 @@ class Correction(BaseModel):
 
     def describe(self) -> str:
         records = counted(self.records, "record")
+        if self.configs is not None and self.configs < self.records:  # re-measured configs: each counted once
+            records += f" of {counted(self.configs, 'config')}"
         if self.newest_id:
             records += f": {self.newest_id[:8]}" if self.records == 1 else f", newest {self.newest_id[:8]}"
         if self.form == "ratio":
@@ -127,14 +131,45 @@ def _seconds(value: float) -> str:
     return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
 
 
-def fit_correction(gpu: str, family: str, runs: list[MeasuredRun]) -> Correction:
-    """Least squares on relative error, so fast and slow configs weigh alike."""
+def config_key(run: MeasuredRun) -> tuple:
+    """What makes two records measurements of one config: the GPU, the cluster, the model and the TrainingConfig."""
+    return (
+        normalize_gpu_name(run.gpu_name),
+        run.world_size,
+        run.nodes,
+        run.model_spec_hash,
+        run.config.model_dump_json(),
+    )
+
+
+def newest_per_config(runs: list[MeasuredRun]) -> tuple[list[MeasuredRun], dict[str, int]]:
+    """Each config's newest run (`runs`: any order), and how many of `runs` each stands for (by its id). A config
+    measured ten times (ten tunes, say) would otherwise weigh ten times in its family's fit against a config
+    measured once; the newest run is the one a plan of that config is given (Calibration.measured_run), and the
+    one the sibling rule fits on (docs/benchmarks.md, "Calibration")."""
+    newest: dict[tuple, MeasuredRun] = {}
+    counts: dict[tuple, int] = {}
+    for run in sorted(runs, key=lambda r: r.measured_at, reverse=True):
+        key = config_key(run)
+        newest.setdefault(key, run)
+        counts[key] = counts.get(key, 0) + 1
+    return list(newest.values()), {run.id: counts[key] for key, run in newest.items()}
+
+
+def fit_correction(gpu: str, family: str, runs: list[MeasuredRun], behind: dict[str, int] | None = None) -> Correction:
+    """Least squares on relative error, so fast and slow configs weigh alike. `runs` are one per config
+    (newest_per_config), and `behind` says how many records each stands for (None: itself alone)."""
     pairs = [
         (run.predicted_step_time_s, run.step_time_s) for run in runs if run.predicted_step_time_s and run.step_time_s
     ]  # fit() passes only runs with both
     seen = {"predicted_min_s": min(p for p, _ in pairs), "predicted_max_s": max(p for p, _ in pairs)}
     newest = max(runs, key=lambda run: run.measured_at).id if runs else None
     distinct = len({round(p, 12) for p, _ in pairs})
+    used = [run for run in runs if run.predicted_step_time_s and run.step_time_s]
+    counts = {
+        "records": sum((behind or {}).get(run.id, 1) for run in used),
+        "configs": len(used) if behind is not None else None,
+    }
     if len(pairs) >= MIN_RECORDS_FOR_AFFINE and distinct >= 2:
         # Minimise sum((a + b p_i) / m_i - 1)^2: linear in (a, b) with rows (1/m_i, p_i/m_i).
         s11 = sum(1 / m**2 for p, m in pairs)
@@ -153,14 +188,14 @@ def fit_correction(gpu: str, family: str, runs: list[MeasuredRun]) -> Correction
                     form="affine",
                     scale=scale,
                     overhead_s=overhead,
-                    records=len(pairs),
                     newest_id=newest,
                     **seen,
+                    **counts,
                 )
     # Too few points, or an affine fit that makes no physical sense: one geometric-mean ratio.
     ratio = math.exp(sum(math.log(m / p) for p, m in pairs) / len(pairs))
     return Correction(
-        gpu=gpu, family=family, form="ratio", scale=ratio, overhead_s=0.0, records=len(pairs), newest_id=newest, **seen
+        gpu=gpu, family=family, form="ratio", scale=ratio, overhead_s=0.0, newest_id=newest, **seen, **counts
     )
 
 
@@ -174,9 +209,7 @@ def copied_predictions(runs: list[MeasuredRun]) -> set[str]:
     seen: dict[tuple, set[float]] = {}
     copied = set()
     for run in sorted(runs, key=lambda r: r.measured_at):  # oldest first: a copy follows what it copies
-        config = run.config.model_dump_json()
-        shape = (normalize_gpu_name(run.gpu_name), run.world_size, run.nodes, run.model_spec_hash, config)
-        steps = seen.setdefault(shape, set())
+        steps = seen.setdefault(config_key(run), set())
         if run.predicted_step_time_s is not None and run.predicted_step_time_s in steps:
             copied.add(run.id)
         if run.step_time_s is not None:
@@ -232,17 +265,22 @@ class Calibration(BaseModel):
 
     # Records whose prediction is an older record's measurement (copied_predictions()): left out of the fits.
     copied: list[str] = Field(default_factory=list)
+    # Records a newer record of the same config replaces in the fits (newest_per_config): each config counts once.
+    superseded: list[str] = Field(default_factory=list)
 
     @classmethod
     def fit(cls, runs: list[MeasuredRun]) -> Calibration:
         ok = sorted((run for run in runs if run.ok and run.step_time_s), key=lambda r: r.measured_at, reverse=True)
         copied = copied_predictions(ok)
+        # Each config once, by its newest fittable run: a config measured ten times must not weigh ten times.
+        fittable = [run for run in ok if run.predicted_step_time_s and run.id not in copied]
+        newest, behind = newest_per_config(fittable)
+        superseded = sorted({run.id for run in fittable} - set(behind))
         groups: dict[tuple[str, str], list[MeasuredRun]] = {}
-        for run in ok:
-            if run.predicted_step_time_s and run.id not in copied:
-                groups.setdefault((normalize_gpu_name(run.gpu_name), run.family), []).append(run)
+        for run in sorted(newest, key=lambda r: r.measured_at, reverse=True):
+            groups.setdefault((normalize_gpu_name(run.gpu_name), run.family), []).append(run)
         corrections = [
-            fit_correction(group[0].gpu_name, family, group) for (_, family), group in sorted(groups.items())
+            fit_correction(group[0].gpu_name, family, group, behind) for (_, family), group in sorted(groups.items())
         ]
         # One pool per GPU for the plain families and one for the offloading ones: an offloaded step's ratio
         # (host transfers, a CPU optimizer step) would inflate every plain family without records, and the
@@ -252,11 +290,18 @@ class Calibration(BaseModel):
             by_kind.setdefault((gpu, offload_suffix(group[0].config) != ""), []).extend(group)
         pooled = [
             fit_correction(
-                group[0].gpu_name, pooled_family(sorted({run.family for run in group}), offloaded), group
+                group[0].gpu_name, pooled_family(sorted({run.family for run in group}), offloaded), group, behind
             ).model_copy(update={"offloaded": offloaded})
             for (_, offloaded), group in by_kind.items()
         ]
-        return cls(corrections=corrections, pooled=pooled, measured=ok, records_read=len(runs), copied=sorted(copied))
+        return cls(
+            corrections=corrections,
+            pooled=pooled,
+            measured=ok,
+            records_read=len(runs),
+            copied=sorted(copied),
+            superseded=superseded,
+        )
 
     def for_gpu(self, gpu_name: str) -> Calibration:
         key = normalize_gpu_name(gpu_name)
@@ -266,6 +311,7 @@ class Calibration(BaseModel):
             measured=[run for run in self.measured if normalize_gpu_name(run.gpu_name) == key],
             records_read=self.records_read,
             copied=self.copied,
+            superseded=self.superseded,
         )
 
     def correction(self, gpu_name: str, config: TrainingConfig) -> Correction | None:
@@ -375,12 +421,21 @@ class Calibration(BaseModel):
                 "(no prediction to fit a correction on, and none of this model on this cluster; "
                 "--tiny measures the shrunken model)"
             )
+        runs = counted(len(mine.measured), "measured run")
+        configs = len({config_key(run) for run in mine.measured})
+        if configs < len(mine.measured):  # re-measured configs: say how many configs the runs are of
+            runs += f" of {counted(configs, 'config')}"
         fitted = sum(c.records for c in mine.corrections)
+        fitted_configs = sum(c.configs or c.records for c in mine.corrections)
+        used = (
+            f"{fitted} used in corrections"
+            if fitted_configs == fitted
+            else f"{counted(fitted_configs, 'config')} used in corrections, each once by its newest run"
+        )
         families = (
             ", ".join(c.describe() for c in [*mine.corrections, *mine.pooled]) or "none (records lack predictions)"
         )
         return (
-            f"calibrated on {counted(len(mine.measured), 'measured run')} for {gpu_name} "
-            f"({fitted} used in corrections: {families}); measured configs use their measured step time; "
-            f"newest: {mine.measured[0].label}"
+            f"calibrated on {runs} for {gpu_name} ({used}: {families}); measured configs use their measured step "
+            f"time; newest: {mine.measured[0].label}"
         )
