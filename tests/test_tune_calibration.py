@@ -44,3 +44,35 @@ def test_the_winner_is_timed_by_its_trial_and_the_next_tune_predicts_with_it(tmp
     assert plain.returncode == 0, plain.stderr
     assert "throughput not calibrated (--no-calibration)" in plain.stdout
     assert _step(run_dir)[1].startswith("formula")
+
+
+def test_a_tune_that_creates_the_database_says_its_winner_is_calibrated_by_its_trials(tmp_path, monkeypatch):
+    """Found after the closed loop's first runs: a tune on a fresh database printed "throughput not calibrated: no
+    benchmark database at ..." under a table saying "recorded in" that very database, and its winner's plan.json
+    held its trial's measured step. The line with the measured order is read after the trials are stored; the
+    search's own line, said before them, is printed beside it as what `pred` rests on."""
+    from benchmarks.harness import processes
+
+    monkeypatch.setattr(processes, "run_torchrun_command", each_trial_ran)
+    db = tmp_path / "db.duckdb"
+    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(db))
+    run_dir = tmp_path / "run"
+    assert cli_in_process(*PLAN, "--strategies", "ddp", "--emit", run_dir).returncode == 0
+    assert not db.exists()
+    tuned = cli_in_process("tune", run_dir, "--candidates", "1", "--budget", "5")
+    assert tuned.returncode == 0, tuned.stderr
+    lines = tuned.stdout.splitlines()
+    said = next(line for line in lines if line.startswith("throughput "))
+    # One DDP trial, one record, the winner's own: its measured step (1 s, _step) is what the line stands on.
+    assert said.startswith("throughput calibrated on 1 measured run for cpu (1 used in corrections: ddp on cpu: "), said
+    assert (
+        f"pred was predicted before these trials were records: not calibrated: no benchmark database at {db}"
+        in (lines)[lines.index(said) - 1]
+    )
+    step, source = _step(run_dir)
+    assert step == 1.0 and source.startswith("measured: benchmark"), (step, source)
+    # With the database as the trials left it, the search already said what the trials did: one line.
+    again = cli_in_process("tune", run_dir, "--candidates", "1", "--budget", "5")
+    assert again.returncode == 0, again.stderr
+    assert "pred was predicted before" not in again.stdout
+    assert "throughput calibrated on 1 measured run for cpu" in again.stdout
