@@ -243,11 +243,17 @@ def _tune(
         _say_calibration(plans[0], searched, recorded)
         raise UserInputError("no trial ran to the end here; each one's reason is above")
     keys = [trial.key for trial in found]
-    winner, best, fallbacks = ranked[0], plans[keys.index(ranked[0].key)], None
+
+    def plan_of(trial):
+        """The trial's plan; timed by its trial, a record now (not --tiny: that measured the shrunken model)."""
+        plan = plans[keys.index(trial.key)]
+        return measured_winner(plan, recorded) if not tiny and not no_calibration else plan
+
+    winner, best, fallbacks = ranked[0], plan_of(ranked[0]), None
     if elastic is not None:  # an elastic folder stays elastic: the fastest plan that keeps its node range
         from .tune_elastic import elastic_winner
 
-        winner, best, fallbacks = elastic_winner(ranked, lambda trial: plans[keys.index(trial.key)], elastic)
+        winner, best, fallbacks = elastic_winner(ranked, plan_of, elastic)  # the winner's own count: its trial's
     _say_calibration(best, searched, recorded)  # as `plan` says it of its best plan: here the winner
     folder = emit if emit is not None else run_dir
     if folder is not None:
@@ -259,8 +265,6 @@ def _tune(
         }
         from .tune_winner import write_winner
 
-        if not tiny and not no_calibration:  # its trial is a record now: the winner's step is the measured one
-            best = measured_winner(best, recorded)
         own = emit is None
         write_winner(
             best, winner.label, folder, own_folder=own, force=force, tune=tune, options=options, elastic=fallbacks,
@@ -350,7 +354,7 @@ def _candidates(run_dir, model, cluster, search, routing, top_k, overriding, cal
                 )
             request = request.model_copy(update={"strategies": kept or reshardable})
             restrictions = restrictions.model_copy(update={"strategies": request.strategies})  # what was searched
-            elastic = replace(elastic, request=request)
+            elastic = replace(elastic, request=request, calibrate=calibrate)  # its fallbacks calibrated as plans
         if overriding:  # once the search is settled (an elastic folder's refusal comes first, alone)
             print(
                 f"tune: {', '.join(overriding)} replace the search plan.json recorded (strategies "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from planner.errors import UserInputError
 
 if TYPE_CHECKING:
     from planner.elastic_plan import ElasticPlan
+    from planner.hardware.cluster import ClusterSpec
     from planner.models.spec import ModelSpec
     from planner.plan import Plan
     from planner.search import PlanRequest
@@ -33,11 +35,17 @@ class ElasticRange:
     request: PlanRequest
     node_range: tuple[int, int]
     restarts: int
+    # Each node count's calibration (calibration_hook.py, bound to the tune's --db and --no-calibration): the
+    # fallbacks are calibrated as the ranking is, by the records the trials have just added (None: the formula's).
+    calibrate: Callable[[ModelSpec, ClusterSpec], Any] | None = None
 
     def table(self, plan: Plan) -> ElasticPlan:
         from planner.search.elastic import elastic_plan
 
-        return elastic_plan(self.spec, self.request, plan, self.node_range, max_restarts=self.restarts)
+        calibrate = partial(self.calibrate, self.spec) if self.calibrate is not None else None
+        return elastic_plan(
+            self.spec, self.request, plan, self.node_range, calibrate=calibrate, max_restarts=self.restarts
+        )
 
 
 def elastic_range(run_dir: Path, spec: ModelSpec, request: PlanRequest) -> ElasticRange | None:
