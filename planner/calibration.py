@@ -12,7 +12,7 @@ Two uses of the records of the current hardware:
   families measured slower than predicted would lose the ranking to families
   never measured, on the formula's word alone (docs/benchmarks.md).
 
-The records arrive as plain pydantic data (MeasuredRun); reading them from the
+The records arrive as plain pydantic data (MeasuredRun, planner/measured_runs.py); reading them from the
 DuckDB store is benchmarks_db's job, so the planner never imports duckdb.
 """
 
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.contract.run_config import CORRECTED_SOURCES
 from planner.hardware.gpus import normalize_gpu_name
+from planner.measured_runs import MeasuredRun, config_key, copied_predictions, newest_per_config
 from planner.strategy_family import offload_suffix, strategy_family
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import TrainingConfig
@@ -39,34 +39,6 @@ EXTRAPOLATION_LIMIT = 10.0
 # How a step time moved by the records is sourced (rescaled(): CORRECTED_SOURCES, in the run contract, which
 # reads it), and the note a correction out of range leaves.
 NOT_APPLIED = "calibration not applied: "
-
-
-class MeasuredRun(BaseModel):
-    """One benchmark record, as the calibration needs it."""
-
-    model_config = ConfigDict(frozen=True, defer_build=True)  # built on first use: a plan without records makes none
-
-    id: str
-    measured_at: datetime
-    gpu_name: str
-    world_size: int = Field(ge=1)
-    nodes: int = Field(default=1, ge=1)
-    model_name: str
-    model_spec_hash: str
-    config: TrainingConfig
-    ok: bool
-    step_time_s: float | None = Field(default=None, gt=0)
-    tokens_per_s: float | None = Field(default=None, gt=0)
-    predicted_step_time_s: float | None = Field(default=None, gt=0)
-    peak_memory_bytes: int | None = None
-
-    @property
-    def family(self) -> str:
-        return strategy_family(self.config)
-
-    @property
-    def label(self) -> str:
-        return f"record {self.id[:8]} ({self.measured_at:%Y-%m-%d})"
 
 
 def uncalibrated_summary(gpu_name: str, records_read: int) -> str:
@@ -131,31 +103,6 @@ def _seconds(value: float) -> str:
     return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
 
 
-def config_key(run: MeasuredRun) -> tuple:
-    """What makes two records measurements of one config: the GPU, the cluster, the model and the TrainingConfig."""
-    return (
-        normalize_gpu_name(run.gpu_name),
-        run.world_size,
-        run.nodes,
-        run.model_spec_hash,
-        run.config.model_dump_json(),
-    )
-
-
-def newest_per_config(runs: list[MeasuredRun]) -> tuple[list[MeasuredRun], dict[str, int]]:
-    """Each config's newest run (`runs`: any order), and how many of `runs` each stands for (by its id). A config
-    measured ten times (ten tunes, say) would otherwise weigh ten times in its family's fit against a config
-    measured once; the newest run is the one a plan of that config is given (Calibration.measured_run), and the
-    one the sibling rule fits on (docs/benchmarks.md, "Calibration")."""
-    newest: dict[tuple, MeasuredRun] = {}
-    counts: dict[tuple, int] = {}
-    for run in sorted(runs, key=lambda r: r.measured_at, reverse=True):
-        key = config_key(run)
-        newest.setdefault(key, run)
-        counts[key] = counts.get(key, 0) + 1
-    return list(newest.values()), {run.id: counts[key] for key, run in newest.items()}
-
-
 def fit_correction(gpu: str, family: str, runs: list[MeasuredRun], behind: dict[str, int] | None = None) -> Correction:
     """Least squares on relative error, so fast and slow configs weigh alike. `runs` are one per config
     (newest_per_config), and `behind` says how many records each stands for (None: itself alone)."""
@@ -197,24 +144,6 @@ def fit_correction(gpu: str, family: str, runs: list[MeasuredRun], behind: dict[
     return Correction(
         gpu=gpu, family=family, form="ratio", scale=ratio, overhead_s=0.0, newest_id=newest, **seen, **counts
     )
-
-
-def copied_predictions(runs: list[MeasuredRun]) -> set[str]:
-    """Ids of records whose prediction is, to the last digit, an older record's measured step of the same config
-    on the same cluster: `train` stored the plan's step as the prediction until the formula's was kept beside it
-    (planner/contract/run_config.py Predicted), and a plan of a measured config said that config's newest
-    measurement. Fitted, such a record reads as a perfect formula and pulls its correction towards 1 (it
-    compounded with each run: docs/benchmarks.md, "Calibration"). A prediction a correction moved is not told
-    apart: the formula's step it was scaled from was not stored."""
-    seen: dict[tuple, set[float]] = {}
-    copied = set()
-    for run in sorted(runs, key=lambda r: r.measured_at):  # oldest first: a copy follows what it copies
-        steps = seen.setdefault(config_key(run), set())
-        if run.predicted_step_time_s is not None and run.predicted_step_time_s in steps:
-            copied.add(run.id)
-        if run.step_time_s is not None:
-            steps.add(run.step_time_s)
-    return copied
 
 
 def _split_free(config: TrainingConfig) -> str:
