@@ -152,6 +152,16 @@ def _split_free(config: TrainingConfig) -> str:
     return config.model_copy(update={"micro_batch": 1, "grad_accum": tokens}).model_dump_json()
 
 
+def _batch_free(config: TrainingConfig) -> str:
+    """The config with its batch left out (micro-batch and accumulation): what its kin at other global batches
+    share."""
+    return config.model_copy(update={"micro_batch": 1, "grad_accum": 1}).model_dump_json()
+
+
+# How a sibling correction names what it was fitted on, by the key that groups its measured configs.
+_KIN = {_split_free: "measured at another micro-batch x accumulation", _batch_free: "measured at another global batch"}
+
+
 def rescaled(estimate: ThroughputEstimate, step_time_s: float, source: str, note: str) -> ThroughputEstimate:
     """The estimate with a new step time; rates follow it, the breakdown keeps its proportions."""
     factor = estimate.step_time_s / step_time_s
@@ -293,26 +303,36 @@ class Calibration(BaseModel):
     ) -> Callable[[TrainingConfig, ThroughputEstimate], ThroughputEstimate]:
         """The search's `throughput_adjust` hook for one model on one cluster."""
 
-        siblings = self.sibling_corrections(gpu_name, world_size, nodes, spec_hash) if use_measured else {}
+        # The same global batch split otherwise first (its correction is the measured configs' own, so a sibling
+        # the formula times alike ties with them), then the same config at another global batch: both this model
+        # on this cluster, closer evidence than the family's fit over every model of the GPU.
+        kin = [
+            (group, self.sibling_corrections(gpu_name, world_size, nodes, spec_hash, group) if use_measured else {})
+            for group in (_split_free, _batch_free)
+        ]
 
         def adjust(config: TrainingConfig, estimate: ThroughputEstimate) -> ThroughputEstimate:
             run = self.measured_run(gpu_name, world_size, nodes, spec_hash, config) if use_measured else None
             if run is not None and run.step_time_s:
                 source = f"{CORRECTED_SOURCES[1]}benchmark {run.label}"
                 return rescaled(estimate, run.step_time_s, source, f"step time measured ({run.label})")
-            sibling = siblings.get(_split_free(config))
-            if sibling is not None and sibling.covers(estimate.formula_step_s):
-                return self.corrected(estimate, gpu_name, config, sibling)
+            for group, corrections in kin:
+                sibling = corrections.get(group(config))
+                if sibling is not None and sibling.covers(estimate.formula_step_s):
+                    return self.corrected(estimate, gpu_name, config, sibling)
             return self.corrected(estimate, gpu_name, config)
 
         return adjust
 
-    def sibling_corrections(self, gpu_name: str, world_size: int, nodes: int, spec_hash: str) -> dict[str, Correction]:
+    def sibling_corrections(
+        self, gpu_name: str, world_size: int, nodes: int, spec_hash: str, group: Callable = _split_free
+    ) -> dict[str, Correction]:
         """For configs of this model on this cluster that differ from measured ones only in how the global batch is
-        split into micro-batch x accumulation: a correction fitted on those measured configs, each by its newest
-        measurement (the step it is planned with itself). The family's fit spans every model and cluster of the
-        GPU; corrected by it, a split never run that the formula times like the measured one beat it whenever
-        the measured config ran slower than its family's mean (docs/benchmarks.md, "Calibration")."""
+        split into micro-batch x accumulation (`group` _split_free; _batch_free: only in the batch, its size too):
+        a correction fitted on those measured configs, each by its newest measurement (the step it is planned
+        with itself). The family's fit spans every model and cluster of the GPU; corrected by it, a split never
+        run that the formula times like the measured one beat it whenever the measured config ran slower than its
+        family's mean (docs/benchmarks.md, "Calibration")."""
         key, copied = normalize_gpu_name(gpu_name), set(self.copied)
         newest: dict[str, MeasuredRun] = {}
         for run in self.measured:  # newest first
@@ -325,10 +345,9 @@ class Calibration(BaseModel):
                 newest.setdefault(run.config.model_dump_json(), run)
         groups: dict[str, list[MeasuredRun]] = {}
         for run in newest.values():
-            groups.setdefault(_split_free(run.config), []).append(run)
+            groups.setdefault(group(run.config), []).append(run)
         return {
-            split: fit_correction(gpu_name, f"{runs[0].family} measured at another micro-batch x accumulation", runs)
-            for split, runs in groups.items()
+            shared: fit_correction(gpu_name, f"{runs[0].family} {_KIN[group]}", runs) for shared, runs in groups.items()
         }
 
     def usable(self, gpu_name: str, world_size: int, nodes: int, spec_hash: str) -> bool:
