@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -281,10 +280,10 @@ def _fallbacks(elastic: str | None, spec, request, result, db, no_calibration):
     from planner.elastic_plan import parse_node_range
     from planner.search.elastic import elastic_plan
 
-    from .calibration_hook import search_calibration
+    from .calibration_hook import cluster_calibration
 
     node_range = parse_node_range(elastic, result.best.cluster.num_nodes)
-    calibrate = partial(search_calibration, spec, db=db, off=no_calibration)
+    calibrate = cluster_calibration(spec, db=db, off=no_calibration)
     return elastic_plan(spec, request, result.best, node_range, calibrate=calibrate)
 
 

@@ -251,9 +251,14 @@ def _tune(
 
     winner, best, fallbacks = ranked[0], plan_of(ranked[0]), None
     if elastic is not None:  # an elastic folder stays elastic: the fastest plan that keeps its node range
+        from dataclasses import replace
+
+        from .calibration_hook import cluster_calibration
         from .tune_elastic import elastic_winner
 
-        winner, best, fallbacks = elastic_winner(ranked, plan_of, elastic)  # the winner's own count: its trial's
+        # Its fallbacks calibrated as the ranking is, by the database as the trials left it; its own count: its trial.
+        elastic = replace(elastic, calibrate=cluster_calibration(spec, db=db, off=no_calibration))
+        winner, best, fallbacks = elastic_winner(ranked, plan_of, elastic)
     _say_calibration(best, searched, recorded)  # as `plan` says it of its best plan: here the winner
     folder = emit if emit is not None else run_dir
     if folder is not None:
@@ -354,7 +359,7 @@ def _candidates(run_dir, model, cluster, search, routing, top_k, overriding, cal
                 )
             request = request.model_copy(update={"strategies": kept or reshardable})
             restrictions = restrictions.model_copy(update={"strategies": request.strategies})  # what was searched
-            elastic = replace(elastic, request=request, calibrate=calibrate)  # its fallbacks calibrated as plans
+            elastic = replace(elastic, request=request)
         if overriding:  # once the search is settled (an elastic folder's refusal comes first, alone)
             print(
                 f"tune: {', '.join(overriding)} replace the search plan.json recorded (strategies "

@@ -12,7 +12,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,16 +34,16 @@ class ElasticRange:
     request: PlanRequest
     node_range: tuple[int, int]
     restarts: int
-    # Each node count's calibration (calibration_hook.py, bound to the tune's --db and --no-calibration): the
-    # fallbacks are calibrated as the ranking is, by the records the trials have just added (None: the formula's).
-    calibrate: Callable[[ModelSpec, ClusterSpec], Any] | None = None
+    # Each node count's calibration (calibration_hook.py's cluster_calibration, with the tune's --db and
+    # --no-calibration): the fallbacks are calibrated as the ranking is, by the records the trials have just added
+    # (None: the formula's).
+    calibrate: Callable[[ClusterSpec], Any] | None = None
 
     def table(self, plan: Plan) -> ElasticPlan:
         from planner.search.elastic import elastic_plan
 
-        calibrate = partial(self.calibrate, self.spec) if self.calibrate is not None else None
         return elastic_plan(
-            self.spec, self.request, plan, self.node_range, calibrate=calibrate, max_restarts=self.restarts
+            self.spec, self.request, plan, self.node_range, calibrate=self.calibrate, max_restarts=self.restarts
         )
 
 
