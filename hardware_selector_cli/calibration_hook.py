@@ -17,8 +17,14 @@ Calibrated = tuple[Callable | None, str]
 
 def search_calibration(spec: ModelSpec, cluster: ClusterSpec, *, db: str | Path | None, off: bool) -> Calibrated:
     """The search's throughput_adjust hook and the calibration line, one rule for every training command."""
-    if off:
-        return None, "not calibrated (--no-calibration)"
-    from benchmarks_db.calibrate import plan_calibration
+    return cluster_calibration(spec, db=db, off=off)(cluster)
 
-    return plan_calibration(spec, cluster, db)
+
+def cluster_calibration(spec: ModelSpec, *, db: str | Path | None, off: bool) -> Callable[[ClusterSpec], Calibrated]:
+    """search_calibration for any cluster of this model (an elastic table's node counts), the database read once
+    per GPU."""
+    if off:
+        return lambda cluster: (None, "not calibrated (--no-calibration)")
+    from benchmarks_db.calibrate import cluster_calibrations
+
+    return cluster_calibrations(spec, db)

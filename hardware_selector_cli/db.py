@@ -244,6 +244,17 @@ def calibration_command(
             markup=False,
             highlight=False,
         )
+    if calibration.superseded:
+        runs = sum(c.records for c in calibration.corrections)
+        configs = sum(c.configs or c.records for c in calibration.corrections)
+        older = len(calibration.superseded)
+        console.print(
+            f"{counted(older, 'older record')} of re-measured configs {'is' if older == 1 else 'are'} listed but not "
+            f"fitted: each config counts once in the corrections, by its newest run ({counted(runs, 'run')} of "
+            f"{counted(configs, 'config')}: docs/benchmarks.md, Calibration)",
+            markup=False,
+            highlight=False,
+        )
     for correction in [*calibration.corrections, *calibration.pooled]:
         console.print(f"correction {correction.describe()}", markup=False, highlight=False)
     if plot is not None:

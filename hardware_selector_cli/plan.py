@@ -166,7 +166,7 @@ def register(app: typer.Typer) -> None:
                 "drop one of them"
             )
         report_target = _report_target(report_file)
-        spec, target, request, result, calibration, adjust = _search(
+        spec, target, request, result, calibration = _search(
             model, cluster, search, routing, db, no_calibration, steps=run.values.get("steps")
         )
         if elastic is not None:  # a range without the asked node count is said before whether a plan fits there
@@ -177,7 +177,7 @@ def register(app: typer.Typer) -> None:
         if emit is not None and result.best is None:  # what would fit is printed below; exit 1 as without --emit
             print(f"wrote nothing to {emit}: no plan fits", file=sys.stderr)
         elif emit is not None:
-            fallbacks = _fallbacks(elastic, spec, request, result, adjust, calibration)
+            fallbacks = _fallbacks(elastic, spec, request, result, db, no_calibration)
             from planner.search.request import search_restrictions
 
             restrictions = search_restrictions(request)  # plan.json keeps them: `tune RUN_DIR` searches the same
@@ -254,7 +254,7 @@ def _tokens_from(search: SearchOptions, request, steps: int | None) -> str | Non
 def _search(
     model: ModelOptions, cluster: ClusterOptions, search: SearchOptions, routing, db, no_calibration, steps=None
 ):
-    """The model, the cluster, the request, the search's result, what calibrated it, and how. A run of --steps
+    """The model, the cluster, the request, the search's result, and the calibration line. A run of --steps
     at a given --global-batch trains steps x batch x seq tokens: the time and cost columns count those, unless
     --tokens says otherwise (with the batch left to the search, each plan's own batch would differ)."""
     from planner.search import search_plans
@@ -269,18 +269,22 @@ def _search(
 
     adjust, calibration = search_calibration(spec, target, db=db, off=no_calibration)
     result = search_plans(spec, target, request, adjust, calibration=calibration)
-    return spec, target, request, result, calibration, adjust
+    return spec, target, request, result, calibration
 
 
-def _fallbacks(elastic: str | None, spec, request, result, adjust, calibration):
-    """The elastic table of `--elastic MIN:MAX` for the best plan (planner/search/elastic.py), or None."""
+def _fallbacks(elastic: str | None, spec, request, result, db, no_calibration):
+    """The elastic table of `--elastic MIN:MAX` for the best plan (planner/search/elastic.py), or None; each node
+    count's search calibrated as the plan's was, for its own cluster (calibration_hook.py)."""
     if elastic is None or result.best is None:
         return None
     from planner.elastic_plan import parse_node_range
     from planner.search.elastic import elastic_plan
 
+    from .calibration_hook import cluster_calibration
+
     node_range = parse_node_range(elastic, result.best.cluster.num_nodes)
-    return elastic_plan(spec, request, result.best, node_range, adjust, calibration=calibration)
+    calibrate = cluster_calibration(spec, db=db, off=no_calibration)
+    return elastic_plan(spec, request, result.best, node_range, calibrate=calibrate)
 
 
 # --force moves a trained run's state to previous/ and replaces plan.json: under a running job, its next write fails.

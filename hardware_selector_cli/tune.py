@@ -224,7 +224,10 @@ def _tune(
     from .tune_table import print_trials
 
     print_trials(found, outcome, store.path, "cpu" if target.gpu.kind == "cpu" else "cuda")
-    print(f"throughput {plans[0].calibration or 'not calibrated'}")  # as `plan` says it of its best plan
+    from .tune_calibration import measured_winner
+
+    searched = plans[0].calibration or "not calibrated"  # said before the trials were records: what pred rests on
+    recorded = calibrate(spec, target)  # the trials are records now (a fresh database is theirs)
     if tiny:
         print("--tiny measures the shrunken architecture: the order is what counts, not measured/predicted")
     if outcome.link_GBps:
@@ -237,13 +240,26 @@ def _tune(
         print(f"  - {line}")
     ranked = [trial for trial in measured_order(found) if trial.status == "ok"]
     if not ranked:
+        _say_calibration(plans[0], searched, recorded)
         raise UserInputError("no trial ran to the end here; each one's reason is above")
     keys = [trial.key for trial in found]
-    winner, best, fallbacks = ranked[0], plans[keys.index(ranked[0].key)], None
+
+    def plan_of(trial):
+        """The trial's plan; timed by its trial, a record now (not --tiny: that measured the shrunken model)."""
+        plan = plans[keys.index(trial.key)]
+        return measured_winner(plan, recorded) if not tiny and not no_calibration else plan
+
+    winner, best, fallbacks = ranked[0], plan_of(ranked[0]), None
     if elastic is not None:  # an elastic folder stays elastic: the fastest plan that keeps its node range
+        from dataclasses import replace
+
+        from .calibration_hook import cluster_calibration
         from .tune_elastic import elastic_winner
 
-        winner, best, fallbacks = elastic_winner(ranked, lambda trial: plans[keys.index(trial.key)], elastic)
+        # Its fallbacks calibrated as the ranking is, by the database as the trials left it; its own count: its trial.
+        elastic = replace(elastic, calibrate=cluster_calibration(spec, db=db, off=no_calibration))
+        winner, best, fallbacks = elastic_winner(ranked, plan_of, elastic)
+    _say_calibration(best, searched, recorded)  # as `plan` says it of its best plan: here the winner
     folder = emit if emit is not None else run_dir
     if folder is not None:
         tune = {
@@ -252,16 +268,24 @@ def _tune(
             "link_GBps": outcome.link_GBps,
             "assumed_link_GBps": outcome.assumed_link_GBps,
         }
-        from .tune_calibration import measured_winner
         from .tune_winner import write_winner
 
-        if not tiny and not no_calibration:  # its trial is a record now: the winner's step is the measured one
-            best = measured_winner(best, calibrate(spec, target))
         own = emit is None
         write_winner(
             best, winner.label, folder, own_folder=own, force=force, tune=tune, options=options, elastic=fallbacks,
             search=restrictions,
         )  # fmt: skip
+
+
+def _say_calibration(best, searched: str, recorded) -> None:
+    """The `throughput ...` line of the winner as the database holds it after the trials, and the search's line
+    (what `pred` rests on) when that said otherwise (hardware_selector_cli/tune_calibration.py)."""
+    from .tune_calibration import winner_line
+
+    now = winner_line(best, recorded)
+    if now != searched:
+        print(f"pred was predicted before these trials were records: {searched}")
+    print(f"throughput {now}")
 
 
 def _candidates(run_dir, model, cluster, search, routing, top_k, overriding, calibrate):

@@ -5,6 +5,10 @@ correct them (benchmarks_db/calibrate.py), unless --no-calibration. Once the tri
 step is re-estimated from them, as `plan --emit` after a `train` would give it ("measured: benchmark record
 ..."), so the winner's plan.json, the next `train`'s comparison and the report page hold what was measured.
 A --tiny trial measured the shrunken model: its record calibrates nothing (calibrate.py matches by spec hash).
+
+The `throughput ...` line tune prints with the measured order is read after the trials are stored, for the winner
+(a tune of a fresh database would otherwise say "no benchmark database" of the one its trials had just created);
+the search's line, said before the trials, is printed beside it when it differs, as what `pred` rests on.
 """
 
 from __future__ import annotations
@@ -27,3 +31,14 @@ def measured_winner(plan: Plan, calibrated: Calibrated) -> Plan:
         return plan
     calibration = line_for_plan(line, plan.cluster.gpu.name, plan.config, estimate)
     return plan.model_copy(update={"throughput": estimate, "calibration": calibration})
+
+
+def winner_line(plan: Plan, calibrated: Calibrated) -> str:
+    """The calibration line for the winner as the database holds it now (`calibrated`: read after the trials):
+    plan's line for its best plan (planner/calibration_lines.py), of the winner's estimate as those records give
+    it."""
+    adjust, line = calibrated
+    if adjust is None or plan.throughput is None:
+        return line
+    estimate = adjust(plan.config, plan.throughput)
+    return line_for_plan(line, plan.cluster.gpu.name, plan.config, estimate) or line

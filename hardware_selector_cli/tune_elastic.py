@@ -19,6 +19,7 @@ from planner.errors import UserInputError
 
 if TYPE_CHECKING:
     from planner.elastic_plan import ElasticPlan
+    from planner.hardware.cluster import ClusterSpec
     from planner.models.spec import ModelSpec
     from planner.plan import Plan
     from planner.search import PlanRequest
@@ -33,11 +34,17 @@ class ElasticRange:
     request: PlanRequest
     node_range: tuple[int, int]
     restarts: int
+    # Each node count's calibration (calibration_hook.py's cluster_calibration, with the tune's --db and
+    # --no-calibration): the fallbacks are calibrated as the ranking is, by the records the trials have just added
+    # (None: the formula's).
+    calibrate: Callable[[ClusterSpec], Any] | None = None
 
     def table(self, plan: Plan) -> ElasticPlan:
         from planner.search.elastic import elastic_plan
 
-        return elastic_plan(self.spec, self.request, plan, self.node_range, max_restarts=self.restarts)
+        return elastic_plan(
+            self.spec, self.request, plan, self.node_range, calibrate=self.calibrate, max_restarts=self.restarts
+        )
 
 
 def elastic_range(run_dir: Path, spec: ModelSpec, request: PlanRequest) -> ElasticRange | None:

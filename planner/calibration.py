@@ -12,7 +12,7 @@ Two uses of the records of the current hardware:
   families measured slower than predicted would lose the ranking to families
   never measured, on the formula's word alone (docs/benchmarks.md).
 
-The records arrive as plain pydantic data (MeasuredRun); reading them from the
+The records arrive as plain pydantic data (MeasuredRun, planner/measured_runs.py); reading them from the
 DuckDB store is benchmarks_db's job, so the planner never imports duckdb.
 """
 
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.contract.sources import CORRECTED_SOURCES
 from planner.hardware.gpus import normalize_gpu_name
+from planner.measured_runs import MeasuredRun, config_key, copied_predictions, newest_per_config
 from planner.strategy_family import offload_suffix, strategy_family
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import TrainingConfig
@@ -39,34 +39,6 @@ EXTRAPOLATION_LIMIT = 10.0
 # How a step time moved by the records is sourced (rescaled(): CORRECTED_SOURCES, planner/contract/sources.py,
 # which the run contract reads too), and the note a correction out of range leaves.
 NOT_APPLIED = "calibration not applied: "
-
-
-class MeasuredRun(BaseModel):
-    """One benchmark record, as the calibration needs it."""
-
-    model_config = ConfigDict(frozen=True, defer_build=True)  # built on first use: a plan without records makes none
-
-    id: str
-    measured_at: datetime
-    gpu_name: str
-    world_size: int = Field(ge=1)
-    nodes: int = Field(default=1, ge=1)
-    model_name: str
-    model_spec_hash: str
-    config: TrainingConfig
-    ok: bool
-    step_time_s: float | None = Field(default=None, gt=0)
-    tokens_per_s: float | None = Field(default=None, gt=0)
-    predicted_step_time_s: float | None = Field(default=None, gt=0)
-    peak_memory_bytes: int | None = None
-
-    @property
-    def family(self) -> str:
-        return strategy_family(self.config)
-
-    @property
-    def label(self) -> str:
-        return f"record {self.id[:8]} ({self.measured_at:%Y-%m-%d})"
 
 
 def uncalibrated_summary(gpu_name: str, records_read: int) -> str:
@@ -85,7 +57,9 @@ class Correction(BaseModel):
     form: Literal["affine", "ratio"]
     scale: float = Field(gt=0)
     overhead_s: float = Field(ge=0)
-    records: int = Field(ge=1)
+    records: int = Field(ge=1)  # the successful runs behind it, re-measurements of one config included
+    # The distinct configs it was fitted on, each once by its newest run (None: one per record, as by hand).
+    configs: int | None = Field(default=None, ge=1)
     # The predicted step times the fit saw (None: not recorded, as in a Correction made by hand).
     predicted_min_s: float | None = Field(default=None, gt=0)
     predicted_max_s: float | None = Field(default=None, gt=0)
@@ -111,6 +85,8 @@ class Correction(BaseModel):
 
     def describe(self) -> str:
         records = counted(self.records, "record")
+        if self.configs is not None and self.configs < self.records:  # re-measured configs: each counted once
+            records += f" of {counted(self.configs, 'config')}"
         if self.newest_id:
             records += f": {self.newest_id[:8]}" if self.records == 1 else f", newest {self.newest_id[:8]}"
         if self.form == "ratio":
@@ -127,14 +103,20 @@ def _seconds(value: float) -> str:
     return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
 
 
-def fit_correction(gpu: str, family: str, runs: list[MeasuredRun]) -> Correction:
-    """Least squares on relative error, so fast and slow configs weigh alike."""
+def fit_correction(gpu: str, family: str, runs: list[MeasuredRun], behind: dict[str, int] | None = None) -> Correction:
+    """Least squares on relative error, so fast and slow configs weigh alike. `runs` are one per config
+    (newest_per_config), and `behind` says how many records each stands for (None: itself alone)."""
     pairs = [
         (run.predicted_step_time_s, run.step_time_s) for run in runs if run.predicted_step_time_s and run.step_time_s
     ]  # fit() passes only runs with both
     seen = {"predicted_min_s": min(p for p, _ in pairs), "predicted_max_s": max(p for p, _ in pairs)}
     newest = max(runs, key=lambda run: run.measured_at).id if runs else None
     distinct = len({round(p, 12) for p, _ in pairs})
+    used = [run for run in runs if run.predicted_step_time_s and run.step_time_s]
+    counts = {
+        "records": sum((behind or {}).get(run.id, 1) for run in used),
+        "configs": len(used) if behind is not None else None,
+    }
     if len(pairs) >= MIN_RECORDS_FOR_AFFINE and distinct >= 2:
         # Minimise sum((a + b p_i) / m_i - 1)^2: linear in (a, b) with rows (1/m_i, p_i/m_i).
         s11 = sum(1 / m**2 for p, m in pairs)
@@ -153,41 +135,31 @@ def fit_correction(gpu: str, family: str, runs: list[MeasuredRun]) -> Correction
                     form="affine",
                     scale=scale,
                     overhead_s=overhead,
-                    records=len(pairs),
                     newest_id=newest,
                     **seen,
+                    **counts,
                 )
     # Too few points, or an affine fit that makes no physical sense: one geometric-mean ratio.
     ratio = math.exp(sum(math.log(m / p) for p, m in pairs) / len(pairs))
     return Correction(
-        gpu=gpu, family=family, form="ratio", scale=ratio, overhead_s=0.0, records=len(pairs), newest_id=newest, **seen
+        gpu=gpu, family=family, form="ratio", scale=ratio, overhead_s=0.0, newest_id=newest, **seen, **counts
     )
-
-
-def copied_predictions(runs: list[MeasuredRun]) -> set[str]:
-    """Ids of records whose prediction is, to the last digit, an older record's measured step of the same config
-    on the same cluster: `train` stored the plan's step as the prediction until the formula's was kept beside it
-    (planner/contract/run_config.py Predicted), and a plan of a measured config said that config's newest
-    measurement. Fitted, such a record reads as a perfect formula and pulls its correction towards 1 (it
-    compounded with each run: docs/benchmarks.md, "Calibration"). A prediction a correction moved is not told
-    apart: the formula's step it was scaled from was not stored."""
-    seen: dict[tuple, set[float]] = {}
-    copied = set()
-    for run in sorted(runs, key=lambda r: r.measured_at):  # oldest first: a copy follows what it copies
-        config = run.config.model_dump_json()
-        shape = (normalize_gpu_name(run.gpu_name), run.world_size, run.nodes, run.model_spec_hash, config)
-        steps = seen.setdefault(shape, set())
-        if run.predicted_step_time_s is not None and run.predicted_step_time_s in steps:
-            copied.add(run.id)
-        if run.step_time_s is not None:
-            steps.add(run.step_time_s)
-    return copied
 
 
 def _split_free(config: TrainingConfig) -> str:
     """The config with its global batch's split left out: what siblings of one measured config share."""
     tokens = config.micro_batch * config.grad_accum
     return config.model_copy(update={"micro_batch": 1, "grad_accum": tokens}).model_dump_json()
+
+
+def _batch_free(config: TrainingConfig) -> str:
+    """The config with its batch left out (micro-batch and accumulation): what its kin at other global batches
+    share."""
+    return config.model_copy(update={"micro_batch": 1, "grad_accum": 1}).model_dump_json()
+
+
+# How a sibling correction names what it was fitted on, by the key that groups its measured configs.
+_KIN = {_split_free: "measured at another micro-batch x accumulation", _batch_free: "measured at another global batch"}
 
 
 def rescaled(estimate: ThroughputEstimate, step_time_s: float, source: str, note: str) -> ThroughputEstimate:
@@ -232,17 +204,22 @@ class Calibration(BaseModel):
 
     # Records whose prediction is an older record's measurement (copied_predictions()): left out of the fits.
     copied: list[str] = Field(default_factory=list)
+    # Records a newer record of the same config replaces in the fits (newest_per_config): each config counts once.
+    superseded: list[str] = Field(default_factory=list)
 
     @classmethod
     def fit(cls, runs: list[MeasuredRun]) -> Calibration:
         ok = sorted((run for run in runs if run.ok and run.step_time_s), key=lambda r: r.measured_at, reverse=True)
         copied = copied_predictions(ok)
+        # Each config once, by its newest fittable run: a config measured ten times must not weigh ten times.
+        fittable = [run for run in ok if run.predicted_step_time_s and run.id not in copied]
+        newest, behind = newest_per_config(fittable)
+        superseded = sorted({run.id for run in fittable} - set(behind))
         groups: dict[tuple[str, str], list[MeasuredRun]] = {}
-        for run in ok:
-            if run.predicted_step_time_s and run.id not in copied:
-                groups.setdefault((normalize_gpu_name(run.gpu_name), run.family), []).append(run)
+        for run in sorted(newest, key=lambda r: r.measured_at, reverse=True):
+            groups.setdefault((normalize_gpu_name(run.gpu_name), run.family), []).append(run)
         corrections = [
-            fit_correction(group[0].gpu_name, family, group) for (_, family), group in sorted(groups.items())
+            fit_correction(group[0].gpu_name, family, group, behind) for (_, family), group in sorted(groups.items())
         ]
         # One pool per GPU for the plain families and one for the offloading ones: an offloaded step's ratio
         # (host transfers, a CPU optimizer step) would inflate every plain family without records, and the
@@ -252,11 +229,18 @@ class Calibration(BaseModel):
             by_kind.setdefault((gpu, offload_suffix(group[0].config) != ""), []).extend(group)
         pooled = [
             fit_correction(
-                group[0].gpu_name, pooled_family(sorted({run.family for run in group}), offloaded), group
+                group[0].gpu_name, pooled_family(sorted({run.family for run in group}), offloaded), group, behind
             ).model_copy(update={"offloaded": offloaded})
             for (_, offloaded), group in by_kind.items()
         ]
-        return cls(corrections=corrections, pooled=pooled, measured=ok, records_read=len(runs), copied=sorted(copied))
+        return cls(
+            corrections=corrections,
+            pooled=pooled,
+            measured=ok,
+            records_read=len(runs),
+            copied=sorted(copied),
+            superseded=superseded,
+        )
 
     def for_gpu(self, gpu_name: str) -> Calibration:
         key = normalize_gpu_name(gpu_name)
@@ -266,6 +250,7 @@ class Calibration(BaseModel):
             measured=[run for run in self.measured if normalize_gpu_name(run.gpu_name) == key],
             records_read=self.records_read,
             copied=self.copied,
+            superseded=self.superseded,
         )
 
     def correction(self, gpu_name: str, config: TrainingConfig) -> Correction | None:
@@ -318,26 +303,36 @@ class Calibration(BaseModel):
     ) -> Callable[[TrainingConfig, ThroughputEstimate], ThroughputEstimate]:
         """The search's `throughput_adjust` hook for one model on one cluster."""
 
-        siblings = self.sibling_corrections(gpu_name, world_size, nodes, spec_hash) if use_measured else {}
+        # The same global batch split otherwise first (its correction is the measured configs' own, so a sibling
+        # the formula times alike ties with them), then the same config at another global batch: both this model
+        # on this cluster, closer evidence than the family's fit over every model of the GPU.
+        kin = [
+            (group, self.sibling_corrections(gpu_name, world_size, nodes, spec_hash, group) if use_measured else {})
+            for group in (_split_free, _batch_free)
+        ]
 
         def adjust(config: TrainingConfig, estimate: ThroughputEstimate) -> ThroughputEstimate:
             run = self.measured_run(gpu_name, world_size, nodes, spec_hash, config) if use_measured else None
             if run is not None and run.step_time_s:
                 source = f"{CORRECTED_SOURCES[1]}benchmark {run.label}"
                 return rescaled(estimate, run.step_time_s, source, f"step time measured ({run.label})")
-            sibling = siblings.get(_split_free(config))
-            if sibling is not None and sibling.covers(estimate.formula_step_s):
-                return self.corrected(estimate, gpu_name, config, sibling)
+            for group, corrections in kin:
+                sibling = corrections.get(group(config))
+                if sibling is not None and sibling.covers(estimate.formula_step_s):
+                    return self.corrected(estimate, gpu_name, config, sibling)
             return self.corrected(estimate, gpu_name, config)
 
         return adjust
 
-    def sibling_corrections(self, gpu_name: str, world_size: int, nodes: int, spec_hash: str) -> dict[str, Correction]:
+    def sibling_corrections(
+        self, gpu_name: str, world_size: int, nodes: int, spec_hash: str, group: Callable = _split_free
+    ) -> dict[str, Correction]:
         """For configs of this model on this cluster that differ from measured ones only in how the global batch is
-        split into micro-batch x accumulation: a correction fitted on those measured configs, each by its newest
-        measurement (the step it is planned with itself). The family's fit spans every model and cluster of the
-        GPU; corrected by it, a split never run that the formula times like the measured one beat it whenever
-        the measured config ran slower than its family's mean (docs/benchmarks.md, "Calibration")."""
+        split into micro-batch x accumulation (`group` _split_free; _batch_free: only in the batch, its size too):
+        a correction fitted on those measured configs, each by its newest measurement (the step it is planned
+        with itself). The family's fit spans every model and cluster of the GPU; corrected by it, a split never
+        run that the formula times like the measured one beat it whenever the measured config ran slower than its
+        family's mean (docs/benchmarks.md, "Calibration")."""
         key, copied = normalize_gpu_name(gpu_name), set(self.copied)
         newest: dict[str, MeasuredRun] = {}
         for run in self.measured:  # newest first
@@ -350,10 +345,9 @@ class Calibration(BaseModel):
                 newest.setdefault(run.config.model_dump_json(), run)
         groups: dict[str, list[MeasuredRun]] = {}
         for run in newest.values():
-            groups.setdefault(_split_free(run.config), []).append(run)
+            groups.setdefault(group(run.config), []).append(run)
         return {
-            split: fit_correction(gpu_name, f"{runs[0].family} measured at another micro-batch x accumulation", runs)
-            for split, runs in groups.items()
+            shared: fit_correction(gpu_name, f"{runs[0].family} {_KIN[group]}", runs) for shared, runs in groups.items()
         }
 
     def usable(self, gpu_name: str, world_size: int, nodes: int, spec_hash: str) -> bool:
@@ -375,12 +369,21 @@ class Calibration(BaseModel):
                 "(no prediction to fit a correction on, and none of this model on this cluster; "
                 "--tiny measures the shrunken model)"
             )
+        runs = counted(len(mine.measured), "measured run")
+        configs = len({config_key(run) for run in mine.measured})
+        if configs < len(mine.measured):  # re-measured configs: say how many configs the runs are of
+            runs += f" of {counted(configs, 'config')}"
         fitted = sum(c.records for c in mine.corrections)
+        fitted_configs = sum(c.configs or c.records for c in mine.corrections)
+        used = (
+            f"{fitted} used in corrections"
+            if fitted_configs == fitted
+            else f"{counted(fitted_configs, 'config')} used in corrections, each once by its newest run"
+        )
         families = (
             ", ".join(c.describe() for c in [*mine.corrections, *mine.pooled]) or "none (records lack predictions)"
         )
         return (
-            f"calibrated on {counted(len(mine.measured), 'measured run')} for {gpu_name} "
-            f"({fitted} used in corrections: {families}); measured configs use their measured step time; "
-            f"newest: {mine.measured[0].label}"
+            f"calibrated on {runs} for {gpu_name} ({used}: {families}); measured configs use their measured step "
+            f"time; newest: {mine.measured[0].label}"
         )

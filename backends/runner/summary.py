@@ -103,7 +103,12 @@ def finish_summary(
         "tokens_per_s": tokens_per_step / median if median else None,
         "peak_memory_per_rank_bytes": peaks,
         "memory_kind": "cuda max allocated" if run.device == "cuda" else "host peak RSS",
+        # What the plan said (calibrated or measured when the records moved it: its source says which), and the
+        # formula's own step, the one the benchmark record stores under predicted_step_time_s (None: a plan.json
+        # from before the formula's step was kept, calibrated). docs/running.md, "At the end".
         "predicted_step_time_s": predicted.step_time_s,
+        "predicted_step_source": predicted.throughput_source,
+        "formula_step_time_s": predicted.fitting_step_time_s(),
         "predicted_peak_memory_bytes": predicted.peak_memory_bytes,
         "comparable_to_prediction": comparable,
         "step_time_comparable": step_comparable,

@@ -9,13 +9,20 @@ search run by hand on each count.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from planner.elastic_plan import ElasticPlan, Fallback, reshardable_strategies
 from planner.errors import UserInputError
+from planner.hardware.cluster import ClusterSpec
 from planner.models.spec import ModelSpec
 from planner.plan import Plan
 from planner.search.candidates import ThroughputAdjust
 from planner.search.request import PlanRequest
 from planner.search.search import search_plans
+
+# A node count's calibration: the search's hook and line for that cluster (hardware_selector_cli/calibration_hook.py
+# gives them from the benchmark database, as for the plan itself).
+Calibrate = Callable[[ClusterSpec], tuple[ThroughputAdjust | None, str | None]]
 
 
 def fallback_request(plan: Plan, request: PlanRequest) -> PlanRequest:
@@ -64,11 +71,14 @@ def elastic_plan(
     throughput_adjust: ThroughputAdjust | None = None,
     *,
     calibration: str | None = None,
+    calibrate: Calibrate | None = None,
     max_restarts: int = 3,
 ) -> ElasticPlan:
     """The fallbacks of `plan` for every node count in `node_range`, on its cluster's GPUs and links; the plan's
     own count keeps the plan itself. The table keeps every count asked for (those below the range say why nothing
-    fits there); its range starts at the smallest count that fits (fitting_range)."""
+    fits there); its range starts at the smallest count that fits (fitting_range). Each count's search is
+    calibrated by `calibrate(its cluster)` when given (a record of that very cluster replaces its step, as for the
+    plan), else by `throughput_adjust` and `calibration` (the plan's own: its family's corrections only)."""
     narrowed = fallback_request(plan, request)
     fallbacks = []
     for nodes in range(node_range[0], node_range[1] + 1):
@@ -76,7 +86,8 @@ def elastic_plan(
             fallbacks.append(Fallback.of(plan))
             continue
         on_nodes = plan.cluster.model_copy(update={"num_nodes": nodes})
-        result = search_plans(spec, on_nodes, narrowed, throughput_adjust, calibration=calibration, suggest=False)
+        adjust, line = calibrate(on_nodes) if calibrate is not None else (throughput_adjust, calibration)
+        result = search_plans(spec, on_nodes, narrowed, adjust, calibration=line, suggest=False)
         whole = [candidate for candidate in result.candidates if candidate.cluster.world_size == on_nodes.world_size]
         if whole:
             fallbacks.append(Fallback.of(whole[0]))
