@@ -38,8 +38,10 @@ def new_run_id() -> str:
 
 
 def utc_now() -> datetime:
-    """Naive UTC: DuckDB's TIMESTAMP has no zone, and every stored time is UTC."""
-    return datetime.now(timezone.utc).replace(tzinfo=None, microsecond=0)
+    """Naive UTC: DuckDB's TIMESTAMP has no zone, and every stored time is UTC. Microseconds are kept (TIMESTAMP
+    holds them): "newest record" decides which measurement of a config the calibration uses, and records made in
+    the same second (a quick tune or repeated `train`) would otherwise tie and be ordered by their random ids."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 def spec_hash(spec: ModelSpec) -> str:

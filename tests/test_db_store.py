@@ -48,6 +48,16 @@ def test_round_trip_and_queries(tmp_path):
         store.add(ok)
 
 
+def test_records_made_in_one_second_come_back_newest_first(tmp_path):
+    """ "Newest record" picks which measurement of a config calibrates (docs/benchmarks.md): records made within one
+    second (a quick tune, repeated `train`) keep their creation order, not their random ids' order."""
+    store = BenchmarkStore(tmp_path / "runs.duckdb")
+    made = [sample_record() for _ in range(5)]  # created_at by the default clock, microseconds apart
+    for record in (made[2], made[0], made[4], made[1], made[3]):
+        store.add(record)
+    assert [run.id for run in store.runs()] == [record.id for record in reversed(made)]
+
+
 def test_old_database_is_migrated_in_place(tmp_path):
     path = tmp_path / "old.duckdb"
     connection = duckdb.connect(str(path))
