@@ -42,6 +42,10 @@ class OverheadSettings(BaseModel):
     # CUDA context, cuBLAS/cuDNN workspaces and the NCCL communicator, as seen
     # by nvidia-smi on an otherwise idle process (typical: 0.5-1 GiB).
     cuda_context_bytes: int = Field(default=int(0.75 * GIB), ge=0)
+    # On the cpu device, in its place: what a rank holds before its tensors (the interpreter, torch, transformers,
+    # the data pipeline and gloo). Measured: the README's fine-tune demo (DDP, 2 ranks, torch 2.13 CPU) peaked at
+    # 0.43 GiB RSS per rank with ~0.04 GiB of tensors (docs/hardware.md, "Where the figures come from", the `cpu` entry).
+    host_process_bytes: int = Field(default=int(0.4 * GIB), ge=0)
     # Caching-allocator fragmentation reserve, as a share of tensor memory.
     fragmentation_fraction: float = Field(default=0.05, ge=0.0, le=1.0)
 
@@ -49,7 +53,7 @@ class OverheadSettings(BaseModel):
     def fixed(cls, gib: float) -> OverheadSettings:
         """A flat overhead of `gib` GiB, no fragmentation share (--overhead-gb)."""
         gib = check_number("--overhead-gb", gib, high=MAX_GIB)
-        return cls(cuda_context_bytes=int(gib * GIB), fragmentation_fraction=0.0)
+        return cls(cuda_context_bytes=int(gib * GIB), host_process_bytes=int(gib * GIB), fragmentation_fraction=0.0)
 
 
 DEFAULT_OVERHEAD = OverheadSettings()
@@ -96,7 +100,8 @@ _CPU = Runtime.CPU
 def _overhead_bytes(tensors: int, overhead: OverheadSettings, runtime: Runtime) -> int:
     if runtime is _CPU_TRACE:
         return 0
-    return int(overhead.cuda_context_bytes + overhead.fragmentation_fraction * tensors)
+    fixed = overhead.host_process_bytes if runtime is _CPU else overhead.cuda_context_bytes
+    return int(fixed + overhead.fragmentation_fraction * tensors)
 
 
 def _with_overhead(per_gpu: dict[str, float], overhead: OverheadSettings, runtime: Runtime) -> dict[str, int]:
@@ -213,11 +218,14 @@ def _overhead_source(overhead: OverheadSettings, runtime: Runtime) -> str:
     """Where the overhead figure comes from, with its numbers: `plan` has no --overhead-gb, only `estimate` does."""
     if not runtime.has_runtime_overhead:
         return "none: the CPU trace has no CUDA context or allocator"
-    context = overhead.cuda_context_bytes / GIB
+    if runtime is Runtime.CPU:
+        fixed = f"{overhead.host_process_bytes / GIB:.3g} GiB process baseline (measured RSS of a tiny CPU rank)"
+    else:
+        fixed = f"{overhead.cuda_context_bytes / GIB:.3g} GiB CUDA context"
     if not overhead.fragmentation_fraction:
-        return f"assumption: {context:.3g} GiB flat (--overhead-gb)"
+        return f"assumption: {overhead.cuda_context_bytes / GIB:.3g} GiB flat (--overhead-gb)"
     return (
-        f"assumption: {context:.3g} GiB CUDA context + {overhead.fragmentation_fraction:.0%} of the tensors' memory "
+        f"assumption: {fixed} + {overhead.fragmentation_fraction:.0%} of the tensors' memory "
         "as allocator fragmentation reserve (estimate --overhead-gb sets a flat figure)"
     )
 
