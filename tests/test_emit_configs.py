@@ -9,6 +9,7 @@ import types
 import pytest
 from emit_plans import make_plan
 
+from hardware_selector import emit_run_folder as public_emit_run_folder
 from hardware_selector import training_arguments
 from planner.contract.run_config import Hyperparameters
 from planner.emit.deepspeed_json import deepspeed_config
@@ -18,7 +19,7 @@ from planner.memory.buffers import deepspeed_bucket_sizes
 from planner.rundir.engine_for_run import engine_config_for_run
 from planner.rundir.run_options import RunOptions
 from planner.rundir.run_options import run_config as run_target
-from planner.rundir.write import emit_run_folder
+from planner.rundir.write import CLI_NAMES, emit_run_folder
 
 DEEPSPEED_PLANS = [
     dict(strategy="deepspeed", zero_stage=0),
@@ -196,7 +197,12 @@ def test_existing_folder_refused_unless_forced(tmp_path):
     emit_run_folder(make_plan(strategy="deepspeed", zero_stage=2), run)
     with pytest.raises(UserInputError) as refused:
         emit_run_folder(make_plan(strategy="ddp"), run)
-    assert "--force" in str(refused.value) and "\n" not in str(refused.value)
+    # The Python API's caller reads its keyword, the command line its flag (CLI_NAMES).
+    assert str(refused.value) == f"{run} already exists; pass force=True to overwrite it, or choose a new directory"
+    with pytest.raises(UserInputError, match=r"already exists; pass --force to overwrite it, or choose"):
+        emit_run_folder(make_plan(strategy="ddp"), run, names=CLI_NAMES)
+    with pytest.raises(UserInputError, match=r"already exists; pass force=True to overwrite it, or choose"):
+        public_emit_run_folder(make_plan(strategy="ddp"), run)
     written = emit_run_folder(make_plan(strategy="ddp"), run, force=True)
     names = sorted(path.name for path in run.iterdir())
     assert names == sorted(path.name for path in written)  # ds_config.json of the old plan is gone, no temp files

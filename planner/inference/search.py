@@ -106,7 +106,7 @@ def check_servable(
             f"{spec.name} reads images as well as text; inference planning covers text-only LLMs (its vision "
             "tower is not in the serving estimate), so plan its training, or serve its LLM by name"
         )
-    check_sixteen_bit(cluster)
+    check_sixteen_bit(cluster, flags)
     if request.weights is WeightFormat.FP8 and not cluster.gpu.supports("fp8"):
         raise UserInputError(
             f"{cluster.gpu.name} has no fp8 matmuls; use {flags.set(flags.weights, 'int8')} or int4 (weight-only)"

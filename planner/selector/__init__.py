@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from planner.errors import UserInputError
+from planner.errors import UserInputError, spelled
 from planner.hardware.cluster import ClusterSpec, check_nvme
 from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
 from planner.inference import InferenceRequest
@@ -83,7 +83,7 @@ class HardwareSelector:
         if spec.family not in families or family_modality(model_family) != spec.modality:
             kind = {"image": "a vision ", "audio": "an audio ", "image-text": "a multimodal "}.get(spec.modality, "")
             raise UserInputError(f"{spec.name} is {kind}{spec.family.value}, not a '{model_family}' model; "
-                                 "check --model-family")  # fmt: skip
+                                 f"check {spelled(self.argument_names, 'model_family')}")  # fmt: skip
         return spec
 
     def _seq_len(self, spec: ModelSpec, seq_len: int | None) -> int:
@@ -140,7 +140,12 @@ class HardwareSelector:
         check_nvme(nvme_gb, nvme_gbps, (names.get("nvme_gb", "nvme_gb"), names.get("nvme_gbps", "nvme_gbps")))
         spec = self._model(model_family, model_name)
         cluster = cluster_for(
-            gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node, nvme_gb=nvme_gb, nvme_gbps=nvme_gbps
+            gpu_with_memory(max_memory_gb, gpu),
+            gpu_count,
+            gpus_per_node,
+            nvme_gb=nvme_gb,
+            nvme_gbps=nvme_gbps,
+            names=names,
         )
         calibrated = self._calibration(spec, cluster, calibrate, db)
         answer = plan_training(
@@ -193,7 +198,7 @@ class HardwareSelector:
     ) -> dict[str, Any]:
         """The best serving layout for `batch_size` concurrent requests on gpu_count GPUs (docs/inference.md)."""
         spec = self._model(model_family, model_name)
-        cluster = cluster_for(gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node)
+        cluster = cluster_for(gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node, names=self.argument_names)
         request = InferenceRequest.for_model(
             spec,
             batch=batch_size,

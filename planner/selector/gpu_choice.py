@@ -10,7 +10,9 @@ smallest larger one, capped. Without either, an A100-80GB.
 
 from __future__ import annotations
 
-from planner.errors import UserInputError
+from collections.abc import Mapping
+
+from planner.errors import UserInputError, spelled
 from planner.hardware.cluster import GIB, ClusterSpec, make_cluster
 from planner.hardware.gpus import GpuSpec, load_gpu_catalog, resolve_gpu
 
@@ -60,11 +62,28 @@ def cluster_for(
     *,
     nvme_gb: float | None = None,
     nvme_gbps: float | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> ClusterSpec:
-    """gpu_count GPUs in nodes of gpus_per_node (default: up to 8), with the NVMe per node the caller names."""
+    """gpu_count GPUs in nodes of gpus_per_node (default: up to 8), with the NVMe per node the caller names.
+    `names`: how the asking door spells gpu_count and gpus_per_node in its errors (HardwareSelector.argument_names)."""
+    names = names or {}
     if gpu_count < 1:
-        raise UserInputError(f"gpu_count must be at least 1, not {gpu_count}")
+        raise UserInputError(f"{spelled(names, 'gpu_count')} must be at least 1, not {gpu_count}")
     per_node = gpus_per_node or min(gpu_count, DEFAULT_GPUS_PER_NODE)
     if gpu_count % per_node:
-        raise UserInputError(f"gpu_count {gpu_count} is not a whole number of nodes of {per_node}; pass gpus_per_node")
+        count = spelled(names, "gpu_count", gpu_count)
+        if gpus_per_node is None:  # more than one default node of 8, and not a whole number of them
+            # A door with its own spelling that has none for gpus_per_node (the seed CLI) cannot set it.
+            settable = not names or "gpus_per_node" in names
+            other_node = f"pass {spelled(names, 'gpus_per_node')} that divides it, or " if settable else ""
+            raise UserInputError(
+                f"{count} is not a whole number of nodes of {per_node} GPUs (the default node); {other_node}"
+                f"give a multiple of {per_node}"
+            )
+        one_node = spelled(names, "gpus_per_node", gpu_count) if gpu_count < per_node else None
+        raise UserInputError(
+            f"{count} is not a whole number of nodes of {spelled(names, 'gpus_per_node', per_node)}: make "
+            f"{spelled(names, 'gpu_count')} a multiple of {per_node}"
+            + (f", or pass {one_node} for one node of {gpu_count}" if one_node else "")
+        )
     return make_cluster(gpu, gpus_per_node=per_node, nodes=gpu_count // per_node, nvme_gb=nvme_gb, nvme_gbps=nvme_gbps)
