@@ -77,9 +77,9 @@ class HardwareSelector:
 
         return training_arguments(plan, output_dir, **overrides)
 
-    def _model(self, model_family: str, model_name: str) -> ModelSpec:
-        families = check_model_family(model_family)  # both names checked as strings by checked_arguments
-        spec = resolve_model(catalog_name(model_name))
+    def _model(self, model_family: str, model_name: str | os.PathLike[str]) -> ModelSpec:
+        families = check_model_family(model_family)  # both names checked by checked_arguments
+        spec = resolve_model(catalog_name(os.fspath(model_name)))  # a pathlib.Path to a model folder is a name too
         if spec.family not in families or family_modality(model_family) != spec.modality:
             kind = {"image": "a vision ", "audio": "an audio ", "image-text": "a multimodal "}.get(spec.modality, "")
             raise UserInputError(f"{spec.name} is {kind}{spec.family.value}, not a '{model_family}' model; "
@@ -106,7 +106,7 @@ class HardwareSelector:
     def get_distributed_training_config(
         self,
         model_family: str,
-        model_name: str,
+        model_name: str | os.PathLike[str],
         gpu_count: int,
         batch_size: int | None = None,
         max_memory_gb: float | None = None,
@@ -183,7 +183,7 @@ class HardwareSelector:
     def get_inference_config(
         self,
         model_family: str,
-        model_name: str,
+        model_name: str | os.PathLike[str],
         gpu_count: int = 1,
         batch_size: int = 1,
         max_memory_gb: float | None = None,
@@ -215,7 +215,7 @@ class HardwareSelector:
     def select_hardware_for_task(
         self,
         model_family: str,
-        model_name: str,
+        model_name: str | os.PathLike[str],
         task_type: str = "training",
         batch_size: int = 8,
         distributed: bool = True,
@@ -326,7 +326,7 @@ def _detected_gpu_names() -> list[str]:
 
 def get_distributed_training_config(
     model_family: str,
-    model_name: str,
+    model_name: str | os.PathLike[str],
     gpu_count: int,
     batch_size: int | None = None,
     max_memory_gb: float | None = None,
@@ -337,9 +337,11 @@ def get_distributed_training_config(
     )
 
 
-def get_inference_config(model_family: str, model_name: str, gpu_count: int = 1, **options: Any) -> dict[str, Any]:
+def get_inference_config(
+    model_family: str, model_name: str | os.PathLike[str], gpu_count: int = 1, **options: Any
+) -> dict[str, Any]:
     return HardwareSelector().get_inference_config(model_family, model_name, gpu_count, **options)
 
 
-def select_hardware_for_task(model_family: str, model_name: str, **options: Any) -> dict[str, Any]:
+def select_hardware_for_task(model_family: str, model_name: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     return HardwareSelector().select_hardware_for_task(model_family, model_name, **options)
