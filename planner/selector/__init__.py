@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from planner.errors import UserInputError, spelled
 from planner.hardware.cluster import ClusterSpec, check_nvme
 from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
+from planner.hardware.memory_cap import gpu_label, memory_cap_gib
 from planner.inference import InferenceRequest
 from planner.inference.flags import ServingFlags
 from planner.inference.request import KvFormat, ServingObjective, WeightFormat
@@ -102,6 +103,14 @@ class HardwareSelector:
         return calibration_for(spec, cluster, calibrate=calibrate, db=db, db_named=names.get("db", "db="),
                                turned_off_by=names.get("calibrate", "calibrate=False"))  # fmt: skip
 
+    def _memory_cap(self, cluster: ClusterSpec) -> dict[str, str]:
+        """`gpu_memory_cap` when max_memory_gb capped the GPU below its memory: the answer's `gpu` is the catalog
+        name, and this says the plan and its suggestions are for less ("V100-16GB capped at 2 GiB by
+        max_memory_gb")."""
+        if memory_cap_gib(cluster.gpu) is None:
+            return {}
+        return {"gpu_memory_cap": f"{gpu_label(cluster.gpu)} by {spelled(self.argument_names, 'max_memory_gb')}"}
+
     @checked_arguments()
     def get_distributed_training_config(
         self,
@@ -167,8 +176,9 @@ class HardwareSelector:
                 **no_fit_summary(result, cluster),
                 "requested_per_gpu_batch_size": batch_size,
                 "calibration": calibrated[1],
+                **self._memory_cap(cluster),
             }
-        summary = plan_summary(result.best)
+        summary = plan_summary(result.best) | self._memory_cap(cluster)
         summary["requested_per_gpu_batch_size"] = batch_size
         summary["calibration"] = result.best.calibration  # as it holds for this plan, as plan says it
         summary.update(answer.notes)
@@ -209,7 +219,7 @@ class HardwareSelector:
             objective=choice_of("objective", ServingObjective, objective),
             headroom_fraction=self.headroom_fraction,
         )
-        return inference_answer(spec, cluster, request, self.serving_flags)
+        return inference_answer(spec, cluster, request, self.serving_flags) | self._memory_cap(cluster)
 
     @checked_arguments()
     def select_hardware_for_task(

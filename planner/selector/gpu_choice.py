@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from planner.errors import UserInputError, spelled
-from planner.hardware.cluster import GIB, ClusterSpec, make_cluster
+from planner.hardware.cluster import ClusterSpec, make_cluster
 from planner.hardware.gpus import GpuSpec, load_gpu_catalog, resolve_gpu
+from planner.hardware.memory_cap import capped
 
 DEFAULT_GPU = "A100-80GB"
 DEFAULT_GPUS_PER_NODE = 8
@@ -28,20 +29,13 @@ def _best_value_key(gpu: GpuSpec) -> tuple:
     return (gpu.segment != "datacenter", price is None, -per_dollar)
 
 
-def _capped(gpu: GpuSpec, memory_gib: float) -> GpuSpec:
-    if gpu.memory_bytes <= memory_gib * GIB:
-        return gpu
-    note = f"memory capped at {memory_gib:g} GiB (max_memory_gb)"
-    return gpu.model_copy(update={"memory_bytes": int(memory_gib * GIB), "notes": f"{gpu.notes} {note}".strip()})
-
-
 def gpu_with_memory(max_memory_gb: float | None, gpu: str | None = None) -> GpuSpec:
     """The GPU a request means (see the module docstring)."""
     if max_memory_gb is not None and max_memory_gb <= 0:
         raise UserInputError(f"max_memory_gb must be positive, not {max_memory_gb}")
     if gpu is not None:
         chosen = resolve_gpu(gpu)
-        return _capped(chosen, max_memory_gb) if max_memory_gb else chosen
+        return capped(chosen, max_memory_gb) if max_memory_gb else chosen
     if max_memory_gb is None:
         return resolve_gpu(DEFAULT_GPU)
     gpus = [entry for entry in load_gpu_catalog() if entry.kind == "gpu"]
@@ -52,7 +46,7 @@ def gpu_with_memory(max_memory_gb: float | None, gpu: str | None = None) -> GpuS
     if not larger:
         largest = max(gpus, key=lambda entry: entry.memory_bytes)
         raise UserInputError(f"max_memory_gb {max_memory_gb:g} exceeds every catalog GPU (largest: {largest.name})")
-    return _capped(min(larger, key=lambda entry: (entry.memory_bytes, _best_value_key(entry))), max_memory_gb)
+    return capped(min(larger, key=lambda entry: (entry.memory_bytes, _best_value_key(entry))), max_memory_gb)
 
 
 def cluster_for(
