@@ -85,6 +85,7 @@ def spelled(names: Mapping[str, str], keyword: str, value: object = None) -> str
     ("force=True", "gpu='L4'"); without a value, the name alone. The CLI passes its flags, the API nothing, so
     a caller of the Python API is never told to pass a flag it cannot."""
     flag = names.get(keyword)
+    shown = f"{value:g}" if isinstance(value, float) else repr(value) if flag is None else str(value)
     if flag is not None:
-        return flag if value is None or value is True else f"{flag} {value}"
-    return keyword if value is None else f"{keyword}={value!r}"
+        return flag if value is None or value is True else f"{flag} {shown}"
+    return keyword if value is None else f"{keyword}={shown}"

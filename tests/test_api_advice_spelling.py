@@ -57,3 +57,11 @@ def test_a_gpu_count_that_is_no_whole_number_of_default_nodes(capsys):
 def test_a_model_of_another_family_names_the_keyword_in_the_api():
     with pytest.raises(UserInputError, match=r"not a 'image_classification' model; check model_family$"):
         hardware_selector.get_distributed_training_config("image_classification", "gpt2", gpu_count=1)
+
+
+def test_a_memory_beyond_the_catalog_is_named_as_each_door_spells_it(capsys):
+    with pytest.raises(UserInputError) as refused:
+        hardware_selector.get_inference_config("text_generation", "gpt2", max_memory_gb=500)
+    assert str(refused.value) == "max_memory_gb=500 exceeds every catalog GPU (largest: B300)"
+    seed = ("--model-family", "text_generation", "--model-name", "gpt2", "--max-memory-gb", "500", "--mode", "training")
+    assert _cli_error(capsys, *seed) == "error: --max-memory-gb 500 exceeds every catalog GPU (largest: B300)"

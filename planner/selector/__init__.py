@@ -149,7 +149,7 @@ class HardwareSelector:
         check_nvme(nvme_gb, nvme_gbps, (names.get("nvme_gb", "nvme_gb"), names.get("nvme_gbps", "nvme_gbps")))
         spec = self._model(model_family, model_name)
         cluster = cluster_for(
-            gpu_with_memory(max_memory_gb, gpu),
+            gpu_with_memory(max_memory_gb, gpu, names),
             gpu_count,
             gpus_per_node,
             nvme_gb=nvme_gb,
@@ -208,7 +208,12 @@ class HardwareSelector:
     ) -> dict[str, Any]:
         """The best serving layout for `batch_size` concurrent requests on gpu_count GPUs (docs/inference.md)."""
         spec = self._model(model_family, model_name)
-        cluster = cluster_for(gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node, names=self.argument_names)
+        cluster = cluster_for(
+            gpu_with_memory(max_memory_gb, gpu, self.argument_names),
+            gpu_count,
+            gpus_per_node,
+            names=self.argument_names,
+        )
         request = InferenceRequest.for_model(
             spec,
             batch=batch_size,

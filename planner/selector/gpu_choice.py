@@ -29,10 +29,12 @@ def _best_value_key(gpu: GpuSpec) -> tuple:
     return (gpu.segment != "datacenter", price is None, -per_dollar)
 
 
-def gpu_with_memory(max_memory_gb: float | None, gpu: str | None = None) -> GpuSpec:
-    """The GPU a request means (see the module docstring)."""
+def gpu_with_memory(
+    max_memory_gb: float | None, gpu: str | None = None, names: Mapping[str, str] | None = None
+) -> GpuSpec:
+    """The GPU a request means (see the module docstring); `names`: how the asking door spells max_memory_gb."""
     if max_memory_gb is not None and max_memory_gb <= 0:
-        raise UserInputError(f"max_memory_gb must be positive, not {max_memory_gb}")
+        raise UserInputError(f"{spelled(names or {}, 'max_memory_gb')} must be positive, not {max_memory_gb}")
     if gpu is not None:
         chosen = resolve_gpu(gpu)
         return capped(chosen, max_memory_gb) if max_memory_gb else chosen
@@ -45,7 +47,8 @@ def gpu_with_memory(max_memory_gb: float | None, gpu: str | None = None) -> GpuS
     larger = [entry for entry in gpus if entry.memory_gib > max_memory_gb]
     if not larger:
         largest = max(gpus, key=lambda entry: entry.memory_bytes)
-        raise UserInputError(f"max_memory_gb {max_memory_gb:g} exceeds every catalog GPU (largest: {largest.name})")
+        given = spelled(names or {}, "max_memory_gb", max_memory_gb)
+        raise UserInputError(f"{given} exceeds every catalog GPU (largest: {largest.name})")
     return capped(min(larger, key=lambda entry: (entry.memory_bytes, _best_value_key(entry))), max_memory_gb)
 
 
