@@ -297,7 +297,7 @@ def _emit(
     """Write the best plan's run folder; the lines that say what was written and what was moved aside."""
     from planner.rundir.manifest import foreign_files
     from planner.rundir.previous_run import previous_run_state
-    from planner.rundir.write import ARTIFACTS, emit_run_folder
+    from planner.rundir.write import ARTIFACTS, CLI_NAMES, emit_run_folder
     from planner.search import require_best
 
     best = require_best(result, f"{spec.name} on {target.world_size} x {target.gpu.name}")
@@ -309,7 +309,7 @@ def _emit(
     previous = previous_run_state(folder) if force and folder.is_dir() else []
     theirs = foreign_files(folder, ARTIFACTS, ARTIFACTS) if force and folder.is_dir() else []
     written = emit_run_folder(
-        best, emit, force=force, overrides=overrides, elastic=elastic, launch=launch, search=search
+        best, emit, force=force, overrides=overrides, elastic=elastic, launch=launch, search=search, names=CLI_NAMES
     )
     warning = placeholder_warning(launch)
     if warning:

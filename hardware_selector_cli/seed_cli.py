@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _print_recommendation(result: dict) -> None:
     if not result["fits"]:
-        print(f"No training setup fits {result['gpu_count']} x {result['gpu']}.")
+        print(f"No training setup fits {result['gpu_count']} x {_gpu(result)}.")
         for line in result["suggestions"]:
             print(f"  - {line}")
         return
@@ -86,7 +86,7 @@ def _print_recommendation(result: dict) -> None:
     strategy = result["strategy_family"]
     if strategy != result["distributed_strategy"]:
         strategy += f" ({result['distributed_strategy']})"
-    print(f"Recommended: {strategy} on {result['gpu_count']} x {result['gpu']}")
+    print(f"Recommended: {strategy} on {result['gpu_count']} x {_gpu(result)}")
     print(
         f"  per-GPU batch {result['per_gpu_batch_size']}, gradient accumulation {result['gradient_accumulation_steps']}, "
         f"effective batch {result['effective_batch_size']} of {result['sequence_length']} tokens, "
@@ -110,6 +110,11 @@ def _print_recommendation(result: dict) -> None:
             print(f"  {key}: {json.dumps(block)}")
     for reason in result["reasons"]:
         print(f"  - {reason}")
+
+
+def _gpu(result: dict) -> str:
+    """The answer's GPU, with the --max-memory-gb cap it was planned under ("V100-16GB capped at 2 GiB by ...")."""
+    return result.get("gpu_memory_cap", result["gpu"])
 
 
 def _selector():
@@ -146,14 +151,14 @@ def _serve(args: argparse.Namespace) -> int:
         print(json.dumps(printable, indent=2))
         return 0 if result["fits"] else 1
     if not result["fits"]:
-        print(f"Nothing serves this on {result['gpu_count']} x {result['gpu']}.")
+        print(f"Nothing serves this on {result['gpu_count']} x {_gpu(result)}.")
         for line in result["suggestions"]:
             print(f"  - {line}")
         return 1
     memory, latency = result["estimated_memory"], result["estimated_latency"]
     print(
         f"Recommended: {result['distributed_strategy']} (TP {result['tensor_parallel']}, PP "
-        f"{result['pipeline_parallel']}, {result['replicas']} replica(s)) on {result['gpu_count']} x {result['gpu']}"
+        f"{result['pipeline_parallel']}, {result['replicas']} replica(s)) on {result['gpu_count']} x {_gpu(result)}"
     )
     print(
         f"  memory per GPU: {memory['per_gpu_gb']:.1f} GiB (weights {memory['weights_gb']:.1f}, KV cache "

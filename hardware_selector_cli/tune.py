@@ -168,9 +168,9 @@ def _tune(
         run_dir = run_dir.expanduser().resolve()  # the trials run elsewhere: a relative path would not hold
         refuse_while_training(run_dir)  # before the trials, and again before the winner replaces the folder
     if emit is not None:
-        from planner.rundir.write import emit_target
+        from planner.rundir.write import CLI_NAMES, emit_target
 
-        emit_target(emit, force=force)  # before the trials, not after them
+        emit_target(emit, force=force, names=CLI_NAMES)  # before the trials, not after them
         if force:
             refuse_while_training(emit.expanduser().resolve())
     from .calibration_hook import search_calibration

@@ -45,7 +45,7 @@ def write_winner(
 ) -> None:
     """Emit `best` (the winner, `label`) into `folder`: RUN_DIR when `own_folder`, else --emit's."""
     from planner.rundir.previous_run import previous_run_state
-    from planner.rundir.write import emit_run_folder
+    from planner.rundir.write import CLI_NAMES, emit_run_folder
 
     keep_state = False
     previous: list[str] = []
@@ -71,6 +71,7 @@ def write_winner(
         elastic=elastic,
         search=search,  # the search tune ran: a later `tune RUN_DIR` runs it again
         keep_state=keep_state,
+        names=CLI_NAMES,
     )
     if keep_state:
         print(

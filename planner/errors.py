@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import ParamSpec, TypeVar
 
 P = ParamSpec("P")
@@ -77,3 +77,15 @@ def known_keywords(function: Callable[P, R]) -> Callable[P, R]:
         return function(*args, **kwargs)
 
     return checked
+
+
+def spelled(names: Mapping[str, str], keyword: str, value: object = None) -> str:
+    """How the asking door says `keyword` (set to `value`), for an error's advice: a command line's flag when
+    `names` maps it (`{"force": "--force"}`: "--force", "--gpu L4"), else the Python keyword the API takes
+    ("force=True", "gpu='L4'"); without a value, the name alone. The CLI passes its flags, the API nothing, so
+    a caller of the Python API is never told to pass a flag it cannot."""
+    flag = names.get(keyword)
+    shown = f"{value:g}" if isinstance(value, float) else repr(value) if flag is None else str(value)
+    if flag is not None:
+        return flag if value is None or value is True else f"{flag} {shown}"
+    return keyword if value is None else f"{keyword}={shown}"

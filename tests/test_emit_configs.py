@@ -9,6 +9,7 @@ import types
 import pytest
 from emit_plans import make_plan
 
+from hardware_selector import emit_run_folder as public_emit_run_folder
 from hardware_selector import training_arguments
 from planner.contract.run_config import Hyperparameters
 from planner.emit.deepspeed_json import deepspeed_config
@@ -18,7 +19,7 @@ from planner.memory.buffers import deepspeed_bucket_sizes
 from planner.rundir.engine_for_run import engine_config_for_run
 from planner.rundir.run_options import RunOptions
 from planner.rundir.run_options import run_config as run_target
-from planner.rundir.write import emit_run_folder
+from planner.rundir.write import CLI_NAMES, emit_run_folder
 
 DEEPSPEED_PLANS = [
     dict(strategy="deepspeed", zero_stage=0),
@@ -196,7 +197,12 @@ def test_existing_folder_refused_unless_forced(tmp_path):
     emit_run_folder(make_plan(strategy="deepspeed", zero_stage=2), run)
     with pytest.raises(UserInputError) as refused:
         emit_run_folder(make_plan(strategy="ddp"), run)
-    assert "--force" in str(refused.value) and "\n" not in str(refused.value)
+    # The Python API's caller reads its keyword, the command line its flag (CLI_NAMES).
+    assert str(refused.value) == f"{run} already exists; pass force=True to overwrite it, or choose a new directory"
+    with pytest.raises(UserInputError, match=r"already exists; pass --force to overwrite it, or choose"):
+        emit_run_folder(make_plan(strategy="ddp"), run, names=CLI_NAMES)
+    with pytest.raises(UserInputError, match=r"already exists; pass force=True to overwrite it, or choose"):
+        public_emit_run_folder(make_plan(strategy="ddp"), run)
     written = emit_run_folder(make_plan(strategy="ddp"), run, force=True)
     names = sorted(path.name for path in run.iterdir())
     assert names == sorted(path.name for path in written)  # ds_config.json of the old plan is gone, no temp files
@@ -237,3 +243,32 @@ def test_training_args_warmup_is_the_runners(tmp_path, max_steps, warmup):
     assert json.loads((run_dir / "training_args.json").read_text())["warmup_steps"] == expected
     arguments = training_arguments(str(run_dir), str(tmp_path / "out"))
     assert arguments.get_warmup_steps(max_steps) == expected
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_gpu_plans_bf16_without_cuda_names_the_plan_not_the_overrides(tmp_path):
+    # transformers refuses bf16 without CUDA; the line blamed "the overrides" though none were passed.
+    plan = make_plan(gpu="A100-80GB", precision="bf16", strategy="ddp")
+    with pytest.raises(UserInputError) as refused:
+        training_arguments(plan, tmp_path / "out")
+    assert str(refused.value) == (
+        "this plan is bf16 on A100-80GB and this machine has no CUDA: pass use_cpu=True for a trial run on the CPU, "
+        "or plan again for the CPU (`plan --gpu cpu`, gpu='cpu' in the Python API)"
+    )
+    with pytest.raises(UserInputError, match=r"^bf16=True \(your override\) and this machine has no CUDA"):
+        training_arguments(make_plan(gpu="A100-80GB", precision="fp32"), tmp_path / "out", bf16=True)
+    assert training_arguments(plan, tmp_path / "out", use_cpu=True).use_cpu  # the trial run it suggests builds
+
+
+def test_a_refusal_blames_the_overrides_only_when_there_were_some(tmp_path, monkeypatch):
+    import transformers
+
+    class Refusing(transformers.TrainingArguments):  # its fields, and a refusal whatever they hold
+        def __post_init__(self) -> None:
+            raise ValueError("a refusal of transformers'")
+
+    monkeypatch.setattr(transformers, "TrainingArguments", Refusing)
+    with pytest.raises(UserInputError, match="^transformers.TrainingArguments refused the plan's arguments: a ref"):
+        training_arguments(make_plan(strategy="ddp"), tmp_path / "out")
+    with pytest.raises(UserInputError, match="^transformers.TrainingArguments refused the overrides: a refusal"):
+        training_arguments(make_plan(strategy="ddp"), tmp_path / "out", logging_steps=3)

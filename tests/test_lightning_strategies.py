@@ -122,7 +122,8 @@ def test_plan_monitor_times_optimizer_steps_and_records_a_run_of_another_step_wi
     trainer.fit(Tiny(), torch.utils.data.DataLoader(torch.randn(24, 4), batch_size=4))
     assert len(monitor.step_times.values) == 3  # 6 micro-batches, 3 optimizer steps
     assert said[0] == (
-        "warning: the Lightning Trainer does not run the plan: global batch 4 x 2 x 1 ranks = 8 (plan 16); "
+        "warning: the Lightning Trainer does not run the plan: the plan has 2 ranks, this run 1: pass devices=2, "
+        "num_nodes=1 (plan_trainer_kwargs(plan) sets them) (or plan again for 1); "
         "its step times are not compared with the plan's"
     )
     lines = said[1:-1]  # steps 2 and 3 (the first warms up)

@@ -40,7 +40,7 @@ except ImportError:  # an optional extra: say which
 import torch
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, ModelParallelStrategy, Strategy
 
-from backends.integrations.plan_check import LIGHTNING_PRECISION, lightning_differences
+from backends.integrations.plan_check import LIGHTNING_PRECISION, lightning_differences, mismatch_line
 from planner.contract.run_config import RunConfig
 from planner.errors import UserInputError
 from planner.plan import Plan
@@ -163,10 +163,8 @@ def _checked(base: type, plan: Plan, run: RunConfig) -> type:
     def setup(self: Any, trainer: pl.Trainer) -> None:
         found = lightning_differences(trainer, run, micro=run.micro_batch)
         if found:
-            raise UserInputError(
-                f"the Lightning Trainer does not run the plan for {plan.model.name}: {'; '.join(found)}; "
-                "build it with plan_trainer_kwargs(plan)"
-            )
+            subject = f"the Lightning Trainer does not run the plan for {plan.model.name}"
+            raise UserInputError(mismatch_line(subject, found, "build it with plan_trainer_kwargs(plan)"))
         base.setup(self, trainer)
 
     return type(f"Plan{base.__name__}", (base,), {"setup": setup})

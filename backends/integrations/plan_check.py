@@ -15,14 +15,32 @@ from planner.contract.run_config import RunConfig
 from planner.plan import Plan
 from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, Strategy
 
+# How a difference in the rank count begins: it comes first and carries its own fix (the launch), since
+# rebuilding the arguments from the plan, the fix of every other difference, does not change the rank count.
+RANKS_DIFFER = "the plan has "
 
-def batch_differences(run: RunConfig, *, micro: int, accum: int, world: int) -> list[str]:
-    """The global batch must be the plan's; the micro-batch (memory) too when the world is the plan's."""
+
+def torchrun_launch(run: RunConfig) -> str:
+    """The launch that gives the plan's rank count, for a script that builds its arguments from the plan."""
+    nodes = f" --nnodes={run.num_nodes}" if run.num_nodes > 1 else ""
+    return f"launch with torchrun{nodes} --nproc_per_node={run.nproc_per_node}"
+
+
+def batch_differences(run: RunConfig, *, micro: int, accum: int, world: int, launch: str | None = None) -> list[str]:
+    """The global batch must be the plan's; the micro-batch (memory) too when the world is the plan's.
+
+    When the rank count alone makes the global batch another (the plan's own micro-batch and accumulation on
+    another number of processes), that is said instead, with `launch` (default: torchrun's) as its fix; another
+    world with the plan's global batch (more accumulation on fewer ranks) is no difference."""
     found = []
     if micro * accum * world != run.global_batch:
-        found.append(
-            f"global batch {micro} x {accum} x {world} ranks = {micro * accum * world} (plan {run.global_batch})"
-        )
+        if world != run.world_size:
+            fix = launch or torchrun_launch(run)
+            found.append(f"{RANKS_DIFFER}{run.world_size} ranks, this run {world}: {fix} (or plan again for {world})")
+        if micro * accum * run.world_size != run.global_batch or world == run.world_size:
+            found.append(
+                f"global batch {micro} x {accum} x {world} ranks = {micro * accum * world} (plan {run.global_batch})"
+            )
     if world == run.layout.data_parallel:
         if micro != run.micro_batch:
             found.append(f"micro-batch {micro} (plan {run.micro_batch})")
@@ -31,13 +49,22 @@ def batch_differences(run: RunConfig, *, micro: int, accum: int, world: int) -> 
     return found
 
 
+def mismatch_line(subject: str, found: list[str], fix: str) -> str:
+    """`subject: the differences; fix`, the rank count's own fix first (RANKS_DIFFER) and `fix` (rebuilding the
+    arguments from the plan) only when some other difference needs it."""
+    others = [phrase for phrase in found if not phrase.startswith(RANKS_DIFFER)]
+    return f"{subject}: {'; '.join(found)}" + (f"; {fix}" if others else "")
+
+
 # The plan's mixed precision as Lightning's Trainer names it.
 LIGHTNING_PRECISION = {"no": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
 
 
 def lightning_differences(trainer: Any, run: RunConfig, *, micro: int) -> list[str]:
     """What a lightning.Trainer (with `micro` sequences per batch) runs differently from the plan."""
-    found = batch_differences(run, micro=micro, accum=trainer.accumulate_grad_batches, world=trainer.world_size)
+    launch = f"pass devices={run.nproc_per_node}, num_nodes={run.num_nodes} (plan_trainer_kwargs(plan) sets them)"
+    accum, world = trainer.accumulate_grad_batches, trainer.world_size
+    found = batch_differences(run, micro=micro, accum=accum, world=world, launch=launch)
     precision = str(trainer.precision)
     if precision != LIGHTNING_PRECISION[run.mixed_precision]:
         found.append(f"precision {precision} (plan {LIGHTNING_PRECISION[run.mixed_precision]})")

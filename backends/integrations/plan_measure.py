@@ -20,6 +20,7 @@ from typing import Any
 from backends.monitoring.step_monitor import peak_rss_bytes
 from backends.runner.options import RECORD_ENV_VAR
 from backends.runner.summary import StepTimes
+from planner.contract.sources import prediction_source
 from planner.plan import Plan
 from planner.rundir.plan_file import plan_and_run
 
@@ -105,7 +106,7 @@ class PlanMeasurement:
         assert predicted.step_time_s
         return (
             f" vs predicted {predicted.step_time_s:.3g} ({measured / predicted.step_time_s - 1:+.0%}; "
-            f"{predicted.throughput_source or 'formula'})"
+            f"{prediction_source(predicted.throughput_source)})"
         )
 
     def finished(self, *, world_size: int, micro_batch: int, grad_accum: int, steps: int, runner: str) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from backends.integrations.plan_check import trainer_differences
+from backends.integrations.plan_check import mismatch_line, trainer_differences
 from backends.integrations.plan_measure import PlanMeasurement
 from planner.errors import UserInputError
 from planner.plan import Plan
@@ -65,9 +65,10 @@ class PlanCallback(PlanMeasurement, TrainerCallback):
         differences = trainer_differences(args, self.plan, self.run)
         self.runs_the_plan = not differences
         if differences:
-            line = (
-                f"the Trainer does not run the plan for {self.plan.model.name}: {'; '.join(differences)}; "
-                "build the arguments with training_arguments(plan, ...) or plan again"
+            line = mismatch_line(
+                f"the Trainer does not run the plan for {self.plan.model.name}",
+                differences,
+                "build the arguments with training_arguments(plan, ...) or plan again",
             )
             if self.strict:
                 raise PlanMismatch(line)

@@ -1,6 +1,7 @@
 """The end of a run: measured step time, throughput and memory beside the plan's predictions.
 
-"measured 1.93 s/step vs predicted 1.80 s (+7%)". The median step excludes
+"measured 1.93 s/step vs predicted 1.80 s/step (+7%; formula)", the prediction's source beside it (a measured
+record, a calibration or the formula: plan.json's throughput_source). The median step excludes
 the first step (start-up, allocator warm-up) when there are others. Memory
 is CUDA's peak allocation on GPUs and the peak resident set on CPU
 processes (which also counts Python and the libraries, so it is not
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from backends.monitoring.peak_memory import peak_memory_bytes
+from planner.contract.sources import prediction_source
 from planner.errors import UserInputError
 from planner.files import write_json_atomic
 
@@ -60,10 +62,15 @@ def _everyones_peak(adapter: Adapter) -> list[int]:
     return [int(value) for value in gathered]
 
 
-def comparison(label: str, measured: float, predicted: float | None, unit: str, fmt: str) -> str:
+def comparison(
+    label: str, measured: float, predicted: float | None, unit: str, fmt: str, source: str | None = None
+) -> str:
+    """`label: measured X unit vs predicted Y unit (+N%; source)`: the prediction with where it came from (a
+    measured record, a calibration or the formula), so a record's figure is never read as the formula's."""
     text = f"{label}: measured {format(measured, fmt)} {unit}"
     if predicted:
-        text += f" vs predicted {format(predicted, fmt)} {unit} ({(measured / predicted - 1) * 100:+.0f}%)"
+        where = f"; {source}" if source else ""
+        text += f" vs predicted {format(predicted, fmt)} {unit} ({(measured / predicted - 1) * 100:+.0f}%{where})"
     return text
 
 
@@ -124,11 +131,14 @@ def finish_summary(
         return summary
     lines = []
     if median:
-        line = comparison("step time", median, predicted.step_time_s if step_comparable else None, "s/step", ".3g")
+        line = comparison("step time", median, predicted.step_time_s if step_comparable else None, "s/step", ".3g",
+                          prediction_source(predicted.throughput_source))  # fmt: skip
         lines.append(line + (f" (not compared: {moved})" if moved and not args.tiny else ""))
     gib = max(peaks) / 2**30
     if comparable:
-        lines.append(comparison("peak memory", gib, (predicted.peak_memory_bytes or 0) / 2**30 or None, "GiB", ".2f"))
+        estimate = (predicted.peak_memory_bytes or 0) / 2**30 or None
+        phase = f"formula, peak at {predicted.memory_source}" if predicted.memory_source else "formula"
+        lines.append(comparison("peak memory", gib, estimate, "GiB", ".2f", phase))
     else:
         why = "--tiny run" if args.tiny else "CPU processes" if run.device != "cuda" else f"{moved}"
         lines.append(
@@ -146,7 +156,7 @@ def finish_summary(
         record_id, line = record_or_warn(spec.plan, spec.strategy.value, run, summary, args.db, "backends.run")
         if record_id is not None:
             summary["record_id"] = record_id
-            line += " (--no-record: not)"
+            line += " (--no-record skips this)"
         if say is not None:
             say(line)
     path = spec.run_dir / "run_summary.json"

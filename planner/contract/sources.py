@@ -7,3 +7,12 @@ no run folder, does not build the run contract's models (docs/performance.md, "T
 """
 
 CORRECTED_SOURCES = ("calibration: ", "measured: ")
+
+
+def prediction_source(throughput_source: str) -> str:
+    """Where a run's predicted step time came from, short enough for a summary line beside the number: a measured
+    record or a calibration verbatim (which records), the formula by name (its definition is plan.json's
+    throughput_source; an older plan.json without one predicted with the formula too)."""
+    if throughput_source.startswith(CORRECTED_SOURCES):
+        return throughput_source
+    return "formula"

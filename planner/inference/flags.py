@@ -25,6 +25,7 @@ class ServingFlags:
     weights: str | None
     kv_cache: str | None
     keywords: bool = False  # Python keyword arguments (weights='int8'), not flags (--weights int8)
+    gpu: str = "--gpu"  # every asking path names its GPU
 
     def set(self, name: str | None, value: str) -> str:
         assert name is not None

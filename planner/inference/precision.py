@@ -11,16 +11,18 @@ from __future__ import annotations
 
 from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec
+from planner.inference.flags import PLAN_SERVING_FLAGS, ServingFlags
 from planner.inference.request import InferenceRequest, KvFormat, WeightFormat
 
 
-def check_sixteen_bit(cluster: ClusterSpec) -> None:
-    """Refuse a device with no 16-bit matmuls: no --weights or --kv-cache value would serve on it."""
+def check_sixteen_bit(cluster: ClusterSpec, flags: ServingFlags = PLAN_SERVING_FLAGS) -> None:
+    """Refuse a device with no 16-bit matmuls: no weight or KV-cache format would serve on it. `flags`: how the
+    asking path names the GPU (--gpu L4, or the API's gpu='L4')."""
     gpu = cluster.gpu
     if not gpu.supports("bf16") and not gpu.supports("fp16"):
         raise UserInputError(
             f"{gpu.name} has no bf16 or fp16 matmuls, and every serving format computes in them (or fp8); "
-            "plan serving on a GPU, e.g. --gpu L4 or --gpu H100-80GB"
+            f"plan serving on a GPU, e.g. {flags.set(flags.gpu, 'L4')} or {flags.set(flags.gpu, 'H100-80GB')}"
         )
 
 

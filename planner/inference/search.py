@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec, make_cluster
 from planner.hardware.gpus import load_gpu_catalog
+from planner.hardware.memory_cap import capped_like, gpu_label
 from planner.inference.cost import cost_line, serving_cost
 from planner.inference.flags import PLAN_SERVING_FLAGS, ServingFlags
 from planner.inference.known_error import ttft_band
@@ -106,7 +107,7 @@ def check_servable(
             f"{spec.name} reads images as well as text; inference planning covers text-only LLMs (its vision "
             "tower is not in the serving estimate), so plan its training, or serve its LLM by name"
         )
-    check_sixteen_bit(cluster)
+    check_sixteen_bit(cluster, flags)
     if request.weights is WeightFormat.FP8 and not cluster.gpu.supports("fp8"):
         raise UserInputError(
             f"{cluster.gpu.name} has no fp8 matmuls; use {flags.set(flags.weights, 'int8')} or int4 (weight-only)"
@@ -297,7 +298,8 @@ def serving_suggestions(
 ) -> list[str]:
     """Each suggestion is checked: the same request fits when planned as printed, through the path that asked."""
     lines = []
-    where = f"{cluster.world_size} x {cluster.gpu.name}"
+    label = gpu_label(cluster.gpu)  # with a max_memory_gb cap, each suggestion is under it too
+    where = f"{cluster.world_size} x {label}"
     smaller = [
         weights
         for weights in (WeightFormat.FP8, WeightFormat.INT8, WeightFormat.INT4)
@@ -318,11 +320,12 @@ def serving_suggestions(
             continue
         bigger = make_cluster(cluster.gpu, gpus_per_node=per_node, nodes=nodes)
         if _fits_anywhere(spec, bigger, request):
-            lines.append(f"{bigger.world_size} x {cluster.gpu.name} ({flags.cluster(bigger)}) fits")
+            lines.append(f"{bigger.world_size} x {label} ({flags.cluster(bigger)}) fits")
             break
     if request.batch > 1:
         lines.append(f"a smaller {flags.batch} needs less KV cache")
-    for gpu in sorted(load_gpu_catalog(), key=lambda g: g.memory_bytes):
+    for catalog_gpu in sorted(load_gpu_catalog(), key=lambda g: g.memory_bytes):
+        gpu = capped_like(catalog_gpu, cluster.gpu)
         if gpu.kind == "gpu" and gpu.memory_bytes > cluster.gpu.memory_bytes:
             other = make_cluster(gpu, gpus_per_node=cluster.gpus_per_node, nodes=cluster.num_nodes)
             try:
@@ -332,6 +335,4 @@ def serving_suggestions(
             if _fits_anywhere(spec, other, request):
                 lines.append(f"at {cluster.world_size} GPUs, {gpu.name} fits")
                 break
-    return lines or [
-        f"nothing fits {spec.name} for this request up to 64 x {cluster.gpu.name}; shorten {flags.context}"
-    ]
+    return lines or [f"nothing fits {spec.name} for this request up to 64 x {label}; shorten {flags.context}"]

@@ -53,8 +53,26 @@ def training_arguments(
     try:
         return TrainingArguments(**kwargs)
     except (ValueError, TypeError) as error:  # transformers' own checks (logging_steps=0, bf16 on a CPU, ...)
-        why = " ".join(str(error).split())
-        raise UserInputError(f"transformers.TrainingArguments refused the overrides: {why}") from None
+        raise _refusal(error, plan, kwargs, overrides) from None
+
+
+def _refusal(error: Exception, plan: Plan, kwargs: dict[str, Any], overrides: dict[str, Any]) -> UserInputError:
+    """transformers' refusal in one line that blames what caused it: a GPU plan's bf16/fp16 on a machine without
+    CUDA is the plan's (or an override's) precision, not "the overrides" when none were passed."""
+    import torch
+
+    half = "bf16" if kwargs.get("bf16") else "fp16" if kwargs.get("fp16") else None
+    if half and not kwargs.get("use_cpu") and not torch.cuda.is_available():
+        given = (
+            f"{half}=True (your override)" if half in overrides else f"this plan is {half} on {plan.cluster.gpu.name}"
+        )
+        return UserInputError(
+            f"{given} and this machine has no CUDA: pass use_cpu=True for a trial run on the CPU, "
+            "or plan again for the CPU (`plan --gpu cpu`, gpu='cpu' in the Python API)"
+        )
+    why = " ".join(str(error).split())
+    whose = "the overrides" if overrides else "the plan's arguments"
+    return UserInputError(f"transformers.TrainingArguments refused {whose}: {why}")
 
 
 def _check_call(output_dir: object, nproc_override: object, run: object) -> None:

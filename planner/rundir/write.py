@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from planner.emit.run_readme import run_readme
 from planner.emit.skypilot_task import skypilot_yaml
 from planner.emit.slurm import slurm_sbatch
 from planner.emit.training_args import training_args_json_document
-from planner.errors import UserInputError
+from planner.errors import UserInputError, spelled
 from planner.files import write_text_atomic
 from planner.launch_target import LaunchTarget, check_elastic
 from planner.models.families import family_of
@@ -130,16 +131,22 @@ def _not_split_over_tp(plan: Plan) -> str | None:
     return None
 
 
-def emit_target(directory: str | Path, *, force: bool = False) -> Path:
+# The command line's flags for emit_run_folder's keywords (`plan --emit DIR --force`, `tune --emit DIR --force`).
+CLI_NAMES: Mapping[str, str] = {"force": "--force"}
+
+
+def emit_target(directory: str | Path, *, force: bool = False, names: Mapping[str, str] | None = None) -> Path:
     """The folder a run folder may be emitted into, resolved; one line when it is no such folder (checked before
-    any work that would be lost to it: a search, a tune's trials)."""
+    any work that would be lost to it: a search, a tune's trials). `names`: the asking command's flags (CLI_NAMES);
+    without them the advice names the Python keyword (force=True)."""
     if not str(directory).strip():
         raise UserInputError("the run folder needs a name; an empty path would write into the current folder")
     run_dir = Path(directory).expanduser().resolve()
     if run_dir.exists() and not run_dir.is_dir():
         raise UserInputError(f"{run_dir} is a file; give a directory to emit the run folder into")
     if run_dir.exists() and any(run_dir.iterdir()) and not force:
-        raise UserInputError(f"{run_dir} already exists; pass --force to overwrite it, or choose a new directory")
+        overwrite = spelled(names or {}, "force", True)
+        raise UserInputError(f"{run_dir} already exists; pass {overwrite} to overwrite it, or choose a new directory")
     return run_dir
 
 
@@ -156,6 +163,7 @@ def emit_run_folder(
     launch: LaunchTarget | None = None,
     search: SearchRestrictions | None = None,
     keep_state: bool = False,
+    names: Mapping[str, str] | None = None,
 ) -> list[Path]:
     """Write the run folder for `plan` into `directory`; returns the written paths.
 
@@ -165,7 +173,8 @@ def emit_run_folder(
     elastic: the fallback layouts of an elastic run (planner/search/elastic.py), for plan.json and the launchers;
     launch: where the folder is launched (`--launcher`): launch.sh's default launcher and the target's own file;
     search: what the search that found the plan was kept to (the run block's `search`; `tune RUN_DIR` reads it);
-    keep_state: a trained run's state stays where it is (`tune RUN_DIR` whose winner is the folder's own plan).
+    keep_state: a trained run's state stays where it is (`tune RUN_DIR` whose winner is the folder's own plan);
+    names: how the asking command spells the keywords its errors name (CLI_NAMES), default the Python keywords.
     """
     if plan.model.modality != "text":
         kind = {"image": ("a vision", "image"), "audio": ("an audio", "audio"),
@@ -194,7 +203,7 @@ def emit_run_folder(
             "FP8 is planned, not emitted: run the plan's layout with Transformer Engine or torchao float8 in your "
             "own training code, or plan without --fp8 to get a run folder"
         )
-    run_dir = emit_target(directory, force=force)
+    run_dir = emit_target(directory, force=force, names=names)
     target = run_config(plan, nproc_override, options)
     if overrides is not None:
         target = apply_overrides(target, overrides)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from planner.evaluate import memory_on
 from planner.hardware.cluster import ClusterSpec, make_cluster
 from planner.hardware.gpus import GpuSpec, load_gpu_catalog
+from planner.hardware.memory_cap import capped_like, gpu_label
 from planner.models.spec import ModelSpec
 from planner.search.batching import MICRO_BATCHES_PER_STAGE
 from planner.search.candidates import precisions_for
@@ -126,7 +127,7 @@ def fitting_catalog_gpus(
     names = []
     catalog = [gpu for gpu in load_gpu_catalog() if gpu.kind == "gpu" and gpu.name != cluster.gpu.name]
     catalog.sort(key=lambda gpu: (gpu.segment != "datacenter", gpu.memory_bytes, gpu.price_usd_per_hour or math.inf))
-    for gpu in catalog:
+    for gpu in (capped_like(entry, cluster.gpu) for entry in catalog):  # under the request's memory cap, if any
         if gpu.memory_bytes <= cluster.gpu.memory_bytes or (request.fp8 and not gpu.dense_tflops.fp8):
             continue  # smaller, or without the FP8 matmuls the request plans
         candidate = make_cluster(gpu, gpus_per_node=cluster.gpus_per_node, nodes=cluster.num_nodes)
@@ -151,7 +152,7 @@ def batch_lines(
 ) -> list[str]:
     """A stated total that does not divide over the GPUs: why, and the totals that fit, each one searched: on these
     GPUs, and on the fewest GPUs of this type (every GPU given at least one sequence of the batch or more)."""
-    batch, world, gpu, _flags = request.global_batch, cluster.world_size, cluster.gpu.name, flags.cluster
+    batch, world, gpu, _flags = request.global_batch, cluster.world_size, gpu_label(cluster.gpu), flags.cluster
     name = flags.global_batch
     assert batch is not None
     if batch < world:
@@ -202,15 +203,16 @@ def suggestions(
     """`stated_total`: the user gave the global batch (a total that stays as the GPU count changes), not a
     per-GPU batch or none. `flags`: the asking command's spelling of each change."""
     lines, _flags = [], flags.cluster
-    where = f"{cluster.world_size} x {cluster.gpu.name}"
+    label = gpu_label(cluster.gpu)  # "V100-16GB capped at 2 GiB" under a max_memory_gb cap
+    where = f"{cluster.world_size} x {label}"
     fewest = fewest_gpus(spec, cluster, request, plan_fits, flags)
     batch = request.global_batch
     if fewest is not None:
-        line = f"{fewest.world_size} x {cluster.gpu.name} ({_flags(fewest)}) is the fewest that fits"
+        line = f"{fewest.world_size} x {label} ({_flags(fewest)}) is the fewest that fits"
         if fewest.world_size < cluster.world_size:  # fewer fit where these do not: say the way up too, and why
             up = fewest_gpus(spec, cluster, request, plan_fits, flags, above=cluster.world_size)
             if up is not None:
-                line += f", {up.world_size} x {cluster.gpu.name} ({_flags(up)}) the next count up"
+                line += f", {up.world_size} x {label} ({_flags(up)}) the next count up"
         line += f" (the search finds a plan {'on each' if ', ' in line else 'there'}; memory: formula)"
         if fewest.world_size < cluster.world_size and flags.global_batch and batch and batch % cluster.world_size:
             line += (
@@ -221,7 +223,7 @@ def suggestions(
     elif cluster.world_size < MAX_GPUS:
         held = f"{flags.global_batch} {batch} and " if stated_total and flags.global_batch else ""
         lines.append(
-            f"no count of {cluster.gpu.name} from {cluster.world_size} up to {MAX_GPUS} fits this model at "
+            f"no count of {label} from {cluster.world_size} up to {MAX_GPUS} fits this model at "
             f"{held}seq-len {request.seq_len}"
         )
     if (

@@ -17,9 +17,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from planner.errors import UserInputError
+from planner.errors import UserInputError, spelled
 from planner.hardware.cluster import ClusterSpec, check_nvme
 from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
+from planner.hardware.memory_cap import gpu_label, memory_cap_gib
 from planner.inference import InferenceRequest
 from planner.inference.flags import ServingFlags
 from planner.inference.request import KvFormat, ServingObjective, WeightFormat
@@ -77,13 +78,13 @@ class HardwareSelector:
 
         return training_arguments(plan, output_dir, **overrides)
 
-    def _model(self, model_family: str, model_name: str) -> ModelSpec:
-        families = check_model_family(model_family)  # both names checked as strings by checked_arguments
-        spec = resolve_model(catalog_name(model_name))
+    def _model(self, model_family: str, model_name: str | os.PathLike[str]) -> ModelSpec:
+        families = check_model_family(model_family)  # both names checked by checked_arguments
+        spec = resolve_model(catalog_name(os.fspath(model_name)))  # a pathlib.Path to a model folder is a name too
         if spec.family not in families or family_modality(model_family) != spec.modality:
             kind = {"image": "a vision ", "audio": "an audio ", "image-text": "a multimodal "}.get(spec.modality, "")
             raise UserInputError(f"{spec.name} is {kind}{spec.family.value}, not a '{model_family}' model; "
-                                 "check --model-family")  # fmt: skip
+                                 f"check {spelled(self.argument_names, 'model_family')}")  # fmt: skip
         return spec
 
     def _seq_len(self, spec: ModelSpec, seq_len: int | None) -> int:
@@ -102,11 +103,19 @@ class HardwareSelector:
         return calibration_for(spec, cluster, calibrate=calibrate, db=db, db_named=names.get("db", "db="),
                                turned_off_by=names.get("calibrate", "calibrate=False"))  # fmt: skip
 
+    def _memory_cap(self, cluster: ClusterSpec) -> dict[str, str]:
+        """`gpu_memory_cap` when max_memory_gb capped the GPU below its memory: the answer's `gpu` is the catalog
+        name, and this says the plan and its suggestions are for less ("V100-16GB capped at 2 GiB by
+        max_memory_gb")."""
+        if memory_cap_gib(cluster.gpu) is None:
+            return {}
+        return {"gpu_memory_cap": f"{gpu_label(cluster.gpu)} by {spelled(self.argument_names, 'max_memory_gb')}"}
+
     @checked_arguments()
     def get_distributed_training_config(
         self,
         model_family: str,
-        model_name: str,
+        model_name: str | os.PathLike[str],
         gpu_count: int,
         batch_size: int | None = None,
         max_memory_gb: float | None = None,
@@ -140,7 +149,12 @@ class HardwareSelector:
         check_nvme(nvme_gb, nvme_gbps, (names.get("nvme_gb", "nvme_gb"), names.get("nvme_gbps", "nvme_gbps")))
         spec = self._model(model_family, model_name)
         cluster = cluster_for(
-            gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node, nvme_gb=nvme_gb, nvme_gbps=nvme_gbps
+            gpu_with_memory(max_memory_gb, gpu, names),
+            gpu_count,
+            gpus_per_node,
+            nvme_gb=nvme_gb,
+            nvme_gbps=nvme_gbps,
+            names=names,
         )
         calibrated = self._calibration(spec, cluster, calibrate, db)
         answer = plan_training(
@@ -162,8 +176,9 @@ class HardwareSelector:
                 **no_fit_summary(result, cluster),
                 "requested_per_gpu_batch_size": batch_size,
                 "calibration": calibrated[1],
+                **self._memory_cap(cluster),
             }
-        summary = plan_summary(result.best)
+        summary = plan_summary(result.best) | self._memory_cap(cluster)
         summary["requested_per_gpu_batch_size"] = batch_size
         summary["calibration"] = result.best.calibration  # as it holds for this plan, as plan says it
         summary.update(answer.notes)
@@ -178,7 +193,7 @@ class HardwareSelector:
     def get_inference_config(
         self,
         model_family: str,
-        model_name: str,
+        model_name: str | os.PathLike[str],
         gpu_count: int = 1,
         batch_size: int = 1,
         max_memory_gb: float | None = None,
@@ -193,7 +208,12 @@ class HardwareSelector:
     ) -> dict[str, Any]:
         """The best serving layout for `batch_size` concurrent requests on gpu_count GPUs (docs/inference.md)."""
         spec = self._model(model_family, model_name)
-        cluster = cluster_for(gpu_with_memory(max_memory_gb, gpu), gpu_count, gpus_per_node)
+        cluster = cluster_for(
+            gpu_with_memory(max_memory_gb, gpu, self.argument_names),
+            gpu_count,
+            gpus_per_node,
+            names=self.argument_names,
+        )
         request = InferenceRequest.for_model(
             spec,
             batch=batch_size,
@@ -204,13 +224,13 @@ class HardwareSelector:
             objective=choice_of("objective", ServingObjective, objective),
             headroom_fraction=self.headroom_fraction,
         )
-        return inference_answer(spec, cluster, request, self.serving_flags)
+        return inference_answer(spec, cluster, request, self.serving_flags) | self._memory_cap(cluster)
 
     @checked_arguments()
     def select_hardware_for_task(
         self,
         model_family: str,
-        model_name: str,
+        model_name: str | os.PathLike[str],
         task_type: str = "training",
         batch_size: int = 8,
         distributed: bool = True,
@@ -321,7 +341,7 @@ def _detected_gpu_names() -> list[str]:
 
 def get_distributed_training_config(
     model_family: str,
-    model_name: str,
+    model_name: str | os.PathLike[str],
     gpu_count: int,
     batch_size: int | None = None,
     max_memory_gb: float | None = None,
@@ -332,9 +352,11 @@ def get_distributed_training_config(
     )
 
 
-def get_inference_config(model_family: str, model_name: str, gpu_count: int = 1, **options: Any) -> dict[str, Any]:
+def get_inference_config(
+    model_family: str, model_name: str | os.PathLike[str], gpu_count: int = 1, **options: Any
+) -> dict[str, Any]:
     return HardwareSelector().get_inference_config(model_family, model_name, gpu_count, **options)
 
 
-def select_hardware_for_task(model_family: str, model_name: str, **options: Any) -> dict[str, Any]:
+def select_hardware_for_task(model_family: str, model_name: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     return HardwareSelector().select_hardware_for_task(model_family, model_name, **options)

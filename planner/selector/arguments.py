@@ -103,6 +103,18 @@ def path(name: str, value: Any) -> str:
     return os.fspath(value)
 
 
+def name_or_path(name: str, value: Any) -> str:
+    """A model's name, or the path of its folder or config.json as a str or an os.PathLike (pathlib.Path('my-gpt2')),
+    which the selector reads as str(os.fspath(value))."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+        if not isinstance(value, str):  # a bytes path: no model name is bytes
+            raise UserInputTypeError(f"{name} must be a str or a text path, not the bytes path {value!r}")
+    if not isinstance(value, str):
+        raise UserInputTypeError(f"{name} must be a string or a path (os.PathLike), not {value!r}")
+    return check_name(name, value)
+
+
 def one_of(*accepted: str) -> Check:
     def check(name: str, value: Any) -> str:
         shown = " or ".join(repr(option) for option in accepted)
@@ -117,7 +129,7 @@ def one_of(*accepted: str) -> Check:
 
 RULES: dict[str, Check] = {
     "model_family": check_name,
-    "model_name": check_name,
+    "model_name": name_or_path,
     "gpu": check_name,
     "task_type": one_of("training", "inference"),
     "rank_by": one_of("cost", "throughput"),

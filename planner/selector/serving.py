@@ -21,7 +21,7 @@ from planner.models.spec import ModelSpec
 API_SERVING_FLAGS = ServingFlags(
     cluster=lambda cluster: f"gpu_count={cluster.world_size}, gpus_per_node={cluster.gpus_per_node}",
     batch="batch_size", context="context", output_tokens="output_tokens", weights="weights", kv_cache="kv_cache",
-    keywords=True,
+    keywords=True, gpu="gpu",
 )  # fmt: skip
 # In the seed CLI's flags (hardware_selector_cli/seed_cli.py), which set no output length or weight and KV formats.
 SEED_SERVING_FLAGS = ServingFlags(

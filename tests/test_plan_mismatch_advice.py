@@ -1,0 +1,63 @@
+"""A framework door's mismatch line says the fix that applies: a run on another number of ranks than the plan's
+is fixed by the launch, not by building the arguments from the plan (which the script already does).
+
+The reference is each line written out in full; the Trainer's own arguments are built in-process (one rank)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from planner.rundir.run_options import run_config
+from tests.emit_plans import make_plan
+
+
+def _begin(plan, args):
+    from transformers import TrainerControl, TrainerState
+
+    from hardware_selector.integrations import PlanCallback
+
+    PlanCallback(plan, record=False).on_train_begin(args, TrainerState(), TrainerControl())
+
+
+def test_a_two_rank_plan_run_on_one_process_says_to_launch_two(tmp_path):
+    from hardware_selector import training_arguments
+    from hardware_selector.integrations import PlanMismatch
+
+    plan = make_plan(gpus_per_node=2, strategy="ddp", micro_batch=4, grad_accum=2)
+    with pytest.raises(PlanMismatch) as caught:
+        _begin(plan, training_arguments(plan, tmp_path / "out"))  # the plan's own arguments, on one process
+    assert str(caught.value) == (
+        "the Trainer does not run the plan for gpt2: the plan has 2 ranks, this run 1: "
+        "launch with torchrun --nproc_per_node=2 (or plan again for 1)"
+    )
+
+
+def test_another_difference_beside_the_ranks_keeps_its_own_fix(tmp_path):
+    from hardware_selector import training_arguments
+    from hardware_selector.integrations import PlanMismatch
+
+    plan = make_plan(gpus_per_node=2, strategy="ddp", micro_batch=4, grad_accum=2)
+    with pytest.raises(PlanMismatch) as caught:
+        _begin(plan, training_arguments(plan, tmp_path / "out", gradient_accumulation_steps=3))
+    assert str(caught.value) == (
+        "the Trainer does not run the plan for gpt2: the plan has 2 ranks, this run 1: "
+        "launch with torchrun --nproc_per_node=2 (or plan again for 1); global batch 4 x 3 x 1 ranks = 12 (plan 16); "
+        "build the arguments with training_arguments(plan, ...) or plan again"
+    )
+
+
+def test_the_lightning_line_names_its_devices_when_the_rank_count_differs():
+    from backends.integrations.plan_check import lightning_differences, mismatch_line
+
+    plan = make_plan(gpus_per_node=2, nodes=2, strategy="ddp", micro_batch=4, grad_accum=2)
+    run = run_config(plan)
+    trainer = types.SimpleNamespace(accumulate_grad_batches=2, world_size=1, precision="32-true")
+    found = lightning_differences(trainer, run, micro=4)
+    assert mismatch_line(
+        "the Lightning Trainer does not run the plan", found, "build it with plan_trainer_kwargs(plan)"
+    ) == (
+        "the Lightning Trainer does not run the plan: the plan has 4 ranks, this run 1: "
+        "pass devices=2, num_nodes=2 (plan_trainer_kwargs(plan) sets them) (or plan again for 1)"
+    )
