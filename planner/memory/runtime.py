@@ -20,15 +20,17 @@ of PyTorch, never a per-config correction:
   all-gathers) is the same code path on both devices.
 
 `Runtime.CPU` describes a real training step on CPU processes (`--gpu cpu`),
-whose "device memory" is the host's RAM. It differs from CUDA in two things:
+whose "device memory" is the host's RAM. It runs the CPU's kernels, so its
+dropout, autocast softmax and MoE experts are the trace's (above), and it
+differs from both in three things:
 
 - What a rank offloads to the CPU stays in that same RAM, so the estimate
   counts it in the peak (estimate.py's "host_offload").
 - torch's optimizers step CPU tensors with their single-tensor loop (foreach
   defaults on only for CUDA-like devices: torch.optim.optimizer's
   _default_to_fused_or_foreach), so no whole-group foreach temporary.
-
-Its dropout, autocast and runtime overhead are still modelled as CUDA's.
+- Its runtime overhead is the process's own baseline, not a CUDA context
+  (estimate.py's OverheadSettings.host_process_bytes, a measured RSS).
 """
 
 from __future__ import annotations
@@ -47,16 +49,17 @@ class Runtime(str, Enum):
 
     @property
     def autocast_softmax_fp32(self) -> bool:
-        """True where autocast computes softmax in fp32 whatever its input."""
-        return self is not Runtime.CPU_TRACE
+        """True where autocast computes softmax in fp32 whatever its input: CUDA's autocast, not the CPU's."""
+        return self is Runtime.CUDA
 
     @property
     def autocast_covers_experts(self) -> bool:
-        return self is not Runtime.CPU_TRACE
+        return self is Runtime.CUDA
 
     def dropout_mask_bytes(self, width: int) -> int:
-        """Bytes per element dropout keeps for backward besides its output."""
-        return width if self is Runtime.CPU_TRACE else 1
+        """Bytes per element dropout keeps for backward besides its output: CUDA's fused kernel a 1-byte mask, the
+        CPU path its noise tensor at the input's width."""
+        return 1 if self is Runtime.CUDA else width
 
     @property
     def has_runtime_overhead(self) -> bool:
