@@ -14,20 +14,9 @@ from planner.hardware.cluster import make_cluster
 from planner.memory.estimate import estimate_memory
 from planner.memory.runtime import Runtime
 from planner.models.resolve import resolve_model
-from planner.training_config import Offload, Precision, Strategy, TrainingConfig
+from planner.training_config import Precision, Strategy, TrainingConfig
 
 GPT2 = resolve_model("gpt2")  # dropout 0.1 on attention, residual and embedding
-
-
-def zero2(offload: Offload) -> TrainingConfig:
-    return TrainingConfig(
-        strategy=Strategy.DEEPSPEED,
-        zero_stage=2,
-        offload_optimizer=offload,
-        precision=Precision.FP32,
-        seq_len=512,
-        micro_batch=2,
-    )
 
 
 @pytest.mark.parametrize("precision", [Precision.FP32, Precision.BF16])
@@ -47,7 +36,9 @@ def test_the_cpu_device_keeps_dropout_noise_as_the_cpu_trace_does(precision):
 def test_the_cpu_device_charges_a_process_baseline_not_a_cuda_context():
     """A CPU rank has no CUDA context: its fixed overhead is the process's own baseline (0.4 GiB, a measured RSS:
     docs/hardware.md), with the same 5% allocator share; a GPU keeps its 0.75 GiB context."""
-    config = zero2(Offload.NONE)
+    config = TrainingConfig(
+        strategy=Strategy.DEEPSPEED, zero_stage=2, precision=Precision.FP32, seq_len=512, micro_batch=2
+    )
     on_cpu = memory_on(GPT2, config, make_cluster("cpu", gpus_per_node=2))
     on_gpu = memory_on(GPT2, config, make_cluster("A100-80GB", gpus_per_node=2))
     for estimate, fixed in ((on_cpu, 0.4 * 2**30), (on_gpu, 0.75 * 2**30)):
