@@ -126,9 +126,15 @@ def test_the_summary_sets_measured_beside_predicted_and_record_stores_it(finishe
     assert record.host == ""  # the hardware and software, nothing about the user
     # Found by a new user's audit: a plan made for the `cpu` pseudo-GPU predicts these processes' step time, and
     # tune's trials on it record the pair; `train` printed and recorded the measurement alone, so its run never
-    # entered the corrections of the next plan ("4 measured runs ... 3 used in corrections"). Memory stays apart.
+    # entered the corrections of the next plan ("4 measured runs ... 3 used in corrections"). Its memory too: the
+    # cpu device's estimate models a CPU rank (the CPU's kernels, the process baseline), RSS against RSS.
     predicted = summary["predicted_step_time_s"]
-    assert summary["step_time_comparable"] and not summary["comparable_to_prediction"]
+    assert summary["step_time_comparable"] and summary["comparable_to_prediction"]
+    predicted_gib = summary["predicted_peak_memory_bytes"] / 2**30
+    assert any(
+        line.startswith("peak memory: measured") and f"vs predicted {predicted_gib:.2f} GiB" in line and "RSS" in line
+        for line in summary["lines"]
+    ), summary["lines"]
     assert f"vs predicted {predicted:.3g} s/step" in summary["lines"][0]
     assert record.predicted_step_time_s == pytest.approx(predicted)
     # ... and the predicted rate `db list` shows beside the measured one: the step's tokens over that time.

@@ -94,8 +94,10 @@ def finish_summary(
     median = times.median()
     tokens_per_step = run.global_batch * run.seq_len
     moved = _other_shape(spec.plan, run)  # `train --nproc` or --seq-len: the prediction is for another step
-    comparable = not args.tiny and run.device == "cuda" and moved is None
     step_comparable = step_time_comparable(spec.plan, run, tiny=bool(args.tiny))
+    # Memory too: on GPUs, and on the CPU processes a `--gpu cpu` plan predicts (its estimate models a CPU rank:
+    # the CPU's kernels and its process baseline, docs/hardware.md), RSS against RSS.
+    comparable = step_comparable
     predicted = run.predicted
     summary: dict[str, Any] = {
         "strategy": spec.strategy.value,
@@ -138,12 +140,13 @@ def finish_summary(
     if comparable:
         estimate = (predicted.peak_memory_bytes or 0) / 2**30 or None
         phase = f"formula, peak at {predicted.memory_source}" if predicted.memory_source else "formula"
+        if run.device != "cuda":
+            phase = f"host peak RSS; {phase}"
         lines.append(comparison("peak memory", gib, estimate, "GiB", ".2f", phase))
     else:
-        why = "--tiny run" if args.tiny else "CPU processes" if run.device != "cuda" else f"{moved}"
+        why = "--tiny run" if args.tiny else moved if moved else "CPU processes of a GPU plan"
         lines.append(
-            f"peak memory: {gib:.2f} GiB ({summary['memory_kind']}; {why}, so not compared with the "
-            "plan's GPU estimate)"
+            f"peak memory: {gib:.2f} GiB ({summary['memory_kind']}; {why}, so not compared with the plan's estimate)"
         )
     if eval_rows:
         last = eval_rows[-1]
@@ -167,8 +170,8 @@ def finish_summary(
 def step_time_comparable(plan: Plan, run: RunConfig, *, tiny: bool) -> bool:
     """Whether the measured step time is the one the plan predicted: the plan's own step (not a --tiny run, nor
     another process count, batch or sequence length), on GPUs, or on the CPU processes a plan made for the `cpu`
-    pseudo-GPU predicts (not their memory: RSS is no GPU estimate), as tune's trials on it do: compared, and
-    recorded beside the prediction to calibrate the next plan."""
+    pseudo-GPU predicts (their memory too: that estimate models a CPU rank), as tune's trials on it do: compared,
+    and recorded beside the prediction to calibrate the next plan."""
     if tiny or _other_shape(plan, run) is not None:
         return False
     return run.device == "cuda" or plan.cluster.gpu.name == "cpu"
