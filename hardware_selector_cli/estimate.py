@@ -18,6 +18,7 @@ from .option_groups import option_group
 from .training_options import COMPRESSION_HELP, ClusterOptions, _choice, cluster_options, training_options_for_model
 
 if TYPE_CHECKING:  # pydantic models: `--help` imports this module and builds none of them
+    from planner.hardware.gpus import GpuSpec
     from planner.models.spec import ModelSpec
     from planner.training_config import TrainingConfig
 
@@ -108,6 +109,15 @@ def _fit_default_seq_len(ctx: typer.Context, config: TrainingConfig, spec: Model
     return config.model_copy(update={"seq_len": default_seq_len(spec)})
 
 
+def _fit_precision(ctx: typer.Context, config: TrainingConfig, gpu: GpuSpec) -> TrainingConfig:
+    """--precision not given: the best the GPU has, as `plan` defaults; given, refused on a GPU without it, as
+    `plan` refuses it (planner/search/request.training_precision holds the rule for both)."""
+    from planner.search.request import training_precision
+
+    requested = None if ctx.get_parameter_source("precision").name == "DEFAULT" else config.precision
+    return config.model_copy(update={"precision": training_precision(gpu, requested)})
+
+
 IMPLEMENTATION_HELP = (
     "Whose training code to predict the speed of: ours (what --emit writes: transformers modules), "
     "megatron, megatron-core (with Transformer Engine: TP communication overlap, Hopper-native attention), "
@@ -157,6 +167,7 @@ def register(app: typer.Typer) -> None:
             )
         overhead = OverheadSettings() if overhead_gb is None else OverheadSettings.fixed(overhead_gb)
         target = cluster.resolve()
+        training = _fit_precision(ctx, training, target.gpu)
         result, compression_notes = estimate_compressed(
             spec,
             training,
