@@ -178,6 +178,7 @@ def register(app: typer.Typer) -> None:
             implementation=implementation,
         )
         training = result.config
+        positions_note = spec.beyond_trained_positions(training.seq_len)  # as plan's reasons say it
         if as_json:
             document = {
                 "model": model_summary(spec),
@@ -190,6 +191,8 @@ def register(app: typer.Typer) -> None:
                 document["throughput_error"] = result.throughput_error
             if compression_notes:
                 document["compression_notes"] = compression_notes
+            if positions_note:
+                document["notes"] = [positions_note]
             print(json.dumps(document, indent=2))
         else:
             host_ram = next((line for line in target.assumptions if line.startswith("host RAM")), "")
@@ -199,6 +202,8 @@ def register(app: typer.Typer) -> None:
             print_speed(result)
             for note in compression_notes:
                 print(f"  - {note}")
+            if positions_note:
+                print(f"note: {positions_note}")
 
 
 def _check_options(spec, config, implementation: str, headroom: float, overhead_gb: float | None) -> None:
