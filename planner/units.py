@@ -48,15 +48,18 @@ def format_seconds(seconds: float) -> str:
     return f"{days:.3g} d" if days < 1000 else f"{days:,.0f} d"
 
 
-def format_dollars(value: float) -> str:
-    """A cost that never shows a small run as free: '$0.02', '<$0.01'; whole dollars from $100, '$12.3k' from
-    $10,000. Exactly 0 (a price of $0, the machine you already have) is '$0'."""
+def format_dollars(value: float, *, compact: bool = True) -> str:
+    """A cost that never shows a small run as free: '$0.02', '<$0.01'; whole dollars from $100, and for a table's
+    column (`compact`) '$12.3k' from $10,000 ('$12,345' in a sentence). Exactly 0 (a price of $0, the machine
+    you already have) is '$0'."""
     if value == 0:
         return "$0"
     if value < 0.01:
         return "<$0.01"
     if value < 100:
         return f"${value:.2f}"
+    if not compact:
+        return f"${value:,.0f}"
     for limit, unit, suffix in ((1e9, 1e9, "G"), (1e6, 1e6, "M"), (1e4, 1e3, "k")):
         if value >= limit:
             return f"${value / unit:.3g}{suffix}"

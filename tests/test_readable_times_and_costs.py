@@ -62,3 +62,13 @@ def test_the_training_tables_cost_shows_cents(capsys) -> None:
         assert main([*plan, "--tokens", tokens]) == 0
         row = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("1 DDP"))
         assert row.split()[-1] == format_dollars(cost) and format_dollars(cost) != "$0"
+
+
+def test_the_cost_objectives_reason_keeps_cents(capsys) -> None:
+    plan = ["plan", "--model", "gpt2", "--gpu", "H100-80GB", "--gpus-per-node", "1", "--strategies", "ddp"]
+    assert main([*plan, "--objective", "cost", "--tokens", "1e8", "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["best"]
+    cost = best["to_train"]["cost_usd"]
+    assert 0.01 < cost < 100  # a run costing cents, which the reason said as "$0"
+    assert f"by cost: {format_dollars(cost, compact=False)} to train" in " ".join(best["reasons"])
+    assert format_dollars(17_215.4, compact=False) == "$17,215"  # a sentence keeps whole dollars above $100

@@ -14,7 +14,7 @@ from planner.search.candidates import FamilyRecord, Scored
 from planner.search.request import Objective, PlanRequest
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import ActivationCheckpointing, TrainingConfig
-from planner.units import GIB, counted
+from planner.units import GIB, counted, format_dollars
 
 # Plans within this share of the best score count as equal, and the simplest of them wins:
 # 3 in 4 rows of the throughput validation table are within 5% (docs/accuracy.md), so a
@@ -63,7 +63,7 @@ def objective_figure(item: Scored, request: PlanRequest, tokens: float) -> str:
         if cost is None:  # search() refuses a cost search without a price; kept for other callers
             return f"no cost: {item.cluster.gpu.price_source}"
         return (
-            f"${cost:,.0f} to train {tokens:.3g} tokens at ${throughput.price_usd_per_gpu_hour:.2f}/GPU-hour "
+            f"{format_dollars(cost, compact=False)} to train {tokens:.3g} tokens at ${throughput.price_usd_per_gpu_hour:.2f}/GPU-hour "
             f"[price: {item.cluster.gpu.price_source}]"
         )
     if request.objective is Objective.TIME_TO_TRAIN:
