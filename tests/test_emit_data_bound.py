@@ -30,8 +30,8 @@ def user(tmp_path_factory):
     return root, model_dir, corpus, jsonl, documents
 
 
-def _emit(model_dir, data, folder, global_batch: int) -> int:
-    return main(["plan", "-m", str(model_dir), "--gpu", "cpu", "--gpus-per-node", "1", "--seq-len", str(SEQ),
+def _emit(model_dir, data, folder, global_batch: int, gpus: int = 1) -> int:
+    return main(["plan", "-m", str(model_dir), "--gpu", "cpu", "--gpus-per-node", str(gpus), "--seq-len", str(SEQ),
                  "--global-batch", str(global_batch), "--strategies", "ddp", "--data", str(data),
                  "--emit", str(folder)])  # fmt: skip
 
@@ -53,9 +53,19 @@ def test_data_too_small_for_one_step_is_refused_at_emit_naming_the_batch_that_fi
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --data "), captured.err
     assert f"holds at most {bound:,} tokens" in lines[0]
-    assert f"plan again with --global-batch {bound // SEQ:,} or less" in lines[0]
+    assert f"plan again with --global-batch {bound // SEQ} or less" in lines[0]  # one GPU: no rounding
     assert not (root / f"refused-{kind}").exists()  # nothing written
     assert _emit(model_dir, data, root / f"fits-{kind}", bound // SEQ) == 0  # the batch it names is emitted
+
+
+def test_the_batch_named_is_split_evenly_by_the_data_parallel_ranks(user, capsys):
+    root, model_dir, corpus, _, _ = user
+    raw = corpus.read_bytes()
+    bound = len(raw) + (raw.count(b"\n") + 1) * 2 + len(raw) // 32768
+    even = bound // SEQ // 3 * 3  # DDP on 3 ranks
+    assert _emit(model_dir, corpus, root / "refused-dp3", bound // SEQ + 3, gpus=3) == 2
+    assert f"plan again with --global-batch {even} or less" in capsys.readouterr().err
+    assert _emit(model_dir, corpus, root / "fits-dp3", even, gpus=3) == 0
 
 
 def test_trains_refusal_names_the_batch_the_blocks_fill_and_how_to_plan_again(user, tmp_path):
@@ -69,5 +79,5 @@ def test_trains_refusal_names_the_batch_the_blocks_fill_and_how_to_plan_again(us
         prepare_data(**options, run_dir=tmp_path, global_batch=blocks + 1)  # type: ignore[arg-type]
     message = str(refused.value)
     assert f"the data give {blocks:,} training blocks of {SEQ} tokens" in message
-    assert f"hardware-selector plan ... --global-batch {blocks:,} (or less" in message
+    assert f"hardware-selector plan ... --global-batch {blocks} (or less" in message
     assert f"--emit {tmp_path} --force" in message

@@ -113,7 +113,7 @@ def prepare_data(
         raise UserInputError(
             f"the data give {len(train):,} training blocks of {seq_len:,} tokens, fewer than one step's "
             f"global batch of {global_batch:,}; add data, or plan the folder again with a batch they fill: "
-            f"hardware-selector plan ... --global-batch {max(len(train), 1):,} (or less, or a smaller --seq-len) "
+            f"hardware-selector plan ... --global-batch {max(len(train), 1)} (or less, or a smaller --seq-len) "
             f"--emit {run_dir} --force"
         )
     evaluation = f"{len(held_out)} evaluation blocks" if held_out is not None else "no evaluation split"

@@ -55,10 +55,13 @@ def token_upper_bound(sources: list[Source], per_document: int, needed: int) -> 
     return bound
 
 
-def check_data_fills_a_step(patterns: list[str], tokenizer: Any, *, global_batch: int, seq_len: int) -> None:
+def check_data_fills_a_step(
+    patterns: list[str], tokenizer: Any, *, global_batch: int, seq_len: int, data_parallel: int = 1
+) -> None:
     """One line, before anything is written, when --data certainly holds fewer tokens than one step's global
     batch: `train` would refuse the folder, and it cannot change the batch. The line names the largest
-    --global-batch the bound allows (or a shorter --seq-len when not even one sequence fits)."""
+    --global-batch the bound allows that the plan's data-parallel ranks split evenly (or a shorter --seq-len
+    when not even one sequence per rank fits)."""
     needed = global_batch * seq_len
     sources = resolve_sources(patterns, "--data")
     per_document = special_tokens_per_document(tokenizer) + 2  # + EOS + a word-start marker
@@ -66,11 +69,11 @@ def check_data_fills_a_step(patterns: list[str], tokenizer: Any, *, global_batch
     if bound is None or bound >= needed:
         return
     size = sum(source.path.stat().st_size for source in sources)
-    fits = bound // seq_len
-    advice = (
-        f"plan again with --global-batch {fits:,} or less (or a smaller --seq-len), or add data"
+    fits = bound // seq_len // data_parallel * data_parallel  # every data-parallel rank gets its share
+    advice = (  # a flag's value without thousands separators, to be typed as it is
+        f"plan again with --global-batch {fits} or less (or a smaller --seq-len), or add data"
         if fits
-        else f"plan again with --seq-len {bound:,} or less and a smaller --global-batch, or add data"
+        else f"plan again with --seq-len {bound // data_parallel} or less and a smaller --global-batch, or add data"
     )
     raise UserInputError(
         f"--data {' '.join(patterns)} holds at most {bound:,} tokens ({size:,} bytes of text, a token at least one "

@@ -214,7 +214,13 @@ def emit_run_folder(
             target.model.tokenizer_dir, model_name=target.model.name, vocab_size=vocab_size
         )
         # train cannot change the batch, and would refuse data too small for one step only after tokenizing it
-        check_data_fills_a_step(target.data.train, tokenizer, global_batch=target.global_batch, seq_len=target.seq_len)
+        check_data_fills_a_step(
+            target.data.train,
+            tokenizer,
+            global_batch=target.global_batch,
+            seq_len=target.seq_len,
+            data_parallel=target.data_parallel,
+        )
     if plan.config.kernels is KernelChoice.LIGER and target.device != "cuda":
         raise UserInputError("--kernels liger: Liger's kernels are Triton GPU kernels; plan --kernels compile for CPU")
     if elastic is not None and launch is not None:
