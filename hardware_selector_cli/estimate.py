@@ -196,9 +196,13 @@ def register(app: typer.Typer) -> None:
             print(json.dumps(document, indent=2))
         else:
             host_ram = next((line for line in target.assumptions if line.startswith("host RAM")), "")
-            print_memory_table(
-                result, f"{spec.name} on {target.world_size} x {target.gpu.name}, {training.strategy.value}", host_ram
+            # The precision says where it came from: the GPU's best (as plan chooses) or --precision.
+            chosen = "the GPU's best" if ctx.get_parameter_source("precision").name == "DEFAULT" else "--precision"
+            title = (
+                f"{spec.name} on {target.world_size} x {target.gpu.name}, {training.strategy.value}, "
+                f"{training.precision.value} ({chosen})"
             )
+            print_memory_table(result, title, host_ram)
             print_speed(result)
             for note in compression_notes:
                 print(f"  - {note}")

@@ -36,3 +36,10 @@ def test_estimate_refuses_a_precision_the_gpu_lacks_as_plan_does(capsys) -> None
         assert code == 2 and captured.out == ""
         refusals.append(captured.err)
     assert refusals[0] == refusals[1] == "error: V100-32GB has no bf16 support; use fp16-mixed\n"
+
+
+def test_the_table_says_the_precision_and_where_it_came_from(capsys) -> None:
+    assert main(["estimate", "--model", "gpt2", "--gpu", "V100-32GB"]) == 0
+    assert "gpt2 on 8 x V100-32GB, ddp, fp16-mixed (the GPU's best)" in capsys.readouterr().out
+    assert main(["estimate", "--model", "gpt2", "--gpu", "V100-32GB", "--precision", "fp32"]) == 0
+    assert "gpt2 on 8 x V100-32GB, ddp, fp32 (--precision)" in capsys.readouterr().out
