@@ -118,7 +118,12 @@ def _run(args: list[str]) -> int:
     try:
         if is_seed_invocation(args):
             return seed_main(args)
-        return subcommand_main(args)
+        code = subcommand_main(args)
+        if args == ["--help"]:  # the program's help covers both of its interfaces: the commands, then the seed flags
+            from hardware_selector_cli.seed_cli import seed_help
+
+            print(seed_help())
+        return code
     except BrokenPipeError:  # `... | head`: the reader left; end quietly, as a tool killed by SIGPIPE does
         import os
 

@@ -11,6 +11,7 @@ import copy
 import functools
 import importlib
 import sys
+from collections.abc import Mapping
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -77,14 +78,40 @@ def __getattr__(name: str) -> typer.Typer:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def validation_message(error: ValidationError) -> str:
-    """One line from pydantic's report: our own UserInputError text when a validator raised one."""
+def validation_message(error: ValidationError, flags: Mapping[str, str] | None = None) -> str:
+    """One line from pydantic's report: our own UserInputError text when a validator raised one; a field that an
+    option of the command sets (`flags`: field name -> flag, `lora_rank` -> `--lora-rank`) said in the words of
+    the flag with the value given (`--lora-rank must be greater than or equal to 0, not -3`), as `train`'s run
+    options are (planner/rundir/run_overrides.py); any other field by its name."""
     first = error.errors()[0]
     cause = first.get("ctx", {}).get("error")
     if isinstance(cause, UserInputError):
         return str(cause)
-    location = ".".join(str(part) for part in first.get("loc", ()))
-    return f"{location}: {first['msg']}" if location else first["msg"]
+    location = first.get("loc", ())
+    flag = (flags or {}).get(str(location[-1])) if location else None
+    if flag is not None:
+        problem = str(first["msg"]).removeprefix("Value error, ").replace("Input should be ", "")
+        value = first.get("input")
+        shown = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else f"{value!r}"
+        return f"{flag} must be {problem}, not {shown}"
+    where = ".".join(str(part) for part in location)
+    return f"{where}: {first['msg']}" if where else first["msg"]
+
+
+def command_flags(command: Any, args: list[str]) -> dict[str, str]:
+    """The options of the (sub)command `args` name, by parameter name -> longest flag (`--lora-rank`); an
+    option group's fields are named as its options (option_groups.py), so a model field refused by pydantic is
+    said as the flag that set it."""
+    for arg in args:
+        subcommands = getattr(command, "commands", None)
+        if not subcommands or arg not in subcommands:
+            break
+        command = subcommands[arg]
+    return {
+        param.name: max(param.opts, key=len)
+        for param in getattr(command, "params", ())
+        if param.name and any(opt.startswith("--") for opt in param.opts)
+    }
 
 
 def _validation_errors() -> tuple[type[ValidationError], ...]:
@@ -184,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except _validation_errors() as error:
-        print(f"error: {validation_message(error)}", file=sys.stderr)
+        print(f"error: {validation_message(error, command_flags(command, args))}", file=sys.stderr)
         return 2
     except USAGE_ERRORS as error:
         print(f"error: {usage_message(error)}", file=sys.stderr)

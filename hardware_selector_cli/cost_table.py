@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from planner.units import format_dollars
+
 
 def _days(seconds: float) -> str:
     if not math.isfinite(seconds):
@@ -14,7 +16,7 @@ def _days(seconds: float) -> str:
 
 
 def _dollars(value: float) -> str:
-    return f"${_compact(value)}" if math.isfinite(value) else "-"
+    return format_dollars(value) if math.isfinite(value) else "-"
 
 
 def _compact(value: float) -> str:

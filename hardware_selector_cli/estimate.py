@@ -18,6 +18,7 @@ from .option_groups import option_group
 from .training_options import COMPRESSION_HELP, ClusterOptions, _choice, cluster_options, training_options_for_model
 
 if TYPE_CHECKING:  # pydantic models: `--help` imports this module and builds none of them
+    from planner.hardware.gpus import GpuSpec
     from planner.models.spec import ModelSpec
     from planner.training_config import TrainingConfig
 
@@ -114,6 +115,15 @@ def _fit_default_seq_len(ctx: typer.Context, config: TrainingConfig, spec: Model
     return config.model_copy(update={"seq_len": default_seq_len(spec)})
 
 
+def _fit_precision(ctx: typer.Context, config: TrainingConfig, gpu: GpuSpec) -> TrainingConfig:
+    """--precision not given: the best the GPU has, as `plan` defaults; given, refused on a GPU without it, as
+    `plan` refuses it (planner/search/request.training_precision holds the rule for both)."""
+    from planner.search.request import training_precision
+
+    requested = None if ctx.get_parameter_source("precision").name == "DEFAULT" else config.precision
+    return config.model_copy(update={"precision": training_precision(gpu, requested)})
+
+
 IMPLEMENTATION_HELP = (
     "Whose training code to predict the speed of: ours (what --emit writes: transformers modules), "
     "megatron, megatron-core (with Transformer Engine: TP communication overlap, Hopper-native attention), "
@@ -163,6 +173,7 @@ def register(app: typer.Typer) -> None:
             )
         overhead = OverheadSettings() if overhead_gb is None else OverheadSettings.fixed(overhead_gb)
         target = cluster.resolve()
+        training = _fit_precision(ctx, training, target.gpu)
         result, compression_notes = estimate_compressed(
             spec,
             training,
@@ -173,6 +184,7 @@ def register(app: typer.Typer) -> None:
             implementation=implementation,
         )
         training = result.config
+        positions_note = spec.beyond_trained_positions(training.seq_len)  # as plan's reasons say it
         if as_json:
             document = {
                 "model": model_summary(spec),
@@ -185,15 +197,23 @@ def register(app: typer.Typer) -> None:
                 document["throughput_error"] = result.throughput_error
             if compression_notes:
                 document["compression_notes"] = compression_notes
+            if positions_note:
+                document["notes"] = [positions_note]
             print(json.dumps(document, indent=2))
         else:
             host_ram = next((line for line in target.assumptions if line.startswith("host RAM")), "")
-            print_memory_table(
-                result, f"{spec.name} on {target.world_size} x {target.gpu.name}, {training.strategy.value}", host_ram
+            # The precision says where it came from: the GPU's best (as plan chooses) or --precision.
+            chosen = "the GPU's best" if ctx.get_parameter_source("precision").name == "DEFAULT" else "--precision"
+            title = (
+                f"{spec.name} on {target.world_size} x {target.gpu.name}, {training.strategy.value}, "
+                f"{training.precision.value} ({chosen})"
             )
+            print_memory_table(result, title, host_ram)
             print_speed(result)
             for note in compression_notes:
                 print(f"  - {note}")
+            if positions_note:
+                print(f"note: {positions_note}")
 
 
 def _check_options(spec, config, implementation: str, headroom: float, overhead_gb: float | None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import TYPE_CHECKING
 
 import typer
@@ -42,6 +43,52 @@ def model_summary(spec: ModelSpec) -> dict:
     }
 
 
+NO_MATCH_EXIT = 1
+
+
+def _no_match_line(search: str) -> str:
+    from planner.models.catalog import load_catalog, suggest_models
+
+    closest = suggest_models(search)
+    if closest:
+        return f"no catalog model matches '{search}'; closest: {', '.join(closest)}"
+    return (
+        f"no catalog model matches '{search}', nor is one close; `hardware-selector models` lists all "
+        f"{len(load_catalog())}, and --model takes a local config.json folder too"
+    )
+
+
+# Dropped first to last when the terminal is too narrow for every number whole: the columns a reader of the
+# catalog needs least for sizing a plan. `--json` always has them all.
+NARROW_DROP_ORDER = ("vocab", "FFN", "heads(kv)", "hidden", "layers", "active")
+NAME_MIN_WIDTH = 16  # the name column folds onto more lines below this, which still reads
+
+
+def _cells(spec: ModelSpec) -> dict[str, str]:
+    return {
+        "params": format_count(spec.params.total),
+        "active": format_count(spec.params.active_per_token) if spec.is_moe else "",
+        "layers": str(spec.num_layers),
+        "hidden": str(spec.hidden_size),
+        "heads(kv)": f"{spec.num_heads}({spec.num_kv_heads})",
+        "FFN": str(spec.expert_ffn_size or spec.ffn_size) + (f"x{spec.num_experts}" if spec.is_moe else ""),
+        "vocab": str(spec.vocab_size),
+    }
+
+
+def numeric_columns(rows: list[dict[str, str]], width: int) -> list[str]:
+    """The number columns that fit `width` whole beside a name column of NAME_MIN_WIDTH (one space of padding
+    either side of each column), dropping NARROW_DROP_ORDER's first until they do; params always stays."""
+    columns = list(rows[0]) if rows else []
+    widths = {column: max(len(column), *(len(row[column]) for row in rows)) + 2 for column in columns}
+    while sum(widths[column] for column in columns) + NAME_MIN_WIDTH + 2 > width:
+        dropped = next((column for column in NARROW_DROP_ORDER if column in columns), None)
+        if dropped is None:
+            break
+        columns.remove(dropped)
+    return columns
+
+
 def _print_table(specs: list[ModelSpec]) -> None:
     from rich import box
     from rich.console import Console
@@ -51,26 +98,26 @@ def _print_table(specs: list[ModelSpec]) -> None:
     # The HF id is the widest column; on a narrow terminal (or a pipe) it is the one to drop
     # so that the numbers stay readable. `--json` always has it.
     wide = console.width >= 130
+    rows = [_cells(spec) for spec in specs]
+    shown = numeric_columns(rows, console.width)
+    dropped = [column for column in (rows[0] if rows else {}) if column not in shown]
     table = Table(
-        title=f"Model catalog ({len(specs)} models; counts from the meta-device build)",
+        title=f"Model catalog ({len(specs)} model{'' if len(specs) == 1 else 's'}; counts from the meta-device build)",
+        caption=f"{', '.join(dropped)} left out for this terminal's width; --json has every field" if dropped else None,
         box=box.SIMPLE_HEAD,
         pad_edge=False,
         collapse_padding=True,
     )
     columns = ["name", "HF id", "family"] if wide else ["name"]
-    for column in (*columns, "params", "active", "layers", "hidden", "heads(kv)", "FFN", "vocab"):
-        table.add_column(column, justify="left" if column in ("name", "HF id", "family") else "right", no_wrap=True)
-    for spec in specs:
+    for column in columns:  # text: folded onto a second line when the terminal is narrow
+        table.add_column(column, overflow="fold")
+    for column in shown:
+        # A number is never cut ("2508…"): its column keeps its widest cell (and header) whole.
+        widest = max(len(column), *(len(row[column]) for row in rows))
+        table.add_column(column, justify="right", no_wrap=True, min_width=widest)
+    for spec, row in zip(specs, rows, strict=True):
         table.add_row(
-            spec.name,
-            *([spec.hf_id or "", spec.family.value] if wide else []),
-            format_count(spec.params.total),
-            format_count(spec.params.active_per_token) if spec.is_moe else "",
-            str(spec.num_layers),
-            str(spec.hidden_size),
-            f"{spec.num_heads}({spec.num_kv_heads})",
-            str(spec.expert_ffn_size or spec.ffn_size) + (f"x{spec.num_experts}" if spec.is_moe else ""),
-            str(spec.vocab_size),
+            spec.name, *([spec.hf_id or "", spec.family.value] if wide else []), *(row[column] for column in shown)
         )
     console.print(table)
 
@@ -79,7 +126,10 @@ def register(app: typer.Typer) -> None:
     @app.command("models")
     def models_command(
         search: str | None = typer.Option(
-            None, "--search", "-s", help="Keep models whose name, id or type contains TEXT."
+            None,
+            "--search",
+            "-s",
+            help="Keep models whose name, id, alias, legacy name or type contains TEXT (none: exit 1, the closest named).",
         ),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
     ) -> None:
@@ -87,6 +137,11 @@ def register(app: typer.Typer) -> None:
         from planner.models.catalog import search_models
 
         specs = search_models(search)
+        if not specs:  # nothing found is exit 1, as `plan` with nothing that fits; 2 stays for a mistake
+            if as_json:
+                print("[]")
+            print(_no_match_line(search or ""), file=sys.stderr)
+            raise typer.Exit(NO_MATCH_EXIT)
         if as_json:
             print(json.dumps([model_summary(spec) for spec in specs], indent=2))
         else:

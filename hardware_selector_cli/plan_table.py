@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from planner.contract.choices import ActivationCheckpointing
-from planner.units import format_bytes
+from planner.units import format_bytes, format_dollars
 
 
 def tokens_source(tokens_from: str | None) -> str:
@@ -94,7 +94,7 @@ def _time_or_cost(speed, tokens: float, world_size: int, by_time: bool) -> str:
     if by_time:
         return f"{speed.time_to_train_s(tokens) / 86400:,.1f}"
     cost = speed.cost_usd(tokens, world_size)
-    return "-" if cost is None else _compact(cost, "$")
+    return "-" if cost is None else format_dollars(cost)
 
 
 def print_plans(result, title: str, explain: bool, tokens_from: str | None = "--tokens") -> None:

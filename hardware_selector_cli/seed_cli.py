@@ -37,6 +37,15 @@ def is_seed_invocation(argv: Sequence[str]) -> bool:
     return bool(argv) and any(arg.split("=", 1)[0] in SEED_FLAGS for arg in argv) and not argv[0][:1].isalpha()
 
 
+def seed_help() -> str:
+    """The seed interface's flags, as `--help` prints them after the commands: without this they showed only
+    with `--model-family F --model-name M --help`."""
+    return (
+        "\nOr, without a command, the interface of the tool this project replaces (one recommendation through the "
+        "same search; docs/selector.md):\n\n" + _parser().format_help()
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     import argparse  # here: every start-up checks is_seed_invocation, and only the seed flags are parsed with it
 

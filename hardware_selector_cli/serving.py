@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import typer
 
 from planner.errors import UserInputError
+from planner.units import format_seconds
 
 MODES = ("training", "inference")
 
@@ -153,8 +154,8 @@ def print_serving(result, title: str, as_json: bool, explain: bool) -> None:
             f"{memory['total'] / 2**30:.1f}G {memory['total'] / plan.gpu_capacity_bytes:.0%}",
             f"{memory['kv_cache'] / 2**30:.1f}G",
             f"{plan.max_batch:,}",
-            f"{plan.ttft_s * 1e3:,.0f} ms",
-            f"{plan.itl_s * 1e3:,.1f} ms",
+            format_seconds(plan.ttft_s),
+            format_seconds(plan.itl_s),
             f"{plan.cluster_tokens_per_s:,.0f}",
             plan.regime,
         )

@@ -154,7 +154,9 @@ def training_options(
         2048, "--seq-len", help="Tokens per sequence (default: the smaller of 2048 and the model's context)."
     ),
     grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches per optimizer step."),
-    precision: str = typer.Option("bf16-mixed", "--precision", help="fp32|fp16-mixed|bf16-mixed|bf16"),
+    precision: str = typer.Option(
+        "bf16-mixed", "--precision", help="fp32|fp16-mixed|bf16-mixed|bf16 (default: the best the GPU has)."
+    ),
     optimizer: str = typer.Option("adamw", "--optimizer", help="adamw|adamw-8bit|adafactor|sgd|lion"),
     ac: str = typer.Option("none", "--ac", help="Activation checkpointing: none|selective|full"),
     attention: str = typer.Option("sdpa", "--attention", help="sdpa (flash/memory-efficient) or eager"),

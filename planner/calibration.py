@@ -30,7 +30,7 @@ from planner.measured_runs import MeasuredRun, config_key, copied_predictions, n
 from planner.strategy_family import offload_suffix, strategy_family
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import TrainingConfig
-from planner.units import counted
+from planner.units import counted, format_seconds
 
 # An affine fit needs more points than parameters to mean anything.
 MIN_RECORDS_FOR_AFFINE = 3
@@ -81,7 +81,7 @@ class Correction(BaseModel):
     def fitted_range(self) -> str:
         if self.predicted_min_s is None or self.predicted_max_s is None:
             return "an unrecorded range"
-        return f"{_seconds(self.predicted_min_s)}-{_seconds(self.predicted_max_s)}"
+        return f"{format_seconds(self.predicted_min_s)}-{format_seconds(self.predicted_max_s)}"
 
     def describe(self) -> str:
         records = counted(self.records, "record")
@@ -97,10 +97,6 @@ class Correction(BaseModel):
 def pooled_family(families: list[str], offloaded: bool = False) -> str:
     """The name a pooled correction goes by: it stands for the families that have no records, from these."""
     return f"{'offload ' if offloaded else ''}families without records (pooled from {', '.join(families)})"
-
-
-def _seconds(value: float) -> str:
-    return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
 
 
 def fit_correction(gpu: str, family: str, runs: list[MeasuredRun], behind: dict[str, int] | None = None) -> Correction:
@@ -291,7 +287,7 @@ class Calibration(BaseModel):
         if not correction.covers(formula):
             note = (
                 f"{NOT_APPLIED}the correction {correction.describe()} was fitted on predicted steps of "
-                f"{correction.fitted_range()}; this plan's {_seconds(formula)} is more than "
+                f"{correction.fitted_range()}; this plan's {format_seconds(formula)} is more than "
                 f"{EXTRAPOLATION_LIMIT:g}x outside that range"
             )
             return estimate.model_copy(update={"notes": [*estimate.notes, note]})

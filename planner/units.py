@@ -28,3 +28,39 @@ def format_bytes(value: float) -> str:
     if abs(value) >= GIB:
         return f"{value / GIB:.2f} GiB"
     return f"{value / 2**20:.1f} MiB"
+
+
+# A duration's unit: (seconds per unit, its name, where the next unit takes over).
+DURATION_UNITS = ((1e-3, "ms", 1000), (1.0, "s", 60), (60.0, "min", 60), (3600.0, "h", 48))
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration in the unit that reads best, to three significant figures: 0.000412 -> '0.412 ms',
+    2.8015 -> '2.8 s', 2801.5 -> '46.7 min', 3e5 -> '3.47 d'. No figure rounds to 0 or grows to seven digits."""
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        return f"{seconds} s"
+    if seconds < 1e-3:
+        return f"{seconds * 1e3:.3g} ms"  # beside the other serving times in ms, rather than in µs
+    for scale, unit, next_at in DURATION_UNITS:
+        if float(f"{seconds / scale:.3g}") < next_at:
+            return f"{seconds / scale:.3g} {unit}"
+    days = seconds / 86400
+    return f"{days:.3g} d" if days < 1000 else f"{days:,.0f} d"
+
+
+def format_dollars(value: float, *, compact: bool = True) -> str:
+    """A cost that never shows a small run as free: '$0.02', '<$0.01'; whole dollars from $100, and for a table's
+    column (`compact`) '$12.3k' from $10,000 ('$12,345' in a sentence). Exactly 0 (a price of $0, the machine
+    you already have) is '$0'."""
+    if value == 0:
+        return "$0"
+    if value < 0.01:
+        return "<$0.01"
+    if value < 100:
+        return f"${value:.2f}"
+    if not compact:
+        return f"${value:,.0f}"
+    for limit, unit, suffix in ((1e9, 1e9, "G"), (1e6, 1e6, "M"), (1e4, 1e3, "k")):
+        if value >= limit:
+            return f"${value / unit:.3g}{suffix}"
+    return f"${value:,.0f}"

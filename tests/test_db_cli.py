@@ -10,6 +10,7 @@ from benchmarks_db.record import spec_hash
 from benchmarks_db.store import BenchmarkStore
 from hardware_selector_cli.app import main
 from planner.models.resolve import resolve_model
+from planner.units import format_seconds
 from tests.db_samples import calibrating_store, sample_record
 
 PLAN = [
@@ -117,7 +118,7 @@ def test_plan_with_only_an_out_of_range_correction_says_it_is_not_calibrated_and
     assert best["calibration"] == "not calibrated: " + note.removeprefix("calibration not applied: ")
     assert best["calibration"].startswith("not calibrated: the correction ddp on cpu: 10 ms + x2 (3 records")
     assert best["calibration"].endswith(
-        f"was fitted on predicted steps of 2 s-8 s; this plan's {step:.3g} s is more than 10x outside that range"
+        f"was fitted on predicted steps of 2 s-8 s; this plan's {format_seconds(step)} is more than 10x outside that range"
     )
     assert main([*PLAN, "--db", str(store.path)]) == 0
     printed = " ".join(capsys.readouterr().out.split())  # rich wraps the line

@@ -91,7 +91,7 @@ SUGGESTION_FORMS = [
         lambda m, c: ({}, make_cluster(m.group(1), int(m.group(2)), int(m.group(3)))),
     ),
     (
-        re.compile(r"^at \d+ GPUs, (\S+) fits"),
+        re.compile(r"^at \d+ GPUs?, (\S+) fits"),
         lambda m, c: ({}, make_cluster(m.group(1), c.gpus_per_node, c.num_nodes)),
     ),
 ]

@@ -20,6 +20,7 @@ from hardware_selector import get_distributed_training_config, select_hardware_f
 from hardware_selector_cli.app import main
 from planner.models.resolve import resolve_model
 from planner.selector import calibration as selector_calibration
+from planner.units import format_seconds
 from tests.db_samples import calibrating_store, sample_record
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -180,7 +181,7 @@ def test_an_answer_the_records_changed_nothing_of_says_why_as_plan_does(tmp_path
     assert far["calibration"] == _plan_best(store.path, capsys)["calibration"]
     assert far["calibration"].startswith("not calibrated: the correction ddp on cpu: 10 ms + x4 (3 records, newest ")
     assert far["calibration"].endswith(
-        f"was fitted on predicted steps of 5 s-20 s; this plan's {step:.3g} s is more than 10x outside that range"
+        f"was fitted on predicted steps of 5 s-20 s; this plan's {format_seconds(step)} is more than 10x outside that range"
     )
     # Per-GPU batch 8 in the default precision: DDP's ~15 s step is in range and corrected x4; the other
     # strategies, with no record of their own, take the pooled correction (tests/test_calibration_pooled.py), so

@@ -106,3 +106,5 @@ def test_the_planning_chapter_explains_its_choice():
     out = _single("09_plan.py")
     assert re.search(r"^best: \w+ dp \d+ x tp \d+ x pp \d+", out, re.M), out
     assert "why:" in out and "[memory: formula" in out and "the selector API agrees on the family:" in out
+    memory = next(line for line in out.splitlines() if line.startswith("memory per GPU:"))
+    assert "the above" not in memory and "parameters, gradients, optimizer states" in memory  # printed alone

@@ -111,8 +111,10 @@ def prepare_data(
         train, held_out = split_blocks(blocks, data.eval_fraction, data.eval_max_blocks, data.seed)
     if len(train) < global_batch:
         raise UserInputError(
-            f"the data give {len(train)} training blocks of {seq_len} tokens, fewer than one step's "
-            f"global batch of {global_batch}; add data, or lower --seq-len or the batch"
+            f"the data give {len(train):,} training blocks of {seq_len:,} tokens, fewer than one step's "
+            f"global batch of {global_batch:,}; add data, or plan the folder again with a batch they fill: "
+            f"hardware-selector plan ... --global-batch {max(len(train), 1)} (or less, or a smaller --seq-len) "
+            f"--emit {run_dir} --force"
         )
     evaluation = f"{len(held_out)} evaluation blocks" if held_out is not None else "no evaluation split"
     return RunData(

@@ -15,6 +15,8 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner.units import format_dollars
+
 DEFAULT_PREEMPTION_RATE = 0.05  # per instance-hour: one preemption per instance every 20 hours, an assumption
 DEFAULT_RESTART_MINUTES = 10.0  # a replacement instance, the image, the checkpoint read back: an assumption
 
@@ -56,7 +58,7 @@ class PreemptionCost(BaseModel):
             f"[assumption, --preemption-rate] x {self.instances} instance(s)), each losing half the "
             f"{self.checkpoint_interval_s / 60:.1f}-minute checkpoint interval ({self._interval_source()}) + "
             f"{self.restart_s / 60:.0f} min restart "
-            f"[assumption, --restart-minutes]: +{(self.wall_s - self.work_s) / 3600:.1f} h, +${self.extra_usd:,.0f}"
+            f"[assumption, --restart-minutes]: +{(self.wall_s - self.work_s) / 3600:.1f} h, +{format_dollars(self.extra_usd, compact=False)}"
         )
 
 

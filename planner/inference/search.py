@@ -35,7 +35,7 @@ from planner.inference.request import (
 from planner.inference.speed import SOURCE as SPEED_SOURCE
 from planner.inference.speed import STATIC, ServingSpeed, serving_speed
 from planner.models.spec import ModelFamily, ModelSpec
-from planner.units import GIB, counted
+from planner.units import GIB, counted, format_seconds
 
 TIE_TOLERANCE = 0.05
 
@@ -209,7 +209,7 @@ def _slower(plan: ServingPlan, chosen: ServingPlan, objective: ServingObjective)
         )
     return (
         f"fits, but {plan.itl_s / chosen.itl_s:.2f}x the time between tokens of {chosen.label} "
-        f"({plan.itl_s * 1e3:,.1f} vs {chosen.itl_s * 1e3:,.1f} ms)"
+        f"({format_seconds(plan.itl_s)} vs {format_seconds(chosen.itl_s)})"
     )
 
 
@@ -219,11 +219,11 @@ def _reasons(plan: ServingPlan, rank: int, fitting: int, cluster: ClusterSpec) -
         f"{plan.label} on {gpus} x {plan.gpu}: {memory['total'] / GIB:.1f} GiB per GPU "
         f"of {plan.usable_bytes / GIB:.1f} GiB usable (weights {memory['weights'] / GIB:.1f}, KV cache "
         f"{memory['kv_cache'] / GIB:.1f}, activations {memory['activations'] / GIB:.2f}) [memory: formula]",
-        f"TTFT {plan.ttft_s * 1e3:,.0f} ms ({plan.bounds['prefill']}-bound prefill of "
+        f"TTFT {format_seconds(plan.ttft_s)} ({plan.bounds['prefill']}-bound prefill of "
         + (f"{plan.batch_per_replica} x " if plan.regime == STATIC else "a ")
         + f"{plan.request.context}-token prompt{'s' if plan.regime == STATIC else ''}"
         + (", queueing included" if plan.running_per_replica < plan.batch_per_replica else "")
-        + f"; {ttft_band(plan.regime)}), ITL {plan.itl_s * 1e3:,.1f} ms ({plan.bounds['decode']}-bound decode), "
+        + f"; {ttft_band(plan.regime)}), ITL {format_seconds(plan.itl_s)} ({plan.bounds['decode']}-bound decode), "
         f"{plan.request_tokens_per_s:,.0f} generated tokens/s per replica [{plan.speed_source}]",
         f"regime: {plan.regime}, {counted(plan.running_per_replica, 'request')} decoded per step of the "
         f"{plan.max_running_per_replica} a replica's KV cache holds"
@@ -333,6 +333,6 @@ def serving_suggestions(
             except UserInputError:
                 continue
             if _fits_anywhere(spec, other, request):
-                lines.append(f"at {cluster.world_size} GPUs, {gpu.name} fits")
+                lines.append(f"at {counted(cluster.world_size, 'GPU')}, {gpu.name} fits")
                 break
     return lines or [f"nothing fits {spec.name} for this request up to 64 x {label}; shorten {flags.context}"]

@@ -238,7 +238,7 @@ def _sources(config: TrainingConfig, phase: str, runtime: Runtime, overhead: Ove
             f"; {wire_source(config.compression)}: fp32 error-feedback residuals and the buckets' sums, counted "
             "from its tensors (planner/memory/compression_buffers.py)"
         )
-    return {
+    terms = {
         "parameters": f"formula: ZeRO paper Sec. 3/5 bytes per parameter, {framework}",
         "gradients": f"formula: ZeRO paper Sec. 5, {framework}",
         "optimizer_states": f"formula: {config.optimizer.value} state bytes per parameter, sharded per strategy",
@@ -246,7 +246,13 @@ def _sources(config: TrainingConfig, phase: str, runtime: Runtime, overhead: Ove
         "temporaries": "formula: fp32 log-softmax over the vocabulary and its gradients; recomputed block",
         "buffers": buffers,
         "overhead": _overhead_source(overhead, runtime),
-        "total": f"sum of the above at the step's peak ({phase})",
+    }
+    # Said in full, not "the above": the total is printed alone too (a tutorial's one line, the report's data).
+    *others, last = (name.replace("_", " ") for name in terms)
+    named = f"{', '.join(others)} and {last}"
+    return {
+        **terms,
+        "total": f"sum of the per-GPU {named} at the step's peak ({phase})",
         "cpu_per_node": _offload_source(config, Offload.CPU),
         "nvme_per_node": _offload_source(config, Offload.NVME),
     }

@@ -74,6 +74,10 @@ def _index() -> dict[str, tuple[str, int]]:
     return index
 
 
+def _index_names() -> set[str]:
+    return {canonical for canonical, _ in _index().values()}
+
+
 def find_model(name: str) -> ModelSpec | None:
     """The catalog model with this name, HF id or alias, or None."""
     found = _index().get(normalize_name(name))
@@ -94,15 +98,19 @@ def suggest_models(name: str, limit: int = 3) -> list[str]:
 
 
 def search_models(text: str | None) -> list[ModelSpec]:
-    """Catalog models whose name, id, alias, type or family contains the text."""
+    """Catalog models whose name, id, alias, legacy name (`llama-7b`: planner/models/legacy_names.py), type or
+    family contains the text."""
     models = sorted(load_catalog(), key=lambda spec: (spec.model_type, spec.params.total))
     if not text:
         return models
+    from planner.models.legacy_names import LEGACY_MODEL_NAMES
+
     needle = normalize_name(text)
+    legacy = {name: [old for old, new in LEGACY_MODEL_NAMES.items() if new == name] for name in _index_names()}
     return [
         spec
         for spec in models
-        if any(needle in normalize_name(name) for name in _names_of(spec))
+        if any(needle in normalize_name(name) for name in (*_names_of(spec), *legacy.get(spec.name, [])))
         or needle in normalize_name(spec.model_type)
         or needle in normalize_name(spec.family.value)
     ]

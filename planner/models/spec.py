@@ -207,3 +207,18 @@ class ModelSpec(ModelArchitecture):
     def kv_size(self) -> int:
         """Width of the key (or value) projection: kv_heads x head_dim."""
         return self.num_kv_heads * self.head_dim
+
+    def beyond_trained_positions(self, seq_len: int) -> str | None:
+        """A note when `seq_len` passes the positions a rotary model was trained on (config.json's
+        max_position_embeddings): it runs, as training at that length does, but RoPE was never trained there, so
+        the model needs its positions scaled (rope_scaling) or its quality suffers. Learned positions are refused
+        instead (TrainingConfig.check_against: there is no embedding past them); ALiBi and relative buckets
+        extrapolate by design, so they get none."""
+        trained = self.max_position_embeddings
+        if self.position_embedding != "rotary" or seq_len <= trained:
+            return None
+        return (
+            f"seq {seq_len:,} is {seq_len / trained:.1f}x {self.name}'s {trained:,} trained positions "
+            f"(config.json max_position_embeddings, rotary): past them RoPE needs scaling (rope_scaling: linear, "
+            f"dynamic or YaRN, or continued training at the longer length), or quality suffers"
+        )

@@ -41,6 +41,7 @@ from planner.files import write_text_atomic
 from planner.launch_target import LaunchTarget, check_elastic
 from planner.models.families import family_of
 from planner.plan import Plan
+from planner.rundir.data_bound import check_data_fills_a_step
 from planner.rundir.data_sources import check_text_field_present
 from planner.rundir.engine_for_run import engine_config_for_run
 from planner.rundir.manifest import (
@@ -218,7 +219,17 @@ def emit_run_folder(
     if target.data.train and not target.data.synthetic and isinstance(vocab_size, int):
         from planner.rundir.tokenizer_check import load_checked_tokenizer
 
-        load_checked_tokenizer(target.model.tokenizer_dir, model_name=target.model.name, vocab_size=vocab_size)
+        tokenizer = load_checked_tokenizer(
+            target.model.tokenizer_dir, model_name=target.model.name, vocab_size=vocab_size
+        )
+        # train cannot change the batch, and would refuse data too small for one step only after tokenizing it
+        check_data_fills_a_step(
+            target.data.train,
+            tokenizer,
+            global_batch=target.global_batch,
+            seq_len=target.seq_len,
+            data_parallel=target.data_parallel,
+        )
     if plan.config.kernels is KernelChoice.LIGER and target.device != "cuda":
         raise UserInputError("--kernels liger: Liger's kernels are Triton GPU kernels; plan --kernels compile for CPU")
     if elastic is not None and launch is not None:

@@ -39,7 +39,7 @@ from planner.search import config_copy
 from planner.search.batching import batch_options, infeasible_batch_reason
 from planner.search.groups import FamilyRecord, Group, Level, Scored
 from planner.search.layouts import enumerate_layouts
-from planner.search.request import Objective, PlanRequest
+from planner.search.request import Objective, PlanRequest, training_precision
 from planner.search.strategy_layout import StrategyLayout
 from planner.throughput.estimate import ThroughputPlan, candidate_step, estimate_of, throughput_plan
 from planner.throughput.implementation import Implementation, implementation_named
@@ -68,19 +68,8 @@ class Counters:
 
 
 def precisions_for(cluster: ClusterSpec, request: PlanRequest) -> list[Precision]:
-    """The user's precision, or the best mixed precision the GPU has.
-
-    bf16-mixed and fp16-mixed cost the same memory and time; bf16 needs no loss
-    scaling, so it is preferred where the hardware supports it.
-    """
-    if request.precision is not None:
-        return [request.precision]
-    gpu = cluster.gpu
-    if gpu.supports("bf16"):
-        return [Precision.BF16_MIXED]
-    if gpu.supports("fp16"):
-        return [Precision.FP16_MIXED]
-    return [Precision.FP32]
+    """The user's precision, or the best mixed precision the GPU has (request.training_precision)."""
+    return [training_precision(cluster.gpu, request.precision)]
 
 
 def cluster_variants(cluster: ClusterSpec, objective: Objective) -> list[ClusterSpec]:

@@ -14,7 +14,7 @@ from planner.search.candidates import FamilyRecord, Scored
 from planner.search.request import Objective, PlanRequest
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import ActivationCheckpointing, TrainingConfig
-from planner.units import GIB
+from planner.units import GIB, counted, format_dollars
 
 # Plans within this share of the best score count as equal, and the simplest of them wins:
 # 3 in 4 rows of the throughput validation table are within 5% (docs/accuracy.md), so a
@@ -63,12 +63,12 @@ def objective_figure(item: Scored, request: PlanRequest, tokens: float) -> str:
         if cost is None:  # search() refuses a cost search without a price; kept for other callers
             return f"no cost: {item.cluster.gpu.price_source}"
         return (
-            f"${cost:,.0f} to train {tokens:.3g} tokens at ${throughput.price_usd_per_gpu_hour:.2f}/GPU-hour "
+            f"{format_dollars(cost, compact=False)} to train {tokens:.3g} tokens at ${throughput.price_usd_per_gpu_hour:.2f}/GPU-hour "
             f"[price: {item.cluster.gpu.price_source}]"
         )
     if request.objective is Objective.TIME_TO_TRAIN:
         days = throughput.time_to_train_s(tokens) / 86400
-        return f"{days:,.2f} days to train {tokens:.3g} tokens on {world} GPUs"
+        return f"{days:,.2f} days to train {tokens:.3g} tokens on {counted(world, 'GPU')}"
     return f"{throughput.tokens_per_s:,.0f} tokens/s"
 
 
@@ -136,7 +136,7 @@ def plan_reasons(
             why = f"and simpler ({SIMPLICITY_RULE})"
         reasons.append(
             f"within {gap:.1%} of the best score ({fastest.layout.family}, {describe_config(fastest.config)} "
-            f"on {fastest.cluster.world_size} GPUs), inside the estimate's error, {why}: preferred"
+            f"on {counted(fastest.cluster.world_size, 'GPU')}), inside the estimate's error, {why}: preferred"
         )
     return reasons
 
@@ -181,7 +181,7 @@ def _miss_line(spec: ModelSpec, record: FamilyRecord, request: PlanRequest) -> s
     total, level, batch, cluster = record.smallest_miss
     config = level.config_at(batch)
     memory = memory_on(spec, config, cluster, headroom_fraction=request.headroom_fraction)
-    at = f"{describe_config(config)} on {cluster.world_size} GPUs"
+    at = f"{describe_config(config)} on {counted(cluster.world_size, 'GPU')}"
     nvme_capacity = memory.nvme_capacity_per_node_bytes
     if memory.total <= memory.usable_bytes and nvme_capacity is not None and memory.nvme_per_node_bytes > nvme_capacity:
         return (
@@ -213,9 +213,7 @@ def family_fates(
             item = family_best[name]
             if item.score >= best.score * (1 - TIE_TOLERANCE):
                 if best.cluster.world_size > item.cluster.world_size:
-                    why = (
-                        f"it uses {best.cluster.world_size} GPUs, not {item.cluster.world_size}, so it finishes sooner"
-                    )
+                    why = f"it uses {counted(best.cluster.world_size, 'GPU')}, not {item.cluster.world_size}, so it finishes sooner"
                 elif best.layout.complexity < item.layout.complexity:
                     why = f"it is simpler ({SIMPLICITY_RULE})"
                 else:

@@ -28,6 +28,7 @@ from planner.training_config import (
 
 if TYPE_CHECKING:
     from planner.contract.search_restrictions import SearchRestrictions
+    from planner.hardware.gpus import GpuSpec
     from planner.models.spec import ModelSpec
 
 # Chinchilla (Hoffmann et al. 2022): about 20 training tokens per parameter.
@@ -194,6 +195,21 @@ def default_seq_len(spec: ModelSpec) -> int:
     """The smaller of 2048 and the model's context. Here, not in the selector that uses it too: `plan` needs
     it, and importing planner.selector loads the serving planner and the legacy API with it."""
     return min(DEFAULT_SEQ_LEN, spec.max_position_embeddings)
+
+
+def training_precision(gpu: GpuSpec, requested: Precision | None) -> Precision:
+    """The precision a training run on `gpu` computes in: the one asked for, if the GPU has its matmuls (else the
+    one line naming what it has), or the best mixed precision the GPU has. bf16-mixed and fp16-mixed cost the same
+    memory and time; bf16 needs no loss scaling, so it is preferred where the hardware supports it. `plan` and
+    `estimate` both take their precision from here, so the two never disagree on a GPU without bf16."""
+    if requested is not None:
+        gpu.peak_tflops(requested.compute_dtype)  # one line, "V100-32GB has no bf16 support; use fp16-mixed"
+        return requested
+    if gpu.supports("bf16"):
+        return Precision.BF16_MIXED
+    if gpu.supports("fp16"):
+        return Precision.FP16_MIXED
+    return Precision.FP32
 
 
 def search_restrictions(request: PlanRequest) -> SearchRestrictions:

@@ -228,6 +228,8 @@ def search_plans(
             reasons += [why_compressed] if why_compressed else []
             if batch_note:
                 reasons.append(batch_note)
+            positions_note = spec.beyond_trained_positions(item.config.seq_len)
+            reasons += [positions_note] if positions_note else []
             # The families the records moved, which the plan was ranked against: its line names them.
             corrected = [family_label(o.config) for o in ranked if o is not item and is_corrected(o.throughput)]
             plans.append(_to_plan(item, spec, memory, reasons, calibration, restrictions, corrected))

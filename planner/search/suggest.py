@@ -26,6 +26,7 @@ from planner.search.candidates import precisions_for
 from planner.search.layouts import enumerate_layouts
 from planner.search.request import PlanRequest
 from planner.training_config import ActivationCheckpointing, TrainingConfig
+from planner.units import counted
 
 MAX_GPUS = 1024
 DEFAULT_NODE_GPUS = 8
@@ -234,7 +235,9 @@ def suggestions(
         lines += batch_lines(spec, cluster, request, plan_fits, flags)
     gpus = fitting_catalog_gpus(spec, cluster, request, plan_fits)
     if gpus:
-        lines.append(f"at {cluster.world_size} GPUs ({_flags(cluster)}) these catalog GPUs fit: {', '.join(gpus)}")
+        lines.append(
+            f"at {counted(cluster.world_size, 'GPU')} ({_flags(cluster)}) these catalog GPUs fit: {', '.join(gpus)}"
+        )
     if request.seq_len > 1024:
         lines.append(f"a shorter {flags.seq_len} than {request.seq_len} shrinks activations")
     if not request.lora_rank and flags.lora:

@@ -1,0 +1,59 @@
+"""`hardware-selector models`: numbers are never cut at any terminal width (a narrow one drops whole columns and
+says so), a search that finds nothing is one line naming the closest models with exit 1 (as `plan` exits 1 when
+nothing fits), and the legacy names `--model` accepts are found too. References: `models --json` (every field,
+formatted as the table formats it), planner/models/legacy_names.py and the catalog's own suggestions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hardware_selector_cli.app import main
+from planner.models.catalog import suggest_models
+from planner.models.legacy_names import LEGACY_MODEL_NAMES
+from planner.units import format_count
+
+
+def _catalog(capsys) -> list[dict]:
+    assert main(["models", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("width", [200, 130, 100, 80, 60, 40])
+def test_numbers_are_never_cut(capsys, monkeypatch, width: int) -> None:
+    catalog = _catalog(capsys)
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out and max(map(len, out.splitlines())) <= width
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    for model in catalog:
+        row = rows.get(model["name"])
+        if row is None:  # a long name folded onto two lines: its numbers are checked through the other rows
+            continue
+        assert format_count(model["params"]) in row  # params always stays, whole
+        if width >= 80:  # the auditor's width: every number column, whole
+            assert row[-1] == str(model["vocab_size"]) and str(model["num_layers"]) in row
+    if width < 80:
+        assert "left out for this terminal's width; --json has every field" in " ".join(out.split())
+
+
+def test_a_search_that_finds_nothing_is_one_line_with_exit_1(capsys) -> None:
+    for text, closest in (("zzz", None), ("lamma-3-70b", suggest_models("lamma-3-70b"))):
+        code = main(["models", "--search", text])
+        captured = capsys.readouterr()
+        assert code == 1 and captured.out == "" and len(captured.err.splitlines()) == 1
+        if closest:
+            assert f"no catalog model matches '{text}'; closest: {', '.join(closest)}" in captured.err
+        else:
+            assert captured.err.startswith("no catalog model matches 'zzz', nor is one close")
+    assert main(["models", "--search", "zzz", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out) == []
+
+
+@pytest.mark.parametrize("legacy", sorted(LEGACY_MODEL_NAMES))
+def test_search_finds_legacy_names(capsys, legacy: str) -> None:
+    assert main(["models", "--search", legacy, "--json"]) == 0
+    found = [model["name"] for model in json.loads(capsys.readouterr().out)]
+    assert LEGACY_MODEL_NAMES[legacy] in found
