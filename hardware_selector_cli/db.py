@@ -229,12 +229,15 @@ def calibration_command(
             f"{error.error_after:+.0%}",
         )
     console.print(table)
-    if errors:
-        before = sum(abs(e.error_before) for e in errors) / len(errors)
-        after = sum(abs(e.error_after) for e in errors) / len(errors)
+    # Over the runs the corrections were fitted on: a re-measured config's older runs are listed, not fitted.
+    fitted = [error for error in errors if error.record.id not in set(calibration.superseded)]
+    if fitted:
+        before = sum(abs(e.error_before) for e in fitted) / len(fitted)
+        after = sum(abs(e.error_after) for e in fitted) / len(fitted)
+        over = f"over the {counted(len(fitted), 'run')} fitted, " if len(fitted) < len(errors) else ""
         console.print(
-            f"mean |error|: {before:.0%} before, {after:.0%} after calibration (in-sample: the corrections were "
-            "fitted on these same runs, so 'after' is how well they fit, not how well they predict)"
+            f"mean |error|: {before:.0%} before, {after:.0%} after calibration ({over}in-sample: the corrections "
+            "were fitted on these same runs, so 'after' is how well they fit, not how well they predict)"
         )
     if calibration.copied:
         console.print(
