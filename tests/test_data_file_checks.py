@@ -166,7 +166,8 @@ def test_a_missing_text_field_is_refused_at_emit_not_first_at_train(tmp_path):
     from tests.emit_plans import make_plan
 
     model_dir, _ = make_local_gpt2(tmp_path / "user")
-    plan = make_plan(str(model_dir), gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4)
+    # A step the rows fill (a larger one is refused at emit as too little data: planner/rundir/data_bound.py).
+    plan = make_plan(str(model_dir), gpus_per_node=1, strategy="ddp", seq_len=32, micro_batch=2)
     jsonl = tmp_path / "rows.jsonl"
     jsonl.write_text(rows(*(json.dumps({"body": row["text"]}) for row in GOOD_ROWS)))
     pq.write_table(pa.table({"body": [row["text"] for row in GOOD_ROWS]}), tmp_path / "rows.parquet")

@@ -68,6 +68,29 @@ def test_the_batch_named_is_split_evenly_by_the_data_parallel_ranks(user, capsys
     assert _emit(model_dir, corpus, root / "fits-dp3", even, gpus=3) == 0
 
 
+class _NoSpecials:
+    """A tokenizer that frames a document with nothing: the bound's per-document term is EOS + 1."""
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
+        return {"input_ids": [0] * len(text)}
+
+
+def test_data_too_small_for_one_sequence_per_rank_names_a_seq_len_or_asks_for_data(tmp_path):
+    """Not one sequence per data-parallel rank: the advice is a shorter --seq-len with one sequence per rank, or
+    more data when not even that can be (the advice had read '--seq-len 0 or less')."""
+    from planner.rundir.data_bound import check_data_fills_a_step
+
+    text = tmp_path / "a.txt"
+    text.write_text("some text\n")  # 10 bytes, 2 documents: at most 10 + 2 x 2 = 14 tokens
+    with pytest.raises(UserInputError) as caught:
+        check_data_fills_a_step([str(text)], _NoSpecials(), global_batch=32, seq_len=32, data_parallel=2)
+    assert "holds at most 14 tokens" in str(caught.value)
+    assert "plan again with --seq-len 7 or less and --global-batch 2, or add data" in str(caught.value)
+    with pytest.raises(UserInputError) as caught:
+        check_data_fills_a_step([str(text)], _NoSpecials(), global_batch=16, seq_len=32, data_parallel=16)
+    assert str(caught.value).endswith("add data: the plan's 16 data-parallel ranks need a sequence each")
+
+
 def test_trains_refusal_names_the_batch_the_blocks_fill_and_how_to_plan_again(user, tmp_path):
     from backends.data import prepare_data
 

@@ -207,7 +207,7 @@ def _skypilot_folder(tmp_path: Path) -> tuple[Path, list[str]]:
     """A 2-node H100 folder that reads a glob of text files and a tokenizer, both outside it."""
     corpus, tokenizer = tmp_path / "corpus", tmp_path / "tokenizer"
     corpus.mkdir()
-    (corpus / "a.txt").write_text("some text\n")
+    (corpus / "a.txt").write_text("some text\n" * 200)  # enough for one step (emit refuses less: data_bound.py)
     # A real tokenizer: emit loads it and checks it against the model's vocabulary, as train does.
     train_tokenizer(write_corpus(tmp_path / "tokenizer corpus.txt", 50), tokenizer)
     run_dir = tmp_path / "sky run"

@@ -70,11 +70,14 @@ def check_data_fills_a_step(
         return
     size = sum(source.path.stat().st_size for source in sources)
     fits = bound // seq_len // data_parallel * data_parallel  # every data-parallel rank gets its share
-    advice = (  # a flag's value without thousands separators, to be typed as it is
-        f"plan again with --global-batch {fits} or less (or a smaller --seq-len), or add data"
-        if fits
-        else f"plan again with --seq-len {bound // data_parallel} or less and a smaller --global-batch, or add data"
-    )
+    shortest = bound // data_parallel  # the longest sequence each rank can get one of
+    if fits:  # a flag's value without thousands separators, to be typed as it is
+        advice = f"plan again with --global-batch {fits} or less (or a smaller --seq-len), or add data"
+    elif shortest >= 2:
+        advice = f"plan again with --seq-len {shortest} or less and --global-batch {data_parallel}, or add data"
+    else:
+        advice = f"add data: the plan's {data_parallel} data-parallel ranks need a sequence each"
+
     raise UserInputError(
         f"--data {' '.join(patterns)} holds at most {bound:,} tokens ({size:,} bytes of text, a token at least one "
         f"byte, plus {per_document} per document for EOS and special tokens: planner/rundir/data_bound.py), fewer "
