@@ -194,7 +194,11 @@ def search_options(
     ),
     no_offload: bool = typer.Option(False, "--no-offload", help="Leave out CPU/NVMe offload."),
     implementation: str = typer.Option("ours", "--implementation", help=IMPLEMENTATION_HELP),
-    lora_rank: int = typer.Option(0, "--lora-rank", help="Train LoRA adapters of this rank (0 = full fine-tuning)."),
+    lora_rank: int = typer.Option(
+        0,
+        "--lora-rank",
+        help="Train LoRA adapters of this rank (0 = full fine-tuning); planned only: plan --emit refuses it.",
+    ),
     qlora: bool = typer.Option(False, "--qlora", help="LoRA on a 4-bit NF4 base."),
     fp8: bool = typer.Option(False, "--fp8", help="FP8 block matmuls (planned only; needs an FP8 GPU)."),
     kernels: str = typer.Option("eager", "--kernels", help="eager|compile|liger: the blocks' element-wise kernels."),

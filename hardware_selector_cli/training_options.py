@@ -160,7 +160,11 @@ def training_options(
     optimizer: str = typer.Option("adamw", "--optimizer", help="adamw|adamw-8bit|adafactor|sgd|lion"),
     ac: str = typer.Option("none", "--ac", help="Activation checkpointing: none|selective|full"),
     attention: str = typer.Option("sdpa", "--attention", help="sdpa (flash/memory-efficient) or eager"),
-    lora_rank: int = typer.Option(0, "--lora-rank", help="Train LoRA adapters of this rank (0 = full fine-tuning)."),
+    lora_rank: int = typer.Option(
+        0,
+        "--lora-rank",
+        help="Train LoRA adapters of this rank (0 = full fine-tuning); planned only: plan --emit refuses it.",
+    ),
     qlora: bool = typer.Option(False, "--qlora", help="LoRA on a 4-bit NF4 base."),
     fp8: bool = typer.Option(False, "--fp8", help="FP8 block matmuls (planned only; needs an FP8 GPU)."),
     kernels: str = typer.Option("eager", "--kernels", help="eager|compile|liger: the blocks' element-wise kernels."),

@@ -145,3 +145,17 @@ def test_an_emit_path_with_a_file_in_the_way_says_so(tmp_path, capsys):
         error = capsys.readouterr().err.strip()
         assert message in error and "free space" not in error and "\n" not in error, error
     assert (tmp_path / "ft" / "plan.json").read_text() == "{}" and (tmp_path / "notes").read_text() == ""
+
+
+@pytest.mark.parametrize("adapters", [["--lora-rank", "16"], ["--lora-rank", "16", "--qlora"]])
+def test_a_lora_plan_is_refused_at_emit_not_trained_as_a_full_fine_tune(tmp_path, capsys, adapters):
+    """A LoRA plan is sized for adapters (llama-3-8b on one A100-40GB), but every runner and door trains every
+    weight: its folder trained a full fine-tune without a word. Planned only, as FP8 is; nothing is written."""
+    argv = ["plan", "--model", "llama-3-8b", "--gpu", "A100-40GB", "--gpus-per-node", "1", *adapters]
+    assert main(argv) == 0  # planned
+    capsys.readouterr()
+    assert main([*argv, "--emit", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("error: ")
+    assert "is planned, not emitted: a run folder trains every weight" in err and "PEFT" in err
+    assert not (tmp_path / "run").exists()

@@ -199,6 +199,13 @@ def emit_run_folder(
             f"layout {layout.describe()}: our engine does not split {unsplit} over tp; plan with --tp 1, or run this "
             "layout with Megatron-LM"
         )
+    if plan.config.lora_rank:  # the runner and the doors train every weight: a folder would not train adapters
+        adapters = "QLoRA" if plan.config.qlora else "LoRA"
+        raise UserInputError(
+            f"{adapters} is planned, not emitted: a run folder trains every weight (no adapters); train the adapters "
+            f"with PEFT in your own training code at the plan's layout and batch (plan --json), or plan without "
+            "--lora-rank to get a run folder for a full fine-tune"
+        )
     if plan.config.fp8:
         raise UserInputError(
             "FP8 is planned, not emitted: run the plan's layout with Transformer Engine or torchao float8 in your "
