@@ -106,7 +106,9 @@ def print_plans(result, title: str, explain: bool, tokens_from: str | None = "--
     from planner.search.request import Objective
     from planner.search.strategy_layout import family_label
 
-    console = Console()
+    # No repr highlighting: it colours nothing here worth compiling its dozen regular expressions for in every
+    # `plan` (docs/performance.md, "Planner speed").
+    console = Console(highlight=False)
     if result.best is None:
         console.print(f"[red]nothing fits[/] {title}")
         for line in result.suggestions:
