@@ -89,6 +89,12 @@ def launch_target(name: str | None, image: str | None = None, *, elastic: bool =
         if image is not None:
             raise UserInputError(f"--image names the container of --launcher {' or '.join(IMAGE_TARGETS)}; add one")
         return None
+    if name in ("deepspeed", "accelerate"):  # launch.sh's own launchers, not a target of its own
+        raise UserInputError(
+            f"--launcher must be one of {', '.join(TARGETS)}, not '{name}': launch.sh starts the {name} launcher "
+            f"itself (`LAUNCHER={name} bash DIR/launch.sh`; a plan of its stack does by default), and --launcher "
+            "names where the run is started instead"
+        )
     if name not in TARGETS:
         raise UserInputError(f"--launcher must be one of {', '.join(TARGETS)}, not '{name}'")
     if elastic:

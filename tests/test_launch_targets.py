@@ -378,6 +378,17 @@ def test_the_target_sets_launch_shs_launcher(tmp_path, target, launcher):
     ("extra", "message"),
     [
         (["--launcher", "kube"], "error: --launcher must be one of torchrun, slurm, k8s, skypilot, mpi, not 'kube'"),
+        # launch.sh's own launchers: the line says how to start them (it named only the five targets)
+        (
+            ["--launcher", "deepspeed"],
+            "error: --launcher must be one of torchrun, slurm, k8s, skypilot, mpi, not "
+            "'deepspeed': launch.sh starts the deepspeed launcher itself (`LAUNCHER=deepspeed bash DIR/launch.sh`",
+        ),
+        (
+            ["--launcher", "accelerate"],
+            "error: --launcher must be one of torchrun, slurm, k8s, skypilot, mpi, not "
+            "'accelerate': launch.sh starts the accelerate launcher itself (`LAUNCHER=accelerate bash DIR/launch.sh`",
+        ),
         (["--launcher", "mpi", "--image", "ghcr.io/a/b:1"], "error: --image is for --launcher k8s or skypilot"),
         (["--launcher", "k8s", "--image", "My Image"], "error: --image 'My Image' is not an image reference"),
         # a value with a line break, quoted in the message, split it over two lines (planner/errors.py)
