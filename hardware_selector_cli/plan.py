@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from planner.errors import UserInputError
-from planner.launch_target import TARGETS, launch_target, placeholder_warning
+from planner.launch_target import TARGETS, instance_shape_warning, launch_target, placeholder_warning
 
 from .cost_options import CostOptions, check_cost_flags, cost_options, run_cost_plan
 from .model_options import ModelOptions, model_options
@@ -311,9 +311,12 @@ def _emit(
     written = emit_run_folder(
         best, emit, force=force, overrides=overrides, elastic=elastic, launch=launch, search=search, names=CLI_NAMES
     )
-    warning = placeholder_warning(launch)
-    if warning:
-        print(warning, file=sys.stderr)
+    for warning in (
+        placeholder_warning(launch),
+        instance_shape_warning(launch, best.cluster.gpu.name, best.cluster.gpus_per_node),
+    ):
+        if warning:
+            print(warning, file=sys.stderr)
     lines = []
     if theirs:  # files of the same names that hardware-selector did not write: moved with the run state, kept
         kept = sorted((folder / "previous").iterdir())[-1]

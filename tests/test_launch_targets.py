@@ -400,3 +400,16 @@ def test_bad_launch_targets_are_one_line(tmp_path, extra, message):
     completed = cli("plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--emit", run_dir, *extra)
     assert completed.returncode == 2 and completed.stderr.startswith(message)
     assert len(completed.stderr.strip().splitlines()) == 1 and not run_dir.exists()
+
+
+@pytest.mark.parametrize(("gpus_per_node", "warned"), [(3, True), (8, False)])
+def test_a_skypilot_node_of_a_count_no_cloud_rents_is_warned_of(tmp_path, gpus_per_node, warned):
+    """`accelerators: H100:3` was written without a word; `sky launch` finds no instance of three H100s on the public
+    clouds, which rent 1, 2, 4, 8 (or 16) per instance. The task is still written (a private cloud may have it)."""
+    run_dir = tmp_path / "sky"
+    completed = cli("plan", "-m", "llama-2-7b", "--gpu", "H100-80GB", "--gpus-per-node", str(gpus_per_node),
+                    "--nodes", "2", "--launcher", "skypilot", "--emit", run_dir)  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert f"accelerators: H100:{gpus_per_node}" in (run_dir / "skypilot.yaml").read_text()
+    warning = f"warning: skypilot.yaml asks for H100-80GB:{gpus_per_node} per node, a count the public clouds do not"
+    assert (warning in completed.stderr) is warned, completed.stderr
