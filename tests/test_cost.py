@@ -197,12 +197,12 @@ def test_spot_adds_what_preemption_costs_with_the_checkpoint_interval(tmp_path):
 
 
 def test_a_spot_run_that_never_finishes_is_null_in_json(tmp_path):
-    entries = [_entry("alpha", "H100-80GB", 4.0, spot=1.5, per_instance=1)]
-    flags = ("--clouds", "alpha", "--tokens", 2e9, "--price-catalog", _catalog(tmp_path, entries), "--max-gpus", 8)
+    entries = [_entry("alpha", "H100-80GB", 4.0, spot=1.5)]
+    flags = ("--clouds", "alpha", "--tokens", 2e9, "--price-catalog", _catalog(tmp_path, entries), "--max-gpus", 16)
     steps = {o["gpus"]: o["step_time_s"] for o in json.loads(_plan(*flags, "--json").stdout)["considered"]}
     lost_h = {gpus: (1000 * step / 2 + 600) / 3600 for gpus, step in steps.items()}  # half an interval + restart
-    rate = 2 / (lost_h[1] + 8 * lost_h[8])  # 1 GPU finishes (rate x lost < 1), 8 one-GPU instances do not
-    assert rate * lost_h[1] < 1 < rate * 8 * lost_h[8]
+    rate = 2 / (lost_h[8] + 2 * lost_h[16])  # one 8-GPU instance finishes (rate x lost < 1), two do not
+    assert rate * lost_h[8] < 1 < rate * 2 * lost_h[16]
     run = _plan(*flags, "--spot", "--preemption-rate", rate, "--json")
     assert run.returncode == 0, run.stderr
 
@@ -210,8 +210,37 @@ def test_a_spot_run_that_never_finishes_is_null_in_json(tmp_path):
         raise ValueError(f"{constant} is not JSON")
 
     considered = {o["gpus"]: o for o in json.loads(run.stdout, parse_constant=refuse)["considered"]}
-    assert considered[8]["time_s"] is None and considered[8]["cost_usd"] is None
-    assert not considered[8]["meets_deadline"] and considered[1]["time_s"] is not None
+    assert considered[16]["time_s"] is None and considered[16]["cost_usd"] is None
+    assert not considered[16]["meets_deadline"] and considered[8]["time_s"] is not None
+
+
+def test_the_cluster_timed_is_the_instance_rented_and_preempted(tmp_path):
+    # The brief's case: GCP rents H100s as a3-highgpu-1g (1 GPU per instance, planner/catalog/prices.yaml). Each
+    # option must be planned on nodes of the instance's GPUs, one node per instance, and preempted per instance:
+    # reference wall = work / (1 - 0.05/h x instances x (1000 steps x step / 2 + 600 s)), cost = wall x GPUs x spot.
+    catalog = {(e.cloud, e.gpu): e for e in load_price_catalog().prices}
+    run = cli_in_process("plan", "-m", "llama-2-7b", "--objective", "cost", "--clouds", "gcp,coreweave", "--spot",
+                         "--deadline", "5000d", "--tokens", 2e11, "--no-calibration", "--json")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    seen = set()
+    for option in result["considered"]:
+        entry = catalog[(option["cloud"], option["gpu"])]
+        assert option["gpus_per_node"] == entry.gpus_per_instance
+        assert option["preemption"]["instances"] == option["nodes"]
+        if entry.gpus_per_instance < 8:
+            assert option["nodes"] == 1  # a cluster of small instances crosses a network the catalog lacks
+        work_h = 2e11 / option["tokens_per_s"] / 3600
+        lost_h = (1000 * option["step_time_s"] / 2 + 600) / 3600
+        slowdown = 1 - 0.05 * option["nodes"] * lost_h
+        if slowdown <= 0:  # loses more than it trains: never finishes (null in JSON)
+            assert option["time_s"] is None
+        else:
+            assert option["time_s"] == pytest.approx(work_h / slowdown * 3600, rel=1e-9)
+            assert option["cost_usd"] == pytest.approx(work_h / slowdown * option["gpus"] * entry.spot, rel=1e-9)
+        seen.add((option["cloud"], option["gpus_per_node"]))
+    assert ("gcp", 1) in seen and ("coreweave", 8) in seen
+    assert "gcp us-central1 H100-80GB (a3-highgpu-1g, 1 GPU)" in result["one_instance"]
 
 
 def test_preemption_model_by_hand():
@@ -363,7 +392,8 @@ def test_the_winners_calibration_is_its_own_plans_as_plan_says_it(tmp_path):
     db = tmp_path / "runs.duckdb"
     BenchmarkStore(db).add(record)
     args = ("plan", "--model", MODEL, "--objective", "cost", "--clouds", "alpha", "--tokens", 2e10, "--deadline",
-            "365d", "--max-gpus", 8, "--price-catalog", _catalog(tmp_path, [_entry("alpha", "H100-80GB", 1.0, per_instance=1)]),
+            "365d", "--max-gpus", 8, "--price-catalog", _catalog(tmp_path, [
+            _entry("alpha", "H100-80GB", 1.0, per_instance=1), {**_entry("alpha", "H100-80GB", 1.0), "region": "r2"}]),
             "--db", db)  # fmt: skip
     document = json.loads(cli_in_process(*args, "--json").stdout)
     assert document["best"]["gpus"] == 8
