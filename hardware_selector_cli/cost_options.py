@@ -181,7 +181,7 @@ def run_cost_plan(model, cluster, search, routing, cost: CostOptions, save_every
         return family_label(best.config), best.throughput.tokens_per_s, best.throughput.step_time_s
 
     result = cheapest_across_clouds(entries, priced, plan_speed)
-    best = require_option(result, priced.max_gpus)
+    best = require_option(result, priced)
     best_line = plan_lines.get((best.gpu, best.gpus_per_node, best.nodes), calibrations.get(best.gpu, ""))
     if as_json:
         import json

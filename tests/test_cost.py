@@ -312,7 +312,39 @@ def test_a_deadline_nothing_meets_says_what_would(tmp_path):
     message = _refused(tmp_path, "--clouds", "alpha,beta", "--tokens", 1e13, "--deadline", "1h", "--max-gpus", 8,
                        "--price-catalog", _catalog(tmp_path, FIXTURE))  # fmt: skip
     assert "no option trains 1e+13 tokens within 1 hours: the fastest, 8 x H100-80GB" in message
-    assert "give --deadline" in message and "GPUs with --max-gpus" in message
+    assert "give --deadline" in message
+    # 8 GPUs, the most searched, was the fastest of alpha's H100: more may help, and it says the search stopped there
+    assert "raise --max-gpus above 8: alpha H100-80GB was fastest at 8 GPUs" in message
+
+
+def test_a_missed_spot_deadline_advises_only_what_would_help(tmp_path):
+    # At 0.5 preemptions per instance-hour 64 GPUs (8 instances) are slower than 32: the search tried more GPUs, so
+    # "allow more GPUs" would not help. The remedies are computed from T / (1 - rate x instances x lost) <= deadline
+    # (planner/cost/preemption.py), lost = 1000 steps x step / 2 + 600 s, for the option that needs the least.
+    catalog = _catalog(tmp_path, [_entry("alpha", "H100-80GB", 4.0, spot=1.5)])
+    flags = ("--clouds", "alpha", "--tokens", 2e10, "--spot", "--preemption-rate", 0.5, "--max-gpus", 64,
+             "--price-catalog", catalog)  # fmt: skip
+    options = json.loads(_plan(*flags, "--deadline", "3650d", "--json").stdout)["considered"]
+    times = {o["gpus"]: o["time_s"] for o in options}
+    assert times[64] > times[32]  # the premise: more instances were slower
+    deadline_s = 7200.0
+    assert min(times.values()) > deadline_s
+    rates, saves = [], []
+    for o in options:
+        work_s, instances = 2e10 / o["tokens_per_s"], o["gpus"] // 8
+        if work_s < deadline_s:
+            rates.append((1 - work_s / deadline_s) * 3600 / (instances * (1000 * o["step_time_s"] / 2 + 600)))
+            lost_s = (1 - work_s / deadline_s) * 3600 / (0.5 * instances)
+            saves.append(math.floor(2 * (lost_s - 600) / o["step_time_s"]))
+    message = " ".join(_refused(tmp_path, *flags, "--deadline", f"{deadline_s:g}s").split())
+    assert "--max-gpus" not in message and "linear" not in message
+    assert f"--preemption-rate {max(rates):.3g} or less per instance-hour" in message
+    if max(saves) >= 1:
+        assert f"checkpoint every {max(saves):,} steps or fewer (--save-every)" in message
+    else:  # even a checkpoint every step loses more than the deadline allows: not advised
+        assert "--save-every" not in message
+    assert f"give --deadline {math.ceil(min(times.values()) / 3600 * 10) / 10:g}h or more" in message
+    assert "drop --spot: without preemptions 64 x H100-80GB takes" in message
 
 
 # --- plain --objective cost (no --clouds): the price catalog's cheapest on-demand price per GPU ---------------

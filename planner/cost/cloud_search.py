@@ -199,18 +199,16 @@ def cheapest_across_clouds(entries: list[CloudPrice], request: CostRequest, plan
     )
 
 
-def _span(seconds: float) -> str:
-    return f"{seconds / 86400:.3g} days" if seconds >= 86400 else f"{seconds / 3600:.3g} hours"
+def require_option(result: CloudCostResult, request: CostRequest) -> CostOption:
+    """The winner, or one UserInputError that says what would meet the deadline (planner/cost/deadline_advice.py)."""
+    from planner.cost.deadline_advice import deadline_advice, span
 
-
-def require_option(result: CloudCostResult, max_gpus: int) -> CostOption:
-    """The winner, or one UserInputError that says what would meet the deadline."""
     if result.best is not None:
         return result.best
     if not result.considered:
         raise UserInputError(
-            f"nothing fits: no plan on any priced GPU up to {max_gpus} GPUs ({'; '.join(result.skipped)}); raise "
-            "--max-gpus, or see `plan --gpu ...` for why"
+            f"nothing fits: no plan on any priced GPU up to {request.max_gpus} GPUs ({'; '.join(result.skipped)}); "
+            "raise --max-gpus, or see `plan --gpu ...` for why"
         )
     finishing = [option for option in result.considered if math.isfinite(option.time_s)]
     if not finishing:
@@ -219,11 +217,8 @@ def require_option(result: CloudCostResult, max_gpus: int) -> CostOption:
             "does; checkpoint more often (--save-every) or lower --preemption-rate if your cloud's rate is lower"
         )
     fastest = min(finishing, key=lambda option: (option.time_s, option.cost_usd))
-    fastest_days = fastest.time_s / 86400
-    needed = math.ceil(fastest.gpus * fastest.time_s / result.deadline_s)  # linear scaling: an optimistic bound
     raise UserInputError(
-        f"no option trains {result.tokens:.3g} tokens within {_span(result.deadline_s)}: the fastest, {fastest.gpus} x "
-        f"{fastest.gpu} on {fastest.cloud}, takes {_span(fastest.time_s)} (planner estimate); give --deadline "
-        f"{math.ceil(fastest_days * 10) / 10:g}d or more, or allow at least {needed:,} GPUs with --max-gpus (if "
-        "scaling stayed linear)"
+        f"no option trains {result.tokens:.3g} tokens within {span(result.deadline_s)}: the fastest, {fastest.gpus} x {fastest.gpu} on "
+        f"{fastest.cloud}, takes {span(fastest.time_s)} (planner estimate); "
+        + "; or ".join(deadline_advice(result, request, fastest))
     )
