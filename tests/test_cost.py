@@ -436,3 +436,22 @@ def test_the_winners_calibration_is_its_own_plans_as_plan_says_it(tmp_path):
     assert document["best_calibration"] == line
     assert document["throughput_calibration"]["H100-80GB"].startswith("not calibrated")  # the GPU's first count
     assert f"(strategy search, {line})" in " ".join(cli_in_process(*args).stdout.split())
+
+
+def test_a_multi_node_plan_is_priced_as_whole_servers_the_catalog_rents(tmp_path):
+    # Two nodes joined by InfiniBand are rented as 8-GPU servers, not as single-GPU pods: the reference is the
+    # catalog's cheapest on-demand entry of H100-80GB among instances of 8 or more GPUs, x GPU-hours.
+    servers = [e for e in load_price_catalog().prices if e.gpu == "H100-80GB" and e.gpus_per_instance >= 8]
+    entry = min(servers, key=lambda e: (e.on_demand, -e.date.toordinal()))
+    run = cli_in_process("plan", "-m", "llama-2-7b", "--gpu", "H100-80GB", "--nodes", 2, "--no-calibration", "--json")
+    assert run.returncode == 0, run.stderr
+    to_train = json.loads(run.stdout)["best"]["to_train"]
+    assert to_train["price_usd_per_gpu_hour"] == entry.on_demand
+    assert to_train["cost_usd"] == pytest.approx(to_train["time_s"] / 3600 * 16 * entry.on_demand, rel=1e-9)
+    assert (
+        f"{entry.cloud} {entry.region}, {entry.instance}, {entry.source}, {entry.date.isoformat()}"
+        in (to_train["price_source"])
+    )
+    # a GPU the catalog prices only as a single-GPU machine keeps that rate, and says what it is
+    single = cli_in_process("plan", "-m", "gpt2-medium", "--gpu", "H100-PCIe", "--nodes", 2, "--no-calibration")
+    assert "multi-node InfiniBand clusters cost more: pass --price" in " ".join(single.stdout.split())

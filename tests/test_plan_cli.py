@@ -310,7 +310,7 @@ def test_cost_json_carries_the_cost_the_table_ranks_by(capsys):
             2e11 / speed["tokens_per_s"]
         )
         assert cost["cost_usd"] == pytest.approx(hours * cost["price_usd_per_gpu_hour"])
-        assert cost["price_source"].startswith("the cheapest on-demand price of planner/catalog/prices.yaml")
+        assert cost["price_source"].startswith("the cheapest on-demand whole-server price (the plan has several nodes)")
     costs = [plan["to_train"]["cost_usd"] for plan in document["candidates"]]
     from planner.search.explain import TIE_TOLERANCE
 

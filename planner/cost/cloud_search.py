@@ -20,10 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.contract.run_config import CheckpointPolicy
 from planner.cost.preemption import DEFAULT_PREEMPTION_RATE, DEFAULT_RESTART_MINUTES, PreemptionCost, preemption_cost
-from planner.cost.prices import CloudPrice
+from planner.cost.prices import SERVER_GPUS, CloudPrice
 from planner.errors import UserInputError
 
-NODE_GPUS = 8  # a whole server: the instances sold with the GPU's cluster fabric (p5, ND H100 v5, HGX nodes)
+NODE_GPUS = SERVER_GPUS  # one planned node of a cluster: a whole server (planner/cost/prices.py)
 DEFAULT_MAX_GPUS = 256
 
 
