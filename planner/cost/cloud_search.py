@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.contract.run_config import CheckpointPolicy
 from planner.cost.preemption import DEFAULT_PREEMPTION_RATE, DEFAULT_RESTART_MINUTES, PreemptionCost, preemption_cost
 from planner.cost.prices import SERVER_GPUS, CloudPrice
-from planner.errors import UserInputError
 
 NODE_GPUS = SERVER_GPUS  # one planned node of a cluster: a whole server (planner/cost/prices.py)
 DEFAULT_MAX_GPUS = 256
@@ -196,29 +195,4 @@ def cheapest_across_clouds(entries: list[CloudPrice], request: CostRequest, plan
         considered=considered,
         skipped=skipped,
         one_instance=one_instance,
-    )
-
-
-def require_option(result: CloudCostResult, request: CostRequest) -> CostOption:
-    """The winner, or one UserInputError that says what would meet the deadline (planner/cost/deadline_advice.py)."""
-    from planner.cost.deadline_advice import deadline_advice, span
-
-    if result.best is not None:
-        return result.best
-    if not result.considered:
-        raise UserInputError(
-            f"nothing fits: no plan on any priced GPU up to {request.max_gpus} GPUs ({'; '.join(result.skipped)}); "
-            "raise --max-gpus, or see `plan --gpu ...` for why"
-        )
-    finishing = [option for option in result.considered if math.isfinite(option.time_s)]
-    if not finishing:
-        raise UserInputError(
-            "no spot run finishes: at this --preemption-rate every option loses more work to preemptions than it "
-            "does; checkpoint more often (--save-every) or lower --preemption-rate if your cloud's rate is lower"
-        )
-    fastest = min(finishing, key=lambda option: (option.time_s, option.cost_usd))
-    raise UserInputError(
-        f"no option trains {result.tokens:.3g} tokens within {span(result.deadline_s)}: the fastest, {fastest.gpus} x {fastest.gpu} on "
-        f"{fastest.cloud}, takes {span(fastest.time_s)} (planner estimate); "
-        + "; or ".join(deadline_advice(result, request, fastest))
     )

@@ -1,4 +1,4 @@
-"""What would make a missed deadline reachable, each remedy computed from the options the search priced
+"""A missed cost deadline: the one-line refusal (require_option) and what would make the deadline reachable, each
 (docs/search.md, "Cost across clouds"); never a linear-scaling guess the search has already tested.
 
 - a longer --deadline: the fastest option's wall time;
@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from planner.cost.cloud_search import NODE_GPUS, CloudCostResult, CostOption, CostRequest
+from planner.errors import UserInputError
 
 
 def span(seconds: float) -> str:
@@ -94,3 +95,26 @@ def deadline_advice(result: CloudCostResult, request: CostRequest, fastest: Cost
                     f"{option.gpu} ({option.cloud})"
                 )
     return advice
+
+
+def require_option(result: CloudCostResult, request: CostRequest) -> CostOption:
+    """The winner, or one UserInputError that says what would meet the deadline (planner/cost/deadline_advice.py)."""
+    if result.best is not None:
+        return result.best
+    if not result.considered:
+        raise UserInputError(
+            f"nothing fits: no plan on any priced GPU up to {request.max_gpus} GPUs ({'; '.join(result.skipped)}); "
+            "raise --max-gpus, or see `plan --gpu ...` for why"
+        )
+    finishing = [option for option in result.considered if math.isfinite(option.time_s)]
+    if not finishing:
+        raise UserInputError(
+            "no spot run finishes: at this --preemption-rate every option loses more work to preemptions than it "
+            "does; checkpoint more often (--save-every) or lower --preemption-rate if your cloud's rate is lower"
+        )
+    fastest = min(finishing, key=lambda option: (option.time_s, option.cost_usd))
+    raise UserInputError(
+        f"no option trains {result.tokens:.3g} tokens within {span(result.deadline_s)}: the fastest, {fastest.gpus} x {fastest.gpu} on "
+        f"{fastest.cloud}, takes {span(fastest.time_s)} (planner estimate); "
+        + "; or ".join(deadline_advice(result, request, fastest))
+    )
