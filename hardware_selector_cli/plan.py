@@ -183,13 +183,14 @@ def register(app: typer.Typer) -> None:
             restrictions = search_restrictions(request)  # plan.json keeps them: `tune RUN_DIR` searches the same
             written = _emit(result, spec, target, emit, force, overrides, fallbacks, launch, restrictions)
         title = f"{spec.name} on {target.world_size} x {target.gpu.name}, seq {request.seq_len}"
+        tokens_from = _tokens_from(search, request, run.values if emit is not None else None)
         if report_target is not None:
+            from hardware_selector_cli.plan_table import tokens_source
             from planner.report.page import write_page
             from planner.report.plan_data import plan_report
 
-            write_page(report_target, plan_report(result, title))
+            write_page(report_target, plan_report(result, title, tokens_source(tokens_from)))
             written = [*(written or []), f"wrote the report page to {report_target}"]
-        tokens_from = _tokens_from(search, request, run.values if emit is not None else None)
         if as_json:
             print(json.dumps(search_document(result, tokens_from), indent=2))
         else:
