@@ -116,7 +116,8 @@ def run_cost_plan(model, cluster, search, routing, cost: CostOptions, save_every
     """Search, rank and print; the winner or one line saying what would meet the deadline."""
     from planner.calibration_lines import line_for_plan
     from planner.cost.checked_prices import load_price_catalog
-    from planner.cost.cloud_search import cheapest_across_clouds, require_option
+    from planner.cost.cloud_search import cheapest_across_clouds
+    from planner.cost.deadline_advice import require_option
     from planner.cost.prices import parse_clouds
     from planner.hardware.cluster import make_cluster
     from planner.search import Objective, search_plans
@@ -181,7 +182,7 @@ def run_cost_plan(model, cluster, search, routing, cost: CostOptions, save_every
         return family_label(best.config), best.throughput.tokens_per_s, best.throughput.step_time_s
 
     result = cheapest_across_clouds(entries, priced, plan_speed)
-    best = require_option(result, priced.max_gpus)
+    best = require_option(result, priced)
     best_line = plan_lines.get((best.gpu, best.gpus_per_node, best.nodes), calibrations.get(best.gpu, ""))
     if as_json:
         import json

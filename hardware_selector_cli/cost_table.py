@@ -131,5 +131,11 @@ def print_cost(result, best, title: str, best_calibration: str, fabrics: dict[st
         say(
             f"{cloud}: nothing meets the deadline (fastest: {fastest.gpus} x {fastest.gpu}, {_days(fastest.time_s)} days)"
         )
+    if result.one_instance:
+        say(
+            "planned and priced as one instance (smaller than an 8-GPU server; the catalog records no network "
+            f"between such instances): {', '.join(result.one_instance)}",
+            style="dim",
+        )
     for line in result.skipped:
         say(f"not considered: {line}", style="dim")

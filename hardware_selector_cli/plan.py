@@ -183,16 +183,18 @@ def register(app: typer.Typer) -> None:
             restrictions = search_restrictions(request)  # plan.json keeps them: `tune RUN_DIR` searches the same
             written = _emit(result, spec, target, emit, force, overrides, fallbacks, launch, restrictions)
         title = f"{spec.name} on {target.world_size} x {target.gpu.name}, seq {request.seq_len}"
+        tokens_from = _tokens_from(search, request, run.values if emit is not None else None)
         if report_target is not None:
+            from hardware_selector_cli.plan_table import tokens_source
             from planner.report.page import write_page
             from planner.report.plan_data import plan_report
 
-            write_page(report_target, plan_report(result, title))
+            write_page(report_target, plan_report(result, title, tokens_source(tokens_from)))
             written = [*(written or []), f"wrote the report page to {report_target}"]
         if as_json:
-            print(json.dumps(search_document(result, _tokens_from(search, request, run.values.get("steps"))), indent=2))
+            print(json.dumps(search_document(result, tokens_from), indent=2))
         else:
-            print_plans(result, title, explain, tokens_from=_tokens_from(search, request, run.values.get("steps")))
+            print_plans(result, title, explain, tokens_from=tokens_from)
             from rich.console import Console
 
             # The best plan's own line: the records may have changed none of its figures (planner/calibration.py).
@@ -242,12 +244,26 @@ def _plan_serving(model: ModelOptions, cluster: ClusterOptions, search: SearchOp
         raise typer.Exit(NOTHING_FITS_EXIT)
 
 
-def _tokens_from(search: SearchOptions, request, steps: int | None) -> str | None:
-    """Where the time and cost columns' token count came from: --tokens, the run's --steps, or the default."""
+def _tokens_from(search: SearchOptions, request, run_values: dict | None) -> str | None:
+    """Where the time and cost columns' token count came from: --tokens, the run's --steps, or the default.
+    run_values: the emitted run's flags (None without --emit). An emitted run without --steps trains --epochs
+    (default 1) over its data, whose tokens only `train` counts (tokenizing it all; planner/rundir/data_bound.py
+    bounds it, no more): the default budget is then named as not the run's, never passed off as it."""
+    steps = (run_values or {}).get("steps")
     if search.tokens is not None:
         return "--tokens"
     if request.train_tokens is not None:
         return f"--steps {steps} x global batch {request.global_batch} x seq {request.seq_len}"
+    if run_values is not None and steps is None:
+        from planner.search.request import CHINCHILLA_TOKENS_PER_PARAM
+
+        epochs = run_values.get("epochs") or 1
+        data = "--data" if run_values.get("data") else "the run's data"
+        return (
+            f"{CHINCHILLA_TOKENS_PER_PARAM} per parameter, Chinchilla, the default: NOT this run's, which trains {epochs:g} epoch(s) over {data}, whose tokens "
+            "are counted only when `train` tokenizes it; give --tokens (the data's tokens x epochs) or --steps for "
+            "the run's time and cost"
+        )
     return None
 
 

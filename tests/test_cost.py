@@ -197,12 +197,12 @@ def test_spot_adds_what_preemption_costs_with_the_checkpoint_interval(tmp_path):
 
 
 def test_a_spot_run_that_never_finishes_is_null_in_json(tmp_path):
-    entries = [_entry("alpha", "H100-80GB", 4.0, spot=1.5, per_instance=1)]
-    flags = ("--clouds", "alpha", "--tokens", 2e9, "--price-catalog", _catalog(tmp_path, entries), "--max-gpus", 8)
+    entries = [_entry("alpha", "H100-80GB", 4.0, spot=1.5)]
+    flags = ("--clouds", "alpha", "--tokens", 2e9, "--price-catalog", _catalog(tmp_path, entries), "--max-gpus", 16)
     steps = {o["gpus"]: o["step_time_s"] for o in json.loads(_plan(*flags, "--json").stdout)["considered"]}
     lost_h = {gpus: (1000 * step / 2 + 600) / 3600 for gpus, step in steps.items()}  # half an interval + restart
-    rate = 2 / (lost_h[1] + 8 * lost_h[8])  # 1 GPU finishes (rate x lost < 1), 8 one-GPU instances do not
-    assert rate * lost_h[1] < 1 < rate * 8 * lost_h[8]
+    rate = 2 / (lost_h[8] + 2 * lost_h[16])  # one 8-GPU instance finishes (rate x lost < 1), two do not
+    assert rate * lost_h[8] < 1 < rate * 2 * lost_h[16]
     run = _plan(*flags, "--spot", "--preemption-rate", rate, "--json")
     assert run.returncode == 0, run.stderr
 
@@ -210,8 +210,37 @@ def test_a_spot_run_that_never_finishes_is_null_in_json(tmp_path):
         raise ValueError(f"{constant} is not JSON")
 
     considered = {o["gpus"]: o for o in json.loads(run.stdout, parse_constant=refuse)["considered"]}
-    assert considered[8]["time_s"] is None and considered[8]["cost_usd"] is None
-    assert not considered[8]["meets_deadline"] and considered[1]["time_s"] is not None
+    assert considered[16]["time_s"] is None and considered[16]["cost_usd"] is None
+    assert not considered[16]["meets_deadline"] and considered[8]["time_s"] is not None
+
+
+def test_the_cluster_timed_is_the_instance_rented_and_preempted(tmp_path):
+    # The brief's case: GCP rents H100s as a3-highgpu-1g (1 GPU per instance, planner/catalog/prices.yaml). Each
+    # option must be planned on nodes of the instance's GPUs, one node per instance, and preempted per instance:
+    # reference wall = work / (1 - 0.05/h x instances x (1000 steps x step / 2 + 600 s)), cost = wall x GPUs x spot.
+    catalog = {(e.cloud, e.gpu): e for e in load_price_catalog().prices}
+    run = cli_in_process("plan", "-m", "llama-2-7b", "--objective", "cost", "--clouds", "gcp,coreweave", "--spot",
+                         "--deadline", "5000d", "--tokens", 2e11, "--no-calibration", "--json")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    seen = set()
+    for option in result["considered"]:
+        entry = catalog[(option["cloud"], option["gpu"])]
+        assert option["gpus_per_node"] == entry.gpus_per_instance
+        assert option["preemption"]["instances"] == option["nodes"]
+        if entry.gpus_per_instance < 8:
+            assert option["nodes"] == 1  # a cluster of small instances crosses a network the catalog lacks
+        work_h = 2e11 / option["tokens_per_s"] / 3600
+        lost_h = (1000 * option["step_time_s"] / 2 + 600) / 3600
+        slowdown = 1 - 0.05 * option["nodes"] * lost_h
+        if slowdown <= 0:  # loses more than it trains: never finishes (null in JSON)
+            assert option["time_s"] is None
+        else:
+            assert option["time_s"] == pytest.approx(work_h / slowdown * 3600, rel=1e-9)
+            assert option["cost_usd"] == pytest.approx(work_h / slowdown * option["gpus"] * entry.spot, rel=1e-9)
+        seen.add((option["cloud"], option["gpus_per_node"]))
+    assert ("gcp", 1) in seen and ("coreweave", 8) in seen
+    assert "gcp us-central1 H100-80GB (a3-highgpu-1g, 1 GPU)" in result["one_instance"]
 
 
 def test_preemption_model_by_hand():
@@ -283,7 +312,39 @@ def test_a_deadline_nothing_meets_says_what_would(tmp_path):
     message = _refused(tmp_path, "--clouds", "alpha,beta", "--tokens", 1e13, "--deadline", "1h", "--max-gpus", 8,
                        "--price-catalog", _catalog(tmp_path, FIXTURE))  # fmt: skip
     assert "no option trains 1e+13 tokens within 1 hours: the fastest, 8 x H100-80GB" in message
-    assert "give --deadline" in message and "GPUs with --max-gpus" in message
+    assert "give --deadline" in message
+    # 8 GPUs, the most searched, was the fastest of alpha's H100: more may help, and it says the search stopped there
+    assert "raise --max-gpus above 8: alpha H100-80GB was fastest at 8 GPUs" in message
+
+
+def test_a_missed_spot_deadline_advises_only_what_would_help(tmp_path):
+    # At 0.5 preemptions per instance-hour 64 GPUs (8 instances) are slower than 32: the search tried more GPUs, so
+    # "allow more GPUs" would not help. The remedies are computed from T / (1 - rate x instances x lost) <= deadline
+    # (planner/cost/preemption.py), lost = 1000 steps x step / 2 + 600 s, for the option that needs the least.
+    catalog = _catalog(tmp_path, [_entry("alpha", "H100-80GB", 4.0, spot=1.5)])
+    flags = ("--clouds", "alpha", "--tokens", 2e10, "--spot", "--preemption-rate", 0.5, "--max-gpus", 64,
+             "--price-catalog", catalog)  # fmt: skip
+    options = json.loads(_plan(*flags, "--deadline", "3650d", "--json").stdout)["considered"]
+    times = {o["gpus"]: o["time_s"] for o in options}
+    assert times[64] > times[32]  # the premise: more instances were slower
+    deadline_s = 7200.0
+    assert min(times.values()) > deadline_s
+    rates, saves = [], []
+    for o in options:
+        work_s, instances = 2e10 / o["tokens_per_s"], o["gpus"] // 8
+        if work_s < deadline_s:
+            rates.append((1 - work_s / deadline_s) * 3600 / (instances * (1000 * o["step_time_s"] / 2 + 600)))
+            lost_s = (1 - work_s / deadline_s) * 3600 / (0.5 * instances)
+            saves.append(math.floor(2 * (lost_s - 600) / o["step_time_s"]))
+    message = " ".join(_refused(tmp_path, *flags, "--deadline", f"{deadline_s:g}s").split())
+    assert "--max-gpus" not in message and "linear" not in message
+    assert f"--preemption-rate {max(rates):.3g} or less per instance-hour" in message
+    if max(saves) >= 1:
+        assert f"checkpoint every {max(saves):,} steps or fewer (--save-every)" in message
+    else:  # even a checkpoint every step loses more than the deadline allows: not advised
+        assert "--save-every" not in message
+    assert f"give --deadline {math.ceil(min(times.values()) / 3600 * 10) / 10:g}h or more" in message
+    assert "drop --spot: without preemptions 64 x H100-80GB takes" in message
 
 
 # --- plain --objective cost (no --clouds): the price catalog's cheapest on-demand price per GPU ---------------
@@ -363,7 +424,8 @@ def test_the_winners_calibration_is_its_own_plans_as_plan_says_it(tmp_path):
     db = tmp_path / "runs.duckdb"
     BenchmarkStore(db).add(record)
     args = ("plan", "--model", MODEL, "--objective", "cost", "--clouds", "alpha", "--tokens", 2e10, "--deadline",
-            "365d", "--max-gpus", 8, "--price-catalog", _catalog(tmp_path, [_entry("alpha", "H100-80GB", 1.0, per_instance=1)]),
+            "365d", "--max-gpus", 8, "--price-catalog", _catalog(tmp_path, [
+            _entry("alpha", "H100-80GB", 1.0, per_instance=1), {**_entry("alpha", "H100-80GB", 1.0), "region": "r2"}]),
             "--db", db)  # fmt: skip
     document = json.loads(cli_in_process(*args, "--json").stdout)
     assert document["best"]["gpus"] == 8
@@ -374,3 +436,22 @@ def test_the_winners_calibration_is_its_own_plans_as_plan_says_it(tmp_path):
     assert document["best_calibration"] == line
     assert document["throughput_calibration"]["H100-80GB"].startswith("not calibrated")  # the GPU's first count
     assert f"(strategy search, {line})" in " ".join(cli_in_process(*args).stdout.split())
+
+
+def test_a_multi_node_plan_is_priced_as_whole_servers_the_catalog_rents(tmp_path):
+    # Two nodes joined by InfiniBand are rented as 8-GPU servers, not as single-GPU pods: the reference is the
+    # catalog's cheapest on-demand entry of H100-80GB among instances of 8 or more GPUs, x GPU-hours.
+    servers = [e for e in load_price_catalog().prices if e.gpu == "H100-80GB" and e.gpus_per_instance >= 8]
+    entry = min(servers, key=lambda e: (e.on_demand, -e.date.toordinal()))
+    run = cli_in_process("plan", "-m", "llama-2-7b", "--gpu", "H100-80GB", "--nodes", 2, "--no-calibration", "--json")
+    assert run.returncode == 0, run.stderr
+    to_train = json.loads(run.stdout)["best"]["to_train"]
+    assert to_train["price_usd_per_gpu_hour"] == entry.on_demand
+    assert to_train["cost_usd"] == pytest.approx(to_train["time_s"] / 3600 * 16 * entry.on_demand, rel=1e-9)
+    assert (
+        f"{entry.cloud} {entry.region}, {entry.instance}, {entry.source}, {entry.date.isoformat()}"
+        in (to_train["price_source"])
+    )
+    # a GPU the catalog prices only as a single-GPU machine keeps that rate, and says what it is
+    single = cli_in_process("plan", "-m", "gpt2-medium", "--gpu", "H100-PCIe", "--nodes", 2, "--no-calibration")
+    assert "multi-node InfiniBand clusters cost more: pass --price" in " ".join(single.stdout.split())

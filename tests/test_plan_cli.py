@@ -310,7 +310,7 @@ def test_cost_json_carries_the_cost_the_table_ranks_by(capsys):
             2e11 / speed["tokens_per_s"]
         )
         assert cost["cost_usd"] == pytest.approx(hours * cost["price_usd_per_gpu_hour"])
-        assert cost["price_source"].startswith("the cheapest on-demand price of planner/catalog/prices.yaml")
+        assert cost["price_source"].startswith("the cheapest on-demand whole-server price (the plan has several nodes)")
     costs = [plan["to_train"]["cost_usd"] for plan in document["candidates"]]
     from planner.search.explain import TIE_TOLERANCE
 
@@ -375,6 +375,28 @@ def test_the_cost_counts_the_tokens_of_the_runs_own_steps(tmp_path, capsys):
     assert "cost: to train 8.19e+04 tokens (--steps 40 x global batch 16 x seq 128)" in " ".join(
         capsys.readouterr().out.split()
     )
+
+
+def test_an_emitted_run_sized_in_epochs_is_not_costed_as_the_chinchilla_default(tmp_path, capsys):
+    """Audit: `--emit DIR --epochs 3` printed `cost: to train 2.55e+06 tokens (20 per parameter, Chinchilla;
+    --tokens)` as if that were the run, which trains 3 passes over its data (counted only when `train` tokenizes
+    it). The figure shown is still the default, 20 x parameters, and it says it is not the run's and what gives it."""
+    import json
+
+    from hardware_selector_cli.app import main
+
+    base = ["plan", "--model", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64", "--global-batch",
+            "8", "--price", "2", "--no-calibration"]  # fmt: skip
+    assert main([*base, "--emit", str(tmp_path / "a"), "--epochs", "3", "--json"]) == 0
+    to_train = json.loads(capsys.readouterr().out)["best"]["to_train"]
+    assert to_train["tokens"] == 20 * resolve_model_params("gpt2")  # the default, not the run's
+    assert to_train["tokens_source"].startswith("20 per parameter, Chinchilla, the default: NOT this run's, which "
+                                                "trains 3 epoch(s) over the run's data")  # fmt: skip
+    assert "give --tokens (the data's tokens x epochs) or --steps" in to_train["tokens_source"]
+    assert main([*base, "--emit", str(tmp_path / "b")]) == 0  # no --steps: one epoch, the run's default
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Chinchilla, the default: NOT this run's, which trains 1 epoch(s)" in out
+    assert "(20 per parameter, Chinchilla; --tokens)" not in out
 
 
 def resolve_model_params(name: str) -> int:

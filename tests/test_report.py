@@ -76,6 +76,30 @@ def test_the_page_holds_plan_json_numbers(planned):
     assert data["calibration"] == plan["estimate_sources"]["calibration"]
 
 
+def test_the_plan_page_holds_the_time_and_cost_plan_prints(planned):
+    # Audit: the page had no cost or time-to-train though `plan`'s table has them. Reference: tokens / tokens/s
+    # for the time, x 16 GPUs x the price per GPU-hour for the cost, the price and the token count with sources.
+    root, searched = planned
+    data = page_data(root / "plan.html")
+    best = searched["best"]["to_train"]
+    assert data["budget"] == {
+        "tokens": best["tokens"],
+        "tokens_source": best["tokens_source"],
+        "price_usd_per_gpu_hour": best["price_usd_per_gpu_hour"],
+        "price_source": data["budget"]["price_source"],
+    }
+    assert best["price_source"] in data["budget"]["price_source"]  # with its date: the catalog entry's own text
+    for shown, plan in zip(data["candidates"], searched["candidates"], strict=True):
+        hours = best["tokens"] / plan["throughput"]["tokens_per_s"] / 3600
+        assert shown["time_to_train_s"] == pytest.approx(hours * 3600, rel=1e-12)
+        assert shown["gpu_hours"] == pytest.approx(hours * 16, rel=1e-12)
+        assert shown["cost_usd"] == pytest.approx(hours * 16 * best["price_usd_per_gpu_hour"], rel=1e-12)
+        assert shown["cost_usd"] == plan["to_train"]["cost_usd"]
+    text = " ".join((root / "plan.html").read_text(encoding="utf-8").split())
+    assert f"days, GPU-hours and cost: to train {best['tokens']:.3g} tokens" in text
+    assert "<th>cost</th>" in text
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A real run: a local GPT-2 trained 6 steps on one CPU rank (evaluating every 3), with a tune block

@@ -1,8 +1,10 @@
 """The cheapest cloud x GPU x count that trains a token budget by a deadline (docs/search.md, "Cost across clouds").
 
-For every price of the chosen clouds (planner/cost/prices.py) and every GPU count the cloud rents (1, 2, 4 on one
-node, then whole 8-GPU nodes doubling up to `max_gpus`, each a multiple of the instance's GPUs), the strategy
-search (planner/search) finds the fastest plan at exactly that count; its tokens/s is the planner's own estimate.
+For every price of the chosen clouds (planner/cost/prices.py) and every cluster of its instances (one planned node
+is one rented instance, so the shape timed is the shape rented and preempted: instances of a whole 8-GPU server
+doubling up to `max_gpus`; a smaller instance, whose network between instances the catalog does not record, only
+as one instance), the strategy search (planner/search) finds the fastest plan at exactly that shape; its tokens/s
+is the planner's own estimate.
 Time = tokens / tokens/s (with spot, stretched by expected preemptions: planner/cost/preemption.py); cost =
 time x GPUs x the price. The options that meet the deadline are ranked by cost; the winner is the cheapest, and
 each cloud shows its two cheapest. One search per GPU and count, shared by every cloud that rents them.
@@ -18,11 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.contract.run_config import CheckpointPolicy
 from planner.cost.preemption import DEFAULT_PREEMPTION_RATE, DEFAULT_RESTART_MINUTES, PreemptionCost, preemption_cost
-from planner.cost.prices import CloudPrice
-from planner.errors import UserInputError
+from planner.cost.prices import SERVER_GPUS, CloudPrice
 
-SINGLE_NODE_COUNTS = (1, 2, 4)
-NODE_GPUS = 8  # GPUs per node beyond one node: the 8-GPU servers every cloud of the catalog rents
+NODE_GPUS = SERVER_GPUS  # one planned node of a cluster: a whole server (planner/cost/prices.py)
 DEFAULT_MAX_GPUS = 256
 
 
@@ -60,6 +60,7 @@ class CloudCostResult(BaseModel):
     per_cloud: dict[str, list[CostOption]]  # each cloud's two cheapest that meet the deadline
     considered: list[CostOption]  # every cloud x GPU x count that has a plan, deadline or not
     skipped: list[str]  # why some prices were not considered (no spot price, nothing fits)
+    one_instance: list[str] = []  # prices of instances smaller than a server, planned and priced as one instance
 
 
 class CostRequest(BaseModel):
@@ -80,14 +81,25 @@ class CostRequest(BaseModel):
 
 
 def gpu_counts(gpus_per_instance: int, max_gpus: int) -> list[tuple[int, int]]:
-    """(GPUs per node, nodes) for every count searched: 1, 2, 4 on one node, then 8 x 1, 2, 4, ... nodes, up to
-    max_gpus, each a whole number of the instances the cloud rents."""
-    shapes = [(count, 1) for count in SINGLE_NODE_COUNTS if count <= max_gpus]
+    """(GPUs per node, nodes) for every cluster searched, each node one rented instance: an instance of a whole
+    server (NODE_GPUS or more) as 1, 2, 4, ... nodes up to max_gpus; a smaller one (GCP's a3-highgpu-1g, a pod
+    priced per GPU) as one instance only. Planning 8 of them as one NVLink node would time a machine that is not
+    the one rented, and count its preemptions per GPU; a cluster of them crosses a network the catalog does not
+    record, so its speed would be a guess."""
+    if gpus_per_instance > max_gpus:
+        return []
+    if gpus_per_instance < NODE_GPUS:
+        return [(gpus_per_instance, 1)]
+    shapes = []
     nodes = 1
-    while NODE_GPUS * nodes <= max_gpus:
-        shapes.append((NODE_GPUS, nodes))
+    while gpus_per_instance * nodes <= max_gpus:
+        shapes.append((gpus_per_instance, nodes))
         nodes *= 2
-    return [(per_node, nodes) for per_node, nodes in shapes if (per_node * nodes) % gpus_per_instance == 0]
+    return shapes
+
+
+def _one_instance_note(entry: CloudPrice) -> str:
+    return f"{entry.cloud} {entry.region} {entry.gpu} ({entry.instance}, {entry.gpus_per_instance} GPU)"
 
 
 # (gpu name, GPUs per node, nodes) -> the fastest plan's (strategy, tokens/s, step time s), or None: nothing fits
@@ -147,10 +159,13 @@ def cheapest_across_clouds(entries: list[CloudPrice], request: CostRequest, plan
     speeds: dict[tuple[str, int, int], tuple[str, float, float] | None] = {}
     considered: list[CostOption] = []
     skipped: list[str] = []
+    one_instance: list[str] = []
     for entry in entries:
         if request.spot and request.price_override is None and entry.spot is None:
             skipped.append(f"{entry.cloud} {entry.region} {entry.gpu}: no spot price in the catalog")
             continue
+        if entry.gpus_per_instance < NODE_GPUS:
+            one_instance.append(_one_instance_note(entry))
         fitted = 0
         for shape in gpu_counts(entry.gpus_per_instance, request.max_gpus):
             key = (entry.gpu, *shape)
@@ -160,7 +175,12 @@ def cheapest_across_clouds(entries: list[CloudPrice], request: CostRequest, plan
                 fitted += 1
                 considered.append(_option(entry, shape, speeds[key], request))  # type: ignore[arg-type]
         if not fitted:
-            skipped.append(f"{entry.cloud} {entry.region} {entry.gpu}: no plan fits up to {request.max_gpus} GPUs")
+            within = (
+                f"on one {entry.instance} ({entry.gpus_per_instance} GPU(s))"
+                if entry.gpus_per_instance < NODE_GPUS
+                else f"up to {request.max_gpus} GPUs"
+            )
+            skipped.append(f"{entry.cloud} {entry.region} {entry.gpu}: no plan fits {within}")
     meeting = sorted((option for option in considered if option.meets_deadline), key=_rank_key)
     per_cloud: dict[str, list[CostOption]] = {}
     for option in meeting:
@@ -174,34 +194,5 @@ def cheapest_across_clouds(entries: list[CloudPrice], request: CostRequest, plan
         per_cloud=per_cloud,
         considered=considered,
         skipped=skipped,
-    )
-
-
-def _span(seconds: float) -> str:
-    return f"{seconds / 86400:.3g} days" if seconds >= 86400 else f"{seconds / 3600:.3g} hours"
-
-
-def require_option(result: CloudCostResult, max_gpus: int) -> CostOption:
-    """The winner, or one UserInputError that says what would meet the deadline."""
-    if result.best is not None:
-        return result.best
-    if not result.considered:
-        raise UserInputError(
-            f"nothing fits: no plan on any priced GPU up to {max_gpus} GPUs ({'; '.join(result.skipped)}); raise "
-            "--max-gpus, or see `plan --gpu ...` for why"
-        )
-    finishing = [option for option in result.considered if math.isfinite(option.time_s)]
-    if not finishing:
-        raise UserInputError(
-            "no spot run finishes: at this --preemption-rate every option loses more work to preemptions than it "
-            "does; checkpoint more often (--save-every) or lower --preemption-rate if your cloud's rate is lower"
-        )
-    fastest = min(finishing, key=lambda option: (option.time_s, option.cost_usd))
-    fastest_days = fastest.time_s / 86400
-    needed = math.ceil(fastest.gpus * fastest.time_s / result.deadline_s)  # linear scaling: an optimistic bound
-    raise UserInputError(
-        f"no option trains {result.tokens:.3g} tokens within {_span(result.deadline_s)}: the fastest, {fastest.gpus} x "
-        f"{fastest.gpu} on {fastest.cloud}, takes {_span(fastest.time_s)} (planner estimate); give --deadline "
-        f"{math.ceil(fastest_days * 10) / 10:g}d or more, or allow at least {needed:,} GPUs with --max-gpus (if "
-        "scaling stayed linear)"
+        one_instance=one_instance,
     )

@@ -18,6 +18,9 @@ from planner.yaml_cache import UnreadableYaml, load_yaml
 
 PRICE_CATALOG_FILE = Path(__file__).resolve().parent.parent / "catalog" / "prices.yaml"
 STALE_AFTER_DAYS = 180
+# GPUs of a whole server: the instances sold with the GPU's cluster fabric (p5.48xlarge, ND96 v5, HGX nodes). Smaller
+# instances (1-GPU VMs, pods priced per GPU) are single-machine rentals; the catalog records no network between them.
+SERVER_GPUS = 8
 
 
 def catalog_today() -> dt.date:
@@ -141,8 +144,14 @@ def read_price_catalog(path: Path | None = None) -> PriceCatalog:
         raise UserInputError(f"{label}: {_where(error, document)}; fix that entry or leave it out") from None
 
 
-def cheapest_on_demand(catalog: PriceCatalog, gpu: str) -> CloudPrice | None:
+def cheapest_on_demand(catalog: PriceCatalog, gpu: str, whole_servers: bool = False) -> CloudPrice | None:
     """The catalog's cheapest on-demand entry for `gpu` (a GPU catalog name), or None where it has none: what
-    plain `--objective cost` (without --clouds) prices a GPU at. Ties go to the newer entry."""
-    entries = [entry for entry in catalog.prices if entry.gpu == gpu]
+    plain `--objective cost` (without --clouds) prices a GPU at. whole_servers: only instances of SERVER_GPUS or
+    more, the offers a multi-node plan (its nodes joined by the GPU's cluster fabric) can be rented as. Ties go to
+    the newer entry."""
+    entries = [
+        entry
+        for entry in catalog.prices
+        if entry.gpu == gpu and (not whole_servers or entry.gpus_per_instance >= SERVER_GPUS)
+    ]
     return min(entries, key=lambda entry: (entry.on_demand, -entry.date.toordinal())) if entries else None

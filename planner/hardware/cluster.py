@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import UserInputError
-from planner.hardware.gpus import GpuSpec, pcie_bandwidth_GBps_per_direction, resolve_gpu
+from planner.hardware.gpus import GpuSpec, find_gpu, multi_node_priced, pcie_bandwidth_GBps_per_direction, resolve_gpu
 from planner.limits import (
     MAX_BANDWIDTH_GBPS,
     MAX_GIB,
@@ -288,6 +288,9 @@ def make_cluster(
     if price_per_hour is not None:
         spec = spec.with_price(price_per_hour)
     else:
+        if nodes > 1 and spec is find_gpu(spec.name):
+            # a catalog-priced GPU: price the cluster as what it is rented as (planner/hardware/gpus.py, _priced)
+            spec = multi_node_priced(spec.name)
         overrides = "; --price overrides it" if spec.price_usd_per_hour is not None else ""
         assumptions.append(f"price: {spec.price_note()}{overrides}")
     if spec.placeholder:

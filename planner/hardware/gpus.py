@@ -244,20 +244,29 @@ def _catalog() -> tuple[GpuSpec, ...]:
 
 
 NO_PRICE = "planner/catalog/prices.yaml cites no price for this GPU; pass --price USD_PER_GPU_HOUR"
+# A multi-node plan's nodes are joined by the GPU's cluster fabric, which a single-GPU rental does not come with.
+SINGLE_GPU_RATE = "a rate for a machine of {gpus} GPU(s); multi-node InfiniBand clusters cost more: pass --price"
 
 
-def _priced(spec: GpuSpec, prices: PriceCatalog) -> GpuSpec:
-    """The entry with the price catalog's cheapest on-demand price for it (the cpu pseudo-device keeps its own)."""
+def _priced(spec: GpuSpec, prices: PriceCatalog, multi_node: bool = False) -> GpuSpec:
+    """The entry with the price catalog's cheapest on-demand price for it (the cpu pseudo-device keeps its own).
+    multi_node: the cheapest offer of whole servers (what a cluster of nodes is rented as) where the catalog has
+    one; otherwise the cheapest of all, said to be a smaller machine's rate."""
     if spec.price_usd_per_hour is not None:
         return spec
-    from planner.cost.prices import cheapest_on_demand
+    from planner.cost.prices import SERVER_GPUS, cheapest_on_demand
 
-    entry = cheapest_on_demand(prices, spec.name)
+    entry = cheapest_on_demand(prices, spec.name, whole_servers=True) if multi_node else None
+    kind = "the cheapest on-demand whole-server price (the plan has several nodes)" if entry else ""
+    entry = entry or cheapest_on_demand(prices, spec.name)
     if entry is None:
         return spec.model_copy(update={"price_source": NO_PRICE})
+    caveat = ""
+    if multi_node and entry.gpus_per_instance < SERVER_GPUS:
+        caveat = "; " + SINGLE_GPU_RATE.format(gpus=entry.gpus_per_instance)
     source = (
-        f"the cheapest on-demand price of planner/catalog/prices.yaml: {entry.cloud} {entry.region}, "
-        f"{entry.instance}, {entry.source}, {entry.date.isoformat()}"
+        f"{kind or 'the cheapest on-demand price'} of planner/catalog/prices.yaml: {entry.cloud} {entry.region}, "
+        f"{entry.instance}, {entry.source}, {entry.date.isoformat()}{caveat}"
     )
     return spec.model_copy(
         update={"price_usd_per_hour": entry.on_demand, "price_source": source, "price_date": entry.date}
@@ -283,6 +292,15 @@ def _index() -> dict[str, tuple[str, int]]:
                 raise RuntimeError(f"GPU catalog names collide: '{name}' names both {other[0]} and {canonical}")
             index[key] = (canonical, position)
     return index
+
+
+@cache
+def multi_node_priced(name: str) -> GpuSpec:
+    """The GPU `name` (a catalog name) priced for a multi-node plan (_priced, multi_node)."""
+    from planner.cost.prices import read_price_catalog
+
+    position = _index()[normalize_gpu_name(name)][1]
+    return _priced(GpuSpec.model_validate(_entries()[position]), read_price_catalog(), multi_node=True)
 
 
 def find_gpu(name: str) -> GpuSpec | None:

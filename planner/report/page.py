@@ -16,9 +16,9 @@ from typing import Any
 from planner.errors import UserInputError
 from planner.files import check_writable, write_text_atomic
 from planner.report.figures import memory_figure, run_figures, step_time_figure, tune_figure
-from planner.report.plan_data import CandidateView, PlanReport, Source
+from planner.report.plan_data import CandidateView, PlanReport, Source, TrainBudget
 from planner.report.run_data import Comparison, RunReport
-from planner.units import GIB
+from planner.units import GIB, format_dollars
 
 INSTALL_HINT = "pip install 'hardware-selector[report]'"
 STYLE = """
@@ -94,10 +94,13 @@ def _candidates_table(candidates: list[CandidateView]) -> str:
                 _cell(_maybe(candidate.step_time_s, ".3g"), True),
                 _cell(_maybe(candidate.tokens_per_s, ",.0f"), True),
                 _cell(_maybe(candidate.mfu, ".0%"), True),
+                _cell(_maybe(candidate.time_to_train_s and candidate.time_to_train_s / 86400, ".3g"), True),
+                _cell(_maybe(candidate.gpu_hours, ",.0f"), True),
+                _cell("-" if candidate.cost_usd is None else format_dollars(candidate.cost_usd), True),
             ]
         )
     headers = ["#", "strategy", "dp×tp×pp", "micro×accum", "AC", "GiB per GPU (of usable)", "step s", "tokens/s"]
-    table = _table([*headers, "MFU"], rows)
+    table = _table([*headers, "MFU", "days", "GPU-hours", "cost"], rows)
     reasons = "".join(
         f"<details><summary>#{candidate.rank} {html.escape(candidate.strategy)}: why</summary><ul>"
         + "".join(f"<li>{html.escape(reason)}</li>" for reason in candidate.reasons)
@@ -130,6 +133,17 @@ def _document(title: str, body: str, data: dict[str, Any]) -> str:
     )
 
 
+def _budget_note(budget: TrainBudget | None) -> str:
+    """Where the days, GPU-hours and cost columns come from: the formula, the token count's and the price's source."""
+    if budget is None:
+        return ""
+    return (
+        f'<p class="note">days, GPU-hours and cost: to train {budget.tokens:.3g} tokens '
+        f"({html.escape(budget.tokens_source)}); days = tokens / tokens/s / 86,400; GPU-hours = that time in hours "
+        f"x GPUs; cost = GPU-hours x the price: {html.escape(budget.price_source)}</p>"
+    )
+
+
 def plan_page(report: PlanReport) -> str:
     parts = [
         f'<p class="note">ranked by {html.escape(report.objective)}; #1 is the plan. '
@@ -140,6 +154,7 @@ def plan_page(report: PlanReport) -> str:
             _figure_html(memory_figure(report.candidates)),
             _figure_html(step_time_figure(report.candidates)),
             "<h2>Ranked candidates</h2>",
+            _budget_note(report.budget),
             _candidates_table(report.candidates),
         ]
     else:

@@ -61,6 +61,22 @@ class CandidateView(BaseModel):
     tokens_per_s: float | None
     mfu: float | None
     reasons: list[str]
+    # What training the plan's token budget takes: ThroughputEstimate.time_to_train_s, gpu_hours and cost_usd, the
+    # figures `plan` prints in its days/cost column (None: no throughput, or no price for cost_usd).
+    time_to_train_s: float | None = None
+    gpu_hours: float | None = None
+    cost_usd: float | None = None
+
+
+class TrainBudget(BaseModel):
+    """The token budget the time and cost figures are for, and the price's, each with its source."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tokens: float
+    tokens_source: str  # as `plan` says it: --tokens, the run's --steps, or the default (and whether the run's)
+    price_usd_per_gpu_hour: float | None
+    price_source: str  # GpuSpec.price_note(): the catalog entry with its date, the user's --price, or none
 
 
 class PageData(BaseModel):
@@ -81,11 +97,14 @@ class PlanReport(PageData):
     suggestions: list[str]
     calibration: str | None
     cluster_assumptions: list[str]
+    budget: TrainBudget | None = None  # None: no plan to price
 
 
-def candidate_view(plan: Plan, rank: int) -> CandidateView:
-    """A Plan's figures for the page, unchanged."""
+def candidate_view(plan: Plan, rank: int, tokens: float | None = None) -> CandidateView:
+    """A Plan's figures for the page, unchanged; with `tokens`, what training them takes on it."""
     memory, speed = plan.memory, plan.throughput
+    world = plan.cluster.world_size
+    priced = speed is not None and tokens is not None
     breakdown = speed.breakdown.model_dump() if speed else {}
     return CandidateView(
         rank=rank,
@@ -105,6 +124,9 @@ def candidate_view(plan: Plan, rank: int) -> CandidateView:
         tokens_per_s=speed.tokens_per_s if speed else None,
         mfu=speed.mfu if speed else None,
         reasons=list(plan.reasons),
+        time_to_train_s=speed.time_to_train_s(tokens) if priced else None,  # type: ignore[union-attr,arg-type]
+        gpu_hours=speed.gpu_hours(tokens, world) if priced else None,  # type: ignore[union-attr,arg-type]
+        cost_usd=speed.cost_usd(tokens, world) if priced else None,  # type: ignore[union-attr,arg-type]
     )
 
 
@@ -121,14 +143,25 @@ def plan_sources(plans: list[Plan]) -> list[Source]:
     return [Source(number=number, source=source, ranks=ranks) for (number, source), ranks in found.items()]
 
 
-def plan_report(result: SearchResult, title: str) -> PlanReport:
-    """The page's data for a search: its ranked candidates, the families' fates, and the sources."""
+def plan_report(result: SearchResult, title: str, tokens_source: str = "--tokens") -> PlanReport:
+    """The page's data for a search: its ranked candidates with what training result.train_tokens takes on each
+    (tokens_source: where that count came from, as `plan` says it), the families' fates, and the sources."""
     plans = list(result.candidates)
     best = result.best
+    budget = None
+    if best is not None:
+        gpu = best.cluster.gpu
+        budget = TrainBudget(
+            tokens=result.train_tokens,
+            tokens_source=tokens_source,
+            price_usd_per_gpu_hour=gpu.price_usd_per_hour,
+            price_source=gpu.price_note(),
+        )
     return PlanReport(
         title=title,
         objective=result.objective.value,
-        candidates=[candidate_view(plan, rank) for rank, plan in enumerate(plans, 1)],
+        budget=budget,
+        candidates=[candidate_view(plan, rank, result.train_tokens) for rank, plan in enumerate(plans, 1)],
         rejected=dict(result.rejected),
         suggestions=list(result.suggestions),
         sources=plan_sources(plans),
