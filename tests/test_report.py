@@ -152,6 +152,8 @@ def test_the_run_page_holds_the_run_files_numbers(trained):
     assert figures["tokens_per_s"]["comparable"] and figures["peak_memory_bytes"]["comparable"]
     assert figures["peak_memory_bytes"]["predicted"] == predicted["peak_memory_bytes"]
     assert data["summary_lines"] == summary["lines"]
+    # The run has no token budget: its candidates table has no days, GPU-hours or cost columns of "-" only.
+    assert "<th>GPU-hours</th>" not in (trained / "report.html").read_text()
     assert data["tune"]["winner"] == "DDP" and [t["status"] for t in data["tune"]["trials"]] == ["ok", "oom"]
 
 

@@ -78,6 +78,8 @@ def _maybe(value: float | None, fmt: str) -> str:
 
 
 def _candidates_table(candidates: list[CandidateView]) -> str:
+    # Days, GPU-hours and cost need a token budget: a run's page (report RUN_DIR) has none, and shows no such columns.
+    budget = any(c.time_to_train_s is not None or c.cost_usd is not None for c in candidates)
     rows = []
     for candidate in candidates:
         layout = candidate.layout
@@ -94,13 +96,19 @@ def _candidates_table(candidates: list[CandidateView]) -> str:
                 _cell(_maybe(candidate.step_time_s, ".3g"), True),
                 _cell(_maybe(candidate.tokens_per_s, ",.0f"), True),
                 _cell(_maybe(candidate.mfu, ".0%"), True),
-                _cell(_maybe(candidate.time_to_train_s and candidate.time_to_train_s / 86400, ".3g"), True),
-                _cell(_maybe(candidate.gpu_hours, ",.0f"), True),
-                _cell("-" if candidate.cost_usd is None else format_dollars(candidate.cost_usd), True),
             ]
+            + (
+                [
+                    _cell(_maybe(candidate.time_to_train_s and candidate.time_to_train_s / 86400, ".3g"), True),
+                    _cell(_maybe(candidate.gpu_hours, ",.0f"), True),
+                    _cell("-" if candidate.cost_usd is None else format_dollars(candidate.cost_usd), True),
+                ]
+                if budget
+                else []
+            )
         )
     headers = ["#", "strategy", "dp×tp×pp", "micro×accum", "AC", "GiB per GPU (of usable)", "step s", "tokens/s"]
-    table = _table([*headers, "MFU", "days", "GPU-hours", "cost"], rows)
+    table = _table([*headers, "MFU", *(["days", "GPU-hours", "cost"] if budget else [])], rows)
     reasons = "".join(
         f"<details><summary>#{candidate.rank} {html.escape(candidate.strategy)}: why</summary><ul>"
         + "".join(f"<li>{html.escape(reason)}</li>" for reason in candidate.reasons)
