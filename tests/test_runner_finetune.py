@@ -197,6 +197,7 @@ def test_sigterm_mid_run_checkpoints_that_step_and_the_resume_continues_the_unin
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming from {folder / 'checkpoints' / f'global_step{saved}'} (step {saved};" in resumed.stdout
     assert [row["step"] for row in rows(folder, "train")] == list(range(1, 9))  # each step once
+    assert [(row["step"], row["world_size"]) for row in rows(folder, "launch")] == [(0, 2), (saved, 2)]  # report's
     assert [row["loss"] for row in rows(folder, "train")] == pytest.approx(uninterrupted, rel=1e-6)
 
 
