@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -309,6 +310,10 @@ def test_bad_report_input_is_one_line(tmp_path):
     assert "has no plan.json" in one_line_exit_2(cli_in_process("report", tmp_path / "empty"))
     assert cli_in_process("plan", *PLAN_ARGS, "--emit", tmp_path / "fresh").returncode == 0
     assert "no training metrics" in one_line_exit_2(cli_in_process("report", tmp_path / "fresh"))
+    assert cli_in_process("plan", *PLAN_ARGS, "--emit", tmp_path / "run slurm").returncode == 0
+    untrained = one_line_exit_2(cli_in_process("report", tmp_path / "run slurm"))  # pasted, it must train that one
+    assert untrained.endswith(f"train it first: hardware-selector train '{tmp_path / 'run slurm'}'"), untrained
+    assert shlex.split(untrained.rsplit(": ", 1)[1]) == ["hardware-selector", "train", str(tmp_path / "run slurm")]
     unwritable = cli_in_process("report", tmp_path / "fresh", "-o", "/proc/page.html")  # refused before reading
     assert "report -o: cannot write /proc/page.html" in one_line_exit_2(unwritable)
     # RUN_DIR is read first: a file or /proc was refused as where the page would go ("report -o: cannot write")
