@@ -256,8 +256,9 @@ def run(args, target, matrix) -> int:
         def advance(entry, status) -> None:
             progress.advance(note=f"{entry.label}: {status.value}")
 
+        received: list[int] = []  # SIGTERM, when that was the stop: the exit code says which (128 + the signal)
         try:
-            with _sigterm_as_interrupt():
+            with _sigterm_as_interrupt(received):
                 summary = run_matrix(
                     matrix,
                     store,
@@ -271,7 +272,7 @@ def run(args, target, matrix) -> int:
                 )
         except KeyboardInterrupt:
             console.print(f"stopped: what ended before it is in {store.path}; run the same command again to resume")
-            return 130
+            return 128 + (received[0] if received else signal.SIGINT)  # 130 Ctrl-C, 143 SIGTERM, as a shell says
     counts = ", ".join(f"{n} {status}" for status, n in sorted(summary.recorded.items())) or "nothing new"
     console.print(
         f"recorded {counts} in {store.path} ({summary.skipped_done} already done; measured by {summary.runner})"
@@ -280,7 +281,7 @@ def run(args, target, matrix) -> int:
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def _sigterm_as_interrupt(received: list[int]) -> Iterator[None]:
     """SIGTERM (`kill`, a scheduler) stops the matrix as Ctrl-C does: the launch's process tree is killed (its
     ranks run in a session of their own and would live on) and the configs that ended are recorded."""
     if threading.current_thread() is not threading.main_thread():
@@ -288,6 +289,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         return
 
     def interrupt(signum, frame) -> None:
+        received.append(signum)
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, interrupt)

@@ -22,6 +22,13 @@ INTERRUPTED_EXIT = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ende
 TERMINATED_EXIT = 128 + signal.SIGTERM
 
 
+def exit_code_of(line: str) -> int:
+    """128 + the signal an `interrupted: SIG... ` line names (130 SIGINT, 143 SIGTERM), as a shell reports a
+    process that signal ended, whichever process (train, torchrun, a rank) it reached first."""
+    name = line.removeprefix("interrupted: ").split(" ", 1)[0]
+    return 128 + signal.Signals[name] if name in signal.Signals.__members__ else INTERRUPTED_EXIT
+
+
 class _Terminated(BaseException):
     """SIGTERM, raised where the main thread is, as Python raises KeyboardInterrupt for SIGINT (a BaseException
     too, so that no `except Exception` on the way swallows it)."""

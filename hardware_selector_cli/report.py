@@ -8,6 +8,7 @@ command finds the folder's files and says in one line what is missing.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import typer
@@ -38,12 +39,16 @@ def _tune_block(run_dir: Path):
 def register(app: typer.Typer) -> None:
     @app.command("report")
     def report_command(
-        run_dir: Path = typer.Argument(..., help="A run folder (plan.json, and metrics.jsonl once it has trained)."),
+        run_dir: Path = typer.Argument(
+            ..., help="A run folder that has trained (its metrics.jsonl) or that `tune` measured (plan.json's trials)."
+        ),
         output: Path | None = typer.Option(
             None, "--output", "-o", help="The page to write (default RUN_DIR/report.html)."
         ),
     ) -> None:
-        """Write a run's report page: loss, throughput, MFU and memory over time beside the plan's prediction."""
+        """Write a run's report page: loss, throughput, MFU and memory over time beside the plan's prediction.
+
+        The folder must have trained (metrics.jsonl) or been measured by `tune`; before either it says so."""
         from planner.report.page import check_report_target, require_plotly
         from planner.rundir.plan_file import read_plan_file
 
@@ -58,8 +63,9 @@ def register(app: typer.Typer) -> None:
         rows = read_metrics(run_dir / "metrics.jsonl")
         tune = _tune_block(run_dir)
         if not any(row.get("kind") == "train" for row in rows) and tune is None:
+            again = f"hardware-selector train {shlex.quote(str(run_dir))}"  # pasted into a shell: a space is quoted
             raise UserInputError(
-                f"{run_dir} has no training metrics yet (metrics.jsonl); train it first: hardware-selector train {run_dir}"
+                f"{run_dir} has no training metrics yet (metrics.jsonl) nor tune trials (plan.json); train it first: {again}"
             )
         from planner.report.page import write_page
         from planner.report.run_data import run_report

@@ -153,7 +153,7 @@ def register(app: typer.Typer) -> None:
 
         Runner options (--data, --steps, --lr, --tiny, --strategy, --record, ...) are passed on."""
         forwarded = list(context.args)
-        from .interrupts import said_when_interrupted
+        from .interrupts import exit_code_of, said_when_interrupted
 
         with said_when_interrupted(INTERRUPTED_BEFORE_LAUNCH):  # run_logged says its own once torchrun runs
             prepared = _prepare(run_dir, forwarded, nproc=nproc, max_restarts=max_restarts, dry_run=dry_run)
@@ -175,7 +175,7 @@ def register(app: typer.Typer) -> None:
             interrupted = interruption_line(spec.run_dir, started) if code else None
         if interrupted:  # Ctrl-C or a scheduler's SIGTERM: not a failure, and the log holds only torchrun's report
             print(interrupted, file=sys.stderr)
-            raise typer.Exit(130)
+            raise typer.Exit(exit_code_of(interrupted))  # 130 SIGINT, 143 SIGTERM (interrupts.py)
         if code and not explained:
             print(failure_line(code, log), file=sys.stderr)
         if code:

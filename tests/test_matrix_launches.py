@@ -204,7 +204,7 @@ def test_sigterm_stops_run_training_benchmark_as_ctrl_c_does(tmp_path, monkeypat
     monkeypatch.setattr(launch, "backends_run_launch", lambda *args, **seams: real(*args, run_command=trials, **seams))
     before = signal.getsignal(signal.SIGTERM)
     db = tmp_path / "db.duckdb"
-    assert run_training_benchmark.main([*argv, "--run", "--db", str(db)]) == 130
+    assert run_training_benchmark.main([*argv, "--run", "--db", str(db)]) == 143  # 128 + SIGTERM, as train's
     assert "stopped: what ended before it is in" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) == before
     assert _statuses(BenchmarkStore(db)) == {keys[0]: "ok"} and trials.launches == [(1, keys[:2])]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -169,6 +170,51 @@ def test_without_a_summary_the_step_time_is_the_same_median_of_metrics(trained, 
     assert figures["step_time_s"]["measured_source"].startswith("metrics.jsonl")
 
 
+def _launch_rows(world: int, resumed_at: int, steps: list[tuple[int, float, int]]) -> list[dict]:
+    """A launch row and its train rows, as the runner writes them: (step, step_s, peak_memory_bytes) each."""
+    trained = [
+        {"kind": "train", "step": step, "loss": 5.0, "step_s": step_s, "tokens_per_s": 100 / step_s,
+         "peak_memory_bytes": peak}
+        for step, step_s, peak in steps
+    ]  # fmt: skip
+    return [{"kind": "launch", "step": resumed_at, "world_size": world, "resumed_from": None}, *trained]
+
+
+@pytest.mark.slow
+def test_a_resumed_run_is_measured_over_all_its_launches(trained, tmp_path):
+    """After a resume (here on another --nproc) run_summary.json is the last launch's alone, and the page showed it
+    as the run's. metrics.jsonl holds the whole run: the table's median step time is over every launch's steps
+    past that launch's first, its peak the run's largest, and the page says where the run resumed.
+    Reference, by hand: steady steps 1.0 2.0 3.0 (launch 1, past its 9.0) and 5.0 4.0 (launch 2, past its 8.0):
+    median 3.0 (the last launch alone: 4.5; every step past the run's first: 3.5); tokens/s 100/3."""
+    summary = json.loads((trained / "run_summary.json").read_text())
+    big = 10 * max(summary["peak_memory_per_rank_bytes"])  # launch 1's rank 0 peaked above the last launch
+    rows = _launch_rows(2, 0, [(1, 9.0, 1), (2, 1.0, big), (3, 2.0, 1), (4, 3.0, 1)])
+    rows += _launch_rows(1, 4, [(5, 8.0, 1), (6, 5.0, 1), (7, 4.0, 2)])
+    copy = tmp_path / "resumed"
+    shutil.copytree(trained, copy, ignore=shutil.ignore_patterns("checkpoints", "final", "report.html"))
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert cli_in_process("report", copy).returncode == 0
+    data = page_data(copy / "report.html")
+    figures = {c["name"]: c for c in data["comparisons"]}
+    assert figures["step_time_s"]["measured"] == 3.0
+    assert (
+        figures["step_time_s"]["measured_source"]
+        == "metrics.jsonl: median over the steps after the first of each launch"
+    )
+    assert figures["tokens_per_s"]["measured"] == pytest.approx(100 / 3.0, rel=1e-12)
+    assert figures["peak_memory_bytes"]["measured"] == big
+    assert [(launch["resumed_at"], launch["first_step"], launch["last_step"], launch["world_size"])
+            for launch in data["launches"]] == [(0, 1, 4, 2), (4, 5, 7, 1)]  # fmt: skip
+    page = (copy / "report.html").read_text(encoding="utf-8")
+    assert "launch 2 of 2: resumed at step 4, steps 5-7 on 1 process" in page
+    assert data["summary_lines"][0] == "the last launch's (steps 5-7; the table above is the whole run's):"
+    assert data["curves"]["step_s"]["steps"] == list(range(1, 8))  # the plot: the same whole run
+    # Each figure marks the resume (an annotation per figure), where the table's launches split the steps.
+    marks, run_figures = page.count('"text":"resumed at step 4"'), len(data["curves"]) - 1  # step_s: tabled, not drawn
+    assert marks == run_figures >= 3, (marks, run_figures)
+
+
 @pytest.mark.slow
 def test_a_tuned_folder_not_yet_trained_shows_its_trials(trained, tmp_path):
     """`tune` re-emits its winner with a tune block and no metrics yet: the page has the trials, no curves."""
@@ -290,6 +336,10 @@ def test_bad_report_input_is_one_line(tmp_path):
     assert "has no plan.json" in one_line_exit_2(cli_in_process("report", tmp_path / "empty"))
     assert cli_in_process("plan", *PLAN_ARGS, "--emit", tmp_path / "fresh").returncode == 0
     assert "no training metrics" in one_line_exit_2(cli_in_process("report", tmp_path / "fresh"))
+    assert cli_in_process("plan", *PLAN_ARGS, "--emit", tmp_path / "run slurm").returncode == 0
+    untrained = one_line_exit_2(cli_in_process("report", tmp_path / "run slurm"))  # pasted, it must train that one
+    assert untrained.endswith(f"train it first: hardware-selector train '{tmp_path / 'run slurm'}'"), untrained
+    assert shlex.split(untrained.rsplit(": ", 1)[1]) == ["hardware-selector", "train", str(tmp_path / "run slurm")]
     unwritable = cli_in_process("report", tmp_path / "fresh", "-o", "/proc/page.html")  # refused before reading
     assert "report -o: cannot write /proc/page.html" in one_line_exit_2(unwritable)
     # RUN_DIR is read first: a file or /proc was refused as where the page would go ("report -o: cannot write")

@@ -34,7 +34,7 @@ import pytest
 from scripts.demo_checkpoint import make_local_gpt2
 from tests.distributed import REPO_ROOT, cpu_env, train_with_warm_ranks
 from tests.distributed import cli_in_process as cli
-from tests.test_runner_finetune import _no_rank_survives, assert_interrupted_without_a_checkpoint
+from tests.test_runner_finetune import _no_rank_survives, assert_interrupted_with_the_signals_checkpoint
 from tests.trained_run import shared_trained_run
 
 pytestmark = pytest.mark.slow
@@ -141,8 +141,9 @@ def test_the_full_run_after_a_tiny_smoke_test_starts_afresh_and_keeps_the_smoke_
 def test_ctrl_c_mid_run_says_interrupted_and_where_the_next_train_starts(tmp_path, save_every):
     """Ctrl-C during `train` printed "error: the run failed (exit code 1)" and run_status.json said "resumes from
     the newest checkpoint" when none had been saved: it is one line saying interrupted, the step, and where the
-    next `train` starts, with exit code 130; no rank is left, and run_status.json says interrupted, not running
-    (tests/test_runner_finetune.py checks the same record after SIGTERM to the CLI)."""
+    next `train` starts, with exit code 130; no rank is left, and run_status.json says interrupted, not running.
+    The ranks checkpoint the step they agree on, under --save-every 0 too (tests/test_runner_finetune.py resumes
+    from such a checkpoint after a SIGTERM)."""
     model_dir, corpus = make_local_gpt2(tmp_path / "user")
     run_dir = tmp_path / "ft"
     plan = ["plan", "-m", model_dir, "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64", "--global-batch", "8"]
@@ -162,16 +163,12 @@ def test_ctrl_c_mid_run_says_interrupted_and_where_the_next_train_starts(tmp_pat
     (last,) = [line for line in err.splitlines() if line.startswith(("interrupted:", "error:"))]
     assert last.startswith("interrupted: SIGINT at step "), err[-3000:]
     _no_rank_survives(run_dir, within_s=60)
-    status = json.loads((run_dir / "run_status.json").read_text())  # recorded by the ranks on their way out
-    if save_every:
-        saved = status["checkpoint"]
-        assert last.endswith(f"`hardware-selector train` resumes from {saved}") and (run_dir / saved).is_dir()
-        assert status["state"] == "interrupted" and status["message"].startswith("SIGINT at step "), status
-    else:
-        assert last.endswith(
-            "no checkpoint was saved yet: `hardware-selector train` starts again at step 1 (--save-every N)"
-        )
-        assert_interrupted_without_a_checkpoint(run_dir, "SIGINT")
+    step = assert_interrupted_with_the_signals_checkpoint(run_dir, "SIGINT")  # saved on the signal, either way
+    saved = run_dir / "checkpoints" / f"global_step{step}"
+    assert (
+        last
+        == f"interrupted: SIGINT at step {step}; checkpoint saved at step {step}: `hardware-selector train` resumes from {saved}"
+    )
 
 
 def test_ctrl_c_while_the_ranks_start_says_interrupted_and_replaces_an_earlier_runs_status(tmp_path):

@@ -166,13 +166,14 @@ def _no_rank_survives(run_dir, within_s: float = 1.0) -> None:
     assert survivors == []
 
 
-def test_a_run_stopped_by_sigterm_records_interrupted_not_running(user):
-    """run_status.json said "running" for ever after `kill` of train (or Ctrl-C): the ranks now turn the signal
-    into an exception and record how the run ended on their way out (backends/runner/status.py). Ctrl-C (SIGINT
-    to the group) is tests/test_run_folder_faults.py's test_ctrl_c_mid_run_..., which checks the same record."""
+def test_sigterm_mid_run_checkpoints_that_step_and_the_resume_continues_the_uninterrupted_curve(user, uninterrupted):
+    """A preemption's SIGTERM (SLURM, Kubernetes: every process of the job) under --save-every 0 saved nothing
+    ("starts again at step 1") and exited 130. The ranks now agree at the next step boundary, save that step
+    (backends/runner/graceful_stop.py), record it, and `train` exits 143; the next `train` resumes at the step
+    after it, on the uninterrupted run's loss curve (the reference: the `uninterrupted` fixture, 8 steps)."""
     folder = emit(user, "signalled SIGTERM")
-    command = [sys.executable, str(REPO_ROOT / "hardware_selector.py"), "train", str(folder), "--steps", "500",
-               "--save-every", "0"]  # fmt: skip
+    command = [sys.executable, str(REPO_ROOT / "hardware_selector.py"), "train", str(folder), "--steps", "8",
+               "--save-every", "0", "--no-record"]  # fmt: skip
     process = subprocess.Popen(
         command, cwd=REPO_ROOT, env=cpu_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
     )
@@ -180,17 +181,34 @@ def test_a_run_stopped_by_sigterm_records_interrupted_not_running(user):
     while time.time() < deadline and process.poll() is None:
         if (folder / "metrics.jsonl").is_file() and '"kind": "train"' in (folder / "metrics.jsonl").read_text():
             break
-        time.sleep(0.2)
+        time.sleep(0.05)
     assert process.poll() is None, process.stderr.read().decode()[-2000:]  # training
-    process.send_signal(signal.SIGTERM)
-    process.wait(timeout=120)
+    os.killpg(process.pid, signal.SIGTERM)  # a scheduler's preemption: the CLI, torchrun and every rank
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err.decode()[-3000:]  # 128 + SIGTERM
     _no_rank_survives(folder, within_s=60)
-    assert_interrupted_without_a_checkpoint(folder, "SIGTERM")
+    saved = assert_interrupted_with_the_signals_checkpoint(folder, "SIGTERM")
+    assert [row["step"] for row in rows(folder, "train")] == list(range(1, saved + 1))
+    assert 1 <= saved < 8, saved  # stopped mid-run (a slower machine could reach the end first)
+    (said,) = [line for line in err.decode().splitlines() if line.startswith(("interrupted:", "error:"))]
+    assert said == "interrupted: " + json.loads((folder / "run_status.json").read_text())["message"]
+
+    resumed = cli("train", folder, "--steps", "8", "--save-every", "0", "--no-record")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming from {folder / 'checkpoints' / f'global_step{saved}'} (step {saved};" in resumed.stdout
+    assert [row["step"] for row in rows(folder, "train")] == list(range(1, 9))  # each step once
+    assert [(row["step"], row["world_size"]) for row in rows(folder, "launch")] == [(0, 2), (saved, 2)]  # report's
+    assert [row["loss"] for row in rows(folder, "train")] == pytest.approx(uninterrupted, rel=1e-6)
 
 
-def assert_interrupted_without_a_checkpoint(folder, name: str) -> None:
-    """run_status.json records the signal and the step; --save-every 0 saved none, so its message says where
-    the next train starts instead of naming a checkpoint."""
+def assert_interrupted_with_the_signals_checkpoint(folder, name: str) -> int:
+    """run_status.json records the signal, the step and the checkpoint the ranks saved at it, also under
+    --save-every 0; the step saved."""
     status = json.loads((folder / "run_status.json").read_text())
-    assert status["state"] == "interrupted" and status["message"].startswith(f"{name} at step "), status
-    assert "no checkpoint was saved yet: `hardware-selector train` starts again at step 1" in status["message"]
+    step = status["step"]
+    checkpoint = folder / "checkpoints" / f"global_step{step}"
+    then = f"checkpoint saved at step {step}: `hardware-selector train` resumes from {checkpoint}"
+    assert status["state"] == "interrupted" and status["message"] == f"{name} at step {step}; {then}", status
+    assert status["checkpoint"] == str(checkpoint) and (checkpoint / "runner_state.json").is_file()
+    assert json.loads((checkpoint / "runner_state.json").read_text())["step"] == step
+    return step

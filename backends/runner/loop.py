@@ -32,12 +32,13 @@ from backends.runner.anomaly import AnomalyGuard, refuse_unsupported
 from backends.runner.checkpoints import RunCheckpoints, check_resumable, data_identity, model_fingerprint
 from backends.runner.elastic import announce_replan, fit_elastic, saved_layout
 from backends.runner.folder import engine_settings
+from backends.runner.graceful_stop import save_if_signalled, signals_at_step_boundaries
 from backends.runner.metrics import MetricsLog, train_row
 from backends.runner.options import load_checked_folder
 from backends.runner.progress import Progress
 from backends.runner.status import RunStatus
 from backends.runner.summary import StepTimes, finish_summary
-from backends.runner.world import fit_device, fit_tiny, fit_to_world, process_counts, start_distributed
+from backends.runner.world import fit_device, fit_tiny, fit_to_world, process_counts, rank_device, start_distributed
 from planner.errors import UserInputError
 from planner.rundir.hyperparameters import scheduler_block
 from planner.rundir.replan import plan_digest
@@ -45,7 +46,6 @@ from planner.rundir.replan import plan_digest
 if TYPE_CHECKING:
     import argparse
 
-    import torch
     from transformers import PreTrainedTokenizerBase
 
     from backends.adapters.base import Adapter
@@ -71,10 +71,13 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     """Train the run folder `args.plan` names; the summary of the run (docs/running.md)."""
     session = RunSession.set_up(args)
     session.resume()
+    launch = {"step": session.step, "world_size": session.world, "resumed_from": session.resumed_from}
+    session.metrics.write("launch", launch)  # where this launch began: the report splits the run's steps here
     session.open_stream()
     began = time.perf_counter()
     try:
-        stopped = session.train_steps()
+        with signals_at_step_boundaries():  # a stop signal checkpoints at the next step boundary
+            stopped = session.train_steps()
         if stopped is None and not session.args.steps_only:  # a tune's trial only times the steps
             session.evaluate(session.step)
             if session.run.checkpoint.every:
@@ -140,7 +143,7 @@ class RunSession:
         run, world_note = fit_to_world(run, world, tiny=args.tiny, local_world=local_world)
         if args.tiny:
             run = fit_tiny(run)
-        device = _device(run.device, local_rank)
+        device = rank_device(run.device, local_rank)
         keep_vocab = not run.data.synthetic  # a tiny model still reads the real tokenizer's ids
         config = hf_config(run.model, tiny=args.tiny, dropout=run.optim.dropout, keep_vocab=keep_vocab)
         notes = [*spec.notes, *([world_note] if world_note else [])]
@@ -336,6 +339,7 @@ class RunSession:
 
     def _every_few_steps(self) -> None:
         run, step = self.run, self.step
+        save_if_signalled(self)  # before the step's own evaluation or save: the ranks agree, save, stop
         if step >= self.steps or self.args.steps_only:
             return  # the last step's evaluation, checkpoint and export are the finish's
         if run.data.eval_every and step % run.data.eval_every == 0:
@@ -412,15 +416,6 @@ class RunSession:
         if stopped is not None:
             raise RunStopped(stopped)
         return summary
-
-
-def _device(kind: str, local_rank: int) -> torch.device:
-    import torch
-
-    device = torch.device("cuda", local_rank) if kind == "cuda" else torch.device("cpu")
-    if kind == "cuda":
-        torch.cuda.set_device(device)
-    return device
 
 
 def _tokenizer(folder: Path) -> PreTrainedTokenizerBase | None:

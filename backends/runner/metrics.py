@@ -2,7 +2,8 @@
 
 Train rows: step, loss, lr, grad_norm, tokens_per_s, mfu (GPUs only), peak
 memory, and the seconds spent in data, forward/backward and the optimizer.
-Eval rows: step, eval_loss, perplexity. Every row carries "kind" and the wall
+Eval rows: step, eval_loss, perplexity. Launch rows, one as each launch starts: step (the checkpoint's it
+resumed from, 0 afresh), world_size, resumed_from (planner/report/launches.py). Every row carries "kind" and the wall
 time. On resume the rows past the checkpoint's step are dropped first, so the
 file holds each step once and its curve continues where the checkpoint left
 it. `hardware-selector watch DIR` reads this file.

@@ -25,6 +25,7 @@ from planner.files import write_json_atomic
 STATUS_FILE = "run_status.json"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _stop_signal: list[int] = []  # the stop signal this process received, if any
+_deferred: list[bool] = []  # non-empty while the steps run: a signal is only noted, acted on at a step boundary
 
 
 class Interrupted(BaseException):
@@ -40,10 +41,22 @@ def interrupt_on_stop_signals() -> None:
 
     def interrupt(signum: int, frame: object) -> None:
         _stop_signal.append(signum)
-        raise Interrupted(signum)
+        if not _deferred:  # between steps the ranks agree and checkpoint first (runner/graceful_stop.py)
+            raise Interrupted(signum)
 
     for signum in STOP_SIGNALS:
         signal.signal(signum, interrupt)
+
+
+def defer_stop_signals(deferred: bool) -> None:
+    """While deferred, a stop signal is noted (stop_signal_received) instead of raising mid-step."""
+    _deferred[:] = [True] if deferred else []
+
+
+def note_stop_signal(signum: int) -> None:
+    """A peer's signal, agreed at a step boundary, counts as this rank's own (it records "interrupted")."""
+    if not _stop_signal:
+        _stop_signal.append(signum)
 
 
 def stop_signal_received() -> int | None:
@@ -71,7 +84,10 @@ class RunStatus:
         if signum is None:
             self.update(state="failed", step=step, message=f"{type(failure).__name__}: {failure}"[:500])
             return
-        then = where_next(self.document.get("checkpoint"))  # the newest this run saved or resumed from
+        checkpoint = self.document.get("checkpoint")  # the newest this run saved or resumed from
+        then = where_next(checkpoint)
+        if checkpoint and Path(checkpoint).name == f"global_step{step}":  # saved on the signal (graceful_stop.py)
+            then = f"checkpoint saved at step {step}: `hardware-selector train` resumes from {checkpoint}"
         self.update(state="interrupted", step=step, message=f"{signal.Signals(signum).name} at step {step}; {then}")
 
 

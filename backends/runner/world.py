@@ -13,9 +13,13 @@ processes over gloo and is refused otherwise.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from planner.contract.run_config import RunConfig
 from planner.errors import UserInputError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def fit_to_world(run: RunConfig, world: int, *, tiny: bool, local_world: int | None = None) -> tuple[RunConfig, str]:
@@ -93,3 +97,13 @@ def start_distributed(backend: str) -> None:
     _, world, _, _ = process_counts()
     if world > 1 or "TORCHELASTIC_RUN_ID" in os.environ:
         init_distributed(backend)
+
+
+def rank_device(kind: str, local_rank: int) -> torch.device:
+    """This rank's device: its own GPU (made the current one, as NCCL expects), or the CPU."""
+    import torch
+
+    device = torch.device("cuda", local_rank) if kind == "cuda" else torch.device("cpu")
+    if kind == "cuda":
+        torch.cuda.set_device(device)
+    return device

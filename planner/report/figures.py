@@ -129,6 +129,14 @@ def run_figures(report: RunReport) -> list[Any]:
         if name == "peak_memory_bytes":
             _prediction(figure, report.plan.usable_bytes, "usable (GPU memory less headroom)", scale)
         figures.append(figure)
+    for figure in figures:  # where a resume (or another --nproc) began: the curves run on across it
+        for launch in report.launches[1:]:
+            figure.add_vline(
+                x=launch.resumed_at,
+                line_dash="dot",
+                line_color="grey",
+                annotation_text=f"resumed at step {launch.resumed_at}",
+            )
     return figures
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from planner.errors import UserInputError
 from planner.files import check_writable, write_text_atomic
 from planner.report.figures import memory_figure, run_figures, step_time_figure, tune_figure
+from planner.report.launches import launch_lines
 from planner.report.plan_data import CandidateView, PlanReport, Source, TrainBudget
 from planner.report.run_data import Comparison, RunReport
 from planner.units import GIB, format_dollars
@@ -212,6 +213,9 @@ def run_page(report: RunReport) -> str:
             [_comparison_row(comparison) for comparison in report.comparisons],
         ),
     ]
+    if len(report.launches) > 1:  # resumed or relaunched: the table above is the whole run's, and says so
+        parts += ["<p>launches (metrics.jsonl):</p><ul>"]
+        parts += [f"<li>{html.escape(line)}</li>" for line in launch_lines(report.launches)] + ["</ul>"]
     if report.summary_lines:
         parts += ["<p>run_summary.json:</p><ul>"]
         parts += [f"<li>{html.escape(line)}</li>" for line in report.summary_lines] + ["</ul>"]

@@ -9,13 +9,13 @@ from; each predicted one the plan's own source.
 
 from __future__ import annotations
 
-import statistics
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from planner.contract.run_config import RunConfig
 from planner.plan import Plan
+from planner.report.launches import Launch, launches, run_peak, steady_median
 from planner.report.plan_data import CandidateView, PageData, candidate_view, plan_sources
 
 # metrics.jsonl fields drawn over the steps: train rows, then the eval row's loss.
@@ -70,7 +70,8 @@ class RunReport(PageData):
     plan: CandidateView  # the run's plan, drawn as the plan page draws a candidate
     curves: dict[str, Curve]  # TRAIN_CURVES and EVAL_CURVES that the run logged
     comparisons: list[Comparison]
-    summary_lines: list[str]  # run_summary.json's own sentences
+    summary_lines: list[str]  # run_summary.json's own sentences (its launch's, when the run had several)
+    launches: list[Launch]  # from metrics.jsonl; run_summary.json describes the last one only
     tune: TuneView | None
 
 
@@ -90,58 +91,62 @@ def curves(rows: list[dict[str, Any]]) -> dict[str, Curve]:
     return found
 
 
-def _steady_median(curve: Curve | None) -> float | None:
-    """The median past the first step (start-up, allocator warm-up), as run_summary.json's is taken."""
-    if curve is None or not curve.values:
-        return None
-    values = curve.values[1:] if len(curve.values) > 1 else curve.values
-    return statistics.median(values)
-
-
 def comparisons(
-    plan: Plan, run: RunConfig, found: dict[str, Curve], summary: dict[str, Any] | None
+    plan: Plan, run: RunConfig, rows: list[dict[str, Any]], summary: dict[str, Any] | None
 ) -> list[Comparison]:
-    """Step time, tokens/s, peak memory and MFU: measured (run_summary.json, else metrics.jsonl) beside predicted."""
+    """Step time, tokens/s, peak memory and MFU: measured beside predicted. The measured figures are
+    run_summary.json's when the run had one launch; after a resume or an --nproc change they are the whole run's
+    from metrics.jsonl (the summary holds the last launch's), peak memory the larger of the two."""
     predicted = run.predicted
     speed = plan.throughput
     comparable = bool(summary.get("comparable_to_prediction")) if summary else run.device == "cuda"
+    memory_kind = str(summary.get("memory_kind", "")) if summary else ""
     # Step time and tokens/s: also on CPU processes of a plan made for them (`--gpu cpu`), as the summary says.
     cpu_plan = run.device == "cpu" and plan.cluster.gpu.kind == "cpu"
     step_comparable = bool(summary.get("step_time_comparable", comparable)) if summary else comparable or cpu_plan
-    rule = "metrics.jsonl: median over the steps after the first"
-    step_time = _number(summary.get("median_step_time_s")) if summary else None
-    tokens = _number(summary.get("tokens_per_s")) if summary else None
+    several = len(launches(rows)) > 1
+    rule = "metrics.jsonl: median over the steps after the first" + (" of each launch" if several else "")
+    last = summary if summary and not several else None  # the summary's median and tokens/s: the last launch's
+    step_time = _number(last.get("median_step_time_s")) if last else None
+    tokens = _number(last.get("tokens_per_s")) if last else None
     peaks = summary.get("peak_memory_per_rank_bytes") if summary else None
     peak = float(max(peaks)) if isinstance(peaks, list) and peaks else None
-    logged_peak = max(found["peak_memory_bytes"].values) if "peak_memory_bytes" in found else None
-    memory_kind = str(summary.get("memory_kind", "")) if summary else ""
+    logged_peak = run_peak(rows)
+    if several and peak is not None and logged_peak is not None and logged_peak > peak:
+        peak = None  # an earlier launch's rank 0 peaked above every rank of the last one: metrics.jsonl's stands
+    peak_source = f"run_summary.json: largest rank's peak ({memory_kind})" if summary else ""
+    if several and peak is not None:
+        peak_source += ", above rank 0's of every launch in metrics.jsonl"
     throughput_source = predicted.throughput_source or "plan.json: throughput"
     memory_source = f"plan.json memory total: {plan.memory.sources.get('total', plan.memory.peak_phase)}"
     figures = [  # name, measured (the summary's when it has it) and its source, predicted and its source
         (
             "step_time_s",
-            _first((step_time, "run_summary.json: median step time"), (_steady_median(found.get("step_s")), rule)),
+            _first((step_time, "run_summary.json: median step time"), (steady_median(rows, "step_s"), rule)),
             (predicted.step_time_s, throughput_source),
         ),
         (
             "tokens_per_s",
             _first(
                 (tokens, "run_summary.json: tokens per step / median step time"),
-                (_steady_median(found.get("tokens_per_s")), rule),
+                (steady_median(rows, "tokens_per_s"), rule),
             ),
             (predicted.tokens_per_s, throughput_source),
         ),
         (
             "peak_memory_bytes",
             _first(
-                (peak, f"run_summary.json: largest rank's peak ({memory_kind})"),
-                (logged_peak, "metrics.jsonl: largest peak_memory_bytes of rank 0"),
+                (peak, peak_source),
+                (
+                    logged_peak,
+                    "metrics.jsonl: largest peak_memory_bytes of rank 0" + (", every launch" if several else ""),
+                ),
             ),
             (float(predicted.peak_memory_bytes) if predicted.peak_memory_bytes is not None else None, memory_source),
         ),
         (
             "mfu",
-            (_steady_median(found.get("mfu")), rule + " (logged on GPUs only)"),
+            (steady_median(rows, "mfu"), rule + " (logged on GPUs only)"),
             (speed.mfu if speed else None, speed.sources.get("mfu", "") if speed else ""),
         ),
     ]
@@ -187,13 +192,18 @@ def run_report(
     tune: Any = None,
 ) -> RunReport:
     """The page's data for a run folder: curves, measured beside predicted, the tune trials."""
-    found = curves(rows)
+    found = launches(rows)
+    said = [str(line) for line in summary.get("lines", [])] if summary else []
+    if len(found) > 1 and said:  # the summary's sentences are its launch's: said so, not passed off as the run's
+        steps = f"steps {found[-1].first_step}-{found[-1].last_step}"
+        said = [f"the last launch's ({steps}; the table above is the whole run's):", *said]
     return RunReport(
         title=title,
         plan=candidate_view(plan, 1),
-        curves=found,
-        comparisons=comparisons(plan, run, found, summary),
-        summary_lines=[str(line) for line in summary.get("lines", [])] if summary else [],
+        curves=curves(rows),
+        comparisons=comparisons(plan, run, rows, summary),
+        summary_lines=said,
+        launches=found,
         tune=tune_view(tune),
         sources=plan_sources([plan]),
     )

@@ -57,7 +57,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("learning_rate", "--lr", float, "peak learning rate (3e-4)"),
     RunOption("warmup_steps", "--warmup-steps", int, "linear warmup steps (5% of the run)"),
     RunOption("seed", "--seed", int, "seed of the data order and the initialisation", at_emit=False),
-    RunOption("save_every", "--save-every", int, "checkpoint every N steps (1000; 0: only when stopping early)"),
+    RunOption("save_every", "--save-every", int, "checkpoint every N steps (1000; 0: only on a stop signal or rule)"),
     RunOption("export_every", "--export-every", int, "also write final/ at every N-th step"),
     RunOption(
         "on_non_finite",
