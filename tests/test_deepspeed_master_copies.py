@@ -44,7 +44,7 @@ def _estimate(stage: int, precision: str, params: int) -> float:
 
 @pytest.mark.parametrize(
     ("stage", "precision"),
-    [(1, "fp32"), (1, "bf16"), (2, "fp32"), (2, "bf16"), (3, "bf16")],
+    [(1, "fp32"), (1, "bf16"), (2, "fp32"), (2, "bf16"), (3, "fp32"), (3, "bf16")],
 )
 def test_estimate_matches_deepspeed(measured: dict, stage: int, precision: str) -> None:
     row = measured[(stage, precision)]

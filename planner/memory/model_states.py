@@ -15,8 +15,8 @@ bytes per parameter:
 DeepSpeed has no pure bf16 and no master-free fp32: with `bf16: {enabled: true}`
 its ZeRO optimizers keep fp32 master weights, fp32 gradient partitions and fp32
 Adam states (the mixed layout above), and at fp32 ZeRO stages 1-2 still clone the
-fp32 partition as a master copy (ZeRO-3 is meant to alias it, stage3.py:1162-1167;
-on 2 CPU ranks it measured a copy too, still open). Measured per rank after one
+fp32 partition as a master copy, and so does ZeRO-3 (its alias check at
+stage3.py:1162-1167 compares a torch.device with a string, never equal). Measured per rank after one
 step on 2 CPU ranks (docs/accuracy.md).
 
 Sharding follows the strategy: DDP and FSDP NO_SHARD replicate everything;
@@ -125,8 +125,9 @@ def model_state_bytes(
     deepspeed = config.strategy is Strategy.DEEPSPEED
     if precision is Precision.FP32:
         # DeepSpeed ZeRO 1-2 clone the fp32 partition into single_partition_of_fp32_groups even when the
-        # parameters are fp32 (stage_1_and_2.py:560-577); ZeRO-3 aliases it (stage3.py:1162-1167).
-        master_width = 4 if deepspeed and config.zero_stage < 3 else 0
+        # parameters are fp32 (stage_1_and_2.py:560-577). ZeRO-3 means to alias it (stage3.py:1162-1167) but
+        # compares tensor.device with self.device, a string (stage3.py:333), which is never equal: it copies.
+        master_width = 4 if deepspeed else 0
         weight_width, grad_width, state_width = 4, 4, 4
     elif precision is Precision.BF16 and deepspeed:
         # DeepSpeed has no pure bf16: `bf16: {enabled: true}` keeps fp32 master weights, fp32 gradient
