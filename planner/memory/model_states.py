@@ -12,6 +12,13 @@ bytes per parameter:
   optimizer's shards (DeepSpeed's own estimators: "2 = params_16bit, 18 =
   2_grads_16bit + 4_grads_32bit + 4_params_32bit + 8_optimizer_states_32bit").
 
+DeepSpeed has no pure bf16 and no master-free fp32: with `bf16: {enabled: true}`
+its ZeRO optimizers keep fp32 master weights, fp32 gradient partitions and fp32
+Adam states (the mixed layout above), and at fp32 ZeRO stages 1-2 still clone the
+fp32 partition as a master copy, and so does ZeRO-3 (its alias check at
+stage3.py:1162-1167 compares a torch.device with a string, never equal). Measured per rank after one
+step on 2 CPU ranks (docs/accuracy.md).
+
 Sharding follows the strategy: DDP and FSDP NO_SHARD replicate everything;
 FSDP FULL_SHARD and SHARD_GRAD_OP shard all three over the data-parallel group,
 HYBRID_SHARD over the ranks of one node; ZeRO stage 1 shards the optimizer
@@ -115,8 +122,18 @@ def model_state_bytes(
     lora = config.lora_rank > 0
 
     # Width of the stored weights, the gradients, and the optimizer's states.
+    deepspeed = config.strategy is Strategy.DEEPSPEED
     if precision is Precision.FP32:
-        weight_width, grad_width, master_width, state_width = 4, 4, 0, 4
+        # DeepSpeed ZeRO 1-2 clone the fp32 partition into single_partition_of_fp32_groups even when the
+        # parameters are fp32 (stage_1_and_2.py:560-577). ZeRO-3 means to alias it (stage3.py:1162-1167) but
+        # compares tensor.device with self.device, a string (stage3.py:333), which is never equal: it copies.
+        master_width = 4 if deepspeed else 0
+        weight_width, grad_width, state_width = 4, 4, 4
+    elif precision is Precision.BF16 and deepspeed:
+        # DeepSpeed has no pure bf16: `bf16: {enabled: true}` keeps fp32 master weights, fp32 gradient
+        # partitions and fp32 Adam states (master_weights_and_grads_dtype defaults to fp32,
+        # base_optimizer.py:484-; stage_1_and_2.py:336, stage3.py:304).
+        weight_width, grad_width, master_width, state_width = 2, 2, 4, 4
     elif precision is Precision.BF16:
         weight_width, grad_width, master_width, state_width = 2, 2, 0, 2
     elif native:
