@@ -16,8 +16,12 @@ DeepSpeed has no pure bf16 and no master-free fp32: with `bf16: {enabled: true}`
 its ZeRO optimizers keep fp32 master weights, fp32 gradient partitions and fp32
 Adam states (the mixed layout above), and at fp32 ZeRO stages 1-2 still clone the
 fp32 partition as a master copy, and so does ZeRO-3 (its alias check at
-stage3.py:1162-1167 compares a torch.device with a string, never equal). Measured per rank after one
-step on 2 CPU ranks (docs/accuracy.md).
+stage3.py:1162-1167 compares a torch.device with a string, never equal). Our engine's ZeRO
+has no pure bf16 and no master-free fp32 either: it always builds the fp32 flat master
+partition and steps it, so its optimizer states are fp32 (backends/zero/optimizer.py); only
+ZeRO-3 at fp32, with the master beside the weights, uses the master as the sharded weights
+(stage3.py place_parameters), and there nothing extra is held. Measured per rank after one
+step on 2 CPU ranks, DeepSpeed's and the engine's in one launch (docs/accuracy.md).
 
 Sharding follows the strategy: DDP and FSDP NO_SHARD replicate everything;
 FSDP FULL_SHARD and SHARD_GRAD_OP shard all three over the data-parallel group,
@@ -123,16 +127,21 @@ def model_state_bytes(
 
     # Width of the stored weights, the gradients, and the optimizer's states.
     deepspeed = config.strategy is Strategy.DEEPSPEED
+    engine = config.strategy is Strategy.ENGINE
     if precision is Precision.FP32:
         # DeepSpeed ZeRO 1-2 clone the fp32 partition into single_partition_of_fp32_groups even when the
         # parameters are fp32 (stage_1_and_2.py:560-577). ZeRO-3 means to alias it (stage3.py:1162-1167) but
         # compares tensor.device with self.device, a string (stage3.py:333), which is never equal: it copies.
-        master_width = 4 if deepspeed else 0
+        # Our engine always builds its fp32 flat master partition (backends/zero/optimizer.py, ZeroOptimizer
+        # .__init__); only ZeRO-3 with the master beside the weights makes it the local shard (stage3.py
+        # place_parameters): there the sharded weights are the master.
+        master_width = 4 if deepspeed or (engine and not _engine_master_is_the_shard(config)) else 0
         weight_width, grad_width, state_width = 4, 4, 4
-    elif precision is Precision.BF16 and deepspeed:
+    elif precision is Precision.BF16 and (deepspeed or engine):
         # DeepSpeed has no pure bf16: `bf16: {enabled: true}` keeps fp32 master weights, fp32 gradient
         # partitions and fp32 Adam states (master_weights_and_grads_dtype defaults to fp32,
-        # base_optimizer.py:484-; stage_1_and_2.py:336, stage3.py:304).
+        # base_optimizer.py:484-; stage_1_and_2.py:336, stage3.py:304). Nor has our engine: its optimizer
+        # steps the fp32 flat master, so its states are fp32 too (backends/zero/optimizer.py).
         weight_width, grad_width, master_width, state_width = 2, 2, 4, 4
     elif precision is Precision.BF16:
         weight_width, grad_width, master_width, state_width = 2, 2, 0, 2
@@ -171,6 +180,11 @@ def model_state_bytes(
     )
     _apply_offload(states, config, grads16, fp32_grads)
     return states
+
+
+def _engine_master_is_the_shard(config: TrainingConfig) -> bool:
+    """Our ZeRO-3 at fp32 with the master on the weights' device: the master is each unit's local shard."""
+    return config.zero_stage >= 3 and config.offload_optimizer is Offload.NONE
 
 
 def _foreach_temporary(config: TrainingConfig, trainable_shard: float, state_width: int, runtime: Runtime) -> float:

@@ -1,8 +1,11 @@
-"""Bytes DeepSpeed's ZeRO optimizer holds per rank after one step, at fp32 and bf16, stages 1-3.
+"""Bytes DeepSpeed's ZeRO optimizer, and our engine's (backends/zero/), hold per rank after one step,
+at fp32 and bf16, stages 1-3.
 
 Run under torchrun (2 CPU ranks, gloo); rank 0 prints one `RESULT {json}` line per case.
 Every tensor reachable from the optimizer's attributes, its inner optimizer's state and the
-module's parameters is counted once per storage (deduplicated by storage pointer).
+module's parameters (for the engine also every FlatUnit's buffers: full, local, master and
+gradient views) is counted once per storage (deduplicated by storage pointer; freed storages,
+resized to 0, count nothing).
 """
 
 from __future__ import annotations
@@ -33,8 +36,14 @@ def _tensors(obj: object, depth: int = 0):
 
 
 def held_bytes(engine) -> int:
-    roots = [*vars(engine.optimizer).values(), engine.optimizer.optimizer.state, *engine.module.parameters()]
-    seen: set[int] = set()
+    return _storage_bytes(
+        [*vars(engine.optimizer).values(), engine.optimizer.optimizer.state, *engine.module.parameters()]
+    )
+
+
+def _storage_bytes(roots: list, released: tuple = ()) -> int:
+    """Bytes of every distinct storage reachable from roots, less the `released` tensors' storages."""
+    seen: set[int] = {tensor.untyped_storage().data_ptr() for tensor in released}
     total = 0
     for tensor in _tensors(roots):
         storage = tensor.untyped_storage()
@@ -61,17 +70,71 @@ def run(stage: int, precision: str) -> dict:
     loss = engine(torch.randn(2, WIDTH, dtype=dtype)).float().pow(2).mean()
     engine.backward(loss)
     engine.step()
-    result = {"stage": stage, "precision": precision, "params": WIDTH * WIDTH * LAYERS, "bytes": held_bytes(engine)}
+    result = {
+        "strategy": "deepspeed",
+        "stage": stage,
+        "precision": precision,
+        "params": WIDTH * WIDTH * LAYERS,
+        "bytes": held_bytes(engine),
+    }
     engine.destroy()
     return result
 
 
+class Blocks(nn.Module):
+    """The same eight layers for our engine, in a ModuleList: its ZeRO-3 takes each as a block (flat_unit.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(WIDTH, WIDTH, bias=False) for _ in range(LAYERS))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def run_engine(stage: int, precision: str) -> dict:
+    """Our engine's ZeRO (the class the engine builds, backends/zero/) with torch's AdamW, one step."""
+    from backends.parts.mixed_precision import LossScaler, compute_dtype
+    from backends.zero import zero_optimizer_class
+    from backends.zero.comm import DataParallelComm
+    from planner.contract.engine_config import EngineConfig
+
+    torch.manual_seed(0)
+    model = Blocks()
+    config = EngineConfig.model_validate(
+        {"zero_optimization": {"stage": stage}, "bf16": {"enabled": precision == "bf16"}}
+    )
+    cls = zero_optimizer_class(stage)
+    zero = cls.__new__(cls)
+    zero.optimizer_factory = lambda flat: torch.optim.AdamW(flat, lr=1e-3)
+    dtype = compute_dtype(config)
+    cls.__init__(zero, model, config, DataParallelComm(), dtype, LossScaler(config))
+    zero.begin_forward()
+    loss = model(torch.randn(2, WIDTH, dtype=dtype)).float().pow(2).mean()
+    zero.begin_backward(True)
+    loss.backward()
+    zero.end_backward(True)
+    zero.step()
+    zero.zero_grad()
+    units = [vars(unit) for unit in zero.units]
+    arenas = [arena for arena in (getattr(zero, "arena", None), getattr(zero, "root_arena", None)) if arena]
+    roots = [*vars(zero).values(), zero.optimizer.state, *units, *map(vars, arenas), *model.parameters()]
+    # ZeRO-1/2 release their gradient arena after the reduction (grad_arena.py): on Linux CPU its pages are
+    # handed back with madvise and the storage keeps its size, on a GPU it is resized to 0. Not resident.
+    released = tuple(arena.flat for arena in arenas if stage in (1, 2) and arena.wipes_in_place)
+    return {"strategy": "engine", "stage": stage, "precision": precision, "params": WIDTH * WIDTH * LAYERS,
+            "bytes": _storage_bytes(roots, released), "released_arena": _storage_bytes(roots) - _storage_bytes(roots, released)}  # fmt: skip
+
+
 def main() -> None:
-    for stage in (1, 2, 3):
-        for precision in ("fp32", "bf16"):
-            result = run(stage, precision)
-            if int(os.environ["RANK"]) == 0:
-                print("RESULT", json.dumps(result), flush=True)
+    for runner in (run, run_engine):
+        for stage in (1, 2, 3):
+            for precision in ("fp32", "bf16"):
+                result = runner(stage, precision)
+                if int(os.environ["RANK"]) == 0:
+                    print("RESULT", json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
