@@ -9,8 +9,9 @@ measured copy bandwidth):
   gives that accounting, not an error);
 - offload adds its copies to the step and steps the optimizer on the rank's own core, as without it;
 - torch steps CPU tensors one at a time, so no foreach temporary is charged there;
-- ZeRO-2 offload without an fp32 copy (fp32 or pure bf16) keeps its gradient partition on the CPU, on any
-  device (it was counted nowhere, so offload looked like it freed the gradients).
+- ZeRO-2 offload keeps its fp32 gradient partition on the CPU, on any device. DeepSpeed keeps an fp32 master
+  even at fp32 (measured: tests/test_deepspeed_master_copies.py), so its CPU partition holds the master, AdamW's
+  two states and the gradients, 4 bytes each.
 
 The search's rule built on these (no CPU offload candidates on the cpu device) is proved in
 tests/test_search_pruning.py.
@@ -54,8 +55,8 @@ def test_offloaded_states_count_in_the_cpu_device_peak():
     offloaded = memory_on(GPT2, zero2(Offload.CPU), cluster)
     kept = memory_on(GPT2, zero2(Offload.NONE), cluster)
     per_gpu = offloaded.per_gpu_bytes
-    # ZeRO-2 over 2 ranks, fp32: AdamW's two 4-byte states and the 4-byte gradient partition, P / 2 each.
-    assert per_gpu["host_offload"] == pytest.approx(P / 2 * (8 + 4), abs=1)
+    # ZeRO-2 over 2 ranks, fp32: the 4-byte master, AdamW's two 4-byte states and the 4-byte gradient partition.
+    assert per_gpu["host_offload"] == pytest.approx(P / 2 * (4 + 8 + 4), abs=1)
     assert offloaded.cpu_per_node_bytes == pytest.approx(2 * per_gpu["host_offload"], abs=2)
     assert per_gpu["optimizer_states"] == 0 and per_gpu["gradients"] == 0  # moved off the device's books...
     tensors = sum(value for name, value in per_gpu.items() if name not in ("overhead", "total"))
@@ -66,7 +67,7 @@ def test_offloaded_states_count_in_the_cpu_device_peak():
     assert "offloaded states included" in offloaded.sources["total"]
     assert any("offload saves no memory here" in note for note in offloaded.notes)
     # Without offload the states sit in parameters / optimizer states instead: offload saves nothing.
-    assert kept.per_gpu_bytes["optimizer_states"] == pytest.approx(P / 2 * 8, abs=1)
+    assert kept.per_gpu_bytes["optimizer_states"] == pytest.approx(P / 2 * (4 + 8), abs=1)  # the master, AdamW
     assert "host_offload" not in kept.per_gpu_bytes
     assert per_gpu["total"] >= kept.total
 
@@ -75,8 +76,8 @@ def test_a_gpu_keeps_offloaded_states_off_its_books():
     offloaded = memory_on(GPT2, zero2(Offload.CPU), make_cluster("A100-80GB", gpus_per_node=2))
     assert "host_offload" not in offloaded.per_gpu_bytes
     assert offloaded.per_gpu_bytes["optimizer_states"] == 0
-    # fp32 ZeRO-2 offload has no fp32 copy: its CPU partition holds the 4-byte gradients beside the states.
-    assert offloaded.cpu_per_node_bytes == pytest.approx(2 * P / 2 * (8 + 4), abs=2)
+    # fp32 ZeRO-2 offload: its CPU partition holds the master and the 4-byte gradients beside the states.
+    assert offloaded.cpu_per_node_bytes == pytest.approx(2 * P / 2 * (4 + 8 + 4), abs=2)
 
 
 @pytest.mark.parametrize("grad_accum", [1, 8])
@@ -124,7 +125,7 @@ def test_estimate_on_cpu_with_forced_offload_gives_the_accounting(capsys):
     assert code == 0, captured.err
     memory = json.loads(captured.out)["memory"]
     per_gpu = memory["per_gpu_bytes"]
-    assert per_gpu["host_offload"] == pytest.approx(P / 2 * 12, abs=1)
+    assert per_gpu["host_offload"] == pytest.approx(P / 2 * 16, abs=1)
     assert per_gpu["total"] == sum(value for key, value in per_gpu.items() if key != "total")
     assert memory["runtime"] == "cpu"
     assert main([*base, "--offload-optimizer", "cpu"]) == 0  # the table names the row and why
