@@ -145,7 +145,7 @@ def test_the_family_fine_tunes_under_each_peer(runs, family, strategy):
 def test_peers_agree_on_the_first_step(runs, family):
     """Same checkpoint, same blocks and masks: the first loss (before any update) is the same everywhere."""
     _, results = runs
-    first = [results[f"{family}-{name}"]["rows"][0]["loss"] for name in PEERS]
+    first = [_losses(results[f"{family}-{name}"])[0] for name in PEERS]
     assert first == pytest.approx([first[0]] * len(first), rel=1e-5)
 
 
