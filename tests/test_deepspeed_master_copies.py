@@ -23,6 +23,8 @@ from planner.memory.rank_params import RankParams
 from planner.training_config import Precision, Strategy, TrainingConfig
 from tests.distributed import run_torchrun
 
+pytestmark = pytest.mark.slow  # one torchrun launch of twelve cases: started first (conftest.py)
+
 # DeepSpeed keeps a bucket of about one layer beyond the states (0.5 B/param at fp32 here): 7%.
 TOLERANCE = 0.07
 # Our engine holds exactly its states after the step (plus Adam's 4-byte step counter).
