@@ -14,10 +14,14 @@ tests/test_search_pruning.py checks all three against an exhaustive evaluation.
 One more rule prunes whole layouts: on a device whose memory is the host's
 (the cpu device), CPU offload moves the states into the same RAM (the memory
 estimate keeps them in the peak) and adds its copies to the step, so a
-candidate with it never needs less memory nor runs faster than its sibling
-without offload: layouts.py does not generate it there (NVMe offload, which
-leaves the RAM, still is). tests/test_search_pruning.py checks every such
-candidate against its sibling (test_cpu_device_leaves_out_offload_and_loses_nothing).
+candidate with it never runs faster than its sibling without offload, and
+needs no less memory but for one term: DeepSpeed's ZeRO-2 offload reduces
+gradients straight into its CPU partition, so it never holds the device-side
+gradient partition (trainable x its width / dp) its sibling does. layouts.py
+does not generate CPU offload there (NVMe offload, which leaves the RAM,
+still is), losing at most a ZeRO-2 candidate that fits by less than that
+partition. tests/test_search_pruning.py checks every such candidate against
+its sibling (test_cpu_device_leaves_out_offload_and_loses_nothing).
 A memory estimate costs its batch's arithmetic: the candidates of one layout and
 AC level share its checks, model states, buffers and activation terms
 (phases.peak_at), exact because none of those read the micro-batch or the
