@@ -230,7 +230,8 @@ def calibration_command(
         )
     console.print(table)
     # Over the runs the corrections were fitted on: a re-measured config's older runs are listed, not fitted.
-    fitted = [error for error in errors if error.record.id not in set(calibration.superseded)]
+    superseded = set(calibration.superseded)
+    fitted = [error for error in errors if error.record.id not in superseded]
     if fitted:
         before = sum(abs(e.error_before) for e in fitted) / len(fitted)
         after = sum(abs(e.error_after) for e in fitted) / len(fitted)

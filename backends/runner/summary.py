@@ -95,9 +95,6 @@ def finish_summary(
     tokens_per_step = run.global_batch * run.seq_len
     moved = _other_shape(spec.plan, run)  # `train --nproc` or --seq-len: the prediction is for another step
     step_comparable = step_time_comparable(spec.plan, run, tiny=bool(args.tiny))
-    # Memory too: on GPUs, and on the CPU processes a `--gpu cpu` plan predicts (its estimate models a CPU rank:
-    # the CPU's kernels and its process baseline, docs/hardware.md), RSS against RSS.
-    comparable = step_comparable
     predicted = run.predicted
     summary: dict[str, Any] = {
         "strategy": spec.strategy.value,
@@ -119,7 +116,9 @@ def finish_summary(
         "predicted_step_source": predicted.throughput_source,
         "formula_step_time_s": predicted.fitting_step_time_s(),
         "predicted_peak_memory_bytes": predicted.peak_memory_bytes,
-        "comparable_to_prediction": comparable,
+        # Memory is compared where the step is: on GPUs, and on the CPU processes a `--gpu cpu` plan predicts (its
+        # estimate models a CPU rank: the CPU's kernels and its process baseline, docs/hardware.md), RSS with RSS.
+        "comparable_to_prediction": step_comparable,
         "step_time_comparable": step_comparable,
         "eval": eval_rows[-1] if eval_rows else None,
         "resumed_from": resumed_from,
@@ -137,7 +136,7 @@ def finish_summary(
                           prediction_source(predicted.throughput_source))  # fmt: skip
         lines.append(line + (f" (not compared: {moved})" if moved and not args.tiny else ""))
     gib = max(peaks) / 2**30
-    if comparable:
+    if step_comparable:
         estimate = (predicted.peak_memory_bytes or 0) / 2**30 or None
         phase = f"formula, peak at {predicted.memory_source}" if predicted.memory_source else "formula"
         if run.device != "cuda":
