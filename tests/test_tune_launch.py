@@ -52,7 +52,10 @@ def real_tunes(tmp_path_factory):
 
     The twins are ZeRO-3 with the optimizer offloaded and with the parameters too: the search offers no offload
     on the cpu device (docs/search.md, "Offload on the cpu device"), so they are forced here, as
-    `estimate --offload-optimizer cpu` may force them; they run the same code but for the offload."""
+    `estimate --offload-optimizer cpu` may force them; they run the same code but for the offload.
+
+    The budget would give each trial 50 timed steps; the first tune takes 20 (their median compares the twins),
+    the guarded one 4 (what it checks is which trial the guard stops, not a step time)."""
     spec, cluster = resolve_model("gpt2"), make_cluster("cpu", gpus_per_node=2)
     request = PlanRequest(seq_len=32, global_batch=4, top_k=5, strategies=("zero3", "fsdp"))
     found = search_plans(spec, cluster, request).candidates
@@ -76,7 +79,7 @@ def real_tunes(tmp_path_factory):
 
     slowed = run_tune(
         spec, cluster, plans, tiny=True, budget_s=75, store=BenchmarkStore(folder / "slowed.duckdb"),
-        prepare=slow_zero3, run_command=under["accelerate"],
+        prepare=slow_zero3, run_command=under["accelerate"], most_steps=20,
     )  # fmt: skip
 
     def guard_fsdp(folders: dict[str, Path]) -> None:
@@ -89,7 +92,7 @@ def real_tunes(tmp_path_factory):
     store = BenchmarkStore(folder / "guarded.duckdb")
     guarded = run_tune(
         spec, cluster, plans, tiny=True, budget_s=75, store=store, prepare=guard_fsdp,
-        run_command=under["deepspeed"],
+        run_command=under["deepspeed"], most_steps=4,
     )  # fmt: skip
     return {"accelerate": slowed, "guarded": guarded, "store": store, "labels": labels, "fsdp": fsdp,
             "zero3": zero3, "twin": twin}  # fmt: skip
@@ -233,9 +236,10 @@ def test_a_tune_killed_after_its_first_trial_resumes_without_repeating_it(tmp_pa
     env = cpu_env({"HARDWARE_SELECTOR_DB": str(tmp_path / "db.duckdb"), "TMPDIR": str(scratch)})
     command = [sys.executable, str(REPO_ROOT / "hardware_selector.py"), "tune", "-m", "gpt2", "--gpu", "cpu",
                "--gpus-per-node", "2", "--seq-len", "32", "--global-batch", "4", "--tiny", "--candidates", "3",
-               "--budget", "1"]  # fmt: skip
+               "--budget", "1", "--steps", "15"]  # fmt: skip
     # Three candidates, so that two trials (not one, a few seconds at this size) stand between the first trial's
-    # done file and the launch's end: the Ctrl-C lands mid-launch even when a loaded machine delays the poll.
+    # done file and the launch's end: the Ctrl-C lands mid-launch even when a loaded machine delays the poll. 15
+    # timed steps a trial (the budget would give 50): still seconds between that file and the launch's end.
     first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline, finished = time.monotonic() + 240, []
     while not finished and first.poll() is None and time.monotonic() < deadline:
