@@ -1,7 +1,7 @@
 """Benchmark: what a tune trial costs beside its measured window (docs/running.md, "Tune").
 
     python -m benchmarks.speed.tune_overhead [--candidates 3] [--out benchmarks/results/tune_overhead.json]
-    python -m benchmarks.speed.tune_overhead --smoke   # one trial of a tiny GPT-2 in one launch, nothing kept
+    python -m benchmarks.speed.tune_overhead --smoke   # one trial of a tiny GPT-2 in one launch, 4 steps, nothing kept
 
 Runs the same tune (benchmarks/harness/tune.py) of gpt2, shrunken (--tiny), on 2 CPU ranks over gloo twice:
 as a tune runs, all K trials in one torchrun launch, and as tunes ran before, a launch per trial. It reports,
@@ -24,10 +24,12 @@ from pathlib import Path
 from planner.files import write_json_atomic
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# --smoke checks that the benchmark runs, not what it measures: a few timed steps, not the budget's 50.
+SMOKE_TIMED_STEPS = 4
 
 
 def measure(candidates: int, budget_min: float, scratch: Path, *, smoke: bool = False) -> dict:
-    from benchmarks.harness.tune import WARMUP_STEPS, run_tune
+    from benchmarks.harness.tune import MAX_TIMED_STEPS, WARMUP_STEPS, run_tune
     from benchmarks_db.store import BenchmarkStore
     from planner.hardware.cluster import make_cluster
     from planner.models.resolve import resolve_model
@@ -37,7 +39,10 @@ def measure(candidates: int, budget_min: float, scratch: Path, *, smoke: bool = 
     plans = search_plans(spec, cluster, PlanRequest(seq_len=32, global_batch=4, top_k=5)).candidates[:candidates]
 
     def tune(batch: list, db: Path) -> list[dict]:
-        outcome = run_tune(spec, cluster, batch, tiny=True, budget_s=budget_min * 60, store=BenchmarkStore(db))
+        outcome = run_tune(
+            spec, cluster, batch, tiny=True, budget_s=budget_min * 60, store=BenchmarkStore(db),
+            most_steps=SMOKE_TIMED_STEPS if smoke else MAX_TIMED_STEPS,
+        )  # fmt: skip
         rows = []
         for trial in outcome.trials:
             steps = outcome.timed_steps + WARMUP_STEPS
@@ -69,9 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", type=int, default=3)
     parser.add_argument("--budget", type=float, default=3.0, help="minutes for the whole tune")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/tune_overhead.json"))
-    parser.add_argument(
-        "--smoke", action="store_true", help="one trial, one launch, a half-minute budget; print the JSON"
-    )
+    parser.add_argument("--smoke", action="store_true", help="one trial, one launch, 4 timed steps; print the JSON")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="hs-tune-bench-") as scratch:
         candidates, budget = (1, 0.5) if args.smoke else (args.candidates, args.budget)
