@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX_URL ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# SkyPilot's own loader for tests/test_launch_targets.py, in a venv of its own (see `skypilot` below).
+# SkyPilot's own loader for tests/test_launch_skypilot.py, in a venv of its own (see `skypilot` below).
 SKY_VENV ?= .venv-skypilot
 SKYPILOT_VERSION ?= 0.14.1
 SKY_STAMP := $(SKY_VENV)/.skypilot-$(SKYPILOT_VERSION)
@@ -42,7 +42,7 @@ chromium:
 	else echo "note: chromium could not be installed; tests/test_report.py's browser checks will skip"; fi
 
 # SkyPilot (the [skypilot] extra) pins click below 8.2 and brings some 100 packages, so it stays out of .venv:
-# tests/test_launch_targets.py loads each emitted skypilot.yaml with SkyPilot's own loader (sky.Task.from_yaml)
+# tests/test_launch_skypilot.py loads each emitted skypilot.yaml with SkyPilot's own loader (sky.Task.from_yaml)
 # by running $(SKY_VENV)/bin/python, a venv that holds skypilot==$(SKYPILOT_VERSION) (the release whose schemas
 # tests/data/skypilot/ stores) and nothing of ours. uv installs it from its index in some 10 s; one `import sky`
 # then writes the bytecode of what the loader imports (a few seconds; compiling all of its packages would take a
@@ -60,12 +60,12 @@ $(SKY_STAMP): | $(STAMP)
 	  $(VENV)/bin/uv pip install --quiet --python $(SKY_VENV)/bin/python "skypilot==$(SKYPILOT_VERSION)" >>$$log 2>&1 && \
 	  env -u PYTHONDONTWRITEBYTECODE HOME=$$home SKYPILOT_DISABLE_USAGE_COLLECTION=1 \
 	    $(SKY_VENV)/bin/python -c "import sky" >>$$log 2>&1; then \
-	  echo "installed skypilot==$(SKYPILOT_VERSION) in $(SKY_VENV) (tests/test_launch_targets.py's SkyPilot loader)"; \
+	  echo "installed skypilot==$(SKYPILOT_VERSION) in $(SKY_VENV) (tests/test_launch_skypilot.py's SkyPilot loader)"; \
 	else rm -rf $(SKY_VENV); mkdir -p $(SKY_VENV); \
 	  { echo "skypilot==$(SKYPILOT_VERSION) could not be installed in $(SKY_VENV) by make env:"; tail -n 5 $$log; } \
 	    >$(SKY_VENV)/install-failed.txt; \
 	  echo "note: skypilot==$(SKYPILOT_VERSION) could not be installed in $(SKY_VENV) (its reason is in"; \
-	  echo "  $(SKY_VENV)/install-failed.txt); tests/test_launch_targets.py's SkyPilot loader check will skip"; \
+	  echo "  $(SKY_VENV)/install-failed.txt); tests/test_launch_skypilot.py's SkyPilot loader check will skip"; \
 	fi; rm -rf $$log $$home; touch $(SKY_STAMP)
 
 # The main job: a real plan for a real catalog model on a cluster you may not have yet.

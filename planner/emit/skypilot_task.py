@@ -4,7 +4,7 @@ Every node runs torchrun with SkyPilot's variables: the node count and rank (SKY
 SKYPILOT_NODE_RANK), its GPUs (SKYPILOT_NUM_GPUS_PER_NODE) and the first of SKYPILOT_NODE_IPS as the rendezvous;
 torchrun starts the one runner, `python -m backends.run --plan RUN_DIR` (docs/running.md, "SkyPilot"). The folder
 and what the run reads outside it are mounted at their own paths, because plan.json names them by absolute path.
-tests/test_launch_targets.py validates the task with SkyPilot's schema and loads it with SkyPilot's own loader
+tests/test_launch_skypilot.py validates the task with SkyPilot's schema and loads it with SkyPilot's own loader
 (in .venv-skypilot, which `make env` builds).
 """
 
