@@ -151,7 +151,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Train a run folder on this machine: torchrun + the runner (python -m backends.run).
 
-        Runner options (--data, --steps, --lr, --tiny, --strategy, --record, ...) are passed on."""
+        Runner options (--data, --steps, --lr, --tiny, --strategy, --record, ...) are passed on.
+
+        Run options (--save-every, --keep-last, ...) hold for this run only; plan.json keeps its own."""
         forwarded = list(context.args)
         from .interrupts import exit_code_of, said_when_interrupted
 

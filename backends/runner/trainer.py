@@ -24,6 +24,8 @@ from planner.training_config import Strategy
 if TYPE_CHECKING:
     import argparse
 
+    from planner.contract.run_config import RunConfig
+
 TRAINER_CHECKPOINTS = "checkpoints-trainer"
 
 
@@ -85,6 +87,17 @@ def _metrics_callback(metrics: Any, progress: Any, guard: Any, run: Any) -> Any:
             progress.update(state.global_step, f"loss {logs['loss']:.4f}")
 
     return RunnerMetrics()
+
+
+def checkpoint_arguments(run: RunConfig) -> dict[str, Any]:
+    """The run's checkpoint policy as TrainingArguments: every --save-every steps, the newest --keep-last kept
+    (the run as this launch has it, `train`'s flags applied; docs/running.md, "Checkpoints")."""
+    every = run.checkpoint.every
+    return {
+        "save_strategy": "steps" if every else "no",
+        "save_steps": every or 500,  # unused under "no", which TrainingArguments still wants a number for
+        "save_total_limit": run.checkpoint.keep_last,
+    }
 
 
 def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
@@ -161,9 +174,7 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
         seed=run.optim.seed,
         data_seed=run.data.seed,
         per_device_eval_batch_size=run.micro_batch,
-        save_strategy="steps" if run.checkpoint.every else "no",
-        save_steps=run.checkpoint.every or 500,
-        save_total_limit=run.checkpoint.keep_last,
+        **checkpoint_arguments(run),
         eval_strategy="steps" if run.data.eval_every else "no",
         eval_steps=run.data.eval_every or None,
     )

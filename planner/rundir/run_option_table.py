@@ -58,6 +58,14 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("warmup_steps", "--warmup-steps", int, "linear warmup steps (5% of the run)"),
     RunOption("seed", "--seed", int, "seed of the data order and the initialisation", at_emit=False),
     RunOption("save_every", "--save-every", int, "checkpoint every N steps (1000; 0: only on a stop signal or rule)"),
+    RunOption(
+        "keep_last",
+        "--keep-last",
+        int,
+        "keep only the newest N checkpoints on disk, 1 to 1000 (2); at train: for that run only, plan.json keeps "
+        "its own",
+        metavar="N",
+    ),
     RunOption("export_every", "--export-every", int, "also write final/ at every N-th step"),
     RunOption(
         "on_non_finite",
@@ -99,6 +107,6 @@ SETS = {
     "tokenizer": "model.tokenizer", "init": "model.init", "eval_fraction": "data.eval_fraction",
     "eval_every": "data.eval_every", "steps": "optim.max_steps", "epochs": "optim.epochs",
     "learning_rate": "optim.learning_rate", "warmup_steps": "optim.warmup_steps", "seed": "data.seed|optim.seed",
-    "save_every": "checkpoint.every", "export_every": "checkpoint.export_every", "on_non_finite": "anomaly.non_finite",
+    "save_every": "checkpoint.every", "keep_last": "checkpoint.keep_last", "export_every": "checkpoint.export_every", "on_non_finite": "anomaly.non_finite",
     "on_loss_spike": "anomaly.loss_spike", "on_grad_spike": "anomaly.grad_norm_spike",
 }  # fmt: skip

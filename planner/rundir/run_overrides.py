@@ -44,6 +44,7 @@ class RunOverrides(BaseModel):
     warmup_steps: int | None = None
     seed: int | None = None
     save_every: int | None = None
+    keep_last: int | None = None
     export_every: int | None = None
     resume: bool | None = None
     on_non_finite: AnomalyAction | None = None
@@ -174,6 +175,7 @@ def apply_overrides(run: RunConfig, overrides: RunOverrides) -> RunConfig:
         _check_warmup_fits(optim["warmup_steps"], optim["max_steps"], steps_given=overrides.steps is not None)
     for key, value in (
         ("every", overrides.save_every),
+        ("keep_last", overrides.keep_last),
         ("export_every", overrides.export_every),
         ("resume", overrides.resume),
     ):
