@@ -9,6 +9,7 @@ a TorchDispatchMode that adds every op's newly allocated output storage and subt
 freed, so the step's peak of live new bytes is read exactly, whatever the CPU allocator keeps.
 
     python -m benchmarks.memory.optimizer_step_transient
+    python -m benchmarks.memory.optimizer_step_transient --deepspeed   # ZeRO-1/2/3 on one CPU rank
 """
 
 from __future__ import annotations
@@ -108,7 +109,49 @@ def adamw_step_multiple(vocab: int = VOCAB, hidden: int = HIDDEN, **options: Any
     return step_transient_bytes(optimizer, embedding_model_backward(model)) / largest_parameter_bytes(model)
 
 
+def deepspeed_step_multiple(stage: int, vocab: int = 20000, hidden: int = 256) -> float:
+    """DeepSpeed ZeRO-`stage`'s engine.step() on one CPU rank (gloo) with torch's AdamW as its client optimizer,
+    as backends/adapters/deepspeed_adapter.py runs it on the CPU, at fp32: the step's transient as a multiple of
+    the flat fp32 partition it hands AdamW (one rank: the whole model). It includes that partition's fp32
+    gradient, which DeepSpeed concatenates at the step (and the planner counts as a gradient)."""
+    import os
+
+    import deepspeed
+
+    from backends.cpu_distributed import skip_deepspeed_shm_build
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29517", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    skip_deepspeed_shm_build()
+    deepspeed.init_distributed(dist_backend="gloo")
+    torch.manual_seed(0)
+    model = model_with_one_large_parameter(vocab, hidden)
+    elements = sum(p.numel() for p in model.parameters())  # before ZeRO-3 partitions them away
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    config = {
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": stage},
+        "zero_force_ds_cpu_optimizer": False,
+    }
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    tokens = _tokens(vocab)
+    for _ in range(2):  # the first step makes the states
+        engine.backward(engine(tokens).float().pow(2).mean())
+        engine.step()
+    engine.backward(engine(tokens).float().pow(2).mean())
+    counter = LiveBytes()
+    with counter:
+        engine.step()
+    return counter.peak / (elements * 4)
+
+
 def main() -> None:
+    import sys
+
+    if sys.argv[1:2] == ["--deepspeed"]:
+        for stage in (1, 2, 3):
+            print(f"DeepSpeed ZeRO-{stage}: step transient = {deepspeed_step_multiple(stage):.4f} x the fp32 partition")
+        return
     model = model_with_one_large_parameter()
     print(f"largest parameter: {largest_parameter_bytes(model) / 2**20:.1f} MiB ({VOCAB}x{HIDDEN} fp32)")
     for label, options in (("default (single-tensor on CPU)", {}), ("foreach=True", {"foreach": True})):

@@ -209,7 +209,8 @@ def _step_temporary(
     (SINGLE_TENSOR_ADAM_TEMPORARIES of its bytes), so the step peaks at the largest tensor it steps: DDP's largest
     parameter (the largest module's, its bias included), FSDP2's dim-0 shard of it; DeepSpeed's flat fp32
     partition, which it hands torch's AdamW on the CPU (backends/adapters/deepspeed_adapter.py;
-    stage_1_and_2.py:584, bf16_optimizer.py:225, ZeRO-3 one sub-group at a time). Our engine's flat master is
+    stage_1_and_2.py:584, bf16_optimizer.py:225, ZeRO-3 one sub-group at a time; measured 3 x the partition on one
+    CPU rank, its fp32 gradient, counted above, and these two). Our engine's flat master is
     stepped chunk by chunk in place (backends/parts/chunked_adamw.py): no shard-sized temporary."""
     if _step_temporary_is_zero(config):
         return 0.0
