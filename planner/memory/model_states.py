@@ -200,7 +200,8 @@ def _step_temporary(
     runtime: Runtime,
 ) -> float:
     """What torch.optim.AdamW allocates during its step beyond the states. SGD, Lion and 8-bit Adam update in
-    place; an offloaded step runs on the CPU (its temporaries are not the device's).
+    place; an offloaded step runs on the CPU (its temporaries are not a GPU's; the cpu device's RAM is that CPU's:
+    there they are charged as without offload, at the optimizer step).
 
     foreach (the CUDA default) takes the square root of every exp_avg_sq at once: one more state-sized tensor.
     DeepSpeed's fused Adam works in place.
@@ -212,7 +213,7 @@ def _step_temporary(
     stage_1_and_2.py:584, bf16_optimizer.py:225, ZeRO-3 one sub-group at a time; measured 3 x the partition on one
     CPU rank, its fp32 gradient, counted above, and these two). Our engine's flat master is
     stepped chunk by chunk in place (backends/parts/chunked_adamw.py): no shard-sized temporary."""
-    if _step_temporary_is_zero(config):
+    if _step_temporary_is_zero(config, runtime):
         return 0.0
     if runtime.foreach_optimizer:
         return 0.0 if config.strategy is Strategy.DEEPSPEED else params.trainable / shards.optimizer * state_width
@@ -233,7 +234,7 @@ def _steps_a_flat_partition(config: TrainingConfig) -> bool:
 def step_temporary_source(config: TrainingConfig, runtime: Runtime) -> str:
     """The optimizer step's temporaries on the cpu device, in words, for the optimizer states' source ("" where
     the cpu device's single-tensor step is not what runs)."""
-    if runtime.foreach_optimizer or _step_temporary_is_zero(config) or config.strategy is Strategy.ENGINE:
+    if runtime.foreach_optimizer or _step_temporary_is_zero(config, runtime) or config.strategy is Strategy.ENGINE:
         return ""
     tensor = (
         "the flat fp32 partition DeepSpeed steps"
@@ -246,13 +247,11 @@ def step_temporary_source(config: TrainingConfig, runtime: Runtime) -> str:
     )
 
 
-def _step_temporary_is_zero(config: TrainingConfig) -> bool:
-    """Not AdamW (SGD, Lion and 8-bit Adam update in place), or offloaded (the step runs on the CPU)."""
-    return (
-        config.optimizer is not OptimizerKind.ADAMW
-        or config.offload_optimizer is not Offload.NONE
-        or config.offload_params is not Offload.NONE
-    )
+def _step_temporary_is_zero(config: TrainingConfig, runtime: Runtime) -> bool:
+    """Not AdamW (SGD, Lion and 8-bit Adam update in place), or offloaded off a GPU (the step runs on the host's
+    CPU, not in the device's memory; on the cpu device it runs in the same RAM, with the same temporaries)."""
+    offloaded = config.offload_optimizer is not Offload.NONE or config.offload_params is not Offload.NONE
+    return config.optimizer is not OptimizerKind.ADAMW or (offloaded and not runtime.memory_is_host)
 
 
 def _apply_offload(states: ModelStates, config: TrainingConfig, grads16: float, fp32_grads: float) -> None:
@@ -261,9 +260,10 @@ def _apply_offload(states: ModelStates, config: TrainingConfig, grads16: float, 
         if Offload.CPU in (config.offload_optimizer, config.offload_params):
             # FSDP's CPU offload keeps sharded parameters and gradients on the CPU
             # and steps the optimizer there; the GPU holds gathered units only.
-            states.cpu += states.parameters + states.gradients + states.optimizer_states + states.step_temporary
+            # (A step temporary is left only on the cpu device, where it is the step's own, in the same RAM.)
+            states.cpu += states.parameters + states.gradients + states.optimizer_states
             states.parameters = states.gradients = states.optimizer_states = 0.0
-            states.backward_gradients = states.step_temporary = 0.0
+            states.backward_gradients = 0.0
             states.notes.append("FSDP CPU offload: sharded parameters, gradients and optimizer on CPU")
         return
     if config.offload_optimizer is not Offload.NONE:
