@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.gradient_compression import wire_source
 from planner.limits import MAX_GIB, check_number
-from planner.memory.model_states import uses_native_mixed_precision
+from planner.memory.model_states import step_temporary_source, uses_native_mixed_precision
 from planner.memory.phases import TENSOR_CATEGORIES, StepPeak, step_peak
 from planner.memory.runtime import Runtime
 from planner.models.spec import ModelSpec
@@ -241,7 +241,8 @@ def _sources(config: TrainingConfig, phase: str, runtime: Runtime, overhead: Ove
     terms = {
         "parameters": f"formula: ZeRO paper Sec. 3/5 bytes per parameter, {framework}",
         "gradients": f"formula: ZeRO paper Sec. 5, {framework}",
-        "optimizer_states": f"formula: {config.optimizer.value} state bytes per parameter, sharded per strategy",
+        "optimizer_states": f"formula: {config.optimizer.value} state bytes per parameter, sharded per strategy"
+        + step_temporary_source(config, runtime),
         "activations": "formula: Korthikanti et al. 2022 Table 2 generalised to the HF block, checked by traces (docs/accuracy.md)",
         "temporaries": "formula: fp32 log-softmax over the vocabulary and its gradients; recomputed block",
         "buffers": buffers,

@@ -43,6 +43,10 @@ ADAMW_8BIT_BYTES = 2 + 2 * 4 / 2048
 # DeepSpeed ZeRO-3 steps the optimizer one sub-group at a time and makes the
 # fp32 gradients of that sub-group only ("sub_group_size", default 1e9 elements).
 ZERO3_SUB_GROUP_ELEMENTS = 1_000_000_000
+# torch's single-tensor AdamW (its path on CPU tensors) holds exp_avg_sq.sqrt() and that root's quotient by the
+# bias correction at once, for the one tensor it steps (torch/optim/adam.py:544, torch 2.13): that tensor's bytes
+# twice. Measured 2.00 x GPT-2's wte over a step (benchmarks/memory/optimizer_step_transient.py).
+SINGLE_TENSOR_ADAM_TEMPORARIES = 2
 
 
 @dataclass
@@ -62,7 +66,7 @@ class ModelStates:
     gradients: float  # everything alive at the optimizer step (16-bit, plus fp32 where kept)
     optimizer_states: float
     backward_gradients: float = 0.0  # made by backward (16-bit; DeepSpeed's fp32 copy comes at the step)
-    step_temporary: float = 0.0  # foreach AdamW's whole-group temporary during the step
+    step_temporary: float = 0.0  # AdamW's temporaries during the step (foreach: the group's; on CPU: one tensor's)
     cpu: float = 0.0
     nvme: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -176,7 +180,7 @@ def model_state_bytes(
         gradients=grads16 + fp32_grads,
         optimizer_states=optimizer,
         backward_gradients=grads16,
-        step_temporary=_foreach_temporary(config, trainable / shards.optimizer, state_width, runtime),
+        step_temporary=_step_temporary(config, params, shards, fp32_partition, state_width, runtime),
     )
     _apply_offload(states, config, grads16, fp32_grads)
     return states
@@ -187,18 +191,67 @@ def _engine_master_is_the_shard(config: TrainingConfig) -> bool:
     return config.zero_stage >= 3 and config.offload_optimizer is Offload.NONE
 
 
-def _foreach_temporary(config: TrainingConfig, trainable_shard: float, state_width: int, runtime: Runtime) -> float:
-    """torch.optim.AdamW (foreach, the CUDA default) takes the square root of every
-    exp_avg_sq at once: one more state-sized tensor during the step. DeepSpeed's
-    fused Adam works in place; SGD, Lion and 8-bit Adam update in place. On the cpu
-    device torch steps one tensor at a time (runtime.py): no whole-group temporary."""
-    if config.optimizer is not OptimizerKind.ADAMW or config.strategy is Strategy.DEEPSPEED:
+def _step_temporary(
+    config: TrainingConfig,
+    params: RankParams,
+    shards: ShardDegrees,
+    fp32_partition: float,
+    state_width: int,
+    runtime: Runtime,
+) -> float:
+    """What torch.optim.AdamW allocates during its step beyond the states. SGD, Lion and 8-bit Adam update in
+    place; an offloaded step runs on the CPU (its temporaries are not a GPU's; the cpu device's RAM is that CPU's:
+    there they are charged as without offload, at the optimizer step).
+
+    foreach (the CUDA default) takes the square root of every exp_avg_sq at once: one more state-sized tensor.
+    DeepSpeed's fused Adam works in place.
+
+    On the cpu device torch steps one tensor at a time (runtime.py), making that tensor's temporaries
+    (SINGLE_TENSOR_ADAM_TEMPORARIES of its bytes), so the step peaks at the largest tensor it steps: DDP's largest
+    parameter (the largest module's, its bias included), FSDP2's dim-0 shard of it; DeepSpeed's flat fp32
+    partition, which it hands torch's AdamW on the CPU (backends/adapters/deepspeed_adapter.py;
+    stage_1_and_2.py:584, bf16_optimizer.py:225, ZeRO-3 one sub-group at a time; measured 3 x the partition on one
+    CPU rank, its fp32 gradient, counted above, and these two). Our engine's flat master is
+    stepped chunk by chunk in place (backends/parts/chunked_adamw.py): no shard-sized temporary."""
+    if _step_temporary_is_zero(config, runtime):
         return 0.0
-    if not runtime.foreach_optimizer:
+    if runtime.foreach_optimizer:
+        return 0.0 if config.strategy is Strategy.DEEPSPEED else params.trainable / shards.optimizer * state_width
+    if config.strategy is Strategy.ENGINE:
         return 0.0
-    if config.offload_optimizer is not Offload.NONE or config.offload_params is not Offload.NONE:
-        return 0.0  # the step runs on the CPU
-    return trainable_shard * state_width
+    if _steps_a_flat_partition(config):
+        return SINGLE_TENSOR_ADAM_TEMPORARIES * fp32_partition * 4
+    largest = min(params.largest_module, params.trainable)  # under LoRA, at most the adapters
+    return SINGLE_TENSOR_ADAM_TEMPORARIES * largest / shards.parameters * state_width
+
+
+def _steps_a_flat_partition(config: TrainingConfig) -> bool:
+    """DeepSpeed hands torch's optimizer one flat fp32 tensor per group, save at fp32 without ZeRO (its plain
+    optimizer then steps the module's parameters)."""
+    return config.strategy is Strategy.DEEPSPEED and (config.zero_stage > 0 or config.precision is not Precision.FP32)
+
+
+def step_temporary_source(config: TrainingConfig, runtime: Runtime) -> str:
+    """The optimizer step's temporaries on the cpu device, in words, for the optimizer states' source ("" where
+    the cpu device's single-tensor step is not what runs)."""
+    if runtime.foreach_optimizer or _step_temporary_is_zero(config, runtime) or config.strategy is Strategy.ENGINE:
+        return ""
+    tensor = (
+        "the flat fp32 partition DeepSpeed steps"
+        if _steps_a_flat_partition(config)
+        else "the largest parameter (shard) it steps"
+    )
+    return (
+        f"; at the optimizer step also torch's single-tensor AdamW temporaries, {SINGLE_TENSOR_ADAM_TEMPORARIES} x "
+        f"{tensor} (torch/optim/adam.py:544, measured: benchmarks/memory/optimizer_step_transient.py)"
+    )
+
+
+def _step_temporary_is_zero(config: TrainingConfig, runtime: Runtime) -> bool:
+    """Not AdamW (SGD, Lion and 8-bit Adam update in place), or offloaded off a GPU (the step runs on the host's
+    CPU, not in the device's memory; on the cpu device it runs in the same RAM, with the same temporaries)."""
+    offloaded = config.offload_optimizer is not Offload.NONE or config.offload_params is not Offload.NONE
+    return config.optimizer is not OptimizerKind.ADAMW or (offloaded and not runtime.memory_is_host)
 
 
 def _apply_offload(states: ModelStates, config: TrainingConfig, grads16: float, fp32_grads: float) -> None:
@@ -207,9 +260,10 @@ def _apply_offload(states: ModelStates, config: TrainingConfig, grads16: float, 
         if Offload.CPU in (config.offload_optimizer, config.offload_params):
             # FSDP's CPU offload keeps sharded parameters and gradients on the CPU
             # and steps the optimizer there; the GPU holds gathered units only.
-            states.cpu += states.parameters + states.gradients + states.optimizer_states + states.step_temporary
+            # (A step temporary is left only on the cpu device, where it is the step's own, in the same RAM.)
+            states.cpu += states.parameters + states.gradients + states.optimizer_states
             states.parameters = states.gradients = states.optimizer_states = 0.0
-            states.backward_gradients = states.step_temporary = 0.0
+            states.backward_gradients = 0.0
             states.notes.append("FSDP CPU offload: sharded parameters, gradients and optimizer on CPU")
         return
     if config.offload_optimizer is not Offload.NONE:

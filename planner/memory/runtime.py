@@ -28,7 +28,8 @@ differs from both in three things:
   counts it in the peak (estimate.py's "host_offload").
 - torch's optimizers step CPU tensors with their single-tensor loop (foreach
   defaults on only for CUDA-like devices: torch.optim.optimizer's
-  _default_to_fused_or_foreach), so no whole-group foreach temporary.
+  _default_to_fused_or_foreach), so no whole-group foreach temporary, but
+  each tensor's own (model_states.py's _step_temporary: 2 x the largest).
 - Its runtime overhead is the process's own baseline, not a CUDA context
   (estimate.py's OverheadSettings.host_process_bytes, a measured RSS).
 """
