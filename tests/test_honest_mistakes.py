@@ -40,3 +40,10 @@ def test_a_run_flag_out_of_range_is_a_mistake_even_where_nothing_fits(tmp_path, 
     run flags were checked only once a plan fitted."""
     assert one_error_line(cli_in_process(*NOTHING_FITS, "--emit", tmp_path / "run", *flags)) == said
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", [["plan"], ["estimate", "--strategy", "ddp"]])
+def test_a_sequence_past_learned_positions_says_the_length_to_pass(command):
+    """It said what was wrong and stopped: "--seq-len 4096 exceeds gpt2's 1024 learned positions"."""
+    line = one_error_line(cli_in_process(*command, "--model", "gpt2", "--gpu", "A100-80GB", "--seq-len", "4096"))
+    assert line == "error: --seq-len 4096 exceeds gpt2's 1024 learned positions; pass --seq-len 1024 or less"
