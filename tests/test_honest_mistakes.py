@@ -47,3 +47,12 @@ def test_a_sequence_past_learned_positions_says_the_length_to_pass(command):
     """It said what was wrong and stopped: "--seq-len 4096 exceeds gpt2's 1024 learned positions"."""
     line = one_error_line(cli_in_process(*command, "--model", "gpt2", "--gpu", "A100-80GB", "--seq-len", "4096"))
     assert line == "error: --seq-len 4096 exceeds gpt2's 1024 learned positions; pass --seq-len 1024 or less"
+
+
+def test_a_data_folder_of_another_kind_says_what_to_do(tmp_path):
+    """A folder of .csv files said only what was wrong: "--data DIR: no .txt, .jsonl, .json or .parquet file there"."""
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "rows.csv").write_text("text\nhello\n")
+    line = one_error_line(cli_in_process(*EMIT, "--emit", tmp_path / "run", "--data", tmp_path / "csv"))
+    assert line.endswith("file there; convert the text to one of them, or point at a folder that holds them")
+    assert not (tmp_path / "run").exists()
