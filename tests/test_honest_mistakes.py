@@ -56,3 +56,13 @@ def test_a_data_folder_of_another_kind_says_what_to_do(tmp_path):
     line = one_error_line(cli_in_process(*EMIT, "--emit", tmp_path / "run", "--data", tmp_path / "csv"))
     assert line.endswith("file there; convert the text to one of them, or point at a folder that holds them")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_global_batch_micro_batches_cannot_fill_says_what_to_change():
+    """It said "--global-batch 4 is not a multiple of --micro-batch 8" and no more."""
+    line = one_error_line(cli_in_process("plan", "--model", "gpt2", "--gpu", "cpu", "--global-batch", "4",
+                                         "--micro-batch", "8"))  # fmt: skip
+    assert line == (
+        "error: --global-batch 4 is not a multiple of --micro-batch 8; make it one, or pick a --micro-batch that "
+        "divides 4"
+    )
