@@ -141,6 +141,10 @@ def register(app: typer.Typer) -> None:
                 )
             _plan_serving(model, cluster, search, serving, as_json, explain)
             return
+        if emit is not None:  # a run flag out of range is a mistake before the search, never "no plan fits"
+            from planner.rundir.override_ranges import check_override_ranges
+
+            check_override_ranges(run.overrides())
         check_cost_flags(cost, search.objective, cluster)
         if cost.clouds is not None:
             if explain or search.top != 5:

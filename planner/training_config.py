@@ -319,7 +319,8 @@ class TrainingConfig(BaseModel):
             )
         if self.seq_len > model.max_position_embeddings and model.position_embedding == "learned":
             raise UserInputError(
-                f"--seq-len {self.seq_len} exceeds {model.name}'s {model.max_position_embeddings} learned positions"
+                f"--seq-len {self.seq_len} exceeds {model.name}'s {model.max_position_embeddings} learned positions; "
+                f"pass --seq-len {model.max_position_embeddings} or less"
             )
         if model.image_tokens and self.seq_len <= model.image_tokens:
             raise UserInputError(

@@ -39,4 +39,6 @@ def test_the_python_api_and_estimate_say_it_too(capsys) -> None:
 
 def test_learned_positions_stay_refused(capsys) -> None:
     assert main(["plan", "--model", "gpt2", "--gpu", "A100-80GB", "--seq-len", "4096"]) == 2
-    assert capsys.readouterr().err == "error: --seq-len 4096 exceeds gpt2's 1024 learned positions\n"
+    assert capsys.readouterr().err == (
+        "error: --seq-len 4096 exceeds gpt2's 1024 learned positions; pass --seq-len 1024 or less\n"
+    )

@@ -60,7 +60,10 @@ def resolve_sources(patterns: list[str], flag: str = "--data") -> list[Source]:
             )
         sources += found
     if not sources:
-        raise UserInputError(f"{flag} {' '.join(patterns)}: no .txt, .jsonl, .json or .parquet file there")
+        raise UserInputError(
+            f"{flag} {' '.join(patterns)}: no .txt, .jsonl, .json or .parquet file there; convert the text to one "
+            "of them, or point at a folder that holds them"
+        )
     return list(dict.fromkeys(sources))
 
 

@@ -134,7 +134,7 @@ def tokenizer_folder(path: str) -> str:
 
 
 def apply_overrides(run: RunConfig, overrides: RunOverrides) -> RunConfig:
-    _check_finite(overrides)
+    check_finite(overrides)
     document = run.model_dump(mode="json")
     data, optim, checkpoint, model = document["data"], document["optim"], document["checkpoint"], document["model"]
     if overrides.data is not None:
@@ -218,7 +218,7 @@ def _check_model_folder_exists(model: dict[str, Any], *, reads_text: bool) -> No
         )
 
 
-def _check_finite(overrides: RunOverrides) -> None:
+def check_finite(overrides: RunOverrides) -> None:
     """NaN fails every range check of pydantic, which then names the range (`--lr nan`: "<= 10"): say what it is."""
     for option in RUN_OPTIONS:
         value = getattr(overrides, option.key)

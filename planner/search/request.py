@@ -164,7 +164,8 @@ class PlanRequest(BaseModel):
     def _check(self) -> PlanRequest:
         if self.micro_batch is not None and self.global_batch is not None and self.global_batch % self.micro_batch:
             raise UserInputError(
-                f"--global-batch {self.global_batch} is not a multiple of --micro-batch {self.micro_batch}"
+                f"--global-batch {self.global_batch} is not a multiple of --micro-batch {self.micro_batch}; make it "
+                f"one, or pick a --micro-batch that divides {self.global_batch}"
             )
         if not self.strategies:
             raise UserInputError("no strategy left to search; allow at least one of ddp, fsdp, deepspeed, engine")

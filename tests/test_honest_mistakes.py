@@ -1,0 +1,68 @@
+"""A new user's honest mistakes, from README.md and docs/running.md: each is one line on stderr starting
+`error:` that says what is wrong and what to do, exit code 2, no traceback, and nothing written
+(docs/errors.md). Each test here failed before its fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.distributed import cli_in_process
+
+EMIT = ["plan", "--model", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64", "--global-batch", "4"]
+NOTHING_FITS = ["plan", "--model", "llama-2-70b", "--gpu", "cpu", "--gpus-per-node", "2"]
+
+
+def one_error_line(result) -> str:
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def test_negative_steps_at_emit_are_said_as_the_flag_not_a_request_field(tmp_path):
+    """It read "error: train_tokens: Input should be greater than 0": the search planned -1 steps' tokens."""
+    line = one_error_line(cli_in_process(*EMIT, "--strategies", "ddp", "--emit", tmp_path / "run", "--steps", "-1"))
+    assert line == "error: --steps must be greater than or equal to 1, not -1"
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, said",
+    [
+        (["--steps", "0"], "error: --steps must be greater than or equal to 1, not 0"),
+        (["--lr", "-1"], "error: --lr must be greater than 0, not -1"),
+        (["--eval-fraction", "1.5"], "error: --eval-fraction must be less than 1, not 1.5"),
+    ],
+)
+def test_a_run_flag_out_of_range_is_a_mistake_even_where_nothing_fits(tmp_path, flags, said):
+    """They exited 1, "wrote nothing to DIR: no plan fits": the answer for a plan, given for a typo, because the
+    run flags were checked only once a plan fitted."""
+    assert one_error_line(cli_in_process(*NOTHING_FITS, "--emit", tmp_path / "run", *flags)) == said
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", [["plan"], ["estimate", "--strategy", "ddp"]])
+def test_a_sequence_past_learned_positions_says_the_length_to_pass(command):
+    """It said what was wrong and stopped: "--seq-len 4096 exceeds gpt2's 1024 learned positions"."""
+    line = one_error_line(cli_in_process(*command, "--model", "gpt2", "--gpu", "A100-80GB", "--seq-len", "4096"))
+    assert line == "error: --seq-len 4096 exceeds gpt2's 1024 learned positions; pass --seq-len 1024 or less"
+
+
+def test_a_data_folder_of_another_kind_says_what_to_do(tmp_path):
+    """A folder of .csv files said only what was wrong: "--data DIR: no .txt, .jsonl, .json or .parquet file there"."""
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "rows.csv").write_text("text\nhello\n")
+    line = one_error_line(cli_in_process(*EMIT, "--emit", tmp_path / "run", "--data", tmp_path / "csv"))
+    assert line.endswith("file there; convert the text to one of them, or point at a folder that holds them")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_global_batch_micro_batches_cannot_fill_says_what_to_change():
+    """It said "--global-batch 4 is not a multiple of --micro-batch 8" and no more."""
+    line = one_error_line(cli_in_process("plan", "--model", "gpt2", "--gpu", "cpu", "--global-batch", "4",
+                                         "--micro-batch", "8"))  # fmt: skip
+    assert line == (
+        "error: --global-batch 4 is not a multiple of --micro-batch 8; make it one, or pick a --micro-batch that "
+        "divides 4"
+    )
