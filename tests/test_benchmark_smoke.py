@@ -63,6 +63,11 @@ def _memory_per_layer(out: str) -> None:
     assert "1 entries; largest error" in out
 
 
+def _optimizer_step_transient(out: str) -> None:
+    single = re.search(r"AdamW default \(single-tensor on CPU\): step transient = ([\d.]+) x", out)
+    assert single and float(single.group(1)) > 1.0, out  # the step's temporaries: at least one parameter's bytes
+
+
 def _run_memory_traces(out: str) -> None:
     row = next(line for line in out.splitlines() if line.startswith("tiny-gpt2-fp32-adamw "))
     cells = row.split()
@@ -279,6 +284,7 @@ SMOKES: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "benchmarks.memory.compare_memory": ([], _compare_memory),
     "benchmarks.memory.memory_per_layer": ([], _memory_per_layer),
     "benchmarks.memory.run_memory_traces": ([], _run_memory_traces),
+    "benchmarks.memory.optimizer_step_transient": ([], _optimizer_step_transient),
     "benchmarks.accuracy.calibrate_throughput": ([], _calibrate_throughput),
     "benchmarks.accuracy.per_stack_accuracy": ([], _per_stack_accuracy),
     "benchmarks.accuracy.attention_chain_traffic": ([], _attention_chain_traffic),

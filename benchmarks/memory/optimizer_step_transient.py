@@ -10,6 +10,7 @@ freed, so the step's peak of live new bytes is read exactly, whatever the CPU al
 
     python -m benchmarks.memory.optimizer_step_transient
     python -m benchmarks.memory.optimizer_step_transient --deepspeed   # ZeRO-1/2/3 on one CPU rank
+    python -m benchmarks.memory.optimizer_step_transient --smoke       # a small embedding: seconds
 """
 
 from __future__ import annotations
@@ -145,18 +146,28 @@ def deepspeed_step_multiple(stage: int, vocab: int = 20000, hidden: int = 256) -
     return counter.peak / (elements * 4)
 
 
-def main() -> None:
-    import sys
+def main(argv: list[str] | None = None) -> int:
+    import argparse
 
-    if sys.argv[1:2] == ["--deepspeed"]:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.memory.optimizer_step_transient", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--deepspeed", action="store_true", help="DeepSpeed ZeRO-1/2/3 on one CPU rank instead")
+    parser.add_argument("--smoke", action="store_true", help="a 2000 x 64 embedding instead of GPT-2's; seconds")
+    args = parser.parse_args(argv)
+    vocab, hidden = (2000, 64) if args.smoke else (VOCAB, HIDDEN)
+    if args.deepspeed:
         for stage in (1, 2, 3):
-            print(f"DeepSpeed ZeRO-{stage}: step transient = {deepspeed_step_multiple(stage):.4f} x the fp32 partition")
-        return
-    model = model_with_one_large_parameter()
-    print(f"largest parameter: {largest_parameter_bytes(model) / 2**20:.1f} MiB ({VOCAB}x{HIDDEN} fp32)")
+            multiple = deepspeed_step_multiple(stage, *((vocab, hidden) if args.smoke else ()))
+            print(f"DeepSpeed ZeRO-{stage}: step transient = {multiple:.4f} x the fp32 partition")
+        return 0
+    model = model_with_one_large_parameter(vocab, hidden)
+    print(f"largest parameter: {largest_parameter_bytes(model) / 2**20:.1f} MiB ({vocab}x{hidden} fp32)")
     for label, options in (("default (single-tensor on CPU)", {}), ("foreach=True", {"foreach": True})):
-        print(f"AdamW {label}: step transient = {adamw_step_multiple(**options):.4f} x the largest parameter")
+        multiple = adamw_step_multiple(vocab, hidden, **options)
+        print(f"AdamW {label}: step transient = {multiple:.4f} x the largest parameter")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
