@@ -22,7 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.gradient_compression import wire_source
 from planner.limits import MAX_GIB, check_number
-from planner.memory.model_states import step_temporary_source, uses_native_mixed_precision
+from planner.memory.model_states import (
+    BF16_RUNS_MIXED,
+    runs_bf16_as_mixed,
+    step_temporary_source,
+    uses_native_mixed_precision,
+)
 from planner.memory.phases import TENSOR_CATEGORIES, StepPeak, step_peak
 from planner.memory.runtime import Runtime
 from planner.models.spec import ModelSpec
@@ -232,6 +237,8 @@ def _overhead_source(overhead: OverheadSettings, runtime: Runtime) -> str:
 
 def _sources(config: TrainingConfig, phase: str, runtime: Runtime, overhead: OverheadSettings) -> dict[str, str]:
     framework = "PyTorch-native layout" if uses_native_mixed_precision(config) else "DeepSpeed-style layout"
+    if runs_bf16_as_mixed(config):
+        framework += f"; {BF16_RUNS_MIXED}"
     buffers = "formula: buckets, gathered units and autocast weight copies as our emitted configs run"
     if config.compression is not GradientCompression.NONE:
         buffers += (

@@ -77,6 +77,18 @@ def uses_native_mixed_precision(config: TrainingConfig) -> bool:
     return config.strategy is Strategy.DDP or config.strategy is Strategy.FSDP
 
 
+# What --precision bf16 means where the optimizer keeps its own fp32 copy (the branch in model_state_bytes).
+BF16_RUNS_MIXED = (
+    "--precision bf16 runs as bf16-mixed here: DeepSpeed has no pure bf16 (its ZeRO optimizers and our engine's keep "
+    "fp32 master weights, gradient partitions and Adam states), so it is counted and emitted as bf16-mixed is"
+)
+
+
+def runs_bf16_as_mixed(config: TrainingConfig) -> bool:
+    """True where --precision bf16 gets fp32 master weights anyway: DeepSpeed and our engine (BF16_RUNS_MIXED)."""
+    return config.precision is Precision.BF16 and config.strategy in (Strategy.DEEPSPEED, Strategy.ENGINE)
+
+
 def shard_degrees(config: TrainingConfig, dp: int, gpus_per_node: int) -> ShardDegrees:
     # Every cp rank holds the whole model, so sharding runs over the dp x cp ranks (our engine's ZeRO,
     # backends/context_parallel; FSDP2 over the dp x cp mesh as torchtitan and our traces shard it).
@@ -141,7 +153,7 @@ def model_state_bytes(
         # place_parameters): there the sharded weights are the master.
         master_width = 4 if deepspeed or (engine and not _engine_master_is_the_shard(config)) else 0
         weight_width, grad_width, state_width = 4, 4, 4
-    elif precision is Precision.BF16 and (deepspeed or engine):
+    elif runs_bf16_as_mixed(config):
         # DeepSpeed has no pure bf16: `bf16: {enabled: true}` keeps fp32 master weights, fp32 gradient
         # partitions and fp32 Adam states (master_weights_and_grads_dtype defaults to fp32,
         # base_optimizer.py:484-; stage_1_and_2.py:336, stage3.py:304). Nor has our engine: its optimizer

@@ -9,6 +9,7 @@ from __future__ import annotations
 from planner.contract.layout import describe_stage_layers
 from planner.evaluate import memory_on, memory_total_on
 from planner.memory.estimate import MemoryEstimate
+from planner.memory.model_states import BF16_RUNS_MIXED, runs_bf16_as_mixed
 from planner.models.spec import ModelSpec
 from planner.search.candidates import FamilyRecord, Scored
 from planner.search.request import Objective, PlanRequest
@@ -93,6 +94,8 @@ def plan_reasons(
         f"micro-batch {config.micro_batch} x grad-accum {config.grad_accum} x data-parallel {dp} = "
         f"{config.micro_batch * config.grad_accum * dp} sequences of {config.seq_len} tokens per step",
     ]
+    if runs_bf16_as_mixed(config):
+        reasons.append(BF16_RUNS_MIXED)
     if memory.nvme_per_node_bytes:
         capacity = memory.nvme_capacity_per_node_bytes
         reasons.append(
