@@ -1,5 +1,5 @@
 """Bytes DeepSpeed's ZeRO optimizer, and our engine's (backends/zero/), hold per rank after one step,
-at fp32 and bf16, stages 1-3.
+at fp32 and bf16, stages 1-3 (the engine's also at stage 0).
 
 Run under torchrun (2 CPU ranks, gloo); rank 0 prints one `RESULT {json}` line per case.
 Every tensor reachable from the optimizer's attributes, its inner optimizer's state and the
@@ -132,8 +132,9 @@ def run_engine(stage: int, precision: str) -> dict:
 
 
 def main() -> None:
-    for runner in (run, run_engine):
-        for stage in (1, 2, 3):
+    # DeepSpeed's stage 0 has no ZeRO optimizer to compare; our engine's stage 0 is its replicated ZeroStage0.
+    for runner, stages in ((run, (1, 2, 3)), (run_engine, (0, 1, 2, 3))):
+        for stage in stages:
             for precision in ("fp32", "bf16"):
                 result = runner(stage, precision)
                 if int(os.environ["RANK"]) == 0:
