@@ -19,7 +19,7 @@ from planner.memory.model_states import model_state_bytes
 from planner.memory.rank_params import rank_params
 from planner.memory.runtime import Runtime
 from planner.models.resolve import spec_from_config_path
-from planner.training_config import Precision, Strategy, TrainingConfig
+from planner.training_config import Offload, Precision, Strategy, TrainingConfig
 
 # A small GPT-2 with GPT-2's vocabulary: wte and the (untied) head are by far its largest parameters. Untied, so
 # that no tied head's gradient makes backward's end the peak: the step peaks at the optimizer step.
@@ -89,3 +89,24 @@ def test_the_cpu_device_estimate_peaks_with_the_measured_step_temporary_and_name
     assert "single-tensor AdamW temporaries" in estimate.sources["optimizer_states"]
     assert "torch/optim/adam.py:544" in estimate.sources["optimizer_states"]
     assert "optimizer states" in estimate.sources["total"]
+
+
+def test_fsdp_cpu_offload_on_a_gpu_charges_the_host_step_as_measured(tmp_path):
+    """FSDP's CPU offload steps torch's AdamW on CPU shards, so a GPU node's host RAM holds the same single-tensor
+    temporaries at the step as the cpu device does (one rank: the shard is the whole parameter), and says so."""
+    spec = _spec(tmp_path)
+    plain = DDP_FP32.model_copy(update={"strategy": Strategy.FSDP})
+    offloaded = plain.model_copy(update={"offload_params": Offload.CPU, "offload_optimizer": Offload.CPU})
+    params = rank_params(spec, plain)
+    kept = model_state_bytes(params, plain, 1, 1, spec.hidden_size, Runtime.CUDA)
+    moved = model_state_bytes(params, offloaded, 1, 1, spec.hidden_size, Runtime.CUDA)
+    on_host = kept.parameters + kept.gradients + kept.optimizer_states
+    assert moved.cpu - on_host == pytest.approx(_measured(foreach=None), rel=0.01)
+    estimate = estimate_memory(spec, offloaded, world_size=1, gpus_per_node=1, gpu_capacity_bytes=2**40)
+    assert "single-tensor AdamW temporaries" in estimate.sources["cpu_per_node"]
+    # DeepSpeed's offload steps DeepSpeedCPUAdam in place: nothing more on the host than its states.
+    deepspeed = offloaded.model_copy(
+        update={"strategy": Strategy.DEEPSPEED, "zero_stage": 2, "offload_params": Offload.NONE}
+    )
+    ds = estimate_memory(spec, deepspeed, world_size=1, gpus_per_node=1, gpu_capacity_bytes=2**40)
+    assert "single-tensor AdamW temporaries" not in ds.sources["cpu_per_node"]

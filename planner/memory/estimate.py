@@ -24,6 +24,8 @@ from planner.gradient_compression import wire_source
 from planner.limits import MAX_GIB, check_number
 from planner.memory.model_states import (
     BF16_RUNS_MIXED,
+    SINGLE_TENSOR_ADAM_TEMPORARIES,
+    host_step_temporary_applies,
     runs_bf16_as_mixed,
     step_temporary_source,
     uses_native_mixed_precision,
@@ -189,7 +191,7 @@ def estimate_memory(
     notes = peak.notes
     if HOST_OFFLOAD in tensors:
         sources[HOST_OFFLOAD] = (
-            f"formula: {_offloaded_what(config, Offload.CPU)}, per rank, held through the step: offloaded to the "
+            f"formula: {_offloaded_what(config, Offload.CPU, runtime)}, per rank, held through the step: offloaded to the "
             "CPU, whose RAM is this device's memory, so it stays in the peak (planner/memory/model_states.py)"
         )
         sources["total"] = f"sum of the above at the step's peak ({peak.phase}), offloaded states included"
@@ -261,22 +263,28 @@ def _sources(config: TrainingConfig, phase: str, runtime: Runtime, overhead: Ove
     return {
         **terms,
         "total": f"sum of the per-GPU {named} at the step's peak ({phase})",
-        "cpu_per_node": _offload_source(config, Offload.CPU),
-        "nvme_per_node": _offload_source(config, Offload.NVME),
+        "cpu_per_node": _offload_source(config, Offload.CPU, runtime),
+        "nvme_per_node": _offload_source(config, Offload.NVME, runtime),
     }
 
 
-def _offload_source(config: TrainingConfig, where: Offload) -> str:
+def _offload_source(config: TrainingConfig, where: Offload, runtime: Runtime) -> str:
     """Where a node's host-memory or NVMe figure comes from (planner/memory/model_states.py's offload rules)."""
     if where not in (config.offload_params, config.offload_optimizer):
         return f"none: nothing offloaded to {where.value}"
-    return f"formula: {_offloaded_what(config, where)}, per rank x the node's GPUs (planner/memory/model_states.py)"
+    return f"formula: {_offloaded_what(config, where, runtime)}, per rank x the node's GPUs (planner/memory/model_states.py)"
 
 
-def _offloaded_what(config: TrainingConfig, where: Offload) -> str:
+def _offloaded_what(config: TrainingConfig, where: Offload, runtime: Runtime) -> str:
     """What the config offloads to `where`, in words (model_states._apply_offload's rules)."""
     if config.strategy is Strategy.FSDP:
-        return "FSDP CPU offload's sharded parameters, gradients and optimizer states"
+        what = "FSDP CPU offload's sharded parameters, gradients and optimizer states"
+        if host_step_temporary_applies(config, runtime):
+            what += (
+                f", and at the step torch's single-tensor AdamW temporaries, {SINGLE_TENSOR_ADAM_TEMPORARIES} x the "
+                "largest parameter shard (torch/optim/adam.py:544, measured: benchmarks/memory/optimizer_step_transient.py)"
+            )
+        return what
     moved = []
     if config.offload_optimizer is where:
         moved.append("the optimizer's master weights, states and fp32 gradients")

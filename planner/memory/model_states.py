@@ -195,6 +195,7 @@ def model_state_bytes(
         step_temporary=_step_temporary(config, params, shards, fp32_partition, state_width, runtime),
     )
     _apply_offload(states, config, grads16, fp32_grads)
+    states.cpu += host_step_temporary(config, params, shards, state_width, runtime)
     return states
 
 
@@ -233,6 +234,34 @@ def _step_temporary(
         return 0.0
     if _steps_a_flat_partition(config):
         return SINGLE_TENSOR_ADAM_TEMPORARIES * fp32_partition * 4
+    largest = min(params.largest_module, params.trainable)  # under LoRA, at most the adapters
+    return SINGLE_TENSOR_ADAM_TEMPORARIES * largest / shards.parameters * state_width
+
+
+def host_step_temporary_applies(config: TrainingConfig, runtime: Runtime) -> bool:
+    """A GPU rank's FSDP CPU offload stepping torch's AdamW on the host (host_step_temporary)."""
+    offloaded = Offload.CPU in (config.offload_optimizer, config.offload_params)
+    return (
+        offloaded
+        and config.strategy is Strategy.FSDP
+        and config.optimizer is OptimizerKind.ADAMW
+        and not runtime.memory_is_host
+    )
+
+
+def host_step_temporary(
+    config: TrainingConfig, params: RankParams, shards: ShardDegrees, state_width: int, runtime: Runtime
+) -> float:
+    """Host RAM a GPU rank's offloaded optimizer step makes beyond its states, at the step.
+
+    FSDP's CPU offload steps torch's AdamW on CPU-resident shards, where foreach is not the default (its
+    devices are CUDA's kind, torch/optim/optimizer.py _default_to_fused_or_foreach), so the step runs one
+    tensor at a time with the cpu device's temporaries: SINGLE_TENSOR_ADAM_TEMPORARIES x the largest
+    parameter shard (measured on the CPU: benchmarks/memory/optimizer_step_transient.py). DeepSpeed's
+    offload steps DeepSpeedCPUAdam in place, and our engine's chunked step makes no shard-sized temporary;
+    on the cpu device the step's temporaries are already the device's own (_step_temporary)."""
+    if not host_step_temporary_applies(config, runtime):
+        return 0.0
     largest = min(params.largest_module, params.trainable)  # under LoRA, at most the adapters
     return SINGLE_TENSOR_ADAM_TEMPORARIES * largest / shards.parameters * state_width
 
