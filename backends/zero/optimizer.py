@@ -21,38 +21,8 @@ from backends.parts.optimizers import build_flat_shard_optimizer
 from backends.zero.comm import DONE, DataParallelComm
 from backends.zero.flat_unit import FlatUnit
 from backends.zero.grad_norm import GlobalGradientNorm
+from backends.zero.model_tensors import cast_everything_else, replace_meta_parameters
 from planner.contract.engine_config import EngineConfig
-
-
-def _cast_everything_else(model: Any, dtype: Any) -> None:
-    """Floating buffers and frozen parameters to the compute dtype; trainable ones are re-pointed by the stage."""
-    for module in model.modules():
-        for name, buffer in module._buffers.items():
-            if buffer is not None and buffer.is_floating_point():
-                module._buffers[name] = buffer.to(dtype)
-        for param in module._parameters.values():
-            if param is not None and not param.requires_grad and param.is_floating_point():
-                param.data = param.data.to(dtype)
-
-
-def _replace_meta_parameters(model: Any, device: Any, dtype: Any) -> None:
-    """Swap meta parameters for real ones of the same shape holding no memory yet (tied ones stay tied);
-    move the buffers, which a meta-built model keeps real, to the device."""
-    import torch
-
-    replaced: dict[int, Any] = {}
-    for module in model.modules():
-        for key, param in module._parameters.items():
-            if param is None or not param.is_meta:
-                continue
-            if id(param) not in replaced:
-                empty = torch.empty(param.shape, dtype=dtype, device=device)
-                empty.untyped_storage().resize_(0)
-                replaced[id(param)] = torch.nn.Parameter(empty, requires_grad=param.requires_grad)
-            module._parameters[key] = replaced[id(param)]
-        for key, buffer in module._buffers.items():
-            if buffer is not None:
-                module._buffers[key] = buffer.to(device)
 
 
 class ZeroOptimizer:
@@ -81,7 +51,7 @@ class ZeroOptimizer:
         if weights is not None:
             if self.stage != 3:
                 raise ValueError("meta-device models are filled partition by partition under ZeRO-3 only")
-            _replace_meta_parameters(model, device, dtype)
+            replace_meta_parameters(model, device, dtype)
         self.device = device if device is not None else next(model.parameters()).device
         offload = config.zero_optimization.offload_optimizer.device == "cpu"
         self.master_device = torch.device("cpu") if offload else self.device
@@ -100,7 +70,7 @@ class ZeroOptimizer:
         total = sum(unit.shard for unit in self.units)
         self.master = torch.nn.Parameter(torch.zeros(total, dtype=torch.float32, device=self.master_device))
         self.master.grad = torch.empty_like(self.master)  # views are taken below, then its memory is released
-        _cast_everything_else(model, dtype)
+        cast_everything_else(model, dtype)
         position = 0
         for unit in self.units:  # one unit at a time, so initialisation holds one extra flat copy at most
             unit.shard_start = position
