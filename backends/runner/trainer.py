@@ -4,10 +4,14 @@ The Trainer runs its own loop, so this door is driven by the folder's own
 Trainer files (training_args.json and, for DeepSpeed, ds_config_trainer.json,
 exactly as a Trainer user would load them) with the run's overrides on top
 (steps, learning rate, batch for this world size), on the same tokenized
-blocks as the runner's loop. A callback writes the same metrics.jsonl rows,
-and the Trainer's checkpoints (checkpoints-trainer/) resume a killed run.
-At the end the model goes to final/ with the tokenizer, as with every
-strategy. Anomaly rules act after the Trainer's update: warn, or stop.
+blocks as the runner's loop. metrics.jsonl gets the runner's rows: the
+launch row as the launch starts (after the rows past the checkpoint it
+resumes from are dropped), then a callback's train and eval rows; the
+Trainer's checkpoints (checkpoints-trainer/) resume a killed run. A stop signal (SIGTERM, SIGINT) saves the step the ranks
+agree on and exits 128 + the signal, as the runner's loop does
+(graceful_stop.py). At the end the model goes to final/ with the tokenizer,
+as with every strategy. Anomaly rules act after the Trainer's update: warn,
+or stop.
 """
 
 from __future__ import annotations
@@ -89,6 +93,17 @@ def _metrics_callback(metrics: Any, progress: Any, guard: Any, run: Any) -> Any:
     return RunnerMetrics()
 
 
+def _newest_checkpoint(folder: Path) -> tuple[str | None, int]:
+    """The checkpoint the Trainer resumes from (its own choice: the highest N of checkpoint-N, the step it was saved
+    at) and that step; (None, 0) when there is none."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    newest = get_last_checkpoint(str(folder)) if folder.is_dir() else None
+    if newest is None:
+        return None, 0
+    return newest, int(Path(newest).name.rsplit("-", 1)[1])
+
+
 def checkpoint_arguments(run: RunConfig) -> dict[str, Any]:
     """The run's checkpoint policy as TrainingArguments: every --save-every steps, the newest --keep-last kept
     (the run as this launch has it, `train`'s flags applied; docs/running.md, "Checkpoints")."""
@@ -108,6 +123,7 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
     from backends.data import prepare_data
     from backends.runner.anomaly import AnomalyGuard, refuse_unsupported
     from backends.runner.export import _copy_tokenizer
+    from backends.runner.graceful_stop import signals_at_step_boundaries, stop_on_signal_callback
     from backends.runner.loop import total_steps
     from backends.runner.metrics import MetricsLog
     from backends.runner.options import load_checked_folder
@@ -186,7 +202,12 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
     make_batch = batch_maker(
         run.model.task, vocab_size=int(model.config.vocab_size), tokenizer=None, seed=run.data.seed
     )
+    checkpoints = Path(kwargs["output_dir"])
+    resumed_from, resumed_at = _newest_checkpoint(checkpoints) if run.checkpoint.resume else (None, 0)
     metrics = MetricsLog(spec.run_dir / "metrics.jsonl", enabled=rank == 0)
+    if resumed_from is not None:
+        metrics.truncate_after(resumed_at)  # each step once: a killed run's rows past its checkpoint go
+    metrics.write_launch(step=resumed_at, world_size=world, resumed_from=resumed_from)
     progress = Progress(enabled=rank == 0, total=steps, start=0)
     for line in (*spec.notes, note):
         if line:
@@ -197,12 +218,16 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
         args=TrainingArguments(**kwargs),
         train_dataset=_Blocks(data.train, make_batch),
         eval_dataset=_Blocks(data.eval, make_batch) if data.eval is not None else None,
-        callbacks=[_metrics_callback(metrics, progress, guard, run)],
+        callbacks=[_metrics_callback(metrics, progress, guard, run), stop_on_signal_callback()],
     )
-    checkpoints = Path(kwargs["output_dir"])
-    resume = run.checkpoint.resume and checkpoints.is_dir() and any(checkpoints.glob("checkpoint-*"))
     began = time.perf_counter()
-    trainer.train(resume_from_checkpoint=True if resume else None)
+    try:
+        with signals_at_step_boundaries(defer=False):  # a stop signal saves the step the ranks agree on, then stops
+            trainer.train(resume_from_checkpoint=resumed_from)
+    except BaseException:  # Interrupted (run.py exits 128 + the signal), or a failure
+        progress.close()
+        metrics.close()
+        raise
     evaluation = trainer.evaluate() if data.eval is not None else {}
     if evaluation:
         import math
