@@ -202,6 +202,7 @@ def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans_and_a_sigterm_checkpoints
     for run_dir in (deepspeed, fsdp):
         assert (run_dir / "final" / "model.safetensors").is_file() and (run_dir / "final" / "tokenizer.json").is_file()
     assert [row["step"] for row in _rows(fsdp, "train")] == list(range(1, TRAINER_STEPS + 1))  # each step once
+    assert [row["step"] for row in _rows(fsdp, "eval")] == [TRAINER_STEPS]  # the last evaluation, once
     assert resumed["losses"] == pytest.approx(through["losses"], rel=1e-4)
     assert _kept(fsdp) == sorted({*range(every, TRAINER_STEPS + 1, every), saved})[-keep:]
     # The launch rows are the runner's own (its DDP run above is the reference): where each launch began.

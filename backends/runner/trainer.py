@@ -228,18 +228,7 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
         progress.close()
         metrics.close()
         raise
-    evaluation = trainer.evaluate() if data.eval is not None else {}
-    if evaluation:
-        import math
-
-        metrics.write(
-            "eval",
-            {
-                "step": trainer.state.global_step,
-                "eval_loss": evaluation["eval_loss"],
-                "perplexity": math.exp(min(evaluation["eval_loss"], 700.0)),
-            },
-        )
+    evaluation = trainer.evaluate() if data.eval is not None else {}  # its eval row: the callback's, as it logs
     final = spec.run_dir / "final"
     if trainer.is_fsdp_enabled:  # checkpoints stay sharded; the exported model is whole
         trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
