@@ -194,6 +194,11 @@ def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans_and_a_sigterm_checkpoints
     assert 1 <= saved < TRAINER_STEPS, saved  # mid-run (a slower machine could reach the end first)
     checkpoint = fsdp / "checkpoints-trainer" / f"checkpoint-{saved}"
     assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == saved
+    status = json.loads((fsdp / "run_status.json").read_text())  # said as the runner's loop says it
+    then = f"checkpoint saved at step {saved}: `hardware-selector train --trainer` resumes from {checkpoint}"
+    assert (status["state"], status["message"]) == ("interrupted", f"SIGTERM at step {saved}; {then}"), status
+    (said,) = [line for line in stopped.stderr.splitlines() if line.startswith(("interrupted:", "error:"))]
+    assert said == f"interrupted: {status['message']}"
     every, keep = 2, 2  # TRAINER_RUN's: the newest `keep` of the saves at every 2nd step and at the signal's step
     assert _kept(fsdp) == sorted({*range(every, saved + 1, every), saved})[-keep:]
 
@@ -203,6 +208,7 @@ def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans_and_a_sigterm_checkpoints
         assert (run_dir / "final" / "model.safetensors").is_file() and (run_dir / "final" / "tokenizer.json").is_file()
     assert [row["step"] for row in _rows(fsdp, "train")] == list(range(1, TRAINER_STEPS + 1))  # each step once
     assert [row["step"] for row in _rows(fsdp, "eval")] == [TRAINER_STEPS]  # the last evaluation, once
+    assert json.loads((fsdp / "run_status.json").read_text())["state"] == "finished"
     assert resumed["losses"] == pytest.approx(through["losses"], rel=1e-4)
     assert _kept(fsdp) == sorted({*range(every, TRAINER_STEPS + 1, every), saved})[-keep:]
     # The launch rows are the runner's own (its DDP run above is the reference): where each launch began.

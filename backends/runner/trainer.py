@@ -9,7 +9,8 @@ launch row as the launch starts (after the rows past the checkpoint it
 resumes from are dropped), then a callback's train and eval rows; the
 Trainer's checkpoints (checkpoints-trainer/) resume a killed run. A stop signal (SIGTERM, SIGINT) saves the step the ranks
 agree on and exits 128 + the signal, as the runner's loop does
-(graceful_stop.py). At the end the model goes to final/ with the tokenizer,
+(graceful_stop.py), and run_status.json says so as the runner's does, naming
+`train --trainer` as what resumes it. At the end the model goes to final/ with the tokenizer,
 as with every strategy. Anomaly rules act after the Trainer's update: warn,
 or stop.
 """
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from planner.contract.run_config import RunConfig
 
 TRAINER_CHECKPOINTS = "checkpoints-trainer"
+RESUME_COMMAND = "hardware-selector train --trainer"  # what resumes a run of this door (run_status.json says it)
 
 
 class _Blocks:
@@ -47,12 +49,16 @@ class _Blocks:
         return {key: value[0] for key, value in batch.items()}
 
 
-def _metrics_callback(metrics: Any, progress: Any, guard: Any, run: Any) -> Any:
+def _metrics_callback(metrics: Any, progress: Any, guard: Any, run: Any, status: Any) -> Any:
     from transformers import TrainerCallback
 
     class RunnerMetrics(TrainerCallback):
         def __init__(self) -> None:
             self.tick = time.perf_counter()
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"  # the Trainer's own name for it
+            status.update(step=state.global_step, checkpoint=str(folder))
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
             logs = logs or {}
@@ -93,7 +99,7 @@ def _metrics_callback(metrics: Any, progress: Any, guard: Any, run: Any) -> Any:
     return RunnerMetrics()
 
 
-def _newest_checkpoint(folder: Path) -> tuple[str | None, int]:
+def newest_checkpoint(folder: Path) -> tuple[str | None, int]:
     """The checkpoint the Trainer resumes from (its own choice: the highest N of checkpoint-N, the step it was saved
     at) and that step; (None, 0) when there is none."""
     from transformers.trainer_utils import get_last_checkpoint
@@ -128,6 +134,7 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
     from backends.runner.metrics import MetricsLog
     from backends.runner.options import load_checked_folder
     from backends.runner.progress import Progress
+    from backends.runner.status import RunStatus
     from backends.runner.tasks import batch_maker
     from backends.runner.world import fit_device, fit_to_world, process_counts
     from backends.weights.model_init import build_model, load_full
@@ -203,7 +210,7 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
         run.model.task, vocab_size=int(model.config.vocab_size), tokenizer=None, seed=run.data.seed
     )
     checkpoints = Path(kwargs["output_dir"])
-    resumed_from, resumed_at = _newest_checkpoint(checkpoints) if run.checkpoint.resume else (None, 0)
+    resumed_from, resumed_at = newest_checkpoint(checkpoints) if run.checkpoint.resume else (None, 0)
     metrics = MetricsLog(spec.run_dir / "metrics.jsonl", enabled=rank == 0)
     if resumed_from is not None:
         metrics.truncate_after(resumed_at)  # each step once: a killed run's rows past its checkpoint go
@@ -213,18 +220,32 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
         if line:
             progress.say(line)
     guard = AnomalyGuard(run.anomaly)
+    status = RunStatus(
+        spec.run_dir,
+        enabled=rank == 0,
+        command=RESUME_COMMAND,
+        total_steps=steps,
+        strategy=strategy,
+        model=run.model.name,
+        world_size=world,
+        global_batch=run.global_batch,
+        seq_len=run.seq_len,
+        **({"checkpoint": resumed_from} if resumed_from else {}),
+    )
+    status.update(step=resumed_at)
     trainer = Trainer(
         model=model,
         args=TrainingArguments(**kwargs),
         train_dataset=_Blocks(data.train, make_batch),
         eval_dataset=_Blocks(data.eval, make_batch) if data.eval is not None else None,
-        callbacks=[_metrics_callback(metrics, progress, guard, run), stop_on_signal_callback()],
+        callbacks=[_metrics_callback(metrics, progress, guard, run, status), stop_on_signal_callback()],
     )
     began = time.perf_counter()
     try:
         with signals_at_step_boundaries(defer=False):  # a stop signal saves the step the ranks agree on, then stops
             trainer.train(resume_from_checkpoint=resumed_from)
-    except BaseException:  # Interrupted (run.py exits 128 + the signal), or a failure
+    except BaseException as failure:  # Interrupted (run.py exits 128 + the signal), or a failure
+        status.record_end(failure, trainer.state.global_step)  # "interrupted", naming the signal's checkpoint
         progress.close()
         metrics.close()
         raise
@@ -236,6 +257,7 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
     if rank == 0 and data.tokenizer_dir is not None:
         final.mkdir(parents=True, exist_ok=True)
         _copy_tokenizer(data.tokenizer_dir, final)
+    status.update(state="finished", step=trainer.state.global_step)
     progress.close()
     metrics.close()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
