@@ -244,22 +244,21 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
     try:
         with signals_at_step_boundaries(defer=False):  # a stop signal saves the step the ranks agree on, then stops
             trainer.train(resume_from_checkpoint=resumed_from)
+        evaluation = trainer.evaluate() if data.eval is not None else {}  # its eval row: the callback's, as it logs
+        final = spec.run_dir / "final"
+        if trainer.is_fsdp_enabled:  # checkpoints stay sharded; the exported model is whole
+            trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
+        trainer.save_model(str(final))  # collective under ZeRO-3 and FSDP; the main process writes
+        if rank == 0 and data.tokenizer_dir is not None:
+            final.mkdir(parents=True, exist_ok=True)
+            _copy_tokenizer(data.tokenizer_dir, final)
     except BaseException as failure:  # Interrupted (run.py exits 128 + the signal), or a failure
         status.record_end(failure, trainer.state.global_step)  # "interrupted", naming the signal's checkpoint
+        raise
+    finally:
         progress.close()
         metrics.close()
-        raise
-    evaluation = trainer.evaluate() if data.eval is not None else {}  # its eval row: the callback's, as it logs
-    final = spec.run_dir / "final"
-    if trainer.is_fsdp_enabled:  # checkpoints stay sharded; the exported model is whole
-        trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
-    trainer.save_model(str(final))  # collective under ZeRO-3 and FSDP; the main process writes
-    if rank == 0 and data.tokenizer_dir is not None:
-        final.mkdir(parents=True, exist_ok=True)
-        _copy_tokenizer(data.tokenizer_dir, final)
     status.update(state="finished", step=trainer.state.global_step)
-    progress.close()
-    metrics.close()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     return {
         "strategy": strategy,
