@@ -175,17 +175,33 @@ def _sigterm_after_the_first_step(run_dir: Path, *flags: str) -> subprocess.Comp
     return subprocess.CompletedProcess(command, process.returncode, out.decode(), err.decode())
 
 
+def _launches(run_dir: Path) -> list[dict]:
+    """metrics.jsonl's launch rows, but for the wall time."""
+    return [{key: value for key, value in row.items() if key != "time"} for row in _rows(run_dir, "launch")]
+
+
 def _kept(run_dir: Path) -> list[int]:
     return sorted(int(path.name.removeprefix("checkpoint-")) for path in (run_dir / "checkpoints-trainer").iterdir())
 
 
 def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans_and_a_sigterm_checkpoints_its_step(user, torchrun_ddp):
-    """DeepSpeed ZeRO-2 runs through; FSDP is stopped by a SIGTERM mid-run (before the door's vote: exit 143 and no
-    checkpoint at the step it stopped at, no launch row) and resumed. Same seed, same sampler, same update: the
-    two backends log the same losses, the FSDP one across its two launches."""
+    """DeepSpeed ZeRO-2 runs through, over an earlier attempt's metrics.jsonl (before: appended to it); FSDP is
+    stopped by a SIGTERM mid-run (before the door's vote: exit 143 and no checkpoint at the step it stopped at, no
+    launch row) and resumed. Same seed, same sampler, same update: the two backends log the same losses, the FSDP
+    one across its two launches."""
+    # The launch rows are the runner's own (its DDP run above is the reference): where each launch began.
+    engine = _launches(torchrun_ddp[2])
+    assert engine == [{"kind": "launch", "step": 0, "world_size": 2, "resumed_from": None}]
+
     deepspeed = _emit(user, "trainer-deepspeed", strategy="deepspeed", zero_stage=2)
+    earlier = '{"kind": "launch", "step": 0, "world_size": 1, "resumed_from": null}\n{"kind": "train", "step": 1}\n'
+    (deepspeed / "metrics.jsonl").write_text(earlier)  # an attempt killed before its first checkpoint
     through = _trainer_door(deepspeed, "--steps", str(TRAINER_STEPS))
     assert through["distributed_type"] == "DEEPSPEED" and through["steps"] == TRAINER_STEPS
+    (moved,) = (deepspeed / "previous").iterdir()  # a fresh start moves the earlier run aside, as the runner does
+    assert (moved / "metrics.jsonl").read_text() == earlier
+    assert _launches(deepspeed) == engine
+    assert [row["step"] for row in _rows(deepspeed, "train")] == list(range(1, TRAINER_STEPS + 1))
 
     fsdp = _emit(user, "trainer-fsdp", strategy="fsdp")
     stopped = _sigterm_after_the_first_step(fsdp, *TRAINER_RUN)
@@ -211,11 +227,7 @@ def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans_and_a_sigterm_checkpoints
     assert json.loads((fsdp / "run_status.json").read_text())["state"] == "finished"
     assert resumed["losses"] == pytest.approx(through["losses"], rel=1e-4)
     assert _kept(fsdp) == sorted({*range(every, TRAINER_STEPS + 1, every), saved})[-keep:]
-    # The launch rows are the runner's own (its DDP run above is the reference): where each launch began.
-    engine = [{key: row[key] for key in row if key != "time"} for row in _rows(torchrun_ddp[2], "launch")]
-    assert engine == [{"kind": "launch", "step": 0, "world_size": 2, "resumed_from": None}]
-    launches = [{key: row[key] for key in row if key != "time"} for row in _rows(fsdp, "launch")]
-    assert launches == [engine[0], {**engine[0], "step": saved, "resumed_from": str(checkpoint)}]
+    assert _launches(fsdp) == [engine[0], {**engine[0], "step": saved, "resumed_from": str(checkpoint)}]
 
 
 if __name__ == "__main__":

@@ -7,12 +7,14 @@ exactly as a Trainer user would load them) with the run's overrides on top
 blocks as the runner's loop. metrics.jsonl gets the runner's rows: the
 launch row as the launch starts (after the rows past the checkpoint it
 resumes from are dropped), then a callback's train and eval rows; the
-Trainer's checkpoints (checkpoints-trainer/) resume a killed run. A stop signal (SIGTERM, SIGINT) saves the step the ranks
-agree on and exits 128 + the signal, as the runner's loop does
-(graceful_stop.py), and run_status.json says so as the runner's does, naming
-`train --trainer` as what resumes it. At the end the model goes to final/ with the tokenizer,
-as with every strategy. Anomaly rules act after the Trainer's update: warn,
-or stop.
+Trainer's checkpoints (checkpoints-trainer/) resume a killed run; a fresh
+start moves an earlier run's state to previous/, as the runner's loop does.
+A stop signal (SIGTERM, SIGINT) saves the step the ranks agree on and exits
+128 + the signal, as the runner's loop does (graceful_stop.py), and
+run_status.json says so as the runner's does, naming `train --trainer` as
+what resumes it. At the end the model goes to final/ with the tokenizer, as
+with every strategy. Anomaly rules act after the Trainer's update: warn, or
+stop.
 """
 
 from __future__ import annotations
@@ -108,6 +110,16 @@ def newest_checkpoint(folder: Path) -> tuple[str | None, int]:
     if newest is None:
         return None, 0
     return newest, int(Path(newest).name.rsplit("-", 1)[1])
+
+
+def _fresh_start(run_dir: Path) -> Path | None:
+    """As the runner's loop starts afresh: an earlier run's state (its metrics.jsonl, run_status.json, final/, the
+    runner's and the Trainer's checkpoints) moved to previous/<time>/, kept and never resumed; where, or None."""
+    from planner.rundir.previous_run import archive_previous_run
+
+    trainer_checkpoints = run_dir / TRAINER_CHECKPOINTS
+    held = trainer_checkpoints.is_dir() and any(trainer_checkpoints.iterdir())
+    return archive_previous_run(run_dir, also=[TRAINER_CHECKPOINTS] if held else None)
 
 
 def checkpoint_arguments(run: RunConfig) -> dict[str, Any]:
@@ -211,12 +223,13 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
     )
     checkpoints = Path(kwargs["output_dir"])
     resumed_from, resumed_at = newest_checkpoint(checkpoints) if run.checkpoint.resume else (None, 0)
+    moved = _fresh_start(spec.run_dir) if resumed_from is None and rank == 0 else None
     metrics = MetricsLog(spec.run_dir / "metrics.jsonl", enabled=rank == 0)
     if resumed_from is not None:
         metrics.truncate_after(resumed_at)  # each step once: a killed run's rows past its checkpoint go
     metrics.write_launch(step=resumed_at, world_size=world, resumed_from=resumed_from)
     progress = Progress(enabled=rank == 0, total=steps, start=0)
-    for line in (*spec.notes, note):
+    for line in (*spec.notes, note, moved and f"starting afresh: the previous run's state is kept in {moved}"):
         if line:
             progress.say(line)
     guard = AnomalyGuard(run.anomaly)
