@@ -16,8 +16,10 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -125,15 +127,27 @@ def _prepare(run_dir: Path, forwarded: list[str], *, nproc: int | None, max_rest
         return None
     lock = hold_run_lock(spec.run_dir)  # held while torchrun runs (the caller keeps it); its ranks skip it
     resumes_from = resume_checks()
-    from backends.runner.status import next_start, where_next
+    from backends.runner.status import record_stopped_launch
 
-    # Where the next `train` starts, should this one be stopped before its ranks say: --resume-from's checkpoint,
-    # or the one its ranks will choose (a damaged newest checkpoint passed over), asked only then.
+    then, resumed_by = _next_start(spec.run_dir, args, resumes_from, resume=run.checkpoint.resume)
+    stopped = partial(record_stopped_launch, spec.run_dir, then=then, command=resumed_by)
+    return spec, command, lock, stopped, {HELD_ENV: str(spec.run_dir.resolve())}
+
+
+def _next_start(run_dir: Path, args: Any, resumes_from: Path | None, *, resume: bool) -> tuple[Callable[[], str], str]:
+    """Where the next `train` starts, should this one be stopped before its ranks say (asked only then), and the
+    command that resumes it: --resume-from's checkpoint, the one the ranks will choose (a damaged newest
+    checkpoint passed over), or under --trainer the Trainer's own newest checkpoint-<N>."""
+    from backends.runner.status import TRAIN_COMMAND, next_start, where_next
+
+    if args.trainer:
+        from backends.runner.trainer import RESUME_COMMAND, TRAINER_CHECKPOINTS, newest_checkpoint
+
+        newest = partial(newest_checkpoint, run_dir / TRAINER_CHECKPOINTS)
+        return (lambda: where_next(newest()[0] if resume else None, RESUME_COMMAND)), RESUME_COMMAND
     if args.resume_from is not None and resumes_from is not None:
-        then = partial(where_next, str(resumes_from))
-    else:
-        then = partial(next_start, spec.run_dir, tiny=args.tiny, resume=run.checkpoint.resume)
-    return spec, command, lock, then, {HELD_ENV: str(spec.run_dir.resolve())}
+        return partial(where_next, str(resumes_from)), TRAIN_COMMAND
+    return partial(next_start, run_dir, tiny=args.tiny, resume=resume), TRAIN_COMMAND
 
 
 def register(app: typer.Typer) -> None:
@@ -161,7 +175,7 @@ def register(app: typer.Typer) -> None:
             prepared = _prepare(run_dir, forwarded, nproc=nproc, max_restarts=max_restarts, dry_run=dry_run)
         if prepared is None:
             return
-        spec, command, lock, then, held = prepared  # noqa: F841 (lock: held while torchrun runs)
+        spec, command, lock, record_stopped, held = prepared  # noqa: F841 (lock: held while torchrun runs)
         from .launcher_output import failure_line, interruption_line, log_path, rank_exit_code, run_logged
 
         log = log_path(spec.run_dir)
@@ -169,9 +183,7 @@ def register(app: typer.Typer) -> None:
         # relative paths: the user's folder
         code, explained, stopped_by = run_logged(command, cwd=Path.cwd(), log=log, env=held)
         if code and stopped_by is not None:  # this process was stopped: the ranks' exits are its consequence
-            from backends.runner.status import record_stopped_launch
-
-            message = record_stopped_launch(spec.run_dir, stopped_by, started, then)
+            message = record_stopped(stopped_by, started)
             interrupted = None if message is None else f"interrupted: {message}"
         else:  # torchrun or its ranks stopped by a signal that did not go through this process
             interrupted = interruption_line(spec.run_dir, started) if code else None

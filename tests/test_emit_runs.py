@@ -9,14 +9,20 @@ plan must log the torchrun run's losses. The HF Trainer door (--trainer)
 runs the folder's own training_args.json on the same blocks; its two runs
 (DeepSpeed ZeRO-2, FSDP) follow the same data and update rule, so they agree
 with each other (the runner as launch.sh's torchrun line starts it, its ranks
-forked warm: the door is the subject there, not the launcher).
+forked warm: the door is the subject there, not the launcher). The FSDP one
+is stopped by a SIGTERM mid-run and resumed, as the runner's loop is in
+tests/test_runner_finetune.py: the door checkpoints the step it stops at,
+writes the runner's launch rows, and keeps the newest --keep-last checkpoints.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,11 +30,13 @@ import pytest
 from planner.contract.run_config import DataConfig, Hyperparameters
 from planner.rundir.write import RunOptions, emit_run_folder
 from scripts.demo_checkpoint import make_local_gpt2
-from tests.distributed import cpu_env, free_port, run_torchrun
+from tests.distributed import REPO_ROOT, cpu_env, free_port, run_torchrun
 from tests.emit_plans import make_plan
 from tests.runner_reference import hf_reference_losses
 
 STEPS = 3
+TRAINER_STEPS = 8  # the Trainer door's runs: room for a signal mid-run
+TRAINER_RUN = ["--steps", str(TRAINER_STEPS), "--save-every", "2", "--keep-last", "2"]
 pytestmark = pytest.mark.slow
 
 
@@ -78,20 +86,24 @@ def _result(completed: subprocess.CompletedProcess) -> dict:
     return json.loads(lines[0].removeprefix("RUN_RESULT "))
 
 
-def _losses(run_dir: Path) -> list[float]:
+def _rows(run_dir: Path, kind: str) -> list[dict]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [row["loss"] for row in rows if row["kind"] == "train"]
+    return [row for row in rows if row["kind"] == kind]
+
+
+def _losses(run_dir: Path) -> list[float]:
+    return [row["loss"] for row in _rows(run_dir, "train")]
 
 
 @pytest.fixture(scope="module")
-def torchrun_ddp(user) -> tuple[dict, list[float]]:
-    """The DDP folder trained by launch.sh under torchrun, one node of 2 ranks: (RUN_RESULT, losses)."""
+def torchrun_ddp(user) -> tuple[dict, list[float], Path]:
+    """The DDP folder trained by launch.sh under torchrun, one node of 2 ranks: (RUN_RESULT, losses, folder)."""
     run_dir = _emit(user, "ddp", strategy="ddp")
-    return _launch(run_dir), _losses(run_dir)
+    return _launch(run_dir), _losses(run_dir), run_dir
 
 
 def test_torchrun_one_node_and_two_nodes_on_the_loopback(user, reference, torchrun_ddp):
-    result, losses = torchrun_ddp
+    result, losses, _ = torchrun_ddp
     assert (result["strategy"], result["world_size"], result["global_batch"]) == ("ddp", 2, 8)
     assert losses == pytest.approx(reference, rel=1e-4)
 
@@ -138,23 +150,84 @@ def test_deepspeed_launcher_and_accelerate_launch_start_the_runner(user, referen
     assert result["strategy"] == "fsdp" and _losses(fsdp) == pytest.approx(reference, rel=1e-4)
 
 
-def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans(user):
-    results = {}
-    for name, fields in (
-        ("trainer-deepspeed", {"strategy": "deepspeed", "zero_stage": 2}),
-        ("trainer-fsdp", {"strategy": "fsdp"}),
-    ):
-        run_dir = _emit(user, name, **fields)
-        # The door is the subject here, not launch.sh (tests/test_emit_scripts.py holds its torchrun line and the
-        # arguments it passes on): that line's runner in the folder, its ranks forked warm (tests/warm_launch.py).
-        command = ["-m", "backends.run", "--plan", str(run_dir.resolve()), "--trainer"]
-        results[name] = _result(run_torchrun(command, nproc=2, timeout=400, cwd=run_dir))
-        assert results[name]["steps"] == STEPS and results[name]["world_size"] == 2
+def _trainer_door(run_dir: Path, *flags: str) -> dict:
+    """The door is the subject here, not launch.sh (tests/test_emit_scripts.py holds its torchrun line and the
+    arguments it passes on): that line's runner in the folder, its ranks forked warm (tests/warm_launch.py)."""
+    command = ["-m", "backends.run", "--plan", str(run_dir.resolve()), "--trainer", *flags]
+    return _result(run_torchrun(command, nproc=2, timeout=400, cwd=run_dir))
+
+
+def _sigterm_after_the_first_step(run_dir: Path, *flags: str) -> subprocess.CompletedProcess:
+    """`hardware-selector train RUN_DIR --trainer FLAGS`, and a preemption's SIGTERM to it, torchrun and every rank
+    once the first step is logged."""
+    command = [sys.executable, str(REPO_ROOT / "hardware_selector.py"), "train", str(run_dir), "--trainer", *flags]
+    process = subprocess.Popen(
+        command, cwd=REPO_ROOT, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    metrics, deadline = run_dir / "metrics.jsonl", time.time() + 300
+    while time.time() < deadline and process.poll() is None:
+        if metrics.is_file() and '"kind": "train"' in metrics.read_text():
+            break
+        time.sleep(0.05)
+    assert process.poll() is None, process.communicate()[1].decode()[-3000:]  # training
+    os.killpg(process.pid, signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    return subprocess.CompletedProcess(command, process.returncode, out.decode(), err.decode())
+
+
+def _launches(run_dir: Path) -> list[dict]:
+    """metrics.jsonl's launch rows, but for the wall time."""
+    return [{key: value for key, value in row.items() if key != "time"} for row in _rows(run_dir, "launch")]
+
+
+def _kept(run_dir: Path) -> list[int]:
+    return sorted(int(path.name.removeprefix("checkpoint-")) for path in (run_dir / "checkpoints-trainer").iterdir())
+
+
+def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans_and_a_sigterm_checkpoints_its_step(user, torchrun_ddp):
+    """DeepSpeed ZeRO-2 runs through, over an earlier attempt's metrics.jsonl (before: appended to it); FSDP is
+    stopped by a SIGTERM mid-run (before the door's vote: exit 143 and no checkpoint at the step it stopped at, no
+    launch row) and resumed. Same seed, same sampler, same update: the two backends log the same losses, the FSDP
+    one across its two launches."""
+    # The launch rows are the runner's own (its DDP run above is the reference): where each launch began.
+    engine = _launches(torchrun_ddp[2])
+    assert engine == [{"kind": "launch", "step": 0, "world_size": 2, "resumed_from": None}]
+
+    deepspeed = _emit(user, "trainer-deepspeed", strategy="deepspeed", zero_stage=2)
+    earlier = '{"kind": "launch", "step": 0, "world_size": 1, "resumed_from": null}\n{"kind": "train", "step": 1}\n'
+    (deepspeed / "metrics.jsonl").write_text(earlier)  # an attempt killed before its first checkpoint
+    through = _trainer_door(deepspeed, "--steps", str(TRAINER_STEPS))
+    assert through["distributed_type"] == "DEEPSPEED" and through["steps"] == TRAINER_STEPS
+    (moved,) = (deepspeed / "previous").iterdir()  # a fresh start moves the earlier run aside, as the runner does
+    assert (moved / "metrics.jsonl").read_text() == earlier
+    assert _launches(deepspeed) == engine
+    assert [row["step"] for row in _rows(deepspeed, "train")] == list(range(1, TRAINER_STEPS + 1))
+
+    fsdp = _emit(user, "trainer-fsdp", strategy="fsdp")
+    stopped = _sigterm_after_the_first_step(fsdp, *TRAINER_RUN)
+    assert stopped.returncode == 143, stopped.stderr[-3000:]  # 128 + SIGTERM
+    saved = _rows(fsdp, "train")[-1]["step"]  # the step the ranks stopped at
+    assert 1 <= saved < TRAINER_STEPS, saved  # mid-run (a slower machine could reach the end first)
+    checkpoint = fsdp / "checkpoints-trainer" / f"checkpoint-{saved}"
+    assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == saved
+    status = json.loads((fsdp / "run_status.json").read_text())  # said as the runner's loop says it
+    then = f"checkpoint saved at step {saved}: `hardware-selector train --trainer` resumes from {checkpoint}"
+    assert (status["state"], status["message"]) == ("interrupted", f"SIGTERM at step {saved}; {then}"), status
+    (said,) = [line for line in stopped.stderr.splitlines() if line.startswith(("interrupted:", "error:"))]
+    assert said == f"interrupted: {status['message']}"
+    every, keep = 2, 2  # TRAINER_RUN's: the newest `keep` of the saves at every 2nd step and at the signal's step
+    assert _kept(fsdp) == sorted({*range(every, saved + 1, every), saved})[-keep:]
+
+    resumed = _trainer_door(fsdp, *TRAINER_RUN)
+    assert resumed["distributed_type"] == "FSDP" and resumed["steps"] == TRAINER_STEPS
+    for run_dir in (deepspeed, fsdp):
         assert (run_dir / "final" / "model.safetensors").is_file() and (run_dir / "final" / "tokenizer.json").is_file()
-    assert results["trainer-deepspeed"]["distributed_type"] == "DEEPSPEED"
-    assert results["trainer-fsdp"]["distributed_type"] == "FSDP"
-    # Same seed, same sampler, same update: the two backends log the same losses.
-    assert results["trainer-deepspeed"]["losses"] == pytest.approx(results["trainer-fsdp"]["losses"], rel=1e-4)
+    assert [row["step"] for row in _rows(fsdp, "train")] == list(range(1, TRAINER_STEPS + 1))  # each step once
+    assert [row["step"] for row in _rows(fsdp, "eval")] == [TRAINER_STEPS]  # the last evaluation, once
+    assert json.loads((fsdp / "run_status.json").read_text())["state"] == "finished"
+    assert resumed["losses"] == pytest.approx(through["losses"], rel=1e-4)
+    assert _kept(fsdp) == sorted({*range(every, TRAINER_STEPS + 1, every), saved})[-keep:]
+    assert _launches(fsdp) == [engine[0], {**engine[0], "step": saved, "resumed_from": str(checkpoint)}]
 
 
 if __name__ == "__main__":

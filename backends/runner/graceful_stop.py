@@ -6,6 +6,9 @@ agree whether any of them got one (one all_reduce MAX of a single integer: a ran
 later, or not at all, stops at the same step), save that step's checkpoint collectively (also under
 --save-every 0), and raise Interrupted: run_status.json says "interrupted" and names the checkpoint, and the
 next `train` resumes at the step after it. A tune's trial (--steps-only) keeps no checkpoint; it only stops.
+The HF Trainer door (--trainer) runs the Trainer's own loop: the same vote, at the end of each of its steps
+(StopOnSignal), has the Trainer save that step's checkpoint (checkpoints-trainer/) and stop, and the door then
+raises Interrupted as the runner's loop does.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ from backends.runner.status import Interrupted, defer_stop_signals, note_stop_si
 
 
 @contextmanager
-def signals_at_step_boundaries() -> Iterator[None]:
-    """Around the steps: a signal waits for the step boundary (save_if_signalled) instead of raising mid-step."""
-    defer_stop_signals(True)
+def signals_at_step_boundaries(*, defer: bool = True) -> Iterator[None]:
+    """Around the steps: a signal waits for the step boundary (save_if_signalled) instead of raising mid-step.
+    defer False: the steps defer it once they begin (StopOnSignal, when the Trainer's set-up and resume are done);
+    a signal before that raises at once, as during the runner's own set-up."""
+    defer_stop_signals(defer)
     try:
         yield
     finally:
@@ -43,13 +48,40 @@ def agreed_signal(device: Any) -> int | None:
     return mine or None
 
 
+def signal_to_stop(device: Any) -> int | None:
+    """At a step boundary: the stop signal the ranks agree on (agreed_signal), noted as this rank's own, or None."""
+    signum = agreed_signal(device)
+    if signum is not None:
+        note_stop_signal(signum)  # still deferred: torchrun forwards the signal again, and the save must finish
+    return signum
+
+
 def save_if_signalled(session: Any) -> None:
     """At a step boundary of `session` (loop.RunSession): when a rank got a stop signal, every rank saves this
     step's checkpoint and raises Interrupted (run.py exits 128 + the signal: 130 SIGINT, 143 SIGTERM)."""
-    signum = agreed_signal(session.adapter.device)
+    signum = signal_to_stop(session.adapter.device)
     if signum is None:
         return
-    note_stop_signal(signum)  # still deferred: torchrun forwards the signal again, and the save must finish
     if not session.args.steps_only:
         session.save(session.step)
     raise Interrupted(signum)
+
+
+def stop_on_signal_callback() -> Any:
+    """The Trainer's side of the vote: a TrainerCallback that defers the stop signals once the Trainer's steps begin
+    and, at the end of each step, when a rank got one, has the Trainer save that step's checkpoint (also under
+    --save-every 0) and stop, before the step's own evaluation (the Trainer then returns: the door raises
+    Interrupted on leaving signals_at_step_boundaries)."""
+    from transformers import TrainerCallback
+
+    class StopOnSignal(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            defer_stop_signals(True)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if signal_to_stop(args.device) is not None:
+                control.should_save = True
+                control.should_training_stop = True
+                control.should_evaluate = False
+
+    return StopOnSignal()

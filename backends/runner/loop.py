@@ -71,8 +71,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     """Train the run folder `args.plan` names; the summary of the run (docs/running.md)."""
     session = RunSession.set_up(args)
     session.resume()
-    launch = {"step": session.step, "world_size": session.world, "resumed_from": session.resumed_from}
-    session.metrics.write("launch", launch)  # where this launch began: the report splits the run's steps here
+    session.metrics.write_launch(step=session.step, world_size=session.world, resumed_from=session.resumed_from)
     session.open_stream()
     began = time.perf_counter()
     try:

@@ -2,11 +2,11 @@
 
 Train rows: step, loss, lr, grad_norm, tokens_per_s, mfu (GPUs only), peak
 memory, and the seconds spent in data, forward/backward and the optimizer.
-Eval rows: step, eval_loss, perplexity. Launch rows, one as each launch starts: step (the checkpoint's it
-resumed from, 0 afresh), world_size, resumed_from (planner/report/launches.py). Every row carries "kind" and the wall
-time. On resume the rows past the checkpoint's step are dropped first, so the
-file holds each step once and its curve continues where the checkpoint left
-it. `hardware-selector watch DIR` reads this file.
+Eval rows: step, eval_loss, perplexity. Launch rows, one as each launch starts (write_launch: the runner's
+loop and the HF Trainer door): step (the checkpoint's it resumed from, 0 afresh), world_size, resumed_from
+(planner/report/launches.py). Every row carries "kind" and the wall time. On resume the rows past the
+checkpoint's step are dropped first, so the file holds each step once and its curve continues where the
+checkpoint left it. `hardware-selector watch DIR` reads this file.
 """
 
 from __future__ import annotations
@@ -54,6 +54,12 @@ class MetricsLog:
             for key, value in row.items():
                 if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
                     self.writer.add_scalar(f"{kind}/{key}", value, step)
+
+    def write_launch(self, *, step: int, world_size: int, resumed_from: str | None) -> None:
+        """The launch row, as each launch starts (the runner's loop and the Trainer door): where it began, the
+        checkpoint's step it resumed from (0 afresh), on how many processes. The report splits the run's steps here
+        (planner/report/launches.py)."""
+        self.write("launch", {"step": step, "world_size": world_size, "resumed_from": resumed_from})
 
     def close(self) -> None:
         if self.writer is not None:

@@ -65,10 +65,14 @@ def stop_signal_received() -> int | None:
     return _stop_signal[0] if _stop_signal else None
 
 
+TRAIN_COMMAND = "hardware-selector train"  # what resumes a run, as the messages say it (the HF Trainer door: its own)
+
+
 class RunStatus:
-    def __init__(self, run_dir: Path, *, enabled: bool, **facts: Any):
+    def __init__(self, run_dir: Path, *, enabled: bool, command: str = TRAIN_COMMAND, **facts: Any):
         self.path = run_dir / STATUS_FILE
         self.enabled = enabled
+        self.command = command  # the one that resumes this run: `train`, or `train --trainer`
         self.document: dict[str, Any] = {"state": "running", "started_at": time.time(), **facts}
 
     def update(self, **changes: Any) -> None:
@@ -85,17 +89,18 @@ class RunStatus:
             self.update(state="failed", step=step, message=f"{type(failure).__name__}: {failure}"[:500])
             return
         checkpoint = self.document.get("checkpoint")  # the newest this run saved or resumed from
-        then = where_next(checkpoint)
-        if checkpoint and Path(checkpoint).name == f"global_step{step}":  # saved on the signal (graceful_stop.py)
-            then = f"checkpoint saved at step {step}: `hardware-selector train` resumes from {checkpoint}"
+        then = where_next(checkpoint, self.command)
+        # saved on the signal (graceful_stop.py): the runner's global_step<N>, or the HF Trainer's checkpoint-<N>
+        if checkpoint and Path(checkpoint).name in (f"global_step{step}", f"checkpoint-{step}"):
+            then = f"checkpoint saved at step {step}: `{self.command}` resumes from {checkpoint}"
         self.update(state="interrupted", step=step, message=f"{signal.Signals(signum).name} at step {step}; {then}")
 
 
-def where_next(checkpoint: str | None) -> str:
-    """Where the next `train` of an interrupted run starts."""
+def where_next(checkpoint: str | None, command: str = TRAIN_COMMAND) -> str:
+    """Where the next `train` (`command`) of an interrupted run starts."""
     if checkpoint:
-        return f"`hardware-selector train` resumes from {checkpoint}"
-    return "no checkpoint was saved yet: `hardware-selector train` starts again at step 1 (--save-every N)"
+        return f"`{command}` resumes from {checkpoint}"
+    return f"no checkpoint was saved yet: `{command}` starts again at step 1 (--save-every N)"
 
 
 def next_start(run_dir: Path, *, tiny: bool, resume: bool = True) -> str:
@@ -113,13 +118,16 @@ def next_start(run_dir: Path, *, tiny: bool, resume: bool = True) -> str:
     return where_next(str(choice) if choice is not None else None)
 
 
-def record_stopped_launch(run_dir: Path, signum: int, since: float, then: Callable[[], str]) -> str | None:
+def record_stopped_launch(
+    run_dir: Path, signum: int, since: float, then: Callable[[], str], command: str = TRAIN_COMMAND
+) -> str | None:
     """For the launching process (`train`) that a stop signal reached at or after `since`: the interrupted
     message, with run_status.json saying so; None when the ranks recorded an ending of their own first.
 
     The ranks record "interrupted" only once their loop is set up; a signal during their start-up (imports,
     tokenizing) would leave the file missing, or holding an earlier run's ending. `then`: where the next
-    `train` starts (next_start), asked only when the ranks did not get as far as saying (it reads checkpoints)."""
+    `train` starts (next_start), asked only when the ranks did not get as far as saying (it reads checkpoints);
+    `command`: the one that resumes the run (where_next)."""
     try:
         document = read_status(run_dir)
     except UserInputError:  # damaged: this launch's own account replaces it
@@ -134,7 +142,7 @@ def record_stopped_launch(run_dir: Path, signum: int, since: float, then: Callab
     document.pop("state", None)
     step = document.get("step")
     # A checkpoint this launch's ranks recorded they saved or resumed from was sealed or verified by them.
-    said = where_next(document["checkpoint"]) if document.get("checkpoint") else then()
+    said = where_next(document["checkpoint"], command) if document.get("checkpoint") else then()
     when = f"at step {step}" if step is not None else "before the ranks began training"
     status = RunStatus(run_dir, enabled=True, **document)
     status.update(state="interrupted", message=f"{signal.Signals(signum).name} {when}; {said}")

@@ -4,10 +4,17 @@ The Trainer runs its own loop, so this door is driven by the folder's own
 Trainer files (training_args.json and, for DeepSpeed, ds_config_trainer.json,
 exactly as a Trainer user would load them) with the run's overrides on top
 (steps, learning rate, batch for this world size), on the same tokenized
-blocks as the runner's loop. A callback writes the same metrics.jsonl rows,
-and the Trainer's checkpoints (checkpoints-trainer/) resume a killed run.
-At the end the model goes to final/ with the tokenizer, as with every
-strategy. Anomaly rules act after the Trainer's update: warn, or stop.
+blocks as the runner's loop. metrics.jsonl gets the runner's rows: the
+launch row as the launch starts (after the rows past the checkpoint it
+resumes from are dropped), then a callback's train and eval rows; the
+Trainer's checkpoints (checkpoints-trainer/) resume a killed run; a fresh
+start moves an earlier run's state to previous/, as the runner's loop does.
+A stop signal (SIGTERM, SIGINT) saves the step the ranks agree on and exits
+128 + the signal, as the runner's loop does (graceful_stop.py), and
+run_status.json says so as the runner's does, naming `train --trainer` as
+what resumes it. At the end the model goes to final/ with the tokenizer, as
+with every strategy. Anomaly rules act after the Trainer's update: warn, or
+stop.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ if TYPE_CHECKING:
     from planner.contract.run_config import RunConfig
 
 TRAINER_CHECKPOINTS = "checkpoints-trainer"
+RESUME_COMMAND = "hardware-selector train --trainer"  # what resumes a run of this door (run_status.json says it)
 
 
 class _Blocks:
@@ -43,12 +51,16 @@ class _Blocks:
         return {key: value[0] for key, value in batch.items()}
 
 
-def _metrics_callback(metrics: Any, progress: Any, guard: Any, run: Any) -> Any:
+def _metrics_callback(metrics: Any, progress: Any, guard: Any, run: Any, status: Any) -> Any:
     from transformers import TrainerCallback
 
     class RunnerMetrics(TrainerCallback):
         def __init__(self) -> None:
             self.tick = time.perf_counter()
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"  # the Trainer's own name for it
+            status.update(step=state.global_step, checkpoint=str(folder))
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
             logs = logs or {}
@@ -89,6 +101,27 @@ def _metrics_callback(metrics: Any, progress: Any, guard: Any, run: Any) -> Any:
     return RunnerMetrics()
 
 
+def newest_checkpoint(folder: Path) -> tuple[str | None, int]:
+    """The checkpoint the Trainer resumes from (its own choice: the highest N of checkpoint-N, the step it was saved
+    at) and that step; (None, 0) when there is none."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    newest = get_last_checkpoint(str(folder)) if folder.is_dir() else None
+    if newest is None:
+        return None, 0
+    return newest, int(Path(newest).name.rsplit("-", 1)[1])
+
+
+def _fresh_start(run_dir: Path) -> Path | None:
+    """As the runner's loop starts afresh: an earlier run's state (its metrics.jsonl, run_status.json, final/, the
+    runner's and the Trainer's checkpoints) moved to previous/<time>/, kept and never resumed; where, or None."""
+    from planner.rundir.previous_run import archive_previous_run
+
+    trainer_checkpoints = run_dir / TRAINER_CHECKPOINTS
+    held = trainer_checkpoints.is_dir() and any(trainer_checkpoints.iterdir())
+    return archive_previous_run(run_dir, also=[TRAINER_CHECKPOINTS] if held else None)
+
+
 def checkpoint_arguments(run: RunConfig) -> dict[str, Any]:
     """The run's checkpoint policy as TrainingArguments: every --save-every steps, the newest --keep-last kept
     (the run as this launch has it, `train`'s flags applied; docs/running.md, "Checkpoints")."""
@@ -108,10 +141,12 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
     from backends.data import prepare_data
     from backends.runner.anomaly import AnomalyGuard, refuse_unsupported
     from backends.runner.export import _copy_tokenizer
+    from backends.runner.graceful_stop import signals_at_step_boundaries, stop_on_signal_callback
     from backends.runner.loop import total_steps
     from backends.runner.metrics import MetricsLog
     from backends.runner.options import load_checked_folder
     from backends.runner.progress import Progress
+    from backends.runner.status import RunStatus
     from backends.runner.tasks import batch_maker
     from backends.runner.world import fit_device, fit_to_world, process_counts
     from backends.weights.model_init import build_model, load_full
@@ -186,44 +221,57 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
     make_batch = batch_maker(
         run.model.task, vocab_size=int(model.config.vocab_size), tokenizer=None, seed=run.data.seed
     )
+    checkpoints = Path(kwargs["output_dir"])
+    resumed_from, resumed_at = newest_checkpoint(checkpoints) if run.checkpoint.resume else (None, 0)
+    moved = _fresh_start(spec.run_dir) if resumed_from is None and rank == 0 else None
     metrics = MetricsLog(spec.run_dir / "metrics.jsonl", enabled=rank == 0)
+    if resumed_from is not None:
+        metrics.truncate_after(resumed_at)  # each step once: a killed run's rows past its checkpoint go
+    metrics.write_launch(step=resumed_at, world_size=world, resumed_from=resumed_from)
     progress = Progress(enabled=rank == 0, total=steps, start=0)
-    for line in (*spec.notes, note):
+    for line in (*spec.notes, note, moved and f"starting afresh: the previous run's state is kept in {moved}"):
         if line:
             progress.say(line)
     guard = AnomalyGuard(run.anomaly)
+    status = RunStatus(
+        spec.run_dir,
+        enabled=rank == 0,
+        command=RESUME_COMMAND,
+        total_steps=steps,
+        strategy=strategy,
+        model=run.model.name,
+        world_size=world,
+        global_batch=run.global_batch,
+        seq_len=run.seq_len,
+        **({"checkpoint": resumed_from} if resumed_from else {}),
+    )
+    status.update(step=resumed_at)
     trainer = Trainer(
         model=model,
         args=TrainingArguments(**kwargs),
         train_dataset=_Blocks(data.train, make_batch),
         eval_dataset=_Blocks(data.eval, make_batch) if data.eval is not None else None,
-        callbacks=[_metrics_callback(metrics, progress, guard, run)],
+        callbacks=[_metrics_callback(metrics, progress, guard, run, status), stop_on_signal_callback()],
     )
-    checkpoints = Path(kwargs["output_dir"])
-    resume = run.checkpoint.resume and checkpoints.is_dir() and any(checkpoints.glob("checkpoint-*"))
     began = time.perf_counter()
-    trainer.train(resume_from_checkpoint=True if resume else None)
-    evaluation = trainer.evaluate() if data.eval is not None else {}
-    if evaluation:
-        import math
-
-        metrics.write(
-            "eval",
-            {
-                "step": trainer.state.global_step,
-                "eval_loss": evaluation["eval_loss"],
-                "perplexity": math.exp(min(evaluation["eval_loss"], 700.0)),
-            },
-        )
-    final = spec.run_dir / "final"
-    if trainer.is_fsdp_enabled:  # checkpoints stay sharded; the exported model is whole
-        trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
-    trainer.save_model(str(final))  # collective under ZeRO-3 and FSDP; the main process writes
-    if rank == 0 and data.tokenizer_dir is not None:
-        final.mkdir(parents=True, exist_ok=True)
-        _copy_tokenizer(data.tokenizer_dir, final)
-    progress.close()
-    metrics.close()
+    try:
+        with signals_at_step_boundaries(defer=False):  # a stop signal saves the step the ranks agree on, then stops
+            trainer.train(resume_from_checkpoint=resumed_from)
+        evaluation = trainer.evaluate() if data.eval is not None else {}  # its eval row: the callback's, as it logs
+        final = spec.run_dir / "final"
+        if trainer.is_fsdp_enabled:  # checkpoints stay sharded; the exported model is whole
+            trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
+        trainer.save_model(str(final))  # collective under ZeRO-3 and FSDP; the main process writes
+        if rank == 0 and data.tokenizer_dir is not None:
+            final.mkdir(parents=True, exist_ok=True)
+            _copy_tokenizer(data.tokenizer_dir, final)
+    except BaseException as failure:  # Interrupted (run.py exits 128 + the signal), or a failure
+        status.record_end(failure, trainer.state.global_step)  # "interrupted", naming the signal's checkpoint
+        raise
+    finally:
+        progress.close()
+        metrics.close()
+    status.update(state="finished", step=trainer.state.global_step)
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     return {
         "strategy": strategy,

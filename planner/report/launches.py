@@ -1,6 +1,7 @@
 """A run's launches, from metrics.jsonl: each `train` (a resume, another --nproc) writes a "launch" row before
-its steps (backends/runner/loop.py), so the page measures the whole run, not only the last launch that
-run_summary.json describes (each launch rewrites that file).
+its steps (backends/runner/metrics.py write_launch: the runner's loop and the HF Trainer door), so the page
+measures the whole run, not only the last launch that run_summary.json describes (each launch rewrites that
+file).
 
 A launch's first step pays its start-up (allocator warm-up, compilation), so each launch's first train row is
 left out of the steady steps, as run_summary.json leaves out its launch's first. A metrics.jsonl written before
