@@ -66,3 +66,24 @@ def test_a_global_batch_micro_batches_cannot_fill_says_what_to_change():
         "error: --global-batch 4 is not a multiple of --micro-batch 8; make it one, or pick a --micro-batch that "
         "divides 4"
     )
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_emitting_into_the_model_folder_is_refused_and_leaves_it_as_it_was(tmp_path, force):
+    """`--emit MODEL_DIR --force` turned the user's checkpoint folder into a run folder (its README.md moved to
+    previous/, seven files written beside the weights); without --force it said only "pass --force"."""
+    model = tmp_path / "ckpt"
+    model.mkdir()
+    (model / "config.json").write_text(
+        '{"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 64, "vocab_size": 128}'
+    )
+    (model / "README.md").write_text("my notes\n")
+    before = sorted(path.name for path in model.iterdir())
+    argv = ["plan", "--model", model, "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64", "--global-batch", "4"]
+    line = one_error_line(cli_in_process(*argv, "--strategies", "ddp", "--emit", model, *force))
+    assert line == (
+        f"error: {model} holds a model (config.json), not a run folder; emit beside it, e.g. --emit runs/NAME, "
+        "and keep the model folder as it is"
+    )
+    assert sorted(path.name for path in model.iterdir()) == before
+    assert (model / "README.md").read_text() == "my notes\n"

@@ -75,6 +75,20 @@ def test_a_missing_data_file(user, run_dir):
     one_line_error(emit(root, model_dir, "other", "--data", root / "nowhere.txt"), "no such file or folder")
 
 
+def test_data_moved_after_emit_is_told_as_the_run_folders_not_as_a_flag_typed(user, tmp_path):
+    """The user typed no --data: the line names plan.json as where the path came from and how to point at the new
+    place, and `train --data NEW` then passes the checks."""
+    root, model_dir, corpus = user
+    moved = tmp_path / "corpus.txt"
+    shutil.copy(corpus, moved)
+    assert emit(tmp_path, model_dir, "run", "--data", moved).returncode == 0
+    moved.rename(tmp_path / "elsewhere.txt")
+    completed = cli("train", tmp_path / "run")
+    one_line_error(completed, "plan.json reads its --data from")
+    assert f"{moved}" in completed.stderr and "--data NEW_PATH" in completed.stderr
+    assert cli("train", tmp_path / "run", "--data", tmp_path / "elsewhere.txt", "--dry-run").returncode == 0
+
+
 def test_data_train_would_refuse_is_refused_at_emit_and_nothing_is_written(user, run_dir, tmp_path):
     """A .csv file, or a folder of .txt beside .jsonl, was emitted and refused only later by `train`: emit now
     resolves the pattern as train does (planner/rundir/data_sources.py)."""

@@ -31,7 +31,7 @@ def check_data(run: RunConfig, vocab_size: int, run_dir: Path | None = None) -> 
     from backends.data.file_checks import check_source
     from backends.data.prepare import load_tokenizer
     from backends.data.token_cache import sources_read_before
-    from planner.rundir.data_sources import no_text_message, resolve_sources
+    from planner.rundir.data_sources import gone_from_run_folder, no_text_message, resolve_sources
 
     if run.data.synthetic:
         return
@@ -40,6 +40,11 @@ def check_data(run: RunConfig, vocab_size: int, run_dir: Path | None = None) -> 
     for patterns, flag in ((run.data.train, "--data"), (run.data.eval, "--eval-data")):
         if not patterns:
             continue
+        # A --data given to `train` was checked as the run was overridden (run_overrides.py): what names nothing
+        # here came from plan.json, and the line says so.
+        gone = gone_from_run_folder(run_dir, patterns, flag) if run_dir is not None else None
+        if gone:
+            raise UserInputError(gone)
         sources = resolve_sources(patterns, flag)
         for source in sources:
             if source.path not in read:  # every line of a .jsonl, the ends and footer of a .parquet

@@ -39,19 +39,36 @@ def is_saved_dataset(folder: Path) -> bool:
     return folder.is_dir() and any((folder / marker).is_file() for marker in SAVED_DATASET_MARKERS)
 
 
+def matches(pattern: str) -> list[str]:
+    """The paths a pattern names now (a glob, ~ expanded), in a deterministic order."""
+    return sorted(glob.glob(os.path.expanduser(pattern), recursive=True))
+
+
+def gone_from_run_folder(run_dir: Path, patterns: list[str], flag: str) -> str | None:
+    """The one line for a pattern plan.json holds that names nothing any more (the data was moved after `plan
+    --emit`), told as what it is: the folder's, not a flag this command was given. None when all are there."""
+    missing = next((pattern for pattern in patterns if str(pattern).strip() and not matches(pattern)), None)
+    if missing is None:
+        return None
+    return (
+        f"{run_dir / 'plan.json'} reads its {flag} from {missing} (given at `plan --emit`), and nothing is there now; "
+        f"put the data back, or pass `hardware-selector train {run_dir} {flag} NEW_PATH` to read it where it is"
+    )
+
+
 def resolve_sources(patterns: list[str], flag: str = "--data") -> list[Source]:
     """Every source the patterns name, in a deterministic order; errors name the pattern."""
     sources: list[Source] = []
     for pattern in patterns:
         if not str(pattern).strip():  # '' would be the current folder, every JSON file under it included
             raise UserInputError(f"{flag} is empty; give a .txt, .jsonl or .parquet file, a glob of them, or a folder")
-        matches = sorted(glob.glob(os.path.expanduser(pattern), recursive=True))
-        if not matches:
+        matched = matches(pattern)
+        if not matched:
             raise UserInputError(
                 f"{flag} {pattern}: no such file or folder; give a .txt, .jsonl or .parquet file, "
                 "a glob of them, or a folder written by datasets' save_to_disk"
             )
-        found = [source for match in matches for source in _sources_at(Path(match), flag)]
+        found = [source for match in matched for source in _sources_at(Path(match), flag)]
         kinds = sorted({source.path.suffix.lower() or source.kind for source in found})
         if len({source.kind for source in found}) > 1:  # a folder of text beside configs, say: say which files
             raise UserInputError(

@@ -145,6 +145,12 @@ def emit_target(directory: str | Path, *, force: bool = False, names: Mapping[st
     run_dir = Path(directory).expanduser().resolve()
     if run_dir.exists() and not run_dir.is_dir():
         raise UserInputError(f"{run_dir} is a file; give a directory to emit the run folder into")
+    if (run_dir / "config.json").is_file() and not (run_dir / "plan.json").exists():
+        # A model's folder (its checkpoint, or the config being planned): --force would mix a run folder into it.
+        raise UserInputError(
+            f"{run_dir} holds a model (config.json), not a run folder; emit beside it, e.g. --emit runs/NAME, "
+            "and keep the model folder as it is"
+        )
     if run_dir.exists() and any(run_dir.iterdir()) and not force:
         overwrite = spelled(names or {}, "force", True)
         raise UserInputError(f"{run_dir} already exists; pass {overwrite} to overwrite it, or choose a new directory")
