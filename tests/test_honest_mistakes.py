@@ -87,3 +87,22 @@ def test_emitting_into_the_model_folder_is_refused_and_leaves_it_as_it_was(tmp_p
     )
     assert sorted(path.name for path in model.iterdir()) == before
     assert (model / "README.md").read_text() == "my notes\n"
+
+
+def test_the_seed_interfaces_model_names_plan_at_every_door():
+    """`plan -m llama-7b` said "unknown model 'llama-7b'; did you mean 'llama-2-7b'" where the seed interface,
+    `--model-family text_generation --model-name llama-7b`, plans llama-2-7b (planner/models/legacy_names.py)."""
+    from planner.models.resolve import resolve_model
+
+    assert resolve_model("llama-7b") == resolve_model("llama-2-7b")
+    assert cli_in_process("plan", "-m", "llama-7b", "--gpu", "A100-80GB", "--json").returncode == 0
+
+
+def test_a_folder_named_config_json_is_said_as_a_folder(tmp_path):
+    """It said "DIR/config.json: no config.json there", as if the user had named a model folder."""
+    (tmp_path / "config.json").mkdir()
+    line = one_error_line(cli_in_process("plan", "-m", tmp_path / "config.json", "--gpu", "A100-80GB"))
+    assert (
+        line
+        == f"error: {tmp_path / 'config.json'} is a folder, not a config.json file; point at the model folder that holds one"
+    )

@@ -16,6 +16,7 @@ from pathlib import Path
 from planner.errors import UserInputError
 from planner.limits import MAX_LAYERS, MAX_PARAMS, MAX_WIDTH, check_count, check_number
 from planner.models.catalog import find_model, suggest_models
+from planner.models.legacy_names import catalog_name
 from planner.models.spec import ModelSpec
 
 MAX_MODEL_NAME = 4096  # PATH_MAX on Linux
@@ -39,7 +40,8 @@ def resolve_model(name: str, *, exact_counts: bool = True, other_ways: str = "")
     path = Path(name).expanduser()
     if path.exists():
         return spec_from_config_path(path, exact_counts=exact_counts)
-    spec = find_model(name)
+    # The seed interface's names (llama-7b: planner/models/legacy_names.py) mean the same model at every door.
+    spec = find_model(name) or find_model(catalog_name(name))
     if spec is not None:
         return spec
     cached_config = find_in_hf_cache(name)
@@ -59,6 +61,8 @@ def resolve_model(name: str, *, exact_counts: bool = True, other_ways: str = "")
 def spec_from_config_path(path: Path, *, exact_counts: bool = True, display_name: str | None = None) -> ModelSpec:
     """Read a local config.json (or a directory holding one) into a ModelSpec."""
     config_path = path / "config.json" if path.is_dir() else path
+    if path.is_dir() and path.name == "config.json" and not config_path.is_file():
+        raise UserInputError(f"{path} is a folder, not a config.json file; point at the model folder that holds one")
     if not config_path.is_file():
         raise UserInputError(f"{path}: no config.json there; point at a model directory or its config.json")
     from planner.models.hf_config import spec_from_hf_config  # the config readers: not for a catalog model
