@@ -71,6 +71,11 @@ def full_app() -> typer.Typer:
     return _registered(tuple(dict.fromkeys(COMMAND_MODULES.values())))
 
 
+def every_command() -> click.Command:
+    """The app as one click group holding every command (for option_owners.py, on the error path)."""
+    return typer.main.get_command(full_app())
+
+
 def __getattr__(name: str) -> typer.Typer:
     """`app` is full_app(), built on first use: main builds a named command's module alone."""
     if name == "app":
@@ -141,6 +146,7 @@ def _classes(name: str) -> tuple[type, ...]:
 
 USAGE_ERRORS = _classes("UsageError")
 NO_ARGS_HELP = _classes("NoArgsIsHelpError")
+NO_SUCH_OPTION = _classes("NoSuchOption")
 OTHER_CLICK_ERRORS = _classes("ClickException")
 ABORTS = _classes("Abort") + (typer.Abort,)
 EXITS = _classes("Exit") + (typer.Exit,)
@@ -196,7 +202,12 @@ def usage_message(error: click.UsageError) -> str:
             print(message)
         return f"{path} needs a command (listed above); run '{path} COMMAND --help' for one's options"
     # click ends its sentences with a period ("Missing argument 'run_dir'."); the hint follows after a semicolon
-    return f"{message.rstrip('.')}" + (f"; run '{path} --help'" if error.ctx else "")
+    owners = ""
+    if NO_SUCH_OPTION and isinstance(error, NO_SUCH_OPTION) and error.option_name:
+        from .option_owners import owners_hint  # builds every command: only here, on the error path
+
+        owners = owners_hint(error.option_name, path, every_command)
+    return f"{message.rstrip('.')}{owners}" + (f"; run '{path} --help'" if error.ctx else "")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,7 +32,10 @@ def checked_runner_args(run_dir: Path, forwarded: list[str]) -> tuple:
     """The runner's parsed options for this folder, and the RunSpec they give (one-line errors)."""
     from backends.runner.options import load_checked_folder, parse_args
 
-    args = parse_args(["--plan", str(run_dir), *forwarded], prog="hardware-selector train")
+    try:
+        args = parse_args(["--plan", str(run_dir), *forwarded], prog="hardware-selector train")
+    except UserInputError as error:
+        raise UserInputError(f"{error}{_owners_of_unknown(forwarded)}") from None
     spec = load_checked_folder(args)
     from backends.runner.output_paths import check_output_paths
 
@@ -46,6 +49,20 @@ def checked_runner_args(run_dir: Path, forwarded: list[str]) -> tuple:
     if refusal:  # before torchrun, not after every rank's start-up
         raise UserInputError(refusal)
     return args, spec
+
+
+def _owners_of_unknown(forwarded: list[str]) -> str:
+    """Where the first option train does not take lives (`train --gpu`: plan's), or ""."""
+    from backends.runner.options import runner_parser
+
+    from .app import every_command
+    from .option_owners import TRAIN, owners_hint
+
+    known = runner_parser()._option_string_actions
+    unknown = next(
+        (word.split("=")[0] for word in forwarded if word.startswith("--") and word.split("=")[0] not in known), None
+    )
+    return owners_hint(unknown, TRAIN, every_command) if unknown else ""
 
 
 def torchrun_command(run_dir: Path, *, nproc: int, max_restarts: int, forwarded: list[str]) -> list[str]:

@@ -106,3 +106,27 @@ def test_a_folder_named_config_json_is_said_as_a_folder(tmp_path):
         line
         == f"error: {tmp_path / 'config.json'} is a folder, not a config.json file; point at the model folder that holds one"
     )
+
+
+@pytest.mark.parametrize(
+    "argv, owners",
+    [
+        (["plan", "-m", "gpt2", "--resume-from", "x"], "; --resume-from is an option of `train`; "),
+        (
+            ["estimate", "-m", "gpt2", "--gpu", "A100-80GB", "--emit", "x"],
+            "; --emit is an option of `plan` and `tune`; ",
+        ),
+        (["watch", "x", "--steps", "3"], "; --steps is an option of `plan`, `train` and `tune`; "),
+    ],
+)
+def test_an_option_of_another_command_names_the_commands_that_take_it(argv, owners):
+    """It said only "No such option: --resume-from; run 'hardware-selector plan --help'", whose help has none."""
+    assert owners in one_error_line(cli_in_process(*argv))
+
+
+def test_train_given_a_plan_option_names_the_commands_that_take_it(tmp_path):
+    """`train DIR --gpu A100-80GB` (the folder's GPU is plan's to choose) named only the runner's help."""
+    assert cli_in_process(*EMIT, "--strategies", "ddp", "--emit", tmp_path / "run").returncode == 0
+    line = one_error_line(cli_in_process("train", tmp_path / "run", "--gpu", "A100-80GB"))
+    assert line.endswith("; --gpu is an option of `db calibration`, `db list`, `estimate`, `plan` and `tune`")
+    assert "--bogus is an option" not in one_error_line(cli_in_process("train", tmp_path / "run", "--bogus"))

@@ -53,6 +53,13 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def parse_args(argv: list[str] | None, *, prog: str = RUNNER_PROG) -> argparse.Namespace:
+    args = runner_parser(prog).parse_args(argv)
+    check_flags(args)
+    return args
+
+
+def runner_parser(prog: str = RUNNER_PROG) -> OneLineParser:
+    """The runner's options (`train` passes them on; hardware_selector_cli/option_owners.py lists them)."""
     parser = OneLineParser(prog=prog, description="Train a run folder written by `hardware-selector plan --emit`.")
     parser.add_argument("--plan", required=True, type=Path, help="the run folder")
     add_run_options(parser)
@@ -104,9 +111,7 @@ def parse_args(argv: list[str] | None, *, prog: str = RUNNER_PROG) -> argparse.N
     )
     # The DeepSpeed launcher passes --local_rank; the rank comes from the environment anyway.
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    check_flags(args)
-    return args
+    return parser
 
 
 def check_flags(args: argparse.Namespace) -> None:

@@ -1,0 +1,50 @@
+"""Which commands take an option a user gave to another one: `plan --resume-from` is `train`'s (docs/errors.md).
+
+Built only on the error path: the asker hands in every command (app.every_command) and the runner's options, which
+`train` passes on (backends/runner/options.py), so that "No such option" can say where the option lives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+TRAIN = "hardware-selector train"
+
+
+def _click_commands(command: Any, path: str) -> dict[str, set[str]]:
+    """Each command path below `command` and the option strings it declares."""
+    subcommands = getattr(command, "commands", None)
+    if subcommands:
+        found: dict[str, set[str]] = {}
+        for name, sub in subcommands.items():
+            found |= _click_commands(sub, f"{path} {name}")
+        return found
+    return {path: {flag for param in command.params for flag in (*param.opts, *param.secondary_opts)}}
+
+
+def _runner_flags() -> set[str]:
+    from backends.runner.options import runner_parser
+
+    internal = {"--plan", "--local_rank", "--local-rank"}  # train sets --plan itself; the launcher's rank
+    return set(runner_parser()._option_string_actions) - internal  # argparse keeps no public list of its options
+
+
+def commands_with(option: str, root: Any) -> list[str]:
+    """The commands (full paths, `hardware-selector plan`) below the click group `root` that take `option`."""
+    owners = _click_commands(root, "hardware-selector")
+    owners.setdefault(TRAIN, set()).update(_runner_flags())
+    return sorted(path for path, flags in owners.items() if option in flags and option != "--help")
+
+
+def owners_hint(option: str, asked: str, every_command: Callable[[], Any]) -> str:
+    """ "; --emit is an option of `hardware-selector plan`", or "" where no other command takes it."""
+    others = [
+        f"`{path.removeprefix('hardware-selector ')}`"
+        for path in commands_with(option, every_command())
+        if path != asked
+    ]
+    if not others:
+        return ""
+    named = others[0] if len(others) == 1 else f"{', '.join(others[:-1])} and {others[-1]}"
+    return f"; {option} is an option of {named}"
