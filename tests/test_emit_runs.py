@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks_db.store import BenchmarkStore
 from planner.contract.run_config import DataConfig, Hyperparameters
 from planner.rundir.write import RunOptions, emit_run_folder
 from scripts.demo_checkpoint import make_local_gpt2
@@ -184,7 +186,7 @@ def _kept(run_dir: Path) -> list[int]:
     return sorted(int(path.name.removeprefix("checkpoint-")) for path in (run_dir / "checkpoints-trainer").iterdir())
 
 
-def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans_and_a_sigterm_checkpoints_its_step(user, torchrun_ddp):
+def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans_and_a_sigterm_checkpoints_its_step(user, torchrun_ddp, tmp_path):
     """DeepSpeed ZeRO-2 runs through, over an earlier attempt's metrics.jsonl (before: appended to it); FSDP is
     stopped by a SIGTERM mid-run (before the door's vote: exit 143 and no checkpoint at the step it stopped at, no
     launch row) and resumed. Same seed, same sampler, same update: the two backends log the same losses, the FSDP
@@ -196,8 +198,19 @@ def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans_and_a_sigterm_checkpoints
     deepspeed = _emit(user, "trainer-deepspeed", strategy="deepspeed", zero_stage=2)
     earlier = '{"kind": "launch", "step": 0, "world_size": 1, "resumed_from": null}\n{"kind": "train", "step": 1}\n'
     (deepspeed / "metrics.jsonl").write_text(earlier)  # an attempt killed before its first checkpoint
-    through = _trainer_door(deepspeed, "--steps", str(TRAINER_STEPS))
+    db = tmp_path / "runs.duckdb"
+    through = _trainer_door(deepspeed, "--steps", str(TRAINER_STEPS), "--record", "--db", str(db))
     assert through["distributed_type"] == "DEEPSPEED" and through["steps"] == TRAINER_STEPS
+    # Every run calibrates: the runner's own summary, and its record beside the formula's step (before: neither).
+    summary = json.loads((deepspeed / "run_summary.json").read_text())
+    steps_s = [row["step_s"] for row in _rows(deepspeed, "train")]
+    assert summary["steps"] == TRAINER_STEPS and summary["median_step_time_s"] == pytest.approx(
+        statistics.median(steps_s[1:])  # the first step (start-up) left out, as the runner's loop leaves it
+    )
+    (stored,) = BenchmarkStore(db).runs()
+    assert (stored.runner, stored.id) == ("backends.run --trainer", summary["record_id"])
+    assert stored.step_time_median_s == pytest.approx(summary["median_step_time_s"])
+    assert stored.predicted_step_time_s == summary["formula_step_time_s"]  # the formula's (tests/emit_plans: none)
     (moved,) = (deepspeed / "previous").iterdir()  # a fresh start moves the earlier run aside, as the runner does
     assert (moved / "metrics.jsonl").read_text() == earlier
     assert _launches(deepspeed) == engine

@@ -88,8 +88,11 @@ def finish_summary(
     stopped: str | None,
     guard: Any,
     say: Callable[[str], None] | None,
+    runner: str = "backends.run",
 ) -> dict[str, Any]:
-    """Collective (memory peaks); rank 0 prints and writes the summary. Returns it on every rank."""
+    """Collective (memory peaks); rank 0 prints and writes the summary. Returns it on every rank.
+
+    runner: the program the benchmark record names as the one that measured it (the Trainer door says so)."""
     peaks = _everyones_peak(adapter)
     median = times.median()
     tokens_per_step = run.global_batch * run.seq_len
@@ -155,7 +158,7 @@ def finish_summary(
             say(line)
     summary["lines"] = lines
     if args.record and median and not args.tiny:  # a --tiny smoke run measures no plan
-        record_id, line = record_or_warn(spec.plan, spec.strategy.value, run, summary, args.db, "backends.run")
+        record_id, line = record_or_warn(spec.plan, spec.strategy.value, run, summary, args.db, runner)
         if record_id is not None:
             summary["record_id"] = record_id
             line += " (--no-record skips this)"

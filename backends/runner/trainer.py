@@ -13,8 +13,11 @@ A stop signal (SIGTERM, SIGINT) saves the step the ranks agree on and exits
 128 + the signal, as the runner's loop does (graceful_stop.py), and
 run_status.json says so as the runner's does, naming `train --trainer` as
 what resumes it. At the end the model goes to final/ with the tokenizer, as
-with every strategy. Anomaly rules act after the Trainer's update: warn, or
-stop.
+with every strategy, and the runner's own summary (run_summary.json) and
+benchmark record (runner `backends.run --trainer`) are written, so a run of
+this door calibrates the planner as every run does. Anomaly rules act after
+the Trainer's update: warn, or stop, which ends as the runner's loop's stop
+does (no evaluation or final/, run_status "stopped", exit 3).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import UserInputError
@@ -35,6 +39,7 @@ if TYPE_CHECKING:
 
 TRAINER_CHECKPOINTS = "checkpoints-trainer"
 RESUME_COMMAND = "hardware-selector train --trainer"  # what resumes a run of this door (run_status.json says it)
+TRAINER_RUNNER = "backends.run --trainer"  # the program a benchmark record of this door names as its measurer
 
 
 class _Blocks:
@@ -52,11 +57,28 @@ class _Blocks:
 
 
 def _metrics_callback(metrics: Any, progress: Any, guard: Any, run: Any, status: Any) -> Any:
+    """The Trainer's logs as the runner's rows; it keeps what the summary needs: the step times, the eval rows,
+    and the line of an anomaly rule that stopped the run."""
     from transformers import TrainerCallback
+
+    from backends.runner.summary import StepTimes
 
     class RunnerMetrics(TrainerCallback):
         def __init__(self) -> None:
             self.tick = time.perf_counter()
+            self.step_s = 0.0
+            self.times = StepTimes()
+            self.eval_rows: list[dict] = []
+            self.stopped: str | None = None
+
+        # A step's time is its optimizer step's, begin to end: the Trainer logs, evaluates and saves after
+        # on_step_end, which the runner's loop does not count in its step either.
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.tick = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.step_s = time.perf_counter() - self.tick
+            self.times.add(self.step_s)
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"  # the Trainer's own name for it
@@ -67,19 +89,17 @@ def _metrics_callback(metrics: Any, progress: Any, guard: Any, run: Any, status:
             if "eval_loss" in logs:
                 import math
 
-                metrics.write(
-                    "eval",
-                    {
-                        "step": state.global_step,
-                        "eval_loss": logs["eval_loss"],
-                        "perplexity": math.exp(min(logs["eval_loss"], 700.0)),
-                    },
-                )
+                row = {
+                    "step": state.global_step,
+                    "eval_loss": logs["eval_loss"],
+                    "perplexity": math.exp(min(logs["eval_loss"], 700.0)),
+                }
+                self.eval_rows.append(row)
+                metrics.write("eval", row)
                 return
             if "loss" not in logs:
                 return
-            now = time.perf_counter()
-            step_s, self.tick = now - self.tick, now
+            step_s = self.step_s
             row = {
                 "step": state.global_step,
                 "loss": logs["loss"],
@@ -95,6 +115,12 @@ def _metrics_callback(metrics: Any, progress: Any, guard: Any, run: Any, status:
                 if verdict.action == "stop":
                     control.should_training_stop = True
                     control.should_save = True
+                    # The Trainer reports the loss and norm after its update: its checkpoint holds that update.
+                    folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                    self.stopped = (
+                        f"training stopped at step {state.global_step}: {verdict.reason}; the state after that "
+                        f"step's update is in {folder} (change the anomaly rules in plan.json to go on)"
+                    )
             metrics.write("train", row)
             progress.update(state.global_step, f"loss {logs['loss']:.4f}")
 
@@ -142,11 +168,12 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
     from backends.runner.anomaly import AnomalyGuard, refuse_unsupported
     from backends.runner.export import _copy_tokenizer
     from backends.runner.graceful_stop import signals_at_step_boundaries, stop_on_signal_callback
-    from backends.runner.loop import total_steps
+    from backends.runner.loop import RunStopped, total_steps
     from backends.runner.metrics import MetricsLog
     from backends.runner.options import load_checked_folder
     from backends.runner.progress import Progress
     from backends.runner.status import RunStatus
+    from backends.runner.summary import finish_summary
     from backends.runner.tasks import batch_maker
     from backends.runner.world import fit_device, fit_to_world, process_counts
     from backends.weights.model_init import build_model, load_full
@@ -251,29 +278,46 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
         args=TrainingArguments(**kwargs),
         train_dataset=_Blocks(data.train, make_batch),
         eval_dataset=_Blocks(data.eval, make_batch) if data.eval is not None else None,
-        callbacks=[_metrics_callback(metrics, progress, guard, run, status), stop_on_signal_callback()],
+        callbacks=[logged := _metrics_callback(metrics, progress, guard, run, status), stop_on_signal_callback()],
     )
     began = time.perf_counter()
+    evaluation: dict[str, Any] = {}
     try:
         with signals_at_step_boundaries(defer=False):  # a stop signal saves the step the ranks agree on, then stops
             trainer.train(resume_from_checkpoint=resumed_from)
-        evaluation = trainer.evaluate() if data.eval is not None else {}  # its eval row: the callback's, as it logs
-        final = spec.run_dir / "final"
-        if trainer.is_fsdp_enabled:  # checkpoints stay sharded; the exported model is whole
-            trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
-        trainer.save_model(str(final))  # collective under ZeRO-3 and FSDP; the main process writes
-        if rank == 0 and data.tokenizer_dir is not None:
-            final.mkdir(parents=True, exist_ok=True)
-            _copy_tokenizer(data.tokenizer_dir, final)
+        if logged.stopped is None:  # an anomaly stop ends as the runner's loop's does: no evaluation, no final/
+            evaluation = trainer.evaluate() if data.eval is not None else {}  # its eval row: the callback's
+            final = spec.run_dir / "final"
+            if trainer.is_fsdp_enabled:  # checkpoints stay sharded; the exported model is whole
+                trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
+            trainer.save_model(str(final))  # collective under ZeRO-3 and FSDP; the main process writes
+            if rank == 0 and data.tokenizer_dir is not None:
+                final.mkdir(parents=True, exist_ok=True)
+                _copy_tokenizer(data.tokenizer_dir, final)
     except BaseException as failure:  # Interrupted (run.py exits 128 + the signal), or a failure
         status.record_end(failure, trainer.state.global_step)  # "interrupted", naming the signal's checkpoint
         raise
     finally:
         progress.close()
         metrics.close()
-    status.update(state="finished", step=trainer.state.global_step)
+    stopped = logged.stopped
+    status.update(state="stopped" if stopped else "finished", step=trainer.state.global_step, message=stopped or "")
+    # The runner's own summary and benchmark record (every run calibrates: docs/running.md, "At the end").
+    ranks = SimpleNamespace(
+        device=torch.device("cuda", local_rank) if run.device == "cuda" else torch.device("cpu"),
+        distributed=torch.distributed.is_initialized(),
+        rank=rank,
+    )
+    summary = finish_summary(
+        spec=spec, run=run, args=args, adapter=ranks, times=logged.times, steps=trainer.state.global_step,
+        eval_rows=logged.eval_rows, resumed_from=resumed_from, wall_s=time.perf_counter() - began, stopped=stopped,
+        guard=guard, say=progress.say if rank == 0 else None, runner=TRAINER_RUNNER,
+    )  # fmt: skip
+    if stopped is not None:
+        raise RunStopped(stopped)
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     return {
+        "summary": summary,
         "strategy": strategy,
         "adapter": "trainer",
         "steps": trainer.state.global_step,
