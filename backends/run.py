@@ -39,8 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     if threshold[0]:  # 0: the collector is off, and stays off
         gc.set_threshold(max(threshold[0], RANK_YOUNG_THRESHOLD), *threshold[1:])
     from backends.mpi.environment import adopt_mpi_environment
+    from backends.runner.anomaly import RunStopped
     from backends.runner.failures import describe_failure, die_with_the_launcher, lost_a_peer
-    from backends.runner.loop import RunStopped, train
+    from backends.runner.loop import train
     from backends.runner.options import parse_args
     from planner.errors import UserInputError
 

@@ -28,6 +28,11 @@ if TYPE_CHECKING:
     from backends.adapters.base import StepOutcome
 
 
+class RunStopped(Exception):
+    """An anomaly rule with action `stop` ended the run (the loop's or the Trainer door's); the message is the one
+    line to print, and backends/run.py exits 3."""
+
+
 @dataclass
 class Verdict:
     action: str  # "ok", "warn", "skip-step" or "stop"

@@ -19,7 +19,6 @@ the same on every rank. That order is why the phases stay in this one file (abou
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from backends.monitoring.peak_memory import check_memory_limit
 from backends.parts.schedulers import lr_at
-from backends.runner.anomaly import AnomalyGuard, refuse_unsupported
+from backends.runner.anomaly import AnomalyGuard, RunStopped, refuse_unsupported
 from backends.runner.checkpoints import RunCheckpoints, check_resumable, data_identity, model_fingerprint
 from backends.runner.elastic import announce_replan, fit_elastic, saved_layout
 from backends.runner.folder import engine_settings
@@ -36,6 +35,7 @@ from backends.runner.graceful_stop import save_if_signalled, signals_at_step_bou
 from backends.runner.metrics import MetricsLog, train_row
 from backends.runner.options import load_checked_folder
 from backends.runner.progress import Progress
+from backends.runner.run_length import total_steps
 from backends.runner.status import RunStatus
 from backends.runner.summary import StepTimes, finish_summary
 from backends.runner.world import fit_device, fit_tiny, fit_to_world, process_counts, rank_device, start_distributed
@@ -51,20 +51,6 @@ if TYPE_CHECKING:
     from backends.adapters.base import Adapter
     from backends.runner.folder import RunSpec
     from planner.contract.run_config import RunConfig
-
-SYNTHETIC_DEFAULT_STEPS = 10
-
-
-class RunStopped(Exception):
-    """An anomaly rule with action `stop` ended the run; the message is the one line to print."""
-
-
-def total_steps(run: RunConfig, train_blocks: int, synthetic: bool) -> int:
-    if run.optim.max_steps:
-        return run.optim.max_steps
-    if synthetic:
-        return SYNTHETIC_DEFAULT_STEPS
-    return max(1, math.ceil(run.optim.epochs * train_blocks / run.global_batch))
 
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
@@ -289,18 +275,10 @@ class RunSession:
         )
         for note in self.notes:
             self.progress.say(note)
-        self.status = RunStatus(
-            self.spec.run_dir,
-            enabled=self.rank == 0,
-            total_steps=self.steps,
-            strategy=strategy,
-            model=run.model.name,
-            world_size=self.world,
-            global_batch=run.global_batch,
-            seq_len=run.seq_len,
-            **({"checkpoint": self.resumed_from} if self.resumed_from else {}),
-        )
-        self.status.update(step=self.step)
+        self.status = RunStatus.of_run(
+            self.spec.run_dir, run, rank=self.rank, steps=self.steps, strategy=strategy, world=self.world,
+            step=self.step, resumed_from=self.resumed_from,
+        )  # fmt: skip
         self.tied = tied_names(self.setup.make_model(empty=True)) if self.rank == 0 else {}
 
     def train_steps(self) -> str | None:

@@ -75,6 +75,27 @@ class RunStatus:
         self.command = command  # the one that resumes this run: `train`, or `train --trainer`
         self.document: dict[str, Any] = {"state": "running", "started_at": time.time(), **facts}
 
+    @classmethod
+    def of_run(
+        cls, run_dir: Path, run: Any, *, rank: int, steps: int, strategy: str, world: int, step: int,
+        resumed_from: str | None, command: str = TRAIN_COMMAND,
+    ) -> RunStatus:  # fmt: skip
+        """The status file of a run starting at `step` (either door's), written once now."""
+        status = cls(
+            run_dir,
+            enabled=rank == 0,
+            command=command,
+            total_steps=steps,
+            strategy=strategy,
+            model=run.model.name,
+            world_size=world,
+            global_batch=run.global_batch,
+            seq_len=run.seq_len,
+            **({"checkpoint": resumed_from} if resumed_from else {}),
+        )
+        status.update(step=step)
+        return status
+
     def update(self, **changes: Any) -> None:
         if not self.enabled:
             return

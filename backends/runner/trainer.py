@@ -165,13 +165,13 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
 
     from backends.cpu_distributed import configure_cpu_accelerate_state
     from backends.data import prepare_data
-    from backends.runner.anomaly import AnomalyGuard, refuse_unsupported
+    from backends.runner.anomaly import AnomalyGuard, RunStopped, refuse_unsupported
     from backends.runner.export import _copy_tokenizer
     from backends.runner.graceful_stop import signals_at_step_boundaries, stop_on_signal_callback
-    from backends.runner.loop import RunStopped, total_steps
     from backends.runner.metrics import MetricsLog
     from backends.runner.options import load_checked_folder
     from backends.runner.progress import Progress
+    from backends.runner.run_length import total_steps
     from backends.runner.status import RunStatus
     from backends.runner.summary import finish_summary
     from backends.runner.tasks import batch_maker
@@ -260,19 +260,10 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
         if line:
             progress.say(line)
     guard = AnomalyGuard(run.anomaly)
-    status = RunStatus(
-        spec.run_dir,
-        enabled=rank == 0,
-        command=RESUME_COMMAND,
-        total_steps=steps,
-        strategy=strategy,
-        model=run.model.name,
-        world_size=world,
-        global_batch=run.global_batch,
-        seq_len=run.seq_len,
-        **({"checkpoint": resumed_from} if resumed_from else {}),
-    )
-    status.update(step=resumed_at)
+    status = RunStatus.of_run(
+        spec.run_dir, run, rank=rank, steps=steps, strategy=strategy, world=world, step=resumed_at,
+        resumed_from=resumed_from, command=RESUME_COMMAND,
+    )  # fmt: skip
     trainer = Trainer(
         model=model,
         args=TrainingArguments(**kwargs),
