@@ -158,7 +158,8 @@ def _next_start(run_dir: Path, args: Any, resumes_from: Path | None, *, resume: 
     from backends.runner.status import TRAIN_COMMAND, next_start, where_next
 
     if args.trainer:
-        from backends.runner.trainer import RESUME_COMMAND, TRAINER_CHECKPOINTS, newest_checkpoint
+        from backends.runner.trainer import RESUME_COMMAND, newest_checkpoint
+        from planner.rundir.previous_run import TRAINER_CHECKPOINTS
 
         newest = partial(newest_checkpoint, run_dir / TRAINER_CHECKPOINTS)
         return (lambda: where_next(newest()[0] if resume else None, RESUME_COMMAND)), RESUME_COMMAND

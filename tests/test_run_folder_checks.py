@@ -116,6 +116,20 @@ def test_a_previous_run_is_moved_aside_whole_and_a_checkpoint_volume_stays_mount
     assert (run_dir / "plan.json").is_file()  # the plan itself is not run state
 
 
+def test_the_trainer_doors_checkpoints_are_run_state_whichever_door_starts_afresh(tmp_path):
+    """A fresh engine run (or `plan --emit --force`) over a folder the HF Trainer door trained left its
+    checkpoints-trainer/ in place, which a later `train --trainer` would have resumed under the new run."""
+    from planner.rundir.previous_run import archive_previous_run
+
+    run_dir = tmp_path / "run"
+    emit_run_folder(make_plan(strategy="ddp"), run_dir)
+    (run_dir / "checkpoints-trainer" / "checkpoint-4").mkdir(parents=True)
+    (run_dir / "checkpoints-trainer" / "checkpoint-4" / "trainer_state.json").write_text('{"global_step": 4}')
+    moved = archive_previous_run(run_dir)  # what the runner's loop calls on a fresh start (backends/runner/loop.py)
+    assert moved is not None and not (run_dir / "checkpoints-trainer").exists()
+    assert (moved / "checkpoints-trainer" / "checkpoint-4" / "trainer_state.json").read_text() == '{"global_step": 4}'
+
+
 def test_a_re_emitted_folder_does_not_report_the_moved_run_as_its_own(tmp_path):
     """Found by a new user's audit: `plan --emit --force` (or `tune RUN_DIR`) over a trained folder moved its
     checkpoints, metrics and final/ to previous/ but left run_status.json, so `watch` said the new plan had

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.errors import UserInputError
 from planner.rundir.hyperparameters import scheduler_block
+from planner.rundir.previous_run import TRAINER_CHECKPOINTS
 from planner.training_config import Strategy
 
 if TYPE_CHECKING:
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 
     from planner.contract.run_config import RunConfig
 
-TRAINER_CHECKPOINTS = "checkpoints-trainer"
 RESUME_COMMAND = "hardware-selector train --trainer"  # what resumes a run of this door (run_status.json says it)
 TRAINER_RUNNER = "backends.run --trainer"  # the program a benchmark record of this door names as its measurer
 
@@ -143,9 +143,7 @@ def _fresh_start(run_dir: Path) -> Path | None:
     runner's and the Trainer's checkpoints) moved to previous/<time>/, kept and never resumed; where, or None."""
     from planner.rundir.previous_run import archive_previous_run
 
-    trainer_checkpoints = run_dir / TRAINER_CHECKPOINTS
-    held = trainer_checkpoints.is_dir() and any(trainer_checkpoints.iterdir())
-    return archive_previous_run(run_dir, also=[TRAINER_CHECKPOINTS] if held else None)
+    return archive_previous_run(run_dir)  # checkpoints-trainer/ is run state too (previous_run.RUN_STATE)
 
 
 def checkpoint_arguments(run: RunConfig) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """A run folder re-emitted over a trained run, or trained afresh with --no-resume: move that run's state
 aside, never resume it under the new plan and never delete it.
 
-The state is what the runner writes into the folder: checkpoints/, metrics,
+The state is what the runner writes into the folder: checkpoints/ (and the HF Trainer door's
+checkpoints-trainer/, whichever door trains afresh), metrics,
 exports, TensorBoard events, the summary and run_status.json. The token cache (data/)
 stays: it is keyed by the content of the data and tokenizer, so a new plan
 reuses it only when they are the same. The moved state goes to
@@ -20,7 +21,16 @@ from pathlib import Path
 # logs/ is not run state: its files are named by launch time, and `train` writes the current launch's log
 # there before the runner decides whether it starts afresh (moving it would hide the running job's log).
 # run_status.json too: left behind, `watch` would show the moved run as the new plan's (finished, its checkpoint).
-RUN_STATE = ("checkpoints", "metrics.jsonl", "final", "tensorboard", "run_summary.json", "run_status.json")
+TRAINER_CHECKPOINTS = "checkpoints-trainer"  # the HF Trainer door's own checkpoints (backends/runner/trainer.py)
+RUN_STATE = (
+    "checkpoints",
+    TRAINER_CHECKPOINTS,
+    "metrics.jsonl",
+    "final",
+    "tensorboard",
+    "run_summary.json",
+    "run_status.json",
+)
 PREVIOUS = "previous"
 
 
