@@ -199,8 +199,13 @@ def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans_and_a_sigterm_checkpoints
     earlier = '{"kind": "launch", "step": 0, "world_size": 1, "resumed_from": null}\n{"kind": "train", "step": 1}\n'
     (deepspeed / "metrics.jsonl").write_text(earlier)  # an attempt killed before its first checkpoint
     db = tmp_path / "runs.duckdb"
-    through = _trainer_door(deepspeed, "--steps", str(TRAINER_STEPS), "--record", "--db", str(db))
+    elsewhere = tmp_path / "door-metrics.jsonl"  # --metrics, which the door dropped (it wrote the folder's)
+    through = _trainer_door(
+        deepspeed, "--steps", str(TRAINER_STEPS), "--record", "--db", str(db), "--metrics", str(elsewhere)
+    )
     assert through["distributed_type"] == "DEEPSPEED" and through["steps"] == TRAINER_STEPS
+    assert not (deepspeed / "metrics.jsonl").exists() and through["summary"]["metrics"] == str(elsewhere)
+    os.replace(elsewhere, deepspeed / "metrics.jsonl")  # read below where the other runs' rows are
     # Every run calibrates: the runner's own summary, and its record beside the formula's step (before: neither).
     summary = json.loads((deepspeed / "run_summary.json").read_text())
     steps_s = [row["step_s"] for row in _rows(deepspeed, "train")]
