@@ -23,7 +23,8 @@ def _click_commands(command: Any, path: str) -> dict[str, set[str]]:
     return {path: {flag for param in command.params for flag in (*param.opts, *param.secondary_opts)}}
 
 
-def _runner_flags() -> set[str]:
+def runner_flags() -> set[str]:
+    """The options `train` passes on to the runner (what `train` takes beyond its own)."""
     from backends.runner.options import runner_parser
 
     internal = {"--plan", "--local_rank", "--local-rank"}  # train sets --plan itself; the launcher's rank
@@ -33,7 +34,7 @@ def _runner_flags() -> set[str]:
 def commands_with(option: str, root: Any) -> list[str]:
     """The commands (full paths, `hardware-selector plan`) below the click group `root` that take `option`."""
     owners = _click_commands(root, "hardware-selector")
-    owners.setdefault(TRAIN, set()).update(_runner_flags())
+    owners.setdefault(TRAIN, set()).update(runner_flags())
     return sorted(path for path, flags in owners.items() if option in flags and option != "--help")
 
 

@@ -53,12 +53,10 @@ def checked_runner_args(run_dir: Path, forwarded: list[str]) -> tuple:
 
 def _owners_of_unknown(forwarded: list[str]) -> str:
     """Where the first option train does not take lives (`train --gpu`: plan's), or ""."""
-    from backends.runner.options import runner_parser
-
     from .app import every_command
-    from .option_owners import TRAIN, owners_hint
+    from .option_owners import TRAIN, owners_hint, runner_flags
 
-    known = runner_parser()._option_string_actions
+    known = runner_flags()
     unknown = next(
         (word.split("=")[0] for word in forwarded if word.startswith("--") and word.split("=")[0] not in known), None
     )

@@ -25,7 +25,7 @@ from planner.inference import InferenceRequest
 from planner.inference.flags import ServingFlags
 from planner.inference.request import KvFormat, ServingObjective, WeightFormat
 from planner.limits import DEFAULT_HEADROOM
-from planner.models.legacy_names import catalog_name, check_model_family, family_modality
+from planner.models.legacy_names import check_model_family, family_modality
 from planner.models.resolve import resolve_model
 from planner.models.spec import ModelSpec
 from planner.plan import Plan
@@ -80,7 +80,9 @@ class HardwareSelector:
 
     def _model(self, model_family: str, model_name: str | os.PathLike[str]) -> ModelSpec:
         families = check_model_family(model_family)  # both names checked by checked_arguments
-        spec = resolve_model(catalog_name(os.fspath(model_name)))  # a pathlib.Path to a model folder is a name too
+        spec = resolve_model(
+            os.fspath(model_name)
+        )  # a Path to a model folder is a name too; legacy names resolve there
         if spec.family not in families or family_modality(model_family) != spec.modality:
             kind = {"image": "a vision ", "audio": "an audio ", "image-text": "a multimodal "}.get(spec.modality, "")
             raise UserInputError(f"{spec.name} is {kind}{spec.family.value}, not a '{model_family}' model; "
