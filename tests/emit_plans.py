@@ -7,11 +7,20 @@ from planner.hardware.cluster import make_cluster
 from planner.memory.estimate import estimate_memory
 from planner.models.resolve import resolve_model
 from planner.plan import Plan
+from planner.throughput.estimate import estimate_throughput
 from planner.training_config import TrainingConfig
 
 
-def make_plan(model: str = "gpt2", gpu: str = "cpu", gpus_per_node: int = 2, nodes: int = 1, **config_fields) -> Plan:
-    """A Plan on `gpus_per_node` x `nodes` devices; CPU plans default to fp32 (no bf16 on the pseudo-device)."""
+def make_plan(
+    model: str = "gpt2",
+    gpu: str = "cpu",
+    gpus_per_node: int = 2,
+    nodes: int = 1,
+    with_throughput: bool = False,
+    **config_fields,
+) -> Plan:
+    """A Plan on `gpus_per_node` x `nodes` devices; CPU plans default to fp32 (no bf16 on the pseudo-device).
+    `with_throughput`: carry the formula's estimate, as a searched plan does (a run's record stores its step)."""
     cluster = make_cluster(gpu, gpus_per_node=gpus_per_node, nodes=nodes)
     fields = {"seq_len": 32, "micro_batch": 1, "grad_accum": 2}
     if gpu == "cpu":
@@ -31,6 +40,7 @@ def make_plan(model: str = "gpt2", gpu: str = "cpu", gpus_per_node: int = 2, nod
         cluster=cluster,
         config=config,
         memory=memory,
+        throughput=estimate_throughput(spec, config, cluster) if with_throughput else None,
         reasons=[f"test plan: {config.strategy.value}"],
     )
 

@@ -52,12 +52,11 @@ def user(tmp_path_factory):
     return root, model_dir, options
 
 
-def _emit(user, name: str, **fields) -> Path:
+def _emit(user, name: str, with_throughput: bool = False, **fields) -> Path:
     root, model_dir, options = user
     run_dir = root / name
-    emit_run_folder(
-        make_plan(str(model_dir), seq_len=64, micro_batch=2, grad_accum=2, **fields), run_dir, options=options
-    )
+    plan = make_plan(str(model_dir), seq_len=64, micro_batch=2, grad_accum=2, with_throughput=with_throughput, **fields)
+    emit_run_folder(plan, run_dir, options=options)
     return run_dir
 
 
@@ -195,7 +194,8 @@ def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans_and_a_sigterm_checkpoints
     engine = _launches(torchrun_ddp[2])
     assert engine == [{"kind": "launch", "step": 0, "world_size": 2, "resumed_from": None}]
 
-    deepspeed = _emit(user, "trainer-deepspeed", strategy="deepspeed", zero_stage=2)
+    # With the formula's estimate, as a searched plan has it: the record's prediction is then a number to compare.
+    deepspeed = _emit(user, "trainer-deepspeed", with_throughput=True, strategy="deepspeed", zero_stage=2)
     earlier = '{"kind": "launch", "step": 0, "world_size": 1, "resumed_from": null}\n{"kind": "train", "step": 1}\n'
     (deepspeed / "metrics.jsonl").write_text(earlier)  # an attempt killed before its first checkpoint
     db = tmp_path / "runs.duckdb"
@@ -215,7 +215,8 @@ def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans_and_a_sigterm_checkpoints
     (stored,) = BenchmarkStore(db).runs()
     assert (stored.runner, stored.id) == ("backends.run --trainer", summary["record_id"])
     assert stored.step_time_median_s == pytest.approx(summary["median_step_time_s"])
-    assert stored.predicted_step_time_s == summary["formula_step_time_s"]  # the formula's (tests/emit_plans: none)
+    formula_step_s = json.loads((deepspeed / "plan.json").read_text())["throughput"]["step_time_s"]
+    assert stored.predicted_step_time_s == summary["formula_step_time_s"] == pytest.approx(formula_step_s)
     (moved,) = (deepspeed / "previous").iterdir()  # a fresh start moves the earlier run aside, as the runner does
     assert (moved / "metrics.jsonl").read_text() == earlier
     assert _launches(deepspeed) == engine
