@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from benchmarks_db.store import BenchmarkStore
 from planner.contract.run_config import DataConfig, Hyperparameters
@@ -221,6 +222,12 @@ def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans_and_a_sigterm_checkpoints
     assert (moved / "metrics.jsonl").read_text() == earlier
     assert _launches(deepspeed) == engine
     assert [row["step"] for row in _rows(deepspeed, "train")] == list(range(1, TRAINER_STEPS + 1))
+    events = EventAccumulator(str(deepspeed / "tensorboard"))  # the loop's TensorBoard events too (before: none)
+    events.Reload()
+    losses = [row["loss"] for row in _rows(deepspeed, "train")]
+    assert [(event.step, event.value) for event in events.Scalars("train/loss")] == [
+        (step, pytest.approx(loss)) for step, loss in enumerate(losses, start=1)
+    ]
 
     fsdp = _emit(user, "trainer-fsdp", strategy="fsdp")
     stopped = _sigterm_after_the_first_step(fsdp, *TRAINER_RUN)

@@ -249,7 +249,11 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
     checkpoints = Path(kwargs["output_dir"])
     resumed_from, resumed_at = newest_checkpoint(checkpoints) if run.checkpoint.resume else (None, 0)
     moved = _fresh_start(spec.run_dir) if resumed_from is None and rank == 0 else None
-    metrics = MetricsLog(Path(args.metrics) if args.metrics else spec.run_dir / "metrics.jsonl", enabled=rank == 0)
+    metrics = MetricsLog(  # the loop's rows, and its TensorBoard events where the extra is installed
+        Path(args.metrics) if args.metrics else spec.run_dir / "metrics.jsonl",
+        enabled=rank == 0,
+        tensorboard_dir=spec.run_dir / "tensorboard",
+    )
     if resumed_from is not None:
         metrics.truncate_after(resumed_at)  # each step once: a killed run's rows past its checkpoint go
     metrics.write_launch(step=resumed_at, world_size=world, resumed_from=resumed_from)
