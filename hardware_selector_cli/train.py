@@ -126,14 +126,18 @@ def _prepare(run_dir: Path, forwarded: list[str], *, nproc: int | None, max_rest
     # Data, tokenizer, weights: seconds here instead of after every rank starts. They only read the
     # user's files, so they come before the lock: a refused run leaves the folder as it was.
     preflight(run, tiny=args.tiny, run_dir=spec.run_dir)
-    resume_checks = partial(
-        check_resume,
-        spec.run_dir,
-        run,
-        tiny=args.tiny,
-        strategy=spec.strategy.value,
-        resume_from=args.resume_from,
-        reset_data_position=args.reset_data_position,
+    resume_checks = (
+        _trainer_resume_check(spec.run_dir, args)
+        if args.trainer
+        else partial(
+            check_resume,
+            spec.run_dir,
+            run,
+            tiny=args.tiny,
+            strategy=spec.strategy.value,
+            resume_from=args.resume_from,
+            reset_data_position=args.reset_data_position,
+        )
     )
     if dry_run:  # every check a launch would make, none of its effects: the lock is looked at, not taken
         refuse_if_held(spec.run_dir)
@@ -149,6 +153,20 @@ def _prepare(run_dir: Path, forwarded: list[str], *, nproc: int | None, max_rest
     return spec, command, lock, stopped, {HELD_ENV: str(spec.run_dir.resolve())}
 
 
+def _trainer_resume_check(run_dir: Path, args: Any) -> Callable[[], Path | None]:
+    """Under --trainer the runner's checkpoint checks do not apply: --resume-from must name a Trainer
+    checkpoint-<N> (backends/runner/trainer.py), checked here, before any rank starts."""
+
+    def check() -> Path | None:
+        if args.resume_from is None:
+            return None
+        from backends.runner.trainer import trainer_checkpoint
+
+        return Path(trainer_checkpoint(args.resume_from, run_dir)[0])
+
+    return check
+
+
 def _next_start(run_dir: Path, args: Any, resumes_from: Path | None, *, resume: bool) -> tuple[Callable[[], str], str]:
     """Where the next `train` starts, should this one be stopped before its ranks say (asked only then), and the
     command that resumes it: --resume-from's checkpoint, the one the ranks will choose (a damaged newest
@@ -159,6 +177,8 @@ def _next_start(run_dir: Path, args: Any, resumes_from: Path | None, *, resume: 
         from backends.runner.trainer import RESUME_COMMAND, newest_checkpoint
         from planner.rundir.previous_run import TRAINER_CHECKPOINTS
 
+        if args.resume_from is not None and resumes_from is not None:
+            return partial(where_next, str(resumes_from), RESUME_COMMAND), RESUME_COMMAND
         newest = partial(newest_checkpoint, run_dir / TRAINER_CHECKPOINTS)
         return (lambda: where_next(newest()[0] if resume else None, RESUME_COMMAND)), RESUME_COMMAND
     if args.resume_from is not None and resumes_from is not None:

@@ -189,8 +189,8 @@ def _kept(run_dir: Path) -> list[int]:
 def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans_and_a_sigterm_checkpoints_its_step(user, torchrun_ddp, tmp_path):
     """DeepSpeed ZeRO-2 runs through, over an earlier attempt's metrics.jsonl (before: appended to it); FSDP is
     stopped by a SIGTERM mid-run (before the door's vote: exit 143 and no checkpoint at the step it stopped at, no
-    launch row) and resumed. Same seed, same sampler, same update: the two backends log the same losses, the FSDP
-    one across its two launches."""
+    launch row), resumed, and resumed again from an older checkpoint --resume-from names. Same seed, same sampler,
+    same update: the two backends log the same losses, the FSDP one across its three launches."""
     # The launch rows are the runner's own (its DDP run above is the reference): where each launch began.
     engine = _launches(torchrun_ddp[2])
     assert engine == [{"kind": "launch", "step": 0, "world_size": 2, "resumed_from": None}]
@@ -254,6 +254,14 @@ def test_hf_trainer_door_runs_deepspeed_and_fsdp_plans_and_a_sigterm_checkpoints
     assert resumed["losses"] == pytest.approx(through["losses"], rel=1e-4)
     assert _kept(fsdp) == sorted({*range(every, TRAINER_STEPS + 1, every), saved})[-keep:]
     assert _launches(fsdp) == [engine[0], {**engine[0], "step": saved, "resumed_from": str(checkpoint)}]
+
+    # --resume-from names an older checkpoint than the newest (before: refused), and the curve goes on from it.
+    older = _kept(fsdp)[0]
+    named = _trainer_door(fsdp, *TRAINER_RUN, "--resume-from", f"checkpoints-trainer/checkpoint-{older}")
+    assert named["losses"] == pytest.approx(through["losses"], rel=1e-4)
+    assert [row["step"] for row in _rows(fsdp, "train")] == list(range(1, TRAINER_STEPS + 1))  # each step once
+    older_path = str((fsdp / "checkpoints-trainer" / f"checkpoint-{older}").resolve())
+    assert _launches(fsdp)[-1] == {**engine[0], "step": older, "resumed_from": older_path}
 
 
 if __name__ == "__main__":

@@ -151,7 +151,6 @@ def test_db_import_keeps_the_good_rows_and_the_database_still_plans(capsys, tmp_
         (["--trainer", "--strategy", "engine"], "--trainer runs DDP, FSDP or DeepSpeed"),
         (["--no-resume", "--reset-data-position"], "--reset-data-position is for the runner's resume"),
         (["--trainer", "--reset-data-position"], "--trainer resumes through the Trainer's own state"),
-        (["--trainer", "--resume-from", "ckpt"], "--trainer resumes the Trainer's own newest"),
         (["--steps-only", "--eval-every", "5"], "--eval-every: --steps-only trains and times the steps"),
         (["--steps-only", "--save-every", "10"], "--save-every: --steps-only"),
         (["--no-record", "--db", "bench.duckdb"], "--db names the database a run records into"),

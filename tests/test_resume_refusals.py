@@ -104,6 +104,37 @@ def test_resume_from_as_the_docs_write_it_names_the_runs_own_checkpoint_from_any
     one_line_error(missing, f"--resume-from checkpoints/global_step9: no such folder (looked for here and in {run}")
 
 
+def test_resume_from_under_the_trainer_door_names_a_trainer_checkpoint(user, trained):
+    """`train --trainer --resume-from` was refused outright (the door resumed only the Trainer's newest). Now it
+    takes a checkpoints-trainer/checkpoint-<N> (a real resume from one: tests/test_emit_runs.py), and each door
+    handed the other's checkpoint says which door resumes it, in one line, before any rank starts."""
+    root, _, _ = user
+    run = root / "trainer resume from"
+    shutil.copytree(trained, run)
+    saved = run / "checkpoints-trainer" / "checkpoint-2"
+    saved.mkdir(parents=True)
+    (saved / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    assert (
+        cli("train", run, "--dry-run", "--trainer", "--resume-from", "checkpoints-trainer/checkpoint-2").returncode == 0
+    )
+    one_line_error(
+        cli("train", run, "--dry-run", "--trainer", "--resume-from", "checkpoints/global_step1"),
+        "--resume-from checkpoints/global_step1: a checkpoint of the runner (its runner_state.json): drop --trainer",
+    )
+    one_line_error(
+        cli("train", run, "--dry-run", "--resume-from", saved),
+        f"--resume-from {saved}: a checkpoint of the HF Trainer door (its trainer_state.json); add --trainer",
+    )
+    one_line_error(
+        cli("train", run, "--dry-run", "--trainer", "--resume-from", "checkpoints-trainer/checkpoint-9"),
+        f"--resume-from checkpoints-trainer/checkpoint-9: no such folder (looked for here and in {run})",
+    )
+    (saved / "trainer_state.json").write_text('{"global_step": ')  # cut short
+    one_line_error(
+        cli("train", run, "--dry-run", "--trainer", "--resume-from", saved), "trainer_state.json cannot be read"
+    )
+
+
 def test_resuming_on_other_data_is_refused_unless_the_data_position_is_reset(user, trained, tmp_path):
     """The checkpoint stands at sample 16 of corpus.txt; resumed with --data other.txt that position would index
     other text. Refused in one line, at `train` and in the ranks (`python -m backends.run`); the reference, the

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from planner.contract.run_config import DataConfig
 
 RUNNER_STATE = "runner_state.json"
+TRAINER_STATE = "trainer_state.json"  # what the HF Trainer saves in each checkpoint-<N> (the --trainer door)
 
 
 def model_fingerprint(hf_config: dict, *, tiny: bool = False) -> str:
@@ -109,22 +110,35 @@ def check_data_position(state: dict[str, Any], *, folder: Path, data: dict[str, 
     )
 
 
-def resume_path(value: Path, run_dir: Path) -> Path:
-    """--resume-from's checkpoint folder. A relative path is looked up from the working folder, then from the run
-    folder: docs/running.md's `--resume-from checkpoints/global_step<N>` names the run's own checkpoint wherever
-    `train` is typed (launch.sh's ranks run in the run folder, `train`'s in the user's)."""
+def resume_folder(value: Path, run_dir: Path) -> Path | None:
+    """--resume-from's folder, resolved, or None. A relative path is looked up from the working folder, then from
+    the run folder: docs/running.md's `--resume-from checkpoints/global_step<N>` names the run's own checkpoint
+    wherever `train` is typed (launch.sh's ranks run in the run folder, `train`'s in the user's)."""
     path = Path(value).expanduser()
     candidates = [path] if path.is_absolute() else [Path.cwd() / path, run_dir / path]
-    for candidate in candidates:
-        if candidate.is_dir():
-            chosen = candidate.resolve()
-            if not (chosen / RUNNER_STATE).is_file():
-                raise UserInputError(
-                    f"--resume-from {value}: not a checkpoint of the runner (no {RUNNER_STATE}); name a "
-                    "checkpoints/global_step<N> folder"
-                )
-            return chosen
-    where = "" if path.is_absolute() else f" (looked for here and in {run_dir})"
+    return next((candidate.resolve() for candidate in candidates if candidate.is_dir()), None)
+
+
+def not_found_where(value: Path, run_dir: Path) -> str:
+    return "" if Path(value).expanduser().is_absolute() else f" (looked for here and in {run_dir})"
+
+
+def resume_path(value: Path, run_dir: Path) -> Path:
+    """--resume-from's runner checkpoint folder (resume_folder), which must hold the runner's state."""
+    chosen = resume_folder(value, run_dir)
+    if chosen is not None:
+        if (chosen / TRAINER_STATE).is_file() and not (chosen / RUNNER_STATE).is_file():
+            raise UserInputError(
+                f"--resume-from {value}: a checkpoint of the HF Trainer door (its {TRAINER_STATE}); add --trainer "
+                "to resume it through the Trainer"
+            )
+        if not (chosen / RUNNER_STATE).is_file():
+            raise UserInputError(
+                f"--resume-from {value}: not a checkpoint of the runner (no {RUNNER_STATE}); name a "
+                "checkpoints/global_step<N> folder"
+            )
+        return chosen
+    where = not_found_where(value, run_dir)
     raise UserInputError(f"--resume-from {value}: no such folder{where}; name a checkpoints/global_step<N> folder")
 
 

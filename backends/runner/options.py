@@ -86,7 +86,8 @@ def runner_parser(prog: str = RUNNER_PROG) -> OneLineParser:
     parser.add_argument(
         "--resume-from",
         type=Path,
-        help="resume this checkpoint (a checkpoints/global_step<N> folder, this run's or another run folder's)",
+        help="resume this checkpoint (a checkpoints/global_step<N> folder, this run's or another run folder's; "
+        "under --trainer a checkpoints-trainer/checkpoint-<N> folder)",
     )
     parser.add_argument(
         "--record",
@@ -122,9 +123,6 @@ def check_flags(args: argparse.Namespace) -> None:
         other = "--no-resume starts afresh" if args.no_resume else "--trainer resumes through the Trainer's own state"
         raise UserInputError(f"--reset-data-position is for the runner's resume of a checkpoint, and {other}; drop one "
                              "of them")  # fmt: skip
-    if args.trainer and args.resume_from is not None:  # it was dropped without a word
-        raise UserInputError("--resume-from names a runner checkpoint, and --trainer resumes the Trainer's own newest "
-                             "checkpoints-trainer/checkpoint-N; drop one of them")  # fmt: skip
     if args.trainer and args.strategy == Strategy.ENGINE.value:
         raise UserInputError("--trainer runs DDP, FSDP or DeepSpeed; the engine trains in the runner's own loop: "
                              "drop --trainer or pick another --strategy")  # fmt: skip

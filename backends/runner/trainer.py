@@ -7,7 +7,8 @@ exactly as a Trainer user would load them) with the run's overrides on top
 blocks as the runner's loop. metrics.jsonl gets the runner's rows: the
 launch row as the launch starts (after the rows past the checkpoint it
 resumes from are dropped), then a callback's train and eval rows; the
-Trainer's checkpoints (checkpoints-trainer/) resume a killed run; a fresh
+Trainer's checkpoints (checkpoints-trainer/) resume a killed run, the newest
+or the one --resume-from names; a fresh
 start moves an earlier run's state to previous/, as the runner's loop does.
 A stop signal (SIGTERM, SIGINT) saves the step the ranks agree on and exits
 128 + the signal, as the runner's loop does (graceful_stop.py), and
@@ -138,6 +139,30 @@ def newest_checkpoint(folder: Path) -> tuple[str | None, int]:
     return newest, int(Path(newest).name.rsplit("-", 1)[1])
 
 
+def trainer_checkpoint(value: Path, run_dir: Path) -> tuple[str, int]:
+    """--resume-from under --trainer: a Trainer checkpoint-<N> folder, this run's or another run folder's (looked
+    up as the runner's are: checkpoints.resume_folder), and the step it was saved at (its trainer_state.json's)."""
+    from backends.runner.checkpoints import RUNNER_STATE, TRAINER_STATE, not_found_where, resume_folder
+
+    chosen = resume_folder(value, run_dir)
+    if chosen is None:
+        where = not_found_where(value, run_dir)
+        raise UserInputError(f"--resume-from {value}: no such folder{where}; name a checkpoints-trainer/checkpoint-<N> "
+                             "folder")  # fmt: skip
+    if not (chosen / TRAINER_STATE).is_file():
+        runners = f"a checkpoint of the runner (its {RUNNER_STATE}): drop --trainer to resume it"
+        what = (
+            runners if (chosen / RUNNER_STATE).is_file() else f"not a checkpoint of the HF Trainer (no {TRAINER_STATE})"
+        )
+        raise UserInputError(f"--resume-from {value}: {what}; or name a checkpoints-trainer/checkpoint-<N> folder")
+    try:
+        step = int(json.loads((chosen / TRAINER_STATE).read_text(encoding="utf-8"))["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UserInputError(f"--resume-from {value}: its {TRAINER_STATE} cannot be read (damaged?); name another "
+                             "checkpoint-<N> folder") from None  # fmt: skip
+    return str(chosen), step
+
+
 def _fresh_start(run_dir: Path) -> Path | None:
     """As the runner's loop starts afresh: an earlier run's state (its metrics.jsonl, run_status.json, final/, the
     runner's and the Trainer's checkpoints) moved to previous/<time>/, kept and never resumed; where, or None."""
@@ -247,7 +272,11 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
         run.model.task, vocab_size=int(model.config.vocab_size), tokenizer=None, seed=run.data.seed
     )
     checkpoints = Path(kwargs["output_dir"])
-    resumed_from, resumed_at = newest_checkpoint(checkpoints) if run.checkpoint.resume else (None, 0)
+    resumed_from: str | None
+    if args.resume_from is not None:  # the one named (checked before launch: hardware_selector_cli/train.py)
+        resumed_from, resumed_at = trainer_checkpoint(args.resume_from, spec.run_dir)
+    else:
+        resumed_from, resumed_at = newest_checkpoint(checkpoints) if run.checkpoint.resume else (None, 0)
     moved = _fresh_start(spec.run_dir) if resumed_from is None and rank == 0 else None
     metrics = MetricsLog(  # the loop's rows, and its TensorBoard events where the extra is installed
         Path(args.metrics) if args.metrics else spec.run_dir / "metrics.jsonl",
