@@ -60,6 +60,7 @@ def _registered(modules: tuple[str, ...]) -> typer.Typer:
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},  # every command's (tests/test_honest_mistakes.py)
     )
     for name in modules:
         importlib.import_module(f"{__package__}.{name}").register(built)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 TRAIN = "hardware-selector train"
+HELP_FLAGS = ("-h", "--help")  # every command's: never "an option of" one
 
 
 def _click_commands(command: Any, path: str) -> dict[str, set[str]]:
@@ -35,7 +36,7 @@ def commands_with(option: str, root: Any) -> list[str]:
     """The commands (full paths, `hardware-selector plan`) below the click group `root` that take `option`."""
     owners = _click_commands(root, "hardware-selector")
     owners.setdefault(TRAIN, set()).update(runner_flags())
-    return sorted(path for path, flags in owners.items() if option in flags and option != "--help")
+    return sorted(path for path, flags in owners.items() if option in flags and option not in HELP_FLAGS)
 
 
 def owners_hint(option: str, asked: str, every_command: Callable[[], Any]) -> str:

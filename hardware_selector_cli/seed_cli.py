@@ -46,12 +46,32 @@ def seed_help() -> str:
     )
 
 
+def _program() -> str:
+    """How the user started the program, for the help line: the console script or the file."""
+    return "python hardware_selector.py" if sys.argv[0].endswith(".py") else "hardware-selector"
+
+
+def _refuse_unknown_flags(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """A misspelt flag (`--model-famly`) is named, with the flag meant: argparse reports a missing required flag
+    first ("the following arguments are required: --model-family"), which hides the typo."""
+    import difflib
+
+    known = set(parser._option_string_actions)  # argparse keeps no public list of its options
+    for token in argv:
+        flag = token.split("=", 1)[0]
+        if flag.startswith("--") and not any(name.startswith(flag) for name in known):  # argparse takes prefixes
+            names = sorted(name.removeprefix("--") for name in known if name.startswith("--"))
+            close = difflib.get_close_matches(flag.removeprefix("--"), names, n=1)  # the dashes match every flag
+            meant = f" (did you mean --{close[0]}?)" if close else ""
+            parser.error(f"unknown option {flag}{meant}")
+
+
 def _parser() -> argparse.ArgumentParser:
     import argparse  # here: every start-up checks is_seed_invocation, and only the seed flags are parsed with it
 
     class _OneLineParser(argparse.ArgumentParser):
         def error(self, message: str) -> None:  # argparse prints usage and exits; we print one line
-            raise UserInputError(f"{message}; run 'python hardware_selector.py --model-family F --model-name M --help'")
+            raise UserInputError(f"{message}; run '{_program()} --model-family F --model-name M --help'")
 
     parser = _OneLineParser(prog="hardware_selector.py", description="Recommend a distributed training setup.")
     parser.add_argument("--model-family", required=True, help="text_generation, text_classification, seq2seq, ...")
@@ -183,7 +203,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def seed_main(argv: Sequence[str]) -> int:
-    args = _parser().parse_args(list(argv))
+    parser = _parser()
+    _refuse_unknown_flags(parser, list(argv))
+    args = parser.parse_args(list(argv))
     mode = args.mode.strip().lower()
     if mode not in ("training", "inference"):
         raise UserInputError(f"--mode must be training or inference, not '{args.mode}'")

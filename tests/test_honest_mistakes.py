@@ -130,3 +130,13 @@ def test_train_given_a_plan_option_names_the_commands_that_take_it(tmp_path):
     line = one_error_line(cli_in_process("train", tmp_path / "run", "--gpu", "A100-80GB"))
     assert line.endswith("; --gpu is an option of `db calibration`, `db list`, `estimate`, `plan` and `tune`")
     assert "--bogus is an option" not in one_error_line(cli_in_process("train", tmp_path / "run", "--bogus"))
+
+
+@pytest.mark.parametrize("argv", [["-h"], ["plan", "-h"], ["train", "-h"], ["db", "list", "-h"], ["tune", "-h"]])
+def test_dash_h_is_help_at_every_command(argv):
+    """`hardware-selector -h` was exit 2, "No such option: -h; -h is an option of `train`" (the runner's argparse
+    -h counted as an option `train` owns), and `train -h` said "argument --plan: expected one argument"."""
+    completed = cli_in_process(*argv)
+    assert completed.returncode == 0, completed.stderr
+    assert f"Usage: hardware-selector {' '.join(argv[:-1])}".rstrip() in " ".join(completed.stdout.split())
+    assert completed.stdout == cli_in_process(*argv[:-1], "--help").stdout

@@ -58,9 +58,17 @@ def test_seed_json_matches_the_api_and_subcommands_still_work(capsys):
 def test_bad_seed_input_is_one_line_and_exit_2(capsys):
     from hardware_selector import main
 
+    assert main([*SEED[:4], "--gpu-c", "1", "--batch-s", "1"]) == 0  # argparse's prefixes stay accepted
+    capsys.readouterr()
+
     for args, message in (
         ([*SEED[:2], "--model-name", "llama-7b", "--gpu-count", "x"], "invalid int value"),
         (["--model-family", "text_generation"], "required"),
+        # A misspelt flag was hidden behind the required one it missed: "the following arguments are required".
+        (["--model-famly", "text_generation", "--model-name", "gpt2"], "unknown option --model-famly (did you mean "
+                                                                       "--model-family?)"),
+        ([*SEED[:4], "--gpu_count", "2"], "unknown option --gpu_count (did you mean --gpu-count?)"),
+        ([*SEED[:4], "--bogus"], "unknown option --bogus; run "),
         ([*SEED[:4], "--mode", "serve"], "--mode must be training or inference"),
         ([*SEED[:4], "--gpu-count", "0"], "--gpu-count 0 needs --distributed"),  # was one GPU, silently
         ([*SEED[:4], "--distributed", "--gpu-count", "0"], "--gpu-count must be at least 1"),
@@ -68,7 +76,7 @@ def test_bad_seed_input_is_one_line_and_exit_2(capsys):
             [*SEED[:2], "--model-name", "llama-7b", "--batch-size", "0"],
             "--batch-size must be at least 1",
         ),
-    ):
+    ):  # fmt: skip
         assert main(args) == 2, args
         err = capsys.readouterr().err.strip()
         assert err.startswith("error:") and message in err and "\n" not in err, err
@@ -98,7 +106,7 @@ def test_seed_inference_mode_prints_a_serving_layout(capsys):
     ("args", "code"),
     [
         (["--model-family", "text_generation", "--model-name", "gpt2", "--batch-size", "1", "--mode", "training"], 141),
-        (["plan", "-m", "gpt2", "--gpu", "cpu"], 1),  # click's own quiet exit for a closed pipe
+        (["plan", "-m", "gpt2", "--gpu", "cpu"], 1),  # rich's own quiet exit for a closed pipe (on_broken_pipe)
     ],
 )
 def test_a_reader_that_leaves_early_ends_the_cli_quietly(args, code):
