@@ -122,11 +122,28 @@ def test_a_hugging_face_model_returns_its_output_with_the_loss():
     engine.backward(outputs.loss)
 
 
+def test_an_optimizer_object_overrides_the_configs_block_as_deepspeeds_does(capsys):
+    """DeepSpeed's initialize: the object "overrides any optimizer definition in the DeepSpeed json config" (its
+    docstring), and DeepSpeed trains with it; ours refused the pair, so a script passing its own AdamW failed on a
+    GPU plan's ds_config.json, which has an optimizer block. The reference: the same object with no block."""
+    micro = {"train_micro_batch_size_per_gpu": 2}
+    block = {"optimizer": {"type": "SGD", "params": {"lr": 0.5}}}
+    trained = []
+    for config in (micro, {**micro, **block}):
+        torch.manual_seed(0)
+        model = Scalar("scalar")
+        engine = backends.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=0.01),
+                                     config=config)[0]  # fmt: skip
+        x, y = torch.randn(2, 3), torch.randn(2)
+        engine.backward(engine(x, y))
+        engine.step()
+        trained.append([param.detach().clone() for param in model.parameters()])
+    assert all(torch.equal(ours, reference) for ours, reference in zip(trained[1], trained[0]))
+    assert "optimizer overridden by initialize's optimizer object" in capsys.readouterr().out
+
+
 def test_deepspeed_arguments_that_cannot_apply_are_one_line():
     model = Scalar("scalar")
-    with pytest.raises(UserInputError, match="both as an object and in the config"):
-        backends.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters()),
-                            config={"optimizer": {"type": "AdamW"}})  # fmt: skip
     with pytest.raises(UserInputError, match="not one our engine runs"):
         backends.initialize(model=model, optimizer=torch.optim.RMSprop(model.parameters()))
     with pytest.raises(UserInputError, match="model_parameters holds 1 tensors but the model has 2"):

@@ -6,7 +6,11 @@ object is read back into the config's block:
 
 - `optimizer`: a torch AdamW, Adam or SGD (or a function of the parameters
   that returns one) becomes the `optimizer` block with its hyperparameters.
-  Both an object and a config block is an error, as in DeepSpeed.
+  Given with a config block too, the object wins, as DeepSpeed's initialize
+  documents ("This overrides any optimizer definition in the DeepSpeed json
+  config"), and the config-keys line says the block was overridden: a plan's
+  GPU ds_config.json carries an optimizer block, and a script written for
+  DeepSpeed passes its own AdamW (docs/integrations.md).
 - `lr_scheduler`: a function of the optimizer (DeepSpeed's callable form) is
   called with the engine's optimizer; a scheduler object built on another
   optimizer cannot drive ours and is one line saying to pass the function.
@@ -36,10 +40,6 @@ def with_optimizer_object(settings: EngineConfig, optimizer: Any, model: Any, ex
     """`settings` whose optimizer block is the one `optimizer` (a torch optimizer or a factory) describes."""
     if optimizer is None:
         return settings
-    if explicit_block:
-        raise UserInputError(
-            "an optimizer was given both as an object and in the config's optimizer block; keep one of them"
-        )
     if callable(optimizer) and not hasattr(optimizer, "param_groups"):
         optimizer = optimizer(list(model.parameters()))
     kind = TORCH_OPTIMIZERS.get(type(optimizer).__name__)
@@ -64,7 +64,8 @@ def with_optimizer_object(settings: EngineConfig, optimizer: Any, model: Any, ex
         params["dampening"] = float(first.get("dampening", 0.0))
     if kind == "Adam":
         params["adam_w_mode"] = False  # torch's Adam adds weight decay to the gradient: DeepSpeed's Adam without AdamW
-    return with_changes(settings, {"optimizer": {"type": kind, "params": params}})
+    fate = ("optimizer", "overridden by initialize's optimizer object, as DeepSpeed's is") if explicit_block else None
+    return with_changes(settings, {"optimizer": {"type": kind, "params": params}}, fate)
 
 
 def with_pipeline_flag(settings: EngineConfig, pipeline: Any, model: Any, world_size: int) -> EngineConfig:
