@@ -43,6 +43,6 @@ def test_a_capped_training_answer_lists_no_catalog_gpu_that_fits_only_without_th
 def test_an_uncapped_answer_says_nothing_of_a_cap_and_still_suggests_larger_gpus():
     answer = get_inference_config("text_generation", "llama-3-8b", gpu="T4", batch_size=1)
     assert not answer["fits"] and "gpu_memory_cap" not in answer
-    (larger,) = [line for line in answer["suggestions"] if re.match(r"at 1 GPU, \S+ fits", line)]
-    gpu = larger.split(", ")[1].removesuffix(" fits")
+    (larger,) = [line for line in answer["suggestions"] if re.match(r"at 1 GPU, \S+ fits \(", line)]
+    gpu = larger.split(", ")[1].split(" fits (")[0]
     assert get_inference_config("text_generation", "llama-3-8b", gpu=gpu, batch_size=1)["fits"]

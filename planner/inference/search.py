@@ -333,6 +333,9 @@ def serving_suggestions(
             except UserInputError:
                 continue
             if _fits_anywhere(spec, other, request):
-                lines.append(f"at {counted(cluster.world_size, 'GPU')}, {gpu.name} fits")
+                # its memory said: a larger GPU than the one asked for (max_memory_gb's, or --gpu's)
+                lines.append(
+                    f"at {counted(cluster.world_size, 'GPU')}, {gpu.name} fits ({gpu.memory_bytes / GIB:.0f} GiB a GPU)"
+                )
                 break
     return lines or [f"nothing fits {spec.name} for this request up to 64 x {label}; shorten {flags.context}"]

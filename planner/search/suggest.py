@@ -1,5 +1,6 @@
 """When nothing fits: the fewest GPUs of this type that would, and which catalog GPUs fit at this count; and for a
-global batch that does not divide over the GPUs (smaller than their count, say), why, and the totals that fit.
+global batch that does not divide over the GPUs (smaller than their count, say), why, and the totals that fit; on
+a node given no NVMe, the NVMe that ZeRO-Infinity's offload would fit these GPUs with.
 
 Every cluster suggested is one the search itself finds a plan on, for the
 same request (batch, sequence length, strategies): `plan_fits` runs it. A
@@ -26,7 +27,7 @@ from planner.search.candidates import precisions_for
 from planner.search.layouts import enumerate_layouts
 from planner.search.request import PlanRequest
 from planner.training_config import ActivationCheckpointing, TrainingConfig
-from planner.units import counted
+from planner.units import GIB, counted
 
 MAX_GPUS = 1024
 DEFAULT_NODE_GPUS = 8
@@ -42,6 +43,7 @@ class SuggestionFlags:
     lora: str | None = "--lora-rank (or --qlora)"
     strategies: str | None = "--strategies"
     seq_len: str = "--seq-len"
+    nvme: str | None = "--nvme-gb"  # NVMe per node (GiB), for ZeRO-Infinity's offload
     cluster_of: Callable[[GpuSpec, int], ClusterSpec] | None = None  # how it builds N GPUs (None: as `plan` does)
 
 
@@ -137,6 +139,22 @@ def fitting_catalog_gpus(
             if len(names) == limit:
                 break
     return names
+
+
+NVME_SIZES_GIB = (1024, 2048, 4096, 8192, 16384)  # per node, as nodes carry NVMe (TB-class drives)
+
+
+def nvme_line(cluster: ClusterSpec, request: PlanRequest, plan_fits: PlanFits, flags: SuggestionFlags) -> str | None:
+    """A cluster given no NVMe: the smallest of NVME_SIZES_GIB per node on which the search finds a plan on these
+    GPUs (ZeRO-Infinity offloads to it), said as the asking command sets it; None where none does or none may."""
+    deepspeed = {"deepspeed", "zero3"} & set(request.strategies)
+    if not flags.nvme or cluster.nvme_per_node_bytes or not request.allow_offload or not deepspeed:
+        return None
+    for size in NVME_SIZES_GIB:
+        if plan_fits(cluster.model_copy(update={"nvme_per_node_bytes": size * GIB})):
+            given = f"{flags.nvme}={size}" if flags.nvme.isidentifier() else f"{flags.nvme} {size}"
+            return f"{given} (NVMe on each node) fits on {cluster.world_size} x {gpu_label(cluster.gpu)}: ZeRO-Infinity offloads to it"
+    return None
 
 
 def _at_least(batch: int, gpus: int) -> int:
@@ -238,6 +256,8 @@ def suggestions(
         lines.append(
             f"at {counted(cluster.world_size, 'GPU')} ({_flags(cluster)}) these catalog GPUs fit: {', '.join(gpus)}"
         )
+    nvme = nvme_line(cluster, request, plan_fits, flags)
+    lines += [nvme] if nvme else []
     if request.seq_len > 1024:
         lines.append(f"a shorter {flags.seq_len} than {request.seq_len} shrinks activations")
     if not request.lora_rank and flags.lora:

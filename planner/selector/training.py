@@ -40,7 +40,7 @@ SEED_FLAGS = SuggestionFlags(
 # own gpus_per_node), seq_len; it has no global batch or LoRA either.
 API_FLAGS = SuggestionFlags(
     cluster=lambda cluster: f"gpu_count={cluster.world_size}, gpus_per_node={cluster.gpus_per_node}",
-    global_batch=None, lora=None, strategies="strategies", seq_len="seq_len", cluster_of=cluster_for,
+    global_batch=None, lora=None, strategies="strategies", seq_len="seq_len", nvme="nvme_gb", cluster_of=cluster_for,
 )  # fmt: skip
 
 
