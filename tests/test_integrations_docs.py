@@ -127,8 +127,8 @@ def test_the_trainer_runs_the_plan_with_the_callback_on_two_ranks(user, tmp_path
 
     plan, _ = read_plan_file(run_dir)
     assert plan.config.strategy.value == strategy and plan.config.zero_stage == zero
-    # A --gpu cpu plan: the step time beside its prediction, the host RSS beside nothing.
-    pattern = r"^step (\d+): [\d.e-]+ s/step vs predicted [\d.e-]+ \([+-]\d+%; .*\); host peak RSS [\d.]+ GiB \(CPU"
+    # A --gpu cpu plan: the step time and the host RSS beside its predictions, as `train` sets them.
+    pattern = r"^step (\d+): [\d.e-]+ s/step vs predicted [\d.e-]+ \([+-]\d+%; .*\); host peak RSS [\d.]+ GiB vs pre"
     lines = re.findall(pattern, stdout, re.M)
     assert [int(step) for step in lines] == [2, 3, 4], stdout[-3000:]
     (stored,) = BenchmarkStore(database).runs()

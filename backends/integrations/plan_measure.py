@@ -86,19 +86,19 @@ class PlanMeasurement:
     def _line(self, step: int, measured: float, peak: int) -> str:
         predicted = self.run.predicted
         time_part = f"step {step}: {measured:.3g} s/step"
+        memory_part = f"peak memory {peak / GIB:.2f} GiB"
+        source = predicted.memory_source or "formula"
         if not self.on_gpu:
-            rss = f"host peak RSS {peak / GIB:.2f} GiB"
-            # A `--gpu cpu` plan predicts these processes' step time (the runner's rule, step_time_comparable).
+            # A `--gpu cpu` plan predicts these processes' step and memory, RSS with RSS (the runner's rule,
+            # step_time_comparable; its estimate models a CPU rank); a GPU plan's predictions are not theirs.
             if self.plan.cluster.gpu.name != "cpu" or not predicted.step_time_s or not self.runs_the_plan:
+                rss = f"host peak RSS {peak / GIB:.2f} GiB"
                 return f"{time_part}, {rss} (CPU processes: the plan's GPU predictions are not compared)"
-            return f"{time_part}{self._versus(measured)}; {rss} (CPU processes: not compared with a GPU estimate)"
+            memory_part, source = f"host peak RSS {peak / GIB:.2f} GiB", f"host peak RSS; {source}"
         if predicted.step_time_s:
             time_part += self._versus(measured)
-        memory_part = f"peak memory {peak / GIB:.2f} GiB"
         if predicted.peak_memory_bytes:
-            memory_part += (
-                f" vs predicted {predicted.peak_memory_bytes / GIB:.2f} GiB ({predicted.memory_source or 'formula'})"
-            )
+            memory_part += f" vs predicted {predicted.peak_memory_bytes / GIB:.2f} GiB ({source})"
         return f"{time_part}; {memory_part}"
 
     def _versus(self, measured: float) -> str:
