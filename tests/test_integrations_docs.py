@@ -97,12 +97,58 @@ def shared_launch(user, tmp_path_factory) -> dict[str, str]:
          "env": _deepspeed_env(user, script_run, engine), "skip_deepspeed_shm": True}
         for engine in ("deepspeed", "ours")
     ]  # fmt: skip
+    readme = folder / "readme"  # the README's engine loop, where its plan command put runs/engine
+    (readme / "demo").mkdir(parents=True)
+    (readme / "demo" / "my-gpt2").symlink_to(user[1])
+    (readme / README_LOOP).write_text(readme_engine_loop()[1], encoding="utf-8")
+    with contextlib.chdir(readme):
+        plan_cli(*readme_engine_loop()[0])
+    cases.append({"name": "readme-engine", "script": str(readme / README_LOOP), "cwd": str(readme)})
     by_rank = launch_cases(folder / "out", cases)
     return {
         **{name: by_rank[0][name] + by_rank[1][name] for name in by_rank[0]},
         "database": str(folder / "runs.duckdb"),
         "deepspeed-script": str(script_run),
+        "readme": str(readme),
     }
+
+
+README_LOOP = "engine_loop.py"
+
+
+def readme_engine_loop() -> tuple[list[str], str]:
+    """The README's engine section: its `plan ... --strategies engine` command (the arguments after
+    `hardware-selector`) and its loop script, as printed."""
+    import shlex
+
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    (command,) = [line for line in re.findall(r"```bash\n(.*?)```", text, re.DOTALL) if "--strategies engine" in line]
+    (loop,) = re.findall(rf"```python\n(# {README_LOOP}\n.*?)```", text, re.DOTALL)
+    return shlex.split(command.replace("\\\n", " "))[1:], loop
+
+
+@pytest.mark.slow
+def test_the_readmes_engine_loop_runs_as_printed_on_its_plan(shared_launch):
+    """README "The engine": its loop on the plan its command makes (2 CPU ranks, split as the plan splits the
+    model), against the model's own loss on one process: the first step's loss is the checkpoint's on those
+    micro-batches; it trains, and leaves its checkpoint. Before, the block used names it never defined."""
+    import json
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out, readme = shared_launch["readme-engine"], Path(shared_launch["readme"])
+    found = [float(loss) for loss in re.findall(r"^step \d+ loss ([\d.]+)$", out, re.M)]
+    assert len(found) == 6, out[-3000:]  # 3 steps, printed by each of the 2 ranks
+    config = json.loads((readme / "runs" / "engine" / "engine.json").read_text())
+    micro, accumulation = config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"]
+    model = AutoModelForCausalLM.from_pretrained(readme / "demo" / "my-gpt2")
+    torch.manual_seed(0)
+    batches = [torch.randint(0, model.config.vocab_size, (micro, 64)) for _ in range(4)][:accumulation]
+    with torch.no_grad():
+        reference = sum(float(model(input_ids=ids, labels=ids).loss) for ids in batches) / len(batches)
+    assert found[0] == pytest.approx(reference, rel=1e-4) and found[-1] < found[0]
+    assert (readme / "runs" / "engine" / "my-checkpoint" / "latest").is_file()
 
 
 @pytest.mark.slow
