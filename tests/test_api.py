@@ -190,3 +190,21 @@ def test_a_memory_cap_that_leaves_no_candidate_says_so():
 
     with pytest.raises(ValueError, match="^no candidate GPU has max_memory_gb 8 or less; raise max_memory_gb"):
         select_hardware_for_task("text_generation", "gpt2", max_memory_gb=8, candidates=["A10"], include_detected=False)
+
+
+def test_a_request_without_batch_size_says_the_batch_the_search_chose():
+    """batch_size left out gave 32 per GPU x 16 steps (1024 sequences) with no note and no word in the docs; the
+    reference is plan's own default: DEFAULT_TOKENS_PER_STEP tokens a step."""
+    from planner.search.batching import DEFAULT_TOKENS_PER_STEP
+
+    config = get_distributed_training_config("text_generation", "gpt2", gpu_count=2, calibrate=False)
+    assert config["requested_per_gpu_batch_size"] is None
+    assert config["effective_batch_size"] * config["sequence_length"] == DEFAULT_TOKENS_PER_STEP
+    micro, steps = config["per_gpu_batch_size"], config["gradient_accumulation_steps"]
+    assert config["batch_note"] == (
+        f"no batch_size given: the search chose {config['effective_batch_size']} sequences a step "
+        f"({DEFAULT_TOKENS_PER_STEP:,} tokens, about the million tokens `plan` defaults to), {micro} per GPU x "
+        f"{steps} accumulation steps; pass batch_size (sequences per GPU) to set it"
+    )
+    given = get_distributed_training_config("text_generation", "gpt2", gpu_count=2, batch_size=4, calibrate=False)
+    assert "batch_note" not in given  # 4 per GPU fit as asked: nothing to say

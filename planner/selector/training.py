@@ -134,6 +134,13 @@ def plan_training(
             f"{_named(preferred)} plan; {best.config.micro_batch} per GPU x "
             f"{best.config.grad_accum} accumulation steps keeps the effective batch of {effective}"
         )
+    if not per_gpu_batch:  # the search's default batch, as `plan` chooses it when no batch is given
+        tokens = best.global_batch * best.config.seq_len
+        answer.notes["batch_note"] = (
+            f"no batch_size given: the search chose {best.global_batch} sequences a step ({tokens:,} tokens, about "
+            f"the million tokens `plan` defaults to), {best.config.micro_batch} per GPU x {best.config.grad_accum} "
+            "accumulation steps; pass batch_size (sequences per GPU) to set it"
+        )
     if best.config.strategy is Strategy.ENGINE and not allow_engine:
         answer.notes["engine_reason"] = (
             f"nothing on DDP, FSDP or DeepSpeed fits {spec.name} on {cluster.world_size} x {cluster.gpu.name}; "
