@@ -119,7 +119,10 @@ def _run(args: list[str]) -> int:
         if is_seed_invocation(args):
             return seed_main(args)
         code = subcommand_main(args)
-        if args in (["--help"], ["-h"]):  # the program's help covers both of its interfaces: the commands, then the seed flags
+        if args in (
+            ["--help"],
+            ["-h"],
+        ):  # the program's help covers both of its interfaces: the commands, then the seed flags
             from hardware_selector_cli.seed_cli import seed_help
 
             print(seed_help())
