@@ -360,3 +360,16 @@ def test_deepspeed_zero1_through_the_trainer_on_v100_is_shown_and_held():
     result = {r.stack: r for r in stack_results()}["DeepSpeed ZeRO-1 via the HF Trainer (transformers 4.12), V100"]
     assert result.informational
     assert result.median <= 0.16 and abs(result.worst) <= 0.42  # 15.8%, +41.5% (GPT-2 XL) today
+
+
+def test_ddp_and_zero3_through_lightning_on_a100_are_shown_and_held():
+    """HPC-AI Tech's ColossalAI-Pytorch-lightning benchmark (GPT-2 XL on 4 A100-40GB, Lightning 1.7, fp16, full
+    checkpointing): torch DDP (AMP) at 6 sequences per GPU and DeepSpeed ZeRO-3 at 40, the first published A100
+    measurement of plain DDP in the stored references. Informational (how samples/s was measured is not stated;
+    2 epochs of 4 steps): DDP +12.4%, ZeRO-3 -17.2% today; held so they cannot get worse."""
+    rows = {c.row["strategy"]: c for c in comparisons() if c.row.get("stack") == "lightning-a100-gpt2xl"}
+    assert set(rows) == {"ddp", "deepspeed"} and not any(c.row["statistics"] for c in rows.values())
+    assert rows["deepspeed"].row["zero_stage"] == 3 and rows["ddp"].row["micro_batch"] == 6
+    assert abs(rows["ddp"].error) <= 0.13 and abs(rows["deepspeed"].error) <= 0.18
+    result = {r.stack: r for r in stack_results()}["torch DDP (AMP) and DeepSpeed ZeRO-3 via PyTorch Lightning, A100"]
+    assert result.informational and len(result.errors) == 2

@@ -119,6 +119,10 @@ INFORMATIONAL_STACKS = {
                                         "DeepSpeedExamples' autotuning README (GPT-2 124M-1.5B on 16 V100s, fp16, "
                                         "the Trainer's samples/s over 200 steps; sequence from run_clm.py's default, "
                                         "not printed)"),
+    "lightning-a100-gpt2xl": ("torch DDP (AMP) and DeepSpeed ZeRO-3 via PyTorch Lightning, A100",
+                              "`--strategy ddp`, `--strategy zero3`",
+                              "HPC-AI Tech's ColossalAI-Pytorch-lightning benchmark (GPT-2 XL on 4 A100-40GB, "
+                              "Lightning 1.7, 2022; how samples/s was measured not stated, 8-step runs)"),
     "pytorch-ddp": ("DDP", "`--strategy ddp`", "ZeRO paper, Figure 4 and Table 10: its torch DDP baseline (GPT-2 "
                     "1.16B, 1.38B on 128 V100s), read off the plot; the paper states no FLOP count"),
     "deepspeed-zero12-2020": ("DeepSpeed ZeRO-1/2 (ZeRO-100B, 2020)",
