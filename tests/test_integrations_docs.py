@@ -100,9 +100,10 @@ def shared_launch(user, tmp_path_factory) -> dict[str, str]:
     readme = folder / "readme"  # the README's engine loop, where its plan command put runs/engine
     (readme / "demo").mkdir(parents=True)
     (readme / "demo" / "my-gpt2").symlink_to(user[1])
-    (readme / README_LOOP).write_text(readme_engine_loop()[1], encoding="utf-8")
+    plan_command, loop = readme_engine_loop()
+    (readme / README_LOOP).write_text(loop, encoding="utf-8")
     with contextlib.chdir(readme):
-        plan_cli(*readme_engine_loop()[0])
+        plan_cli(*plan_command)
     cases.append({"name": "readme-engine", "script": str(readme / README_LOOP), "cwd": str(readme)})
     by_rank = launch_cases(folder / "out", cases)
     return {
