@@ -47,12 +47,13 @@ def test_stacks_measured_by_their_maintainers_reach_the_target_row_by_row():
         ("DeepSpeed ZeRO-3 + CPU optimizer offload (ZeRO-Offload/Infinity engine)", 3),
         ("DeepSpeed ZeRO-3", 6),
         ("FSDP via the HF Trainer / accelerate", 2),
+        ("DeepSpeed ZeRO-2 as DeepSpeed-Chat ran it (HF OPT, fp16), V100", 1),
     ):
         assert not results[stack].informational, stack
         assert len(results[stack].errors) == rows, stack
         assert results[stack].median <= TARGET, stack
         assert abs(results[stack].worst) < ROW_BOUND, stack
-    for key in ("pytorch-fsdp", "deepspeed-zero3-offload", "hf-trainer-fsdp"):
+    for key in ("pytorch-fsdp", "deepspeed-zero3-offload", "hf-trainer-fsdp", "deepspeed-chat-zero2-v100"):
         assert all(abs(error) < ROW_BOUND for error in _own_stack_errors(key)), key
 
 
@@ -373,3 +374,30 @@ def test_ddp_and_zero3_through_lightning_on_a100_are_shown_and_held():
     assert abs(rows["ddp"].error) <= 0.13 and abs(rows["deepspeed"].error) <= 0.18
     result = {r.stack: r for r in stack_results()}["torch DDP (AMP) and DeepSpeed ZeRO-3 via PyTorch Lightning, A100"]
     assert result.informational and len(result.errors) == 2
+
+
+def test_deepspeed_zero2_as_deepspeed_chat_ran_it():
+    """DeepSpeed ZeRO-2 as its maintainers ran it: DeepSpeed-Chat's step 1 fine-tuning HF OPT-1.3B on 16 V100-32GB
+    (one DGX-2), fp16, 8 sequences of 512 tokens per GPU, no checkpointing, from the training log DeepSpeedExamples
+    publishes (171.63 samples/s, the median of DeepSpeed's throughput timer over 7,360 steps). Counted, decided from
+    the source before the estimate. Predicted +7.2% with transformers' eager attention chain as the estimate charges
+    it (5 s x s writes more each way); the 2023 OPT code's own chain, counted by hand and not traced, would put it at
+    +11% to +14% (docs/accuracy.md, "DeepSpeed ZeRO-2 as DeepSpeed-Chat ran it"): within the target either way."""
+    from benchmarks.accuracy.validate_published_runs import implementation_of, plan_inputs
+    from planner.models.flops import model_shape
+    from planner.throughput.attention_chain import extra_score_writes
+    from planner.throughput.kernel_stack import KernelStack
+
+    rows = [c for c in comparisons() if c.row.get("stack") == "deepspeed-chat-zero2-v100"]
+    assert len(rows) == 1
+    row = rows[0].row
+    assert row["statistics"] and row["strategy"] == "deepspeed" and row["zero_stage"] == 2
+    assert row["gpus"] * row["micro_batch"] == row["global_batch"] == 128  # no accumulation: 8 x 16 GPUs
+    assert row["published"]["tokens_per_s_per_gpu"] == pytest.approx(171.63 * 512 / 16, abs=0.1)
+    preset = implementation_of(row)
+    spec, config, _ = plan_inputs(row)
+    assert preset.kernels is KernelStack.HF_EAGER
+    assert extra_score_writes(preset.kernels, model_shape(spec), config) == (5, 5)
+    assert 0.06 < rows[0].error < 0.08  # +7.2% today
+    result = {r.stack: r for r in stack_results()}["DeepSpeed ZeRO-2 as DeepSpeed-Chat ran it (HF OPT, fp16), V100"]
+    assert not result.informational and result.median <= TARGET

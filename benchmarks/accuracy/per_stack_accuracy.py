@@ -95,6 +95,12 @@ PUBLISHED_STACKS = {
         "Megatron-Bridge performance summary, 26.04.01 container, recipes read (Llama 3 70B on 64 H100s, "
         "Llama 3.1 405B at CP 2 on 1024, Qwen3-30B-A3B at EP 16 on 16; FP8 current scaling)",
     ),
+    "deepspeed-chat-zero2-v100": (
+        "DeepSpeed ZeRO-2 as DeepSpeed-Chat ran it (HF OPT, fp16), V100",
+        "`--strategy zero2` (ds_config.json)",
+        "DeepSpeedExamples' DeepSpeed-Chat step-1 training log (OPT-1.3B fine-tuned on 16 V100-32GB, one DGX-2, "
+        "DeepSpeed >= 0.9, April 2023; DeepSpeed's throughput timer over 7,360 steps)",
+    ),
 }
 # Stacks whose rows are all informational (a layout detail deduced or recalled, one source each): shown, marked so,
 # never counted above.
