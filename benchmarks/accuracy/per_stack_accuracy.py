@@ -116,6 +116,11 @@ INFORMATIONAL_STACKS = {
                                             "BigScience's tr11 chronicles-prequel.md, iteration-2 snapshots: 18B on "
                                             "one node (TP 8, no pipeline, no network); 176B on 384 A100s at TP 8 and "
                                             "TP 4"),
+    "megatron-deepspeed-2023-v100": ("Megatron-DeepSpeed as DeepSpeed tested its July 2023 sync, V100",
+                                     "engine TP/PP + ZeRO-1",
+                                     "Megatron-DeepSpeed's examples_deepspeed/rebase/README.md (GPT-3 13B at TP 4, PP 8, "
+                                     "ZeRO-1, fp16 on 128 V100s, DeepSpeed 0.9.5; before and after the sync; the logged "
+                                     "interval each figure comes from not stated)"),
     "hf-accelerate-deepspeed": ("DeepSpeed ZeRO-3 via accelerate", "ds_config.json, accelerate_config.yaml",
                                 "HF blogs: Granite 7B on 4 A100s, a \"ballpark\" tokens/s, sequence and "
                                 "checkpointing not printed; Qwen3-4B on 1 H100 through TRL's SFTTrainer with the "
