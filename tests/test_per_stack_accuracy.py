@@ -192,9 +192,9 @@ def test_megatron_deepspeed_misses_without_pipeline_or_network():
 
 def test_megatron_deepspeed_rows_charge_the_attention_chain_their_code_ran():
     """The megatron-deepspeed preset charges its attention dropout (p = 0.1 by default; MT-NLG, DeepSpeed's 2023 V100
-    runs); BLOOM and
-    BigScience's benchmarks ran ALiBi besides (the bias copied into the scores); GPT-NeoX-20B ran its own code with
-    attention dropout 0, the fused stack (benchmarks/accuracy/megatron_deepspeed_attention_traffic.py traced them)."""
+    runs); BLOOM and BigScience's benchmarks ran ALiBi besides (the bias copied into the scores); GPT-NeoX-20B ran its
+    own code with attention dropout 0, the fused stack (benchmarks/accuracy/megatron_deepspeed_attention_traffic.py
+    traced them)."""
     from benchmarks.accuracy.validate_published_runs import implementation_of
     from planner.throughput.kernel_stack import KernelStack
 
