@@ -34,9 +34,10 @@ def test_the_cli_path_reproduces_the_validators_megatron_row():
     )  # 142 TFLOP/s per GPU published
     # A GPT (LayerNorm, learned positions, no pipeline): the two differ by their attention chains alone
     # (planner/throughput/attention_chain.py): Megatron-LM's dropout after its fused softmax, one s x s write more a
-    # forward (twice under full recomputation) and one a backward; transformers' eager chain under autocast with
-    # attention dropout (GPT-2's 0.1), six more each way; and transformers' gelu_new chain where Megatron-LM runs one
-    # bias-GeLU kernel (kernel_stack.py: its traced bytes at the HBM rate, forward twice).
+    # forward (twice under full recomputation) and one a backward; transformers' eager chain with 16-bit weights (our
+    # engine runs the module in 16 bits, no autocast: kernel_stack.chain_precision) and attention dropout (GPT-2's
+    # 0.1), three more forward and two backward; and transformers' gelu_new chain where Megatron-LM runs one bias-GeLU
+    # kernel (kernel_stack.py: its traced bytes at the HBM rate, forward twice).
     from planner.models.flops import model_shape
     from planner.throughput.constants import CONSTANTS
     from planner.throughput.estimate import hardware_of
@@ -45,7 +46,7 @@ def test_the_cli_path_reproduces_the_validators_megatron_row():
 
     device = hardware_of(cluster, config)[0]
     scores = row["micro_batch"] * row["heads"] / row["tp"] * row["seq_len"] ** 2
-    per_block = elementwise_seconds(device, ((2 * 1 + 1) - (2 * 6 + 6)) * scores, CONSTANTS)
+    per_block = elementwise_seconds(device, ((2 * 1 + 1) - (2 * 3 + 2)) * scores, CONSTANTS)
     act_forward, act_backward = activation_bytes_per_row(model_shape(spec), config, KernelStack.HF_EAGER)
     assert act_forward > 0
     per_block -= row["micro_batch"] * row["seq_len"] * (2 * act_forward + act_backward) / device.memory_Bps
@@ -221,8 +222,10 @@ def test_our_stack_charges_transformers_eager_attention_chain_by_precision():
     """Where our stack's attention is not fused (`attention="eager"`), transformers' eager_attention_forward runs:
     the s x s writes it adds beyond the fused reference, traced per precision (planner/throughput/attention_chain.py,
     benchmarks/accuracy/transformers_attention_traffic.py), are charged at the element-wise rate in the forward and
-    the backward; Llama (fp32 softmax, no attention dropout): 5 and 5 under autocast, 6 and 5 in pure bf16, 2 and 1 in
-    fp32; Gemma-2's soft-capping 3 more each way. SDPA's flash kernel runs none of it."""
+    the backward; Llama (fp32 softmax, no attention dropout): 5 and 5 under autocast (DDP's mixed precision), 6 and 5
+    with 16-bit weights (pure bf16, and FSDP's and DeepSpeed's mixed precisions, which run the module in 16 bits: the
+    MLP chain's rule, kernel_stack.chain_precision), 2 and 1 in fp32; Gemma-2's soft-capping 3 more each way. SDPA's
+    flash kernel runs none of it."""
     from planner.hardware.cluster import make_cluster
     from planner.models.flops import model_shape
     from planner.models.resolve import resolve_model
@@ -237,10 +240,16 @@ def test_our_stack_charges_transformers_eager_attention_chain_by_precision():
     shape = model_shape(spec)
     assert shape.softmax_fp32 and not shape.attention_dropout
     cluster = make_cluster("H100-80GB", 8, 1)
-    for precision, (forward, backward) in (("bf16-mixed", (5, 5)), ("bf16", (6, 5)), ("fp32", (2, 1))):
+    for strategy, precision, (forward, backward) in (
+        ("ddp", "bf16-mixed", (5, 5)),
+        ("fsdp", "bf16-mixed", (6, 5)),
+        ("deepspeed", "fp16-mixed", (6, 5)),
+        ("fsdp", "bf16", (6, 5)),
+        ("fsdp", "fp32", (2, 1)),
+    ):
         for attention, charged in (("eager", True), ("sdpa", False)):
             config = TrainingConfig(
-                strategy="fsdp", seq_len=2048, micro_batch=1, precision=precision, attention=attention
+                strategy=strategy, seq_len=2048, micro_batch=1, precision=precision, attention=attention
             )
             device = hardware_of(cluster, config)[0]
             ours, fused = (
@@ -254,8 +263,13 @@ def test_our_stack_charges_transformers_eager_attention_chain_by_precision():
 
     gemma = model_shape(resolve_model("gemma-2-2b"))
     assert gemma.score_softcapping and gemma.softmax_fp32
-    for precision, writes in (("bf16-mixed", (8, 8)), ("bf16", (9, 8)), ("fp32", (5, 4))):
-        config = TrainingConfig(strategy="fsdp", seq_len=2048, precision=precision, attention="eager")
+    for strategy, precision, writes in (
+        ("ddp", "bf16-mixed", (8, 8)),
+        ("fsdp", "bf16-mixed", (9, 8)),
+        ("fsdp", "bf16", (9, 8)),
+        ("fsdp", "fp32", (5, 4)),
+    ):
+        config = TrainingConfig(strategy=strategy, seq_len=2048, precision=precision, attention="eager")
         assert extra_score_writes(KernelStack.HF_EAGER, gemma, config) == writes
 
 

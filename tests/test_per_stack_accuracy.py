@@ -249,13 +249,14 @@ def test_megatron_lm_rows_charge_the_attention_dropout_their_code_ran():
 
 def test_our_stack_charges_transformers_eager_attention_chain_where_its_scores_are_materialised():
     """Our stack (`ours`, transformers' modules) runs transformers' eager_attention_forward where attention is not
-    fused: under autocast 5 s x s writes more each way than the fused reference, 6 with attention dropout; in pure
-    bf16 and fp32 the mask does not promote and the chains are shorter (traced:
-    benchmarks/accuracy/transformers_attention_traffic.py). The FSDP paper's two 175B rows (GPT-2-shaped, attn_pdrop
-    0.1, bf16-mixed, eager, full checkpointing) are charged them at the element-wise rate: forward, recomputed forward
-    and backward; +4.9% and +8.1% before, the stack's median 8.1%. Their gelu_new chain (FSDP casts the weights to
-    bf16, so the 16-bit chain: 32 and 50 bytes per MLP element beyond one kernel, kernel_stack.py) is charged too, at
-    the HBM rate: -8.7% and -7.3% before it, the stack's median 8.4%."""
+    fused: under autocast (DDP) 5 s x s writes more each way than the fused reference, 6 with attention dropout; with
+    16-bit weights (FSDP's and DeepSpeed's mixed precisions, pure bf16) and in fp32 the mask does not promote and the
+    chains are shorter (traced: benchmarks/accuracy/transformers_attention_traffic.py). The FSDP paper's two 175B rows
+    (GPT-2-shaped, attn_pdrop 0.1, bf16-mixed, eager, full checkpointing) are charged the 16-bit chain, 3 more
+    forward and 2 backward (FSDP casts the weights to bf16: the rule the MLP chain follows, kernel_stack.
+    chain_precision), at the element-wise rate: forward, recomputed forward and backward; +4.9% and +8.1% before any
+    chain, -11.3% and -10.2% with the autocast chain charged to them until 2026-11-29. Their gelu_new chain (the 16-bit
+    chain: 32 and 50 bytes per MLP element beyond one kernel, kernel_stack.py) is charged too, at the HBM rate."""
     import dataclasses
 
     from benchmarks.accuracy.validate_published_runs import implementation_of, plan_inputs
@@ -265,7 +266,7 @@ def test_our_stack_charges_transformers_eager_attention_chain_where_its_scores_a
     from planner.throughput.estimate import estimate_throughput, hardware_of
     from planner.throughput.kernel_stack import KernelStack, activation_bytes_per_row
     from planner.throughput.kernels import elementwise_seconds
-    from planner.training_config import Precision
+    from planner.training_config import Precision, Strategy
 
     assert HF_EAGER_SCORE_WRITES["autocast", True, False] == HF_EAGER_SCORE_WRITES["autocast", False, False] == (5, 5)
     rows = [c for c in comparisons() if c.row["id"].startswith("fsdp-paper-gpt-175b")]
@@ -280,11 +281,13 @@ def test_our_stack_charges_transformers_eager_attention_chain_where_its_scores_a
         act_forward, act_backward = activation_bytes_per_row(shape, config, KernelStack.HF_EAGER)
         assert (act_forward, act_backward) == (32 * shape.ffn, 50 * shape.ffn)
         forward, backward = extra_score_writes(KernelStack.HF_EAGER, shape, config)
-        assert (forward, backward) == (6, 6)
+        assert (forward, backward) == (3, 2)
         for precision, writes in ((Precision.BF16, (3, 2)), (Precision.FP32, (3, 2))):  # GPT-2's chain, dropout 0.1
             assert extra_score_writes(
                 KernelStack.HF_EAGER, shape, config.model_copy(update={"precision": precision})
             ) == (writes)
+        under_autocast = config.model_copy(update={"strategy": Strategy.DDP})  # DDP: fp32 weights, an fp32 mask
+        assert extra_score_writes(KernelStack.HF_EAGER, shape, under_autocast) == (6, 6)
         ours = estimate_throughput(spec, config, cluster, implementation=preset)
         fused = estimate_throughput(
             spec, config, cluster, implementation=dataclasses.replace(preset, kernels=KernelStack.FUSED)
@@ -298,10 +301,10 @@ def test_our_stack_charges_transformers_eager_attention_chain_where_its_scores_a
         charged -= fused.breakdown.compute_s + fused.breakdown.recompute_s
         assert charged == pytest.approx(c.row["layers"] * per_block, rel=1e-9)
     errors = {c.row["id"]: c.error for c in rows}
-    assert -0.12 < errors["fsdp-paper-gpt-175b-512-gpus-batch-1"] < -0.11  # -11.3% today
-    assert -0.11 < errors["fsdp-paper-gpt-175b-512-gpus-batch-2"] < -0.10  # -10.2% today
+    assert -0.05 < errors["fsdp-paper-gpt-175b-512-gpus-batch-1"] < -0.04  # -4.6% today
+    assert -0.03 < errors["fsdp-paper-gpt-175b-512-gpus-batch-2"] < -0.02  # -2.7% today
     result = {r.stack: r for r in stack_results()}["torch FSDP, as its maintainers measured it"]
-    assert result.median <= 0.10  # 10.0% today
+    assert result.median <= 0.065  # 6.3% today
 
 
 def test_gpt_neox_is_read_in_the_count_it_logged():
@@ -352,27 +355,29 @@ def test_deepspeed_through_the_trainer_with_cpu_offload_misses_on_a_fixed_step_c
 def test_deepspeed_zero1_through_the_trainer_on_v100_is_shown_and_held():
     """DeepSpeedExamples' autotuning README (transformers 4.12, ZeRO-1, fp16, 16 V100s; GPT-2 124M-1.5B at
     micro-batches 8, 4, 2, 1): informational (sequence from run_clm.py's default, V100 memory not printed, the
-    Trainer's samples/s over 200 steps), predicted -4.3% to +41.5% today; +4.3% to +52.1% before transformers' gelu_new
-    chain was charged (DeepSpeed's fp16 engine halves the module: the 16-bit chain, kernel_stack.py), +65.6% to +120.7%
-    before its eager GPT-2 attention chain was (docs/accuracy.md, "Through accelerate"). Held so they cannot get
-    worse."""
+    Trainer's samples/s over 200 steps), predicted +19.4% to +70.2% today, since their eager GPT-2 attention is
+    charged the chain DeepSpeed's fp16 engine runs (it halves the module: 16-bit weights, no autocast; 3 s x s writes
+    more forward and 2 backward, kernel_stack.chain_precision); -4.3% to +41.5% with the autocast chain (6 each way)
+    charged to them until 2026-11-29, +4.3% to +52.1% before transformers' gelu_new chain was charged, +65.6% to
+    +120.7% before any attention chain (docs/accuracy.md, "Through accelerate"). Held so they cannot get worse."""
     rows = [c for c in comparisons() if c.row.get("stack") == "hf-trainer-deepspeed-zero1-v100"]
     assert len(rows) == 4 and not any(c.row["statistics"] for c in rows)
     assert all(c.row["zero_stage"] == 1 and c.row["strategy"] == "deepspeed" for c in rows)
     result = {r.stack: r for r in stack_results()}["DeepSpeed ZeRO-1 via the HF Trainer (transformers 4.12), V100"]
     assert result.informational
-    assert result.median <= 0.16 and abs(result.worst) <= 0.42  # 15.8%, +41.5% (GPT-2 XL) today
+    assert result.median <= 0.42 and abs(result.worst) <= 0.71  # 41.2%, +70.2% (GPT-2 XL) today
 
 
 def test_ddp_and_zero3_through_lightning_on_a100_are_shown_and_held():
     """HPC-AI Tech's ColossalAI-Pytorch-lightning benchmark (GPT-2 XL on 4 A100-40GB, Lightning 1.7, fp16, full
     checkpointing): torch DDP (AMP) at 6 sequences per GPU and DeepSpeed ZeRO-3 at 40, the first published A100
     measurement of plain DDP in the stored references. Informational (how samples/s was measured is not stated;
-    2 epochs of 4 steps): DDP +12.4%, ZeRO-3 -17.2% today; held so they cannot get worse."""
+    2 epochs of 4 steps): DDP +12.4%, ZeRO-3 +5.7% today (-17.2% with the autocast attention chain charged to
+    DeepSpeed's halved module until 2026-11-29); held so they cannot get worse."""
     rows = {c.row["strategy"]: c for c in comparisons() if c.row.get("stack") == "lightning-a100-gpt2xl"}
     assert set(rows) == {"ddp", "deepspeed"} and not any(c.row["statistics"] for c in rows.values())
     assert rows["deepspeed"].row["zero_stage"] == 3 and rows["ddp"].row["micro_batch"] == 6
-    assert abs(rows["ddp"].error) <= 0.13 and abs(rows["deepspeed"].error) <= 0.18
+    assert abs(rows["ddp"].error) <= 0.13 and abs(rows["deepspeed"].error) <= 0.06
     result = {r.stack: r for r in stack_results()}["torch DDP (AMP) and DeepSpeed ZeRO-3 via PyTorch Lightning, A100"]
     assert result.informational and len(result.errors) == 2
 
@@ -381,9 +386,11 @@ def test_deepspeed_zero2_as_deepspeed_chat_ran_it():
     """DeepSpeed ZeRO-2 as its maintainers ran it: DeepSpeed-Chat's step 1 fine-tuning HF OPT-1.3B on 16 V100-32GB
     (one DGX-2), fp16, 8 sequences of 512 tokens per GPU, no checkpointing, from the training log DeepSpeedExamples
     publishes (171.63 samples/s, the median of DeepSpeed's throughput timer over 7,360 steps). Counted, decided from
-    the source before the estimate. Predicted +7.2% with transformers' eager attention chain as the estimate charges
-    it (5 s x s writes more each way); the 2023 OPT code's own chain, counted by hand and not traced, would put it at
-    +11% to +14% (docs/accuracy.md, "DeepSpeed ZeRO-2 as DeepSpeed-Chat ran it"): within the target either way."""
+    the source before the estimate. Predicted +5.3% with transformers' eager attention chain as the estimate charges
+    it with 16-bit weights (DeepSpeed's fp16 engine halves the module: 6 s x s writes more forward, 5 backward; +7.2%
+    with the autocast chain charged until 2026-11-29); the 2023 OPT code's own chain, counted by hand and not traced,
+    would put it at +11% to +14% (docs/accuracy.md, "DeepSpeed ZeRO-2 as DeepSpeed-Chat ran it"): within the target
+    either way."""
     from benchmarks.accuracy.validate_published_runs import implementation_of, plan_inputs
     from planner.models.flops import model_shape
     from planner.throughput.attention_chain import extra_score_writes
@@ -398,8 +405,8 @@ def test_deepspeed_zero2_as_deepspeed_chat_ran_it():
     preset = implementation_of(row)
     spec, config, _ = plan_inputs(row)
     assert preset.kernels is KernelStack.HF_EAGER
-    assert extra_score_writes(preset.kernels, model_shape(spec), config) == (5, 5)
-    assert 0.06 < rows[0].error < 0.08  # +7.2% today
+    assert extra_score_writes(preset.kernels, model_shape(spec), config) == (6, 5)
+    assert 0.045 < rows[0].error < 0.06  # +5.3% today
     result = {r.stack: r for r in stack_results()}["DeepSpeed ZeRO-2 as DeepSpeed-Chat ran it (HF OPT, fp16), V100"]
     assert not result.informational and result.median <= TARGET
 

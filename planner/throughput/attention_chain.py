@@ -49,9 +49,11 @@ The float causal mask is in the input embeddings' dtype (masking_utils.py line 9
 `elementwise_seconds`' unit, a value written at the compute width (an fp32 s x s tensor two 16-bit values), beyond
 the reference's 2 each way:
 
-- under autocast (bf16-mixed, fp16-mixed: fp32 embeddings, so an fp32 mask that promotes the scores; softmax in
-  CUDA autocast's fp32 list), GPT-2 and Llama alike: 5 more each way, 6 with attention dropout;
-- in pure bf16 the mask is bf16: GPT-2's softmax stays bf16, 2 more forward and 1 backward (3 and 2 with dropout);
+- under autocast (DDP's bf16-mixed and fp16-mixed: fp32 embeddings, so an fp32 mask that promotes the scores;
+  softmax in CUDA autocast's fp32 list), GPT-2 and Llama alike: 5 more each way, 6 with attention dropout;
+- with 16-bit weights (pure bf16, and the mixed precisions of FSDP, DeepSpeed's fp16 and bf16 engines and our engine,
+  which run the module in 16 bits without autocast: kernel_stack.chain_precision, the MLP chain's rule too) the mask
+  is 16-bit: GPT-2's softmax stays 16-bit, 2 more forward and 1 backward (3 and 2 with dropout);
   Llama's `softmax(dtype=torch.float32)` on a bf16 CUDA tensor is a cast then an fp32 softmax (ATen's
   SoftMax.cpp fuses the cast for fp16 only), 6 and 5 (7 and 6 with dropout); the families with the `softmax_fp32`
   trait are charged Llama's chain, the others GPT-2's;
@@ -82,9 +84,9 @@ from __future__ import annotations
 
 from planner.models.flops import ModelShape
 from planner.throughput.constants import ThroughputConstants
-from planner.throughput.kernel_stack import KernelStack
+from planner.throughput.kernel_stack import KernelStack, chain_precision
 from planner.throughput.kernels import Device, elementwise_seconds
-from planner.training_config import Precision, TrainingConfig
+from planner.training_config import TrainingConfig
 
 # s x s tensors written beyond the fused reference's, per attention forward and backward, by kernel stack
 # (benchmarks/accuracy/attention_chain_traffic.py: "extra s x s writes of the 2019 chain: forward 4, backward 3").
@@ -126,10 +128,7 @@ def extra_score_writes(stack: KernelStack, shape: ModelShape, config: TrainingCo
         return EXTRA_SCORE_WRITES.get(stack, (0, 0))
     if not shape.causal:
         return 0, 0  # traced with the causal mask only
-    if config.precision.is_mixed:
-        precision = "autocast"
-    else:
-        precision = "fp32" if config.precision is Precision.FP32 else "bf16"
+    precision = chain_precision(config)
     forward, backward = HF_EAGER_SCORE_WRITES[precision, shape.softmax_fp32, shape.attention_dropout]
     if shape.score_softcapping:
         forward, backward = forward + SOFTCAP_SCORE_WRITES[0], backward + SOFTCAP_SCORE_WRITES[1]

@@ -141,9 +141,11 @@ def unfused_bytes_per_row(shape: ModelShape, config: TrainingConfig, stack: Kern
     return extra
 
 
-def activation_precision(config: TrainingConfig) -> str:
-    """How the MLP activation's chain runs: "autocast" (DDP's mixed precision: fp32 weights under torch.autocast),
-    "fp32", or "bf16" (16-bit weights, no autocast: FSDP2's MixedPrecisionPolicy, DeepSpeed, our engine, pure bf16)."""
+def chain_precision(config: TrainingConfig) -> str:
+    """How an eager element-wise chain runs, the MLP activation's here and the attention scores' (attention_chain.py):
+    "autocast" (DDP's mixed precision: fp32 weights under torch.autocast), "fp32", or "bf16" (16-bit weights, no
+    autocast: FSDP2's MixedPrecisionPolicy, DeepSpeed's fp16 and bf16 engines, which halve the module, our engine,
+    pure bf16). One answer for both chains: the module's weights, not the chain, decide it."""
     if config.precision is Precision.FP32:
         return "fp32"
     return "autocast" if config.precision.is_mixed and config.strategy is Strategy.DDP else "bf16"
@@ -153,6 +155,6 @@ def activation_bytes_per_row(shape: ModelShape, config: TrainingConfig, stack: K
     """(forward, backward) extra HBM bytes one block's MLP activation moves per token under `stack` (module docstring)."""
     if stack is not KernelStack.HF_EAGER:
         return 0.0, 0.0
-    forward, backward = ACTIVATION_EXTRA_BYTES.get((shape.activation, activation_precision(config)), (0.0, 0.0))
+    forward, backward = ACTIVATION_EXTRA_BYTES.get((shape.activation, chain_precision(config)), (0.0, 0.0))
     width = shape.ffn * max(shape.experts_per_token, 1) / config.tensor_parallel
     return forward * width, backward * width
