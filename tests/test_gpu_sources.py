@@ -33,13 +33,17 @@ KEY_FIGURES = (
 UNSOURCED_ALLOWLIST: set[tuple[str, str]] = set()
 
 # Every figure of the whole catalog still marked "unsourced" (recalled), the cpu placeholder's apart: 55 before
-# issue 34's second pass, 17 after it, 10 after its third, 4 after its fourth. A figure may leave this list (cite
-# it, then drop it here), none may join it.
-STILL_UNSOURCED = {
-    ("A10G", "dense_tflops.tf32"),  # the AWS-hosted A10G datasheet was not readable; its copies print FP32/FP16 only
-    ("A10G", "dense_tflops.bf16"),
-    ("H800", "dense_tflops.fp32"),  # = the H100 SXM's; the H800 tables read print FP16/BF16 and FP8 only
-    ("H800", "dense_tflops.tf32"),
+# issue 34's second pass, 17 after it, 10 after its third, 4 after its fourth, none since 2026-11-29 (the A10G's
+# TF32 and BF16 and the H800's FP32 and TF32, which no readable document prints, are derived from their cited FP16
+# by a sibling die's ratios: DERIVED below). None may join it.
+STILL_UNSOURCED: set[tuple[str, str]] = set()
+
+# Figures no document read here prints, computed from cited ones: (gpu, figure) -> (base figure, like GPU).
+DERIVED = {
+    ("A10G", "dense_tflops.tf32"): ("dense_tflops.fp16", "A10"),  # one Ampere die: TF32 at half FP16
+    ("A10G", "dense_tflops.bf16"): ("dense_tflops.fp16", "A10"),  # BF16 at the FP16 rate
+    ("H800", "dense_tflops.fp32"): ("dense_tflops.fp16", "H100-80GB"),  # the H100 SXM's SMs and clocks
+    ("H800", "dense_tflops.tf32"): ("dense_tflops.fp16", "H100-80GB"),
 }
 
 # (gpu, figure) -> (quote from the document, number in the document's unit, to our unit, printed with sparsity)
@@ -163,7 +167,7 @@ def test_every_figure_has_a_dated_url_or_says_where_else_it_comes_from(spec):
         if source.cited:
             assert source.url.startswith("https://") and source.date and source.date_kind, f"{spec.name} {figure}"
         else:
-            assert source.kind in ("reference", "unsourced") and source.note, f"{spec.name} {figure}"
+            assert source.kind in ("reference", "derived", "unsourced") and source.note, f"{spec.name} {figure}"
 
 
 @pytest.mark.parametrize("name", NINE)
@@ -189,7 +193,26 @@ def test_no_recalled_figure_joins_the_unsourced_list_and_the_list_keeps_up():
     }
     assert not unsourced - STILL_UNSOURCED, f"newly unsourced (cite a document instead): {unsourced - STILL_UNSOURCED}"
     assert not STILL_UNSOURCED - unsourced, f"now cited, drop from STILL_UNSOURCED: {STILL_UNSOURCED - unsourced}"
-    assert len(STILL_UNSOURCED) == 4
+    assert not STILL_UNSOURCED
+
+
+def test_derived_figures_are_their_rule_applied_to_cited_figures():
+    """A derived figure is the entry's own base figure at another GPU's ratio (gpu_sources.DerivedRule), and every
+    input is itself read at a source (a document or the shared reference row), never recalled nor derived."""
+    derived = {
+        (spec.name, figure): (source.derived_from.base, source.derived_from.like_gpu)
+        for spec in CATALOG
+        for figure, source in spec.sources.items()
+        if source.derived_from is not None
+    }
+    assert derived == DERIVED
+    for (name, figure), (base, like_name) in DERIVED.items():
+        spec, like = resolve_gpu(name), resolve_gpu(like_name)
+        for owner, path in ((spec, base), (like, figure), (like, base)):
+            assert owner.sources[path].kind in ("vendor", "secondary", "reference"), (owner.name, path)
+        expected = catalog_value(spec, base) * catalog_value(like, figure) / catalog_value(like, base)
+        assert catalog_value(spec, figure) == pytest.approx(expected, rel=1e-9), (name, figure)
+        assert spec.sources[figure].note.startswith("derived: ") and "Premise: " in spec.sources[figure].note
 
 
 @pytest.mark.parametrize("key", sorted(PRINTED), ids=lambda key: f"{key[0]}-{key[1]}")
@@ -236,7 +259,9 @@ def test_gpus_table_footnotes_say_where_each_number_came_from(capsys):
     assert "mem, mem-bw, fp32, tf32, fp16, bf16, fp8, link, power: vendor https://nvdam.widen.net/" in footnotes["B200"]
     assert "bf16, fp8: secondary https://lmsys.org/blog/2025-09-26-sglang-ant-group (2025-09-26)" in footnotes["H20"]
     assert "unsourced" not in footnotes["H20"]
-    assert "tf32, bf16: unsourced (recalled)" in footnotes["A10G"]
+    assert "tf32, bf16: derived (fp16 at the A10's ratio)" in footnotes["A10G"]
+    assert "fp32, tf32: derived (fp16 at the H100-80GB's ratio)" in footnotes["H800"]
+    assert not any("unsourced (recalled)" in line for line in footnotes.values())
     assert "shared reference (gpu_specs row 'H100 SXM5 80GB')" in footnotes["H100-80GB"]
     assert "mem, mem-bw, fp32, link: unsourced (measured)" in footnotes["cpu"]
 
@@ -250,6 +275,22 @@ def test_gpus_table_footnotes_say_where_each_number_came_from(capsys):
         {"kind": "unsourced", "url": "https://example.org/sheet", "note": "recalled"},
         {"kind": "unsourced", "note": ""},
         {"kind": "reference", "note": "row", "unknown": 1},
+        {"kind": "derived", "note": "derived: no rule"},
+        {"kind": "derived", "note": "derived", "derived_from": {"base": "dense_tflops.fp64", "like_gpu": "A10"}},
+        {
+            "kind": "derived",
+            "url": "https://example.org",
+            "note": "derived",
+            "derived_from": {"base": "memory_bytes", "like_gpu": "A10"},
+        },
+        {
+            "kind": "secondary",
+            "url": "https://example.org/sheet",
+            "date": "2025-01-01",
+            "date_kind": "published",
+            "note": "x",
+            "derived_from": {"base": "memory_bytes", "like_gpu": "A10"},
+        },
     ],
 )
 def test_a_source_without_its_url_date_or_note_is_rejected(fields):
