@@ -47,6 +47,7 @@ class SearchOptions:
     fp8: bool
     kernels: str
     compression: str
+    zeropp: bool
     objective: str
     top: int
     headroom: float
@@ -68,6 +69,7 @@ class SearchOptions:
             "--fp8": self.fp8,
             "--kernels": self.kernels != "eager",
             "--compression": self.compression != "none",
+            "--zeropp": self.zeropp,
             "--expert-capacity/--expert-imbalance": not routing_default,
             "--tokens": self.tokens is not None,
             "--emit": emitting,
@@ -129,6 +131,7 @@ class SearchOptions:
             fp8=self.fp8,
             kernels=_choice(self.kernels, KernelChoice, "--kernels"),
             compression=compression,
+            zeropp=self.zeropp,
             routing=routing,
             objective=_choice(self.objective, Objective, "--objective"),
             top_k=self.top,
@@ -203,6 +206,12 @@ def search_options(
     fp8: bool = typer.Option(False, "--fp8", help="FP8 block matmuls (planned only; needs an FP8 GPU)."),
     kernels: str = typer.Option("eager", "--kernels", help="eager|compile|liger: the blocks' element-wise kernels."),
     compression: str = typer.Option("none", "--compression", help=COMPRESSION_HELP),
+    zeropp: bool = typer.Option(
+        False,
+        "--zeropp",
+        help="Also plan DeepSpeed's ZeRO++ on ZeRO-3 (int8 forward gathers, backward gathers inside the node, "
+        "int4 gradients): for clusters whose network paces ZeRO-3 (docs/search.md, ZeRO++).",
+    ),
     objective: str = typer.Option(
         "throughput", "--objective", help="throughput|cost|time-to-train (inference: throughput|latency)"
     ),
@@ -228,6 +237,7 @@ def search_options(
         fp8=fp8,
         kernels=kernels,
         compression=compression,
+        zeropp=zeropp,
         objective=objective,
         top=top,
         headroom=headroom,

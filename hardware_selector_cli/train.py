@@ -120,6 +120,7 @@ def _prepare(run_dir: Path, forwarded: list[str], *, nproc: int | None, max_rest
         from backends.cpu_distributed import runs_on_cpu_instead  # imports torch: only here
 
         runs_on_cpu_instead("cuda", tiny=False)  # the one-line error on a machine without CUDA
+    _refuse_zeropp_on_cpu(spec.ds_config, on_cpu=run.device == "cpu" or args.tiny)
     from backends.runner.preflight import check_resume, preflight
     from backends.runner.run_lock import HELD_ENV, hold_run_lock, refuse_if_held
 
@@ -151,6 +152,21 @@ def _prepare(run_dir: Path, forwarded: list[str], *, nproc: int | None, max_rest
     then, resumed_by = _next_start(spec.run_dir, args, resumes_from, resume=run.checkpoint.resume)
     stopped = partial(record_stopped_launch, spec.run_dir, then=then, command=resumed_by)
     return spec, command, lock, stopped, {HELD_ENV: str(spec.run_dir.resolve())}
+
+
+# DeepSpeed's ZeRO++ switches whose kernels are CUDA ops (its quantizer): a CPU rank fails in the first gather.
+ZEROPP_CUDA_KEYS = ("zero_quantized_weights", "zero_quantized_gradients")
+
+
+def _refuse_zeropp_on_cpu(ds_config: dict | None, *, on_cpu: bool) -> None:
+    zero = (ds_config or {}).get("zero_optimization") or {}
+    quantized = [key for key in ZEROPP_CUDA_KEYS if zero.get(key)]
+    if on_cpu and quantized:
+        raise UserInputError(
+            f"this plan runs DeepSpeed's ZeRO++ ({', '.join(quantized)} in ds_config.json), whose quantization "
+            "kernels are CUDA ops: CPU processes cannot rehearse it; run it on its GPUs, or re-plan without --zeropp "
+            "to rehearse plain ZeRO-3"
+        )
 
 
 def _trainer_resume_check(run_dir: Path, args: Any) -> Callable[[], Path | None]:

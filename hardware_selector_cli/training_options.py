@@ -38,6 +38,10 @@ EXPERT_IMBALANCE_HELP = (
     "MoE: the busiest expert-parallel rank's routed tokens over the mean, from your router's statistics "
     "(1 = an even router)."
 )
+ZEROPP_HELP = (
+    "DeepSpeed's ZeRO++ on ZeRO-3: int8 forward gathers, backward gathers inside the node, int4 gradients "
+    "(docs/search.md, ZeRO++)."
+)
 
 
 COMPRESSION_HELP = (
@@ -170,6 +174,7 @@ def training_options(
     kernels: str = typer.Option("eager", "--kernels", help="eager|compile|liger: the blocks' element-wise kernels."),
     expert_capacity: float = typer.Option(0.0, "--expert-capacity", help=EXPERT_CAPACITY_HELP),
     expert_imbalance: float = typer.Option(1.0, "--expert-imbalance", help=EXPERT_IMBALANCE_HELP),
+    zeropp: bool = typer.Option(False, "--zeropp", help=ZEROPP_HELP),
 ) -> TrainingConfig:
     chosen, stage = strategy_from_name(strategy)
     for flag, value in (
@@ -234,6 +239,7 @@ def training_options(
         fp8=fp8,
         kernels=_choice(kernels, KernelChoice, "--kernels"),
         routing=routing_options(expert_capacity, expert_imbalance),
+        zeropp=zeropp,
     )
 
 

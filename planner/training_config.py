@@ -74,14 +74,19 @@ class TrainingConfig(BaseModel):
     routing: ExpertRouting = ExpertRouting()
     # Our engine's data-parallel gradient reductions, compressed (planner/gradient_compression.py).
     compression: GradientCompression = GradientCompression.NONE
+    # DeepSpeed's ZeRO++ on ZeRO-3 (qwZ, hpZ, qgZ; planner/throughput/zeropp.py): its int8 forward gathers, the
+    # backward gathers inside the node from a secondary partition, int4 gradient reduction.
+    zeropp: bool = False
 
     @model_serializer(mode="wrap")
     def _without_default_compression(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Documents written before compression was planned (plan.json, records) read the same without the key,
-        and uncompressed plans keep writing them as they were."""
+        """Documents written before compression and ZeRO++ were planned (plan.json, records) read the same without
+        the keys, and plans without them keep writing them as they were."""
         data = handler(self)
         if self.compression is GradientCompression.NONE:
             data.pop("compression", None)
+        if not self.zeropp:
+            data.pop("zeropp", None)
         return data
 
     @model_validator(mode="before")
@@ -131,6 +136,16 @@ class TrainingConfig(BaseModel):
             raise UserInputError(
                 "--expert-capacity drops tokens in our engine's expert dispatch (transformers' MoE layers drop "
                 "none); add --strategy engine or leave it out"
+            )
+        if self.zeropp and not (self.strategy is Strategy.DEEPSPEED and self.zero_stage == 3):
+            raise UserInputError(
+                "--zeropp is DeepSpeed's ZeRO++, built on ZeRO-3: use --strategy zero3 (plan: --strategies zero3), "
+                "or drop --zeropp"
+            )
+        if self.zeropp and self.offload_params is not Offload.NONE:
+            raise UserInputError(
+                "--zeropp quantizes and re-partitions the GPU-held parameters; with --offload-params they live in "
+                "CPU or NVMe memory: drop one of the two"
             )
         if self.compression is not GradientCompression.NONE and self.strategy is not Strategy.ENGINE:
             raise UserInputError(

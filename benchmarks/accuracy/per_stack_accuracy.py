@@ -126,6 +126,11 @@ INFORMATIONAL_STACKS = {
                                              "the ZeRO++ blog's Figures 6-8 (GPT 18B on 384 V100s at 100, 200, 400 and "
                                              "800 Gb/s between nodes, 1K and 2K tokens per GPU; chart labels, sequence "
                                              "and FLOP count not printed)"),
+    "deepspeed-zeropp-v100": ("ZeRO++ (quantized weights and gradients, hierarchical partitions), V100",
+                              "`plan --zeropp` (ds_config.json: zero_quantized_weights, zero_hpz_partition_size, "
+                              "zero_quantized_gradients)",
+                              "the ZeRO++ blog's Figures 6-8 (GPT 18B on 384 V100s at 100-800 Gb/s between nodes, "
+                              "1K and 2K tokens per GPU; chart labels, sequence and FLOP count not printed)"),
     "hf-accelerate-deepspeed": ("DeepSpeed ZeRO-3 via accelerate", "ds_config.json, accelerate_config.yaml",
                                 "HF blogs: Granite 7B on 4 A100s, a \"ballpark\" tokens/s, sequence and "
                                 "checkpointing not printed; Qwen3-4B on 1 H100 through TRL's SFTTrainer with the "
@@ -151,19 +156,8 @@ INFORMATIONAL_STACKS = {
                                     "read off the plots, no FLOP count stated; ZeRO-Infinity Figure 5(c)'s baseline "
                                     "(batch not printed)"),
 }  # fmt: skip
-# Stacks with no row: ours that no published measurement in the stored references ran ("not measured"), and
-# ZeRO++, measured but not planned (we emit no ZeRO++), with what was found instead.
+# Stacks we emit that no published measurement in the stored references ran, and what was found instead.
 UNMEASURED = (
-    ("ZeRO++ (quantized weights and gradients, hierarchical partitions)",
-     "none: ds_config.json refuses zero_quantized_weights and zero_hpz_partition_size",
-     "measured, not planned: the ZeRO++ blog's Figures 6-8 (microsoft/DeepSpeed blogs/zeropp, chart labels) measure "
-     "ZeRO++ beside ZeRO-3 on 384 V100s, e.g. 18B at 2K tokens per GPU 46, 50, 53 and 54 TFLOP/s at 100-800 Gb/s; "
-     "we plan no ZeRO++ (its "
-     "cross-node traffic, 0.75 of the model's size per step against ZeRO-3's 3, is stated there), so its bars are "
-     "not estimated; its ZeRO-3 baselines are, as the stack \"DeepSpeed ZeRO-3 as the ZeRO++ blog's baseline\" "
-     "above; the 49B-138B shapes and the FLOP count are in the paper (arXiv:2306.10209), whose evaluation the "
-     "stored references do not hold",
-     "not planned"),
     ("our engine: EP, CP", "engine.json layout.ep / layout.cp",
      "none in the stored references (our engine's own EP/CP runs: correctness vs single-process runs only; the EP "
      "and CP mechanisms it plans with are timed against Megatron-Core's published DGX-H100 runs, the "

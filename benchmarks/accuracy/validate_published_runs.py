@@ -120,6 +120,7 @@ def plan_inputs(row: dict):
             "stage_layers": row.get("stage_layers"),
         },
         fp8=row.get("fp8", False),
+        zeropp=row.get("zeropp", False),
         kernels=row.get("kernels", "eager"),
         sequence_parallel=row.get("sequence_parallel", False),
         pipeline_schedule=PipelineSchedule(row.get("pipeline_schedule", "1f1b")),

@@ -88,6 +88,14 @@ def zero_optimization(plan: Plan, engine: EngineConfig, *, auto: bool = False) -
         block["offload_optimizer"] = _offload(config.offload_optimizer)
     if config.offload_params is not Offload.NONE and stage == 3:
         block["offload_param"] = _offload(config.offload_params)
+    if config.zeropp and stage == 3:  # DeepSpeed's ZeRO++ keys, as its tutorial sets them (throughput/zeropp.py)
+        block.update(
+            {
+                "zero_quantized_weights": True,
+                "zero_hpz_partition_size": plan.cluster.gpus_per_node,  # hpZ: the node's GPUs
+                "zero_quantized_gradients": True,
+            }
+        )
     return block
 
 

@@ -61,7 +61,13 @@ def _low_width(config: TrainingConfig) -> int:
 
 
 def estimate_buffers(
-    spec: ModelSpec, config: TrainingConfig, params: RankParams, dp: int, runtime: Runtime = Runtime.CUDA
+    spec: ModelSpec,
+    config: TrainingConfig,
+    params: RankParams,
+    dp: int,
+    runtime: Runtime = Runtime.CUDA,
+    *,
+    gpus_per_node: int = 1,
 ) -> Buffers:
     if config.strategy is Strategy.DDP:
         buffers = _ddp_buffers(spec, config, params, dp, runtime)
@@ -69,7 +75,25 @@ def estimate_buffers(
         buffers = _fsdp_buffers(config, params, dp)
     else:
         buffers = _zero_buffers(spec, config, params, dp)
+        if config.zeropp:
+            buffers = _with_secondary_partition(config, params, buffers, dp, gpus_per_node)
     return _with_fp8_weights(spec, config, params, buffers, dp) if config.fp8 else buffers
+
+
+def _with_secondary_partition(
+    config: TrainingConfig, params: RankParams, buffers: Buffers, dp: int, gpus_per_node: int
+) -> Buffers:
+    """ZeRO++'s hpZ: every node keeps the 16-bit parameters partitioned over its own GPUs as well, so that the
+    backward gathers inside the node (planner/throughput/zeropp.py): 1/hpZ of them on each GPU, the whole step."""
+    hpz = max(min(dp, gpus_per_node), 1)
+    secondary = params.total * _low_width(config) / hpz
+    note = "; ".join(filter(None, [buffers.note, f"ZeRO++: hpZ's secondary partition (1/{hpz} of the parameters)"]))
+    return Buffers(
+        during_forward=buffers.during_forward + secondary,
+        during_backward=buffers.during_backward + secondary,
+        during_step=buffers.during_step + secondary,
+        note=note,
+    )
 
 
 def _with_fp8_weights(

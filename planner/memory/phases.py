@@ -159,6 +159,7 @@ def _batch_independent(spec: ModelSpec, config: TrainingConfig, dp: int, gpus_pe
         config.context_parallel,
         config.fp8,
         config.compression,
+        config.zeropp,
         dp,
         gpus_per_node,
         runtime,
@@ -171,7 +172,7 @@ def _build_batch_independent(
     spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime, layout: tuple
 ) -> _BatchIndependent:
     params, states = _cached(spec, ("states", *layout), lambda: _model_states(spec, config, dp, gpus_per_node, runtime))
-    buffers = estimate_buffers(spec, config, params, dp, runtime)
+    buffers = estimate_buffers(spec, config, params, dp, runtime, gpus_per_node=gpus_per_node)
     widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
     notes = [*states.notes, *([buffers.note] if buffers.note else [])]
     return _BatchIndependent(states, buffers, widths, _tied_head_gradient(spec, config), notes)

@@ -32,11 +32,13 @@ def _fsdp_layouts(cluster: ClusterSpec, allow_offload: bool, with_ddp: bool) -> 
     return layouts
 
 
-def _deepspeed_layouts(cluster: ClusterSpec, allow_offload: bool) -> list[StrategyLayout]:
+def _deepspeed_layouts(cluster: ClusterSpec, allow_offload: bool, zeropp: bool = False) -> list[StrategyLayout]:
     layouts = []
     for stage in (1, 2, 3):
         base = {"strategy": Strategy.DEEPSPEED, "zero_stage": stage}
         layouts.append(make_layout(SIMPLICITY[f"zero{stage}"], base))
+        if stage == 3 and zeropp:  # asked for (--zeropp): DeepSpeed's ZeRO++ beside plain ZeRO-3
+            layouts.append(make_layout(SIMPLICITY["zero3-zeropp"], {**base, "zeropp": True}))
         if not allow_offload:
             continue
         # ZeRO-Offload (Ren et al. 2021) is built on stage 2; a device whose memory is the host's gains nothing by
@@ -76,6 +78,7 @@ def enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanReques
         request.qlora,
         request.seq_len,
         request.compression,
+        request.zeropp,
     )
     entry = _LAYOUTS.get(key)
     if entry is None or entry[0] is not spec:
@@ -101,7 +104,7 @@ def _enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanReque
     if "deepspeed" in wanted or stages:
         layouts += [
             layout
-            for layout in _deepspeed_layouts(cluster, request.allow_offload)
+            for layout in _deepspeed_layouts(cluster, request.allow_offload, request.zeropp)
             if "deepspeed" in wanted or layout.fields["zero_stage"] in stages
         ]
     if "engine" in wanted and engine_applicability(spec) is None and not request.lora_rank:

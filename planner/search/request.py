@@ -149,6 +149,7 @@ class PlanRequest(BaseModel):
     kernels: KernelChoice = KernelChoice.EAGER  # the blocks' element-wise kernels, for every candidate
     routing: ExpertRouting = ExpertRouting()  # MoE router imbalance and the engine's capacity factor
     compression: CompressionRequest = CompressionRequest.NONE  # the engine's data-parallel gradients
+    zeropp: bool = False  # also search DeepSpeed's ZeRO++ on ZeRO-3 (planner/throughput/zeropp.py)
     objective: Objective = Objective.THROUGHPUT
     top_k: int = Field(default=5, ge=1)
     headroom_fraction: float = Field(default=0.1, ge=0.0, lt=1.0, allow_inf_nan=False)
@@ -171,6 +172,11 @@ class PlanRequest(BaseModel):
             raise UserInputError("no strategy left to search; allow at least one of ddp, fsdp, deepspeed, engine")
         if not self.activation_checkpointing:
             raise UserInputError("allow at least one activation checkpointing mode: none, selective or full")
+        if self.zeropp and not any(name in ("deepspeed", "zero3") for name in self.strategies):
+            raise UserInputError(
+                f"--zeropp plans DeepSpeed's ZeRO++ on ZeRO-3, and --strategies searches {','.join(self.strategies)}: "
+                "add zero3 (or deepspeed) to --strategies, or drop --zeropp"
+            )
         if self.compression.pinned is not None and self.strategies != ("engine",):
             raise UserInputError(
                 f"--compression {self.compression.value} compresses our engine's data-parallel gradients, which only "

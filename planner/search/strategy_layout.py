@@ -42,6 +42,8 @@ def family_label(config: TrainingConfig) -> str:
             return f"ZeRO-{config.zero_stage} + param offload"
         if config.offload_optimizer is not Offload.NONE:
             return f"ZeRO-{config.zero_stage} + offload"
+        if config.zeropp:
+            return "ZeRO++"
         return f"ZeRO-{config.zero_stage}"
     tp, pp = config.tensor_parallel, config.pipeline_parallel
     compressed = f" + {config.compression.value}" if config.compression is not GradientCompression.NONE else ""
@@ -64,6 +66,7 @@ SIMPLICITY = {
     "fsdp-full": 5,
     "fsdp-hybrid": 5,
     "zero3": 6,
+    "zero3-zeropp": 7,  # ZeRO-3 with three more DeepSpeed switches (--zeropp)
     "engine": 10,  # + pipeline, + both, + ZeRO stage: 10-13
     "fsdp-offload": 20,
     "zero2-offload-optimizer": 21,

@@ -132,6 +132,7 @@ def communication_plan(
     shards = shard_group.size
 
     summed = all_reduce = last_bucket = reduce = gather = cross = updated = 0.0
+    gather_backward: float | None = None  # ZeRO++: the backward's gather, inside the node
     if config.compression is not GradientCompression.NONE:
         # Our engine: one synchronous compressed sum per step, at the boundary (compressed_reduction.py).
         from planner.throughput.compressed_reduction import compressed_reduction  # here: only a compressed plan
@@ -166,6 +167,12 @@ def communication_plan(
             # Only the optimizer's (trainable) partitions change and are gathered back.
             data_parallel = partitioned_scheme
             updated = all_gather_s(links, dp_group, trainable * element)
+    elif config.zeropp:  # ZeRO-3's collectives as ZeRO++ sends them (zeropp.py)
+        from planner.throughput.zeropp import zeropp_collectives  # here: only a ZeRO++ plan
+
+        data_parallel = sharded_scheme
+        zeropp = zeropp_collectives(links, dp_group, params, trainable, param_bytes)
+        gather, gather_backward, reduce = zeropp.gather_forward, zeropp.gather_backward, zeropp.reduce
     else:
         data_parallel = sharded_scheme
         per_gpu_nic = implementation.sharded_gather_per_gpu_nic
@@ -220,6 +227,7 @@ def communication_plan(
         last_bucket=last_bucket,
         reduce=reduce,
         gather=gather,
+        gather_backward=gather_backward,
         cross=cross,
         updated=updated,
         offloads=fetch is not None or cpu_step is not None,

@@ -34,6 +34,7 @@ class CommunicationPlan:
     last_bucket: float = 0.0
     reduce: float = 0.0
     gather: float = 0.0
+    gather_backward: float | None = None  # the backward's all-gather where it differs from the forward's (ZeRO++)
     cross: float = 0.0  # HYBRID_SHARD's all-reduce of the shards across nodes
     updated: float = 0.0  # the updated partitions' all-gather after the optimizer step
     # Offload: a micro-batch's parameter fetch (None: no parameter offload), and the CPU optimizer's

@@ -63,11 +63,15 @@ def partitioned_scheme(plan: CommunicationPlan, accum: int, fwd: float, bwd: flo
 
 def sharded_scheme(plan: CommunicationPlan, accum: int, fwd: float, bwd: float, blocks: int) -> tuple[float, float]:
     """ZeRO-3, FSDP FULL_SHARD and HYBRID_SHARD: every micro-batch gathers the parameters in forward and in
-    backward and reduce-scatters the gradients (hybrid: and all-reduces the shards across nodes)."""
+    backward and reduce-scatters the gradients (hybrid: and all-reduces the shards across nodes; ZeRO++: the
+    backward's gather inside the node, zeropp.py)."""
     gather, reduce, cross, interference = plan.gather, plan.reduce, plan.cross, plan.interference
+    gather_backward = gather if plan.gather_backward is None else plan.gather_backward
     first_block = gather / max(blocks, 1)
-    dp_total = accum * (2 * gather + reduce + cross)
+    dp_total = accum * (gather + gather_backward + reduce + cross)
     exposed = accum * (
-        first_block + waited_s(gather, fwd, interference) + waited_s(gather + reduce + cross, bwd, interference)
+        first_block
+        + waited_s(gather, fwd, interference)
+        + waited_s(gather_backward + reduce + cross, bwd, interference)
     )
     return dp_total, exposed

@@ -43,7 +43,13 @@ from planner.throughput.implementation import OUR_STRATEGIES, Implementation
 from planner.throughput.kernel_stack import KernelStack
 from planner.throughput.kernels import Device
 from planner.throughput.result import StepTimeBreakdown, ThroughputEstimate
-from planner.throughput.step_sources import bottleneck_notes, compression_source, fixed_sources, offload_source
+from planner.throughput.step_sources import (
+    bottleneck_notes,
+    compression_source,
+    fixed_sources,
+    offload_source,
+    zeropp_source,
+)
 from planner.training_config import (
     ActivationCheckpointing,
     KernelChoice,
@@ -192,6 +198,7 @@ def _build_plan(
             **fixed_sources(stack, implementation, config.fp8, config.kernels),
             **offload_source(config, cluster),
             **compression_source(config, world),
+            **zeropp_source(config),
         },
     )
 
