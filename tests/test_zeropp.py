@@ -130,6 +130,8 @@ def test_plan_offers_zeropp_only_when_asked_and_emits_what_deepspeed_reads(capsy
     assert (parsed.stage, parsed.zero_quantized_weights, parsed.zero_quantized_gradients) == (3, True, True)
     assert parsed.zero_hpz_partition_size == 8  # the node's GPUs
     assert json.loads((run / "plan.json").read_text())["config"]["zeropp"] is True
+    readme = (run / "README.md").read_text()
+    assert readme.startswith("# Run folder: gpt2 with DeepSpeed ZeRO++ (on ZeRO-3)") and "cannot rehearse it" in readme
     assert main(["train", str(run), "--tiny"]) == 2  # its quantizer kernels are CUDA ops: refused before torchrun
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "CPU processes cannot rehearse it" in err

@@ -49,7 +49,7 @@ def run_readme(plan: Plan, target: RunConfig, files: list[str], *, placeholder_i
         f"data-parallel {target.layout.dp} = {target.global_batch} sequences of {target.seq_len} tokens per step",
         f"- precision {config.precision.value}, optimizer {config.optimizer.value}, "
         f"activation checkpointing {config.activation_checkpointing.value}",
-        *_compression_lines(plan, target),
+        *_data_parallel_traffic_lines(plan, target),
         "",
         "## Estimates",
         "",
@@ -152,7 +152,13 @@ def _processes(plan: Plan, run: RunConfig) -> str:
     return f"{counted(run.num_nodes, 'node')} x {devices} = {counted(run.world_size, 'process', 'processes')}"
 
 
-def _compression_lines(plan: Plan, target: RunConfig) -> list[str]:
+def _data_parallel_traffic_lines(plan: Plan, target: RunConfig) -> list[str]:
+    if plan.config.zeropp:
+        return [
+            "- ZeRO++ (ds_config.json: `zero_quantized_weights`, `zero_hpz_partition_size`, "
+            "`zero_quantized_gradients`): int8 forward gathers, backward gathers inside the node, int4 gradients; "
+            "its quantizer kernels are CUDA ops, so `train --tiny` cannot rehearse it on CPU (docs/search.md, ZeRO++)"
+        ]
     compression = plan.config.compression
     if compression is GradientCompression.NONE:
         return []
@@ -166,6 +172,8 @@ def _compression_lines(plan: Plan, target: RunConfig) -> list[str]:
 
 def _strategy_name(plan: Plan) -> str:
     config = plan.config
+    if config.strategy is Strategy.DEEPSPEED and config.zeropp:
+        return "DeepSpeed ZeRO++ (on ZeRO-3)"
     if config.strategy is Strategy.DEEPSPEED:
         return f"DeepSpeed ZeRO-{config.zero_stage}"
     if config.strategy is Strategy.FSDP:
