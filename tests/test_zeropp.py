@@ -137,3 +137,27 @@ def test_plan_offers_zeropp_only_when_asked_and_emits_what_deepspeed_reads(capsy
     assert err.count("\n") == 1 and "CPU processes cannot rehearse it" in err
     assert main([*base[:-3], "--strategies", "ddp,fsdp", "--zeropp"]) == 2
     assert "add zero3 (or deepspeed) to --strategies" in capsys.readouterr().err
+
+
+def test_inside_one_node_there_is_no_hpz():
+    """Where the data-parallel ranks fit in one node hpZ has nothing to keep off the network: no secondary
+    partition (DeepSpeed's default, hpz 1), no memory for it, and qwZ's int8 gathers in backward too."""
+    from planner.memory.estimate import estimate_memory_bytes
+    from planner.throughput.zeropp import hpz_size
+
+    assert hpz_size(8, 8) == 1 and hpz_size(16, 8) == 8
+    spec = resolve_model("opt-13b")
+    cluster = make_cluster("A100-80GB", 8, 1)
+    links = cluster_links(cluster, CONSTANTS.link_efficiency)
+    config = TrainingConfig(strategy="deepspeed", zero_stage=3, zeropp=True)
+    plan = communication_plan(
+        model_shape(spec), config, links, world_size=8, pcie_Bps=16e9, memory_Bps=2e12, k=CONSTANTS, nvme_Bps=0.0
+    )
+    assert plan.gather_backward == pytest.approx(plan.gather, rel=1e-12)
+    buffers = {
+        zeropp: estimate_memory_bytes(
+            spec, config.model_copy(update={"zeropp": zeropp}), world_size=8, gpus_per_node=8
+        )["buffers"]
+        for zeropp in (False, True)
+    }
+    assert buffers[True] == buffers[False]

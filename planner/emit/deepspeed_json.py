@@ -17,6 +17,7 @@ from planner.contract.choices import ActivationCheckpointing, Offload, Precision
 from planner.contract.engine_config import EngineConfig
 from planner.memory.buffers import deepspeed_bucket_sizes
 from planner.plan import Plan
+from planner.throughput.zeropp import hpz_size
 
 AUTO = "auto"
 NVME_PATH_PLACEHOLDER = "/local_nvme"  # edit: a fast local NVMe mount on every node
@@ -92,7 +93,8 @@ def zero_optimization(plan: Plan, engine: EngineConfig, *, auto: bool = False) -
         block.update(
             {
                 "zero_quantized_weights": True,
-                "zero_hpz_partition_size": plan.cluster.gpus_per_node,  # hpZ: the node's GPUs
+                # hpZ over the node's GPUs where the ranks span nodes; 1 (off) inside one node
+                "zero_hpz_partition_size": hpz_size(plan.cluster.world_size, plan.cluster.gpus_per_node),
                 "zero_quantized_gradients": True,
             }
         )

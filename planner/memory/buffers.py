@@ -84,8 +84,13 @@ def _with_secondary_partition(
     config: TrainingConfig, params: RankParams, buffers: Buffers, dp: int, gpus_per_node: int
 ) -> Buffers:
     """ZeRO++'s hpZ: every node keeps the 16-bit parameters partitioned over its own GPUs as well, so that the
-    backward gathers inside the node (planner/throughput/zeropp.py): 1/hpZ of them on each GPU, the whole step."""
-    hpz = max(min(dp, gpus_per_node), 1)
+    backward gathers inside the node (planner/throughput/zeropp.py): 1/hpZ of them on each GPU, the whole step.
+    None where the data-parallel ranks fit in one node (no hpZ there)."""
+    from planner.throughput.zeropp import hpz_size  # here: only a ZeRO++ plan
+
+    hpz = hpz_size(dp, gpus_per_node)
+    if hpz == 1:
+        return buffers
     secondary = params.total * _low_width(config) / hpz
     note = "; ".join(filter(None, [buffers.note, f"ZeRO++: hpZ's secondary partition (1/{hpz} of the parameters)"]))
     return Buffers(

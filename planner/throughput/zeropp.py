@@ -41,19 +41,25 @@ class ZeroPlusPlusCollectives:
     reduce: float
 
 
-def hpz_group(dp_group: Group, gpus_per_node: int) -> Group:
-    """hpZ's secondary partition: the data-parallel ranks of one node (the tutorial's "ideal is number of ranks
-    (gpus) per node")."""
-    return process_group(min(dp_group.size, dp_group.local, gpus_per_node), 1, gpus_per_node)
+def hpz_size(data_parallel: int, gpus_per_node: int) -> int:
+    """hpZ's secondary partition: over the GPUs of one node (the tutorial's "ideal is number of ranks (gpus) per
+    node"), where the data-parallel ranks span nodes; 1 (no hpZ, DeepSpeed's default) where they fit in one node,
+    whose backward gathers never leave it anyway."""
+    return gpus_per_node if data_parallel > gpus_per_node else 1
 
 
 def zeropp_collectives(
     links: Links, dp_group: Group, params: float, trainable: float, param_bytes: float
 ) -> ZeroPlusPlusCollectives:
     """The three collectives over `dp_group` for `params` gathered (at `param_bytes` a parameter without ZeRO++)
-    and `trainable` reduced."""
+    and `trainable` reduced. Without hpZ (one node) the backward gathers are qwZ's int8 gathers too."""
+    hpz = hpz_size(dp_group.size, links.gpus_per_node)
+    if hpz > 1:
+        gather_backward = all_gather_s(links, process_group(hpz, 1, links.gpus_per_node), params * param_bytes)
+    else:
+        gather_backward = all_gather_s(links, dp_group, params * INT8_BYTES)
     return ZeroPlusPlusCollectives(
         gather_forward=all_gather_s(links, dp_group, params * INT8_BYTES),
-        gather_backward=all_gather_s(links, hpz_group(dp_group, links.gpus_per_node), params * param_bytes),
+        gather_backward=gather_backward,
         reduce=reduce_scatter_s(links, dp_group, trainable * INT4_BYTES),
     )
