@@ -121,6 +121,8 @@ def _fit_precision(ctx: typer.Context, config: TrainingConfig, gpu: GpuSpec) -> 
     from planner.search.request import training_precision
 
     requested = None if ctx.get_parameter_source("precision").name == "DEFAULT" else config.precision
+    if requested is None and config.zeropp:
+        requested = config.precision  # ZeRO++'s fp16-mixed (training_options), whatever the GPU's best
     return config.model_copy(update={"precision": training_precision(gpu, requested)})
 
 
@@ -184,6 +186,13 @@ def register(app: typer.Typer) -> None:
             implementation=implementation,
         )
         training = result.config
+        if training.zeropp:
+            from planner.throughput.zeropp import zeropp_lines
+
+            compression_notes = [
+                *compression_notes,
+                *zeropp_lines(target.world_size, target.gpus_per_node, spec.params.total),
+            ]
         positions_note = spec.beyond_trained_positions(training.seq_len)  # as plan's reasons say it
         if as_json:
             document = {
@@ -204,10 +213,9 @@ def register(app: typer.Typer) -> None:
             host_ram = next((line for line in target.assumptions if line.startswith("host RAM")), "")
             # The precision says where it came from: the GPU's best (as plan chooses) or --precision.
             chosen = "the GPU's best" if ctx.get_parameter_source("precision").name == "DEFAULT" else "--precision"
-            title = (
-                f"{spec.name} on {target.world_size} x {target.gpu.name}, {training.strategy.value}, "
-                f"{training.precision.value} ({chosen})"
-            )
+            chosen = "ZeRO++'s" if training.zeropp and chosen == "the GPU's best" else chosen
+            strategy = "deepspeed ZeRO++" if training.zeropp else training.strategy.value
+            title = f"{spec.name} on {target.world_size} x {target.gpu.name}, {strategy}, {training.precision.value} ({chosen})"
             print_memory_table(result, title, host_ram)
             print_speed(result)
             for note in compression_notes:

@@ -116,11 +116,15 @@ def _prepare(run_dir: Path, forwarded: list[str], *, nproc: int | None, max_rest
     except UserInputError as error:
         raise UserInputError(f"--nproc {count}: {error}" if nproc else str(error)) from None
     command = torchrun_command(run_dir.resolve(), nproc=count, max_restarts=max_restarts, forwarded=forwarded)
+    if spec.ds_config is not None and _ranks_on_cpu(run.device):
+        from backends.adapters.deepspeed_cuda_only import refuse_cuda_only_keys_on_cpu
+
+        # ZeRO++ on a machine without CUDA: its own reason, before "pass --tiny" (which could not run it either)
+        refuse_cuda_only_keys_on_cpu(spec.ds_config)
     if run.device == "cuda" and not args.tiny:
         from backends.cpu_distributed import runs_on_cpu_instead  # imports torch: only here
 
         runs_on_cpu_instead("cuda", tiny=False)  # the one-line error on a machine without CUDA
-    _refuse_zeropp_on_cpu(spec.ds_config, on_cpu=run.device == "cpu" or args.tiny)
     from backends.runner.preflight import check_resume, preflight
     from backends.runner.run_lock import HELD_ENV, hold_run_lock, refuse_if_held
 
@@ -154,19 +158,14 @@ def _prepare(run_dir: Path, forwarded: list[str], *, nproc: int | None, max_rest
     return spec, command, lock, stopped, {HELD_ENV: str(spec.run_dir.resolve())}
 
 
-# DeepSpeed's ZeRO++ switches whose kernels are CUDA ops (its quantizer): a CPU rank fails in the first gather.
-ZEROPP_CUDA_KEYS = ("zero_quantized_weights", "zero_quantized_gradients")
+def _ranks_on_cpu(device: str) -> bool:
+    """Whether the ranks would run on CPU: a CPU plan, or a GPU plan on a machine without CUDA (--tiny's CPU
+    rehearsal, or the refusal that offers it)."""
+    if device == "cpu":
+        return True
+    import torch  # only for a DeepSpeed run folder
 
-
-def _refuse_zeropp_on_cpu(ds_config: dict | None, *, on_cpu: bool) -> None:
-    zero = (ds_config or {}).get("zero_optimization") or {}
-    quantized = [key for key in ZEROPP_CUDA_KEYS if zero.get(key)]
-    if on_cpu and quantized:
-        raise UserInputError(
-            f"this plan runs DeepSpeed's ZeRO++ ({', '.join(quantized)} in ds_config.json), whose quantization "
-            "kernels are CUDA ops: CPU processes cannot rehearse it; run it on its GPUs, or re-plan without --zeropp "
-            "to rehearse plain ZeRO-3"
-        )
+    return not torch.cuda.is_available()
 
 
 def _trainer_resume_check(run_dir: Path, args: Any) -> Callable[[], Path | None]:

@@ -158,8 +158,10 @@ def training_options(
         2048, "--seq-len", help="Tokens per sequence (default: the smaller of 2048 and the model's context)."
     ),
     grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches per optimizer step."),
-    precision: str = typer.Option(
-        "bf16-mixed", "--precision", help="fp32|fp16-mixed|bf16-mixed|bf16 (default: the best the GPU has)."
+    precision: str | None = typer.Option(
+        None,
+        "--precision",
+        help="fp32|fp16-mixed|bf16-mixed|bf16 (default: the best the GPU has; fp16-mixed with --zeropp).",
     ),
     optimizer: str = typer.Option("adamw", "--optimizer", help="adamw|adamw-8bit|adafactor|sgd|lion"),
     ac: str = typer.Option("none", "--ac", help="Activation checkpointing: none|selective|full"),
@@ -230,7 +232,7 @@ def training_options(
         micro_batch=micro_batch,
         seq_len=seq_len,
         grad_accum=grad_accum,
-        precision=_choice(precision, Precision, "--precision"),
+        precision=_choice(precision or ("fp16-mixed" if zeropp else "bf16-mixed"), Precision, "--precision"),
         optimizer=_choice(optimizer, OptimizerKind, "--optimizer"),
         activation_checkpointing=_choice(ac, ActivationCheckpointing, "--ac"),
         attention=_choice(attention, AttentionKernel, "--attention"),

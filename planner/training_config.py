@@ -142,6 +142,11 @@ class TrainingConfig(BaseModel):
                 "--zeropp is DeepSpeed's ZeRO++, built on ZeRO-3: use --strategy zero3 (plan: --strategies zero3), "
                 "or drop --zeropp"
             )
+        if self.zeropp and self.precision is not Precision.FP16_MIXED:
+            raise UserInputError(
+                f"--zeropp with --precision {self.precision.value}: ZeRO++'s int4 gradient kernel reads fp16 (DeepSpeed's "
+                "ds_swizzle_quant), so other gradients would be misread; use --precision fp16-mixed, or drop --zeropp"
+            )
         if self.zeropp and self.offload_params is not Offload.NONE:
             raise UserInputError(
                 "--zeropp quantizes and re-partitions the GPU-held parameters; with --offload-params they live in "

@@ -451,13 +451,13 @@ def test_zero3_as_the_zeropp_blogs_baseline_is_met_where_the_network_sets_the_pa
 
 def test_zeropp_as_its_blog_measured_it_is_shown_and_held():
     """ZeRO++ planned with --zeropp (planner/throughput/zeropp.py) against the ZeRO++ blog's own bars (GPT 18B on 384
-    V100s, 100-800 Gb/s; informational for the baselines' reasons): +19.5% to +85.1% today. Where the network paced
-    ZeRO-3 (100 Gb/s) the estimate's ZeRO++ speed-up is larger than measured (2K tokens: 2.25x against 1.77x): with a
+    V100s, 100-800 Gb/s; informational for the baselines' reasons): +21.0% to +91.0% today. Where the network paced
+    ZeRO-3 (100 Gb/s) the estimate's ZeRO++ speed-up is larger than measured (2K tokens: 2.28x against 1.77x): with a
     quarter of the cross-node traffic ZeRO++ reaches the compute-side pace the baselines above already miss."""
     rows = {c.row["id"]: c for c in comparisons() if c.row.get("stack") == "deepspeed-zeropp-v100"}
     assert len(rows) == 6 and all(c.row["zeropp"] and not c.row["statistics"] for c in rows.values())
     errors = [c.error for c in rows.values()]
-    assert 0.19 < min(errors) and max(errors) < 0.86  # +19.5% .. +85.1% today
+    assert 0.20 < min(errors) and max(errors) < 0.92  # +21.0% .. +91.0% today
     base = {c.row["id"]: c for c in comparisons() if c.row.get("stack") == "deepspeed-zero3-zeropp-baseline-v100"}
     zeropp, zero3 = (
         rows["zeropp-blog-zeropp-18b-384-v100-2k-tokens-100gbps"],

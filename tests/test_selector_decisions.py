@@ -2,7 +2,8 @@
 
 The reference is the order the selector's users were promised, written here
 independently of the search's own SIMPLICITY table:
-DDP; FSDP grad-op / ZeRO-1; ZeRO-2; FSDP full-shard / ZeRO-3; engine TP/PP; offload.
+DDP; FSDP grad-op / ZeRO-1; ZeRO-2; FSDP full-shard / ZeRO-3; ZeRO++ (asked for with --zeropp); engine TP/PP;
+offload.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ DOCUMENTED_ORDER = [
     ("FSDP grad-op", "ZeRO-1"),
     ("ZeRO-2",),
     ("FSDP full-shard", "FSDP hybrid", "ZeRO-3"),
+    ("ZeRO++",),
     ("engine TP", "engine PP", "engine TP×PP"),
 ]
 

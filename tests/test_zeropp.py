@@ -15,12 +15,14 @@ from hardware_selector_cli.app import main
 from planner.hardware.cluster import make_cluster
 from planner.models.flops import model_shape
 from planner.models.resolve import resolve_model
-from planner.throughput.collectives import cluster_links
+from planner.throughput.collectives import all_gather_s, cluster_links, process_group
 from planner.throughput.communication import communication_plan
 from planner.throughput.constants import CONSTANTS
 from planner.training_config import TrainingConfig
 
 NODES, GPUS_PER_NODE = 8, 16
+
+PARAMS = float(resolve_model("opt-13b").params.total)  # what every rank gathers: ZeRO-3 without TP
 
 
 def _plans(interconnect: str):
@@ -46,12 +48,16 @@ def _plans(interconnect: str):
 def test_cross_node_traffic_is_the_blogs_quarter_of_zero3s():
     """On a network slow enough that the node's NICs pace every collective, the seconds are the bytes: ZeRO-3 sends
     3M across nodes a micro-batch (two gathers, one reduce-scatter), ZeRO++ 0.75M (0.5M + 0 + 0.25M)."""
-    plans, _ = _plans("ethernet-25g")
+    plans, links = _plans("ethernet-25g")
     zero3, zeropp = plans[False], plans[True]
     assert zero3.gather_backward is None  # ZeRO-3: the backward gathers what the forward does
     assert zeropp.gather / zero3.gather == pytest.approx(0.5, rel=0.01)  # qwZ: int8 against fp16
     assert zeropp.reduce / zero3.reduce == pytest.approx(0.25, rel=0.01)  # qgZ: int4 against fp16
     assert zeropp.gather_backward is not None and zeropp.gather_backward < 0.05 * zero3.gather  # hpZ: NVLink only
+    # DeepSpeed quantizes hpZ's in-node gather too (partition_parameters.py, _all_gather_coalesced): int8 over NVLink
+    assert zeropp.gather_backward == pytest.approx(
+        all_gather_s(links, process_group(GPUS_PER_NODE, 1, GPUS_PER_NODE), PARAMS * 1.0), rel=1e-9
+    )
     cross_node = (zeropp.gather + zeropp.reduce) / (2 * zero3.gather + zero3.reduce)
     assert cross_node == pytest.approx(0.75 / 3, rel=0.02)
 
@@ -82,7 +88,17 @@ def test_hpz_secondary_partition_is_charged_in_memory():
     [
         ({"strategy": "deepspeed", "zero_stage": 2, "zeropp": True}, "built on ZeRO-3"),
         ({"strategy": "fsdp", "zeropp": True}, "built on ZeRO-3"),
-        ({"strategy": "deepspeed", "zero_stage": 3, "zeropp": True, "offload_params": "cpu"}, "drop one"),
+        (
+            {
+                "strategy": "deepspeed",
+                "zero_stage": 3,
+                "zeropp": True,
+                "offload_params": "cpu",
+                "precision": "fp16-mixed",
+            },
+            "drop one",
+        ),
+        ({"strategy": "deepspeed", "zero_stage": 3, "zeropp": True, "precision": "bf16-mixed"}, "reads fp16"),
     ],
 )
 def test_zeropp_outside_zero3_is_refused(fields, needle):
@@ -93,7 +109,7 @@ def test_zeropp_outside_zero3_is_refused(fields, needle):
 def test_plan_json_without_zeropp_is_unchanged_and_with_it_round_trips():
     plain = TrainingConfig(strategy="deepspeed", zero_stage=3)
     assert "zeropp" not in plain.model_dump(mode="json")
-    zeropp = TrainingConfig(strategy="deepspeed", zero_stage=3, zeropp=True)
+    zeropp = TrainingConfig(strategy="deepspeed", zero_stage=3, zeropp=True, precision="fp16-mixed")
     assert TrainingConfig.model_validate(zeropp.model_dump(mode="json")).zeropp
 
 
@@ -132,9 +148,10 @@ def test_plan_offers_zeropp_only_when_asked_and_emits_what_deepspeed_reads(capsy
     assert json.loads((run / "plan.json").read_text())["config"]["zeropp"] is True
     readme = (run / "README.md").read_text()
     assert readme.startswith("# Run folder: gpt2 with DeepSpeed ZeRO++ (on ZeRO-3)") and "cannot rehearse it" in readme
-    assert main(["train", str(run), "--tiny"]) == 2  # its quantizer kernels are CUDA ops: refused before torchrun
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "CPU processes cannot rehearse it" in err
+    for smoke in (["--tiny"], []):  # without --tiny on a machine without CUDA: the same reason, not "pass --tiny"
+        assert main(["train", str(run), *smoke]) == 2  # its quantizer kernels are CUDA ops: refused before torchrun
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "CPU processes cannot rehearse it" in err
     assert main([*base[:-3], "--strategies", "ddp,fsdp", "--zeropp"]) == 2
     assert "add zero3 (or deepspeed) to --strategies" in capsys.readouterr().err
 
@@ -149,11 +166,23 @@ def test_inside_one_node_there_is_no_hpz():
     spec = resolve_model("opt-13b")
     cluster = make_cluster("A100-80GB", 8, 1)
     links = cluster_links(cluster, CONSTANTS.link_efficiency)
-    config = TrainingConfig(strategy="deepspeed", zero_stage=3, zeropp=True)
+    config = TrainingConfig(strategy="deepspeed", zero_stage=3, zeropp=True, precision="fp16-mixed")
     plan = communication_plan(
         model_shape(spec), config, links, world_size=8, pcie_Bps=16e9, memory_Bps=2e12, k=CONSTANTS, nvme_Bps=0.0
     )
     assert plan.gather_backward == pytest.approx(plan.gather, rel=1e-12)
+    # qgZ runs only across nodes (stage3.py: num_nodes > 1): on one node the gradients go as ZeRO-3's do
+    zero3 = communication_plan(
+        model_shape(spec),
+        config.model_copy(update={"zeropp": False}),
+        links,
+        world_size=8,
+        pcie_Bps=16e9,
+        memory_Bps=2e12,
+        k=CONSTANTS,
+        nvme_Bps=0.0,
+    )
+    assert plan.reduce == pytest.approx(zero3.reduce, rel=1e-12) and plan.gather < zero3.gather
     buffers = {
         zeropp: estimate_memory_bytes(
             spec, config.model_copy(update={"zeropp": zeropp}), world_size=8, gpus_per_node=8
@@ -161,3 +190,18 @@ def test_inside_one_node_there_is_no_hpz():
         for zeropp in (False, True)
     }
     assert buffers[True] == buffers[False]
+
+
+def test_the_ranks_refuse_zeropp_on_cpu_too():
+    """launch.sh starts the ranks without the CLI: the DeepSpeed adapter refuses on CPU ranks with the same line
+    (backends/adapters/deepspeed_adapter.py calls this before deepspeed.init_distributed)."""
+    import inspect
+
+    from backends.adapters import deepspeed_adapter
+    from backends.adapters.deepspeed_cuda_only import refuse_cuda_only_keys_on_cpu
+
+    refuse_cuda_only_keys_on_cpu(None)
+    refuse_cuda_only_keys_on_cpu({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}})  # hpZ alone runs
+    with pytest.raises(ValueError, match="zero_quantized_gradients in ds_config.json"):
+        refuse_cuda_only_keys_on_cpu({"zero_optimization": {"stage": 3, "zero_quantized_gradients": True}})
+    assert "refuse_cuda_only_keys_on_cpu(setup.ds_config)" in inspect.getsource(deepspeed_adapter.DeepSpeedAdapter)

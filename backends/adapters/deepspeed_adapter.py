@@ -80,6 +80,7 @@ class DeepSpeedAdapter(Adapter):
     def __init__(self, setup: AdapterSetup):
         import deepspeed
 
+        from backends.adapters.deepspeed_cuda_only import refuse_cuda_only_keys_on_cpu
         from backends.cpu_distributed import skip_deepspeed_shm_build
         from backends.parallelize import ParallelizeConfig, parallelize
         from backends.parts.optimizers import build_torch_optimizer
@@ -88,6 +89,7 @@ class DeepSpeedAdapter(Adapter):
         super().__init__(setup)
         config = setup.engine_config
         if self.device.type == "cpu":
+            refuse_cuda_only_keys_on_cpu(setup.ds_config)  # ZeRO++'s quantizer: before DeepSpeed fails in a gather
             skip_deepspeed_shm_build()
         deepspeed.init_distributed(dist_backend=setup.run.dist_backend)
         document = dict(setup.ds_config) if setup.ds_config is not None else deepspeed_keys(config)

@@ -1,7 +1,9 @@
 """Every DeepSpeed training key, and what our engine does with it (docs/engine.md, "DeepSpeed keys").
 
 A ds_config.json written for DeepSpeed (ours included) must drive our engine
-unchanged, so each key of DeepSpeed's config reference has one of four fates:
+unchanged, or be refused by name (ZeRO++'s keys, which `plan --zeropp` writes for
+DeepSpeed itself, are refused: the engine has no ZeRO++), so each key of
+DeepSpeed's config reference has one of four fates:
 
 - ACTS: a feature we implement; EngineConfig holds the key and the engine
   does what DeepSpeed does with it.

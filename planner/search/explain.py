@@ -21,9 +21,7 @@ from planner.units import GIB, counted, format_dollars
 # 3 in 4 rows of the throughput validation table are within 5% (docs/accuracy.md), so a
 # smaller gap between two plans is not a difference the estimate can vouch for.
 TIE_TOLERANCE = 0.05
-SIMPLICITY_RULE = (
-    "within the estimate's error: DDP, then FSDP grad-op / ZeRO-1, ZeRO-2, FSDP full / ZeRO-3, engine TP/PP, offload"
-)
+SIMPLICITY_RULE = "within the estimate's error: DDP, then FSDP grad-op / ZeRO-1, ZeRO-2, FSDP full / ZeRO-3, ZeRO++, engine TP/PP, offload"
 
 MEMORY_SOURCE = "memory: formula, ZeRO paper + Korthikanti et al. (per-category sources in the plan)"
 

@@ -12,7 +12,7 @@ from planner.models.spec import ModelSpec
 from planner.search.engine_layouts import engine_applicability, engine_layouts
 from planner.search.request import FSDP_SHARDING_KINDS, ZERO_STAGE_KINDS, PlanRequest
 from planner.search.strategy_layout import SIMPLICITY, StrategyLayout, make_layout
-from planner.training_config import FsdpSharding, Offload, Strategy
+from planner.training_config import FsdpSharding, Offload, Precision, Strategy
 
 
 def _fsdp_layouts(cluster: ClusterSpec, allow_offload: bool, with_ddp: bool) -> list[StrategyLayout]:
@@ -37,8 +37,10 @@ def _deepspeed_layouts(cluster: ClusterSpec, allow_offload: bool, zeropp: bool =
     for stage in (1, 2, 3):
         base = {"strategy": Strategy.DEEPSPEED, "zero_stage": stage}
         layouts.append(make_layout(SIMPLICITY[f"zero{stage}"], base))
-        if stage == 3 and zeropp:  # asked for (--zeropp): DeepSpeed's ZeRO++ beside plain ZeRO-3
-            layouts.append(make_layout(SIMPLICITY["zero3-zeropp"], {**base, "zeropp": True}))
+        if stage == 3 and zeropp and cluster.gpu.kind != "cpu":  # asked for (--zeropp): ZeRO++ beside ZeRO-3,
+            # in fp16 whatever the others run: its int4 gradient kernel reads fp16 (planner/throughput/zeropp.py)
+            fields = {**base, "zeropp": True, "precision": Precision.FP16_MIXED}
+            layouts.append(make_layout(SIMPLICITY["zero3-zeropp"], fields))
         if not allow_offload:
             continue
         # ZeRO-Offload (Ren et al. 2021) is built on stage 2; a device whose memory is the host's gains nothing by

@@ -172,6 +172,12 @@ class PlanRequest(BaseModel):
             raise UserInputError("no strategy left to search; allow at least one of ddp, fsdp, deepspeed, engine")
         if not self.activation_checkpointing:
             raise UserInputError("allow at least one activation checkpointing mode: none, selective or full")
+        if self.zeropp and self.precision not in (None, Precision.FP16_MIXED):
+            raise UserInputError(
+                f"--zeropp with --precision {self.precision.value}: ZeRO++'s int4 gradient kernel reads fp16, so it is "
+                "planned in fp16-mixed; drop --precision (ZeRO++ takes fp16-mixed, the others the GPU's best), or "
+                "drop --zeropp"
+            )
         if self.zeropp and not any(name in ("deepspeed", "zero3") for name in self.strategies):
             raise UserInputError(
                 f"--zeropp plans DeepSpeed's ZeRO++ on ZeRO-3, and --strategies searches {','.join(self.strategies)}: "

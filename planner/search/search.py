@@ -224,6 +224,10 @@ def search_plans(
                     f"than spreading over all of them{gain}"
                 )
             reasons += compression_lines(item.config, item.cluster.world_size)
+            if item.config.zeropp:
+                from planner.throughput.zeropp import zeropp_lines  # here: only a ZeRO++ plan
+
+                reasons += zeropp_lines(item.cluster.world_size, item.cluster.gpus_per_node, spec.params.total)
             why_compressed = auto_line(item, scored, request, tokens) if item is best_item else None
             reasons += [why_compressed] if why_compressed else []
             if batch_note:

@@ -59,9 +59,8 @@ def smallest_footprint_fits(spec: ModelSpec, cluster: ClusterSpec, request: Plan
         pp = layout.pipeline_parallel
         for precision in precisions_for(cluster, request):
             config = TrainingConfig(
-                **layout.fields,
+                **{**layout.fields, "precision": layout.fields.get("precision", precision)},  # ZeRO++ pins fp16
                 seq_len=request.seq_len,
-                precision=precision,
                 optimizer=request.optimizer,
                 attention=request.attention,
                 activation_checkpointing=ActivationCheckpointing.FULL,

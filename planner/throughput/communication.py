@@ -171,7 +171,7 @@ def communication_plan(
         from planner.throughput.zeropp import zeropp_collectives  # here: only a ZeRO++ plan
 
         data_parallel = sharded_scheme
-        zeropp = zeropp_collectives(links, dp_group, params, trainable, param_bytes)
+        zeropp = zeropp_collectives(links, dp_group, params, trainable, grad_bytes)
         gather, gather_backward, reduce = zeropp.gather_forward, zeropp.gather_backward, zeropp.reduce
     else:
         data_parallel = sharded_scheme
