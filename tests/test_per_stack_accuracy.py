@@ -181,13 +181,28 @@ def test_megatron_deepspeed_misses_without_pipeline_or_network():
     its pipeline engine or network (docs/accuracy.md). Held at today's figures (informational rows)."""
     every = {c.row["id"]: c for c in comparisons()}
     bench = [c for c in every.values() if c.row.get("stack") == "megatron-deepspeed-bigscience-bench"]
-    assert len(bench) == 3 and not any(c.row["statistics"] for c in bench)
+    assert len(bench) == 15 and not any(c.row["statistics"] for c in bench)
     one_node = every["bigscience-bench-18b-1-node-tp8-mbs2"]
     assert one_node.row["pp"] == 1 and one_node.row["gpus"] == one_node.row["gpus_per_node"]
     assert one_node.error > every["bloom-176b"].error  # +26.0% against +13.9% today
     result = {r.stack: r for r in stack_results()}["Megatron-DeepSpeed as BigScience benchmarked it (Feb 2022)"]
     assert result.informational
-    assert result.median <= 0.265 and abs(result.worst) <= 0.325  # 26.0%, +32.0% (TP 8 on 48 nodes) today
+    assert result.median <= 0.265 and abs(result.worst) <= 0.46  # 26.0%, +45.1% (181B, PP 6, micro-batch 1) today
+
+
+def test_megatron_deepspeeds_miss_shrinks_as_its_micro_batches_grow():
+    """BigScience's 2022-02-21 sweeps (181B and 196B at PP 12 and PP 6, micro-batch 1-8, the global batch fixed):
+    the measured step gains far more from larger micro-batches than the estimate does, so the miss falls with the
+    micro-batch (181B at PP 12: +39.8%, +30.8%, +17.5%, +15.3% at 1, 2, 4, 8): a cost per micro-batch that the
+    estimate does not charge (docs/accuracy.md, "A cost per micro-batch"). Held: the trend and the figures."""
+    every = {c.row["id"]: c.error for c in comparisons()}
+    for sweep in ("181b-48-nodes-tp8-pp12", "181b-48-nodes-tp8-pp6", "196b-48-nodes-tp8-pp12", "196b-48-nodes-tp8-pp6"):
+        errors = [every[key] for mbs in (1, 2, 4) if (key := f"bigscience-bench-{sweep}-mbs{mbs}") in every]
+        assert len(errors) >= 2 and errors == sorted(errors, reverse=True), sweep
+    assert (
+        every["bigscience-bench-181b-48-nodes-tp8-pp12-mbs1"] - every["bigscience-bench-181b-48-nodes-tp8-pp12-mbs8"]
+        > 0.2
+    )
 
 
 def test_megatron_deepspeed_rows_charge_the_attention_chain_their_code_ran():
@@ -200,7 +215,7 @@ def test_megatron_deepspeed_rows_charge_the_attention_chain_their_code_ran():
 
     stacks = {c.row["id"]: implementation_of(c.row).kernels for c in comparisons()
               if c.row["implementation"] == "megatron-deepspeed"}  # fmt: skip
-    assert len(stacks) == 22
+    assert len(stacks) == 34
     for name, stack in stacks.items():
         if name.startswith(("mt-nlg-", "megatron-deepspeed-rebase-", "zeropp-blog-")):  # the default dropout, no ALiBi
             assert stack is KernelStack.MEGATRON_DEEPSPEED, name

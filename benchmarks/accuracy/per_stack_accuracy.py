@@ -115,7 +115,7 @@ INFORMATIONAL_STACKS = {
                                             "engine TP/PP + ZeRO-1",
                                             "BigScience's tr11 chronicles-prequel.md, iteration-2 snapshots: 18B on "
                                             "one node (TP 8, no pipeline, no network); 176B on 384 A100s at TP 8 and "
-                                            "TP 4"),
+                                            "TP 4; the 02-21 sweeps of 181B-196B at PP 6-12, micro-batch 1-8"),
     "megatron-deepspeed-2023-v100": ("Megatron-DeepSpeed as DeepSpeed tested its July 2023 sync, V100",
                                      "engine TP/PP + ZeRO-1",
                                      "Megatron-DeepSpeed's examples_deepspeed/rebase/README.md (GPT-3 13B at TP 4, PP 8, "

@@ -1,0 +1,62 @@
+"""A cost per micro-batch in Megatron-DeepSpeed's runs: fitted on BigScience's sweeps, checked on the counted rows.
+
+    .venv/bin/python -m benchmarks.accuracy.megatron_deepspeed_microbatch_cost
+
+An analysis, not a charge (docs/accuracy.md, "A cost per micro-batch"). BigScience's 2022-02-21 benchmarks sweep the
+micro-batch at a fixed global batch (181B and 196B at PP 6 and 12; benchmarks/data/published_stack_runs.yaml,
+informational rows): the measured step falls far more with larger micro-batches than the estimate's does. A step of
+    estimate x (1 + a) + c x (micro-batch slots of a stage: m + pp - 1) x (layers on the stage)
+is fitted on those twelve rows by least squares, then applied, unchanged, to the stack's counted rows (MT-NLG, BLOOM,
+GPT-NeoX-20B), which it was not fitted on, and to DeepSpeed's own 2023 V100 rows of the same preset.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks.accuracy.validate_published_runs import compare, implementation_of, plan_inputs, published_rows
+from planner.throughput.estimate import estimate_throughput
+
+SWEEP_PREFIXES = ("bigscience-bench-181b-", "bigscience-bench-196b-", "bigscience-bench-187b-")
+
+
+def _terms(row: dict) -> tuple[float, float, float]:
+    """(estimated step seconds, slots x layers per stage, the row's error) for one published row."""
+    spec, config, cluster = plan_inputs(row)
+    step = estimate_throughput(spec, config, cluster, implementation=implementation_of(row)).step_time_s
+    dp = row["gpus"] // (row["tp"] * row["pp"] * row.get("cp", 1))
+    micro_batches = row["global_batch"] // (dp * row["micro_batch"])
+    slots = micro_batches + row["pp"] - 1
+    return step, slots * spec.num_layers / row["pp"], compare(row).error
+
+
+def fit() -> tuple[float, float]:
+    """(a, c): the proportional shortfall and the seconds per micro-batch slot per layer, from the sweeps."""
+    rows = [row for row in published_rows() if row["id"].startswith(SWEEP_PREFIXES)]
+    terms = [_terms(row) for row in rows]
+    measured = np.array([step * (1 + error) for step, _, error in terms])  # error = estimate's speed / measured - 1
+    design = np.array([[step, slot_layers] for step, slot_layers, _ in terms])
+    a, c = np.linalg.lstsq(design, measured - design[:, 0], rcond=None)[0]
+    return float(a), float(c)
+
+
+def with_cost(row: dict, a: float, c: float) -> float:
+    """The row's error once its estimated step carries the fitted costs."""
+    step, slot_layers, error = _terms(row)
+    return (1 + error) * step / (step * (1 + a) + c * slot_layers) - 1
+
+
+def main() -> None:
+    a, c = fit()
+    print(f"fitted on {len([r for r in published_rows() if r['id'].startswith(SWEEP_PREFIXES)])} sweep rows: "
+          f"a = {a:.3f} (share of the estimated step), c = {c * 1e3:.1f} ms per micro-batch slot per layer")  # fmt: skip
+    for row in published_rows():
+        if row.get("implementation") != "megatron-deepspeed":
+            continue
+        fitted_on = row["id"].startswith(SWEEP_PREFIXES)
+        label = "fitted on" if fitted_on else ("counted" if row["statistics"] else "informational")
+        print(f"  {row['id']:<58} {label:<13} {compare(row).error:+7.1%} -> {with_cost(row, a, c):+7.1%}")
+
+
+if __name__ == "__main__":
+    main()
