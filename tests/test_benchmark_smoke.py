@@ -92,6 +92,12 @@ def _per_stack_accuracy(out: str) -> None:
     assert "smoke: the table was written into a temporary copy of docs/accuracy.md" in out
 
 
+def _megatron_deepspeed_microbatch_cost(out: str) -> None:
+    """The fit's line and one line per megatron-deepspeed row, each saying whether the fit was made on it."""
+    assert re.search(r"fitted on 12 sweep rows: a = 0\.\d+ .* c = [\d.]+ ms per micro-batch slot per layer", out)
+    assert "mt-nlg-530b-280-nodes" in out and "counted" in out and "fitted on" in out
+
+
 def _attention_chain_traffic(out: str) -> None:
     """The trace's counts are the constants the megatron-2019 preset charges, against compute.py's two writes."""
     from planner.throughput.attention_chain import EXTRA_SCORE_WRITES
@@ -290,6 +296,7 @@ SMOKES: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "benchmarks.accuracy.attention_chain_traffic": ([], _attention_chain_traffic),
     "benchmarks.accuracy.megatron_deepspeed_attention_traffic": ([], _megatron_deepspeed_attention_traffic),
     "benchmarks.accuracy.megatron_v115_attention_traffic": ([], _megatron_v115_attention_traffic),
+    "benchmarks.accuracy.megatron_deepspeed_microbatch_cost": ([], _megatron_deepspeed_microbatch_cost),
     "benchmarks.accuracy.transformers_attention_traffic": ([], _transformers_attention_traffic),
     "benchmarks.accuracy.transformers_activation_traffic": ([], _transformers_activation_traffic),
     "benchmarks.accuracy.validate_published_runs": ([], _validate_published_runs),

@@ -1,6 +1,7 @@
 """A cost per micro-batch in Megatron-DeepSpeed's runs: fitted on BigScience's sweeps, checked on the counted rows.
 
-    .venv/bin/python -m benchmarks.accuracy.megatron_deepspeed_microbatch_cost
+    .venv/bin/python -m benchmarks.accuracy.megatron_deepspeed_microbatch_cost           # the fit and every row
+    .venv/bin/python -m benchmarks.accuracy.megatron_deepspeed_microbatch_cost --smoke   # the same (it is quick)
 
 An analysis, not a charge (docs/accuracy.md, "A cost per micro-batch"). BigScience's 2022-02-21 benchmarks sweep the
 micro-batch at a fixed global batch (181B and 196B at PP 6 and 12; benchmarks/data/published_stack_runs.yaml,
@@ -11,6 +12,9 @@ GPT-NeoX-20B), which it was not fitted on, and to DeepSpeed's own 2023 V100 rows
 """
 
 from __future__ import annotations
+
+import argparse
+import sys
 
 import numpy as np
 
@@ -46,7 +50,10 @@ def with_cost(row: dict, a: float, c: float) -> float:
     return (1 + error) * step / (step * (1 + a) + c * slot_layers) - 1
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="the same run (it is quick): for the smoke tests")
+    parser.parse_args(argv)
     a, c = fit()
     print(f"fitted on {len([r for r in published_rows() if r['id'].startswith(SWEEP_PREFIXES)])} sweep rows: "
           f"a = {a:.3f} (share of the estimated step), c = {c * 1e3:.1f} ms per micro-batch slot per layer")  # fmt: skip
@@ -56,7 +63,8 @@ def main() -> None:
         fitted_on = row["id"].startswith(SWEEP_PREFIXES)
         label = "fitted on" if fitted_on else ("counted" if row["statistics"] else "informational")
         print(f"  {row['id']:<58} {label:<13} {compare(row).error:+7.1%} -> {with_cost(row, a, c):+7.1%}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
