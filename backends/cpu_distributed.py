@@ -32,14 +32,19 @@ NEEDS_GPUS = (
 CPU_FALLBACK_NOTE = "note: no CUDA GPU here; running this GPU plan's --tiny smoke run on CPU with gloo"
 
 
-def runs_on_cpu_instead(device: str, *, tiny: bool) -> bool:
-    """True when a plan for `device` must run on CPU processes with gloo here: a cuda plan, no CUDA, and --tiny
-    (the laptop smoke test before the cluster; rank 0 says so on stderr). Without --tiny that is a user error."""
+def lacks_cuda_for(device: str) -> bool:
+    """A cuda plan on a machine without CUDA: the question alone, without runs_on_cpu_instead's note or error."""
     if device != "cuda":
         return False
     import torch
 
-    if torch.cuda.is_available():
+    return not torch.cuda.is_available()
+
+
+def runs_on_cpu_instead(device: str, *, tiny: bool) -> bool:
+    """True when a plan for `device` must run on CPU processes with gloo here: a cuda plan, no CUDA, and --tiny
+    (the laptop smoke test before the cluster; rank 0 says so on stderr). Without --tiny that is a user error."""
+    if not lacks_cuda_for(device):
         return False
     if not tiny:
         raise UserInputError(NEEDS_GPUS)

@@ -116,14 +116,14 @@ def _prepare(run_dir: Path, forwarded: list[str], *, nproc: int | None, max_rest
     except UserInputError as error:
         raise UserInputError(f"--nproc {count}: {error}" if nproc else str(error)) from None
     command = torchrun_command(run_dir.resolve(), nproc=count, max_restarts=max_restarts, forwarded=forwarded)
-    if spec.ds_config is not None and _ranks_on_cpu(run.device):
+    from backends.cpu_distributed import lacks_cuda_for, runs_on_cpu_instead  # imports torch: only here
+
+    if spec.ds_config is not None and (run.device == "cpu" or lacks_cuda_for(run.device)):
         from backends.adapters.deepspeed_cuda_only import refuse_cuda_only_keys_on_cpu
 
-        # ZeRO++ on a machine without CUDA: its own reason, before "pass --tiny" (which could not run it either)
+        # ZeRO++ where the ranks would run on CPU: its own reason, before "pass --tiny" (which could not run it)
         refuse_cuda_only_keys_on_cpu(spec.ds_config)
     if run.device == "cuda" and not args.tiny:
-        from backends.cpu_distributed import runs_on_cpu_instead  # imports torch: only here
-
         runs_on_cpu_instead("cuda", tiny=False)  # the one-line error on a machine without CUDA
     from backends.runner.preflight import check_resume, preflight
     from backends.runner.run_lock import HELD_ENV, hold_run_lock, refuse_if_held
@@ -156,16 +156,6 @@ def _prepare(run_dir: Path, forwarded: list[str], *, nproc: int | None, max_rest
     then, resumed_by = _next_start(spec.run_dir, args, resumes_from, resume=run.checkpoint.resume)
     stopped = partial(record_stopped_launch, spec.run_dir, then=then, command=resumed_by)
     return spec, command, lock, stopped, {HELD_ENV: str(spec.run_dir.resolve())}
-
-
-def _ranks_on_cpu(device: str) -> bool:
-    """Whether the ranks would run on CPU: a CPU plan, or a GPU plan on a machine without CUDA (--tiny's CPU
-    rehearsal, or the refusal that offers it)."""
-    if device == "cpu":
-        return True
-    import torch  # only for a DeepSpeed run folder
-
-    return not torch.cuda.is_available()
 
 
 def _trainer_resume_check(run_dir: Path, args: Any) -> Callable[[], Path | None]:

@@ -44,10 +44,10 @@ def fit() -> tuple[float, float]:
     return float(a), float(c)
 
 
-def with_cost(row: dict, a: float, c: float) -> float:
-    """The row's error once its estimated step carries the fitted costs."""
+def with_cost(row: dict, a: float, c: float) -> tuple[float, float]:
+    """The row's error as estimated, and once its estimated step carries the fitted costs."""
     step, slot_layers, error = _terms(row)
-    return (1 + error) * step / (step * (1 + a) + c * slot_layers) - 1
+    return error, (1 + error) * step / (step * (1 + a) + c * slot_layers) - 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         fitted_on = row["id"].startswith(SWEEP_PREFIXES)
         label = "fitted on" if fitted_on else ("counted" if row["statistics"] else "informational")
-        print(f"  {row['id']:<58} {label:<13} {compare(row).error:+7.1%} -> {with_cost(row, a, c):+7.1%}")
+        before, after = with_cost(row, a, c)
+        print(f"  {row['id']:<58} {label:<13} {before:+7.1%} -> {after:+7.1%}")
     return 0
 
 

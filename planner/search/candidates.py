@@ -250,7 +250,7 @@ class CandidateEvaluator:
         return {
             **layout.fields,
             "seq_len": request.seq_len,
-            "precision": layout.fields.get("precision", precision),  # a layout may pin it (ZeRO++: fp16)
+            "precision": layout.precision_at(precision),
             "optimizer": request.optimizer,
             "attention": request.attention,
             "activation_checkpointing": ac,

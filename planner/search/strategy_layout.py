@@ -16,6 +16,7 @@ from planner.training_config import (
     GradientCompression,
     Offload,
     PipelineSchedule,
+    Precision,
     Strategy,
     TrainingConfig,
 )
@@ -89,6 +90,10 @@ class StrategyLayout:
     model_parallel: int = field(init=False, repr=False, hash=False, compare=False)
     # Accumulation steps must be a multiple of this (interleaved 1F1B runs rounds of pp).
     micro_batch_rounds: int = field(init=False, repr=False, hash=False, compare=False)
+
+    def precision_at(self, searched: Precision) -> Precision:
+        """The precision this layout trains in: the search's, unless the layout pins one (ZeRO++: fp16-mixed)."""
+        return self.fields.get("precision", searched)
 
     def __post_init__(self) -> None:
         dims = self.fields.get("layout")

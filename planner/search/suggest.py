@@ -59,7 +59,7 @@ def smallest_footprint_fits(spec: ModelSpec, cluster: ClusterSpec, request: Plan
         pp = layout.pipeline_parallel
         for precision in precisions_for(cluster, request):
             config = TrainingConfig(
-                **{**layout.fields, "precision": layout.fields.get("precision", precision)},  # ZeRO++ pins fp16
+                **{**layout.fields, "precision": layout.precision_at(precision)},
                 seq_len=request.seq_len,
                 optimizer=request.optimizer,
                 attention=request.attention,
