@@ -60,31 +60,3 @@ class ThroughputConstants:
 
 
 CONSTANTS = ThroughputConstants()
-
-
-# ASSUMED, not calibrated (the reference holds measured runs on A100 only): the
-# share of the Ampere-calibrated efficiency each GPU generation's libraries reach,
-# as (matmul, attention), recalled from public kernel benchmarks. cuBLAS reaches
-# roughly 75% of an H100's dense peak against roughly 85-90% on an A100 (power-
-# limited clocks), and FlashAttention-2, which PyTorch's SDPA runs on Hopper,
-# reaches roughly 35-40% of H100 peak against roughly 65-70% on A100. ROCm's
-# GEMMs and attention reach a smaller share of MI250X/MI300X peak. Volta and
-# Turing have no FlashAttention-2; SDPA falls back to the memory-efficient kernel.
-ARCHITECTURE_EFFICIENCY: dict[str, tuple[float, float]] = {
-    "Ampere": (1.0, 1.0),
-    "Hopper": (0.85, 0.55),
-    "Blackwell": (0.85, 0.55),
-    "Ada Lovelace": (1.0, 1.0),
-    "Volta": (0.95, 0.6),
-    "Turing": (0.95, 0.6),
-    "CDNA2": (0.75, 0.5),
-    "CDNA3": (0.75, 0.5),
-}
-
-
-def architecture_efficiency(architecture: str) -> tuple[float, float]:
-    """(matmul, attention) factor for a GpuSpec.architecture such as 'CDNA3 (gfx942)'."""
-    for name, factors in ARCHITECTURE_EFFICIENCY.items():
-        if architecture.startswith(name):
-            return factors
-    return 1.0, 1.0

@@ -18,10 +18,11 @@ from planner.models.flops import ModelShape, SequenceFlops, model_shape
 from planner.models.spec import ModelSpec
 from planner.throughput.collectives import Links, cluster_links
 from planner.throughput.compute import StageCompute
-from planner.throughput.constants import CONSTANTS, ThroughputConstants, architecture_efficiency
+from planner.throughput.constants import CONSTANTS, ThroughputConstants
 from planner.throughput.implementation import HOPPER_NATIVE_ATTENTION_SPEEDUP
 from planner.throughput.kernel_stack import KernelStack
 from planner.throughput.kernels import Device
+from planner.throughput.library_efficiency import library_efficiency
 from planner.training_config import ActivationCheckpointing, Precision, TrainingConfig
 
 _shapes: dict[int, tuple[ModelSpec, ModelShape, bool]] = {}
@@ -47,7 +48,8 @@ def shape_of(spec: ModelSpec) -> tuple[ModelShape, bool]:
 def build_hardware(cluster: ClusterSpec, config: TrainingConfig, k: ThroughputConstants) -> tuple[Device, Links, float]:
     gpu = cluster.gpu
     peak = gpu.peak_tflops(config.precision.compute_dtype) * 1e12
-    matmul_factor, attention_factor = architecture_efficiency(gpu.architecture)
+    factors = library_efficiency(gpu)
+    matmul_factor, attention_factor = factors.matmul, factors.attention
     fp8_peak = gpu.dense_tflops.fp8 or 0.0
     device = Device(
         peak_flops=peak,

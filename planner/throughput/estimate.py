@@ -42,6 +42,7 @@ from planner.throughput.derived import (
 from planner.throughput.implementation import OUR_STRATEGIES, Implementation
 from planner.throughput.kernel_stack import KernelStack
 from planner.throughput.kernels import Device
+from planner.throughput.library_efficiency import library_efficiency_source
 from planner.throughput.result import StepTimeBreakdown, ThroughputEstimate
 from planner.throughput.step_sources import (
     bottleneck_notes,
@@ -199,6 +200,7 @@ def _build_plan(
             **offload_source(config, cluster),
             **compression_source(config, world),
             **zeropp_source(config),
+            **library_efficiency_source(cluster.gpu),
         },
     )
 

@@ -87,7 +87,7 @@ documented assumption, never a factor fitted to single runs:
   Hopper-native kernel or FlashAttention-2. PyTorch's SDPA runs
   FlashAttention-2, which reaches "only 35% utilization on the H100 GPU"
   (FlashAttention-3 paper, Shah et al. 2024, arXiv:2407.08608, abstract):
-  constants.ARCHITECTURE_EFFICIENCY's Hopper attention factor. Transformer
+  library_efficiency.py's Hopper attention factor. Transformer
   Engine, which Megatron-Core runs, "prefers cuDNN flash attention on Hopper+
   architectures" (NeMo's memory-optimizations docs, NVIDIA/NeMo PR #9188) and
   takes FlashAttention-3 where it is installed; the FlashAttention-3 paper puts

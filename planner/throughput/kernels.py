@@ -20,7 +20,7 @@ class Device:
     """What the kernel models need of a GPU for one compute dtype."""
 
     peak_flops: float  # dense FLOP/s for the compute dtype, as the vendor quotes it
-    matmul_flops: float  # peak x this GPU generation's matmul factor (constants.ARCHITECTURE_EFFICIENCY)
+    matmul_flops: float  # peak x this GPU generation's matmul factor (library_efficiency.py)
     attention_flops: float  # peak x its attention-kernel factor
     memory_Bps: float  # HBM bytes/s
     element_bytes: int  # bytes per activation element

@@ -16,7 +16,7 @@ from planner.training_config import GradientCompression, KernelChoice, Offload, 
 
 _COMPUTE = (
     f"formula: shape-aware matmul roofline + fused attention + element-wise passes; {CALIBRATION_SOURCE}; "
-    "non-Ampere GPUs scaled by assumed library-efficiency factors (planner/throughput/constants.py)"
+    "other GPUs scaled by their generation's library efficiency against the A100's (gpu_library_efficiency)"
 )
 _COMM = (
     "formula: α–β ring/tree collectives on the links each group crosses, overlapped as each implementation does; "

@@ -1,0 +1,133 @@
+"""How much of each GPU generation's dense peak its libraries reach, relative to the A100 the constants were fitted on.
+
+The compute model's efficiencies (constants.py: `matmul_peak_fraction`, `attention_peak_fraction`) are fitted on
+A100 runs. Another GPU's matmul and attention run at those efficiencies times its generation's factor here:
+
+    factor = (share of its dense peak the GPU's library reaches) / (share the A100's reaches, same kind of measurement)
+
+Each factor names the published measurement it comes from (docs/accuracy.md, "GPU library efficiency"); where no
+measurement was read, `assumed` says what stands in for it. No factor is fitted on the published runs the
+accuracy tables compare with.
+
+The A100 reference: Stas Bekman's "Maximum Achievable Matmul FLOPS" table (github.com/stas00/ml-engineering,
+compute/accelerator/README.md, read at 744d01e; BF16 `torch.matmul`, the best shape of a search, mean of 100
+iterations after 50 warm-up) measures the A100 SXM at 271.2 of 312 TFLOP/s, 86.9% (the fitted
+`matmul_peak_fraction` is 85.2%), and FlashAttention-2's release figure (Dao-AILab/flash-attention
+assets/flash2_a100_fwd_bwd_benchmark.png at 4f285b3, 2023-07-17; forward + backward, head dim 128, no causal
+mask, sequence 16k) at 203 TFLOP/s, 65% of 312.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.hardware.gpus import GpuSpec
+
+_A100_MATMUL = 271.2 / 312  # MAMF table, A100 SXM BF16
+_A100_FLASH2 = 203 / 312  # FlashAttention-2 forward + backward, head dim 128, 16k, A100 80GB SXM4
+
+
+@dataclass(frozen=True)
+class LibraryEfficiency:
+    matmul: float  # multiplies the fitted matmul efficiency
+    attention: float  # multiplies the fitted attention efficiency
+    source: str  # where both come from, or what is assumed
+
+
+AMPERE = LibraryEfficiency(
+    1.0, 1.0, "the reference: the constants are fitted on A100 runs (benchmarks/accuracy/calibrate_throughput.py)"
+)
+
+# Keyed by the start of GpuSpec.architecture ("Blackwell" also covers "Blackwell Ultra").
+BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
+    "Ampere": AMPERE,
+    "Hopper": LibraryEfficiency(
+        (794.5 / 989) / _A100_MATMUL,
+        (338 / 989) / _A100_FLASH2,
+        "matmul: the MAMF table (stas00/ml-engineering at 744d01e), H100 SXM BF16 794.5 of 989 TFLOP/s against "
+        "the A100's 271.2 of 312; attention: FlashAttention-2 forward + backward (head dim 128, 16k, no causal "
+        "mask) at 338 TFLOP/s on an H100 80GB SXM5 against 203 on an A100 (Dao-AILab/flash-attention "
+        "assets/flash2_{h100,a100}_fwd_bwd_benchmark.png at 4f285b3; the FlashAttention-3 paper, arXiv:2407.08608: "
+        '"FlashAttention-2 achieving only 35% utilization on the H100 GPU")',
+    ),
+    "Blackwell": LibraryEfficiency(
+        (1745.0 / 2250) / _A100_MATMUL,
+        (338 / 989) / _A100_FLASH2,
+        "matmul: the MAMF table (stas00/ml-engineering at 744d01e), B200 SXM BF16 1745.0 of 2250 TFLOP/s against "
+        "the A100's 271.2 of 312; attention assumed: Hopper's (no Blackwell attention measurement read)",
+    ),
+    "Ada Lovelace": LibraryEfficiency(
+        1.0,
+        1.0,
+        "matmul: cuBLAS FP16 HGEMM at 105-115 of an L20's 119.5 TFLOP/s, 88-96% (DefTruth/CUDA-Learn-Notes "
+        "hgemm/README.md; shapes not printed), at least the A100's share, so the reference's; attention assumed: "
+        "the reference's (no Ada attention measurement read)",
+    ),
+    "Volta": LibraryEfficiency(
+        (83 / 125) / _A100_MATMUL,
+        98 / 203,
+        'matmul: "NVIDIA Tensor Cores can deliver up to 83 Tflops/s in mixed precision on a Tesla V100 GPU" of '
+        "its 125 (Markidis et al., IPDPSW 2018, doi:10.1109/IPDPSW.2018.00091, abstract) against the A100's 271.2 of 312; "
+        "attention: Volta has no FlashAttention-2 and runs the memory-efficient kernel (xformers' CUTLASS "
+        "kernel, which PyTorch's SDPA takes over), measured at 98 TFLOP/s against FlashAttention-2's 203 on an "
+        "A100 (Dao-AILab/flash-attention assets/flash2_a100_fwd_bwd_benchmark.png at 4f285b3); assumed the same "
+        "share on a V100",
+    ),
+    "Turing": LibraryEfficiency(
+        (83 / 125) / _A100_MATMUL,
+        98 / 203,
+        "assumed: Volta's (the same tensor-core generation; no T4 measurement read, and the one Turing figure "
+        "read, CUTLASS at 23.6 of an RTX 2060's 26 TFLOP/s in andylolu2/simpleGEMM, is a desktop card without "
+        "the T4's 70 W limit)",
+    ),
+    "CDNA2": LibraryEfficiency(
+        0.75, 0.5, "assumed: no MI250X matmul or attention measurement read (docs/accuracy.md, GPU library efficiency)"
+    ),
+    "CDNA3": LibraryEfficiency(
+        (620 / 1307) / (720 / 989.5) * (794.5 / 989) / _A100_MATMUL,
+        0.5,
+        'matmul: SemiAnalysis, "MI300X vs H100 vs H200 Benchmark Part 1: Training" (2024-12-22), BF16 '
+        "torch.matmul with L2 cleared: the MI300X at ~620 of 1,307 TFLOP/s where the H100 reaches ~720 of "
+        "989.5, scaled by the H100's factor above (AMD's own hipblaslt-bench, rocm.blogs.amd.com 'Measuring "
+        "Max-Achievable FLOPs - Part 2', 2025-02-28: 708 of 1307.4, 0.62 against the A100's share); attention "
+        "assumed: no steady-state MI300X measurement read",
+    ),
+}
+
+# GPUs whose measured share departs from their architecture's (a different power limit on the same die).
+BY_GPU: dict[str, LibraryEfficiency] = {
+    "MI325X": LibraryEfficiency(
+        (843 / 1307) / _A100_MATMUL,
+        0.5,
+        "matmul: AMD's hipblaslt-bench at 843 of 1307 TFLOP/s on the 1000 W MI325X (rocm.blogs.amd.com 'Measuring "
+        "Max-Achievable FLOPs - Part 2', 2025-02-28, Table 1) against the A100's 271.2 of 312; attention assumed "
+        "as CDNA3's",
+    ),
+    "MI355X": LibraryEfficiency(
+        (843 / 1307) / _A100_MATMUL,
+        0.5,
+        "assumed: the MI325X's (no MI355X measurement read at its source; the HipKittens paper, arXiv:2511.08083, "
+        "is known here only second-hand)",
+    ),
+}
+
+UNKNOWN = LibraryEfficiency(1.0, 1.0, "assumed: the reference's (no factor for this architecture)")
+
+
+def library_efficiency(gpu: GpuSpec) -> LibraryEfficiency:
+    """The factors for `gpu`: its own where measured apart, else its architecture's."""
+    if gpu.name in BY_GPU:
+        return BY_GPU[gpu.name]
+    for name, factors in BY_ARCHITECTURE.items():
+        if gpu.architecture.startswith(name):
+            return factors
+    return UNKNOWN
+
+
+def library_efficiency_source(gpu: GpuSpec) -> dict[str, str]:
+    """The estimate's `gpu_library_efficiency` source for a GPU the constants were not fitted on (none for Ampere)."""
+    factors = library_efficiency(gpu)
+    if factors is AMPERE:
+        return {}
+    line = f"{gpu.name}: matmul x{factors.matmul:.2f}, attention x{factors.attention:.2f} the A100's; {factors.source}"
+    return {"gpu_library_efficiency": line}
