@@ -94,10 +94,14 @@ def test_layernorm_models_cost_the_same_under_both_stacks_so_the_fit_stands():
 
 
 def test_megatron_2022_sequence_parallel_selective_rows_stay_within_ten_percent(results):
-    """Korthikanti et al.'s MFU (Megatron-LM README): 22B on 8 GPUs to 1T on 512, SP + selective recompute."""
-    errors = [abs(c.error) for c in results if c.row["id"].startswith("megatron-2022")]
-    assert len(errors) == 4
-    assert max(errors) < 0.10
+    """Korthikanti et al.'s MFU (Table 5, the Megatron-LM README): 22B on 8 GPUs to 1T on 512, SP + selective
+    recompute, the 175B and 530B on the interleaved schedule with three chunks as its Section 6 says."""
+    rows = {c.row["id"].removeprefix("megatron-2022-"): c for c in results if c.row["id"].startswith("megatron-2022")}
+    assert len(rows) == 4
+    assert max(abs(c.error) for c in rows.values()) < 0.10
+    interleaved = {name for name, c in rows.items() if c.row.get("virtual_stages", 1) == 3}
+    assert interleaved == {"175b-sp-selective", "530b-sp-selective"}
+    assert all(rows[name].row["pipeline_schedule"] == "interleaved-1f1b" for name in interleaved)
 
 
 def test_scatter_gather_divides_inter_node_pipeline_transfers_by_tp():
@@ -199,3 +203,10 @@ def test_deepspeed_zero3_across_nodes_is_bounded_by_each_gpus_own_nic_in_2022_to
     for c in azure:
         if c.row["gpus"] == 1024:
             assert compare({**c.row, "implementation": "ours"}).error > 0.30, c.row["id"]
+
+
+def test_no_counted_row_rests_on_a_recalled_figure_but_the_one_no_copy_was_found_for(results):
+    """Every counted row's figures were read at a source (docs/accuracy.md, "Rows entered from memory, now read");
+    GPT-NeoX-20B's 117 TFLOP/s is the one whose paper no stored copy prints (its step time is checked instead)."""
+    recalled = {c.row["id"] for c in results if c.row["statistics"] and "recalled" in c.row.get("confidence", "")}
+    assert recalled == {"gpt-neox-20b"}
