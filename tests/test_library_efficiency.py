@@ -76,3 +76,10 @@ def test_the_factor_scales_the_device_and_is_named_in_the_estimate():
     assert h100.sources["gpu_library_efficiency"].startswith("H100-80GB: matmul x0.92, attention x0.53")
     a100 = estimate_throughput(spec, config, make_cluster("A100-80GB", 8, 1))
     assert "gpu_library_efficiency" not in a100.sources and library_efficiency(find_gpu("A100-80GB")) is AMPERE
+    # The printed speed line (plan, estimate) names the factor; the A100's names none.
+    from planner.search.explain import throughput_source
+
+    assert throughput_source(h100).endswith(
+        "; H100-80GB: matmul x0.92, attention x0.53 the A100's (sources.gpu_library_efficiency)"
+    )
+    assert "gpu_library_efficiency" not in throughput_source(a100)

@@ -42,6 +42,9 @@ def gib(value: float) -> str:
 
 def throughput_source(throughput: ThroughputEstimate) -> str:
     source = throughput.sources.get("step_time_s") or next(iter(throughput.sources.values()), "formula")
+    library = throughput.sources.get("gpu_library_efficiency")
+    if library:  # a GPU the constants were not fitted on: its factor, the source in full in --json
+        source += f"; {library.split(';', 1)[0]} (sources.gpu_library_efficiency)"
     return f"throughput: {source}"
 
 
