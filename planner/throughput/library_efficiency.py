@@ -34,6 +34,21 @@ class LibraryEfficiency:
     source: str  # where both come from, or what is assumed
 
 
+_MAMF = "the MAMF table (stas00/ml-engineering at 744d01e)"
+_HOPPER_ATTENTION = (338 / 989) / _A100_FLASH2  # FlashAttention-2 on the H100 against the A100, same figure set
+
+
+def _mamf(row: str, measured: float, peak: float, attention: float, attention_source: str) -> LibraryEfficiency:
+    """A factor from one BF16 row of the MAMF table against its A100 row; `attention_source` says where the
+    attention factor comes from."""
+    return LibraryEfficiency(
+        (measured / peak) / _A100_MATMUL,
+        attention,
+        f"matmul: {_MAMF}, {row} BF16 {measured} of {peak:g} TFLOP/s against the A100's 271.2 of 312; "
+        f"attention: {attention_source}",
+    )
+
+
 AMPERE = LibraryEfficiency(
     1.0, 1.0, "the reference: the constants are fitted on A100 runs (benchmarks/accuracy/calibrate_throughput.py)"
 )
@@ -41,20 +56,18 @@ AMPERE = LibraryEfficiency(
 # Keyed by the start of GpuSpec.architecture ("Blackwell" also covers "Blackwell Ultra").
 BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
     "Ampere": AMPERE,
-    "Hopper": LibraryEfficiency(
-        (794.5 / 989) / _A100_MATMUL,
-        (338 / 989) / _A100_FLASH2,
-        "matmul: the MAMF table (stas00/ml-engineering at 744d01e), H100 SXM BF16 794.5 of 989 TFLOP/s against "
-        "the A100's 271.2 of 312; attention: FlashAttention-2 forward + backward (head dim 128, 16k, no causal "
-        "mask) at 338 TFLOP/s on an H100 80GB SXM5 against 203 on an A100 (Dao-AILab/flash-attention "
-        "assets/flash2_{h100,a100}_fwd_bwd_benchmark.png at 4f285b3; the FlashAttention-3 paper, arXiv:2407.08608: "
-        '"FlashAttention-2 achieving only 35% utilization on the H100 GPU")',
+    "Hopper": _mamf(
+        "H100 SXM",
+        794.5,
+        989,
+        _HOPPER_ATTENTION,
+        "FlashAttention-2 forward + backward (head dim 128, 16k, no causal mask) at 338 TFLOP/s on an H100 80GB SXM5 "
+        "against 203 on an A100 (Dao-AILab/flash-attention assets/flash2_{h100,a100}_fwd_bwd_benchmark.png at "
+        '4f285b3; the FlashAttention-3 paper, arXiv:2407.08608: "FlashAttention-2 achieving only 35% utilization '
+        'on the H100 GPU")',
     ),
-    "Blackwell": LibraryEfficiency(
-        (1745.0 / 2250) / _A100_MATMUL,
-        (338 / 989) / _A100_FLASH2,
-        "matmul: the MAMF table (stas00/ml-engineering at 744d01e), B200 SXM BF16 1745.0 of 2250 TFLOP/s against "
-        "the A100's 271.2 of 312; attention assumed: Hopper's (no Blackwell attention measurement read)",
+    "Blackwell": _mamf(
+        "B200 SXM", 1745.0, 2250, _HOPPER_ATTENTION, "assumed, Hopper's (no Blackwell attention measurement read)"
     ),
     "Ada Lovelace": LibraryEfficiency(
         1.0,
@@ -83,32 +96,25 @@ BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
     "CDNA2": LibraryEfficiency(
         0.75, 0.5, "assumed: no MI250X matmul or attention measurement read (docs/accuracy.md, GPU library efficiency)"
     ),
-    "CDNA3": LibraryEfficiency(
-        (620 / 1307) / (720 / 989.5) * (794.5 / 989) / _A100_MATMUL,
+    "CDNA3": _mamf(
+        "MI300X (ROCm 6.3, TunableOp on)",
+        668.4,
+        1300,
         0.5,
-        'matmul: SemiAnalysis, "MI300X vs H100 vs H200 Benchmark Part 1: Training" (2024-12-22), BF16 '
-        "torch.matmul with L2 cleared: the MI300X at ~620 of 1,307 TFLOP/s where the H100 reaches ~720 of "
-        "989.5, scaled by the H100's factor above (AMD's own hipblaslt-bench, rocm.blogs.amd.com 'Measuring "
-        "Max-Achievable FLOPs - Part 2', 2025-02-28: 708 of 1307.4, 0.62 against the A100's share); attention "
-        "assumed: no steady-state MI300X measurement read",
+        "assumed, no steady-state MI300X measurement read (SemiAnalysis, 2024-12-22: the MI300X at ~620 of 1,307 "
+        "where the H100 reaches ~720 of 989.5, and AMD's hipblaslt-bench, rocm.blogs.amd.com 2025-02-28: 708 of "
+        "1307.4, give matmul 0.60 and 0.62)",
     ),
 }
 
-# GPUs whose measured share departs from their architecture's (a different power limit on the same die).
+# GPUs whose measured share departs from their architecture's (another power limit, die or package).
 BY_GPU: dict[str, LibraryEfficiency] = {
-    "MI325X": LibraryEfficiency(
-        (843 / 1307) / _A100_MATMUL,
-        0.5,
-        "matmul: AMD's hipblaslt-bench at 843 of 1307 TFLOP/s on the 1000 W MI325X (rocm.blogs.amd.com 'Measuring "
-        "Max-Achievable FLOPs - Part 2', 2025-02-28, Table 1) against the A100's 271.2 of 312; attention assumed "
-        "as CDNA3's",
+    "B300": _mamf("B300 SXM", 1769.0, 2250, _HOPPER_ATTENTION, "assumed, Hopper's"),
+    "GB200": _mamf("GB200", 1822.0, 2500, _HOPPER_ATTENTION, "assumed, Hopper's"),
+    "MI325X": _mamf(
+        "MI325X at 1000 W", 784.9, 1300, 0.5, "assumed, CDNA3's (AMD's hipblaslt-bench: matmul 843 of 1307)"
     ),
-    "MI355X": LibraryEfficiency(
-        (843 / 1307) / _A100_MATMUL,
-        0.5,
-        "assumed: the MI325X's (no MI355X measurement read at its source; the HipKittens paper, arXiv:2511.08083, "
-        "is known here only second-hand)",
-    ),
+    "MI355X": _mamf("MI355X (ROCm 7.0)", 1565.0, 2300, 0.5, "assumed, CDNA3's"),
 }
 
 UNKNOWN = LibraryEfficiency(1.0, 1.0, "assumed: the reference's (no factor for this architecture)")
