@@ -89,3 +89,29 @@ def test_the_factor_scales_the_device_and_is_named_in_the_estimate():
         "; H100-80GB: matmul x0.92, attention x0.53 the A100's (sources.gpu_library_efficiency)"
     )
     assert "gpu_library_efficiency" not in throughput_source(a100)
+
+
+# (GPU, FP8 factor) from the MAMF table's FP8 rows; None: no FP8 row read, the BF16 factor stands in.
+FP8_PRINTED = [
+    ("H100-80GB", (1402.6 / 1979) / A100_MATMUL),
+    ("H200", (1453.4 / 1979) / A100_MATMUL),
+    ("B200", (3432.5 / 4500) / A100_MATMUL),
+    ("B300", (3353.3 / 4500) / A100_MATMUL),
+    ("GB200", (3615.6 / 5000) / A100_MATMUL),
+    ("MI300X", None),  # the table's MI300X FP8 row is empty
+]
+
+
+@pytest.mark.parametrize(("gpu", "fp8"), FP8_PRINTED)
+def test_fp8_matmuls_run_at_their_measured_share(gpu, fp8):
+    """FP8 matmuls at the FP8 peak x the measured FP8 share (H100: 70.9% of 1979 against 80.3% of 989 in BF16);
+    until 2026-11-29 they took the BF16 factor (docs/accuracy.md, "GPU library efficiency")."""
+    factors = library_efficiency(find_gpu(gpu))
+    assert factors.fp8 == pytest.approx(factors.matmul if fp8 is None else fp8, rel=1e-12)
+    cluster = make_cluster(gpu, 8, 1)
+    config = TrainingConfig(strategy="fsdp", micro_batch=1, grad_accum=1, seq_len=2048)
+    device = build_hardware(cluster, config, CONSTANTS)[0]
+    if cluster.gpu.dense_tflops.fp8:
+        assert device.fp8_matmul_flops == pytest.approx(cluster.gpu.dense_tflops.fp8 * 1e12 * factors.fp8)
+    if fp8 is not None:
+        assert factors.fp8 < factors.matmul  # FP8 reaches a smaller share of its peak than BF16 on these parts

@@ -57,7 +57,7 @@ def build_hardware(cluster: ClusterSpec, config: TrainingConfig, k: ThroughputCo
         attention_flops=peak * attention_factor,
         memory_Bps=gpu.memory_bandwidth_GBps * 1e9,
         element_bytes=4 if config.precision is Precision.FP32 else 2,
-        fp8_matmul_flops=fp8_peak * 1e12 * matmul_factor,
+        fp8_matmul_flops=fp8_peak * 1e12 * factors.fp8,
     )
     pcie_Bps = pcie_bandwidth_GBps_per_direction(gpu.pcie_generation or 3) * 1e9 * k.link_efficiency
     if gpu.memory_is_host:

@@ -32,20 +32,35 @@ class LibraryEfficiency:
     matmul: float  # multiplies the fitted matmul efficiency
     attention: float  # multiplies the fitted attention efficiency
     source: str  # where both come from, or what is assumed
+    fp8_matmul: float | None = None  # FP8 matmuls' share against the A100's BF16 one; None: the BF16 factor's
+
+    @property
+    def fp8(self) -> float:
+        """The factor FP8 matmuls run at (times the FP8 peak): measured where the source has an FP8 row."""
+        return self.matmul if self.fp8_matmul is None else self.fp8_matmul
 
 
 _MAMF = "the MAMF table (stas00/ml-engineering at 744d01e)"
 _HOPPER_ATTENTION = (338 / 989) / _A100_FLASH2  # FlashAttention-2 on the H100 against the A100, same figure set
 
 
-def _mamf(row: str, measured: float, peak: float, attention: float, attention_source: str) -> LibraryEfficiency:
-    """A factor from one BF16 row of the MAMF table against its A100 row; `attention_source` says where the
-    attention factor comes from."""
+def _mamf(
+    row: str,
+    measured: float,
+    peak: float,
+    attention: float,
+    attention_source: str,
+    fp8: tuple[float, float] | None = None,
+) -> LibraryEfficiency:
+    """A factor from one BF16 row of the MAMF table against its A100 row, and from its FP8 row where it has one
+    (`fp8`: measured, peak); `attention_source` says where the attention factor comes from."""
+    fp8_line = f"FP8 {fp8[0]} of {fp8[1]:g}" if fp8 else "FP8 not measured there, the BF16 factor assumed"
     return LibraryEfficiency(
         (measured / peak) / _A100_MATMUL,
         attention,
-        f"matmul: {_MAMF}, {row} BF16 {measured} of {peak:g} TFLOP/s against the A100's 271.2 of 312; "
-        f"attention: {attention_source}",
+        f"matmul: {_MAMF}, {row} BF16 {measured} of {peak:g} TFLOP/s ({fp8_line}) against the A100's BF16 271.2 of "
+        f"312; attention: {attention_source}",
+        None if fp8 is None else (fp8[0] / fp8[1]) / _A100_MATMUL,
     )
 
 
@@ -65,9 +80,15 @@ BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
         "against 203 on an A100 (Dao-AILab/flash-attention assets/flash2_{h100,a100}_fwd_bwd_benchmark.png at "
         '4f285b3; the FlashAttention-3 paper, arXiv:2407.08608: "FlashAttention-2 achieving only 35% utilization '
         'on the H100 GPU")',
+        fp8=(1402.6, 1979),
     ),
     "Blackwell": _mamf(
-        "B200 SXM", 1745.0, 2250, _HOPPER_ATTENTION, "assumed, Hopper's (no Blackwell attention measurement read)"
+        "B200 SXM",
+        1745.0,
+        2250,
+        _HOPPER_ATTENTION,
+        "assumed, Hopper's (no Blackwell attention measurement read)",
+        fp8=(3432.5, 4500),
     ),
     "Ada Lovelace": LibraryEfficiency(
         1.0,
@@ -109,8 +130,11 @@ BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
 
 # GPUs whose measured share departs from their architecture's (another power limit, die or package).
 BY_GPU: dict[str, LibraryEfficiency] = {
-    "B300": _mamf("B300 SXM", 1769.0, 2250, _HOPPER_ATTENTION, "assumed, Hopper's"),
-    "GB200": _mamf("GB200", 1822.0, 2500, _HOPPER_ATTENTION, "assumed, Hopper's"),
+    "H200": _mamf(
+        'H200 SXM (BF16: "H200 is the same" as the H100)', 794.5, 989, _HOPPER_ATTENTION, "Hopper's", fp8=(1453.4, 1979)
+    ),
+    "B300": _mamf("B300 SXM", 1769.0, 2250, _HOPPER_ATTENTION, "assumed, Hopper's", fp8=(3353.3, 4500)),
+    "GB200": _mamf("GB200", 1822.0, 2500, _HOPPER_ATTENTION, "assumed, Hopper's", fp8=(3615.6, 5000)),
     "MI325X": _mamf(
         "MI325X at 1000 W", 784.9, 1300, 0.5, "assumed, CDNA3's (AMD's hipblaslt-bench: matmul 843 of 1307)"
     ),

@@ -50,8 +50,9 @@ _SOURCES_BY_STACK = {
 
 
 _FP8_NOTE = (
-    "assumed: FP8 block matmuls at the GPU's FP8 dense peak (GPU catalog) x the bf16 matmul efficiency, plus an "
-    "amax-and-cast pass over each input (docs/accuracy.md, FP8); attention core and LM head in bf16"
+    "assumed: FP8 block matmuls at the GPU's FP8 dense peak (GPU catalog) x the matmul efficiency at its measured "
+    "FP8 share (gpu_library_efficiency; the bf16 share where none was measured), plus an amax-and-cast pass over "
+    "each input (docs/accuracy.md, FP8); attention core and LM head in bf16"
 )
 _FP8_SOURCES = {
     "compute_s": f"{_COMPUTE}; {_FP8_NOTE}",
