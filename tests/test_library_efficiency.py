@@ -11,7 +11,7 @@ from planner.models.resolve import resolve_model
 from planner.throughput.constants import CONSTANTS
 from planner.throughput.derived import build_hardware
 from planner.throughput.estimate import estimate_throughput
-from planner.throughput.library_efficiency import AMPERE, UNKNOWN, library_efficiency
+from planner.throughput.library_efficiency import AMPERE, HOST_CPU, UNKNOWN, library_efficiency
 from planner.training_config import TrainingConfig
 
 A100_MATMUL = 271.2 / 312  # the MAMF table's A100 SXM row
@@ -57,7 +57,7 @@ def test_every_catalog_gpu_has_a_factor_that_names_its_source():
         name = gpu.name
         factors = library_efficiency(gpu)
         if gpu.memory_is_host:
-            assert factors is UNKNOWN
+            assert factors is HOST_CPU
             continue
         assert factors is not UNKNOWN, name
         assert "assumed" in factors.source or any(mark in factors.source for mark in ("http", "/", "doi:")), name
@@ -79,14 +79,14 @@ def test_the_factor_scales_the_device_and_is_named_in_the_estimate():
     spec = resolve_model("llama-3.2-1b")
     h100 = estimate_throughput(spec, config, make_cluster("H100-80GB", 8, 1))
     assert "MAMF" in h100.sources["gpu_library_efficiency"]
-    assert h100.sources["gpu_library_efficiency"].startswith("H100-80GB: matmul x0.92, attention x0.53")
+    assert h100.sources["gpu_library_efficiency"].startswith("H100-80GB: matmul x0.92, FP8 x0.82, attention x0.53")
     a100 = estimate_throughput(spec, config, make_cluster("A100-80GB", 8, 1))
     assert "gpu_library_efficiency" not in a100.sources and library_efficiency(find_gpu("A100-80GB")) is AMPERE
     # The printed speed line (plan, estimate) names the factor; the A100's names none.
     from planner.search.explain import throughput_source
 
     assert throughput_source(h100).endswith(
-        "; H100-80GB: matmul x0.92, attention x0.53 the A100's (sources.gpu_library_efficiency)"
+        "; H100-80GB: matmul x0.92, FP8 x0.82, attention x0.53 the A100's (sources.gpu_library_efficiency)"
     )
     assert "gpu_library_efficiency" not in throughput_source(a100)
 
@@ -115,3 +115,12 @@ def test_fp8_matmuls_run_at_their_measured_share(gpu, fp8):
         assert device.fp8_matmul_flops == pytest.approx(cluster.gpu.dense_tflops.fp8 * 1e12 * factors.fp8)
     if fp8 is not None:
         assert factors.fp8 < factors.matmul  # FP8 reaches a smaller share of its peak than BF16 on these parts
+
+
+def test_the_cpu_device_names_no_gpu_library():
+    """The cpu pseudo-device runs the fitted efficiencies at its own peak: no factor line (it printed "cpu: matmul
+    x1.00 ... the A100's; assumed" before)."""
+    config = TrainingConfig(strategy="ddp", micro_batch=1, grad_accum=1, seq_len=128, precision="fp32")
+    cpu = estimate_throughput(resolve_model("gpt2"), config, make_cluster("cpu", 2, 1))
+    assert "gpu_library_efficiency" not in cpu.sources
+    assert library_efficiency(find_gpu("cpu")) is HOST_CPU

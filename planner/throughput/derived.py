@@ -49,12 +49,11 @@ def build_hardware(cluster: ClusterSpec, config: TrainingConfig, k: ThroughputCo
     gpu = cluster.gpu
     peak = gpu.peak_tflops(config.precision.compute_dtype) * 1e12
     factors = library_efficiency(gpu)
-    matmul_factor, attention_factor = factors.matmul, factors.attention
     fp8_peak = gpu.dense_tflops.fp8 or 0.0
     device = Device(
         peak_flops=peak,
-        matmul_flops=peak * matmul_factor,
-        attention_flops=peak * attention_factor,
+        matmul_flops=peak * factors.matmul,
+        attention_flops=peak * factors.attention,
         memory_Bps=gpu.memory_bandwidth_GBps * 1e9,
         element_bytes=4 if config.precision is Precision.FP32 else 2,
         fp8_matmul_flops=fp8_peak * 1e12 * factors.fp8,

@@ -19,7 +19,7 @@ mask, sequence 16k) at 203 TFLOP/s, 65% of 312.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.hardware.gpus import GpuSpec
 
@@ -68,6 +68,17 @@ AMPERE = LibraryEfficiency(
     1.0, 1.0, "the reference: the constants are fitted on A100 runs (benchmarks/accuracy/calibrate_throughput.py)"
 )
 
+_VOLTA = LibraryEfficiency(
+    (83 / 125) / _A100_MATMUL,
+    98 / 203,
+    'matmul: "NVIDIA Tensor Cores can deliver up to 83 Tflops/s in mixed precision on a Tesla V100 GPU" of '
+    "its 125 (Markidis et al., IPDPSW 2018, doi:10.1109/IPDPSW.2018.00091, abstract) against the A100's 271.2 of 312; "
+    "attention: Volta has no FlashAttention-2 and runs the memory-efficient kernel (xformers' CUTLASS "
+    "kernel, which PyTorch's SDPA takes over), measured at 98 TFLOP/s against FlashAttention-2's 203 on an "
+    "A100 (Dao-AILab/flash-attention assets/flash2_a100_fwd_bwd_benchmark.png at 4f285b3); assumed the same "
+    "share on a V100",
+)
+
 # Keyed by the start of GpuSpec.architecture ("Blackwell" also covers "Blackwell Ultra").
 BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
     "Ampere": AMPERE,
@@ -97,20 +108,10 @@ BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
         "hgemm/README.md; shapes not printed), at least the A100's share, so the reference's; attention assumed: "
         "the reference's (no Ada attention measurement read)",
     ),
-    "Volta": LibraryEfficiency(
-        (83 / 125) / _A100_MATMUL,
-        98 / 203,
-        'matmul: "NVIDIA Tensor Cores can deliver up to 83 Tflops/s in mixed precision on a Tesla V100 GPU" of '
-        "its 125 (Markidis et al., IPDPSW 2018, doi:10.1109/IPDPSW.2018.00091, abstract) against the A100's 271.2 of 312; "
-        "attention: Volta has no FlashAttention-2 and runs the memory-efficient kernel (xformers' CUTLASS "
-        "kernel, which PyTorch's SDPA takes over), measured at 98 TFLOP/s against FlashAttention-2's 203 on an "
-        "A100 (Dao-AILab/flash-attention assets/flash2_a100_fwd_bwd_benchmark.png at 4f285b3); assumed the same "
-        "share on a V100",
-    ),
-    "Turing": LibraryEfficiency(
-        (83 / 125) / _A100_MATMUL,
-        98 / 203,
-        "assumed: Volta's (the same tensor-core generation; no T4 measurement read, and the one Turing figure "
+    "Volta": _VOLTA,
+    "Turing": replace(
+        _VOLTA,
+        source="assumed: Volta's (the same tensor-core generation; no T4 measurement read, and the one Turing figure "
         "read, CUTLASS at 23.6 of an RTX 2060's 26 TFLOP/s in andylolu2/simpleGEMM, is a desktop card without "
         "the T4's 70 W limit)",
     ),
@@ -142,10 +143,14 @@ BY_GPU: dict[str, LibraryEfficiency] = {
 }
 
 UNKNOWN = LibraryEfficiency(1.0, 1.0, "assumed: the reference's (no factor for this architecture)")
+# The cpu pseudo-device: its peak and bandwidth are the host's own figures, the fitted efficiencies unscaled.
+HOST_CPU = LibraryEfficiency(1.0, 1.0, "the cpu device: no GPU library; the fitted efficiencies at its own peak")
 
 
 def library_efficiency(gpu: GpuSpec) -> LibraryEfficiency:
     """The factors for `gpu`: its own where measured apart, else its architecture's."""
+    if gpu.memory_is_host:
+        return HOST_CPU
     if gpu.name in BY_GPU:
         return BY_GPU[gpu.name]
     for name, factors in BY_ARCHITECTURE.items():
@@ -157,7 +162,8 @@ def library_efficiency(gpu: GpuSpec) -> LibraryEfficiency:
 def library_efficiency_source(gpu: GpuSpec) -> dict[str, str]:
     """The estimate's `gpu_library_efficiency` source for a GPU the constants were not fitted on (none for Ampere)."""
     factors = library_efficiency(gpu)
-    if factors is AMPERE:
+    if factors in (AMPERE, HOST_CPU):
         return {}
-    line = f"{gpu.name}: matmul x{factors.matmul:.2f}, attention x{factors.attention:.2f} the A100's; {factors.source}"
+    fp8 = f", FP8 x{factors.fp8_matmul:.2f}" if factors.fp8_matmul is not None else ""
+    line = f"{gpu.name}: matmul x{factors.matmul:.2f}{fp8}, attention x{factors.attention:.2f} the A100's; {factors.source}"
     return {"gpu_library_efficiency": line}
