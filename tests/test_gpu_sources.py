@@ -196,6 +196,15 @@ def test_no_recalled_figure_joins_the_unsourced_list_and_the_list_keeps_up():
     assert not STILL_UNSOURCED
 
 
+def test_no_entrys_summary_or_notes_name_a_recalled_value():
+    """The entry-level text beside the per-figure sources cites what was read or leaves the value out (until
+    2026-11-29 the MI355X's missing TF32, the MI250X's matrix FP32, the RTX 4090's whitepaper check and the PCIe
+    cards' NVLink bridge rate were "recalled"; docs/hardware.md)."""
+    for spec in CATALOG:
+        for text in (spec.source, spec.confidence, spec.notes):
+            assert "recalled" not in (text or ""), f"{spec.name}: {text}"
+
+
 def test_derived_figures_are_their_rule_applied_to_cited_figures():
     """A derived figure is the entry's own base figure at another GPU's ratio (gpu_sources.DerivedRule), and every
     input is itself read at a source (a document or the shared reference row), never recalled nor derived."""

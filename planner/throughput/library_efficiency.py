@@ -111,12 +111,18 @@ BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
     "Volta": _VOLTA,
     "Turing": replace(
         _VOLTA,
-        source="assumed: Volta's (the same tensor-core generation; no T4 measurement read, and the one Turing figure "
-        "read, CUTLASS at 23.6 of an RTX 2060's 26 TFLOP/s in andylolu2/simpleGEMM, is a desktop card without "
-        "the T4's 70 W limit)",
+        matmul=(42.71 / 65) / (258.74 / 312),
+        source="matmul: a T4's FP16 torch.mm at 42.71 of its 65 TFLOP/s against an A100 SXM4 80GB's 258.74 of 312 in "
+        "the same table (zzc0721/torch-performance-test-data database.md at 9d828276: best of square sizes 1024-10240, "
+        "30 timed calls after 10 warm-up; the T4 on Kaggle, PyTorch 2.6.0, CUDA 12.4; its two other rows 41.91 and "
+        "41.93); attention: Volta's (no FlashAttention-2 on Turing either), assumed",
     ),
     "CDNA2": LibraryEfficiency(
-        0.75, 0.5, "assumed: no MI250X matmul or attention measurement read (docs/accuracy.md, GPU library efficiency)"
+        (147.0 / 191.5) / (267.9 / 312),
+        0.5,
+        "matmul: the MAMF table as it stood at stas00/ml-engineering 37d41a7 (2024-10-17, the row later removed), MI250X "
+        "BF16 147.0 of one GCD's 191.5 TFLOP/s (ROCm 6.2) against that table's A100 SXM at 267.9 of 312; attention "
+        "assumed (no MI250X attention measurement read)",
     ),
     "CDNA3": _mamf(
         "MI300X (ROCm 6.3, TunableOp on)",
