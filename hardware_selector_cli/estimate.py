@@ -129,7 +129,8 @@ def _fit_precision(ctx: typer.Context, config: TrainingConfig, gpu: GpuSpec) -> 
 IMPLEMENTATION_HELP = (
     "Whose training code to predict the speed of: ours (what --emit writes: transformers modules), "
     "megatron, megatron-core (with Transformer Engine: TP communication overlap, Hopper-native attention), "
-    "megatron-deepspeed, megatron-2019 (the September 2019 code of the ZeRO papers: unfused attention "
+    "megatron-deepspeed, megatron-deepspeed-2022 (the code MT-NLG and BLOOM ran, with the cost their runs measure: "
+    "docs/accuracy.md), megatron-2019 (the September 2019 code of the ZeRO papers: unfused attention "
     "softmax), llm-foundry, deepspeed (ZeRO-3 as published in 2021), deepseek-dualpipe "
     "(DeepSeek-V3's overlapped all-to-all and two-ended pipeline), torchtitan (with --kernels compile for its "
     "--compile)."

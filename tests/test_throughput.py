@@ -151,7 +151,9 @@ def test_outputs_are_consistent_and_round_trip(llama7b):
         assert e.gpu_hours(tokens) == e.gpu_hours(tokens, 16) == pytest.approx(e.time_to_train_s(tokens) * 16 / 3600)
         # Every figure says where it came from.
         figures = {name for name, field in ThroughputEstimate.model_fields.items() if field.annotation is float}
-        assert set(e.sources) >= figures | set(StepTimeBreakdown.model_fields)
+        # measured_shortfall_s is named only where an implementation's measured shortfall applies (it is 0 and left
+        # out of the JSON otherwise: tests/test_megatron_deepspeed_microbatch_cost.py checks its source).
+        assert set(e.sources) >= figures | (set(StepTimeBreakdown.model_fields) - {"measured_shortfall_s"})
 
 
 def test_collectives_reach_nccl_bus_bandwidth_on_one_node():

@@ -64,7 +64,8 @@ PUBLISHED_STACKS = {
     ),
     "megatron-deepspeed": (
         "Megatron-DeepSpeed (TP x PP, ZeRO-1)",
-        "engine TP/PP + ZeRO-1",
+        "engine TP/PP + ZeRO-1, with `--implementation megatron-deepspeed-2022`'s measured shortfall (fitted on "
+        "BigScience's 2022-02-21 sweeps, below)",
         "BLOOM-176B, GPT-NeoX-20B, MT-NLG 530B",
     ),
     "pytorch-fsdp": (
@@ -114,8 +115,9 @@ INFORMATIONAL_STACKS = {
     "megatron-deepspeed-bigscience-bench": ("Megatron-DeepSpeed as BigScience benchmarked it (Feb 2022)",
                                             "engine TP/PP + ZeRO-1",
                                             "BigScience's tr11 chronicles-prequel.md, iteration-2 snapshots: 18B on "
-                                            "one node (TP 8, no pipeline, no network); 176B on 384 A100s at TP 8 and "
-                                            "TP 4; the 02-21 sweeps of 181B-196B at PP 6-12, micro-batch 1-8"),
+                                            "one node (TP 8, no pipeline, no network); 176B-184B on 384 A100s at TP 8 "
+                                            "and TP 4 (02-28, micro-batch 2 and 4); the 02-21 sweeps of 181B-196B at "
+                                            "PP 6-12, micro-batch 1-8, which the measured shortfall is fitted on"),
     "megatron-deepspeed-2023-v100": ("Megatron-DeepSpeed as DeepSpeed tested its July 2023 sync, V100",
                                      "engine TP/PP + ZeRO-1",
                                      "Megatron-DeepSpeed's examples_deepspeed/rebase/README.md (GPT-3 13B at TP 4, PP 8, "

@@ -177,10 +177,11 @@ def implementation_of(row: dict) -> Implementation:
     return preset
 
 
-def compare(row: dict) -> Comparison:
+def compare(row: dict, implementation: Implementation | None = None) -> Comparison:
+    """The row against its estimate under its own preset (implementation_of), or under `implementation`."""
     spec, config, cluster = plan_inputs(row)
     # Megatron-LM, Megatron-DeepSpeed and Meta's stack fuse their norms and rotary.
-    estimate = estimate_throughput(spec, config, cluster, implementation=implementation_of(row))
+    estimate = estimate_throughput(spec, config, cluster, implementation=implementation or implementation_of(row))
     peak = estimate.tflops_per_gpu / estimate.mfu
     published = row["published"]
     if "tokens_per_s_per_gpu" in published:

@@ -30,6 +30,7 @@ STEP_COLOURS = {
     "pipeline_bubble_s": "#d62728",
     "offload_s": "#9467bd",
     "optimizer_step_s": "#2ca02c",
+    "measured_shortfall_s": "#7f7f7f",
 }
 
 

@@ -26,6 +26,7 @@ STEP_PARTS = {
     "pipeline_bubble_s": "pipeline bubble",
     "offload_s": "offload",
     "optimizer_step_s": "optimizer step",
+    "measured_shortfall_s": "measured shortfall (no mechanism read)",
 }
 
 
@@ -120,7 +121,7 @@ def candidate_view(plan: Plan, rank: int, tokens: float | None = None) -> Candid
         capacity_bytes=memory.gpu_capacity_bytes,
         fits=memory.fits,
         step_time_s=speed.step_time_s if speed else None,
-        step_time_parts_s={name: breakdown[name] for name in STEP_PARTS} if speed else {},
+        step_time_parts_s={name: breakdown[name] for name in STEP_PARTS if name in breakdown} if speed else {},
         tokens_per_s=speed.tokens_per_s if speed else None,
         mfu=speed.mfu if speed else None,
         reasons=list(plan.reasons),

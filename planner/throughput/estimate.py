@@ -49,6 +49,7 @@ from planner.throughput.step_sources import (
     compression_source,
     fixed_sources,
     offload_source,
+    shortfall_sources,
     zeropp_source,
 )
 from planner.training_config import (
@@ -103,6 +104,11 @@ class ThroughputPlan:
     bubble_per_stage: float  # pipeline bubble in units of one micro-batch's stage compute
     price_usd_per_gpu_hour: float | None
     sources: dict[str, str]
+    # The implementation's measured shortfall where it applies (measured_shortfall.py): a share of the step, and
+    # seconds per micro-batch slot of a stage (its layers' share); pp - 1 slots beside the micro-batches.
+    shortfall_share: float = 0.0
+    shortfall_per_slot_s: float = 0.0
+    shortfall_extra_slots: int = 0
 
 
 # (spec, config without its batch, the hardware's values, implementation) -> (spec, plan), under CONSTANTS.
@@ -181,6 +187,7 @@ def _build_plan(
     pp, virtual = config.pipeline_parallel, config.virtual_stages
     # (p-1)/(m.v) of the pipelined compute; DualPipe feeds both ends: (p/2 - 1) stage-steps (implementation.py)
     steps = max(pp / 2 - 1, 0.0) if implementation.bidirectional_pipeline else pp - 1
+    shortfall = implementation.measured_shortfall
     return ThroughputPlan(
         shape=shape,
         constants=k,
@@ -201,7 +208,11 @@ def _build_plan(
             **compression_source(config, world),
             **zeropp_source(config),
             **library_efficiency_source(cluster.gpu),
+            **(shortfall_sources(shortfall.source) if shortfall else {}),
         },
+        shortfall_share=shortfall.share if shortfall else 0.0,
+        shortfall_per_slot_s=shortfall.per_slot_layer_s * spec.num_layers / pp if shortfall else 0.0,
+        shortfall_extra_slots=pp - 1,
     )
 
 
@@ -220,6 +231,7 @@ class CandidateStep:
     tokens_per_s: float
     flops: SequenceFlops  # of one sequence
     launch_bound: bool
+    measured_shortfall_s: float = 0.0
 
 
 def candidate_step(plan: ThroughputPlan, config: TrainingConfig, micro_batch: int, accum: int) -> CandidateStep:
@@ -243,6 +255,10 @@ def candidate_step(plan: ThroughputPlan, config: TrainingConfig, micro_batch: in
     compute = accum * (stage.forward_s + stage.backward_s)
     recompute = accum * stage.recompute_s
     step = compute + recompute + comm.exposed_s + bubble + comm.offload_s + comm.optimizer_step_s
+    shortfall = 0.0
+    if plan.shortfall_share or plan.shortfall_per_slot_s:  # the implementation's measured shortfall
+        shortfall = step * plan.shortfall_share + plan.shortfall_per_slot_s * (accum + plan.shortfall_extra_slots)
+        step += shortfall
 
     global_batch = micro_batch * accum * plan.dp
     # By position, in CandidateStep's field order: keywords cost a name match each, for every candidate.
@@ -256,6 +272,7 @@ def candidate_step(plan: ThroughputPlan, config: TrainingConfig, micro_batch: in
         global_batch * plan.seq_len / step,  # tokens_per_s
         flops,
         stage.launch_bound,
+        shortfall,  # measured_shortfall_s
     )
 
 
@@ -277,6 +294,7 @@ def estimate_of(plan: ThroughputPlan, candidate: CandidateStep) -> ThroughputEst
             pipeline_bubble_s=bubble,
             offload_s=comm.offload_s,
             optimizer_step_s=comm.optimizer_step_s,
+            measured_shortfall_s=candidate.measured_shortfall_s,
         ),
     )
     return _construct(

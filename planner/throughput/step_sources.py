@@ -118,6 +118,11 @@ def zeropp_source(config: TrainingConfig) -> dict[str, str]:
     return {"zeropp": ZEROPP_SOURCE, "data_parallel_comm_s": ZEROPP_SOURCE} if config.zeropp else {}
 
 
+def shortfall_sources(source: str) -> dict[str, str]:
+    """An implementation's measured shortfall (measured_shortfall.py): its own figure, and the step that carries it."""
+    return {"measured_shortfall_s": source, "step_time_s": f"{SOURCES['step_time_s']}; + {source}"}
+
+
 _SOURCE_SETS: dict[tuple, dict[str, str]] = {}
 
 
