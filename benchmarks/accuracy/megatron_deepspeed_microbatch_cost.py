@@ -1,12 +1,12 @@
-"""Megatron-DeepSpeed's measured cost at TP 8: fitted on BigScience's sweeps, checked on the rows it was not fitted on.
+"""Megatron-DeepSpeed of 2021-2022: its measured cost, fitted on BigScience's sweeps, checked on its other runs.
 
     .venv/bin/python -m benchmarks.accuracy.megatron_deepspeed_microbatch_cost           # the fit and every row
     .venv/bin/python -m benchmarks.accuracy.megatron_deepspeed_microbatch_cost --smoke   # the same (it is quick)
 
-The fit behind planner/throughput/measured_shortfall.py (docs/accuracy.md, "Megatron-DeepSpeed at TP 8: a measured
-cost"). BigScience's 2022-02-21 benchmarks sweep the micro-batch at a fixed global batch (181B and 196B at TP 8, PP 6
-and 12; benchmarks/data/published_stack_runs.yaml, informational rows): the measured step falls far more with larger
-micro-batches than the estimate's does. A step of
+The fit behind planner/throughput/measured_shortfall.py (docs/accuracy.md, "Megatron-DeepSpeed of 2021-2022: a
+measured cost"). BigScience's 2022-02-21 benchmarks sweep the micro-batch at a fixed global batch (181B and 196B at
+TP 8, PP 6 and 12; benchmarks/data/published_stack_runs.yaml, informational rows): the measured step falls far more
+with larger micro-batches than the estimate's does. A step of
     estimate x (1 + a) + c x (micro-batch slots of a stage: m + pp - 1) x (layers on the stage)
 is fitted on those twelve rows by least squares against the estimate without the shortfall. Each Megatron-DeepSpeed
 row is then shown without it, with the fitted cost, and under its own preset: megatron-deepspeed-2022 carries the

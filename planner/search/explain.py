@@ -33,7 +33,7 @@ SLOWDOWN_CAUSES = {
     "pipeline_bubble_s": "pipeline bubble",
     "offload_s": "PCIe-bound offload traffic",
     "optimizer_step_s": "CPU/optimizer step",
-    "measured_shortfall_s": "the codebase's measured shortfall at this tensor parallelism",
+    "measured_shortfall_s": "the codebase's measured shortfall (a cost per micro-batch slot and layer)",
 }
 
 
