@@ -24,19 +24,20 @@ import numpy as np
 
 from benchmarks.accuracy.validate_published_runs import compare, implementation_of, plan_inputs, published_rows
 from planner.throughput.estimate import estimate_throughput
+from planner.throughput.measured_shortfall import MeasuredShortfall
 
 SWEEP_PREFIXES = ("bigscience-bench-181b-", "bigscience-bench-196b-", "bigscience-bench-187b-")
+_UNIT_SLOT = MeasuredShortfall(0.0, 1.0, "the slot term alone")  # seconds() = slots x layers per stage
 
 
 def _terms(row: dict) -> tuple[float, float, float]:
-    """(estimated step seconds, slots x layers per stage, the row's error), all without the measured shortfall."""
+    """(estimated step seconds, the slot term: micro-batch slots of a stage x its layers, the row's error), all
+    without the measured shortfall. The slot term is MeasuredShortfall.seconds at share 0 and 1 s per slot-layer."""
     spec, config, cluster = plan_inputs(row)
     without = dataclasses.replace(implementation_of(row), measured_shortfall=None)
     step = estimate_throughput(spec, config, cluster, implementation=without).step_time_s
-    dp = row["gpus"] // (row["tp"] * row["pp"] * row.get("cp", 1))
-    micro_batches = row["global_batch"] // (dp * row["micro_batch"])
-    slots = micro_batches + row["pp"] - 1
-    return step, slots * spec.num_layers / row["pp"], compare(row, without).error
+    slot_layers = _UNIT_SLOT.seconds(step, config.grad_accum, config.pipeline_parallel, spec.num_layers)
+    return step, slot_layers, compare(row, without).error
 
 
 def fit() -> tuple[float, float]:

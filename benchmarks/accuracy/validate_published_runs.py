@@ -178,7 +178,8 @@ def implementation_of(row: dict) -> Implementation:
 
 
 def compare(row: dict, implementation: Implementation | None = None) -> Comparison:
-    """The row against its estimate under its own preset (implementation_of), or under `implementation`."""
+    """The row against its estimate under its own preset (implementation_of), or under `implementation` (start that
+    from implementation_of(row): it carries the row's own kernel stack and optimizer switches)."""
     spec, config, cluster = plan_inputs(row)
     # Megatron-LM, Megatron-DeepSpeed and Meta's stack fuse their norms and rotary.
     estimate = estimate_throughput(spec, config, cluster, implementation=implementation or implementation_of(row))

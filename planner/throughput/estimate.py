@@ -43,6 +43,7 @@ from planner.throughput.implementation import OUR_STRATEGIES, Implementation
 from planner.throughput.kernel_stack import KernelStack
 from planner.throughput.kernels import Device
 from planner.throughput.library_efficiency import library_efficiency_source
+from planner.throughput.measured_shortfall import MeasuredShortfall
 from planner.throughput.result import StepTimeBreakdown, ThroughputEstimate
 from planner.throughput.step_sources import (
     bottleneck_notes,
@@ -104,11 +105,9 @@ class ThroughputPlan:
     bubble_per_stage: float  # pipeline bubble in units of one micro-batch's stage compute
     price_usd_per_gpu_hour: float | None
     sources: dict[str, str]
-    # The implementation's measured shortfall where it applies (measured_shortfall.py): a share of the step, and
-    # seconds per micro-batch slot of a stage (its layers' share); pp - 1 slots beside the micro-batches.
-    shortfall_share: float = 0.0
-    shortfall_per_slot_s: float = 0.0
-    shortfall_extra_slots: int = 0
+    # The implementation's measured shortfall (measured_shortfall.py) and the model's layers it is counted over.
+    shortfall: MeasuredShortfall | None = None
+    num_layers: int = 0
 
 
 # (spec, config without its batch, the hardware's values, implementation) -> (spec, plan), under CONSTANTS.
@@ -210,9 +209,8 @@ def _build_plan(
             **library_efficiency_source(cluster.gpu),
             **(shortfall_sources(shortfall.source) if shortfall else {}),
         },
-        shortfall_share=shortfall.share if shortfall else 0.0,
-        shortfall_per_slot_s=shortfall.per_slot_layer_s * spec.num_layers / pp if shortfall else 0.0,
-        shortfall_extra_slots=pp - 1,
+        shortfall=shortfall,
+        num_layers=spec.num_layers,
     )
 
 
@@ -256,8 +254,8 @@ def candidate_step(plan: ThroughputPlan, config: TrainingConfig, micro_batch: in
     recompute = accum * stage.recompute_s
     step = compute + recompute + comm.exposed_s + bubble + comm.offload_s + comm.optimizer_step_s
     shortfall = 0.0
-    if plan.shortfall_share or plan.shortfall_per_slot_s:  # the implementation's measured shortfall
-        shortfall = step * plan.shortfall_share + plan.shortfall_per_slot_s * (accum + plan.shortfall_extra_slots)
+    if plan.shortfall is not None:  # the implementation's measured shortfall
+        shortfall = plan.shortfall.seconds(step, accum, config.pipeline_parallel, plan.num_layers)
         step += shortfall
 
     global_batch = micro_batch * accum * plan.dp

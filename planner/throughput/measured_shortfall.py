@@ -29,6 +29,12 @@ class MeasuredShortfall:
     per_slot_layer_s: float  # seconds per micro-batch slot of a stage per layer on it
     source: str
 
+    def seconds(self, step_s: float, micro_batches: int, pipeline_stages: int, layers: int) -> float:
+        """What it adds to an estimated step of `micro_batches` per replica over `pipeline_stages` stages of
+        `layers` in all: the share of the step, and each of a stage's m + pp - 1 slots times its layers."""
+        slots = micro_batches + pipeline_stages - 1
+        return step_s * self.share + self.per_slot_layer_s * slots * layers / pipeline_stages
+
 
 MEGATRON_DEEPSPEED_2022_SHORTFALL = MeasuredShortfall(
     0.113,
