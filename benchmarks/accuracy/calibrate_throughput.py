@@ -4,7 +4,7 @@
     .venv/bin/python -m benchmarks.accuracy.calibrate_throughput --fit      # fit, then the table with the fitted ones
     .venv/bin/python -m benchmarks.accuracy.calibrate_throughput --markdown # the table for docs/accuracy.md
     .venv/bin/python -m benchmarks.accuracy.calibrate_throughput --cross-validate  # held-out error by size, scale, length
-    .venv/bin/python -m benchmarks.accuracy.calibrate_throughput --held-out  # H100-80GB and A100-80GB runs, never fitted
+    .venv/bin/python -m benchmarks.accuracy.calibrate_throughput --held-out  # H100-80GB and A100-80GB tables, never fitted
     .venv/bin/python -m benchmarks.accuracy.calibrate_throughput --smoke     # --fit cut to a few iterations: seconds
 
 Data: `calibration_llm_foundry_a100_40gb` of the shared reference: MPT models
@@ -74,29 +74,66 @@ def calibration_cases() -> list[tuple[dict, ModelSpec, TrainingConfig, object]]:
 
 
 HELD_OUT_FILE = Path(__file__).resolve().parents[1] / "data" / "llm_foundry_heldout.md"
-# Catalog GPU and inter-node network of each held-out table (H100 clusters: 8 x 400 Gb/s NDR per node).
-HELD_OUT_HARDWARE = {"h100_80gb": ("H100-80GB", "ib-ndr"), "a100_80gb": ("A100-80GB", "roce-1600g")}
+# Each held-out table of that file (its "## " heading) -> (label, catalog GPU, inter-node network).
+# H100 clusters: 8 x 400 Gb/s NDR per node; A100 clusters: 1600 Gb/s RoCE, as the headings say.
+HELD_OUT_TABLES = {
+    "H100 80GB BF16": ("H100-80GB BF16, 8-64 GPUs (Oct 2023)", "H100-80GB", "ib-ndr"),
+    "A100 80GB with 1600 Gbps node-node interconnect (RoCE)": (
+        "A100-80GB, 8-64 GPUs (Oct 2023)",
+        "A100-80GB",
+        "roce-1600g",
+    ),
+    "H100 80GB BF16 (Large Scale, >= 128 GPUs)": ("H100-80GB BF16, 128-512 GPUs (Jan 2024)", "H100-80GB", "ib-ndr"),
+    "A100 80GB with 1600 Gbps node-node interconnect (RoCE), May 2023 campaign": (
+        "A100-80GB, 8-64 GPUs (May 2023: the calibration set's campaign)",
+        "A100-80GB",
+        "roce-1600g",
+    ),
+}
+# The columns read, by their name in the tables' header rows (the May 2023 table has no "Model TFLOP").
+_COLUMNS = {
+    "model": "Model",
+    "seq_len": "SeqLen (T)",
+    "n_gpus": "# GPUs",
+    "gpu": "GPU",
+    "mfu_pct": "MFU",
+    "micro_bs": "MicroBatchSize",
+    "grad_accum": "GradAccum",
+    "tokens_per_s": "Throughput (T/s)",
+    "sharding": "Sharding Strategy",
+    "act_ckpt": "Activation Checkpointing",
+}
 
 
 def held_out_rows() -> list[dict]:
-    """The verbatim llm-foundry table rows in benchmarks/data/llm_foundry_heldout.md, as calibration-style dicts."""
-    rows = []
+    """The verbatim llm-foundry table rows in benchmarks/data/llm_foundry_heldout.md, as calibration-style dicts
+    with the heading of their table ("table")."""
+    rows: list[dict] = []
+    table, header = "", {}
     for line in HELD_OUT_FILE.read_text(encoding="utf-8").splitlines():
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if len(cells) != 20 or not cells[1].isdigit():
+        if line.startswith("## "):
+            table, header = line[3:].strip(), {}
             continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if cells[0] == "Model":
+            header = {name: index for index, name in enumerate(cells)}
+            continue
+        if not header or len(cells) != len(header) or not cells[1].isdigit():
+            continue
+        value = {key: cells[header[name]] for key, name in _COLUMNS.items()}
         rows.append(
             {
-                "model": cells[0],
-                "seq_len": int(cells[1]),
-                "n_gpus": int(cells[2]),
-                "gpu": cells[3],
-                "mfu_pct": float(cells[4]),
-                "micro_bs": int(cells[7]),
-                "grad_accum": int(cells[8]),
-                "tokens_per_s": float(cells[11]),
-                "sharding": cells[16],
-                "act_ckpt": cells[17] == "True",
+                "table": table,
+                "model": value["model"],
+                "seq_len": int(value["seq_len"]),
+                "n_gpus": int(value["n_gpus"]),
+                "gpu": value["gpu"],
+                "mfu_pct": float(value["mfu_pct"]),
+                "micro_bs": int(value["micro_bs"]),
+                "grad_accum": int(value["grad_accum"]),
+                "tokens_per_s": float(value["tokens_per_s"]),
+                "sharding": value["sharding"],
+                "act_ckpt": value["act_ckpt"] == "True",
             }
         )
     return rows
@@ -119,10 +156,11 @@ def _case(row: dict, gpu: str, network: str):
 
 
 def held_out_cases() -> dict[str, list]:
+    """The held-out rows as cases, by their table's label (HELD_OUT_TABLES), in the file's order."""
     cases: dict[str, list] = {}
     for row in held_out_rows():
-        gpu, network = HELD_OUT_HARDWARE[row["gpu"]]
-        cases.setdefault(gpu, []).append(_case(row, gpu, network))
+        label, gpu, network = HELD_OUT_TABLES[row["table"]]
+        cases.setdefault(label, []).append(_case(row, gpu, network))
     return cases
 
 
@@ -247,9 +285,9 @@ def main(argv: list[str] | None = None) -> int:
         cross_validate(cases, iterations)
         return 0
     if args.held_out:
-        for gpu, gpu_cases in held_out_cases().items():
-            print(f"## {gpu} (held out: never fitted)")
-            print_table(gpu_cases, CONSTANTS, args.markdown)
+        for label, table_cases in held_out_cases().items():
+            print(f"## {label} (held out: never fitted)")
+            print_table(table_cases, CONSTANTS, args.markdown)
             print()
         return 0
     constants = CONSTANTS

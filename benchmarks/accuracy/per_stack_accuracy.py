@@ -5,7 +5,7 @@
     .venv/bin/python -m benchmarks.accuracy.per_stack_accuracy --smoke  # the table, written into a temporary copy
 
 Each stack's rows are published measurements the throughput model was never fitted on: llm-foundry's
-H100-80GB and A100-80GB tables for torch FSDP (benchmarks/accuracy/calibrate_throughput.py --held-out), and the counted
+held-out H100-80GB and A100-80GB tables for torch FSDP (benchmarks/accuracy/calibrate_throughput.py --held-out), and the counted
 rows of benchmarks/data/published_runs.yaml, published_stack_runs.yaml and published_zero_papers.yaml (DeepSpeed's
 ZeRO papers on V100s), grouped by their `stack` or the
 implementation preset each was planned with. Stacks we emit with no published measurement in the stored
@@ -180,7 +180,8 @@ def stack_results() -> list[StackResult]:
         StackResult(
             "torch FSDP (full / grad-op shard)",
             "`--strategy fsdp` (accelerate, Trainer)",
-            "llm-foundry's H100-80GB and A100-80GB tables (MPT 125M-70B, 8-64 GPUs)",
+            "llm-foundry's held-out tables: H100-80GB (8-64 GPUs, Oct 2023; 128-512 GPUs, Jan 2024) and A100-80GB "
+            "(8-64 GPUs, measured in May and again in Oct 2023), MPT 125M-70B",
             tuple(errors),
         )
     ]
