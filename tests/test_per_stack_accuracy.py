@@ -24,7 +24,7 @@ def test_fsdp_deepspeed_zero3_and_megatron_stacks_reach_the_target():
     for stack in ("torch FSDP (full / grad-op shard)", "DeepSpeed ZeRO-3", "Megatron-LM 3-D (TP x PP x DP)"):
         assert results[stack].median <= TARGET, stack
         assert len(results[stack].errors) >= 6, stack
-    assert len(results["torch FSDP (full / grad-op shard)"].errors) == 215  # llm-foundry's four held-out tables
+    assert len(results["torch FSDP (full / grad-op shard)"].errors) == 225  # llm-foundry's five held-out tables
 
 
 ROW_BOUND = 0.25  # the bound for any published row estimated with its own stack

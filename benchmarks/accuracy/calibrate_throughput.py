@@ -78,6 +78,7 @@ HELD_OUT_FILE = Path(__file__).resolve().parents[1] / "data" / "llm_foundry_held
 # H100 clusters: 8 x 400 Gb/s NDR per node; A100 clusters: 1600 Gb/s RoCE, as the headings say.
 HELD_OUT_TABLES = {
     "H100 80GB BF16": ("H100-80GB BF16, 8-64 GPUs (Oct 2023)", "H100-80GB", "ib-ndr"),
+    "H100 80GB FP8": ("H100-80GB FP8 (Transformer Engine linears), 8 GPUs (Oct 2023)", "H100-80GB", "ib-ndr"),
     "A100 80GB with 1600 Gbps node-node interconnect (RoCE)": (
         "A100-80GB, 8-64 GPUs (Oct 2023)",
         "A100-80GB",
@@ -102,6 +103,7 @@ _COLUMNS = {
     "tokens_per_s": "Throughput (T/s)",
     "sharding": "Sharding Strategy",
     "act_ckpt": "Activation Checkpointing",
+    "precision": "Precision",
 }
 
 
@@ -134,6 +136,7 @@ def held_out_rows() -> list[dict]:
                 "tokens_per_s": float(value["tokens_per_s"]),
                 "sharding": value["sharding"],
                 "act_ckpt": value["act_ckpt"] == "True",
+                "fp8": value["precision"] == "amp_fp8",  # FP8 matmuls inside bf16 autocast (--fp8)
             }
         )
     return rows
@@ -149,6 +152,7 @@ def _case(row: dict, gpu: str, network: str):
         seq_len=row["seq_len"],
         precision="bf16-mixed",
         activation_checkpointing="full" if row["act_ckpt"] else "none",
+        fp8=row.get("fp8", False),
     )
     nodes = max(row["n_gpus"] // 8, 1)
     cluster = make_cluster(gpu, gpus_per_node=8, nodes=nodes, interconnect=network if nodes > 1 else None)
