@@ -96,6 +96,12 @@ PUBLISHED_STACKS = {
         "Megatron-Bridge performance summary, 26.04.01 container, recipes read (Llama 3 70B on 64 H100s, "
         "Llama 3.1 405B at CP 2 on 1024, Qwen3-30B-A3B at EP 16 on 16; FP8 current scaling)",
     ),
+    "megatron-core-2024": (
+        "Megatron-Core r0.8.0 as NVIDIA benchmarked it (TP with sequence parallelism, BF16), H100",
+        "engine TP + ZeRO-1 (`--implementation megatron-core`)",
+        "Megatron-LM README's weak-scaling table (f2e5db40, 2024-07-15; GPT 1.7B-32B at TP 1-8 on 48-384 H100s, "
+        "no pipeline; its 70B-462B rows at PP 2-16 are shown, not counted: interleaving not printed)",
+    ),
     "deepspeed-chat-zero2-v100": (
         "DeepSpeed ZeRO-2 as DeepSpeed-Chat ran it (HF OPT, fp16), V100",
         "`--strategy zero2` (ds_config.json)",

@@ -204,6 +204,17 @@ def compare(row: dict, implementation: Implementation | None = None) -> Comparis
         tokens_per_gpu = estimate.tokens_per_s / estimate.world_size
         per_token = 6.0 * published["counted_params"] + 60.0 * row["seq_len"] * row["hidden"] * row["layers"]
         return Comparison(row, per_token * tokens_per_gpu / 1e12, published["tflops_per_gpu"], peak, estimate.notes)
+    if published["flop_convention"] == "megatron-num-flops":
+        # Megatron-LM's num_floating_point_operations (megatron/training/training.py at core_r0.8.0), per token:
+        # 12 L h^2 ((1 + kv_heads / heads + s / h) + ffn / h + V / (2 L h)) for a GELU MLP without grouped queries:
+        # model FLOPs, the full s x s attention, no recomputed forward.
+        hidden, layers = row["hidden"], row["layers"]
+        ratio = (
+            2.0 + row["seq_len"] / hidden + row.get("ffn", 4 * hidden) / hidden + row["vocab"] / (2 * layers * hidden)
+        )
+        per_token = 12.0 * layers * hidden * hidden * ratio
+        tokens_per_gpu = estimate.tokens_per_s / estimate.world_size
+        return Comparison(row, per_token * tokens_per_gpu / 1e12, published["tflops_per_gpu"], peak, estimate.notes)
     predicted = estimate.hfu * peak if published["flop_convention"] == "hardware" else estimate.tflops_per_gpu
     return Comparison(row, predicted, published["tflops_per_gpu"], peak, estimate.notes)
 
