@@ -168,8 +168,8 @@ def test_torchtitan_preset_against_its_published_tables(results):
     keep the published order and each row within 22% (+21.2% the worst, eager on 128: the catalog's 700 W SXM H100
     at its measured matmul share, docs/accuracy.md "GPU library efficiency", where the runs' 500 W HBM2e parts
     reach less)."""
-    rows = {c.row["id"]: c for c in results if c.row["implementation"] == "torchtitan"}
-    assert len(rows) == 6
+    rows = {c.row["id"]: c for c in results if c.row["implementation"] == "torchtitan" and c.row["gpu"] != "H200"}
+    assert len(rows) == 6  # the H200 rows (Trainy's) are held per stack: tests/test_per_stack_accuracy.py
     assert all(abs(c.error) < 0.22 for c in rows.values())
     for gpus in ("", "-128-gpus"):
         eager, compiled, float8 = (

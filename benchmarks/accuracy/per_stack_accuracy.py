@@ -102,6 +102,12 @@ PUBLISHED_STACKS = {
         "Megatron-LM README's weak-scaling table (f2e5db40, 2024-07-15; GPT 1.7B-32B at TP 1-8 on 48-384 H100s, "
         "no pipeline; its 70B-462B rows at PP 2-16 are shown, not counted: interleaving not printed)",
     ),
+    "torchtitan-h200": (
+        "torchtitan (FSDP2, compile, float8) on H200s",
+        "`--strategy fsdp --kernels compile --fp8`",
+        "torchtitan's benchmarks/ folder, Trainy on WhiteFiber, June 2025 (Llama 3.1 8B on 32 and 64 H200s, "
+        "400 Gb/s per GPU; one sample at iteration 100)",
+    ),
     "deepspeed-chat-zero2-v100": (
         "DeepSpeed ZeRO-2 as DeepSpeed-Chat ran it (HF OPT, fp16), V100",
         "`--strategy zero2` (ds_config.json)",
