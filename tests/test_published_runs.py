@@ -18,7 +18,11 @@ from planner.training_config import TrainingConfig
 # MT-NLG's, which Megatron-LM 2021 (same model and GPUs) beats by 30%: a
 # software difference the model does not represent.
 MEDIAN_BOUND = 0.10
-MAX_BOUND = 0.45  # MT-NLG 420 nodes: +43% (docs/accuracy.md, "MT-NLG 530B")
+MAX_BOUND = 0.20  # every counted row but the known misses below (the worst of the rest: -15.9%, 2026-11-29)
+# Counted rows over the bound, each pinned by a test of its own that holds where the gap lies (docs/accuracy.md).
+KNOWN_MISSES = {
+    "megatron-bridge-qwen3-235b-a22b-256-b200-mxfp8": "tests/test_megatron_bridge_blackwell.py (+55%)",
+}
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +60,9 @@ def test_median_error_of_tflops_per_gpu_on_published_runs(results):
 
 
 def test_no_published_run_is_off_by_more_than_the_stated_bound(results):
-    worst = max((c for c in results if c.row["statistics"]), key=lambda c: abs(c.error))
+    counted = [c for c in results if c.row["statistics"]]
+    assert KNOWN_MISSES.keys() <= {c.row["id"] for c in counted}
+    worst = max((c for c in counted if c.row["id"] not in KNOWN_MISSES), key=lambda c: abs(c.error))
     assert abs(worst.error) < MAX_BOUND, worst.row["id"]
 
 

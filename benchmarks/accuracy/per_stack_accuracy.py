@@ -96,6 +96,12 @@ PUBLISHED_STACKS = {
         "Megatron-Bridge performance summary, 26.04.01 container, recipes read (Llama 3 70B on 64 H100s, "
         "Llama 3.1 405B at CP 2 on 1024, Qwen3-30B-A3B at EP 16 on 16; FP8 current scaling)",
     ),
+    "megatron-bridge-blackwell": (
+        "Megatron-Core via Megatron-Bridge on Blackwell (B200, B300, GB200 NVL72; FP8 and MXFP8)",
+        "engine TP/PP/EP + ZeRO-1 (`--implementation megatron-core --fp8`)",
+        "Megatron-Bridge performance summary, 26.04.01 container, recipes read (Llama 3 70B on 64 GB200s, Llama 3.1 "
+        "405B on 256 GB200s, Qwen3-30B-A3B on 8 B200/B300/GB200, Qwen3-235B-A22B on 256 B200/B300/GB200)",
+    ),
     "megatron-core-2024": (
         "Megatron-Core r0.8.0 as NVIDIA benchmarked it (TP with sequence parallelism, BF16), H100",
         "engine TP + ZeRO-1 (`--implementation megatron-core`)",

@@ -1,0 +1,49 @@
+"""Megatron-Core via Megatron-Bridge on Blackwell (DGX-B200, DGX-B300, DGX-GB200 NVL72), NVIDIA's 26.04.01 release:
+the estimate against every row the planner can state (benchmarks/data/published_stack_runs.yaml, docs/accuracy.md
+"Megatron-Core via Megatron-Bridge on Blackwell")."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from benchmarks.accuracy.per_stack_accuracy import TARGET
+from benchmarks.accuracy.validate_published_runs import compare, published_rows
+
+PLAIN_ALLTOALL = "megatron-bridge-qwen3-235b-a22b-256-b200-mxfp8"  # the one row without a flex dispatcher
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, object]:
+    return {row["id"]: compare(row) for row in published_rows() if row.get("stack") == "megatron-bridge-blackwell"}
+
+
+def test_every_stated_row_is_entered_and_counted(results):
+    rows = [c.row for c in results.values()]
+    assert len(rows) == 9
+    assert all(row["statistics"] and row["fp8"] and row["implementation"] == "megatron-core" for row in rows)
+    assert sorted({row["gpu"] for row in rows}) == ["B200", "B300", "GB200"]
+    # GB200 racks: one NVLink domain of the 64 GPUs used (8 for the 8-GPU runs); DGX-B200/B300: 8 per node.
+    assert all(row["gpus_per_node"] == (min(row["gpus"], 64) if row["gpu"] == "GB200" else 8) for row in rows)
+
+
+def test_the_stack_median_is_within_the_target_and_all_but_one_row_within_20_percent(results):
+    errors = {run: c.error for run, c in results.items()}
+    assert statistics.median(abs(e) for e in errors.values()) <= TARGET
+    assert all(abs(e) < 0.20 for run, e in errors.items() if run != PLAIN_ALLTOALL)
+
+
+def test_the_plain_alltoall_row_is_the_setup_not_the_gpu(results):
+    """Qwen3-235B-A22B on 256 B200s (Megatron-Core's plain "alltoall" dispatcher, micro-batch 1) ran at 3,776
+    tokens/s/GPU; the same layout on 256 B300s (the hybridep flex dispatcher, micro-batch 2) at 5,936. The two GPUs
+    share their BF16 and FP8 peaks and the estimate puts the runs within 2% of each other, so the 1.57x lies in the
+    setup: the plain dispatcher synchronises the host before every expert all-to-all (token_dispatcher.py,
+    "A synchronization is needed before expert parallel AlltoAll communication"), not modelled. The estimate is
+    +55% there: this test holds that, so the docs' statement fails when a change moves it."""
+    b200, b300 = results[PLAIN_ALLTOALL], results["megatron-bridge-qwen3-235b-a22b-256-b300-mxfp8"]
+    measured = b300.row["published"]["tokens_per_s_per_gpu"] / b200.row["published"]["tokens_per_s_per_gpu"]
+    estimated = measured * (1 + b300.error) / (1 + b200.error)
+    assert measured > 1.5
+    assert estimated == pytest.approx(1.0, abs=0.02)
+    assert 0.50 < b200.error < 0.60
