@@ -34,7 +34,7 @@ from tests.distributed import REPO_ROOT, cpu_env, warm_harness_launcher
 
 BENCHMARKS = REPO_ROOT / "benchmarks"
 # What a full run writes and a smoke run must leave as it found it: the recorded results, and the doc whose
-# tables compare_memory.py and per_stack_accuracy.py rewrite (--update-docs).
+# tables compare_memory.py, published_runs_fit.py and per_stack_accuracy.py rewrite (--update-docs).
 COMMITTED = [*sorted((BENCHMARKS / "results").glob("*.json")), REPO_ROOT / "docs" / "accuracy.md"]
 
 
@@ -89,6 +89,12 @@ def _calibrate_throughput(out: str) -> None:
 def _per_stack_accuracy(out: str) -> None:
     assert "| stack | what of ours runs it | published runs | rows | median abs error |" in out
     assert "| torch FSDP (full / grad-op shard) |" in out
+    assert "smoke: the table was written into a temporary copy of docs/accuracy.md" in out
+
+
+def _published_runs_fit(out: str) -> None:
+    assert "| stack | published runs | estimated over the GPU | worst run | its estimate / GPU memory |" in out
+    assert re.search(r"\d+ published runs: \d+ estimated over their GPUs' memory", out)
     assert "smoke: the table was written into a temporary copy of docs/accuracy.md" in out
 
 
@@ -289,6 +295,7 @@ SMOKES: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "benchmarks.memory.memory_per_layer": ([], _memory_per_layer),
     "benchmarks.memory.run_memory_traces": ([], _run_memory_traces),
     "benchmarks.memory.optimizer_step_transient": ([], _optimizer_step_transient),
+    "benchmarks.memory.published_runs_fit": ([], _published_runs_fit),
     "benchmarks.accuracy.calibrate_throughput": ([], _calibrate_throughput),
     "benchmarks.accuracy.per_stack_accuracy": ([], _per_stack_accuracy),
     "benchmarks.accuracy.attention_chain_traffic": ([], _attention_chain_traffic),
