@@ -191,19 +191,10 @@ def llm_foundry_fit_check() -> str:
     12 bytes per logit at backward start), so it is conservative there.
     """
     from benchmarks.accuracy.calibrate_throughput import calibration_cases, held_out_cases
-    from planner.memory.estimate import estimate_memory
+    from benchmarks.memory.published_runs_fit import capacity_ratio
 
     cases = calibration_cases() + [case for group in held_out_cases().values() for case in group]
-    ratios = []
-    for _, spec, config, cluster in cases:
-        memory = estimate_memory(
-            spec,
-            config,
-            world_size=cluster.world_size,
-            gpus_per_node=cluster.gpus_per_node,
-            gpu_capacity_bytes=cluster.gpu.memory_bytes,
-        )
-        ratios.append(memory.total / memory.gpu_capacity_bytes)
+    ratios = [capacity_ratio(spec, config, cluster) for _, spec, config, cluster in cases]
     over = [ratio for ratio in ratios if ratio > 1]
     return (
         f"llm-foundry measured runs (MPT, FSDP, A100/H100): {len(over)} of {len(ratios)} estimated over the GPU "

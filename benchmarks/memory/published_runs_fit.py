@@ -44,9 +44,8 @@ class StackFit:
         return max(self.ratios.items(), key=lambda item: item[1])
 
 
-def memory_ratio(row: dict) -> float:
-    """The run's estimated per-GPU peak over its GPU's memory, as the throughput comparison plans the run."""
-    spec, config, cluster = plan_inputs(row)
+def capacity_ratio(spec, config, cluster) -> float:
+    """The estimated per-GPU peak of `config` on `cluster` over its GPU's memory (no headroom)."""
     estimate = estimate_memory(
         spec,
         config,
@@ -55,6 +54,11 @@ def memory_ratio(row: dict) -> float:
         gpu_capacity_bytes=cluster.gpu.memory_bytes,
     )
     return estimate.total / estimate.gpu_capacity_bytes
+
+
+def memory_ratio(row: dict) -> float:
+    """A published run's capacity_ratio, as the throughput comparison plans the run."""
+    return capacity_ratio(*plan_inputs(row))
 
 
 def stack_fits() -> list[StackFit]:
