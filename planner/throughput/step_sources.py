@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from planner.hardware.cluster import ClusterSpec
 from planner.throughput.constants import CALIBRATION_SOURCE
-from planner.throughput.implementation import Implementation
+from planner.throughput.implementation import OUR_STRATEGIES, Implementation
 from planner.throughput.kernel_stack import STACK_SOURCES, KernelStack
 from planner.training_config import GradientCompression, KernelChoice, Offload, Precision, TrainingConfig
 
@@ -124,6 +124,12 @@ def shortfall_sources(source: str) -> dict[str, str]:
 
 
 _SOURCE_SETS: dict[tuple, dict[str, str]] = {}
+# Said beside any other codebase's preset: --implementation moves the speed, not the memory estimate, which counts the
+# tensors transformers' modules keep (traced), more than a stack with fused kernels keeps.
+OTHER_STACK_MEMORY = (
+    "; the memory estimate still counts transformers' modules, whose tensors this stack's fused kernels keep fewer "
+    'of: conservative for it (its published runs: docs/accuracy.md, "Every published run, the same way")'
+)
 
 
 def fixed_sources(stack: KernelStack, implementation: Implementation, fp8: bool, kernels: KernelChoice) -> dict:
@@ -134,7 +140,8 @@ def fixed_sources(stack: KernelStack, implementation: Implementation, fp8: bool,
     if merged is None:
         merged = _SOURCE_SETS[key] = {
             **_SOURCES_BY_STACK[stack],
-            "implementation": f"assumed: {implementation.name} (--implementation; planner/throughput/implementation.py)",
+            "implementation": f"assumed: {implementation.name} (--implementation; planner/throughput/implementation.py)"
+            + ("" if implementation is OUR_STRATEGIES else OTHER_STACK_MEMORY),
             **(_FP8_SOURCES if fp8 else {}),
             **({"kernels": _KERNEL_NOTES[kernels]} if kernels is not KernelChoice.EAGER else {}),
         }
