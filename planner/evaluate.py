@@ -93,7 +93,7 @@ def evaluate(
     config = config.with_stage_map(spec)  # pp that does not divide the layers: the default uneven map
     memory = memory_on(spec, config, cluster, headroom_fraction=headroom_fraction, overhead=overhead)
     if implementation != "ours":  # the preset moves the speed, not the memory (step_sources.OTHER_STACK_MEMORY)
-        note = f"--implementation {implementation}: memory counted for transformers' modules, conservative for it"
+        note = f"--implementation {implementation}: memory counted for transformers' modules; this stack may keep less"
         memory = memory.model_copy(update={"notes": [*memory.notes, note]})
     throughput, error = None, None
     try:

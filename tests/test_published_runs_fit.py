@@ -38,12 +38,40 @@ def test_stacks_that_train_hf_modules_fit_but_one_run(fits):
     assert len(over) == 1 and over[0] < 1.10
 
 
-def test_fused_stacks_are_estimated_over_every_run(fits):
-    """Documented gap: the activation formula counts HF blocks' tensors, which Transformer Engine's fused kernels do
-    not keep; every Megatron-Core run through Megatron-Bridge is estimated over its GPUs, by up to about 2x."""
+def test_megatron_bridge_runs_are_estimated_over_every_run(fits):
+    """Documented gap: every Megatron-Core run through Megatron-Bridge is estimated over its GPUs, by up to about 2x
+    (its cause not isolated: FP8 weight copies, MoE states and buffers, the activation formula: docs/accuracy.md),
+    while Megatron-Core r0.8.0's BF16 weak-scaling runs fit but one, at 1.01x."""
+    weak_scaling = list(
+        fits["Megatron-Core r0.8.0 as NVIDIA benchmarked it (TP with sequence parallelism, BF16), H100"].ratios.values()
+    )
+    assert sum(ratio > 1.0 for ratio in weak_scaling) == 1 and max(weak_scaling) < 1.02
     for stack in (
         "Megatron-Core via Megatron-Bridge (TP, PP, CP, EP, FP8), NVIDIA's DGX-H100 runs",
         "Megatron-Core via Megatron-Bridge on Blackwell (B200, B300, GB200 NVL72; FP8 and MXFP8)",
     ):
         ratios = list(fits[stack].ratios.values())
         assert all(1.0 < ratio < 2.1 for ratio in ratios), stack
+
+
+def test_torchtitans_printed_memory_lies_between_our_full_and_selective_checkpointing():
+    """torchtitan prints its runs' memory (Memory(GiB): the maximum across GPUs), the only published runs here that do.
+    Its op-level selective checkpointing (save every other matmul's output and SDPA's, recompute the rest:
+    parallelize_llama.py's _save_list) keeps more than full recomputation and less than the estimate's selective mode
+    (Korthikanti et al.'s: everything but the attention core), and the measured memory lies between the two estimates.
+    As entered (selective) the estimate is 1.7x to 2.6x the printed figure: a documented gap (docs/accuracy.md)."""
+    from benchmarks.accuracy.validate_published_runs import plan_inputs, published_rows
+    from planner.evaluate import memory_on
+    from planner.training_config import ActivationCheckpointing
+
+    rows = [row for row in published_rows() if "memory_gib" in row["published"]]
+    assert len(rows) == 8 and all(row["activation_checkpointing"] == "selective" for row in rows)
+    for row in rows:
+        spec, config, cluster = plan_inputs(row)
+        measured = row["published"]["memory_gib"] * 2**30
+        full = memory_on(
+            spec, config.model_copy(update={"activation_checkpointing": ActivationCheckpointing.FULL}), cluster
+        )
+        as_entered = memory_on(spec, config, cluster)
+        assert full.total < measured < as_entered.total, row["id"]
+        assert 1.6 < as_entered.total / measured < 2.6, row["id"]

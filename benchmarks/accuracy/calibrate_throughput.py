@@ -85,13 +85,13 @@ HELD_OUT_TABLES = {
         "roce-1600g",
     ),
     "H100 80GB BF16 (Large Scale, >= 128 GPUs)": ("H100-80GB BF16, 128-512 GPUs (Jan 2024)", "H100-80GB", "ib-ndr"),
-    "A100 80GB with 1600 Gbps node-node interconnect (RoCE), May 2023 campaign": (
-        "A100-80GB, 8-64 GPUs (May 2023: the calibration set's campaign)",
+    "A100 80GB with 1600 Gbps node-node interconnect (RoCE), April 2023 campaign": (
+        "A100-80GB, 8-64 GPUs (April 2023: the calibration set's campaign)",
         "A100-80GB",
         "roce-1600g",
     ),
 }
-# The columns read, by their name in the tables' header rows (the May 2023 table has no "Model TFLOP").
+# The columns read, by their name in the tables' header rows (the April 2023 table has no "Model TFLOP").
 _COLUMNS = {
     "model": "Model",
     "seq_len": "SeqLen (T)",

@@ -200,7 +200,7 @@ def stack_results() -> list[StackResult]:
             "torch FSDP (full / grad-op shard)",
             "`--strategy fsdp` (accelerate, Trainer)",
             "llm-foundry's held-out tables: H100-80GB (BF16 on 8-64 GPUs and FP8 on 8, Oct 2023; BF16 on 128-512, "
-            "Jan 2024) and A100-80GB (8-64 GPUs, measured in May and again in Oct 2023), MPT 125M-70B",
+            "Jan 2024) and A100-80GB (8-64 GPUs, measured in April and again in Oct 2023), MPT 125M-70B",
             tuple(errors),
         )
     ]

@@ -127,8 +127,8 @@ _SOURCE_SETS: dict[tuple, dict[str, str]] = {}
 # Said beside any other codebase's preset: --implementation moves the speed, not the memory estimate, which counts the
 # tensors transformers' modules keep (traced), more than a stack with fused kernels keeps.
 OTHER_STACK_MEMORY = (
-    "; the memory estimate still counts transformers' modules, whose tensors this stack's fused kernels keep fewer "
-    'of: conservative for it (its published runs: docs/accuracy.md, "Every published run, the same way")'
+    "; the memory estimate still counts the tensors transformers' modules keep, which this stack may keep fewer of "
+    '(its published runs: docs/accuracy.md, "Every published run, the same way")'
 )
 
 
