@@ -54,18 +54,24 @@ def test_megatron_bridge_runs_are_estimated_over_every_run(fits):
         assert all(1.0 < ratio < 2.1 for ratio in ratios), stack
 
 
+def _printed_memory_rows() -> list[dict]:
+    from benchmarks.accuracy.validate_published_runs import published_rows
+
+    return [row for row in published_rows() if "memory_gib" in row["published"]]
+
+
 def test_torchtitans_printed_memory_lies_between_our_full_and_selective_checkpointing():
     """torchtitan prints its runs' memory (Memory(GiB): the maximum across GPUs), the only published runs here that do.
     Its op-level selective checkpointing (save every other matmul's output and SDPA's, recompute the rest:
     parallelize_llama.py's _save_list) keeps more than full recomputation and less than the estimate's selective mode
     (Korthikanti et al.'s: everything but the attention core), and the measured memory lies between the two estimates.
     As entered (selective) the estimate is 1.7x to 2.6x the printed figure: a documented gap (docs/accuracy.md)."""
-    from benchmarks.accuracy.validate_published_runs import plan_inputs, published_rows
+    from benchmarks.accuracy.validate_published_runs import plan_inputs
     from planner.evaluate import memory_on
     from planner.training_config import ActivationCheckpointing
 
-    rows = [row for row in published_rows() if "memory_gib" in row["published"]]
-    assert len(rows) == 8 and all(row["activation_checkpointing"] == "selective" for row in rows)
+    rows = [row for row in _printed_memory_rows() if row["activation_checkpointing"] == "selective"]
+    assert len(rows) == 8
     for row in rows:
         spec, config, cluster = plan_inputs(row)
         measured = row["published"]["memory_gib"] * 2**30
@@ -75,3 +81,23 @@ def test_torchtitans_printed_memory_lies_between_our_full_and_selective_checkpoi
         as_entered = memory_on(spec, config, cluster)
         assert full.total < measured < as_entered.total, row["id"]
         assert 1.6 < as_entered.total / measured < 2.6, row["id"]
+
+
+def test_torchtitans_printed_memory_under_full_checkpointing():
+    """Full recomputation, which the estimate and torchtitan mean alike: the 8B under context parallelism at 32k-256k
+    tokens and the 70B at FSDP x TP 8 within 6% of the printed memory. The 405B at FSDP x TP x PP is 0.6x and 0.8x
+    of it: under PP torchtitan does not reshard FSDP's parameters after forward ("to avoid per-microbatch
+    all-gathers", parallelize_llama.py at 9dec370), which the estimate's ZeRO-3 (sharded between uses) does not
+    hold. The one place the estimate is under a published run's memory: documented (docs/accuracy.md)."""
+    from benchmarks.accuracy.validate_published_runs import plan_inputs
+    from planner.evaluate import memory_on
+
+    rows = [row for row in _printed_memory_rows() if row["activation_checkpointing"] == "full"]
+    assert len(rows) == 7
+    for row in rows:
+        spec, config, cluster = plan_inputs(row)
+        ratio = memory_on(spec, config, cluster).total / (row["published"]["memory_gib"] * 2**30)
+        if row["pp"] > 1:
+            assert 0.55 < ratio < 0.8, row["id"]
+        else:
+            assert abs(ratio - 1) < 0.07, row["id"]
