@@ -49,6 +49,16 @@ def test_a_sequence_past_learned_positions_says_the_length_to_pass(command):
     assert line == "error: --seq-len 4096 exceeds gpt2's 1024 learned positions; pass --seq-len 1024 or less"
 
 
+def test_an_estimate_of_a_layout_our_engine_refuses_says_so_before_estimating():
+    """It estimated ZeRO-3 beside --pp for our engine, which refuses that layout at start-up
+    (backends/engine/initialize.py); under another codebase's preset (FSDP x PP: torchtitan) it still estimates."""
+    layout = ["--model", "gpt2", "--gpu", "A100-80GB", "--gpus-per-node", "4", "--strategy", "engine"]
+    layout += ["--zero-stage", "3", "--pp", "2", "--grad-accum", "4"]
+    line = one_error_line(cli_in_process("estimate", *layout))
+    assert line.startswith("error: ZeRO-3 does not compose with pipeline parallelism on our engine; use --zero-stage 1")
+    assert cli_in_process("estimate", *layout, "--implementation", "torchtitan").returncode == 0
+
+
 def test_a_data_folder_of_another_kind_says_what_to_do(tmp_path):
     """A folder of .csv files said only what was wrong: "--data DIR: no .txt, .jsonl, .json or .parquet file there"."""
     (tmp_path / "csv").mkdir()
