@@ -80,12 +80,12 @@ def memory_total_on(spec: ModelSpec, config: TrainingConfig, cluster: ClusterSpe
 def check_engine_runs_it(config: TrainingConfig, implementation: str) -> None:
     """Our engine refuses ZeRO-3 beside pipeline parallelism (backends/engine/initialize.py), so an estimate of it
     for our engine would describe a run that cannot start; another codebase's (FSDP x PP: torchtitan, Meta's) can."""
-    if implementation == "ours" and config.strategy is Strategy.ENGINE and config.zero_stage == 3:
-        if config.pipeline_parallel > 1:
-            raise UserInputError(
-                "ZeRO-3 does not compose with pipeline parallelism on our engine; use --zero-stage 1 or 2 with --pp, "
-                "or name the codebase that runs it with --implementation"
-            )
+    ours = implementation == "ours" and config.strategy is Strategy.ENGINE
+    if ours and config.zero_stage == 3 and config.pipeline_parallel > 1:
+        raise UserInputError(
+            "ZeRO-3 does not compose with pipeline parallelism on our engine; use --zero-stage 1 or 2 with --pp, "
+            "or name the codebase that runs it with --implementation"
+        )
 
 
 def evaluate(
