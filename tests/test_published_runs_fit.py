@@ -85,19 +85,19 @@ def test_torchtitans_printed_memory_lies_between_our_full_and_selective_checkpoi
 
 def test_torchtitans_printed_memory_under_full_checkpointing():
     """Full recomputation, which the estimate and torchtitan mean alike: the 8B under context parallelism at 32k-256k
-    tokens and the 70B at FSDP x TP 8 within 6% of the printed memory. The 405B at FSDP x TP x PP is 0.6x and 0.8x
-    of it: under PP torchtitan does not reshard FSDP's parameters after forward ("to avoid per-microbatch
+    tokens and the 70B at FSDP x TP 8 within 6% of the printed memory. The 405B at FSDP x TP x PP (with CP to 256k
+    tokens too) is 0.55x to 0.8x of it: under PP torchtitan does not reshard FSDP's parameters after forward ("to avoid per-microbatch
     all-gathers", parallelize_llama.py at 9dec370), which the estimate's ZeRO-3 (sharded between uses) does not
     hold. The one place the estimate is under a published run's memory: documented (docs/accuracy.md)."""
     from benchmarks.accuracy.validate_published_runs import plan_inputs
     from planner.evaluate import memory_on
 
     rows = [row for row in _printed_memory_rows() if row["activation_checkpointing"] == "full"]
-    assert len(rows) == 7
+    assert len(rows) == 11
     for row in rows:
         spec, config, cluster = plan_inputs(row)
         ratio = memory_on(spec, config, cluster).total / (row["published"]["memory_gib"] * 2**30)
         if row["pp"] > 1:
-            assert 0.55 < ratio < 0.8, row["id"]
+            assert 0.5 < ratio < 0.8, row["id"]
         else:
             assert abs(ratio - 1) < 0.07, row["id"]

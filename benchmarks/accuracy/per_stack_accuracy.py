@@ -125,8 +125,8 @@ PUBLISHED_STACKS = {
 # never counted above.
 INFORMATIONAL_STACKS = {
     "torchtitan": ("torchtitan (FSDP2, eager / compile / float8)", "`--strategy fsdp --kernels compile`",
-                   "torchtitan docs, Tables 1-5 (Llama 3.1 8B on 8 and 128 500 W H100s, with CP to 256k tokens; 70B at "
-                   "FSDP x TP 8; 405B at FSDP x TP x PP 8 on 512); its async-TP benchmark's vanilla-TP baselines"),
+                   "torchtitan docs, Tables 1-6 (Llama 3.1 8B on 8 and 128 500 W H100s, with CP to 256k tokens; 70B at "
+                   "FSDP x TP 8; 405B at FSDP x TP x PP 8 on 512, with CP to 256k); its async-TP benchmark's baselines"),
     "meta-llama3": ("Meta's Llama 3 stack (4D: TP, CP, interleaved PP, FSDP)", "engine TP/CP/PP (its mechanisms)",
                     "Llama 3 paper, Table 4 (405B on 8,192-16,384 H100s; virtual stages deduced)"),
     "deepseek-dualpipe": ("DeepSeek-V3 (DualPipe, EP, FP8)", "engine EP (planned at its scale only)",
