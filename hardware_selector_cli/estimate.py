@@ -228,8 +228,9 @@ def register(app: typer.Typer) -> None:
 def _check_options(spec, config, implementation: str, headroom: float, overhead_gb: float | None) -> None:
     """estimate's own options against each other, before any work: each conflict is one line (the configuration's
     flags were checked by training_options, and TrainingConfig itself). --implementation names a codebase that
-    trains with some strategies only; --strategy engine --tp N on a family our engine does not split over tp is a
-    run that cannot start (another --implementation, Megatron-LM's say, may split it)."""
+    trains with some strategies only; --strategy engine --tp N on a family our engine does not split over tp, or
+    ZeRO-3 beside --pp, is a run that cannot start (another --implementation, Megatron-LM's or torchtitan's, may
+    run it)."""
     from planner.models.families import splits_over_tp
     from planner.throughput.implementation import check_implementation_runs
     from planner.training_config import Strategy
@@ -254,4 +255,10 @@ def _check_options(spec, config, implementation: str, headroom: float, overhead_
         raise UserInputError(
             f"--tp {config.tensor_parallel}: our engine does not split {spec.model_type} models over tp (it pipelines "
             "them); use --tp 1 with --pp, or --implementation megatron for Megatron-LM's split"
+        )
+    if ours and config.strategy is Strategy.ENGINE and config.zero_stage == 3 and config.pipeline_parallel > 1:
+        # backends/engine/initialize.py refuses it at start-up; torchtitan's FSDP x PP runs it (--implementation).
+        raise UserInputError(
+            "ZeRO-3 does not compose with pipeline parallelism on our engine; use --zero-stage 1 or 2 with --pp, "
+            "or name the codebase that runs it with --implementation"
         )

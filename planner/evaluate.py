@@ -16,7 +16,7 @@ from planner.memory.runtime import runtime_for
 from planner.models.spec import ModelSpec
 from planner.throughput.estimate import check_fp8_gpu, estimate_throughput
 from planner.throughput.result import ThroughputEstimate
-from planner.training_config import Strategy, TrainingConfig
+from planner.training_config import TrainingConfig
 
 
 class Evaluation(BaseModel):
@@ -77,17 +77,6 @@ def memory_total_on(spec: ModelSpec, config: TrainingConfig, cluster: ClusterSpe
     return fit_bytes(peak, gpus_per_node, runtime=runtime)[0]
 
 
-def check_engine_runs_it(config: TrainingConfig, implementation: str) -> None:
-    """Our engine refuses ZeRO-3 beside pipeline parallelism (backends/engine/initialize.py), so an estimate of it
-    for our engine would describe a run that cannot start; another codebase's (FSDP x PP: torchtitan, Meta's) can."""
-    ours = implementation == "ours" and config.strategy is Strategy.ENGINE
-    if ours and config.zero_stage == 3 and config.pipeline_parallel > 1:
-        raise UserInputError(
-            "ZeRO-3 does not compose with pipeline parallelism on our engine; use --zero-stage 1 or 2 with --pp, "
-            "or name the codebase that runs it with --implementation"
-        )
-
-
 def evaluate(
     spec: ModelSpec,
     config: TrainingConfig,
@@ -97,14 +86,13 @@ def evaluate(
     overhead: OverheadSettings = OverheadSettings(),
     implementation: str = "ours",
 ) -> Evaluation:
-    from planner.throughput.implementation import implementation_named
+    from planner.throughput.implementation import OUR_STRATEGIES, implementation_named
 
     preset = implementation_named(implementation)  # a wrong name is one line before any work
     check_fp8_gpu(config, cluster)
-    check_engine_runs_it(config, implementation)
     config = config.with_stage_map(spec)  # pp that does not divide the layers: the default uneven map
     memory = memory_on(spec, config, cluster, headroom_fraction=headroom_fraction, overhead=overhead)
-    if implementation != "ours":  # the preset moves the speed, not the memory (step_sources.OTHER_STACK_MEMORY)
+    if preset is not OUR_STRATEGIES:  # the preset moves the speed, not the memory (step_sources.OTHER_STACK_MEMORY)
         note = f"--implementation {implementation}: memory counted for transformers' modules; this stack may keep less"
         memory = memory.model_copy(update={"notes": [*memory.notes, note]})
     throughput, error = None, None

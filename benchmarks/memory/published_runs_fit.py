@@ -61,7 +61,8 @@ def stack_fits() -> list[StackFit]:
     labels = {key: entry[0] for key, entry in {**PUBLISHED_STACKS, **INFORMATIONAL_STACKS}.items()}
     grouped: dict[str, dict[str, float]] = {}
     for row in published_rows() + zero_paper_rows():
-        grouped.setdefault(labels.get(stack_key(row), stack_key(row)), {})[row["id"]] = memory_ratio(row)
+        key = stack_key(row)
+        grouped.setdefault(labels.get(key, key), {})[row["id"]] = memory_ratio(row)
     return [StackFit(stack, ratios) for stack, ratios in grouped.items()]
 
 
