@@ -129,7 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"from {', '.join(STRATEGY_FIELDS)} (default: {' '.join(DEFAULT_STRATEGIES)})",
     )
     parser.add_argument("--micro-batches", nargs="+", type=_count(1, 1 << 16), default=[1, 2, 4, 8], metavar="N")
-    parser.add_argument("--checkpointing", nargs="+", default=["none", "full"], choices=["none", "selective", "full"])
+    parser.add_argument(
+        "--checkpointing", nargs="+", default=["none", "full"], choices=["none", "selective", "op", "full"]
+    )
     parser.add_argument(
         "--seq-len", type=_count(1, 1 << 22), default=None, help="tokens per sequence (default 512, 32 with --tiny)"
     )

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 class ParallelizeConfig:
     """How the model is split and run, beside the layout's degrees."""
 
-    activation_checkpointing: str = "none"  # none | selective | full
+    activation_checkpointing: str = "none"  # none | selective | op | full
     kernels: str = "eager"  # eager | compile | liger
     sequence_parallel: bool = False
     stage_split: tuple[int, ...] | None = None  # decoder layers per pipeline stage (the plan's stage map)

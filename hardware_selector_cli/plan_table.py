@@ -63,6 +63,7 @@ def _memory_cell(used: int, capacity: int) -> str:
 AC_SHORT = {
     ActivationCheckpointing.NONE: "-",
     ActivationCheckpointing.SELECTIVE: "sel",
+    ActivationCheckpointing.OP: "op",
     ActivationCheckpointing.FULL: "full",
 }
 

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from planner.contract.choices import ActivationCheckpointing, FsdpSharding, KernelChoice, OptimizerKind, Precision
+from planner.contract.choices import (
+    DEFAULT_SEARCHED_CHECKPOINTING,
+    ActivationCheckpointing,
+    FsdpSharding,
+    KernelChoice,
+    OptimizerKind,
+    Precision,
+)
 from planner.errors import UserInputError
 from planner.limits import DEFAULT_HEADROOM
 
@@ -22,7 +29,7 @@ if TYPE_CHECKING:
     from planner.expert_routing import ExpertRouting
 
 ALL_STRATEGIES = "ddp,fsdp,deepspeed,engine"  # zero1, zero2, zero3: DeepSpeed at that stage only
-ALL_AC = "none,selective,full"
+ALL_AC = ",".join(mode.value for mode in DEFAULT_SEARCHED_CHECKPOINTING)  # "none,selective,full"; op: opt-in
 
 
 def _listed(value: str, enum_type, flag: str) -> tuple:
@@ -182,7 +189,9 @@ def search_options(
         None, "--precision", help="fp32|fp16-mixed|bf16-mixed|bf16 (default: best the GPU has)."
     ),
     optimizer: str = typer.Option("adamw", "--optimizer", help="adamw|adamw-8bit|adafactor|sgd|lion"),
-    ac: str = typer.Option(ALL_AC, "--ac", help="Activation checkpointing modes to consider."),
+    ac: str = typer.Option(
+        ALL_AC, "--ac", help="Activation checkpointing modes to consider (none, selective, op, full)."
+    ),
     strategies: str = typer.Option(
         ALL_STRATEGIES,
         "--strategies",

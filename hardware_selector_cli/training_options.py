@@ -164,7 +164,7 @@ def training_options(
         help="fp32|fp16-mixed|bf16-mixed|bf16 (default: the best the GPU has; fp16-mixed with --zeropp).",
     ),
     optimizer: str = typer.Option("adamw", "--optimizer", help="adamw|adamw-8bit|adafactor|sgd|lion"),
-    ac: str = typer.Option("none", "--ac", help="Activation checkpointing: none|selective|full"),
+    ac: str = typer.Option("none", "--ac", help="Activation checkpointing: none|selective|op|full"),
     attention: str = typer.Option("sdpa", "--attention", help="sdpa (flash/memory-efficient) or eager"),
     lora_rank: int = typer.Option(
         0,

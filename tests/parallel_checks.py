@@ -116,6 +116,9 @@ def two_rank_checks() -> dict[str, Callable[[], dict]]:
     checks["tp_sp_llama_full_checkpointing"] = lambda: layout_run(
         "llama", ParallelDims(dp=1, tp=2), sequence_parallel=True, checkpointing="full"
     )
+    checks["tp_sp_llama_op_checkpointing"] = lambda: layout_run(
+        "llama", ParallelDims(dp=1, tp=2), sequence_parallel=True, checkpointing="op"
+    )
     checks["tp_gpt2_selective_checkpointing"] = lambda: layout_run(
         "gpt2", ParallelDims(dp=1, tp=2), checkpointing="selective"
     )

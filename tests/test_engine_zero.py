@@ -30,7 +30,7 @@ def test_every_stage_matches_single_process_reference(record):
     runs = record["runs"]
     assert {(r["stage"], r["accum"], r["clip"], r["recompute"]) for r in runs} == {
         (stage, accum, clip, "none") for stage in (0, 1, 2, 3) for accum in (1, 2) for clip in (0.0, 0.5)
-    } | {(3, 2, 0.5, "full"), (2, 2, 0.5, "selective")}
+    } | {(3, 2, 0.5, "full"), (2, 2, 0.5, "selective"), (3, 2, 0.5, "op")}
     for run in runs:
         where = f"stage {run['stage']} accum {run['accum']} clip {run['clip']} recompute {run['recompute']}"
         assert run["loss_diff"] < TOLERANCE, where

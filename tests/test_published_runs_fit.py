@@ -60,27 +60,30 @@ def _printed_memory_rows() -> list[dict]:
     return [row for row in published_rows() if "memory_gib" in row["published"]]
 
 
-def test_torchtitans_printed_memory_lies_between_our_full_and_selective_checkpointing():
-    """torchtitan prints its runs' memory (Memory(GiB): the maximum across GPUs), the only published runs here that do.
-    Its op-level selective checkpointing (save every other matmul's output and SDPA's, recompute the rest:
-    parallelize_llama.py's _save_list) keeps more than full recomputation and less than the estimate's selective mode
-    (Korthikanti et al.'s: everything but the attention core), and the measured memory lies between the two estimates.
-    As entered (selective) the estimate is 1.7x to 2.6x the printed figure: a documented gap (docs/accuracy.md)."""
+def test_torchtitans_printed_memory_under_op_level_checkpointing():
+    """torchtitan prints its runs' memory (Memory(GiB): the maximum across GPUs, reserved by the allocator). Its
+    "selective" runs keep every second matmul's output and SDPA's (selective_ac_option 'op'), which `--ac op`
+    counts (planner/memory/op_checkpointing.py, traced to the byte in tests/test_memory_per_layer.py). Table 1 and 3
+    (torchtitan 9dec370, the loss eager): the estimate is 0.88x to 1.0x of the printed figure, under it by at most
+    12% (eager blocks: the allocator reserves more than the tensors; compiled ones 0.95x to 1.0x). The H200 runs
+    (e7c0cae) compile the loss with the model, which keeps the bf16 logits instead of their fp32 log-softmax: the
+    estimate, counting the eager loss, is 1.33x. As our "selective" (Korthikanti's) the estimate was 1.7x to 2.6x."""
     from benchmarks.accuracy.validate_published_runs import plan_inputs
     from planner.evaluate import memory_on
     from planner.training_config import ActivationCheckpointing
 
-    rows = [row for row in _printed_memory_rows() if row["activation_checkpointing"] == "selective"]
+    rows = [row for row in _printed_memory_rows() if row["activation_checkpointing"] == "op"]
     assert len(rows) == 8
     for row in rows:
         spec, config, cluster = plan_inputs(row)
         measured = row["published"]["memory_gib"] * 2**30
-        full = memory_on(
-            spec, config.model_copy(update={"activation_checkpointing": ActivationCheckpointing.FULL}), cluster
-        )
-        as_entered = memory_on(spec, config, cluster)
-        assert full.total < measured < as_entered.total, row["id"]
-        assert 1.6 < as_entered.total / measured < 2.6, row["id"]
+        ratio = memory_on(spec, config, cluster).total / measured
+        if row["gpu"] == "H200":
+            assert 1.30 < ratio < 1.36, (row["id"], ratio)
+        else:
+            assert 0.87 < ratio <= 1.0, (row["id"], ratio)
+        korthikanti = config.model_copy(update={"activation_checkpointing": ActivationCheckpointing.SELECTIVE})
+        assert 1.6 < memory_on(spec, korthikanti, cluster).total / measured < 2.6, row["id"]
 
 
 def test_torchtitans_printed_memory_under_full_checkpointing():

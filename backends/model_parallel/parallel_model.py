@@ -2,8 +2,8 @@
 
 backends/model_parallel/split.py builds it. With pp == 1, `ParallelModel(input_ids, labels)` returns the loss;
 with any pp, `train_batch(micro_batches)` runs forward and backward over all the micro-batches (through the
-pipeline schedule when pp > 1) and returns the mean loss on every rank. Full activation checkpointing is applied
-here, per layer as the model runs them (`_layer`); the parameters stay plain tensors (each rank's local shard),
+pipeline schedule when pp > 1) and returns the mean loss on every rank. Full and op-level activation checkpointing
+are applied here, per layer as the model runs them (`_layer`); the parameters stay plain tensors (each rank's local shard),
 so any data-parallel wrapper composes with them.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint, noop_context_fn
 
 from backends.decoder_anatomy import (
     architecture_of,
@@ -28,11 +28,12 @@ from backends.decoder_anatomy import (
     run_layer,
 )
 from backends.parallel_dims import ParallelDims, ParallelGroups
+from backends.parts.op_checkpoint_policy import op_checkpoint_contexts
 from backends.tensor_parallel.apply import shard_specs
 from backends.tensor_parallel.collectives import scatter_sequence
 from backends.tensor_parallel.cross_entropy import vocab_parallel_causal_lm_loss, vocab_parallel_loss_sum
 
-CHECKPOINT_MODES = ("none", "selective", "full")
+CHECKPOINT_MODES = ("none", "selective", "op", "full")
 
 
 class ParallelModel(nn.Module):
@@ -89,8 +90,9 @@ class ParallelModel(nn.Module):
 
     def _layer(self, index: int, hidden: torch.Tensor, arguments: dict[str, Any]) -> torch.Tensor:
         layer = decoder_layers(self.module)[index]
-        if self.activation_checkpointing == "full" and self.training:
-            return checkpoint(run_layer, layer, hidden, arguments, use_reentrant=False)
+        if self.activation_checkpointing in ("full", "op") and self.training:
+            contexts = op_checkpoint_contexts if self.activation_checkpointing == "op" else noop_context_fn
+            return checkpoint(run_layer, layer, hidden, arguments, use_reentrant=False, context_fn=contexts)
         return run_layer(layer, hidden, arguments)
 
     @property

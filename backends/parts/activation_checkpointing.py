@@ -1,4 +1,5 @@
-"""Activation checkpointing through torch.utils.checkpoint: full (each block) or selective (its attention).
+"""Activation checkpointing through torch.utils.checkpoint: full (each block), op (each block, keeping every
+second matmul's output: op_checkpoint_policy.py) or selective (its attention).
 
 The wrapped forward is the module's own `forward`, so module hooks (ZeRO-3's
 gather and free) still run once around the call and not again during the
@@ -10,21 +11,39 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-MODES = ("none", "selective", "full")
+MODES = ("none", "selective", "op", "full")
 
 
-def _recompute_in_backward(module: Any) -> None:
+def _recompute_in_backward(module: Any, keep_matmuls: bool = False) -> None:
     from torch import is_grad_enabled
-    from torch.utils.checkpoint import checkpoint
+    from torch.utils.checkpoint import checkpoint, noop_context_fn
+
+    from backends.parts.op_checkpoint_policy import op_checkpoint_contexts
 
     original = module.forward
+    contexts = op_checkpoint_contexts if keep_matmuls else noop_context_fn
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         if not is_grad_enabled():
             return original(*args, **kwargs)
-        return checkpoint(original, *args, use_reentrant=False, **kwargs)
+        args, kwargs = _without_kv_cache(args, kwargs)
+        return checkpoint(original, *args, use_reentrant=False, context_fn=contexts, **kwargs)
 
     module.forward = functools.wraps(original)(forward)
+
+
+def _without_kv_cache(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+    """The block's arguments without transformers' KV cache (GPT-2 passes it by position, Llama by name). A model called without use_cache=False
+    hands each block its cache: the checkpoint would keep it (every layer's keys and values) alive until
+    backward, and the recomputation would append the keys again (and change the op sequence op-level
+    checkpointing replays). Training never reads the cache, so a checkpointed block runs without it, as
+    transformers' own gradient checkpointing does (use_cache=False)."""
+    from transformers.cache_utils import Cache
+
+    return (
+        tuple(None if isinstance(value, Cache) else value for value in args),
+        {name: None if isinstance(value, Cache) else value for name, value in kwargs.items()},
+    )
 
 
 def _attention_of(block: Any) -> Any:
@@ -35,7 +54,7 @@ def _attention_of(block: Any) -> Any:
 
 
 def apply_activation_checkpointing(model: Any, mode: str, blocks: list | None = None) -> list:
-    """Recompute each block (full) or its attention (selective) in backward; returns the blocks wrapped.
+    """Recompute each block (full, op) or its attention (selective) in backward; returns the blocks wrapped.
 
     The blocks are the children of the model's largest ModuleList (a transformer's layers), or `blocks`.
     A model without repeated blocks is an error, never a silent no-op."""
@@ -53,7 +72,10 @@ def apply_activation_checkpointing(model: Any, mode: str, blocks: list | None = 
             "pass blocks=[...] with the modules to recompute"
         )
     for block in found:
-        _recompute_in_backward(block if mode == "full" else _attention_of(block))
+        if mode == "selective":
+            _recompute_in_backward(_attention_of(block))
+        else:
+            _recompute_in_backward(block, keep_matmuls=mode == "op")
     return found
 
 

@@ -63,6 +63,8 @@ Other fixed choices, all chosen to mirror a typical CUDA training step:
   of transformers' AttentionInterface, or the modeling module's `eager_attention_forward`)
   in a non-reentrant `torch.utils.checkpoint`: only its inputs q, k, v (before repeat_kv)
   and the mask are kept. Not available for T5 (its attention is inline).
+  ``"op"``: our backends' op-level checkpointing of each block (backends/parts/op_checkpoint_policy.py:
+  every second matmul's output and the attention kernel's kept, the rest recomputed).
 
 Attention: ``attention="sdpa"`` stands for the fused flash / memory-efficient kernel on
 CUDA. On CPU, SDPA dispatches to `aten._scaled_dot_product_flash_attention_for_cpu`
@@ -136,7 +138,7 @@ class TraceConfig(BaseModel):
     micro_batch: int = Field(ge=1)
     seq_len: int = Field(ge=1)
     precision: Precision = "bf16-mixed"
-    activation_checkpointing: Literal["none", "selective", "full"] = "none"
+    activation_checkpointing: Literal["none", "selective", "op", "full"] = "none"
     optimizer: Literal["adamw", "sgd", "adafactor"] = "adamw"
     attention: Literal["sdpa", "eager"] = "sdpa"
     world_size: int = Field(default=1, ge=1)
@@ -277,6 +279,10 @@ def _traced_step(trace: TraceConfig, config, mesh, low, autocast, cp_group=None)
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         elif trace.activation_checkpointing == "selective":
             checkpoint_attention(stack, model)
+        elif trace.activation_checkpointing == "op":
+            from backends.parts.activation_checkpointing import apply_activation_checkpointing
+
+            apply_activation_checkpointing(model, "op")  # what our backends run (op_checkpoint_policy.py)
         param_count = sum(p.numel() for p in model.parameters())
         if mesh is not None:
             fsdp_wrap(model, mesh, trace.precision)

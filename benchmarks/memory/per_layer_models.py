@@ -293,6 +293,9 @@ FAMILIES = [
     *[(name, ("sdpa",), ("none",)) for name in ("mistral-7b", "gemma-7b", "roberta-base", "qwen1.5-moe-a2.7b")],
     *[(name, ("sdpa", "eager"), ("none",)) for name in ("deepseek-v2-lite", "deepseek-v3")],
     ("qwen3-30b-a3b", ("sdpa",), ("none",)),
+    # Op-level checkpointing (--ac op) on dense blocks: separate and fused projections, with and without biases.
+    *[(name, ("sdpa", "eager"), ("op",)) for name in ("gpt2", "opt", "llama")],
+    *[(name, ("sdpa",), ("op",)) for name in ("phi-3-mini", "qwen2.5-0.5b")],
     ("gpt-oss-20b", ("eager",), ("none",)),  # attention sinks: transformers has no SDPA path for gpt-oss
     *[(name, ("sdpa",), ("none",)) for name in ("llama-4-scout", "llama-4-maverick")],
 ]

@@ -123,7 +123,19 @@ class OptimizerKind(str, Enum):
 class ActivationCheckpointing(str, Enum):
     NONE = "none"
     SELECTIVE = "selective"  # recompute attention's core (Korthikanti et al.)
+    # keep every second matmul output and the attention kernel's, recompute the rest (torchtitan's "op";
+    # planner/memory/op_checkpointing.py). Searched only when asked for (--ac ...,op): DEFAULT_SEARCHED.
+    OP = "op"
     FULL = "full"  # keep only each block's input, recompute the block
+
+
+# What the search tries unless --ac says otherwise: op-level checkpointing runs on our backends but not through
+# the HF Trainer or accelerate (whose checkpointing is whole blocks), so it is an opt-in.
+DEFAULT_SEARCHED_CHECKPOINTING = (
+    ActivationCheckpointing.NONE,
+    ActivationCheckpointing.SELECTIVE,
+    ActivationCheckpointing.FULL,
+)
 
 
 class AttentionKernel(str, Enum):

@@ -138,7 +138,7 @@ class HardwareSelectorBlock(_Strict):
     seq_len: Count = Field(default=128, ge=1)
     device: Literal["cpu", "cuda"] = "cpu"
     dist_backend: Literal["gloo", "nccl"] = "gloo"
-    activation_checkpointing: Literal["none", "selective", "full"] = "none"
+    activation_checkpointing: Literal["none", "selective", "op", "full"] = "none"
     # The blocks' element-wise kernels: transformers' eager modules, torch.compile of each block, or Liger's
     # (backends/parts/kernels.py).
     kernels: Literal["eager", "compile", "liger"] = "eager"

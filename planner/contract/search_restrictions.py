@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.contract.choices import ActivationCheckpointing
+from planner.contract.choices import DEFAULT_SEARCHED_CHECKPOINTING, ActivationCheckpointing
 
 
 class SearchRestrictions(BaseModel):
@@ -24,7 +24,7 @@ class SearchRestrictions(BaseModel):
     # Names the search takes (planner/search/request.py's SEARCH_STRATEGIES); --fsdp-sharding is folded in
     # as the pinned name (fsdp-full, say).
     strategies: tuple[str, ...] = ("ddp", "fsdp", "deepspeed", "engine")
-    activation_checkpointing: tuple[ActivationCheckpointing, ...] = tuple(ActivationCheckpointing)
+    activation_checkpointing: tuple[ActivationCheckpointing, ...] = DEFAULT_SEARCHED_CHECKPOINTING
     allow_offload: bool = True
     micro_batch: int | None = Field(default=None, ge=1, le=1 << 20)
     objective: Literal["throughput", "cost", "time-to-train"] = "throughput"

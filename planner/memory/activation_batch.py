@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.memory.activations import ActivationShape, Widths, _per_token, vision_tower_bytes
+from planner.memory.activations import ActivationShape, Widths, _per_token, op_kept_bytes, vision_tower_bytes
 from planner.memory.arch_traits import arch_traits
 from planner.models.spec import ModelSpec
 from planner.training_config import ActivationCheckpointing, KernelChoice, PipelineSchedule, TrainingConfig
@@ -69,7 +69,7 @@ class ActivationTerms:
     compute_width: int
     hidden_size: int
     vocab_size: int
-    full_ac: bool
+    recomputed_block: float  # per token: what backward rebuilds of one block (full: all of it; op: the rest)
 
 
 def activation_terms(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> ActivationTerms:
@@ -85,8 +85,20 @@ def activation_terms(spec: ModelSpec, config: TrainingConfig, widths: Widths) ->
         config.kernels is KernelChoice.LIGER,
         widths.compute == 2 and not widths.autocast and arch_traits(spec).loss_in_logits_dtype,
         widths.compute, spec.hidden_size, spec.vocab_size,
-        config.activation_checkpointing is ActivationCheckpointing.FULL,
+        _recomputed_block(spec, config, layout, widths, largest_block),
     )  # fmt: skip
+
+
+def _recomputed_block(
+    spec: ModelSpec, config: TrainingConfig, layout: ActivationShape, widths: Widths, largest_block: float
+) -> float:
+    """Per token, the tensors backward rebuilds of one block at once: all of it under full checkpointing, all
+    but what op-level checkpointing kept, nothing otherwise (selective's attention core is small beside it)."""
+    if config.activation_checkpointing is ActivationCheckpointing.FULL:
+        return largest_block
+    if config.activation_checkpointing is ActivationCheckpointing.OP:
+        return largest_block - op_kept_bytes(spec, layout, widths)
+    return 0.0
 
 
 def activations_at(terms: ActivationTerms, micro_batch: int, grad_accum: int) -> ActivationEstimate:
@@ -126,7 +138,7 @@ def activations_at(terms: ActivationTerms, micro_batch: int, grad_accum: int) ->
         # 16-bit weights without autocast and a loss that does not upcast: log-softmax in 16 bits, its
         # output and its gradient at backward start (trace whisper-small-fsdp4-b8-s448-bf16mixed).
         loss_forward, loss_backward = 2 * 2 * logits, 2 * 2 * logits
-    recompute = terms.largest_block * tokens if terms.full_ac else 0.0
+    recompute = terms.recomputed_block * tokens
     # By position, in ActivationEstimate's field order: keywords cost a name match each, for every candidate.
     return ActivationEstimate(
         activations, loss_backward, loss_forward, recompute, terms.layer_bytes * tokens, in_flight, last_stage

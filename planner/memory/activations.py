@@ -15,6 +15,7 @@ from functools import cache
 from typing import NamedTuple
 
 from planner.memory.arch_traits import ArchTraits, arch_traits
+from planner.memory.op_checkpointing import kept_bytes_per_token
 from planner.memory.runtime import Runtime
 from planner.memory.spec_cache import per_spec_and_key
 from planner.models.spec import MlpKind, ModelFamily, ModelSpec
@@ -287,11 +288,13 @@ def _per_token(spec: ModelSpec, layout: ActivationShape, widths: Widths) -> tupl
         stacks = [(layer_bytes, spec.num_layers)]
         positions = [1.0]
 
-    full_ac = layout.checkpointing is ActivationCheckpointing.FULL
     block_input = widths.residual * h / (tp if layout.sequence_parallel else 1)
+    if layout.checkpointing is ActivationCheckpointing.OP:  # the input and every second matmul's output
+        block_input += op_kept_bytes(spec, layout, widths)
+    recomputed = layout.checkpointing in (ActivationCheckpointing.FULL, ActivationCheckpointing.OP)
     layers_share = 1 / pp  # the first stage holds layers/pp of every stack
     kept = sum(
-        (block_input * ratio if full_ac else per_layer) * count
+        (block_input * ratio if recomputed else per_layer) * count
         for (per_layer, count), ratio in zip(stacks, positions, strict=True)
     ) * layers_share  # fmt: skip
     stack_positions = sum(positions)  # encoder and decoder each end in a final norm
@@ -301,6 +304,14 @@ def _per_token(spec: ModelSpec, layout: ActivationShape, widths: Widths) -> tupl
     if spec.mel_bins:
         kept += _audio_frontend_bytes(spec, widths) * r
     return kept, _head_bytes(spec, layout, widths) * stack_positions, largest_block, layer_bytes
+
+
+def op_kept_bytes(spec: ModelSpec, layout: ActivationShape, widths: Widths) -> float:
+    """Per token, what op-level checkpointing keeps of one block beside its input (op_checkpointing.py)."""
+    fused = layout.attention is AttentionKernel.SDPA and arch_traits(spec).fused_attention
+    return kept_bytes_per_token(
+        spec, tensor_parallel=layout.tensor_parallel, width=widths.compute, fused_attention=fused
+    )
 
 
 def vision_tower_bytes(spec: ModelSpec, tower: ModelSpec, layout: ActivationShape, widths: Widths) -> float:

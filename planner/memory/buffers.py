@@ -184,7 +184,8 @@ def _ddp_buffers(spec: ModelSpec, config: TrainingConfig, params: RankParams, dp
         include_experts = runtime.autocast_covers_experts
         block_linears, head = linear_params(spec, config, params, include_experts=include_experts)
         forward = 2 * (block_linears + head)
-        checkpointed = config.activation_checkpointing is ActivationCheckpointing.FULL
+        # Recomputing whole blocks (full) or all but their matmul outputs (op) drops the casts till backward.
+        checkpointed = config.activation_checkpointing in (ActivationCheckpointing.FULL, ActivationCheckpointing.OP)
         backward = 2 * head if checkpointed else forward
         notes.append("autocast: a 16-bit copy of every weight a matmul reads")
     return Buffers(

@@ -33,7 +33,7 @@ from planner.memory.model_states import (
 from planner.memory.phases import TENSOR_CATEGORIES, StepPeak, step_peak
 from planner.memory.runtime import Runtime
 from planner.models.spec import ModelSpec
-from planner.training_config import GradientCompression, Offload, Strategy, TrainingConfig
+from planner.training_config import ActivationCheckpointing, GradientCompression, Offload, Strategy, TrainingConfig
 
 GIB = 2**30
 # The offloaded states of a device whose memory is the host's: in per_gpu_bytes only there, and only when non-zero.
@@ -252,7 +252,13 @@ def _sources(config: TrainingConfig, phase: str, runtime: Runtime, overhead: Ove
         "gradients": f"formula: ZeRO paper Sec. 5, {framework}",
         "optimizer_states": f"formula: {config.optimizer.value} state bytes per parameter, sharded per strategy"
         + step_temporary_source(config, runtime),
-        "activations": "formula: Korthikanti et al. 2022 Table 2 generalised to the HF block, checked by traces (docs/accuracy.md)",
+        "activations": "formula: Korthikanti et al. 2022 Table 2 generalised to the HF block, checked by traces (docs/accuracy.md)"
+        + (
+            "; op-level checkpointing: each block's input and every second matmul's output (planner/memory/"
+            "op_checkpointing.py, traced)"
+            if config.activation_checkpointing is ActivationCheckpointing.OP
+            else ""
+        ),
         "temporaries": "formula: fp32 log-softmax over the vocabulary and its gradients; recomputed block",
         "buffers": buffers,
         "overhead": _overhead_source(overhead, runtime),

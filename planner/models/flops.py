@@ -29,8 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.memory.arch_traits import arch_traits
+from planner.memory.op_checkpointing import recomputed_matmul_share
 from planner.models.spec import MlpKind, ModelFamily, ModelSpec
-from planner.training_config import ActivationCheckpointing, TrainingConfig
+from planner.training_config import ActivationCheckpointing, AttentionKernel, TrainingConfig
 
 # Adapters sit on every linear of a block (q, k, v, o and the MLP's), PEFT's
 # "all-linear" target, the common choice for LoRA fine-tuning.
@@ -76,6 +77,9 @@ class ModelShape:
     softmax_fp32: bool = False  # eager attention's softmax in fp32 whatever the input (Llama's `dtype=torch.float32`)
     score_softcapping: bool = False  # eager attention soft-caps the scores with tanh first (Gemma-2)
     activation: str = ""  # the MLP's activation as the config names it (gelu_new, silu, ...): kernel_stack.py's key
+    # Op-level checkpointing (--ac op): the share of the block's matmul work backward runs again (every second
+    # matmul's; planner/memory/op_checkpointing.py).
+    op_recomputed_matmul_share: float = 0.0
 
 
 def model_shape(spec: ModelSpec) -> ModelShape:
@@ -134,6 +138,7 @@ def model_shape(spec: ModelSpec) -> ModelShape:
         softmax_fp32=arch_traits(spec).softmax_fp32,
         score_softcapping=arch_traits(spec).score_softcapping,
         activation=spec.activation,
+        op_recomputed_matmul_share=recomputed_matmul_share(spec),
     )
 
 
@@ -206,6 +211,10 @@ def sequence_flops(shape: ModelShape, config: TrainingConfig) -> SequenceFlops:
         recompute = 2.0 * block * s + attention_forward
     elif config.activation_checkpointing is ActivationCheckpointing.SELECTIVE:
         recompute = attention_forward
+    elif config.activation_checkpointing is ActivationCheckpointing.OP:
+        # The skipped matmuls again; a fused attention kernel's output is kept, unfused products are not.
+        recompute = 2.0 * shape.op_recomputed_matmul_share * block * s
+        recompute += attention_forward if config.attention is not AttentionKernel.SDPA else 0.0
     else:
         recompute = 0.0
     return SequenceFlops(model=model, recompute=recompute, attention_forward=attention_forward)

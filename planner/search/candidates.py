@@ -52,7 +52,12 @@ from planner.training_config import ActivationCheckpointing, Precision, Strategy
 
 ThroughputAdjust = Callable[[TrainingConfig, ThroughputEstimate], ThroughputEstimate]
 
-AC_ORDER = (ActivationCheckpointing.NONE, ActivationCheckpointing.SELECTIVE, ActivationCheckpointing.FULL)
+AC_ORDER = (
+    ActivationCheckpointing.NONE,
+    ActivationCheckpointing.SELECTIVE,
+    ActivationCheckpointing.OP,
+    ActivationCheckpointing.FULL,
+)
 # (layout identity, precision, AC, the request's config fields) -> (layout, its validated config).
 _LAYOUT_CONFIGS: dict[tuple, tuple[StrategyLayout, TrainingConfig]] = {}
 # (spec, validated config, cluster, implementation identities) -> (those four, their throughput plan).

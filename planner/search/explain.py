@@ -121,7 +121,7 @@ def plan_reasons(
         reasons.append(config.routing.note(config.expert_parallel))  # what the plan assumed of the router
     if config.activation_checkpointing is not ActivationCheckpointing.NONE:
         # The search keeps a checkpointed candidate only where less recomputation does not fit.
-        lighter = "selective or no" if config.activation_checkpointing is ActivationCheckpointing.FULL else "no"
+        lighter = "no" if config.activation_checkpointing is ActivationCheckpointing.SELECTIVE else "selective or no"
         reasons.append(
             f"{config.activation_checkpointing.value} activation checkpointing: micro-batch {config.micro_batch} "
             f"does not fit with {lighter} checkpointing, and no candidate of this family with less recomputation scores higher"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from planner.contract.choices import STRATEGY_ALIASES
+from planner.contract.choices import DEFAULT_SEARCHED_CHECKPOINTING, STRATEGY_ALIASES
 from planner.errors import UserInputError
 from planner.expert_routing import ExpertRouting
 from planner.limits import MAX_BATCH, MAX_SEQ_LEN, MAX_TOKENS
@@ -137,7 +137,7 @@ class PlanRequest(BaseModel):
     precision: Precision | None = None
     optimizer: OptimizerKind = OptimizerKind.ADAMW
     attention: AttentionKernel = AttentionKernel.SDPA
-    activation_checkpointing: tuple[ActivationCheckpointing, ...] = tuple(ActivationCheckpointing)
+    activation_checkpointing: tuple[ActivationCheckpointing, ...] = DEFAULT_SEARCHED_CHECKPOINTING
     strategies: tuple[str, ...] = STRATEGY_FAMILIES  # names from SEARCH_STRATEGIES
     # Whose training code the speed is predicted for (planner/throughput/implementation.py); "ours" is what
     # --emit writes.
@@ -171,7 +171,7 @@ class PlanRequest(BaseModel):
         if not self.strategies:
             raise UserInputError("no strategy left to search; allow at least one of ddp, fsdp, deepspeed, engine")
         if not self.activation_checkpointing:
-            raise UserInputError("allow at least one activation checkpointing mode: none, selective or full")
+            raise UserInputError("allow at least one activation checkpointing mode: none, selective, op or full")
         if self.zeropp and self.precision not in (None, Precision.FP16_MIXED):
             raise UserInputError(
                 f"--zeropp with --precision {self.precision.value}: ZeRO++'s int4 gradient kernel reads fp16, so it is "

@@ -172,15 +172,20 @@ def stage_compute(
         block_recompute = block_fwd
     elif config.activation_checkpointing is ActivationCheckpointing.SELECTIVE:
         block_recompute = attention_fwd + chain_fwd
+    elif config.activation_checkpointing is ActivationCheckpointing.OP:
+        # The skipped matmuls and every element-wise op again; a fused attention kernel's output was kept.
+        block_recompute = shape.op_recomputed_matmul_share * matmul_fwd + elementwise_fwd + activation_fwd
+        block_recompute += 0.0 if flash else attention_fwd + chain_fwd
     else:
         block_recompute = 0.0
-    recomputed = 1.0 if config.activation_checkpointing is not ActivationCheckpointing.NONE else 0.0
-    block_attention = (1.0 + backward_ratio + recomputed) * attention_fwd + (1.0 + recomputed) * chain_fwd + chain_bwd
-    block_matmuls = (
-        matmul_fwd
-        + matmul_bwd
-        + (matmul_fwd if config.activation_checkpointing is ActivationCheckpointing.FULL else 0.0)
+    checkpointing = config.activation_checkpointing
+    attention_again = checkpointing is not ActivationCheckpointing.NONE and not (
+        checkpointing is ActivationCheckpointing.OP and flash
     )
+    recomputed = 1.0 if attention_again else 0.0
+    block_attention = (1.0 + backward_ratio + recomputed) * attention_fwd + (1.0 + recomputed) * chain_fwd + chain_bwd
+    matmuls_again = {ActivationCheckpointing.FULL: 1.0, ActivationCheckpointing.OP: shape.op_recomputed_matmul_share}
+    block_matmuls = matmul_fwd + matmul_bwd + matmuls_again.get(checkpointing, 0.0) * matmul_fwd
 
     head_fwd = head_bwd = 0.0
     if shape.has_lm_head:

@@ -104,7 +104,7 @@ def main(out_path: str) -> None:
             ref_losses, ref_params, ref_norms = reference_run(cfg, batches, lr=LR, weight_decay=WD, clip=clip)
             runs = [(stage, "none") for stage in (0, 1, 2, 3)]
             if accum == 2 and clip:
-                runs += [(3, "full"), (2, "selective")]  # recomputation must not change the numbers
+                runs += [(3, "full"), (2, "selective"), (3, "op")]  # recomputation must not change the numbers
             for stage, recompute in runs:
                 losses, params, quiet, overlapped, units, projection_runs = run_engine(
                     cfg, stage, accum, clip, batches, rank, world, recompute

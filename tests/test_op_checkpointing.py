@@ -1,0 +1,114 @@
+"""Op-level activation checkpointing (`--ac op`): our backends' policy against no checkpointing, and the
+planner's count of it against the policy.
+
+References: the same model without checkpointing (the policy changes no gradient); the matmuls backward runs
+again, counted by a dispatch mode, against planner/memory/op_checkpointing.py's list of the skipped ones; what a
+block keeps is held against traces in tests/test_memory_per_layer.py (the `/op` entries, exact to the byte for
+fp32 and bf16) and against torchtitan's printed memory in tests/test_published_runs_fit.py. The multi-rank
+paths (ZeRO-3 and TP with SP) run in the shared launches of tests/test_engine_zero.py and tests/test_tp_pp.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from backends.parts import activation_checkpointing
+from planner.errors import UserInputError
+from planner.hardware.cluster import make_cluster
+from planner.memory.op_checkpointing import block_matmuls, recomputed_matmuls
+from planner.models.hf_config import spec_from_hf_config
+from planner.models.resolve import resolve_model
+from planner.training_config import ActivationCheckpointing, TrainingConfig
+
+SEQ, VOCAB, LAYERS = 32, 96, 2
+
+
+def _config(family: str):
+    from transformers import GPT2Config, LlamaConfig
+
+    if family == "llama":
+        return LlamaConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=SEQ,
+        )  # fmt: skip
+    return GPT2Config(n_embd=32, n_layer=LAYERS, n_head=4, vocab_size=VOCAB, n_positions=SEQ, attn_pdrop=0.0,
+                      resid_pdrop=0.0, embd_pdrop=0.0)  # fmt: skip
+
+
+def _model(family: str):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(_config(family), attn_implementation="sdpa").float().train()
+
+
+class _Matmuls(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
+            self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _backward_matmuls(family: str, mode: str) -> tuple[int, list[torch.Tensor]]:
+    model = _model(family)
+    if mode != "none":
+        activation_checkpointing.apply(model, mode)
+    ids = torch.randint(0, VOCAB, (2, SEQ), generator=torch.Generator().manual_seed(1))
+    loss = model(input_ids=ids, labels=ids).loss
+    with _Matmuls() as counter:
+        loss.backward()
+    return counter.calls, [p.grad for p in model.parameters()]
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_op_checkpointing_recomputes_every_second_matmul_and_changes_no_gradient(family):
+    plain, reference = _backward_matmuls(family, "none")
+    op, grads = _backward_matmuls(family, "op")
+    full, _ = _backward_matmuls(family, "full")
+    for ours, theirs in zip(grads, reference, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    spec = spec_from_hf_config(_config(family).to_dict(), name=family)
+    matmuls = block_matmuls(spec)
+    assert op - plain == LAYERS * len(recomputed_matmuls(spec))  # the skipped ones, in each block's backward
+    assert len(recomputed_matmuls(spec)) == {"llama": 3, "gpt2": 1}[family]  # k, o, up; attention's c_proj
+    # Full checkpointing runs the block again up to the last tensor backward needs (torch stops the
+    # recomputation there): every matmul but the last, whose output no backward reads.
+    assert full - plain == LAYERS * (len(matmuls) - 1)
+
+
+def test_op_sits_between_full_and_selective_in_memory_and_recompute():
+    from planner.evaluate import memory_on
+    from planner.throughput.estimate import estimate_throughput
+
+    spec, cluster = resolve_model("llama-3.1-8b"), make_cluster("H100-80GB", gpus_per_node=8)
+    base = TrainingConfig(strategy="fsdp", micro_batch=2, grad_accum=1, seq_len=8192, precision="bf16-mixed")
+    memory, speed = {}, {}
+    for mode in (ActivationCheckpointing.SELECTIVE, ActivationCheckpointing.OP, ActivationCheckpointing.FULL):
+        config = base.model_copy(update={"activation_checkpointing": mode})
+        memory[mode] = memory_on(spec, config, cluster).total
+        speed[mode] = estimate_throughput(spec, config, cluster).tokens_per_s
+    assert (
+        memory[ActivationCheckpointing.FULL]
+        < memory[ActivationCheckpointing.OP]
+        < memory[ActivationCheckpointing.SELECTIVE]
+    )
+    assert (
+        speed[ActivationCheckpointing.FULL]
+        < speed[ActivationCheckpointing.OP]
+        < speed[ActivationCheckpointing.SELECTIVE]
+    )
+
+
+def test_op_on_routed_experts_is_one_line():
+    from planner.evaluate import memory_on
+
+    spec = resolve_model("mixtral-8x7b")
+    config = TrainingConfig(strategy="fsdp", micro_batch=1, grad_accum=1, seq_len=4096, activation_checkpointing="op")
+    with pytest.raises(UserInputError, match="op-level checkpointing is counted for dense blocks.*routed experts"):
+        memory_on(spec, config, make_cluster("H100-80GB", gpus_per_node=8))
