@@ -4,8 +4,8 @@
 
 1. tensor and pipeline parallelism (tp or pp > 1): backends/model_parallel/split.py prunes the model to this
    rank's pipeline stage, splits its tensors over tp, its experts over ep and its sequences over cp beside
-   them, and returns a ParallelModel, which recomputes activations itself (selective: each attention; full:
-   each layer as it runs them);
+   them, and returns a ParallelModel, which recomputes activations itself (selective: each attention; full and
+   op: each layer as it runs them);
 2. without tp or pp: context parallelism or expert parallelism alone, on the whole replica
    (backends/context_parallel, backends/expert_parallel);
 3. activation checkpointing of the replica's blocks (backends/parts/activation_checkpointing.py), here and only

@@ -175,6 +175,11 @@ class TrainingConfig(BaseModel):
             raise UserInputError("FP8 matmuls run inside bf16 mixed precision; use --precision bf16-mixed with --fp8")
         if self.fp8 and (self.lora_rank or self.qlora):
             raise UserInputError("--fp8 is planned for full training; LoRA's frozen base is not cast to FP8 here")
+        if self.activation_checkpointing is ActivationCheckpointing.OP and (self.lora_rank or self.qlora):
+            raise UserInputError(
+                "--ac op with LoRA: the adapters' own matmuls (and a 4-bit base's, which are no matmul op) change "
+                "which outputs op-level checkpointing keeps, and that is not counted; use --ac selective or --ac full"
+            )
         if self.qlora and self.lora_rank == 0:
             raise UserInputError("--qlora trains LoRA adapters; give their rank with --lora-rank")
         if self.qlora and self.strategy is Strategy.DEEPSPEED and self.zero_stage == 3:

@@ -33,3 +33,18 @@ def test_every_catalog_architecture_is_traced():
     families = {entries()[entry["label"]][0] for entry in RECORDED}
     traced_types = {spec_from_hf_config(model_config(family, 2), name=family).model_type for family in families}
     assert catalog_types <= traced_types, sorted(catalog_types - traced_types)
+
+
+OP_ENTRIES = [entry for entry in RECORDED if entry["label"].endswith("/op")]
+
+
+@pytest.mark.parametrize("entry", OP_ENTRIES, ids=[entry["label"] for entry in OP_ENTRIES])
+def test_op_level_checkpointing_keeps_what_the_trace_keeps_to_the_byte(entry):
+    """Op-level checkpointing's count (planner/memory/op_checkpointing.py) is exact: the block's input, every second
+    matmul's output and the attention kernel's, each a whole tensor (docs/accuracy.md, "Op-level checkpointing")."""
+    assert estimated_per_layer(entry["label"]) == entry["per_layer_bytes"], entry["label"]
+
+
+def test_op_level_entries_cover_fused_and_biased_projections():
+    families = {entries()[entry["label"]][0] for entry in OP_ENTRIES}
+    assert families == {"gpt2", "opt", "llama", "phi-3-mini", "qwen2.5-0.5b"} and len(OP_ENTRIES) == 16

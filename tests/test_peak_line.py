@@ -21,7 +21,7 @@ from planner.memory import phases
 from planner.memory.phases import BatchPeaks, batch_peaks, peak_at, step_peak
 from planner.models.resolve import resolve_model
 from planner.search.batching import batch_options, resolve_global_batch
-from planner.search.candidates import AC_ORDER, precisions_for
+from planner.search.candidates import AC_ORDER, precisions_for, searched_checkpointing
 from planner.search.layouts import enumerate_layouts
 from planner.search.request import PlanRequest
 from planner.training_config import TrainingConfig
@@ -57,7 +57,7 @@ def test_peaks_through_the_shared_parts_equal_peaks_from_each_config(model, gpu,
         # are found from another candidate than most of those they serve.
         order = [batches[-1], *batches[:-1]]
         for precision in precisions_for(cluster, request):
-            for ac in AC_ORDER:
+            for ac in searched_checkpointing(spec, AC_ORDER):
                 base = TrainingConfig(**layout.fields, seq_len=request.seq_len, precision=precision,
                                       activation_checkpointing=ac)  # fmt: skip
                 phases._PEAKS.clear()

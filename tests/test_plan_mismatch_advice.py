@@ -61,3 +61,40 @@ def test_the_lightning_line_names_its_devices_when_the_rank_count_differs():
         "the Lightning Trainer does not run the plan: the plan has 4 ranks, this run 1: "
         "pass devices=2, num_nodes=2 (plan_trainer_kwargs(plan) sets them) (or plan again for 1)"
     )
+
+
+@pytest.mark.parametrize("mode", ["selective", "op"])
+def test_a_selective_or_op_plan_runs_through_our_wrapper_not_the_trainers_whole_block_recompute(tmp_path, mode):
+    """The Trainer checkpoints whole blocks only (its gradient_checkpointing), which training_args.json turns on for
+    any checkpointed plan. A selective or op-level plan is therefore not what it runs, unless the model carries our
+    wrapper and the Trainer's own is off: the line says which, and the fix; the runner's --trainer door does both
+    (_plans_checkpointing)."""
+    from transformers import AutoModelForCausalLM, GPT2Config, TrainerControl, TrainerState
+
+    from backends.runner.trainer import _plans_checkpointing
+    from hardware_selector import training_arguments
+    from hardware_selector.integrations import PlanCallback, PlanMismatch
+    from planner.emit.training_args import checkpointing_argument
+
+    plan = make_plan(gpus_per_node=1, strategy="ddp", micro_batch=1, grad_accum=2, activation_checkpointing=mode)
+    callback = PlanCallback(plan, record=False)
+    args = training_arguments(plan, tmp_path / "out")
+    model = AutoModelForCausalLM.from_config(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64))
+    with pytest.raises(PlanMismatch) as caught:
+        callback.on_train_begin(args, TrainerState(), TrainerControl(), model=model)
+    assert str(caught.value) == (
+        f"the Trainer does not run the plan for gpt2: activation checkpointing full (plan {mode}): the Trainer "
+        f'recomputes whole blocks; apply activation_checkpointing.apply(model, "{mode}") (from backends import '
+        "activation_checkpointing) and pass gradient_checkpointing=False; build the arguments with "
+        "training_arguments(plan, ...) or plan again"
+    )
+    kwargs = {checkpointing_argument(): True}
+    _plans_checkpointing(model, plan.config.activation_checkpointing, kwargs)  # what the --trainer door does
+    assert kwargs == {checkpointing_argument(): False}
+    callback.on_train_begin(
+        training_arguments(plan, tmp_path / "out", **kwargs), TrainerState(), TrainerControl(), model=model
+    )  # runs the plan: no line
+    from planner.rundir.write import emit_run_folder
+
+    emit_run_folder(plan, tmp_path / "run")  # its README says which files run the mode and which recompute blocks
+    assert f'apply `activation_checkpointing.apply(model, "{mode}")`' in (tmp_path / "run" / "README.md").read_text()

@@ -65,9 +65,9 @@ def test_torchtitans_printed_memory_under_op_level_checkpointing():
     "selective" runs keep every second matmul's output and SDPA's (selective_ac_option 'op'), which `--ac op`
     counts (planner/memory/op_checkpointing.py, traced to the byte in tests/test_memory_per_layer.py). Table 1 and 3
     (torchtitan 9dec370, the loss eager): the estimate is 0.88x to 1.0x of the printed figure, under it by at most
-    12% (eager blocks: the allocator reserves more than the tensors; compiled ones 0.95x to 1.0x). The H200 runs
+    12% (eager blocks 0.88x and 0.92x, compiled ones 0.95x to 1.0x). The H200 runs
     (e7c0cae) compile the loss with the model, which keeps the bf16 logits instead of their fp32 log-softmax: the
-    estimate, counting the eager loss, is 1.33x. As our "selective" (Korthikanti's) the estimate was 1.7x to 2.6x."""
+    estimate, counting the eager loss, is 1.33x. As our "selective" (Korthikanti's) the estimate was 1.7x to 2.5x."""
     from benchmarks.accuracy.validate_published_runs import plan_inputs
     from planner.evaluate import memory_on
     from planner.training_config import ActivationCheckpointing
@@ -81,7 +81,7 @@ def test_torchtitans_printed_memory_under_op_level_checkpointing():
         if row["gpu"] == "H200":
             assert 1.30 < ratio < 1.36, (row["id"], ratio)
         else:
-            assert 0.87 < ratio <= 1.0, (row["id"], ratio)
+            assert 0.87 < ratio < 1.01, (row["id"], ratio)
         korthikanti = config.model_copy(update={"activation_checkpointing": ActivationCheckpointing.SELECTIVE})
         assert 1.6 < memory_on(spec, korthikanti, cluster).total / measured < 2.6, row["id"]
 

@@ -22,11 +22,18 @@ from planner.hardware.cluster import make_cluster
 from planner.memory.estimate import DEFAULT_OVERHEAD
 from planner.models.resolve import resolve_model
 from planner.search.batching import batch_options, resolve_global_batch
-from planner.search.candidates import AC_ORDER, CandidateEvaluator, objective_score, precisions_for
+from planner.search.candidates import (
+    AC_ORDER,
+    DOMINATED_BY,
+    CandidateEvaluator,
+    objective_score,
+    precisions_for,
+    searched_checkpointing,
+)
 from planner.search.layouts import enumerate_layouts
 from planner.search.request import PlanRequest
 from planner.throughput.estimate import estimate_throughput
-from planner.training_config import Offload, Precision, TrainingConfig
+from planner.training_config import ActivationCheckpointing, Offload, Precision, TrainingConfig
 
 CASES = [
     ("llama-2-7b", "A100-40GB", 8, 2, dict(global_batch=256, seq_len=4096)),
@@ -36,6 +43,8 @@ CASES = [
     ("llama-3.1-405b", "H100-80GB", 8, 2048, dict(global_batch=2048, seq_len=8192)),
     # The cpu device: its memory is the host's (planner/memory/runtime.py's Runtime.CPU).
     ("gpt2-medium", "cpu", 2, 1, dict(global_batch=16, seq_len=512)),
+    # Op-level checkpointing beside selective, neither dominating the other (and each dominating full: held).
+    ("llama-3.1-8b", "H100-80GB", 8, 1, dict(global_batch=16, seq_len=8192, activation_checkpointing=tuple(AC_ORDER))),
 ]
 
 
@@ -49,25 +58,33 @@ def _configs(cluster, request, layout, precision, ac):
         yield micro, TrainingConfig(**layout.fields, **fields, micro_batch=micro, grad_accum=accum)
 
 
-def _exhaustive(spec, cluster, request):
+def _exhaustive(spec, cluster, request, check_dominance=False):
+    """Every candidate estimated; a candidate whose micro-batch fits with less recomputation (DOMINATED_BY) is not
+    counted. check_dominance: estimate those too, and hold that they are never faster than what dominates them."""
     fitting, best_by_family = 0, {}
+    allowed = searched_checkpointing(spec, request.activation_checkpointing)
     for layout in enumerate_layouts(spec, cluster, request):
         for precision in precisions_for(cluster, request):
-            fits_with_less_ac: set[int] = set()
-            for ac in AC_ORDER:
-                fits_here = set()
+            fits: dict = {}  # mode -> {micro-batch: score}
+            for ac in allowed:
+                dominating = [fits[mode] for mode in DOMINATED_BY[ac] if mode in fits]
+                fits[ac] = {}
                 for micro, config in _configs(cluster, request, layout, precision, ac):
                     if not memory_on(spec, config, cluster, headroom_fraction=request.headroom_fraction).fits:
                         continue
-                    fits_here.add(micro)
-                    if micro in fits_with_less_ac:
-                        continue  # dominated: same candidate with less recomputation fits
-                    fitting += 1
+                    dominated = any(micro in scores for scores in dominating)
+                    if dominated and not check_dominance:
+                        fits[ac][micro] = 0.0
+                        continue
                     score = objective_score(
                         estimate_throughput(spec, config, cluster), cluster.world_size, request.objective
                     )
+                    fits[ac][micro] = score
+                    if dominated:  # the same candidate with less recomputation fits, and is not slower
+                        assert score <= max(s[micro] for s in dominating if micro in s) * (1 + 1e-9), (ac, micro)
+                        continue
+                    fitting += 1
                     best_by_family[layout.family] = max(best_by_family.get(layout.family, 0.0), score)
-                fits_with_less_ac |= fits_here
     return fitting, best_by_family
 
 
@@ -100,7 +117,8 @@ def _compare(model, gpu, per_node, nodes, request_fields):
 
     evaluator = CandidateEvaluator(spec, request)
     evaluator.run(cluster)
-    fitting, best_by_family = _exhaustive(spec, cluster, request)
+    op = ActivationCheckpointing.OP in request.activation_checkpointing
+    fitting, best_by_family = _exhaustive(spec, cluster, request, check_dominance=op)
 
     assert evaluator.counters.fitting == fitting
     assert evaluator.counters.memory_evaluations <= evaluator.counters.considered

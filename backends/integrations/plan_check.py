@@ -76,8 +76,8 @@ def precision_difference(run: RunConfig, found: str) -> list[str]:
     return [] if found == run.mixed_precision else [f"mixed precision {found} (plan {run.mixed_precision})"]
 
 
-def trainer_differences(args: Any, plan: Plan, run: RunConfig) -> list[str]:
-    """What a transformers.TrainingArguments does differently from the plan."""
+def trainer_differences(args: Any, plan: Plan, run: RunConfig, model: Any = None) -> list[str]:
+    """What a transformers.TrainingArguments (and the model it trains, when given) does differently from the plan."""
     found = batch_differences(
         run, micro=args.per_device_train_batch_size, accum=args.gradient_accumulation_steps, world=args.world_size
     )
@@ -100,12 +100,31 @@ def trainer_differences(args: Any, plan: Plan, run: RunConfig) -> list[str]:
     if strategy is Strategy.FSDP:
         found += _fsdp_differences(args, plan)
         recompute = recompute or bool((args.fsdp_config or {}).get("activation_checkpointing"))
-    planned = plan.config.activation_checkpointing is not ActivationCheckpointing.NONE
-    if recompute != planned:
-        found.append(
-            f"activation checkpointing {'on' if recompute else 'off'} (plan {plan.config.activation_checkpointing.value})"
-        )
+    found += _checkpointing_difference(recompute, plan.config.activation_checkpointing, model)
     return found
+
+
+def _checkpointing_difference(trainer_recomputes: bool, planned: ActivationCheckpointing, model: Any) -> list[str]:
+    """The Trainer's and accelerate's checkpointing recomputes whole blocks (full); selective and op-level
+    checkpointing run only through our backends' wrapper on the model (backends/parts/activation_checkpointing.py),
+    with the Trainer's own turned off."""
+    from backends.parts.activation_checkpointing import applied_mode
+
+    ours = applied_mode(model) if model is not None else "none"
+    running = "full" if trainer_recomputes else ours
+    if running == planned.value:
+        return []
+    fix = ""
+    if planned in (ActivationCheckpointing.SELECTIVE, ActivationCheckpointing.OP):
+        apply = (
+            f'activation_checkpointing.apply(model, "{planned.value}") (from backends import activation_checkpointing)'
+        )
+        fix = (
+            f": the Trainer recomputes whole blocks; apply {apply} and pass gradient_checkpointing=False"
+            if trainer_recomputes
+            else f": apply {apply}"
+        )
+    return [f"activation checkpointing {running} (plan {planned.value}){fix}"]
 
 
 def _deepspeed_config(args: Any) -> dict | None:

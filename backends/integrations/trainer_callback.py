@@ -62,7 +62,7 @@ class PlanCallback(PlanMeasurement, TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         import torch
 
-        differences = trainer_differences(args, self.plan, self.run)
+        differences = trainer_differences(args, self.plan, self.run, kwargs.get("model"))
         self.runs_the_plan = not differences
         if differences:
             line = mismatch_line(

@@ -2,7 +2,8 @@
 
 In order: pipeline stage pruning (this rank keeps only its stage's layers, and the embedding / head if first /
 last), tensor parallelism, an MoE model's experts over ep (and their ffn over tp; backends/expert_parallel),
-context parallelism, then selective activation checkpointing (full checkpointing runs inside ParallelModel).
+context parallelism, then selective activation checkpointing (full and op-level checkpointing run inside
+ParallelModel).
 backends/parallelize.py is the one entry that calls it (docs/parallelism.md).
 """
 

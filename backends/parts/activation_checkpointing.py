@@ -12,6 +12,12 @@ import functools
 from typing import Any
 
 MODES = ("none", "selective", "op", "full")
+APPLIED = "_hardware_selector_activation_checkpointing"  # the mode apply() put on a model (plan_check reads it)
+
+
+def applied_mode(model: Any) -> str:
+    """The activation checkpointing apply() gave `model` ("none" when it was never called on it)."""
+    return getattr(model, APPLIED, "none")
 
 
 def _recompute_in_backward(module: Any, keep_matmuls: bool = False) -> None:
@@ -71,6 +77,7 @@ def apply_activation_checkpointing(model: Any, mode: str, blocks: list | None = 
             f"activation checkpointing found no repeated block in {type(model).__name__} (no ModuleList of layers); "
             "pass blocks=[...] with the modules to recompute"
         )
+    object.__setattr__(model, APPLIED, mode)  # a plain attribute, not a submodule or a parameter
     for block in found:
         if mode == "selective":
             _recompute_in_backward(_attention_of(block))

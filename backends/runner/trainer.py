@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from planner.errors import UserInputError
 from planner.rundir.hyperparameters import scheduler_block
 from planner.rundir.previous_run import TRAINER_CHECKPOINTS
-from planner.training_config import Strategy
+from planner.training_config import ActivationCheckpointing, Strategy
 
 if TYPE_CHECKING:
     import argparse
@@ -126,6 +126,21 @@ def _metrics_callback(metrics: Any, progress: Any, guard: Any, run: Any, status:
             progress.update(state.global_step, f"loss {logs['loss']:.4f}")
 
     return RunnerMetrics()
+
+
+def _plans_checkpointing(model: Any, mode: ActivationCheckpointing, kwargs: dict[str, Any]) -> None:
+    """Selective and op-level checkpointing run through our wrapper on the model, the Trainer's own (whole blocks,
+    what training_args.json asks for: the Trainer has no other) turned off, so that the door runs the plan's mode."""
+    if mode not in (ActivationCheckpointing.SELECTIVE, ActivationCheckpointing.OP):
+        return
+    from backends.parts.activation_checkpointing import apply_activation_checkpointing
+
+    apply_activation_checkpointing(model, mode.value)
+    for name in ("gradient_checkpointing", "activation_checkpointing"):  # the name depends on transformers' version
+        if name in kwargs:
+            kwargs[name] = False
+    if isinstance(kwargs.get("fsdp_config"), dict):
+        kwargs["fsdp_config"]["activation_checkpointing"] = False
 
 
 def newest_checkpoint(folder: Path) -> tuple[str | None, int]:
@@ -264,6 +279,7 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
         eval_steps=run.data.eval_every or None,
     )
     kwargs.pop("num_train_epochs", None)
+    _plans_checkpointing(model, spec.plan.config.activation_checkpointing, kwargs)
     if run.device == "cpu" and strategy in ("fsdp", "deepspeed"):
         kwargs["accelerator_config"] = {"use_configured_state": True}
     if block is None:

@@ -7,7 +7,7 @@ from planner.emit.launch_guards import MPI_HOSTFILE
 from planner.emit.launch_scripts import multi_node_start, one_node_start
 from planner.gradient_compression import warmup_steps
 from planner.plan import Plan
-from planner.training_config import GradientCompression, Strategy
+from planner.training_config import ActivationCheckpointing, GradientCompression, Strategy, TrainingConfig
 from planner.units import counted
 
 GIB = 2**30
@@ -49,6 +49,7 @@ def run_readme(plan: Plan, target: RunConfig, files: list[str], *, placeholder_i
         f"data-parallel {target.layout.dp} = {target.global_batch} sequences of {target.seq_len} tokens per step",
         f"- precision {config.precision.value}, optimizer {config.optimizer.value}, "
         f"activation checkpointing {config.activation_checkpointing.value}",
+        *_checkpointing_lines(config),
         *_data_parallel_traffic_lines(plan, target),
         "",
         "## Estimates",
@@ -150,6 +151,22 @@ def _processes(plan: Plan, run: RunConfig) -> str:
         else counted(run.nproc_per_node, f"{plan.cluster.gpu.name} GPU")
     )
     return f"{counted(run.num_nodes, 'node')} x {devices} = {counted(run.world_size, 'process', 'processes')}"
+
+
+def _checkpointing_lines(config: TrainingConfig) -> list[str]:
+    """Selective and op-level checkpointing are our backends' (the HF Trainer and accelerate recompute whole blocks)."""
+    if config.strategy is Strategy.ENGINE or config.activation_checkpointing not in (
+        ActivationCheckpointing.SELECTIVE,
+        ActivationCheckpointing.OP,
+    ):
+        return []
+    mode = config.activation_checkpointing.value
+    return [
+        f"- {mode} checkpointing runs through our backends' wrapper (`train`, and the runner's `--trainer` door, which "
+        f"turns the Trainer's own off); training_args.json and accelerate_config.yaml alone recompute whole blocks "
+        f'(full): in your own script apply `activation_checkpointing.apply(model, "{mode}")` '
+        "(`from backends import activation_checkpointing`) with gradient_checkpointing=False"
+    ]
 
 
 def _data_parallel_traffic_lines(plan: Plan, target: RunConfig) -> list[str]:

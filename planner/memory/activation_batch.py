@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from planner.memory.activations import ActivationShape, Widths, _per_token, op_kept_bytes, vision_tower_bytes
 from planner.memory.arch_traits import arch_traits
+from planner.memory.op_checkpointing import last_output_bytes_per_token
 from planner.models.spec import ModelSpec
 from planner.training_config import ActivationCheckpointing, KernelChoice, PipelineSchedule, TrainingConfig
 
@@ -22,7 +23,7 @@ class ActivationEstimate:
     activations: float  # saved for backward on the most loaded rank, all micro-batches in flight
     loss_backward: float  # fp32 log-softmax output, its gradient and its input's gradient
     loss_forward: float  # 16-bit logits, their fp32 copy and the log-softmax output
-    recompute: float  # one block rebuilt under full checkpointing, during backward
+    recompute: float  # one block rebuilt under full or op-level checkpointing, during backward
     per_layer: float  # one block, one micro-batch, as stored
     micro_batches_in_flight: float
     last_pipeline_stage: bool = False  # the pipeline's last stage (head and loss) is the most loaded
@@ -97,7 +98,8 @@ def _recomputed_block(
     if config.activation_checkpointing is ActivationCheckpointing.FULL:
         return largest_block
     if config.activation_checkpointing is ActivationCheckpointing.OP:
-        return largest_block - op_kept_bytes(spec, layout, widths)
+        held = last_output_bytes_per_token(spec, tensor_parallel=layout.tensor_parallel, width=widths.compute)
+        return largest_block - op_kept_bytes(spec, layout, widths) + held
     return 0.0
 
 

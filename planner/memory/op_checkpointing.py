@@ -1,13 +1,16 @@
 """Op-level selective activation checkpointing (`--ac op`): which tensors one block keeps for backward.
 
-The policy is torchtitan's `selective_ac_option = "op"` (torchtitan/models/llama3/parallelize_llama.py at
-9dec370 and e7c0cae, `_save_list` and `_custom_policy`; torchtitan/distributed/activation_checkpoint.py since):
+The policy is torchtitan's `selective_ac_option = "op"` (`_save_list` and `_custom_policy` in
+torchtitan/parallelisms/parallelize_llama.py at 9dec370, torchtitan/models/llama3/parallelize_llama.py at e7c0cae;
+torchtitan/distributed/activation_checkpoint.py since):
 inside each checkpointed block, keep the output of every matmul but every second one (counted from the block's
 first, afresh in each block) and the fused attention kernel's output; recompute everything else in backward
 (norms, rotary, the MLP's activation and product, the skipped matmuls, the repeated keys and values) from the
 block's input, which is kept as under full checkpointing. Our backends run the same rule over every linear,
 biased or not (backends/parts/op_checkpoint_policy.py); an unfused (eager) attention's products and softmax are
-not one kernel and are recomputed too.
+not one kernel and are recomputed too. Under tensor parallelism torchtitan also keeps its reduce-scatters' outputs
+(and amax results for float8); ours keeps no collective's output, so its recomputation runs them again
+(planner/throughput/communication.py counts them).
 
 Per token of one block, on one tensor-parallel rank: the kept matmul outputs (the column-parallel q, k, v,
 gate and up split over tp; the row-parallel o and down outputs are whole partial sums before their reduction)
@@ -36,20 +39,29 @@ class BlockMatmul:
     output_split_by_tp: bool  # column-parallel (q, k, v, gate, up); row-parallel outputs are whole
 
 
+def supports(spec: ModelSpec) -> bool:
+    """Whether op-level checkpointing is counted for this model (the search leaves it out otherwise)."""
+    return not _unsupported(spec)
+
+
 def check_supported(spec: ModelSpec) -> None:
     """Op-level checkpointing is counted for dense blocks; anything else is one line, not a guess."""
-    unsupported = (
+    unsupported = _unsupported(spec)
+    if unsupported:
+        raise UserInputError(
+            f"--ac op: op-level checkpointing is counted for dense blocks, and {spec.name} has {unsupported}; "
+            "use --ac selective or --ac full"
+        )
+
+
+def _unsupported(spec: ModelSpec) -> str:
+    return (
         "routed experts" if spec.is_moe
         else "latent attention" if spec.is_mla
         else "an encoder-decoder" if spec.family is ModelFamily.ENCODER_DECODER
         else "a vision tower" if spec.vision_tower is not None
         else ""
     )  # fmt: skip
-    if unsupported:
-        raise UserInputError(
-            f"--ac op: op-level checkpointing is counted for dense blocks, and {spec.name} has {unsupported}; "
-            "use --ac selective or --ac full"
-        )
 
 
 @per_spec
@@ -84,6 +96,17 @@ def kept_bytes_per_token(spec: ModelSpec, *, tensor_parallel: int, width: int, f
     if fused_attention:
         kept += (spec.num_heads * spec.head_dim * width + spec.num_heads * 4) / tensor_parallel
     return kept
+
+
+def last_output_bytes_per_token(spec: ModelSpec, *, tensor_parallel: int, width: int) -> float:
+    """The block's last matmul output when the policy keeps it (an odd count: Llama's down projection): the
+    recomputation stops before that matmul, so its kept output is not consumed and stays beside the rebuilt block
+    (a trace of one Llama block: op's peak is full's plus hidden x width per token)."""
+    matmuls = block_matmuls(spec)
+    if len(matmuls) % 2 == 0:
+        return 0.0
+    last = matmuls[-1]
+    return last.fan_out / (tensor_parallel if last.output_split_by_tp else 1) * width
 
 
 def recomputed_matmuls(spec: ModelSpec) -> tuple[BlockMatmul, ...]:

@@ -4,8 +4,8 @@
   autocast's cache of 16-bit weight copies (freed when forward ends);
 - backward-start: activations, and the fp32 log-softmax output beside its
   gradient and its input's gradient (usually the peak);
-- backward-recompute (full checkpointing): one block rebuilt beside the kept
-  block inputs;
+- backward-recompute (full or op-level checkpointing): one block rebuilt beside
+  what the blocks kept;
 - backward-end: every gradient, plus two more copies of a tied embedding's
   gradient (autograd sums the head's and the embedding's contributions);
 - optimizer-step: every gradient, the optimizer states and the step's

@@ -80,6 +80,7 @@ class ModelShape:
     # Op-level checkpointing (--ac op): the share of the block's matmul work backward runs again (every second
     # matmul's; planner/memory/op_checkpointing.py).
     op_recomputed_matmul_share: float = 0.0
+    fused_attention: bool = True  # the family can run SDPA's fused kernel (else its products and softmax are ops)
 
 
 def model_shape(spec: ModelSpec) -> ModelShape:
@@ -139,6 +140,7 @@ def model_shape(spec: ModelSpec) -> ModelShape:
         score_softcapping=arch_traits(spec).score_softcapping,
         activation=spec.activation,
         op_recomputed_matmul_share=recomputed_matmul_share(spec),
+        fused_attention=arch_traits(spec).fused_attention,
     )
 
 
@@ -214,7 +216,8 @@ def sequence_flops(shape: ModelShape, config: TrainingConfig) -> SequenceFlops:
     elif config.activation_checkpointing is ActivationCheckpointing.OP:
         # The skipped matmuls again; a fused attention kernel's output is kept, unfused products are not.
         recompute = 2.0 * shape.op_recomputed_matmul_share * block * s
-        recompute += attention_forward if config.attention is not AttentionKernel.SDPA else 0.0
+        fused = config.attention is AttentionKernel.SDPA and shape.fused_attention
+        recompute += 0.0 if fused else attention_forward
     else:
         recompute = 0.0
     return SequenceFlops(model=model, recompute=recompute, attention_forward=attention_forward)

@@ -7,7 +7,10 @@ Two exact prunings keep the estimator calls far below the candidate count:
   either; the accumulation-free one is still evaluated, since it drops the
   accumulated-gradient buffer;
 - activation checkpointing only adds recomputation, so a candidate that fits
-  without it (or with less of it) dominates the same candidate with more.
+  without it (or with less of it) dominates the same candidate with more:
+  none dominates every mode, and selective and op each dominate full, but
+  neither dominates the other (op recomputes matmuls and element-wise ops,
+  selective the attention kernel, and either can be the faster: DOMINATED_BY).
 Among the fitting micro-batches of one layout, throughput is estimated from
 the largest down until it stops improving (see _scan_micro_batches).
 tests/test_search_pruning.py checks all three against an exhaustive evaluation.
@@ -36,6 +39,7 @@ from dataclasses import dataclass
 
 from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import fit_bytes, host_fits
+from planner.memory.op_checkpointing import check_supported, supports
 from planner.memory.phases import batch_peaks, peak_at
 from planner.memory.runtime import runtime_for
 from planner.models.spec import ModelSpec
@@ -58,6 +62,33 @@ AC_ORDER = (
     ActivationCheckpointing.OP,
     ActivationCheckpointing.FULL,
 )
+
+
+def searched_checkpointing(
+    spec: ModelSpec, asked: tuple[ActivationCheckpointing, ...], lora: bool = False
+) -> list[ActivationCheckpointing]:
+    """The asked modes in AC_ORDER, without op-level checkpointing where it is not counted (MoE, encoder-decoders:
+    planner/memory/op_checkpointing.py; LoRA: training_config.py); asking for op alone there is its one-line
+    error (the config's own, when it is built)."""
+    modes = [ac for ac in AC_ORDER if ac in asked]
+    if ActivationCheckpointing.OP in modes and (lora or not supports(spec)) and len(modes) > 1:
+        modes.remove(ActivationCheckpointing.OP)
+    elif modes == [ActivationCheckpointing.OP]:
+        check_supported(spec)
+    return modes
+
+
+# The modes whose fitting candidate makes the same candidate at this mode slower for certain (less recomputation).
+DOMINATED_BY = {
+    ActivationCheckpointing.NONE: (),
+    ActivationCheckpointing.SELECTIVE: (ActivationCheckpointing.NONE,),
+    ActivationCheckpointing.OP: (ActivationCheckpointing.NONE,),
+    ActivationCheckpointing.FULL: (
+        ActivationCheckpointing.NONE,
+        ActivationCheckpointing.SELECTIVE,
+        ActivationCheckpointing.OP,
+    ),
+}
 # (layout identity, precision, AC, the request's config fields) -> (layout, its validated config).
 _LAYOUT_CONFIGS: dict[tuple, tuple[StrategyLayout, TrainingConfig]] = {}
 # (spec, validated config, cluster, implementation identities) -> (those four, their throughput plan).
@@ -269,7 +300,8 @@ class CandidateEvaluator:
     def run(self, cluster: ClusterSpec) -> list[Scored]:
         scored: list[Scored] = []
         request = self.request
-        allowed_ac = [ac for ac in AC_ORDER if ac in request.activation_checkpointing]
+        lora = bool(request.lora_rank or request.qlora)
+        allowed_ac = searched_checkpointing(self.spec, request.activation_checkpointing, lora)
         usable = int(cluster.gpu.memory_bytes * (1 - request.headroom_fraction))
         precisions = precisions_for(cluster, request)
         world_size, global_batch = cluster.world_size, request.global_batch
@@ -287,27 +319,30 @@ class CandidateEvaluator:
             for precision in precisions:
                 validated = self._validated_config(layout, precision, allowed_ac[0])
                 group = Group(layout, record, cluster, batches, precision, usable, validated)
-                fitting_micros: set[int] = set()  # micro-batches that fit with less recomputation
+                fits: dict[ActivationCheckpointing, set[int]] = {}  # micro-batches that fit, per mode
                 for index, ac in enumerate(allowed_ac):
                     remaining = allowed_ac[index:]
+                    # Micro-batches that fit with less recomputation (DOMINATED_BY): this mode's are dominated.
+                    fitting_micros = set().union(*(fits.get(mode, set()) for mode in DOMINATED_BY[ac]))
                     if len(fitting_micros) == len(batches):
-                        # Every micro-batch fit with less recomputation: the remaining levels' candidates are all
-                        # dominated, decided without an estimate (what _scan_micro_batches would count for them).
-                        # Common on large clusters, where one sequence per replica leaves one or two candidates.
-                        dominated = len(batches) * len(remaining)
-                        self.counters.considered += dominated
-                        self.counters.pruned += dominated
-                        break
+                        # Every micro-batch fit with less recomputation: this level's candidates are all dominated,
+                        # decided without an estimate (what _scan_micro_batches would count for them). Common on
+                        # large clusters, where one sequence per replica leaves one or two candidates.
+                        self.counters.considered += len(batches)
+                        self.counters.pruned += len(batches)
+                        fits[ac] = fitting_micros
+                        continue
                     # Nothing fit with less recomputation: if the lightest candidates do not fit
                     # either, skip the levels in between (memory never grows with more AC).
                     if (
                         index
-                        and not fitting_micros
+                        and not any(fits.values())
                         and len(remaining) > 1
                         and not self._lightest_fits(group, remaining)
                     ):
                         break
                     scored += self._scan_micro_batches(group, ac, fitting_micros)
+                    fits[ac] = fitting_micros
         return scored
 
     def _lightest_fits(self, group: Group, remaining_ac: list[ActivationCheckpointing]) -> bool:

@@ -11,7 +11,7 @@ from planner.evaluate import memory_on, memory_total_on
 from planner.memory.estimate import MemoryEstimate
 from planner.memory.model_states import BF16_RUNS_MIXED, runs_bf16_as_mixed
 from planner.models.spec import ModelSpec
-from planner.search.candidates import FamilyRecord, Scored
+from planner.search.candidates import DOMINATED_BY, FamilyRecord, Scored
 from planner.search.request import Objective, PlanRequest
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import ActivationCheckpointing, TrainingConfig
@@ -121,7 +121,12 @@ def plan_reasons(
         reasons.append(config.routing.note(config.expert_parallel))  # what the plan assumed of the router
     if config.activation_checkpointing is not ActivationCheckpointing.NONE:
         # The search keeps a checkpointed candidate only where less recomputation does not fit.
-        lighter = "no" if config.activation_checkpointing is ActivationCheckpointing.SELECTIVE else "selective or no"
+        # The searched modes with less recomputation, which would have dominated this candidate had they fit.
+        searched = [
+            mode for mode in DOMINATED_BY[config.activation_checkpointing] if mode in request.activation_checkpointing
+        ]
+        names = ["no" if mode is ActivationCheckpointing.NONE else mode.value for mode in reversed(searched)]
+        lighter = " or ".join([", ".join(names[:-1]), names[-1]]) if len(names) > 1 else "".join(names) or "no"
         reasons.append(
             f"{config.activation_checkpointing.value} activation checkpointing: micro-batch {config.micro_batch} "
             f"does not fit with {lighter} checkpointing, and no candidate of this family with less recomputation scores higher"

@@ -56,7 +56,9 @@ from planner.training_config import ActivationCheckpointing, FsdpSharding, Offlo
 
 # Looked up once: a member access on an Enum class runs Python code in CPython 3.11 (enum.property), and
 # micro_batch_communication runs for every candidate the search estimates.
-FULL_CHECKPOINTING = ActivationCheckpointing.FULL
+# Checkpointing that runs a block's forward again in backward, its collectives with it: full, and op-level (our
+# policy keeps matmul and attention outputs, no collective's: backends/parts/op_checkpoint_policy.py).
+FORWARD_AGAIN = (ActivationCheckpointing.FULL, ActivationCheckpointing.OP)
 
 OPTIMIZER_STATE_BYTES = {"adamw": 12.0, "adamw-8bit": 6.0, "adafactor": 4.0, "sgd": 8.0, "lion": 8.0}
 OPTIMIZER_STEP_BYTES = {"adamw": 28.0, "adamw-8bit": 16.0, "adafactor": 16.0, "sgd": 20.0, "lion": 20.0}
@@ -310,10 +312,10 @@ def micro_batch_communication(
 
     # Tensor parallelism: two all-reduces (or all-gather + reduce-scatter under
     # sequence parallelism, the same volume) per block in forward, two in
-    # backward, two more when full checkpointing repeats the forward.
+    # backward, two more when full or op-level checkpointing repeats the forward.
     rows = micro_batch * plan.seq_len / plan.cp  # this rank's share of the tokens
     activation_bytes = rows * plan.hidden * plan.element
-    full = checkpointing is FULL_CHECKPOINTING
+    full = checkpointing in FORWARD_AGAIN
     tp_per_block = 4 + (2 if full else 0)
     tp_comm = 0.0  # what all_reduce_s gives a group of one
     if plan.tp_all_reduce is not None:
