@@ -43,14 +43,15 @@ CASES = [
     ("llama-3.1-405b", "H100-80GB", 8, 2048, dict(global_batch=2048, seq_len=8192)),
     # The cpu device: its memory is the host's (planner/memory/runtime.py's Runtime.CPU).
     ("gpt2-medium", "cpu", 2, 1, dict(global_batch=16, seq_len=512)),
-    # Op-level checkpointing beside selective, neither dominating the other (and each dominating full: held).
-    ("llama-3.1-8b", "H100-80GB", 8, 1, dict(global_batch=16, seq_len=8192, activation_checkpointing=tuple(AC_ORDER))),
+    # Op-level checkpointing beside selective, neither dominating the other (and each dominating full: held), at a
+    # length where the engine's context-parallel layouts are searched too.
+    ("llama-3.1-8b", "H100-80GB", 8, 1, dict(global_batch=16, seq_len=16384, activation_checkpointing=tuple(AC_ORDER))),
 ]
 
 
 def _configs(cluster, request, layout, precision, ac):
     """(micro-batch, config) of every batch split the search tries for the layout at this precision and AC."""
-    dp = cluster.world_size // (layout.tensor_parallel * layout.pipeline_parallel)
+    dp = cluster.world_size // layout.model_parallel  # tp x pp x cp: context parallelism splits no batch
     for micro, accum in batch_options(
         request, request.global_batch, dp, layout.pipeline_parallel, layout.micro_batch_rounds
     ):
