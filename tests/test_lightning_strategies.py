@@ -134,3 +134,32 @@ def test_plan_monitor_times_optimizer_steps_and_records_a_run_of_another_step_wi
     assert (stored.runner, stored.gpu_count, stored.micro_batch, stored.grad_accum) == ("lightning", 1, 4, 2)
     assert stored.predicted_step_time_s is None
     assert stored.step_time_median_s == pytest.approx(monitor.step_times.median())
+
+
+def test_a_ddp_plan_strategy_checkpoints_what_the_plan_checkpoints(folders, tmp_path):
+    """Lightning's DDPStrategy recomputes nothing; PlanStrategy puts the plan's activation checkpointing on the
+    module's repeated blocks before DDP wraps it (the FSDP one did already), and the fit's losses are those of the
+    same module without it (recomputation changes no number). One CPU process."""
+    import lightning.pytorch as pl
+    import torch
+
+    from backends.parts.activation_checkpointing import applied_mode
+    from hardware_selector.integrations.lightning import PlanStrategy, plan_trainer_kwargs
+    from tests.engine_jobs.lightning_job import CausalLM
+
+    model_dir, _ = folders
+    plan_cli("plan", "-m", model_dir, "--gpu", "cpu", "--gpus-per-node", "1", "--seq-len", "32", "--global-batch",
+             "4", "--micro-batch", "2", "--strategies", "ddp", "--ac", "full", "--emit", tmp_path / "full")  # fmt: skip
+    blocks = torch.randint(0, 256, (8, 32), generator=torch.Generator().manual_seed(3))
+    losses = {}
+    for name, strategy in (("plan", PlanStrategy(tmp_path / "full")), ("plain", "ddp")):
+        module = CausalLM(str(model_dir))
+        kwargs = {**plan_trainer_kwargs(tmp_path / "full", record=False), "strategy": strategy}
+        if name == "plain":
+            kwargs["callbacks"] = []
+        trainer = pl.Trainer(**kwargs, max_steps=2, logger=False, enable_checkpointing=False,
+                             enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+        trainer.fit(module, torch.utils.data.DataLoader(blocks, batch_size=2))
+        losses[name] = module.losses
+        assert applied_mode(module) == ("full" if name == "plan" else "none")
+    assert losses["plan"] == pytest.approx(losses["plain"], rel=1e-6)

@@ -157,6 +157,16 @@ class PlanFSDP2Strategy(ModelParallelStrategy):
                 fully_shard(child, **options)
 
 
+def _plans_checkpointing(module: torch.nn.Module, plan: Plan) -> None:
+    """The plan's activation checkpointing on the module's repeated blocks (backends/parts/activation_checkpointing.py),
+    unless it already carries ours: Lightning's DDP and DeepSpeed strategies checkpoint nothing themselves."""
+    from backends.parts.activation_checkpointing import applied_mode, apply_activation_checkpointing
+
+    mode = plan.config.activation_checkpointing.value
+    if mode != "none" and applied_mode(module) == "none":
+        apply_activation_checkpointing(module, mode)
+
+
 def _checked(base: type, plan: Plan, run: RunConfig) -> type:
     """`base` whose setup first compares the Lightning Trainer with the plan (one line per run)."""
 
@@ -165,6 +175,8 @@ def _checked(base: type, plan: Plan, run: RunConfig) -> type:
         if found:
             subject = f"the Lightning Trainer does not run the plan for {plan.model.name}"
             raise UserInputError(mismatch_line(subject, found, "build it with plan_trainer_kwargs(plan)"))
+        if base is not PlanFSDP2Strategy:  # (its _shard checkpoints the blocks before it shards them)
+            _plans_checkpointing(self.lightning_module, plan)
         base.setup(self, trainer)
 
     return type(f"Plan{base.__name__}", (base,), {"setup": setup})
