@@ -27,8 +27,10 @@ _BLOCKS = {
 
 
 def __getattr__(name: str) -> Any:
-    if name in _BLOCKS:
-        import importlib
+    import importlib
 
+    if name in _BLOCKS:
         return getattr(importlib.import_module(_BLOCKS[name]), name)
+    if name == "activation_checkpointing":  # a module: activation_checkpointing.apply(model, "full")
+        return importlib.import_module("backends.parts.activation_checkpointing")
     raise AttributeError(f"module 'backends' has no attribute '{name}'")

@@ -266,3 +266,35 @@ def test_building_blocks_refuse_wrong_arguments_in_one_line_and_write_nothing(tm
             call()
         assert "\n" not in str(raised.value), str(raised.value)
     assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())  # no .partial left behind
+
+
+def test_activation_checkpointing_covers_both_stacks_of_an_encoder_decoder_and_refuses_to_nest():
+    """An encoder-decoder's blocks are both its stacks (the memory estimate counts both); the same mode twice changes
+    nothing, another mode on top would nest and is one line; T5's blocks hold no attention module by name."""
+    from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5ForConditionalGeneration
+
+    def bart():
+        torch.manual_seed(0)
+        config = BartConfig(d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=2,
+                            decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=64,
+                            max_position_embeddings=64, dropout=0.0)  # fmt: skip
+        return BartForConditionalGeneration(config)
+
+    ids = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
+    reference = bart()
+    reference(input_ids=ids, labels=ids).loss.backward()
+    model = bart()
+    blocks = activation_checkpointing.apply(model, "full")
+    assert sorted(type(block).__name__ for block in blocks) == ["BartDecoderLayer"] * 3 + ["BartEncoderLayer"] * 2
+    wrapped = [block.forward for block in blocks]
+    assert activation_checkpointing.apply(model, "full") == blocks  # again: nothing re-wrapped
+    assert [block.forward for block in blocks] == wrapped
+    model(input_ids=ids, labels=ids).loss.backward()
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad)
+    with pytest.raises(UserInputError, match="already recomputes as full: the two would nest"):
+        activation_checkpointing.apply(model, "op")
+    t5 = T5ForConditionalGeneration(T5Config(d_model=32, d_ff=64, num_layers=2, num_heads=2, d_kv=16, vocab_size=64))
+    with pytest.raises(UserInputError, match="no attention module in T5Block; use full checkpointing"):
+        activation_checkpointing.apply(t5, "selective")
+    assert activation_checkpointing.applied_mode(t5) == "none"  # refused before any block was wrapped

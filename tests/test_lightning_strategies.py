@@ -152,8 +152,11 @@ def test_a_ddp_plan_strategy_checkpoints_what_the_plan_checkpoints(folders, tmp_
              "4", "--micro-batch", "2", "--strategies", "ddp", "--ac", "full", "--emit", tmp_path / "full")  # fmt: skip
     blocks = torch.randint(0, 256, (8, 32), generator=torch.Generator().manual_seed(3))
     losses = {}
+    runs = {}  # a block attention module calls: twice a micro-batch when the block is recomputed
     for name, strategy in (("plan", PlanStrategy(tmp_path / "full")), ("plain", "ddp")):
         module = CausalLM(str(model_dir))
+        calls = runs[name] = []
+        module.model.transformer.h[0].attn.register_forward_hook(lambda *_, calls=calls: calls.append(1))
         kwargs = {**plan_trainer_kwargs(tmp_path / "full", record=False), "strategy": strategy}
         if name == "plain":
             kwargs["callbacks"] = []
@@ -163,3 +166,4 @@ def test_a_ddp_plan_strategy_checkpoints_what_the_plan_checkpoints(folders, tmp_
         losses[name] = module.losses
         assert applied_mode(module) == ("full" if name == "plan" else "none")
     assert losses["plan"] == pytest.approx(losses["plain"], rel=1e-6)
+    assert len(runs["plan"]) == 2 * len(runs["plain"]) == 8  # 4 micro-batches: recomputed under the plan, not without

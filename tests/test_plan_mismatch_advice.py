@@ -82,12 +82,18 @@ def test_a_selective_or_op_plan_runs_through_our_wrapper_not_the_trainers_whole_
     model = AutoModelForCausalLM.from_config(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64))
     with pytest.raises(PlanMismatch) as caught:
         callback.on_train_begin(args, TrainerState(), TrainerControl(), model=model)
+    wrapper = f'activation_checkpointing.apply(model, "{mode}") (from backends import activation_checkpointing)'
+    turn_off = f"turn the Trainer's off: {checkpointing_argument()}=False"
     assert str(caught.value) == (
-        f"the Trainer does not run the plan for gpt2: activation checkpointing full (plan {mode}): the Trainer "
-        f'recomputes whole blocks; apply activation_checkpointing.apply(model, "{mode}") (from backends import '
-        "activation_checkpointing) and pass gradient_checkpointing=False; build the arguments with "
-        "training_arguments(plan, ...) or plan again"
-    )
+        f"the Trainer does not run the plan for gpt2: activation checkpointing full (plan {mode}, which runs only "
+        f"through our wrapper): apply {wrapper} and {turn_off}"
+    )  # and no "build the arguments with training_arguments(plan, ...)": that turns the Trainer's back on
+    from backends import activation_checkpointing  # the import the line names
+
+    activation_checkpointing.apply(model, mode)
+    with pytest.raises(PlanMismatch) as caught:  # the wrapper on, the Trainer's still on: only that step is left
+        callback.on_train_begin(args, TrainerState(), TrainerControl(), model=model)
+    assert str(caught.value).endswith(f"(plan {mode}, which runs only through our wrapper): {turn_off}")
     kwargs = {checkpointing_argument(): True}
     _plans_checkpointing(model, plan.config.activation_checkpointing, kwargs)  # what the --trainer door does
     assert kwargs == {checkpointing_argument(): False}

@@ -46,6 +46,14 @@ CASES = [
     # Op-level checkpointing beside selective, neither dominating the other (and each dominating full: held), at a
     # length where the engine's context-parallel layouts are searched too.
     ("llama-3.1-8b", "H100-80GB", 8, 1, dict(global_batch=16, seq_len=16384, activation_checkpointing=tuple(AC_ORDER))),
+    # ... with unfused (eager) attention, whose products and softmax op-level checkpointing recomputes too.
+    (
+        "llama-2-7b",
+        "A100-80GB",
+        8,
+        1,
+        dict(global_batch=32, seq_len=2048, attention="eager", activation_checkpointing=tuple(AC_ORDER)),
+    ),  # fmt: skip
 ]
 
 
@@ -55,7 +63,9 @@ def _configs(cluster, request, layout, precision, ac):
     for micro, accum in batch_options(
         request, request.global_batch, dp, layout.pipeline_parallel, layout.micro_batch_rounds
     ):
-        fields = dict(seq_len=request.seq_len, precision=precision, activation_checkpointing=ac)
+        fields = dict(seq_len=request.seq_len, precision=precision, activation_checkpointing=ac,
+                      attention=request.attention, optimizer=request.optimizer, lora_rank=request.lora_rank,
+                      qlora=request.qlora, fp8=request.fp8, kernels=request.kernels)  # fmt: skip
         yield micro, TrainingConfig(**layout.fields, **fields, micro_batch=micro, grad_accum=accum)
 
 

@@ -49,10 +49,15 @@ def batch_differences(run: RunConfig, *, micro: int, accum: int, world: int, lau
     return found
 
 
+# Selective and op-level checkpointing run only through our wrapper on the model: a phrase with its own fix.
+OURS_ONLY = "which runs only through our wrapper"
+
+
 def mismatch_line(subject: str, found: list[str], fix: str) -> str:
     """`subject: the differences; fix`, the rank count's own fix first (RANKS_DIFFER) and `fix` (rebuilding the
-    arguments from the plan) only when some other difference needs it."""
-    others = [phrase for phrase in found if not phrase.startswith(RANKS_DIFFER)]
+    arguments from the plan) only when some other difference needs it (a checkpointing phrase with OURS_ONLY
+    carries its own: rebuilding the arguments turns the Trainer's whole-block recompute back on)."""
+    others = [phrase for phrase in found if not phrase.startswith(RANKS_DIFFER) and OURS_ONLY not in phrase]
     return f"{subject}: {'; '.join(found)}" + (f"; {fix}" if others else "")
 
 
@@ -100,31 +105,38 @@ def trainer_differences(args: Any, plan: Plan, run: RunConfig, model: Any = None
     if strategy is Strategy.FSDP:
         found += _fsdp_differences(args, plan)
         recompute = recompute or bool((args.fsdp_config or {}).get("activation_checkpointing"))
-    found += _checkpointing_difference(recompute, plan.config.activation_checkpointing, model)
+    found += _checkpointing_difference(
+        args, strategy is Strategy.FSDP, recompute, plan.config.activation_checkpointing, model
+    )
     return found
 
 
-def _checkpointing_difference(trainer_recomputes: bool, planned: ActivationCheckpointing, model: Any) -> list[str]:
+def _checkpointing_difference(
+    args: Any, fsdp: bool, trainer_recomputes: bool, planned: ActivationCheckpointing, model: Any
+) -> list[str]:
     """The Trainer's and accelerate's checkpointing recomputes whole blocks (full); selective and op-level
     checkpointing run only through our backends' wrapper on the model (backends/parts/activation_checkpointing.py),
-    with the Trainer's own turned off."""
+    with the Trainer's own turned off: the phrase then says which of the two steps is missing."""
     from backends.parts.activation_checkpointing import applied_mode
 
     ours = applied_mode(model) if model is not None else "none"
     running = "full" if trainer_recomputes else ours
     if running == planned.value:
         return []
-    fix = ""
-    if planned in (ActivationCheckpointing.SELECTIVE, ActivationCheckpointing.OP):
-        apply = (
-            f'activation_checkpointing.apply(model, "{planned.value}") (from backends import activation_checkpointing)'
+    if planned not in (ActivationCheckpointing.SELECTIVE, ActivationCheckpointing.OP):
+        return [f"activation checkpointing {running} (plan {planned.value})"]
+    steps = []
+    if ours != planned.value:
+        steps.append(
+            f'apply activation_checkpointing.apply(model, "{planned.value}") (from backends import activation_checkpointing)'
         )
-        fix = (
-            f": the Trainer recomputes whole blocks; apply {apply} and pass gradient_checkpointing=False"
-            if trainer_recomputes
-            else f": apply {apply}"
-        )
-    return [f"activation checkpointing {running} (plan {planned.value}){fix}"]
+    if trainer_recomputes:
+        if fsdp:
+            steps.append('turn the Trainer\'s off: fsdp_config["activation_checkpointing"] = False')
+        else:  # transformers 5 renamed gradient_checkpointing to activation_checkpointing
+            name = "activation_checkpointing" if hasattr(args, "activation_checkpointing") else "gradient_checkpointing"
+            steps.append(f"turn the Trainer's off: {name}=False")
+    return [f"activation checkpointing {running} (plan {planned.value}, {OURS_ONLY}): {' and '.join(steps)}"]
 
 
 def _deepspeed_config(args: Any) -> dict | None:

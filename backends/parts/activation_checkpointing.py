@@ -16,8 +16,9 @@ APPLIED = "_hardware_selector_activation_checkpointing"  # the mode apply() put 
 
 
 def applied_mode(model: Any) -> str:
-    """The activation checkpointing apply() gave `model` ("none" when it was never called on it)."""
-    return getattr(model, APPLIED, "none")
+    """The activation checkpointing apply() gave `model` or a module inside it ("none" when it was never called)."""
+    modules = model.modules() if hasattr(model, "modules") else [model]
+    return next((getattr(module, APPLIED) for module in modules if hasattr(module, APPLIED)), "none")
 
 
 def _recompute_in_backward(module: Any, keep_matmuls: bool = False) -> None:
@@ -56,33 +57,57 @@ def _attention_of(block: Any) -> Any:
     for name, child in block.named_children():
         if "attn" in name or "attention" in name:
             return child
-    raise ValueError(f"selective checkpointing found no attention module in {type(block).__name__}")
+    from planner.errors import UserInputError
+
+    raise UserInputError(
+        f"selective checkpointing found no attention module in {type(block).__name__}; use full checkpointing"
+    )
+
+
+def _blocks_of(model: Any) -> list[Any]:
+    """The repeated blocks: the largest ModuleList's children, and an encoder-decoder's both stacks (T5's encoder
+    and decoder blocks, BART's and Whisper's layers: the two largest lists, which the memory estimate counts)."""
+    import torch
+
+    from backends.decoder_anatomy import repeated_blocks
+
+    if not getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        return repeated_blocks(model)
+    lists = [module for module in model.modules() if isinstance(module, torch.nn.ModuleList)]
+    lists.sort(key=lambda blocks: sum(p.numel() for p in blocks.parameters()), reverse=True)
+    return [block for blocks in lists[:2] for block in blocks]
 
 
 def apply_activation_checkpointing(model: Any, mode: str, blocks: list | None = None) -> list:
     """Recompute each block (full, op) or its attention (selective) in backward; returns the blocks wrapped.
 
-    The blocks are the children of the model's largest ModuleList (a transformer's layers), or `blocks`.
-    A model without repeated blocks is an error, never a silent no-op."""
-    from backends.decoder_anatomy import repeated_blocks
+    The blocks are the children of the model's largest ModuleList (a transformer's layers; both stacks of an
+    encoder-decoder), or `blocks`. A model without repeated blocks is an error, never a silent no-op; so is a
+    second mode on a model that carries one (the two would nest), while the same mode again changes nothing."""
     from planner.errors import UserInputError
 
     if mode not in MODES:
         raise ValueError(f"activation_checkpointing must be one of {MODES}")
     if mode == "none":
         return []
-    found = list(blocks) if blocks is not None else repeated_blocks(model)
+    found = list(blocks) if blocks is not None else _blocks_of(model)
+    already = applied_mode(model)
+    if already == mode:
+        return found
+    if already != "none":
+        raise UserInputError(
+            f"activation checkpointing {mode} on {type(model).__name__}, which already recomputes as {already}: the "
+            "two would nest; build the model afresh for another mode"
+        )
     if not found:
         raise UserInputError(
             f"activation checkpointing found no repeated block in {type(model).__name__} (no ModuleList of layers); "
             "pass blocks=[...] with the modules to recompute"
         )
+    targets = [_attention_of(block) for block in found] if mode == "selective" else found  # (refused before any)
+    for target in targets:
+        _recompute_in_backward(target, keep_matmuls=mode == "op")
     object.__setattr__(model, APPLIED, mode)  # a plain attribute, not a submodule or a parameter
-    for block in found:
-        if mode == "selective":
-            _recompute_in_backward(_attention_of(block))
-        else:
-            _recompute_in_backward(block, keep_matmuls=mode == "op")
     return found
 
 

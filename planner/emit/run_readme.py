@@ -162,10 +162,12 @@ def _checkpointing_lines(config: TrainingConfig) -> list[str]:
         return []
     mode = config.activation_checkpointing.value
     return [
-        f"- {mode} checkpointing runs through our backends' wrapper (`train`, and the runner's `--trainer` door, which "
-        f"turns the Trainer's own off); training_args.json and accelerate_config.yaml alone recompute whole blocks "
-        f'(full): in your own script apply `activation_checkpointing.apply(model, "{mode}")` '
-        "(`from backends import activation_checkpointing`) with gradient_checkpointing=False"
+        f"- {mode} checkpointing runs through our backends' wrapper (`hardware-selector train`, with or without "
+        "`--trainer`, which then turns the Trainer's own off); training_args.json and accelerate_config.yaml alone "
+        "recompute whole blocks (full): in your own script apply "
+        f'`activation_checkpointing.apply(model, "{mode}")` (`from backends import activation_checkpointing`) and '
+        "turn the Trainer's off (`gradient_checkpointing`, `activation_checkpointing` under transformers 5, "
+        '`fsdp_config["activation_checkpointing"]` for FSDP, `fsdp_activation_checkpointing` in accelerate\'s file)'
     ]
 
 

@@ -84,6 +84,7 @@ def plan_reasons(
     fitting: int,
     tokens: float,
     fastest: Scored,
+    searched: list[ActivationCheckpointing],
 ) -> list[str]:
     config, cluster, throughput = item.config, item.cluster, item.throughput
     dp = config.data_parallel_size(cluster.world_size)
@@ -122,14 +123,21 @@ def plan_reasons(
     if config.activation_checkpointing is not ActivationCheckpointing.NONE:
         # The search keeps a checkpointed candidate only where less recomputation does not fit.
         # The searched modes with less recomputation, which would have dominated this candidate had they fit.
-        searched = [
-            mode for mode in DOMINATED_BY[config.activation_checkpointing] if mode in request.activation_checkpointing
-        ]
-        names = ["no" if mode is ActivationCheckpointing.NONE else mode.value for mode in reversed(searched)]
-        lighter = " or ".join([", ".join(names[:-1]), names[-1]]) if len(names) > 1 else "".join(names) or "no"
+        lighter = [mode for mode in DOMINATED_BY[config.activation_checkpointing] if mode in searched]
+        names = ["no" if mode is ActivationCheckpointing.NONE else mode.value for mode in reversed(lighter)]
+        mode = config.activation_checkpointing.value
+        if names:
+            listed = " or ".join([", ".join(names[:-1]), names[-1]]) if len(names) > 1 else names[0]
+            reasons.append(
+                f"{mode} activation checkpointing: micro-batch {config.micro_batch} does not fit with {listed} "
+                "checkpointing, and no candidate of this family with less recomputation scores higher"
+            )
+        else:
+            reasons.append(f"{mode} activation checkpointing, as --ac asked (no mode with less recomputation searched)")
+    if ActivationCheckpointing.OP in request.activation_checkpointing and ActivationCheckpointing.OP not in searched:
         reasons.append(
-            f"{config.activation_checkpointing.value} activation checkpointing: micro-batch {config.micro_batch} "
-            f"does not fit with {lighter} checkpointing, and no candidate of this family with less recomputation scores higher"
+            "op-level checkpointing not searched: it is counted for dense blocks without LoRA "
+            '(docs/accuracy.md, "Op-level checkpointing")'
         )
     ordinal = f"{rank}{'th' if 10 <= rank % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(rank % 10, 'th')}"
     ranked = (

@@ -17,7 +17,13 @@ from planner.models.families import splits_over_tp
 from planner.models.spec import ModelSpec
 from planner.plan import Plan
 from planner.search.batching import resolve_global_batch
-from planner.search.candidates import CandidateEvaluator, Scored, ThroughputAdjust, cluster_variants
+from planner.search.candidates import (
+    CandidateEvaluator,
+    Scored,
+    ThroughputAdjust,
+    cluster_variants,
+    searched_checkpointing,
+)
 from planner.search.compression import auto_line, check_compression_request, compression_lines
 from planner.search.engine_layouts import ENGINE_MODEL_TYPES, engine_applicability, tensor_parallel_degrees
 from planner.search.explain import TIE_TOLERANCE, family_fates, plan_reasons
@@ -202,12 +208,16 @@ def search_plans(
         whole = None  # the best plan on the whole cluster, which a reported plan on fewer GPUs is compared with
         if any(item.cluster.world_size < cluster.world_size for item in reported):
             whole = max((other for other in scored if other.cluster is cluster), key=_score_of, default=None)
+        searched = searched_checkpointing(
+            spec, request.activation_checkpointing, bool(request.lora_rank or request.qlora)
+        )
         for item in reported:
             memory = memory_on(spec, item.config, item.cluster, headroom_fraction=request.headroom_fraction)
             reasons = plan_reasons(
                 item,
                 memory,
                 request,
+                searched=searched,
                 rank=1 + bisect.bisect_left(negated_scores, -item.score),
                 fitting=len(scored),
                 tokens=tokens,

@@ -356,7 +356,7 @@ def micro_batch_communication(
     # into a pageable CPU buffer on the compute stream in the forward (`.data.copy_(partition.data)`) and back to
     # the GPU before its recomputation (get_full_inputs; the transport-stream line is commented out): both ways
     # on the critical path.
-    if full and plan.checkpoints_to_cpu and plan.pcie_Bps > 0:
+    if checkpointing is ActivationCheckpointing.FULL and plan.checkpoints_to_cpu and plan.pcie_Bps > 0:
         copied = accum * blocks * plan.checkpoints_to_cpu * activation_bytes / tp
         offload += 2 * copied / plan.pcie_Bps
 
