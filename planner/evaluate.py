@@ -16,7 +16,7 @@ from planner.memory.runtime import runtime_for
 from planner.models.spec import ModelSpec
 from planner.throughput.estimate import check_fp8_gpu, estimate_throughput
 from planner.throughput.result import ThroughputEstimate
-from planner.training_config import TrainingConfig
+from planner.training_config import ActivationCheckpointing, TrainingConfig
 
 
 class Evaluation(BaseModel):
@@ -86,15 +86,24 @@ def evaluate(
     overhead: OverheadSettings = OverheadSettings(),
     implementation: str = "ours",
 ) -> Evaluation:
-    from planner.throughput.implementation import OUR_STRATEGIES, implementation_named
+    from planner.throughput.implementation import OUR_STRATEGIES, TORCHTITAN, implementation_named
 
     preset = implementation_named(implementation)  # a wrong name is one line before any work
     check_fp8_gpu(config, cluster)
     config = config.with_stage_map(spec)  # pp that does not divide the layers: the default uneven map
     memory = memory_on(spec, config, cluster, headroom_fraction=headroom_fraction, overhead=overhead)
     if preset is not OUR_STRATEGIES:  # the preset moves the speed, not the memory (step_sources.OTHER_STACK_MEMORY)
-        note = f"--implementation {implementation}: memory counted for transformers' modules; this stack may keep less"
-        memory = memory.model_copy(update={"notes": [*memory.notes, note]})
+        notes = [
+            f"--implementation {implementation}: memory counted for transformers' modules; this stack may keep less"
+        ]
+        if preset is TORCHTITAN and config.activation_checkpointing is ActivationCheckpointing.SELECTIVE:
+            # torchtitan's "selective" is its op-level policy by default (train_configs' selective_ac_option 'op').
+            notes.append(
+                "torchtitan's selective checkpointing is op-level by default (selective_ac_option = 'op'), which "
+                "--ac op counts; --ac selective counts Korthikanti's (attention recomputed), 1.7x to 2.5x the memory "
+                "torchtitan printed for its op-level runs (docs/accuracy.md)"
+            )
+        memory = memory.model_copy(update={"notes": [*memory.notes, *notes]})
     throughput, error = None, None
     try:
         throughput = estimate_throughput(spec, config, cluster, implementation=preset)

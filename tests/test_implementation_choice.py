@@ -18,6 +18,7 @@ import pytest
 from benchmarks.accuracy.validate_published_runs import compare, plan_inputs, published_rows
 from hardware_selector_cli.app import main
 from planner.evaluate import evaluate
+from planner.training_config import ActivationCheckpointing
 
 
 def test_the_cli_path_reproduces_the_validators_megatron_row():
@@ -69,6 +70,18 @@ def test_another_codebase_moves_the_speed_and_says_the_memory_is_counted_for_our
     assert theirs.throughput is not None and ours.throughput is not None
     assert "may keep fewer" in theirs.throughput.sources["implementation"]
     assert "may keep fewer" not in ours.throughput.sources["implementation"]
+
+
+def test_torchtitans_selective_names_its_op_level_default():
+    """torchtitan calls its op-level policy "selective" (the default selective_ac_option 'op'): estimating it as our
+    selective (Korthikanti's) says which --ac counts torchtitan's, and --ac op itself needs no such word."""
+    row = next(row for row in published_rows() if row["id"] == "torchtitan-llama3-8b-fsdp-eager")
+    spec, config, cluster = plan_inputs(row)  # planned with --ac op, as the run checkpointed
+    selective = config.model_copy(update={"activation_checkpointing": ActivationCheckpointing.SELECTIVE})
+    named = " ".join(evaluate(spec, selective, cluster, implementation="torchtitan").memory.notes)
+    assert "op-level by default (selective_ac_option = 'op'), which --ac op counts" in named
+    for quiet in (evaluate(spec, config, cluster, implementation="torchtitan"), evaluate(spec, selective, cluster)):
+        assert "selective_ac_option" not in " ".join(quiet.memory.notes)
 
 
 def test_plan_and_estimate_take_the_flag_and_refuse_what_cannot_apply(capsys, tmp_path):
