@@ -136,6 +136,24 @@ def test_plan_monitor_times_optimizer_steps_and_records_a_run_of_another_step_wi
     assert stored.step_time_median_s == pytest.approx(monitor.step_times.median())
 
 
+@contextlib.contextmanager
+def _lightnings_process_group_left_behind():
+    """An in-process Lightning DDP fit sets MASTER_ADDR, RANK and the like and leaves its process group up: both
+    undone, so that later tests in this worker see no launcher (tests/test_launch_hostfile.py, ...)."""
+    import os
+
+    import torch.distributed as dist
+
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def test_a_ddp_plan_strategy_checkpoints_what_the_plan_checkpoints(folders, tmp_path):
     """Lightning's DDPStrategy recomputes nothing; PlanStrategy puts the plan's activation checkpointing on the
     module's repeated blocks before DDP wraps it (the FSDP one did already), and the fit's losses are those of the
@@ -160,9 +178,10 @@ def test_a_ddp_plan_strategy_checkpoints_what_the_plan_checkpoints(folders, tmp_
         kwargs = {**plan_trainer_kwargs(tmp_path / "full", record=False), "strategy": strategy}
         if name == "plain":
             kwargs["callbacks"] = []
-        trainer = pl.Trainer(**kwargs, max_steps=2, logger=False, enable_checkpointing=False,
-                             enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
-        trainer.fit(module, torch.utils.data.DataLoader(blocks, batch_size=2))
+        with _lightnings_process_group_left_behind():
+            trainer = pl.Trainer(**kwargs, max_steps=2, logger=False, enable_checkpointing=False,
+                                 enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+            trainer.fit(module, torch.utils.data.DataLoader(blocks, batch_size=2))
         losses[name] = module.losses
         assert applied_mode(module) == ("full" if name == "plan" else "none")
     assert losses["plan"] == pytest.approx(losses["plain"], rel=1e-6)
