@@ -59,6 +59,20 @@ def test_an_estimate_of_a_layout_our_engine_refuses_says_so_before_estimating():
     assert cli_in_process("estimate", *layout, "--implementation", "torchtitan").returncode == 0
 
 
+@pytest.mark.parametrize(
+    "flags, said",
+    [
+        (["--model", "mixtral-8x7b"], "and mixtral-8x7b has routed experts; use --ac selective or --ac full"),
+        (["--model", "llama-3.1-8b", "--lora-rank", "16"], "--ac op with LoRA: the adapters' own matmuls"),
+    ],
+)
+def test_op_level_checkpointing_where_it_is_not_counted_is_one_line(flags, said):
+    """Op-level checkpointing is counted (and traced) for dense blocks without LoRA: elsewhere a guess would be
+    printed as a number, so it is one line, exit 2 (docs/errors.md)."""
+    line = one_error_line(cli_in_process("estimate", *flags, "--gpu", "H100-80GB", "--strategy", "fsdp", "--ac", "op"))
+    assert line.startswith("error: ") and said in line
+
+
 def test_a_data_folder_of_another_kind_says_what_to_do(tmp_path):
     """A folder of .csv files said only what was wrong: "--data DIR: no .txt, .jsonl, .json or .parquet file there"."""
     (tmp_path / "csv").mkdir()
