@@ -128,3 +128,27 @@ def test_the_search_picks_op_where_it_beats_selective():
     best = both.best
     assert best.config.activation_checkpointing is ActivationCheckpointing.OP
     assert best.throughput.tokens_per_s == alone["op"].throughput.tokens_per_s
+
+
+def test_a_kept_last_matmul_output_stays_beside_the_rebuilt_block():
+    """One Llama layer, traced whole (FakeTensorMode + MemTracker): op's peak is full checkpointing's plus the kept
+    down projection's output (hidden x width per token), which backward's recomputation stops before and never
+    consumes; the estimate's difference is the same to the byte (activation_batch._recomputed_block)."""
+    from benchmarks.memory.memory_trace import TraceConfig, run_trace
+    from benchmarks.memory.per_layer_models import BATCH, model_config, seq_for
+    from planner.memory.estimate import estimate_memory
+    from planner.memory.runtime import Runtime
+
+    config, seq = model_config("llama", 1), seq_for("llama")
+    spec = spec_from_hf_config(config, name="llama")
+    traced, estimated = {}, {}
+    for mode in ("full", "op"):
+        trace = TraceConfig(label=mode, model=config, micro_batch=BATCH, seq_len=seq, precision="bf16",
+                            attention="sdpa", activation_checkpointing=mode)  # fmt: skip
+        traced[mode] = run_trace(trace).peak_bytes
+        training = TrainingConfig(precision="bf16", activation_checkpointing=mode, micro_batch=BATCH, seq_len=seq)
+        estimated[mode] = estimate_memory(
+            spec, training, world_size=1, gpus_per_node=1, gpu_capacity_bytes=2**40, runtime=Runtime.CPU_TRACE
+        ).total
+    held = spec.hidden_size * 2 * BATCH * seq
+    assert traced["op"] - traced["full"] == estimated["op"] - estimated["full"] == held

@@ -274,6 +274,9 @@ CONFIGS: list[TraceConfig] = [
     ),
     _c("llama3-1b-fsdp2-b2-s2048-bf16mixed", LLAMA3_1B, 2, 2048, world_size=2),
     _c("llama3-1b-fsdp8-b2-s4096-bf16mixed-ac", LLAMA3_1B, 2, 4096, world_size=8, activation_checkpointing="full"),
+    # Op-level checkpointing (our backends' policy, torchtitan's "op"), whole steps at real sizes.
+    _c("llama3-1b-b2-s4096-bf16mixed-op", LLAMA3_1B, 2, 4096, activation_checkpointing="op"),
+    _c("llama2-7b-fsdp8-b2-s4096-bf16mixed-op", LLAMA2_7B, 2, 4096, world_size=8, activation_checkpointing="op"),
     # Llama-2-7B (real size)
     _c(
         "llama2-7b-b1-s1024-bf16mixed",
