@@ -119,6 +119,9 @@ def two_rank_checks() -> dict[str, Callable[[], dict]]:
     checks["tp_sp_llama_op_checkpointing"] = lambda: layout_run(
         "llama", ParallelDims(dp=1, tp=2), sequence_parallel=True, checkpointing="op"
     )
+    checks["pp_gpt2_1f1b_op_checkpointing"] = lambda: layout_run(
+        "gpt2", ParallelDims(dp=1, pp=2), micro_batches=4, global_batch=8, schedule="1f1b", checkpointing="op"
+    )
     checks["tp_gpt2_selective_checkpointing"] = lambda: layout_run(
         "gpt2", ParallelDims(dp=1, tp=2), checkpointing="selective"
     )

@@ -37,6 +37,7 @@ TWO_RANK_CHECKS = [
     "pp_llama_interleaved",
     "tp_sp_llama_full_checkpointing",
     "tp_sp_llama_op_checkpointing",
+    "pp_gpt2_1f1b_op_checkpointing",
     "tp_gpt2_selective_checkpointing",
     "reshard_tp2_to_pp2",
     "engine_resume_tp2",
