@@ -104,3 +104,33 @@ def test_a_selective_or_op_plan_runs_through_our_wrapper_not_the_trainers_whole_
 
     emit_run_folder(plan, tmp_path / "run")  # its README says which files run the mode and which recompute blocks
     assert f'apply `activation_checkpointing.apply(model, "{mode}")`' in (tmp_path / "run" / "README.md").read_text()
+
+
+def test_transformers_own_checkpointing_on_the_model_counts_as_what_runs(tmp_path):
+    """gradient_checkpointing_enable() on the model recomputes whole blocks whatever the arguments say: PlanCallback
+    counts it (a plan without checkpointing is told so; a full plan runs), and Lightning's PlanStrategy neither nests
+    ours inside it for a full plan nor lets it stand in for a selective one."""
+    from transformers import AutoModelForCausalLM, GPT2Config, TrainerControl, TrainerState
+
+    from backends.integrations.lightning_strategy import _plans_checkpointing
+    from backends.parts.activation_checkpointing import applied_mode
+    from hardware_selector import training_arguments
+    from hardware_selector.integrations import PlanCallback, PlanMismatch
+    from planner.errors import UserInputError
+
+    def hf_checkpointed():
+        model = AutoModelForCausalLM.from_config(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64))
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return model
+
+    plans = {mode: make_plan(gpus_per_node=1, strategy="ddp", micro_batch=1, grad_accum=2, activation_checkpointing=mode)
+             for mode in ("none", "full", "selective")}  # fmt: skip
+    model = hf_checkpointed()
+    args = training_arguments(plans["none"], tmp_path / "out")
+    with pytest.raises(PlanMismatch, match=r"activation checkpointing full \(plan none\)"):
+        PlanCallback(plans["none"], record=False).on_train_begin(args, TrainerState(), TrainerControl(), model=model)
+    PlanCallback(plans["full"], record=False).on_train_begin(args, TrainerState(), TrainerControl(), model=model)
+    _plans_checkpointing(model, plans["full"])
+    assert applied_mode(model) == "none"  # transformers' full stands: ours not nested inside it
+    with pytest.raises(UserInputError, match="transformers' gradient checkpointing is on.*drop gradient_checkpointing"):
+        _plans_checkpointing(hf_checkpointed(), plans["selective"])

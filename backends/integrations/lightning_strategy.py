@@ -160,11 +160,24 @@ class PlanFSDP2Strategy(ModelParallelStrategy):
 def _plans_checkpointing(module: torch.nn.Module, plan: Plan) -> None:
     """The plan's activation checkpointing on the module's repeated blocks (backends/parts/activation_checkpointing.py),
     unless it already carries ours: Lightning's DDP and DeepSpeed strategies checkpoint nothing themselves."""
-    from backends.parts.activation_checkpointing import applied_mode, apply_activation_checkpointing
+    from backends.parts.activation_checkpointing import (
+        applied_mode,
+        apply_activation_checkpointing,
+        transformers_checkpointing_on,
+    )
 
     mode = plan.config.activation_checkpointing.value
-    if mode != "none" and applied_mode(module) == "none":
-        apply_activation_checkpointing(module, mode)
+    if mode == "none" or applied_mode(module) != "none":
+        return
+    if transformers_checkpointing_on(module):  # transformers' own recomputes whole blocks: the plan's full, as is
+        if mode != "full":
+            raise UserInputError(
+                f"the module recomputes whole blocks (transformers' gradient checkpointing is on) and the plan's "
+                f"{mode} checkpointing runs through our wrapper: drop gradient_checkpointing_enable(), PlanStrategy "
+                "applies the plan's"
+            )
+        return
+    apply_activation_checkpointing(module, mode)
 
 
 def _checked(base: type, plan: Plan, run: RunConfig) -> type:

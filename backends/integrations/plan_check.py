@@ -117,9 +117,10 @@ def _checkpointing_difference(
     """The Trainer's and accelerate's checkpointing recomputes whole blocks (full); selective and op-level
     checkpointing run only through our backends' wrapper on the model (backends/parts/activation_checkpointing.py),
     with the Trainer's own turned off: the phrase then says which of the two steps is missing."""
-    from backends.parts.activation_checkpointing import applied_mode
+    from backends.parts.activation_checkpointing import applied_mode, transformers_checkpointing_on
 
     ours = applied_mode(model) if model is not None else "none"
+    trainer_recomputes = trainer_recomputes or (model is not None and transformers_checkpointing_on(model))
     running = "full" if trainer_recomputes else ours
     if running == planned.value:
         return []

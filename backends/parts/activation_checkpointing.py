@@ -15,6 +15,13 @@ MODES = ("none", "selective", "op", "full")
 APPLIED = "_hardware_selector_activation_checkpointing"  # the mode apply() put on a model (plan_check reads it)
 
 
+def transformers_checkpointing_on(model: Any) -> bool:
+    """Whether a transformers model inside `model` has its own gradient checkpointing on (whole blocks recomputed:
+    `gradient_checkpointing_enable()`, or the Trainer's argument)."""
+    modules = model.modules() if hasattr(model, "modules") else [model]
+    return any(getattr(module, "is_gradient_checkpointing", False) is True for module in modules)
+
+
 def applied_mode(model: Any) -> str:
     """The activation checkpointing apply() gave `model` or a module inside it ("none" when it was never called)."""
     modules = model.modules() if hasattr(model, "modules") else [model]
