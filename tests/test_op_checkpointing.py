@@ -112,7 +112,7 @@ def test_op_on_routed_experts_is_one_line():
 
 def test_the_search_picks_op_where_it_beats_selective():
     """Asked for both, the search ranks op and selective on their estimates: neither prunes the other
-    (planner/search/candidates.py DOMINATED_BY). At 16k tokens on B200s op's recomputed matmuls cost less than
+    (planner/search/checkpointing_modes.py DOMINATED_BY). At 16k tokens on B200s op's recomputed matmuls cost less than
     selective's recomputed attention, and the plan says op."""
     from planner.search.request import PlanRequest
     from planner.search.search import search_plans

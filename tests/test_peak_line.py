@@ -21,7 +21,8 @@ from planner.memory import phases
 from planner.memory.phases import BatchPeaks, batch_peaks, peak_at, step_peak
 from planner.models.resolve import resolve_model
 from planner.search.batching import batch_options, resolve_global_batch
-from planner.search.candidates import AC_ORDER, precisions_for, searched_checkpointing
+from planner.search.candidates import precisions_for
+from planner.search.checkpointing_modes import AC_ORDER, searched_checkpointing
 from planner.search.layouts import enumerate_layouts
 from planner.search.request import PlanRequest
 from planner.training_config import TrainingConfig

@@ -22,14 +22,8 @@ from planner.hardware.cluster import make_cluster
 from planner.memory.estimate import DEFAULT_OVERHEAD
 from planner.models.resolve import resolve_model
 from planner.search.batching import batch_options, resolve_global_batch
-from planner.search.candidates import (
-    AC_ORDER,
-    DOMINATED_BY,
-    CandidateEvaluator,
-    objective_score,
-    precisions_for,
-    searched_checkpointing,
-)
+from planner.search.candidates import CandidateEvaluator, objective_score, precisions_for
+from planner.search.checkpointing_modes import AC_ORDER, DOMINATED_BY, searched_checkpointing
 from planner.search.layouts import enumerate_layouts
 from planner.search.request import PlanRequest
 from planner.throughput.estimate import estimate_throughput

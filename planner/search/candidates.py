@@ -10,7 +10,8 @@ Two exact prunings keep the estimator calls far below the candidate count:
   without it (or with less of it) dominates the same candidate with more:
   none dominates every mode, and selective and op each dominate full, but
   neither dominates the other (op recomputes matmuls and element-wise ops,
-  selective the attention kernel, and either can be the faster: DOMINATED_BY).
+  selective the attention kernel, and either can be the faster:
+  checkpointing_modes.py's DOMINATED_BY).
 Among the fitting micro-batches of one layout, throughput is estimated from
 the largest down until it stops improving (see _scan_micro_batches).
 tests/test_search_pruning.py checks all three against an exhaustive evaluation.
@@ -39,12 +40,12 @@ from dataclasses import dataclass
 
 from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import fit_bytes, host_fits
-from planner.memory.op_checkpointing import check_supported, supports
 from planner.memory.phases import batch_peaks, peak_at
 from planner.memory.runtime import runtime_for
 from planner.models.spec import ModelSpec
 from planner.search import config_copy
 from planner.search.batching import batch_options, infeasible_batch_reason
+from planner.search.checkpointing_modes import DOMINATED_BY, searched_checkpointing
 from planner.search.groups import FamilyRecord, Group, Level, Scored
 from planner.search.layouts import enumerate_layouts
 from planner.search.request import Objective, PlanRequest, training_precision
@@ -56,39 +57,6 @@ from planner.training_config import ActivationCheckpointing, Precision, Strategy
 
 ThroughputAdjust = Callable[[TrainingConfig, ThroughputEstimate], ThroughputEstimate]
 
-AC_ORDER = (
-    ActivationCheckpointing.NONE,
-    ActivationCheckpointing.SELECTIVE,
-    ActivationCheckpointing.OP,
-    ActivationCheckpointing.FULL,
-)
-
-
-def searched_checkpointing(
-    spec: ModelSpec, asked: tuple[ActivationCheckpointing, ...], lora: bool = False
-) -> list[ActivationCheckpointing]:
-    """The asked modes in AC_ORDER, without op-level checkpointing where it is not counted (MoE, encoder-decoders:
-    planner/memory/op_checkpointing.py; LoRA: training_config.py); asking for op alone there is its one-line
-    error (the config's own, when it is built)."""
-    modes = [ac for ac in AC_ORDER if ac in asked]
-    if ActivationCheckpointing.OP in modes and (lora or not supports(spec)) and len(modes) > 1:
-        modes.remove(ActivationCheckpointing.OP)
-    elif modes == [ActivationCheckpointing.OP]:
-        check_supported(spec)
-    return modes
-
-
-# The modes whose fitting candidate makes the same candidate at this mode slower for certain (less recomputation).
-DOMINATED_BY = {
-    ActivationCheckpointing.NONE: (),
-    ActivationCheckpointing.SELECTIVE: (ActivationCheckpointing.NONE,),
-    ActivationCheckpointing.OP: (ActivationCheckpointing.NONE,),
-    ActivationCheckpointing.FULL: (
-        ActivationCheckpointing.NONE,
-        ActivationCheckpointing.SELECTIVE,
-        ActivationCheckpointing.OP,
-    ),
-}
 # (layout identity, precision, AC, the request's config fields) -> (layout, its validated config).
 _LAYOUT_CONFIGS: dict[tuple, tuple[StrategyLayout, TrainingConfig]] = {}
 # (spec, validated config, cluster, implementation identities) -> (those four, their throughput plan).

@@ -11,7 +11,8 @@ from planner.evaluate import memory_on, memory_total_on
 from planner.memory.estimate import MemoryEstimate
 from planner.memory.model_states import BF16_RUNS_MIXED, runs_bf16_as_mixed
 from planner.models.spec import ModelSpec
-from planner.search.candidates import DOMINATED_BY, FamilyRecord, Scored
+from planner.search.candidates import FamilyRecord, Scored
+from planner.search.checkpointing_modes import DOMINATED_BY
 from planner.search.request import Objective, PlanRequest
 from planner.throughput.result import ThroughputEstimate
 from planner.training_config import ActivationCheckpointing, TrainingConfig

@@ -17,13 +17,8 @@ from planner.models.families import splits_over_tp
 from planner.models.spec import ModelSpec
 from planner.plan import Plan
 from planner.search.batching import resolve_global_batch
-from planner.search.candidates import (
-    CandidateEvaluator,
-    Scored,
-    ThroughputAdjust,
-    cluster_variants,
-    searched_checkpointing,
-)
+from planner.search.candidates import CandidateEvaluator, Scored, ThroughputAdjust, cluster_variants
+from planner.search.checkpointing_modes import searched_checkpointing
 from planner.search.compression import auto_line, check_compression_request, compression_lines
 from planner.search.engine_layouts import ENGINE_MODEL_TYPES, engine_applicability, tensor_parallel_degrees
 from planner.search.explain import TIE_TOLERANCE, family_fates, plan_reasons
