@@ -108,12 +108,12 @@ def test_a_selective_or_op_plan_runs_through_our_wrapper_not_the_trainers_whole_
 
 def test_transformers_own_checkpointing_on_the_model_counts_as_what_runs(tmp_path):
     """gradient_checkpointing_enable() on the model recomputes whole blocks whatever the arguments say: PlanCallback
-    counts it (a plan without checkpointing is told so; a full plan runs), and Lightning's PlanStrategy neither nests
-    ours inside it for a full plan nor lets it stand in for a selective one."""
+    counts it (a plan without checkpointing is told so, a selective one what to drop; a full plan runs), and our
+    wrapper, which Lightning's PlanStrategy applies, takes it as full: a no-op for a full plan, one line for another
+    mode (the two would nest)."""
     from transformers import AutoModelForCausalLM, GPT2Config, TrainerControl, TrainerState
 
-    from backends.integrations.lightning_strategy import _plans_checkpointing
-    from backends.parts.activation_checkpointing import applied_mode
+    from backends import activation_checkpointing
     from hardware_selector import training_arguments
     from hardware_selector.integrations import PlanCallback, PlanMismatch
     from planner.errors import UserInputError
@@ -126,11 +126,19 @@ def test_transformers_own_checkpointing_on_the_model_counts_as_what_runs(tmp_pat
     plans = {mode: make_plan(gpus_per_node=1, strategy="ddp", micro_batch=1, grad_accum=2, activation_checkpointing=mode)
              for mode in ("none", "full", "selective")}  # fmt: skip
     model = hf_checkpointed()
-    args = training_arguments(plans["none"], tmp_path / "out")
+    begin = TrainerState(), TrainerControl()
     with pytest.raises(PlanMismatch, match=r"activation checkpointing full \(plan none\)"):
-        PlanCallback(plans["none"], record=False).on_train_begin(args, TrainerState(), TrainerControl(), model=model)
-    PlanCallback(plans["full"], record=False).on_train_begin(args, TrainerState(), TrainerControl(), model=model)
-    _plans_checkpointing(model, plans["full"])
-    assert applied_mode(model) == "none"  # transformers' full stands: ours not nested inside it
-    with pytest.raises(UserInputError, match="transformers' gradient checkpointing is on.*drop gradient_checkpointing"):
-        _plans_checkpointing(hf_checkpointed(), plans["selective"])
+        PlanCallback(plans["none"], record=False).on_train_begin(
+            training_arguments(plans["none"], tmp_path / "a"), *begin, model=model
+        )
+    with pytest.raises(PlanMismatch, match=r"plan selective, .*: drop gradient_checkpointing_enable\(\) on the model"):
+        PlanCallback(plans["selective"], record=False).on_train_begin(
+            training_arguments(plans["selective"], tmp_path / "b", gradient_checkpointing=False), *begin, model=model
+        )
+    PlanCallback(plans["full"], record=False).on_train_begin(
+        training_arguments(plans["full"], tmp_path / "c"), *begin, model=model
+    )
+    activation_checkpointing.apply(model, "full")  # transformers' full stands: nothing nested inside it
+    assert not any(hasattr(module, activation_checkpointing.APPLIED) for module in model.modules())
+    with pytest.raises(UserInputError, match=r"already recomputes as full \(transformers' gradient checkpointing\)"):
+        activation_checkpointing.apply(hf_checkpointed(), "selective")

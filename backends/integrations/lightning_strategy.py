@@ -157,29 +157,6 @@ class PlanFSDP2Strategy(ModelParallelStrategy):
                 fully_shard(child, **options)
 
 
-def _plans_checkpointing(module: torch.nn.Module, plan: Plan) -> None:
-    """The plan's activation checkpointing on the module's repeated blocks (backends/parts/activation_checkpointing.py),
-    unless it already carries ours: Lightning's DDP and DeepSpeed strategies checkpoint nothing themselves."""
-    from backends.parts.activation_checkpointing import (
-        applied_mode,
-        apply_activation_checkpointing,
-        transformers_checkpointing_on,
-    )
-
-    mode = plan.config.activation_checkpointing.value
-    if mode == "none" or applied_mode(module) != "none":
-        return
-    if transformers_checkpointing_on(module):  # transformers' own recomputes whole blocks: the plan's full, as is
-        if mode != "full":
-            raise UserInputError(
-                f"the module recomputes whole blocks (transformers' gradient checkpointing is on) and the plan's "
-                f"{mode} checkpointing runs through our wrapper: drop gradient_checkpointing_enable(), PlanStrategy "
-                "applies the plan's"
-            )
-        return
-    apply_activation_checkpointing(module, mode)
-
-
 def _checked(base: type, plan: Plan, run: RunConfig) -> type:
     """`base` whose setup first compares the Lightning Trainer with the plan (one line per run)."""
 
@@ -188,8 +165,13 @@ def _checked(base: type, plan: Plan, run: RunConfig) -> type:
         if found:
             subject = f"the Lightning Trainer does not run the plan for {plan.model.name}"
             raise UserInputError(mismatch_line(subject, found, "build it with plan_trainer_kwargs(plan)"))
-        if base is not PlanFSDP2Strategy:  # (its _shard checkpoints the blocks before it shards them)
-            _plans_checkpointing(self.lightning_module, plan)
+        mode = plan.config.activation_checkpointing.value
+        if base is not PlanFSDP2Strategy and mode != "none":  # (FSDP's _shard checkpoints before it shards)
+            # Lightning's DDP and DeepSpeed checkpoint nothing; ours or transformers' own already there is kept
+            # when it is the plan's mode, and a nesting is one line (backends/parts/activation_checkpointing.py).
+            from backends.parts.activation_checkpointing import apply_activation_checkpointing
+
+            apply_activation_checkpointing(self.lightning_module, mode)
         base.setup(self, trainer)
 
     return type(f"Plan{base.__name__}", (base,), {"setup": setup})

@@ -119,15 +119,16 @@ def _checkpointing_difference(
     with the Trainer's own turned off: the phrase then says which of the two steps is missing."""
     from backends.parts.activation_checkpointing import applied_mode, transformers_checkpointing_on
 
-    ours = applied_mode(model) if model is not None else "none"
-    trainer_recomputes = trainer_recomputes or (model is not None and transformers_checkpointing_on(model))
-    running = "full" if trainer_recomputes else ours
+    on_model = applied_mode(model) if model is not None else "none"  # ours, or transformers' own (full)
+    running = "full" if trainer_recomputes else on_model
     if running == planned.value:
         return []
     if planned not in (ActivationCheckpointing.SELECTIVE, ActivationCheckpointing.OP):
         return [f"activation checkpointing {running} (plan {planned.value})"]
     steps = []
-    if ours != planned.value:
+    if model is not None and transformers_checkpointing_on(model):
+        steps.append("drop gradient_checkpointing_enable() on the model")
+    if on_model != planned.value:
         steps.append(
             f'apply activation_checkpointing.apply(model, "{planned.value}") (from backends import activation_checkpointing)'
         )

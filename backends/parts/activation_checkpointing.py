@@ -23,9 +23,11 @@ def transformers_checkpointing_on(model: Any) -> bool:
 
 
 def applied_mode(model: Any) -> str:
-    """The activation checkpointing apply() gave `model` or a module inside it ("none" when it was never called)."""
+    """The activation checkpointing `model` already recomputes with: what apply() gave it or a module inside it,
+    else "full" when transformers' own is on (whole blocks), else "none"."""
     modules = model.modules() if hasattr(model, "modules") else [model]
-    return next((getattr(module, APPLIED) for module in modules if hasattr(module, APPLIED)), "none")
+    ours = next((getattr(module, APPLIED) for module in modules if hasattr(module, APPLIED)), None)
+    return ours or ("full" if transformers_checkpointing_on(model) else "none")
 
 
 def _recompute_in_backward(module: Any, keep_matmuls: bool = False) -> None:
@@ -98,13 +100,14 @@ def apply_activation_checkpointing(model: Any, mode: str, blocks: list | None = 
     if mode == "none":
         return []
     found = list(blocks) if blocks is not None else _blocks_of(model)
-    already = applied_mode(model)
+    already = applied_mode(model)  # ours, or transformers' own (full)
     if already == mode:
         return found
     if already != "none":
+        theirs = " (transformers' gradient checkpointing)" if transformers_checkpointing_on(model) else ""
         raise UserInputError(
-            f"activation checkpointing {mode} on {type(model).__name__}, which already recomputes as {already}: the "
-            "two would nest; build the model afresh for another mode"
+            f"activation checkpointing {mode} on {type(model).__name__}, which already recomputes as {already}{theirs}: "
+            "the two would nest; build the model afresh, or drop gradient_checkpointing_enable(), for another mode"
         )
     if not found:
         raise UserInputError(

@@ -315,8 +315,8 @@ def micro_batch_communication(
     # backward, two more when full or op-level checkpointing repeats the forward.
     rows = micro_batch * plan.seq_len / plan.cp  # this rank's share of the tokens
     activation_bytes = rows * plan.hidden * plan.element
-    full = checkpointing in FORWARD_AGAIN
-    tp_per_block = 4 + (2 if full else 0)
+    forward_again = checkpointing in FORWARD_AGAIN
+    tp_per_block = 4 + (2 if forward_again else 0)
     tp_comm = 0.0  # what all_reduce_s gives a group of one
     if plan.tp_all_reduce is not None:
         tp_comm = accum * blocks * tp_per_block * plan.tp_all_reduce.seconds(activation_bytes)
@@ -332,13 +332,13 @@ def micro_batch_communication(
     ep_exposed = max(0.0, ep_comm - accum * stage.total_s) if plan.overlaps_expert_all_to_all else ep_comm
 
     # Context parallelism (as our engine runs it): each block all-gathers the sequence's keys and values over
-    # the cp ranks in forward (again when full checkpointing recomputes it) and reduce-scatters their
+    # the cp ranks in forward (again when full or op-level checkpointing recomputes it) and reduce-scatters their
     # gradients in backward, the same volume; not overlapped with the attention. A ring (Megatron-LM) moves
     # the same bytes a chunk at a time under the attention of the chunk before: only the excess waits.
     cp_comm = 0.0
     if plan.cp > 1:
         gathered = 2 * micro_batch * plan.seq_len * plan.kv_width / tp * plan.element
-        passes = 2 + (1 if full else 0)
+        passes = 2 + (1 if forward_again else 0)
         cp_comm = accum * blocks * passes * all_gather_s(links, plan.cp_group, gathered)
     cp_exposed = max(0.0, cp_comm - accum * stage.attention_s) if plan.overlaps_context_exchange else cp_comm
 
