@@ -164,7 +164,9 @@ def implementation_of(row: dict) -> Implementation:
     that departs from the preset (Meta's Llama 3 stack all-gathered them: `context_exchange: all-gather`), and
     the kernel stack its code ran where that departs from the preset (BLOOM's ALiBi: `kernel_stack`), the
     activation checkpoints per block DeepSpeed moved to CPU memory (ZeRO-Infinity's example: `checkpoints_to_cpu`),
-    and DeepSpeed's BF16Optimizer where the row ran it (BLOOM: `bf16_optimizer`)."""
+    DeepSpeed's BF16Optimizer where the row ran it (BLOOM: `bf16_optimizer`), and whether the version that ran
+    compiled its loss under --compile where that departs from the preset (torchtitan's December 2024 tables did
+    not: `compiled_loss: false`)."""
     preset = IMPLEMENTATIONS[row["implementation"]]
     if "context_exchange" in row:
         preset = dataclasses.replace(preset, overlaps_context_exchange=row["context_exchange"] == "ring")
@@ -174,6 +176,8 @@ def implementation_of(row: dict) -> Implementation:
         preset = dataclasses.replace(preset, checkpoints_to_cpu=row["checkpoints_to_cpu"])
     if row.get("bf16_optimizer"):  # DeepSpeed's BF16Optimizer (BLOOM): fp32 gradients all-reduced over dp
         preset = dataclasses.replace(preset, all_reduces_fp32_gradients=True)
+    if "compiled_loss" in row:
+        preset = dataclasses.replace(preset, compiles_loss=row["compiled_loss"])
     return preset
 
 

@@ -186,15 +186,19 @@ def update_docs(path: Path, table: str) -> None:
 def llm_foundry_fit_check() -> str:
     """How many of llm-foundry's measured runs (they ran, so they fit) our estimate calls over.
 
-    Not a pass/fail check: llm-foundry's MPT stack uses a fused in-place cross-entropy and
-    no dropout, while the estimate describes HF transformers' loss (fp32 log-softmax,
-    12 bytes per logit at backward start), so it is conservative there.
+    Not a pass/fail check: each run is counted with llm-foundry's loss (flash-attn's fused cross-entropy, 4 bytes
+    per logit at backward start: planner/memory/loss_kernels.py) and HF transformers' blocks, where MPT's keep no
+    dropout.
     """
     from benchmarks.accuracy.calibrate_throughput import calibration_cases, held_out_cases
     from benchmarks.memory.published_runs_fit import capacity_ratio
+    from planner.throughput.implementation import LLM_FOUNDRY
 
     cases = calibration_cases() + [case for group in held_out_cases().values() for case in group]
-    ratios = [capacity_ratio(spec, config, cluster) for _, spec, config, cluster in cases]
+    ratios = [
+        capacity_ratio(spec, config, cluster, LLM_FOUNDRY.loss_kernel_under(config.kernels))
+        for _, spec, config, cluster in cases
+    ]
     over = [ratio for ratio in ratios if ratio > 1]
     return (
         f"llm-foundry measured runs (MPT, FSDP, A100/H100): {len(over)} of {len(ratios)} estimated over the GPU "

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from planner.memory.activations import ActivationShape, Widths, _per_token, op_kept_bytes, vision_tower_bytes
 from planner.memory.arch_traits import arch_traits
+from planner.memory.loss_kernels import LossKernel, loss_bytes
 from planner.memory.op_checkpointing import last_output_bytes_per_token
 from planner.models.spec import ModelSpec
 from planner.training_config import ActivationCheckpointing, KernelChoice, PipelineSchedule, TrainingConfig
@@ -21,8 +22,8 @@ from planner.training_config import ActivationCheckpointing, KernelChoice, Pipel
 @dataclass
 class ActivationEstimate:
     activations: float  # saved for backward on the most loaded rank, all micro-batches in flight
-    loss_backward: float  # fp32 log-softmax output, its gradient and its input's gradient
-    loss_forward: float  # 16-bit logits, their fp32 copy and the log-softmax output
+    loss_backward: float  # what the loss holds while its backward runs (loss_kernels.py)
+    loss_forward: float  # what it holds at the forward's end, the logits included
     recompute: float  # one block rebuilt under full or op-level checkpointing, during backward
     per_layer: float  # one block, one micro-batch, as stored
     micro_batches_in_flight: float
@@ -41,8 +42,10 @@ def _in_flight(pp: int, schedule: PipelineSchedule, virtual_stages: int, m: int)
     return in_flight
 
 
-def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> ActivationEstimate:
-    return activations_at(activation_terms(spec, config, widths), config.micro_batch, config.grad_accum)
+def estimate_activations(
+    spec: ModelSpec, config: TrainingConfig, widths: Widths, loss: LossKernel = LossKernel.EAGER
+) -> ActivationEstimate:
+    return activations_at(activation_terms(spec, config, widths, loss), config.micro_batch, config.grad_accum)
 
 
 @dataclass(slots=True)
@@ -71,9 +74,12 @@ class ActivationTerms:
     hidden_size: int
     vocab_size: int
     recomputed_block: float  # per token: what backward rebuilds of one block (full: all of it; op: the rest)
+    loss: LossKernel  # the cross-entropy's kernel (loss_kernels.py), where Liger's chunks do not replace it
 
 
-def activation_terms(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> ActivationTerms:
+def activation_terms(
+    spec: ModelSpec, config: TrainingConfig, widths: Widths, loss: LossKernel = LossKernel.EAGER
+) -> ActivationTerms:
     layout = ActivationShape.of(config)
     kept, head, largest_block, layer_bytes = _per_token(spec, layout, widths)
     pp = config.pipeline_parallel
@@ -86,7 +92,7 @@ def activation_terms(spec: ModelSpec, config: TrainingConfig, widths: Widths) ->
         config.kernels is KernelChoice.LIGER,
         widths.compute == 2 and not widths.autocast and arch_traits(spec).loss_in_logits_dtype,
         widths.compute, spec.hidden_size, spec.vocab_size,
-        _recomputed_block(spec, config, layout, widths, largest_block),
+        _recomputed_block(spec, config, layout, widths, largest_block), loss,
     )  # fmt: skip
 
 
@@ -108,6 +114,8 @@ def activations_at(terms: ActivationTerms, micro_batch: int, grad_accum: int) ->
     tokens = micro_batch * terms.seq_len // terms.context_parallel  # this rank's share
     in_flight = _in_flight(terms.pipeline_parallel, terms.schedule, terms.virtual_stages, grad_accum)
     logits = tokens * terms.vocab_size / terms.tensor_parallel if terms.output_head else 0.0
+    w = terms.compute_width
+    per_logit = loss_bytes(terms.loss, w)
     activations = (kept + head) * tokens
     last_stage = False
     if terms.pipeline_parallel > 1:
@@ -116,19 +124,18 @@ def activations_at(terms: ActivationTerms, micro_batch: int, grad_accum: int) ->
         # `kept` is for layers/pp of each stack: scale it to the first and last ranks' share of the map.
         first = kept * terms.first_layers / terms.even_layers * tokens * in_flight
         last_in_flight = grad_accum if terms.schedule is PipelineSchedule.GPIPE else 1
-        # GPipe keeps every micro-batch's fp32 log-softmax output until its backward.
-        last = (kept * terms.last_layers / terms.even_layers + head) * tokens * last_in_flight + 4 * logits * (
-            last_in_flight - 1
+        # GPipe keeps what every micro-batch's loss saved (the eager loss: its fp32 log-softmax) until its backward.
+        last = (kept * terms.last_layers / terms.even_layers + head) * tokens * last_in_flight + per_logit.saved * (
+            logits * (last_in_flight - 1)
         )
-        last_stage = last + 12 * logits > first
+        last_stage = last + per_logit.backward_start * logits > first
         activations = last if last_stage else first
         if not last_stage:
             logits = 0.0
     if terms.vision_per_sample is not None:
         activations += terms.vision_per_sample * micro_batch
-    w = terms.compute_width
-    loss_forward = (4 + w + (4 if w != 4 else 0)) * logits
-    loss_backward = 12 * logits
+    loss_forward = per_logit.forward_end * logits
+    loss_backward = per_logit.backward_start * logits
     if terms.liger and logits:
         # Liger's fused linear cross-entropy never holds the whole logits: it runs the head and the loss over
         # chunks of about hidden/vocab of the tokens (fp32 logits and their gradient, one chunk at a time) and
@@ -136,7 +143,7 @@ def activations_at(terms: ActivationTerms, micro_batch: int, grad_accum: int) ->
         chunk = 2 * 4 * (logits / terms.vocab_size) * terms.hidden_size
         held = w * (logits / terms.vocab_size) * terms.hidden_size
         loss_forward, loss_backward = chunk + held, held
-    elif terms.loss_16bit:
+    elif terms.loss_16bit and terms.loss is LossKernel.EAGER:
         # 16-bit weights without autocast and a loss that does not upcast: log-softmax in 16 bits, its
         # output and its gradient at backward start (trace whisper-small-fsdp4-b8-s448-bf16mixed).
         loss_forward, loss_backward = 2 * 2 * logits, 2 * 2 * logits

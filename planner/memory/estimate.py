@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.gradient_compression import wire_source
 from planner.limits import MAX_GIB, check_number
+from planner.memory.loss_kernels import LOSS_TEMPORARIES, LossKernel
 from planner.memory.model_states import (
     BF16_RUNS_MIXED,
     SINGLE_TENSOR_ADAM_TEMPORARIES,
@@ -156,9 +157,10 @@ def estimate_memory_bytes(
     gpus_per_node: int,
     overhead: OverheadSettings = DEFAULT_OVERHEAD,
     runtime: Runtime = Runtime.CUDA,
+    loss: LossKernel = LossKernel.EAGER,
 ) -> dict[str, int]:
     """Per-GPU bytes by category plus "total", "cpu_per_node" and "nvme_per_node": the fast path."""
-    peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime)
+    peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime, loss=loss)
     result = _with_overhead(_tensors(peak, runtime), overhead, runtime)
     result["cpu_per_node"] = int(peak.cpu_per_rank * gpus_per_node)
     result["nvme_per_node"] = int(peak.nvme_per_rank * gpus_per_node)
@@ -177,6 +179,7 @@ def estimate_memory(
     overhead: OverheadSettings = DEFAULT_OVERHEAD,
     runtime: Runtime = Runtime.CUDA,
     nvme_capacity_per_node_bytes: int | None = None,
+    loss: LossKernel = LossKernel.EAGER,
 ) -> MemoryEstimate:
     """Per-GPU memory of one training configuration, and whether it fits.
 
@@ -184,10 +187,11 @@ def estimate_memory(
     it (benchmarks/memory/memory_trace.py), for validation; see runtime.py.
     runtime=Runtime.CPU describes the cpu device, whose memory is the host's RAM: what the rank offloads to the
     CPU is counted in its total, as the "host_offload" category.
+    loss: the kernel the training stack runs its cross-entropy with (loss_kernels.py); ours is torch's eager one.
     """
-    peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime)
+    peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime, loss=loss)
     tensors = _tensors(peak, runtime)
-    sources = _sources(config, peak.phase, runtime, overhead)
+    sources = _sources(config, peak.phase, runtime, overhead, loss)
     notes = peak.notes
     if HOST_OFFLOAD in tensors:
         sources[HOST_OFFLOAD] = (
@@ -237,7 +241,9 @@ def _overhead_source(overhead: OverheadSettings, runtime: Runtime) -> str:
     )
 
 
-def _sources(config: TrainingConfig, phase: str, runtime: Runtime, overhead: OverheadSettings) -> dict[str, str]:
+def _sources(
+    config: TrainingConfig, phase: str, runtime: Runtime, overhead: OverheadSettings, loss: LossKernel
+) -> dict[str, str]:
     framework = "PyTorch-native layout" if uses_native_mixed_precision(config) else "DeepSpeed-style layout"
     if runs_bf16_as_mixed(config):
         framework += f"; {BF16_RUNS_MIXED}"
@@ -259,7 +265,7 @@ def _sources(config: TrainingConfig, phase: str, runtime: Runtime, overhead: Ove
             if config.activation_checkpointing is ActivationCheckpointing.OP
             else ""
         ),
-        "temporaries": "formula: fp32 log-softmax over the vocabulary and its gradients; recomputed block",
+        "temporaries": f"formula: {LOSS_TEMPORARIES[loss]}; recomputed block",
         "buffers": buffers,
         "overhead": _overhead_source(overhead, runtime),
     }

@@ -1,9 +1,10 @@
 """The peak of one training step: the largest of five moments, on the most loaded GPU.
 
-- forward-end: activations, the logits and log-softmax of the loss, and
+- forward-end: activations, the logits and what the loss made of them, and
   autocast's cache of 16-bit weight copies (freed when forward ends);
-- backward-start: activations, and the fp32 log-softmax output beside its
-  gradient and its input's gradient (usually the peak);
+- backward-start: activations, and what the loss holds while its backward runs
+  (the eager loss: the fp32 log-softmax output beside its gradient and its
+  input's gradient; loss_kernels.py) (usually the peak);
 - backward-recompute (full or op-level checkpointing): one block rebuilt beside
   what the blocks kept;
 - backward-end: every gradient, plus two more copies of a tied embedding's
@@ -25,6 +26,7 @@ from planner.config_key import config_key_without_batch
 from planner.memory.activation_batch import ActivationTerms, activation_terms, activations_at
 from planner.memory.activations import Widths, activation_widths
 from planner.memory.buffers import Buffers, estimate_buffers
+from planner.memory.loss_kernels import LossKernel
 from planner.memory.model_states import ModelStates, model_state_bytes, uses_native_mixed_precision
 from planner.memory.rank_params import RankParams, rank_params
 from planner.memory.runtime import Runtime
@@ -59,15 +61,21 @@ class StepPeak:
 class BatchPeaks(dict[tuple[int, int], StepPeak]):
     """The step peaks of one config at any batch, by (micro-batch, accumulation), and what they share."""
 
-    __slots__ = ("line",)
+    __slots__ = ("line", "loss")
 
-    def __init__(self) -> None:
+    def __init__(self, loss: LossKernel = LossKernel.EAGER) -> None:
         super().__init__()
         self.line: _Line | None = None  # made at the first peak
+        self.loss = loss  # the cross-entropy's kernel, which the stack decides (loss_kernels.py)
 
 
 def batch_peaks(
-    spec: ModelSpec, config: TrainingConfig, world_size: int, gpus_per_node: int, runtime: Runtime = Runtime.CUDA
+    spec: ModelSpec,
+    config: TrainingConfig,
+    world_size: int,
+    gpus_per_node: int,
+    runtime: Runtime = Runtime.CUDA,
+    loss: LossKernel = LossKernel.EAGER,
 ) -> BatchPeaks:
     """The step peaks computed so far for `config` at any micro-batch and accumulation, by (micro-batch,
     accumulation): step_peak's memo, which a caller asking about many batches of one config (the search, per
@@ -76,14 +84,14 @@ def batch_peaks(
     Keyed by the config's plain values (planner/config_key.py), not the config: pydantic's __hash__ and
     __eq__ cost more than the rest of a cache hit. The values decide the peak alone."""
     global _peaks_held
-    key = (id(spec), config_key_without_batch(config), world_size, gpus_per_node, runtime)
+    key = (id(spec), config_key_without_batch(config), world_size, gpus_per_node, runtime, loss)
     entry = _PEAKS.get(key)
     if entry is not None and entry[0] is spec:
         return entry[1]
     if len(_PEAKS) >= _MAX_PEAKS or _peaks_held >= _MAX_PEAKS:
         _PEAKS.clear()  # (a caller's dict stays valid: it is only no longer shared)
         _peaks_held = 0
-    peaks = BatchPeaks()
+    peaks = BatchPeaks(loss)
     _PEAKS[key] = (spec, peaks)  # holding the spec keeps its id from being reused while the entry lives
     return peaks
 
@@ -96,11 +104,12 @@ def step_peak(
     gpus_per_node: int,
     runtime: Runtime = Runtime.CUDA,
     peaks: BatchPeaks | None = None,
+    loss: LossKernel = LossKernel.EAGER,
 ) -> StepPeak:
     """The step's peak; memoised, since the search asks again for other GPUs of the same size.
-    `peaks`: batch_peaks of this config, when the caller has it."""
+    `peaks`: batch_peaks of this config, when the caller has it (its loss kernel then decides, not `loss`)."""
     if peaks is None:
-        peaks = batch_peaks(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime)
+        peaks = batch_peaks(spec, config, world_size, gpus_per_node, runtime, loss)
     return peak_at(spec, config, config.micro_batch, config.grad_accum, world_size, gpus_per_node, peaks, runtime)
 
 
@@ -122,7 +131,7 @@ def peak_at(
     if peak is None:
         line = peaks.line
         if line is None:
-            line = peaks.line = _Line(spec, config, world_size, gpus_per_node, runtime, grad_accum)
+            line = peaks.line = _Line(spec, config, world_size, gpus_per_node, runtime, grad_accum, peaks.loss)
         peak = peaks[batch] = line.peak(micro_batch, grad_accum)
         _peaks_held += 1
     return peak
@@ -199,7 +208,14 @@ class _Line:
     A peak then costs its batch's arithmetic (peak), the same for every caller."""
 
     def __init__(
-        self, spec: ModelSpec, config: TrainingConfig, world_size: int, gpus_per_node: int, runtime: Runtime, accum: int
+        self,
+        spec: ModelSpec,
+        config: TrainingConfig,
+        world_size: int,
+        gpus_per_node: int,
+        runtime: Runtime,
+        accum: int,
+        loss: LossKernel = LossKernel.EAGER,
     ) -> None:
         config.check_against(spec, world_size, gpus_per_node, traced=runtime is Runtime.CPU_TRACE, grad_accum=accum)
         self.spec, self.config, self.gpus_per_node, self.runtime = spec, config, gpus_per_node, runtime
@@ -211,7 +227,7 @@ class _Line:
             self.fixed = _batch_independent(spec, config, self.dp, gpus_per_node, runtime)
         self.by_micro: dict[int, _BatchIndependent] = {}
         widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
-        self.terms: ActivationTerms = activation_terms(spec, config, widths)
+        self.terms: ActivationTerms = activation_terms(spec, config, widths, loss)
         self.routing_note = None
         if spec.is_moe and (config.expert_parallel > 1 or not config.routing.is_default):
             self.routing_note = config.routing.note(config.expert_parallel)

@@ -114,6 +114,14 @@ checked on fourteen others, and says so wherever it moves an estimate:
   paper's about 3 GB/s per GPU on a DGX-2). Set per row
   (`checkpoints_to_cpu` in benchmarks/data/published_zero_papers.yaml); no
   preset of ours runs it (our ds_config refuses cpu_checkpointing).
+- loss_kernel, compiles_loss: the kernel the codebase runs its cross-entropy with, which decides what the loss
+  holds of the logits (planner/memory/loss_kernels.py; the one switch here the memory estimate reads): torch's
+  eager one in ours (transformers' loss; our engine compiles the blocks, not the loss), flash-attn's fused
+  CrossEntropyLoss in llm-foundry (its default `loss_fn: fused_crossentropy`,
+  llmfoundry/models/mpt/modeling_mpt.py at b2a43a14, and in the April 2023 code at 9fa3ceb9a), Megatron-LM's
+  vocab-parallel one in Megatron-LM, Megatron-Core and Megatron-DeepSpeed; torchtitan compiles its loss under
+  --compile (`build_cross_entropy_loss`, torchtitan/components/loss.py at e7c0cae, since bbb1b616e of
+  2025-04-02; at 9dec370, the version of its December 2024 tables, the line was commented out), which fuses it.
 - measured_shortfall: a cost the codebase's published runs measure and no
   mechanism read accounts for, calibrated on some of those runs and checked on
   the others (measured_shortfall.py): on in megatron-deepspeed-2022, the code
@@ -124,7 +132,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from planner.contract.choices import Strategy
+from planner.contract.choices import KernelChoice, Strategy
+from planner.memory.loss_kernels import LossKernel
 from planner.throughput.kernel_stack import KernelStack
 from planner.throughput.measured_shortfall import MEGATRON_DEEPSPEED_2022_SHORTFALL, MeasuredShortfall
 
@@ -151,9 +160,15 @@ class Implementation:
     reduces_gradients_after_flush: bool = False
     all_reduces_fp32_gradients: bool = False
     measured_shortfall: MeasuredShortfall | None = None
+    loss_kernel: LossKernel = LossKernel.EAGER
+    compiles_loss: bool = False  # under --kernels compile the loss is compiled too (torch.compile fuses it)
     # The strategies this codebase trains with, as our configs name them: Megatron-LM's TP x PP x DP with a
     # distributed optimizer is our engine's layout, llm-foundry trains with torch FSDP, and so on.
     strategies: tuple[Strategy, ...] = ALL_STRATEGIES
+
+    def loss_kernel_under(self, kernels: KernelChoice) -> LossKernel:
+        """The cross-entropy's kernel under this kernel choice (Liger's chunked loss is the config's own)."""
+        return LossKernel.FUSED if self.compiles_loss and kernels is KernelChoice.COMPILE else self.loss_kernel
 
 
 # What this project's strategies run (DDP, FSDP, DeepSpeed and the engine all train
@@ -168,12 +183,23 @@ OUR_STRATEGIES = Implementation(
     expert_tokens_split_over_tp=False,
 )
 LLM_FOUNDRY = Implementation(
-    "llm-foundry (MPT, torch FSDP)", KernelStack.FUSED, False, False, strategies=(Strategy.FSDP,)
+    "llm-foundry (MPT, torch FSDP)",
+    KernelStack.FUSED,
+    False,
+    False,
+    loss_kernel=LossKernel.FUSED,
+    strategies=(Strategy.FSDP,),
 )
 # Megatron-LM's fused kernels with attention dropout (p = 0.1, its default) after the fused softmax, as in
 # Megatron-DeepSpeed, whose attention is Megatron-LM's (attention_chain.py; flash attention runs none of it).
 MEGATRON_LM = Implementation(
-    "Megatron-LM", KernelStack.MEGATRON_LM, True, False, overlaps_context_exchange=True, strategies=(Strategy.ENGINE,)
+    "Megatron-LM",
+    KernelStack.MEGATRON_LM,
+    True,
+    False,
+    overlaps_context_exchange=True,
+    loss_kernel=LossKernel.MEGATRON,
+    strategies=(Strategy.ENGINE,),
 )
 # Megatron-DeepSpeed's fused kernels with its attention dropout (p = 0.1, its default) after the fused softmax, the
 # extra s x s passes traced in attention_chain.py; a row whose code ran otherwise says so (BLOOM's ALiBi: the
@@ -185,6 +211,7 @@ MEGATRON_DEEPSPEED = Implementation(
     False,
     serial_pipeline_transfers=True,
     reduces_gradients_after_flush=True,
+    loss_kernel=LossKernel.MEGATRON,
     strategies=(Strategy.ENGINE, Strategy.DEEPSPEED),
 )
 # The same code as MT-NLG (2021) and BigScience (2022) ran it, on DeepSpeed 0.5-0.6: a cost its runs measure and
@@ -200,7 +227,7 @@ DEEPSPEED_ZERO3_2021 = Implementation(
 # torchtitan (FSDP2, its own Llama): eager, its RMSNorm and rotary are chains of small kernels as in transformers;
 # `--kernels compile` (torchtitan's --compile) fuses them. Collectives as llm-foundry's FSDP measured.
 TORCHTITAN = Implementation("torchtitan (FSDP2, its own Llama; --kernels compile for torch.compile)",
-                            KernelStack.HF_EAGER, False, False,
+                            KernelStack.HF_EAGER, False, False, compiles_loss=True,
                             strategies=(Strategy.FSDP, Strategy.ENGINE))  # fmt: skip
 DEEPSEEK_DUALPIPE = Implementation(
     "DeepSeek-V3's stack (DualPipe, overlapped expert all-to-all)",
