@@ -11,9 +11,9 @@ from pydantic import BaseModel, ConfigDict
 from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import MemoryEstimate, OverheadSettings, estimate_memory, fit_bytes
-from planner.memory.loss_kernels import LossKernel
 from planner.memory.phases import step_peak
 from planner.memory.runtime import runtime_for
+from planner.memory.stack_memory import OURS, StackMemory
 from planner.models.spec import ModelSpec
 from planner.throughput.estimate import check_fp8_gpu, estimate_throughput
 from planner.throughput.result import ThroughputEstimate
@@ -52,10 +52,10 @@ def memory_on(
     *,
     headroom_fraction: float = 0.0,
     overhead: OverheadSettings = OverheadSettings(),
-    loss: LossKernel = LossKernel.EAGER,
+    stack: StackMemory = OURS,
 ) -> MemoryEstimate:
-    """Per-GPU memory of this config on this cluster, with the cluster's GPU and CPU capacities; `loss`: the
-    kernel the training stack runs its cross-entropy with (planner/memory/loss_kernels.py; ours: torch's eager)."""
+    """Per-GPU memory of this config on this cluster, with the cluster's GPU and CPU capacities; `stack`: what the
+    training stack decides of it (planner/memory/stack_memory.py: its loss kernel, where its checkpoints live)."""
     return estimate_memory(
         spec,
         config,
@@ -67,7 +67,7 @@ def memory_on(
         headroom_fraction=headroom_fraction,
         overhead=overhead,
         runtime=runtime_for(cluster.gpu),
-        loss=loss,
+        stack=stack,
     )
 
 
@@ -95,14 +95,14 @@ def evaluate(
     preset = implementation_named(implementation)  # a wrong name is one line before any work
     check_fp8_gpu(config, cluster)
     config = config.with_stage_map(spec)  # pp that does not divide the layers: the default uneven map
-    loss = preset.loss_kernel_under(config.kernels)
-    memory = memory_on(spec, config, cluster, headroom_fraction=headroom_fraction, overhead=overhead, loss=loss)
+    stack = preset.stack_memory(config.kernels)
+    memory = memory_on(spec, config, cluster, headroom_fraction=headroom_fraction, overhead=overhead, stack=stack)
     if (
         preset is not OUR_STRATEGIES
     ):  # the preset moves the speed and the loss's memory (step_sources.OTHER_STACK_MEMORY)
         notes = [
             f"--implementation {implementation}: memory counted for transformers' modules, with this stack's "
-            f"cross-entropy ({loss.value}: planner/memory/loss_kernels.py); its blocks may keep less"
+            f"cross-entropy ({stack.loss.value}: planner/memory/loss_kernels.py); its blocks may keep less"
         ]
         if preset is TORCHTITAN and config.activation_checkpointing is ActivationCheckpointing.SELECTIVE:
             # torchtitan's "selective" is its op-level policy by default (train_configs' selective_ac_option 'op').

@@ -86,13 +86,14 @@ def test_the_backward_start_moves_by_the_kernels_difference_alone():
     """The same step with the fused loss: the backward-start moment holds (12 - 4) bytes less per logit, every other
     moment's tensors are the same but forward-end's loss term ((10 - 2) less)."""
     from planner.memory.phases import step_peak
+    from planner.memory.stack_memory import StackMemory
     from planner.models.resolve import resolve_model
     from planner.training_config import TrainingConfig
 
     spec = resolve_model("llama-3.1-8b")
     config = TrainingConfig(strategy="fsdp", precision="bf16-mixed", micro_batch=2, seq_len=4096)
     eager = step_peak(spec, config, world_size=8, gpus_per_node=8)
-    fused = step_peak(spec, config, world_size=8, gpus_per_node=8, loss=LossKernel.FUSED)
+    fused = step_peak(spec, config, world_size=8, gpus_per_node=8, stack=StackMemory(loss=LossKernel.FUSED))
     logits = 2 * 4096 * spec.vocab_size
     assert eager.by_phase["backward-start"] - fused.by_phase["backward-start"] == pytest.approx(8 * logits)
     assert eager.by_phase["forward-end"] - fused.by_phase["forward-end"] == pytest.approx(8 * logits)
@@ -133,7 +134,7 @@ def test_llm_foundrys_runs_fit_with_its_loss():
 
     cases = calibration_cases() + [case for group in held_out_cases().values() for case in group]
     assert len(cases) == 303
-    fused = [capacity_ratio(*case[1:], LLM_FOUNDRY.loss_kernel_under(case[2].kernels)) for case in cases]
+    fused = [capacity_ratio(*case[1:], LLM_FOUNDRY.stack_memory(case[2].kernels)) for case in cases]
     eager = [capacity_ratio(*case[1:]) for case in cases]
     assert sum(ratio > 1 for ratio in fused) == 17 and max(fused) < 1.032
     assert sum(ratio > 1 for ratio in eager) == 107 and 1.37 < max(eager) < 1.39

@@ -196,7 +196,7 @@ def llm_foundry_fit_check() -> str:
 
     cases = calibration_cases() + [case for group in held_out_cases().values() for case in group]
     ratios = [
-        capacity_ratio(spec, config, cluster, LLM_FOUNDRY.loss_kernel_under(config.kernels))
+        capacity_ratio(spec, config, cluster, LLM_FOUNDRY.stack_memory(config.kernels))
         for _, spec, config, cluster in cases
     ]
     over = [ratio for ratio in ratios if ratio > 1]

@@ -15,6 +15,7 @@ from planner.memory.activations import ActivationShape, Widths, _per_token, op_k
 from planner.memory.arch_traits import arch_traits
 from planner.memory.loss_kernels import LossKernel, loss_bytes
 from planner.memory.op_checkpointing import last_output_bytes_per_token
+from planner.memory.stack_memory import OURS, StackMemory
 from planner.models.spec import ModelSpec
 from planner.training_config import ActivationCheckpointing, KernelChoice, PipelineSchedule, TrainingConfig
 
@@ -28,6 +29,7 @@ class ActivationEstimate:
     per_layer: float  # one block, one micro-batch, as stored
     micro_batches_in_flight: float
     last_pipeline_stage: bool = False  # the pipeline's last stage (head and loss) is the most loaded
+    on_cpu: float = 0.0  # full checkpointing's checkpoints the stack keeps in CPU memory (stack_memory.py)
 
 
 def _in_flight(pp: int, schedule: PipelineSchedule, virtual_stages: int, m: int) -> float:
@@ -43,9 +45,9 @@ def _in_flight(pp: int, schedule: PipelineSchedule, virtual_stages: int, m: int)
 
 
 def estimate_activations(
-    spec: ModelSpec, config: TrainingConfig, widths: Widths, loss: LossKernel = LossKernel.EAGER
+    spec: ModelSpec, config: TrainingConfig, widths: Widths, stack: StackMemory = OURS
 ) -> ActivationEstimate:
-    return activations_at(activation_terms(spec, config, widths, loss), config.micro_batch, config.grad_accum)
+    return activations_at(activation_terms(spec, config, widths, stack), config.micro_batch, config.grad_accum)
 
 
 @dataclass(slots=True)
@@ -75,14 +77,22 @@ class ActivationTerms:
     vocab_size: int
     recomputed_block: float  # per token: what backward rebuilds of one block (full: all of it; op: the rest)
     loss: LossKernel  # the cross-entropy's kernel (loss_kernels.py), where Liger's chunks do not replace it
+    on_cpu: float  # per token: the checkpoints of one stage the stack keeps in CPU memory (stack_memory.py)
 
 
 def activation_terms(
-    spec: ModelSpec, config: TrainingConfig, widths: Widths, loss: LossKernel = LossKernel.EAGER
+    spec: ModelSpec, config: TrainingConfig, widths: Widths, stack: StackMemory = OURS
 ) -> ActivationTerms:
     layout = ActivationShape.of(config)
     kept, head, largest_block, layer_bytes = _per_token(spec, layout, widths)
     pp = config.pipeline_parallel
+    on_cpu = 0.0
+    if stack.checkpoints_to_cpu and config.activation_checkpointing is ActivationCheckpointing.FULL:
+        # DeepSpeed's cpu_checkpointing: the blocks' inputs go to CPU memory in the forward, and each block's come
+        # back before its recomputation; the GPU holds the checkpoints of the block in flight.
+        checkpoint = widths.residual * spec.hidden_size / (layout.tensor_parallel if layout.sequence_parallel else 1)
+        on_cpu = checkpoint * stack.checkpoints_to_cpu * spec.num_layers / pp
+        kept += checkpoint * (stack.checkpoints_to_cpu - spec.num_layers / pp)
     ranks, even = (config.rank_layers(spec), spec.num_layers / pp) if pp > 1 else ((1,), 1.0)
     vision = vision_tower_bytes(spec, spec.vision_tower, layout, widths) if spec.vision_tower is not None else None
     return ActivationTerms(
@@ -92,7 +102,7 @@ def activation_terms(
         config.kernels is KernelChoice.LIGER,
         widths.compute == 2 and not widths.autocast and arch_traits(spec).loss_in_logits_dtype,
         widths.compute, spec.hidden_size, spec.vocab_size,
-        _recomputed_block(spec, config, layout, widths, largest_block), loss,
+        _recomputed_block(spec, config, layout, widths, largest_block), stack.loss, on_cpu,
     )  # fmt: skip
 
 
@@ -148,7 +158,13 @@ def activations_at(terms: ActivationTerms, micro_batch: int, grad_accum: int) ->
         # output and its gradient at backward start (trace whisper-small-fsdp4-b8-s448-bf16mixed).
         loss_forward, loss_backward = 2 * 2 * logits, 2 * 2 * logits
     recompute = terms.recomputed_block * tokens
+    on_cpu = (
+        terms.on_cpu
+        * tokens
+        * in_flight
+        * (terms.first_layers / terms.even_layers if terms.pipeline_parallel > 1 else 1)
+    )
     # By position, in ActivationEstimate's field order: keywords cost a name match each, for every candidate.
     return ActivationEstimate(
-        activations, loss_backward, loss_forward, recompute, terms.layer_bytes * tokens, in_flight, last_stage
+        activations, loss_backward, loss_forward, recompute, terms.layer_bytes * tokens, in_flight, last_stage, on_cpu
     )

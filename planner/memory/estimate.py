@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.gradient_compression import wire_source
 from planner.limits import MAX_GIB, check_number
-from planner.memory.loss_kernels import LOSS_TEMPORARIES, LossKernel
+from planner.memory.loss_kernels import LOSS_TEMPORARIES
 from planner.memory.model_states import (
     BF16_RUNS_MIXED,
     SINGLE_TENSOR_ADAM_TEMPORARIES,
@@ -33,6 +33,7 @@ from planner.memory.model_states import (
 )
 from planner.memory.phases import TENSOR_CATEGORIES, StepPeak, step_peak
 from planner.memory.runtime import Runtime
+from planner.memory.stack_memory import OURS, StackMemory
 from planner.models.spec import ModelSpec
 from planner.training_config import ActivationCheckpointing, GradientCompression, Offload, Strategy, TrainingConfig
 
@@ -157,10 +158,10 @@ def estimate_memory_bytes(
     gpus_per_node: int,
     overhead: OverheadSettings = DEFAULT_OVERHEAD,
     runtime: Runtime = Runtime.CUDA,
-    loss: LossKernel = LossKernel.EAGER,
+    stack: StackMemory = OURS,
 ) -> dict[str, int]:
     """Per-GPU bytes by category plus "total", "cpu_per_node" and "nvme_per_node": the fast path."""
-    peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime, loss=loss)
+    peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime, stack=stack)
     result = _with_overhead(_tensors(peak, runtime), overhead, runtime)
     result["cpu_per_node"] = int(peak.cpu_per_rank * gpus_per_node)
     result["nvme_per_node"] = int(peak.nvme_per_rank * gpus_per_node)
@@ -179,7 +180,7 @@ def estimate_memory(
     overhead: OverheadSettings = DEFAULT_OVERHEAD,
     runtime: Runtime = Runtime.CUDA,
     nvme_capacity_per_node_bytes: int | None = None,
-    loss: LossKernel = LossKernel.EAGER,
+    stack: StackMemory = OURS,
 ) -> MemoryEstimate:
     """Per-GPU memory of one training configuration, and whether it fits.
 
@@ -187,11 +188,12 @@ def estimate_memory(
     it (benchmarks/memory/memory_trace.py), for validation; see runtime.py.
     runtime=Runtime.CPU describes the cpu device, whose memory is the host's RAM: what the rank offloads to the
     CPU is counted in its total, as the "host_offload" category.
-    loss: the kernel the training stack runs its cross-entropy with (loss_kernels.py); ours is torch's eager one.
+    stack: what the training stack decides of the memory (stack_memory.py: its loss kernel, and where full
+    checkpointing keeps its checkpoints); ours is OURS.
     """
-    peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime, loss=loss)
+    peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime, stack=stack)
     tensors = _tensors(peak, runtime)
-    sources = _sources(config, peak.phase, runtime, overhead, loss)
+    sources = _sources(config, peak.phase, runtime, overhead, stack)
     notes = peak.notes
     if HOST_OFFLOAD in tensors:
         sources[HOST_OFFLOAD] = (
@@ -242,7 +244,7 @@ def _overhead_source(overhead: OverheadSettings, runtime: Runtime) -> str:
 
 
 def _sources(
-    config: TrainingConfig, phase: str, runtime: Runtime, overhead: OverheadSettings, loss: LossKernel
+    config: TrainingConfig, phase: str, runtime: Runtime, overhead: OverheadSettings, stack: StackMemory
 ) -> dict[str, str]:
     framework = "PyTorch-native layout" if uses_native_mixed_precision(config) else "DeepSpeed-style layout"
     if runs_bf16_as_mixed(config):
@@ -264,8 +266,9 @@ def _sources(
             "op_checkpointing.py, traced)"
             if config.activation_checkpointing is ActivationCheckpointing.OP
             else ""
-        ),
-        "temporaries": f"formula: {LOSS_TEMPORARIES[loss]}; recomputed block",
+        )
+        + (f"; {CHECKPOINTS_ON_CPU}, the block in flight's here" if _checkpoints_on_cpu(config, stack) else ""),
+        "temporaries": f"formula: {LOSS_TEMPORARIES[stack.loss]}; recomputed block",
         "buffers": buffers,
         "overhead": _overhead_source(overhead, runtime),
     }
@@ -275,9 +278,17 @@ def _sources(
     return {
         **terms,
         "total": f"sum of the per-GPU {named} at the step's peak ({phase})",
-        "cpu_per_node": _offload_source(config, Offload.CPU, runtime),
+        "cpu_per_node": _offload_source(config, Offload.CPU, runtime)
+        + (f"; and {CHECKPOINTS_ON_CPU}, per rank x the node's GPUs" if _checkpoints_on_cpu(config, stack) else ""),
         "nvme_per_node": _offload_source(config, Offload.NVME, runtime),
     }
+
+
+CHECKPOINTS_ON_CPU = "full checkpointing's checkpoints in CPU memory (DeepSpeed's cpu_checkpointing: stack_memory.py)"
+
+
+def _checkpoints_on_cpu(config: TrainingConfig, stack: StackMemory) -> bool:
+    return bool(stack.checkpoints_to_cpu) and config.activation_checkpointing is ActivationCheckpointing.FULL
 
 
 def _offload_source(config: TrainingConfig, where: Offload, runtime: Runtime) -> str:

@@ -26,11 +26,11 @@ from planner.config_key import config_key_without_batch
 from planner.memory.activation_batch import ActivationTerms, activation_terms, activations_at
 from planner.memory.activations import Widths, activation_widths
 from planner.memory.buffers import Buffers, estimate_buffers
-from planner.memory.loss_kernels import LossKernel
 from planner.memory.model_states import ModelStates, model_state_bytes, uses_native_mixed_precision
 from planner.memory.rank_params import RankParams, rank_params
 from planner.memory.runtime import Runtime
 from planner.memory.spec_cache import MAX_SPECS
+from planner.memory.stack_memory import OURS, StackMemory
 from planner.models.spec import ModelSpec
 from planner.training_config import Precision, Strategy, TrainingConfig
 
@@ -61,12 +61,12 @@ class StepPeak:
 class BatchPeaks(dict[tuple[int, int], StepPeak]):
     """The step peaks of one config at any batch, by (micro-batch, accumulation), and what they share."""
 
-    __slots__ = ("line", "loss")
+    __slots__ = ("line", "stack")
 
-    def __init__(self, loss: LossKernel = LossKernel.EAGER) -> None:
+    def __init__(self, stack: StackMemory = OURS) -> None:
         super().__init__()
         self.line: _Line | None = None  # made at the first peak
-        self.loss = loss  # the cross-entropy's kernel, which the stack decides (loss_kernels.py)
+        self.stack = stack  # what the training stack decides of the memory (stack_memory.py)
 
 
 def batch_peaks(
@@ -75,7 +75,7 @@ def batch_peaks(
     world_size: int,
     gpus_per_node: int,
     runtime: Runtime = Runtime.CUDA,
-    loss: LossKernel = LossKernel.EAGER,
+    stack: StackMemory = OURS,
 ) -> BatchPeaks:
     """The step peaks computed so far for `config` at any micro-batch and accumulation, by (micro-batch,
     accumulation): step_peak's memo, which a caller asking about many batches of one config (the search, per
@@ -84,14 +84,14 @@ def batch_peaks(
     Keyed by the config's plain values (planner/config_key.py), not the config: pydantic's __hash__ and
     __eq__ cost more than the rest of a cache hit. The values decide the peak alone."""
     global _peaks_held
-    key = (id(spec), config_key_without_batch(config), world_size, gpus_per_node, runtime, loss)
+    key = (id(spec), config_key_without_batch(config), world_size, gpus_per_node, runtime, stack)
     entry = _PEAKS.get(key)
     if entry is not None and entry[0] is spec:
         return entry[1]
     if len(_PEAKS) >= _MAX_PEAKS or _peaks_held >= _MAX_PEAKS:
         _PEAKS.clear()  # (a caller's dict stays valid: it is only no longer shared)
         _peaks_held = 0
-    peaks = BatchPeaks(loss)
+    peaks = BatchPeaks(stack)
     _PEAKS[key] = (spec, peaks)  # holding the spec keeps its id from being reused while the entry lives
     return peaks
 
@@ -104,12 +104,12 @@ def step_peak(
     gpus_per_node: int,
     runtime: Runtime = Runtime.CUDA,
     peaks: BatchPeaks | None = None,
-    loss: LossKernel = LossKernel.EAGER,
+    stack: StackMemory = OURS,
 ) -> StepPeak:
     """The step's peak; memoised, since the search asks again for other GPUs of the same size.
-    `peaks`: batch_peaks of this config, when the caller has it (its loss kernel then decides, not `loss`)."""
+    `peaks`: batch_peaks of this config, when the caller has it (its stack then decides, not `stack`)."""
     if peaks is None:
-        peaks = batch_peaks(spec, config, world_size, gpus_per_node, runtime, loss)
+        peaks = batch_peaks(spec, config, world_size, gpus_per_node, runtime, stack)
     return peak_at(spec, config, config.micro_batch, config.grad_accum, world_size, gpus_per_node, peaks, runtime)
 
 
@@ -131,7 +131,7 @@ def peak_at(
     if peak is None:
         line = peaks.line
         if line is None:
-            line = peaks.line = _Line(spec, config, world_size, gpus_per_node, runtime, grad_accum, peaks.loss)
+            line = peaks.line = _Line(spec, config, world_size, gpus_per_node, runtime, grad_accum, peaks.stack)
         peak = peaks[batch] = line.peak(micro_batch, grad_accum)
         _peaks_held += 1
     return peak
@@ -215,7 +215,7 @@ class _Line:
         gpus_per_node: int,
         runtime: Runtime,
         accum: int,
-        loss: LossKernel = LossKernel.EAGER,
+        stack: StackMemory = OURS,
     ) -> None:
         config.check_against(spec, world_size, gpus_per_node, traced=runtime is Runtime.CPU_TRACE, grad_accum=accum)
         self.spec, self.config, self.gpus_per_node, self.runtime = spec, config, gpus_per_node, runtime
@@ -227,7 +227,7 @@ class _Line:
             self.fixed = _batch_independent(spec, config, self.dp, gpus_per_node, runtime)
         self.by_micro: dict[int, _BatchIndependent] = {}
         widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
-        self.terms: ActivationTerms = activation_terms(spec, config, widths, loss)
+        self.terms: ActivationTerms = activation_terms(spec, config, widths, stack)
         self.routing_note = None
         if spec.is_moe and (config.expert_parallel > 1 or not config.routing.is_default):
             self.routing_note = config.routing.note(config.expert_parallel)
@@ -290,7 +290,8 @@ class _Line:
             "buffers": buffer,
         }
         # By position, in StepPeak's field order: keywords cost a name match each, for every candidate.
-        return StepPeak(per_gpu, best_phase, by_phase, states.cpu, states.nvme, notes, acts.activations)
+        cpu = states.cpu + acts.on_cpu
+        return StepPeak(per_gpu, best_phase, by_phase, cpu, states.nvme, notes, acts.activations)
 
 
 _PARTS: dict[tuple, tuple[ModelSpec, object]] = {}

@@ -134,6 +134,7 @@ from dataclasses import dataclass, replace
 
 from planner.contract.choices import KernelChoice, Strategy
 from planner.memory.loss_kernels import LossKernel
+from planner.memory.stack_memory import StackMemory
 from planner.throughput.kernel_stack import KernelStack
 from planner.throughput.measured_shortfall import MEGATRON_DEEPSPEED_2022_SHORTFALL, MeasuredShortfall
 
@@ -169,6 +170,10 @@ class Implementation:
     def loss_kernel_under(self, kernels: KernelChoice) -> LossKernel:
         """The cross-entropy's kernel under this kernel choice (Liger's chunked loss is the config's own)."""
         return LossKernel.FUSED if self.compiles_loss and kernels is KernelChoice.COMPILE else self.loss_kernel
+
+    def stack_memory(self, kernels: KernelChoice) -> StackMemory:
+        """What this codebase decides of a step's memory under this kernel choice (planner/memory/stack_memory.py)."""
+        return StackMemory(self.loss_kernel_under(kernels), self.checkpoints_to_cpu)
 
 
 # What this project's strategies run (DDP, FSDP, DeepSpeed and the engine all train
