@@ -26,7 +26,7 @@ from planner.config_key import config_key_without_batch
 from planner.memory.activation_batch import ActivationTerms, activation_terms, activations_at
 from planner.memory.activations import Widths, activation_widths
 from planner.memory.buffers import Buffers, estimate_buffers
-from planner.memory.model_states import ModelStates, model_state_bytes, uses_native_mixed_precision
+from planner.memory.model_states import ModelStates, model_state_bytes, shard_degrees, uses_native_mixed_precision
 from planner.memory.rank_params import RankParams, rank_params
 from planner.memory.runtime import Runtime
 from planner.memory.spec_cache import MAX_SPECS
@@ -228,6 +228,13 @@ class _Line:
         self.by_micro: dict[int, _BatchIndependent] = {}
         widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
         self.terms: ActivationTerms = activation_terms(spec, config, widths, stack)
+        # FSDP under torch's pipelining as torchtitan runs it: the stage gathered and its gradients unreduced (fp32)
+        # from the first forward to the last backward (stack_memory.py), beside the shards.
+        self.unsharded_stage = 0.0
+        sharded = self.pipelined and shard_degrees(config, self.dp, gpus_per_node).parameters > 1
+        if stack.unsharded_stage_under_pp and sharded:
+            params = rank_params(spec, config)
+            self.unsharded_stage = params.total * widths.compute + params.trainable * 4
         self.routing_note = None
         if spec.is_moe and (config.expert_parallel > 1 or not config.routing.is_default):
             self.routing_note = config.routing.note(config.expert_parallel)
@@ -250,13 +257,14 @@ class _Line:
         fixed = states.parameters + states.optimizer_states
         accumulated = states.backward_gradients if accum > 1 else 0.0
         recompute = acts.recompute + head_grad if acts.recompute else 0.0
-        held = fixed + accumulated + acts.activations
+        held = fixed + accumulated + acts.activations + self.unsharded_stage
         # Totals at each moment; backward-start first, so that it wins ties.
         by_phase = {
             "backward-start": held + acts.loss_backward + buffers.during_backward,
             "forward-end": held + acts.loss_forward + buffers.during_forward,
             "backward-recompute": held + recompute + buffers.during_backward,
             "backward-end": fixed
+            + self.unsharded_stage
             + states.backward_gradients
             + 2 * head_grad
             + buffers.during_step
@@ -276,6 +284,8 @@ class _Line:
         else:
             parts = (accumulated, acts.activations, acts.loss_backward, buffers.during_backward, 0.0)
         grads, activations, temporaries, buffer, step_temp = parts
+        if best_phase != "optimizer-step":
+            buffer += self.unsharded_stage  # counted with the gathered units
         notes = fixed_parts.notes
         if acts.last_pipeline_stage:
             notes = [*notes, "pipeline: the last stage (output head and loss) is the most loaded"]

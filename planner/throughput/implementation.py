@@ -122,6 +122,9 @@ checked on fourteen others, and says so wherever it moves an estimate:
   vocab-parallel one in Megatron-LM, Megatron-Core and Megatron-DeepSpeed; torchtitan compiles its loss under
   --compile (`build_cross_entropy_loss`, torchtitan/components/loss.py at e7c0cae, since bbb1b616e of
   2025-04-02; at 9dec370, the version of its December 2024 tables, the line was commented out), which fuses it.
+- unsharded_stage_under_pp: under pipelining, torchtitan's FSDP keeps each stage's parameters gathered and its
+  gradients unreduced (fp32) until the step's last backward (planner/memory/stack_memory.py, where it is read);
+  memory only. On in torchtitan.
 - measured_shortfall: a cost the codebase's published runs measure and no
   mechanism read accounts for, calibrated on some of those runs and checked on
   the others (measured_shortfall.py): on in megatron-deepspeed-2022, the code
@@ -163,6 +166,7 @@ class Implementation:
     measured_shortfall: MeasuredShortfall | None = None
     loss_kernel: LossKernel = LossKernel.EAGER
     compiles_loss: bool = False  # under --kernels compile the loss is compiled too (torch.compile fuses it)
+    unsharded_stage_under_pp: bool = False  # FSDP under PP keeps each stage gathered (planner/memory/stack_memory.py)
     # The strategies this codebase trains with, as our configs name them: Megatron-LM's TP x PP x DP with a
     # distributed optimizer is our engine's layout, llm-foundry trains with torch FSDP, and so on.
     strategies: tuple[Strategy, ...] = ALL_STRATEGIES
@@ -173,7 +177,7 @@ class Implementation:
 
     def stack_memory(self, kernels: KernelChoice) -> StackMemory:
         """What this codebase decides of a step's memory under this kernel choice (planner/memory/stack_memory.py)."""
-        return StackMemory(self.loss_kernel_under(kernels), self.checkpoints_to_cpu)
+        return StackMemory(self.loss_kernel_under(kernels), self.checkpoints_to_cpu, self.unsharded_stage_under_pp)
 
 
 # What this project's strategies run (DDP, FSDP, DeepSpeed and the engine all train
@@ -232,7 +236,7 @@ DEEPSPEED_ZERO3_2021 = Implementation(
 # torchtitan (FSDP2, its own Llama): eager, its RMSNorm and rotary are chains of small kernels as in transformers;
 # `--kernels compile` (torchtitan's --compile) fuses them. Collectives as llm-foundry's FSDP measured.
 TORCHTITAN = Implementation("torchtitan (FSDP2, its own Llama; --kernels compile for torch.compile)",
-                            KernelStack.HF_EAGER, False, False, compiles_loss=True,
+                            KernelStack.HF_EAGER, False, False, compiles_loss=True, unsharded_stage_under_pp=True,
                             strategies=(Strategy.FSDP, Strategy.ENGINE))  # fmt: skip
 DEEPSEEK_DUALPIPE = Implementation(
     "DeepSeek-V3's stack (DualPipe, overlapped expert all-to-all)",
