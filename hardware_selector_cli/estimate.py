@@ -133,8 +133,8 @@ IMPLEMENTATION_HELP = (
     "docs/accuracy.md), megatron-2019 (the September 2019 code of the ZeRO papers: unfused attention "
     "softmax), llm-foundry, deepspeed (ZeRO-3 as published in 2021), deepseek-dualpipe "
     "(DeepSeek-V3's overlapped all-to-all and two-ended pipeline), torchtitan (with --kernels compile for its "
-    "--compile). The memory estimate takes its cross-entropy kernel (llm-foundry's fused one, Megatron's in-place one, "
-    "torchtitan's compiled one); its blocks are counted as transformers' modules."
+    "--compile). The memory estimate takes what the stack decides of it (its cross-entropy kernel; torchtitan's "
+    "FSDP stages kept gathered under --pp); its blocks are counted as transformers' modules."
 )
 
 

@@ -71,13 +71,20 @@ def memory_on(
     )
 
 
-def memory_total_on(spec: ModelSpec, config: TrainingConfig, cluster: ClusterSpec) -> int:
+def stack_memory_of(implementation: str, config: TrainingConfig) -> StackMemory:
+    """What `--implementation`'s codebase decides of this config's memory (planner/memory/stack_memory.py)."""
+    from planner.throughput.implementation import implementation_named
+
+    return implementation_named(implementation).stack_memory(config.kernels)
+
+
+def memory_total_on(spec: ModelSpec, config: TrainingConfig, cluster: ClusterSpec, stack: StackMemory = OURS) -> int:
     """memory_on(spec, config, cluster).total (per-GPU bytes, default overhead; the headroom does not change
     it) without the MemoryEstimate around it: the search quotes it for every family that fits but lost, and
     the estimate's categories and sources cost more than the lookup of its peak."""
     gpus_per_node, runtime = cluster.gpus_per_node, runtime_for(cluster.gpu)
     world_size = gpus_per_node * cluster.num_nodes
-    peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime)
+    peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime, stack=stack)
     return fit_bytes(peak, gpus_per_node, runtime=runtime)[0]
 
 
@@ -97,12 +104,12 @@ def evaluate(
     config = config.with_stage_map(spec)  # pp that does not divide the layers: the default uneven map
     stack = preset.stack_memory(config.kernels)
     memory = memory_on(spec, config, cluster, headroom_fraction=headroom_fraction, overhead=overhead, stack=stack)
-    if (
-        preset is not OUR_STRATEGIES
-    ):  # the preset moves the speed and the loss's memory (step_sources.OTHER_STACK_MEMORY)
+    # The preset moves the speed and, of the memory, what the stack decides (step_sources.OTHER_STACK_MEMORY).
+    if preset is not OUR_STRATEGIES:
         notes = [
             f"--implementation {implementation}: memory counted for transformers' modules, with this stack's "
-            f"cross-entropy ({stack.loss.value}: planner/memory/loss_kernels.py); its blocks may keep less"
+            f"cross-entropy ({stack.loss.value}) and where it keeps checkpoints and gathered stages "
+            "(planner/memory/stack_memory.py); its blocks may keep less"
         ]
         if preset is TORCHTITAN and config.activation_checkpointing is ActivationCheckpointing.SELECTIVE:
             # torchtitan's "selective" is its op-level policy by default (train_configs' selective_ac_option 'op').

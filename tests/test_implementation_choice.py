@@ -58,8 +58,9 @@ def test_the_cli_path_reproduces_the_validators_megatron_row():
 
 
 def test_another_codebase_moves_the_speed_and_says_the_memory_is_counted_for_ours():
-    """--implementation changes the throughput estimate and, of the memory, only the loss's (its stack's cross-entropy
-    kernel: tests/test_loss_kernels.py): the blocks are counted as transformers' modules (traced), which another stack
+    """--implementation changes the throughput estimate and, of the memory, what the stack decides (its cross-entropy
+    kernel, its checkpoints' and gathered stages' place: tests/test_loss_kernels.py, tests/test_stack_memory.py): the
+    blocks are counted as transformers' modules (traced), which another stack
     may keep fewer of (docs/accuracy.md, "Every published run, the same way"), and it says so in its notes and the
     implementation source; the default preset says nothing of it. Here the first of 8 pipeline stages, which holds
     no loss, is the most loaded: the same total."""
@@ -69,7 +70,7 @@ def test_another_codebase_moves_the_speed_and_says_the_memory_is_counted_for_our
     assert theirs.memory.total == ours.memory.total
     assert not any("--implementation" in note for note in ours.memory.notes)
     said = "--implementation megatron-core: memory counted for transformers' modules, with this stack's cross-entropy"
-    assert f"{said} (megatron" in " ".join(theirs.memory.notes)
+    assert f"{said} (megatron) and where it keeps" in " ".join(theirs.memory.notes)
     assert theirs.throughput is not None and ours.throughput is not None
     assert "may keep fewer" in theirs.throughput.sources["implementation"]
     assert "may keep fewer" not in ours.throughput.sources["implementation"]
@@ -96,6 +97,9 @@ def test_plan_and_estimate_take_the_flag_and_refuse_what_cannot_apply(capsys, tm
     ours = json.loads(capsys.readouterr().out)["best"]
     # Llama's RMSNorm and rotary: fused in llm-foundry, eager op chains in transformers' modules.
     assert best["throughput"]["mfu"] > ours["throughput"]["mfu"]
+    # The search counts the codebase's memory too: llm-foundry's fused loss (planner/memory/stack_memory.py).
+    assert "fused cross-entropy kernel" in best["memory"]["sources"]["temporaries"]
+    assert "fp32 log-softmax" in ours["memory"]["sources"]["temporaries"]
     assert main(["plan", *base, "--implementation", "tpu"]) == 2
     assert "--implementation must be one of ours, llm-foundry" in capsys.readouterr().err
     assert main(["plan", *base, "--implementation", "megatron", "--emit", str(tmp_path / "x")]) == 2

@@ -93,8 +93,8 @@ def test_torchtitans_printed_memory_under_full_checkpointing():
     """Full recomputation, which the estimate and torchtitan mean alike: the 8B under context parallelism at 32k-256k
     tokens and the 70B at FSDP x TP 8 within 6% of the printed memory. The 405B at FSDP x TP x PP (with CP to 256k
     tokens too): under PP torchtitan's FSDP keeps each stage gathered and its gradients unreduced in fp32 until the
-    step's last backward (planner/memory/stack_memory.py, read in torchtitan's and torch's code), 0.99x to 1.29x of
-    the printed figure (the interleaved row the most over: it printed 10 GiB under the 1F1B row, not explained);
+    step's last backward (planner/memory/stack_memory.py, read in torchtitan's and torch's code), 0.82x to 1.09x of
+    the printed figure (the interleaved row the one over: it printed 10 GiB under the 1F1B row, not explained);
     counted as ZeRO-3 resharding after each use, the estimate was under it, 0.55x to 0.77x."""
     from benchmarks.accuracy.validate_published_runs import plan_inputs
     from benchmarks.memory.published_runs_fit import row_memory
@@ -106,7 +106,7 @@ def test_torchtitans_printed_memory_under_full_checkpointing():
         printed = row["published"]["memory_gib"] * 2**30
         ratio = row_memory(row).total / printed
         if row["pp"] > 1:
-            assert 0.98 < ratio < 1.30, (row["id"], ratio)
+            assert 0.8 < ratio < 1.1, (row["id"], ratio)
             assert 0.5 < memory_on(*plan_inputs(row)).total / printed < 0.8, row["id"]
         else:
             assert abs(ratio - 1) < 0.07, row["id"]

@@ -7,11 +7,11 @@
 Every row of benchmarks/data/published_runs.yaml, published_stack_runs.yaml and published_zero_papers.yaml is
 planned as the throughput comparison plans it (validate_published_runs.plan_inputs) and its per-GPU memory estimated
 against the GPU's capacity, with no headroom. No source prints the runs' memory: that they ran is the measurement,
-and a ratio above 1 is the estimate refusing a configuration its maintainers ran. Each run's loss is counted with its
-stack's cross-entropy kernel and with its checkpoints where the stack keeps them (implementation_of(row).stack_memory:
-planner/memory/stack_memory.py); its blocks
-as the modules our emitted configs train (HF transformers' blocks, traced: docs/accuracy.md "Memory"): stacks that
-fuse their kernels (Transformer Engine, torch.compile) keep fewer tensors, and the table says by how much at worst.
+and a ratio above 1 is the estimate refusing a configuration its maintainers ran. Each run is counted with what its
+stack decides of the memory (implementation_of(row).stack_memory, planner/memory/stack_memory.py: its cross-entropy
+kernel, where it keeps checkpoints and gathered stages) and its blocks as the modules our emitted configs train (HF
+transformers' blocks, traced: docs/accuracy.md "Memory"): stacks that fuse their kernels (Transformer Engine,
+torch.compile) keep fewer tensors, and the table says by how much at worst.
 Not a pass/fail check: tests/test_published_runs_fit.py holds the documented table to this output.
 """
 

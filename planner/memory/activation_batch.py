@@ -16,7 +16,7 @@ from planner.memory.arch_traits import arch_traits
 from planner.memory.loss_kernels import LossKernel, loss_bytes
 from planner.memory.op_checkpointing import last_output_bytes_per_token
 from planner.memory.stack_memory import OURS, StackMemory
-from planner.models.spec import ModelSpec
+from planner.models.spec import ModelFamily, ModelSpec
 from planner.training_config import ActivationCheckpointing, KernelChoice, PipelineSchedule, TrainingConfig
 
 
@@ -44,10 +44,8 @@ def _in_flight(pp: int, schedule: PipelineSchedule, virtual_stages: int, m: int)
     return in_flight
 
 
-def estimate_activations(
-    spec: ModelSpec, config: TrainingConfig, widths: Widths, stack: StackMemory = OURS
-) -> ActivationEstimate:
-    return activations_at(activation_terms(spec, config, widths, stack), config.micro_batch, config.grad_accum)
+def estimate_activations(spec: ModelSpec, config: TrainingConfig, widths: Widths) -> ActivationEstimate:
+    return activations_at(activation_terms(spec, config, widths), config.micro_batch, config.grad_accum)
 
 
 @dataclass(slots=True)
@@ -78,6 +76,7 @@ class ActivationTerms:
     recomputed_block: float  # per token: what backward rebuilds of one block (full: all of it; op: the rest)
     loss: LossKernel  # the cross-entropy's kernel (loss_kernels.py), where Liger's chunks do not replace it
     on_cpu: float  # per token: the checkpoints of one stage the stack keeps in CPU memory (stack_memory.py)
+    checkpoints_in_flight: float  # per token: those the GPU holds meanwhile, one block's
 
 
 def activation_terms(
@@ -86,13 +85,15 @@ def activation_terms(
     layout = ActivationShape.of(config)
     kept, head, largest_block, layer_bytes = _per_token(spec, layout, widths)
     pp = config.pipeline_parallel
-    on_cpu = 0.0
-    if stack.checkpoints_to_cpu and config.activation_checkpointing is ActivationCheckpointing.FULL:
-        # DeepSpeed's cpu_checkpointing: the blocks' inputs go to CPU memory in the forward, and each block's come
-        # back before its recomputation; the GPU holds the checkpoints of the block in flight.
+    on_cpu = in_flight = 0.0
+    moved = stack.checkpoints_to_cpu and config.activation_checkpointing is ActivationCheckpointing.FULL
+    if moved and spec.family is not ModelFamily.ENCODER_DECODER:  # DeepSpeed's Megatron GPTs; T5's two stacks: not read
+        # DeepSpeed's cpu_checkpointing: the blocks' inputs go to CPU memory in the forward (checkpoints_to_cpu of
+        # them a block), and each block's come back before its recomputation: the GPU holds the block in flight's.
         checkpoint = widths.residual * spec.hidden_size / (layout.tensor_parallel if layout.sequence_parallel else 1)
+        kept -= checkpoint * spec.num_layers / pp  # the one a block kept on the GPU
         on_cpu = checkpoint * stack.checkpoints_to_cpu * spec.num_layers / pp
-        kept += checkpoint * (stack.checkpoints_to_cpu - spec.num_layers / pp)
+        in_flight = checkpoint * stack.checkpoints_to_cpu
     ranks, even = (config.rank_layers(spec), spec.num_layers / pp) if pp > 1 else ((1,), 1.0)
     vision = vision_tower_bytes(spec, spec.vision_tower, layout, widths) if spec.vision_tower is not None else None
     return ActivationTerms(
@@ -102,7 +103,7 @@ def activation_terms(
         config.kernels is KernelChoice.LIGER,
         widths.compute == 2 and not widths.autocast and arch_traits(spec).loss_in_logits_dtype,
         widths.compute, spec.hidden_size, spec.vocab_size,
-        _recomputed_block(spec, config, layout, widths, largest_block), stack.loss, on_cpu,
+        _recomputed_block(spec, config, layout, widths, largest_block), stack.loss, on_cpu, in_flight,
     )  # fmt: skip
 
 
@@ -119,13 +120,31 @@ def _recomputed_block(
     return 0.0
 
 
+def _loss_held(terms: ActivationTerms, logits: float) -> tuple[float, float, float]:
+    """What one micro-batch's loss holds: at the forward's end, while its backward runs, and saved between the two
+    (the kernel's bytes per logit: loss_kernels.py; Liger's chunks and the 16-bit loss as below)."""
+    w = terms.compute_width
+    if terms.liger and logits:
+        # Liger's fused linear cross-entropy never holds the whole logits: it runs the head and the loss over
+        # chunks of about hidden/vocab of the tokens (fp32 logits and their gradient, one chunk at a time) and
+        # keeps the hidden states' gradient (16 bits) from forward to backward.
+        chunk = 2 * 4 * (logits / terms.vocab_size) * terms.hidden_size
+        held = w * (logits / terms.vocab_size) * terms.hidden_size
+        return chunk + held, held, held
+    if terms.loss_16bit and terms.loss is LossKernel.EAGER:
+        # 16-bit weights without autocast and a loss that does not upcast: log-softmax in 16 bits, its
+        # output and its gradient at backward start (trace whisper-small-fsdp4-b8-s448-bf16mixed).
+        return 2 * 2 * logits, 2 * 2 * logits, 2 * logits
+    per_logit = loss_bytes(terms.loss, w)
+    return per_logit.forward_end * logits, per_logit.backward_start * logits, per_logit.saved * logits
+
+
 def activations_at(terms: ActivationTerms, micro_batch: int, grad_accum: int) -> ActivationEstimate:
     kept, head = terms.kept, terms.head
     tokens = micro_batch * terms.seq_len // terms.context_parallel  # this rank's share
     in_flight = _in_flight(terms.pipeline_parallel, terms.schedule, terms.virtual_stages, grad_accum)
     logits = tokens * terms.vocab_size / terms.tensor_parallel if terms.output_head else 0.0
-    w = terms.compute_width
-    per_logit = loss_bytes(terms.loss, w)
+    loss_forward, loss_backward, loss_saved = _loss_held(terms, logits)
     activations = (kept + head) * tokens
     last_stage = False
     if terms.pipeline_parallel > 1:
@@ -135,28 +154,16 @@ def activations_at(terms: ActivationTerms, micro_batch: int, grad_accum: int) ->
         first = kept * terms.first_layers / terms.even_layers * tokens * in_flight
         last_in_flight = grad_accum if terms.schedule is PipelineSchedule.GPIPE else 1
         # GPipe keeps what every micro-batch's loss saved (the eager loss: its fp32 log-softmax) until its backward.
-        last = (kept * terms.last_layers / terms.even_layers + head) * tokens * last_in_flight + per_logit.saved * (
-            logits * (last_in_flight - 1)
+        last = (kept * terms.last_layers / terms.even_layers + head) * tokens * last_in_flight + loss_saved * (
+            last_in_flight - 1
         )
-        last_stage = last + per_logit.backward_start * logits > first
+        last_stage = last + loss_backward > first
         activations = last if last_stage else first
         if not last_stage:
-            logits = 0.0
+            loss_forward = loss_backward = 0.0
     if terms.vision_per_sample is not None:
         activations += terms.vision_per_sample * micro_batch
-    loss_forward = per_logit.forward_end * logits
-    loss_backward = per_logit.backward_start * logits
-    if terms.liger and logits:
-        # Liger's fused linear cross-entropy never holds the whole logits: it runs the head and the loss over
-        # chunks of about hidden/vocab of the tokens (fp32 logits and their gradient, one chunk at a time) and
-        # keeps the hidden states' gradient (16 bits) from forward to backward.
-        chunk = 2 * 4 * (logits / terms.vocab_size) * terms.hidden_size
-        held = w * (logits / terms.vocab_size) * terms.hidden_size
-        loss_forward, loss_backward = chunk + held, held
-    elif terms.loss_16bit and terms.loss is LossKernel.EAGER:
-        # 16-bit weights without autocast and a loss that does not upcast: log-softmax in 16 bits, its
-        # output and its gradient at backward start (trace whisper-small-fsdp4-b8-s448-bf16mixed).
-        loss_forward, loss_backward = 2 * 2 * logits, 2 * 2 * logits
+    activations += terms.checkpoints_in_flight * tokens  # once, whatever the micro-batches in flight
     recompute = terms.recomputed_block * tokens
     on_cpu = (
         terms.on_cpu

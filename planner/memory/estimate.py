@@ -243,6 +243,13 @@ def _overhead_source(overhead: OverheadSettings, runtime: Runtime) -> str:
     )
 
 
+CHECKPOINTS_ON_CPU = "full checkpointing's checkpoints in CPU memory (DeepSpeed's cpu_checkpointing: stack_memory.py)"
+
+
+def _checkpoints_on_cpu(config: TrainingConfig, stack: StackMemory) -> bool:
+    return bool(stack.checkpoints_to_cpu) and config.activation_checkpointing is ActivationCheckpointing.FULL
+
+
 def _sources(
     config: TrainingConfig, phase: str, runtime: Runtime, overhead: OverheadSettings, stack: StackMemory
 ) -> dict[str, str]:
@@ -282,13 +289,6 @@ def _sources(
         + (f"; and {CHECKPOINTS_ON_CPU}, per rank x the node's GPUs" if _checkpoints_on_cpu(config, stack) else ""),
         "nvme_per_node": _offload_source(config, Offload.NVME, runtime),
     }
-
-
-CHECKPOINTS_ON_CPU = "full checkpointing's checkpoints in CPU memory (DeepSpeed's cpu_checkpointing: stack_memory.py)"
-
-
-def _checkpoints_on_cpu(config: TrainingConfig, stack: StackMemory) -> bool:
-    return bool(stack.checkpoints_to_cpu) and config.activation_checkpointing is ActivationCheckpointing.FULL
 
 
 def _offload_source(config: TrainingConfig, where: Offload, runtime: Runtime) -> str:

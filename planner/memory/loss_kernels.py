@@ -8,17 +8,22 @@ code and, where it runs here, traced (tests/test_loss_kernels.py):
   eager loss run it: log-softmax keeps its fp32 output (4 bytes a logit) until backward; at backward start that
   output, the fp32 gradient nll_loss writes and log-softmax's fp32 input gradient are live at once (12), before
   the cast back to 16 bits. Traced on Llama, GPT-2 and OPT (docs/accuracy.md, "Memory").
-- MEGATRON: Megatron-LM's vocab-parallel cross-entropy (megatron/mpu/cross_entropy.py at e270f68a, the same
-  in BigScience's and Microsoft's Megatron-DeepSpeed, and megatron/core/tensor_parallel/cross_entropy.py at
-  d98e8a64 for Megatron-Core's unfused path): it runs on an fp32 copy of the logits, subtracts the max, takes
-  exp and divides in place, and saves that one fp32 softmax (4); backward writes the gradient into the saved
+- MEGATRON: Megatron-LM's vocab-parallel cross-entropy on an fp32 copy of the logits: it takes the max, exp
+  and the division in place and saves that one fp32 softmax (4); backward writes the gradient into the saved
   tensor in place, and autograd casts it to the logits' 16 bits (+2). Read, not traced (Megatron is not
-  installed here). Megatron-Bridge's recipes run Transformer Engine's fused cross-entropy instead
-  (`cross_entropy_fusion_impl = "te"`), not read: this count is an upper bound there.
+  installed here): megatron/mpu/cross_entropy.py at e270f68a (Megatron-LM 2021; the same in BigScience's
+  Megatron-DeepSpeed at 8387ae17) subtracts the max in place, as Megatron-Core does since 2024-06
+  (megatron/core/tensor_parallel/cross_entropy.py at d98e8a64); Megatron-Core from 2022-09 to 2024-06 and
+  Microsoft's Megatron-DeepSpeed since a2a476e1 (2023-08-23) subtract it into a new fp32 tensor, so the forward
+  holds two fp32 copies for a moment: the forward's end counts that one, for both. Megatron-Bridge's recipes run
+  Transformer Engine's fused cross-entropy instead (`cross_entropy_fusion_impl = "te"`), not read: this count is
+  an upper bound there.
 - FUSED: one kernel over the 16-bit logits that keeps them and each row's logsumexp, and writes their gradient in
-  backward: flash-attn's CrossEntropyLoss (flash_attn/losses/cross_entropy.py at v0.2.8 and v1.0.9, its Triton
-  kernel at v2.3.2: `ctx.save_for_backward(logits, lse, labels)`, `dlogits = torch.empty_like(logits)` unless
-  `inplace_backward`), llm-foundry's default `loss_fn: fused_crossentropy`; and torch.compile of the eager loss
+  backward: flash-attn's CrossEntropyLoss, llm-foundry's default `loss_fn: fused_crossentropy` (at v0.2.8 and
+  v1.0.9 flash_attn/losses/cross_entropy.py saves `(logits, lse, labels_local)` and csrc/xentropy's backward
+  allocates `at::empty_like(logits_)` unless in place; at v2.3.2 its Triton kernel saves `(logits, lse, labels)`
+  and allocates `torch.empty_like(logits)` unless `inplace_backward`, which llm-foundry leaves off); and
+  torch.compile of the eager loss
   (torchtitan compiles its loss with the model since bbb1b616e, 2025-04-02), whose inductor graph saves the
   16-bit input and two fp32 numbers a row and whose backward allocates only the 16-bit gradient (traced here).
 
@@ -52,8 +57,8 @@ def loss_bytes(kernel: LossKernel, width: int) -> LossBytes:
     upcast = 4 if width != 4 else 0  # the fp32 copy; none when the logits are fp32 already
     if kernel is LossKernel.EAGER:
         return LossBytes(saved=4, forward_end=4 + width + upcast, backward_start=12)
-    if kernel is LossKernel.MEGATRON:
-        return LossBytes(saved=4, forward_end=width + upcast, backward_start=4 + (width if width != 4 else 0))
+    if kernel is LossKernel.MEGATRON:  # the out-of-place subtraction's second fp32 tensor at the forward's end
+        return LossBytes(saved=4, forward_end=width + upcast + 4, backward_start=4 + (width if width != 4 else 0))
     return LossBytes(saved=width, forward_end=width, backward_start=2 * width)
 
 

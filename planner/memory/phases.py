@@ -26,11 +26,11 @@ from planner.config_key import config_key_without_batch
 from planner.memory.activation_batch import ActivationTerms, activation_terms, activations_at
 from planner.memory.activations import Widths, activation_widths
 from planner.memory.buffers import Buffers, estimate_buffers
-from planner.memory.model_states import ModelStates, model_state_bytes, shard_degrees, uses_native_mixed_precision
+from planner.memory.model_states import ModelStates, model_state_bytes, uses_native_mixed_precision
 from planner.memory.rank_params import RankParams, rank_params
 from planner.memory.runtime import Runtime
 from planner.memory.spec_cache import MAX_SPECS
-from planner.memory.stack_memory import OURS, StackMemory
+from planner.memory.stack_memory import OURS, StackMemory, unsharded_stage_bytes, unsharded_stage_note
 from planner.models.spec import ModelSpec
 from planner.training_config import Precision, Strategy, TrainingConfig
 
@@ -230,11 +230,7 @@ class _Line:
         self.terms: ActivationTerms = activation_terms(spec, config, widths, stack)
         # FSDP under torch's pipelining as torchtitan runs it: the stage gathered and its gradients unreduced (fp32)
         # from the first forward to the last backward (stack_memory.py), beside the shards.
-        self.unsharded_stage = 0.0
-        sharded = self.pipelined and shard_degrees(config, self.dp, gpus_per_node).parameters > 1
-        if stack.unsharded_stage_under_pp and sharded:
-            params = rank_params(spec, config)
-            self.unsharded_stage = params.total * widths.compute + params.trainable * 4
+        self.unsharded_stage = unsharded_stage_bytes(spec, config, stack, self.dp, gpus_per_node, widths.compute)
         self.routing_note = None
         if spec.is_moe and (config.expert_parallel > 1 or not config.routing.is_default):
             self.routing_note = config.routing.note(config.expert_parallel)
@@ -255,7 +251,8 @@ class _Line:
         states, buffers, head_grad = fixed_parts.states, fixed_parts.buffers, fixed_parts.head_grad
         acts = activations_at(self.terms, micro_batch, accum)
         fixed = states.parameters + states.optimizer_states
-        accumulated = states.backward_gradients if accum > 1 else 0.0
+        # Between micro-batches the gradients accumulate sharded, or whole in the unsharded stage (stack_memory.py).
+        accumulated = states.backward_gradients if accum > 1 and not self.unsharded_stage else 0.0
         recompute = acts.recompute + head_grad if acts.recompute else 0.0
         held = fixed + accumulated + acts.activations + self.unsharded_stage
         # Totals at each moment; backward-start first, so that it wins ties.
@@ -291,6 +288,8 @@ class _Line:
             notes = [*notes, "pipeline: the last stage (output head and loss) is the most loaded"]
         if self.routing_note is not None:
             notes = [*notes, self.routing_note]
+        if self.unsharded_stage:
+            notes = [*notes, unsharded_stage_note(self.unsharded_stage)]
         per_gpu = {
             "parameters": states.parameters,
             "gradients": grads,

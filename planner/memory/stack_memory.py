@@ -1,6 +1,6 @@
 """What the training stack, not the config, decides of a step's memory.
 
-The memory estimate counts the tensors transformers' modules keep (traced: docs/accuracy.md, "Memory"); two things
+The memory estimate counts the tensors transformers' modules keep (traced: docs/accuracy.md, "Memory"); three things
 another stack does differently are counted as that stack does them, each read in its code:
 
 - loss: the kernel its cross-entropy runs with, which decides what the loss holds of the logits
@@ -19,8 +19,11 @@ another stack does differently are counted as that stack does them, each read in
   FSDP2 accumulates unreduced gradients in its reduce dtype (`to_accumulated_grad_if_needed`,
   torch/distributed/fsdp/_fully_shard/_fsdp_param.py), fp32 in torchtitan (`mixed_precision_reduce` defaults to
   float32, torchtitan/config_manager.py at 9dec370). So until the step's reduce-scatter the stage holds every
-  parameter in the compute width and every trainable one's gradient in 4 bytes, beside the shards. Read, not
-  traced; our engine refuses ZeRO-3 with pipelining.
+  parameter in the compute width and every trainable one's gradient in 4 bytes, beside the shards; under FP8 the
+  block matmuls' weights are gathered as FP8 (torchtitan's 405B config sets enable_fsdp_float8_all_gather), which
+  buffers.py already counts (each weight and its transpose, 1 byte each), so only the rest is counted here in
+  16 bits. The gradients, held whole, replace the sharded ones accumulated between micro-batches. Read, not traced;
+  our engine refuses ZeRO-3 with pipelining.
 
 planner/throughput/implementation.py's presets say which each codebase runs (Implementation.stack_memory); ours
 is OURS: the eager loss, checkpoints on the GPU.
@@ -31,6 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.memory.loss_kernels import LossKernel
+from planner.memory.model_states import shard_degrees
+from planner.memory.rank_params import linear_params, rank_params
+from planner.models.spec import ModelSpec
+from planner.training_config import TrainingConfig
 
 
 @dataclass(frozen=True)
@@ -41,3 +48,28 @@ class StackMemory:
 
 
 OURS = StackMemory()
+
+
+def unsharded_stage_bytes(
+    spec: ModelSpec, config: TrainingConfig, stack: StackMemory, dp: int, gpus_per_node: int, width: int
+) -> float:
+    """Per rank, what a pipelined stage holds unsharded from its first forward to its last backward
+    (unsharded_stage_under_pp): its parameters at `width` bytes (FP8-gathered matmul weights excepted) and its
+    trainable parameters' gradients in fp32; 0 without pipelining, without sharded parameters, or for a stack
+    that reshards."""
+    if not stack.unsharded_stage_under_pp or config.pipeline_parallel == 1:
+        return 0.0
+    if shard_degrees(config, dp, gpus_per_node).parameters == 1:
+        return 0.0
+    params = rank_params(spec, config)
+    in_16_bits = params.total
+    if config.fp8:
+        in_16_bits -= linear_params(spec, config, params, include_experts=True)[0]
+    return in_16_bits * width + params.trainable * 4
+
+
+def unsharded_stage_note(held: float) -> str:
+    return (
+        f"pipelined FSDP as torchtitan runs it: the stage's parameters gathered and its gradients unreduced (fp32) "
+        f"until the step's last backward, {held / 2**30:.1f} GiB (planner/memory/stack_memory.py)"
+    )

@@ -7,7 +7,7 @@ the throughput estimator's (or a calibration's), or the catalog.
 from __future__ import annotations
 
 from planner.contract.layout import describe_stage_layers
-from planner.evaluate import memory_on, memory_total_on
+from planner.evaluate import memory_on, memory_total_on, stack_memory_of
 from planner.memory.estimate import MemoryEstimate
 from planner.memory.model_states import BF16_RUNS_MIXED, runs_bf16_as_mixed
 from planner.models.spec import ModelSpec
@@ -188,18 +188,21 @@ def _slowdown_cause(slow: ThroughputEstimate, fast: ThroughputEstimate) -> str:
     return SLOWDOWN_CAUSES[name] if deltas[name] > 0 else "a less efficient layout"
 
 
-def _per_gpu_total(spec: ModelSpec, item: Scored) -> int:
+def _per_gpu_total(spec: ModelSpec, item: Scored, implementation: str) -> int:
     """memory_on(...).total of a fitting candidate: the search's own figure where it estimated the candidate's
     memory (the bisection infers some fits without an estimate), the step peak's otherwise."""
     known = item.level.memory.get(item.batch)
-    return known[0] if known is not None else memory_total_on(spec, item.config, item.cluster)
+    if known is not None:
+        return known[0]
+    return memory_total_on(spec, item.config, item.cluster, stack_memory_of(implementation, item.config))
 
 
 def _miss_line(spec: ModelSpec, record: FamilyRecord, request: PlanRequest) -> str:
     assert record.smallest_miss is not None  # callers ask only for families that missed
     total, level, batch, cluster = record.smallest_miss
     config = level.config_at(batch)
-    memory = memory_on(spec, config, cluster, headroom_fraction=request.headroom_fraction)
+    stack = stack_memory_of(request.implementation, config)
+    memory = memory_on(spec, config, cluster, headroom_fraction=request.headroom_fraction, stack=stack)
     at = f"{describe_config(config)} on {counted(cluster.world_size, 'GPU')}"
     nvme_capacity = memory.nvme_capacity_per_node_bytes
     if memory.total <= memory.usable_bytes and nvme_capacity is not None and memory.nvme_per_node_bytes > nvme_capacity:
@@ -246,7 +249,7 @@ def family_fates(
             word = "costlier" if request.objective is Objective.COST else "slower"
             by = f"{(ratio - 1) * 100:.1f}%" if ratio < 1.1 else f"{ratio:.1f}x"
             cause = _slowdown_cause(item.throughput, best.throughput)
-            total = _per_gpu_total(spec, item)
+            total = _per_gpu_total(spec, item, request.implementation)
             fates[name] = (
                 f"fits ({gib(total)} per GPU), but {by} {word} than {best.layout.family} "
                 f"({cause}) [{throughput_source(item.throughput)}]"

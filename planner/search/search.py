@@ -10,7 +10,7 @@ from planner.calibration_lines import is_corrected, line_for_plan
 from planner.contract.search_restrictions import SearchRestrictions
 from planner.contract.sources import CORRECTED_SOURCES
 from planner.errors import UserInputError
-from planner.evaluate import memory_on
+from planner.evaluate import memory_on, stack_memory_of
 from planner.hardware.cluster import ClusterSpec
 from planner.memory.estimate import MemoryEstimate
 from planner.models.families import splits_over_tp
@@ -207,7 +207,10 @@ def search_plans(
             spec, request.activation_checkpointing, bool(request.lora_rank or request.qlora)
         )
         for item in reported:
-            memory = memory_on(spec, item.config, item.cluster, headroom_fraction=request.headroom_fraction)
+            stack = stack_memory_of(request.implementation, item.config)
+            memory = memory_on(
+                spec, item.config, item.cluster, headroom_fraction=request.headroom_fraction, stack=stack
+            )
             reasons = plan_reasons(
                 item,
                 memory,

@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from planner.evaluate import memory_on
+from planner.evaluate import memory_on, stack_memory_of
 from planner.hardware.cluster import ClusterSpec, make_cluster
 from planner.hardware.gpus import GpuSpec, load_gpu_catalog
 from planner.hardware.memory_cap import capped_like, gpu_label
@@ -69,7 +69,8 @@ def smallest_footprint_fits(spec: ModelSpec, cluster: ClusterSpec, request: Plan
                 micro_batch=1,
                 grad_accum=MICRO_BATCHES_PER_STAGE * pp if pp > 1 else 1,  # activations in flight, as in a real run
             )
-            if memory_on(spec, config, cluster, headroom_fraction=request.headroom_fraction).fits:
+            stack = stack_memory_of(request.implementation, config)
+            if memory_on(spec, config, cluster, headroom_fraction=request.headroom_fraction, stack=stack).fits:
                 return True
     return False
 

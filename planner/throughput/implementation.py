@@ -105,7 +105,8 @@ checked on fourteen others, and says so wherever it moves an estimate:
 - checkpoints_to_cpu: under full activation checkpointing, how many activation
   checkpoints per transformer block DeepSpeed's cpu_checkpointing
   (`--checkpoint-in-cpu`) copies to CPU memory in the forward and back before
-  the recomputation, on the compute stream (0: they stay on the GPU). The
+  the recomputation, on the compute stream (0: they stay on the GPU; the memory estimate keeps them in CPU
+  memory then: planner/memory/stack_memory.py). The
   ZeRO-Infinity paper's released example (DeepSpeedExamples'
   Megatron-LM-v1.1.5-ZeRO3/examples/ds_pretrain_gpt2-zero3.sh at bdf8e59a,
   "ZeRO-Infinity examples", 2021-04-18) sets PA_CPU=true and
@@ -115,10 +116,11 @@ checked on fourteen others, and says so wherever it moves an estimate:
   (`checkpoints_to_cpu` in benchmarks/data/published_zero_papers.yaml); no
   preset of ours runs it (our ds_config refuses cpu_checkpointing).
 - loss_kernel, compiles_loss: the kernel the codebase runs its cross-entropy with, which decides what the loss
-  holds of the logits (planner/memory/loss_kernels.py; the one switch here the memory estimate reads): torch's
+  holds of the logits (planner/memory/loss_kernels.py; read by the memory estimate through stack_memory): torch's
   eager one in ours (transformers' loss; our engine compiles the blocks, not the loss), flash-attn's fused
   CrossEntropyLoss in llm-foundry (its default `loss_fn: fused_crossentropy`,
-  llmfoundry/models/mpt/modeling_mpt.py at b2a43a14, and in the April 2023 code at 9fa3ceb9a), Megatron-LM's
+  llmfoundry/models/mpt/modeling_mpt.py at b2a43a14, and in the April 2023 code at 9fa3ceb9a,
+  examples/llm/src/models/mosaic_gpt/mosaic_gpt.py), Megatron-LM's
   vocab-parallel one in Megatron-LM, Megatron-Core and Megatron-DeepSpeed; torchtitan compiles its loss under
   --compile (`build_cross_entropy_loss`, torchtitan/components/loss.py at e7c0cae, since bbb1b616e of
   2025-04-02; at 9dec370, the version of its December 2024 tables, the line was commented out), which fuses it.

@@ -124,13 +124,13 @@ def shortfall_sources(source: str) -> dict[str, str]:
 
 
 _SOURCE_SETS: dict[tuple, dict[str, str]] = {}
-# Said beside any other codebase's preset: --implementation moves the speed and the loss's memory (the stack's
-# cross-entropy kernel), not the blocks', which counts the tensors transformers' modules keep (traced), more than a
-# stack with fused kernels keeps.
+# Said beside any other codebase's preset: --implementation moves the speed and, of the memory, what the stack
+# decides (its cross-entropy kernel, where it keeps checkpoints and gathered stages), not the blocks', which counts the
+# tensors transformers' modules keep (traced), more than a stack with fused kernels keeps.
 OTHER_STACK_MEMORY = (
-    "; the memory estimate counts this stack's cross-entropy kernel (planner/memory/loss_kernels.py) but the tensors "
-    "transformers' modules keep in the blocks, which this stack may keep fewer of (its published runs: "
-    'docs/accuracy.md, "Every published run, the same way")'
+    "; the memory estimate counts this stack's cross-entropy kernel and where it keeps checkpoints and gathered "
+    "stages (planner/memory/stack_memory.py) but the tensors transformers' modules keep in the blocks, which this "
+    'stack may keep fewer of (its published runs: docs/accuracy.md, "Every published run, the same way")'
 )
 
 
