@@ -53,6 +53,18 @@ def test_pipelined_fsdp_holds_the_stage_gathered_and_its_gradients_unreduced():
     assert any("pipelined FSDP as torchtitan runs it" in note for note in theirs.notes)
 
 
+def test_the_estimate_names_the_unsharded_stage_in_its_buffers_source():
+    from planner.evaluate import memory_on
+    from planner.hardware.cluster import make_cluster
+    from planner.memory.stack_memory import OURS
+
+    spec, cluster = resolve_model("llama-3.1-8b"), make_cluster("H100-80GB", gpus_per_node=8, nodes=2)
+    theirs = memory_on(spec, _config(), cluster, stack=TORCHTITAN)
+    ours = memory_on(spec, _config(), cluster, stack=OURS)
+    assert "pipelined stage's parameters gathered" in theirs.sources["buffers"]
+    assert "pipelined stage" not in ours.sources["buffers"]
+
+
 def test_fp8_gathered_weights_are_not_counted_twice():
     """Under FP8 the blocks' matmul weights are gathered as FP8 (with their transposes, already counted as the FP8
     weights): the unsharded stage holds 2 bytes less for each of them than in bf16."""

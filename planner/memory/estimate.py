@@ -33,7 +33,7 @@ from planner.memory.model_states import (
 )
 from planner.memory.phases import TENSOR_CATEGORIES, StepPeak, step_peak
 from planner.memory.runtime import Runtime
-from planner.memory.stack_memory import OURS, StackMemory
+from planner.memory.stack_memory import OURS, UNSHARDED_STAGE, StackMemory
 from planner.models.spec import ModelSpec
 from planner.training_config import ActivationCheckpointing, GradientCompression, Offload, Strategy, TrainingConfig
 
@@ -193,7 +193,8 @@ def estimate_memory(
     """
     peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime, stack=stack)
     tensors = _tensors(peak, runtime)
-    sources = _sources(config, peak.phase, runtime, overhead, stack)
+    unsharded = stack.unsharded_stage_under_pp and any(note.startswith(UNSHARDED_STAGE) for note in peak.notes)
+    sources = _sources(config, peak.phase, runtime, overhead, stack, unsharded)
     notes = peak.notes
     if HOST_OFFLOAD in tensors:
         sources[HOST_OFFLOAD] = (
@@ -251,7 +252,12 @@ def _checkpoints_on_cpu(config: TrainingConfig, stack: StackMemory) -> bool:
 
 
 def _sources(
-    config: TrainingConfig, phase: str, runtime: Runtime, overhead: OverheadSettings, stack: StackMemory
+    config: TrainingConfig,
+    phase: str,
+    runtime: Runtime,
+    overhead: OverheadSettings,
+    stack: StackMemory,
+    unsharded_stage: bool = False,
 ) -> dict[str, str]:
     framework = "PyTorch-native layout" if uses_native_mixed_precision(config) else "DeepSpeed-style layout"
     if runs_bf16_as_mixed(config):
@@ -261,6 +267,11 @@ def _sources(
         buffers += (
             f"; {wire_source(config.compression)}: fp32 error-feedback residuals and the buckets' sums, counted "
             "from its tensors (planner/memory/compression_buffers.py)"
+        )
+    if unsharded_stage:
+        buffers += (
+            "; the pipelined stage's parameters gathered and its gradients unreduced (fp32) until the step's last "
+            "backward, as torchtitan's FSDP runs under torch's pipelining (read in their code: stack_memory.py)"
         )
     terms = {
         "parameters": f"formula: ZeRO paper Sec. 3/5 bytes per parameter, {framework}",

@@ -68,8 +68,12 @@ def unsharded_stage_bytes(
     return in_16_bits * width + params.trainable * 4
 
 
+# How the step's notes begin the unsharded stage's line (estimate.py names it in the buffers' source).
+UNSHARDED_STAGE = "pipelined FSDP as torchtitan runs it"
+
+
 def unsharded_stage_note(held: float) -> str:
     return (
-        f"pipelined FSDP as torchtitan runs it: the stage's parameters gathered and its gradients unreduced (fp32) "
-        f"until the step's last backward, {held / 2**30:.1f} GiB (planner/memory/stack_memory.py)"
+        f"{UNSHARDED_STAGE}: the stage's parameters gathered and its gradients unreduced (fp32) until the step's last "
+        f"backward, {held / 2**30:.1f} GiB (planner/memory/stack_memory.py)"
     )
