@@ -74,6 +74,8 @@ def test_checkpoints_in_cpu_memory_leave_the_gpu_one_blocks_and_fill_the_node():
         assert on_gpu.activations_peak_bytes - on_cpu.activations_peak_bytes == pytest.approx(
             (row["layers"] - 1) * block_input, rel=1e-6
         )
+        assert "checkpoints in CPU memory" in on_cpu.sources["cpu_per_node"]
+        assert "checkpoints in CPU memory" not in on_gpu.sources["cpu_per_node"]
         ratio = on_cpu.total / on_cpu.gpu_capacity_bytes
         assert on_gpu.total / on_gpu.gpu_capacity_bytes > 1.45
         assert ratio < 0.8 or (row["id"].startswith("zero-infinity-paper-1t") and ratio < 1.2), row["id"]

@@ -15,8 +15,8 @@ from planner.memory.activations import ActivationShape, Widths, _per_token, op_k
 from planner.memory.arch_traits import arch_traits
 from planner.memory.loss_kernels import LossKernel, loss_bytes
 from planner.memory.op_checkpointing import last_output_bytes_per_token
-from planner.memory.stack_memory import OURS, StackMemory
-from planner.models.spec import ModelFamily, ModelSpec
+from planner.memory.stack_memory import OURS, StackMemory, moves_checkpoints_to_cpu
+from planner.models.spec import ModelSpec
 from planner.training_config import ActivationCheckpointing, KernelChoice, PipelineSchedule, TrainingConfig
 
 
@@ -86,8 +86,7 @@ def activation_terms(
     kept, head, largest_block, layer_bytes = _per_token(spec, layout, widths)
     pp = config.pipeline_parallel
     on_cpu = in_flight = 0.0
-    moved = stack.checkpoints_to_cpu and config.activation_checkpointing is ActivationCheckpointing.FULL
-    if moved and spec.family is not ModelFamily.ENCODER_DECODER:  # DeepSpeed's Megatron GPTs; T5's two stacks: not read
+    if moves_checkpoints_to_cpu(spec, config, stack):
         # DeepSpeed's cpu_checkpointing: the blocks' inputs go to CPU memory in the forward (checkpoints_to_cpu of
         # them a block), and each block's come back before its recomputation: the GPU holds the block in flight's.
         checkpoint = widths.residual * spec.hidden_size / (layout.tensor_parallel if layout.sequence_parallel else 1)

@@ -33,7 +33,7 @@ from planner.memory.model_states import (
 )
 from planner.memory.phases import TENSOR_CATEGORIES, StepPeak, step_peak
 from planner.memory.runtime import Runtime
-from planner.memory.stack_memory import OURS, UNSHARDED_STAGE, StackMemory
+from planner.memory.stack_memory import OURS, StackMemory, moves_checkpoints_to_cpu
 from planner.models.spec import ModelSpec
 from planner.training_config import ActivationCheckpointing, GradientCompression, Offload, Strategy, TrainingConfig
 
@@ -193,8 +193,8 @@ def estimate_memory(
     """
     peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime, stack=stack)
     tensors = _tensors(peak, runtime)
-    unsharded = stack.unsharded_stage_under_pp and any(note.startswith(UNSHARDED_STAGE) for note in peak.notes)
-    sources = _sources(config, peak.phase, runtime, overhead, stack, unsharded)
+    moved = moves_checkpoints_to_cpu(spec, config, stack)
+    sources = _sources(config, peak.phase, runtime, overhead, stack, moved, bool(peak.unsharded_stage))
     notes = peak.notes
     if HOST_OFFLOAD in tensors:
         sources[HOST_OFFLOAD] = (
@@ -247,16 +247,13 @@ def _overhead_source(overhead: OverheadSettings, runtime: Runtime) -> str:
 CHECKPOINTS_ON_CPU = "full checkpointing's checkpoints in CPU memory (DeepSpeed's cpu_checkpointing: stack_memory.py)"
 
 
-def _checkpoints_on_cpu(config: TrainingConfig, stack: StackMemory) -> bool:
-    return bool(stack.checkpoints_to_cpu) and config.activation_checkpointing is ActivationCheckpointing.FULL
-
-
 def _sources(
     config: TrainingConfig,
     phase: str,
     runtime: Runtime,
     overhead: OverheadSettings,
     stack: StackMemory,
+    checkpoints_on_cpu: bool = False,
     unsharded_stage: bool = False,
 ) -> dict[str, str]:
     framework = "PyTorch-native layout" if uses_native_mixed_precision(config) else "DeepSpeed-style layout"
@@ -285,7 +282,7 @@ def _sources(
             if config.activation_checkpointing is ActivationCheckpointing.OP
             else ""
         )
-        + (f"; {CHECKPOINTS_ON_CPU}, the block in flight's here" if _checkpoints_on_cpu(config, stack) else ""),
+        + (f"; {CHECKPOINTS_ON_CPU}, the block in flight's here" if checkpoints_on_cpu else ""),
         "temporaries": f"formula: {LOSS_TEMPORARIES[stack.loss]}; recomputed block",
         "buffers": buffers,
         "overhead": _overhead_source(overhead, runtime),
@@ -297,7 +294,7 @@ def _sources(
         **terms,
         "total": f"sum of the per-GPU {named} at the step's peak ({phase})",
         "cpu_per_node": _offload_source(config, Offload.CPU, runtime)
-        + (f"; and {CHECKPOINTS_ON_CPU}, per rank x the node's GPUs" if _checkpoints_on_cpu(config, stack) else ""),
+        + (f"; and {CHECKPOINTS_ON_CPU}, per rank x the node's GPUs" if checkpoints_on_cpu else ""),
         "nvme_per_node": _offload_source(config, Offload.NVME, runtime),
     }
 

@@ -50,6 +50,8 @@ class StepPeak:
     # The activations kept for backward at their own peak (end of forward), even when the
     # step peaks at a moment without them (the optimizer step of a sharded large model).
     activations_peak: float = 0.0
+    # What a pipelined stage holds unsharded until the step's last backward (stack_memory.py), inside "buffers".
+    unsharded_stage: float = 0.0
     # per_gpu's categories in whole bytes, summed (estimate.py adds the runtime overhead to it): the search
     # reads it for every candidate it estimates, so it is summed once.
     tensor_bytes: int = field(init=False)
@@ -300,7 +302,7 @@ class _Line:
         }
         # By position, in StepPeak's field order: keywords cost a name match each, for every candidate.
         cpu = states.cpu + acts.on_cpu
-        return StepPeak(per_gpu, best_phase, by_phase, cpu, states.nvme, notes, acts.activations)
+        return StepPeak(per_gpu, best_phase, by_phase, cpu, states.nvme, notes, acts.activations, self.unsharded_stage)
 
 
 _PARTS: dict[tuple, tuple[ModelSpec, object]] = {}

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from planner.memory.loss_kernels import LossKernel
 from planner.memory.model_states import shard_degrees
 from planner.memory.rank_params import linear_params, rank_params
-from planner.models.spec import ModelSpec
-from planner.training_config import TrainingConfig
+from planner.models.spec import ModelFamily, ModelSpec
+from planner.training_config import ActivationCheckpointing, TrainingConfig
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,13 @@ class StackMemory:
 
 
 OURS = StackMemory()
+
+
+def moves_checkpoints_to_cpu(spec: ModelSpec, config: TrainingConfig, stack: StackMemory) -> bool:
+    """Whether full checkpointing's checkpoints go to CPU memory (checkpoints_to_cpu): DeepSpeed's Megatron GPTs
+    ran it; an encoder-decoder's two stacks were not read."""
+    full = config.activation_checkpointing is ActivationCheckpointing.FULL
+    return bool(stack.checkpoints_to_cpu) and full and spec.family is not ModelFamily.ENCODER_DECODER
 
 
 def unsharded_stage_bytes(
@@ -68,12 +75,8 @@ def unsharded_stage_bytes(
     return in_16_bits * width + params.trainable * 4
 
 
-# How the step's notes begin the unsharded stage's line (estimate.py names it in the buffers' source).
-UNSHARDED_STAGE = "pipelined FSDP as torchtitan runs it"
-
-
 def unsharded_stage_note(held: float) -> str:
     return (
-        f"{UNSHARDED_STAGE}: the stage's parameters gathered and its gradients unreduced (fp32) until the step's last "
-        f"backward, {held / 2**30:.1f} GiB (planner/memory/stack_memory.py)"
+        "pipelined FSDP as torchtitan runs it: the stage's parameters gathered and its gradients unreduced (fp32) "
+        f"until the step's last backward, {held / 2**30:.1f} GiB (planner/memory/stack_memory.py)"
     )
