@@ -118,9 +118,11 @@ def parallelize(
     if config.kernels != "eager":
         if split:
             raise UserInputError(f"kernels {config.kernels!r} with tensor or pipeline parallelism is not run here yet")
-        from backends.parts.kernels import apply_kernels
+        from backends.parts.kernels import apply_kernels, compiled_or_eager
 
         apply_kernels(placed.model, config.kernels, config.device_type)
+        if placed.context_parallel is not None:  # its loss is the engine's, outside the model
+            placed.context_parallel.token_loss = compiled_or_eager(placed.context_parallel.token_loss, config.kernels)
     if shard is not None:
         placed.model = shard(placed.model)
     return placed

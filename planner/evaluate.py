@@ -71,11 +71,11 @@ def memory_on(
     )
 
 
-def stack_memory_of(implementation: str, config: TrainingConfig) -> StackMemory:
-    """What `--implementation`'s codebase decides of this config's memory (planner/memory/stack_memory.py)."""
+def stack_memory_of(implementation: str) -> StackMemory:
+    """What `--implementation`'s codebase decides of a step's memory (planner/memory/stack_memory.py)."""
     from planner.throughput.implementation import implementation_named
 
-    return implementation_named(implementation).stack_memory(config.kernels)
+    return implementation_named(implementation).stack_memory()
 
 
 def memory_total_on(spec: ModelSpec, config: TrainingConfig, cluster: ClusterSpec, stack: StackMemory = OURS) -> int:
@@ -102,13 +102,13 @@ def evaluate(
     preset = implementation_named(implementation)  # a wrong name is one line before any work
     check_fp8_gpu(config, cluster)
     config = config.with_stage_map(spec)  # pp that does not divide the layers: the default uneven map
-    stack = preset.stack_memory(config.kernels)
+    stack = preset.stack_memory()
     memory = memory_on(spec, config, cluster, headroom_fraction=headroom_fraction, overhead=overhead, stack=stack)
     # The preset moves the speed and, of the memory, what the stack decides (step_sources.OTHER_STACK_MEMORY).
     if preset is not OUR_STRATEGIES:
         notes = [
             f"--implementation {implementation}: memory counted for transformers' modules, with this stack's "
-            f"cross-entropy ({stack.loss.value}) and where it keeps checkpoints and gathered stages "
+            f"cross-entropy ({stack.loss_kernel(spec, config).value}) and where it keeps checkpoints and gathered stages "
             "(planner/memory/stack_memory.py); its blocks may keep less"
         ]
         if preset is TORCHTITAN and config.activation_checkpointing is ActivationCheckpointing.SELECTIVE:

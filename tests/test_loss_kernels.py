@@ -135,7 +135,7 @@ def test_llm_foundrys_runs_fit_with_its_loss():
 
     cases = calibration_cases() + [case for group in held_out_cases().values() for case in group]
     assert len(cases) == 303
-    fused = [capacity_ratio(*case[1:], LLM_FOUNDRY.stack_memory(case[2].kernels)) for case in cases]
+    fused = [capacity_ratio(*case[1:], LLM_FOUNDRY.stack_memory()) for case in cases]
     eager = [capacity_ratio(*case[1:]) for case in cases]
     assert sum(ratio > 1 for ratio in fused) == 17 and max(fused) < 1.032
     assert sum(ratio > 1 for ratio in eager) == 107 and 1.37 < max(eager) < 1.39

@@ -9,6 +9,7 @@ then the mean over the dp replicas of their micro-batches' loss, the single-proc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -19,11 +20,19 @@ from backends.context_parallel.attention import NAME, ContextParallelAttention, 
 from backends.context_parallel.sharding import shifted_labels
 
 
+def summed_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The micro-batch's summed next-token loss over this rank's positions, on an fp32 copy as transformers'."""
+    return torch.nn.functional.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100, reduction="sum"
+    )
+
+
 @dataclass
 class ContextParallel:
     cp: int
     cp_rank: int
     attention: ContextParallelAttention
+    token_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = summed_token_loss  # compiled under compile
 
     def split(self, input_ids: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(this rank's token ids, their true positions (1, n), their next-token targets, the micro-batch's
@@ -45,9 +54,7 @@ class ContextParallel:
         """This rank's share of the loss (see the module docstring), as an output with .loss and .logits."""
         ids, positions, targets, counted = self.split(input_ids, labels)
         logits = model(input_ids=ids, position_ids=positions.expand(ids.shape[0], -1)).logits
-        summed = torch.nn.functional.cross_entropy(
-            logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100, reduction="sum"
-        )
+        summed = self.token_loss(logits, targets)
         return SimpleNamespace(loss=summed / counted * self.cp, logits=logits)
 
     def mean_over_ranks(self, share: torch.Tensor) -> float:

@@ -195,10 +195,7 @@ def llm_foundry_fit_check() -> str:
     from planner.throughput.implementation import LLM_FOUNDRY
 
     cases = calibration_cases() + [case for group in held_out_cases().values() for case in group]
-    ratios = [
-        capacity_ratio(spec, config, cluster, LLM_FOUNDRY.stack_memory(config.kernels))
-        for _, spec, config, cluster in cases
-    ]
+    ratios = [capacity_ratio(spec, config, cluster, LLM_FOUNDRY.stack_memory()) for _, spec, config, cluster in cases]
     over = [ratio for ratio in ratios if ratio > 1]
     return (
         f"llm-foundry measured runs (MPT, FSDP, A100/H100): {len(over)} of {len(ratios)} estimated over the GPU "

@@ -59,7 +59,7 @@ def row_memory(row: dict):
     """A published run's memory estimate, as the throughput comparison plans the run, with what its stack decides of
     it (implementation_of(row).stack_memory)."""
     spec, config, cluster = plan_inputs(row)
-    return memory_on(spec, config, cluster, stack=implementation_of(row).stack_memory(config.kernels))
+    return memory_on(spec, config, cluster, stack=implementation_of(row).stack_memory())
 
 
 def memory_ratio(row: dict) -> float:

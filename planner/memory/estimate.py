@@ -194,7 +194,7 @@ def estimate_memory(
     peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime, stack=stack)
     tensors = _tensors(peak, runtime)
     moved = moves_checkpoints_to_cpu(spec, config, stack)
-    sources = _sources(config, peak.phase, runtime, overhead, stack, moved, bool(peak.unsharded_stage))
+    sources = _sources(spec, config, peak.phase, runtime, overhead, stack, moved, bool(peak.unsharded_stage))
     notes = peak.notes
     if HOST_OFFLOAD in tensors:
         sources[HOST_OFFLOAD] = (
@@ -248,6 +248,7 @@ CHECKPOINTS_ON_CPU = "full checkpointing's checkpoints in CPU memory (DeepSpeed'
 
 
 def _sources(
+    spec: ModelSpec,
     config: TrainingConfig,
     phase: str,
     runtime: Runtime,
@@ -283,7 +284,7 @@ def _sources(
             else ""
         )
         + (f"; {CHECKPOINTS_ON_CPU}, the block in flight's here" if checkpoints_on_cpu else ""),
-        "temporaries": f"formula: {LOSS_TEMPORARIES[stack.loss]}; recomputed block",
+        "temporaries": f"formula: {LOSS_TEMPORARIES[stack.loss_kernel(spec, config)]}; recomputed block",
         "buffers": buffers,
         "overhead": _overhead_source(overhead, runtime),
     }

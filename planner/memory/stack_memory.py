@@ -1,10 +1,15 @@
 """What the training stack, not the config, decides of a step's memory.
 
-The memory estimate counts the tensors transformers' modules keep (traced: docs/accuracy.md, "Memory"); three things
-another stack does differently are counted as that stack does them, each read in its code:
+The memory estimate counts the tensors transformers' modules keep (traced: docs/accuracy.md, "Memory"); what a
+stack does differently is counted as that stack does it, each read in its code:
 
 - loss: the kernel its cross-entropy runs with, which decides what the loss holds of the logits
   (loss_kernels.py);
+- compiles_loss: whether under `--kernels compile` the stack compiles its loss too, which fuses it (FUSED) for
+  the models that compute their loss through one function: decoder-only ones (transformers' `loss_function`;
+  encoder-decoders such as T5 and Whisper compute theirs inline in forward and keep it eager). Our runner does
+  (backends/parts/kernels.py; tests/test_compiled_loss.py traces it), as do the Trainer's `torch_compile` (the
+  whole model, its loss included) and torchtitan since bbb1b616e;
 - checkpoints_to_cpu: under full activation checkpointing, how many checkpoints per block DeepSpeed's
   cpu_checkpointing copies to CPU memory in the forward and back before the block's recomputation (the ZeRO-Infinity
   paper's example sets it: planner/throughput/implementation.py, which also charges the copies' time). The GPU then
@@ -26,13 +31,14 @@ another stack does differently are counted as that stack does them, each read in
   our engine refuses ZeRO-3 with pipelining.
 
 planner/throughput/implementation.py's presets say which each codebase runs (Implementation.stack_memory); ours
-is OURS: the eager loss, checkpoints on the GPU.
+is OURS: the eager loss, compiled under `--kernels compile`, checkpoints on the GPU.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.contract.choices import KernelChoice
 from planner.memory.loss_kernels import LossKernel
 from planner.memory.model_states import shard_degrees
 from planner.memory.rank_params import linear_params, rank_params
@@ -45,9 +51,16 @@ class StackMemory:
     loss: LossKernel = LossKernel.EAGER
     checkpoints_to_cpu: int = 0
     unsharded_stage_under_pp: bool = False
+    compiles_loss: bool = False
+
+    def loss_kernel(self, spec: ModelSpec, config: TrainingConfig) -> LossKernel:
+        """The kernel this config's cross-entropy runs with: fused where the stack compiles a decoder-only model's
+        loss under --kernels compile, else the stack's own (Liger's chunked loss is the config's: activation_batch)."""
+        compiled = self.compiles_loss and config.kernels is KernelChoice.COMPILE
+        return LossKernel.FUSED if compiled and spec.family is ModelFamily.DECODER_ONLY else self.loss
 
 
-OURS = StackMemory()
+OURS = StackMemory(compiles_loss=True)
 
 
 def moves_checkpoints_to_cpu(spec: ModelSpec, config: TrainingConfig, stack: StackMemory) -> bool:

@@ -172,7 +172,7 @@ class CandidateEvaluator:
         peaks = level.peaks
         if peaks is None:
             world_size = gpus_per_node * cluster.num_nodes
-            stack = self._implementation.stack_memory(level.config.kernels)  # what the codebase decides of it
+            stack = self._implementation.stack_memory()  # what the codebase decides of it
             peaks = level.peaks = batch_peaks(self.spec, level.config, world_size, gpus_per_node, runtime, stack)
         peak = peaks.get(pair)
         if peak is None:  # the level's config at the candidate's batch, without building the candidate's config

@@ -194,14 +194,14 @@ def _per_gpu_total(spec: ModelSpec, item: Scored, implementation: str) -> int:
     known = item.level.memory.get(item.batch)
     if known is not None:
         return known[0]
-    return memory_total_on(spec, item.config, item.cluster, stack_memory_of(implementation, item.config))
+    return memory_total_on(spec, item.config, item.cluster, stack_memory_of(implementation))
 
 
 def _miss_line(spec: ModelSpec, record: FamilyRecord, request: PlanRequest) -> str:
     assert record.smallest_miss is not None  # callers ask only for families that missed
     total, level, batch, cluster = record.smallest_miss
     config = level.config_at(batch)
-    stack = stack_memory_of(request.implementation, config)
+    stack = stack_memory_of(request.implementation)
     memory = memory_on(spec, config, cluster, headroom_fraction=request.headroom_fraction, stack=stack)
     at = f"{describe_config(config)} on {counted(cluster.world_size, 'GPU')}"
     nvme_capacity = memory.nvme_capacity_per_node_bytes

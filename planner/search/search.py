@@ -207,7 +207,7 @@ def search_plans(
             spec, request.activation_checkpointing, bool(request.lora_rank or request.qlora)
         )
         for item in reported:
-            stack = stack_memory_of(request.implementation, item.config)
+            stack = stack_memory_of(request.implementation)
             memory = memory_on(
                 spec, item.config, item.cluster, headroom_fraction=request.headroom_fraction, stack=stack
             )

@@ -69,7 +69,7 @@ def smallest_footprint_fits(spec: ModelSpec, cluster: ClusterSpec, request: Plan
                 micro_batch=1,
                 grad_accum=MICRO_BATCHES_PER_STAGE * pp if pp > 1 else 1,  # activations in flight, as in a real run
             )
-            stack = stack_memory_of(request.implementation, config)
+            stack = stack_memory_of(request.implementation)
             if memory_on(spec, config, cluster, headroom_fraction=request.headroom_fraction, stack=stack).fits:
                 return True
     return False

@@ -117,7 +117,8 @@ checked on fourteen others, and says so wherever it moves an estimate:
   preset of ours runs it (our ds_config refuses cpu_checkpointing).
 - loss_kernel, compiles_loss: the kernel the codebase runs its cross-entropy with, which decides what the loss
   holds of the logits (planner/memory/loss_kernels.py; read by the memory estimate through stack_memory): torch's
-  eager one in ours (transformers' loss; our engine compiles the blocks, not the loss), flash-attn's fused
+  eager one in ours (transformers' loss), compiled with the blocks under --kernels compile by our runner
+  (backends/parts/kernels.py) and by the Trainer's `torch_compile`, flash-attn's fused
   CrossEntropyLoss in llm-foundry (its default `loss_fn: fused_crossentropy`,
   llmfoundry/models/mpt/modeling_mpt.py at b2a43a14, and in the April 2023 code at 9fa3ceb9a,
   examples/llm/src/models/mosaic_gpt/mosaic_gpt.py), Megatron-LM's
@@ -137,7 +138,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from planner.contract.choices import KernelChoice, Strategy
+from planner.contract.choices import Strategy
 from planner.memory.loss_kernels import LossKernel
 from planner.memory.stack_memory import StackMemory
 from planner.throughput.kernel_stack import KernelStack
@@ -173,13 +174,11 @@ class Implementation:
     # distributed optimizer is our engine's layout, llm-foundry trains with torch FSDP, and so on.
     strategies: tuple[Strategy, ...] = ALL_STRATEGIES
 
-    def loss_kernel_under(self, kernels: KernelChoice) -> LossKernel:
-        """The cross-entropy's kernel under this kernel choice (Liger's chunked loss is the config's own)."""
-        return LossKernel.FUSED if self.compiles_loss and kernels is KernelChoice.COMPILE else self.loss_kernel
-
-    def stack_memory(self, kernels: KernelChoice) -> StackMemory:
-        """What this codebase decides of a step's memory under this kernel choice (planner/memory/stack_memory.py)."""
-        return StackMemory(self.loss_kernel_under(kernels), self.checkpoints_to_cpu, self.unsharded_stage_under_pp)
+    def stack_memory(self) -> StackMemory:
+        """What this codebase decides of a step's memory (planner/memory/stack_memory.py)."""
+        return StackMemory(
+            self.loss_kernel, self.checkpoints_to_cpu, self.unsharded_stage_under_pp, compiles_loss=self.compiles_loss
+        )
 
 
 # What this project's strategies run (DDP, FSDP, DeepSpeed and the engine all train
@@ -192,6 +191,7 @@ OUR_STRATEGIES = Implementation(
     False,
     transformers_attention=True,
     expert_tokens_split_over_tp=False,
+    compiles_loss=True,
 )
 LLM_FOUNDRY = Implementation(
     "llm-foundry (MPT, torch FSDP)",
