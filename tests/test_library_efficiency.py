@@ -16,16 +16,19 @@ from planner.training_config import TrainingConfig
 
 A100_MATMUL = 271.2 / 312  # the MAMF table's A100 SXM row
 A100_FLASH2 = 203 / 312  # FlashAttention-2's A100 figure, head dim 128, 16k
+# cuDNN on a B200 at 4k tokens, causal (NVIDIA/cudnn-frontend's B200 CSV at 0b1577c8): forward + backward from the
+# printed forward and backward TFLOP/s, whose FLOPs stand 1 : 2.5.
+B200_CUDNN_4K = 3.5 / (1 / 855.678 + 2.5 / 701.265)
 
 # (GPU, matmul factor, attention factor) as each source's printed figures give them.
 PRINTED = [
     ("A100-80GB", 1.0, 1.0),
     ("H100-80GB", (794.5 / 989) / A100_MATMUL, (338 / 989) / A100_FLASH2),
     ("H200", (794.5 / 989) / A100_MATMUL, (338 / 989) / A100_FLASH2),  # "H200 is the same"
-    ("B200", (1745.0 / 2250) / A100_MATMUL, (338 / 989) / A100_FLASH2),  # attention: Hopper's, assumed
+    ("B200", (1745.0 / 2250) / A100_MATMUL, (B200_CUDNN_4K / 2250) / A100_FLASH2),
     ("V100-32GB", (83 / 125) / A100_MATMUL, 98 / 203),  # Markidis et al. 2018; xformers against FA2 on the A100
-    ("B300", (1769.0 / 2250) / A100_MATMUL, (338 / 989) / A100_FLASH2),
-    ("GB200", (1822.0 / 2500) / A100_MATMUL, (338 / 989) / A100_FLASH2),
+    ("B300", (1769.0 / 2250) / A100_MATMUL, (B200_CUDNN_4K / 2250) / A100_FLASH2),  # attention: the B200's, assumed
+    ("GB200", (1822.0 / 2500) / A100_MATMUL, (B200_CUDNN_4K / 2250) / A100_FLASH2),
     ("MI300X", (668.4 / 1300) / A100_MATMUL, 0.5),  # attention assumed on every CDNA part
     ("MI325X", (784.9 / 1300) / A100_MATMUL, 0.5),
     ("MI355X", (1565.0 / 2300) / A100_MATMUL, 0.5),
@@ -41,6 +44,15 @@ def test_each_factor_is_its_sources_arithmetic(gpu, matmul, attention):
     factors = library_efficiency(find_gpu(gpu))
     assert factors.matmul == pytest.approx(matmul, rel=1e-12)
     assert factors.attention == pytest.approx(attention, rel=1e-12)
+
+
+def test_the_b200_attention_figure_counts_flops_as_the_a100_reference_does():
+    """The CSV's printed times (ms) give its TFLOP/s back under FlashAttention-2's own count, the A100 figure's:
+    4 x s^2 x heads x head dim a forward, halved for causal, 2.5x that a backward."""
+    forward = 4 * 4096**2 * 128 * 128 / 2
+    assert forward / 0.642e-3 / 1e12 == pytest.approx(855.678, rel=1e-3)
+    assert 2.5 * forward / 1.960e-3 / 1e12 == pytest.approx(701.265, rel=1e-3)
+    assert 3.5 * forward / ((0.642 + 1.960) * 1e-3) / 1e12 == pytest.approx(B200_CUDNN_4K, rel=1e-3)
 
 
 def test_the_rounded_factors_docs_accuracy_prints():

@@ -42,6 +42,18 @@ class LibraryEfficiency:
 
 _MAMF = "the MAMF table (stas00/ml-engineering at 744d01e)"
 _HOPPER_ATTENTION = (338 / 989) / _A100_FLASH2  # FlashAttention-2 on the H100 against the A100, same figure set
+# cuDNN attention on a B200, forward + backward at 4k tokens (causal, GQA 128/8 heads, head dim 128, BF16): the
+# forward's 855.678 and the backward's 701.265 TFLOP/s as printed, their FLOPs 1 : 2.5, so 3.5 / (1/855.678 + 2.5/701.265).
+# The kernel Transformer Engine and torch 2.13's SDPA run on sm100 (docs/accuracy.md, "GPU library efficiency").
+_B200_CUDNN_4K = 3.5 / (1 / 855.678 + 2.5 / 701.265)
+_BLACKWELL_ATTENTION = (_B200_CUDNN_4K / 2250) / _A100_FLASH2
+_BLACKWELL_ATTENTION_SOURCE = (
+    "cuDNN 9.13.1 attention through PyTorch 2.9's SDPA on a B200, forward + backward at 4k tokens (causal, 128 query "
+    "and 8 key-value heads, head dim 128, BF16), 739.5 of 2250 TFLOP/s (NVIDIA/cudnn-frontend benchmark/"
+    "sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv at 0b1577c8, 2025-10-10; the "
+    "kernel Transformer Engine and torch 2.13's SDPA run on sm100); 998 at 8k and 1138 at 16k, which one factor does "
+    "not follow; FlashAttention-2 there 273"
+)
 
 
 def _mamf(
@@ -93,14 +105,7 @@ BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
         'on the H100 GPU")',
         fp8=(1402.6, 1979),
     ),
-    "Blackwell": _mamf(
-        "B200 SXM",
-        1745.0,
-        2250,
-        _HOPPER_ATTENTION,
-        "assumed, Hopper's (no Blackwell attention measurement read)",
-        fp8=(3432.5, 4500),
-    ),
+    "Blackwell": _mamf("B200 SXM", 1745.0, 2250, _BLACKWELL_ATTENTION, _BLACKWELL_ATTENTION_SOURCE, fp8=(3432.5, 4500)),
     "Ada Lovelace": LibraryEfficiency(
         1.0,
         1.0,
@@ -140,8 +145,10 @@ BY_GPU: dict[str, LibraryEfficiency] = {
     "H200": _mamf(
         'H200 SXM (BF16: "H200 is the same" as the H100)', 794.5, 989, _HOPPER_ATTENTION, "Hopper's", fp8=(1453.4, 1979)
     ),
-    "B300": _mamf("B300 SXM", 1769.0, 2250, _HOPPER_ATTENTION, "assumed, Hopper's", fp8=(3353.3, 4500)),
-    "GB200": _mamf("GB200", 1822.0, 2500, _HOPPER_ATTENTION, "assumed, Hopper's", fp8=(3615.6, 5000)),
+    "B300": _mamf(
+        "B300 SXM", 1769.0, 2250, _BLACKWELL_ATTENTION, "assumed, the B200's cuDNN share", fp8=(3353.3, 4500)
+    ),
+    "GB200": _mamf("GB200", 1822.0, 2500, _BLACKWELL_ATTENTION, "assumed, the B200's cuDNN share", fp8=(3615.6, 5000)),
     "MI325X": _mamf(
         "MI325X at 1000 W", 784.9, 1300, 0.5, "assumed, CDNA3's (AMD's hipblaslt-bench: matmul 843 of 1307)"
     ),
