@@ -23,6 +23,8 @@ def _estimate(capsys, model: str, kernels: str, seq_len: int = 4096) -> dict:
 
 
 def test_compile_removes_exactly_the_unfused_traffic(capsys):
+    import dataclasses
+
     from planner.hardware.cluster import make_cluster
     from planner.models.resolve import resolve_model
     from planner.throughput.estimate import estimate_throughput
@@ -32,18 +34,18 @@ def test_compile_removes_exactly_the_unfused_traffic(capsys):
     eager, compiled = _estimate(capsys, "llama-3.1-8b", "eager"), _estimate(capsys, "llama-3.1-8b", "compile")
     assert compiled["throughput"]["tokens_per_s"] > eager["throughput"]["tokens_per_s"]
     assert "torch.compile" in compiled["throughput"]["sources"]["kernels"]
-    # The same step as a fused-stack implementation (llm-foundry's) predicts for these shapes.
+    # The same step as a fused-stack implementation (llm-foundry's) predicts for these shapes, with our attention
+    # kernel (cuDNN's on Hopper: implementation.py, hopper_native_attention).
     config = TrainingConfig(strategy="fsdp", seq_len=4096, micro_batch=2, activation_checkpointing="full")
     cluster = make_cluster("H100-80GB", gpus_per_node=8)
-    fused = estimate_throughput(resolve_model("llama-3.1-8b"), config, cluster,
-                                implementation=implementation_named("llm-foundry"))  # fmt: skip
+    fused_stack = dataclasses.replace(implementation_named("llm-foundry"), hopper_native_attention=True)
+    fused = estimate_throughput(resolve_model("llama-3.1-8b"), config, cluster, implementation=fused_stack)
     assert compiled["throughput"]["breakdown"]["compute_s"] == pytest.approx(fused.breakdown.compute_s, rel=1e-9)
     # GPT-2 has no RMSNorm nor rotary: compile removes its gelu_new chain alone, what the fused stack predicts.
     gpt_eager, gpt_compiled = _estimate(capsys, "gpt2-xl", "eager", 1024), _estimate(capsys, "gpt2-xl", "compile", 1024)
     assert gpt_compiled["throughput"]["tokens_per_s"] > gpt_eager["throughput"]["tokens_per_s"]
     config = TrainingConfig(strategy="fsdp", seq_len=1024, micro_batch=2, activation_checkpointing="full")
-    gpt_fused = estimate_throughput(resolve_model("gpt2-xl"), config, cluster,
-                                    implementation=implementation_named("llm-foundry"))  # fmt: skip
+    gpt_fused = estimate_throughput(resolve_model("gpt2-xl"), config, cluster, implementation=fused_stack)
     assert gpt_compiled["throughput"]["breakdown"]["compute_s"] == pytest.approx(
         gpt_fused.breakdown.compute_s, rel=1e-9
     )

@@ -96,14 +96,16 @@ def test_the_factor_scales_the_device_and_is_named_in_the_estimate():
     spec = resolve_model("llama-3.2-1b")
     h100 = estimate_throughput(spec, config, make_cluster("H100-80GB", 8, 1))
     assert "MAMF" in h100.sources["gpu_library_efficiency"]
-    assert h100.sources["gpu_library_efficiency"].startswith("H100-80GB: matmul x0.92, FP8 x0.82, attention x0.53")
+    # Our backends run cuDNN's attention on Hopper (torch 2.13's SDPA): FlashAttention-2's 0.53, times 1.5.
+    assert h100.sources["gpu_library_efficiency"].startswith("H100-80GB: matmul x0.92, FP8 x0.82, attention x0.79")
     a100 = estimate_throughput(spec, config, make_cluster("A100-80GB", 8, 1))
     assert "gpu_library_efficiency" not in a100.sources and library_efficiency(find_gpu("A100-80GB")) is AMPERE
     # The printed speed line (plan, estimate) names the factor; the A100's names none.
     from planner.search.explain import throughput_source
 
     assert throughput_source(h100).endswith(
-        "; H100-80GB: matmul x0.92, FP8 x0.82, attention x0.53 the A100's (sources.gpu_library_efficiency)"
+        "; H100-80GB: matmul x0.92, FP8 x0.82, attention x0.79 (a Hopper-native kernel, cuDNN's or FlashAttention-3: "
+        "x1.5 FlashAttention-2's) the A100's (sources.gpu_library_efficiency)"
     )
     assert "gpu_library_efficiency" not in throughput_source(a100)
 
@@ -141,3 +143,43 @@ def test_the_cpu_device_names_no_gpu_library():
     cpu = estimate_throughput(resolve_model("gpt2"), config, make_cluster("cpu", 2, 1))
     assert "gpu_library_efficiency" not in cpu.sources
     assert library_efficiency(find_gpu("cpu")) is HOST_CPU
+
+
+def test_the_hopper_native_speedup_is_cudnns_measured_share_at_4k():
+    """cuDNN 9.19 on an H200 at 4k tokens, causal (cudnn-frontend's h200_919_only_cudnn CSV at df73764a): forward 591,
+    backward 474 TFLOP/s, against FlashAttention-2's Hopper factor: 1.49x, the 1.5 our backends (torch 2.13's SDPA
+    runs cuDNN on sm90) and Megatron-Core are planned with."""
+    from planner.throughput.implementation import HOPPER_NATIVE_ATTENTION_SPEEDUP
+
+    cudnn_h200_4k = 3.5 / (1 / 591 + 2.5 / 474)
+    measured = (cudnn_h200_4k / 989) / A100_FLASH2 / library_efficiency(find_gpu("H200")).attention
+    assert measured == pytest.approx(HOPPER_NATIVE_ATTENTION_SPEEDUP, rel=0.01)
+
+
+def test_our_backends_run_cudnns_attention_on_hopper_and_rows_that_ran_flash_attention_2_keep_it():
+    """Ours on an H100: attention at 1.5x FlashAttention-2's rate, named in the source; on an A100 nothing changes;
+    the published Hopper rows of our preset that ran FlashAttention-2 (`attention_kernel`) are estimated with it."""
+    import dataclasses
+
+    from benchmarks.accuracy.validate_published_runs import implementation_of, published_rows
+    from planner.throughput.implementation import OUR_STRATEGIES
+
+    flash2 = dataclasses.replace(OUR_STRATEGIES, hopper_native_attention=False)
+    spec = resolve_model("llama-3.1-8b")
+    config = TrainingConfig(
+        strategy="fsdp", micro_batch=1, grad_accum=1, seq_len=16384, activation_checkpointing="full"
+    )
+    h100, a100 = make_cluster("H100-80GB", 8, 1), make_cluster("A100-80GB", 8, 1)
+    native = estimate_throughput(spec, config, h100)
+    assert native.tokens_per_s > estimate_throughput(spec, config, h100, implementation=flash2).tokens_per_s
+    assert "Hopper-native" in native.sources["gpu_library_efficiency"]
+    assert "attention x0.79" in native.sources["gpu_library_efficiency"]
+    assert (
+        estimate_throughput(spec, config, a100).tokens_per_s
+        == estimate_throughput(spec, config, a100, implementation=flash2).tokens_per_s
+    )
+    pinned = [row for row in published_rows() if row.get("attention_kernel") == "flash-attention-2"]
+    assert {row["stack"] for row in pinned} == {"pytorch-fsdp", "hf-trainer-fsdp", "hf-accelerate-deepspeed"}
+    assert all(not implementation_of(row).hopper_native_attention for row in pinned)
+    hopper_ours = [row for row in published_rows() if row["implementation"] == "ours" and row["gpu"][0] == "H"]
+    assert hopper_ours and all(row in pinned for row in hopper_ours)

@@ -166,7 +166,8 @@ def implementation_of(row: dict) -> Implementation:
     activation checkpoints per block DeepSpeed moved to CPU memory (ZeRO-Infinity's example: `checkpoints_to_cpu`),
     DeepSpeed's BF16Optimizer where the row ran it (BLOOM: `bf16_optimizer`), and whether the version that ran
     compiled its loss under --compile where that departs from the preset (torchtitan's December 2024 tables did
-    not: `compiled_loss: false`)."""
+    not: `compiled_loss: false`), and FlashAttention-2 where the row's code ran it on a Hopper GPU in place of the
+    preset's cuDNN (`attention_kernel: flash-attention-2`: the PyTorch/IBM blog's SDPA of 2024)."""
     preset = IMPLEMENTATIONS[row["implementation"]]
     if "context_exchange" in row:
         preset = dataclasses.replace(preset, overlaps_context_exchange=row["context_exchange"] == "ring")
@@ -178,6 +179,10 @@ def implementation_of(row: dict) -> Implementation:
         preset = dataclasses.replace(preset, all_reduces_fp32_gradients=True)
     if "compiled_loss" in row:
         preset = dataclasses.replace(preset, compiles_loss=row["compiled_loss"])
+    if "attention_kernel" in row:
+        if row["attention_kernel"] != "flash-attention-2":
+            raise ValueError(f"{row['id']}: attention_kernel {row['attention_kernel']!r} (flash-attention-2 only)")
+        preset = dataclasses.replace(preset, hopper_native_attention=False)
     return preset
 
 

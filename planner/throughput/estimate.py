@@ -39,7 +39,7 @@ from planner.throughput.derived import (
     stage_key,
     stages_of,
 )
-from planner.throughput.implementation import OUR_STRATEGIES, Implementation
+from planner.throughput.implementation import HOPPER_NATIVE_ATTENTION_SPEEDUP, OUR_STRATEGIES, Implementation
 from planner.throughput.kernel_stack import KernelStack
 from planner.throughput.kernels import Device
 from planner.throughput.library_efficiency import library_efficiency_source
@@ -162,8 +162,10 @@ def _build_plan(
     implementation: Implementation,
 ) -> ThroughputPlan:
     stack = implementation.kernels
+    native_attention = 1.0
     if implementation.hopper_native_attention and cluster.gpu.architecture.startswith("Hopper"):
         device = hopper_native_device(device)
+        native_attention = HOPPER_NATIVE_ATTENTION_SPEEDUP
     if config.kernels is not KernelChoice.EAGER:
         stack = KernelStack.FUSED  # torch.compile and Liger fuse the norms', rotary's and activations' chains
     shape, fused_attention = shape_of(spec)
@@ -206,7 +208,7 @@ def _build_plan(
             **offload_source(config, cluster),
             **compression_source(config, world),
             **zeropp_source(config),
-            **library_efficiency_source(cluster.gpu),
+            **library_efficiency_source(cluster.gpu, native_attention),
             **(shortfall_sources(shortfall.source) if shortfall else {}),
         },
         shortfall=shortfall,

@@ -86,16 +86,25 @@ checked on fourteen others, and says so wherever it moves an estimate:
   megatron-core; off in megatron (Megatron-LM's own 2019-2022 runs did not
   have it) and the other presets.
 - hopper_native_attention: on a Hopper GPU, whether attention runs a
-  Hopper-native kernel or FlashAttention-2. PyTorch's SDPA runs
-  FlashAttention-2, which reaches "only 35% utilization on the H100 GPU"
-  (FlashAttention-3 paper, Shah et al. 2024, arXiv:2407.08608, abstract):
-  library_efficiency.py's Hopper attention factor. Transformer
-  Engine, which Megatron-Core runs, "prefers cuDNN flash attention on Hopper+
-  architectures" (NeMo's memory-optimizations docs, NVIDIA/NeMo PR #9188) and
-  takes FlashAttention-3 where it is installed; the FlashAttention-3 paper puts
-  FlashAttention-3 at "1.5-2.0x" FlashAttention-2 on H100 and plots cuDNN's
-  kernel beside it. The lower end, HOPPER_NATIVE_ATTENTION_SPEEDUP, is taken.
-  On in megatron-core, off in the other presets.
+  Hopper-native kernel (cuDNN's, FlashAttention-3) or FlashAttention-2, which
+  reaches "only 35% utilization on the H100 GPU" (FlashAttention-3 paper, Shah
+  et al. 2024, arXiv:2407.08608, abstract): library_efficiency.py's Hopper
+  attention factor. Transformer Engine, which Megatron-Core runs, "prefers
+  cuDNN flash attention on Hopper+ architectures" (NeMo's memory-optimizations
+  docs, NVIDIA/NeMo PR #9188); torch's SDPA, which our backends run, puts cuDNN
+  first on sm90 and sm100 when the runtime cuDNN is newer than 9.15
+  (`check_prefer_cudnn_attention`, aten/src/ATen/native/transformers/cuda/
+  sdp_utils.cpp, read in a stored copy at pytorch 001f694a; torch 2.13's CUDA 13
+  wheels take nvidia-cudnn-cu13, 9.24 in this machine's index), where earlier
+  versions ran FlashAttention-2 first. The FlashAttention-3 paper puts
+  FlashAttention-3 at "1.5-2.0x" FlashAttention-2 on H100; cuDNN 9.19 on an
+  H200 at 4k tokens, causal, measures 502 TFLOP/s forward + backward
+  (NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/
+  h200_919_only_cudnn at df73764a), 1.49x FlashAttention-2's factor, as
+  Blackwell's factor is taken at 4k (docs/accuracy.md, "GPU library
+  efficiency"). HOPPER_NATIVE_ATTENTION_SPEEDUP, 1.5, is taken. On in ours and
+  megatron-core; a published row whose code ran FlashAttention-2 says so
+  (`attention_kernel: flash-attention-2`).
 - expert_tokens_split_over_tp: under expert and tensor parallelism, whether each
   tp rank sends only its share of the routed tokens to the other ep ranks
   (Megatron-LM's expert tensor parallelism over sequence shards) or every tp
@@ -145,7 +154,8 @@ from planner.throughput.kernel_stack import KernelStack
 from planner.throughput.measured_shortfall import MEGATRON_DEEPSPEED_2022_SHORTFALL, MeasuredShortfall
 
 ALL_STRATEGIES = tuple(Strategy)
-# The lower end of FlashAttention-3's "1.5-2.0x" over FlashAttention-2 on H100 (hopper_native_attention above).
+# The lower end of FlashAttention-3's "1.5-2.0x" over FlashAttention-2 on H100, and cuDNN's measured 1.49x at 4k
+# tokens (hopper_native_attention above).
 HOPPER_NATIVE_ATTENTION_SPEEDUP = 1.5
 
 
@@ -192,6 +202,7 @@ OUR_STRATEGIES = Implementation(
     transformers_attention=True,
     expert_tokens_split_over_tp=False,
     compiles_loss=True,
+    hopper_native_attention=True,  # torch 2.13's SDPA runs cuDNN's attention on sm90
 )
 LLM_FOUNDRY = Implementation(
     "llm-foundry (MPT, torch FSDP)",

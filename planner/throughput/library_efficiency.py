@@ -172,11 +172,16 @@ def library_efficiency(gpu: GpuSpec) -> LibraryEfficiency:
     return UNKNOWN
 
 
-def library_efficiency_source(gpu: GpuSpec) -> dict[str, str]:
-    """The estimate's `gpu_library_efficiency` source for a GPU the constants were not fitted on (none for Ampere)."""
+def library_efficiency_source(gpu: GpuSpec, native_attention: float = 1.0) -> dict[str, str]:
+    """The estimate's `gpu_library_efficiency` source for a GPU the constants were not fitted on (none for Ampere);
+    `native_attention`: the speedup of a Hopper-native attention kernel over FlashAttention-2 where the stack runs
+    one (implementation.py, hopper_native_attention), which the attention factor printed includes."""
     factors = library_efficiency(gpu)
     if factors in (AMPERE, HOST_CPU):
         return {}
     fp8 = f", FP8 x{factors.fp8_matmul:.2f}" if factors.fp8_matmul is not None else ""
-    line = f"{gpu.name}: matmul x{factors.matmul:.2f}{fp8}, attention x{factors.attention:.2f} the A100's; {factors.source}"
+    attention = f"attention x{factors.attention * native_attention:.2f}"
+    if native_attention != 1.0:
+        attention += f" (a Hopper-native kernel, cuDNN's or FlashAttention-3: x{native_attention:g} FlashAttention-2's)"
+    line = f"{gpu.name}: matmul x{factors.matmul:.2f}{fp8}, {attention} the A100's; {factors.source}"
     return {"gpu_library_efficiency": line}

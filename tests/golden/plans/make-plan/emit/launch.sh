@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Launch llama-3-8b (fsdp) as planned by hardware-selector; edit freely.
+# Launch llama-3-8b (deepspeed) as planned by hardware-selector; edit freely.
 #
 # One node:       NNODES=1 bash launch.sh [runner options: --steps N, --data PATH, ...; see python -m <MODULE> -h]
-# Several nodes:  on every node, NODE_RANK=0 on the first:
-#   NNODES=2 NODE_RANK=<i> MASTER_ADDR=<first node> bash launch.sh
+# Several nodes:  on the first node only (it starts the others over ssh: list them in ./hostfile):
+#   NNODES=2 MASTER_ADDR=<first node> bash launch.sh
 # Your own script: TRAIN_SCRIPT=/path/to/train.py bash launch.sh  (it receives --plan RUN_DIR).
-# Another launcher: LAUNCHER=torchrun|accelerate|deepspeed|mpirun (the plan's choice: torchrun).
+# Another launcher: LAUNCHER=torchrun|accelerate|deepspeed|mpirun (the plan's choice: deepspeed).
 # The process count is part of the plan (batch sizes depend on it): to change it, run
 # hardware-selector train RUN_DIR --nproc N (the global batch is kept), or re-emit with --gpus-per-node.
 set -euo pipefail
@@ -22,7 +22,7 @@ if ! command -v -- "$PYTHON" >/dev/null; then
     "hardware-selector installed" >&2
   exit 2
 fi
-LAUNCHER=${LAUNCHER:-torchrun}
+LAUNCHER=${LAUNCHER:-deepspeed}
 NPROC_PER_NODE=8
 NNODES=${NNODES:-2}
 # Given, or launch.sh's one-node defaults below? Several nodes need them given (need_nodes).
@@ -76,7 +76,7 @@ torchrun)
   need_nodes rank
   exec "$PYTHON" -m torch.distributed.run --nnodes="$NNODES" --node-rank="$NODE_RANK" \
     --nproc-per-node="$NPROC_PER_NODE" --rdzv-backend=static \
-    --rdzv-id=hs-llama-3-8b-fsdp --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" \
+    --rdzv-id=hs-llama-3-8b-deepspeed --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" \
     "${TRAIN[@]}" "${ARGS[@]}"
   ;;
 accelerate)
