@@ -1,7 +1,7 @@
 # Two entry points on a fresh clone: `make plan` and `make test`.
 # Both create .venv when it is missing. Override TORCH_SPEC (and TORCH_INDEX_URL)
 # to install a CUDA build, e.g.
-#   make plan TORCH_SPEC=torch TORCH_INDEX_URL=https://download.pytorch.org/whl/cu124
+#   make plan TORCH_INDEX_URL=https://download.pytorch.org/whl/cu130
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0

@@ -17,7 +17,7 @@ from planner.memory.stack_memory import OURS, StackMemory
 from planner.models.spec import ModelSpec
 from planner.throughput.estimate import check_fp8_gpu, estimate_throughput
 from planner.throughput.result import ThroughputEstimate
-from planner.training_config import ActivationCheckpointing, TrainingConfig
+from planner.training_config import ActivationCheckpointing, KernelChoice, TrainingConfig
 
 
 class Evaluation(BaseModel):
@@ -100,16 +100,24 @@ def evaluate(
     from planner.throughput.implementation import OUR_STRATEGIES, TORCHTITAN, implementation_named
 
     preset = implementation_named(implementation)  # a wrong name is one line before any work
+    split = config.tensor_parallel > 1 or config.pipeline_parallel > 1
+    if preset is OUR_STRATEGIES and config.kernels is not KernelChoice.EAGER and split:
+        raise UserInputError(
+            f"--kernels {config.kernels.value} with --tp/--pp: our engine compiles (or patches) whole replicas only "
+            "and runs tensor- and pipeline-split models eager (backends/parallelize.py); use --kernels eager, or a "
+            "layout without --tp/--pp"
+        )
     check_fp8_gpu(config, cluster)
     config = config.with_stage_map(spec)  # pp that does not divide the layers: the default uneven map
     stack = preset.stack_memory()
     memory = memory_on(spec, config, cluster, headroom_fraction=headroom_fraction, overhead=overhead, stack=stack)
     # The preset moves the speed and, of the memory, what the stack decides (step_sources.OTHER_STACK_MEMORY).
     if preset is not OUR_STRATEGIES:
+        loss = stack.loss_kernel(spec, config).value
         notes = [
             f"--implementation {implementation}: memory counted for transformers' modules, with this stack's "
-            f"cross-entropy ({stack.loss_kernel(spec, config).value}) and where it keeps checkpoints and gathered stages "
-            "(planner/memory/stack_memory.py); its blocks may keep less"
+            f"cross-entropy ({loss}) and where it keeps checkpoints and gathered stages (planner/memory/"
+            "stack_memory.py); its blocks may keep less"
         ]
         if preset is TORCHTITAN and config.activation_checkpointing is ActivationCheckpointing.SELECTIVE:
             # torchtitan's "selective" is its op-level policy by default (train_configs' selective_ac_option 'op').

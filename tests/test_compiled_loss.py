@@ -68,7 +68,7 @@ def test_the_compiled_loss_keeps_the_16_bit_logits_in_place_of_the_fp32_log_soft
 
 def test_the_runner_compiles_the_loss_with_the_blocks():
     """apply_kernels("compile") puts transformers' loss_function under torch.compile beside every block; "eager"
-    leaves it alone. A T5 keeps its inline loss whatever its loss_function is (the plan counts it eager)."""
+    leaves it alone."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from backends.parts.kernels import apply_kernels
@@ -112,6 +112,28 @@ def test_context_parallels_loss_compiles_to_the_same_fused_kernel():
     assert losses["compile"].item() == pytest.approx(losses["eager"].item(), rel=1e-5)
 
 
+def test_parallelize_compiles_context_parallels_loss_under_compile(monkeypatch):
+    """parallelize's context-parallel branch, single-process: the engine's own loss is compiled under compile (the
+    ranks and the ring attention, which need a process group, stubbed out) and left alone under eager."""
+    from types import SimpleNamespace
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    import backends.parallelize as parallelize_module
+    from backends.context_parallel.apply import summed_token_loss
+    from backends.parallel_dims import ParallelDims
+
+    def stub(model, layout, weights, device):
+        return parallelize_module.Parallelized(model, context_parallel=SimpleNamespace(token_loss=summed_token_loss))
+
+    monkeypatch.setattr(parallelize_module, "_context_parallel", stub)
+    for kernels, compiled in (("compile", True), ("eager", False)):
+        model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=64))
+        config = parallelize_module.ParallelizeConfig(kernels=kernels)
+        placed = parallelize_module.parallelize(model, ParallelDims(cp=2), config)
+        assert hasattr(placed.context_parallel.token_loss, "_torchdynamo_orig_callable") is compiled, kernels
+
+
 def _estimate(capsys, model: str, kernels: str) -> dict:
     from hardware_selector_cli.app import main
 
@@ -136,3 +158,29 @@ def test_the_plan_counts_the_compiled_loss_for_decoder_only_models(capsys):
     t5_eager, t5_compiled = _estimate(capsys, "t5-large", "eager"), _estimate(capsys, "t5-large", "compile")
     assert t5_compiled["per_gpu_bytes"]["temporaries"] == t5_eager["per_gpu_bytes"]["temporaries"]
     assert "fp32 log-softmax" in t5_compiled["sources"]["temporaries"]
+
+
+def test_ours_states_its_compiled_loss_once():
+    """The memory estimate's default stack (OURS) is our preset's, compiled loss and all: one rule, two names."""
+    from planner.memory.stack_memory import OURS
+    from planner.throughput.implementation import OUR_STRATEGIES
+
+    assert OUR_STRATEGIES.stack_memory() == OURS and OURS.compiles_loss
+
+
+def test_compile_with_tensor_or_pipeline_parallelism_is_refused_for_our_engine(capsys):
+    """backends/parallelize.py runs tp/pp-split models eager only, so the planner neither estimates (one line, exit 2)
+    nor searches them under --kernels compile for ours, and says why; torchtitan's preset compiles them."""
+    from hardware_selector_cli.app import main
+
+    base = ["-m", "llama-3.1-8b", "--gpu", "H100-80GB", "--gpus-per-node", "8", "--kernels", "compile"]
+    assert main(["estimate", *base, "--strategy", "engine", "--tp", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--kernels compile with --tp/--pp" in err[0]
+    assert main(["estimate", *base, "--strategy", "engine", "--tp", "2", "--implementation", "torchtitan"]) == 0
+    capsys.readouterr()
+    assert main(["plan", *base, "--nodes", "2", "--strategies", "engine,fsdp", "--json"]) == 0
+    plans = json.loads(capsys.readouterr().out)
+    layouts = [plan["config"]["layout"] for plan in plans["candidates"]]
+    assert layouts and all(layout.get("tp", 1) == 1 and layout.get("pp", 1) == 1 for layout in layouts)
+    assert "engine TP/PP" in json.dumps(plans)

@@ -94,7 +94,7 @@ def test_the_backward_start_moves_by_the_kernels_difference_alone():
     spec = resolve_model("llama-3.1-8b")
     config = TrainingConfig(strategy="fsdp", precision="bf16-mixed", micro_batch=2, seq_len=4096)
     eager = step_peak(spec, config, world_size=8, gpus_per_node=8)
-    fused = step_peak(spec, config, world_size=8, gpus_per_node=8, stack=StackMemory(loss=LossKernel.FUSED))
+    fused = step_peak(spec, config, world_size=8, gpus_per_node=8, stack=StackMemory(uncompiled_loss=LossKernel.FUSED))
     logits = 2 * 4096 * spec.vocab_size
     assert eager.by_phase["backward-start"] - fused.by_phase["backward-start"] == pytest.approx(8 * logits)
     assert eager.by_phase["forward-end"] - fused.by_phase["forward-end"] == pytest.approx(8 * logits)

@@ -13,13 +13,14 @@ rotary, SwiGLU and loss with its Triton kernels: GPUs only, and the `liger` extr
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from planner.errors import UserInputError
 
 
 def apply_kernels(model: Any, kernels: str, device_type: str) -> Any:
-    """Compile each repeated block in place, or apply Liger's patches; the model itself is returned."""
+    """Compile each repeated block and the loss in place, or apply Liger's patches; the model itself is returned."""
     if kernels == "eager":
         return model
     if kernels == "compile":
@@ -30,7 +31,13 @@ def apply_kernels(model: Any, kernels: str, device_type: str) -> Any:
             raise UserInputError(f"--kernels compile: {type(model).__name__} has no repeated blocks to compile")
         for block in blocks:
             block.compile()
-        compile_loss(model)
+        if not compile_loss(model) and not getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+            # The plan counts a decoder's loss compiled (planner/memory/stack_memory.py): say when it is not.
+            warnings.warn(
+                f"--kernels compile: {type(model).__name__} computes its loss without transformers' loss_function, "
+                "so the loss runs eager and holds more of the logits than the plan counted (8 bytes a logit)",
+                stacklevel=2,
+            )
         return model
     if device_type != "cuda":
         raise UserInputError("--kernels liger: Liger's kernels are Triton GPU kernels; use --kernels compile on CPU")
@@ -42,13 +49,16 @@ def apply_kernels(model: Any, kernels: str, device_type: str) -> Any:
     return model
 
 
-def compile_loss(model: Any) -> None:
+def compile_loss(model: Any) -> bool:
     """Put the model's loss under torch.compile, where transformers computes it through `loss_function` (its
-    setter keeps the compiled function on the instance, which FSDP2's and DeepSpeed's wrapping leave in place)."""
+    setter keeps the compiled function on the instance, which FSDP2's and DeepSpeed's wrapping leave in place);
+    whether it could."""
     import torch
 
-    if isinstance(getattr(type(model), "loss_function", None), property):
-        model.loss_function = torch.compile(model.loss_function)
+    if not isinstance(getattr(type(model), "loss_function", None), property):
+        return False
+    model.loss_function = torch.compile(model.loss_function)
+    return True
 
 
 def compiled_or_eager(function: Any, kernels: str) -> Any:

@@ -102,7 +102,8 @@ def activation_terms(
         config.kernels is KernelChoice.LIGER,
         widths.compute == 2 and not widths.autocast and arch_traits(spec).loss_in_logits_dtype,
         widths.compute, spec.hidden_size, spec.vocab_size,
-        _recomputed_block(spec, config, layout, widths, largest_block), stack.loss_kernel(spec, config), on_cpu, in_flight,
+        _recomputed_block(spec, config, layout, widths, largest_block), stack.loss_kernel(spec, config),
+        on_cpu, in_flight,
     )  # fmt: skip
 
 

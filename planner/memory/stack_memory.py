@@ -3,7 +3,7 @@
 The memory estimate counts the tensors transformers' modules keep (traced: docs/accuracy.md, "Memory"); what a
 stack does differently is counted as that stack does it, each read in its code:
 
-- loss: the kernel its cross-entropy runs with, which decides what the loss holds of the logits
+- uncompiled_loss: the kernel its cross-entropy runs with, which decides what the loss holds of the logits
   (loss_kernels.py);
 - compiles_loss: whether under `--kernels compile` the stack compiles its loss too, which fuses it (FUSED) for
   the models that compute their loss through one function: decoder-only ones (transformers' `loss_function`;
@@ -48,7 +48,7 @@ from planner.training_config import ActivationCheckpointing, TrainingConfig
 
 @dataclass(frozen=True)
 class StackMemory:
-    loss: LossKernel = LossKernel.EAGER
+    uncompiled_loss: LossKernel = LossKernel.EAGER  # the loss's kernel without --kernels compile: read loss_kernel()
     checkpoints_to_cpu: int = 0
     unsharded_stage_under_pp: bool = False
     compiles_loss: bool = False
@@ -57,7 +57,7 @@ class StackMemory:
         """The kernel this config's cross-entropy runs with: fused where the stack compiles a decoder-only model's
         loss under --kernels compile, else the stack's own (Liger's chunked loss is the config's: activation_batch)."""
         compiled = self.compiles_loss and config.kernels is KernelChoice.COMPILE
-        return LossKernel.FUSED if compiled and spec.family is ModelFamily.DECODER_ONLY else self.loss
+        return LossKernel.FUSED if compiled and spec.family is ModelFamily.DECODER_ONLY else self.uncompiled_loss
 
 
 OURS = StackMemory(compiles_loss=True)

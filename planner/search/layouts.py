@@ -12,7 +12,7 @@ from planner.models.spec import ModelSpec
 from planner.search.engine_layouts import engine_applicability, engine_layouts
 from planner.search.request import FSDP_SHARDING_KINDS, ZERO_STAGE_KINDS, PlanRequest
 from planner.search.strategy_layout import SIMPLICITY, StrategyLayout, make_layout
-from planner.training_config import FsdpSharding, Offload, Precision, Strategy
+from planner.training_config import FsdpSharding, KernelChoice, Offload, Precision, Strategy
 
 
 def _fsdp_layouts(cluster: ClusterSpec, allow_offload: bool, with_ddp: bool) -> list[StrategyLayout]:
@@ -81,6 +81,8 @@ def enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanReques
         request.seq_len,
         request.compression,
         request.zeropp,
+        request.kernels,
+        request.implementation,
     )
     entry = _LAYOUTS.get(key)
     if entry is None or entry[0] is not spec:
@@ -111,6 +113,9 @@ def _enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanReque
         ]
     if "engine" in wanted and engine_applicability(spec) is None and not request.lora_rank:
         layouts += engine_layouts(spec, cluster, request.seq_len, request.compression)
+    if request.kernels is not KernelChoice.EAGER and request.implementation == "ours":
+        # Our engine compiles (or patches) whole replicas only: its tensor- and pipeline-split models run eager.
+        layouts = [kept for kept in layouts if not _splits_the_model(kept)]
     if request.qlora:
         # The 4-bit base cannot be partitioned by ZeRO-3.
         layouts = [
@@ -119,3 +124,8 @@ def _enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanReque
             if not (kept.fields.get("strategy") is Strategy.DEEPSPEED and kept.fields.get("zero_stage") == 3)
         ]
     return layouts
+
+
+def _splits_the_model(layout: StrategyLayout) -> bool:
+    dims = layout.fields.get("layout")
+    return dims is not None and (dims.tp > 1 or dims.pp > 1)

@@ -26,7 +26,7 @@ from planner.search.request import Objective, PlanRequest, search_restrictions
 from planner.search.result import SearchResult, SearchStats
 from planner.search.strategy_layout import FSDP_LABELS, family_label
 from planner.search.suggest import PLAN_FLAGS, SuggestionFlags, suggestions
-from planner.training_config import FsdpSharding, Strategy, TrainingConfig
+from planner.training_config import FsdpSharding, KernelChoice, Strategy, TrainingConfig
 
 
 def _check_request(spec: ModelSpec, request: PlanRequest) -> None:
@@ -119,6 +119,11 @@ def _not_applicable(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest)
             why = "LoRA runs on DDP, FSDP or DeepSpeed"
         if why is not None:
             not_applicable["engine (TP/PP)"] = why
+        elif request.kernels is not KernelChoice.EAGER and request.implementation == "ours":  # layouts.py: left out
+            not_applicable["engine TP/PP"] = (
+                f"--kernels {request.kernels.value}: the engine compiles (or patches) whole replicas only and runs "
+                "tensor- and pipeline-split models eager; plan them with --kernels eager"
+            )
         elif spec.model_type in ENGINE_MODEL_TYPES and not splits_over_tp(spec.model_type):
             not_applicable["engine TP"] = (
                 f"the engine pipelines {spec.model_type} models but does not split them over tp"

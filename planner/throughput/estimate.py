@@ -162,14 +162,14 @@ def _build_plan(
     implementation: Implementation,
 ) -> ThroughputPlan:
     stack = implementation.kernels
-    native_attention = 1.0
-    if implementation.hopper_native_attention and cluster.gpu.architecture.startswith("Hopper"):
-        device = hopper_native_device(device)
-        native_attention = HOPPER_NATIVE_ATTENTION_SPEEDUP
     if config.kernels is not KernelChoice.EAGER:
         stack = KernelStack.FUSED  # torch.compile and Liger fuse the norms', rotary's and activations' chains
     shape, fused_attention = shape_of(spec)
     fused_attention = fused_attention or not implementation.transformers_attention  # their own fused kernels
+    attention_speedup = 1.0  # over the GPU's FlashAttention-2 factor, which the source prints with it
+    if implementation.runs_native_attention(cluster.gpu, config) and fused_attention:
+        device = hopper_native_device(device)
+        attention_speedup = HOPPER_NATIVE_ATTENTION_SPEEDUP
     # The stages of other plans of the same stage key under the committed constants; this plan's own otherwise.
     stages = stages_of(stage_key(shape, config, device, fused_attention, stack)) if k is CONSTANTS else {}
     world = cluster.gpus_per_node * cluster.num_nodes
@@ -208,7 +208,7 @@ def _build_plan(
             **offload_source(config, cluster),
             **compression_source(config, world),
             **zeropp_source(config),
-            **library_efficiency_source(cluster.gpu, native_attention),
+            **library_efficiency_source(cluster.gpu, attention_speedup),
             **(shortfall_sources(shortfall.source) if shortfall else {}),
         },
         shortfall=shortfall,

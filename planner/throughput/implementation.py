@@ -102,9 +102,9 @@ checked on fourteen others, and says so wherever it moves an estimate:
   (NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/
   h200_919_only_cudnn at df73764a), 1.49x FlashAttention-2's factor, as
   Blackwell's factor is taken at 4k (docs/accuracy.md, "GPU library
-  efficiency"). HOPPER_NATIVE_ATTENTION_SPEEDUP, 1.5, is taken. On in ours and
-  megatron-core; a published row whose code ran FlashAttention-2 says so
-  (`attention_kernel: flash-attention-2`).
+  efficiency"). HOPPER_NATIVE_ATTENTION_SPEEDUP, 1.5, is taken. On in ours,
+  torchtitan and megatron-core; a published row whose code ran FlashAttention-2
+  says so (`attention_kernel: flash-attention-2`).
 - expert_tokens_split_over_tp: under expert and tensor parallelism, whether each
   tp rank sends only its share of the routed tokens to the other ep ranks
   (Megatron-LM's expert tensor parallelism over sequence shards) or every tp
@@ -147,11 +147,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from planner.contract.choices import Strategy
+from planner.contract.choices import AttentionKernel, Strategy
+from planner.hardware.gpus import GpuSpec
 from planner.memory.loss_kernels import LossKernel
 from planner.memory.stack_memory import StackMemory
 from planner.throughput.kernel_stack import KernelStack
 from planner.throughput.measured_shortfall import MEGATRON_DEEPSPEED_2022_SHORTFALL, MeasuredShortfall
+from planner.training_config import TrainingConfig
 
 ALL_STRATEGIES = tuple(Strategy)
 # The lower end of FlashAttention-3's "1.5-2.0x" over FlashAttention-2 on H100, and cuDNN's measured 1.49x at 4k
@@ -172,6 +174,7 @@ class Implementation:
     overlaps_context_exchange: bool = False
     overlaps_tensor_parallel_comm: bool = False
     hopper_native_attention: bool = False
+    native_attention_under_cp: bool = True  # ours: no (its chunks' lower-right causal mask dispatches to FA2)
     checkpoints_to_cpu: int = 0
     serial_pipeline_transfers: bool = False
     reduces_gradients_after_flush: bool = False
@@ -183,6 +186,15 @@ class Implementation:
     # The strategies this codebase trains with, as our configs name them: Megatron-LM's TP x PP x DP with a
     # distributed optimizer is our engine's layout, llm-foundry trains with torch FSDP, and so on.
     strategies: tuple[Strategy, ...] = ALL_STRATEGIES
+
+    def runs_native_attention(self, gpu: GpuSpec, config: TrainingConfig) -> bool:
+        """Whether this config's fused attention runs a Hopper-native kernel (hopper_native_attention). Our context
+        parallelism attends each chunk with torch's lower-right causal bias, which calls FlashAttention-2 (or the
+        memory-efficient kernel) directly, never cuDNN's (CausalBias._dispatch, torch/nn/attention/bias.py)."""
+        if not (self.hopper_native_attention and gpu.architecture.startswith("Hopper")):
+            return False
+        fused = config.attention is AttentionKernel.SDPA
+        return fused and (config.context_parallel == 1 or self.native_attention_under_cp)
 
     def stack_memory(self) -> StackMemory:
         """What this codebase decides of a step's memory (planner/memory/stack_memory.py)."""
@@ -203,6 +215,7 @@ OUR_STRATEGIES = Implementation(
     expert_tokens_split_over_tp=False,
     compiles_loss=True,
     hopper_native_attention=True,  # torch 2.13's SDPA runs cuDNN's attention on sm90
+    native_attention_under_cp=False,
 )
 LLM_FOUNDRY = Implementation(
     "llm-foundry (MPT, torch FSDP)",
@@ -248,9 +261,12 @@ DEEPSPEED_ZERO3_2021 = Implementation(
 )
 # torchtitan (FSDP2, its own Llama): eager, its RMSNorm and rotary are chains of small kernels as in transformers;
 # `--kernels compile` (torchtitan's --compile) fuses them. Collectives as llm-foundry's FSDP measured.
+# torchtitan puts cuDNN's attention first on every GPU since 6a3a9da95 (2025-10-09; sdpa_kernel with set_priority in
+# torchtitan/models/common/attention.py at b5bcd76c6), its context parallelism included (torch's ring attention has
+# cuDNN handlers); its published rows ran earlier versions and say so (attention_kernel).
 TORCHTITAN = Implementation("torchtitan (FSDP2, its own Llama; --kernels compile for torch.compile)",
                             KernelStack.HF_EAGER, False, False, compiles_loss=True, unsharded_stage_under_pp=True,
-                            strategies=(Strategy.FSDP, Strategy.ENGINE))  # fmt: skip
+                            hopper_native_attention=True, strategies=(Strategy.FSDP, Strategy.ENGINE))  # fmt: skip
 DEEPSEEK_DUALPIPE = Implementation(
     "DeepSeek-V3's stack (DualPipe, overlapped expert all-to-all)",
     KernelStack.FUSED,

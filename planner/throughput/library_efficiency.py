@@ -43,13 +43,14 @@ class LibraryEfficiency:
 _MAMF = "the MAMF table (stas00/ml-engineering at 744d01e)"
 _HOPPER_ATTENTION = (338 / 989) / _A100_FLASH2  # FlashAttention-2 on the H100 against the A100, same figure set
 # cuDNN attention on a B200, forward + backward at 4k tokens (causal, GQA 128/8 heads, head dim 128, BF16): the
-# forward's 855.678 and the backward's 701.265 TFLOP/s as printed, their FLOPs 1 : 2.5, so 3.5 / (1/855.678 + 2.5/701.265).
+# forward's 855.678 and the backward's 701.265 TFLOP/s as printed, their FLOPs 1 : 2.5, so
+# 3.5 / (1/855.678 + 2.5/701.265).
 # The kernel Transformer Engine and torch 2.13's SDPA run on sm100 (docs/accuracy.md, "GPU library efficiency").
 _B200_CUDNN_4K = 3.5 / (1 / 855.678 + 2.5 / 701.265)
 _BLACKWELL_ATTENTION = (_B200_CUDNN_4K / 2250) / _A100_FLASH2
 _BLACKWELL_ATTENTION_SOURCE = (
     "cuDNN 9.13.1 attention through PyTorch 2.9's SDPA on a B200, forward + backward at 4k tokens (causal, 128 query "
-    "and 8 key-value heads, head dim 128, BF16), 739.5 of 2250 TFLOP/s (NVIDIA/cudnn-frontend benchmark/"
+    "and 8 key-value heads, head dim 128, BF16), 739.4 of 2250 TFLOP/s (NVIDIA/cudnn-frontend benchmark/"
     "sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv at 0b1577c8, 2025-10-10; the "
     "kernel Transformer Engine and torch 2.13's SDPA run on sm100); 998 at 8k and 1138 at 16k, which one factor does "
     "not follow; FlashAttention-2 there 273"
