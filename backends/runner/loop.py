@@ -13,7 +13,7 @@
    time and memory beside the plan's predictions.
 
 The order of the collective calls (adapter build, the newest-checkpoint vote, checkpoint loads and saves) is
-the same on every rank. That order is why the phases stay in this one file (401 lines, one past the house's
+the same on every rank. That order is why the phases stay in this one file (402 lines, two past the house's
 400): split apart, a reader could no longer check in one place that every rank makes the same calls in turn.
 """
 
@@ -118,6 +118,7 @@ class RunSession:
 
         from backends.adapters import AdapterSetup, build_adapter
         from backends.data import prepare_data
+        from backends.parts.attention_backend import sdpa_notes
         from backends.weights.model_init import build_model, hf_config
 
         spec = load_checked_folder(args)
@@ -131,7 +132,7 @@ class RunSession:
         device = rank_device(run.device, local_rank)
         keep_vocab = not run.data.synthetic  # a tiny model still reads the real tokenizer's ids
         config = hf_config(run.model, tiny=args.tiny, dropout=run.optim.dropout, keep_vocab=keep_vocab)
-        notes = [*spec.notes, *([world_note] if world_note else [])]
+        notes = [*spec.notes, *([world_note] if world_note else []), *sdpa_notes(device)]
         pretrained = run.model.init == "pretrained" and not args.tiny
         if run.model.init == "pretrained" and args.tiny:
             notes.append("note: --tiny trains the shrunken architecture from random weights, not the checkpoint")
