@@ -184,3 +184,19 @@ def test_compile_with_tensor_or_pipeline_parallelism_is_refused_for_our_engine(c
     layouts = [plan["config"]["layout"] for plan in plans["candidates"]]
     assert layouts and all(layout.get("tp", 1) == 1 and layout.get("pp", 1) == 1 for layout in layouts)
     assert "engine TP/PP" in json.dumps(plans)
+
+
+def test_liger_under_context_parallelism_counts_the_whole_logits(capsys):
+    """Under context parallelism our engine takes the logits from the model and computes its own loss (its Liger
+    patches never see labels there), so `--kernels liger` keeps the whole logits: the same loss memory as eager."""
+    from hardware_selector_cli.app import main
+
+    def temporaries(kernels: str, cp: int) -> int:
+        argv = ["estimate", "-m", "llama-3.1-8b", "--gpu", "H100-80GB", "--gpus-per-node", "8", "--strategy",
+                "engine", "--cp", str(cp), "--seq-len", "32768", "--micro-batch", "1", "--kernels", kernels,
+                "--json"]  # fmt: skip
+        assert main(argv) == 0
+        return json.loads(capsys.readouterr().out)["memory"]["per_gpu_bytes"]["temporaries"]
+
+    assert temporaries("liger", 2) == temporaries("eager", 2)
+    assert temporaries("liger", 1) < temporaries("eager", 1) / 4  # without cp, Liger's chunks

@@ -99,7 +99,9 @@ def activation_terms(
         kept, head, largest_block, layer_bytes, config.seq_len, config.context_parallel,
         bool(spec.output_head), config.tensor_parallel,
         pp, config.pipeline_schedule, config.virtual_stages, ranks[0], ranks[-1], even, vision,
-        config.kernels is KernelChoice.LIGER,
+        # Liger's chunked loss runs in the model's forward; under context parallelism our engine takes the logits and
+        # computes its own loss over them (backends/context_parallel/apply.py), so the logits are whole there.
+        config.kernels is KernelChoice.LIGER and config.context_parallel == 1,
         widths.compute == 2 and not widths.autocast and arch_traits(spec).loss_in_logits_dtype,
         widths.compute, spec.hidden_size, spec.vocab_size,
         _recomputed_block(spec, config, layout, widths, largest_block), stack.loss_kernel(spec, config),
