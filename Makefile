@@ -1,5 +1,5 @@
 # Two entry points on a fresh clone: `make plan` and `make test`.
-# Both create .venv when it is missing. Override TORCH_SPEC (and TORCH_INDEX_URL)
+# Both create .venv when it is missing. Override TORCH_INDEX_URL (and TORCH_SPEC for another version)
 # to install a CUDA build, e.g.
 #   make plan TORCH_INDEX_URL=https://download.pytorch.org/whl/cu130
 PYTHON ?= python3

@@ -97,14 +97,19 @@ def evaluate(
     overhead: OverheadSettings = OverheadSettings(),
     implementation: str = "ours",
 ) -> Evaluation:
-    from planner.throughput.implementation import OUR_STRATEGIES, TORCHTITAN, implementation_named
+    from planner.throughput.implementation import (
+        KERNELS_ON_SPLIT_MODELS,
+        OUR_STRATEGIES,
+        TORCHTITAN,
+        implementation_named,
+        runs_kernels_on_split_models,
+    )
 
     preset = implementation_named(implementation)  # a wrong name is one line before any work
     split = config.tensor_parallel > 1 or config.pipeline_parallel > 1
-    if preset is OUR_STRATEGIES and config.kernels is not KernelChoice.EAGER and split:
+    if split and config.kernels is not KernelChoice.EAGER and not runs_kernels_on_split_models(implementation):
         raise UserInputError(
-            f"--kernels {config.kernels.value} with --tp/--pp: our engine compiles (or patches) whole replicas only "
-            "and runs tensor- and pipeline-split models eager (backends/parallelize.py); use --kernels eager, or a "
+            f"--kernels {config.kernels.value} with --tp/--pp: {KERNELS_ON_SPLIT_MODELS}; use --kernels eager, or a "
             "layout without --tp/--pp"
         )
     check_fp8_gpu(config, cluster)

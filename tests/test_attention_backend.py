@@ -28,4 +28,4 @@ def test_the_runner_says_when_sdpa_will_not_run_the_planned_cudnn_attention(majo
     assert (note is None) == (says is None)
     if says is not None:
         assert note is not None and says in note and "\n" not in note
-    assert sdpa_notes(torch.device("cpu")) == []
+    assert sdpa_notes(torch.device("cpu")) == [] and sdpa_notes(torch.device("cuda"), context_parallel=2) == []

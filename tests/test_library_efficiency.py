@@ -194,6 +194,15 @@ def test_our_backends_run_cudnns_attention_on_hopper_and_rows_that_ran_flash_att
         same = estimate_throughput(spec, other, h100)
         assert same.tokens_per_s == estimate_throughput(spec, other, h100, implementation=flash2).tokens_per_s
         assert "Hopper-native" not in same.sources["gpu_library_efficiency"]
+    # On a B200 the factor is cuDNN's; our context parallelism's chunks run FlashAttention-2 (the same CSV, 4k).
+    b200_cp = estimate_throughput(spec, config.model_copy(update={"seq_len": 16384}), make_cluster("B200", 8, 1))
+    assert "attention x0.51 the A100's" in b200_cp.sources["gpu_library_efficiency"]
+    cp_config = TrainingConfig(strategy="engine", zero_stage=1, layout={"cp": 2}, micro_batch=1, grad_accum=1,
+                               seq_len=16384, activation_checkpointing="full")  # fmt: skip
+    b200 = library_efficiency(find_gpu("B200"))
+    assert b200.flash_attention_2 == pytest.approx((3.5 / (1 / 324.899 + 2.5 / 256.427) / 2250) / A100_FLASH2)
+    cp_source = estimate_throughput(spec, cp_config, make_cluster("B200", 8, 1)).sources["gpu_library_efficiency"]
+    assert f"attention x{b200.flash_attention_2:.2f} (FlashAttention-2, which our context parallelism" in cp_source
     # Every published Hopper row of ours and torchtitan (which runs cuDNN's first since 2025-10) ran FlashAttention-2.
     hopper = [
         row
@@ -203,3 +212,13 @@ def test_our_backends_run_cudnns_attention_on_hopper_and_rows_that_ran_flash_att
     assert len(hopper) == 30
     assert all(row.get("attention_kernel") == "flash-attention-2" for row in hopper)
     assert not any(implementation_of(row).hopper_native_attention for row in hopper)
+
+
+def test_a_flash_attention_2_pin_is_refused_on_blackwell():
+    """Blackwell's factor is cuDNN's, where FlashAttention-2 runs at about a third of it: no row may pin it there."""
+    from benchmarks.accuracy.validate_published_runs import implementation_of
+
+    row = {"id": "synthetic", "implementation": "megatron-core", "gpu": "B200", "attention_kernel": "flash-attention-2"}
+    with pytest.raises(ValueError, match="not Blackwell"):
+        implementation_of(row)
+    assert not implementation_of({**row, "gpu": "H100-80GB"}).hopper_native_attention

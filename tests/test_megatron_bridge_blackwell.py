@@ -39,7 +39,8 @@ def test_the_plain_alltoall_row_and_its_b300_twin(results):
     tokens/s/GPU; the same layout on 256 B300s (the hybridep flex dispatcher, micro-batch 2) at 5,936. The two GPUs
     share their BF16 and FP8 peaks and the estimate puts the runs within 2% of each other, so the 1.57x lies in what
     the estimate does not price: the dispatcher (the plain one synchronises the host before every expert all-to-all,
-    token_dispatcher.py) or the micro-batch, which no published run separates. The estimate is +55% there: this
+    token_dispatcher.py) or the micro-batch, which AWS's runs of this model on B300s vary (docs/accuracy.md: micro-
+    batch 1 at 0.36-0.47x micro-batch 4's TFLOP/s, the plain dispatcher no slower than DeepEP over EFA). The estimate is +55% there: this
     test holds that, so the docs' statement fails when a change moves it."""
     b200, b300 = results[PLAIN_ALLTOALL], results["megatron-bridge-qwen3-235b-a22b-256-b300-mxfp8"]
     assert (b200.row["micro_batch"], b300.row["micro_batch"]) == (1, 2)

@@ -34,9 +34,11 @@ def sdpa_kernel_note(major: int, cudnn_version: int | None, deprioritized: bool)
     )
 
 
-def sdpa_notes(device: Any) -> list[str]:
-    """The note for this rank's device, if any (none on the CPU)."""
-    if getattr(device, "type", "cpu") != "cuda":
+def sdpa_notes(device: Any, context_parallel: int = 1) -> list[str]:
+    """The note for this rank's device, if any: none on the CPU, and none under context parallelism, whose chunks
+    run FlashAttention-2 whatever the build, as the plan counts them (planner/throughput/implementation.py,
+    Implementation.attention_speedup)."""
+    if getattr(device, "type", "cpu") != "cuda" or context_parallel > 1:
         return []
     import torch
 

@@ -13,7 +13,6 @@ rotary, SwiGLU and loss with its Triton kernels: GPUs only, and the `liger` extr
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from planner.errors import UserInputError
@@ -31,13 +30,7 @@ def apply_kernels(model: Any, kernels: str, device_type: str) -> Any:
             raise UserInputError(f"--kernels compile: {type(model).__name__} has no repeated blocks to compile")
         for block in blocks:
             block.compile()
-        if not compile_loss(model) and not getattr(getattr(model, "config", None), "is_encoder_decoder", False):
-            # The plan counts a decoder's loss compiled (planner/memory/stack_memory.py): say when it is not.
-            warnings.warn(
-                f"--kernels compile: {type(model).__name__} computes its loss without transformers' loss_function, "
-                "so the loss runs eager and holds more of the logits than the plan counted (8 bytes a logit)",
-                stacklevel=2,
-            )
+        compile_loss(model)
         return model
     if device_type != "cuda":
         raise UserInputError("--kernels liger: Liger's kernels are Triton GPU kernels; use --kernels compile on CPU")
@@ -49,16 +42,15 @@ def apply_kernels(model: Any, kernels: str, device_type: str) -> Any:
     return model
 
 
-def compile_loss(model: Any) -> bool:
+def compile_loss(model: Any) -> None:
     """Put the model's loss under torch.compile, where transformers computes it through `loss_function` (its
-    setter keeps the compiled function on the instance, which FSDP2's and DeepSpeed's wrapping leave in place);
-    whether it could."""
+    setter keeps the compiled function on the instance, which FSDP2's and DeepSpeed's wrapping leave in place).
+    Every transformers model has the property; encoder-decoders (T5, Whisper) compute their loss inline instead,
+    which stays eager, as the plan counts it (planner/memory/stack_memory.py)."""
     import torch
 
-    if not isinstance(getattr(type(model), "loss_function", None), property):
-        return False
-    model.loss_function = torch.compile(model.loss_function)
-    return True
+    if isinstance(getattr(type(model), "loss_function", None), property):
+        model.loss_function = torch.compile(model.loss_function)
 
 
 def compiled_or_eager(function: Any, kernels: str) -> Any:

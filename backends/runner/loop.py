@@ -132,7 +132,7 @@ class RunSession:
         device = rank_device(run.device, local_rank)
         keep_vocab = not run.data.synthetic  # a tiny model still reads the real tokenizer's ids
         config = hf_config(run.model, tiny=args.tiny, dropout=run.optim.dropout, keep_vocab=keep_vocab)
-        notes = [*spec.notes, *([world_note] if world_note else []), *sdpa_notes(device)]
+        notes = [*spec.notes, *([world_note] if world_note else []), *sdpa_notes(device, run.layout.cp)]
         pretrained = run.model.init == "pretrained" and not args.tiny
         if run.model.init == "pretrained" and args.tiny:
             notes.append("note: --tiny trains the shrunken architecture from random weights, not the checkpoint")

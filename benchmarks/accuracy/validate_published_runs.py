@@ -33,6 +33,7 @@ from pathlib import Path
 import yaml
 
 from planner.hardware.cluster import make_cluster
+from planner.hardware.gpus import find_gpu
 from planner.models.hf_config import spec_from_hf_config
 from planner.models.resolve import resolve_model, spec_from_dimensions
 from planner.models.spec import ModelSpec
@@ -182,7 +183,8 @@ def implementation_of(row: dict) -> Implementation:
     if "attention_kernel" in row:
         # FlashAttention-2 in place of a Hopper-native kernel: Hopper's factor is FlashAttention-2's; Blackwell's is
         # cuDNN's (library_efficiency.py), where FlashAttention-2 runs at a third of it, which no factor holds.
-        if row["attention_kernel"] != "flash-attention-2" or row["gpu"].startswith(("B200", "B300", "GB200")):
+        blackwell = find_gpu(row["gpu"]).architecture.startswith("Blackwell")
+        if row["attention_kernel"] != "flash-attention-2" or blackwell:
             raise ValueError(f"{row['id']}: attention_kernel {row['attention_kernel']!r} is for rows that ran "
                              "flash-attention-2 on GPUs whose factor is FlashAttention-2's (not Blackwell)")  # fmt: skip
         preset = dataclasses.replace(preset, hopper_native_attention=False)

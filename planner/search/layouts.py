@@ -12,6 +12,7 @@ from planner.models.spec import ModelSpec
 from planner.search.engine_layouts import engine_applicability, engine_layouts
 from planner.search.request import FSDP_SHARDING_KINDS, ZERO_STAGE_KINDS, PlanRequest
 from planner.search.strategy_layout import SIMPLICITY, StrategyLayout, make_layout
+from planner.throughput.implementation import runs_kernels_on_split_models
 from planner.training_config import FsdpSharding, KernelChoice, Offload, Precision, Strategy
 
 
@@ -113,8 +114,8 @@ def _enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanReque
         ]
     if "engine" in wanted and engine_applicability(spec) is None and not request.lora_rank:
         layouts += engine_layouts(spec, cluster, request.seq_len, request.compression)
-    if request.kernels is not KernelChoice.EAGER and request.implementation == "ours":
-        # Our engine compiles (or patches) whole replicas only: its tensor- and pipeline-split models run eager.
+    if request.kernels is not KernelChoice.EAGER and not runs_kernels_on_split_models(request.implementation):
+        # Our engine compiles (or patches) whole replicas only: it refuses a split model under these kernels.
         layouts = [kept for kept in layouts if not _splits_the_model(kept)]
     if request.qlora:
         # The 4-bit base cannot be partitioned by ZeRO-3.

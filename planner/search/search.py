@@ -26,6 +26,7 @@ from planner.search.request import Objective, PlanRequest, search_restrictions
 from planner.search.result import SearchResult, SearchStats
 from planner.search.strategy_layout import FSDP_LABELS, family_label
 from planner.search.suggest import PLAN_FLAGS, SuggestionFlags, suggestions
+from planner.throughput.implementation import KERNELS_ON_SPLIT_MODELS, runs_kernels_on_split_models
 from planner.training_config import FsdpSharding, KernelChoice, Strategy, TrainingConfig
 
 
@@ -119,10 +120,10 @@ def _not_applicable(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest)
             why = "LoRA runs on DDP, FSDP or DeepSpeed"
         if why is not None:
             not_applicable["engine (TP/PP)"] = why
-        elif request.kernels is not KernelChoice.EAGER and request.implementation == "ours":  # layouts.py: left out
-            not_applicable["engine TP/PP"] = (
-                f"--kernels {request.kernels.value}: the engine compiles (or patches) whole replicas only and runs "
-                "tensor- and pipeline-split models eager; plan them with --kernels eager"
+        elif request.kernels is not KernelChoice.EAGER and not runs_kernels_on_split_models(request.implementation):
+            # layouts.py leaves them out
+            not_applicable["engine TP/PP under --kernels"] = (
+                f"--kernels {request.kernels.value}: {KERNELS_ON_SPLIT_MODELS}; plan them with --kernels eager"
             )
         elif spec.model_type in ENGINE_MODEL_TYPES and not splits_over_tp(spec.model_type):
             not_applicable["engine TP"] = (

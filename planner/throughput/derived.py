@@ -19,7 +19,6 @@ from planner.models.spec import ModelSpec
 from planner.throughput.collectives import Links, cluster_links
 from planner.throughput.compute import StageCompute
 from planner.throughput.constants import CONSTANTS, ThroughputConstants
-from planner.throughput.implementation import HOPPER_NATIVE_ATTENTION_SPEEDUP
 from planner.throughput.kernel_stack import KernelStack
 from planner.throughput.kernels import Device
 from planner.throughput.library_efficiency import library_efficiency
@@ -84,14 +83,15 @@ def hardware_of(cluster: ClusterSpec, config: TrainingConfig) -> tuple[Device, L
     return cached[1], cached[2], cached[3]
 
 
-def hopper_native_device(device: Device) -> Device:
-    """`device` with a Hopper-native attention kernel's rate (implementation.py, hopper_native_attention),
-    interned as hardware_of's devices are, so that the stage cache keyed on its identity finds it again."""
-    faster = replace(device, attention_flops=device.attention_flops * HOPPER_NATIVE_ATTENTION_SPEEDUP)
+def attention_scaled_device(device: Device, scale: float) -> Device:
+    """`device` with its attention kernel's rate times `scale` (the kernel the stack runs against the one its GPU's
+    factor is read at: Implementation.attention_speedup), interned as hardware_of's devices are, so that the stage
+    cache keyed on its identity finds it again."""
+    scaled = replace(device, attention_flops=device.attention_flops * scale)
     if len(_devices) > 256:
         _devices.clear()
         _stages.clear()  # its keys hold ids of the devices just dropped
-    return _devices.setdefault(faster, faster)
+    return _devices.setdefault(scaled, scaled)
 
 
 def stage_key(

@@ -32,14 +32,14 @@ from planner.throughput.communication import (
 from planner.throughput.compute import StageCompute, stage_compute
 from planner.throughput.constants import CONSTANTS, ThroughputConstants
 from planner.throughput.derived import (
+    attention_scaled_device,
     build_hardware,
     hardware_of,
-    hopper_native_device,
     shape_of,
     stage_key,
     stages_of,
 )
-from planner.throughput.implementation import HOPPER_NATIVE_ATTENTION_SPEEDUP, OUR_STRATEGIES, Implementation
+from planner.throughput.implementation import OUR_STRATEGIES, Implementation
 from planner.throughput.kernel_stack import KernelStack
 from planner.throughput.kernels import Device
 from planner.throughput.library_efficiency import library_efficiency_source
@@ -166,10 +166,10 @@ def _build_plan(
         stack = KernelStack.FUSED  # torch.compile and Liger fuse the norms', rotary's and activations' chains
     shape, fused_attention = shape_of(spec)
     fused_attention = fused_attention or not implementation.transformers_attention  # their own fused kernels
-    attention_speedup = 1.0  # over the GPU's FlashAttention-2 factor, which the source prints with it
-    if implementation.runs_native_attention(cluster.gpu, config) and fused_attention:
-        device = hopper_native_device(device)
-        attention_speedup = HOPPER_NATIVE_ATTENTION_SPEEDUP
+    # The attention kernel the stack runs against the one its GPU's factor is read at; the source prints both.
+    attention_speedup = implementation.attention_speedup(cluster.gpu, config) if fused_attention else 1.0
+    if attention_speedup != 1.0:
+        device = attention_scaled_device(device, attention_speedup)
     # The stages of other plans of the same stage key under the committed constants; this plan's own otherwise.
     stages = stages_of(stage_key(shape, config, device, fused_attention, stack)) if k is CONSTANTS else {}
     world = cluster.gpus_per_node * cluster.num_nodes

@@ -105,6 +105,11 @@ checked on fourteen others, and says so wherever it moves an estimate:
   efficiency"). HOPPER_NATIVE_ATTENTION_SPEEDUP, 1.5, is taken. On in ours,
   torchtitan and megatron-core; a published row whose code ran FlashAttention-2
   says so (`attention_kernel: flash-attention-2`).
+- native_attention_under_cp: whether the stack's context parallelism keeps the
+  kernel its attention runs otherwise. Ours does not: its chunks attend with
+  torch's lower-right causal bias, which calls FlashAttention-2 directly
+  (Implementation.attention_speedup); torch's ring attention (torchtitan's) has
+  cuDNN handlers.
 - expert_tokens_split_over_tp: under expert and tensor parallelism, whether each
   tp rank sends only its share of the routed tokens to the other ep ranks
   (Megatron-LM's expert tensor parallelism over sequence shards) or every tp
@@ -152,6 +157,7 @@ from planner.hardware.gpus import GpuSpec
 from planner.memory.loss_kernels import LossKernel
 from planner.memory.stack_memory import StackMemory
 from planner.throughput.kernel_stack import KernelStack
+from planner.throughput.library_efficiency import library_efficiency
 from planner.throughput.measured_shortfall import MEGATRON_DEEPSPEED_2022_SHORTFALL, MeasuredShortfall
 from planner.training_config import TrainingConfig
 
@@ -174,7 +180,9 @@ class Implementation:
     overlaps_context_exchange: bool = False
     overlaps_tensor_parallel_comm: bool = False
     hopper_native_attention: bool = False
-    native_attention_under_cp: bool = True  # ours: no (its chunks' lower-right causal mask dispatches to FA2)
+    native_attention_under_cp: bool = (
+        True  # ours: no (its chunks' lower-right causal bias calls FA2: attention_speedup)
+    )
     checkpoints_to_cpu: int = 0
     serial_pipeline_transfers: bool = False
     reduces_gradients_after_flush: bool = False
@@ -187,14 +195,23 @@ class Implementation:
     # distributed optimizer is our engine's layout, llm-foundry trains with torch FSDP, and so on.
     strategies: tuple[Strategy, ...] = ALL_STRATEGIES
 
-    def runs_native_attention(self, gpu: GpuSpec, config: TrainingConfig) -> bool:
-        """Whether this config's fused attention runs a Hopper-native kernel (hopper_native_attention). Our context
-        parallelism attends each chunk with torch's lower-right causal bias, which calls FlashAttention-2 (or the
-        memory-efficient kernel) directly, never cuDNN's (CausalBias._dispatch, torch/nn/attention/bias.py)."""
-        if not (self.hopper_native_attention and gpu.architecture.startswith("Hopper")):
-            return False
-        fused = config.attention is AttentionKernel.SDPA
-        return fused and (config.context_parallel == 1 or self.native_attention_under_cp)
+    def attention_speedup(self, gpu: GpuSpec, config: TrainingConfig) -> float:
+        """This config's fused attention's rate against the kernel its GPU's attention factor is read at
+        (library_efficiency.py: FlashAttention-2's on Ampere and Hopper, cuDNN's on Blackwell). Our context
+        parallelism attends each chunk but the diagonal one with torch's lower-right causal bias, which calls
+        FlashAttention-2 (or the memory-efficient kernel) directly, not cuDNN's (CausalBias._dispatch,
+        torch/nn/attention/bias.py): FlashAttention-2's share over the factor's there. A stack with a Hopper-native
+        kernel on Hopper: HOPPER_NATIVE_ATTENTION_SPEEDUP. Otherwise 1."""
+        if config.attention is not AttentionKernel.SDPA:
+            return 1.0
+        if config.context_parallel > 1 and not self.native_attention_under_cp:
+            factors = library_efficiency(gpu)
+            return factors.flash_attention_2 / factors.attention
+        return (
+            HOPPER_NATIVE_ATTENTION_SPEEDUP
+            if self.hopper_native_attention and gpu.architecture.startswith("Hopper")
+            else 1.0
+        )
 
     def stack_memory(self) -> StackMemory:
         """What this codebase decides of a step's memory (planner/memory/stack_memory.py)."""
@@ -320,6 +337,20 @@ def implementation_named(name: str) -> Implementation:
     if preset is None:
         raise UserInputError(f"--implementation must be one of {', '.join(IMPLEMENTATIONS)}, not {name!r}")
     return preset
+
+
+def runs_kernels_on_split_models(name: str) -> bool:
+    """Whether `--implementation NAME`'s codebase runs --kernels compile or liger on tensor- or pipeline-split
+    models: ours does not (backends/parallelize.py compiles or patches whole replicas only and refuses a split model
+    at start-up, so the planner neither estimates nor searches those); other codebases' presets (torchtitan) do."""
+    return implementation_named(name) is not OUR_STRATEGIES
+
+
+# One text for the estimate's refusal and the search's note.
+KERNELS_ON_SPLIT_MODELS = (
+    "our engine compiles (or patches) whole replicas only and refuses a tensor- or pipeline-split model at start-up "
+    "(backends/parallelize.py)"
+)
 
 
 # How --strategy names each strategy (DeepSpeed by its stage).

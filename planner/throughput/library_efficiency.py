@@ -33,6 +33,12 @@ class LibraryEfficiency:
     attention: float  # multiplies the fitted attention efficiency
     source: str  # where both come from, or what is assumed
     fp8_matmul: float | None = None  # FP8 matmuls' share against the A100's BF16 one; None: the BF16 factor's
+    fa2_attention: float | None = None  # FlashAttention-2's factor where `attention` is another kernel's (Blackwell)
+
+    @property
+    def flash_attention_2(self) -> float:
+        """The factor FlashAttention-2 runs at: `attention` where that is FlashAttention-2's (Ampere, Hopper)."""
+        return self.attention if self.fa2_attention is None else self.fa2_attention
 
     @property
     def fp8(self) -> float:
@@ -48,12 +54,14 @@ _HOPPER_ATTENTION = (338 / 989) / _A100_FLASH2  # FlashAttention-2 on the H100 a
 # The kernel Transformer Engine and torch 2.13's SDPA run on sm100 (docs/accuracy.md, "GPU library efficiency").
 _B200_CUDNN_4K = 3.5 / (1 / 855.678 + 2.5 / 701.265)
 _BLACKWELL_ATTENTION = (_B200_CUDNN_4K / 2250) / _A100_FLASH2
+# The same CSV's FlashAttention-2 through SDPA, same shape: 324.899 forward, 256.427 backward.
+_BLACKWELL_FLASH2 = (3.5 / (1 / 324.899 + 2.5 / 256.427) / 2250) / _A100_FLASH2
 _BLACKWELL_ATTENTION_SOURCE = (
     "cuDNN 9.13.1 attention through PyTorch 2.9's SDPA on a B200, forward + backward at 4k tokens (causal, 128 query "
     "and 8 key-value heads, head dim 128, BF16), 739.4 of 2250 TFLOP/s (NVIDIA/cudnn-frontend benchmark/"
     "sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv at 0b1577c8, 2025-10-10; the "
     "kernel Transformer Engine and torch 2.13's SDPA run on sm100); 998 at 8k and 1138 at 16k, which one factor does "
-    "not follow; FlashAttention-2 there 273"
+    "not follow; FlashAttention-2 there 272.9 at 4k (its factor, where a stack runs it)"
 )
 
 
@@ -64,6 +72,7 @@ def _mamf(
     attention: float,
     attention_source: str,
     fp8: tuple[float, float] | None = None,
+    fa2_attention: float | None = None,
 ) -> LibraryEfficiency:
     """A factor from one BF16 row of the MAMF table against its A100 row, and from its FP8 row where it has one
     (`fp8`: measured, peak); `attention_source` says where the attention factor comes from."""
@@ -74,6 +83,7 @@ def _mamf(
         f"matmul: {_MAMF}, {row} BF16 {measured} of {peak:g} TFLOP/s ({fp8_line}) against the A100's BF16 271.2 of "
         f"312; attention: {attention_source}",
         None if fp8 is None else (fp8[0] / fp8[1]) / _A100_MATMUL,
+        fa2_attention,
     )
 
 
@@ -106,7 +116,9 @@ BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
         'on the H100 GPU")',
         fp8=(1402.6, 1979),
     ),
-    "Blackwell": _mamf("B200 SXM", 1745.0, 2250, _BLACKWELL_ATTENTION, _BLACKWELL_ATTENTION_SOURCE, fp8=(3432.5, 4500)),
+    "Blackwell": _mamf(
+        "B200 SXM", 1745.0, 2250, _BLACKWELL_ATTENTION, _BLACKWELL_ATTENTION_SOURCE, (3432.5, 4500), _BLACKWELL_FLASH2
+    ),
     "Ada Lovelace": LibraryEfficiency(
         1.0,
         1.0,
@@ -141,15 +153,15 @@ BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
     ),
 }
 
+_B200_SHARES = "assumed, the B200's cuDNN and FlashAttention-2 shares"
+
 # GPUs whose measured share departs from their architecture's (another power limit, die or package).
 BY_GPU: dict[str, LibraryEfficiency] = {
     "H200": _mamf(
         'H200 SXM (BF16: "H200 is the same" as the H100)', 794.5, 989, _HOPPER_ATTENTION, "Hopper's", fp8=(1453.4, 1979)
     ),
-    "B300": _mamf(
-        "B300 SXM", 1769.0, 2250, _BLACKWELL_ATTENTION, "assumed, the B200's cuDNN share", fp8=(3353.3, 4500)
-    ),
-    "GB200": _mamf("GB200", 1822.0, 2500, _BLACKWELL_ATTENTION, "assumed, the B200's cuDNN share", fp8=(3615.6, 5000)),
+    "B300": _mamf("B300 SXM", 1769.0, 2250, _BLACKWELL_ATTENTION, _B200_SHARES, (3353.3, 4500), _BLACKWELL_FLASH2),
+    "GB200": _mamf("GB200", 1822.0, 2500, _BLACKWELL_ATTENTION, _B200_SHARES, (3615.6, 5000), _BLACKWELL_FLASH2),
     "MI325X": _mamf(
         "MI325X at 1000 W", 784.9, 1300, 0.5, "assumed, CDNA3's (AMD's hipblaslt-bench: matmul 843 of 1307)"
     ),
@@ -173,16 +185,20 @@ def library_efficiency(gpu: GpuSpec) -> LibraryEfficiency:
     return UNKNOWN
 
 
-def library_efficiency_source(gpu: GpuSpec, native_attention: float = 1.0) -> dict[str, str]:
+def library_efficiency_source(gpu: GpuSpec, attention_speedup: float = 1.0) -> dict[str, str]:
     """The estimate's `gpu_library_efficiency` source for a GPU the constants were not fitted on (none for Ampere);
-    `native_attention`: the speedup of a Hopper-native attention kernel over FlashAttention-2 where the stack runs
-    one (implementation.py, hopper_native_attention), which the attention factor printed includes."""
+    `attention_speedup`: the stack's attention kernel against the one the factor is read at
+    (Implementation.attention_speedup), which the attention factor printed includes."""
     factors = library_efficiency(gpu)
     if factors in (AMPERE, HOST_CPU):
         return {}
     fp8 = f", FP8 x{factors.fp8_matmul:.2f}" if factors.fp8_matmul is not None else ""
-    attention = f"attention x{factors.attention * native_attention:.2f}"
-    if native_attention != 1.0:
-        attention += f" (a Hopper-native kernel, cuDNN's or FlashAttention-3: x{native_attention:g} FlashAttention-2's)"
+    attention = f"attention x{factors.attention * attention_speedup:.2f}"
+    if attention_speedup > 1.0:
+        attention += (
+            f" (a Hopper-native kernel, cuDNN's or FlashAttention-3: x{attention_speedup:g} FlashAttention-2's)"
+        )
+    elif attention_speedup < 1.0:
+        attention += " (FlashAttention-2, which our context parallelism's chunks run)"
     line = f"{gpu.name}: matmul x{factors.matmul:.2f}{fp8}, {attention} the A100's; {factors.source}"
     return {"gpu_library_efficiency": line}

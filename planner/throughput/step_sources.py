@@ -65,7 +65,8 @@ _KERNEL_NOTES = {
     KernelChoice.COMPILE: "assumed: torch.compile of each block fuses RMSNorm's and rotary's element-wise chains "
     "and the MLP activation's (gelu_new and the like; the fused stack's traffic, planner/throughput/kernel_stack.py)",
     KernelChoice.LIGER: "assumed: Liger's fused RMSNorm, rotary and SwiGLU kernels (the fused stack's traffic) and its "
-    "chunked linear cross-entropy (no full logits in memory)",
+    "chunked linear cross-entropy (no full logits in memory, but under our context parallelism, whose loss is the "
+    "engine's own over the model's logits)",
 }
 
 
