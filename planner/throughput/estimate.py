@@ -208,7 +208,11 @@ def _build_plan(
             **offload_source(config, cluster),
             **compression_source(config, world),
             **zeropp_source(config),
-            **library_efficiency_source(cluster.gpu, attention_speedup),
+            **library_efficiency_source(
+                cluster.gpu,
+                attention_speedup,
+                implementation.attention_note(cluster.gpu, config) if fused_attention else "",
+            ),
             **(shortfall_sources(shortfall.source) if shortfall else {}),
         },
         shortfall=shortfall,

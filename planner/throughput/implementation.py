@@ -196,22 +196,38 @@ class Implementation:
     strategies: tuple[Strategy, ...] = ALL_STRATEGIES
 
     def attention_speedup(self, gpu: GpuSpec, config: TrainingConfig) -> float:
-        """This config's fused attention's rate against the kernel its GPU's attention factor is read at
-        (library_efficiency.py: FlashAttention-2's on Ampere and Hopper, cuDNN's on Blackwell). Our context
-        parallelism attends each chunk but the diagonal one with torch's lower-right causal bias, which calls
-        FlashAttention-2 (or the memory-efficient kernel) directly, not cuDNN's (CausalBias._dispatch,
-        torch/nn/attention/bias.py): FlashAttention-2's share over the factor's there. A stack with a Hopper-native
-        kernel on Hopper: HOPPER_NATIVE_ATTENTION_SPEEDUP. Otherwise 1."""
+        """This config's fused attention's rate against the kernel and length its GPU's attention factor is read at
+        (library_efficiency.py: FlashAttention-2's on Ampere and Hopper, cuDNN's at 4k tokens on Blackwell, whose
+        rate grows with the length: attention_curves.py). Our context parallelism attends each chunk but the diagonal
+        one with torch's lower-right causal bias, which calls FlashAttention-2 (or the memory-efficient kernel)
+        directly, not cuDNN's (CausalBias._dispatch, torch/nn/attention/bias.py): FlashAttention-2's factor there. A
+        stack with a Hopper-native kernel on Hopper: HOPPER_NATIVE_ATTENTION_SPEEDUP. 1 for eager attention."""
         if config.attention is not AttentionKernel.SDPA:
             return 1.0
+        factors = library_efficiency(gpu)
         if config.context_parallel > 1 and not self.native_attention_under_cp:
-            factors = library_efficiency(gpu)
-            return factors.flash_attention_2 / factors.attention
-        return (
-            HOPPER_NATIVE_ATTENTION_SPEEDUP
-            if self.hopper_native_attention and gpu.architecture.startswith("Hopper")
-            else 1.0
-        )
+            return factors.flash_attention_2_at(config.seq_len) / factors.attention
+        native = self.hopper_native_attention and gpu.architecture.startswith("Hopper")
+        length = factors.attention_at(config.seq_len) / factors.attention
+        return length * (HOPPER_NATIVE_ATTENTION_SPEEDUP if native else 1.0)
+
+    def attention_note(self, gpu: GpuSpec, config: TrainingConfig) -> str:
+        """What attention_speedup's factor is, for the estimate's source; "" where it is the GPU's own."""
+        if config.attention is not AttentionKernel.SDPA:
+            return ""
+        factors = library_efficiency(gpu)
+        if config.context_parallel > 1 and not self.native_attention_under_cp:
+            if factors.fa2_attention is None:
+                return ""
+            return f"FlashAttention-2, which our context parallelism's chunks run, at {config.seq_len} tokens"
+        if self.hopper_native_attention and gpu.architecture.startswith("Hopper"):
+            return (
+                f"a Hopper-native kernel, cuDNN's or FlashAttention-3: x{HOPPER_NATIVE_ATTENTION_SPEEDUP:g} "
+                "FlashAttention-2's"
+            )
+        if factors.attention_at(config.seq_len) != factors.attention:
+            return f"the measured kernel at {config.seq_len} tokens"
+        return ""
 
     def stack_memory(self) -> StackMemory:
         """What this codebase decides of a step's memory (planner/memory/stack_memory.py)."""

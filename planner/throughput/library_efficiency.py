@@ -22,6 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from planner.hardware.gpus import GpuSpec
+from planner.throughput.attention_curves import (
+    B200_CUDNN,
+    B200_FLASH_ATTENTION_2,
+    Curve,
+    forward_backward,
+    relative_rate,
+)
 
 _A100_MATMUL = 271.2 / 312  # MAMF table, A100 SXM BF16
 _A100_FLASH2 = 203 / 312  # FlashAttention-2 forward + backward, head dim 128, 16k, A100 80GB SXM4
@@ -34,11 +41,23 @@ class LibraryEfficiency:
     source: str  # where both come from, or what is assumed
     fp8_matmul: float | None = None  # FP8 matmuls' share against the A100's BF16 one; None: the BF16 factor's
     fa2_attention: float | None = None  # FlashAttention-2's factor where `attention` is another kernel's (Blackwell)
+    # How each kernel's rate grows with the length from the one its factor is read at (attention_curves.py);
+    # empty: one factor at every length.
+    attention_curve: Curve = ()
+    fa2_curve: Curve = ()
 
     @property
     def flash_attention_2(self) -> float:
         """The factor FlashAttention-2 runs at: `attention` where that is FlashAttention-2's (Ampere, Hopper)."""
         return self.attention if self.fa2_attention is None else self.fa2_attention
+
+    def attention_at(self, tokens: int) -> float:
+        """The attention factor at this sequence length."""
+        return self.attention * (relative_rate(self.attention_curve, tokens) if self.attention_curve else 1.0)
+
+    def flash_attention_2_at(self, tokens: int) -> float:
+        """FlashAttention-2's factor at this sequence length."""
+        return self.flash_attention_2 * (relative_rate(self.fa2_curve, tokens) if self.fa2_curve else 1.0)
 
     @property
     def fp8(self) -> float:
@@ -48,20 +67,20 @@ class LibraryEfficiency:
 
 _MAMF = "the MAMF table (stas00/ml-engineering at 744d01e)"
 _HOPPER_ATTENTION = (338 / 989) / _A100_FLASH2  # FlashAttention-2 on the H100 against the A100, same figure set
-# cuDNN attention on a B200, forward + backward at 4k tokens (causal, GQA 128/8 heads, head dim 128, BF16): the
-# forward's 855.678 and the backward's 701.265 TFLOP/s as printed, their FLOPs 1 : 2.5, so
-# 3.5 / (1/855.678 + 2.5/701.265).
-# The kernel Transformer Engine and torch 2.13's SDPA run on sm100 (docs/accuracy.md, "GPU library efficiency").
-_B200_CUDNN_4K = 3.5 / (1 / 855.678 + 2.5 / 701.265)
-_BLACKWELL_ATTENTION = (_B200_CUDNN_4K / 2250) / _A100_FLASH2
-# The same CSV's FlashAttention-2 through SDPA, same shape: 324.899 forward, 256.427 backward.
-_BLACKWELL_FLASH2 = (3.5 / (1 / 324.899 + 2.5 / 256.427) / 2250) / _A100_FLASH2
+# cuDNN attention on a B200 (the kernel Transformer Engine and torch 2.13's SDPA run on sm100) and FlashAttention-2
+# through SDPA, forward + backward, each at 4k tokens and then by length (attention_curves.py).
+_B200_CUDNN_CURVE = forward_backward(B200_CUDNN)
+_B200_FLASH2_CURVE = forward_backward(B200_FLASH_ATTENTION_2)
+_BLACKWELL_ATTENTION = (_B200_CUDNN_CURVE[0][1] / 2250) / _A100_FLASH2
+_BLACKWELL_FLASH2 = (_B200_FLASH2_CURVE[0][1] / 2250) / _A100_FLASH2
+_BLACKWELL_KERNELS = (_BLACKWELL_FLASH2, (_B200_CUDNN_CURVE, _B200_FLASH2_CURVE))
 _BLACKWELL_ATTENTION_SOURCE = (
     "cuDNN 9.13.1 attention through PyTorch 2.9's SDPA on a B200, forward + backward at 4k tokens (causal, 128 query "
     "and 8 key-value heads, head dim 128, BF16), 739.4 of 2250 TFLOP/s (NVIDIA/cudnn-frontend benchmark/"
     "sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv at 0b1577c8, 2025-10-10; the "
-    "kernel Transformer Engine and torch 2.13's SDPA run on sm100); 998 at 8k and 1138 at 16k, which one factor does "
-    "not follow; FlashAttention-2 there 272.9 at 4k (its factor, where a stack runs it)"
+    "kernel Transformer Engine and torch 2.13's SDPA run on sm100), and by length from there: 998 at 8k, 1138 at 16k, "
+    "1183 at 32k (planner/throughput/attention_curves.py); FlashAttention-2 there 272.9 at 4k to 349 at 32k (its "
+    "factor, where a stack runs it)"
 )
 
 
@@ -73,6 +92,7 @@ def _mamf(
     attention_source: str,
     fp8: tuple[float, float] | None = None,
     fa2_attention: float | None = None,
+    curves: tuple[Curve, Curve] = ((), ()),
 ) -> LibraryEfficiency:
     """A factor from one BF16 row of the MAMF table against its A100 row, and from its FP8 row where it has one
     (`fp8`: measured, peak); `attention_source` says where the attention factor comes from."""
@@ -84,6 +104,7 @@ def _mamf(
         f"312; attention: {attention_source}",
         None if fp8 is None else (fp8[0] / fp8[1]) / _A100_MATMUL,
         fa2_attention,
+        *curves,
     )
 
 
@@ -117,7 +138,7 @@ BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
         fp8=(1402.6, 1979),
     ),
     "Blackwell": _mamf(
-        "B200 SXM", 1745.0, 2250, _BLACKWELL_ATTENTION, _BLACKWELL_ATTENTION_SOURCE, (3432.5, 4500), _BLACKWELL_FLASH2
+        "B200 SXM", 1745.0, 2250, _BLACKWELL_ATTENTION, _BLACKWELL_ATTENTION_SOURCE, (3432.5, 4500), *_BLACKWELL_KERNELS
     ),
     "Ada Lovelace": LibraryEfficiency(
         1.0,
@@ -160,8 +181,8 @@ BY_GPU: dict[str, LibraryEfficiency] = {
     "H200": _mamf(
         'H200 SXM (BF16: "H200 is the same" as the H100)', 794.5, 989, _HOPPER_ATTENTION, "Hopper's", fp8=(1453.4, 1979)
     ),
-    "B300": _mamf("B300 SXM", 1769.0, 2250, _BLACKWELL_ATTENTION, _B200_SHARES, (3353.3, 4500), _BLACKWELL_FLASH2),
-    "GB200": _mamf("GB200", 1822.0, 2500, _BLACKWELL_ATTENTION, _B200_SHARES, (3615.6, 5000), _BLACKWELL_FLASH2),
+    "B300": _mamf("B300 SXM", 1769.0, 2250, _BLACKWELL_ATTENTION, _B200_SHARES, (3353.3, 4500), *_BLACKWELL_KERNELS),
+    "GB200": _mamf("GB200", 1822.0, 2500, _BLACKWELL_ATTENTION, _B200_SHARES, (3615.6, 5000), *_BLACKWELL_KERNELS),
     "MI325X": _mamf(
         "MI325X at 1000 W", 784.9, 1300, 0.5, "assumed, CDNA3's (AMD's hipblaslt-bench: matmul 843 of 1307)"
     ),
@@ -185,20 +206,14 @@ def library_efficiency(gpu: GpuSpec) -> LibraryEfficiency:
     return UNKNOWN
 
 
-def library_efficiency_source(gpu: GpuSpec, attention_speedup: float = 1.0) -> dict[str, str]:
+def library_efficiency_source(gpu: GpuSpec, attention_speedup: float = 1.0, why: str = "") -> dict[str, str]:
     """The estimate's `gpu_library_efficiency` source for a GPU the constants were not fitted on (none for Ampere);
-    `attention_speedup`: the stack's attention kernel against the one the factor is read at
-    (Implementation.attention_speedup), which the attention factor printed includes."""
+    `attention_speedup`: the stack's attention kernel and length against the ones the factor is read at, `why` what
+    they are (Implementation.attention_speedup and attention_note), which the attention factor printed includes."""
     factors = library_efficiency(gpu)
     if factors in (AMPERE, HOST_CPU):
         return {}
     fp8 = f", FP8 x{factors.fp8_matmul:.2f}" if factors.fp8_matmul is not None else ""
-    attention = f"attention x{factors.attention * attention_speedup:.2f}"
-    if attention_speedup > 1.0:
-        attention += (
-            f" (a Hopper-native kernel, cuDNN's or FlashAttention-3: x{attention_speedup:g} FlashAttention-2's)"
-        )
-    elif attention_speedup < 1.0:
-        attention += " (FlashAttention-2, which our context parallelism's chunks run)"
+    attention = f"attention x{factors.attention * attention_speedup:.2f}" + (f" ({why})" if why else "")
     line = f"{gpu.name}: matmul x{factors.matmul:.2f}{fp8}, {attention} the A100's; {factors.source}"
     return {"gpu_library_efficiency": line}

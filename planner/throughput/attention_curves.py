@@ -1,0 +1,44 @@
+"""How an attention kernel's rate grows with the sequence, where a measurement gives it by length.
+
+A GPU's attention factor (library_efficiency.py) is one number, read at one length. On Blackwell, cuDNN's kernel
+(which Transformer Engine and torch 2.13's SDPA run there) reaches 1.5x more of the peak at 16k tokens than at 4k,
+and FlashAttention-2 1.2x more: NVIDIA/cudnn-frontend's training-SDPA benchmark on a B200
+(benchmark/sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv at 0b1577c8, 2025-10-10:
+NGC PyTorch 25.09, cuDNN 9.13.1, CUDA 13; causal, batch 1, 128 query and 8 key-value heads, head dim 128, BF16;
+median of 10 after 5 warm-up), whose forward and backward TFLOP/s are below as printed. Forward + backward is their
+time-weighted pair (the backward counts 2.5 forwards, FlashAttention-2's count: docs/accuracy.md, "GPU library
+efficiency").
+
+The factor follows the curve from 4k tokens up, interpolated in log2 of the length and held at the last point;
+below 4k it keeps the 4k value, because the A100 reference the factors divide by (FlashAttention-2 at 16k) stands for
+the fitted A100 efficiency, which was fitted on runs of 2k tokens and up where the A100's own kernel also rises
+with the length (the B200 figures below 4k, 84-479 TFLOP/s forward, are not used).
+"""
+
+from __future__ import annotations
+
+import math
+
+# (tokens, forward TFLOP/s, backward TFLOP/s) as the CSV prints them, 4k tokens and up.
+B200_CUDNN = ((4096, 855.678, 701.265), (8192, 1171.278, 942.509), (16384, 1332.415, 1074.776),
+              (32768, 1419.000, 1108.688), (65536, 1382.330, 1073.059), (131072, 1355.418, 1047.843))  # fmt: skip
+B200_FLASH_ATTENTION_2 = ((4096, 324.899, 256.427), (8192, 373.392, 298.867), (16384, 394.495, 319.979),
+                          (32768, 403.739, 330.801), (65536, 408.739, 335.402), (131072, 410.988, 336.043))  # fmt: skip
+
+Curve = tuple[tuple[int, float], ...]  # (tokens, TFLOP/s forward + backward), ascending
+
+
+def forward_backward(measured: tuple[tuple[int, float, float], ...]) -> Curve:
+    """Each length's forward + backward rate: 3.5 / (1 / forward + 2.5 / backward)."""
+    return tuple((tokens, 3.5 / (1 / forward + 2.5 / backward)) for tokens, forward, backward in measured)
+
+
+def relative_rate(curve: Curve, tokens: int) -> float:
+    """The curve's rate at `tokens` over its first point's: 1 at or below it, held past its last."""
+    if tokens <= curve[0][0]:
+        return 1.0
+    for (low, low_rate), (high, high_rate) in zip(curve, curve[1:]):
+        if tokens <= high:
+            share = (math.log2(tokens) - math.log2(low)) / (math.log2(high) - math.log2(low))
+            return (low_rate + share * (high_rate - low_rate)) / curve[0][1]
+    return curve[-1][1] / curve[0][1]
