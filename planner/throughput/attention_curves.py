@@ -9,6 +9,12 @@ median of 10 after 5 warm-up), whose forward and backward TFLOP/s are below as p
 time-weighted pair (the backward counts 2.5 forwards, FlashAttention-2's count: docs/accuracy.md, "GPU library
 efficiency").
 
+On Hopper the factor is FlashAttention-2's (one number); the Hopper-native speedup that stacks running cuDNN's kernel
+take there (implementation.py, HOPPER_NATIVE_ATTENTION_SPEEDUP, read at 4k) grows with the length as cuDNN's rate on
+an H200 does: cuDNN 9.19 through its frontend, causal, 64 query and 8 key-value heads, head dim 128, BF16
+(results/h200_919_only_cudnn/llama3.1_20260227_034703.csv at df73764a, 2026-03-09, the same folder; kernels timed
+alone with the L2 flushed, so only its growth by length is used, not its level).
+
 The factor follows the curve from 4k tokens up, interpolated in log2 of the length and held at the last point;
 below 4k it keeps the 4k value, because the A100 reference the factors divide by (FlashAttention-2 at 16k) stands for
 the fitted A100 efficiency, which was fitted on runs of 2k tokens and up where the A100's own kernel also rises
@@ -24,6 +30,8 @@ B200_CUDNN = ((4096, 855.678, 701.265), (8192, 1171.278, 942.509), (16384, 1332.
               (32768, 1419.000, 1108.688), (65536, 1382.330, 1073.059), (131072, 1355.418, 1047.843))  # fmt: skip
 B200_FLASH_ATTENTION_2 = ((4096, 324.899, 256.427), (8192, 373.392, 298.867), (16384, 394.495, 319.979),
                           (32768, 403.739, 330.801), (65536, 408.739, 335.402), (131072, 410.988, 336.043))  # fmt: skip
+
+H200_CUDNN = ((4096, 591.0, 474.0), (8192, 644.0, 541.0), (16384, 673.0, 579.0), (32768, 688.0, 581.0))
 
 Curve = tuple[tuple[int, float], ...]  # (tokens, TFLOP/s forward + backward), ascending
 

@@ -209,7 +209,9 @@ class Implementation:
             return factors.flash_attention_2_at(config.seq_len) / factors.attention
         native = self.hopper_native_attention and gpu.architecture.startswith("Hopper")
         length = factors.attention_at(config.seq_len) / factors.attention
-        return length * (HOPPER_NATIVE_ATTENTION_SPEEDUP if native else 1.0)
+        if native:  # read at 4k; cuDNN's rate grows with the length (attention_curves.py)
+            return length * HOPPER_NATIVE_ATTENTION_SPEEDUP * factors.native_growth_at(config.seq_len)
+        return length
 
     def attention_note(self, gpu: GpuSpec, config: TrainingConfig) -> str:
         """What attention_speedup's factor is, for the estimate's source; "" where it is the GPU's own."""
@@ -221,10 +223,9 @@ class Implementation:
                 return ""
             return f"FlashAttention-2, which our context parallelism's chunks run, at {config.seq_len} tokens"
         if self.hopper_native_attention and gpu.architecture.startswith("Hopper"):
-            return (
-                f"a Hopper-native kernel, cuDNN's or FlashAttention-3: x{HOPPER_NATIVE_ATTENTION_SPEEDUP:g} "
-                "FlashAttention-2's"
-            )
+            speedup = HOPPER_NATIVE_ATTENTION_SPEEDUP * factors.native_growth_at(config.seq_len)
+            kernel = "a Hopper-native kernel, cuDNN's or FlashAttention-3"
+            return f"{kernel}: x{speedup:.2f} FlashAttention-2's at {config.seq_len} tokens"
         if factors.attention_at(config.seq_len) != factors.attention:
             return f"the measured kernel at {config.seq_len} tokens"
         return ""

@@ -25,6 +25,7 @@ from planner.hardware.gpus import GpuSpec
 from planner.throughput.attention_curves import (
     B200_CUDNN,
     B200_FLASH_ATTENTION_2,
+    H200_CUDNN,
     Curve,
     forward_backward,
     relative_rate,
@@ -45,6 +46,7 @@ class LibraryEfficiency:
     # empty: one factor at every length.
     attention_curve: Curve = ()
     fa2_curve: Curve = ()
+    native_curve: Curve = ()  # a Hopper-native kernel's (cuDNN's) growth, for stacks that run one on Hopper
 
     @property
     def flash_attention_2(self) -> float:
@@ -54,6 +56,10 @@ class LibraryEfficiency:
     def attention_at(self, tokens: int) -> float:
         """The attention factor at this sequence length."""
         return self.attention * (relative_rate(self.attention_curve, tokens) if self.attention_curve else 1.0)
+
+    def native_growth_at(self, tokens: int) -> float:
+        """How much faster a Hopper-native kernel runs at this length than at the one its speedup is read at."""
+        return relative_rate(self.native_curve, tokens) if self.native_curve else 1.0
 
     def flash_attention_2_at(self, tokens: int) -> float:
         """FlashAttention-2's factor at this sequence length."""
@@ -73,6 +79,7 @@ _B200_CUDNN_CURVE = forward_backward(B200_CUDNN)
 _B200_FLASH2_CURVE = forward_backward(B200_FLASH_ATTENTION_2)
 _BLACKWELL_ATTENTION = (_B200_CUDNN_CURVE[0][1] / 2250) / _A100_FLASH2
 _BLACKWELL_FLASH2 = (_B200_FLASH2_CURVE[0][1] / 2250) / _A100_FLASH2
+_HOPPER_NATIVE_CURVE = forward_backward(H200_CUDNN)
 _BLACKWELL_KERNELS = (_BLACKWELL_FLASH2, (_B200_CUDNN_CURVE, _B200_FLASH2_CURVE))
 _BLACKWELL_ATTENTION_SOURCE = (
     "cuDNN 9.13.1 attention through PyTorch 2.9's SDPA on a B200, forward + backward at 4k tokens (causal, 128 query "
@@ -126,16 +133,20 @@ _VOLTA = LibraryEfficiency(
 # Keyed by the start of GpuSpec.architecture ("Blackwell" also covers "Blackwell Ultra").
 BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
     "Ampere": AMPERE,
-    "Hopper": _mamf(
-        "H100 SXM",
-        794.5,
-        989,
-        _HOPPER_ATTENTION,
-        "FlashAttention-2 forward + backward (head dim 128, 16k, no causal mask) at 338 TFLOP/s on an H100 80GB SXM5 "
-        "against 203 on an A100 (Dao-AILab/flash-attention assets/flash2_{h100,a100}_fwd_bwd_benchmark.png at "
-        '4f285b3; the FlashAttention-3 paper, arXiv:2407.08608: "FlashAttention-2 achieving only 35% utilization '
-        'on the H100 GPU")',
-        fp8=(1402.6, 1979),
+    "Hopper": replace(
+        _mamf(
+            "H100 SXM",
+            794.5,
+            989,
+            _HOPPER_ATTENTION,
+            "FlashAttention-2 forward + backward (head dim 128, 16k, no causal mask) at 338 TFLOP/s on an H100 80GB "
+            "SXM5 against 203 on an A100 (Dao-AILab/flash-attention assets/flash2_{h100,a100}_fwd_bwd_benchmark.png at "
+            '4f285b3; the FlashAttention-3 paper, arXiv:2407.08608: "FlashAttention-2 achieving only 35% utilization '
+            "on the H100 GPU\"); cuDNN's growth with the length, for the stacks that run it, measured on an H200 "
+            "(planner/throughput/attention_curves.py)",
+            fp8=(1402.6, 1979),
+        ),
+        native_curve=_HOPPER_NATIVE_CURVE,
     ),
     "Blackwell": _mamf(
         "B200 SXM", 1745.0, 2250, _BLACKWELL_ATTENTION, _BLACKWELL_ATTENTION_SOURCE, (3432.5, 4500), *_BLACKWELL_KERNELS
@@ -178,8 +189,16 @@ _B200_SHARES = "assumed, the B200's cuDNN and FlashAttention-2 shares"
 
 # GPUs whose measured share departs from their architecture's (another power limit, die or package).
 BY_GPU: dict[str, LibraryEfficiency] = {
-    "H200": _mamf(
-        'H200 SXM (BF16: "H200 is the same" as the H100)', 794.5, 989, _HOPPER_ATTENTION, "Hopper's", fp8=(1453.4, 1979)
+    "H200": replace(
+        _mamf(
+            'H200 SXM (BF16: "H200 is the same" as the H100)',
+            794.5,
+            989,
+            _HOPPER_ATTENTION,
+            "Hopper's",
+            fp8=(1453.4, 1979),
+        ),
+        native_curve=_HOPPER_NATIVE_CURVE,
     ),
     "B300": _mamf("B300 SXM", 1769.0, 2250, _BLACKWELL_ATTENTION, _B200_SHARES, (3353.3, 4500), *_BLACKWELL_KERNELS),
     "GB200": _mamf("GB200", 1822.0, 2500, _BLACKWELL_ATTENTION, _B200_SHARES, (3615.6, 5000), *_BLACKWELL_KERNELS),
