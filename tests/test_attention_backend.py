@@ -13,7 +13,7 @@ import torch
     [
         (9, 92400, False, None),  # Hopper, torch 2.13's CUDA 13 build: cuDNN's attention, as planned
         (9, 91002, False, "cuDNN 9.10"),  # a CUDA 12 build's older cuDNN: FlashAttention-2
-        (10, 91500, False, "about 3x"),  # 9.15 itself is not newer than 9.15
+        (10, 91500, False, "2.7-3.4x"),  # 9.15 itself is not newer than 9.15
         (10, 91600, True, "TORCH_CUDNN_SDPA_DEPRIORITIZED"),
         (8, 91002, False, None),  # Ampere: the plan's factor is FlashAttention-2's anyway
         (12, None, False, None),  # consumer Blackwell: not sm100

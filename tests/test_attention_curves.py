@@ -7,20 +7,41 @@ from __future__ import annotations
 import pytest
 
 from planner.hardware.gpus import find_gpu
-from planner.throughput.attention_curves import B200_CUDNN, forward_backward, relative_rate
+from planner.throughput.attention_curves import (
+    B200_CUDNN,
+    B200_FLASH_ATTENTION_2,
+    H200_CUDNN,
+    forward_backward,
+    relative_rate,
+)
 from planner.throughput.library_efficiency import library_efficiency
 
-# (tokens, forward ms, backward ms) of cuDNN's rows, as the CSV prints them.
-CUDNN_TIMES = ((4096, 0.642, 1.960), (8192, 1.877, 5.833), (16384, 6.602, 20.460), (32768, 24.795, 79.338))
+# (tokens, forward ms, backward ms) of every row used, as each CSV prints them.
+B200_CUDNN_TIMES = ((4096, 0.642, 1.960), (8192, 1.877, 5.833), (16384, 6.602, 20.460), (32768, 24.795, 79.338),
+                    (65536, 101.812, 327.889), (131072, 415.333, 1343.117))  # fmt: skip
+B200_FLASH2_TIMES = ((4096, 1.692, 5.360), (8192, 5.889, 18.395), (16384, 22.297, 68.724), (32768, 87.146, 265.902),
+                     (65536, 344.321, 1049.021), (131072, 1369.748, 4188.079))  # fmt: skip
+H200_CUDNN_TIMES = ((4096, 0.465, 1.450), (8192, 1.708, 5.083), (16384, 6.531, 19.002), (32768, 25.566, 75.688))
 
 
-def test_the_curve_is_the_csvs_times_under_flash_attention_2s_count():
-    """Forward + backward from the printed TFLOP/s equals the printed times under FlashAttention-2's FLOP count
-    (4 x s^2 x heads x head dim a forward, halved for causal, 2.5x that a backward), to the times' rounding."""
-    curve = dict(forward_backward(B200_CUDNN))
-    for tokens, forward_ms, backward_ms in CUDNN_TIMES:
-        forward = 4 * tokens**2 * 128 * 128 / 2
-        assert 3.5 * forward / ((forward_ms + backward_ms) * 1e-3) / 1e12 == pytest.approx(curve[tokens], rel=2e-3)
+@pytest.mark.parametrize(
+    ("measured", "times", "heads", "exact_causal"),
+    [
+        (B200_CUDNN, B200_CUDNN_TIMES, 128, False),
+        (B200_FLASH_ATTENTION_2, B200_FLASH2_TIMES, 128, False),
+        (H200_CUDNN, H200_CUDNN_TIMES, 64, True),
+    ],  # fmt: skip
+)
+def test_each_curve_is_its_csvs_times(measured, times, heads, exact_causal):
+    """Forward + backward from the printed TFLOP/s equals the printed times under the CSV's FLOP count, to the times'
+    rounding: 4 x s^2 x heads x head dim a forward, halved for causal (the B200 CSV, FlashAttention-2's count), or
+    with the causal pairs counted exactly, s(s+1)/2 (the H200 one); a backward 2.5 forwards."""
+    curve = dict(forward_backward(measured))
+    assert sorted(curve) == [tokens for tokens, _, _ in times]
+    for tokens, forward_ms, backward_ms in times:
+        pairs = tokens * (tokens + 1) / 2 if exact_causal else tokens**2 / 2
+        forward = 4 * pairs * heads * 128
+        assert 3.5 * forward / ((forward_ms + backward_ms) * 1e-3) / 1e12 == pytest.approx(curve[tokens], rel=3e-3)
 
 
 def test_the_rate_follows_the_curve_from_4k_and_holds_outside_it():
@@ -33,8 +54,28 @@ def test_the_rate_follows_the_curve_from_4k_and_holds_outside_it():
     assert relative_rate(curve, 1 << 20) == pytest.approx(by_length[131072] / by_length[4096])  # held past 128k
 
 
-def test_blackwells_factor_at_a_length_and_hoppers_at_every_length():
-    b200, h100 = library_efficiency(find_gpu("B200")), library_efficiency(find_gpu("H100-80GB"))
+def test_blackwells_factor_at_a_length_and_hoppers_native_growth():
+    b200, h100, h200 = (library_efficiency(find_gpu(name)) for name in ("B200", "H100-80GB", "H200"))
     assert b200.attention_at(4096) == b200.attention
     assert b200.attention_at(16384) / b200.attention == pytest.approx(1137.6 / 739.39, rel=1e-3)
-    assert h100.attention_at(4096) == h100.attention_at(65536) == h100.attention  # one factor (no curve read)
+    assert h100.attention_at(4096) == h100.attention_at(65536) == h100.attention  # FlashAttention-2: one factor
+    assert h100.native_curve == h200.native_curve == forward_backward(H200_CUDNN)
+    assert h200.native_growth_at(16384) == pytest.approx(603.1 / 502.4, rel=1e-3)
+
+
+def test_the_lengths_a_config_is_read_at():
+    """The estimate's source names the kernel and the length it took, a rank's share under context parallelism;
+    nothing where the factor's own kernel and length apply (Blackwell at 4k and below)."""
+    from planner.throughput.implementation import OUR_STRATEGIES, implementation_named
+    from planner.training_config import TrainingConfig
+
+    b200, megatron_core = find_gpu("B200"), implementation_named("megatron-core")
+    at = dict(forward_backward(B200_CUDNN))
+    assert OUR_STRATEGIES.attention_kernel(b200, TrainingConfig(seq_len=4096)) == (1.0, "")
+    rate, why = OUR_STRATEGIES.attention_kernel(b200, TrainingConfig(seq_len=16384))
+    assert rate == pytest.approx(at[16384] / at[4096]) and why == "the measured kernel at 16384 tokens"
+    ring = TrainingConfig(strategy="engine", layout={"cp": 2}, seq_len=16384)  # a ring attention's rank: 8k
+    assert megatron_core.attention_kernel(b200, ring)[0] == pytest.approx(at[8192] / at[4096])
+    ours_rate, ours_why = OUR_STRATEGIES.attention_kernel(b200, ring)
+    fa2 = dict(forward_backward(B200_FLASH_ATTENTION_2))
+    assert ours_rate == pytest.approx(fa2[8192] / at[4096]) and "at 8192 tokens a rank" in ours_why

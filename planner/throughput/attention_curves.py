@@ -1,6 +1,7 @@
 """How an attention kernel's rate grows with the sequence, where a measurement gives it by length.
 
-A GPU's attention factor (library_efficiency.py) is one number, read at one length. On Blackwell, cuDNN's kernel
+A GPU's attention factor (library_efficiency.py) is read at one length; where a curve is measured, the factor
+follows it (Implementation.attention_kernel). On Blackwell, cuDNN's kernel
 (which Transformer Engine and torch 2.13's SDPA run there) reaches 1.5x more of the peak at 16k tokens than at 4k,
 and FlashAttention-2 1.2x more: NVIDIA/cudnn-frontend's training-SDPA benchmark on a B200
 (benchmark/sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv at 0b1577c8, 2025-10-10:
@@ -37,7 +38,10 @@ Curve = tuple[tuple[int, float], ...]  # (tokens, TFLOP/s forward + backward), a
 
 
 def forward_backward(measured: tuple[tuple[int, float, float], ...]) -> Curve:
-    """Each length's forward + backward rate: 3.5 / (1 / forward + 2.5 / backward)."""
+    """Each length's forward + backward rate: 3.5 / (1 / forward + 2.5 / backward); the lengths ascending."""
+    lengths = [tokens for tokens, _, _ in measured]
+    if lengths != sorted(set(lengths)):
+        raise ValueError(f"a curve's lengths must ascend: {lengths}")
     return tuple((tokens, 3.5 / (1 / forward + 2.5 / backward)) for tokens, forward, backward in measured)
 
 

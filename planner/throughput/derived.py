@@ -85,7 +85,7 @@ def hardware_of(cluster: ClusterSpec, config: TrainingConfig) -> tuple[Device, L
 
 def attention_scaled_device(device: Device, scale: float) -> Device:
     """`device` with its attention kernel's rate times `scale` (the kernel the stack runs against the one its GPU's
-    factor is read at: Implementation.attention_speedup), interned as hardware_of's devices are, so that the stage
+    factor is read at, and the length: Implementation.attention_kernel), interned as hardware_of's devices are, so that the stage
     cache keyed on its identity finds it again."""
     scaled = replace(device, attention_flops=device.attention_flops * scale)
     if len(_devices) > 256:

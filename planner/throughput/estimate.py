@@ -167,7 +167,9 @@ def _build_plan(
     shape, fused_attention = shape_of(spec)
     fused_attention = fused_attention or not implementation.transformers_attention  # their own fused kernels
     # The attention kernel the stack runs against the one its GPU's factor is read at; the source prints both.
-    attention_speedup = implementation.attention_speedup(cluster.gpu, config) if fused_attention else 1.0
+    attention_speedup, attention_why = (
+        implementation.attention_kernel(cluster.gpu, config) if fused_attention else (1.0, "")
+    )
     if attention_speedup != 1.0:
         device = attention_scaled_device(device, attention_speedup)
     # The stages of other plans of the same stage key under the committed constants; this plan's own otherwise.
@@ -208,11 +210,7 @@ def _build_plan(
             **offload_source(config, cluster),
             **compression_source(config, world),
             **zeropp_source(config),
-            **library_efficiency_source(
-                cluster.gpu,
-                attention_speedup,
-                implementation.attention_note(cluster.gpu, config) if fused_attention else "",
-            ),
+            **library_efficiency_source(cluster.gpu, attention_speedup, attention_why),
             **(shortfall_sources(shortfall.source) if shortfall else {}),
         },
         shortfall=shortfall,

@@ -100,15 +100,17 @@ checked on fourteen others, and says so wherever it moves an estimate:
   FlashAttention-3 at "1.5-2.0x" FlashAttention-2 on H100; cuDNN 9.19 on an
   H200 at 4k tokens, causal, measures 502 TFLOP/s forward + backward
   (NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/
-  h200_919_only_cudnn at df73764a), 1.49x FlashAttention-2's factor, as
-  Blackwell's factor is taken at 4k (docs/accuracy.md, "GPU library
-  efficiency"). HOPPER_NATIVE_ATTENTION_SPEEDUP, 1.5, is taken. On in ours,
+  h200_919_only_cudnn at df73764a), 1.49x FlashAttention-2's factor.
+  HOPPER_NATIVE_ATTENTION_SPEEDUP, 1.5, is taken at 4k and grows with the
+  length as that CSV's cuDNN rate does (x1.80 at 16k: attention_curves.py,
+  Implementation.attention_kernel; docs/accuracy.md, "GPU library
+  efficiency"). On in ours,
   torchtitan and megatron-core; a published row whose code ran FlashAttention-2
   says so (`attention_kernel: flash-attention-2`).
 - native_attention_under_cp: whether the stack's context parallelism keeps the
   kernel its attention runs otherwise. Ours does not: its chunks attend with
   torch's lower-right causal bias, which calls FlashAttention-2 directly
-  (Implementation.attention_speedup); torch's ring attention (torchtitan's) has
+  (Implementation.attention_kernel); torch's ring attention (torchtitan's) has
   cuDNN handlers.
 - expert_tokens_split_over_tp: under expert and tensor parallelism, whether each
   tp rank sends only its share of the routed tokens to the other ep ranks
@@ -180,9 +182,7 @@ class Implementation:
     overlaps_context_exchange: bool = False
     overlaps_tensor_parallel_comm: bool = False
     hopper_native_attention: bool = False
-    native_attention_under_cp: bool = (
-        True  # ours: no (its chunks' lower-right causal bias calls FA2: attention_speedup)
-    )
+    native_attention_under_cp: bool = True  # ours: no (its chunks' lower-right causal bias calls FA2: attention_kernel)
     checkpoints_to_cpu: int = 0
     serial_pipeline_transfers: bool = False
     reduces_gradients_after_flush: bool = False
@@ -195,40 +195,33 @@ class Implementation:
     # distributed optimizer is our engine's layout, llm-foundry trains with torch FSDP, and so on.
     strategies: tuple[Strategy, ...] = ALL_STRATEGIES
 
-    def attention_speedup(self, gpu: GpuSpec, config: TrainingConfig) -> float:
-        """This config's fused attention's rate against the kernel and length its GPU's attention factor is read at
-        (library_efficiency.py: FlashAttention-2's on Ampere and Hopper, cuDNN's at 4k tokens on Blackwell, whose
-        rate grows with the length: attention_curves.py). Our context parallelism attends each chunk but the diagonal
-        one with torch's lower-right causal bias, which calls FlashAttention-2 (or the memory-efficient kernel)
-        directly, not cuDNN's (CausalBias._dispatch, torch/nn/attention/bias.py): FlashAttention-2's factor there. A
-        stack with a Hopper-native kernel on Hopper: HOPPER_NATIVE_ATTENTION_SPEEDUP. 1 for eager attention."""
-        if config.attention is not AttentionKernel.SDPA:
-            return 1.0
-        factors = library_efficiency(gpu)
-        if config.context_parallel > 1 and not self.native_attention_under_cp:
-            return factors.flash_attention_2_at(config.seq_len) / factors.attention
-        native = self.hopper_native_attention and gpu.architecture.startswith("Hopper")
-        length = factors.attention_at(config.seq_len) / factors.attention
-        if native:  # read at 4k; cuDNN's rate grows with the length (attention_curves.py)
-            return length * HOPPER_NATIVE_ATTENTION_SPEEDUP * factors.native_growth_at(config.seq_len)
-        return length
+    def attention_kernel(self, gpu: GpuSpec, config: TrainingConfig) -> tuple[float, str]:
+        """(this config's fused attention's rate against the kernel and length its GPU's attention factor is read
+        at, what that rate is for the estimate's source: "" where it is the factor's own).
 
-    def attention_note(self, gpu: GpuSpec, config: TrainingConfig) -> str:
-        """What attention_speedup's factor is, for the estimate's source; "" where it is the GPU's own."""
+        The factor (library_efficiency.py) is FlashAttention-2's on Ampere and Hopper and cuDNN's at 4k tokens on
+        Blackwell, whose rate grows with the length (attention_curves.py). Our context parallelism attends each
+        chunk but the diagonal one with torch's lower-right causal bias, which calls FlashAttention-2 (or the
+        memory-efficient kernel) directly, not cuDNN's (CausalBias._dispatch, torch/nn/attention/bias.py):
+        FlashAttention-2's curve there. A stack with a Hopper-native kernel on Hopper: HOPPER_NATIVE_ATTENTION_SPEEDUP
+        at 4k, growing with the length as cuDNN's rate does. Under context parallelism each call attends a rank's
+        share of the sequence (ring attention's s / cp per step; ours s / 2cp queries against up to s keys): the
+        curves are read at s / cp. Eager attention: 1."""
         if config.attention is not AttentionKernel.SDPA:
-            return ""
+            return 1.0, ""
         factors = library_efficiency(gpu)
+        tokens = config.seq_len // config.context_parallel
         if config.context_parallel > 1 and not self.native_attention_under_cp:
-            if factors.fa2_attention is None:
-                return ""
-            return f"FlashAttention-2, which our context parallelism's chunks run, at {config.seq_len} tokens"
+            if factors.fa2_attention is None and not factors.fa2_curve:
+                return 1.0, ""  # FlashAttention-2 is the factor's kernel (Ampere, Hopper)
+            rate = factors.flash_attention_2_at(tokens) / factors.attention
+            return rate, f"FlashAttention-2, which our context parallelism's chunks run, at {tokens} tokens a rank"
+        rate = factors.attention_at(tokens) / factors.attention
         if self.hopper_native_attention and gpu.architecture.startswith("Hopper"):
-            speedup = HOPPER_NATIVE_ATTENTION_SPEEDUP * factors.native_growth_at(config.seq_len)
+            speedup = HOPPER_NATIVE_ATTENTION_SPEEDUP * factors.native_growth_at(tokens)
             kernel = "a Hopper-native kernel, cuDNN's or FlashAttention-3"
-            return f"{kernel}: x{speedup:.2f} FlashAttention-2's at {config.seq_len} tokens"
-        if factors.attention_at(config.seq_len) != factors.attention:
-            return f"the measured kernel at {config.seq_len} tokens"
-        return ""
+            return rate * speedup, f"{kernel}: x{speedup:.2f} FlashAttention-2's at {tokens} tokens"
+        return rate, (f"the measured kernel at {tokens} tokens" if rate != 1.0 else "")
 
     def stack_memory(self) -> StackMemory:
         """What this codebase decides of a step's memory (planner/memory/stack_memory.py)."""

@@ -20,6 +20,7 @@ mask, sequence 16k) at 203 TFLOP/s, 65% of 312.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from planner.hardware.gpus import GpuSpec
 from planner.throughput.attention_curves import (
@@ -80,13 +81,17 @@ _B200_FLASH2_CURVE = forward_backward(B200_FLASH_ATTENTION_2)
 _BLACKWELL_ATTENTION = (_B200_CUDNN_CURVE[0][1] / 2250) / _A100_FLASH2
 _BLACKWELL_FLASH2 = (_B200_FLASH2_CURVE[0][1] / 2250) / _A100_FLASH2
 _HOPPER_NATIVE_CURVE = forward_backward(H200_CUDNN)
-_BLACKWELL_KERNELS = (_BLACKWELL_FLASH2, (_B200_CUDNN_CURVE, _B200_FLASH2_CURVE))
+_BLACKWELL_KERNELS = {
+    "fa2_attention": _BLACKWELL_FLASH2,
+    "attention_curve": _B200_CUDNN_CURVE,
+    "fa2_curve": _B200_FLASH2_CURVE,
+}
 _BLACKWELL_ATTENTION_SOURCE = (
     "cuDNN 9.13.1 attention through PyTorch 2.9's SDPA on a B200, forward + backward at 4k tokens (causal, 128 query "
     "and 8 key-value heads, head dim 128, BF16), 739.4 of 2250 TFLOP/s (NVIDIA/cudnn-frontend benchmark/"
     "sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv at 0b1577c8, 2025-10-10; the "
     "kernel Transformer Engine and torch 2.13's SDPA run on sm100), and by length from there: 998 at 8k, 1138 at 16k, "
-    "1183 at 32k (planner/throughput/attention_curves.py); FlashAttention-2 there 272.9 at 4k to 349 at 32k (its "
+    "1183 at 32k, 1120 at 128k (planner/throughput/attention_curves.py); FlashAttention-2 there 272.9 at 4k to 354 at 128k (its "
     "factor, where a stack runs it)"
 )
 
@@ -98,8 +103,7 @@ def _mamf(
     attention: float,
     attention_source: str,
     fp8: tuple[float, float] | None = None,
-    fa2_attention: float | None = None,
-    curves: tuple[Curve, Curve] = ((), ()),
+    **kernels: Any,
 ) -> LibraryEfficiency:
     """A factor from one BF16 row of the MAMF table against its A100 row, and from its FP8 row where it has one
     (`fp8`: measured, peak); `attention_source` says where the attention factor comes from."""
@@ -110,8 +114,7 @@ def _mamf(
         f"matmul: {_MAMF}, {row} BF16 {measured} of {peak:g} TFLOP/s ({fp8_line}) against the A100's BF16 271.2 of "
         f"312; attention: {attention_source}",
         None if fp8 is None else (fp8[0] / fp8[1]) / _A100_MATMUL,
-        fa2_attention,
-        *curves,
+        **kernels,  # the attention kernels' other fields, by name (fa2_attention, attention_curve, fa2_curve, ...)
     )
 
 
@@ -133,23 +136,27 @@ _VOLTA = LibraryEfficiency(
 # Keyed by the start of GpuSpec.architecture ("Blackwell" also covers "Blackwell Ultra").
 BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
     "Ampere": AMPERE,
-    "Hopper": replace(
-        _mamf(
-            "H100 SXM",
-            794.5,
-            989,
-            _HOPPER_ATTENTION,
-            "FlashAttention-2 forward + backward (head dim 128, 16k, no causal mask) at 338 TFLOP/s on an H100 80GB "
-            "SXM5 against 203 on an A100 (Dao-AILab/flash-attention assets/flash2_{h100,a100}_fwd_bwd_benchmark.png at "
-            '4f285b3; the FlashAttention-3 paper, arXiv:2407.08608: "FlashAttention-2 achieving only 35% utilization '
-            "on the H100 GPU\"); cuDNN's growth with the length, for the stacks that run it, measured on an H200 "
-            "(planner/throughput/attention_curves.py)",
-            fp8=(1402.6, 1979),
-        ),
+    "Hopper": _mamf(
+        "H100 SXM",
+        794.5,
+        989,
+        _HOPPER_ATTENTION,
+        "FlashAttention-2 forward + backward (head dim 128, 16k, no causal mask) at 338 TFLOP/s on an H100 80GB "
+        "SXM5 against 203 on an A100 (Dao-AILab/flash-attention assets/flash2_{h100,a100}_fwd_bwd_benchmark.png at "
+        '4f285b3; the FlashAttention-3 paper, arXiv:2407.08608: "FlashAttention-2 achieving only 35% utilization '
+        "on the H100 GPU\"); cuDNN's growth with the length, for the stacks that run it, measured on an H200 "
+        "(planner/throughput/attention_curves.py)",
+        fp8=(1402.6, 1979),
         native_curve=_HOPPER_NATIVE_CURVE,
     ),
     "Blackwell": _mamf(
-        "B200 SXM", 1745.0, 2250, _BLACKWELL_ATTENTION, _BLACKWELL_ATTENTION_SOURCE, (3432.5, 4500), *_BLACKWELL_KERNELS
+        "B200 SXM",
+        1745.0,
+        2250,
+        _BLACKWELL_ATTENTION,
+        _BLACKWELL_ATTENTION_SOURCE,
+        (3432.5, 4500),
+        **_BLACKWELL_KERNELS,
     ),
     "Ada Lovelace": LibraryEfficiency(
         1.0,
@@ -189,19 +196,17 @@ _B200_SHARES = "assumed, the B200's cuDNN and FlashAttention-2 shares"
 
 # GPUs whose measured share departs from their architecture's (another power limit, die or package).
 BY_GPU: dict[str, LibraryEfficiency] = {
-    "H200": replace(
-        _mamf(
-            'H200 SXM (BF16: "H200 is the same" as the H100)',
-            794.5,
-            989,
-            _HOPPER_ATTENTION,
-            "Hopper's",
-            fp8=(1453.4, 1979),
-        ),
+    "H200": _mamf(
+        'H200 SXM (BF16: "H200 is the same" as the H100)',
+        794.5,
+        989,
+        _HOPPER_ATTENTION,
+        "Hopper's",
+        fp8=(1453.4, 1979),
         native_curve=_HOPPER_NATIVE_CURVE,
     ),
-    "B300": _mamf("B300 SXM", 1769.0, 2250, _BLACKWELL_ATTENTION, _B200_SHARES, (3353.3, 4500), *_BLACKWELL_KERNELS),
-    "GB200": _mamf("GB200", 1822.0, 2500, _BLACKWELL_ATTENTION, _B200_SHARES, (3615.6, 5000), *_BLACKWELL_KERNELS),
+    "B300": _mamf("B300 SXM", 1769.0, 2250, _BLACKWELL_ATTENTION, _B200_SHARES, (3353.3, 4500), **_BLACKWELL_KERNELS),
+    "GB200": _mamf("GB200", 1822.0, 2500, _BLACKWELL_ATTENTION, _B200_SHARES, (3615.6, 5000), **_BLACKWELL_KERNELS),
     "MI325X": _mamf(
         "MI325X at 1000 W", 784.9, 1300, 0.5, "assumed, CDNA3's (AMD's hipblaslt-bench: matmul 843 of 1307)"
     ),
@@ -228,7 +233,7 @@ def library_efficiency(gpu: GpuSpec) -> LibraryEfficiency:
 def library_efficiency_source(gpu: GpuSpec, attention_speedup: float = 1.0, why: str = "") -> dict[str, str]:
     """The estimate's `gpu_library_efficiency` source for a GPU the constants were not fitted on (none for Ampere);
     `attention_speedup`: the stack's attention kernel and length against the ones the factor is read at, `why` what
-    they are (Implementation.attention_speedup and attention_note), which the attention factor printed includes."""
+    they are (Implementation.attention_kernel), which the attention factor printed includes."""
     factors = library_efficiency(gpu)
     if factors in (AMPERE, HOST_CPU):
         return {}
