@@ -112,12 +112,13 @@ def test_op_on_routed_experts_is_one_line():
 
 def test_the_search_picks_op_where_it_beats_selective():
     """Asked for both, the search ranks op and selective on their estimates: neither prunes the other
-    (planner/search/checkpointing_modes.py DOMINATED_BY). At 16k tokens on B200s op's recomputed matmuls cost less than
-    selective's recomputed attention, and the plan says op."""
+    (planner/search/checkpointing_modes.py DOMINATED_BY). On MI300Xs at 16k tokens op's smaller footprint lets FSDP
+    skip sharding and its estimate beats selective's, and the plan says op. (On B200s, where it did until cuDNN's
+    attention was read by length, selective's recomputed attention is now the cheaper: attention_curves.py.)"""
     from planner.search.request import PlanRequest
     from planner.search.search import search_plans
 
-    spec, cluster = resolve_model("llama-3.1-8b"), make_cluster("B200", gpus_per_node=8)
+    spec, cluster = resolve_model("llama-3.1-8b"), make_cluster("MI300X", gpus_per_node=8)
     common = dict(global_batch=8, seq_len=16384, strategies=("fsdp",))
     both = search_plans(spec, cluster, PlanRequest(**common, activation_checkpointing=("selective", "op")))
     alone = {
