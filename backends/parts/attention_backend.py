@@ -4,8 +4,8 @@ On Hopper (sm90) and Blackwell (sm100) the plan times our attention as cuDNN's (
 efficiency"): torch's SDPA puts cuDNN's kernel first there when the runtime cuDNN is newer than 9.15 and
 TORCH_CUDNN_SDPA_DEPRIORITIZED is not set (`check_prefer_cudnn_attention`, aten/src/ATen/native/transformers/cuda/
 sdp_utils.cpp). torch's CUDA 13 builds ship such a cuDNN; its CUDA 12 builds an older one, and then SDPA runs
-FlashAttention-2, 1.5-1.8x the attention time on Hopper and 2.7-3.4x on Blackwell by length (cudnn-frontend's measurements, the
-same page). The runner says so at start rather than leave a slower run unexplained.
+FlashAttention-2, 1.5-1.8x the attention time on Hopper and 2.7-3.4x on Blackwell by length (cudnn-frontend's
+measurements, the same page). The runner says so at start rather than leave a slower run unexplained.
 """
 
 from __future__ import annotations

@@ -168,7 +168,8 @@ def implementation_of(row: dict) -> Implementation:
     DeepSpeed's BF16Optimizer where the row ran it (BLOOM: `bf16_optimizer`), and whether the version that ran
     compiled its loss under --compile where that departs from the preset (torchtitan's December 2024 tables did
     not: `compiled_loss: false`), and FlashAttention-2 where the row's code ran it on a Hopper GPU in place of the
-    preset's cuDNN (`attention_kernel: flash-attention-2`: the PyTorch/IBM blog's SDPA of 2024, torchtitan before 2025-10)."""
+    preset's cuDNN (`attention_kernel: flash-attention-2`: the PyTorch/IBM blog's SDPA of 2024, torchtitan before
+    2025-10)."""
     preset = IMPLEMENTATIONS[row["implementation"]]
     if "context_exchange" in row:
         preset = dataclasses.replace(preset, overlaps_context_exchange=row["context_exchange"] == "ring")
@@ -185,8 +186,10 @@ def implementation_of(row: dict) -> Implementation:
         # cuDNN's (library_efficiency.py), where FlashAttention-2 runs at a third of it, which no factor holds.
         blackwell = find_gpu(row["gpu"]).architecture.startswith("Blackwell")
         if row["attention_kernel"] != "flash-attention-2" or blackwell:
-            raise ValueError(f"{row['id']}: attention_kernel {row['attention_kernel']!r} is for rows that ran "
-                             "flash-attention-2 on GPUs whose factor is FlashAttention-2's (not Blackwell)")  # fmt: skip
+            raise ValueError(
+                f"{row['id']}: attention_kernel {row['attention_kernel']!r} is for rows that ran flash-attention-2 "
+                "on GPUs whose factor is FlashAttention-2's (not Blackwell)"
+            )
         preset = dataclasses.replace(preset, hopper_native_attention=False)
     return preset
 

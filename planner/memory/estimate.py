@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.gradient_compression import wire_source
 from planner.limits import MAX_GIB, check_number
-from planner.memory.loss_kernels import LOSS_TEMPORARIES
+from planner.memory.loss_kernels import LOSS_TEMPORARIES, LossKernel
 from planner.memory.model_states import (
     BF16_RUNS_MIXED,
     SINGLE_TENSOR_ADAM_TEMPORARIES,
@@ -194,7 +194,8 @@ def estimate_memory(
     peak = step_peak(spec, config, world_size=world_size, gpus_per_node=gpus_per_node, runtime=runtime, stack=stack)
     tensors = _tensors(peak, runtime)
     moved = moves_checkpoints_to_cpu(spec, config, stack)
-    sources = _sources(spec, config, peak.phase, runtime, overhead, stack, moved, bool(peak.unsharded_stage))
+    loss = stack.loss_kernel(spec, config)
+    sources = _sources(config, peak.phase, runtime, overhead, loss, moved, bool(peak.unsharded_stage))
     notes = peak.notes
     if HOST_OFFLOAD in tensors:
         sources[HOST_OFFLOAD] = (
@@ -248,12 +249,11 @@ CHECKPOINTS_ON_CPU = "full checkpointing's checkpoints in CPU memory (DeepSpeed'
 
 
 def _sources(
-    spec: ModelSpec,
     config: TrainingConfig,
     phase: str,
     runtime: Runtime,
     overhead: OverheadSettings,
-    stack: StackMemory,
+    loss: LossKernel,
     checkpoints_on_cpu: bool = False,
     unsharded_stage: bool = False,
 ) -> dict[str, str]:
@@ -284,7 +284,7 @@ def _sources(
             else ""
         )
         + (f"; {CHECKPOINTS_ON_CPU}, the block in flight's here" if checkpoints_on_cpu else ""),
-        "temporaries": f"formula: {LOSS_TEMPORARIES[stack.loss_kernel(spec, config)]}; recomputed block",
+        "temporaries": f"formula: {LOSS_TEMPORARIES[loss]}; recomputed block",
         "buffers": buffers,
         "overhead": _overhead_source(overhead, runtime),
     }

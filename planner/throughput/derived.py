@@ -84,9 +84,9 @@ def hardware_of(cluster: ClusterSpec, config: TrainingConfig) -> tuple[Device, L
 
 
 def attention_scaled_device(device: Device, scale: float) -> Device:
-    """`device` with its attention kernel's rate times `scale` (the kernel the stack runs against the one its GPU's
-    factor is read at, and the length: Implementation.attention_kernel), interned as hardware_of's devices are, so that the stage
-    cache keyed on its identity finds it again."""
+    """`device` with its attention kernel's rate times `scale` (the kernel and length the stack runs against the ones
+    its GPU's factor is read at: Implementation.attention_kernel), interned as hardware_of's devices are, so that the
+    stage cache keyed on its identity finds it again."""
     scaled = replace(device, attention_flops=device.attention_flops * scale)
     if len(_devices) > 256:
         _devices.clear()
