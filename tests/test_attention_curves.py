@@ -98,3 +98,23 @@ def test_hoppers_one_factor_is_the_h100_over_the_a100_at_every_charted_length():
     factor_ratio = hopper.attention * 989 / 312  # the factor as an H100 / A100 rate ratio: 338 / 203
     assert max(abs(ratio / factor_ratio - 1) for ratio in ratios) < 0.05
     assert H100_FA2_CAUSAL[-1][1] / H100_FA2_CAUSAL[0][1] > 2  # the rate itself doubles over the same lengths
+
+
+def test_aiters_causal_rows_count_flops_as_flash_attention_2_and_set_cdnas_factor_by_length():
+    """aiter's README (op_tests/cpp/mha at a83421be) prints causal and unmasked rows of each shape: at 8k tokens
+    (batch 1, 64/8 heads) the causal rows run within 15% of the unmasked ones, so their FLOPs are halved as the A100
+    reference's are (unhalved they would read about twice the unmasked rate). The factor follows the causal rows
+    from 4k, over each GPU's own peak; the MI325X takes the MI300X's (the same compute die)."""
+    from planner.throughput.attention_curves import MI300X_AITER, MI355X_AITER
+
+    unmasked_8k = {"MI300X": (591.37, 441.82), "MI355X": (1412.91, 822.75)}  # forward, backward a32, as printed
+    for gpu, measured in (("MI300X", MI300X_AITER), ("MI355X", MI355X_AITER)):
+        causal_8k = next((forward, backward) for tokens, forward, backward in measured if tokens == 8192)
+        for causal, unmasked in zip(causal_8k, unmasked_8k[gpu]):
+            assert 0.85 < causal / unmasked < 1.15
+        curve, spec = forward_backward(measured), find_gpu(gpu)
+        factors = library_efficiency(spec)
+        assert factors.attention == pytest.approx((curve[0][1] / spec.dense_tflops.bf16) / (203 / 312))
+        assert factors.attention_at(2048) == factors.attention  # held below 4k
+        assert factors.attention_at(10240) / factors.attention == pytest.approx(curve[-1][1] / curve[0][1])
+    assert library_efficiency(find_gpu("MI325X")).attention == library_efficiency(find_gpu("MI300X")).attention

@@ -10,6 +10,8 @@ median of 10 after 5 warm-up), whose forward and backward TFLOP/s are below as p
 time-weighted pair (the backward counts 2.5 forwards, FlashAttention-2's count: docs/accuracy.md, "GPU library
 efficiency").
 
+On CDNA3 and CDNA4 the factor follows AMD's assembly kernels (aiter's README, below) the same way, from 4k tokens.
+
 On Hopper the factor is FlashAttention-2's, one number at every length: FlashAttention-2's release charts
 (Dao-AILab/flash-attention assets/flash2_{h100,a100}_fwd_bwd_benchmark.png at 4f285b3, 2023-07-17: forward +
 backward, head dim 128, batch x heads 16k tokens, the bars' printed labels below) put the H100 at 1.65-1.74x the
@@ -40,6 +42,14 @@ B200_FLASH_ATTENTION_2 = ((4096, 324.899, 256.427), (8192, 373.392, 298.867), (1
                           (32768, 403.739, 330.801), (65536, 408.739, 335.402), (131072, 410.988, 336.043))  # fmt: skip
 
 H200_CUDNN = ((4096, 591.0, 474.0), (8192, 644.0, 541.0), (16384, 673.0, 579.0), (32768, 688.0, 581.0))
+
+# AMD's assembly attention kernels (ROCm/aiter op_tests/cpp/mha/README.md, its table added in a83421be, 2025-10-31,
+# read at e4048607): BF16, BSHD, batch 1, 64 query and 8 key-value heads, head dim 128, causal (FLOPs halved, as
+# FlashAttention-2 counts them: the causal rows run at the unmasked rows' rate); the backward with fp32 atomics for
+# dQ (BWD-a32), the default of aiter's Python API (`is_v3_atomic_fp32=True`, aiter/ops/mha.py). (tokens, forward,
+# backward) as printed, every causal length of that shape.
+MI300X_AITER = ((4096, 474.385, 378.155), (8192, 518.29, 433.285), (10240, 510.895, 447.995))
+MI355X_AITER = ((4096, 1046.085, 694.125), (8192, 1300.105, 765.21), (10240, 1338.005, 788.92))
 
 # FlashAttention-2's release charts, forward + backward TFLOP/s (tokens, rate) as labelled, head dim 128; the A100's
 # unmasked 512 and 1k labels are hidden behind the legend.

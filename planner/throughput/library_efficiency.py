@@ -29,6 +29,8 @@ from planner.throughput.attention_curves import (
     B200_FLASH_ATTENTION_2,
     H100_FA2_NO_MASK,
     H200_CUDNN,
+    MI300X_AITER,
+    MI355X_AITER,
     Curve,
     forward_backward,
     relative_rate,
@@ -137,6 +139,27 @@ _VOLTA = LibraryEfficiency(
     "share on a V100",
 )
 
+# CDNA: AMD's assembly attention kernels (aiter) at 4k tokens and by length from there (attention_curves.py), over
+# the GPU's own peak. Which kernel a stack runs on ROCm is not resolved per stack (docs/accuracy.md, "GPU library
+# efficiency": torch's SDPA measured far below these on an MI355X).
+_MI300X_AITER_CURVE = forward_backward(MI300X_AITER)
+_MI355X_AITER_CURVE = forward_backward(MI355X_AITER)
+
+
+def _aiter_source(gpu: str, curve: Curve, peak: float) -> str:
+    by_length = ", ".join(f"{rate:.0f} at {tokens // 1024}k" for tokens, rate in curve[1:])
+    return (
+        f"AMD's assembly attention kernels (ROCm/aiter op_tests/cpp/mha/README.md, a83421be, 2025-10-31) on an {gpu}, "
+        f"forward + backward at 4k tokens (causal, batch 1, 64 query and 8 key-value heads, head dim 128, BF16, the "
+        f"backward's default fp32 atomics), {curve[0][1]:.1f} of {peak:g} TFLOP/s, and by length from there: {by_length} "
+        "(planner/throughput/attention_curves.py); a stack on torch's SDPA (AOTriton) may run far below it (not "
+        "priced: docs/accuracy.md)"
+    )
+
+
+_CDNA3_ATTENTION = (_MI300X_AITER_CURVE[0][1] / 1307.4) / _A100_FLASH2
+_CDNA3_ATTENTION_SOURCE = _aiter_source("MI300X", _MI300X_AITER_CURVE, 1307.4)
+
 # Keyed by the start of GpuSpec.architecture ("Blackwell" also covers "Blackwell Ultra").
 BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
     "Ampere": AMPERE,
@@ -187,17 +210,19 @@ BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
         "assumed (no MI250X attention measurement read)",
     ),
     "CDNA3": _mamf(
-        "MI300X (ROCm 6.3, TunableOp on)",
+        "MI300X (ROCm 6.3, TunableOp on; the table's peak 1300 is AMD's 1307.4 rounded)",
         668.4,
-        1300,
-        0.5,
-        "assumed, no steady-state MI300X measurement read (SemiAnalysis, 2024-12-22: the MI300X at ~620 of 1,307 "
-        "where the H100 reaches ~720 of 989.5, and AMD's hipblaslt-bench, rocm.blogs.amd.com 2025-02-28: 708 of "
-        "1307.4, give matmul 0.60 and 0.62)",
+        1307.4,
+        _CDNA3_ATTENTION,
+        _CDNA3_ATTENTION_SOURCE + " (SemiAnalysis, 2024-12-22: the MI300X matmul at ~620 of 1,307 where the H100 "
+        "reaches ~720 of 989.5, and AMD's hipblaslt-bench, rocm.blogs.amd.com 2025-02-28: 708 of 1307.4, give matmul "
+        "0.60 and 0.62)",
+        attention_curve=_MI300X_AITER_CURVE,
     ),
 }
 
 _B200_SHARES = "assumed, the B200's cuDNN and FlashAttention-2 shares"
+
 
 # GPUs whose measured share departs from their architecture's (another power limit, die or package).
 BY_GPU: dict[str, LibraryEfficiency] = {
@@ -213,9 +238,22 @@ BY_GPU: dict[str, LibraryEfficiency] = {
     "B300": _mamf("B300 SXM", 1769.0, 2250, _BLACKWELL_ATTENTION, _B200_SHARES, (3353.3, 4500), **_BLACKWELL_KERNELS),
     "GB200": _mamf("GB200", 1822.0, 2500, _BLACKWELL_ATTENTION, _B200_SHARES, (3615.6, 5000), **_BLACKWELL_KERNELS),
     "MI325X": _mamf(
-        "MI325X at 1000 W", 784.9, 1300, 0.5, "assumed, CDNA3's (AMD's hipblaslt-bench: matmul 843 of 1307)"
+        "MI325X at 1000 W (the table's 1300 is AMD's 1307.4 rounded)",
+        784.9,
+        1307.4,
+        _CDNA3_ATTENTION,
+        "the MI300X's aiter share, assumed (the same compute die; AMD's hipblaslt-bench: matmul 843 of 1307)",
+        attention_curve=_MI300X_AITER_CURVE,
     ),
-    "MI355X": _mamf("MI355X (ROCm 7.0)", 1565.0, 2300, 0.5, "assumed, CDNA3's"),
+    # The MAMF table divides the MI355X's 1565.0 by 2300, the MI350X's peak (68.0%); the MI355X's own is 2516.6.
+    "MI355X": _mamf(
+        "MI355X (ROCm 7.0; over its 2516.6 peak, where the table divides by 2300, the MI350X's)",
+        1565.0,
+        2516.6,
+        (_MI355X_AITER_CURVE[0][1] / 2516.6) / _A100_FLASH2,
+        _aiter_source("MI355X", _MI355X_AITER_CURVE, 2516.6),
+        attention_curve=_MI355X_AITER_CURVE,
+    ),
 }
 
 UNKNOWN = LibraryEfficiency(1.0, 1.0, "assumed: the reference's (no factor for this architecture)")
