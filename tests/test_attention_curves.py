@@ -10,6 +10,8 @@ from planner.hardware.gpus import find_gpu
 from planner.throughput.attention_curves import (
     B200_CUDNN,
     B200_FLASH_ATTENTION_2,
+    GB300_CUDNN,
+    GB300_FLASH_ATTENTION_2,
     H200_CUDNN,
     forward_backward,
     relative_rate,
@@ -21,6 +23,10 @@ B200_CUDNN_TIMES = ((4096, 0.642, 1.960), (8192, 1.877, 5.833), (16384, 6.602, 2
                     (65536, 101.812, 327.889), (131072, 415.333, 1343.117))  # fmt: skip
 B200_FLASH2_TIMES = ((4096, 1.692, 5.360), (8192, 5.889, 18.395), (16384, 22.297, 68.724), (32768, 87.146, 265.902),
                      (65536, 344.321, 1049.021), (131072, 1369.748, 4188.079))  # fmt: skip
+GB300_CUDNN_TIMES = ((4096, 0.480, 1.540), (8192, 1.470, 4.865), (16384, 5.167, 17.345), (32768, 19.592, 66.679),
+                     (65536, 79.491, 270.296), (131072, 327.134, 1099.493))  # fmt: skip
+GB300_FLASH2_TIMES = ((4096, 1.501, 4.713), (8192, 5.356, 16.654), (16384, 20.421, 62.664), (32768, 79.905, 242.968),
+                      (65536, 316.374, 959.850), (131072, 1257.185, 3820.325))  # fmt: skip
 H200_CUDNN_TIMES = ((4096, 0.465, 1.450), (8192, 1.708, 5.083), (16384, 6.531, 19.002), (32768, 25.566, 75.688))
 
 
@@ -29,6 +35,8 @@ H200_CUDNN_TIMES = ((4096, 0.465, 1.450), (8192, 1.708, 5.083), (16384, 6.531, 1
     [
         (B200_CUDNN, B200_CUDNN_TIMES, 128, False),
         (B200_FLASH_ATTENTION_2, B200_FLASH2_TIMES, 128, False),
+        (GB300_CUDNN, GB300_CUDNN_TIMES, 128, False),
+        (GB300_FLASH_ATTENTION_2, GB300_FLASH2_TIMES, 128, False),
         (H200_CUDNN, H200_CUDNN_TIMES, 64, True),
     ],  # fmt: skip
 )

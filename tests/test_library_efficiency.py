@@ -27,7 +27,8 @@ PRINTED = [
     ("H200", (794.5 / 989) / A100_MATMUL, (338 / 989) / A100_FLASH2),  # "H200 is the same"
     ("B200", (1745.0 / 2250) / A100_MATMUL, (B200_CUDNN_4K / 2250) / A100_FLASH2),
     ("V100-32GB", (83 / 125) / A100_MATMUL, 98 / 203),  # Markidis et al. 2018; xformers against FA2 on the A100
-    ("B300", (1769.0 / 2250) / A100_MATMUL, (B200_CUDNN_4K / 2250) / A100_FLASH2),  # attention: the B200's, assumed
+    # B300: Blackwell Ultra, the GB300's cuDNN share over its 2500 peak (the same CSV set's GB300 file, at 4k).
+    ("B300", (1769.0 / 2250) / A100_MATMUL, (3.5 / (1 / 1144.867 + 2.5 / 892.572) / 2500) / A100_FLASH2),
     ("GB200", (1822.0 / 2500) / A100_MATMUL, (B200_CUDNN_4K / 2250) / A100_FLASH2),
     # CDNA3 and CDNA4: aiter's assembly kernels at 4k tokens, causal, 64/8 heads, fp32-atomic backward (its README);
     # the MAMF rows over AMD's own peaks (the table prints 1300 for 1307.4 and divides the MI355X by 2300).

@@ -37,7 +37,8 @@ def test_the_stack_median_is_within_the_target_and_all_but_one_row_within_20_per
 def test_the_plain_alltoall_row_and_its_b300_twin(results):
     """Qwen3-235B-A22B on 256 B200s (Megatron-Core's plain "alltoall" dispatcher, micro-batch 1) ran at 3,776
     tokens/s/GPU; the same layout on 256 B300s (the hybridep flex dispatcher, micro-batch 2) at 5,936. The two GPUs
-    share their BF16 and FP8 peaks and the estimate puts the runs within 2% of each other, so the 1.57x lies in what
+    share their BF16 and FP8 peaks (the B300's attention is faster: Blackwell Ultra's, measured on a GB300) and the
+    estimate puts the B300 1-6% ahead, so the 1.57x lies in what
     the estimate does not price: the dispatcher (the plain one synchronises the host before every expert all-to-all,
     token_dispatcher.py) or the micro-batch, which AWS's runs of this model on B300s vary (docs/accuracy.md: micro-
     batch 1 at 0.36-0.47x micro-batch 4's TFLOP/s, the plain dispatcher no slower than DeepEP over EFA). The estimate is +55% there: this
@@ -47,5 +48,5 @@ def test_the_plain_alltoall_row_and_its_b300_twin(results):
     measured = b300.row["published"]["tokens_per_s_per_gpu"] / b200.row["published"]["tokens_per_s_per_gpu"]
     estimated = measured * (1 + b300.error) / (1 + b200.error)
     assert measured > 1.5
-    assert estimated == pytest.approx(1.0, abs=0.02)
+    assert 1.01 < estimated < 1.06  # 1.04 today
     assert 0.50 < b200.error < 0.60

@@ -27,6 +27,8 @@ from planner.throughput.attention_curves import (
     A100_FA2_NO_MASK,
     B200_CUDNN,
     B200_FLASH_ATTENTION_2,
+    GB300_CUDNN,
+    GB300_FLASH_ATTENTION_2,
     H100_FA2_NO_MASK,
     H200_CUDNN,
     MI300X_AITER,
@@ -223,6 +225,25 @@ BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
 
 _B200_SHARES = "assumed, the B200's cuDNN and FlashAttention-2 shares"
 
+# Blackwell Ultra (the B300): the GB300's measured shares over its 2500 TFLOP/s peak. The B300 and GB300 share the
+# die and its exponent rate, 10.7 T/s against the B200's and GB200's 5 (Verda, "NVIDIA GB300 NVL72: GPU Architecture
+# & Performance", verda.com/blog/gb300-nvl72-architecture, per-GPU table, read 2026-11-29: BF16 2.5 PFLOPS on the
+# GB300, 2.25 on the B300), so the B300 runs the GB300's share of its own peak, not the B200's.
+_GB300_CUDNN_CURVE = forward_backward(GB300_CUDNN)
+_GB300_FLASH2_CURVE = forward_backward(GB300_FLASH_ATTENTION_2)
+_BLACKWELL_ULTRA_KERNELS = {
+    "fa2_attention": (_GB300_FLASH2_CURVE[0][1] / 2500) / _A100_FLASH2,
+    "attention_curve": _GB300_CUDNN_CURVE,
+    "fa2_curve": _GB300_FLASH2_CURVE,
+}
+_BLACKWELL_ULTRA_SOURCE = (
+    "the GB300's, the same Blackwell Ultra die (its doubled exponent rate: Verda's per-GPU table, "
+    "verda.com/blog/gb300-nvl72-architecture): cuDNN 9.13.1 through PyTorch 2.9's SDPA on a GB300, forward + backward "
+    f"at 4k tokens, {_GB300_CUDNN_CURVE[0][1]:.1f} of 2500 TFLOP/s (NVIDIA/cudnn-frontend sdpa_benchmark_training "
+    "artifacts/sdpa_bf16_benchmark_results_NVIDIA_GB300.csv at 0b1577c8, the B200's setup), and by length; "
+    f"FlashAttention-2 there {_GB300_FLASH2_CURVE[0][1]:.1f} at 4k"
+)
+
 
 # GPUs whose measured share departs from their architecture's (another power limit, die or package).
 BY_GPU: dict[str, LibraryEfficiency] = {
@@ -235,7 +256,15 @@ BY_GPU: dict[str, LibraryEfficiency] = {
         fp8=(1453.4, 1979),
         native_curve=_HOPPER_NATIVE_CURVE,
     ),
-    "B300": _mamf("B300 SXM", 1769.0, 2250, _BLACKWELL_ATTENTION, _B200_SHARES, (3353.3, 4500), **_BLACKWELL_KERNELS),
+    "B300": _mamf(
+        "B300 SXM",
+        1769.0,
+        2250,
+        (_GB300_CUDNN_CURVE[0][1] / 2500) / _A100_FLASH2,
+        _BLACKWELL_ULTRA_SOURCE,
+        (3353.3, 4500),
+        **_BLACKWELL_ULTRA_KERNELS,
+    ),
     "GB200": _mamf("GB200", 1822.0, 2500, _BLACKWELL_ATTENTION, _B200_SHARES, (3615.6, 5000), **_BLACKWELL_KERNELS),
     "MI325X": _mamf(
         "MI325X at 1000 W (the table's 1300 is AMD's 1307.4 rounded)",
