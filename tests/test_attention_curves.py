@@ -1,6 +1,7 @@
 """How an attention kernel's rate grows with the length (planner/throughput/attention_curves.py), against the
-figures NVIDIA's cudnn-frontend benchmark prints for a B200 (its CSV at 0b1577c8: forward and backward TFLOP/s and
-times, causal, 128 query and 8 key-value heads, head dim 128)."""
+figures its sources print: NVIDIA's cudnn-frontend benchmark for a B200 and a GB300 (its CSVs at 0b1577c8: forward
+and backward TFLOP/s and times, causal, 128 query and 8 key-value heads, head dim 128) and an H200, FlashAttention-2's
+release charts (H100 and A100), and AMD's aiter table (MI300X and MI355X)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,17 @@ import pytest
 
 from planner.hardware.gpus import find_gpu
 from planner.throughput.attention_curves import (
+    A100_FA2_CAUSAL,
+    A100_FA2_NO_MASK,
     B200_CUDNN,
     B200_FLASH_ATTENTION_2,
     GB300_CUDNN,
     GB300_FLASH_ATTENTION_2,
+    H100_FA2_CAUSAL,
+    H100_FA2_NO_MASK,
     H200_CUDNN,
+    MI300X_AITER,
+    MI355X_AITER,
     forward_backward,
     relative_rate,
 )
@@ -94,8 +101,6 @@ def test_hoppers_one_factor_is_the_h100_over_the_a100_at_every_charted_length():
     the A100's at the same length and mask stays within 5% of the 16k unmasked ratio the Hopper factor is read at,
     from 512 to 16k tokens, causal or not, so one number is what the charts give against the A100; the H100's own
     rate is not flat (163 to 328 TFLOP/s causal), which the factor leaves to the fitted A100 efficiency."""
-    from planner.throughput.attention_curves import A100_FA2_CAUSAL, A100_FA2_NO_MASK, H100_FA2_CAUSAL, H100_FA2_NO_MASK
-
     hopper = library_efficiency(find_gpu("H100-80GB"))
     assert hopper.attention == pytest.approx((338 / 989) / (203 / 312))
     ratios = []
@@ -113,8 +118,6 @@ def test_aiters_causal_rows_count_flops_as_flash_attention_2_and_set_cdnas_facto
     (batch 1, 64/8 heads) the causal rows run within 15% of the unmasked ones, so their FLOPs are halved as the A100
     reference's are (unhalved they would read about twice the unmasked rate). The factor follows the causal rows
     from 4k, over each GPU's own peak; the MI325X takes the MI300X's (the same compute die)."""
-    from planner.throughput.attention_curves import MI300X_AITER, MI355X_AITER
-
     unmasked_8k = {"MI300X": (591.37, 441.82), "MI355X": (1412.91, 822.75)}  # forward, backward a32, as printed
     for gpu, measured in (("MI300X", MI300X_AITER), ("MI355X", MI355X_AITER)):
         causal_8k = next((forward, backward) for tokens, forward, backward in measured if tokens == 8192)
@@ -124,5 +127,6 @@ def test_aiters_causal_rows_count_flops_as_flash_attention_2_and_set_cdnas_facto
         factors = library_efficiency(spec)
         assert factors.attention == pytest.approx((curve[0][1] / spec.dense_tflops.bf16) / (203 / 312))
         assert factors.attention_at(2048) == factors.attention  # held below 4k
-        assert factors.attention_at(10240) / factors.attention == pytest.approx(curve[-1][1] / curve[0][1])
+        assert factors.attention_at(16384) / factors.attention == pytest.approx(curve[-1][1] / curve[0][1])
+        assert factors.attention_at(1 << 17) == factors.attention_at(16384)  # held past the last causal row
     assert library_efficiency(find_gpu("MI325X")).attention == library_efficiency(find_gpu("MI300X")).attention

@@ -144,6 +144,7 @@ _VOLTA = LibraryEfficiency(
 # CDNA: AMD's assembly attention kernels (aiter) at 4k tokens and by length from there (attention_curves.py), over
 # the GPU's own peak. Which kernel a stack runs on ROCm is not resolved per stack (docs/accuracy.md, "GPU library
 # efficiency": torch's SDPA measured far below these on an MI355X).
+_MI300X_PEAK, _MI355X_PEAK = 1307.4, 2516.6  # AMD's dense BF16 (the catalog's; the MAMF table prints 1300 and 2300)
 _MI300X_AITER_CURVE = forward_backward(MI300X_AITER)
 _MI355X_AITER_CURVE = forward_backward(MI355X_AITER)
 
@@ -159,8 +160,9 @@ def _aiter_source(gpu: str, curve: Curve, peak: float) -> str:
     )
 
 
-_CDNA3_ATTENTION = (_MI300X_AITER_CURVE[0][1] / 1307.4) / _A100_FLASH2
-_CDNA3_ATTENTION_SOURCE = _aiter_source("MI300X", _MI300X_AITER_CURVE, 1307.4)
+_CDNA3_ATTENTION = (_MI300X_AITER_CURVE[0][1] / _MI300X_PEAK) / _A100_FLASH2
+_CDNA3_ATTENTION_SOURCE = _aiter_source("MI300X", _MI300X_AITER_CURVE, _MI300X_PEAK)
+_CDNA4_ATTENTION = (_MI355X_AITER_CURVE[0][1] / _MI355X_PEAK) / _A100_FLASH2
 
 # Keyed by the start of GpuSpec.architecture ("Blackwell" also covers "Blackwell Ultra").
 BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
@@ -212,13 +214,13 @@ BY_ARCHITECTURE: dict[str, LibraryEfficiency] = {
         "assumed (no MI250X attention measurement read)",
     ),
     "CDNA3": _mamf(
-        "MI300X (ROCm 6.3, TunableOp on; the table's peak 1300 is AMD's 1307.4 rounded)",
+        "MI300X (ROCm 6.3, TunableOp on; the table's peak 1300 is AMD's 1307.4 rounded; SemiAnalysis, 2024-12-22: ~620 "
+        "of 1,307 where the H100 reaches ~720 of 989.5, and AMD's hipblaslt-bench, rocm.blogs.amd.com 2025-02-28: "
+        "708 of 1307.4, give 0.60 and 0.62)",
         668.4,
-        1307.4,
+        _MI300X_PEAK,
         _CDNA3_ATTENTION,
-        _CDNA3_ATTENTION_SOURCE + " (SemiAnalysis, 2024-12-22: the MI300X matmul at ~620 of 1,307 where the H100 "
-        "reaches ~720 of 989.5, and AMD's hipblaslt-bench, rocm.blogs.amd.com 2025-02-28: 708 of 1307.4, give matmul "
-        "0.60 and 0.62)",
+        _CDNA3_ATTENTION_SOURCE,
         attention_curve=_MI300X_AITER_CURVE,
     ),
 }
@@ -269,7 +271,7 @@ BY_GPU: dict[str, LibraryEfficiency] = {
     "MI325X": _mamf(
         "MI325X at 1000 W (the table's 1300 is AMD's 1307.4 rounded)",
         784.9,
-        1307.4,
+        _MI300X_PEAK,
         _CDNA3_ATTENTION,
         "the MI300X's aiter share, assumed (the same compute die; AMD's hipblaslt-bench: matmul 843 of 1307)",
         attention_curve=_MI300X_AITER_CURVE,
@@ -278,9 +280,9 @@ BY_GPU: dict[str, LibraryEfficiency] = {
     "MI355X": _mamf(
         "MI355X (ROCm 7.0; over its 2516.6 peak, where the table divides by 2300, the MI350X's)",
         1565.0,
-        2516.6,
-        (_MI355X_AITER_CURVE[0][1] / 2516.6) / _A100_FLASH2,
-        _aiter_source("MI355X", _MI355X_AITER_CURVE, 2516.6),
+        _MI355X_PEAK,
+        _CDNA4_ATTENTION,
+        _aiter_source("MI355X", _MI355X_AITER_CURVE, _MI355X_PEAK),
         attention_curve=_MI355X_AITER_CURVE,
     ),
 }
