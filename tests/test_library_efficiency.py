@@ -225,22 +225,34 @@ def test_our_backends_run_cudnns_attention_on_hopper_and_rows_that_ran_flash_att
     assert b200.flash_attention_2_at(8192) == pytest.approx(fa2_8k)
     cp_source = estimate_throughput(spec, cp_config, make_cluster("B200", 8, 1)).sources["gpu_library_efficiency"]
     assert f"attention x{fa2_8k:.2f} (FlashAttention-2, which our context parallelism" in cp_source
-    # Every published Hopper row of ours and torchtitan (which runs cuDNN's first since 2025-10) ran FlashAttention-2.
+    # Every published Hopper row of ours and torchtitan (which runs cuDNN's first since 2025-10) ran FlashAttention-2,
+    # but cudnn-frontend's benchmark, which pinned each backend in turn (half its rows cuDNN's).
     hopper = [
         row
         for row in published_rows()
         if row["implementation"] in ("ours", "torchtitan") and find_gpu(row["gpu"]).architecture.startswith("Hopper")
     ]
+    pinned_in_turn = [row for row in hopper if row.get("stack") == "cudnn-frontend-llama-1b"]
+    assert len(pinned_in_turn) == 12 and sum("attention_kernel" in row for row in pinned_in_turn) == 6
+    hopper = [row for row in hopper if row not in pinned_in_turn]
     assert len(hopper) == 30
     assert all(row.get("attention_kernel") == "flash-attention-2" for row in hopper)
-    assert not any(implementation_of(row).hopper_native_attention for row in hopper)
+    assert all(implementation_of(row).runs_flash_attention_2 for row in hopper)
 
 
-def test_a_flash_attention_2_pin_is_refused_on_blackwell():
-    """Blackwell's factor is cuDNN's, where FlashAttention-2 runs at about a third of it: no row may pin it there."""
+def test_a_flash_attention_2_pin_runs_its_own_curve_on_blackwell_and_the_factor_on_hopper():
+    """Blackwell's factor is cuDNN's, where FlashAttention-2 runs at about a third of it: a row pinned to it
+    (`attention_kernel: flash-attention-2`) runs FlashAttention-2's measured curve there, named in the source; on
+    Hopper, FlashAttention-2's factor itself, without the Hopper-native speedup. Any other kernel name is refused."""
     from benchmarks.accuracy.validate_published_runs import implementation_of
 
-    row = {"id": "synthetic", "implementation": "megatron-core", "gpu": "B200", "attention_kernel": "flash-attention-2"}
-    with pytest.raises(ValueError, match="not Blackwell"):
-        implementation_of(row)
-    assert not implementation_of({**row, "gpu": "H100-80GB"}).hopper_native_attention
+    row = {"id": "synthetic", "implementation": "ours", "gpu": "B200", "attention_kernel": "flash-attention-2"}
+    pinned = implementation_of(row)
+    config = TrainingConfig(strategy="ddp", micro_batch=1, grad_accum=1, seq_len=8192)
+    b200 = library_efficiency(find_gpu("B200"))
+    rate, why = pinned.attention_kernel(find_gpu("B200"), config)
+    assert rate == pytest.approx(b200.flash_attention_2_at(8192) / b200.attention)
+    assert rate < 0.5 and why == "FlashAttention-2, which this stack runs, at 8192 tokens"
+    assert pinned.attention_kernel(find_gpu("H100-80GB"), config) == (1.0, "")
+    with pytest.raises(ValueError, match="only flash-attention-2"):
+        implementation_of({**row, "attention_kernel": "cudnn"})

@@ -131,6 +131,11 @@ INFORMATIONAL_STACKS = {
                     "Llama 3 paper, Table 4 (405B on 8,192-16,384 H100s; virtual stages deduced)"),
     "deepseek-dualpipe": ("DeepSeek-V3 (DualPipe, EP, FP8)", "engine EP (planned at its scale only)",
                           "DeepSeek-V3 report (2,048 H800s; GPU-hours per trillion tokens)"),
+    "cudnn-frontend-llama-1b": ("transformers' Llama on one GPU through torch's SDPA (cuDNN, FlashAttention-2), H200 and "
+                                "B200", "`--strategy ddp` on one GPU (our modules and kernels)",
+                                "NVIDIA's cudnn-frontend training benchmark (Llama 3.2 1B, pure bf16, SGD, 768-16k "
+                                "tokens; PyTorch 2.7, cuDNN 9.9; clocks locked at the base clock, which no estimate "
+                                "models)"),
     "megatron-deepspeed-bigscience-bench": ("Megatron-DeepSpeed as BigScience benchmarked it (Feb 2022)",
                                             "engine TP/PP + ZeRO-1",
                                             "BigScience's tr11 chronicles-prequel.md, iteration-2 snapshots: 18B on "

@@ -33,7 +33,6 @@ from pathlib import Path
 import yaml
 
 from planner.hardware.cluster import make_cluster
-from planner.hardware.gpus import find_gpu
 from planner.models.hf_config import spec_from_hf_config
 from planner.models.resolve import resolve_model, spec_from_dimensions
 from planner.models.spec import ModelSpec
@@ -131,6 +130,7 @@ def plan_inputs(row: dict):
         precision=row["precision"],
         activation_checkpointing=row["activation_checkpointing"],
         attention=row["attention"],
+        optimizer=row.get("optimizer", "adamw"),
     ).with_stage_map(spec)  # as the planner estimates it: pp that does not divide the layers gets the default map
     gpus_per_node = row["gpus_per_node"]
     nodes = max(gpus // gpus_per_node, 1)
@@ -167,9 +167,9 @@ def implementation_of(row: dict) -> Implementation:
     activation checkpoints per block DeepSpeed moved to CPU memory (ZeRO-Infinity's example: `checkpoints_to_cpu`),
     DeepSpeed's BF16Optimizer where the row ran it (BLOOM: `bf16_optimizer`), and whether the version that ran
     compiled its loss under --compile where that departs from the preset (torchtitan's December 2024 tables did
-    not: `compiled_loss: false`), and FlashAttention-2 where the row's code ran it on a Hopper GPU in place of the
-    preset's cuDNN (`attention_kernel: flash-attention-2`: the PyTorch/IBM blog's SDPA of 2024, torchtitan before
-    2025-10)."""
+    not: `compiled_loss: false`), and FlashAttention-2 where the row's code ran it in place of the preset's cuDNN
+    (`attention_kernel: flash-attention-2`: the PyTorch/IBM blog's SDPA of 2024, torchtitan before 2025-10,
+    cudnn-frontend's training benchmark pinning `SDPBackend.FLASH_ATTENTION`)."""
     preset = IMPLEMENTATIONS[row["implementation"]]
     if "context_exchange" in row:
         preset = dataclasses.replace(preset, overlaps_context_exchange=row["context_exchange"] == "ring")
@@ -182,15 +182,14 @@ def implementation_of(row: dict) -> Implementation:
     if "compiled_loss" in row:
         preset = dataclasses.replace(preset, compiles_loss=row["compiled_loss"])
     if "attention_kernel" in row:
-        # FlashAttention-2 in place of a Hopper-native kernel: Hopper's factor is FlashAttention-2's; Blackwell's is
-        # cuDNN's (library_efficiency.py), where FlashAttention-2 runs at a third of it, which no factor holds.
-        blackwell = find_gpu(row["gpu"]).architecture.startswith("Blackwell")
-        if row["attention_kernel"] != "flash-attention-2" or blackwell:
+        # FlashAttention-2 in place of the preset's kernel: Hopper's factor is FlashAttention-2's; on Blackwell it
+        # runs its own measured curve, a third of cuDNN's (Implementation.attention_kernel).
+        if row["attention_kernel"] != "flash-attention-2":
             raise ValueError(
-                f"{row['id']}: attention_kernel {row['attention_kernel']!r} is for rows that ran flash-attention-2 "
-                "on GPUs whose factor is FlashAttention-2's (not Blackwell)"
+                f"{row['id']}: attention_kernel {row['attention_kernel']!r}: only flash-attention-2 departs from a "
+                "preset's kernel; leave the key out for the preset's own"
             )
-        preset = dataclasses.replace(preset, hopper_native_attention=False)
+        preset = dataclasses.replace(preset, runs_flash_attention_2=True)
     return preset
 
 
@@ -202,6 +201,9 @@ def compare(row: dict, implementation: Implementation | None = None) -> Comparis
     estimate = estimate_throughput(spec, config, cluster, implementation=implementation or implementation_of(row))
     peak = estimate.tflops_per_gpu / estimate.mfu
     published = row["published"]
+    if "seconds_per_step" in published:  # a step's wall time as printed: the same work in that time
+        measured = estimate.tflops_per_gpu * estimate.step_time_s / published["seconds_per_step"]
+        return Comparison(row, estimate.tflops_per_gpu, measured, peak, estimate.notes)
     if "tokens_per_s_per_gpu" in published:
         per_token_tflops = estimate.tflops_per_gpu / (estimate.tokens_per_s / estimate.world_size)
         return Comparison(

@@ -106,7 +106,12 @@ checked on fourteen others, and says so wherever it moves an estimate:
   Implementation.attention_kernel; docs/accuracy.md, "GPU library
   efficiency"). On in ours,
   torchtitan and megatron-core; a published row whose code ran FlashAttention-2
-  says so (`attention_kernel: flash-attention-2`).
+  says so (`attention_kernel: flash-attention-2`, which sets runs_flash_attention_2).
+- runs_flash_attention_2: the codebase's attention runs FlashAttention-2 on every
+  GPU, whatever the preset's kernel (a published row whose code pinned it:
+  torch's SDPA before cuDNN went first, or `sdpa_kernel(FLASH_ATTENTION)`): on
+  Hopper FlashAttention-2's factor, on Blackwell FlashAttention-2's measured
+  curve (a third of cuDNN's; attention_curves.py).
 - native_attention_under_cp: whether the stack's context parallelism keeps the
   kernel its attention runs otherwise. Ours does not: its chunks attend with
   torch's lower-right causal bias, which calls FlashAttention-2 directly
@@ -182,6 +187,7 @@ class Implementation:
     overlaps_context_exchange: bool = False
     overlaps_tensor_parallel_comm: bool = False
     hopper_native_attention: bool = False
+    runs_flash_attention_2: bool = False  # a published row's code pinned FlashAttention-2 (attention_kernel)
     native_attention_under_cp: bool = True  # ours: no (its chunks' lower-right causal bias calls FA2: attention_kernel)
     checkpoints_to_cpu: int = 0
     serial_pipeline_transfers: bool = False
@@ -206,16 +212,21 @@ class Implementation:
         FlashAttention-2's curve there. A stack with a Hopper-native kernel on Hopper: HOPPER_NATIVE_ATTENTION_SPEEDUP
         at 4k, growing with the length as cuDNN's rate does. Under context parallelism each call attends a rank's
         share of the sequence (ring attention's s / cp per step; ours s / 2cp queries against up to s keys): the
-        curves are read at s / cp. Eager attention: 1."""
+        curves are read at s / cp. A stack pinned to FlashAttention-2 (runs_flash_attention_2) runs its curve on
+        every GPU. Eager attention: 1."""
         if config.attention is not AttentionKernel.SDPA:
             return 1.0, ""
         factors = library_efficiency(gpu)
         tokens = config.seq_len // config.context_parallel
-        if config.context_parallel > 1 and not self.native_attention_under_cp:
+        under_our_cp = config.context_parallel > 1 and not self.native_attention_under_cp
+        if self.runs_flash_attention_2 or under_our_cp:
             if factors.fa2_attention is None and not factors.fa2_curve:
-                return 1.0, ""  # FlashAttention-2 is the factor's kernel (Ampere, Hopper)
+                # FlashAttention-2 is the factor's kernel (Ampere, Hopper); CDNA's ports are not measured apart.
+                return 1.0, ""
             rate = factors.flash_attention_2_at(tokens) / factors.attention
-            return rate, f"FlashAttention-2, which our context parallelism's chunks run, at {tokens} tokens a rank"
+            who = "which our context parallelism's chunks run" if under_our_cp else "which this stack runs"
+            where = " a rank" if config.context_parallel > 1 else ""
+            return rate, f"FlashAttention-2, {who}, at {tokens} tokens{where}"
         rate = factors.attention_at(tokens) / factors.attention
         if self.hopper_native_attention and gpu.architecture.startswith("Hopper"):
             speedup = HOPPER_NATIVE_ATTENTION_SPEEDUP * factors.native_growth_at(tokens)
