@@ -130,3 +130,17 @@ def test_aiters_causal_rows_count_flops_as_flash_attention_2_and_set_cdnas_facto
         assert factors.attention_at(16384) / factors.attention == pytest.approx(curve[-1][1] / curve[0][1])
         assert factors.attention_at(1 << 17) == factors.attention_at(16384)  # held past the last causal row
     assert library_efficiency(find_gpu("MI325X")).attention == library_efficiency(find_gpu("MI300X")).attention
+    # No FlashAttention-2 is measured apart on CDNA: our context parallelism and a FlashAttention-2 pin keep the
+    # factor's own kernel and curve, read at a rank's share.
+    import dataclasses
+
+    from planner.throughput.implementation import OUR_STRATEGIES
+    from planner.training_config import TrainingConfig
+
+    mi355x, pinned = find_gpu("MI355X"), dataclasses.replace(OUR_STRATEGIES, runs_flash_attention_2=True)
+    cp = TrainingConfig(strategy="engine", layout={"cp": 2}, seq_len=32768, micro_batch=1, grad_accum=1)
+    growth = dict(forward_backward(MI355X_AITER))
+    rate, why = OUR_STRATEGIES.attention_kernel(mi355x, cp)
+    assert rate == pytest.approx(growth[16384] / growth[4096]) and why == "the measured kernel at 16384 tokens"
+    whole = TrainingConfig(strategy="ddp", seq_len=16384, micro_batch=1, grad_accum=1)
+    assert pinned.attention_kernel(mi355x, whole)[0] == rate

@@ -171,8 +171,8 @@ def held_out_cases() -> dict[str, list]:
 
 # The stack the constants are fitted with and llm-foundry's tables are compared with: ours, but with the
 # FlashAttention-class kernels llm-foundry ran on Hopper (its Triton flash attention or flash-attn), not the cuDNN
-# attention our backends run there on torch 2.13 (implementation.py, hopper_native_attention).
-FITTED_STACK = dataclasses.replace(OUR_STRATEGIES, hopper_native_attention=False)
+# attention our backends run there on torch 2.13 (implementation.py, runs_flash_attention_2).
+FITTED_STACK = dataclasses.replace(OUR_STRATEGIES, runs_flash_attention_2=True)
 
 
 def relative_errors(cases, constants: ThroughputConstants) -> list[float]:

@@ -107,11 +107,12 @@ checked on fourteen others, and says so wherever it moves an estimate:
   efficiency"). On in ours,
   torchtitan and megatron-core; a published row whose code ran FlashAttention-2
   says so (`attention_kernel: flash-attention-2`, which sets runs_flash_attention_2).
-- runs_flash_attention_2: the codebase's attention runs FlashAttention-2 on every
-  GPU, whatever the preset's kernel (a published row whose code pinned it:
-  torch's SDPA before cuDNN went first, or `sdpa_kernel(FLASH_ATTENTION)`): on
-  Hopper FlashAttention-2's factor, on Blackwell FlashAttention-2's measured
-  curve (a third of cuDNN's; attention_curves.py).
+- runs_flash_attention_2: the codebase's attention runs FlashAttention-2 whatever
+  the preset's kernel (a published row whose code pinned it: torch's SDPA before
+  cuDNN went first, or `sdpa_kernel(FLASH_ATTENTION)`): on Hopper
+  FlashAttention-2's factor, on Blackwell FlashAttention-2's measured curve (a
+  third of cuDNN's; attention_curves.py); where no FlashAttention-2 is measured
+  apart (CDNA, Volta, Turing) the factor's own kernel and curve.
 - native_attention_under_cp: whether the stack's context parallelism keeps the
   kernel its attention runs otherwise. Ours does not: its chunks attend with
   torch's lower-right causal bias, which calls FlashAttention-2 directly
@@ -221,8 +222,10 @@ class Implementation:
         under_our_cp = config.context_parallel > 1 and not self.native_attention_under_cp
         if self.runs_flash_attention_2 or under_our_cp:
             if factors.fa2_attention is None and not factors.fa2_curve:
-                # FlashAttention-2 is the factor's kernel (Ampere, Hopper); CDNA's ports are not measured apart.
-                return 1.0, ""
+                # FlashAttention-2 is the factor's kernel (Ampere, Hopper), or no FlashAttention-2 was measured apart
+                # (CDNA: its factor's own kernel and curve; Volta and Turing: the memory-efficient kernel).
+                rate = factors.attention_at(tokens) / factors.attention
+                return rate, (f"the measured kernel at {tokens} tokens" if rate != 1.0 else "")
             rate = factors.flash_attention_2_at(tokens) / factors.attention
             who = "which our context parallelism's chunks run" if under_our_cp else "which this stack runs"
             where = " a rank" if config.context_parallel > 1 else ""
