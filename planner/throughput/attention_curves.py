@@ -14,9 +14,9 @@ On CDNA3 and CDNA4 the factor follows AMD's assembly kernels (aiter's README, be
 
 On Hopper the factor is FlashAttention-2's, one number at every length: FlashAttention-2's release charts
 (Dao-AILab/flash-attention assets/flash2_{h100,a100}_fwd_bwd_benchmark.png at 4f285b3, 2023-07-17: forward +
-backward, head dim 128, hidden 2048 (16 heads), batch x length 16k tokens, the bars' printed labels below) put the H100 at 1.65-1.74x the
-A100 at every length from 512 to 16k tokens, causal or not, within 5% of the ratio at 16k without the mask that the
-factor takes (tests/test_attention_curves.py). Both GPUs' own rates rise with the length (the A100's 155 to 189
+backward, head dim 128, hidden 2048 (16 heads), batch x length 16k tokens, the bars' printed labels below) put the
+H100 at 1.65-1.74x the A100 at every length from 512 to 16k tokens, causal or not, within 5% of the ratio at 16k
+without the mask that the factor takes (tests/test_attention_curves.py). Both GPUs' own rates rise with the length (the A100's 155 to 189
 TFLOP/s from 2k to 16k, causal), which the fitted A100 efficiency stands for at the lengths it was fitted on, so
 the Hopper factor does not follow the H100's curve (docs/accuracy.md, "GPU library efficiency", says what following
 it did to the published rows). The Hopper-native speedup that stacks running cuDNN's kernel
@@ -55,7 +55,8 @@ H200_CUDNN = ((4096, 591.0, 474.0), (8192, 644.0, 541.0), (16384, 673.0, 579.0),
 # 0.80-0.88 of it); the backward with fp32 atomics for dQ (BWD-a32), the default of aiter's Python API
 # (`is_v3_atomic_fp32=True`, aiter/ops/mha.py). (tokens, forward, backward) as printed, every causal length of that
 # shape.
-MI300X_AITER = ((4096, 474.385, 378.155), (8192, 518.29, 433.285), (10240, 510.895, 447.995), (16384, 541.55, 412.04))
+MI300X_AITER = ((4096, 474.385, 378.155), (8192, 518.29, 433.285), (10240, 510.895, 447.995),
+                (16384, 541.55, 412.04))  # fmt: skip
 MI355X_AITER = ((4096, 1046.085, 694.125), (8192, 1300.105, 765.21), (10240, 1338.005, 788.92),
                 (16384, 1392.485, 808.93))  # fmt: skip
 

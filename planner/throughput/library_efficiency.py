@@ -154,7 +154,8 @@ def _aiter_source(gpu: str, curve: Curve, peak: float) -> str:
     return (
         f"AMD's assembly attention kernels (ROCm/aiter op_tests/cpp/mha/README.md, a83421be, 2025-10-31) on an {gpu}, "
         f"forward + backward at 4k tokens (causal, batch 1, 64 query and 8 key-value heads, head dim 128, BF16, the "
-        f"backward's default fp32 atomics), {curve[0][1]:.1f} of {peak:g} TFLOP/s, and by length from there: {by_length} "
+        f"backward's default fp32 atomics), {curve[0][1]:.1f} of {peak:g} TFLOP/s, and by length from there: "
+        f"{by_length} "
         "(planner/throughput/attention_curves.py); a stack on torch's SDPA (AOTriton) may run far below it (not "
         "priced: docs/accuracy.md)"
     )
