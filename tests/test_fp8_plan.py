@@ -133,3 +133,15 @@ def test_fp8_suggestions_name_only_gpus_with_fp8(capsys):
     line = next(line for line in json.loads(captured.out)["suggestions"] if "these catalog GPUs fit" in line)
     named = [name.strip() for name in line.split("fit:")[1].split(",")]
     assert named and all(resolve_gpu(name).dense_tflops.fp8 for name in named)
+
+
+def test_expert_parallel_ranks_cast_only_their_own_experts():
+    """Under expert parallelism each rank casts the experts it holds, not every expert of the block: Mixtral 8x7B
+    at ep 8 holds one expert a block. Reference: its config.json's shapes (hidden 4096, 32 query and 8 key-value
+    heads of 128, one expert's three 4096 x 14336 matrices), 32 blocks."""
+    mixtral = resolve_model("mixtral-8x7b")
+    attention = 2 * 4096 * 4096 + 2 * 4096 * 1024
+    for ep, experts in ((8, 1), (2, 4), (1, 8)):
+        config = TrainingConfig(strategy="engine", expert_parallel=ep, seq_len=4096, precision="bf16-mixed", fp8=True)
+        block_linears, _ = linear_params(mixtral, config, rank_params(mixtral, config), include_experts=True)
+        assert block_linears == 32 * (attention + experts * 3 * 4096 * 14336)

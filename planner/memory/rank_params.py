@@ -126,13 +126,15 @@ def linear_params(
     spec: ModelSpec, config: TrainingConfig, params: RankParams, *, include_experts: bool
 ) -> tuple[int, int]:
     """(weights of the blocks' linear layers, weights of the output head) on this rank:
-    what autocast casts to 16 bits. Embedding lookups and norms are not cast."""
+    what autocast casts to 16 bits, and FP8 to 8. Embedding lookups and norms are not cast.
+    include_experts: the experts this rank holds, 1/ep of each block's under expert parallelism (as rank_params)."""
     tp, pp = config.tensor_parallel, config.pipeline_parallel
     is_enc_dec = spec.family is ModelFamily.ENCODER_DECODER
     shapes = block_linear_shapes(spec)
-    if spec.is_moe and not include_experts:
-        shapes = shapes[:-2]
-    per_block = sum(s.params for s in shapes)
+    per_block = float(sum(s.params for s in shapes))
+    if spec.is_moe:
+        experts = sum(s.params for s in shapes[-2:])
+        per_block -= experts * (1 - 1 / config.expert_parallel if include_experts else 1)
     if is_enc_dec:
         cross = sum(s.params for s in block_linear_shapes(spec, cross_attention=True)[3:6])
         blocks = per_block * spec.num_layers + cross * spec.num_decoder_layers
