@@ -119,10 +119,15 @@ def evaluate(
     # The preset moves the speed and, of the memory, what the stack decides (step_sources.OTHER_STACK_MEMORY).
     if preset is not OUR_STRATEGIES:
         loss = stack.loss_kernel(spec, config).value
+        blocks = (
+            "Megatron-Core's Transformer Engine blocks (planner/memory/te_blocks.py, read in its code)"
+            if stack.te_blocks
+            else "transformers' modules"
+        )
         notes = [
-            f"--implementation {implementation}: memory counted for transformers' modules, with this stack's "
+            f"--implementation {implementation}: memory counted for {blocks}, with this stack's "
             f"cross-entropy ({loss}) and where it keeps checkpoints and gathered stages (planner/memory/"
-            "stack_memory.py); its blocks may keep less"
+            "stack_memory.py)" + ("" if stack.te_blocks else "; its blocks may keep less")
         ]
         if preset is TORCHTITAN and config.activation_checkpointing is ActivationCheckpointing.SELECTIVE:
             # torchtitan's "selective" is its op-level policy by default (train_configs' selective_ac_option 'op').

@@ -63,17 +63,24 @@ def test_another_codebase_moves_the_speed_and_says_the_memory_is_counted_for_our
     blocks are counted as transformers' modules (traced), which another stack
     may keep fewer of (docs/accuracy.md, "Every published run, the same way"), and it says so in its notes and the
     implementation source; the default preset says nothing of it. Here the first of 8 pipeline stages, which holds
-    no loss, is the most loaded: the same total."""
+    no loss, is the most loaded: the same total under Megatron-LM's preset. Megatron-Core's counts its Transformer
+    Engine blocks instead (tests/test_te_blocks.py), fewer bytes, and names them."""
     row = next(row for row in published_rows() if row["id"] == "megatron-bridge-llama3-70b-64-h100-fp8")
     spec, config, cluster = plan_inputs(row)
-    ours, theirs = evaluate(spec, config, cluster), evaluate(spec, config, cluster, implementation="megatron-core")
+    ours, theirs = evaluate(spec, config, cluster), evaluate(spec, config, cluster, implementation="megatron")
     assert theirs.memory.total == ours.memory.total
     assert not any("--implementation" in note for note in ours.memory.notes)
-    said = "--implementation megatron-core: memory counted for transformers' modules, with this stack's cross-entropy"
+    said = "--implementation megatron: memory counted for transformers' modules, with this stack's cross-entropy"
     assert f"{said} (megatron) and where it keeps" in " ".join(theirs.memory.notes)
     assert theirs.throughput is not None and ours.throughput is not None
     assert "may keep fewer" in theirs.throughput.sources["implementation"]
     assert "may keep fewer" not in ours.throughput.sources["implementation"]
+    core = evaluate(spec, config, cluster, implementation="megatron-core")
+    assert core.memory.total < 0.8 * ours.memory.total
+    said = "--implementation megatron-core: memory counted for Megatron-Core's Transformer Engine blocks"
+    assert said in " ".join(core.memory.notes)
+    assert core.throughput is not None
+    assert "planner/memory/te_blocks.py" in core.throughput.sources["implementation"]
 
 
 def test_torchtitans_selective_names_its_op_level_default():
@@ -188,7 +195,9 @@ def test_a_hopper_native_attention_kernel_runs_the_attention_faster_on_hopper_on
     native = dataclasses.replace(MEGATRON_LM, hopper_native_attention=True)
     # --implementation megatron-core is Megatron-LM's mechanisms with both of Transformer Engine's switches.
     assert implementation_named("megatron-core") is MEGATRON_CORE
-    assert MEGATRON_CORE == dataclasses.replace(native, name=MEGATRON_CORE.name, overlaps_tensor_parallel_comm=True)
+    assert MEGATRON_CORE == dataclasses.replace(
+        native, name=MEGATRON_CORE.name, overlaps_tensor_parallel_comm=True, memory=MEGATRON_CORE.memory
+    )
     spec = resolve_model("llama-3.1-8b")
     config = TrainingConfig(strategy="engine", seq_len=8192)
     growth = library_efficiency(find_gpu("H100-80GB")).native_growth_at(8192)  # cuDNN's, 4k -> 8k (attention_curves)

@@ -38,10 +38,12 @@ def test_stacks_that_train_hf_modules_fit_but_one_run(fits):
     assert len(over) == 1 and over[0] < 1.10
 
 
-def test_megatron_bridge_runs_are_estimated_over_every_run(fits):
-    """Documented gap: every Megatron-Core run through Megatron-Bridge is estimated over its GPUs, by up to about 2x
-    (its cause not isolated: FP8 weight copies, MoE states and buffers, the activation formula: docs/accuracy.md),
-    while Megatron-Core r0.8.0's BF16 weak-scaling runs fit but one, at 1.01x."""
+def test_megatron_bridge_runs_fit_with_megatron_cores_blocks_but_the_one_under_context_parallelism(fits):
+    """Every Megatron-Core run through Megatron-Bridge fits with its Transformer Engine blocks, its distributed
+    optimizer's dense/expert sharding and its experts' FP8 copies counted (tests/test_te_blocks.py) but the 405B at
+    CP 2, whose blocks are counted as transformers' keep them under context parallelism (1.16x); they were 1.1x to
+    2.0x over before (docs/accuracy.md). Megatron-Core r0.8.0's BF16 weak-scaling runs fit but one, the 462B at PP
+    16, at 1.01x."""
     weak_scaling = list(
         fits["Megatron-Core r0.8.0 as NVIDIA benchmarked it (TP with sequence parallelism, BF16), H100"].ratios.values()
     )
@@ -50,8 +52,12 @@ def test_megatron_bridge_runs_are_estimated_over_every_run(fits):
         "Megatron-Core via Megatron-Bridge (TP, PP, CP, EP, FP8), NVIDIA's DGX-H100 runs",
         "Megatron-Core via Megatron-Bridge on Blackwell (B200, B300, GB200 NVL72; FP8 and MXFP8)",
     ):
-        ratios = list(fits[stack].ratios.values())
-        assert all(1.0 < ratio < 2.1 for ratio in ratios), stack
+        over = {run: ratio for run, ratio in fits[stack].ratios.items() if ratio > 1.0}
+        assert all(ratio > 0.5 for ratio in fits[stack].ratios.values()), stack
+        if "DGX-H100" in stack:
+            assert list(over) == ["megatron-bridge-llama3.1-405b-1024-h100-fp8-cp2"] and over[next(iter(over))] < 1.2
+        else:
+            assert not over, over
 
 
 def _printed_memory_rows() -> list[dict]:

@@ -180,7 +180,8 @@ def implementation_of(row: dict) -> Implementation:
     if row.get("bf16_optimizer"):  # DeepSpeed's BF16Optimizer (BLOOM): fp32 gradients all-reduced over dp
         preset = dataclasses.replace(preset, all_reduces_fp32_gradients=True)
     if "compiled_loss" in row:
-        preset = dataclasses.replace(preset, compiles_loss=row["compiled_loss"])
+        memory = dataclasses.replace(preset.memory, compiles_loss=row["compiled_loss"])
+        preset = dataclasses.replace(preset, memory=memory)
     if "attention_kernel" in row:
         # FlashAttention-2 in place of the preset's kernel: Hopper's factor is FlashAttention-2's; on Blackwell it
         # runs its own measured curve, a third of cuDNN's (Implementation.attention_kernel).

@@ -18,6 +18,7 @@ from planner.memory.arch_traits import ArchTraits, arch_traits
 from planner.memory.op_checkpointing import kept_bytes_per_token
 from planner.memory.runtime import Runtime
 from planner.memory.spec_cache import per_spec_and_key
+from planner.memory.te_blocks import TeLayout, counts_te_blocks, te_block
 from planner.models.spec import MlpKind, ModelFamily, ModelSpec
 from planner.training_config import (
     ActivationCheckpointing,
@@ -99,6 +100,7 @@ class ActivationShape(NamedTuple):
     # MoE under tp in our engine: every tp rank routes all the tokens, so each holds every routed token's hidden
     # state (gathered for its experts, weighted after them); only the experts' ffn-wide tensors split over tp.
     routes_every_token_per_tp_rank: bool = False
+    te_blocks: bool = False  # the stack's blocks are Megatron-Core's with Transformer Engine (te_blocks.py)
 
     @classmethod
     def of(cls, config: TrainingConfig) -> ActivationShape:
@@ -191,7 +193,9 @@ def block_bytes(
     hidden_split = tp if layout.sequence_parallel else 1
     w = widths.compute
     h = spec.hidden_size
-    ffn = spec.expert_ffn_size if spec.is_moe and spec.expert_ffn_size else spec.ffn_size
+    te = layout.te_blocks and not cross_attention
+    if te and counts_te_blocks(spec, layout.context_parallel, layout.checkpointing, w, widths.autocast):
+        return te_block(spec, TeLayout(tp, layout.sequence_parallel, layout.fp8, w), layout.routed_load)
 
     consumers = (traits.qkv_projections, traits.mlp_input_projections) + (0,) * max(traits.norms_per_block - 2, 0)
     hidden = sum(_norm_bytes(traits, widths, c) for c in consumers[: traits.norms_per_block]) * h
@@ -210,6 +214,22 @@ def block_bytes(
         if widths.autocast:
             attention += 2 * 2 * h * encoder_per_token  # k and v projections each cast the (fp32) encoder output
 
+    mlp, whole_per_tp_rank = _mlp_bytes(spec, layout, widths, traits)
+    if layout.fp8 and w == 2:
+        # Transformer Engine keeps each block matmul's input for backward as an FP8 copy (1 byte) instead of a
+        # 16-bit one: the norms' outputs feeding attention and the MLP (one copy per projection under
+        # autocast), the attention output feeding o_proj (the MLP's down_proj: _mlp_bytes).
+        per_norm = (traits.qkv_projections + traits.mlp_input_projections) if widths.autocast else 2
+        hidden -= per_norm * h
+        attention -= spec.num_heads * spec.head_dim
+    return hidden / hidden_split + (attention + mlp) / tp + whole_per_tp_rank
+
+
+def _mlp_bytes(spec: ModelSpec, layout: ActivationShape, widths: Widths, traits: ArchTraits) -> tuple[float, float]:
+    """(bytes per token the MLP keeps, split by tensor parallelism; bytes each tp rank keeps whole): the MoE
+    routing and experts, or the dense MLP."""
+    w, h = widths.compute, spec.hidden_size
+    ffn = spec.expert_ffn_size if spec.is_moe and spec.expert_ffn_size else spec.ffn_size
     mlp_tensors = (3 if spec.mlp_kind is MlpKind.GATED else 1) + traits.activation_saved_tensors
     whole_per_tp_rank = 0.0
     mlp_width = widths.experts if spec.is_moe else w
@@ -233,16 +253,9 @@ def block_bytes(
             )
             mlp += (dense - mlp) * dense_share
             whole_per_tp_rank *= 1 - dense_share
-    if layout.fp8 and w == 2:
-        # Transformer Engine keeps each block matmul's input for backward as an FP8 copy (1 byte) instead of a
-        # 16-bit one: the norms' outputs feeding attention and the MLP (one copy per projection under
-        # autocast), the attention output feeding o_proj and the MLP product feeding down_proj.
-        per_norm = (traits.qkv_projections + traits.mlp_input_projections) if widths.autocast else 2
-        routed = spec.experts_per_token * layout.routed_load if spec.is_moe else 1
-        hidden -= per_norm * h
-        mlp -= ffn * routed
-        attention -= spec.num_heads * spec.head_dim
-    return hidden / hidden_split + (attention + mlp) / tp + whole_per_tp_rank
+    if layout.fp8 and w == 2:  # the MLP product feeding down_proj kept as an FP8 copy (block_bytes)
+        mlp -= ffn * (spec.experts_per_token * layout.routed_load if spec.is_moe else 1)
+    return mlp, whole_per_tp_rank
 
 
 def _audio_frontend_bytes(spec: ModelSpec, widths: Widths) -> float:

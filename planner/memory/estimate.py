@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.gradient_compression import wire_source
 from planner.limits import MAX_GIB, check_number
+from planner.memory.activations import activation_widths
 from planner.memory.loss_kernels import LOSS_TEMPORARIES, LossKernel
 from planner.memory.model_states import (
     BF16_RUNS_MIXED,
@@ -33,7 +34,8 @@ from planner.memory.model_states import (
 )
 from planner.memory.phases import TENSOR_CATEGORIES, StepPeak, step_peak
 from planner.memory.runtime import Runtime
-from planner.memory.stack_memory import OURS, StackMemory, moves_checkpoints_to_cpu
+from planner.memory.stack_memory import DENSE_OVER_DATA_PARALLEL, OURS, StackMemory, moves_checkpoints_to_cpu
+from planner.memory.te_blocks import TE_BLOCKS_SOURCE, counts_te_blocks
 from planner.models.spec import ModelSpec
 from planner.training_config import ActivationCheckpointing, GradientCompression, Offload, Strategy, TrainingConfig
 
@@ -196,6 +198,7 @@ def estimate_memory(
     moved = moves_checkpoints_to_cpu(spec, config, stack)
     loss = stack.loss_kernel(spec, config)
     sources = _sources(config, peak.phase, runtime, overhead, loss, moved, bool(peak.unsharded_stage))
+    _stack_sources(sources, spec, config, runtime, stack)
     notes = peak.notes
     if HOST_OFFLOAD in tensors:
         sources[HOST_OFFLOAD] = (
@@ -246,6 +249,20 @@ def _overhead_source(overhead: OverheadSettings, runtime: Runtime) -> str:
 
 
 CHECKPOINTS_ON_CPU = "full checkpointing's checkpoints in CPU memory (DeepSpeed's cpu_checkpointing: stack_memory.py)"
+
+
+def _stack_sources(
+    sources: dict[str, str], spec: ModelSpec, config: TrainingConfig, runtime: Runtime, stack: StackMemory
+) -> None:
+    """Where the stack's own blocks or optimizer sharding were counted, say so (te_blocks.py, stack_memory.py)."""
+    if stack.te_blocks:
+        widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
+        cp, checkpointing = config.context_parallel, config.activation_checkpointing
+        if counts_te_blocks(spec, cp, checkpointing, widths.compute, widths.autocast):
+            sources["activations"] = TE_BLOCKS_SOURCE
+    split_experts = config.strategy is Strategy.ENGINE and config.expert_parallel > 1 and config.zero_stage >= 1
+    if stack.shards_dense_over_data_parallel and split_experts:
+        sources["optimizer_states"] += f"; {DENSE_OVER_DATA_PARALLEL}"
 
 
 def _sources(

@@ -53,9 +53,9 @@ SINGLE_TENSOR_ADAM_TEMPORARIES = 2
 class ShardDegrees:
     """Over how many ranks each kind of state is split (1 = replicated)."""
 
-    parameters: int
-    gradients: int
-    optimizer: int
+    parameters: float
+    gradients: float
+    optimizer: float
 
 
 @dataclass
@@ -113,6 +113,22 @@ def shard_degrees(config: TrainingConfig, dp: int, gpus_per_node: int) -> ShardD
     )
 
 
+def _dense_over_data_parallel(shards: ShardDegrees, params: RankParams, stage: int, ranks: int) -> ShardDegrees:
+    """The degree of each kind the ZeRO stage shards when the dense parameters' share is split over all `ranks`
+    and the experts' over the expert-data-parallel group (`shards`' degree): the one divisor that gives the two
+    parts' sum."""
+
+    def mixed(expert_degree: float, sharded: bool) -> float:
+        if not sharded or not params.trainable:
+            return expert_degree
+        dense = params.trainable - params.experts
+        return params.trainable / (dense / ranks + params.experts / expert_degree)
+
+    return ShardDegrees(
+        mixed(shards.parameters, stage >= 3), mixed(shards.gradients, stage >= 2), mixed(shards.optimizer, stage >= 1)
+    )
+
+
 def optimizer_state_bytes_per_param(optimizer: OptimizerKind, state_width: int, fan_in_out_ratio: float) -> float:
     """Bytes of optimizer state per trainable parameter (master weights excluded).
 
@@ -135,10 +151,16 @@ def model_state_bytes(
     gpus_per_node: int,
     hidden_size: int,
     runtime: Runtime = Runtime.CUDA,
+    dense_over_data_parallel: bool = False,
 ) -> ModelStates:
+    """dense_over_data_parallel: the stack shards the non-expert parameters' states over every data-parallel rank
+    and only the experts' over the expert-data-parallel group (stack_memory.py); our engine shards all of them
+    over the expert-data-parallel group."""
     precision = config.precision
     native = uses_native_mixed_precision(config)
     shards = shard_degrees(config, dp, gpus_per_node)
+    if dense_over_data_parallel and config.strategy is Strategy.ENGINE and config.expert_parallel > 1:
+        shards = _dense_over_data_parallel(shards, params, config.zero_stage, dp * config.context_parallel)
     lora = config.lora_rank > 0
 
     # Width of the stored weights, the gradients, and the optimizer's states.

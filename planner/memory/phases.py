@@ -150,7 +150,9 @@ class _BatchIndependent:
     notes: list[str]
 
 
-def _batch_independent(spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime):
+def _batch_independent(
+    spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime, dense_over_dp: bool
+):
     # The key covers every field model_state_bytes, estimate_buffers and the widths read;
     # buffers read the batch only under pipelining (send/receive buffers).
     batch = (config.micro_batch, config.seq_len) if config.pipeline_parallel > 1 else ()
@@ -174,15 +176,26 @@ def _batch_independent(spec: ModelSpec, config: TrainingConfig, dp: int, gpus_pe
         dp,
         gpus_per_node,
         runtime,
+        dense_over_dp,
     )
     key = (*layout, config.activation_checkpointing, *batch)
-    return _cached(spec, key, lambda: _build_batch_independent(spec, config, dp, gpus_per_node, runtime, layout))
+    return _cached(
+        spec, key, lambda: _build_batch_independent(spec, config, dp, gpus_per_node, runtime, layout, dense_over_dp)
+    )
 
 
 def _build_batch_independent(
-    spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime, layout: tuple
+    spec: ModelSpec,
+    config: TrainingConfig,
+    dp: int,
+    gpus_per_node: int,
+    runtime: Runtime,
+    layout: tuple,
+    dense_over_dp: bool,
 ) -> _BatchIndependent:
-    params, states = _cached(spec, ("states", *layout), lambda: _model_states(spec, config, dp, gpus_per_node, runtime))
+    params, states = _cached(
+        spec, ("states", *layout), lambda: _model_states(spec, config, dp, gpus_per_node, runtime, dense_over_dp)
+    )
     buffers = estimate_buffers(spec, config, params, dp, runtime, gpus_per_node=gpus_per_node)
     widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
     notes = [*states.notes, *([buffers.note] if buffers.note else [])]
@@ -190,12 +203,14 @@ def _build_batch_independent(
 
 
 def _model_states(
-    spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime
+    spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime, dense_over_dp: bool
 ) -> tuple[RankParams, ModelStates]:
     """The rank's parameters and model states, shared by a layout's checkpointing levels and micro-batches:
     neither reads them (a first search builds them once per layout and precision, not once per level)."""
     params = rank_params(spec, config)
-    return params, model_state_bytes(params, config, dp, gpus_per_node, spec.hidden_size, runtime)
+    return params, model_state_bytes(
+        params, config, dp, gpus_per_node, spec.hidden_size, runtime, dense_over_data_parallel=dense_over_dp
+    )
 
 
 _PEAKS: dict[tuple, tuple[ModelSpec, BatchPeaks]] = {}
@@ -223,10 +238,11 @@ class _Line:
         self.spec, self.config, self.gpus_per_node, self.runtime = spec, config, gpus_per_node, runtime
         self.dp = config.data_parallel_size(world_size)
         self.pipelined = config.pipeline_parallel > 1
+        self.dense_over_dp = stack.shards_dense_over_data_parallel  # the dense states over every dp rank (MoE)
         # Under pipelining the buffers read the micro-batch: the parts are found per micro-batch (_fixed_parts).
         self.fixed: _BatchIndependent | None = None
         if not self.pipelined:
-            self.fixed = _batch_independent(spec, config, self.dp, gpus_per_node, runtime)
+            self.fixed = _batch_independent(spec, config, self.dp, gpus_per_node, runtime, self.dense_over_dp)
         self.by_micro: dict[int, _BatchIndependent] = {}
         widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
         self.terms: ActivationTerms = activation_terms(spec, config, widths, stack)
@@ -244,7 +260,9 @@ class _Line:
             fixed = self.by_micro.get(micro_batch)
             if fixed is None:
                 config = self.config.model_copy(update={"micro_batch": micro_batch})
-                fixed = _batch_independent(self.spec, config, self.dp, self.gpus_per_node, self.runtime)
+                fixed = _batch_independent(
+                    self.spec, config, self.dp, self.gpus_per_node, self.runtime, self.dense_over_dp
+                )
                 self.by_micro[micro_batch] = fixed
         return fixed
 

@@ -60,6 +60,7 @@ class RankParams:
     embedding: int  # embedding (and head) parameters on this rank
     # Largest module owning parameters directly (ZeRO-3 gathers module by module).
     largest_module: int
+    experts: int = 0  # the routed experts' parameters among total (MoE)
 
 
 def _average_block_params(spec: ModelSpec) -> float:
@@ -81,10 +82,11 @@ def _rank_params(
     spec: ModelSpec, tp: int, pp: int, ep: int, lora_rank: int, qlora: bool, stages: tuple[int, ...] | None = None
 ) -> RankParams:
     block_full = _average_block_params(spec)
-    if spec.is_moe and ep > 1:
-        expert_params = sum(s.params for s in block_linear_shapes(spec)[-2:])
+    experts_per_block = 0.0  # on this rank, before tensor parallelism
+    if spec.is_moe:
         routed_share = 1 - min(spec.dense_layers, spec.num_layers) / spec.num_layers  # dense blocks hold none
-        block_full -= expert_params * routed_share * (1 - 1 / ep)
+        experts_per_block = sum(s.params for s in block_linear_shapes(spec)[-2:]) * routed_share / ep
+        block_full -= experts_per_block * (ep - 1)
     block = int(block_full / tp)
     embedding = spec.params.embedding
     if pp > 1:
@@ -119,6 +121,7 @@ def _rank_params(
         blocks_on_rank=blocks_on_rank,
         embedding=embedding_on_rank,
         largest_module=largest_module,
+        experts=0 if lora_rank else int(experts_per_block / tp * blocks_on_rank),
     )
 
 

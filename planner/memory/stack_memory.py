@@ -29,6 +29,14 @@ stack does differently is counted as that stack does it, each read in its code:
   buffers.py already counts (each weight and its transpose, 1 byte each), so only the rest is counted here in
   16 bits. The gradients, held whole, replace the sharded ones accumulated between micro-batches. Read, not traced;
   our engine refuses ZeRO-3 with pipelining.
+- shards_dense_over_data_parallel: with experts split (MoE under expert parallelism), whether the ZeRO-sharded
+  states of the dense parameters split over every data-parallel rank and only the experts' over the
+  expert-data-parallel group (dp / ep ranks). Megatron-Core's distributed optimizer does: get_megatron_optimizer
+  builds one optimizer for the dense parameters over the data-parallel (x context-parallel) group and one for the
+  experts over the expert-data-parallel group (megatron/core/optimizer/__init__.py at d98e8a64). Our engine runs
+  its ZeRO on the expert-data-parallel group for all of them (backends/expert_parallel).
+- te_blocks: the blocks are Megatron-Core's with Transformer Engine, which keep fewer tensors than transformers'
+  (te_blocks.py, read in their code).
 
 planner/throughput/implementation.py's presets say which each codebase runs (Implementation.stack_memory); ours
 is OURS: the eager loss, compiled under `--kernels compile`, checkpoints on the GPU.
@@ -52,6 +60,8 @@ class StackMemory:
     checkpoints_to_cpu: int = 0
     unsharded_stage_under_pp: bool = False
     compiles_loss: bool = False
+    shards_dense_over_data_parallel: bool = False
+    te_blocks: bool = False
 
     def loss_kernel(self, spec: ModelSpec, config: TrainingConfig) -> LossKernel:
         """The kernel this config's cross-entropy runs with: fused where the stack compiles a decoder-only model's
@@ -61,6 +71,12 @@ class StackMemory:
 
 
 OURS = StackMemory(compiles_loss=True)
+
+# The optimizer states' source where shards_dense_over_data_parallel applies (planner/memory/estimate.py).
+DENSE_OVER_DATA_PARALLEL = (
+    "the dense parameters' states over every data-parallel rank, the experts' over the expert-data-parallel group, "
+    "as Megatron-Core's distributed optimizer shards them (read in its code: planner/memory/stack_memory.py)"
+)
 
 
 def moves_checkpoints_to_cpu(spec: ModelSpec, config: TrainingConfig, stack: StackMemory) -> bool:

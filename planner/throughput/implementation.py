@@ -137,9 +137,9 @@ checked on fourteen others, and says so wherever it moves an estimate:
   paper's about 3 GB/s per GPU on a DGX-2). Set per row
   (`checkpoints_to_cpu` in benchmarks/data/published_zero_papers.yaml); no
   preset of ours runs it (our ds_config refuses cpu_checkpointing).
-- loss_kernel, compiles_loss: the kernel the codebase runs its cross-entropy with, which decides what the loss
-  holds of the logits (planner/memory/loss_kernels.py; read by the memory estimate through stack_memory): torch's
-  eager one in ours (transformers' loss), compiled with the blocks under --kernels compile by our runner
+- memory: what the codebase decides of memory alone (planner/memory/stack_memory.py). Its cross-entropy kernel,
+  which decides what the loss holds of the logits (loss_kernels.py), and whether --kernels compile compiles it:
+  torch's eager one in ours (transformers' loss), compiled with the blocks under --kernels compile by our runner
   (backends/parts/kernels.py) and by the Trainer's `torch_compile`, flash-attn's fused
   CrossEntropyLoss in llm-foundry (its default `loss_fn: fused_crossentropy`,
   llmfoundry/models/mpt/modeling_mpt.py at b2a43a14, and in the April 2023 code at 9fa3ceb9a,
@@ -147,9 +147,9 @@ checked on fourteen others, and says so wherever it moves an estimate:
   vocab-parallel one in Megatron-LM, Megatron-Core and Megatron-DeepSpeed; torchtitan compiles its loss under
   --compile (`build_cross_entropy_loss`, torchtitan/components/loss.py at e7c0cae, since bbb1b616e of
   2025-04-02; at 9dec370, the version of its December 2024 tables, the line was commented out), which fuses it.
-- unsharded_stage_under_pp: under pipelining, torchtitan's FSDP keeps each stage's parameters gathered and its
-  gradients unreduced (fp32) until the step's last backward (planner/memory/stack_memory.py, where it is read);
-  memory only. On in torchtitan.
+  Under pipelining torchtitan's FSDP keeps each stage gathered and its gradients unreduced until the step's last
+  backward; Megatron-Core's blocks are Transformer Engine's and its distributed optimizer shards dense and expert
+  states apart (stack_memory.py, where each is read).
 - measured_shortfall: a cost the codebase's published runs measure and no
   mechanism read accounts for, calibrated on some of those runs and checked on
   the others (measured_shortfall.py): on in megatron-deepspeed-2022, the code
@@ -163,7 +163,7 @@ from dataclasses import dataclass, replace
 from planner.contract.choices import AttentionKernel, Strategy
 from planner.hardware.gpus import GpuSpec
 from planner.memory.loss_kernels import LossKernel
-from planner.memory.stack_memory import StackMemory
+from planner.memory.stack_memory import OURS, StackMemory
 from planner.throughput.kernel_stack import KernelStack
 from planner.throughput.library_efficiency import library_efficiency
 from planner.throughput.measured_shortfall import MEGATRON_DEEPSPEED_2022_SHORTFALL, MeasuredShortfall
@@ -195,9 +195,7 @@ class Implementation:
     reduces_gradients_after_flush: bool = False
     all_reduces_fp32_gradients: bool = False
     measured_shortfall: MeasuredShortfall | None = None
-    loss_kernel: LossKernel = LossKernel.EAGER
-    compiles_loss: bool = False  # under --kernels compile the loss is compiled too (torch.compile fuses it)
-    unsharded_stage_under_pp: bool = False  # FSDP under PP keeps each stage gathered (planner/memory/stack_memory.py)
+    memory: StackMemory = StackMemory()  # what it decides of memory alone (its loss kernel, its blocks, ...)
     # The strategies this codebase trains with, as our configs name them: Megatron-LM's TP x PP x DP with a
     # distributed optimizer is our engine's layout, llm-foundry trains with torch FSDP, and so on.
     strategies: tuple[Strategy, ...] = ALL_STRATEGIES
@@ -239,9 +237,7 @@ class Implementation:
 
     def stack_memory(self) -> StackMemory:
         """What this codebase decides of a step's memory (planner/memory/stack_memory.py)."""
-        return StackMemory(
-            self.loss_kernel, self.checkpoints_to_cpu, self.unsharded_stage_under_pp, compiles_loss=self.compiles_loss
-        )
+        return replace(self.memory, checkpoints_to_cpu=self.checkpoints_to_cpu)
 
 
 # What this project's strategies run (DDP, FSDP, DeepSpeed and the engine all train
@@ -254,7 +250,7 @@ OUR_STRATEGIES = Implementation(
     False,
     transformers_attention=True,
     expert_tokens_split_over_tp=False,
-    compiles_loss=True,
+    memory=OURS,  # the eager loss, compiled under --kernels compile
     hopper_native_attention=True,  # torch 2.13's SDPA runs cuDNN's attention on sm90
     native_attention_under_cp=False,
 )
@@ -263,7 +259,7 @@ LLM_FOUNDRY = Implementation(
     KernelStack.FUSED,
     False,
     False,
-    loss_kernel=LossKernel.FUSED,
+    memory=StackMemory(LossKernel.FUSED),
     strategies=(Strategy.FSDP,),
 )
 # Megatron-LM's fused kernels with attention dropout (p = 0.1, its default) after the fused softmax, as in
@@ -274,7 +270,7 @@ MEGATRON_LM = Implementation(
     True,
     False,
     overlaps_context_exchange=True,
-    loss_kernel=LossKernel.MEGATRON,
+    memory=StackMemory(LossKernel.MEGATRON),
     strategies=(Strategy.ENGINE,),
 )
 # Megatron-DeepSpeed's fused kernels with its attention dropout (p = 0.1, its default) after the fused softmax, the
@@ -287,7 +283,7 @@ MEGATRON_DEEPSPEED = Implementation(
     False,
     serial_pipeline_transfers=True,
     reduces_gradients_after_flush=True,
-    loss_kernel=LossKernel.MEGATRON,
+    memory=StackMemory(LossKernel.MEGATRON),
     strategies=(Strategy.ENGINE, Strategy.DEEPSPEED),
 )
 # The same code as MT-NLG (2021) and BigScience (2022) ran it, on DeepSpeed 0.5-0.6: a cost its runs measure and
@@ -306,7 +302,8 @@ DEEPSPEED_ZERO3_2021 = Implementation(
 # torchtitan/models/common/attention.py at b5bcd76c6), its context parallelism included (torch's ring attention has
 # cuDNN handlers); its published rows ran earlier versions and say so (attention_kernel).
 TORCHTITAN = Implementation("torchtitan (FSDP2, its own Llama; --kernels compile for torch.compile)",
-                            KernelStack.HF_EAGER, False, False, compiles_loss=True, unsharded_stage_under_pp=True,
+                            KernelStack.HF_EAGER, False, False,
+                            memory=StackMemory(compiles_loss=True, unsharded_stage_under_pp=True),
                             hopper_native_attention=True, strategies=(Strategy.FSDP, Strategy.ENGINE))  # fmt: skip
 DEEPSEEK_DUALPIPE = Implementation(
     "DeepSeek-V3's stack (DualPipe, overlapped expert all-to-all)",
@@ -336,6 +333,7 @@ MEGATRON_CORE = replace(
     name="Megatron-Core with Transformer Engine (TP communication overlap, Hopper-native attention)",
     overlaps_tensor_parallel_comm=True,
     hopper_native_attention=True,
+    memory=StackMemory(LossKernel.MEGATRON, shards_dense_over_data_parallel=True, te_blocks=True),
 )
 
 IMPLEMENTATIONS = {

@@ -133,6 +133,13 @@ OTHER_STACK_MEMORY = (
     "stages (planner/memory/stack_memory.py) but the tensors transformers' modules keep in the blocks, which this "
     'stack may keep fewer of (its published runs: docs/accuracy.md, "Every published run, the same way")'
 )
+# Megatron-Core's preset: its blocks are counted as Transformer Engine's keep them (read in its code, not traced).
+TE_STACK_MEMORY = (
+    "; the memory estimate counts this stack's blocks as Megatron-Core's Transformer Engine layers keep them "
+    "(planner/memory/te_blocks.py, read in its code, not traced; under context parallelism or selective "
+    "recomputation as transformers' modules keep them), its distributed optimizer's dense and expert sharding and "
+    "its cross-entropy kernel (planner/memory/stack_memory.py)"
+)
 
 
 def fixed_sources(stack: KernelStack, implementation: Implementation, fp8: bool, kernels: KernelChoice) -> dict:
@@ -144,7 +151,13 @@ def fixed_sources(stack: KernelStack, implementation: Implementation, fp8: bool,
         merged = _SOURCE_SETS[key] = {
             **_SOURCES_BY_STACK[stack],
             "implementation": f"assumed: {implementation.name} (--implementation; planner/throughput/implementation.py)"
-            + ("" if implementation is OUR_STRATEGIES else OTHER_STACK_MEMORY),
+            + (
+                ""
+                if implementation is OUR_STRATEGIES
+                else TE_STACK_MEMORY
+                if implementation.memory.te_blocks
+                else OTHER_STACK_MEMORY
+            ),
             **(_FP8_SOURCES if fp8 else {}),
             **({"kernels": _KERNEL_NOTES[kernels]} if kernels is not KernelChoice.EAGER else {}),
         }

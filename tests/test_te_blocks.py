@@ -1,0 +1,124 @@
+"""Megatron-Core's memory as its code keeps it (planner/memory/te_blocks.py, planner/memory/stack_memory.py).
+
+References: the tensors Transformer Engine's modules and Megatron-Core's fused SwiGLU, router and permutation save for
+backward, read in their code (TE d0067d0d, Megatron-LM d98e8a64) and summed per token in closed form below, one
+term per saved tensor; the sizes from the models' config.json (Llama 3 70B: hidden 8192, 64 query and 8 key-value
+heads of 128, ffn 28672; Qwen3-30B-A3B: hidden 2048, 32 and 4 heads of 128, 128 experts of ffn 768, 8 per token,
+q/k norms); Megatron-Core's distributed optimizer building one optimizer over the data-parallel group for the dense
+parameters and one over the expert-data-parallel group for the experts (megatron/core/optimizer/__init__.py). This
+machine cannot run Transformer Engine: the published runs that fit with these counts are in
+tests/test_published_runs_fit.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.evaluate import memory_on
+from planner.hardware.cluster import make_cluster
+from planner.memory.activations import ActivationShape, activation_widths, block_bytes
+from planner.memory.rank_params import rank_params
+from planner.models.resolve import resolve_model
+from planner.throughput.implementation import MEGATRON_CORE
+from planner.training_config import ActivationCheckpointing, TrainingConfig
+
+LLAMA_70B = resolve_model("llama-3-70b")
+QWEN3_30B = resolve_model("qwen3-30b-a3b")
+
+
+def _block(spec, config: TrainingConfig, te: bool) -> float:
+    shape = ActivationShape.of(config)._replace(te_blocks=te)
+    return block_bytes(spec, shape, activation_widths(config, False), kv_seq_len=config.seq_len)
+
+
+def _engine(**fields) -> TrainingConfig:
+    return TrainingConfig(strategy="engine", zero_stage=1, precision="bf16-mixed", seq_len=8192, **fields)
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_a_dense_block_keeps_what_transformer_engine_saves(fp8: bool):
+    """Llama 3 70B at TP 4 with sequence parallelism. Per token, per rank: each fused norm's input, output (an FP8
+    copy under FP8) and fp32 rsigma over the sequence shard; q, k, v at their own heads, the attention output and
+    fp32 statistics per query head; the output projection's FP8 copy of its input; fc1's output kept by the fused
+    SwiGLU; the SwiGLU output or fc2's FP8 copy of it. 33.5 units of hidden / tp bytes in BF16, 29.0 in FP8, where
+    transformers' blocks keep 47.5 in FP8."""
+    h, kv, ffn, heads, t = 8192, 8 * 128, 28672, 64, 4
+    assert (LLAMA_70B.hidden_size, LLAMA_70B.kv_size, LLAMA_70B.ffn_size, LLAMA_70B.num_heads) == (h, kv, ffn, heads)
+    config = _engine(tensor_parallel=t, sequence_parallel=True, fp8=fp8)
+    norm_output, copy = (1, 1) if fp8 else (2, 0)
+    norms = 2 * ((2 + norm_output) * h + 4) / t
+    attention = ((2 * h + 2 * kv) * 2 + 4 * heads + copy * h) / t
+    mlp = (2 * ffn * 2 + ffn * (1 if fp8 else 2)) / t
+    assert _block(LLAMA_70B, config, te=True) == pytest.approx(norms + attention + mlp, rel=1e-12)
+    units = _block(LLAMA_70B, config, te=True) / (h / t)
+    assert units == pytest.approx(29.03 if fp8 else 33.53, abs=0.01)
+    if fp8:
+        assert _block(LLAMA_70B, config, te=False) / (h / t) == pytest.approx(47.53, abs=0.01)
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_an_moe_block_keeps_what_megatron_cores_experts_save(fp8: bool):
+    """Qwen3-30B-A3B, one rank of the sequence. The attention half: the fused norm before attention, q, k, v, the
+    output and statistics, the q/k norms' inputs and rsigma (and the projection's FP8 copy). The MoE half, per
+    token: the separate norm's input and rsigma, the gating linear's input; 9E bytes of router state (a boolean map
+    and two fp32 score copies), the permutation's int32 map of 2E + 1, the chunk sorts' 8 bytes and the probabilities'
+    2 bytes a routed copy; per routed copy fc1's input (an FP8 copy under FP8), fc1's 2 x ffn output and fc2's input.
+    (4 + 2k) h + 6k ffn + 17E + 10k + 8 bytes in BF16, (4 + k) h + 5k ffn + 17E + 10k + 8 in FP8."""
+    h, q, kv, heads, kv_heads, experts, ffn, k = 2048, 32 * 128, 4 * 128, 32, 4, 128, 768, 8
+    spec = QWEN3_30B
+    assert (spec.hidden_size, spec.num_experts, spec.expert_ffn_size, spec.experts_per_token) == (h, experts, ffn, k)
+    assert (spec.num_heads * spec.head_dim, spec.kv_size) == (q, kv)
+    config = _engine(expert_parallel=8, fp8=fp8)
+    fused_norm = (2 + (1 if fp8 else 2)) * h + 4
+    attention = (2 * q + 2 * kv) * 2 + 4 * heads + (q + kv) * 2 + 4 * (heads + kv_heads) + (q if fp8 else 0)
+    moe = (4 + (1 if fp8 else 2) * k) * h + (5 if fp8 else 6) * k * ffn + 17 * experts + 10 * k + 8
+    assert _block(spec, config, te=True) == pytest.approx(fused_norm + attention + moe, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"layout": {"tp": 4, "cp": 2}},
+        {"activation_checkpointing": ActivationCheckpointing.SELECTIVE},
+        {"activation_checkpointing": ActivationCheckpointing.OP},
+    ],
+)
+def test_what_was_not_read_keeps_the_transformers_count(fields: dict):
+    """Context parallelism's attention path and selective or op-level recomputation were not read in Megatron-Core's
+    code: their blocks stay counted as transformers' keep them."""
+    config = _engine(**{"tensor_parallel": 4, "sequence_parallel": True, **fields})
+    assert config.tensor_parallel == 4 and (config.context_parallel == 2) == ("layout" in fields)
+    assert _block(LLAMA_70B, config, te=True) == _block(LLAMA_70B, config, te=False)
+
+
+def test_megatron_cores_distributed_optimizer_shards_the_dense_states_over_every_data_parallel_rank():
+    """Qwen3-30B-A3B at EP 16 on 16 H100s (Megatron-Bridge's layout): the expert-data-parallel group is one rank,
+    so each rank keeps the Adam states and fp32 master of its 8 experts a block whole (12 bytes a parameter), and
+    of the dense parameters (attention, norms, router, embeddings) a sixteenth. Our engine runs its ZeRO on the
+    expert-data-parallel group for all of them: every state whole."""
+    config = _engine(expert_parallel=16, fp8=True).model_copy(update={"seq_len": 4096, "micro_batch": 1})
+    cluster = make_cluster("H100-80GB", 8, 2)
+    local_experts = 48 * 8 * 3 * 2048 * 768  # 48 blocks of 8 local experts, three 2048 x 768 matrices each
+    params = rank_params(QWEN3_30B, config)
+    assert params.experts == local_experts
+    dense = params.total - local_experts
+    core = memory_on(QWEN3_30B, config, cluster, stack=MEGATRON_CORE.stack_memory()).per_gpu_bytes
+    ours = memory_on(QWEN3_30B, config, cluster).per_gpu_bytes
+    assert core["optimizer_states"] == pytest.approx(12 * (dense / 16 + local_experts), rel=1e-9)
+    assert ours["optimizer_states"] == pytest.approx(12 * params.total, rel=1e-9)
+
+
+def test_the_estimate_says_which_blocks_and_sharding_it_counted():
+    """Every number says where it came from: Megatron-Core's preset names its blocks and its optimizer's sharding
+    where they were counted, and the transformers count where they were not read (context parallelism)."""
+    cluster = make_cluster("H100-80GB", 8, 2)
+    moe = _engine(expert_parallel=16).model_copy(update={"seq_len": 4096})
+    stack = MEGATRON_CORE.stack_memory()
+    sources = memory_on(QWEN3_30B, moe, cluster, stack=stack).sources
+    assert sources["activations"].startswith("formula: the tensors Megatron-Core's Transformer Engine blocks keep")
+    assert "Megatron-Core's distributed optimizer shards them" in sources["optimizer_states"]
+    ours = memory_on(QWEN3_30B, moe, cluster).sources
+    assert ours["activations"].startswith("formula: Korthikanti")
+    assert "Megatron-Core" not in ours["optimizer_states"]
+    under_cp = _engine(layout={"tp": 4, "cp": 2}, sequence_parallel=True)
+    assert memory_on(LLAMA_70B, under_cp, cluster, stack=stack).sources["activations"].startswith("formula: Korth")
