@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec
-from planner.memory.estimate import MemoryEstimate, OverheadSettings, estimate_memory, fit_bytes
+from planner.memory.estimate import MemoryEstimate, OverheadSettings, estimate_memory, fit_bytes, te_blocks_counted
 from planner.memory.phases import step_peak
 from planner.memory.runtime import runtime_for
 from planner.memory.stack_memory import OURS, StackMemory
@@ -119,15 +119,16 @@ def evaluate(
     # The preset moves the speed and, of the memory, what the stack decides (step_sources.OTHER_STACK_MEMORY).
     if preset is not OUR_STRATEGIES:
         loss = stack.loss_kernel(spec, config).value
+        te_blocks = te_blocks_counted(spec, config, stack, runtime_for(cluster.gpu))
         blocks = (
             "Megatron-Core's Transformer Engine blocks (planner/memory/te_blocks.py, read in its code)"
-            if stack.te_blocks
+            if te_blocks
             else "transformers' modules"
         )
         notes = [
             f"--implementation {implementation}: memory counted for {blocks}, with this stack's "
             f"cross-entropy ({loss}) and where it keeps checkpoints and gathered stages (planner/memory/"
-            "stack_memory.py)" + ("" if stack.te_blocks else "; its blocks may keep less")
+            "stack_memory.py)" + ("" if te_blocks else "; its blocks may keep less")
         ]
         if preset is TORCHTITAN and config.activation_checkpointing is ActivationCheckpointing.SELECTIVE:
             # torchtitan's "selective" is its op-level policy by default (train_configs' selective_ac_option 'op').

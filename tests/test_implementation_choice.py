@@ -181,6 +181,8 @@ def test_a_hopper_native_attention_kernel_runs_the_attention_faster_on_hopper_on
 
     from planner.hardware.cluster import make_cluster
     from planner.hardware.gpus import find_gpu
+    from planner.memory.loss_kernels import LossKernel
+    from planner.memory.stack_memory import StackMemory
     from planner.models.resolve import resolve_model
     from planner.throughput.estimate import throughput_plan
     from planner.throughput.implementation import (
@@ -195,8 +197,9 @@ def test_a_hopper_native_attention_kernel_runs_the_attention_faster_on_hopper_on
     native = dataclasses.replace(MEGATRON_LM, hopper_native_attention=True)
     # --implementation megatron-core is Megatron-LM's mechanisms with both of Transformer Engine's switches.
     assert implementation_named("megatron-core") is MEGATRON_CORE
+    te_memory = StackMemory(LossKernel.MEGATRON, shards_dense_over_data_parallel=True, te_blocks=True)
     assert MEGATRON_CORE == dataclasses.replace(
-        native, name=MEGATRON_CORE.name, overlaps_tensor_parallel_comm=True, memory=MEGATRON_CORE.memory
+        native, name=MEGATRON_CORE.name, overlaps_tensor_parallel_comm=True, memory=te_memory
     )
     spec = resolve_model("llama-3.1-8b")
     config = TrainingConfig(strategy="engine", seq_len=8192)

@@ -53,7 +53,7 @@ def test_megatron_bridge_runs_fit_with_megatron_cores_blocks_but_the_one_under_c
         "Megatron-Core via Megatron-Bridge on Blackwell (B200, B300, GB200 NVL72; FP8 and MXFP8)",
     ):
         over = {run: ratio for run, ratio in fits[stack].ratios.items() if ratio > 1.0}
-        assert all(ratio > 0.5 for ratio in fits[stack].ratios.values()), stack
+        assert all(ratio > 0.55 for ratio in fits[stack].ratios.values()), stack
         if "DGX-H100" in stack:
             assert list(over) == ["megatron-bridge-llama3.1-405b-1024-h100-fp8-cp2"] and over[next(iter(over))] < 1.2
         else:

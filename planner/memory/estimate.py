@@ -251,17 +251,23 @@ def _overhead_source(overhead: OverheadSettings, runtime: Runtime) -> str:
 CHECKPOINTS_ON_CPU = "full checkpointing's checkpoints in CPU memory (DeepSpeed's cpu_checkpointing: stack_memory.py)"
 
 
+def te_blocks_counted(spec: ModelSpec, config: TrainingConfig, stack: StackMemory, runtime: Runtime) -> bool:
+    """Whether the stack's Transformer Engine blocks were counted for this config (te_blocks.py), not transformers'."""
+    if not stack.te_blocks:
+        return False
+    widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
+    cp, checkpointing = config.context_parallel, config.activation_checkpointing
+    return counts_te_blocks(spec, cp, checkpointing, widths.compute, widths.autocast)
+
+
 def _stack_sources(
     sources: dict[str, str], spec: ModelSpec, config: TrainingConfig, runtime: Runtime, stack: StackMemory
 ) -> None:
     """Where the stack's own blocks or optimizer sharding were counted, say so (te_blocks.py, stack_memory.py)."""
-    if stack.te_blocks:
-        widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
-        cp, checkpointing = config.context_parallel, config.activation_checkpointing
-        if counts_te_blocks(spec, cp, checkpointing, widths.compute, widths.autocast):
-            sources["activations"] = TE_BLOCKS_SOURCE
+    if te_blocks_counted(spec, config, stack, runtime):
+        sources["activations"] = TE_BLOCKS_SOURCE
     split_experts = config.strategy is Strategy.ENGINE and config.expert_parallel > 1 and config.zero_stage >= 1
-    if stack.shards_dense_over_data_parallel and split_experts:
+    if stack.shards_dense_over_data_parallel and split_experts and not config.lora_rank:
         sources["optimizer_states"] += f"; {DENSE_OVER_DATA_PARALLEL}"
 
 

@@ -53,9 +53,9 @@ SINGLE_TENSOR_ADAM_TEMPORARIES = 2
 class ShardDegrees:
     """Over how many ranks each kind of state is split (1 = replicated)."""
 
-    parameters: float
-    gradients: float
-    optimizer: float
+    parameters: int
+    gradients: int
+    optimizer: float  # a dense/expert mix under Megatron-Core's distributed optimizer (_dense_over_data_parallel)
 
 
 @dataclass
@@ -113,20 +113,14 @@ def shard_degrees(config: TrainingConfig, dp: int, gpus_per_node: int) -> ShardD
     )
 
 
-def _dense_over_data_parallel(shards: ShardDegrees, params: RankParams, stage: int, ranks: int) -> ShardDegrees:
-    """The degree of each kind the ZeRO stage shards when the dense parameters' share is split over all `ranks`
-    and the experts' over the expert-data-parallel group (`shards`' degree): the one divisor that gives the two
-    parts' sum."""
-
-    def mixed(expert_degree: float, sharded: bool) -> float:
-        if not sharded or not params.trainable:
-            return expert_degree
-        dense = params.trainable - params.experts
-        return params.trainable / (dense / ranks + params.experts / expert_degree)
-
-    return ShardDegrees(
-        mixed(shards.parameters, stage >= 3), mixed(shards.gradients, stage >= 2), mixed(shards.optimizer, stage >= 1)
-    )
+def _dense_over_data_parallel(shards: ShardDegrees, params: RankParams, ranks: int) -> ShardDegrees:
+    """The optimizer's degree when its dense parameters' share is split over all `ranks` and the experts' over the
+    expert-data-parallel group (`shards`' degree): the one divisor that gives the two parts' sum. Megatron-Core's
+    distributed optimizer shards the optimizer's states alone (ZeRO-1): parameters and gradients stay as our ZeRO
+    stage keeps them."""
+    dense = params.trainable - params.experts
+    optimizer = params.trainable / (dense / ranks + params.experts / shards.optimizer)
+    return ShardDegrees(shards.parameters, shards.gradients, optimizer)
 
 
 def optimizer_state_bytes_per_param(optimizer: OptimizerKind, state_width: int, fan_in_out_ratio: float) -> float:
@@ -159,8 +153,9 @@ def model_state_bytes(
     precision = config.precision
     native = uses_native_mixed_precision(config)
     shards = shard_degrees(config, dp, gpus_per_node)
-    if dense_over_data_parallel and config.strategy is Strategy.ENGINE and config.expert_parallel > 1:
-        shards = _dense_over_data_parallel(shards, params, config.zero_stage, dp * config.context_parallel)
+    split_experts = config.strategy is Strategy.ENGINE and config.expert_parallel > 1 and config.zero_stage >= 1
+    if dense_over_data_parallel and split_experts and params.trainable == params.total:  # not told apart under LoRA
+        shards = _dense_over_data_parallel(shards, params, dp * config.context_parallel)
     lora = config.lora_rank > 0
 
     # Width of the stored weights, the gradients, and the optimizer's states.

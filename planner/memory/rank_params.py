@@ -130,14 +130,18 @@ def linear_params(
 ) -> tuple[int, int]:
     """(weights of the blocks' linear layers, weights of the output head) on this rank:
     what autocast casts to 16 bits, and FP8 to 8. Embedding lookups and norms are not cast.
-    include_experts: the experts this rank holds, 1/ep of each block's under expert parallelism (as rank_params)."""
+    include_experts: the experts this rank holds, 1/ep of each block's under expert parallelism (as rank_params).
+    An MoE model's first dense_layers blocks hold a dense MLP of ffn_size instead: the average block."""
     tp, pp = config.tensor_parallel, config.pipeline_parallel
     is_enc_dec = spec.family is ModelFamily.ENCODER_DECODER
     shapes = block_linear_shapes(spec)
     per_block = float(sum(s.params for s in shapes))
     if spec.is_moe:
         experts = sum(s.params for s in shapes[-2:])
-        per_block -= experts * (1 - 1 / config.expert_parallel if include_experts else 1)
+        dense_share = min(spec.dense_layers, spec.num_layers) / spec.num_layers
+        dense_mlp = (3 if spec.mlp_kind is MlpKind.GATED else 2) * spec.hidden_size * spec.ffn_size
+        held = experts / config.expert_parallel if include_experts else 0.0
+        per_block += (held - experts) + (dense_mlp - held) * dense_share
     if is_enc_dec:
         cross = sum(s.params for s in block_linear_shapes(spec, cross_attention=True)[3:6])
         blocks = per_block * spec.num_layers + cross * spec.num_decoder_layers

@@ -17,8 +17,8 @@ docs/accuracy.md, "Megatron-Core's blocks"), not traced: this machine cannot run
   only its frequencies (`FusedRoPEFunc`, attention/rope.py). A q/k norm (Qwen3) keeps its input and rsigma.
 - The output projection and fc2 (`_Linear.forward`, module/linear.py) keep their inputs: the producer's own tensor
   in 16 bits; under FP8 an FP8 copy (1 byte, columnwise only), the 16-bit SwiGLU output then held by nothing.
-- Megatron's fused SwiGLU (`SwiGLUFunction`, megatron/core/fusions/fused_bias_swiglu.py; bias_swiglu_fusion is on
-  by default) keeps only fc1's output, 2 x ffn wide, in 16 bits; a GELU MLP (bias_gelu fusion) its ffn-wide input.
+- Megatron's fused SwiGLU (`SwiGLUFunction`, megatron/core/fusions/fused_bias_swiglu.py) keeps only fc1's output,
+  2 x ffn wide, in 16 bits; a GELU MLP (bias_gelu fusion) its ffn-wide input.
 - Residual adds and dropout at p = 0 keep nothing.
 - An MoE block (TEGroupedMLP, as Megatron-Bridge's recipes run it: grouped GEMM, fused router, permutation and
   weighted SwiGLU, all-to-all dispatch) has a separate norm before its router (TE's RMSNorm: its input and rsigma);
@@ -30,6 +30,12 @@ docs/accuracy.md, "Megatron-Core's blocks"), not traced: this machine cannot run
   (itself or an FP8 copy); the all-to-alls and the unpermutation keep nothing more (megatron/core/transformer/moe/
   router.py, token_dispatcher.py, experts.py and moe_utils.py; transformer_engine/pytorch/permutation.py and
   router.py). The flex dispatcher's HybridEP keeps its own routing handle, not read: counted as the all-to-all's.
+
+The fusions counted (bias_activation_fusion, apply_rope_fusion, moe_router_fusion, moe_permute_fusion,
+moe_grouped_gemm) are off in TransformerConfig's defaults and on in Megatron-LM's command line and in
+Megatron-Bridge's Llama and Qwen providers and recipes, whose runs docs/accuracy.md checks; unfused, the router and
+permutation keep other tensors (int64 indices). The probabilities are counted in 16 bits (moe_router_dtype unset;
+fp32 adds 2 bytes a routed copy).
 
 Counted so where those readings hold: decoder-only blocks with 16-bit weights (no autocast), without dropout,
 latent attention or context parallelism, and not under selective or op-level recomputation (counts_te_blocks);
@@ -96,12 +102,16 @@ def te_attention_half(spec: ModelSpec, layout: TeLayout, fused_norms: int) -> fl
     norm = (w + norm_output) * h + 4 + (4 if spec.norm == "layernorm" else 0)  # input, output, rsigma (and mu)
     hidden_split = layout.tensor_parallel if layout.sequence_parallel else 1
     q_width, kv_width = spec.num_heads * spec.head_dim, spec.kv_size
-    attention = (2 * q_width + 2 * kv_width) * w + 4 * spec.num_heads  # q, k, v, output; softmax statistics
+    queries = 2 * q_width * w + 4 * spec.num_heads  # q and the output; softmax statistics
+    keys_values = 2 * kv_width * w
     if arch_traits(spec).qk_norm:
-        attention += (q_width + kv_width) * w + 4 * (spec.num_heads + spec.num_kv_heads)  # inputs and rsigma
+        queries += q_width * w + 4 * spec.num_heads  # the q norm's input and rsigma
+        keys_values += kv_width * w + 4 * spec.num_kv_heads
     if layout.fp8:
-        attention += q_width  # the output projection's FP8 copy of its input
-    return fused_norms * norm / hidden_split + attention / layout.tensor_parallel
+        queries += q_width  # the output projection's FP8 copy of its input
+    # Past the key-value heads' count tensor parallelism replicates them (each rank keeps a whole head).
+    kv_split = min(layout.tensor_parallel, spec.num_kv_heads)
+    return fused_norms * norm / hidden_split + queries / layout.tensor_parallel + keys_values / kv_split
 
 
 def te_dense_mlp(spec: ModelSpec, layout: TeLayout) -> float:
@@ -114,18 +124,22 @@ def te_dense_mlp(spec: ModelSpec, layout: TeLayout) -> float:
 
 def te_moe_mlp(spec: ModelSpec, layout: TeLayout, routed_load: float) -> float:
     """Bytes per token on one tensor-parallel rank of an MoE MLP from its norm to its combine (the docstring's
-    reading), for k routed copies of each token times the busiest rank's load; tokens split over tensor-parallel
-    ranks with sequence parallelism, as Megatron-Core's experts take them."""
-    w, h, experts = layout.width, spec.hidden_size, spec.num_experts
+    reading), for k routed copies of each token times the busiest rank's load. The norm, router and permutation
+    run on the rank's sequence shard; the experts' tensor parallelism is the model's (Megatron-Core's default
+    expert_tensor_parallel_size), whose dispatcher all-gathers the routed tokens and their probabilities over the
+    tensor-parallel ranks, so those are whole on each and only the ffn-wide tensors split."""
+    w, h, experts, tp = layout.width, spec.hidden_size, spec.num_experts, layout.tensor_parallel
     ffn = spec.expert_ffn_size or spec.ffn_size
     k = spec.experts_per_token * routed_load
     copy = 1 if layout.fp8 else w  # what fc1 and fc2 keep of their inputs
-    norm_and_router = (w * h + 4) + w * h  # the norm's input and rsigma; the gating linear's input
-    routing = 9 * experts + (8 * experts + 4) + 8 * k + 2 * k  # router, permutation and chunk-sort maps; probs
-    routed = k * (h * copy + 2 * ffn * w + ffn * copy)  # fc1's input, fc1's output, fc2's input
-    shared = 0.0
-    if arch_traits(spec).shared_expert:  # an always-on MLP of TE linears beside the experts, on the norm's output
+    local = (w * h + 4) + w * h  # the norm's input and rsigma; the gating linear's input
+    local += 9 * experts + (8 * experts + 4)  # the router's map and score copies; the permutation's map
+    gathered = k * (h * copy + 8 + 2)  # fc1's input, the chunk sorts' indices and the probabilities per copy
+    split = k * (2 * ffn * w + ffn * copy)  # fc1's output, fc2's input
+    traits = arch_traits(spec)
+    if traits.shared_expert:  # an always-on MLP of TE linears beside the experts, on the norm's output
         shared_ffn = spec.shared_expert_ffn_size or spec.ffn_size
-        shared = (h if layout.fp8 else 0) + 2 * shared_ffn * w + shared_ffn * copy
-    hidden_split = layout.tensor_parallel if layout.sequence_parallel else 1
-    return (norm_and_router + routing + routed + shared) / hidden_split
+        local += (h if layout.fp8 else 0) + (h * w if traits.shared_expert_gate else 0)  # FP8 input; gated output
+        split += 2 * shared_ffn * w + shared_ffn * copy
+    hidden_split = tp if layout.sequence_parallel else 1
+    return local / hidden_split + gathered + split / tp

@@ -136,9 +136,10 @@ OTHER_STACK_MEMORY = (
 # Megatron-Core's preset: its blocks are counted as Transformer Engine's keep them (read in its code, not traced).
 TE_STACK_MEMORY = (
     "; the memory estimate counts this stack's blocks as Megatron-Core's Transformer Engine layers keep them "
-    "(planner/memory/te_blocks.py, read in its code, not traced; under context parallelism or selective "
-    "recomputation as transformers' modules keep them), its distributed optimizer's dense and expert sharding and "
-    "its cross-entropy kernel (planner/memory/stack_memory.py)"
+    "(planner/memory/te_blocks.py, read in its code, not traced; as transformers' modules keep them where that "
+    "reading does not reach: context parallelism, selective or op-level recomputation, latent attention, dropout, "
+    "encoders), its distributed optimizer's dense and expert sharding and its cross-entropy kernel "
+    "(planner/memory/stack_memory.py)"
 )
 
 
