@@ -15,7 +15,7 @@ from tests.reference_data import published_reference
 H, A, S, B, L, T = 12288, 96, 2048, 1, 96, 8  # GPT-3 175B on a tensor-parallel group of 8
 
 
-def gpt_block_spec(layers: int = L):
+def gpt_block_spec(layers: int = L, activation: str = "gelu"):
     config = {
         "model_type": "gpt2",
         "n_embd": H,
@@ -23,7 +23,7 @@ def gpt_block_spec(layers: int = L):
         "n_head": A,
         "vocab_size": 51200,
         "n_positions": S,
-        "activation_function": "gelu",
+        "activation_function": activation,
         "resid_pdrop": 0.1,
         "attn_pdrop": 0.1,
         "embd_pdrop": 0.1,
@@ -71,6 +71,26 @@ def test_table2_per_layer(row):
     spec = gpt_block_spec()
     ours = block_bytes(spec, ActivationShape.of(config), activation_widths(config, False), kv_seq_len=S) * S * B
     assert ours == pytest.approx(formula(table[row], T), rel=1e-9)
+
+
+@pytest.mark.parametrize("row", list(ROWS))
+def test_megatron_lms_fused_gelu_is_the_papers_count_for_a_tanh_gelu_gpt(row):
+    """The published Megatron rows are planned as HF GPT-2 configs, whose tanh GELU (gelu_new) keeps its Python
+    chain's intermediates in transformers; Megatron-LM's GPT runs its fused bias-GELU, which keeps its input alone
+    (planner/memory/stack_memory.py, fused_bias_gelu: on in the megatron preset), and so meets Table 2 exactly."""
+    from planner.throughput.implementation import MEGATRON_LM
+
+    table = published_reference()["activation_memory_korthikanti_2022"]["activation_memory_per_layer_bytes_table2"]
+    tp, sp, ac = ROWS[row]
+    config = config_for(tp, sp, ac)
+    spec = gpt_block_spec(activation="gelu_new")
+    shape, widths = ActivationShape.of(config), activation_widths(config, False)
+    assert MEGATRON_LM.stack_memory().fused_bias_gelu
+    fused = block_bytes(spec, shape._replace(fused_bias_gelu=True), widths, kv_seq_len=S) * S * B
+    assert fused == pytest.approx(formula(table[row], T), rel=1e-9)
+    if ac == "none":  # the intermediates transformers' tanh GELU keeps besides: 3 of 4h
+        unfused = block_bytes(spec, shape, widths, kv_seq_len=S) * S * B
+        assert unfused - fused == pytest.approx(3 * 4 * H * 2 * S * B / tp, rel=1e-9)
 
 
 def test_full_recomputation_keeps_2sbh_per_layer():

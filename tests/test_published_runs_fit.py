@@ -42,12 +42,16 @@ def test_megatron_bridge_runs_fit_with_megatron_cores_blocks_but_the_one_under_c
     """Every Megatron-Core run through Megatron-Bridge fits with its Transformer Engine blocks, its distributed
     optimizer's dense/expert sharding and its experts' FP8 copies counted (tests/test_te_blocks.py) but the 405B at
     CP 2, whose blocks are counted as transformers' keep them under context parallelism (1.16x); they were 1.1x to
-    2.0x over before (docs/accuracy.md). Megatron-Core r0.8.0's BF16 weak-scaling runs fit but one, the 462B at PP
-    16, at 1.01x."""
-    weak_scaling = list(
-        fits["Megatron-Core r0.8.0 as NVIDIA benchmarked it (TP with sequence parallelism, BF16), H100"].ratios.values()
-    )
-    assert sum(ratio > 1.0 for ratio in weak_scaling) == 1 and max(weak_scaling) < 1.02
+    2.0x over before (docs/accuracy.md). Megatron-Core r0.8.0's BF16 weak-scaling runs (GPT with dropout: their
+    blocks counted as transformers' keep them, with Megatron's fused bias-GELU) and Megatron-LM's own runs of
+    2019-2022 fit, every one (the 462B at PP 16 and the 1T at PP 64 were 1.01x and 1.03x with transformers' tanh
+    GELU; tests/test_memory_korthikanti.py meets Korthikanti et al.'s Table 2 with the fused one)."""
+    for stack in (
+        "Megatron-Core r0.8.0 as NVIDIA benchmarked it (TP with sequence parallelism, BF16), H100",
+        "Megatron-LM 3-D (TP x PP x DP)",
+    ):
+        ratios = list(fits[stack].ratios.values())
+        assert all(ratio <= 1.0 for ratio in ratios) and max(ratios) > 0.6, stack
     for stack in (
         "Megatron-Core via Megatron-Bridge (TP, PP, CP, EP, FP8), NVIDIA's DGX-H100 runs",
         "Megatron-Core via Megatron-Bridge on Blackwell (B200, B300, GB200 NVL72; FP8 and MXFP8)",

@@ -101,6 +101,7 @@ class ActivationShape(NamedTuple):
     # state (gathered for its experts, weighted after them); only the experts' ffn-wide tensors split over tp.
     routes_every_token_per_tp_rank: bool = False
     te_blocks: bool = False  # the stack's blocks are Megatron-Core's with Transformer Engine (te_blocks.py)
+    fused_bias_gelu: bool = False  # the stack's GELU keeps its input alone (stack_memory.py)
 
     @classmethod
     def of(cls, config: TrainingConfig) -> ActivationShape:
@@ -230,7 +231,9 @@ def _mlp_bytes(spec: ModelSpec, layout: ActivationShape, widths: Widths, traits:
     routing and experts, or the dense MLP."""
     w, h = widths.compute, spec.hidden_size
     ffn = spec.expert_ffn_size if spec.is_moe and spec.expert_ffn_size else spec.ffn_size
-    mlp_tensors = (3 if spec.mlp_kind is MlpKind.GATED else 1) + traits.activation_saved_tensors
+    gated = spec.mlp_kind is MlpKind.GATED
+    fused_gelu = layout.fused_bias_gelu and not gated and spec.activation.startswith("gelu")
+    mlp_tensors = (3 if gated else 1) + (1 if fused_gelu else traits.activation_saved_tensors)
     whole_per_tp_rank = 0.0
     mlp_width = widths.experts if spec.is_moe else w
     mlp: float = ffn * mlp_width * mlp_tensors
