@@ -120,10 +120,12 @@ def evaluate(
     if preset is not OUR_STRATEGIES:
         loss = stack.loss_kernel(spec, config).value
         te_blocks = te_blocks_counted(spec, config, stack, runtime_for(cluster.gpu))
+        gelu_moved = stack.gelu_keeps_input and spec.activation in ("gelu_new", "gelu_fast")
         blocks = (
             "Megatron-Core's Transformer Engine blocks (planner/memory/te_blocks.py, read in its code)"
             if te_blocks
             else "transformers' modules"
+            + (" (their tanh GELU as this stack's keeps it: its input alone)" if gelu_moved else "")
         )
         notes = [
             f"--implementation {implementation}: memory counted for {blocks}, with this stack's "

@@ -150,9 +150,10 @@ def test_expert_parallel_ranks_cast_only_their_own_experts():
 @pytest.mark.parametrize("name", ["llama-4-maverick", "llama-4-scout", "mixtral-8x7b", "qwen3-30b-a3b"])
 def test_the_block_weights_cast_add_up_to_the_models_parameters(name: str):
     """What FP8 (or autocast) casts of the blocks, with the embeddings, is the model's parameter count (the catalog's,
-    counted from its config.json on the meta device) within 1% (norms, routers and biases are not cast): Llama 4
-    Maverick's dense blocks (every second one) hold a dense MLP, not 128 experts (1.96x before 2026-11-29)."""
+    counted from its config.json on the meta device) within 0.2% (norms, routers and biases are not cast): Llama 4
+    Maverick's dense blocks (every second one) hold a dense MLP, not 128 experts and a shared one (1.96x before
+    2026-11-29)."""
     spec = resolve_model(name)
     config = TrainingConfig(strategy="engine", precision="bf16-mixed")
     block_linears, _ = linear_params(spec, config, rank_params(spec, config), include_experts=True)
-    assert (block_linears + spec.params.embedding) / spec.params.total == pytest.approx(1.0, abs=0.01)
+    assert (block_linears + spec.params.embedding) / spec.params.total == pytest.approx(1.0, abs=0.002)

@@ -198,7 +198,7 @@ def test_a_hopper_native_attention_kernel_runs_the_attention_faster_on_hopper_on
     # --implementation megatron-core is Megatron-LM's mechanisms with both of Transformer Engine's switches.
     assert implementation_named("megatron-core") is MEGATRON_CORE
     te_memory = StackMemory(
-        LossKernel.MEGATRON, fused_bias_gelu=True, shards_dense_over_data_parallel=True, te_blocks=True
+        LossKernel.MEGATRON, gelu_keeps_input=True, shards_dense_over_data_parallel=True, te_blocks=True
     )
     assert MEGATRON_CORE == dataclasses.replace(
         native, name=MEGATRON_CORE.name, overlaps_tensor_parallel_comm=True, memory=te_memory

@@ -77,19 +77,20 @@ def test_table2_per_layer(row):
 def test_megatron_lms_fused_gelu_is_the_papers_count_for_a_tanh_gelu_gpt(row):
     """The published Megatron rows are planned as HF GPT-2 configs, whose tanh GELU (gelu_new) keeps its Python
     chain's intermediates in transformers; Megatron-LM's GPT runs its fused bias-GELU, which keeps its input alone
-    (planner/memory/stack_memory.py, fused_bias_gelu: on in the megatron preset), and so meets Table 2 exactly."""
+    (planner/memory/stack_memory.py, gelu_keeps_input: on in the megatron preset), and so meets Table 2 exactly."""
+    from planner.memory.activation_batch import activation_terms
+    from planner.memory.stack_memory import OURS
     from planner.throughput.implementation import MEGATRON_LM
 
     table = published_reference()["activation_memory_korthikanti_2022"]["activation_memory_per_layer_bytes_table2"]
     tp, sp, ac = ROWS[row]
     config = config_for(tp, sp, ac)
     spec = gpt_block_spec(activation="gelu_new")
-    shape, widths = ActivationShape.of(config), activation_widths(config, False)
-    assert MEGATRON_LM.stack_memory().fused_bias_gelu
-    fused = block_bytes(spec, shape._replace(fused_bias_gelu=True), widths, kv_seq_len=S) * S * B
+    widths = activation_widths(config, False)
+    fused = activation_terms(spec, config, widths, MEGATRON_LM.stack_memory()).layer_bytes * S * B
     assert fused == pytest.approx(formula(table[row], T), rel=1e-9)
     if ac == "none":  # the intermediates transformers' tanh GELU keeps besides: 3 of 4h
-        unfused = block_bytes(spec, shape, widths, kv_seq_len=S) * S * B
+        unfused = activation_terms(spec, config, widths, OURS).layer_bytes * S * B
         assert unfused - fused == pytest.approx(3 * 4 * H * 2 * S * B / tp, rel=1e-9)
 
 

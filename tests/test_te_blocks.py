@@ -35,21 +35,25 @@ def _engine(**fields) -> TrainingConfig:
     return TrainingConfig(strategy="engine", zero_stage=1, precision="bf16-mixed", seq_len=8192, **fields)
 
 
+@pytest.mark.parametrize("t", [4, 16])
 @pytest.mark.parametrize("fp8", [False, True])
-def test_a_dense_block_keeps_what_transformer_engine_saves(fp8: bool):
+def test_a_dense_block_keeps_what_transformer_engine_saves(fp8: bool, t: int):
     """Llama 3 70B at TP 4 with sequence parallelism. Per token, per rank: each fused norm's input, output (an FP8
     copy under FP8) and fp32 rsigma over the sequence shard; q, k, v at their own heads, the attention output and
     fp32 statistics per query head; the output projection's FP8 copy of its input; fc1's output kept by the fused
     SwiGLU; the SwiGLU output or fc2's FP8 copy of it. 33.5 units of hidden / tp bytes in BF16, 29.0 in FP8, where
-    transformers' blocks keep 47.5 in FP8."""
-    h, kv, ffn, heads, t = 8192, 8 * 128, 28672, 64, 4
+    transformers' blocks keep 47.5 in FP8. At TP 16, past its 8 key-value heads, each rank keeps a whole one
+    (Megatron-Core replicates them)."""
+    h, kv, ffn, heads = 8192, 8 * 128, 28672, 64
     assert (LLAMA_70B.hidden_size, LLAMA_70B.kv_size, LLAMA_70B.ffn_size, LLAMA_70B.num_heads) == (h, kv, ffn, heads)
     config = _engine(tensor_parallel=t, sequence_parallel=True, fp8=fp8)
     norm_output, copy = (1, 1) if fp8 else (2, 0)
     norms = 2 * ((2 + norm_output) * h + 4) / t
-    attention = ((2 * h + 2 * kv) * 2 + 4 * heads + copy * h) / t
+    attention = (2 * h * 2 + 4 * heads + copy * h) / t + 2 * kv * 2 / min(t, 8)
     mlp = (2 * ffn * 2 + ffn * (1 if fp8 else 2)) / t
     assert _block(LLAMA_70B, config, te=True) == pytest.approx(norms + attention + mlp, rel=1e-12)
+    if t == 16:
+        return
     units = _block(LLAMA_70B, config, te=True) / (h / t)
     assert units == pytest.approx(29.03 if fp8 else 33.53, abs=0.01)
     if fp8:
@@ -158,3 +162,12 @@ def test_the_note_names_the_blocks_counted():
         notes = " ".join(evaluate(spec, config, cluster, implementation="megatron-core").memory.notes)
         assert ("memory counted for Megatron-Core's Transformer Engine blocks" in notes) is counted
         assert ("its blocks may keep less" in notes) is not counted
+
+
+def test_an_moe_model_under_tensor_parallelism_without_sequence_parallelism_keeps_the_transformers_count():
+    """Megatron-Core trains MoE under tensor parallelism only with sequence parallelism (moe_layer.py refuses it):
+    without, nothing was read, and the transformers count stands."""
+    config = _engine(expert_parallel=8, tensor_parallel=2, sequence_parallel=False)
+    assert _block(QWEN3_30B, config, te=True) == _block(QWEN3_30B, config, te=False)
+    with_sp = config.model_copy(update={"sequence_parallel": True})
+    assert _block(QWEN3_30B, with_sp, te=True) < _block(QWEN3_30B, with_sp, te=False)

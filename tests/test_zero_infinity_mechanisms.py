@@ -56,7 +56,7 @@ def test_checkpoints_in_cpu_memory_cost_their_copies_both_ways_on_the_critical_p
 def test_checkpoints_in_cpu_memory_leave_the_gpu_one_blocks_and_fill_the_node():
     """The same switch in the memory estimate (planner/memory/stack_memory.py): the GPU keeps the checkpoint of the
     block in flight, not every block's, and the node's CPU memory holds them all: per rank layers x the block's
-    input, exactly (0.43 to 0.81 TB a node). The four rows that move them are estimated within their GPUs but the 1T (1.19x: one block's
+    input, exactly (0.43 to 0.81 TB a node). The four rows that move them are estimated within their GPUs but the 1T (1.06x: one block's
     recomputation and its gathered parameters, which ZeRO-Infinity's memory-centric tiling splits and the estimate
     does not); counted on the GPU they were 1.5x to 2.6x."""
     from benchmarks.memory.published_runs_fit import row_memory

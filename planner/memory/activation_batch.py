@@ -82,7 +82,7 @@ class ActivationTerms:
 def activation_terms(
     spec: ModelSpec, config: TrainingConfig, widths: Widths, stack: StackMemory = OURS
 ) -> ActivationTerms:
-    layout = ActivationShape.of(config)._replace(te_blocks=stack.te_blocks, fused_bias_gelu=stack.fused_bias_gelu)
+    layout = ActivationShape.of(config)._replace(te_blocks=stack.te_blocks, gelu_keeps_input=stack.gelu_keeps_input)
     kept, head, largest_block, layer_bytes = _per_token(spec, layout, widths)
     pp = config.pipeline_parallel
     on_cpu = in_flight = 0.0

@@ -101,7 +101,7 @@ class ActivationShape(NamedTuple):
     # state (gathered for its experts, weighted after them); only the experts' ffn-wide tensors split over tp.
     routes_every_token_per_tp_rank: bool = False
     te_blocks: bool = False  # the stack's blocks are Megatron-Core's with Transformer Engine (te_blocks.py)
-    fused_bias_gelu: bool = False  # the stack's GELU keeps its input alone (stack_memory.py)
+    gelu_keeps_input: bool = False  # the stack's GELU keeps its input alone (stack_memory.py)
 
     @classmethod
     def of(cls, config: TrainingConfig) -> ActivationShape:
@@ -195,8 +195,11 @@ def block_bytes(
     w = widths.compute
     h = spec.hidden_size
     te = layout.te_blocks and not cross_attention
-    if te and counts_te_blocks(spec, layout.context_parallel, layout.checkpointing, w, widths.autocast):
-        return te_block(spec, TeLayout(tp, layout.sequence_parallel, layout.fp8, w), layout.routed_load)
+    te_layout = TeLayout(tp, layout.sequence_parallel, layout.fp8, w)
+    if te and counts_te_blocks(
+        spec, te_layout, layout.checkpointing, cp=layout.context_parallel, autocast=widths.autocast
+    ):
+        return te_block(spec, te_layout, layout.routed_load)
 
     consumers = (traits.qkv_projections, traits.mlp_input_projections) + (0,) * max(traits.norms_per_block - 2, 0)
     hidden = sum(_norm_bytes(traits, widths, c) for c in consumers[: traits.norms_per_block]) * h
@@ -232,8 +235,9 @@ def _mlp_bytes(spec: ModelSpec, layout: ActivationShape, widths: Widths, traits:
     w, h = widths.compute, spec.hidden_size
     ffn = spec.expert_ffn_size if spec.is_moe and spec.expert_ffn_size else spec.ffn_size
     gated = spec.mlp_kind is MlpKind.GATED
-    fused_gelu = layout.fused_bias_gelu and not gated and spec.activation.startswith("gelu")
-    mlp_tensors = (3 if gated else 1) + (1 if fused_gelu else traits.activation_saved_tensors)
+    # Transformers' tanh GELU chains keep intermediates that a stack's native or fused GELU does not.
+    input_only = layout.gelu_keeps_input and not gated and spec.activation in ("gelu_new", "gelu_fast")
+    mlp_tensors = (3 if gated else 1) + (1 if input_only else traits.activation_saved_tensors)
     whole_per_tp_rank = 0.0
     mlp_width = widths.experts if spec.is_moe else w
     mlp: float = ffn * mlp_width * mlp_tensors

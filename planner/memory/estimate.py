@@ -35,7 +35,7 @@ from planner.memory.model_states import (
 from planner.memory.phases import TENSOR_CATEGORIES, StepPeak, step_peak
 from planner.memory.runtime import Runtime
 from planner.memory.stack_memory import DENSE_OVER_DATA_PARALLEL, OURS, StackMemory, moves_checkpoints_to_cpu
-from planner.memory.te_blocks import TE_BLOCKS_SOURCE, counts_te_blocks
+from planner.memory.te_blocks import TE_BLOCKS_SOURCE, TeLayout, counts_te_blocks
 from planner.models.spec import ModelSpec
 from planner.training_config import ActivationCheckpointing, GradientCompression, Offload, Strategy, TrainingConfig
 
@@ -256,8 +256,9 @@ def te_blocks_counted(spec: ModelSpec, config: TrainingConfig, stack: StackMemor
     if not stack.te_blocks:
         return False
     widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
-    cp, checkpointing = config.context_parallel, config.activation_checkpointing
-    return counts_te_blocks(spec, cp, checkpointing, widths.compute, widths.autocast)
+    layout = TeLayout(config.tensor_parallel, config.sequence_parallel, config.fp8, widths.compute)
+    checkpointing = config.activation_checkpointing
+    return counts_te_blocks(spec, layout, checkpointing, cp=config.context_parallel, autocast=widths.autocast)
 
 
 def _stack_sources(

@@ -141,7 +141,8 @@ def linear_params(
         dense_share = min(spec.dense_layers, spec.num_layers) / spec.num_layers
         dense_mlp = (3 if spec.mlp_kind is MlpKind.GATED else 2) * spec.hidden_size * spec.ffn_size
         held = experts / config.expert_parallel if include_experts else 0.0
-        per_block += (held - experts) + (dense_mlp - held) * dense_share
+        shared = sum(s.params for s in shapes[3:-2])  # between the attention's three and the experts' two
+        per_block += (held - experts) + (dense_mlp - held - shared) * dense_share  # no shared expert in dense blocks
     if is_enc_dec:
         cross = sum(s.params for s in block_linear_shapes(spec, cross_attention=True)[3:6])
         blocks = per_block * spec.num_layers + cross * spec.num_decoder_layers

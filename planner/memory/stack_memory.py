@@ -37,11 +37,13 @@ stack does differently is counted as that stack does it, each read in its code:
   its ZeRO on the expert-data-parallel group for all of them (backends/expert_parallel).
 - te_blocks: the blocks are Megatron-Core's with Transformer Engine, which keep fewer tensors than transformers'
   (te_blocks.py, read in their code).
-- fused_bias_gelu: a GELU MLP's activation keeps its input alone (and fc2 the GELU's output), where transformers'
-  tanh GELU (gelu_new) keeps its Python chain's intermediates too. Megatron-LM's GPT runs its fused bias-GELU by
-  default (`bias_gelu_fusion`, on unless --no-bias-gelu-fusion; `GeLUFunction.forward` saves input and bias:
-  megatron/model/fused_bias_gelu.py and arguments.py at e270f68a, April 2021), as Korthikanti et al. 2022 count
-  its MLP (19 sbh: its input, the GELU's input and output, a dropout mask).
+- gelu_keeps_input: a GELU MLP's activation keeps its input alone (and fc2 the GELU's output), where transformers'
+  tanh GELU (gelu_new, gelu_fast) keeps its Python chain's intermediates too. Megatron's GPT MLP runs its fused
+  bias-GELU by default (`GeLUFunction.forward` saves input and bias; --no-bias-gelu-fusion falls back to torch's
+  F.gelu, a native op that also keeps its input alone; only --openai-gelu, which none of its example scripts set,
+  would keep more): megatron/model/fused_bias_gelu.py, transformer.py and arguments.py at 2755bcb8 (June 2022,
+  Korthikanti et al.'s code) and e270f68a (April 2021); Korthikanti et al. 2022 count its MLP so (19 sbh). On in
+  the Megatron-LM, Megatron-Core, Megatron-DeepSpeed and DeepSpeed-with-Megatron-GPT presets.
 
 planner/throughput/implementation.py's presets say which each codebase runs (Implementation.stack_memory); ours
 is OURS: the eager loss, compiled under `--kernels compile`, checkpoints on the GPU.
@@ -67,7 +69,7 @@ class StackMemory:
     compiles_loss: bool = False
     shards_dense_over_data_parallel: bool = False
     te_blocks: bool = False
-    fused_bias_gelu: bool = False
+    gelu_keeps_input: bool = False
 
     def loss_kernel(self, spec: ModelSpec, config: TrainingConfig) -> LossKernel:
         """The kernel this config's cross-entropy runs with: fused where the stack compiles a decoder-only model's

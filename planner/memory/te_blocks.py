@@ -68,18 +68,20 @@ class TeLayout(NamedTuple):
 
 
 def counts_te_blocks(
-    spec: ModelSpec, context_parallel: int, checkpointing: ActivationCheckpointing, width: int, autocast: bool
+    spec: ModelSpec, layout: TeLayout, checkpointing: ActivationCheckpointing, *, cp: int, autocast: bool
 ) -> bool:
-    """Whether the readings above hold for this block and layout."""
+    """Whether the readings above hold for this block and layout (cp: context parallelism)."""
     return (
         spec.family is ModelFamily.DECODER_ONLY
         and not spec.is_mla
-        and width == 2
+        and layout.width == 2
         and not autocast
         and spec.hidden_dropout == 0
         and spec.attention_dropout == 0
-        and context_parallel == 1
+        and cp == 1
         and checkpointing in (ActivationCheckpointing.NONE, ActivationCheckpointing.FULL)
+        # Megatron-Core trains MoE under tensor parallelism only with sequence parallelism (moe_layer.py).
+        and not (spec.is_moe and layout.tensor_parallel > 1 and not layout.sequence_parallel)
     )
 
 

@@ -270,7 +270,7 @@ MEGATRON_LM = Implementation(
     True,
     False,
     overlaps_context_exchange=True,
-    memory=StackMemory(LossKernel.MEGATRON, fused_bias_gelu=True),
+    memory=StackMemory(LossKernel.MEGATRON, gelu_keeps_input=True),
     strategies=(Strategy.ENGINE,),
 )
 # Megatron-DeepSpeed's fused kernels with its attention dropout (p = 0.1, its default) after the fused softmax, the
@@ -283,7 +283,7 @@ MEGATRON_DEEPSPEED = Implementation(
     False,
     serial_pipeline_transfers=True,
     reduces_gradients_after_flush=True,
-    memory=StackMemory(LossKernel.MEGATRON),
+    memory=StackMemory(LossKernel.MEGATRON, gelu_keeps_input=True),
     strategies=(Strategy.ENGINE, Strategy.DEEPSPEED),
 )
 # The same code as MT-NLG (2021) and BigScience (2022) ran it, on DeepSpeed 0.5-0.6: a cost its runs measure and
@@ -294,8 +294,9 @@ MEGATRON_DEEPSPEED_2022 = replace(
     measured_shortfall=MEGATRON_DEEPSPEED_2022_SHORTFALL,
 )
 DEEPSPEED_ZERO3_2021 = Implementation(
-    "DeepSpeed ZeRO-3 as of 2021 (Megatron GPT model)", KernelStack.FUSED, False, True, strategies=(Strategy.DEEPSPEED,)
-)
+    "DeepSpeed ZeRO-3 as of 2021 (Megatron GPT model)", KernelStack.FUSED, False, True,
+    memory=StackMemory(gelu_keeps_input=True), strategies=(Strategy.DEEPSPEED,),
+)  # fmt: skip
 # torchtitan (FSDP2, its own Llama): eager, its RMSNorm and rotary are chains of small kernels as in transformers;
 # `--kernels compile` (torchtitan's --compile) fuses them. Collectives as llm-foundry's FSDP measured.
 # torchtitan puts cuDNN's attention first on every GPU since 6a3a9da95 (2025-10-09; sdpa_kernel with set_priority in

@@ -133,6 +133,7 @@ OTHER_STACK_MEMORY = (
     "stages (planner/memory/stack_memory.py) but the tensors transformers' modules keep in the blocks, which this "
     'stack may keep fewer of (its published runs: docs/accuracy.md, "Every published run, the same way")'
 )
+GELU_KEEPS_INPUT = "; a GELU's activation counted as this stack keeps it, its input alone (stack_memory.py)"
 # Megatron-Core's preset: its blocks are counted as Transformer Engine's keep them (read in its code, not traced).
 TE_STACK_MEMORY = (
     "; the memory estimate counts this stack's blocks as Megatron-Core's Transformer Engine layers keep them "
@@ -157,7 +158,7 @@ def fixed_sources(stack: KernelStack, implementation: Implementation, fp8: bool,
                 if implementation is OUR_STRATEGIES
                 else TE_STACK_MEMORY
                 if implementation.memory.te_blocks
-                else OTHER_STACK_MEMORY
+                else OTHER_STACK_MEMORY + (GELU_KEEPS_INPUT if implementation.memory.gelu_keeps_input else "")
             ),
             **(_FP8_SOURCES if fp8 else {}),
             **({"kernels": _KERNEL_NOTES[kernels]} if kernels is not KernelChoice.EAGER else {}),
