@@ -147,12 +147,15 @@ def test_expert_parallel_ranks_cast_only_their_own_experts():
         assert block_linears == 32 * (attention + experts * 3 * 4096 * 14336)
 
 
-@pytest.mark.parametrize("name", ["llama-4-maverick", "llama-4-scout", "mixtral-8x7b", "qwen3-30b-a3b"])
+@pytest.mark.parametrize(
+    "name", ["llama-4-maverick", "llama-4-scout", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "deepseek-v2-lite"]
+)
 def test_the_block_weights_cast_add_up_to_the_models_parameters(name: str):
     """What FP8 (or autocast) casts of the blocks, with the embeddings, is the model's parameter count (the catalog's,
     counted from its config.json on the meta device) within 0.2% (norms, routers and biases are not cast): Llama 4
     Maverick's dense blocks (every second one) hold a dense MLP, not 128 experts and a shared one (1.96x before
-    2026-11-29)."""
+    2026-11-29); DeepSeek's latent attention its five matrices (param_formula.py's count), not a plain attention's
+    (1.047x for DeepSeek-V3 before)."""
     spec = resolve_model(name)
     config = TrainingConfig(strategy="engine", precision="bf16-mixed")
     block_linears, _ = linear_params(spec, config, rank_params(spec, config), include_experts=True)

@@ -32,12 +32,26 @@ class LinearShape:
         return self.fan_in * self.fan_out * self.count
 
 
+def attention_shapes(spec: ModelSpec) -> list[LinearShape]:
+    """One attention's weight matrices: q, k and v, and the output; latent attention (DeepSeek's MLA) as
+    param_formula.py counts it: q through its q_lora_rank bottleneck (or one projection), the kv_lora_rank latent and
+    the shared rotary key, their expansion to every head's key and value, the output."""
+    h, heads, q_width = spec.hidden_size, spec.num_heads, spec.num_heads * spec.head_dim
+    if not spec.is_mla:
+        return [LinearShape(h, q_width), LinearShape(h, spec.kv_size, 2), LinearShape(q_width, h)]
+    bottleneck = spec.q_lora_rank
+    query = [LinearShape(h, bottleneck), LinearShape(bottleneck, q_width)] if bottleneck else [LinearShape(h, q_width)]
+    nope = spec.head_dim - spec.qk_rope_head_dim
+    latent = LinearShape(h, spec.kv_lora_rank + spec.qk_rope_head_dim)
+    expand = LinearShape(spec.kv_lora_rank, heads * (nope + spec.v_head_dim))
+    return [*query, latent, expand, LinearShape(heads * spec.v_head_dim, h)]
+
+
 def block_linear_shapes(spec: ModelSpec, cross_attention: bool = False) -> list[LinearShape]:
-    """The weight matrices of one transformer block."""
-    h, q_width, kv_width = spec.hidden_size, spec.num_heads * spec.head_dim, spec.kv_size
-    attention = [LinearShape(h, q_width), LinearShape(h, kv_width, 2), LinearShape(q_width, h)]
-    if cross_attention:
-        attention += [LinearShape(h, q_width), LinearShape(h, kv_width, 2), LinearShape(q_width, h)]
+    """The weight matrices of one transformer block: attention_shapes (twice with cross-attention), then a shared
+    expert's two if any, then the MLP's or experts' two."""
+    h = spec.hidden_size
+    attention = attention_shapes(spec) * (2 if cross_attention else 1)
     experts = max(spec.num_experts, 1)
     ffn = spec.expert_ffn_size if spec.is_moe and spec.expert_ffn_size else spec.ffn_size
     up_matrices = 2 if spec.mlp_kind is MlpKind.GATED else 1
@@ -141,10 +155,10 @@ def linear_params(
         dense_share = min(spec.dense_layers, spec.num_layers) / spec.num_layers
         dense_mlp = (3 if spec.mlp_kind is MlpKind.GATED else 2) * spec.hidden_size * spec.ffn_size
         held = experts / config.expert_parallel if include_experts else 0.0
-        shared = sum(s.params for s in shapes[3:-2])  # between the attention's three and the experts' two
+        shared = sum(s.params for s in shapes[len(attention_shapes(spec)) : -2])  # between attention and experts
         per_block += (held - experts) + (dense_mlp - held - shared) * dense_share  # no shared expert in dense blocks
     if is_enc_dec:
-        cross = sum(s.params for s in block_linear_shapes(spec, cross_attention=True)[3:6])
+        cross = sum(s.params for s in attention_shapes(spec))
         blocks = per_block * spec.num_layers + cross * spec.num_decoder_layers
         block_linears = int(blocks / pp / tp)
     else:
