@@ -63,14 +63,15 @@ def test_another_codebase_moves_the_speed_and_says_the_memory_is_counted_for_our
     blocks are counted as transformers' modules (traced), which another stack
     may keep fewer of (docs/accuracy.md, "Every published run, the same way"), and it says so in its notes and the
     implementation source; the default preset says nothing of it. Here the first of 8 pipeline stages, which holds
-    no loss, is the most loaded: the same total under Megatron-LM's preset. Megatron-Core's counts its Transformer
-    Engine blocks instead (tests/test_te_blocks.py), fewer bytes, and names them."""
+    no loss, is the most loaded: the same total under Megatron-DeepSpeed's preset. Megatron-Core's counts its
+    Transformer Engine blocks instead (tests/test_te_blocks.py), fewer bytes, and names them."""
     row = next(row for row in published_rows() if row["id"] == "megatron-bridge-llama3-70b-64-h100-fp8")
     spec, config, cluster = plan_inputs(row)
-    ours, theirs = evaluate(spec, config, cluster), evaluate(spec, config, cluster, implementation="megatron")
+    preset = "megatron-deepspeed"
+    ours, theirs = evaluate(spec, config, cluster), evaluate(spec, config, cluster, implementation=preset)
     assert theirs.memory.total == ours.memory.total
     assert not any("--implementation" in note for note in ours.memory.notes)
-    said = "--implementation megatron: memory counted for transformers' modules, with this stack's cross-entropy"
+    said = f"--implementation {preset}: memory counted for transformers' modules, with this stack's cross-entropy"
     assert f"{said} (megatron) and where it keeps" in " ".join(theirs.memory.notes)
     assert theirs.throughput is not None and ours.throughput is not None
     assert "may keep fewer" in theirs.throughput.sources["implementation"]
@@ -198,7 +199,12 @@ def test_a_hopper_native_attention_kernel_runs_the_attention_faster_on_hopper_on
     # --implementation megatron-core is Megatron-LM's mechanisms with both of Transformer Engine's switches.
     assert implementation_named("megatron-core") is MEGATRON_CORE
     te_memory = StackMemory(
-        LossKernel.MEGATRON, gelu_keeps_input=True, shards_dense_over_data_parallel=True, te_blocks=True
+        LossKernel.MEGATRON,
+        gelu_keeps_input=True,
+        fp32_gradient_buffer=True,
+        shards_dense_over_data_parallel=True,
+        fp8_weights=True,
+        te_blocks=True,
     )
     assert MEGATRON_CORE == dataclasses.replace(
         native, name=MEGATRON_CORE.name, overlaps_tensor_parallel_comm=True, memory=te_memory

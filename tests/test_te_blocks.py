@@ -17,7 +17,8 @@ import pytest
 from planner.evaluate import memory_on
 from planner.hardware.cluster import make_cluster
 from planner.memory.activations import ActivationShape, activation_widths, block_bytes
-from planner.memory.rank_params import rank_params
+from planner.memory.model_states import StackStates, model_state_bytes
+from planner.memory.rank_params import linear_params, rank_params
 from planner.models.resolve import resolve_model
 from planner.throughput.implementation import MEGATRON_CORE
 from planner.training_config import ActivationCheckpointing, TrainingConfig
@@ -171,3 +172,34 @@ def test_an_moe_model_under_tensor_parallelism_without_sequence_parallelism_keep
     assert _block(QWEN3_30B, config, te=True) == _block(QWEN3_30B, config, te=False)
     with_sp = config.model_copy(update={"sequence_parallel": True})
     assert _block(QWEN3_30B, with_sp, te=True) < _block(QWEN3_30B, with_sp, te=False)
+
+
+def test_megatrons_gradients_accumulate_in_an_fp32_buffer_and_its_fp8_weights_replace_the_16_bit_ones():
+    """Megatron-LM's command line (bf16) and Megatron-Bridge's mixed-precision configs reduce gradients in fp32: one
+    4-byte buffer a parameter as ZeRO-1 keeps it, from the first backward, which the optimizer steps from (no fp32
+    copy beside it), where our engine keeps 16-bit gradients and an fp32 copy of its partition. Megatron-Bridge's
+    FP8 configs keep the block weights in FP8 with their transposes (fp8_param_gather) instead of casting 16-bit
+    ones: the buffers hold no FP8 copies beside the parameters. Llama 3 70B at TP 4, PP 8, DP 2 (the Bridge row)."""
+    from benchmarks.accuracy.validate_published_runs import plan_inputs, published_rows
+
+    row = next(row for row in published_rows() if row["id"] == "megatron-bridge-llama3-70b-64-h100-fp8")
+    spec, config, cluster = plan_inputs(row)
+    params, dp = rank_params(spec, config), config.data_parallel_size(cluster.world_size)
+    assert dp == 2
+    core = memory_on(spec, config, cluster, stack=MEGATRON_CORE.stack_memory()).per_gpu_bytes
+    ours = memory_on(spec, config, cluster).per_gpu_bytes
+    # At the peak (backward's start) the gradients accumulated so far: fp32 in the buffer, 16-bit in ours.
+    assert (core["gradients"], ours["gradients"]) == pytest.approx((4 * params.total, 2 * params.total), rel=1e-9)
+    # At the step: the buffer alone, against ours' 16-bit gradients and fp32 copy of the partition.
+    at_step = [
+        model_state_bytes(params, config, dp, 8, spec.hidden_size, stack=StackStates(fp32_gradient_buffer=flag))
+        for flag in (True, False)
+    ]
+    assert at_step[0].gradients == pytest.approx(4 * params.total, rel=1e-9)
+    assert at_step[1].gradients == pytest.approx(2 * params.total + 4 * params.total / dp, rel=1e-9)
+    block_linears, _ = linear_params(spec, config, params, include_experts=True)
+    assert ours["buffers"] - core["buffers"] == pytest.approx(2 * block_linears, rel=1e-9)
+    sources = memory_on(spec, config, cluster, stack=MEGATRON_CORE.stack_memory()).sources
+    assert "one fp32 buffer the optimizer steps from" in sources["gradients"]
+    assert "kept in FP8 with their transposes" in sources["buffers"]
+    assert "fp32 buffer" not in memory_on(spec, config, cluster).sources["gradients"]

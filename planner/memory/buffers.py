@@ -68,6 +68,7 @@ def estimate_buffers(
     runtime: Runtime = Runtime.CUDA,
     *,
     gpus_per_node: int = 1,
+    fp8_weights: bool = False,
 ) -> Buffers:
     if config.strategy is Strategy.DDP:
         buffers = _ddp_buffers(spec, config, params, dp, runtime)
@@ -77,6 +78,9 @@ def estimate_buffers(
         buffers = _zero_buffers(spec, config, params, dp)
         if config.zeropp:
             buffers = _with_secondary_partition(config, params, buffers, dp, gpus_per_node)
+    if config.fp8 and fp8_weights:  # the FP8 weight and its transpose in place of the 16-bit one: 2 bytes either way
+        note = "; ".join(filter(None, [buffers.note, "FP8: each block weight kept in FP8 with its transpose"]))
+        return Buffers(buffers.during_forward, buffers.during_backward, buffers.during_step, note, buffers.at_reduction)
     return _with_fp8_weights(spec, config, params, buffers, dp) if config.fp8 else buffers
 
 

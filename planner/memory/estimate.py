@@ -34,10 +34,24 @@ from planner.memory.model_states import (
 )
 from planner.memory.phases import TENSOR_CATEGORIES, StepPeak, step_peak
 from planner.memory.runtime import Runtime
-from planner.memory.stack_memory import DENSE_OVER_DATA_PARALLEL, OURS, StackMemory, moves_checkpoints_to_cpu
+from planner.memory.stack_memory import (
+    DENSE_OVER_DATA_PARALLEL,
+    FP8_WEIGHTS,
+    FP32_GRADIENT_BUFFER,
+    OURS,
+    StackMemory,
+    moves_checkpoints_to_cpu,
+)
 from planner.memory.te_blocks import TE_BLOCKS_SOURCE, TeLayout, counts_te_blocks
 from planner.models.spec import ModelSpec
-from planner.training_config import ActivationCheckpointing, GradientCompression, Offload, Strategy, TrainingConfig
+from planner.training_config import (
+    ActivationCheckpointing,
+    GradientCompression,
+    Offload,
+    Precision,
+    Strategy,
+    TrainingConfig,
+)
 
 GIB = 2**30
 # The offloaded states of a device whose memory is the host's: in per_gpu_bytes only there, and only when non-zero.
@@ -270,6 +284,11 @@ def _stack_sources(
     split_experts = config.strategy is Strategy.ENGINE and config.expert_parallel > 1 and config.zero_stage >= 1
     if stack.shards_dense_over_data_parallel and split_experts and not config.lora_rank:
         sources["optimizer_states"] += f"; {DENSE_OVER_DATA_PARALLEL}"
+    engine_16_bit = config.strategy is Strategy.ENGINE and config.precision in (Precision.BF16_MIXED, Precision.BF16)
+    if stack.fp32_gradient_buffer and engine_16_bit:
+        sources["gradients"] += "; " + FP32_GRADIENT_BUFFER
+    if stack.fp8_weights and config.fp8:
+        sources["buffers"] += "; " + FP8_WEIGHTS
 
 
 def _sources(

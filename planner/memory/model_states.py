@@ -33,6 +33,7 @@ stage 3 also the 16-bit parameters.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from planner.memory.rank_params import QLORA_BYTES_PER_PARAM, RankParams
 from planner.memory.runtime import Runtime
@@ -56,6 +57,14 @@ class ShardDegrees:
     parameters: int
     gradients: int
     optimizer: float  # a dense/expert mix under Megatron-Core's distributed optimizer (_dense_over_data_parallel)
+
+
+class StackStates(NamedTuple):
+    """What the training stack decides of the model states (stack_memory.py's fields of the same meaning)."""
+
+    dense_over_data_parallel: bool = False  # MoE: dense states over every dp rank, experts' over dp / ep
+    fp32_gradient_buffer: bool = False  # 16-bit training: gradients accumulated and reduced in an fp32 buffer
+    fp8_weights: bool = False  # under FP8 the block weights are kept in FP8, not beside a 16-bit copy
 
 
 @dataclass
@@ -145,16 +154,14 @@ def model_state_bytes(
     gpus_per_node: int,
     hidden_size: int,
     runtime: Runtime = Runtime.CUDA,
-    dense_over_data_parallel: bool = False,
+    stack: StackStates = StackStates(),
 ) -> ModelStates:
-    """dense_over_data_parallel: the stack shards the non-expert parameters' states over every data-parallel rank
-    and only the experts' over the expert-data-parallel group (stack_memory.py); our engine shards all of them
-    over the expert-data-parallel group."""
+    """stack: what the training stack decides of the model states beyond the strategy (stack_memory.py)."""
     precision = config.precision
     native = uses_native_mixed_precision(config)
     shards = shard_degrees(config, dp, gpus_per_node)
     split_experts = config.strategy is Strategy.ENGINE and config.expert_parallel > 1 and config.zero_stage >= 1
-    if dense_over_data_parallel and split_experts and params.trainable == params.total:  # not told apart under LoRA
+    if stack.dense_over_data_parallel and split_experts and params.trainable == params.total:  # LoRA: not told apart
         shards = _dense_over_data_parallel(shards, params, dp * config.context_parallel)
     lora = config.lora_rank > 0
 
@@ -184,6 +191,8 @@ def model_state_bytes(
         weight_width, grad_width, master_width, state_width = 2, 2, 4, 4
     # DeepSpeed and our engine also keep an fp32 copy of the gradient partition.
     fp32_grad_width = 4 if master_width else 0
+    if stack.fp32_gradient_buffer and engine and precision in (Precision.BF16_MIXED, Precision.BF16):
+        grad_width, fp32_grad_width = 4, 0  # the fp32 buffer is the optimizer's gradient: no copy beside it
 
     trainable = params.trainable
     if lora:

@@ -26,7 +26,7 @@ from planner.config_key import config_key_without_batch
 from planner.memory.activation_batch import ActivationTerms, activation_terms, activations_at
 from planner.memory.activations import Widths, activation_widths
 from planner.memory.buffers import Buffers, estimate_buffers
-from planner.memory.model_states import ModelStates, model_state_bytes, uses_native_mixed_precision
+from planner.memory.model_states import ModelStates, StackStates, model_state_bytes, uses_native_mixed_precision
 from planner.memory.rank_params import RankParams, rank_params
 from planner.memory.runtime import Runtime
 from planner.memory.spec_cache import MAX_SPECS
@@ -151,7 +151,7 @@ class _BatchIndependent:
 
 
 def _batch_independent(
-    spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime, dense_over_dp: bool
+    spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime, stack_states: StackStates
 ):
     # The key covers every field model_state_bytes, estimate_buffers and the widths read;
     # buffers read the batch only under pipelining (send/receive buffers).
@@ -176,11 +176,11 @@ def _batch_independent(
         dp,
         gpus_per_node,
         runtime,
-        dense_over_dp,
+        stack_states,
     )
     key = (*layout, config.activation_checkpointing, *batch)
     return _cached(
-        spec, key, lambda: _build_batch_independent(spec, config, dp, gpus_per_node, runtime, layout, dense_over_dp)
+        spec, key, lambda: _build_batch_independent(spec, config, dp, gpus_per_node, runtime, layout, stack_states)
     )
 
 
@@ -191,26 +191,26 @@ def _build_batch_independent(
     gpus_per_node: int,
     runtime: Runtime,
     layout: tuple,
-    dense_over_dp: bool,
+    stack_states: StackStates,
 ) -> _BatchIndependent:
     params, states = _cached(
-        spec, ("states", *layout), lambda: _model_states(spec, config, dp, gpus_per_node, runtime, dense_over_dp)
+        spec, ("states", *layout), lambda: _model_states(spec, config, dp, gpus_per_node, runtime, stack_states)
     )
-    buffers = estimate_buffers(spec, config, params, dp, runtime, gpus_per_node=gpus_per_node)
+    buffers = estimate_buffers(
+        spec, config, params, dp, runtime, gpus_per_node=gpus_per_node, fp8_weights=stack_states.fp8_weights
+    )
     widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
     notes = [*states.notes, *([buffers.note] if buffers.note else [])]
     return _BatchIndependent(states, buffers, widths, _tied_head_gradient(spec, config), notes)
 
 
 def _model_states(
-    spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime, dense_over_dp: bool
+    spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime, stack_states: StackStates
 ) -> tuple[RankParams, ModelStates]:
     """The rank's parameters and model states, shared by a layout's checkpointing levels and micro-batches:
     neither reads them (a first search builds them once per layout and precision, not once per level)."""
     params = rank_params(spec, config)
-    return params, model_state_bytes(
-        params, config, dp, gpus_per_node, spec.hidden_size, runtime, dense_over_data_parallel=dense_over_dp
-    )
+    return params, model_state_bytes(params, config, dp, gpus_per_node, spec.hidden_size, runtime, stack=stack_states)
 
 
 _PEAKS: dict[tuple, tuple[ModelSpec, BatchPeaks]] = {}
@@ -238,11 +238,13 @@ class _Line:
         self.spec, self.config, self.gpus_per_node, self.runtime = spec, config, gpus_per_node, runtime
         self.dp = config.data_parallel_size(world_size)
         self.pipelined = config.pipeline_parallel > 1
-        self.dense_over_dp = stack.shards_dense_over_data_parallel  # the dense states over every dp rank (MoE)
+        self.stack_states = StackStates(
+            stack.shards_dense_over_data_parallel, stack.fp32_gradient_buffer, stack.fp8_weights
+        )
         # Under pipelining the buffers read the micro-batch: the parts are found per micro-batch (_fixed_parts).
         self.fixed: _BatchIndependent | None = None
         if not self.pipelined:
-            self.fixed = _batch_independent(spec, config, self.dp, gpus_per_node, runtime, self.dense_over_dp)
+            self.fixed = _batch_independent(spec, config, self.dp, gpus_per_node, runtime, self.stack_states)
         self.by_micro: dict[int, _BatchIndependent] = {}
         widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
         self.terms: ActivationTerms = activation_terms(spec, config, widths, stack)
@@ -261,7 +263,7 @@ class _Line:
             if fixed is None:
                 config = self.config.model_copy(update={"micro_batch": micro_batch})
                 fixed = _batch_independent(
-                    self.spec, config, self.dp, self.gpus_per_node, self.runtime, self.dense_over_dp
+                    self.spec, config, self.dp, self.gpus_per_node, self.runtime, self.stack_states
                 )
                 self.by_micro[micro_batch] = fixed
         return fixed

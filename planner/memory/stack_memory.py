@@ -35,6 +35,18 @@ stack does differently is counted as that stack does it, each read in its code:
   builds one optimizer for the dense parameters over the data-parallel (x context-parallel) group and one for the
   experts over the expert-data-parallel group (megatron/core/optimizer/__init__.py at d98e8a64). Our engine runs
   its ZeRO on the expert-data-parallel group for all of them (backends/expert_parallel).
+- fp32_gradient_buffer: in 16-bit training, the gradients accumulate and reduce in one fp32 buffer, 4 bytes a
+  parameter as ZeRO-1 keeps them, which the optimizer steps from (its fp32 main gradients are views of it: no copy
+  beside). Megatron-LM's command line sets it for bf16 (`accumulate_allreduce_grads_in_fp32`, megatron/arguments.py
+  at 2755bcb8, megatron/training/arguments.py at d98e8a64; the buffer's dtype, megatron/core/distributed/
+  param_and_grad_buffer.py), as Megatron-Bridge's mixed-precision configs do (`grad_reduce_in_fp32 = True`,
+  MixedPrecisionConfig's default and bf16_mixed's, src/megatron/bridge/training/mixed_precision.py at 067f987d).
+  Our engine keeps 16-bit gradients and an fp32 copy of its partition (model_states.py).
+- fp8_weights: under FP8, the block weights are kept in FP8 (with their transposes) instead of beside a 16-bit copy
+  the FP8 casts come from: 2 bytes a block weight either way, where a stack that casts keeps 4 (buffers.py).
+  Megatron-Bridge's FP8 and MXFP8 configs set `fp8_param_gather = True` (bf16_with_fp8_current_scaling_mixed and
+  bf16_with_mxfp8_mixed, training/mixed_precision.py at 067f987d, the ones scripts/performance/utils/precision.py
+  picks), which keeps Megatron-Core's compute parameters in FP8.
 - te_blocks: the blocks are Megatron-Core's with Transformer Engine, which keep fewer tensors than transformers'
   (te_blocks.py, read in their code).
 - gelu_keeps_input: a GELU MLP's activation keeps its input alone (and fc2 the GELU's output), where transformers'
@@ -68,6 +80,8 @@ class StackMemory:
     unsharded_stage_under_pp: bool = False
     compiles_loss: bool = False
     shards_dense_over_data_parallel: bool = False
+    fp32_gradient_buffer: bool = False
+    fp8_weights: bool = False
     te_blocks: bool = False
     gelu_keeps_input: bool = False
 
@@ -80,6 +94,15 @@ class StackMemory:
 
 OURS = StackMemory(compiles_loss=True)
 
+# The gradients' and the buffers' sources where fp32_gradient_buffer and fp8_weights apply (estimate.py).
+FP32_GRADIENT_BUFFER = (
+    "accumulated and reduced in one fp32 buffer the optimizer steps from, as Megatron keeps them (read in its code: "
+    "planner/memory/stack_memory.py)"
+)
+FP8_WEIGHTS = (
+    "the block weights kept in FP8 with their transposes, no 16-bit copy beside, as Megatron-Bridge's FP8 configs "
+    "keep them (fp8_param_gather: planner/memory/stack_memory.py)"
+)
 # The optimizer states' source where shards_dense_over_data_parallel applies (planner/memory/estimate.py).
 DENSE_OVER_DATA_PARALLEL = (
     "the dense parameters' states over every data-parallel rank, the experts' over the expert-data-parallel group, "

@@ -270,7 +270,7 @@ MEGATRON_LM = Implementation(
     True,
     False,
     overlaps_context_exchange=True,
-    memory=StackMemory(LossKernel.MEGATRON, gelu_keeps_input=True),
+    memory=StackMemory(LossKernel.MEGATRON, gelu_keeps_input=True, fp32_gradient_buffer=True),
     strategies=(Strategy.ENGINE,),
 )
 # Megatron-DeepSpeed's fused kernels with its attention dropout (p = 0.1, its default) after the fused softmax, the
@@ -334,7 +334,7 @@ MEGATRON_CORE = replace(
     name="Megatron-Core with Transformer Engine (TP communication overlap, Hopper-native attention)",
     overlaps_tensor_parallel_comm=True,
     hopper_native_attention=True,
-    memory=replace(MEGATRON_LM.memory, shards_dense_over_data_parallel=True, te_blocks=True),
+    memory=replace(MEGATRON_LM.memory, shards_dense_over_data_parallel=True, te_blocks=True, fp8_weights=True),
 )
 
 IMPLEMENTATIONS = {

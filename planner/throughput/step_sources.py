@@ -139,8 +139,8 @@ TE_STACK_MEMORY = (
     "; the memory estimate counts this stack's blocks as Megatron-Core's Transformer Engine layers keep them "
     "(planner/memory/te_blocks.py, read in its code, not traced; as transformers' modules keep them where that "
     "reading does not reach: context parallelism, selective or op-level recomputation, latent attention, dropout, "
-    "encoders), its distributed optimizer's dense and expert sharding and its cross-entropy kernel "
-    "(planner/memory/stack_memory.py)"
+    "encoders), its distributed optimizer's dense and expert sharding, its fp32 gradient buffer, its FP8 weights and "
+    "its cross-entropy kernel (planner/memory/stack_memory.py)"
 )
 
 
