@@ -201,7 +201,7 @@ def test_a_hopper_native_attention_kernel_runs_the_attention_faster_on_hopper_on
     te_memory = StackMemory(
         LossKernel.MEGATRON,
         gelu_keeps_input=True,
-        fp32_gradient_buffer=True,
+        gradient_buffer=True,
         shards_dense_over_data_parallel=True,
         fp8_weights=True,
         te_blocks=True,

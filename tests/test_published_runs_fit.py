@@ -53,7 +53,7 @@ def test_megatron_bridge_runs_fit_with_megatron_cores_blocks_but_the_one_under_c
         ratios = list(fits[stack].ratios.values())
         assert all(ratio <= 1.0 for ratio in ratios) and max(ratios) > 0.6, stack
     # The rows Megatron's GELU moved: 1.03x, 0.93x and 1.01x with transformers' tanh GELU (0.83x, 0.76x and 0.79x
-    # with it and the fp32 gradient buffer).
+    # with it and the gradient buffer).
     megatron = fits["Megatron-LM 3-D (TP x PP x DP)"].ratios
     weak = fits["Megatron-Core r0.8.0 as NVIDIA benchmarked it (TP with sequence parallelism, BF16), H100"].ratios
     moved = (megatron["megatron-2022-1t-sp-selective"], megatron["megatron-2022-530b-sp-selective"])

@@ -27,7 +27,9 @@ from planner.memory.loss_kernels import LOSS_TEMPORARIES, LossKernel
 from planner.memory.model_states import (
     BF16_RUNS_MIXED,
     SINGLE_TENSOR_ADAM_TEMPORARIES,
+    StackStates,
     host_step_temporary_applies,
+    megatron_gradient_buffer,
     runs_bf16_as_mixed,
     step_temporary_source,
     uses_native_mixed_precision,
@@ -284,8 +286,8 @@ def _stack_sources(
     split_experts = config.strategy is Strategy.ENGINE and config.expert_parallel > 1 and config.zero_stage >= 1
     if stack.shards_dense_over_data_parallel and split_experts and not config.lora_rank:
         sources["optimizer_states"] += f"; {DENSE_OVER_DATA_PARALLEL}"
-    engine_16_bit = config.strategy is Strategy.ENGINE and config.precision in (Precision.BF16_MIXED, Precision.BF16)
-    if stack.fp32_gradient_buffer and engine_16_bit:
+    bf16 = config.precision in (Precision.BF16_MIXED, Precision.BF16)
+    if megatron_gradient_buffer(config, StackStates(gradient_buffer=stack.gradient_buffer)) and bf16:
         sources["gradients"] += "; " + FP32_GRADIENT_BUFFER
     if stack.fp8_weights and config.fp8:
         sources["buffers"] += "; " + FP8_WEIGHTS

@@ -63,7 +63,7 @@ class StackStates(NamedTuple):
     """What the training stack decides of the model states (stack_memory.py's fields of the same meaning)."""
 
     dense_over_data_parallel: bool = False  # MoE: dense states over every dp rank, experts' over dp / ep
-    fp32_gradient_buffer: bool = False  # 16-bit training: gradients accumulated and reduced in an fp32 buffer
+    gradient_buffer: bool = False  # Megatron's gradient buffer: held whole from wrapping, fp32 under bf16
     fp8_weights: bool = False  # under FP8 the block weights are kept in FP8, not beside a 16-bit copy
 
 
@@ -120,6 +120,12 @@ def shard_degrees(config: TrainingConfig, dp: int, gpus_per_node: int) -> ShardD
         gradients=dp if stage >= 2 else 1,
         optimizer=dp if stage >= 1 else 1,
     )
+
+
+def megatron_gradient_buffer(config: TrainingConfig, stack: StackStates) -> bool:
+    """Whether Megatron's gradient buffer is counted: its stack, on our engine's layouts that are Megatron's own
+    (ZeRO-0, DDP, and ZeRO-1, its distributed optimizer); under ZeRO-2/3 the engine's sharding is counted."""
+    return stack.gradient_buffer and config.strategy is Strategy.ENGINE and config.zero_stage <= 1
 
 
 def _dense_over_data_parallel(shards: ShardDegrees, params: RankParams, ranks: int) -> ShardDegrees:
@@ -191,7 +197,9 @@ def model_state_bytes(
         weight_width, grad_width, master_width, state_width = 2, 2, 4, 4
     # DeepSpeed and our engine also keep an fp32 copy of the gradient partition.
     fp32_grad_width = 4 if master_width else 0
-    if stack.fp32_gradient_buffer and engine and precision in (Precision.BF16_MIXED, Precision.BF16):
+    # Megatron's gradient buffer (stack_memory.py) under the layouts Megatron runs: DDP and its distributed optimizer.
+    buffer = megatron_gradient_buffer(config, stack)
+    if buffer and precision in (Precision.BF16_MIXED, Precision.BF16):
         grad_width, fp32_grad_width = 4, 0  # the fp32 buffer is the optimizer's gradient: no copy beside it
 
     trainable = params.trainable
@@ -218,7 +226,8 @@ def model_state_bytes(
         gradients=grads16 + fp32_grads,
         optimizer_states=optimizer,
         backward_gradients=grads16,
-        step_temporary=_step_temporary(config, params, shards, fp32_partition, state_width, runtime),
+        # Megatron's fused Adam (Transformer Engine's or apex's) steps in place (stack_memory.py).
+        step_temporary=0.0 if buffer else _step_temporary(config, params, shards, fp32_partition, state_width, runtime),
     )
     _apply_offload(states, config, grads16, fp32_grads)
     states.cpu += host_step_temporary(config, params, shards, state_width, runtime)

@@ -26,7 +26,13 @@ from planner.config_key import config_key_without_batch
 from planner.memory.activation_batch import ActivationTerms, activation_terms, activations_at
 from planner.memory.activations import Widths, activation_widths
 from planner.memory.buffers import Buffers, estimate_buffers
-from planner.memory.model_states import ModelStates, StackStates, model_state_bytes, uses_native_mixed_precision
+from planner.memory.model_states import (
+    ModelStates,
+    StackStates,
+    megatron_gradient_buffer,
+    model_state_bytes,
+    uses_native_mixed_precision,
+)
 from planner.memory.rank_params import RankParams, rank_params
 from planner.memory.runtime import Runtime
 from planner.memory.spec_cache import MAX_SPECS
@@ -238,9 +244,7 @@ class _Line:
         self.spec, self.config, self.gpus_per_node, self.runtime = spec, config, gpus_per_node, runtime
         self.dp = config.data_parallel_size(world_size)
         self.pipelined = config.pipeline_parallel > 1
-        self.stack_states = StackStates(
-            stack.shards_dense_over_data_parallel, stack.fp32_gradient_buffer, stack.fp8_weights
-        )
+        self.stack_states = StackStates(stack.shards_dense_over_data_parallel, stack.gradient_buffer, stack.fp8_weights)
         # Under pipelining the buffers read the micro-batch: the parts are found per micro-batch (_fixed_parts).
         self.fixed: _BatchIndependent | None = None
         if not self.pipelined:
@@ -274,7 +278,9 @@ class _Line:
         acts = activations_at(self.terms, micro_batch, accum)
         fixed = states.parameters + states.optimizer_states
         # Between micro-batches the gradients accumulate sharded, or whole in the unsharded stage (stack_memory.py).
-        accumulated = states.backward_gradients if accum > 1 and not self.unsharded_stage else 0.0
+        # Megatron's gradient buffer is allocated once, at wrapping, and held from the first forward (stack_memory.py).
+        held_from_start = accum > 1 or megatron_gradient_buffer(self.config, self.stack_states)
+        accumulated = states.backward_gradients if held_from_start and not self.unsharded_stage else 0.0
         recompute = acts.recompute + head_grad if acts.recompute else 0.0
         held = fixed + accumulated + acts.activations + self.unsharded_stage
         # Totals at each moment; backward-start first, so that it wins ties.

@@ -35,9 +35,15 @@ stack does differently is counted as that stack does it, each read in its code:
   builds one optimizer for the dense parameters over the data-parallel (x context-parallel) group and one for the
   experts over the expert-data-parallel group (megatron/core/optimizer/__init__.py at d98e8a64). Our engine runs
   its ZeRO on the expert-data-parallel group for all of them (backends/expert_parallel).
-- fp32_gradient_buffer: in 16-bit training, the gradients accumulate and reduce in one fp32 buffer, 4 bytes a
-  parameter as ZeRO-1 keeps them, which the optimizer steps from (its fp32 main gradients are views of it: no copy
-  beside). Megatron-LM's command line sets it for bf16 (`accumulate_allreduce_grads_in_fp32`, megatron/arguments.py
+- gradient_buffer: Megatron's gradients live in one contiguous buffer, allocated when the model is wrapped and
+  zeroed each step, so held from the first forward whatever the accumulation, and never sharded (its distributed
+  optimizer shards the optimizer's states alone; param_and_grad_buffer.py); in bf16 training the buffer is fp32, 4
+  bytes a parameter, which the optimizer steps from (its fp32 main gradients are views of it: no copy beside); and
+  its Adam is fused (Transformer Engine's FusedAdam, else apex's: megatron/core/optimizer/__init__.py), stepping in
+  place. Megatron's own table (docs/user-guide/features/dist_optimizer.md at d98e8a64): bf16 parameters with fp32
+  gradients 18 bytes a parameter, 6 + 12/d distributed; fp16 with fp16 gradients 20, 4 + 16/d. Counted on the
+  layouts Megatron runs (ZeRO-0 and ZeRO-1, model_states.megatron_gradient_buffer); a preset used for a ZeRO-3 run
+  keeps the engine's sharding there. Megatron-LM's command line sets it for bf16 (`accumulate_allreduce_grads_in_fp32`, megatron/arguments.py
   at 2755bcb8, megatron/training/arguments.py at d98e8a64; the buffer's dtype, megatron/core/distributed/
   param_and_grad_buffer.py), as Megatron-Bridge's mixed-precision configs do (`grad_reduce_in_fp32 = True`,
   MixedPrecisionConfig's default and bf16_mixed's, src/megatron/bridge/training/mixed_precision.py at 067f987d).
@@ -46,7 +52,8 @@ stack does differently is counted as that stack does it, each read in its code:
   the FP8 casts come from: 2 bytes a block weight either way, where a stack that casts keeps 4 (buffers.py).
   Megatron-Bridge's FP8 and MXFP8 configs set `fp8_param_gather = True` (bf16_with_fp8_current_scaling_mixed and
   bf16_with_mxfp8_mixed, training/mixed_precision.py at 067f987d, the ones scripts/performance/utils/precision.py
-  picks), which keeps Megatron-Core's compute parameters in FP8.
+  picks), which keeps Megatron-Core's compute parameters in FP8: an assumption taken from those recipes for every
+  megatron-core FP8 plan (Megatron-LM's --fp8-param-gather is off by default, Bridge's blockwise config too).
 - te_blocks: the blocks are Megatron-Core's with Transformer Engine, which keep fewer tensors than transformers'
   (te_blocks.py, read in their code).
 - gelu_keeps_input: a GELU MLP's activation keeps its input alone (and fc2 the GELU's output), where transformers'
@@ -80,7 +87,7 @@ class StackMemory:
     unsharded_stage_under_pp: bool = False
     compiles_loss: bool = False
     shards_dense_over_data_parallel: bool = False
-    fp32_gradient_buffer: bool = False
+    gradient_buffer: bool = False
     fp8_weights: bool = False
     te_blocks: bool = False
     gelu_keeps_input: bool = False
@@ -94,14 +101,14 @@ class StackMemory:
 
 OURS = StackMemory(compiles_loss=True)
 
-# The gradients' and the buffers' sources where fp32_gradient_buffer and fp8_weights apply (estimate.py).
+# The gradients' and the buffers' sources where gradient_buffer and fp8_weights apply (estimate.py).
 FP32_GRADIENT_BUFFER = (
     "accumulated and reduced in one fp32 buffer the optimizer steps from, as Megatron keeps them (read in its code: "
     "planner/memory/stack_memory.py)"
 )
 FP8_WEIGHTS = (
-    "the block weights kept in FP8 with their transposes, no 16-bit copy beside, as Megatron-Bridge's FP8 configs "
-    "keep them (fp8_param_gather: planner/memory/stack_memory.py)"
+    "the block weights kept in FP8 with their transposes, no 16-bit copy beside, as Megatron-Bridge's FP8 performance "
+    "recipes keep them (fp8_param_gather, assumed for every megatron-core FP8 plan: planner/memory/stack_memory.py)"
 )
 # The optimizer states' source where shards_dense_over_data_parallel applies (planner/memory/estimate.py).
 DENSE_OVER_DATA_PARALLEL = (

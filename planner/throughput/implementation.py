@@ -270,7 +270,7 @@ MEGATRON_LM = Implementation(
     True,
     False,
     overlaps_context_exchange=True,
-    memory=StackMemory(LossKernel.MEGATRON, gelu_keeps_input=True, fp32_gradient_buffer=True),
+    memory=StackMemory(LossKernel.MEGATRON, gelu_keeps_input=True, gradient_buffer=True),
     strategies=(Strategy.ENGINE,),
 )
 # Megatron-DeepSpeed's fused kernels with its attention dropout (p = 0.1, its default) after the fused softmax, the
