@@ -17,8 +17,9 @@ import pytest
 from planner.evaluate import memory_on
 from planner.hardware.cluster import make_cluster
 from planner.memory.activations import ActivationShape, activation_widths, block_bytes
-from planner.memory.model_states import StackStates, model_state_bytes
+from planner.memory.model_states import model_state_bytes
 from planner.memory.rank_params import linear_params, rank_params
+from planner.memory.stack_memory import StackMemory
 from planner.models.resolve import resolve_model
 from planner.throughput.implementation import MEGATRON_CORE
 from planner.training_config import ActivationCheckpointing, TrainingConfig
@@ -193,7 +194,7 @@ def test_megatrons_gradients_accumulate_in_an_fp32_buffer_and_its_fp8_weights_re
     assert (core["gradients"], ours["gradients"]) == pytest.approx((4 * params.total, 2 * params.total), rel=1e-9)
     # At the step: the buffer alone, against ours' 16-bit gradients and fp32 copy of the partition.
     at_step = [
-        model_state_bytes(params, config, dp, 8, spec.hidden_size, stack=StackStates(gradient_buffer=flag))
+        model_state_bytes(params, config, dp, 8, spec.hidden_size, stack=StackMemory(gradient_buffer=flag))
         for flag in (True, False)
     ]
     assert at_step[0].gradients == pytest.approx(4 * params.total, rel=1e-9)
@@ -219,7 +220,7 @@ def test_megatrons_model_states_are_its_own_tables(precision: str, stage_0: floa
     for stage, expected in ((0, stage_0), (1, stage_1(d))):
         config = TrainingConfig(strategy="engine", zero_stage=stage, precision=precision)
         params = rank_params(spec, config)
-        states = model_state_bytes(params, config, d, 8, spec.hidden_size, stack=StackStates(gradient_buffer=True))
+        states = model_state_bytes(params, config, d, 8, spec.hidden_size, stack=StackMemory(gradient_buffer=True))
         total = states.parameters + states.gradients + states.optimizer_states
         assert total / params.total == pytest.approx(expected, rel=1e-9)
         assert states.step_temporary == 0

@@ -194,12 +194,11 @@ def block_bytes(
     hidden_split = tp if layout.sequence_parallel else 1
     w = widths.compute
     h = spec.hidden_size
-    te = layout.te_blocks and not cross_attention
-    te_layout = TeLayout(tp, layout.sequence_parallel, layout.fp8, w)
-    if te and counts_te_blocks(
-        spec, te_layout, layout.checkpointing, cp=layout.context_parallel, autocast=widths.autocast
-    ):
-        return te_block(spec, te_layout, layout.routed_load)
+    if layout.te_blocks and not cross_attention:
+        te_layout = TeLayout(tp, layout.sequence_parallel, layout.fp8, w)
+        cp = layout.context_parallel
+        if counts_te_blocks(spec, te_layout, layout.checkpointing, cp=cp, autocast=widths.autocast):
+            return te_block(spec, te_layout, layout.routed_load)
 
     consumers = (traits.qkv_projections, traits.mlp_input_projections) + (0,) * max(traits.norms_per_block - 2, 0)
     hidden = sum(_norm_bytes(traits, widths, c) for c in consumers[: traits.norms_per_block]) * h

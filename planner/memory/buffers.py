@@ -12,7 +12,7 @@ ZeRO-0/1 sum the buckets (compression_buffers.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.memory.rank_params import RankParams, linear_params
 from planner.memory.runtime import Runtime
@@ -80,7 +80,7 @@ def estimate_buffers(
             buffers = _with_secondary_partition(config, params, buffers, dp, gpus_per_node)
     if config.fp8 and fp8_weights:  # the FP8 weight and its transpose in place of the 16-bit one: 2 bytes either way
         note = "; ".join(filter(None, [buffers.note, "FP8: each block weight kept in FP8 with its transpose"]))
-        return Buffers(buffers.during_forward, buffers.during_backward, buffers.during_step, note, buffers.at_reduction)
+        return replace(buffers, note=note)
     return _with_fp8_weights(spec, config, params, buffers, dp) if config.fp8 else buffers
 
 

@@ -27,9 +27,9 @@ from planner.memory.loss_kernels import LOSS_TEMPORARIES, LossKernel
 from planner.memory.model_states import (
     BF16_RUNS_MIXED,
     SINGLE_TENSOR_ADAM_TEMPORARIES,
-    StackStates,
+    dense_over_data_parallel,
+    fp32_gradient_buffer,
     host_step_temporary_applies,
-    megatron_gradient_buffer,
     runs_bf16_as_mixed,
     step_temporary_source,
     uses_native_mixed_precision,
@@ -50,7 +50,6 @@ from planner.training_config import (
     ActivationCheckpointing,
     GradientCompression,
     Offload,
-    Precision,
     Strategy,
     TrainingConfig,
 )
@@ -283,11 +282,9 @@ def _stack_sources(
     """Where the stack's own blocks or optimizer sharding were counted, say so (te_blocks.py, stack_memory.py)."""
     if te_blocks_counted(spec, config, stack, runtime):
         sources["activations"] = TE_BLOCKS_SOURCE
-    split_experts = config.strategy is Strategy.ENGINE and config.expert_parallel > 1 and config.zero_stage >= 1
-    if stack.shards_dense_over_data_parallel and split_experts and not config.lora_rank:
+    if dense_over_data_parallel(config, stack):
         sources["optimizer_states"] += f"; {DENSE_OVER_DATA_PARALLEL}"
-    bf16 = config.precision in (Precision.BF16_MIXED, Precision.BF16)
-    if megatron_gradient_buffer(config, StackStates(gradient_buffer=stack.gradient_buffer)) and bf16:
+    if fp32_gradient_buffer(config, stack):
         sources["gradients"] += "; " + FP32_GRADIENT_BUFFER
     if stack.fp8_weights and config.fp8:
         sources["buffers"] += "; " + FP8_WEIGHTS

@@ -33,10 +33,10 @@ stage 3 also the 16-bit parameters.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from planner.memory.rank_params import QLORA_BYTES_PER_PARAM, RankParams
 from planner.memory.runtime import Runtime
+from planner.memory.stack_memory import StackMemory
 from planner.training_config import FsdpSharding, Offload, OptimizerKind, Precision, Strategy, TrainingConfig
 
 # bitsandbytes 8-bit Adam: two uint8 states plus one fp32 absmax per 2048-value block.
@@ -57,14 +57,6 @@ class ShardDegrees:
     parameters: int
     gradients: int
     optimizer: float  # a dense/expert mix under Megatron-Core's distributed optimizer (_dense_over_data_parallel)
-
-
-class StackStates(NamedTuple):
-    """What the training stack decides of the model states (stack_memory.py's fields of the same meaning)."""
-
-    dense_over_data_parallel: bool = False  # MoE: dense states over every dp rank, experts' over dp / ep
-    gradient_buffer: bool = False  # Megatron's gradient buffer: held whole from wrapping, fp32 under bf16
-    fp8_weights: bool = False  # under FP8 the block weights are kept in FP8, not beside a 16-bit copy
 
 
 @dataclass
@@ -122,10 +114,22 @@ def shard_degrees(config: TrainingConfig, dp: int, gpus_per_node: int) -> ShardD
     )
 
 
-def megatron_gradient_buffer(config: TrainingConfig, stack: StackStates) -> bool:
+def megatron_gradient_buffer(config: TrainingConfig, stack: StackMemory) -> bool:
     """Whether Megatron's gradient buffer is counted: its stack, on our engine's layouts that are Megatron's own
     (ZeRO-0, DDP, and ZeRO-1, its distributed optimizer); under ZeRO-2/3 the engine's sharding is counted."""
     return stack.gradient_buffer and config.strategy is Strategy.ENGINE and config.zero_stage <= 1
+
+
+def fp32_gradient_buffer(config: TrainingConfig, stack: StackMemory) -> bool:
+    """Megatron's gradient buffer in fp32: under bf16 (stack_memory.py)."""
+    return megatron_gradient_buffer(config, stack) and config.precision in (Precision.BF16_MIXED, Precision.BF16)
+
+
+def dense_over_data_parallel(config: TrainingConfig, stack: StackMemory) -> bool:
+    """Whether the optimizer's dense states split over every data-parallel rank apart from the experts' (MoE under
+    our engine's ZeRO with experts split); under LoRA the adapters are not told apart by kind."""
+    split_experts = config.strategy is Strategy.ENGINE and config.expert_parallel > 1 and config.zero_stage >= 1
+    return stack.shards_dense_over_data_parallel and split_experts and not config.lora_rank
 
 
 def _dense_over_data_parallel(shards: ShardDegrees, params: RankParams, ranks: int) -> ShardDegrees:
@@ -160,14 +164,13 @@ def model_state_bytes(
     gpus_per_node: int,
     hidden_size: int,
     runtime: Runtime = Runtime.CUDA,
-    stack: StackStates = StackStates(),
+    stack: StackMemory = StackMemory(),
 ) -> ModelStates:
     """stack: what the training stack decides of the model states beyond the strategy (stack_memory.py)."""
     precision = config.precision
     native = uses_native_mixed_precision(config)
     shards = shard_degrees(config, dp, gpus_per_node)
-    split_experts = config.strategy is Strategy.ENGINE and config.expert_parallel > 1 and config.zero_stage >= 1
-    if stack.dense_over_data_parallel and split_experts and params.trainable == params.total:  # LoRA: not told apart
+    if dense_over_data_parallel(config, stack):
         shards = _dense_over_data_parallel(shards, params, dp * config.context_parallel)
     lora = config.lora_rank > 0
 
@@ -199,7 +202,7 @@ def model_state_bytes(
     fp32_grad_width = 4 if master_width else 0
     # Megatron's gradient buffer (stack_memory.py) under the layouts Megatron runs: DDP and its distributed optimizer.
     buffer = megatron_gradient_buffer(config, stack)
-    if buffer and precision in (Precision.BF16_MIXED, Precision.BF16):
+    if fp32_gradient_buffer(config, stack):
         grad_width, fp32_grad_width = 4, 0  # the fp32 buffer is the optimizer's gradient: no copy beside it
 
     trainable = params.trainable

@@ -28,9 +28,9 @@ from planner.memory.activations import Widths, activation_widths
 from planner.memory.buffers import Buffers, estimate_buffers
 from planner.memory.model_states import (
     ModelStates,
-    StackStates,
     megatron_gradient_buffer,
     model_state_bytes,
+    shard_degrees,
     uses_native_mixed_precision,
 )
 from planner.memory.rank_params import RankParams, rank_params
@@ -157,7 +157,7 @@ class _BatchIndependent:
 
 
 def _batch_independent(
-    spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime, stack_states: StackStates
+    spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime, stack: StackMemory
 ):
     # The key covers every field model_state_bytes, estimate_buffers and the widths read;
     # buffers read the batch only under pipelining (send/receive buffers).
@@ -182,12 +182,10 @@ def _batch_independent(
         dp,
         gpus_per_node,
         runtime,
-        stack_states,
+        stack,
     )
     key = (*layout, config.activation_checkpointing, *batch)
-    return _cached(
-        spec, key, lambda: _build_batch_independent(spec, config, dp, gpus_per_node, runtime, layout, stack_states)
-    )
+    return _cached(spec, key, lambda: _build_batch_independent(spec, config, dp, gpus_per_node, runtime, layout, stack))
 
 
 def _build_batch_independent(
@@ -197,13 +195,13 @@ def _build_batch_independent(
     gpus_per_node: int,
     runtime: Runtime,
     layout: tuple,
-    stack_states: StackStates,
+    stack: StackMemory,
 ) -> _BatchIndependent:
     params, states = _cached(
-        spec, ("states", *layout), lambda: _model_states(spec, config, dp, gpus_per_node, runtime, stack_states)
+        spec, ("states", *layout), lambda: _model_states(spec, config, dp, gpus_per_node, runtime, stack)
     )
     buffers = estimate_buffers(
-        spec, config, params, dp, runtime, gpus_per_node=gpus_per_node, fp8_weights=stack_states.fp8_weights
+        spec, config, params, dp, runtime, gpus_per_node=gpus_per_node, fp8_weights=stack.fp8_weights
     )
     widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
     notes = [*states.notes, *([buffers.note] if buffers.note else [])]
@@ -211,12 +209,12 @@ def _build_batch_independent(
 
 
 def _model_states(
-    spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime, stack_states: StackStates
+    spec: ModelSpec, config: TrainingConfig, dp: int, gpus_per_node: int, runtime: Runtime, stack: StackMemory
 ) -> tuple[RankParams, ModelStates]:
     """The rank's parameters and model states, shared by a layout's checkpointing levels and micro-batches:
     neither reads them (a first search builds them once per layout and precision, not once per level)."""
     params = rank_params(spec, config)
-    return params, model_state_bytes(params, config, dp, gpus_per_node, spec.hidden_size, runtime, stack=stack_states)
+    return params, model_state_bytes(params, config, dp, gpus_per_node, spec.hidden_size, runtime, stack=stack)
 
 
 _PEAKS: dict[tuple, tuple[ModelSpec, BatchPeaks]] = {}
@@ -244,17 +242,20 @@ class _Line:
         self.spec, self.config, self.gpus_per_node, self.runtime = spec, config, gpus_per_node, runtime
         self.dp = config.data_parallel_size(world_size)
         self.pipelined = config.pipeline_parallel > 1
-        self.stack_states = StackStates(stack.shards_dense_over_data_parallel, stack.gradient_buffer, stack.fp8_weights)
+        self.stack = stack
+        # Megatron's gradient buffer is allocated once, at wrapping, and held from the first forward (stack_memory.py).
+        self.gradients_from_start = megatron_gradient_buffer(config, stack)
         # Under pipelining the buffers read the micro-batch: the parts are found per micro-batch (_fixed_parts).
         self.fixed: _BatchIndependent | None = None
         if not self.pipelined:
-            self.fixed = _batch_independent(spec, config, self.dp, gpus_per_node, runtime, self.stack_states)
+            self.fixed = _batch_independent(spec, config, self.dp, gpus_per_node, runtime, self.stack)
         self.by_micro: dict[int, _BatchIndependent] = {}
         widths = activation_widths(config, uses_native_mixed_precision(config), runtime)
         self.terms: ActivationTerms = activation_terms(spec, config, widths, stack)
         # FSDP under torch's pipelining as torchtitan runs it: the stage gathered and its gradients unreduced (fp32)
         # from the first forward to the last backward (stack_memory.py), beside the shards.
-        self.unsharded_stage = unsharded_stage_bytes(spec, config, stack, self.dp, gpus_per_node, widths.compute)
+        sharded = shard_degrees(config, self.dp, gpus_per_node).parameters > 1
+        self.unsharded_stage = unsharded_stage_bytes(spec, config, stack, sharded, widths.compute)
         self.routing_note = None
         if spec.is_moe and (config.expert_parallel > 1 or not config.routing.is_default):
             self.routing_note = config.routing.note(config.expert_parallel)
@@ -266,9 +267,7 @@ class _Line:
             fixed = self.by_micro.get(micro_batch)
             if fixed is None:
                 config = self.config.model_copy(update={"micro_batch": micro_batch})
-                fixed = _batch_independent(
-                    self.spec, config, self.dp, self.gpus_per_node, self.runtime, self.stack_states
-                )
+                fixed = _batch_independent(self.spec, config, self.dp, self.gpus_per_node, self.runtime, self.stack)
                 self.by_micro[micro_batch] = fixed
         return fixed
 
@@ -278,8 +277,7 @@ class _Line:
         acts = activations_at(self.terms, micro_batch, accum)
         fixed = states.parameters + states.optimizer_states
         # Between micro-batches the gradients accumulate sharded, or whole in the unsharded stage (stack_memory.py).
-        # Megatron's gradient buffer is allocated once, at wrapping, and held from the first forward (stack_memory.py).
-        held_from_start = accum > 1 or megatron_gradient_buffer(self.config, self.stack_states)
+        held_from_start = accum > 1 or self.gradients_from_start
         accumulated = states.backward_gradients if held_from_start and not self.unsharded_stage else 0.0
         recompute = acts.recompute + head_grad if acts.recompute else 0.0
         held = fixed + accumulated + acts.activations + self.unsharded_stage

@@ -43,10 +43,11 @@ stack does differently is counted as that stack does it, each read in its code:
   place. Megatron's own table (docs/user-guide/features/dist_optimizer.md at d98e8a64): bf16 parameters with fp32
   gradients 18 bytes a parameter, 6 + 12/d distributed; fp16 with fp16 gradients 20, 4 + 16/d. Counted on the
   layouts Megatron runs (ZeRO-0 and ZeRO-1, model_states.megatron_gradient_buffer); a preset used for a ZeRO-3 run
-  keeps the engine's sharding there. Megatron-LM's command line sets it for bf16 (`accumulate_allreduce_grads_in_fp32`, megatron/arguments.py
-  at 2755bcb8, megatron/training/arguments.py at d98e8a64; the buffer's dtype, megatron/core/distributed/
-  param_and_grad_buffer.py), as Megatron-Bridge's mixed-precision configs do (`grad_reduce_in_fp32 = True`,
-  MixedPrecisionConfig's default and bf16_mixed's, src/megatron/bridge/training/mixed_precision.py at 067f987d).
+  keeps the engine's sharding there. The fp32 buffer under bf16: Megatron-LM's command line sets it
+  (`accumulate_allreduce_grads_in_fp32`, megatron/arguments.py at 2755bcb8, megatron/training/arguments.py at
+  d98e8a64; the buffer's dtype, megatron/core/distributed/param_and_grad_buffer.py), as Megatron-Bridge's
+  mixed-precision configs do (`grad_reduce_in_fp32 = True`, MixedPrecisionConfig's default and bf16_mixed's,
+  src/megatron/bridge/training/mixed_precision.py at 067f987d).
   Our engine keeps 16-bit gradients and an fp32 copy of its partition (model_states.py).
 - fp8_weights: under FP8, the block weights are kept in FP8 (with their transposes) instead of beside a 16-bit copy
   the FP8 casts come from: 2 bytes a block weight either way, where a stack that casts keeps 4 (buffers.py).
@@ -74,7 +75,6 @@ from dataclasses import dataclass
 
 from planner.contract.choices import KernelChoice
 from planner.memory.loss_kernels import LossKernel
-from planner.memory.model_states import shard_degrees
 from planner.memory.rank_params import linear_params, rank_params
 from planner.models.spec import ModelFamily, ModelSpec
 from planner.training_config import ActivationCheckpointing, TrainingConfig
@@ -125,7 +125,7 @@ def moves_checkpoints_to_cpu(spec: ModelSpec, config: TrainingConfig, stack: Sta
 
 
 def unsharded_stage_bytes(
-    spec: ModelSpec, config: TrainingConfig, stack: StackMemory, dp: int, gpus_per_node: int, width: int
+    spec: ModelSpec, config: TrainingConfig, stack: StackMemory, parameters_sharded: bool, width: int
 ) -> float:
     """Per rank, what a pipelined stage holds unsharded from its first forward to its last backward
     (unsharded_stage_under_pp): its parameters at `width` bytes (FP8-gathered matmul weights excepted) and its
@@ -133,7 +133,7 @@ def unsharded_stage_bytes(
     that reshards."""
     if not stack.unsharded_stage_under_pp or config.pipeline_parallel == 1:
         return 0.0
-    if shard_degrees(config, dp, gpus_per_node).parameters == 1:
+    if not parameters_sharded:
         return 0.0
     params = rank_params(spec, config)
     in_16_bits = params.total
