@@ -8,6 +8,7 @@ one-line UserInputError for combinations that cannot work.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
@@ -31,18 +32,24 @@ from planner.expert_routing import ExpertRouting
 from planner.limits import MAX_BATCH, MAX_SEQ_LEN
 from planner.models.spec import ModelFamily, ModelSpec
 
-LEGACY_LAYOUT_KEYS = {
+# Each degree of the layout under the name its property reads back: documents written before the layout was one
+# value (benchmark records of schema 1) used the first four, and `TrainingConfig(context_parallel=2)` reads as a user
+# who knows `config.context_parallel` would expect.
+LAYOUT_KEYWORDS = {
     "tensor_parallel": "tp",
     "pipeline_parallel": "pp",
     "virtual_stages": "virtual_stages",
     "expert_parallel": "ep",
+    "context_parallel": "cp",
 }
 
 
 class TrainingConfig(BaseModel):
     """One way to train a model; every field has the default most users want."""
 
-    model_config = ConfigDict(frozen=True)
+    # A key that is not a field is refused (_known_keys says which was meant): ignored, a misspelt micro-batch or a
+    # context-parallel degree would plan something else without a word.
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     strategy: Strategy = Strategy.DDP
     zero_stage: int = Field(default=0, ge=0, le=3)
@@ -91,15 +98,24 @@ class TrainingConfig(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _legacy_layout_keys(cls, data: Any) -> Any:
-        """Documents written before the layout was one value (benchmark records of schema 1) keep reading."""
-        if not isinstance(data, dict) or not any(key in data for key in LEGACY_LAYOUT_KEYS):
+    def _layout_keywords(cls, data: Any) -> Any:
+        """A degree given by its property's name goes into the layout (LAYOUT_KEYWORDS); any other unknown key is
+        refused with the field it most resembles."""
+        if not isinstance(data, dict):
+            return data
+        unknown = [key for key in data if key not in cls.model_fields and key not in LAYOUT_KEYWORDS]
+        if unknown:
+            known = [*cls.model_fields, *LAYOUT_KEYWORDS]
+            close = difflib.get_close_matches(str(unknown[0]), known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"its fields are {', '.join(known)}"
+            raise UserInputError(f"TrainingConfig has no field {unknown[0]!r}: {hint}")
+        if not any(key in data for key in LAYOUT_KEYWORDS):
             return data
         data = dict(data)
-        layout = dict(data.pop("layout", {}) or {})
-        for old, new in LEGACY_LAYOUT_KEYS.items():
-            if old in data:
-                layout[new] = data.pop(old)
+        layout = dict(data.pop("layout", {}) or {})  # a ParallelDims iterates as its fields
+        for keyword, degree in LAYOUT_KEYWORDS.items():
+            if keyword in data:
+                layout[degree] = data.pop(keyword)
         data["layout"] = layout
         return data
 

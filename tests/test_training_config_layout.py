@@ -50,3 +50,28 @@ def test_enough_micro_batches_pass():
     TrainingConfig(strategy="engine", pipeline_parallel=2, grad_accum=2).check_against(
         LLAMA, world_size=8, gpus_per_node=8
     )
+
+
+def test_every_layout_property_is_also_a_keyword():
+    """Each degree the config reads back (`config.context_parallel`) is taken under that name: ignored, a
+    context-parallel degree planned a run without it."""
+    engine = dict(strategy="engine", pipeline_schedule="interleaved-1f1b")
+    config = TrainingConfig(
+        **engine, tensor_parallel=2, pipeline_parallel=4, virtual_stages=2, expert_parallel=8, context_parallel=2
+    )
+    assert (config.tensor_parallel, config.pipeline_parallel, config.virtual_stages) == (2, 4, 2)
+    assert (config.expert_parallel, config.context_parallel) == (8, 2)
+    assert config == TrainingConfig(**engine, layout={"tp": 2, "pp": 4, "virtual_stages": 2, "ep": 8, "cp": 2})
+
+
+@pytest.mark.parametrize(
+    "fields, problem",
+    [
+        (dict(micro_batch_size=4), "has no field 'micro_batch_size': did you mean 'micro_batch'"),
+        (dict(contextparallel=2), "has no field 'contextparallel': did you mean 'context_parallel'"),
+        (dict(colour="blue"), "has no field 'colour': its fields are strategy, zero_stage"),
+    ],
+)
+def test_an_unknown_key_is_refused_with_the_field_meant(fields, problem):
+    with pytest.raises(ValueError, match=problem):
+        TrainingConfig(**fields)
