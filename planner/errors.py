@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import ParamSpec, TypeVar
 
 P = ParamSpec("P")
@@ -59,6 +59,14 @@ class UnknownKeywordError(UserInputTypeError):
         super().__init__(f"{function}() takes no keyword {keyword!r}; {did_you_mean(keyword, valid)}{where}")
 
 
+def refuse_unknown_keywords(function: str, keywords: Iterable[object], valid: list[str]) -> None:
+    """Raise UnknownKeywordError for the first of `keywords` not in `valid` (a pydantic model's fields as much as a
+    function's parameters: ignored, a misspelt key would give another answer without a word)."""
+    for keyword in keywords:
+        if keyword not in valid:
+            raise UnknownKeywordError(function, str(keyword), valid)
+
+
 def known_keywords(function: Callable[P, R]) -> Callable[P, R]:
     """`function`, refusing an unknown keyword argument in one line (UnknownKeywordError) instead of Python's bare
     TypeError: the line names the keyword, the closest valid one and all of them, so a typo says its fix."""
@@ -71,9 +79,7 @@ def known_keywords(function: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(function)
     def checked(*args: P.args, **kwargs: P.kwargs) -> R:
-        unknown = [keyword for keyword in kwargs if keyword not in valid]
-        if unknown:
-            raise UnknownKeywordError(name, unknown[0], valid)
+        refuse_unknown_keywords(name, kwargs, valid)
         return function(*args, **kwargs)
 
     return checked

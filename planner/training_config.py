@@ -8,7 +8,6 @@ one-line UserInputError for combinations that cannot work.
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
@@ -27,7 +26,7 @@ from planner.contract.choices import (
     Strategy,
 )
 from planner.contract.layout import ParallelDims, default_stage_layers, describe_stage_layers, layers_per_rank
-from planner.errors import UserInputError
+from planner.errors import UserInputError, refuse_unknown_keywords
 from planner.expert_routing import ExpertRouting
 from planner.limits import MAX_BATCH, MAX_SEQ_LEN
 from planner.models.spec import ModelFamily, ModelSpec
@@ -47,8 +46,8 @@ LAYOUT_KEYWORDS = {
 class TrainingConfig(BaseModel):
     """One way to train a model; every field has the default most users want."""
 
-    # A key that is not a field is refused (_known_keys says which was meant): ignored, a misspelt micro-batch or a
-    # context-parallel degree would plan something else without a word.
+    # A key that is not a field is refused (_layout_keywords says which was meant): ignored, a misspelt micro-batch
+    # or a context-parallel degree would plan something else without a word.
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     strategy: Strategy = Strategy.DDP
@@ -103,12 +102,7 @@ class TrainingConfig(BaseModel):
         refused with the field it most resembles."""
         if not isinstance(data, dict):
             return data
-        unknown = [key for key in data if key not in cls.model_fields and key not in LAYOUT_KEYWORDS]
-        if unknown:
-            known = [*cls.model_fields, *LAYOUT_KEYWORDS]
-            close = difflib.get_close_matches(str(unknown[0]), known, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"its fields are {', '.join(known)}"
-            raise UserInputError(f"TrainingConfig has no field {unknown[0]!r}: {hint}")
+        refuse_unknown_keywords("TrainingConfig", data, [*cls.model_fields, *LAYOUT_KEYWORDS])
         if not any(key in data for key in LAYOUT_KEYWORDS):
             return data
         data = dict(data)

@@ -217,3 +217,10 @@ def test_the_explanation_counts_one_request_and_one_layout_in_the_singular(capsy
     out = " ".join(capsys.readouterr().out.split())
     assert "1 request decoded per step" in out and "- 1 request per replica;" in out
     assert "ranked 1st of 1 fitting layout" in out and not re.search(r"\b1 (requests|fitting layouts)\b", out)
+
+
+def test_a_request_key_that_is_not_a_field_is_refused():
+    """Ignored, `outputs=64` would serve the default 256 tokens without a word."""
+    with pytest.raises(ValueError, match=r"InferenceRequest\(\) takes no keyword 'outputs'; did you mean 'output'"):
+        InferenceRequest(outputs=64)
+    assert InferenceRequest(output=64).output == 64

@@ -67,9 +67,9 @@ def test_every_layout_property_is_also_a_keyword():
 @pytest.mark.parametrize(
     "fields, problem",
     [
-        (dict(micro_batch_size=4), "has no field 'micro_batch_size': did you mean 'micro_batch'"),
-        (dict(contextparallel=2), "has no field 'contextparallel': did you mean 'context_parallel'"),
-        (dict(colour="blue"), "has no field 'colour': its fields are strategy, zero_stage"),
+        (dict(micro_batch_size=4), "no keyword 'micro_batch_size'; did you mean 'micro_batch'"),
+        (dict(contextparallel=2), "no keyword 'contextparallel'; did you mean 'context_parallel'"),
+        (dict(colour="blue"), "no keyword 'colour'; its keywords are strategy, zero_stage"),
     ],
 )
 def test_an_unknown_key_is_refused_with_the_field_meant(fields, problem):

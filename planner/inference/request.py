@@ -15,11 +15,12 @@ from __future__ import annotations
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 if TYPE_CHECKING:
     from planner.models.spec import ModelSpec
 
+from planner.errors import refuse_unknown_keywords
 from planner.limits import MAX_BATCH, MAX_SEQ_LEN
 
 
@@ -73,7 +74,7 @@ class InferenceRequest(BaseModel):
 
     `batch` is the number of concurrent clients, each sending its next request when its last one ends."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")  # _known_keys names the field a stray key meant
 
     context: int = Field(default=2048, ge=1, le=MAX_SEQ_LEN)  # prompt tokens per request
     output: int = Field(default=DEFAULT_OUTPUT_TOKENS, ge=1, le=MAX_SEQ_LEN)  # generated tokens per request
@@ -89,6 +90,14 @@ class InferenceRequest(BaseModel):
     objective: ServingObjective = ServingObjective.THROUGHPUT
     headroom_fraction: float = Field(default=0.1, ge=0.0, lt=1.0, allow_inf_nan=False)
     top_k: int = Field(default=5, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        """`InferenceRequest(prompt_tokens=...)` is refused naming the field, not served at the default prompt."""
+        if isinstance(data, dict):
+            refuse_unknown_keywords("InferenceRequest", data, list(cls.model_fields))
+        return data
 
     @property
     def tokens_per_request(self) -> int:
