@@ -36,6 +36,7 @@ class ArchTraits:
     score_softcapping: bool  # tanh soft-capping of the scores keeps one more s x s tensor (Gemma-2)
     shared_expert: bool  # an always-on gated MLP beside the routed experts (Qwen2-MoE, DeepSeek)
     shared_expert_gate: bool  # its output scaled by a sigmoid gate (Qwen2-MoE)
+    linear_router: bool  # the router is an nn.Linear (Llama 4's), which LoRA's all-linear adapts
     loss_in_logits_dtype: bool  # cross-entropy in the logits' own dtype, no fp32 upcast (T5, Whisper)
 
 
@@ -74,5 +75,6 @@ def arch_traits(spec: ModelSpec) -> ArchTraits:
         score_softcapping=traits.score_softcapping,
         shared_expert=traits.shared_expert,
         shared_expert_gate=traits.shared_expert_gate,
+        linear_router=traits.linear_router,
         loss_in_logits_dtype=traits.loss_in_logits_dtype,
     )

@@ -4,14 +4,15 @@ Tensor parallelism splits each block's matrices and the vocabulary; pipeline
 parallelism gives each stage layers/pp blocks, the first stage the embedding
 and the last the output head (a second copy when tied and pp > 1); expert
 parallelism splits the experts. LoRA freezes the base and trains r*(in+out)
-per adapted matrix (every linear layer in the blocks, the QLoRA paper's
-choice).
+per adapted matrix (adapted_linears: every linear layer in the blocks, the
+QLoRA paper's choice, as PEFT's target_modules="all-linear" finds them).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.memory.arch_traits import arch_traits
 from planner.memory.spec_cache import per_spec_and_key
 from planner.models.spec import MlpKind, ModelFamily, ModelSpec
 from planner.training_config import TrainingConfig
@@ -60,6 +61,50 @@ def block_linear_shapes(spec: ModelSpec, cross_attention: bool = False) -> list[
         shared = spec.shared_expert_ffn_size
         mlp = [LinearShape(h, shared, 2), LinearShape(shared, h)] + mlp
     return attention + mlp
+
+
+@dataclass(frozen=True)
+class AdaptedLinear:
+    """A matrix LoRA adapts, in the share of the blocks that hold it (an MoE model's dense blocks' MLP)."""
+
+    shape: LinearShape
+    share: float = 1.0
+    # QLoRA stores it in 4 bits: bitsandbytes replaces the modules whose type is exactly nn.Linear
+    # (transformers' integrations/bitsandbytes.py, replace_with_bnb_linear), not a subclass such as Llama 4's router.
+    quantized: bool = True
+
+
+def adapted_linears(spec: ModelSpec, cross_attention: bool = False) -> list[AdaptedLinear]:
+    """The matrices LoRA adapts in one average block: every nn.Linear in the blocks, which is what PEFT's
+    target_modules="all-linear" takes (all linear modules but the output head). transformers 5 holds an MoE
+    block's routed experts as fused 3-D tensors (experts.gate_up_proj, experts.down_proj), so they take no
+    adapter; the attention, a shared expert (and Qwen2-MoE's gate on it), the MLP of an MoE model's dense blocks
+    and a router that is a linear module (Llama 4's; most are a plain weight) do (tests/test_lora_targets.py counts
+    them against transformers' own modules)."""
+    if not spec.is_moe:
+        return [AdaptedLinear(shape) for shape in block_linear_shapes(spec, cross_attention)]
+    adapted = [AdaptedLinear(shape) for shape in attention_shapes(spec) * (2 if cross_attention else 1)]
+    dense_share = min(spec.dense_layers, spec.num_layers) / spec.num_layers
+    h, ffn, shared = spec.hidden_size, spec.ffn_size, spec.shared_expert_ffn_size
+    if dense_share:
+        up_matrices = 2 if spec.mlp_kind is MlpKind.GATED else 1
+        dense_mlp = (LinearShape(h, ffn, up_matrices), LinearShape(ffn, h))
+        adapted += [AdaptedLinear(shape, dense_share) for shape in dense_mlp]
+    traits = arch_traits(spec)
+    moe_share = 1 - dense_share
+    if traits.linear_router:
+        adapted.append(AdaptedLinear(LinearShape(h, spec.num_experts), moe_share, quantized=False))
+    if shared:  # the always-on shared expert (a gated MLP), in the MoE blocks only
+        shared_mlp = [LinearShape(h, shared, 2), LinearShape(shared, h)]
+        shared_mlp += [LinearShape(h, 1)] if traits.shared_expert_gate else []
+        adapted += [AdaptedLinear(shape, moe_share) for shape in shared_mlp]
+    return adapted
+
+
+def adapter_params_per_block(spec: ModelSpec, rank: int, cross_attention: bool = False) -> float:
+    """LoRA's trainable parameters in one average block: r x (in + out) per adapted matrix."""
+    adapted = adapted_linears(spec, cross_attention)
+    return sum(rank * (a.shape.fan_in + a.shape.fan_out) * a.shape.count * a.share for a in adapted)
 
 
 @dataclass(frozen=True)
@@ -122,11 +167,10 @@ def _rank_params(
     trainable, quantized = total, 0
     if lora_rank:
         is_enc_dec = spec.family is ModelFamily.ENCODER_DECODER
-        decoder_shapes = block_linear_shapes(spec, cross_attention=is_enc_dec)
-        per_block = sum(lora_rank * (s.fan_in + s.fan_out) * s.count for s in decoder_shapes)
-        trainable = int(per_block * blocks_on_rank / tp)
-        if qlora:
-            quantized = int(sum(s.params for s in decoder_shapes) * blocks_on_rank / tp)
+        trainable = int(adapter_params_per_block(spec, lora_rank, is_enc_dec) * blocks_on_rank / tp)
+        if qlora:  # the adapted linear modules, not an MoE block's fused experts, which stay 16-bit
+            adapted = adapted_linears(spec, is_enc_dec)
+            quantized = int(sum(a.shape.params * a.share for a in adapted if a.quantized) * blocks_on_rank / tp)
     return RankParams(
         total=total,
         trainable=trainable,

@@ -120,6 +120,7 @@ class Traits(_Data):
     score_softcapping: bool = False  # tanh soft-capping keeps one more s x s tensor (Gemma-2)
     shared_expert: bool = False  # an always-on gated MLP beside the routed experts (Qwen2-MoE, DeepSeek)
     shared_expert_gate: bool = False  # ... scaled by a sigmoid gate of its own (Qwen2-MoE)
+    linear_router: bool = False  # the router is an nn.Linear (Llama 4's), so PEFT's all-linear adapts it too
     mlp_dropout: bool = False  # dropout between the MLP's activation and its down projection (T5)
     # gpt-oss: both halves clamped, gate * sigmoid(alpha * gate), then (up + 1) * that: three FFN-wide tensors
     # more than SiLU's gating keeps

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from planner.memory.arch_traits import arch_traits
 from planner.memory.op_checkpointing import recomputed_matmul_share
+from planner.memory.rank_params import adapted_linears
 from planner.models.spec import MlpKind, ModelFamily, ModelSpec
 from planner.training_config import ActivationCheckpointing, AttentionKernel, TrainingConfig
 
@@ -60,6 +61,9 @@ class ModelShape:
     head_params: int  # LM head matmul weights (0 without a head)
     block_matmul_params_per_token: float  # weights one token multiplies by inside the blocks
     block_linear_shapes: tuple[tuple[int, int], ...]  # (in, out) of one average block's linears
+    # (in, out, how many) of the matrices LoRA adapts in one average block, "how many" weighted by the share of the
+    # blocks that hold them (planner/memory/rank_params.py adapted_linears): every token multiplies by each.
+    lora_shapes: tuple[tuple[int, int, float], ...]
     total_params: int
     trainable_params: int
     expert_params: int  # all experts of all blocks; expert parallelism splits these
@@ -122,6 +126,7 @@ def model_shape(spec: ModelSpec) -> ModelShape:
         head_params=head_params,
         block_matmul_params_per_token=float(block_params),
         block_linear_shapes=_block_linear_shapes(spec, ffn),
+        lora_shapes=tuple((a.shape.fan_in, a.shape.fan_out, a.shape.count * a.share) for a in adapted_linears(spec)),
         total_params=spec.params.total,
         trainable_params=spec.params.trainable,
         expert_params=spec.num_layers
@@ -181,7 +186,7 @@ def attention_square_layers(shape: ModelShape, seq_len: int | None = None) -> fl
 
 def lora_params_per_token(shape: ModelShape, rank: int) -> float:
     """Adapter weights one token multiplies by: rank x (in + out) per adapted linear."""
-    per_block = sum(rank * (fan_in + fan_out) for fan_in, fan_out in shape.block_linear_shapes)
+    per_block = sum(rank * (fan_in + fan_out) * count for fan_in, fan_out, count in shape.lora_shapes)
     return per_block * shape.layers
 
 

@@ -170,7 +170,7 @@ LLAMA_STYLE_ENTRIES: tuple[FamilyEntry, ...] = (
             default_positions=131072,
             tied_by_default=False,
         ),
-        traits=Traits(softmax_fp32=True, shared_expert=True),
+        traits=Traits(softmax_fp32=True, shared_expert=True, linear_router=True),
         emit_refusal="transformers' Llama4TextMoe runs every expert on every token (the plan assumes routed experts, "
         "as torchtitan and Megatron-LM run them); run the plan's layout with a routed MoE implementation in your own "
         "training code",

@@ -145,18 +145,20 @@ def stage_compute(
 
     if config.lora_rank:
         adapters = sum(
-            matmul_seconds(device, rows, fan_in, config.lora_rank, k)
-            + matmul_seconds(device, rows, config.lora_rank, fan_out, k)
-            for fan_in, fan_out in shape.block_linear_shapes
+            count
+            * (
+                matmul_seconds(device, rows, fan_in, config.lora_rank, k)
+                + matmul_seconds(device, rows, config.lora_rank, fan_out, k)
+            )
+            for fan_in, fan_out, count in shape.lora_shapes
         )
         matmul_bwd = matmul_fwd + 2.0 * adapters  # frozen weights: input gradient only
         matmul_fwd += adapters
     else:
         matmul_bwd = 2.0 * matmul_fwd
-    if config.qlora:
-        dequant = (
-            NF4_DEQUANT_BYTES_PER_WEIGHT * shape.block_matmul_params_per_token / shape.layers / tp / device.memory_Bps
-        )
+    if config.qlora:  # the 4-bit weights are the adapted linears' (an MoE block's fused experts stay 16-bit)
+        four_bit = sum(fan_in * fan_out * count for fan_in, fan_out, count in shape.lora_shapes)
+        dequant = NF4_DEQUANT_BYTES_PER_WEIGHT * four_bit / tp / device.memory_Bps
         matmul_fwd += dequant
         matmul_bwd += dequant
     backward_ratio = k.attention_backward_ratio if flash else 2.0
