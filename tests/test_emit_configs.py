@@ -154,6 +154,23 @@ def test_training_arguments_builds_in_process():
     assert same.to_dict() == args.to_dict()
 
 
+def test_an_sgd_plan_trains_with_the_momentum_it_counts():
+    """The plan counts SGD's momentum buffer and the run folder's SGD keeps one; the Trainer's "sgd" is torch's
+    SGD at momentum 0 unless optim_args say otherwise. Reference: transformers' own optimizer choice."""
+    from transformers import Trainer
+
+    from hardware_selector import training_arguments
+    from planner.contract.run_config import Hyperparameters
+    from planner.rundir.hyperparameters import optimizer_block
+
+    plan = make_plan(strategy="ddp", optimizer="sgd")
+    optimizer_class, kwargs = Trainer.get_optimizer_cls_and_kwargs(training_arguments(plan, "/tmp/unused-output"))
+    assert optimizer_class.__name__ == "SGD"
+    assert kwargs["momentum"] == optimizer_block(Hyperparameters(), plan.config.optimizer).params.momentum == 0.9
+    adamw = training_arguments(make_plan(strategy="ddp"), "/tmp/unused-output")
+    assert not adamw.optim_args  # the AdamW plans' arguments are unchanged
+
+
 @pytest.mark.parametrize("name", ["gradient_checkpointing", "activation_checkpointing"])
 @pytest.mark.parametrize("recompute", [True, False])
 def test_a_checkpointing_override_wins_under_either_of_its_names(name, recompute):

@@ -19,6 +19,7 @@ from planner.contract.choices import (
 )
 from planner.contract.run_config import RunConfig
 from planner.plan import Plan
+from planner.rundir.hyperparameters import SGD_MOMENTUM
 
 DS_TRAINER_CONFIG_FILE = "ds_config_trainer.json"
 
@@ -62,6 +63,9 @@ def training_args_kwargs(plan: Plan, target: RunConfig, output_dir: str, *, deep
         **({"lr_scheduler_kwargs": {"min_lr_rate": optim.min_lr_ratio}} if optim.schedule == "cosine" else {}),
         **({"max_steps": optim.max_steps} if optim.max_steps else {"num_train_epochs": optim.epochs}),
         "optim": _TRAINER_OPTIMIZER[config.optimizer],
+        # The Trainer's "sgd" is torch's SGD at momentum 0, with no state: the plan counts a momentum buffer, and
+        # the run folder's SGD keeps one (planner/rundir/hyperparameters.py), so the Trainer gets the same.
+        **({"optim_args": f"momentum={SGD_MOMENTUM}"} if config.optimizer is OptimizerKind.SGD else {}),
         "bf16": target.mixed_precision == "bf16",
         "fp16": target.mixed_precision == "fp16",
         # FSDP recomputes through its own wrapper (fsdp_config); the Trainer refuses both at once.
