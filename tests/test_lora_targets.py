@@ -25,9 +25,8 @@ SIZES = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_ke
 FAMILIES = {
     "llama": dict(intermediate_size=512),
     "mixtral": dict(intermediate_size=512, num_local_experts=8, num_experts_per_tok=2),
-    # head_dim stated, as Qwen3's configs do (transformers 5's class has no default for it)
-    "qwen3_moe": dict(intermediate_size=512, moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2,
-                      head_dim=64),
+    # no head_dim: transformers 5's Qwen3-MoE attention takes hidden / heads (Qwen3's dense config says 128)
+    "qwen3_moe": dict(intermediate_size=512, moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2),
     # latent attention, a shared expert, and one dense block first
     "deepseek_v3": dict(intermediate_size=512, moe_intermediate_size=128, kv_lora_rank=64, q_lora_rank=96,
                         qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, n_routed_experts=8,

@@ -139,7 +139,8 @@ LLAMA_STYLE_ENTRIES: tuple[FamilyEntry, ...] = (
         LlamaStyle(
             transformers_class="Qwen3MoeForCausalLM",
             default_kv_heads=4,
-            default_head_dim=128,
+            # transformers 5's Qwen3MoeConfig has no head_dim (its attention takes hidden / heads); Qwen3's has 128
+            default_head_dim=None,
             default_positions=32768,
             tied_by_default=False,
         ),
