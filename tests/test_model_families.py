@@ -78,3 +78,38 @@ def test_parallel_plans_name_real_modules(model_type):
         blocks = [get_path(layer, plan.moe_block) for layer in layers]
         block = next(block for block in blocks if hasattr(block, "experts"))  # (DeepSeek: dense first blocks)
         assert isinstance(block.gate.weight, torch.nn.Parameter) and block.experts.gate_up_proj.dim() == 3
+
+
+# What a config.json may leave out is read at its family's transformers default: a minimal config of each family
+# (its sizes, vocabulary, MLP width and kv heads, which the reader requires) must count what transformers builds.
+# Not here: LLaVA (its sizes live in its parts' configs, each checked as its own family), and MPT, whose reader takes
+# MosaicML's defaults (learned positions unless attn_config says ALiBi: planner/models/mpt_config.py) where
+# transformers' MptConfig defaults to ALiBi.
+MINIMAL_EXTRAS = {
+    "phi3": dict(vocab_size=32064),  # its default pad token id (32000) must be in the vocabulary
+    "whisper": dict(decoder_attention_heads=4, decoder_layers=2, decoder_ffn_dim=512, vocab_size=51865),
+    "deepseek_v2": dict(moe_intermediate_size=128), "deepseek_v3": dict(moe_intermediate_size=128),
+    "qwen2_moe": dict(moe_intermediate_size=128), "qwen3_moe": dict(moe_intermediate_size=128),
+}  # fmt: skip
+NO_KV_HEADS = {"gpt2", "gptj", "bloom", "opt", "mpt", "gpt_neox", "bert", "roberta", "t5", "vit", "clip", "whisper"}
+
+
+@pytest.mark.parametrize("model_type", sorted(set(FAMILIES) - {"llava", "mpt"}))
+def test_a_minimal_config_counts_what_transformers_builds(model_type):
+    """Caught: Qwen3-MoE's head_dim (transformers 5 takes hidden / heads), DeepSeek-V2's query bottleneck (1536
+    unless null), gpt-oss's attention biases (on unless said)."""
+    import torch
+    import transformers
+
+    from planner.models.hf_config import spec_from_hf_config
+
+    keys = FAMILIES[model_type].size_keys
+    config = {keys["hidden"][0]: 256, keys["layers"][0]: 2, keys["heads"][0]: 4, "vocab_size": 1000}
+    config |= {keys["ffn"][0]: 512} if keys.get("ffn") else {}
+    config |= {} if model_type in NO_KV_HEADS else {"num_key_value_heads": 2}
+    config |= MINIMAL_EXTRAS.get(model_type, {})
+    spec = spec_from_hf_config({"model_type": model_type, **config}, name="minimal")
+    with torch.device("meta"):
+        model_class = getattr(transformers, spec.transformers_class)
+        model = model_class._from_config(transformers.AutoConfig.for_model(model_type, **config))
+    assert spec.params.total == sum(p.numel() for p in model.parameters())

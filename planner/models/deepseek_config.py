@@ -27,6 +27,9 @@ def read_deepseek(f: ConfigFields, model_type: str) -> ParsedConfig:
     if f.int("moe_layer_freq", default=1) != 1:
         raise f.error("moe_layer_freq", "other than 1 is not planned (every block after the dense ones is MoE)")
     shared = f.int("n_shared_experts", default=1 if model_type == "deepseek_v3" else 2, minimum=0) * moe_ffn
+    # Both configs default to a 1536-wide query bottleneck; a null (DeepSeek-V2-Lite's) means one projection.
+    null_query_rank = "q_lora_rank" in f.config and f.config["q_lora_rank"] is None
+    q_lora_rank = 0 if null_query_rank else f.int("q_lora_rank", default=1536, minimum=0)
     return ParsedConfig(
         dims=ModelArchitecture(
             model_type=model_type,
@@ -50,7 +53,7 @@ def read_deepseek(f: ConfigFields, model_type: str) -> ParsedConfig:
             expert_ffn_size=moe_ffn,
             shared_expert_ffn_size=shared,
             dense_layers=dense,
-            q_lora_rank=f.int("q_lora_rank", default=1536 if model_type == "deepseek_v3" else 0, minimum=0),
+            q_lora_rank=q_lora_rank,
             kv_lora_rank=f.int("kv_lora_rank", default=512),
             qk_rope_head_dim=rope,
             v_head_dim=f.int("v_head_dim", default=128),

@@ -50,6 +50,7 @@ class LlamaStyle(_Data):
     # "attention_bias": read it, all four projections; "qkv_bias": read it, q/k/v only;
     # "qkv": q/k/v always biased (Qwen2); "none": the module has no biases.
     bias: Literal["attention_bias", "qkv_bias", "qkv", "none"] = "attention_bias"
+    bias_by_default: bool = False  # the config class's default for its attention_bias (gpt-oss: True)
     norms_per_layer: int = 2
 
 

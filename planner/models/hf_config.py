@@ -189,7 +189,7 @@ def _read_llama_style(f: ConfigFields, model_type: str) -> ParsedConfig:
     else:
         head_dim = f.head_dim(hidden, heads, "num_attention_heads")
     qkv_bias = {
-        "attention_bias": lambda: f.bool("attention_bias", False),
+        "attention_bias": lambda: f.bool("attention_bias", style.bias_by_default),
         "qkv_bias": lambda: f.bool("qkv_bias", True),
         "qkv": lambda: True,
         "none": lambda: False,

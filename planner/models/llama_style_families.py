@@ -157,6 +157,7 @@ LLAMA_STYLE_ENTRIES: tuple[FamilyEntry, ...] = (
             default_head_dim=64,
             default_positions=131072,
             tied_by_default=False,
+            bias_by_default=True,
         ),
         traits=Traits(fused_attention_kernel=False, norm_fp32_weighting=True, clamped_swiglu=True),
     ),
