@@ -171,6 +171,22 @@ def test_an_sgd_plan_trains_with_the_momentum_it_counts():
     assert not adamw.optim_args  # the AdamW plans' arguments are unchanged
 
 
+def test_an_sgd_plans_trainer_deepspeed_config_fills_to_numbers(tmp_path):
+    """ds_config_trainer.json through transformers' own filling (HfTrainerDeepSpeedConfig): the Trainer fills lr and
+    weight decay; SGD's momentum must be a number already (an "auto" reached torch's SGD as a string). The filling
+    arguments are the same plan's under DDP (the same hyperparameters; DeepSpeed's own need a process group)."""
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    plan = make_plan(gpu="a100-80gb", strategy="deepspeed", zero_stage=2, optimizer="sgd")  # a GPU's: its optimizer
+    emit_run_folder(plan, tmp_path / "run")
+    document = json.loads((tmp_path / "run" / "ds_config_trainer.json").read_text())
+    filled = HfTrainerDeepSpeedConfig(document)
+    same_hyperparameters = make_plan(strategy="ddp", optimizer="sgd")
+    filled.trainer_config_process(training_arguments(same_hyperparameters, str(tmp_path / "out")))
+    params = filled.config["optimizer"]["params"]
+    assert "auto" not in params.values() and params["momentum"] == 0.9
+
+
 @pytest.mark.parametrize("name", ["gradient_checkpointing", "activation_checkpointing"])
 @pytest.mark.parametrize("recompute", [True, False])
 def test_a_checkpointing_override_wins_under_either_of_its_names(name, recompute):

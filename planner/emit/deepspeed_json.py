@@ -107,10 +107,15 @@ def _offload(where: Offload) -> dict[str, Any]:
     return {"device": "cpu", "pin_memory": True}
 
 
+# The optimizer settings the HF Trainer fills where the config says "auto" (transformers' integrations/deepspeed.py,
+# trainer_config_process): any other "auto" reaches the optimizer as a string (SGD's momentum: a TypeError).
+TRAINER_FILLED_PARAMS = ("lr", "betas", "eps", "weight_decay")
+
+
 def optimizer_block(engine: EngineConfig, *, auto: bool = False) -> dict[str, Any]:
     block = engine.optimizer.model_dump(mode="json")
     wanted = ("lr", "momentum", "weight_decay") if block["type"] == "SGD" else ("lr", "betas", "eps", "weight_decay")
-    block["params"] = {key: AUTO if auto else block["params"][key] for key in wanted}
+    block["params"] = {key: AUTO if auto and key in TRAINER_FILLED_PARAMS else block["params"][key] for key in wanted}
     return block
 
 
