@@ -46,8 +46,8 @@ LAYOUT_KEYWORDS = {
 class TrainingConfig(BaseModel):
     """One way to train a model; every field has the default most users want."""
 
-    # A key that is not a field is refused (_layout_keywords says which was meant): ignored, a misspelt micro-batch
-    # or a context-parallel degree would plan something else without a word.
+    # A key that is not a field is refused (__init__ says which was meant): ignored, a misspelt micro-batch or a
+    # context-parallel degree would plan something else without a word.
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     strategy: Strategy = Strategy.DDP
@@ -98,20 +98,32 @@ class TrainingConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _layout_keywords(cls, data: Any) -> Any:
-        """A degree given by its property's name goes into the layout (LAYOUT_KEYWORDS); any other unknown key is
-        refused with the field it most resembles."""
-        if not isinstance(data, dict):
-            return data
-        refuse_unknown_keywords("TrainingConfig", data, [*cls.model_fields, *LAYOUT_KEYWORDS])
-        if not any(key in data for key in LAYOUT_KEYWORDS):
+        """A degree given by its property's name goes into the layout (LAYOUT_KEYWORDS), unless the layout gives
+        it too, otherwise (a document's stray key is refused by extra="forbid")."""
+        if not isinstance(data, dict) or not any(key in data for key in LAYOUT_KEYWORDS):
             return data
         data = dict(data)
-        layout = dict(data.pop("layout", {}) or {})  # a ParallelDims iterates as its fields
+        given = data.pop("layout", None) or {}
+        layout = dict(given)  # a ParallelDims iterates as its fields
+        stated = given.model_fields_set if isinstance(given, ParallelDims) else set(given)
         for keyword, degree in LAYOUT_KEYWORDS.items():
-            if keyword in data:
-                layout[degree] = data.pop(keyword)
+            if keyword not in data:
+                continue
+            value = data.pop(keyword)
+            if degree in stated and layout[degree] != value:
+                raise UserInputError(
+                    f"TrainingConfig got {keyword}={value!r} and a layout with {degree}={layout[degree]!r}: give "
+                    "the degree once"
+                )
+            layout[degree] = value
         data["layout"] = layout
         return data
+
+    def __init__(self, **data: Any) -> None:
+        # Checked before pydantic's validation, so a stray key is one line (UnknownKeywordError, as the API's
+        # functions raise) naming the field it most resembles, not a ValidationError around it.
+        refuse_unknown_keywords("TrainingConfig", data, [*type(self).model_fields, *LAYOUT_KEYWORDS])
+        super().__init__(**data)
 
     @model_validator(mode="after")
     def _check_fields(self) -> TrainingConfig:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.errors import UserInputError
+from planner.errors import UnknownKeywordError, UserInputError
 from planner.models.catalog import find_model
 from planner.training_config import TrainingConfig
 
@@ -73,5 +73,13 @@ def test_every_layout_property_is_also_a_keyword():
     ],
 )
 def test_an_unknown_key_is_refused_with_the_field_meant(fields, problem):
-    with pytest.raises(ValueError, match=problem):
+    with pytest.raises(UnknownKeywordError, match=problem) as refused:  # a TypeError and a UserInputError
         TrainingConfig(**fields)
+    assert "\n" not in str(refused.value)  # one line, not pydantic's ValidationError around it
+
+
+def test_a_degree_given_twice_must_agree():
+    with pytest.raises(ValueError, match="got context_parallel=2 and a layout with cp=4: give the degree once"):
+        TrainingConfig(strategy="engine", layout={"cp": 4}, context_parallel=2)
+    same = TrainingConfig(strategy="engine", layout={"cp": 2, "tp": 2}, context_parallel=2)
+    assert (same.layout.cp, same.layout.tp) == (2, 2)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
     from planner.models.spec import ModelSpec
@@ -74,7 +74,7 @@ class InferenceRequest(BaseModel):
 
     `batch` is the number of concurrent clients, each sending its next request when its last one ends."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")  # _known_keys names the field a stray key meant
+    model_config = ConfigDict(frozen=True, extra="forbid")  # __init__ names the field a stray key meant
 
     context: int = Field(default=2048, ge=1, le=MAX_SEQ_LEN)  # prompt tokens per request
     output: int = Field(default=DEFAULT_OUTPUT_TOKENS, ge=1, le=MAX_SEQ_LEN)  # generated tokens per request
@@ -91,13 +91,11 @@ class InferenceRequest(BaseModel):
     headroom_fraction: float = Field(default=0.1, ge=0.0, lt=1.0, allow_inf_nan=False)
     top_k: int = Field(default=5, ge=1)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data: Any) -> Any:
-        """`InferenceRequest(prompt_tokens=...)` is refused naming the field, not served at the default prompt."""
-        if isinstance(data, dict):
-            refuse_unknown_keywords("InferenceRequest", data, list(cls.model_fields))
-        return data
+    def __init__(self, **data: Any) -> None:
+        """`InferenceRequest(prompt_tokens=...)` is refused in one line naming the field, not served at the default
+        prompt (checked before pydantic's validation, so not wrapped in a ValidationError)."""
+        refuse_unknown_keywords("InferenceRequest", data, list(type(self).model_fields))
+        super().__init__(**data)
 
     @property
     def tokens_per_request(self) -> int:

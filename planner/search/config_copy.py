@@ -25,7 +25,7 @@ def _copy(base: TrainingConfig, updates: dict[str, Any], updated: frozenset[str]
     copy: Any = object.__new__(TrainingConfig)
     object.__setattr__(copy, "__dict__", {**base.__dict__, **updates})
     object.__setattr__(copy, "__pydantic_fields_set__", base.__pydantic_fields_set__ | updated)
-    # TrainingConfig ignores extra fields and has no private attributes: both are None on every instance.
+    # TrainingConfig forbids extra fields and has no private attributes: both are None on every instance.
     object.__setattr__(copy, "__pydantic_extra__", None)
     object.__setattr__(copy, "__pydantic_private__", None)
     return copy
