@@ -1,13 +1,12 @@
-"""The matrices LoRA adapts, counted against transformers' own modules.
+"""The matrices LoRA adapts, counted against PEFT and transformers themselves (planner/memory/lora_targets.py).
 
-Reference: PEFT's target_modules="all-linear" adapts every torch.nn.Linear of the model but its output head, with
-r x (in + out) trainable parameters each (LoRA's A and B). The planner's adapter count
-(planner/memory/rank_params.py adapted_linears) must equal that sum over each family's decoder blocks as
-transformers builds them: an MoE block's routed experts are fused 3-D tensors and take no adapter, while the
-attention, a shared expert and the dense blocks' MLP do. Mixture-of-experts models planned with every routed expert
-adapted had Qwen3-30B-A3B's LoRA at 63 times its adapters, and a one-GPU plan that fits said it did not. Under
-QLoRA, bitsandbytes stores in 4 bits the modules whose type is exactly nn.Linear (transformers'
-integrations/bitsandbytes.py, replace_with_bnb_linear): the fused experts keep their 16 bits.
+References: PEFT's own trainable parameters after get_peft_model(LoraConfig(target_modules="all-linear")) on each
+family as transformers 5 builds it (the model a plan's user fine-tunes, docs/running.md "Weights"), and the
+weights of the modules whose type is exactly nn.Linear, which bitsandbytes stores in 4 bits under QLoRA
+(transformers' integrations/bitsandbytes.py). Caught here: every routed expert adapted for every MoE family
+(Llama 4, gpt-oss and Qwen2-MoE adapt none), then none at all (Mixtral, Qwen3-MoE and DeepSeek adapt theirs, the
+fused gate and up at twice the rank, and their router), k and v as one adapter, and an encoder-decoder's
+cross-attention counted in its encoder blocks.
 """
 
 from __future__ import annotations
@@ -27,54 +26,95 @@ FAMILIES = {
     "mixtral": dict(intermediate_size=512, num_local_experts=8, num_experts_per_tok=2),
     # no head_dim: transformers 5's Qwen3-MoE attention takes hidden / heads (Qwen3's dense config says 128)
     "qwen3_moe": dict(intermediate_size=512, moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2),
-    # latent attention, a shared expert, and one dense block first
+    # latent attention, a shared expert, and one dense block first; and DeepSeek-V2's single query projection
     "deepseek_v3": dict(intermediate_size=512, moe_intermediate_size=128, kv_lora_rank=64, q_lora_rank=96,
                         qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, n_routed_experts=8,
                         n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, n_group=1, topk_group=1),
-    # a shared expert with a linear sigmoid gate of its own
+    "deepseek_v2": dict(intermediate_size=512, moe_intermediate_size=128, kv_lora_rank=64, q_lora_rank=None,
+                        qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, n_routed_experts=8,
+                        n_shared_experts=2, num_experts_per_tok=2, first_k_dense_replace=1),
+    # a shared expert with a linear sigmoid gate of its own; its experts are not adapted
     "qwen2_moe": dict(intermediate_size=512, moe_intermediate_size=128, shared_expert_intermediate_size=256,
                       num_experts=8, num_experts_per_tok=2),
     # a linear router, a shared expert, and dense blocks interleaved (Maverick's pattern)
     "llama4_text": dict(intermediate_size=128, intermediate_size_mlp=512, num_local_experts=8, num_experts_per_tok=1,
                         interleave_moe_layer_step=2, head_dim=64),
+    "gpt_oss": dict(intermediate_size=128, num_local_experts=8, num_experts_per_tok=2, head_dim=64),
+    "t5": dict(d_model=256, d_ff=512, d_kv=64, num_layers=2, num_decoder_layers=2, num_heads=4, vocab_size=1000),
 }
 # fmt: on
 
 
-def _block_linears(model_type: str, fields: dict) -> tuple[int, int, int]:
-    """(r x (in + out) over every nn.Linear in the decoder blocks, as PEFT's all-linear adapts them; their weights;
-    the weights of those whose type is exactly nn.Linear, which bitsandbytes stores in 4 bits under QLoRA)."""
-    torch = pytest.importorskip("torch")
-    from transformers import AutoConfig, AutoModelForCausalLM
+def _config(model_type: str) -> dict:
+    sizes = {} if model_type == "t5" else SIZES
+    return {"model_type": model_type, **sizes, **FAMILIES[model_type]}
 
+
+def _references(model_type: str) -> tuple[int, int, int]:
+    """(PEFT's trainable parameters, the routed experts' share of them, the exact nn.Linear weights in the blocks)."""
+    torch = pytest.importorskip("torch")
+    import transformers
+    from peft import LoraConfig, get_peft_model
+
+    config = _config(model_type)
+    spec = spec_from_hf_config(config, name="small")
+    fields = {key: value for key, value in config.items() if key != "model_type"}
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **SIZES, **fields))
-    linears = [m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and ".layers." in name]
-    assert linears, "the blocks hold linear modules"
-    adapters = sum(RANK * (m.in_features + m.out_features) for m in linears)
-    weights = sum(m.weight.numel() for m in linears)
-    return adapters, weights, sum(m.weight.numel() for m in linears if type(m) is torch.nn.Linear)
+        model = getattr(transformers, spec.transformers_class)._from_config(
+            transformers.AutoConfig.for_model(model_type, **fields)
+        )
+    four_bit = sum(
+        m.weight.numel() for name, m in model.named_modules() if type(m) is torch.nn.Linear and "lm_head" not in name
+    )
+    peft_model = get_peft_model(model, LoraConfig(r=RANK, target_modules="all-linear"), low_cpu_mem_usage=True)
+    trained = [(name, p.numel()) for name, p in peft_model.named_parameters() if p.requires_grad]
+    assert trained and all("lora" in name for name, _ in trained)
+    experts = sum(n for name, n in trained if ".experts." in name)
+    return sum(n for _, n in trained), experts, four_bit
 
 
 @pytest.mark.parametrize("model_type", sorted(FAMILIES))
-def test_lora_adapts_what_peft_all_linear_finds(model_type):
-    fields = FAMILIES[model_type]
-    spec = spec_from_hf_config({"model_type": model_type, **SIZES, **fields}, name="small")
-    reference, weights, four_bit = _block_linears(model_type, fields)
-    assert rank_params(spec, TrainingConfig(lora_rank=RANK)).trainable == reference
-    # QLoRA: the routed experts (fused tensors) keep their 16 bits, as does a router that subclasses nn.Linear.
+def test_lora_adapts_what_peft_adapts(model_type):
+    spec = spec_from_hf_config(_config(model_type), name="small")
+    trainable, routed, four_bit = _references(model_type)
+    assert rank_params(spec, TrainingConfig(lora_rank=RANK)).trainable == trainable
+    # A token runs top-k of a block's experts, so of the routed experts' adapters k / E of them.
+    per_token = trainable - routed * (1 - spec.experts_per_token / spec.num_experts) if spec.is_moe else trainable
+    assert lora_params_per_token(model_shape(spec), RANK) == pytest.approx(per_token, rel=1e-12)
+    # QLoRA: the fused experts keep their 16 bits, as does a router that subclasses nn.Linear.
     assert rank_params(spec, TrainingConfig(lora_rank=RANK, qlora=True)).quantized == four_bit
-    # Every token multiplies by each adapted matrix (the routed experts hold none), so the FLOPs count the same,
-    # and QLoRA's dequantisation reads those weights (planner/throughput/compute.py).
-    shape = model_shape(spec)
-    assert lora_params_per_token(shape, RANK) == pytest.approx(reference, rel=1e-12)
-    assert sum(i * o * n for i, o, n in shape.lora_shapes) * SIZES["num_hidden_layers"] == pytest.approx(weights)
+    assert model_shape(spec).qlora_weights_per_block * spec.num_layers == pytest.approx(four_bit)
 
 
-def test_a_moe_model_adapts_its_attention_not_its_experts():
-    """Qwen3-30B-A3B from the catalog: 48 blocks of q (2048 -> 4096), k and v (2048 -> 512) and o (4096 -> 2048)."""
+def test_llava_adapts_its_tower_and_projector_too():
+    """PEFT's all-linear on LLaVA takes the CLIP tower's linears and the projector's two beside the language model."""
+    torch = pytest.importorskip("torch")
+    import transformers
+    from peft import LoraConfig, get_peft_model
+
+    text = dict(SIZES, model_type="llama", intermediate_size=512, num_hidden_layers=2)
+    vision = dict(model_type="clip_vision_model", hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  intermediate_size=256, image_size=64, patch_size=16)  # fmt: skip
+    spec = spec_from_hf_config(
+        {"model_type": "llava", "text_config": text, "vision_config": vision, "image_token_index": 999}, name="small"
+    )
+    with torch.device("meta"):
+        config = transformers.AutoConfig.for_model(
+            "llava", text_config=text, vision_config=vision, image_token_index=999
+        )
+        model = getattr(transformers, spec.transformers_class)._from_config(config)
+    peft_model = get_peft_model(model, LoraConfig(r=RANK, target_modules="all-linear"), low_cpu_mem_usage=True)
+    trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    assert rank_params(spec, TrainingConfig(lora_rank=RANK)).trainable == trainable
+
+
+def test_a_catalog_moe_models_adapters():
+    """Qwen3-30B-A3B: 48 blocks of q (2048 -> 4096), k and v (2048 -> 512), o (4096 -> 2048), the router (2048 -> 128)
+    and 128 experts of gate_up (2048 -> 2 x 768, rank 32) and down (768 -> 2048)."""
     from planner.models.resolve import resolve_model
 
     spec = resolve_model("qwen3-30b-a3b")
-    per_block = 16 * ((2048 + 4096) + 2 * (2048 + 512) + (4096 + 2048))
-    assert rank_params(spec, TrainingConfig(lora_rank=16)).trainable == 48 * per_block
+    r, experts = 16, 128
+    attention = r * ((2048 + 4096) + 2 * (2048 + 512) + (4096 + 2048))
+    moe = r * (2048 + experts) + experts * (2 * r * (2048 + 2 * 768) + r * (768 + 2048))
+    assert rank_params(spec, TrainingConfig(lora_rank=r)).trainable == 48 * (attention + moe)

@@ -37,6 +37,9 @@ class ArchTraits:
     shared_expert: bool  # an always-on gated MLP beside the routed experts (Qwen2-MoE, DeepSeek)
     shared_expert_gate: bool  # its output scaled by a sigmoid gate (Qwen2-MoE)
     linear_router: bool  # the router is an nn.Linear (Llama 4's), which LoRA's all-linear adapts
+    peft_adapts_experts: (
+        bool  # LoRA's all-linear adapts the fused experts and the router (planner/memory/lora_targets.py)
+    )
     loss_in_logits_dtype: bool  # cross-entropy in the logits' own dtype, no fp32 upcast (T5, Whisper)
 
 
@@ -76,5 +79,6 @@ def arch_traits(spec: ModelSpec) -> ArchTraits:
         shared_expert=traits.shared_expert,
         shared_expert_gate=traits.shared_expert_gate,
         linear_router=traits.linear_router,
+        peft_adapts_experts=traits.peft_adapts_experts,
         loss_in_logits_dtype=traits.loss_in_logits_dtype,
     )

@@ -4,15 +4,16 @@ Tensor parallelism splits each block's matrices and the vocabulary; pipeline
 parallelism gives each stage layers/pp blocks, the first stage the embedding
 and the last the output head (a second copy when tied and pp > 1); expert
 parallelism splits the experts. LoRA freezes the base and trains r*(in+out)
-per adapted matrix (adapted_linears: every linear layer in the blocks, the
-QLoRA paper's choice, as PEFT's target_modules="all-linear" finds them).
+per adapted matrix (planner/memory/lora_targets.py: what PEFT's
+target_modules="all-linear" adapts).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.memory.arch_traits import arch_traits
+from planner.memory.linear_shapes import attention_shapes, block_linear_shapes
+from planner.memory.lora_targets import adapter_params_per_block, quantized_params_per_block, vision_adapter_params
 from planner.memory.spec_cache import per_spec_and_key
 from planner.models.spec import MlpKind, ModelFamily, ModelSpec
 from planner.training_config import TrainingConfig
@@ -20,91 +21,6 @@ from planner.training_config import TrainingConfig
 # NF4 stores 4 bits per weight plus double-quantised block constants:
 # 0.127 bits per parameter (QLoRA paper, Sec. 3), i.e. 4.127 bits in all.
 QLORA_BYTES_PER_PARAM = 4.127 / 8
-
-
-@dataclass(frozen=True)
-class LinearShape:
-    fan_in: int
-    fan_out: int
-    count: int = 1  # how many such matrices per block (experts, gate+up)
-
-    @property
-    def params(self) -> int:
-        return self.fan_in * self.fan_out * self.count
-
-
-def attention_shapes(spec: ModelSpec) -> list[LinearShape]:
-    """One attention's weight matrices: q, k and v, and the output; latent attention (DeepSeek's MLA) as
-    param_formula.py counts it: q through its q_lora_rank bottleneck (or one projection), the kv_lora_rank latent and
-    the shared rotary key, their expansion to every head's key and value, the output."""
-    h, heads, q_width = spec.hidden_size, spec.num_heads, spec.num_heads * spec.head_dim
-    if not spec.is_mla:
-        return [LinearShape(h, q_width), LinearShape(h, spec.kv_size, 2), LinearShape(q_width, h)]
-    bottleneck = spec.q_lora_rank
-    query = [LinearShape(h, bottleneck), LinearShape(bottleneck, q_width)] if bottleneck else [LinearShape(h, q_width)]
-    nope = spec.head_dim - spec.qk_rope_head_dim
-    latent = LinearShape(h, spec.kv_lora_rank + spec.qk_rope_head_dim)
-    expand = LinearShape(spec.kv_lora_rank, heads * (nope + spec.v_head_dim))
-    return [*query, latent, expand, LinearShape(heads * spec.v_head_dim, h)]
-
-
-def block_linear_shapes(spec: ModelSpec, cross_attention: bool = False) -> list[LinearShape]:
-    """The weight matrices of one transformer block: attention_shapes (twice with cross-attention), then a shared
-    expert's two if any, then the MLP's or experts' two."""
-    h = spec.hidden_size
-    attention = attention_shapes(spec) * (2 if cross_attention else 1)
-    experts = max(spec.num_experts, 1)
-    ffn = spec.expert_ffn_size if spec.is_moe and spec.expert_ffn_size else spec.ffn_size
-    up_matrices = 2 if spec.mlp_kind is MlpKind.GATED else 1
-    mlp = [LinearShape(h, ffn, up_matrices * experts), LinearShape(ffn, h, experts)]
-    if spec.shared_expert_ffn_size:  # the always-on shared expert (Qwen2-MoE, DeepSeek): a gated MLP
-        shared = spec.shared_expert_ffn_size
-        mlp = [LinearShape(h, shared, 2), LinearShape(shared, h)] + mlp
-    return attention + mlp
-
-
-@dataclass(frozen=True)
-class AdaptedLinear:
-    """A matrix LoRA adapts, in the share of the blocks that hold it (an MoE model's dense blocks' MLP)."""
-
-    shape: LinearShape
-    share: float = 1.0
-    # QLoRA stores it in 4 bits: bitsandbytes replaces the modules whose type is exactly nn.Linear
-    # (transformers' integrations/bitsandbytes.py, replace_with_bnb_linear), not a subclass such as Llama 4's router.
-    quantized: bool = True
-
-
-def adapted_linears(spec: ModelSpec, cross_attention: bool = False) -> list[AdaptedLinear]:
-    """The matrices LoRA adapts in one average block: every nn.Linear in the blocks, which is what PEFT's
-    target_modules="all-linear" takes (all linear modules but the output head). transformers 5 holds an MoE
-    block's routed experts as fused 3-D tensors (experts.gate_up_proj, experts.down_proj), so they take no
-    adapter; the attention, a shared expert (and Qwen2-MoE's gate on it), the MLP of an MoE model's dense blocks
-    and a router that is a linear module (Llama 4's; most are a plain weight) do (tests/test_lora_targets.py counts
-    them against transformers' own modules)."""
-    if not spec.is_moe:
-        return [AdaptedLinear(shape) for shape in block_linear_shapes(spec, cross_attention)]
-    adapted = [AdaptedLinear(shape) for shape in attention_shapes(spec) * (2 if cross_attention else 1)]
-    dense_share = min(spec.dense_layers, spec.num_layers) / spec.num_layers
-    h, ffn, shared = spec.hidden_size, spec.ffn_size, spec.shared_expert_ffn_size
-    if dense_share:
-        up_matrices = 2 if spec.mlp_kind is MlpKind.GATED else 1
-        dense_mlp = (LinearShape(h, ffn, up_matrices), LinearShape(ffn, h))
-        adapted += [AdaptedLinear(shape, dense_share) for shape in dense_mlp]
-    traits = arch_traits(spec)
-    moe_share = 1 - dense_share
-    if traits.linear_router:
-        adapted.append(AdaptedLinear(LinearShape(h, spec.num_experts), moe_share, quantized=False))
-    if shared:  # the always-on shared expert (a gated MLP), in the MoE blocks only
-        shared_mlp = [LinearShape(h, shared, 2), LinearShape(shared, h)]
-        shared_mlp += [LinearShape(h, 1)] if traits.shared_expert_gate else []
-        adapted += [AdaptedLinear(shape, moe_share) for shape in shared_mlp]
-    return adapted
-
-
-def adapter_params_per_block(spec: ModelSpec, rank: int, cross_attention: bool = False) -> float:
-    """LoRA's trainable parameters in one average block: r x (in + out) per adapted matrix."""
-    adapted = adapted_linears(spec, cross_attention)
-    return sum(rank * (a.shape.fan_in + a.shape.fan_out) * a.shape.count * a.share for a in adapted)
 
 
 @dataclass(frozen=True)
@@ -167,10 +83,10 @@ def _rank_params(
     trainable, quantized = total, 0
     if lora_rank:
         is_enc_dec = spec.family is ModelFamily.ENCODER_DECODER
-        trainable = int(adapter_params_per_block(spec, lora_rank, is_enc_dec) * blocks_on_rank / tp)
-        if qlora:  # the adapted linear modules, not an MoE block's fused experts, which stay 16-bit
-            adapted = adapted_linears(spec, is_enc_dec)
-            quantized = int(sum(a.shape.params * a.share for a in adapted if a.quantized) * blocks_on_rank / tp)
+        trainable = int(adapter_params_per_block(spec, lora_rank, is_enc_dec, ep) * blocks_on_rank / tp)
+        trainable += int(vision_adapter_params(spec, lora_rank))  # LLaVA's tower and projector, on the first stage
+        if qlora:  # the adapted nn.Linear modules: an MoE block's fused experts stay 16-bit
+            quantized = int(quantized_params_per_block(spec, is_enc_dec) * blocks_on_rank / tp)
     return RankParams(
         total=total,
         trainable=trainable,

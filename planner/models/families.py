@@ -234,7 +234,9 @@ _ENTRIES = (
             size_keys={**LLAMA_SIZE_KEYS},
             # q/k heads (nope + rope) are wider than v heads: SDPA's flash kernel needs equal head dims, so the
             # math path runs and keeps the scores (traced: benchmarks/memory/trace_configs.py, deepseek-*).
-            traits=Traits(softmax_fp32=True, shared_expert=True, fused_attention_kernel=False),
+            traits=Traits(
+                softmax_fp32=True, shared_expert=True, fused_attention_kernel=False, peft_adapts_experts=True
+            ),
             parallel_plan=plan,
         )
         for name, block, plan in (

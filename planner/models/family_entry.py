@@ -122,6 +122,9 @@ class Traits(_Data):
     shared_expert: bool = False  # an always-on gated MLP beside the routed experts (Qwen2-MoE, DeepSeek)
     shared_expert_gate: bool = False  # ... scaled by a sigmoid gate of its own (Qwen2-MoE)
     linear_router: bool = False  # the router is an nn.Linear (Llama 4's), so PEFT's all-linear adapts it too
+    # PEFT's all-linear adapts the fused experts and the router's weight: the families whose experts were nn.Linear
+    # modules in transformers 4 (peft/utils/transformers_weight_conversion.py, planner/memory/lora_targets.py)
+    peft_adapts_experts: bool = False
     mlp_dropout: bool = False  # dropout between the MLP's activation and its down projection (T5)
     # gpt-oss: both halves clamped, gate * sigmoid(alpha * gate), then (up + 1) * that: three FFN-wide tensors
     # more than SiLU's gating keeps

@@ -29,14 +29,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.memory.arch_traits import arch_traits
+from planner.memory.lora_targets import lora_matrices, quantized_params_per_block
 from planner.memory.op_checkpointing import recomputed_matmul_share
-from planner.memory.rank_params import adapted_linears
 from planner.models.spec import MlpKind, ModelFamily, ModelSpec
 from planner.training_config import ActivationCheckpointing, AttentionKernel, TrainingConfig
-
-# Adapters sit on every linear of a block (q, k, v, o and the MLP's), PEFT's
-# "all-linear" target, the common choice for LoRA fine-tuning.
-LORA_TARGET = "every linear layer of each block"
 
 
 @dataclass(frozen=True)
@@ -61,9 +57,11 @@ class ModelShape:
     head_params: int  # LM head matmul weights (0 without a head)
     block_matmul_params_per_token: float  # weights one token multiplies by inside the blocks
     block_linear_shapes: tuple[tuple[int, int], ...]  # (in, out) of one average block's linears
-    # (in, out, how many) of the matrices LoRA adapts in one average block, "how many" weighted by the share of the
-    # blocks that hold them (planner/memory/rank_params.py adapted_linears): every token multiplies by each.
+    # (in, out, how many a token multiplies by) of the matrices LoRA adapts in one average block, weighted by the
+    # share of the blocks that hold them and, for routed experts' adapters, by top-k of the experts
+    # (planner/memory/lora_targets.py); and the weights QLoRA stores in 4 bits, which each step dequantises.
     lora_shapes: tuple[tuple[int, int, float], ...]
+    qlora_weights_per_block: float
     total_params: int
     trainable_params: int
     expert_params: int  # all experts of all blocks; expert parallelism splits these
@@ -107,6 +105,10 @@ def model_shape(spec: ModelSpec) -> ModelShape:
         fixed_matmul = tower_blocks * positions + patches + spec.projector_params * spec.image_tokens
         fixed_attention = float(tower.num_layers * positions * positions * tower.num_heads * tower.head_dim)
     ffn = spec.expert_ffn_size if spec.is_moe and spec.expert_ffn_size else spec.ffn_size
+    is_enc_dec = spec.family is ModelFamily.ENCODER_DECODER
+    routed_share = (
+        spec.experts_per_token / spec.num_experts if spec.is_moe else 1.0
+    )  # of a block's experts a token runs
     return ModelShape(
         hidden=spec.hidden_size,
         query_width=spec.num_heads * spec.head_dim,
@@ -126,7 +128,12 @@ def model_shape(spec: ModelSpec) -> ModelShape:
         head_params=head_params,
         block_matmul_params_per_token=float(block_params),
         block_linear_shapes=_block_linear_shapes(spec, ffn),
-        lora_shapes=tuple((a.shape.fan_in, a.shape.fan_out, a.shape.count * a.share) for a in adapted_linears(spec)),
+        lora_shapes=tuple(
+            (m.shape.fan_in, m.shape.fan_out, m.shape.count * m.share * (routed_share if m.routed else 1.0))
+            for m in lora_matrices(spec, cross_attention=is_enc_dec)
+            if m.adapted
+        ),
+        qlora_weights_per_block=quantized_params_per_block(spec, cross_attention=is_enc_dec),
         total_params=spec.params.total,
         trainable_params=spec.params.trainable,
         expert_params=spec.num_layers

@@ -92,6 +92,7 @@ LLAMA_STYLE_ENTRIES: tuple[FamilyEntry, ...] = (
             tied_by_default=False,
             bias="none",
         ),
+        traits=Traits(softmax_fp32=True, peft_adapts_experts=True),
         plan=MIXTRAL_PARALLEL_PLAN,
     ),
     _llama_like(
@@ -144,7 +145,7 @@ LLAMA_STYLE_ENTRIES: tuple[FamilyEntry, ...] = (
             default_positions=32768,
             tied_by_default=False,
         ),
-        traits=Traits(softmax_fp32=True, qk_norm=True),
+        traits=Traits(softmax_fp32=True, qk_norm=True, peft_adapts_experts=True),
         plan=QWEN3_MOE_PARALLEL_PLAN,
     ),
     _llama_like(  # gpt-oss: biased attention with a learned sink per head (eager: SDPA has no sinks, softmax in

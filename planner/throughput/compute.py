@@ -156,9 +156,8 @@ def stage_compute(
         matmul_fwd += adapters
     else:
         matmul_bwd = 2.0 * matmul_fwd
-    if config.qlora:  # the 4-bit weights are the adapted linears' (an MoE block's fused experts stay 16-bit)
-        four_bit = sum(fan_in * fan_out * count for fan_in, fan_out, count in shape.lora_shapes)
-        dequant = NF4_DEQUANT_BYTES_PER_WEIGHT * four_bit / tp / device.memory_Bps
+    if config.qlora:  # the 4-bit weights (an MoE block's fused experts stay 16-bit)
+        dequant = NF4_DEQUANT_BYTES_PER_WEIGHT * shape.qlora_weights_per_block / tp / device.memory_Bps
         matmul_fwd += dequant
         matmul_bwd += dequant
     backward_ratio = k.attention_backward_ratio if flash else 2.0
