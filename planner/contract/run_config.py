@@ -94,6 +94,8 @@ class DataConfig(_Block):
 
 AUTO_WARMUP_FRACTION = 0.05
 AUTO_WARMUP_CAP = 100
+# An SGD plan's momentum, which the plan counts a buffer for: the run folder's SGD and the Trainer's optim_args.
+SGD_MOMENTUM = 0.9
 
 
 class Hyperparameters(_Block):

@@ -17,9 +17,8 @@ from planner.contract.choices import (
     OptimizerKind,
     Strategy,
 )
-from planner.contract.run_config import RunConfig
+from planner.contract.run_config import SGD_MOMENTUM, RunConfig
 from planner.plan import Plan
-from planner.rundir.hyperparameters import SGD_MOMENTUM
 
 DS_TRAINER_CONFIG_FILE = "ds_config_trainer.json"
 

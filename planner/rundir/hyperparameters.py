@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from planner.contract.choices import OptimizerKind
 from planner.contract.engine_config import OptimizerBlock, OptimizerParams, SchedulerBlock, SchedulerParams
-from planner.contract.run_config import Hyperparameters
-
-SGD_MOMENTUM = 0.9
+from planner.contract.run_config import SGD_MOMENTUM, Hyperparameters
 
 
 def optimizer_block(optim: Hyperparameters, kind: OptimizerKind) -> OptimizerBlock:
