@@ -41,17 +41,40 @@ FAMILIES = {
                         interleave_moe_layer_step=2, head_dim=64),
     "gpt_oss": dict(intermediate_size=128, num_local_experts=8, num_experts_per_tok=2, head_dim=64),
     "t5": dict(d_model=256, d_ff=512, d_kv=64, num_layers=2, num_decoder_layers=2, num_heads=4, vocab_size=1000),
+    # one query_key_value projection (Conv1D on GPT-2), and Phi-3's one gate_up projection; Falcon's FalconLinear
+    "gpt2": dict(n_embd=256, n_layer=2, n_head=4, vocab_size=1000),
+    "gpt_neox": dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512,
+                     vocab_size=1000),
+    "falcon": dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, vocab_size=1000),
+    "phi3": dict(SIZES, intermediate_size=512, vocab_size=32064),
 }
+OWN_SIZES = {"t5", "gpt2", "gpt_neox", "falcon", "phi3"}  # their configs name their sizes themselves
 # fmt: on
 
 
 def _config(model_type: str) -> dict:
-    sizes = {} if model_type == "t5" else SIZES
+    sizes = {} if model_type in OWN_SIZES else SIZES
     return {"model_type": model_type, **sizes, **FAMILIES[model_type]}
 
 
+def _four_bit(model) -> int:
+    """The weights bitsandbytes stores in 4 bits: modules whose type is exactly nn.Linear, or Conv1D (transformers'
+    replace_with_bnb_linear), but the output head and the model's _keep_in_fp32_modules (T5's wo)."""
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    kept = list(getattr(model, "_keep_in_fp32_modules", None) or [])
+    return sum(
+        m.weight.numel()
+        for name, m in model.named_modules()
+        if (type(m) is torch.nn.Linear or isinstance(m, Conv1D))
+        and "lm_head" not in name
+        and not any(part in name.split(".") for part in kept)
+    )
+
+
 def _references(model_type: str) -> tuple[int, int, int]:
-    """(PEFT's trainable parameters, the routed experts' share of them, the exact nn.Linear weights in the blocks)."""
+    """(PEFT's trainable parameters, the routed experts' share of them, the weights bitsandbytes makes 4-bit)."""
     torch = pytest.importorskip("torch")
     import transformers
     from peft import LoraConfig, get_peft_model
@@ -63,9 +86,7 @@ def _references(model_type: str) -> tuple[int, int, int]:
         model = getattr(transformers, spec.transformers_class)._from_config(
             transformers.AutoConfig.for_model(model_type, **fields)
         )
-    four_bit = sum(
-        m.weight.numel() for name, m in model.named_modules() if type(m) is torch.nn.Linear and "lm_head" not in name
-    )
+    four_bit = _four_bit(model)
     peft_model = get_peft_model(model, LoraConfig(r=RANK, target_modules="all-linear"), low_cpu_mem_usage=True)
     trained = [(name, p.numel()) for name, p in peft_model.named_parameters() if p.requires_grad]
     assert trained and all("lora" in name for name, _ in trained)
@@ -103,9 +124,11 @@ def test_llava_adapts_its_tower_and_projector_too():
             "llava", text_config=text, vision_config=vision, image_token_index=999
         )
         model = getattr(transformers, spec.transformers_class)._from_config(config)
+    four_bit = _four_bit(model)  # before PEFT wraps the modules
     peft_model = get_peft_model(model, LoraConfig(r=RANK, target_modules="all-linear"), low_cpu_mem_usage=True)
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     assert rank_params(spec, TrainingConfig(lora_rank=RANK)).trainable == trainable
+    assert rank_params(spec, TrainingConfig(lora_rank=RANK, qlora=True)).quantized == four_bit
 
 
 def test_a_catalog_moe_models_adapters():
@@ -118,3 +141,45 @@ def test_a_catalog_moe_models_adapters():
     attention = r * ((2048 + 4096) + 2 * (2048 + 512) + (4096 + 2048))
     moe = r * (2048 + experts) + experts * (2 * r * (2048 + 2 * 768) + r * (768 + 2048))
     assert rank_params(spec, TrainingConfig(lora_rank=r)).trainable == 48 * (attention + moe)
+
+
+def test_peft_keeps_each_moe_blocks_rebuilt_expert_stack_for_backward():
+    """PEFT folds the expert adapters into the weights on every forward (W + BA, one baddbmm over the stack) and the
+    experts' matmuls save that stack, beside the factors cast to its width: measured with torch's saved-tensor hooks
+    on a bf16 Qwen3-MoE forward (the frozen weights themselves excluded: they are held anyway)."""
+    torch = pytest.importorskip("torch")
+    import transformers
+    from peft import LoraConfig, get_peft_model
+
+    from planner.memory.activation_batch import estimate_activations
+    from planner.memory.activations import activation_widths
+    from planner.memory.lora_targets import rebuilt_expert_bytes
+
+    config = _config("qwen3_moe")
+    spec = spec_from_hf_config(config, name="small")
+    fields = {key: value for key, value in config.items() if key != "model_type"}
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model("qwen3_moe", **fields))
+    model = get_peft_model(model.to(torch.bfloat16), LoraConfig(r=RANK, target_modules="all-linear"))
+    held = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if tensor.dim() == 3 and tensor.shape[0] == spec.num_experts and storage.data_ptr() not in held:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    ids = torch.randint(0, 1000, (1, 64))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        model(input_ids=ids, labels=ids).loss  # noqa: B018 (the forward is what saves)
+    plan = TrainingConfig(lora_rank=RANK, precision="bf16")
+    assert sum(saved.values()) == rebuilt_expert_bytes(spec, plan) * spec.num_layers
+    # The estimate keeps one per MoE block without checkpointing, and one (the recomputed block's) with it.
+    widths = activation_widths(plan, native_mixed=True)
+    for checkpointing, kept in (("none", spec.num_layers), ("full", 1)):
+        lora = TrainingConfig(lora_rank=RANK, precision="bf16", activation_checkpointing=checkpointing)
+        base = TrainingConfig(precision="bf16", activation_checkpointing=checkpointing)
+        with_lora, without = (estimate_activations(spec, c, widths) for c in (lora, base))
+        grown = (with_lora.activations + with_lora.recompute) - (without.activations + without.recompute)
+        assert grown == pytest.approx(rebuilt_expert_bytes(spec, lora) * kept)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from planner.memory.activations import ActivationShape, Widths, _per_token, op_kept_bytes, vision_tower_bytes
 from planner.memory.arch_traits import arch_traits
+from planner.memory.lora_targets import rebuilt_expert_bytes
 from planner.memory.loss_kernels import LossKernel, loss_bytes
 from planner.memory.op_checkpointing import last_output_bytes_per_token
 from planner.memory.stack_memory import OURS, StackMemory, moves_checkpoints_to_cpu
@@ -77,6 +78,10 @@ class ActivationTerms:
     loss: LossKernel  # the cross-entropy's kernel (loss_kernels.py), where Liger's chunks do not replace it
     on_cpu: float  # per token: the checkpoints of one stage the stack keeps in CPU memory (stack_memory.py)
     checkpoints_in_flight: float  # per token: those the GPU holds meanwhile, one block's
+    # LoRA on fused experts: one MoE block's expert stack rebuilt as W + BA each forward and kept for backward
+    # (lora_targets.rebuilt_expert_bytes), and the MoE blocks of the most loaded stage; not per token
+    rebuilt_experts: float = 0.0
+    rebuilt_blocks: float = 0.0
 
 
 def activation_terms(
@@ -94,6 +99,7 @@ def activation_terms(
         on_cpu = checkpoint * stack.checkpoints_to_cpu * spec.num_layers / pp
         in_flight = checkpoint * stack.checkpoints_to_cpu
     ranks, even = (config.rank_layers(spec), spec.num_layers / pp) if pp > 1 else ((1,), 1.0)
+    moe_blocks = spec.num_layers - min(spec.dense_layers, spec.num_layers) if spec.is_moe else 0
     vision = vision_tower_bytes(spec, spec.vision_tower, layout, widths) if spec.vision_tower is not None else None
     return ActivationTerms(
         kept, head, largest_block, layer_bytes, config.seq_len, config.context_parallel,
@@ -105,7 +111,7 @@ def activation_terms(
         widths.compute == 2 and not widths.autocast and arch_traits(spec).loss_in_logits_dtype,
         widths.compute, spec.hidden_size, spec.vocab_size,
         _recomputed_block(spec, config, layout, widths, largest_block), stack.loss_kernel(spec, config),
-        on_cpu, in_flight,
+        on_cpu, in_flight, rebuilt_expert_bytes(spec, config), moe_blocks / pp,
     )  # fmt: skip
 
 
@@ -167,6 +173,11 @@ def activations_at(terms: ActivationTerms, micro_batch: int, grad_accum: int) ->
         activations += terms.vision_per_sample * micro_batch
     activations += terms.checkpoints_in_flight * tokens  # once, whatever the micro-batches in flight
     recompute = terms.recomputed_block * tokens
+    if terms.rebuilt_experts:  # rebuilt in each block's forward: kept by every block, or by the one recomputed
+        if recompute:
+            recompute += terms.rebuilt_experts
+        else:
+            activations += terms.rebuilt_experts * terms.rebuilt_blocks * in_flight
     on_cpu = (
         terms.on_cpu
         * tokens

@@ -37,9 +37,10 @@ class ArchTraits:
     shared_expert: bool  # an always-on gated MLP beside the routed experts (Qwen2-MoE, DeepSeek)
     shared_expert_gate: bool  # its output scaled by a sigmoid gate (Qwen2-MoE)
     linear_router: bool  # the router is an nn.Linear (Llama 4's), which LoRA's all-linear adapts
-    peft_adapts_experts: (
-        bool  # LoRA's all-linear adapts the fused experts and the router (planner/memory/lora_targets.py)
-    )
+    # LoRA's all-linear adapts the fused experts and the router (planner/memory/lora_targets.py)
+    peft_adapts_experts: bool
+    linear_subclass: bool  # the blocks' linears subclass nn.Linear (Falcon's): QLoRA leaves them 16-bit
+    mlp_output_fp32: bool  # T5's wo, kept in fp32 by transformers: out of QLoRA's 4 bits
     loss_in_logits_dtype: bool  # cross-entropy in the logits' own dtype, no fp32 upcast (T5, Whisper)
 
 
@@ -80,5 +81,7 @@ def arch_traits(spec: ModelSpec) -> ArchTraits:
         shared_expert_gate=traits.shared_expert_gate,
         linear_router=traits.linear_router,
         peft_adapts_experts=traits.peft_adapts_experts,
+        linear_subclass=traits.linear_subclass,
+        mlp_output_fp32=traits.mlp_output_fp32,
         loss_in_logits_dtype=traits.loss_in_logits_dtype,
     )

@@ -22,11 +22,12 @@ tests/test_lora_targets.py compares every count with PEFT's and transformers' ow
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.memory.arch_traits import arch_traits
-from planner.memory.linear_shapes import LinearShape, attention_shapes, block_linear_shapes
+from planner.memory.linear_shapes import LinearShape, attention_shapes
 from planner.models.spec import MlpKind, ModelSpec
+from planner.training_config import Precision, TrainingConfig
 
 
 @dataclass(frozen=True)
@@ -44,19 +45,23 @@ def lora_matrices(spec: ModelSpec, cross_attention: bool = False) -> list[LoraMa
     """The matrices of one average block that LoRA adapts or QLoRA quantises (the module docstring says which).
 
     cross_attention: an encoder-decoder's decoder blocks attend twice, in the decoder's share of the blocks."""
-    matrices = [LoraMatrix(shape) for shape in attention_shapes(spec)]
+    traits = arch_traits(spec)
+    attention = _attention(spec, traits.qkv_projections == 1)
+    matrices = [LoraMatrix(shape) for shape in attention]
     if cross_attention:
         decoder_share = spec.num_decoder_layers / spec.num_layers
-        matrices += [LoraMatrix(shape, decoder_share) for shape in attention_shapes(spec)]
-    if not spec.is_moe:
-        return matrices + [LoraMatrix(shape) for shape in block_linear_shapes(spec)[-2:]]
+        matrices += [LoraMatrix(shape, decoder_share) for shape in attention]
     h, ffn, shared, experts = spec.hidden_size, spec.ffn_size, spec.shared_expert_ffn_size, spec.num_experts
     gated = spec.mlp_kind is MlpKind.GATED
+    # One projection makes both gated inputs (Phi-3's gate_up_proj): one adapter; else gate and up, one each.
+    mlp_in = LinearShape(h, 2 * ffn) if gated and traits.mlp_input_projections == 1 else LinearShape(h, ffn, 1 + gated)
+    if not spec.is_moe:
+        matrices += [LoraMatrix(mlp_in), LoraMatrix(LinearShape(ffn, h), quantized=not traits.mlp_output_fp32)]
+        return [replace(m, quantized=False) if traits.linear_subclass else m for m in matrices]
     dense_share = min(spec.dense_layers, spec.num_layers) / spec.num_layers
     moe_share = 1 - dense_share
-    traits = arch_traits(spec)
     if dense_share:
-        dense_mlp = (LinearShape(h, ffn, 2 if gated else 1), LinearShape(ffn, h))
+        dense_mlp = (mlp_in, LinearShape(ffn, h))
         matrices += [LoraMatrix(shape, dense_share, adapted=not traits.peft_adapts_experts) for shape in dense_mlp]
     experts_adapted = traits.peft_adapts_experts  # and so the MLP names taken off the modules
     if traits.linear_router or experts_adapted:
@@ -74,6 +79,15 @@ def lora_matrices(spec: ModelSpec, cross_attention: bool = False) -> list[LoraMa
     return matrices
 
 
+def _attention(spec: ModelSpec, fused_qkv: bool) -> list[LinearShape]:
+    """The attention's matrices as modules: one query_key_value projection where the family fuses them (GPT-2,
+    BLOOM, Falcon, GPT-NeoX, Phi-3), so one adapter, else q, k and v each (latent attention: its five)."""
+    if not fused_qkv or spec.is_mla:
+        return attention_shapes(spec)
+    h, q_width = spec.hidden_size, spec.num_heads * spec.head_dim
+    return [LinearShape(h, q_width + 2 * spec.kv_size), LinearShape(q_width, h)]
+
+
 def adapter_params_per_block(spec: ModelSpec, rank: int, cross_attention: bool = False, ep: int = 1) -> float:
     """LoRA's trainable parameters in one average block on one rank: r x (in + out) per adapted matrix, the routed
     experts' over the ep ranks that split them."""
@@ -89,11 +103,29 @@ def quantized_params_per_block(spec: ModelSpec, cross_attention: bool = False) -
     return sum(m.shape.params * m.share for m in lora_matrices(spec, cross_attention) if m.quantized)
 
 
-def vision_adapter_params(spec: ModelSpec, rank: int) -> float:
-    """A LLaVA model's adapters outside its language model: every nn.Linear of the vision tower's blocks and the
-    projector's two (vision width -> text width -> text width), all of which "all-linear" takes too."""
+def vision_adapter_params(spec: ModelSpec, rank: int) -> tuple[float, float]:
+    """A LLaVA model's (adapters, 4-bit weights) outside its language model: every nn.Linear of the vision tower's
+    blocks and the projector's two (vision width -> text width -> text width), which "all-linear" and bitsandbytes
+    both take too."""
     tower = spec.vision_tower
     if tower is None:
-        return 0.0
+        return 0.0, 0.0
     h, vision = spec.hidden_size, tower.hidden_size
-    return adapter_params_per_block(tower, rank) * tower.num_layers + rank * ((vision + h) + (h + h))
+    adapters = adapter_params_per_block(tower, rank) * tower.num_layers + rank * ((vision + h) + (h + h))
+    return adapters, quantized_params_per_block(tower) * tower.num_layers + vision * h + h * h
+
+
+def rebuilt_expert_bytes(spec: ModelSpec, config: TrainingConfig) -> float:
+    """One MoE block's expert stack as PEFT runs it under LoRA, on this rank: its forward folds the adapters into
+    the weights, W + BA in one baddbmm over the whole stack (peft/tuners/lora/layer.py, _LoraFactorsProxy), and the
+    experts' matmuls keep that tensor for backward, the baddbmm the adapters cast to the weights' width. 0 where
+    the experts take no adapter."""
+    if not (config.lora_rank and spec.is_moe and arch_traits(spec).peft_adapts_experts):
+        return 0.0
+    expert_ffn = spec.expert_ffn_size or spec.ffn_size
+    stack = spec.num_experts * (3 if spec.mlp_kind is MlpKind.GATED else 2) * spec.hidden_size * expert_ffn
+    factors = sum(  # the routed experts' adapters, as many values as their parameters
+        config.lora_rank * (m.shape.fan_in + m.shape.fan_out) * m.shape.count for m in lora_matrices(spec) if m.routed
+    )
+    width = 4 if config.precision is Precision.FP32 else 2  # the frozen base's width (model_states.py)
+    return (stack + factors) * width / config.expert_parallel / config.tensor_parallel

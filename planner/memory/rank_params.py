@@ -83,10 +83,11 @@ def _rank_params(
     trainable, quantized = total, 0
     if lora_rank:
         is_enc_dec = spec.family is ModelFamily.ENCODER_DECODER
+        vision_adapters, vision_4bit = vision_adapter_params(spec, lora_rank)  # LLaVA's, on the first stage
         trainable = int(adapter_params_per_block(spec, lora_rank, is_enc_dec, ep) * blocks_on_rank / tp)
-        trainable += int(vision_adapter_params(spec, lora_rank))  # LLaVA's tower and projector, on the first stage
-        if qlora:  # the adapted nn.Linear modules: an MoE block's fused experts stay 16-bit
-            quantized = int(quantized_params_per_block(spec, is_enc_dec) * blocks_on_rank / tp)
+        trainable += int(vision_adapters)
+        if qlora:  # the exact nn.Linear modules: an MoE block's fused experts stay 16-bit
+            quantized = int(quantized_params_per_block(spec, is_enc_dec) * blocks_on_rank / tp + vision_4bit)
     return RankParams(
         total=total,
         trainable=trainable,

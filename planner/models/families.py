@@ -133,7 +133,9 @@ _ENTRIES = (
             "ffn": ("ffn_hidden_size",),
             "positions": ("max_position_embeddings",),
         },
-        traits=Traits(fused_qkv=True, fused_attention_kernel=False, fused_qkv_rotary=True, softmax_fp32=True),
+        traits=Traits(
+            fused_qkv=True, fused_attention_kernel=False, fused_qkv_rotary=True, softmax_fp32=True, linear_subclass=True
+        ),
     ),
     FamilyEntry(
         model_type="gpt_neox",
@@ -198,7 +200,7 @@ _ENTRIES = (
             "ffn": ("d_ff",),
             "positions": (),
         },
-        traits=Traits(softmax_fp32=True, mlp_dropout=True, loss_in_logits_dtype=True),
+        traits=Traits(softmax_fp32=True, mlp_dropout=True, loss_in_logits_dtype=True, mlp_output_fp32=True),
     ),
     FamilyEntry(  # Whisper: eager softmax in the input dtype; dropout (default 0) after attention and MLP
         model_type="whisper",

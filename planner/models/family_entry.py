@@ -125,6 +125,10 @@ class Traits(_Data):
     # PEFT's all-linear adapts the fused experts and the router's weight: the families whose experts were nn.Linear
     # modules in transformers 4 (peft/utils/transformers_weight_conversion.py, planner/memory/lora_targets.py)
     peft_adapts_experts: bool = False
+    # QLoRA: bitsandbytes replaces modules whose type is exactly nn.Linear: not Falcon's FalconLinear subclass, and
+    # not T5's wo, which transformers keeps in fp32 (_keep_in_fp32_modules)
+    linear_subclass: bool = False
+    mlp_output_fp32: bool = False
     mlp_dropout: bool = False  # dropout between the MLP's activation and its down projection (T5)
     # gpt-oss: both halves clamped, gate * sigmoid(alpha * gate), then (up + 1) * that: three FFN-wide tensors
     # more than SiLU's gating keeps

@@ -62,6 +62,7 @@ class ModelShape:
     # (planner/memory/lora_targets.py); and the weights QLoRA stores in 4 bits, which each step dequantises.
     lora_shapes: tuple[tuple[int, int, float], ...]
     qlora_weights_per_block: float
+    lora_rebuilds_experts: bool  # PEFT folds the expert adapters into the weights (lora_targets.py)
     total_params: int
     trainable_params: int
     expert_params: int  # all experts of all blocks; expert parallelism splits these
@@ -134,6 +135,7 @@ def model_shape(spec: ModelSpec) -> ModelShape:
             if m.adapted
         ),
         qlora_weights_per_block=quantized_params_per_block(spec, cross_attention=is_enc_dec),
+        lora_rebuilds_experts=spec.is_moe and arch_traits(spec).peft_adapts_experts,
         total_params=spec.params.total,
         trainable_params=spec.params.trainable,
         expert_params=spec.num_layers

@@ -61,14 +61,7 @@ def _block_matmuls_forward_s(
     seconds = matmul_seconds(device, rows, qkv_in, qkv_out / tp, k) + matmul_seconds(device, rows, o_in / tp, o_out, k)
     flops = 2.0 * rows * (qkv_in * qkv_out + o_in * o_out) / tp
     if shape.experts:
-        ep = config.expert_parallel
-        local_experts = max(shape.experts // ep, 1)
-        expert_rows = rows * shape.experts_per_token * ep / shape.experts
-        mlp = matmul_seconds(device, expert_rows, up_in, up_out / tp, k) + matmul_seconds(
-            device, expert_rows, down_in / tp, down_out, k
-        )
-        # Every rank waits for the busiest one's experts (planner/expert_routing.py); the FLOPs stay the model's.
-        seconds += local_experts * mlp * config.routing.busiest_rank_load(ep)
+        seconds += _experts_forward_s(shape, config, device, k, rows)
         flops += 2.0 * rows * shape.experts_per_token * (up_in * up_out + down_in * down_out) / tp
     else:
         seconds += matmul_seconds(device, rows, up_in, up_out / tp, k) + matmul_seconds(
@@ -77,6 +70,32 @@ def _block_matmuls_forward_s(
         flops += 2.0 * rows * (up_in * up_out + down_in * down_out) / tp
     counted = 2.0 * rows * block_params_per_token(shape, config.seq_len) / shape.layers / tp
     return (seconds * counted / flops if flops > 0 else seconds) + cast
+
+
+def _experts_forward_s(
+    shape: ModelShape, config: TrainingConfig, device: Device, k: ThroughputConstants, rows: float
+) -> float:
+    """The routed experts' matmuls of one block: every rank waits for the busiest one's (planner/expert_routing.py)."""
+    tp, ep = config.tensor_parallel, config.expert_parallel
+    (up_in, up_out), (down_in, down_out) = shape.block_linear_shapes[2:]
+    local_experts = max(shape.experts // ep, 1)
+    expert_rows = rows * shape.experts_per_token * ep / shape.experts
+    mlp = matmul_seconds(device, expert_rows, up_in, up_out / tp, k) + matmul_seconds(
+        device, expert_rows, down_in / tp, down_out, k
+    )
+    return local_experts * mlp * config.routing.busiest_rank_load(ep)
+
+
+def _expert_fold_s(shape: ModelShape, config: TrainingConfig, device: Device, k: ThroughputConstants) -> float:
+    """PEFT's fold of the expert adapters into the weights, W + BA over the whole stack in one baddbmm, once a
+    forward (planner/memory/lora_targets.py): gate_up at twice the rank, down at the rank."""
+    tp, r = config.tensor_parallel, config.lora_rank
+    (up_in, up_out), (down_in, down_out) = shape.block_linear_shapes[2:]
+    local_experts = max(shape.experts // config.expert_parallel, 1)
+    up_rank = 2 * r if shape.gated_mlp else r
+    return local_experts * (
+        matmul_seconds(device, up_in, up_rank, up_out / tp, k) + matmul_seconds(device, down_in / tp, r, down_out, k)
+    )
 
 
 def _attention_forward_s(
@@ -154,6 +173,12 @@ def stage_compute(
         )
         matmul_bwd = matmul_fwd + 2.0 * adapters  # frozen weights: input gradient only
         matmul_fwd += adapters
+        if shape.lora_rebuilds_experts:
+            # The experts run on the rebuilt stack, whose gradient backward computes whole (a weight gradient, as
+            # in full fine-tuning), then the fold's two factors' gradients from it: the fold's cost twice.
+            fold = _expert_fold_s(shape, config, device, k)
+            matmul_fwd += fold
+            matmul_bwd += _experts_forward_s(shape, config, device, k, rows) + 2.0 * fold
     else:
         matmul_bwd = 2.0 * matmul_fwd
     if config.qlora:  # the 4-bit weights (an MoE block's fused experts stay 16-bit)
