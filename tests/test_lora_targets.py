@@ -183,3 +183,24 @@ def test_peft_keeps_each_moe_blocks_rebuilt_expert_stack_for_backward():
         with_lora, without = (estimate_activations(spec, c, widths) for c in (lora, base))
         grown = (with_lora.activations + with_lora.recompute) - (without.activations + without.recompute)
         assert grown == pytest.approx(rebuilt_expert_bytes(spec, lora) * kept)
+
+
+def test_data_parallel_gradients_are_the_adapters_only():
+    """DDP buckets only the parameters that require grad (torch's Reducer), FSDP and ZeRO reduce only those: under
+    LoRA the all-reduce carries rank_params' trainable count, not the model's."""
+    from planner.hardware.cluster import make_cluster
+    from planner.models.resolve import resolve_model
+    from planner.throughput.collectives import all_reduce_s, cluster_links, process_group
+    from planner.throughput.communication import communication_plan
+    from planner.throughput.constants import CONSTANTS
+
+    for name in ("llama-3-8b", "qwen3-30b-a3b"):
+        spec = resolve_model(name)
+        links = cluster_links(make_cluster("H100-80GB", 8, 2), CONSTANTS.link_efficiency)
+        config = TrainingConfig(strategy="ddp", lora_rank=16, precision="bf16-mixed")
+        plan = communication_plan(
+            model_shape(spec), config, links, world_size=16, pcie_Bps=16e9, memory_Bps=3e12, k=CONSTANTS, nvme_Bps=0
+        )
+        adapters = rank_params(spec, config).trainable
+        expected = all_reduce_s(links, process_group(16, 1, 8), adapters * 4)  # DDP's fp32 gradients under autocast
+        assert plan.all_reduce == pytest.approx(expected, rel=1e-9)

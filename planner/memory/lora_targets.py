@@ -98,6 +98,13 @@ def adapter_params_per_block(spec: ModelSpec, rank: int, cross_attention: bool =
     )
 
 
+def routed_adapter_params_per_block(spec: ModelSpec, rank: int) -> float:
+    """The routed experts' share of adapter_params_per_block, before expert parallelism splits it."""
+    return sum(
+        rank * (m.shape.fan_in + m.shape.fan_out) * m.shape.count * m.share for m in lora_matrices(spec) if m.routed
+    )
+
+
 def quantized_params_per_block(spec: ModelSpec, cross_attention: bool = False) -> float:
     """The weights QLoRA stores in 4 bits in one average block: the adapted exact nn.Linear modules."""
     return sum(m.shape.params * m.share for m in lora_matrices(spec, cross_attention) if m.quantized)

@@ -29,7 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.memory.arch_traits import arch_traits
-from planner.memory.lora_targets import lora_matrices, quantized_params_per_block
+from planner.memory.lora_targets import (
+    adapter_params_per_block,
+    lora_matrices,
+    quantized_params_per_block,
+    routed_adapter_params_per_block,
+    vision_adapter_params,
+)
 from planner.memory.op_checkpointing import recomputed_matmul_share
 from planner.models.spec import MlpKind, ModelFamily, ModelSpec
 from planner.training_config import ActivationCheckpointing, AttentionKernel, TrainingConfig
@@ -63,6 +69,10 @@ class ModelShape:
     lora_shapes: tuple[tuple[int, int, float], ...]
     qlora_weights_per_block: float
     lora_rebuilds_experts: bool  # PEFT folds the expert adapters into the weights (lora_targets.py)
+    # LoRA's trainable parameters at rank 1, the whole model's (its data-parallel gradient traffic): the routed
+    # experts' apart, which expert parallelism splits
+    adapters_at_rank_1: float
+    routed_adapters_at_rank_1: float
     total_params: int
     trainable_params: int
     expert_params: int  # all experts of all blocks; expert parallelism splits these
@@ -136,6 +146,9 @@ def model_shape(spec: ModelSpec) -> ModelShape:
         ),
         qlora_weights_per_block=quantized_params_per_block(spec, cross_attention=is_enc_dec),
         lora_rebuilds_experts=spec.is_moe and arch_traits(spec).peft_adapts_experts,
+        adapters_at_rank_1=adapter_params_per_block(spec, 1, is_enc_dec) * spec.num_layers
+        + vision_adapter_params(spec, 1)[0],
+        routed_adapters_at_rank_1=routed_adapter_params_per_block(spec, 1) * spec.num_layers,
         total_params=spec.params.total,
         trainable_params=spec.params.trainable,
         expert_params=spec.num_layers

@@ -122,7 +122,12 @@ def communication_plan(
         param_bytes = element - (element - 1) * fp8_share
     experts_elsewhere = shape.expert_params * (1 - 1 / config.expert_parallel)
     params = (shape.total_params - experts_elsewhere) / (tp * pp)
-    trainable = (shape.trainable_params - (0 if config.lora_rank else experts_elsewhere)) / (tp * pp)
+    if config.lora_rank:  # only the adapters have gradients (planner/memory/lora_targets.py)
+        routed = shape.routed_adapters_at_rank_1
+        adapters = shape.adapters_at_rank_1 - routed + routed / config.expert_parallel
+        trainable = config.lora_rank * adapters / (tp * pp)
+    else:
+        trainable = (shape.trainable_params - experts_elsewhere) / (tp * pp)
     stage_zero = _zero_stage(config)
 
     dp_group = process_group(dp, tp * cp, gpn)
