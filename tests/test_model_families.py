@@ -113,3 +113,20 @@ def test_a_minimal_config_counts_what_transformers_builds(model_type):
         model_class = getattr(transformers, spec.transformers_class)
         model = model_class._from_config(transformers.AutoConfig.for_model(model_type, **config))
     assert spec.params.total == sum(p.numel() for p in model.parameters())
+
+
+def test_a_llava_config_without_a_vision_config_gets_transformers_tower():
+    """LlavaConfig builds CLIP ViT-L/14-336 where the config names no vision_config, not CLIPVisionConfig's own
+    defaults (ViT-B/32): the counts were 0.97x transformers'."""
+    import torch
+    import transformers
+
+    from planner.models.hf_config import spec_from_hf_config
+
+    text = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "intermediate_size": 512, "vocab_size": 1000}  # fmt: skip
+    spec = spec_from_hf_config({"model_type": "llava", "text_config": text}, name="no-tower-config")
+    with torch.device("meta"):
+        config = transformers.AutoConfig.for_model("llava", text_config=text)
+        model = transformers.LlavaForConditionalGeneration._from_config(config)
+    assert spec.params.total == sum(p.numel() for p in model.parameters())

@@ -25,6 +25,10 @@ LLAMA_TEXT_DEFAULTS = {
     "vocab_size": 32000,
     "max_position_embeddings": 2048,
 }
+# The tower transformers' LlavaConfig builds when its config has no vision_config (its sub_configs_defaults):
+# CLIP ViT-L/14 at 336 pixels, not CLIPVisionConfig's own defaults.
+LLAVA_VISION_DEFAULTS = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24,
+                         "num_attention_heads": 16, "image_size": 336, "patch_size": 14}  # fmt: skip
 # transformers' CLIPVisionConfig defaults (ViT-B/32).
 CLIP_VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
                         "num_attention_heads": 12, "image_size": 224, "patch_size": 32, "num_channels": 3}  # fmt: skip
@@ -68,7 +72,8 @@ def read_clip_vision(f: ConfigFields) -> ParsedConfig:
 
 def read_llava(f: ConfigFields, read_text: Callable[[ConfigFields, str], ParsedConfig]) -> ParsedConfig:
     """LLaVA: the LLM (read by its own family's reader) with a CLIP tower and a two-layer GELU projector."""
-    text_config, vision_config = f.config.get("text_config") or {}, f.config.get("vision_config") or {}
+    text_config = f.config.get("text_config") or {}
+    vision_config = f.config.get("vision_config") or LLAVA_VISION_DEFAULTS
     if not isinstance(text_config, dict) or not isinstance(vision_config, dict):
         raise f.error("text_config", "and vision_config must be JSON objects")
     text_type = text_config.get("model_type", "llama")
