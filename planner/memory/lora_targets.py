@@ -15,9 +15,13 @@ are PEFT's, each r x (in + out) trainable parameters:
   modules of those names, go without adapters (checked against PEFT 0.21). Llama 4, gpt-oss and Qwen2-MoE itself
   keep their experts unadapted (Traits.peft_adapts_experts).
 
-Under QLoRA bitsandbytes stores in 4 bits the modules whose type is exactly nn.Linear (transformers'
-integrations/bitsandbytes.py, replace_with_bnb_linear): fused experts and a router, linear or not, keep 16 bits.
-tests/test_lora_targets.py compares every count with PEFT's and transformers' own.
+A family that fuses q, k and v (or gate and up) in one module has one adapter there. PEFT runs adapted experts by
+folding the adapters into the weights each forward, a stack the experts keep for backward (rebuilt_expert_bytes).
+
+Under QLoRA bitsandbytes stores in 4 bits the modules whose type is exactly nn.Linear, or Conv1D (transformers'
+integrations/bitsandbytes.py, replace_with_bnb_linear): fused experts and routers, Falcon's FalconLinear subclass
+and T5's wo (kept in fp32 by transformers) keep their width. tests/test_lora_targets.py compares every count with
+PEFT's and transformers' own, and the rebuilt stacks with the tensors a PEFT forward saves.
 """
 
 from __future__ import annotations
