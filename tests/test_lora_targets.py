@@ -204,3 +204,39 @@ def test_data_parallel_gradients_are_the_adapters_only():
         adapters = rank_params(spec, config).trainable
         expected = all_reduce_s(links, process_group(16, 1, 8), adapters * 4)  # DDP's fp32 gradients under autocast
         assert plan.all_reduce == pytest.approx(expected, rel=1e-9)
+
+
+def test_peft_adapted_experts_add_the_folds_and_their_weight_gradient():
+    """torch's FlopCounterMode on a PEFT Qwen3-MoE forward and backward, all-linear against the same adapters without
+    the experts': the difference is the folds (twice forward: torch's parametrization check evaluates it once more;
+    twice backward: the factors' gradients) and the experts' weight gradient, as compute.py charges them."""
+    torch = pytest.importorskip("torch")
+    import transformers
+    from peft import LoraConfig, get_peft_model
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from planner.throughput.compute import peft_expert_flops
+
+    config = _config("qwen3_moe")
+    spec = spec_from_hf_config(config, name="small")
+    fields = {key: value for key, value in config.items() if key != "model_type"}
+    tokens = 64
+
+    def step_flops(lora: LoraConfig) -> int:
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model("qwen3_moe", **fields),
+            experts_implementation="eager",  # FlopCounterMode does not count the grouped-mm path's ops
+            attn_implementation="eager",
+        )
+        model = get_peft_model(model, lora)
+        ids = torch.randint(0, 1000, (1, tokens))
+        with FlopCounterMode(display=False) as counter:
+            model(input_ids=ids, labels=ids).loss.backward()
+        return counter.get_total_flops()
+
+    everything = step_flops(LoraConfig(r=RANK, target_modules="all-linear"))
+    attention = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    but_experts = step_flops(LoraConfig(r=RANK, target_modules=attention, target_parameters=["gate.weight"]))
+    plan = TrainingConfig(lora_rank=RANK, seq_len=tokens)
+    assert everything - but_experts == peft_expert_flops(model_shape(spec), plan, tokens) * spec.num_layers

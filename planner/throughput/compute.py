@@ -86,16 +86,33 @@ def _experts_forward_s(
     return local_experts * mlp * config.routing.busiest_rank_load(ep)
 
 
-def _expert_fold_s(shape: ModelShape, config: TrainingConfig, device: Device, k: ThroughputConstants) -> float:
-    """PEFT's fold of the expert adapters into the weights, W + BA over the whole stack in one baddbmm, once a
-    forward (planner/memory/lora_targets.py): gate_up at twice the rank, down at the rank."""
+# PEFT folds the expert adapters into the weights each forward (planner/memory/lora_targets.py) and registers the
+# fold as a parametrization, which torch evaluates once more to check it (torch/nn/utils/parametrize.py: no
+# `unsafe`); backward computes the two factors' gradients from the rebuilt stack's. In folds of the whole stack:
+FOLDS_FORWARD, FOLDS_BACKWARD = 2, 2
+
+
+def _expert_folds(shape: ModelShape, config: TrainingConfig) -> list[tuple[float, float, float]]:
+    """One fold of one block's experts on this rank, as (rows, inner, columns) matmuls: W + BA over each expert,
+    gate_up at twice the rank, down at the rank."""
     tp, r = config.tensor_parallel, config.lora_rank
     (up_in, up_out), (down_in, down_out) = shape.block_linear_shapes[2:]
     local_experts = max(shape.experts // config.expert_parallel, 1)
     up_rank = 2 * r if shape.gated_mlp else r
-    return local_experts * (
-        matmul_seconds(device, up_in, up_rank, up_out / tp, k) + matmul_seconds(device, down_in / tp, r, down_out, k)
-    )
+    return [(local_experts * up_in, up_rank, up_out / tp), (local_experts * down_in / tp, r, down_out)]
+
+
+def peft_expert_flops(shape: ModelShape, config: TrainingConfig, rows: float) -> float:
+    """What PEFT's adapted experts add to one block's forward and backward on this rank: the folds, and the experts'
+    weight gradient (of the rebuilt stack), which frozen weights would not compute."""
+    folds = sum(2.0 * m * inner * n for m, inner, n in _expert_folds(shape, config))
+    (up_in, up_out), (down_in, down_out) = shape.block_linear_shapes[2:]
+    weight_gradients = 2.0 * rows * shape.experts_per_token * (up_in * up_out + down_in * down_out)
+    return (FOLDS_FORWARD + FOLDS_BACKWARD) * folds + weight_gradients / config.tensor_parallel
+
+
+def _expert_fold_s(shape: ModelShape, config: TrainingConfig, device: Device, k: ThroughputConstants) -> float:
+    return sum(matmul_seconds(device, m, inner, n, k) for m, inner, n in _expert_folds(shape, config))
 
 
 def _attention_forward_s(
@@ -173,12 +190,10 @@ def stage_compute(
         )
         matmul_bwd = matmul_fwd + 2.0 * adapters  # frozen weights: input gradient only
         matmul_fwd += adapters
-        if shape.lora_rebuilds_experts:
-            # The experts run on the rebuilt stack, whose gradient backward computes whole (a weight gradient, as
-            # in full fine-tuning), then the fold's two factors' gradients from it: the fold's cost twice.
+        if shape.lora_rebuilds_experts:  # peft_expert_flops: the folds, and the rebuilt stack's weight gradient
             fold = _expert_fold_s(shape, config, device, k)
-            matmul_fwd += fold
-            matmul_bwd += _experts_forward_s(shape, config, device, k, rows) + 2.0 * fold
+            matmul_fwd += FOLDS_FORWARD * fold
+            matmul_bwd += _experts_forward_s(shape, config, device, k, rows) + FOLDS_BACKWARD * fold
     else:
         matmul_bwd = 2.0 * matmul_fwd
     if config.qlora:  # the 4-bit weights (an MoE block's fused experts stay 16-bit)
