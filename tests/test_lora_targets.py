@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from planner.memory.lora_targets import head_adapter_params, head_linears
 from planner.memory.rank_params import rank_params
 from planner.models.flops import lora_params_per_token, model_shape
 from planner.models.hf_config import spec_from_hf_config
@@ -47,8 +48,12 @@ FAMILIES = {
                      vocab_size=1000),
     "falcon": dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, vocab_size=1000),
     "phi3": dict(SIZES, intermediate_size=512, vocab_size=32064),
+    # beside the blocks: BERT's pooler, ViT's classifier
+    "bert": dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512, vocab_size=1000),
+    "vit": dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512, image_size=32,
+                patch_size=16, num_labels=10),
 }
-OWN_SIZES = {"t5", "gpt2", "gpt_neox", "falcon", "phi3"}  # their configs name their sizes themselves
+OWN_SIZES = {"t5", "gpt2", "gpt_neox", "falcon", "phi3", "bert", "vit"}  # their configs name their sizes themselves
 # fmt: on
 
 
@@ -58,18 +63,19 @@ def _config(model_type: str) -> dict:
 
 
 def _four_bit(model) -> int:
-    """The weights bitsandbytes stores in 4 bits: modules whose type is exactly nn.Linear, or Conv1D (transformers'
-    replace_with_bnb_linear), but the output head and the model's _keep_in_fp32_modules (T5's wo)."""
+    """The weights bitsandbytes stores in 4 bits, by transformers' own rules: modules whose type is exactly nn.Linear,
+    or Conv1D (replace_with_bnb_linear), but those its quantizer skips (get_modules_to_not_convert: tied weights,
+    the last parameter's module, the output embeddings, _keep_in_fp32_modules such as T5's wo)."""
     import torch
     from transformers.pytorch_utils import Conv1D
+    from transformers.quantizers.base import HfQuantizer
+    from transformers.quantizers.quantizers_utils import should_convert_module
 
-    kept = list(getattr(model, "_keep_in_fp32_modules", None) or [])
+    skipped = HfQuantizer.get_modules_to_not_convert(model, None, model._keep_in_fp32_modules)
     return sum(
         m.weight.numel()
         for name, m in model.named_modules()
-        if (type(m) is torch.nn.Linear or isinstance(m, Conv1D))
-        and "lm_head" not in name
-        and not any(part in name.split(".") for part in kept)
+        if (type(m) is torch.nn.Linear or isinstance(m, Conv1D)) and should_convert_module(name, skipped)
     )
 
 
@@ -99,12 +105,15 @@ def test_lora_adapts_what_peft_adapts(model_type):
     spec = spec_from_hf_config(_config(model_type), name="small")
     trainable, routed, four_bit = _references(model_type)
     assert rank_params(spec, TrainingConfig(lora_rank=RANK)).trainable == trainable
-    # A token runs top-k of a block's experts, so of the routed experts' adapters k / E of them.
-    per_token = trainable - routed * (1 - spec.experts_per_token / spec.num_experts) if spec.is_moe else trainable
+    # A token runs top-k of a block's experts, so of the routed experts' adapters k / E of them; a pooler or a
+    # classifier beside the blocks runs on one token a sequence (left out of the per-token count).
+    per_token = trainable - head_adapter_params(spec, RANK)
+    per_token -= routed * (1 - spec.experts_per_token / spec.num_experts) if spec.is_moe else 0
     assert lora_params_per_token(model_shape(spec), RANK) == pytest.approx(per_token, rel=1e-12)
     # QLoRA: the fused experts keep their 16 bits, as does a router that subclasses nn.Linear.
     assert rank_params(spec, TrainingConfig(lora_rank=RANK, qlora=True)).quantized == four_bit
-    assert model_shape(spec).qlora_weights_per_block * spec.num_layers == pytest.approx(four_bit)
+    beside = sum(shape.params for shape in head_linears(spec))  # a pooler or a classifier: not the blocks' dequant
+    assert model_shape(spec).qlora_weights_per_block * spec.num_layers == pytest.approx(four_bit - beside)
 
 
 def test_llava_adapts_its_tower_and_projector_too():

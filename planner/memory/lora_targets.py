@@ -140,3 +140,19 @@ def rebuilt_expert_bytes(spec: ModelSpec, config: TrainingConfig) -> float:
     )
     width = 4 if config.precision is Precision.FP32 else 2  # the frozen base's width (model_states.py)
     return (stack + factors) * width / config.expert_parallel / config.tensor_parallel
+
+
+def head_linears(spec: ModelSpec) -> list[LinearShape]:
+    """Linears beside the blocks that are not the output head, which "all-linear" adapts and bitsandbytes quantises
+    (its skip list names the model's last parameter, a bias here): BERT's and RoBERTa's pooler (or their MLM head's
+    transform), hidden x hidden; ViT's classifier over its labels (vocab_size)."""
+    h = spec.hidden_size
+    if spec.model_type in ("bert", "roberta"):
+        return [LinearShape(h, h)]
+    if spec.model_type == "vit":
+        return [LinearShape(h, spec.vocab_size)]
+    return []
+
+
+def head_adapter_params(spec: ModelSpec, rank: int) -> float:
+    return sum(rank * (shape.fan_in + shape.fan_out) for shape in head_linears(spec))

@@ -13,7 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.memory.linear_shapes import attention_shapes, block_linear_shapes
-from planner.memory.lora_targets import adapter_params_per_block, quantized_params_per_block, vision_adapter_params
+from planner.memory.lora_targets import (
+    adapter_params_per_block,
+    head_adapter_params,
+    head_linears,
+    quantized_params_per_block,
+    vision_adapter_params,
+)
 from planner.memory.spec_cache import per_spec_and_key
 from planner.models.spec import MlpKind, ModelFamily, ModelSpec
 from planner.training_config import TrainingConfig
@@ -85,9 +91,10 @@ def _rank_params(
         is_enc_dec = spec.family is ModelFamily.ENCODER_DECODER
         vision_adapters, vision_4bit = vision_adapter_params(spec, lora_rank)  # LLaVA's, on the first stage
         trainable = int(adapter_params_per_block(spec, lora_rank, is_enc_dec, ep) * blocks_on_rank / tp)
-        trainable += int(vision_adapters)
+        trainable += int(vision_adapters + head_adapter_params(spec, lora_rank))
         if qlora:  # the exact nn.Linear modules: an MoE block's fused experts stay 16-bit
-            quantized = int(quantized_params_per_block(spec, is_enc_dec) * blocks_on_rank / tp + vision_4bit)
+            beside = sum(shape.params for shape in head_linears(spec))  # a pooler or a classifier
+            quantized = int(quantized_params_per_block(spec, is_enc_dec) * blocks_on_rank / tp + vision_4bit + beside)
     return RankParams(
         total=total,
         trainable=trainable,
