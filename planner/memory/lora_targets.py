@@ -110,7 +110,7 @@ def routed_adapter_params_per_block(spec: ModelSpec, rank: int) -> float:
 
 
 def quantized_params_per_block(spec: ModelSpec, cross_attention: bool = False) -> float:
-    """The weights QLoRA stores in 4 bits in one average block: the adapted exact nn.Linear modules."""
+    """The weights QLoRA stores in 4 bits in one average block: its exact nn.Linear modules, adapted or not."""
     return sum(m.shape.params * m.share for m in lora_matrices(spec, cross_attention) if m.quantized)
 
 
@@ -135,7 +135,7 @@ def rebuilt_expert_bytes(spec: ModelSpec, config: TrainingConfig) -> float:
         return 0.0
     expert_ffn = spec.expert_ffn_size or spec.ffn_size
     stack = spec.num_experts * (3 if spec.mlp_kind is MlpKind.GATED else 2) * spec.hidden_size * expert_ffn
-    factors = sum(  # the routed experts' adapters, as many values as their parameters
+    factors = sum(  # the routed experts' adapters, as many values as their parameters, in one MoE block
         config.lora_rank * (m.shape.fan_in + m.shape.fan_out) * m.shape.count for m in lora_matrices(spec) if m.routed
     )
     width = 4 if config.precision is Precision.FP32 else 2  # the frozen base's width (model_states.py)
