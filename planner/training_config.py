@@ -98,8 +98,8 @@ class TrainingConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _layout_keywords(cls, data: Any) -> Any:
-        """A degree given by its property's name goes into the layout (LAYOUT_KEYWORDS), unless the layout gives
-        it too, otherwise (a document's stray key is refused by extra="forbid")."""
+        """A degree given by its property's name goes into the layout (LAYOUT_KEYWORDS); given there too with
+        another value, it is refused. A document's stray key is refused by extra="forbid"."""
         if not isinstance(data, dict) or not any(key in data for key in LAYOUT_KEYWORDS):
             return data
         data = dict(data)

@@ -213,6 +213,12 @@ def test_data_parallel_gradients_are_the_adapters_only():
         adapters = rank_params(spec, config).trainable
         expected = all_reduce_s(links, process_group(16, 1, 8), adapters * 4)  # DDP's fp32 gradients under autocast
         assert plan.all_reduce == pytest.approx(expected, rel=1e-9)
+    # The traffic's count is the memory's, for every catalog model (a pooler, a tower and the experts included).
+    from planner.models.catalog import load_catalog
+
+    for spec in load_catalog():
+        trainable = rank_params(spec, TrainingConfig(lora_rank=16)).trainable
+        assert 16 * model_shape(spec).adapters_at_rank_1 == pytest.approx(trainable, abs=2), spec.name
 
 
 def test_peft_adapted_experts_add_the_folds_and_their_weight_gradient():

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from planner.memory.arch_traits import arch_traits
 from planner.memory.lora_targets import (
     adapter_params_per_block,
+    head_adapter_params,
     lora_matrices,
     quantized_params_per_block,
     routed_adapter_params_per_block,
@@ -117,9 +118,8 @@ def model_shape(spec: ModelSpec) -> ModelShape:
         fixed_attention = float(tower.num_layers * positions * positions * tower.num_heads * tower.head_dim)
     ffn = spec.expert_ffn_size if spec.is_moe and spec.expert_ffn_size else spec.ffn_size
     is_enc_dec = spec.family is ModelFamily.ENCODER_DECODER
-    routed_share = (
-        spec.experts_per_token / spec.num_experts if spec.is_moe else 1.0
-    )  # of a block's experts a token runs
+    # Of a block's experts, the share a token runs.
+    routed_share = spec.experts_per_token / spec.num_experts if spec.is_moe else 1.0
     return ModelShape(
         hidden=spec.hidden_size,
         query_width=spec.num_heads * spec.head_dim,
@@ -147,7 +147,8 @@ def model_shape(spec: ModelSpec) -> ModelShape:
         qlora_weights_per_block=quantized_params_per_block(spec, cross_attention=is_enc_dec),
         lora_rebuilds_experts=spec.is_moe and arch_traits(spec).peft_adapts_experts,
         adapters_at_rank_1=adapter_params_per_block(spec, 1, is_enc_dec) * spec.num_layers
-        + vision_adapter_params(spec, 1)[0],
+        + vision_adapter_params(spec, 1)[0]
+        + head_adapter_params(spec, 1),
         routed_adapters_at_rank_1=routed_adapter_params_per_block(spec, 1) * spec.num_layers,
         total_params=spec.params.total,
         trainable_params=spec.params.trainable,
