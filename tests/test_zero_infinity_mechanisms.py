@@ -39,8 +39,8 @@ def test_checkpoints_in_cpu_memory_cost_their_copies_both_ways_on_the_critical_p
     row = _row("zero-infinity-paper-50b-16-v100-cpu-nvme")
     spec, config, cluster = plan_inputs(row)
     with_copies = implementation_of(row)
-    assert with_copies.checkpoints_to_cpu == 1
-    without = dataclasses.replace(with_copies, checkpoints_to_cpu=0)
+    assert with_copies.memory.checkpoints_to_cpu == 1
+    without = dataclasses.replace(with_copies, memory=dataclasses.replace(with_copies.memory, checkpoints_to_cpu=0))
     charged = estimate_throughput(spec, config, cluster, implementation=with_copies)
     kept = estimate_throughput(spec, config, cluster, implementation=without)
     block_input = config.micro_batch * config.seq_len * row["hidden"] * 2  # fp16 [s, b, h]

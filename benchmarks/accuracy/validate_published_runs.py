@@ -176,7 +176,8 @@ def implementation_of(row: dict) -> Implementation:
     if "kernel_stack" in row:
         preset = dataclasses.replace(preset, kernels=KernelStack(row["kernel_stack"]))
     if "checkpoints_to_cpu" in row:  # DeepSpeed's cpu_checkpointing, as ZeRO-Infinity's example ran it
-        preset = dataclasses.replace(preset, checkpoints_to_cpu=row["checkpoints_to_cpu"])
+        memory = dataclasses.replace(preset.memory, checkpoints_to_cpu=row["checkpoints_to_cpu"])
+        preset = dataclasses.replace(preset, memory=memory)
     if row.get("bf16_optimizer"):  # DeepSpeed's BF16Optimizer (BLOOM): fp32 gradients all-reduced over dp
         preset = dataclasses.replace(preset, all_reduces_fp32_gradients=True)
     if "compiled_loss" in row:

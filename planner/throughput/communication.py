@@ -263,7 +263,7 @@ def communication_plan(
         pipeline_stages=pp,
         serial_pipeline_transfers=implementation.serial_pipeline_transfers,
         reduces_gradients_after_flush=implementation.reduces_gradients_after_flush and pp > 1 and stage_zero <= 1,
-        checkpoints_to_cpu=implementation.checkpoints_to_cpu,
+        checkpoints_to_cpu=implementation.memory.checkpoints_to_cpu,
         pcie_Bps=pcie_Bps,
         virtual_stages=config.virtual_stages,
         crosses_nodes=world_size > gpn,

@@ -124,11 +124,11 @@ checked on fourteen others, and says so wherever it moves an estimate:
   rank routes and exchanges all of them (this project's engine: the tp ranks of
   a replica route the same tokens, each exchanging them with the ep ranks at its
   own tp coordinate; backends/expert_parallel/dispatch.py).
-- checkpoints_to_cpu: under full activation checkpointing, how many activation
+- memory.checkpoints_to_cpu (one value, StackMemory's: the memory estimate keeps them in CPU memory, this
+  module charges the copies' time): under full activation checkpointing, how many activation
   checkpoints per transformer block DeepSpeed's cpu_checkpointing
   (`--checkpoint-in-cpu`) copies to CPU memory in the forward and back before
-  the recomputation, on the compute stream (0: they stay on the GPU; the memory estimate keeps them in CPU
-  memory then: planner/memory/stack_memory.py). The
+  the recomputation, on the compute stream (0: they stay on the GPU). The
   ZeRO-Infinity paper's released example (DeepSpeedExamples'
   Megatron-LM-v1.1.5-ZeRO3/examples/ds_pretrain_gpt2-zero3.sh at bdf8e59a,
   "ZeRO-Infinity examples", 2021-04-18) sets PA_CPU=true and
@@ -190,7 +190,6 @@ class Implementation:
     hopper_native_attention: bool = False
     runs_flash_attention_2: bool = False  # a published row's code pinned FlashAttention-2 (attention_kernel)
     native_attention_under_cp: bool = True  # ours: no (its chunks' lower-right causal bias calls FA2: attention_kernel)
-    checkpoints_to_cpu: int = 0
     serial_pipeline_transfers: bool = False
     reduces_gradients_after_flush: bool = False
     all_reduces_fp32_gradients: bool = False
@@ -237,7 +236,7 @@ class Implementation:
 
     def stack_memory(self) -> StackMemory:
         """What this codebase decides of a step's memory (planner/memory/stack_memory.py)."""
-        return replace(self.memory, checkpoints_to_cpu=self.checkpoints_to_cpu)
+        return self.memory
 
 
 # What this project's strategies run (DDP, FSDP, DeepSpeed and the engine all train
