@@ -49,6 +49,8 @@ def test_stacks_measured_by_their_maintainers_reach_the_target_row_by_row():
         ("FSDP via the HF Trainer / accelerate", 2),
         ("DeepSpeed ZeRO-2 as DeepSpeed-Chat ran it (HF OPT, fp16), V100", 1),
         ("torchtitan (FSDP2, compile, float8) on H200s", 2),
+        # Since its plain-dispatcher row's host wait was measured (planner/throughput/token_dispatch.py): +52.6% -> +9.7%.
+        ("Megatron-Core via Megatron-Bridge on Blackwell (B200, B300, GB200 NVL72; FP8 and MXFP8)", 9),
     ):
         assert not results[stack].informational, stack
         assert len(results[stack].errors) == rows, stack
@@ -60,6 +62,7 @@ def test_stacks_measured_by_their_maintainers_reach_the_target_row_by_row():
         "hf-trainer-fsdp",
         "deepspeed-chat-zero2-v100",
         "torchtitan-h200",
+        "megatron-bridge-blackwell",
     ):
         assert all(abs(error) < ROW_BOUND for error in _own_stack_errors(key)), key
 

@@ -39,6 +39,7 @@ from planner.models.spec import ModelSpec
 from planner.throughput.estimate import estimate_throughput
 from planner.throughput.implementation import IMPLEMENTATIONS, Implementation
 from planner.throughput.kernel_stack import KernelStack
+from planner.throughput.token_dispatch import HOST_WAIT_S
 from planner.training_config import PipelineSchedule, Strategy, TrainingConfig
 
 DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "published_runs.yaml"
@@ -178,6 +179,8 @@ def implementation_of(row: dict) -> Implementation:
     if "checkpoints_to_cpu" in row:  # DeepSpeed's cpu_checkpointing, as ZeRO-Infinity's example ran it
         memory = dataclasses.replace(preset.memory, checkpoints_to_cpu=row["checkpoints_to_cpu"])
         preset = dataclasses.replace(preset, memory=memory)
+    if "token_dispatcher" in row:  # Megatron-Core's MoE dispatcher: the plain one waits on the host (token_dispatch.py)
+        preset = dataclasses.replace(preset, dispatch_host_wait_s=HOST_WAIT_S[row["token_dispatcher"]])
     if row.get("bf16_optimizer"):  # DeepSpeed's BF16Optimizer (BLOOM): fp32 gradients all-reduced over dp
         preset = dataclasses.replace(preset, all_reduces_fp32_gradients=True)
     if "compiled_loss" in row:

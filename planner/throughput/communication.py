@@ -52,6 +52,7 @@ from planner.throughput.data_parallel_schemes import (
     waited_s,
 )
 from planner.throughput.implementation import OUR_STRATEGIES, Implementation
+from planner.throughput.token_dispatch import dispatches_per_block
 from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, Precision, Strategy, TrainingConfig
 
 # Looked up once: a member access on an Enum class runs Python code in CPython 3.11 (enum.property), and
@@ -256,6 +257,7 @@ def communication_plan(
         ep_split=ep_split,
         ep_group=ep_group,
         overlaps_expert_all_to_all=implementation.overlaps_expert_all_to_all,
+        dispatch_host_wait_s=implementation.dispatch_host_wait_s,
         kv_width=shape.kv_width,
         cp_group=process_group(cp, tp, gpn),
         overlaps_context_exchange=implementation.overlaps_context_exchange,
@@ -335,6 +337,12 @@ def micro_batch_communication(
         ep_comm = accum * blocks * tp_per_block * all_to_all_s(links, plan.ep_group, routed)
     # DualPipe runs one chunk's all-to-all while another computes: only the excess waits.
     ep_exposed = max(0.0, ep_comm - accum * stage.total_s) if plan.overlaps_expert_all_to_all else ep_comm
+    if plan.expert_exchange and plan.dispatch_host_wait_s:
+        # A dispatcher that waits on the host for its token counts: the GPU idles, nothing overlaps it.
+        dispatches = dispatches_per_block(checkpointing is ActivationCheckpointing.FULL)
+        host_wait = accum * blocks * dispatches * plan.dispatch_host_wait_s
+        ep_comm += host_wait
+        ep_exposed += host_wait
 
     # Context parallelism (as our engine runs it): each block all-gathers the sequence's keys and values over
     # the cp ranks in forward (again when full or op-level checkpointing recomputes it) and reduce-scatters their

@@ -63,6 +63,7 @@ class CommunicationPlan:
     ep_split: int = 1
     ep_group: Group = Group(1, 1, 1)
     overlaps_expert_all_to_all: bool = False
+    dispatch_host_wait_s: float = 0.0  # each MoE dispatch's wait on the host (token_dispatch.py)
     kv_width: int = 0
     cp_group: Group = Group(1, 1, 1)
     overlaps_context_exchange: bool = False

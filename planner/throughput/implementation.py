@@ -190,6 +190,7 @@ class Implementation:
     hopper_native_attention: bool = False
     runs_flash_attention_2: bool = False  # a published row's code pinned FlashAttention-2 (attention_kernel)
     native_attention_under_cp: bool = True  # ours: no (its chunks' lower-right causal bias calls FA2: attention_kernel)
+    dispatch_host_wait_s: float = 0.0  # a MoE dispatch's host wait (token_dispatch.py; 0: none, or not priced)
     serial_pipeline_transfers: bool = False
     reduces_gradients_after_flush: bool = False
     all_reduces_fp32_gradients: bool = False
