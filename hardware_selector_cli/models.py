@@ -15,7 +15,10 @@ if TYPE_CHECKING:
 
 
 def model_summary(spec: ModelSpec) -> dict:
-    """The stable JSON shape of one catalog entry, as `models --json` prints it."""
+    """The stable JSON shape of one catalog entry, as `models --json` prints it: every number with its source
+    (params_source for the counts, config_source for the dimensions)."""
+    from planner.models.catalog import config_source
+
     return {
         "name": spec.name,
         "hf_id": spec.hf_id,
@@ -28,6 +31,7 @@ def model_summary(spec: ModelSpec) -> dict:
         "embedding_params": spec.params.embedding,
         "largest_layer_params": spec.params.largest_layer,
         "params_source": f"{spec.params.source} ({spec.params.source_detail})",
+        "config_source": config_source(spec),
         "hidden_size": spec.hidden_size,
         "num_layers": spec.num_layers,
         "num_heads": spec.num_heads,
@@ -103,7 +107,9 @@ def _print_table(specs: list[ModelSpec]) -> None:
     dropped = [column for column in (rows[0] if rows else {}) if column not in shown]
     table = Table(
         title=f"Model catalog ({len(specs)} model{'' if len(specs) == 1 else 's'}; counts from the meta-device build)",
-        caption=f"{', '.join(dropped)} left out for this terminal's width; --json has every field" if dropped else None,
+        caption=(f"{', '.join(dropped)} left out for this terminal's width; " if dropped else "")
+        + "dimensions from each model's config.json on the Hub, active counts per token with the embeddings "
+        "(--json names each source)",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
         collapse_padding=True,

@@ -39,8 +39,20 @@ def commands_with(option: str, root: Any) -> list[str]:
     return sorted(path for path, flags in owners.items() if option in flags and option not in HELP_FLAGS)
 
 
+# What `plan` searches instead of taking it (training and serving alike): said where --tp or --pp is given to it.
+PLAN_SEARCHES = {
+    "--tp": "the tensor-parallel degree within a node (--gpus-per-node bounds it)",
+    "--pp": "the pipeline stages over the cluster (--nodes and --gpus-per-node bound them)",
+}
+
+
 def owners_hint(option: str, asked: str, every_command: Callable[[], Any]) -> str:
     """ "; --emit is an option of `hardware-selector plan`", or "" where no other command takes it."""
+    if asked.endswith(" plan") and option in PLAN_SEARCHES:
+        return (
+            f"; `plan` searches {PLAN_SEARCHES[option]}, training or serving alike; `estimate {option}` times one "
+            "training layout"
+        )
     others = [
         f"`{path.removeprefix('hardware-selector ')}`"
         for path in commands_with(option, every_command())

@@ -46,7 +46,11 @@ class ServingOptions:
 
 def serving_options(
     mode: str = typer.Option("training", "--mode", help="training (default) or inference (serving)."),
-    context: int | None = typer.Option(None, "--context", help="Inference: prompt tokens per request (default 2048)."),
+    context: int | None = typer.Option(
+        None,
+        "--context",
+        help="Inference: prompt tokens per request (default 2048, or half the model's context when shorter; the answer says so).",
+    ),
     batch: int | None = typer.Option(None, "--batch", help="Inference: concurrent requests (default 1)."),
     output_tokens: int | None = typer.Option(
         None,

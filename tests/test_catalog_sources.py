@@ -68,3 +68,19 @@ def test_scout_keeps_the_base_models_positions():
     config = _entry("llama-4-scout")["config"]
     assert spec.max_position_embeddings == 262_144
     assert (config["rope_scaling"]["factor"], config["rope_scaling"]["high_freq_factor"]) == (8.0, 4.0)
+
+
+def test_models_json_names_a_config_source_for_every_entry(capsys):
+    """`models --json` names where every entry's dimensions come from (issue 34: `models` names a source for every
+    number): the official config.json by its Hub id, and for the entries checked above the copies read."""
+    from hardware_selector_cli.app import main
+
+    assert main(["models", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert len(listed) == len(list((CATALOG_DIR / "models").glob("*.json")))
+    for model in listed:
+        assert model["config_source"].startswith(f"https://huggingface.co/{model['hf_id']}/blob/main/config.json")
+        assert model["params_source"]
+        checked = model["name"] in CHECKED
+        assert ("; read from: " in model["config_source"]) == checked, model["name"]
+        assert ("copied into the catalog entry" in model["config_source"]) != checked, model["name"]

@@ -52,3 +52,37 @@ def test_the_api_names_the_prompt_it_was_given():
 def test_top_zero_names_the_flag_not_the_field(capsys):
     assert main([*SERVE_8B, "--top", "0"]) == 2
     assert capsys.readouterr().err.strip() == "error: --top must be at least 1, not 0"
+
+
+def test_a_default_prompt_cut_to_half_a_short_context_is_said(capsys):
+    """gpt2's 1024 positions: the default prompt is half of them, 512, and the answer says so (the help names the
+    rule); a prompt given is never said."""
+    serve_gpt2 = ["plan", "--mode", "inference", "--model", "gpt2", "--gpu", "H100-80GB", "--gpus-per-node", "1"]
+    assert main([*serve_gpt2, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["best"]["request"]["context"] == resolve_model("gpt2").max_position_embeddings // 2 == 512
+    note = "512-token prompts, not the default 2048: half gpt2's 1024-token context (--context N sets it)"
+    assert note in document["notes"]
+    assert main([*serve_gpt2, "--context", "512", "--json"]) == 0
+    assert not any("not the default 2048" in note for note in json.loads(capsys.readouterr().out)["notes"])
+
+
+def test_alibi_and_position_free_models_are_served_past_their_stated_length(capsys):
+    """ALiBi and no positions have no table to run out of (docs/models-and-hardware.md): an MPT-7B shape serves
+    60,000 + 5,000 tokens; the same shape with learned positions is refused at its table's 8,192."""
+    shape = ["--hidden", "4096", "--layers", "32", "--heads", "32", "--vocab", "50432", "--ffn", "16384"]
+    serve = ["plan", "--mode", "inference", "--gpu", "H100-80GB", "--context", "60000", "--output-tokens", "5000"]
+    for positions in ("alibi", "none"):
+        assert main([*serve, *shape, "--mlp", "standard", "--positions", positions, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["best"]["request"]["context"] == 60000
+    assert main([*serve, *shape, "--mlp", "standard", "--positions", "learned"]) == 2
+    assert "exceeds custom-h4096-l32's 8192-token context" in capsys.readouterr().err
+
+
+def test_tp_given_to_plan_says_plan_searches_it(capsys):
+    """`plan --mode inference --tp 4` named `estimate`, which cannot serve: the line says what plan does instead."""
+    assert main([*SERVE_8B, "--tp", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: No such option: --tp")
+    assert "`plan` searches the tensor-parallel degree within a node (--gpus-per-node bounds it)" in err
+    assert "`estimate --tp` times one training layout" in err

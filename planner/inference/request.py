@@ -61,8 +61,9 @@ class ServingObjective(str, Enum):
     LATENCY = "latency"  # the shortest time between tokens for one request
 
 
-# Generated tokens per request when none are asked for (docs/inference.md).
+# Generated tokens per request when none are asked for, and the prompt (docs/inference.md).
 DEFAULT_OUTPUT_TOKENS = 256
+DEFAULT_CONTEXT_TOKENS = 2048
 # vLLM's default KV block (tokens per page).
 PAGED_BLOCK_TOKENS = 16
 # Tokens one prefill step processes at most (vLLM's chunked prefill budget, max_num_batched_tokens).
@@ -76,11 +77,13 @@ class InferenceRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")  # __init__ names the field a stray key meant
 
-    context: int = Field(default=2048, ge=1, le=MAX_SEQ_LEN)  # prompt tokens per request
+    context: int = Field(default=DEFAULT_CONTEXT_TOKENS, ge=1, le=MAX_SEQ_LEN)  # prompt tokens per request
     output: int = Field(default=DEFAULT_OUTPUT_TOKENS, ge=1, le=MAX_SEQ_LEN)  # generated tokens per request
     # True when `output` is the default, not asked for: a default shortened to fit the context is said, and a
     # prompt that leaves no room is refused naming the default (search.py); not part of the answer's JSON.
     output_defaulted: bool = Field(default=False, exclude=True)
+    # True when `context` is the default cut to half a short model's context (said in the answer's notes).
+    context_shortened: bool = Field(default=False, exclude=True)
     batch: int = Field(default=1, ge=1, le=MAX_BATCH)  # concurrent requests, spread over the replicas
     weights: WeightFormat = WeightFormat.BF16
     kv_cache: KvFormat = KvFormat.BF16
@@ -107,8 +110,15 @@ class InferenceRequest(BaseModel):
     ) -> InferenceRequest:
         """A request with the defaults the CLI and the selector share: a prompt of the smaller of 2048 and half
         the model's context, and 256 generated tokens, shortened to what the context leaves after the prompt
-        (the plan's notes say so; a prompt that leaves none keeps 256, which check_servable refuses)."""
-        chosen = context or min(2048, spec.max_position_embeddings // 2)
-        room = spec.max_position_embeddings - chosen
+        (the plan's notes say both; a prompt that leaves none keeps 256, which check_servable refuses). A model
+        whose length nothing caps (ALiBi, no positions) takes any prompt and output."""
+        limit = spec.length_limit
+        if limit is None:
+            return cls(context=context or DEFAULT_CONTEXT_TOKENS, output=output or DEFAULT_OUTPUT_TOKENS, batch=batch,
+                       output_defaulted=output is None, **fields)  # fmt: skip
+        chosen = context or min(DEFAULT_CONTEXT_TOKENS, limit // 2)
+        room = limit - chosen
         generated = output or (min(DEFAULT_OUTPUT_TOKENS, room) if room >= 1 else DEFAULT_OUTPUT_TOKENS)
-        return cls(context=chosen, output=generated, batch=batch, output_defaulted=output is None, **fields)
+        shortened = context is None and chosen < DEFAULT_CONTEXT_TOKENS
+        return cls(context=chosen, output=generated, batch=batch, output_defaulted=output is None,
+                   context_shortened=shortened, **fields)  # fmt: skip

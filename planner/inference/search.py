@@ -26,6 +26,7 @@ from planner.inference.layouts import PP_CAVEAT, PP_CAVEAT_SHORT, excluded_tenso
 from planner.inference.memory import SOURCES, ServingMemory, serving_memory
 from planner.inference.precision import check_sixteen_bit, sixteen_bit_for, sixteen_bit_note
 from planner.inference.request import (
+    DEFAULT_CONTEXT_TOKENS,
     DEFAULT_OUTPUT_TOKENS,
     InferenceRequest,
     KvFormat,
@@ -114,8 +115,8 @@ def check_servable(
         )
     if request.kv_cache is KvFormat.FP8 and cluster.gpu.architecture in ("Volta", "Turing"):
         raise UserInputError(f"{cluster.gpu.name} has no fp8 KV cache support; use {flags.set(flags.kv_cache, 'fp16')}")
-    window = spec.max_position_embeddings
-    if request.tokens_per_request > window:
+    window = spec.length_limit
+    if window is not None and request.tokens_per_request > window:
         output = f" or {flags.output_tokens}" if flags.output_tokens else ""
         if request.output_defaulted:  # the prompt alone leaves no room for one generated token
             raise UserInputError(
@@ -127,6 +128,17 @@ def check_servable(
             f"context + output ({request.context} + {request.output} = {request.tokens_per_request} tokens) "
             f"exceeds {spec.name}'s {window}-token context; shorten {flags.context}{output}"
         )
+
+
+def context_note(spec: ModelSpec, request: InferenceRequest, flags: ServingFlags) -> str | None:
+    """The line that says the default prompt was cut to half a short model's context, or None."""
+    if not request.context_shortened:
+        return None
+    choose = f" ({flags.set(flags.context, 'N')} sets it)" if flags.context else ""
+    return (
+        f"{request.context}-token prompts, not the default {DEFAULT_CONTEXT_TOKENS}: half {spec.name}'s "
+        f"{spec.max_position_embeddings}-token context{choose}"
+    )
 
 
 def output_note(spec: ModelSpec, request: InferenceRequest, flags: ServingFlags) -> str | None:
@@ -248,7 +260,8 @@ def plan_serving(
 
     `flags`: how the asking path spells each setting its errors and suggestions name (flags.py)."""
     check_servable(spec, cluster, request, flags)
-    notes = [note for note in (output_note(spec, request, flags), sixteen_bit_note(cluster, request)) if note]
+    said = (context_note(spec, request, flags), output_note(spec, request, flags), sixteen_bit_note(cluster, request))
+    notes = [note for note in said if note]
     request = sixteen_bit_for(cluster, request)
     fitting: list[ServingPlan] = []
     rejected: dict[str, str] = {}

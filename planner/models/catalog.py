@@ -46,6 +46,20 @@ def load_catalog() -> tuple[ModelSpec, ...]:
     return tuple(_spec_at(position) for position in range(len(_entries())))
 
 
+def config_source(spec: ModelSpec) -> str:
+    """Where a catalog model's dimensions come from: the official config.json its entry copies
+    (planner/catalog/models/<name>.json), and, for the entries checked after being entered from memory, the readable
+    copies its values were read from (their `config_source`; tests/test_catalog_sources.py). Read from the entry's
+    own file, on demand: `models --json` asks, a plan does not."""
+    entry = json.loads((CATALOG_DIR / "models" / f"{spec.name}.json").read_text(encoding="utf-8"))
+    checked = entry.get("config_source")
+    if checked is None:
+        return f"https://huggingface.co/{entry['hf_id']}/blob/main/config.json (copied into the catalog entry)"
+    part = f" ({checked['part']})" if checked.get("part") else ""
+    revision = f" at {checked['revision']}" if checked.get("revision") else ""
+    return f"{checked['url']}{part}{revision}; read from: {'; '.join(checked['read_from'])}"
+
+
 def _names_of(spec: ModelSpec) -> list[str]:
     return _entry_names(spec.name, spec.aliases, spec.hf_id)
 

@@ -192,6 +192,12 @@ class ModelSpec(ModelArchitecture):
         return self.num_experts > 0
 
     @property
+    def length_limit(self) -> int | None:
+        """The longest sequence the model attends: its position table (learned) or the context its config states
+        (rotary, relative); None where nothing caps it, ALiBi or no positions (docs/models-and-hardware.md)."""
+        return None if self.position_embedding in ("alibi", "none") else self.max_position_embeddings
+
+    @property
     def modality(self) -> Literal["text", "image", "audio", "image-text"]:
         """What the model reads: images (ViT patches), audio (Whisper's mel frames), images with text
         (LLaVA) or text."""
