@@ -14,7 +14,13 @@ import pytest
 
 from planner.emit.hf_model import hf_config_for
 from planner.inference import InferenceRequest
-from planner.inference.memory import activation_bytes, kv_bytes_per_request, kv_bytes_per_token, weight_bytes
+from planner.inference.memory import (
+    activation_bytes,
+    kv_bytes_per_request,
+    kv_bytes_per_token,
+    lookup_table_bytes,
+    weight_bytes,
+)
 from planner.models.resolve import resolve_model
 
 MODELS = ["gpt2", "opt-1.3b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "mixtral-8x7b"]
@@ -43,6 +49,20 @@ def test_bf16_weight_bytes_are_the_real_models_parameter_bytes(fake):
     real = sum(p.numel() * p.element_size() for p in model.parameters())  # tied weights are one Parameter
     spec = resolve_model(name)
     assert weight_bytes(spec, InferenceRequest(weights="bf16"), tp=1, pp=1) == pytest.approx(real, rel=1e-6)
+
+
+def test_a_forward_reads_every_weight_but_the_input_tables_it_only_looks_rows_up_in(fake):
+    """A decode step reads the blocks and the head whole, and one row per token of the input token table: the
+    bytes it reads whole are the real model's parameters but its input embedding (a tied table is the head)."""
+    name, model, _ = fake
+    spec = resolve_model(name)
+    embedding = model.get_input_embeddings().weight
+    tied = embedding is model.get_output_embeddings().weight
+    lookup = 0 if tied else embedding.numel() * embedding.element_size()
+    real = sum(p.numel() * p.element_size() for p in model.parameters()) - lookup
+    held = weight_bytes(spec, InferenceRequest(weights="bf16"), tp=1, pp=1)
+    assert held - lookup_table_bytes(spec, tp=1, pp=1) == pytest.approx(real, rel=1e-6)
+    assert tied == spec.tied_embeddings
 
 
 def test_kv_cache_bytes_are_the_cache_tensors_a_real_forward_keeps(fake):

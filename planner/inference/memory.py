@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from planner.inference.request import InferenceRequest
 from planner.memory.estimate import DEFAULT_OVERHEAD, OverheadSettings
+from planner.models.flops import model_shape
 from planner.models.spec import MlpKind, ModelSpec
 
 ACTIVATION_BYTES = 2  # activations stay in 16 bits, whatever the weight format
@@ -76,6 +77,14 @@ def weight_bytes(spec: ModelSpec, request: InferenceRequest, tp: int, pp: int) -
     block_bytes = blocks * stage_share * request.weights.bits / 8 / tp
     stage_embedding = embedding if pp == 1 or spec.tied_embeddings else embedding / 2
     return int(block_bytes + stage_embedding * 2 / tp)
+
+
+def lookup_table_bytes(spec: ModelSpec, tp: int, pp: int) -> int:
+    """Of weight_bytes x pp, the input token table a step only looks rows up in: an untied model's own table, and a
+    tied one's first-stage copy under pipelining; the head that reads the whole table each step is not in it."""
+    head = model_shape(spec).head_params
+    table = spec.params.embedding - head if not spec.tied_embeddings else (head if pp > 1 else 0)
+    return int(table * 2 / tp)
 
 
 def kv_bytes_per_token(spec: ModelSpec, request: InferenceRequest, tp: int, pp: int) -> int:

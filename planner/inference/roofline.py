@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 
 from planner.hardware.cluster import ClusterSpec
-from planner.inference.memory import kv_bytes_per_token, weight_bytes
+from planner.inference.memory import kv_bytes_per_token, lookup_table_bytes, weight_bytes
 from planner.inference.request import InferenceRequest
 from planner.models.flops import model_shape
 from planner.models.spec import ModelSpec
@@ -41,7 +41,7 @@ class ServingEfficiency:
 
     # CALIBRATED (globally, on the published batch-1 decode steps, benchmarks/data/published_serving.yaml):
     # share of the HBM bandwidth a decode step's weight and KV reads reach.
-    hbm: float = 0.64
+    hbm: float = 0.635
     # CALIBRATED (globally, on the published single-request TTFTs): share of the GPU's dense peak in the
     # weight format's compute dtype that a serving prefill reaches (GEMMs, attention, norms and the
     # launch gaps of a whole forward together; fp8 GEMMs reach a lower share of their doubled peak).
@@ -123,11 +123,16 @@ class Replica:
         flops = self._token_flops(tokens, context / 2) + 2 * shape.head_params * prompts
         compute_s = flops / (self.tp * self._rate)
         chunks = math.ceil(tokens / self.request.prefill_chunk)
-        weights = weight_bytes(self.spec, self.request, self.tp, self.pp) * self.pp
+        weights = self._read_weight_bytes()
         reads_s = chunks * weights / self._bandwidth
         comm = chunks * self._all_reduces_s(min(tokens, self.request.prefill_chunk))
         seconds = max(compute_s, reads_s) + comm + chunks * self._hop_s()
         return StepCost(seconds, "compute" if compute_s >= reads_s else "memory")
+
+    def _read_weight_bytes(self) -> float:
+        """The weights a forward reads whole: all but the input token table, which it only looks rows up in."""
+        held = weight_bytes(self.spec, self.request, self.tp, self.pp) * self.pp
+        return held - lookup_table_bytes(self.spec, self.tp, self.pp)
 
     def decode_step(self, running: int, prefill_tokens: float = 0.0) -> StepCost:
         """One token for each of `running` requests, plus `prefill_tokens` of other prompts in the same step."""
@@ -136,7 +141,7 @@ class Replica:
         mean_length = request.context + request.output / 2
         expert_bytes = shape.expert_params * request.weights.bits / 8 / self.tp
         touched = running + math.ceil(prefill_tokens)
-        weights: float = weight_bytes(spec, request, self.tp, self.pp) * self.pp
+        weights: float = self._read_weight_bytes()
         weights -= expert_bytes * (1 - _moe_read_share(spec, touched))
         kv = kv_bytes_per_token(spec, request, self.tp, self.pp) * self.pp * mean_length * running
         memory_s = (weights + kv) / self._bandwidth
