@@ -107,8 +107,10 @@ def _print_table(specs: list[ModelSpec]) -> None:
     dropped = [column for column in (rows[0] if rows else {}) if column not in shown]
     table = Table(
         title=f"Model catalog ({len(specs)} model{'' if len(specs) == 1 else 's'}; counts from the meta-device build)",
-        caption=(f"{', '.join(dropped)} left out for this terminal's width; " if dropped else "")
-        + "dimensions from each model's config.json on the Hub, active counts per token with the embeddings "
+        caption=(
+            f"{', '.join(dropped)} left out for this terminal's width; --json has every field. " if dropped else ""
+        )
+        + "Dimensions from each model's config.json on the Hub, active counts per token with the embeddings "
         "(--json names each source)",
         box=box.SIMPLE_HEAD,
         pad_edge=False,

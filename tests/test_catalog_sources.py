@@ -84,3 +84,15 @@ def test_models_json_names_a_config_source_for_every_entry(capsys):
         checked = model["name"] in CHECKED
         assert ("; read from: " in model["config_source"]) == checked, model["name"]
         assert ("copied into the catalog entry" in model["config_source"]) != checked, model["name"]
+
+
+def test_a_model_not_from_the_catalog_names_its_origin_as_its_config_source(capsys):
+    """`estimate --json` prints the same model summary: a parameter count or given dimensions have no config file."""
+    from hardware_selector_cli.app import main
+
+    base = ["estimate", "--gpu", "a100-80gb", "--seq-len", "1024", "--json"]
+    assert main([*base, "--params", "7.5e9"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"]["config_source"] == "--params"
+    dims = ["--hidden", "1024", "--layers", "4", "--heads", "16", "--ffn", "4096", "--vocab", "32000"]
+    assert main([*base, *dims]) == 0
+    assert json.loads(capsys.readouterr().out)["model"]["config_source"].startswith("the dimensions given")

@@ -50,7 +50,10 @@ def config_source(spec: ModelSpec) -> str:
     """Where a catalog model's dimensions come from: the official config.json its entry copies
     (planner/catalog/models/<name>.json), and, for the entries checked after being entered from memory, the readable
     copies its values were read from (their `config_source`; tests/test_catalog_sources.py). Read from the entry's
-    own file, on demand: `models --json` asks, a plan does not."""
+    own file, on demand: `models --json` asks, a plan does not. A model not from the catalog names its origin."""
+    if spec.origin != "catalog":
+        given = {"dimensions": "the dimensions given (--hidden, --layers, ...)", "parameter count": "--params"}
+        return given.get(spec.origin, f"{spec.origin} (a local config.json)")
     entry = json.loads((CATALOG_DIR / "models" / f"{spec.name}.json").read_text(encoding="utf-8"))
     checked = entry.get("config_source")
     if checked is None:
