@@ -41,7 +41,6 @@ def commands_with(option: str, root: Any) -> list[str]:
 
 # What `plan` searches instead of taking it (training and serving alike): said where --tp or --pp is given to it.
 PLAN_SEARCHES = {
-    "--tp": "the tensor-parallel degree within a node (--gpus-per-node bounds it)",
     "--pp": "the pipeline stages over the cluster (--nodes and --gpus-per-node bound them)",
 }
 

@@ -28,6 +28,7 @@ class ServingOptions:
     output_tokens: int | None
     weights: str | None
     kv_cache: str | None
+    tp: int | None = None
 
     @property
     def inference(self) -> bool:
@@ -40,6 +41,7 @@ class ServingOptions:
             "--output-tokens": self.output_tokens,
             "--weights": self.weights,
             "--kv-cache": self.kv_cache,
+            "--tp": self.tp,
         }
         return [flag for flag, value in flags.items() if value is not None]
 
@@ -60,11 +62,22 @@ def serving_options(
     ),
     weights: str | None = typer.Option(None, "--weights", help="Inference: bf16|fp16|fp8|int8|int4 (default bf16)."),
     kv_cache: str | None = typer.Option(None, "--kv-cache", help="Inference: KV cache dtype bf16|fp16|fp8."),
+    tp: int | None = typer.Option(
+        None,
+        "--tp",
+        help="Inference: serve at this tensor-parallel degree only (vLLM's --tensor-parallel-size; default: every "
+        "one a node allows, ranked).",
+    ),
 ) -> ServingOptions:
     chosen = mode.strip().lower()
     if chosen not in MODES:
         raise UserInputError(f"--mode must be training or inference, not '{mode}'")
-    options = ServingOptions(chosen, context, batch, output_tokens, weights, kv_cache)
+    options = ServingOptions(chosen, context, batch, output_tokens, weights, kv_cache, tp)
+    if not options.inference and options.given() == ["--tp"]:
+        raise UserInputError(
+            "--tp pins a serving plan's tensor-parallel degree (add --mode inference); a training plan searches it "
+            "within a node (--gpus-per-node bounds it), and `estimate --tp` times one training layout"
+        )
     if not options.inference and options.given():
         raise UserInputError(f"{', '.join(options.given())} plan serving; add --mode inference")
     return options
@@ -81,6 +94,7 @@ def serving_request(options: ServingOptions, objective: str, top: int, headroom:
         ("--context", options.context, MAX_SEQ_LEN),
         ("--batch", options.batch, MAX_BATCH),
         ("--output-tokens", options.output_tokens, MAX_SEQ_LEN),
+        ("--tp", options.tp, MAX_BATCH),
     ):
         if value is not None:
             check_count(flag, value, high=high)
@@ -94,6 +108,7 @@ def serving_request(options: ServingOptions, objective: str, top: int, headroom:
         objective=_choice(objective, ServingObjective, "--objective (inference)"),
         top_k=top,
         headroom_fraction=headroom,
+        tensor_parallel=options.tp,
     )
 
 

@@ -79,10 +79,29 @@ def test_alibi_and_position_free_models_are_served_past_their_stated_length(caps
     assert "exceeds custom-h4096-l32's 8192-token context" in capsys.readouterr().err
 
 
-def test_tp_given_to_plan_says_plan_searches_it(capsys):
-    """`plan --mode inference --tp 4` named `estimate`, which cannot serve: the line says what plan does instead."""
-    assert main([*SERVE_8B, "--tp", "4"]) == 2
+def test_tp_pins_the_serving_degree_and_says_what_it_cannot(capsys):
+    """`--tp 4` serves at TP 4 alone (vLLM's --tensor-parallel-size), every candidate and nothing rejected for another
+    degree; a degree that does not divide the node, or that the heads do not split over, is one line; a training plan
+    given --tp says it searches the degree; --pp given to plan says the same of the stages."""
+    serve_70b = ["plan", "--mode", "inference", "--model", "llama-3.1-70b", "--gpu", "H100-80GB"]
+    assert main([*serve_70b, "--tp", "4", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert {plan["tensor_parallel"] for plan in document["candidates"]} == {4}
+    assert document["best"]["request"]["tensor_parallel"] == 4
+    assert not any(label.startswith(("TP1", "TP2", "TP8")) for label in document["rejected"])
+    assert main([*serve_70b, "--json"]) == 0  # unpinned: other degrees are planned
+    assert {plan["tensor_parallel"] for plan in json.loads(capsys.readouterr().out)["candidates"]} != {4}
+    for tp, why in (("3", "--tp 3 does not divide a node's 8 GPUs"), ("16", "--tp 16 does not divide a node's 8 GPUs")):
+        assert main([*serve_70b, "--tp", tp]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"error: {why}") and "choose one of 1, 2, 4, 8" in err
+    gpt2 = ["plan", "--mode", "inference", "--model", "gpt2", "--gpu", "H100-80GB", "--tp", "8"]
+    assert main(gpt2) == 2
+    assert capsys.readouterr().err == (
+        "error: --tp 8: 12 attention heads do not split evenly over 8 GPUs (vLLM and TensorRT-LLM split heads evenly)\n"
+    )
+    assert main(["plan", "--model", "llama-3.1-70b", "--gpu", "H100-80GB", "--tp", "4"]) == 2
+    assert "--tp pins a serving plan's tensor-parallel degree (add --mode inference)" in capsys.readouterr().err
+    assert main([*serve_70b, "--pp", "2"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: No such option: --tp")
-    assert "`plan` searches the tensor-parallel degree within a node (--gpus-per-node bounds it)" in err
-    assert "`estimate --tp` times one training layout" in err
+    assert err.count("\n") == 1 and "`plan` searches the pipeline stages over the cluster" in err

@@ -25,6 +25,7 @@ class ServingFlags:
     weights: str | None
     kv_cache: str | None
     keywords: bool = False  # Python keyword arguments (weights='int8'), not flags (--weights int8)
+    tensor_parallel: str | None = None  # the one tensor-parallel degree asked for, where the path can pin it
     gpu: str = "--gpu"  # every asking path names its GPU
 
     def set(self, name: str | None, value: str) -> str:
@@ -35,4 +36,5 @@ class ServingFlags:
 PLAN_SERVING_FLAGS = ServingFlags(  # `hardware-selector plan --mode inference`
     cluster=lambda cluster: f"--gpus-per-node {cluster.gpus_per_node} --nodes {cluster.num_nodes}", batch="--batch",
     context="--context", output_tokens="--output-tokens", weights="--weights", kv_cache="--kv-cache",
+    tensor_parallel="--tp",
 )  # fmt: skip

@@ -22,11 +22,12 @@ def tp_refusal(spec: ModelSpec, tp: int) -> str | None:
     return None
 
 
-def serving_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[tuple[int, int]]:
-    """(tp, pp) pairs: tp inside a node dividing the heads, KV heads and tp dividing one another."""
+def serving_layouts(spec: ModelSpec, cluster: ClusterSpec, only_tp: int | None = None) -> list[tuple[int, int]]:
+    """(tp, pp) pairs: tp inside a node dividing the heads, KV heads and tp dividing one another (`only_tp`: that
+    degree alone, as a request pinning it asks)."""
     layouts = []
     for tp in divisors(cluster.gpus_per_node):
-        if tp_refusal(spec, tp) is not None:
+        if tp_refusal(spec, tp) is not None or (only_tp is not None and tp != only_tp):
             continue
         for pp in divisors(cluster.world_size // tp):
             if pp <= spec.num_layers:
@@ -34,9 +35,12 @@ def serving_layouts(spec: ModelSpec, cluster: ClusterSpec) -> list[tuple[int, in
     return layouts
 
 
-def excluded_tensor_parallel(spec: ModelSpec, cluster: ClusterSpec) -> dict[str, str]:
-    """Each tensor-parallel degree the node's GPU count allows and the heads do not: "TP3" -> why."""
-    excluded = {}
+def excluded_tensor_parallel(spec: ModelSpec, cluster: ClusterSpec, only_tp: int | None = None) -> dict[str, str]:
+    """Each tensor-parallel degree the node's GPU count allows and the heads do not: "TP3" -> why (none when the
+    request pins one: check_servable refuses a pinned degree the heads do not allow)."""
+    excluded: dict[str, str] = {}
+    if only_tp is not None:
+        return excluded
     for tp in divisors(cluster.gpus_per_node):
         why = tp_refusal(spec, tp)
         if why is not None:

@@ -85,6 +85,8 @@ class InferenceRequest(BaseModel):
     # True when `context` is the default cut to half a short model's context (said in the answer's notes).
     context_shortened: bool = Field(default=False, exclude=True)
     batch: int = Field(default=1, ge=1, le=MAX_BATCH)  # concurrent requests, spread over the replicas
+    # Serve at this tensor-parallel degree only (vLLM's --tensor-parallel-size); None: every one a node allows.
+    tensor_parallel: int | None = Field(default=None, ge=1)
     weights: WeightFormat = WeightFormat.BF16
     kv_cache: KvFormat = KvFormat.BF16
     block_tokens: int = Field(default=PAGED_BLOCK_TOKENS, ge=1)

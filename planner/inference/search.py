@@ -22,7 +22,13 @@ from planner.hardware.memory_cap import capped_like, gpu_label
 from planner.inference.cost import cost_line, serving_cost
 from planner.inference.flags import PLAN_SERVING_FLAGS, ServingFlags
 from planner.inference.known_error import ttft_band
-from planner.inference.layouts import PP_CAVEAT, PP_CAVEAT_SHORT, excluded_tensor_parallel, serving_layouts
+from planner.inference.layouts import (
+    PP_CAVEAT,
+    PP_CAVEAT_SHORT,
+    excluded_tensor_parallel,
+    serving_layouts,
+    tp_refusal,
+)
 from planner.inference.memory import SOURCES, ServingMemory, serving_memory
 from planner.inference.precision import check_sixteen_bit, sixteen_bit_for, sixteen_bit_note
 from planner.inference.request import (
@@ -115,6 +121,17 @@ def check_servable(
         )
     if request.kv_cache is KvFormat.FP8 and cluster.gpu.architecture in ("Volta", "Turing"):
         raise UserInputError(f"{cluster.gpu.name} has no fp8 KV cache support; use {flags.set(flags.kv_cache, 'fp16')}")
+    pinned = request.tensor_parallel
+    if pinned is not None:
+        name = flags.tensor_parallel or "tensor_parallel"
+        if cluster.gpus_per_node % pinned:
+            raise UserInputError(
+                f"{name} {pinned} does not divide a node's {cluster.gpus_per_node} GPUs: tensor parallelism stays "
+                f"inside a node; choose one of {', '.join(str(d) for d in range(1, cluster.gpus_per_node + 1) if cluster.gpus_per_node % d == 0)}"
+            )
+        why = tp_refusal(spec, pinned)
+        if why is not None:
+            raise UserInputError(f"{name} {pinned}: {why} (vLLM and TensorRT-LLM split heads evenly)")
     window = spec.length_limit
     if window is not None and request.tokens_per_request > window:
         output = f" or {flags.output_tokens}" if flags.output_tokens else ""
@@ -265,7 +282,7 @@ def plan_serving(
     request = sixteen_bit_for(cluster, request)
     fitting: list[ServingPlan] = []
     rejected: dict[str, str] = {}
-    for tp, pp in serving_layouts(spec, cluster):
+    for tp, pp in serving_layouts(spec, cluster, request.tensor_parallel):
         plan, memory = _plan(spec, cluster, request, tp, pp)
         if memory.fits:
             fitting.append(plan)
@@ -274,7 +291,7 @@ def plan_serving(
                 f"{memory.total / GIB:.1f} GiB per GPU > {memory.usable / GIB:.1f} GiB usable "
                 f"(weights {memory.weights / GIB:.1f}, KV cache {memory.kv_cache / GIB:.1f}) [memory: formula]"
             )
-    rejected.update(excluded_tensor_parallel(spec, cluster))
+    rejected.update(excluded_tensor_parallel(spec, cluster, request.tensor_parallel))
     if not fitting:
         suggestions = serving_suggestions(spec, cluster, request, flags)
         return ServingResult(best=None, candidates=[], rejected=rejected, suggestions=suggestions, notes=notes)
@@ -302,7 +319,7 @@ def plan_serving(
 def _fits_anywhere(spec: ModelSpec, cluster: ClusterSpec, request: InferenceRequest) -> bool:
     return any(
         serving_memory(spec, request, cluster.gpu.memory_bytes, tp, pp).fits
-        for tp, pp in serving_layouts(spec, cluster)
+        for tp, pp in serving_layouts(spec, cluster, request.tensor_parallel)
     )
 
 
