@@ -159,6 +159,7 @@ def _selector():
     class SeedSelector(HardwareSelector):
         training_flags = SEED_FLAGS
         serving_flags = SEED_SERVING_FLAGS
+        selection_serving_flags = SEED_SERVING_FLAGS
         argument_names = ARGUMENT_FLAGS
 
     return SeedSelector()

@@ -140,3 +140,21 @@ def test_prefill_activations_against_a_memtracker_trace_of_the_real_forward(name
     cache = kv_bytes_per_request(spec, request, 1, 1) * batch
     formula = activation_bytes(spec, request, 1)
     assert formula <= traced - cache <= 1.25 * formula
+
+
+@pytest.mark.parametrize("name", ["opt-350m", "gpt2", "llama-3-8b"])
+def test_the_table_looked_up_is_the_one_weight_bytes_holds(name):
+    """Under pipelining a tied model holds its table on the first stage and the last (weight_bytes, a stage's table
+    whole): the first stage's copy is only looked up, the last's is the head. opt-350m's table (512 wide, projected
+    to 1024) is its embedding count, not vocab x hidden. Untied: the input table, the head's size; none at pp 1
+    for a tied model."""
+    spec = resolve_model(name)
+    request = InferenceRequest(weights="bf16")
+    for pp in (1, 2, 4):
+        held = weight_bytes(spec, request, tp=1, pp=pp) * pp
+        lookup = lookup_table_bytes(spec, tp=1, pp=pp)
+        if spec.tied_embeddings:
+            assert lookup == (spec.params.embedding * 2 if pp > 1 else 0)
+        else:
+            assert lookup == spec.params.embedding  # two tables of equal size, one looked up: half of 2 bytes each
+        assert 0 < held - lookup < held or lookup == 0

@@ -43,12 +43,12 @@ def test_the_plain_alltoall_row_and_its_b300_twin(results):
     share their BF16 and FP8 peaks (the B300's attention is faster: Blackwell Ultra's, measured on a GB300). Without
     the plain dispatcher's host wait the estimate put the B300 1-6% ahead and the B200 row +52.6% over; with it
     (planner/throughput/token_dispatch.py, measured on the B300 pair that differs in the dispatcher alone: 4,865
-    against 5,936), charged a dispatch, so twice a token at micro-batch 1, the estimate puts the B300 about 1.45x ahead
-    and the B200 row +9.7%. This test holds that, so the docs' statement fails when a change moves it."""
+    against 5,936), charged a dispatch, so twice a token at micro-batch 1, the estimate puts the B300 about 1.48x ahead
+    and the B200 row +6.9%. This test holds that, so the docs' statement fails when a change moves it."""
     b200, b300 = results[PLAIN_ALLTOALL], results["megatron-bridge-qwen3-235b-a22b-256-b300-mxfp8"]
     assert (b200.row["micro_batch"], b300.row["micro_batch"]) == (1, 2)
     measured = b300.row["published"]["tokens_per_s_per_gpu"] / b200.row["published"]["tokens_per_s_per_gpu"]
     estimated = measured * (1 + b300.error) / (1 + b200.error)
     assert measured > 1.5
-    assert 1.38 < estimated < 1.50
-    assert 0.05 < b200.error < 0.15
+    assert 1.40 < estimated < 1.55
+    assert 0.0 < b200.error < 0.15

@@ -105,3 +105,48 @@ def test_tp_pins_the_serving_degree_and_says_what_it_cannot(capsys):
     assert main([*serve_70b, "--pp", "2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "`plan` searches the pipeline stages over the cluster" in err
+
+
+def test_a_pinned_degree_keeps_its_suggestions_valid(capsys):
+    """With --tp 3 on six-GPU nodes, the larger cluster suggested keeps six GPUs a node (so TP 3 still divides it) and
+    fits as printed; a refused degree names only the degrees the heads split over (gpt2's 12 heads: not 8)."""
+    base = ["plan", "--mode", "inference", "-m", "opt-66b", "-g", "L4", "--gpus-per-node", "6", "--context", "2000"]
+    assert main([*base, "--tp", "3", "--json"]) == 1  # nothing fits: the suggestions say what would
+    suggestions = json.loads(capsys.readouterr().out)["suggestions"]
+    assert "12 x L4 (--gpus-per-node 6 --nodes 2) fits" in suggestions
+    assert main([*base, "--tp", "3", "--nodes", "2", "--json"]) == 0  # as printed
+    assert {plan["tensor_parallel"] for plan in json.loads(capsys.readouterr().out)["candidates"]} == {3}
+    assert main(["plan", "--mode", "inference", "-m", "gpt2", "-g", "H100-80GB", "--tp", "3"]) == 2
+    assert capsys.readouterr().err.endswith("choose one of 1, 2, 4\n")
+
+
+def test_alibi_defaults_come_from_the_stated_length(capsys):
+    """bloom-560m (ALiBi, trained at 2048): the default prompt is half that, said; only a given length passes it."""
+    serve = ["plan", "--mode", "inference", "-m", "bloom-560m", "-g", "H100-80GB", "--gpus-per-node", "1", "--json"]
+    assert main(serve) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert (document["best"]["request"]["context"], document["best"]["request"]["output"]) == (1024, 256)
+    assert document["notes"] == [
+        "1024-token prompts, not the default 2048: half bloom-560m's 2048-token context (--context N sets it)"
+    ]
+    assert main([*serve, "--context", "8000"]) == 0
+    request = json.loads(capsys.readouterr().out)["best"]["request"]
+    assert (request["context"], request["output"]) == (8000, 256)
+
+
+def test_the_python_selection_names_its_own_keyword_in_a_note():
+    """select_hardware_for_task takes seq_len, not context, and sets no output length or formats."""
+    from planner.selector import HardwareSelector
+
+    answer = HardwareSelector().select_hardware_for_task(
+        "text_generation", "gpt2", task_type="inference", batch_size=1, gpu_count=1, candidates=["H100-80GB"]
+    )
+    assert answer["primary_recommendation"]
+    from planner.selector.serving import SELECT_SERVING_FLAGS
+
+    assert (SELECT_SERVING_FLAGS.context, SELECT_SERVING_FLAGS.weights, SELECT_SERVING_FLAGS.kv_cache) == (
+        "seq_len",
+        None,
+        None,
+    )
+    assert SELECT_SERVING_FLAGS.set("seq_len", "N", placeholder=True) == "seq_len=N"

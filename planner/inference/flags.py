@@ -28,9 +28,12 @@ class ServingFlags:
     tensor_parallel: str | None = None  # the one tensor-parallel degree asked for, where the path can pin it
     gpu: str = "--gpu"  # every asking path names its GPU
 
-    def set(self, name: str | None, value: str) -> str:
+    def set(self, name: str | None, value: str, placeholder: bool = False) -> str:
+        """How to set `name` to `value` on this path; a placeholder ("N") is printed bare, never as a string."""
         assert name is not None
-        return f"{name}={value!r}" if self.keywords else f"{name} {value}"
+        if self.keywords:
+            return f"{name}={value}" if placeholder else f"{name}={value!r}"
+        return f"{name} {value}"
 
 
 PLAN_SERVING_FLAGS = ServingFlags(  # `hardware-selector plan --mode inference`

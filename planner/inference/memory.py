@@ -82,9 +82,9 @@ def weight_bytes(spec: ModelSpec, request: InferenceRequest, tp: int, pp: int) -
 def lookup_table_bytes(spec: ModelSpec, tp: int, pp: int) -> int:
     """Of weight_bytes x pp, the input token table a step only looks rows up in: an untied model's own table, and a
     tied one's first-stage copy under pipelining; the head that reads the whole table each step is not in it."""
-    head = model_shape(spec).head_params
-    table = spec.params.embedding - head if not spec.tied_embeddings else (head if pp > 1 else 0)
-    return int(table * 2 / tp)
+    if spec.tied_embeddings:
+        return int(spec.params.embedding * 2 / tp) if pp > 1 else 0  # weight_bytes holds it on every stage
+    return int((spec.params.embedding - model_shape(spec).head_params) * 2 / tp)
 
 
 def kv_bytes_per_token(spec: ModelSpec, request: InferenceRequest, tp: int, pp: int) -> int:

@@ -113,13 +113,11 @@ class InferenceRequest(BaseModel):
         """A request with the defaults the CLI and the selector share: a prompt of the smaller of 2048 and half
         the model's context, and 256 generated tokens, shortened to what the context leaves after the prompt
         (the plan's notes say both; a prompt that leaves none keeps 256, which check_servable refuses). A model
-        whose length nothing caps (ALiBi, no positions) takes any prompt and output."""
-        limit = spec.length_limit
-        if limit is None:
-            return cls(context=context or DEFAULT_CONTEXT_TOKENS, output=output or DEFAULT_OUTPUT_TOKENS, batch=batch,
-                       output_defaulted=output is None, **fields)  # fmt: skip
-        chosen = context or min(DEFAULT_CONTEXT_TOKENS, limit // 2)
-        room = limit - chosen
+        whose length nothing caps (ALiBi, no positions) takes any prompt and output it is given; its defaults still
+        come from the length it states (its training context)."""
+        stated = spec.max_position_embeddings
+        chosen = context or min(DEFAULT_CONTEXT_TOKENS, stated // 2)
+        room = stated - chosen if spec.length_limit is not None else DEFAULT_OUTPUT_TOKENS  # uncapped: never shortened
         generated = output or (min(DEFAULT_OUTPUT_TOKENS, room) if room >= 1 else DEFAULT_OUTPUT_TOKENS)
         shortened = context is None and chosen < DEFAULT_CONTEXT_TOKENS
         return cls(context=chosen, output=generated, batch=batch, output_defaulted=output is None,

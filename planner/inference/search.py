@@ -125,9 +125,11 @@ def check_servable(
     if pinned is not None:
         name = flags.tensor_parallel or "tensor_parallel"
         if cluster.gpus_per_node % pinned:
+            allowed = [d for d in range(1, cluster.gpus_per_node + 1) if not cluster.gpus_per_node % d]
+            splits = ", ".join(str(d) for d in allowed if tp_refusal(spec, d) is None)
             raise UserInputError(
                 f"{name} {pinned} does not divide a node's {cluster.gpus_per_node} GPUs: tensor parallelism stays "
-                f"inside a node; choose one of {', '.join(str(d) for d in range(1, cluster.gpus_per_node + 1) if cluster.gpus_per_node % d == 0)}"
+                f"inside a node; choose one of {splits}"
             )
         why = tp_refusal(spec, pinned)
         if why is not None:
@@ -151,7 +153,7 @@ def context_note(spec: ModelSpec, request: InferenceRequest, flags: ServingFlags
     """The line that says the default prompt was cut to half a short model's context, or None."""
     if not request.context_shortened:
         return None
-    choose = f" ({flags.set(flags.context, 'N')} sets it)" if flags.context else ""
+    choose = f" ({flags.set(flags.context, 'N', placeholder=True)} sets it)" if flags.context else ""
     return (
         f"{request.context}-token prompts, not the default {DEFAULT_CONTEXT_TOKENS}: half {spec.name}'s "
         f"{spec.max_position_embeddings}-token context{choose}"
@@ -162,7 +164,7 @@ def output_note(spec: ModelSpec, request: InferenceRequest, flags: ServingFlags)
     """The line that says the default output was shortened to fit the model's context, or None."""
     if not request.output_defaulted or request.output >= DEFAULT_OUTPUT_TOKENS:
         return None
-    choose = f" ({flags.set(flags.output_tokens, 'N')} sets it)" if flags.output_tokens else ""
+    choose = f" ({flags.set(flags.output_tokens, 'N', placeholder=True)} sets it)" if flags.output_tokens else ""
     return (
         f"{request.output} output tokens per request, not the default {DEFAULT_OUTPUT_TOKENS}: {spec.name}'s "
         f"{spec.max_position_embeddings}-token context leaves {request.output} after the {request.context}-token "
@@ -345,6 +347,11 @@ def serving_suggestions(
     if flags.kv_cache and fp8_allowed and _fits_anywhere(spec, cluster, fp8_cache):
         lines.append(f"{flags.set(flags.kv_cache, 'fp8')} fits on {where}")
     sizes = [(gpus, 1) for gpus in (2, 4, 8) if gpus > cluster.gpus_per_node] + [(8, nodes) for nodes in (2, 4, 8)]
+    pinned = request.tensor_parallel
+    if pinned is not None:  # the degree asked for stays, so more nodes of this node's size (it divides them)
+        # Letting the degree go would not fit either: a pinned degree still pipelines over every GPU of the
+        # cluster, and tensor or pipeline splits hold about the same bytes a GPU.
+        sizes = [(cluster.gpus_per_node, nodes) for nodes in (2, 4, 8) if nodes > cluster.num_nodes]
     for per_node, nodes in sizes:
         if per_node * nodes <= cluster.world_size:
             continue

@@ -36,7 +36,7 @@ from planner.selector.arguments import SERVING_RULES, checked_arguments, choice_
 from planner.selector.calibration import calibration_for
 from planner.selector.gpu_choice import DEFAULT_GPU, cluster_for, gpu_with_memory
 from planner.selector.legacy_dict import STRATEGY_NAMES, TORCH_FSDP_SHARDING, no_fit_summary, plan_summary
-from planner.selector.serving import API_SERVING_FLAGS, inference_answer
+from planner.selector.serving import API_SERVING_FLAGS, SELECT_SERVING_FLAGS, inference_answer
 from planner.selector.training import API_FLAGS, Calibrated, default_seq_len, plan_training, strategy_kinds
 from planner.training_config import Precision
 
@@ -64,6 +64,7 @@ class HardwareSelector:
     # How an answer's suggestions name a change: this API's keyword arguments (the seed CLI's subclass: its flags).
     training_flags: ClassVar[SuggestionFlags] = API_FLAGS
     serving_flags: ClassVar[ServingFlags] = API_SERVING_FLAGS
+    selection_serving_flags: ClassVar[ServingFlags] = SELECT_SERVING_FLAGS  # select_hardware_for_task's names
     # How errors name each argument (checked_arguments); a keyword not listed is named as it is spelled here.
     argument_names: ClassVar[dict[str, str]] = {}
 
@@ -279,7 +280,7 @@ class HardwareSelector:
                     spec, batch=batch_size, context=length, headroom_fraction=self.headroom_fraction
                 )
                 try:
-                    summary = inference_answer(spec, cluster, request, self.serving_flags)
+                    summary = inference_answer(spec, cluster, request, self.selection_serving_flags)
                 except UserInputError as error:  # e.g. no bf16 on this GPU: not a candidate
                     estimates[entry.name] = {"fits": False, "gpu": entry.name, "why": str(error)}
                     continue

@@ -9,6 +9,7 @@ docs/inference.md).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from planner.hardware.cluster import GIB, ClusterSpec
@@ -23,6 +24,10 @@ API_SERVING_FLAGS = ServingFlags(
     batch="batch_size", context="context", output_tokens="output_tokens", weights="weights", kv_cache="kv_cache",
     keywords=True, gpu="gpu",
 )  # fmt: skip
+# select_hardware_for_task's inference path: its prompt is seq_len, and it sets no output length or formats.
+SELECT_SERVING_FLAGS = dataclasses.replace(
+    API_SERVING_FLAGS, context="seq_len", output_tokens=None, weights=None, kv_cache=None
+)
 # In the seed CLI's flags (hardware_selector_cli/seed_cli.py), which set no output length or weight and KV formats.
 SEED_SERVING_FLAGS = ServingFlags(
     cluster=lambda cluster: f"--distributed --gpu-count {cluster.world_size}", batch="--batch-size",

@@ -339,7 +339,7 @@ def micro_batch_communication(
     ep_exposed = max(0.0, ep_comm - accum * stage.total_s) if plan.overlaps_expert_all_to_all else ep_comm
     if plan.expert_exchange and plan.dispatch_host_wait_s:
         # A dispatcher that waits on the host for its token counts: the GPU idles, nothing overlaps it.
-        dispatches = dispatches_per_block(checkpointing is ActivationCheckpointing.FULL)
+        dispatches = dispatches_per_block(forward_again)
         host_wait = accum * blocks * dispatches * plan.dispatch_host_wait_s
         ep_comm += host_wait
         ep_exposed += host_wait

@@ -15,11 +15,14 @@ the plain dispatcher, and at 5,936 in 26.04.01, whose recipe's one change is the
 PR #3490 via #3675: `moe_token_dispatcher_type = "flex"`, the only Qwen3 recipe change between v0.4.0 and v0.4.2).
 The same model's flex rows moved by at most 0.6% between the two containers (GB200 840 -> 840, GB300 1035 -> 1029
 model TFLOP/s). Step times 8192 x 4096 / (256 x tokens/s): 26.94 s and 22.08 s. The 4.86 s between them, over the
-128 micro-batches a pipeline runs (8192 / 32 data-parallel replicas / 2) and the 12 MoE blocks of its busiest stage
-(94 blocks, the embedding and the loss as 96 slots over 8 stages), is ALLTOALL_HOST_WAIT_S a dispatch.
+128 micro-batches a pipeline runs (8192 / 32 data-parallel replicas / 2) and the 11 MoE blocks of the stage the
+estimate paces the step by (compute.py: the last, 11 blocks beside the loss, of 94 blocks over 8 stages), is
+ALLTOALL_HOST_WAIT_S a dispatch, so that the estimate's step grows by the measured 4.86 s. Megatron-Bridge's own split
+(the embedding and the loss as slots, 96 over 8 stages) puts 12 blocks on the middle stages: over 12, the wait would
+be 3.16 ms, 8% less.
 
 Assumed, and tested by the rows it was not measured on: the wait is the host's, so it is paid once per dispatch
-(each MoE block's forward, again when full recomputation repeats it), whatever the micro-batch or the GPU
+(each MoE block's forward, again when a recomputation repeats it), whatever the micro-batch or the GPU
 (tests/test_token_dispatch.py: the B200 row of the same model at micro-batch 1 and GPT-OSS 120B on H100s, both with
 the plain dispatcher). Our engine's expert parallelism also reads its counts on the host before the exchange
 (backends/expert_parallel/dispatch.py, `tolist()`); not charged, its host work per block not being Megatron-Core's.
@@ -27,9 +30,9 @@ the plain dispatcher). Our engine's expert parallelism also reads its counts on 
 
 from __future__ import annotations
 
-# Megatron-Bridge's B300 pair above: 4.86 s / (128 micro-batches x 12 MoE blocks), in seconds a dispatch.
+# Megatron-Bridge's B300 pair above: 4.86 s / (128 micro-batches x 11 MoE blocks), in seconds a dispatch (3.45 ms).
 MEASURED_STEP_DIFFERENCE_S = 8192 * 4096 / 256 * (1 / 4865 - 1 / 5936)
-MEASURED_DISPATCHES = 128 * 12
+MEASURED_DISPATCHES = 128 * 11
 ALLTOALL_HOST_WAIT_S = MEASURED_STEP_DIFFERENCE_S / MEASURED_DISPATCHES
 
 # The dispatchers a published row can name (`token_dispatcher` in benchmarks/data/published_stack_runs.yaml), by the
@@ -37,6 +40,7 @@ ALLTOALL_HOST_WAIT_S = MEASURED_STEP_DIFFERENCE_S / MEASURED_DISPATCHES
 HOST_WAIT_S = {"alltoall": ALLTOALL_HOST_WAIT_S, "flex": 0.0}
 
 
-def dispatches_per_block(full_recomputation: bool) -> int:
-    """A MoE block's token dispatches in one micro-batch's step: its forward's, and the recomputation's."""
-    return 2 if full_recomputation else 1
+def dispatches_per_block(forward_again: bool) -> int:
+    """A MoE block's token dispatches in one micro-batch's step: its forward's, and a recomputation's (full or
+    op-level, as the estimate repeats the block's all-to-alls: communication.py FORWARD_AGAIN)."""
+    return 2 if forward_again else 1
