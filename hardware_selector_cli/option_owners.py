@@ -39,7 +39,8 @@ def commands_with(option: str, root: Any) -> list[str]:
     return sorted(path for path, flags in owners.items() if option in flags and option not in HELP_FLAGS)
 
 
-# What `plan` searches instead of taking it (training and serving alike): said where --tp or --pp is given to it.
+# What `plan` searches instead of taking it (training and serving alike): said where it is given to plan (--tp is
+# plan's own for serving: hardware_selector_cli/serving.py).
 PLAN_SEARCHES = {
     "--pp": "the pipeline stages over the cluster (--nodes and --gpus-per-node bound them)",
 }

@@ -85,7 +85,7 @@ def serving_options(
 
 def serving_request(options: ServingOptions, objective: str, top: int, headroom: float, spec):
     from planner.inference import InferenceRequest, KvFormat, ServingObjective, WeightFormat
-    from planner.limits import MAX_BATCH, MAX_SEQ_LEN, check_count
+    from planner.limits import MAX_BATCH, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, check_count
 
     from .training_options import _choice
 
@@ -94,7 +94,7 @@ def serving_request(options: ServingOptions, objective: str, top: int, headroom:
         ("--context", options.context, MAX_SEQ_LEN),
         ("--batch", options.batch, MAX_BATCH),
         ("--output-tokens", options.output_tokens, MAX_SEQ_LEN),
-        ("--tp", options.tp, MAX_BATCH),
+        ("--tp", options.tp, MAX_GPUS_PER_NODE),
     ):
         if value is not None:
             check_count(flag, value, high=high)

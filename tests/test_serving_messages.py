@@ -96,6 +96,10 @@ def test_tp_pins_the_serving_degree_and_says_what_it_cannot(capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith(f"error: {why}") and "choose one of 1, 2, 4, 8" in err
     gpt2 = ["plan", "--mode", "inference", "--model", "gpt2", "--gpu", "H100-80GB", "--tp", "8"]
+    assert main([*gpt2[:-1], "4", "--json"]) == 0  # 12 heads refuse TP 8: not said when TP 4 was asked for
+    assert not any(label.startswith("TP8") for label in json.loads(capsys.readouterr().out)["rejected"])
+    assert main([*gpt2[:-2], "--json"]) == 0  # unpinned, the refused degree is said
+    assert any(label.startswith("TP8") for label in json.loads(capsys.readouterr().out)["rejected"])
     assert main(gpt2) == 2
     assert capsys.readouterr().err == (
         "error: --tp 8: 12 attention heads do not split evenly over 8 GPUs (vLLM and TensorRT-LLM split heads evenly)\n"

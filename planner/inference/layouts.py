@@ -35,12 +35,9 @@ def serving_layouts(spec: ModelSpec, cluster: ClusterSpec, only_tp: int | None =
     return layouts
 
 
-def excluded_tensor_parallel(spec: ModelSpec, cluster: ClusterSpec, only_tp: int | None = None) -> dict[str, str]:
-    """Each tensor-parallel degree the node's GPU count allows and the heads do not: "TP3" -> why (none when the
-    request pins one: check_servable refuses a pinned degree the heads do not allow)."""
-    excluded: dict[str, str] = {}
-    if only_tp is not None:
-        return excluded
+def excluded_tensor_parallel(spec: ModelSpec, cluster: ClusterSpec) -> dict[str, str]:
+    """Each tensor-parallel degree the node's GPU count allows and the heads do not: "TP3" -> why."""
+    excluded = {}
     for tp in divisors(cluster.gpus_per_node):
         why = tp_refusal(spec, tp)
         if why is not None:

@@ -42,6 +42,7 @@ from planner.inference.request import (
 from planner.inference.speed import SOURCE as SPEED_SOURCE
 from planner.inference.speed import STATIC, ServingSpeed, serving_speed
 from planner.models.spec import ModelFamily, ModelSpec
+from planner.search.strategy_layout import divisors
 from planner.units import GIB, counted, format_seconds
 
 TIE_TOLERANCE = 0.05
@@ -125,8 +126,7 @@ def check_servable(
     if pinned is not None:
         name = flags.tensor_parallel or "tensor_parallel"
         if cluster.gpus_per_node % pinned:
-            allowed = [d for d in range(1, cluster.gpus_per_node + 1) if not cluster.gpus_per_node % d]
-            splits = ", ".join(str(d) for d in allowed if tp_refusal(spec, d) is None)
+            splits = ", ".join(str(d) for d in divisors(cluster.gpus_per_node) if tp_refusal(spec, d) is None)
             raise UserInputError(
                 f"{name} {pinned} does not divide a node's {cluster.gpus_per_node} GPUs: tensor parallelism stays "
                 f"inside a node; choose one of {splits}"
@@ -293,7 +293,8 @@ def plan_serving(
                 f"{memory.total / GIB:.1f} GiB per GPU > {memory.usable / GIB:.1f} GiB usable "
                 f"(weights {memory.weights / GIB:.1f}, KV cache {memory.kv_cache / GIB:.1f}) [memory: formula]"
             )
-    rejected.update(excluded_tensor_parallel(spec, cluster, request.tensor_parallel))
+    if request.tensor_parallel is None:  # a pinned degree is checked by check_servable; the others were not asked
+        rejected.update(excluded_tensor_parallel(spec, cluster))
     if not fitting:
         suggestions = serving_suggestions(spec, cluster, request, flags)
         return ServingResult(best=None, candidates=[], rejected=rejected, suggestions=suggestions, notes=notes)

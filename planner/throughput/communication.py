@@ -52,7 +52,6 @@ from planner.throughput.data_parallel_schemes import (
     waited_s,
 )
 from planner.throughput.implementation import OUR_STRATEGIES, Implementation
-from planner.throughput.token_dispatch import dispatches_per_block
 from planner.training_config import ActivationCheckpointing, FsdpSharding, Offload, Precision, Strategy, TrainingConfig
 
 # Looked up once: a member access on an Enum class runs Python code in CPython 3.11 (enum.property), and
@@ -339,7 +338,7 @@ def micro_batch_communication(
     ep_exposed = max(0.0, ep_comm - accum * stage.total_s) if plan.overlaps_expert_all_to_all else ep_comm
     if plan.expert_exchange and plan.dispatch_host_wait_s:
         # A dispatcher that waits on the host for its token counts: the GPU idles, nothing overlaps it.
-        dispatches = dispatches_per_block(forward_again)
+        dispatches = 2 if forward_again else 1  # the forward's, and a recomputation's (token_dispatch.py)
         host_wait = accum * blocks * dispatches * plan.dispatch_host_wait_s
         ep_comm += host_wait
         ep_exposed += host_wait

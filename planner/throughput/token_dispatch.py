@@ -22,7 +22,8 @@ ALLTOALL_HOST_WAIT_S a dispatch, so that the estimate's step grows by the measur
 be 3.16 ms, 8% less.
 
 Assumed, and tested by the rows it was not measured on: the wait is the host's, so it is paid once per dispatch
-(each MoE block's forward, again when a recomputation repeats it), whatever the micro-batch or the GPU
+(each MoE block's forward, again where a full or op-level recomputation repeats it, as communication.py repeats
+the block's all-to-alls), whatever the micro-batch or the GPU
 (tests/test_token_dispatch.py: the B200 row of the same model at micro-batch 1 and GPT-OSS 120B on H100s, both with
 the plain dispatcher). Our engine's expert parallelism also reads its counts on the host before the exchange
 (backends/expert_parallel/dispatch.py, `tolist()`); not charged, its host work per block not being Megatron-Core's.
@@ -38,9 +39,3 @@ ALLTOALL_HOST_WAIT_S = MEASURED_STEP_DIFFERENCE_S / MEASURED_DISPATCHES
 # The dispatchers a published row can name (`token_dispatcher` in benchmarks/data/published_stack_runs.yaml), by the
 # host wait each adds to a dispatch. "flex" is what the estimate's all-to-all already prices.
 HOST_WAIT_S = {"alltoall": ALLTOALL_HOST_WAIT_S, "flex": 0.0}
-
-
-def dispatches_per_block(forward_again: bool) -> int:
-    """A MoE block's token dispatches in one micro-batch's step: its forward's, and a recomputation's (full or
-    op-level, as the estimate repeats the block's all-to-alls: communication.py FORWARD_AGAIN)."""
-    return 2 if forward_again else 1
