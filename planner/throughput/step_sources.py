@@ -38,7 +38,9 @@ SOURCES = {
     "tensor_parallel_comm_s": _COMM,
     "pipeline_p2p_s": _COMM,
     "pipeline_bubble_s": "formula: (p-1)/(m·v) of the pipelined compute (Narayanan et al. 2021)",
-    "offload_s": "formula: PCIe transfers + CPU Adam at an assumed rate (planner/throughput/constants.py)",
+    "offload_s": "formula: PCIe transfers + CPU Adam at the rate the ZeRO-Offload paper measured on a DGX-2 "
+    "(planner/throughput/constants.py); a lower bound: DeepSpeed's 2025 blog took about twice as long on a 2-GPU "
+    "A100 node (docs/accuracy.md)",
     "optimizer_step_s": "formula: HBM bytes per parameter of the optimizer update / memory bandwidth (assumed bytes)",
     "price_usd_per_gpu_hour": "the price catalog's cheapest on-demand price for the GPU (planner/catalog/prices.yaml), or the user's override (--price, make_cluster(price_per_hour=...)); none where neither gives one",
 }
