@@ -179,8 +179,9 @@ INFORMATIONAL_STACKS = {
     "deepspeed-offload-2025-a100": ("DeepSpeed ZeRO-2 with and without CPU optimizer offload (ZeRO-Offload), A100, 2025",
                                     "`--strategy zero2 [--offload-optimizer cpu]` (ds_config.json)",
                                     "DeepSpeed's ZenFlow core-binding blog (Qwen2.5-1.5B and 3B fine-tuned on 2 "
-                                    "A100-40GB, 2-socket EPYC 7742 host, bf16, 4 x 512 tokens per GPU; means of the "
-                                    "first 51 iterations, warm-up in them; DeepSpeed version not printed)"),
+                                    "A100-40GB, 2-socket EPYC 7742 host, bf16, 4 x 512 tokens per GPU; the 3B's means "
+                                    "over the first 51 iterations, warm-up in them, the 1.5B's window not stated; "
+                                    "DeepSpeed version not printed)"),
     "deepspeed-zero-offload-2021": ("DeepSpeed ZeRO-Offload (ZeRO-2 + CPU optimizer), V100",
                                     "`--strategy zero2 --offload-optimizer cpu`",
                                     "ZeRO-Offload paper, Figures 8 and 10 with Table 3 (1B-13B on 1 and 16 V100s), "

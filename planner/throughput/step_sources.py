@@ -12,7 +12,7 @@ from planner.hardware.cluster import ClusterSpec
 from planner.throughput.constants import CALIBRATION_SOURCE
 from planner.throughput.implementation import OUR_STRATEGIES, Implementation
 from planner.throughput.kernel_stack import STACK_SOURCES, KernelStack
-from planner.training_config import GradientCompression, KernelChoice, Offload, Precision, TrainingConfig
+from planner.training_config import GradientCompression, KernelChoice, Offload, Precision, Strategy, TrainingConfig
 
 _COMPUTE = (
     f"formula: shape-aware matmul roofline + fused attention + element-wise passes; {CALIBRATION_SOURCE}; "
@@ -38,9 +38,7 @@ SOURCES = {
     "tensor_parallel_comm_s": _COMM,
     "pipeline_p2p_s": _COMM,
     "pipeline_bubble_s": "formula: (p-1)/(m·v) of the pipelined compute (Narayanan et al. 2021)",
-    "offload_s": "formula: PCIe transfers + CPU Adam at the rate the ZeRO-Offload paper measured on a DGX-2 "
-    "(planner/throughput/constants.py); a lower bound: DeepSpeed's 2025 blog took about twice as long on a 2-GPU "
-    "A100 node (docs/accuracy.md)",
+    "offload_s": "none: nothing offloaded",
     "optimizer_step_s": "formula: HBM bytes per parameter of the optimizer update / memory bandwidth (assumed bytes)",
     "price_usd_per_gpu_hour": "the price catalog's cheapest on-demand price for the GPU (planner/catalog/prices.yaml), or the user's override (--price, make_cluster(price_per_hour=...)); none where neither gives one",
 }
@@ -86,18 +84,40 @@ def bottleneck_notes(step: float, exposed_comm: float, bubble: float, offload: f
     return notes
 
 
+# The CPU optimizer's pace (planner/throughput/constants.py): ZeRO-Offload's Table 4, measured on a DGX-2 in 2021.
+_TORCH_CPU_ADAM = "torch's Adam on the CPU at the PT-CPU rate the ZeRO-Offload paper measured on a DGX-2 (its Table 4)"
+_DEEPSPEED_CPU_ADAM = "DeepSpeed's CPU Adam at the rate the ZeRO-Offload paper measured on a DGX-2 (its Table 4)"
+# Where a later measurement of the same stack disagrees (docs/accuracy.md, "DeepSpeed's own 2025 timing of
+# ZeRO-Offload"): one source, warm-up in its means, so stated, not fitted.
+_DEEPSPEED_CPU_ADAM_2025 = (
+    "; may be optimistic: DeepSpeed's 2025 blog timed ZeRO-2's CPU offload on 2 A100s at 2.4x what this charges "
+    "(docs/accuracy.md)"
+)
+
+
 def offload_source(config: TrainingConfig, cluster: ClusterSpec) -> dict[str, str]:
-    """ZeRO-Infinity's offload time also reads and writes NVMe: name the bandwidth it assumed, and whose it is.
-    On the cpu device (memory_is_host) the copies stay in its RAM and its own cores step the optimizer."""
-    if cluster.gpu.memory_is_host and Offload.CPU in (config.offload_optimizer, config.offload_params):
+    """What the plan's offload time is made of: nothing offloaded; copies within the host (the cpu device, whose
+    memory is the host's and whose own cores step the optimizer); PCIe transfers and the CPU optimizer, torch's under
+    FSDP and DeepSpeed's otherwise, with ZeRO-Infinity's NVMe reads and writes at the bandwidth it assumed."""
+    offloaded = (config.offload_optimizer, config.offload_params)
+    if offloaded == (Offload.NONE, Offload.NONE):
+        return {}
+    if cluster.gpu.memory_is_host and Offload.CPU in offloaded:
         return {
             "offload_s": "formula: copies within host RAM at half the device's copy bandwidth (read + write) + the "
             "optimizer step on the rank's own core, as without offload: the device's memory is the host's, so "
             "offload only adds the copies (planner/throughput/communication.py)"
         }
-    if Offload.NVME not in (config.offload_optimizer, config.offload_params):
-        return {}
-    return {"offload_s": f"{SOURCES['offload_s']}; NVMe reads and writes: {cluster.nvme_bandwidth()[1]}"}
+    fsdp = config.strategy is Strategy.FSDP
+    steps_on_cpu = config.offload_optimizer is not Offload.NONE or (fsdp and config.offload_params is not Offload.NONE)
+    source = "formula: PCIe transfers"
+    if steps_on_cpu:
+        source += f" + {_TORCH_CPU_ADAM if fsdp else _DEEPSPEED_CPU_ADAM} (planner/throughput/constants.py)"
+    if Offload.NVME in offloaded:
+        return {"offload_s": f"{source}; NVMe reads and writes: {cluster.nvme_bandwidth()[1]}"}
+    if config.strategy is Strategy.DEEPSPEED and config.offload_optimizer is Offload.CPU:
+        source += _DEEPSPEED_CPU_ADAM_2025
+    return {"offload_s": source}
 
 
 def compression_source(config: TrainingConfig, world: int) -> dict[str, str]:
