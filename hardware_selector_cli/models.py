@@ -37,7 +37,9 @@ def model_summary(spec: ModelSpec) -> dict:
         "num_heads": spec.num_heads,
         "num_kv_heads": spec.num_kv_heads,
         "head_dim": spec.head_dim,
-        "ffn_size": spec.ffn_size,
+        "ffn_size": spec.ffn_size,  # the dense blocks' (an MoE model's first blocks or its dense layers)
+        "expert_ffn_size": spec.expert_ffn_size,  # each routed expert's, as the table's "768x128" prints it
+        "shared_expert_ffn_size": spec.shared_expert_ffn_size,
         "mlp_kind": spec.mlp_kind.value,
         "vocab_size": spec.vocab_size,
         "max_position_embeddings": spec.max_position_embeddings,

@@ -181,8 +181,9 @@ def print_serving(result, title: str, as_json: bool, explain: bool) -> None:
     console.print(table)
     console.print(
         "max batch: concurrent requests the memory holds; TTFT: time to first token; ITL: time between tokens; "
-        "tokens/s: generated, all replicas; regime: single request, batched (every request decoded each step) "
-        "or saturated (more requests than the KV cache holds: the rest queue)",
+        "tokens/s: generated, all replicas; regime: single request, batched (every request decoded each step), "
+        "saturated (queueing: more requests than the KV cache holds, the rest queue) or saturated (prefill: the "
+        "prompts alone keep the GPU busy, the wait before the first token grows)",
         markup=False,
         highlight=False,
     )

@@ -142,8 +142,23 @@ class TrainingConfig(BaseModel):
             )
             if not sharded_params:
                 raise UserInputError("parameter offload needs ZeRO-3 or FSDP; use --strategy zero3 or fsdp")
-        if self.strategy is Strategy.FSDP and Offload.NVME in (self.offload_optimizer, self.offload_params):
-            raise UserInputError("FSDP offloads to CPU only; NVMe offload needs --strategy zero3 (ZeRO-Infinity)")
+        if (
+            self.strategy is Strategy.FSDP
+            and self.offload_params is Offload.NONE
+            and self.offload_optimizer is not Offload.NONE
+        ):
+            # torch's CPUOffload(offload_params=True) moves parameters, gradients and the optimizer's step together
+            # (--offload-params alone plans all three): FSDP has no optimizer-only offload to plan.
+            raise UserInputError(
+                "FSDP offloads the optimizer with the parameters and gradients; use --offload-params cpu"
+            )
+        nvme = Offload.NVME in (self.offload_optimizer, self.offload_params)
+        if nvme and not (self.strategy is Strategy.DEEPSPEED and self.zero_stage == 3):
+            # DeepSpeed's config docs: "NVMe offloading is available only with ZeRO stage 3"; FSDP's CPUOffload and
+            # our engine's offload go to CPU memory only.
+            raise UserInputError(
+                "NVMe offload runs on DeepSpeed's ZeRO-3 only (ZeRO-Infinity); use --strategy zero3, or offload to cpu"
+            )
         if self.strategy is not Strategy.ENGINE and (self.tensor_parallel > 1 or self.pipeline_parallel > 1):
             raise UserInputError("tensor and pipeline parallelism run on our engine; add --strategy engine")
         if self.strategy is not Strategy.ENGINE and self.expert_parallel > 1:

@@ -11,14 +11,26 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
     return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
+def _in_unit(value: float, threshold: float) -> str:
+    """value / threshold with 3 significant figures (2 decimals below 10, 1 below 100), counted after rounding."""
+    scaled = value / threshold
+    for digits, limit in ((2, 10), (1, 100)):
+        if abs(round(scaled, digits)) < limit:
+            return f"{scaled:.{digits}f}"
+    return f"{scaled:.0f}"
+
+
 def format_count(value: float) -> str:
-    """124439808 -> '124.4M', 6738415616 -> '6.74B'."""
-    for threshold, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if abs(value) >= threshold:
-            scaled = value / threshold
-            digits = 2 if scaled < 10 else 1 if scaled < 100 else 0
-            return f"{scaled:.{digits}f}{suffix}"
-    return f"{value:.0f}"
+    """6738415616 -> '6.74B', 124439808 -> '124M'; a value that rounds up to the next unit is said in it
+    (999,885,952 -> '1.00B', not '1000M')."""
+    units = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K"), (1.0, ""))
+    for index, (threshold, suffix) in enumerate(units):
+        if abs(value) >= threshold or threshold == 1.0:
+            if index and abs(round(value / threshold)) >= 1000:  # e.g. 999.9M: say 1.00B
+                bigger, bigger_suffix = units[index - 1]
+                return _in_unit(value, bigger) + bigger_suffix
+            return f"{value:.0f}" if threshold == 1.0 else _in_unit(value, threshold) + suffix
+    raise AssertionError("unreachable: the last unit takes every value")
 
 
 def format_bytes(value: float) -> str:

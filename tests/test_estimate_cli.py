@@ -284,6 +284,9 @@ def test_bad_combinations_one_line_exit_2(capsys, flags, fragment):
         (["--strategy", "ddp", "--ep", "2"], "for one with experts add --strategy engine"),
         (["--strategy", "zero3", "--ep", "2"], "every expert on every rank under deepspeed)"),
         (["--strategy", "ddp", "--offload-optimizer", "cpu"], "optimizer offload needs ZeRO stage 1 or higher or FSDP"),
+        (["--strategy", "fsdp", "--offload-optimizer", "cpu"], "FSDP offloads the optimizer with the parameters"),
+        (["--strategy", "zero2", "--offload-optimizer", "nvme"], "NVMe offload runs on DeepSpeed's ZeRO-3 only"),
+        (["--strategy", "engine", "--zero-stage", "1", "--offload-optimizer", "nvme"], "use --strategy zero3"),
         (["--strategy", "ddp", "--implementation", "megatron"], "trains with --strategy engine, not DDP"),
         (["--strategy", "engine", "--implementation", "llm-foundry"], "trains with --strategy fsdp, not engine"),
         (

@@ -58,6 +58,43 @@ def test_long_prefill_is_compute_bound_above_the_flops_floor():
     assert speed.prefill_bound == "compute" and floor < speed.ttft_s < 2.5 * floor
 
 
+@pytest.mark.parametrize("output", [1, 2, 4, 16, 128])
+def test_many_clients_never_get_prompts_processed_faster_than_the_gpu_computes(output):
+    """64 clients sending 2048-token prompts: the prompts the replica processes a second, at 2 x parameters FLOPs a
+    token, never exceed the dense peak (the answer at one output token was 4x the H100's until the GPU's own bound,
+    planner/inference/speed.py); at few output tokens the regime says the prefill sets the pace."""
+    spec, cluster = resolve_model("llama-3.1-8b"), make_cluster("H100-80GB", gpus_per_node=1)
+    request = InferenceRequest(context=2048, output=output, batch=64)
+    speed = serving_speed(spec, request, cluster, 1, 1)
+    requests_per_s = speed.request_tokens_per_s / output
+    prompt_flops = 2 * spec.params.total * request.context * requests_per_s
+    assert prompt_flops < cluster.gpu.peak_tflops("bf16") * 1e12
+    assert speed.ttft_s >= serving_speed(spec, request.model_copy(update={"batch": 1}), cluster, 1, 1).ttft_s
+    if output <= 4:
+        assert speed.regime == "saturated (prefill)"
+
+
+def test_requests_that_do_not_divide_over_the_replicas_are_counted_as_sent():
+    """9 clients over 8 one-GPU replicas: one replica serves 2 and seven serve 1, so the cluster's tokens/s is that
+    sum (it was counted as 8 x 2, the same as 16 clients); the latencies are the busier replica's."""
+    spec, cluster = resolve_model("llama-3.1-8b"), make_cluster("H100-80GB", gpus_per_node=8)
+
+    def best(batch: int):
+        return plan_serving(spec, cluster, InferenceRequest(batch=batch, tensor_parallel=1)).best
+
+    def replica(batch: int):
+        return serving_speed(spec, InferenceRequest(batch=batch, tensor_parallel=1), cluster, 1, 1)
+
+    nine = best(9)
+    assert (nine.replicas, nine.batch_per_replica) == (8, 2)
+    assert nine.cluster_tokens_per_s == pytest.approx(
+        replica(2).request_tokens_per_s + 7 * replica(1).request_tokens_per_s
+    )
+    assert best(8).cluster_tokens_per_s < nine.cluster_tokens_per_s < best(16).cluster_tokens_per_s
+    assert nine.itl_s == pytest.approx(replica(2).itl_s)
+    assert any("2 requests on 1 replica and 1 on 7" in reason for reason in nine.reasons)
+
+
 def test_batching_raises_throughput_and_quantizing_shortens_decode():
     spec, cluster = resolve_model("llama-3-8b"), make_cluster("A100-80GB", gpus_per_node=1)
     speeds = [serving_speed(spec, InferenceRequest(batch=batch), cluster, 1, 1) for batch in (1, 4, 16, 64)]

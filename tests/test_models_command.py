@@ -57,3 +57,33 @@ def test_search_finds_legacy_names(capsys, legacy: str) -> None:
     assert main(["models", "--search", legacy, "--json"]) == 0
     found = [model["name"] for model in json.loads(capsys.readouterr().out)]
     assert LEGACY_MODEL_NAMES[legacy] in found
+
+
+def test_the_json_has_the_experts_ffn_the_table_prints(capsys, monkeypatch) -> None:
+    """An MoE model's table cell reads `768x128` (each expert's FFN x experts): the JSON carries the same figure as
+    `expert_ffn_size` beside the dense blocks' `ffn_size` (the catalog's Qwen3-30B-A3B), so a reader of `--json` does
+    not take the dense size for the experts' (a new user's audit, 2026-11-30)."""
+    catalog = {model["name"]: model for model in _catalog(capsys)}
+    qwen = catalog["qwen3-30b-a3b"]
+    assert (qwen["ffn_size"], qwen["expert_ffn_size"], qwen["num_experts"]) == (6144, 768, 128)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["models", "--search", "qwen3-30b-a3b"]) == 0
+    assert f"{qwen['expert_ffn_size']}x{qwen['num_experts']}" in capsys.readouterr().out
+    assert all(model["expert_ffn_size"] == 0 for model in catalog.values() if not model["num_experts"])
+
+
+@pytest.mark.parametrize(
+    ("value", "printed"),
+    [
+        (999_885_952, "1.00B"),  # gemma-3-1b's count was printed "1000M" (a new user's audit, 2026-11-30)
+        (6_738_415_616, "6.74B"),
+        (124_439_808, "124M"),
+        (9_999_000, "10.0M"),
+        (99_960_000, "100M"),
+        (999_499, "999K"),
+        (999.6, "1.00K"),
+        (5, "5"),
+    ],
+)
+def test_a_count_that_rounds_up_is_said_in_the_next_unit(value: float, printed: str) -> None:
+    assert format_count(value) == printed

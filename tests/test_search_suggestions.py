@@ -258,3 +258,21 @@ def test_an_elastic_range_without_the_asked_node_count_is_said_before_whether_a_
     assert completed.returncode == 2 and "Traceback" not in completed.stderr
     (line,) = completed.stderr.strip().splitlines()
     assert "--elastic 1:2 does not hold the plan's own 3 node(s)" in line, line
+
+
+def test_a_suggested_count_keeps_the_host_ram_the_user_gave():
+    """--cpu-ram-gb 64 on one A100-40GB: offloaded plans need more host RAM than that, so "2 x A100-40GB is the
+    fewest that fits" (planned on the catalog's default RAM, where offload fits) failed when planned as printed (a new
+    user's audit, 2026-11-30). A suggestion now keeps the user's RAM per node and prints it, and fits so."""
+    spec = resolve_model("llama-2-13b")
+    cluster = make_cluster("A100-40GB", gpus_per_node=1, nodes=1, cpu_ram_gb=64)
+    request = PlanRequest(seq_len=2048, global_batch=8)
+    result = search_plans(spec, cluster, request)
+    assert result.best is None
+    fewest = re.compile(r"^(\d+) x (\S+) \(--gpus-per-node (\d+) --nodes (\d+) --cpu-ram-gb (\d+)\) is the fewest")
+    matches = [match.groups() for line in result.suggestions if (match := fewest.match(line))]
+    assert matches, result.suggestions
+    for _, gpu, per_node, nodes, ram in matches:
+        assert ram == "64"
+        other = make_cluster(gpu, gpus_per_node=int(per_node), nodes=int(nodes), cpu_ram_gb=int(ram))
+        assert search_plans(spec, other, request.model_copy(update={"top_k": 1}), suggest=False).best is not None

@@ -18,7 +18,7 @@ from planner.inference.speed import BATCHED, SATURATED, SINGLE
 
 TARGET = 0.20
 # The medians this estimator reaches (docs/accuracy.md); a change that loses more than 2 points fails.
-REACHED = {"tokens_per_s": 0.109, "itl_ms": 0.089}
+REACHED = {"tokens_per_s": 0.107, "itl_ms": 0.089}
 SLACK = 0.02
 
 

@@ -24,6 +24,8 @@ SOURCE = "docs/accuracy.md, Serving"
 
 def ttft_band(regime: str) -> str:
     """What the TTFT figure is known to miss by in this plan's regime, with its source."""
+    if regime not in TTFT_ERRORS:
+        return f"no published TTFT measured in this regime [{SOURCE}]"
     rows, low, high = TTFT_ERRORS[regime]
     return (
         f"known error in this regime: estimate / measured - 1 from {low:+.0%} to {high:+.0%} over "

@@ -3,7 +3,8 @@
 A layout is tp x pp GPUs per replica and as many replicas as the cluster
 holds (layouts.py: which tp the heads allow; the others are listed with why).
 Ranking:
-- throughput: generated tokens/s of the whole cluster (replicas x batch / ITL);
+- throughput: generated tokens/s of the whole cluster (the sum over the replicas, each serving its share of the
+  concurrent requests: one more on some where they do not divide evenly);
 - latency: the shortest time between tokens, then the shortest TTFT.
 Within 5% of the best (the roofline's error is larger), the replica on fewer
 GPUs wins, then tensor over pipeline parallelism.
@@ -177,15 +178,22 @@ def _plan(
 ) -> tuple[ServingPlan, ServingMemory]:
     """The request's concurrent requests spread over as many replicas as the cluster holds (and they fill).
 
-    A replica whose KV cache holds fewer of them than it is sent runs what it holds and queues the rest."""
+    A replica whose KV cache holds fewer of them than it is sent runs what it holds and queues the rest. Where the
+    requests do not divide evenly, some replicas serve one more than the others: the plan's latencies and memory are
+    the busiest replica's, its tokens/s the sum over the replicas as each is loaded."""
     replicas = min(cluster.world_size // (tp * pp), request.batch)
     per_replica = request.model_copy(update={"batch": math.ceil(request.batch / replicas)})
+    lighter = replicas * per_replica.batch - request.batch  # replicas sent one request fewer
     memory = serving_memory(spec, per_replica, cluster.gpu.memory_bytes, tp, pp)
     if not memory.fits and 1 <= memory.max_batch < per_replica.batch:
         # Continuous batching admits what the KV cache holds and queues the rest (the "saturated" regime).
         admitted = per_replica.model_copy(update={"batch": memory.max_batch})
         memory = serving_memory(spec, admitted, cluster.gpu.memory_bytes, tp, pp)
     speed: ServingSpeed = serving_speed(spec, per_replica, cluster, tp, pp)
+    cluster_tokens_per_s = (replicas - lighter) * speed.request_tokens_per_s
+    if lighter:
+        fewer = per_replica.model_copy(update={"batch": per_replica.batch - 1})
+        cluster_tokens_per_s += lighter * serving_speed(spec, fewer, cluster, tp, pp).request_tokens_per_s
     plan = ServingPlan(
         model=spec.name,
         gpu=cluster.gpu.name,
@@ -205,13 +213,13 @@ def _plan(
         itl_s=speed.itl_s,
         decode_tokens_per_s=speed.decode_tokens_per_s,
         request_tokens_per_s=speed.request_tokens_per_s,
-        cluster_tokens_per_s=replicas * speed.request_tokens_per_s,
+        cluster_tokens_per_s=cluster_tokens_per_s,
         regime=speed.regime,
         running_per_replica=speed.running,
         max_running_per_replica=speed.max_running,
         bounds={"prefill": speed.prefill_bound, "decode": speed.decode_bound},
         speed_source=SPEED_SOURCE,
-        **_priced(cluster, replicas * tp * pp, replicas * speed.request_tokens_per_s),
+        **_priced(cluster, replicas * tp * pp, cluster_tokens_per_s),
     )
     return plan, memory
 
@@ -263,13 +271,25 @@ def _reasons(plan: ServingPlan, rank: int, fitting: int, cluster: ClusterSpec) -
             if plan.running_per_replica < plan.batch_per_replica
             else ""
         ),
-        f"{counted(plan.batch_per_replica, 'request')} per replica; the replicas' memory holds "
+        _split(plan) + "; the replicas' memory holds "
         f"{counted(plan.max_batch, 'concurrent request')} of "
         f"{plan.request.tokens_per_request} tokens",
         cost_line(serving_cost(cluster.gpu, gpus, plan.cluster_tokens_per_s), gpus, plan.cluster_tokens_per_s),
         *([PP_CAVEAT] if plan.pipeline_parallel > 1 else []),
         f"ranked 1st of {counted(fitting, 'fitting layout')}" if rank == 0 else f"ranked {rank + 1} of {fitting}",
     ]
+
+
+def _split(plan: ServingPlan) -> str:
+    """How the concurrent requests spread over the replicas: the same on each, or one more on some."""
+    lighter = plan.replicas * plan.batch_per_replica - plan.request.batch
+    if not lighter:
+        return f"{counted(plan.batch_per_replica, 'request')} per replica"
+    busier = plan.replicas - lighter
+    return (
+        f"{counted(plan.batch_per_replica, 'request')} on {counted(busier, 'replica')} and "
+        f"{plan.batch_per_replica - 1} on {lighter} (the latencies are the busier one's, tokens/s the sum)"
+    )
 
 
 def plan_serving(

@@ -17,7 +17,16 @@ lmdeploy's benchmarks drive a server). The step costs are in roofline.py.
 - Regimes: "single request" (one client: decode reads the weights for one
   token), "batched" (every client runs), "saturated (queueing)" (more clients
   than the KV cache holds: the rest wait in the queue, TTFT grows with the
-  queue while ITL and tokens/s stay at the full batch's).
+  queue while ITL and tokens/s stay at the full batch's), "saturated (prefill)"
+  (every client runs, the GPU's own bound below sets the pace and the prompts
+  take most of the GPU's time: long prompts, short outputs, many clients).
+- The GPU's own bound: each request costs its prompt's prefill and its share of
+  the decode steps, so no concurrency completes requests faster than
+  1 / (prefill + (output - 1) x decode step / running). The interleaved-prompt
+  steps above carry the other requests' prompts over `output - 1` steps, which
+  misses a 1/output share of them (all of them at one output token); where the
+  bound is the tighter one, it sets the request time and the wait before the
+  first token grows to fill it.
 - Static batching (`request.batching`, e.g. TensorRT-LLM's gptSessionBenchmark):
   the whole batch is prefilled, then decoded together.
 - tokens/s: generated tokens per second of the replica, by Little's law:
@@ -47,6 +56,7 @@ SOURCE = (
 SINGLE = "single request"
 BATCHED = "batched"
 SATURATED = "saturated (queueing)"
+PREFILL_SATURATED = "saturated (prefill)"
 STATIC = "static batch"
 
 
@@ -58,7 +68,7 @@ class ServingSpeed:
     request_tokens_per_s: float  # generated tokens/s of the replica over whole requests (Little's law)
     prefill_bound: str  # "compute" or "memory"
     decode_bound: str
-    regime: str = BATCHED  # SINGLE, BATCHED, SATURATED or STATIC
+    regime: str = BATCHED  # SINGLE, BATCHED, SATURATED, PREFILL_SATURATED or STATIC
     running: int = 1  # the effective decode batch
     max_running: int = 1  # requests of this length the replica's KV cache holds
     queue_s: float = 0.0  # mean wait before a request is admitted
@@ -90,8 +100,15 @@ def serving_speed(
     load = min((running - 1) * prefill.seconds / busy, MAX_PREFILL_LOAD)
     ttft = prefill.seconds * (1 + load / (2 * (1 - load)))
     request_s = ttft + (request.output - 1) * step.seconds
-    queue = (clients - running) * request_s / running
     regime = SINGLE if clients == 1 else BATCHED if clients <= capacity else SATURATED
+    decode_share = (request.output - 1) * replica.decode_step(running).seconds / running
+    least_request_s = running * (prefill.seconds + decode_share)
+    if request_s < least_request_s * (1 - 1e-9):  # the GPU's own bound (module docstring)
+        request_s = least_request_s
+        ttft = request_s - (request.output - 1) * step.seconds
+        if regime == BATCHED and running * prefill.seconds > least_request_s / 2:  # the prompts take most of it
+            regime = PREFILL_SATURATED
+    queue = (clients - running) * request_s / running
     return ServingSpeed(
         ttft_s=ttft + queue,
         itl_s=step.seconds,

@@ -32,7 +32,7 @@ SLOWDOWN_CAUSES = {
     "recompute_s": "recomputation under activation checkpointing",
     "exposed_comm_s": "communication not hidden behind compute",
     "pipeline_bubble_s": "pipeline bubble",
-    "offload_s": "PCIe-bound offload traffic",
+    "offload_s": "offload: PCIe transfers and the CPU optimizer step",
     "optimizer_step_s": "CPU/optimizer step",
     "measured_shortfall_s": "the codebase's measured shortfall (a cost per micro-batch slot and layer)",
 }
@@ -106,6 +106,11 @@ def plan_reasons(
             f"ZeRO-Infinity: {gib(memory.nvme_per_node_bytes)} per node on NVMe"
             + (f" of {gib(capacity)} (--nvme-gb, nvme_gb=)" if capacity is not None else "")
             + f"; offload takes {throughput.breakdown.offload_s:.3g} s of the step [{throughput.sources['offload_s']}]"
+        )
+    elif throughput.breakdown.offload_s > 0:
+        reasons.append(
+            f"offload to CPU memory takes {throughput.breakdown.offload_s:.3g} s of the "
+            f"{throughput.step_time_s:.3g} s step [{throughput.sources['offload_s']}]"
         )
     if config.tensor_parallel > 1 or config.pipeline_parallel > 1:
         parts = []

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.evaluate import memory_on, stack_memory_of
-from planner.hardware.cluster import ClusterSpec, make_cluster
+from planner.hardware.cluster import ClusterSpec, default_cpu_ram_per_node, make_cluster
 from planner.hardware.gpus import GpuSpec, load_gpu_catalog
 from planner.hardware.memory_cap import capped_like, gpu_label
 from planner.models.spec import ModelSpec
@@ -47,8 +47,21 @@ class SuggestionFlags:
     cluster_of: Callable[[GpuSpec, int], ClusterSpec] | None = None  # how it builds N GPUs (None: as `plan` does)
 
 
+def stated_host_ram_gib(cluster: ClusterSpec) -> float | None:
+    """The host RAM per node the user gave (--cpu-ram-gb), where it is not the default for the cluster's shape: a
+    suggestion of another GPU count keeps the user's nodes' RAM, so an offloaded plan is not promised on RAM they
+    lack. None on the cpu device, whose RAM is the host's whatever the count."""
+    if cluster.gpu.kind == "cpu":
+        return None
+    default, _ = default_cpu_ram_per_node(cluster.gpu, cluster.gpus_per_node)
+    return None if cluster.cpu_ram_per_node_bytes == default else cluster.cpu_ram_per_node_bytes / GIB
+
+
 def _plan_cluster(cluster: ClusterSpec) -> str:
-    return f"--gpus-per-node {cluster.gpus_per_node} --nodes {cluster.num_nodes}"
+    ram = stated_host_ram_gib(cluster)
+    return f"--gpus-per-node {cluster.gpus_per_node} --nodes {cluster.num_nodes}" + (
+        f" --cpu-ram-gb {ram:g}" if ram is not None else ""
+    )
 
 
 PLAN_FLAGS = SuggestionFlags(cluster=_plan_cluster)  # `hardware-selector plan`
@@ -86,14 +99,15 @@ def _sizes(cluster: ClusterSpec, flags: SuggestionFlags) -> list[ClusterSpec]:
     if flags.cluster_of is not None:
         return [flags.cluster_of(cluster.gpu, 1 << power) for power in range(MAX_GPUS.bit_length())]
     per_node = cluster.gpus_per_node if cluster.gpus_per_node > 1 else DEFAULT_NODE_GPUS
+    ram = stated_host_ram_gib(cluster)
     sizes = []
     gpus = 1
     while gpus < per_node:
-        sizes.append(make_cluster(cluster.gpu, gpus_per_node=gpus, nodes=1))
+        sizes.append(make_cluster(cluster.gpu, gpus_per_node=gpus, nodes=1, cpu_ram_gb=ram))
         gpus *= 2
     nodes = 1
     while nodes * per_node <= MAX_GPUS:
-        sizes.append(make_cluster(cluster.gpu, gpus_per_node=per_node, nodes=nodes))
+        sizes.append(make_cluster(cluster.gpu, gpus_per_node=per_node, nodes=nodes, cpu_ram_gb=ram))
         nodes *= 2
     return sizes
 
@@ -133,7 +147,9 @@ def fitting_catalog_gpus(
     for gpu in (capped_like(entry, cluster.gpu) for entry in catalog):  # under the request's memory cap, if any
         if gpu.memory_bytes <= cluster.gpu.memory_bytes or (request.fp8 and not gpu.dense_tflops.fp8):
             continue  # smaller, or without the FP8 matmuls the request plans
-        candidate = make_cluster(gpu, gpus_per_node=cluster.gpus_per_node, nodes=cluster.num_nodes)
+        candidate = make_cluster(
+            gpu, gpus_per_node=cluster.gpus_per_node, nodes=cluster.num_nodes, cpu_ram_gb=stated_host_ram_gib(cluster)
+        )
         if smallest_footprint_fits(spec, candidate, request) and plan_fits(candidate):
             names.append(gpu.name)
             if len(names) == limit:

@@ -205,9 +205,10 @@ def communication_plan(
         if host_memory:  # the rank's own core steps its shard, as it would without offload
             cpu_step = grad_shard * OPTIMIZER_STEP_BYTES[config.optimizer.value] / memory_Bps
         else:
-            rate = (
-                k.cpu_adam_params_per_s_torch if config.strategy is Strategy.FSDP else k.cpu_adam_params_per_s_deepspeed
-            )
+            # torch's Adam on the CPU under FSDP and our engine (its ChunkedAdam walks torch's single-tensor Adam in
+            # chunks: backends/parts/chunked_adamw.py); DeepSpeed's vectorised CPU Adam otherwise.
+            torch_adam = config.strategy in (Strategy.FSDP, Strategy.ENGINE)
+            rate = k.cpu_adam_params_per_s_torch if torch_adam else k.cpu_adam_params_per_s_deepspeed
             cpu_step = grad_shard * gpn / rate
         if config.offload_optimizer is Offload.NVME:
             cpu_step += 2 * grad_shard * OPTIMIZER_STATE_BYTES[config.optimizer.value] * gpn / nvme_Bps

@@ -86,6 +86,10 @@ def bottleneck_notes(step: float, exposed_comm: float, bubble: float, offload: f
 
 # The CPU optimizer's pace (planner/throughput/constants.py): ZeRO-Offload's Table 4, measured on a DGX-2 in 2021.
 _TORCH_CPU_ADAM = "torch's Adam on the CPU at the PT-CPU rate the ZeRO-Offload paper measured on a DGX-2 (its Table 4)"
+_ENGINE_CPU_ADAM = (
+    "our engine's ChunkedAdam (torch's Adam in chunks) on the CPU at the PT-CPU rate the ZeRO-Offload paper measured "
+    "on a DGX-2 (its Table 4)"
+)
 _DEEPSPEED_CPU_ADAM = "DeepSpeed's CPU Adam at the rate the ZeRO-Offload paper measured on a DGX-2 (its Table 4)"
 # Where a later measurement of the same stack disagrees (docs/accuracy.md, "DeepSpeed's own 2025 timing of
 # ZeRO-Offload"): one source, warm-up in its means, so stated, not fitted.
@@ -98,7 +102,8 @@ _DEEPSPEED_CPU_ADAM_2025 = (
 def offload_source(config: TrainingConfig, cluster: ClusterSpec) -> dict[str, str]:
     """What the plan's offload time is made of: nothing offloaded; copies within the host (the cpu device, whose
     memory is the host's and whose own cores step the optimizer); PCIe transfers and the CPU optimizer, torch's under
-    FSDP and DeepSpeed's otherwise, with ZeRO-Infinity's NVMe reads and writes at the bandwidth it assumed."""
+    FSDP and our engine and DeepSpeed's otherwise, with ZeRO-Infinity's NVMe reads and writes at the bandwidth it
+    assumed."""
     offloaded = (config.offload_optimizer, config.offload_params)
     if offloaded == (Offload.NONE, Offload.NONE):
         return {}
@@ -112,7 +117,10 @@ def offload_source(config: TrainingConfig, cluster: ClusterSpec) -> dict[str, st
     steps_on_cpu = config.offload_optimizer is not Offload.NONE or (fsdp and config.offload_params is not Offload.NONE)
     source = "formula: PCIe transfers"
     if steps_on_cpu:
-        source += f" + {_TORCH_CPU_ADAM if fsdp else _DEEPSPEED_CPU_ADAM} (planner/throughput/constants.py)"
+        optimizer = {Strategy.FSDP: _TORCH_CPU_ADAM, Strategy.ENGINE: _ENGINE_CPU_ADAM}.get(
+            config.strategy, _DEEPSPEED_CPU_ADAM
+        )
+        source += f" + {optimizer} (planner/throughput/constants.py)"
     if Offload.NVME in offloaded:
         return {"offload_s": f"{source}; NVMe reads and writes: {cluster.nvme_bandwidth()[1]}"}
     if config.strategy is Strategy.DEEPSPEED and config.offload_optimizer is Offload.CPU:
