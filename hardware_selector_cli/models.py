@@ -43,6 +43,8 @@ def model_summary(spec: ModelSpec) -> dict:
         "mlp_kind": spec.mlp_kind.value,
         "vocab_size": spec.vocab_size,
         "max_position_embeddings": spec.max_position_embeddings,
+        "attention_window": spec.attention_window,  # sliding-window or chunked layers' span; 0: none
+        "windowed_layers": spec.windowed_layers,
         "tied_embeddings": spec.tied_embeddings,
         "num_experts": spec.num_experts,
         "experts_per_token": spec.experts_per_token,

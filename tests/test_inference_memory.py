@@ -21,6 +21,7 @@ from planner.inference.memory import (
     lookup_table_bytes,
     weight_bytes,
 )
+from planner.models.hf_config import spec_from_hf_config
 from planner.models.resolve import resolve_model
 
 MODELS = ["gpt2", "opt-1.3b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "mixtral-8x7b"]
@@ -65,6 +66,16 @@ def test_a_forward_reads_every_weight_but_the_input_tables_it_only_looks_rows_up
     assert tied == spec.tied_embeddings
 
 
+def _cache_bytes(cache) -> int:
+    """The bytes of every key and value tensor a transformers cache holds after a forward."""
+    return sum(
+        tensor.numel() * tensor.element_size()
+        for layer in cache.layers
+        for tensor in (layer.keys, layer.values)
+        if tensor is not None
+    )
+
+
 def test_kv_cache_bytes_are_the_cache_tensors_a_real_forward_keeps(fake):
     import torch
 
@@ -75,12 +86,7 @@ def test_kv_cache_bytes_are_the_cache_tensors_a_real_forward_keeps(fake):
         ids = torch.zeros(batch, tokens, dtype=torch.long)
         out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
     cache = out.past_key_values
-    real = sum(
-        tensor.numel() * tensor.element_size()
-        for layer in cache.layers
-        for tensor in (layer.keys, layer.values)
-        if tensor is not None
-    )
+    real = _cache_bytes(cache)
     request = InferenceRequest(context=tokens - 1, output=1, batch=batch, block_tokens=1)
     assert kv_bytes_per_token(spec, request, tp=1, pp=1) * tokens * batch == real
     assert kv_bytes_per_request(spec, request, tp=1, pp=1) * batch == real
@@ -158,3 +164,53 @@ def test_the_table_looked_up_is_the_one_weight_bytes_holds(name):
         else:
             assert lookup == spec.params.embedding  # two tables of equal size, one looked up: half of 2 bytes each
         assert 0 < held - lookup < held or lookup == 0
+
+
+WINDOWED_CONFIGS = {
+    # Tiny configs of each windowed family, built here: window 8, so 40 tokens leave it behind.
+    "gemma3_text": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
+                        num_key_value_heads=2, head_dim=16, vocab_size=128, sliding_window=8,
+                        sliding_window_pattern=3, architectures=["Gemma3ForCausalLM"]),
+    "mistral": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                    num_key_value_heads=2, vocab_size=128, sliding_window=8, architectures=["MistralForCausalLM"]),
+    "gpt_oss": dict(hidden_size=64, intermediate_size=32, num_hidden_layers=4, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=16, vocab_size=128, sliding_window=8, num_local_experts=4,
+                    num_experts_per_tok=2, architectures=["GptOssForCausalLM"]),
+    "llama4_text": dict(hidden_size=64, intermediate_size=128, intermediate_size_mlp=128, num_hidden_layers=8,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=128,
+                        attention_chunk_size=8, num_local_experts=2, num_experts_per_tok=1,
+                        architectures=["Llama4ForCausalLM"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("model_type", sorted(WINDOWED_CONFIGS))
+@pytest.mark.parametrize("tokens", [6, 40])
+def test_a_windowed_layer_keeps_what_transformers_cache_keeps(model_type, tokens):
+    """Sliding-window and chunked layers (Gemma 3 every third full here, Mistral every layer, gpt-oss alternating,
+    Llama 4 every fourth full) keep window - 1 tokens once the sequence passes the window: the serving KV cache is
+    the bytes of the real model's cache after a forward (transformers' cache layers, on this CPU), which a full-layer
+    count missed 5x on Gemma 3 at 32k tokens (a new user's audit, 2026-11-30)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    fields = {**WINDOWED_CONFIGS[model_type], "max_position_embeddings": 256}
+    spec = spec_from_hf_config({"model_type": model_type, **fields}, name=model_type)
+    assert spec.attention_window == 8 and 0 < spec.windowed_layers <= spec.num_layers
+    config = AutoConfig.for_model(model_type, **{k: v for k, v in fields.items() if k != "architectures"})
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    with torch.no_grad():
+        out = model(input_ids=torch.zeros(1, tokens, dtype=torch.long), use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    real = _cache_bytes(cache)
+    request = InferenceRequest(context=tokens - 1, output=1, batch=1, block_tokens=1)
+    assert kv_bytes_per_request(spec, request, tp=1, pp=1) == real
+
+
+def test_gemma_3_at_32k_tokens_holds_about_five_times_the_requests_a_full_count_did():
+    spec = resolve_model("gemma-3-27b")
+    assert (spec.attention_window, spec.windowed_layers, spec.num_layers) == (1024, 52, 62)
+    request = InferenceRequest(context=32000, output=512, batch=8)
+    windowed = kv_bytes_per_request(spec, request, tp=1, pp=1)
+    full = kv_bytes_per_request(spec.model_copy(update={"windowed_layers": 0}), request, tp=1, pp=1)
+    assert 4.5 < full / windowed < 5.5

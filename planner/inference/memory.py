@@ -10,6 +10,9 @@ KV cache against the tensors of the real transformers model):
 - KV cache: 2 (K and V) x ceil(layers/pp) x ceil(kv_heads/tp) x head_dim x
   bytes per token, each request's context + output rounded up to whole paged
   blocks, x batch. When tp exceeds the KV heads, each GPU keeps a copy of one.
+  A sliding-window or chunked-attention layer keeps its window's blocks and
+  the one being filled (planner/models/attention_window.py: Gemma 2 and 3,
+  gpt-oss, Llama 4, Mistral-7B, Phi-3), and a decode step reads its window.
 - activations: nothing is kept for a backward pass, so the peak is one layer's
   transient tensors while a prefill chunk of T = min(batch x context, chunk)
   tokens passes: the residual stream in and out, plus the wider of the
@@ -35,7 +38,8 @@ LOGIT_BYTES = 4  # samplers take fp32 logits
 
 SOURCES = {
     "weights": "formula: parameters (exact count) x bits per weight / tp, per pipeline stage",
-    "kv_cache": "formula: 2 x layers x kv_heads x head_dim x bytes x tokens, paged blocks",
+    "kv_cache": "formula: 2 x layers x kv_heads x head_dim x bytes x tokens, paged blocks; sliding-window and chunked "
+    "layers keep their window (transformers' layer types)",
     "activations": "formula: one layer's transients for one prefill chunk + sampled logits",
     "overhead": "assumption: CUDA context + fragmentation share (planner/memory/estimate.py)",
 }
@@ -87,19 +91,45 @@ def lookup_table_bytes(spec: ModelSpec, tp: int, pp: int) -> int:
     return int((spec.params.embedding - model_shape(spec).head_params) * 2 / tp)
 
 
-def kv_bytes_per_token(spec: ModelSpec, request: InferenceRequest, tp: int, pp: int) -> int:
-    layers = math.ceil(spec.num_layers / pp)
+def kv_bytes_per_layer_token(spec: ModelSpec, request: InferenceRequest, tp: int) -> int:
+    """One token's keys and values in one layer, on one tensor-parallel rank."""
     if spec.is_mla:
         # Latent attention caches the compressed latent and the shared rotary key, not per-head keys and
         # values (vLLM's and SGLang's MLA caches); every tensor-parallel rank keeps the whole latent.
-        return layers * (spec.kv_lora_rank + spec.qk_rope_head_dim) * request.kv_cache.bytes
-    kv_heads = math.ceil(spec.num_kv_heads / tp)
-    return 2 * layers * kv_heads * spec.head_dim * request.kv_cache.bytes
+        return (spec.kv_lora_rank + spec.qk_rope_head_dim) * request.kv_cache.bytes
+    return 2 * math.ceil(spec.num_kv_heads / tp) * spec.head_dim * request.kv_cache.bytes
+
+
+def kv_bytes_per_token(spec: ModelSpec, request: InferenceRequest, tp: int, pp: int) -> int:
+    """One token's keys and values in every layer of the busiest pipeline stage (windows aside)."""
+    return math.ceil(spec.num_layers / pp) * kv_bytes_per_layer_token(spec, request, tp)
+
+
+def stage_layers(spec: ModelSpec, pp: int) -> tuple[int, int]:
+    """(full-attention, windowed) layers of the stage holding the most full ones: the busiest stage's KV cache."""
+    layers = math.ceil(spec.num_layers / pp)
+    full = min(layers, math.ceil((spec.num_layers - spec.windowed_layers) / pp))
+    return full, layers - full
 
 
 def kv_bytes_per_request(spec: ModelSpec, request: InferenceRequest, tp: int, pp: int) -> int:
-    blocks = math.ceil(request.tokens_per_request / request.block_tokens)
-    return blocks * request.block_tokens * kv_bytes_per_token(spec, request, tp, pp)
+    """One request's cache on the busiest stage, in whole paged blocks; a windowed layer keeps the window's last
+    window - 1 tokens (the next one attends to them and itself: transformers' sliding-window cache layer keeps as
+    many), in the blocks they straddle (planner/models/attention_window.py)."""
+    block = request.block_tokens
+    held = math.ceil(request.tokens_per_request / block) * block
+    full, windowed = stage_layers(spec, pp)
+    straddle = 1 if block > 1 else 0
+    window_held = min(held, (math.ceil((spec.attention_window - 1) / block) + straddle) * block)
+    return (full * held + windowed * window_held) * kv_bytes_per_layer_token(spec, request, tp)
+
+
+def kv_read_bytes_per_request(spec: ModelSpec, request: InferenceRequest, tp: int, length: float) -> float:
+    """What one decode step reads of one request's cache over every layer, at `length` tokens: a windowed layer
+    reads its window alone."""
+    windowed = spec.windowed_layers
+    tokens = (spec.num_layers - windowed) * length + windowed * min(length, spec.attention_window)
+    return tokens * kv_bytes_per_layer_token(spec, request, tp)
 
 
 def activation_bytes(spec: ModelSpec, request: InferenceRequest, tp: int, batch: int | None = None) -> int:

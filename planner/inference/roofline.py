@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 
 from planner.hardware.cluster import ClusterSpec
-from planner.inference.memory import kv_bytes_per_token, lookup_table_bytes, weight_bytes
+from planner.inference.memory import kv_read_bytes_per_request, lookup_table_bytes, weight_bytes
 from planner.inference.request import InferenceRequest
 from planner.models.flops import model_shape
 from planner.models.spec import ModelSpec
@@ -108,11 +108,12 @@ class Replica:
         return (self.pp - 1) * point_to_point_s(links, 0.0, crosses_nodes=crosses)
 
     def _token_flops(self, tokens: float, length: float) -> float:
-        """Forward FLOPs of `tokens` tokens that each attend to `length` earlier tokens on average."""
-        shape = model_shape(self.spec)
-        return 2 * tokens * shape.block_matmul_params_per_token + 4 * self.spec.num_layers * shape.query_width * (
-            length * tokens
-        )
+        """Forward FLOPs of `tokens` tokens that each attend to `length` earlier tokens on average; a sliding-window
+        or chunked layer attends to its window at most (planner/models/attention_window.py)."""
+        shape, spec = model_shape(self.spec), self.spec
+        windowed = spec.windowed_layers
+        attended = (spec.num_layers - windowed) * length + windowed * min(length, spec.attention_window)
+        return 2 * tokens * shape.block_matmul_params_per_token + 4 * shape.query_width * attended * tokens
 
     def prefill(self, prompts: int) -> StepCost:
         """`prompts` prompts of request.context tokens, in chunks of the engine's token budget."""
@@ -143,7 +144,7 @@ class Replica:
         touched = running + math.ceil(prefill_tokens)
         weights: float = self._read_weight_bytes()
         weights -= expert_bytes * (1 - _moe_read_share(spec, touched))
-        kv = kv_bytes_per_token(spec, request, self.tp, self.pp) * self.pp * mean_length * running
+        kv = kv_read_bytes_per_request(spec, request, self.tp, mean_length) * running
         memory_s = (weights + kv) / self._bandwidth
         flops = self._token_flops(running, mean_length) + 2 * running * shape.head_params
         compute_s = flops / (self.tp * self._rate)

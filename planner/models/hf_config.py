@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from planner.errors import ConfigFieldError, UserInputError
+from planner.models.attention_window import attention_window
 from planner.models.config_fields import ConfigFields, basic_dims
 from planner.models.deepseek_config import read_deepseek
 from planner.models.encoder_configs import read_bert_style, read_t5, read_vit, read_whisper
@@ -339,6 +340,10 @@ def spec_from_hf_config(
     the counts come from param_formula, labelled source="formula".
     """
     parsed = parse_hf_config(config, source=source)
+    window, windowed = attention_window(config, parsed.dims.num_layers)
+    if windowed:
+        dims = parsed.dims.model_copy(update={"attention_window": window, "windowed_layers": windowed})
+        parsed = parsed.model_copy(update={"dims": dims})
     tower = None
     if parsed.vision_tower is not None:
         tower = _spec_of(parsed.vision_tower, name=f"{name} vision tower", origin=origin, params=None)

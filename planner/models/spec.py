@@ -92,6 +92,10 @@ class ModelArchitecture(BaseModel):
     mlp_bias: bool = False
     # GPT-J/NeoX/Falcon compute attention and MLP from the same input in parallel.
     parallel_attention_mlp: bool = False
+    # Sliding-window or chunked attention: `windowed_layers` of the layers attend to the last `attention_window`
+    # tokens only, so a serving KV cache keeps no more of them (planner/models/attention_window.py); 0: none.
+    attention_window: int = Field(default=0, ge=0)
+    windowed_layers: int = Field(default=0, ge=0)
     # Dropout probabilities during training: each > 0 keeps a 1-byte mask per element.
     hidden_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     attention_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
