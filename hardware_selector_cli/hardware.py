@@ -65,7 +65,7 @@ def _print_catalog(specs: list[GpuSpec]) -> None:
         tflops = spec.dense_tflops
         table.add_row(
             escape(spec.name + (" (placeholder)" if spec.placeholder else "")),
-            f"{spec.memory_gib:g}",
+            f"{round(spec.memory_gib, 1):g}",  # a part whose driver reports less than its nominal GB: 45 (L40S)
             f"{spec.memory_bandwidth_GBps:g}",
             _tflops(tflops.bf16),
             _tflops(tflops.fp16),

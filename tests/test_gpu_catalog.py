@@ -63,6 +63,11 @@ def test_catalog_has_at_least_20_gpus_and_one_cpu_placeholder():
     assert cpu.dense_tflops.bf16 is None and cpu.dense_tflops.fp32 is not None
 
 
+# Figures that depart from the shared reference row on purpose, each for a measurement its source cites: the
+# reference prints the nominal memory, the catalog the memory the driver gives a program.
+DEPART_FROM_REFERENCE = {("L40S", "memory_bytes"): "46068MiB"}  # nvidia-smi with ECC on, against 48 GB GDDR6
+
+
 @pytest.mark.parametrize("spec", REFERENCED, ids=lambda spec: spec.name)
 def test_figures_equal_the_reference_row_or_cite_another_source(spec):
     row = reference_row(spec.reference_gpu)
@@ -70,6 +75,10 @@ def test_figures_equal_the_reference_row_or_cite_another_source(spec):
         present = [key for key in keys if key in row]
         published = row[present[0]] if present else None
         source = spec.sources.get(field)
+        if (spec.name, field) in DEPART_FROM_REFERENCE:
+            assert source is not None and source.cited and DEPART_FROM_REFERENCE[spec.name, field] in source.note
+            assert isinstance(published, (int, float)) and ours < published  # what the driver reports is less
+            continue
         if isinstance(published, (int, float)):
             assert ours == pytest.approx(published), f"{spec.name} {field}: {ours} != reference {published}"
             assert source is not None and source.kind != "unsourced", f"{spec.name} {field} is in the reference row"

@@ -80,7 +80,8 @@ PRINTED: dict[tuple[str, str], tuple[str, float, float, bool]] = {
     ("H200", "tdp_watts"): ("'H200 TGP 700W'", 700, SAME, False),
     ("L40S", "dense_tflops.bf16"): ("'BFLOAT16 Tensor Core TFLOPS ... 362.05 | 733*'", 362.05, SAME, False),
     ("L40S", "dense_tflops.fp8"): ("'FP8 Tensor Core ... 733 | 1,466*'", 733, SAME, False),
-    ("L40S", "memory_bytes"): ("'GPU Memory 48 GB GDDR6 with ECC'", 48, SAME, False),
+    # What the driver reports with ECC on (nvidia-smi, in MiB), not the data sheet's nominal 48 GB GDDR6.
+    ("L40S", "memory_bytes"): ("'1MiB /  46068MiB'", 46068, 1 / 1024, False),
     ("L40S", "memory_bandwidth_GBps"): ("'Memory Bandwidth 864GB/s'", 864, SAME, False),
     ("L40S", "interconnect"): ("PCIe Gen4 x16: 64GB/s bidirectional", 64, SAME, False),
     ("L40S", "tdp_watts"): ("'Max Power Consumption ... 350W'", 350, SAME, False),

@@ -214,3 +214,23 @@ def test_gemma_3_at_32k_tokens_holds_about_five_times_the_requests_a_full_count_
     windowed = kv_bytes_per_request(spec, request, tp=1, pp=1)
     full = kv_bytes_per_request(spec.model_copy(update={"windowed_layers": 0}), request, tp=1, pp=1)
     assert 4.5 < full / windowed < 5.5
+
+
+def test_a_chunked_layer_reads_half_its_chunk_and_a_stage_keeps_its_full_layers():
+    """Llama 4 (chunked attention every layer but each fourth): past the chunk, a decode step reads the part of the
+    current chunk before it, half a chunk on average, not a sliding window of a whole chunk; and a pipeline stage of
+    Gemma 3 27B's 62 layers keeps at least its share of the full-attention ones (one every sixth layer), not fewer."""
+    from planner.inference.memory import kv_bytes_per_layer_token, kv_read_bytes_per_request, stage_layers
+
+    spec, request = resolve_model("llama-4-scout"), InferenceRequest()
+    assert spec.chunked_attention and (spec.attention_window, spec.windowed_layers) == (8192, 36)
+    length = 32768
+    read = kv_read_bytes_per_request(spec, request, 1, length) / kv_bytes_per_layer_token(spec, request, 1)
+    assert read == 12 * length + 36 * 8192 / 2
+    gemma = resolve_model("gemma-3-27b")
+    for pp in (2, 4, 10):
+        full, windowed = stage_layers(gemma, pp)
+        layers = -(-62 // pp)
+        busiest = max(sum(1 for i in range(start, min(start + layers, 62)) if (i + 1) % 6 == 0)
+                      for start in range(0, 62, layers))  # fmt: skip
+        assert full >= busiest and full + windowed == layers

@@ -14,8 +14,8 @@ from planner.inference.speed import BATCHED, SATURATED, SINGLE, STATIC
 # regime -> (published rows, least and most estimate / measured - 1) of the TTFTs in docs/accuracy.md's table
 TTFT_ERRORS = {
     SINGLE: (2, -0.475, -0.195),
-    BATCHED: (3, -0.390, -0.361),
-    SATURATED: (2, 0.072, 0.580),
+    BATCHED: (3, -0.393, -0.362),
+    SATURATED: (2, 0.071, 0.580),
     STATIC: (15, -0.587, 0.343),
 }
 WHY = {BATCHED: "; the wait for the decode step in progress is not modelled"}

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from planner.inference.request import InferenceRequest
 from planner.memory.estimate import DEFAULT_OVERHEAD, OverheadSettings
+from planner.models.attention_window import attended_tokens
 from planner.models.flops import model_shape
 from planner.models.spec import MlpKind, ModelSpec
 
@@ -106,9 +107,14 @@ def kv_bytes_per_token(spec: ModelSpec, request: InferenceRequest, tp: int, pp: 
 
 
 def stage_layers(spec: ModelSpec, pp: int) -> tuple[int, int]:
-    """(full-attention, windowed) layers of the stage holding the most full ones: the busiest stage's KV cache."""
+    """(full-attention, windowed) layers of the stage holding the most full ones: the busiest stage's KV cache.
+    The windowed models space their full layers evenly (attention_window.py), so a stage of S layers holds at most
+    one more than its share of them."""
     layers = math.ceil(spec.num_layers / pp)
-    full = min(layers, math.ceil((spec.num_layers - spec.windowed_layers) / pp))
+    all_full = spec.num_layers - spec.windowed_layers
+    if pp == 1 or not all_full or not spec.windowed_layers:
+        return min(layers, all_full), layers - min(layers, all_full)
+    full = min(layers, math.ceil(layers * all_full / spec.num_layers) + 1)
     return full, layers - full
 
 
@@ -126,10 +132,8 @@ def kv_bytes_per_request(spec: ModelSpec, request: InferenceRequest, tp: int, pp
 
 def kv_read_bytes_per_request(spec: ModelSpec, request: InferenceRequest, tp: int, length: float) -> float:
     """What one decode step reads of one request's cache over every layer, at `length` tokens: a windowed layer
-    reads its window alone."""
-    windowed = spec.windowed_layers
-    tokens = (spec.num_layers - windowed) * length + windowed * min(length, spec.attention_window)
-    return tokens * kv_bytes_per_layer_token(spec, request, tp)
+    reads its window alone, a chunked one the part of its chunk so far (half of it on average)."""
+    return attended_tokens(spec, length) * kv_bytes_per_layer_token(spec, request, tp)
 
 
 def activation_bytes(spec: ModelSpec, request: InferenceRequest, tp: int, batch: int | None = None) -> int:

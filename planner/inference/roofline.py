@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from planner.hardware.cluster import ClusterSpec
 from planner.inference.memory import kv_read_bytes_per_request, lookup_table_bytes, weight_bytes
 from planner.inference.request import InferenceRequest
+from planner.models.attention_window import attended_tokens
 from planner.models.flops import model_shape
 from planner.models.spec import ModelSpec
 from planner.throughput.collectives import all_reduce_s, cluster_links, point_to_point_s, process_group
@@ -110,10 +111,15 @@ class Replica:
     def _token_flops(self, tokens: float, length: float) -> float:
         """Forward FLOPs of `tokens` tokens that each attend to `length` earlier tokens on average; a sliding-window
         or chunked layer attends to its window at most (planner/models/attention_window.py)."""
-        shape, spec = model_shape(self.spec), self.spec
-        windowed = spec.windowed_layers
-        attended = (spec.num_layers - windowed) * length + windowed * min(length, spec.attention_window)
+        shape = model_shape(self.spec)
+        attended = attended_tokens(self.spec, length)
         return 2 * tokens * shape.block_matmul_params_per_token + 4 * shape.query_width * attended * tokens
+
+    def prompt_compute_s(self) -> float:
+        """One prompt's prefill compute alone (no weight read, no communication): what it takes of a GPU that is
+        already reading the weights for the step it shares."""
+        shape, context = model_shape(self.spec), self.request.context
+        return (self._token_flops(context, context / 2) + 2 * shape.head_params) / (self.tp * self._rate)
 
     def prefill(self, prompts: int) -> StepCost:
         """`prompts` prompts of request.context tokens, in chunks of the engine's token budget."""

@@ -288,7 +288,8 @@ def _split(plan: ServingPlan) -> str:
     busier = plan.replicas - lighter
     return (
         f"{counted(plan.batch_per_replica, 'request')} on {counted(busier, 'replica')} and "
-        f"{plan.batch_per_replica - 1} on {lighter} (the latencies are the busier one's, tokens/s the sum)"
+        f"{plan.batch_per_replica - 1} on {counted(lighter, 'replica')} (the latencies are the busier one's, "
+        "tokens/s and the cost the sum)"
     )
 
 

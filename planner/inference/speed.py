@@ -11,18 +11,20 @@ lmdeploy's benchmarks drive a server). The step costs are in roofline.py.
   (`max_running`). Prefill and decode share the GPU: in steady state each of
   the other running requests brings its prompt once per `output` steps, so a
   step carries (running - 1) x context / output prompt tokens besides its
-  decode tokens. A new prompt waits for the prefills ahead of it: the prefill
-  load rho = (running - 1) x prefill / request time, and the mean wait of a
-  deterministic-service queue (M/D/1), rho / (2 (1 - rho)) prefills.
+  decode tokens, up to the engine's token budget. A new prompt waits for the
+  prefills ahead of it: the prefill load rho = (running - 1) x prefill /
+  request time, and the mean wait of a deterministic-service queue (M/D/1),
+  rho / (2 (1 - rho)) prefills, the request time being the one that wait makes
+  (solved together, _consistent_ttft).
 - Regimes: "single request" (one client: decode reads the weights for one
   token), "batched" (every client runs), "saturated (queueing)" (more clients
   than the KV cache holds: the rest wait in the queue, TTFT grows with the
   queue while ITL and tokens/s stay at the full batch's), "saturated (prefill)"
   (every client runs, the GPU's own bound below sets the pace and the prompts
   take most of the GPU's time: long prompts, short outputs, many clients).
-- The GPU's own bound: each request costs its prompt's prefill and its share of
-  the decode steps, so no concurrency completes requests faster than
-  1 / (prefill + (output - 1) x decode step / running). The interleaved-prompt
+- The GPU's own bound: each request costs its prompt's prefill compute and its
+  share of the decode steps, so no concurrency completes requests faster than
+  1 / (prompt compute + (output - 1) x decode step / running). The interleaved-prompt
   steps above carry the other requests' prompts over `output - 1` steps, which
   misses a 1/output share of them (all of them at one output token); where the
   bound is the tighter one, it sets the request time and the wait before the
@@ -43,8 +45,6 @@ from planner.inference.request import Batching, InferenceRequest
 from planner.inference.roofline import EFFICIENCY, Replica, ServingEfficiency
 from planner.models.spec import ModelSpec
 
-# The highest prefill load the queueing formula is used at (the M/D/1 wait diverges at 1).
-MAX_PREFILL_LOAD = 0.95
 HBM_EFFICIENCY = EFFICIENCY.hbm
 STEP_OVERHEAD_S = EFFICIENCY.step_overhead_s
 SOURCE = (
@@ -94,19 +94,20 @@ def serving_speed(
     clients = request.batch
     running = min(clients, capacity)
     prefill = replica.prefill(1)
-    interleaved = (running - 1) * request.context / request.output
+    # The other prompts' tokens a step carries, up to the engine's token budget beside the decode tokens (the rest
+    # is the GPU's own bound's, below).
+    interleaved = max(0.0, min((running - 1) * request.context / request.output, request.prefill_chunk - running))
     step = replica.decode_step(running, interleaved)
-    busy = prefill.seconds + (request.output - 1) * step.seconds
-    load = min((running - 1) * prefill.seconds / busy, MAX_PREFILL_LOAD)
-    ttft = prefill.seconds * (1 + load / (2 * (1 - load)))
-    request_s = ttft + (request.output - 1) * step.seconds
+    tail = (request.output - 1) * step.seconds
+    ttft = _consistent_ttft(prefill.seconds, running, tail) if running > 1 else prefill.seconds
+    request_s = ttft + tail
     regime = SINGLE if clients == 1 else BATCHED if clients <= capacity else SATURATED
     decode_share = (request.output - 1) * replica.decode_step(running).seconds / running
-    least_request_s = running * (prefill.seconds + decode_share)
+    least_request_s = running * (replica.prompt_compute_s() + decode_share)
     if request_s < least_request_s * (1 - 1e-9):  # the GPU's own bound (module docstring)
         request_s = least_request_s
         ttft = request_s - (request.output - 1) * step.seconds
-        if regime == BATCHED and running * prefill.seconds > least_request_s / 2:  # the prompts take most of it
+        if regime == BATCHED and running * replica.prompt_compute_s() > least_request_s / 2:  # prompts take most
             regime = PREFILL_SATURATED
     queue = (clients - running) * request_s / running
     return ServingSpeed(
@@ -121,6 +122,30 @@ def serving_speed(
         max_running=capacity,
         queue_s=queue,
     )
+
+
+def _md1_wait(prefill_s: float, load: float) -> float:
+    """Time to first token: the prefill, after the M/D/1 queue's mean wait of load / (2 (1 - load)) prefills."""
+    return prefill_s * (1 + load / (2 * (1 - load)))
+
+
+def _consistent_ttft(prefill_s: float, running: int, tail_s: float) -> float:
+    """The time to first token whose own request time sets the prefill load: R = wait(load(R)) + tail, with
+    load(R) = (running - 1) x prefill / R, solved by bisection (the wait falls as R grows, so the root is one).
+    The load read off an unqueued request time (prefill + tail) reached 1 at short outputs and many clients, where
+    it was clipped at 0.95: 3 clients of 16-token prompts then waited 10.5 prefills where 2 waited one."""
+
+    def excess(request_s: float) -> float:
+        return _md1_wait(prefill_s, (running - 1) * prefill_s / request_s) + tail_s - request_s
+
+    low = (running - 1) * prefill_s * (1 + 1e-12)  # the load just under 1: the wait without bound
+    high = max(low, prefill_s + tail_s) * 2
+    while excess(high) > 0:
+        high *= 2
+    for _ in range(100):
+        middle = (low + high) / 2
+        low, high = (middle, high) if excess(middle) > 0 else (low, middle)
+    return high - tail_s
 
 
 def _static(replica: Replica, capacity: int) -> ServingSpeed:

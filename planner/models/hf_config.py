@@ -340,9 +340,10 @@ def spec_from_hf_config(
     the counts come from param_formula, labelled source="formula".
     """
     parsed = parse_hf_config(config, source=source)
-    window, windowed = attention_window(config, parsed.dims.num_layers)
+    window, windowed, chunked = attention_window(config, parsed.dims.num_layers)
     if windowed:
-        dims = parsed.dims.model_copy(update={"attention_window": window, "windowed_layers": windowed})
+        window_fields = {"attention_window": window, "windowed_layers": windowed, "chunked_attention": chunked}
+        dims = parsed.dims.model_copy(update=window_fields)
         parsed = parsed.model_copy(update={"dims": dims})
     tower = None
     if parsed.vision_tower is not None:

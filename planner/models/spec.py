@@ -96,6 +96,7 @@ class ModelArchitecture(BaseModel):
     # tokens only, so a serving KV cache keeps no more of them (planner/models/attention_window.py); 0: none.
     attention_window: int = Field(default=0, ge=0)
     windowed_layers: int = Field(default=0, ge=0)
+    chunked_attention: bool = False  # Llama 4: the window is a chunk a token attends inside, half of it on average
     # Dropout probabilities during training: each > 0 keeps a 1-byte mask per element.
     hidden_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     attention_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
