@@ -15,10 +15,11 @@ import re
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from planner.hardware.cluster import make_cluster
+from planner.hardware.cluster import GIB, default_cpu_ram_per_node, make_cluster
 from planner.hardware.gpus import resolve_gpu
 from planner.models.resolve import resolve_model
 from planner.search import PlanRequest, search_plans
+from planner.search.suggest import stated_host_ram_gib
 
 FEWEST = re.compile(r"^(\d+) x (\S+) \(--gpus-per-node (\d+) --nodes (\d+)\) is the fewest that fits")
 CATALOG = re.compile(r"^at (\d+) GPUs \(--gpus-per-node (\d+) --nodes (\d+)\) these catalog GPUs fit: (.+)$")
@@ -276,3 +277,12 @@ def test_a_suggested_count_keeps_the_host_ram_the_user_gave():
         assert ram == "64"
         other = make_cluster(gpu, gpus_per_node=int(per_node), nodes=int(nodes), cpu_ram_gb=int(ram))
         assert search_plans(spec, other, request.model_copy(update={"top_k": 1}), suggest=False).best is not None
+
+
+def test_host_ram_the_user_gave_is_kept_even_at_the_shapes_default():
+    """The cluster records that the RAM was stated: a figure equal to the shape's default was read as unstated
+    before (compared with the default), and a suggestion of another GPU count then planned on that count's default."""
+    default_gib = default_cpu_ram_per_node(resolve_gpu("A100-40GB"), 1)[0] / GIB
+    assert stated_host_ram_gib(make_cluster("A100-40GB", gpus_per_node=1, cpu_ram_gb=default_gib)) == default_gib
+    assert stated_host_ram_gib(make_cluster("A100-40GB", gpus_per_node=1)) is None
+    assert stated_host_ram_gib(make_cluster("cpu", gpus_per_node=2, cpu_ram_gb=8)) is None  # the host's, always

@@ -165,6 +165,9 @@ class ClusterSpec(BaseModel):
     intra_node_latency_us: float = Field(ge=0)
     inter_node_latency_us: float = Field(ge=0)
     cpu_ram_per_node_bytes: int = Field(gt=0)
+    # True where the host RAM was given (--cpu-ram-gb, cpu_ram_gb=, or detect's reading), not the shape's default:
+    # suggestions of other GPU counts keep a stated figure (planner/search/suggest.py).
+    cpu_ram_stated: bool = False
     nvme_per_node_bytes: int | None = Field(default=None, ge=0)
     # NVMe read/write bandwidth per node (GB/s) the user gave; None: DEFAULT_NVME_GBPS_PER_NODE, an assumption.
     nvme_GBps_per_node: float | None = Field(default=None, gt=0)
@@ -340,6 +343,7 @@ def make_cluster(
         intra_node_latency_us=INTRA_NODE_LATENCY_US[spec.interconnect.kind],
         inter_node_latency_us=preset.latency_us,
         cpu_ram_per_node_bytes=cpu_ram,
+        cpu_ram_stated=cpu_ram_gb is not None,
         nvme_per_node_bytes=nvme,
         nvme_GBps_per_node=nvme_gbps if nvme else None,
         assumptions=assumptions,

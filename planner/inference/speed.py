@@ -103,11 +103,12 @@ def serving_speed(
     request_s = ttft + tail
     regime = SINGLE if clients == 1 else BATCHED if clients <= capacity else SATURATED
     decode_share = (request.output - 1) * replica.decode_step(running).seconds / running
-    least_request_s = running * (replica.prompt_compute_s() + decode_share)
+    prompts_s = running * replica.prompt_compute_s()
+    least_request_s = prompts_s + running * decode_share
     if request_s < least_request_s * (1 - 1e-9):  # the GPU's own bound (module docstring)
         request_s = least_request_s
-        ttft = request_s - (request.output - 1) * step.seconds
-        if regime == BATCHED and running * replica.prompt_compute_s() > least_request_s / 2:  # prompts take most
+        ttft = request_s - tail
+        if regime == BATCHED and prompts_s > least_request_s / 2:  # prompts take most of the GPU
             regime = PREFILL_SATURATED
     queue = (clients - running) * request_s / running
     return ServingSpeed(

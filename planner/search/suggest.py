@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.evaluate import memory_on, stack_memory_of
-from planner.hardware.cluster import ClusterSpec, default_cpu_ram_per_node, make_cluster
+from planner.hardware.cluster import ClusterSpec, make_cluster
 from planner.hardware.gpus import GpuSpec, load_gpu_catalog
 from planner.hardware.memory_cap import capped_like, gpu_label
 from planner.models.spec import ModelSpec
@@ -48,13 +48,12 @@ class SuggestionFlags:
 
 
 def stated_host_ram_gib(cluster: ClusterSpec) -> float | None:
-    """The host RAM per node the user gave (--cpu-ram-gb), where it is not the default for the cluster's shape: a
-    suggestion of another GPU count keeps the user's nodes' RAM, so an offloaded plan is not promised on RAM they
-    lack. None on the cpu device, whose RAM is the host's whatever the count."""
-    if cluster.gpu.kind == "cpu":
+    """The host RAM per node the user gave (--cpu-ram-gb), not the shape's default: a suggestion of another GPU count
+    keeps the user's nodes' RAM, so an offloaded plan is not promised on RAM they lack. None on the cpu device, whose
+    RAM is the host's whatever the count, and where the RAM was the shape's default."""
+    if cluster.gpu.kind == "cpu" or not cluster.cpu_ram_stated:
         return None
-    default, _ = default_cpu_ram_per_node(cluster.gpu, cluster.gpus_per_node)
-    return None if cluster.cpu_ram_per_node_bytes == default else cluster.cpu_ram_per_node_bytes / GIB
+    return cluster.cpu_ram_per_node_bytes / GIB
 
 
 def _plan_cluster(cluster: ClusterSpec) -> str:

@@ -43,6 +43,7 @@ from planner.throughput.collectives import (
 from planner.throughput.communication_plan import CommunicationPlan
 from planner.throughput.compute import StageCompute
 from planner.throughput.constants import ThroughputConstants
+from planner.throughput.cpu_optimizer import cpu_optimizer
 from planner.throughput.data_parallel_schemes import (
     all_reduce_scheme,
     compressed_scheme,
@@ -197,19 +198,14 @@ def communication_plan(
         fetch = 2 * param_shard * param_bytes / pcie_Bps
         if config.offload_params is Offload.NVME:
             fetch += 2 * param_shard * param_bytes * gpn / nvme_Bps
-    # FSDP's CPUOffload moves parameters and gradients together, so its optimizer steps on the CPU too.
-    fsdp_cpu_step = config.strategy is Strategy.FSDP and config.offload_params is not Offload.NONE
-    if config.offload_optimizer is not Offload.NONE or fsdp_cpu_step:
+    on_cpu = cpu_optimizer(config)  # which optimizer steps on the CPU, if any (planner/throughput/cpu_optimizer.py)
+    if on_cpu is not None:
         grads_down = grad_shard * grad_bytes / pcie_Bps
         params_up = grad_shard * element / pcie_Bps
         if host_memory:  # the rank's own core steps its shard, as it would without offload
             cpu_step = grad_shard * OPTIMIZER_STEP_BYTES[config.optimizer.value] / memory_Bps
         else:
-            # torch's Adam on the CPU under FSDP and our engine (its ChunkedAdam walks torch's single-tensor Adam in
-            # chunks: backends/parts/chunked_adamw.py); DeepSpeed's vectorised CPU Adam otherwise.
-            torch_adam = config.strategy in (Strategy.FSDP, Strategy.ENGINE)
-            rate = k.cpu_adam_params_per_s_torch if torch_adam else k.cpu_adam_params_per_s_deepspeed
-            cpu_step = grad_shard * gpn / rate
+            cpu_step = grad_shard * gpn / on_cpu.params_per_s(k)
         if config.offload_optimizer is Offload.NVME:
             cpu_step += 2 * grad_shard * OPTIMIZER_STATE_BYTES[config.optimizer.value] * gpn / nvme_Bps
     else:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from planner.hardware.cluster import ClusterSpec
 from planner.throughput.constants import CALIBRATION_SOURCE
+from planner.throughput.cpu_optimizer import DEEPSPEED_CPU_ADAM_2025, CpuOptimizer, cpu_optimizer
 from planner.throughput.implementation import OUR_STRATEGIES, Implementation
 from planner.throughput.kernel_stack import STACK_SOURCES, KernelStack
-from planner.training_config import GradientCompression, KernelChoice, Offload, Precision, Strategy, TrainingConfig
+from planner.training_config import GradientCompression, KernelChoice, Offload, Precision, TrainingConfig
 
 _COMPUTE = (
     f"formula: shape-aware matmul roofline + fused attention + element-wise passes; {CALIBRATION_SOURCE}; "
@@ -84,21 +85,6 @@ def bottleneck_notes(step: float, exposed_comm: float, bubble: float, offload: f
     return notes
 
 
-# The CPU optimizer's pace (planner/throughput/constants.py): ZeRO-Offload's Table 4, measured on a DGX-2 in 2021.
-_TORCH_CPU_ADAM = "torch's Adam on the CPU at the PT-CPU rate the ZeRO-Offload paper measured on a DGX-2 (its Table 4)"
-_ENGINE_CPU_ADAM = (
-    "our engine's ChunkedAdam (torch's Adam in chunks) on the CPU at the PT-CPU rate the ZeRO-Offload paper measured "
-    "on a DGX-2 (its Table 4)"
-)
-_DEEPSPEED_CPU_ADAM = "DeepSpeed's CPU Adam at the rate the ZeRO-Offload paper measured on a DGX-2 (its Table 4)"
-# Where a later measurement of the same stack disagrees (docs/accuracy.md, "DeepSpeed's own 2025 timing of
-# ZeRO-Offload"): one source, warm-up in its means, so stated, not fitted.
-_DEEPSPEED_CPU_ADAM_2025 = (
-    "; may be optimistic: DeepSpeed's 2025 blog timed ZeRO-2's CPU offload on 2 A100s at 2.4x what this charges "
-    "(docs/accuracy.md)"
-)
-
-
 def offload_source(config: TrainingConfig, cluster: ClusterSpec) -> dict[str, str]:
     """What the plan's offload time is made of: nothing offloaded; copies within the host (the cpu device, whose
     memory is the host's and whose own cores step the optimizer); PCIe transfers and the CPU optimizer, torch's under
@@ -113,18 +99,14 @@ def offload_source(config: TrainingConfig, cluster: ClusterSpec) -> dict[str, st
             "optimizer step on the rank's own core, as without offload: the device's memory is the host's, so "
             "offload only adds the copies (planner/throughput/communication.py)"
         }
-    fsdp = config.strategy is Strategy.FSDP
-    steps_on_cpu = config.offload_optimizer is not Offload.NONE or (fsdp and config.offload_params is not Offload.NONE)
+    on_cpu = cpu_optimizer(config)
     source = "formula: PCIe transfers"
-    if steps_on_cpu:
-        optimizer = {Strategy.FSDP: _TORCH_CPU_ADAM, Strategy.ENGINE: _ENGINE_CPU_ADAM}.get(
-            config.strategy, _DEEPSPEED_CPU_ADAM
-        )
-        source += f" + {optimizer} (planner/throughput/constants.py)"
+    if on_cpu is not None:
+        source += f" + {on_cpu.value} (planner/throughput/constants.py)"
     if Offload.NVME in offloaded:
         return {"offload_s": f"{source}; NVMe reads and writes: {cluster.nvme_bandwidth()[1]}"}
-    if config.strategy is Strategy.DEEPSPEED and config.offload_optimizer is Offload.CPU:
-        source += _DEEPSPEED_CPU_ADAM_2025
+    if on_cpu is CpuOptimizer.DEEPSPEED_CPU_ADAM and config.offload_optimizer is Offload.CPU:
+        source += DEEPSPEED_CPU_ADAM_2025
     return {"offload_s": source}
 
 
