@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     from backends.mpi.environment import adopt_mpi_environment
     from backends.runner.anomaly import RunStopped
     from backends.runner.failures import describe_failure, die_with_the_launcher, lost_a_peer
+    from backends.runner.launch_dir import enter_launch_dir
     from backends.runner.loop import train
     from backends.runner.options import parse_args
     from planner.errors import UserInputError
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         adopt_mpi_environment()  # under mpiexec: RANK, WORLD_SIZE, ... before anything below reads them
         args = parse_args(argv)
+        enter_launch_dir(args.launch_dir)  # relative --data, --resume-from, --db: from where launch.sh was run
     except UserInputError as error:  # an unknown option or a wrong value: one line, as for any bad input
         _say(f"error: {error}")
         return EXIT_BAD_INPUT

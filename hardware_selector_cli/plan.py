@@ -349,16 +349,16 @@ def _emit(
 
 
 def _start_note(folder: Path) -> list[str]:
-    """The line saying the run starts from random weights, when its model folder holds none (or none it loads
-    and --init random asked for that): what `train` says again at its start."""
+    """The lines saying the run starts from random weights, when its model folder holds none (or none it loads
+    and --init random asked for that), and that a config's own modeling code is not run: what `train` says again
+    at its start."""
     import json
 
     from planner.contract.run_config import ModelSource
-    from planner.rundir.run_overrides import unloaded_weights_note
+    from planner.rundir.run_overrides import model_notes
 
     model = ModelSource.model_validate(json.loads((folder / "plan.json").read_text(encoding="utf-8"))["run"]["model"])
-    note = unloaded_weights_note(model)
-    return [note] if note else []
+    return model_notes(model)
 
 
 def moved_run_line(folder: Path, previous: list[str]) -> str:
@@ -371,6 +371,7 @@ def _elastic_lines(best, elastic) -> list[str]:
     """What an elastic folder falls back to on each node count (plan.json's "elastic" block)."""
     if elastic is None:
         return []
+    from planner.contract.sources import prediction_source
     from planner.rundir.replan import layout_summary
     from planner.units import counted
 
@@ -378,7 +379,7 @@ def _elastic_lines(best, elastic) -> list[str]:
     lines = [*([narrowed] if narrowed else [])]
     lines += [
         f"elastic over {elastic.node_range} nodes (launch.sh and slurm.sbatch restart up to {elastic.max_restarts} "
-        f"times), the global batch kept at {best.global_batch}; step times from the same estimates as the table:"
+        f"times), the global batch kept at {best.global_batch}; step times, each with its source as in the table:"
     ]
     for entry in elastic.fallbacks:
         where = f"  {entry.num_nodes} node(s), {counted(entry.world_size, 'process', 'processes')}: "
@@ -386,7 +387,12 @@ def _elastic_lines(best, elastic) -> list[str]:
             lines.append(where + f"nothing fits ({entry.why_not})")
             continue
         plan = entry.plan(best)
-        speed = f", predicted {plan.throughput.step_time_s:.3g} s/step" if plan.throughput else ""
+        speed = (  # a count's own record or calibration replaces the formula: said beside it (prediction_source)
+            f", predicted {plan.throughput.step_time_s:.3g} s/step "
+            f"({prediction_source(plan.throughput.sources.get('step_time_s', ''))})"
+            if plan.throughput
+            else ""
+        )
         lines.append(
             where + f"{layout_summary(plan)}, micro-batch {plan.config.micro_batch} x accumulation "
             f"{plan.config.grad_accum}{speed}{' (the plan)' if entry.num_nodes == best.cluster.num_nodes else ''}"

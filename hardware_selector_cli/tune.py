@@ -12,6 +12,7 @@ a trial already recorded is read back (a stopped tune resumes), unless --remeasu
 from __future__ import annotations
 
 import sys
+from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -89,8 +90,8 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Run the search's top plans here for a measured window each and rank them by what was measured."""
-        with said_when_interrupted(INTERRUPTED):
-            _tune(**locals())  # the parameters above, by name
+        with said_when_interrupted(INTERRUPTED), ExitStack() as held:
+            _tune(**locals())  # the parameters above, by name, and `held`: what tune holds until it ends
 
 
 # Ctrl-C anywhere in a tune: the trials that ended were recorded, or their folders kept, and the winner's folder is
@@ -120,6 +121,7 @@ def _tune(
     force,
     db,
     no_calibration,
+    held: ExitStack,
 ) -> None:
     """tune_command's work (docs/running.md, "Tune")."""
     from .run_options import emit_folder
@@ -161,12 +163,14 @@ def _tune(
         what = f"{run_dir} is a file, not a run folder" if run_dir.exists() else f"{run_dir}: no such run folder"
         raise UserInputError(f"{what}; {EMIT_HINT}")
     from backends.runner.output_paths import check_database
+    from backends.runner.run_lock import TUNING, holding_run_lock
     from benchmarks_db.paths import db_origin, resolve_db_path
 
     check_database(resolve_db_path(db), db_origin(db))  # as train checks it: before the trials, not after them
     if run_dir is not None:
         run_dir = run_dir.expanduser().resolve()  # the trials run elsewhere: a relative path would not hold
         refuse_while_training(run_dir)  # before the trials, and again before the winner replaces the folder
+        held.enter_context(holding_run_lock(run_dir, TUNING))  # no `train` or second tune beside the trials
     if emit is not None:
         from planner.rundir.write import CLI_NAMES, emit_target
 
@@ -308,8 +312,10 @@ def _candidates(run_dir, model, cluster, search, routing, top_k, overriding, cal
     else:
         from planner.rundir.plan_file import read_plan_file
         from planner.rundir.run_options import RunOptions
+        from planner.rundir.run_overrides import RunOverrides, apply_overrides
 
         plan, run = read_plan_file(run_dir)
+        apply_overrides(run, RunOverrides())  # its model folder and tokenizer, checked as `train` checks them
         spec, target, config = plan.model, plan.cluster, plan.config
         # int8 gradients: searched beside the uncompressed candidates, as auto found them; onebit only as asked.
         compression = {"none": "none", "int8": "auto", "onebit": "onebit"}[config.compression.value]

@@ -16,7 +16,13 @@ def print_trials(found, outcome, db_path, device: str) -> None:
 
     memory = PEAK_MEMORY[device]
     launches = f"{outcome.launches} launch" + ("es" if outcome.launches != 1 else "")
-    table = Table(title=f"tune: {outcome.timed_steps} timed steps per trial after 2 warm-up steps, {launches}")
+    read_back = f" ({outcome.skipped} read back, timed as their own tune asked)" if outcome.skipped else ""
+    timed = (
+        f"{outcome.timed_steps} timed steps per trial after 2 warm-up steps{read_back}"
+        if outcome.timed_steps
+        else "every trial read back from the database"
+    )
+    table = Table(title=f"tune: {timed}, {launches}")
     # Fits 80 columns: predicted and measured seconds per step, their ratio, tokens/s, peak memory per rank and
     # the trial's launch overhead (its share of its launch's start-up, and its set-up: wall time less steps).
     for column in ("#", "strategy", "pred s", "meas s", "meas/pred", "tokens/s", "peak", "launch s"):

@@ -137,6 +137,8 @@ def parse_node_range(text: str, plan_nodes: int) -> tuple[int, int]:
     """(min, max) nodes of `--elastic MIN:MAX`, which must hold the plan's own node count."""
     parts = str(text).strip().split(":")
     try:
+        if len(parts) > 2:
+            raise ValueError(text)  # 1:2:3 is no range: the format's line, not the order's
         low, high = (int(parts[0]), int(parts[1])) if len(parts) == 2 else (int(parts[0]), int(parts[0]))
     except ValueError:
         raise UserInputError(f"--elastic takes a node range MIN:MAX (e.g. 1:2), not {text!r}") from None

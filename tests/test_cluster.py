@@ -6,8 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from planner.errors import UserInputError
-from planner.hardware.cluster import INTER_NODE_PRESETS, ClusterSpec, inter_node_preset, make_cluster
+from planner.hardware.cluster import ClusterSpec, make_cluster
 from planner.hardware.gpus import load_gpu_catalog, resolve_gpu
+from planner.hardware.networks import INTER_NODE_PRESETS, inter_node_preset
 
 GIB = 2**30
 
@@ -218,3 +219,15 @@ def test_the_model_itself_rejects_impossible_values():
         ClusterSpec.model_validate({**good.model_dump(), "gpus_per_node": 0})
     with pytest.raises(ValidationError):
         ClusterSpec.model_validate({**good.model_dump(), "intra_node_bandwidth_GBps": 0})
+
+
+@pytest.mark.parametrize("given", [{}, {"interconnect": "ib-ndr"}, {"inter_bw": 10}, {"price_per_hour": 2.5}])
+def test_a_one_node_cluster_grown_to_two_is_the_two_node_cluster(given):
+    """An elastic run's fallbacks on more nodes than the plan's one (ClusterSpec.with_nodes) are planned on what
+    `make_cluster(nodes=2)` gives: the network (the GPU's typical one, or the one named), a bandwidth the user gave,
+    the multi-node price (a new user's audit found 0 GB/s between the nodes; a review, the single-node price)."""
+    grown = make_cluster("H100-80GB", gpus_per_node=8, nodes=1, **given).with_nodes(2)
+    two = make_cluster("H100-80GB", gpus_per_node=8, nodes=2, **given)
+    fields = ("gpu", "num_nodes", "inter_node_preset", "inter_node_bandwidth_GBps", "inter_node_latency_us")
+    assert {key: getattr(grown, key) for key in fields} == {key: getattr(two, key) for key in fields}
+    assert sorted(grown.assumptions) == sorted(two.assumptions)

@@ -307,3 +307,19 @@ def _the_ticks_read_the_points_positions(page: str, store) -> None:
         share = math.log10(run.step_time_median_s / v0) / math.log10(v1 / v0)
         assert min(abs(cx - (x0 + share * (x1 - x0))) for cx in circles) < 0.3, run.step_time_median_s
     assert len(re.findall(r'class="tick-y"', page)) == len(ticks)
+
+
+def test_a_run_with_another_strategy_than_the_plans_is_not_compared_nor_recorded_beside_its_prediction():
+    """Found by a new user's audit (2026-11-30): `train RUN_DIR --strategy engine` on a DeepSpeed ZeRO-3 folder
+    printed "measured 0.111 s/step vs predicted 6.67 s/step (-98%)" and recorded the engine's run beside the
+    DeepSpeed prediction, which calibrated the next plans. Another strategy is another step, as another
+    process count is: said, not compared."""
+    from backends.runner.summary import _other_shape, step_time_comparable
+    from planner.rundir.run_options import run_config
+    from tests.emit_plans import make_plan
+
+    plan = make_plan("gpt2", gpus_per_node=2, strategy="deepspeed", zero_stage=3, seq_len=32, micro_batch=1)
+    run = run_config(plan)
+    assert step_time_comparable(plan, run, tiny=False, strategy="deepspeed")
+    assert not step_time_comparable(plan, run, tiny=False, strategy="engine")
+    assert _other_shape(plan, run, "engine") == "run with engine, the plan predicts deepspeed"

@@ -53,6 +53,27 @@ def test_each_node_count_gets_a_plan_of_the_same_batch_precision_and_family(tmp_
         assert fallback.global_batch == 8 and fallback.cluster.world_size == entry.world_size
         assert fallback.config.strategy.value == "engine" and fallback.config.precision == plan.config.precision
     assert "elastic over 1:2 nodes" in completed.stdout and "2 node(s), 4 processes" in completed.stdout
+    # Each count's step says its source, as the table's do (a record of that count replaces the formula's).
+    assert [line.endswith(("s/step (formula)", "s/step (formula) (the plan)")) for line in completed.stdout.splitlines()
+            if "node(s)," in line and "processes:" in line] == [True, True]  # fmt: skip
+
+
+def test_a_one_node_plan_plans_its_extra_nodes_on_the_network_more_nodes_have(tmp_path):
+    """`--nodes 1 --elastic 1:2` planned its 2-node fallback on the one node's cluster, whose network is "none":
+    0 GB/s between the nodes, 2,550 s a step for Llama 3 8B on 2 x 8 H100s where `--nodes 2` plans 0.88 s (a new
+    user's audit, 2026-11-30). The fallback is now the plan `--nodes 2` gives, on the GPU's typical link."""
+    asked = ["plan", "-m", "llama-3-8b", "--gpu", "H100-80GB", "--gpus-per-node", "8", "--strategies", "fsdp"]
+    asked += ["--global-batch", "64", "--seq-len", "2048"]
+    assert cli(*asked, "--nodes", "1", "--emit", tmp_path / "one", "--elastic", "1:2").returncode == 0
+    assert cli(*asked, "--nodes", "2", "--emit", tmp_path / "two").returncode == 0
+    fallback = read_elastic(tmp_path / "one").fallback_for(16)
+    two = json.loads((tmp_path / "two" / "plan.json").read_text())
+    assert fallback.cluster is not None and fallback.throughput is not None and fallback.config is not None
+    cluster = fallback.cluster.model_dump(mode="json")
+    for key in ("inter_node_preset", "inter_node_bandwidth_GBps", "inter_node_latency_us", "gpu"):
+        assert cluster[key] == two["cluster"][key], key
+    assert fallback.config.model_dump(mode="json") == two["config"]
+    assert fallback.throughput.step_time_s == pytest.approx(two["throughput"]["step_time_s"])
 
 
 def test_a_node_count_where_nothing_fits_says_why_and_a_run_there_is_refused(tmp_path):
@@ -117,6 +138,7 @@ def test_a_max_where_nothing_fits_is_one_line_and_writes_nothing(tmp_path):
         (("--elastic", "2:1"), "the range needs 1 <= MIN < MAX nodes"),
         (("--elastic", "2"), "one node count is no elastic run"),  # was taken as 2:2 (a new user's audit)
         (("--elastic", "one:two"), "--elastic takes a node range MIN:MAX (e.g. 1:2), not 'one:two'"),
+        (("--elastic", "1:2:3"), "--elastic takes a node range MIN:MAX (e.g. 1:2), not '1:2:3'"),
         (("--elastic", "1:40"), "spans 40 node counts; the run folder holds at most 16"),
         (("--strategies", "zero3", "--elastic", "1:2"), "a DeepSpeed checkpoint is not resharded"),
     ],

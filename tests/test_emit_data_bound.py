@@ -102,5 +102,16 @@ def test_trains_refusal_names_the_batch_the_blocks_fill_and_how_to_plan_again(us
         prepare_data(**options, run_dir=tmp_path, global_batch=blocks + 1)  # type: ignore[arg-type]
     message = str(refused.value)
     assert f"the data give {blocks:,} training blocks of {SEQ} tokens" in message
-    assert f"hardware-selector plan ... --global-batch {blocks} (or less" in message
-    assert f"--emit {tmp_path} --force" in message
+    assert message.endswith(
+        f"add data, or plan the folder again (hardware-selector plan ... --emit {tmp_path} --force) with "
+        f"--global-batch {blocks}, or a multiple of 1 below it, or a smaller --seq-len"
+    )
+    # On data-parallel ranks the batch advised is one they split (a new user's audit: 9 on 2 ranks plans nothing);
+    # with fewer blocks than ranks, shorter blocks, one per rank (data_bound.py's rule at emit).
+    for ranks, advice in (
+        (2, f"--global-batch {blocks // 2 * 2}, or a multiple of 2 below it"),
+        (blocks + 1, f"--seq-len {blocks * SEQ // (blocks + 1)} or less and --global-batch {blocks + 1}"),
+    ):
+        with pytest.raises(UserInputError) as refused:
+            prepare_data(**options, run_dir=tmp_path, global_batch=2 * blocks + 2, data_parallel=ranks)  # type: ignore[arg-type]
+        assert advice in str(refused.value), str(refused.value)

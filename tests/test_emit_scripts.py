@@ -41,6 +41,21 @@ def _recorded(record: Path) -> list[str]:
     return record.read_bytes().decode().split("\0")[:-1]
 
 
+def _runner(run_dir: Path, caller: Path) -> list[str]:
+    """The runner as launch.sh starts it when run from `caller` with _run_launch's arguments."""
+    return [
+        "-m",
+        "backends.run",
+        "--plan",
+        str(run_dir.resolve()),
+        "--launch-dir",
+        str(caller),
+        "--tiny",
+        "--steps",
+        "3",
+    ]
+
+
 def _run_launch(run_dir: Path, fake: Path, record: Path, **env: str) -> list[str]:
     environment = {**os.environ, "PYTHON": str(fake), "RECORD_FILE": str(record), **env}
     subprocess.run(
@@ -59,7 +74,7 @@ def test_launch_commands_are_exact_and_quoted(tmp_path, recorder):
     ds_dir = tmp_path / HOSTILE_NAME
     emit_run_folder(make_plan(strategy="deepspeed", zero_stage=2), ds_dir)
     run = str(ds_dir.resolve())
-    arguments = ["--plan", run, "--tiny", "--steps", "3"]
+    arguments = ["--plan", run, "--launch-dir", str(tmp_path), "--tiny", "--steps", "3"]  # _run_launch runs in tmp_path
     tail = ["-m", "backends.run", *arguments]
     assert subprocess.run(["bash", "-n", str(ds_dir / "launch.sh")]).returncode == 0
 
@@ -165,19 +180,7 @@ def test_engine_plans_launch_our_engine(tmp_path, recorder):
     run_dir = tmp_path / "engine run"
     emit_run_folder(make_plan(strategy="engine", tensor_parallel=2), run_dir)
     argv = _run_launch(run_dir, recorder, tmp_path / "argv")
-    assert argv == [
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node=2",
-        "-m",
-        "backends.run",
-        "--plan",
-        str(run_dir.resolve()),
-        "--tiny",
-        "--steps",
-        "3",
-    ]
+    assert argv == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", *_runner(run_dir, tmp_path)]
 
 
 FAKE_SLURM = {
@@ -233,6 +236,8 @@ def test_slurm_sbatch_rendezvous(strategy, tmp_path, recorder):
         "backends.run",
         "--plan",
         run,
+        "--launch-dir",
+        str(run_dir),  # SLURM_SUBMIT_DIR: relative paths passed to the runner are read from there
     ]
     assert _recorded(record) == expected
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
@@ -244,7 +249,7 @@ def test_an_elastic_folder_launches_torchrun_over_its_node_range(tmp_path, recor
     plan, table = elastic_fsdp_plan()
     run_dir = tmp_path / HOSTILE_NAME
     emit_run_folder(plan, run_dir, elastic=table)
-    tail = ["-m", "backends.run", "--plan", str(run_dir.resolve()), "--tiny", "--steps", "3"]
+    tail = _runner(run_dir, tmp_path)
     rendezvous = ["--nproc-per-node=2", "--rdzv-backend=c10d", "--rdzv-id=hs-gpt2-fsdp"]
     record = tmp_path / "argv"
     assert _run_launch(run_dir, recorder, record, MASTER_ADDR="127.0.0.1") == [
@@ -335,3 +340,54 @@ def test_multi_node_instructions_follow_the_default_launcher(tmp_path, strategy,
         assert ("first node only" in said) == first_only, (default, said)
         assert ("every node" in said) == (not first_only), (default, said)
         assert ("NODE_RANK" in said) == (not first_only), (default, said)
+
+
+def test_relative_paths_given_to_launch_sh_are_from_where_it_was_run(tmp_path, monkeypatch):
+    """Found by a new user's audit (2026-11-30): the README's `TRAIN_SCRIPT=my_train.py bash runs/ft/launch.sh`
+    failed (python could not open runs/ft/my_train.py) and `bash runs/ft/launch.sh --data data/x.jsonl` said no such
+    file: the script starts its launcher in the run folder (mpiexec reads ./mpi_hostfile there). TRAIN_SCRIPT is
+    made absolute from the caller's folder, and the runner gets that folder as an argument (--launch-dir: every
+    launcher forwards arguments to every node) and works from it; slurm.sbatch passes the submit folder."""
+    from backends.runner.launch_dir import enter_launch_dir
+
+    fake = tmp_path / "py"
+    fake.write_text(RECORDER + 'printf \'%s\\n\' "$PWD" > "$RECORD_FILE.where"\n')
+    fake.chmod(0o755)
+    run_dir, record, caller = tmp_path / "runs" / "ft", tmp_path / "argv", tmp_path / "work"
+    caller.mkdir()
+    emit_run_folder(make_plan(strategy="ddp"), run_dir)
+
+    def launched(**env: str) -> list[str]:
+        environment = {**os.environ, "PYTHON": str(fake), "RECORD_FILE": str(record), **env}
+        subprocess.run(["bash", str(run_dir / "launch.sh"), "--data", "data/x.jsonl"], check=True, env=environment,
+                       cwd=caller, timeout=60)  # fmt: skip
+        return _recorded(record)
+
+    run = str(run_dir.resolve())
+    assert launched()[-7:] == ["backends.run", "--plan", run, "--launch-dir", str(caller), "--data", "data/x.jsonl"]
+    own = launched(TRAIN_SCRIPT="my_train.py")  # your script: its path made whole, its arguments as given
+    assert own[-5:] == [str(caller / "my_train.py"), "--plan", run, "--data", "data/x.jsonl"]
+    assert (tmp_path / "argv.where").read_text().strip() == run  # the launcher itself still starts in RUN_DIR
+    sbatch = (run_dir / "slurm.sbatch").read_text()
+    assert sbatch.index('LAUNCH_DIR="${SLURM_SUBMIT_DIR:-$PWD}"') < sbatch.index('cd "$RUN_DIR"')
+    assert '--plan "$RUN_DIR" --launch-dir "$LAUNCH_DIR" "$@"' in sbatch
+    monkeypatch.chdir(run_dir)
+    enter_launch_dir(caller)  # the runner's first step after its arguments: relative --data, --db, ... are the caller's
+    assert Path.cwd() == caller
+    enter_launch_dir(tmp_path / "not on this node")
+    assert Path.cwd() == caller  # a folder this node lacks: left where the launcher put it
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("NNODES", "abc"), ("NNODES", "0"), ("NNODES", "08"), ("NODE_RANK", "-1"), ("MASTER_PORT", "x")]
+)
+def test_a_node_variable_that_is_no_whole_number_is_one_line(tmp_path, recorder, name, value):
+    """`NNODES=abc bash launch.sh` ended in bash's "abc: unbound variable", exit 1 (a new user's audit); `08` in
+    bash's octal error, exit 1 (a review)."""
+    run_dir = tmp_path / "run"
+    emit_run_folder(make_plan(strategy="ddp"), run_dir)
+    environment = {**os.environ, "PYTHON": str(recorder), "RECORD_FILE": str(tmp_path / "argv"), name: value}
+    done = subprocess.run(["bash", str(run_dir / "launch.sh")], env=environment, capture_output=True, text=True)
+    what = "a whole number of nodes, at least 1" if name == "NNODES" else "a whole number"
+    assert (done.returncode, done.stderr) == (2, f"launch.sh: {name} must be {what}, not '{value}'\n")
+    assert not (tmp_path / "argv").exists()

@@ -34,6 +34,35 @@ def test_a_two_rank_plan_run_on_one_process_says_to_launch_two(tmp_path):
     )
 
 
+def test_an_fsdp_plan_on_one_process_says_to_launch_its_ranks_before_the_trainer_refuses_it(tmp_path, monkeypatch):
+    """Found by a new user's audit (2026-11-30): an FSDP plan's script run on one process ended in transformers'
+    "ValueError: Using fsdp only works in distributed training" and its traceback, raised in Trainer.__init__, before
+    on_train_begin could say the launch. The callback, built before the Trainer, says it; on the plan's own rank
+    count, or strict=False, it is built as before."""
+    from transformers import Trainer
+
+    from hardware_selector import training_arguments
+    from hardware_selector.integrations import PlanCallback, PlanMismatch
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    plan = make_plan(gpus_per_node=2, strategy="fsdp", micro_batch=4, grad_accum=2)
+    with pytest.raises(ValueError, match="fsdp only works in distributed training|process group has not been"):
+        Trainer(model=types.SimpleNamespace(), args=training_arguments(plan, tmp_path / "out"))  # what it was
+    with pytest.raises(PlanMismatch) as caught:
+        PlanCallback(plan, record=False)
+    assert str(caught.value) == (
+        "the Trainer does not run the plan for gpt2: the plan has 2 ranks, this run 1: "
+        "launch with torchrun --nproc_per_node=2 (or plan again for 1)"
+    )
+    PlanCallback(plan, record=False, strict=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    PlanCallback(plan, record=False)
+    monkeypatch.delenv("WORLD_SIZE")  # an MPI launch (LAUNCHER=mpirun with the script): its own count (a review)
+    for name, value in {"PMI_RANK": "0", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"}.items():
+        monkeypatch.setenv(name, value)
+    PlanCallback(plan, record=False)
+
+
 def test_another_difference_beside_the_ranks_keeps_its_own_fix(tmp_path):
     from hardware_selector import training_arguments
     from hardware_selector.integrations import PlanMismatch

@@ -70,6 +70,23 @@ def test_steps_below_the_checkpoints_step_are_refused_not_a_silent_run_of_nothin
     assert "the run is complete at 2 steps: nothing to train (--steps above it trains on)" in complete.stdout
 
 
+def test_a_smoke_test_in_a_folder_with_a_full_runs_checkpoint_is_refused_and_leaves_it(user, trained):
+    """Found by a new user's audit (2026-11-30): `train DIR --tiny` after a full run was refused as "a checkpoint of
+    another my-gpt2 (its config.json differs)", and its advice (--no-resume) moved the full run to previous/ for
+    good. Both `train` and the ranks (launch.sh) now name the full run's checkpoint and the copy to smoke-test."""
+    root, _, _ = user
+    run = root / "smoke after a full run"
+    shutil.copytree(trained, run)
+    before = sorted(path.relative_to(run) for path in run.rglob("*"))
+    said = f"{run} holds a full run's checkpoint (global_step2), which a --tiny smoke test cannot resume"
+    refused = cli("train", run, "--tiny", "--steps", "1")
+    one_line_error(refused, said)
+    assert f"(cp -r '{run}' '{run}-smoke')" in refused.stderr  # the folder's name has spaces: quoted
+    direct = ["-m", "backends.run", "--plan", str(run), "--tiny", "--steps", "1"]
+    one_line_error(run_python(direct, cwd=REPO_ROOT, env=cpu_env(), timeout=300), said)
+    assert sorted(path.relative_to(run) for path in run.rglob("*")) == before
+
+
 def test_a_tiny_runs_checkpoint_on_real_data_resumes_through_trains_checks(user):
     """The data position records the block length; a --tiny run cuts it to the shrunken model's 32 tokens in
     the ranks, so `train`'s own check must count it the same way, or a smoke test on real data could not

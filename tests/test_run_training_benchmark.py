@@ -292,3 +292,23 @@ def test_a_crash_is_recorded_with_the_ranks_exception_not_torchruns_summary():
     one_line = "error: stage_split [0, 1, 0] must list 14 layer counts\n" + stderr.split("\n", 3)[3]
     status, error = classify_failure(LaunchOutcome(returncode=1, stderr_tail=one_line), 5)
     assert error == "exit code 1: error: stage_split [0, 1, 0] must list 14 layer counts"
+
+
+def test_an_out_of_memory_trial_keeps_the_runners_reason_however_long_the_output_after_it():
+    """Found by a new user's audit (2026-11-30): a trial over --memory-limit-gb was recorded as "oom (traceback :
+    To enable traceback see: ...errors.html)": the runner's line came more than the 4,000 kept characters before the
+    end of torchrun's output, and the memory guard's exception (MemoryLimitExceeded) was no "...Error" line."""
+    from benchmarks.harness.runner import classify_failure
+    from benchmarks.harness.trials import TAIL_CHARS, failure_output
+
+    reason = "error: rank 0 failed: out of memory: rank 0 peaked at 0.504 GB resident, over --memory-limit-gb 0.1"
+    summary = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n" + "x" * TAIL_CHARS + "\n"
+    summary += "traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
+    stderr = "W1130 starting\n" + reason + "\n" + summary
+    assert reason not in stderr[-TAIL_CHARS:]  # what the record kept before
+    status, error = classify_failure(LaunchOutcome(returncode=1, stderr_tail=failure_output(stderr)), 5)
+    assert (status.value, error) == ("oom", reason)
+    assert failure_output("short\n" + reason) == "short\n" + reason  # a short output is kept as it is
+    guard = "[rank0]: backends.monitoring.peak_memory.MemoryLimitExceeded: rank 0 peaked at 0.5 GB\n" + summary[-200:]
+    status, error = classify_failure(LaunchOutcome(returncode=1, stderr_tail=guard), 5)
+    assert status.value == "oom" and "MemoryLimitExceeded: rank 0 peaked" in error

@@ -111,3 +111,27 @@ def test_a_run_folder_that_would_train_from_random_weights_beside_a_pickle_is_re
     trained = train_with_warm_ranks(old, "--init", "random", "--steps", "1", "--nproc", "1")
     assert trained.returncode == 0, trained.stderr[-2000:]
     assert note in trained.stdout + trained.stderr
+
+
+def test_a_config_naming_its_own_modeling_code_says_that_code_is_not_run(user, tmp_path):
+    """Found by a new user's audit (2026-11-30): a checkpoint whose config.json maps AutoModelForCausalLM to its own
+    modeling_*.py was planned and trained as transformers' stock class without a word (final/ lost auto_map). The
+    code is never run (remote code stays off); emit and train now say the stock class trains."""
+    from backends.runner.folder import load_run_folder
+    from planner.rundir.run_overrides import RunOverrides
+
+    _, model_dir, _ = user
+    folder = tmp_path / "custom code"
+    shutil.copytree(model_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_mine.MyGPT", "AutoTokenizer": ["tokenization_mine.T", None]}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "modeling_mine.py").write_text("raise SystemExit('remote code ran')\n")
+    emitted = emit(tmp_path, folder, "custom")
+    note = (
+        f"note: {folder.resolve()}'s config.json names its own modeling code (modeling_mine.MyGPT, "
+        "tokenization_mine.T); it is never run "
+        "(remote code stays off), so the run trains transformers' own 'gpt2' model"
+    )
+    assert emitted.returncode == 0 and note in emitted.stdout, emitted.stdout
+    assert any(line.startswith(note) for line in load_run_folder(tmp_path / "custom", RunOverrides()).notes)

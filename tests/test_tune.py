@@ -157,6 +157,46 @@ def test_a_killed_tune_resumes_without_repeating_trials(tmp_path, candidates):
     ), summary
 
 
+def test_the_budget_counts_only_the_trials_that_run(tmp_path, candidates):
+    """Found by a new user's audit (2026-11-30): a tune whose trials were all recorded refused a small budget as
+    "too small for 3 trial(s)" though none would run, and a resumed one gave the trials left fewer steps than the
+    budget holds. The budget is split over the trials that run; none running, the budget is not checked."""
+    spec, cluster, plans = candidates
+    matrix = tune_matrix(spec, cluster, plans, tiny=True)
+    store = BenchmarkStore(tmp_path / "db.duckdb")
+    times = {rank: entry.predicted.step_time_s for rank, entry in enumerate(matrix.entries, 1)}
+    tune_with(plans[:2], store, FakeTrialsLaunch(matrix, times), (spec, cluster))  # two trials recorded
+    rest = matrix.model_copy(update={"entries": matrix.entries[2:]})
+    resumed = tune_with(plans, store, FakeTrialsLaunch(matrix, times), (spec, cluster), most_steps=10**6)
+    assert resumed.skipped == 2 and resumed.timed_steps == timed_steps(600, rest, most=10**6)
+    assert resumed.timed_steps > timed_steps(600, matrix, most=10**6)
+    with pytest.raises(UserInputError):
+        timed_steps(20, matrix)  # too small for three trials...
+    spec_cluster = (spec, cluster)
+    read_back = run_tune(
+        *spec_cluster, plans, tiny=True, budget_s=20, store=store, run_command=FakeTrialsLaunch(matrix, times)
+    )
+    assert read_back.skipped == 3 and read_back.timed_steps == 0 and read_back.launches == 0  # ...but none run
+
+
+def test_a_second_process_on_the_same_trials_is_one_line(tmp_path, candidates):
+    """Found by a new user's audit: two tunes of the same plans against one database shared a scratch folder, and
+    the second deleted the first's running trial folders and failed with a traceback. The trials' folder is held by
+    one process; a second is told who holds it. (flock is per open file, so this process stands in for both.)"""
+    from benchmarks.harness.trials import scratch_held
+    from benchmarks.harness.tune import scratch_folder
+
+    spec, cluster, plans = candidates
+    matrix = tune_matrix(spec, cluster, plans, tiny=True)
+    store = BenchmarkStore(tmp_path / "db.duckdb")
+    times = {rank: entry.predicted.step_time_s for rank, entry in enumerate(matrix.entries, 1)}
+    held = r"these trials are being measured by PID \d+ since .*; wait for it"
+    with scratch_held(scratch_folder(matrix, store)), pytest.raises(UserInputError, match=held):
+        tune_with(plans, store, FakeTrialsLaunch(matrix, times), (spec, cluster))
+    assert store.runs() == []  # nothing ran, nothing recorded
+    assert tune_with(plans, store, FakeTrialsLaunch(matrix, times), (spec, cluster)).launches == 1  # once let go
+
+
 def test_the_budget_sets_the_timed_steps_and_a_budget_too_small_is_one_line(candidates):
     spec, cluster, plans = candidates
     matrix = tune_matrix(spec, cluster, plans, tiny=False)

@@ -138,7 +138,8 @@ def _trained_folder(tmp_path, monkeypatch) -> tuple[Path, dict]:
 
 
 def _state(run_dir: Path) -> dict:
-    return {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+    """The folder's files but the run lock, which a tune holds while it measures, as `train` does."""
+    return {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file() and path.name != ".train.lock"}
 
 
 def test_a_trained_folder_whose_winner_is_its_own_plan_keeps_its_trained_run(tmp_path, monkeypatch):
@@ -238,3 +239,65 @@ def test_the_assumed_link_speed_names_where_it_comes_from(tmp_path, monkeypatch)
 
     given = make_cluster("cpu", gpus_per_node=2, intra_bw=3)
     assert assumed_link_source(given).startswith("the intra-node link [intra-node: 3 GB/s/dir (user)] x ")
+
+
+def test_a_folder_is_held_while_its_tune_measures_and_a_run_beside_it_is_one_line(tmp_path, monkeypatch):
+    """Found by a new user's audit (2026-11-30): `train RUN_DIR` started beside `tune RUN_DIR` ran to its end on
+    the cores the trials were timed on (their records calibrated later plans from that), and a second tune of the
+    same folder failed with a traceback in the first one's trial folders. The tune holds the folder's run lock
+    while it measures, as `train` does, and the lock's line says it is a tune; it lets go when it ends."""
+    from backends.runner.run_lock import LOCK_FILE, TUNING, hold_run_lock, run_alive
+    from benchmarks.harness import processes
+
+    seen: list[tuple[bool | None, str]] = []
+
+    def trials_while_held(target, nproc, timeout_s, launcher="torchrun"):
+        seen.append((run_alive(run_dir), (run_dir / LOCK_FILE).read_text()))
+        return each_trial_ran(target, nproc, timeout_s, launcher)
+
+    monkeypatch.setattr(processes, "run_torchrun_command", trials_while_held)
+    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(tmp_path / "db.duckdb"))
+    run_dir = tmp_path / "run"
+    plan = ["plan", "-m", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "32", "--global-batch", "4"]
+    assert cli_in_process(*plan, "--emit", run_dir).returncode == 0
+    tuned = cli_in_process("tune", run_dir, "--candidates", "1", "--budget", "5", "--tiny")
+    assert tuned.returncode == 0, tuned.stderr
+    (alive, holder), *_ = seen
+    assert alive is True and holder.splitlines()[1] == TUNING
+    assert run_alive(run_dir) is False  # let go when the tune ended
+    tuning = hold_run_lock(run_dir, TUNING)  # a tune in progress, as another process would hold it
+    assert tuning is not None
+    try:
+        before = _state(run_dir)
+        for args in (["train", run_dir, "--steps", "1"], ["tune", run_dir, "--budget", "5", "--tiny"]):
+            result = cli_in_process(*args)
+            lines = result.stderr.strip().splitlines()
+            assert result.returncode == 2 and len(lines) == 1, result.stderr
+            assert "is being tuned by PID" in lines[0] and "wait for that tune to end" in lines[0], lines[0]
+        assert _state(run_dir) == before
+    finally:
+        tuning.close()
+
+
+def test_a_folder_whose_model_folder_is_gone_is_refused_before_any_trial(tmp_path, monkeypatch):
+    """Found by a new user's audit (2026-11-30): `tune RUN_DIR` ran every trial and wrote the winner for a folder
+    whose model folder had been moved, which the next `train` then refused. The folder's model is checked as
+    `train` checks it, before the trials."""
+    import shutil
+
+    from benchmarks.harness import processes
+    from scripts.demo_checkpoint import make_local_gpt2
+    from tests.trained_run import emit_args
+
+    launched: list[object] = []
+    monkeypatch.setattr(processes, "run_torchrun_command", lambda *args, **kwargs: launched.append(args) or (0, ""))
+    monkeypatch.setenv("HARDWARE_SELECTOR_DB", str(tmp_path / "db.duckdb"))
+    model_dir, corpus = make_local_gpt2(tmp_path / "user")
+    run_dir = tmp_path / "run"
+    assert cli_in_process(*emit_args(model_dir, corpus, run_dir)).returncode == 0
+    shutil.move(model_dir, tmp_path / "moved")
+    result = cli_in_process("tune", run_dir, "--candidates", "1", "--budget", "5", "--tiny")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert f"{model_dir.resolve()}, the model folder this run was emitted from (plan.json), does not exist" in lines[0]
+    assert not launched

@@ -88,8 +88,10 @@ def prepare_data(
     global_batch: int,
     local_rank: int,
     seed: int,
+    data_parallel: int = 1,
 ) -> RunData:
-    """The run's training and evaluation blocks (see the module docstring)."""
+    """The run's training and evaluation blocks (see the module docstring). `data_parallel`: the ranks a step's
+    batch is split over, so a batch the data fill is advised as a multiple of it."""
     if data.synthetic:  # no eval either: DataConfig refuses --eval-data without --data
         train = SyntheticTokens(max(SYNTHETIC_SAMPLES, global_batch), seq_len, vocab_size, seed=seed)
         return RunData(
@@ -110,11 +112,20 @@ def prepare_data(
     else:
         train, held_out = split_blocks(blocks, data.eval_fraction, data.eval_max_blocks, data.seed)
     if len(train) < global_batch:
+        # A batch the data fill that every data-parallel rank gets its share of (planner/rundir/data_bound.py's
+        # rule, which emit applies before the tokens are counted); too few blocks for that: shorter ones.
+        fits = len(train) // data_parallel * data_parallel
+        shortest = len(train) * seq_len // data_parallel
+        again = f"plan the folder again (hardware-selector plan ... --emit {run_dir} --force) with"
+        if fits:
+            advice = f"{again} --global-batch {fits}, or a multiple of {data_parallel} below it, or a smaller --seq-len"
+        elif shortest:
+            advice = f"{again} --seq-len {shortest} or less and --global-batch {data_parallel}"
+        else:
+            advice = f"the plan's {data_parallel} data-parallel ranks need a block each"
         raise UserInputError(
             f"the data give {len(train):,} training blocks of {seq_len:,} tokens, fewer than one step's "
-            f"global batch of {global_batch:,}; add data, or plan the folder again with a batch they fill: "
-            f"hardware-selector plan ... --global-batch {max(len(train), 1)} (or less, or a smaller --seq-len) "
-            f"--emit {run_dir} --force"
+            f"global batch of {global_batch:,}; add data, or {advice}"
         )
     evaluation = f"{len(held_out)} evaluation blocks" if held_out is not None else "no evaluation split"
     return RunData(

@@ -30,13 +30,16 @@ Lightning's PlanMonitor.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
-from backends.integrations.plan_check import mismatch_line, trainer_differences
+from backends.integrations.plan_check import RANKS_DIFFER, mismatch_line, torchrun_launch, trainer_differences
 from backends.integrations.plan_measure import PlanMeasurement
+from backends.mpi.environment import launched_world_size
+from planner.contract.choices import Strategy
 from planner.errors import UserInputError
 from planner.plan import Plan
 
@@ -57,6 +60,19 @@ class PlanCallback(PlanMeasurement, TrainerCallback):
     ):
         super().__init__(plan, record=record, db=db, say=say)
         self.strict = strict
+        self._refuse_fsdp_on_one_process()
+
+    def _refuse_fsdp_on_one_process(self) -> None:
+        """An FSDP plan on one process: the Trainer refuses it in its constructor, before on_train_begin, with
+        "ValueError: Using fsdp only works in distributed training" and a traceback (a new user's audit,
+        2026-11-30). The callback is built before the Trainer, so it says the launch the plan needs first."""
+        world = launched_world_size(os.environ)  # torchrun's count, or an MPI launcher's
+        if not self.strict or world != 1 or self.run.world_size == 1 or self.plan.config.strategy is not Strategy.FSDP:
+            return
+        ranks = (
+            f"{RANKS_DIFFER}{self.run.world_size} ranks, this run 1: {torchrun_launch(self.run)} (or plan again for 1)"
+        )
+        raise PlanMismatch(mismatch_line(f"the Trainer does not run the plan for {self.plan.model.name}", [ranks], ""))
 
     # 1. the check
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -106,6 +106,19 @@ def adopt_mpi_environment(environ: MutableMapping[str, str] | None = None) -> Mp
     return world
 
 
+def launched_world_size(environ: Mapping[str, str]) -> int | None:
+    """The processes this launch started, from its launcher's variables: torchrun's WORLD_SIZE, else an MPI
+    launcher's own count (read before the runner adopts them, as a Trainer script under `LAUNCHER=mpirun` is); 1
+    without a launcher; None when they are no integers (the one that reads them says so)."""
+    try:
+        if "WORLD_SIZE" in environ:
+            return int(environ["WORLD_SIZE"])
+        counts = _counts_from(environ)
+    except (ValueError, UserInputError):
+        return None
+    return counts.world_size if counts is not None else 1
+
+
 def _counts_from(environ: Mapping[str, str]) -> _Counts | None:
     for source, names in MPI_VARIABLES.items():
         values = [environ[name] for name in names if name in environ]

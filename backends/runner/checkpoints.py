@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -113,7 +114,8 @@ def check_data_position(state: dict[str, Any], *, folder: Path, data: dict[str, 
 def resume_folder(value: Path, run_dir: Path) -> Path | None:
     """--resume-from's folder, resolved, or None. A relative path is looked up from the working folder, then from
     the run folder: docs/running.md's `--resume-from checkpoints/global_step<N>` names the run's own checkpoint
-    wherever `train` is typed (launch.sh's ranks run in the run folder, `train`'s in the user's)."""
+    wherever `train` or launch.sh is typed (the ranks work from the caller's folder: `train`'s, or launch.sh's
+    --launch-dir, backends/runner/launch_dir.py)."""
     path = Path(value).expanduser()
     candidates = [path] if path.is_absolute() else [Path.cwd() / path, run_dir / path]
     return next((candidate.resolve() for candidate in candidates if candidate.is_dir()), None)
@@ -140,6 +142,18 @@ def resume_path(value: Path, run_dir: Path) -> Path:
         return chosen
     where = not_found_where(value, run_dir)
     raise UserInputError(f"--resume-from {value}: no such folder{where}; name a checkpoints/global_step<N> folder")
+
+
+def full_run_under_smoke_test(run_dir: Path, checkpoint: Path) -> str:
+    """A --tiny smoke test in a folder whose newest checkpoint is a full run's: refused before the shrunken model
+    is checked against it ("another model") or, started afresh, moves the full run aside for good (a new user's
+    audit, 2026-11-30). Said by `train`'s checks and by the ranks (launch.sh)."""
+    copy = f"cp -r {shlex.quote(str(run_dir))} {shlex.quote(f'{run_dir}-smoke')}"
+    return (
+        f"{run_dir} holds a full run's checkpoint ({checkpoint.name}), which a --tiny smoke test cannot resume "
+        f"(and with --no-resume would set aside): smoke-test a copy of the folder ({copy}) or a fresh --emit; "
+        "`train` without --tiny resumes this one"
+    )
 
 
 def saved_by_a_smoke_test(state: dict[str, Any]) -> bool:
@@ -190,6 +204,8 @@ class RunCheckpoints:
         if rank() == 0:
             try:
                 choice, self.passed_over_smoke_test = chosen_checkpoint(self.folder, tiny=tiny)
+                if choice is not None and tiny and not _smoke_test_checkpoint(choice):
+                    raise UserInputError(full_run_under_smoke_test(self.folder.parent, choice))
             except UserInputError as failure:
                 error = str(failure)
         error, choice = rank0_choice(error, choice)

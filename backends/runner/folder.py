@@ -24,7 +24,7 @@ from planner.rundir.engine_for_run import engine_config_for_run
 from planner.rundir.manifest import interrupted_emission
 from planner.rundir.plan_file import read_plan_file
 from planner.rundir.replan import read_elastic
-from planner.rundir.run_overrides import RunOverrides, apply_overrides, unloaded_weights_note
+from planner.rundir.run_overrides import RunOverrides, apply_overrides, model_notes
 from planner.training_config import Strategy
 
 
@@ -50,7 +50,7 @@ def load_run_folder(run_dir: Path, overrides: RunOverrides, strategy: str | None
         )
     plan, run = read_plan_file(run_dir)
     run = apply_overrides(run, overrides)
-    pickle_note = unloaded_weights_note(run.model)  # a folder emitted before emit refused it: refused here
+    notes = model_notes(run.model)  # random weights (a pickle-only folder emitted before emit refused it: here)
     chosen = Strategy(strategy) if strategy else plan.config.strategy
     if chosen is not Strategy.ENGINE and run.layout.model_parallel > 1:
         raise UserInputError(
@@ -78,7 +78,7 @@ def load_run_folder(run_dir: Path, overrides: RunOverrides, strategy: str | None
         engine_file=engine_file,
         ds_config=ds_config if chosen is Strategy.DEEPSPEED else None,
         elastic=read_elastic(run_dir) if chosen is plan.config.strategy else None,
-        notes=(pickle_note,) if pickle_note else (),
+        notes=tuple(notes),
     )
 
 

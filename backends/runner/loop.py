@@ -146,6 +146,7 @@ class RunSession:
             global_batch=run.global_batch,
             local_rank=local_rank,
             seed=run.data.seed,
+            data_parallel=run.layout.data_parallel,
         )
         steps = total_steps(run, len(data.train), run.data.synthetic)
         make_model = partial(

@@ -110,6 +110,12 @@ def runner_parser(prog: str = RUNNER_PROG) -> OneLineParser:
         metavar="GB",
         help="stop as out of memory when a rank's peak passes this many GB (CUDA allocated, or resident on a CPU)",
     )
+    parser.add_argument(
+        "--launch-dir",
+        type=Path,
+        help="read relative paths (--data, --resume-from, --db, ...) from this folder; launch.sh and slurm.sbatch "
+        "pass the one they were run from, since their launcher starts the ranks in the run folder",
+    )
     # The DeepSpeed launcher passes --local_rank; the rank comes from the environment anyway.
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     return parser

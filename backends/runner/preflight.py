@@ -99,6 +99,7 @@ def check_resume(
         RUNNER_STATE,
         check_resumable,
         data_identity,
+        full_run_under_smoke_test,
         model_fingerprint,
         resume_path,
         saved_by_a_smoke_test,
@@ -119,6 +120,10 @@ def check_resume(
         return None  # a damaged checkpoint: the ranks fall back to an older one, or say why none is usable
     if resume_from is None and not tiny and saved_by_a_smoke_test(state):
         return None  # the smoke test's: the ranks start afresh and move it aside
+    if resume_from is None and tiny and not saved_by_a_smoke_test(state):
+        # A full run's checkpoint: a smoke test would be refused as "another model" (the shrunken one), and with
+        # --no-resume would move the full run aside, its checkpoints never resumed again (a new user's audit).
+        raise UserInputError(full_run_under_smoke_test(run_dir, newest))
     fingerprint = model_fingerprint(run.model.hf_config, tiny=tiny)
     from planner.rundir.replan import plan_digest
 

@@ -96,8 +96,9 @@ def finish_summary(
     peaks = _everyones_peak(adapter)
     median = times.median()
     tokens_per_step = run.global_batch * run.seq_len
-    moved = _other_shape(spec.plan, run)  # `train --nproc` or --seq-len: the prediction is for another step
-    step_comparable = step_time_comparable(spec.plan, run, tiny=bool(args.tiny))
+    # `train --nproc`, --seq-len or --strategy: the prediction is for another step
+    moved = _other_shape(spec.plan, run, spec.strategy.value)
+    step_comparable = step_time_comparable(spec.plan, run, tiny=bool(args.tiny), strategy=spec.strategy.value)
     predicted = run.predicted
     summary: dict[str, Any] = {
         "strategy": spec.strategy.value,
@@ -169,18 +170,21 @@ def finish_summary(
     return summary
 
 
-def step_time_comparable(plan: Plan, run: RunConfig, *, tiny: bool) -> bool:
+def step_time_comparable(plan: Plan, run: RunConfig, *, tiny: bool, strategy: str | None = None) -> bool:
     """Whether the measured step time is the one the plan predicted: the plan's own step (not a --tiny run, nor
-    another process count, batch or sequence length), on GPUs, or on the CPU processes a plan made for the `cpu`
-    pseudo-GPU predicts (their memory too: that estimate models a CPU rank), as tune's trials on it do: compared,
-    and recorded beside the prediction to calibrate the next plan."""
-    if tiny or _other_shape(plan, run) is not None:
+    another process count, batch, sequence length or `strategy`), on GPUs, or on the CPU processes a plan made for
+    the `cpu` pseudo-GPU predicts (their memory too: that estimate models a CPU rank), as tune's trials on it do:
+    compared, and recorded beside the prediction to calibrate the next plan."""
+    if tiny or _other_shape(plan, run, strategy) is not None:
         return False
     return run.device == "cuda" or plan.cluster.gpu.name == "cpu"
 
 
-def _other_shape(plan: Plan, run: RunConfig) -> str | None:
-    """How the run's step differs from the one the plan predicted (None: the same), for the summary's lines."""
+def _other_shape(plan: Plan, run: RunConfig, strategy: str | None = None) -> str | None:
+    """How the run's step differs from the one the plan predicted (None: the same), for the summary's lines.
+    `strategy`: the one that ran (`train --strategy`), where it may not be the plan's."""
+    if strategy is not None and strategy != plan.config.strategy.value:
+        return f"run with {strategy}, the plan predicts {plan.config.strategy.value}"
     planned = (plan.cluster.world_size, plan.config.micro_batch, plan.config.grad_accum, plan.config.seq_len)
     ran = (run.world_size, run.micro_batch, run.grad_accum, run.seq_len)
     if ran == planned:

@@ -256,6 +256,7 @@ def train_with_trainer(args: argparse.Namespace) -> dict[str, Any]:
         global_batch=run.global_batch,
         local_rank=local_rank,
         seed=run.data.seed,
+        data_parallel=run.layout.data_parallel,
     )
     steps = total_steps(run, len(data.train), run.data.synthetic)
     block = scheduler_block(run.optim, steps)

@@ -11,7 +11,6 @@ read back, so an interrupted matrix resumes where it stopped.
 
 from __future__ import annotations
 
-import re
 import shutil
 import statistics
 from collections.abc import Callable
@@ -24,14 +23,12 @@ from benchmarks.harness import launch
 from benchmarks.harness.jobs import MeasureJob, MeasureResult
 from benchmarks.harness.matrix import BenchmarkMatrix, MatrixEntry
 from benchmarks.harness.processes import LaunchOutcome
-from benchmarks.harness.trials import TrialRun, scratch_folder
+from benchmarks.harness.trials import EXCEPTION_LINE, ONE_LINE_ERROR, TrialRun, scratch_folder, scratch_held
 from benchmarks_db.environment import RunEnvironment
 from benchmarks_db.record import RunRecord, RunStatus
 from benchmarks_db.store import BenchmarkStore
 
-EXCEPTION_LINE = re.compile(r"^(\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(Error|Exception)): ")
-ONE_LINE_ERROR = re.compile(r"^(\[rank\d+\]:\s*)?error: ")
-OOM_MARKERS = ("out of memory", "outofmemoryerror", "cannot allocate memory")
+OOM_MARKERS = ("out of memory", "outofmemoryerror", "cannot allocate memory", "memorylimitexceeded")
 
 
 class RunSummary(BaseModel):
@@ -210,14 +207,15 @@ def run_matrix(
     # The steps are in the identity: a resumed matrix reads back only trials that timed what it asks.
     identity = [f"steps={steps} warmup={warmup}", *(entry.key for entry in matrix.entries)]
     scratch = scratch_folder("matrix", Path(store.path), identity)
-    for group in _by_launch(pending):
-        jobs = [_job(entry, matrix, steps, warmup) for entry in group]
-        runs = launcher(jobs, group[0].world_size, timeout_s, scratch=scratch, on_ended=ended, on_run=record)
-        for run in runs:  # those a stand-in launcher did not hand to on_run or tell on_ended of
-            record(run)
-            ended(run.key)
-        summary.launches += max((run.launches for run in runs), default=0)
-    shutil.rmtree(scratch, ignore_errors=True)  # every entry is in the database now
+    with scratch_held(scratch):  # one process runs these entries at a time (a second matrix: one line)
+        for group in _by_launch(pending):
+            jobs = [_job(entry, matrix, steps, warmup) for entry in group]
+            runs = launcher(jobs, group[0].world_size, timeout_s, scratch=scratch, on_ended=ended, on_run=record)
+            for run in runs:  # those a stand-in launcher did not hand to on_run or tell on_ended of
+                record(run)
+                ended(run.key)
+            summary.launches += max((run.launches for run in runs), default=0)
+        shutil.rmtree(scratch, ignore_errors=True)  # every entry is in the database now
     return summary
 
 

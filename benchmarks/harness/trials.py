@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import tempfile
 import threading
@@ -35,6 +36,19 @@ from planner.plan import Plan
 from planner.rundir.trial import DONE_FILE, REQUEST_FILE, TrialDone, TrialRequest
 
 SHARED_CACHE = "token-cache"
+TAIL_CHARS = 4000  # of a failed launch's output, kept with its record
+# A rank's own one-line error (the runner's UserInputError, "error: ...") and a raised exception's last line.
+ONE_LINE_ERROR = re.compile(r"^(\[rank\d+\]:\s*)?error: ")
+EXCEPTION_LINE = re.compile(r"^(\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(Error|Exception|Exceeded)): ")
+
+
+def failure_output(stderr: str) -> str:
+    """What a failed launch's record keeps of its output: the tail, after the ranks' one-line errors from before
+    it (torchrun's summary and the other ranks' tracebacks that follow a rank's error can push it out of the tail;
+    a new user's audit found an out-of-memory trial recorded with torchrun's errors.html line for its reason)."""
+    tail = stderr[-TAIL_CHARS:]
+    said = [line for line in stderr[:-TAIL_CHARS].splitlines() if ONE_LINE_ERROR.search(line.strip())]
+    return "\n".join([*said[-3:], tail]) if len(stderr) > TAIL_CHARS and said else tail
 
 
 class TrialRun(BaseModel):
@@ -53,6 +67,42 @@ def scratch_folder(purpose: str, store_path: Path, identity: list[str]) -> Path:
     named = [str(Path(store_path).resolve()), *identity]
     digest = hashlib.sha256("\n".join(named).encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"hardware-selector-{purpose}-{digest}"
+
+
+@contextmanager
+def scratch_held(scratch: Path) -> Iterator[None]:
+    """The trials of `scratch` run by this process alone: a second tune or matrix of the same trials (the same
+    scratch folder) would delete the first one's running folders and time its trials on the same cores. An
+    exclusive flock on a file beside the folder (the folder itself is deleted when the trials are recorded); it
+    goes with the process, however it ends."""
+    import fcntl
+    import os
+
+    # Left in place when the trials end: removing a lock file races a process about to take it.
+    path = scratch.with_name(scratch.name + ".lock")
+    try:
+        handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 (held until the trials end)
+    except OSError as error:  # another user's lock on a shared /tmp, say
+        raise UserInputError(
+            f"cannot open {path} to hold these trials: {error.strerror or error}; set TMPDIR to a folder of yours"
+        ) from None
+    try:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise UserInputError(
+                f"these trials are being measured by {holder} (same plans, same database); wait for it to end or "
+                "stop it: two launches of them would share these cores and delete each other's trial folders"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"PID {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        handle.flush()
+        yield
+    finally:
+        handle.close()
 
 
 def trial_folder_name(key: str) -> str:
@@ -155,7 +205,7 @@ def launch_trials(
         if pending and pending[0] in batch:  # the trial that ended the launch: its failure, read from the output
             code = None if returncode is None else (returncode or 1)
             failed = pending.pop(0)
-            add(_failed(failed, LaunchOutcome(returncode=code, stderr_tail=stderr[-4000:]), launches))
+            add(_failed(failed, LaunchOutcome(returncode=code, stderr_tail=failure_output(stderr)), launches))
             tell(failed)
     return runs
 

@@ -228,7 +228,7 @@ def order_changes(
 
 
 class TuneOutcome(BaseModel):
-    timed_steps: int
+    timed_steps: int  # per trial run here; 0 when every trial was read back
     trials: list[Trial]
     skipped: int  # trials read back from the database (an earlier, interrupted tune measured them)
     launches: int  # torchrun launches this tune started (one, unless a trial failed)
@@ -269,39 +269,42 @@ def run_tune(
     most_steps: the timed steps a trial takes at the most, however large the budget (`tune --steps`)."""
     from benchmarks.harness.processes import run_torchrun_command
     from benchmarks.harness.runner import record_outcome
-    from benchmarks.harness.trials import launch_trials, prepare_trials
+    from benchmarks.harness.trials import launch_trials, prepare_trials, scratch_held
     from benchmarks_db.environment import current_environment
     from planner.progress import WorkProgress
 
     matrix = tune_matrix(spec, cluster, plans, tiny=tiny)
-    steps = timed_steps(budget_s, matrix, most=most_steps)
     # A trial that failed is tried again; one measured is not, unless asked (then the new record is the newest).
     done = set() if remeasure else store.done_matrix_keys(retry_failed=True)
     pending = [(entry, plan) for entry, plan in zip(matrix.entries, plans, strict=True) if entry.key not in done]
+    # The budget is the trials' that run: those read back cost nothing (and none running, no budget to check).
+    to_run = matrix.model_copy(update={"entries": [entry for entry, _ in pending]})
+    steps = timed_steps(budget_s, to_run, most=most_steps) if pending else 0
     requests = [
         TrialRequest(key=entry.key, warmup=WARMUP_STEPS, steps=steps, tiny=tiny, memory_limit_gb=memory_limit_gb)
         for entry, _ in pending
     ]
     scratch = scratch_folder(matrix, store)
-    if remeasure:
-        shutil.rmtree(scratch, ignore_errors=True)  # an interrupted launch's finished trials: measured again too
-    folders = prepare_trials([plan for _, plan in pending], requests, scratch, options, token_cache)
-    if prepare is not None:
-        prepare({request.key: folder for request, folder in zip(requests, folders, strict=True)})
-    # The budget sets the steps; the launches are stopped only at twice it (a loaded machine runs late).
-    labels = {folder: entry.label for folder, (entry, _) in zip(folders, pending, strict=True)}
-    with WorkProgress("tune trials", total=len(folders)) as progress:
-        runs = launch_trials(
-            folders, cluster.world_size, 2 * budget_s, run_command or run_torchrun_command,
-            on_done=lambda folder: progress.advance(1, note=f"{labels[folder]} ended"),
-        )  # fmt: skip
-    environment, entries = current_environment(), {entry.key: entry for entry, _ in pending}
-    if tiny:  # the prediction is the full model's: a shrunken model's time beside it would calibrate nonsense
-        entries = {key: entry.model_copy(update={"predicted": None}) for key, entry in entries.items()}
-    recorded = [record_outcome(entries[run.key], matrix, environment, run.outcome, 2 * budget_s) for run in runs]
-    for record in recorded:
-        store.add(record)
-    shutil.rmtree(scratch, ignore_errors=True)  # every trial is in the database now
+    with scratch_held(scratch):  # one process runs these trials at a time (a second tune: one line)
+        if remeasure:
+            shutil.rmtree(scratch, ignore_errors=True)  # an interrupted launch's finished trials: measured again too
+        folders = prepare_trials([plan for _, plan in pending], requests, scratch, options, token_cache)
+        if prepare is not None:
+            prepare({request.key: folder for request, folder in zip(requests, folders, strict=True)})
+        # The budget sets the steps; the launches are stopped only at twice it (a loaded machine runs late).
+        labels = {folder: entry.label for folder, (entry, _) in zip(folders, pending, strict=True)}
+        with WorkProgress("tune trials", total=len(folders)) as progress:
+            runs = launch_trials(
+                folders, cluster.world_size, 2 * budget_s, run_command or run_torchrun_command,
+                on_done=lambda folder: progress.advance(1, note=f"{labels[folder]} ended"),
+            )  # fmt: skip
+        environment, entries = current_environment(), {entry.key: entry for entry, _ in pending}
+        if tiny:  # the prediction is the full model's: a shrunken model's time beside it would calibrate nonsense
+            entries = {key: entry.model_copy(update={"predicted": None}) for key, entry in entries.items()}
+        recorded = [record_outcome(entries[run.key], matrix, environment, run.outcome, 2 * budget_s) for run in runs]
+        for record in recorded:
+            store.add(record)
+        shutil.rmtree(scratch, ignore_errors=True)  # every trial is in the database now
     overheads = {run.key: run.overhead_s for run in runs if run.overhead_s is not None}
     return TuneOutcome(
         timed_steps=steps,

@@ -27,6 +27,21 @@ def given_lines() -> list[str]:
     ]
 
 
+def whole_number_lines() -> list[str]:
+    """Refuse a node variable that is no whole number (NNODES: at least 1) in one line, exit 2: bash's arithmetic
+    reads `abc` as an unset variable's name ("abc: unbound variable", exit 1; a new user's audit, 2026-11-30) and
+    `08` as a bad octal number, and `01` is not the string 1 the one-node tests compare with."""
+    return [
+        "for NAME in NNODES NODE_RANK MASTER_PORT; do",
+        '  if ! [[ "${!NAME}" =~ ^(0|[1-9][0-9]*)$ ]] || [[ "$NAME" == NNODES && "${!NAME}" == 0 ]]; then',
+        '    WHAT="a whole number"; [[ "$NAME" != NNODES ]] || WHAT="a whole number of nodes, at least 1"',
+        "    echo \"launch.sh: $NAME must be $WHAT, not '${!NAME}'\" >&2",
+        "    exit 2",
+        "  fi",
+        "done",
+    ]
+
+
 def need_nodes_function() -> list[str]:
     """need_nodes rank|elastic: refuse a multi-node start without MASTER_ADDR (and NODE_RANK for `rank`), else
     say what this node waits for. Nothing on one node."""

@@ -22,7 +22,13 @@ import shlex
 
 from planner.contract.run_config import RunConfig
 from planner.elastic_plan import ElasticPlan
-from planner.emit.launch_guards import MPI_HOSTFILE, given_lines, mpi_nodes_lines, need_nodes_function
+from planner.emit.launch_guards import (
+    MPI_HOSTFILE,
+    given_lines,
+    mpi_nodes_lines,
+    need_nodes_function,
+    whole_number_lines,
+)
 from planner.emit.script_paths import python_lines
 from planner.plan import Plan
 
@@ -106,6 +112,7 @@ def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None, elast
         "NODE_RANK=${NODE_RANK:-0}",
         "MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}",
         f"MASTER_PORT=${{MASTER_PORT:-{DEFAULT_MASTER_PORT}}}",
+        *whole_number_lines(),
         *(
             []
             if elastic is None
@@ -114,13 +121,16 @@ def launch_sh(plan: Plan, target: RunConfig, *, python: str | None = None, elast
                 f"MAX_RESTARTS=${{MAX_RESTARTS:-{elastic.max_restarts}}}",
             ]
         ),
-        "# What each launcher starts: the runner module, or your script.",
+        "# What each launcher starts: the runner module, or your script (a relative path: from where you ran this).",
+        "# The launch runs in RUN_DIR; the runner reads relative paths you pass (--data, --resume-from, ...) from",
+        "# where you ran this (--launch-dir).",
         'if [[ -n "${TRAIN_SCRIPT:-}" ]]; then',
-        '  TRAIN=( "$TRAIN_SCRIPT" ); DS_TRAIN=( "$TRAIN_SCRIPT" )',
+        '  [[ "$TRAIN_SCRIPT" == /* ]] || TRAIN_SCRIPT="$PWD/$TRAIN_SCRIPT"',
+        '  TRAIN=( "$TRAIN_SCRIPT" ); DS_TRAIN=( "$TRAIN_SCRIPT" ); ARGS=( --plan "$RUN_DIR" "$@" )',
         "else",
         f"  TRAIN=( -m {RUNNER_MODULE} ); DS_TRAIN=( --module {RUNNER_MODULE} )",
+        '  ARGS=( --plan "$RUN_DIR" --launch-dir "$PWD" "$@" )',
         "fi",
-        'ARGS=( --plan "$RUN_DIR" "$@" )',
         *need_nodes_function(),
     ]
     if target.device == "cpu":

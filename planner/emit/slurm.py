@@ -50,6 +50,8 @@ def slurm_sbatch(
     ]
     if target.device == "cpu":
         lines.append("export DS_ACCELERATOR=cpu")
+    # The launch runs in RUN_DIR; relative paths passed to the runner are read from the submit folder.
+    lines.append('LAUNCH_DIR="${SLURM_SUBMIT_DIR:-$PWD}"')
     lines.append('cd "$RUN_DIR"')
     lines.append("")
     nodes = (
@@ -59,6 +61,6 @@ def slurm_sbatch(
         "srun --ntasks-per-node=1 --kill-on-bad-exit=1 \\" if elastic is None else "srun --ntasks-per-node=1 \\",
         f'  "$PYTHON" -m torch.distributed.run --nnodes={nodes} --nproc-per-node="$NPROC_PER_NODE" \\',
         '  --rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$HEAD_NODE_IP:$MASTER_PORT" \\',
-        '  "${TRAIN[@]}" --plan "$RUN_DIR" "$@"',
+        '  "${TRAIN[@]}" --plan "$RUN_DIR" --launch-dir "$LAUNCH_DIR" "$@"',
     ]
     return "\n".join(lines) + "\n"

@@ -9,12 +9,11 @@ networks are quoted in Gb/s (bits) per direction, so a 400 Gb/s NDR port is 50 G
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import UserInputError
 from planner.hardware.gpus import GpuSpec, find_gpu, multi_node_priced, pcie_bandwidth_GBps_per_direction, resolve_gpu
+from planner.hardware.networks import choose_preset
 from planner.limits import (
     MAX_BANDWIDTH_GBPS,
     MAX_GIB,
@@ -29,90 +28,7 @@ from planner.limits import (
 GIB = 2**30
 
 
-class InterNodePreset(BaseModel):
-    """A common network between nodes, in the unit vendors quote: Gb/s per direction."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    gbps: float = Field(ge=0)
-    # "gpu": every GPU has its own NIC of this speed (DGX rail-optimised fabrics);
-    # "node": the node's NICs add up to this, shared by all its GPUs.
-    per: Literal["gpu", "node"]
-    latency_us: float = Field(ge=0)
-    description: str
-
-    def GBps_per_gpu(self, gpus_per_node: int) -> float:
-        per_gpu_gbps = self.gbps if self.per == "gpu" else self.gbps / gpus_per_node
-        return per_gpu_gbps / 8  # bits -> bytes
-
-
-# Latencies are assumptions (order of magnitude of NCCL's per-hop base latency),
-# to be replaced by measured values once benchmarks exist.
-INTER_NODE_PRESETS: dict[str, InterNodePreset] = {
-    preset.name: preset
-    for preset in (
-        InterNodePreset(name="none", gbps=0, per="node", latency_us=0, description="single node, no network"),
-        InterNodePreset(
-            name="ib-ndr",
-            gbps=400,
-            per="gpu",
-            latency_us=6,
-            description="InfiniBand NDR, one 400 Gb/s ConnectX-7 per GPU (DGX H100)",
-        ),
-        InterNodePreset(
-            name="ib-hdr",
-            gbps=200,
-            per="gpu",
-            latency_us=6,
-            description="InfiniBand HDR, one 200 Gb/s HCA per GPU (DGX A100)",
-        ),
-        InterNodePreset(
-            name="roce-1600g",
-            gbps=1600,
-            per="node",
-            latency_us=8,
-            description="RoCE, 1600 Gb/s per node = 200 Gb/s per GPU with 8 GPUs (MosaicML's A100 cluster)",
-        ),
-        InterNodePreset(
-            name="roce-3200g",
-            gbps=3200,
-            per="node",
-            latency_us=8,
-            description="RoCE, 3200 Gb/s per node = 400 Gb/s per GPU with 8 GPUs",
-        ),
-        InterNodePreset(
-            name="efa",
-            gbps=400,
-            per="node",
-            latency_us=15,
-            description="AWS EFA on p4d (4 x 100 Gb/s per node)",
-        ),
-        InterNodePreset(
-            name="efa-p5",
-            gbps=3200,
-            per="node",
-            latency_us=15,
-            description="AWS EFA v2 on p5 (3200 Gb/s per node)",
-        ),
-        InterNodePreset(
-            name="ethernet-100g",
-            gbps=100,
-            per="node",
-            latency_us=30,
-            description="one 100 GbE port per node, TCP sockets",
-        ),
-        InterNodePreset(
-            name="ethernet-25g",
-            gbps=25,
-            per="node",
-            latency_us=50,
-            description="one 25 GbE port per node, TCP sockets",
-        ),
-    )
-}
-
-# Per-hop latency inside a node, µs; assumptions of the same kind as above.
+# Per-hop latency inside a node, µs; assumptions, as the networks' latencies are (planner/hardware/networks.py).
 INTRA_NODE_LATENCY_US: dict[str, float] = {
     "nvlink": 3.0,
     "infinity-fabric": 3.0,
@@ -199,19 +115,34 @@ class ClusterSpec(BaseModel):
         """NVMe read/write GB/s per node for ZeRO-Infinity's offload time, and where the figure comes from."""
         return nvme_bandwidth(self.nvme_GBps_per_node)
 
+    def with_nodes(self, nodes: int) -> ClusterSpec:
+        """The same nodes, `nodes` of them (an elastic run's fallbacks), as `make_cluster(nodes=...)` gives them:
+        a one-node cluster grown to several takes the multi-node price of a catalog GPU, and, where it has no
+        network (none named), the GPU's typical one; a bandwidth the user gave (--inter-bw) is kept."""
+        if nodes <= 1 or self.is_multi_node:
+            return self.model_copy(update={"num_nodes": nodes})
+        assumptions, gpu = list(self.assumptions), self.gpu
+        update: dict[str, object] = {"num_nodes": nodes}
+        if gpu == find_gpu(gpu.name):  # catalog-priced: rented as a multi-node cluster is (make_cluster)
+            gpu = multi_node_priced(gpu.name)
+            assumptions = [line for line in assumptions if not line.startswith("price: ")]
+            overrides = "; --price overrides it" if gpu.price_usd_per_hour is not None else ""
+            assumptions.append(f"price: {gpu.price_note()}{overrides}")
+        if self.inter_node_preset == "none":
+            preset = choose_preset(gpu, nodes, None, assumptions)
+            update |= {
+                "inter_node_preset": preset.name,
+                # "none" has no bandwidth: one here is the user's (make_cluster's inter_bw), kept.
+                "inter_node_bandwidth_GBps": self.inter_node_bandwidth_GBps or preset.GBps_per_gpu(self.gpus_per_node),
+                "inter_node_latency_us": preset.latency_us,
+            }
+        return self.model_copy(update={**update, "gpu": gpu, "assumptions": assumptions})
+
     @property
     def price_usd_per_hour(self) -> float | None:
         """Whole cluster, from the GPU's (possibly overridden) price per GPU-hour; None where it has no price."""
         price = self.gpu.price_usd_per_hour
         return None if price is None else price * self.world_size
-
-
-def inter_node_preset(name: str) -> InterNodePreset:
-    preset = INTER_NODE_PRESETS.get(name.lower().strip())
-    if preset is None:
-        known = ", ".join(INTER_NODE_PRESETS)
-        raise UserInputError(f"unknown interconnect '{name}'; use one of {known}")
-    return preset
 
 
 def default_intra_node_bandwidth(gpu: GpuSpec, gpus_per_node: int) -> tuple[float, str]:
@@ -299,7 +230,7 @@ def make_cluster(
     if spec.placeholder:
         assumptions.append(f"{spec.name}: placeholder figures, calibrate before trusting them")
 
-    preset = _choose_preset(spec, nodes, interconnect, assumptions)
+    preset = choose_preset(spec, nodes, interconnect, assumptions)
 
     if intra_bw is not None:
         if intra_bw <= 0:
@@ -373,17 +304,3 @@ def nvme_bandwidth(nvme_gbps: float | None) -> tuple[float, str]:
         f"NVMe {DEFAULT_NVME_GBPS_PER_NODE:g} GB/s per node, an assumed default (planner/hardware/cluster.py), "
         "not measured: pass --nvme-gbps (nvme_gbps=)"
     )
-
-
-def _choose_preset(spec: GpuSpec, nodes: int, interconnect: str | None, assumptions: list[str]) -> InterNodePreset:
-    if interconnect is not None:
-        preset = inter_node_preset(interconnect)
-        if nodes > 1 and preset.name == "none":
-            raise UserInputError(f"{nodes} nodes need a network; pick an interconnect other than 'none'")
-        assumptions.append(f"inter-node: {preset.description} (user)")
-        return preset
-    if nodes == 1:
-        return INTER_NODE_PRESETS["none"]
-    preset = INTER_NODE_PRESETS[spec.typical_inter_node]
-    assumptions.append(f"inter-node: {preset.description} (typical for {spec.name}; set --interconnect)")
-    return preset

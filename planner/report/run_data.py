@@ -96,7 +96,8 @@ def comparisons(
 ) -> list[Comparison]:
     """Step time, tokens/s, peak memory and MFU: measured beside predicted. The measured figures are
     run_summary.json's when the run had one launch; after a resume or an --nproc change they are the whole run's
-    from metrics.jsonl (the summary holds the last launch's), peak memory the larger of the two."""
+    from metrics.jsonl (the summary holds the last launch's), peak memory the larger of the two. A run with a launch
+    on another process count than the plan's (an elastic re-plan) is not comparable with the plan's prediction."""
     predicted = run.predicted
     speed = plan.throughput
     comparable = bool(summary.get("comparable_to_prediction")) if summary else run.device == "cuda"
@@ -104,7 +105,11 @@ def comparisons(
     # Step time and tokens/s: also on CPU processes of a plan made for them (`--gpu cpu`), as the summary says.
     cpu_plan = run.device == "cpu" and plan.cluster.gpu.kind == "cpu"
     step_comparable = bool(summary.get("step_time_comparable", comparable)) if summary else comparable or cpu_plan
-    several = len(launches(rows)) > 1
+    found = launches(rows)
+    several = len(found) > 1
+    if any(launch.world_size not in (None, plan.cluster.world_size) for launch in found):
+        # A launch on another count (an elastic re-plan, --nproc) ran another layout than the plan predicts.
+        comparable = step_comparable = False
     rule = "metrics.jsonl: median over the steps after the first" + (" of each launch" if several else "")
     last = summary if summary and not several else None  # the summary's median and tokens/s: the last launch's
     step_time = _number(last.get("median_step_time_s")) if last else None

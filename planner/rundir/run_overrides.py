@@ -111,6 +111,29 @@ def unloaded_weights_note(model: ModelSource) -> str | None:
     return f"note: training from random weights as --init random asks; {model.path}'s {unloaded[0]} is not loaded"
 
 
+def custom_code_note(model: ModelSource) -> str | None:
+    """A config.json that names its own modeling code (auto_map) trains as transformers' own class of its
+    model_type: the code is never run (trust_remote_code stays False), so what it changes is not trained. Said at
+    emit and at train, never silent (a new user's audit, 2026-11-30); None when the config names none."""
+    auto_map = model.hf_config.get("auto_map")
+    if not auto_map:
+        return None
+    values = auto_map.values() if isinstance(auto_map, dict) else [auto_map]
+    # A tokenizer's entry is a pair (slow, fast), either of them null.
+    flat = [item for value in values for item in (value if isinstance(value, (list, tuple)) else [value])]
+    named = ", ".join(sorted({str(item) for item in flat if item}))
+    return (
+        f"note: {model.path or model.name}'s config.json names its own modeling code ({named}); it is never run "
+        f"(remote code stays off), so the run trains transformers' own '{model.hf_config.get('model_type')}' "
+        "model: layers or changes of that code are not in it"
+    )
+
+
+def model_notes(model: ModelSource) -> list[str]:
+    """What `plan --emit` and `train` say of the model the run will train (random weights, ignored custom code)."""
+    return [note for note in (unloaded_weights_note(model), custom_code_note(model)) if note]
+
+
 def has_tokenizer(folder: Path | None) -> bool:
     return folder is not None and any((folder / name).is_file() for name in TOKENIZER_FILES)
 

@@ -85,7 +85,7 @@ def elastic_plan(
         if nodes == plan.cluster.num_nodes:
             fallbacks.append(Fallback.of(plan))
             continue
-        on_nodes = plan.cluster.model_copy(update={"num_nodes": nodes})
+        on_nodes = plan.cluster.with_nodes(nodes)
         adjust, line = calibrate(on_nodes) if calibrate is not None else (throughput_adjust, calibration)
         result = search_plans(spec, on_nodes, narrowed, adjust, calibration=line, suggest=False)
         whole = [candidate for candidate in result.candidates if candidate.cluster.world_size == on_nodes.world_size]

@@ -31,13 +31,23 @@ NODE_RANK_GIVEN=${NODE_RANK:+yes}
 NODE_RANK=${NODE_RANK:-0}
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 MASTER_PORT=${MASTER_PORT:-29500}
-# What each launcher starts: the runner module, or your script.
+for NAME in NNODES NODE_RANK MASTER_PORT; do
+  if ! [[ "${!NAME}" =~ ^(0|[1-9][0-9]*)$ ]] || [[ "$NAME" == NNODES && "${!NAME}" == 0 ]]; then
+    WHAT="a whole number"; [[ "$NAME" != NNODES ]] || WHAT="a whole number of nodes, at least 1"
+    echo "launch.sh: $NAME must be $WHAT, not '${!NAME}'" >&2
+    exit 2
+  fi
+done
+# What each launcher starts: the runner module, or your script (a relative path: from where you ran this).
+# The launch runs in RUN_DIR; the runner reads relative paths you pass (--data, --resume-from, ...) from
+# where you ran this (--launch-dir).
 if [[ -n "${TRAIN_SCRIPT:-}" ]]; then
-  TRAIN=( "$TRAIN_SCRIPT" ); DS_TRAIN=( "$TRAIN_SCRIPT" )
+  [[ "$TRAIN_SCRIPT" == /* ]] || TRAIN_SCRIPT="$PWD/$TRAIN_SCRIPT"
+  TRAIN=( "$TRAIN_SCRIPT" ); DS_TRAIN=( "$TRAIN_SCRIPT" ); ARGS=( --plan "$RUN_DIR" "$@" )
 else
   TRAIN=( -m <MODULE> ); DS_TRAIN=( --module <MODULE> )
+  ARGS=( --plan "$RUN_DIR" --launch-dir "$PWD" "$@" )
 fi
-ARGS=( --plan "$RUN_DIR" "$@" )
 # Several nodes meet at node 0's MASTER_ADDR, each with its NODE_RANK (an elastic torchrun numbers them
 # itself). The one-node defaults would make every machine node 0 at its own loopback, each waiting
 # silently for nodes that never join: refused in one line instead.
