@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as failure:  # a bug or the machine (memory, disk): one line, the traceback in the run's
         # logs (BaseException: DCP's CheckpointException is one)
         line = describe_failure(failure, args.plan, _rank())
-        if _rank() != 0 or lost_a_peer(failure):  # see _say; a lost peer is never the first cause
-            time.sleep(RANK_0_FIRST_S)
+        if (_rank() != 0 or lost_a_peer(failure)) and not _waited():  # see _say; a lost peer is never the cause
+            return EXIT_FAILED
         print(line, file=sys.stderr, flush=True)
         return EXIT_FAILED
     if _rank() == 0:
@@ -109,9 +109,22 @@ def _say(line: str) -> None:
     launcher ends the rest. A rank that exited first without a word would leave the screen with only
     torchrun's "killed by SIGTERM", and every rank speaking would print the line N times; so the other
     ranks give rank 0 time to say it, and still say it themselves when the error is theirs alone."""
-    if _rank() != 0:
-        time.sleep(RANK_0_FIRST_S)
+    if _rank() != 0 and not _waited():
+        return
     print(line, file=sys.stderr, flush=True)
+
+
+def _waited() -> bool:
+    """Give rank 0 its time to speak first; False when the launcher ended this rank meanwhile (its stop signal,
+    which the runner turns into Interrupted, came while it waited): rank 0 said the line, and a traceback of the
+    interruption would follow it on the screen (launch.sh's plain torchrun, found on a fresh clone)."""
+    from backends.runner.status import Interrupted
+
+    try:
+        time.sleep(RANK_0_FIRST_S)
+    except Interrupted:
+        return False
+    return True
 
 
 if __name__ == "__main__":

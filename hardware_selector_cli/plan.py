@@ -20,6 +20,7 @@ from planner.launch_target import TARGETS, instance_shape_warning, launch_target
 from .cost_options import CostOptions, check_cost_flags, cost_options, run_cost_plan
 from .model_options import ModelOptions, model_options
 from .option_groups import option_group
+from .plan_lines import elastic_lines, moved_run_line, start_notes
 from .plan_table import print_plans, search_document
 from .run_options import RunOptionValues, emit_folder, run_option_values
 from .search_options import SearchOptions, search_options
@@ -171,7 +172,14 @@ def register(app: typer.Typer) -> None:
             )
         report_target = _report_target(report_file)
         spec, target, request, result, calibration = _search(
-            model, cluster, search, routing, db, no_calibration, steps=run.values.get("steps")
+            model,
+            cluster,
+            search,
+            routing,
+            db,
+            no_calibration,
+            steps=run.values.get("steps"),
+            emitting=emit is not None,
         )
         if elastic is not None:  # a range without the asked node count is said before whether a plan fits there
             from planner.elastic_plan import parse_node_range
@@ -272,13 +280,23 @@ def _tokens_from(search: SearchOptions, request, run_values: dict | None) -> str
 
 
 def _search(
-    model: ModelOptions, cluster: ClusterOptions, search: SearchOptions, routing, db, no_calibration, steps=None
+    model: ModelOptions,
+    cluster: ClusterOptions,
+    search: SearchOptions,
+    routing,
+    db,
+    no_calibration,
+    steps=None,
+    emitting: bool = False,
 ):
     """The model, the cluster, the request, the search's result, and the calibration line. A run of --steps
     at a given --global-batch trains steps x batch x seq tokens: the time and cost columns count those, unless
     --tokens says otherwise (with the batch left to the search, each plan's own batch would differ)."""
+    from dataclasses import replace
+
     from planner.search import search_plans
     from planner.search.request import default_seq_len
+    from planner.search.suggest import PLAN_FLAGS
 
     spec = model.resolve()
     request = search.request(search.seq_len or default_seq_len(spec), routing)
@@ -288,7 +306,9 @@ def _search(
     from .calibration_hook import search_calibration
 
     adjust, calibration = search_calibration(spec, target, db=db, off=no_calibration)
-    result = search_plans(spec, target, request, adjust, calibration=calibration)
+    # A run folder trains every weight (--emit refuses LoRA): "nothing fits" does not suggest adapters to it.
+    flags = replace(PLAN_FLAGS, lora=None) if emitting else PLAN_FLAGS
+    result = search_plans(spec, target, request, adjust, calibration=calibration, flags=flags)
     return spec, target, request, result, calibration
 
 
@@ -345,56 +365,4 @@ def _emit(
         )
     if previous:
         lines.append(moved_run_line(folder, previous))
-    return [*lines, f"wrote {len(written)} files to {emit}", *_start_note(folder), *_elastic_lines(best, elastic)]
-
-
-def _start_note(folder: Path) -> list[str]:
-    """The lines saying the run starts from random weights, when its model folder holds none (or none it loads
-    and --init random asked for that), and that a config's own modeling code is not run: what `train` says again
-    at its start."""
-    import json
-
-    from planner.contract.run_config import ModelSource
-    from planner.rundir.run_overrides import model_notes
-
-    model = ModelSource.model_validate(json.loads((folder / "plan.json").read_text(encoding="utf-8"))["run"]["model"])
-    return model_notes(model)
-
-
-def moved_run_line(folder: Path, previous: list[str]) -> str:
-    """What a re-emission over a trained folder moved aside (planner/rundir/previous_run.py), and where to."""
-    kept = sorted((folder / "previous").iterdir())[-1]
-    return f"moved the previous run's {', '.join(previous)} to {kept} (kept, not resumed)"
-
-
-def _elastic_lines(best, elastic) -> list[str]:
-    """What an elastic folder falls back to on each node count (plan.json's "elastic" block)."""
-    if elastic is None:
-        return []
-    from planner.contract.sources import prediction_source
-    from planner.rundir.replan import layout_summary
-    from planner.units import counted
-
-    narrowed = elastic.narrowing()
-    lines = [*([narrowed] if narrowed else [])]
-    lines += [
-        f"elastic over {elastic.node_range} nodes (launch.sh and slurm.sbatch restart up to {elastic.max_restarts} "
-        f"times), the global batch kept at {best.global_batch}; step times, each with its source as in the table:"
-    ]
-    for entry in elastic.fallbacks:
-        where = f"  {entry.num_nodes} node(s), {counted(entry.world_size, 'process', 'processes')}: "
-        if not entry.fits:
-            lines.append(where + f"nothing fits ({entry.why_not})")
-            continue
-        plan = entry.plan(best)
-        speed = (  # a count's own record or calibration replaces the formula: said beside it (prediction_source)
-            f", predicted {plan.throughput.step_time_s:.3g} s/step "
-            f"({prediction_source(plan.throughput.sources.get('step_time_s', ''))})"
-            if plan.throughput
-            else ""
-        )
-        lines.append(
-            where + f"{layout_summary(plan)}, micro-batch {plan.config.micro_batch} x accumulation "
-            f"{plan.config.grad_accum}{speed}{' (the plan)' if entry.num_nodes == best.cluster.num_nodes else ''}"
-        )
-    return lines
+    return [*lines, f"wrote {len(written)} files to {emit}", *start_notes(folder), *elastic_lines(best, elastic)]

@@ -208,6 +208,8 @@ def register(app: typer.Typer) -> None:
 
         Runner options (--data, --steps, --lr, --tiny, --strategy, --record, ...) are passed on.
 
+        `python -m backends.run --help` lists every runner option (but --plan, which is RUN_DIR).
+
         Run options (--save-every, --keep-last, ...) hold for this run only; plan.json keeps its own."""
         forwarded = list(context.args)
         from .interrupts import exit_code_of, said_when_interrupted

@@ -80,7 +80,7 @@ def write_winner(
             file=sys.stderr,
         )
     elif previous:
-        from .plan import moved_run_line
+        from .plan_lines import moved_run_line
 
         print(moved_run_line(folder, previous), file=sys.stderr)
     print(f"wrote the winner ({label}) to {folder}; its plan.json names the trials", file=sys.stderr)

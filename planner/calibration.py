@@ -158,6 +158,23 @@ def _batch_free(config: TrainingConfig) -> str:
 _KIN = {_split_free: "measured at another micro-batch x accumulation", _batch_free: "measured at another global batch"}
 
 
+# A record this far from the formula's step (either way) is said where it replaces the prediction: a busy machine's
+# run would stand for that config unseen (a new user's audit: one loaded run at 28x the formula's step).
+FAR_FROM_FORMULA = 5.0
+
+
+def far_from_formula(run: MeasuredRun, estimate: ThroughputEstimate) -> str:
+    """ "" or the words that say the record's step is FAR_FROM_FORMULA or more from the formula's."""
+    formula, measured = estimate.formula_step_s, run.step_time_s
+    if not formula or not measured or 1 / FAR_FROM_FORMULA < measured / formula < FAR_FROM_FORMULA:
+        return ""
+    why = "a busy machine measures so" if measured > formula else "other hardware or settings than planned?"
+    return (
+        f" ({measured / formula:.3g}x the formula's {format_seconds(formula)}: {why}; "
+        "`tune --remeasure` or a new run of it replaces the record, the newest counts)"
+    )
+
+
 def rescaled(estimate: ThroughputEstimate, step_time_s: float, source: str, note: str) -> ThroughputEstimate:
     """The estimate with a new step time; rates follow it, the breakdown keeps its proportions."""
     factor = estimate.step_time_s / step_time_s
@@ -310,7 +327,7 @@ class Calibration(BaseModel):
         def adjust(config: TrainingConfig, estimate: ThroughputEstimate) -> ThroughputEstimate:
             run = self.measured_run(gpu_name, world_size, nodes, spec_hash, config) if use_measured else None
             if run is not None and run.step_time_s:
-                source = f"{CORRECTED_SOURCES[1]}benchmark {run.label}"
+                source = f"{CORRECTED_SOURCES[1]}benchmark {run.label}" + far_from_formula(run, estimate)
                 return rescaled(estimate, run.step_time_s, source, f"step time measured ({run.label})")
             for group, corrections in kin:
                 sibling = corrections.get(group(config))

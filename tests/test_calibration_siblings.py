@@ -109,3 +109,21 @@ def test_the_search_chooses_the_measured_split_over_a_sibling_it_ties_with():
     best = search_plans(spec, cluster, request, adjust).best
     assert (best.config.micro_batch, best.config.grad_accum) == (4, 2)
     assert best.throughput.sources["step_time_s"].startswith("measured: benchmark record rec00001")
+
+
+def test_a_record_far_from_the_formula_says_so_where_it_replaces_the_prediction():
+    """Found by a new user's audit (2026-11-30): one ZeRO-3 run on a loaded machine (6.67 s a step where an idle
+    rerun took 0.236) became that config's prediction with nothing to say it was 28x the formula's. A record 5x or
+    more from the formula's step, either way, says so in the step's source; one within that says nothing more."""
+    config = _ddp(8, 1)
+    for measured, said in ((0.45, False), (0.55, True), (0.019, True), (0.021, False)):
+        runs = [_run(config, 0.1, measured, 1)]
+        source = (
+            Calibration.fit(runs)
+            .adjuster("cpu", world_size=2, nodes=1, spec_hash="this")(config, estimate(0.1))
+            .sources["step_time_s"]
+        )
+        assert source.startswith("measured: benchmark record rec00001"), source
+        why = "a busy machine measures so" if measured > 0.1 else "other hardware or settings than planned?"
+        words = f"({measured / 0.1:.3g}x the formula's 100 ms: {why}; `tune --remeasure`"
+        assert (words in source) is said, (measured, source)

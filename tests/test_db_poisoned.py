@@ -156,6 +156,14 @@ def test_a_bad_database_from_the_environment_is_named_by_its_variable(tmp_path, 
         assert f"$HARDWARE_SELECTOR_DB {tmp_path / 'runs.csv'} is not a DuckDB database" in err and "\n" not in err
     assert main(["db", "list", "--db", "runs.csv"]) == 2
     assert "--db runs.csv is not a DuckDB database" in capsys.readouterr().err
+    # The same for a database a run could not write (a run's checks, backends/runner/output_paths.py).
+    from backends.runner.output_paths import check_database
+    from benchmarks_db.paths import db_origin
+    from planner.errors import UserInputError
+
+    blocked = tmp_path / "runs.csv" / "benchmarks.duckdb"  # under a file: no folder can be made there
+    with pytest.raises(UserInputError, match=r"^\$HARDWARE_SELECTOR_DB .*runs\.csv is a file, not a folder"):
+        check_database(blocked, db_origin(None))
 
 
 def test_an_empty_database_file_says_it_is_empty_and_what_to_do(tmp_path, capsys):

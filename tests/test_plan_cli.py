@@ -310,4 +310,7 @@ def test_nothing_fits_with_emit_is_1_and_writes_nothing(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "nothing fits" in captured.out and captured.err == f"wrote nothing to {folder}: no plan fits\n"
     assert not folder.exists()
+    # A run folder trains every weight (--emit refuses LoRA): its suggestions leave adapters out, plan's keep them.
+    assert "--lora-rank" not in captured.out
+    assert main(too_big) == 1 and "fine-tuning with --lora-rank" in capsys.readouterr().out
     assert main([*too_big, "--emit", str(folder), "--elastic", "1:2"]) == 1 and not folder.exists()

@@ -85,6 +85,14 @@ def test_a_smoke_test_in_a_folder_with_a_full_runs_checkpoint_is_refused_and_lea
     direct = ["-m", "backends.run", "--plan", str(run), "--tiny", "--steps", "1"]
     one_line_error(run_python(direct, cwd=REPO_ROOT, env=cpu_env(), timeout=300), said)
     assert sorted(path.relative_to(run) for path in run.rglob("*")) == before
+    # Through launch.sh's plain torchrun on 2 ranks: rank 0 says the line; rank 1, ended by torchrun while it gave
+    # rank 0 that time, said nothing more (its interruption's traceback followed the line, on a fresh clone).
+    import subprocess
+
+    launched = subprocess.run(["bash", str(run / "launch.sh"), "--tiny", "--steps", "1"], env=cpu_env(),
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert launched.returncode != 0 and launched.stderr.count(said) == 1, launched.stderr[-3000:]
+    assert "[rank1]: Traceback" not in launched.stderr and "Interrupted" not in launched.stderr, launched.stderr[-3000:]
 
 
 def test_a_tiny_runs_checkpoint_on_real_data_resumes_through_trains_checks(user):

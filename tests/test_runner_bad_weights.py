@@ -135,3 +135,21 @@ def test_a_config_naming_its_own_modeling_code_says_that_code_is_not_run(user, t
     )
     assert emitted.returncode == 0 and note in emitted.stdout, emitted.stdout
     assert any(line.startswith(note) for line in load_run_folder(tmp_path / "custom", RunOverrides()).notes)
+
+
+def test_a_damaged_safetensors_checkpoint_is_one_line_at_emit(user, tmp_path):
+    """Found by a new user's audit (2026-11-30): a corrupt model.safetensors passed `plan --emit` and was refused
+    only by `train`. The header (8 bytes of length, then JSON) and the tensors' extent are read at emit: a file cut
+    short or garbage is one line, nothing written; the intact file emits (weight_headers.py)."""
+    _, model_dir, _ = user
+    whole = (model_dir / "model.safetensors").read_bytes()
+    for name, data, fragment in (
+        ("cut", whole[: len(whole) // 2], "is cut short: its tensors end at byte"),
+        ("garbage", b"not a checkpoint at all", "is not a readable safetensors file"),
+    ):
+        folder = tmp_path / name
+        shutil.copytree(model_dir, folder)
+        (folder / "model.safetensors").write_bytes(data)
+        one_line_error(emit(tmp_path, folder, f"run-{name}"), f"{folder.resolve() / 'model.safetensors'} {fragment}")
+        assert not (tmp_path / f"run-{name}").exists()
+    assert emit(tmp_path, model_dir, "intact").returncode == 0

@@ -43,7 +43,7 @@ def check_database(path: Path, origin: str = "--db") -> None:
     from benchmarks_db.paths import check_db_path
 
     check_db_path(path, origin)  # a record written into another format's file would be lost
-    _writable_file(path, "the benchmark database", "--db")
+    _writable_file(path, "the benchmark database", origin)  # $HARDWARE_SELECTOR_DB when that named it
 
 
 def check_output_paths(args: argparse.Namespace) -> None:

@@ -56,6 +56,7 @@ from planner.rundir.manifest import (
 from planner.rundir.previous_run import archive_previous_run
 from planner.rundir.run_options import RunOptions, run_config
 from planner.rundir.run_overrides import RunOverrides, apply_overrides, unloaded_weights_note
+from planner.rundir.weight_headers import check_weight_headers
 
 __all__ = ["RunOptions", "emit_run_folder", "render_run_folder", "run_config"]
 
@@ -226,6 +227,8 @@ def emit_run_folder(
     if search is not None:
         target = target.model_copy(update={"search": search})
     unloaded_weights_note(target.model)  # training from random weights beside the user's checkpoint is never silent
+    if target.model.init == "pretrained" and target.model.path:
+        check_weight_headers(Path(target.model.path))  # a damaged checkpoint: one line here, not at train
     for patterns, flag in ((target.data.train, "--data"), (target.data.eval, "--eval-data")):
         check_text_field_present(patterns, flag, target.data.text_field)  # not first at train
     vocab_size = target.model.hf_config.get("vocab_size")
