@@ -87,7 +87,7 @@ def list_command(
             run.id[:8],
             f"{run.created_at:%m-%d %H:%M}",
             run.model_name + ("*" if run.tiny else ""),
-            f"{run.gpu_count}×{run.gpu_name}",
+            f"{run.gpu_count}×{run.gpu_name}" + (" (CPU)" if ran_on_cpu(run) else ""),
             run.strategy_label,
             f"{run.micro_batch}×{run.grad_accum}",
             run.status.value,
@@ -99,6 +99,8 @@ def list_command(
     console.print(table)
     if any(run.tiny for run in runs):
         console.print("* tiny: the model's architecture at test sizes", style="dim")
+    if any(ran_on_cpu(run) for run in runs):
+        console.print("(CPU): a --tiny trial of that GPU's plan, run on this machine's CPU processes", style="dim")
 
 
 def _gpu_filter(gpu: str | None) -> str | None:
@@ -286,3 +288,8 @@ def _nothing_to_compare(records: list, path: Path) -> str:
 
 def register(app: typer.Typer) -> None:
     app.add_typer(db_app, name="db")
+
+
+def ran_on_cpu(run) -> bool:
+    """A record of a GPU plan whose ranks ran on CPU processes (a --tiny trial on a machine without CUDA)."""
+    return run.interconnect == "host-memory" and run.gpu_name != "cpu"

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from planner.emit.skypilot_task import instance_shape_warning
 from planner.errors import UserInputError
-from planner.launch_target import TARGETS, instance_shape_warning, launch_target, placeholder_warning
+from planner.launch_target import TARGETS, launch_target, placeholder_warning
 
 from .cost_options import CostOptions, check_cost_flags, cost_options, run_cost_plan
 from .model_options import ModelOptions, model_options

@@ -77,18 +77,6 @@ def placeholder_warning(launch: LaunchTarget | None) -> str | None:
 INSTANCE_GPU_COUNTS = (1, 2, 4, 8, 16)
 
 
-def instance_shape_warning(launch: LaunchTarget | None, gpu_name: str, gpus_per_node: int) -> str | None:
-    """The warning `plan --emit --launcher skypilot` prints when a node's GPU count is no instance's: the task is
-    written (a private cloud may have it), but `sky launch` would find nothing on the public clouds."""
-    if launch is None or launch.name != "skypilot" or gpus_per_node in INSTANCE_GPU_COUNTS:
-        return None
-    return (
-        f"warning: skypilot.yaml asks for {gpu_name}:{gpus_per_node} per node, a count the public clouds do not rent "
-        f"per instance (they rent {', '.join(map(str, INSTANCE_GPU_COUNTS))}); plan with --gpus-per-node 8 (or 4, 2, "
-        "1) unless your cloud has it"
-    )
-
-
 def check_elastic(name: str) -> None:
     """--elastic with --launcher `name`: one line unless the target starts torchrun over a node range."""
     if name not in ELASTIC_TARGETS:

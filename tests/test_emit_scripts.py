@@ -379,7 +379,15 @@ def test_relative_paths_given_to_launch_sh_are_from_where_it_was_run(tmp_path, m
 
 
 @pytest.mark.parametrize(
-    ("name", "value"), [("NNODES", "abc"), ("NNODES", "0"), ("NNODES", "08"), ("NODE_RANK", "-1"), ("MASTER_PORT", "x")]
+    ("name", "value"),
+    [
+        ("NNODES", "abc"),
+        ("NNODES", "0"),
+        ("NNODES", "08"),
+        ("NODE_RANK", "-1"),
+        ("MASTER_PORT", "x"),
+        ("MASTER_PORT", "99999"),
+    ],  # fmt: skip
 )
 def test_a_node_variable_that_is_no_whole_number_is_one_line(tmp_path, recorder, name, value):
     """`NNODES=abc bash launch.sh` ended in bash's "abc: unbound variable", exit 1 (a new user's audit); `08` in
@@ -388,6 +396,8 @@ def test_a_node_variable_that_is_no_whole_number_is_one_line(tmp_path, recorder,
     emit_run_folder(make_plan(strategy="ddp"), run_dir)
     environment = {**os.environ, "PYTHON": str(recorder), "RECORD_FILE": str(tmp_path / "argv"), name: value}
     done = subprocess.run(["bash", str(run_dir / "launch.sh")], env=environment, capture_output=True, text=True)
-    what = "a whole number of nodes, at least 1" if name == "NNODES" else "a whole number"
+    what = {"NNODES": "a whole number of nodes, at least 1", "MASTER_PORT": "a port, 1 to 65535"}.get(
+        name, "a whole number below a million"
+    )
     assert (done.returncode, done.stderr) == (2, f"launch.sh: {name} must be {what}, not '{value}'\n")
     assert not (tmp_path / "argv").exists()

@@ -226,5 +226,5 @@ def test_a_skypilot_node_of_a_count_no_cloud_rents_is_warned_of(tmp_path, gpus_p
                     "--nodes", "2", "--launcher", "skypilot", "--emit", run_dir)  # fmt: skip
     assert completed.returncode == 0, completed.stderr
     assert f"accelerators: H100:{gpus_per_node}" in (run_dir / "skypilot.yaml").read_text()
-    warning = f"warning: skypilot.yaml asks for H100-80GB:{gpus_per_node} per node, a count the public clouds do not"
+    warning = f"warning: skypilot.yaml asks for H100:{gpus_per_node} per node, a count the public clouds do not"
     assert (warning in completed.stderr) is warned, completed.stderr

@@ -218,6 +218,26 @@ def test_a_resumed_run_is_measured_over_all_its_launches(trained, tmp_path):
     assert marks == run_figures >= 3, (marks, run_figures)
 
 
+def test_a_diverged_runs_page_holds_valid_json(trained, tmp_path):
+    """Found by a new user's audit (2026-11-30): a run whose loss went NaN (metrics.jsonl keeps the row) gave a page
+    whose embedded data held NaN, which no strict JSON parser reads; it is null there now."""
+    copy = tmp_path / "diverged"
+    shutil.copytree(trained, copy, ignore=shutil.ignore_patterns("checkpoints", "final", "report.html"))
+    rows = _launch_rows(2, 0, [(1, 1.0, 1), (2, 1.0, 1)])
+    rows[2]["loss"] = float("nan")
+    rows[1]["step_s"] = float("inf")
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert cli_in_process("report", copy).returncode == 0
+    found = re.search(r'id="report-data">(.*?)</script>', (copy / "report.html").read_text(encoding="utf-8"), re.S)
+    assert found
+
+    def refuse(constant: str) -> None:
+        raise ValueError(constant)
+
+    data = json.loads(found.group(1), parse_constant=refuse)
+    assert data["curves"]["loss"]["values"] == [5.0, None]
+
+
 @pytest.mark.slow
 def test_a_tuned_folder_not_yet_trained_shows_its_trials(trained, tmp_path):
     """`tune` re-emits its winner with a tune block and no metrics yet: the page has the trials, no curves."""

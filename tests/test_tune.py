@@ -197,6 +197,26 @@ def test_a_second_process_on_the_same_trials_is_one_line(tmp_path, candidates):
     assert tune_with(plans, store, FakeTrialsLaunch(matrix, times), (spec, cluster)).launches == 1  # once let go
 
 
+def test_a_tiny_trial_of_a_gpu_plan_run_on_cpu_says_where_it_ran(tmp_path, capsys):
+    """Found by a new user's audit (2026-11-30): `tune --tiny` of an H100 plan on this CPU was listed by `db list`
+    as 2 x H100-80GB runs. Its record keeps the planned GPU (tune reads its trials back by it: relabelled `cpu`,
+    the trials came back pending, as a review found) and says where it ran; `db list` marks it (CPU)."""
+    from hardware_selector_cli.app import main
+
+    spec = resolve_model("gpt2")
+    cluster = make_cluster("H100-80GB", gpus_per_node=2)
+    plans = search_plans(spec, cluster, PlanRequest(seq_len=32, global_batch=8, top_k=1)).candidates[:1]
+    matrix = tune_matrix(spec, cluster, plans, tiny=True)
+    store = BenchmarkStore(tmp_path / "db.duckdb")
+    outcome = tune_with(plans, store, FakeTrialsLaunch(matrix, {1: 0.01}), (spec, cluster))  # host peak RSS
+    assert [trial.status for trial in outcome.trials] == ["ok"]
+    (record,) = store.runs()
+    assert (record.gpu_name, record.interconnect, record.tiny) == ("H100-80GB", "host-memory", True)
+    assert main(["db", "list", "--db", str(store.path)]) == 0
+    out = capsys.readouterr().out
+    assert "2×H100-80GB (CPU)" in out and "(CPU): a --tiny trial of that GPU's plan" in out
+
+
 def test_the_budget_sets_the_timed_steps_and_a_budget_too_small_is_one_line(candidates):
     spec, cluster, plans = candidates
     matrix = tune_matrix(spec, cluster, plans, tiny=False)

@@ -13,7 +13,7 @@
    time and memory beside the plan's predictions.
 
 The order of the collective calls (adapter build, the newest-checkpoint vote, checkpoint loads and saves) is
-the same on every rank. That order is why the phases stay in this one file (402 lines, two past the house's
+the same on every rank. That order is why the phases stay in this one file (403 lines, three past the house's
 400): split apart, a reader could no longer check in one place that every rank makes the same calls in turn.
 """
 

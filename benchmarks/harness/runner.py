@@ -108,12 +108,15 @@ def build_record(
     if result is not None and result.peak_memory_per_rank_bytes:
         measured["peak_memory_per_rank_bytes"] = result.peak_memory_per_rank_bytes
     predicted = entry.predicted
+    # A --tiny trial of a GPU plan on a machine without CUDA runs on CPU processes (the runner's memory kind says
+    # so): its record keeps the planned GPU's name, which tune reads its trials back by, and says where it ran.
+    on_cpu = entry.gpu == "cpu" or (matrix.tiny and result is not None and result.memory_kind == "host peak RSS")
     return RunRecord(
         **environment.model_dump(),
         gpu_name=entry.gpu,
         gpu_count=entry.world_size,
         nodes=entry.nodes,
-        interconnect="host-memory" if entry.gpu == "cpu" else "local",
+        interconnect="host-memory" if on_cpu else "local",
         model_name=matrix.model,
         model_spec_hash=matrix.model_spec_hash,
         tiny=matrix.tiny,

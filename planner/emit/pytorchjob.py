@@ -38,7 +38,7 @@ def pytorchjob_document(
         "workingDir": run_dir,
         "env": [{"name": "DS_ACCELERATOR", "value": "cpu"}] if run.device == "cpu" else [],
         "ports": [{"name": PORT_NAME, "containerPort": PORT}],
-        "resources": _resources(run),
+        "resources": _resources(run, plan.cluster.gpu.vendor),
         "volumeMounts": [
             {"name": "run-folder", "mountPath": run_dir},
             {"name": "dshm", "mountPath": "/dev/shm"},
@@ -79,10 +79,16 @@ def _replica(count: int, restart: str, pod: dict[str, Any]) -> dict[str, Any]:
     return {"replicas": count, "restartPolicy": restart, "template": pod}
 
 
-def _resources(run: RunConfig) -> dict[str, Any]:
+# The resource each vendor's device plugin advertises: NVIDIA's nvidia.com/gpu; AMD's "Exposes AMD GPUs as
+# amd.com/gpu resources in Kubernetes" (https://instinct.docs.amd.com/projects/k8s-device-plugin/en/latest/). An
+# AMD pod asking for nvidia.com/gpu would wait in Pending on an AMD cluster, saying nothing (a new user's audit).
+GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
+
+
+def _resources(run: RunConfig, vendor: str) -> dict[str, Any]:
     if run.device == "cpu":
         return {"requests": {"cpu": run.nproc_per_node}}
-    return {"limits": {"nvidia.com/gpu": run.nproc_per_node}}
+    return {"limits": {GPU_RESOURCE.get(vendor, GPU_RESOURCE["nvidia"]): run.nproc_per_node}}
 
 
 def pytorchjob_yaml(

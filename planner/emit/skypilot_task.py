@@ -18,7 +18,7 @@ from planner.contract.run_config import RunConfig
 from planner.emit.launch_scripts import DEFAULT_MASTER_PORT, RUNNER_MODULE, job_name
 from planner.emit.run_inputs import outside_inputs
 from planner.emit.yaml_text import comment_lines, manifest_yaml
-from planner.launch_target import LaunchTarget
+from planner.launch_target import INSTANCE_GPU_COUNTS, LaunchTarget
 from planner.plan import Plan
 
 # Our catalog's names (planner/catalog/gpus.json) where SkyPilot's accelerator names (`sky show-gpus`) differ;
@@ -95,3 +95,15 @@ def skypilot_yaml(plan: Plan, run: RunConfig, run_dir: str, launch: LaunchTarget
         "(file_mounts: {PATH: {source: s3://..., mode: MOUNT}}) to keep them in one place.",
     ]
     return comment_lines(header) + manifest_yaml(skypilot_document(plan, run, run_dir, launch))
+
+
+def instance_shape_warning(launch: LaunchTarget | None, gpu_name: str, gpus_per_node: int) -> str | None:
+    """The warning `plan --emit --launcher skypilot` prints when a node's GPU count is no instance's: the task is
+    written (a private cloud may have it), but `sky launch` would find nothing on the public clouds."""
+    if launch is None or launch.name != "skypilot" or gpus_per_node in INSTANCE_GPU_COUNTS:
+        return None
+    return (
+        f"warning: skypilot.yaml asks for {accelerators(gpu_name, gpus_per_node)} per node, a count the public clouds do not rent "
+        f"per instance (they rent {', '.join(map(str, INSTANCE_GPU_COUNTS))}); plan with --gpus-per-node 8 (or 4, 2, "
+        "1) unless your cloud has it"
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -131,8 +132,9 @@ def _sources_table(sources: list[Source], with_ranks: bool) -> str:
 def _document(title: str, body: str, data: dict[str, Any]) -> str:
     from plotly.offline import get_plotlyjs
 
-    # "</" cannot end the script early inside the JSON block.
-    embedded = json.dumps(data, sort_keys=True).replace("</", "<\\/")
+    # "</" cannot end the script early inside the JSON block; a diverged run's NaN or inf loss is JSON's null (json
+    # writes NaN, which no strict parser reads back: a new user's audit).
+    embedded = json.dumps(_finite(data), sort_keys=True, allow_nan=False).replace("</", "<\\/")
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n"
@@ -246,3 +248,14 @@ def write_page(path: str | Path, report: PlanReport | RunReport) -> Path:
     """Write the report's page to `path` atomically; returns the path."""
     page = plan_page(report) if isinstance(report, PlanReport) else run_page(report)
     return write_text_atomic(path, page)
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every NaN and infinity replaced by None, through dicts and lists."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value

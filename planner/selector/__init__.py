@@ -316,13 +316,26 @@ class HardwareSelector:
             estimates[entry.name] = summary
             ranked.append(summary)
         if not ranked:
-            raise UserInputError(f"no catalog GPU fits {model_name} at {count} GPUs; raise gpu_count")
-        if rank_by == "cost":
+            reasons = {str(summary.get("why")) for summary in estimates.values() if summary.get("why")}
+            which = "candidate" if candidates else "catalog"
+            if len(reasons) == 1 and len(estimates) == len(gpus):  # the same refusal on every GPU: more won't help
+                raise UserInputError(f"no {which} GPU fits {model_name}: {reasons.pop()}")
+            raise UserInputError(f"no {which} GPU fits {model_name} at {count} GPUs; raise gpu_count")
+
+        def tokens_per_s(summary: dict) -> float:
+            return summary.get("estimated_throughput", {}).get("tokens_per_s", 0.0)
+
+        priced = rank_by == "cost" and any(summary["usd_per_million_tokens"] is not None for summary in ranked)
+        if priced:  # the unpriced after the priced, and each group fastest first (a tie is no order)
             ranked.sort(
-                key=lambda s: s["usd_per_million_tokens"] if s["usd_per_million_tokens"] is not None else float("inf")
+                key=lambda s: (
+                    s["usd_per_million_tokens"] is None,
+                    s["usd_per_million_tokens"] or 0.0,
+                    -tokens_per_s(s),
+                )
             )
         else:
-            ranked.sort(key=lambda s: -s.get("estimated_throughput", {}).get("tokens_per_s", 0.0))
+            ranked.sort(key=lambda s: -tokens_per_s(s))
         primary = ranked[0]
         return {
             "primary_recommendation": primary,
@@ -330,7 +343,9 @@ class HardwareSelector:
             "gpu_count": count,
             "fallback_options": ranked[1:4],
             "estimates": estimates,
-            "ranked_by": "USD per million tokens (catalog prices)" if rank_by == "cost" else "tokens/s",
+            "ranked_by": "USD per million tokens (catalog prices)"
+            if priced
+            else "tokens/s" + (" (no GPU here has a catalog price to rank by cost)" if rank_by == "cost" else ""),
             "detected_gpus": detected,
         }
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from planner.errors import UserInputError
 from planner.hardware.cluster import ClusterSpec
+from planner.limits import MAX_BATCH
 from planner.models.spec import ModelSpec
 from planner.search import PlanRequest, SearchResult, search_plans
 from planner.search.candidates import ThroughputAdjust
@@ -107,6 +108,12 @@ def plan_training(
         raise UserInputError(f"batch_size (sequences per GPU) must be at least 1, not {per_gpu_batch}")
     request.setdefault("seq_len", default_seq_len(spec))
     effective = per_gpu_batch * cluster.world_size if per_gpu_batch else None
+    if effective is not None and effective > MAX_BATCH:  # said in the caller's words, not the search's field
+        raise UserInputError(
+            f"batch_size {per_gpu_batch:,} per GPU x {cluster.world_size} GPUs is {effective:,} sequences a step, "
+            f"more than the {MAX_BATCH:,} a plan takes; give a smaller batch_size"
+        )
+    asked = strategies  # the loop below walks the strategy sets it tries
     preferred = strategies or (STRATEGY_FAMILIES if allow_engine else LEGACY_STRATEGIES)
     attempts: list[tuple[tuple, int | None]] = [(preferred, per_gpu_batch)] if per_gpu_batch else []
     attempts.append((preferred, None))
@@ -128,7 +135,18 @@ def plan_training(
     best = result.best
     if best is None:
         return answer
-    if per_gpu_batch and best.config.micro_batch != per_gpu_batch:
+    data_parallel = best.config.data_parallel_size(cluster.world_size)
+    if per_gpu_batch and data_parallel != cluster.world_size:
+        # Tensor or pipeline parallelism: the GPUs of a model replica share its sequences, so the batch is per
+        # data-parallel replica and per_gpu x gpu_count x accumulation is not the effective batch (a user's audit).
+        answer.notes["batch_note"] = (
+            f"tp {best.config.tensor_parallel} x pp {best.config.pipeline_parallel} x cp {best.config.context_parallel}: "
+            f"the {cluster.world_size} GPUs hold {data_parallel} "
+            f"model replicas, so per_gpu_batch_size is per replica: {best.config.micro_batch} per replica x "
+            f"{data_parallel} replicas x {best.config.grad_accum} accumulation steps = the effective batch of "
+            f"{effective}"
+        )
+    elif per_gpu_batch and best.config.micro_batch != per_gpu_batch:
         answer.notes["batch_note"] = (
             f"{per_gpu_batch} sequences per GPU do not fit in {cluster.gpu.memory_gib:g} GiB with any "
             f"{_named(preferred)} plan; {best.config.micro_batch} per GPU x "
@@ -141,7 +159,7 @@ def plan_training(
             f"the million tokens `plan` defaults to), {best.config.micro_batch} per GPU x {best.config.grad_accum} "
             "accumulation steps; pass batch_size (sequences per GPU) to set it"
         )
-    if best.config.strategy is Strategy.ENGINE and not allow_engine:
+    if best.config.strategy is Strategy.ENGINE and not allow_engine and asked is None:
         answer.notes["engine_reason"] = (
             f"nothing on DDP, FSDP or DeepSpeed fits {spec.name} on {cluster.world_size} x {cluster.gpu.name}; "
             "our engine's tensor/pipeline parallelism does (run it with `hardware-selector train`, docs/running.md)"

@@ -212,6 +212,9 @@ def _build_plan(
             **zeropp_source(config),
             **library_efficiency_source(cluster.gpu, attention_speedup, attention_why),
             **(shortfall_sources(shortfall.source) if shortfall else {}),
+            # The price this cluster is costed at, as its GPU says where it came from (a multi-node cluster's
+            # whole-server offer, not the catalog's cheapest single GPU; a new user's audit).
+            "price_usd_per_gpu_hour": cluster.gpu.price_note(),
         },
         shortfall=shortfall,
         num_layers=spec.num_layers,

@@ -41,7 +41,6 @@ SOURCES = {
     "pipeline_bubble_s": "formula: (p-1)/(m·v) of the pipelined compute (Narayanan et al. 2021)",
     "offload_s": "none: nothing offloaded",
     "optimizer_step_s": "formula: HBM bytes per parameter of the optimizer update / memory bandwidth (assumed bytes)",
-    "price_usd_per_gpu_hour": "the price catalog's cheapest on-demand price for the GPU (planner/catalog/prices.yaml), or the user's override (--price, make_cluster(price_per_hour=...)); none where neither gives one",
 }
 # The compute figures also name the kernel stack they assume.
 _SOURCES_BY_STACK = {

@@ -32,8 +32,10 @@ NODE_RANK=${NODE_RANK:-0}
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 MASTER_PORT=${MASTER_PORT:-29500}
 for NAME in NNODES NODE_RANK MASTER_PORT; do
-  if ! [[ "${!NAME}" =~ ^(0|[1-9][0-9]*)$ ]] || [[ "$NAME" == NNODES && "${!NAME}" == 0 ]]; then
-    WHAT="a whole number"; [[ "$NAME" != NNODES ]] || WHAT="a whole number of nodes, at least 1"
+  if ! [[ "${!NAME}" =~ ^(0|[1-9][0-9]{0,5})$ ]] || [[ "$NAME" == NNODES && "${!NAME}" == 0 ]] ||
+     [[ "$NAME" == MASTER_PORT && ( "${!NAME}" == 0 || "${!NAME}" -gt 65535 ) ]]; then
+    WHAT="a whole number below a million"; [[ "$NAME" != NNODES ]] || WHAT="a whole number of nodes, at least 1"
+    [[ "$NAME" != MASTER_PORT ]] || WHAT="a port, 1 to 65535"
     echo "launch.sh: $NAME must be $WHAT, not '${!NAME}'" >&2
     exit 2
   fi

@@ -1,0 +1,82 @@
+"""The Python API's answers as a long-time user's audit (2026-11-30) read them: each case failed before its fix
+(docs/selector.md's conventions are the reference: batch_size is per GPU, the answer's batch fields multiply to
+the effective batch, errors are one UserInputError that says what to do)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.errors import UserInputError
+
+
+def test_a_tensor_parallel_answer_says_its_batch_is_per_replica():
+    """An engine plan at tp 2 on 8 GPUs holds 4 replicas: 4 per GPU asked, per_gpu_batch_size 4 x 8 GPUs x 2
+    accumulation read as 64 where the effective batch is 32. The note says the batch is per replica, and the
+    fields multiply by replicas; a user who asked for the engine is not told nothing else fit."""
+    from hardware_selector import get_distributed_training_config
+
+    config = get_distributed_training_config("text_generation", "llama-2-7b", 8, 4, strategies=["engine"])
+    plan = config["plan"]
+    replicas = plan.config.data_parallel_size(8)
+    assert replicas < 8  # the layout splits the model, else this case tests nothing
+    assert config["per_gpu_batch_size"] * replicas * config["gradient_accumulation_steps"] == 32
+    assert config["effective_batch_size"] == 32
+    assert f"hold {replicas} model replicas, so per_gpu_batch_size is per replica" in config["batch_note"]
+    assert "engine_reason" not in config  # asked for: not "nothing on DDP, FSDP or DeepSpeed fits"
+
+
+def test_a_batch_beyond_what_a_plan_takes_is_said_in_the_callers_words():
+    """16,000,000 per GPU on 8 GPUs raised pydantic's ValidationError naming `global_batch`."""
+    from hardware_selector import get_distributed_training_config
+
+    with pytest.raises(UserInputError, match=r"^batch_size 16,000,000 per GPU x 8 GPUs is 128,000,000 sequences"):
+        get_distributed_training_config("text_generation", "gpt2", 8, 16_000_000)
+
+
+def test_the_same_refusal_on_every_gpu_is_said_not_raise_gpu_count():
+    """A 4,096-token prompt on gpt2 (1,024 positions) was "no catalog GPU fits gpt2 at 1 GPUs; raise gpu_count",
+    which no count helps: the reason every GPU gave is the answer."""
+    from hardware_selector import HardwareSelector
+
+    with pytest.raises(UserInputError) as caught:
+        HardwareSelector().select_hardware_for_task(
+            "text_generation", "gpt2", task_type="inference", seq_len=4096, gpu_count=1
+        )
+    assert str(caught.value).startswith("no catalog GPU fits gpt2: a 4096-token prompt leaves no room to generate")
+    assert "raise gpu_count" not in str(caught.value)
+
+
+def test_cost_ranking_without_prices_ranks_by_speed_and_says_so():
+    """With no catalog price among the GPUs that fit, the cost sort left them in catalog order (V100 first,
+    RTX-4090 unlisted) under "USD per million tokens"."""
+    from hardware_selector import HardwareSelector
+
+    answer = HardwareSelector().select_hardware_for_task("text_generation", "gpt2", gpu_count=2, max_memory_gb=24)
+    ranked = [answer["primary_recommendation"], *answer["fallback_options"]]
+    if all(option["usd_per_million_tokens"] is None for option in ranked):
+        speeds = [option["estimated_throughput"]["tokens_per_s"] for option in ranked]
+        assert speeds == sorted(speeds, reverse=True)
+        assert answer["ranked_by"] == "tokens/s (no GPU here has a catalog price to rank by cost)"
+    else:  # priced ones first, cheapest first
+        costs = [option["usd_per_million_tokens"] for option in ranked if option["usd_per_million_tokens"] is not None]
+        assert costs == sorted(costs) and answer["ranked_by"].startswith("USD per million tokens")
+
+
+def test_emit_run_folder_takes_what_the_readme_says_and_refuses_the_rest(tmp_path):
+    """README: "a Plan, a plan.json or a run folder". A plan.json, a folder or a Path raised AttributeError, a
+    no-fit answer's None too, and force="no" overwrote the folder."""
+    import json
+
+    import hardware_selector as hs
+    from hardware_selector import get_distributed_training_config
+
+    plan = get_distributed_training_config("text_generation", "gpt2", 2, 4)["plan"]
+    hs.emit_run_folder(plan, tmp_path / "a")
+    hs.emit_run_folder(tmp_path / "a" / "plan.json", tmp_path / "b")
+    hs.emit_run_folder(str(tmp_path / "a"), tmp_path / "c")
+    documents = [json.loads((tmp_path / name / "plan.json").read_text()) for name in "abc"]
+    assert documents[0]["config"] == documents[1]["config"] == documents[2]["config"]
+    with pytest.raises(UserInputError, match="nothing fit, so there is no plan to emit"):
+        hs.emit_run_folder(None, tmp_path / "d")
+    with pytest.raises(UserInputError, match="force must be True or False, not str 'no'"):
+        hs.emit_run_folder(plan, tmp_path / "a", force="no")
