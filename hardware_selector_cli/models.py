@@ -84,12 +84,12 @@ def _cells(spec: ModelSpec) -> dict[str, str]:
     }
 
 
-def numeric_columns(rows: list[dict[str, str]], width: int) -> list[str]:
-    """The number columns that fit `width` whole beside a name column of NAME_MIN_WIDTH (one space of padding
+def numeric_columns(rows: list[dict[str, str]], width: int, name_width: int = NAME_MIN_WIDTH) -> list[str]:
+    """The number columns that fit `width` whole beside a name column of `name_width` (one space of padding
     either side of each column), dropping NARROW_DROP_ORDER's first until they do; params always stays."""
     columns = list(rows[0]) if rows else []
     widths = {column: max(len(column), *(len(row[column]) for row in rows)) + 2 for column in columns}
-    while sum(widths[column] for column in columns) + NAME_MIN_WIDTH + 2 > width:
+    while sum(widths[column] for column in columns) + name_width + 2 > width:
         dropped = next((column for column in NARROW_DROP_ORDER if column in columns), None)
         if dropped is None:
             break
@@ -107,7 +107,10 @@ def _print_table(specs: list[ModelSpec]) -> None:
     # so that the numbers stay readable. `--json` always has it.
     wide = console.width >= 130
     rows = [_cells(spec) for spec in specs]
-    shown = numeric_columns(rows, console.width)
+    # Names stay whole on one line (`models | grep bert-large-uncased` finds its row; a new user's audit found
+    # them folded at 80 columns): the number columns give way first.
+    name_width = max((len(spec.name) for spec in specs), default=NAME_MIN_WIDTH)
+    shown = numeric_columns(rows, console.width, name_width)
     dropped = [column for column in (rows[0] if rows else {}) if column not in shown]
     table = Table(
         title=f"Model catalog ({len(specs)} model{'' if len(specs) == 1 else 's'}; counts from the meta-device build)",
@@ -120,9 +123,10 @@ def _print_table(specs: list[ModelSpec]) -> None:
         pad_edge=False,
         collapse_padding=True,
     )
-    columns = ["name", "HF id", "family"] if wide else ["name"]
-    for column in columns:  # text: folded onto a second line when the terminal is narrow
-        table.add_column(column, overflow="fold")
+    table.add_column("name", no_wrap=True, min_width=name_width)
+    if wide:
+        for column in ("HF id", "family"):  # text: folded onto a second line when the terminal is narrow
+            table.add_column(column, overflow="fold")
     for column in shown:
         # A number is never cut ("2508…"): its column keeps its widest cell (and header) whole.
         widest = max(len(column), *(len(row[column]) for row in rows))

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from planner.emit.skypilot_task import instance_shape_warning
 from planner.errors import UserInputError
 from planner.launch_target import TARGETS, launch_target, placeholder_warning
 
@@ -352,6 +351,8 @@ def _emit(
     written = emit_run_folder(
         best, emit, force=force, overrides=overrides, elastic=elastic, launch=launch, search=search, names=CLI_NAMES
     )
+    from planner.emit.skypilot_task import instance_shape_warning  # here: `--help` imports no emitter (pydantic)
+
     for warning in (
         placeholder_warning(launch),
         instance_shape_warning(launch, best.cluster.gpu.name, best.cluster.gpus_per_node),

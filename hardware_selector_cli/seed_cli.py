@@ -77,11 +77,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--model-family", required=True, help="text_generation, text_classification, seq2seq, ...")
     parser.add_argument("--model-name", required=True, help="Catalog name, HF id or legacy name (llama-7b).")
     parser.add_argument(
-        "--batch-size", type=int, default=8, help="Sequences per GPU; the effective batch is this x the GPU count."
+        "--batch-size",
+        type=int,
+        default=8,
+        help="Sequences per GPU; the effective batch is this x the GPU count (default: 8).",
     )
-    parser.add_argument("--mode", default="training", help="training or inference (--batch-size: concurrent requests).")
+    parser.add_argument(
+        "--mode",
+        default="training",
+        help="training or inference (--batch-size: concurrent requests; default: training).",
+    )
     parser.add_argument("--distributed", action="store_true", help="Use --gpu-count GPUs (else one).")
-    parser.add_argument("--gpu-count", type=int, default=1)
+    parser.add_argument("--gpu-count", type=int, default=1, help="GPUs, with --distributed (default: 1).")
     parser.add_argument("--max-memory-gb", type=float, default=None, help="Plan for a GPU of this memory (GiB).")
     parser.add_argument("--gpu", default=None, help="Target GPU (default: chosen from --max-memory-gb).")
     parser.add_argument(

@@ -96,3 +96,17 @@ def test_a_model_not_from_the_catalog_names_its_origin_as_its_config_source(caps
     dims = ["--hidden", "1024", "--layers", "4", "--heads", "16", "--ffn", "4096", "--vocab", "32000"]
     assert main([*base, *dims]) == 0
     assert json.loads(capsys.readouterr().out)["model"]["config_source"].startswith("the dimensions given")
+
+
+def test_the_table_keeps_every_name_whole_on_an_80_column_terminal(capsys, monkeypatch):
+    """Piped or at 80 columns, `models` folded long names ("bert-large-uncase" / "d"), so `models | grep NAME`
+    found nothing (a long-time user's audit, 2026-11-30): names stay on one line, the number columns give way."""
+    from hardware_selector_cli.app import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["models", "--json"]) == 0
+    names = [model["name"] for model in json.loads(capsys.readouterr().out)]
+    assert main(["models"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all(any(line.split()[:1] == [name] for line in lines) for name in names)
+    assert max(len(line) for line in lines) <= 80

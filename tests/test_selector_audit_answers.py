@@ -80,3 +80,25 @@ def test_emit_run_folder_takes_what_the_readme_says_and_refuses_the_rest(tmp_pat
         hs.emit_run_folder(None, tmp_path / "d")
     with pytest.raises(UserInputError, match="force must be True or False, not str 'no'"):
         hs.emit_run_folder(plan, tmp_path / "a", force="no")
+
+
+def test_a_training_comparison_prices_the_cluster_it_planned_and_says_where_from():
+    """A training answer of select_hardware_for_task gave usd_per_million_tokens without its price or source (the
+    inference answers have both), at the single GPU's catalog price on 16 GPUs, which rent as whole servers; and a
+    count that is no whole number of nodes advised gpus_per_node, which this method refuses."""
+    from hardware_selector import HardwareSelector
+    from planner.hardware.cluster import make_cluster
+
+    selector = HardwareSelector()
+    answer = selector.select_hardware_for_task("text_generation", "llama-2-7b", gpu_count=16, candidates=["H100-80GB"])
+    primary = answer["primary_recommendation"]
+    cluster = make_cluster("H100-80GB", gpus_per_node=8, nodes=2)
+    assert primary["usd_per_gpu_hour"] == cluster.gpu.price_usd_per_hour
+    assert primary["price_source"] == cluster.gpu.price_note()
+    tokens_per_s = primary["estimated_throughput"]["tokens_per_s"]
+    assert primary["usd_per_million_tokens"] == pytest.approx(
+        primary["usd_per_gpu_hour"] * 16 / 3600 / tokens_per_s * 1e6
+    )
+    with pytest.raises(UserInputError) as caught:
+        selector.select_hardware_for_task("text_generation", "llama-2-7b", gpu_count=12)
+    assert "gpus_per_node" not in str(caught.value) and "give a multiple of 8" in str(caught.value)

@@ -274,7 +274,8 @@ class HardwareSelector:
         estimates: dict[str, Any] = {}
         ranked = []
         for entry in gpus:
-            cluster = cluster_for(entry, count)
+            # This method takes no gpus_per_node: its errors do not advise one (a long-time user's audit).
+            cluster = cluster_for(entry, count, names={"gpu_count": "gpu_count"})
             if task == "inference":
                 request = InferenceRequest.for_model(
                     spec, batch=batch_size, context=length, headroom_fraction=self.headroom_fraction
@@ -307,11 +308,11 @@ class HardwareSelector:
                 continue
             summary = {**plan_summary(best), **answer.notes, "calibration": best.calibration}
             speed = best.throughput
+            price = cluster.gpu.price_usd_per_hour  # the cluster's: several nodes rent as whole servers
             summary["usd_per_million_tokens"] = (
-                entry.price_usd_per_hour * count / 3600 / speed.tokens_per_s * 1e6
-                if speed and entry.price_usd_per_hour is not None
-                else None
+                price * count / 3600 / speed.tokens_per_s * 1e6 if speed and price is not None else None
             )
+            summary["usd_per_gpu_hour"], summary["price_source"] = price, cluster.gpu.price_note()
             summary["detected_on_this_machine"] = entry.name in detected
             estimates[entry.name] = summary
             ranked.append(summary)
