@@ -81,7 +81,6 @@ def emit_run_folder(plan, directory, *, force=False, nproc_override=None, option
     written paths (planner/rundir/write.py). `plan`: a Plan, a plan.json or a run folder (whose run, its data and
     hyperparameters, is kept unless `options` replaces it); options: a planner.rundir.run_options.RunOptions;
     launcher and image: as --launcher torchrun|slurm|k8s|skypilot|mpi and --image, docs/running.md "Launchers"."""
-    from planner.errors import UserInputError
     from planner.launch_target import launch_target
     from planner.rundir.plan_file import plan_and_run
     from planner.rundir.run_options import RunOptions
@@ -90,16 +89,9 @@ def emit_run_folder(plan, directory, *, force=False, nproc_override=None, option
 
     force = flag("force", force)  # "no" is true to Python: it would overwrite the folder
     from_file = isinstance(plan, (str, os.PathLike))
-    if not from_file and type(plan).__name__ != "Plan":
-        why = ": nothing fit, so there is no plan to emit" if plan is None else ""
-        raise UserInputError(
-            "plan is a training Plan (config['plan'] of get_distributed_training_config), a plan.json or a run "
-            f"folder, not {type(plan).__name__}{why}"
-        )
     plan, run = plan_and_run(os.fspath(plan) if from_file else plan)
     if from_file and options is None:  # the folder's own run: its data, hyperparameters and policies
-        options = RunOptions(data=run.data, optim=run.optim, anomaly=run.anomaly, checkpoint=run.checkpoint,
-                             init=run.model.init, tokenizer=run.model.tokenizer)  # fmt: skip
+        options = RunOptions.of_run(run)
     launch = launch_target(launcher, image)
     return write(plan, directory, force=force, nproc_override=nproc_override, options=options, launch=launch)
 

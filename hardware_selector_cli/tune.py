@@ -338,14 +338,7 @@ def _candidates(run_dir, model, cluster, search, routing, top_k, overriding, cal
             compression=compression,
             **fields,
         )
-        options = RunOptions(
-            data=run.data,
-            optim=run.optim,
-            anomaly=run.anomaly,
-            checkpoint=run.checkpoint,
-            init=run.model.init,
-            tokenizer=run.model.tokenizer,
-        )
+        options = RunOptions.of_run(run)
         from .tune_elastic import elastic_range
 
         elastic = elastic_range(run_dir, spec, request)

@@ -77,7 +77,8 @@ def plan_and_run(source: Plan | str | Path) -> tuple[Plan, RunConfig]:
         return source, run_config(source)
     if isinstance(source, (str, Path)):
         return read_plan_file(source)
+    nothing = " (an answer where nothing fit has no plan: see its suggestions)" if source is None else ""
     raise UserInputError(
-        f"a plan is a Plan, a plan.json path or a run folder, not {type(source).__name__}; "
+        f"a plan is a Plan, a plan.json path or a run folder, not {type(source).__name__}{nothing}; "
         "get one from HardwareSelector / `hardware-selector plan --emit DIR`"
     )

@@ -59,6 +59,12 @@ class RunOptions(BaseModel):
     init: Init | None = None  # None: pretrained when the model folder holds weights
     tokenizer: str | None = None  # None: the model folder's tokenizer, if it has one
 
+    @classmethod
+    def of_run(cls, run: RunConfig) -> RunOptions:
+        """The options an emitted folder's run was written with (tune RUN_DIR and emit_run_folder of a folder)."""
+        return cls(data=run.data, optim=run.optim, anomaly=run.anomaly, checkpoint=run.checkpoint,
+                   init=run.model.init, tokenizer=run.model.tokenizer)  # fmt: skip
+
 
 def model_folder(plan: Plan) -> Path | None:
     """The local HF folder the plan's model was read from (None for catalog models and dimensions)."""
