@@ -71,6 +71,8 @@ def __getattr__(name: str):
 
         # Its answers calibrate on the benchmark database as `plan` does (planner/selector/calibration.py).
         install_calibration_source(plan_calibration)
+        if name == "HardwareSelector":  # its training_arguments, as the module's function
+            _install_cpu_state_setup()
         return getattr(selector, name)
     raise AttributeError(f"module 'hardware_selector' has no attribute '{name}'")
 
@@ -99,18 +101,19 @@ def emit_run_folder(plan, directory, *, force=False, nproc_override=None, option
 def training_arguments(plan, output_dir, **overrides):
     """A transformers.TrainingArguments that runs `plan`: a Plan, a plan.json or a run folder
     (planner/rundir/training_arguments.py). A CPU plan's FSDP or DeepSpeed runs on CPU processes over gloo
-    (backends/cpu_distributed.py), as `hardware-selector train` runs it."""
-    from planner.rundir.plan_file import plan_and_run
+    (backends/cpu_distributed.py), as `hardware-selector train` runs it, when a launcher started this process."""
     from planner.rundir.training_arguments import training_arguments as build
 
-    plan, run = plan_and_run(plan)
-    strategy = plan.config.strategy.value
-    if run.device == "cpu" and strategy in ("fsdp", "deepspeed") and "accelerator_config" not in overrides:
-        from backends.cpu_distributed import configure_cpu_accelerate_state
+    _install_cpu_state_setup()
+    return build(plan, output_dir, **overrides)
 
-        configure_cpu_accelerate_state(strategy)
-        overrides["accelerator_config"] = {"use_configured_state": True}
-    return build(plan, output_dir, run=run, **overrides)
+
+def _install_cpu_state_setup() -> None:
+    """HardwareSelector.training_arguments and the function above set up a CPU plan's accelerate state alike."""
+    from backends.cpu_distributed import configure_launched_cpu_state
+    from planner.rundir.training_arguments import install_cpu_state_setup
+
+    install_cpu_state_setup(configure_launched_cpu_state)
 
 
 def main(argv: list[str] | None = None) -> int:

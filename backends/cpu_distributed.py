@@ -65,6 +65,18 @@ def skip_deepspeed_shm_build() -> None:
     comm.build_shm_op = lambda: None
 
 
+def configure_launched_cpu_state(strategy: str) -> bool:
+    """configure_cpu_accelerate_state in a process a launcher started (torchrun's WORLD_SIZE, an MPI launcher's
+    variables), where the process group can form; False elsewhere: a notebook building a CPU plan's
+    TrainingArguments to read them gets them without accelerate's gloo state (which raised there)."""
+    from backends.mpi.environment import MPI_MARKERS
+
+    if "WORLD_SIZE" not in os.environ and not any(marker in os.environ for marker in MPI_MARKERS):
+        return False
+    configure_cpu_accelerate_state(strategy)
+    return True
+
+
 def configure_cpu_accelerate_state(strategy: str) -> None:
     """Initialise accelerate's process state on gloo so that `strategy` (ddp, fsdp or deepspeed) is honoured."""
     from accelerate import PartialState

@@ -18,6 +18,7 @@ from planner.errors import UserInputError
 from planner.launch_target import TARGETS, launch_target, placeholder_warning
 
 from .cost_options import CostOptions, check_cost_flags, cost_options, run_cost_plan
+from .given_flags import given_flags
 from .model_options import ModelOptions, model_options
 from .option_groups import option_group
 from .plan_lines import elastic_lines, moved_run_line, start_notes
@@ -43,16 +44,21 @@ if TYPE_CHECKING:
 
 
 def _target_cluster(cluster: ClusterOptions):
-    """The named cluster, or without --gpu the GPUs of this machine (NVML), if any."""
+    """The named cluster, or without --gpu the GPUs of this machine (NVML), if any, with the --gpus-per-node,
+    --nodes and --cpu-ram-gb the user gave (whatever their values) in place of what was detected."""
     if cluster.gpu:
         return cluster.resolve()
     from planner.hardware.detect import detect_hardware
 
+    given = cluster.given
     detected = detect_hardware().to_cluster_spec(
         interconnect=cluster.interconnect,
         price_per_hour=cluster.price_per_hour,
         nvme_gb=cluster.nvme_gb,
         nvme_gbps=cluster.nvme_gbps,
+        gpus_per_node=cluster.gpus_per_node if "--gpus-per-node" in given else None,
+        nodes=cluster.nodes if "--nodes" in given else None,
+        cpu_ram_gb=cluster.cpu_ram_gb,
     )
     if detected is None:
         raise UserInputError("no GPU detected here; name the target GPU with --gpu (e.g. --gpu H100-80GB)")
@@ -69,6 +75,7 @@ def register(app: typer.Typer) -> None:
     @option_group("routing", routing_options)
     @option_group("cost", cost_options)
     def plan_command(
+        ctx: typer.Context,
         model: ModelOptions,
         cluster: ClusterOptions,
         search: SearchOptions,
@@ -118,6 +125,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Find the fastest (or cheapest) way to train a model on a cluster, and explain it."""
+        cluster.given = tuple(given_flags(ctx, cluster_options))  # a detected machine takes what is given
         emit = emit_folder(emit_dir)
         launch = launch_target(launcher, image, elastic=elastic is not None)
         if force and emit is None:  # whatever the mode: only an emitted folder has files to replace
@@ -197,9 +205,9 @@ def register(app: typer.Typer) -> None:
         title = f"{spec.name} on {target.world_size} x {target.gpu.name}, seq {request.seq_len}"
         tokens_from = _tokens_from(search, request, run.values if emit is not None else None)
         if report_target is not None:
-            from hardware_selector_cli.plan_table import tokens_source
             from planner.report.page import write_page
             from planner.report.plan_data import plan_report
+            from planner.throughput.to_train import tokens_source
 
             write_page(report_target, plan_report(result, title, tokens_source(tokens_from)))
             written = [*(written or []), f"wrote the report page to {report_target}"]

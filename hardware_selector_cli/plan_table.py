@@ -3,32 +3,8 @@
 from __future__ import annotations
 
 from planner.contract.choices import ActivationCheckpointing
+from planner.throughput.to_train import to_train, tokens_source
 from planner.units import format_bytes, format_dollars
-
-
-def tokens_source(tokens_from: str | None) -> str:
-    """Where the time and cost columns' token count came from (None: the default the help names)."""
-    from planner.search.request import CHINCHILLA_TOKENS_PER_PARAM
-
-    return tokens_from or f"{CHINCHILLA_TOKENS_PER_PARAM} per parameter, Chinchilla; --tokens"
-
-
-def to_train(plan, tokens: float, tokens_from: str | None = None) -> dict | None:
-    """What training `tokens` on the plan takes, as the table's cost and days columns compute it (the same
-    ThroughputEstimate methods; `--clouds --json` names them cost_usd and time_s too), with the price's source."""
-    speed = plan.throughput
-    if speed is None:
-        return None
-    world = plan.cluster.world_size
-    return {
-        "tokens": tokens,
-        "tokens_source": tokens_source(tokens_from),
-        "time_s": speed.time_to_train_s(tokens),
-        "gpu_hours": speed.gpu_hours(tokens, world),
-        "cost_usd": speed.cost_usd(tokens, world),
-        "price_usd_per_gpu_hour": speed.price_usd_per_gpu_hour,
-        "price_source": plan.cluster.gpu.price_source,
-    }
 
 
 def search_document(result, tokens_from: str | None = None) -> dict:

@@ -85,6 +85,7 @@ class ClusterOptions:
     price_per_hour: float | None
     nvme_gb: float | None = None
     nvme_gbps: float | None = None
+    given: tuple[str, ...] = ()  # the flags above the user gave, whatever their values (given_flags.py)
 
     def resolve(self):
         from planner.hardware.cluster import make_cluster

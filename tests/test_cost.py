@@ -218,15 +218,16 @@ def test_the_cluster_timed_is_the_instance_rented_and_preempted(tmp_path):
     # The brief's case: GCP rents H100s as a3-highgpu-1g (1 GPU per instance, planner/catalog/prices.yaml). Each
     # option must be planned on nodes of the instance's GPUs, one node per instance, and preempted per instance:
     # reference wall = work / (1 - 0.05/h x instances x (1000 steps x step / 2 + 600 s)), cost = wall x GPUs x spot.
-    catalog = {(e.cloud, e.gpu): e for e in load_price_catalog().prices}
+    # GCP's H100 has two entries, the 1-GPU shape and the 8-GPU server: an option is timed on one instance's GPUs.
+    catalog = {(e.cloud, e.gpu, e.gpus_per_instance): e for e in load_price_catalog().prices}
     run = cli_in_process("plan", "-m", "llama-2-7b", "--objective", "cost", "--clouds", "gcp,coreweave", "--spot",
                          "--deadline", "5000d", "--tokens", 2e11, "--no-calibration", "--json")  # fmt: skip
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
     seen = set()
     for option in result["considered"]:
-        entry = catalog[(option["cloud"], option["gpu"])]
-        assert option["gpus_per_node"] == entry.gpus_per_instance
+        entry = catalog[(option["cloud"], option["gpu"], option["gpus_per_node"])]
+        assert entry.instance in option["price_source"]
         assert option["preemption"]["instances"] == option["nodes"]
         if entry.gpus_per_instance < 8:
             assert option["nodes"] == 1  # a cluster of small instances crosses a network the catalog lacks
@@ -239,7 +240,7 @@ def test_the_cluster_timed_is_the_instance_rented_and_preempted(tmp_path):
             assert option["time_s"] == pytest.approx(work_h / slowdown * 3600, rel=1e-9)
             assert option["cost_usd"] == pytest.approx(work_h / slowdown * option["gpus"] * entry.spot, rel=1e-9)
         seen.add((option["cloud"], option["gpus_per_node"]))
-    assert ("gcp", 1) in seen and ("coreweave", 8) in seen
+    assert ("gcp", 1) in seen and ("gcp", 8) in seen and ("coreweave", 8) in seen
     assert "gcp us-central1 H100-80GB (a3-highgpu-1g, 1 GPU)" in result["one_instance"]
 
 

@@ -83,6 +83,27 @@ def make_hf_cache(root: Path, repo_id: str, catalog_name: str) -> Path:
     return repo_dir
 
 
+@pytest.mark.parametrize(
+    ("name", "head", "size", "said"),
+    [
+        ("m.gguf.part", b"GGUF\x03\0\0\0", 2**30, "is a GGUF weights file"),
+        ("model.safetensors", b"\x08\0\0\0\0\0\0\0{}", 64, "is a safetensors weights file"),
+        ("config.json", b"{", 20 * 2**20, "is 20 MiB, too large for a config.json (those are kilobytes)"),
+    ],
+)
+def test_a_weights_file_given_as_the_model_is_named_not_read_whole(tmp_path, monkeypatch, name, head, size, said):
+    """An audit: a 1 GB GGUF given as --model was read whole (2 GB of memory) before "not valid JSON". The first
+    bytes, the suffix or the size say what it is; read_text is never called."""
+    path = tmp_path / name
+    path.write_bytes(head)
+    with path.open("r+b") as file:
+        file.truncate(size)  # sparse: no disk used
+    monkeypatch.setattr(Path, "read_text", lambda *a, **k: pytest.fail("read the file whole"))
+    with pytest.raises(UserInputError, match="point --model at the model's folder or its config.json") as caught:
+        resolve_model(str(path))
+    assert said in str(caught.value)
+
+
 def test_model_in_the_local_hf_cache_is_read_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     make_hf_cache(tmp_path, "acme/Private-Llama", "llama-2-7b")
@@ -150,8 +171,11 @@ def test_bare_parameter_count_is_exact_and_gpt3_shaped(params, layers):
     spec = spec_from_param_count(params)
     assert spec.params.total == int(params)
     assert spec.num_layers == layers
-    # The shape's own formula count lands near the request: the width was chosen for it.
-    assert abs(12 * spec.num_layers * spec.hidden_size**2 - params) / params < 0.1
+    # The shape's own formula count, embedding included, lands near the request: the width was chosen for it.
+    from planner.models.resolve import _param_count_shape
+
+    own = _param_count_shape(spec.num_layers, spec.hidden_size, spec.hidden_size // spec.num_heads).params.total
+    assert 0.85 < own / params <= 1  # at most one head's width short (125M: 12 x 704, where 768 is 130M)
 
 
 def test_cli_unknown_model_is_one_line_and_exit_2(capsys):
@@ -224,9 +248,30 @@ def test_every_catalog_entry_has_its_stored_config():
     assert {spec.name for spec in load_catalog()} == stored
 
 
-@pytest.mark.parametrize("params", [-5, 0, 5e5])
+@pytest.mark.parametrize("params", [-5, 0, 5e5, 2e6, 4_340_671])
 def test_a_param_count_below_the_floor_names_the_floor_whatever_its_sign(params):
-    """--params -5 said "must be at least 0", and then 0 was refused as "must be at least 1e6"."""
+    """--params -5 said "must be at least 0", and then 0 was refused as "must be at least 1e6"; an audit then found
+    --params 2e7 built a 22M embedding into a 20M model (1e6 passed that floor). The floor is the smallest shape
+    it builds, 12 layers of width 64, counted by the same formula."""
+    from planner.models.resolve import _param_count_shape
+
+    least = _param_count_shape(12, 64, 64).params.total
+    assert least == 4_340_672
     with pytest.raises(UserInputError) as refused:
         spec_from_param_count(params)
-    assert str(refused.value) == f"--params must be at least 1e6 (e.g. --params 7.5e9), not {params:g}"
+    assert str(refused.value).startswith(f"--params must be at least 4,340,672 (the smallest GPT-shaped model it "
+                                         f"builds: 12 layers x 64 hidden, GPT-2's 50,257-token vocabulary), not {params:g}")  # fmt: skip
+
+
+@pytest.mark.parametrize("params", [4_340_672, 2e7, 1.2e8, 7.5e9, 7e10, 1e13])
+def test_the_shape_a_param_count_builds_holds_its_parts(params):
+    """The embedding, the largest layer and the shape's own count stay within the total asked for, which is exact;
+    the shape is within one head's width of the count (the formula's total at that width)."""
+    from planner.models.resolve import _param_count_shape
+
+    spec = spec_from_param_count(params)
+    assert spec.params.total == int(params)
+    head = spec.hidden_size // spec.num_heads
+    own = _param_count_shape(spec.num_layers, spec.hidden_size, head).params.total
+    wider = _param_count_shape(spec.num_layers, spec.hidden_size + head, head).params.total
+    assert max(spec.params.embedding, spec.params.largest_layer) <= own <= params < wider

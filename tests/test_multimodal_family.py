@@ -44,6 +44,19 @@ def test_formula_equals_the_meta_device_count_and_the_published_size(name, billi
     assert spec.image_tokens == 24 * 24  # 336 / 14 squared; the "default" strategy drops the class token
 
 
+def test_a_list_of_feature_layers_widens_the_projector_as_transformers_builds_it():
+    """An audit: vision_feature_layer [-2, -5] (concatenated features) was counted one tower wide, 4096 x 1024
+    parameters short of the meta-device count."""
+    from planner.models.param_count import count_params_on_meta
+
+    config = {**_config("llava-1.5-7b"), "vision_feature_layer": [-2, -5]}
+    formula = spec_from_hf_config(config, name="llava-two-layers").params
+    assert formula.total == count_params_on_meta(config).total
+    assert formula.total - spec_from_hf_config(_config("llava-1.5-7b"), name="one").params.total == 1024 * 4096
+    with pytest.raises(ConfigFieldError, match="vision_feature_layer"):
+        spec_from_hf_config({**config, "vision_feature_layer": []}, name="none")
+
+
 def test_a_published_config_without_llm_dimensions_reads_llamas_defaults():
     """llava-hf/llava-1.5-7b-hf leaves the Vicuna dimensions to LlamaConfig's defaults."""
     spec = resolve_model("llava-1.5-7b")

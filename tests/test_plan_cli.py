@@ -190,6 +190,27 @@ def test_plan_without_gpu_plans_for_the_detected_machine(monkeypatch, capsys):
     assert cluster["assumptions"][0].startswith("detected 8 x")
 
 
+def test_the_detected_machine_takes_the_nodes_gpus_and_ram_the_user_states(monkeypatch, capsys):
+    """A new user's audit: on a detected 8-GPU node, --gpus-per-node 4 --nodes 2 --cpu-ram-gb 2048 planned 8 GPUs on
+    the host's own RAM, and "nothing fits" advised those very flags (re-running them changed nothing). What is
+    given wins, a launcher's node count included; more GPUs per node than the node has is one line."""
+    from planner.hardware.launch_context import SLURM_VARIABLES, TORCHRUN_VARIABLES
+    from tests.fakes.fake_pynvml import dgx_a100, install
+
+    for name in (*SLURM_VARIABLES, *TORCHRUN_VARIABLES):
+        monkeypatch.delenv(name, raising=False)
+    install(monkeypatch, dgx_a100())
+    base = ["plan", "--model", "llama-2-7b", "--seq-len", "2048", "--json", "--top", "1"]
+    cluster = _json(capsys, [*base, "--gpus-per-node", "4", "--nodes", "2", "--cpu-ram-gb", "2048"])["best"]["cluster"]
+    assert (cluster["gpus_per_node"], cluster["num_nodes"], cluster["cpu_ram_per_node_bytes"]) == (4, 2, 2048 * 2**30)
+    assert cluster["assumptions"][0].startswith("detected 8 x")
+    monkeypatch.setenv("SLURM_NNODES", "4")
+    assert _json(capsys, [*base, "--nodes", "1"])["best"]["cluster"]["num_nodes"] == 1
+    assert main([*base, "--gpus-per-node", "16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--gpus-per-node 16: this node has 8 x A100-80GB; pass 8 or fewer" in err and "\n" not in err
+
+
 def test_plan_without_gpu_on_a_cpu_only_machine_is_a_one_line_error(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` fails: no GPUs visible
     assert main(["plan", "--model", "gpt2"]) == 2

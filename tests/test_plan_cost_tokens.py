@@ -71,6 +71,23 @@ def test_the_cost_counts_the_tokens_of_the_runs_own_steps(tmp_path, capsys):
     )
 
 
+def test_the_emitted_plan_json_carries_the_runs_own_cost(tmp_path, capsys):
+    """An audit: plan.json had no cost block, where `plan --emit --steps --json` printed one. plan.json's
+    `to_train` is the same block for the run's own --steps (computed once, planner/throughput/to_train.py);
+    a run sized in epochs has null there (its tokens are counted only at `train`)."""
+
+    base = ["plan", "--model", "gpt2", "--gpu", "H100-80GB", "--seq-len", "128", "--global-batch", "16",
+            "--strategies", "ddp", "--no-calibration", "--json"]  # fmt: skip
+    assert main([*base, "--gpus-per-node", "8", "--emit", str(tmp_path / "a"), "--steps", "40"]) == 0
+    printed = json.loads(capsys.readouterr().out)["best"]["to_train"]
+    written = json.loads((tmp_path / "a" / "plan.json").read_text())["to_train"]
+    assert written == printed and written["tokens"] == 40 * 16 * 128 and written["cost_usd"] > 0
+    assert written["gpu_hours"] == pytest.approx(written["time_s"] / 3600 * 8)  # 8 GPUs
+    assert main([*base, "--emit", str(tmp_path / "b"), "--epochs", "2"]) == 0
+    capsys.readouterr()
+    assert json.loads((tmp_path / "b" / "plan.json").read_text())["to_train"] is None
+
+
 def test_an_emitted_run_sized_in_epochs_is_not_costed_as_the_chinchilla_default(tmp_path, capsys):
     """Audit: `--emit DIR --epochs 3` printed `cost: to train 2.55e+06 tokens (20 per parameter, Chinchilla;
     --tokens)` as if that were the run, which trains 3 passes over its data (counted only when `train` tokenizes

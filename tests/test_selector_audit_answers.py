@@ -102,3 +102,63 @@ def test_a_training_comparison_prices_the_cluster_it_planned_and_says_where_from
     with pytest.raises(UserInputError) as caught:
         selector.select_hardware_for_task("text_generation", "llama-2-7b", gpu_count=12)
     assert "gpus_per_node" not in str(caught.value) and "give a multiple of 8" in str(caught.value)
+
+
+def test_a_gpu_count_without_distributed_is_refused_not_dropped():
+    """distributed=False with gpu_count=8 compared one GPU without a word (its default of 4 could not tell a count
+    given from none): the count is now refused in one line; left out, it is 4 distributed and 1 otherwise."""
+    from hardware_selector import HardwareSelector
+
+    selector, only = HardwareSelector(), dict(candidates=["A100-80GB"], include_detected=False, calibrate=False)
+    with pytest.raises(UserInputError, match=r"gpu_count=8 needs distributed=True \(distributed=False compares one"):
+        selector.select_hardware_for_task("text_generation", "gpt2", distributed=False, gpu_count=8, **only)
+    assert selector.select_hardware_for_task("text_generation", "gpt2", distributed=False, **only)["gpu_count"] == 1
+    assert selector.select_hardware_for_task("text_generation", "gpt2", **only)["gpu_count"] == 4
+
+
+def test_the_selectors_training_arguments_sets_up_a_cpu_plan_as_the_function_does(tmp_path, monkeypatch):
+    """HardwareSelector.training_arguments skipped the CPU set-up hardware_selector.training_arguments does for a
+    CPU plan's FSDP or DeepSpeed (accelerate's state on gloo): both run the one installed set-up now. Outside a
+    launch (no WORLD_SIZE, as here) the set-up is skipped: the function raised torch's "Default process group
+    has not been initialized" there."""
+    import hardware_selector
+    from backends.cpu_distributed import configure_launched_cpu_state
+    from hardware_selector_cli.app import main
+    from planner.rundir import training_arguments as module
+    from planner.rundir.plan_file import plan_and_run
+
+    selector = hardware_selector.HardwareSelector()
+    assert module._cpu_state_setup == [configure_launched_cpu_state]  # installed by the API's door
+    args = ["plan", "--model", "gpt2", "--gpu", "cpu", "--gpus-per-node", "2", "--seq-len", "64",
+            "--global-batch", "4", "--strategies", "fsdp", "--no-calibration", "--emit", str(tmp_path / "run")]  # fmt: skip
+    assert main(args) == 0
+    plan, _ = plan_and_run(tmp_path / "run")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert hardware_selector.training_arguments(plan, tmp_path / "out").fsdp  # built, not torch's ValueError
+    from accelerate import PartialState
+    from accelerate.state import AcceleratorState
+
+    called: list[str] = []
+
+    def launched(strategy: str) -> bool:  # as under torchrun, without its process group: one process's state
+        called.append(strategy)
+        PartialState(cpu=True)
+        return True
+
+    def configured_nothing(strategy: str) -> bool:  # says it set the state up, and did not
+        called.append(strategy)
+        return True
+
+    try:
+        # transformers refuses use_configured_state without a state: the set-up's answer reaches it.
+        AcceleratorState._reset_state(reset_partial_state=True)  # the call above left one
+        monkeypatch.setattr(module, "_cpu_state_setup", [configured_nothing])
+        with pytest.raises(UserInputError, match="use_configured_state"):
+            selector.training_arguments(plan, str(tmp_path / "out"))
+        monkeypatch.setattr(module, "_cpu_state_setup", [launched])
+        assert selector.training_arguments(plan, str(tmp_path / "out")).fsdp
+        assert called == ["fsdp"] * 2
+        hardware_selector.training_arguments(tmp_path / "run", tmp_path / "out")  # installs its own again
+        assert module._cpu_state_setup == [configure_launched_cpu_state]
+    finally:  # accelerate's state is the process's: the next test starts without it
+        AcceleratorState._reset_state(reset_partial_state=True)

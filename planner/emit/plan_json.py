@@ -17,6 +17,7 @@ from typing import Any
 from planner.contract.run_config import RunConfig
 from planner.elastic_plan import ElasticPlan
 from planner.plan import Plan
+from planner.throughput.to_train import run_to_train
 
 
 def plan_document(
@@ -34,6 +35,8 @@ def plan_document(
         "calibration": plan.calibration,
         "cluster_assumptions": plan.cluster.assumptions,
     }
+    # The run's own --steps costed as `plan --emit --steps --json` costs it (None for a run sized in epochs).
+    document["to_train"] = run_to_train(plan, run)
     if tune is not None:  # the trials a `tune` measured, and which won (Plan.model_validate ignores the key)
         document["tune"] = tune
     if elastic is not None:  # the node range and each count's fallback (planner/elastic_plan.py)

@@ -118,7 +118,9 @@ class ClusterSpec(BaseModel):
     def with_nodes(self, nodes: int) -> ClusterSpec:
         """The same nodes, `nodes` of them (an elastic run's fallbacks), as `make_cluster(nodes=...)` gives them:
         a one-node cluster grown to several takes the multi-node price of a catalog GPU, and, where it has no
-        network (none named), the GPU's typical one; a bandwidth the user gave (--inter-bw) is kept."""
+        network (none named), the GPU's typical one; a bandwidth the user gave (--inter-bw) is kept. A multi-node
+        cluster shrunk to one node (a lost node's fallback) keeps its whole-server price: what remains is one of
+        the servers rented."""
         if nodes <= 1 or self.is_multi_node:
             return self.model_copy(update={"num_nodes": nodes})
         assumptions, gpu = list(self.assumptions), self.gpu

@@ -100,9 +100,15 @@ class DetectionReport(BaseModel):
         price_per_hour: float | None = None,
         nvme_gb: float | None = None,
         nvme_gbps: float | None = None,
+        gpus_per_node: int | None = None,
+        nodes: int | None = None,
+        cpu_ram_gb: float | None = None,
     ) -> ClusterSpec | None:
         """The cluster this machine (and its launcher's node count) amounts to, with the NVMe the user names
-        (detection does not look for it); None without GPUs.
+        (detection does not look for it); None without GPUs. What the user states wins over what was detected
+        (a new user's audit: --nodes, --gpus-per-node and --cpu-ram-gb were dropped, and the "fewest that fits"
+        advice named them): `gpus_per_node` of this node's GPUs (no more than it has), `nodes` of such nodes,
+        `cpu_ram_gb` of host RAM per node.
 
         Raises UserInputError when the GPUs are mixed or not in the catalog, since
         the planner then needs the user to name the target GPU.
@@ -120,15 +126,21 @@ class DetectionReport(BaseModel):
             raise UserInputError(f"this node mixes GPU models ({', '.join(names)}); plan for one of them with --gpu")
         spec = find_gpu(names[0])
         assert spec is not None  # catalog_name came from the catalog
+        if gpus_per_node is not None and gpus_per_node > len(self.gpus):
+            raise UserInputError(
+                f"--gpus-per-node {gpus_per_node}: this node has {len(self.gpus)} x {names[0]}; pass "
+                f"{len(self.gpus)} or fewer, or name the target with --gpu {names[0]}"
+            )
         notes = [f"detected {len(self.gpus)} x {self.gpus[0].name} on {self.host.hostname}"]
         intra_bw = self._measured_intra_bandwidth(spec.interconnect.kind, notes)
+        detected_ram = self.host.ram_total_bytes / GIB if self.host.ram_total_bytes else None
         cluster = make_cluster(
             spec,
-            gpus_per_node=len(self.gpus),
-            nodes=self.launch.num_nodes or 1,
+            gpus_per_node=gpus_per_node or len(self.gpus),
+            nodes=nodes or self.launch.num_nodes or 1,
             interconnect=interconnect,
             intra_bw=intra_bw,
-            cpu_ram_gb=self.host.ram_total_bytes / GIB if self.host.ram_total_bytes else None,
+            cpu_ram_gb=cpu_ram_gb if cpu_ram_gb is not None else detected_ram,
             price_per_hour=price_per_hour,
             nvme_gb=nvme_gb,
             nvme_gbps=nvme_gbps,

@@ -93,7 +93,15 @@ def read_llava(f: ConfigFields, read_text: Callable[[ConfigFields, str], ParsedC
     image_tokens = patches if strategy == "default" else patches + 1  # "default" drops the class token
     text_hidden, tower_hidden = text.dims.hidden_size, tower.dims.hidden_size
     bias = f.bool("multimodal_projector_bias", True)
-    projector = tower_hidden * text_hidden + text_hidden * text_hidden + (2 * text_hidden if bias else 0)
+    # A list of feature layers is concatenated: the projector's input is that many towers wide (transformers'
+    # LlavaMultiModalProjector; an audit's vision_feature_layer [-2, -5] was counted one wide).
+    layers = f.config.get("vision_feature_layer", -2)
+    if isinstance(layers, list) and (not layers or not all(type(layer) is int for layer in layers)):
+        raise f.error("vision_feature_layer", "must be a layer index or a non-empty list of them")
+    if not isinstance(layers, list) and type(layers) is not int:
+        raise f.error("vision_feature_layer", "must be a layer index or a non-empty list of them")
+    features = tower_hidden * (len(layers) if isinstance(layers, list) else 1)
+    projector = features * text_hidden + text_hidden * text_hidden + (2 * text_hidden if bias else 0)
     if image_tokens >= text.dims.max_position_embeddings:
         raise f.error("vision_config", f"images of {image_tokens} tokens leave no room in the LLM's "
                       f"{text.dims.max_position_embeddings} positions")  # fmt: skip

@@ -20,6 +20,13 @@ from planner.models.legacy_names import catalog_name
 from planner.models.spec import ModelSpec
 
 MAX_MODEL_NAME = 4096  # PATH_MAX on Linux
+# A config.json is kilobytes; a path to a weights file (gigabytes) is read no further than its first bytes (an audit:
+# a GGUF given as --model was read whole, 2 GB of memory for a 1 GB file, before "not valid JSON").
+MAX_CONFIG_BYTES = 16 * 2**20
+WEIGHT_FILES = {b"GGUF": "a GGUF weights file", b"PK\x03\x04": "a zip archive (a torch checkpoint?)"}
+WEIGHT_SUFFIXES = {".safetensors": "a safetensors weights file", ".gguf": "a GGUF weights file",
+                   ".bin": "a weights file", ".pt": "a torch checkpoint", ".pth": "a torch checkpoint",
+                   ".ckpt": "a checkpoint", ".onnx": "an ONNX model"}  # fmt: skip
 
 
 def resolve_model(name: str, *, exact_counts: bool = True, other_ways: str = "") -> ModelSpec:
@@ -88,8 +95,20 @@ def _strict_object(pairs: list[tuple[str, object]], config_path: Path) -> dict:
     return seen
 
 
+def _refuse_weights_file(config_path: Path) -> None:
+    """One line for a weights file or anything too large to be a config.json, read no further than 4 bytes."""
+    with config_path.open("rb") as file:
+        kind = WEIGHT_FILES.get(file.read(4)) or WEIGHT_SUFFIXES.get(config_path.suffix.lower())
+        size = os.fstat(file.fileno()).st_size
+    if kind is None and size <= MAX_CONFIG_BYTES:
+        return
+    what = kind or f"{size / 2**20:,.0f} MiB, too large for a config.json (those are kilobytes)"
+    raise UserInputError(f"{config_path} is {what}; point --model at the model's folder or its config.json")
+
+
 def read_config_json(config_path: Path) -> dict:
     try:
+        _refuse_weights_file(config_path)
         text = config_path.read_text(encoding="utf-8")
     except OSError as error:
         raise UserInputError(f"{config_path}: cannot read it ({error.strerror})") from None
@@ -239,33 +258,46 @@ GPT3_SHAPES = (
 )
 
 
+MAX_PARAM_COUNT = 1e13  # --params above this is beyond any trainable model (a mistyped exponent)
+# The vocabulary and positions of the shape --params builds: GPT-2's tokenizer, learned positions to 8192.
+PARAM_COUNT_VOCAB, PARAM_COUNT_POSITIONS = 50257, 8192
+
+
 def spec_from_param_count(params: float) -> ModelSpec:
     """A GPT-shaped decoder whose parameter count is exactly `params`.
 
     Layers and hidden size follow the GPT-3 family's aspect ratio (the nearest
     published shape below, scaled in width), so activation estimates stay
     plausible; the count itself is what the user asked for, not the formula's.
+    The width solves 12 L h^2 + (vocab + positions) h = N, so the shape's own parts (embedding, layers) fit in
+    the total asked for (an audit: --params 2e7 had a 22M embedding in a 20M model); a count below the smallest
+    such shape is refused, naming it.
     """
-    params = check_number("--params", params, high=MAX_PARAMS, low=-math.inf)  # below 1e6 is the line below's
-    if params < 1e6:
-        raise UserInputError(f"--params must be at least 1e6 (e.g. --params 7.5e9), not {params:g}")
-    if params > 1e13:
-        raise UserInputError("--params above 1e13 is beyond any trainable model; check the exponent")
-    count = int(round(params))
+    params = check_number("--params", params, high=MAX_PARAMS, low=-math.inf)  # the bounds are the lines below
+    if params > MAX_PARAM_COUNT:
+        raise UserInputError(
+            f"--params must be at most {MAX_PARAM_COUNT:g} (beyond any trainable model), not {params:g}; "
+            "check the exponent"
+        )
+    count = int(round(params)) if params > 0 else 0
     base = max((shape for shape in GPT3_SHAPES if shape[0] <= count), default=GPT3_SHAPES[0])
     _, layers, hidden, heads = base
     head_dim = hidden // heads
-    # Widen (or narrow) the nearest shape so that 12 * layers * hidden^2 ~ params.
-    hidden = max(head_dim, int(round((count / (12 * layers)) ** 0.5 / head_dim)) * head_dim)
-    spec = spec_from_dimensions(
-        hidden=hidden,
-        layers=layers,
-        heads=hidden // head_dim,
-        ffn=4 * hidden,
-        vocab=50257,
-        mlp="standard",
-        max_positions=8192,
-    )
+    smallest = _param_count_shape(layers, head_dim, head_dim)
+    if count < smallest.params.total:
+        least = smallest.params.total
+        raise UserInputError(
+            f"--params must be at least {least:,} (the smallest GPT-shaped model it builds: {layers} layers x "
+            f"{head_dim} hidden, GPT-2's {PARAM_COUNT_VOCAB:,}-token vocabulary), not {params:g}; pass "
+            f"--params {math.ceil(least / 1e5) * 1e5:g} or more, or state the dimensions (--hidden, --layers, ...)"
+        )
+    embedding = PARAM_COUNT_VOCAB + PARAM_COUNT_POSITIONS
+    width = (-embedding + math.sqrt(embedding**2 + 48 * layers * count)) / (24 * layers)
+    hidden = max(head_dim, int(round(width / head_dim)) * head_dim)
+    spec = _param_count_shape(layers, hidden, head_dim)
+    while spec.params.total > count and hidden > head_dim:  # rounded up past the total: one head narrower
+        hidden -= head_dim
+        spec = _param_count_shape(layers, hidden, head_dim)
     counts = spec.params.model_copy(
         update={
             "total": count,
@@ -276,3 +308,16 @@ def spec_from_param_count(params: float) -> ModelSpec:
         }
     )
     return spec.model_copy(update={"params": counts, "name": f"gpt-{count / 1e9:g}b", "origin": "parameter count"})
+
+
+def _param_count_shape(layers: int, hidden: int, head_dim: int) -> ModelSpec:
+    """The GPT-shaped decoder --params builds at this width, with its own (formula) counts."""
+    return spec_from_dimensions(
+        hidden=hidden,
+        layers=layers,
+        heads=hidden // head_dim,
+        ffn=4 * hidden,
+        vocab=PARAM_COUNT_VOCAB,
+        mlp="standard",
+        max_positions=PARAM_COUNT_POSITIONS,
+    )

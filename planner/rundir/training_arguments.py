@@ -6,6 +6,7 @@ DeepSpeed config; transformers is imported only here, when it is called.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,17 @@ from planner.plan import Plan
 from planner.rundir.engine_for_run import engine_config_for_run
 from planner.rundir.plan_file import plan_and_run
 from planner.rundir.run_options import run_config
+
+# What a CPU plan's FSDP or DeepSpeed needs before its TrainingArguments: accelerate's state for CPU processes over
+# gloo (backends/cpu_distributed.py), which planner/ does not import. `hardware_selector` installs it, so its
+# function and HardwareSelector.training_arguments set it up alike (a long-time user's audit found the method
+# without it). It returns whether it set the state up (only in a launched process).
+_cpu_state_setup: list[Callable[[str], bool]] = []
+
+
+def install_cpu_state_setup(setup: Callable[[str], bool]) -> None:
+    """Make `setup(strategy)` what a CPU plan's FSDP or DeepSpeed TrainingArguments run first."""
+    _cpu_state_setup[:] = [setup]
 
 
 def training_arguments(
@@ -38,6 +50,10 @@ def training_arguments(
     else:
         plan, stored = plan_and_run(plan)
         target = run or (stored if nproc_override is None else run_config(plan, nproc_override))
+    strategy = plan.config.strategy.value
+    cpu_sharded = target.device == "cpu" and strategy in ("fsdp", "deepspeed")
+    if cpu_sharded and "accelerator_config" not in overrides and any(setup(strategy) for setup in _cpu_state_setup):
+        overrides["accelerator_config"] = {"use_configured_state": True}
     trainer_deepspeed = deepspeed_config(plan, engine_config_for_run(plan, target), trainer_flavour=True)
     kwargs = training_args_kwargs(plan, target, str(output_dir), deepspeed=trainer_deepspeed)
     if kwargs is None:

@@ -57,6 +57,9 @@ __all__ = [
     "select_hardware_for_task",
 ]
 
+# select_hardware_for_task's GPU count when distributed and none is given (its documented default).
+DEFAULT_COMPARED_GPUS = 4
+
 
 class HardwareSelector:
     """Plans training for a model: which strategy, batch split, precision, and which GPU."""
@@ -237,7 +240,7 @@ class HardwareSelector:
         task_type: str = "training",
         batch_size: int = 8,
         distributed: bool = True,
-        gpu_count: int = 4,
+        gpu_count: int | None = None,
         *,
         max_memory_gb: float | None = None,
         seq_len: int | None = None,
@@ -252,11 +255,17 @@ class HardwareSelector:
 
         For task_type="inference", batch_size is the number of concurrent requests and seq_len the prompt length.
         Training throughput is calibrated per GPU as get_distributed_training_config's (`calibrate`, `db`).
+        gpu_count: the GPUs compared (default 4); distributed=False compares one, and refuses another count.
         """
+        if not distributed and gpu_count not in (None, 1):  # it was dropped without a word (an audit)
+            raise UserInputError(
+                f"select_hardware_for_task(): gpu_count={gpu_count} needs distributed=True (distributed=False "
+                "compares one GPU)"
+            )
         task, rank_by = task_type.strip().lower(), rank_by.strip().lower()
         spec = self._model(model_family, model_name)
         length = self._seq_len(spec, seq_len) if task == "training" else seq_len
-        count = gpu_count if distributed else 1
+        count = (DEFAULT_COMPARED_GPUS if gpu_count is None else gpu_count) if distributed else 1
         gpus = (
             [resolve_gpu(name) for name in candidates]
             if candidates
