@@ -77,7 +77,8 @@ def check_flags(args: argparse.Namespace) -> None:
     measuring = [flag for name, flag in (("steps", "--steps"), ("warmup", "--warmup"), ("timeout", "--timeout"),
                  ("retry_failed", "--retry-failed"), ("db", "--db")) if getattr(args, name) not in (None, False)]  # fmt: skip
     if measuring and not args.run:
-        raise UserInputError(f"{', '.join(measuring)} apply to measuring the matrix; add --run, or drop them")
+        verb, them = ("applies", "it") if len(measuring) == 1 else ("apply", "them")
+        raise UserInputError(f"{', '.join(measuring)} {verb} to measuring the matrix; add --run, or drop {them}")
     counts = [flag for name, flag in (("max_gpus", "--max-gpus"), ("gpus_per_node", "--gpus-per-node"))
               if getattr(args, name) is not None]  # fmt: skip
     if counts and not args.distributed:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from enum import Enum
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from planner.calibration import MeasuredRun
 from planner.models.spec import ModelSpec
@@ -59,6 +60,22 @@ MIN_TOKENS_PER_S = 1e-6
 MAX_TOKENS_PER_S = 1e12
 MAX_TFLOPS = 1e5
 MAX_BYTES = 1 << 60
+MAX_INT_COLUMN = 2**31 - 1  # the table's INTEGER columns are 32-bit: a larger count is refused here, not by DuckDB
+# A record dated later than this past the present is a clock's or an editor's error, and would stay "newest".
+FUTURE_SLACK = timedelta(days=1)
+
+PeakBytes = Annotated[int, Field(ge=0, le=MAX_BYTES)]
+
+
+def measured_rates(tflops_per_gpu: float, mfu: float, predicted_step_s: float, median_s: float) -> dict[str, float]:
+    """The prediction's FLOP rate and MFU over the measured step, or nothing where that passes the GPU's peak
+    (mfu > 1): the plan's step was not what ran, or the catalog's peak (a CPU's, say) is too low. The rate is then
+    not stored, the measured step time still is: a record must never fail the run that made it (`train` and the
+    benchmark matrix alike; a matrix on a core faster than the catalog's crashed and recorded nothing)."""
+    measured_mfu = mfu * predicted_step_s / median_s
+    if measured_mfu > 1.0:
+        return {}
+    return {"tflops_per_gpu": tflops_per_gpu * predicted_step_s / median_s, "mfu": measured_mfu}
 
 
 class RunRecord(BaseModel):
@@ -70,8 +87,8 @@ class RunRecord(BaseModel):
     host: str
     # hardware
     gpu_name: str
-    gpu_count: int = Field(ge=1)  # world size
-    nodes: int = Field(default=1, ge=1)
+    gpu_count: int = Field(ge=1, le=MAX_INT_COLUMN)  # world size
+    nodes: int = Field(default=1, ge=1, le=MAX_INT_COLUMN)
     interconnect: str = "none"
     driver: str | None = None
     # software
@@ -85,19 +102,19 @@ class RunRecord(BaseModel):
     tiny: bool = False  # the catalog architecture at tiny sizes (backends.weights.model_factory.tiny_config)
     strategy: str
     config_json: str  # TrainingConfig.model_dump_json()
-    micro_batch: int = Field(ge=1)
-    grad_accum: int = Field(ge=1)
-    global_batch: int = Field(ge=1)
-    seq_len: int = Field(ge=1)
+    micro_batch: int = Field(ge=1, le=MAX_INT_COLUMN)
+    grad_accum: int = Field(ge=1, le=MAX_INT_COLUMN)
+    global_batch: int = Field(ge=1, le=MAX_INT_COLUMN)
+    seq_len: int = Field(ge=1, le=MAX_INT_COLUMN)
     precision: str
     # measured
     step_time_median_s: float | None = Field(default=None, ge=MIN_STEP_S, le=MAX_STEP_S)
     step_time_spread_s: float | None = Field(default=None, ge=0, le=MAX_STEP_S)  # interquartile range
-    steps_measured: int | None = Field(default=None, ge=0)
+    steps_measured: int | None = Field(default=None, ge=0, le=MAX_INT_COLUMN)
     tokens_per_s: float | None = Field(default=None, ge=MIN_TOKENS_PER_S, le=MAX_TOKENS_PER_S)
     tflops_per_gpu: float | None = Field(default=None, ge=0, le=MAX_TFLOPS)
     mfu: float | None = Field(default=None, ge=0, le=1.0)
-    peak_memory_per_rank_bytes: list[int] | None = None
+    peak_memory_per_rank_bytes: list[PeakBytes] | None = None
     # the planner's prediction for the same config, at the time of the run
     predicted_step_time_s: float | None = Field(default=None, ge=MIN_STEP_S, le=MAX_STEP_S)
     predicted_tokens_per_s: float | None = Field(default=None, ge=MIN_TOKENS_PER_S, le=MAX_TOKENS_PER_S)
@@ -116,12 +133,35 @@ class RunRecord(BaseModel):
             raise ValueError(
                 f"a run with status '{self.status.value}' needs {column} (its measured step or error text)"
             )
-        TrainingConfig.model_validate_json(self.config_json)
+        try:
+            TrainingConfig.model_validate_json(self.config_json)
+        except ValidationError as error:  # named by its column: "Invalid JSON: EOF while parsing" said nothing
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first.get("loc", ()))
+            raise ValueError(f"config_json: {where + ': ' if where else ''}{first['msg']}") from None
         return self
+
+    def check_importable(self) -> None:
+        """What `db import` refuses beside the validation every stored row passes (a row an older version stored
+        stays readable): a date in the future, which would stand as the newest measurement for good, and a
+        prediction that is no JSON object (an audit's rows; `db show` then crashed)."""
+        if self.prediction_json is not None and not isinstance(_json_object(self.prediction_json), dict):
+            raise ValueError("prediction_json must be a JSON object (the prediction the run was compared with)")
+        created = self.created_at
+        if created.tzinfo is not None:  # stored naive in UTC (utc_now); an aware time is compared as UTC
+            created = created.astimezone(timezone.utc).replace(tzinfo=None)
+        if created > utc_now() + FUTURE_SLACK:
+            raise ValueError(f"created_at {created:%Y-%m-%d} is in the future; a record is dated when it ran")
 
     @property
     def config(self) -> TrainingConfig:
-        return TrainingConfig.model_validate_json(self.config_json)
+        """The config that ran: config_json with the batch split and length of the columns, which say what ran
+        (the Trainer, Lightning and own-loop doors stored their framework's micro-batch in the column beside the
+        plan's in config_json; a review found the calibration crediting it to the plan's)."""
+        stored = TrainingConfig.model_validate_json(self.config_json)
+        return stored.model_copy(
+            update={"micro_batch": self.micro_batch, "grad_accum": self.grad_accum, "seq_len": self.seq_len}
+        )
 
     @property
     def strategy_label(self) -> str:
@@ -148,3 +188,10 @@ class RunRecord(BaseModel):
             predicted_step_time_s=self.predicted_step_time_s,
             peak_memory_bytes=max(self.peak_memory_per_rank_bytes) if self.peak_memory_per_rank_bytes else None,
         )
+
+
+def _json_object(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ValueError("prediction_json is not JSON (the prediction the run was compared with)") from None

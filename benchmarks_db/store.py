@@ -26,6 +26,8 @@ from .record import RunRecord, RunStatus
 from .schema import SCHEMA_VERSION, applied_version, check_ours, migrate
 
 COLUMNS: tuple[str, ...] = tuple(RunRecord.model_fields)
+# DuckDB's words for a database file it cannot read whole (cut short, overwritten in the middle).
+DAMAGE_WORDS = ("could not read enough bytes", "checksum", "corrupt", "invalid database", "serializ")
 _INSERT = f"INSERT INTO runs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
 
 
@@ -139,13 +141,36 @@ class BenchmarkStore:
             forget_index(self.path)
             connection = self._connect(read_only=False)
             try:
-                check_ours(connection, self.path, self.flag_name)
-                migrate(connection)
-                yield connection
-                gpus = stored_gpus(connection)
+                with self._read_whole():
+                    self._version(connection)  # a newer file is refused for writes too, not only for reads
+                    migrate(connection)
+                    yield connection
+                    gpus = stored_gpus(connection)
             finally:
                 connection.close()
             write_index(self.path, gpus, file_state(self.path))
+
+    @contextlib.contextmanager
+    def _read_whole(self) -> Iterator[None]:
+        """DuckDB's errors of a file it opened but cannot read (cut short past its header: "Could not read enough
+        bytes") in our one line, wherever a query meets them; they were tracebacks in every command, and failed a
+        finished `train` at its record (a new user's audit)."""
+        import duckdb
+
+        try:
+            yield
+        except (duckdb.IOException, duckdb.InternalException, duckdb.SerializationException) as error:
+            text = str(error).lower()
+            if "no space left" in text:
+                raise UserInputError(
+                    f"cannot write {self.path}: no space left on its device; free some, or pass {self.flag_name} "
+                    "a path on another disk"
+                ) from None
+            # Only the database file's own damage is said so; another file's error (an export's COPY target)
+            # is its caller's to name (a review).
+            if str(self.path).lower() in text or any(word in text for word in DAMAGE_WORDS):
+                raise UserInputError(self._why_not_opened(str(error))) from None
+            raise
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Any | None]:
@@ -159,12 +184,13 @@ class BenchmarkStore:
             with self._locked(exclusive=False):
                 connection = self._connect(read_only=True)
                 try:
-                    current = self._version(connection) == SCHEMA_VERSION
-                    if current or attempt:
-                        state = file_state(self.path)  # the file as this read sees it
-                        yield connection
-                        # The index is missing or stale (a first read, a write by another program): write it anew.
-                        gpus = stored_gpus(connection) if current and not is_current(self.path) else None
+                    with self._read_whole():
+                        current = self._version(connection) == SCHEMA_VERSION
+                        if current or attempt:
+                            state = file_state(self.path)  # the file as this read sees it
+                            yield connection
+                            # The index is missing or stale (a first read, a write by another program): anew.
+                            gpus = stored_gpus(connection) if current and not is_current(self.path) else None
                 finally:
                     connection.close()
                 if current or attempt:
@@ -195,13 +221,38 @@ class BenchmarkStore:
         if not records:
             return
         with self.writing() as connection:
-            connection.execute("BEGIN TRANSACTION")
-            try:
-                connection.executemany(_INSERT, [record_values(record) for record in records])
-                connection.execute("COMMIT")
-            except BaseException:
-                connection.execute("ROLLBACK")
-                raise
+            self._insert(connection, records)
+
+    def add_new(self, records: list[RunRecord]) -> list[RunRecord]:
+        """Insert the runs whose id the database does not hold yet (the first of each id), in one transaction
+        under the write lock: two imports of one file at once add it once (their check and insert were two
+        accesses, and the second insert broke on the primary key). Returns those inserted."""
+        firsts: dict[str, RunRecord] = {}
+        for record in records:
+            firsts.setdefault(record.id, record)
+        unique = list(firsts.values())
+        if not unique:
+            return []
+        with self.writing() as connection:
+            ids = [record.id for record in unique]
+            held = {
+                row[0] for row in connection.execute("SELECT id FROM runs WHERE list_contains(?, id)", [ids]).fetchall()
+            }
+            fresh = [record for record in unique if record.id not in held]
+            self._insert(connection, fresh)
+        return fresh
+
+    @staticmethod
+    def _insert(connection: Any, records: list[RunRecord]) -> None:
+        if not records:
+            return
+        connection.execute("BEGIN TRANSACTION")
+        try:
+            connection.executemany(_INSERT, [record_values(record) for record in records])
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
 
     # -- reads --------------------------------------------------------------------
 

@@ -22,9 +22,13 @@ from .record import RunRecord, RunStatus, needed_by
 from .store import COLUMNS, BenchmarkStore
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
-REQUIRED_COLUMNS = tuple(
-    name for name, field in RunRecord.model_fields.items() if field.is_required() and name != "status"
-) + ("status",)
+# id and created_at have defaults for a new run, but an imported row keeps its own: without an id the same file
+# imported twice was added twice, and each row undated took "now" and stood as the newest measurement (an audit).
+REQUIRED_COLUMNS = (
+    ("id", "created_at")
+    + tuple(name for name, field in RunRecord.model_fields.items() if field.is_required() and name != "status")
+    + ("status",)
+)
 
 
 class ImportReport(BaseModel):
@@ -57,13 +61,19 @@ def export_runs(store: BenchmarkStore, path: str | Path, *, force: bool = False)
         f"to_json({column}) AS {column}" if fmt == "csv" and column == "peak_memory_per_rank_bytes" else column
         for column in COLUMNS
     ]
+    import duckdb
+
     with atomic_path(target) as temporary, store.reading() as connection:
         if connection is None:
             raise UserInputError(f"no benchmark database at {store.path}; run run-training-benchmark --run first")
         count = connection.execute("SELECT count(*) FROM runs").fetchone()[0]
         options = "FORMAT parquet" if fmt == "parquet" else "FORMAT csv, HEADER true"
         query = f"SELECT {', '.join(columns)} FROM runs ORDER BY created_at, id"
-        connection.execute(f"COPY ({query}) TO '{_sql_path(temporary)}' ({options})")
+        try:
+            connection.execute(f"COPY ({query}) TO '{_sql_path(temporary)}' ({options})")
+        except duckdb.IOException as error:  # the export file's own trouble, not the database's
+            reason = "no space left on its device" if "no space left" in str(error).lower() else "it cannot be written"
+            raise UserInputError(f"cannot export to {target}: {reason}; choose another file or folder") from None
     return count
 
 
@@ -90,12 +100,28 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple]]:
 
 
 def _row_record(values: dict) -> RunRecord:
+    for column in ("id", "created_at"):
+        if values.get(column) in (None, ""):
+            raise ValueError(f"{column}: empty (an exported row has one; `hardware-selector db export` writes it)")
     if values.get("host") is None:  # empty in every record (environment.py); a CSV's "" reads back as NULL
         values["host"] = ""
     peaks = values.get("peak_memory_per_rank_bytes")
     if isinstance(peaks, str):
-        values["peak_memory_per_rank_bytes"] = json.loads(peaks) if peaks.strip() else None
-    return RunRecord.model_validate(values)
+        try:
+            values["peak_memory_per_rank_bytes"] = json.loads(peaks) if peaks.strip() else None
+        except ValueError:
+            raise ValueError("peak_memory_per_rank_bytes: not a JSON list of byte counts") from None
+    record = RunRecord.model_validate(values)
+    # A GPU spelled as its driver names it ("NVIDIA A100-SXM4-80GB") is stored by the catalog's name, which every
+    # plan reads records by; one the catalog lacks would be stored and never read.
+    from planner.hardware.gpus import find_gpu
+
+    gpu = find_gpu(record.gpu_name)
+    if gpu is None:
+        raise ValueError(f"gpu_name: '{record.gpu_name}' is no GPU of the catalog (`hardware-selector gpus`); no plan "
+                         "would read it")  # fmt: skip
+    record.check_importable()
+    return record if gpu.name == record.gpu_name else record.model_copy(update={"gpu_name": gpu.name})
 
 
 def import_runs(store: BenchmarkStore, path: str | Path) -> ImportReport:
@@ -123,13 +149,7 @@ def import_runs(store: BenchmarkStore, path: str | Path) -> ImportReport:
             except (ValidationError, ValueError) as error:
                 bad.append(f"row {number}: {_first_problem(error)}")
             progress.advance()
-    seen = store.existing_ids([record.id for record in records])
-    fresh, ids = [], set()
-    for record in records:
-        if record.id not in seen and record.id not in ids:
-            fresh.append(record)
-            ids.add(record.id)
-    store.add_many(fresh)
+    fresh = store.add_new(records)  # the check for ids already held and the insert: one write
     return ImportReport(
         path=str(source),
         rows=len(rows),

@@ -67,10 +67,13 @@ def list_command(
     gpu = _gpu_filter(gpu)
     if strategy is None:
         runs = store.runs(gpu=gpu, model=model, status=status, limit=limit)
+        # How many the filters match, when --limit may have cut them (the title said "3 runs" of 8 held).
+        held = len(runs) if len(runs) < limit else len(store.runs(gpu=gpu, model=model, status=status))
     else:  # by the name the table shows (an offloading run's family: RunRecord.strategy_label), not the column's
         wanted = strategy.strip().lower()
         matching = store.runs(gpu=gpu, model=model, status=status)
-        runs = [run for run in matching if run.strategy_label.lower() == wanted][:limit]
+        chosen = [run for run in matching if run.strategy_label.lower() == wanted]
+        runs, held = chosen[:limit], len(chosen)
     if not runs:
         _check_filters_can_match(store, gpu, strategy, status)
     if as_json:
@@ -79,7 +82,10 @@ def list_command(
     if not store.path.exists():  # as `db calibration` says it, not an empty table under "0 runs in"
         print(f"no benchmark database at {store.path}: nothing recorded yet; {RECORDS_HOW}")
         return
-    table = Table(title=f"{len(runs)} runs in {store.path}", box=box.SIMPLE_HEAD, pad_edge=False)
+    from planner.units import counted
+
+    shown = f"the newest {len(runs)} of {held} runs" if held > len(runs) else counted(len(runs), "run")
+    table = Table(title=f"{shown} in {store.path}", box=box.SIMPLE_HEAD, pad_edge=False)
     for column in ("id", "date", "model", "hardware", "strategy", "mb×acc", "status", "step", "tokens/s", "predicted"):
         table.add_column(column, justify="right" if column in ("step", "tokens/s", "predicted") else "left")
     for run in runs:
@@ -140,9 +146,13 @@ def show_command(
     """Print one run, every field, as JSON."""
     record = _store(db).get(run_id)
     document = record.model_dump(mode="json")
-    for key in ("config_json", "prediction_json"):
-        if document.get(key):
-            document[key.removesuffix("_json")] = json.loads(document.pop(key))
+    document["config"] = record.config.model_dump(mode="json")  # as the calibration reads it
+    del document["config_json"]
+    if document.get("prediction_json"):
+        try:
+            document["prediction"] = json.loads(document.pop("prediction_json"))
+        except ValueError:  # an older version's row: shown as stored
+            document["prediction"] = record.prediction_json
     print(json.dumps(document, indent=2))
 
 
@@ -177,6 +187,8 @@ def import_command(
         print(f"  skipped {line}", file=sys.stderr)
     if report.ignored_columns:
         print(f"  ignored unknown columns: {', '.join(report.ignored_columns)}", file=sys.stderr)
+    if report.rows and report.bad_rows and not report.imported and not report.duplicates:  # exit 0 said it worked
+        raise typer.Exit(1)
 
 
 @db_app.command("calibration")

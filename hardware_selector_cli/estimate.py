@@ -101,7 +101,8 @@ def print_speed(result) -> None:
         print(f"speed: not estimated: {result.throughput_error}")
         return
     print(
-        f"speed: step {speed.step_time_s:.3g} s for {speed.global_batch} sequences, {speed.tokens_per_s:,.0f} tokens/s, "
+        f"speed: step {speed.step_time_s:.3g} s for {speed.global_batch} sequence{'s' * (speed.global_batch != 1)}, "
+        f"{speed.tokens_per_s:,.0f} tokens/s, "
         f"{speed.tflops_per_gpu:.3g} TFLOP/s per GPU, MFU {speed.mfu:.0%}, HFU {speed.hfu:.0%} [{throughput_source(speed)}]"
     )
 
@@ -224,6 +225,9 @@ def register(app: typer.Typer) -> None:
                 print(f"  - {note}")
             if positions_note:
                 print(f"note: {positions_note}")
+            from .plan_table import cluster_lines
+
+            print("\n".join(cluster_lines(target)))  # last: its bullets are its own
 
 
 def _check_options(spec, config, implementation: str, headroom: float, overhead_gb: float | None) -> None:

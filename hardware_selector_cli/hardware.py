@@ -50,34 +50,60 @@ def _short_link(link: Interconnect) -> str:
     return short + (" (pairs)" if link.reach == "pair" else "")
 
 
+# The columns a narrow terminal drops first: the text, then the figures a plan reads least. Memory, bf16, fp8 and
+# the source number always stay (`gpus --json` has every figure).
+GPUS_DROP_ORDER = ("confidence", "link", "fp16", "HBM GB/s", "GB/s/dir", "$/h", "fp32")
+
+
+def _cells(number: int, spec: GpuSpec) -> dict[str, str]:
+    tflops = spec.dense_tflops
+    return {
+        "GiB": f"{round(spec.memory_gib, 1):g}",  # a part whose driver reports less than its nominal GB: 45 (L40S)
+        "HBM GB/s": f"{spec.memory_bandwidth_GBps:g}",
+        "bf16": _tflops(tflops.bf16),
+        "fp16": _tflops(tflops.fp16),
+        "fp8": _tflops(tflops.fp8),
+        "fp32": _tflops(tflops.fp32),
+        "link": _short_link(spec.interconnect),
+        "GB/s/dir": f"{spec.interconnect.bandwidth_GBps_per_direction:g}",
+        "$/h": "-" if spec.price_usd_per_hour is None else f"{spec.price_usd_per_hour:.2f}",
+        "confidence": spec.confidence,
+        "src": f"[{number}]",
+    }
+
+
 def _print_catalog(specs: list[GpuSpec]) -> None:
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
     from planner.hardware.gpu_sources import summarize_sources
 
-    table = Table(title=f"GPU catalog ({len(specs)} entries; dense TFLOPs, '-' = unsupported)")
-    columns = ("name", "GiB", "HBM GB/s", "bf16", "fp16", "fp8", "fp32", "link", "GB/s/dir", "$/h", "confidence", "src")
-    for column in columns:
-        left = column in ("name", "link", "confidence")
-        table.add_column(column, justify="left" if left else "right", no_wrap=column != "confidence")
-    for number, spec in enumerate(specs, start=1):
-        tflops = spec.dense_tflops
-        table.add_row(
-            escape(spec.name + (" (placeholder)" if spec.placeholder else "")),
-            f"{round(spec.memory_gib, 1):g}",  # a part whose driver reports less than its nominal GB: 45 (L40S)
-            f"{spec.memory_bandwidth_GBps:g}",
-            _tflops(tflops.bf16),
-            _tflops(tflops.fp16),
-            _tflops(tflops.fp8),
-            _tflops(tflops.fp32),
-            escape(_short_link(spec.interconnect)),
-            f"{spec.interconnect.bandwidth_GBps_per_direction:g}",
-            "-" if spec.price_usd_per_hour is None else f"{spec.price_usd_per_hour:.2f}",
-            escape(spec.confidence),
-            f"[{number}]",
-        )
+    from .models import numeric_columns
+
+    rows = [_cells(number, spec) for number, spec in enumerate(specs, start=1)]
+    names = [spec.name + (" (placeholder)" if spec.placeholder else "") for spec in specs]
     console = _console()
+    # A figure is never cut ("3…" at 80 columns, an audit): whole columns give way, said in the caption.
+    name_width = max(map(len, names), default=4)
+    shown = numeric_columns(rows, console.width, name_width, drop_order=GPUS_DROP_ORDER)
+    dropped = [column for column in (rows[0] if rows else {}) if column not in shown]
+    table = Table(
+        title=f"GPU catalog ({len(specs)} entries; dense TFLOPs, '-' = unsupported)",
+        caption=f"{', '.join(dropped)} left out for this terminal's width; --json has every figure"
+        if dropped
+        else None,
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    table.add_column("name", no_wrap=True, min_width=name_width)
+    for column in shown:
+        widest = max(len(column), *(len(row[column]) for row in rows))
+        left = column in ("link", "confidence")
+        table.add_column(column, justify="left" if left else "right", no_wrap=True, min_width=widest)
+    for name, row in zip(names, rows, strict=True):
+        table.add_row(escape(name), *(escape(row[column]) for column in shown))
     console.print(table)
 
     def line(text: str) -> None:

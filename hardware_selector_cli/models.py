@@ -84,13 +84,19 @@ def _cells(spec: ModelSpec) -> dict[str, str]:
     }
 
 
-def numeric_columns(rows: list[dict[str, str]], width: int, name_width: int = NAME_MIN_WIDTH) -> list[str]:
+def numeric_columns(
+    rows: list[dict[str, str]],
+    width: int,
+    name_width: int = NAME_MIN_WIDTH,
+    drop_order: tuple[str, ...] = NARROW_DROP_ORDER,
+) -> list[str]:
     """The number columns that fit `width` whole beside a name column of `name_width` (one space of padding
-    either side of each column), dropping NARROW_DROP_ORDER's first until they do; params always stays."""
+    either side of each column), dropping `drop_order`'s first until they do; the others always stay (`models`:
+    params; `gpus`: memory, bf16, fp8 and the source number)."""
     columns = list(rows[0]) if rows else []
     widths = {column: max(len(column), *(len(row[column]) for row in rows)) + 2 for column in columns}
     while sum(widths[column] for column in columns) + name_width + 2 > width:
-        dropped = next((column for column in NARROW_DROP_ORDER if column in columns), None)
+        dropped = next((column for column in drop_order if column in columns), None)
         if dropped is None:
             break
         columns.remove(dropped)

@@ -7,6 +7,12 @@ from planner.throughput.to_train import to_train, tokens_source
 from planner.units import format_bytes, format_dollars
 
 
+def cluster_lines(cluster) -> list[str]:
+    """What the cluster was taken to be, detected, given or assumed, each with its source (docs/hardware.md):
+    `plan` and `estimate` print them under their figures (an audit found them only in --json and --report)."""
+    return ["the cluster, as planned:", *(f"  - {line}" for line in cluster.assumptions)]
+
+
 def search_document(result, tokens_from: str | None = None) -> dict:
     """The --json shape: best, candidates and rejected, each plan with its strategy family (`tokens_from`: where
     the token count of each plan's `to_train` came from)."""
@@ -163,6 +169,9 @@ def print_plans(result, title: str, explain: bool, tokens_from: str | None = "--
         sources = [reason[reason.rfind(" [") + 2 : -1] for reason in result.best.reasons[:2] if reason.endswith("]")]
         for source in sources:
             console.print(f"source of {source}", markup=False, highlight=False, style="dim")
+    if result.best is not None:
+        for line in cluster_lines(result.best.cluster):
+            console.print(line, markup=False, highlight=False, style="dim")
     stats = result.stats
     console.print(
         f"searched {stats.considered:,} candidates ({stats.memory_evaluations:,} memory and "

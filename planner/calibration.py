@@ -164,14 +164,17 @@ FAR_FROM_FORMULA = 5.0
 
 
 def far_from_formula(run: MeasuredRun, estimate: ThroughputEstimate) -> str:
-    """ "" or the words that say the record's step is FAR_FROM_FORMULA or more from the formula's."""
+    """ "" or the words that say the record's step is FAR_FROM_FORMULA or more from the formula's, or puts the
+    MFU above the GPU's peak (an audit: "MFU 307%" printed without a word)."""
     formula, measured = estimate.formula_step_s, run.step_time_s
+    mfu = estimate.mfu * estimate.step_time_s / measured if measured else 0.0
+    above = f" (MFU {mfu:.0%}: above the GPU's peak, so the catalog's peak for this machine or the record is wrong)"
     if not formula or not measured or 1 / FAR_FROM_FORMULA < measured / formula < FAR_FROM_FORMULA:
-        return ""
+        return above if mfu > 1 else ""
     why = "a busy machine measures so" if measured > formula else "other hardware or settings than planned?"
     return (
         f" ({measured / formula:.3g}x the formula's {format_seconds(formula)}: {why}; "
-        "`tune --remeasure` or a new run of it replaces the record, the newest counts)"
+        "`tune --remeasure` or a new run of it replaces the record, the newest counts)" + (above if mfu > 1 else "")
     )
 
 

@@ -129,6 +129,16 @@ def test_setup_from_a_run_folder_runs_the_plans_split_and_stage(tmp_path):
     )
     emit_run_folder(make_plan(strategy="fsdp", gpus_per_node=1), tmp_path / "fsdp")
     assert engine_config_of(tmp_path / "fsdp").zero_optimization.stage == 3  # FSDP full shard is ZeRO-3's sharding
+    # `train --strategy engine` on the same folder: the runner's settings ran it at ZeRO-0 (an audit); both doors
+    # now run an FSDP plan at its sharding's stage, grad-op as ZeRO-2.
+    from backends.runner.folder import engine_settings, load_run_folder
+    from planner.rundir.run_overrides import RunOverrides
+
+    emit_run_folder(make_plan(strategy="fsdp", fsdp_sharding="grad-op", gpus_per_node=1), tmp_path / "grad-op")
+    for folder, stage in (("fsdp", 3), ("grad-op", 2)):
+        spec = load_run_folder(tmp_path / folder, RunOverrides(), strategy="engine")
+        assert engine_settings(spec, spec.run).zero_optimization.stage == stage
+        assert engine_config_of(tmp_path / folder).zero_optimization.stage == stage
     dataset = torch.utils.data.TensorDataset(*data(0))
     engine, optimizer, loader, _ = backends.setup_distributed_training(Stack(), tmp_path / "z2", dataset=dataset)
     assert engine.config.zero_optimization.stage == 2 and (engine.micro_batch, engine.grad_accum) == (2, 2)
@@ -298,3 +308,36 @@ def test_activation_checkpointing_covers_both_stacks_of_an_encoder_decoder_and_r
     with pytest.raises(UserInputError, match="no attention module in T5Block; use full checkpointing"):
         activation_checkpointing.apply(t5, "selective")
     assert activation_checkpointing.applied_mode(t5) == "none"  # refused before any block was wrapped
+
+
+def test_an_engine_json_edited_to_another_layout_is_one_line_not_an_abort(tmp_path):
+    """An audit: engine.json's layout edited to 1 virtual stage with 1F1B ran plan.json's 2 virtual stages with the
+    edited schedule, and the ranks aborted in gloo (SIGABRT); tp 2 for pp 2 ran pp 2 without a word. The layout,
+    the schedule and sequence parallelism are the plan's; ZeRO and bucket edits still act (docs/engine.md)."""
+    import json
+
+    from backends.runner.folder import engine_settings, load_run_folder
+    from planner.rundir.run_overrides import RunOverrides
+
+    plan = make_plan(strategy="engine", pipeline_parallel=2, virtual_stages=2, pipeline_schedule="interleaved-1f1b",
+                     grad_accum=2)  # fmt: skip
+    emit_run_folder(plan, tmp_path / "run")
+    engine_json = tmp_path / "run" / "engine.json"
+    original = json.loads(engine_json.read_text())
+    edits = [
+        ({"layout": {**original["hardware_selector"]["layout"], "virtual_stages": 1}, "pipeline_schedule": "1f1b"},
+         "layout dp 1 x tp 1 x pp 2 (plan.json's: dp 1 x tp 1 x pp 2, 2 virtual stages); pipeline_schedule 1f1b"),
+        ({"layout": {**original["hardware_selector"]["layout"], "tp": 2, "pp": 1, "virtual_stages": 1}},
+         "layout dp 1 x tp 2 x pp 1 (plan.json's"),
+    ]  # fmt: skip
+    for edit, said in edits:
+        edited = {**original, "hardware_selector": {**original["hardware_selector"], **edit}}
+        engine_json.write_text(json.dumps(edited))
+        spec = load_run_folder(tmp_path / "run", RunOverrides())
+        with pytest.raises(UserInputError, match="the layout is the plan's; re-plan") as refused:
+            engine_settings(spec, spec.run)
+        assert said in str(refused.value) and "\n" not in str(refused.value)
+    bucket = {**original, "zero_optimization": {**original["zero_optimization"], "reduce_bucket_size": 1234}}
+    engine_json.write_text(json.dumps(bucket))
+    spec = load_run_folder(tmp_path / "run", RunOverrides())
+    assert engine_settings(spec, spec.run).zero_optimization.reduce_bucket_size == 1234

@@ -113,6 +113,7 @@ def test_calibrated_planner_ranks_configs_like_the_measurements(tmp_path):
     replaced = adjust(entry.config, entry.predicted)
     record = records[entry.key]
     assert replaced.step_time_s == record.step_time_median_s
-    assert (
-        replaced.sources["step_time_s"] == f"measured: benchmark record {record.id[:8]} ({record.created_at:%Y-%m-%d})"
+    # (a loaded machine may add the far-from-formula words: tests/test_calibration_siblings.py holds them)
+    assert replaced.sources["step_time_s"].startswith(
+        f"measured: benchmark record {record.id[:8]} ({record.created_at:%Y-%m-%d})"
     )

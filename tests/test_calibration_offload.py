@@ -85,7 +85,7 @@ def test_db_list_names_an_offloading_run_by_its_family_and_filters_by_that_name(
     db = ["--db", str(store.path)]
     assert main(["db", "list", *db, "--strategy", "fsdp-full+offload"]) == 0
     out = capsys.readouterr().out
-    assert "1 runs in" in out and "fsdp-full+offload" in out
+    assert "1 run in" in out and "fsdp-full+offload" in out
     assert main(["db", "list", *db, "--strategy", "FSDP-full"]) == 0
     out = capsys.readouterr().out
-    assert "1 runs in" in out and "+offload" not in out
+    assert "1 run in" in out and "+offload" not in out

@@ -95,7 +95,7 @@ def test_the_table_marks_which_figures_rest_on_the_database(tmp_path, capsys):
     best = json.loads(capsys.readouterr().out)["best"]
     store.add(sample_record(model_name="gpt2", model_spec_hash=spec_hash(resolve_model("gpt2")), tiny=False,
                             config_json=json.dumps(best["config"]), micro_batch=best["config"]["micro_batch"],
-                            seq_len=128, step_time_median_s=best["throughput"]["step_time_s"] / 2,
+                            grad_accum=best["config"]["grad_accum"], seq_len=128, step_time_median_s=best["throughput"]["step_time_s"] / 2,
                             predicted_step_time_s=None))  # fmt: skip
     assert main([*plan, str(store.path)]) == 0
     first = rows(capsys.readouterr().out)[0]

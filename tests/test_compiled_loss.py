@@ -183,7 +183,16 @@ def test_compile_with_tensor_or_pipeline_parallelism_is_refused_for_our_engine(c
     plans = json.loads(capsys.readouterr().out)
     layouts = [plan["config"]["layout"] for plan in plans["candidates"]]
     assert layouts and all(layout.get("tp", 1) == 1 and layout.get("pp", 1) == 1 for layout in layouts)
-    assert plans["rejected"]["engine TP/PP under --kernels"].startswith("--kernels compile: our engine compiles")
+    # A dense model at 2k tokens has no engine layout left (no EP, no CP): the whole engine family is ruled out,
+    # and `--strategies engine` alone is one line (an audit), where an MoE model keeps its unsplit EP layouts.
+    assert plans["rejected"]["engine (TP/PP)"].startswith("--kernels compile: our engine compiles")
+    assert main(["plan", *base, "--nodes", "2", "--strategies", "engine"]) == 2
+    assert "--strategies engine leaves nothing to search (engine (TP/PP): --kernels compile" in capsys.readouterr().err
+    moe = ["plan", "-m", "qwen3-30b-a3b", *base[2:], "--nodes", "2", "--strategies", "engine", "--json"]
+    assert main(moe) == 0
+    moe_plans = json.loads(capsys.readouterr().out)
+    assert moe_plans["best"]["config"]["layout"]["ep"] > 1
+    assert moe_plans["rejected"]["engine TP/PP under --kernels"].startswith("--kernels compile: our engine")
 
 
 def test_liger_under_context_parallelism_counts_the_whole_logits(capsys):

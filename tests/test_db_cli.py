@@ -60,6 +60,23 @@ def test_list_show_export_import_and_calibration(tmp_path, capsys):
     other = ["--db", str(tmp_path / "other.duckdb")]
     assert main(["db", "import", str(exported), *other]) == 0
     assert "imported 4 of 4 rows" in capsys.readouterr().out
+    # An audit: `--limit 3` titled "3 runs in DB" where it held 4, one run read "1 runs", and an import whose every
+    # row was bad exited 0.
+    assert main(["db", "list", *db, "--limit", "3"]) == 0
+    assert "the newest 3 of 4 runs in" in " ".join(capsys.readouterr().out.split())
+    assert main(["db", "list", *db, "--limit", "2", "--status", "ok"]) == 0  # of those the filters match
+    assert "the newest 2 of 3 runs in" in " ".join(capsys.readouterr().out.split())
+    assert main(["db", "list", *db, "--status", "oom"]) == 0
+    assert "1 run in" in " ".join(capsys.readouterr().out.split())
+    broken = tmp_path / "broken.csv"
+    assert main(["db", "export", str(broken), *db]) == 0
+    rows = broken.read_text().splitlines()
+    header = rows[0].split(",")
+    column = header.index("gpu_count")
+    bad = [",".join("0" if i == column else cell for i, cell in enumerate(row.split(","))) for row in rows[1:2]]
+    broken.write_text("\n".join([rows[0], *bad]) + "\n")
+    assert main(["db", "import", str(broken), "--db", str(tmp_path / "third.duckdb")]) == 1
+    assert "imported 0 of 1 rows" in capsys.readouterr().out
 
 
 def test_db_errors_are_one_line(tmp_path, capsys):
@@ -89,6 +106,7 @@ def test_plan_says_how_it_was_calibrated_and_uses_a_measured_record(tmp_path, ca
         tiny=False,
         config_json=config,
         micro_batch=best["config"]["micro_batch"],
+        grad_accum=best["config"]["grad_accum"],  # the columns say what ran (RunRecord.config reads them)
         seq_len=128,
         step_time_median_s=best["throughput"]["step_time_s"] / 2,
         predicted_step_time_s=None,
@@ -180,7 +198,7 @@ def test_a_list_filter_no_run_could_ever_match_names_the_valid_values(tmp_path, 
     # Values that could match stay a count, even of none; a GPU is found by any of its catalog spellings.
     for flag, value, count in (("--status", "TIMEOUT", 0), ("--strategy", "fsdp-full", 1), ("--gpu", "CPU", 4)):
         assert main(["db", "list", *db, flag, value]) == 0
-        assert f"{count} runs in" in capsys.readouterr().out
+        assert f"{count} {'run' if count == 1 else 'runs'} in" in capsys.readouterr().out
 
 
 def test_export_over_an_existing_file_needs_force_and_replaces_it_whole(tmp_path, capsys):

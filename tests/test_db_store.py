@@ -154,3 +154,42 @@ def test_another_programs_duckdb_or_a_truncated_one_is_one_line_and_left_untouch
     truncated.write_bytes(foreign.read_bytes()[:5000])
     with pytest.raises(UserInputError, match="truncated.duckdb is a damaged or cut-short DuckDB database"):
         BenchmarkStore(truncated).runs()
+
+
+def test_a_file_cut_short_past_its_header_is_one_line_at_the_query_too(tmp_path):
+    """A new user's audit: a database cut at 300 KB of 1.3 MB opened, then every query raised DuckDB's IOException
+    ("Could not read enough bytes"), a traceback in each command and a failed `train` at its record. The query's
+    error is the same one line as the opening's; writes to it too."""
+    source = BenchmarkStore(tmp_path / "whole.duckdb")
+    source.add_many([sample_record() for _ in range(300)])
+    cut = tmp_path / "cut.duckdb"
+    cut.write_bytes(source.path.read_bytes()[:300_000])
+    for action in (lambda store: store.runs(), lambda store: store.add(sample_record()), lambda store: store.count()):
+        with pytest.raises(UserInputError, match="cut.duckdb is a damaged or cut-short DuckDB database"):
+            action(BenchmarkStore(cut))
+
+
+def test_a_newer_schema_is_refused_for_writes_as_for_reads(tmp_path):
+    """The audit: a file of schema 3 was refused by every read ("upgrade hardware-selector") but `add` (what
+    `train` records with) wrote into it."""
+    store = BenchmarkStore(tmp_path / "runs.duckdb")
+    store.add(sample_record())
+    connection = duckdb.connect(str(store.path))
+    connection.execute("INSERT INTO schema_migrations (version, description) VALUES (99, 'future')")
+    connection.close()
+    with pytest.raises(UserInputError, match="has schema version 99, newer than this hardware-selector's"):
+        store.add(sample_record())
+    connection = duckdb.connect(str(store.path), read_only=True)
+    assert connection.execute("SELECT count(*) FROM runs").fetchone()[0] == 1  # nothing written
+    connection.close()
+
+
+def test_another_files_error_inside_a_read_is_not_called_the_databases_damage(tmp_path):
+    """A review: the one-line "damaged or cut-short" wrapped every DuckDB IO error in a read or write block, so an
+    export's COPY to a folder that is not there blamed the database. Only the database file's own errors are
+    said so; another file's reaches its caller as DuckDB raised it."""
+    store = BenchmarkStore(tmp_path / "runs.duckdb")
+    store.add(sample_record())
+    with pytest.raises(duckdb.IOException), store.reading() as connection:
+        connection.execute(f"COPY (SELECT 1) TO '{tmp_path / 'missing' / 'x.csv'}' (FORMAT csv)")
+    assert store.count() == 1

@@ -72,3 +72,59 @@ def test_file_without_required_columns_is_rejected_whole(tmp_path):
     spreadsheet.write_text("")
     with pytest.raises(UserInputError, match="unknown file type '.xlsx'"):
         import_runs(target, spreadsheet)
+
+
+def _rewrite(path, rows):
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_rows_that_would_mislead_the_calibration_are_refused_by_name(filled, tmp_path):
+    """A new user's audit imported, without a word: a row without an id (twice, each dated now and so the newest
+    measurement), one dated 2099, counts past the table's 32-bit columns (a traceback that aborted the import),
+    prediction_json that is no JSON (`db show` then crashed), and columns that contradict the config_json the
+    calibration reads. Each is a bad row now, named by its column; a GPU spelled as its driver names it is stored
+    by the catalog's name, which plans read records by; columns that state another split than config_json are what
+    ran, and the record's config reads them."""
+    exported = tmp_path / "runs.csv"
+    export_runs(filled, exported)
+    with exported.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    base = next(row for row in rows if row["status"] == "ok")
+    edits = [
+        {"id": ""},
+        {"created_at": "2099-01-01 00:00:00"},
+        {"gpu_count": "3000000000"},
+        {"prediction_json": "not json"},
+        {"gpu_name": "Quantum-9000"},
+        {"gpu_name": "NVIDIA A100-SXM4-80GB"},
+        {"micro_batch": "8", "grad_accum": "1", "global_batch": "16"},  # the door's own micro-batch: what ran
+    ]
+    edited = [{**base, **edit, "id": edit.get("id", f"row-{number}")} for number, edit in enumerate(edits)]
+    _rewrite(exported, edited)
+    target = BenchmarkStore(tmp_path / "target.duckdb")
+    report = import_runs(target, exported)
+    problems = [line.split(": ", 1)[1] for line in report.bad_rows]
+    assert problems[0].startswith("id: empty")
+    assert "created_at 2099-01-01 is in the future" in problems[1]
+    assert problems[2].startswith("gpu_count: Input should be less than or equal to 2147483647")
+    assert "prediction_json is not JSON" in problems[3]
+    assert problems[4].startswith("gpu_name: 'Quantum-9000' is no GPU of the catalog")
+    assert report.imported == 2 and len(problems) == 5
+    by_id = {record.id: record for record in target.runs()}
+    assert by_id["row-5"].gpu_name == "A100-80GB"
+    # A row whose columns state another split than its config_json (the Trainer and Lightning doors stored their
+    # framework's micro-batch beside the plan's config): the columns say what ran, and the calibration reads them.
+    assert by_id["row-6"].config.micro_batch == 8 and by_id["row-6"].measured_run().config.micro_batch == 8
+
+
+def test_the_check_for_held_ids_and_the_insert_are_one_write(tmp_path):
+    """Two imports of one file at once: one crashed on the primary key (its check for held ids and its insert were
+    two accesses, the other import's insert between them). add_new does both under the write lock."""
+    store = BenchmarkStore(tmp_path / "runs.duckdb")
+    records = [sample_record() for _ in range(3)]
+    store.add(records[0])
+    assert [record.id for record in store.add_new([*records, records[1]])] == [records[1].id, records[2].id]
+    assert store.add_new(records) == [] and store.count() == 3

@@ -216,6 +216,33 @@ def test_a_refusal_counts_one_process_in_the_singular(tmp_path):
     assert "  1 node(s), 1 process: " in emitted.stdout and "  2 node(s), 2 processes: " in emitted.stdout
 
 
+def test_a_re_plan_brings_its_own_settings_to_the_engine_file_and_keeps_the_users_edits(tmp_path):
+    """A review: a re-plan to fewer ranks carried its ZeRO stage into engine.json but not the activation
+    checkpointing it needs to fit there (nor its layout, which `train` then refused as an edited one). Every
+    setting of the block the user left as the first plan had it is the re-plan's; one the user edited stays."""
+    from backends.runner.elastic import fit_elastic
+    from backends.runner.folder import engine_settings, load_run_folder
+    from planner.rundir.run_overrides import RunOverrides
+
+    common = {"seq_len": 64, "micro_batch": 2, "gpus_per_node": 2, "strategy": "engine", "zero_stage": 1}
+    plan4 = make_plan(nodes=2, grad_accum=1, activation_checkpointing="none", **common)
+    plan2 = make_plan(nodes=1, grad_accum=2, activation_checkpointing="full", **common)
+    table = ElasticPlan(min_nodes=1, max_nodes=2, gpus_per_node=2, fallbacks=[Fallback.of(plan2), Fallback.of(plan4)])
+    for name, edit in (("as-emitted", None), ("edited", "selective")):
+        emit_run_folder(plan4, tmp_path / name, elastic=table)
+        if edit:
+            engine_json = tmp_path / name / "engine.json"
+            document = json.loads(engine_json.read_text())
+            document["hardware_selector"]["activation_checkpointing"] = edit
+            engine_json.write_text(json.dumps(document))
+        spec = load_run_folder(tmp_path / name, RunOverrides())
+        fitted_spec, fitted, _ = fit_elastic(spec, spec.run, 2, 2)
+        block = fitted_spec.engine_file.hardware_selector
+        assert block.layout == fitted.layout and fitted.world_size == 2
+        assert block.activation_checkpointing == (edit or "full")
+        assert engine_settings(fitted_spec, fitted).hardware_selector.layout == fitted.layout  # not refused
+
+
 # --- the runner: 4 ranks -> 2 -> 4 ---------------------------------------------------------------------------
 
 STEPS = 6

@@ -318,3 +318,27 @@ def test_the_cpu_entrys_memory_note_says_what_its_figure_is_and_claims_no_detect
     assert make_cluster("cpu", gpus_per_node=1).cpu_ram_per_node_bytes == spec.memory_bytes
     assert f"({spec.memory_bytes / 2**30:.3g} GiB)" in note and "--cpu-ram-gb sets it" in note
     assert all("detection time" not in source.note for source in spec.sources.values())
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 130, 160])
+def test_the_gpus_table_never_cuts_a_figure(capsys, monkeypatch, width):
+    """An audit: at 80 columns the GiB and $/h columns were blank and TFLOP/s read "3…". Whole columns give way
+    (the caption names them); every name, its memory, bf16, fp8 and source number stay whole at every width, as
+    `gpus --json` gives them."""
+    from rich.console import Console
+
+    from hardware_selector_cli import hardware
+
+    monkeypatch.setattr(hardware, "_console", lambda: Console(width=width))
+    assert main(["gpus"]) == 0
+    out = capsys.readouterr().out
+    table = out.split("$/h: the cheapest")[0].splitlines()
+    assert "…" not in out and max(map(len, table)) <= width
+    rows = {line.split()[0]: line.split() for line in table if line.strip() and line.split()[-1].startswith("[")}
+    for number, spec in enumerate(CATALOG, start=1):
+        row = rows[spec.name]
+        assert row[-1] == f"[{number}]" and f"{round(spec.memory_gib, 1):g}" in row
+        for value in (spec.dense_tflops.bf16, spec.dense_tflops.fp8):
+            assert ("-" if value is None else f"{value:g}") in row
+    if width < 130:
+        assert "left out for this terminal's width; --json has every figure" in " ".join(out.split())

@@ -386,3 +386,16 @@ def test_a_model_name_longer_than_any_path_is_one_line():
 
     with pytest.raises(UserInputError, match="--model is 20,000 characters long"):
         resolve_model("a" * 20_000)
+
+
+@pytest.mark.parametrize(
+    ("outer", "inner"), [("gemma3", "gemma3_text"), ("llama4", "llama4_text"), ("mistral3", "mistral")]
+)
+def test_a_multimodal_wrapper_names_the_language_model_it_could_plan(outer, inner):
+    """An audit: Gemma 3, Llama 4 and Mistral Small 3.1's official configs got the supported-types list only,
+    where their text_config is a supported type: the line says so and what to do."""
+    text = {**LLAMA_7B, "model_type": inner}
+    with pytest.raises(
+        UserInputError, match=rf"model_type '{outer}' wraps a vision tower .* model_type '{inner}'\) is: save"
+    ):
+        spec({"model_type": outer, "text_config": text, "vision_config": {}})

@@ -103,4 +103,7 @@ def test_train_keep_last_keeps_the_newest_checkpoints_for_that_run_only(emitted)
     assert completed.returncode == 0, completed.stderr[-3000:]
     saved = [f"global_step{step}" for step in range(1, steps + 1)]
     assert _kept(emitted) == saved[-keep:] != saved[-EMITTED:]
+    # The engine's state names the tag it is sealed under, not the .partial- folder it was written in (an audit).
+    state = json.loads((emitted / "checkpoints" / saved[-1] / "engine_state.json").read_text())
+    assert state["tag"] == saved[-1]
     assert json.loads((emitted / "plan.json").read_text())["run"]["checkpoint"]["keep_last"] == EMITTED

@@ -73,6 +73,17 @@ def test_a_path_that_is_not_there_is_named_as_a_path_not_an_unknown_model(tmp_pa
         resolve_model(name.format(root=tmp_path))
 
 
+def test_a_typo_inside_a_folder_that_is_here_is_named_as_a_path(tmp_path, monkeypatch):
+    """An audit: `--model qwen3-8b/config.jsn` beside the folder qwen3-8b/ was "unknown model ...; did you mean"
+    (an HF id's shape); its folder being here makes it a path. An HF id with no such folder stays a name."""
+    (tmp_path / "qwen3-8b").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserInputError, match=r"^qwen3-8b/config.jsn: no such file or folder"):
+        resolve_model("qwen3-8b/config.jsn")
+    with pytest.raises(UserInputError, match=r"^unknown model 'meta-llama/Llama-9'"):
+        resolve_model("meta-llama/Llama-9")
+
+
 def make_hf_cache(root: Path, repo_id: str, catalog_name: str) -> Path:
     """The layout huggingface_hub writes: models--org--name/{refs/main, snapshots/<rev>/config.json}."""
     repo_dir = root / ("models--" + repo_id.replace("/", "--"))
@@ -159,6 +170,19 @@ def test_standard_mlp_dimensions_reproduce_gpt2():
         (dict(hidden=4096, layers=32, heads=32, kv_heads=5, ffn=11008, vocab=32000), "--kv-heads 5 must divide"),
         (dict(hidden=4096, layers=32, heads=32, ffn=11008, vocab=32000, experts=8), "--experts needs --top-k"),
         (dict(hidden=4096, layers=0, heads=32, ffn=11008, vocab=32000), "--layers must be at least 1"),
+        # an audit: the config field's name, and --kv-heads blamed where only --experts was given
+        (
+            dict(hidden=1024, layers=8, heads=16, ffn=4096, vocab=32000, experts=8, top_k=9),
+            "--top-k 9 exceeds --experts 8",
+        ),
+        (
+            dict(hidden=1024, layers=8, heads=16, ffn=4096, vocab=32000, experts=8, top_k=2, mlp="standard"),
+            "^--experts describes gated",
+        ),
+        (
+            dict(hidden=1024, layers=8, heads=16, kv_heads=4, ffn=4096, vocab=32000, mlp="standard"),
+            "^--kv-heads describes gated",
+        ),
     ],
 )
 def test_bad_dimensions_are_named(kwargs, problem):

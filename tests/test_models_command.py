@@ -87,3 +87,14 @@ def test_the_json_has_the_experts_ffn_the_table_prints(capsys, monkeypatch) -> N
 )
 def test_a_count_that_rounds_up_is_said_in_the_next_unit(value: float, printed: str) -> None:
     assert format_count(value) == printed
+
+
+@pytest.mark.parametrize("word", ["moe", "MoE", "experts", "mixture-of-experts"])
+def test_a_search_for_moe_finds_every_mixture_of_experts_model(capsys, word: str) -> None:
+    """An audit: `models --search moe` found the qwen*_moe types only; Mixtral, DeepSeek, gpt-oss and Llama 4 are
+    mixtures of experts under other type names. The reference is the catalog's own expert counts."""
+    catalog = _catalog(capsys)
+    assert main(["models", "--search", word, "--json"]) == 0
+    found = {model["name"] for model in json.loads(capsys.readouterr().out)}
+    assert found == {model["name"] for model in catalog if model["num_experts"]}
+    assert {"mixtral-8x7b", "deepseek-v3", "gpt-oss-20b", "llama-4-scout"} <= found

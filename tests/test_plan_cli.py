@@ -91,6 +91,10 @@ def test_plan_objective_cost_may_use_fewer_gpus_and_reports_cost(capsys):
         # A flag that applies to nothing asked for was dropped, or searched to "nothing fits".
         (["--force"], "--force replaces the files of an emitted folder; add --emit DIR"),
         (["--strategies", "engine", "--lora-rank", "8"], "--strategies engine leaves nothing to search (engine"),
+        (
+            ["--strategies", "engine", "--kernels", "compile"],
+            "leaves nothing to search (engine (TP/PP): --kernels compile",
+        ),
         (["--mode", "inference", "--elastic", "2:4"], "--elastic: training only, and --mode inference plans serving"),
         # An empty text value (an unset shell variable) read as the flag left out: --gpu "" planned this machine.
         (["--gpu", ""], "--gpu is empty; give it a value, or leave it out"),
@@ -335,3 +339,22 @@ def test_nothing_fits_with_emit_is_1_and_writes_nothing(tmp_path, capsys):
     assert "--lora-rank" not in captured.out
     assert main(too_big) == 1 and "fine-tuning with --lora-rank" in capsys.readouterr().out
     assert main([*too_big, "--emit", str(folder), "--elastic", "1:2"]) == 1 and not folder.exists()
+
+
+def test_plan_and_estimate_print_what_the_cluster_was_taken_to_be(capsys, monkeypatch):
+    """docs/models-and-hardware.md: every assumed default is listed in ClusterSpec.assumptions "and printed with the
+    plan"; an audit found them only in --json and --report. Both print them, last, one per line, as --json has them."""
+    from planner.hardware.cluster import make_cluster
+
+    monkeypatch.setenv("COLUMNS", "400")
+    expected = make_cluster("H100-80GB", gpus_per_node=8, nodes=2).assumptions
+    args = ["--model", "llama-3-8b", "--gpu", "H100-80GB", "--gpus-per-node", "8", "--nodes", "2", "--seq-len", "4096"]
+    for command in (["plan", *args, "--global-batch", "64"], ["estimate", *args, "--strategy", "fsdp"]):
+        assert main(command) == 0
+        lines = capsys.readouterr().out.splitlines()
+        start = lines.index("the cluster, as planned:")
+        listed = [line.strip() for line in lines[start + 1 : start + 1 + len(expected)]]
+        assert listed == [f"- {line}" for line in expected], command[0]
+        assert any("inter-node: InfiniBand NDR" in line for line in listed)
+        if command[0] == "estimate":
+            assert start + len(expected) == len(lines) - 1  # last: no other bullet reads as the cluster's

@@ -132,10 +132,17 @@ def test_engine_layouts_are_checked_by_the_planner():
         # a timeout past a week overflowed the runner's poll into a traceback
         (["--model", "gpt2", "--timeout", "1e20"], "argument --timeout: 1e20 seconds is more than a week"),
         # flags that could not apply were dropped without a word
-        (["--model", "gpt2", "--steps", "3"], "--steps apply to measuring the matrix; add --run"),
+        (["--model", "gpt2", "--steps", "3"], "--steps applies to measuring the matrix; add --run, or drop it"),
         (["--model", "gpt2", "--retry-failed", "--db", "x.duckdb"], "--retry-failed, --db apply to measuring"),
         (["--model", "gpt2", "--max-gpus", "4"], "--max-gpus shape the GPU counts of --distributed; add it"),
         (["--model", "gpt2", "--hardware", "cpu", "--distributed", "--gpus-per-node", "2"], "cpu ranks are processes"),
+        # --gpu beside --hardware cpu was dropped, the matrix measured the CPU (an audit)
+        (
+            ["--model", "gpt2", "--hardware", "cpu", "--gpu", "A100-80GB"],
+            "--gpu A100-80GB names a GPU, and --hardware cpu",
+        ),
+        (["--model", "gpt2", "--hardware", "cuda", "--gpu", "cpu"], "--gpu cpu is no GPU; pass --hardware cpu"),
+        (["--model", "gpt2", "--hardware", "cpu", "--gpu", " "], "--gpu is empty; give it a value, or leave it out"),
         # a path written after the matrix was described: checked before it (stderr held two lines of it first)
         (["--model", "gpt2", "--output", ""], "cannot write .: it is a folder"),
         (["--model", "gpt2", "--output", "  "], "cannot write '  ': it names no file"),
@@ -312,3 +319,28 @@ def test_an_out_of_memory_trial_keeps_the_runners_reason_however_long_the_output
     guard = "[rank0]: backends.monitoring.peak_memory.MemoryLimitExceeded: rank 0 peaked at 0.5 GB\n" + summary[-200:]
     status, error = classify_failure(LaunchOutcome(returncode=1, stderr_tail=guard), 5)
     assert status.value == "oom" and "MemoryLimitExceeded: rank 0 peaked" in error
+
+
+def test_a_measurement_faster_than_the_catalog_peak_is_recorded_without_its_rate():
+    """A new user's audit: on a core faster than the catalog's cpu entry the measured MFU passed 1, RunRecord refused
+    it, and the matrix crashed recording nothing. As a `train` run's record does (benchmarks_db/record.py,
+    measured_rates), the step time is stored and the rate is not; below the peak both are."""
+    from benchmarks.harness.runner import build_record
+    from benchmarks_db.record import RunStatus
+
+    matrix = tiny_matrix([2]).model_copy(update={"tiny": False})  # a full model's FLOPs give a rate
+    entry = matrix.entries[0]
+    predicted = entry.predicted
+    assert predicted is not None and predicted.mfu > 0
+
+    def record_at(mfu: float):
+        step = predicted.step_time_s * predicted.mfu / mfu
+        result = MeasureResult(key=entry.key, world_size=2, step_times_s=[step] * 3)
+        return build_record(entry, matrix, current_environment(), RunStatus.OK, result, None)
+
+    fast = record_at(2.0)
+    assert fast.mfu is None and fast.tflops_per_gpu is None and fast.step_time_median_s is not None
+    slow = record_at(0.5)
+    assert slow.mfu == pytest.approx(0.5) and slow.tflops_per_gpu == pytest.approx(
+        predicted.tflops_per_gpu * 0.5 / predicted.mfu
+    )

@@ -56,10 +56,17 @@ def test_progress_is_a_bar_with_eta_on_a_terminal_and_plain_lines_on_a_pipe():
     assert Progress(enabled=False, total=5, start=0, stream=Terminal()).bar is None  # other ranks show nothing
 
 
+CHAT_TEMPLATE = "{% for message in messages %}<{{ message['role'] }}>{{ message['content'] }}{% endfor %}"
+GENERATION = {"do_sample": True, "temperature": 0.6, "eos_token_id": [0, 5]}
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("watch")
     model_dir, corpus = make_local_gpt2(root / "user")
+    # A chat model's files beside its tokenizer and weights, which final/ keeps (an audit found both dropped).
+    (model_dir / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
+    (model_dir / "generation_config.json").write_text(json.dumps(GENERATION), encoding="utf-8")
     plan = make_plan(str(model_dir), gpus_per_node=1, strategy="ddp", seq_len=64, micro_batch=4, grad_accum=1)
     speed = evaluate(plan.model, plan.config, plan.cluster).throughput  # a step time predicted, as plan's are
     plan = plan.model_copy(update={"throughput": speed})
@@ -197,6 +204,11 @@ def test_final_is_written_at_every_export_step_and_at_the_end(finished_run):
     assert "HF folder, step 4)" in completed.stdout and "HF folder, step 6)" in completed.stdout
     assert json.loads((final / "hardware_selector_export.json").read_text())["step"] == 6
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {path.name for path in final.iterdir()}
+    from transformers import AutoTokenizer, GenerationConfig
+
+    assert AutoTokenizer.from_pretrained(final).chat_template == CHAT_TEMPLATE
+    generation = GenerationConfig.from_pretrained(final)
+    assert (generation.do_sample, generation.temperature, generation.eos_token_id) == (True, 0.6, [0, 5])
 
 
 def test_watch_follow_ends_when_no_process_holds_the_run_any_more(tmp_path):

@@ -63,6 +63,7 @@ def test_the_api_calibrates_as_plan_does_and_says_how(tmp_path, capsys):
         tiny=False,
         config_json=calibrated["plan"].config.model_dump_json(),
         micro_batch=calibrated["plan"].config.micro_batch,
+        grad_accum=calibrated["plan"].config.grad_accum,  # the columns say what ran (RunRecord.config)
         seq_len=128,
         step_time_median_s=speed["step_time_s"] / 2,
         predicted_step_time_s=None,

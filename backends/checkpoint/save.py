@@ -83,7 +83,9 @@ def write_engine_state(engine: Any, folder: Path, tag: str = "", client_state: d
 
     with dcp_quietly():
         dcp.save(sharded_views(engine), checkpoint_id=str(folder / "shards"), no_dist=not distributed())
-    write_resume_state(engine, folder, tag or folder.name, client_state)
+    # The tag a folder is sealed under, not the .partial- name it is written in (engine_state.json said
+    # ".partial-global_step20", an audit).
+    write_resume_state(engine, folder, tag or folder.name.removeprefix(".partial-"), client_state)
 
 
 def save_checkpoint(

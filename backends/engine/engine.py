@@ -16,11 +16,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from backends.engine.inputs import count_tokens, loss_of, module_call, moved
+from backends.engine.inputs import count_tokens, module_call, moved
 from backends.monitoring.profiling import StepTrace
 from backends.monitoring.profiling import register as register_profiled
 from backends.monitoring.step_monitor import StepMonitor
 from backends.monitoring.training_monitor import Decision, TrainingMonitor
+from backends.parts.loss import loss_of
 from backends.parts.mixed_precision import LossScaler, compute_dtype
 from backends.parts.schedulers import WarmupSchedule
 from backends.zero import zero_optimizer_class

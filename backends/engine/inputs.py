@@ -23,6 +23,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from backends.parts.loss import describe_value
 from planner.errors import UserInputError
 
 
@@ -65,7 +66,7 @@ def module_call(model: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     try:
         inspect.signature(model.forward).bind(*args, **kwargs)
     except TypeError as failure:
-        given = ", ".join([*(_describe(arg) for arg in args), *(f"{key}=..." for key in kwargs)])
+        given = ", ".join([*(describe_value(arg) for arg in args), *(f"{key}=..." for key in kwargs)])
         raise UserInputError(
             f"{type(model).__name__}.forward{inspect.signature(model.forward)} cannot take ({given}): {failure}; "
             f"call engine(x), engine(x, y) or engine(**batch) with what the forward takes"
@@ -75,11 +76,6 @@ def module_call(model: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return args, kwargs
 
 
-def _describe(value: Any) -> str:
-    shape = getattr(value, "shape", None)
-    return f"tensor{tuple(shape)}" if shape is not None else type(value).__name__
-
-
 def count_tokens(args: tuple, kwargs: dict) -> int:
     """Token ids in the batch (integer tensors), else its samples: what tokens/s counts."""
     values = [*args, *kwargs.values()]
@@ -87,23 +83,3 @@ def count_tokens(args: tuple, kwargs: dict) -> int:
     if first is None or not hasattr(first, "numel"):
         return 0
     return int(first.numel()) if not first.is_floating_point() else int(first.shape[0]) if first.dim() else 1
-
-
-def loss_of(output: Any) -> Any:
-    """The scalar loss in a model's output; one line when there is none."""
-    import torch
-
-    loss = output
-    if not torch.is_tensor(output):
-        if getattr(output, "loss", None) is not None:
-            loss = output.loss
-        elif isinstance(output, dict) and "loss" in output:
-            loss = output["loss"]
-        elif isinstance(output, (tuple, list)) and len(output) > 0:
-            loss = output[0]
-    if not torch.is_tensor(loss) or loss.numel() != 1:
-        raise UserInputError(
-            f"the model returned {_describe(loss)}, not a loss: return the loss from forward (a scalar tensor), "
-            f"an output with .loss, or a tuple whose first item is the loss"
-        )
-    return loss.reshape(())

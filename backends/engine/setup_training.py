@@ -15,13 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from planner.contract.engine_config import EngineConfig, ZeroBlock, load_engine_config, with_changes
+from planner.contract.engine_config import EngineConfig, load_engine_config, with_changes
 from planner.errors import UserInputError, known_keywords
 from planner.plan import Plan
-from planner.training_config import FsdpSharding, Strategy
-
-# The ZeRO stage that shards what each FSDP sharding shards.
-FSDP_AS_ZERO = {FsdpSharding.FULL: 3, FsdpSharding.HYBRID: 3, FsdpSharding.GRAD_OP: 2, FsdpSharding.NONE: 0}
 
 
 def engine_config_of(config: Any) -> EngineConfig:
@@ -36,11 +32,7 @@ def engine_config_of(config: Any) -> EngineConfig:
         from planner.rundir.plan_file import plan_and_run
 
         plan, run = plan_and_run(config)
-        settings = engine_config_for_run(plan, run)
-        if plan.config.strategy is Strategy.FSDP:
-            zero = settings.zero_optimization.model_copy(update={"stage": FSDP_AS_ZERO[plan.config.fsdp_sharding]})
-            settings = settings.model_copy(update={"zero_optimization": ZeroBlock.model_validate(zero.model_dump())})
-        return settings
+        return engine_config_for_run(plan, run)  # an FSDP plan at its sharding's ZeRO stage (zero_stage_of)
     raise UserInputError(
         f"config is a run folder, a plan.json, a Plan, or an engine config (dict or path), not {type(config).__name__}"
     )

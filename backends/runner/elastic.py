@@ -42,16 +42,24 @@ def fit_elastic(
     if plan is spec.plan:
         return spec, run, start
     engine_file = spec.engine_file
-    if engine_file is not None:  # the user's engine.json edits carry over; the ZeRO stage and offload are the re-plan's
-        derived = engine_config_for_run(plan, fitted).zero_optimization
+    if engine_file is not None:  # the user's engine.json edits carry over; the ZeRO stage, offload and layout are
+        derived = engine_config_for_run(plan, fitted)  # the re-plan's
         zero = engine_file.zero_optimization.model_copy(
             update={
-                "stage": derived.stage,
-                "offload_optimizer": derived.offload_optimizer,
-                "overlap_comm": derived.overlap_comm,
+                "stage": derived.zero_optimization.stage,
+                "offload_optimizer": derived.zero_optimization.offload_optimizer,
+                "overlap_comm": derived.zero_optimization.overlap_comm,
             }
         )
-        engine_file = engine_file.model_copy(update={"zero_optimization": zero})
+        # The layout is the re-plan's; so is every setting of the block the user left as the first plan had it
+        # (activation checkpointing a smaller world needs to fit, kernels): a review found them kept.
+        ours, first = derived.hardware_selector, engine_config_for_run(spec.plan, run).hardware_selector
+        theirs = engine_file.hardware_selector
+        kept = {"layout", "pipeline_schedule", "sequence_parallel"} | {
+            key for key in type(ours).model_fields if getattr(theirs, key) == getattr(first, key)
+        }
+        selector = theirs.model_copy(update={key: getattr(ours, key) for key in kept})
+        engine_file = engine_file.model_copy(update={"zero_optimization": zero, "hardware_selector": selector})
     return replace(spec, plan=plan, run=fitted, engine_file=engine_file), fitted, start
 
 

@@ -1,7 +1,8 @@
 """Write the trained model as an HF folder: config.json, safetensors weights and the tokenizer's files.
 
     RUN_DIR/final/    config.json, model.safetensors (or shards + model.safetensors.index.json),
-                      tokenizer files, hardware_selector_export.json (step, eval loss, strategy)
+                      tokenizer files and the chat template beside them, the checkpoint's
+                      generation_config.json, hardware_selector_export.json (step, eval loss, strategy)
 
 `AutoModelForCausalLM.from_pretrained(RUN_DIR/final)` loads it. The adapter
 gathers the full weights onto rank 0 (from its ZeRO shards, FSDP shards or
@@ -22,10 +23,21 @@ from backends.ranks import barrier, rank
 from planner.progress import WorkProgress
 
 SHARD_BYTES = 5 * 2**30
+# Beside the tokenizer's files: its chat template (transformers 5 saves it apart, older ones as JSON); beside the
+# model's: its generation defaults (sampling, the EOS list). A fine-tuned chat model lost both (an audit).
+CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
+MODEL_FILES = ("generation_config.json",)
 
 
 def export_hf_folder(
-    adapter: Any, config: Any, folder: Path, *, tied: dict[str, str], tokenizer_dir: Path | None, facts: dict[str, Any]
+    adapter: Any,
+    config: Any,
+    folder: Path,
+    *,
+    tied: dict[str, str],
+    tokenizer_dir: Path | None,
+    facts: dict[str, Any],
+    model_dir: Path | None = None,
 ) -> Path | None:
     """Collective: every rank helps gather; rank 0 writes `folder`. Returns it on rank 0."""
     state = adapter.full_state_dict()
@@ -45,6 +57,8 @@ def export_hf_folder(
         write_weights(partial, state)
         if tokenizer_dir is not None:
             _copy_tokenizer(tokenizer_dir, partial)
+        if model_dir is not None:
+            _copy_files(model_dir, partial, MODEL_FILES)
         (partial / "hardware_selector_export.json").write_text(json.dumps(facts, indent=1), encoding="utf-8")
         _swap_in(partial, folder)
         written = folder
@@ -91,7 +105,11 @@ def write_weights(folder: Path, state: dict[str, Any]) -> None:
 def _copy_tokenizer(source: Path, destination: Path) -> None:
     from backends.data.prepare import TOKENIZER_FILE_NAMES
 
-    for name in TOKENIZER_FILE_NAMES:
+    _copy_files(source, destination, (*TOKENIZER_FILE_NAMES, *CHAT_TEMPLATE_FILES))
+
+
+def _copy_files(source: Path, destination: Path, names: tuple[str, ...]) -> None:
+    for name in names:
         if (source / name).is_file():
             shutil.copy2(source / name, destination / name)
 

@@ -20,7 +20,7 @@ from planner.contract.schema import read_json_file
 from planner.elastic_plan import ElasticPlan
 from planner.errors import UserInputError
 from planner.plan import Plan
-from planner.rundir.engine_for_run import engine_config_for_run
+from planner.rundir.engine_for_run import engine_config_for_run, zero_stage_of
 from planner.rundir.manifest import interrupted_emission
 from planner.rundir.plan_file import read_plan_file
 from planner.rundir.replan import read_elastic
@@ -113,12 +113,16 @@ def engine_settings(spec: RunSpec, run: RunConfig) -> EngineConfig:
 
     Engine plans take engine.json (a user's edits to ZeRO, buckets or compression act), with the run's
     batch keys; its optimizer and clipping must agree with the run's."""
+    overridden = {"strategy": spec.strategy}
+    if spec.strategy in (Strategy.ENGINE, Strategy.DEEPSPEED):  # the plan's sharding as a ZeRO stage: an FSDP plan
+        overridden["zero_stage"] = zero_stage_of(spec.plan)  # run by `--strategy engine` ran ZeRO-0 (an audit)
     derived = engine_config_for_run(
-        spec.plan.model_copy(update={"config": spec.plan.config.model_copy(update={"strategy": spec.strategy})}), run
+        spec.plan.model_copy(update={"config": spec.plan.config.model_copy(update=overridden)}), run
     )
     base = spec.engine_file if spec.strategy is Strategy.ENGINE and spec.engine_file is not None else derived
     if base is not derived:
         _check_agrees(base, derived)
+        _check_same_layout(base, derived, spec.run)
     block = base.hardware_selector.model_copy(
         update={"layout": run.layout, "device": run.device, "dist_backend": run.dist_backend, "seq_len": run.seq_len}
     )
@@ -131,6 +135,29 @@ def engine_settings(spec: RunSpec, run: RunConfig) -> EngineConfig:
             "hardware_selector": block,
         }
     )
+
+
+def _check_same_layout(found: EngineConfig, expected: EngineConfig, folder_run: RunConfig) -> None:
+    """The layout, the pipeline schedule and sequence parallelism are plan.json's: an engine.json edited to others
+    was run at plan.json's layout with its own schedule, and the ranks aborted in gloo (an audit)."""
+    ours, theirs = expected.hardware_selector, found.hardware_selector
+    edits = []
+    if theirs.layout != folder_run.layout:
+        edits.append(f"layout {_layout_words(theirs.layout)} (plan.json's: {_layout_words(folder_run.layout)})")
+    for key in ("pipeline_schedule", "sequence_parallel"):
+        if getattr(theirs, key) != getattr(ours, key):
+            edits.append(f"{key} {getattr(theirs, key)} (plan.json's: {getattr(ours, key)})")
+    if edits:
+        raise UserInputError(
+            f"engine.json sets {'; '.join(edits)}: the layout is the plan's; re-plan for another one "
+            "(`hardware-selector plan ... --emit`), or restore engine.json's hardware_selector block"
+        )
+
+
+def _layout_words(layout) -> str:
+    stages = f", {layout.virtual_stages} virtual stages" if layout.virtual_stages > 1 else ""
+    stage_map = f", stage layers {','.join(map(str, layout.stage_layers))}" if layout.stage_layers else ""
+    return layout.describe() + stages + stage_map
 
 
 def _check_agrees(found: EngineConfig, expected: EngineConfig) -> None:

@@ -271,7 +271,7 @@ class RunSession:
         strategy = self.spec.strategy.value
         self.progress = Progress(enabled=self.rank == 0, total=self.steps, start=self.step)
         self.progress.say(
-            f"training {run.model.name} with {strategy} on {self.world} process(es), layout "
+            f"training {run.model.name} with {strategy} on {self.world} process{'es' * (self.world != 1)}, layout "
             f"{run.layout.describe()}: {data.description}; {self.steps} steps of {run.global_batch} x {run.seq_len} "
             "tokens"
         )
@@ -371,6 +371,7 @@ class RunSession:
             tied=self.tied,
             tokenizer_dir=self.data.tokenizer_dir,
             facts={"step": at, "strategy": self.spec.strategy.value, "model": self.run.model.name, "eval": last_eval},
+            model_dir=Path(self.run.model.path) if self.run.model.path else None,
         )
         self.progress.say(f"wrote {run_dir / 'final'} (HF folder, step {at})")
 

@@ -219,20 +219,20 @@ def record(
 ) -> str:
     """Store the measured run beside its prediction (benchmarks_db); returns the record id."""
     from benchmarks_db.environment import current_environment
-    from benchmarks_db.record import RunRecord, RunStatus, spec_hash
+    from benchmarks_db.record import RunRecord, RunStatus, measured_rates, spec_hash
     from benchmarks_db.store import BenchmarkStore
 
-    config = plan.config.model_copy(update={"grad_accum": run.grad_accum, "seq_len": run.seq_len})
+    # What ran: a re-planned (elastic) run's micro-batch too, so the record's columns and config agree.
+    config = plan.config.model_copy(
+        update={"micro_batch": run.micro_batch, "grad_accum": run.grad_accum, "seq_len": run.seq_len}
+    )
     median = summary["median_step_time_s"]
     formula = run.predicted.fitting_step_time_s()
     measured: dict[str, Any] = {}
     speed = plan.throughput
     step_comparable = summary.get("step_time_comparable", summary["comparable_to_prediction"])
-    # Above the GPU's peak (mfu > 1) the plan's step was not what ran, or the catalog's peak (a CPU's, say) is
-    # too low: the rate is not stored, the measured step time still is (a record must never fail the run).
-    if speed is not None and step_comparable and speed.mfu * speed.step_time_s / median <= 1.0:
-        measured["tflops_per_gpu"] = speed.tflops_per_gpu * speed.step_time_s / median
-        measured["mfu"] = speed.mfu * speed.step_time_s / median
+    if speed is not None and step_comparable:  # none above the GPU's peak (benchmarks_db/record.py)
+        measured |= measured_rates(speed.tflops_per_gpu, speed.mfu, speed.step_time_s, median)
     entry = RunRecord(
         # The hardware and software, not the user: no hostname, and no data paths anywhere in the record.
         **current_environment().model_dump(),

@@ -35,7 +35,8 @@ def fit_to_world(run: RunConfig, world: int, *, tiny: bool, local_world: int | N
     if tiny:
         grad_accum = run.grad_accum
         note = (
-            f"note: {world} processes instead of the plan's {run.world_size}; --tiny keeps each rank's batch "
+            f"note: {world} process{'es' * (world != 1)} instead of the plan's {run.world_size}; --tiny keeps "
+            "each rank's batch "
             f"({run.micro_batch} x {run.grad_accum}), so the global batch is {run.micro_batch * grad_accum * layout.dp}"
         )
     else:
@@ -48,8 +49,8 @@ def fit_to_world(run: RunConfig, world: int, *, tiny: bool, local_world: int | N
             )
         grad_accum = run.global_batch // per_micro_step
         note = (
-            f"note: {world} processes instead of the plan's {run.world_size}: the global batch stays "
-            f"{run.global_batch} with gradient accumulation {grad_accum} (was {run.grad_accum})"
+            f"note: {world} process{'es' * (world != 1)} instead of the plan's {run.world_size}: the global batch "
+            f"stays {run.global_batch} with gradient accumulation {grad_accum} (was {run.grad_accum})"
         )
     fitted = run.model_copy(
         update={"layout": layout, "grad_accum": grad_accum, "nproc_per_node": world // nodes, "num_nodes": nodes}

@@ -99,11 +99,15 @@ class ZeroOptimizer:
         return self.zero.state
 
     def backward(self, loss: Any, accumulate: bool = False) -> None:
-        """Backward of the loss; accumulate=True for every micro-batch but the last of a step (divide each
-        micro-batch's loss by their number, as in any accumulation loop)."""
+        """Backward of the loss, or of the model's whole output (its .loss), as engine.backward takes it;
+        accumulate=True for every micro-batch but the last of a step (to accumulate, divide each micro-batch's
+        loss by their number, as in any accumulation loop, and pass that loss)."""
+        from backends.parts.loss import loss_of
+
         boundary = not accumulate
+        scalar = loss_of(loss)  # an HF output raised AttributeError: 'CausalLMOutputWithPast' ... 'backward'
         self.zero.begin_backward(boundary)
-        loss.backward()
+        scalar.backward()
         self.zero.end_backward(boundary)
 
     def step(self) -> bool:

@@ -25,7 +25,7 @@ from benchmarks.harness.matrix import BenchmarkMatrix, MatrixEntry
 from benchmarks.harness.processes import LaunchOutcome
 from benchmarks.harness.trials import EXCEPTION_LINE, ONE_LINE_ERROR, TrialRun, scratch_folder, scratch_held
 from benchmarks_db.environment import RunEnvironment
-from benchmarks_db.record import RunRecord, RunStatus
+from benchmarks_db.record import RunRecord, RunStatus, measured_rates
 from benchmarks_db.store import BenchmarkStore
 
 OOM_MARKERS = ("out of memory", "outofmemoryerror", "cannot allocate memory", "memorylimitexceeded")
@@ -103,8 +103,8 @@ def build_record(
         if predicted is not None and not matrix.tiny:
             # Same model FLOPs as the prediction counts, over the measured time (a --tiny run trains a shrunken
             # model, so the full model's FLOPs over its time would be no rate at all).
-            measured["tflops_per_gpu"] = predicted.tflops_per_gpu * predicted.step_time_s / median
-            measured["mfu"] = predicted.mfu * predicted.step_time_s / median
+            # None above the GPU's peak: the same rule as a `train` run's record (benchmarks_db/record.py).
+            measured |= measured_rates(predicted.tflops_per_gpu, predicted.mfu, predicted.step_time_s, median)
     if result is not None and result.peak_memory_per_rank_bytes:
         measured["peak_memory_per_rank_bytes"] = result.peak_memory_per_rank_bytes
     predicted = entry.predicted

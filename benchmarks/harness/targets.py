@@ -42,6 +42,11 @@ def _local_gpus(hardware: str) -> tuple[list[str], str | None]:
 def choose_target(hardware: str, gpu: str | None) -> HardwareTarget:
     if hardware not in HARDWARE_KINDS:
         raise UserInputError(f"unknown hardware '{hardware}'; use one or more of {', '.join(HARDWARE_KINDS)}")
+    if gpu is not None and not gpu.strip():
+        raise UserInputError("--gpu is empty; give it a value, or leave it out")
+    if hardware == "cpu" and gpu is not None and resolve_gpu(gpu).kind != "cpu":  # it was dropped without a word
+        raise UserInputError(f"--gpu {gpu} names a GPU, and --hardware cpu measures this machine's CPU cores; drop "
+                             "--gpu, or pass --hardware cuda (or rocm) with it")  # fmt: skip
     if hardware == "cpu":
         return HardwareTarget(
             hardware="cpu", gpu="cpu", note="this machine's CPU cores, gloo between ranks", local=True, local_count=2
@@ -49,6 +54,8 @@ def choose_target(hardware: str, gpu: str | None) -> HardwareTarget:
     local, driver = _local_gpus(hardware)
     if gpu is not None:
         spec = resolve_gpu(gpu)
+        if spec.kind != "gpu":  # --hardware cuda --gpu cpu: a CPU is no GPU of that kind
+            raise UserInputError(f"--gpu {gpu} is no GPU; pass --hardware cpu to measure the CPU cores")
         here = local.count(spec.name)
         where = f"{here} here" if here else "none here: predictions only"
         return HardwareTarget(

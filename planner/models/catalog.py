@@ -116,7 +116,8 @@ def suggest_models(name: str, limit: int = 3) -> list[str]:
 
 def search_models(text: str | None) -> list[ModelSpec]:
     """Catalog models whose name, id, alias, legacy name (`llama-7b`: planner/models/legacy_names.py), type or
-    family contains the text."""
+    family contains the text; "moe" (or "experts") also finds every mixture-of-experts model, whatever its type
+    is called (an audit found only the Qwen MoE types)."""
     models = sorted(load_catalog(), key=lambda spec: (spec.model_type, spec.params.total))
     if not text:
         return models
@@ -130,4 +131,8 @@ def search_models(text: str | None) -> list[ModelSpec]:
         if any(needle in normalize_name(name) for name in (*_names_of(spec), *legacy.get(spec.name, [])))
         or needle in normalize_name(spec.model_type)
         or needle in normalize_name(spec.family.value)
+        or (spec.num_experts > 0 and needle in MOE_WORDS)
     ]
+
+
+MOE_WORDS = ("moe", "experts", "mixtureofexperts")  # as normalize_name writes them

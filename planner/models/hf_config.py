@@ -278,6 +278,14 @@ def parse_hf_config(config: dict, *, source: str = "config.json") -> ParsedConfi
     if model_type is None:
         raise ConfigFieldError(source, "model_type", f"is missing (supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
     reader = _READERS.get(model_type) if isinstance(model_type, str) else None
+    text = config.get("text_config")
+    inner = text.get("model_type") if isinstance(text, dict) else None
+    if reader is None and isinstance(inner, str) and inner in _READERS:  # Gemma 3, Llama 4, Mistral 3 (an audit)
+        raise UserInputError(
+            f"{source}: model_type {model_type!r} wraps a vision tower around its language model, which is not "
+            f"planned; the language model (text_config, model_type {inner!r}) is: save text_config alone as a "
+            "config.json and plan that (the tower's parameters are left out)"
+        )
     if reader is None:
         raise UserInputError(
             f"{source}: model_type {model_type!r} is not supported; supported types: "

@@ -54,7 +54,9 @@ def resolve_model(name: str, *, exact_counts: bool = True, other_ways: str = "")
     cached_config = find_in_hf_cache(name)
     if cached_config is not None:
         return spec_from_config_path(cached_config, exact_counts=exact_counts, display_name=name)
-    if name.strip().endswith(".json") or name.strip().startswith(("/", "./", "../", "~")):
+    # A path by its shape, or an HF-id-shaped name whose folder is here (qwen3-8b/config.jsn beside qwen3-8b/).
+    local_parent = "/" in name and path.parent != Path(".") and path.parent.is_dir()
+    if name.strip().endswith(".json") or name.strip().startswith(("/", "./", "../", "~")) or local_parent:
         # a path, not a name: "unknown model ... or pass a config.json path" told its user to do what they did
         raise UserInputError(f"{name}: no such file or folder; point at a model directory or its config.json")
     suggestions = suggest_models(name)
@@ -235,9 +237,13 @@ def spec_from_dimensions(
         raise UserInputError("--experts needs --top-k (experts each token is routed to)")
     if top_k and not experts:
         raise UserInputError("--top-k needs --experts")
+    if experts and top_k and top_k > experts:  # was the config field's name, num_experts_per_tok (an audit)
+        raise UserInputError(f"--top-k {top_k} exceeds --experts {experts}: a token is routed to that many of them")
     chosen, limit = check_positions(mlp, positions, max_positions)
-    if mlp == "standard" and (experts or kv_heads != heads):
-        raise UserInputError("--experts and --kv-heads describe gated (Llama/Mixtral-shaped) models; add --mlp gated")
+    if mlp == "standard" and (experts or kv_heads != heads):  # named as given: --kv-heads was blamed unasked
+        given = " and ".join(flag for flag, used in (("--experts", experts), ("--kv-heads", kv_heads != heads)) if used)
+        raise UserInputError(f"{given} describe{'s' if ' and ' not in given else ''} gated (Llama/Mixtral-shaped) "
+                             "models; add --mlp gated")  # fmt: skip
     config = dimension_config(hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, ffn=ffn, vocab=vocab,
                               experts=experts, top_k=top_k, mlp=mlp, positions=chosen, max_positions=limit)  # fmt: skip
     name = f"custom-h{hidden}-l{layers}" + (f"-e{experts}x{top_k}" if experts else "")

@@ -8,7 +8,7 @@ a DDP folder) gets the engine settings the emitter would have written.
 
 from __future__ import annotations
 
-from planner.contract.choices import Offload, Strategy
+from planner.contract.choices import FsdpSharding, Offload, Strategy
 from planner.contract.engine_config import (
     CheckpointBlock,
     EngineConfig,
@@ -24,10 +24,23 @@ from planner.memory.buffers import deepspeed_bucket_sizes
 from planner.plan import Plan
 from planner.rundir.hyperparameters import optimizer_block, scheduler_block
 
+# An FSDP plan run on our engine (`train --strategy engine`, setup_distributed_training) shards the same states
+# as the ZeRO stage (docs/engine.md): the runner ran it at ZeRO-0 while the Python door ran ZeRO-3 (an audit).
+FSDP_AS_ZERO = {FsdpSharding.FULL: 3, FsdpSharding.HYBRID: 3, FsdpSharding.GRAD_OP: 2, FsdpSharding.NONE: 0}
+
+
+def zero_stage_of(plan: Plan) -> int:
+    """The ZeRO stage our engine runs the plan at: its own, an FSDP plan's sharding's, else 0 (DDP)."""
+    config = plan.config
+    if config.strategy in (Strategy.ENGINE, Strategy.DEEPSPEED):
+        return config.zero_stage
+    return FSDP_AS_ZERO[config.fsdp_sharding] if config.strategy is Strategy.FSDP else 0
+
 
 def engine_config_for_run(plan: Plan, run: RunConfig, total_steps: int | None = None) -> EngineConfig:
     """The engine config of this run (scheduler only once its length is known)."""
     config = plan.config
+    stage = zero_stage_of(plan)
     buckets = deepspeed_bucket_sizes(plan.model)
     offload = "cpu" if config.offload_optimizer is not Offload.NONE else "none"
     precision = precision_blocks(config.precision)
@@ -38,9 +51,9 @@ def engine_config_for_run(plan: Plan, run: RunConfig, total_steps: int | None = 
         optimizer=optimizer_block(run.optim, config.optimizer),
         scheduler=scheduler_block(run.optim, total_steps),
         zero_optimization=ZeroBlock(
-            stage=config.zero_stage if config.strategy in (Strategy.ENGINE, Strategy.DEEPSPEED) else 0,
+            stage=stage,
             offload_optimizer=OffloadOptimizer(device=offload),
-            overlap_comm=config.zero_stage >= 1,
+            overlap_comm=stage >= 1,
             reduce_bucket_size=buckets.reduce_bucket_size,
             allgather_bucket_size=buckets.allgather_bucket_size,
             stage3_prefetch_bucket_size=buckets.stage3_prefetch_bucket_size,

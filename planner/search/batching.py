@@ -33,11 +33,23 @@ def resolve_global_batch(request: PlanRequest, world_size: int) -> tuple[int, st
             batch,
             f"global batch {batch} = micro-batch {request.micro_batch} x {world_size} GPUs (no --global-batch given)",
         )
-    sequences = math.ceil(DEFAULT_TOKENS_PER_STEP / request.seq_len / world_size) * world_size
+    sequences = _default_per_gpu(DEFAULT_TOKENS_PER_STEP / request.seq_len / world_size) * world_size
     return sequences, (
         f"global batch {sequences} sequences = about {sequences * request.seq_len / 1e6:.1f}M tokens per step "
         f"(default ~1M, GPT-3/Llama range; set --global-batch)"
     )
+
+
+def _default_per_gpu(exact: float) -> int:
+    """Sequences per GPU near `exact`: the nearest multiple of 8, else of 4, else of 2, within an eighth of it, else
+    `exact` rounded up. A prime count (whisper's 448 tokens on 8 GPUs gave 293) left micro-batch 1 as the only
+    split, 10% slower than 8 x 37 (an audit); rounding up to 8 alone took 24 GPUs at 4k tokens to 1.6M tokens a
+    step, not ~1M (a review)."""
+    for multiple in (8, 4, 2):
+        near = max(multiple, round(exact / multiple) * multiple)
+        if abs(near - exact) <= exact / 8:
+            return near
+    return max(1, math.ceil(exact))
 
 
 def batch_options(

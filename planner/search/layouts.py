@@ -116,7 +116,7 @@ def _enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanReque
         layouts += engine_layouts(spec, cluster, request.seq_len, request.compression)
     if request.kernels is not KernelChoice.EAGER and not runs_kernels_on_split_models(request.implementation):
         # Our engine compiles (or patches) whole replicas only: it refuses a split model under these kernels.
-        layouts = [kept for kept in layouts if not _splits_the_model(kept)]
+        layouts = [kept for kept in layouts if not splits_the_model(kept)]
     if request.qlora:
         # The 4-bit base cannot be partitioned by ZeRO-3.
         layouts = [
@@ -127,6 +127,7 @@ def _enumerate_layouts(spec: ModelSpec, cluster: ClusterSpec, request: PlanReque
     return layouts
 
 
-def _splits_the_model(layout: StrategyLayout) -> bool:
+def splits_the_model(layout: StrategyLayout) -> bool:
+    """A tensor or pipeline split (which our engine refuses under compiled or patched kernels)."""
     dims = layout.fields.get("layout")
     return dims is not None and (dims.tp > 1 or dims.pp > 1)

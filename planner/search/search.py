@@ -20,8 +20,14 @@ from planner.search.batching import resolve_global_batch
 from planner.search.candidates import CandidateEvaluator, Scored, ThroughputAdjust, cluster_variants
 from planner.search.checkpointing_modes import searched_checkpointing
 from planner.search.compression import auto_line, check_compression_request, compression_lines
-from planner.search.engine_layouts import ENGINE_MODEL_TYPES, engine_applicability, tensor_parallel_degrees
+from planner.search.engine_layouts import (
+    ENGINE_MODEL_TYPES,
+    engine_applicability,
+    engine_layouts,
+    tensor_parallel_degrees,
+)
 from planner.search.explain import TIE_TOLERANCE, family_fates, plan_reasons
+from planner.search.layouts import splits_the_model
 from planner.search.request import Objective, PlanRequest, search_restrictions
 from planner.search.result import SearchResult, SearchStats
 from planner.search.strategy_layout import FSDP_LABELS, family_label
@@ -121,8 +127,13 @@ def _not_applicable(spec: ModelSpec, cluster: ClusterSpec, request: PlanRequest)
         if why is not None:
             not_applicable["engine (TP/PP)"] = why
         elif request.kernels is not KernelChoice.EAGER and not runs_kernels_on_split_models(request.implementation):
-            # layouts.py leaves them out
-            not_applicable["engine TP/PP under --kernels"] = (
+            # layouts.py leaves them out; with nothing of the engine's left (no EP, CP or compressed DP layout),
+            # `--strategies engine` is one line, not "nothing fits" (an audit)
+            left = any(
+                not splits_the_model(layout)
+                for layout in engine_layouts(spec, cluster, request.seq_len, request.compression)
+            )
+            not_applicable["engine TP/PP under --kernels" if left else "engine (TP/PP)"] = (
                 f"--kernels {request.kernels.value}: {KERNELS_ON_SPLIT_MODELS}; plan them with --kernels eager"
             )
         elif spec.model_type in ENGINE_MODEL_TYPES and not splits_over_tp(spec.model_type):
