@@ -157,11 +157,14 @@ def _refuse_blank_text(command: click.Command) -> click.Command:
     """Every text option and argument of every command: a value given empty or blank is one line. `--gpu ""` (an
     unset shell variable) planned this machine's GPU as if --gpu were left out, `--model ""` asked for a model."""
 
-    def checked(previous: Any, name: str) -> Any:
+    def checked(previous: Any, name: str, required: bool) -> Any:
+        # A required argument cannot be left out (`db show ""` was told to, an audit).
+        advice = "give it a value" if required else "give it a value, or leave it out"
+
         def callback(ctx: Any, param: Any, value: Any) -> Any:
             for item in value if isinstance(value, (list, tuple)) else [value]:
                 if isinstance(item, (str, PurePath)) and not str(item).strip():  # a Path of blanks too
-                    raise UserInputError(f"{name} is empty; give it a value, or leave it out")
+                    raise UserInputError(f"{name} is empty; {advice}")
             return previous(ctx, param, value) if previous is not None else value
 
         return callback
@@ -169,7 +172,7 @@ def _refuse_blank_text(command: click.Command) -> click.Command:
     for param in command.params:  # a value is text once converted only for a text parameter (paths are Paths)
         flags = [opt for opt in getattr(param, "opts", []) if opt.startswith("-")]
         name = max(flags, key=len) if flags else str(param.name).upper()  # --gpu, or RUN_ID
-        param.callback = checked(param.callback, name)
+        param.callback = checked(param.callback, name, bool(getattr(param, "required", False)))
     for sub in getattr(command, "commands", {}).values():
         _refuse_blank_text(sub)
     return command

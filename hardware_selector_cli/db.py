@@ -72,7 +72,8 @@ def list_command(
     else:  # by the name the table shows (an offloading run's family: RunRecord.strategy_label), not the column's
         wanted = strategy.strip().lower()
         matching = store.runs(gpu=gpu, model=model, status=status)
-        chosen = [run for run in matching if run.strategy_label.lower() == wanted]
+        # A family name takes its variants too: `--strategy fsdp` lists fsdp-full and fsdp-grad-op (it listed none).
+        chosen = [run for run in matching if run.strategy_label.lower() in (wanted, *_variants(wanted))]
         runs, held = chosen[:limit], len(chosen)
     if not runs:
         _check_filters_can_match(store, gpu, strategy, status)
@@ -305,3 +306,8 @@ def register(app: typer.Typer) -> None:
 def ran_on_cpu(run) -> bool:
     """A record of a GPU plan whose ranks ran on CPU processes (a --tiny trial on a machine without CUDA)."""
     return run.interconnect == "host-memory" and run.gpu_name != "cpu"
+
+
+def _variants(family: str) -> tuple[str, ...]:
+    """The stored strategy names a family name stands for in `db list --strategy` (records say fsdp-full)."""
+    return {"fsdp": ("fsdp-full", "fsdp-grad-op", "fsdp-hybrid", "fsdp-no-shard")}.get(family, ())

@@ -12,6 +12,7 @@ from planner.errors import UserInputError
 from planner.limits import DEFAULT_HEADROOM
 from planner.units import format_bytes
 
+from .given_flags import given_flags
 from .model_options import ModelOptions, model_options
 from .models import model_summary
 from .option_groups import option_group
@@ -177,7 +178,8 @@ def register(app: typer.Typer) -> None:
                 f"{implementation} predicts another codebase's speed: drop one of them"
             )
         overhead = OverheadSettings() if overhead_gb is None else OverheadSettings.fixed(overhead_gb)
-        target = cluster.resolve()
+        cluster.given = tuple(given_flags(ctx, cluster_options))  # without --gpu: this machine, as `plan` plans it
+        target = cluster.target()
         training = _fit_precision(ctx, training, target.gpu)
         result, compression_notes = estimate_compressed(
             spec,

@@ -44,25 +44,7 @@ if TYPE_CHECKING:
 
 
 def _target_cluster(cluster: ClusterOptions):
-    """The named cluster, or without --gpu the GPUs of this machine (NVML), if any, with the --gpus-per-node,
-    --nodes and --cpu-ram-gb the user gave (whatever their values) in place of what was detected."""
-    if cluster.gpu:
-        return cluster.resolve()
-    from planner.hardware.detect import detect_hardware
-
-    given = cluster.given
-    detected = detect_hardware().to_cluster_spec(
-        interconnect=cluster.interconnect,
-        price_per_hour=cluster.price_per_hour,
-        nvme_gb=cluster.nvme_gb,
-        nvme_gbps=cluster.nvme_gbps,
-        gpus_per_node=cluster.gpus_per_node if "--gpus-per-node" in given else None,
-        nodes=cluster.nodes if "--nodes" in given else None,
-        cpu_ram_gb=cluster.cpu_ram_gb,
-    )
-    if detected is None:
-        raise UserInputError("no GPU detected here; name the target GPU with --gpu (e.g. --gpu H100-80GB)")
-    return detected
+    return cluster.target()
 
 
 def register(app: typer.Typer) -> None:

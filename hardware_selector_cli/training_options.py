@@ -87,6 +87,27 @@ class ClusterOptions:
     nvme_gbps: float | None = None
     given: tuple[str, ...] = ()  # the flags above the user gave, whatever their values (given_flags.py)
 
+    def target(self):
+        """The named cluster, or without --gpu the GPUs of this machine (NVML), if any, with the --gpus-per-node,
+        --nodes and --cpu-ram-gb the user gave (whatever their values: `given`) in place of what was detected
+        (docs/hardware.md, "Detection"); `plan` and `estimate` alike."""
+        if self.gpu:
+            return self.resolve()
+        from planner.hardware.detect import detect_hardware
+
+        detected = detect_hardware().to_cluster_spec(
+            interconnect=self.interconnect,
+            price_per_hour=self.price_per_hour,
+            nvme_gb=self.nvme_gb,
+            nvme_gbps=self.nvme_gbps,
+            gpus_per_node=self.gpus_per_node if "--gpus-per-node" in self.given else None,
+            nodes=self.nodes if "--nodes" in self.given else None,
+            cpu_ram_gb=self.cpu_ram_gb,
+        )
+        if detected is None:
+            raise UserInputError("no GPU detected here; name the target GPU with --gpu (e.g. --gpu H100-80GB)")
+        return detected
+
     def resolve(self):
         from planner.hardware.cluster import make_cluster
 
@@ -107,7 +128,9 @@ class ClusterOptions:
 
 
 def cluster_options(
-    gpu: str | None = typer.Option(None, "--gpu", "-g", help="Target GPU, e.g. A100-80GB, H100-80GB (see 'gpus')."),
+    gpu: str | None = typer.Option(
+        None, "--gpu", "-g", help="Target GPU, e.g. A100-80GB, H100-80GB (see 'gpus'); none: the GPUs detected here."
+    ),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs in each node."),
     nodes: int = typer.Option(1, "--nodes", help="Number of nodes."),
     interconnect: str | None = typer.Option(

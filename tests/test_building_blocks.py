@@ -341,3 +341,20 @@ def test_an_engine_json_edited_to_another_layout_is_one_line_not_an_abort(tmp_pa
     engine_json.write_text(json.dumps(bucket))
     spec = load_run_folder(tmp_path / "run", RunOverrides())
     assert engine_settings(spec, spec.run).zero_optimization.reduce_bucket_size == 1234
+
+
+def test_reading_whether_transformers_checkpoints_raises_no_deprecation_warning():
+    """An audit saw transformers 5's "`is_gradient_checkpointing` is deprecated" FutureWarning on every engine run:
+    the new name is read where the model has it; the answer is transformers' own."""
+    import warnings
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from backends.parts.activation_checkpointing import transformers_checkpointing_on
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        assert transformers_checkpointing_on(model) is False
+        model.activation_checkpointing_enable()
+        assert transformers_checkpointing_on(model) is True

@@ -86,6 +86,8 @@ def test_db_errors_are_one_line(tmp_path, capsys):
     assert main(["db", "calibration", *db, "--plot", str(tmp_path / "x.svg")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and "no run with id 'abc'" in err[0] and "no such file" in err[1] and ".png or .html" in err[2]
+    assert main(["db", "show", "", *db]) == 2  # a required argument is not advised to be left out (an audit)
+    assert capsys.readouterr().err.strip() == "error: RUN_ID is empty; give it a value"
 
 
 def test_plan_says_how_it_was_calibrated_and_uses_a_measured_record(tmp_path, capsys):
@@ -196,7 +198,12 @@ def test_a_list_filter_no_run_could_ever_match_names_the_valid_values(tmp_path, 
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"error: {message}") and "\n" not in err, err
     # Values that could match stay a count, even of none; a GPU is found by any of its catalog spellings.
-    for flag, value, count in (("--status", "TIMEOUT", 0), ("--strategy", "fsdp-full", 1), ("--gpu", "CPU", 4)):
+    for flag, value, count in (
+        ("--status", "TIMEOUT", 0),
+        ("--strategy", "fsdp-full", 1),
+        ("--gpu", "CPU", 4),
+        ("--strategy", "fsdp", 1),
+    ):  # a family takes its variants (it listed none: an audit)
         assert main(["db", "list", *db, flag, value]) == 0
         assert f"{count} {'run' if count == 1 else 'runs'} in" in capsys.readouterr().out
 

@@ -171,6 +171,27 @@ def test_gpu_missing_from_the_catalog_is_reported_and_needs_a_user_choice(monkey
         report.to_cluster_spec()
 
 
+def test_a_mig_slice_is_named_as_one_not_planned_as_its_whole_gpu(monkeypatch):
+    """An audit: a MIG slice ("NVIDIA H100 80GB HBM3 MIG 1g.10gb") was "not in the GPU catalog; name the closest
+    with --gpu ('H100-80GB', ...)", which plans 80 GB for a 10 GB slice. It is one line naming the slice, its
+    share, and the whole GPU it is cut from."""
+    slice_ = FakeGpu(
+        name="NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+        memory_total=10 * GIB,
+        compute_capability=(9, 0),
+        pci=PciAddress(0, 0x3B),
+        pcie_current=(5, 16),
+        pcie_max=(5, 16),
+        nvlinks=None,
+    )
+    install(monkeypatch, FakeMachine(gpus=[slice_]))
+    with pytest.raises(UserInputError) as refused:
+        detect_hardware({}).to_cluster_spec()
+    said = str(refused.value)
+    assert said.startswith("detected a MIG slice, 'NVIDIA H100 80GB HBM3 MIG 1g.10gb' (1/7 of the GPU's compute, 10")
+    assert "plan the whole H100-80GB with --gpu H100-80GB" in said and "not in the GPU catalog" not in said
+
+
 # ---- launcher variables ----------------------------------------------------------------------
 
 

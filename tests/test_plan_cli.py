@@ -213,6 +213,11 @@ def test_the_detected_machine_takes_the_nodes_gpus_and_ram_the_user_states(monke
     assert main([*base, "--gpus-per-node", "16"]) == 2
     err = capsys.readouterr().err.strip()
     assert "--gpus-per-node 16: this node has 8 x A100-80GB; pass 8 or fewer" in err and "\n" not in err
+    # estimate plans this machine as plan does (it refused without --gpu): the same cluster from the same flags
+    estimate = ["estimate", "--model", "llama-2-7b", "--strategy", "fsdp", "--json", "--gpus-per-node", "4"]
+    assert main(estimate) == 0
+    cluster = json.loads(capsys.readouterr().out)["cluster"]
+    assert (cluster["gpu"], cluster["gpus_per_node"], cluster["world_size"]) == ("A100-80GB", 4, 16)  # SLURM: 4 nodes
 
 
 def test_plan_without_gpu_on_a_cpu_only_machine_is_a_one_line_error(monkeypatch, capsys):

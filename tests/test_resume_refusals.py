@@ -179,3 +179,22 @@ def test_resuming_on_other_data_is_refused_unless_the_data_position_is_reset(use
     assert "--reset-data-position: reading" in resumed.stdout and "stood at sample 16 of" in resumed.stdout
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows if row["kind"] == "train"] == [1, 2, 3]  # 1-2 before, 3 on other.txt
+
+
+def test_the_resume_words_name_the_folder_and_a_way_out_that_is_accepted(tmp_path):
+    """An audit: a checkpoint named by --resume-from from another folder was "saved under an earlier plan.json",
+    and a strategy refusal beside --resume-from advised --no-resume, which is refused beside it."""
+    from backends.runner.checkpoints import check_resumable, saved_under
+    from planner.errors import UserInputError
+
+    here, there = tmp_path / "zz1", tmp_path / "zz3"
+    assert saved_under({"plan_digest": "a"}, "a", here) == "this plan.json"
+    assert saved_under({"plan_digest": "b", "run_dir": str(here)}, "a", here) == "an earlier plan.json"
+    assert saved_under({"plan_digest": "b", "run_dir": str(there)}, "a", here) == f"{there}'s plan.json"
+    state = {"saved_under": {"model_fingerprint": "f", "strategy": "ddp", "run_dir": str(there)}}
+    common = dict(folder=there / "global_step2", model_name="gpt2", fingerprint="f", strategy="engine", here=here)
+    for explicit, way_out in ((True, f"or drop --resume-from {there / 'global_step2'}"), (False, "or start afresh "
+                                                                                                   "with --no-resume")):  # fmt: skip
+        with pytest.raises(UserInputError) as refused:
+            check_resumable(state, explicit=explicit, **common)
+        assert str(refused.value).endswith(f"resume with --strategy ddp, {way_out}")

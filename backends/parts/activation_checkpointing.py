@@ -19,7 +19,14 @@ def transformers_checkpointing_on(model: Any) -> bool:
     """Whether a transformers model inside `model` has its own gradient checkpointing on (whole blocks recomputed:
     `gradient_checkpointing_enable()`, or the Trainer's argument)."""
     modules = model.modules() if hasattr(model, "modules") else [model]
-    return any(getattr(module, "is_gradient_checkpointing", False) is True for module in modules)
+    return any(_checkpointing_flag(module) is True for module in modules)
+
+
+def _checkpointing_flag(module: Any) -> Any:
+    """transformers 5's `is_activation_checkpointing`, else the older `is_gradient_checkpointing` (reading the old
+    name on a new model warns that it is deprecated: an audit saw the warning on every `train`)."""
+    name = "is_activation_checkpointing" if hasattr(type(module), "is_activation_checkpointing") else None
+    return getattr(module, name or "is_gradient_checkpointing", False)
 
 
 def applied_mode(model: Any) -> str:

@@ -287,9 +287,11 @@ def check_resumable(
             f"here, pass --resume-from {folder}; or start afresh with --no-resume (the checkpoint is kept)"
         )
     if saved.get("strategy") != strategy:
+        # With --resume-from, --no-resume is refused beside it: the way to start afresh is to drop it (an audit).
+        afresh = f"drop --resume-from {folder}" if explicit else "start afresh with --no-resume"
         raise UserInputError(
             f"{folder} was saved by strategy {saved.get('strategy')}, and this run uses {strategy}; "
-            f"resume with --strategy {saved.get('strategy')}, or start afresh with --no-resume"
+            f"resume with --strategy {saved.get('strategy')}, or {afresh}"
         )
     at = int(state.get("step", 0))
     if steps is not None and at > steps:
@@ -300,3 +302,12 @@ def check_resumable(
         )
     # The data last: a --reset-data-position note only for a checkpoint that is otherwise this run's.
     return None if data is None else check_data_position(state, folder=folder, data=data, reset=reset_data)
+
+
+def saved_under(saved: dict[str, Any], digest: str, run_dir: Path) -> str:
+    """Which plan.json a checkpoint was saved under, as the resume note says it: this one, an earlier one of this
+    folder, or another folder's (--resume-from names one; "an earlier plan.json" said an audit's was this one's)."""
+    if saved.get("plan_digest") == digest:
+        return "this plan.json"
+    other = saved.get("run_dir")
+    return "an earlier plan.json" if other in (None, str(run_dir)) else f"{other}'s plan.json"

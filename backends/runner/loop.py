@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from backends.monitoring.peak_memory import check_memory_limit
 from backends.parts.schedulers import lr_at
 from backends.runner.anomaly import AnomalyGuard, RunStopped, refuse_unsupported
-from backends.runner.checkpoints import RunCheckpoints, check_resumable, data_identity, model_fingerprint
+from backends.runner.checkpoints import RunCheckpoints, check_resumable, data_identity, model_fingerprint, saved_under
 from backends.runner.elastic import announce_replan, fit_elastic, saved_layout
 from backends.runner.folder import engine_settings
 from backends.runner.graceful_stop import save_if_signalled, signals_at_step_boundaries
@@ -236,7 +236,7 @@ class RunSession:
         self.resumed_from = str(newest)
         self.metrics.truncate_after(self.step)
         saved = state["saved_under"]
-        which = "this plan.json" if saved.get("plan_digest") == self.plan_digest else "an earlier plan.json"
+        which = saved_under(saved, self.plan_digest, self.spec.run_dir)
         self.notes.append(
             f"resuming from {newest} (step {self.step}; saved under {which}: {saved['model']}, {saved['strategy']}, "
             f"global batch {saved['global_batch']}, {saved['layout']})"
