@@ -154,17 +154,14 @@ def test_missing_pynvml_module_is_a_cpu_only_report(monkeypatch):
     assert report.cpu_only and "nvidia-ml-py" in report.nvml_error
 
 
+def _pcie_gpu(name: str, gib: int, capability: tuple[int, int]) -> FakeGpu:
+    """One GPU of `name` on PCIe Gen5 x16, without NVLink."""
+    return FakeGpu(name=name, memory_total=gib * GIB, compute_capability=capability, pci=PciAddress(0, 0x3B),
+                   pcie_current=(5, 16), pcie_max=(5, 16), nvlinks=None)  # fmt: skip
+
+
 def test_gpu_missing_from_the_catalog_is_reported_and_needs_a_user_choice(monkeypatch):
-    mystery = FakeGpu(
-        name="NVIDIA Mystery X1",
-        memory_total=48 * GIB,
-        compute_capability=(12, 0),
-        pci=PciAddress(0, 0x3B),
-        pcie_current=(5, 16),
-        pcie_max=(5, 16),
-        nvlinks=None,
-    )
-    install(monkeypatch, FakeMachine(gpus=[mystery]))
+    install(monkeypatch, FakeMachine(gpus=[_pcie_gpu("NVIDIA Mystery X1", 48, (12, 0))]))
     report = detect_hardware({})
     assert report.gpus[0].catalog_name is None
     with pytest.raises(UserInputError, match="'NVIDIA Mystery X1' is not in the GPU catalog"):
@@ -175,16 +172,7 @@ def test_a_mig_slice_is_named_as_one_not_planned_as_its_whole_gpu(monkeypatch):
     """An audit: a MIG slice ("NVIDIA H100 80GB HBM3 MIG 1g.10gb") was "not in the GPU catalog; name the closest
     with --gpu ('H100-80GB', ...)", which plans 80 GB for a 10 GB slice. It is one line naming the slice, its
     share, and the whole GPU it is cut from."""
-    slice_ = FakeGpu(
-        name="NVIDIA H100 80GB HBM3 MIG 1g.10gb",
-        memory_total=10 * GIB,
-        compute_capability=(9, 0),
-        pci=PciAddress(0, 0x3B),
-        pcie_current=(5, 16),
-        pcie_max=(5, 16),
-        nvlinks=None,
-    )
-    install(monkeypatch, FakeMachine(gpus=[slice_]))
+    install(monkeypatch, FakeMachine(gpus=[_pcie_gpu("NVIDIA H100 80GB HBM3 MIG 1g.10gb", 10, (9, 0))]))
     with pytest.raises(UserInputError) as refused:
         detect_hardware({}).to_cluster_spec()
     said = str(refused.value)
@@ -274,16 +262,7 @@ def test_cli_detect_on_a_dgx_a100(monkeypatch, capsys):
 
 
 def test_cli_detect_with_an_unknown_gpu_still_exits_0(monkeypatch, capsys):
-    mystery = FakeGpu(
-        name="NVIDIA Mystery X1",
-        memory_total=48 * GIB,
-        compute_capability=(12, 0),
-        pci=PciAddress(0, 0x3B),
-        pcie_current=(5, 16),
-        pcie_max=(5, 16),
-        nvlinks=None,
-    )
-    install(monkeypatch, FakeMachine(gpus=[mystery]))
+    install(monkeypatch, FakeMachine(gpus=[_pcie_gpu("NVIDIA Mystery X1", 48, (12, 0))]))
     assert main(["detect"]) == 0
     assert "not in the GPU catalog" in capsys.readouterr().out
 
