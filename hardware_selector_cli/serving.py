@@ -79,7 +79,8 @@ def serving_options(
             "within a node (--gpus-per-node bounds it), and `estimate --tp` times one training layout"
         )
     if not options.inference and options.given():
-        raise UserInputError(f"{', '.join(options.given())} plan serving; add --mode inference")
+        given = options.given()
+        raise UserInputError(f"{', '.join(given)} plan{'s' * (len(given) == 1)} serving; add --mode inference")
     return options
 
 

@@ -95,6 +95,14 @@ def test_tp_pins_the_serving_degree_and_says_what_it_cannot(capsys):
         assert main([*serve_70b, "--tp", tp]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith(f"error: {why}") and "choose one of 1, 2, 4, 8" in err
+    # An audit's grammar: one GPU a node, and one serving flag without --mode inference.
+    assert (
+        main(["plan", "--mode", "inference", "--model", "gpt2", "--gpu", "L4", "--gpus-per-node", "1", "--tp", "2"])
+        == 2
+    )
+    assert capsys.readouterr().err.startswith("error: --tp 2 does not divide a node's 1 GPU: tensor parallelism")
+    assert main(["plan", "--model", "gpt2", "--gpu", "H100-80GB", "--context", "128"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --context plans serving; add --mode inference"
     gpt2 = ["plan", "--mode", "inference", "--model", "gpt2", "--gpu", "H100-80GB", "--tp", "8"]
     assert main([*gpt2[:-1], "4", "--json"]) == 0  # 12 heads refuse TP 8: not said when TP 4 was asked for
     assert not any(label.startswith("TP8") for label in json.loads(capsys.readouterr().out)["rejected"])
