@@ -69,9 +69,9 @@ def configure_launched_cpu_state(strategy: str) -> bool:
     """configure_cpu_accelerate_state in a process a launcher started (torchrun's WORLD_SIZE, an MPI launcher's
     variables), where the process group can form; False elsewhere: a notebook building a CPU plan's
     TrainingArguments to read them gets them without accelerate's gloo state (which raised there)."""
-    from backends.mpi.environment import MPI_MARKERS
+    from backends.mpi.environment import launched_world_size
 
-    if "WORLD_SIZE" not in os.environ and not any(marker in os.environ for marker in MPI_MARKERS):
+    if launched_world_size(os.environ) == 1:  # no launcher (or one process): no process group to form
         return False
     configure_cpu_accelerate_state(strategy)
     return True

@@ -309,13 +309,6 @@ class BenchmarkStore:
             raise UserInputError(f"run id '{id_prefix}' is ambiguous; give more characters")
         return record_from_row(rows[0])
 
-    def existing_ids(self, ids: list[str]) -> set[str]:
-        with self.reading() as connection:
-            if connection is None or not ids:
-                return set()
-            rows = connection.execute("SELECT id FROM runs WHERE list_contains(?, id)", [ids]).fetchall()
-        return {row[0] for row in rows}
-
     def done_matrix_keys(self, *, retry_failed: bool = False) -> set[str]:
         """Matrix entries already recorded (only the successful ones when retrying failures)."""
         wanted = [RunStatus.OK.value] if retry_failed else [status.value for status in RunStatus]

@@ -10,7 +10,7 @@ import typer
 
 from planner.errors import UserInputError
 from planner.limits import DEFAULT_HEADROOM
-from planner.units import format_bytes
+from planner.units import counted, format_bytes
 
 from .given_flags import given_flags
 from .model_options import ModelOptions, model_options
@@ -102,7 +102,7 @@ def print_speed(result) -> None:
         print(f"speed: not estimated: {result.throughput_error}")
         return
     print(
-        f"speed: step {speed.step_time_s:.3g} s for {speed.global_batch} sequence{'s' * (speed.global_batch != 1)}, "
+        f"speed: step {speed.step_time_s:.3g} s for {counted(speed.global_batch, 'sequence')}, "
         f"{speed.tokens_per_s:,.0f} tokens/s, "
         f"{speed.tflops_per_gpu:.3g} TFLOP/s per GPU, MFU {speed.mfu:.0%}, HFU {speed.hfu:.0%} [{throughput_source(speed)}]"
     )

@@ -43,10 +43,6 @@ if TYPE_CHECKING:
     from planner.expert_routing import ExpertRouting
 
 
-def _target_cluster(cluster: ClusterOptions):
-    return cluster.target()
-
-
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     @option_group("model", model_options)
@@ -237,7 +233,7 @@ def _plan_serving(model: ModelOptions, cluster: ClusterOptions, search: SearchOp
     if not 0 <= search.headroom < 1:
         raise UserInputError(f"--headroom must be in [0, 1), not {search.headroom}")
     spec = model.resolve()
-    target = _target_cluster(cluster)
+    target = cluster.target()
     request = serving_request(serving, search.objective, search.top, search.headroom, spec)
     check_formats_on(serving, target.gpu)
     result = plan_serving(spec, target, request)
@@ -292,7 +288,7 @@ def _search(
     request = search.request(search.seq_len or default_seq_len(spec), routing)
     if steps and search.tokens is None and request.global_batch:
         request = request.model_copy(update={"train_tokens": float(steps * request.global_batch * request.seq_len)})
-    target = _target_cluster(cluster)
+    target = cluster.target()
     from .calibration_hook import search_calibration
 
     adjust, calibration = search_calibration(spec, target, db=db, off=no_calibration)

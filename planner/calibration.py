@@ -169,13 +169,12 @@ def far_from_formula(run: MeasuredRun, estimate: ThroughputEstimate) -> str:
     formula, measured = estimate.formula_step_s, run.step_time_s
     mfu = estimate.mfu * estimate.step_time_s / measured if measured else 0.0
     above = f" (MFU {mfu:.0%}: above the GPU's peak, so the catalog's peak for this machine or the record is wrong)"
-    if not formula or not measured or 1 / FAR_FROM_FORMULA < measured / formula < FAR_FROM_FORMULA:
-        return above if mfu > 1 else ""
-    why = "a busy machine measures so" if measured > formula else "other hardware or settings than planned?"
-    return (
-        f" ({measured / formula:.3g}x the formula's {format_seconds(formula)}: {why}; "
-        "`tune --remeasure` or a new run of it replaces the record, the newest counts)" + (above if mfu > 1 else "")
-    )
+    words = above if mfu > 1 else ""
+    if formula and measured and not 1 / FAR_FROM_FORMULA < measured / formula < FAR_FROM_FORMULA:
+        why = "a busy machine measures so" if measured > formula else "other hardware or settings than planned?"
+        words = (f" ({measured / formula:.3g}x the formula's {format_seconds(formula)}: {why}; `tune --remeasure` or "
+                 "a new run of it replaces the record, the newest counts)") + words  # fmt: skip
+    return words
 
 
 def rescaled(estimate: ThroughputEstimate, step_time_s: float, source: str, note: str) -> ThroughputEstimate:

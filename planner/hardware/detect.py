@@ -15,7 +15,6 @@ module infers "all-to-all via NVSwitch".
 from __future__ import annotations
 
 import os
-import re
 import socket
 from collections import Counter
 from collections.abc import Mapping
@@ -27,30 +26,12 @@ from planner.errors import UserInputError
 from planner.hardware.cluster import GIB, ClusterSpec, make_cluster
 from planner.hardware.gpus import PCIE_X16_GBPS_PER_DIRECTION, find_gpu, pcie_bandwidth_GBps_per_direction, suggest_gpus
 from planner.hardware.launch_context import LaunchContext, read_launch_context
+from planner.hardware.mig import refuse_mig_slices
 
 NVIDIA_PCI_VENDOR_ID = 0x10DE
 # NVML's nvmlNvLinkDeviceType values (pynvml NVML_NVLINK_DEVICE_TYPE_*).
 _NVLINK_DEVICE_TYPE_GPU = 0x00
 _NVLINK_DEVICE_TYPE_SWITCH = 0x02
-
-
-# A MIG instance as NVML names it: "NVIDIA H100 80GB HBM3 MIG 1g.10gb" (its share of the SMs, in sevenths, and its
-# memory). The planner plans whole GPUs; an audit saw a slice advised to plan as the 80 GB GPU.
-MIG_SLICE = re.compile(r"\bMIG\s+(\d+)g\.(\d+)gb\b", re.IGNORECASE)
-
-
-def _refuse_mig(slices: list[str]) -> None:
-    if not slices:
-        return
-    name = slices[0]
-    match = MIG_SLICE.search(name)
-    assert match is not None
-    parent = find_gpu(name[: match.start()].strip())
-    whole = f"plan the whole {parent.name} with --gpu {parent.name}, " if parent is not None else ""
-    raise UserInputError(
-        f"detected a MIG slice, '{name}' ({match.group(1)}/7 of the GPU's compute, {match.group(2)} GB): slices are "
-        f"not planned; {whole}or disable MIG on the node (nvidia-smi -mig 0) and plan again"
-    )
 
 
 class PcieLink(BaseModel):
@@ -135,7 +116,7 @@ class DetectionReport(BaseModel):
         """
         if not self.gpus:
             return None
-        _refuse_mig([gpu.name for gpu in self.gpus if MIG_SLICE.search(gpu.name)])
+        refuse_mig_slices([gpu.name for gpu in self.gpus])
         unknown = [gpu.name for gpu in self.gpus if gpu.catalog_name is None]
         if unknown:
             hint = ", ".join(f"'{name}'" for name in suggest_gpus(unknown[0])) or "see `hardware-selector gpus`"

@@ -129,9 +129,8 @@ def check_servable(
         if cluster.gpus_per_node % pinned:
             splits = ", ".join(str(d) for d in divisors(cluster.gpus_per_node) if tp_refusal(spec, d) is None)
             raise UserInputError(
-                f"{name} {pinned} does not divide a node's {cluster.gpus_per_node} GPU{'s' * (cluster.gpus_per_node != 1)}: "
-                "tensor parallelism stays "
-                f"inside a node; choose one of {splits}"
+                f"{name} {pinned} does not divide a node's {counted(cluster.gpus_per_node, 'GPU')}: tensor parallelism "
+                f"stays inside a node; choose one of {splits}"
             )
         why = tp_refusal(spec, pinned)
         if why is not None:
